@@ -1,0 +1,1 @@
+//! Examples live beside this file; run `cargo run --example quickstart`.

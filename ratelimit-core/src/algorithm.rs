@@ -1,0 +1,460 @@
+//! The four algorithms as pure state machines: `decide(state, now, quota, cost, commit)`.
+//!
+//! Nothing here reads a clock, locks or allocates beyond the sliding log's own entries; stores
+//! run these inside their atomic step. Capacity checks (`cost` above `limit + burst`, a zero
+//! limit) are made by [`decide`] before any algorithm runs.
+
+use std::collections::VecDeque;
+
+use crate::clock::Nanos;
+use crate::quota::{Quota, Strategy};
+
+/// The outcome of one decision, in nanoseconds since the epoch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Verdict {
+    /// Whether the call may proceed.
+    pub allowed: bool,
+    /// Calls (of cost 1) still available after this decision.
+    pub remaining: u64,
+    /// When the budget is back to full.
+    pub reset_at: Nanos,
+    /// When refused: how long until the same call would be admitted (never zero).
+    pub retry_after: Option<Nanos>,
+}
+
+/// Fixed window: one counter for the window `[start, start + window)`, windows aligned to
+/// multiples of the window since the epoch so that every process agrees on the boundaries.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FixedWindow {
+    start: Nanos,
+    count: u64,
+}
+
+impl FixedWindow {
+    /// Decides a call of weight `cost`; with `commit`, records it if allowed.
+    pub fn decide(&mut self, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> Verdict {
+        let window = quota.window_nanos();
+        let start = now - now % window;
+        let count = if self.start == start { self.count } else { 0 };
+        let capacity = quota.capacity();
+        let end = start + window;
+        if count + cost <= capacity {
+            if commit {
+                *self = FixedWindow {
+                    start,
+                    count: count + cost,
+                };
+            }
+            Verdict {
+                allowed: true,
+                remaining: capacity - count - cost,
+                reset_at: end,
+                retry_after: None,
+            }
+        } else {
+            Verdict {
+                allowed: false,
+                remaining: capacity.saturating_sub(count),
+                reset_at: end,
+                retry_after: Some(end - now),
+            }
+        }
+    }
+
+    /// When this state is indistinguishable from a fresh one.
+    pub fn expires_at(&self, quota: &Quota) -> Nanos {
+        self.start + quota.window_nanos()
+    }
+}
+
+/// Sliding window log: one entry per admitted call; exact.
+///
+/// A hit at `t` counts while `now < t + window`, so no rolling window of length `window` ever
+/// holds more than `limit + burst` admitted calls.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SlidingLog {
+    /// (time, cost) of each admitted call, oldest first.
+    hits: VecDeque<(Nanos, u32)>,
+    /// Sum of the costs in `hits`.
+    total: u64,
+}
+
+impl SlidingLog {
+    /// Decides a call of weight `cost`; with `commit`, records it if allowed (and drops
+    /// entries that have left the window).
+    pub fn decide(&mut self, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> Verdict {
+        let window = quota.window_nanos();
+        let live_from = |t: Nanos| t + window > now;
+        if commit {
+            while self.hits.front().is_some_and(|&(t, _)| !live_from(t)) {
+                let (_, c) = self.hits.pop_front().unwrap_or_default();
+                self.total -= c as u64;
+            }
+        }
+        let expired = self.hits.partition_point(|&(t, _)| !live_from(t));
+        let stale: u64 = self.hits.range(..expired).map(|&(_, c)| c as u64).sum();
+        let used = self.total - stale;
+        let capacity = quota.capacity();
+        if used + cost <= capacity {
+            let newest = now;
+            if commit {
+                self.hits.push_back((now, cost as u32));
+                self.total += cost;
+            }
+            Verdict {
+                allowed: true,
+                remaining: capacity - used - cost,
+                reset_at: newest + window,
+                retry_after: None,
+            }
+        } else {
+            // Walk the live entries oldest first until enough would have left the window.
+            let mut freed = 0;
+            let mut retry_at = now + window;
+            for &(t, c) in self.hits.range(expired..) {
+                freed += c as u64;
+                if used - freed + cost <= capacity {
+                    retry_at = t + window;
+                    break;
+                }
+            }
+            let newest = self.hits.back().map_or(now, |&(t, _)| t);
+            Verdict {
+                allowed: false,
+                remaining: capacity.saturating_sub(used),
+                reset_at: newest + window,
+                retry_after: Some(retry_at - now),
+            }
+        }
+    }
+
+    /// When this state is indistinguishable from a fresh one.
+    pub fn expires_at(&self, quota: &Quota) -> Nanos {
+        self.hits
+            .back()
+            .map_or(0, |&(t, _)| t + quota.window_nanos())
+    }
+
+    /// Entries held (admitted calls still in, or not yet pruned from, the log).
+    pub fn len(&self) -> usize {
+        self.hits.len()
+    }
+
+    /// Whether the log holds no entries.
+    pub fn is_empty(&self) -> bool {
+        self.hits.is_empty()
+    }
+}
+
+/// Sliding window counter: the current and previous aligned windows' counts, the previous one
+/// weighted by the share of it still inside the rolling window.
+///
+/// The estimate is `previous * (window - elapsed) / window + current`; comparisons are made in
+/// exact integer arithmetic, so `retry_after` is the first instant the estimate admits the call.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SlidingCounter {
+    start: Nanos,
+    current: u64,
+    previous: u64,
+}
+
+impl SlidingCounter {
+    fn at(&self, start: Nanos, window: Nanos) -> (u64, u64) {
+        if self.start == start {
+            (self.previous, self.current)
+        } else if self.start + window == start {
+            (self.current, 0)
+        } else {
+            (0, 0)
+        }
+    }
+
+    /// Decides a call of weight `cost`; with `commit`, records it if allowed.
+    pub fn decide(&mut self, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> Verdict {
+        let window = quota.window_nanos();
+        let w = window as u128;
+        let start = now - now % window;
+        let elapsed = (now - start) as u128;
+        let (previous, current) = self.at(start, window);
+        let capacity = quota.capacity();
+        // used * w, exactly: previous * (w - elapsed) + current * w
+        let used_w = previous as u128 * (w - elapsed) + current as u128 * w;
+        let budget_w = capacity as u128 * w;
+        let reset_at = |previous: u64, current: u64| {
+            if current > 0 {
+                start + 2 * window
+            } else if previous > 0 {
+                start + window
+            } else {
+                now
+            }
+        };
+        if used_w + cost as u128 * w <= budget_w {
+            if commit {
+                *self = SlidingCounter {
+                    start,
+                    current: current + cost,
+                    previous,
+                };
+            }
+            let remaining = ((budget_w - used_w - cost as u128 * w) / w) as u64;
+            Verdict {
+                allowed: true,
+                remaining,
+                reset_at: reset_at(previous, current + cost),
+                retry_after: None,
+            }
+        } else {
+            let retry_at = if current + cost <= capacity {
+                // Wait in this window until the previous window's weight has shrunk enough:
+                // previous * (w - e) <= (capacity - current - cost) * w.
+                let spare = (capacity - current - cost) as u128 * w;
+                start + window - (spare / previous as u128) as Nanos
+            } else {
+                // Wait into the next window, where this window's count becomes "previous":
+                // current * (w - e) <= (capacity - cost) * w.
+                let spare = (capacity - cost) as u128 * w;
+                start + 2 * window - (spare / current as u128).min(w) as Nanos
+            };
+            let remaining = (budget_w.saturating_sub(used_w) / w) as u64;
+            Verdict {
+                allowed: false,
+                remaining,
+                reset_at: reset_at(previous, current),
+                retry_after: Some(retry_at - now),
+            }
+        }
+    }
+
+    /// When this state is indistinguishable from a fresh one.
+    pub fn expires_at(&self, quota: &Quota) -> Nanos {
+        let window = quota.window_nanos();
+        if self.current > 0 {
+            self.start + 2 * window
+        } else {
+            self.start + window
+        }
+    }
+}
+
+/// Token bucket as GCRA: the theoretical arrival time (`tat`) of the next call is the only
+/// state. The bucket holds `limit + burst` tokens and gains one every `window / refill`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Gcra {
+    tat: Nanos,
+}
+
+impl Gcra {
+    /// Decides a call of weight `cost`; with `commit`, records it if allowed.
+    pub fn decide(&mut self, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> Verdict {
+        let interval = quota.window_nanos() / quota.refill_per_window().max(1);
+        let capacity = quota.capacity();
+        let tolerance = interval.saturating_mul(capacity);
+        let tat = self.tat.max(now);
+        let new_tat = tat + interval * cost;
+        let horizon = now + tolerance;
+        if new_tat <= horizon {
+            if commit {
+                self.tat = new_tat;
+            }
+            Verdict {
+                allowed: true,
+                remaining: (horizon - new_tat) / interval,
+                reset_at: new_tat,
+                retry_after: None,
+            }
+        } else {
+            Verdict {
+                allowed: false,
+                remaining: horizon.saturating_sub(tat) / interval,
+                reset_at: tat,
+                retry_after: Some(new_tat - horizon),
+            }
+        }
+    }
+
+    /// When this state is indistinguishable from a fresh one (the bucket is full).
+    pub fn expires_at(&self, _quota: &Quota) -> Nanos {
+        self.tat
+    }
+}
+
+/// The state of one key under any strategy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum State {
+    /// [`FixedWindow`].
+    Fixed(FixedWindow),
+    /// [`SlidingLog`], boxed so that the other strategies' keys stay small.
+    Log(Box<SlidingLog>),
+    /// [`SlidingCounter`].
+    Counter(SlidingCounter),
+    /// [`Gcra`].
+    Bucket(Gcra),
+}
+
+impl State {
+    /// A fresh state for `strategy`.
+    pub fn new(strategy: Strategy) -> State {
+        match strategy {
+            Strategy::FixedWindow => State::Fixed(FixedWindow::default()),
+            Strategy::SlidingWindow => State::Log(Box::default()),
+            Strategy::SlidingWindowCounter => State::Counter(SlidingCounter::default()),
+            Strategy::TokenBucket => State::Bucket(Gcra::default()),
+        }
+    }
+
+    /// The strategy this state belongs to.
+    pub fn strategy(&self) -> Strategy {
+        match self {
+            State::Fixed(_) => Strategy::FixedWindow,
+            State::Log(_) => Strategy::SlidingWindow,
+            State::Counter(_) => Strategy::SlidingWindowCounter,
+            State::Bucket(_) => Strategy::TokenBucket,
+        }
+    }
+
+    /// When this state is indistinguishable from a fresh one, so its key can be dropped.
+    pub fn expires_at(&self, quota: &Quota) -> Nanos {
+        match self {
+            State::Fixed(s) => s.expires_at(quota),
+            State::Log(s) => s.expires_at(quota),
+            State::Counter(s) => s.expires_at(quota),
+            State::Bucket(s) => s.expires_at(quota),
+        }
+    }
+
+    fn decide_raw(&mut self, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> Verdict {
+        match self {
+            State::Fixed(s) => s.decide(now, quota, cost, commit),
+            State::Log(s) => s.decide(now, quota, cost, commit),
+            State::Counter(s) => s.decide(now, quota, cost, commit),
+            State::Bucket(s) => s.decide(now, quota, cost, commit),
+        }
+    }
+}
+
+/// Why a call could not be decided at all (as opposed to refused).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Undecidable {
+    /// `cost` is zero.
+    ZeroCost,
+    /// `cost` is above `limit + burst`: no amount of waiting would admit it.
+    CostAboveCapacity {
+        /// The cost asked for.
+        cost: u64,
+        /// The quota's capacity.
+        capacity: u64,
+    },
+}
+
+/// Decides one call against `state`, switching the state to the quota's strategy if the key
+/// was last used with another one.
+///
+/// A quota with a capacity of zero refuses every call, with `retry_after` one window (the
+/// soonest a reconfigured limit could take effect).
+pub fn decide(
+    state: &mut State,
+    now: Nanos,
+    quota: &Quota,
+    cost: u64,
+    commit: bool,
+) -> Result<Verdict, Undecidable> {
+    let capacity = quota.capacity();
+    if cost == 0 {
+        return Err(Undecidable::ZeroCost);
+    }
+    if capacity == 0 {
+        let window = quota.window_nanos();
+        return Ok(Verdict {
+            allowed: false,
+            remaining: 0,
+            reset_at: now + window,
+            retry_after: Some(window),
+        });
+    }
+    if cost > capacity {
+        return Err(Undecidable::CostAboveCapacity { cost, capacity });
+    }
+    if state.strategy() != quota.strategy {
+        if !commit {
+            return Ok(State::new(quota.strategy).decide_raw(now, quota, cost, false));
+        }
+        *state = State::new(quota.strategy);
+    }
+    Ok(state.decide_raw(now, quota, cost, commit))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    const SEC: Nanos = 1_000_000_000;
+
+    fn run(state: &mut State, now: Nanos, q: &Quota) -> Verdict {
+        decide(state, now, q, 1, true).unwrap()
+    }
+
+    #[test]
+    fn every_strategy_admits_capacity_then_refuses() {
+        for strategy in Strategy::ALL {
+            let q = Quota::per_second(5).with_burst(2).with_strategy(strategy);
+            let mut s = State::new(strategy);
+            let now = 1_000 * SEC;
+            for i in 0..7 {
+                let v = run(&mut s, now, &q);
+                assert!(v.allowed, "{strategy} call {i}");
+                assert_eq!(v.remaining, 6 - i, "{strategy}");
+            }
+            let v = run(&mut s, now, &q);
+            assert!(!v.allowed, "{strategy}");
+            assert!(v.retry_after.unwrap() > 0, "{strategy}");
+        }
+    }
+
+    #[test]
+    fn zero_limit_refuses_and_big_cost_is_an_error() {
+        let q = Quota::per_second(0);
+        let mut s = State::new(q.strategy);
+        let v = decide(&mut s, SEC, &q, 1, true).unwrap();
+        assert!(!v.allowed);
+        assert_eq!(v.retry_after, Some(SEC));
+        let q = Quota::per_second(3);
+        assert_eq!(
+            decide(&mut s, SEC, &q, 4, true),
+            Err(Undecidable::CostAboveCapacity {
+                cost: 4,
+                capacity: 3
+            })
+        );
+        assert_eq!(decide(&mut s, SEC, &q, 0, true), Err(Undecidable::ZeroCost));
+    }
+
+    #[test]
+    fn status_does_not_change_state() {
+        for strategy in Strategy::ALL {
+            let q = Quota::per_second(3).with_strategy(strategy);
+            let mut s = State::new(strategy);
+            run(&mut s, 10 * SEC, &q);
+            let before = s.clone();
+            let v = decide(&mut s, 10 * SEC, &q, 1, false).unwrap();
+            assert!(v.allowed);
+            assert_eq!(v.remaining, 1);
+            assert_eq!(s, before, "{strategy}");
+        }
+    }
+
+    #[test]
+    fn counter_weights_previous_window() {
+        let q =
+            Quota::new(10, Duration::from_secs(10)).with_strategy(Strategy::SlidingWindowCounter);
+        let mut s = State::new(q.strategy);
+        for _ in 0..10 {
+            assert!(run(&mut s, 100 * SEC, &q).allowed);
+        }
+        // Halfway through the next window, half of the previous 10 still count.
+        let v = run(&mut s, 115 * SEC, &q);
+        assert!(v.allowed);
+        assert_eq!(v.remaining, 4);
+    }
+}
