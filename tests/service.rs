@@ -1,1 +1,271 @@
+//! The service API: consume / enforce / status / reset / stats, tiers, options, config.
 
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ratelimit::{Config, Error, MemoryOptions, Options, StoreConfig, Strategy, Tier};
+use ratelimit_tests::{now, service};
+
+fn tiers() -> Config {
+    Config::builder()
+        .burst_limit(2)
+        .tier(Tier::new("free", 3).window("1m"))
+        .tier(Tier::new("pro", 10).window("1m").burst(5).priority(10))
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn consume_enforce_status_reset_and_stats() {
+    let (service, clock) = service(tiers());
+    let free = Options::new().tier("free");
+    // Effective limit = tier limit + module burst (the tier has no burst of its own).
+    for remaining in (0..5).rev() {
+        let d = now(service.consume("u1", &free)).unwrap();
+        assert!(d.allowed);
+        assert_eq!((d.remaining, d.limit), (remaining, 5));
+        assert_eq!(d.tier.as_deref(), Some("free"));
+        assert_eq!(d.retry_after, None);
+    }
+    let status = now(service.status("u1", &free)).unwrap();
+    assert!(!status.allowed);
+    let err = now(service.enforce("u1", &free)).unwrap_err();
+    let Error::Exceeded(exceeded) = &err else {
+        panic!("{err}")
+    };
+    assert_eq!(exceeded.decision.retry_after, Some(Duration::from_secs(60)));
+    assert!(err.to_string().contains("5 per 1m"), "{err}");
+    assert!(err.to_string().contains("\"free\""), "{err}");
+
+    // status never spends, even when it would be allowed.
+    for _ in 0..10 {
+        assert!(now(service.status("u2", &free)).unwrap().allowed);
+    }
+    assert_eq!(now(service.consume("u2", &free)).unwrap().remaining, 4);
+
+    // The same key under another tier is another budget.
+    let pro = Options::new().tier("pro");
+    assert_eq!(now(service.consume("u1", &pro)).unwrap().limit, 15);
+
+    now(service.reset("u1", Some("free"))).unwrap();
+    assert!(now(service.consume("u1", &free)).unwrap().allowed);
+
+    clock.advance(Duration::from_secs(60));
+    let stats = service.stats();
+    assert_eq!(stats.total.allowed, 5 + 1 + 1 + 1);
+    assert_eq!(stats.total.denied, 1);
+    assert_eq!(stats.total.checks, stats.total.allowed + stats.total.denied);
+    assert_eq!(stats.by_tier["free"].allowed, 7);
+    assert_eq!(stats.by_tier["free"].denied, 1);
+    assert_eq!(stats.by_tier["pro"].checks, 1);
+    service.reset_stats();
+    assert_eq!(service.stats().total.checks, 0);
+}
+
+#[test]
+fn unknown_tier_is_refused_never_allowed() {
+    let (service, _) = service(tiers());
+    let err = now(service.consume("u", &Options::new().tier("gold"))).unwrap_err();
+    assert!(
+        matches!(&err, Error::UnknownTier { tier, .. } if tier == "gold"),
+        "{err}"
+    );
+    assert!(err.to_string().contains("free, pro"), "{err}");
+    let err = now(service.enforce("u", &Options::new().tier("gold"))).unwrap_err();
+    assert!(matches!(err, Error::UnknownTier { .. }));
+    assert_eq!(service.stats().total.errors, 2);
+    assert_eq!(service.stats().total.allowed, 0);
+    assert!(now(service.reset("u", Some("gold"))).is_err());
+}
+
+#[test]
+fn default_tier_and_missing_default_limit() {
+    let config = Config::builder()
+        .no_default_limit()
+        .tier(Tier::new("free", 1))
+        .default_tier("free")
+        .build()
+        .unwrap();
+    let (service, _) = service(config);
+    let d = now(service.consume("u", &Options::new())).unwrap();
+    assert_eq!(d.tier.as_deref(), Some("free"));
+    assert!(!now(service.consume("u", &Options::new())).unwrap().allowed);
+    // reset(key, None) resets the default tier's budget.
+    now(service.reset("u", None)).unwrap();
+    assert!(now(service.consume("u", &Options::new())).unwrap().allowed);
+
+    let (service, _) = service_without_default();
+    let err = now(service.consume("u", &Options::new())).unwrap_err();
+    assert!(matches!(err, Error::NoLimit), "{err}");
+    // A per-call limit is enough.
+    assert!(
+        now(service.consume("u", &Options::new().limit(1)))
+            .unwrap()
+            .allowed
+    );
+}
+
+fn service_without_default() -> (ratelimit::RateLimitService, ratelimit::ManualClock) {
+    service(Config::builder().no_default_limit().build().unwrap())
+}
+
+#[test]
+fn per_call_overrides_and_cost() {
+    let (service, clock) = service(Config::default());
+    let opts = Options::new()
+        .limit(4)
+        .window(Duration::from_secs(10))
+        .strategy(Strategy::TokenBucket)
+        .cost(2);
+    assert_eq!(now(service.consume("k", &opts)).unwrap().remaining, 2);
+    assert_eq!(now(service.consume("k", &opts)).unwrap().remaining, 0);
+    let refused = now(service.consume("k", &opts)).unwrap();
+    // Two tokens at one per 2.5 s.
+    assert_eq!(refused.retry_after, Some(Duration::from_secs(5)));
+    clock.advance(Duration::from_secs(5));
+    assert!(now(service.consume("k", &opts)).unwrap().allowed);
+
+    let err = now(service.consume("k", &opts.cost(5))).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::CostAboveCapacity {
+                cost: 5,
+                capacity: 4
+            }
+        ),
+        "{err}"
+    );
+    let err = now(service.consume("k", &opts.cost(0))).unwrap_err();
+    assert!(matches!(err, Error::ZeroCost), "{err}");
+    let err = now(service.consume("k", &opts.window(Duration::ZERO))).unwrap_err();
+    assert!(matches!(err, Error::InvalidQuota { .. }), "{err}");
+    let err = now(service.consume("", &Options::new())).unwrap_err();
+    assert!(matches!(err, Error::InvalidKey { .. }), "{err}");
+}
+
+#[test]
+fn disabled_is_the_explicit_way_to_admit_everything() {
+    let (service, _) = service(
+        Config::builder()
+            .enabled(false)
+            .default_limit(1)
+            .build()
+            .unwrap(),
+    );
+    for _ in 0..10 {
+        assert!(now(service.consume("k", &Options::new())).unwrap().allowed);
+    }
+    // An unknown tier is still an error: a typo is not a reason to let traffic through.
+    assert!(now(service.consume("k", &Options::new().tier("nope"))).is_err());
+}
+
+#[test]
+fn headers_follow_the_decision() {
+    let (service, _) = service(tiers());
+    let free = Options::new().tier("free");
+    let d = now(service.consume("k", &free)).unwrap();
+    let h: std::collections::HashMap<_, _> = d.headers().into_iter().collect();
+    assert_eq!(h["x-ratelimit-limit"], "5");
+    assert_eq!(h["x-ratelimit-remaining"], "4");
+    assert_eq!(
+        h["x-ratelimit-reset"],
+        d.reset_at.div_ceil(1000).to_string()
+    );
+    assert_eq!(h["ratelimit-policy"], "\"free\";q=5;w=60");
+    assert_eq!(h["ratelimit"], "\"free\";r=4;t=60");
+    assert!(!h.contains_key("retry-after"));
+    for _ in 0..4 {
+        now(service.consume("k", &free)).unwrap();
+    }
+    let refused = now(service.consume("k", &free)).unwrap();
+    let h: std::collections::HashMap<_, _> = refused.headers().into_iter().collect();
+    assert_eq!(h["retry-after"], "60");
+    assert_eq!(h["x-ratelimit-remaining"], "0");
+}
+
+#[test]
+fn config_from_toml_and_json() {
+    let toml = r#"
+        strategy = "fixed-window"
+        key_prefix = "api"
+        default_limit = 50
+        default_window = "30s"
+        burst_limit = 5
+        default_tier = "free"
+        [tiers.free]
+        limit = 10
+        [tiers.enterprise]
+        limit = 10000
+        window = "1h"
+        burst = 5000
+        priority = 9
+        [store]
+        type = "memory"
+        max_keys = 1000
+        sweep_interval = "5s"
+    "#;
+    let config = Config::from_toml_str(toml).unwrap();
+    assert_eq!(config.strategy(), Strategy::FixedWindow);
+    assert_eq!(config.tier("free").unwrap().quota.capacity(), 15);
+    assert_eq!(
+        config.tier("free").unwrap().quota.window,
+        Duration::from_secs(30)
+    );
+    assert_eq!(config.tier("enterprise").unwrap().quota.capacity(), 15_000);
+    assert_eq!(
+        config.store(),
+        &StoreConfig::Memory(MemoryOptions {
+            max_keys: 1000,
+            sweep_interval: Duration::from_secs(5)
+        })
+    );
+    let json = r#"{"default_limit": 5, "tiers": {"pro": {"limit": 1, "window": "1x"}}}"#;
+    let err = Config::from_json_str(json).unwrap_err();
+    assert!(err.to_string().contains("tiers.pro.window"), "{err}");
+}
+
+/// Collects what the `tracing` subscriber writes.
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn refusals_emit_a_debug_event_without_the_key() {
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::DEBUG)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    let (service, _) = service(tiers());
+    tracing::subscriber::with_default(subscriber, || {
+        let opts = Options::new().tier("free").budget("billing::charge");
+        for _ in 0..6 {
+            now(service.consume("secret-user-7", &opts)).unwrap();
+        }
+    });
+    let text = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    assert_eq!(text.matches("rate limit exceeded").count(), 1, "{text}");
+    for field in [
+        "budget=\"billing::charge\"",
+        "tier=\"free\"",
+        "limit=5",
+        "retry_after_ms=60000",
+        "key=#",
+    ] {
+        assert!(text.contains(field), "{field} missing: {text}");
+    }
+    assert!(!text.contains("secret-user-7"), "{text}");
+    assert_eq!(service.stats().by_method["billing::charge"].denied, 1);
+}

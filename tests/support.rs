@@ -1,1 +1,28 @@
 //! Shared helpers for the integration tests.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ratelimit::{Config, ManualClock, RateLimitService};
+
+/// A fixed starting instant, well inside a window for every window size the tests use
+/// (`1_000_000 s` since the epoch is a multiple of 1 s, 1 m, 1 h and 1 d... but not of 7 s).
+pub const START: Duration = Duration::from_secs(1_000_000);
+
+/// A manual clock at [`START`].
+pub fn clock() -> ManualClock {
+    ManualClock::new(START)
+}
+
+/// A service over `config` driven by a fresh manual clock at [`START`].
+pub fn service(config: Config) -> (RateLimitService, ManualClock) {
+    let clock = clock();
+    let service = RateLimitService::with_clock(config, Arc::new(clock.clone()))
+        .expect("the test configuration is valid");
+    (service, clock)
+}
+
+/// Runs a future that the memory store completes without waiting.
+pub fn now<F: std::future::Future>(f: F) -> F::Output {
+    futures::executor::block_on(f)
+}

@@ -17,6 +17,11 @@ use crate::Error;
 
 const SHARDS: usize = 64;
 
+/// How long past its expiry a key is kept. Callers read `now` before taking a shard's lock, so
+/// a caller holding a slightly older `now` may still need a key that a sweep at a later `now`
+/// considers expired; dropping it would hand that caller a fresh budget.
+const SWEEP_GRACE: Nanos = 1_000_000_000;
+
 /// Limits of a [`MemoryStore`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MemoryOptions {
@@ -188,9 +193,11 @@ impl MemoryStore {
         self.len() == 0
     }
 
-    /// Drops every key whose window has passed at `now`; returns how many were dropped. Runs
-    /// by itself (see the type's docs); public for callers that want memory back at once.
+    /// Drops every key whose window passed more than a second before `now` (the second covers
+    /// callers holding a slightly older `now`); returns how many were dropped. Runs by itself
+    /// (see the type's docs); public for callers that want memory back at once.
     pub fn sweep(&self, now: Nanos) -> usize {
+        let now = now.saturating_sub(SWEEP_GRACE);
         let mut removed = 0;
         for shard in self.inner.shards.iter() {
             let mut table = shard.0.lock();
@@ -362,7 +369,12 @@ mod tests {
             Err(Error::StoreFull { max_keys: 2 })
         ));
         assert!(store.acquire("a", &q, 1, SEC).unwrap().allowed);
-        // Once a's and b's windows have passed, the sweep at the cap makes room.
+        // Once a's and b's windows have passed (plus the sweep's grace), the sweep at the cap
+        // makes room.
+        assert!(matches!(
+            store.acquire("c", &q, 1, 3 * SEC - 1),
+            Err(Error::StoreFull { .. })
+        ));
         assert!(store.acquire("c", &q, 1, 3 * SEC).unwrap().allowed);
         assert_eq!(store.len(), 1);
     }
