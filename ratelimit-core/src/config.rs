@@ -113,6 +113,9 @@ impl Tier {
 pub enum StoreConfig {
     /// In this process's memory.
     Memory(MemoryOptions),
+    /// In Redis or Redis Cluster (feature `redis`), shared by every process using it.
+    #[cfg(feature = "redis")]
+    Redis(crate::store::RedisOptions),
 }
 
 impl Default for StoreConfig {
@@ -432,6 +435,35 @@ impl ConfigBuilder {
                     errors.push("store.sweep_interval", "must be longer than zero");
                 }
             }
+            #[cfg(feature = "redis")]
+            StoreConfig::Redis(r) => {
+                for (field, problem) in r.problems() {
+                    errors.push(field, problem);
+                }
+                if partial.key_prefix.contains(['{', '}']) {
+                    errors.push(
+                        "key_prefix",
+                        "must not contain { or } with the Redis store (the user key is the hash tag)",
+                    );
+                }
+                // Every quota known now must be one the scripts count exactly.
+                if let Some(limit) = partial.default_limit {
+                    let quota = partial.quota(limit, default_window, None, None);
+                    if let (Ok(()), Err(e)) =
+                        (quota.validate(), crate::store::redis::redis_limits(&quota))
+                    {
+                        errors.push("default_limit", e);
+                    }
+                }
+                for tier in &tiers {
+                    if let (Ok(()), Err(e)) = (
+                        tier.quota.validate(),
+                        crate::store::redis::redis_limits(&tier.quota),
+                    ) {
+                        errors.push(format!("tiers.{}.limit", tier.name), e);
+                    }
+                }
+            }
         }
         if !errors.problems.is_empty() {
             return Err(Error::InvalidConfig(errors));
@@ -499,6 +531,19 @@ mod file {
             max_keys: Option<usize>,
             sweep_interval: Option<String>,
         },
+        // Always parsed, so that a file asking for Redis without the feature says so.
+        #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+        Redis {
+            url: Option<String>,
+            #[serde(default)]
+            nodes: Vec<String>,
+            #[serde(default)]
+            cluster: bool,
+            timeout: Option<String>,
+            connect_timeout: Option<String>,
+            on_failure: Option<String>,
+            pods: Option<u32>,
+        },
     }
 
     fn parse(file: File) -> Result<Config, Error> {
@@ -547,22 +592,88 @@ mod file {
         if let Some(v) = file.default_tier {
             b = b.default_tier(v);
         }
-        if let Some(FileStore::Memory {
-            max_keys,
-            sweep_interval,
-        }) = file.store
-        {
-            let mut m = MemoryOptions::default();
-            if let Some(v) = max_keys {
-                m.max_keys = v;
-            }
-            if let Some(v) = sweep_interval {
-                match parse_window(&v) {
-                    Ok(d) => m.sweep_interval = d,
-                    Err(e) => errors.push("store.sweep_interval", e.to_string()),
+        match file.store {
+            None => {}
+            Some(FileStore::Memory {
+                max_keys,
+                sweep_interval,
+            }) => {
+                let mut m = MemoryOptions::default();
+                if let Some(v) = max_keys {
+                    m.max_keys = v;
                 }
+                if let Some(v) = sweep_interval {
+                    match parse_window(&v) {
+                        Ok(d) => m.sweep_interval = d,
+                        Err(e) => errors.push("store.sweep_interval", e.to_string()),
+                    }
+                }
+                b = b.store(StoreConfig::Memory(m));
             }
-            b = b.store(StoreConfig::Memory(m));
+            #[cfg(not(feature = "redis"))]
+            Some(FileStore::Redis { .. }) => errors.push(
+                "store.type",
+                "\"redis\" needs the `redis` feature of ratelimit",
+            ),
+            #[cfg(feature = "redis")]
+            Some(FileStore::Redis {
+                url,
+                nodes,
+                cluster,
+                timeout,
+                connect_timeout,
+                on_failure,
+                pods,
+            }) => {
+                use crate::store::{FailurePolicy, RedisOptions};
+                let mut r = if cluster {
+                    RedisOptions::cluster(url.into_iter().chain(nodes))
+                } else {
+                    if !nodes.is_empty() {
+                        errors.push("store.nodes", "only for `cluster = true`");
+                    }
+                    RedisOptions::new(url.unwrap_or_default())
+                };
+                let mut duration = |field: &str, text: Option<String>, into: &mut Duration| {
+                    if let Some(text) = text {
+                        match parse_window(&text) {
+                            Ok(d) => *into = d,
+                            Err(e) => errors.push(field, e.to_string()),
+                        }
+                    }
+                };
+                duration("store.timeout", timeout, &mut r.timeout);
+                duration(
+                    "store.connect_timeout",
+                    connect_timeout,
+                    &mut r.connect_timeout,
+                );
+                r.on_failure = match on_failure.as_deref() {
+                    None | Some("deny") => FailurePolicy::Deny,
+                    Some("allow") => FailurePolicy::Allow,
+                    Some("local") => match pods {
+                        Some(pods) => FailurePolicy::Local { pods },
+                        None => {
+                            errors.push(
+                                "store.pods",
+                                "`on_failure = \"local\"` needs `pods`, the number of processes sharing each budget",
+                            );
+                            FailurePolicy::Deny
+                        }
+                    },
+                    Some(other) => {
+                        errors.push(
+                            "store.on_failure",
+                            format!("{other:?} is not one of \"deny\", \"allow\", \"local\""),
+                        );
+                        FailurePolicy::Deny
+                    }
+                };
+                if pods.is_some() && !matches!(r.on_failure, FailurePolicy::Local { .. }) {
+                    errors.push("store.pods", "only for `on_failure = \"local\"`");
+                }
+                b = b.store(StoreConfig::Redis(r));
+            }
         }
         match b.build() {
             Ok(config) if errors.problems.is_empty() => Ok(config),

@@ -22,4 +22,6 @@ pub use error::{ConfigError, Error, Exceeded};
 pub use quota::{format_window, parse_window, Quota, QuotaError, Rate, Strategy, MAX_WINDOW};
 pub use service::{Options, RateLimitService};
 pub use stats::{Counts, Stats};
+#[cfg(feature = "redis")]
+pub use store::{FailurePolicy, RedisOptions, RedisStore};
 pub use store::{MemoryOptions, MemoryStore};

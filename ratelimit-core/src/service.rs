@@ -109,6 +109,8 @@ impl<'a> Options<'a> {
 
 enum Backend {
     Memory(MemoryStore),
+    #[cfg(feature = "redis")]
+    Redis(crate::store::redis::RedisBackend),
 }
 
 struct Inner {
@@ -158,6 +160,8 @@ impl fmt::Debug for RateLimitService {
         d.field("config", &self.inner.config);
         match &self.inner.backend {
             Backend::Memory(store) => d.field("store", store),
+            #[cfg(feature = "redis")]
+            Backend::Redis(redis) => d.field("store", redis),
         };
         d.finish()
     }
@@ -193,6 +197,11 @@ impl RateLimitService {
                 store.start_sweeper(Arc::clone(&clock));
                 Backend::Memory(store)
             }
+            #[cfg(feature = "redis")]
+            StoreConfig::Redis(options) => Backend::Redis(crate::store::redis::RedisBackend::new(
+                options.clone(),
+                &clock,
+            )?),
         };
         let by_tier = config.tiers().iter().map(|_| Counters::default()).collect();
         Ok(RateLimitService {
@@ -221,6 +230,17 @@ impl RateLimitService {
     pub fn memory_store(&self) -> Option<&MemoryStore> {
         match &self.inner.backend {
             Backend::Memory(store) => Some(store),
+            #[cfg(feature = "redis")]
+            Backend::Redis(_) => None,
+        }
+    }
+
+    /// The Redis store, when that is the backend (feature `redis`).
+    #[cfg(feature = "redis")]
+    pub fn redis_store(&self) -> Option<&crate::store::RedisStore> {
+        match &self.inner.backend {
+            Backend::Redis(redis) => Some(&redis.store),
+            Backend::Memory(_) => None,
         }
     }
 
@@ -245,14 +265,25 @@ impl RateLimitService {
             return Ok(Decision::unlimited(now));
         }
         let tier_name = tier.map(|i| &self.inner.config.tiers()[i].name);
-        let result = self.with_store_key(key, tier_name.map(|n| &**n), |store_key| {
-            match &self.inner.backend {
-                Backend::Memory(store) if options.consume => {
+        let tier_key = tier_name.map(|n| &**n);
+        let result = match &self.inner.backend {
+            Backend::Memory(store) => self.with_store_key(key, tier_key, |store_key| {
+                if options.consume {
                     store.acquire(store_key, &quota, options.cost, now)
+                } else {
+                    store.peek(store_key, &quota, options.cost, now)
                 }
-                Backend::Memory(store) => store.peek(store_key, &quota, options.cost, now),
-            }
-        });
+            }),
+            #[cfg(feature = "redis")]
+            Backend::Redis(redis) => match self.redis_key(key, tier_key) {
+                Ok(store_key) => {
+                    redis
+                        .check(&store_key, &quota, options.cost, options.consume, now)
+                        .await
+                }
+                Err(e) => Err(e),
+            },
+        };
         let mut decision = match result {
             Ok(d) => d,
             Err(e) => {
@@ -317,12 +348,14 @@ impl RateLimitService {
         let scope = self
             .tier_of(&options)?
             .map(|i| &*self.inner.config.tiers()[i].name);
-        self.with_store_key(key, scope, |store_key| {
-            match &self.inner.backend {
-                Backend::Memory(store) => store.reset(store_key),
-            };
-            Ok(())
-        })
+        match &self.inner.backend {
+            Backend::Memory(store) => self.with_store_key(key, scope, |store_key| {
+                store.reset(store_key);
+                Ok(())
+            }),
+            #[cfg(feature = "redis")]
+            Backend::Redis(redis) => redis.reset(&self.redis_key(key, scope)?).await,
+        }
     }
 
     /// A snapshot of the counters: overall, per tier, per budget.
@@ -432,6 +465,18 @@ impl RateLimitService {
             );
             f(&buf)
         })
+    }
+
+    /// The Redis key `<prefix>:<tier or ->:{<key>}`: the user key is the hash tag, so in a
+    /// cluster every budget of one user lives in one slot.
+    #[cfg(feature = "redis")]
+    fn redis_key(&self, key: &str, tier: Option<&str>) -> Result<String, Error> {
+        crate::store::check_key(key)?;
+        Ok(format!(
+            "{}:{}:{{{key}}}",
+            self.inner.config.key_prefix(),
+            tier.unwrap_or("-")
+        ))
     }
 
     fn count(&self, tier: Option<usize>, budget: Option<&str>, outcome: Outcome) {

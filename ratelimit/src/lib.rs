@@ -28,6 +28,8 @@ pub use ratelimit_core::{
     Quota, QuotaError, Rate, RateLimitService, ResolvedTier, Stats, StoreConfig, Strategy,
     SystemClock, Tier, Window, MAX_WINDOW,
 };
+#[cfg(feature = "redis")]
+pub use ratelimit_core::{FailurePolicy, RedisOptions, RedisStore};
 
 /// The names most programs need.
 pub mod prelude {

@@ -1,7 +1,11 @@
 //! Where limiter state lives. Every store runs the algorithm inside its own atomic step.
 
 mod memory;
+#[cfg(feature = "redis")]
+pub(crate) mod redis;
 
+#[cfg(feature = "redis")]
+pub use self::redis::{FailurePolicy, RedisOptions, RedisStore};
 pub use memory::{MemoryOptions, MemoryStore};
 
 /// The longest key accepted, in bytes. Keys are made by code, not typed by people; anything

@@ -1,0 +1,47 @@
+-- Fixed window, the same rules as `FixedWindow::decide` in src/algorithm.rs, in microseconds.
+-- Windows are aligned to multiples of the window since the epoch; time is Redis' own (TIME),
+-- so every client agrees on the boundaries whatever its local clock says.
+--
+-- KEYS[1]: the limiter key; holds the string "F<window start>:<count>"
+-- ARGV[1]: window, in microseconds
+-- ARGV[2]: capacity (limit + burst), at least 1
+-- ARGV[3]: cost, from 1 to the capacity
+-- ARGV[4]: 1 to record an admitted call, 0 to only look (nothing is written)
+-- Expiry: an absolute PXAT/PEXPIREAT rounded up to the millisecond, so the key never goes
+--         before its state stops mattering, whatever instant Redis' expiry clock froze at.
+-- Returns: {allowed (1 or 0), remaining, reset_at, retry_after (-1 when allowed), now};
+--          times in microseconds since the epoch, retry_after in microseconds.
+-- The key expires when its window ends: no counter outlives its window.
+
+local function idiv(a, b) -- floor(a / b), exact for integers below 2^53
+  local q = math.floor(a / b)
+  if q * b > a then q = q - 1 elseif (q + 1) * b <= a then q = q + 1 end
+  return q
+end
+
+local key = KEYS[1]
+local window = tonumber(ARGV[1])
+local capacity = tonumber(ARGV[2])
+local cost = tonumber(ARGV[3])
+local commit = ARGV[4] == '1'
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+
+local start = idiv(now, window) * window
+local stop = start + window
+local count = 0
+-- Another strategy's state (or another type) under this key counts as a fresh key.
+local raw = redis.pcall('GET', key)
+if type(raw) == 'string' then
+  local s, c = string.match(raw, '^F(%d+):(%d+)$')
+  if s and tonumber(s) == start then count = tonumber(c) end
+end
+
+if count + cost <= capacity then
+  if commit then
+    local value = string.format('F%d:%d', start, count + cost)
+    redis.call('SET', key, value, 'PXAT', idiv(stop + 999, 1000))
+  end
+  return {1, capacity - count - cost, stop, -1, now}
+end
+return {0, math.max(capacity - count, 0), stop, stop - now, now}

@@ -1,0 +1,72 @@
+-- Sliding window counter, the same rules as `SlidingCounter::decide` in src/algorithm.rs, in
+-- microseconds: the estimate is previous * (window - elapsed) / window + current, compared
+-- in exact integer arithmetic (the caller keeps capacity * window below 2^51).
+--
+-- KEYS[1]: the limiter key; holds the string "C<window start>:<previous>:<current>"
+-- ARGV[1]: window, in microseconds
+-- ARGV[2]: capacity (limit + burst), at least 1
+-- ARGV[3]: cost, from 1 to the capacity
+-- ARGV[4]: 1 to record an admitted call, 0 to only look (nothing is written)
+-- Expiry: an absolute PXAT/PEXPIREAT rounded up to the millisecond, so the key never goes
+--         before its state stops mattering, whatever instant Redis' expiry clock froze at.
+-- Returns: {allowed (1 or 0), remaining, reset_at, retry_after (-1 when allowed), now};
+--          times in microseconds since the epoch, retry_after in microseconds.
+-- The key expires when its counts stop mattering: two windows after the current one began.
+
+local function idiv(a, b) -- floor(a / b), exact for integers below 2^53
+  local q = math.floor(a / b)
+  if q * b > a then q = q - 1 elseif (q + 1) * b <= a then q = q + 1 end
+  return q
+end
+
+local key = KEYS[1]
+local window = tonumber(ARGV[1])
+local capacity = tonumber(ARGV[2])
+local cost = tonumber(ARGV[3])
+local commit = ARGV[4] == '1'
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+
+local start = idiv(now, window) * window
+local elapsed = now - start
+local previous, current = 0, 0
+-- Another strategy's state (or another type) under this key counts as a fresh key.
+local raw = redis.pcall('GET', key)
+if type(raw) == 'string' then
+  local s, p, c = string.match(raw, '^C(%d+):(%d+):(%d+)$')
+  if s then
+    s = tonumber(s)
+    if s == start then
+      previous, current = tonumber(p), tonumber(c)
+    elseif s + window == start then
+      previous = tonumber(c)
+    end
+  end
+end
+
+local function reset_at(p, c)
+  if c > 0 then return start + 2 * window end
+  if p > 0 then return start + window end
+  return now
+end
+
+-- All in "calls x window" units, so nothing is rounded.
+local used_w = previous * (window - elapsed) + current * window
+local budget_w = capacity * window
+if used_w + cost * window <= budget_w then
+  if commit then
+    local value = string.format('C%d:%d:%d', start, previous, current + cost)
+    redis.call('SET', key, value, 'PXAT', idiv(start + 2 * window + 999, 1000))
+  end
+  return {1, idiv(budget_w - used_w - cost * window, window), reset_at(previous, current + cost), -1, now}
+end
+
+local retry_at
+if current + cost <= capacity then
+  -- Wait in this window until the previous window's weight has shrunk enough.
+  retry_at = start + window - idiv((capacity - current - cost) * window, previous)
+else
+  -- Wait into the next window, where this window's count becomes the previous one.
+  retry_at = start + 2 * window - math.min(idiv((capacity - cost) * window, current), window)
+end
+return {0, idiv(math.max(budget_w - used_w, 0), window), reset_at(previous, current), retry_at - now, now}

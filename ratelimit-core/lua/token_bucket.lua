@@ -1,0 +1,45 @@
+-- Token bucket as GCRA, the same rules as `Gcra::decide` in src/algorithm.rs, in
+-- microseconds: the theoretical arrival time (tat) of the next call is the only state.
+--
+-- KEYS[1]: the limiter key; holds the string "T<tat>"
+-- ARGV[1]: emission interval (window / refill), in microseconds, at least 1
+-- ARGV[2]: tolerance (interval * capacity), in microseconds
+-- ARGV[3]: cost, from 1 to the capacity
+-- ARGV[4]: 1 to record an admitted call, 0 to only look (nothing is written)
+-- Expiry: an absolute PXAT/PEXPIREAT rounded up to the millisecond, so the key never goes
+--         before its state stops mattering, whatever instant Redis' expiry clock froze at.
+-- Returns: {allowed (1 or 0), remaining, reset_at, retry_after (-1 when allowed), now};
+--          times in microseconds since the epoch, retry_after in microseconds.
+-- The key expires at its tat, when the bucket is full again.
+
+local function idiv(a, b) -- floor(a / b), exact for integers below 2^53
+  local q = math.floor(a / b)
+  if q * b > a then q = q - 1 elseif (q + 1) * b <= a then q = q + 1 end
+  return q
+end
+
+local key = KEYS[1]
+local interval = tonumber(ARGV[1])
+local tolerance = tonumber(ARGV[2])
+local cost = tonumber(ARGV[3])
+local commit = ARGV[4] == '1'
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+
+local tat = now
+-- Another strategy's state (or another type) under this key counts as a fresh key.
+local raw = redis.pcall('GET', key)
+if type(raw) == 'string' then
+  local stored = string.match(raw, '^T(%d+)$')
+  if stored then tat = math.max(tonumber(stored), now) end
+end
+
+local new_tat = tat + interval * cost
+local horizon = now + tolerance
+if new_tat <= horizon then
+  if commit then
+    redis.call('SET', key, string.format('T%d', new_tat), 'PXAT', idiv(new_tat + 999, 1000))
+  end
+  return {1, idiv(horizon - new_tat, interval), new_tat, -1, now}
+end
+return {0, idiv(math.max(horizon - tat, 0), interval), tat, new_tat - horizon, now}
