@@ -5,6 +5,10 @@ use std::time::Duration;
 
 use ratelimit::{Config, ManualClock, RateLimitService};
 
+#[cfg(feature = "redis")]
+#[path = "redis_server.rs"]
+pub mod redis_server;
+
 /// A fixed starting instant, well inside a window for every window size the tests use
 /// (`1_000_000 s` since the epoch is a multiple of 1 s, 1 m, 1 h and 1 d... but not of 7 s).
 pub const START: Duration = Duration::from_secs(1_000_000);

@@ -1,0 +1,67 @@
+//! One OS process of the multi-process tests: `tasks` concurrent tasks each make `calls`
+//! calls on one key through a Redis-backed service, then the process prints `allowed <n>`.
+//!
+//! Usage: `redis-worker <url,url,...> <cluster: 0|1> <prefix> <strategy> <limit> <window ms>
+//! <tasks> <calls per task>`
+
+use std::time::Duration;
+
+use ratelimit::{Config, Options, RateLimitService, RedisOptions, StoreConfig, Strategy};
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let [urls, cluster, prefix, strategy, limit, window_ms, tasks, calls] = &args[..] else {
+        panic!("usage: redis-worker <urls> <cluster> <prefix> <strategy> <limit> <window ms> <tasks> <calls>");
+    };
+    let urls: Vec<&str> = urls.split(',').collect();
+    let options = if cluster == "1" {
+        RedisOptions::cluster(urls)
+    } else {
+        RedisOptions::new(urls[0])
+    }
+    // Generous: 4 processes x 64 tasks share 2 cores; a timeout would be a refusal, not a
+    // wrong count, but it would make the count less than the limit.
+    .timeout(Duration::from_secs(10));
+    let config = Config::builder()
+        .key_prefix(prefix.as_str())
+        .store(StoreConfig::Redis(options))
+        .build()
+        .expect("valid configuration");
+    let service = RateLimitService::new(config).expect("service");
+    service
+        .redis_store()
+        .expect("the Redis store")
+        .connect()
+        .await
+        .expect("Redis is reachable");
+    let strategy: Strategy = strategy.parse().expect("strategy");
+    let limit: u64 = limit.parse().expect("limit");
+    let window = Duration::from_millis(window_ms.parse().expect("window"));
+    let calls: usize = calls.parse().expect("calls");
+    let handles: Vec<_> = (0..tasks.parse::<usize>().expect("tasks"))
+        .map(|_| {
+            let service = service.clone();
+            tokio::spawn(async move {
+                let options = Options::new()
+                    .limit(limit)
+                    .window(window)
+                    .strategy(strategy);
+                let mut allowed = 0u64;
+                for _ in 0..calls {
+                    let decision = service
+                        .consume("shared-key", &options)
+                        .await
+                        .expect("Redis decided");
+                    allowed += u64::from(decision.allowed);
+                }
+                allowed
+            })
+        })
+        .collect();
+    let mut allowed = 0;
+    for handle in handles {
+        allowed += handle.await.expect("task");
+    }
+    println!("allowed {allowed}");
+}

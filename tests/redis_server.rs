@@ -1,0 +1,280 @@
+//! Real `redis-server` processes for the Redis tests: each on a free loopback port with its own
+//! temporary directory, stopped (and the directory removed) when the guard drops.
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+const INSTALL: &str = "the Redis tests need `redis-server` and `redis-cli` on the PATH: \
+                       install them with `apt-get install -y redis-server`";
+
+/// A fresh key prefix, different for every call in every process.
+pub fn prefix(name: &str) -> String {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    format!(
+        "t-{name}-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// A port on 127.0.0.1 that was free a moment ago (and, for cluster nodes, whose bus port
+/// `port + 10000` was too).
+fn free_port(with_bus: bool) -> u16 {
+    loop {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
+        let port = listener.local_addr().expect("local address").port();
+        if !with_bus {
+            return port;
+        }
+        if port < 55_000 && TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok() {
+            return port;
+        }
+    }
+}
+
+/// One `redis-server` process. Killed on drop.
+pub struct RedisServer {
+    child: Option<Child>,
+    port: u16,
+    dir: PathBuf,
+    extra: Vec<String>,
+}
+
+impl RedisServer {
+    /// A standalone server without persistence.
+    pub fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// A standalone server with extra `redis-server` arguments (`["--requirepass", "x"]`).
+    pub fn start_with(extra: &[&str]) -> Self {
+        Self::spawn(free_port(false), extra)
+    }
+
+    /// A cluster-enabled node (not yet part of a cluster).
+    fn cluster_node() -> Self {
+        Self::spawn(
+            free_port(true),
+            &[
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                "nodes.conf",
+                "--cluster-node-timeout",
+                "2000",
+            ],
+        )
+    }
+
+    fn spawn(port: u16, extra: &[&str]) -> Self {
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "ratelimit-redis-{}-{}-{port}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).expect("create the server's temporary directory");
+        let mut server = RedisServer {
+            child: None,
+            port,
+            dir,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+        };
+        server.restart();
+        server
+    }
+
+    /// Starts the server again (same port, same directory) after [`stop`](Self::stop).
+    pub fn restart(&mut self) {
+        assert!(self.child.is_none(), "the server is running");
+        let child = Command::new("redis-server")
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no", "--protected-mode", "no"])
+            .arg("--dir")
+            .arg(&self.dir)
+            .args(&self.extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("could not start redis-server ({e}); {INSTALL}"));
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        // Polls until the server answers (it takes a few milliseconds to open its port).
+        while !self.answers() {
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                panic!("redis-server on port {} exited with {status}", self.port);
+            }
+            assert!(Instant::now() < deadline, "redis-server did not start");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    fn answers(&self) -> bool {
+        let Ok(client) = redis::Client::open(self.url_with_password()) else {
+            return false;
+        };
+        let Ok(mut c) = client.get_connection_with_timeout(Duration::from_millis(200)) else {
+            return false;
+        };
+        redis::cmd("PING").query::<String>(&mut c).is_ok()
+    }
+
+    fn url_with_password(&self) -> String {
+        match self.extra.iter().position(|a| a == "--requirepass") {
+            Some(i) => format!("redis://:{}@127.0.0.1:{}", self.extra[i + 1], self.port),
+            None => self.url(),
+        }
+    }
+
+    /// Kills the server (SIGKILL, like a crash) and waits for it to be gone.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Freezes the server (SIGSTOP): connections stay open but nothing answers.
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Thaws a [`pause`](Self::pause)d server (SIGCONT).
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, signal: &str) {
+        let pid = self.child.as_ref().expect("the server is running").id();
+        let status = Command::new("kill")
+            .args([signal, &pid.to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill {signal} {pid}");
+    }
+
+    /// `redis://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// The port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// A plain synchronous connection, for looking at what the store wrote.
+    pub fn connection(&self) -> redis::Connection {
+        redis::Client::open(self.url_with_password())
+            .and_then(|c| c.get_connection())
+            .expect("connect to the test server")
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.stop();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A local Redis Cluster of three masters on loopback ports, built with
+/// `redis-cli --cluster create`. Stopped on drop.
+pub struct RedisCluster {
+    /// The three nodes.
+    pub nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    /// Starts three nodes, joins them and waits until every slot is served.
+    pub fn start() -> Self {
+        let nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::cluster_node()).collect();
+        let addresses: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
+        let output = Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(&addresses)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .output()
+            .unwrap_or_else(|e| panic!("could not run redis-cli ({e}); {INSTALL}"));
+        assert!(
+            output.status.success(),
+            "redis-cli --cluster create failed: {}",
+            String::from_utf8_lossy(&output.stdout)
+        );
+        let cluster = RedisCluster { nodes };
+        // Polls until every node agrees the cluster is up (gossip takes a moment).
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !cluster.nodes.iter().all(|n| {
+            redis::cmd("CLUSTER")
+                .arg("INFO")
+                .query::<String>(&mut n.connection())
+                .is_ok_and(|info| info.contains("cluster_state:ok"))
+        }) {
+            assert!(Instant::now() < deadline, "the cluster did not come up");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        cluster
+    }
+
+    /// Every node's URL.
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(RedisServer::url).collect()
+    }
+}
+
+/// Runs 4 `redis-worker` processes (`worker` is its path) at once, each with 64 tasks making
+/// 6 calls on one key with a limit of 1 000 and a 20-day window; returns the total admitted.
+pub fn four_processes(
+    worker: &str,
+    urls: &[String],
+    cluster: bool,
+    prefix: &str,
+    strategy: ratelimit::Strategy,
+) -> u64 {
+    let window_ms = (20 * 24 * 3_600 * 1_000u64).to_string();
+    let children: Vec<Child> = (0..4)
+        .map(|_| {
+            Command::new(worker)
+                .args([
+                    urls.join(",").as_str(),
+                    if cluster { "1" } else { "0" },
+                    prefix,
+                    strategy.as_str(),
+                    "1000",
+                    window_ms.as_str(),
+                    "64",
+                    "6",
+                ])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("start redis-worker")
+        })
+        .collect();
+    children
+        .into_iter()
+        .map(|child| {
+            let out = child.wait_with_output().expect("redis-worker ran");
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let text = String::from_utf8_lossy(&out.stdout);
+            text.trim()
+                .strip_prefix("allowed ")
+                .and_then(|n| n.parse::<u64>().ok())
+                .unwrap_or_else(|| panic!("redis-worker said {text:?}"))
+        })
+        .sum()
+}

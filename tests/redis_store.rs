@@ -1,0 +1,609 @@
+//! The Redis store against real `redis-server` processes (feature `redis`): the same decisions
+//! as the memory algorithms, one round trip each, Redis' clock, expiring keys, exact counts
+//! across tasks and processes, the failure policies, and credentials kept out of sight.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ratelimit::algorithm::{self, State, Verdict};
+use ratelimit::{
+    Config, Error, FailurePolicy, ManualClock, Options, Quota, RateLimitService, RedisOptions,
+    RedisStore, StoreConfig, Strategy,
+};
+use ratelimit_tests::redis_server::{four_processes, prefix, RedisServer};
+
+/// Long enough that no window boundary, refill or expiry happens during a test (and short
+/// enough for the sliding window counter's exact arithmetic in Redis at these limits).
+const LONG: Duration = Duration::from_secs(20 * 24 * 3600);
+
+fn service(url: &str, prefix: &str, on_failure: FailurePolicy) -> RateLimitService {
+    let options = RedisOptions::new(url)
+        .timeout(Duration::from_secs(2))
+        .on_failure(on_failure);
+    let config = Config::builder()
+        .key_prefix(prefix)
+        .store(StoreConfig::Redis(options))
+        .build()
+        .expect("valid configuration");
+    RateLimitService::new(config).expect("service")
+}
+
+fn store(server: &RedisServer) -> RedisStore {
+    RedisStore::new(RedisOptions::new(server.url()).timeout(Duration::from_secs(2))).expect("store")
+}
+
+/// A verdict in microseconds, the unit the scripts count in.
+fn micros(v: Verdict) -> Verdict {
+    Verdict {
+        reset_at: v.reset_at / 1_000,
+        retry_after: v.retry_after.map(|n| n / 1_000),
+        ..v
+    }
+}
+
+#[tokio::test]
+async fn every_strategy_decides_like_the_memory_algorithm() {
+    let server = RedisServer::start();
+    let store = store(&server);
+    let p = prefix("same");
+    // A small xorshift: varied costs and peeks, the same sequence every run.
+    let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    for strategy in Strategy::ALL {
+        // A 20 ms window: the run crosses many windows, refills and expiries.
+        let quota = Quota::new(5, Duration::from_millis(20))
+            .with_burst(2)
+            .with_strategy(strategy);
+        // The same quota with every duration read as microseconds.
+        let in_micros = Quota {
+            window: Duration::from_nanos(20_000),
+            ..quota
+        };
+        let key = format!("{p}:{strategy}");
+        let mut state = State::new(strategy);
+        let mut outcomes = BTreeMap::new();
+        let started = Instant::now();
+        let mut calls = 0;
+        // Runs for a few windows' worth of real time; each call is compared exactly.
+        while started.elapsed() < Duration::from_millis(120) || calls < 200 {
+            let r = next();
+            let cost = 1 + r % 3;
+            let commit = r % 5 != 0;
+            let (verdict, now) = store.decide(&key, &quota, cost, commit).await.unwrap();
+            let expected =
+                algorithm::decide(&mut state, now / 1_000, &in_micros, cost, commit).unwrap();
+            assert_eq!(
+                micros(verdict),
+                expected,
+                "{strategy}, call {calls}, cost {cost}, commit {commit}"
+            );
+            *outcomes.entry(verdict.allowed).or_insert(0) += 1;
+            calls += 1;
+        }
+        assert!(
+            outcomes.len() == 2,
+            "{strategy}: both admitted and refused calls are compared: {outcomes:?}"
+        );
+    }
+}
+
+fn command_stats(c: &mut redis::Connection) -> BTreeMap<String, u64> {
+    let info: String = redis::cmd("INFO").arg("commandstats").query(c).unwrap();
+    info.lines()
+        .filter_map(|line| {
+            let (name, rest) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+            let calls = rest
+                .strip_prefix("calls=")?
+                .split(',')
+                .next()?
+                .parse()
+                .ok()?;
+            Some((name.to_owned(), calls))
+        })
+        .collect()
+}
+
+/// Watches a server with `redis-cli monitor`: every command it runs, with who sent it.
+struct Monitor {
+    child: std::process::Child,
+    lines: std::io::Lines<std::io::BufReader<std::process::ChildStdout>>,
+}
+
+impl Monitor {
+    fn start(server: &RedisServer) -> Self {
+        use std::io::BufRead;
+        let mut child = std::process::Command::new("redis-cli")
+            .args(["-p", &server.port().to_string(), "monitor"])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("redis-cli monitor");
+        let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        assert_eq!(lines.next().unwrap().unwrap(), "OK");
+        Monitor { child, lines }
+    }
+
+    /// The commands seen until `ECHO <marker>` (sent by the caller), as (sender, command):
+    /// the sender is "lua" for commands a script ran.
+    fn until(&mut self, marker: &str) -> Vec<(String, String)> {
+        let mut seen = Vec::new();
+        for line in self.lines.by_ref() {
+            let line = line.unwrap();
+            if line.contains(marker) {
+                break;
+            }
+            // 1700000000.123456 [0 127.0.0.1:40000] "evalsha" "..."
+            let (Some(open), Some(close)) = (line.find('['), line.find(']')) else {
+                continue;
+            };
+            let sender = line[open + 1..close]
+                .split(' ')
+                .nth(1)
+                .unwrap_or("")
+                .to_owned();
+            let command = line[close + 1..].trim().split(' ').next().unwrap_or("");
+            seen.push((sender, command.trim_matches('"').to_lowercase()));
+        }
+        seen
+    }
+}
+
+impl Drop for Monitor {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test]
+async fn one_round_trip_per_decision() {
+    let server = RedisServer::start();
+    let store = store(&server);
+    let p = prefix("trip");
+    store.connect().await.unwrap();
+    let mut c = server.connection();
+    let mut monitor = Monitor::start(&server);
+    for strategy in Strategy::ALL {
+        let quota = Quota::new(3, LONG).with_strategy(strategy);
+        for i in 0..10 {
+            let d = store
+                .acquire(&format!("{p}:{strategy}"), &quota, 1)
+                .await
+                .unwrap();
+            assert_eq!(d.allowed, i < 3, "{strategy} call {i}");
+        }
+        store
+            .peek(&format!("{p}:{strategy}"), &quota, 1)
+            .await
+            .unwrap();
+        let marker = format!("end-of-{strategy}");
+        redis::cmd("ECHO").arg(&marker).exec(&mut c).unwrap();
+        let seen = monitor.until(&marker);
+        let from_clients: Vec<&str> = seen
+            .iter()
+            .filter(|(sender, _)| sender != "lua")
+            .map(|(_, command)| command.as_str())
+            .collect();
+        // 11 decisions, 11 commands sent: one EVALSHA each; everything else ran inside it.
+        assert_eq!(from_clients, vec!["evalsha"; 11], "{strategy}: {seen:?}");
+        assert!(seen.iter().any(|(_, cmd)| cmd == "time"), "{strategy}");
+    }
+}
+
+#[tokio::test]
+async fn scripts_are_loaded_again_after_a_script_flush() {
+    let server = RedisServer::start();
+    let store = store(&server);
+    let p = prefix("flush");
+    let quota = Quota::new(2, LONG).with_strategy(Strategy::TokenBucket);
+    assert!(store.acquire(&p, &quota, 1).await.unwrap().allowed);
+    let mut c = server.connection();
+    redis::cmd("SCRIPT").arg("FLUSH").exec(&mut c).unwrap();
+    redis::cmd("CONFIG").arg("RESETSTAT").exec(&mut c).unwrap();
+    assert!(store.acquire(&p, &quota, 1).await.unwrap().allowed);
+    assert!(!store.acquire(&p, &quota, 1).await.unwrap().allowed);
+    let stats = command_stats(&mut c);
+    // NOSCRIPT, one SCRIPT LOAD, the retry, then one EVALSHA again.
+    assert_eq!(stats.get("evalsha"), Some(&3), "{stats:?}");
+    assert_eq!(stats.get("script|load"), Some(&1), "{stats:?}");
+}
+
+#[tokio::test]
+async fn status_only_reads_and_reset_forgets() {
+    let server = RedisServer::start();
+    let p = prefix("status");
+    let service = service(&server.url(), &p, FailurePolicy::Deny);
+    for strategy in Strategy::ALL {
+        let key = format!("user-{strategy}");
+        let opts = Options::new().limit(2).window(LONG).strategy(strategy);
+        assert_eq!(service.status(&key, &opts).await.unwrap().remaining, 1);
+        let mut c = server.connection();
+        let exists: bool = redis::cmd("EXISTS")
+            .arg(format!("{p}:-:{{{key}}}"))
+            .query(&mut c)
+            .unwrap();
+        assert!(!exists, "{strategy}: status wrote nothing");
+        assert_eq!(service.consume(&key, &opts).await.unwrap().remaining, 1);
+        assert_eq!(service.status(&key, &opts).await.unwrap().remaining, 0);
+        assert_eq!(service.consume(&key, &opts).await.unwrap().remaining, 0);
+        let refused = service.consume(&key, &opts).await.unwrap();
+        assert!(!refused.allowed);
+        assert!(refused.retry_after.is_some());
+        service.reset(&key, None).await.unwrap();
+        assert_eq!(service.consume(&key, &opts).await.unwrap().remaining, 1);
+    }
+    // One key per user key, the user key as the hash tag.
+    let mut c = server.connection();
+    let mut stored: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{p}:*"))
+        .query(&mut c)
+        .unwrap();
+    stored.sort();
+    assert_eq!(
+        stored,
+        Strategy::ALL
+            .iter()
+            .map(|s| format!("{p}:-:{{user-{s}}}"))
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect::<Vec<_>>()
+    );
+}
+
+#[tokio::test]
+async fn pods_whose_clocks_disagree_by_minutes_make_the_same_decisions() {
+    let server = RedisServer::start();
+    let p = prefix("skew");
+    let config = Config::builder()
+        .key_prefix(p.as_str())
+        .store(StoreConfig::Redis(RedisOptions::new(server.url())))
+        .build()
+        .unwrap();
+    let real = ratelimit::SystemClock;
+    let now = Duration::from_nanos(ratelimit::Clock::now(&real));
+    let early = ManualClock::new(now - Duration::from_secs(7 * 60));
+    let late = ManualClock::new(now + Duration::from_secs(9 * 60));
+    let a = RateLimitService::with_clock(config.clone(), Arc::new(early)).unwrap();
+    let b = RateLimitService::with_clock(config, Arc::new(late)).unwrap();
+    for strategy in Strategy::ALL {
+        // A one-minute window: with their own clocks the pods would be in different windows.
+        let opts = Options::new()
+            .limit(10)
+            .window(Duration::from_secs(60))
+            .strategy(strategy);
+        let key = format!("k-{strategy}");
+        let mut allowed = 0;
+        for i in 0..30 {
+            let pod = if i % 2 == 0 { &a } else { &b };
+            allowed += u32::from(pod.consume(&key, &opts).await.unwrap().allowed);
+        }
+        // A fixed window may have turned over during the run (Redis' minute, not a pod's).
+        let expected = if strategy == Strategy::FixedWindow {
+            10..=20
+        } else {
+            10..=10
+        };
+        assert!(expected.contains(&allowed), "{strategy}: {allowed}");
+        let (da, db) = (
+            a.status(&key, &opts).await.unwrap(),
+            b.status(&key, &opts).await.unwrap(),
+        );
+        assert_eq!(da.remaining, db.remaining, "{strategy}");
+        // Both report Redis' reset time, not one skewed by 16 minutes.
+        assert!(
+            da.reset_at.abs_diff(db.reset_at) < 1_000,
+            "{strategy}: {da:?} {db:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn every_key_expires_with_its_window() {
+    let server = RedisServer::start();
+    let store = store(&server);
+    let p = prefix("ttl");
+    let window = Duration::from_millis(40);
+    let mut c = server.connection();
+    for strategy in Strategy::ALL {
+        let quota = Quota::new(3, window).with_burst(1).with_strategy(strategy);
+        // How long each state matters: one window, two for the counter (its count weighs on
+        // the next window), (limit + burst) / limit windows for a full bucket; plus 1 ms as
+        // expiries are whole milliseconds rounded up.
+        let bound = match strategy {
+            Strategy::SlidingWindowCounter => 80,
+            Strategy::TokenBucket => 40 * 4 / 3,
+            _ => 40,
+        } + 1;
+        for i in 0..6 {
+            let key = format!("{p}:{strategy}:{}", i % 2);
+            store.acquire(&key, &quota, 1).await.unwrap();
+            let ttl: i64 = redis::cmd("PTTL").arg(&key).query(&mut c).unwrap();
+            // -2: a fixed window may already have ended; -1 (no expiry) is never fine.
+            assert!(
+                ttl == -2 || (ttl > 0 && ttl <= bound),
+                "{key}: PTTL {ttl} ms, at most {bound}"
+            );
+        }
+    }
+    // Waits for Redis to expire the keys on its own clock and reclaim them (DBSIZE also
+    // counts keys that are expired but not yet evicted); bounded: 3 s.
+    let deadline = Instant::now() + Duration::from_secs(3);
+    loop {
+        let size: u64 = redis::cmd("DBSIZE").query(&mut c).unwrap();
+        if size == 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{size} keys outlived their windows"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_tasks_admit_exactly_the_limit_and_every_hit_is_kept() {
+    let server = RedisServer::start();
+    let p = prefix("tasks");
+    let service = service(&server.url(), &p, FailurePolicy::Deny);
+    for strategy in Strategy::ALL {
+        let opts = Options::new().limit(1_000).window(LONG).strategy(strategy);
+        let tasks: Vec<_> = (0..64)
+            .map(|_| {
+                let service = service.clone();
+                tokio::spawn(async move {
+                    let mut allowed = 0;
+                    for _ in 0..20 {
+                        allowed += u32::from(service.consume("one", &opts).await.unwrap().allowed);
+                    }
+                    allowed
+                })
+            })
+            .collect();
+        let mut allowed = 0;
+        for t in tasks {
+            allowed += t.await.unwrap();
+        }
+        assert_eq!(allowed, 1_000, "{strategy}");
+        service.reset("one", None).await.unwrap();
+    }
+    // Hits landing in the same millisecond (even microsecond) are distinct log members.
+    let opts = Options::new().limit(500).window(LONG);
+    let calls: Vec<_> = (0..500)
+        .map(|_| {
+            let service = service.clone();
+            tokio::spawn(async move { service.consume("burst", &opts).await.unwrap().allowed })
+        })
+        .collect();
+    for c in calls {
+        assert!(c.await.unwrap());
+    }
+    let mut c = server.connection();
+    let members: u64 = redis::cmd("ZCARD")
+        .arg(format!("{p}:-:{{burst}}"))
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(members, 500);
+}
+
+#[test]
+fn four_processes_admit_exactly_the_limit() {
+    let server = RedisServer::start();
+    for strategy in Strategy::ALL {
+        let total = four_processes(
+            env!("CARGO_BIN_EXE_redis-worker"),
+            &[server.url()],
+            false,
+            &prefix("procs"),
+            strategy,
+        );
+        assert_eq!(total, 1_000, "{strategy}");
+    }
+}
+
+#[tokio::test]
+async fn a_dead_redis_is_handled_by_the_failure_policy_and_recovery_needs_no_restart() {
+    let mut server = RedisServer::start();
+    let p = prefix("policy");
+    let fast = |policy| {
+        let options = RedisOptions::new(server.url())
+            .timeout(Duration::from_millis(300))
+            .on_failure(policy);
+        let config = Config::builder()
+            .key_prefix(p.as_str())
+            .store(StoreConfig::Redis(options))
+            .build()
+            .unwrap();
+        RateLimitService::new(config).unwrap()
+    };
+    let deny = fast(FailurePolicy::Deny);
+    let allow = fast(FailurePolicy::Allow);
+    let local = fast(FailurePolicy::Local { pods: 4 });
+    let opts = Options::new().limit(8).window(LONG);
+    for s in [&deny, &allow, &local] {
+        assert!(s.consume("k", &opts).await.unwrap().allowed);
+    }
+
+    server.stop();
+    for s in [&deny, &allow, &local] {
+        let started = Instant::now();
+        let _ = s.consume("k", &opts).await;
+        assert!(
+            started.elapsed() < Duration::from_millis(600),
+            "bounded by the timeout"
+        );
+    }
+    match deny.consume("k", &opts).await {
+        Err(Error::Store { .. } | Error::Timeout { .. }) => {}
+        other => panic!("deny refuses with the store's error: {other:?}"),
+    }
+    assert_eq!(deny.stats().total.errors, 2);
+    for _ in 0..20 {
+        assert!(allow.consume("k", &opts).await.unwrap().allowed);
+    }
+    // 8 / 4 pods = 2 per process while Redis is away (the call above may have spent one).
+    let mut admitted = 1;
+    for _ in 0..10 {
+        admitted += u32::from(local.consume("k", &opts).await.unwrap().allowed);
+    }
+    assert!(
+        admitted <= 2 + 1,
+        "local fallback admits the pod's share: {admitted}"
+    );
+    assert!(!local.consume("k", &opts).await.unwrap().allowed);
+
+    server.restart();
+    // The connection comes back in the background; poll with a bounded deadline.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while deny.consume("back", &opts).await.is_err() {
+        assert!(Instant::now() < deadline, "decisions went back to Redis");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut c = server.connection();
+    for (name, s) in [("allow", &allow), ("local", &local)] {
+        let key = format!("back-{name}");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            s.consume(&key, &opts).await.unwrap();
+            let exists: bool = redis::cmd("EXISTS")
+                .arg(format!("{p}:-:{{{key}}}"))
+                .query(&mut c)
+                .unwrap();
+            if exists {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{name}: decisions went back to Redis"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    // Redis restarted empty: the whole limit is available again, counted in Redis.
+    let d = local.consume("fresh", &opts).await.unwrap();
+    assert_eq!(d.remaining, 7);
+}
+
+#[tokio::test]
+async fn a_hung_redis_never_hangs_a_caller() {
+    let server = RedisServer::start();
+    let p = prefix("hung");
+    let options = RedisOptions::new(server.url()).timeout(Duration::from_millis(100));
+    let store = RedisStore::new(options).unwrap();
+    let quota = Quota::per_minute(5);
+    assert!(store.acquire(&p, &quota, 1).await.unwrap().allowed);
+    server.pause();
+    let started = Instant::now();
+    let result = store.acquire(&p, &quota, 1).await;
+    let waited = started.elapsed();
+    server.resume();
+    assert!(
+        matches!(result, Err(Error::Timeout { after }) if after == Duration::from_millis(100)),
+        "{result:?}"
+    );
+    assert!(waited < Duration::from_millis(400), "{waited:?}");
+}
+
+#[tokio::test]
+async fn credentials_never_appear_in_debug_display_or_errors() {
+    let server = RedisServer::start_with(&["--requirepass", "hunter2-s3cret"]);
+    let good = format!("redis://:hunter2-s3cret@127.0.0.1:{}", server.port());
+    let bad = format!("redis://:wrong-pa55word@127.0.0.1:{}", server.port());
+    let p = prefix("secret");
+    let ok = service(&good, &p, FailurePolicy::Deny);
+    assert!(ok.consume("k", &Options::new()).await.unwrap().allowed);
+    let refused = service(&bad, &p, FailurePolicy::Deny);
+    let err = refused.consume("k", &Options::new()).await.unwrap_err();
+    let texts = [
+        format!("{ok:?}"),
+        format!("{:?}", ok.config()),
+        format!("{refused:?}"),
+        format!("{err}"),
+        format!("{err:?}"),
+        format!("{:?}", RedisOptions::new(&good)),
+    ];
+    for text in texts {
+        assert!(
+            !text.contains("hunter2") && !text.contains("wrong-pa55word"),
+            "{text}"
+        );
+    }
+    assert!(matches!(err, Error::Store { .. }), "{err}");
+    // A bad URL is a startup error that does not echo the password either.
+    let err = Config::builder()
+        .store(StoreConfig::Redis(RedisOptions::new(
+            "redis://:hunter2-s3cret@127.0.0.1:notaport",
+        )))
+        .build()
+        .unwrap_err();
+    assert!(err.to_string().contains("store.url"), "{err}");
+    assert!(!err.to_string().contains("hunter2"), "{err}");
+}
+
+#[test]
+fn redis_configuration_is_validated_naming_each_field() {
+    let err = Config::builder()
+        .key_prefix("a{b}")
+        .tier(
+            ratelimit::Tier::new("huge", 1_000_000_000)
+                .window("300d")
+                .strategy(Strategy::SlidingWindowCounter),
+        )
+        .store(StoreConfig::Redis(
+            RedisOptions::new("")
+                .timeout(Duration::ZERO)
+                .on_failure(FailurePolicy::Local { pods: 0 }),
+        ))
+        .build()
+        .unwrap_err();
+    let Error::InvalidConfig(e) = &err else {
+        panic!("{err}")
+    };
+    for field in [
+        "store.url",
+        "store.timeout",
+        "store.pods",
+        "key_prefix",
+        "tiers.huge.limit",
+    ] {
+        assert!(e.has(field), "{field} missing from {err}");
+    }
+
+    let config = Config::from_toml_str(
+        r#"
+        key_prefix = "api"
+        [store]
+        type = "redis"
+        url = "redis://127.0.0.1:6379/0"
+        timeout = "50ms"
+        on_failure = "local"
+        pods = 4
+        "#,
+    )
+    .unwrap();
+    let StoreConfig::Redis(r) = config.store() else {
+        panic!("{config:?}")
+    };
+    assert_eq!(r.timeout, Duration::from_millis(50));
+    assert_eq!(r.on_failure, FailurePolicy::Local { pods: 4 });
+    let config = Config::from_json_str(
+        r#"{"store": {"type": "redis", "cluster": true, "nodes": ["redis://a:7000", "redis://b:7001"], "on_failure": "allow"}}"#,
+    )
+    .unwrap();
+    let StoreConfig::Redis(r) = config.store() else {
+        panic!("{config:?}")
+    };
+    assert!(r.cluster);
+    assert_eq!(r.urls.len(), 2);
+    assert_eq!(r.on_failure, FailurePolicy::Allow);
+    let err = Config::from_toml_str(
+        "[store]\ntype = \"redis\"\nurl = \"redis://h\"\non_failure = \"maybe\"\n",
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("store.on_failure"), "{err}");
+}
