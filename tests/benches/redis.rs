@@ -1,0 +1,139 @@
+//! The Redis store side by side with a raw `EVALSHA` of a trivial script, in the same run,
+//! over the same kind of connection, against a `redis-server` started for the run.
+//!
+//! `cargo bench -p ratelimit-tests --features redis --bench redis`
+//!
+//! For each of `rounds` rounds, every variant runs once, interleaved, so that noise from a
+//! shared machine lands on all of them alike; the figure reported is the median over rounds.
+//! - latency: `calls` sequential decisions from one task (concurrency 1), mean per call;
+//! - throughput: 64 tasks over one multiplexed connection, decisions per second.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ratelimit::{Quota, RedisOptions, RedisStore, Strategy};
+use ratelimit_tests::redis_server::{prefix, RedisServer};
+
+const ROUNDS: usize = 7;
+const SEQUENTIAL_CALLS: usize = 2_000;
+const TASKS: usize = 64;
+const CALLS_PER_TASK: usize = 100;
+
+type Call = Arc<dyn Fn(usize) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
+
+fn median(mut xs: Vec<f64>) -> f64 {
+    xs.sort_by(f64::total_cmp);
+    xs[xs.len() / 2]
+}
+
+async fn latency_us(call: &Call) -> f64 {
+    let started = Instant::now();
+    for i in 0..SEQUENTIAL_CALLS {
+        call(i).await;
+    }
+    started.elapsed().as_secs_f64() * 1e6 / SEQUENTIAL_CALLS as f64
+}
+
+async fn throughput(call: &Call) -> f64 {
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|t| {
+            let call = Arc::clone(call);
+            tokio::spawn(async move {
+                for i in 0..CALLS_PER_TASK {
+                    call(t * CALLS_PER_TASK + i).await;
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.expect("task");
+    }
+    (TASKS * CALLS_PER_TASK) as f64 / started.elapsed().as_secs_f64()
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 1)]
+async fn main() {
+    // `cargo bench` passes `--bench`; nothing else is read.
+    let server = RedisServer::start();
+    let timeout = Duration::from_secs(5);
+
+    // The baseline: EVALSHA of `return 1`, through the same reconnecting multiplexed
+    // connection the store uses.
+    let client = redis::Client::open(server.url()).expect("client");
+    let raw = redis::aio::ConnectionManager::new(client)
+        .await
+        .expect("connect");
+    let trivial = Arc::new(redis::Script::new("return 1"));
+    let _: i64 = trivial.invoke_async(&mut raw.clone()).await.expect("load");
+
+    let store = RedisStore::new(RedisOptions::new(server.url()).timeout(timeout)).expect("store");
+    store.connect().await.expect("connect");
+
+    let mut variants: Vec<(String, Call)> = Vec::new();
+    {
+        let trivial = Arc::clone(&trivial);
+        let raw = raw.clone();
+        variants.push((
+            "raw EVALSHA (`return 1`)".into(),
+            Arc::new(move |_| {
+                let trivial = Arc::clone(&trivial);
+                let mut raw = raw.clone();
+                Box::pin(async move {
+                    let _: i64 = trivial.invoke_async(&mut raw).await.expect("raw");
+                })
+            }),
+        ));
+    }
+    let p = prefix("bench");
+    for strategy in Strategy::ALL {
+        let store = store.clone();
+        // A budget no run exhausts, spread over 64 keys: every call is an admitted decision
+        // that writes, the common case.
+        let quota = Quota::new(1_000_000, Duration::from_secs(60)).with_strategy(strategy);
+        let keys: Arc<Vec<String>> =
+            Arc::new((0..64).map(|i| format!("{p}:{strategy}:{i}")).collect());
+        variants.push((
+            strategy.to_string(),
+            Arc::new(move |i| {
+                let store = store.clone();
+                let keys = Arc::clone(&keys);
+                Box::pin(async move {
+                    let d = store
+                        .acquire(&keys[i % keys.len()], &quota, 1)
+                        .await
+                        .expect("decision");
+                    assert!(d.allowed);
+                })
+            }),
+        ));
+    }
+
+    // Warm-up: connections, scripts, allocator.
+    for (_, call) in &variants {
+        latency_us(call).await;
+    }
+    let mut latency = vec![Vec::new(); variants.len()];
+    let mut rate = vec![Vec::new(); variants.len()];
+    for _ in 0..ROUNDS {
+        for (i, (_, call)) in variants.iter().enumerate() {
+            latency[i].push(latency_us(call).await);
+            rate[i].push(throughput(call).await);
+        }
+    }
+    let latency: Vec<f64> = latency.into_iter().map(median).collect();
+    let rate: Vec<f64> = rate.into_iter().map(median).collect();
+    println!("| variant | latency, concurrency 1 (µs/call) | vs raw | throughput, 64 tasks (calls/s) | vs raw |");
+    println!("|---|---:|---:|---:|---:|");
+    for (i, (name, _)) in variants.iter().enumerate() {
+        println!(
+            "| {name} | {:.1} | {:.2}x | {:.0} | {:.2}x |",
+            latency[i],
+            latency[i] / latency[0],
+            rate[i],
+            rate[i] / rate[0]
+        );
+    }
+}
