@@ -1,6 +1,7 @@
 //! The shared store (feature `redis`): one EVALSHA per decision against Redis or Redis Cluster.
 
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
@@ -25,8 +26,9 @@ pub enum FailurePolicy {
     /// default: nothing passes unlimited by accident.
     #[default]
     Deny,
-    /// Admit the call, unlimited, and log a warning. Only when availability matters more than
-    /// the limit, and said so in the configuration.
+    /// Admit the call, unlimited (the decision says `remaining: 0`), and log a warning when
+    /// failures start. Only when availability matters more than the limit, and said so in the
+    /// configuration.
     Allow,
     /// Decide in this process's memory with each limit (and burst) divided by `pods`, so that
     /// a fleet of `pods` processes stays within the shared budget while Redis is away.
@@ -493,9 +495,11 @@ impl RedisStore {
             .get_or_try_init(|| async {
                 match &inner.client {
                     Client::Single(client) => {
+                        // No response timeout here: every call is already bounded as a
+                        // whole (see `bounded`), and a second timer per request costs.
                         let config = redis::aio::ConnectionManagerConfig::new()
                             .set_connection_timeout(Some(inner.options.connect_timeout))
-                            .set_response_timeout(Some(inner.options.timeout))
+                            .set_response_timeout(None)
                             // Give up a reconnection quickly: the next call starts another,
                             // and calls meanwhile get an error (and the failure policy)
                             // instead of waiting.
@@ -558,6 +562,9 @@ pub(crate) struct RedisBackend {
     pub(crate) store: RedisStore,
     /// The in-memory limiter used while Redis is away, for [`FailurePolicy::Local`].
     fallback: Option<MemoryStore>,
+    /// Whether the last decision failed: failures are logged when they start and when they
+    /// end, not once per call.
+    failing: AtomicBool,
 }
 
 impl fmt::Debug for RedisBackend {
@@ -579,6 +586,7 @@ impl RedisBackend {
         Ok(RedisBackend {
             store: RedisStore::new(options)?,
             fallback,
+            failing: AtomicBool::new(false),
         })
     }
 
@@ -594,12 +602,26 @@ impl RedisBackend {
     ) -> Result<Decision, Error> {
         let error = match self.store.decision(key, quota, cost, commit).await {
             Err(e @ (Error::Store { .. } | Error::Timeout { .. })) => e,
-            other => return other,
+            other => {
+                if self.failing.load(Ordering::Relaxed)
+                    && self.failing.swap(false, Ordering::Relaxed)
+                {
+                    tracing::warn!(target: "ratelimit", "Redis is deciding again");
+                }
+                return other;
+            }
         };
         let policy = self.store.inner.options.on_failure;
+        if !self.failing.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                target: "ratelimit",
+                %error,
+                policy = policy.as_str(),
+                "Redis cannot decide: calls follow the failure policy until it can",
+            );
+        }
         match (policy, &self.fallback) {
             (FailurePolicy::Allow, _) => {
-                tracing::warn!(target: "ratelimit", %error, "Redis unavailable: call admitted unlimited (failure policy `allow`)");
                 let window = quota.window.as_nanos() as Nanos;
                 let verdict = Verdict {
                     allowed: true,
@@ -616,7 +638,6 @@ impl RedisBackend {
                 ))
             }
             (FailurePolicy::Local { pods }, Some(local)) => {
-                tracing::warn!(target: "ratelimit", %error, pods, "Redis unavailable: call decided in memory (failure policy `local`)");
                 let share = Quota {
                     limit: quota.limit / u64::from(pods.max(1)),
                     burst: quota.burst / u64::from(pods.max(1)),
