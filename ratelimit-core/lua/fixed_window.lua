@@ -2,7 +2,7 @@
 -- Windows are aligned to multiples of the window since the epoch; time is Redis' own (TIME),
 -- so every client agrees on the boundaries whatever its local clock says.
 --
--- KEYS[1]: the limiter key; holds the string "F<window start>:<count>"
+-- KEYS[1]: the limiter key; holds the string "F<window start>:<window>:<count>"
 -- ARGV[1]: window, in microseconds
 -- ARGV[2]: capacity (limit + burst), at least 1
 -- ARGV[3]: cost, from 1 to the capacity
@@ -30,17 +30,27 @@ local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local start = idiv(now, window) * window
 local stop = start + window
 local count = 0
+-- The prefix of the stored value when it was written for this very window (and so already
+-- expires at its end): then the count is rewritten and the expiry kept, the cheap path.
+local same
 -- Another strategy's state (or another type) under this key counts as a fresh key.
 local raw = redis.pcall('GET', key)
 if type(raw) == 'string' then
-  local s, c = string.match(raw, '^F(%d+):(%d+)$')
-  if s and tonumber(s) == start then count = tonumber(c) end
+  local head, s, w, c = string.match(raw, '^(F(%d+):(%d+):)(%d+)$')
+  if s and tonumber(s) == start then
+    count = tonumber(c)
+    if tonumber(w) == window then same = head end
+  end
 end
 
 if count + cost <= capacity then
   if commit then
-    local value = string.format('F%d:%d', start, count + cost)
-    redis.call('SET', key, value, 'PXAT', idiv(stop + 999, 1000))
+    if same then
+      redis.call('SET', key, same .. (count + cost), 'KEEPTTL')
+    else
+      local value = string.format('F%d:%d:%d', start, window, count + cost)
+      redis.call('SET', key, value, 'PXAT', idiv(stop + 999, 1000))
+    end
   end
   return {1, capacity - count - cost, stop, -1, now}
 end

@@ -2,7 +2,7 @@
 -- microseconds: the estimate is previous * (window - elapsed) / window + current, compared
 -- in exact integer arithmetic (the caller keeps capacity * window below 2^51).
 --
--- KEYS[1]: the limiter key; holds the string "C<window start>:<previous>:<current>"
+-- KEYS[1]: the limiter key; holds the string "C<window start>:<window>:<previous>:<current>"
 -- ARGV[1]: window, in microseconds
 -- ARGV[2]: capacity (limit + burst), at least 1
 -- ARGV[3]: cost, from 1 to the capacity
@@ -30,14 +30,18 @@ local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local start = idiv(now, window) * window
 local elapsed = now - start
 local previous, current = 0, 0
+-- The prefix of the stored value when it was written in this very window (and so already
+-- expires when its counts stop mattering): then the expiry is kept, the cheap path.
+local same
 -- Another strategy's state (or another type) under this key counts as a fresh key.
 local raw = redis.pcall('GET', key)
 if type(raw) == 'string' then
-  local s, p, c = string.match(raw, '^C(%d+):(%d+):(%d+)$')
+  local head, s, w, p, c = string.match(raw, '^(C(%d+):(%d+):(%d+):)(%d+)$')
   if s then
     s = tonumber(s)
     if s == start then
       previous, current = tonumber(p), tonumber(c)
+      if tonumber(w) == window then same = head end
     elseif s + window == start then
       previous = tonumber(c)
     end
@@ -55,8 +59,12 @@ local used_w = previous * (window - elapsed) + current * window
 local budget_w = capacity * window
 if used_w + cost * window <= budget_w then
   if commit then
-    local value = string.format('C%d:%d:%d', start, previous, current + cost)
-    redis.call('SET', key, value, 'PXAT', idiv(start + 2 * window + 999, 1000))
+    if same then
+      redis.call('SET', key, same .. (current + cost), 'KEEPTTL')
+    else
+      local value = string.format('C%d:%d:%d:%d', start, window, previous, current + cost)
+      redis.call('SET', key, value, 'PXAT', idiv(start + 2 * window + 999, 1000))
+    end
   end
   return {1, idiv(budget_w - used_w - cost * window, window), reset_at(previous, current + cost), -1, now}
 end

@@ -58,6 +58,19 @@ async fn throughput(call: &Call) -> f64 {
     (TASKS * CALLS_PER_TASK) as f64 / started.elapsed().as_secs_f64()
 }
 
+/// Redis' own measure of the CPU time it spent per EVALSHA since the last `CONFIG RESETSTAT`.
+fn evalsha_usec_per_call(c: &mut redis::Connection) -> f64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(c)
+        .expect("info");
+    info.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:"))
+        .and_then(|l| l.split(',').find_map(|f| f.strip_prefix("usec_per_call=")))
+        .and_then(|v| v.parse().ok())
+        .expect("evalsha stats")
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 1)]
 async fn main() {
     // `cargo bench` passes `--bench`; nothing else is read.
@@ -121,23 +134,35 @@ async fn main() {
     }
     let mut latency = vec![Vec::new(); variants.len()];
     let mut rate = vec![Vec::new(); variants.len()];
+    let mut server_us = vec![Vec::new(); variants.len()];
+    let mut stats = server.connection();
     for _ in 0..ROUNDS {
         for (i, (_, call)) in variants.iter().enumerate() {
+            redis::cmd("CONFIG")
+                .arg("RESETSTAT")
+                .exec(&mut stats)
+                .expect("reset");
             latency[i].push(latency_us(call).await);
             rate[i].push(throughput(call).await);
+            server_us[i].push(evalsha_usec_per_call(&mut stats));
         }
     }
     let latency: Vec<f64> = latency.into_iter().map(median).collect();
     let rate: Vec<f64> = rate.into_iter().map(median).collect();
-    println!("| variant | latency, concurrency 1 (µs/call) | vs raw | throughput, 64 tasks (calls/s) | vs raw |");
-    println!("|---|---:|---:|---:|---:|");
+    let server_us: Vec<f64> = server_us.into_iter().map(median).collect();
+    println!(
+        "| variant | latency, concurrency 1 (µs/call) | vs raw | throughput, 64 tasks (calls/s) \
+         | vs raw | Redis CPU per EVALSHA (µs) |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|");
     for (i, (name, _)) in variants.iter().enumerate() {
         println!(
-            "| {name} | {:.1} | {:.2}x | {:.0} | {:.2}x |",
+            "| {name} | {:.1} | {:.2}x | {:.0} | {:.2}x | {:.2} |",
             latency[i],
             latency[i] / latency[0],
             rate[i],
-            rate[i] / rate[0]
+            rate[i] / rate[0],
+            server_us[i]
         );
     }
 }
