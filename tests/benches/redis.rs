@@ -105,6 +105,35 @@ async fn main() {
         ));
     }
     let p = prefix("bench");
+    {
+        // The store's fixed-window script called raw, same arguments as the store sends:
+        // separates the store's client-side cost from the script's cost inside Redis.
+        let script = Arc::new(redis::Script::new(include_str!(
+            "../../ratelimit-core/lua/fixed_window.lua"
+        )));
+        let keys: Arc<Vec<String>> = Arc::new((0..64).map(|i| format!("{p}:raw:{i}")).collect());
+        let raw = raw.clone();
+        variants.push((
+            "raw EVALSHA (fixed_window.lua)".into(),
+            Arc::new(move |i| {
+                let script = Arc::clone(&script);
+                let keys = Arc::clone(&keys);
+                let mut raw = raw.clone();
+                Box::pin(async move {
+                    let reply: Vec<i64> = script
+                        .key(&keys[i % keys.len()])
+                        .arg(60_000_000u64)
+                        .arg(1_000_000u64)
+                        .arg(1u64)
+                        .arg(1u8)
+                        .invoke_async(&mut raw)
+                        .await
+                        .expect("raw script");
+                    assert_eq!(reply[0], 1);
+                })
+            }),
+        ));
+    }
     for strategy in Strategy::ALL {
         let store = store.clone();
         // A budget no run exhausts, spread over 64 keys: every call is an admitted decision
