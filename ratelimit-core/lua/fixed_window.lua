@@ -19,13 +19,15 @@ local function idiv(a, b) -- floor(a / b), exact for integers below 2^53
   return q
 end
 
+-- Strings coerce to numbers in arithmetic: `x + 0` reads a number without the cost of a
+-- call to tonumber(), which shows in Redis' CPU time per decision.
 local key = KEYS[1]
-local window = tonumber(ARGV[1])
-local capacity = tonumber(ARGV[2])
-local cost = tonumber(ARGV[3])
+local window = ARGV[1] + 0
+local capacity = ARGV[2] + 0
+local cost = ARGV[3] + 0
 local commit = ARGV[4] == '1'
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local now = t[1] * 1000000 + t[2]
 
 local start = idiv(now, window) * window
 local stop = start + window
@@ -37,9 +39,9 @@ local same
 local raw = redis.pcall('GET', key)
 if type(raw) == 'string' then
   local head, s, w, c = string.match(raw, '^(F(%d+):(%d+):)(%d+)$')
-  if s and tonumber(s) == start then
-    count = tonumber(c)
-    if tonumber(w) == window then same = head end
+  if s and s + 0 == start then
+    count = c + 0
+    if w + 0 == window then same = head end
   end
 end
 

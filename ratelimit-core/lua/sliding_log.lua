@@ -21,13 +21,15 @@ local function idiv(a, b) -- floor(a / b), exact for integers below 2^53
   return q
 end
 
+-- Strings coerce to numbers in arithmetic: `x + 0` reads a number without the cost of a
+-- call to tonumber(), which shows in Redis' CPU time per decision.
 local key = KEYS[1]
-local window = tonumber(ARGV[1])
-local capacity = tonumber(ARGV[2])
-local cost = tonumber(ARGV[3])
+local window = ARGV[1] + 0
+local capacity = ARGV[2] + 0
+local cost = ARGV[3] + 0
 local commit = ARGV[4] == '1'
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local now = t[1] * 1000000 + t[2]
 local oldest_live = '(' .. string.format('%d', now - window)
 
 -- Another strategy's state (a string) under this key counts as a fresh key.
@@ -61,5 +63,5 @@ end
 local need = used + cost - capacity
 local nth = redis.call('ZRANGEBYSCORE', key, oldest_live, '+inf', 'WITHSCORES', 'LIMIT', need - 1, 1)
 local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-local retry_at = tonumber(nth[2]) + window
-return {0, math.max(capacity - used, 0), tonumber(newest[2]) + window, retry_at - now, now}
+local retry_at = nth[2] + window
+return {0, math.max(capacity - used, 0), newest[2] + window, retry_at - now, now}
