@@ -305,7 +305,10 @@ struct Inner {
 ///   its window. In a cluster the user key is the hash tag, so one decision is one slot.
 /// - **Bounded**: every call gives up after [`RedisOptions::timeout`]; the connection is
 ///   multiplexed and re-established in the background after a failure.
-/// - Needs a Tokio runtime; connects on first use (or on [`connect`](Self::connect)).
+/// - Needs Redis 6.2 or later (`SET ... PXAT`, `KEEPTTL`) and a Tokio runtime; connects on
+///   first use (or on [`connect`](Self::connect)).
+/// - A quota with a capacity of zero refuses without asking Redis (its `reset_at` is then on
+///   this process's clock).
 #[derive(Clone)]
 pub struct RedisStore {
     inner: Arc<Inner>,
