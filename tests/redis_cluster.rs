@@ -1,9 +1,9 @@
 //! The Redis store against a real local Redis Cluster of three masters (feature `redis`): one
 //! slot per decision, MOVED redirections followed, exact counts across processes.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use ratelimit::{Quota, RedisOptions, RedisStore, Strategy};
+use ratelimit::{Error, Quota, RedisOptions, RedisStore, Strategy};
 use ratelimit_tests::redis_server::{four_processes, prefix, RedisCluster};
 
 fn node_id(c: &mut redis::Connection) -> String {
@@ -122,5 +122,45 @@ async fn decisions_follow_a_slot_that_moved_to_another_node() {
             .query(&mut cluster.nodes[target].connection())
             .unwrap();
         assert_eq!(held, 1, "{strategy}: the key lives on its new node");
+    }
+}
+
+#[tokio::test]
+async fn a_dead_master_never_hangs_a_caller_and_deny_refuses() {
+    let mut cluster = RedisCluster::start();
+    let store =
+        RedisStore::new(RedisOptions::cluster(cluster.urls()).timeout(Duration::from_millis(300)))
+            .unwrap();
+    let key = format!("{}:-:{{dead}}", prefix("dead"));
+    let quota = Quota::per_minute(5);
+    assert!(store.acquire(&key, &quota, 1).await.unwrap().allowed);
+    let slot: u16 = redis::cmd("CLUSTER")
+        .arg("KEYSLOT")
+        .arg(&key)
+        .query(&mut cluster.nodes[0].connection())
+        .unwrap();
+    let owner = (0..3)
+        .find(|&i| {
+            let n: u64 = redis::cmd("CLUSTER")
+                .arg("COUNTKEYSINSLOT")
+                .arg(slot)
+                .query(&mut cluster.nodes[i].connection())
+                .unwrap();
+            n == 1
+        })
+        .expect("one node holds the key");
+    cluster.nodes[owner].stop();
+    for _ in 0..3 {
+        let started = Instant::now();
+        let result = store.acquire(&key, &quota, 1).await;
+        assert!(
+            started.elapsed() < Duration::from_millis(800),
+            "bounded by the timeout: {:?}",
+            started.elapsed()
+        );
+        assert!(
+            matches!(result, Err(Error::Store { .. } | Error::Timeout { .. })),
+            "a call Redis cannot decide is refused: {result:?}"
+        );
     }
 }
