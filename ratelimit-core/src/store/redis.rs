@@ -67,7 +67,8 @@ impl FailurePolicy {
 /// ```
 #[derive(Clone, PartialEq, Eq)]
 pub struct RedisOptions {
-    /// `redis://[[user]:password@]host[:port][/db]` (or `rediss://`, `redis+unix://`): one URL
+    /// `redis://[[user]:password@]host[:port][/db]` (or `redis+unix:///path`; this build has
+    /// no TLS, so `rediss://` is refused when the configuration is built): one URL
     /// for a single server, one or more seed nodes for a cluster.
     pub urls: Vec<String>,
     /// Whether `urls` are Redis Cluster nodes (keys are then routed by slot, following MOVED
@@ -141,7 +142,8 @@ impl RedisOptions {
                 problems.push((
                     "store.url",
                     format!(
-                        "{:?} is not a Redis URL (expected redis://[[user]:password@]host[:port][/db])",
+                        "{:?} is not a Redis URL this build can use (expected \
+                         redis://[[user]:password@]host[:port][/db]; no TLS, so no rediss://)",
                         redact(url)
                     ),
                 ));
@@ -681,6 +683,18 @@ mod tests {
             secrets(&["redis://user:pw@h".into()]),
             vec!["user:pw".to_owned(), "pw".to_owned()]
         );
+    }
+
+    #[test]
+    fn urls_this_build_cannot_use_are_refused() {
+        assert!(RedisOptions::new("redis://127.0.0.1:6379/0")
+            .problems()
+            .is_empty());
+        for bad in ["rediss://h:6379", "http://h", "redis://h:port"] {
+            let problems = RedisOptions::new(bad).problems();
+            assert_eq!(problems.len(), 1, "{bad}: {problems:?}");
+            assert_eq!(problems[0].0, "store.url");
+        }
     }
 
     #[test]
