@@ -72,7 +72,7 @@ impl RedisServer {
     fn spawn(port: u16, extra: &[&str]) -> Self {
         static NEXT: AtomicU32 = AtomicU32::new(0);
         let dir = std::env::temp_dir().join(format!(
-            "ratelimit-redis-{}-{}-{port}",
+            "ratelimit-redis-{}-{}",
             std::process::id(),
             NEXT.fetch_add(1, Ordering::Relaxed)
         ));
@@ -83,18 +83,35 @@ impl RedisServer {
             dir,
             extra: extra.iter().map(|s| s.to_string()).collect(),
         };
-        server.restart();
+        // A port found free may be taken by someone else before the server binds it: then
+        // try another.
+        let with_bus = extra.contains(&"--cluster-enabled");
+        let mut attempts = 0;
+        while let Err(why) = server.launch() {
+            attempts += 1;
+            assert!(attempts < 5, "{why}");
+            server.port = free_port(with_bus);
+        }
         server
     }
 
     /// Starts the server again (same port, same directory) after [`stop`](Self::stop).
     pub fn restart(&mut self) {
+        if let Err(why) = self.launch() {
+            panic!("{why}");
+        }
+    }
+
+    fn launch(&mut self) -> Result<(), String> {
         assert!(self.child.is_none(), "the server is running");
+        let log = self.dir.join("redis.log");
         let child = Command::new("redis-server")
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no", "--protected-mode", "no"])
             .arg("--dir")
             .arg(&self.dir)
+            .arg("--logfile")
+            .arg(&log)
             .args(&self.extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -104,16 +121,22 @@ impl RedisServer {
         let deadline = Instant::now() + Duration::from_secs(10);
         // Polls until the server answers (it takes a few milliseconds to open its port).
         while !self.answers() {
-            if let Some(status) = self
+            let exited = self
                 .child
                 .as_mut()
-                .and_then(|c| c.try_wait().ok().flatten())
-            {
-                panic!("redis-server on port {} exited with {status}", self.port);
+                .and_then(|c| c.try_wait().ok().flatten());
+            if exited.is_some() || Instant::now() > deadline {
+                self.stop();
+                let text = std::fs::read_to_string(&log).unwrap_or_default();
+                let tail: Vec<&str> = text.lines().rev().take(5).collect();
+                return Err(format!(
+                    "redis-server on port {} did not start ({exited:?}); its log ends with: {tail:?}",
+                    self.port
+                ));
             }
-            assert!(Instant::now() < deadline, "redis-server did not start");
             std::thread::sleep(Duration::from_millis(10));
         }
+        Ok(())
     }
 
     fn answers(&self) -> bool {
