@@ -29,7 +29,22 @@ pub use ratelimit_core::{
     SystemClock, Tier, Window, MAX_WINDOW,
 };
 
+pub use ratelimit_core::{
+    check_declarations, declarations, testing, Declaration, DeclarationErrors, DeclarationProblem,
+    Module, ModuleBuilder, Spec, TierSpec,
+};
+pub use ratelimit_macros::{rate_limit, skip_throttle, throttle};
+
+/// What the attribute macros expand to. Not public API: it may change in any release.
+#[doc(hidden)]
+pub mod __private {
+    pub use inventory;
+    pub use ratelimit_core::__private::{acquire, key, refuse, Refusal, Registered};
+    pub use ratelimit_core::{Declaration, Spec, Strategy};
+}
+
 /// The names most programs need.
 pub mod prelude {
+    pub use crate::{rate_limit, throttle, Module};
     pub use crate::{Config, Decision, Error, Options, Quota, RateLimitService, Strategy, Tier};
 }
