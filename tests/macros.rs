@@ -431,7 +431,10 @@ async fn async_trait_with_the_limit_above_it() {
         assert!(is_exceeded(db.put("c").await));
     })
     .await;
-    assert_eq!(m.stats().by_method["macros::Db::get"].denied, 1);
+    assert_eq!(
+        m.stats().by_method["<macros::Db as macros::Store>::get"].denied,
+        1
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -590,8 +593,8 @@ fn declarations_list_every_annotated_fn() {
         .iter()
         .all(|d| d.function() != "macros::Api::sync_helper"));
     assert_eq!(
-        find("macros::English::greet").budget(),
-        "macros::English::greet"
+        find("<macros::English as macros::Greeter>::greet").budget(),
+        "<macros::English as macros::Greeter>::greet"
     );
     assert_eq!(find("macros::shares_a").budget(), "shared-budget");
     assert_eq!(

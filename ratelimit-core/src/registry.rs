@@ -284,17 +284,18 @@ impl fmt::Debug for Declaration {
     }
 }
 
-/// Turns the type name of a marker fn nested in an annotated fn
-/// (`app::Foo<_>::bar::{{closure}}::__ratelimit_here`, `<app::Foo as app::T>::bar::...`) into
-/// `app::Foo::bar`.
+/// Turns the type name of a marker fn nested in an annotated fn into the fn's path:
+/// `app::Foo<_>::bar::{{closure}}::__ratelimit_here` becomes `app::Foo::bar`. A trait impl's
+/// method keeps its trait, `<app::Foo as app::Tr>::bar`, so that two traits' methods of the
+/// same name on one type are two budgets.
 fn function_path(raw: &str) -> String {
     let mut out = String::with_capacity(raw.len());
     let mut depth = 0usize;
-    let mut chars = raw.chars().peekable();
+    let mut chars = raw.chars();
     while let Some(c) = chars.next() {
         match c {
-            // `<T as Trait>::method` becomes `T::method`; generic arguments are dropped.
-            '<' if depth == 0 && out.is_empty() => {
+            '<' if depth == 0 && (out.is_empty() || out.ends_with("::")) => {
+                // A qualified path segment `<T as Trait>`: normalise both halves.
                 let mut inner = String::new();
                 let mut d = 1usize;
                 for c in chars.by_ref() {
@@ -310,8 +311,16 @@ fn function_path(raw: &str) -> String {
                     }
                     inner.push(c);
                 }
-                let self_ty = split_as(&inner);
-                out.push_str(&function_path(self_ty));
+                match split_as(&inner) {
+                    Some((self_ty, tr)) => {
+                        out.push('<');
+                        out.push_str(&function_path(self_ty));
+                        out.push_str(" as ");
+                        out.push_str(&function_path(tr));
+                        out.push('>');
+                    }
+                    None => out.push_str(&function_path(&inner)),
+                }
             }
             '<' => depth += 1,
             '>' => depth = depth.saturating_sub(1),
@@ -326,18 +335,20 @@ fn function_path(raw: &str) -> String {
     parts.join("::")
 }
 
-/// `T as Trait` -> `T` (at nesting depth 0).
-fn split_as(inner: &str) -> &str {
+/// `T as Trait` -> (`T`, `Trait`), splitting at nesting depth 0.
+fn split_as(inner: &str) -> Option<(&str, &str)> {
     let mut depth = 0usize;
     for (i, c) in inner.char_indices() {
         match c {
             '<' => depth += 1,
             '>' => depth = depth.saturating_sub(1),
-            ' ' if depth == 0 && inner[i..].starts_with(" as ") => return &inner[..i],
+            ' ' if depth == 0 && inner[i..].starts_with(" as ") => {
+                return Some((&inner[..i], &inner[i + 4..]))
+            }
             _ => {}
         }
     }
-    inner
+    None
 }
 
 /// A [`Declaration`] as submitted to `inventory`.
@@ -747,7 +758,15 @@ mod tests {
             ),
             (
                 "<app::m::Foo<_, alloc::vec::Vec<u8>> as app::m::Tr<u8>>::go::__ratelimit_here",
-                "app::m::Foo::go",
+                "<app::m::Foo as app::m::Tr>::go",
+            ),
+            (
+                "<app::Foo as app::Tr>::go::{{closure}}::__ratelimit_here",
+                "<app::Foo as app::Tr>::go",
+            ),
+            (
+                "<&app::Foo as app::Tr>::go::__ratelimit_here",
+                "<&app::Foo as app::Tr>::go",
             ),
         ];
         for (raw, want) in cases {

@@ -208,7 +208,7 @@ fn body(args: &Args, sig: &Signature, block: &Block) -> syn::Result<Block> {
     };
 
     let stmts = &block.stmts;
-    let tokens = quote! {{
+    let tokens = quote! {
         fn #here() -> &'static str {
             ::core::any::type_name_of_val(&#here)
         }
@@ -232,8 +232,13 @@ fn body(args: &Args, sig: &Signature, block: &Block) -> syn::Result<Block> {
             }
         }
         { #(#stmts)* }
-    }};
-    syn::parse2(tokens)
+    };
+    // Keep the original braces: a body whose braces come from the macro makes the compiler
+    // treat the fn as generated and skip lints such as `dead_code` on it.
+    Ok(Block {
+        brace_token: block.brace_token,
+        stmts: syn::parse::Parser::parse2(Block::parse_within, tokens)?,
+    })
 }
 
 /// `#[rate_limit]` / `#[throttle]` on a fn (free, or a method annotated on its own).

@@ -28,7 +28,7 @@ mod expand;
 /// | `strategy` | `"fixed-window"`, `"sliding-window"`, `"sliding-window-counter"`, `"token-bucket"` | the algorithm |
 /// | `burst` | integer | extra calls on top of the limit |
 /// | `cost` | `u64` expression | what a call spends (default 1) |
-/// | `name` | `"budget"` | the budget's name (default: the fn's path, `module::Type::method`); fns sharing a name share a budget |
+/// | `name` | `"budget"` | the budget's name (default: the fn's path, `module::Type::method`, or `<module::Type as module::Trait>::method` in a trait impl); fns sharing a name share a budget |
 /// | `crate` | `"path"` | where the `ratelimit` crate is, if renamed |
 ///
 /// With no arguments, the fn is limited by the module's default tier, else its default limit
