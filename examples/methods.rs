@@ -94,8 +94,14 @@ async fn main() -> Result<(), Error> {
         );
     }
 
+    let ann = User {
+        id: 1,
+        plan: "free",
+    };
+    let bob = User { id: 2, plan: "pro" };
+
     // Before `init`, every annotated call is refused: nothing runs unlimited by accident.
-    match Payments.charge(&User { id: 1, plan: "free" }, 100).await {
+    match Payments.charge(&ann, 100).await {
         Err(e) => println!("\nbefore init: {e}"),
         Ok(r) => unreachable!("admitted without a module: {r}"),
     }
@@ -105,15 +111,19 @@ async fn main() -> Result<(), Error> {
         .tier(Tier::new("pro", 100).window("1h").burst(20))
         .init()?;
 
-    let ann = User { id: 1, plan: "free" };
-    let bob = User { id: 2, plan: "pro" };
     println!();
     for i in 1..=4 {
-        report(&format!("charge ann #{i}"), Payments.charge(&ann, 500).await);
+        report(
+            &format!("charge ann #{i}"),
+            Payments.charge(&ann, 500).await,
+        );
     }
     report("charge bob", Payments.charge(&bob, 500).await);
     for i in 1..=3 {
-        report(&format!("export ann (free) #{i}"), Payments.export(&ann).await);
+        report(
+            &format!("export ann (free) #{i}"),
+            Payments.export(&ann).await,
+        );
     }
     report("export bob (pro)", Payments.export(&bob).await);
 
