@@ -147,6 +147,43 @@ fn stats_have_per_method_figures() {
     })
 }
 
+/// Each thread keeps a copy of the installed service; a module installed or shut down on
+/// another thread must be seen on the very next call, never a stale one.
+#[test]
+fn other_threads_see_init_and_shutdown_at_once() {
+    use std::sync::mpsc;
+
+    let _serial = serial();
+    let (to_worker, inbox) = mpsc::channel::<()>();
+    let (to_main, results) = mpsc::channel::<Result<u32, Error>>();
+    let worker = std::thread::spawn(move || {
+        for () in inbox {
+            to_main.send(block_on(charge(9))).unwrap();
+        }
+    });
+    let call = || {
+        to_worker.send(()).unwrap();
+        results.recv().unwrap()
+    };
+
+    assert!(matches!(call(), Err(Error::NotInitialized { .. })));
+    let first = config().init().unwrap();
+    assert_eq!(call().unwrap(), 9);
+    drop(first);
+    assert!(matches!(call(), Err(Error::NotInitialized { .. })));
+    let second = config().init().unwrap();
+    // A fresh module: the worker's call is counted there, with a fresh budget.
+    assert_eq!(call().unwrap(), 9);
+    assert_eq!(call().unwrap(), 9);
+    assert!(matches!(call(), Err(Error::Exceeded(_))));
+    assert_eq!(second.stats().by_method["registry::charge"].allowed, 2);
+    drop(second);
+    assert!(matches!(call(), Err(Error::NotInitialized { .. })));
+
+    drop(to_worker);
+    worker.join().unwrap();
+}
+
 #[test]
 fn declarations_are_listed_with_their_location() {
     let all = ratelimit::declarations();

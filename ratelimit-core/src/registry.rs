@@ -6,8 +6,10 @@
 //! that cannot answer — each refuses the call. Nothing here admits a call because something is
 //! missing.
 
+use std::cell::RefCell;
 use std::fmt;
 use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -244,12 +246,14 @@ impl Declaration {
     }
 
     /// The fn's path: `crate::module::function` or `crate::module::Type::method`.
+    #[inline]
     pub fn function(&'static self) -> &'static str {
         self.function.get_or_init(|| function_path((self.locate)()))
     }
 
     /// The budget the fn spends from: its `name = "..."`, else its path. Fns that share a
     /// name share one budget.
+    #[inline]
     pub fn budget(&'static self) -> &'static str {
         match self.name {
             Some(name) => name,
@@ -498,15 +502,58 @@ pub fn check_declarations(
 
 /// The installed module: its id (so an old handle never removes a newer module) and service.
 static CURRENT: RwLock<Option<(u64, RateLimitService)>> = RwLock::new(None);
-static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+/// Bumped (under `CURRENT`'s write lock) every time a module is installed or removed.
+static GENERATION: AtomicU64 = AtomicU64::new(0);
+
+/// What this thread knows: a [`testing`](crate::testing) scope's service, and its copy of
+/// `CURRENT`, valid while `GENERATION` has not moved. One thread-local, so the hot path makes
+/// one thread-local access and reads one shared atomic, and takes no lock.
+struct Local {
+    scoped: Option<RateLimitService>,
+    generation: u64,
+    cached: Option<RateLimitService>,
+}
+
+thread_local! {
+    static LOCAL: RefCell<Local> = const {
+        RefCell::new(Local { scoped: None, generation: u64::MAX, cached: None })
+    };
+}
 
 /// The service annotated fns use: the innermost [`testing`](crate::testing) scope's on this
 /// task, else the running [`Module`]'s, else none.
+#[inline]
 pub(crate) fn current() -> Option<RateLimitService> {
-    if let Some(scoped) = crate::testing::scoped() {
-        return Some(scoped);
-    }
-    CURRENT.read().as_ref().map(|(_, s)| s.clone())
+    LOCAL.with(|local| {
+        let mut local = local.borrow_mut();
+        if let Some(scoped) = &local.scoped {
+            return Some(scoped.clone());
+        }
+        let generation = GENERATION.load(Ordering::Acquire);
+        if local.generation != generation {
+            // Read under the lock: what we cache is at least as new as `generation`, so a
+            // stale copy is always one whose generation no longer matches.
+            local.cached = CURRENT.read().as_ref().map(|(_, s)| s.clone());
+            local.generation = generation;
+        }
+        local.cached.clone()
+    })
+}
+
+/// Sets this thread's testing scope, returning the previous one.
+pub(crate) fn replace_scoped(service: Option<RateLimitService>) -> Option<RateLimitService> {
+    LOCAL.with(|local| std::mem::replace(&mut local.borrow_mut().scoped, service))
+}
+
+/// Replaces the installed module (under the write lock) and moves the generation on, so that
+/// every thread's cached copy is refreshed on its next call.
+fn set_current(
+    current: &mut Option<(u64, RateLimitService)>,
+    new: Option<(u64, RateLimitService)>,
+) {
+    *current = new;
+    GENERATION.fetch_add(1, Ordering::Release);
 }
 
 /// Builds a [`Module`]: every option of [`ConfigBuilder`], plus the clock.
@@ -649,8 +696,8 @@ impl Module {
         }
         check_declarations(&config, &declarations()).map_err(Error::Declarations)?;
         let service = RateLimitService::with_clock(config, clock)?;
-        let id = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        *current = Some((id, service.clone()));
+        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        set_current(&mut current, Some((id, service.clone())));
         Ok(Module { id, service })
     }
 
@@ -669,7 +716,12 @@ impl Module {
         self.service.stats()
     }
 
-    /// Uninstalls the module (the same as dropping it).
+    /// Uninstalls the module (the same as dropping it). Every annotated fn called afterwards,
+    /// on any thread, is refused with [`Error::NotInitialized`].
+    ///
+    /// Each thread that called an annotated fn keeps a handle to the service it used until its
+    /// next annotated call (which sees the shutdown) or its exit, so the store's memory is
+    /// released then rather than at once.
     pub fn shutdown(self) {}
 }
 
@@ -677,7 +729,7 @@ impl Drop for Module {
     fn drop(&mut self) {
         let mut current = CURRENT.write();
         if current.as_ref().is_some_and(|(id, _)| *id == self.id) {
-            *current = None;
+            set_current(&mut current, None);
         }
     }
 }

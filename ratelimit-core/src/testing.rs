@@ -26,7 +26,6 @@
 //!
 //! [`Module`]: crate::Module
 
-use std::cell::RefCell;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -34,21 +33,13 @@ use std::time::Duration;
 
 use crate::clock::ManualClock;
 use crate::error::Error;
-use crate::registry::ModuleBuilder;
+use crate::registry::{replace_scoped, ModuleBuilder};
 use crate::service::RateLimitService;
 use crate::stats::Stats;
 
 /// Where a [`TestModule`]'s clock starts: a fixed, round instant (one million seconds after
 /// the epoch), so windows line up the same way in every run.
 pub const START: Duration = Duration::from_secs(1_000_000);
-
-thread_local! {
-    static SCOPED: RefCell<Option<RateLimitService>> = const { RefCell::new(None) };
-}
-
-pub(crate) fn scoped() -> Option<RateLimitService> {
-    SCOPED.with(|s| s.borrow().clone())
-}
 
 /// A module for one test: its own service and [`ManualClock`], used by annotated fns only
 /// inside [`scope`](Self::scope).
@@ -112,8 +103,7 @@ struct Restore(Option<RateLimitService>);
 
 impl Drop for Restore {
     fn drop(&mut self) {
-        let previous = self.0.take();
-        SCOPED.with(|s| *s.borrow_mut() = previous);
+        replace_scoped(self.0.take());
     }
 }
 
@@ -122,7 +112,7 @@ impl<F: Future> Future for Scoped<F> {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
         let service = self.service.clone();
-        let _restore = Restore(SCOPED.with(|s| s.borrow_mut().replace(service)));
+        let _restore = Restore(replace_scoped(Some(service)));
         self.future.as_mut().poll(cx)
     }
 }
