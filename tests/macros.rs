@@ -583,11 +583,11 @@ fn declarations_list_every_annotated_fn() {
     };
     let d = find("macros::per_user");
     assert!(d.file().ends_with("macros.rs"), "{}", d.file());
-    assert_eq!(d.spec().get_limit(), Some(2));
+    assert_eq!(d.spec().limit(), Some(2));
     assert!(d.spec().is_keyed());
     assert_eq!(d.spec().to_string(), "2 per 1m, per key");
     assert!(find("macros::Api::search").line() > d.line());
-    assert_eq!(find("macros::Api::export").spec().get_limit(), Some(1));
+    assert_eq!(find("macros::Api::export").spec().limit(), Some(1));
     assert!(all.iter().all(|d| d.function() != "macros::Api::health"));
     assert!(all
         .iter()
@@ -598,7 +598,7 @@ fn declarations_list_every_annotated_fn() {
     );
     assert_eq!(find("macros::shares_a").budget(), "shared-budget");
     assert_eq!(
-        find("macros::static_tier").spec().get_tier(),
+        find("macros::static_tier").spec().tier(),
         ratelimit::TierSpec::Static("pro")
     );
 }

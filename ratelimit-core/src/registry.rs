@@ -66,69 +66,78 @@ impl Spec {
         }
     }
     /// `limit = n`.
-    pub const fn limit(mut self, limit: u64) -> Self {
+    #[doc(hidden)]
+    pub const fn with_limit(mut self, limit: u64) -> Self {
         self.limit = Some(limit);
         self
     }
-    /// `window = "..."`, in nanoseconds (const-constructible).
-    pub const fn window_nanos(mut self, nanos: u64) -> Self {
+    /// `window = "..."`, in nanoseconds (a `Duration` cannot be built from text in a const).
+    #[doc(hidden)]
+    pub const fn with_window_nanos(mut self, nanos: u64) -> Self {
         self.window = Some(Duration::from_nanos(nanos));
         self
     }
     /// `burst = n`.
-    pub const fn burst(mut self, burst: u64) -> Self {
+    #[doc(hidden)]
+    pub const fn with_burst(mut self, burst: u64) -> Self {
         self.burst = Some(burst);
         self
     }
     /// `strategy = "..."`.
-    pub const fn strategy(mut self, strategy: Strategy) -> Self {
+    #[doc(hidden)]
+    pub const fn with_strategy(mut self, strategy: Strategy) -> Self {
         self.strategy = Some(strategy);
         self
     }
     /// `tier = "name"`.
-    pub const fn static_tier(mut self, tier: &'static str) -> Self {
+    #[doc(hidden)]
+    pub const fn with_static_tier(mut self, tier: &'static str) -> Self {
         self.tier = TierSpec::Static(tier);
         self
     }
     /// `tier = <expr>`.
-    pub const fn dynamic_tier(mut self) -> Self {
+    #[doc(hidden)]
+    pub const fn with_dynamic_tier(mut self) -> Self {
         self.tier = TierSpec::Dynamic;
         self
     }
     /// `key = <expr>`.
-    pub const fn keyed(mut self) -> Self {
+    #[doc(hidden)]
+    pub const fn with_key(mut self) -> Self {
         self.keyed = true;
         self
     }
     /// `cost = <literal>`.
-    pub const fn fixed_cost(mut self, cost: u64) -> Self {
+    #[doc(hidden)]
+    pub const fn with_fixed_cost(mut self, cost: u64) -> Self {
         self.cost = Some(cost);
         self
     }
     /// `cost = <expr>`.
-    pub const fn dynamic_cost(mut self) -> Self {
+    #[doc(hidden)]
+    pub const fn with_dynamic_cost(mut self) -> Self {
         self.cost = None;
         self
     }
 
     /// The fn's own limit, if it sets one.
-    pub fn get_limit(&self) -> Option<u64> {
+    pub fn limit(&self) -> Option<u64> {
         self.limit
     }
     /// The fn's own window, if it sets one.
-    pub fn get_window(&self) -> Option<Duration> {
+    pub fn window(&self) -> Option<Duration> {
         self.window
     }
     /// The fn's own burst, if it sets one.
-    pub fn get_burst(&self) -> Option<u64> {
+    pub fn burst(&self) -> Option<u64> {
         self.burst
     }
     /// The fn's own strategy, if it sets one.
-    pub fn get_strategy(&self) -> Option<Strategy> {
+    pub fn strategy(&self) -> Option<Strategy> {
         self.strategy
     }
     /// The tier.
-    pub fn get_tier(&self) -> TierSpec {
+    pub fn tier(&self) -> TierSpec {
         self.tier
     }
     /// Whether calls are counted per key (`key = ...`) rather than in one budget.
@@ -136,7 +145,7 @@ impl Spec {
         self.keyed
     }
     /// The fixed cost of a call; `None` when it is computed per call.
-    pub fn get_cost(&self) -> Option<u64> {
+    pub fn cost(&self) -> Option<u64> {
         self.cost
     }
 

@@ -14,7 +14,7 @@
 //!     fn __ratelimit_here() -> &'static str { type_name_of_val(&__ratelimit_here) }
 //!     static __RATELIMIT_DECLARATION: Declaration = Declaration::new(
 //!         __ratelimit_here, None, file!(), line!(),
-//!         Spec::new().limit(10).window_nanos(60_000_000_000).keyed(),
+//!         Spec::new().with_limit(10).with_window_nanos(60_000_000_000).with_key(),
 //!     );
 //!     inventory::submit! { Registered(&__RATELIMIT_DECLARATION) }
 //!     {
@@ -126,34 +126,34 @@ fn body(args: &Args, sig: &Signature, block: &Block) -> syn::Result<Block> {
     let mut spec = quote!(#k::__private::Spec::new());
     if let Some(limit) = args.limit {
         let limit = Literal::u64_suffixed(limit);
-        spec = quote!(#spec.limit(#limit));
+        spec = quote!(#spec.with_limit(#limit));
     }
     if let Some(window) = args.window {
         let nanos = Literal::u64_suffixed(window.as_nanos() as u64);
-        spec = quote!(#spec.window_nanos(#nanos));
+        spec = quote!(#spec.with_window_nanos(#nanos));
     }
     if let Some(burst) = args.burst {
         let burst = Literal::u64_suffixed(burst);
-        spec = quote!(#spec.burst(#burst));
+        spec = quote!(#spec.with_burst(#burst));
     }
     if let Some(strategy) = args.strategy {
         let strategy = strategy_tokens(strategy, &k)?;
-        spec = quote!(#spec.strategy(#strategy));
+        spec = quote!(#spec.with_strategy(#strategy));
     }
     match &args.tier {
         Tier::Default => {}
-        Tier::Static(name) => spec = quote!(#spec.static_tier(#name)),
-        Tier::Dynamic(_) => spec = quote!(#spec.dynamic_tier()),
+        Tier::Static(name) => spec = quote!(#spec.with_static_tier(#name)),
+        Tier::Dynamic(_) => spec = quote!(#spec.with_dynamic_tier()),
     }
     if args.key.is_some() {
-        spec = quote!(#spec.keyed());
+        spec = quote!(#spec.with_key());
     }
     match &args.cost {
         Cost::Fixed(cost) => {
             let cost = Literal::u64_suffixed(*cost);
-            spec = quote!(#spec.fixed_cost(#cost));
+            spec = quote!(#spec.with_fixed_cost(#cost));
         }
-        Cost::Dynamic(_) => spec = quote!(#spec.dynamic_cost()),
+        Cost::Dynamic(_) => spec = quote!(#spec.with_dynamic_cost()),
     }
     let name = match &args.name {
         Some(name) => quote!(::core::option::Option::Some(#name)),
