@@ -188,20 +188,21 @@ impl Spec {
 impl fmt::Display for Spec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match (self.limit, self.tier) {
-            (Some(limit), _) => {
+            (Some(limit), tier) => {
                 write!(f, "{limit} per ")?;
                 match self.window {
                     Some(w) => f.write_str(&format_window(w))?,
                     None => f.write_str("default window")?,
                 }
+                match tier {
+                    TierSpec::Default => {}
+                    TierSpec::Static(t) => write!(f, ", tier {t:?}")?,
+                    TierSpec::Dynamic => f.write_str(", tier chosen per call")?,
+                }
             }
             (None, TierSpec::Default) => f.write_str("module default")?,
-            (None, _) => f.write_str("tier limit")?,
-        }
-        match self.tier {
-            TierSpec::Default => {}
-            TierSpec::Static(t) => write!(f, ", tier {t:?}")?,
-            TierSpec::Dynamic => f.write_str(", tier chosen per call")?,
+            (None, TierSpec::Static(t)) => write!(f, "tier {t:?}")?,
+            (None, TierSpec::Dynamic) => f.write_str("tier chosen per call")?,
         }
         if let Some(b) = self.burst {
             write!(f, ", burst {b}")?;
@@ -807,6 +808,39 @@ pub fn refuse<R: Refusal>(error: Error) -> R {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn specs_read_like_the_attribute() {
+        let cases = [
+            (Spec::new(), "module default, one budget"),
+            (
+                Spec::new()
+                    .with_limit(10)
+                    .with_window_nanos(60_000_000_000)
+                    .with_key(),
+                "10 per 1m, per key",
+            ),
+            (
+                Spec::new().with_static_tier("pro").with_fixed_cost(3),
+                "tier \"pro\", one budget, cost 3",
+            ),
+            (
+                Spec::new()
+                    .with_dynamic_tier()
+                    .with_strategy(Strategy::TokenBucket)
+                    .with_burst(2)
+                    .with_dynamic_cost(),
+                "tier chosen per call, burst 2, token-bucket, one budget, cost per call",
+            ),
+            (
+                Spec::new().with_limit(5).with_static_tier("free"),
+                "5 per default window, tier \"free\", one budget",
+            ),
+        ];
+        for (spec, text) in cases {
+            assert_eq!(spec.to_string(), text);
+        }
+    }
 
     #[test]
     fn function_paths_are_normalised() {
