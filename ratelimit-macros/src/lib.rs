@@ -105,7 +105,7 @@ mod expand;
 ///
 /// struct Api;
 ///
-/// #[rate_limit(limit = 1, window = "1s")] // first: sees the `async fn`s
+/// #[rate_limit(limit = 1, window = "1h")] // first: sees the `async fn`s
 /// #[async_trait::async_trait] // then: boxes them
 /// impl Service for Api {
 ///     async fn call(&self) -> Result<(), Error> {
@@ -187,7 +187,7 @@ pub fn throttle(args: TokenStream, item: TokenStream) -> TokenStream {
 ///
 /// struct Api;
 ///
-/// #[throttle(1)]
+/// #[throttle(1, "hour")]
 /// impl Api {
 ///     async fn search(&self) -> Result<(), Error> {
 ///         Ok(())
