@@ -80,6 +80,12 @@ pub enum Error {
         /// The function that was called.
         function: &'static str,
     },
+    /// `Module::init` was called while a module is running (drop or shut it down first).
+    #[error("a rate-limit module is already initialised: shut it down (or drop its handle) before calling `Module::init` again")]
+    AlreadyInitialized,
+    /// `Module::init` found rate-limited fns the configuration cannot enforce; lists every one.
+    #[error("{0}")]
+    Declarations(crate::registry::DeclarationErrors),
 }
 
 impl Error {

@@ -1,3 +1,215 @@
-//! Attribute macros for `ratelimit`. The macros arrive with the registry; this crate is the
-//! place they will live.
+//! Attribute macros for [`ratelimit`](https://docs.rs/ratelimit): `#[rate_limit]`,
+//! `#[throttle]` and `#[skip_throttle]`. Use them through the `ratelimit` crate, which
+//! re-exports them and provides the runtime they expand to.
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
+
+use proc_macro::TokenStream;
+
+mod attr;
+mod expand;
+
+/// Rate-limits an async fn, a method, or every async method of an `impl` block.
+///
+/// Each call first asks the running [`Module`] for a decision; a refused call returns
+/// `Err(ratelimit::Error)` through the fn's own `Result<T, E>` (so `E: From<ratelimit::Error>`)
+/// and its body does not run. Nothing is ever let through by accident: a call made before
+/// `Module::init` (or after the module is shut down) is refused with
+/// `Error::NotInitialized`, a dynamic tier that is not configured is refused, and a store that
+/// cannot answer refuses.
+///
+/// # Arguments
+///
+/// | argument | value | meaning |
+/// |---|---|---|
+/// | `limit` | integer | calls per window (default: the tier's, else the module's default limit) |
+/// | `window` | `"1m"`, `"500ms"`, `"1h30m"` | the window (default: the tier's, else the module's) |
+/// | `key` | any expression over the arguments, `Display` | one budget per key (default: one budget for the fn) |
+/// | `tier` | `"pro"`, or an expression giving `impl AsRef<str>` | a configured tier; a literal is checked at `init`, an expression per call |
+/// | `strategy` | `"fixed-window"`, `"sliding-window"`, `"sliding-window-counter"`, `"token-bucket"` | the algorithm |
+/// | `burst` | integer | extra calls on top of the limit |
+/// | `cost` | `u64` expression | what a call spends (default 1) |
+/// | `name` | `"budget"` | the budget's name (default: the fn's path, `module::Type::method`, or `<module::Type as module::Trait>::method` in a trait impl); fns sharing a name share a budget |
+/// | `crate` | `"path"` | where the `ratelimit` crate is, if renamed |
+///
+/// With no arguments, the fn is limited by the module's default tier, else its default limit
+/// (and `Module::init` fails if there is neither). Windows, strategies and numbers are checked
+/// at compile time, with the same parser the runtime uses.
+///
+/// Budgets are counted in the store under the budget name followed by the key, so two fns
+/// never share a key by accident. The default name comes from
+/// [`core::any::type_name`]-style paths, which the compiler may spell differently across
+/// versions: give a `name` to budgets that must survive a compiler upgrade in a shared store.
+///
+/// # Example
+///
+/// ```
+/// use ratelimit::{rate_limit, Error, Module, Tier};
+///
+/// struct Payments;
+///
+/// impl Payments {
+///     /// Charges a user: at most 2 charges per user per minute.
+///     #[rate_limit(limit = 2, window = "1m", key = user_id)]
+///     async fn charge(&self, user_id: &str, cents: u64) -> Result<u64, Error> {
+///         Ok(cents)
+///     }
+///
+///     /// Reports, under the caller's plan (a tier chosen at run time).
+///     #[rate_limit(tier = plan, key = user_id)]
+///     async fn report(&self, user_id: u64, plan: &str) -> Result<(), Error> {
+///         Ok(())
+///     }
+/// }
+///
+/// # futures::executor::block_on(async {
+/// let payments = Payments;
+/// // Before `init`, calls are refused, not allowed.
+/// assert!(matches!(
+///     payments.charge("ann", 5).await,
+///     Err(Error::NotInitialized { .. })
+/// ));
+///
+/// let module = Module::builder()
+///     .tier(Tier::new("free", 1).window("1h"))
+///     .init()?;
+/// assert_eq!(payments.charge("ann", 5).await?, 5);
+/// assert_eq!(payments.charge("ann", 6).await?, 6);
+/// let refused = payments.charge("ann", 7).await.unwrap_err();
+/// assert!(refused.retry_after().is_some());
+/// assert!(payments.charge("bob", 8).await.is_ok()); // another key, another budget
+///
+/// payments.report(1, "free").await?;
+/// assert!(matches!(payments.report(1, "gold").await, Err(Error::UnknownTier { .. })));
+/// drop(module);
+/// # Ok::<(), Error>(())
+/// # }).unwrap();
+/// ```
+///
+/// # On an `impl` block
+///
+/// Every `async fn` of the block gets the limit; a method's own `#[rate_limit]` or
+/// `#[throttle]` replaces it, and [`#[skip_throttle]`](macro@skip_throttle) exempts a method.
+/// Non-async methods are left alone. This also works for impls of traits with native
+/// `async fn`.
+///
+/// With `#[async_trait]`, put the limit on the impl block **above** `#[async_trait]`, so it
+/// sees the `async fn`s before they are rewritten:
+///
+/// ```
+/// use ratelimit::{rate_limit, Error, Module};
+///
+/// #[async_trait::async_trait]
+/// trait Service {
+///     async fn call(&self) -> Result<(), Error>;
+/// }
+///
+/// struct Api;
+///
+/// #[rate_limit(limit = 1, window = "1h")] // first: sees the `async fn`s
+/// #[async_trait::async_trait] // then: boxes them
+/// impl Service for Api {
+///     async fn call(&self) -> Result<(), Error> {
+///         Ok(())
+///     }
+/// }
+///
+/// # futures::executor::block_on(async {
+/// let _module = Module::builder().init()?;
+/// let api: Box<dyn Service> = Box::new(Api);
+/// api.call().await?;
+/// assert!(api.call().await.is_err());
+/// # Ok::<(), Error>(())
+/// # }).unwrap();
+/// ```
+///
+/// The other order does not compile: `#[async_trait]` turns the methods into plain fns
+/// returning a boxed future before `#[rate_limit]` sees them, and the error says so.
+///
+/// # Compile errors
+///
+/// A non-async or `const` fn, an unknown or duplicate argument, a bad window, a negative or
+/// non-integer limit, an unknown strategy, or a return type that cannot carry the refusal
+/// (anything but `Result<_, E>` with `E: From<ratelimit::Error>`) is a compile error on the
+/// offending token.
+///
+/// [`Module`]: https://docs.rs/ratelimit/latest/ratelimit/struct.Module.html
+#[proc_macro_attribute]
+pub fn rate_limit(args: TokenStream, item: TokenStream) -> TokenStream {
+    expand::entry(
+        attr::Args::rate_limit(args.into()),
+        item.into(),
+        "`#[rate_limit]`",
+    )
+    .into()
+}
+
+/// `#[throttle(n)]`: at most `n` calls per second; `#[throttle(n, "minute")]` per minute
+/// (`"second"`, `"minute"`, `"hour"`, `"day"`).
+///
+/// The same as `#[rate_limit(limit = n, window = "1s")]`, and usable in the same places (fns,
+/// methods, `impl` blocks). Other `#[rate_limit]` arguments may follow:
+/// `#[throttle(5, "minute", key = user_id)]`.
+///
+/// ```
+/// use ratelimit::{throttle, Error, Module};
+///
+/// #[throttle(2, "minute")]
+/// async fn ping() -> Result<&'static str, Error> {
+///     Ok("pong")
+/// }
+///
+/// # futures::executor::block_on(async {
+/// let _module = Module::builder().init()?;
+/// assert_eq!(ping().await?, "pong");
+/// assert_eq!(ping().await?, "pong");
+/// assert!(matches!(ping().await, Err(Error::Exceeded(_))));
+/// # Ok::<(), Error>(())
+/// # }).unwrap();
+/// ```
+#[proc_macro_attribute]
+pub fn throttle(args: TokenStream, item: TokenStream) -> TokenStream {
+    expand::entry(
+        attr::Args::throttle(args.into()),
+        item.into(),
+        "`#[throttle]`",
+    )
+    .into()
+}
+
+/// Exempts one method of an `impl` block annotated with `#[rate_limit]` or `#[throttle]`.
+///
+/// The impl block's attribute removes it, so it needs no `use` (importing it would be an unused
+/// import). Anywhere else (a free fn, a method of a block without a limit, or next to a limit on the
+/// same fn) it is a compile error: it never silently does nothing.
+///
+/// ```
+/// use ratelimit::{throttle, Error, Module};
+///
+/// struct Api;
+///
+/// #[throttle(1, "hour")]
+/// impl Api {
+///     async fn search(&self) -> Result<(), Error> {
+///         Ok(())
+///     }
+///
+///     #[skip_throttle]
+///     async fn health(&self) -> Result<(), Error> {
+///         Ok(())
+///     }
+/// }
+///
+/// # futures::executor::block_on(async {
+/// let _module = Module::builder().init()?;
+/// Api.search().await?;
+/// assert!(Api.search().await.is_err());
+/// for _ in 0..10 {
+///     Api.health().await?; // never limited, works without a module too
+/// }
+/// # Ok::<(), Error>(())
+/// # }).unwrap();
+/// ```
+#[proc_macro_attribute]
+pub fn skip_throttle(args: TokenStream, item: TokenStream) -> TokenStream {
+    expand::skip(args.into(), item.into()).into()
+}

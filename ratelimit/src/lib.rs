@@ -20,6 +20,67 @@
 //! # Ok::<(), ratelimit::Error>(())
 //! # }).unwrap();
 //! ```
+//!
+//! # Attribute macros
+//!
+//! [`macro@rate_limit`], [`macro@throttle`] and [`macro@skip_throttle`] limit any async fn or
+//! method through the process-wide [`Module`]. [`Module::builder`] takes every
+//! [`ConfigBuilder`] option; `init` checks every annotated fn in the binary against the
+//! configuration ([`declarations`] lists them) and fails with all the problems at once.
+//! Dropping the module shuts it down; an annotated fn called with no module running is refused
+//! with [`Error::NotInitialized`], never let through.
+//!
+//! ```
+//! use ratelimit::{rate_limit, Error, Module, Tier};
+//!
+//! #[rate_limit(tier = "pro", key = account)]
+//! async fn report(account: u64) -> Result<String, Error> {
+//!     Ok(format!("report for {account}"))
+//! }
+//!
+//! # futures::executor::block_on(async {
+//! let module = Module::builder().tier(Tier::new("pro", 2).window("1m")).init()?;
+//! report(1).await?;
+//! report(1).await?;
+//! assert!(matches!(report(1).await, Err(Error::Exceeded(_))));
+//! let budget = ratelimit::declarations()[0].budget(); // `<crate>::<module>::report`
+//! assert_eq!(module.stats().by_method[budget].denied, 1);
+//! drop(module);
+//! assert!(matches!(report(1).await, Err(Error::NotInitialized { .. })));
+//! # Ok::<(), Error>(())
+//! # }).unwrap();
+//! ```
+//!
+//! # Testing annotated code
+//!
+//! Tests share one process, so a global module would leak between them. A
+//! [`testing::TestModule`] runs on a [`ManualClock`] and applies only to the futures run in
+//! its [`scope`](testing::TestModule::scope):
+//!
+//! ```
+//! use ratelimit::testing::TestModule;
+//! use ratelimit::{throttle, Error, Module};
+//! use std::time::Duration;
+//!
+//! #[throttle(1)]
+//! async fn ping() -> Result<(), Error> {
+//!     Ok(())
+//! }
+//!
+//! # futures::executor::block_on(async {
+//! let module = TestModule::new(Module::builder())?;
+//! module.scope(async {
+//!     ping().await?;
+//!     assert!(ping().await.is_err());
+//!     Ok::<(), Error>(())
+//! }).await?;
+//! module.clock().advance(Duration::from_secs(1));
+//! module.scope(ping()).await?;
+//! // Outside any scope (and with no module running), the fn is refused.
+//! assert!(matches!(ping().await, Err(Error::NotInitialized { .. })));
+//! # Ok::<(), Error>(())
+//! # }).unwrap();
+//! ```
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
 
 pub use ratelimit_core::{
@@ -31,7 +92,22 @@ pub use ratelimit_core::{
 #[cfg(feature = "redis")]
 pub use ratelimit_core::{FailurePolicy, RedisOptions, RedisStore};
 
+pub use ratelimit_core::{
+    check_declarations, declarations, testing, Declaration, DeclarationErrors, DeclarationProblem,
+    Module, ModuleBuilder, Spec, TierSpec,
+};
+pub use ratelimit_macros::{rate_limit, skip_throttle, throttle};
+
+/// What the attribute macros expand to. Not public API: it may change in any release.
+#[doc(hidden)]
+pub mod __private {
+    pub use inventory;
+    pub use ratelimit_core::__private::{acquire, key, refuse, Refusal, Registered};
+    pub use ratelimit_core::{Declaration, Spec, Strategy};
+}
+
 /// The names most programs need.
 pub mod prelude {
+    pub use crate::{rate_limit, throttle, Module};
     pub use crate::{Config, Decision, Error, Options, Quota, RateLimitService, Strategy, Tier};
 }

@@ -1,0 +1,118 @@
+//! Running annotated fns in tests: a module of their own, on a [`ManualClock`], isolated per
+//! test.
+//!
+//! Tests run on parallel threads of one process, so one test's global [`Module`] would be
+//! every test's. A [`TestModule`] is never installed globally: [`TestModule::scope`] wraps a
+//! future so that, while it is polled, annotated fns called from it use this module (like a
+//! task-local). Other tests, and code outside the scope, do not see it; tasks *spawned* from
+//! inside the scope do not inherit it either (wrap them with `scope` too).
+//!
+//! ```
+//! use ratelimit_core::testing::TestModule;
+//! use ratelimit_core::{Module, Options};
+//! use std::time::Duration;
+//!
+//! # futures::executor::block_on(async {
+//! let module = TestModule::new(Module::builder().default_limit(2).default_window("1m"))?;
+//! module.scope(async {
+//!     // Annotated fns called here are limited by `module`.
+//! }).await;
+//! let service = module.service();
+//! assert!(service.consume("k", &Options::new()).await?.allowed);
+//! module.clock().advance(Duration::from_secs(60));
+//! # Ok::<(), ratelimit_core::Error>(())
+//! # }).unwrap();
+//! ```
+//!
+//! [`Module`]: crate::Module
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use crate::clock::ManualClock;
+use crate::error::Error;
+use crate::registry::{replace_scoped, ModuleBuilder};
+use crate::service::RateLimitService;
+use crate::stats::Stats;
+
+/// Where a [`TestModule`]'s clock starts: a fixed, round instant (one million seconds after
+/// the epoch), so windows line up the same way in every run.
+pub const START: Duration = Duration::from_secs(1_000_000);
+
+/// A module for one test: its own service and [`ManualClock`], used by annotated fns only
+/// inside [`scope`](Self::scope).
+///
+/// Built like a [`Module`](crate::Module), and checked the same way: every declaration in the
+/// test binary must be enforceable under its configuration.
+#[derive(Debug, Clone)]
+pub struct TestModule {
+    service: RateLimitService,
+    clock: ManualClock,
+}
+
+impl TestModule {
+    /// Builds the module on a [`ManualClock`] standing at [`START`] (the builder's own clock,
+    /// if it set one, is replaced).
+    pub fn new(builder: ModuleBuilder) -> Result<TestModule, Error> {
+        let clock = ManualClock::new(START);
+        let service = builder.clock(clock.clone()).build_checked()?;
+        Ok(TestModule { service, clock })
+    }
+
+    /// The clock: advance it to move the module's time.
+    pub fn clock(&self) -> &ManualClock {
+        &self.clock
+    }
+
+    /// The service.
+    pub fn service(&self) -> &RateLimitService {
+        &self.service
+    }
+
+    /// The counters, per fn in `by_method`.
+    pub fn stats(&self) -> Stats {
+        self.service.stats()
+    }
+
+    /// Runs `future` with this module as the one annotated fns use.
+    pub fn scope<F: Future>(&self, future: F) -> Scoped<F> {
+        Scoped {
+            service: self.service.clone(),
+            future: Box::pin(future),
+        }
+    }
+}
+
+/// A future run under a [`TestModule`]; see [`TestModule::scope`].
+#[must_use = "futures do nothing unless polled"]
+pub struct Scoped<F> {
+    service: RateLimitService,
+    future: Pin<Box<F>>,
+}
+
+impl<F> std::fmt::Debug for Scoped<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scoped").finish_non_exhaustive()
+    }
+}
+
+/// Puts the previous scope back even if the inner future panics.
+struct Restore(Option<RateLimitService>);
+
+impl Drop for Restore {
+    fn drop(&mut self) {
+        replace_scoped(self.0.take());
+    }
+}
+
+impl<F: Future> Future for Scoped<F> {
+    type Output = F::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let service = self.service.clone();
+        let _restore = Restore(replace_scoped(Some(service)));
+        self.future.as_mut().poll(cx)
+    }
+}

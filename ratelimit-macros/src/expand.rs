@@ -1,0 +1,408 @@
+//! Generating the rate-limited fn.
+//!
+//! Input:
+//!
+//! ```text
+//! #[rate_limit(limit = 10, window = "1m", key = user.id)]
+//! pub async fn charge(&self, user: &User) -> Result<Receipt, AppError> { BODY }
+//! ```
+//!
+//! Output (paths shortened; every one is absolute in the real expansion):
+//!
+//! ```text
+//! pub async fn charge(&self, user: &User) -> Result<Receipt, AppError> {
+//!     fn __ratelimit_here() -> &'static str { type_name_of_val(&__ratelimit_here) }
+//!     static __RATELIMIT_DECLARATION: Declaration = Declaration::new(
+//!         __ratelimit_here, None, file!(), line!(),
+//!         Spec::new().with_limit(10).with_window_nanos(60_000_000_000).with_key(),
+//!     );
+//!     inventory::submit! { Registered(&__RATELIMIT_DECLARATION) }
+//!     {
+//!         let __ratelimit_key = Some(key(&__RATELIMIT_DECLARATION, &(user.id)));
+//!         let __ratelimit_tier = None;
+//!         let __ratelimit_cost: u64 = 1;
+//!         if let Err(e) = acquire(&__RATELIMIT_DECLARATION, __ratelimit_key.as_deref(), __ratelimit_tier, __ratelimit_cost).await {
+//!             return <Result<Receipt, AppError> as Refusal>::refusal(e);
+//!         }
+//!     }
+//!     { BODY }
+//! }
+//! ```
+//!
+//! The signature is re-emitted untouched and the body stays inside the same fn, so `self`,
+//! `Self`, generics, where-clauses and lifetimes keep working. The key, tier and cost
+//! expressions are evaluated (by reference) before the body, which may move the arguments.
+//! The body is its own block: a `use` inside it cannot shadow the paths used here.
+
+use proc_macro2::{Literal, Span, TokenStream, TokenTree};
+use quote::{quote, quote_spanned, ToTokens};
+use syn::spanned::Spanned;
+use syn::{Attribute, Block, ImplItem, ItemFn, ItemImpl, ReturnType, Signature};
+
+use ratelimit_core::Strategy;
+
+use crate::attr::{self, Args, Cost, Errors, Kind, Tier};
+
+/// Checks that `sig` can be rate limited: an async, non-const fn returning something.
+fn check_signature(sig: &Signature, what: &str) -> syn::Result<()> {
+    if let Some(token) = &sig.constness {
+        return Err(syn::Error::new(
+            token.span,
+            format!("{what} cannot be used on a `const fn`: a rate limit is decided at run time"),
+        ));
+    }
+    if sig.asyncness.is_none() {
+        return Err(syn::Error::new(
+            sig.fn_token.span,
+            format!(
+                "{what} only applies to `async fn`s: the limiter may have to wait for its store\n\
+                 (with `#[async_trait]`, put the attribute on the impl block, above `#[async_trait]`)"
+            ),
+        ));
+    }
+    if let ReturnType::Default = sig.output {
+        return Err(syn::Error::new(
+            sig.paren_token.span.close(),
+            format!(
+                "{what} needs the fn to return `Result<_, E>` where `E: From<ratelimit::Error>`, \
+                 so that a refused call can say so: add `-> Result<(), ratelimit::Error>`"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Rejects our attributes left on a fn that is being rewritten: a second limit, or a
+/// `#[skip_throttle]` next to a limit.
+fn check_attrs(attrs: &[Attribute], what: &str) -> syn::Result<()> {
+    let mut errors = Errors::default();
+    for a in attrs {
+        match attr::kind(a) {
+            Some(Kind::Skip) => errors.push(syn::Error::new_spanned(
+                a,
+                format!("`#[skip_throttle]` exempts a fn from its impl block's limit; it cannot be combined with {what} on the same fn"),
+            )),
+            Some(_) => errors.push(syn::Error::new_spanned(
+                a,
+                "a fn takes one rate-limit attribute (`#[rate_limit]` or `#[throttle]`)",
+            )),
+            None => {}
+        }
+    }
+    errors.finish()
+}
+
+fn strategy_tokens(strategy: Strategy, krate: &TokenStream) -> syn::Result<TokenStream> {
+    let variant = match strategy {
+        Strategy::FixedWindow => quote!(FixedWindow),
+        Strategy::SlidingWindow => quote!(SlidingWindow),
+        Strategy::SlidingWindowCounter => quote!(SlidingWindowCounter),
+        Strategy::TokenBucket => quote!(TokenBucket),
+        other => {
+            return Err(syn::Error::new(
+                Span::call_site(),
+                format!("strategy {other} is not supported by this version of the macros"),
+            ))
+        }
+    };
+    Ok(quote!(#krate::__private::Strategy::#variant))
+}
+
+fn contains_impl(tokens: TokenStream) -> bool {
+    tokens.into_iter().any(|t| match t {
+        TokenTree::Ident(i) => i == "impl",
+        TokenTree::Group(g) => contains_impl(g.stream()),
+        _ => false,
+    })
+}
+
+/// The new body of a rate-limited fn: the declaration, the check, then the original body.
+fn body(args: &Args, sig: &Signature, block: &Block) -> syn::Result<Block> {
+    let k = args.krate();
+    let mixed = Span::mixed_site();
+    let decl = syn::Ident::new("__RATELIMIT_DECLARATION", mixed);
+    let here = syn::Ident::new("__ratelimit_here", mixed);
+
+    let mut spec = quote!(#k::__private::Spec::new());
+    if let Some(limit) = args.limit {
+        let limit = Literal::u64_suffixed(limit);
+        spec = quote!(#spec.with_limit(#limit));
+    }
+    if let Some(window) = args.window {
+        let nanos = Literal::u64_suffixed(window.as_nanos() as u64);
+        spec = quote!(#spec.with_window_nanos(#nanos));
+    }
+    if let Some(burst) = args.burst {
+        let burst = Literal::u64_suffixed(burst);
+        spec = quote!(#spec.with_burst(#burst));
+    }
+    if let Some(strategy) = args.strategy {
+        let strategy = strategy_tokens(strategy, &k)?;
+        spec = quote!(#spec.with_strategy(#strategy));
+    }
+    match &args.tier {
+        Tier::Default => {}
+        Tier::Static(name) => spec = quote!(#spec.with_static_tier(#name)),
+        Tier::Dynamic(_) => spec = quote!(#spec.with_dynamic_tier()),
+    }
+    if args.key.is_some() {
+        spec = quote!(#spec.with_key());
+    }
+    match &args.cost {
+        Cost::Fixed(cost) => {
+            let cost = Literal::u64_suffixed(*cost);
+            spec = quote!(#spec.with_fixed_cost(#cost));
+        }
+        Cost::Dynamic(_) => spec = quote!(#spec.with_dynamic_cost()),
+    }
+    let name = match &args.name {
+        Some(name) => quote!(::core::option::Option::Some(#name)),
+        None => quote!(::core::option::Option::None),
+    };
+    let location = sig.ident.span();
+    let file = quote_spanned!(location=> ::core::file!());
+    let line = quote_spanned!(location=> ::core::line!());
+
+    let key_var = syn::Ident::new("__ratelimit_key", mixed);
+    let tier_value = syn::Ident::new("__ratelimit_tier_value", mixed);
+    let tier_var = syn::Ident::new("__ratelimit_tier", mixed);
+    let cost_var = syn::Ident::new("__ratelimit_cost", mixed);
+    let error_var = syn::Ident::new("__ratelimit_error", mixed);
+
+    let key = match &args.key {
+        Some(expr) => quote_spanned! {expr.span()=>
+            let #key_var: ::core::option::Option<::std::string::String> =
+                ::core::option::Option::Some(#k::__private::key(&#decl, &(#expr)));
+        },
+        None => quote! {
+            let #key_var: ::core::option::Option<::std::string::String> = ::core::option::Option::None;
+        },
+    };
+    let tier = match &args.tier {
+        Tier::Dynamic(expr) => quote_spanned! {expr.span()=>
+            let #tier_value = &(#expr);
+            let #tier_var: ::core::option::Option<&str> =
+                ::core::option::Option::Some(::core::convert::AsRef::<str>::as_ref(#tier_value));
+        },
+        _ => quote! {
+            let #tier_var: ::core::option::Option<&str> = ::core::option::Option::None;
+        },
+    };
+    let cost = match &args.cost {
+        Cost::Dynamic(expr) => quote_spanned!(expr.span()=> let #cost_var: u64 = #expr;),
+        Cost::Fixed(n) => {
+            let n = Literal::u64_suffixed(*n);
+            quote!(let #cost_var: u64 = #n;)
+        }
+    };
+    let refusal = match &sig.output {
+        ReturnType::Type(_, ty) if !contains_impl(ty.to_token_stream()) => {
+            let span = ty.span();
+            let refusal = quote_spanned!(span=> #k::__private::Refusal);
+            quote_spanned!(span=> <#ty as #refusal>::refusal(#error_var))
+        }
+        ReturnType::Type(_, ty) => {
+            quote_spanned!(ty.span()=> #k::__private::refuse(#error_var))
+        }
+        ReturnType::Default => unreachable!("checked by check_signature"),
+    };
+
+    let stmts = &block.stmts;
+    let tokens = quote! {
+        fn #here() -> &'static str {
+            ::core::any::type_name_of_val(&#here)
+        }
+        static #decl: #k::__private::Declaration = #k::__private::Declaration::new(
+            #here, #name, #file, #line, #spec,
+        );
+        #k::__private::inventory::submit! {
+            #k::__private::Registered(&#decl)
+        }
+        {
+            #key
+            #tier
+            #cost
+            if let ::core::result::Result::Err(#error_var) = #k::__private::acquire(
+                &#decl,
+                ::core::option::Option::as_deref(&#key_var),
+                #tier_var,
+                #cost_var,
+            ).await {
+                return #refusal;
+            }
+        }
+        { #(#stmts)* }
+    };
+    // Keep the original braces: a body whose braces come from the macro makes the compiler
+    // treat the fn as generated and skip lints such as `dead_code` on it.
+    Ok(Block {
+        brace_token: block.brace_token,
+        stmts: syn::parse::Parser::parse2(Block::parse_within, tokens)?,
+    })
+}
+
+/// `#[rate_limit]` / `#[throttle]` on a fn (free, or a method annotated on its own).
+pub(crate) fn function(args: syn::Result<Args>, mut item: ItemFn, what: &str) -> TokenStream {
+    let mut errors = Errors::default();
+    let args = args.map_err(|e| errors.push(e)).ok();
+    if let Err(e) = check_signature(&item.sig, what) {
+        errors.push(e);
+    }
+    if let Err(e) = check_attrs(&item.attrs, what) {
+        errors.push(e);
+    }
+    if let (true, Some(args)) = (errors.is_empty(), args) {
+        match body(&args, &item.sig, &item.block) {
+            Ok(block) => {
+                *item.block = block;
+                return item.into_token_stream();
+            }
+            Err(e) => errors.push(e),
+        }
+    }
+    // Our other attributes would only add secondary errors.
+    item.attrs.retain(|a| attr::kind(a).is_none());
+    with_errors(item.into_token_stream(), errors)
+}
+
+/// The original item plus the errors, so the rest of the crate (and IDEs) still see the fn.
+pub(crate) fn with_errors(item: TokenStream, errors: Errors) -> TokenStream {
+    let errors = errors.finish().err().map(|e| e.to_compile_error());
+    quote!(#item #errors)
+}
+
+/// `#[rate_limit]` / `#[throttle]` on an `impl` block: every async method gets `args`, a
+/// method's own attribute overrides it, `#[skip_throttle]` exempts a method.
+pub(crate) fn impl_block(args: syn::Result<Args>, mut item: ItemImpl, what: &str) -> TokenStream {
+    let mut errors = Errors::default();
+    let args = args.map_err(|e| errors.push(e)).ok();
+    for impl_item in &mut item.items {
+        let ImplItem::Fn(method) = impl_item else {
+            continue;
+        };
+        let mut own: Option<(Kind, Attribute)> = None;
+        let mut skip: Option<Attribute> = None;
+        let mut kept = Vec::with_capacity(method.attrs.len());
+        for a in method.attrs.drain(..) {
+            match attr::kind(&a) {
+                Some(Kind::Skip) if skip.is_none() => skip = Some(a),
+                Some(kind) if kind != Kind::Skip && own.is_none() => own = Some((kind, a)),
+                Some(_) => errors.push(syn::Error::new_spanned(
+                    &a,
+                    "a fn takes one rate-limit attribute (`#[rate_limit]`, `#[throttle]` or `#[skip_throttle]`)",
+                )),
+                None => kept.push(a),
+            }
+        }
+        method.attrs = kept;
+        let method_args = match (own, &skip) {
+            (Some((_, _)), Some(skip)) => {
+                errors.push(syn::Error::new_spanned(
+                    skip,
+                    "`#[skip_throttle]` exempts a fn from its impl block's limit; it cannot be combined with a limit on the same fn",
+                ));
+                continue;
+            }
+            (None, Some(_)) => continue,
+            (Some((kind, a)), None) => {
+                let own_what = match kind {
+                    Kind::Throttle => "`#[throttle]`",
+                    _ => "`#[rate_limit]`",
+                };
+                if let Err(e) = check_signature(&method.sig, own_what) {
+                    errors.push(e);
+                    continue;
+                }
+                match attr::parse_attr(&a, kind) {
+                    Ok(mut own) => {
+                        if own.krate.is_none() {
+                            own.krate = args.as_ref().and_then(|a| a.krate.clone());
+                        }
+                        own
+                    }
+                    Err(e) => {
+                        errors.push(e);
+                        continue;
+                    }
+                }
+            }
+            (None, None) => {
+                if method.sig.asyncness.is_none() {
+                    continue;
+                }
+                if let Err(e) = check_signature(&method.sig, what) {
+                    errors.push(e);
+                    continue;
+                }
+                match &args {
+                    Some(args) => args.clone(),
+                    None => continue,
+                }
+            }
+        };
+        match body(&method_args, &method.sig, &method.block) {
+            Ok(block) => method.block = block,
+            Err(e) => errors.push(e),
+        }
+    }
+    with_errors(item.into_token_stream(), errors)
+}
+
+/// Any item given to `#[rate_limit]` / `#[throttle]`.
+pub(crate) fn entry(args: syn::Result<Args>, item: TokenStream, what: &str) -> TokenStream {
+    match syn::parse2::<syn::Item>(item.clone()) {
+        Ok(syn::Item::Fn(f)) => function(args, f, what),
+        Ok(syn::Item::Impl(i)) => impl_block(args, i, what),
+        Ok(other) => {
+            let span = match &other {
+                syn::Item::Struct(s) => s.struct_token.span,
+                syn::Item::Enum(e) => e.enum_token.span,
+                syn::Item::Trait(t) => t.trait_token.span,
+                syn::Item::Mod(m) => m.mod_token.span,
+                syn::Item::Const(c) => c.const_token.span,
+                syn::Item::Static(s) => s.static_token.span,
+                other => other.span(),
+            };
+            let mut errors = Errors::default();
+            errors.push(syn::Error::new(
+                span,
+                format!("{what} applies to an `async fn` (free or a method, with a body) or to an `impl` block"),
+            ));
+            with_errors(item, errors)
+        }
+        Err(e) => {
+            let mut errors = Errors::default();
+            errors.push(e);
+            with_errors(item, errors)
+        }
+    }
+}
+
+/// `#[skip_throttle]` outside an impl block that has a limit: always an error, since the impl
+/// block's attribute removes it before it would run.
+pub(crate) fn skip(args: TokenStream, item: TokenStream) -> TokenStream {
+    let mut errors = Errors::default();
+    if !args.is_empty() {
+        errors.push(syn::Error::new_spanned(
+            &args,
+            "`#[skip_throttle]` takes no arguments",
+        ));
+    }
+    let combined = syn::parse2::<ItemFn>(item.clone())
+        .map(|f| {
+            f.attrs
+                .iter()
+                .any(|a| matches!(attr::kind(a), Some(Kind::RateLimit | Kind::Throttle)))
+        })
+        .unwrap_or(false);
+    errors.push(syn::Error::new(
+        Span::call_site(),
+        if combined {
+            "`#[skip_throttle]` exempts a fn from its impl block's limit; it cannot be combined with a limit on the same fn"
+        } else {
+            "`#[skip_throttle]` has no limit to skip: it only applies to methods of an `impl` block \
+             annotated with `#[rate_limit]` or `#[throttle]`"
+        },
+    ));
+    with_errors(item, errors)
+}

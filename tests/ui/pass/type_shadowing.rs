@@ -1,0 +1,33 @@
+//! Names the expansion uses, shadowed by the user's module and body, do not break it.
+#![allow(dead_code, unused_imports, non_camel_case_types)]
+
+use ratelimit::testing::TestModule;
+use ratelimit::Module;
+
+// Module-level shadows of prelude names (the expansion uses absolute paths).
+struct Option;
+struct String;
+type Some = ();
+mod core {}
+mod std {}
+
+#[ratelimit::rate_limit(limit = 2, window = "1m", key = n)]
+async fn shadowed(n: u64) -> ::core::result::Result<u64, ratelimit::Error> {
+    // A `use` in the body shadowing the expansion's names.
+    use ::std::fmt::Error as Declaration;
+    use ::std::vec::Vec as inventory;
+    struct u64;
+    struct str;
+    let __ratelimit_key = "user's own local";
+    let _ = (__ratelimit_key, u64, str);
+    ::core::result::Result::Ok(n)
+}
+
+fn main() {
+    let module = TestModule::new(Module::builder()).unwrap();
+    ::futures::executor::block_on(module.scope(async {
+        ::core::assert_eq!(shadowed(1).await.unwrap(), 1);
+        ::core::assert_eq!(shadowed(1).await.unwrap(), 1);
+        ::core::assert!(shadowed(1).await.is_err());
+    }));
+}
