@@ -314,10 +314,9 @@ impl RateLimitService {
             tier,
             ..Options::new()
         };
-        let scope = match self.tier_of(&options)? {
-            Some(i) => Some(&*self.inner.config.tiers()[i].name),
-            None => None,
-        };
+        let scope = self
+            .tier_of(&options)?
+            .map(|i| &*self.inner.config.tiers()[i].name);
         self.with_store_key(key, scope, |store_key| {
             match &self.inner.backend {
                 Backend::Memory(store) => store.reset(store_key),
