@@ -9,8 +9,9 @@
 //!
 //! Each case reads its own clock per call, as it would in production: `governor` its quanta
 //! clock inside `check_key`, ours [`SystemClock`] (the store takes `now` as an argument).
-//! `hot_key` also has one case with `now` computed outside the loop, to show what the clock
-//! read costs.
+//! Two more token-bucket cases split the store from its clock: `now given` reads the clock
+//! once, outside the loop; `quanta clock` reads governor's clock instead of ours. The `clock`
+//! group times the two clocks alone.
 //!
 //! Limits are huge so that every call is allowed (1e9 per second, one token per nanosecond,
 //! for both). The sliding log keeps one entry per admitted call, so its case uses a 10 ms
@@ -24,6 +25,8 @@
 //! ```text
 //! cargo bench -p ratelimit-core --bench memory -- --warm-up-time 1 --measurement-time 3
 //! ```
+//!
+//! `RL_KEYS=10000` (say) changes the key count of `keys_100k`, to see where caches end.
 
 use std::future::Future;
 use std::hint::black_box;
@@ -34,6 +37,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use governor::clock::Reference as _;
 use governor::{DefaultKeyedRateLimiter, Quota as GQuota, RateLimiter};
 use ratelimit_core::{
     Clock, Config, MemoryStore, Options, Quota, RateLimitService, Strategy, SystemClock, Tier,
@@ -116,6 +120,27 @@ fn cases() -> Vec<Case> {
             }),
         ));
     }
+    // The same call with `now` read once, outside the loop: what the store itself costs.
+    let store = MemoryStore::new();
+    let q = quota(Strategy::TokenBucket);
+    let now = SystemClock.now();
+    cases.push((
+        "store/token-bucket(now given)".into(),
+        Box::new(move |k| store.acquire(k, &q, 1, now).expect("decided").allowed),
+    ));
+    // The same call with `now` from governor's clock (quanta: an unfenced `rdtsc`, scaled)
+    // laid over the wall clock: ours with the clock governor reads.
+    let store = MemoryStore::new();
+    let quanta = governor::clock::DefaultClock::default();
+    let (wall, start) = (SystemClock.now(), governor::clock::Clock::now(&quanta));
+    cases.push((
+        "store/token-bucket(quanta clock)".into(),
+        Box::new(move |k| {
+            let elapsed = governor::clock::Clock::now(&quanta).duration_since(start);
+            let now = wall + elapsed.as_u64();
+            store.acquire(k, &q, 1, now).expect("decided").allowed
+        }),
+    ));
     let svc = service();
     cases.push((
         "service/consume(token-bucket)".into(),
@@ -134,20 +159,6 @@ fn hot_key(c: &mut Criterion) {
             b.iter(|| black_box(case(black_box(&key))))
         });
     }
-    // The same call without reading the clock, to show what the clock costs.
-    let store = MemoryStore::new();
-    let q = quota(Strategy::TokenBucket);
-    let now = SystemClock.now();
-    group.bench_function("store/token-bucket(now given)", |b| {
-        b.iter(|| {
-            black_box(
-                store
-                    .acquire(black_box(&key), &q, 1, black_box(now))
-                    .expect("decided")
-                    .allowed,
-            )
-        })
-    });
     group.finish();
 }
 
