@@ -39,11 +39,13 @@ impl Default for MemoryOptions {
 }
 
 // Each strategy has its own table of compact cells. A lookup among more keys than the CPU
-// caches hold costs one miss on the cell, so cells are kept to 32 bytes (two per cache line,
-// never straddling one): the key (16), when the key may be dropped (8), and what the
-// algorithm needs beyond that (8). Whatever a cell does not store is recovered from the
-// expiry and the quota's window. One enum for all four strategies plus the expiry took
-// 56 bytes and measured twice as slow as `governor` at 100,000 keys.
+// caches hold costs a miss on the cell, so cells are kept to half a cache line: the key (16
+// bytes), when the key may be dropped (8), and what the algorithm needs beyond that (8).
+// What a cell does not store is recovered from the expiry and the quota's window (a key
+// whose window changes between calls starts a new window unless the recovered start happens
+// to line up, as a stored start had to). One enum for all four strategies plus the expiry
+// took 56 bytes, straddled two lines most of the time, and measured 1.7 times governor's
+// time at 100,000 keys (BENCHMARKS.md).
 
 /// A key's state under one strategy, as stored.
 trait Cell: Sized {
