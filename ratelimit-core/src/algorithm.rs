@@ -26,8 +26,8 @@ pub struct Verdict {
 /// multiples of the window since the epoch so that every process agrees on the boundaries.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct FixedWindow {
-    start: Nanos,
-    count: u64,
+    pub(crate) start: Nanos,
+    pub(crate) count: u64,
 }
 
 impl FixedWindow {
@@ -153,9 +153,9 @@ impl SlidingLog {
 /// exact integer arithmetic, so `retry_after` is the first instant the estimate admits the call.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SlidingCounter {
-    start: Nanos,
-    current: u64,
-    previous: u64,
+    pub(crate) start: Nanos,
+    pub(crate) current: u64,
+    pub(crate) previous: u64,
 }
 
 impl SlidingCounter {
@@ -241,7 +241,7 @@ impl SlidingCounter {
 /// state. The bucket holds `limit + burst` tokens and gains one every `window / refill`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Gcra {
-    tat: Nanos,
+    pub(crate) tat: Nanos,
 }
 
 impl Gcra {
@@ -347,6 +347,32 @@ pub enum Undecidable {
     },
 }
 
+/// The checks made before any algorithm runs: an error for a cost that can never be admitted,
+/// a refusal for a capacity of zero, `None` when the algorithm decides.
+pub(crate) fn precheck(
+    now: Nanos,
+    quota: &Quota,
+    cost: u64,
+) -> Result<Option<Verdict>, Undecidable> {
+    let capacity = quota.capacity();
+    if cost == 0 {
+        return Err(Undecidable::ZeroCost);
+    }
+    if capacity == 0 {
+        let window = quota.window_nanos();
+        return Ok(Some(Verdict {
+            allowed: false,
+            remaining: 0,
+            reset_at: now + window,
+            retry_after: Some(window),
+        }));
+    }
+    if cost > capacity {
+        return Err(Undecidable::CostAboveCapacity { cost, capacity });
+    }
+    Ok(None)
+}
+
 /// Decides one call against `state`, switching the state to the quota's strategy if the key
 /// was last used with another one.
 ///
@@ -359,21 +385,8 @@ pub fn decide(
     cost: u64,
     commit: bool,
 ) -> Result<Verdict, Undecidable> {
-    let capacity = quota.capacity();
-    if cost == 0 {
-        return Err(Undecidable::ZeroCost);
-    }
-    if capacity == 0 {
-        let window = quota.window_nanos();
-        return Ok(Verdict {
-            allowed: false,
-            remaining: 0,
-            reset_at: now + window,
-            retry_after: Some(window),
-        });
-    }
-    if cost > capacity {
-        return Err(Undecidable::CostAboveCapacity { cost, capacity });
+    if let Some(verdict) = precheck(now, quota, cost)? {
+        return Ok(verdict);
     }
     if state.strategy() != quota.strategy {
         if !commit {

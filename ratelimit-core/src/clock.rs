@@ -4,7 +4,9 @@
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
+#[cfg(not(unix))]
+use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Nanoseconds since the Unix epoch: the one unit of time inside the crate.
 pub type Nanos = u64;
@@ -24,6 +26,20 @@ pub trait Clock: Send + Sync + fmt::Debug + 'static {
 pub struct SystemClock;
 
 impl Clock for SystemClock {
+    /// `CLOCK_REALTIME` read through the vDSO by `rustix` on Unix: the same clock as
+    /// `SystemTime::now()`, without its conversion to a `Duration` since the epoch, which
+    /// cost a third of the read (about 15 ns of 36) in `benches/memory.rs`.
+    #[cfg(unix)]
+    fn now(&self) -> Nanos {
+        let t = rustix::time::clock_gettime(rustix::time::ClockId::Realtime);
+        // A clock set before 1970 is a broken host; treat it as the epoch rather than panic.
+        let (Ok(secs), Ok(nanos)) = (u64::try_from(t.tv_sec), u64::try_from(t.tv_nsec)) else {
+            return 0;
+        };
+        secs.saturating_mul(1_000_000_000).saturating_add(nanos)
+    }
+
+    #[cfg(not(unix))]
     fn now(&self) -> Nanos {
         SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -72,5 +88,28 @@ impl ManualClock {
 impl Clock for ManualClock {
     fn now(&self) -> Nanos {
         self.now.load(Ordering::SeqCst)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{SystemTime, UNIX_EPOCH};
+
+    #[test]
+    fn system_clock_is_the_wall_clock() {
+        fn std_now() -> Nanos {
+            SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as Nanos
+        }
+        let before = std_now();
+        let ours = SystemClock.now();
+        let after = std_now();
+        assert!(
+            before <= ours && ours <= after,
+            "{before} <= {ours} <= {after}"
+        );
     }
 }

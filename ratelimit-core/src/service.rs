@@ -1,7 +1,7 @@
 //! [`RateLimitService`]: the API every other piece (macros, HTTP layer) goes through.
 
 use std::cell::RefCell;
-use std::fmt::{self, Write as _};
+use std::fmt;
 use std::hash::{BuildHasher, Hasher};
 
 use std::sync::Arc;
@@ -457,12 +457,12 @@ impl RateLimitService {
         KEY.with(|buf| {
             let mut buf = buf.borrow_mut();
             buf.clear();
-            let _ = write!(
-                buf,
-                "{}:{}:{key}",
-                self.inner.config.key_prefix(),
-                tier.unwrap_or("-")
-            );
+            // push_str, not write!: no formatting machinery on every call.
+            buf.push_str(self.inner.config.key_prefix());
+            buf.push(':');
+            buf.push_str(tier.unwrap_or("-"));
+            buf.push(':');
+            buf.push_str(key);
             f(&buf)
         })
     }
