@@ -218,3 +218,43 @@ proptest! {
         prop_assert!(!store.acquire("k", &q, 1, now).unwrap().allowed);
     }
 }
+
+/// Regression: callers read the clock before taking the key's lock, so a caller can arrive
+/// with a `now` older than the state a concurrent caller just wrote. Deciding it "in the past"
+/// reset the fixed window (and the counter) and let a second window's worth through.
+#[test]
+fn a_caller_with_an_older_now_cannot_reopen_a_closed_window() {
+    for strategy in Strategy::ALL {
+        let store = MemoryStore::new();
+        let q = Quota::per_second(1).with_strategy(strategy);
+        let boundary = 2_000_000 * 1_000 * MS;
+        assert!(
+            store.acquire("k", &q, 1, boundary).unwrap().allowed,
+            "{strategy}"
+        );
+        let late = store.acquire("k", &q, 1, boundary - MS).unwrap();
+        assert!(!late.allowed, "{strategy}: an older now was admitted");
+        assert!(
+            !store.acquire("k", &q, 1, boundary).unwrap().allowed,
+            "{strategy}"
+        );
+        assert!(
+            !store
+                .acquire("k", &q, 1, boundary + 999 * MS)
+                .unwrap()
+                .allowed,
+            "{strategy}"
+        );
+        // The next window is open again (the counter still weighs the previous one at its start).
+        let reopen = boundary + 1_000 * MS;
+        let reopen = if strategy == Strategy::SlidingWindowCounter {
+            reopen + 1_000 * MS
+        } else {
+            reopen
+        };
+        assert!(
+            store.acquire("k", &q, 1, reopen).unwrap().allowed,
+            "{strategy}"
+        );
+    }
+}

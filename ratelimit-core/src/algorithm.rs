@@ -33,6 +33,10 @@ pub struct FixedWindow {
 impl FixedWindow {
     /// Decides a call of weight `cost`; with `commit`, records it if allowed.
     pub fn decide(&mut self, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> Verdict {
+        // A caller whose `now` predates the recorded window (it read the clock before a
+        // concurrent caller moved the key to the next window) is decided in that window: going
+        // back would reset the count and admit a second window's worth.
+        let now = now.max(self.start);
         let window = quota.window_nanos();
         let start = now - now % window;
         let count = if self.start == start { self.count } else { 0 };
@@ -83,6 +87,9 @@ impl SlidingLog {
     /// Decides a call of weight `cost`; with `commit`, records it if allowed (and drops
     /// entries that have left the window).
     pub fn decide(&mut self, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> Verdict {
+        // Never decide before the newest hit: the log stays in time order, and a caller with a
+        // slightly older `now` cannot count hits that are already there as not yet made.
+        let now = self.hits.back().map_or(now, |&(t, _)| now.max(t));
         let window = quota.window_nanos();
         let live_from = |t: Nanos| t + window > now;
         if commit {
@@ -171,6 +178,8 @@ impl SlidingCounter {
 
     /// Decides a call of weight `cost`; with `commit`, records it if allowed.
     pub fn decide(&mut self, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> Verdict {
+        // As in the fixed window: an older `now` is decided in the recorded window.
+        let now = now.max(self.start);
         let window = quota.window_nanos();
         let w = window as u128;
         let start = now - now % window;
