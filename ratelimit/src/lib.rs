@@ -1,8 +1,9 @@
 //! Rate-limit any async function, in one process or across a fleet, and fail closed.
 //!
-//! This release carries the engine: [`RateLimitService`] over the in-memory store, four
-//! algorithms, tiers with burst, and statistics. See the README for the road ahead (attribute
-//! macros with a global registry, Redis, the HTTP layer).
+//! Annotate an async fn with [`macro@rate_limit`] or [`macro@throttle`], start a [`Module`] at
+//! start-up, and every call asks the limiter first. Underneath is [`RateLimitService`]: four
+//! algorithms, tiers with burst, statistics, over the in-memory store or (feature `redis`)
+//! Redis and Redis Cluster. The service is usable on its own, without any global state:
 //!
 //! ```
 //! use ratelimit::{Config, Options, RateLimitService, Strategy, Tier};
@@ -111,3 +112,8 @@ pub mod prelude {
     pub use crate::{rate_limit, throttle, Module};
     pub use crate::{Config, Decision, Error, Options, Quota, RateLimitService, Strategy, Tier};
 }
+
+/// The README's code blocks, compiled and run as doctests so the front page cannot rot.
+#[cfg(all(doctest, feature = "redis"))]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeDoctests;
