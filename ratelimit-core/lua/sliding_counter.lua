@@ -13,21 +13,9 @@
 --          times in microseconds since the epoch, retry_after in microseconds.
 -- The key expires when its counts stop mattering: two windows after the current one began.
 
-local function idiv(a, b) -- floor(a / b), exact for integers below 2^53
-  local q = math.floor(a / b)
-  if q * b > a then q = q - 1 elseif (q + 1) * b <= a then q = q + 1 end
-  return q
-end
-
--- Strings coerce to numbers in arithmetic: `x + 0` reads a number without the cost of a
--- call to tonumber(), which shows in Redis' CPU time per decision.
-local key = KEYS[1]
+-- `key`, `cost`, `commit`, `now` and `idiv` come from prelude.lua, loaded before this file.
 local window = ARGV[1] + 0
 local capacity = ARGV[2] + 0
-local cost = ARGV[3] + 0
-local commit = ARGV[4] == '1'
-local t = redis.call('TIME')
-local now = t[1] * 1000000 + t[2]
 
 local start = idiv(now, window) * window
 local elapsed = now - start

@@ -12,21 +12,9 @@
 --          times in microseconds since the epoch, retry_after in microseconds.
 -- The key expires at its tat, when the bucket is full again.
 
-local function idiv(a, b) -- floor(a / b), exact for integers below 2^53
-  local q = math.floor(a / b)
-  if q * b > a then q = q - 1 elseif (q + 1) * b <= a then q = q + 1 end
-  return q
-end
-
--- Strings coerce to numbers in arithmetic: `x + 0` reads a number without the cost of a
--- call to tonumber(), which shows in Redis' CPU time per decision.
-local key = KEYS[1]
+-- `key`, `cost`, `commit`, `now` and `idiv` come from prelude.lua, loaded before this file.
 local interval = ARGV[1] + 0
 local tolerance = ARGV[2] + 0
-local cost = ARGV[3] + 0
-local commit = ARGV[4] == '1'
-local t = redis.call('TIME')
-local now = t[1] * 1000000 + t[2]
 
 local tat = now
 -- Another strategy's state (or another type) under this key counts as a fresh key.

@@ -108,8 +108,9 @@ async fn main() {
     {
         // The store's fixed-window script called raw, same arguments as the store sends:
         // separates the store's client-side cost from the script's cost inside Redis.
-        let script = Arc::new(redis::Script::new(include_str!(
-            "../../ratelimit-core/lua/fixed_window.lua"
+        let script = Arc::new(redis::Script::new(concat!(
+            include_str!("../../ratelimit-core/lua/prelude.lua"),
+            include_str!("../../ratelimit-core/lua/fixed_window.lua")
         )));
         let keys: Arc<Vec<String>> = Arc::new((0..64).map(|i| format!("{p}:raw:{i}")).collect());
         let raw = raw.clone();

@@ -257,14 +257,27 @@ pub(crate) fn redis_limits(quota: &Quota) -> Result<(), String> {
     }
 }
 
-static SCRIPTS: LazyLock<[Script; 4]> = LazyLock::new(|| {
-    [
-        Script::new(include_str!("../../lua/fixed_window.lua")),
-        Script::new(include_str!("../../lua/sliding_log.lua")),
-        Script::new(include_str!("../../lua/sliding_counter.lua")),
-        Script::new(include_str!("../../lua/token_bucket.lua")),
-    ]
-});
+/// Each strategy's script behind the prelude they share (`lua/prelude.lua`: the key, cost,
+/// commit flag, Redis time and integer division). Redis has no `require`, so one script is
+/// the two files end to end.
+macro_rules! lua {
+    ($file:literal) => {
+        concat!(
+            include_str!("../../lua/prelude.lua"),
+            include_str!(concat!("../../lua/", $file))
+        )
+    };
+}
+
+/// The scripts' sources, in the order of [`script`].
+const SOURCES: [&str; 4] = [
+    lua!("fixed_window.lua"),
+    lua!("sliding_log.lua"),
+    lua!("sliding_counter.lua"),
+    lua!("token_bucket.lua"),
+];
+
+static SCRIPTS: LazyLock<[Script; 4]> = LazyLock::new(|| SOURCES.map(Script::new));
 
 fn script(strategy: Strategy) -> &'static Script {
     let i = match strategy {

@@ -1,0 +1,22 @@
+-- Prelude: loaded in front of each strategy's script (the Rust side concatenates the two
+-- into one script), so that what every script needs is written once.
+--
+-- KEYS[1]: the limiter key
+-- ARGV[3]: cost, from 1 to the capacity
+-- ARGV[4]: 1 to record an admitted call, 0 to only look (nothing is written)
+-- Defines: key, cost, commit, now (Redis' own TIME, in microseconds since the epoch), idiv.
+
+local function idiv(a, b) -- floor(a / b), exact for integers below 2^53
+  local q = math.floor(a / b)
+  if q * b > a then q = q - 1 elseif (q + 1) * b <= a then q = q + 1 end
+  return q
+end
+
+-- Strings coerce to numbers in arithmetic: `x + 0` reads a number without the cost of a
+-- call to tonumber(), which shows in Redis' CPU time per decision.
+local key = KEYS[1]
+local cost = ARGV[3] + 0
+local commit = ARGV[4] == '1'
+local t = redis.call('TIME')
+local now = t[1] * 1000000 + t[2]
+
