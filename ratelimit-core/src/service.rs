@@ -191,6 +191,9 @@ impl RateLimitService {
 
     /// A service reading time from `clock` (a [`ManualClock`](crate::ManualClock) in tests).
     pub fn with_clock(config: Config, clock: Arc<dyn Clock>) -> Result<Self, Error> {
+        // A clock's set-up is paid here rather than by the first decision: `SystemClock`
+        // calibrates its counter on first use (10-200 ms, once per process).
+        clock.now();
         let backend = match config.store() {
             StoreConfig::Memory(options) => {
                 let store = MemoryStore::with_options(*options);
