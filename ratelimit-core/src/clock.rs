@@ -41,6 +41,8 @@ pub trait Clock: Send + Sync + fmt::Debug + 'static {
 ///   a resumed VM) shows within 100 ms of counter time. Across a suspend the counter may not
 ///   run, so `now` lags the wall clock by the suspension until the next anchor, at most
 ///   100 ms of counter time after resuming.
+/// - **A counter that jumps back** (a host whose TSC is not as invariant as CPUID says)
+///   triggers a re-anchor at the next read, rather than leaving `now` behind.
 /// - **Monotonic between anchors**, as the counter is; an anchor may move `now` back by the
 ///   drift (microseconds), or by a step of the wall clock, as the wall clock itself would.
 ///
@@ -65,6 +67,16 @@ const REANCHOR_EVERY: Nanos = 100_000_000;
 /// An anchor read whose two counter reads lie further apart than this was interrupted (a
 /// preemption, a page fault); it is read again, a few times at most.
 const TIGHT_READ: Nanos = 20_000;
+
+/// Whether a read at `elapsed` re-anchors, `next` being the deadline: once the deadline has
+/// passed, and also when the counter reads more than an interval before the last anchor
+/// (`next` is at most one interval past it, plus the skew between two cores' counters),
+/// which only a counter that jumped back does. Re-anchoring then keeps `now` on the wall
+/// clock rather than behind it until the counter catches up. One comparison either way.
+#[inline]
+fn due(elapsed: Nanos, next: Nanos) -> bool {
+    next.wrapping_sub(elapsed).wrapping_sub(1) >= 2 * REANCHOR_EVERY
+}
 
 /// The global state behind [`SystemClock`], so that the clock itself stays a zero-sized `Copy`
 /// value. On its own cache line pair: it is read by every decision and written only by an
@@ -120,7 +132,7 @@ impl Anchor {
     fn now(&self) -> Nanos {
         let elapsed = self.elapsed();
         let next = self.next.load(Ordering::Relaxed);
-        if elapsed >= next {
+        if due(elapsed, next) {
             return self.reanchor(next, elapsed);
         }
         // Relaxed is enough: `offset` is a whole anchor by itself, and an older one is only
@@ -285,6 +297,29 @@ mod tests {
             }
             checked += 1;
         }
+    }
+
+    #[test]
+    fn anchors_fall_due_at_the_deadline_or_when_the_counter_goes_back() {
+        let next = 10 * REANCHOR_EVERY;
+        // Before the deadline, including a counter a little behind the last anchor.
+        for elapsed in [
+            next - 1,
+            next - REANCHOR_EVERY,
+            next - 2 * REANCHOR_EVERY + 1,
+        ] {
+            assert!(!due(elapsed, next), "{elapsed}");
+        }
+        // At or past the deadline.
+        for elapsed in [next, next + 1, next + 1_000 * REANCHOR_EVERY, Nanos::MAX] {
+            assert!(due(elapsed, next), "{elapsed}");
+        }
+        // Far behind it: the counter went back.
+        for elapsed in [next - 2 * REANCHOR_EVERY - 1, 0] {
+            assert!(due(elapsed, next), "{elapsed}");
+        }
+        // A counter below its base reads 0; after one re-anchor there it is not due again.
+        assert!(!due(0, REANCHOR_EVERY));
     }
 
     /// What an anchor corrects: the counter's prediction of the wall clock against a fresh
