@@ -8,9 +8,10 @@
 //!   calls made by both threads together (throughput, not latency).
 //!
 //! Each case reads its own clock per call, as it would in production: `governor` its quanta
-//! clock inside `check_key`, ours [`SystemClock`] (the store takes `now` as an argument).
-//! Two more token-bucket cases split the store from its clock: `now given` reads the clock
-//! once, outside the loop; `quanta clock` reads governor's clock instead of ours. The `clock`
+//! clock inside `check_key`, ours [`SystemClock`] (the store takes `now` as an argument; the
+//! counter laid over the wall clock, re-anchored every 100 ms). Two more token-bucket cases
+//! split the store from its clock: `now given` reads the clock once, outside the loop;
+//! `quanta clock` reads governor's clock instead of ours, converted per call. The `clock`
 //! group times the two clocks alone.
 //!
 //! Limits are huge so that every call is allowed (1e9 per second, one token per nanosecond,
@@ -217,8 +218,8 @@ fn contended_2_threads(c: &mut Criterion) {
     group.finish();
 }
 
-/// The clocks each side reads per call: ours (wall time through the vDSO) and governor's
-/// default (quanta, from the TSC).
+/// The clocks each side reads per call: ours (wall time: quanta's counter plus an offset
+/// re-anchored to `CLOCK_REALTIME`) and governor's default (quanta, from the TSC).
 fn clock(c: &mut Criterion) {
     let mut group = c.benchmark_group("clock");
     let quanta = governor::clock::DefaultClock::default();

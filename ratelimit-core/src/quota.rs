@@ -381,24 +381,41 @@ impl Quota {
 
     /// Checks the quota can be enforced: a window longer than zero and at most
     /// [`MAX_WINDOW`], and for the token bucket a refill of at most one token per nanosecond.
+    #[inline]
     pub fn validate(&self) -> Result<(), String> {
+        // Inlined down to the checks, with the error's allocation out of line: the memory
+        // store validates the quota of every public `acquire`.
+        match self.problem() {
+            None => Ok(()),
+            Some(problem) => Err(problem.to_owned()),
+        }
+    }
+
+    #[inline]
+    fn problem(&self) -> Option<&'static str> {
         if self.window.is_zero() {
-            return Err("the window must be longer than zero".into());
+            return Some("the window must be longer than zero");
         }
         if self.window > MAX_WINDOW {
-            return Err("the window must be at most 366 days".into());
+            return Some("the window must be at most 366 days");
         }
         if self.capacity() > u32::MAX as u64 {
-            return Err(format!("limit + burst must be at most {}", u32::MAX));
+            return Some("limit + burst must be at most 4294967295");
         }
-        if self.refill_per_window() > self.window_nanos() {
-            return Err("the refill rate is above one token per nanosecond".into());
+        let window = self.window_nanos();
+        if self.refill_per_window() > window {
+            return Some("the refill rate is above one token per nanosecond");
         }
-        let interval = self.window_nanos() / self.refill_per_window().max(1);
-        if (interval as u128) * (self.capacity() as u128) > (1u128 << 62) {
-            return Err("limit + burst is too large for so slow a refill rate".into());
+        // The slowest refill interval times the capacity must stay within 2^62. The interval
+        // is at most the window, so most quotas pass without the division.
+        let capacity = self.capacity() as u128;
+        if (window as u128) * capacity > (1u128 << 62) {
+            let interval = window / self.refill_per_window().max(1);
+            if (interval as u128) * capacity > (1u128 << 62) {
+                return Some("limit + burst is too large for so slow a refill rate");
+            }
         }
-        Ok(())
+        None
     }
 }
 
@@ -506,5 +523,83 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("token-bucket"));
+    }
+
+    /// `validate` as it was written before its division-free fast path, to check the two
+    /// agree (the store refuses exactly the quotas it refused before).
+    fn validate_reference(q: &Quota) -> Result<(), String> {
+        if q.window.is_zero() {
+            return Err("the window must be longer than zero".into());
+        }
+        if q.window > MAX_WINDOW {
+            return Err("the window must be at most 366 days".into());
+        }
+        if q.capacity() > u32::MAX as u64 {
+            return Err(format!("limit + burst must be at most {}", u32::MAX));
+        }
+        if q.refill_per_window() > q.window_nanos() {
+            return Err("the refill rate is above one token per nanosecond".into());
+        }
+        let interval = q.window_nanos() / q.refill_per_window().max(1);
+        if (interval as u128) * (q.capacity() as u128) > (1u128 << 62) {
+            return Err("limit + burst is too large for so slow a refill rate".into());
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn validate_agrees_with_the_division() {
+        let windows = [
+            Duration::ZERO,
+            Duration::from_nanos(1),
+            Duration::from_millis(10),
+            Duration::from_secs(1),
+            Duration::from_secs(3_600),
+            Duration::from_secs(86_400),
+            MAX_WINDOW,
+            MAX_WINDOW + Duration::from_nanos(1),
+        ];
+        let counts = [
+            0,
+            1,
+            2,
+            7,
+            1_000,
+            1 << 20,
+            1_000_000_000,
+            u32::MAX as u64 - 1,
+            u32::MAX as u64,
+            u32::MAX as u64 + 1,
+            u64::MAX,
+        ];
+        let mut checked = 0;
+        for window in windows {
+            for limit in counts {
+                for burst in [0, 1, 1_000, u32::MAX as u64 / 2, u64::MAX] {
+                    for refill in [0, 1, 3, 1_000, 1_000_000_000, u64::MAX] {
+                        let q = Quota::new(limit, window)
+                            .with_burst(burst)
+                            .with_refill(refill)
+                            .with_strategy(Strategy::TokenBucket);
+                        assert_eq!(q.validate(), validate_reference(&q), "{q:?}");
+                        checked += 1;
+                    }
+                }
+            }
+        }
+        // Around the 2^62 bound itself: capacity c with a window just above and below the
+        // largest interval c allows, refilled once per window.
+        for c in [1u64, 3, 1_000, 65_537, u32::MAX as u64] {
+            let edge = (1u64 << 62) / c;
+            for w in [edge.saturating_sub(1), edge, edge + 1] {
+                let window = Duration::from_nanos(w);
+                for refill in [1, 2, 3] {
+                    let q = Quota::new(c, window).with_refill(refill);
+                    assert_eq!(q.validate(), validate_reference(&q), "{q:?}");
+                    checked += 1;
+                }
+            }
+        }
+        assert!(checked > 2_000);
     }
 }

@@ -191,6 +191,9 @@ impl RateLimitService {
 
     /// A service reading time from `clock` (a [`ManualClock`](crate::ManualClock) in tests).
     pub fn with_clock(config: Config, clock: Arc<dyn Clock>) -> Result<Self, Error> {
+        // A clock's set-up is paid here rather than by the first decision: `SystemClock`
+        // calibrates its counter on first use (10-200 ms, once per process).
+        clock.now();
         let backend = match config.store() {
             StoreConfig::Memory(options) => {
                 let store = MemoryStore::with_options(*options);
@@ -268,11 +271,8 @@ impl RateLimitService {
         let tier_key = tier_name.map(|n| &**n);
         let result = match &self.inner.backend {
             Backend::Memory(store) => self.with_store_key(key, tier_key, |store_key| {
-                if options.consume {
-                    store.acquire(store_key, &quota, options.cost, now)
-                } else {
-                    store.peek(store_key, &quota, options.cost, now)
-                }
+                // `resolve` hands out validated quotas only.
+                store.decide_valid(store_key, &quota, options.cost, now, options.consume)
             }),
             #[cfg(feature = "redis")]
             Backend::Redis(redis) => match self.redis_key(key, tier_key) {
@@ -412,6 +412,10 @@ impl RateLimitService {
         }
     }
 
+    /// The quota for `options`, validated: a tier's and the default limit's quotas were
+    /// validated when the configuration was built (it cannot be built otherwise), and a
+    /// quota with overrides is validated here. The memory store relies on it
+    /// (`MemoryStore::decide_valid`).
     fn resolve(&self, options: &Options<'_>) -> Result<(Quota, Option<usize>), Error> {
         let config = &self.inner.config;
         let tier = self.tier_of(options)?;

@@ -511,6 +511,38 @@ impl MemoryStore {
         quota
             .validate()
             .map_err(|reason| Error::InvalidQuota { reason })?;
+        self.decide_checked(key, quota, cost, now, commit)
+    }
+
+    /// [`acquire`](Self::acquire) (with `commit`) or [`peek`](Self::peek) for a quota the
+    /// caller has already passed through [`Quota::validate`]: the service validates its
+    /// configured quotas once, when the configuration is built, and per-call overrides when
+    /// it resolves them, so it does not pay for validation again on every decision (a
+    /// division and a 128-bit multiplication). An unvalidated quota here is not unsafe, but
+    /// may be decided wrongly (the cells count in `u32`).
+    pub(crate) fn decide_valid(
+        &self,
+        key: &str,
+        quota: &Quota,
+        cost: u64,
+        now: Nanos,
+        commit: bool,
+    ) -> Result<Decision, Error> {
+        debug_assert_eq!(quota.validate(), Ok(()), "an unvalidated quota");
+        super::check_key(key)?;
+        self.decide_checked(key, quota, cost, now, commit)
+    }
+
+    /// The decision, once the key and the quota are known to be valid.
+    #[inline]
+    fn decide_checked(
+        &self,
+        key: &str,
+        quota: &Quota,
+        cost: u64,
+        now: Nanos,
+        commit: bool,
+    ) -> Result<Decision, Error> {
         let decision =
             |v: Verdict| Decision::from_verdict(v, now, quota.capacity(), quota.window, None);
         if let Some(verdict) = algorithm::precheck(now, quota, cost).map_err(undecidable)? {
