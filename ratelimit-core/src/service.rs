@@ -113,13 +113,16 @@ enum Backend {
     Redis(crate::store::redis::RedisBackend),
 }
 
+/// Per-budget counters; budget names are fn paths, hashed with foldhash on every call.
+type MethodCounters = hashbrown::HashMap<Box<str>, Counters, foldhash::fast::RandomState>;
+
 struct Inner {
     config: Config,
     clock: Arc<dyn Clock>,
     backend: Backend,
     total: Counters,
     by_tier: Vec<Counters>,
-    by_method: parking_lot::RwLock<std::collections::HashMap<Box<str>, Arc<Counters>>>,
+    by_method: parking_lot::RwLock<MethodCounters>,
 }
 
 /// The rate limiter: decisions, status, reset and statistics over one store.
@@ -489,11 +492,13 @@ impl RateLimitService {
             self.inner.by_tier[i].record(outcome);
         }
         if let Some(name) = budget {
-            let counters = self.inner.by_method.read().get(name).cloned();
-            let counters = counters.unwrap_or_else(|| {
-                Arc::clone(self.inner.by_method.write().entry(name.into()).or_default())
-            });
-            counters.record(outcome);
+            // Counted under the read lock: no Arc to clone and drop on every call.
+            if let Some(counters) = self.inner.by_method.read().get(name) {
+                counters.record(outcome);
+                return;
+            }
+            let mut methods = self.inner.by_method.write();
+            methods.entry(name.into()).or_default().record(outcome);
         }
     }
 }
