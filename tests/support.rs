@@ -9,8 +9,9 @@ use ratelimit::{Config, ManualClock, RateLimitService};
 #[path = "redis_server.rs"]
 pub mod redis_server;
 
-/// A fixed starting instant, well inside a window for every window size the tests use
-/// (`1_000_000 s` since the epoch is a multiple of 1 s, 1 m, 1 h and 1 d... but not of 7 s).
+/// A fixed starting instant: `1_000_000 s` since the epoch, a whole second (so one-second
+/// fixed windows start here) but 40 s into a minute (a one-minute fixed window ends 20 s
+/// later). Tests that depend on a boundary compute it from the window.
 pub const START: Duration = Duration::from_secs(1_000_000);
 
 /// A manual clock at [`START`].
