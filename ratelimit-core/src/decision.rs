@@ -59,6 +59,12 @@ impl Decision {
         }
     }
 
+    /// [`from_verdict`](Self::from_verdict) with the quota's capacity and window, no tier (the
+    /// service sets it): what every store answers.
+    pub(crate) fn for_quota(verdict: Verdict, now: Nanos, quota: &crate::Quota) -> Self {
+        Self::from_verdict(verdict, now, quota.capacity(), quota.window, None)
+    }
+
     /// An "allowed" decision for a limiter that was switched off (`enabled = false`):
     /// `remaining` and `limit` are `u64::MAX`.
     pub fn unlimited(now: Nanos) -> Self {

@@ -88,6 +88,18 @@ pub enum Error {
     Declarations(crate::registry::DeclarationErrors),
 }
 
+impl From<crate::algorithm::Undecidable> for Error {
+    fn from(e: crate::algorithm::Undecidable) -> Self {
+        use crate::algorithm::Undecidable;
+        match e {
+            Undecidable::ZeroCost => Error::ZeroCost,
+            Undecidable::CostAboveCapacity { cost, capacity } => {
+                Error::CostAboveCapacity { cost, capacity }
+            }
+        }
+    }
+}
+
 impl Error {
     /// The decision, if this is a refusal.
     pub fn decision(&self) -> Option<&Decision> {

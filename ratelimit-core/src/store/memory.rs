@@ -9,7 +9,7 @@ use std::time::Duration;
 use hashbrown::HashTable;
 use parking_lot::{Condvar, Mutex};
 
-use crate::algorithm::{self, FixedWindow, Gcra, SlidingCounter, SlidingLog, Undecidable, Verdict};
+use crate::algorithm::{self, FixedWindow, Gcra, SlidingCounter, SlidingLog, Verdict};
 use crate::clock::{Clock, Nanos};
 use crate::decision::Decision;
 use crate::quota::{Quota, Strategy};
@@ -357,15 +357,6 @@ impl fmt::Debug for MemoryStore {
     }
 }
 
-fn undecidable(e: Undecidable) -> Error {
-    match e {
-        Undecidable::ZeroCost => Error::ZeroCost,
-        Undecidable::CostAboveCapacity { cost, capacity } => {
-            Error::CostAboveCapacity { cost, capacity }
-        }
-    }
-}
-
 impl MemoryStore {
     /// A store with the default [`MemoryOptions`].
     pub fn new() -> Self {
@@ -543,9 +534,8 @@ impl MemoryStore {
         now: Nanos,
         commit: bool,
     ) -> Result<Decision, Error> {
-        let decision =
-            |v: Verdict| Decision::from_verdict(v, now, quota.capacity(), quota.window, None);
-        if let Some(verdict) = algorithm::precheck(now, quota, cost).map_err(undecidable)? {
+        let decision = |v: Verdict| Decision::for_quota(v, now, quota);
+        if let Some(verdict) = algorithm::precheck(now, quota, cost)? {
             return Ok(decision(verdict));
         }
         self.maybe_sweep(now);
@@ -692,7 +682,7 @@ mod tests {
                 let cost = 1 + next(3);
                 let commit = next(5) != 0;
                 let want = algorithm::decide(&mut state, now, &q, cost, commit)
-                    .map(|v| Decision::from_verdict(v, now, q.capacity(), q.window, None))
+                    .map(|v| Decision::for_quota(v, now, &q))
                     .unwrap();
                 let got = if commit {
                     store.acquire("k", &q, cost, now)

@@ -432,25 +432,13 @@ impl RedisStore {
         super::check_key(key)?;
         check_quota(quota).map_err(|reason| Error::InvalidQuota { reason })?;
         let capacity = quota.capacity();
-        if cost == 0 {
-            return Err(Error::ZeroCost);
-        }
-        if cost > capacity && capacity > 0 {
-            return Err(Error::CostAboveCapacity { cost, capacity });
+        // The same checks as in memory, before any round trip: a zero capacity is refused
+        // whatever Redis holds, so Redis is not asked.
+        let local_now = crate::clock::SystemClock.now();
+        if let Some(verdict) = crate::algorithm::precheck(local_now, quota, cost)? {
+            return Ok((verdict, local_now));
         }
         let window_us = quota.window.as_micros() as u64;
-        if capacity == 0 {
-            // Refused whatever Redis holds; no need to ask it.
-            let now = crate::clock::SystemClock.now();
-            let window = window_us * 1_000;
-            let verdict = Verdict {
-                allowed: false,
-                remaining: 0,
-                reset_at: now + window,
-                retry_after: Some(window),
-            };
-            return Ok((verdict, now));
-        }
         let (first, second) = match quota.strategy {
             Strategy::TokenBucket => {
                 let interval = window_us / quota.refill_per_window().max(1);
@@ -486,13 +474,7 @@ impl RedisStore {
         commit: bool,
     ) -> Result<Decision, Error> {
         let (verdict, now) = self.decide(key, quota, cost, commit).await?;
-        Ok(Decision::from_verdict(
-            verdict,
-            now,
-            quota.capacity(),
-            quota.window,
-            None,
-        ))
+        Ok(Decision::for_quota(verdict, now, quota))
     }
 
     /// Runs `f` within the configured timeout.
@@ -647,13 +629,7 @@ impl RedisBackend {
                     reset_at: now + window,
                     retry_after: None,
                 };
-                Ok(Decision::from_verdict(
-                    verdict,
-                    now,
-                    quota.capacity(),
-                    quota.window,
-                    None,
-                ))
+                Ok(Decision::for_quota(verdict, now, quota))
             }
             (FailurePolicy::Local { pods }, Some(local)) => {
                 let share = Quota {
