@@ -18,13 +18,17 @@ fn admitted(store: &MemoryStore, key: &str, q: &Quota, now: Nanos, calls: usize)
 fn fixed_window_admits_twice_the_limit_across_a_boundary() {
     // Documented behaviour, not a bug: the cheapest algorithm resets at the boundary.
     let store = MemoryStore::new();
-    let q = Quota::per_minute(10).with_strategy(Strategy::FixedWindow);
+    let q = Quota::per_minute(10)
+        .unwrap()
+        .with_strategy(Strategy::FixedWindow);
     let w = 60_000 * MS;
     let boundary = (clock().now() / w + 1) * w;
     assert_eq!(admitted(&store, "k", &q, boundary - MS, 20), 10);
     assert_eq!(admitted(&store, "k", &q, boundary, 20), 10);
     // 20 calls inside two milliseconds; the sliding log would have admitted 10.
-    let log = Quota::per_minute(10).with_strategy(Strategy::SlidingWindow);
+    let log = Quota::per_minute(10)
+        .unwrap()
+        .with_strategy(Strategy::SlidingWindow);
     assert_eq!(admitted(&store, "s", &log, boundary - MS, 20), 10);
     assert_eq!(admitted(&store, "s", &log, boundary, 20), 0);
 }
@@ -32,7 +36,9 @@ fn fixed_window_admits_twice_the_limit_across_a_boundary() {
 #[test]
 fn fixed_windows_are_aligned_to_the_epoch() {
     let store = MemoryStore::new();
-    let q = Quota::new(1, Duration::from_secs(7)).with_strategy(Strategy::FixedWindow);
+    let q = Quota::new(1, Duration::from_secs(7))
+        .unwrap()
+        .with_strategy(Strategy::FixedWindow);
     let now = 999_999 * 1_000 * MS; // a multiple of 7 s
     let d = store.acquire("k", &q, 1, now + 2_000 * MS).unwrap();
     assert_eq!(d.reset_at, (999_999 + 7) * 1_000);
@@ -44,7 +50,9 @@ fn fixed_windows_are_aligned_to_the_epoch() {
 fn token_bucket_admits_capacity_at_once_then_exactly_the_refill_rate() {
     let store = MemoryStore::new();
     let q = Quota::per_second(10)
+        .unwrap()
         .with_burst(5)
+        .unwrap()
         .with_strategy(Strategy::TokenBucket);
     let clock = clock();
     assert_eq!(admitted(&store, "k", &q, clock.now(), 100), 15);
@@ -57,7 +65,7 @@ fn token_bucket_admits_capacity_at_once_then_exactly_the_refill_rate() {
     clock.advance(Duration::from_millis(99));
     assert_eq!(admitted(&store, "k", &q, clock.now(), 100), 0);
     // A custom refill rate: 2 tokens per second, bucket of 15.
-    let slow = q.with_refill(2);
+    let slow = q.with_refill(2).unwrap();
     assert_eq!(admitted(&store, "slow", &slow, clock.now(), 100), 15);
     clock.advance(Duration::from_secs(1));
     assert_eq!(admitted(&store, "slow", &slow, clock.now(), 100), 2);
@@ -66,7 +74,9 @@ fn token_bucket_admits_capacity_at_once_then_exactly_the_refill_rate() {
 #[test]
 fn sliding_counter_weights_the_previous_window() {
     let store = MemoryStore::new();
-    let q = Quota::per_minute(100).with_strategy(Strategy::SlidingWindowCounter);
+    let q = Quota::per_minute(100)
+        .unwrap()
+        .with_strategy(Strategy::SlidingWindowCounter);
     let clock = ManualClock::new(Duration::from_secs(60 * 1_000));
     assert_eq!(admitted(&store, "k", &q, clock.now(), 80), 80);
     // A quarter into the next window 75% of the previous 80 (= 60) still count.
@@ -82,7 +92,7 @@ fn sliding_counter_weights_the_previous_window() {
 fn zero_limit_refuses_everything() {
     let store = MemoryStore::new();
     for strategy in Strategy::ALL {
-        let q = Quota::per_second(0).with_strategy(strategy);
+        let q = Quota::per_second(0).unwrap().with_strategy(strategy);
         let d = store.acquire("k", &q, 1, clock().now()).unwrap();
         assert!(!d.allowed, "{strategy}");
         assert_eq!(d.limit, 0);
@@ -94,7 +104,7 @@ fn zero_limit_refuses_everything() {
 fn cost_is_weight_and_above_capacity_is_an_error() {
     let store = MemoryStore::new();
     for strategy in Strategy::ALL {
-        let q = Quota::per_second(10).with_strategy(strategy);
+        let q = Quota::per_second(10).unwrap().with_strategy(strategy);
         let now = clock().now();
         assert!(
             store
@@ -147,8 +157,8 @@ proptest! {
         steps in prop::collection::vec((0u64..700, 1u64..4), 1..300),
     ) {
         let store = MemoryStore::new();
-        let q = Quota::new(limit, Duration::from_millis(window_ms))
-            .with_burst(burst)
+        let q = Quota::new(limit, Duration::from_millis(window_ms)).unwrap()
+            .with_burst(burst).unwrap()
             .with_strategy(Strategy::SlidingWindow);
         let mut now = 1_000_000 * 1_000 * MS;
         let mut hits: Vec<(Nanos, u64)> = Vec::new();
@@ -181,8 +191,8 @@ proptest! {
             sweep_interval: Duration::from_secs(1_000_000),
             ..MemoryOptions::default()
         });
-        let q = Quota::new(limit, Duration::from_millis(window_ms))
-            .with_burst(burst)
+        let q = Quota::new(limit, Duration::from_millis(window_ms)).unwrap()
+            .with_burst(burst).unwrap()
             .with_strategy(strategy);
         let mut now = 1_000_000 * 1_000 * MS;
         for (advance, cost) in steps {
@@ -207,7 +217,7 @@ proptest! {
     #[test]
     fn remaining_counts_down(strategy in strategy(), limit in 1u64..50, burst in 0u64..10) {
         let store = MemoryStore::new();
-        let q = Quota::per_minute(limit).with_burst(burst).with_strategy(strategy);
+        let q = Quota::per_minute(limit).unwrap().with_burst(burst).unwrap().with_strategy(strategy);
         let now = clock().now();
         for expected in (0..q.capacity()).rev() {
             let d = store.acquire("k", &q, 1, now).unwrap();
@@ -226,7 +236,7 @@ proptest! {
 fn a_caller_with_an_older_now_cannot_reopen_a_closed_window() {
     for strategy in Strategy::ALL {
         let store = MemoryStore::new();
-        let q = Quota::per_second(1).with_strategy(strategy);
+        let q = Quota::per_second(1).unwrap().with_strategy(strategy);
         let boundary = 2_000_000 * 1_000 * MS;
         assert!(
             store.acquire("k", &q, 1, boundary).unwrap().allowed,

@@ -15,7 +15,7 @@ const LIMIT: u64 = 1_000;
 fn one_key_eight_threads_exactly_the_limit_passes_for_every_algorithm() {
     for strategy in Strategy::ALL {
         let store = MemoryStore::new();
-        let quota = Quota::per_minute(LIMIT).with_strategy(strategy);
+        let quota = Quota::per_minute(LIMIT).unwrap().with_strategy(strategy);
         let at = clock().now();
         let allowed = AtomicU64::new(0);
         std::thread::scope(|s| {
@@ -39,7 +39,7 @@ fn ten_thousand_keys_each_key_counts_exactly() {
     const PER_KEY: u64 = 5;
     for strategy in Strategy::ALL {
         let store = MemoryStore::new();
-        let quota = Quota::per_minute(PER_KEY).with_strategy(strategy);
+        let quota = Quota::per_minute(PER_KEY).unwrap().with_strategy(strategy);
         let at = clock().now();
         let keys: Vec<String> = (0..KEYS).map(|i| format!("user:{i}")).collect();
         let counts: Vec<AtomicU64> = (0..KEYS).map(|_| AtomicU64::new(0)).collect();

@@ -12,7 +12,7 @@ fn sweeper_empties_the_store_once_every_window_has_passed() {
     for strategy in Strategy::ALL {
         let store = MemoryStore::new();
         let clock = clock();
-        let quota = Quota::per_minute(3).with_strategy(strategy);
+        let quota = Quota::per_minute(3).unwrap().with_strategy(strategy);
         for i in 0..10_000 {
             store
                 .acquire(&format!("user:{i}"), &quota, 1, clock.now())
@@ -96,7 +96,9 @@ fn at_capacity_new_keys_are_refused_not_waved_through() {
 fn a_key_switched_to_another_strategy_starts_fresh() {
     let store = MemoryStore::new();
     let at = clock().now();
-    let fixed = Quota::per_minute(2).with_strategy(Strategy::FixedWindow);
+    let fixed = Quota::per_minute(2)
+        .unwrap()
+        .with_strategy(Strategy::FixedWindow);
     store.acquire("k", &fixed, 2, at).unwrap();
     assert!(!store.acquire("k", &fixed, 1, at).unwrap().allowed);
     let bucket = fixed.with_strategy(Strategy::TokenBucket);

@@ -36,7 +36,9 @@ async fn decisions_follow_a_slot_that_moved_to_another_node() {
     for strategy in Strategy::ALL {
         // The shape of the service's keys: the user key is the hash tag.
         let key = format!("{p}:-:{{user-{strategy}}}");
-        let quota = Quota::new(5, Duration::from_secs(20 * 24 * 3600)).with_strategy(strategy);
+        let quota = Quota::new(5, Duration::from_secs(20 * 24 * 3600))
+            .unwrap()
+            .with_strategy(strategy);
         for _ in 0..3 {
             assert!(store.acquire(&key, &quota, 1).await.unwrap().allowed);
         }
@@ -132,7 +134,7 @@ async fn a_dead_master_never_hangs_a_caller_and_deny_refuses() {
         RedisStore::new(RedisOptions::cluster(cluster.urls()).timeout(Duration::from_millis(300)))
             .unwrap();
     let key = format!("{}:-:{{dead}}", prefix("dead"));
-    let quota = Quota::per_minute(5);
+    let quota = Quota::per_minute(5).unwrap();
     assert!(store.acquire(&key, &quota, 1).await.unwrap().allowed);
     let slot: u16 = redis::cmd("CLUSTER")
         .arg("KEYSLOT")

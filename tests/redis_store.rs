@@ -58,7 +58,9 @@ async fn every_strategy_decides_like_the_memory_algorithm() {
     for strategy in Strategy::ALL {
         // A 20 ms window: the run crosses many windows, refills and expiries.
         let quota = Quota::new(5, Duration::from_millis(20))
+            .unwrap()
             .with_burst(2)
+            .unwrap()
             .with_strategy(strategy);
         // The same quota with every duration read as microseconds.
         let in_micros = Quota {
@@ -169,7 +171,7 @@ async fn one_round_trip_per_decision() {
     let mut c = server.connection();
     let mut monitor = Monitor::start(&server);
     for strategy in Strategy::ALL {
-        let quota = Quota::new(3, LONG).with_strategy(strategy);
+        let quota = Quota::new(3, LONG).unwrap().with_strategy(strategy);
         for i in 0..10 {
             let d = store
                 .acquire(&format!("{p}:{strategy}"), &quota, 1)
@@ -200,7 +202,9 @@ async fn scripts_are_loaded_again_after_a_script_flush() {
     let server = RedisServer::start();
     let store = store(&server);
     let p = prefix("flush");
-    let quota = Quota::new(2, LONG).with_strategy(Strategy::TokenBucket);
+    let quota = Quota::new(2, LONG)
+        .unwrap()
+        .with_strategy(Strategy::TokenBucket);
     assert!(store.acquire(&p, &quota, 1).await.unwrap().allowed);
     let mut c = server.connection();
     redis::cmd("SCRIPT").arg("FLUSH").exec(&mut c).unwrap();
@@ -310,7 +314,11 @@ async fn every_key_expires_with_its_window() {
     let window = Duration::from_millis(40);
     let mut c = server.connection();
     for strategy in Strategy::ALL {
-        let quota = Quota::new(3, window).with_burst(1).with_strategy(strategy);
+        let quota = Quota::new(3, window)
+            .unwrap()
+            .with_burst(1)
+            .unwrap()
+            .with_strategy(strategy);
         // How long each state matters: one window, two for the counter (its count weighs on
         // the next window), (limit + burst) / limit windows for a full bucket; plus 1 ms as
         // expiries are whole milliseconds rounded up.
@@ -496,7 +504,7 @@ async fn a_hung_redis_never_hangs_a_caller() {
     let p = prefix("hung");
     let options = RedisOptions::new(server.url()).timeout(Duration::from_millis(100));
     let store = RedisStore::new(options).unwrap();
-    let quota = Quota::per_minute(5);
+    let quota = Quota::per_minute(5).unwrap();
     assert!(store.acquire(&p, &quota, 1).await.unwrap().allowed);
     server.pause();
     let started = Instant::now();

@@ -9,7 +9,9 @@ use std::sync::Mutex;
 
 use futures::executor::block_on;
 
-use ratelimit::{rate_limit, throttle, Error, ManualClock, Module, ModuleBuilder, Tier};
+use ratelimit::{
+    rate_limit, throttle, Error, ManualClock, Module, ModuleBuilder, ProblemKind, Tier,
+};
 
 static GLOBAL: Mutex<()> = Mutex::new(());
 
@@ -118,7 +120,11 @@ fn init_checks_every_declaration_against_the_config() {
                 .line()
         );
         assert!(
-            p.problem.contains("tier \"pro\" is not configured"),
+            matches!(p.kind, ProblemKind::UnknownTier { tier: "pro", .. }),
+            "{err}"
+        );
+        assert!(
+            err.to_string().contains("tier \"pro\" is not configured"),
             "{err}"
         );
         assert!(err.to_string().contains("registry.rs:"), "{err}");

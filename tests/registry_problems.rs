@@ -42,7 +42,7 @@ fn problems(err: &Error) -> Vec<(String, String)> {
         .iter()
         .map(|p| {
             assert!(p.file.ends_with("registry_problems.rs"), "{p}");
-            (p.function.clone(), p.problem.clone())
+            (p.function.to_owned(), p.kind.to_string())
         })
         .collect()
 }

@@ -208,7 +208,7 @@ fn config_from_toml_and_json() {
     assert_eq!(config.strategy(), Strategy::FixedWindow);
     assert_eq!(config.tier("free").unwrap().quota.capacity(), 15);
     assert_eq!(
-        config.tier("free").unwrap().quota.window,
+        config.tier("free").unwrap().quota.window(),
         Duration::from_secs(30)
     );
     assert_eq!(config.tier("enterprise").unwrap().quota.capacity(), 15_000);

@@ -54,17 +54,15 @@ fn n_keys() -> usize {
 const PER_SECOND: u32 = 1_000_000_000;
 
 fn governor() -> DefaultKeyedRateLimiter<String> {
-    RateLimiter::keyed(GQuota::per_second(
-        NonZeroU32::new(PER_SECOND).expect("non-zero"),
-    ))
+    RateLimiter::keyed(GQuota::per_second(NonZeroU32::new(PER_SECOND).expect("non-zero")).unwrap())
 }
 
 /// Our quota for `strategy`, big enough that every call of the run is allowed.
 fn quota(strategy: Strategy) -> Quota {
     match strategy {
         // One entry per call: a short window keeps the log short (see the module docs).
-        Strategy::SlidingWindow => Quota::new(10_000_000, Duration::from_millis(10)),
-        _ => Quota::new(PER_SECOND as u64, Duration::from_secs(1)),
+        Strategy::SlidingWindow => Quota::new(10_000_000, Duration::from_millis(10)).unwrap(),
+        _ => Quota::new(PER_SECOND as u64, Duration::from_secs(1)).unwrap(),
     }
     .with_strategy(strategy)
 }

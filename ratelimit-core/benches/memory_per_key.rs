@@ -77,7 +77,7 @@ fn main() {
     println!("| store | bytes/key total | of which the key | bytes/key without the key | after windows + sweep |");
     println!("| --- | ---: | ---: | ---: | ---: |");
     for strategy in Strategy::ALL {
-        let quota = Quota::per_second(10).with_strategy(strategy);
+        let quota = Quota::per_second(10).unwrap().with_strategy(strategy);
         let baseline = allocated();
         let store = MemoryStore::new();
         let empty = allocated();
@@ -104,7 +104,7 @@ fn main() {
 
     let empty = allocated();
     let governor: DefaultKeyedRateLimiter<String> =
-        RateLimiter::keyed(GQuota::per_second(NonZeroU32::new(10).unwrap()));
+        RateLimiter::keyed(GQuota::per_second(NonZeroU32::new(10).unwrap()).unwrap());
     let made = allocated();
     for key in &keys {
         assert!(governor.check_key(key).is_ok());

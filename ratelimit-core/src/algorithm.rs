@@ -7,32 +7,33 @@
 use std::collections::VecDeque;
 
 use crate::clock::Nanos;
-use crate::quota::{Quota, Strategy};
+use crate::quota::Quota;
+use crate::syntax::Strategy;
 
 /// The outcome of one decision, in nanoseconds since the epoch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Verdict {
+pub(crate) struct Verdict {
     /// Whether the call may proceed.
-    pub allowed: bool,
+    pub(crate) allowed: bool,
     /// Calls (of cost 1) still available after this decision.
-    pub remaining: u64,
+    pub(crate) remaining: u64,
     /// When the budget is back to full.
-    pub reset_at: Nanos,
+    pub(crate) reset_at: Nanos,
     /// When refused: how long until the same call would be admitted (never zero).
-    pub retry_after: Option<Nanos>,
+    pub(crate) retry_after: Option<Nanos>,
 }
 
 /// Fixed window: one counter for the window `[start, start + window)`, windows aligned to
 /// multiples of the window since the epoch so that every process agrees on the boundaries.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct FixedWindow {
+pub(crate) struct FixedWindow {
     pub(crate) start: Nanos,
     pub(crate) count: u64,
 }
 
 impl FixedWindow {
     /// Decides a call of weight `cost`; with `commit`, records it if allowed.
-    pub fn decide(&mut self, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> Verdict {
+    pub(crate) fn decide(&mut self, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> Verdict {
         // A caller whose `now` predates the recorded window (it read the clock before a
         // concurrent caller moved the key to the next window) is decided in that window: going
         // back would reset the count and admit a second window's worth.
@@ -52,7 +53,8 @@ impl FixedWindow {
             Verdict {
                 allowed: true,
                 remaining: capacity - count - cost,
-                reset_at: end,
+                // A look (cost 0) at an unused window: full now.
+                reset_at: if count + cost > 0 { end } else { now },
                 retry_after: None,
             }
         } else {
@@ -66,7 +68,7 @@ impl FixedWindow {
     }
 
     /// When this state is indistinguishable from a fresh one.
-    pub fn expires_at(&self, quota: &Quota) -> Nanos {
+    pub(crate) fn expires_at(&self, quota: &Quota) -> Nanos {
         self.start + quota.window_nanos()
     }
 }
@@ -76,7 +78,7 @@ impl FixedWindow {
 /// A hit at `t` counts while `now < t + window`, so no rolling window of length `window` ever
 /// holds more than `limit + burst` admitted calls.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct SlidingLog {
+pub(crate) struct SlidingLog {
     /// (time, cost) of each admitted call, oldest first.
     hits: VecDeque<(Nanos, u32)>,
     /// Sum of the costs in `hits`.
@@ -86,7 +88,7 @@ pub struct SlidingLog {
 impl SlidingLog {
     /// Decides a call of weight `cost`; with `commit`, records it if allowed (and drops
     /// entries that have left the window).
-    pub fn decide(&mut self, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> Verdict {
+    pub(crate) fn decide(&mut self, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> Verdict {
         // Never decide before the newest hit: the log stays in time order, and a caller with a
         // slightly older `now` cannot count hits that are already there as not yet made.
         let now = self.hits.back().map_or(now, |&(t, _)| now.max(t));
@@ -103,7 +105,13 @@ impl SlidingLog {
         let used = self.total - stale;
         let capacity = quota.capacity();
         if used + cost <= capacity {
-            let newest = now;
+            // Full again one window after the newest hit counted: this call's, or for a look
+            // (cost 0) the newest live one; a look at an empty log is full now.
+            let reset_at = match (cost, self.hits.back()) {
+                (0, Some(&(t, _))) if used > 0 => t + window,
+                (0, _) => now,
+                _ => now + window,
+            };
             if commit {
                 self.hits.push_back((now, cost as u32));
                 self.total += cost;
@@ -111,7 +119,7 @@ impl SlidingLog {
             Verdict {
                 allowed: true,
                 remaining: capacity - used - cost,
-                reset_at: newest + window,
+                reset_at,
                 retry_after: None,
             }
         } else {
@@ -136,20 +144,31 @@ impl SlidingLog {
     }
 
     /// When this state is indistinguishable from a fresh one.
-    pub fn expires_at(&self, quota: &Quota) -> Nanos {
+    pub(crate) fn expires_at(&self, quota: &Quota) -> Nanos {
         self.hits
             .back()
             .map_or(0, |&(t, _)| t + quota.window_nanos())
     }
 
-    /// Entries held (admitted calls still in, or not yet pruned from, the log).
-    pub fn len(&self) -> usize {
-        self.hits.len()
+    /// The entries, oldest first: (time, cost).
+    pub(crate) fn entries(&self) -> impl Iterator<Item = (Nanos, u32)> + '_ {
+        self.hits.iter().copied()
     }
 
-    /// Whether the log holds no entries.
-    pub fn is_empty(&self) -> bool {
-        self.hits.is_empty()
+    /// Appends an entry read back from storage; `false` if it is out of time order or of
+    /// cost 0 (no log this crate wrote looks like that).
+    pub(crate) fn restore(&mut self, t: Nanos, cost: u32) -> bool {
+        if cost == 0 || self.hits.back().is_some_and(|&(last, _)| last > t) {
+            return false;
+        }
+        self.hits.push_back((t, cost));
+        self.total += u64::from(cost);
+        true
+    }
+
+    /// Entries held (admitted calls still in, or not yet pruned from, the log).
+    pub(crate) fn len(&self) -> usize {
+        self.hits.len()
     }
 }
 
@@ -159,7 +178,7 @@ impl SlidingLog {
 /// The estimate is `previous * (window - elapsed) / window + current`; comparisons are made in
 /// exact integer arithmetic, so `retry_after` is the first instant the estimate admits the call.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct SlidingCounter {
+pub(crate) struct SlidingCounter {
     pub(crate) start: Nanos,
     pub(crate) current: u64,
     pub(crate) previous: u64,
@@ -177,7 +196,7 @@ impl SlidingCounter {
     }
 
     /// Decides a call of weight `cost`; with `commit`, records it if allowed.
-    pub fn decide(&mut self, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> Verdict {
+    pub(crate) fn decide(&mut self, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> Verdict {
         // As in the fixed window: an older `now` is decided in the recorded window.
         let now = now.max(self.start);
         let window = quota.window_nanos();
@@ -236,7 +255,7 @@ impl SlidingCounter {
     }
 
     /// When this state is indistinguishable from a fresh one.
-    pub fn expires_at(&self, quota: &Quota) -> Nanos {
+    pub(crate) fn expires_at(&self, quota: &Quota) -> Nanos {
         let window = quota.window_nanos();
         if self.current > 0 {
             self.start + 2 * window
@@ -249,13 +268,13 @@ impl SlidingCounter {
 /// Token bucket as GCRA: the theoretical arrival time (`tat`) of the next call is the only
 /// state. The bucket holds `limit + burst` tokens and gains one every `window / refill`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Gcra {
+pub(crate) struct Gcra {
     pub(crate) tat: Nanos,
 }
 
 impl Gcra {
     /// Decides a call of weight `cost`; with `commit`, records it if allowed.
-    pub fn decide(&mut self, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> Verdict {
+    pub(crate) fn decide(&mut self, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> Verdict {
         let interval = quota.window_nanos() / quota.refill_per_window().max(1);
         let capacity = quota.capacity();
         let tolerance = interval.saturating_mul(capacity);
@@ -283,14 +302,14 @@ impl Gcra {
     }
 
     /// When this state is indistinguishable from a fresh one (the bucket is full).
-    pub fn expires_at(&self, _quota: &Quota) -> Nanos {
+    pub(crate) fn expires_at(&self, _quota: &Quota) -> Nanos {
         self.tat
     }
 }
 
 /// The state of one key under any strategy.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum State {
+pub(crate) enum State {
     /// [`FixedWindow`].
     Fixed(FixedWindow),
     /// [`SlidingLog`], boxed so that the other strategies' keys stay small.
@@ -303,7 +322,7 @@ pub enum State {
 
 impl State {
     /// A fresh state for `strategy`.
-    pub fn new(strategy: Strategy) -> State {
+    pub(crate) fn new(strategy: Strategy) -> State {
         match strategy {
             Strategy::FixedWindow => State::Fixed(FixedWindow::default()),
             Strategy::SlidingWindow => State::Log(Box::default()),
@@ -313,7 +332,7 @@ impl State {
     }
 
     /// The strategy this state belongs to.
-    pub fn strategy(&self) -> Strategy {
+    pub(crate) fn strategy(&self) -> Strategy {
         match self {
             State::Fixed(_) => Strategy::FixedWindow,
             State::Log(_) => Strategy::SlidingWindow,
@@ -323,7 +342,7 @@ impl State {
     }
 
     /// When this state is indistinguishable from a fresh one, so its key can be dropped.
-    pub fn expires_at(&self, quota: &Quota) -> Nanos {
+    pub(crate) fn expires_at(&self, quota: &Quota) -> Nanos {
         match self {
             State::Fixed(s) => s.expires_at(quota),
             State::Log(s) => s.expires_at(quota),
@@ -344,8 +363,8 @@ impl State {
 
 /// Why a call could not be decided at all (as opposed to refused).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Undecidable {
-    /// `cost` is zero.
+pub(crate) enum Undecidable {
+    /// `cost` is zero on a call that spends.
     ZeroCost,
     /// `cost` is above `limit + burst`: no amount of waiting would admit it.
     CostAboveCapacity {
@@ -354,17 +373,34 @@ pub enum Undecidable {
         /// The quota's capacity.
         capacity: u64,
     },
+    /// `now` is past [`MAX_NOW`]: deciding would overflow.
+    ClockOutOfRange {
+        /// The time read.
+        now: Nanos,
+    },
+    /// The key holds another strategy's state.
+    UnexpectedState,
 }
 
-/// The checks made before any algorithm runs: an error for a cost that can never be admitted,
-/// a refusal for a capacity of zero, `None` when the algorithm decides.
+/// The latest time decided (about the year 2226): every timestamp an algorithm computes is at
+/// most `now` plus two windows plus a token bucket's tolerance (2^62 ns), which stays within
+/// `u64` from here.
+pub(crate) const MAX_NOW: Nanos = (1 << 63) - (1 << 60);
+
+/// The checks made before any algorithm runs: an error for a call that can never be decided,
+/// a refusal for a capacity of zero, `None` when the algorithm decides. A cost of zero is a
+/// look at the level (see [`level`]); it may not spend.
 pub(crate) fn precheck(
     now: Nanos,
     quota: &Quota,
     cost: u64,
+    commit: bool,
 ) -> Result<Option<Verdict>, Undecidable> {
+    if now > MAX_NOW {
+        return Err(Undecidable::ClockOutOfRange { now });
+    }
     let capacity = quota.capacity();
-    if cost == 0 {
+    if cost == 0 && commit {
         return Err(Undecidable::ZeroCost);
     }
     if capacity == 0 {
@@ -382,28 +418,52 @@ pub(crate) fn precheck(
     Ok(None)
 }
 
-/// Decides one call against `state`, switching the state to the quota's strategy if the key
-/// was last used with another one.
+/// Runs `decide(cost, commit)`; a cost of zero is a look at the level *now*: what remains
+/// without spending anything, when the budget is full again, and `allowed` when a call of
+/// cost 1 would pass (with that call's `retry_after` when it would not). Every store decides
+/// through this, so "status" means the same everywhere.
+#[inline]
+pub(crate) fn level(
+    cost: u64,
+    commit: bool,
+    mut decide: impl FnMut(u64, bool) -> Verdict,
+) -> Verdict {
+    if cost > 0 {
+        return decide(cost, commit);
+    }
+    let level = decide(0, false);
+    if level.allowed && level.remaining > 0 {
+        return level;
+    }
+    Verdict {
+        allowed: false,
+        remaining: 0,
+        retry_after: decide(1, false).retry_after,
+        ..level
+    }
+}
+
+/// Decides one call against `state`. A key that holds another strategy's state is
+/// [`Undecidable::UnexpectedState`]: refused, never read as a fresh key.
 ///
 /// A quota with a capacity of zero refuses every call, with `retry_after` one window (the
 /// soonest a reconfigured limit could take effect).
-pub fn decide(
+pub(crate) fn decide(
     state: &mut State,
     now: Nanos,
     quota: &Quota,
     cost: u64,
     commit: bool,
 ) -> Result<Verdict, Undecidable> {
-    if let Some(verdict) = precheck(now, quota, cost)? {
+    if let Some(verdict) = precheck(now, quota, cost, commit)? {
         return Ok(verdict);
     }
-    if state.strategy() != quota.strategy {
-        if !commit {
-            return Ok(State::new(quota.strategy).decide_raw(now, quota, cost, false));
-        }
-        *state = State::new(quota.strategy);
+    if state.strategy() != quota.strategy() {
+        return Err(Undecidable::UnexpectedState);
     }
-    Ok(state.decide_raw(now, quota, cost, commit))
+    Ok(level(cost, commit, |cost, commit| {
+        state.decide_raw(now, quota, cost, commit)
+    }))
 }
 
 #[cfg(test)]
@@ -420,7 +480,11 @@ mod tests {
     #[test]
     fn every_strategy_admits_capacity_then_refuses() {
         for strategy in Strategy::ALL {
-            let q = Quota::per_second(5).with_burst(2).with_strategy(strategy);
+            let q = Quota::per_second(5)
+                .unwrap()
+                .with_burst(2)
+                .unwrap()
+                .with_strategy(strategy);
             let mut s = State::new(strategy);
             let now = 1_000 * SEC;
             for i in 0..7 {
@@ -436,12 +500,12 @@ mod tests {
 
     #[test]
     fn zero_limit_refuses_and_big_cost_is_an_error() {
-        let q = Quota::per_second(0);
-        let mut s = State::new(q.strategy);
+        let q = Quota::per_second(0).unwrap();
+        let mut s = State::new(q.strategy());
         let v = decide(&mut s, SEC, &q, 1, true).unwrap();
         assert!(!v.allowed);
         assert_eq!(v.retry_after, Some(SEC));
-        let q = Quota::per_second(3);
+        let q = Quota::per_second(3).unwrap();
         assert_eq!(
             decide(&mut s, SEC, &q, 4, true),
             Err(Undecidable::CostAboveCapacity {
@@ -455,7 +519,7 @@ mod tests {
     #[test]
     fn status_does_not_change_state() {
         for strategy in Strategy::ALL {
-            let q = Quota::per_second(3).with_strategy(strategy);
+            let q = Quota::per_second(3).unwrap().with_strategy(strategy);
             let mut s = State::new(strategy);
             run(&mut s, 10 * SEC, &q);
             let before = s.clone();
@@ -468,9 +532,10 @@ mod tests {
 
     #[test]
     fn counter_weights_previous_window() {
-        let q =
-            Quota::new(10, Duration::from_secs(10)).with_strategy(Strategy::SlidingWindowCounter);
-        let mut s = State::new(q.strategy);
+        let q = Quota::new(10, Duration::from_secs(10))
+            .unwrap()
+            .with_strategy(Strategy::SlidingWindowCounter);
+        let mut s = State::new(q.strategy());
         for _ in 0..10 {
             assert!(run(&mut s, 100 * SEC, &q).allowed);
         }
@@ -478,5 +543,82 @@ mod tests {
         let v = run(&mut s, 115 * SEC, &q);
         assert!(v.allowed);
         assert_eq!(v.remaining, 4);
+    }
+
+    /// redis-cell's published GCRA table: capacity 5, one token a second. After the calls at
+    /// 8.0 s and 9.5 s, a look at 9.5 s shows 4 remaining, full again in 1 s.
+    #[test]
+    fn a_look_reports_the_level_now_as_in_the_gcra_table() {
+        let q = Quota::new(5, Duration::from_secs(5))
+            .unwrap()
+            .with_strategy(Strategy::TokenBucket);
+        let mut s = State::new(q.strategy());
+        assert!(run(&mut s, 8 * SEC, &q).allowed);
+        assert!(run(&mut s, 9 * SEC + SEC / 2, &q).allowed);
+        let before = s.clone();
+        let look = decide(&mut s, 9 * SEC + SEC / 2, &q, 0, false).unwrap();
+        assert_eq!(s, before);
+        assert!(look.allowed);
+        assert_eq!(look.remaining, 4);
+        assert_eq!(look.reset_at - (9 * SEC + SEC / 2), SEC);
+        assert_eq!(look.retry_after, None);
+    }
+
+    #[test]
+    fn a_look_spends_nothing_and_says_when_a_call_would_pass() {
+        for strategy in Strategy::ALL {
+            let q = Quota::per_second(2).unwrap().with_strategy(strategy);
+            let mut s = State::new(strategy);
+            let now = 100 * SEC;
+            let fresh = decide(&mut s, now, &q, 0, false).unwrap();
+            assert_eq!((fresh.allowed, fresh.remaining), (true, 2), "{strategy}");
+            assert_eq!(
+                fresh.reset_at, now,
+                "{strategy}: an unused budget is full now"
+            );
+            run(&mut s, now, &q);
+            run(&mut s, now, &q);
+            let full = decide(&mut s, now, &q, 0, false).unwrap();
+            assert_eq!((full.allowed, full.remaining), (false, 0), "{strategy}");
+            let refused = decide(&mut s, now, &q, 1, false).unwrap();
+            assert_eq!(full.retry_after, refused.retry_after, "{strategy}");
+            assert!(full.retry_after.is_some(), "{strategy}");
+        }
+    }
+
+    #[test]
+    fn a_clock_near_the_end_of_u64_is_refused_not_wrapped() {
+        for strategy in Strategy::ALL {
+            let q = Quota::per_second(3).unwrap().with_strategy(strategy);
+            let mut s = State::new(strategy);
+            for now in [MAX_NOW + 1, u64::MAX - 5, u64::MAX] {
+                assert_eq!(
+                    decide(&mut s, now, &q, 1, true),
+                    Err(Undecidable::ClockOutOfRange { now }),
+                    "{strategy}"
+                );
+            }
+            // At the last instant decided, every strategy still counts exactly.
+            for i in 0..3 {
+                assert!(run(&mut s, MAX_NOW, &q).allowed, "{strategy} call {i}");
+            }
+            assert!(!run(&mut s, MAX_NOW, &q).allowed, "{strategy}");
+        }
+    }
+
+    #[test]
+    fn another_strategys_state_is_refused_not_reset() {
+        let fixed = Quota::per_second(1)
+            .unwrap()
+            .with_strategy(Strategy::FixedWindow);
+        let bucket = fixed.with_strategy(Strategy::TokenBucket);
+        let mut s = State::new(fixed.strategy());
+        run(&mut s, SEC, &fixed);
+        let before = s.clone();
+        assert_eq!(
+            decide(&mut s, SEC, &bucket, 1, true),
+            Err(Undecidable::UnexpectedState)
+        );
+        assert_eq!(s, before);
     }
 }

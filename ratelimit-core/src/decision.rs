@@ -37,7 +37,7 @@ fn ceil_millis(nanos: Nanos) -> u64 {
 
 impl Decision {
     /// Builds a decision from an algorithm's verdict taken at `now`.
-    pub fn from_verdict(
+    pub(crate) fn from_verdict(
         verdict: Verdict,
         now: Nanos,
         limit: u64,
@@ -62,7 +62,19 @@ impl Decision {
     /// [`from_verdict`](Self::from_verdict) with the quota's capacity and window, no tier (the
     /// service sets it): what every store answers.
     pub(crate) fn for_quota(verdict: Verdict, now: Nanos, quota: &crate::Quota) -> Self {
-        Self::from_verdict(verdict, now, quota.capacity(), quota.window, None)
+        Self::from_verdict(verdict, now, quota.capacity(), quota.window(), None)
+    }
+
+    /// An allowance that counted nothing, for a store that could not decide under
+    /// [`FailurePolicy::Allow`](crate::store::FailurePolicy::Allow): `remaining: 0`.
+    pub(crate) fn unlimited_for(quota: &crate::Quota, now: Nanos) -> Self {
+        let verdict = Verdict {
+            allowed: true,
+            remaining: 0,
+            reset_at: now.saturating_add(quota.window().as_nanos() as Nanos),
+            retry_after: None,
+        };
+        Self::for_quota(verdict, now, quota)
     }
 
     /// An "allowed" decision for a limiter that was switched off (`enabled = false`):
@@ -95,7 +107,7 @@ impl Decision {
     ///
     /// let store = MemoryStore::new();
     /// let clock = ManualClock::new(Duration::from_secs(60));
-    /// let d = store.acquire("k", &Quota::per_minute(1), 1, clock.now()).unwrap();
+    /// let d = store.acquire("k", &Quota::per_minute(1).unwrap(), 1, clock.now()).unwrap();
     /// let headers = d.headers();
     /// assert!(headers.contains(&("x-ratelimit-remaining", "0".to_string())));
     /// assert!(headers.contains(&("ratelimit-policy", "\"default\";q=1;w=60".to_string())));

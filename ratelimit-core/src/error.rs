@@ -4,7 +4,8 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::decision::Decision;
-use crate::quota::format_window;
+use crate::quota::QuotaError;
+use crate::syntax::format_window;
 
 /// Everything that can go wrong, including a refusal.
 ///
@@ -32,12 +33,10 @@ pub enum Error {
     /// The configuration is invalid; lists every problem found.
     #[error("{0}")]
     InvalidConfig(ConfigError),
-    /// A per-call override (limit, window, burst) makes a quota that cannot be enforced.
-    #[error("invalid rate limit for this call: {reason}")]
-    InvalidQuota {
-        /// What is wrong.
-        reason: String,
-    },
+    /// The limit resolved for this call (its tier, the module's defaults and any override)
+    /// cannot be enforced, by any store or by the configured one.
+    #[error("invalid rate limit for this call: {0}")]
+    InvalidQuota(#[from] QuotaError),
     /// The call's cost is above the budget's capacity: it could never be admitted.
     #[error("cost {cost} is above the limit's capacity of {capacity} (limit + burst): this call can never be admitted")]
     CostAboveCapacity {
@@ -83,9 +82,23 @@ pub enum Error {
     /// `Module::init` was called while a module is running (drop or shut it down first).
     #[error("a rate-limit module is already initialised: shut it down (or drop its handle) before calling `Module::init` again")]
     AlreadyInitialized,
+    /// The store holds state of an unexpected shape under the call's key (written by something
+    /// else, or corrupt): the call is refused and the state left as it was.
+    #[error("state of an unexpected shape under a rate-limit key: refused ({message})")]
+    UnexpectedState {
+        /// What was found (never the key itself).
+        message: String,
+    },
+    /// The clock reads a time the limiter cannot count from (past about the year 2226):
+    /// refused rather than wrapped around.
+    #[error("the clock reads {now_nanos} ns since the epoch, beyond what the limiter counts (about the year 2226): call refused")]
+    ClockOutOfRange {
+        /// The time read.
+        now_nanos: u64,
+    },
     /// `Module::init` found rate-limited fns the configuration cannot enforce; lists every one.
     #[error("{0}")]
-    Declarations(crate::registry::DeclarationErrors),
+    Declarations(DeclarationErrors),
 }
 
 impl From<crate::algorithm::Undecidable> for Error {
@@ -96,6 +109,10 @@ impl From<crate::algorithm::Undecidable> for Error {
             Undecidable::CostAboveCapacity { cost, capacity } => {
                 Error::CostAboveCapacity { cost, capacity }
             }
+            Undecidable::ClockOutOfRange { now } => Error::ClockOutOfRange { now_nanos: now },
+            Undecidable::UnexpectedState => Error::UnexpectedState {
+                message: "the key holds another strategy's state".into(),
+            },
         }
     }
 }
@@ -171,3 +188,146 @@ impl fmt::Display for ConfigError {
 }
 
 impl std::error::Error for ConfigError {}
+
+/// One annotated fn the configuration (or the store) cannot enforce.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DeclarationProblem {
+    /// The fn's path.
+    pub function: &'static str,
+    /// Where it is.
+    pub file: &'static str,
+    /// Its line.
+    pub line: u32,
+    /// What is wrong.
+    pub kind: ProblemKind,
+}
+
+/// What is wrong with an annotated fn, one variant per rule `Module::init` checks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ProblemKind {
+    /// `tier = "name"` names a tier the configuration does not have.
+    UnknownTier {
+        /// The tier named.
+        tier: &'static str,
+        /// The configured tiers, comma separated.
+        known: String,
+    },
+    /// The fn relies on the module's default limit, and there is none.
+    NoLimit,
+    /// `tier = <expr>` chooses a tier per call, and no tier is configured.
+    NoTiers,
+    /// The fn's limit, resolved as the running service resolves it, cannot be enforced (under
+    /// `tier`, when the fn's tier is one of several).
+    Unenforceable {
+        /// The tier the limit was resolved under, if any.
+        tier: Option<String>,
+        /// Why.
+        error: QuotaError,
+    },
+    /// Two fns share a budget name but not its settings.
+    SharedBudget {
+        /// The budget.
+        budget: &'static str,
+        /// The other fn, its place, and both settings.
+        other: &'static str,
+        /// The other fn's file.
+        other_file: &'static str,
+        /// The other fn's line.
+        other_line: u32,
+        /// This fn's settings, as written.
+        spec: String,
+        /// The other fn's settings, as written.
+        other_spec: String,
+    },
+    /// Two different fns fall on the same default budget name (two methods of one name
+    /// annotated on their own in one module): they would share a budget by accident.
+    SameDefaultName {
+        /// The name.
+        budget: &'static str,
+        /// The other fn's file.
+        other_file: &'static str,
+        /// The other fn's line.
+        other_line: u32,
+    },
+}
+
+impl fmt::Display for ProblemKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ProblemKind::UnknownTier { tier, known } => {
+                write!(f, "tier {tier:?} is not configured (configured tiers: {known})")
+            }
+            ProblemKind::NoLimit => f.write_str(
+                "uses the module's default limit, but none is configured (set `default_limit` \
+                 or `default_tier`, or give the fn a `limit`)",
+            ),
+            ProblemKind::NoTiers => f.write_str(
+                "chooses its tier per call, but no tier is configured: every call would be refused",
+            ),
+            ProblemKind::Unenforceable { tier: None, error } => {
+                write!(f, "its limit cannot be enforced: {error}")
+            }
+            ProblemKind::Unenforceable {
+                tier: Some(tier),
+                error,
+            } => write!(f, "its limit cannot be enforced under tier {tier:?}: {error}"),
+            ProblemKind::SharedBudget {
+                budget,
+                other,
+                other_file,
+                other_line,
+                spec,
+                other_spec,
+            } => write!(
+                f,
+                "shares the budget {budget:?} with `{other}` ({other_file}:{other_line}) but \
+                 with different settings ({spec} vs {other_spec})"
+            ),
+            ProblemKind::SameDefaultName {
+                budget,
+                other_file,
+                other_line,
+            } => write!(
+                f,
+                "has the same default budget name {budget:?} as the fn at {other_file}:{other_line}: \
+                 give one of them `name = \"...\"`, or annotate their impl blocks so the name \
+                 includes the type"
+            ),
+        }
+    }
+}
+
+impl fmt::Display for DeclarationProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}:{}: `{}`: {}",
+            self.file, self.line, self.function, self.kind
+        )
+    }
+}
+
+/// Every problem found when checking the binary's declarations against a configuration.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct DeclarationErrors {
+    /// One entry per problem, in file and line order.
+    pub problems: Vec<DeclarationProblem>,
+}
+
+impl fmt::Display for DeclarationErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} rate-limited fn(s) cannot be enforced with this configuration",
+            self.problems.len()
+        )?;
+        for p in &self.problems {
+            write!(f, "\n  - {p}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for DeclarationErrors {}

@@ -5,32 +5,36 @@
 //! there.
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
 
-pub mod algorithm;
+mod algorithm;
 mod clock;
 mod config;
 mod decision;
 mod error;
+mod key;
 mod quota;
 mod registry;
+mod resolve;
 mod service;
 mod stats;
 pub mod store;
+mod syntax;
 pub mod testing;
 
 pub use clock::{Clock, ManualClock, Nanos, SystemClock};
 pub use config::{Config, ConfigBuilder, ResolvedTier, StoreConfig, Tier, Window};
 pub use decision::Decision;
-pub use error::{ConfigError, Error, Exceeded};
-pub use quota::{format_window, parse_window, Quota, QuotaError, Rate, Strategy, MAX_WINDOW};
+pub use error::{ConfigError, DeclarationErrors, DeclarationProblem, Error, Exceeded, ProblemKind};
+pub use key::MAX_KEY_LEN;
+pub use quota::{Overrides, Quota, QuotaError, MAX_CAPACITY};
 pub use registry::{
-    check_declarations, declarations, Declaration, DeclarationErrors, DeclarationProblem, Module,
-    ModuleBuilder, Spec, TierSpec,
+    check_declarations, declarations, Declaration, Module, ModuleBuilder, Spec, TierSpec,
 };
 pub use service::{Options, RateLimitService};
 pub use stats::{Counts, Stats};
+pub use store::{Failover, FailurePolicy, MemoryOptions, MemoryStore, Store};
 #[cfg(feature = "redis")]
-pub use store::{FailurePolicy, RedisOptions, RedisStore};
-pub use store::{MemoryOptions, MemoryStore};
+pub use store::{RedisOptions, RedisStore};
+pub use syntax::{format_window, parse_window, ParseError, Rate, Strategy, MAX_WINDOW};
 
 /// Support for the code the attribute macros generate. Not public API.
 #[doc(hidden)]

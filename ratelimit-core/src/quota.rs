@@ -1,373 +1,192 @@
-//! Windows (`"1m"`, `"1h30m"`), rate specs (`"5/minute"`), strategies and the [`Quota`] a
-//! decision is made against.
+//! [`Quota`]: a resolved, validated limit, and [`Overrides`]: the settings every place that
+//! describes a limit (the macros' spec, per-call [`Options`](crate::Options), a
+//! [`Tier`](crate::Tier), the configuration file) shares.
+//!
+//! A `Quota` that exists is valid: its fields are private and every constructor checks them,
+//! so stores never validate a quota again.
 
 use std::fmt;
-use std::str::FromStr;
 use std::time::Duration;
 
 use crate::clock::Nanos;
+use crate::syntax::{format_window, Strategy, MAX_WINDOW};
 
-/// The longest window accepted: one leap year. Longer windows would make counters that outlive
-/// any deployment, and keep every nanosecond computation far from overflow.
-pub const MAX_WINDOW: Duration = Duration::from_secs(366 * 24 * 3600);
+/// The most calls a quota may hold at once (`limit + burst`). Counts are kept in 32 bits in
+/// the memory store's cells.
+pub const MAX_CAPACITY: u64 = u32::MAX as u64;
 
-/// Why a window or rate string was refused. Every message names the input.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+/// The slowest refill times the capacity stays below this, so that no timestamp computed by the
+/// token bucket overflows.
+const MAX_TOLERANCE: u128 = 1 << 62;
+
+/// Why a limit cannot be enforced. Each variant is one rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum QuotaError {
-    /// The string was empty (or only whitespace).
-    #[error("empty window: expected something like \"500ms\", \"30s\", \"1m\" or \"1h30m\"")]
-    Empty,
-    /// The string is not a window.
-    #[error("invalid window {input:?}: {reason}")]
-    InvalidWindow {
-        /// The string as given.
-        input: String,
-        /// What is wrong with it.
-        reason: String,
+    /// The window is zero.
+    #[error("the window must be longer than zero")]
+    ZeroWindow,
+    /// The window is longer than [`MAX_WINDOW`].
+    #[error("the window must be at most 366 days")]
+    WindowTooLong,
+    /// `limit + burst` is above [`MAX_CAPACITY`] (or overflows).
+    #[error("limit + burst must be at most 4294967295")]
+    CapacityTooLarge,
+    /// A refill rate of zero tokens per window was asked for.
+    #[error("the refill rate must be at least 1 token per window")]
+    ZeroRefill,
+    /// The token bucket would refill more than one token per nanosecond.
+    #[error("the refill rate is above one token per nanosecond")]
+    RefillTooFast,
+    /// The token bucket's capacity times its refill interval is too large to count.
+    #[error("limit + burst is too large for so slow a refill rate")]
+    RefillTooSlow,
+    /// The store cannot count this quota exactly.
+    #[error("{store} cannot enforce this limit exactly: {reason}")]
+    Unsupported {
+        /// The store.
+        store: &'static str,
+        /// Why.
+        reason: &'static str,
     },
-    /// The window adds up to zero.
-    #[error("invalid window {input:?}: a window must be longer than zero")]
-    ZeroWindow {
-        /// The string as given.
-        input: String,
-    },
-    /// The window is longer than [`MAX_WINDOW`] or does not fit in a duration.
-    #[error("invalid window {input:?}: longer than the maximum of 366 days")]
-    TooLong {
-        /// The string as given.
-        input: String,
-    },
-    /// The string is not a rate such as `"5/minute"` or `"100/1m"`.
-    #[error("invalid rate {input:?}: {reason}")]
-    InvalidRate {
-        /// The string as given.
-        input: String,
-        /// What is wrong with it.
-        reason: String,
-    },
-    /// The strategy name is not one of the four.
-    #[error(
-        "unknown strategy {input:?}: expected \"fixed-window\", \"sliding-window\", \
-         \"sliding-window-counter\" or \"token-bucket\""
-    )]
-    UnknownStrategy {
-        /// The string as given.
-        input: String,
-    },
-}
-
-const UNITS: [(&str, u64); 5] = [
-    ("d", 86_400_000),
-    ("h", 3_600_000),
-    ("m", 60_000),
-    ("s", 1_000),
-    ("ms", 1),
-];
-
-/// Parses a window such as `"500ms"`, `"30s"`, `"1m"`, `"1h"`, `"1d"` or `"1h30m"`.
-///
-/// Units are `ms`, `s`, `m`, `h` and `d`; a compound lists each unit at most once, largest
-/// first. The result is longer than zero and at most [`MAX_WINDOW`].
-///
-/// ```
-/// use ratelimit_core::parse_window;
-/// use std::time::Duration;
-///
-/// assert_eq!(parse_window("1h30m").unwrap(), Duration::from_secs(5_400));
-/// assert_eq!(parse_window("500ms").unwrap(), Duration::from_millis(500));
-/// assert!(parse_window("1x").unwrap_err().to_string().contains("\"1x\""));
-/// ```
-pub fn parse_window(input: &str) -> Result<Duration, QuotaError> {
-    let text = input.trim();
-    if text.is_empty() {
-        return Err(QuotaError::Empty);
-    }
-    let invalid = |reason: String| QuotaError::InvalidWindow {
-        input: input.to_owned(),
-        reason,
-    };
-    let too_long = || QuotaError::TooLong {
-        input: input.to_owned(),
-    };
-    let bytes = text.as_bytes();
-    let mut pos = 0;
-    let mut total_ms: u64 = 0;
-    let mut last_unit: Option<usize> = None;
-    while pos < bytes.len() {
-        let start = pos;
-        while pos < bytes.len() && bytes[pos].is_ascii_digit() {
-            pos += 1;
-        }
-        if start == pos {
-            let c = text[pos..].chars().next().unwrap_or(' ');
-            return Err(invalid(format!(
-                "expected a number at {c:?} (windows are positive, like \"30s\" or \"1h30m\")"
-            )));
-        }
-        let number: u64 = text[start..pos].parse().map_err(|_| too_long())?;
-        let unit_start = pos;
-        while pos < bytes.len() && bytes[pos].is_ascii_alphabetic() {
-            pos += 1;
-        }
-        let unit = &text[unit_start..pos];
-        if unit.is_empty() {
-            return Err(invalid(format!(
-                "missing unit after {number} (use ms, s, m, h or d)"
-            )));
-        }
-        let Some(index) = UNITS.iter().position(|(name, _)| *name == unit) else {
-            return Err(invalid(format!(
-                "unknown unit {unit:?} (use ms, s, m, h or d)"
-            )));
-        };
-        if last_unit.is_some_and(|last| index <= last) {
-            return Err(invalid(
-                "units must appear once each, largest first (like \"1h30m\")".to_owned(),
-            ));
-        }
-        last_unit = Some(index);
-        let part = number.checked_mul(UNITS[index].1).ok_or_else(too_long)?;
-        total_ms = total_ms.checked_add(part).ok_or_else(too_long)?;
-    }
-    if total_ms == 0 {
-        return Err(QuotaError::ZeroWindow {
-            input: input.to_owned(),
-        });
-    }
-    let window = Duration::from_millis(total_ms);
-    if window > MAX_WINDOW {
-        return Err(too_long());
-    }
-    Ok(window)
-}
-
-/// Formats a window the way [`parse_window`] reads it (`"1h30m"`, `"500ms"`).
-pub fn format_window(window: Duration) -> String {
-    let mut ms = window.as_millis() as u64;
-    if ms == 0 {
-        return format!("{}ns", window.as_nanos());
-    }
-    let mut out = String::new();
-    for (name, size) in UNITS {
-        if ms >= size {
-            out.push_str(&format!("{}{name}", ms / size));
-            ms %= size;
-        }
-    }
-    out
-}
-
-/// A number of calls per window, parsed from `"5/second"`, `"100/minute"`, `"10/1m"`.
-///
-/// ```
-/// use ratelimit_core::Rate;
-/// use std::time::Duration;
-///
-/// let rate: Rate = "100/minute".parse().unwrap();
-/// assert_eq!((rate.limit, rate.window), (100, Duration::from_secs(60)));
-/// assert_eq!("10/1m".parse::<Rate>().unwrap(), rate.with_limit(10));
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Rate {
-    /// Calls allowed per window.
-    pub limit: u64,
-    /// The window.
-    pub window: Duration,
-}
-
-impl Rate {
-    /// The same window with another limit.
-    pub const fn with_limit(self, limit: u64) -> Self {
-        Self {
-            limit,
-            window: self.window,
-        }
-    }
-
-    /// The window named by `second`, `minute`, `hour` or `day` (also `s`, `m`, `h`, `d`, and
-    /// plurals), if `unit` is one of them.
-    pub fn unit_window(unit: &str) -> Option<Duration> {
-        let secs = match unit {
-            "second" | "seconds" | "sec" | "s" => 1,
-            "minute" | "minutes" | "min" | "m" => 60,
-            "hour" | "hours" | "h" => 3_600,
-            "day" | "days" | "d" => 86_400,
-            _ => return None,
-        };
-        Some(Duration::from_secs(secs))
-    }
-}
-
-impl FromStr for Rate {
-    type Err = QuotaError;
-
-    fn from_str(input: &str) -> Result<Self, QuotaError> {
-        let invalid = |reason: &str| QuotaError::InvalidRate {
-            input: input.to_owned(),
-            reason: reason.to_owned(),
-        };
-        let (limit, per) = input
-            .trim()
-            .split_once('/')
-            .ok_or_else(|| invalid("expected <limit>/<unit or window>, like \"5/minute\""))?;
-        let limit: u64 = limit
-            .trim()
-            .parse()
-            .map_err(|_| invalid("the limit must be a whole number, like the 5 in \"5/minute\""))?;
-        let per = per.trim();
-        let window = match Rate::unit_window(per) {
-            Some(window) => window,
-            None if per.starts_with(|c: char| c.is_ascii_digit()) => parse_window(per)?,
-            None => {
-                return Err(invalid(
-                    "unknown unit (use second, minute, hour, day or a window like 1m)",
-                ))
-            }
-        };
-        Ok(Rate { limit, window })
-    }
-}
-
-/// How calls are counted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-#[non_exhaustive]
-pub enum Strategy {
-    /// One counter per window, windows aligned to the epoch. Cheapest; a client can get up to
-    /// twice the limit across a window boundary (the end of one window and the start of the
-    /// next).
-    FixedWindow,
-    /// A log of hits: exact, never more than the limit in any rolling window. Memory grows with
-    /// the limit (one entry per admitted call).
-    #[default]
-    SlidingWindow,
-    /// Previous and current window counters, the previous one weighted by how much of it still
-    /// overlaps the rolling window: O(1) memory, an approximation of the sliding log.
-    SlidingWindowCounter,
-    /// GCRA, a token bucket kept as one timestamp: holds `limit + burst` tokens and refills
-    /// `refill` tokens per window.
-    TokenBucket,
-}
-
-impl Strategy {
-    /// Every strategy, in a fixed order.
-    pub const ALL: [Strategy; 4] = [
-        Strategy::FixedWindow,
-        Strategy::SlidingWindow,
-        Strategy::SlidingWindowCounter,
-        Strategy::TokenBucket,
-    ];
-
-    /// The name used in configuration and in the macros.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Strategy::FixedWindow => "fixed-window",
-            Strategy::SlidingWindow => "sliding-window",
-            Strategy::SlidingWindowCounter => "sliding-window-counter",
-            Strategy::TokenBucket => "token-bucket",
-        }
-    }
-}
-
-impl fmt::Display for Strategy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for Strategy {
-    type Err = QuotaError;
-
-    fn from_str(input: &str) -> Result<Self, QuotaError> {
-        Strategy::ALL
-            .into_iter()
-            .find(|s| s.as_str() == input)
-            .ok_or_else(|| QuotaError::UnknownStrategy {
-                input: input.to_owned(),
-            })
-    }
 }
 
 /// What one decision is made against: a limit per window, extra burst, a strategy, and for the
 /// token bucket a refill rate.
 ///
 /// The *capacity* (the effective limit) is `limit + burst`. A limit of zero refuses every call.
+/// Every constructor validates, so a `Quota` that exists can be enforced.
 ///
 /// ```
 /// use ratelimit_core::{Quota, Strategy};
 /// use std::time::Duration;
 ///
-/// const PER_USER: Quota = Quota::per_minute(10).with_burst(5).with_strategy(Strategy::TokenBucket);
-/// assert_eq!(PER_USER.capacity(), 15);
-/// assert_eq!(PER_USER.window, Duration::from_secs(60));
+/// let per_user = Quota::per_minute(10)?.with_burst(5)?.with_strategy(Strategy::TokenBucket);
+/// assert_eq!(per_user.capacity(), 15);
+/// assert_eq!(per_user.window(), Duration::from_secs(60));
+/// assert!(Quota::new(1, Duration::ZERO).is_err());
+///
+/// // In a const, match on the result: an invalid quota fails the build.
+/// const SEARCH: Quota = match Quota::per_second(20) {
+///     Ok(q) => q,
+///     Err(_) => panic!("invalid quota"),
+/// };
+/// assert_eq!(SEARCH.limit(), 20);
+/// # Ok::<(), ratelimit_core::QuotaError>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Quota {
-    /// Calls per window.
-    pub limit: u64,
-    /// The window.
-    pub window: Duration,
-    /// Extra calls allowed on top of `limit`.
-    pub burst: u64,
-    /// The algorithm.
-    pub strategy: Strategy,
+    limit: u64,
+    window: Duration,
+    burst: u64,
+    strategy: Strategy,
     /// Token-bucket refill, in tokens per window; `0` means "the limit".
-    pub refill: u64,
+    refill: u64,
 }
 
 impl Quota {
     /// `limit` calls per `window`, sliding window, no burst.
-    pub const fn new(limit: u64, window: Duration) -> Self {
-        Self {
+    pub const fn new(limit: u64, window: Duration) -> Result<Self, QuotaError> {
+        Self::from_parts(limit, window, 0, Strategy::SlidingWindow, None)
+    }
+
+    /// Every setting at once: `refill` of `None` refills `limit` tokens per window.
+    pub const fn from_parts(
+        limit: u64,
+        window: Duration,
+        burst: u64,
+        strategy: Strategy,
+        refill: Option<u64>,
+    ) -> Result<Self, QuotaError> {
+        let refill = match refill {
+            Some(0) => return Err(QuotaError::ZeroRefill),
+            Some(r) => r,
+            None => 0,
+        };
+        let quota = Quota {
             limit,
             window,
-            burst: 0,
-            strategy: Strategy::SlidingWindow,
-            refill: 0,
+            burst,
+            strategy,
+            refill,
+        };
+        match quota.problem() {
+            Some(e) => Err(e),
+            None => Ok(quota),
         }
     }
 
     /// `limit` calls per second.
-    pub const fn per_second(limit: u64) -> Self {
+    pub const fn per_second(limit: u64) -> Result<Self, QuotaError> {
         Self::new(limit, Duration::from_secs(1))
     }
 
     /// `limit` calls per minute.
-    pub const fn per_minute(limit: u64) -> Self {
+    pub const fn per_minute(limit: u64) -> Result<Self, QuotaError> {
         Self::new(limit, Duration::from_secs(60))
     }
 
     /// `limit` calls per hour.
-    pub const fn per_hour(limit: u64) -> Self {
+    pub const fn per_hour(limit: u64) -> Result<Self, QuotaError> {
         Self::new(limit, Duration::from_secs(3_600))
     }
 
-    /// With `burst` extra calls.
-    pub const fn with_burst(mut self, burst: u64) -> Self {
-        self.burst = burst;
-        self
+    /// `limit` calls per day.
+    pub const fn per_day(limit: u64) -> Result<Self, QuotaError> {
+        Self::new(limit, Duration::from_secs(86_400))
     }
 
-    /// With another strategy.
+    /// With `burst` extra calls.
+    pub const fn with_burst(self, burst: u64) -> Result<Self, QuotaError> {
+        Self::from_parts(
+            self.limit,
+            self.window,
+            burst,
+            self.strategy,
+            self.refill_setting(),
+        )
+    }
+
+    /// With another strategy (valid for any strategy: the rules do not depend on it).
     pub const fn with_strategy(mut self, strategy: Strategy) -> Self {
         self.strategy = strategy;
         self
     }
 
     /// With a token-bucket refill rate, in tokens per window.
-    pub const fn with_refill(mut self, refill: u64) -> Self {
-        self.refill = refill;
-        self
+    pub const fn with_refill(self, refill: u64) -> Result<Self, QuotaError> {
+        Self::from_parts(
+            self.limit,
+            self.window,
+            self.burst,
+            self.strategy,
+            Some(refill),
+        )
+    }
+
+    /// Calls per window.
+    pub const fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// The window.
+    pub const fn window(&self) -> Duration {
+        self.window
+    }
+
+    /// Extra calls allowed on top of `limit`.
+    pub const fn burst(&self) -> u64 {
+        self.burst
+    }
+
+    /// The algorithm.
+    pub const fn strategy(&self) -> Strategy {
+        self.strategy
     }
 
     /// The effective limit: `limit + burst`.
     pub const fn capacity(&self) -> u64 {
         self.limit.saturating_add(self.burst)
-    }
-
-    /// The window in nanoseconds.
-    pub(crate) fn window_nanos(&self) -> Nanos {
-        self.window.as_nanos() as Nanos
     }
 
     /// Tokens added per window by the token bucket.
@@ -379,50 +198,215 @@ impl Quota {
         }
     }
 
-    /// Checks the quota can be enforced: a window longer than zero and at most
-    /// [`MAX_WINDOW`], and for the token bucket a refill of at most one token per nanosecond.
-    #[inline]
-    pub fn validate(&self) -> Result<(), String> {
-        // Inlined down to the checks, with the error's allocation out of line: the memory
-        // store validates the quota of every public `acquire`.
-        match self.problem() {
-            None => Ok(()),
-            Some(problem) => Err(problem.to_owned()),
+    /// The refill as it was set (`None`: the limit).
+    pub(crate) const fn refill_setting(&self) -> Option<u64> {
+        if self.refill == 0 {
+            None
+        } else {
+            Some(self.refill)
         }
     }
 
-    #[inline]
-    fn problem(&self) -> Option<&'static str> {
+    /// The window in nanoseconds.
+    pub(crate) const fn window_nanos(&self) -> Nanos {
+        self.window.as_nanos() as Nanos
+    }
+
+    /// The token bucket's emission interval: nanoseconds per token.
+    pub(crate) const fn interval_nanos(&self) -> Nanos {
+        let refill = self.refill_per_window();
+        self.window_nanos() / if refill == 0 { 1 } else { refill }
+    }
+
+    /// The one rule book: a window longer than zero and at most [`MAX_WINDOW`], a capacity
+    /// that fits the stores' counters, and for the token bucket at most one token per
+    /// nanosecond and a tolerance (interval x capacity) within 2^62.
+    const fn problem(&self) -> Option<QuotaError> {
         if self.window.is_zero() {
-            return Some("the window must be longer than zero");
+            return Some(QuotaError::ZeroWindow);
         }
-        if self.window > MAX_WINDOW {
-            return Some("the window must be at most 366 days");
+        if self.window.as_nanos() > MAX_WINDOW.as_nanos() {
+            return Some(QuotaError::WindowTooLong);
         }
-        if self.capacity() > u32::MAX as u64 {
-            return Some("limit + burst must be at most 4294967295");
+        match self.limit.checked_add(self.burst) {
+            Some(c) if c <= MAX_CAPACITY => {}
+            _ => return Some(QuotaError::CapacityTooLarge),
         }
-        let window = self.window_nanos();
-        if self.refill_per_window() > window {
-            return Some("the refill rate is above one token per nanosecond");
+        if self.refill_per_window() > self.window_nanos() {
+            return Some(QuotaError::RefillTooFast);
         }
-        // The slowest refill interval times the capacity must stay within 2^62. The interval
-        // is at most the window, so most quotas pass without the division.
-        let capacity = self.capacity() as u128;
-        if (window as u128) * capacity > (1u128 << 62) {
-            let interval = window / self.refill_per_window().max(1);
-            if (interval as u128) * capacity > (1u128 << 62) {
-                return Some("limit + burst is too large for so slow a refill rate");
-            }
+        if (self.interval_nanos() as u128) * (self.capacity() as u128) > MAX_TOLERANCE {
+            return Some(QuotaError::RefillTooSlow);
         }
         None
     }
+
+    /// A short, stable name for what this quota's state means: its strategy and window (for
+    /// the token bucket, its refill too). Two quotas with the same identity can share a key's
+    /// state; the store key carries it so that two others never read each other's.
+    pub(crate) fn identity(&self, out: &mut String) {
+        out.push(match self.strategy {
+            Strategy::FixedWindow => 'F',
+            Strategy::SlidingWindow => 'L',
+            Strategy::SlidingWindowCounter => 'C',
+            Strategy::TokenBucket => 'T',
+        });
+        let window = self.window.as_nanos();
+        if window % 1_000_000 == 0 {
+            out.push_str(&format_window(self.window));
+        } else {
+            out.push_str(itoa(window as u64).as_str());
+            out.push_str("ns");
+        }
+    }
+}
+
+/// A number in decimal, without the formatting machinery.
+fn itoa(mut n: u64) -> String {
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    String::from_utf8_lossy(&digits[i..]).into_owned()
 }
 
 impl Default for Quota {
     /// 100 calls per minute, sliding window: the module's defaults.
     fn default() -> Self {
-        Quota::per_minute(100)
+        Quota {
+            limit: 100,
+            window: Duration::from_secs(60),
+            burst: 0,
+            strategy: Strategy::SlidingWindow,
+            refill: 0,
+        }
+    }
+}
+
+impl fmt::Display for Quota {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} per {}", self.limit, format_window(self.window))?;
+        if self.burst > 0 {
+            write!(f, " + burst {}", self.burst)?;
+        }
+        write!(f, ", {}", self.strategy)?;
+        if self.refill != 0 {
+            write!(f, ", refill {} per window", self.refill)?;
+        }
+        Ok(())
+    }
+}
+
+/// The settings of a limit, each optional: what the macros' attribute, per-call
+/// [`Options`](crate::Options), a [`Tier`](crate::Tier) and the configuration file say. The
+/// one function that turns them into a [`Quota`] fills in what is missing from the tier and
+/// the module (see [`RateLimitService::quota_for`](crate::RateLimitService::quota_for)).
+///
+/// Adding a setting means adding it here (and to its docs): every place that describes a
+/// limit reads it from this struct.
+///
+/// ```
+/// use ratelimit_core::{Overrides, Strategy};
+/// use std::time::Duration;
+///
+/// const STRICT: Overrides = Overrides::new().limit(5).window(Duration::from_secs(10));
+/// let bucket = STRICT.strategy(Strategy::TokenBucket).refill(1);
+/// assert_eq!(bucket.limit, Some(5));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub struct Overrides {
+    /// Calls per window.
+    pub limit: Option<u64>,
+    /// The window.
+    pub window: Option<Duration>,
+    /// Extra calls on top of the limit.
+    pub burst: Option<u64>,
+    /// The algorithm.
+    pub strategy: Option<Strategy>,
+    /// Token-bucket refill, tokens per window.
+    pub refill: Option<u64>,
+}
+
+impl Overrides {
+    /// Nothing set.
+    pub const fn new() -> Self {
+        Overrides {
+            limit: None,
+            window: None,
+            burst: None,
+            strategy: None,
+            refill: None,
+        }
+    }
+    /// With this limit.
+    pub const fn limit(mut self, limit: u64) -> Self {
+        self.limit = Some(limit);
+        self
+    }
+    /// With this window.
+    pub const fn window(mut self, window: Duration) -> Self {
+        self.window = Some(window);
+        self
+    }
+    /// With this burst.
+    pub const fn burst(mut self, burst: u64) -> Self {
+        self.burst = Some(burst);
+        self
+    }
+    /// With this strategy.
+    pub const fn strategy(mut self, strategy: Strategy) -> Self {
+        self.strategy = Some(strategy);
+        self
+    }
+    /// With this refill rate.
+    pub const fn refill(mut self, refill: u64) -> Self {
+        self.refill = Some(refill);
+        self
+    }
+    /// Whether nothing is set.
+    pub const fn is_empty(&self) -> bool {
+        self.limit.is_none()
+            && self.window.is_none()
+            && self.burst.is_none()
+            && self.strategy.is_none()
+            && self.refill.is_none()
+    }
+}
+
+impl fmt::Display for Overrides {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut sep = "";
+        let mut item = |f: &mut fmt::Formatter<'_>, args: fmt::Arguments<'_>| {
+            let r = write!(f, "{sep}{args}");
+            sep = ", ";
+            r
+        };
+        if let Some(l) = self.limit {
+            item(f, format_args!("limit {l}"))?;
+        }
+        if let Some(w) = self.window {
+            item(f, format_args!("window {}", format_window(w)))?;
+        }
+        if let Some(b) = self.burst {
+            item(f, format_args!("burst {b}"))?;
+        }
+        if let Some(s) = self.strategy {
+            item(f, format_args!("{s}"))?;
+        }
+        if let Some(r) = self.refill {
+            item(f, format_args!("refill {r} per window"))?;
+        }
+        if sep.is_empty() {
+            f.write_str("no overrides")?;
+        }
+        Ok(())
     }
 }
 
@@ -430,176 +414,91 @@ impl Default for Quota {
 mod tests {
     use super::*;
 
-    #[test]
-    fn windows_parse() {
-        let cases = [
-            ("500ms", 500),
-            ("1s", 1_000),
-            ("30s", 30_000),
-            ("1m", 60_000),
-            ("1h", 3_600_000),
-            ("1d", 86_400_000),
-            ("1h30m", 5_400_000),
-            ("1m30s500ms", 90_500),
-            (" 2h ", 7_200_000),
-        ];
-        for (text, ms) in cases {
-            assert_eq!(parse_window(text), Ok(Duration::from_millis(ms)), "{text}");
+    /// The rules as they were written before the division-free fast path, to check the two
+    /// agree.
+    fn reference(limit: u64, window: Duration, burst: u64, refill: u64) -> Option<QuotaError> {
+        if window.is_zero() {
+            return Some(QuotaError::ZeroWindow);
         }
+        if window > MAX_WINDOW {
+            return Some(QuotaError::WindowTooLong);
+        }
+        let capacity = limit.checked_add(burst)?;
+        if capacity > MAX_CAPACITY {
+            return Some(QuotaError::CapacityTooLarge);
+        }
+        let per_window = if refill == 0 { limit } else { refill };
+        let nanos = window.as_nanos() as u64;
+        if per_window > nanos {
+            return Some(QuotaError::RefillTooFast);
+        }
+        let interval = nanos / per_window.max(1);
+        if (interval as u128) * (capacity as u128) > MAX_TOLERANCE {
+            return Some(QuotaError::RefillTooSlow);
+        }
+        None
     }
 
     #[test]
-    fn bad_windows_are_typed_errors_naming_the_input() {
-        for bad in ["0s", "1x", "-1m", "1", "m", "1m1h", "1m1m", "1.5s", "1 m"] {
-            let err = parse_window(bad).unwrap_err();
-            assert!(
-                err.to_string().contains(&format!("{bad:?}")),
-                "{bad}: {err}"
-            );
-        }
-        assert_eq!(parse_window(""), Err(QuotaError::Empty));
-        assert_eq!(parse_window("   "), Err(QuotaError::Empty));
-        assert!(matches!(
-            parse_window("0s"),
-            Err(QuotaError::ZeroWindow { .. })
-        ));
-        assert!(matches!(
-            parse_window("99999999999999999999d"),
-            Err(QuotaError::TooLong { .. })
-        ));
-        assert!(matches!(
-            parse_window("18446744073709551615d"),
-            Err(QuotaError::TooLong { .. })
-        ));
-        assert!(matches!(
-            parse_window("367d"),
-            Err(QuotaError::TooLong { .. })
-        ));
-    }
-
-    #[test]
-    fn rates_parse() {
-        let rate = |s: &str| s.parse::<Rate>().unwrap();
-        assert_eq!(
-            rate("5/second"),
-            Rate {
-                limit: 5,
-                window: Duration::from_secs(1)
-            }
-        );
-        assert_eq!(rate("100/minute").window, Duration::from_secs(60));
-        assert_eq!(
-            rate("10/1m"),
-            Rate {
-                limit: 10,
-                window: Duration::from_secs(60)
-            }
-        );
-        assert_eq!(rate("3/hour").window, Duration::from_secs(3_600));
-        assert_eq!(rate("3/day").window, Duration::from_secs(86_400));
-        for bad in ["", "5", "x/minute", "5/fortnight", "-1/minute", "5/0s"] {
-            let err = bad.parse::<Rate>().unwrap_err();
-            assert!(
-                err.to_string().contains(&format!("{bad:?}")) || bad == "5/0s",
-                "{bad}: {err}"
-            );
-        }
-    }
-
-    #[test]
-    fn format_round_trips() {
-        for text in ["500ms", "1s", "1h30m", "1d", "1m30s500ms"] {
-            assert_eq!(format_window(parse_window(text).unwrap()), text);
-        }
-    }
-
-    #[test]
-    fn strategies_parse() {
-        for s in Strategy::ALL {
-            assert_eq!(s.as_str().parse::<Strategy>(), Ok(s));
-        }
-        assert!("leaky"
-            .parse::<Strategy>()
-            .unwrap_err()
-            .to_string()
-            .contains("token-bucket"));
-    }
-
-    /// `validate` as it was written before its division-free fast path, to check the two
-    /// agree (the store refuses exactly the quotas it refused before).
-    fn validate_reference(q: &Quota) -> Result<(), String> {
-        if q.window.is_zero() {
-            return Err("the window must be longer than zero".into());
-        }
-        if q.window > MAX_WINDOW {
-            return Err("the window must be at most 366 days".into());
-        }
-        if q.capacity() > u32::MAX as u64 {
-            return Err(format!("limit + burst must be at most {}", u32::MAX));
-        }
-        if q.refill_per_window() > q.window_nanos() {
-            return Err("the refill rate is above one token per nanosecond".into());
-        }
-        let interval = q.window_nanos() / q.refill_per_window().max(1);
-        if (interval as u128) * (q.capacity() as u128) > (1u128 << 62) {
-            return Err("limit + burst is too large for so slow a refill rate".into());
-        }
-        Ok(())
-    }
-
-    #[test]
-    fn validate_agrees_with_the_division() {
+    fn constructors_check_every_rule() {
         let windows = [
             Duration::ZERO,
             Duration::from_nanos(1),
             Duration::from_millis(10),
             Duration::from_secs(1),
-            Duration::from_secs(3_600),
             Duration::from_secs(86_400),
             MAX_WINDOW,
             MAX_WINDOW + Duration::from_nanos(1),
         ];
-        let counts = [
-            0,
-            1,
-            2,
-            7,
-            1_000,
-            1 << 20,
-            1_000_000_000,
-            u32::MAX as u64 - 1,
-            u32::MAX as u64,
-            u32::MAX as u64 + 1,
-            u64::MAX,
-        ];
+        let counts = [0, 1, 7, 1 << 20, 1_000_000_000, MAX_CAPACITY, u64::MAX];
         let mut checked = 0;
         for window in windows {
             for limit in counts {
-                for burst in [0, 1, 1_000, u32::MAX as u64 / 2, u64::MAX] {
-                    for refill in [0, 1, 3, 1_000, 1_000_000_000, u64::MAX] {
-                        let q = Quota::new(limit, window)
-                            .with_burst(burst)
-                            .with_refill(refill)
-                            .with_strategy(Strategy::TokenBucket);
-                        assert_eq!(q.validate(), validate_reference(&q), "{q:?}");
+                for burst in [0, 1, MAX_CAPACITY / 2, u64::MAX] {
+                    for refill in [0, 1, 3, 1_000_000_000, u64::MAX] {
+                        let got = Quota::from_parts(
+                            limit,
+                            window,
+                            burst,
+                            Strategy::TokenBucket,
+                            (refill != 0).then_some(refill),
+                        );
+                        let want = match limit.checked_add(burst) {
+                            None if !window.is_zero() && window <= MAX_WINDOW => {
+                                Some(QuotaError::CapacityTooLarge)
+                            }
+                            _ => reference(limit, window, burst, refill),
+                        };
+                        assert_eq!(got.err(), want, "{limit} {window:?} {burst} {refill}");
                         checked += 1;
                     }
                 }
             }
         }
-        // Around the 2^62 bound itself: capacity c with a window just above and below the
-        // largest interval c allows, refilled once per window.
-        for c in [1u64, 3, 1_000, 65_537, u32::MAX as u64] {
-            let edge = (1u64 << 62) / c;
-            for w in [edge.saturating_sub(1), edge, edge + 1] {
-                let window = Duration::from_nanos(w);
-                for refill in [1, 2, 3] {
-                    let q = Quota::new(c, window).with_refill(refill);
-                    assert_eq!(q.validate(), validate_reference(&q), "{q:?}");
-                    checked += 1;
-                }
-            }
-        }
-        assert!(checked > 2_000);
+        assert!(checked > 900);
+        assert_eq!(
+            Quota::per_second(1).unwrap().with_refill(0),
+            Err(QuotaError::ZeroRefill)
+        );
+    }
+
+    #[test]
+    fn identity_names_strategy_and_window() {
+        let id = |q: Quota| {
+            let mut s = String::new();
+            q.identity(&mut s);
+            s
+        };
+        let q = Quota::per_minute(5).unwrap();
+        assert_eq!(id(q), "L1m");
+        assert_eq!(id(q.with_strategy(Strategy::TokenBucket)), "T1m");
+        assert_eq!(
+            id(Quota::new(1, Duration::from_nanos(1_500)).unwrap()),
+            "L1500ns"
+        );
+        assert_eq!(
+            id(Quota::new(1, Duration::from_millis(90_500)).unwrap()),
+            "L1m30s500ms"
+        );
     }
 }

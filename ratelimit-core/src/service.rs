@@ -7,16 +7,19 @@ use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::clock::{Clock, SystemClock};
-use crate::config::{names, Config, StoreConfig};
+use crate::clock::{Clock, Nanos, SystemClock};
+use crate::config::{Config, StoreConfig};
 use crate::decision::Decision;
-use crate::error::{Error, Exceeded};
-use crate::quota::{Quota, Strategy};
+use crate::error::{ConfigError, Error, Exceeded};
+use crate::key::{self, KeyParts};
+use crate::quota::{Overrides, Quota};
+use crate::resolve;
 use crate::stats::{Counters, Outcome, Stats};
-use crate::store::MemoryStore;
+use crate::store::{DynStore, MemoryStore, Store};
+use crate::syntax::Strategy;
 
-/// Per-call options: which tier, what the call costs, and overrides of the tier's or module's
-/// limit, window, burst and strategy.
+/// Per-call options: which tier, what the call costs, and [`Overrides`] of the tier's or
+/// module's limit, window, burst, strategy and refill.
 ///
 /// ```
 /// use ratelimit_core::{Options, Strategy};
@@ -31,14 +34,8 @@ pub struct Options<'a> {
     pub tier: Option<&'a str>,
     /// The call's weight (default 1).
     pub cost: u64,
-    /// Overrides the limit.
-    pub limit: Option<u64>,
-    /// Overrides the window.
-    pub window: Option<Duration>,
-    /// Overrides the burst.
-    pub burst: Option<u64>,
-    /// Overrides the strategy.
-    pub strategy: Option<Strategy>,
+    /// The settings this call gives itself, over its tier's and the module's.
+    pub overrides: Overrides,
     /// The budget's name (an annotated fn's path): used in errors, events and `stats().by_method`.
     pub budget: Option<&'a str>,
     /// Whether the call spends from the budget (`false` only looks, like `status`).
@@ -57,10 +54,7 @@ impl<'a> Options<'a> {
         Options {
             tier: None,
             cost: 1,
-            limit: None,
-            window: None,
-            burst: None,
-            strategy: None,
+            overrides: Overrides::new(),
             budget: None,
             consume: true,
         }
@@ -77,22 +71,27 @@ impl<'a> Options<'a> {
     }
     /// With this limit.
     pub const fn limit(mut self, limit: u64) -> Self {
-        self.limit = Some(limit);
+        self.overrides = self.overrides.limit(limit);
         self
     }
     /// With this window.
     pub const fn window(mut self, window: Duration) -> Self {
-        self.window = Some(window);
+        self.overrides = self.overrides.window(window);
         self
     }
     /// With this burst.
     pub const fn burst(mut self, burst: u64) -> Self {
-        self.burst = Some(burst);
+        self.overrides = self.overrides.burst(burst);
         self
     }
     /// With this strategy.
     pub const fn strategy(mut self, strategy: Strategy) -> Self {
-        self.strategy = Some(strategy);
+        self.overrides = self.overrides.strategy(strategy);
+        self
+    }
+    /// With this token-bucket refill, tokens per window.
+    pub const fn refill(mut self, refill: u64) -> Self {
+        self.overrides = self.overrides.refill(refill);
         self
     }
     /// On behalf of this budget.
@@ -107,10 +106,11 @@ impl<'a> Options<'a> {
     }
 }
 
+/// The store: the memory store is called directly (its decisions never wait), any other
+/// through the boxed [`Store`] interface.
 enum Backend {
     Memory(MemoryStore),
-    #[cfg(feature = "redis")]
-    Redis(crate::store::redis::RedisBackend),
+    Dyn(Box<dyn DynStore>),
 }
 
 /// Per-budget counters; budget names are fn paths, hashed with foldhash on every call.
@@ -120,11 +120,13 @@ struct Inner {
     config: Config,
     clock: Arc<dyn Clock>,
     backend: Backend,
+    /// The Redis store behind the failure policy, for [`RateLimitService::redis_store`].
+    #[cfg(feature = "redis")]
+    redis: Option<crate::store::RedisStore>,
     total: Counters,
     by_tier: Vec<Counters>,
     by_method: parking_lot::RwLock<MethodCounters>,
 }
-
 /// The rate limiter: decisions, status, reset and statistics over one store.
 ///
 /// Cheap to clone (clones share everything). Usable on its own, without any global state.
@@ -163,8 +165,7 @@ impl fmt::Debug for RateLimitService {
         d.field("config", &self.inner.config);
         match &self.inner.backend {
             Backend::Memory(store) => d.field("store", store),
-            #[cfg(feature = "redis")]
-            Backend::Redis(redis) => d.field("store", redis),
+            Backend::Dyn(_) => d.field("store", &"dyn Store"),
         };
         d.finish()
     }
@@ -187,39 +188,96 @@ impl fmt::Display for KeyDigest<'_> {
 }
 
 impl RateLimitService {
-    /// A service on the system clock.
+    /// A service on the system clock, over the configured store.
     pub fn new(config: Config) -> Result<Self, Error> {
         Self::with_clock(config, Arc::new(SystemClock))
     }
 
-    /// A service reading time from `clock` (a [`ManualClock`](crate::ManualClock) in tests).
+    /// A service reading time from `clock` (a [`ManualClock`](crate::ManualClock) in tests),
+    /// over the configured store.
     pub fn with_clock(config: Config, clock: Arc<dyn Clock>) -> Result<Self, Error> {
         // A clock's set-up is paid here rather than by the first decision: `SystemClock`
         // calibrates its counter on first use (10-200 ms, once per process).
         clock.now();
-        let backend = match config.store() {
+        match config.store().clone() {
             StoreConfig::Memory(options) => {
-                let store = MemoryStore::with_options(*options);
+                let store = MemoryStore::with_options(options);
                 store.start_sweeper(Arc::clone(&clock));
-                Backend::Memory(store)
+                Ok(Self::build(config, clock, Backend::Memory(store), None))
             }
             #[cfg(feature = "redis")]
-            StoreConfig::Redis(options) => Backend::Redis(crate::store::redis::RedisBackend::new(
-                options.clone(),
-                &clock,
-            )?),
-        };
+            StoreConfig::Redis(options) => {
+                let policy = options.on_failure;
+                let store = crate::store::RedisStore::new(options)?;
+                let failover = crate::store::Failover::new(store.clone(), policy);
+                if let Some(local) = failover.fallback() {
+                    local.start_sweeper(Arc::clone(&clock));
+                }
+                Ok(Self::build(
+                    config,
+                    clock,
+                    Backend::Dyn(Box::new(failover)),
+                    Some(store),
+                ))
+            }
+        }
+    }
+
+    /// A service over a store of your own (see [`Store`]); `config.store()` is not used.
+    /// Every quota the configuration fixes is checked against what `store` supports.
+    ///
+    /// ```
+    /// use ratelimit_core::store::{Failover, FailurePolicy, MemoryStore};
+    /// use ratelimit_core::{Config, Options, RateLimitService, SystemClock};
+    /// use std::sync::Arc;
+    ///
+    /// # futures::executor::block_on(async {
+    /// let store = Failover::new(MemoryStore::new(), FailurePolicy::Deny);
+    /// let service = RateLimitService::with_store(Config::default(), store, Arc::new(SystemClock))?;
+    /// assert!(service.consume("k", &Options::new()).await?.allowed);
+    /// # Ok::<(), ratelimit_core::Error>(())
+    /// # }).unwrap();
+    /// ```
+    pub fn with_store(
+        config: Config,
+        store: impl Store,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Self, Error> {
+        let mut errors = ConfigError::default();
+        for (field, e) in resolve::config_problems(&config, &|q| store.supports(q)) {
+            errors.push(field, e.to_string());
+        }
+        if !errors.problems.is_empty() {
+            return Err(Error::InvalidConfig(errors));
+        }
+        clock.now();
+        Ok(Self::build(
+            config,
+            clock,
+            Backend::Dyn(Box::new(store)),
+            None,
+        ))
+    }
+
+    fn build(
+        config: Config,
+        clock: Arc<dyn Clock>,
+        backend: Backend,
+        #[cfg_attr(not(feature = "redis"), allow(unused_variables))] redis: Option<RedisHandle>,
+    ) -> Self {
         let by_tier = config.tiers().iter().map(|_| Counters::default()).collect();
-        Ok(RateLimitService {
+        RateLimitService {
             inner: Arc::new(Inner {
                 config,
                 clock,
                 backend,
+                #[cfg(feature = "redis")]
+                redis,
                 total: Counters::default(),
                 by_tier,
                 by_method: Default::default(),
             }),
-        })
+        }
     }
 
     /// The configuration.
@@ -236,85 +294,22 @@ impl RateLimitService {
     pub fn memory_store(&self) -> Option<&MemoryStore> {
         match &self.inner.backend {
             Backend::Memory(store) => Some(store),
-            #[cfg(feature = "redis")]
-            Backend::Redis(_) => None,
+            Backend::Dyn(_) => None,
         }
     }
 
     /// The Redis store, when that is the backend (feature `redis`).
     #[cfg(feature = "redis")]
     pub fn redis_store(&self) -> Option<&crate::store::RedisStore> {
-        match &self.inner.backend {
-            Backend::Redis(redis) => Some(&redis.store),
-            Backend::Memory(_) => None,
-        }
+        self.inner.redis.as_ref()
     }
 
-    /// Decides a call with every option: spends if `options.consume`, else only looks.
-    /// A refusal is `Ok` with `allowed == false`; `Err` means no decision could be made, and
-    /// the call must be refused too.
+    /// Decides a call with every option: spends if `options.consume`, else only looks (a
+    /// cost of 0 looks at the level; see [`status`](Self::status)). A refusal is `Ok` with
+    /// `allowed == false`; `Err` means no decision could be made, and the call must be
+    /// refused too.
     pub async fn check(&self, key: &str, options: &Options<'_>) -> Result<Decision, Error> {
-        let (quota, tier) = match self.resolve(options) {
-            Ok(resolved) => resolved,
-            Err(e) => {
-                if options.consume {
-                    self.count(None, options.budget, Outcome::Error);
-                }
-                return Err(e);
-            }
-        };
-        let now = self.inner.clock.now();
-        if !self.inner.config.enabled() {
-            if options.consume {
-                self.count(tier, options.budget, Outcome::Allowed);
-            }
-            return Ok(Decision::unlimited(now));
-        }
-        let tier_name = tier.map(|i| &self.inner.config.tiers()[i].name);
-        let tier_key = tier_name.map(|n| &**n);
-        let result = match &self.inner.backend {
-            Backend::Memory(store) => self.with_store_key(key, tier_key, |store_key| {
-                // `resolve` hands out validated quotas only.
-                store.decide_valid(store_key, &quota, options.cost, now, options.consume)
-            }),
-            #[cfg(feature = "redis")]
-            Backend::Redis(redis) => match self.redis_key(key, tier_key) {
-                Ok(store_key) => {
-                    redis
-                        .check(&store_key, &quota, options.cost, options.consume, now)
-                        .await
-                }
-                Err(e) => Err(e),
-            },
-        };
-        let mut decision = match result {
-            Ok(d) => d,
-            Err(e) => {
-                if options.consume {
-                    self.count(tier, options.budget, Outcome::Error);
-                }
-                return Err(e);
-            }
-        };
-        decision.tier = tier_name.cloned();
-        if options.consume {
-            if decision.allowed {
-                self.count(tier, options.budget, Outcome::Allowed);
-            } else {
-                self.count(tier, options.budget, Outcome::Denied);
-                tracing::debug!(
-                    target: "ratelimit",
-                    budget = options.budget.unwrap_or("-"),
-                    tier = decision.tier.as_deref().unwrap_or("-"),
-                    limit = decision.limit,
-                    window_ms = decision.window.as_millis() as u64,
-                    retry_after_ms = decision.retry_after.map_or(0, |d| d.as_millis() as u64),
-                    key = %KeyDigest(key),
-                    "rate limit exceeded",
-                );
-            }
-        }
-        Ok(decision)
+        self.decide(Some(key), options).await
     }
 
     /// Spends one call (or `options.cost`) from `key`'s budget.
@@ -325,39 +320,39 @@ impl RateLimitService {
     /// Like [`consume`](Self::consume), but a refusal is `Err(Error::Exceeded(..))` carrying
     /// the decision.
     pub async fn enforce(&self, key: &str, options: &Options<'_>) -> Result<Decision, Error> {
-        let decision = self.consume(key, options).await?;
-        if decision.allowed {
-            Ok(decision)
-        } else {
-            Err(Error::Exceeded(Box::new(Exceeded {
-                decision,
-                budget: options.budget.map(str::to_owned),
-            })))
-        }
+        self.enforce_parts(Some(key), &options.consume(true)).await
     }
 
-    /// What [`consume`](Self::consume) would answer, without spending anything or changing
-    /// any state.
+    /// The level of `key`'s budget now, spending and changing nothing: what remains,
+    /// `reset_after` (when it is full again), and `allowed` when a call of cost 1 would pass
+    /// now (with that call's `retry_after` when it would not). `options.cost` is not used.
     pub async fn status(&self, key: &str, options: &Options<'_>) -> Result<Decision, Error> {
-        self.check(key, &options.consume(false)).await
+        self.check(key, &options.consume(false).cost(0)).await
     }
 
-    /// Forgets `key`'s state under `tier` (`None`: the default tier, or no tier).
+    /// Forgets `key`'s state under `tier` (`None`: the default tier, or no tier) with no
+    /// overrides and no budget. State is kept per quota (strategy and window) and budget: to
+    /// reset what calls with other options spent, use [`reset_with`](Self::reset_with).
     pub async fn reset(&self, key: &str, tier: Option<&str>) -> Result<(), Error> {
         let options = Options {
             tier,
             ..Options::new()
         };
-        let scope = self
-            .tier_of(&options)?
-            .map(|i| &*self.inner.config.tiers()[i].name);
+        self.reset_with(key, &options).await.map(drop)
+    }
+
+    /// Forgets the state that calls on `key` with `options` (tier, overrides, budget) spend
+    /// from; returns whether there was any.
+    pub async fn reset_with(&self, key: &str, options: &Options<'_>) -> Result<bool, Error> {
+        let (quota, tier) = self.resolve(options)?;
+        let parts = self.parts(options.budget, tier, Some(key));
         match &self.inner.backend {
-            Backend::Memory(store) => self.with_store_key(key, scope, |store_key| {
-                store.reset(store_key);
-                Ok(())
-            }),
-            #[cfg(feature = "redis")]
-            Backend::Redis(redis) => redis.reset(&self.redis_key(key, scope)?).await,
+            Backend::Memory(store) => Self::with_key(&parts, &quota, |k| Ok(store.reset(k))),
+            Backend::Dyn(store) => {
+                let mut k = String::new();
+                key::compose(&mut k, &parts, &quota)?;
+                store.reset(&k).await
+            }
         }
     }
 
@@ -388,7 +383,9 @@ impl RateLimitService {
         self.inner.by_method.read().values().for_each(|c| c.clear());
     }
 
-    /// The quota and tier (index) a call with `options` is decided under.
+    /// The quota and tier a call with `options` is decided under: the tier's (or the
+    /// module's) settings with the call's overrides, checked against what the store can
+    /// count. The same resolution every call and `Module::init`'s checks go through.
     pub fn quota_for(&self, options: &Options<'_>) -> Result<(Quota, Option<Arc<str>>), Error> {
         let (quota, tier) = self.resolve(options)?;
         Ok((
@@ -397,93 +394,150 @@ impl RateLimitService {
         ))
     }
 
-    fn tier_of(&self, options: &Options<'_>) -> Result<Option<usize>, Error> {
-        let config = &self.inner.config;
-        let name = match options.tier {
-            Some(name) => name,
-            None => match config.default_tier() {
-                Some(name) => name,
-                None => return Ok(None),
-            },
+    /// The quota under `tier` (an index into the configured tiers) with `overrides`, checked
+    /// against the store.
+    pub(crate) fn resolve_quota(
+        &self,
+        tier: Option<usize>,
+        overrides: &Overrides,
+    ) -> Result<Quota, Error> {
+        let quota = resolve::quota(&self.inner.config, tier, overrides)?;
+        let supported = match &self.inner.backend {
+            Backend::Memory(_) => Ok(()),
+            Backend::Dyn(store) => store.supports(&quota),
         };
-        match config.tiers().iter().position(|t| *t.name == *name) {
-            Some(i) => Ok(Some(i)),
-            None => Err(Error::UnknownTier {
-                tier: name.to_owned(),
-                known: names(config.tiers()),
-            }),
-        }
+        supported?;
+        Ok(quota)
     }
 
-    /// The quota for `options`, validated: a tier's and the default limit's quotas were
-    /// validated when the configuration was built (it cannot be built otherwise), and a
-    /// quota with overrides is validated here. The memory store relies on it
-    /// (`MemoryStore::decide_valid`).
     fn resolve(&self, options: &Options<'_>) -> Result<(Quota, Option<usize>), Error> {
-        let config = &self.inner.config;
-        let tier = self.tier_of(options)?;
-        let base = match tier {
-            Some(i) => config.tiers()[i].quota,
-            None => {
-                let limit = options
-                    .limit
-                    .or(config.default_limit())
-                    .ok_or(Error::NoLimit)?;
-                config.quota(limit, config.default_window(), None, None)
+        let tier = resolve::tier_index(&self.inner.config, options.tier)?;
+        let quota = if tier.is_none() && options.overrides.is_empty() {
+            // The hot path of a plain call: the default limit, resolved once at build time.
+            match self.inner.config.plain_quota() {
+                Some(quota) => quota,
+                None => return Err(Error::NoLimit),
             }
+        } else if let (Some(i), true) = (tier, options.overrides.is_empty()) {
+            self.inner.config.tiers()[i].quota
+        } else {
+            self.resolve_quota(tier, &options.overrides)?
         };
-        let overridden = options.limit.is_some()
-            || options.window.is_some()
-            || options.burst.is_some()
-            || options.strategy.is_some();
-        if !overridden {
-            return Ok((base, tier));
-        }
-        let quota = Quota {
-            limit: options.limit.unwrap_or(base.limit),
-            window: options.window.unwrap_or(base.window),
-            burst: options.burst.unwrap_or(base.burst),
-            strategy: options.strategy.unwrap_or(base.strategy),
-            refill: base.refill,
-        };
-        quota
-            .validate()
-            .map_err(|reason| Error::InvalidQuota { reason })?;
         Ok((quota, tier))
     }
 
-    /// Runs `f` with the store key `<prefix>:<tier or ->:<key>`, built in a reused
-    /// thread-local buffer so the hot path does not allocate.
-    fn with_store_key<T>(
-        &self,
-        key: &str,
-        tier: Option<&str>,
+    fn parts<'a>(
+        &'a self,
+        budget: Option<&'a str>,
+        tier: Option<usize>,
+        key: Option<&'a str>,
+    ) -> KeyParts<'a> {
+        KeyParts {
+            prefix: self.inner.config.key_prefix(),
+            budget,
+            tier: tier.map(|i| &*self.inner.config.tiers()[i].name),
+            key,
+        }
+    }
+
+    /// Runs `f` with the store key of `parts`, composed in a reused thread-local buffer so
+    /// the memory path does not allocate.
+    fn with_key<T>(
+        parts: &KeyParts<'_>,
+        quota: &Quota,
         f: impl FnOnce(&str) -> Result<T, Error>,
     ) -> Result<T, Error> {
-        crate::store::check_key(key)?;
         KEY.with(|buf| {
             let mut buf = buf.borrow_mut();
-            buf.clear();
-            // push_str, not write!: no formatting machinery on every call.
-            buf.push_str(self.inner.config.key_prefix());
-            buf.push(':');
-            buf.push_str(tier.unwrap_or("-"));
-            buf.push(':');
-            buf.push_str(key);
+            key::compose(&mut buf, parts, quota)?;
             f(&buf)
         })
     }
 
-    /// The Redis key `<prefix>:<tier or ->:{<key>}`: the user key is the hash tag, so in a
-    /// cluster every budget of one user lives in one slot.
-    #[cfg(feature = "redis")]
-    fn redis_key(&self, key: &str, tier: Option<&str>) -> Result<String, Error> {
-        crate::store::check_key(key)?;
-        Ok(format!(
-            "{}:{}:{{{key}}}",
-            self.inner.config.key_prefix(),
-            tier.unwrap_or("-")
-        ))
+    /// Like [`enforce`](Self::enforce), for a call with or without a user key (an annotated
+    /// fn without `key = ...` spends from its budget alone).
+    pub(crate) async fn enforce_parts(
+        &self,
+        key: Option<&str>,
+        options: &Options<'_>,
+    ) -> Result<Decision, Error> {
+        let decision = self.decide(key, options).await?;
+        if decision.allowed {
+            Ok(decision)
+        } else {
+            Err(Error::Exceeded(Box::new(Exceeded {
+                decision,
+                budget: options.budget.map(str::to_owned),
+            })))
+        }
+    }
+
+    async fn decide(&self, key: Option<&str>, options: &Options<'_>) -> Result<Decision, Error> {
+        let (quota, tier) = match self.resolve(options) {
+            Ok(resolved) => resolved,
+            Err(e) => {
+                if options.consume {
+                    self.count(None, options.budget, Outcome::Error);
+                }
+                return Err(e);
+            }
+        };
+        let now = self.inner.clock.now();
+        let result = if self.inner.config.enabled() {
+            self.decide_in_store(key, options, &quota, tier, now).await
+        } else {
+            Ok(Decision::unlimited(now))
+        };
+        let mut decision = match result {
+            Ok(d) => d,
+            Err(e) => {
+                if options.consume {
+                    self.count(tier, options.budget, Outcome::Error);
+                }
+                return Err(e);
+            }
+        };
+        decision.tier = tier.map(|i| self.inner.config.tiers()[i].name.clone());
+        if options.consume {
+            if decision.allowed {
+                self.count(tier, options.budget, Outcome::Allowed);
+            } else {
+                self.count(tier, options.budget, Outcome::Denied);
+                tracing::debug!(
+                    target: "ratelimit",
+                    budget = options.budget.unwrap_or("-"),
+                    tier = decision.tier.as_deref().unwrap_or("-"),
+                    limit = decision.limit,
+                    window_ms = decision.window.as_millis() as u64,
+                    retry_after_ms = decision.retry_after.map_or(0, |d| d.as_millis() as u64),
+                    key = %KeyDigest(key.unwrap_or("")),
+                    "rate limit exceeded",
+                );
+            }
+        }
+        Ok(decision)
+    }
+
+    async fn decide_in_store(
+        &self,
+        key: Option<&str>,
+        options: &Options<'_>,
+        quota: &Quota,
+        tier: Option<usize>,
+        now: Nanos,
+    ) -> Result<Decision, Error> {
+        let parts = self.parts(options.budget, tier, key);
+        let (cost, commit) = (options.cost, options.consume);
+        match &self.inner.backend {
+            Backend::Memory(store) => Self::with_key(&parts, quota, |k| {
+                store.decide_at(k, quota, cost, now, commit)
+            }),
+            Backend::Dyn(store) => {
+                let mut k = String::with_capacity(64);
+                key::compose(&mut k, &parts, quota)?;
+                store.decide(&k, quota, cost, now, commit).await
+            }
+        }
     }
 
     fn count(&self, tier: Option<usize>, budget: Option<&str>, outcome: Outcome) {
@@ -502,3 +556,8 @@ impl RateLimitService {
         }
     }
 }
+
+#[cfg(feature = "redis")]
+type RedisHandle = crate::store::RedisStore;
+#[cfg(not(feature = "redis"))]
+type RedisHandle = std::convert::Infallible;

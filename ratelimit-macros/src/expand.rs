@@ -121,7 +121,7 @@ fn body(args: &Args, sig: &Signature, block: &Block) -> syn::Result<Block> {
     let k = args.krate();
     let mixed = Span::mixed_site();
     let decl = syn::Ident::new("__RATELIMIT_DECLARATION", mixed);
-    let here = syn::Ident::new("__ratelimit_here", mixed);
+    let fname = sig.ident.to_string();
 
     let mut spec = quote!(#k::__private::Spec::new());
     if let Some(limit) = args.limit {
@@ -209,11 +209,8 @@ fn body(args: &Args, sig: &Signature, block: &Block) -> syn::Result<Block> {
 
     let stmts = &block.stmts;
     let tokens = quote! {
-        fn #here() -> &'static str {
-            ::core::any::type_name_of_val(&#here)
-        }
         static #decl: #k::__private::Declaration = #k::__private::Declaration::new(
-            #here, #name, #file, #line, #spec,
+            ::core::concat!(::core::module_path!(), "::", #fname), #name, #file, #line, #spec,
         );
         #k::__private::inventory::submit! {
             #k::__private::Registered(&#decl)

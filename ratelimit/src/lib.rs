@@ -85,17 +85,18 @@
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
 
 pub use ratelimit_core::{
-    algorithm, format_window, parse_window, store, Clock, Config, ConfigBuilder, ConfigError,
-    Counts, Decision, Error, Exceeded, ManualClock, MemoryOptions, MemoryStore, Nanos, Options,
-    Quota, QuotaError, Rate, RateLimitService, ResolvedTier, Stats, StoreConfig, Strategy,
-    SystemClock, Tier, Window, MAX_WINDOW,
+    format_window, parse_window, store, Clock, Config, ConfigBuilder, ConfigError, Counts,
+    Decision, Error, Exceeded, ManualClock, MemoryOptions, MemoryStore, Nanos, Options, Overrides,
+    ParseError, Quota, QuotaError, Rate, RateLimitService, ResolvedTier, Stats, StoreConfig,
+    Strategy, SystemClock, Tier, Window, MAX_CAPACITY, MAX_KEY_LEN, MAX_WINDOW,
 };
+pub use ratelimit_core::{Failover, FailurePolicy, Store};
 #[cfg(feature = "redis")]
-pub use ratelimit_core::{FailurePolicy, RedisOptions, RedisStore};
+pub use ratelimit_core::{RedisOptions, RedisStore};
 
 pub use ratelimit_core::{
     check_declarations, declarations, testing, Declaration, DeclarationErrors, DeclarationProblem,
-    Module, ModuleBuilder, Spec, TierSpec,
+    Module, ModuleBuilder, ProblemKind, Spec, TierSpec,
 };
 pub use ratelimit_macros::{rate_limit, skip_throttle, throttle};
 

@@ -139,7 +139,9 @@ async fn main() {
         let store = store.clone();
         // A budget no run exhausts, spread over 64 keys: every call is an admitted decision
         // that writes, the common case.
-        let quota = Quota::new(1_000_000, Duration::from_secs(60)).with_strategy(strategy);
+        let quota = Quota::new(1_000_000, Duration::from_secs(60))
+            .unwrap()
+            .with_strategy(strategy);
         let keys: Arc<Vec<String>> =
             Arc::new((0..64).map(|i| format!("{p}:{strategy}:{i}")).collect());
         variants.push((

@@ -12,8 +12,9 @@ use parking_lot::{Condvar, Mutex};
 use crate::algorithm::{self, FixedWindow, Gcra, SlidingCounter, SlidingLog, Verdict};
 use crate::clock::{Clock, Nanos};
 use crate::decision::Decision;
-use crate::quota::{Quota, Strategy};
-use crate::Error;
+use crate::error::Error;
+use crate::quota::Quota;
+use crate::syntax::Strategy;
 
 const SHARDS: usize = 64;
 
@@ -79,8 +80,8 @@ struct LogCell {
 }
 
 /// [`SlidingCounter`]; the current window's start is the expiry less one window, or two while
-/// the current window has calls. Counts fit in `u32` because the store only decides quotas
-/// that [`Quota::validate`] accepted (capacity at most `u32::MAX`).
+/// the current window has calls. Counts fit in `u32`: a [`Quota`]'s capacity is at most
+/// [`MAX_CAPACITY`](crate::quota::MAX_CAPACITY).
 struct CounterCell {
     key: Box<[u8]>,
     expires_at: Nanos,
@@ -192,7 +193,7 @@ impl Cell for CounterCell {
         let verdict = state.decide(now, quota, cost, commit);
         if commit {
             self.expires_at = state.expires_at(quota);
-            // Both at most the capacity, which `Quota::validate` keeps within `u32`.
+            // Both at most the capacity, which a `Quota` keeps within `u32`.
             self.current = u32::try_from(state.current).unwrap_or(u32::MAX);
             self.previous = u32::try_from(state.previous).unwrap_or(u32::MAX);
         }
@@ -230,8 +231,9 @@ impl Cell for BucketCell {
     }
 }
 
-/// One shard: a table per strategy. A key is in at most one of them (switching a key's
-/// strategy starts it afresh, as [`algorithm::decide`] does).
+/// One shard: a table per strategy. A key is in at most one of them: a call on a key held
+/// under another strategy is refused with [`Error::UnexpectedState`], as
+/// [`algorithm::decide`] refuses it.
 #[derive(Default)]
 struct Tables {
     fixed: HashTable<FixedCell>,
@@ -241,9 +243,8 @@ struct Tables {
 }
 
 impl Tables {
-    /// Removes `key` from every table but `keep`'s (from all with `None`); returns how many
-    /// entries went.
-    fn remove_except(&mut self, keep: Option<Strategy>, hash: u64, key: &[u8]) -> usize {
+    /// Removes `key` from every table; returns how many entries went.
+    fn remove_all(&mut self, hash: u64, key: &[u8]) -> usize {
         fn remove<C: Cell>(table: &mut HashTable<C>, hash: u64, key: &[u8]) -> usize {
             match table.find_entry(hash, |c| c.key() == key) {
                 Ok(entry) => {
@@ -253,20 +254,26 @@ impl Tables {
                 Err(_) => 0,
             }
         }
-        let mut removed = 0;
-        if keep != Some(Strategy::FixedWindow) {
-            removed += remove(&mut self.fixed, hash, key);
-        }
-        if keep != Some(Strategy::SlidingWindow) {
-            removed += remove(&mut self.log, hash, key);
-        }
-        if keep != Some(Strategy::SlidingWindowCounter) {
-            removed += remove(&mut self.counter, hash, key);
-        }
-        if keep != Some(Strategy::TokenBucket) {
-            removed += remove(&mut self.bucket, hash, key);
-        }
-        removed
+        remove(&mut self.fixed, hash, key)
+            + remove(&mut self.log, hash, key)
+            + remove(&mut self.counter, hash, key)
+            + remove(&mut self.bucket, hash, key)
+    }
+
+    /// Whether `key` is held under a strategy other than `strategy`.
+    fn held_by_other(&self, strategy: Strategy, hash: u64, key: &[u8]) -> bool {
+        let has = |s: Strategy| {
+            s != strategy
+                && match s {
+                    Strategy::FixedWindow => self.fixed.find(hash, |c| c.key() == key).is_some(),
+                    Strategy::SlidingWindow => self.log.find(hash, |c| c.key() == key).is_some(),
+                    Strategy::SlidingWindowCounter => {
+                        self.counter.find(hash, |c| c.key() == key).is_some()
+                    }
+                    Strategy::TokenBucket => self.bucket.find(hash, |c| c.key() == key).is_some(),
+                }
+        };
+        Strategy::ALL.into_iter().any(has)
     }
 
     /// Drops the cells expired at `now` and gives back memory that is mostly unused.
@@ -300,6 +307,10 @@ struct Inner {
     len: AtomicUsize,
     options: MemoryOptions,
     next_sweep: AtomicU64,
+    /// The latest time (less the grace) a sweep dropped keys at. Decisions never run before
+    /// it: a key dropped then was expired at that time, and a wall clock stepped back must
+    /// not find it fresh (the algorithms already never decide before a kept key's own time).
+    floor: AtomicU64,
     stop: Arc<(Mutex<bool>, Condvar)>,
 }
 
@@ -329,7 +340,7 @@ impl Drop for Inner {
 /// use ratelimit_core::{MemoryStore, Quota};
 ///
 /// let store = MemoryStore::new();
-/// let quota = Quota::per_second(2);
+/// let quota = Quota::per_second(2).unwrap();
 /// let now = 1_000_000_000;
 /// assert!(store.acquire("user:1", &quota, 1, now).unwrap().allowed);
 /// assert!(store.acquire("user:1", &quota, 1, now).unwrap().allowed);
@@ -375,6 +386,7 @@ impl MemoryStore {
                 len: AtomicUsize::new(0),
                 options,
                 next_sweep: AtomicU64::new(0),
+                floor: AtomicU64::new(0),
                 stop: Arc::new((Mutex::new(false), Condvar::new())),
             }),
         }
@@ -394,20 +406,19 @@ impl MemoryStore {
         cost: u64,
         now: Nanos,
     ) -> Result<Decision, Error> {
-        self.decide(key, quota, cost, now, true)
+        self.decide_at(key, quota, cost, now, true)
     }
 
     /// What [`acquire`](Self::acquire) would answer, without changing anything.
     pub fn peek(&self, key: &str, quota: &Quota, cost: u64, now: Nanos) -> Result<Decision, Error> {
-        self.decide(key, quota, cost, now, false)
+        self.decide_at(key, quota, cost, now, false)
     }
 
     /// Forgets `key`; returns whether it was tracked.
     pub fn reset(&self, key: &str) -> bool {
         let key = key.as_bytes();
         let hash = self.inner.hasher.hash_one(key);
-        // No strategy is kept: the key goes from every table.
-        let removed = self.shard(hash).lock().remove_except(None, hash, key);
+        let removed = self.shard(hash).lock().remove_all(hash, key);
         self.inner.len.fetch_sub(removed, Ordering::Relaxed);
         removed > 0
     }
@@ -427,6 +438,8 @@ impl MemoryStore {
     /// (see the type's docs); public for callers that want memory back at once.
     pub fn sweep(&self, now: Nanos) -> usize {
         let now = now.saturating_sub(SWEEP_GRACE);
+        // Raised before the keys go, so that no decision runs before what was dropped.
+        self.inner.floor.fetch_max(now, Ordering::AcqRel);
         let mut removed = 0;
         for shard in self.inner.shards.iter() {
             removed += shard.0.lock().sweep(now, &self.inner.hasher);
@@ -490,7 +503,8 @@ impl MemoryStore {
         }
     }
 
-    fn decide(
+    /// The decision, synchronously: what [`Store::decide`](super::Store::decide) answers.
+    pub(crate) fn decide_at(
         &self,
         key: &str,
         quota: &Quota,
@@ -498,54 +512,21 @@ impl MemoryStore {
         now: Nanos,
         commit: bool,
     ) -> Result<Decision, Error> {
-        super::check_key(key)?;
-        quota
-            .validate()
-            .map_err(|reason| Error::InvalidQuota { reason })?;
-        self.decide_checked(key, quota, cost, now, commit)
-    }
-
-    /// [`acquire`](Self::acquire) (with `commit`) or [`peek`](Self::peek) for a quota the
-    /// caller has already passed through [`Quota::validate`]: the service validates its
-    /// configured quotas once, when the configuration is built, and per-call overrides when
-    /// it resolves them, so it does not pay for validation again on every decision (a
-    /// division and a 128-bit multiplication). An unvalidated quota here is not unsafe, but
-    /// may be decided wrongly (the cells count in `u32`).
-    pub(crate) fn decide_valid(
-        &self,
-        key: &str,
-        quota: &Quota,
-        cost: u64,
-        now: Nanos,
-        commit: bool,
-    ) -> Result<Decision, Error> {
-        debug_assert_eq!(quota.validate(), Ok(()), "an unvalidated quota");
-        super::check_key(key)?;
-        self.decide_checked(key, quota, cost, now, commit)
-    }
-
-    /// The decision, once the key and the quota are known to be valid.
-    #[inline]
-    fn decide_checked(
-        &self,
-        key: &str,
-        quota: &Quota,
-        cost: u64,
-        now: Nanos,
-        commit: bool,
-    ) -> Result<Decision, Error> {
+        crate::key::check_store_key(key)?;
         let decision = |v: Verdict| Decision::for_quota(v, now, quota);
-        if let Some(verdict) = algorithm::precheck(now, quota, cost)? {
+        if let Some(verdict) = algorithm::precheck(now, quota, cost, commit)? {
             return Ok(decision(verdict));
         }
         self.maybe_sweep(now);
-        let verdict = match quota.strategy {
-            Strategy::FixedWindow => self.decide_in::<FixedCell>(key, quota, cost, now, commit),
-            Strategy::SlidingWindow => self.decide_in::<LogCell>(key, quota, cost, now, commit),
+        // A clock stepped back behind the last sweep decides at the sweep's time.
+        let at = now.max(self.inner.floor.load(Ordering::Acquire));
+        let verdict = match quota.strategy() {
+            Strategy::FixedWindow => self.decide_in::<FixedCell>(key, quota, cost, at, commit),
+            Strategy::SlidingWindow => self.decide_in::<LogCell>(key, quota, cost, at, commit),
             Strategy::SlidingWindowCounter => {
-                self.decide_in::<CounterCell>(key, quota, cost, now, commit)
+                self.decide_in::<CounterCell>(key, quota, cost, at, commit)
             }
-            Strategy::TokenBucket => self.decide_in::<BucketCell>(key, quota, cost, now, commit),
+            Strategy::TokenBucket => self.decide_in::<BucketCell>(key, quota, cost, at, commit),
         }?;
         Ok(decision(verdict))
     }
@@ -564,18 +545,20 @@ impl MemoryStore {
         for attempt in 0..2 {
             let mut tables = self.shard(hash).lock();
             if let Some(cell) = C::table(&mut tables).find_mut(hash, |c| c.key() == key) {
-                return Ok(cell.decide(now, quota, cost, commit));
+                return Ok(algorithm::level(cost, commit, |cost, commit| {
+                    cell.decide(now, quota, cost, commit)
+                }));
+            }
+            if tables.held_by_other(quota.strategy(), hash, key) {
+                return Err(algorithm::Undecidable::UnexpectedState.into());
             }
             let mut cell = C::fresh();
-            let verdict = cell.decide(now, quota, cost, commit);
+            let verdict = algorithm::level(cost, commit, |cost, commit| {
+                cell.decide(now, quota, cost, commit)
+            });
             if !commit || !verdict.allowed {
                 // Nothing to remember: a fresh key that was only looked at or refused outright.
                 return Ok(verdict);
-            }
-            // A key last used under another strategy starts afresh under this one.
-            let moved = tables.remove_except(Some(quota.strategy), hash, key);
-            if moved > 0 {
-                self.inner.len.fetch_sub(moved, Ordering::Relaxed);
             }
             if self.reserve() {
                 cell.set_key(key);
@@ -604,6 +587,23 @@ impl MemoryStore {
     }
 }
 
+impl super::Store for MemoryStore {
+    async fn decide(
+        &self,
+        key: &str,
+        quota: &Quota,
+        cost: u64,
+        now: Nanos,
+        commit: bool,
+    ) -> Result<Decision, Error> {
+        self.decide_at(key, quota, cost, now, commit)
+    }
+
+    async fn reset(&self, key: &str) -> Result<bool, Error> {
+        Ok(MemoryStore::reset(self, key))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -615,7 +615,7 @@ mod tests {
     fn debug_never_prints_keys() {
         let store = MemoryStore::new();
         store
-            .acquire("secret-user-42", &Quota::per_second(1), 1, SEC)
+            .acquire("secret-user-42", &Quota::per_second(1).unwrap(), 1, SEC)
             .unwrap();
         let text = format!("{store:?}");
         assert!(!text.contains("secret"), "{text}");
@@ -628,7 +628,7 @@ mod tests {
             max_keys: 2,
             ..MemoryOptions::default()
         });
-        let q = Quota::per_second(5);
+        let q = Quota::per_second(5).unwrap();
         store.acquire("a", &q, 1, SEC).unwrap();
         store.acquire("b", &q, 1, SEC).unwrap();
         assert!(matches!(
@@ -650,7 +650,7 @@ mod tests {
     fn peek_on_a_new_key_tracks_nothing() {
         let store = MemoryStore::new();
         for strategy in Strategy::ALL {
-            let q = Quota::per_second(5).with_strategy(strategy);
+            let q = Quota::per_second(5).unwrap().with_strategy(strategy);
             let d = store.peek("k", &q, 1, SEC).unwrap();
             assert!(d.allowed);
             assert_eq!(d.remaining, 4);
@@ -672,7 +672,9 @@ mod tests {
         };
         for strategy in Strategy::ALL {
             let q = Quota::new(7, Duration::from_millis(1_500))
+                .unwrap()
                 .with_burst(2)
+                .unwrap()
                 .with_strategy(strategy);
             let store = MemoryStore::new();
             let mut state = State::new(strategy);
@@ -698,16 +700,25 @@ mod tests {
         }
     }
 
+    /// The service's keys carry the quota's strategy, so another strategy's state under a
+    /// key can only be a misuse of the bare store: refused, and left as it was.
     #[test]
-    fn a_key_switching_strategy_starts_afresh_and_is_tracked_once() {
+    fn another_strategys_state_under_a_key_is_refused_and_kept() {
         let store = MemoryStore::new();
-        let fixed = Quota::per_second(2).with_strategy(Strategy::FixedWindow);
-        let bucket = Quota::per_second(2).with_strategy(Strategy::TokenBucket);
+        let fixed = Quota::per_second(2)
+            .unwrap()
+            .with_strategy(Strategy::FixedWindow);
+        let bucket = fixed.with_strategy(Strategy::TokenBucket);
         assert_eq!(store.acquire("k", &fixed, 2, SEC).unwrap().remaining, 0);
-        assert_eq!(store.acquire("k", &bucket, 1, SEC).unwrap().remaining, 1);
+        for commit in [true, false] {
+            let refused = store.decide_at("k", &bucket, 1, SEC, commit);
+            assert!(
+                matches!(refused, Err(Error::UnexpectedState { .. })),
+                "{refused:?}"
+            );
+        }
         assert_eq!(store.len(), 1);
-        assert!(store.acquire("k", &fixed, 2, SEC).unwrap().allowed);
-        assert_eq!(store.len(), 1);
+        assert!(!store.acquire("k", &fixed, 1, SEC).unwrap().allowed);
         assert!(store.reset("k"));
         assert!(!store.reset("k"));
         assert!(store.is_empty());
@@ -716,12 +727,12 @@ mod tests {
     #[test]
     fn bad_keys_are_errors() {
         let store = MemoryStore::new();
-        let q = Quota::per_second(5);
+        let q = Quota::per_second(5).unwrap();
         assert!(matches!(
             store.acquire("", &q, 1, SEC),
             Err(Error::InvalidKey { .. })
         ));
-        let long = "x".repeat(crate::store::MAX_KEY_LEN + 1);
+        let long = "x".repeat(crate::key::MAX_STORE_KEY_LEN + 1);
         assert!(matches!(
             store.acquire(&long, &q, 1, SEC),
             Err(Error::InvalidKey { .. })

@@ -1,27 +1,135 @@
-//! Where limiter state lives. Every store runs the algorithm inside its own atomic step.
+//! Where limiter state lives: the [`Store`] trait and its implementations. Every store runs the
+//! algorithm inside its own atomic step, never as a read-modify-write across calls.
+//!
+//! - [`MemoryStore`]: this process's memory.
+//! - `RedisStore` (feature `redis`): Redis or Redis Cluster, shared by a fleet.
+//! - [`Failover`]: any store with a [`FailurePolicy`] for when it cannot answer.
+//! - Your own: implement [`Store`], and run the algorithms on your storage through
+//!   [`StoredState`] (load the bytes, decide, save the bytes, inside one transaction).
 
+use std::future::Future;
+use std::pin::Pin;
+
+mod failover;
 mod memory;
 #[cfg(feature = "redis")]
 pub(crate) mod redis;
+mod state;
 
+pub use self::failover::{Failover, FailurePolicy};
+pub use self::memory::{MemoryOptions, MemoryStore};
 #[cfg(feature = "redis")]
-pub use self::redis::{FailurePolicy, RedisOptions, RedisStore};
-pub use memory::{MemoryOptions, MemoryStore};
+pub use self::redis::{RedisOptions, RedisStore};
+pub use self::state::StoredState;
 
-/// The longest key accepted, in bytes. Keys are made by code, not typed by people; anything
-/// longer is almost certainly a whole request body used by mistake.
-pub const MAX_KEY_LEN: usize = 1024;
+use crate::clock::Nanos;
+use crate::decision::Decision;
+use crate::error::Error;
+use crate::quota::{Quota, QuotaError};
 
-pub(crate) fn check_key(key: &str) -> Result<(), crate::Error> {
-    if key.is_empty() {
-        return Err(crate::Error::InvalidKey {
-            reason: "the key is empty",
-        });
+/// A place where limiter state lives, deciding each call in one atomic step.
+///
+/// The service composes the key (prefix, budget, tier, user key and the quota's identity) and
+/// hands the store a [`Quota`] that is already valid: a store keys its state by `key` alone,
+/// and never needs to validate the quota again.
+///
+/// Contract, checked by the crate's own stores and expected of yours:
+/// - **Atomic**: with `commit`, the decision and the record of an admitted call are one step;
+///   with a limit of L, exactly L of any number of concurrent calls pass.
+/// - **Fail closed**: state of an unexpected shape under `key` is
+///   [`Error::UnexpectedState`] (and left as it was), never a fresh key; a store that cannot
+///   answer returns [`Error::Store`] or [`Error::Timeout`], never an allowance.
+/// - **Cost 0** (only without `commit`) is a look at the level now: what remains, when the
+///   budget is full again, `allowed` when a call of cost 1 would pass. [`StoredState::decide`]
+///   implements all of this.
+///
+/// ```
+/// use std::collections::HashMap;
+/// use std::sync::Mutex;
+/// use ratelimit_core::store::{Store, StoredState};
+/// use ratelimit_core::{Decision, Error, Nanos, Quota};
+///
+/// /// A store over a plain map: the shape of one over any storage with transactions.
+/// #[derive(Default)]
+/// struct MapStore(Mutex<HashMap<String, Vec<u8>>>);
+///
+/// impl Store for MapStore {
+///     async fn decide(&self, key: &str, quota: &Quota, cost: u64, now: Nanos, commit: bool)
+///         -> Result<Decision, Error>
+///     {
+///         let mut map = self.0.lock().unwrap(); // the transaction
+///         let mut state = match map.get(key) {
+///             Some(bytes) => StoredState::from_bytes(bytes)?,
+///             None => StoredState::new(quota),
+///         };
+///         let decision = state.decide(now, quota, cost, commit)?;
+///         if commit && decision.allowed {
+///             map.insert(key.to_owned(), state.to_bytes());
+///         }
+///         Ok(decision)
+///     }
+///
+///     async fn reset(&self, key: &str) -> Result<bool, Error> {
+///         Ok(self.0.lock().unwrap().remove(key).is_some())
+///     }
+/// }
+/// ```
+pub trait Store: Send + Sync + 'static {
+    /// Decides a call of weight `cost` on `key` at `now` (nanoseconds since the epoch, from
+    /// the service's clock) and, with `commit`, records it if allowed.
+    fn decide(
+        &self,
+        key: &str,
+        quota: &Quota,
+        cost: u64,
+        now: Nanos,
+        commit: bool,
+    ) -> impl Future<Output = Result<Decision, Error>> + Send;
+
+    /// Forgets `key`; returns whether it was held.
+    fn reset(&self, key: &str) -> impl Future<Output = Result<bool, Error>> + Send;
+
+    /// Whether this store can count `quota` exactly. The service calls it for every limit it
+    /// resolves, and `Module::init` for every annotated fn, so a limit the store cannot count
+    /// is a start-up error or a refused call, never a miscounted one. Default: any valid quota.
+    fn supports(&self, quota: &Quota) -> Result<(), QuotaError> {
+        let _ = quota;
+        Ok(())
     }
-    if key.len() > MAX_KEY_LEN {
-        return Err(crate::Error::InvalidKey {
-            reason: "the key is longer than 1024 bytes",
-        });
+}
+
+/// A boxed future, for stores behind `dyn`.
+pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// [`Store`] with its futures boxed, so the service can hold any store behind one pointer.
+pub(crate) trait DynStore: Send + Sync + 'static {
+    fn decide<'a>(
+        &'a self,
+        key: &'a str,
+        quota: &'a Quota,
+        cost: u64,
+        now: Nanos,
+        commit: bool,
+    ) -> BoxFuture<'a, Result<Decision, Error>>;
+    fn reset<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<bool, Error>>;
+    fn supports(&self, quota: &Quota) -> Result<(), QuotaError>;
+}
+
+impl<S: Store> DynStore for S {
+    fn decide<'a>(
+        &'a self,
+        key: &'a str,
+        quota: &'a Quota,
+        cost: u64,
+        now: Nanos,
+        commit: bool,
+    ) -> BoxFuture<'a, Result<Decision, Error>> {
+        Box::pin(Store::decide(self, key, quota, cost, now, commit))
     }
-    Ok(())
+    fn reset<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<bool, Error>> {
+        Box::pin(Store::reset(self, key))
+    }
+    fn supports(&self, quota: &Quota) -> Result<(), QuotaError> {
+        Store::supports(self, quota)
+    }
 }

@@ -1,7 +1,6 @@
 //! The shared store (feature `redis`): one EVALSHA per decision against Redis or Redis Cluster.
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
@@ -11,43 +10,12 @@ use redis::Script;
 use tokio::sync::OnceCell;
 
 use crate::algorithm::Verdict;
-use crate::clock::{Clock, Nanos};
+use crate::clock::Nanos;
 use crate::decision::Decision;
-use crate::quota::{Quota, Strategy};
-use crate::store::MemoryStore;
-use crate::Error;
-
-/// What a [`RedisStore`] does with a call when Redis cannot decide it (unreachable, erroring,
-/// or slower than [`RedisOptions::timeout`]).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum FailurePolicy {
-    /// Refuse the call with the store's error ([`Error::Store`] or [`Error::Timeout`]). The
-    /// default: nothing passes unlimited by accident.
-    #[default]
-    Deny,
-    /// Admit the call, unlimited (the decision says `remaining: 0`), and log a warning when
-    /// failures start. Only when availability matters more than the limit, and said so in the
-    /// configuration.
-    Allow,
-    /// Decide in this process's memory with each limit (and burst) divided by `pods`, so that
-    /// a fleet of `pods` processes stays within the shared budget while Redis is away.
-    Local {
-        /// How many processes share each budget; at least 1.
-        pods: u32,
-    },
-}
-
-impl FailurePolicy {
-    /// The name used in configuration files: `deny`, `allow` or `local`.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            FailurePolicy::Deny => "deny",
-            FailurePolicy::Allow => "allow",
-            FailurePolicy::Local { .. } => "local",
-        }
-    }
-}
+use crate::error::Error;
+use crate::quota::{Quota, QuotaError};
+use crate::store::FailurePolicy;
+use crate::syntax::Strategy;
 
 /// Where a [`RedisStore`] connects and how long it waits.
 ///
@@ -220,35 +188,35 @@ fn secrets(urls: &[String]) -> Vec<String> {
 /// exact below 2^53: this keeps every product in the scripts below 2^51.
 const LUA_EXACT: u128 = 1 << 51;
 
-/// Checks that `quota` is valid and can be enforced exactly by the Redis scripts.
-pub(crate) fn check_quota(quota: &Quota) -> Result<(), String> {
-    quota.validate()?;
-    redis_limits(quota)
-}
-
-/// The Redis scripts' own limits on a valid quota.
-pub(crate) fn redis_limits(quota: &Quota) -> Result<(), String> {
-    let window = quota.window.as_nanos();
+/// Whether the Redis scripts can count `quota` exactly.
+pub(crate) fn supports(quota: &Quota) -> Result<(), QuotaError> {
+    let unsupported = |reason| QuotaError::Unsupported {
+        store: "the Redis store",
+        reason,
+    };
+    let window = quota.window().as_nanos();
     if window % 1_000 != 0 {
-        return Err(
-            "the Redis store counts in microseconds: the window must be a whole number of them"
-                .into(),
-        );
+        return Err(unsupported(
+            "it counts in microseconds: the window must be a whole number of them",
+        ));
     }
     let window_us = window / 1_000;
     let capacity = quota.capacity() as u128;
-    match quota.strategy {
-        Strategy::SlidingWindowCounter if capacity * window_us > LUA_EXACT => Err(
+    match quota.strategy() {
+        Strategy::SlidingWindowCounter if capacity * window_us > LUA_EXACT => Err(unsupported(
             "limit + burst times the window in microseconds must be at most 2^51 for the \
-             sliding window counter in Redis: use a shorter window or another strategy"
-                .into(),
-        ),
+             sliding window counter: use a shorter window or another strategy",
+        )),
         Strategy::TokenBucket => {
             let interval = window_us / quota.refill_per_window().max(1) as u128;
             if interval == 0 {
-                Err("the refill rate is above one token per microsecond".into())
+                Err(unsupported(
+                    "the refill rate is above one token per microsecond",
+                ))
             } else if interval * capacity > LUA_EXACT {
-                Err("limit + burst is too large for so slow a refill rate".into())
+                Err(unsupported(
+                    "limit + burst is too large for so slow a refill rate",
+                ))
             } else {
                 Ok(())
             }
@@ -391,20 +359,9 @@ impl RedisStore {
         .await
     }
 
-    /// Decides a call of weight `cost` on `key` and records it if allowed, in one atomic
-    /// step inside Redis.
-    pub async fn acquire(&self, key: &str, quota: &Quota, cost: u64) -> Result<Decision, Error> {
-        self.decision(key, quota, cost, true).await
-    }
-
-    /// What [`acquire`](Self::acquire) would answer, without writing anything.
-    pub async fn peek(&self, key: &str, quota: &Quota, cost: u64) -> Result<Decision, Error> {
-        self.decision(key, quota, cost, false).await
-    }
-
     /// Forgets `key`; returns whether Redis held it.
-    pub async fn reset(&self, key: &str) -> Result<bool, Error> {
-        super::check_key(key)?;
+    async fn forget(&self, key: &str) -> Result<bool, Error> {
+        crate::key::check_store_key(key)?;
         self.bounded(async {
             let mut cmd = redis::cmd("DEL");
             cmd.arg(key);
@@ -419,34 +376,34 @@ impl RedisStore {
         .await
     }
 
-    /// The algorithm's verdict (in nanoseconds) and the Redis time it was taken at: what
-    /// [`acquire`](Self::acquire) (`commit`) or [`peek`](Self::peek) decide before rounding
-    /// to a [`Decision`].
-    pub async fn decide(
+    /// The algorithm's verdict (in nanoseconds) and the Redis time it was taken at, before
+    /// rounding to a [`Decision`]. `now` is the service's clock, used only for what is
+    /// decided without asking Redis (a capacity of zero).
+    pub(crate) async fn verdict(
         &self,
         key: &str,
         quota: &Quota,
         cost: u64,
+        now: Nanos,
         commit: bool,
     ) -> Result<(Verdict, Nanos), Error> {
-        super::check_key(key)?;
-        check_quota(quota).map_err(|reason| Error::InvalidQuota { reason })?;
+        crate::key::check_store_key(key)?;
+        supports(quota)?;
         let capacity = quota.capacity();
         // The same checks as in memory, before any round trip: a zero capacity is refused
         // whatever Redis holds, so Redis is not asked.
-        let local_now = crate::clock::SystemClock.now();
-        if let Some(verdict) = crate::algorithm::precheck(local_now, quota, cost)? {
-            return Ok((verdict, local_now));
+        if let Some(verdict) = crate::algorithm::precheck(now, quota, cost, commit)? {
+            return Ok((verdict, now));
         }
-        let window_us = quota.window.as_micros() as u64;
-        let (first, second) = match quota.strategy {
+        let window_us = quota.window().as_micros() as u64;
+        let (first, second) = match quota.strategy() {
             Strategy::TokenBucket => {
                 let interval = window_us / quota.refill_per_window().max(1);
                 (interval, interval * capacity)
             }
             _ => (window_us, capacity),
         };
-        let mut invocation = script(quota.strategy).key(key);
+        let mut invocation = script(quota.strategy()).key(key);
         invocation
             .arg(first)
             .arg(second)
@@ -464,17 +421,6 @@ impl RedisStore {
         verdict(&reply).ok_or_else(|| Error::Store {
             message: format!("unexpected reply from the limiter script: {reply:?}"),
         })
-    }
-
-    async fn decision(
-        &self,
-        key: &str,
-        quota: &Quota,
-        cost: u64,
-        commit: bool,
-    ) -> Result<Decision, Error> {
-        let (verdict, now) = self.decide(key, quota, cost, commit).await?;
-        Ok(Decision::for_quota(verdict, now, quota))
     }
 
     /// Runs `f` within the configured timeout.
@@ -557,102 +503,41 @@ fn verdict(reply: &[i64]) -> Option<(Verdict, Nanos)> {
     Some((verdict, nanos(now)?))
 }
 
-/// The Redis store with its failure policy applied: what the service holds.
-pub(crate) struct RedisBackend {
-    pub(crate) store: RedisStore,
-    /// The in-memory limiter used while Redis is away, for [`FailurePolicy::Local`].
-    fallback: Option<MemoryStore>,
-    /// Whether the last decision failed: failures are logged when they start and when they
-    /// end, not once per call.
-    failing: AtomicBool,
-}
-
-impl fmt::Debug for RedisBackend {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&self.store, f)
-    }
-}
-
-impl RedisBackend {
-    pub(crate) fn new(options: RedisOptions, clock: &Arc<dyn Clock>) -> Result<Self, Error> {
-        let fallback = match options.on_failure {
-            FailurePolicy::Local { .. } => {
-                let store = MemoryStore::new();
-                store.start_sweeper(Arc::clone(clock));
-                Some(store)
-            }
-            _ => None,
-        };
-        Ok(RedisBackend {
-            store: RedisStore::new(options)?,
-            fallback,
-            failing: AtomicBool::new(false),
-        })
-    }
-
-    /// A decision from Redis or, when Redis cannot give one, from the failure policy. `now`
-    /// is the local clock, used only by the local fallback.
-    pub(crate) async fn check(
+impl super::Store for RedisStore {
+    async fn decide(
         &self,
         key: &str,
         quota: &Quota,
         cost: u64,
-        commit: bool,
         now: Nanos,
+        commit: bool,
     ) -> Result<Decision, Error> {
-        let error = match self.store.decision(key, quota, cost, commit).await {
-            Err(e @ (Error::Store { .. } | Error::Timeout { .. })) => e,
-            other => {
-                if self.failing.load(Ordering::Relaxed)
-                    && self.failing.swap(false, Ordering::Relaxed)
-                {
-                    tracing::warn!(target: "ratelimit", "Redis is deciding again");
-                }
-                return other;
+        if cost == 0 {
+            // A look at the level: the scripts decide calls that spend; cost 0 is two looks,
+            // as in every store (`algorithm::level`).
+            let (level, at) = self.verdict(key, quota, 0, now, false).await?;
+            if level.allowed && level.remaining > 0 {
+                return Ok(Decision::for_quota(level, at, quota));
             }
-        };
-        let policy = self.store.inner.options.on_failure;
-        if !self.failing.swap(true, Ordering::Relaxed) {
-            tracing::warn!(
-                target: "ratelimit",
-                %error,
-                policy = policy.as_str(),
-                "Redis cannot decide: calls follow the failure policy until it can",
-            );
+            let (one, at) = self.verdict(key, quota, 1, now, false).await?;
+            let verdict = Verdict {
+                allowed: false,
+                remaining: 0,
+                retry_after: one.retry_after,
+                ..level
+            };
+            return Ok(Decision::for_quota(verdict, at, quota));
         }
-        match (policy, &self.fallback) {
-            (FailurePolicy::Allow, _) => {
-                let window = quota.window.as_nanos() as Nanos;
-                let verdict = Verdict {
-                    allowed: true,
-                    remaining: 0,
-                    reset_at: now + window,
-                    retry_after: None,
-                };
-                Ok(Decision::for_quota(verdict, now, quota))
-            }
-            (FailurePolicy::Local { pods }, Some(local)) => {
-                let share = Quota {
-                    limit: quota.limit / u64::from(pods.max(1)),
-                    burst: quota.burst / u64::from(pods.max(1)),
-                    ..*quota
-                };
-                if commit {
-                    local.acquire(key, &share, cost, now)
-                } else {
-                    local.peek(key, &share, cost, now)
-                }
-            }
-            _ => Err(error),
-        }
+        let (verdict, at) = self.verdict(key, quota, cost, now, commit).await?;
+        Ok(Decision::for_quota(verdict, at, quota))
     }
 
-    /// Forgets `key` in Redis (and in the local fallback).
-    pub(crate) async fn reset(&self, key: &str) -> Result<(), Error> {
-        if let Some(local) = &self.fallback {
-            local.reset(key);
-        }
-        self.store.reset(key).await.map(|_| ())
+    async fn reset(&self, key: &str) -> Result<bool, Error> {
+        self.forget(key).await
+    }
+
+    fn supports(&self, quota: &Quota) -> Result<(), QuotaError> {
+        supports(quota)
     }
 }
 
@@ -688,20 +573,22 @@ mod tests {
 
     #[test]
     fn quotas_redis_cannot_count_exactly_are_refused() {
-        let q = Quota::new(10, Duration::from_nanos(1_500));
-        assert!(check_quota(&q).unwrap_err().contains("microseconds"));
+        let text = |q: Quota| supports(&q).unwrap_err().to_string();
+        let q = Quota::new(10, Duration::from_nanos(1_500)).unwrap();
+        assert!(text(q).contains("microseconds"));
         let q = Quota::new(1_000_000_000, Duration::from_secs(3_600))
+            .unwrap()
             .with_strategy(Strategy::SlidingWindowCounter);
-        assert!(check_quota(&q).unwrap_err().contains("2^51"));
+        assert!(text(q).contains("2^51"));
         let q = Quota::new(10, Duration::from_secs(1))
+            .unwrap()
             .with_refill(2_000_000)
+            .unwrap()
             .with_strategy(Strategy::TokenBucket);
-        assert!(check_quota(&q).unwrap_err().contains("microsecond"));
+        assert!(text(q).contains("microsecond"));
         for strategy in Strategy::ALL {
-            assert_eq!(
-                check_quota(&Quota::per_minute(1_000).with_strategy(strategy)),
-                Ok(())
-            );
+            let q = Quota::per_minute(1_000).unwrap().with_strategy(strategy);
+            assert_eq!(supports(&q), Ok(()));
         }
     }
 }

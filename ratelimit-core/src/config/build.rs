@@ -1,0 +1,309 @@
+//! [`ConfigBuilder`]: every option, and the validation that reports each bad field by name.
+
+use std::time::Duration;
+
+use super::{valid_tier_name, Config, ResolvedTier, StoreConfig, Tier, Window};
+use crate::error::{ConfigError, Error};
+use crate::quota::QuotaError;
+use crate::syntax::Strategy;
+
+/// Builds a [`Config`]; [`build`](Self::build) validates everything and reports every problem.
+#[derive(Debug, Clone)]
+pub struct ConfigBuilder {
+    enabled: bool,
+    strategy: Strategy,
+    key_prefix: String,
+    default_limit: Option<u64>,
+    default_window: Window,
+    burst_limit: u64,
+    token_refill_rate: Option<u64>,
+    tiers: Vec<Tier>,
+    default_tier: Option<String>,
+    store: StoreConfig,
+}
+
+impl Default for ConfigBuilder {
+    fn default() -> Self {
+        ConfigBuilder {
+            enabled: true,
+            strategy: Strategy::SlidingWindow,
+            key_prefix: "ratelimit".into(),
+            default_limit: Some(100),
+            default_window: Window::Duration(Duration::from_secs(60)),
+            burst_limit: 0,
+            token_refill_rate: None,
+            tiers: Vec::new(),
+            default_tier: None,
+            store: StoreConfig::default(),
+        }
+    }
+}
+
+impl ConfigBuilder {
+    /// `false` admits every call without counting: the only way to switch limiting off.
+    pub fn enabled(mut self, enabled: bool) -> Self {
+        self.enabled = enabled;
+        self
+    }
+    /// The default strategy.
+    pub fn strategy(mut self, strategy: Strategy) -> Self {
+        self.strategy = strategy;
+        self
+    }
+    /// The prefix of every store key.
+    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.key_prefix = prefix.into();
+        self
+    }
+    /// The limit for calls that name no tier and give no limit.
+    pub fn default_limit(mut self, limit: u64) -> Self {
+        self.default_limit = Some(limit);
+        self
+    }
+    /// No default limit: a call with neither a tier nor a limit is refused with
+    /// [`Error::NoLimit`].
+    pub fn no_default_limit(mut self) -> Self {
+        self.default_limit = None;
+        self
+    }
+    /// The window for calls and tiers that give none.
+    pub fn default_window(mut self, window: impl Into<Window>) -> Self {
+        self.default_window = window.into();
+        self
+    }
+    /// Extra calls allowed on top of every limit that has no burst of its own.
+    pub fn burst_limit(mut self, burst: u64) -> Self {
+        self.burst_limit = burst;
+        self
+    }
+    /// Token-bucket refill, tokens per window (default: the limit).
+    pub fn token_refill_rate(mut self, rate: u64) -> Self {
+        self.token_refill_rate = Some(rate);
+        self
+    }
+    /// Adds a tier.
+    pub fn tier(mut self, tier: Tier) -> Self {
+        self.tiers.push(tier);
+        self
+    }
+    /// The tier used by calls that name none.
+    pub fn default_tier(mut self, name: impl Into<String>) -> Self {
+        self.default_tier = Some(name.into());
+        self
+    }
+    /// Where state is kept.
+    pub fn store(mut self, store: StoreConfig) -> Self {
+        self.store = store;
+        self
+    }
+
+    /// Validates and builds. Every problem is reported, each with its field.
+    pub fn build(self) -> Result<Config, Error> {
+        let mut errors = ConfigError::default();
+        if self.key_prefix.is_empty() || self.key_prefix.len() > 128 {
+            errors.push("key_prefix", "must be 1 to 128 bytes");
+        }
+        if self
+            .key_prefix
+            .chars()
+            .any(|c| c.is_whitespace() || c.is_control() || c == '{' || c == '}')
+        {
+            errors.push(
+                "key_prefix",
+                "must not contain whitespace, control characters, `{` or `}` (the store key's \
+                 hash tag follows the prefix)",
+            );
+        }
+        let default_window = self.default_window.resolve().unwrap_or_else(|e| {
+            errors.push("default_window", e);
+            Duration::from_secs(60)
+        });
+        if self.token_refill_rate == Some(0) {
+            errors.push("token_refill_rate", "must be at least 1 token per window");
+        }
+        let mut config = Config {
+            enabled: self.enabled,
+            strategy: self.strategy,
+            key_prefix: self.key_prefix,
+            default_limit: self.default_limit,
+            default_window,
+            burst_limit: self.burst_limit,
+            token_refill_rate: self.token_refill_rate.filter(|&r| r > 0),
+            tiers: Vec::with_capacity(self.tiers.len()),
+            default_tier: None,
+            store: self.store,
+            plain: None,
+        };
+        for tier in self.tiers {
+            if !valid_tier_name(&tier.name) {
+                errors.push(
+                    format!("tiers.{:?}", tier.name),
+                    "a tier name is 1 or more of A-Z a-z 0-9 - _ .",
+                );
+                continue;
+            }
+            if config.tiers.iter().any(|t| *t.name == *tier.name) {
+                errors.push(format!("tiers.{}", tier.name), "defined twice");
+                continue;
+            }
+            let mut overrides = tier.overrides;
+            if let Some(text) = &tier.window_text {
+                match Window::Text(text.clone()).resolve() {
+                    Ok(w) => overrides.window = Some(w),
+                    Err(e) => errors.push(format!("tiers.{}.window", tier.name), e),
+                }
+            }
+            config.tiers.push(ResolvedTier {
+                name: tier.name.as_str().into(),
+                overrides,
+                // Filled in below, once every module setting is known.
+                quota: crate::Quota::default(),
+                priority: tier.priority,
+            });
+        }
+        if let Some(name) = self.default_tier {
+            match config.tiers.iter().find(|t| *t.name == *name) {
+                Some(t) => config.default_tier = Some(t.name.clone()),
+                None => errors.push(
+                    "default_tier",
+                    format!(
+                        "{name:?} is not one of the configured tiers ({})",
+                        names(&config.tiers)
+                    ),
+                ),
+            }
+        }
+        match &config.store {
+            StoreConfig::Memory(m) => {
+                if m.max_keys == 0 {
+                    errors.push("store.max_keys", "must be at least 1");
+                }
+                if m.sweep_interval.is_zero() {
+                    errors.push("store.sweep_interval", "must be longer than zero");
+                }
+            }
+            #[cfg(feature = "redis")]
+            StoreConfig::Redis(r) => {
+                for (field, problem) in r.problems() {
+                    errors.push(field, problem);
+                }
+            }
+        }
+        // Every quota known now, resolved by the function every call goes through, and
+        // checked against what the configured store can count.
+        let supports = |q: &crate::Quota| config.store.supports(q);
+        for (field, e) in crate::resolve::config_problems(&config, &supports) {
+            errors.push(field, e.to_string());
+        }
+        if !errors.problems.is_empty() {
+            return Err(Error::InvalidConfig(errors));
+        }
+        for i in 0..config.tiers.len() {
+            let quota = crate::resolve::quota(&config, Some(i), &crate::Overrides::new())?;
+            config.tiers[i].quota = quota;
+        }
+        config.plain = crate::resolve::quota(&config, None, &crate::Overrides::new()).ok();
+        Ok(config)
+    }
+}
+
+/// The field of a tier's setting that `e` is about.
+pub(crate) fn tier_field(tier: &str, e: &QuotaError) -> String {
+    let setting = match e {
+        QuotaError::ZeroWindow | QuotaError::WindowTooLong => "window",
+        QuotaError::ZeroRefill | QuotaError::RefillTooFast | QuotaError::RefillTooSlow => "refill",
+        _ => "limit",
+    };
+    format!("tiers.{tier}.{setting}")
+}
+
+pub(crate) fn names(tiers: &[ResolvedTier]) -> String {
+    if tiers.is_empty() {
+        return "none".into();
+    }
+    tiers
+        .iter()
+        .map(|t| &*t.name)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::MemoryOptions;
+
+    #[test]
+    fn every_problem_is_reported_with_its_field() {
+        let err = Config::builder()
+            .default_window("1x")
+            .token_refill_rate(0)
+            .key_prefix("has space")
+            .tier(Tier::new("pro", 10).window("0s"))
+            .tier(Tier::new("pro", 20))
+            .tier(Tier::new("bad name", 1))
+            .default_tier("gold")
+            .store(StoreConfig::Memory(MemoryOptions {
+                max_keys: 0,
+                ..MemoryOptions::default()
+            }))
+            .build()
+            .unwrap_err();
+        let Error::InvalidConfig(e) = &err else {
+            panic!("{err}")
+        };
+        for field in [
+            "default_window",
+            "token_refill_rate",
+            "key_prefix",
+            "tiers.pro.window",
+            "tiers.pro",
+            "tiers.\"bad name\"",
+            "default_tier",
+            "store.max_keys",
+        ] {
+            assert!(e.has(field), "{field} missing from {err}");
+        }
+        assert!(err.to_string().contains("\"1x\""), "{err}");
+        assert!(err.to_string().contains("\"gold\""), "{err}");
+    }
+
+    #[test]
+    fn effective_limit_uses_tier_burst_else_module_burst() {
+        let config = Config::builder()
+            .burst_limit(5)
+            .tier(Tier::new("free", 10))
+            .tier(Tier::new("pro", 100).burst(50).window("1h"))
+            .build()
+            .unwrap();
+        assert_eq!(config.tier("free").unwrap().quota.capacity(), 15);
+        let pro = config.tier("pro").unwrap().quota;
+        assert_eq!(
+            (pro.capacity(), pro.window()),
+            (150, Duration::from_secs(3_600))
+        );
+    }
+
+    #[cfg(feature = "serde")]
+    #[test]
+    fn files_are_validated_like_the_builder() {
+        let err = Config::from_json_str(
+            r#"{"default_window": "1x", "tiers": {"pro": {"limit": 5, "strategy": "leaky"}}}"#,
+        )
+        .unwrap_err();
+        let Error::InvalidConfig(e) = &err else {
+            panic!("{err}")
+        };
+        assert!(
+            e.has("default_window") && e.has("tiers.pro.strategy"),
+            "{err}"
+        );
+        let err = Config::from_toml_str("colour = 1").unwrap_err();
+        assert!(err.to_string().contains("colour"), "{err}");
+        let c = Config::from_toml_str(
+            "default_tier = \"free\"\n[tiers.free]\nlimit = 3\nwindow = \"1s\"\n[store]\ntype = \"memory\"\nmax_keys = 10\n",
+        )
+        .unwrap();
+        assert_eq!(c.default_quota().unwrap().limit(), 3);
+    }
+}

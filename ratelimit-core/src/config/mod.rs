@@ -1,0 +1,150 @@
+//! Module configuration: the option table, tiers, and validation that names each bad field.
+
+use std::time::Duration;
+
+use crate::quota::{Overrides, Quota, QuotaError};
+use crate::store::MemoryOptions;
+use crate::syntax::Strategy;
+
+mod build;
+#[cfg(feature = "serde")]
+mod file;
+mod tier;
+
+pub use build::ConfigBuilder;
+pub(crate) use build::{names, tier_field};
+pub(crate) use tier::valid_tier_name;
+pub use tier::{ResolvedTier, Tier, Window};
+
+/// Where state is kept.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StoreConfig {
+    /// In this process's memory.
+    Memory(MemoryOptions),
+    /// In Redis or Redis Cluster (feature `redis`), shared by every process using it.
+    #[cfg(feature = "redis")]
+    Redis(crate::store::RedisOptions),
+}
+
+impl StoreConfig {
+    /// Whether the configured store can count `quota` exactly.
+    pub(crate) fn supports(&self, quota: &Quota) -> Result<(), QuotaError> {
+        match self {
+            StoreConfig::Memory(_) => {
+                let _ = quota;
+                Ok(())
+            }
+            #[cfg(feature = "redis")]
+            StoreConfig::Redis(_) => crate::store::redis::supports(quota),
+        }
+    }
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig::Memory(MemoryOptions::default())
+    }
+}
+
+/// A validated configuration. Build it with [`Config::builder`].
+///
+/// | option              | default            | meaning                                            |
+/// |---------------------|--------------------|----------------------------------------------------|
+/// | `enabled`           | `true`             | `false` admits every call (the one explicit way)   |
+/// | `strategy`          | `sliding-window`   | algorithm for calls that do not choose one         |
+/// | `key_prefix`        | `"ratelimit"`      | prefix of every store key (no `{`, `}`, spaces)    |
+/// | `default_limit`     | `100`              | limit for calls without a tier or limit; may be unset |
+/// | `default_window`    | `1m`               | window for calls and tiers without one             |
+/// | `burst_limit`       | `0`                | extra calls on top of any limit without its own burst |
+/// | `token_refill_rate` | the limit          | token-bucket refill of the default limit, per window |
+/// | `tiers`             | none               | named plans                                        |
+/// | `default_tier`      | none               | tier for calls that name none                      |
+/// | `store`             | memory             | where state lives                                  |
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    pub(crate) enabled: bool,
+    pub(crate) strategy: Strategy,
+    pub(crate) key_prefix: String,
+    pub(crate) default_limit: Option<u64>,
+    pub(crate) default_window: Duration,
+    pub(crate) burst_limit: u64,
+    pub(crate) token_refill_rate: Option<u64>,
+    pub(crate) tiers: Vec<ResolvedTier>,
+    pub(crate) default_tier: Option<std::sync::Arc<str>>,
+    pub(crate) store: StoreConfig,
+    /// The quota of a call with no tier and no overrides (the default limit's), resolved
+    /// once when the configuration is built: the hot path of a plain call.
+    pub(crate) plain: Option<Quota>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        ConfigBuilder::default()
+            .build()
+            .expect("the default configuration is valid")
+    }
+}
+
+impl Config {
+    /// Starts a configuration from the defaults.
+    pub fn builder() -> ConfigBuilder {
+        ConfigBuilder::default()
+    }
+
+    /// Whether limiting is on.
+    pub fn enabled(&self) -> bool {
+        self.enabled
+    }
+    /// The default strategy.
+    pub fn strategy(&self) -> Strategy {
+        self.strategy
+    }
+    /// The prefix of every store key.
+    pub fn key_prefix(&self) -> &str {
+        &self.key_prefix
+    }
+    /// The default limit, if any.
+    pub fn default_limit(&self) -> Option<u64> {
+        self.default_limit
+    }
+    /// The default window.
+    pub fn default_window(&self) -> Duration {
+        self.default_window
+    }
+    /// The module-wide burst.
+    pub fn burst_limit(&self) -> u64 {
+        self.burst_limit
+    }
+    /// Token-bucket refill of the default limit, tokens per window (`None`: the limit).
+    pub fn token_refill_rate(&self) -> Option<u64> {
+        self.token_refill_rate
+    }
+    /// The configured tiers.
+    pub fn tiers(&self) -> &[ResolvedTier] {
+        &self.tiers
+    }
+    /// A tier by name.
+    pub fn tier(&self, name: &str) -> Option<&ResolvedTier> {
+        self.tiers.iter().find(|t| &*t.name == name)
+    }
+    /// The default tier's name.
+    pub fn default_tier(&self) -> Option<&str> {
+        self.default_tier.as_deref()
+    }
+    /// The store.
+    pub fn store(&self) -> &StoreConfig {
+        &self.store
+    }
+    /// The quota of a call under no tier with no overrides.
+    pub(crate) fn plain_quota(&self) -> Option<Quota> {
+        self.plain
+    }
+
+    /// The quota for a call that names no tier and sets nothing: the default tier's, else
+    /// the default limit's (`None` without either).
+    pub fn default_quota(&self) -> Option<Quota> {
+        let tier = crate::resolve::tier_index(self, None).ok()?;
+        crate::resolve::quota(self, tier, &Overrides::new()).ok()
+    }
+}

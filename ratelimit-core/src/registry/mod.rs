@@ -1,0 +1,20 @@
+//! The registry behind the attribute macros: every annotated fn's [`Declaration`], the one
+//! process-wide service installed by [`Module`], and the per-call entry point the generated code
+//! goes through.
+//!
+//! Fail closed throughout: no module (never initialised, or shut down), an unknown tier, a store
+//! that cannot answer — each refuses the call. Nothing here admits a call because something is
+//! missing.
+
+mod check;
+mod declaration;
+mod module;
+mod runtime;
+mod spec;
+
+pub use check::check_declarations;
+pub use declaration::{declarations, Declaration, Registered};
+pub use module::{Module, ModuleBuilder};
+pub(crate) use runtime::replace_scoped;
+pub use runtime::{acquire, key, refuse, Refusal};
+pub use spec::{Spec, TierSpec};

@@ -1,0 +1,194 @@
+//! [`ModuleBuilder`] and [`Module`]: the process-wide service behind every annotated fn,
+//! installed at start-up once every declaration has been checked.
+
+use std::fmt;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use super::check::check_declarations;
+use super::declaration::declarations;
+use super::runtime::{set_current, CURRENT, NEXT_ID};
+use crate::clock::{Clock, SystemClock};
+use crate::config::{Config, ConfigBuilder, StoreConfig, Tier, Window};
+use crate::error::Error;
+use crate::service::RateLimitService;
+use crate::stats::Stats;
+use crate::syntax::Strategy;
+
+/// Builds a [`Module`]: every option of [`ConfigBuilder`], plus the clock.
+///
+/// ```
+/// use ratelimit_core::{Module, Tier};
+///
+/// let module = Module::builder()
+///     .tier(Tier::new("pro", 1_000).window("1m"))
+///     .default_tier("pro")
+///     .init()?;
+/// assert!(module.service().config().tier("pro").is_some());
+/// drop(module); // shuts the module down
+/// # Ok::<(), ratelimit_core::Error>(())
+/// ```
+#[derive(Debug, Clone, Default)]
+#[must_use = "a builder does nothing until `init` is called"]
+pub struct ModuleBuilder {
+    config: ConfigBuilder,
+    clock: Option<Arc<dyn Clock>>,
+}
+
+impl From<ConfigBuilder> for ModuleBuilder {
+    fn from(config: ConfigBuilder) -> Self {
+        ModuleBuilder {
+            config,
+            clock: None,
+        }
+    }
+}
+
+impl ModuleBuilder {
+    /// Applies any [`ConfigBuilder`] option (including ones added after this builder).
+    pub fn configure(mut self, f: impl FnOnce(ConfigBuilder) -> ConfigBuilder) -> Self {
+        self.config = f(self.config);
+        self
+    }
+    /// See [`ConfigBuilder::enabled`].
+    pub fn enabled(self, enabled: bool) -> Self {
+        self.configure(|c| c.enabled(enabled))
+    }
+    /// See [`ConfigBuilder::strategy`].
+    pub fn strategy(self, strategy: Strategy) -> Self {
+        self.configure(|c| c.strategy(strategy))
+    }
+    /// See [`ConfigBuilder::key_prefix`].
+    pub fn key_prefix(self, prefix: impl Into<String>) -> Self {
+        self.configure(|c| c.key_prefix(prefix))
+    }
+    /// See [`ConfigBuilder::default_limit`].
+    pub fn default_limit(self, limit: u64) -> Self {
+        self.configure(|c| c.default_limit(limit))
+    }
+    /// See [`ConfigBuilder::no_default_limit`].
+    pub fn no_default_limit(self) -> Self {
+        self.configure(ConfigBuilder::no_default_limit)
+    }
+    /// See [`ConfigBuilder::default_window`].
+    pub fn default_window(self, window: impl Into<Window>) -> Self {
+        self.configure(|c| c.default_window(window))
+    }
+    /// See [`ConfigBuilder::burst_limit`].
+    pub fn burst_limit(self, burst: u64) -> Self {
+        self.configure(|c| c.burst_limit(burst))
+    }
+    /// See [`ConfigBuilder::token_refill_rate`].
+    pub fn token_refill_rate(self, rate: u64) -> Self {
+        self.configure(|c| c.token_refill_rate(rate))
+    }
+    /// See [`ConfigBuilder::tier`].
+    pub fn tier(self, tier: Tier) -> Self {
+        self.configure(|c| c.tier(tier))
+    }
+    /// See [`ConfigBuilder::default_tier`].
+    pub fn default_tier(self, name: impl Into<String>) -> Self {
+        self.configure(|c| c.default_tier(name))
+    }
+    /// See [`ConfigBuilder::store`].
+    pub fn store(self, store: StoreConfig) -> Self {
+        self.configure(|c| c.store(store))
+    }
+    /// The clock (default: the system clock).
+    pub fn clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Some(Arc::new(clock));
+        self
+    }
+
+    /// Builds the configuration and a service, checks every declaration in the binary
+    /// against it, and installs it as the process-wide module.
+    ///
+    /// Errors: [`Error::InvalidConfig`] (every bad field), [`Error::Declarations`] (every fn
+    /// the configuration cannot enforce), [`Error::AlreadyInitialized`].
+    pub fn init(self) -> Result<Module, Error> {
+        let clock = self.clock.unwrap_or_else(|| Arc::new(SystemClock));
+        Module::install(self.config.build()?, clock)
+    }
+
+    /// Builds and checks like [`init`](Self::init), without installing anything.
+    pub(crate) fn build_checked(self) -> Result<RateLimitService, Error> {
+        let clock = self.clock.unwrap_or_else(|| Arc::new(SystemClock));
+        let service = RateLimitService::with_clock(self.config.build()?, clock)?;
+        check_declarations(&service, &declarations()).map_err(Error::Declarations)?;
+        Ok(service)
+    }
+}
+
+/// The running rate-limit module: the process-wide service behind every annotated fn.
+///
+/// Only one runs at a time. Dropping the handle (or [`shutdown`](Self::shutdown)) uninstalls
+/// it: annotated fns are then refused with [`Error::NotInitialized`] until the next `init`.
+#[must_use = "dropping the module shuts it down"]
+pub struct Module {
+    id: u64,
+    service: RateLimitService,
+}
+
+impl fmt::Debug for Module {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Module")
+            .field("service", &self.service)
+            .finish()
+    }
+}
+
+impl Module {
+    /// Starts a configuration; finish with [`ModuleBuilder::init`].
+    pub fn builder() -> ModuleBuilder {
+        ModuleBuilder::default()
+    }
+
+    /// Installs a module with `config` on the system clock; see [`ModuleBuilder::init`].
+    pub fn init(config: Config) -> Result<Module, Error> {
+        Self::install(config, Arc::new(SystemClock))
+    }
+
+    fn install(config: Config, clock: Arc<dyn Clock>) -> Result<Module, Error> {
+        let mut current = CURRENT.write();
+        if current.is_some() {
+            return Err(Error::AlreadyInitialized);
+        }
+        let service = RateLimitService::with_clock(config, clock)?;
+        check_declarations(&service, &declarations()).map_err(Error::Declarations)?;
+        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        set_current(&mut current, Some((id, service.clone())));
+        Ok(Module { id, service })
+    }
+
+    /// Whether a module is running.
+    pub fn is_initialized() -> bool {
+        CURRENT.read().is_some()
+    }
+
+    /// The service (for direct `consume`, `status`, `reset`...).
+    pub fn service(&self) -> &RateLimitService {
+        &self.service
+    }
+
+    /// The counters, including per-fn figures in `by_method` (keyed by budget name).
+    pub fn stats(&self) -> Stats {
+        self.service.stats()
+    }
+
+    /// Uninstalls the module (the same as dropping it). Every annotated fn called afterwards,
+    /// on any thread, is refused with [`Error::NotInitialized`].
+    ///
+    /// Each thread that called an annotated fn keeps a handle to the service it used until its
+    /// next annotated call (which sees the shutdown) or its exit, so the store's memory is
+    /// released then rather than at once.
+    pub fn shutdown(self) {}
+}
+
+impl Drop for Module {
+    fn drop(&mut self) {
+        let mut current = CURRENT.write();
+        if current.as_ref().is_some_and(|(id, _)| *id == self.id) {
+            set_current(&mut current, None);
+        }
+    }
+}

@@ -1,0 +1,159 @@
+//! [`Failover`]: what happens to a call when its store cannot decide it.
+
+use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use super::{MemoryStore, Store};
+use crate::clock::Nanos;
+use crate::decision::Decision;
+use crate::error::Error;
+use crate::quota::{Quota, QuotaError};
+
+/// What a [`Failover`] does with a call its store cannot decide (unreachable, erroring,
+/// slower than its timeout, or holding state of an unexpected shape under the key).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FailurePolicy {
+    /// Refuse the call with the store's error ([`Error::Store`], [`Error::Timeout`] or
+    /// [`Error::UnexpectedState`]). The default: nothing passes unlimited by accident.
+    #[default]
+    Deny,
+    /// Admit the call, unlimited (the decision says `remaining: 0`), and log a warning when
+    /// failures start. Only when availability matters more than the limit, and said so in the
+    /// configuration.
+    Allow,
+    /// Decide in this process's memory with each limit (and burst) divided by `pods`, so that
+    /// a fleet of `pods` processes stays within the shared budget while the store is away.
+    Local {
+        /// How many processes share each budget; at least 1.
+        pods: u32,
+    },
+}
+
+impl FailurePolicy {
+    /// The name used in configuration files: `deny`, `allow` or `local`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            FailurePolicy::Deny => "deny",
+            FailurePolicy::Allow => "allow",
+            FailurePolicy::Local { .. } => "local",
+        }
+    }
+}
+
+/// A store with a [`FailurePolicy`]: decisions come from `S` while it answers, and from the
+/// policy when it cannot. Knows `S` only through the [`Store`] trait.
+///
+/// Failures are logged when they start and when they end, not once per call.
+pub struct Failover<S> {
+    store: S,
+    policy: FailurePolicy,
+    /// The in-memory limiter used while the store is away, for [`FailurePolicy::Local`].
+    fallback: Option<MemoryStore>,
+    failing: AtomicBool,
+}
+
+impl<S: fmt::Debug> fmt::Debug for Failover<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Failover")
+            .field("store", &self.store)
+            .field("policy", &self.policy)
+            .finish()
+    }
+}
+
+impl<S: Store> Failover<S> {
+    /// `store` under `policy`. With [`FailurePolicy::Local`], the fallback is a
+    /// [`MemoryStore`] whose idle keys are swept by the calls themselves.
+    pub fn new(store: S, policy: FailurePolicy) -> Self {
+        let fallback = matches!(policy, FailurePolicy::Local { .. }).then(MemoryStore::new);
+        Failover {
+            store,
+            policy,
+            fallback,
+            failing: AtomicBool::new(false),
+        }
+    }
+
+    /// The store behind the policy.
+    pub fn store(&self) -> &S {
+        &self.store
+    }
+
+    /// The policy.
+    pub fn policy(&self) -> FailurePolicy {
+        self.policy
+    }
+
+    /// The in-memory fallback of [`FailurePolicy::Local`].
+    #[cfg(feature = "redis")]
+    pub(crate) fn fallback(&self) -> Option<&MemoryStore> {
+        self.fallback.as_ref()
+    }
+}
+
+/// Whether `error` means the store could not decide (as opposed to a call that can never be
+/// decided, such as a cost above the capacity, which no policy should turn into an allowance).
+fn is_store_failure(error: &Error) -> bool {
+    matches!(
+        error,
+        Error::Store { .. } | Error::Timeout { .. } | Error::UnexpectedState { .. }
+    )
+}
+
+impl<S: Store> Store for Failover<S> {
+    async fn decide(
+        &self,
+        key: &str,
+        quota: &Quota,
+        cost: u64,
+        now: Nanos,
+        commit: bool,
+    ) -> Result<Decision, Error> {
+        let error = match self.store.decide(key, quota, cost, now, commit).await {
+            Err(e) if is_store_failure(&e) => e,
+            other => {
+                if self.failing.load(Ordering::Relaxed)
+                    && self.failing.swap(false, Ordering::Relaxed)
+                {
+                    tracing::warn!(target: "ratelimit", "the store is deciding again");
+                }
+                return other;
+            }
+        };
+        if !self.failing.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                target: "ratelimit",
+                %error,
+                policy = self.policy.as_str(),
+                "the store cannot decide: calls follow the failure policy until it can",
+            );
+        }
+        match (self.policy, &self.fallback) {
+            (FailurePolicy::Allow, _) => Ok(Decision::unlimited_for(quota, now)),
+            (FailurePolicy::Local { pods }, Some(local)) => {
+                let pods = u64::from(pods.max(1));
+                let share = Quota::from_parts(
+                    quota.limit() / pods,
+                    quota.window(),
+                    quota.burst() / pods,
+                    quota.strategy(),
+                    quota.refill_setting().map(|r| (r / pods).max(1)),
+                )?;
+                Store::decide(local, key, &share, cost, now, commit).await
+            }
+            _ => Err(error),
+        }
+    }
+
+    async fn reset(&self, key: &str) -> Result<bool, Error> {
+        if let Some(local) = &self.fallback {
+            local.reset(key);
+        }
+        self.store.reset(key).await
+    }
+
+    fn supports(&self, quota: &Quota) -> Result<(), QuotaError> {
+        self.store.supports(quota)
+    }
+}
