@@ -39,7 +39,7 @@ use quote::{quote, quote_spanned, ToTokens};
 use syn::spanned::Spanned;
 use syn::{Attribute, Block, ImplItem, ItemFn, ItemImpl, ReturnType, Signature};
 
-use ratelimit_core::Strategy;
+use ratelimit_syntax::Strategy;
 
 use crate::attr::{self, Args, Cost, Errors, Kind, Tier};
 
