@@ -10,7 +10,7 @@ use std::cell::RefCell;
 use std::fmt;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::RwLock;
@@ -226,39 +226,40 @@ impl fmt::Display for Spec {
 /// One rate-limited fn, as the attribute macros declare it: its budget, path, source location
 /// and [`Spec`]. Built in a `static` by the generated code; list them with [`declarations`].
 pub struct Declaration {
-    locate: fn() -> &'static str,
+    function: &'static str,
     name: Option<&'static str>,
     file: &'static str,
     line: u32,
     spec: Spec,
-    function: OnceLock<String>,
 }
 
 impl Declaration {
-    /// Used by the macros: `locate` returns the type name of a fn item nested in the annotated
-    /// fn, from which its path is derived once, on first use.
+    /// Used by the macros: `function` is the fn's path, spelled out at compile time from
+    /// `module_path!()` and the names as written, so that it is the same whichever compiler
+    /// built the binary.
     #[doc(hidden)]
     pub const fn new(
-        locate: fn() -> &'static str,
+        function: &'static str,
         name: Option<&'static str>,
         file: &'static str,
         line: u32,
         spec: Spec,
     ) -> Self {
         Declaration {
-            locate,
+            function,
             name,
             file,
             line,
             spec,
-            function: OnceLock::new(),
         }
     }
 
-    /// The fn's path: `crate::module::function` or `crate::module::Type::method`.
+    /// The fn's path: `crate::module::function`, `crate::module::Type::method` in an annotated
+    /// `impl` block, `crate::module::<Type as Trait>::method` in an annotated trait impl, and
+    /// `crate::module::method` for a method annotated on its own.
     #[inline]
-    pub fn function(&'static self) -> &'static str {
-        self.function.get_or_init(|| function_path((self.locate)()))
+    pub fn function(&self) -> &'static str {
+        self.function
     }
 
     /// The budget the fn spends from: its `name = "..."`, else its path. Fns that share a
@@ -290,79 +291,13 @@ impl Declaration {
 impl fmt::Debug for Declaration {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Declaration")
+            .field("function", &self.function)
             .field("name", &self.name)
             .field("file", &self.file)
             .field("line", &self.line)
             .field("spec", &self.spec)
-            .finish_non_exhaustive()
+            .finish()
     }
-}
-
-/// Turns the type name of a marker fn nested in an annotated fn into the fn's path:
-/// `app::Foo<_>::bar::{{closure}}::__ratelimit_here` becomes `app::Foo::bar`. A trait impl's
-/// method keeps its trait, `<app::Foo as app::Tr>::bar`, so that two traits' methods of the
-/// same name on one type are two budgets.
-fn function_path(raw: &str) -> String {
-    let mut out = String::with_capacity(raw.len());
-    let mut depth = 0usize;
-    let mut chars = raw.chars();
-    while let Some(c) = chars.next() {
-        match c {
-            '<' if depth == 0 && (out.is_empty() || out.ends_with("::")) => {
-                // A qualified path segment `<T as Trait>`: normalise both halves.
-                let mut inner = String::new();
-                let mut d = 1usize;
-                for c in chars.by_ref() {
-                    match c {
-                        '<' => d += 1,
-                        '>' => {
-                            d -= 1;
-                            if d == 0 {
-                                break;
-                            }
-                        }
-                        _ => {}
-                    }
-                    inner.push(c);
-                }
-                match split_as(&inner) {
-                    Some((self_ty, tr)) => {
-                        out.push('<');
-                        out.push_str(&function_path(self_ty));
-                        out.push_str(" as ");
-                        out.push_str(&function_path(tr));
-                        out.push('>');
-                    }
-                    None => out.push_str(&function_path(&inner)),
-                }
-            }
-            '<' => depth += 1,
-            '>' => depth = depth.saturating_sub(1),
-            _ if depth > 0 => {}
-            _ => out.push(c),
-        }
-    }
-    let parts: Vec<&str> = out
-        .split("::")
-        .filter(|p| !p.is_empty() && *p != "{{closure}}" && *p != "__ratelimit_here")
-        .collect();
-    parts.join("::")
-}
-
-/// `T as Trait` -> (`T`, `Trait`), splitting at nesting depth 0.
-fn split_as(inner: &str) -> Option<(&str, &str)> {
-    let mut depth = 0usize;
-    for (i, c) in inner.char_indices() {
-        match c {
-            '<' => depth += 1,
-            '>' => depth = depth.saturating_sub(1),
-            ' ' if depth == 0 && inner[i..].starts_with(" as ") => {
-                return Some((&inner[..i], &inner[i + 4..]))
-            }
-            _ => {}
-        }
-    }
-    None
 }
 
 /// A [`Declaration`] as submitted to `inventory`.
@@ -839,33 +774,6 @@ mod tests {
         ];
         for (spec, text) in cases {
             assert_eq!(spec.to_string(), text);
-        }
-    }
-
-    #[test]
-    fn function_paths_are_normalised() {
-        let cases = [
-            ("app::free::__ratelimit_here", "app::free"),
-            ("app::m::Foo<_>::bar::__ratelimit_here", "app::m::Foo::bar"),
-            (
-                "app::m::Foo<_>::bar::{{closure}}::__ratelimit_here",
-                "app::m::Foo::bar",
-            ),
-            (
-                "<app::m::Foo<_, alloc::vec::Vec<u8>> as app::m::Tr<u8>>::go::__ratelimit_here",
-                "<app::m::Foo as app::m::Tr>::go",
-            ),
-            (
-                "<app::Foo as app::Tr>::go::{{closure}}::__ratelimit_here",
-                "<app::Foo as app::Tr>::go",
-            ),
-            (
-                "<&app::Foo as app::Tr>::go::__ratelimit_here",
-                "<&app::Foo as app::Tr>::go",
-            ),
-        ];
-        for (raw, want) in cases {
-            assert_eq!(function_path(raw), want, "{raw}");
         }
     }
 }

@@ -11,9 +11,8 @@
 //!
 //! ```text
 //! pub async fn charge(&self, user: &User) -> Result<Receipt, AppError> {
-//!     fn __ratelimit_here() -> &'static str { type_name_of_val(&__ratelimit_here) }
 //!     static __RATELIMIT_DECLARATION: Declaration = Declaration::new(
-//!         __ratelimit_here, None, file!(), line!(),
+//!         concat!(module_path!(), "::", "Payments", "::", "charge"), None, file!(), line!(),
 //!         Spec::new().with_limit(10).with_window_nanos(60_000_000_000).with_key(),
 //!     );
 //!     inventory::submit! { Registered(&__RATELIMIT_DECLARATION) }
@@ -29,6 +28,8 @@
 //! }
 //! ```
 //!
+//! (`Payments` when the attribute is on `impl Payments`; see [`crate::path`] for every case.)
+//!
 //! The signature is re-emitted untouched and the body stays inside the same fn, so `self`,
 //! `Self`, generics, where-clauses and lifetimes keep working. The key, tier and cost
 //! expressions are evaluated (by reference) before the body, which may move the arguments.
@@ -42,6 +43,7 @@ use syn::{Attribute, Block, ImplItem, ItemFn, ItemImpl, ReturnType, Signature};
 use ratelimit_syntax::Strategy;
 
 use crate::attr::{self, Args, Cost, Errors, Kind, Tier};
+use crate::path::Place;
 
 /// Checks that `sig` can be rate limited: an async, non-const fn returning something.
 fn check_signature(sig: &Signature, what: &str) -> syn::Result<()> {
@@ -116,12 +118,13 @@ fn contains_impl(tokens: TokenStream) -> bool {
     })
 }
 
-/// The new body of a rate-limited fn: the declaration, the check, then the original body.
-fn body(args: &Args, sig: &Signature, block: &Block) -> syn::Result<Block> {
+/// The new body of a rate-limited fn at `place`: the declaration, the check, then the
+/// original body.
+fn body(args: &Args, place: &Place, sig: &Signature, block: &Block) -> syn::Result<Block> {
     let k = args.krate();
     let mixed = Span::mixed_site();
     let decl = syn::Ident::new("__RATELIMIT_DECLARATION", mixed);
-    let here = syn::Ident::new("__ratelimit_here", mixed);
+    let function = place.function(&sig.ident);
 
     let mut spec = quote!(#k::__private::Spec::new());
     if let Some(limit) = args.limit {
@@ -209,11 +212,8 @@ fn body(args: &Args, sig: &Signature, block: &Block) -> syn::Result<Block> {
 
     let stmts = &block.stmts;
     let tokens = quote! {
-        fn #here() -> &'static str {
-            ::core::any::type_name_of_val(&#here)
-        }
         static #decl: #k::__private::Declaration = #k::__private::Declaration::new(
-            #here, #name, #file, #line, #spec,
+            #function, #name, #file, #line, #spec,
         );
         #k::__private::inventory::submit! {
             #k::__private::Registered(&#decl)
@@ -252,7 +252,7 @@ pub(crate) fn function(args: syn::Result<Args>, mut item: ItemFn, what: &str) ->
         errors.push(e);
     }
     if let (true, Some(args)) = (errors.is_empty(), args) {
-        match body(&args, &item.sig, &item.block) {
+        match body(&args, &Place::Alone, &item.sig, &item.block) {
             Ok(block) => {
                 *item.block = block;
                 return item.into_token_stream();
@@ -276,6 +276,7 @@ pub(crate) fn with_errors(item: TokenStream, errors: Errors) -> TokenStream {
 pub(crate) fn impl_block(args: syn::Result<Args>, mut item: ItemImpl, what: &str) -> TokenStream {
     let mut errors = Errors::default();
     let args = args.map_err(|e| errors.push(e)).ok();
+    let place = Place::of_impl(&item);
     for impl_item in &mut item.items {
         let ImplItem::Fn(method) = impl_item else {
             continue;
@@ -340,7 +341,7 @@ pub(crate) fn impl_block(args: syn::Result<Args>, mut item: ItemImpl, what: &str
                 }
             }
         };
-        match body(&method_args, &method.sig, &method.block) {
+        match body(&method_args, &place, &method.sig, &method.block) {
             Ok(block) => method.block = block,
             Err(e) => errors.push(e),
         }

@@ -7,6 +7,7 @@ use proc_macro::TokenStream;
 
 mod attr;
 mod expand;
+mod path;
 
 /// Rate-limits an async fn, a method, or every async method of an `impl` block.
 ///
@@ -28,17 +29,33 @@ mod expand;
 /// | `strategy` | `"fixed-window"`, `"sliding-window"`, `"sliding-window-counter"`, `"token-bucket"` | the algorithm |
 /// | `burst` | integer | extra calls on top of the limit |
 /// | `cost` | `u64` expression | what a call spends (default 1) |
-/// | `name` | `"budget"` | the budget's name (default: the fn's path, `module::Type::method`, or `<module::Type as module::Trait>::method` in a trait impl); fns sharing a name share a budget |
+/// | `name` | `"budget"` | the budget's name (default: the fn's path, see [Budget names](#budget-names)); fns sharing a name share a budget |
 /// | `crate` | `"path"` | where the `ratelimit` crate is, if renamed |
 ///
 /// With no arguments, the fn is limited by the module's default tier, else its default limit
 /// (and `Module::init` fails if there is neither). Windows, strategies and numbers are checked
 /// at compile time, with the same parser the runtime uses.
 ///
+/// # Budget names
+///
 /// Budgets are counted in the store under the budget name followed by the key, so two fns
-/// never share a key by accident. The default name comes from
-/// [`core::any::type_name`]-style paths, which the compiler may spell differently across
-/// versions: give a `name` to budgets that must survive a compiler upgrade in a shared store.
+/// never share a key by accident. The default name is the fn's path, spelled out at compile
+/// time from [`module_path!()`](core::module_path) and the names as written in the source
+/// (never from `type_name`, whose spelling may change between compilers), so every build of
+/// the same source counts in the same budgets of a shared store:
+///
+/// | the attribute is on | budget name |
+/// |---|---|
+/// | a free fn `charge` | `my_crate::billing::charge` |
+/// | `impl Payments<T>`, method `charge` | `my_crate::billing::Payments::charge` |
+/// | `impl Gateway<u8> for Payments<T>`, method `charge` | `my_crate::billing::<Payments as Gateway>::charge` |
+/// | the method `charge` itself | `my_crate::billing::charge` |
+///
+/// Types and traits are written as in the `impl` line, without generic arguments or
+/// lifetimes (`&'a mut Foo<T>` is `&mut Foo`). An attribute on a single method cannot see
+/// the type it belongs to, so its budget is named after the module and the method only: put
+/// the attribute on the `impl` block, or give a `name`, to tell two such methods apart.
+/// Renaming a fn, its type or its module renames its budget.
 ///
 /// # Example
 ///
