@@ -43,6 +43,7 @@ use syn::{Attribute, Block, ImplItem, ItemFn, ItemImpl, ReturnType, Signature};
 use ratelimit_syntax::Strategy;
 
 use crate::attr::{self, Args, Cost, Errors, Kind, Tier};
+use crate::future;
 use crate::path::Place;
 
 /// Checks that `sig` can be rate limited: an async, non-const fn returning something.
@@ -329,6 +330,11 @@ pub(crate) fn impl_block(args: syn::Result<Args>, mut item: ItemImpl, what: &str
             }
             (None, None) => {
                 if method.sig.asyncness.is_none() {
+                    // A sync fn is left alone, but one that hands back a future is async in all
+                    // but name: skipping it would leave it unlimited.
+                    if future::returns_future(&method.sig.output) {
+                        errors.push(future::not_async(&method.sig, what));
+                    }
                     continue;
                 }
                 if let Err(e) = check_signature(&method.sig, what) {

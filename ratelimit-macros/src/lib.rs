@@ -7,6 +7,7 @@ use proc_macro::TokenStream;
 
 mod attr;
 mod expand;
+mod future;
 mod path;
 
 /// Rate-limits an async fn, a method, or every async method of an `impl` block.
@@ -106,8 +107,11 @@ mod path;
 ///
 /// Every `async fn` of the block gets the limit; a method's own `#[rate_limit]` or
 /// `#[throttle]` replaces it, and [`#[skip_throttle]`](macro@skip_throttle) exempts a method.
-/// Non-async methods are left alone. This also works for impls of traits with native
-/// `async fn`.
+/// Plain sync methods (that return no future) are left alone. A method that is not `async`
+/// but returns a future (its return type names `Future`, `BoxFuture` or `LocalBoxFuture`:
+/// `impl Future<Output = ..>`, `Pin<Box<dyn Future<..>>>`, ...) is a compile error rather
+/// than silently unlimited: make it an `async fn`, or exempt it with `#[skip_throttle]`. This
+/// also works for impls of traits with native `async fn`.
 ///
 /// With `#[async_trait]`, put the limit on the impl block **above** `#[async_trait]`, so it
 /// sees the `async fn`s before they are rewritten:
@@ -140,7 +144,9 @@ mod path;
 /// ```
 ///
 /// The other order does not compile: `#[async_trait]` turns the methods into plain fns
-/// returning a boxed future before `#[rate_limit]` sees them, and the error says so.
+/// returning a boxed future before `#[rate_limit]` sees them, and the error on each method
+/// says to swap the attributes (the same holds for a method's own `#[rate_limit]` under
+/// `#[async_trait]`).
 ///
 /// # Compile errors
 ///
