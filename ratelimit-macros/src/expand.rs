@@ -11,17 +11,22 @@
 //!
 //! ```text
 //! pub async fn charge(&self, user: &User) -> Result<Receipt, AppError> {
+//!     #[allow(unused_qualifications, clippy::all, ..)]
 //!     static __RATELIMIT_DECLARATION: Declaration = Declaration::new(
 //!         concat!(module_path!(), "::", "Payments", "::", "charge"), None, file!(), line!(),
 //!         Spec::new().with_limit(10).with_window_nanos(60_000_000_000).with_key(),
 //!     );
-//!     inventory::submit! { Registered(&__RATELIMIT_DECLARATION) }
+//!     #[allow(unused_qualifications, clippy::all, ..)]
+//!     const _: () = { inventory::submit! { Registered(&__RATELIMIT_DECLARATION) } };
+//!     #[allow(unused_qualifications)]
 //!     {
-//!         let __ratelimit_key = Some(key(&__RATELIMIT_DECLARATION, &(user.id)));
-//!         let __ratelimit_tier = None;
-//!         let __ratelimit_cost: u64 = 1;
-//!         if let Err(e) = acquire(&__RATELIMIT_DECLARATION, __ratelimit_key.as_deref(), __ratelimit_tier, __ratelimit_cost).await {
-//!             return <Result<Receipt, AppError> as Refusal>::refusal(e);
+//!         let __ratelimit_key: Option<String> = Some(key(&__RATELIMIT_DECLARATION, &(user.id)));
+//!         let __ratelimit_tier: Option<&primitive::str> = None;
+//!         let __ratelimit_cost: primitive::u64 = 1u64;
+//!         if let Err(__ratelimit_error) = acquire(
+//!             &__RATELIMIT_DECLARATION, __ratelimit_key.as_deref(), __ratelimit_tier, __ratelimit_cost,
+//!         ).await {
+//!             return <Result<Receipt, AppError> as Refusal>::refusal(__ratelimit_error);
 //!         }
 //!     }
 //!     { BODY }
@@ -185,18 +190,23 @@ fn body(args: &Args, place: &Place, sig: &Signature, block: &Block) -> syn::Resu
     let tier = match &args.tier {
         Tier::Dynamic(expr) => quote_spanned! {expr.span()=>
             let #tier_value = &(#expr);
-            let #tier_var: ::core::option::Option<&str> =
-                ::core::option::Option::Some(::core::convert::AsRef::<str>::as_ref(#tier_value));
+            let #tier_var: ::core::option::Option<&::core::primitive::str> =
+                ::core::option::Option::Some(
+                    ::core::convert::AsRef::<::core::primitive::str>::as_ref(#tier_value),
+                );
         },
         _ => quote! {
-            let #tier_var: ::core::option::Option<&str> = ::core::option::Option::None;
+            let #tier_var: ::core::option::Option<&::core::primitive::str> =
+                ::core::option::Option::None;
         },
     };
     let cost = match &args.cost {
-        Cost::Dynamic(expr) => quote_spanned!(expr.span()=> let #cost_var: u64 = #expr;),
+        Cost::Dynamic(expr) => {
+            quote_spanned!(expr.span()=> let #cost_var: ::core::primitive::u64 = #expr;)
+        }
         Cost::Fixed(n) => {
             let n = Literal::u64_suffixed(*n);
-            quote!(let #cost_var: u64 = #n;)
+            quote!(let #cost_var: ::core::primitive::u64 = #n;)
         }
     };
     let refusal = match &sig.output {
@@ -212,13 +222,21 @@ fn body(args: &Args, place: &Place, sig: &Signature, block: &Block) -> syn::Resu
     };
 
     let stmts = &block.stmts;
+    // Lints of the user's crate (`unused_qualifications` on the absolute paths, clippy's
+    // style lints) have nothing to say about the generated items; the check keeps its guard
+    // narrow because it holds the user's key, tier and cost expressions.
     let tokens = quote! {
+        #[allow(unused_qualifications, clippy::all, clippy::pedantic, clippy::nursery)]
         static #decl: #k::__private::Declaration = #k::__private::Declaration::new(
             #function, #name, #file, #line, #spec,
         );
-        #k::__private::inventory::submit! {
-            #k::__private::Registered(&#decl)
-        }
+        #[allow(unused_qualifications, clippy::all, clippy::pedantic, clippy::nursery)]
+        const _: () = {
+            #k::__private::inventory::submit! {
+                #k::__private::Registered(&#decl)
+            }
+        };
+        #[allow(unused_qualifications)]
         {
             #key
             #tier
