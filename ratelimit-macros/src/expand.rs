@@ -49,6 +49,7 @@ use ratelimit_syntax::Strategy;
 
 use crate::attr::{self, Args, Cost, Errors, Kind, Tier};
 use crate::future;
+use crate::manifest;
 use crate::path::Place;
 
 /// Checks that `sig` can be rate limited: an async, non-const fn returning something.
@@ -365,6 +366,11 @@ pub(crate) fn impl_block(args: syn::Result<Args>, mut item: ItemImpl, what: &str
                 }
             }
         };
+        if args.is_none() {
+            // The block's own attribute failed (bad argument, renamed crate...): its methods'
+            // attributes are checked, but rewriting them would only add secondary errors.
+            continue;
+        }
         match body(&method_args, &place, &method.sig, &method.block) {
             Ok(block) => method.block = block,
             Err(e) => errors.push(e),
@@ -373,8 +379,27 @@ pub(crate) fn impl_block(args: syn::Result<Args>, mut item: ItemImpl, what: &str
     with_errors(item.into_token_stream(), errors)
 }
 
+/// Fails when the `ratelimit` crate is known under another name and `crate = "..."` does not
+/// say which: the expansion's `::ratelimit` paths would not resolve.
+fn check_crate_name(args: Args) -> syn::Result<Args> {
+    if args.krate.is_some() {
+        return Ok(args);
+    }
+    match manifest::renamed_dependency() {
+        None => Ok(args),
+        Some(name) => Err(syn::Error::new(
+            Span::call_site(),
+            format!(
+                "`ratelimit` is a dependency under the name `{name}`: add `crate = \"{name}\"` \
+                 to the attribute"
+            ),
+        )),
+    }
+}
+
 /// Any item given to `#[rate_limit]` / `#[throttle]`.
 pub(crate) fn entry(args: syn::Result<Args>, item: TokenStream, what: &str) -> TokenStream {
+    let args = args.and_then(check_crate_name);
     match syn::parse2::<syn::Item>(item.clone()) {
         Ok(syn::Item::Fn(f)) => function(args, f, what),
         Ok(syn::Item::Impl(i)) => impl_block(args, i, what),

@@ -8,6 +8,7 @@ use proc_macro::TokenStream;
 mod attr;
 mod expand;
 mod future;
+mod manifest;
 mod path;
 
 /// Rate-limits an async fn, a method, or every async method of an `impl` block.
@@ -31,7 +32,7 @@ mod path;
 /// | `burst` | integer | extra calls on top of the limit |
 /// | `cost` | `u64` expression | what a call spends (default 1) |
 /// | `name` | `"budget"` | the budget's name (default: the fn's path, see [Budget names](#budget-names)); fns sharing a name share a budget |
-/// | `crate` | `"path"` | where the `ratelimit` crate is, if renamed |
+/// | `crate` | `"path"` | where the `ratelimit` crate is, if renamed (see [Renamed crate](#renamed-crate)) |
 ///
 /// With no arguments, the fn is limited by the module's default tier, else its default limit
 /// (and `Module::init` fails if there is neither). Windows, strategies and numbers are checked
@@ -148,12 +149,24 @@ mod path;
 /// says to swap the attributes (the same holds for a method's own `#[rate_limit]` under
 /// `#[async_trait]`).
 ///
+/// # Renamed crate
+///
+/// The expansion names the runtime as `::ratelimit`. If your `Cargo.toml` depends on it under
+/// another name (`limiter = { package = "ratelimit", .. }`) and on no dependency named
+/// `ratelimit`, the attribute is a compile error saying to add `crate = "limiter"`. The check
+/// reads `Cargo.toml` as text and stays quiet whenever it is unsure (a rename inherited from
+/// the workspace, a manifest it cannot read); `crate = "..."` always skips it, so an
+/// `extern crate limiter as ratelimit;` setup can say `crate = "ratelimit"`.
+///
 /// # Compile errors
 ///
 /// A non-async or `const` fn, an unknown or duplicate argument, a bad window, a negative or
 /// non-integer limit, an unknown strategy, or a return type that cannot carry the refusal
 /// (anything but `Result<_, E>` with `E: From<ratelimit::Error>`) is a compile error on the
-/// offending token.
+/// offending token. So is, in an annotated `impl` block, a method that returns a future
+/// without being `async` (see [On an `impl` block](#on-an-impl-block)), and a renamed crate
+/// without `crate = "..."`. On an error the item is still emitted, without the limit, so that
+/// the rest of the crate (and an IDE) keeps working.
 ///
 /// [`Module`]: https://docs.rs/ratelimit/latest/ratelimit/struct.Module.html
 #[proc_macro_attribute]
