@@ -292,14 +292,16 @@ async fn every_receiver_and_generics() {
 }
 
 #[tokio::test]
-async fn method_budgets_are_named_after_type_and_method() {
+async fn a_method_annotated_on_its_own_is_named_after_its_module() {
+    // The attribute on one method cannot see the impl's type: `macros::by_ref`, not
+    // `macros::Counter::by_ref` (annotate the impl block, or give a `name`, for that).
     let m = module();
     m.scope(async {
         Counter::default().by_ref().await.unwrap();
     })
     .await;
     let stats = m.stats();
-    assert_eq!(stats.by_method["macros::Counter::by_ref"].allowed, 1);
+    assert_eq!(stats.by_method["macros::by_ref"].allowed, 1);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -431,10 +433,7 @@ async fn async_trait_with_the_limit_above_it() {
         assert!(is_exceeded(db.put("c").await));
     })
     .await;
-    assert_eq!(
-        m.stats().by_method["<macros::Db as macros::Store>::get"].denied,
-        1
-    );
+    assert_eq!(m.stats().by_method["macros::<Db as Store>::get"].denied, 1);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -593,12 +592,98 @@ fn declarations_list_every_annotated_fn() {
         .iter()
         .all(|d| d.function() != "macros::Api::sync_helper"));
     assert_eq!(
-        find("<macros::English as macros::Greeter>::greet").budget(),
-        "<macros::English as macros::Greeter>::greet"
+        find("macros::<English as Greeter>::greet").budget(),
+        "macros::<English as Greeter>::greet"
     );
     assert_eq!(find("macros::shares_a").budget(), "shared-budget");
     assert_eq!(
         find("macros::static_tier").spec().tier(),
         ratelimit::TierSpec::Static("pro")
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Budget names: spelled out at compile time from `module_path!()` and the source, never from
+// `type_name`, whose spelling may change between compilers (two builds of one service in a
+// rolling deploy must count in the same budgets of a shared store).
+
+mod budget_names {
+    use std::marker::PhantomData;
+
+    use ratelimit::{rate_limit, Error};
+
+    #[rate_limit(limit = 5, window = "1m")]
+    pub(crate) async fn free() -> Result<(), Error> {
+        Ok(())
+    }
+
+    pub(crate) struct Repo<'a, T>(PhantomData<&'a T>);
+
+    impl<T> Repo<'_, T> {
+        pub(crate) fn new() -> Self {
+            Repo(PhantomData)
+        }
+    }
+
+    #[rate_limit(limit = 5, window = "1m")]
+    impl<'a, T: Sync> Repo<'a, T> {
+        pub(crate) async fn load(&self) -> Result<(), Error> {
+            Ok(())
+        }
+    }
+
+    pub(crate) trait Loader<K> {
+        async fn fetch(&self, key: K) -> Result<(), Error>;
+    }
+
+    #[rate_limit(limit = 5, window = "1m")]
+    impl<T: Sync> Loader<u8> for Repo<'_, T> {
+        async fn fetch(&self, _key: u8) -> Result<(), Error> {
+            Ok(())
+        }
+    }
+
+    impl<T: Sync> Repo<'_, T> {
+        #[rate_limit(limit = 5, window = "1m")]
+        pub(crate) async fn alone(&self) -> Result<(), Error> {
+            Ok(())
+        }
+    }
+}
+
+const BUDGET_NAMES: [&str; 4] = [
+    "macros::budget_names::free",
+    "macros::budget_names::Repo::load",
+    "macros::budget_names::<Repo as Loader>::fetch",
+    "macros::budget_names::alone",
+];
+
+#[test]
+fn budget_names_are_the_module_path_and_the_names_as_written() {
+    let declared: Vec<(&str, &str)> = ratelimit::declarations()
+        .iter()
+        .filter(|d| d.function().starts_with("macros::budget_names"))
+        .map(|d| (d.function(), d.budget()))
+        .collect();
+    let expected: Vec<(&str, &str)> = BUDGET_NAMES.iter().map(|n| (*n, *n)).collect();
+    assert_eq!(declared, expected);
+}
+
+#[tokio::test]
+async fn calls_are_counted_under_the_budget_names() {
+    use budget_names::Loader as _;
+
+    let m = module();
+    m.scope(async {
+        let repo = budget_names::Repo::<String>::new();
+        budget_names::free().await.unwrap();
+        repo.load().await.unwrap();
+        repo.fetch(1).await.unwrap();
+        repo.alone().await.unwrap();
+    })
+    .await;
+    let stats = m.stats();
+    for name in BUDGET_NAMES {
+        assert_eq!(stats.by_method[name].allowed, 1, "{name}");
+    }
 }

@@ -1,8 +1,9 @@
 //! Parsing and validating the arguments of `#[rate_limit(...)]` and `#[throttle(...)]`.
 //!
-//! Windows, strategies and rates are parsed here with `ratelimit-core`'s own parsers, so the
-//! macro and the runtime never disagree on what `"1h30m"` means. Every error is spanned on the
-//! offending token, and all of an attribute's errors are reported together.
+//! Windows, strategies and rates are parsed here with `ratelimit-syntax`, the parsers the
+//! runtime uses too, so the macro and the runtime never disagree on what `"1h30m"` means. Every
+//! error is spanned on the offending token, and all of an attribute's errors are reported
+//! together.
 
 use std::time::Duration;
 
@@ -13,7 +14,7 @@ use syn::punctuated::Punctuated;
 use syn::spanned::Spanned;
 use syn::{Expr, ExprLit, ExprUnary, Ident, Lit, LitInt, LitStr, Token, UnOp};
 
-use ratelimit_core::{parse_window, Rate, Strategy};
+use ratelimit_syntax::{parse_window, Rate, Strategy};
 
 /// The arguments `#[rate_limit]` accepts, in the order the error message lists them.
 pub(crate) const VALID: &str =
@@ -165,15 +166,10 @@ fn window(value: &Expr) -> syn::Result<Duration> {
 }
 
 fn tier_name(lit: &LitStr) -> syn::Result<()> {
-    let name = lit.value();
-    if name.is_empty()
-        || !name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
-    {
+    if !ratelimit_syntax::valid_tier_name(&lit.value()) {
         return Err(syn::Error::new(
             lit.span(),
-            "a tier name is 1 or more of A-Z a-z 0-9 - _ .",
+            ratelimit_syntax::TIER_NAME_RULE,
         ));
     }
     Ok(())

@@ -11,23 +11,29 @@
 //!
 //! ```text
 //! pub async fn charge(&self, user: &User) -> Result<Receipt, AppError> {
-//!     fn __ratelimit_here() -> &'static str { type_name_of_val(&__ratelimit_here) }
+//!     #[allow(unused_qualifications, clippy::all, ..)]
 //!     static __RATELIMIT_DECLARATION: Declaration = Declaration::new(
-//!         __ratelimit_here, None, file!(), line!(),
+//!         concat!(module_path!(), "::", "Payments", "::", "charge"), None, file!(), line!(),
 //!         Spec::new().with_limit(10).with_window_nanos(60_000_000_000).with_key(),
 //!     );
-//!     inventory::submit! { Registered(&__RATELIMIT_DECLARATION) }
+//!     #[allow(unused_qualifications, clippy::all, ..)]
+//!     const _: () = { inventory::submit! { Registered(&__RATELIMIT_DECLARATION) } };
+//!     #[allow(unused_qualifications)]
 //!     {
-//!         let __ratelimit_key = Some(key(&__RATELIMIT_DECLARATION, &(user.id)));
-//!         let __ratelimit_tier = None;
-//!         let __ratelimit_cost: u64 = 1;
-//!         if let Err(e) = acquire(&__RATELIMIT_DECLARATION, __ratelimit_key.as_deref(), __ratelimit_tier, __ratelimit_cost).await {
-//!             return <Result<Receipt, AppError> as Refusal>::refusal(e);
+//!         let __ratelimit_key: Option<String> = Some(key(&__RATELIMIT_DECLARATION, &(user.id)));
+//!         let __ratelimit_tier: Option<&primitive::str> = None;
+//!         let __ratelimit_cost: primitive::u64 = 1u64;
+//!         if let Err(__ratelimit_error) = acquire(
+//!             &__RATELIMIT_DECLARATION, __ratelimit_key.as_deref(), __ratelimit_tier, __ratelimit_cost,
+//!         ).await {
+//!             return <Result<Receipt, AppError> as Refusal>::refusal(__ratelimit_error);
 //!         }
 //!     }
 //!     { BODY }
 //! }
 //! ```
+//!
+//! (`Payments` when the attribute is on `impl Payments`; see [`crate::path`] for every case.)
 //!
 //! The signature is re-emitted untouched and the body stays inside the same fn, so `self`,
 //! `Self`, generics, where-clauses and lifetimes keep working. The key, tier and cost
@@ -39,9 +45,12 @@ use quote::{quote, quote_spanned, ToTokens};
 use syn::spanned::Spanned;
 use syn::{Attribute, Block, ImplItem, ItemFn, ItemImpl, ReturnType, Signature};
 
-use ratelimit_core::Strategy;
+use ratelimit_syntax::Strategy;
 
 use crate::attr::{self, Args, Cost, Errors, Kind, Tier};
+use crate::future;
+use crate::manifest;
+use crate::path::Place;
 
 /// Checks that `sig` can be rate limited: an async, non-const fn returning something.
 fn check_signature(sig: &Signature, what: &str) -> syn::Result<()> {
@@ -98,12 +107,6 @@ fn strategy_tokens(strategy: Strategy, krate: &TokenStream) -> syn::Result<Token
         Strategy::SlidingWindow => quote!(SlidingWindow),
         Strategy::SlidingWindowCounter => quote!(SlidingWindowCounter),
         Strategy::TokenBucket => quote!(TokenBucket),
-        other => {
-            return Err(syn::Error::new(
-                Span::call_site(),
-                format!("strategy {other} is not supported by this version of the macros"),
-            ))
-        }
     };
     Ok(quote!(#krate::__private::Strategy::#variant))
 }
@@ -116,12 +119,13 @@ fn contains_impl(tokens: TokenStream) -> bool {
     })
 }
 
-/// The new body of a rate-limited fn: the declaration, the check, then the original body.
-fn body(args: &Args, sig: &Signature, block: &Block) -> syn::Result<Block> {
+/// The new body of a rate-limited fn at `place`: the declaration, the check, then the
+/// original body.
+fn body(args: &Args, place: &Place, sig: &Signature, block: &Block) -> syn::Result<Block> {
     let k = args.krate();
     let mixed = Span::mixed_site();
     let decl = syn::Ident::new("__RATELIMIT_DECLARATION", mixed);
-    let fname = sig.ident.to_string();
+    let function = place.function(&sig.ident);
 
     let mut spec = quote!(#k::__private::Spec::new());
     if let Some(limit) = args.limit {
@@ -181,18 +185,23 @@ fn body(args: &Args, sig: &Signature, block: &Block) -> syn::Result<Block> {
     let tier = match &args.tier {
         Tier::Dynamic(expr) => quote_spanned! {expr.span()=>
             let #tier_value = &(#expr);
-            let #tier_var: ::core::option::Option<&str> =
-                ::core::option::Option::Some(::core::convert::AsRef::<str>::as_ref(#tier_value));
+            let #tier_var: ::core::option::Option<&::core::primitive::str> =
+                ::core::option::Option::Some(
+                    ::core::convert::AsRef::<::core::primitive::str>::as_ref(#tier_value),
+                );
         },
         _ => quote! {
-            let #tier_var: ::core::option::Option<&str> = ::core::option::Option::None;
+            let #tier_var: ::core::option::Option<&::core::primitive::str> =
+                ::core::option::Option::None;
         },
     };
     let cost = match &args.cost {
-        Cost::Dynamic(expr) => quote_spanned!(expr.span()=> let #cost_var: u64 = #expr;),
+        Cost::Dynamic(expr) => {
+            quote_spanned!(expr.span()=> let #cost_var: ::core::primitive::u64 = #expr;)
+        }
         Cost::Fixed(n) => {
             let n = Literal::u64_suffixed(*n);
-            quote!(let #cost_var: u64 = #n;)
+            quote!(let #cost_var: ::core::primitive::u64 = #n;)
         }
     };
     let refusal = match &sig.output {
@@ -208,13 +217,21 @@ fn body(args: &Args, sig: &Signature, block: &Block) -> syn::Result<Block> {
     };
 
     let stmts = &block.stmts;
+    // Lints of the user's crate (`unused_qualifications` on the absolute paths, clippy's
+    // style lints) have nothing to say about the generated items; the check keeps its guard
+    // narrow because it holds the user's key, tier and cost expressions.
     let tokens = quote! {
+        #[allow(unused_qualifications, clippy::all, clippy::pedantic, clippy::nursery)]
         static #decl: #k::__private::Declaration = #k::__private::Declaration::new(
-            ::core::concat!(::core::module_path!(), "::", #fname), #name, #file, #line, #spec,
+            #function, #name, #file, #line, #spec,
         );
-        #k::__private::inventory::submit! {
-            #k::__private::Registered(&#decl)
-        }
+        #[allow(unused_qualifications, clippy::all, clippy::pedantic, clippy::nursery)]
+        const _: () = {
+            #k::__private::inventory::submit! {
+                #k::__private::Registered(&#decl)
+            }
+        };
+        #[allow(unused_qualifications)]
         {
             #key
             #tier
@@ -249,7 +266,7 @@ pub(crate) fn function(args: syn::Result<Args>, mut item: ItemFn, what: &str) ->
         errors.push(e);
     }
     if let (true, Some(args)) = (errors.is_empty(), args) {
-        match body(&args, &item.sig, &item.block) {
+        match body(&args, &Place::Alone, &item.sig, &item.block) {
             Ok(block) => {
                 *item.block = block;
                 return item.into_token_stream();
@@ -273,6 +290,7 @@ pub(crate) fn with_errors(item: TokenStream, errors: Errors) -> TokenStream {
 pub(crate) fn impl_block(args: syn::Result<Args>, mut item: ItemImpl, what: &str) -> TokenStream {
     let mut errors = Errors::default();
     let args = args.map_err(|e| errors.push(e)).ok();
+    let place = Place::of_impl(&item);
     for impl_item in &mut item.items {
         let ImplItem::Fn(method) = impl_item else {
             continue;
@@ -325,6 +343,11 @@ pub(crate) fn impl_block(args: syn::Result<Args>, mut item: ItemImpl, what: &str
             }
             (None, None) => {
                 if method.sig.asyncness.is_none() {
+                    // A sync fn is left alone, but one that hands back a future is async in all
+                    // but name: skipping it would leave it unlimited.
+                    if future::returns_future(&method.sig.output) {
+                        errors.push(future::not_async(&method.sig, what));
+                    }
                     continue;
                 }
                 if let Err(e) = check_signature(&method.sig, what) {
@@ -337,7 +360,12 @@ pub(crate) fn impl_block(args: syn::Result<Args>, mut item: ItemImpl, what: &str
                 }
             }
         };
-        match body(&method_args, &method.sig, &method.block) {
+        if args.is_none() {
+            // The block's own attribute failed (bad argument, renamed crate...): its methods'
+            // attributes are checked, but rewriting them would only add secondary errors.
+            continue;
+        }
+        match body(&method_args, &place, &method.sig, &method.block) {
             Ok(block) => method.block = block,
             Err(e) => errors.push(e),
         }
@@ -345,8 +373,27 @@ pub(crate) fn impl_block(args: syn::Result<Args>, mut item: ItemImpl, what: &str
     with_errors(item.into_token_stream(), errors)
 }
 
+/// Fails when the `ratelimit` crate is known under another name and `crate = "..."` does not
+/// say which: the expansion's `::ratelimit` paths would not resolve.
+fn check_crate_name(args: Args) -> syn::Result<Args> {
+    if args.krate.is_some() {
+        return Ok(args);
+    }
+    match manifest::renamed_dependency() {
+        None => Ok(args),
+        Some(name) => Err(syn::Error::new(
+            Span::call_site(),
+            format!(
+                "`ratelimit` is a dependency under the name `{name}`: add `crate = \"{name}\"` \
+                 to the attribute"
+            ),
+        )),
+    }
+}
+
 /// Any item given to `#[rate_limit]` / `#[throttle]`.
 pub(crate) fn entry(args: syn::Result<Args>, item: TokenStream, what: &str) -> TokenStream {
+    let args = args.and_then(check_crate_name);
     match syn::parse2::<syn::Item>(item.clone()) {
         Ok(syn::Item::Fn(f)) => function(args, f, what),
         Ok(syn::Item::Impl(i)) => impl_block(args, i, what),

@@ -7,6 +7,9 @@ use proc_macro::TokenStream;
 
 mod attr;
 mod expand;
+mod future;
+mod manifest;
+mod path;
 
 /// Rate-limits an async fn, a method, or every async method of an `impl` block.
 ///
@@ -28,17 +31,33 @@ mod expand;
 /// | `strategy` | `"fixed-window"`, `"sliding-window"`, `"sliding-window-counter"`, `"token-bucket"` | the algorithm |
 /// | `burst` | integer | extra calls on top of the limit |
 /// | `cost` | `u64` expression | what a call spends (default 1) |
-/// | `name` | `"budget"` | the budget's name (default: the fn's path, `module::Type::method`, or `<module::Type as module::Trait>::method` in a trait impl); fns sharing a name share a budget |
-/// | `crate` | `"path"` | where the `ratelimit` crate is, if renamed |
+/// | `name` | `"budget"` | the budget's name (default: the fn's path, see [Budget names](#budget-names)); fns sharing a name share a budget |
+/// | `crate` | `"path"` | where the `ratelimit` crate is, if renamed (see [Renamed crate](#renamed-crate)) |
 ///
 /// With no arguments, the fn is limited by the module's default tier, else its default limit
 /// (and `Module::init` fails if there is neither). Windows, strategies and numbers are checked
 /// at compile time, with the same parser the runtime uses.
 ///
+/// # Budget names
+///
 /// Budgets are counted in the store under the budget name followed by the key, so two fns
-/// never share a key by accident. The default name comes from
-/// [`core::any::type_name`]-style paths, which the compiler may spell differently across
-/// versions: give a `name` to budgets that must survive a compiler upgrade in a shared store.
+/// never share a key by accident. The default name is the fn's path, spelled out at compile
+/// time from [`module_path!()`](core::module_path) and the names as written in the source
+/// (never from `type_name`, whose spelling may change between compilers), so every build of
+/// the same source counts in the same budgets of a shared store:
+///
+/// | the attribute is on | budget name |
+/// |---|---|
+/// | a free fn `charge` | `my_crate::billing::charge` |
+/// | `impl Payments<T>`, method `charge` | `my_crate::billing::Payments::charge` |
+/// | `impl Gateway<u8> for Payments<T>`, method `charge` | `my_crate::billing::<Payments as Gateway>::charge` |
+/// | the method `charge` itself | `my_crate::billing::charge` |
+///
+/// Types and traits are written as in the `impl` line, without generic arguments or
+/// lifetimes (`&'a mut Foo<T>` is `&mut Foo`). An attribute on a single method cannot see
+/// the type it belongs to, so its budget is named after the module and the method only: put
+/// the attribute on the `impl` block, or give a `name`, to tell two such methods apart.
+/// Renaming a fn, its type or its module renames its budget.
 ///
 /// # Example
 ///
@@ -89,8 +108,11 @@ mod expand;
 ///
 /// Every `async fn` of the block gets the limit; a method's own `#[rate_limit]` or
 /// `#[throttle]` replaces it, and [`#[skip_throttle]`](macro@skip_throttle) exempts a method.
-/// Non-async methods are left alone. This also works for impls of traits with native
-/// `async fn`.
+/// Plain sync methods (that return no future) are left alone. A method that is not `async`
+/// but returns a future (its return type names `Future`, `BoxFuture` or `LocalBoxFuture`:
+/// `impl Future<Output = ..>`, `Pin<Box<dyn Future<..>>>`, ...) is a compile error rather
+/// than silently unlimited: make it an `async fn`, or exempt it with `#[skip_throttle]`. This
+/// also works for impls of traits with native `async fn`.
 ///
 /// With `#[async_trait]`, put the limit on the impl block **above** `#[async_trait]`, so it
 /// sees the `async fn`s before they are rewritten:
@@ -123,14 +145,28 @@ mod expand;
 /// ```
 ///
 /// The other order does not compile: `#[async_trait]` turns the methods into plain fns
-/// returning a boxed future before `#[rate_limit]` sees them, and the error says so.
+/// returning a boxed future before `#[rate_limit]` sees them, and the error on each method
+/// says to swap the attributes (the same holds for a method's own `#[rate_limit]` under
+/// `#[async_trait]`).
+///
+/// # Renamed crate
+///
+/// The expansion names the runtime as `::ratelimit`. If your `Cargo.toml` depends on it under
+/// another name (`limiter = { package = "ratelimit", .. }`) and on no dependency named
+/// `ratelimit`, the attribute is a compile error saying to add `crate = "limiter"`. The check
+/// reads `Cargo.toml` as text and stays quiet whenever it is unsure (a rename inherited from
+/// the workspace, a manifest it cannot read); `crate = "..."` always skips it, so an
+/// `extern crate limiter as ratelimit;` setup can say `crate = "ratelimit"`.
 ///
 /// # Compile errors
 ///
 /// A non-async or `const` fn, an unknown or duplicate argument, a bad window, a negative or
 /// non-integer limit, an unknown strategy, or a return type that cannot carry the refusal
 /// (anything but `Result<_, E>` with `E: From<ratelimit::Error>`) is a compile error on the
-/// offending token.
+/// offending token. So is, in an annotated `impl` block, a method that returns a future
+/// without being `async` (see [On an `impl` block](#on-an-impl-block)), and a renamed crate
+/// without `crate = "..."`. On an error the item is still emitted, without the limit, so that
+/// the rest of the crate (and an IDE) keeps working.
 ///
 /// [`Module`]: https://docs.rs/ratelimit/latest/ratelimit/struct.Module.html
 #[proc_macro_attribute]

@@ -2,10 +2,10 @@
 
 use std::time::Duration;
 
-use super::{valid_tier_name, Config, ResolvedTier, StoreConfig, Tier, Window};
+use super::{Config, ResolvedTier, StoreConfig, Tier, Window};
 use crate::error::{ConfigError, Error};
 use crate::quota::QuotaError;
-use crate::syntax::Strategy;
+use crate::syntax::{valid_tier_name, Strategy, TIER_NAME_RULE};
 
 /// Builds a [`Config`]; [`build`](Self::build) validates everything and reports every problem.
 #[derive(Debug, Clone)]
@@ -136,10 +136,7 @@ impl ConfigBuilder {
         };
         for tier in self.tiers {
             if !valid_tier_name(&tier.name) {
-                errors.push(
-                    format!("tiers.{:?}", tier.name),
-                    "a tier name is 1 or more of A-Z a-z 0-9 - _ .",
-                );
+                errors.push(format!("tiers.{:?}", tier.name), TIER_NAME_RULE);
                 continue;
             }
             if config.tiers.iter().any(|t| *t.name == *tier.name) {

@@ -1,11 +1,10 @@
 //! Configuration from TOML or JSON (feature `serde`), through the same builder and the same
 //! validation.
-
 use std::collections::BTreeMap;
+#[cfg(feature = "redis")]
+use std::time::Duration;
 
 use serde::Deserialize;
-
-use std::time::Duration;
 
 use super::{Config, StoreConfig, Tier};
 use crate::error::{ConfigError, Error};

@@ -13,7 +13,6 @@ mod tier;
 
 pub use build::ConfigBuilder;
 pub(crate) use build::{names, tier_field};
-pub(crate) use tier::valid_tier_name;
 pub use tier::{ResolvedTier, Tier, Window};
 
 /// Where state is kept.

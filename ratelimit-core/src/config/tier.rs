@@ -137,11 +137,3 @@ pub struct ResolvedTier {
     /// Queue priority.
     pub priority: i32,
 }
-
-/// Whether `name` is a valid tier name: 1 or more of `A-Z a-z 0-9 - _ .`.
-pub(crate) fn valid_tier_name(name: &str) -> bool {
-    !name.is_empty()
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
-}
