@@ -48,8 +48,9 @@ struct Inner {
 ///   its window. In a cluster the user key is the hash tag, so one decision is one slot.
 /// - **Bounded**: every call gives up after [`RedisOptions::timeout`]; the connection is
 ///   multiplexed and re-established in the background after a failure.
-/// - Needs Redis 6.2 or later (`SET ... PXAT`, `KEEPTTL`) and a Tokio runtime; connects on
-///   first use (or on [`connect`](Self::connect)).
+/// - Needs Redis 6.2 or later (`SET ... PXAT`, `KEEPTTL`) and a Tokio runtime (called outside
+///   one, every call fails with [`Error::Store`]); connects on first use (or on
+///   [`connect`](Self::connect)).
 /// - A quota with a capacity of zero refuses without asking Redis (its `reset_at` is then on
 ///   this process's clock).
 #[derive(Clone)]
@@ -205,11 +206,20 @@ impl RedisStore {
         Ok(Decision::for_quota(verdict, now, quota))
     }
 
-    /// Runs `f` within the configured timeout.
+    /// Runs `f` within the configured timeout. Everything that talks to Redis goes through
+    /// here, so this is where a missing Tokio runtime is caught: the timer and the connection
+    /// would panic ("there is no reactor running") instead of failing the call.
     async fn bounded<T>(
         &self,
         f: impl std::future::Future<Output = Result<T, Error>>,
     ) -> Result<T, Error> {
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(Error::Store {
+                message: "the Redis store needs a Tokio runtime (with its time and IO drivers): \
+                          call it from within one, e.g. under #[tokio::main]"
+                    .to_owned(),
+            });
+        }
         let after = self.inner.options.timeout;
         tokio::time::timeout(after, f)
             .await
