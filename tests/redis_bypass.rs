@@ -53,3 +53,68 @@ fn outside_a_tokio_runtime_the_store_refuses_instead_of_panicking() {
         }
     }
 }
+
+#[tokio::test]
+async fn percent_encoded_credentials_never_leak() {
+    let socket = std::env::temp_dir().join(format!("{}.sock", fresh("sock")));
+    let socket = socket.to_str().unwrap().to_owned();
+    let server = RedisServer::start_with(&["--requirepass", "p@ss", "--unixsocket", &socket]);
+    let port = server.port();
+    // redis+unix URLs carry their credentials in the query.
+    let unix = format!("redis+unix://{socket}?pass=p%40ss");
+    let wrong_unix = format!("redis+unix://{socket}?db=0&pass=p%40sx");
+    let good = format!("redis://:p%40ss@127.0.0.1:{port}");
+    let wrong = format!("redis://:p%40sx@127.0.0.1:{port}");
+    let user = format!("redis://default:p%40ss@127.0.0.1:{port}/0");
+    let wrong_user = format!("redis://default:p%40sx@127.0.0.1:{port}/0");
+    let raw = format!("redis://:p@sx@127.0.0.1:{port}");
+    let opts = Options::new().limit(5).window(LONG);
+
+    let mut texts = Vec::new();
+    for url in [&good, &user, &unix] {
+        let ok = service(url, &fresh("cred"));
+        assert!(ok.consume("k", &opts).await.unwrap().allowed, "{url}");
+        texts.push(format!("{ok:?}"));
+        texts.push(format!("{:?}", ok.config()));
+        texts.push(format!("{:?}", ok.redis_store().unwrap()));
+    }
+    for url in [&wrong, &wrong_user, &raw, &wrong_unix] {
+        let refused = service(url, &fresh("cred"));
+        let err = refused.consume("k", &opts).await.unwrap_err();
+        assert!(matches!(err, Error::Store { .. }), "{err}");
+        let connect = refused.redis_store().unwrap().connect().await.unwrap_err();
+        texts.extend([
+            format!("{refused:?}"),
+            format!("{err}"),
+            format!("{err:?}"),
+            format!("{connect}"),
+            format!("{connect:?}"),
+        ]);
+    }
+    for url in [&good, &wrong, &user, &raw, &unix, &wrong_unix] {
+        texts.push(format!("{:?}", RedisOptions::new(url)));
+        texts.push(format!("{:?}", RedisOptions::cluster([url])));
+    }
+    // URLs refused when the configuration is built.
+    for url in [
+        "redis://:p%40ss@127.0.0.1:notaport".to_owned(),
+        "redis://:p@ss@127.0.0.1:notaport".to_owned(),
+        "redis://default:p%40ss@[::1/0".to_owned(),
+        // A delimiter written raw in a password ends the authority early for a parser.
+        format!("redis://:p#p@ss@127.0.0.1:{port}"),
+        format!("redis://:p?p@ss@127.0.0.1:{port}"),
+        format!("redis://:p/p@ss@127.0.0.1:{port}"),
+    ] {
+        let err = Config::builder()
+            .store(StoreConfig::Redis(RedisOptions::new(url)))
+            .build()
+            .unwrap_err();
+        assert!(err.to_string().contains("store.url"), "{err}");
+        texts.extend([format!("{err}"), format!("{err:?}")]);
+    }
+    for text in &texts {
+        for secret in ["p@ss", "p%40ss", "p@sx", "p%40sx", "p%40", "40ss", "40sx"] {
+            assert!(!text.contains(secret), "{secret:?} in {text}");
+        }
+    }
+}
