@@ -3,9 +3,9 @@
 //! `StoreConfig::Redis`) and plant state with a raw connection; the store's key format is not
 //! assumed: a test makes one call, then finds the limiter's key with `SCAN`.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use ratelimit::{Config, Error, Options, RateLimitService, RedisOptions, StoreConfig};
+use ratelimit::{Config, Error, Options, RateLimitService, RedisOptions, StoreConfig, Strategy};
 use ratelimit_tests::redis_server::{prefix, RedisServer};
 
 /// Long enough that no window ends during a test.
@@ -24,6 +24,20 @@ fn service_with(options: RedisOptions, prefix: &str) -> RateLimitService {
         .build()
         .expect("valid configuration");
     RateLimitService::new(config).expect("service")
+}
+
+/// The one key the store wrote under `prefix`.
+fn limiter_key(c: &mut redis::Connection, prefix: &str) -> String {
+    let (_, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+        .arg(0)
+        .arg("MATCH")
+        .arg(format!("{prefix}*"))
+        .arg("COUNT")
+        .arg(1000)
+        .query(c)
+        .unwrap();
+    assert_eq!(keys.len(), 1, "one key under {prefix}: {keys:?}");
+    keys.into_iter().next().unwrap()
 }
 
 fn service(url: &str, prefix: &str) -> RateLimitService {
@@ -117,4 +131,55 @@ async fn percent_encoded_credentials_never_leak() {
             assert!(!text.contains(secret), "{secret:?} in {text}");
         }
     }
+}
+
+#[tokio::test]
+async fn a_sliding_log_call_of_huge_cost_writes_one_member() {
+    let server = RedisServer::start();
+    let p = fresh("cost");
+    // Long enough for the old script (one member per unit) to finish and be measured.
+    let service = service_with(
+        RedisOptions::new(server.url()).timeout(Duration::from_secs(30)),
+        &p,
+    );
+    let opts = Options::new()
+        .limit(2_000_000)
+        .window(LONG)
+        .strategy(Strategy::SlidingWindow);
+    let started = Instant::now();
+    let d = service.consume("k", &opts.cost(1_000_000)).await.unwrap();
+    let took = started.elapsed();
+    assert!(d.allowed);
+    assert_eq!(d.remaining, 1_000_000);
+    let mut c = server.connection();
+    let key = limiter_key(&mut c, &p);
+    let members: u64 = redis::cmd("ZCARD").arg(&key).query(&mut c).unwrap();
+    let bytes: u64 = redis::cmd("MEMORY")
+        .arg("USAGE")
+        .arg(&key)
+        .query(&mut c)
+        .unwrap();
+    eprintln!("cost 1000000: {took:?}, {members} members, MEMORY USAGE {bytes} bytes");
+    assert!(took < Duration::from_millis(500), "{took:?}");
+    assert_eq!(members, 1);
+    assert!(bytes < 1_024, "{bytes} bytes");
+
+    // Still exact: 1 000 000 units are left, not one more.
+    let over = service.consume("k", &opts.cost(1_000_001)).await.unwrap();
+    assert!(!over.allowed);
+    assert_eq!(over.remaining, 1_000_000);
+    assert_eq!(over.retry_after, Some(d.reset_after));
+    assert!(
+        service
+            .status("k", &opts.cost(1_000_000))
+            .await
+            .unwrap()
+            .allowed
+    );
+    let last = service.consume("k", &opts.cost(1_000_000)).await.unwrap();
+    assert!(last.allowed);
+    assert_eq!(last.remaining, 0);
+    assert!(!service.consume("k", &opts).await.unwrap().allowed);
+    let members: u64 = redis::cmd("ZCARD").arg(&key).query(&mut c).unwrap();
+    assert_eq!(members, 2);
 }
