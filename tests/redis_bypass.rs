@@ -168,7 +168,9 @@ async fn a_sliding_log_call_of_huge_cost_writes_one_member() {
     let over = service.consume("k", &opts.cost(1_000_001)).await.unwrap();
     assert!(!over.allowed);
     assert_eq!(over.remaining, 1_000_000);
-    assert_eq!(over.retry_after, Some(d.reset_after));
+    // It fits once the first call leaves the window.
+    let retry = over.retry_after.unwrap();
+    assert!(retry <= d.reset_after && retry + Duration::from_secs(1) > d.reset_after);
     assert!(
         service
             .status("k", &opts.cost(1_000_000))
@@ -182,4 +184,94 @@ async fn a_sliding_log_call_of_huge_cost_writes_one_member() {
     assert!(!service.consume("k", &opts).await.unwrap().allowed);
     let members: u64 = redis::cmd("ZCARD").arg(&key).query(&mut c).unwrap();
     assert_eq!(members, 2);
+}
+
+/// A key's value and absolute expiry, to check that nothing was written.
+fn snapshot(c: &mut redis::Connection, key: &str) -> (String, Vec<u8>, i64) {
+    let kind: String = redis::cmd("TYPE").arg(key).query(c).unwrap();
+    let dump: Vec<u8> = redis::cmd("DUMP").arg(key).query(c).unwrap();
+    let expires: i64 = redis::cmd("PEXPIRETIME").arg(key).query(c).unwrap();
+    (kind, dump, expires)
+}
+
+/// Replaces `key` with what `plant` names, expiring in an hour.
+fn plant(c: &mut redis::Connection, key: &str, plant: &str) {
+    let mut words = plant.split(' ');
+    let command = words.next().unwrap();
+    redis::cmd("DEL").arg(key).exec(c).unwrap();
+    let mut cmd = redis::cmd(command);
+    cmd.arg(key);
+    for word in words {
+        cmd.arg(word);
+    }
+    cmd.exec(c).unwrap();
+    redis::cmd("PEXPIRE")
+        .arg(key)
+        .arg(3_600_000)
+        .exec(c)
+        .unwrap();
+}
+
+#[tokio::test]
+async fn garbage_on_a_limiter_key_is_refused_not_read_as_a_fresh_key() {
+    let server = RedisServer::start();
+    let mut c = server.connection();
+    // Every type, and strings in every strategy's encoding but the right one, or in none.
+    let fixed = "SET F1700000000000000:60000000:1";
+    let counter = "SET C1700000000000000:60000000:0:1";
+    let bucket = "SET T1700000000000000";
+    let log = "ZADD 1700000000000000 0000000000000001:1";
+    let others = [
+        "RPUSH a b",
+        "HSET f v",
+        "SADD a b",
+        "SET garbage",
+        "SET 12",
+        "SET F1:2:3:4",
+        "SET F1:2:x",
+        "SET T-5",
+        "ZADD 1 garbage",
+        "ZADD 1700000000000000 1700000000000000-1",
+        "ZADD 1700000000000000 1:1",
+        "ZADD 1700000000000000 0000000000000001:0",
+    ];
+    for strategy in Strategy::ALL {
+        let own = match strategy {
+            Strategy::FixedWindow => fixed,
+            Strategy::SlidingWindow => log,
+            Strategy::SlidingWindowCounter => counter,
+            _ => bucket,
+        };
+        let p = fresh("garbage");
+        let service = service(&server.url(), &p);
+        let opts = Options::new().limit(5).window(LONG).strategy(strategy);
+        assert!(service.consume("k", &opts).await.unwrap().allowed);
+        let key = limiter_key(&mut c, &p);
+        for planted in [fixed, counter, bucket, log]
+            .into_iter()
+            .filter(|&s| s != own)
+            .chain(others)
+        {
+            plant(&mut c, &key, planted);
+            let before = snapshot(&mut c, &key);
+            for result in [
+                service.consume("k", &opts).await,
+                service.status("k", &opts).await,
+                service.consume("k", &opts.cost(5)).await,
+            ] {
+                match result {
+                    Err(e @ Error::UnexpectedState { .. }) => {
+                        let expected = format!(
+                            "state of an unexpected shape under a limiter key: refused \
+                             (the limiter key holds a {} that is not a",
+                            before.0
+                        );
+                        assert!(e.to_string().starts_with(&expected), "{e}");
+                    }
+                    other => panic!("{strategy}, {planted:?}: refused, not {other:?}"),
+                }
+            }
+            assert_eq!(snapshot(&mut c, &key), before, "{strategy}, {planted:?}");
+        }
+    }
 }

@@ -9,7 +9,8 @@
 --          The units still in the window are total(newest) - total(oldest live) +
 --          cost(oldest live): two O(log n) lookups, however many members or units there are.
 --          The total restarts from 0 when no hit is left in the window; it stays exact while
---          below 2^53 (an error reply beyond, never a wrong count).
+--          below 2^53 (an error reply beyond, never a wrong count). Another type, or a member
+--          read that is not of this shape, gets an error reply, see prelude.lua.
 -- ARGV[1]: window, in microseconds
 -- ARGV[2]: capacity (limit + burst), at least 1
 -- ARGV[3]: cost, from 1 to the capacity
@@ -20,7 +21,8 @@
 --       Redis' clock stepped forward and back, the hits it stamped ahead keep counting until
 --       that later time plus the window, and new hits are stamped there too (so the log stays
 --       in time order), never earlier.
--- Returns: {allowed (1 or 0), remaining, reset_at, retry_after (-1 when allowed), now};
+-- Returns: {allowed (1 or 0), remaining, reset_at, retry_after (-1 when allowed), now}, or the
+--          RATELIMIT_STATE error reply;
 --          times in microseconds since the epoch, retry_after in microseconds; `now` is TIME.
 -- Work per call: O(log n) for n members (n at most the capacity), plus the members it drops;
 -- a refusal adds a binary search (O(log^2 n)) for its retry time.
@@ -44,13 +46,13 @@ local function parse(member)
 end
 
 local function unreadable()
-  return redis.error_reply('RATELIMIT_STATE the limiter key holds a sorted set that is not '
-    .. 'a sliding log ("<total>:<cost>" members scored by time)')
+  return unexpected('a sliding log (members "<total>:<cost>" scored by time)')
 end
 
 local at = now
 local used, base, top, newest_at = 0, 0, 0, nil
-local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+local newest = redis.pcall('ZRANGE', key, -1, -1, 'WITHSCORES')
+if newest.err then return unreadable() end -- WRONGTYPE
 if #newest > 0 then
   top = parse(newest[1])
   if not top then return unreadable() end
@@ -70,7 +72,7 @@ if used + cost <= capacity then
     -- Continue the running total while a hit is live, else start again from 0.
     local total = (used > 0 and top or 0) + cost
     if total >= MAX_TOTAL then
-      return redis.error_reply('RATELIMIT_STATE the sliding log\'s running total passed 2^53')
+      return redis.error_reply('RATELIMIT_STATE the sliding log\'s running total reached 2^53')
     end
     redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(at - window))
     redis.call('ZADD', key, at, string.format('%016d:%d', total, cost))

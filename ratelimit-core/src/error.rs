@@ -86,6 +86,14 @@ pub enum Error {
     /// `Module::init` found rate-limited fns the configuration cannot enforce; lists every one.
     #[error("{0}")]
     Declarations(crate::registry::DeclarationErrors),
+    /// The store holds state under the call's key that this quota's limiter did not write
+    /// (another type, another strategy's encoding, or corrupt data). The call is refused and
+    /// the state left as it is: it is never read as a fresh key.
+    #[error("state of an unexpected shape under a limiter key: refused ({message})")]
+    UnexpectedState {
+        /// What was found instead of the expected state (never the key or the value).
+        message: String,
+    },
 }
 
 impl From<crate::algorithm::Undecidable> for Error {

@@ -57,7 +57,10 @@ impl RedisBackend {
         now: Nanos,
     ) -> Result<Decision, Error> {
         let error = match self.store.decision(key, quota, cost, commit).await {
-            Err(e @ (Error::Store { .. } | Error::Timeout { .. })) => e,
+            // State of an unexpected shape is a store failure too: refused under `Deny`.
+            Err(
+                e @ (Error::Store { .. } | Error::Timeout { .. } | Error::UnexpectedState { .. }),
+            ) => e,
             other => {
                 if self.failing.load(Ordering::Relaxed)
                     && self.failing.swap(false, Ordering::Relaxed)

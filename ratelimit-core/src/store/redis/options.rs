@@ -6,13 +6,16 @@ use std::time::Duration;
 
 use super::redaction::redact;
 
-/// What a [`RedisStore`] does with a call when Redis cannot decide it (unreachable, erroring,
-/// or slower than [`RedisOptions::timeout`]).
+/// What a [`RedisStore`](super::RedisStore) does with a call when Redis cannot decide it
+/// (unreachable, erroring, slower than [`RedisOptions::timeout`], or holding state of an
+/// unexpected shape under the call's key).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum FailurePolicy {
-    /// Refuse the call with the store's error ([`Error::Store`] or [`Error::Timeout`]). The
-    /// default: nothing passes unlimited by accident.
+    /// Refuse the call with the store's error ([`Error::Store`](crate::Error::Store),
+    /// [`Error::Timeout`](crate::Error::Timeout) or
+    /// [`Error::UnexpectedState`](crate::Error::UnexpectedState)). The default: nothing passes
+    /// unlimited by accident.
     #[default]
     Deny,
     /// Admit the call, unlimited (the decision says `remaining: 0`), and log a warning when

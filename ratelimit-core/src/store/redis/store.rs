@@ -17,6 +17,10 @@ use crate::decision::Decision;
 use crate::quota::{Quota, Strategy};
 use crate::Error;
 
+/// The code of the error reply a script returns, without writing anything, when the key
+/// holds state it did not write (see `lua/prelude.lua`).
+const UNEXPECTED_STATE: &str = "RATELIMIT_STATE";
+
 enum Client {
     Single(redis::Client),
     Cluster(Box<redis::cluster::ClusterClient>),
@@ -46,6 +50,9 @@ struct Inner {
 ///   `reset_at` / `retry_after` are Redis' times.
 /// - **One key per decision**, written with its expiry in the same script: nothing outlives
 ///   its window. In a cluster the user key is the hash tag, so one decision is one slot.
+/// - **Fails closed on foreign state**: a key holding anything its script did not write
+///   (another type, another strategy's encoding, corrupt data) is answered with
+///   [`Error::UnexpectedState`] and left as it is, never read as a fresh key.
 /// - **Bounded**: every call gives up after [`RedisOptions::timeout`]; the connection is
 ///   multiplexed and re-established in the background after a failure.
 /// - Needs Redis 6.2 or later (`SET ... PXAT`, `KEEPTTL`) and a Tokio runtime (called outside
@@ -187,7 +194,12 @@ impl RedisStore {
                     Connection::Single(mut c) => invocation.invoke_async(&mut c).await,
                     Connection::Cluster(mut c) => invocation.invoke_async(&mut c).await,
                 };
-                result.map_err(|e| self.error("the limiter script failed", &e))
+                result.map_err(|e| match e.code() {
+                    Some(UNEXPECTED_STATE) => Error::UnexpectedState {
+                        message: e.detail().unwrap_or("").to_owned(),
+                    },
+                    _ => self.error("the limiter script failed", &e),
+                })
             })
             .await?;
         verdict(&reply).ok_or_else(|| Error::Store {
