@@ -275,3 +275,84 @@ async fn garbage_on_a_limiter_key_is_refused_not_read_as_a_fresh_key() {
         }
     }
 }
+
+/// Redis' own time, in microseconds since the epoch.
+fn redis_now(c: &mut redis::Connection) -> u64 {
+    let (secs, micros): (u64, u64) = redis::cmd("TIME").query(c).unwrap();
+    secs * 1_000_000 + micros
+}
+
+#[tokio::test]
+async fn time_going_backwards_does_not_reopen_a_window() {
+    let server = RedisServer::start();
+    let mut c = server.connection();
+    let w = LONG.as_micros() as u64;
+    // What a Redis whose clock ran a window ahead wrote, in each script's own encoding: the
+    // next window already full (limit 5).
+    let now = redis_now(&mut c);
+    let next = (now / w + 1) * w;
+    let ahead = [
+        (Strategy::FixedWindow, format!("F{next}:{w}:5")),
+        (Strategy::SlidingWindowCounter, format!("C{next}:{w}:0:5")),
+        (Strategy::TokenBucket, format!("T{}", next + 2 * w)),
+    ];
+    for (strategy, state) in ahead {
+        let p = fresh("backwards");
+        let service = service(&server.url(), &p);
+        let opts = Options::new().limit(5).window(LONG).strategy(strategy);
+        assert!(service.consume("k", &opts).await.unwrap().allowed);
+        let key = limiter_key(&mut c, &p);
+        redis::cmd("SET")
+            .arg(&key)
+            .arg(&state)
+            .arg("PXAT")
+            .arg((next + 3 * w) / 1_000)
+            .exec(&mut c)
+            .unwrap();
+        let before = snapshot(&mut c, &key);
+        for _ in 0..3 {
+            let d = service.consume("k", &opts).await.unwrap();
+            assert!(!d.allowed, "{strategy}: {d:?}");
+            // Not before the window the state was written in is over.
+            assert!(d.reset_at * 1_000 >= next + w, "{strategy}: {d:?}");
+        }
+        assert_eq!(snapshot(&mut c, &key), before, "{strategy}");
+    }
+
+    // The log: a hit stamped a minute ahead keeps counting until a window after that minute,
+    // though the window (300 ms) ends long before it.
+    let window = Duration::from_millis(300);
+    let p = fresh("backwards");
+    let service = service(&server.url(), &p);
+    let opts = Options::new()
+        .limit(2)
+        .window(window)
+        .strategy(Strategy::SlidingWindow);
+    assert!(service.consume("k", &opts).await.unwrap().allowed);
+    let key = limiter_key(&mut c, &p);
+    let ahead = redis_now(&mut c) + 60_000_000;
+    redis::cmd("DEL").arg(&key).exec(&mut c).unwrap();
+    redis::cmd("ZADD")
+        .arg(&key)
+        .arg(ahead)
+        .arg("0000000000000001:1")
+        .exec(&mut c)
+        .unwrap();
+    redis::cmd("PEXPIREAT")
+        .arg(&key)
+        .arg((ahead + 300_000) / 1_000 + 1)
+        .exec(&mut c)
+        .unwrap();
+    let admitted = service.consume("k", &opts).await.unwrap();
+    assert!(admitted.allowed);
+    assert!(
+        admitted.reset_at * 1_000 >= ahead + 300_000,
+        "stamped at the newest hit, not before: {admitted:?}"
+    );
+    assert!(!service.consume("k", &opts).await.unwrap().allowed);
+    // Real time passes a window: the log is still full until the minute ahead has passed.
+    tokio::time::sleep(window + Duration::from_millis(100)).await;
+    let d = service.consume("k", &opts).await.unwrap();
+    assert!(!d.allowed, "{d:?}");
+    assert!(d.retry_after.unwrap() > Duration::from_secs(50), "{d:?}");
+}

@@ -20,10 +20,11 @@
 -- Time: never decided before the newest hit (now = max(TIME, newest)), as in Rust: after
 --       Redis' clock stepped forward and back, the hits it stamped ahead keep counting until
 --       that later time plus the window, and new hits are stamped there too (so the log stays
---       in time order), never earlier.
+--       in time order), never earlier. retry_after is measured from TIME (the same as Rust's
+--       whenever TIME has not gone back), so a refused caller is told how long it really waits.
 -- Returns: {allowed (1 or 0), remaining, reset_at, retry_after (-1 when allowed), now}, or the
---          RATELIMIT_STATE error reply;
---          times in microseconds since the epoch, retry_after in microseconds; `now` is TIME.
+--          RATELIMIT_STATE error reply; times in microseconds since the epoch, retry_after
+--          in microseconds, `now` Redis' TIME.
 -- Work per call: O(log n) for n members (n at most the capacity), plus the members it drops;
 -- a refusal adds a binary search (O(log^2 n)) for its retry time.
 -- The key expires one window after its newest member.
@@ -94,4 +95,4 @@ while lo < hi do
   if total >= target then hi = mid else lo = mid + 1 end
 end
 local retry_at = redis.call('ZRANGE', key, lo, lo, 'WITHSCORES')[2] + window
-return {0, math.max(capacity - used, 0), newest_at + window, retry_at - at, now}
+return {0, math.max(capacity - used, 0), newest_at + window, retry_at - now, now}

@@ -10,8 +10,11 @@
 -- Expiry: an absolute PXAT/PEXPIREAT rounded up to the millisecond, so the key never goes
 --         before its state stops mattering, whatever instant Redis' expiry clock froze at.
 -- Returns: {allowed (1 or 0), remaining, reset_at, retry_after (-1 when allowed), now}, or the
---          RATELIMIT_STATE error reply;
---          times in microseconds since the epoch, retry_after in microseconds.
+--          RATELIMIT_STATE error reply; times in microseconds since the epoch, retry_after
+--          in microseconds, `now` Redis' TIME.
+-- Time: safe by construction, as in Rust: tat = max(tat, TIME). After Redis' clock stepped
+--       forward (and back), the tat it wrote lies ahead and calls wait for it; the step spent
+--       at most the tokens it admitted, never refilled any.
 -- The key expires at its tat, when the bucket is full again.
 
 -- `key`, `cost`, `commit`, `now` and `idiv` come from prelude.lua, loaded before this file.
