@@ -356,3 +356,86 @@ async fn time_going_backwards_does_not_reopen_a_window() {
     assert!(!d.allowed, "{d:?}");
     assert!(d.retry_after.unwrap() > Duration::from_secs(50), "{d:?}");
 }
+
+/// What a tracing subscriber writes, kept for the test to read.
+#[derive(Clone, Default)]
+struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Captured {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+#[tokio::test]
+async fn an_evicting_redis_is_warned_about_and_refused_when_noeviction_is_required() {
+    let logs = Captured::default();
+    let writer = logs.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    // A current-thread runtime: every call, and so every log line, is on this thread.
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let server = RedisServer::start_with(&["--maxmemory-policy", "allkeys-lru"]);
+    let opts = Options::new().limit(5).window(LONG);
+
+    let warned = service(&server.url(), &fresh("evict"));
+    assert!(warned.consume("k", &opts).await.unwrap().allowed);
+    let text = logs.text();
+    assert!(
+        text.contains("WARN") && text.contains("allkeys-lru") && text.contains("noeviction"),
+        "{text}"
+    );
+
+    let p = fresh("evict");
+    let strict = service_with(
+        RedisOptions::new(server.url())
+            .timeout(Duration::from_secs(2))
+            .require_noeviction(true),
+        &p,
+    );
+    for _ in 0..3 {
+        for result in [
+            strict.consume("k", &opts).await,
+            strict.status("k", &opts).await,
+        ] {
+            match result {
+                Err(Error::Store { message }) => {
+                    assert!(message.contains("allkeys-lru"), "{message}")
+                }
+                other => panic!("refused: {other:?}"),
+            }
+        }
+    }
+    match strict.redis_store().unwrap().connect().await {
+        Err(Error::Store { message }) => assert!(message.contains("allkeys-lru"), "{message}"),
+        other => panic!("connect refuses too: {other:?}"),
+    }
+    let mut c = server.connection();
+    let (_, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+        .arg(0)
+        .arg("MATCH")
+        .arg(format!("{p}*"))
+        .query(&mut c)
+        .unwrap();
+    assert!(keys.is_empty(), "nothing written: {keys:?}");
+
+    // Where Redis does not evict, the same options decide.
+    let keeping = RedisServer::start();
+    let strict = service_with(
+        RedisOptions::new(keeping.url()).require_noeviction(true),
+        &fresh("evict"),
+    );
+    assert!(strict.consume("k", &opts).await.unwrap().allowed);
+}

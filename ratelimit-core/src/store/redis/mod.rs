@@ -4,9 +4,11 @@
 //! - `redaction`: credentials kept out of `Debug` and error messages;
 //! - `scripts`: the Lua scripts, one per strategy, and the quotas they count exactly;
 //! - `store`: [`RedisStore`], the connection and one script call per decision;
+//! - `eviction`: Redis' eviction policy, checked once per store;
 //! - `backend`: the store behind its failure policy, what the service holds.
 
 mod backend;
+mod eviction;
 mod options;
 mod redaction;
 mod scripts;

@@ -72,6 +72,12 @@ pub struct RedisOptions {
     pub connect_timeout: Duration,
     /// What happens to calls Redis cannot decide. Default: [`FailurePolicy::Deny`].
     pub on_failure: FailurePolicy,
+    /// Whether to refuse every call (with [`Error::Store`](crate::Error::Store)) when Redis
+    /// runs an `allkeys-*` eviction policy, under which a full Redis evicts limiter keys and
+    /// their limits are lost. Checked once, on the first connection, with
+    /// `CONFIG GET maxmemory-policy`; a Redis that forbids `CONFIG` cannot be checked and is
+    /// used. Default: false (a warning is logged instead).
+    pub require_noeviction: bool,
 }
 
 impl RedisOptions {
@@ -83,6 +89,7 @@ impl RedisOptions {
             timeout: Duration::from_millis(200),
             connect_timeout: Duration::from_secs(1),
             on_failure: FailurePolicy::Deny,
+            require_noeviction: false,
         }
     }
 
@@ -114,6 +121,13 @@ impl RedisOptions {
     /// With this failure policy.
     pub fn on_failure(mut self, policy: FailurePolicy) -> Self {
         self.on_failure = policy;
+        self
+    }
+
+    /// Whether to refuse every call when Redis may evict limiter keys (see
+    /// [`require_noeviction`](Self::require_noeviction)).
+    pub fn require_noeviction(mut self, required: bool) -> Self {
+        self.require_noeviction = required;
         self
     }
 
@@ -166,6 +180,7 @@ impl fmt::Debug for RedisOptions {
             .field("timeout", &self.timeout)
             .field("connect_timeout", &self.connect_timeout)
             .field("on_failure", &self.on_failure)
+            .field("require_noeviction", &self.require_noeviction)
             .finish()
     }
 }

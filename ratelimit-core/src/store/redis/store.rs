@@ -1,13 +1,14 @@
 //! [`RedisStore`]: the connection, one EVALSHA per decision, and the scripts' replies.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use redis::aio::ConnectionManager;
 use redis::cluster_async::ClusterConnection;
 use tokio::sync::OnceCell;
 
+use super::eviction::Policy;
 use super::options::RedisOptions;
 use super::redaction::{secrets, store_error};
 use super::scripts::{check_quota, script, SCRIPTS};
@@ -37,6 +38,8 @@ struct Inner {
     secrets: Vec<String>,
     client: Client,
     connection: OnceCell<Connection>,
+    /// Redis' eviction policy, once the first connection has asked.
+    eviction: OnceLock<Policy>,
 }
 
 /// Limiter state in Redis, shared by every process that uses the same server (or cluster) and
@@ -53,6 +56,10 @@ struct Inner {
 /// - **Fails closed on foreign state**: a key holding anything its script did not write
 ///   (another type, another strategy's encoding, corrupt data) is answered with
 ///   [`Error::UnexpectedState`] and left as it is, never read as a fresh key.
+/// - **Eviction**: on its first connection (or [`connect`](Self::connect)) the store asks
+///   Redis for its `maxmemory-policy` where `CONFIG` is allowed. Under an `allkeys-*` policy a
+///   full Redis evicts limiter keys and their limits are lost: it logs a warning, and with
+///   [`RedisOptions::require_noeviction`] refuses every call with [`Error::Store`].
 /// - **Bounded**: every call gives up after [`RedisOptions::timeout`]; the connection is
 ///   multiplexed and re-established in the background after a failure.
 /// - Needs Redis 6.2 or later (`SET ... PXAT`, `KEEPTTL`) and a Tokio runtime (called outside
@@ -101,6 +108,7 @@ impl RedisStore {
                 options,
                 client,
                 connection: OnceCell::new(),
+                eviction: OnceLock::new(),
             }),
         })
     }
@@ -268,7 +276,48 @@ impl RedisStore {
                 }
             })
             .await?;
-        Ok(connection.clone())
+        let mut connection = connection.clone();
+        self.check_eviction(&mut connection).await?;
+        Ok(connection)
+    }
+
+    /// Refuses, when `noeviction` is required, if Redis may evict limiter keys. Asks Redis
+    /// once: until it has answered (or said it will not), at the cost of one round trip.
+    async fn check_eviction(&self, connection: &mut Connection) -> Result<(), Error> {
+        let required = self.inner.options.require_noeviction;
+        let policy = match self.inner.eviction.get() {
+            Some(policy) => policy,
+            None => {
+                let mut cmd = redis::cmd("CONFIG");
+                cmd.arg("GET").arg("maxmemory-policy");
+                let reply: Result<Vec<String>, _> = match connection {
+                    Connection::Single(c) => cmd.query_async(c).await,
+                    Connection::Cluster(c) => cmd.query_async(c).await,
+                };
+                let policy = match reply {
+                    Ok(reply) => Policy::from_reply(&reply),
+                    // Unreachable: ask again on the next call (which fails on its own).
+                    Err(e)
+                        if e.is_io_error()
+                            || e.is_timeout()
+                            || e.is_connection_dropped()
+                            || e.is_connection_refusal() =>
+                    {
+                        return Ok(());
+                    }
+                    // CONFIG refused (managed Redis) or answered oddly: cannot tell.
+                    Err(_) => Policy::Unknown,
+                };
+                if self.inner.eviction.set(policy.clone()).is_ok() {
+                    policy.report(required);
+                }
+                self.inner.eviction.get().unwrap_or(&Policy::Unknown)
+            }
+        };
+        match policy.refusal(required) {
+            Some(refusal) => Err(refusal),
+            None => Ok(()),
+        }
     }
 
     fn error(&self, context: &str, e: &redis::RedisError) -> Error {
