@@ -4,6 +4,7 @@
 use std::time::{Duration, Instant};
 
 use ratelimit::{Error, Quota, RedisOptions, RedisStore, Strategy};
+use ratelimit_tests::acquire;
 use ratelimit_tests::redis_server::{four_processes, prefix, RedisCluster};
 
 fn node_id(c: &mut redis::Connection) -> String {
@@ -19,7 +20,7 @@ fn four_processes_on_a_cluster_admit_exactly_the_limit() {
             &cluster.urls(),
             true,
             &prefix("cluster-procs"),
-            strategy,
+            strategy.as_str(),
         );
         assert_eq!(total, 1_000, "{strategy}");
     }
@@ -35,12 +36,12 @@ async fn decisions_follow_a_slot_that_moved_to_another_node() {
     let p = prefix("moved");
     for strategy in Strategy::ALL {
         // The shape of the service's keys: the user key is the hash tag.
-        let key = format!("{p}:-:{{user-{strategy}}}");
+        let key = format!("{p}:{{user-{strategy}}}T1m:-:-");
         let quota = Quota::new(5, Duration::from_secs(20 * 24 * 3600))
             .unwrap()
             .with_strategy(strategy);
         for _ in 0..3 {
-            assert!(store.acquire(&key, &quota, 1).await.unwrap().allowed);
+            assert!(acquire(&store, &key, &quota).await.unwrap().allowed);
         }
 
         // Move the key's slot to another master, the way `redis-cli --cluster reshard` does.
@@ -103,12 +104,12 @@ async fn decisions_follow_a_slot_that_moved_to_another_node() {
             .unwrap();
         // The client still thinks the slot is on `source`: it gets MOVED and follows it,
         // and the state moved with the key.
-        let d = store.acquire(&key, &quota, 1).await.unwrap();
+        let d = acquire(&store, &key, &quota).await.unwrap();
         assert!(d.allowed, "{strategy}");
         assert_eq!(d.remaining, 1, "{strategy}");
-        assert!(store.acquire(&key, &quota, 1).await.unwrap().allowed);
+        assert!(acquire(&store, &key, &quota).await.unwrap().allowed);
         assert!(
-            !store.acquire(&key, &quota, 1).await.unwrap().allowed,
+            !acquire(&store, &key, &quota).await.unwrap().allowed,
             "{strategy}"
         );
         let errors: String = redis::cmd("INFO")
@@ -135,7 +136,7 @@ async fn a_dead_master_never_hangs_a_caller_and_deny_refuses() {
             .unwrap();
     let key = format!("{}:-:{{dead}}", prefix("dead"));
     let quota = Quota::per_minute(5).unwrap();
-    assert!(store.acquire(&key, &quota, 1).await.unwrap().allowed);
+    assert!(acquire(&store, &key, &quota).await.unwrap().allowed);
     let slot: u16 = redis::cmd("CLUSTER")
         .arg("KEYSLOT")
         .arg(&key)
@@ -154,7 +155,7 @@ async fn a_dead_master_never_hangs_a_caller_and_deny_refuses() {
     cluster.nodes[owner].stop();
     for _ in 0..3 {
         let started = Instant::now();
-        let result = store.acquire(&key, &quota, 1).await;
+        let result = acquire(&store, &key, &quota).await;
         assert!(
             started.elapsed() < Duration::from_millis(800),
             "bounded by the timeout: {:?}",

@@ -262,7 +262,7 @@ pub fn four_processes(
     urls: &[String],
     cluster: bool,
     prefix: &str,
-    strategy: ratelimit::Strategy,
+    strategy: &str,
 ) -> u64 {
     let window_ms = (20 * 24 * 3_600 * 1_000u64).to_string();
     let children: Vec<Child> = (0..4)
@@ -272,7 +272,7 @@ pub fn four_processes(
                     urls.join(",").as_str(),
                     if cluster { "1" } else { "0" },
                     prefix,
-                    strategy.as_str(),
+                    strategy,
                     "1000",
                     window_ms.as_str(),
                     "64",

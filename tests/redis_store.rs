@@ -6,11 +6,11 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ratelimit::algorithm::{self, State, Verdict};
 use ratelimit::{
     Config, Error, FailurePolicy, ManualClock, Options, Quota, RateLimitService, RedisOptions,
-    RedisStore, StoreConfig, Strategy,
+    RedisStore, Store, StoreConfig, Strategy,
 };
+use ratelimit_tests::acquire;
 use ratelimit_tests::redis_server::{four_processes, prefix, RedisServer};
 
 /// Long enough that no window boundary, refill or expiry happens during a test (and short
@@ -31,68 +31,6 @@ fn service(url: &str, prefix: &str, on_failure: FailurePolicy) -> RateLimitServi
 
 fn store(server: &RedisServer) -> RedisStore {
     RedisStore::new(RedisOptions::new(server.url()).timeout(Duration::from_secs(2))).expect("store")
-}
-
-/// A verdict in microseconds, the unit the scripts count in.
-fn micros(v: Verdict) -> Verdict {
-    Verdict {
-        reset_at: v.reset_at / 1_000,
-        retry_after: v.retry_after.map(|n| n / 1_000),
-        ..v
-    }
-}
-
-#[tokio::test]
-async fn every_strategy_decides_like_the_memory_algorithm() {
-    let server = RedisServer::start();
-    let store = store(&server);
-    let p = prefix("same");
-    // A small xorshift: varied costs and peeks, the same sequence every run.
-    let mut seed = 0x2545_f491_4f6c_dd1d_u64;
-    let mut next = move || {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed
-    };
-    for strategy in Strategy::ALL {
-        // A 20 ms window: the run crosses many windows, refills and expiries.
-        let quota = Quota::new(5, Duration::from_millis(20))
-            .unwrap()
-            .with_burst(2)
-            .unwrap()
-            .with_strategy(strategy);
-        // The same quota with every duration read as microseconds.
-        let in_micros = Quota {
-            window: Duration::from_nanos(20_000),
-            ..quota
-        };
-        let key = format!("{p}:{strategy}");
-        let mut state = State::new(strategy);
-        let mut outcomes = BTreeMap::new();
-        let started = Instant::now();
-        let mut calls = 0;
-        // Runs for a few windows' worth of real time; each call is compared exactly.
-        while started.elapsed() < Duration::from_millis(120) || calls < 200 {
-            let r = next();
-            let cost = 1 + r % 3;
-            let commit = r % 5 != 0;
-            let (verdict, now) = store.decide(&key, &quota, cost, commit).await.unwrap();
-            let expected =
-                algorithm::decide(&mut state, now / 1_000, &in_micros, cost, commit).unwrap();
-            assert_eq!(
-                micros(verdict),
-                expected,
-                "{strategy}, call {calls}, cost {cost}, commit {commit}"
-            );
-            *outcomes.entry(verdict.allowed).or_insert(0) += 1;
-            calls += 1;
-        }
-        assert!(
-            outcomes.len() == 2,
-            "{strategy}: both admitted and refused calls are compared: {outcomes:?}"
-        );
-    }
 }
 
 fn command_stats(c: &mut redis::Connection) -> BTreeMap<String, u64> {
@@ -173,14 +111,13 @@ async fn one_round_trip_per_decision() {
     for strategy in Strategy::ALL {
         let quota = Quota::new(3, LONG).unwrap().with_strategy(strategy);
         for i in 0..10 {
-            let d = store
-                .acquire(&format!("{p}:{strategy}"), &quota, 1)
+            let d = acquire(&store, &format!("{p}:{strategy}"), &quota)
                 .await
                 .unwrap();
             assert_eq!(d.allowed, i < 3, "{strategy} call {i}");
         }
-        store
-            .peek(&format!("{p}:{strategy}"), &quota, 1)
+        let now = ratelimit::Clock::now(&ratelimit::SystemClock);
+        Store::decide(&store, &format!("{p}:{strategy}"), &quota, 1, now, false)
             .await
             .unwrap();
         let marker = format!("end-of-{strategy}");
@@ -205,12 +142,12 @@ async fn scripts_are_loaded_again_after_a_script_flush() {
     let quota = Quota::new(2, LONG)
         .unwrap()
         .with_strategy(Strategy::TokenBucket);
-    assert!(store.acquire(&p, &quota, 1).await.unwrap().allowed);
+    assert!(acquire(&store, &p, &quota).await.unwrap().allowed);
     let mut c = server.connection();
     redis::cmd("SCRIPT").arg("FLUSH").exec(&mut c).unwrap();
     redis::cmd("CONFIG").arg("RESETSTAT").exec(&mut c).unwrap();
-    assert!(store.acquire(&p, &quota, 1).await.unwrap().allowed);
-    assert!(!store.acquire(&p, &quota, 1).await.unwrap().allowed);
+    assert!(acquire(&store, &p, &quota).await.unwrap().allowed);
+    assert!(!acquire(&store, &p, &quota).await.unwrap().allowed);
     let stats = command_stats(&mut c);
     // NOSCRIPT, one SCRIPT LOAD, the retry, then one EVALSHA again.
     assert_eq!(stats.get("evalsha"), Some(&3), "{stats:?}");
@@ -225,38 +162,45 @@ async fn status_only_reads_and_reset_forgets() {
     for strategy in Strategy::ALL {
         let key = format!("user-{strategy}");
         let opts = Options::new().limit(2).window(LONG).strategy(strategy);
-        assert_eq!(service.status(&key, &opts).await.unwrap().remaining, 1);
+        // `status` is the level now: nothing spent yet, so the whole limit.
+        let fresh = service.status(&key, &opts).await.unwrap();
+        assert_eq!((fresh.allowed, fresh.remaining), (true, 2), "{strategy}");
         let mut c = server.connection();
-        let exists: bool = redis::cmd("EXISTS")
-            .arg(format!("{p}:-:{{{key}}}"))
-            .query(&mut c)
-            .unwrap();
-        assert!(!exists, "{strategy}: status wrote nothing");
+        assert!(
+            stored_keys(&mut c, &p, &key).is_empty(),
+            "{strategy}: status wrote nothing"
+        );
         assert_eq!(service.consume(&key, &opts).await.unwrap().remaining, 1);
-        assert_eq!(service.status(&key, &opts).await.unwrap().remaining, 0);
+        assert_eq!(service.status(&key, &opts).await.unwrap().remaining, 1);
         assert_eq!(service.consume(&key, &opts).await.unwrap().remaining, 0);
+        let empty = service.status(&key, &opts).await.unwrap();
+        assert_eq!((empty.allowed, empty.remaining), (false, 0), "{strategy}");
+        assert!(empty.retry_after.is_some(), "{strategy}");
         let refused = service.consume(&key, &opts).await.unwrap();
         assert!(!refused.allowed);
         assert!(refused.retry_after.is_some());
-        service.reset(&key, None).await.unwrap();
+        assert!(service.reset_with(&key, &opts).await.unwrap());
         assert_eq!(service.consume(&key, &opts).await.unwrap().remaining, 1);
     }
     // One key per user key, the user key as the hash tag.
     let mut c = server.connection();
-    let mut stored: Vec<String> = redis::cmd("KEYS")
-        .arg(format!("{p}:*"))
-        .query(&mut c)
-        .unwrap();
-    stored.sort();
-    assert_eq!(
-        stored,
-        Strategy::ALL
-            .iter()
-            .map(|s| format!("{p}:-:{{user-{s}}}"))
-            .collect::<std::collections::BTreeSet<_>>()
-            .into_iter()
-            .collect::<Vec<_>>()
-    );
+    for strategy in Strategy::ALL {
+        let key = format!("user-{strategy}");
+        let stored = stored_keys(&mut c, &p, &key);
+        assert_eq!(stored.len(), 1, "{strategy}: {stored:?}");
+        assert!(
+            stored[0].starts_with(&format!("{p}:{{{key}}}")),
+            "{stored:?}"
+        );
+    }
+}
+
+/// The keys the service stored for user key `key` under prefix `p`: `<p>:{<key>}...`.
+fn stored_keys(c: &mut redis::Connection, p: &str, key: &str) -> Vec<String> {
+    redis::cmd("KEYS")
+        .arg(format!("{p}:{{{key}}}*"))
+        .query(c)
+        .unwrap()
 }
 
 #[tokio::test]
@@ -329,7 +273,7 @@ async fn every_key_expires_with_its_window() {
         } + 1;
         for i in 0..6 {
             let key = format!("{p}:{strategy}:{}", i % 2);
-            store.acquire(&key, &quota, 1).await.unwrap();
+            acquire(&store, &key, &quota).await.unwrap();
             let ttl: i64 = redis::cmd("PTTL").arg(&key).query(&mut c).unwrap();
             // -2: a fixed window may already have ended, 0: it ends within the millisecond;
             // -1 (no expiry) is never fine.
@@ -379,7 +323,10 @@ async fn concurrent_tasks_admit_exactly_the_limit_and_every_hit_is_kept() {
             allowed += t.await.unwrap();
         }
         assert_eq!(allowed, 1_000, "{strategy}");
-        service.reset("one", None).await.unwrap();
+        assert!(
+            service.reset_with("one", &opts).await.unwrap(),
+            "{strategy}"
+        );
     }
     // Hits landing in the same millisecond (even microsecond) are distinct log members.
     let opts = Options::new().limit(500).window(LONG);
@@ -393,10 +340,9 @@ async fn concurrent_tasks_admit_exactly_the_limit_and_every_hit_is_kept() {
         assert!(c.await.unwrap());
     }
     let mut c = server.connection();
-    let members: u64 = redis::cmd("ZCARD")
-        .arg(format!("{p}:-:{{burst}}"))
-        .query(&mut c)
-        .unwrap();
+    let stored = stored_keys(&mut c, &p, "burst");
+    assert_eq!(stored.len(), 1, "{stored:?}");
+    let members: u64 = redis::cmd("ZCARD").arg(&stored[0]).query(&mut c).unwrap();
     assert_eq!(members, 500);
 }
 
@@ -409,7 +355,7 @@ fn four_processes_admit_exactly_the_limit() {
             &[server.url()],
             false,
             &prefix("procs"),
-            strategy,
+            strategy.as_str(),
         );
         assert_eq!(total, 1_000, "{strategy}");
     }
@@ -479,11 +425,7 @@ async fn a_dead_redis_is_handled_by_the_failure_policy_and_recovery_needs_no_res
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             s.consume(&key, &opts).await.unwrap();
-            let exists: bool = redis::cmd("EXISTS")
-                .arg(format!("{p}:-:{{{key}}}"))
-                .query(&mut c)
-                .unwrap();
-            if exists {
+            if !stored_keys(&mut c, &p, &key).is_empty() {
                 break;
             }
             assert!(
@@ -505,10 +447,10 @@ async fn a_hung_redis_never_hangs_a_caller() {
     let options = RedisOptions::new(server.url()).timeout(Duration::from_millis(100));
     let store = RedisStore::new(options).unwrap();
     let quota = Quota::per_minute(5).unwrap();
-    assert!(store.acquire(&p, &quota, 1).await.unwrap().allowed);
+    assert!(acquire(&store, &p, &quota).await.unwrap().allowed);
     server.pause();
     let started = Instant::now();
-    let result = store.acquire(&p, &quota, 1).await;
+    let result = acquire(&store, &p, &quota).await;
     let waited = started.elapsed();
     server.resume();
     assert!(

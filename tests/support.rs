@@ -31,3 +31,14 @@ pub fn service(config: Config) -> (RateLimitService, ManualClock) {
 pub fn now<F: std::future::Future>(f: F) -> F::Output {
     futures::executor::block_on(f)
 }
+
+/// Spends one call from `key` on a bare store (no service), at the system clock's time: the
+/// Redis scripts read Redis' own clock, and the memory store needs some `now`.
+pub async fn acquire(
+    store: &impl ratelimit::Store,
+    key: &str,
+    quota: &ratelimit::Quota,
+) -> Result<ratelimit::Decision, ratelimit::Error> {
+    use ratelimit::Clock as _;
+    ratelimit::Store::decide(store, key, quota, 1, ratelimit::SystemClock.now(), true).await
+}

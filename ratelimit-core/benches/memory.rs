@@ -54,7 +54,9 @@ fn n_keys() -> usize {
 const PER_SECOND: u32 = 1_000_000_000;
 
 fn governor() -> DefaultKeyedRateLimiter<String> {
-    RateLimiter::keyed(GQuota::per_second(NonZeroU32::new(PER_SECOND).expect("non-zero")).unwrap())
+    RateLimiter::keyed(GQuota::per_second(
+        NonZeroU32::new(PER_SECOND).expect("non-zero"),
+    ))
 }
 
 /// Our quota for `strategy`, big enough that every call of the run is allowed.

@@ -104,7 +104,7 @@ fn main() {
 
     let empty = allocated();
     let governor: DefaultKeyedRateLimiter<String> =
-        RateLimiter::keyed(GQuota::per_second(NonZeroU32::new(10).unwrap()).unwrap());
+        RateLimiter::keyed(GQuota::per_second(NonZeroU32::new(10).unwrap()));
     let made = allocated();
     for key in &keys {
         assert!(governor.check_key(key).is_ok());

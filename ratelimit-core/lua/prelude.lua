@@ -4,7 +4,12 @@
 -- KEYS[1]: the limiter key
 -- ARGV[3]: cost, from 1 to the capacity
 -- ARGV[4]: 1 to record an admitted call, 0 to only look (nothing is written)
--- Defines: key, cost, commit, now (Redis' own TIME, in microseconds since the epoch), idiv.
+-- Defines: key, cost, commit, now (Redis' own TIME, in microseconds since the epoch), idiv,
+--          unexpected.
+-- Unexpected state: a key holding anything the strategy's script did not write (another type,
+--          another strategy's encoding, a value of the wrong shape) gets the error reply
+--          "RATELIMIT_STATE the limiter key holds a <type> that is not <what the strategy
+--          keeps>", and nothing is written: it is never read as a fresh key.
 
 local function idiv(a, b) -- floor(a / b), exact for integers below 2^53
   local q = math.floor(a / b)
@@ -19,4 +24,12 @@ local cost = ARGV[3] + 0
 local commit = ARGV[4] == '1'
 local t = redis.call('TIME')
 local now = t[1] * 1000000 + t[2]
+
+-- The error reply for state of an unexpected shape; `expected` names what the strategy keeps.
+-- Return it before any write.
+local function unexpected(expected)
+  local kind = redis.call('TYPE', key)['ok']
+  return redis.error_reply('RATELIMIT_STATE the limiter key holds a ' .. kind
+    .. ' that is not ' .. expected)
+end
 

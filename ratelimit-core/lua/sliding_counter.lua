@@ -2,46 +2,60 @@
 -- microseconds: the estimate is previous * (window - elapsed) / window + current, compared
 -- in exact integer arithmetic (the caller keeps capacity * window below 2^51).
 --
--- KEYS[1]: the limiter key; holds the string "C<window start>:<window>:<previous>:<current>"
+-- KEYS[1]: the limiter key; holds the string "C<window start>:<window>:<previous>:<current>";
+--          anything else there (another type or shape) gets an error reply, see prelude.lua
 -- ARGV[1]: window, in microseconds
 -- ARGV[2]: capacity (limit + burst), at least 1
 -- ARGV[3]: cost, from 1 to the capacity
 -- ARGV[4]: 1 to record an admitted call, 0 to only look (nothing is written)
 -- Expiry: an absolute PXAT/PEXPIREAT rounded up to the millisecond, so the key never goes
 --         before its state stops mattering, whatever instant Redis' expiry clock froze at.
--- Returns: {allowed (1 or 0), remaining, reset_at, retry_after (-1 when allowed), now};
---          times in microseconds since the epoch, retry_after in microseconds.
+-- Returns: {allowed (1 or 0), remaining, reset_at, retry_after (-1 when allowed), now}, or the
+--          RATELIMIT_STATE error reply; times in microseconds since the epoch, retry_after
+--          in microseconds, `now` Redis' TIME.
+-- Time: never decided before the recorded window (now = max(TIME, recorded start)), as in
+--       Rust. After Redis' clock stepped forward (and back, or on a failover to a server whose
+--       clock is behind), the key holds a window that has not begun: calls are counted in that
+--       window until the clock reaches it (its previous count still weighing as at its start),
+--       never in an earlier one that would start from 0, so no window is counted twice.
+--       retry_after is measured from TIME (the same as Rust's whenever TIME has not gone
+--       back), so a refused caller is told how long it really waits.
 -- The key expires when its counts stop mattering: two windows after the current one began.
 
 -- `key`, `cost`, `commit`, `now` and `idiv` come from prelude.lua, loaded before this file.
 local window = ARGV[1] + 0
 local capacity = ARGV[2] + 0
+local SHAPE = 'a sliding window counter ("C<start>:<window>:<previous>:<current>")'
 
-local start = idiv(now, window) * window
-local elapsed = now - start
+local at = now
+local start
 local previous, current = 0, 0
 -- The prefix of the stored value when it was written in this very window (and so already
 -- expires when its counts stop mattering): then the expiry is kept, the cheap path.
 local same
--- Another strategy's state (or another type) under this key counts as a fresh key.
 local raw = redis.pcall('GET', key)
-if type(raw) == 'string' then
+if type(raw) == 'table' then return unexpected(SHAPE) end -- WRONGTYPE
+if raw then
   local head, s, w, p, c = string.match(raw, '^(C(%d+):(%d+):(%d+):)(%d+)$')
-  if s then
-    s = s + 0
-    if s == start then
-      previous, current = p + 0, c + 0
-      if w + 0 == window then same = head end
-    elseif s + window == start then
-      previous = c + 0
-    end
+  if not s then return unexpected(SHAPE) end
+  s = s + 0
+  if s > at then at = s end
+  start = idiv(at, window) * window
+  if s == start then
+    previous, current = p + 0, c + 0
+    if w + 0 == window then same = head end
+  elseif s + window == start then
+    previous = c + 0
   end
+else
+  start = idiv(at, window) * window
 end
+local elapsed = at - start
 
 local function reset_at(p, c)
   if c > 0 then return start + 2 * window end
   if p > 0 then return start + window end
-  return now
+  return at
 end
 
 -- All in "calls x window" units, so nothing is rounded.

@@ -1,27 +1,34 @@
 -- Token bucket as GCRA, the same rules as `Gcra::decide` in src/algorithm.rs, in
 -- microseconds: the theoretical arrival time (tat) of the next call is the only state.
 --
--- KEYS[1]: the limiter key; holds the string "T<tat>"
+-- KEYS[1]: the limiter key; holds the string "T<tat>"; anything else there (another type or
+--          shape) gets an error reply, see prelude.lua
 -- ARGV[1]: emission interval (window / refill), in microseconds, at least 1
 -- ARGV[2]: tolerance (interval * capacity), in microseconds
 -- ARGV[3]: cost, from 1 to the capacity
 -- ARGV[4]: 1 to record an admitted call, 0 to only look (nothing is written)
 -- Expiry: an absolute PXAT/PEXPIREAT rounded up to the millisecond, so the key never goes
 --         before its state stops mattering, whatever instant Redis' expiry clock froze at.
--- Returns: {allowed (1 or 0), remaining, reset_at, retry_after (-1 when allowed), now};
---          times in microseconds since the epoch, retry_after in microseconds.
+-- Returns: {allowed (1 or 0), remaining, reset_at, retry_after (-1 when allowed), now}, or the
+--          RATELIMIT_STATE error reply; times in microseconds since the epoch, retry_after
+--          in microseconds, `now` Redis' TIME.
+-- Time: safe by construction, as in Rust: tat = max(tat, TIME). After Redis' clock stepped
+--       forward (and back), the tat it wrote lies ahead and calls wait for it; the step spent
+--       at most the tokens it admitted, never refilled any.
 -- The key expires at its tat, when the bucket is full again.
 
 -- `key`, `cost`, `commit`, `now` and `idiv` come from prelude.lua, loaded before this file.
 local interval = ARGV[1] + 0
 local tolerance = ARGV[2] + 0
+local SHAPE = 'a token bucket ("T<tat>")'
 
 local tat = now
--- Another strategy's state (or another type) under this key counts as a fresh key.
 local raw = redis.pcall('GET', key)
-if type(raw) == 'string' then
+if type(raw) == 'table' then return unexpected(SHAPE) end -- WRONGTYPE
+if raw then
   local stored = string.match(raw, '^T(%d+)$')
-  if stored then tat = math.max(stored + 0, now) end
+  if not stored then return unexpected(SHAPE) end
+  tat = math.max(stored + 0, now)
 end
 
 local new_tat = tat + interval * cost

@@ -84,7 +84,7 @@ pub enum Error {
     AlreadyInitialized,
     /// The store holds state of an unexpected shape under the call's key (written by something
     /// else, or corrupt): the call is refused and the state left as it was.
-    #[error("state of an unexpected shape under a rate-limit key: refused ({message})")]
+    #[error("state of an unexpected shape under a limiter key: refused ({message})")]
     UnexpectedState {
         /// What was found (never the key itself).
         message: String,

@@ -127,16 +127,17 @@ mod tests {
     use crate::syntax::Strategy;
     use std::time::Duration;
 
+    /// (prefix, identity, budget, tier, user key).
+    type Tuple = (
+        String,
+        String,
+        Option<String>,
+        Option<String>,
+        Option<String>,
+    );
+
     /// The parts read back from a key, following the grammar in the module docs.
-    fn decode(
-        key: &str,
-    ) -> Option<(
-        String,
-        String,
-        Option<String>,
-        Option<String>,
-        Option<String>,
-    )> {
+    fn decode(key: &str) -> Option<Tuple> {
         let open = key.find('{')?;
         let prefix = key[..open].strip_suffix(':')?.to_owned();
         let rest = &key[open + 1..];

@@ -150,8 +150,7 @@ async fn main() {
                 let store = store.clone();
                 let keys = Arc::clone(&keys);
                 Box::pin(async move {
-                    let d = store
-                        .acquire(&keys[i % keys.len()], &quota, 1)
+                    let d = ratelimit_tests::acquire(&store, &keys[i % keys.len()], &quota)
                         .await
                         .expect("decision");
                     assert!(d.allowed);

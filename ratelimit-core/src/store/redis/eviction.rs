@@ -1,0 +1,86 @@
+//! Redis' eviction policy. Under an `allkeys-*` policy a full Redis evicts limiter keys like
+//! cache entries: their counts are lost and calls admitted above the limit. The store asks
+//! once, on its first connection (`CONFIG GET maxmemory-policy`, where Redis allows it), warns,
+//! and with [`RedisOptions::require_noeviction`](super::RedisOptions::require_noeviction)
+//! refuses every call.
+
+use crate::Error;
+
+/// What the store learnt of the policy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Policy {
+    /// `CONFIG GET maxmemory-policy` answered this.
+    Known(String),
+    /// Redis would not say (managed services often forbid `CONFIG`).
+    Unknown,
+}
+
+impl Policy {
+    /// Reads a `CONFIG GET maxmemory-policy` reply: `["maxmemory-policy", <policy>]`.
+    pub(super) fn from_reply(reply: &[String]) -> Policy {
+        match reply {
+            [name, policy] if name == "maxmemory-policy" => Policy::Known(policy.clone()),
+            _ => Policy::Unknown,
+        }
+    }
+
+    /// The policy's name, when it lets Redis evict keys that have no expiry too, limiter keys
+    /// among them, whatever else is stored.
+    fn evicting(&self) -> Option<&str> {
+        match self {
+            Policy::Known(p) if p.starts_with("allkeys-") => Some(p),
+            _ => None,
+        }
+    }
+
+    /// Logs what the policy means for the limits, once, when the store first learns it.
+    pub(super) fn report(&self, required: bool) {
+        if let Some(policy) = self.evicting() {
+            tracing::warn!(
+                target: "ratelimit",
+                policy,
+                refused = required,
+                "Redis evicts keys under maxmemory-policy {policy}: when it is full, rate limits \
+                 can be lost and calls admitted above them; set maxmemory-policy to noeviction \
+                 (or a volatile-* policy, if other keys with an expiry can go first: limiter \
+                 keys have one)",
+            );
+        } else if required && *self == Policy::Unknown {
+            tracing::warn!(
+                target: "ratelimit",
+                "require_noeviction is set but Redis does not answer CONFIG GET \
+                 maxmemory-policy: the eviction policy cannot be checked",
+            );
+        }
+    }
+
+    /// The error every call gets when `noeviction` is required and Redis may evict.
+    pub(super) fn refusal(&self, required: bool) -> Option<Error> {
+        let policy = self.evicting().filter(|_| required)?;
+        Some(Error::Store {
+            message: format!(
+                "Redis evicts keys under maxmemory-policy {policy} (limits could be lost), and \
+                 require_noeviction is set: set maxmemory-policy to noeviction"
+            ),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_allkeys_policies_are_refused() {
+        let reply = |p: &str| Policy::from_reply(&["maxmemory-policy".into(), p.into()]);
+        let refusal = reply("allkeys-lru").refusal(true).unwrap();
+        assert!(refusal.to_string().contains("allkeys-lru"), "{refusal}");
+        assert!(reply("allkeys-random").refusal(true).is_some());
+        assert!(reply("allkeys-lru").refusal(false).is_none());
+        for fine in ["noeviction", "volatile-lru", "volatile-ttl"] {
+            assert!(reply(fine).refusal(true).is_none(), "{fine}");
+        }
+        assert_eq!(Policy::from_reply(&[]), Policy::Unknown);
+        assert!(Policy::Unknown.refusal(true).is_none());
+    }
+}

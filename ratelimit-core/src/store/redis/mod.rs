@@ -1,0 +1,21 @@
+//! The shared store (feature `redis`): one EVALSHA per decision against Redis or Redis Cluster.
+//!
+//! - `options`: [`RedisOptions`], what the user configures;
+//! - `redaction`: credentials kept out of `Debug` and error messages;
+//! - `scripts`: the Lua scripts, one per strategy, and the quotas they count exactly;
+//! - `store`: [`RedisStore`], the connection and one script call per decision;
+//! - `eviction`: Redis' eviction policy, checked once per store.
+//!
+//! The failure policy is applied by the generic [`Failover`](crate::store::Failover) wrapper.
+
+#[cfg(test)]
+mod agrees;
+mod eviction;
+mod options;
+mod redaction;
+mod scripts;
+mod store;
+
+pub use options::RedisOptions;
+pub(crate) use scripts::supports;
+pub use store::RedisStore;

@@ -1,0 +1,110 @@
+//! The Lua scripts (`lua/*.lua`), one per strategy, and the limits within which they count
+//! exactly.
+
+use std::sync::LazyLock;
+
+use redis::Script;
+
+use crate::quota::{Quota, QuotaError};
+use crate::syntax::Strategy;
+
+/// The Redis store counts in microseconds (the resolution of `TIME`) with Lua's doubles,
+/// exact below 2^53: this keeps every product in the scripts below 2^51.
+const LUA_EXACT: u128 = 1 << 51;
+
+/// Whether the Redis scripts can count `quota` exactly.
+pub(crate) fn supports(quota: &Quota) -> Result<(), QuotaError> {
+    let unsupported = |reason| QuotaError::Unsupported {
+        store: "the Redis store",
+        reason,
+    };
+    let window = quota.window().as_nanos();
+    if window % 1_000 != 0 {
+        return Err(unsupported(
+            "it counts in microseconds: the window must be a whole number of them",
+        ));
+    }
+    let window_us = window / 1_000;
+    let capacity = quota.capacity() as u128;
+    match quota.strategy() {
+        Strategy::SlidingWindowCounter if capacity * window_us > LUA_EXACT => Err(unsupported(
+            "limit + burst times the window in microseconds must be at most 2^51 for the \
+             sliding window counter: use a shorter window or another strategy",
+        )),
+        Strategy::TokenBucket => {
+            let interval = window_us / quota.refill_per_window().max(1) as u128;
+            if interval == 0 {
+                Err(unsupported(
+                    "the refill rate is above one token per microsecond",
+                ))
+            } else if interval * capacity > LUA_EXACT {
+                Err(unsupported(
+                    "limit + burst is too large for so slow a refill rate",
+                ))
+            } else {
+                Ok(())
+            }
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Each strategy's script behind the prelude they share (`lua/prelude.lua`: the key, cost,
+/// commit flag, Redis time and integer division). Redis has no `require`, so one script is
+/// the two files end to end.
+macro_rules! lua {
+    ($file:literal) => {
+        concat!(
+            include_str!("../../../lua/prelude.lua"),
+            include_str!(concat!("../../../lua/", $file))
+        )
+    };
+}
+
+/// The scripts' sources, in the order of [`script`].
+const SOURCES: [&str; 4] = [
+    lua!("fixed_window.lua"),
+    lua!("sliding_log.lua"),
+    lua!("sliding_counter.lua"),
+    lua!("token_bucket.lua"),
+];
+
+pub(super) static SCRIPTS: LazyLock<[Script; 4]> = LazyLock::new(|| SOURCES.map(Script::new));
+
+pub(super) fn script(strategy: Strategy) -> &'static Script {
+    let i = match strategy {
+        Strategy::FixedWindow => 0,
+        Strategy::SlidingWindow => 1,
+        Strategy::SlidingWindowCounter => 2,
+        Strategy::TokenBucket => 3,
+    };
+    &SCRIPTS[i]
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn quotas_redis_cannot_count_exactly_are_refused() {
+        let text = |q: Quota| supports(&q).unwrap_err().to_string();
+        let q = Quota::new(10, Duration::from_nanos(1_500)).unwrap();
+        assert!(text(q).contains("microseconds"));
+        let q = Quota::new(1_000_000_000, Duration::from_secs(3_600))
+            .unwrap()
+            .with_strategy(Strategy::SlidingWindowCounter);
+        assert!(text(q).contains("2^51"));
+        let q = Quota::new(10, Duration::from_secs(1))
+            .unwrap()
+            .with_refill(2_000_000)
+            .unwrap()
+            .with_strategy(Strategy::TokenBucket);
+        assert!(text(q).contains("microsecond"));
+        for strategy in Strategy::ALL {
+            let q = Quota::per_minute(1_000).unwrap().with_strategy(strategy);
+            assert_eq!(supports(&q), Ok(()));
+        }
+    }
+}

@@ -1,0 +1,366 @@
+//! [`RedisStore`]: the connection, one EVALSHA per decision, and the scripts' replies.
+
+use std::fmt;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use redis::aio::ConnectionManager;
+use redis::cluster_async::ClusterConnection;
+use tokio::sync::OnceCell;
+
+use super::eviction::Policy;
+use super::options::RedisOptions;
+use super::redaction::{secrets, store_error};
+use super::scripts::{script, supports, SCRIPTS};
+use crate::algorithm::Verdict;
+use crate::clock::Nanos;
+use crate::decision::Decision;
+use crate::error::Error;
+use crate::quota::{Quota, QuotaError};
+use crate::syntax::Strategy;
+
+/// The code of the error reply a script returns, without writing anything, when the key
+/// holds state it did not write (see `lua/prelude.lua`).
+const UNEXPECTED_STATE: &str = "RATELIMIT_STATE";
+
+enum Client {
+    Single(redis::Client),
+    Cluster(Box<redis::cluster::ClusterClient>),
+}
+
+#[derive(Clone)]
+enum Connection {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+struct Inner {
+    options: RedisOptions,
+    secrets: Vec<String>,
+    client: Client,
+    connection: OnceCell<Connection>,
+    /// Redis' eviction policy, once the first connection has asked.
+    eviction: OnceLock<Policy>,
+}
+
+/// Limiter state in Redis, shared by every process that uses the same server (or cluster) and
+/// key prefix.
+///
+/// - **One round trip per decision**: each strategy is one Lua script (`lua/*.lua` in this
+///   crate), run with `EVALSHA` and loaded again only when Redis answers `NOSCRIPT`.
+/// - **Redis' clock**: the scripts read `TIME`, so processes whose clocks disagree still make
+///   the same decisions. Times are counted in microseconds, `TIME`'s resolution: a decision is
+///   [`algorithm::decide`](crate::algorithm::decide) evaluated in microseconds, and
+///   `reset_at` / `retry_after` are Redis' times.
+/// - **One key per decision**, written with its expiry in the same script: nothing outlives
+///   its window. In a cluster the user key is the hash tag, so one decision is one slot.
+/// - **Fails closed on foreign state**: a key holding anything its script did not write
+///   (another type, another strategy's encoding, corrupt data) is answered with
+///   [`Error::UnexpectedState`] and left as it is, never read as a fresh key.
+/// - **Eviction**: on its first connection (or [`connect`](Self::connect)) the store asks
+///   Redis for its `maxmemory-policy` where `CONFIG` is allowed. Under an `allkeys-*` policy a
+///   full Redis evicts limiter keys and their limits are lost: it logs a warning, and with
+///   [`RedisOptions::require_noeviction`] refuses every call with [`Error::Store`].
+/// - **Bounded**: every call gives up after [`RedisOptions::timeout`]; the connection is
+///   multiplexed and re-established in the background after a failure.
+/// - Needs Redis 6.2 or later (`SET ... PXAT`, `KEEPTTL`) and a Tokio runtime (called outside
+///   one, every call fails with [`Error::Store`]); connects on first use (or on
+///   [`connect`](Self::connect)).
+/// - A quota with a capacity of zero refuses without asking Redis (its `reset_at` is then on
+///   this process's clock).
+#[derive(Clone)]
+pub struct RedisStore {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("options", &self.inner.options)
+            .field("connected", &self.inner.connection.initialized())
+            .finish()
+    }
+}
+
+impl RedisStore {
+    /// A store for `options`; checks the URLs but does not connect yet.
+    pub fn new(options: RedisOptions) -> Result<Self, Error> {
+        if let Some((field, problem)) = options.problems().into_iter().next() {
+            return Err(Error::Store {
+                message: format!("{field}: {problem}"),
+            });
+        }
+        let secrets = secrets(&options.urls);
+        let scrub = |e: redis::RedisError| store_error(&secrets, "invalid Redis URL", &e);
+        let client = if options.cluster {
+            let builder =
+                redis::cluster::ClusterClientBuilder::new(options.urls.iter().map(String::as_str))
+                    .connection_timeout(options.connect_timeout)
+                    .response_timeout(options.timeout)
+                    .min_retry_wait(5)
+                    .max_retry_wait(options.timeout.as_millis().max(10) as u64);
+            Client::Cluster(Box::new(builder.build().map_err(scrub)?))
+        } else {
+            Client::Single(redis::Client::open(options.urls[0].as_str()).map_err(scrub)?)
+        };
+        Ok(RedisStore {
+            inner: Arc::new(Inner {
+                secrets,
+                options,
+                client,
+                connection: OnceCell::new(),
+                eviction: OnceLock::new(),
+            }),
+        })
+    }
+
+    /// The options.
+    pub fn options(&self) -> &RedisOptions {
+        &self.inner.options
+    }
+
+    /// Connects (if not yet connected) and loads the scripts, within the timeout: call it at
+    /// start-up to find out at once that Redis is unreachable.
+    pub async fn connect(&self) -> Result<(), Error> {
+        self.bounded(async {
+            let mut connection = self.connection().await?;
+            for script in SCRIPTS.iter() {
+                let loaded = match &mut connection {
+                    Connection::Single(c) => script.prepare_invoke().load_async(c).await,
+                    Connection::Cluster(c) => script.prepare_invoke().load_async(c).await,
+                };
+                loaded.map_err(|e| self.error("could not load a script", &e))?;
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    /// Forgets `key`; returns whether Redis held it.
+    async fn forget(&self, key: &str) -> Result<bool, Error> {
+        crate::key::check_store_key(key)?;
+        self.bounded(async {
+            let mut cmd = redis::cmd("DEL");
+            cmd.arg(key);
+            let deleted: Result<u64, _> = match self.connection().await? {
+                Connection::Single(mut c) => cmd.query_async(&mut c).await,
+                Connection::Cluster(mut c) => cmd.query_async(&mut c).await,
+            };
+            deleted
+                .map(|n| n > 0)
+                .map_err(|e| self.error("reset failed", &e))
+        })
+        .await
+    }
+
+    /// The algorithm's verdict (in nanoseconds) and the Redis time it was taken at, before
+    /// rounding to a [`Decision`]. `now` is the service's clock, used only for what is
+    /// decided without asking Redis (a capacity of zero).
+    pub(crate) async fn verdict(
+        &self,
+        key: &str,
+        quota: &Quota,
+        cost: u64,
+        now: Nanos,
+        commit: bool,
+    ) -> Result<(Verdict, Nanos), Error> {
+        crate::key::check_store_key(key)?;
+        supports(quota)?;
+        let capacity = quota.capacity();
+        // The same checks as in memory, before any round trip: a zero capacity is refused
+        // whatever Redis holds, so Redis is not asked.
+        if let Some(verdict) = crate::algorithm::precheck(now, quota, cost, commit)? {
+            return Ok((verdict, now));
+        }
+        let window_us = quota.window().as_micros() as u64;
+        let (first, second) = match quota.strategy() {
+            Strategy::TokenBucket => {
+                let interval = window_us / quota.refill_per_window().max(1);
+                (interval, interval * capacity)
+            }
+            _ => (window_us, capacity),
+        };
+        let mut invocation = script(quota.strategy()).key(key);
+        invocation
+            .arg(first)
+            .arg(second)
+            .arg(cost)
+            .arg(u8::from(commit));
+        let reply: Vec<i64> = self
+            .bounded(async {
+                let result = match self.connection().await? {
+                    Connection::Single(mut c) => invocation.invoke_async(&mut c).await,
+                    Connection::Cluster(mut c) => invocation.invoke_async(&mut c).await,
+                };
+                result.map_err(|e| match e.code() {
+                    Some(UNEXPECTED_STATE) => Error::UnexpectedState {
+                        message: e.detail().unwrap_or("").to_owned(),
+                    },
+                    _ => self.error("the limiter script failed", &e),
+                })
+            })
+            .await?;
+        verdict(&reply).ok_or_else(|| Error::Store {
+            message: format!("unexpected reply from the limiter script: {reply:?}"),
+        })
+    }
+
+    /// Runs `f` within the configured timeout. Everything that talks to Redis goes through
+    /// here, so this is where a missing Tokio runtime is caught: the timer and the connection
+    /// would panic ("there is no reactor running") instead of failing the call.
+    async fn bounded<T>(
+        &self,
+        f: impl std::future::Future<Output = Result<T, Error>>,
+    ) -> Result<T, Error> {
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(Error::Store {
+                message: "the Redis store needs a Tokio runtime (with its time and IO drivers): \
+                          call it from within one, e.g. under #[tokio::main]"
+                    .to_owned(),
+            });
+        }
+        let after = self.inner.options.timeout;
+        tokio::time::timeout(after, f)
+            .await
+            .unwrap_or(Err(Error::Timeout { after }))
+    }
+
+    async fn connection(&self) -> Result<Connection, Error> {
+        let inner = &self.inner;
+        let connection = inner
+            .connection
+            .get_or_try_init(|| async {
+                match &inner.client {
+                    Client::Single(client) => {
+                        // No response timeout here: every call is already bounded as a
+                        // whole (see `bounded`), and a second timer per request costs.
+                        let config = redis::aio::ConnectionManagerConfig::new()
+                            .set_connection_timeout(Some(inner.options.connect_timeout))
+                            .set_response_timeout(None)
+                            // Give up a reconnection quickly: the next call starts another,
+                            // and calls meanwhile get an error (and the failure policy)
+                            // instead of waiting.
+                            .set_number_of_retries(1)
+                            .set_min_delay(Duration::from_millis(5))
+                            .set_max_delay(inner.options.timeout);
+                        ConnectionManager::new_lazy_with_config(client.clone(), config)
+                            .map(Connection::Single)
+                            .map_err(|e| self.error("could not connect", &e))
+                    }
+                    Client::Cluster(client) => client
+                        .get_async_connection()
+                        .await
+                        .map(Connection::Cluster)
+                        .map_err(|e| self.error("could not connect to the cluster", &e)),
+                }
+            })
+            .await?;
+        let mut connection = connection.clone();
+        self.check_eviction(&mut connection).await?;
+        Ok(connection)
+    }
+
+    /// Refuses, when `noeviction` is required, if Redis may evict limiter keys. Asks Redis
+    /// once: until it has answered (or said it will not), at the cost of one round trip.
+    async fn check_eviction(&self, connection: &mut Connection) -> Result<(), Error> {
+        let required = self.inner.options.require_noeviction;
+        let policy = match self.inner.eviction.get() {
+            Some(policy) => policy,
+            None => {
+                let mut cmd = redis::cmd("CONFIG");
+                cmd.arg("GET").arg("maxmemory-policy");
+                let reply: Result<Vec<String>, _> = match connection {
+                    Connection::Single(c) => cmd.query_async(c).await,
+                    Connection::Cluster(c) => cmd.query_async(c).await,
+                };
+                let policy = match reply {
+                    Ok(reply) => Policy::from_reply(&reply),
+                    // Unreachable: ask again on the next call (which fails on its own).
+                    Err(e)
+                        if e.is_io_error()
+                            || e.is_timeout()
+                            || e.is_connection_dropped()
+                            || e.is_connection_refusal() =>
+                    {
+                        return Ok(());
+                    }
+                    // CONFIG refused (managed Redis) or answered oddly: cannot tell.
+                    Err(_) => Policy::Unknown,
+                };
+                if self.inner.eviction.set(policy.clone()).is_ok() {
+                    policy.report(required);
+                }
+                self.inner.eviction.get().unwrap_or(&Policy::Unknown)
+            }
+        };
+        match policy.refusal(required) {
+            Some(refusal) => Err(refusal),
+            None => Ok(()),
+        }
+    }
+
+    fn error(&self, context: &str, e: &redis::RedisError) -> Error {
+        if e.is_timeout() {
+            return Error::Timeout {
+                after: self.inner.options.timeout,
+            };
+        }
+        store_error(&self.inner.secrets, context, e)
+    }
+}
+
+impl crate::store::Store for RedisStore {
+    async fn decide(
+        &self,
+        key: &str,
+        quota: &Quota,
+        cost: u64,
+        now: Nanos,
+        commit: bool,
+    ) -> Result<Decision, Error> {
+        if cost == 0 {
+            // A look at the level: the scripts decide calls that spend; cost 0 is two looks,
+            // as in every store (`algorithm::level`).
+            let (level, at) = self.verdict(key, quota, 0, now, false).await?;
+            if level.allowed && level.remaining > 0 {
+                return Ok(Decision::for_quota(level, at, quota));
+            }
+            let (one, at) = self.verdict(key, quota, 1, now, false).await?;
+            let verdict = Verdict {
+                allowed: false,
+                remaining: 0,
+                retry_after: one.retry_after,
+                ..level
+            };
+            return Ok(Decision::for_quota(verdict, at, quota));
+        }
+        let (verdict, at) = self.verdict(key, quota, cost, now, commit).await?;
+        Ok(Decision::for_quota(verdict, at, quota))
+    }
+
+    async fn reset(&self, key: &str) -> Result<bool, Error> {
+        self.forget(key).await
+    }
+
+    fn supports(&self, quota: &Quota) -> Result<(), QuotaError> {
+        supports(quota)
+    }
+}
+
+/// `{allowed, remaining, reset_at, retry_after or -1, now}` in microseconds, to nanoseconds.
+fn verdict(reply: &[i64]) -> Option<(Verdict, Nanos)> {
+    let &[allowed, remaining, reset_at, retry_after, now] = reply else {
+        return None;
+    };
+    let nanos = |us: i64| u64::try_from(us).ok()?.checked_mul(1_000);
+    let verdict = Verdict {
+        allowed: allowed == 1,
+        remaining: u64::try_from(remaining).ok()?,
+        reset_at: nanos(reset_at)?,
+        retry_after: match retry_after {
+            -1 => None,
+            us => Some(nanos(us)?),
+        },
+    };
+    Some((verdict, nanos(now)?))
+}

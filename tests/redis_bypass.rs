@@ -1,0 +1,441 @@
+//! Regression tests for ways the Redis store failed open or broke (feature `redis`), each named
+//! after the hole it closes. They go through the public API (`RateLimitService` over
+//! `StoreConfig::Redis`) and plant state with a raw connection; the store's key format is not
+//! assumed: a test makes one call, then finds the limiter's key with `SCAN`.
+
+use std::time::{Duration, Instant};
+
+use ratelimit::{Config, Error, Options, RateLimitService, RedisOptions, StoreConfig, Strategy};
+use ratelimit_tests::redis_server::{prefix, RedisServer};
+
+/// Long enough that no window ends during a test.
+const LONG: Duration = Duration::from_secs(20 * 24 * 3600);
+
+/// A fresh prefix that is no other prefix's beginning (`…-1x` is not a prefix of `…-10x`), so
+/// that `SCAN MATCH <prefix>*` finds this service's keys only.
+fn fresh(name: &str) -> String {
+    format!("{}x", prefix(name))
+}
+
+fn service_with(options: RedisOptions, prefix: &str) -> RateLimitService {
+    let config = Config::builder()
+        .key_prefix(prefix)
+        .store(StoreConfig::Redis(options))
+        .build()
+        .expect("valid configuration");
+    RateLimitService::new(config).expect("service")
+}
+
+/// The one key the store wrote under `prefix`.
+fn limiter_key(c: &mut redis::Connection, prefix: &str) -> String {
+    let (_, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+        .arg(0)
+        .arg("MATCH")
+        .arg(format!("{prefix}*"))
+        .arg("COUNT")
+        .arg(1000)
+        .query(c)
+        .unwrap();
+    assert_eq!(keys.len(), 1, "one key under {prefix}: {keys:?}");
+    keys.into_iter().next().unwrap()
+}
+
+fn service(url: &str, prefix: &str) -> RateLimitService {
+    service_with(
+        RedisOptions::new(url).timeout(Duration::from_secs(2)),
+        prefix,
+    )
+}
+
+#[test]
+fn outside_a_tokio_runtime_the_store_refuses_instead_of_panicking() {
+    let server = RedisServer::start();
+    let service = service(&server.url(), &fresh("noruntime"));
+    let opts = Options::new().limit(5).window(LONG);
+    let results = [
+        futures::executor::block_on(service.consume("k", &opts)).map(|_| ()),
+        futures::executor::block_on(service.status("k", &opts)).map(|_| ()),
+        futures::executor::block_on(service.reset("k", None)),
+        futures::executor::block_on(service.redis_store().unwrap().connect()),
+    ];
+    for result in results {
+        match result {
+            Err(Error::Store { message }) => {
+                assert!(message.contains("Tokio runtime"), "{message}")
+            }
+            other => panic!("refused with the store's error: {other:?}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn percent_encoded_credentials_never_leak() {
+    let socket = std::env::temp_dir().join(format!("{}.sock", fresh("sock")));
+    let socket = socket.to_str().unwrap().to_owned();
+    let server = RedisServer::start_with(&["--requirepass", "p@ss", "--unixsocket", &socket]);
+    let port = server.port();
+    // redis+unix URLs carry their credentials in the query.
+    let unix = format!("redis+unix://{socket}?pass=p%40ss");
+    let wrong_unix = format!("redis+unix://{socket}?db=0&pass=p%40sx");
+    let good = format!("redis://:p%40ss@127.0.0.1:{port}");
+    let wrong = format!("redis://:p%40sx@127.0.0.1:{port}");
+    let user = format!("redis://default:p%40ss@127.0.0.1:{port}/0");
+    let wrong_user = format!("redis://default:p%40sx@127.0.0.1:{port}/0");
+    let raw = format!("redis://:p@sx@127.0.0.1:{port}");
+    let opts = Options::new().limit(5).window(LONG);
+
+    let mut texts = Vec::new();
+    for url in [&good, &user, &unix] {
+        let ok = service(url, &fresh("cred"));
+        assert!(ok.consume("k", &opts).await.unwrap().allowed, "{url}");
+        texts.push(format!("{ok:?}"));
+        texts.push(format!("{:?}", ok.config()));
+        texts.push(format!("{:?}", ok.redis_store().unwrap()));
+    }
+    for url in [&wrong, &wrong_user, &raw, &wrong_unix] {
+        let refused = service(url, &fresh("cred"));
+        let err = refused.consume("k", &opts).await.unwrap_err();
+        assert!(matches!(err, Error::Store { .. }), "{err}");
+        let connect = refused.redis_store().unwrap().connect().await.unwrap_err();
+        texts.extend([
+            format!("{refused:?}"),
+            format!("{err}"),
+            format!("{err:?}"),
+            format!("{connect}"),
+            format!("{connect:?}"),
+        ]);
+    }
+    for url in [&good, &wrong, &user, &raw, &unix, &wrong_unix] {
+        texts.push(format!("{:?}", RedisOptions::new(url)));
+        texts.push(format!("{:?}", RedisOptions::cluster([url])));
+    }
+    // URLs refused when the configuration is built.
+    for url in [
+        "redis://:p%40ss@127.0.0.1:notaport".to_owned(),
+        "redis://:p@ss@127.0.0.1:notaport".to_owned(),
+        "redis://default:p%40ss@[::1/0".to_owned(),
+        // A delimiter written raw in a password ends the authority early for a parser.
+        format!("redis://:p#p@ss@127.0.0.1:{port}"),
+        format!("redis://:p?p@ss@127.0.0.1:{port}"),
+        format!("redis://:p/p@ss@127.0.0.1:{port}"),
+    ] {
+        let err = Config::builder()
+            .store(StoreConfig::Redis(RedisOptions::new(url)))
+            .build()
+            .unwrap_err();
+        assert!(err.to_string().contains("store.url"), "{err}");
+        texts.extend([format!("{err}"), format!("{err:?}")]);
+    }
+    for text in &texts {
+        for secret in ["p@ss", "p%40ss", "p@sx", "p%40sx", "p%40", "40ss", "40sx"] {
+            assert!(!text.contains(secret), "{secret:?} in {text}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_sliding_log_call_of_huge_cost_writes_one_member() {
+    let server = RedisServer::start();
+    let p = fresh("cost");
+    // Long enough for the old script (one member per unit) to finish and be measured.
+    let service = service_with(
+        RedisOptions::new(server.url()).timeout(Duration::from_secs(30)),
+        &p,
+    );
+    let opts = Options::new()
+        .limit(2_000_000)
+        .window(LONG)
+        .strategy(Strategy::SlidingWindow);
+    let started = Instant::now();
+    let d = service.consume("k", &opts.cost(1_000_000)).await.unwrap();
+    let took = started.elapsed();
+    assert!(d.allowed);
+    assert_eq!(d.remaining, 1_000_000);
+    let mut c = server.connection();
+    let key = limiter_key(&mut c, &p);
+    let members: u64 = redis::cmd("ZCARD").arg(&key).query(&mut c).unwrap();
+    let bytes: u64 = redis::cmd("MEMORY")
+        .arg("USAGE")
+        .arg(&key)
+        .query(&mut c)
+        .unwrap();
+    eprintln!("cost 1000000: {took:?}, {members} members, MEMORY USAGE {bytes} bytes");
+    assert!(took < Duration::from_millis(500), "{took:?}");
+    assert_eq!(members, 1);
+    assert!(bytes < 1_024, "{bytes} bytes");
+
+    // Still exact: 1 000 000 units are left, not one more.
+    let over = service.consume("k", &opts.cost(1_000_001)).await.unwrap();
+    assert!(!over.allowed);
+    assert_eq!(over.remaining, 1_000_000);
+    // It fits once the first call leaves the window.
+    let retry = over.retry_after.unwrap();
+    assert!(retry <= d.reset_after && retry + Duration::from_secs(1) > d.reset_after);
+    assert!(
+        service
+            .status("k", &opts.cost(1_000_000))
+            .await
+            .unwrap()
+            .allowed
+    );
+    let last = service.consume("k", &opts.cost(1_000_000)).await.unwrap();
+    assert!(last.allowed);
+    assert_eq!(last.remaining, 0);
+    assert!(!service.consume("k", &opts).await.unwrap().allowed);
+    let members: u64 = redis::cmd("ZCARD").arg(&key).query(&mut c).unwrap();
+    assert_eq!(members, 2);
+}
+
+/// A key's value and absolute expiry, to check that nothing was written.
+fn snapshot(c: &mut redis::Connection, key: &str) -> (String, Vec<u8>, i64) {
+    let kind: String = redis::cmd("TYPE").arg(key).query(c).unwrap();
+    let dump: Vec<u8> = redis::cmd("DUMP").arg(key).query(c).unwrap();
+    let expires: i64 = redis::cmd("PEXPIRETIME").arg(key).query(c).unwrap();
+    (kind, dump, expires)
+}
+
+/// Replaces `key` with what `plant` names, expiring in an hour.
+fn plant(c: &mut redis::Connection, key: &str, plant: &str) {
+    let mut words = plant.split(' ');
+    let command = words.next().unwrap();
+    redis::cmd("DEL").arg(key).exec(c).unwrap();
+    let mut cmd = redis::cmd(command);
+    cmd.arg(key);
+    for word in words {
+        cmd.arg(word);
+    }
+    cmd.exec(c).unwrap();
+    redis::cmd("PEXPIRE")
+        .arg(key)
+        .arg(3_600_000)
+        .exec(c)
+        .unwrap();
+}
+
+#[tokio::test]
+async fn garbage_on_a_limiter_key_is_refused_not_read_as_a_fresh_key() {
+    let server = RedisServer::start();
+    let mut c = server.connection();
+    // Every type, and strings in every strategy's encoding but the right one, or in none.
+    let fixed = "SET F1700000000000000:60000000:1";
+    let counter = "SET C1700000000000000:60000000:0:1";
+    let bucket = "SET T1700000000000000";
+    let log = "ZADD 1700000000000000 0000000000000001:1";
+    let others = [
+        "RPUSH a b",
+        "HSET f v",
+        "SADD a b",
+        "SET garbage",
+        "SET 12",
+        "SET F1:2:3:4",
+        "SET F1:2:x",
+        "SET T-5",
+        "ZADD 1 garbage",
+        "ZADD 1700000000000000 1700000000000000-1",
+        "ZADD 1700000000000000 1:1",
+        "ZADD 1700000000000000 0000000000000001:0",
+    ];
+    for strategy in Strategy::ALL {
+        let own = match strategy {
+            Strategy::FixedWindow => fixed,
+            Strategy::SlidingWindow => log,
+            Strategy::SlidingWindowCounter => counter,
+            _ => bucket,
+        };
+        let p = fresh("garbage");
+        let service = service(&server.url(), &p);
+        let opts = Options::new().limit(5).window(LONG).strategy(strategy);
+        assert!(service.consume("k", &opts).await.unwrap().allowed);
+        let key = limiter_key(&mut c, &p);
+        for planted in [fixed, counter, bucket, log]
+            .into_iter()
+            .filter(|&s| s != own)
+            .chain(others)
+        {
+            plant(&mut c, &key, planted);
+            let before = snapshot(&mut c, &key);
+            for result in [
+                service.consume("k", &opts).await,
+                service.status("k", &opts).await,
+                service.consume("k", &opts.cost(5)).await,
+            ] {
+                match result {
+                    Err(e @ Error::UnexpectedState { .. }) => {
+                        let expected = format!(
+                            "state of an unexpected shape under a limiter key: refused \
+                             (the limiter key holds a {} that is not a",
+                            before.0
+                        );
+                        assert!(e.to_string().starts_with(&expected), "{e}");
+                    }
+                    other => panic!("{strategy}, {planted:?}: refused, not {other:?}"),
+                }
+            }
+            assert_eq!(snapshot(&mut c, &key), before, "{strategy}, {planted:?}");
+        }
+    }
+}
+
+/// Redis' own time, in microseconds since the epoch.
+fn redis_now(c: &mut redis::Connection) -> u64 {
+    let (secs, micros): (u64, u64) = redis::cmd("TIME").query(c).unwrap();
+    secs * 1_000_000 + micros
+}
+
+#[tokio::test]
+async fn time_going_backwards_does_not_reopen_a_window() {
+    let server = RedisServer::start();
+    let mut c = server.connection();
+    let w = LONG.as_micros() as u64;
+    // What a Redis whose clock ran a window ahead wrote, in each script's own encoding: the
+    // next window already full (limit 5).
+    let now = redis_now(&mut c);
+    let next = (now / w + 1) * w;
+    let ahead = [
+        (Strategy::FixedWindow, format!("F{next}:{w}:5")),
+        (Strategy::SlidingWindowCounter, format!("C{next}:{w}:0:5")),
+        (Strategy::TokenBucket, format!("T{}", next + 2 * w)),
+    ];
+    for (strategy, state) in ahead {
+        let p = fresh("backwards");
+        let service = service(&server.url(), &p);
+        let opts = Options::new().limit(5).window(LONG).strategy(strategy);
+        assert!(service.consume("k", &opts).await.unwrap().allowed);
+        let key = limiter_key(&mut c, &p);
+        redis::cmd("SET")
+            .arg(&key)
+            .arg(&state)
+            .arg("PXAT")
+            .arg((next + 3 * w) / 1_000)
+            .exec(&mut c)
+            .unwrap();
+        let before = snapshot(&mut c, &key);
+        for _ in 0..3 {
+            let d = service.consume("k", &opts).await.unwrap();
+            assert!(!d.allowed, "{strategy}: {d:?}");
+            // Not before the window the state was written in is over.
+            assert!(d.reset_at * 1_000 >= next + w, "{strategy}: {d:?}");
+        }
+        assert_eq!(snapshot(&mut c, &key), before, "{strategy}");
+    }
+
+    // The log: a hit stamped a minute ahead keeps counting until a window after that minute,
+    // though the window (300 ms) ends long before it.
+    let window = Duration::from_millis(300);
+    let p = fresh("backwards");
+    let service = service(&server.url(), &p);
+    let opts = Options::new()
+        .limit(2)
+        .window(window)
+        .strategy(Strategy::SlidingWindow);
+    assert!(service.consume("k", &opts).await.unwrap().allowed);
+    let key = limiter_key(&mut c, &p);
+    let ahead = redis_now(&mut c) + 60_000_000;
+    redis::cmd("DEL").arg(&key).exec(&mut c).unwrap();
+    redis::cmd("ZADD")
+        .arg(&key)
+        .arg(ahead)
+        .arg("0000000000000001:1")
+        .exec(&mut c)
+        .unwrap();
+    redis::cmd("PEXPIREAT")
+        .arg(&key)
+        .arg((ahead + 300_000) / 1_000 + 1)
+        .exec(&mut c)
+        .unwrap();
+    let admitted = service.consume("k", &opts).await.unwrap();
+    assert!(admitted.allowed);
+    assert!(
+        admitted.reset_at * 1_000 >= ahead + 300_000,
+        "stamped at the newest hit, not before: {admitted:?}"
+    );
+    assert!(!service.consume("k", &opts).await.unwrap().allowed);
+    // Real time passes a window: the log is still full until the minute ahead has passed.
+    tokio::time::sleep(window + Duration::from_millis(100)).await;
+    let d = service.consume("k", &opts).await.unwrap();
+    assert!(!d.allowed, "{d:?}");
+    assert!(d.retry_after.unwrap() > Duration::from_secs(50), "{d:?}");
+}
+
+/// What a tracing subscriber writes, kept for the test to read.
+#[derive(Clone, Default)]
+struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Captured {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+#[tokio::test]
+async fn an_evicting_redis_is_warned_about_and_refused_when_noeviction_is_required() {
+    let logs = Captured::default();
+    let writer = logs.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    // A current-thread runtime: every call, and so every log line, is on this thread.
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let server = RedisServer::start_with(&["--maxmemory-policy", "allkeys-lru"]);
+    let opts = Options::new().limit(5).window(LONG);
+
+    let warned = service(&server.url(), &fresh("evict"));
+    assert!(warned.consume("k", &opts).await.unwrap().allowed);
+    let text = logs.text();
+    assert!(
+        text.contains("WARN") && text.contains("allkeys-lru") && text.contains("noeviction"),
+        "{text}"
+    );
+
+    let p = fresh("evict");
+    let strict = service_with(
+        RedisOptions::new(server.url())
+            .timeout(Duration::from_secs(2))
+            .require_noeviction(true),
+        &p,
+    );
+    for _ in 0..3 {
+        for result in [
+            strict.consume("k", &opts).await,
+            strict.status("k", &opts).await,
+        ] {
+            match result {
+                Err(Error::Store { message }) => {
+                    assert!(message.contains("allkeys-lru"), "{message}")
+                }
+                other => panic!("refused: {other:?}"),
+            }
+        }
+    }
+    match strict.redis_store().unwrap().connect().await {
+        Err(Error::Store { message }) => assert!(message.contains("allkeys-lru"), "{message}"),
+        other => panic!("connect refuses too: {other:?}"),
+    }
+    let mut c = server.connection();
+    let (_, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+        .arg(0)
+        .arg("MATCH")
+        .arg(format!("{p}*"))
+        .query(&mut c)
+        .unwrap();
+    assert!(keys.is_empty(), "nothing written: {keys:?}");
+
+    // Where Redis does not evict, the same options decide.
+    let keeping = RedisServer::start();
+    let strict = service_with(
+        RedisOptions::new(keeping.url()).require_noeviction(true),
+        &fresh("evict"),
+    );
+    assert!(strict.consume("k", &opts).await.unwrap().allowed);
+}
