@@ -223,3 +223,69 @@ fn config_from_toml_and_json() {
     let err = Config::from_json_str(json).unwrap_err();
     assert!(err.to_string().contains("tiers.pro.window"), "{err}");
 }
+
+/// redis-cell's published GCRA table: capacity 5, one token a second. After the calls at
+/// 8.0 s and 9.5 s, a look at 9.5 s shows 4 remaining, full again in 1 s (once `status`
+/// answered as if a call of cost 1 were made, and said 3).
+#[test]
+fn status_reports_the_level_now_as_in_the_published_gcra_table() {
+    let config = Config::builder()
+        .tier(
+            Tier::new("cell", 5)
+                .window("5s")
+                .strategy(Strategy::TokenBucket),
+        )
+        .build()
+        .unwrap();
+    let (service, clock) = service(config);
+    let cell = Options::new().tier("cell");
+    let start = ratelimit_tests::START;
+    clock.set(start + Duration::from_secs(8));
+    assert!(now(service.consume("k", &cell)).unwrap().allowed);
+    clock.set(start + Duration::from_millis(9_500));
+    assert!(now(service.consume("k", &cell)).unwrap().allowed);
+    let level = now(service.status("k", &cell)).unwrap();
+    assert_eq!(level.remaining, 4);
+    assert_eq!(level.reset_after, Duration::from_secs(1));
+    assert!(level.allowed);
+    assert_eq!(level.retry_after, None);
+    // A look with cost 0 through `check` is the same as `status`.
+    let look = now(service.check("k", &cell.consume(false).cost(0))).unwrap();
+    assert_eq!(look, level);
+}
+
+/// A module-wide `token_refill_rate` of 3,600 per window once refilled a tier of 2 an hour
+/// at the module's rate: 60 admitted in a minute.
+#[test]
+fn a_module_refill_rate_does_not_replace_a_tiers_own_limit() {
+    let config = Config::builder()
+        .strategy(Strategy::TokenBucket)
+        .token_refill_rate(3_600)
+        .tier(Tier::new("hourly", 2).window("1h"))
+        .build()
+        .unwrap();
+    let (hourly_service, clock) = service(config);
+    let hourly = Options::new().tier("hourly");
+    let mut admitted = 0;
+    for _ in 0..60 {
+        admitted += u32::from(now(hourly_service.consume("k", &hourly)).unwrap().allowed);
+        clock.advance(Duration::from_secs(1));
+    }
+    assert_eq!(admitted, 2);
+    // A tier can set its own refill.
+    let config = Config::builder()
+        .strategy(Strategy::TokenBucket)
+        .tier(Tier::new("trickle", 2).window("1h").refill(60))
+        .build()
+        .unwrap();
+    let (trickling, clock) = service(config);
+    let trickle = Options::new().tier("trickle");
+    let mut admitted = 0;
+    for _ in 0..60 {
+        admitted += u32::from(now(trickling.consume("k", &trickle)).unwrap().allowed);
+        clock.advance(Duration::from_secs(1));
+    }
+    // The bucket's 2, then one a minute.
+    assert_eq!(admitted, 2);
+    assert!(now(trickling.consume("k", &trickle)).unwrap().allowed);
+}
