@@ -187,10 +187,7 @@ proptest! {
         steps in prop::collection::vec((0u64..3_000, 1u64..4), 1..60),
     ) {
         // Peeking ahead in time below must not let a sweep drop the key "in the future".
-        let store = MemoryStore::with_options(MemoryOptions {
-            sweep_interval: Duration::from_secs(1_000_000),
-            ..MemoryOptions::default()
-        });
+        let store = MemoryStore::with_options(MemoryOptions::default().sweep_interval(Duration::from_secs(1_000_000)));
         let q = Quota::new(limit, Duration::from_millis(window_ms)).unwrap()
             .with_burst(burst).unwrap()
             .with_strategy(strategy);

@@ -7,11 +7,14 @@ use std::time::Duration;
 use ratelimit::{Config, Error, MemoryStore, Options, RateLimitService, Strategy, Tier};
 use ratelimit_tests::{clock, now};
 
+/// Makes a service over a configuration, on one store.
+type MakeService = Box<dyn Fn(Config) -> RateLimitService>;
+
 /// The stores each case runs on: (name, a service over `config` on that store). Two
 /// services made from one factory share the store, like two apps on one Redis.
-fn stores() -> Vec<(&'static str, Box<dyn Fn(Config) -> RateLimitService>)> {
+fn stores() -> Vec<(&'static str, MakeService)> {
     let memory = MemoryStore::new();
-    let mut all: Vec<(&'static str, Box<dyn Fn(Config) -> RateLimitService>)> = vec![(
+    let mut all: Vec<(&'static str, MakeService)> = vec![(
         "memory",
         Box::new(move |config| {
             RateLimitService::with_store(config, memory.clone(), std::sync::Arc::new(clock()))

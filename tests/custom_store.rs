@@ -13,10 +13,13 @@ use ratelimit::{
 };
 use ratelimit_tests::START;
 
+/// Each key's state as bytes, with the time it expires.
+type Entries = HashMap<String, (Vec<u8>, Nanos)>;
+
 /// State as bytes with an expiry, under one lock: the transaction.
 #[derive(Clone, Default)]
 struct MapStore {
-    map: Arc<Mutex<HashMap<String, (Vec<u8>, Nanos)>>>,
+    map: Arc<Mutex<Entries>>,
     /// Refuse quotas above this capacity, as a store with small counters would.
     max_capacity: Option<u64>,
 }

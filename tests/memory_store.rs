@@ -35,10 +35,9 @@ fn sweeper_empties_the_store_once_every_window_has_passed() {
 #[test]
 fn idle_service_gives_keys_back_through_its_sweeper_thread() {
     let config = Config::builder()
-        .store(StoreConfig::Memory(MemoryOptions {
-            sweep_interval: Duration::from_millis(10),
-            ..MemoryOptions::default()
-        }))
+        .store(StoreConfig::Memory(
+            MemoryOptions::default().sweep_interval(Duration::from_millis(10)),
+        ))
         .build()
         .unwrap();
     let (service, clock) = service(config);
@@ -61,10 +60,7 @@ fn idle_service_gives_keys_back_through_its_sweeper_thread() {
 fn at_capacity_new_keys_are_refused_not_waved_through() {
     let config = Config::builder()
         .default_limit(10)
-        .store(StoreConfig::Memory(MemoryOptions {
-            max_keys: 100,
-            ..MemoryOptions::default()
-        }))
+        .store(StoreConfig::Memory(MemoryOptions::default().max_keys(100)))
         .build()
         .unwrap();
     let (service, clock) = service(config);

@@ -214,10 +214,11 @@ fn config_from_toml_and_json() {
     assert_eq!(config.tier("enterprise").unwrap().quota.capacity(), 15_000);
     assert_eq!(
         config.store(),
-        &StoreConfig::Memory(MemoryOptions {
-            max_keys: 1000,
-            sweep_interval: Duration::from_secs(5)
-        })
+        &StoreConfig::Memory(
+            MemoryOptions::default()
+                .max_keys(1000)
+                .sweep_interval(Duration::from_secs(5))
+        )
     );
     let json = r#"{"default_limit": 5, "tiers": {"pro": {"limit": 1, "window": "1x"}}}"#;
     let err = Config::from_json_str(json).unwrap_err();

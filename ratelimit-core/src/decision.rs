@@ -10,6 +10,7 @@ const MILLI: Nanos = 1_000_000;
 
 /// The answer to one call.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Decision {
     /// Whether the call may proceed.
     pub allowed: bool,

@@ -134,6 +134,7 @@ impl Error {
 
 /// A refusal, with the decision and what was being limited.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Exceeded {
     /// The decision that refused the call.
     pub decision: Decision,

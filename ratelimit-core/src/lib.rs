@@ -4,6 +4,7 @@
 //! Most users depend on the `ratelimit` facade instead; everything public here is re-exported
 //! there.
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod algorithm;
 mod clock;
@@ -33,6 +34,7 @@ pub use service::{Options, RateLimitService};
 pub use stats::{Counts, Stats};
 pub use store::{Failover, FailurePolicy, MemoryOptions, MemoryStore, Store};
 #[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use store::{RedisOptions, RedisStore};
 pub use syntax::{format_window, parse_window, ParseError, Rate, Strategy, MAX_WINDOW};
 

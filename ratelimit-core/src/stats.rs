@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Decisions counted for one scope.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Counts {
     /// Calls decided (`allowed + denied`).
     pub checks: u64,
@@ -18,6 +19,7 @@ pub struct Counts {
 
 /// A snapshot of the service's counters.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Stats {
     /// Every call.
     pub total: Counts,

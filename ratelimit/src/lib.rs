@@ -83,6 +83,7 @@
 //! # }).unwrap();
 //! ```
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub use ratelimit_core::{
     format_window, parse_window, store, Clock, Config, ConfigBuilder, ConfigError, Counts,
@@ -92,6 +93,7 @@ pub use ratelimit_core::{
 };
 pub use ratelimit_core::{Failover, FailurePolicy, Store};
 #[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use ratelimit_core::{RedisOptions, RedisStore};
 
 pub use ratelimit_core::{

@@ -24,6 +24,7 @@ use crate::store::FailurePolicy;
 /// assert!(fleet.cluster);
 /// ```
 #[derive(Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RedisOptions {
     /// `redis://[[user]:password@]host[:port][/db]` (or `redis+unix:///path`; this build has
     /// no TLS, so `rediss://` is refused when the configuration is built): one URL

@@ -5,7 +5,10 @@ use std::fmt;
 use std::hash::{BuildHasher, Hasher};
 
 use std::sync::Arc;
-use std::time::Duration;
+
+mod options;
+
+pub use options::Options;
 
 use crate::clock::{Clock, Nanos, SystemClock};
 use crate::config::{Config, StoreConfig};
@@ -16,95 +19,6 @@ use crate::quota::{Overrides, Quota};
 use crate::resolve;
 use crate::stats::{Counters, Outcome, Stats};
 use crate::store::{DynStore, MemoryStore, Store};
-use crate::syntax::Strategy;
-
-/// Per-call options: which tier, what the call costs, and [`Overrides`] of the tier's or
-/// module's limit, window, burst, strategy and refill.
-///
-/// ```
-/// use ratelimit_core::{Options, Strategy};
-/// use std::time::Duration;
-///
-/// let opts = Options::new().tier("pro").cost(5);
-/// let custom = Options::new().limit(3).window(Duration::from_secs(10)).strategy(Strategy::TokenBucket);
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Options<'a> {
-    /// The tier; `None` uses the default tier, else the default limit.
-    pub tier: Option<&'a str>,
-    /// The call's weight (default 1).
-    pub cost: u64,
-    /// The settings this call gives itself, over its tier's and the module's.
-    pub overrides: Overrides,
-    /// The budget's name (an annotated fn's path): used in errors, events and `stats().by_method`.
-    pub budget: Option<&'a str>,
-    /// Whether the call spends from the budget (`false` only looks, like `status`).
-    pub consume: bool,
-}
-
-impl Default for Options<'_> {
-    fn default() -> Self {
-        Options::new()
-    }
-}
-
-impl<'a> Options<'a> {
-    /// Cost 1, no tier, no overrides.
-    pub const fn new() -> Self {
-        Options {
-            tier: None,
-            cost: 1,
-            overrides: Overrides::new(),
-            budget: None,
-            consume: true,
-        }
-    }
-    /// Under this tier.
-    pub const fn tier(mut self, tier: &'a str) -> Self {
-        self.tier = Some(tier);
-        self
-    }
-    /// With this weight.
-    pub const fn cost(mut self, cost: u64) -> Self {
-        self.cost = cost;
-        self
-    }
-    /// With this limit.
-    pub const fn limit(mut self, limit: u64) -> Self {
-        self.overrides = self.overrides.limit(limit);
-        self
-    }
-    /// With this window.
-    pub const fn window(mut self, window: Duration) -> Self {
-        self.overrides = self.overrides.window(window);
-        self
-    }
-    /// With this burst.
-    pub const fn burst(mut self, burst: u64) -> Self {
-        self.overrides = self.overrides.burst(burst);
-        self
-    }
-    /// With this strategy.
-    pub const fn strategy(mut self, strategy: Strategy) -> Self {
-        self.overrides = self.overrides.strategy(strategy);
-        self
-    }
-    /// With this token-bucket refill, tokens per window.
-    pub const fn refill(mut self, refill: u64) -> Self {
-        self.overrides = self.overrides.refill(refill);
-        self
-    }
-    /// On behalf of this budget.
-    pub const fn budget(mut self, budget: &'a str) -> Self {
-        self.budget = Some(budget);
-        self
-    }
-    /// Whether to spend (`true`, the default) or only look.
-    pub const fn consume(mut self, consume: bool) -> Self {
-        self.consume = consume;
-        self
-    }
-}
 
 /// The store: the memory store is called directly (its decisions never wait), any other
 /// through the boxed [`Store`] interface.
@@ -175,13 +89,17 @@ thread_local! {
     static KEY: RefCell<String> = const { RefCell::new(String::new()) };
 }
 
-/// A key as it may appear in logs: a hash, never the key itself.
+/// A key as it may appear in logs: a digest, never the key itself. The digest is keyed with
+/// a seed drawn once per process, so a user id or an address cannot be recovered from a log
+/// by hashing candidates (a fixed-key hash of a small space is as good as the key). Within
+/// one process's logs the same key has the same digest, so refusals can still be grouped.
 struct KeyDigest<'a>(&'a str);
 
 impl fmt::Display for KeyDigest<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut h =
-            std::hash::BuildHasherDefault::<std::hash::DefaultHasher>::default().build_hasher();
+        static SEED: std::sync::OnceLock<foldhash::quality::RandomState> =
+            std::sync::OnceLock::new();
+        let mut h = SEED.get_or_init(Default::default).build_hasher();
         h.write(self.0.as_bytes());
         write!(f, "#{:016x}", h.finish())
     }
