@@ -2,24 +2,8 @@
 //! process-wide, and a refusal on another test thread (no subscriber there) racing with this
 //! test's scoped subscriber could leave the callsite switched off for it.
 
-use std::sync::{Arc, Mutex};
-
 use ratelimit::{Config, Options, Tier};
-use ratelimit_tests::{now, service};
-
-/// Collects what the `tracing` subscriber writes.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
+use ratelimit_tests::{now, service, Captured};
 
 #[test]
 fn refusals_emit_a_debug_event_without_the_key() {
@@ -42,7 +26,7 @@ fn refusals_emit_a_debug_event_without_the_key() {
             now(service.consume("secret-user-7", &opts)).unwrap();
         }
     });
-    let text = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let text = captured.text();
     assert_eq!(text.matches("rate limit exceeded").count(), 1, "{text}");
     for field in [
         "budget=\"billing::charge\"",

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use ratelimit::{Config, Error, Options, RateLimitService, RedisOptions, StoreConfig, Strategy};
 use ratelimit_tests::redis_server::{prefix, RedisServer};
+use ratelimit_tests::{redis_service, Captured};
 
 /// Long enough that no window ends during a test.
 const LONG: Duration = Duration::from_secs(20 * 24 * 3600);
@@ -15,15 +16,6 @@ const LONG: Duration = Duration::from_secs(20 * 24 * 3600);
 /// that `SCAN MATCH <prefix>*` finds this service's keys only.
 fn fresh(name: &str) -> String {
     format!("{}x", prefix(name))
-}
-
-fn service_with(options: RedisOptions, prefix: &str) -> RateLimitService {
-    let config = Config::builder()
-        .key_prefix(prefix)
-        .store(StoreConfig::Redis(options))
-        .build()
-        .expect("valid configuration");
-    RateLimitService::new(config).expect("service")
 }
 
 /// The one key the store wrote under `prefix`.
@@ -41,7 +33,7 @@ fn limiter_key(c: &mut redis::Connection, prefix: &str) -> String {
 }
 
 fn service(url: &str, prefix: &str) -> RateLimitService {
-    service_with(
+    redis_service(
         RedisOptions::new(url).timeout(Duration::from_secs(2)),
         prefix,
     )
@@ -138,7 +130,7 @@ async fn a_sliding_log_call_of_huge_cost_writes_one_member() {
     let server = RedisServer::start();
     let p = fresh("cost");
     // Long enough for the old script (one member per unit) to finish and be measured.
-    let service = service_with(
+    let service = redis_service(
         RedisOptions::new(server.url()).timeout(Duration::from_secs(30)),
         &p,
     );
@@ -357,26 +349,6 @@ async fn time_going_backwards_does_not_reopen_a_window() {
     assert!(d.retry_after.unwrap() > Duration::from_secs(50), "{d:?}");
 }
 
-/// What a tracing subscriber writes, kept for the test to read.
-#[derive(Clone, Default)]
-struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl std::io::Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Captured {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
-    }
-}
-
 #[tokio::test]
 async fn an_evicting_redis_is_warned_about_and_refused_when_noeviction_is_required() {
     let logs = Captured::default();
@@ -399,7 +371,7 @@ async fn an_evicting_redis_is_warned_about_and_refused_when_noeviction_is_requir
     );
 
     let p = fresh("evict");
-    let strict = service_with(
+    let strict = redis_service(
         RedisOptions::new(server.url())
             .timeout(Duration::from_secs(2))
             .require_noeviction(true),
@@ -433,7 +405,7 @@ async fn an_evicting_redis_is_warned_about_and_refused_when_noeviction_is_requir
 
     // Where Redis does not evict, the same options decide.
     let keeping = RedisServer::start();
-    let strict = service_with(
+    let strict = redis_service(
         RedisOptions::new(keeping.url()).require_noeviction(true),
         &fresh("evict"),
     );

@@ -21,12 +21,7 @@ fn service(url: &str, prefix: &str, on_failure: FailurePolicy) -> RateLimitServi
     let options = RedisOptions::new(url)
         .timeout(Duration::from_secs(2))
         .on_failure(on_failure);
-    let config = Config::builder()
-        .key_prefix(prefix)
-        .store(StoreConfig::Redis(options))
-        .build()
-        .expect("valid configuration");
-    RateLimitService::new(config).expect("service")
+    ratelimit_tests::redis_service(options, prefix)
 }
 
 fn store(server: &RedisServer) -> RedisStore {

@@ -42,3 +42,35 @@ pub async fn acquire(
     use ratelimit::Clock as _;
     ratelimit::Store::decide(store, key, quota, 1, ratelimit::SystemClock.now(), true).await
 }
+
+/// What a `tracing` subscriber writes, kept for a test to read.
+#[derive(Clone, Default)]
+pub struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Captured {
+    /// Everything written so far.
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+/// A service on the Redis store with `options`, its keys under `prefix`.
+#[cfg(feature = "redis")]
+pub fn redis_service(options: ratelimit::RedisOptions, prefix: &str) -> RateLimitService {
+    let config = Config::builder()
+        .key_prefix(prefix)
+        .store(ratelimit::StoreConfig::Redis(options))
+        .build()
+        .expect("valid configuration");
+    RateLimitService::new(config).expect("service")
+}
