@@ -9,7 +9,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::clock::Nanos;
-use crate::syntax::{format_window, Strategy, MAX_WINDOW};
+use crate::syntax::{format_window, push_window_exact, Strategy, MAX_WINDOW};
 
 /// The most calls a quota may hold at once (`limit + burst`). Counts are kept in 32 bits in
 /// the memory store's cells.
@@ -251,29 +251,8 @@ impl Quota {
             Strategy::SlidingWindowCounter => 'C',
             Strategy::TokenBucket => 'T',
         });
-        let window = self.window.as_nanos();
-        if window % 1_000_000 == 0 {
-            out.push_str(&format_window(self.window));
-        } else {
-            out.push_str(itoa(window as u64).as_str());
-            out.push_str("ns");
-        }
+        push_window_exact(out, self.window);
     }
-}
-
-/// A number in decimal, without the formatting machinery.
-fn itoa(mut n: u64) -> String {
-    let mut digits = [0u8; 20];
-    let mut i = digits.len();
-    loop {
-        i -= 1;
-        digits[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    String::from_utf8_lossy(&digits[i..]).into_owned()
 }
 
 impl Default for Quota {

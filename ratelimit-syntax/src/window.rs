@@ -102,18 +102,56 @@ pub fn parse_window(input: &str) -> Result<Duration, ParseError> {
 /// assert_eq!(format_window(Duration::from_secs(5_400)), "1h30m");
 /// ```
 pub fn format_window(window: Duration) -> String {
-    let mut ms = window.as_millis() as u64;
-    if ms == 0 {
-        return format!("{}ns", window.as_nanos());
-    }
     let mut out = String::new();
+    let ms = window.as_millis() as u64;
+    if ms == 0 {
+        push_decimal(&mut out, window.as_nanos() as u64);
+        out.push_str("ns");
+    } else {
+        push_units(&mut out, ms);
+    }
+    out
+}
+
+/// Appends `window` to `out` exactly and without allocating beyond `out`'s growth: as
+/// [`format_window`] writes it when it is a whole number of milliseconds (`"1h30m"`), else in
+/// nanoseconds (`"1500ns"`). Two different windows never write the same text.
+///
+/// ```
+/// use ratelimit_syntax::push_window_exact;
+/// use std::time::Duration;
+///
+/// let mut out = String::new();
+/// push_window_exact(&mut out, Duration::from_millis(90_500));
+/// push_window_exact(&mut out, Duration::from_nanos(1_500_001));
+/// assert_eq!(out, "1m30s500ms1500001ns");
+/// ```
+pub fn push_window_exact(out: &mut String, window: Duration) {
+    let nanos = window.as_nanos();
+    if nanos % 1_000_000 == 0 && nanos > 0 {
+        push_units(out, (nanos / 1_000_000) as u64);
+    } else {
+        push_decimal(out, nanos as u64);
+        out.push_str("ns");
+    }
+}
+
+/// `ms` (at least 1) in units, largest first.
+fn push_units(out: &mut String, mut ms: u64) {
     for (name, size) in UNITS {
         if ms >= size {
-            out.push_str(&format!("{}{name}", ms / size));
+            push_decimal(out, ms / size);
+            out.push_str(name);
             ms %= size;
         }
     }
-    out
+}
+
+fn push_decimal(out: &mut String, n: u64) {
+    if n >= 10 {
+        push_decimal(out, n / 10);
+    }
+    out.push(char::from(b'0' + (n % 10) as u8));
 }
 
 #[cfg(test)]
