@@ -106,7 +106,7 @@ pub use ratelimit_macros::{rate_limit, skip_throttle, throttle};
 #[doc(hidden)]
 pub mod __private {
     pub use inventory;
-    pub use ratelimit_core::__private::{acquire, key, refuse, Refusal, Registered};
+    pub use ratelimit_core::__private::{acquire, acquire_all, key, refuse, Refusal, Registered};
     pub use ratelimit_core::{Declaration, Spec, Strategy};
 }
 
