@@ -71,14 +71,32 @@ const SOURCES: [&str; 4] = [
 
 pub(super) static SCRIPTS: LazyLock<[Script; 4]> = LazyLock::new(|| SOURCES.map(Script::new));
 
-pub(super) fn script(strategy: Strategy) -> &'static Script {
-    let i = match strategy {
+fn index(strategy: Strategy) -> usize {
+    match strategy {
         Strategy::FixedWindow => 0,
         Strategy::SlidingWindow => 1,
         Strategy::SlidingWindowCounter => 2,
         Strategy::TokenBucket => 3,
-    };
-    &SCRIPTS[i]
+    }
+}
+
+pub(super) fn script(strategy: Strategy) -> &'static Script {
+    &SCRIPTS[index(strategy)]
+}
+
+/// ARGV[1] and ARGV[2] of `quota`'s script (see each script's header): the window and the
+/// capacity, or for the token bucket the emission interval and the tolerance, in
+/// microseconds. `quota` is one [`supports`] accepts.
+pub(super) fn arguments(quota: &Quota) -> [u64; 2] {
+    let window_us = quota.window().as_micros() as u64;
+    let capacity = quota.capacity();
+    match quota.strategy() {
+        Strategy::TokenBucket => {
+            let interval = window_us / quota.refill_per_window().max(1);
+            [interval, interval * capacity]
+        }
+        _ => [window_us, capacity],
+    }
 }
 
 #[cfg(test)]

@@ -11,13 +11,12 @@ use tokio::sync::OnceCell;
 use super::eviction::Policy;
 use super::options::RedisOptions;
 use super::redaction::{secrets, store_error};
-use super::scripts::{script, supports, SCRIPTS};
+use super::scripts::{arguments, script, supports, SCRIPTS};
 use crate::algorithm::Verdict;
 use crate::clock::Nanos;
 use crate::decision::Decision;
 use crate::error::Error;
 use crate::quota::{Quota, QuotaError};
-use crate::syntax::Strategy;
 
 /// The code of the error reply a script returns, without writing anything, when the key
 /// holds state it did not write (see `lua/prelude.lua`).
@@ -166,20 +165,12 @@ impl RedisStore {
     ) -> Result<(Verdict, Nanos), Error> {
         crate::key::check_store_key(key)?;
         supports(quota)?;
-        let capacity = quota.capacity();
         // The same checks as in memory, before any round trip: a zero capacity is refused
         // whatever Redis holds, so Redis is not asked.
         if let Some(verdict) = crate::algorithm::precheck(now, quota, cost, commit)? {
             return Ok((verdict, now));
         }
-        let window_us = quota.window().as_micros() as u64;
-        let (first, second) = match quota.strategy() {
-            Strategy::TokenBucket => {
-                let interval = window_us / quota.refill_per_window().max(1);
-                (interval, interval * capacity)
-            }
-            _ => (window_us, capacity),
-        };
+        let [first, second] = arguments(quota);
         let mut invocation = script(quota.strategy()).key(key);
         invocation
             .arg(first)
@@ -348,7 +339,7 @@ impl crate::store::Store for RedisStore {
 }
 
 /// `{allowed, remaining, reset_at, retry_after or -1, now}` in microseconds, to nanoseconds.
-fn verdict(reply: &[i64]) -> Option<(Verdict, Nanos)> {
+pub(super) fn verdict(reply: &[i64]) -> Option<(Verdict, Nanos)> {
     let &[allowed, remaining, reset_at, retry_after, now] = reply else {
         return None;
     };
