@@ -59,6 +59,9 @@ if count + cost <= capacity then
       redis.call('SET', key, value, 'PXAT', idiv(stop + 999, 1000))
     end
   end
-  return {1, capacity - count - cost, stop, -1, now}
+  -- A look (cost 0) at an unused window: full now, as in Rust.
+  local reset_at = stop
+  if count + cost == 0 then reset_at = at end
+  return {1, capacity - count - cost, reset_at, -1, now}
 end
 return {0, math.max(capacity - count, 0), stop, stop - now, now}
