@@ -79,7 +79,13 @@ if used + cost <= capacity then
     redis.call('ZADD', key, at, string.format('%016d:%d', total, cost))
     redis.call('PEXPIREAT', key, idiv(at + window + 999, 1000))
   end
-  return {1, capacity - used - cost, at + window, -1, now}
+  -- Full again one window after this call; for a look (cost 0), one window after the newest
+  -- live hit, or now when none is live, as in Rust.
+  local reset_at = at + window
+  if cost == 0 then
+    reset_at = used > 0 and newest_at + window or at
+  end
+  return {1, capacity - used - cost, reset_at, -1, now}
 end
 
 -- Refused: the call fits once the oldest live hits holding (used + cost - capacity) units
