@@ -84,6 +84,12 @@ pub(super) fn script(strategy: Strategy) -> &'static Script {
     &SCRIPTS[index(strategy)]
 }
 
+/// The source Redis runs for `strategy`: the prelude and the strategy's script.
+#[cfg(test)]
+pub(super) fn source(strategy: Strategy) -> &'static str {
+    SOURCES[index(strategy)]
+}
+
 /// ARGV[1] and ARGV[2] of `quota`'s script (see each script's header): the window and the
 /// capacity, or for the token bucket the emission interval and the tolerance, in
 /// microseconds. `quota` is one [`supports`] accepts.
