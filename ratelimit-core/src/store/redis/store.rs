@@ -11,7 +11,7 @@ use tokio::sync::OnceCell;
 use super::eviction::Policy;
 use super::options::RedisOptions;
 use super::redaction::{secrets, store_error};
-use super::scripts::{script, script_args, stacked_index, supports, SCRIPTS, STACKED_SCRIPT};
+use super::scripts::{arguments, script, stacked_index, supports, SCRIPTS, STACKED_SCRIPT};
 use crate::algorithm::Verdict;
 use crate::clock::Nanos;
 use crate::decision::Decision;
@@ -171,7 +171,7 @@ impl RedisStore {
         if let Some(verdict) = crate::algorithm::precheck(now, quota, cost, commit)? {
             return Ok((verdict, now));
         }
-        let (first, second) = script_args(quota);
+        let [first, second] = arguments(quota);
         let mut invocation = script(quota.strategy()).key(key);
         invocation
             .arg(first)
@@ -219,7 +219,7 @@ impl RedisStore {
             let mut invocation = STACKED_SCRIPT.prepare_invoke();
             invocation.arg(u8::from(commit));
             for check in &asked {
-                let (first, second) = script_args(check.quota);
+                let [first, second] = arguments(check.quota);
                 invocation
                     .key(check.key)
                     .arg(stacked_index(check.quota.strategy()))
@@ -427,7 +427,7 @@ fn unexpected_reply(reply: &[i64]) -> Error {
 }
 
 /// `{allowed, remaining, reset_at, retry_after or -1, now}` in microseconds, to nanoseconds.
-fn verdict(reply: &[i64]) -> Option<(Verdict, Nanos)> {
+pub(super) fn verdict(reply: &[i64]) -> Option<(Verdict, Nanos)> {
     let &[allowed, remaining, reset_at, retry_after, now] = reply else {
         return None;
     };
