@@ -106,7 +106,7 @@ fn at_max_keys_new_keys_are_refused_and_old_keys_counted_exactly() {
     let store = service.memory_store().unwrap().clone();
     // Half the keys on a 1 s window, half on an hour.
     let opts = |i: usize| {
-        let window = if i % 2 == 0 { 1 } else { 3_600 };
+        let window = if i & 1 == 0 { 1 } else { 3_600 };
         Options::new().limit(3).window(Duration::from_secs(window))
     };
     for i in 0..MAX {

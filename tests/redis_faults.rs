@@ -86,7 +86,7 @@ impl Load {
                 let mut n = 0u64;
                 while !done.load(Ordering::Relaxed) {
                     n += 1;
-                    let on_limited = deny && n % 2 == 0;
+                    let on_limited = deny && n & 1 == 0;
                     let (key, opts) = if on_limited {
                         ("limited".to_owned(), &limited)
                     } else {
