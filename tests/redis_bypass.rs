@@ -411,3 +411,53 @@ async fn an_evicting_redis_is_warned_about_and_refused_when_noeviction_is_requir
     );
     assert!(strict.consume("k", &opts).await.unwrap().allowed);
 }
+
+/// Found by `tests/redis_faults.rs`: Redis checks `maxmemory` only before a script's first
+/// write, and the sliding log's first write was `ZREMRANGEBYSCORE` (which may not grow
+/// memory), so its `ZADD` went through on a full `noeviction` server: the limiter kept
+/// growing Redis past its limit while every other write was refused.
+#[tokio::test]
+async fn a_full_redis_refuses_sliding_log_writes_instead_of_growing_past_maxmemory() {
+    let server = RedisServer::start_with(&["--maxmemory-policy", "noeviction"]);
+    let p = fresh("oomlog");
+    let service = service(&server.url(), &p);
+    let mut c = server.connection();
+    for strategy in Strategy::ALL {
+        let opts = Options::new().limit(100).window(LONG).strategy(strategy);
+        assert!(service.consume("old", &opts).await.unwrap().allowed);
+    }
+    let stored = |c: &mut redis::Connection| -> Vec<(String, Vec<u8>)> {
+        let mut keys: Vec<String> = redis::cmd("KEYS").arg(format!("{p}*")).query(c).unwrap();
+        keys.sort();
+        keys.into_iter()
+            .map(|k| {
+                let dump: Vec<u8> = redis::cmd("DUMP").arg(&k).query(c).unwrap();
+                (k, dump)
+            })
+            .collect()
+    };
+    let before = stored(&mut c);
+    assert_eq!(before.len(), 4);
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg(1)
+        .query(&mut c)
+        .unwrap();
+    for strategy in Strategy::ALL {
+        let opts = Options::new().limit(100).window(LONG).strategy(strategy);
+        for key in ["old", "new"] {
+            match service.consume(key, &opts).await {
+                Err(Error::Store { message }) => assert!(message.contains("OOM"), "{message}"),
+                other => panic!("{strategy} on {key}: a full Redis refuses the write: {other:?}"),
+            }
+        }
+    }
+    assert_eq!(stored(&mut c), before, "nothing was written");
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg(0)
+        .query(&mut c)
+        .unwrap();
+}

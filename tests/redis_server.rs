@@ -54,8 +54,9 @@ impl RedisServer {
         Self::spawn(free_port(false), extra)
     }
 
-    /// A cluster-enabled node (not yet part of a cluster).
-    fn cluster_node() -> Self {
+    /// A cluster-enabled node (not yet part of a cluster) that considers a peer failed after
+    /// `node_timeout_ms` without an answer.
+    fn cluster_node(node_timeout_ms: u32) -> Self {
         Self::spawn(
             free_port(true),
             &[
@@ -64,9 +65,27 @@ impl RedisServer {
                 "--cluster-config-file",
                 "nodes.conf",
                 "--cluster-node-timeout",
-                "2000",
+                &node_timeout_ms.to_string(),
             ],
         )
+    }
+
+    /// Whether the server is running (not [`stop`](Self::stop)ped).
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
+    /// `INFO replication`'s `role:` line: `master` or `slave`.
+    pub fn role(&self) -> String {
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query(&mut self.connection())
+            .expect("INFO replication");
+        info.lines()
+            .find_map(|l| l.strip_prefix("role:"))
+            .unwrap_or_default()
+            .trim()
+            .to_owned()
     }
 
     fn spawn(port: u16, extra: &[&str]) -> Self {
@@ -208,17 +227,47 @@ impl Drop for RedisServer {
     }
 }
 
-/// A local Redis Cluster of three masters on loopback ports, built with
-/// `redis-cli --cluster create`. Stopped on drop.
+/// A local Redis Cluster on loopback ports, built with `redis-cli --cluster create`: three
+/// masters, and one replica each with [`start_with_replicas`](Self::start_with_replicas).
+/// Stopped on drop.
 pub struct RedisCluster {
-    /// The three nodes.
+    /// The nodes: the three masters first, then any replicas (as `redis-cli` assigns them).
     pub nodes: Vec<RedisServer>,
 }
 
 impl RedisCluster {
-    /// Starts three nodes, joins them and waits until every slot is served.
+    /// Starts three masters, joins them and waits until every slot is served.
     pub fn start() -> Self {
-        let nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::cluster_node()).collect();
+        Self::build(0, 2_000)
+    }
+
+    /// Starts three masters with a replica each, and waits until every slot is served and
+    /// every replica is in sync. A master that stops answering is replaced by its replica
+    /// after about a second (`cluster-node-timeout` 1000 ms, plus the election).
+    pub fn start_with_replicas() -> Self {
+        let cluster = Self::build(1, 1_000);
+        // Polls until every replica has synchronised with its master.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !cluster.nodes.iter().all(|n| {
+            let info: String = redis::cmd("INFO")
+                .arg("replication")
+                .query(&mut n.connection())
+                .unwrap_or_default();
+            info.contains("role:master") || info.contains("master_link_status:up")
+        }) {
+            assert!(
+                Instant::now() < deadline,
+                "the replicas did not synchronise"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        cluster
+    }
+
+    fn build(replicas: usize, node_timeout_ms: u32) -> Self {
+        let nodes: Vec<RedisServer> = (0..3 * (1 + replicas))
+            .map(|_| RedisServer::cluster_node(node_timeout_ms))
+            .collect();
         let addresses: Vec<String> = nodes
             .iter()
             .map(|n| format!("127.0.0.1:{}", n.port))
@@ -226,7 +275,7 @@ impl RedisCluster {
         let output = Command::new("redis-cli")
             .args(["--cluster", "create"])
             .args(&addresses)
-            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
             .output()
             .unwrap_or_else(|e| panic!("could not run redis-cli ({e}); {INSTALL}"));
         assert!(
@@ -252,6 +301,34 @@ impl RedisCluster {
     /// Every node's URL.
     pub fn urls(&self) -> Vec<String> {
         self.nodes.iter().map(RedisServer::url).collect()
+    }
+
+    /// The index of the running master serving `slot`.
+    pub fn master_of(&self, slot: u16) -> Option<usize> {
+        (0..self.nodes.len()).find(|&i| {
+            let node = &self.nodes[i];
+            if !node.is_running() || node.role() != "master" {
+                return false;
+            }
+            let slots: Vec<Vec<redis::Value>> = redis::cmd("CLUSTER")
+                .arg("SLOTS")
+                .query(&mut node.connection())
+                .unwrap_or_default();
+            slots.iter().any(|range| {
+                let n = |i: usize| match range.get(i) {
+                    Some(redis::Value::Int(n)) => *n,
+                    _ => -1,
+                };
+                let port = match range.get(2) {
+                    Some(redis::Value::Array(a)) => match a.get(1) {
+                        Some(redis::Value::Int(p)) => *p,
+                        _ => -1,
+                    },
+                    _ => -1,
+                };
+                n(0) <= i64::from(slot) && i64::from(slot) <= n(1) && port == i64::from(node.port)
+            })
+        })
     }
 }
 

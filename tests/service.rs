@@ -290,3 +290,21 @@ fn a_module_refill_rate_does_not_replace_a_tiers_own_limit() {
     assert_eq!(admitted, 2);
     assert!(now(trickling.consume("k", &trickle)).unwrap().allowed);
 }
+
+/// Found by `tests/fuzz.rs`: JSON may repeat a key, and the tiers map kept the last
+/// definition, so a second, looser `pro` silently replaced the first (TOML refuses it).
+#[test]
+fn a_tier_defined_twice_in_json_is_refused_not_overwritten() {
+    let json = r#"{"tiers": {"pro": {"limit": 1}, "pro": {"limit": 1000000}}}"#;
+    match Config::from_json_str(json) {
+        Err(Error::InvalidConfig(e)) => {
+            assert!(e.to_string().contains("\"pro\" is defined twice"), "{e}")
+        }
+        other => panic!("a duplicated tier is refused: {other:?}"),
+    }
+    let toml = "[tiers.pro]\nlimit = 1\n[tiers.pro]\nlimit = 1000000\n";
+    assert!(matches!(
+        Config::from_toml_str(toml),
+        Err(Error::InvalidConfig(_))
+    ));
+}

@@ -10,8 +10,13 @@ use ratelimit::{Config, Error, MemoryStore, Options, RateLimitService, Strategy}
 
 const LONG: Duration = Duration::from_secs(20 * 24 * 3600);
 
-/// The services each case runs on, by name.
-fn services() -> Vec<(&'static str, RateLimitService)> {
+/// The services each case runs on, by name, and the servers behind them: the servers stop
+/// when the returned guard drops, at the end of the test (a server kept in a `static` is never
+/// dropped, and would outlive the test binary).
+fn services() -> (
+    Vec<(&'static str, RateLimitService)>,
+    Box<dyn std::any::Any>,
+) {
     let memory = RateLimitService::with_store(
         Config::default(),
         MemoryStore::new(),
@@ -23,11 +28,7 @@ fn services() -> Vec<(&'static str, RateLimitService)> {
     #[cfg(feature = "redis")]
     {
         use ratelimit_tests::redis_server::{prefix, RedisCluster, RedisServer};
-        // Kept for the whole test binary: the servers stop when their handles drop.
-        static SERVERS: std::sync::OnceLock<(RedisServer, RedisCluster)> =
-            std::sync::OnceLock::new();
-        let (server, cluster) =
-            SERVERS.get_or_init(|| (RedisServer::start(), RedisCluster::start()));
+        let (server, cluster) = (RedisServer::start(), RedisCluster::start());
         let single = ratelimit::RedisOptions::new(server.url()).timeout(Duration::from_secs(2));
         all.push((
             "redis",
@@ -39,8 +40,10 @@ fn services() -> Vec<(&'static str, RateLimitService)> {
             "cluster",
             ratelimit_tests::redis_service(nodes, &prefix("stack")),
         ));
+        return (all, Box::new((server, cluster)));
     }
-    all
+    #[allow(unreachable_code)]
+    (all, Box::new(()))
 }
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -54,7 +57,8 @@ fn runtime() -> tokio::runtime::Runtime {
 #[test]
 fn a_call_refused_by_one_limit_spends_nothing_from_the_others() {
     let rt = runtime();
-    for (store, service) in services() {
+    let (services, _servers) = services();
+    for (store, service) in services {
         for strategy in Strategy::ALL {
             let burst = Options::new()
                 .limit(2)
@@ -91,7 +95,8 @@ fn a_call_refused_by_one_limit_spends_nothing_from_the_others() {
 #[test]
 fn under_concurrency_the_tightest_limit_admits_exactly_its_count() {
     let rt = runtime();
-    for (store, service) in services() {
+    let (services, _servers) = services();
+    for (store, service) in services {
         for strategy in Strategy::ALL {
             let tight = Options::new()
                 .limit(50)
@@ -138,7 +143,8 @@ fn under_concurrency_the_tightest_limit_admits_exactly_its_count() {
 #[test]
 fn the_same_limit_twice_in_one_call_is_an_error_not_a_double_look() {
     let rt = runtime();
-    for (store, service) in services() {
+    let (services, _servers) = services();
+    for (store, service) in services {
         let once = Options::new().limit(1).window(LONG);
         let result = rt.block_on(service.consume_all(&[("k", &once), ("k", &once)]));
         assert!(

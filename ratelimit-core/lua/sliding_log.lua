@@ -76,8 +76,10 @@ if used + cost <= capacity then
     if total >= MAX_TOTAL then
       return redis.error_reply('RATELIMIT_STATE the sliding log\'s running total reached 2^53')
     end
-    redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(at - window))
+    -- ZADD first: Redis checks maxmemory before a script's first write only, and a full
+    -- noeviction server must refuse this one (the removal below never reaches `at`).
     redis.call('ZADD', key, at, string.format('%016d:%d', total, cost))
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(at - window))
     redis.call('PEXPIREAT', key, idiv(at + window + 999, 1000))
   end
   -- Full again one window after this call; for a look (cost 0), one window after the newest

@@ -21,7 +21,7 @@ struct File {
     default_window: Option<String>,
     burst_limit: Option<u64>,
     token_refill_rate: Option<u64>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "unique_tiers")]
     tiers: BTreeMap<String, FileTier>,
     default_tier: Option<String>,
     store: Option<FileStore>,
@@ -59,6 +59,37 @@ enum FileStore {
         on_failure: Option<String>,
         pods: Option<u32>,
     },
+}
+
+/// The tiers table, refusing a name given twice. JSON objects may repeat a key and a plain
+/// map keeps the last one, so a second, looser definition of a tier would silently replace
+/// the first (TOML refuses the duplicate by itself).
+fn unique_tiers<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<BTreeMap<String, FileTier>, D::Error> {
+    struct Unique;
+    impl<'de> serde::de::Visitor<'de> for Unique {
+        type Value = BTreeMap<String, FileTier>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a table of tiers")
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(
+            self,
+            mut map: A,
+        ) -> Result<Self::Value, A::Error> {
+            let mut tiers = BTreeMap::new();
+            while let Some((name, tier)) = map.next_entry::<String, FileTier>()? {
+                if tiers.contains_key(&name) {
+                    return Err(serde::de::Error::custom(format!(
+                        "tier {name:?} is defined twice"
+                    )));
+                }
+                tiers.insert(name, tier);
+            }
+            Ok(tiers)
+        }
+    }
+    deserializer.deserialize_map(Unique)
 }
 
 fn parse(file: File) -> Result<Config, Error> {
