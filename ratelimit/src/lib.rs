@@ -102,6 +102,10 @@ pub use ratelimit_core::{
 };
 pub use ratelimit_macros::{rate_limit, skip_throttle, throttle};
 
+#[cfg(feature = "axum")]
+#[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
+pub mod http;
+
 /// What the attribute macros expand to. Not public API: it may change in any release.
 #[doc(hidden)]
 pub mod __private {

@@ -1,0 +1,371 @@
+//! [`RateLimitLayer`]: the tower layer, and [`RateLimit`], the service it wraps around a route,
+//! a group of routes or a whole router.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use axum::body::{Body, Bytes, HttpBody};
+use axum::response::Response;
+use axum::BoxError;
+use http::request::Parts;
+use http::Request;
+use tower::{Layer, Service};
+
+use super::key::KeyExtractor;
+use super::response::{add_headers, failed, refused};
+use super::route::route_of;
+use crate::{Decision, Error, Module, Options, Overrides, RateLimitService};
+
+type Skipper = dyn Fn(&Parts) -> bool + Send + Sync;
+type OnRefused = dyn Fn(&Decision) -> Response + Send + Sync;
+type OnError = dyn Fn(&Error) -> Response + Send + Sync;
+
+/// A tower [`Layer`] that counts every request under a key and refuses those over the limit,
+/// on a whole `Router` (`.layer(..)`), a group of routes, or single routes (`.route_layer(..)`).
+///
+/// It is built from where the limits live — a [`RateLimitService`] ([`new`](Self::new)) or
+/// the running [`Module`]'s service, looked up per request ([`from_module`](Self::from_module))
+/// — and a [`KeyExtractor`]. There is no default key: see [`KeyExtractor`] for why.
+///
+/// Per request, in order: the [`skip`](Self::skip) closure, the key (`None` skips the limit,
+/// an error refuses), then one decision under the layer's [`options`](Self::options).
+///
+/// - **Allowed**: the request goes on, and the response gets the rate-limit headers
+///   ([`headers`](Self::headers)).
+/// - **Refused**: `429` with a JSON body and `Retry-After` (or [`on_refused`](Self::on_refused)'s
+///   response), plus the headers; the request never reaches the inner service.
+/// - **Failed** (the store failed or timed out, an unknown tier, no module running, no peer
+///   address...): [`Error`]'s own response (`503` when the store could not decide, `500` for
+///   the server's configuration, with `{"error":"<kind>"}`), or [`on_error`](Self::on_error)'s.
+///   The request is never passed on: the limiter fails closed.
+///
+/// # Several layers
+///
+/// Layers stacked on one route decide independently, the outermost first: each counts the
+/// request in its own budget and may refuse it. They are not all-or-nothing yet: a request
+/// refused by an inner layer has already spent from the outer ones. Each adds its item to
+/// the `RateLimit` / `RateLimit-Policy` lists (name them with [`policy`](Self::policy)), and
+/// `X-RateLimit-*` describe the most restrictive one (the fewest calls remaining).
+///
+/// ```
+/// use axum::{routing::get, Router};
+/// use ratelimit::http::{ClientIp, RateLimitLayer};
+/// use ratelimit::{Config, Options, RateLimitService};
+/// use std::time::Duration;
+///
+/// let service = RateLimitService::new(Config::default())?;
+/// let app: Router = Router::new()
+///     .route("/login", get(|| async { "ok" }))
+///     // 5 a minute per client on this route only ...
+///     .route_layer(
+///         RateLimitLayer::new(service.clone(), ClientIp::peer())
+///             .options(Options::new().limit(5).window(Duration::from_secs(60)).budget("login"))
+///             .policy("login"),
+///     )
+///     .route("/orders/{id}", get(|| async { "order" }))
+///     // ... and 100 a minute per client and per route template on every route.
+///     .layer(
+///         RateLimitLayer::new(service, ClientIp::peer())
+///             .options(Options::new().limit(100).window(Duration::from_secs(60)))
+///             .per_route()
+///             .policy("per-route"),
+///     );
+/// # Ok::<(), ratelimit::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct RateLimitLayer {
+    config: Arc<LayerConfig>,
+}
+
+#[derive(Clone)]
+enum Limiter {
+    Service(RateLimitService),
+    Module,
+}
+
+#[derive(Clone)]
+struct LayerConfig {
+    limiter: Limiter,
+    key: Arc<dyn KeyExtractor>,
+    tier: Option<String>,
+    budget: Option<String>,
+    overrides: Overrides,
+    cost: u64,
+    per_route: bool,
+    policy: Option<String>,
+    headers: bool,
+    skip: Option<Arc<Skipper>>,
+    on_refused: Option<Arc<OnRefused>>,
+    on_error: Option<Arc<OnError>>,
+}
+
+impl RateLimitLayer {
+    /// Limits through `service`, counting each request under `key`'s answer.
+    pub fn new(service: RateLimitService, key: impl KeyExtractor) -> Self {
+        Self::with(Limiter::Service(service), key)
+    }
+
+    /// Limits through the service annotated fns use ([`Module::current_service`]), looked up
+    /// per request: the running [`Module`]'s (or, in a test, the enclosing
+    /// [`TestModule::scope`](crate::testing::TestModule::scope)'s). With no module running,
+    /// requests are refused with [`Error::NotInitialized`] (`500`).
+    pub fn from_module(key: impl KeyExtractor) -> Self {
+        Self::with(Limiter::Module, key)
+    }
+
+    fn with(limiter: Limiter, key: impl KeyExtractor) -> Self {
+        RateLimitLayer {
+            config: Arc::new(LayerConfig {
+                limiter,
+                key: Arc::new(key),
+                tier: None,
+                budget: None,
+                overrides: Overrides::new(),
+                cost: 1,
+                per_route: false,
+                policy: None,
+                headers: true,
+                skip: None,
+                on_refused: None,
+                on_error: None,
+            }),
+        }
+    }
+
+    fn set(mut self, f: impl FnOnce(&mut LayerConfig)) -> Self {
+        f(Arc::make_mut(&mut self.config));
+        self
+    }
+
+    /// What every request asks for: a tier (`Options::new().tier("pro")`), a limit and window
+    /// of its own (`Options::new().limit(10).window(..)`), a cost, a named budget
+    /// (`Options::budget`: layers and fns under one name share one budget per key). Copied;
+    /// `consume(false)` is ignored (the layer always spends).
+    pub fn options(self, options: Options<'_>) -> Self {
+        self.set(|c| {
+            c.tier = options.tier.map(str::to_owned);
+            c.budget = options.budget.map(str::to_owned);
+            c.overrides = options.overrides;
+            c.cost = options.cost;
+        })
+    }
+
+    /// A budget per route template and method ([`route_of`](super::route_of)): `/orders/1` and
+    /// `/orders/2` share `GET /orders/{id}`, and requests no route answers share
+    /// [`UNMATCHED`](super::UNMATCHED). The route is the budget name (after the
+    /// [`options`](Self::options)' budget, if any).
+    pub fn per_route(self) -> Self {
+        self.set(|c| c.per_route = true)
+    }
+
+    /// The name of this layer's policy in the `RateLimit` / `RateLimit-Policy` headers
+    /// (default: the tier, else `"default"`). Give stacked layers different names.
+    pub fn policy(self, name: impl Into<String>) -> Self {
+        let name = name.into();
+        self.set(|c| c.policy = Some(name))
+    }
+
+    /// Whether to add the `X-RateLimit-*` and `RateLimit` / `RateLimit-Policy` headers
+    /// (default `true`). A refusal keeps its `Retry-After` either way.
+    pub fn headers(self, enabled: bool) -> Self {
+        self.set(|c| c.headers = enabled)
+    }
+
+    /// Requests for which `skip` is `true` are not counted (nor given headers). Base it on
+    /// what the client cannot choose (the path, the peer address), never on a header it can
+    /// send. A health check needs no skipper: leave it outside the layer.
+    pub fn skip<F>(self, skip: F) -> Self
+    where
+        F: Fn(&Parts) -> bool + Send + Sync + 'static,
+    {
+        self.set(|c| c.skip = Some(Arc::new(skip)))
+    }
+
+    /// The response to a refusal (default: `429` with the JSON body and `Retry-After`). The
+    /// layer adds its rate-limit headers and the [`Decision`] (in the extensions) to it.
+    pub fn on_refused<F>(self, on_refused: F) -> Self
+    where
+        F: Fn(&Decision) -> Response + Send + Sync + 'static,
+    {
+        self.set(|c| c.on_refused = Some(Arc::new(on_refused)))
+    }
+
+    /// The response when no decision could be made (default: `Error`'s own response: `503`
+    /// for the store, `500` for configuration, `{"error":"<kind>"}`). Whatever it answers,
+    /// the request is not passed on.
+    pub fn on_error<F>(self, on_error: F) -> Self
+    where
+        F: Fn(&Error) -> Response + Send + Sync + 'static,
+    {
+        self.set(|c| c.on_error = Some(Arc::new(on_error)))
+    }
+}
+
+impl fmt::Debug for RateLimitLayer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let c = &self.config;
+        f.debug_struct("RateLimitLayer")
+            .field(
+                "limiter",
+                &match c.limiter {
+                    Limiter::Service(_) => "service",
+                    Limiter::Module => "module",
+                },
+            )
+            .field("tier", &c.tier)
+            .field("budget", &c.budget)
+            .field("overrides", &c.overrides)
+            .field("cost", &c.cost)
+            .field("per_route", &c.per_route)
+            .field("policy", &c.policy)
+            .field("headers", &c.headers)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S> Layer<S> for RateLimitLayer {
+    type Service = RateLimit<S>;
+
+    fn layer(&self, inner: S) -> RateLimit<S> {
+        RateLimit {
+            inner,
+            config: self.config.clone(),
+        }
+    }
+}
+
+/// The service [`RateLimitLayer`] wraps around an inner one.
+#[derive(Clone)]
+pub struct RateLimit<S> {
+    inner: S,
+    config: Arc<LayerConfig>,
+}
+
+impl<S: fmt::Debug> fmt::Debug for RateLimit<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimit")
+            .field("inner", &self.inner)
+            .field(
+                "layer",
+                &RateLimitLayer {
+                    config: self.config.clone(),
+                },
+            )
+            .finish()
+    }
+}
+
+enum Verdict {
+    Skip,
+    Allowed(Decision),
+    Refused(Decision),
+    Failed(Error),
+}
+
+impl LayerConfig {
+    async fn decide(&self, parts: &Parts) -> Verdict {
+        if self.skip.as_ref().is_some_and(|skip| skip(parts)) {
+            return Verdict::Skip;
+        }
+        let key = match self.key.extract(parts) {
+            Ok(Some(key)) => key,
+            Ok(None) => return Verdict::Skip,
+            Err(e) => return Verdict::Failed(e),
+        };
+        let module;
+        let service = match &self.limiter {
+            Limiter::Service(service) => service,
+            Limiter::Module => match Module::current_service() {
+                Some(service) => {
+                    module = service;
+                    &module
+                }
+                None => {
+                    return Verdict::Failed(Error::NotInitialized {
+                        function: "ratelimit::http::RateLimitLayer",
+                    })
+                }
+            },
+        };
+        let route;
+        let budget = match (self.per_route, &self.budget) {
+            (false, budget) => budget.as_deref(),
+            (true, None) => {
+                route = route_of(parts);
+                Some(route.as_str())
+            }
+            (true, Some(budget)) => {
+                route = format!("{budget} {}", route_of(parts));
+                Some(route.as_str())
+            }
+        };
+        let mut options = Options::new().cost(self.cost);
+        options.overrides = self.overrides;
+        options.tier = self.tier.as_deref();
+        options.budget = budget;
+        match service.consume(&key, &options).await {
+            Ok(decision) if decision.allowed => Verdict::Allowed(decision),
+            Ok(decision) => Verdict::Refused(decision),
+            Err(e) => Verdict::Failed(e),
+        }
+    }
+
+    fn headers(&self, response: &mut Response, decision: &Decision) {
+        if self.headers {
+            add_headers(response.headers_mut(), decision, self.policy.as_deref());
+        }
+    }
+}
+
+impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimit<S>
+where
+    S: Service<Request<ReqBody>, Response = http::Response<ResBody>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    ReqBody: Send + 'static,
+    ResBody: HttpBody<Data = Bytes> + Send + 'static,
+    ResBody::Error: Into<BoxError>,
+{
+    type Response = Response;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Response, S::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
+        // Take the service `poll_ready` readied, leaving a fresh clone for the next call.
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let config = self.config.clone();
+        Box::pin(async move {
+            let (parts, body) = request.into_parts();
+            let verdict = config.decide(&parts).await;
+            let request = Request::from_parts(parts, body);
+            match verdict {
+                Verdict::Skip => Ok(inner.call(request).await?.map(Body::new)),
+                Verdict::Allowed(decision) => {
+                    let mut response = inner.call(request).await?.map(Body::new);
+                    config.headers(&mut response, &decision);
+                    Ok(response)
+                }
+                Verdict::Refused(decision) => {
+                    let mut response = match &config.on_refused {
+                        Some(on_refused) => on_refused(&decision),
+                        None => refused(&decision),
+                    };
+                    config.headers(&mut response, &decision);
+                    response.extensions_mut().insert(decision);
+                    Ok(response)
+                }
+                Verdict::Failed(error) => Ok(match &config.on_error {
+                    Some(on_error) => on_error(&error),
+                    None => failed(&error),
+                }),
+            }
+        })
+    }
+}
