@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ratelimit::store::{Failover, FailurePolicy, Store, StoredState};
+use ratelimit::store::{Check, Failover, FailurePolicy, Store, StoredState};
 use ratelimit::{
     Config, Decision, Error, ManualClock, Nanos, Options, Quota, QuotaError, RateLimitService,
     Strategy, Tier,
@@ -44,6 +44,34 @@ impl Store for MapStore {
             map.insert(key.to_owned(), (state.to_bytes(), expires));
         }
         Ok(decision)
+    }
+
+    async fn decide_all(
+        &self,
+        checks: &[Check<'_>],
+        now: Nanos,
+        commit: bool,
+    ) -> Result<Vec<Decision>, Error> {
+        let mut map = self.map.lock().unwrap();
+        let mut states = Vec::with_capacity(checks.len());
+        for check in checks {
+            states.push(match map.get(check.key) {
+                Some((bytes, expires)) if *expires > now => StoredState::from_bytes(bytes)?,
+                _ => StoredState::new(check.quota),
+            });
+        }
+        let mut decisions = Vec::with_capacity(checks.len());
+        for (check, state) in checks.iter().zip(&mut states) {
+            decisions.push(state.decide(now, check.quota, check.cost, false)?);
+        }
+        if commit && decisions.iter().all(|d| d.allowed) {
+            for (i, (check, state)) in checks.iter().zip(&mut states).enumerate() {
+                decisions[i] = state.decide(now, check.quota, check.cost, true)?;
+                let expires = state.expires_at(check.quota);
+                map.insert(check.key.to_owned(), (state.to_bytes(), expires));
+            }
+        }
+        Ok(decisions)
     }
 
     async fn reset(&self, key: &str) -> Result<bool, Error> {
@@ -151,4 +179,24 @@ fn limits_a_custom_store_cannot_count_are_refused_at_build_and_per_call() {
         matches!(err, Error::InvalidQuota(QuotaError::Unsupported { .. })),
         "{err}"
     );
+}
+
+#[test]
+fn a_custom_store_decides_stacked_limits_all_or_nothing() {
+    let (service, _) = service(MapStore::default(), Config::default());
+    let burst = Options::new()
+        .limit(2)
+        .window(Duration::from_secs(1))
+        .budget("burst");
+    let daily = Options::new()
+        .limit(5)
+        .window(Duration::from_secs(86_400))
+        .budget("daily");
+    let limits = [("user", &burst), ("user", &daily)];
+    run(async {
+        assert!(service.enforce_all(&limits).await.is_ok());
+        assert!(service.enforce_all(&limits).await.is_ok());
+        assert!(service.enforce_all(&limits).await.is_err());
+        assert_eq!(service.status("user", &daily).await.unwrap().remaining, 3);
+    });
 }

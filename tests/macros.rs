@@ -687,3 +687,62 @@ async fn calls_are_counted_under_the_budget_names() {
         assert_eq!(stats.by_method[name].allowed, 1, "{name}");
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Stacked attributes
+
+static STACKED_RUNS: AtomicU32 = AtomicU32::new(0);
+
+/// 2 a second against bursts, 3 an hour per user: both apply, all or nothing.
+#[throttle(2)]
+#[rate_limit(limit = 3, window = "1h", key = user)]
+async fn stacked(user: &str) -> Result<(), Error> {
+    let _ = user;
+    STACKED_RUNS.fetch_add(1, Ordering::SeqCst);
+    Ok(())
+}
+
+struct Exports;
+
+impl Exports {
+    #[rate_limit(limit = 1, window = "1s", name = "exports-burst")]
+    #[rate_limit(limit = 2, window = "1h", name = "exports-hourly")]
+    async fn csv(&self) -> Result<(), Error> {
+        Ok(())
+    }
+}
+
+#[test]
+fn stacked_attributes_all_apply_and_a_refusal_spends_from_none() {
+    let module = module();
+    futures::executor::block_on(module.scope(async {
+        stacked("ann").await.unwrap();
+        stacked("ann").await.unwrap();
+        // The burst limit refuses; the hourly one spends nothing for it.
+        assert!(is_exceeded(stacked("ann").await));
+        module.clock().advance(Duration::from_secs(1));
+        stacked("ann").await.unwrap();
+        module.clock().advance(Duration::from_secs(1));
+        // Now the hourly limit: 3 spent.
+        let refused = stacked("ann").await.unwrap_err();
+        assert_eq!(
+            refused.retry_after().map(|d| d.as_secs() > 3_000),
+            Some(true)
+        );
+        assert_eq!(STACKED_RUNS.load(Ordering::SeqCst), 3);
+
+        Exports.csv().await.unwrap();
+        assert!(is_exceeded(Exports.csv().await));
+        module.clock().advance(Duration::from_secs(1));
+        Exports.csv().await.unwrap();
+        module.clock().advance(Duration::from_secs(1));
+        assert!(is_exceeded(Exports.csv().await));
+    }));
+    let stats = module.stats();
+    assert_eq!(stats.by_method["macros::stacked"].allowed, 3);
+    assert_eq!(stats.by_method["macros::stacked"].denied, 1);
+    assert_eq!(stats.by_method["macros::stacked#2"].allowed, 3);
+    assert_eq!(stats.by_method["macros::stacked#2"].denied, 1);
+    assert_eq!(stats.by_method["exports-hourly"].allowed, 2);
+    assert_eq!(stats.total.denied, 4);
+}

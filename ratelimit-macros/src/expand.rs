@@ -81,26 +81,6 @@ fn check_signature(sig: &Signature, what: &str) -> syn::Result<()> {
     Ok(())
 }
 
-/// Rejects our attributes left on a fn that is being rewritten: a second limit, or a
-/// `#[skip_throttle]` next to a limit.
-fn check_attrs(attrs: &[Attribute], what: &str) -> syn::Result<()> {
-    let mut errors = Errors::default();
-    for a in attrs {
-        match attr::kind(a) {
-            Some(Kind::Skip) => errors.push(syn::Error::new_spanned(
-                a,
-                format!("`#[skip_throttle]` exempts a fn from its impl block's limit; it cannot be combined with {what} on the same fn"),
-            )),
-            Some(_) => errors.push(syn::Error::new_spanned(
-                a,
-                "a fn takes one rate-limit attribute (`#[rate_limit]` or `#[throttle]`)",
-            )),
-            None => {}
-        }
-    }
-    errors.finish()
-}
-
 fn strategy_tokens(strategy: Strategy, krate: &TokenStream) -> syn::Result<TokenStream> {
     let variant = match strategy {
         Strategy::FixedWindow => quote!(FixedWindow),
@@ -119,14 +99,8 @@ fn contains_impl(tokens: TokenStream) -> bool {
     })
 }
 
-/// The new body of a rate-limited fn at `place`: the declaration, the check, then the
-/// original body.
-fn body(args: &Args, place: &Place, sig: &Signature, block: &Block) -> syn::Result<Block> {
-    let k = args.krate();
-    let mixed = Span::mixed_site();
-    let decl = syn::Ident::new("__RATELIMIT_DECLARATION", mixed);
-    let function = place.function(&sig.ident);
-
+/// The spec a limit's `Args` describe, as a const expression.
+fn spec_tokens(args: &Args, k: &TokenStream) -> syn::Result<TokenStream> {
     let mut spec = quote!(#k::__private::Spec::new());
     if let Some(limit) = args.limit {
         let limit = Literal::u64_suffixed(limit);
@@ -141,7 +115,7 @@ fn body(args: &Args, place: &Place, sig: &Signature, block: &Block) -> syn::Resu
         spec = quote!(#spec.with_burst(#burst));
     }
     if let Some(strategy) = args.strategy {
-        let strategy = strategy_tokens(strategy, &k)?;
+        let strategy = strategy_tokens(strategy, k)?;
         spec = quote!(#spec.with_strategy(#strategy));
     }
     match &args.tier {
@@ -159,20 +133,46 @@ fn body(args: &Args, place: &Place, sig: &Signature, block: &Block) -> syn::Resu
         }
         Cost::Dynamic(_) => spec = quote!(#spec.with_dynamic_cost()),
     }
-    let name = match &args.name {
-        Some(name) => quote!(::core::option::Option::Some(#name)),
-        None => quote!(::core::option::Option::None),
+    Ok(spec)
+}
+
+/// One limit of a fn: its declaration (a static and its registration) and the statements
+/// that evaluate its key, tier and cost; `index` numbers the limits of one fn from 0.
+struct Limit {
+    items: TokenStream,
+    setup: TokenStream,
+    /// `&DECLARATION, key, tier, cost`, as `acquire` takes them.
+    call: TokenStream,
+}
+
+fn limit(
+    args: &Args,
+    index: usize,
+    function: &TokenStream,
+    sig: &Signature,
+    k: &TokenStream,
+) -> syn::Result<Limit> {
+    let mixed = Span::mixed_site();
+    let var = |name: &str| syn::Ident::new(&format!("__ratelimit_{name}_{index}"), mixed);
+    let decl = syn::Ident::new(&format!("__RATELIMIT_DECLARATION_{index}"), mixed);
+    let spec = spec_tokens(args, k)?;
+    // The first limit's budget is the fn's path; a stacked one's, the path and its place in
+    // attribute order (`app::f#2`), so that one fn's limits never share a budget.
+    let name = match (&args.name, index) {
+        (Some(name), _) => quote!(::core::option::Option::Some(#name)),
+        (None, 0) => quote!(::core::option::Option::None),
+        (None, i) => {
+            let suffix = format!("#{}", i + 1);
+            quote!(::core::option::Option::Some(
+                ::core::concat!(#function, #suffix)
+            ))
+        }
     };
     let location = sig.ident.span();
     let file = quote_spanned!(location=> ::core::file!());
     let line = quote_spanned!(location=> ::core::line!());
-
-    let key_var = syn::Ident::new("__ratelimit_key", mixed);
-    let tier_value = syn::Ident::new("__ratelimit_tier_value", mixed);
-    let tier_var = syn::Ident::new("__ratelimit_tier", mixed);
-    let cost_var = syn::Ident::new("__ratelimit_cost", mixed);
-    let error_var = syn::Ident::new("__ratelimit_error", mixed);
-
+    let (key_var, tier_value, tier_var, cost_var) =
+        (var("key"), var("tier_value"), var("tier"), var("cost"));
     let key = match &args.key {
         Some(expr) => quote_spanned! {expr.span()=>
             let #key_var: ::core::option::Option<::std::string::String> =
@@ -204,6 +204,52 @@ fn body(args: &Args, place: &Place, sig: &Signature, block: &Block) -> syn::Resu
             quote!(let #cost_var: ::core::primitive::u64 = #n;)
         }
     };
+    Ok(Limit {
+        // Lints of the user's crate (`unused_qualifications` on the absolute paths, clippy's
+        // style lints) have nothing to say about the generated items.
+        items: quote! {
+            #[allow(unused_qualifications, clippy::all, clippy::pedantic, clippy::nursery)]
+            static #decl: #k::__private::Declaration = #k::__private::Declaration::new(
+                #function, #name, #file, #line, #spec,
+            );
+            #[allow(unused_qualifications, clippy::all, clippy::pedantic, clippy::nursery)]
+            const _: () = {
+                #k::__private::inventory::submit! {
+                    #k::__private::Registered(&#decl)
+                }
+            };
+        },
+        setup: quote!(#key #tier #cost),
+        call: quote! {
+            &#decl, ::core::option::Option::as_deref(&#key_var), #tier_var, #cost_var
+        },
+    })
+}
+
+/// The new body of a rate-limited fn at `place`: a declaration per limit, the check, then the
+/// original body. Several limits (stacked attributes) are decided as one: the call passes,
+/// and spends from each, only if every one admits it.
+fn body(all: &[Args], place: &Place, sig: &Signature, block: &Block) -> syn::Result<Block> {
+    let k = all[0].krate();
+    let function = place.function(&sig.ident);
+    let limits = all
+        .iter()
+        .enumerate()
+        .map(|(i, args)| limit(args, i, &function, sig, &k))
+        .collect::<syn::Result<Vec<Limit>>>()?;
+    let items = limits.iter().map(|l| &l.items);
+    let setup = limits.iter().map(|l| &l.setup);
+    let check = match limits.as_slice() {
+        [one] => {
+            let (call, k) = (&one.call, &k);
+            quote!(#k::__private::acquire(#call).await)
+        }
+        many => {
+            let calls = many.iter().map(|l| &l.call);
+            quote!(#k::__private::acquire_all(&[#((#calls)),*]).await)
+        }
+    };
+    let error_var = syn::Ident::new("__ratelimit_error", Span::mixed_site());
     let refusal = match &sig.output {
         ReturnType::Type(_, ty) if !contains_impl(ty.to_token_stream()) => {
             let span = ty.span();
@@ -215,33 +261,15 @@ fn body(args: &Args, place: &Place, sig: &Signature, block: &Block) -> syn::Resu
         }
         ReturnType::Default => unreachable!("checked by check_signature"),
     };
-
     let stmts = &block.stmts;
-    // Lints of the user's crate (`unused_qualifications` on the absolute paths, clippy's
-    // style lints) have nothing to say about the generated items; the check keeps its guard
-    // narrow because it holds the user's key, tier and cost expressions.
+    // The check keeps its lint guard narrow: it holds the user's key, tier and cost
+    // expressions.
     let tokens = quote! {
-        #[allow(unused_qualifications, clippy::all, clippy::pedantic, clippy::nursery)]
-        static #decl: #k::__private::Declaration = #k::__private::Declaration::new(
-            #function, #name, #file, #line, #spec,
-        );
-        #[allow(unused_qualifications, clippy::all, clippy::pedantic, clippy::nursery)]
-        const _: () = {
-            #k::__private::inventory::submit! {
-                #k::__private::Registered(&#decl)
-            }
-        };
+        #(#items)*
         #[allow(unused_qualifications)]
         {
-            #key
-            #tier
-            #cost
-            if let ::core::result::Result::Err(#error_var) = #k::__private::acquire(
-                &#decl,
-                ::core::option::Option::as_deref(&#key_var),
-                #tier_var,
-                #cost_var,
-            ).await {
+            #(#setup)*
+            if let ::core::result::Result::Err(#error_var) = #check {
                 return #refusal;
             }
         }
@@ -255,6 +283,29 @@ fn body(args: &Args, place: &Place, sig: &Signature, block: &Block) -> syn::Resu
     })
 }
 
+/// The limits stacked below the one being expanded (`#[rate_limit]` / `#[throttle]`
+/// attributes further down the fn), parsed, in attribute order; the attributes are removed.
+/// A `#[skip_throttle]` beside a limit is an error.
+fn stacked(attrs: &mut Vec<Attribute>, what: &str, errors: &mut Errors) -> Vec<Args> {
+    let mut limits = Vec::new();
+    let mut kept = Vec::with_capacity(attrs.len());
+    for a in attrs.drain(..) {
+        match attr::kind(&a) {
+            Some(Kind::Skip) => errors.push(syn::Error::new_spanned(
+                &a,
+                format!("`#[skip_throttle]` exempts a fn from its impl block's limit; it cannot be combined with {what} on the same fn"),
+            )),
+            Some(kind) => match attr::parse_attr(&a, kind) {
+                Ok(args) => limits.push(args),
+                Err(e) => errors.push(e),
+            },
+            None => kept.push(a),
+        }
+    }
+    *attrs = kept;
+    limits
+}
+
 /// `#[rate_limit]` / `#[throttle]` on a fn (free, or a method annotated on its own).
 pub(crate) fn function(args: syn::Result<Args>, mut item: ItemFn, what: &str) -> TokenStream {
     let mut errors = Errors::default();
@@ -262,11 +313,10 @@ pub(crate) fn function(args: syn::Result<Args>, mut item: ItemFn, what: &str) ->
     if let Err(e) = check_signature(&item.sig, what) {
         errors.push(e);
     }
-    if let Err(e) = check_attrs(&item.attrs, what) {
-        errors.push(e);
-    }
+    let more = stacked(&mut item.attrs, what, &mut errors);
     if let (true, Some(args)) = (errors.is_empty(), args) {
-        match body(&args, &Place::Alone, &item.sig, &item.block) {
+        let all: Vec<Args> = std::iter::once(args).chain(more).collect();
+        match body(&all, &Place::Alone, &item.sig, &item.block) {
             Ok(block) => {
                 *item.block = block;
                 return item.into_token_stream();
@@ -295,31 +345,32 @@ pub(crate) fn impl_block(args: syn::Result<Args>, mut item: ItemImpl, what: &str
         let ImplItem::Fn(method) = impl_item else {
             continue;
         };
-        let mut own: Option<(Kind, Attribute)> = None;
+        let mut own: Vec<(Kind, Attribute)> = Vec::new();
         let mut skip: Option<Attribute> = None;
         let mut kept = Vec::with_capacity(method.attrs.len());
         for a in method.attrs.drain(..) {
             match attr::kind(&a) {
                 Some(Kind::Skip) if skip.is_none() => skip = Some(a),
-                Some(kind) if kind != Kind::Skip && own.is_none() => own = Some((kind, a)),
-                Some(_) => errors.push(syn::Error::new_spanned(
+                Some(Kind::Skip) => errors.push(syn::Error::new_spanned(
                     &a,
-                    "a fn takes one rate-limit attribute (`#[rate_limit]`, `#[throttle]` or `#[skip_throttle]`)",
+                    "`#[skip_throttle]` is given twice",
                 )),
+                Some(kind) => own.push((kind, a)),
                 None => kept.push(a),
             }
         }
         method.attrs = kept;
-        let method_args = match (own, &skip) {
-            (Some((_, _)), Some(skip)) => {
+        let method_args: Vec<Args> = match (own.as_slice(), &skip) {
+            ([_, ..], Some(skip)) => {
                 errors.push(syn::Error::new_spanned(
                     skip,
                     "`#[skip_throttle]` exempts a fn from its impl block's limit; it cannot be combined with a limit on the same fn",
                 ));
                 continue;
             }
-            (None, Some(_)) => continue,
-            (Some((kind, a)), None) => {
+            ([], Some(_)) => continue,
+            ([(kind, _), ..], None) => {
+                // The method's own limits (several stack) replace the block's.
                 let own_what = match kind {
                     Kind::Throttle => "`#[throttle]`",
                     _ => "`#[rate_limit]`",
@@ -328,20 +379,24 @@ pub(crate) fn impl_block(args: syn::Result<Args>, mut item: ItemImpl, what: &str
                     errors.push(e);
                     continue;
                 }
-                match attr::parse_attr(&a, kind) {
-                    Ok(mut own) => {
-                        if own.krate.is_none() {
-                            own.krate = args.as_ref().and_then(|a| a.krate.clone());
+                let mut parsed = Vec::with_capacity(own.len());
+                for (kind, a) in &own {
+                    match attr::parse_attr(a, *kind) {
+                        Ok(mut limit) => {
+                            if limit.krate.is_none() {
+                                limit.krate = args.as_ref().and_then(|a| a.krate.clone());
+                            }
+                            parsed.push(limit);
                         }
-                        own
-                    }
-                    Err(e) => {
-                        errors.push(e);
-                        continue;
+                        Err(e) => errors.push(e),
                     }
                 }
+                if parsed.len() < own.len() {
+                    continue;
+                }
+                parsed
             }
-            (None, None) => {
+            ([], None) => {
                 if method.sig.asyncness.is_none() {
                     // A sync fn is left alone, but one that hands back a future is async in all
                     // but name: skipping it would leave it unlimited.
@@ -355,7 +410,7 @@ pub(crate) fn impl_block(args: syn::Result<Args>, mut item: ItemImpl, what: &str
                     continue;
                 }
                 match &args {
-                    Some(args) => args.clone(),
+                    Some(args) => vec![args.clone()],
                     None => continue,
                 }
             }

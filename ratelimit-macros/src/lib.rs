@@ -149,6 +149,24 @@ mod path;
 /// says to swap the attributes (the same holds for a method's own `#[rate_limit]` under
 /// `#[async_trait]`).
 ///
+/// # Stacked limits
+///
+/// Several `#[rate_limit]` / `#[throttle]` attributes on one fn (or one method) all apply,
+/// decided as one: a call passes, and spends from every limit, only if every limit admits it,
+/// atomically in memory and in one Redis script; a call refused by one limit spends nothing
+/// from the others. The first attribute's budget is the fn's path, the next ones' the path
+/// and their place (`app::export#2`), unless they are given a `name`.
+///
+/// ```
+/// use ratelimit::{rate_limit, throttle, Error};
+///
+/// #[throttle(5)]                                     // against bursts
+/// #[rate_limit(limit = 1_000, window = "1d", key = account)] // and per account per day
+/// async fn export(account: u64) -> Result<(), Error> {
+///     Ok(())
+/// }
+/// ```
+///
 /// # Renamed crate
 ///
 /// The expansion names the runtime as `::ratelimit`. If your `Cargo.toml` depends on it under

@@ -110,7 +110,7 @@ pub mod http;
 #[doc(hidden)]
 pub mod __private {
     pub use inventory;
-    pub use ratelimit_core::__private::{acquire, key, refuse, Refusal, Registered};
+    pub use ratelimit_core::__private::{acquire, acquire_all, key, refuse, Refusal, Registered};
     pub use ratelimit_core::{Declaration, Spec, Strategy};
 }
 

@@ -93,6 +93,36 @@ pub async fn acquire(
             function: declaration.function(),
         });
     };
+    let options = options(declaration, tier, cost);
+    service.enforce_parts(key, &options).await.map(drop)
+}
+
+/// [`acquire`] for a fn with several limits (stacked attributes): one decision, all or
+/// nothing.
+#[doc(hidden)]
+pub async fn acquire_all(
+    limits: &[(&'static Declaration, Option<&str>, Option<&str>, u64)],
+) -> Result<(), Error> {
+    let Some(service) = current() else {
+        return Err(Error::NotInitialized {
+            function: limits.first().map_or("?", |l| l.0.function()),
+        });
+    };
+    let options: Vec<Options<'_>> = limits
+        .iter()
+        .map(|&(declaration, _, tier, cost)| options(declaration, tier, cost))
+        .collect();
+    let parts: Vec<(Option<&str>, &Options<'_>)> = limits
+        .iter()
+        .zip(&options)
+        .map(|(&(_, key, _, _), options)| (key, options))
+        .collect();
+    service.enforce_stacked(&parts).await.map(drop)
+}
+
+/// The options of one call of an annotated fn: its spec, the tier chosen for this call (or
+/// its static one), its cost, its budget.
+fn options<'a>(declaration: &'static Declaration, tier: Option<&'a str>, cost: u64) -> Options<'a> {
     let mut options = Options::new().cost(cost).budget(declaration.budget());
     options.overrides = *declaration.spec().overrides();
     options.tier = match (tier, declaration.spec().tier()) {
@@ -100,7 +130,7 @@ pub async fn acquire(
         (None, TierSpec::Static(tier)) => Some(tier),
         (None, _) => None,
     };
-    service.enforce_parts(key, &options).await.map(drop)
+    options
 }
 
 /// What an annotated fn's return type must be able to do: carry a refusal. Implemented for

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::{MemoryStore, Store};
+use super::{Check, MemoryStore, Store};
 use crate::clock::Nanos;
 use crate::decision::Decision;
 use crate::error::Error;
@@ -101,6 +101,40 @@ fn is_store_failure(error: &Error) -> bool {
     )
 }
 
+impl<S> Failover<S> {
+    /// Logs, once, that decisions come from the store again.
+    fn recovered(&self) {
+        if self.failing.load(Ordering::Relaxed) && self.failing.swap(false, Ordering::Relaxed) {
+            tracing::warn!(target: "ratelimit", "the store is deciding again");
+        }
+    }
+
+    /// Logs, once, that the store cannot decide.
+    fn failed(&self, error: &Error) {
+        if !self.failing.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                target: "ratelimit",
+                %error,
+                policy = self.policy.as_str(),
+                "the store cannot decide: calls follow the failure policy until it can",
+            );
+        }
+    }
+}
+
+/// This process's share of `quota` while the store is away: limit, burst and refill divided
+/// by `pods`.
+fn share(quota: &Quota, pods: u32) -> Result<Quota, Error> {
+    let pods = u64::from(pods.max(1));
+    Ok(Quota::from_parts(
+        quota.limit() / pods,
+        quota.window(),
+        quota.burst() / pods,
+        quota.strategy(),
+        quota.refill_setting().map(|r| (r / pods).max(1)),
+    )?)
+}
+
 impl<S: Store> Store for Failover<S> {
     async fn decide(
         &self,
@@ -113,34 +147,50 @@ impl<S: Store> Store for Failover<S> {
         let error = match self.store.decide(key, quota, cost, now, commit).await {
             Err(e) if is_store_failure(&e) => e,
             other => {
-                if self.failing.load(Ordering::Relaxed)
-                    && self.failing.swap(false, Ordering::Relaxed)
-                {
-                    tracing::warn!(target: "ratelimit", "the store is deciding again");
-                }
+                self.recovered();
                 return other;
             }
         };
-        if !self.failing.swap(true, Ordering::Relaxed) {
-            tracing::warn!(
-                target: "ratelimit",
-                %error,
-                policy = self.policy.as_str(),
-                "the store cannot decide: calls follow the failure policy until it can",
-            );
-        }
+        self.failed(&error);
         match (self.policy, &self.fallback) {
             (FailurePolicy::Allow, _) => Ok(Decision::unlimited_for(quota, now)),
             (FailurePolicy::Local { pods }, Some(local)) => {
-                let pods = u64::from(pods.max(1));
-                let share = Quota::from_parts(
-                    quota.limit() / pods,
-                    quota.window(),
-                    quota.burst() / pods,
-                    quota.strategy(),
-                    quota.refill_setting().map(|r| (r / pods).max(1)),
-                )?;
-                Store::decide(local, key, &share, cost, now, commit).await
+                local.decide_at(key, &share(quota, pods)?, cost, now, commit)
+            }
+            _ => Err(error),
+        }
+    }
+
+    async fn decide_all(
+        &self,
+        checks: &[Check<'_>],
+        now: Nanos,
+        commit: bool,
+    ) -> Result<Vec<Decision>, Error> {
+        let error = match self.store.decide_all(checks, now, commit).await {
+            Err(e) if is_store_failure(&e) => e,
+            other => {
+                self.recovered();
+                return other;
+            }
+        };
+        self.failed(&error);
+        match (self.policy, &self.fallback) {
+            (FailurePolicy::Allow, _) => Ok(checks
+                .iter()
+                .map(|c| Decision::unlimited_for(c.quota, now))
+                .collect()),
+            (FailurePolicy::Local { pods }, Some(local)) => {
+                let shares = checks
+                    .iter()
+                    .map(|c| share(c.quota, pods))
+                    .collect::<Result<Vec<_>, _>>()?;
+                let local_checks: Vec<Check<'_>> = checks
+                    .iter()
+                    .zip(&shares)
+                    .map(|(c, quota)| Check { quota, ..*c })
+                    .collect();
+                local.decide_all_at(&local_checks, now, commit)
             }
             _ => Err(error),
         }

@@ -47,7 +47,7 @@ use crate::quota::{Quota, QuotaError};
 /// ```
 /// use std::collections::HashMap;
 /// use std::sync::Mutex;
-/// use ratelimit_core::store::{Store, StoredState};
+/// use ratelimit_core::store::{Check, Store, StoredState};
 /// use ratelimit_core::{Decision, Error, Nanos, Quota};
 ///
 /// /// A store over a plain map: the shape of one over any storage with transactions.
@@ -70,6 +70,31 @@ use crate::quota::{Quota, QuotaError};
 ///         Ok(decision)
 ///     }
 ///
+///     async fn decide_all(&self, checks: &[Check<'_>], now: Nanos, commit: bool)
+///         -> Result<Vec<Decision>, Error>
+///     {
+///         let mut map = self.0.lock().unwrap(); // one transaction for every limit
+///         let mut states = Vec::new();
+///         for c in checks {
+///             states.push(match map.get(c.key) {
+///                 Some(bytes) => StoredState::from_bytes(bytes)?,
+///                 None => StoredState::new(c.quota),
+///             });
+///         }
+///         // Look at every limit; spend from each only if all admit the call.
+///         let mut decisions = Vec::new();
+///         for (c, state) in checks.iter().zip(&mut states) {
+///             decisions.push(state.decide(now, c.quota, c.cost, false)?);
+///         }
+///         if commit && decisions.iter().all(|d| d.allowed) {
+///             for (i, (c, state)) in checks.iter().zip(&mut states).enumerate() {
+///                 decisions[i] = state.decide(now, c.quota, c.cost, true)?;
+///                 map.insert(c.key.to_owned(), state.to_bytes());
+///             }
+///         }
+///         Ok(decisions)
+///     }
+///
 ///     async fn reset(&self, key: &str) -> Result<bool, Error> {
 ///         Ok(self.0.lock().unwrap().remove(key).is_some())
 ///     }
@@ -87,6 +112,17 @@ pub trait Store: Send + Sync + 'static {
         commit: bool,
     ) -> impl Future<Output = Result<Decision, Error>> + Send;
 
+    /// Decides a call against several limits as one (stacked limits, such as a short
+    /// window against bursts and a long one): with `commit`, the call is admitted and spent
+    /// from every limit only if every limit admits it, in one atomic step; a call refused by
+    /// one limit spends nothing from the others. One decision per check, in order.
+    fn decide_all(
+        &self,
+        checks: &[Check<'_>],
+        now: Nanos,
+        commit: bool,
+    ) -> impl Future<Output = Result<Vec<Decision>, Error>> + Send;
+
     /// Forgets `key`; returns whether it was held.
     fn reset(&self, key: &str) -> impl Future<Output = Result<bool, Error>> + Send;
 
@@ -97,6 +133,17 @@ pub trait Store: Send + Sync + 'static {
         let _ = quota;
         Ok(())
     }
+}
+
+/// One limit of a stacked decision ([`Store::decide_all`]): a key, its quota, the call's cost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Check<'a> {
+    /// The store key.
+    pub key: &'a str,
+    /// The limit.
+    pub quota: &'a Quota,
+    /// What the call costs under it.
+    pub cost: u64,
 }
 
 /// A boxed future, for stores behind `dyn`.
@@ -112,6 +159,12 @@ pub(crate) trait DynStore: Send + Sync + 'static {
         now: Nanos,
         commit: bool,
     ) -> BoxFuture<'a, Result<Decision, Error>>;
+    fn decide_all<'a>(
+        &'a self,
+        checks: &'a [Check<'a>],
+        now: Nanos,
+        commit: bool,
+    ) -> BoxFuture<'a, Result<Vec<Decision>, Error>>;
     fn reset<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<bool, Error>>;
     fn supports(&self, quota: &Quota) -> Result<(), QuotaError>;
 }
@@ -126,6 +179,14 @@ impl<S: Store> DynStore for S {
         commit: bool,
     ) -> BoxFuture<'a, Result<Decision, Error>> {
         Box::pin(Store::decide(self, key, quota, cost, now, commit))
+    }
+    fn decide_all<'a>(
+        &'a self,
+        checks: &'a [Check<'a>],
+        now: Nanos,
+        commit: bool,
+    ) -> BoxFuture<'a, Result<Vec<Decision>, Error>> {
+        Box::pin(Store::decide_all(self, checks, now, commit))
     }
     fn reset<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<bool, Error>> {
         Box::pin(Store::reset(self, key))

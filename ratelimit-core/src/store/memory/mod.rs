@@ -9,6 +9,7 @@ use std::time::Duration;
 use parking_lot::{Condvar, Mutex};
 
 mod cells;
+mod stacked;
 
 use self::cells::{BucketCell, Cell, CounterCell, FixedCell, LogCell, Tables};
 use crate::algorithm::{self, Verdict};
@@ -250,7 +251,11 @@ impl MemoryStore {
     }
 
     fn shard(&self, hash: u64) -> &Mutex<Tables> {
-        &self.inner.shards[(hash >> 32) as usize % SHARDS].0
+        &self.inner.shards[self.shard_index(hash)].0
+    }
+
+    fn shard_index(&self, hash: u64) -> usize {
+        (hash >> 32) as usize % SHARDS
     }
 
     fn maybe_sweep(&self, now: Nanos) {
@@ -288,9 +293,8 @@ impl MemoryStore {
         if let Some(verdict) = algorithm::precheck(now, quota, cost, commit)? {
             return Ok(decision(verdict));
         }
-        self.maybe_sweep(now);
         // A clock stepped back behind the last sweep decides at the sweep's time.
-        let at = now.max(self.inner.floor.load(Ordering::Acquire));
+        let at = self.decision_time(now);
         let verdict = match quota.strategy() {
             Strategy::FixedWindow => self.decide_in::<FixedCell>(key, quota, cost, at, commit),
             Strategy::SlidingWindow => self.decide_in::<LogCell>(key, quota, cost, at, commit),
@@ -348,13 +352,24 @@ impl MemoryStore {
     }
 
     fn reserve(&self) -> bool {
+        self.reserve_n(1)
+    }
+
+    /// Reserves room for `n` new keys at once, or for none.
+    fn reserve_n(&self, n: usize) -> bool {
         let max = self.inner.options.max_keys;
         self.inner
             .len
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
-                (n < max).then_some(n + 1)
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |len| {
+                (len + n <= max).then_some(len + n)
             })
             .is_ok()
+    }
+
+    /// The decision time for a call at `now`: never before the last sweep (see `floor`).
+    fn decision_time(&self, now: Nanos) -> Nanos {
+        self.maybe_sweep(now);
+        now.max(self.inner.floor.load(Ordering::Acquire))
     }
 }
 
@@ -368,6 +383,15 @@ impl super::Store for MemoryStore {
         commit: bool,
     ) -> Result<Decision, Error> {
         self.decide_at(key, quota, cost, now, commit)
+    }
+
+    async fn decide_all(
+        &self,
+        checks: &[super::Check<'_>],
+        now: Nanos,
+        commit: bool,
+    ) -> Result<Vec<Decision>, Error> {
+        self.decide_all_at(checks, now, commit)
     }
 
     async fn reset(&self, key: &str) -> Result<bool, Error> {

@@ -61,6 +61,56 @@ macro_rules! lua {
     };
 }
 
+/// A strategy's script as a function of `(KEYS, ARGV)`, for the stacked script.
+macro_rules! wrapped {
+    ($name:literal, $file:literal) => {
+        concat!(
+            "local function ",
+            $name,
+            "(KEYS, ARGV)\n",
+            include_str!("../../../lua/prelude.lua"),
+            include_str!(concat!("../../../lua/", $file)),
+            "\nend\n"
+        )
+    };
+}
+
+/// Several limits as one decision (`lua/stacked.lua`), over the four scripts as functions.
+const STACKED: &str = concat!(
+    wrapped!("fixed_window", "fixed_window.lua"),
+    wrapped!("sliding_log", "sliding_log.lua"),
+    wrapped!("sliding_counter", "sliding_counter.lua"),
+    wrapped!("token_bucket", "token_bucket.lua"),
+    include_str!("../../../lua/stacked.lua"),
+);
+
+pub(super) static STACKED_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(STACKED));
+
+/// The number `lua/stacked.lua` knows a strategy by: its index in [`SOURCES`], from 1.
+pub(super) fn stacked_index(strategy: Strategy) -> u8 {
+    match strategy {
+        Strategy::FixedWindow => 1,
+        Strategy::SlidingWindow => 2,
+        Strategy::SlidingWindowCounter => 3,
+        Strategy::TokenBucket => 4,
+    }
+}
+
+/// The two numbers a strategy's script takes as `ARGV[1]` and `ARGV[2]`, in microseconds:
+/// the window and the capacity, or for the token bucket the emission interval and the
+/// tolerance.
+pub(super) fn script_args(quota: &Quota) -> (u64, u64) {
+    let window_us = quota.window().as_micros() as u64;
+    let capacity = quota.capacity();
+    match quota.strategy() {
+        Strategy::TokenBucket => {
+            let interval = window_us / quota.refill_per_window().max(1);
+            (interval, interval * capacity)
+        }
+        _ => (window_us, capacity),
+    }
+}
+
 /// The scripts' sources, in the order of [`script`].
 const SOURCES: [&str; 4] = [
     lua!("fixed_window.lua"),

@@ -11,13 +11,13 @@ use tokio::sync::OnceCell;
 use super::eviction::Policy;
 use super::options::RedisOptions;
 use super::redaction::{secrets, store_error};
-use super::scripts::{script, supports, SCRIPTS};
+use super::scripts::{script, script_args, stacked_index, supports, SCRIPTS, STACKED_SCRIPT};
 use crate::algorithm::Verdict;
 use crate::clock::Nanos;
 use crate::decision::Decision;
 use crate::error::Error;
 use crate::quota::{Quota, QuotaError};
-use crate::syntax::Strategy;
+use crate::store::Check;
 
 /// The code of the error reply a script returns, without writing anything, when the key
 /// holds state it did not write (see `lua/prelude.lua`).
@@ -124,7 +124,7 @@ impl RedisStore {
     pub async fn connect(&self) -> Result<(), Error> {
         self.bounded(async {
             let mut connection = self.connection().await?;
-            for script in SCRIPTS.iter() {
+            for script in SCRIPTS.iter().chain([&*STACKED_SCRIPT]) {
                 let loaded = match &mut connection {
                     Connection::Single(c) => script.prepare_invoke().load_async(c).await,
                     Connection::Cluster(c) => script.prepare_invoke().load_async(c).await,
@@ -166,43 +166,102 @@ impl RedisStore {
     ) -> Result<(Verdict, Nanos), Error> {
         crate::key::check_store_key(key)?;
         supports(quota)?;
-        let capacity = quota.capacity();
         // The same checks as in memory, before any round trip: a zero capacity is refused
         // whatever Redis holds, so Redis is not asked.
         if let Some(verdict) = crate::algorithm::precheck(now, quota, cost, commit)? {
             return Ok((verdict, now));
         }
-        let window_us = quota.window().as_micros() as u64;
-        let (first, second) = match quota.strategy() {
-            Strategy::TokenBucket => {
-                let interval = window_us / quota.refill_per_window().max(1);
-                (interval, interval * capacity)
-            }
-            _ => (window_us, capacity),
-        };
+        let (first, second) = script_args(quota);
         let mut invocation = script(quota.strategy()).key(key);
         invocation
             .arg(first)
             .arg(second)
             .arg(cost)
             .arg(u8::from(commit));
-        let reply: Vec<i64> = self
-            .bounded(async {
-                let result = match self.connection().await? {
-                    Connection::Single(mut c) => invocation.invoke_async(&mut c).await,
-                    Connection::Cluster(mut c) => invocation.invoke_async(&mut c).await,
-                };
-                result.map_err(|e| match e.code() {
-                    Some(UNEXPECTED_STATE) => Error::UnexpectedState {
-                        message: e.detail().unwrap_or("").to_owned(),
-                    },
-                    _ => self.error("the limiter script failed", &e),
-                })
+        let reply = self.run(&invocation).await?;
+        verdict(&reply).ok_or_else(|| unexpected_reply(&reply))
+    }
+
+    /// Several limits as one decision, in one round trip (`lua/stacked.lua`). `now` is the
+    /// service's clock, for what is decided without asking Redis.
+    pub(crate) async fn verdicts(
+        &self,
+        checks: &[Check<'_>],
+        now: Nanos,
+        commit: bool,
+    ) -> Result<Vec<(Verdict, Nanos)>, Error> {
+        let mut local: Vec<Option<Verdict>> = Vec::with_capacity(checks.len());
+        for (i, check) in checks.iter().enumerate() {
+            crate::key::check_store_key(check.key)?;
+            supports(check.quota)?;
+            if checks[..i].iter().any(|other| other.key == check.key) {
+                return Err(Error::InvalidKey {
+                    reason: "the same key twice in one stacked decision",
+                });
+            }
+            local.push(crate::algorithm::precheck(
+                now,
+                check.quota,
+                check.cost,
+                commit,
+            )?);
+        }
+        // A limit refused without asking Redis (a zero capacity): the others are only looked at.
+        let commit = commit && local.iter().all(Option::is_none);
+        let asked: Vec<&Check<'_>> = checks
+            .iter()
+            .zip(&local)
+            .filter(|(_, l)| l.is_none())
+            .map(|(c, _)| c)
+            .collect();
+        let mut replies = Vec::new().into_iter();
+        if !asked.is_empty() {
+            let mut invocation = STACKED_SCRIPT.prepare_invoke();
+            invocation.arg(u8::from(commit));
+            for check in &asked {
+                let (first, second) = script_args(check.quota);
+                invocation
+                    .key(check.key)
+                    .arg(stacked_index(check.quota.strategy()))
+                    .arg(first)
+                    .arg(second)
+                    .arg(check.cost);
+            }
+            let reply = self.run(&invocation).await?;
+            if reply.len() != 5 * asked.len() {
+                return Err(unexpected_reply(&reply));
+            }
+            replies = reply
+                .chunks_exact(5)
+                .map(|r| verdict(r).ok_or_else(|| unexpected_reply(r)))
+                .collect::<Result<Vec<_>, _>>()?
+                .into_iter();
+        }
+        local
+            .into_iter()
+            .map(|l| match l {
+                Some(verdict) => Ok((verdict, now)),
+                None => replies.next().ok_or_else(|| unexpected_reply(&[])),
             })
-            .await?;
-        verdict(&reply).ok_or_else(|| Error::Store {
-            message: format!("unexpected reply from the limiter script: {reply:?}"),
+            .collect()
+    }
+
+    /// Runs a script invocation within the timeout; state of an unexpected shape (the
+    /// scripts' `RATELIMIT_STATE` error reply) is [`Error::UnexpectedState`].
+    async fn run(&self, invocation: &redis::ScriptInvocation<'_>) -> Result<Vec<i64>, Error> {
+        self.bounded(async {
+            let result = match self.connection().await? {
+                Connection::Single(mut c) => invocation.invoke_async(&mut c).await,
+                Connection::Cluster(mut c) => invocation.invoke_async(&mut c).await,
+            };
+            result.map_err(|e| match e.code() {
+                Some(UNEXPECTED_STATE) => Error::UnexpectedState {
+                    message: e.detail().unwrap_or("").to_owned(),
+                },
+                _ => self.error("the limiter script failed", &e),
+            })
         })
+        .await
     }
 
     /// Runs `f` within the configured timeout. Everything that talks to Redis goes through
@@ -338,12 +397,32 @@ impl crate::store::Store for RedisStore {
         Ok(Decision::for_quota(verdict, at, quota))
     }
 
+    async fn decide_all(
+        &self,
+        checks: &[Check<'_>],
+        now: Nanos,
+        commit: bool,
+    ) -> Result<Vec<Decision>, Error> {
+        let verdicts = self.verdicts(checks, now, commit).await?;
+        Ok(checks
+            .iter()
+            .zip(verdicts)
+            .map(|(c, (v, at))| Decision::for_quota(v, at, c.quota))
+            .collect())
+    }
+
     async fn reset(&self, key: &str) -> Result<bool, Error> {
         self.forget(key).await
     }
 
     fn supports(&self, quota: &Quota) -> Result<(), QuotaError> {
         supports(quota)
+    }
+}
+
+fn unexpected_reply(reply: &[i64]) -> Error {
+    Error::Store {
+        message: format!("unexpected reply from the limiter script: {reply:?}"),
     }
 }
 

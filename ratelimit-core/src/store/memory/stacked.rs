@@ -1,0 +1,166 @@
+//! Several limits decided as one: all are admitted and spent, or none is.
+//!
+//! Every shard a call's keys live in is locked, in ascending order (so two stacked calls
+//! never wait on each other in a cycle), for the whole decision: each limit is looked at
+//! first, and only when every one admits the call is each spent. A call refused by one limit
+//! spends nothing from the others.
+
+use std::hash::BuildHasher;
+
+use parking_lot::MutexGuard;
+
+use super::cells::{BucketCell, Cell, CounterCell, FixedCell, LogCell, Tables};
+use super::MemoryStore;
+use crate::algorithm::{self, Undecidable, Verdict};
+use crate::clock::Nanos;
+use crate::decision::Decision;
+use crate::error::Error;
+use crate::quota::Quota;
+use crate::store::Check;
+use crate::syntax::Strategy;
+
+/// Runs `$f::<Cell type>($args)` for the quota's strategy.
+macro_rules! by_strategy {
+    ($strategy:expr, $f:ident($($arg:expr),*)) => {
+        match $strategy {
+            Strategy::FixedWindow => $f::<FixedCell>($($arg),*),
+            Strategy::SlidingWindow => $f::<LogCell>($($arg),*),
+            Strategy::SlidingWindowCounter => $f::<CounterCell>($($arg),*),
+            Strategy::TokenBucket => $f::<BucketCell>($($arg),*),
+        }
+    };
+}
+
+/// The level a call would find (spending nothing), and whether the key is stored.
+fn look<C: Cell>(
+    tables: &mut Tables,
+    hash: u64,
+    key: &[u8],
+    quota: &Quota,
+    cost: u64,
+    now: Nanos,
+) -> (Verdict, bool) {
+    let decide = |cell: &mut C| {
+        algorithm::level(cost, false, |cost, commit| {
+            cell.decide(now, quota, cost, commit)
+        })
+    };
+    match C::table(tables).find_mut(hash, |c| c.key() == key) {
+        Some(cell) => (decide(cell), true),
+        None => (decide(&mut C::fresh()), false),
+    }
+}
+
+/// Spends the call, storing the key if it is new (room for it was reserved).
+fn spend<C: Cell>(
+    tables: &mut Tables,
+    hasher: &foldhash::fast::RandomState,
+    hash: u64,
+    key: &[u8],
+    quota: &Quota,
+    cost: u64,
+    now: Nanos,
+) -> Verdict {
+    if let Some(cell) = C::table(tables).find_mut(hash, |c| c.key() == key) {
+        return cell.decide(now, quota, cost, true);
+    }
+    let mut cell = C::fresh();
+    let verdict = cell.decide(now, quota, cost, true);
+    cell.set_key(key);
+    C::table(tables).insert_unique(hash, cell, |c| hasher.hash_one(c.key()));
+    verdict
+}
+
+/// The tables of shard `index`, among the locked ones (every check's shard is locked).
+fn locked<'g>(guards: &'g mut [(usize, MutexGuard<'_, Tables>)], index: usize) -> &'g mut Tables {
+    let slot = guards.iter().position(|(i, _)| *i == index);
+    &mut guards[slot.unwrap_or_default()].1
+}
+
+impl MemoryStore {
+    /// [`Store::decide_all`](crate::store::Store::decide_all), synchronously.
+    pub(crate) fn decide_all_at(
+        &self,
+        checks: &[Check<'_>],
+        now: Nanos,
+        commit: bool,
+    ) -> Result<Vec<Decision>, Error> {
+        // Decided before any lock: a bad key, the same key twice (its two looks would both
+        // see the state before either spent), a cost that can never pass, a zero capacity.
+        let mut fixed: Vec<Option<Verdict>> = Vec::with_capacity(checks.len());
+        for (i, check) in checks.iter().enumerate() {
+            crate::key::check_store_key(check.key)?;
+            if checks[..i].iter().any(|other| other.key == check.key) {
+                return Err(Error::InvalidKey {
+                    reason: "the same key twice in one stacked decision",
+                });
+            }
+            fixed.push(algorithm::precheck(now, check.quota, check.cost, commit)?);
+        }
+        let at = self.decision_time(now);
+        let hashes: Vec<u64> = checks
+            .iter()
+            .map(|c| self.inner.hasher.hash_one(c.key.as_bytes()))
+            .collect();
+        let mut shards: Vec<usize> = hashes.iter().map(|&h| self.shard_index(h)).collect();
+        shards.sort_unstable();
+        shards.dedup();
+        for attempt in 0..2 {
+            let mut guards: Vec<(usize, MutexGuard<'_, Tables>)> = shards
+                .iter()
+                .map(|&i| (i, self.inner.shards[i].0.lock()))
+                .collect();
+            let mut verdicts = Vec::with_capacity(checks.len());
+            let mut fresh = 0;
+            for ((check, &hash), fixed) in checks.iter().zip(&hashes).zip(&fixed) {
+                if let Some(verdict) = fixed {
+                    verdicts.push(*verdict);
+                    continue;
+                }
+                let key = check.key.as_bytes();
+                let strategy = check.quota.strategy();
+                let tables = locked(&mut guards, self.shard_index(hash));
+                if tables.held_by_other(strategy, hash, key) {
+                    return Err(Undecidable::UnexpectedState.into());
+                }
+                let (verdict, stored) = by_strategy!(
+                    strategy,
+                    look(tables, hash, key, check.quota, check.cost, at)
+                );
+                fresh += usize::from(!stored);
+                verdicts.push(verdict);
+            }
+            if !commit || verdicts.iter().any(|v| !v.allowed) {
+                return Ok(self.decisions(checks, &verdicts, now));
+            }
+            if !self.reserve_n(fresh) {
+                drop(guards);
+                if attempt == 0 {
+                    self.sweep(now);
+                }
+                continue;
+            }
+            let hasher = &self.inner.hasher;
+            for ((check, &hash), verdict) in checks.iter().zip(&hashes).zip(verdicts.iter_mut()) {
+                let key = check.key.as_bytes();
+                let tables = locked(&mut guards, self.shard_index(hash));
+                *verdict = by_strategy!(
+                    check.quota.strategy(),
+                    spend(tables, hasher, hash, key, check.quota, check.cost, at)
+                );
+            }
+            return Ok(self.decisions(checks, &verdicts, now));
+        }
+        Err(Error::StoreFull {
+            max_keys: self.inner.options.max_keys,
+        })
+    }
+
+    fn decisions(&self, checks: &[Check<'_>], verdicts: &[Verdict], now: Nanos) -> Vec<Decision> {
+        checks
+            .iter()
+            .zip(verdicts)
+            .map(|(c, &v)| Decision::for_quota(v, now, c.quota))
+            .collect()
+    }
+}
