@@ -15,7 +15,7 @@ use axum::middleware::{self, Next};
 use axum::routing::get;
 use axum::Router;
 use ratelimit::http::{ApiKey, ClientIp, RateLimitLayer, TrustedProxies, UNMATCHED};
-use ratelimit::store::Store;
+use ratelimit::store::{Check, Store};
 use ratelimit::testing::TestModule;
 use ratelimit::{
     rate_limit, Config, Decision, Error, ManualClock, Module, Nanos, Options, Quota,
@@ -462,6 +462,63 @@ async fn stacked_layers_list_both_policies_and_report_the_most_restrictive() {
 }
 
 #[tokio::test]
+async fn several_limits_in_one_layer_are_all_or_nothing() {
+    let (limiter, _clock) = fixed_window();
+    let hourly = Options::new()
+        .limit(10)
+        .window(Duration::from_secs(3600))
+        .budget("hourly");
+    let app = Router::new()
+        .route("/login", get(|| async { "ok" }))
+        .route_layer(
+            RateLimitLayer::new(limiter.clone(), ClientIp::peer())
+                .limit(per_minute(2).budget("burst"))
+                .limit(hourly),
+        );
+    let server = Server::start(app).await;
+    let reset_hour = (START.as_secs() / 3600 + 1) * 3600 - START.as_secs();
+
+    let first = server.get("/login").await;
+    assert_eq!(first.status(), 200);
+    assert_eq!(
+        header(&first, "ratelimit-policy"),
+        "\"burst\";q=2;w=60, \"hourly\";q=10;w=3600"
+    );
+    assert_eq!(
+        header(&first, "ratelimit"),
+        format!("\"burst\";r=1;t=20, \"hourly\";r=9;t={reset_hour}")
+    );
+    assert_eq!(header(&first, "x-ratelimit-limit"), "2");
+
+    server.get("/login").await;
+    for _ in 0..3 {
+        let refused = server.get("/login").await;
+        assert_eq!(refused.status(), 429);
+        assert_eq!(header(&refused, "retry-after"), "20");
+        assert_eq!(header(&refused, "x-ratelimit-remaining"), "0");
+        // Refused by the burst limit, the call spent nothing from the hourly one: the same
+        // `r` every time. (The core reports a limit it did not spend from as if this call had
+        // been spent, so `r=7` while 8 remain: see the status below.)
+        assert_eq!(
+            header(&refused, "ratelimit"),
+            format!("\"burst\";r=0;t=20, \"hourly\";r=7;t={reset_hour}")
+        );
+    }
+    let hourly = Options::new()
+        .limit(10)
+        .window(Duration::from_secs(3600))
+        .budget("hourly");
+    assert_eq!(
+        limiter
+            .status("127.0.0.1", &hourly)
+            .await
+            .unwrap()
+            .remaining,
+        8
+    );
+}
+
+#[tokio::test]
 async fn on_refused_shapes_the_refusal_and_keeps_the_headers() {
     let (limiter, _clock) = fixed_window();
     let app = hello().layer(
@@ -498,6 +555,17 @@ impl Store for Broken {
         _now: Nanos,
         _commit: bool,
     ) -> Result<Decision, Error> {
+        Err(Error::Store {
+            message: "connection refused".into(),
+        })
+    }
+
+    async fn decide_all(
+        &self,
+        _checks: &[Check<'_>],
+        _now: Nanos,
+        _commit: bool,
+    ) -> Result<Vec<Decision>, Error> {
         Err(Error::Store {
             message: "connection refused".into(),
         })

@@ -31,7 +31,8 @@ type OnError = dyn Fn(&Error) -> Response + Send + Sync;
 /// — and a [`KeyExtractor`]. There is no default key: see [`KeyExtractor`] for why.
 ///
 /// Per request, in order: the [`skip`](Self::skip) closure, the key (`None` skips the limit,
-/// an error refuses), then one decision under the layer's [`options`](Self::options).
+/// an error refuses), then one decision under the layer's [`options`](Self::options) (or
+/// under each of its [`limit`](Self::limit)s, as one).
 ///
 /// - **Allowed**: the request goes on, and the response gets the rate-limit headers
 ///   ([`headers`](Self::headers)).
@@ -45,9 +46,11 @@ type OnError = dyn Fn(&Error) -> Response + Send + Sync;
 /// # Several layers
 ///
 /// Layers stacked on one route decide independently, the outermost first: each counts the
-/// request in its own budget and may refuse it. They are not all-or-nothing yet: a request
-/// refused by an inner layer has already spent from the outer ones. Each adds its item to
-/// the `RateLimit` / `RateLimit-Policy` lists (name them with [`policy`](Self::policy)), and
+/// request in its own budget and may refuse it. They are not all-or-nothing: a request
+/// refused by an inner layer has already spent from the outer ones. For limits decided as
+/// one (a request one of them refuses spends from none), put them in **one** layer with
+/// [`limit`](Self::limit). Either way, each limit adds its item to the `RateLimit` /
+/// `RateLimit-Policy` lists (name them with [`policy`](Self::policy) or their budget), and
 /// `X-RateLimit-*` describe the most restrictive one (the fewest calls remaining).
 ///
 /// ```
@@ -90,16 +93,60 @@ enum Limiter {
 struct LayerConfig {
     limiter: Limiter,
     key: Arc<dyn KeyExtractor>,
-    tier: Option<String>,
-    budget: Option<String>,
-    overrides: Overrides,
-    cost: u64,
+    /// Never empty: a layer has one limit, or several decided as one.
+    limits: Vec<Limit>,
+    /// Whether `limits` were given (with `options` or `limit`); else it is the service's
+    /// default limit, which the first `limit` replaces.
+    explicit: bool,
     per_route: bool,
-    policy: Option<String>,
     headers: bool,
     skip: Option<Arc<Skipper>>,
     on_refused: Option<Arc<OnRefused>>,
     on_error: Option<Arc<OnError>>,
+}
+
+/// One limit of a layer: its [`Options`], owned, and its policy name.
+#[derive(Clone, Debug)]
+struct Limit {
+    tier: Option<String>,
+    budget: Option<String>,
+    overrides: Overrides,
+    cost: u64,
+    policy: Option<String>,
+}
+
+impl Limit {
+    fn new(options: Options<'_>) -> Self {
+        Limit {
+            tier: options.tier.map(str::to_owned),
+            budget: options.budget.map(str::to_owned),
+            overrides: options.overrides,
+            cost: options.cost,
+            policy: None,
+        }
+    }
+
+    /// The budget this limit counts `parts` under.
+    fn budget(&self, per_route: bool, parts: &Parts) -> Option<String> {
+        match (per_route, &self.budget) {
+            (false, budget) => budget.clone(),
+            (true, None) => Some(route_of(parts)),
+            (true, Some(budget)) => Some(format!("{budget} {}", route_of(parts))),
+        }
+    }
+
+    fn options<'a>(&'a self, budget: Option<&'a str>) -> Options<'a> {
+        let mut options = Options::new().cost(self.cost);
+        options.overrides = self.overrides;
+        options.tier = self.tier.as_deref();
+        options.budget = budget;
+        options
+    }
+
+    /// The name of its item in `RateLimit` / `RateLimit-Policy`.
+    fn policy(&self) -> Option<&str> {
+        self.policy.as_deref().or(self.budget.as_deref())
+    }
 }
 
 impl RateLimitLayer {
@@ -121,12 +168,9 @@ impl RateLimitLayer {
             config: Arc::new(LayerConfig {
                 limiter,
                 key: Arc::new(key),
-                tier: None,
-                budget: None,
-                overrides: Overrides::new(),
-                cost: 1,
+                limits: vec![Limit::new(Options::new())],
+                explicit: false,
                 per_route: false,
-                policy: None,
                 headers: true,
                 skip: None,
                 on_refused: None,
@@ -140,16 +184,46 @@ impl RateLimitLayer {
         self
     }
 
-    /// What every request asks for: a tier (`Options::new().tier("pro")`), a limit and window
-    /// of its own (`Options::new().limit(10).window(..)`), a cost, a named budget
-    /// (`Options::budget`: layers and fns under one name share one budget per key). Copied;
+    /// The layer's limit: a tier (`Options::new().tier("pro")`), a limit and window of its
+    /// own (`Options::new().limit(10).window(..)`), a cost, a named budget (`Options::budget`:
+    /// layers and fns under one name share one budget per key). Without it, the service's
+    /// default tier or limit applies. Replaces any limits given before (add more with
+    /// [`limit`](Self::limit)); copied;
     /// `consume(false)` is ignored (the layer always spends).
     pub fn options(self, options: Options<'_>) -> Self {
         self.set(|c| {
-            c.tier = options.tier.map(str::to_owned);
-            c.budget = options.budget.map(str::to_owned);
-            c.overrides = options.overrides;
-            c.cost = options.cost;
+            c.limits = vec![Limit::new(options)];
+            c.explicit = true;
+        })
+    }
+
+    /// Adds a limit to the layer's [`options`](Self::options): a request is counted under the
+    /// same key in every limit, and admitted only if **every** limit admits it, decided as one
+    /// ([`RateLimitService::consume_all`]): a request one limit refuses spends nothing from the
+    /// others. The first limit given replaces the service's default rather than adding to it;
+    /// after [`options`](Self::options), `limit` adds to it.
+    ///
+    /// Give each limit its own budget name (it is also its policy name in the headers):
+    ///
+    /// ```
+    /// use ratelimit::http::{ClientIp, RateLimitLayer};
+    /// use ratelimit::{Config, Options, RateLimitService};
+    /// use std::time::Duration;
+    ///
+    /// let service = RateLimitService::new(Config::default())?;
+    /// let login = RateLimitLayer::new(service, ClientIp::peer())
+    ///     .limit(Options::new().limit(3).window(Duration::from_secs(1)).budget("login-burst"))
+    ///     .limit(Options::new().limit(20).window(Duration::from_secs(3_600)).budget("login-hourly"));
+    /// # Ok::<(), ratelimit::Error>(())
+    /// ```
+    pub fn limit(self, options: Options<'_>) -> Self {
+        self.set(|c| {
+            if c.explicit {
+                c.limits.push(Limit::new(options));
+            } else {
+                c.limits = vec![Limit::new(options)];
+            }
+            c.explicit = true;
         })
     }
 
@@ -161,11 +235,16 @@ impl RateLimitLayer {
         self.set(|c| c.per_route = true)
     }
 
-    /// The name of this layer's policy in the `RateLimit` / `RateLimit-Policy` headers
-    /// (default: the tier, else `"default"`). Give stacked layers different names.
+    /// The name of the limit's policy (of the last limit added) in the `RateLimit` /
+    /// `RateLimit-Policy` headers (default: the budget name, else the tier, else
+    /// `"default"`). Give stacked layers and limits different names.
     pub fn policy(self, name: impl Into<String>) -> Self {
         let name = name.into();
-        self.set(|c| c.policy = Some(name))
+        self.set(|c| {
+            if let Some(limit) = c.limits.last_mut() {
+                limit.policy = Some(name);
+            }
+        })
     }
 
     /// Whether to add the `X-RateLimit-*` and `RateLimit` / `RateLimit-Policy` headers
@@ -215,12 +294,8 @@ impl fmt::Debug for RateLimitLayer {
                     Limiter::Module => "module",
                 },
             )
-            .field("tier", &c.tier)
-            .field("budget", &c.budget)
-            .field("overrides", &c.overrides)
-            .field("cost", &c.cost)
+            .field("limits", &c.limits)
             .field("per_route", &c.per_route)
-            .field("policy", &c.policy)
             .field("headers", &c.headers)
             .finish_non_exhaustive()
     }
@@ -260,8 +335,10 @@ impl<S: fmt::Debug> fmt::Debug for RateLimit<S> {
 
 enum Verdict {
     Skip,
-    Allowed(Decision),
-    Refused(Decision),
+    /// One decision per limit, every one allowed.
+    Allowed(Vec<Decision>),
+    /// One decision per limit, and the refusing one (of several, the longest wait).
+    Refused(Vec<Decision>, usize),
     Failed(Error),
 }
 
@@ -290,32 +367,46 @@ impl LayerConfig {
                 }
             },
         };
-        let route;
-        let budget = match (self.per_route, &self.budget) {
-            (false, budget) => budget.as_deref(),
-            (true, None) => {
-                route = route_of(parts);
-                Some(route.as_str())
-            }
-            (true, Some(budget)) => {
-                route = format!("{budget} {}", route_of(parts));
-                Some(route.as_str())
+        let budgets: Vec<Option<String>> = self
+            .limits
+            .iter()
+            .map(|limit| limit.budget(self.per_route, parts))
+            .collect();
+        let options: Vec<Options<'_>> = self
+            .limits
+            .iter()
+            .zip(&budgets)
+            .map(|(limit, budget)| limit.options(budget.as_deref()))
+            .collect();
+        let decisions = match options.as_slice() {
+            [one] => service.consume(&key, one).await.map(|d| vec![d]),
+            several => {
+                let limits: Vec<(&str, &Options<'_>)> =
+                    several.iter().map(|o| (key.as_str(), o)).collect();
+                service.consume_all(&limits).await
             }
         };
-        let mut options = Options::new().cost(self.cost);
-        options.overrides = self.overrides;
-        options.tier = self.tier.as_deref();
-        options.budget = budget;
-        match service.consume(&key, &options).await {
-            Ok(decision) if decision.allowed => Verdict::Allowed(decision),
-            Ok(decision) => Verdict::Refused(decision),
-            Err(e) => Verdict::Failed(e),
+        let decisions = match decisions {
+            Ok(decisions) => decisions,
+            Err(e) => return Verdict::Failed(e),
+        };
+        let refusing = decisions
+            .iter()
+            .enumerate()
+            .filter(|(_, d)| !d.allowed)
+            .max_by_key(|(_, d)| d.retry_after)
+            .map(|(i, _)| i);
+        match refusing {
+            None => Verdict::Allowed(decisions),
+            Some(i) => Verdict::Refused(decisions, i),
         }
     }
 
-    fn headers(&self, response: &mut Response, decision: &Decision) {
+    fn headers(&self, response: &mut Response, decisions: &[Decision]) {
         if self.headers {
-            add_headers(response.headers_mut(), decision, self.policy.as_deref());
+            for (limit, decision) in self.limits.iter().zip(decisions) {
+                add_headers(response.headers_mut(), decision, limit.policy());
+            }
         }
     }
 }
@@ -347,18 +438,19 @@ where
             let request = Request::from_parts(parts, body);
             match verdict {
                 Verdict::Skip => Ok(inner.call(request).await?.map(Body::new)),
-                Verdict::Allowed(decision) => {
+                Verdict::Allowed(decisions) => {
                     let mut response = inner.call(request).await?.map(Body::new);
-                    config.headers(&mut response, &decision);
+                    config.headers(&mut response, &decisions);
                     Ok(response)
                 }
-                Verdict::Refused(decision) => {
+                Verdict::Refused(decisions, refusing) => {
+                    let decision = &decisions[refusing];
                     let mut response = match &config.on_refused {
-                        Some(on_refused) => on_refused(&decision),
-                        None => refused(&decision),
+                        Some(on_refused) => on_refused(decision),
+                        None => refused(decision),
                     };
-                    config.headers(&mut response, &decision);
-                    response.extensions_mut().insert(decision);
+                    config.headers(&mut response, &decisions);
+                    response.extensions_mut().insert(decision.clone());
                     Ok(response)
                 }
                 Verdict::Failed(error) => Ok(match &config.on_error {
