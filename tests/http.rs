@@ -151,10 +151,9 @@ async fn a_refusal_is_429_with_a_json_body_and_every_header() {
     assert_eq!(header(&refused, "ratelimit-policy"), "\"default\";q=2;w=60");
     assert_eq!(header(&refused, "ratelimit"), "\"default\";r=0;t=20");
     assert_eq!(header(&refused, "content-type"), "application/json");
-    let body: Value = refused.json_value().await;
     assert_eq!(
-        body,
-        json!({"error": "rate_limited", "retry_after": 20, "limit": 2, "remaining": 0})
+        refused.text().await.unwrap(),
+        r#"{"error":"rate_limited","retry_after":20,"limit":2,"remaining":0}"#
     );
 }
 

@@ -2,12 +2,14 @@
 //! of a refusal, and [`IntoResponse`] for [`Error`], so an annotated axum handler returning
 //! `Result<_, ratelimit::Error>` answers `429` by itself.
 
-use axum::http::header::{HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
+use axum::http::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
 use crate::decision::{names, Decision};
 use crate::error::Error;
+
+const JSON: &str = "application/json";
 
 impl Decision {
     /// The rate-limit headers of this decision (see [`headers`](Self::headers)) as a typed
@@ -58,16 +60,18 @@ impl Decision {
             .header_fields(None)
             .and_then(|f| f.retry_after)
             .unwrap_or(1);
-        let body = serde_json::json!({
-            "error": "rate_limited",
-            "retry_after": retry,
-            "limit": self.limit,
-            "remaining": self.remaining,
-        });
+        // Numbers and fixed names only: written in the documented key order, nothing to escape.
+        let body = format!(
+            r#"{{"error":"rate_limited","retry_after":{retry},"limit":{},"remaining":{}}}"#,
+            self.limit, self.remaining
+        );
         let mut response = (
             StatusCode::TOO_MANY_REQUESTS,
-            [(RETRY_AFTER, HeaderValue::from(retry))],
-            axum::Json(body),
+            [
+                (RETRY_AFTER, HeaderValue::from(retry)),
+                (CONTENT_TYPE, HeaderValue::from_static(JSON)),
+            ],
+            body,
         )
             .into_response();
         response.extensions_mut().insert(self.clone());
@@ -138,7 +142,8 @@ impl IntoResponse for Error {
             }
             None => (
                 self.status(),
-                axum::Json(serde_json::json!({ "error": self.kind() })),
+                [(CONTENT_TYPE, HeaderValue::from_static(JSON))],
+                format!(r#"{{"error":"{}"}}"#, self.kind()),
             )
                 .into_response(),
         };
