@@ -121,6 +121,6 @@ pub mod prelude {
 }
 
 /// The README's code blocks, compiled and run as doctests so the front page cannot rot.
-#[cfg(all(doctest, feature = "redis"))]
+#[cfg(all(doctest, feature = "redis", feature = "axum"))]
 #[doc = include_str!("../../README.md")]
 pub struct ReadmeDoctests;
