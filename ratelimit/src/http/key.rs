@@ -435,6 +435,9 @@ impl fmt::Display for CidrError {
 
 impl std::error::Error for CidrError {}
 
+/// Maps a raw API key to the account it belongs to, or `None`.
+type Lookup = dyn Fn(&str) -> Option<String> + Send + Sync;
+
 /// The key is an API key from a request header, **verified** by your `lookup` (the account it
 /// belongs to, or a hash of a key you know); a request without the header, or with a key the
 /// lookup does not recognise, is counted by `fallback` (e.g. [`ClientIp::peer`]).
@@ -457,7 +460,7 @@ impl std::error::Error for CidrError {}
 /// ```
 pub struct ApiKey {
     header: HeaderName,
-    lookup: Box<dyn Fn(&str) -> Option<String> + Send + Sync>,
+    lookup: Box<Lookup>,
     fallback: Box<dyn KeyExtractor>,
 }
 
