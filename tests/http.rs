@@ -391,6 +391,19 @@ async fn per_route_budgets_follow_the_route_template_and_unmatched_requests_shar
     assert_eq!(server.get("/nope/1").await.status(), 404);
     assert_eq!(server.get("/nope/2").await.status(), 404);
     assert_eq!(server.get("/nope/3").await.status(), 429);
+    // A CORS preflight is not a route's request either.
+    let preflight = server
+        .client
+        .request(
+            axum::http::Method::OPTIONS,
+            format!("{}/orders/1", server.base),
+        )
+        .header("origin", "https://example.com")
+        .header("access-control-request-method", "GET")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(preflight.status(), 429);
     // Inventing methods does not invent budgets either.
     let invented = axum::http::Method::from_bytes(b"PROBE").unwrap();
     let response = server
@@ -405,7 +418,7 @@ async fn per_route_budgets_follow_the_route_template_and_unmatched_requests_shar
     assert_eq!(by_budget["GET /orders/{id}"].allowed, 2);
     assert_eq!(by_budget["GET /orders/{id}"].denied, 1);
     assert_eq!(by_budget[UNMATCHED].allowed, 2);
-    assert_eq!(by_budget[UNMATCHED].denied, 2);
+    assert_eq!(by_budget[UNMATCHED].denied, 3);
 }
 
 #[tokio::test]

@@ -11,6 +11,7 @@ use crate::error::Error;
 
 const JSON: &str = "application/json";
 
+#[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
 impl Decision {
     /// The rate-limit headers of this decision (see [`headers`](Self::headers)) as a typed
     /// map, the IETF items named `policy` (default: the tier, else `"default"`). Empty for an
@@ -79,6 +80,7 @@ impl Decision {
     }
 }
 
+#[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
 impl Error {
     /// The status this error answers with over HTTP: `429` for [`Error::Exceeded`], `503` when
     /// the store could not decide (failure, timeout, full, state of an unexpected shape), `500`
@@ -132,6 +134,7 @@ impl Error {
 /// assert_eq!(response.status(), 503);
 /// assert!(response.extensions().get::<Error>().is_some());
 /// ```
+#[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
 impl IntoResponse for Error {
     fn into_response(self) -> Response {
         let mut response = match self.decision() {

@@ -82,6 +82,14 @@
 //! # Ok::<(), Error>(())
 //! # }).unwrap();
 //! ```
+//!
+//! # HTTP services (feature `axum`)
+//!
+//! `ratelimit::http::RateLimitLayer` limits axum routers and any tower service over `http`
+//! requests, keyed by what a client cannot choose (its address, the client behind your trusted
+//! proxies, a verified API key or principal), per route template if asked, answering `429`
+//! with a JSON body and the rate-limit headers, and failing closed. `Error` implements
+//! `IntoResponse`, so an annotated axum handler answers `429` by itself. See `ratelimit::http`.
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
