@@ -6,7 +6,8 @@
 --          there (another type or shape) gets an error reply, see prelude.lua
 -- ARGV[1]: window, in microseconds
 -- ARGV[2]: capacity (limit + burst), at least 1
--- ARGV[3]: cost, from 1 to the capacity
+-- ARGV[3]: cost, from 1 to the capacity; 0 (with ARGV[4] = 0) looks at the level, see
+--          `algorithm::level`
 -- ARGV[4]: 1 to record an admitted call, 0 to only look (nothing is written)
 -- Expiry: an absolute PXAT/PEXPIREAT rounded up to the millisecond, so the key never goes
 --         before its state stops mattering, whatever instant Redis' expiry clock froze at.
@@ -59,6 +60,9 @@ if count + cost <= capacity then
       redis.call('SET', key, value, 'PXAT', idiv(stop + 999, 1000))
     end
   end
-  return {1, capacity - count - cost, stop, -1, now}
+  -- A look (cost 0) at an unused window: full now, as in Rust.
+  local reset_at = stop
+  if count + cost == 0 then reset_at = at end
+  return {1, capacity - count - cost, reset_at, -1, now}
 end
 return {0, math.max(capacity - count, 0), stop, stop - now, now}

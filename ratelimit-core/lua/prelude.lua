@@ -2,7 +2,8 @@
 -- into one script), so that what every script needs is written once.
 --
 -- KEYS[1]: the limiter key
--- ARGV[3]: cost, from 1 to the capacity
+-- ARGV[3]: cost, from 1 to the capacity; 0 (with ARGV[4] = 0) looks at the level, see
+--          `algorithm::level`
 -- ARGV[4]: 1 to record an admitted call, 0 to only look (nothing is written)
 -- Defines: key, cost, commit, now (Redis' own TIME, in microseconds since the epoch), idiv,
 --          unexpected.

@@ -6,7 +6,8 @@
 --          anything else there (another type or shape) gets an error reply, see prelude.lua
 -- ARGV[1]: window, in microseconds
 -- ARGV[2]: capacity (limit + burst), at least 1
--- ARGV[3]: cost, from 1 to the capacity
+-- ARGV[3]: cost, from 1 to the capacity; 0 (with ARGV[4] = 0) looks at the level, see
+--          `algorithm::level`
 -- ARGV[4]: 1 to record an admitted call, 0 to only look (nothing is written)
 -- Expiry: an absolute PXAT/PEXPIREAT rounded up to the millisecond, so the key never goes
 --         before its state stops mattering, whatever instant Redis' expiry clock froze at.

@@ -13,7 +13,8 @@
 --          read that is not of this shape, gets an error reply, see prelude.lua.
 -- ARGV[1]: window, in microseconds
 -- ARGV[2]: capacity (limit + burst), at least 1
--- ARGV[3]: cost, from 1 to the capacity
+-- ARGV[3]: cost, from 1 to the capacity; 0 (with ARGV[4] = 0) looks at the level, see
+--          `algorithm::level`
 -- ARGV[4]: 1 to record an admitted call (and drop expired members), 0 to only look
 -- Expiry: an absolute PXAT/PEXPIREAT rounded up to the millisecond, so the key never goes
 --         before its state stops mattering, whatever instant Redis' expiry clock froze at.
@@ -79,7 +80,13 @@ if used + cost <= capacity then
     redis.call('ZADD', key, at, string.format('%016d:%d', total, cost))
     redis.call('PEXPIREAT', key, idiv(at + window + 999, 1000))
   end
-  return {1, capacity - used - cost, at + window, -1, now}
+  -- Full again one window after this call; for a look (cost 0), one window after the newest
+  -- live hit, or now when none is live, as in Rust.
+  local reset_at = at + window
+  if cost == 0 then
+    reset_at = used > 0 and newest_at + window or at
+  end
+  return {1, capacity - used - cost, reset_at, -1, now}
 end
 
 -- Refused: the call fits once the oldest live hits holding (used + cost - capacity) units

@@ -86,7 +86,7 @@ pub(crate) struct SlidingLog {
 }
 
 impl SlidingLog {
-    /// Decides a call of weight `cost`; with `commit`, records it if allowed (and drops
+    /// Decides a call of weight `cost`; with `commit`, records it if allowed (and then drops
     /// entries that have left the window).
     pub(crate) fn decide(&mut self, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> Verdict {
         // Never decide before the newest hit: the log stays in time order, and a caller with a
@@ -94,12 +94,6 @@ impl SlidingLog {
         let now = self.hits.back().map_or(now, |&(t, _)| now.max(t));
         let window = quota.window_nanos();
         let live_from = |t: Nanos| t + window > now;
-        if commit {
-            while self.hits.front().is_some_and(|&(t, _)| !live_from(t)) {
-                let (_, c) = self.hits.pop_front().unwrap_or_default();
-                self.total -= c as u64;
-            }
-        }
         let expired = self.hits.partition_point(|&(t, _)| !live_from(t));
         let stale: u64 = self.hits.range(..expired).map(|&(_, c)| c as u64).sum();
         let used = self.total - stale;
@@ -113,6 +107,11 @@ impl SlidingLog {
                 _ => now + window,
             };
             if commit {
+                // Entries are dropped only here, where `now` becomes the newest hit: a refusal
+                // at a later `now` must not drop hits that still count if the clock then goes
+                // back (to no earlier than the newest hit), as the Redis script does.
+                self.hits.drain(..expired);
+                self.total -= stale;
                 self.hits.push_back((now, cost as u32));
                 self.total += cost;
             }
@@ -604,6 +603,22 @@ mod tests {
             }
             assert!(!run(&mut s, MAX_NOW, &q).allowed, "{strategy}");
         }
+    }
+
+    /// A refusal at a later `now` used to drop the log's expired entries; after the clock
+    /// went back (to no earlier than the newest hit) a dropped hit counted again, and the log
+    /// admitted more than its capacity within one window. The Redis script never did.
+    #[test]
+    fn a_refusal_keeps_log_entries_that_count_again_when_the_clock_goes_back() {
+        let q = Quota::new(4, Duration::from_micros(3)).unwrap();
+        let mut s = State::new(q.strategy());
+        let t = 1_000 * SEC;
+        assert!(decide(&mut s, t + 2_000, &q, 1, true).unwrap().allowed);
+        assert!(decide(&mut s, t + 3_000, &q, 3, true).unwrap().allowed);
+        assert!(!decide(&mut s, t + 5_000, &q, 4, true).unwrap().allowed);
+        // Both hits are in (t + 1 us, t + 4 us]: 4 units, the capacity.
+        let v = decide(&mut s, t + 4_000, &q, 1, true).unwrap();
+        assert!(!v.allowed, "{v:?}");
     }
 
     #[test]

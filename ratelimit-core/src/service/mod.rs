@@ -467,7 +467,9 @@ impl RateLimitService {
     ///
     /// With the Redis store the limits are one script in one round trip; in a Redis Cluster
     /// their keys must live in one slot, which the service's keys do when the limits share
-    /// their user key (it is the hash tag).
+    /// their user key (it is the hash tag). Limits without a user key (an annotated fn
+    /// without `key = ...`) may land in different slots: Redis then refuses the whole call
+    /// (`CROSSSLOT`, an [`Error::Store`]), so it is refused, never half spent.
     ///
     /// ```
     /// use ratelimit_core::{Config, Options, RateLimitService, Tier};

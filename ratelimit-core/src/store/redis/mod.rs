@@ -11,6 +11,10 @@
 #[cfg(test)]
 mod agrees;
 mod eviction;
+#[cfg(test)]
+mod lua_agrees;
+#[cfg(test)]
+mod lua_standin;
 mod options;
 mod redaction;
 mod scripts;

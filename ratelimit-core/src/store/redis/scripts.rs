@@ -86,29 +86,10 @@ const STACKED: &str = concat!(
 
 pub(super) static STACKED_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(STACKED));
 
-/// The number `lua/stacked.lua` knows a strategy by: its index in [`SOURCES`], from 1.
-pub(super) fn stacked_index(strategy: Strategy) -> u8 {
-    match strategy {
-        Strategy::FixedWindow => 1,
-        Strategy::SlidingWindow => 2,
-        Strategy::SlidingWindowCounter => 3,
-        Strategy::TokenBucket => 4,
-    }
-}
-
-/// The two numbers a strategy's script takes as `ARGV[1]` and `ARGV[2]`, in microseconds:
-/// the window and the capacity, or for the token bucket the emission interval and the
-/// tolerance.
-pub(super) fn script_args(quota: &Quota) -> (u64, u64) {
-    let window_us = quota.window().as_micros() as u64;
-    let capacity = quota.capacity();
-    match quota.strategy() {
-        Strategy::TokenBucket => {
-            let interval = window_us / quota.refill_per_window().max(1);
-            (interval, interval * capacity)
-        }
-        _ => (window_us, capacity),
-    }
+/// The number `lua/stacked.lua` knows a strategy by: its index in [`SOURCES`], from 1 (the
+/// order of its `scripts` table and of [`STACKED`]'s functions).
+pub(super) fn stacked_index(strategy: Strategy) -> usize {
+    index(strategy) + 1
 }
 
 /// The scripts' sources, in the order of [`script`].
@@ -121,14 +102,38 @@ const SOURCES: [&str; 4] = [
 
 pub(super) static SCRIPTS: LazyLock<[Script; 4]> = LazyLock::new(|| SOURCES.map(Script::new));
 
-pub(super) fn script(strategy: Strategy) -> &'static Script {
-    let i = match strategy {
+fn index(strategy: Strategy) -> usize {
+    match strategy {
         Strategy::FixedWindow => 0,
         Strategy::SlidingWindow => 1,
         Strategy::SlidingWindowCounter => 2,
         Strategy::TokenBucket => 3,
-    };
-    &SCRIPTS[i]
+    }
+}
+
+pub(super) fn script(strategy: Strategy) -> &'static Script {
+    &SCRIPTS[index(strategy)]
+}
+
+/// The source Redis runs for `strategy`: the prelude and the strategy's script.
+#[cfg(test)]
+pub(super) fn source(strategy: Strategy) -> &'static str {
+    SOURCES[index(strategy)]
+}
+
+/// ARGV[1] and ARGV[2] of `quota`'s script (see each script's header): the window and the
+/// capacity, or for the token bucket the emission interval and the tolerance, in
+/// microseconds. `quota` is one [`supports`] accepts.
+pub(super) fn arguments(quota: &Quota) -> [u64; 2] {
+    let window_us = quota.window().as_micros() as u64;
+    let capacity = quota.capacity();
+    match quota.strategy() {
+        Strategy::TokenBucket => {
+            let interval = window_us / quota.refill_per_window().max(1);
+            [interval, interval * capacity]
+        }
+        _ => [window_us, capacity],
+    }
 }
 
 #[cfg(test)]

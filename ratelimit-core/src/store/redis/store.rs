@@ -11,13 +11,13 @@ use tokio::sync::OnceCell;
 use super::eviction::Policy;
 use super::options::RedisOptions;
 use super::redaction::{secrets, store_error};
-use super::scripts::{script, script_args, stacked_index, supports, SCRIPTS, STACKED_SCRIPT};
+use super::scripts::{arguments, script, stacked_index, supports, SCRIPTS, STACKED_SCRIPT};
 use crate::algorithm::Verdict;
 use crate::clock::Nanos;
 use crate::decision::Decision;
 use crate::error::Error;
 use crate::quota::{Quota, QuotaError};
-use crate::store::Check;
+use crate::store::{Check, Store};
 
 /// The code of the error reply a script returns, without writing anything, when the key
 /// holds state it did not write (see `lua/prelude.lua`).
@@ -171,7 +171,7 @@ impl RedisStore {
         if let Some(verdict) = crate::algorithm::precheck(now, quota, cost, commit)? {
             return Ok((verdict, now));
         }
-        let (first, second) = script_args(quota);
+        let [first, second] = arguments(quota);
         let mut invocation = script(quota.strategy()).key(key);
         invocation
             .arg(first)
@@ -219,7 +219,7 @@ impl RedisStore {
             let mut invocation = STACKED_SCRIPT.prepare_invoke();
             invocation.arg(u8::from(commit));
             for check in &asked {
-                let (first, second) = script_args(check.quota);
+                let [first, second] = arguments(check.quota);
                 invocation
                     .key(check.key)
                     .arg(stacked_index(check.quota.strategy()))
@@ -368,7 +368,7 @@ impl RedisStore {
     }
 }
 
-impl crate::store::Store for RedisStore {
+impl Store for RedisStore {
     async fn decide(
         &self,
         key: &str,
@@ -403,6 +403,15 @@ impl crate::store::Store for RedisStore {
         now: Nanos,
         commit: bool,
     ) -> Result<Vec<Decision>, Error> {
+        if !commit && checks.iter().any(|c| c.cost == 0) {
+            // Looks at the level spend nothing, so they need no single step: each is the
+            // two looks `decide` makes.
+            let mut decisions = Vec::with_capacity(checks.len());
+            for c in checks {
+                decisions.push(Store::decide(self, c.key, c.quota, c.cost, now, false).await?);
+            }
+            return Ok(decisions);
+        }
         let verdicts = self.verdicts(checks, now, commit).await?;
         Ok(checks
             .iter()
@@ -427,7 +436,7 @@ fn unexpected_reply(reply: &[i64]) -> Error {
 }
 
 /// `{allowed, remaining, reset_at, retry_after or -1, now}` in microseconds, to nanoseconds.
-fn verdict(reply: &[i64]) -> Option<(Verdict, Nanos)> {
+pub(super) fn verdict(reply: &[i64]) -> Option<(Verdict, Nanos)> {
     let &[allowed, remaining, reset_at, retry_after, now] = reply else {
         return None;
     };

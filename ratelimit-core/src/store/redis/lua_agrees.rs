@@ -1,0 +1,477 @@
+//! The scripts, run by Lua 5.1 against the stand-in (`lua_standin.rs`), against the
+//! algorithms they follow: for every call, the verdict the store would parse from the script
+//! must be the one `algorithm::decide` gives at the same time, with the same quota read in
+//! microseconds (as `agrees.rs` does on a live server). Here the clock is the test's, so this
+//! also covers what a live Redis cannot show: time stepping backwards, edge instants (window
+//! boundaries, retry and reset times, the expiry's millisecond), refill rates other than the
+//! limit, and quotas at the 2^51 bounds of `supports`.
+//!
+//! Each property runs 1024 cases (`PROPTEST_CASES` overrides) of up to 60 calls: about 6 s
+//! for the three in a debug build on two cores.
+//!
+//! The one documented difference: after Redis' clock went back, a script decides at the key's
+//! recorded time, like Rust, but measures `retry_after` from `TIME` (see the scripts'
+//! headers): it is Rust's plus how far `TIME` is behind that recorded time.
+
+use std::time::Duration;
+
+use proptest::prelude::*;
+
+use super::lua_standin::{Redis, Reply};
+use super::scripts::{arguments, supports};
+use super::store::verdict;
+use crate::algorithm::{self, State, Verdict};
+use crate::clock::Nanos;
+use crate::quota::Quota;
+use crate::syntax::{Strategy as Kind, MAX_WINDOW};
+
+const KEY: &str = "rl:{user}:lua";
+/// Where Redis' clock starts (mid-2025), and the span it stays in (2020 to about 2096): every
+/// time the scripts compute from there stays below 2^53.
+const T0: u64 = 1_750_000_000_000_000;
+const T_MIN: u64 = 1_600_000_000_000_000;
+const T_MAX: u64 = 4_000_000_000_000_000;
+const BOUND: u64 = 1 << 51;
+const MAX_WINDOW_US: u64 = MAX_WINDOW.as_secs() * 1_000_000;
+
+/// A quota's settings, its window in microseconds.
+#[derive(Debug, Clone)]
+struct Limits {
+    strategy: Kind,
+    limit: u64,
+    burst: u64,
+    window_us: u64,
+    refill: Option<u64>,
+}
+
+impl Limits {
+    fn new(
+        strategy: Kind,
+        (limit, burst): (u64, u64),
+        window_us: u64,
+        refill: Option<u64>,
+    ) -> Self {
+        Limits {
+            strategy,
+            limit,
+            burst,
+            window_us,
+            refill,
+        }
+    }
+
+    /// The quota the store is given.
+    fn quota(&self) -> Quota {
+        self.with_window(Duration::from_micros(self.window_us))
+    }
+
+    /// The same quota with its window read as microseconds: what the algorithm decides on.
+    fn in_micros(&self) -> Quota {
+        self.with_window(Duration::from_nanos(self.window_us))
+    }
+
+    /// Only the bucket refills; the other strategies get one token per microsecond, which
+    /// they never read, so that `Quota`'s refill rules (the same for every strategy) accept
+    /// any limit in microseconds read as nanoseconds.
+    fn with_window(&self, window: Duration) -> Quota {
+        let refill = match self.strategy {
+            Kind::TokenBucket => self.refill,
+            _ => Some(self.window_us),
+        };
+        Quota::from_parts(self.limit, window, self.burst, self.strategy, refill)
+            .unwrap_or_else(|e| panic!("{self:?}: {e}"))
+    }
+
+    /// Cut down to what `supports` accepts: at most one token per microsecond, and capacity
+    /// times the window (counter) or the emission interval (bucket) within 2^51.
+    fn fit(mut self) -> Limits {
+        let most = BOUND / (self.limit + self.burst).max(1);
+        match self.strategy {
+            Kind::SlidingWindowCounter => self.window_us = self.window_us.min(most),
+            Kind::TokenBucket => {
+                let refill = self.refill.unwrap_or(self.limit).max(1);
+                if refill > self.window_us {
+                    self.refill = Some(self.window_us);
+                } else if self.window_us / refill > most {
+                    self.refill = Some(self.window_us / most + 1);
+                }
+            }
+            _ => {}
+        }
+        self
+    }
+}
+
+/// How the clock moves before a call.
+#[derive(Debug, Clone)]
+enum Move {
+    /// A few microseconds on (or back, when negative).
+    Tick(i64),
+    /// Per mille of the span (a window, or the bucket's tolerance) on (or back).
+    Shift(i64),
+    /// To the next window (or emission interval) boundary, give or take a microsecond.
+    Boundary(i64),
+    /// To the microsecond the key's millisecond expiry passes, give or take one.
+    Expiry(i64),
+    /// To when the last refusal said to retry, give or take one.
+    Retry(i64),
+    /// To the last reset time, give or take one.
+    Reset(i64),
+}
+
+#[derive(Debug, Clone)]
+enum Cost {
+    One,
+    Capacity,
+    /// Per mille of the capacity, at least 1.
+    Share(u64),
+    /// Above the capacity: never reaches the script.
+    Above(u64),
+    /// A look at the level, as `Store::decide` asks it (a peek of cost 0, then of cost 1).
+    Look,
+}
+
+#[derive(Debug, Clone)]
+struct Step {
+    moved: Move,
+    cost: Cost,
+    commit: bool,
+}
+
+/// What the last call left to aim the clock at.
+#[derive(Default)]
+struct Marks {
+    retry_at: Option<u64>,
+    reset_at: Option<u64>,
+}
+
+impl Move {
+    fn apply(&self, now: u64, limits: &Limits, redis: &Redis, marks: &Marks) -> u64 {
+        let [first, second] = arguments(&limits.quota());
+        let (unit, span) = match limits.strategy {
+            Kind::TokenBucket => (first, second),
+            _ => (first, first),
+        };
+        let near = |t: Option<u64>, d: i64| t.map_or(now, |t| t.saturating_add_signed(d));
+        let share = |p: i64| (span as i128 * p as i128 / 1_000) as i64;
+        let next = match *self {
+            Move::Tick(d) => now.saturating_add_signed(d),
+            Move::Shift(p) => now.saturating_add_signed(share(p)),
+            Move::Boundary(d) => near(Some((now / unit + 1) * unit), d),
+            Move::Expiry(d) => near(redis.expiry(KEY).flatten().map(|ms| ms * 1_000 + 1), d),
+            Move::Retry(d) => near(marks.retry_at, d),
+            Move::Reset(d) => near(marks.reset_at, d),
+        };
+        next.clamp(T_MIN, T_MAX)
+    }
+}
+
+impl Cost {
+    fn of(&self, capacity: u64) -> u64 {
+        match *self {
+            Cost::One => 1,
+            Cost::Capacity => capacity,
+            Cost::Share(p) => (capacity as u128 * p as u128 / 1_000).max(1) as u64,
+            Cost::Above(n) => capacity + n,
+            Cost::Look => 0,
+        }
+    }
+}
+
+/// The script's verdict, in microseconds, as the store parses its reply.
+fn script(redis: &Redis, quota: &Quota, now: u64, cost: u64, commit: bool) -> Verdict {
+    let [first, second] = arguments(quota);
+    let args = [first, second, cost, u64::from(commit)];
+    let reply = redis.eval(quota.strategy(), KEY, &args);
+    let ints: Option<Vec<i64>> = match &reply {
+        Reply::Array(items) => items
+            .iter()
+            .map(|r| match r {
+                Reply::Int(i) => Some(*i),
+                _ => None,
+            })
+            .collect(),
+        _ => None,
+    };
+    let (v, at) = ints.as_deref().and_then(verdict).unwrap_or_else(|| {
+        panic!(
+            "{} replied {reply:?} to {args:?} at {now}",
+            quota.strategy()
+        )
+    });
+    assert_eq!(at / 1_000, now, "the script's `now` is TIME");
+    Verdict {
+        reset_at: v.reset_at / 1_000,
+        retry_after: v.retry_after.map(|n| n / 1_000),
+        ..v
+    }
+}
+
+/// One algorithm's own step, without `decide`'s checks and its handling of looks.
+fn raw(state: &mut State, now: Nanos, q: &Quota, cost: u64, commit: bool) -> Verdict {
+    match state {
+        State::Fixed(s) => s.decide(now, q, cost, commit),
+        State::Log(s) => s.decide(now, q, cost, commit),
+        State::Counter(s) => s.decide(now, q, cost, commit),
+        State::Bucket(s) => s.decide(now, q, cost, commit),
+    }
+}
+
+/// The time the state was recorded at, before which nothing is decided.
+fn recorded(state: &State) -> Option<Nanos> {
+    match state {
+        State::Fixed(s) => Some(s.start),
+        State::Counter(s) => Some(s.start),
+        State::Log(s) => s.entries().last().map(|(t, _)| t),
+        State::Bucket(_) => None,
+    }
+}
+
+/// Every look at `state` now is the same as at a fresh state.
+fn same_as_fresh(state: &State, now: Nanos, q: &Quota, what: &str) {
+    let fresh = State::new(q.strategy());
+    for cost in [0, 1, q.capacity().div_ceil(2), q.capacity()] {
+        let (mut a, mut b) = (state.clone(), fresh.clone());
+        assert_eq!(
+            algorithm::decide(&mut a, now, q, cost, false),
+            algorithm::decide(&mut b, now, q, cost, false),
+            "{what}: the key expired at {now} but its state still counts, cost {cost}: {state:?}"
+        );
+    }
+}
+
+/// Runs `steps` through the script and the algorithm, comparing every verdict.
+fn agree(limits: &Limits, steps: &[Step]) {
+    let quota = limits.quota();
+    let q = limits.in_micros();
+    assert_eq!(supports(&quota), Ok(()), "{limits:?}");
+    let redis = Redis::new(T0).expect("the scripts compile");
+    let fresh = State::new(limits.strategy);
+    let mut state = fresh.clone();
+    let mut now = T0;
+    let mut marks = Marks::default();
+    for (i, step) in steps.iter().enumerate() {
+        now = step.moved.apply(now, limits, &redis, &marks);
+        redis.set_time(now);
+        let what = format!("{limits:?}, step {i}: {step:?} at {now}");
+        match redis.expiry(KEY) {
+            None if state != fresh => {
+                same_as_fresh(&state, now, &q, &what);
+                state = fresh.clone();
+            }
+            None => {}
+            Some(ms) => {
+                let expires = state.expires_at(&q);
+                assert_eq!(
+                    ms,
+                    Some(expires.div_ceil(1_000)),
+                    "{what}: expiry of {state:?}"
+                );
+            }
+        }
+        let cost = step.cost.of(q.capacity());
+        let commit = step.commit && cost > 0;
+        let behind = recorded(&state).map_or(0, |t| t.saturating_sub(now));
+        let mut before = state.clone();
+        let expected = algorithm::decide(&mut state, now, &q, cost, commit);
+        if algorithm::precheck(now, &q, cost, commit) != Ok(None) {
+            // Decided without asking Redis, by the same code.
+            assert!(cost > q.capacity() || q.capacity() == 0, "{what}");
+            assert_eq!(state, before, "{what}");
+            continue;
+        }
+        let expected = expected.expect("decided");
+        // Lua measures a refusal's wait from TIME, Rust from the recorded time.
+        let from_time = |v: Verdict| Verdict {
+            retry_after: v.retry_after.map(|r| r + behind),
+            ..v
+        };
+        let got = if cost == 0 {
+            let look = script(&redis, &quota, now, 0, false);
+            let rust = raw(&mut before, now, &q, 0, false);
+            assert_eq!(look, from_time(rust), "{what}: the look of cost 0");
+            algorithm::level(0, false, |c, k| script(&redis, &quota, now, c, k))
+        } else {
+            script(&redis, &quota, now, cost, commit)
+        };
+        assert_eq!(
+            got,
+            from_time(expected),
+            "{what}: cost {cost}, commit {commit}"
+        );
+        marks.retry_at = got.retry_after.map(|r| now + r).or(marks.retry_at);
+        marks.reset_at = Some(got.reset_at);
+    }
+}
+
+fn kind() -> impl Strategy<Value = Kind> {
+    prop::sample::select(Kind::ALL.to_vec())
+}
+
+fn steps(n: usize) -> impl Strategy<Value = Vec<Step>> {
+    let moved = prop_oneof![
+        2 => Just(Move::Tick(0)),
+        3 => (-3..=3i64).prop_map(Move::Tick),
+        8 => (-2_000..=3_000i64).prop_map(Move::Shift),
+        2 => (-1..=1i64).prop_map(Move::Boundary),
+        2 => (-1..=1i64).prop_map(Move::Expiry),
+        2 => (-1..=1i64).prop_map(Move::Retry),
+        1 => (-1..=1i64).prop_map(Move::Reset),
+    ];
+    let cost = prop_oneof![
+        6 => Just(Cost::One),
+        2 => Just(Cost::Capacity),
+        3 => (1..=1_000u64).prop_map(Cost::Share),
+        1 => (1..=3u64).prop_map(Cost::Above),
+        2 => Just(Cost::Look),
+    ];
+    let step = (moved, cost, prop::bool::weighted(0.8)).prop_map(|(moved, cost, commit)| Step {
+        moved,
+        cost,
+        commit,
+    });
+    prop::collection::vec(step, 1..=n)
+}
+
+/// A refill for a token bucket: none (the limit), one, the capacity or near it, or any up to
+/// one per microsecond.
+fn refill(strategy: Kind, capacity: u64, window_us: u64, pick: u64) -> Option<u64> {
+    if strategy != Kind::TokenBucket || pick % 5 == 0 {
+        return None;
+    }
+    let r = match pick % 5 {
+        1 => 1,
+        2 => capacity + pick % 3,
+        3 => window_us,
+        _ => 1 + pick / 5 % window_us,
+    };
+    Some(r.clamp(1, window_us))
+}
+
+/// Small capacities (0 to 9) and windows from 1 µs to a minute.
+fn small() -> impl Strategy<Value = Limits> {
+    let window = prop_oneof![
+        prop::sample::select(vec![1u64, 2, 3, 7, 1_000, 20_000, 1_000_000, 60_000_000]),
+        1..=10_000_000u64,
+    ];
+    (kind(), 0..=6u64, 0..=3u64, window, any::<u64>()).prop_map(|(kind, limit, burst, w, pick)| {
+        Limits::new(
+            kind,
+            (limit, burst),
+            w,
+            refill(kind, limit + burst, w, pick),
+        )
+        .fit()
+    })
+}
+
+/// `capacity` as a limit and a burst.
+fn split(capacity: u64, pick: u64) -> (u64, u64) {
+    let burst = pick % (capacity + 1);
+    (capacity - burst, burst)
+}
+
+/// Capacities and windows up to their maxima, cut down to what `supports` accepts.
+fn large() -> impl Strategy<Value = Limits> {
+    let capacity = prop_oneof![1..=1_000u64, 1..=u32::MAX as u64, Just(u32::MAX as u64)];
+    let window = prop_oneof![1..=1_000_000u64, 1..=MAX_WINDOW_US, Just(MAX_WINDOW_US)];
+    (kind(), capacity, window, any::<u64>()).prop_map(|(kind, capacity, w, pick)| {
+        let refill = refill(kind, capacity, w, pick);
+        Limits::new(kind, split(capacity, pick / 3), w, refill).fit()
+    })
+}
+
+/// Counters and buckets whose product (capacity times window, or times the emission
+/// interval) is the largest `supports` accepts: one microsecond more is refused.
+fn at_the_bound() -> impl Strategy<Value = Limits> {
+    let capacity = prop_oneof![(7..=31u32).prop_map(|k| 1u64 << k), 72..=u32::MAX as u64];
+    let counter = (capacity.clone(), any::<u64>()).prop_map(|(capacity, pick)| {
+        let (kind, window_us) = (Kind::SlidingWindowCounter, BOUND / capacity);
+        Limits::new(kind, split(capacity, pick), window_us, None)
+    });
+    let bucket = (capacity, any::<u64>()).prop_map(|(capacity, pick)| {
+        let interval = BOUND / capacity;
+        let refill = 1 + pick % (MAX_WINDOW_US / interval);
+        let window_us = (interval * refill + pick / 7 % refill).min(MAX_WINDOW_US);
+        Limits::new(
+            Kind::TokenBucket,
+            split(capacity, pick / 3),
+            window_us,
+            Some(refill),
+        )
+    });
+    prop_oneof![counter, bucket]
+}
+
+/// `limits` is at the bound: the next larger window is refused.
+fn one_more_is_refused(limits: &Limits) {
+    let step = limits.refill.unwrap_or(1);
+    let wider = Limits {
+        window_us: limits.window_us + step,
+        ..limits.clone()
+    };
+    if wider.window_us <= MAX_WINDOW_US {
+        assert!(supports(&wider.quota()).is_err(), "{wider:?} is past 2^51");
+    }
+}
+
+/// A look (cost 0) through the script, at `now` on a fresh stand-in after `calls` at `T0`.
+fn look_after(limits: Limits, calls: u64, now: u64) -> Verdict {
+    let redis = Redis::new(T0).expect("the scripts compile");
+    for _ in 0..calls {
+        assert!(script(&redis, &limits.quota(), T0, 1, true).allowed);
+    }
+    redis.set_time(now);
+    script(&redis, &limits.quota(), now, 0, false)
+}
+
+fn per_second(strategy: Kind) -> Limits {
+    Limits::new(strategy, (3, 0), 1_000_000, None)
+}
+
+#[test]
+fn a_look_at_an_unused_fixed_window_is_full_now() {
+    let (fixed, now) = (|| per_second(Kind::FixedWindow), T0 + 1_250_000);
+    assert_eq!(look_after(fixed(), 0, now).reset_at, now);
+    assert_eq!(
+        look_after(fixed(), 1, now).reset_at,
+        now,
+        "the last window's"
+    );
+}
+
+#[test]
+fn a_look_at_a_sliding_log_is_full_one_window_after_its_newest_hit() {
+    let log = || per_second(Kind::SlidingWindow);
+    assert_eq!(look_after(log(), 0, T0 + 5).reset_at, T0 + 5);
+    assert_eq!(look_after(log(), 2, T0 + 5).reset_at, T0 + 1_000_000);
+    let gone = T0 + 1_000_000;
+    assert_eq!(look_after(log(), 2, gone).reset_at, gone, "no hit left");
+}
+
+fn cases() -> u32 {
+    let set = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|n| n.parse().ok());
+    set.unwrap_or(1024)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
+
+    #[test]
+    fn small_quotas_decide_alike(limits in small(), steps in steps(60)) {
+        agree(&limits, &steps);
+    }
+
+    #[test]
+    fn large_quotas_decide_alike(limits in large(), steps in steps(40)) {
+        agree(&limits, &steps);
+    }
+
+    #[test]
+    fn quotas_at_the_2_51_bounds_decide_alike(limits in at_the_bound(), steps in steps(40)) {
+        one_more_is_refused(&limits);
+        agree(&limits, &steps);
+    }
+}

@@ -1,0 +1,454 @@
+//! A Redis stand-in that runs the scripts in-process (tests only): Lua 5.1, the version Redis
+//! embeds, with a `redis` table over an in-memory model of the few commands the scripts
+//! call, at a time the test sets. Unlike a real server, its clock can go backwards, stop at
+//! an edge, or stand years ahead.
+//!
+//! Models, as Redis 7 does for a script:
+//! - `redis.call` (a command error raises a Lua error, the script's reply is that error),
+//!   `redis.pcall` (the error as a table `{err = ...}`), `redis.error_reply`,
+//!   `redis.status_reply`; `KEYS` and `ARGV` set per call, as strings;
+//! - arguments: strings as they are, numbers as decimal text (what `%.17g` prints for the
+//!   integers the scripts pass), anything else an error;
+//! - replies to Lua (RESP2): integers as numbers, bulk strings as strings, a nil bulk as
+//!   `false`, arrays as tables, status as `{ok = ...}`, errors as `{err = ...}`;
+//! - the script's result to a reply: numbers truncated to integers, strings as bulk, `true`
+//!   as 1, `false` and `nil` as nil, a table with `err` / `ok` as an error / status, any
+//!   other table as an array up to its first nil;
+//! - `TIME`, `TYPE`, `GET`, `SET` (with `PXAT` or `KEEPTTL`, or neither), `PEXPIREAT`, and
+//!   the sorted-set commands the sliding log uses: `ZADD key score member`, `ZCARD`,
+//!   `ZCOUNT`, `ZRANGE start stop [WITHSCORES]` (by rank), `ZRANGEBYSCORE min max [LIMIT
+//!   offset count]`, `ZREMRANGEBYSCORE` (an emptied set is deleted); score bounds `-inf`,
+//!   `+inf`, `(x` exclusive; members of one score ordered by their bytes; `WRONGTYPE`;
+//! - expiry at the set time, checked on every access: a key whose expiry (in milliseconds)
+//!   is *before* the current microsecond is gone. Redis compares in whole milliseconds, so
+//!   it keeps a key up to a millisecond longer: this is the earliest any Redis could drop it.
+//!
+//! Does not model: other commands or options (an error names them), RESP3, scores that are
+//! not integers (formatted as Rust prints them, not as `%.17g`), the time frozen for a whole
+//! script (here time never moves during one), replication, eviction, memory limits, script
+//! timeouts and the sandbox that forbids globals.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use mlua::{Function, Lua, MultiValue, Table, Value};
+
+use super::scripts::source;
+use crate::syntax::Strategy;
+
+/// A RESP2 reply.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum Reply {
+    Int(i64),
+    Bulk(String),
+    Nil,
+    Array(Vec<Reply>),
+    Status(String),
+    Error(String),
+}
+
+const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
+
+enum Data {
+    Str(String),
+    /// (score, member), ordered as Redis orders a sorted set.
+    ZSet(Vec<(f64, String)>),
+}
+
+struct Entry {
+    data: Data,
+    /// Unix time in milliseconds.
+    expire_ms: Option<u64>,
+}
+
+/// The keyspace and the clock.
+#[derive(Default)]
+struct Db {
+    now_us: u64,
+    keys: HashMap<String, Entry>,
+}
+
+/// A score bound: the value and whether it is exclusive.
+type Bound = (f64, bool);
+
+fn bound(text: &str) -> Result<Bound, String> {
+    let (text, exclusive) = match text.strip_prefix('(') {
+        Some(rest) => (rest, true),
+        None => (text, false),
+    };
+    let value = match text {
+        "-inf" => f64::NEG_INFINITY,
+        "+inf" | "inf" => f64::INFINITY,
+        _ => text.parse().map_err(|_| "ERR min or max is not a float")?,
+    };
+    Ok((value, exclusive))
+}
+
+fn within(score: f64, (min, min_ex): Bound, (max, max_ex): Bound) -> bool {
+    (if min_ex { score > min } else { score >= min })
+        && (if max_ex { score < max } else { score <= max })
+}
+
+fn int(text: &str) -> Result<i64, String> {
+    text.parse()
+        .map_err(|_| "ERR value is not an integer or out of range".to_owned())
+}
+
+/// A number as text: integers in full, as `%.17g` prints those the scripts use.
+fn score_text(score: f64) -> String {
+    format!("{score}")
+}
+
+impl Db {
+    /// The key, unless it has expired by now (then it is deleted, as Redis does on access).
+    fn live(&mut self, key: &str) -> Option<&mut Entry> {
+        let now_us = self.now_us;
+        let expired = |e: &Entry| e.expire_ms.is_some_and(|ms| ms * 1_000 < now_us);
+        if self.keys.get(key).is_some_and(expired) {
+            self.keys.remove(key);
+        }
+        self.keys.get_mut(key)
+    }
+
+    /// The sorted set at `key`: `None` when there is none, `WRONGTYPE` when it is not one.
+    fn zset(&mut self, key: &str) -> Result<Option<&mut Vec<(f64, String)>>, String> {
+        match self.live(key) {
+            None => Ok(None),
+            Some(Entry {
+                data: Data::ZSet(z),
+                ..
+            }) => Ok(Some(z)),
+            Some(_) => Err(WRONGTYPE.to_owned()),
+        }
+    }
+
+    fn command(&mut self, args: &[String]) -> Result<Reply, String> {
+        let name = args
+            .first()
+            .map(|a| a.to_ascii_uppercase())
+            .unwrap_or_default();
+        let words: Vec<&str> = args.iter().skip(1).map(String::as_str).collect();
+        match (name.as_str(), words.as_slice()) {
+            ("TIME", []) => Ok(Reply::Array(vec![
+                Reply::Bulk((self.now_us / 1_000_000).to_string()),
+                Reply::Bulk((self.now_us % 1_000_000).to_string()),
+            ])),
+            ("TYPE", [key]) => Ok(Reply::Status(
+                match self.live(key).map(|e| &e.data) {
+                    None => "none",
+                    Some(Data::Str(_)) => "string",
+                    Some(Data::ZSet(_)) => "zset",
+                }
+                .to_owned(),
+            )),
+            ("GET", [key]) => match self.live(key).map(|e| &e.data) {
+                None => Ok(Reply::Nil),
+                Some(Data::Str(s)) => Ok(Reply::Bulk(s.clone())),
+                Some(_) => Err(WRONGTYPE.to_owned()),
+            },
+            ("SET", [key, value, options @ ..]) => {
+                let kept = self.live(key).and_then(|e| e.expire_ms);
+                let expire_ms = match options {
+                    [] => None,
+                    [o] if o.eq_ignore_ascii_case("KEEPTTL") => kept,
+                    [o, ms] if o.eq_ignore_ascii_case("PXAT") => match int(ms)? {
+                        ms if ms > 0 => Some(ms as u64),
+                        _ => return Err("ERR invalid expire time in 'set' command".to_owned()),
+                    },
+                    _ => return Err(format!("ERR SET options {options:?}: not in the stand-in")),
+                };
+                let data = Data::Str((*value).to_owned());
+                self.keys
+                    .insert((*key).to_owned(), Entry { data, expire_ms });
+                Ok(Reply::Status("OK".to_owned()))
+            }
+            ("PEXPIREAT", [key, ms]) => {
+                let ms = int(ms)?;
+                Ok(Reply::Int(match self.live(key) {
+                    Some(entry) => {
+                        entry.expire_ms = Some(ms.max(0) as u64);
+                        1
+                    }
+                    None => 0,
+                }))
+            }
+            (z, words) if z.starts_with('Z') => self.sorted_set(z, words),
+            _ => Err(format!(
+                "ERR '{name}' with {} arguments: not in the stand-in",
+                words.len()
+            )),
+        }
+    }
+    /// The sorted-set commands the sliding log uses.
+    fn sorted_set(&mut self, name: &str, words: &[&str]) -> Result<Reply, String> {
+        let unknown = || Err(format!("ERR {name} {words:?}: not in the stand-in"));
+        let (key, rest) = words.split_first().ok_or("ERR wrong number of arguments")?;
+        let z = self.zset(key)?;
+        let in_range = |z: &[(f64, String)], min: &str, max: &str| {
+            let (min, max) = (bound(min)?, bound(max)?);
+            let hits = z.iter().filter(|(s, _)| within(*s, min, max));
+            Ok::<_, String>(hits.cloned().collect::<Vec<_>>())
+        };
+        let held: &[_] = z.as_deref().map_or(&[], |z| &z[..]);
+        match (name, rest) {
+            ("ZCARD", []) => Ok(Reply::Int(held.len() as i64)),
+            ("ZCOUNT", [min, max]) => Ok(Reply::Int(in_range(held, min, max)?.len() as i64)),
+            ("ZRANGE", [start, stop, scores @ ..]) => {
+                let scores = match scores {
+                    [] => false,
+                    [w] if w.eq_ignore_ascii_case("WITHSCORES") => true,
+                    _ => return unknown(),
+                };
+                let (start, stop, n) = (int(start)?, int(stop)?, held.len() as i64);
+                let from = if start < 0 { (n + start).max(0) } else { start };
+                let to = if stop < 0 { n + stop } else { stop.min(n - 1) };
+                let picked = if from > to || from >= n {
+                    &[][..]
+                } else {
+                    &held[from as usize..=to as usize]
+                };
+                Ok(members(picked, scores))
+            }
+            ("ZRANGEBYSCORE", [min, max, limit @ ..]) => {
+                let (offset, count) = match limit {
+                    [] => (0, usize::MAX),
+                    [l, offset, count] if l.eq_ignore_ascii_case("LIMIT") => (
+                        usize::try_from(int(offset)?).unwrap_or(0),
+                        usize::try_from(int(count)?).unwrap_or(usize::MAX),
+                    ),
+                    _ => return unknown(),
+                };
+                let hits = in_range(held, min, max)?;
+                let picked: Vec<_> = hits.into_iter().skip(offset).take(count).collect();
+                Ok(members(&picked, false))
+            }
+            ("ZREMRANGEBYSCORE", [min, max]) => {
+                let gone = in_range(held, min, max)?;
+                let Some(z) = z else { return Ok(Reply::Int(0)) };
+                z.retain(|hit| !gone.contains(hit));
+                if z.is_empty() {
+                    self.keys.remove(*key); // Redis deletes an emptied set.
+                }
+                Ok(Reply::Int(gone.len() as i64))
+            }
+            ("ZADD", [score, member]) => {
+                let score: f64 = score
+                    .parse()
+                    .map_err(|_| "ERR value is not a valid float")?;
+                let z = match z {
+                    Some(z) => z,
+                    None => {
+                        let entry = Entry {
+                            data: Data::ZSet(Vec::new()),
+                            expire_ms: None,
+                        };
+                        let entry = self.keys.entry((*key).to_owned()).or_insert(entry);
+                        let Data::ZSet(z) = &mut entry.data else {
+                            unreachable!()
+                        };
+                        z
+                    }
+                };
+                let before = z.len();
+                z.retain(|(_, m)| m != member);
+                let added = z.len() == before;
+                let at = z.partition_point(|(s, m)| (*s, m.as_str()) < (score, *member));
+                z.insert(at, (score, (*member).to_owned()));
+                Ok(Reply::Int(i64::from(added)))
+            }
+            _ => unknown(),
+        }
+    }
+}
+
+fn members(picked: &[(f64, String)], scores: bool) -> Reply {
+    let mut out = Vec::new();
+    for (score, member) in picked {
+        out.push(Reply::Bulk(member.clone()));
+        if scores {
+            out.push(Reply::Bulk(score_text(*score)));
+        }
+    }
+    Reply::Array(out)
+}
+
+/// A command's arguments from Lua, as Redis reads them.
+fn arguments(args: MultiValue) -> Result<Vec<String>, String> {
+    args.into_iter()
+        .map(|v| match v {
+            Value::String(s) => Ok(s.to_string_lossy()),
+            Value::Integer(i) => Ok(i.to_string()),
+            Value::Number(n) => Ok(score_text(n)),
+            _ => Err("ERR Lua redis lib command arguments must be strings or integers".into()),
+        })
+        .collect()
+}
+
+/// A reply as Redis hands it to Lua.
+fn to_lua(lua: &Lua, reply: Reply) -> mlua::Result<Value> {
+    let tagged = |tag: &str, text: String| -> mlua::Result<Value> {
+        let t = lua.create_table()?;
+        t.set(tag, text)?;
+        Ok(Value::Table(t))
+    };
+    Ok(match reply {
+        Reply::Int(i) => Value::Integer(i),
+        Reply::Bulk(s) => Value::String(lua.create_string(s)?),
+        Reply::Nil => Value::Boolean(false),
+        Reply::Status(s) => tagged("ok", s)?,
+        Reply::Error(s) => tagged("err", s)?,
+        Reply::Array(items) => {
+            let t = lua.create_table()?;
+            for (i, item) in items.into_iter().enumerate() {
+                t.raw_set(i + 1, to_lua(lua, item)?)?;
+            }
+            Value::Table(t)
+        }
+    })
+}
+
+/// A script's result as Redis turns it into a reply.
+fn from_lua(value: Value) -> Reply {
+    match value {
+        Value::Integer(i) => Reply::Int(i),
+        Value::Number(n) => Reply::Int(n as i64),
+        Value::String(s) => Reply::Bulk(s.to_string_lossy()),
+        Value::Boolean(true) => Reply::Int(1),
+        Value::Table(t) => tagged(&t).unwrap_or_else(|| {
+            let items = (1..).map_while(|i| match t.raw_get::<Value>(i) {
+                Ok(Value::Nil) | Err(_) => None,
+                Ok(v) => Some(from_lua(v)),
+            });
+            Reply::Array(items.collect())
+        }),
+        _ => Reply::Nil,
+    }
+}
+
+fn tagged(t: &Table) -> Option<Reply> {
+    if let Ok(Value::String(e)) = t.raw_get("err") {
+        return Some(Reply::Error(e.to_string_lossy()));
+    }
+    if let Ok(Value::String(s)) = t.raw_get("ok") {
+        return Some(Reply::Status(s.to_string_lossy()));
+    }
+    None
+}
+
+/// The stand-in: a keyspace, a clock, and the four scripts compiled once.
+pub(super) struct Redis {
+    db: Rc<RefCell<Db>>,
+    lua: Lua,
+    /// In the order of `Strategy::ALL`.
+    scripts: Vec<Function>,
+}
+
+impl Redis {
+    pub(super) fn new(now_us: u64) -> mlua::Result<Redis> {
+        let db = Rc::new(RefCell::new(Db {
+            now_us,
+            ..Db::default()
+        }));
+        let lua = Lua::new();
+        let redis = lua.create_table()?;
+        let run =
+            |db: Rc<RefCell<Db>>, args| arguments(args).and_then(|a| db.borrow_mut().command(&a));
+        let d = db.clone();
+        let call =
+            lua.create_function(move |lua, args: MultiValue| match run(d.clone(), args) {
+                Ok(reply) => to_lua(lua, reply),
+                Err(e) => Err(mlua::Error::runtime(e)),
+            })?;
+        let d = db.clone();
+        let pcall = lua.create_function(move |lua, args: MultiValue| {
+            to_lua(lua, run(d.clone(), args).unwrap_or_else(Reply::Error))
+        })?;
+        let error_reply = lua.create_function(|lua, e: String| to_lua(lua, Reply::Error(e)))?;
+        let status_reply = lua.create_function(|lua, s: String| to_lua(lua, Reply::Status(s)))?;
+        let library = [
+            ("call", call),
+            ("pcall", pcall),
+            ("error_reply", error_reply),
+        ];
+        for (name, f) in library.into_iter().chain([("status_reply", status_reply)]) {
+            redis.set(name, f)?;
+        }
+        lua.globals().set("redis", redis)?;
+        let compile = |s: Strategy| lua.load(source(s)).set_name(s.as_str()).into_function();
+        let scripts = Strategy::ALL
+            .into_iter()
+            .map(compile)
+            .collect::<Result<_, _>>()?;
+        Ok(Redis { db, lua, scripts })
+    }
+
+    /// Sets the clock (`TIME` and expiry), forwards or backwards.
+    pub(super) fn set_time(&self, now_us: u64) {
+        self.db.borrow_mut().now_us = now_us;
+    }
+
+    /// `EVALSHA` of `strategy`'s script.
+    pub(super) fn eval(&self, strategy: Strategy, key: &str, args: &[u64]) -> Reply {
+        let script = &self.scripts[Strategy::ALL.iter().position(|&s| s == strategy).unwrap()];
+        let argv = args.iter().map(u64::to_string);
+        let set = || -> mlua::Result<()> {
+            let g = self.lua.globals();
+            g.set("KEYS", self.lua.create_sequence_from([key])?)?;
+            g.set("ARGV", self.lua.create_sequence_from(argv)?)
+        };
+        match set().and_then(|()| script.call::<Value>(())) {
+            Ok(value) => from_lua(value),
+            Err(e) => Reply::Error(e.to_string()),
+        }
+    }
+
+    /// A command, as a client would send it.
+    pub(super) fn command(&self, args: &[&str]) -> Result<Reply, String> {
+        let args: Vec<String> = args.iter().map(|&a| a.to_owned()).collect();
+        self.db.borrow_mut().command(&args)
+    }
+
+    /// `None` when `key` is gone (or expired) by now, else its expiry in milliseconds.
+    pub(super) fn expiry(&self, key: &str) -> Option<Option<u64>> {
+        self.db.borrow_mut().live(key).map(|e| e.expire_ms)
+    }
+}
+
+#[test]
+fn state_of_another_shape_is_an_error_reply_and_is_left_as_it_is() {
+    let redis = Redis::new(1_750_000_000_000_000).expect("the scripts compile");
+    redis.command(&["SET", "s", "F1:2:x"]).unwrap();
+    redis.command(&["ZADD", "z", "1", "m"]).unwrap();
+    for strategy in Strategy::ALL {
+        for (key, kind) in [("s", "string"), ("z", "zset")] {
+            let reply = redis.eval(strategy, key, &[1_000, 5, 1, 1]);
+            let holds = format!("RATELIMIT_STATE the limiter key holds a {kind} that is not");
+            assert!(
+                matches!(&reply, Reply::Error(e) if e.starts_with(&holds)),
+                "{reply:?}"
+            );
+        }
+    }
+    assert_eq!(
+        redis.command(&["GET", "s"]),
+        Ok(Reply::Bulk("F1:2:x".into()))
+    );
+    assert_eq!(redis.command(&["ZCARD", "z"]), Ok(Reply::Int(1)));
+}
+
+#[test]
+fn a_key_is_gone_from_the_microsecond_after_its_expiry() {
+    let redis = Redis::new(5_000_000).expect("the scripts compile");
+    redis.command(&["SET", "k", "v", "PXAT", "5001"]).unwrap();
+    redis.set_time(5_001_000);
+    assert_eq!(redis.expiry("k"), Some(Some(5_001)));
+    redis.set_time(5_001_001);
+    assert_eq!(redis.expiry("k"), None);
+    redis.set_time(5_000_000);
+    assert_eq!(
+        redis.command(&["GET", "k"]),
+        Ok(Reply::Nil),
+        "deleted, not hidden"
+    );
+}
