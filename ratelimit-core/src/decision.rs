@@ -102,6 +102,9 @@ impl Decision {
     ///   `RateLimit: "<tier>";r=<remaining>;t=<seconds to reset>` (policy `"default"` without
     ///   a tier).
     ///
+    /// With feature `axum`, `header_map` gives the same fields as a typed `http::HeaderMap`;
+    /// both are written from one computation of the values.
+    ///
     /// ```
     /// use ratelimit_core::{Quota, ManualClock, MemoryStore, Clock};
     /// use std::time::Duration;
@@ -114,38 +117,95 @@ impl Decision {
     /// assert!(headers.contains(&("ratelimit-policy", "\"default\";q=1;w=60".to_string())));
     /// ```
     pub fn headers(&self) -> Vec<(&'static str, String)> {
-        if self.limit == u64::MAX {
+        let Some(f) = self.header_fields(None) else {
             return Vec::new();
-        }
-        let policy = self.tier.as_deref().unwrap_or("default");
-        let secs = |d: Duration| d.as_millis().div_ceil(1_000);
+        };
         let mut headers = vec![
-            ("x-ratelimit-limit", self.limit.to_string()),
-            ("x-ratelimit-remaining", self.remaining.to_string()),
-            (
-                "x-ratelimit-reset",
-                self.reset_at.div_ceil(1_000).to_string(),
-            ),
-            (
-                "ratelimit-policy",
-                format!(
-                    "\"{policy}\";q={};w={}",
-                    self.limit,
-                    secs(self.window).max(1)
-                ),
-            ),
-            (
-                "ratelimit",
-                format!(
-                    "\"{policy}\";r={};t={}",
-                    self.remaining,
-                    secs(self.reset_after)
-                ),
-            ),
+            (names::LIMIT, f.limit.to_string()),
+            (names::REMAINING, f.remaining.to_string()),
+            (names::RESET, f.reset.to_string()),
+            (names::POLICY, f.policy),
+            (names::RATELIMIT, f.ratelimit),
         ];
-        if let Some(retry) = self.retry_after {
-            headers.push(("retry-after", secs(retry).max(1).to_string()));
+        if let Some(retry) = f.retry_after {
+            headers.push((names::RETRY_AFTER, retry.to_string()));
         }
         headers
+    }
+
+    /// The values of the rate-limit header fields, under `policy` (default: the tier, else
+    /// `"default"`): the one place they are computed, for [`headers`](Self::headers) and the
+    /// typed `header_map`. `None` for an [`unlimited`](Self::unlimited) decision.
+    pub(crate) fn header_fields(&self, policy: Option<&str>) -> Option<HeaderFields> {
+        if self.limit == u64::MAX {
+            return None;
+        }
+        let name = sf_string(policy.or(self.tier.as_deref()).unwrap_or("default"));
+        let secs = |d: Duration| d.as_millis().div_ceil(1_000) as u64;
+        Some(HeaderFields {
+            limit: self.limit,
+            remaining: self.remaining,
+            reset: self.reset_at.div_ceil(1_000),
+            retry_after: self.retry_after.map(|retry| secs(retry).max(1)),
+            policy: format!("{name};q={};w={}", self.limit, secs(self.window).max(1)),
+            ratelimit: format!("{name};r={};t={}", self.remaining, secs(self.reset_after)),
+        })
+    }
+}
+
+/// The rate-limit header names, lowercase as HTTP/2 sends them.
+pub(crate) mod names {
+    pub(crate) const LIMIT: &str = "x-ratelimit-limit";
+    pub(crate) const REMAINING: &str = "x-ratelimit-remaining";
+    pub(crate) const RESET: &str = "x-ratelimit-reset";
+    pub(crate) const POLICY: &str = "ratelimit-policy";
+    pub(crate) const RATELIMIT: &str = "ratelimit";
+    pub(crate) const RETRY_AFTER: &str = "retry-after";
+}
+
+/// The values of one decision's header fields.
+pub(crate) struct HeaderFields {
+    /// `X-RateLimit-Limit`.
+    pub(crate) limit: u64,
+    /// `X-RateLimit-Remaining`.
+    pub(crate) remaining: u64,
+    /// `X-RateLimit-Reset`: Unix seconds, rounded up.
+    pub(crate) reset: u64,
+    /// `Retry-After`: whole seconds, rounded up, at least 1; only when refused.
+    pub(crate) retry_after: Option<u64>,
+    /// One item of `RateLimit-Policy`: `"<name>";q=<limit>;w=<window seconds>`.
+    pub(crate) policy: String,
+    /// One item of `RateLimit`: `"<name>";r=<remaining>;t=<seconds to reset>`.
+    pub(crate) ratelimit: String,
+}
+
+/// `name` as a structured-field string (RFC 8941): quoted, `\` and `"` escaped, and any
+/// character outside printable ASCII (which a string cannot hold) replaced with `?`.
+fn sf_string(name: &str) -> String {
+    let mut out = String::with_capacity(name.len() + 2);
+    out.push('"');
+    for c in name.chars() {
+        match c {
+            '"' | '\\' => {
+                out.push('\\');
+                out.push(c);
+            }
+            ' '..='~' => out.push(c),
+            _ => out.push('?'),
+        }
+    }
+    out.push('"');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn policy_names_are_structured_field_strings() {
+        assert_eq!(sf_string("pro"), "\"pro\"");
+        assert_eq!(sf_string("a\"b\\c"), "\"a\\\"b\\\\c\"");
+        assert_eq!(sf_string("caf\u{e9}\n"), "\"caf??\"");
     }
 }

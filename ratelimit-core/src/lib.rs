@@ -11,6 +11,8 @@ mod clock;
 mod config;
 mod decision;
 mod error;
+#[cfg(feature = "axum")]
+mod http;
 mod key;
 mod quota;
 mod registry;

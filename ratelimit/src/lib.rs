@@ -82,6 +82,14 @@
 //! # Ok::<(), Error>(())
 //! # }).unwrap();
 //! ```
+//!
+//! # HTTP services (feature `axum`)
+//!
+//! `ratelimit::http::RateLimitLayer` limits axum routers and any tower service over `http`
+//! requests, keyed by what a client cannot choose (its address, the client behind your trusted
+//! proxies, a verified API key or principal), per route template if asked, answering `429`
+//! with a JSON body and the rate-limit headers, and failing closed. `Error` implements
+//! `IntoResponse`, so an annotated axum handler answers `429` by itself. See `ratelimit::http`.
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
@@ -102,6 +110,10 @@ pub use ratelimit_core::{
 };
 pub use ratelimit_macros::{rate_limit, skip_throttle, throttle};
 
+#[cfg(feature = "axum")]
+#[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
+pub mod http;
+
 /// What the attribute macros expand to. Not public API: it may change in any release.
 #[doc(hidden)]
 pub mod __private {
@@ -117,6 +129,6 @@ pub mod prelude {
 }
 
 /// The README's code blocks, compiled and run as doctests so the front page cannot rot.
-#[cfg(all(doctest, feature = "redis"))]
+#[cfg(all(doctest, feature = "redis", feature = "axum"))]
 #[doc = include_str!("../../README.md")]
 pub struct ReadmeDoctests;

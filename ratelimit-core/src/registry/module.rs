@@ -165,6 +165,26 @@ impl Module {
         CURRENT.read().is_some()
     }
 
+    /// The service annotated fns use at this point: the innermost
+    /// [`TestModule::scope`](crate::testing::TestModule::scope)'s on this task, else the running
+    /// module's, else `None` (an annotated fn would be refused with [`Error::NotInitialized`]).
+    /// For code that limits through the running module without holding its handle, such as
+    /// the HTTP layer.
+    ///
+    /// ```
+    /// use ratelimit_core::Module;
+    ///
+    /// assert!(Module::current_service().is_none());
+    /// let module = Module::builder().init()?;
+    /// assert!(Module::current_service().is_some());
+    /// drop(module);
+    /// assert!(Module::current_service().is_none());
+    /// # Ok::<(), ratelimit_core::Error>(())
+    /// ```
+    pub fn current_service() -> Option<RateLimitService> {
+        super::runtime::current()
+    }
+
     /// The service (for direct `consume`, `status`, `reset`...).
     pub fn service(&self) -> &RateLimitService {
         &self.service

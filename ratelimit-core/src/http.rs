@@ -1,0 +1,156 @@
+//! HTTP answers (feature `axum`): the rate-limit headers as a typed [`HeaderMap`], the `429`
+//! of a refusal, and [`IntoResponse`] for [`Error`], so an annotated axum handler returning
+//! `Result<_, ratelimit::Error>` answers `429` by itself.
+
+use axum::http::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+
+use crate::decision::{names, Decision};
+use crate::error::Error;
+
+const JSON: &str = "application/json";
+
+#[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
+impl Decision {
+    /// The rate-limit headers of this decision (see [`headers`](Self::headers)) as a typed
+    /// map, the IETF items named `policy` (default: the tier, else `"default"`). Empty for an
+    /// [`unlimited`](Self::unlimited) decision.
+    ///
+    /// ```
+    /// use ratelimit_core::{Clock, ManualClock, MemoryStore, Quota};
+    /// use std::time::Duration;
+    ///
+    /// let clock = ManualClock::new(Duration::from_secs(60));
+    /// let quota = Quota::per_minute(2).unwrap();
+    /// let d = MemoryStore::new().acquire("k", &quota, 1, clock.now()).unwrap();
+    /// let map = d.header_map(Some("burst"));
+    /// assert_eq!(map["x-ratelimit-remaining"], "1");
+    /// assert_eq!(map["ratelimit-policy"], "\"burst\";q=2;w=60");
+    /// assert!(map.get("retry-after").is_none());
+    /// ```
+    pub fn header_map(&self, policy: Option<&str>) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        let Some(f) = self.header_fields(policy) else {
+            return map;
+        };
+        let name = HeaderName::from_static;
+        map.insert(name(names::LIMIT), HeaderValue::from(f.limit));
+        map.insert(name(names::REMAINING), HeaderValue::from(f.remaining));
+        map.insert(name(names::RESET), HeaderValue::from(f.reset));
+        // `sf_string` keeps the items to printable ASCII, so they are always valid values.
+        if let Ok(policy) = HeaderValue::try_from(f.policy) {
+            map.insert(name(names::POLICY), policy);
+        }
+        if let Ok(ratelimit) = HeaderValue::try_from(f.ratelimit) {
+            map.insert(name(names::RATELIMIT), ratelimit);
+        }
+        if let Some(retry) = f.retry_after {
+            map.insert(RETRY_AFTER, HeaderValue::from(retry));
+        }
+        map
+    }
+
+    /// The `429 Too Many Requests` for this refusal: a JSON body
+    /// `{"error":"rate_limited","retry_after":<seconds>,"limit":<limit>,"remaining":0}` and
+    /// `Retry-After`, without the other rate-limit headers (add [`header_map`](Self::header_map)
+    /// for those, as `impl IntoResponse for Error` does). The decision is in the response's
+    /// extensions.
+    pub fn too_many_requests(&self) -> Response {
+        let retry = self
+            .header_fields(None)
+            .and_then(|f| f.retry_after)
+            .unwrap_or(1);
+        // Numbers and fixed names only: written in the documented key order, nothing to escape.
+        let body = format!(
+            r#"{{"error":"rate_limited","retry_after":{retry},"limit":{},"remaining":{}}}"#,
+            self.limit, self.remaining
+        );
+        let mut response = (
+            StatusCode::TOO_MANY_REQUESTS,
+            [
+                (RETRY_AFTER, HeaderValue::from(retry)),
+                (CONTENT_TYPE, HeaderValue::from_static(JSON)),
+            ],
+            body,
+        )
+            .into_response();
+        response.extensions_mut().insert(self.clone());
+        response
+    }
+}
+
+#[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
+impl Error {
+    /// The status this error answers with over HTTP: `429` for [`Error::Exceeded`], `503` when
+    /// the store could not decide (failure, timeout, full, state of an unexpected shape), `500`
+    /// for everything that is the server's own configuration (unknown tier, no limit, invalid
+    /// quota or key, no module running...).
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Error::Exceeded(_) => StatusCode::TOO_MANY_REQUESTS,
+            Error::Store { .. }
+            | Error::Timeout { .. }
+            | Error::StoreFull { .. }
+            | Error::UnexpectedState { .. }
+            | Error::ClockOutOfRange { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            _ => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// The error's kind, as the `"error"` field of its JSON body: `rate_limited`,
+    /// `store_failed`, `store_timeout`, `unknown_tier`, `not_initialized`...
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Error::Exceeded(_) => "rate_limited",
+            Error::UnknownTier { .. } => "unknown_tier",
+            Error::NoLimit => "no_limit",
+            Error::InvalidConfig(_) => "invalid_config",
+            Error::InvalidQuota(_) => "invalid_quota",
+            Error::CostAboveCapacity { .. } => "cost_above_capacity",
+            Error::ZeroCost => "zero_cost",
+            Error::InvalidKey { .. } => "invalid_key",
+            Error::StoreFull { .. } => "store_full",
+            Error::Store { .. } => "store_failed",
+            Error::Timeout { .. } => "store_timeout",
+            Error::NotInitialized { .. } => "not_initialized",
+            Error::AlreadyInitialized => "already_initialized",
+            Error::UnexpectedState { .. } => "unexpected_state",
+            Error::ClockOutOfRange { .. } => "clock_out_of_range",
+            Error::Declarations(_) => "declarations",
+        }
+    }
+}
+
+/// `429` with the JSON body and every rate-limit header for [`Error::Exceeded`]; otherwise
+/// [`Error::status`] with `{"error":"<kind>"}` (the message stays in the server: it may name
+/// internals). The error itself is in the response's extensions, for logging middleware.
+///
+/// ```
+/// use axum::response::IntoResponse;
+/// use ratelimit_core::Error;
+///
+/// let response = Error::Timeout { after: std::time::Duration::from_millis(50) }.into_response();
+/// assert_eq!(response.status(), 503);
+/// assert!(response.extensions().get::<Error>().is_some());
+/// ```
+#[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
+impl IntoResponse for Error {
+    fn into_response(self) -> Response {
+        let mut response = match self.decision() {
+            Some(decision) => {
+                let mut response = decision.too_many_requests();
+                response.headers_mut().extend(decision.header_map(None));
+                response
+            }
+            None => (
+                self.status(),
+                [(CONTENT_TYPE, HeaderValue::from_static(JSON))],
+                format!(r#"{{"error":"{}"}}"#, self.kind()),
+            )
+                .into_response(),
+        };
+        response.extensions_mut().insert(self);
+        response
+    }
+}

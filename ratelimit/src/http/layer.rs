@@ -1,0 +1,463 @@
+//! [`RateLimitLayer`]: the tower layer, and [`RateLimit`], the service it wraps around a route,
+//! a group of routes or a whole router.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use axum::body::{Body, Bytes, HttpBody};
+use axum::response::Response;
+use axum::BoxError;
+use http::request::Parts;
+use http::Request;
+use tower::{Layer, Service};
+
+use super::key::KeyExtractor;
+use super::response::{add_headers, failed, refused};
+use super::route::route_of;
+use crate::{Decision, Error, Module, Options, Overrides, RateLimitService};
+
+type Skipper = dyn Fn(&Parts) -> bool + Send + Sync;
+type OnRefused = dyn Fn(&Decision) -> Response + Send + Sync;
+type OnError = dyn Fn(&Error) -> Response + Send + Sync;
+
+/// A tower [`Layer`] that counts every request under a key and refuses those over the limit,
+/// on a whole `Router` (`.layer(..)`), a group of routes, or single routes (`.route_layer(..)`).
+///
+/// It is built from where the limits live — a [`RateLimitService`] ([`new`](Self::new)) or
+/// the running [`Module`]'s service, looked up per request ([`from_module`](Self::from_module))
+/// — and a [`KeyExtractor`]. There is no default key: see [`KeyExtractor`] for why.
+///
+/// Per request, in order: the [`skip`](Self::skip) closure, the key (`None` skips the limit,
+/// an error refuses), then one decision under the layer's [`options`](Self::options) (or
+/// under each of its [`limit`](Self::limit)s, as one).
+///
+/// - **Allowed**: the request goes on, and the response gets the rate-limit headers
+///   ([`headers`](Self::headers)).
+/// - **Refused**: `429` with a JSON body and `Retry-After` (or [`on_refused`](Self::on_refused)'s
+///   response), plus the headers; the request never reaches the inner service.
+/// - **Failed** (the store failed or timed out, an unknown tier, no module running, no peer
+///   address...): [`Error`]'s own response (`503` when the store could not decide, `500` for
+///   the server's configuration, with `{"error":"<kind>"}`), or [`on_error`](Self::on_error)'s.
+///   The request is never passed on: the limiter fails closed.
+///
+/// # Several layers
+///
+/// Layers stacked on one route decide independently, the outermost first: each counts the
+/// request in its own budget and may refuse it. They are not all-or-nothing: a request
+/// refused by an inner layer has already spent from the outer ones. For limits decided as
+/// one (a request one of them refuses spends from none), put them in **one** layer with
+/// [`limit`](Self::limit). Either way, each limit adds its item to the `RateLimit` /
+/// `RateLimit-Policy` lists (name them with [`policy`](Self::policy) or their budget), and
+/// `X-RateLimit-*` describe the most restrictive one (the fewest calls remaining).
+///
+/// ```
+/// use axum::{routing::get, Router};
+/// use ratelimit::http::{ClientIp, RateLimitLayer};
+/// use ratelimit::{Config, Options, RateLimitService};
+/// use std::time::Duration;
+///
+/// let service = RateLimitService::new(Config::default())?;
+/// let app: Router = Router::new()
+///     .route("/login", get(|| async { "ok" }))
+///     // 5 a minute per client on this route only ...
+///     .route_layer(
+///         RateLimitLayer::new(service.clone(), ClientIp::peer())
+///             .options(Options::new().limit(5).window(Duration::from_secs(60)).budget("login"))
+///             .policy("login"),
+///     )
+///     .route("/orders/{id}", get(|| async { "order" }))
+///     // ... and 100 a minute per client and per route template on every route.
+///     .layer(
+///         RateLimitLayer::new(service, ClientIp::peer())
+///             .options(Options::new().limit(100).window(Duration::from_secs(60)))
+///             .per_route()
+///             .policy("per-route"),
+///     );
+/// # Ok::<(), ratelimit::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct RateLimitLayer {
+    config: Arc<LayerConfig>,
+}
+
+#[derive(Clone)]
+enum Limiter {
+    Service(RateLimitService),
+    Module,
+}
+
+#[derive(Clone)]
+struct LayerConfig {
+    limiter: Limiter,
+    key: Arc<dyn KeyExtractor>,
+    /// Never empty: a layer has one limit, or several decided as one.
+    limits: Vec<Limit>,
+    /// Whether `limits` were given (with `options` or `limit`); else it is the service's
+    /// default limit, which the first `limit` replaces.
+    explicit: bool,
+    per_route: bool,
+    headers: bool,
+    skip: Option<Arc<Skipper>>,
+    on_refused: Option<Arc<OnRefused>>,
+    on_error: Option<Arc<OnError>>,
+}
+
+/// One limit of a layer: its [`Options`], owned, and its policy name.
+#[derive(Clone, Debug)]
+struct Limit {
+    tier: Option<String>,
+    budget: Option<String>,
+    overrides: Overrides,
+    cost: u64,
+    policy: Option<String>,
+}
+
+impl Limit {
+    fn new(options: Options<'_>) -> Self {
+        Limit {
+            tier: options.tier.map(str::to_owned),
+            budget: options.budget.map(str::to_owned),
+            overrides: options.overrides,
+            cost: options.cost,
+            policy: None,
+        }
+    }
+
+    /// The budget this limit counts `parts` under.
+    fn budget(&self, per_route: bool, parts: &Parts) -> Option<String> {
+        match (per_route, &self.budget) {
+            (false, budget) => budget.clone(),
+            (true, None) => Some(route_of(parts)),
+            (true, Some(budget)) => Some(format!("{budget} {}", route_of(parts))),
+        }
+    }
+
+    fn options<'a>(&'a self, budget: Option<&'a str>) -> Options<'a> {
+        let mut options = Options::new().cost(self.cost);
+        options.overrides = self.overrides;
+        options.tier = self.tier.as_deref();
+        options.budget = budget;
+        options
+    }
+
+    /// The name of its item in `RateLimit` / `RateLimit-Policy`.
+    fn policy(&self) -> Option<&str> {
+        self.policy.as_deref().or(self.budget.as_deref())
+    }
+}
+
+impl RateLimitLayer {
+    /// Limits through `service`, counting each request under `key`'s answer.
+    pub fn new(service: RateLimitService, key: impl KeyExtractor) -> Self {
+        Self::with(Limiter::Service(service), key)
+    }
+
+    /// Limits through the service annotated fns use ([`Module::current_service`]), looked up
+    /// per request: the running [`Module`]'s (or, in a test, the enclosing
+    /// [`TestModule::scope`](crate::testing::TestModule::scope)'s). With no module running,
+    /// requests are refused with [`Error::NotInitialized`] (`500`).
+    pub fn from_module(key: impl KeyExtractor) -> Self {
+        Self::with(Limiter::Module, key)
+    }
+
+    fn with(limiter: Limiter, key: impl KeyExtractor) -> Self {
+        RateLimitLayer {
+            config: Arc::new(LayerConfig {
+                limiter,
+                key: Arc::new(key),
+                limits: vec![Limit::new(Options::new())],
+                explicit: false,
+                per_route: false,
+                headers: true,
+                skip: None,
+                on_refused: None,
+                on_error: None,
+            }),
+        }
+    }
+
+    fn set(mut self, f: impl FnOnce(&mut LayerConfig)) -> Self {
+        f(Arc::make_mut(&mut self.config));
+        self
+    }
+
+    /// The layer's limit: a tier (`Options::new().tier("pro")`), a limit and window of its
+    /// own (`Options::new().limit(10).window(..)`), a cost, a named budget (`Options::budget`:
+    /// layers and fns under one name share one budget per key). Without it, the service's
+    /// default tier or limit applies. Replaces any limits given before (add more with
+    /// [`limit`](Self::limit)); copied;
+    /// `consume(false)` is ignored (the layer always spends).
+    pub fn options(self, options: Options<'_>) -> Self {
+        self.set(|c| {
+            c.limits = vec![Limit::new(options)];
+            c.explicit = true;
+        })
+    }
+
+    /// Adds a limit to the layer's [`options`](Self::options): a request is counted under the
+    /// same key in every limit, and admitted only if **every** limit admits it, decided as one
+    /// ([`RateLimitService::consume_all`]): a request one limit refuses spends nothing from the
+    /// others. The first limit given replaces the service's default rather than adding to it;
+    /// after [`options`](Self::options), `limit` adds to it.
+    ///
+    /// Give each limit its own budget name (it is also its policy name in the headers):
+    ///
+    /// ```
+    /// use ratelimit::http::{ClientIp, RateLimitLayer};
+    /// use ratelimit::{Config, Options, RateLimitService};
+    /// use std::time::Duration;
+    ///
+    /// let service = RateLimitService::new(Config::default())?;
+    /// let login = RateLimitLayer::new(service, ClientIp::peer())
+    ///     .limit(Options::new().limit(3).window(Duration::from_secs(1)).budget("login-burst"))
+    ///     .limit(Options::new().limit(20).window(Duration::from_secs(3_600)).budget("login-hourly"));
+    /// # Ok::<(), ratelimit::Error>(())
+    /// ```
+    pub fn limit(self, options: Options<'_>) -> Self {
+        self.set(|c| {
+            if c.explicit {
+                c.limits.push(Limit::new(options));
+            } else {
+                c.limits = vec![Limit::new(options)];
+            }
+            c.explicit = true;
+        })
+    }
+
+    /// A budget per route template and method ([`route_of`](super::route_of)): `/orders/1` and
+    /// `/orders/2` share `GET /orders/{id}`, and requests no route answers share
+    /// [`UNMATCHED`](super::UNMATCHED). The route is the budget name (after the
+    /// [`options`](Self::options)' budget, if any).
+    pub fn per_route(self) -> Self {
+        self.set(|c| c.per_route = true)
+    }
+
+    /// The name of the limit's policy (of the last limit added) in the `RateLimit` /
+    /// `RateLimit-Policy` headers (default: the budget name, else the tier, else
+    /// `"default"`). Give stacked layers and limits different names.
+    pub fn policy(self, name: impl Into<String>) -> Self {
+        let name = name.into();
+        self.set(|c| {
+            if let Some(limit) = c.limits.last_mut() {
+                limit.policy = Some(name);
+            }
+        })
+    }
+
+    /// Whether to add the `X-RateLimit-*` and `RateLimit` / `RateLimit-Policy` headers
+    /// (default `true`). A refusal keeps its `Retry-After` either way.
+    pub fn headers(self, enabled: bool) -> Self {
+        self.set(|c| c.headers = enabled)
+    }
+
+    /// Requests for which `skip` is `true` are not counted (nor given headers). Base it on
+    /// what the client cannot choose (the path, the peer address), never on a header it can
+    /// send. A health check needs no skipper: leave it outside the layer.
+    pub fn skip<F>(self, skip: F) -> Self
+    where
+        F: Fn(&Parts) -> bool + Send + Sync + 'static,
+    {
+        self.set(|c| c.skip = Some(Arc::new(skip)))
+    }
+
+    /// The response to a refusal (default: `429` with the JSON body and `Retry-After`). The
+    /// layer adds its rate-limit headers and the [`Decision`] (in the extensions) to it.
+    pub fn on_refused<F>(self, on_refused: F) -> Self
+    where
+        F: Fn(&Decision) -> Response + Send + Sync + 'static,
+    {
+        self.set(|c| c.on_refused = Some(Arc::new(on_refused)))
+    }
+
+    /// The response when no decision could be made (default: `Error`'s own response: `503`
+    /// for the store, `500` for configuration, `{"error":"<kind>"}`). Whatever it answers,
+    /// the request is not passed on.
+    pub fn on_error<F>(self, on_error: F) -> Self
+    where
+        F: Fn(&Error) -> Response + Send + Sync + 'static,
+    {
+        self.set(|c| c.on_error = Some(Arc::new(on_error)))
+    }
+}
+
+impl fmt::Debug for RateLimitLayer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let c = &self.config;
+        f.debug_struct("RateLimitLayer")
+            .field(
+                "limiter",
+                &match c.limiter {
+                    Limiter::Service(_) => "service",
+                    Limiter::Module => "module",
+                },
+            )
+            .field("limits", &c.limits)
+            .field("per_route", &c.per_route)
+            .field("headers", &c.headers)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S> Layer<S> for RateLimitLayer {
+    type Service = RateLimit<S>;
+
+    fn layer(&self, inner: S) -> RateLimit<S> {
+        RateLimit {
+            inner,
+            config: self.config.clone(),
+        }
+    }
+}
+
+/// The service [`RateLimitLayer`] wraps around an inner one.
+#[derive(Clone)]
+pub struct RateLimit<S> {
+    inner: S,
+    config: Arc<LayerConfig>,
+}
+
+impl<S: fmt::Debug> fmt::Debug for RateLimit<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimit")
+            .field("inner", &self.inner)
+            .field(
+                "layer",
+                &RateLimitLayer {
+                    config: self.config.clone(),
+                },
+            )
+            .finish()
+    }
+}
+
+enum Verdict {
+    Skip,
+    /// One decision per limit, every one allowed.
+    Allowed(Vec<Decision>),
+    /// One decision per limit, and the refusing one (of several, the longest wait).
+    Refused(Vec<Decision>, usize),
+    Failed(Error),
+}
+
+impl LayerConfig {
+    async fn decide(&self, parts: &Parts) -> Verdict {
+        if self.skip.as_ref().is_some_and(|skip| skip(parts)) {
+            return Verdict::Skip;
+        }
+        let key = match self.key.extract(parts) {
+            Ok(Some(key)) => key,
+            Ok(None) => return Verdict::Skip,
+            Err(e) => return Verdict::Failed(e),
+        };
+        let module;
+        let service = match &self.limiter {
+            Limiter::Service(service) => service,
+            Limiter::Module => match Module::current_service() {
+                Some(service) => {
+                    module = service;
+                    &module
+                }
+                None => {
+                    return Verdict::Failed(Error::NotInitialized {
+                        function: "ratelimit::http::RateLimitLayer",
+                    })
+                }
+            },
+        };
+        let budgets: Vec<Option<String>> = self
+            .limits
+            .iter()
+            .map(|limit| limit.budget(self.per_route, parts))
+            .collect();
+        let options: Vec<Options<'_>> = self
+            .limits
+            .iter()
+            .zip(&budgets)
+            .map(|(limit, budget)| limit.options(budget.as_deref()))
+            .collect();
+        let decisions = match options.as_slice() {
+            [one] => service.consume(&key, one).await.map(|d| vec![d]),
+            several => {
+                let limits: Vec<(&str, &Options<'_>)> =
+                    several.iter().map(|o| (key.as_str(), o)).collect();
+                service.consume_all(&limits).await
+            }
+        };
+        let decisions = match decisions {
+            Ok(decisions) => decisions,
+            Err(e) => return Verdict::Failed(e),
+        };
+        let refusing = decisions
+            .iter()
+            .enumerate()
+            .filter(|(_, d)| !d.allowed)
+            .max_by_key(|(_, d)| d.retry_after)
+            .map(|(i, _)| i);
+        match refusing {
+            None => Verdict::Allowed(decisions),
+            Some(i) => Verdict::Refused(decisions, i),
+        }
+    }
+
+    fn headers(&self, response: &mut Response, decisions: &[Decision]) {
+        if self.headers {
+            for (limit, decision) in self.limits.iter().zip(decisions) {
+                add_headers(response.headers_mut(), decision, limit.policy());
+            }
+        }
+    }
+}
+
+impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimit<S>
+where
+    S: Service<Request<ReqBody>, Response = http::Response<ResBody>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    ReqBody: Send + 'static,
+    ResBody: HttpBody<Data = Bytes> + Send + 'static,
+    ResBody::Error: Into<BoxError>,
+{
+    type Response = Response;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Response, S::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
+        // Take the service `poll_ready` readied, leaving a fresh clone for the next call.
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let config = self.config.clone();
+        Box::pin(async move {
+            let (parts, body) = request.into_parts();
+            let verdict = config.decide(&parts).await;
+            let request = Request::from_parts(parts, body);
+            match verdict {
+                Verdict::Skip => Ok(inner.call(request).await?.map(Body::new)),
+                Verdict::Allowed(decisions) => {
+                    let mut response = inner.call(request).await?.map(Body::new);
+                    config.headers(&mut response, &decisions);
+                    Ok(response)
+                }
+                Verdict::Refused(decisions, refusing) => {
+                    let decision = &decisions[refusing];
+                    let mut response = match &config.on_refused {
+                        Some(on_refused) => on_refused(decision),
+                        None => refused(decision),
+                    };
+                    config.headers(&mut response, &decisions);
+                    response.extensions_mut().insert(decision.clone());
+                    Ok(response)
+                }
+                Verdict::Failed(error) => Ok(match &config.on_error {
+                    Some(on_error) => on_error(&error),
+                    None => failed(&error),
+                }),
+            }
+        })
+    }
+}

@@ -1,0 +1,47 @@
+//! Per-route budgets: a request's route template and method, the name its budget goes by.
+
+use axum::extract::MatchedPath;
+use http::header::ACCESS_CONTROL_REQUEST_METHOD;
+use http::request::Parts;
+use http::Method;
+
+/// The budget every request no route answers shares: a `404`, a method no router knows, an
+/// `OPTIONS` preflight. Probing for paths is counted like any other request.
+pub const UNMATCHED: &str = "unmatched";
+
+/// The route a request was routed to, as `"<METHOD> <template>"`: `/orders/1` and `/orders/2`
+/// are both `GET /orders/{id}`. [`UNMATCHED`] when no route matched (the limiter runs as a
+/// layer of a fallback), for a CORS preflight, and for a method outside the standard ones (a
+/// client inventing methods would otherwise invent budgets).
+///
+/// The template comes from axum's [`MatchedPath`], set by the router before the route's layers
+/// run: use it from a layer added with `Router::layer` or `Router::route_layer`, not one
+/// wrapped around the whole router as a service (there every request is [`UNMATCHED`]).
+///
+/// A standard method on a known path that the route does not answer (a `405`) is counted
+/// under its own `"<METHOD> <template>"`: the limiter runs before the router knows. That is at
+/// most nine budgets per route, so still bounded.
+///
+/// [`RateLimitLayer::per_route`](super::RateLimitLayer::per_route) uses this as the budget
+/// name; a closure key extractor can use it as a part of the key.
+pub fn route_of(parts: &Parts) -> String {
+    let standard = [
+        Method::GET,
+        Method::HEAD,
+        Method::POST,
+        Method::PUT,
+        Method::DELETE,
+        Method::PATCH,
+        Method::OPTIONS,
+        Method::TRACE,
+        Method::CONNECT,
+    ];
+    let preflight = parts.method == Method::OPTIONS
+        && parts.headers.contains_key(ACCESS_CONTROL_REQUEST_METHOD);
+    match parts.extensions.get::<MatchedPath>() {
+        Some(path) if !preflight && standard.contains(&parts.method) => {
+            format!("{} {}", parts.method, path.as_str())
+        }
+        _ => UNMATCHED.to_owned(),
+    }
+}
