@@ -153,7 +153,7 @@ async fn a_refusal_is_429_with_a_json_body_and_every_header() {
     assert_eq!(header(&refused, "content-type"), "application/json");
     assert_eq!(
         refused.text().await.unwrap(),
-        r#"{"error":"rate_limited","retry_after":20,"limit":2,"remaining":0}"#
+        r#"{"code":"RATE_LIMITED","retryAfter":20,"limit":2,"remaining":0}"#
     );
 }
 
@@ -509,11 +509,10 @@ async fn several_limits_in_one_layer_are_all_or_nothing() {
         assert_eq!(header(&refused, "retry-after"), "20");
         assert_eq!(header(&refused, "x-ratelimit-remaining"), "0");
         // Refused by the burst limit, the call spent nothing from the hourly one: the same
-        // `r` every time. (The core reports a limit it did not spend from as if this call had
-        // been spent, so `r=7` while 8 remain: see the status below.)
+        // `r` every time, its level (8 left; see the status below).
         assert_eq!(
             header(&refused, "ratelimit"),
-            format!("\"burst\";r=0;t=20, \"hourly\";r=7;t={reset_hour}")
+            format!("\"burst\";r=0;t=20, \"hourly\";r=8;t={reset_hour}")
         );
     }
     let hourly = Options::new()
@@ -612,22 +611,20 @@ async fn a_store_failure_is_503_and_the_request_is_not_passed_on() {
 
     let response = server.get("/").await;
     assert_eq!(response.status(), 503);
-    assert_eq!(
-        response.json_value().await,
-        json!({"error": "store_failed"})
-    );
+    assert_eq!(header(&response, "retry-after"), "1");
+    assert_eq!(response.json_value().await, json!({"code": "STORE_FAILED"}));
     assert_eq!(calls.load(Ordering::SeqCst), 0);
 
     // The error hook shapes the answer; the request still does not pass.
     let (app, calls) = counted();
     let hooked = RateLimitLayer::new(limiter, ClientIp::peer()).on_error(|error: &Error| {
         use axum::response::IntoResponse;
-        (axum::http::StatusCode::BAD_GATEWAY, error.kind()).into_response()
+        (axum::http::StatusCode::BAD_GATEWAY, error.code()).into_response()
     });
     let server = Server::start(app.layer(hooked)).await;
     let response = server.get("/").await;
     assert_eq!(response.status(), 502);
-    assert_eq!(response.text().await.unwrap(), "store_failed");
+    assert_eq!(response.text().await.unwrap(), "STORE_FAILED");
     assert_eq!(calls.load(Ordering::SeqCst), 0);
 }
 
@@ -639,10 +636,7 @@ async fn an_unknown_tier_is_refused_as_a_configuration_error() {
     let server = Server::start(app.layer(layer)).await;
     let response = server.get("/").await;
     assert_eq!(response.status(), 500);
-    assert_eq!(
-        response.json_value().await,
-        json!({"error": "unknown_tier"})
-    );
+    assert_eq!(response.json_value().await, json!({"code": "UNKNOWN_TIER"}));
     assert_eq!(calls.load(Ordering::SeqCst), 0);
 }
 
@@ -655,7 +649,7 @@ async fn with_no_module_running_the_module_layer_refuses_with_500() {
     assert_eq!(response.status(), 500);
     assert_eq!(
         response.json_value().await,
-        json!({"error": "not_initialized"})
+        json!({"code": "NOT_INITIALIZED"})
     );
     assert_eq!(calls.load(Ordering::SeqCst), 0);
 }
@@ -668,7 +662,7 @@ async fn without_connect_info_the_peer_key_is_an_error_not_a_pass() {
     let server = Server::serve(app, false).await;
     let response = server.get("/").await;
     assert_eq!(response.status(), 500);
-    assert_eq!(response.json_value().await, json!({"error": "invalid_key"}));
+    assert_eq!(response.json_value().await, json!({"code": "INVALID_KEY"}));
     assert_eq!(calls.load(Ordering::SeqCst), 0);
 }
 
@@ -702,7 +696,7 @@ async fn an_annotated_handler_answers_429_through_into_response() {
     assert_eq!(header(&refused, "ratelimit"), "\"default\";r=0;t=20");
     assert_eq!(
         refused.json_value().await,
-        json!({"error": "rate_limited", "retry_after": 20, "limit": 2, "remaining": 0})
+        json!({"code": "RATE_LIMITED", "retryAfter": 20, "limit": 2, "remaining": 0})
     );
 
     module.clock().advance(MINUTE);

@@ -84,9 +84,16 @@ fn a_call_refused_by_one_limit_spends_nothing_from_the_others() {
                     };
                     assert_eq!(e.budget.as_deref(), Some("burst"), "{store} {strategy}");
                 }
-                // The refusals spent nothing from the daily budget: 5 - 2 left.
+                // The refusals spent nothing from the daily budget: 5 - 2 left, and the
+                // refused call reports that level for it, not what the call would have left.
                 let daily_level = service.status(&user, &daily).await.unwrap();
                 assert_eq!(daily_level.remaining, 3, "{store} {strategy}");
+                let refused = service.consume_all(&limits).await.unwrap();
+                assert!(
+                    !refused[0].allowed && refused[1].allowed,
+                    "{store} {strategy}"
+                );
+                assert_eq!(refused[1].remaining, 3, "{store} {strategy}");
             });
         }
     }

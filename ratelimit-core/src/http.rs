@@ -52,7 +52,7 @@ impl Decision {
     }
 
     /// The `429 Too Many Requests` for this refusal: a JSON body
-    /// `{"error":"rate_limited","retry_after":<seconds>,"limit":<limit>,"remaining":0}` and
+    /// `{"code":"RATE_LIMITED","retryAfter":<seconds>,"limit":<limit>,"remaining":0}` and
     /// `Retry-After`, without the other rate-limit headers (add [`header_map`](Self::header_map)
     /// for those, as `impl IntoResponse for Error` does). The decision is in the response's
     /// extensions.
@@ -63,7 +63,7 @@ impl Decision {
             .unwrap_or(1);
         // Numbers and fixed names only: written in the documented key order, nothing to escape.
         let body = format!(
-            r#"{{"error":"rate_limited","retry_after":{retry},"limit":{},"remaining":{}}}"#,
+            r#"{{"code":"RATE_LIMITED","retryAfter":{retry},"limit":{},"remaining":{}}}"#,
             self.limit, self.remaining
         );
         let mut response = (
@@ -98,33 +98,33 @@ impl Error {
         }
     }
 
-    /// The error's kind, as the `"error"` field of its JSON body: `rate_limited`,
-    /// `store_failed`, `store_timeout`, `unknown_tier`, `not_initialized`...
-    pub fn kind(&self) -> &'static str {
+    /// The error's code, the `"code"` field of its JSON body: `RATE_LIMITED`,
+    /// `STORE_FAILED`, `STORE_TIMEOUT`, `UNKNOWN_TIER`, `NOT_INITIALIZED`...
+    pub fn code(&self) -> &'static str {
         match self {
-            Error::Exceeded(_) => "rate_limited",
-            Error::UnknownTier { .. } => "unknown_tier",
-            Error::NoLimit => "no_limit",
-            Error::InvalidConfig(_) => "invalid_config",
-            Error::InvalidQuota(_) => "invalid_quota",
-            Error::CostAboveCapacity { .. } => "cost_above_capacity",
-            Error::ZeroCost => "zero_cost",
-            Error::InvalidKey { .. } => "invalid_key",
-            Error::StoreFull { .. } => "store_full",
-            Error::Store { .. } => "store_failed",
-            Error::Timeout { .. } => "store_timeout",
-            Error::NotInitialized { .. } => "not_initialized",
-            Error::AlreadyInitialized => "already_initialized",
-            Error::UnexpectedState { .. } => "unexpected_state",
-            Error::ClockOutOfRange { .. } => "clock_out_of_range",
-            Error::Declarations(_) => "declarations",
+            Error::Exceeded(_) => "RATE_LIMITED",
+            Error::UnknownTier { .. } => "UNKNOWN_TIER",
+            Error::NoLimit => "NO_LIMIT",
+            Error::InvalidConfig(_) => "INVALID_CONFIG",
+            Error::InvalidQuota(_) => "INVALID_QUOTA",
+            Error::CostAboveCapacity { .. } => "COST_ABOVE_CAPACITY",
+            Error::ZeroCost => "ZERO_COST",
+            Error::InvalidKey { .. } => "INVALID_KEY",
+            Error::StoreFull { .. } => "STORE_FULL",
+            Error::Store { .. } => "STORE_FAILED",
+            Error::Timeout { .. } => "STORE_TIMEOUT",
+            Error::NotInitialized { .. } => "NOT_INITIALIZED",
+            Error::AlreadyInitialized => "ALREADY_INITIALIZED",
+            Error::UnexpectedState { .. } => "UNEXPECTED_STATE",
+            Error::ClockOutOfRange { .. } => "CLOCK_OUT_OF_RANGE",
+            Error::Declarations(_) => "DECLARATIONS",
         }
     }
 }
 
 /// `429` with the JSON body and every rate-limit header for [`Error::Exceeded`]; otherwise
-/// [`Error::status`] with `{"error":"<kind>"}` (the message stays in the server: it may name
-/// internals). The error itself is in the response's extensions, for logging middleware.
+/// [`Error::status`] with `{"code":"<CODE>"}` (the message stays in the server: it may name
+/// internals), and `Retry-After: 1` on a `503`. The error itself is in the response's extensions, for logging middleware.
 ///
 /// ```
 /// use axum::response::IntoResponse;
@@ -143,12 +143,21 @@ impl IntoResponse for Error {
                 response.headers_mut().extend(decision.header_map(None));
                 response
             }
-            None => (
-                self.status(),
-                [(CONTENT_TYPE, HeaderValue::from_static(JSON))],
-                format!(r#"{{"error":"{}"}}"#, self.kind()),
-            )
-                .into_response(),
+            None => {
+                let mut response = (
+                    self.status(),
+                    [(CONTENT_TYPE, HeaderValue::from_static(JSON))],
+                    format!(r#"{{"code":"{}"}}"#, self.code()),
+                )
+                    .into_response();
+                if self.status() == StatusCode::SERVICE_UNAVAILABLE {
+                    // The store may answer again soon: a client may retry after a second.
+                    response
+                        .headers_mut()
+                        .insert(RETRY_AFTER, HeaderValue::from_static("1"));
+                }
+                response
+            }
         };
         response.extensions_mut().insert(self);
         response

@@ -58,6 +58,8 @@ enum FileStore {
         connect_timeout: Option<String>,
         on_failure: Option<String>,
         pods: Option<u32>,
+        #[serde(default)]
+        require_noeviction: bool,
     },
 }
 
@@ -173,9 +175,10 @@ fn parse(file: File) -> Result<Config, Error> {
             connect_timeout,
             on_failure,
             pods,
+            require_noeviction,
         }) => {
             use crate::store::{FailurePolicy, RedisOptions};
-            let mut r = if cluster {
+            let r = if cluster {
                 RedisOptions::cluster(url.into_iter().chain(nodes))
             } else {
                 if !nodes.is_empty() {
@@ -183,6 +186,7 @@ fn parse(file: File) -> Result<Config, Error> {
                 }
                 RedisOptions::new(url.unwrap_or_default())
             };
+            let mut r = r.require_noeviction(require_noeviction);
             let mut duration = |field: &str, text: Option<String>, into: &mut Duration| {
                 if let Some(text) = text {
                     match parse_window(&text) {

@@ -586,6 +586,15 @@ impl RateLimitService {
         for ((decision, (_, options)), (_, tier)) in decisions.iter_mut().zip(limits).zip(&resolved)
         {
             decision.tier = tier.map(|i| self.inner.config.tiers()[i].name.clone());
+            if !admitted && decision.allowed {
+                // This limit would have admitted the call, but another refused it and nothing
+                // was spent: its remaining is the level now, not what the call would have left
+                // (every algorithm's `remaining` for a cost c is the level less c, exactly).
+                decision.remaining = decision
+                    .remaining
+                    .saturating_add(options.cost)
+                    .min(decision.limit);
+            }
             if commit {
                 // Each budget counts what happened in it: admitted, refused by its own
                 // limit, or (refused by another limit) nothing.

@@ -40,7 +40,7 @@ type OnError = dyn Fn(&Error) -> Response + Send + Sync;
 ///   response), plus the headers; the request never reaches the inner service.
 /// - **Failed** (the store failed or timed out, an unknown tier, no module running, no peer
 ///   address...): [`Error`]'s own response (`503` when the store could not decide, `500` for
-///   the server's configuration, with `{"error":"<kind>"}`), or [`on_error`](Self::on_error)'s.
+///   the server's configuration, with `{"code":"<CODE>"}`), or [`on_error`](Self::on_error)'s.
 ///   The request is never passed on: the limiter fails closed.
 ///
 /// # Several layers
@@ -273,7 +273,7 @@ impl RateLimitLayer {
     }
 
     /// The response when no decision could be made (default: `Error`'s own response: `503`
-    /// for the store, `500` for configuration, `{"error":"<kind>"}`). Whatever it answers,
+    /// for the store, `500` for configuration, `{"code":"<CODE>"}`). Whatever it answers,
     /// the request is not passed on.
     pub fn on_error<F>(self, on_error: F) -> Self
     where

@@ -16,7 +16,7 @@ const RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
 const POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
 const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
 
-/// The default refusal: `429` with `{"error":"rate_limited","retry_after":..,"limit":..,
+/// The default refusal: `429` with `{"code":"RATE_LIMITED","retryAfter":..,"limit":..,
 /// "remaining":0}` and `Retry-After` ([`Decision::too_many_requests`]).
 pub(crate) fn refused(decision: &Decision) -> Response {
     decision.too_many_requests()
@@ -24,7 +24,7 @@ pub(crate) fn refused(decision: &Decision) -> Response {
 
 /// The default error response: [`Error`]'s own (`503` when the store could not decide, `500`
 /// for the server's configuration, such as no module running or no peer address), with
-/// `{"error":"<kind>"}`.
+/// `{"code":"<CODE>"}`.
 pub(crate) fn failed(error: &Error) -> Response {
     error.clone().into_response()
 }
