@@ -36,7 +36,7 @@ async fn decisions_follow_a_slot_that_moved_to_another_node() {
     let p = prefix("moved");
     for strategy in Strategy::ALL {
         // The shape of the service's keys: the user key is the hash tag.
-        let key = format!("{p}:{{user-{strategy}}}T1m:-:-");
+        let key = format!("{p}:{{user-{strategy}}}T60000:-:-");
         let quota = Quota::new(5, Duration::from_secs(20 * 24 * 3600))
             .unwrap()
             .with_strategy(strategy);

@@ -389,6 +389,7 @@ pub(crate) const MAX_NOW: Nanos = (1 << 63) - (1 << 60);
 /// The checks made before any algorithm runs: an error for a call that can never be decided,
 /// a refusal for a capacity of zero, `None` when the algorithm decides. A cost of zero is a
 /// look at the level (see [`level`]); it may not spend.
+#[inline]
 pub(crate) fn precheck(
     now: Nanos,
     quota: &Quota,
@@ -427,19 +428,42 @@ pub(crate) fn level(
     commit: bool,
     mut decide: impl FnMut(u64, bool) -> Verdict,
 ) -> Verdict {
+    let infallible = level_or(cost, commit, |cost, commit| {
+        Ok::<_, std::convert::Infallible>(decide(cost, commit))
+    });
+    match infallible {
+        Ok(verdict) => verdict,
+        Err(never) => match never {},
+    }
+}
+
+/// [`level`] over a `decide` that may fail (a store's whole step, lock and lookup included).
+#[inline]
+pub(crate) fn level_or<E>(
+    cost: u64,
+    commit: bool,
+    mut decide: impl FnMut(u64, bool) -> Result<Verdict, E>,
+) -> Result<Verdict, E> {
     if cost > 0 {
         return decide(cost, commit);
     }
-    let level = decide(0, false);
+    look(decide)
+}
+
+/// [`level_or`] for a cost of 0, out of the hot path of calls that spend.
+#[cold]
+#[inline(never)]
+fn look<E>(mut decide: impl FnMut(u64, bool) -> Result<Verdict, E>) -> Result<Verdict, E> {
+    let level = decide(0, false)?;
     if level.allowed && level.remaining > 0 {
-        return level;
+        return Ok(level);
     }
-    Verdict {
+    Ok(Verdict {
         allowed: false,
         remaining: 0,
-        retry_after: decide(1, false).retry_after,
+        retry_after: decide(1, false)?.retry_after,
         ..level
-    }
+    })
 }
 
 /// Decides one call against `state`. A key that holds another strategy's state is

@@ -38,6 +38,7 @@ fn ceil_millis(nanos: Nanos) -> u64 {
 
 impl Decision {
     /// Builds a decision from an algorithm's verdict taken at `now`.
+    #[inline]
     pub(crate) fn from_verdict(
         verdict: Verdict,
         now: Nanos,
@@ -62,6 +63,7 @@ impl Decision {
 
     /// [`from_verdict`](Self::from_verdict) with the quota's capacity and window, no tier (the
     /// service sets it): what every store answers.
+    #[inline]
     pub(crate) fn for_quota(verdict: Verdict, now: Nanos, quota: &crate::Quota) -> Self {
         Self::from_verdict(verdict, now, quota.capacity(), quota.window(), None)
     }

@@ -10,8 +10,9 @@
 //!   The user key itself when it has no braces (the common case, readable in Redis); for a
 //!   user key with braces, `#` and a fixed 64-bit digest of it, and the key itself follows
 //!   at the end; `{}` when the call has no user key (one budget for the whole fn).
-//! - `identity`: the quota's strategy and window (`T1m`, `F500ms`, `L1500ns`): two quotas
-//!   that would read one state differently never share a key.
+//! - `identity`: the quota's strategy and window in milliseconds (`T60000`, `F500`), or in
+//!   nanoseconds when it is not a whole number of them (`L1500ns`): two quotas that would read
+//!   one state differently never share a key.
 //! - `budget`, `tier`: `-` when absent, else `<byte length>:<text>`, so neither can run into
 //!   the next part.
 //!
@@ -30,6 +31,7 @@ pub const MAX_KEY_LEN: usize = 1024;
 pub(crate) const MAX_STORE_KEY_LEN: usize = 4 * MAX_KEY_LEN;
 
 /// A user key: 1 to [`MAX_KEY_LEN`] bytes.
+#[inline]
 pub(crate) fn check_user_key(key: &str) -> Result<(), Error> {
     check_len(key, MAX_KEY_LEN, "the key is longer than 1024 bytes")
 }
@@ -63,14 +65,24 @@ pub(crate) struct KeyParts<'a> {
 
 /// Writes the store key of `parts` under `quota` into `out` (cleared first). The user key is
 /// checked here; the prefix was checked when the configuration was built.
+#[inline]
 pub(crate) fn compose(out: &mut String, parts: &KeyParts<'_>, quota: &Quota) -> Result<(), Error> {
     if let Some(key) = parts.key {
         check_user_key(key)?;
     }
     out.clear();
+    out.reserve(
+        parts.prefix.len()
+            + parts.key.map_or(0, str::len)
+            + parts.budget.map_or(0, str::len)
+            + parts.tier.map_or(0, str::len)
+            + 48,
+    );
     out.push_str(parts.prefix);
     out.push_str(":{");
-    let braced = parts.key.filter(|k| k.contains(['{', '}']));
+    let braced = parts
+        .key
+        .filter(|k| k.bytes().any(|b| b == b'{' || b == b'}'));
     match (parts.key, braced) {
         (Some(key), None) => out.push_str(key),
         (Some(key), Some(_)) => {
@@ -86,7 +98,7 @@ pub(crate) fn compose(out: &mut String, parts: &KeyParts<'_>, quota: &Quota) -> 
         match part {
             None => out.push('-'),
             Some(text) => {
-                push_decimal(out, text.len());
+                out.push_str(itoa::Buffer::new().format(text.len()));
                 out.push(':');
                 out.push_str(text);
             }
@@ -112,13 +124,6 @@ fn push_hex(out: &mut String, n: u64) {
         let digit = ((n >> (shift * 4)) & 0xf) as u32;
         out.push(char::from_digit(digit, 16).unwrap_or('0'));
     }
-}
-
-fn push_decimal(out: &mut String, n: usize) {
-    if n >= 10 {
-        push_decimal(out, n / 10);
-    }
-    out.push(char::from(b'0' + (n % 10) as u8));
 }
 
 #[cfg(test)]
@@ -203,12 +208,15 @@ mod tests {
             .with_strategy(Strategy::TokenBucket);
         assert_eq!(
             key("ratelimit", Some("app::charge"), None, Some("user:42"), &q),
-            "ratelimit:{user:42}T1m:11:app::charge:-"
+            "ratelimit:{user:42}T60000:11:app::charge:-"
         );
-        assert_eq!(key("rl", None, Some("pro"), None, &q), "rl:{}T1m:-:3:pro");
+        assert_eq!(
+            key("rl", None, Some("pro"), None, &q),
+            "rl:{}T60000:-:3:pro"
+        );
         let braced = key("rl", None, None, Some("a{b}"), &q);
         assert!(braced.starts_with("rl:{#"), "{braced}");
-        assert!(braced.ends_with("}T1m:-:-:a{b}"), "{braced}");
+        assert!(braced.ends_with("}T60000:-:-:a{b}"), "{braced}");
     }
 
     /// No two different tuples give one key: every key decodes back to the tuple it was made

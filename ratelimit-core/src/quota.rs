@@ -9,7 +9,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::clock::Nanos;
-use crate::syntax::{format_window, push_window_exact, Strategy, MAX_WINDOW};
+use crate::syntax::{format_window, Strategy, MAX_WINDOW};
 
 /// The most calls a quota may hold at once (`limit + burst`). Counts are kept in 32 bits in
 /// the memory store's cells.
@@ -241,9 +241,12 @@ impl Quota {
         None
     }
 
-    /// A short, stable name for what this quota's state means: its strategy and window (for
-    /// the token bucket, its refill too). Two quotas with the same identity can share a key's
-    /// state; the store key carries it so that two others never read each other's.
+    /// A short, stable name for what this quota's state means: its strategy and window
+    /// (`T60000` for a token bucket over a minute: the window in milliseconds, or in
+    /// nanoseconds with `ns` when it is not a whole number of them). Two quotas with the same
+    /// identity can share a key's state; the store key carries it so that two others never
+    /// read each other's. Written on every decision, so it is a letter and one number.
+    #[inline]
     pub(crate) fn identity(&self, out: &mut String) {
         out.push(match self.strategy {
             Strategy::FixedWindow => 'F',
@@ -251,7 +254,14 @@ impl Quota {
             Strategy::SlidingWindowCounter => 'C',
             Strategy::TokenBucket => 'T',
         });
-        push_window_exact(out, self.window);
+        let nanos = self.window_nanos();
+        let mut digits = itoa::Buffer::new();
+        if nanos % 1_000_000 == 0 {
+            out.push_str(digits.format(nanos / 1_000_000));
+        } else {
+            out.push_str(digits.format(nanos));
+            out.push_str("ns");
+        }
     }
 }
 
@@ -469,15 +479,15 @@ mod tests {
             s
         };
         let q = Quota::per_minute(5).unwrap();
-        assert_eq!(id(q), "L1m");
-        assert_eq!(id(q.with_strategy(Strategy::TokenBucket)), "T1m");
+        assert_eq!(id(q), "L60000");
+        assert_eq!(id(q.with_strategy(Strategy::TokenBucket)), "T60000");
         assert_eq!(
             id(Quota::new(1, Duration::from_nanos(1_500)).unwrap()),
             "L1500ns"
         );
         assert_eq!(
             id(Quota::new(1, Duration::from_millis(90_500)).unwrap()),
-            "L1m30s500ms"
+            "L90500"
         );
     }
 }

@@ -2,4 +2,4 @@
 //! parse with too, so the two never disagree.
 
 pub use ratelimit_syntax::{format_window, parse_window, ParseError, Rate, Strategy, MAX_WINDOW};
-pub(crate) use ratelimit_syntax::{push_window_exact, valid_tier_name, TIER_NAME_RULE};
+pub(crate) use ratelimit_syntax::{valid_tier_name, TIER_NAME_RULE};

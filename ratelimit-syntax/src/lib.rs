@@ -28,4 +28,4 @@ pub use error::ParseError;
 pub use name::{valid_tier_name, TIER_NAME_RULE};
 pub use rate::Rate;
 pub use strategy::Strategy;
-pub use window::{format_window, parse_window, push_window_exact, MAX_WINDOW};
+pub use window::{format_window, parse_window, MAX_WINDOW};

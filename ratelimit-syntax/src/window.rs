@@ -113,29 +113,6 @@ pub fn format_window(window: Duration) -> String {
     out
 }
 
-/// Appends `window` to `out` exactly and without allocating beyond `out`'s growth: as
-/// [`format_window`] writes it when it is a whole number of milliseconds (`"1h30m"`), else in
-/// nanoseconds (`"1500ns"`). Two different windows never write the same text.
-///
-/// ```
-/// use ratelimit_syntax::push_window_exact;
-/// use std::time::Duration;
-///
-/// let mut out = String::new();
-/// push_window_exact(&mut out, Duration::from_millis(90_500));
-/// push_window_exact(&mut out, Duration::from_nanos(1_500_001));
-/// assert_eq!(out, "1m30s500ms1500001ns");
-/// ```
-pub fn push_window_exact(out: &mut String, window: Duration) {
-    let nanos = window.as_nanos();
-    if nanos % 1_000_000 == 0 && nanos > 0 {
-        push_units(out, (nanos / 1_000_000) as u64);
-    } else {
-        push_decimal(out, nanos as u64);
-        out.push_str("ns");
-    }
-}
-
 /// `ms` (at least 1) in units, largest first.
 fn push_units(out: &mut String, mut ms: u64) {
     for (name, size) in UNITS {

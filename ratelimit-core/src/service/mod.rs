@@ -10,7 +10,7 @@ mod options;
 
 pub use options::Options;
 
-use crate::clock::{Clock, Nanos, SystemClock};
+use crate::clock::{Clock, SystemClock};
 use crate::config::{Config, StoreConfig};
 use crate::decision::Decision;
 use crate::error::{ConfigError, Error, Exceeded};
@@ -401,10 +401,22 @@ impl RateLimitService {
             }
         };
         let now = self.inner.clock.now();
-        let result = if self.inner.config.enabled() {
-            self.decide_in_store(key, options, &quota, tier, now).await
-        } else {
-            Ok(Decision::unlimited(now))
+        let parts = self.parts(options.budget, tier, key);
+        let (cost, commit) = (options.cost, options.consume);
+        // The memory store answers at once: called here, not through another future, since
+        // every layer of future moves the decision once more.
+        let result = match &self.inner.backend {
+            _ if !self.inner.config.enabled() => Ok(Decision::unlimited(now)),
+            Backend::Memory(store) => Self::with_key(&parts, &quota, |k| {
+                store.decide_at(k, &quota, cost, now, commit)
+            }),
+            Backend::Dyn(store) => {
+                let mut k = String::with_capacity(64);
+                match key::compose(&mut k, &parts, &quota) {
+                    Ok(()) => store.decide(&k, &quota, cost, now, commit).await,
+                    Err(e) => Err(e),
+                }
+            }
         };
         let mut decision = match result {
             Ok(d) => d,
@@ -434,28 +446,6 @@ impl RateLimitService {
             }
         }
         Ok(decision)
-    }
-
-    async fn decide_in_store(
-        &self,
-        key: Option<&str>,
-        options: &Options<'_>,
-        quota: &Quota,
-        tier: Option<usize>,
-        now: Nanos,
-    ) -> Result<Decision, Error> {
-        let parts = self.parts(options.budget, tier, key);
-        let (cost, commit) = (options.cost, options.consume);
-        match &self.inner.backend {
-            Backend::Memory(store) => Self::with_key(&parts, quota, |k| {
-                store.decide_at(k, quota, cost, now, commit)
-            }),
-            Backend::Dyn(store) => {
-                let mut k = String::with_capacity(64);
-                key::compose(&mut k, &parts, quota)?;
-                store.decide(&k, quota, cost, now, commit).await
-            }
-        }
     }
 
     /// Decides one call against several limits as one (stacked limits: a short window against

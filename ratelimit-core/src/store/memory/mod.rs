@@ -280,6 +280,7 @@ impl MemoryStore {
     }
 
     /// The decision, synchronously: what [`Store::decide`](super::Store::decide) answers.
+    #[inline]
     pub(crate) fn decide_at(
         &self,
         key: &str,
@@ -295,14 +296,17 @@ impl MemoryStore {
         }
         // A clock stepped back behind the last sweep decides at the sweep's time.
         let at = self.decision_time(now);
-        let verdict = match quota.strategy() {
+        // A look (cost 0) is two looks at most, each its own step: the rule is
+        // `algorithm::level`'s, applied around the whole step so that a call that spends goes
+        // straight to the cell (through a closure inside the lock it measured 6 ns slower).
+        let verdict = algorithm::level_or(cost, commit, |cost, commit| match quota.strategy() {
             Strategy::FixedWindow => self.decide_in::<FixedCell>(key, quota, cost, at, commit),
             Strategy::SlidingWindow => self.decide_in::<LogCell>(key, quota, cost, at, commit),
             Strategy::SlidingWindowCounter => {
                 self.decide_in::<CounterCell>(key, quota, cost, at, commit)
             }
             Strategy::TokenBucket => self.decide_in::<BucketCell>(key, quota, cost, at, commit),
-        }?;
+        })?;
         Ok(decision(verdict))
     }
 
@@ -320,17 +324,13 @@ impl MemoryStore {
         for attempt in 0..2 {
             let mut tables = self.shard(hash).lock();
             if let Some(cell) = C::table(&mut tables).find_mut(hash, |c| c.key() == key) {
-                return Ok(algorithm::level(cost, commit, |cost, commit| {
-                    cell.decide(now, quota, cost, commit)
-                }));
+                return Ok(cell.decide(now, quota, cost, commit));
             }
             if tables.held_by_other(quota.strategy(), hash, key) {
                 return Err(algorithm::Undecidable::UnexpectedState.into());
             }
             let mut cell = C::fresh();
-            let verdict = algorithm::level(cost, commit, |cost, commit| {
-                cell.decide(now, quota, cost, commit)
-            });
+            let verdict = cell.decide(now, quota, cost, commit);
             if !commit || !verdict.allowed {
                 // Nothing to remember: a fresh key that was only looked at or refused outright.
                 return Ok(verdict);
@@ -367,6 +367,7 @@ impl MemoryStore {
     }
 
     /// The decision time for a call at `now`: never before the last sweep (see `floor`).
+    #[inline]
     fn decision_time(&self, now: Nanos) -> Nanos {
         self.maybe_sweep(now);
         now.max(self.inner.floor.load(Ordering::Acquire))
