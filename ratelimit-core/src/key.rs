@@ -61,6 +61,9 @@ pub(crate) struct KeyParts<'a> {
     pub(crate) budget: Option<&'a str>,
     pub(crate) tier: Option<&'a str>,
     pub(crate) key: Option<&'a str>,
+    /// The quota's identity when it was written ahead (a tier's, the default limit's);
+    /// `None` writes it from the quota.
+    pub(crate) identity: Option<&'a str>,
 }
 
 /// Writes the store key of `parts` under `quota` into `out` (cleared first). The user key is
@@ -92,7 +95,10 @@ pub(crate) fn compose(out: &mut String, parts: &KeyParts<'_>, quota: &Quota) -> 
         (None, _) => {}
     }
     out.push('}');
-    quota.identity(out);
+    match parts.identity {
+        Some(identity) => out.push_str(identity),
+        None => quota.identity(out),
+    }
     for part in [parts.budget, parts.tier] {
         out.push(':');
         match part {
@@ -196,6 +202,7 @@ mod tests {
             budget,
             tier,
             key: user,
+            identity: None,
         };
         compose(&mut out, &parts, q).unwrap();
         out
@@ -294,6 +301,7 @@ mod tests {
                 budget: None,
                 tier: None,
                 key: Some(&bad),
+                identity: None,
             };
             assert!(matches!(
                 compose(&mut out, &parts, &q),

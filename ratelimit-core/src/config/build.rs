@@ -133,6 +133,7 @@ impl ConfigBuilder {
             default_tier: None,
             store: self.store,
             plain: None,
+            plain_identity: None,
         };
         for tier in self.tiers {
             if !valid_tier_name(&tier.name) {
@@ -156,6 +157,7 @@ impl ConfigBuilder {
                 // Filled in below, once every module setting is known.
                 quota: crate::Quota::default(),
                 priority: tier.priority,
+                identity: Box::default(),
             });
         }
         if let Some(name) = self.default_tier {
@@ -198,10 +200,18 @@ impl ConfigBuilder {
         for i in 0..config.tiers.len() {
             let quota = crate::resolve::quota(&config, Some(i), &crate::Overrides::new())?;
             config.tiers[i].quota = quota;
+            config.tiers[i].identity = identity(&quota);
         }
         config.plain = crate::resolve::quota(&config, None, &crate::Overrides::new()).ok();
+        config.plain_identity = config.plain.as_ref().map(identity);
         Ok(config)
     }
+}
+
+fn identity(quota: &crate::Quota) -> Box<str> {
+    let mut out = String::new();
+    quota.identity(&mut out);
+    out.into()
 }
 
 /// The field of a tier's setting that `e` is about.

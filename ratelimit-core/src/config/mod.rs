@@ -75,6 +75,8 @@ pub struct Config {
     /// The quota of a call with no tier and no overrides (the default limit's), resolved
     /// once when the configuration is built: the hot path of a plain call.
     pub(crate) plain: Option<Quota>,
+    /// `plain`'s identity in store keys.
+    pub(crate) plain_identity: Option<Box<str>>,
 }
 
 impl Default for Config {

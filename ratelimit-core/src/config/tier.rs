@@ -136,4 +136,6 @@ pub struct ResolvedTier {
     pub quota: Quota,
     /// Queue priority.
     pub priority: i32,
+    /// `quota`'s identity in store keys, written once here rather than on every call.
+    pub(crate) identity: Box<str>,
 }

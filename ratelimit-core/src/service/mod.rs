@@ -263,7 +263,7 @@ impl RateLimitService {
     /// from; returns whether there was any.
     pub async fn reset_with(&self, key: &str, options: &Options<'_>) -> Result<bool, Error> {
         let (quota, tier) = self.resolve(options)?;
-        let parts = self.parts(options.budget, tier, Some(key));
+        let parts = self.parts(options, tier, Some(key));
         match &self.inner.backend {
             Backend::Memory(store) => Self::with_key(&parts, &quota, |k| Ok(store.reset(k))),
             Backend::Dyn(store) => {
@@ -344,17 +344,26 @@ impl RateLimitService {
         Ok((quota, tier))
     }
 
+    /// The parts of the store key of a call; `options` decide whether the quota's identity
+    /// was written ahead (a tier's or the default limit's quota, no overrides).
     fn parts<'a>(
         &'a self,
-        budget: Option<&'a str>,
+        options: &Options<'a>,
         tier: Option<usize>,
         key: Option<&'a str>,
     ) -> KeyParts<'a> {
+        let config = &self.inner.config;
+        let identity = match tier {
+            _ if !options.overrides.is_empty() => None,
+            Some(i) => Some(&*config.tiers()[i].identity),
+            None => config.plain_identity.as_deref(),
+        };
         KeyParts {
-            prefix: self.inner.config.key_prefix(),
-            budget,
-            tier: tier.map(|i| &*self.inner.config.tiers()[i].name),
+            prefix: config.key_prefix(),
+            budget: options.budget,
+            tier: tier.map(|i| &*config.tiers()[i].name),
             key,
+            identity,
         }
     }
 
@@ -401,7 +410,7 @@ impl RateLimitService {
             }
         };
         let now = self.inner.clock.now();
-        let parts = self.parts(options.budget, tier, key);
+        let parts = self.parts(options, tier, key);
         let (cost, commit) = (options.cost, options.consume);
         // The memory store answers at once: called here, not through another future, since
         // every layer of future moves the decision once more.
@@ -541,7 +550,7 @@ impl RateLimitService {
         let mut keys = Vec::with_capacity(limits.len());
         for ((key, options), (quota, tier)) in limits.iter().zip(&resolved) {
             let mut k = String::with_capacity(64);
-            key::compose(&mut k, &self.parts(options.budget, *tier, *key), quota)?;
+            key::compose(&mut k, &self.parts(options, *tier, *key), quota)?;
             keys.push(k);
         }
         let checks: Vec<Check<'_>> = keys
