@@ -221,6 +221,7 @@ impl Quota {
     /// The one rule book: a window longer than zero and at most [`MAX_WINDOW`], a capacity
     /// that fits the stores' counters, and for the token bucket at most one token per
     /// nanosecond and a tolerance (interval x capacity) within 2^62.
+    #[inline]
     const fn problem(&self) -> Option<QuotaError> {
         if self.window.is_zero() {
             return Some(QuotaError::ZeroWindow);
@@ -235,7 +236,13 @@ impl Quota {
         if self.refill_per_window() > self.window_nanos() {
             return Some(QuotaError::RefillTooFast);
         }
-        if (self.interval_nanos() as u128) * (self.capacity() as u128) > MAX_TOLERANCE {
+        // The tolerance (interval x capacity) must stay within 2^62. The interval is at most
+        // the window, so most quotas pass without the division (a per-call override is
+        // checked on every call).
+        let capacity = self.capacity() as u128;
+        if (self.window_nanos() as u128) * capacity > MAX_TOLERANCE
+            && (self.interval_nanos() as u128) * capacity > MAX_TOLERANCE
+        {
             return Some(QuotaError::RefillTooSlow);
         }
         None
