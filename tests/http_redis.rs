@@ -1,0 +1,127 @@
+//! The HTTP layer over the Redis store: a real server, a real client, a real `redis-server`.
+//! Exact counts with concurrent clients, and a dead Redis answered by the failure policy
+//! (`503` under deny, the handler never run; served under allow).
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::routing::get;
+use axum::Router;
+use ratelimit::http::{ClientIp, RateLimitLayer, TrustedProxies};
+use ratelimit::{FailurePolicy, Options, RateLimitService, RedisOptions};
+use ratelimit_tests::redis_server::{prefix, RedisServer};
+
+/// Serves `app` on loopback with `ConnectInfo`; returns its base URL.
+async fn serve(app: Router) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let app = app.into_make_service_with_connect_info::<SocketAddr>();
+        axum::serve(listener, app).await.unwrap();
+    });
+    format!("http://{addr}")
+}
+
+/// A router whose handler counts its runs, behind a per-client limit of `limit` a day
+/// (no window ends during a test) on `service`.
+fn app(service: RateLimitService, limit: u64) -> (Router, Arc<AtomicUsize>) {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&runs);
+    let layer = RateLimitLayer::new(service, ClientIp::x_forwarded_for(TrustedProxies::count(1)))
+        .options(
+            Options::new()
+                .limit(limit)
+                .window(Duration::from_secs(86_400)),
+        );
+    let router = Router::new()
+        .route(
+            "/",
+            get(move || {
+                counted.fetch_add(1, Ordering::SeqCst);
+                async { "hello" }
+            }),
+        )
+        .layer(layer);
+    (router, runs)
+}
+
+fn redis(server: &RedisServer, policy: FailurePolicy, name: &str) -> RateLimitService {
+    let options = RedisOptions::new(server.url())
+        .timeout(Duration::from_millis(300))
+        .on_failure(policy);
+    ratelimit_tests::redis_service(options, &prefix(name))
+}
+
+fn client() -> reqwest::Client {
+    // Never through a proxy from the environment: these requests are for loopback.
+    reqwest::Client::builder().no_proxy().build().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_clients_on_redis_get_exactly_their_limit() {
+    let server = RedisServer::start();
+    let (app, runs) = app(redis(&server, FailurePolicy::Deny, "http-exact"), 20);
+    let base = serve(app).await;
+    let client = client();
+    let requests: Vec<_> = (0..3)
+        .flat_map(|c| (0..30).map(move |_| c))
+        .map(|c| {
+            let (client, base) = (client.clone(), base.clone());
+            tokio::spawn(async move {
+                let ip = format!("198.51.100.{c}");
+                let response = client
+                    .get(&base)
+                    .header("x-forwarded-for", ip)
+                    .send()
+                    .await
+                    .unwrap();
+                (c, response.status().as_u16())
+            })
+        })
+        .collect();
+    let mut ok = [0; 3];
+    let mut refused = [0; 3];
+    for r in requests {
+        let (c, status) = r.await.unwrap();
+        match status {
+            200 => ok[c] += 1,
+            429 => refused[c] += 1,
+            other => panic!("client {c}: {other}"),
+        }
+    }
+    assert_eq!(ok, [20, 20, 20]);
+    assert_eq!(refused, [10, 10, 10]);
+    assert_eq!(runs.load(Ordering::SeqCst), 60);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_redis_is_503_under_deny_and_served_under_allow() {
+    let mut server = RedisServer::start();
+    let (deny, deny_runs) = app(redis(&server, FailurePolicy::Deny, "http-deny"), 5);
+    let (allow, allow_runs) = app(redis(&server, FailurePolicy::Allow, "http-allow"), 5);
+    let (deny, allow) = (serve(deny).await, serve(allow).await);
+    let client = client();
+    let get = |base: &str| {
+        client
+            .get(base)
+            .header("x-forwarded-for", "198.51.100.7")
+            .send()
+    };
+    assert_eq!(get(&deny).await.unwrap().status(), 200);
+    server.stop();
+    let refused = get(&deny).await.unwrap();
+    assert_eq!(refused.status(), 503);
+    assert_eq!(refused.headers()["retry-after"], "1");
+    let body = refused.text().await.unwrap();
+    assert!(
+        body == r#"{"code":"STORE_FAILED"}"# || body == r#"{"code":"STORE_TIMEOUT"}"#,
+        "{body}"
+    );
+    // The handler ran for the first request only.
+    assert_eq!(deny_runs.load(Ordering::SeqCst), 1);
+    // Allow: availability over the limit, said so in the configuration.
+    assert_eq!(get(&allow).await.unwrap().status(), 200);
+    assert_eq!(allow_runs.load(Ordering::SeqCst), 1);
+}
