@@ -114,6 +114,10 @@ pub use ratelimit_macros::{rate_limit, skip_throttle, throttle};
 #[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
 pub mod http;
 
+#[cfg(feature = "utoipa")]
+#[cfg_attr(docsrs, doc(cfg(feature = "utoipa")))]
+pub mod openapi;
+
 /// What the attribute macros expand to. Not public API: it may change in any release.
 #[doc(hidden)]
 pub mod __private {
