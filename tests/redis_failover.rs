@@ -80,6 +80,7 @@ async fn a_killed_master_fails_over_to_its_replica_and_the_overshoot_is_bounded(
                 !tasks.iter().any(|t| t.is_finished()),
                 "a load task stopped"
             );
+            // Waiting on a real cluster's failover under load, bounded by the deadline.
             std::thread::sleep(Duration::from_millis(10));
         }
     };

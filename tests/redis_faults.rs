@@ -150,6 +150,8 @@ impl Load {
             if self.tasks.iter().any(|t| t.is_finished()) {
                 return Err("a load task stopped".into());
             }
+            // Polling real servers under real load, bounded by the deadline: no limit is
+            // checked by this wait.
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         Ok(())
@@ -206,6 +208,7 @@ async fn exact_again(deny: &RateLimitService, allow: &RateLimitService, seen: &S
                 Err(e) => panic!("{name}: {e}"),
             }
             assert!(Instant::now() < deadline, "{name}: Redis decides again");
+            // Waiting for a real server to come back, bounded by the deadline.
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         let mut admitted = 1;
@@ -321,6 +324,7 @@ async fn a_read_only_replica_answers_by_policy_and_counts_exactly_once_promoted(
             break;
         }
         assert!(Instant::now() < deadline, "the replica synchronised");
+        // Waiting for real replication, bounded by the deadline.
         std::thread::sleep(Duration::from_millis(20));
     }
     // The store points at the replica: every write fails with READONLY.

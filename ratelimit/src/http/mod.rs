@@ -35,11 +35,13 @@
 //! # Ok::<(), ratelimit::Error>(())
 //! ```
 
+mod ip;
 mod key;
 mod layer;
 mod response;
 mod route;
 
-pub use self::key::{ApiKey, Cidr, CidrError, ClientIp, KeyExtractor, Principal, TrustedProxies};
+pub use self::ip::{Cidr, CidrError, ClientIp, TrustedProxies};
+pub use self::key::{ApiKey, KeyExtractor, Principal};
 pub use self::layer::{RateLimit, RateLimitLayer};
 pub use self::route::{route_of, UNMATCHED};

@@ -1,0 +1,167 @@
+//! Stacked limits through the service: several limits decided as one call.
+
+use super::{Backend, Options, RateLimitService};
+use crate::decision::Decision;
+use crate::error::{Error, Exceeded};
+use crate::key;
+use crate::stats::Outcome;
+use crate::store::Check;
+
+impl RateLimitService {
+    /// Decides one call against several limits as one (stacked limits: a short window against
+    /// bursts and a long one, a per-user and a per-route budget): the call is admitted, and
+    /// spent from every limit, only if every limit admits it, in one atomic step per store; a
+    /// call refused by one limit spends nothing from the others. Each limit is a key with its
+    /// options (tier, overrides, budget; the first limit's `cost` is not shared: each has its
+    /// own). One decision per limit, in order; the call passed when every one is `allowed`.
+    ///
+    /// With the Redis store the limits are one script in one round trip; in a Redis Cluster
+    /// their keys must live in one slot, which the service's keys do when the limits share
+    /// their user key (it is the hash tag). Limits without a user key (an annotated fn
+    /// without `key = ...`) may land in different slots: Redis then refuses the whole call
+    /// (`CROSSSLOT`, an [`Error::Store`]), so it is refused, never half spent.
+    ///
+    /// ```
+    /// use ratelimit_core::{Config, Options, RateLimitService, Tier};
+    /// use std::time::Duration;
+    ///
+    /// # futures::executor::block_on(async {
+    /// let service = RateLimitService::new(Config::default())?;
+    /// let burst = Options::new().limit(2).window(Duration::from_secs(1)).budget("burst");
+    /// let hourly = Options::new().limit(3).window(Duration::from_secs(3_600)).budget("hourly");
+    /// let limits = [("user:1", &burst), ("user:1", &hourly)];
+    /// assert!(service.consume_all(&limits).await?.iter().all(|d| d.allowed));
+    /// assert!(service.consume_all(&limits).await?.iter().all(|d| d.allowed));
+    /// // The burst limit refuses the third call, and the hourly one spends nothing for it.
+    /// let third = service.consume_all(&limits).await?;
+    /// assert!(!third[0].allowed && third[1].allowed);
+    /// assert_eq!(service.status("user:1", &hourly).await?.remaining, 1);
+    /// # Ok::<(), ratelimit_core::Error>(())
+    /// # }).unwrap();
+    /// ```
+    pub async fn consume_all(
+        &self,
+        limits: &[(&str, &Options<'_>)],
+    ) -> Result<Vec<Decision>, Error> {
+        let parts: Vec<(Option<&str>, &Options<'_>)> =
+            limits.iter().map(|&(k, o)| (Some(k), o)).collect();
+        self.decide_stacked(&parts).await
+    }
+
+    /// Like [`consume_all`](Self::consume_all), but a refusal is `Err(Error::Exceeded(..))`
+    /// carrying the refusing limit's decision (of several, the one to wait for longest).
+    pub async fn enforce_all(
+        &self,
+        limits: &[(&str, &Options<'_>)],
+    ) -> Result<Vec<Decision>, Error> {
+        let parts: Vec<(Option<&str>, &Options<'_>)> =
+            limits.iter().map(|&(k, o)| (Some(k), o)).collect();
+        self.enforce_stacked(&parts).await
+    }
+
+    /// [`enforce_all`](Self::enforce_all) for calls with or without a user key (annotated
+    /// fns with several limits).
+    pub(crate) async fn enforce_stacked(
+        &self,
+        limits: &[(Option<&str>, &Options<'_>)],
+    ) -> Result<Vec<Decision>, Error> {
+        let decisions = self.decide_stacked(limits).await?;
+        let refusal = decisions
+            .iter()
+            .zip(limits)
+            .filter(|(d, _)| !d.allowed)
+            .max_by_key(|(d, _)| d.retry_after);
+        match refusal {
+            None => Ok(decisions),
+            Some((decision, (_, options))) => Err(Error::Exceeded(Box::new(Exceeded {
+                decision: decision.clone(),
+                budget: options.budget.map(str::to_owned),
+            }))),
+        }
+    }
+
+    async fn decide_stacked(
+        &self,
+        limits: &[(Option<&str>, &Options<'_>)],
+    ) -> Result<Vec<Decision>, Error> {
+        let mut resolved = Vec::with_capacity(limits.len());
+        for (_, options) in limits {
+            match self.resolve(options) {
+                Ok(r) => resolved.push(r),
+                Err(e) => {
+                    self.count(None, options.budget, Outcome::Error);
+                    return Err(e);
+                }
+            }
+        }
+        let now = self.inner.clock.now();
+        if !self.inner.config.enabled() {
+            return Ok(limits.iter().map(|_| Decision::unlimited(now)).collect());
+        }
+        let mut keys = Vec::with_capacity(limits.len());
+        for ((key, options), (quota, tier)) in limits.iter().zip(&resolved) {
+            let mut k = String::with_capacity(64);
+            key::compose(&mut k, &self.parts(options, *tier, *key), quota)?;
+            keys.push(k);
+        }
+        let checks: Vec<Check<'_>> = keys
+            .iter()
+            .zip(&resolved)
+            .zip(limits)
+            .map(|((key, (quota, _)), (_, options))| Check {
+                key,
+                quota,
+                cost: options.cost,
+            })
+            .collect();
+        // Spends only when every limit asks to (`consume`); a look otherwise.
+        let commit = limits.iter().all(|(_, o)| o.consume);
+        let result = match &self.inner.backend {
+            Backend::Memory(store) => store.decide_all_at(&checks, now, commit),
+            Backend::Dyn(store) => store.decide_all(&checks, now, commit).await,
+        };
+        let mut decisions = match result {
+            Ok(d) => d,
+            Err(e) => {
+                if commit {
+                    self.inner.total.record(Outcome::Error);
+                    for ((_, options), (_, tier)) in limits.iter().zip(&resolved) {
+                        self.count_scoped(*tier, options.budget, Outcome::Error);
+                    }
+                }
+                return Err(e);
+            }
+        };
+        let admitted = decisions.iter().all(|d| d.allowed);
+        for ((decision, (_, options)), (_, tier)) in decisions.iter_mut().zip(limits).zip(&resolved)
+        {
+            decision.tier = tier.map(|i| self.inner.config.tiers()[i].name.clone());
+            if !admitted && decision.allowed {
+                // This limit would have admitted the call, but another refused it and nothing
+                // was spent: its remaining is the level now, not what the call would have left
+                // (every algorithm's `remaining` for a cost c is the level less c, exactly).
+                decision.remaining = decision
+                    .remaining
+                    .saturating_add(options.cost)
+                    .min(decision.limit);
+            }
+            if commit {
+                // Each budget counts what happened in it: admitted, refused by its own
+                // limit, or (refused by another limit) nothing.
+                match (admitted, decision.allowed) {
+                    (true, _) => self.count_scoped(*tier, options.budget, Outcome::Allowed),
+                    (false, false) => self.count_scoped(*tier, options.budget, Outcome::Denied),
+                    (false, true) => {}
+                }
+            }
+        }
+        if commit {
+            self.inner.total.record(if admitted {
+                Outcome::Allowed
+            } else {
+                Outcome::Denied
+            });
+        }
+        Ok(decisions)
+    }
+}
