@@ -308,3 +308,23 @@ fn a_tier_defined_twice_in_json_is_refused_not_overwritten() {
         Err(Error::InvalidConfig(_))
     ));
 }
+
+/// Each thread keeps the last quota it resolved from overrides: two services with different
+/// configurations must never be answered from each other's entry, nor two tiers.
+#[test]
+fn resolved_overrides_are_never_shared_between_services_or_tiers() {
+    let plain = Config::builder().build().unwrap();
+    let bursty = Config::builder()
+        .burst_limit(5)
+        .tier(Tier::new("big", 1).burst(10))
+        .build()
+        .unwrap();
+    let (a, _) = service(plain);
+    let (b, _) = service(bursty);
+    let one = Options::new().limit(1);
+    for _ in 0..3 {
+        assert_eq!(now(a.consume("x", &one)).unwrap().limit, 1);
+        assert_eq!(now(b.consume("x", &one)).unwrap().limit, 6);
+        assert_eq!(now(b.consume("y", &one.tier("big"))).unwrap().limit, 11);
+    }
+}

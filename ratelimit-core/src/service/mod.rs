@@ -1,6 +1,6 @@
 //! [`RateLimitService`]: the API every other piece (macros, HTTP layer) goes through.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::fmt;
 use std::hash::{BuildHasher, Hasher};
 
@@ -32,6 +32,8 @@ enum Backend {
 type MethodCounters = hashbrown::HashMap<Box<str>, Counters, foldhash::fast::RandomState>;
 
 struct Inner {
+    /// Unique among the services of the process: what the resolution cache is keyed by.
+    id: u64,
     config: Config,
     clock: Arc<dyn Clock>,
     backend: Backend,
@@ -88,7 +90,17 @@ impl fmt::Debug for RateLimitService {
 
 thread_local! {
     static KEY: RefCell<String> = const { RefCell::new(String::new()) };
+    /// The last quota this thread resolved from overrides, with what it was resolved from
+    /// (service, tier, overrides): a call site that passes the same overrides every time (an
+    /// annotated fn, a handler with constant options) resolves them once per thread. A
+    /// service's configuration never changes, so an entry is never stale.
+    static RESOLVED: Cell<Option<Resolved>> = const { Cell::new(None) };
 }
+
+/// A quota resolved from overrides: (service id, tier, overrides, quota).
+type Resolved = (u64, Option<usize>, Overrides, Quota);
+
+static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// A key as it may appear in logs: a digest, never the key itself. The digest is keyed with
 /// a seed drawn once per process, so a user id or an address cannot be recovered from a log
@@ -187,6 +199,7 @@ impl RateLimitService {
         let by_tier = config.tiers().iter().map(|_| Counters::default()).collect();
         RateLimitService {
             inner: Arc::new(Inner {
+                id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
                 config,
                 clock,
                 backend,
@@ -340,7 +353,15 @@ impl RateLimitService {
         } else if let (Some(i), true) = (tier, options.overrides.is_empty()) {
             self.inner.config.tiers()[i].quota
         } else {
-            self.resolve_quota(tier, &options.overrides)?
+            let id = self.inner.id;
+            match RESOLVED.with(Cell::get) {
+                Some((i, t, o, quota)) if i == id && t == tier && o == options.overrides => quota,
+                _ => {
+                    let quota = self.resolve_quota(tier, &options.overrides)?;
+                    RESOLVED.with(|c| c.set(Some((id, tier, options.overrides, quota))));
+                    quota
+                }
+            }
         };
         Ok((quota, tier))
     }
