@@ -455,15 +455,28 @@ pub(crate) fn level_or<E>(
 #[inline(never)]
 fn look<E>(mut decide: impl FnMut(u64, bool) -> Result<Verdict, E>) -> Result<Verdict, E> {
     let level = decide(0, false)?;
-    if level.allowed && level.remaining > 0 {
+    if !needs_retry(&level) {
         return Ok(level);
     }
-    Ok(Verdict {
+    Ok(with_retry(level, decide(1, false)?))
+}
+
+/// Whether a look at the level (`level`, a cost-0 verdict) must also ask when a call of cost 1
+/// would pass: when it would not pass now.
+pub(crate) fn needs_retry(level: &Verdict) -> bool {
+    !(level.allowed && level.remaining > 0)
+}
+
+/// A look at the level that found nothing left: refused, with the `retry_after` of a call of
+/// cost 1 (`one`). With [`needs_retry`], the rule of [`level`] for a store that cannot run
+/// its two steps through a closure (the Redis store awaits each).
+pub(crate) fn with_retry(level: Verdict, one: Verdict) -> Verdict {
+    Verdict {
         allowed: false,
         remaining: 0,
-        retry_after: decide(1, false)?.retry_after,
+        retry_after: one.retry_after,
         ..level
-    })
+    }
 }
 
 /// Decides one call against `state`. A key that holds another strategy's state is

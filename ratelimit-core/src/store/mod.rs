@@ -146,6 +146,33 @@ pub struct Check<'a> {
     pub cost: u64,
 }
 
+/// What every store decides about a stacked call before touching any state, one entry per
+/// check: an error for a bad key, for the same key twice (its two looks would both see the
+/// state before either spent) or for a cost that can never pass; `Some` refusal for a zero
+/// capacity; `None` where the store decides.
+pub(crate) fn precheck_all(
+    checks: &[Check<'_>],
+    now: Nanos,
+    commit: bool,
+) -> Result<Vec<Option<crate::algorithm::Verdict>>, Error> {
+    let mut fixed = Vec::with_capacity(checks.len());
+    for (i, check) in checks.iter().enumerate() {
+        crate::key::check_store_key(check.key)?;
+        if checks[..i].iter().any(|other| other.key == check.key) {
+            return Err(Error::InvalidKey {
+                reason: "the same key twice in one stacked decision",
+            });
+        }
+        fixed.push(crate::algorithm::precheck(
+            now,
+            check.quota,
+            check.cost,
+            commit,
+        )?);
+    }
+    Ok(fixed)
+}
+
 /// A boxed future, for stores behind `dyn`.
 pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 

@@ -85,18 +85,8 @@ impl MemoryStore {
         now: Nanos,
         commit: bool,
     ) -> Result<Vec<Decision>, Error> {
-        // Decided before any lock: a bad key, the same key twice (its two looks would both
-        // see the state before either spent), a cost that can never pass, a zero capacity.
-        let mut fixed: Vec<Option<Verdict>> = Vec::with_capacity(checks.len());
-        for (i, check) in checks.iter().enumerate() {
-            crate::key::check_store_key(check.key)?;
-            if checks[..i].iter().any(|other| other.key == check.key) {
-                return Err(Error::InvalidKey {
-                    reason: "the same key twice in one stacked decision",
-                });
-            }
-            fixed.push(algorithm::precheck(now, check.quota, check.cost, commit)?);
-        }
+        // Decided before any lock (see `precheck_all`).
+        let fixed = crate::store::precheck_all(checks, now, commit)?;
         let at = self.decision_time(now);
         let hashes: Vec<u64> = checks
             .iter()

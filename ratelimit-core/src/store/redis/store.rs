@@ -12,7 +12,7 @@ use super::eviction::Policy;
 use super::options::RedisOptions;
 use super::redaction::{secrets, store_error};
 use super::scripts::{arguments, script, stacked_index, supports, SCRIPTS, STACKED_SCRIPT};
-use crate::algorithm::Verdict;
+use crate::algorithm::{self, Verdict};
 use crate::clock::Nanos;
 use crate::decision::Decision;
 use crate::error::Error;
@@ -168,7 +168,7 @@ impl RedisStore {
         supports(quota)?;
         // The same checks as in memory, before any round trip: a zero capacity is refused
         // whatever Redis holds, so Redis is not asked.
-        if let Some(verdict) = crate::algorithm::precheck(now, quota, cost, commit)? {
+        if let Some(verdict) = algorithm::precheck(now, quota, cost, commit)? {
             return Ok((verdict, now));
         }
         let [first, second] = arguments(quota);
@@ -190,21 +190,9 @@ impl RedisStore {
         now: Nanos,
         commit: bool,
     ) -> Result<Vec<(Verdict, Nanos)>, Error> {
-        let mut local: Vec<Option<Verdict>> = Vec::with_capacity(checks.len());
-        for (i, check) in checks.iter().enumerate() {
-            crate::key::check_store_key(check.key)?;
+        let local = crate::store::precheck_all(checks, now, commit)?;
+        for check in checks {
             supports(check.quota)?;
-            if checks[..i].iter().any(|other| other.key == check.key) {
-                return Err(Error::InvalidKey {
-                    reason: "the same key twice in one stacked decision",
-                });
-            }
-            local.push(crate::algorithm::precheck(
-                now,
-                check.quota,
-                check.cost,
-                commit,
-            )?);
         }
         // A limit refused without asking Redis (a zero capacity): the others are only looked at.
         let commit = commit && local.iter().all(Option::is_none);
@@ -381,16 +369,11 @@ impl Store for RedisStore {
             // A look at the level: the scripts decide calls that spend; cost 0 is two looks,
             // as in every store (`algorithm::level`).
             let (level, at) = self.verdict(key, quota, 0, now, false).await?;
-            if level.allowed && level.remaining > 0 {
+            if !algorithm::needs_retry(&level) {
                 return Ok(Decision::for_quota(level, at, quota));
             }
             let (one, at) = self.verdict(key, quota, 1, now, false).await?;
-            let verdict = Verdict {
-                allowed: false,
-                remaining: 0,
-                retry_after: one.retry_after,
-                ..level
-            };
+            let verdict = algorithm::with_retry(level, one);
             return Ok(Decision::for_quota(verdict, at, quota));
         }
         let (verdict, at) = self.verdict(key, quota, cost, now, commit).await?;
