@@ -1,5 +1,6 @@
 //! [`Decision`]: what the limiter answered, and the HTTP headers that say so.
 
+use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -142,15 +143,22 @@ impl Decision {
         if self.limit == u64::MAX {
             return None;
         }
-        let name = sf_string(policy.or(self.tier.as_deref()).unwrap_or("default"));
+        let name = policy.or(self.tier.as_deref()).unwrap_or("default");
         let secs = |d: Duration| d.as_millis().div_ceil(1_000) as u64;
+        // Each item written once into a buffer of its own: these run on every HTTP response.
+        let item = |key: &str, first: u64, second: &str, then: u64| {
+            let mut out = String::with_capacity(name.len() + 32);
+            push_sf_string(&mut out, name);
+            let _ = write!(out, ";{key}={first};{second}={then}");
+            out
+        };
         Some(HeaderFields {
             limit: self.limit,
             remaining: self.remaining,
             reset: self.reset_at.div_ceil(1_000),
             retry_after: self.retry_after.map(|retry| secs(retry).max(1)),
-            policy: format!("{name};q={};w={}", self.limit, secs(self.window).max(1)),
-            ratelimit: format!("{name};r={};t={}", self.remaining, secs(self.reset_after)),
+            policy: item("q", self.limit, "w", secs(self.window).max(1)),
+            ratelimit: item("r", self.remaining, "t", secs(self.reset_after)),
         })
     }
 }
@@ -183,8 +191,7 @@ pub(crate) struct HeaderFields {
 
 /// `name` as a structured-field string (RFC 8941): quoted, `\` and `"` escaped, and any
 /// character outside printable ASCII (which a string cannot hold) replaced with `?`.
-fn sf_string(name: &str) -> String {
-    let mut out = String::with_capacity(name.len() + 2);
+fn push_sf_string(out: &mut String, name: &str) {
     out.push('"');
     for c in name.chars() {
         match c {
@@ -197,7 +204,6 @@ fn sf_string(name: &str) -> String {
         }
     }
     out.push('"');
-    out
 }
 
 #[cfg(test)]
@@ -206,6 +212,11 @@ mod tests {
 
     #[test]
     fn policy_names_are_structured_field_strings() {
+        let sf_string = |name: &str| {
+            let mut out = String::new();
+            push_sf_string(&mut out, name);
+            out
+        };
         assert_eq!(sf_string("pro"), "\"pro\"");
         assert_eq!(sf_string("a\"b\\c"), "\"a\\\"b\\\\c\"");
         assert_eq!(sf_string("caf\u{e9}\n"), "\"caf??\"");

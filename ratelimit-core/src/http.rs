@@ -31,24 +31,70 @@ impl Decision {
     /// ```
     pub fn header_map(&self, policy: Option<&str>) -> HeaderMap {
         let mut map = HeaderMap::new();
+        self.add_headers(&mut map, policy);
+        map
+    }
+
+    /// Adds this decision's rate-limit headers to `headers`, which may already hold other
+    /// limits' (stacked layers, a layer around an annotated handler), without overwriting
+    /// them:
+    ///
+    /// - `RateLimit` and `RateLimit-Policy` are lists: this decision's item (named `policy`,
+    ///   default: the tier, else `"default"`) is appended, so every policy is listed;
+    /// - `X-RateLimit-Limit/Remaining/Reset` describe one limit, the most restrictive: this
+    ///   decision's replace what is there only if it has fewer calls remaining (or as few, and
+    ///   resets later);
+    /// - `Retry-After`, on a refusal, is the longest wait asked for.
+    ///
+    /// Nothing is added for an [`unlimited`](Self::unlimited) decision.
+    ///
+    /// ```
+    /// use ratelimit_core::{Clock, ManualClock, MemoryStore, Quota};
+    /// use std::time::Duration;
+    ///
+    /// let clock = ManualClock::new(Duration::from_secs(60));
+    /// let store = MemoryStore::new();
+    /// let burst = store.acquire("k", &Quota::per_second(2).unwrap(), 1, clock.now()).unwrap();
+    /// let hourly = store.acquire("k", &Quota::per_hour(100).unwrap(), 1, clock.now()).unwrap();
+    /// let mut headers = axum::http::HeaderMap::new();
+    /// burst.add_headers(&mut headers, Some("burst"));
+    /// hourly.add_headers(&mut headers, Some("hourly"));
+    /// assert_eq!(headers["ratelimit-policy"], "\"burst\";q=2;w=1, \"hourly\";q=100;w=3600");
+    /// assert_eq!(headers["x-ratelimit-remaining"], "1");
+    /// ```
+    pub fn add_headers(&self, headers: &mut HeaderMap, policy: Option<&str>) {
         let Some(f) = self.header_fields(policy) else {
-            return map;
+            return;
         };
         let name = HeaderName::from_static;
-        map.insert(name(names::LIMIT), HeaderValue::from(f.limit));
-        map.insert(name(names::REMAINING), HeaderValue::from(f.remaining));
-        map.insert(name(names::RESET), HeaderValue::from(f.reset));
-        // `sf_string` keeps the items to printable ASCII, so they are always valid values.
-        if let Ok(policy) = HeaderValue::try_from(f.policy) {
-            map.insert(name(names::POLICY), policy);
+        headers.reserve(6);
+        for (field, item) in [(names::RATELIMIT, f.ratelimit), (names::POLICY, f.policy)] {
+            let value = match headers.get(field) {
+                Some(existing) => list_append(existing, item.as_bytes()),
+                // `push_sf_string` keeps the items to printable ASCII: always a valid value.
+                None => HeaderValue::try_from(item).ok(),
+            };
+            if let Some(value) = value {
+                headers.insert(name(field), value);
+            }
         }
-        if let Ok(ratelimit) = HeaderValue::try_from(f.ratelimit) {
-            map.insert(name(names::RATELIMIT), ratelimit);
+        let more_restrictive = match number(headers.get(names::REMAINING)) {
+            None => true,
+            Some(theirs) => {
+                f.remaining < theirs
+                    || (f.remaining == theirs && Some(f.reset) > number(headers.get(names::RESET)))
+            }
+        };
+        if more_restrictive {
+            headers.insert(name(names::LIMIT), HeaderValue::from(f.limit));
+            headers.insert(name(names::REMAINING), HeaderValue::from(f.remaining));
+            headers.insert(name(names::RESET), HeaderValue::from(f.reset));
         }
         if let Some(retry) = f.retry_after {
-            map.insert(RETRY_AFTER, HeaderValue::from(retry));
+            if number(headers.get(RETRY_AFTER)) < Some(retry) {
+                headers.insert(RETRY_AFTER, HeaderValue::from(retry));
+            }
         }
-        map
     }
 
     /// The `429 Too Many Requests` for this refusal: a JSON body
@@ -140,7 +186,7 @@ impl IntoResponse for Error {
         let mut response = match self.decision() {
             Some(decision) => {
                 let mut response = decision.too_many_requests();
-                response.headers_mut().extend(decision.header_map(None));
+                decision.add_headers(response.headers_mut(), None);
                 response
             }
             None => {
@@ -162,4 +208,18 @@ impl IntoResponse for Error {
         response.extensions_mut().insert(self);
         response
     }
+}
+
+/// A header's value as a number, if it is one.
+fn number(value: Option<&HeaderValue>) -> Option<u64> {
+    value?.to_str().ok()?.parse().ok()
+}
+
+/// `existing, item`: one structured-field list in one field line.
+fn list_append(existing: &HeaderValue, item: &[u8]) -> Option<HeaderValue> {
+    let mut bytes = Vec::with_capacity(existing.len() + 2 + item.len());
+    bytes.extend_from_slice(existing.as_bytes());
+    bytes.extend_from_slice(b", ");
+    bytes.extend_from_slice(item);
+    HeaderValue::from_maybe_shared(bytes).ok()
 }

@@ -1,10 +1,14 @@
 //! What the HTTP layer costs: requests per second through a small axum app with and without
 //! `RateLimitLayer` (memory store, a limit no run reaches, keyed by the peer address), driven
-//! by `wrk` on loopback, in interleaved rounds of one run (without, with, with, without...).
+//! by `wrk` on loopback, in interleaved rounds of one run (a balanced order, see `order`).
+//! Four variants: no layer; no layer but the five headers' bytes added statically (what the
+//! bytes cost, apart from computing them); the layer with headers off; the layer as shipped.
+//! Beside throughput, the server's own CPU time per request (this process; `wrk` is another):
+//! on a 2-core machine the load generator shares the cores, so throughput also moves with
+//! what `wrk` spends parsing, and CPU per request is what the server pays.
 //!
 //! `cargo bench -p ratelimit-tests --features axum --bench http_layer` (needs `wrk`:
-//! `apt-get install -y wrk`). `ROUNDS`, `SECONDS` and `CONNECTIONS` change the run;
-//! `HEADERS=0` leaves the rate-limit headers out.
+//! `apt-get install -y wrk`). `ROUNDS`, `SECONDS` and `CONNECTIONS` change the run.
 //! Figures: BENCHMARKS.md, section "HTTP layer".
 
 use std::net::SocketAddr;
@@ -77,66 +81,123 @@ fn median(mut xs: Vec<f64>) -> f64 {
     xs[xs.len() / 2]
 }
 
+/// This process's CPU time (user + system) in seconds, from `/proc/self/stat`: the server's
+/// cost, whatever the load generator (another process) spends.
+fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").expect("/proc/self/stat");
+    // Fields after the command name (which may hold spaces) start at the last ')'.
+    let fields: Vec<&str> = stat[stat.rfind(')').expect("stat") + 2..]
+        .split(' ')
+        .collect();
+    let ticks = |i: usize| fields[i].parse::<f64>().expect("ticks");
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name and state.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+/// The variants, in the order of their columns.
+const VARIANTS: [&str; 4] = [
+    "no layer",
+    "no layer, the five headers' bytes added statically",
+    "layer, headers off",
+    "layer, headers on",
+];
+
+/// A balanced order for `round`: each variant in each position equally often over every
+/// four rounds (a Latin square), and never the same variant twice in a row, also across
+/// rounds (each row starts with another variant than the previous one ends with).
+fn order(round: usize) -> [usize; 4] {
+    let latin = [[0, 1, 2, 3], [2, 0, 3, 1], [3, 2, 1, 0], [1, 3, 0, 2]];
+    latin[round % 4]
+}
+
 fn main() {
     // `cargo test --benches` runs each bench once with no `--bench`: nothing to measure then.
     if !std::env::args().any(|a| a == "--bench") {
         return;
     }
     let (rounds, seconds, connections) =
-        (env("ROUNDS", 6), env("SECONDS", 5), env("CONNECTIONS", 32));
+        (env("ROUNDS", 8), env("SECONDS", 4), env("CONNECTIONS", 32));
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
         .build()
         .unwrap();
-    let (plain, limited) = runtime.block_on(async {
+    let urls: Vec<String> = runtime.block_on(async {
         let app = || Router::new().route("/", get(|| async { "hello" }));
-        let config = Config::builder()
-            .strategy(Strategy::TokenBucket)
-            .build()
-            .unwrap();
-        let service = RateLimitService::new(config).unwrap();
-        // `HEADERS=0`: the decision alone, without the five rate-limit headers on every
-        // response (their bytes, not the decision, are most of what a tiny response costs).
-        let layer = RateLimitLayer::new(service, ClientIp::peer())
-            .options(
-                Options::new()
-                    .limit(4_000_000_000)
-                    .window(Duration::from_secs(3_600)),
-            )
-            .headers(env("HEADERS", 1) == 1);
-        (serve(app()).await, serve(app().layer(layer)).await)
+        // The same five fields, with values of the same length as the layer's, fixed: what
+        // the bytes alone cost (written by the server, parsed by wrk).
+        let static_headers = Router::new().route(
+            "/",
+            get(|| async {
+                (
+                    [
+                        ("x-ratelimit-limit", "4000000000"),
+                        ("x-ratelimit-remaining", "3999999999"),
+                        ("x-ratelimit-reset", "1764556800"),
+                        ("ratelimit-policy", "\"default\";q=4000000000;w=3600"),
+                        ("ratelimit", "\"default\";r=3999999999;t=3600"),
+                    ],
+                    "hello",
+                )
+            }),
+        );
+        let layer = |headers: bool| {
+            let config = Config::builder()
+                .strategy(Strategy::TokenBucket)
+                .build()
+                .unwrap();
+            let service = RateLimitService::new(config).unwrap();
+            RateLimitLayer::new(service, ClientIp::peer())
+                .options(
+                    Options::new()
+                        .limit(4_000_000_000)
+                        .window(Duration::from_secs(3_600)),
+                )
+                .headers(headers)
+        };
+        vec![
+            serve(app()).await,
+            serve(static_headers).await,
+            serve(app().layer(layer(false))).await,
+            serve(app().layer(layer(true))).await,
+        ]
     });
     // Warm-up: connections, allocator, the store's shards.
-    wrk(&plain, 1, connections);
-    wrk(&limited, 1, connections);
-    let mut ratios = Vec::new();
-    let mut added_p99 = Vec::new();
-    for round in 0..rounds {
-        // Alternate the order, so neither variant always runs on the other's warm caches.
-        let order = if round % 2 == 0 {
-            [false, true]
-        } else {
-            [true, false]
-        };
-        let mut results = [(0.0, 0.0); 2];
-        for with_layer in order {
-            let url = if with_layer { &limited } else { &plain };
-            results[usize::from(with_layer)] = wrk(url, seconds, connections);
-        }
-        let [(rps_plain, p99_plain), (rps_layer, p99_layer)] = results;
-        println!(
-            "round {round}: without {rps_plain:.0} req/s (p99 {p99_plain:.0} µs), with the layer \
-             {rps_layer:.0} req/s (p99 {p99_layer:.0} µs): {:.3}x",
-            rps_layer / rps_plain
-        );
-        ratios.push(rps_layer / rps_plain);
-        added_p99.push(p99_layer - p99_plain);
+    for url in &urls {
+        wrk(url, 1, connections);
     }
-    println!(
-        "http_layer: throughput with the layer / without, median of {rounds} rounds: {:.3}x; \
-         p99 latency added, median: {:.0} µs",
-        median(ratios),
-        median(added_p99)
-    );
+    let mut ratios = vec![Vec::new(); 4];
+    let mut cpu_us = vec![Vec::new(); 4];
+    let mut p99_added = vec![Vec::new(); 4];
+    for round in 0..rounds as usize {
+        let mut rps = [0.0; 4];
+        let mut p99 = [0.0; 4];
+        for v in order(round) {
+            let cpu = cpu_seconds();
+            let (r, p) = wrk(&urls[v], seconds, connections);
+            cpu_us[v].push((cpu_seconds() - cpu) * 1e6 / (r * seconds as f64));
+            rps[v] = r;
+            p99[v] = p;
+        }
+        print!("round {round}:");
+        for v in 0..4 {
+            ratios[v].push(rps[v] / rps[0]);
+            p99_added[v].push(p99[v] - p99[0]);
+            print!(" {:.0} req/s ({:.3}x)", rps[v], rps[v] / rps[0]);
+        }
+        println!();
+    }
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    println!("http_layer: medians of {rounds} rounds; load average after the run: {load}");
+    println!("| variant | throughput / no layer | server CPU per request | p99 added |");
+    println!("| --- | --- | --- | --- |");
+    for v in 0..4 {
+        println!(
+            "| {} | {:.3}x | {:.2} µs | {:.0} µs |",
+            VARIANTS[v],
+            median(ratios[v].clone()),
+            median(cpu_us[v].clone()),
+            median(p99_added[v].clone())
+        );
+    }
 }

@@ -15,7 +15,7 @@ use http::Request;
 use tower::{Layer, Service};
 
 use super::key::KeyExtractor;
-use super::response::{add_headers, failed, refused};
+use super::response::{failed, refused};
 use super::route::route_of;
 use crate::{Decision, Error, Module, Options, Overrides, RateLimitService};
 
@@ -405,7 +405,7 @@ impl LayerConfig {
     fn headers(&self, response: &mut Response, decisions: &[Decision]) {
         if self.headers {
             for (limit, decision) in self.limits.iter().zip(decisions) {
-                add_headers(response.headers_mut(), decision, limit.policy());
+                decision.add_headers(response.headers_mut(), limit.policy());
             }
         }
     }
