@@ -529,6 +529,52 @@ async fn several_limits_in_one_layer_are_all_or_nothing() {
     );
 }
 
+/// Layers decide one by one (the outer one cannot know whether an inner one will run), so a
+/// global limit and a route's own are made all or nothing by naming the global budget in the
+/// route's layer too: one budget shared by every route that names it, decided as one with the
+/// route's limit.
+#[tokio::test]
+async fn a_global_budget_named_in_a_route_layer_is_shared_and_all_or_nothing() {
+    let (limiter, _clock) = fixed_window();
+    let global = || per_minute(5).budget("global");
+    let layer = || RateLimitLayer::new(limiter.clone(), behind_one_proxy());
+    let app = Router::new()
+        .route("/search", get(|| async { "hits" }))
+        .route_layer(layer().limit(global()))
+        .merge(
+            Router::new()
+                .route("/login", get(|| async { "ok" }))
+                .route_layer(layer().limit(global()).limit(per_minute(2).budget("login"))),
+        );
+    let server = Server::start(app).await;
+    let left = |ip: &'static str, options: Options<'static>| {
+        let limiter = limiter.clone();
+        async move { limiter.status(ip, &options).await.unwrap().remaining }
+    };
+
+    // The login limit refuses: the global budget keeps what the refused calls did not spend.
+    assert_eq!(server.status_as("/login", "10.0.0.1").await, 200);
+    assert_eq!(server.status_as("/login", "10.0.0.1").await, 200);
+    for _ in 0..4 {
+        assert_eq!(server.status_as("/login", "10.0.0.1").await, 429);
+    }
+    assert_eq!(left("10.0.0.1", global()).await, 3);
+    for _ in 0..3 {
+        assert_eq!(server.status_as("/search", "10.0.0.1").await, 200);
+    }
+    assert_eq!(server.status_as("/search", "10.0.0.1").await, 429);
+
+    // The global limit refuses (spent on another route): the login budget is untouched.
+    for _ in 0..5 {
+        assert_eq!(server.status_as("/search", "10.0.0.2").await, 200);
+    }
+    for _ in 0..3 {
+        assert_eq!(server.status_as("/login", "10.0.0.2").await, 429);
+    }
+    assert_eq!(left("10.0.0.2", per_minute(2).budget("login")).await, 2);
+    assert_eq!(left("10.0.0.2", global()).await, 0);
+}
+
 #[tokio::test]
 async fn on_refused_shapes_the_refusal_and_keeps_the_headers() {
     let (limiter, _clock) = fixed_window();

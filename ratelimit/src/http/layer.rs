@@ -47,11 +47,16 @@ type OnError = dyn Fn(&Error) -> Response + Send + Sync;
 ///
 /// Layers stacked on one route decide independently, the outermost first: each counts the
 /// request in its own budget and may refuse it. They are not all-or-nothing: a request
-/// refused by an inner layer has already spent from the outer ones. For limits decided as
-/// one (a request one of them refuses spends from none), put them in **one** layer with
-/// [`limit`](Self::limit). Either way, each limit adds its item to the `RateLimit` /
-/// `RateLimit-Policy` lists (name them with [`policy`](Self::policy) or their budget), and
-/// `X-RateLimit-*` describe the most restrictive one (the fewest calls remaining).
+/// refused by an inner layer has already spent from the outer ones. (An outer layer cannot
+/// leave its decision to an inner one: it cannot know whether one will run, and deciding
+/// after the inner service would run the handler first.) For limits decided as one (a request
+/// one of them refuses spends from none), put them in **one** layer with
+/// [`limit`](Self::limit). That includes a limit shared by many routes: give it a budget name
+/// ([`Options::budget`]) and repeat it in each route's layer — every layer naming it counts
+/// in the same budget, and each decides it together with its route's own limits. Either way,
+/// each limit adds its item to the `RateLimit` / `RateLimit-Policy` lists (name them with
+/// [`policy`](Self::policy) or their budget), and `X-RateLimit-*` describe the most
+/// restrictive one (the fewest calls remaining).
 ///
 /// ```
 /// use axum::{routing::get, Router};
