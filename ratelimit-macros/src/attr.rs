@@ -18,7 +18,7 @@ use ratelimit_syntax::{parse_window, Rate, Strategy};
 
 /// The arguments `#[rate_limit]` accepts, in the order the error message lists them.
 pub(crate) const VALID: &str =
-    "`limit`, `window`, `key`, `tier`, `strategy`, `burst`, `cost`, `name`, `crate`";
+    "`limit`, `window`, `key`, `tier`, `strategy`, `burst`, `cost`, `name`, `limiter`, `crate`";
 
 /// How the tier is chosen.
 #[derive(Clone)]
@@ -46,6 +46,8 @@ pub(crate) struct Args {
     pub(crate) burst: Option<u64>,
     pub(crate) cost: Cost,
     pub(crate) name: Option<LitStr>,
+    /// `limiter = path::TO_STATIC`: a library's own `Limiter` decides the fn.
+    pub(crate) limiter: Option<syn::Path>,
     pub(crate) krate: Option<syn::Path>,
 }
 
@@ -60,6 +62,7 @@ impl Default for Args {
             burst: None,
             cost: Cost::Fixed(1),
             name: None,
+            limiter: None,
             krate: None,
         }
     }
@@ -190,6 +193,23 @@ fn budget_name(lit: &LitStr) -> syn::Result<()> {
     Ok(())
 }
 
+/// `limiter = path`: the path of a `static` (its type is checked where the expansion takes
+/// its address, spanned on the path).
+fn limiter(value: Expr) -> syn::Result<syn::Path> {
+    match value {
+        Expr::Path(syn::ExprPath {
+            qself: None,
+            path,
+            attrs,
+        }) if attrs.is_empty() => Ok(path),
+        other => Err(syn::Error::new_spanned(
+            other,
+            "`limiter` takes the path of a `static` `ratelimit::Limiter`, like \
+             `limiter = crate::LIMITS`",
+        )),
+    }
+}
+
 impl Args {
     /// Applies one `name = value` pair, rejecting unknown names and duplicates.
     fn apply(&mut self, pair: Pair, seen: &mut Vec<String>) -> syn::Result<()> {
@@ -240,6 +260,7 @@ impl Args {
                 budget_name(&lit)?;
                 self.name = Some(lit);
             }
+            "limiter" => self.limiter = Some(limiter(value)?),
             "crate" => {
                 let lit = string(&value, "crate", "\"ratelimit\"")?;
                 self.krate = Some(lit.parse().map_err(|_| {

@@ -106,7 +106,7 @@ pub use ratelimit_core::{RedisOptions, RedisStore};
 
 pub use ratelimit_core::{
     check_declarations, declarations, testing, Declaration, DeclarationErrors, DeclarationProblem,
-    Module, ModuleBuilder, ProblemKind, Spec, TierSpec,
+    Limiter, Module, ModuleBuilder, ProblemKind, Spec, TierSpec,
 };
 pub use ratelimit_macros::{rate_limit, skip_throttle, throttle};
 
@@ -122,7 +122,9 @@ pub mod openapi;
 #[doc(hidden)]
 pub mod __private {
     pub use inventory;
-    pub use ratelimit_core::__private::{acquire, acquire_all, key, refuse, Refusal, Registered};
+    pub use ratelimit_core::__private::{
+        acquire, acquire_all, acquire_all_now, acquire_now, key, refuse, Refusal, Registered,
+    };
     pub use ratelimit_core::{Declaration, Spec, Strategy};
 }
 
