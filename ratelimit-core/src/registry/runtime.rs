@@ -208,3 +208,98 @@ impl<T, E: From<Error>> Refusal for Result<T, E> {
 pub fn refuse<R: Refusal>(error: Error) -> R {
     R::refusal(error)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::registry::Spec;
+    use crate::store::MemoryStore;
+    use crate::{Config, ManualClock};
+
+    static SYNC: Declaration =
+        Declaration::new("app::sync", None, "app.rs", 1, Spec::new().with_limit(1)).with_sync();
+    static SYNC_2: Declaration =
+        Declaration::new("app::sync#2", None, "app.rs", 1, Spec::new().with_limit(1)).with_sync();
+    static OTHER: Limiter = Limiter::new();
+    static ELSEWHERE: Declaration =
+        Declaration::new("lib::other", None, "lib.rs", 1, Spec::new().with_limit(1))
+            .with_limiter(&OTHER)
+            .with_sync();
+
+    /// Runs `f` with `service` as this thread's scope.
+    fn scoped<R>(service: RateLimitService, f: impl FnOnce() -> R) -> R {
+        let previous = replace_scoped(Some(service));
+        let result = f();
+        replace_scoped(previous);
+        result
+    }
+
+    fn service(store: Option<MemoryStore>) -> RateLimitService {
+        let clock = Arc::new(ManualClock::new(std::time::Duration::from_secs(1_000_000)));
+        match store {
+            None => RateLimitService::with_clock(Config::default(), clock),
+            Some(store) => RateLimitService::with_store(Config::default(), store, clock),
+        }
+        .unwrap()
+    }
+
+    #[test]
+    fn a_sync_fn_on_a_store_that_must_be_waited_for_is_refused() {
+        // Any store given to `with_store` is awaited (even a memory store): never blocked on.
+        let waiting = service(Some(MemoryStore::new()));
+        let refusal = scoped(waiting.clone(), || acquire_now(&SYNC, None, None, 1));
+        assert!(
+            matches!(refusal, Err(Error::SyncOnWaitingStore { function: "app::sync" })),
+            "{refusal:?}"
+        );
+        let limits = [(&SYNC, None, None, 1), (&SYNC_2, None, None, 1)];
+        let refusal = scoped(waiting.clone(), || acquire_all_now(&limits));
+        assert!(
+            matches!(refusal, Err(Error::SyncOnWaitingStore { function: "app::sync" })),
+            "{refusal:?}"
+        );
+        // Counted as errors, not as admitted calls.
+        assert_eq!(waiting.stats().total.errors, 2);
+        assert_eq!(waiting.stats().total.allowed, 0);
+
+        // The service's own memory store decides at once.
+        let memory = service(None);
+        scoped(memory.clone(), || {
+            assert!(acquire_now(&SYNC, None, None, 1).is_ok());
+            assert!(matches!(
+                acquire_now(&SYNC, None, None, 1),
+                Err(Error::Exceeded(_))
+            ));
+        });
+    }
+
+    #[test]
+    fn stacked_limits_on_two_limiters_are_refused() {
+        // The macros never emit it; the runtime refuses it anyway rather than deciding a
+        // library's limit with the application's service.
+        let limits = [(&SYNC, None, None, 1), (&ELSEWHERE, None, None, 1)];
+        let refusal = scoped(service(None), || acquire_all_now(&limits));
+        assert!(
+            matches!(
+                refusal,
+                Err(Error::NotInitialized {
+                    function: "lib::other"
+                })
+            ),
+            "{refusal:?}"
+        );
+    }
+
+    #[test]
+    fn a_library_fn_ignores_the_applications_scope() {
+        // A testing scope stands in for the application's module, never for a library's
+        // limiter: not built, the library's fn is refused.
+        let refusal = scoped(service(None), || acquire_now(&ELSEWHERE, None, None, 1));
+        assert!(
+            matches!(refusal, Err(Error::NotInitialized { function: "lib::other" })),
+            "{refusal:?}"
+        );
+    }
+}
