@@ -83,7 +83,10 @@ fn the_apps_module_neither_checks_nor_requires_the_librarys_tiers() {
 
         // Shutting the app's module down leaves the library's running, and the other way.
         drop(app);
-        assert!(matches!(app_ping().await, Err(Error::NotInitialized { .. })));
+        assert!(matches!(
+            app_ping().await,
+            Err(Error::NotInitialized { .. })
+        ));
         assert_eq!(library::fetch(3).await.unwrap(), 3);
         drop(lib);
         assert!(matches!(
@@ -120,7 +123,10 @@ fn the_librarys_limiter_checks_its_own_fns_when_it_is_built() {
         ],
         "{err}"
     );
-    assert!(err.to_string().contains("ratelimit_test_library::fetch"), "{err}");
+    assert!(
+        err.to_string().contains("ratelimit_test_library::fetch"),
+        "{err}"
+    );
     assert!(!LIMITS.is_initialized(), "a failed build installs nothing");
 
     // Built, it runs until its handle is dropped; building it again meanwhile is an error.

@@ -123,7 +123,11 @@ fn a_sync_fn_admits_exactly_its_limit_across_threads() {
     let module = module();
     let before = RUNS.load(Ordering::SeqCst);
     assert_eq!(hammer(&module, 8, 25, || resize(10)), (5, 195));
-    assert_eq!(RUNS.load(Ordering::SeqCst) - before, 5, "refused calls never run");
+    assert_eq!(
+        RUNS.load(Ordering::SeqCst) - before,
+        5,
+        "refused calls never run"
+    );
     module.clock().advance(Duration::from_secs(60));
     assert_eq!(hammer(&module, 8, 25, || resize(10)), (5, 195));
     let stats = module.stats().by_method["sync_fns::resize"];

@@ -45,7 +45,10 @@ fn init_refuses_a_sync_fn_on_the_redis_store() {
     assert!(err.to_string().contains("sync fn"), "{err}");
     assert!(!Module::is_initialized());
     // The test module runs the same check.
-    assert!(matches!(TestModule::new(redis()), Err(Error::Declarations(_))));
+    assert!(matches!(
+        TestModule::new(redis()),
+        Err(Error::Declarations(_))
+    ));
 
     // In memory, the same binary starts, and both fns are limited.
     let module = TestModule::new(Module::builder()).unwrap();

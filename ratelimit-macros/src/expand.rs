@@ -85,11 +85,7 @@ fn returns_result(output: &ReturnType) -> bool {
         return false;
     };
     match &**ty {
-        syn::Type::Path(p) => p
-            .path
-            .segments
-            .last()
-            .is_some_and(|s| s.ident == "Result"),
+        syn::Type::Path(p) => p.path.segments.last().is_some_and(|s| s.ident == "Result"),
         _ => false,
     }
 }
@@ -323,7 +319,8 @@ fn one_limiter(all: &[Args]) -> syn::Result<Vec<Args>> {
     for path in all.iter().filter_map(|a| a.limiter.as_ref()) {
         match named {
             None => named = Some(path),
-            Some(first) if first.to_token_stream().to_string() == path.to_token_stream().to_string() => {}
+            Some(first)
+                if first.to_token_stream().to_string() == path.to_token_stream().to_string() => {}
             Some(first) => {
                 return Err(syn::Error::new_spanned(
                     path,

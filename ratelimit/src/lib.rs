@@ -29,7 +29,10 @@
 //! [`ConfigBuilder`] option; `init` checks every annotated fn in the binary against the
 //! configuration ([`declarations`] lists them) and fails with all the problems at once.
 //! Dropping the module shuts it down; an annotated fn called with no module running is refused
-//! with [`Error::NotInitialized`], never let through.
+//! with [`Error::NotInitialized`], never let through. A sync fn (or method) returning a
+//! `Result` is decided at once on the memory store, without an executor; `init` refuses it on
+//! a store that must be waited for. A library limits its own fns with a [`Limiter`] of its
+//! own (`limiter = LIMITS`), configured and checked by the library, not by the application.
 //!
 //! ```
 //! use ratelimit::{rate_limit, Error, Module, Tier};

@@ -121,7 +121,10 @@ pub async fn acquire(
 pub async fn acquire_all(limits: &[Limit<'_>]) -> Result<(), Error> {
     let service = service_for_all(limits)?;
     let options = all_options(limits);
-    service.enforce_stacked(&all_parts(limits, &options)).await.map(drop)
+    service
+        .enforce_stacked(&all_parts(limits, &options))
+        .await
+        .map(drop)
 }
 
 /// [`acquire`] for a sync fn: decided at once by the memory store, without an executor. Any
@@ -251,13 +254,23 @@ mod tests {
         let waiting = service(Some(MemoryStore::new()));
         let refusal = scoped(waiting.clone(), || acquire_now(&SYNC, None, None, 1));
         assert!(
-            matches!(refusal, Err(Error::SyncOnWaitingStore { function: "app::sync" })),
+            matches!(
+                refusal,
+                Err(Error::SyncOnWaitingStore {
+                    function: "app::sync"
+                })
+            ),
             "{refusal:?}"
         );
         let limits = [(&SYNC, None, None, 1), (&SYNC_2, None, None, 1)];
         let refusal = scoped(waiting.clone(), || acquire_all_now(&limits));
         assert!(
-            matches!(refusal, Err(Error::SyncOnWaitingStore { function: "app::sync" })),
+            matches!(
+                refusal,
+                Err(Error::SyncOnWaitingStore {
+                    function: "app::sync"
+                })
+            ),
             "{refusal:?}"
         );
         // Counted as errors, not as admitted calls.
@@ -298,7 +311,12 @@ mod tests {
         // limiter: not built, the library's fn is refused.
         let refusal = scoped(service(None), || acquire_now(&ELSEWHERE, None, None, 1));
         assert!(
-            matches!(refusal, Err(Error::NotInitialized { function: "lib::other" })),
+            matches!(
+                refusal,
+                Err(Error::NotInitialized {
+                    function: "lib::other"
+                })
+            ),
             "{refusal:?}"
         );
     }

@@ -11,7 +11,11 @@ use crate::stats::Outcome;
 use crate::store::DynStore;
 
 impl RateLimitService {
-    pub(super) async fn decide(&self, key: Option<&str>, options: &Options<'_>) -> Result<Decision, Error> {
+    pub(super) async fn decide(
+        &self,
+        key: Option<&str>,
+        options: &Options<'_>,
+    ) -> Result<Decision, Error> {
         let (quota, tier) = self.resolve_counted(options)?;
         let now = self.inner.clock.now();
         let parts = self.parts(options, tier, key);
@@ -126,7 +130,10 @@ impl RateLimitService {
 }
 
 /// `Err(Error::Exceeded(..))` for a refused decision.
-pub(super) fn refuse_unless_allowed(decision: Decision, options: &Options<'_>) -> Result<Decision, Error> {
+pub(super) fn refuse_unless_allowed(
+    decision: Decision,
+    options: &Options<'_>,
+) -> Result<Decision, Error> {
     if decision.allowed {
         Ok(decision)
     } else {
@@ -136,4 +143,3 @@ pub(super) fn refuse_unless_allowed(decision: Decision, options: &Options<'_>) -
         })))
     }
 }
-

@@ -111,10 +111,7 @@ impl RateLimitService {
 
     /// Resolves every limit and composes its store key (or, limiting disabled, the
     /// decisions).
-    fn prepare_stacked(
-        &self,
-        limits: &[(Option<&str>, &Options<'_>)],
-    ) -> Result<Prepared, Error> {
+    fn prepare_stacked(&self, limits: &[(Option<&str>, &Options<'_>)]) -> Result<Prepared, Error> {
         let mut resolved = Vec::with_capacity(limits.len());
         for (_, options) in limits {
             match self.resolve(options) {
