@@ -1,11 +1,11 @@
 //! A library that owns its limits (`ratelimit-test-library`: a `Limiter` of its own, tiers
 //! `pro` and `batch`), linked into this app, whose module knows none of its tiers.
 //!
-//! The app's module and the library's limiter are process-wide, so the tests take `GLOBAL`
+//! The app's module and the library's limiter are process-wide, so the tests take `serial()`
 //! to run one at a time.
 
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Barrier, Mutex};
+use std::sync::Barrier;
 use std::time::Duration;
 
 use futures::executor::block_on;
@@ -13,13 +13,7 @@ use futures::executor::block_on;
 use ratelimit::{throttle, Error, ManualClock, Module, ProblemKind};
 use ratelimit_test_library::{self as library, Client, LIMITS};
 
-static GLOBAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    GLOBAL
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
+use ratelimit_tests::serial;
 
 fn clock() -> ManualClock {
     ManualClock::new(Duration::from_secs(1_000_000))
@@ -102,14 +96,7 @@ fn the_librarys_limiter_checks_its_own_fns_when_it_is_built() {
     // Without the library's tiers, building its limiter fails, naming every fn of the
     // library that needs them, and none of the app's.
     let err = LIMITS.init(Module::builder().clock(clock())).unwrap_err();
-    let Error::Declarations(errors) = &err else {
-        panic!("{err}")
-    };
-    let found: Vec<(&str, &ProblemKind)> = errors
-        .problems
-        .iter()
-        .map(|p| (p.function, &p.kind))
-        .collect();
+    let found = ratelimit_tests::problems(&err);
     let unknown = |tier| ProblemKind::UnknownTier {
         tier,
         known: "none".to_owned(),
@@ -117,9 +104,9 @@ fn the_librarys_limiter_checks_its_own_fns_when_it_is_built() {
     assert_eq!(
         found,
         [
-            ("ratelimit_test_library::fetch", &unknown("pro")),
-            ("ratelimit_test_library::compress", &unknown("batch")),
-            ("ratelimit_test_library::Client::upload", &unknown("pro")),
+            ("ratelimit_test_library::fetch", unknown("pro")),
+            ("ratelimit_test_library::compress", unknown("batch")),
+            ("ratelimit_test_library::Client::upload", unknown("pro")),
         ],
         "{err}"
     );

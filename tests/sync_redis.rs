@@ -29,17 +29,10 @@ fn init_refuses_a_sync_fn_on_the_redis_store() {
             ))
     };
     let err = redis().init().unwrap_err();
-    let Error::Declarations(errors) = &err else {
-        panic!("{err}")
-    };
-    let found: Vec<(&str, &ProblemKind)> = errors
-        .problems
-        .iter()
-        .map(|p| (p.function, &p.kind))
-        .collect();
+    let found = ratelimit_tests::problems(&err);
     assert_eq!(
         found,
-        [("sync_redis::thumbnail", &ProblemKind::SyncOnWaitingStore)],
+        [("sync_redis::thumbnail", ProblemKind::SyncOnWaitingStore)],
         "{err}"
     );
     assert!(err.to_string().contains("sync fn"), "{err}");

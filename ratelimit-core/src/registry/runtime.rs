@@ -252,27 +252,21 @@ mod tests {
     fn a_sync_fn_on_a_store_that_must_be_waited_for_is_refused() {
         // Any store given to `with_store` is awaited (even a memory store): never blocked on.
         let waiting = service(Some(MemoryStore::new()));
-        let refusal = scoped(waiting.clone(), || acquire_now(&SYNC, None, None, 1));
-        assert!(
-            matches!(
-                refusal,
-                Err(Error::SyncOnWaitingStore {
-                    function: "app::sync"
-                })
-            ),
-            "{refusal:?}"
-        );
         let limits = [(&SYNC, None, None, 1), (&SYNC_2, None, None, 1)];
-        let refusal = scoped(waiting.clone(), || acquire_all_now(&limits));
-        assert!(
-            matches!(
-                refusal,
-                Err(Error::SyncOnWaitingStore {
-                    function: "app::sync"
-                })
-            ),
-            "{refusal:?}"
-        );
+        let refusals = scoped(waiting.clone(), || {
+            [acquire_now(&SYNC, None, None, 1), acquire_all_now(&limits)]
+        });
+        for refusal in refusals {
+            assert!(
+                matches!(
+                    refusal,
+                    Err(Error::SyncOnWaitingStore {
+                        function: "app::sync"
+                    })
+                ),
+                "{refusal:?}"
+            );
+        }
         // Counted as errors, not as admitted calls.
         assert_eq!(waiting.stats().total.errors, 2);
         assert_eq!(waiting.stats().total.allowed, 0);
@@ -289,35 +283,28 @@ mod tests {
     }
 
     #[test]
-    fn stacked_limits_on_two_limiters_are_refused() {
-        // The macros never emit it; the runtime refuses it anyway rather than deciding a
-        // library's limit with the application's service.
-        let limits = [(&SYNC, None, None, 1), (&ELSEWHERE, None, None, 1)];
-        let refusal = scoped(service(None), || acquire_all_now(&limits));
-        assert!(
-            matches!(
-                refusal,
-                Err(Error::NotInitialized {
-                    function: "lib::other"
-                })
-            ),
-            "{refusal:?}"
-        );
-    }
-
-    #[test]
-    fn a_library_fn_ignores_the_applications_scope() {
+    fn a_library_fn_is_never_decided_by_the_applications_service() {
         // A testing scope stands in for the application's module, never for a library's
-        // limiter: not built, the library's fn is refused.
-        let refusal = scoped(service(None), || acquire_now(&ELSEWHERE, None, None, 1));
-        assert!(
-            matches!(
-                refusal,
-                Err(Error::NotInitialized {
-                    function: "lib::other"
-                })
-            ),
-            "{refusal:?}"
-        );
+        // limiter: not built, the library's fn is refused. Stacked with an application fn
+        // (the macros never emit it), it is refused too, rather than decided by the
+        // application's service.
+        let limits = [(&SYNC, None, None, 1), (&ELSEWHERE, None, None, 1)];
+        let refusals = scoped(service(None), || {
+            [
+                acquire_now(&ELSEWHERE, None, None, 1),
+                acquire_all_now(&limits),
+            ]
+        });
+        for refusal in refusals {
+            assert!(
+                matches!(
+                    refusal,
+                    Err(Error::NotInitialized {
+                        function: "lib::other"
+                    })
+                ),
+                "{refusal:?}"
+            );
+        }
     }
 }
