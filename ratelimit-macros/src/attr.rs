@@ -372,6 +372,39 @@ impl Args {
     }
 }
 
+/// A fn's limits are decided as one, by one limiter: the `limiter` any of them names (the
+/// others may repeat it or leave it out), else the application's. Two different paths are an
+/// error on the second.
+pub(crate) fn one_limiter(all: &[Args]) -> syn::Result<Vec<Args>> {
+    let mut named: Option<&syn::Path> = None;
+    for path in all.iter().filter_map(|a| a.limiter.as_ref()) {
+        match named {
+            None => named = Some(path),
+            Some(first)
+                if first.to_token_stream().to_string() == path.to_token_stream().to_string() => {}
+            Some(first) => {
+                return Err(syn::Error::new_spanned(
+                    path,
+                    format!(
+                        "the limits of one fn are decided as one, by one limiter: this one names \
+                         `{}` and another `{}` (write the same path, or leave it out)",
+                        path.to_token_stream(),
+                        first.to_token_stream(),
+                    ),
+                ))
+            }
+        }
+    }
+    Ok(all
+        .iter()
+        .cloned()
+        .map(|mut a| {
+            a.limiter = named.cloned();
+            a
+        })
+        .collect())
+}
+
 /// Which of our attributes an attribute is, if any (by its last path segment, so
 /// `#[ratelimit::throttle(..)]` counts too).
 #[derive(Clone, Copy, PartialEq, Eq)]

@@ -35,6 +35,10 @@
 //!
 //! (`Payments` when the attribute is on `impl Payments`; see [`crate::path`] for every case.)
 //!
+//! A sync fn calls `acquire_now` (no `.await`: decided at once) and its declaration says
+//! `.with_sync()`; `limiter = PATH` adds `.with_limiter(&PATH)`, so a library's fn is decided
+//! and checked by the library's limiter.
+//!
 //! The signature is re-emitted untouched and the body stays inside the same fn, so `self`,
 //! `Self`, generics, where-clauses and lifetimes keep working. The key, tier and cost
 //! expressions are evaluated (by reference) before the body, which may move the arguments.
@@ -51,44 +55,7 @@ use crate::attr::{self, Args, Cost, Errors, Kind, Tier};
 use crate::future;
 use crate::manifest;
 use crate::path::Place;
-
-/// Checks that `sig` can be rate limited: a non-const fn returning something, `async` or
-/// sync; a sync fn that hands back a future is async in all but name, and its calls would run
-/// unlimited (`in_block`: it is a method of an annotated impl block, which may exempt it).
-fn check_signature(sig: &Signature, what: &str, in_block: bool) -> syn::Result<()> {
-    if let Some(token) = &sig.constness {
-        return Err(syn::Error::new(
-            token.span,
-            format!("{what} cannot be used on a `const fn`: a rate limit is decided at run time"),
-        ));
-    }
-    if sig.asyncness.is_none() && future::returns_future(&sig.output) {
-        return Err(future::not_async(sig, what, in_block));
-    }
-    if let ReturnType::Default = sig.output {
-        return Err(syn::Error::new(
-            sig.paren_token.span.close(),
-            format!(
-                "{what} needs the fn to return `Result<_, E>` where `E: From<ratelimit::Error>`, \
-                 so that a refused call can say so: add `-> Result<(), ratelimit::Error>`"
-            ),
-        ));
-    }
-    Ok(())
-}
-
-/// Whether a sync method's return type is written as a `Result` (`Result<..>`,
-/// `io::Result<..>`, ...): in an annotated impl block those are limited; other sync methods
-/// (constructors, getters) cannot carry a refusal and are left alone.
-fn returns_result(output: &ReturnType) -> bool {
-    let ReturnType::Type(_, ty) = output else {
-        return false;
-    };
-    match &**ty {
-        syn::Type::Path(p) => p.path.segments.last().is_some_and(|s| s.ident == "Result"),
-        _ => false,
-    }
-}
+use crate::signature;
 
 fn strategy_tokens(strategy: Strategy, krate: &TokenStream) -> syn::Result<TokenStream> {
     let variant = match strategy {
@@ -248,7 +215,7 @@ fn limit(
 /// original body. Several limits (stacked attributes) are decided as one: the call passes,
 /// and spends from each, only if every one admits it.
 fn body(all: &[Args], place: &Place, sig: &Signature, block: &Block) -> syn::Result<Block> {
-    let all = &one_limiter(all)?;
+    let all = &attr::one_limiter(all)?;
     let k = all[0].krate();
     let function = place.function(&sig.ident);
     let limits = all
@@ -311,39 +278,6 @@ fn body(all: &[Args], place: &Place, sig: &Signature, block: &Block) -> syn::Res
     })
 }
 
-/// A fn's limits are decided as one, by one limiter: the `limiter` any of them names (the
-/// others may repeat it or leave it out), else the application's. Two different paths are an
-/// error on the second.
-fn one_limiter(all: &[Args]) -> syn::Result<Vec<Args>> {
-    let mut named: Option<&syn::Path> = None;
-    for path in all.iter().filter_map(|a| a.limiter.as_ref()) {
-        match named {
-            None => named = Some(path),
-            Some(first)
-                if first.to_token_stream().to_string() == path.to_token_stream().to_string() => {}
-            Some(first) => {
-                return Err(syn::Error::new_spanned(
-                    path,
-                    format!(
-                        "the limits of one fn are decided as one, by one limiter: this one names \
-                         `{}` and another `{}` (write the same path, or leave it out)",
-                        path.to_token_stream(),
-                        first.to_token_stream(),
-                    ),
-                ))
-            }
-        }
-    }
-    Ok(all
-        .iter()
-        .cloned()
-        .map(|mut a| {
-            a.limiter = named.cloned();
-            a
-        })
-        .collect())
-}
-
 /// The limits stacked below the one being expanded (`#[rate_limit]` / `#[throttle]`
 /// attributes further down the fn), parsed, in attribute order; the attributes are removed.
 /// A `#[skip_throttle]` beside a limit is an error.
@@ -371,7 +305,7 @@ fn stacked(attrs: &mut Vec<Attribute>, what: &str, errors: &mut Errors) -> Vec<A
 pub(crate) fn function(args: syn::Result<Args>, mut item: ItemFn, what: &str) -> TokenStream {
     let mut errors = Errors::default();
     let args = args.map_err(|e| errors.push(e)).ok();
-    if let Err(e) = check_signature(&item.sig, what, false) {
+    if let Err(e) = signature::check(&item.sig, what, false) {
         errors.push(e);
     }
     let more = stacked(&mut item.attrs, what, &mut errors);
@@ -436,7 +370,7 @@ pub(crate) fn impl_block(args: syn::Result<Args>, mut item: ItemImpl, what: &str
                     Kind::Throttle => "`#[throttle]`",
                     _ => "`#[rate_limit]`",
                 };
-                if let Err(e) = check_signature(&method.sig, own_what, true) {
+                if let Err(e) = signature::check(&method.sig, own_what, true) {
                     errors.push(e);
                     continue;
                 }
@@ -468,12 +402,12 @@ pub(crate) fn impl_block(args: syn::Result<Args>, mut item: ItemImpl, what: &str
                 // future is async in all but name: skipping it would leave it unlimited, so
                 // `check_signature` refuses it.
                 if method.sig.asyncness.is_none()
-                    && !returns_result(&method.sig.output)
+                    && !signature::returns_result(&method.sig.output)
                     && !future::returns_future(&method.sig.output)
                 {
                     continue;
                 }
-                if let Err(e) = check_signature(&method.sig, what, true) {
+                if let Err(e) = signature::check(&method.sig, what, true) {
                     errors.push(e);
                     continue;
                 }

@@ -10,6 +10,7 @@ mod expand;
 mod future;
 mod manifest;
 mod path;
+mod signature;
 
 /// Rate-limits a fn (`async`, or sync returning a `Result`), a method, or the methods of an
 /// `impl` block.
