@@ -1,11 +1,10 @@
 //! The process-wide registry: `Module::init` / shutdown, refusals without a module, the
 //! declaration checks, and per-method stats.
 //!
-//! These tests install the one global module, so they take `GLOBAL` to run one at a time (and
+//! These tests install the one global module, so they take `serial()` to run one at a time (and
 //! drive their futures with `block_on` inside it rather than holding a lock across `.await`).
 
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Mutex;
 
 use futures::executor::block_on;
 
@@ -13,13 +12,7 @@ use ratelimit::{
     rate_limit, throttle, Error, ManualClock, Module, ModuleBuilder, ProblemKind, Tier,
 };
 
-static GLOBAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    GLOBAL
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
+use ratelimit_tests::serial;
 
 fn config() -> ModuleBuilder {
     Module::builder()

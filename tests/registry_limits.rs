@@ -2,6 +2,8 @@
 //! against the store it will run on: a fn limit the Redis store cannot count, and a fn limit
 //! that only its tier makes unenforceable, are start-up errors, not refused calls later.
 
+use ratelimit_tests::problems;
+
 use ratelimit::{
     rate_limit, Config, Error, Module, ProblemKind, QuotaError, RedisOptions, StoreConfig, Tier,
 };
@@ -19,16 +21,6 @@ async fn firehose() -> Result<(), Error> {
 #[rate_limit(limit = 4000000000, tier = "bursty")]
 async fn bursty() -> Result<(), Error> {
     Ok(())
-}
-
-fn problems(err: &Error) -> Vec<(&'static str, ProblemKind)> {
-    let Error::Declarations(e) = err else {
-        panic!("{err}")
-    };
-    e.problems
-        .iter()
-        .map(|p| (p.function, p.kind.clone()))
-        .collect()
 }
 
 #[test]

@@ -19,6 +19,27 @@ pub fn clock() -> ManualClock {
     ManualClock::new(START)
 }
 
+/// Runs the tests of one binary that install a process-wide module or limiter one at a time:
+/// hold the guard for the whole test (and drive futures with `block_on` inside it rather than
+/// holding it across `.await`).
+pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static GLOBAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    GLOBAL
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The `(fn, problem)` pairs of an `Error::Declarations`; panics on any other error.
+pub fn problems(err: &ratelimit::Error) -> Vec<(&'static str, ratelimit::ProblemKind)> {
+    let ratelimit::Error::Declarations(e) = err else {
+        panic!("not a declarations error: {err}")
+    };
+    e.problems
+        .iter()
+        .map(|p| (p.function, p.kind.clone()))
+        .collect()
+}
+
 /// A service over `config` driven by a fresh manual clock at [`START`].
 pub fn service(config: Config) -> (RateLimitService, ManualClock) {
     let clock = clock();

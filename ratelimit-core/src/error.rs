@@ -73,9 +73,21 @@ pub enum Error {
         /// The configured timeout.
         after: Duration,
     },
-    /// A rate-limited function was called while no module is initialised.
-    #[error("rate limiter not initialised: `{function}` is rate-limited, but no `Module` is running (call `Module::init` at start-up)")]
+    /// A rate-limited function was called while the limiter that decides it is not running:
+    /// the application's `Module` for most fns, a library's own `Limiter` for fns that name
+    /// one (`limiter = ...`).
+    #[error("rate limiter not initialised: `{function}` is rate-limited, but its limiter is not running (call `Module::init` at start-up; for a fn of a library with a `Limiter` of its own, the library builds it)")]
     NotInitialized {
+        /// The function that was called.
+        function: &'static str,
+    },
+    /// A sync (not `async`) rate-limited fn was called on a service whose store must be waited
+    /// for (Redis, or any store given to `with_store`): only the memory store decides without
+    /// waiting, and the call is refused rather than blocked on. `init` reports such a fn
+    /// ([`ProblemKind::SyncOnWaitingStore`]), so this is seen only by a service set up without
+    /// that check.
+    #[error("`{function}` is a sync fn, but its rate limiter's store must be waited for (only the memory store decides without waiting): call refused")]
+    SyncOnWaitingStore {
         /// The function that was called.
         function: &'static str,
     },
@@ -252,6 +264,10 @@ pub enum ProblemKind {
         /// The other fn's line.
         other_line: u32,
     },
+    /// The fn is sync (not `async`) and the store must be waited for (Redis, or any store
+    /// given to `with_store`): it could not be decided without blocking, so it is never run
+    /// there. Make it an `async fn`, or limit it with the memory store.
+    SyncOnWaitingStore,
 }
 
 impl fmt::Display for ProblemKind {
@@ -295,6 +311,10 @@ impl fmt::Display for ProblemKind {
                 "has the same default budget name {budget:?} as the fn at {other_file}:{other_line}: \
                  give one of them `name = \"...\"`, or annotate their impl blocks so the name \
                  includes the type"
+            ),
+            ProblemKind::SyncOnWaitingStore => f.write_str(
+                "is a sync fn, and this store must be waited for: only the memory store decides \
+                 without waiting (make the fn `async`, or use the memory store)",
             ),
         }
     }

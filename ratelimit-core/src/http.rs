@@ -160,6 +160,7 @@ impl Error {
             Error::Store { .. } => "STORE_FAILED",
             Error::Timeout { .. } => "STORE_TIMEOUT",
             Error::NotInitialized { .. } => "NOT_INITIALIZED",
+            Error::SyncOnWaitingStore { .. } => "SYNC_ON_WAITING_STORE",
             Error::AlreadyInitialized => "ALREADY_INITIALIZED",
             Error::UnexpectedState { .. } => "UNEXPECTED_STATE",
             Error::ClockOutOfRange { .. } => "CLOCK_OUT_OF_RANGE",

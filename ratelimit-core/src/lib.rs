@@ -30,7 +30,7 @@ pub use error::{ConfigError, DeclarationErrors, DeclarationProblem, Error, Excee
 pub use key::MAX_KEY_LEN;
 pub use quota::{Overrides, Quota, QuotaError, MAX_CAPACITY};
 pub use registry::{
-    check_declarations, declarations, Declaration, Module, ModuleBuilder, Spec, TierSpec,
+    check_declarations, declarations, Declaration, Limiter, Module, ModuleBuilder, Spec, TierSpec,
 };
 pub use service::{Options, RateLimitService};
 pub use stats::{Counts, Stats};
@@ -43,5 +43,7 @@ pub use syntax::{format_window, parse_window, ParseError, Rate, Strategy, MAX_WI
 /// Support for the code the attribute macros generate. Not public API.
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::registry::{acquire, acquire_all, key, refuse, Refusal, Registered};
+    pub use crate::registry::{
+        acquire, acquire_all, acquire_all_now, acquire_now, key, refuse, Refusal, Registered,
+    };
 }

@@ -76,6 +76,25 @@ impl TestModule {
         self.service.stats()
     }
 
+    /// Runs `f` on this thread with this module as the one the application's annotated fns
+    /// use: the scope of sync fns, which have no future to wrap. Threads spawned by `f` do not
+    /// inherit it (call `run` in each).
+    ///
+    /// ```
+    /// use ratelimit_core::testing::TestModule;
+    /// use ratelimit_core::Module;
+    ///
+    /// let module = TestModule::new(Module::builder().default_limit(2).default_window("1m"))?;
+    /// let seen = module.run(|| ratelimit_core::Module::current_service().is_some());
+    /// assert!(seen);
+    /// assert!(ratelimit_core::Module::current_service().is_none());
+    /// # Ok::<(), ratelimit_core::Error>(())
+    /// ```
+    pub fn run<R>(&self, f: impl FnOnce() -> R) -> R {
+        let _restore = Restore(replace_scoped(Some(self.service.clone())));
+        f()
+    }
+
     /// Runs `future` with this module as the one annotated fns use.
     pub fn scope<F: Future>(&self, future: F) -> Scoped<F> {
         Scoped {

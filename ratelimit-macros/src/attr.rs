@@ -18,7 +18,7 @@ use ratelimit_syntax::{parse_window, Rate, Strategy};
 
 /// The arguments `#[rate_limit]` accepts, in the order the error message lists them.
 pub(crate) const VALID: &str =
-    "`limit`, `window`, `key`, `tier`, `strategy`, `burst`, `cost`, `name`, `crate`";
+    "`limit`, `window`, `key`, `tier`, `strategy`, `burst`, `cost`, `name`, `limiter`, `crate`";
 
 /// How the tier is chosen.
 #[derive(Clone)]
@@ -46,6 +46,8 @@ pub(crate) struct Args {
     pub(crate) burst: Option<u64>,
     pub(crate) cost: Cost,
     pub(crate) name: Option<LitStr>,
+    /// `limiter = path::TO_STATIC`: a library's own `Limiter` decides the fn.
+    pub(crate) limiter: Option<syn::Path>,
     pub(crate) krate: Option<syn::Path>,
 }
 
@@ -60,6 +62,7 @@ impl Default for Args {
             burst: None,
             cost: Cost::Fixed(1),
             name: None,
+            limiter: None,
             krate: None,
         }
     }
@@ -190,6 +193,23 @@ fn budget_name(lit: &LitStr) -> syn::Result<()> {
     Ok(())
 }
 
+/// `limiter = path`: the path of a `static` (its type is checked where the expansion takes
+/// its address, spanned on the path).
+fn limiter(value: Expr) -> syn::Result<syn::Path> {
+    match value {
+        Expr::Path(syn::ExprPath {
+            qself: None,
+            path,
+            attrs,
+        }) if attrs.is_empty() => Ok(path),
+        other => Err(syn::Error::new_spanned(
+            other,
+            "`limiter` takes the path of a `static` `ratelimit::Limiter`, like \
+             `limiter = crate::LIMITS`",
+        )),
+    }
+}
+
 impl Args {
     /// Applies one `name = value` pair, rejecting unknown names and duplicates.
     fn apply(&mut self, pair: Pair, seen: &mut Vec<String>) -> syn::Result<()> {
@@ -240,6 +260,7 @@ impl Args {
                 budget_name(&lit)?;
                 self.name = Some(lit);
             }
+            "limiter" => self.limiter = Some(limiter(value)?),
             "crate" => {
                 let lit = string(&value, "crate", "\"ratelimit\"")?;
                 self.krate = Some(lit.parse().map_err(|_| {
@@ -349,6 +370,39 @@ impl Args {
             None => quote::quote!(::ratelimit),
         }
     }
+}
+
+/// A fn's limits are decided as one, by one limiter: the `limiter` any of them names (the
+/// others may repeat it or leave it out), else the application's. Two different paths are an
+/// error on the second.
+pub(crate) fn one_limiter(all: &[Args]) -> syn::Result<Vec<Args>> {
+    let mut named: Option<&syn::Path> = None;
+    for path in all.iter().filter_map(|a| a.limiter.as_ref()) {
+        match named {
+            None => named = Some(path),
+            Some(first)
+                if first.to_token_stream().to_string() == path.to_token_stream().to_string() => {}
+            Some(first) => {
+                return Err(syn::Error::new_spanned(
+                    path,
+                    format!(
+                        "the limits of one fn are decided as one, by one limiter: this one names \
+                         `{}` and another `{}` (write the same path, or leave it out)",
+                        path.to_token_stream(),
+                        first.to_token_stream(),
+                    ),
+                ))
+            }
+        }
+    }
+    Ok(all
+        .iter()
+        .cloned()
+        .map(|mut a| {
+            a.limiter = named.cloned();
+            a
+        })
+        .collect())
 }
 
 /// Which of our attributes an attribute is, if any (by its last path segment, so

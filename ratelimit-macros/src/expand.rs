@@ -35,6 +35,10 @@
 //!
 //! (`Payments` when the attribute is on `impl Payments`; see [`crate::path`] for every case.)
 //!
+//! A sync fn calls `acquire_now` (no `.await`: decided at once) and its declaration says
+//! `.with_sync()`; `limiter = PATH` adds `.with_limiter(&PATH)`, so a library's fn is decided
+//! and checked by the library's limiter.
+//!
 //! The signature is re-emitted untouched and the body stays inside the same fn, so `self`,
 //! `Self`, generics, where-clauses and lifetimes keep working. The key, tier and cost
 //! expressions are evaluated (by reference) before the body, which may move the arguments.
@@ -51,35 +55,7 @@ use crate::attr::{self, Args, Cost, Errors, Kind, Tier};
 use crate::future;
 use crate::manifest;
 use crate::path::Place;
-
-/// Checks that `sig` can be rate limited: an async, non-const fn returning something.
-fn check_signature(sig: &Signature, what: &str) -> syn::Result<()> {
-    if let Some(token) = &sig.constness {
-        return Err(syn::Error::new(
-            token.span,
-            format!("{what} cannot be used on a `const fn`: a rate limit is decided at run time"),
-        ));
-    }
-    if sig.asyncness.is_none() {
-        return Err(syn::Error::new(
-            sig.fn_token.span,
-            format!(
-                "{what} only applies to `async fn`s: the limiter may have to wait for its store\n\
-                 (with `#[async_trait]`, put the attribute on the impl block, above `#[async_trait]`)"
-            ),
-        ));
-    }
-    if let ReturnType::Default = sig.output {
-        return Err(syn::Error::new(
-            sig.paren_token.span.close(),
-            format!(
-                "{what} needs the fn to return `Result<_, E>` where `E: From<ratelimit::Error>`, \
-                 so that a refused call can say so: add `-> Result<(), ratelimit::Error>`"
-            ),
-        ));
-    }
-    Ok(())
-}
+use crate::signature;
 
 fn strategy_tokens(strategy: Strategy, krate: &TokenStream) -> syn::Result<TokenStream> {
     let variant = match strategy {
@@ -171,6 +147,17 @@ fn limit(
     let location = sig.ident.span();
     let file = quote_spanned!(location=> ::core::file!());
     let line = quote_spanned!(location=> ::core::line!());
+    // The declaration takes the limiter's address, so a path to anything but a `static`
+    // `Limiter` is a type error spanned on the path.
+    let mut declaration = quote!(#k::__private::Declaration::new(
+        #function, #name, #file, #line, #spec,
+    ));
+    if let Some(path) = &args.limiter {
+        declaration = quote_spanned!(path.span()=> #declaration.with_limiter(&#path));
+    }
+    if sig.asyncness.is_none() {
+        declaration = quote!(#declaration.with_sync());
+    }
     let (key_var, tier_value, tier_var, cost_var) =
         (var("key"), var("tier_value"), var("tier"), var("cost"));
     let key = match &args.key {
@@ -209,9 +196,7 @@ fn limit(
         // style lints) have nothing to say about the generated items.
         items: quote! {
             #[allow(unused_qualifications, clippy::all, clippy::pedantic, clippy::nursery)]
-            static #decl: #k::__private::Declaration = #k::__private::Declaration::new(
-                #function, #name, #file, #line, #spec,
-            );
+            static #decl: #k::__private::Declaration = #declaration;
             #[allow(unused_qualifications, clippy::all, clippy::pedantic, clippy::nursery)]
             const _: () = {
                 #k::__private::inventory::submit! {
@@ -230,6 +215,7 @@ fn limit(
 /// original body. Several limits (stacked attributes) are decided as one: the call passes,
 /// and spends from each, only if every one admits it.
 fn body(all: &[Args], place: &Place, sig: &Signature, block: &Block) -> syn::Result<Block> {
+    let all = &attr::one_limiter(all)?;
     let k = all[0].krate();
     let function = place.function(&sig.ident);
     let limits = all
@@ -239,14 +225,23 @@ fn body(all: &[Args], place: &Place, sig: &Signature, block: &Block) -> syn::Res
         .collect::<syn::Result<Vec<Limit>>>()?;
     let items = limits.iter().map(|l| &l.items);
     let setup = limits.iter().map(|l| &l.setup);
-    let check = match limits.as_slice() {
-        [one] => {
+    // A sync fn is decided at once (the memory store; any other store refuses it).
+    let check = match (limits.as_slice(), sig.asyncness.is_some()) {
+        ([one], true) => {
             let (call, k) = (&one.call, &k);
             quote!(#k::__private::acquire(#call).await)
         }
-        many => {
+        ([one], false) => {
+            let (call, k) = (&one.call, &k);
+            quote!(#k::__private::acquire_now(#call))
+        }
+        (many, true) => {
             let calls = many.iter().map(|l| &l.call);
             quote!(#k::__private::acquire_all(&[#((#calls)),*]).await)
+        }
+        (many, false) => {
+            let calls = many.iter().map(|l| &l.call);
+            quote!(#k::__private::acquire_all_now(&[#((#calls)),*]))
         }
     };
     let error_var = syn::Ident::new("__ratelimit_error", Span::mixed_site());
@@ -310,7 +305,7 @@ fn stacked(attrs: &mut Vec<Attribute>, what: &str, errors: &mut Errors) -> Vec<A
 pub(crate) fn function(args: syn::Result<Args>, mut item: ItemFn, what: &str) -> TokenStream {
     let mut errors = Errors::default();
     let args = args.map_err(|e| errors.push(e)).ok();
-    if let Err(e) = check_signature(&item.sig, what) {
+    if let Err(e) = signature::check(&item.sig, what, false) {
         errors.push(e);
     }
     let more = stacked(&mut item.attrs, what, &mut errors);
@@ -375,7 +370,7 @@ pub(crate) fn impl_block(args: syn::Result<Args>, mut item: ItemImpl, what: &str
                     Kind::Throttle => "`#[throttle]`",
                     _ => "`#[rate_limit]`",
                 };
-                if let Err(e) = check_signature(&method.sig, own_what) {
+                if let Err(e) = signature::check(&method.sig, own_what, true) {
                     errors.push(e);
                     continue;
                 }
@@ -383,8 +378,13 @@ pub(crate) fn impl_block(args: syn::Result<Args>, mut item: ItemImpl, what: &str
                 for (kind, a) in &own {
                     match attr::parse_attr(a, *kind) {
                         Ok(mut limit) => {
+                            // The block's crate path and limiter hold for its methods' own
+                            // limits: a library's method keeps to the library's limiter.
                             if limit.krate.is_none() {
                                 limit.krate = args.as_ref().and_then(|a| a.krate.clone());
+                            }
+                            if limit.limiter.is_none() {
+                                limit.limiter = args.as_ref().and_then(|a| a.limiter.clone());
                             }
                             parsed.push(limit);
                         }
@@ -397,15 +397,17 @@ pub(crate) fn impl_block(args: syn::Result<Args>, mut item: ItemImpl, what: &str
                 parsed
             }
             ([], None) => {
-                if method.sig.asyncness.is_none() {
-                    // A sync fn is left alone, but one that hands back a future is async in all
-                    // but name: skipping it would leave it unlimited.
-                    if future::returns_future(&method.sig.output) {
-                        errors.push(future::not_async(&method.sig, what));
-                    }
+                // A sync method is limited when it returns a `Result` (decided at once);
+                // others (constructors, getters) are left alone, but one that hands back a
+                // future is async in all but name: skipping it would leave it unlimited, so
+                // `check_signature` refuses it.
+                if method.sig.asyncness.is_none()
+                    && !signature::returns_result(&method.sig.output)
+                    && !future::returns_future(&method.sig.output)
+                {
                     continue;
                 }
-                if let Err(e) = check_signature(&method.sig, what) {
+                if let Err(e) = signature::check(&method.sig, what, true) {
                     errors.push(e);
                     continue;
                 }
@@ -465,7 +467,7 @@ pub(crate) fn entry(args: syn::Result<Args>, item: TokenStream, what: &str) -> T
             let mut errors = Errors::default();
             errors.push(syn::Error::new(
                 span,
-                format!("{what} applies to an `async fn` (free or a method, with a body) or to an `impl` block"),
+                format!("{what} applies to a fn (`async`, or sync returning a `Result`; free or a method, with a body) or to an `impl` block"),
             ));
             with_errors(item, errors)
         }

@@ -18,16 +18,21 @@ pub(crate) fn returns_future(output: &ReturnType) -> bool {
     }
 }
 
-/// The error for a non-`async` method of an annotated impl block that returns a future,
-/// spanned on its return type, naming the three ways out.
-pub(crate) fn not_async(sig: &Signature, what: &str) -> syn::Error {
+/// The error for a non-`async` fn that returns a future, spanned on its return type, naming
+/// the ways out (`in_block`: a method of an annotated impl block, which `#[skip_throttle]`
+/// may exempt).
+pub(crate) fn not_async(sig: &Signature, what: &str, in_block: bool) -> syn::Error {
+    let skip = if in_block {
+        ";\n= help: or mark it `#[skip_throttle]` to exempt it from the limit"
+    } else {
+        ""
+    };
     let message = format!(
         "{what} cannot limit `{name}`: it returns a future without being an `async fn` (as \
          `#[async_trait]` leaves every method when it runs first), so its calls would run \
          unlimited\n\
          = help: make it an `async fn`;\n\
-         = help: or put {what} above `#[async_trait]`, so that it sees the `async fn`s;\n\
-         = help: or mark it `#[skip_throttle]` to exempt it from the limit",
+         = help: or put {what} above `#[async_trait]`, so that it sees the `async fn`s{skip}",
         name = sig.ident,
     );
     match &sig.output {

@@ -10,8 +10,10 @@ mod expand;
 mod future;
 mod manifest;
 mod path;
+mod signature;
 
-/// Rate-limits an async fn, a method, or every async method of an `impl` block.
+/// Rate-limits a fn (`async`, or sync returning a `Result`), a method, or the methods of an
+/// `impl` block.
 ///
 /// Each call first asks the running [`Module`] for a decision; a refused call returns
 /// `Err(ratelimit::Error)` through the fn's own `Result<T, E>` (so `E: From<ratelimit::Error>`)
@@ -32,6 +34,7 @@ mod path;
 /// | `burst` | integer | extra calls on top of the limit |
 /// | `cost` | `u64` expression | what a call spends (default 1) |
 /// | `name` | `"budget"` | the budget's name (default: the fn's path, see [Budget names](#budget-names)); fns sharing a name share a budget |
+/// | `limiter` | path of a `static` `ratelimit::Limiter` | a library's own limiter decides the fn (see [Libraries](#libraries-own-their-limits)); default: the application's `Module` |
 /// | `crate` | `"path"` | where the `ratelimit` crate is, if renamed (see [Renamed crate](#renamed-crate)) |
 ///
 /// With no arguments, the fn is limited by the module's default tier, else its default limit
@@ -104,12 +107,75 @@ mod path;
 /// # }).unwrap();
 /// ```
 ///
+/// # Sync fns
+///
+/// On a plain `fn` returning a `Result`, the call is decided at once by the memory store,
+/// without an executor (for CLI tools and sync services): the same limits, budgets and
+/// statistics as an `async fn`. A store that must be waited for (Redis, or any store given to
+/// `RateLimitService::with_store`) cannot decide without blocking, so `Module::init` fails
+/// naming each sync fn (`ProblemKind::SyncOnWaitingStore`) — never a hidden `block_on`, never
+/// a pass — and a call that reaches such a store anyway is refused with
+/// `Error::SyncOnWaitingStore`.
+///
+/// ```
+/// use ratelimit::{throttle, Error, Module};
+///
+/// #[throttle(2, "minute")]
+/// fn convert(path: &str) -> Result<usize, Error> {
+///     Ok(path.len())
+/// }
+///
+/// let _module = Module::builder().init()?;
+/// assert_eq!(convert("a.png")?, 5);
+/// convert("b.png")?;
+/// assert!(matches!(convert("c.png"), Err(Error::Exceeded(_))));
+/// # Ok::<(), Error>(())
+/// ```
+///
+/// In tests, `TestModule::run` is the scope of sync fns (`scope` wraps futures).
+///
+/// # Libraries own their limits
+///
+/// A library that limits its own fns names a [`Limiter`] of its own with `limiter = path`,
+/// builds it with its own configuration (tiers, default limit, store), and its fns are
+/// checked when it is built. The application's `Module::init` neither decides, checks nor
+/// requires them: an application with no tier `pro` links a library whose fns say
+/// `tier = "pro"`. Until the library builds its limiter (and after its handle is dropped),
+/// its fns are refused with `Error::NotInitialized`, naming the fn and so its crate.
+///
+/// ```
+/// use ratelimit::{rate_limit, Error, Limiter, Module, Tier};
+///
+/// /// The library's limiter.
+/// pub static LIMITS: Limiter = Limiter::new();
+///
+/// #[rate_limit(tier = "pro", key = user, limiter = LIMITS)]
+/// pub async fn fetch(user: u32) -> Result<u32, Error> {
+///     Ok(user)
+/// }
+///
+/// # futures::executor::block_on(async {
+/// let _app = Module::builder().init()?; // the app knows no tier `pro`
+/// assert!(matches!(fetch(1).await, Err(Error::NotInitialized { .. })));
+/// let _library = LIMITS.init(Module::builder().tier(Tier::new("pro", 1).window("1m")))?;
+/// assert_eq!(fetch(1).await?, 1);
+/// assert!(fetch(1).await.is_err());
+/// # Ok::<(), Error>(())
+/// # }).unwrap();
+/// ```
+///
+/// One fn's stacked limits are decided by one limiter: its attributes name the same path or
+/// leave it out. On an `impl` block, the block's `limiter` holds for its methods' own
+/// attributes too, unless they name one.
+///
 /// # On an `impl` block
 ///
-/// Every `async fn` of the block gets the limit; a method's own `#[rate_limit]` or
-/// `#[throttle]` replaces it, and [`#[skip_throttle]`](macro@skip_throttle) exempts a method.
-/// Plain sync methods (that return no future) are left alone. A method that is not `async`
-/// but returns a future (its return type names `Future`, `BoxFuture` or `LocalBoxFuture`:
+/// Every `async fn` of the block gets the limit, and so does every sync method whose return
+/// type is written as a `Result` (`Result<..>`, `io::Result<..>`, ...); a method's own
+/// `#[rate_limit]` or `#[throttle]` replaces it, and [`#[skip_throttle]`](macro@skip_throttle)
+/// exempts a method. Other sync methods (constructors, getters: they could not carry a
+/// refusal) are left alone, and so is a sync method returning a `Result` through an alias of
+/// another name: annotate it itself. A method that is not `async` but returns a future (its return type names `Future`, `BoxFuture` or `LocalBoxFuture`:
 /// `impl Future<Output = ..>`, `Pin<Box<dyn Future<..>>>`, ...) is a compile error rather
 /// than silently unlimited: make it an `async fn`, or exempt it with `#[skip_throttle]`. This
 /// also works for impls of traits with native `async fn`.
@@ -178,8 +244,10 @@ mod path;
 ///
 /// # Compile errors
 ///
-/// A non-async or `const` fn, an unknown or duplicate argument, a bad window, a negative or
-/// non-integer limit, an unknown strategy, or a return type that cannot carry the refusal
+/// A `const` fn, a sync fn that returns a future, an unknown or duplicate argument, a
+/// `limiter` that is not the path of a `static` `Limiter` (or two on one fn), a bad window, a
+/// negative or non-integer limit, an unknown strategy, or a return type that cannot carry the
+/// refusal
 /// (anything but `Result<_, E>` with `E: From<ratelimit::Error>`) is a compile error on the
 /// offending token. So is, in an annotated `impl` block, a method that returns a future
 /// without being `async` (see [On an `impl` block](#on-an-impl-block)), and a renamed crate
@@ -187,6 +255,7 @@ mod path;
 /// the rest of the crate (and an IDE) keeps working.
 ///
 /// [`Module`]: https://docs.rs/ratelimit/latest/ratelimit/struct.Module.html
+/// [`Limiter`]: https://docs.rs/ratelimit/latest/ratelimit/struct.Limiter.html
 #[proc_macro_attribute]
 pub fn rate_limit(args: TokenStream, item: TokenStream) -> TokenStream {
     expand::entry(

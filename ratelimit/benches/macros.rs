@@ -1,5 +1,6 @@
 //! What `#[rate_limit]` costs: an annotated fn vs the same body calling the service directly
-//! vs the plain fn, on the memory store, with one key and with 100k keys.
+//! vs the plain fn, on the memory store, with one key and with 100k keys; and, with one key, a
+//! sync annotated fn (no future) and an async one on a library's own `Limiter`.
 //!
 //! `cargo bench -p ratelimit --bench macros -- --warm-up-time 1 --measurement-time 3`
 //! (figures and discussion: `BENCHMARKS.md`, section "Macros").
@@ -13,7 +14,7 @@ use std::time::Instant;
 
 use criterion::{criterion_group, Criterion};
 use futures::FutureExt;
-use ratelimit::{rate_limit, Error, Module, Options, RateLimitService, Strategy};
+use ratelimit::{rate_limit, Error, Limiter, Module, Options, RateLimitService, Strategy};
 
 const KEYS: u64 = 100_000;
 /// Far above anything a benchmark can spend in an hour: never refuses.
@@ -71,6 +72,31 @@ async fn annotated_keyed(user: u64) -> Result<u64, Error> {
     body(user)
 }
 
+#[rate_limit(
+    limit = 4_000_000_000,
+    window = "1h",
+    strategy = "token-bucket",
+    name = "bench-one-s"
+)]
+fn annotated_sync(user: u64) -> Result<u64, Error> {
+    body(user)
+}
+
+/// A library's own limiter: its fns find their service through it rather than through the
+/// application's module.
+static LIBRARY: Limiter = Limiter::new();
+
+#[rate_limit(
+    limit = 4_000_000_000,
+    window = "1h",
+    strategy = "token-bucket",
+    name = "bench-one-l",
+    limiter = LIBRARY
+)]
+async fn annotated_limiter(user: u64) -> Result<u64, Error> {
+    body(user)
+}
+
 fn ready<T>(f: impl std::future::Future<Output = T>) -> T {
     f.now_or_never().expect("the memory store answers at once")
 }
@@ -78,6 +104,7 @@ fn ready<T>(f: impl std::future::Future<Output = T>) -> T {
 fn macros(c: &mut Criterion) {
     let module = Module::builder().init().expect("module");
     let service = module.service().clone();
+    let library = LIBRARY.init(Module::builder()).expect("library limiter");
 
     let mut one = c.benchmark_group("macros/one_key");
     one.bench_function("plain", |b| b.iter(|| ready(plain(1)).unwrap()));
@@ -85,7 +112,12 @@ fn macros(c: &mut Criterion) {
         b.iter(|| ready(direct_one(&service, 1)).unwrap())
     });
     one.bench_function("annotated", |b| b.iter(|| ready(annotated_one(1)).unwrap()));
+    one.bench_function("annotated_sync", |b| b.iter(|| annotated_sync(1).unwrap()));
+    one.bench_function("annotated_limiter", |b| {
+        b.iter(|| ready(annotated_limiter(1)).unwrap())
+    });
     one.finish();
+    drop(library);
 
     // Both keyed variants run against the same table: fill it with both key sets first, so
     // neither is measured on a smaller (warmer) table than the other.
@@ -183,19 +215,24 @@ criterion_group! {
     targets = macros
 }
 
-/// `RATELIMIT_BENCH_CALLS=<direct|annotated>:<n>`: make exactly `n` one-key calls of one
+/// `RATELIMIT_BENCH_CALLS=<direct|annotated|sync|limiter>:<n>`: make exactly `n` one-key calls of one
 /// variant and exit, for counting instructions (which, unlike time, a shared machine does not
 /// disturb) under `valgrind --tool=cachegrind`: run with two values of `n` and divide the
 /// difference in instructions by the difference in calls.
 fn count_calls(spec: &str) {
-    let (variant, n) = spec.split_once(':').expect("<direct|annotated>:<n>");
+    let (variant, n) = spec
+        .split_once(':')
+        .expect("<direct|annotated|sync|limiter>:<n>");
     let n: u64 = n.parse().expect("a number of calls");
     let module = Module::builder().init().expect("module");
     let service = module.service().clone();
+    let _library = LIBRARY.init(Module::builder()).expect("library limiter");
     for user in 0..n {
         match variant {
             "direct" => ready(direct_one(&service, user)).unwrap(),
             "annotated" => ready(annotated_one(user)).unwrap(),
+            "sync" => annotated_sync(user).unwrap(),
+            "limiter" => ready(annotated_limiter(user)).unwrap(),
             other => panic!("unknown variant {other:?}"),
         };
     }

@@ -29,7 +29,10 @@
 //! [`ConfigBuilder`] option; `init` checks every annotated fn in the binary against the
 //! configuration ([`declarations`] lists them) and fails with all the problems at once.
 //! Dropping the module shuts it down; an annotated fn called with no module running is refused
-//! with [`Error::NotInitialized`], never let through.
+//! with [`Error::NotInitialized`], never let through. A sync fn (or method) returning a
+//! `Result` is decided at once on the memory store, without an executor; `init` refuses it on
+//! a store that must be waited for. A library limits its own fns with a [`Limiter`] of its
+//! own (`limiter = LIMITS`), configured and checked by the library, not by the application.
 //!
 //! ```
 //! use ratelimit::{rate_limit, Error, Module, Tier};
@@ -106,7 +109,7 @@ pub use ratelimit_core::{RedisOptions, RedisStore};
 
 pub use ratelimit_core::{
     check_declarations, declarations, testing, Declaration, DeclarationErrors, DeclarationProblem,
-    Module, ModuleBuilder, ProblemKind, Spec, TierSpec,
+    Limiter, Module, ModuleBuilder, ProblemKind, Spec, TierSpec,
 };
 pub use ratelimit_macros::{rate_limit, skip_throttle, throttle};
 
@@ -122,7 +125,9 @@ pub mod openapi;
 #[doc(hidden)]
 pub mod __private {
     pub use inventory;
-    pub use ratelimit_core::__private::{acquire, acquire_all, key, refuse, Refusal, Registered};
+    pub use ratelimit_core::__private::{
+        acquire, acquire_all, acquire_all_now, acquire_now, key, refuse, Refusal, Registered,
+    };
     pub use ratelimit_core::{Declaration, Spec, Strategy};
 }
 

@@ -11,7 +11,8 @@ use crate::service::RateLimitService;
 /// Checks `declarations` against `service`: static tiers that are not configured, fns that
 /// rely on a default limit the module does not have, limits that cannot be enforced (by any
 /// store, or by the service's), a tier chosen per call with no tier configured, budgets shared
-/// by fns that disagree on their settings, and two fns on one default budget name.
+/// by fns that disagree on their settings, two fns on one default budget name, and sync fns
+/// on a store that must be waited for.
 ///
 /// A fn passes exactly when the service would decide its calls (for a tier chosen per call:
 /// under every configured tier), so `init` fails where the running service would refuse.
@@ -30,6 +31,9 @@ pub fn check_declarations(
         })
     };
     for (i, &d) in declarations.iter().enumerate() {
+        if d.is_sync() && !service.decides_at_once() {
+            push(d, ProblemKind::SyncOnWaitingStore);
+        }
         let spec = d.spec();
         let tiers: Vec<Option<usize>> = match spec.tier() {
             TierSpec::Static(tier) => match resolve::tier_index(config, Some(tier)) {

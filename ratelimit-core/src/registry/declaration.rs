@@ -2,6 +2,8 @@
 
 use std::fmt;
 
+use super::limiter::Limiter;
+use super::runtime::APP;
 use super::spec::Spec;
 
 /// One rate-limited fn, as the attribute macros declare it: its path, budget, source location
@@ -12,6 +14,8 @@ pub struct Declaration {
     file: &'static str,
     line: u32,
     spec: Spec,
+    limiter: Option<&'static Limiter>,
+    sync: bool,
 }
 
 impl Declaration {
@@ -32,7 +36,24 @@ impl Declaration {
             file,
             line,
             spec,
+            limiter: None,
+            sync: false,
         }
+    }
+
+    /// Used by the macros: `limiter = path` (the fn is decided by a library's [`Limiter`]).
+    #[doc(hidden)]
+    pub const fn with_limiter(mut self, limiter: &'static Limiter) -> Self {
+        self.limiter = Some(limiter);
+        self
+    }
+
+    /// Used by the macros: the fn is not `async` (decided without waiting, so only on the
+    /// memory store).
+    #[doc(hidden)]
+    pub const fn with_sync(mut self) -> Self {
+        self.sync = true;
+        self
     }
 
     /// The fn's path: `crate::module::function`, `crate::module::Type::method` (in an
@@ -72,6 +93,35 @@ impl Declaration {
     pub fn spec(&self) -> &Spec {
         &self.spec
     }
+
+    /// The crate that declared the fn: the first segment of its [`function`](Self::function)
+    /// path (as `module_path!()` spells it, `-` become `_`).
+    pub fn crate_name(&self) -> &'static str {
+        match self.function.find("::") {
+            Some(end) => &self.function[..end],
+            None => self.function,
+        }
+    }
+
+    /// The library [`Limiter`] that decides the fn's calls (`limiter = ...`), or `None` for
+    /// the application's [`Module`](super::Module).
+    pub fn limiter(&self) -> Option<&'static Limiter> {
+        self.limiter
+    }
+
+    /// Whether the fn is sync (not `async`): it is decided without waiting, which only the
+    /// memory store can do.
+    pub fn is_sync(&self) -> bool {
+        self.sync
+    }
+
+    /// The limiter that decides the fn: its own, else the application's.
+    pub(super) fn owner(&self) -> &'static Limiter {
+        match self.limiter {
+            Some(limiter) => limiter,
+            None => &APP,
+        }
+    }
 }
 
 impl fmt::Debug for Declaration {
@@ -82,6 +132,8 @@ impl fmt::Debug for Declaration {
             .field("file", &self.file)
             .field("line", &self.line)
             .field("spec", &self.spec)
+            .field("own_limiter", &self.limiter.is_some())
+            .field("sync", &self.sync)
             .finish()
     }
 }
@@ -93,7 +145,9 @@ pub struct Registered(pub &'static Declaration);
 
 inventory::collect!(Registered);
 
-/// Every rate-limited fn in the binary, sorted by file and line.
+/// Every rate-limited fn in the binary, sorted by file and line: the application's and
+/// every linked library's (see [`Declaration::crate_name`] and [`Declaration::limiter`] to
+/// tell them apart; [`Limiter::declarations`] lists one limiter's).
 ///
 /// ```
 /// for d in ratelimit_core::declarations() {

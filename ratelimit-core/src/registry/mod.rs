@@ -8,13 +8,15 @@
 
 mod check;
 mod declaration;
+mod limiter;
 mod module;
 mod runtime;
 mod spec;
 
 pub use check::check_declarations;
 pub use declaration::{declarations, Declaration, Registered};
+pub use limiter::Limiter;
 pub use module::{Module, ModuleBuilder};
 pub(crate) use runtime::replace_scoped;
-pub use runtime::{acquire, acquire_all, key, refuse, Refusal};
+pub use runtime::{acquire, acquire_all, acquire_all_now, acquire_now, key, refuse, Refusal};
 pub use spec::{Spec, TierSpec};

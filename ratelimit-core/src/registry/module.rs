@@ -2,12 +2,11 @@
 //! installed at start-up once every declaration has been checked.
 
 use std::fmt;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::check::check_declarations;
-use super::declaration::declarations;
-use super::runtime::{set_current, CURRENT, NEXT_ID};
+use super::limiter::Limiter;
+use super::runtime::APP;
 use crate::clock::{Clock, SystemClock};
 use crate::config::{Config, ConfigBuilder, StoreConfig, Tier, Window};
 use crate::error::Error;
@@ -105,27 +104,48 @@ impl ModuleBuilder {
     ///
     /// Errors: [`Error::InvalidConfig`] (every bad field), [`Error::Declarations`] (every fn
     /// the configuration cannot enforce), [`Error::AlreadyInitialized`].
+    ///
+    /// Only the fns decided by the application's module are checked: a library's fns that name
+    /// a [`Limiter`] of their own are checked when that limiter is built.
     pub fn init(self) -> Result<Module, Error> {
+        self.init_on(&APP)
+    }
+
+    /// Builds, checks the fns of `limiter` and installs the service in it.
+    pub(super) fn init_on(self, limiter: &'static Limiter) -> Result<Module, Error> {
+        let config = self.config.build()?;
         let clock = self.clock.unwrap_or_else(|| Arc::new(SystemClock));
-        Module::install(self.config.build()?, clock)
+        Module::install(limiter, config, clock)
     }
 
     /// Builds and checks like [`init`](Self::init), without installing anything.
     pub(crate) fn build_checked(self) -> Result<RateLimitService, Error> {
         let clock = self.clock.unwrap_or_else(|| Arc::new(SystemClock));
-        let service = RateLimitService::with_clock(self.config.build()?, clock)?;
-        check_declarations(&service, &declarations()).map_err(Error::Declarations)?;
-        Ok(service)
+        checked(&APP, self.config.build()?, clock)
     }
 }
 
-/// The running rate-limit module: the process-wide service behind every annotated fn.
+/// A service built for `limiter`, every fn it decides checked against it.
+fn checked(
+    limiter: &'static Limiter,
+    config: Config,
+    clock: Arc<dyn Clock>,
+) -> Result<RateLimitService, Error> {
+    let service = RateLimitService::with_clock(config, clock)?;
+    check_declarations(&service, &limiter.declarations()).map_err(Error::Declarations)?;
+    Ok(service)
+}
+
+/// The running rate-limit module: the process-wide service behind the application's
+/// annotated fns (from [`Module::init`]), or behind a library's (from [`Limiter::init`]).
 ///
-/// Only one runs at a time. Dropping the handle (or [`shutdown`](Self::shutdown)) uninstalls
-/// it: annotated fns are then refused with [`Error::NotInitialized`] until the next `init`.
+/// Only one runs at a time per limiter. Dropping the handle (or [`shutdown`](Self::shutdown))
+/// uninstalls it: its annotated fns are then refused with [`Error::NotInitialized`] until the
+/// next `init`.
 #[must_use = "dropping the module shuts it down"]
 pub struct Module {
     id: u64,
+    limiter: &'static Limiter,
     service: RateLimitService,
 }
 
@@ -145,24 +165,25 @@ impl Module {
 
     /// Installs a module with `config` on the system clock; see [`ModuleBuilder::init`].
     pub fn init(config: Config) -> Result<Module, Error> {
-        Self::install(config, Arc::new(SystemClock))
+        Self::install(&APP, config, Arc::new(SystemClock))
     }
 
-    fn install(config: Config, clock: Arc<dyn Clock>) -> Result<Module, Error> {
-        let mut current = CURRENT.write();
-        if current.is_some() {
-            return Err(Error::AlreadyInitialized);
-        }
-        let service = RateLimitService::with_clock(config, clock)?;
-        check_declarations(&service, &declarations()).map_err(Error::Declarations)?;
-        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-        set_current(&mut current, Some((id, service.clone())));
-        Ok(Module { id, service })
+    fn install(
+        limiter: &'static Limiter,
+        config: Config,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Module, Error> {
+        let (id, service) = limiter.install(|| checked(limiter, config, clock))?;
+        Ok(Module {
+            id,
+            limiter,
+            service,
+        })
     }
 
-    /// Whether a module is running.
+    /// Whether the application's module is running.
     pub fn is_initialized() -> bool {
-        CURRENT.read().is_some()
+        APP.is_initialized()
     }
 
     /// The service annotated fns use at this point: the innermost
@@ -206,9 +227,6 @@ impl Module {
 
 impl Drop for Module {
     fn drop(&mut self) {
-        let mut current = CURRENT.write();
-        if current.as_ref().is_some_and(|(id, _)| *id == self.id) {
-            set_current(&mut current, None);
-        }
+        self.limiter.remove(self.id);
     }
 }

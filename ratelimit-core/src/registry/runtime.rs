@@ -4,24 +4,20 @@
 use std::cell::RefCell;
 use std::fmt;
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicU64, Ordering};
-
-use parking_lot::RwLock;
 
 use super::declaration::Declaration;
+use super::limiter::Limiter;
 use super::spec::TierSpec;
 use crate::error::Error;
 use crate::service::{Options, RateLimitService};
 
-/// The installed module: its id (so an old handle never removes a newer module) and service.
-pub(super) static CURRENT: RwLock<Option<(u64, RateLimitService)>> = RwLock::new(None);
-pub(super) static NEXT_ID: AtomicU64 = AtomicU64::new(1);
-/// Bumped (under `CURRENT`'s write lock) every time a module is installed or removed.
-static GENERATION: AtomicU64 = AtomicU64::new(0);
+/// The application's limiter: the one [`Module::init`](super::Module::init) builds, deciding
+/// every annotated fn that names no `limiter`.
+pub(super) static APP: Limiter = Limiter::new();
 
 /// What this thread knows: a [`testing`](crate::testing) scope's service, and its copy of
-/// `CURRENT`, valid while `GENERATION` has not moved. One thread-local, so the hot path makes
-/// one thread-local access and reads one shared atomic, and takes no lock.
+/// [`APP`], valid while `APP`'s generation has not moved. One thread-local, so the hot path
+/// makes one thread-local access and reads one shared atomic, and takes no lock.
 struct Local {
     scoped: Option<RateLimitService>,
     generation: u64,
@@ -34,8 +30,11 @@ thread_local! {
     };
 }
 
-/// The service annotated fns use: the innermost [`testing`](crate::testing) scope's on this
-/// task, else the running [`Module`]'s, else none.
+/// The service the application's annotated fns use: the innermost
+/// [`testing`](crate::testing) scope's on this task, else the running [`Module`]'s, else
+/// none.
+///
+/// [`Module`]: super::Module
 #[inline]
 pub(crate) fn current() -> Option<RateLimitService> {
     LOCAL.with(|local| {
@@ -43,30 +42,50 @@ pub(crate) fn current() -> Option<RateLimitService> {
         if let Some(scoped) = &local.scoped {
             return Some(scoped.clone());
         }
-        let generation = GENERATION.load(Ordering::Acquire);
+        let generation = APP.generation();
         if local.generation != generation {
             // Read under the lock: what we cache is at least as new as `generation`, so a
             // stale copy is always one whose generation no longer matches.
-            local.cached = CURRENT.read().as_ref().map(|(_, s)| s.clone());
+            local.cached = APP.service();
             local.generation = generation;
         }
         local.cached.clone()
     })
 }
 
+/// The service that decides `declaration`'s calls: its library's [`Limiter`]'s, else the
+/// application's (see [`current`]).
+#[inline]
+fn service_for(declaration: &'static Declaration) -> Result<RateLimitService, Error> {
+    let service = match declaration.limiter() {
+        None => current(),
+        Some(limiter) => limiter.service(),
+    };
+    service.ok_or(Error::NotInitialized {
+        function: declaration.function(),
+    })
+}
+
+/// The service of a fn's stacked limits: they are decided as one, by one limiter (the macros
+/// make sure they name one); a limit on another is refused, never decided by the wrong one.
+fn service_for_all(limits: &[Limit<'_>]) -> Result<RateLimitService, Error> {
+    let Some(&(first, ..)) = limits.first() else {
+        return Err(Error::NotInitialized { function: "?" });
+    };
+    if let Some(&(other, ..)) = limits
+        .iter()
+        .find(|l| !std::ptr::eq(l.0.owner(), first.owner()))
+    {
+        return Err(Error::NotInitialized {
+            function: other.function(),
+        });
+    }
+    service_for(first)
+}
+
 /// Sets this thread's testing scope, returning the previous one.
 pub(crate) fn replace_scoped(service: Option<RateLimitService>) -> Option<RateLimitService> {
     LOCAL.with(|local| std::mem::replace(&mut local.borrow_mut().scoped, service))
-}
-
-/// Replaces the installed module (under the write lock) and moves the generation on, so that
-/// every thread's cached copy is refreshed on its next call.
-pub(super) fn set_current(
-    current: &mut Option<(u64, RateLimitService)>,
-    new: Option<(u64, RateLimitService)>,
-) {
-    *current = new;
-    GENERATION.fetch_add(1, Ordering::Release);
 }
 
 /// The user key of a keyed call, as text. The budget is a part of the store key of its own
@@ -79,8 +98,11 @@ pub fn key(declaration: &'static Declaration, key: &dyn fmt::Display) -> String 
     out
 }
 
-/// The check every annotated fn runs before its body: `Ok` to proceed; `Err` is the refusal
-/// (over the limit, no module, unknown tier, store failure...).
+/// One limit of a call: the declaration, the user key, the tier chosen for this call, the cost.
+type Limit<'a> = (&'static Declaration, Option<&'a str>, Option<&'a str>, u64);
+
+/// The check every annotated async fn runs before its body: `Ok` to proceed; `Err` is the
+/// refusal (over the limit, no module, unknown tier, store failure...).
 #[doc(hidden)]
 pub async fn acquire(
     declaration: &'static Declaration,
@@ -88,11 +110,7 @@ pub async fn acquire(
     tier: Option<&str>,
     cost: u64,
 ) -> Result<(), Error> {
-    let Some(service) = current() else {
-        return Err(Error::NotInitialized {
-            function: declaration.function(),
-        });
-    };
+    let service = service_for(declaration)?;
     let options = options(declaration, tier, cost);
     service.enforce_parts(key, &options).await.map(drop)
 }
@@ -100,24 +118,60 @@ pub async fn acquire(
 /// [`acquire`] for a fn with several limits (stacked attributes): one decision, all or
 /// nothing.
 #[doc(hidden)]
-pub async fn acquire_all(
-    limits: &[(&'static Declaration, Option<&str>, Option<&str>, u64)],
+pub async fn acquire_all(limits: &[Limit<'_>]) -> Result<(), Error> {
+    let service = service_for_all(limits)?;
+    let options = all_options(limits);
+    service
+        .enforce_stacked(&all_parts(limits, &options))
+        .await
+        .map(drop)
+}
+
+/// [`acquire`] for a sync fn: decided at once by the memory store, without an executor. Any
+/// other store must be waited for, so the call is refused with [`Error::SyncOnWaitingStore`]
+/// (and `init` does not start with such a fn: see
+/// [`ProblemKind::SyncOnWaitingStore`](crate::ProblemKind::SyncOnWaitingStore)).
+#[doc(hidden)]
+pub fn acquire_now(
+    declaration: &'static Declaration,
+    key: Option<&str>,
+    tier: Option<&str>,
+    cost: u64,
 ) -> Result<(), Error> {
-    let Some(service) = current() else {
-        return Err(Error::NotInitialized {
-            function: limits.first().map_or("?", |l| l.0.function()),
-        });
-    };
-    let options: Vec<Options<'_>> = limits
+    let service = service_for(declaration)?;
+    let options = options(declaration, tier, cost);
+    service
+        .enforce_parts_now(key, &options, declaration.function())
+        .map(drop)
+}
+
+/// [`acquire_all`] for a sync fn; see [`acquire_now`].
+#[doc(hidden)]
+pub fn acquire_all_now(limits: &[Limit<'_>]) -> Result<(), Error> {
+    let service = service_for_all(limits)?;
+    let options = all_options(limits);
+    let function = limits[0].0.function();
+    service
+        .enforce_stacked_now(&all_parts(limits, &options), function)
+        .map(drop)
+}
+
+fn all_options<'a>(limits: &[Limit<'a>]) -> Vec<Options<'a>> {
+    limits
         .iter()
         .map(|&(declaration, _, tier, cost)| options(declaration, tier, cost))
-        .collect();
-    let parts: Vec<(Option<&str>, &Options<'_>)> = limits
+        .collect()
+}
+
+fn all_parts<'a, 'b>(
+    limits: &[Limit<'a>],
+    options: &'b [Options<'a>],
+) -> Vec<(Option<&'a str>, &'b Options<'a>)> {
+    limits
         .iter()
-        .zip(&options)
+        .zip(options)
         .map(|(&(_, key, _, _), options)| (key, options))
-        .collect();
-    service.enforce_stacked(&parts).await.map(drop)
+        .collect()
 }
 
 /// The options of one call of an annotated fn: its spec, the tier chosen for this call (or
@@ -156,4 +210,101 @@ impl<T, E: From<Error>> Refusal for Result<T, E> {
 #[doc(hidden)]
 pub fn refuse<R: Refusal>(error: Error) -> R {
     R::refusal(error)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::registry::Spec;
+    use crate::store::MemoryStore;
+    use crate::{Config, ManualClock};
+
+    static SYNC: Declaration =
+        Declaration::new("app::sync", None, "app.rs", 1, Spec::new().with_limit(1)).with_sync();
+    static SYNC_2: Declaration =
+        Declaration::new("app::sync#2", None, "app.rs", 1, Spec::new().with_limit(1)).with_sync();
+    static OTHER: Limiter = Limiter::new();
+    static ELSEWHERE: Declaration =
+        Declaration::new("lib::other", None, "lib.rs", 1, Spec::new().with_limit(1))
+            .with_limiter(&OTHER)
+            .with_sync();
+
+    /// Runs `f` with `service` as this thread's scope.
+    fn scoped<R>(service: RateLimitService, f: impl FnOnce() -> R) -> R {
+        let previous = replace_scoped(Some(service));
+        let result = f();
+        replace_scoped(previous);
+        result
+    }
+
+    fn service(store: Option<MemoryStore>) -> RateLimitService {
+        let clock = Arc::new(ManualClock::new(std::time::Duration::from_secs(1_000_000)));
+        match store {
+            None => RateLimitService::with_clock(Config::default(), clock),
+            Some(store) => RateLimitService::with_store(Config::default(), store, clock),
+        }
+        .unwrap()
+    }
+
+    #[test]
+    fn a_sync_fn_on_a_store_that_must_be_waited_for_is_refused() {
+        // Any store given to `with_store` is awaited (even a memory store): never blocked on.
+        let waiting = service(Some(MemoryStore::new()));
+        let limits = [(&SYNC, None, None, 1), (&SYNC_2, None, None, 1)];
+        let refusals = scoped(waiting.clone(), || {
+            [acquire_now(&SYNC, None, None, 1), acquire_all_now(&limits)]
+        });
+        for refusal in refusals {
+            assert!(
+                matches!(
+                    refusal,
+                    Err(Error::SyncOnWaitingStore {
+                        function: "app::sync"
+                    })
+                ),
+                "{refusal:?}"
+            );
+        }
+        // Counted as errors, not as admitted calls.
+        assert_eq!(waiting.stats().total.errors, 2);
+        assert_eq!(waiting.stats().total.allowed, 0);
+
+        // The service's own memory store decides at once.
+        let memory = service(None);
+        scoped(memory.clone(), || {
+            assert!(acquire_now(&SYNC, None, None, 1).is_ok());
+            assert!(matches!(
+                acquire_now(&SYNC, None, None, 1),
+                Err(Error::Exceeded(_))
+            ));
+        });
+    }
+
+    #[test]
+    fn a_library_fn_is_never_decided_by_the_applications_service() {
+        // A testing scope stands in for the application's module, never for a library's
+        // limiter: not built, the library's fn is refused. Stacked with an application fn
+        // (the macros never emit it), it is refused too, rather than decided by the
+        // application's service.
+        let limits = [(&SYNC, None, None, 1), (&ELSEWHERE, None, None, 1)];
+        let refusals = scoped(service(None), || {
+            [
+                acquire_now(&ELSEWHERE, None, None, 1),
+                acquire_all_now(&limits),
+            ]
+        });
+        for refusal in refusals {
+            assert!(
+                matches!(
+                    refusal,
+                    Err(Error::NotInitialized {
+                        function: "lib::other"
+                    })
+                ),
+                "{refusal:?}"
+            );
+        }
+    }
 }

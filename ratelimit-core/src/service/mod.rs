@@ -6,15 +6,17 @@ use std::hash::{BuildHasher, Hasher};
 
 use std::sync::Arc;
 
+mod decide;
 mod options;
 mod stacked;
 
+use decide::refuse_unless_allowed;
 pub use options::Options;
 
 use crate::clock::{Clock, SystemClock};
 use crate::config::{Config, StoreConfig};
 use crate::decision::Decision;
-use crate::error::{ConfigError, Error, Exceeded};
+use crate::error::{ConfigError, Error};
 use crate::key::{self, KeyParts};
 use crate::quota::{Overrides, Quota};
 use crate::resolve;
@@ -410,73 +412,7 @@ impl RateLimitService {
         key: Option<&str>,
         options: &Options<'_>,
     ) -> Result<Decision, Error> {
-        let decision = self.decide(key, options).await?;
-        if decision.allowed {
-            Ok(decision)
-        } else {
-            Err(Error::Exceeded(Box::new(Exceeded {
-                decision,
-                budget: options.budget.map(str::to_owned),
-            })))
-        }
-    }
-
-    async fn decide(&self, key: Option<&str>, options: &Options<'_>) -> Result<Decision, Error> {
-        let (quota, tier) = match self.resolve(options) {
-            Ok(resolved) => resolved,
-            Err(e) => {
-                if options.consume {
-                    self.count(None, options.budget, Outcome::Error);
-                }
-                return Err(e);
-            }
-        };
-        let now = self.inner.clock.now();
-        let parts = self.parts(options, tier, key);
-        let (cost, commit) = (options.cost, options.consume);
-        // The memory store answers at once: called here, not through another future, since
-        // every layer of future moves the decision once more.
-        let result = match &self.inner.backend {
-            _ if !self.inner.config.enabled() => Ok(Decision::unlimited(now)),
-            Backend::Memory(store) => Self::with_key(&parts, &quota, |k| {
-                store.decide_at(k, &quota, cost, now, commit)
-            }),
-            Backend::Dyn(store) => {
-                let mut k = String::with_capacity(64);
-                match key::compose(&mut k, &parts, &quota) {
-                    Ok(()) => store.decide(&k, &quota, cost, now, commit).await,
-                    Err(e) => Err(e),
-                }
-            }
-        };
-        let mut decision = match result {
-            Ok(d) => d,
-            Err(e) => {
-                if options.consume {
-                    self.count(tier, options.budget, Outcome::Error);
-                }
-                return Err(e);
-            }
-        };
-        decision.tier = tier.map(|i| self.inner.config.tiers()[i].name.clone());
-        if options.consume {
-            if decision.allowed {
-                self.count(tier, options.budget, Outcome::Allowed);
-            } else {
-                self.count(tier, options.budget, Outcome::Denied);
-                tracing::debug!(
-                    target: "ratelimit",
-                    budget = options.budget.unwrap_or("-"),
-                    tier = decision.tier.as_deref().unwrap_or("-"),
-                    limit = decision.limit,
-                    window_ms = decision.window.as_millis() as u64,
-                    retry_after_ms = decision.retry_after.map_or(0, |d| d.as_millis() as u64),
-                    key = %KeyDigest(key.unwrap_or("")),
-                    "rate limit exceeded",
-                );
-            }
-        }
-        Ok(decision)
+        refuse_unless_allowed(self.decide(key, options).await?, options)
     }
 
     pub(super) fn count(&self, tier: Option<usize>, budget: Option<&str>, outcome: Outcome) {

@@ -1,9 +1,11 @@
 //! Stacked limits through the service: several limits decided as one call.
 
 use super::{Backend, Options, RateLimitService};
+use crate::clock::Nanos;
 use crate::decision::Decision;
 use crate::error::{Error, Exceeded};
 use crate::key;
+use crate::quota::Quota;
 use crate::stats::Outcome;
 use crate::store::Check;
 
@@ -65,25 +67,51 @@ impl RateLimitService {
         &self,
         limits: &[(Option<&str>, &Options<'_>)],
     ) -> Result<Vec<Decision>, Error> {
-        let decisions = self.decide_stacked(limits).await?;
-        let refusal = decisions
-            .iter()
-            .zip(limits)
-            .filter(|(d, _)| !d.allowed)
-            .max_by_key(|(d, _)| d.retry_after);
-        match refusal {
-            None => Ok(decisions),
-            Some((decision, (_, options))) => Err(Error::Exceeded(Box::new(Exceeded {
-                decision: decision.clone(),
-                budget: options.budget.map(str::to_owned),
-            }))),
-        }
+        refuse_unless_all_allowed(self.decide_stacked(limits).await?, limits)
+    }
+
+    /// [`enforce_stacked`](Self::enforce_stacked) decided at once, for a sync fn: refused
+    /// with [`Error::SyncOnWaitingStore`] when the store must be waited for.
+    pub(crate) fn enforce_stacked_now(
+        &self,
+        limits: &[(Option<&str>, &Options<'_>)],
+        function: &'static str,
+    ) -> Result<Vec<Decision>, Error> {
+        let decisions = match self.prepare_stacked(limits)? {
+            Prepared::Unlimited(decisions) => decisions,
+            Prepared::Keys(resolved, keys, now) => {
+                let checks = checks(&keys, &resolved, limits);
+                let commit = commits(limits);
+                let result = match &self.inner.backend {
+                    Backend::Memory(store) => store.decide_all_at(&checks, now, commit),
+                    Backend::Dyn(_) => Err(Error::SyncOnWaitingStore { function }),
+                };
+                self.finish_stacked(limits, &resolved, result)?
+            }
+        };
+        refuse_unless_all_allowed(decisions, limits)
     }
 
     async fn decide_stacked(
         &self,
         limits: &[(Option<&str>, &Options<'_>)],
     ) -> Result<Vec<Decision>, Error> {
+        let (resolved, keys, now) = match self.prepare_stacked(limits)? {
+            Prepared::Unlimited(decisions) => return Ok(decisions),
+            Prepared::Keys(resolved, keys, now) => (resolved, keys, now),
+        };
+        let checks = checks(&keys, &resolved, limits);
+        let commit = commits(limits);
+        let result = match &self.inner.backend {
+            Backend::Memory(store) => store.decide_all_at(&checks, now, commit),
+            Backend::Dyn(store) => store.decide_all(&checks, now, commit).await,
+        };
+        self.finish_stacked(limits, &resolved, result)
+    }
+
+    /// Resolves every limit and composes its store key (or, limiting disabled, the
+    /// decisions).
+    fn prepare_stacked(&self, limits: &[(Option<&str>, &Options<'_>)]) -> Result<Prepared, Error> {
         let mut resolved = Vec::with_capacity(limits.len());
         for (_, options) in limits {
             match self.resolve(options) {
@@ -96,7 +124,9 @@ impl RateLimitService {
         }
         let now = self.inner.clock.now();
         if !self.inner.config.enabled() {
-            return Ok(limits.iter().map(|_| Decision::unlimited(now)).collect());
+            return Ok(Prepared::Unlimited(
+                limits.iter().map(|_| Decision::unlimited(now)).collect(),
+            ));
         }
         let mut keys = Vec::with_capacity(limits.len());
         for ((key, options), (quota, tier)) in limits.iter().zip(&resolved) {
@@ -104,28 +134,23 @@ impl RateLimitService {
             key::compose(&mut k, &self.parts(options, *tier, *key), quota)?;
             keys.push(k);
         }
-        let checks: Vec<Check<'_>> = keys
-            .iter()
-            .zip(&resolved)
-            .zip(limits)
-            .map(|((key, (quota, _)), (_, options))| Check {
-                key,
-                quota,
-                cost: options.cost,
-            })
-            .collect();
-        // Spends only when every limit asks to (`consume`); a look otherwise.
-        let commit = limits.iter().all(|(_, o)| o.consume);
-        let result = match &self.inner.backend {
-            Backend::Memory(store) => store.decide_all_at(&checks, now, commit),
-            Backend::Dyn(store) => store.decide_all(&checks, now, commit).await,
-        };
+        Ok(Prepared::Keys(resolved, keys, now))
+    }
+
+    /// Counts the store's answer for every limit and names their tiers.
+    fn finish_stacked(
+        &self,
+        limits: &[(Option<&str>, &Options<'_>)],
+        resolved: &[(Quota, Option<usize>)],
+        result: Result<Vec<Decision>, Error>,
+    ) -> Result<Vec<Decision>, Error> {
+        let commit = commits(limits);
         let mut decisions = match result {
             Ok(d) => d,
             Err(e) => {
                 if commit {
                     self.inner.total.record(Outcome::Error);
-                    for ((_, options), (_, tier)) in limits.iter().zip(&resolved) {
+                    for ((_, options), (_, tier)) in limits.iter().zip(resolved) {
                         self.count_scoped(*tier, options.budget, Outcome::Error);
                     }
                 }
@@ -133,7 +158,7 @@ impl RateLimitService {
             }
         };
         let admitted = decisions.iter().all(|d| d.allowed);
-        for ((decision, (_, options)), (_, tier)) in decisions.iter_mut().zip(limits).zip(&resolved)
+        for ((decision, (_, options)), (_, tier)) in decisions.iter_mut().zip(limits).zip(resolved)
         {
             decision.tier = tier.map(|i| self.inner.config.tiers()[i].name.clone());
             if !admitted && decision.allowed {
@@ -163,5 +188,54 @@ impl RateLimitService {
             });
         }
         Ok(decisions)
+    }
+}
+
+/// What a stacked call needs from the store: every limit's quota and tier, its store key, and
+/// the time; or, limiting disabled, the decisions already.
+enum Prepared {
+    Unlimited(Vec<Decision>),
+    Keys(Vec<(Quota, Option<usize>)>, Vec<String>, Nanos),
+}
+
+/// The store's checks: one per limit, each with its own cost.
+fn checks<'a>(
+    keys: &'a [String],
+    resolved: &'a [(Quota, Option<usize>)],
+    limits: &[(Option<&str>, &Options<'_>)],
+) -> Vec<Check<'a>> {
+    keys.iter()
+        .zip(resolved)
+        .zip(limits)
+        .map(|((key, (quota, _)), (_, options))| Check {
+            key,
+            quota,
+            cost: options.cost,
+        })
+        .collect()
+}
+
+/// Spends only when every limit asks to (`consume`); a look otherwise.
+fn commits(limits: &[(Option<&str>, &Options<'_>)]) -> bool {
+    limits.iter().all(|(_, o)| o.consume)
+}
+
+/// `Err(Error::Exceeded(..))` carrying the refusing limit's decision (of several, the one to
+/// wait for longest).
+fn refuse_unless_all_allowed(
+    decisions: Vec<Decision>,
+    limits: &[(Option<&str>, &Options<'_>)],
+) -> Result<Vec<Decision>, Error> {
+    let refusal = decisions
+        .iter()
+        .zip(limits)
+        .filter(|(d, _)| !d.allowed)
+        .max_by_key(|(d, _)| d.retry_after);
+    match refusal {
+        None => Ok(decisions),
+        Some((decision, (_, options))) => Err(Error::Exceeded(Box::new(Exceeded {
+            decision: decision.clone(),
+            budget: options.budget.map(str::to_owned),
+        }))),
     }
 }

@@ -1,0 +1,217 @@
+//! Sync (not `async`) annotated fns on the memory store: a free fn, a method annotated on its
+//! own, an impl block's sync methods, stacked limits. Decided at once, without an executor,
+//! with exact counts across OS threads; time is a `TestModule`'s manual clock.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Barrier;
+use std::time::Duration;
+
+use ratelimit::testing::TestModule;
+use ratelimit::{rate_limit, throttle, Error, Module, Tier};
+
+static RUNS: AtomicU32 = AtomicU32::new(0);
+
+#[rate_limit(limit = 5, window = "1m")]
+fn resize(width: u32) -> Result<u32, Error> {
+    RUNS.fetch_add(1, Ordering::SeqCst);
+    Ok(width * 2)
+}
+
+#[rate_limit(tier = plan, key = user)]
+fn export(user: &str, plan: &str) -> Result<String, Error> {
+    Ok(format!("{user}:{plan}"))
+}
+
+#[throttle(4, "minute")]
+#[rate_limit(limit = 2, window = "1m", key = user)]
+fn stacked(user: u32) -> Result<u32, Error> {
+    Ok(user)
+}
+
+struct Cache;
+
+impl Cache {
+    #[throttle(3, "minute", name = "cache-get")]
+    fn get(&self, key: &str) -> Result<usize, Error> {
+        Ok(key.len())
+    }
+}
+
+mod store {
+    /// A `Result` by another path, as `io::Result` is.
+    pub type Result<T> = std::result::Result<T, ratelimit::Error>;
+}
+
+struct Disk {
+    bytes: u64,
+}
+
+#[rate_limit(limit = 2, window = "1m")]
+impl Disk {
+    /// A constructor: no `Result`, left alone.
+    fn new() -> Self {
+        Disk { bytes: 0 }
+    }
+
+    /// A getter: no `Result`, left alone.
+    fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// Sync, returns a `Result`: limited.
+    fn write(&mut self, n: u64) -> Result<u64, Error> {
+        self.bytes += n;
+        Ok(self.bytes)
+    }
+
+    /// Written with a path: limited too.
+    fn flush(&self) -> store::Result<()> {
+        Ok(())
+    }
+
+    /// Async: limited as ever.
+    async fn sync_all(&self) -> Result<(), Error> {
+        Ok(())
+    }
+
+    #[skip_throttle]
+    fn check(&self) -> Result<(), Error> {
+        Ok(())
+    }
+}
+
+fn module() -> TestModule {
+    TestModule::new(
+        Module::builder()
+            .tier(Tier::new("free", 1).window("1m"))
+            .tier(Tier::new("pro", 3).window("1m")),
+    )
+    .expect("every declaration is enforceable")
+}
+
+/// Runs `f` on `threads` OS threads at once, each in `module`'s scope, `calls` times;
+/// returns (admitted, refused).
+fn hammer<T: std::fmt::Debug>(
+    module: &TestModule,
+    threads: usize,
+    calls: usize,
+    f: impl Fn() -> Result<T, Error> + Sync,
+) -> (u32, u32) {
+    let (admitted, refused) = (AtomicU32::new(0), AtomicU32::new(0));
+    let barrier = Barrier::new(threads);
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| {
+                module.run(|| {
+                    barrier.wait();
+                    for _ in 0..calls {
+                        match f() {
+                            Ok(_) => admitted.fetch_add(1, Ordering::SeqCst),
+                            Err(Error::Exceeded(_)) => refused.fetch_add(1, Ordering::SeqCst),
+                            Err(other) => panic!("{other}"),
+                        };
+                    }
+                })
+            });
+        }
+    });
+    (admitted.into_inner(), refused.into_inner())
+}
+
+#[test]
+fn a_sync_fn_admits_exactly_its_limit_across_threads() {
+    let module = module();
+    let before = RUNS.load(Ordering::SeqCst);
+    assert_eq!(hammer(&module, 8, 25, || resize(10)), (5, 195));
+    assert_eq!(
+        RUNS.load(Ordering::SeqCst) - before,
+        5,
+        "refused calls never run"
+    );
+    module.clock().advance(Duration::from_secs(60));
+    assert_eq!(hammer(&module, 8, 25, || resize(10)), (5, 195));
+    let stats = module.stats().by_method["sync_fns::resize"];
+    assert_eq!((stats.allowed, stats.denied), (10, 390));
+}
+
+#[test]
+fn a_sync_fn_outside_any_module_is_refused() {
+    let runs = RUNS.load(Ordering::SeqCst);
+    assert!(matches!(
+        resize(1),
+        Err(Error::NotInitialized {
+            function: "sync_fns::resize"
+        })
+    ));
+    assert_eq!(RUNS.load(Ordering::SeqCst), runs);
+}
+
+#[test]
+fn a_sync_fn_chooses_its_tier_per_call() {
+    let module = module();
+    let (free, pro) = hammer(&module, 4, 10, || export("ann", "free"));
+    assert_eq!((free, pro), (1, 39));
+    assert_eq!(hammer(&module, 4, 10, || export("ann", "pro")), (3, 37));
+    module.run(|| {
+        assert!(matches!(
+            export("ann", "gold"),
+            Err(Error::UnknownTier { .. })
+        ))
+    });
+}
+
+#[test]
+fn stacked_limits_on_a_sync_fn_are_decided_as_one() {
+    let module = module();
+    // Per user 2 a minute, 4 a minute overall: two users use the whole of it.
+    assert_eq!(hammer(&module, 8, 10, || stacked(1)), (2, 78));
+    assert_eq!(hammer(&module, 8, 10, || stacked(2)), (2, 78));
+    // A third user is refused by the overall limit, and spends nothing from their own.
+    let refused = module.run(|| stacked(3)).unwrap_err();
+    assert_eq!(refused.decision().unwrap().limit, 4);
+    module.clock().advance(Duration::from_secs(60));
+    assert_eq!(hammer(&module, 8, 10, || stacked(3)), (2, 78));
+}
+
+#[test]
+fn a_sync_method_annotated_on_its_own_is_limited() {
+    let module = module();
+    assert_eq!(hammer(&module, 6, 5, || Cache.get("k")), (3, 27));
+    assert_eq!(module.stats().by_method["cache-get"].allowed, 3);
+}
+
+#[test]
+fn an_impl_blocks_sync_methods_returning_result_are_limited() {
+    let module = module();
+    module.run(|| {
+        let mut disk = Disk::new();
+        assert_eq!(disk.write(3).unwrap(), 3);
+        assert_eq!(disk.write(3).unwrap(), 6);
+        assert!(matches!(disk.write(3), Err(Error::Exceeded(_))));
+        assert_eq!(disk.bytes(), 6, "the refused call did not run");
+        disk.flush().unwrap();
+        disk.flush().unwrap();
+        assert!(matches!(disk.flush(), Err(Error::Exceeded(_))));
+        for _ in 0..5 {
+            disk.check().unwrap();
+        }
+    });
+    futures::executor::block_on(module.scope(async {
+        let disk = Disk::new();
+        disk.sync_all().await.unwrap();
+        disk.sync_all().await.unwrap();
+        assert!(disk.sync_all().await.is_err());
+    }));
+    let stats = module.stats();
+    assert_eq!(stats.by_method["sync_fns::Disk::write"].denied, 1);
+    assert_eq!(stats.by_method["sync_fns::Disk::flush"].denied, 1);
+    assert!(!stats.by_method.contains_key("sync_fns::Disk::check"));
+    // Across threads, exactly the limit.
+    assert_eq!(
+        hammer(&module, 8, 10, || Disk::new().write(1)),
+        (0, 80),
+        "spent"
+    );
+    module.clock().advance(Duration::from_secs(60));
+    assert_eq!(hammer(&module, 8, 10, || Disk::new().write(1)), (2, 78));
+}
