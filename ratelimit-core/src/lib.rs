@@ -43,5 +43,5 @@ pub use syntax::{format_window, parse_window, ParseError, Rate, Strategy, MAX_WI
 /// Support for the code the attribute macros generate. Not public API.
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::registry::{acquire, acquire_all, key, refuse, Refusal, Registered};
+    pub use crate::registry::{acquire, acquire_all, key, refuse, KeyText, Refusal, Registered};
 }

@@ -122,7 +122,9 @@ pub mod openapi;
 #[doc(hidden)]
 pub mod __private {
     pub use inventory;
-    pub use ratelimit_core::__private::{acquire, acquire_all, key, refuse, Refusal, Registered};
+    pub use ratelimit_core::__private::{
+        acquire, acquire_all, key, refuse, KeyText, Refusal, Registered,
+    };
     pub use ratelimit_core::{Declaration, Spec, Strategy};
 }
 

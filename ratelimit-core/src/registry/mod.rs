@@ -16,5 +16,5 @@ pub use check::check_declarations;
 pub use declaration::{declarations, Declaration, Registered};
 pub use module::{Module, ModuleBuilder};
 pub(crate) use runtime::replace_scoped;
-pub use runtime::{acquire, acquire_all, key, refuse, Refusal};
+pub use runtime::{acquire, acquire_all, key, refuse, KeyText, Refusal};
 pub use spec::{Spec, TierSpec};

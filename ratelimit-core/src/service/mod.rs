@@ -11,7 +11,7 @@ mod stacked;
 
 pub use options::Options;
 
-use crate::clock::{Clock, SystemClock};
+use crate::clock::{Clock, Nanos, SystemClock};
 use crate::config::{Config, StoreConfig};
 use crate::decision::Decision;
 use crate::error::{ConfigError, Error, Exceeded};
@@ -28,8 +28,17 @@ enum Backend {
     Dyn(Box<dyn DynStore>),
 }
 
-/// Per-budget counters; budget names are fn paths, hashed with foldhash on every call.
-type MethodCounters = hashbrown::HashMap<Box<str>, Counters, foldhash::fast::RandomState>;
+/// Per-budget counters; budget names are fn paths. Each thread keeps the last budget it
+/// counted under (see `METHOD`), so the map is read only when a thread changes budget.
+type MethodCounters = hashbrown::HashMap<Arc<str>, Arc<Counters>, foldhash::fast::RandomState>;
+
+/// The budgets a thread counted under last (with their service's id), replaced in turn: a
+/// budget's calls count without the map's lock (a read lock is a write to a line every
+/// thread shares), and without allocating when a thread alternates between a few budgets.
+struct MethodCache {
+    entries: [Option<(u64, Arc<str>, Arc<Counters>)>; 4],
+    next: usize,
+}
 
 struct Inner {
     /// Unique among the services of the process: what the resolution cache is keyed by.
@@ -95,6 +104,9 @@ thread_local! {
     /// annotated fn, a handler with constant options) resolves them once per thread. A
     /// service's configuration never changes, so an entry is never stale.
     static RESOLVED: Cell<Option<Resolved>> = const { Cell::new(None) };
+    static METHODS: RefCell<MethodCache> = const {
+        RefCell::new(MethodCache { entries: [None, None, None, None], next: 0 })
+    };
 }
 
 /// A quota resolved from overrides: (service id, tier, overrides, quota).
@@ -411,6 +423,24 @@ impl RateLimitService {
         options: &Options<'_>,
     ) -> Result<Decision, Error> {
         let decision = self.decide(key, options).await?;
+        Self::admit(decision, options)
+    }
+
+    /// [`enforce_parts`](Self::enforce_parts) when the decision needs no waiting (the memory
+    /// store, or limits switched off); `None` for a store behind the [`Store`] trait. The
+    /// admitted decision is not returned, so it carries no tier: only a refusal names it.
+    #[inline]
+    pub(crate) fn enforce_now(
+        &self,
+        key: Option<&str>,
+        options: &Options<'_>,
+    ) -> Option<Result<(), Error>> {
+        let decision = self.decide_now(key, options, false)?;
+        Some(decision.and_then(|d| Self::admit(d, options)).map(drop))
+    }
+
+    /// `Ok` with an admitted decision; a refusal as [`Error::Exceeded`].
+    fn admit(decision: Decision, options: &Options<'_>) -> Result<Decision, Error> {
         if decision.allowed {
             Ok(decision)
         } else {
@@ -422,33 +452,90 @@ impl RateLimitService {
     }
 
     async fn decide(&self, key: Option<&str>, options: &Options<'_>) -> Result<Decision, Error> {
-        let (quota, tier) = match self.resolve(options) {
-            Ok(resolved) => resolved,
+        let store = match &self.inner.backend {
+            Backend::Dyn(store) if self.inner.config.enabled() => store,
+            Backend::Memory(store) => return self.decide_sync(Some(store), key, options, true),
+            Backend::Dyn(_) => return self.decide_sync(None, key, options, true),
+        };
+        let (quota, tier, now) = self.prepare(options)?;
+        let parts = self.parts(options, tier, key);
+        let mut k = String::with_capacity(64);
+        let result = match key::compose(&mut k, &parts, &quota) {
+            Ok(()) => {
+                store
+                    .decide(&k, &quota, options.cost, now, options.consume)
+                    .await
+            }
+            Err(e) => Err(e),
+        };
+        self.finish(result, tier, key, options, true)
+    }
+
+    /// The decision when it needs no waiting: `None` for a store behind the [`Store`] trait.
+    #[inline]
+    fn decide_now(
+        &self,
+        key: Option<&str>,
+        options: &Options<'_>,
+        with_tier: bool,
+    ) -> Option<Result<Decision, Error>> {
+        match &self.inner.backend {
+            Backend::Memory(store) => Some(self.decide_sync(Some(store), key, options, with_tier)),
+            Backend::Dyn(_) if self.inner.config.enabled() => None,
+            Backend::Dyn(_) => Some(self.decide_sync(None, key, options, with_tier)),
+        }
+    }
+
+    /// A decision by the memory store, or (`None`, or limits switched off) an allowance that
+    /// counts nothing. The memory store answers at once, so it is called here rather than
+    /// through another future (every layer of future moves the decision once more).
+    /// `with_tier`: set the decision's tier even when the call is admitted.
+    #[inline]
+    fn decide_sync(
+        &self,
+        store: Option<&MemoryStore>,
+        key: Option<&str>,
+        options: &Options<'_>,
+        with_tier: bool,
+    ) -> Result<Decision, Error> {
+        let (quota, tier, now) = self.prepare(options)?;
+        let result = match store {
+            Some(store) if self.inner.config.enabled() => {
+                let parts = self.parts(options, tier, key);
+                Self::with_key(&parts, &quota, |k| {
+                    store.decide_at(k, &quota, options.cost, now, options.consume)
+                })
+            }
+            _ => Ok(Decision::unlimited(now)),
+        };
+        self.finish(result, tier, key, options, with_tier)
+    }
+
+    /// The quota, tier and time of a call; a call that cannot be resolved is counted as an
+    /// error.
+    #[inline]
+    fn prepare(&self, options: &Options<'_>) -> Result<(Quota, Option<usize>, Nanos), Error> {
+        match self.resolve(options) {
+            Ok((quota, tier)) => Ok((quota, tier, self.inner.clock.now())),
             Err(e) => {
                 if options.consume {
                     self.count(None, options.budget, Outcome::Error);
                 }
-                return Err(e);
+                Err(e)
             }
-        };
-        let now = self.inner.clock.now();
-        let parts = self.parts(options, tier, key);
-        let (cost, commit) = (options.cost, options.consume);
-        // The memory store answers at once: called here, not through another future, since
-        // every layer of future moves the decision once more.
-        let result = match &self.inner.backend {
-            _ if !self.inner.config.enabled() => Ok(Decision::unlimited(now)),
-            Backend::Memory(store) => Self::with_key(&parts, &quota, |k| {
-                store.decide_at(k, &quota, cost, now, commit)
-            }),
-            Backend::Dyn(store) => {
-                let mut k = String::with_capacity(64);
-                match key::compose(&mut k, &parts, &quota) {
-                    Ok(()) => store.decide(&k, &quota, cost, now, commit).await,
-                    Err(e) => Err(e),
-                }
-            }
-        };
+        }
+    }
+
+    /// Counts the store's answer and names its tier (on a refusal always; else `with_tier`).
+    #[inline]
+    fn finish(
+        &self,
+        result: Result<Decision, Error>,
+        tier: Option<usize>,
+        key: Option<&str>,
+        options: &Options<'_>,
+        with_tier: bool,
+    ) -> Result<Decision, Error> {
         let mut decision = match result {
             Ok(d) => d,
             Err(e) => {
@@ -458,7 +545,9 @@ impl RateLimitService {
                 return Err(e);
             }
         };
-        decision.tier = tier.map(|i| self.inner.config.tiers()[i].name.clone());
+        if with_tier || !decision.allowed {
+            decision.tier = tier.map(|i| self.inner.config.tiers()[i].name.clone());
+        }
         if options.consume {
             if decision.allowed {
                 self.count(tier, options.budget, Outcome::Allowed);
@@ -490,14 +579,36 @@ impl RateLimitService {
             self.inner.by_tier[i].record(outcome);
         }
         if let Some(name) = budget {
-            // Counted under the read lock: no Arc to clone and drop on every call.
-            if let Some(counters) = self.inner.by_method.read().get(name) {
+            let id = self.inner.id;
+            METHODS.with(|cache| {
+                let mut cache = cache.borrow_mut();
+                let hit = cache.entries.iter().flatten().find(|(i, n, _)| *i == id && **n == *name);
+                if let Some((_, _, counters)) = hit {
+                    counters.record(outcome);
+                    return;
+                }
+                let (name, counters) = self.method_counters(name);
                 counters.record(outcome);
-                return;
-            }
-            let mut methods = self.inner.by_method.write();
-            methods.entry(name.into()).or_default().record(outcome);
+                let slot = cache.next;
+                cache.entries[slot] = Some((id, name, counters));
+                cache.next = (slot + 1) % cache.entries.len();
+            });
         }
+    }
+
+    /// The counters of budget `name` (added if new), with the map's copy of the name.
+    fn method_counters(&self, name: &str) -> (Arc<str>, Arc<Counters>) {
+        let clone = |(n, c): (&Arc<str>, &Arc<Counters>)| (Arc::clone(n), Arc::clone(c));
+        if let Some(found) = self.inner.by_method.read().get_key_value(name) {
+            return clone(found);
+        }
+        let mut methods = self.inner.by_method.write();
+        if let Some(found) = methods.get_key_value(name) {
+            return clone(found);
+        }
+        let entry = (Arc::<str>::from(name), Arc::<Counters>::default());
+        methods.insert(Arc::clone(&entry.0), Arc::clone(&entry.1));
+        entry
     }
 }
 
