@@ -139,7 +139,14 @@ mod tests {
         assert_eq!(counts.denied, n);
         assert_eq!(counts.errors, n);
         assert_eq!(counts.checks, 101 * n);
-        assert!(counters.stripes.iter().filter(|s| s.allowed.load(Ordering::Relaxed) > 0).count() > 1);
+        assert!(
+            counters
+                .stripes
+                .iter()
+                .filter(|s| s.allowed.load(Ordering::Relaxed) > 0)
+                .count()
+                > 1
+        );
         counters.clear();
         assert_eq!(counters.snapshot(), Counts::default());
     }

@@ -97,8 +97,23 @@ impl fmt::Debug for RateLimitService {
     }
 }
 
+/// A thread's buffers for the memory path's store keys: the key, and the suffix of the last
+/// key composed (identity, budget, tier: see `key::write_suffix`) with what it was written
+/// from. A call site repeats its budget, tier and overrides, so the suffix is copied rather
+/// than formatted again; the buffers are reused, so a miss allocates nothing either.
+struct KeyBuffers {
+    key: String,
+    suffix: String,
+    /// (service id, tier, overrides, whether a budget) of `suffix`; the budget's text is in
+    /// `budget`.
+    of: Option<(u64, Option<usize>, Overrides, bool)>,
+    budget: String,
+}
+
 thread_local! {
-    static KEY: RefCell<String> = const { RefCell::new(String::new()) };
+    static KEY: RefCell<KeyBuffers> = const {
+        RefCell::new(KeyBuffers { key: String::new(), suffix: String::new(), of: None, budget: String::new() })
+    };
     /// The last quota this thread resolved from overrides, with what it was resolved from
     /// (service, tier, overrides): a call site that passes the same overrides every time (an
     /// annotated fn, a handler with constant options) resolves them once per thread. A
@@ -291,7 +306,9 @@ impl RateLimitService {
         let (quota, tier) = self.resolve(options)?;
         let parts = self.parts(options, tier, Some(key));
         match &self.inner.backend {
-            Backend::Memory(store) => Self::with_key(&parts, &quota, |k| Ok(store.reset(k))),
+            Backend::Memory(store) => {
+                self.with_key(options, tier, Some(key), &quota, |k| Ok(store.reset(k)))
+            }
             Backend::Dyn(store) => {
                 let mut k = String::new();
                 key::compose(&mut k, &parts, &quota)?;
@@ -401,17 +418,36 @@ impl RateLimitService {
         }
     }
 
-    /// Runs `f` with the store key of `parts`, composed in a reused thread-local buffer so
-    /// the memory path does not allocate.
+    /// Runs `f` with the store key of a call with `options` under `tier`, composed in a
+    /// reused thread-local buffer so the memory path does not allocate.
     fn with_key<T>(
-        parts: &KeyParts<'_>,
+        &self,
+        options: &Options<'_>,
+        tier: Option<usize>,
+        key: Option<&str>,
         quota: &Quota,
         f: impl FnOnce(&str) -> Result<T, Error>,
     ) -> Result<T, Error> {
-        KEY.with(|buf| {
-            let mut buf = buf.borrow_mut();
-            key::compose(&mut buf, parts, quota)?;
-            f(&buf)
+        let parts = self.parts(options, tier, key);
+        let of = Some((
+            self.inner.id,
+            tier,
+            options.overrides,
+            options.budget.is_some(),
+        ));
+        let budget = options.budget.unwrap_or_default();
+        KEY.with(|buffers| {
+            let buffers = &mut *buffers.borrow_mut();
+            if buffers.of != of || buffers.budget != budget {
+                buffers.suffix.clear();
+                key::write_suffix(&mut buffers.suffix, &parts, quota);
+                buffers.of = of;
+                buffers.budget.clear();
+                buffers.budget.push_str(budget);
+            }
+            let suffix = &buffers.suffix;
+            key::compose_around(&mut buffers.key, &parts, |out| out.push_str(suffix))?;
+            f(&buffers.key)
         })
     }
 
@@ -501,8 +537,7 @@ impl RateLimitService {
         let (quota, tier, now) = self.prepare(options)?;
         let result = match store {
             Some(store) if self.inner.config.enabled() => {
-                let parts = self.parts(options, tier, key);
-                Self::with_key(&parts, &quota, |k| {
+                self.with_key(options, tier, key, &quota, |k| {
                     store.decide_at(k, &quota, options.cost, now, options.consume)
                 })
             }
@@ -582,7 +617,11 @@ impl RateLimitService {
             let id = self.inner.id;
             METHODS.with(|cache| {
                 let mut cache = cache.borrow_mut();
-                let hit = cache.entries.iter().flatten().find(|(i, n, _)| *i == id && **n == *name);
+                let hit = cache
+                    .entries
+                    .iter()
+                    .flatten()
+                    .find(|(i, n, _)| *i == id && **n == *name);
                 if let Some((_, _, counters)) = hit {
                     counters.record(outcome);
                     return;

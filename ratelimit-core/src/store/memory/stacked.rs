@@ -73,7 +73,10 @@ fn spend<C: Cell>(
 }
 
 /// The tables of shard `index`, among the locked ones (every check's shard is locked).
-fn locked<'g>(guards: &'g mut [(usize, RwLockWriteGuard<'_, Tables>)], index: usize) -> &'g mut Tables {
+fn locked<'g>(
+    guards: &'g mut [(usize, RwLockWriteGuard<'_, Tables>)],
+    index: usize,
+) -> &'g mut Tables {
     let slot = guards.iter().position(|(i, _)| *i == index);
     &mut guards[slot.unwrap_or_default()].1
 }
