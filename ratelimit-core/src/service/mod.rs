@@ -1,24 +1,25 @@
 //! [`RateLimitService`]: the API every other piece (macros, HTTP layer) goes through.
 
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::fmt;
-use std::hash::{BuildHasher, Hasher};
 
 use std::sync::Arc;
 
+mod counting;
+mod decide;
 mod options;
 mod stacked;
 
 pub use options::Options;
 
-use crate::clock::{Clock, Nanos, SystemClock};
+use crate::clock::{Clock, SystemClock};
 use crate::config::{Config, StoreConfig};
 use crate::decision::Decision;
-use crate::error::{ConfigError, Error, Exceeded};
+use crate::error::{ConfigError, Error};
 use crate::key::{self, KeyParts};
 use crate::quota::{Overrides, Quota};
 use crate::resolve;
-use crate::stats::{Counters, Outcome, Stats};
+use crate::stats::{Counters, Stats};
 use crate::store::{DynStore, MemoryStore, Store};
 
 /// The store: the memory store is called directly (its decisions never wait), any other
@@ -28,17 +29,9 @@ enum Backend {
     Dyn(Box<dyn DynStore>),
 }
 
-/// Per-budget counters; budget names are fn paths. Each thread keeps the last budget it
-/// counted under (see `METHOD`), so the map is read only when a thread changes budget.
+/// Per-budget counters; budget names are fn paths. Each thread keeps the last budgets it
+/// counted under (see `counting.rs`), so the map is read only when a thread changes budget.
 type MethodCounters = hashbrown::HashMap<Arc<str>, Arc<Counters>, foldhash::fast::RandomState>;
-
-/// The budgets a thread counted under last (with their service's id), replaced in turn: a
-/// budget's calls count without the map's lock (a read lock is a write to a line every
-/// thread shares), and without allocating when a thread alternates between a few budgets.
-struct MethodCache {
-    entries: [Option<(u64, Arc<str>, Arc<Counters>)>; 4],
-    next: usize,
-}
 
 struct Inner {
     /// Unique among the services of the process: what the resolution cache is keyed by.
@@ -97,30 +90,14 @@ impl fmt::Debug for RateLimitService {
     }
 }
 
-/// A thread's buffers for the memory path's store keys: the key, and the suffix of the last
-/// key composed (identity, budget, tier: see `key::write_suffix`) with what it was written
-/// from. A call site repeats its budget, tier and overrides, so the suffix is copied rather
-/// than formatted again; the buffers are reused, so a miss allocates nothing either.
-struct KeyBuffers {
-    key: String,
-    suffix: String,
-    /// (service id, tier, overrides, whether a budget) of `suffix`; the budget's text is in
-    /// `budget`.
-    of: Option<(u64, Option<usize>, Overrides, bool)>,
-    budget: String,
-}
-
 thread_local! {
-    static KEY: RefCell<KeyBuffers> = const {
-        RefCell::new(KeyBuffers { key: String::new(), suffix: String::new(), of: None, budget: String::new() })
-    };
-    /// The last quota this thread resolved from overrides, with what it was resolved from
-    /// (service, tier, overrides): a call site that passes the same overrides every time (an
-    /// annotated fn, a handler with constant options) resolves them once per thread. A
-    /// service's configuration never changes, so an entry is never stale.
-    static RESOLVED: Cell<Option<Resolved>> = const { Cell::new(None) };
-    static METHODS: RefCell<MethodCache> = const {
-        RefCell::new(MethodCache { entries: [None, None, None, None], next: 0 })
+    /// The last four quotas this thread resolved from overrides (replaced in turn), with what
+    /// each was resolved from (service, tier, overrides): a call site that passes the same
+    /// overrides every time (an annotated fn, a handler with constant options) resolves them
+    /// once per thread, even among a few interleaved call sites. A service's configuration
+    /// never changes, so an entry is never stale.
+    static RESOLVED: RefCell<([Option<Resolved>; 4], usize)> = const {
+        RefCell::new(([None, None, None, None], 0))
     };
 }
 
@@ -128,22 +105,6 @@ thread_local! {
 type Resolved = (u64, Option<usize>, Overrides, Quota);
 
 static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
-/// A key as it may appear in logs: a digest, never the key itself. The digest is keyed with
-/// a seed drawn once per process, so a user id or an address cannot be recovered from a log
-/// by hashing candidates (a fixed-key hash of a small space is as good as the key). Within
-/// one process's logs the same key has the same digest, so refusals can still be grouped.
-struct KeyDigest<'a>(&'a str);
-
-impl fmt::Display for KeyDigest<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        static SEED: std::sync::OnceLock<foldhash::quality::RandomState> =
-            std::sync::OnceLock::new();
-        let mut h = SEED.get_or_init(Default::default).build_hasher();
-        h.write(self.0.as_bytes());
-        write!(f, "#{:016x}", h.finish())
-    }
-}
 
 impl RateLimitService {
     /// A service on the system clock, over the configured store.
@@ -383,11 +344,21 @@ impl RateLimitService {
             self.inner.config.tiers()[i].quota
         } else {
             let id = self.inner.id;
-            match RESOLVED.with(Cell::get) {
-                Some((i, t, o, quota)) if i == id && t == tier && o == options.overrides => quota,
-                _ => {
+            // Compared in place: copying an entry out (a `Cell`) moved ~100 bytes per call.
+            let kept = RESOLVED.with(|c| {
+                c.borrow().0.iter().flatten().find_map(|(i, t, o, quota)| {
+                    (*i == id && *t == tier && *o == options.overrides).then_some(*quota)
+                })
+            });
+            match kept {
+                Some(quota) => quota,
+                None => {
                     let quota = self.resolve_quota(tier, &options.overrides)?;
-                    RESOLVED.with(|c| c.set(Some((id, tier, options.overrides, quota))));
+                    RESOLVED.with(|c| {
+                        let (entries, next) = &mut *c.borrow_mut();
+                        entries[*next] = Some((id, tier, options.overrides, quota));
+                        *next = (*next + 1) % entries.len();
+                    });
                     quota
                 }
             }
@@ -416,238 +387,6 @@ impl RateLimitService {
             key,
             identity,
         }
-    }
-
-    /// Runs `f` with the store key of a call with `options` under `tier`, composed in a
-    /// reused thread-local buffer so the memory path does not allocate.
-    fn with_key<T>(
-        &self,
-        options: &Options<'_>,
-        tier: Option<usize>,
-        key: Option<&str>,
-        quota: &Quota,
-        f: impl FnOnce(&str) -> Result<T, Error>,
-    ) -> Result<T, Error> {
-        let parts = self.parts(options, tier, key);
-        let of = Some((
-            self.inner.id,
-            tier,
-            options.overrides,
-            options.budget.is_some(),
-        ));
-        let budget = options.budget.unwrap_or_default();
-        KEY.with(|buffers| {
-            let buffers = &mut *buffers.borrow_mut();
-            if buffers.of != of || buffers.budget != budget {
-                buffers.suffix.clear();
-                key::write_suffix(&mut buffers.suffix, &parts, quota);
-                buffers.of = of;
-                buffers.budget.clear();
-                buffers.budget.push_str(budget);
-            }
-            let suffix = &buffers.suffix;
-            key::compose_around(&mut buffers.key, &parts, |out| out.push_str(suffix))?;
-            f(&buffers.key)
-        })
-    }
-
-    /// Like [`enforce`](Self::enforce), for a call with or without a user key (an annotated
-    /// fn without `key = ...` spends from its budget alone).
-    pub(crate) async fn enforce_parts(
-        &self,
-        key: Option<&str>,
-        options: &Options<'_>,
-    ) -> Result<Decision, Error> {
-        let decision = self.decide(key, options).await?;
-        Self::admit(decision, options)
-    }
-
-    /// [`enforce_parts`](Self::enforce_parts) when the decision needs no waiting (the memory
-    /// store, or limits switched off); `None` for a store behind the [`Store`] trait. The
-    /// admitted decision is not returned, so it carries no tier: only a refusal names it.
-    #[inline]
-    pub(crate) fn enforce_now(
-        &self,
-        key: Option<&str>,
-        options: &Options<'_>,
-    ) -> Option<Result<(), Error>> {
-        let decision = self.decide_now(key, options, false)?;
-        Some(decision.and_then(|d| Self::admit(d, options)).map(drop))
-    }
-
-    /// `Ok` with an admitted decision; a refusal as [`Error::Exceeded`].
-    fn admit(decision: Decision, options: &Options<'_>) -> Result<Decision, Error> {
-        if decision.allowed {
-            Ok(decision)
-        } else {
-            Err(Error::Exceeded(Box::new(Exceeded {
-                decision,
-                budget: options.budget.map(str::to_owned),
-            })))
-        }
-    }
-
-    async fn decide(&self, key: Option<&str>, options: &Options<'_>) -> Result<Decision, Error> {
-        let store = match &self.inner.backend {
-            Backend::Dyn(store) if self.inner.config.enabled() => store,
-            Backend::Memory(store) => return self.decide_sync(Some(store), key, options, true),
-            Backend::Dyn(_) => return self.decide_sync(None, key, options, true),
-        };
-        let (quota, tier, now) = self.prepare(options)?;
-        let parts = self.parts(options, tier, key);
-        let mut k = String::with_capacity(64);
-        let result = match key::compose(&mut k, &parts, &quota) {
-            Ok(()) => {
-                store
-                    .decide(&k, &quota, options.cost, now, options.consume)
-                    .await
-            }
-            Err(e) => Err(e),
-        };
-        self.finish(result, tier, key, options, true)
-    }
-
-    /// The decision when it needs no waiting: `None` for a store behind the [`Store`] trait.
-    #[inline]
-    fn decide_now(
-        &self,
-        key: Option<&str>,
-        options: &Options<'_>,
-        with_tier: bool,
-    ) -> Option<Result<Decision, Error>> {
-        match &self.inner.backend {
-            Backend::Memory(store) => Some(self.decide_sync(Some(store), key, options, with_tier)),
-            Backend::Dyn(_) if self.inner.config.enabled() => None,
-            Backend::Dyn(_) => Some(self.decide_sync(None, key, options, with_tier)),
-        }
-    }
-
-    /// A decision by the memory store, or (`None`, or limits switched off) an allowance that
-    /// counts nothing. The memory store answers at once, so it is called here rather than
-    /// through another future (every layer of future moves the decision once more).
-    /// `with_tier`: set the decision's tier even when the call is admitted.
-    #[inline]
-    fn decide_sync(
-        &self,
-        store: Option<&MemoryStore>,
-        key: Option<&str>,
-        options: &Options<'_>,
-        with_tier: bool,
-    ) -> Result<Decision, Error> {
-        let (quota, tier, now) = self.prepare(options)?;
-        let result = match store {
-            Some(store) if self.inner.config.enabled() => {
-                self.with_key(options, tier, key, &quota, |k| {
-                    store.decide_at(k, &quota, options.cost, now, options.consume)
-                })
-            }
-            _ => Ok(Decision::unlimited(now)),
-        };
-        self.finish(result, tier, key, options, with_tier)
-    }
-
-    /// The quota, tier and time of a call; a call that cannot be resolved is counted as an
-    /// error.
-    #[inline]
-    fn prepare(&self, options: &Options<'_>) -> Result<(Quota, Option<usize>, Nanos), Error> {
-        match self.resolve(options) {
-            Ok((quota, tier)) => Ok((quota, tier, self.inner.clock.now())),
-            Err(e) => {
-                if options.consume {
-                    self.count(None, options.budget, Outcome::Error);
-                }
-                Err(e)
-            }
-        }
-    }
-
-    /// Counts the store's answer and names its tier (on a refusal always; else `with_tier`).
-    #[inline]
-    fn finish(
-        &self,
-        result: Result<Decision, Error>,
-        tier: Option<usize>,
-        key: Option<&str>,
-        options: &Options<'_>,
-        with_tier: bool,
-    ) -> Result<Decision, Error> {
-        let mut decision = match result {
-            Ok(d) => d,
-            Err(e) => {
-                if options.consume {
-                    self.count(tier, options.budget, Outcome::Error);
-                }
-                return Err(e);
-            }
-        };
-        if with_tier || !decision.allowed {
-            decision.tier = tier.map(|i| self.inner.config.tiers()[i].name.clone());
-        }
-        if options.consume {
-            if decision.allowed {
-                self.count(tier, options.budget, Outcome::Allowed);
-            } else {
-                self.count(tier, options.budget, Outcome::Denied);
-                tracing::debug!(
-                    target: "ratelimit",
-                    budget = options.budget.unwrap_or("-"),
-                    tier = decision.tier.as_deref().unwrap_or("-"),
-                    limit = decision.limit,
-                    window_ms = decision.window.as_millis() as u64,
-                    retry_after_ms = decision.retry_after.map_or(0, |d| d.as_millis() as u64),
-                    key = %KeyDigest(key.unwrap_or("")),
-                    "rate limit exceeded",
-                );
-            }
-        }
-        Ok(decision)
-    }
-
-    pub(super) fn count(&self, tier: Option<usize>, budget: Option<&str>, outcome: Outcome) {
-        self.inner.total.record(outcome);
-        self.count_scoped(tier, budget, outcome);
-    }
-
-    /// Counts under the tier and budget only (a stacked call counts once in the total).
-    pub(super) fn count_scoped(&self, tier: Option<usize>, budget: Option<&str>, outcome: Outcome) {
-        if let Some(i) = tier {
-            self.inner.by_tier[i].record(outcome);
-        }
-        if let Some(name) = budget {
-            let id = self.inner.id;
-            METHODS.with(|cache| {
-                let mut cache = cache.borrow_mut();
-                let hit = cache
-                    .entries
-                    .iter()
-                    .flatten()
-                    .find(|(i, n, _)| *i == id && **n == *name);
-                if let Some((_, _, counters)) = hit {
-                    counters.record(outcome);
-                    return;
-                }
-                let (name, counters) = self.method_counters(name);
-                counters.record(outcome);
-                let slot = cache.next;
-                cache.entries[slot] = Some((id, name, counters));
-                cache.next = (slot + 1) % cache.entries.len();
-            });
-        }
-    }
-
-    /// The counters of budget `name` (added if new), with the map's copy of the name.
-    fn method_counters(&self, name: &str) -> (Arc<str>, Arc<Counters>) {
-        let clone = |(n, c): (&Arc<str>, &Arc<Counters>)| (Arc::clone(n), Arc::clone(c));
-        if let Some(found) = self.inner.by_method.read().get_key_value(name) {
-            return clone(found);
-        }
-        let mut methods = self.inner.by_method.write();
-        if let Some(found) = methods.get_key_value(name) {
-            return clone(found);
-        }
-        let entry = (Arc::<str>::from(name), Arc::<Counters>::default());
-        methods.insert(Arc::clone(&entry.0), Arc::clone(&entry.1));
-        entry
     }
 }
 
