@@ -6,11 +6,14 @@ use std::sync::Arc;
 use super::RateLimitService;
 use crate::stats::{Counters, Outcome};
 
+/// A budget's counters as a thread keeps them: (service id, budget name, counters).
+type MethodEntry = (u64, Arc<str>, Arc<Counters>);
+
 /// The budgets a thread counted under last (with their service's id), replaced in turn: a
 /// budget's calls count without the map's lock (a read lock is a write to a line every
 /// thread shares), and without allocating when a thread alternates between a few budgets.
 struct MethodCache {
-    entries: [Option<(u64, Arc<str>, Arc<Counters>)>; 4],
+    entries: [Option<MethodEntry>; 4],
     next: usize,
 }
 

@@ -28,7 +28,12 @@ struct KeyBuffers {
 
 thread_local! {
     static KEY: RefCell<KeyBuffers> = const {
-        RefCell::new(KeyBuffers { key: String::new(), suffix: String::new(), of: None, budget: String::new() })
+        RefCell::new(KeyBuffers {
+            key: String::new(),
+            suffix: String::new(),
+            of: None,
+            budget: String::new(),
+        })
     };
 }
 

@@ -42,33 +42,48 @@ pub(super) trait Cell: Sized {
     fn table_mut(tables: &mut Tables) -> &mut HashTable<Self>;
 }
 
-/// Runs `step` on the word's value until the new value is stored over the one it was
-/// computed from; a step that changes nothing (a look, a refusal) stores nothing.
-#[inline]
-fn update_u64(word: &AtomicU64, step: impl Fn(u64) -> (u64, Verdict)) -> Verdict {
-    let mut current = word.load(Ordering::Acquire);
-    loop {
-        let (next, verdict) = step(current);
-        if next == current {
-            return verdict;
-        }
-        match word.compare_exchange_weak(current, next, Ordering::AcqRel, Ordering::Acquire) {
-            Ok(_) => return verdict,
-            Err(actual) => current = actual,
-        }
+/// An atomic word a cell's state lives in.
+trait Word {
+    type Value: Copy + Eq;
+    fn get(&self) -> Self::Value;
+    fn swap_if(&self, current: Self::Value, next: Self::Value) -> Result<Self::Value, Self::Value>;
+}
+
+impl Word for AtomicU64 {
+    type Value = u64;
+    #[inline]
+    fn get(&self) -> u64 {
+        self.load(Ordering::Acquire)
+    }
+    #[inline]
+    fn swap_if(&self, current: u64, next: u64) -> Result<u64, u64> {
+        self.compare_exchange_weak(current, next, Ordering::AcqRel, Ordering::Acquire)
     }
 }
 
-/// [`update_u64`] on a two-word cell.
+impl Word for AtomicU128 {
+    type Value = u128;
+    #[inline]
+    fn get(&self) -> u128 {
+        self.load(Ordering::Acquire)
+    }
+    #[inline]
+    fn swap_if(&self, current: u128, next: u128) -> Result<u128, u128> {
+        self.compare_exchange_weak(current, next, Ordering::AcqRel, Ordering::Acquire)
+    }
+}
+
+/// Runs `step` on the word's value until the new value is stored over the one it was
+/// computed from; a step that changes nothing (a look, a refusal) stores nothing.
 #[inline]
-fn update_u128(word: &AtomicU128, step: impl Fn(u128) -> (u128, Verdict)) -> Verdict {
-    let mut current = word.load(Ordering::Acquire);
+fn update<W: Word>(word: &W, step: impl Fn(W::Value) -> (W::Value, Verdict)) -> Verdict {
+    let mut current = word.get();
     loop {
         let (next, verdict) = step(current);
         if next == current {
             return verdict;
         }
-        match word.compare_exchange_weak(current, next, Ordering::AcqRel, Ordering::Acquire) {
+        match word.swap_if(current, next) {
             Ok(_) => return verdict,
             Err(actual) => current = actual,
         }
@@ -138,7 +153,7 @@ impl Cell for FixedCell {
     }
     fn decide(&self, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> Verdict {
         let window = quota.window_nanos();
-        update_u128(&self.state, |word| {
+        update(&self.state, |word| {
             let (end, count) = unpack(word);
             let mut state = FixedWindow {
                 start: end.saturating_sub(window),
@@ -211,7 +226,7 @@ impl Cell for CounterCell {
     }
     fn decide(&self, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> Verdict {
         let window = quota.window_nanos();
-        update_u128(&self.state, |word| {
+        update(&self.state, |word| {
             let (expires_at, counts) = unpack(word);
             let (current, previous) = (counts >> 32, counts & u64::from(u32::MAX));
             let windows = if current > 0 { 2 } else { 1 };
@@ -255,7 +270,7 @@ impl Cell for BucketCell {
         self.tat.load(Ordering::Acquire)
     }
     fn decide(&self, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> Verdict {
-        update_u64(&self.tat, |tat| {
+        update(&self.tat, |tat| {
             let mut state = Gcra { tat };
             let verdict = state.decide(now, quota, cost, commit);
             (state.tat, verdict)

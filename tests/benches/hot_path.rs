@@ -17,8 +17,8 @@
 //! (`/proc/loadavg`) is printed before and after.
 //!
 //! ```text
-//! cargo bench -p ratelimit --bench hot_path                       # the real run (quiet machine)
-//! RL_ROUNDS=3 RL_CALLS=2000 cargo bench -p ratelimit --bench hot_path   # smoke test
+//! cargo bench -p ratelimit-tests --bench hot_path                       # the real run (quiet machine)
+//! RL_ROUNDS=3 RL_CALLS=2000 cargo bench -p ratelimit-tests --bench hot_path   # smoke test
 //! ```
 //!
 //! `RL_ROUNDS` (default 30, rounded up to a multiple of each group's variant count),
@@ -27,8 +27,6 @@
 //! `RL_ONLY` (part of a name) keeps the two governor variants and the named ones.
 //! Allocations per call (counted on the calling thread) are printed for the one-thread cases.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::hint::black_box;
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -41,35 +39,10 @@ use ratelimit::{
     rate_limit, Clock, Error, MemoryStore, Module, Options, Quota, RateLimitService, Strategy,
     SystemClock,
 };
-
-struct Counting;
-
-thread_local! {
-    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
-}
-
-// SAFETY: every call is forwarded unchanged to `System`, which upholds `GlobalAlloc`'s
-// contract; the counter is a `const`-initialised thread-local `Cell` (no allocation, no
-// destructor), so counting cannot re-enter the allocator.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let _ = ALLOCATIONS.try_with(|c| c.set(c.get() + 1));
-        // SAFETY: the caller's `layout` is passed on as received.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: `ptr` was allocated by `System` with `layout` (see `alloc`).
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        let _ = ALLOCATIONS.try_with(|c| c.set(c.get() + 1));
-        // SAFETY: as for `dealloc`; `new_size` is the caller's.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
+use ratelimit_tests::{allocations, CountingAllocator};
 
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: CountingAllocator = CountingAllocator;
 
 fn env(name: &str, default: usize) -> usize {
     std::env::var(name)
@@ -236,11 +209,11 @@ fn single_thread(group: &str, cases: &[(String, Call)], keys: u64, calls: usize)
         for k in 0..keys {
             assert!(call(k), "{name}: refused");
         }
-        let before = ALLOCATIONS.with(Cell::get);
+        let before = allocations();
         for k in 0..keys.min(1_000) {
             call(k);
         }
-        let allocs = ALLOCATIONS.with(Cell::get) - before;
+        let allocs = allocations() - before;
         println!(
             "  {group} / {name}: {:.2} allocations per call",
             allocs as f64 / keys.min(1_000) as f64
