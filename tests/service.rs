@@ -328,3 +328,35 @@ fn resolved_overrides_are_never_shared_between_services_or_tiers() {
         assert_eq!(now(b.consume("y", &one.tier("big"))).unwrap().limit, 11);
     }
 }
+
+/// The memory path keeps the last store key's suffix (identity, budget, tier) per thread:
+/// calls that alternate budgets, tiers, windows and services on one user key must still
+/// each spend from their own state.
+#[test]
+fn alternating_budgets_tiers_windows_and_services_keep_separate_states() {
+    let (first, _) = service(tiers());
+    let (second, _) = service(tiers());
+    let one = Options::new()
+        .limit(1)
+        .burst(0)
+        .window(Duration::from_secs(60));
+    let calls = [
+        (&first, one.budget("a")),
+        (&first, one.budget("b")),
+        (&first, one.budget("ab")),
+        (&first, one),
+        (&first, one.window(Duration::from_secs(61)).budget("a")),
+        (&first, one.strategy(Strategy::TokenBucket).budget("a")),
+        (&first, Options::new().tier("free").budget("a")),
+        (&first, Options::new().tier("pro").budget("a")),
+        (&second, one.budget("a")),
+    ];
+    for (service, options) in calls {
+        let d = now(service.consume("user", &options)).unwrap();
+        assert!(d.allowed, "{options:?}");
+    }
+    for (service, options) in calls.into_iter().filter(|(_, o)| o.tier.is_none()) {
+        let d = now(service.consume("user", &options)).unwrap();
+        assert!(!d.allowed, "{options:?}");
+    }
+}

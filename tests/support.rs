@@ -9,6 +9,42 @@ use ratelimit::{Config, ManualClock, RateLimitService};
 #[path = "redis_server.rs"]
 pub mod redis_server;
 
+/// A global allocator that counts allocations made on each thread (for tests and benches that
+/// show a path allocates nothing). A binary installs it with
+/// `#[global_allocator] static GLOBAL: CountingAllocator = CountingAllocator;` and reads
+/// [`allocations`].
+pub struct CountingAllocator;
+
+thread_local! {
+    static ALLOCATIONS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Allocations (and reallocations) made so far on this thread, when [`CountingAllocator`] is
+/// the global allocator.
+pub fn allocations() -> u64 {
+    ALLOCATIONS.with(std::cell::Cell::get)
+}
+
+// SAFETY: every call is forwarded unchanged to `System`, which upholds `GlobalAlloc`'s
+// contract; the counter is a `const`-initialised thread-local `Cell` (no allocation, no
+// destructor), so counting cannot re-enter the allocator.
+unsafe impl std::alloc::GlobalAlloc for CountingAllocator {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        let _ = ALLOCATIONS.try_with(|c| c.set(c.get() + 1));
+        // SAFETY: the caller's `layout` is passed on as received.
+        unsafe { std::alloc::System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        // SAFETY: `ptr` was allocated by `System` with `layout` (see `alloc`).
+        unsafe { std::alloc::System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, size: usize) -> *mut u8 {
+        let _ = ALLOCATIONS.try_with(|c| c.set(c.get() + 1));
+        // SAFETY: as for `dealloc`; `size` is the caller's.
+        unsafe { std::alloc::System.realloc(ptr, layout, size) }
+    }
+}
+
 /// A fixed starting instant: `1_000_000 s` since the epoch, a whole second (so one-second
 /// fixed windows start here) but 40 s into a minute (a one-minute fixed window ends 20 s
 /// later). Tests that depend on a boundary compute it from the window.

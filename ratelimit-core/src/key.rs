@@ -70,6 +70,18 @@ pub(crate) struct KeyParts<'a> {
 /// checked here; the prefix was checked when the configuration was built.
 #[inline]
 pub(crate) fn compose(out: &mut String, parts: &KeyParts<'_>, quota: &Quota) -> Result<(), Error> {
+    compose_around(out, parts, |out| write_suffix(out, parts, quota))
+}
+
+/// [`compose`], with what follows the hash tag written by `suffix`: [`write_suffix`]'s text
+/// for the same parts and quota (a caller may keep it from an earlier call with the same
+/// budget, tier and quota, and copy it in).
+#[inline]
+pub(crate) fn compose_around(
+    out: &mut String,
+    parts: &KeyParts<'_>,
+    suffix: impl FnOnce(&mut String),
+) -> Result<(), Error> {
     if let Some(key) = parts.key {
         check_user_key(key)?;
     }
@@ -95,6 +107,17 @@ pub(crate) fn compose(out: &mut String, parts: &KeyParts<'_>, quota: &Quota) -> 
         (None, _) => {}
     }
     out.push('}');
+    suffix(out);
+    if let Some(key) = braced {
+        out.push(':');
+        out.push_str(key);
+    }
+    Ok(())
+}
+
+/// The part of a store key between the hash tag and a braced user key: the quota's identity,
+/// the budget and the tier. Appended to `out`.
+pub(crate) fn write_suffix(out: &mut String, parts: &KeyParts<'_>, quota: &Quota) {
     match parts.identity {
         Some(identity) => out.push_str(identity),
         None => quota.identity(out),
@@ -110,11 +133,6 @@ pub(crate) fn compose(out: &mut String, parts: &KeyParts<'_>, quota: &Quota) -> 
             }
         }
     }
-    if let Some(key) = braced {
-        out.push(':');
-        out.push_str(key);
-    }
-    Ok(())
 }
 
 /// FNV-1a, 64 bits: a fixed function, so every process of a fleet puts a user in one slot.

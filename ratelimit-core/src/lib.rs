@@ -44,6 +44,7 @@ pub use syntax::{format_window, parse_window, ParseError, Rate, Strategy, MAX_WI
 #[doc(hidden)]
 pub mod __private {
     pub use crate::registry::{
-        acquire, acquire_all, acquire_all_now, acquire_now, key, refuse, Refusal, Registered,
+        acquire, acquire_all, acquire_all_now, acquire_now, key, refuse, KeyText, Refusal,
+        Registered,
     };
 }

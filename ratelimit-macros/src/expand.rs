@@ -20,7 +20,7 @@
 //!     const _: () = { inventory::submit! { Registered(&__RATELIMIT_DECLARATION) } };
 //!     #[allow(unused_qualifications)]
 //!     {
-//!         let __ratelimit_key: Option<String> = Some(key(&__RATELIMIT_DECLARATION, &(user.id)));
+//!         let __ratelimit_key: Option<KeyText> = Some(key(&__RATELIMIT_DECLARATION, &(user.id)));
 //!         let __ratelimit_tier: Option<&primitive::str> = None;
 //!         let __ratelimit_cost: primitive::u64 = 1u64;
 //!         if let Err(__ratelimit_error) = acquire(
@@ -162,11 +162,11 @@ fn limit(
         (var("key"), var("tier_value"), var("tier"), var("cost"));
     let key = match &args.key {
         Some(expr) => quote_spanned! {expr.span()=>
-            let #key_var: ::core::option::Option<::std::string::String> =
+            let #key_var: ::core::option::Option<#k::__private::KeyText> =
                 ::core::option::Option::Some(#k::__private::key(&#decl, &(#expr)));
         },
         None => quote! {
-            let #key_var: ::core::option::Option<::std::string::String> = ::core::option::Option::None;
+            let #key_var: ::core::option::Option<#k::__private::KeyText> = ::core::option::Option::None;
         },
     };
     let tier = match &args.tier {

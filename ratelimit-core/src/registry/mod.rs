@@ -18,5 +18,7 @@ pub use declaration::{declarations, Declaration, Registered};
 pub use limiter::Limiter;
 pub use module::{Module, ModuleBuilder};
 pub(crate) use runtime::replace_scoped;
-pub use runtime::{acquire, acquire_all, acquire_all_now, acquire_now, key, refuse, Refusal};
+pub use runtime::{
+    acquire, acquire_all, acquire_all_now, acquire_now, key, refuse, KeyText, Refusal,
+};
 pub use spec::{Spec, TierSpec};

@@ -37,19 +37,60 @@ thread_local! {
 /// [`Module`]: super::Module
 #[inline]
 pub(crate) fn current() -> Option<RateLimitService> {
+    match with_current(|_| None::<()>) {
+        Now::Later(service) => Some(service),
+        Now::Done(()) | Now::None => None,
+    }
+}
+
+/// What [`with_current`] did.
+pub(crate) enum Now<T> {
+    /// `f` answered on the current service.
+    Done(T),
+    /// `f` could not answer at once: the current service, to wait on.
+    Later(RateLimitService),
+    /// No service is installed.
+    None,
+}
+
+/// Runs `f` on the current service (see [`current`]) without taking a handle to it: a
+/// handle is an `Arc` clone and drop, an atomic add on a line every thread shares. Only when
+/// `f` cannot answer (`None`: a store that must be awaited) is the service cloned.
+#[inline]
+pub(crate) fn with_current<T>(f: impl FnOnce(&RateLimitService) -> Option<T>) -> Now<T> {
     LOCAL.with(|local| {
-        let mut local = local.borrow_mut();
-        if let Some(scoped) = &local.scoped {
-            return Some(scoped.clone());
-        }
         let generation = APP.generation();
-        if local.generation != generation {
+        if local.borrow().generation != generation {
             // Read under the lock: what we cache is at least as new as `generation`, so a
             // stale copy is always one whose generation no longer matches.
-            local.cached = APP.service();
-            local.generation = generation;
+            let fresh = APP.service();
+            match local.try_borrow_mut() {
+                Ok(mut local) => {
+                    local.cached = fresh;
+                    local.generation = generation;
+                }
+                // A call made while this thread is inside a decision (from a tracing
+                // subscriber, say) uses what it just read, and leaves the cache alone.
+                Err(_) if local.borrow().scoped.is_none() => {
+                    return match fresh {
+                        Some(service) => match f(&service) {
+                            Some(done) => Now::Done(done),
+                            None => Now::Later(service),
+                        },
+                        None => Now::None,
+                    };
+                }
+                Err(_) => {}
+            }
         }
-        local.cached.clone()
+        let local = local.borrow();
+        let Some(service) = local.scoped.as_ref().or(local.cached.as_ref()) else {
+            return Now::None;
+        };
+        match f(service) {
+            Some(done) => Now::Done(done),
+            None => Now::Later(service.clone()),
+        }
     })
 }
 
@@ -88,21 +129,91 @@ pub(crate) fn replace_scoped(service: Option<RateLimitService>) -> Option<RateLi
     LOCAL.with(|local| std::mem::replace(&mut local.borrow_mut().scoped, service))
 }
 
-/// The user key of a keyed call, as text. The budget is a part of the store key of its own
-/// (see `key.rs`), so it is not repeated here.
+/// The user key of a keyed call, as text: up to [`KeyText::INLINE`] bytes in place, so a
+/// call with a short key (an id, an address) allocates nothing. The budget is a part of the
+/// store key of its own (see `key.rs`), so it is not repeated here.
 #[doc(hidden)]
-pub fn key(declaration: &'static Declaration, key: &dyn fmt::Display) -> String {
+pub fn key(declaration: &'static Declaration, key: &dyn fmt::Display) -> KeyText {
     let _ = declaration;
-    let mut out = String::with_capacity(24);
+    let mut out = KeyText::Inline {
+        len: 0,
+        bytes: [0; KeyText::INLINE],
+    };
+    // `KeyText`'s `write_str` never fails; a `Display` that does leaves what it wrote, which
+    // the store refuses if empty.
     let _ = write!(out, "{key}");
     out
+}
+
+/// A keyed call's user key as text (see [`key`]); derefs to `str`.
+#[doc(hidden)]
+pub enum KeyText {
+    /// A short key, in place: `bytes[..len]`, whole `str`s appended one after another.
+    Inline {
+        len: u8,
+        bytes: [u8; KeyText::INLINE],
+    },
+    /// A key longer than [`KeyText::INLINE`] bytes.
+    Heap(String),
+}
+
+impl KeyText {
+    /// The longest key kept in place.
+    pub const INLINE: usize = 46;
+}
+
+impl fmt::Write for KeyText {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        match self {
+            KeyText::Inline { len, bytes } => {
+                let at = usize::from(*len);
+                match bytes.get_mut(at..at + s.len()) {
+                    Some(room) => {
+                        room.copy_from_slice(s.as_bytes());
+                        *len += s.len() as u8;
+                    }
+                    None => {
+                        let mut heap = String::with_capacity(at + s.len());
+                        heap.push_str(self);
+                        heap.push_str(s);
+                        *self = KeyText::Heap(heap);
+                    }
+                }
+            }
+            KeyText::Heap(heap) => heap.push_str(s),
+        }
+        Ok(())
+    }
+}
+
+impl std::ops::Deref for KeyText {
+    type Target = str;
+    #[inline]
+    fn deref(&self) -> &str {
+        match self {
+            // Only whole `str`s are copied in, so the bytes are UTF-8; were they not, the
+            // empty key that stands for them is refused by the store, never admitted.
+            KeyText::Inline { len, bytes } => {
+                std::str::from_utf8(&bytes[..usize::from(*len)]).unwrap_or_default()
+            }
+            KeyText::Heap(heap) => heap,
+        }
+    }
+}
+
+impl fmt::Debug for KeyText {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Keys are user data: never printed.
+        f.write_str("KeyText(..)")
+    }
 }
 
 /// One limit of a call: the declaration, the user key, the tier chosen for this call, the cost.
 type Limit<'a> = (&'static Declaration, Option<&'a str>, Option<&'a str>, u64);
 
 /// The check every annotated async fn runs before its body: `Ok` to proceed; `Err` is the
-/// refusal (over the limit, no module, unknown tier, store failure...).
+/// refusal (over the limit, no module, unknown tier, store failure...). With the memory store
+/// the decision is made on the thread's copy of the service, without a handle to it.
 #[doc(hidden)]
 pub async fn acquire(
     declaration: &'static Declaration,
@@ -110,8 +221,20 @@ pub async fn acquire(
     tier: Option<&str>,
     cost: u64,
 ) -> Result<(), Error> {
-    let service = service_for(declaration)?;
     let options = options(declaration, tier, cost);
+    let service = match declaration.limiter() {
+        // A library's own limiter: its service, never the application's.
+        Some(_) => service_for(declaration)?,
+        None => match with_current(|service| service.enforce_now(key, &options)) {
+            Now::Done(decided) => return decided,
+            Now::Later(service) => service,
+            Now::None => {
+                return Err(Error::NotInitialized {
+                    function: declaration.function(),
+                })
+            }
+        },
+    };
     service.enforce_parts(key, &options).await.map(drop)
 }
 

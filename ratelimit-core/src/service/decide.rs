@@ -1,47 +1,135 @@
-//! One decision: awaited from any store, or made at once by the memory store (for sync
-//! annotated fns, which have no executor to wait with).
+//! The decision path of [`RateLimitService`]: resolve, compose the store key, decide, count.
 
-use super::{Backend, KeyDigest, Options, RateLimitService};
+use std::cell::RefCell;
+use std::fmt;
+use std::hash::{BuildHasher, Hasher};
+
+use super::{Backend, Options, RateLimitService};
 use crate::clock::Nanos;
 use crate::decision::Decision;
 use crate::error::{Error, Exceeded};
-use crate::key::{self, KeyParts};
-use crate::quota::Quota;
+use crate::key;
+use crate::quota::{Overrides, Quota};
 use crate::stats::Outcome;
-use crate::store::DynStore;
+use crate::store::MemoryStore;
+
+/// A thread's buffers for the memory path's store keys: the key, and the suffix of the last
+/// key composed (identity, budget, tier: see `key::write_suffix`) with what it was written
+/// from. A call site repeats its budget, tier and overrides, so the suffix is copied rather
+/// than formatted again; the buffers are reused, so a miss allocates nothing either.
+struct KeyBuffers {
+    key: String,
+    suffix: String,
+    /// (service id, tier, overrides, whether a budget) of `suffix`; the budget's text is in
+    /// `budget`.
+    of: Option<(u64, Option<usize>, Overrides, bool)>,
+    budget: String,
+}
+
+thread_local! {
+    static KEY: RefCell<KeyBuffers> = const {
+        RefCell::new(KeyBuffers {
+            key: String::new(),
+            suffix: String::new(),
+            of: None,
+            budget: String::new(),
+        })
+    };
+}
+
+/// A key as it may appear in logs: a digest, never the key itself. The digest is keyed with
+/// a seed drawn once per process, so a user id or an address cannot be recovered from a log
+/// by hashing candidates (a fixed-key hash of a small space is as good as the key). Within
+/// one process's logs the same key has the same digest, so refusals can still be grouped.
+struct KeyDigest<'a>(&'a str);
+
+impl fmt::Display for KeyDigest<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        static SEED: std::sync::OnceLock<foldhash::quality::RandomState> =
+            std::sync::OnceLock::new();
+        let mut h = SEED.get_or_init(Default::default).build_hasher();
+        h.write(self.0.as_bytes());
+        write!(f, "#{:016x}", h.finish())
+    }
+}
 
 impl RateLimitService {
-    pub(super) async fn decide(
+    /// Runs `f` with the store key of a call with `options` under `tier`, composed in a
+    /// reused thread-local buffer so the memory path does not allocate.
+    pub(super) fn with_key<T>(
+        &self,
+        options: &Options<'_>,
+        tier: Option<usize>,
+        key: Option<&str>,
+        quota: &Quota,
+        f: impl FnOnce(&str) -> Result<T, Error>,
+    ) -> Result<T, Error> {
+        let parts = self.parts(options, tier, key);
+        let of = Some((
+            self.inner.id,
+            tier,
+            options.overrides,
+            options.budget.is_some(),
+        ));
+        let budget = options.budget.unwrap_or_default();
+        KEY.with(|buffers| {
+            let buffers = &mut *buffers.borrow_mut();
+            if buffers.of != of || buffers.budget != budget {
+                buffers.suffix.clear();
+                key::write_suffix(&mut buffers.suffix, &parts, quota);
+                buffers.of = of;
+                buffers.budget.clear();
+                buffers.budget.push_str(budget);
+            }
+            let suffix = &buffers.suffix;
+            key::compose_around(&mut buffers.key, &parts, |out| out.push_str(suffix))?;
+            f(&buffers.key)
+        })
+    }
+
+    /// Like [`enforce`](Self::enforce), for a call with or without a user key (an annotated
+    /// fn without `key = ...` spends from its budget alone).
+    pub(crate) async fn enforce_parts(
         &self,
         key: Option<&str>,
         options: &Options<'_>,
     ) -> Result<Decision, Error> {
-        let (quota, tier) = self.resolve_counted(options)?;
-        let now = self.inner.clock.now();
-        let parts = self.parts(options, tier, key);
-        let result = match self.decide_at_once(&parts, &quota, options, now) {
-            Ok(result) => result,
-            Err(store) => {
-                let mut k = String::with_capacity(64);
-                match key::compose(&mut k, &parts, &quota) {
-                    Ok(()) => {
-                        let (cost, commit) = (options.cost, options.consume);
-                        store.decide(&k, &quota, cost, now, commit).await
-                    }
-                    Err(e) => Err(e),
-                }
-            }
-        };
-        self.finish(key, options, tier, result)
+        let decision = self.decide(key, options).await?;
+        Self::admit(decision, options)
     }
 
-    /// [`resolve`](Self::resolve), counting a failure of a call that spends.
-    fn resolve_counted(&self, options: &Options<'_>) -> Result<(Quota, Option<usize>), Error> {
-        self.resolve(options).inspect_err(|_| {
-            if options.consume {
-                self.count(None, options.budget, Outcome::Error);
+    /// [`enforce_parts`](Self::enforce_parts) when the decision needs no waiting (the memory
+    /// store, or limits switched off); `None` for a store behind the [`Store`] trait. The
+    /// admitted decision is not returned, so it carries no tier: only a refusal names it.
+    #[inline]
+    pub(crate) fn enforce_now(
+        &self,
+        key: Option<&str>,
+        options: &Options<'_>,
+    ) -> Option<Result<(), Error>> {
+        let decision = self.decide_now(key, options, false)?;
+        Some(decision.and_then(|d| Self::admit(d, options)).map(drop))
+    }
+
+    /// Like [`enforce_parts`](Self::enforce_parts), decided at once: the memory store (or
+    /// limiting disabled) answers without waiting. Any other store must be waited for, and
+    /// `function`'s call (a sync annotated fn) is refused with [`Error::SyncOnWaitingStore`],
+    /// counted as an error, rather than blocked on.
+    pub(crate) fn enforce_parts_now(
+        &self,
+        key: Option<&str>,
+        options: &Options<'_>,
+        function: &'static str,
+    ) -> Result<Decision, Error> {
+        let decision = match self.decide_now(key, options, true) {
+            Some(decided) => decided?,
+            None => {
+                let (_, tier, _) = self.prepare(options)?;
+                let refused = Err(Error::SyncOnWaitingStore { function });
+                return self.finish(refused, tier, key, options, true);
             }
-        })
+        };
+        Self::admit(decision, options)
     }
 
     /// Whether the service decides without waiting: the memory store (called directly), or
@@ -50,35 +138,105 @@ impl RateLimitService {
         !self.inner.config.enabled() || matches!(self.inner.backend, Backend::Memory(_))
     }
 
-    /// The decision, made at once when the service [`decides_at_once`](Self::decides_at_once);
-    /// otherwise the store to wait for.
-    #[inline]
-    fn decide_at_once(
-        &self,
-        parts: &KeyParts<'_>,
-        quota: &Quota,
-        options: &Options<'_>,
-        now: Nanos,
-    ) -> Result<Result<Decision, Error>, &dyn DynStore> {
-        let (cost, commit) = (options.cost, options.consume);
-        // The memory store answers at once: called here, not through another future, since
-        // every layer of future moves the decision once more.
-        match &self.inner.backend {
-            _ if !self.inner.config.enabled() => Ok(Ok(Decision::unlimited(now))),
-            Backend::Memory(store) => Ok(Self::with_key(parts, quota, |k| {
-                store.decide_at(k, quota, cost, now, commit)
-            })),
-            Backend::Dyn(store) => Err(&**store),
+    /// `Ok` with an admitted decision; a refusal as [`Error::Exceeded`].
+    pub(super) fn admit(decision: Decision, options: &Options<'_>) -> Result<Decision, Error> {
+        if decision.allowed {
+            Ok(decision)
+        } else {
+            Err(Error::Exceeded(Box::new(Exceeded {
+                decision,
+                budget: options.budget.map(str::to_owned),
+            })))
         }
     }
 
-    /// Counts the store's answer under the call's tier and budget and names its tier.
-    fn finish(
+    pub(super) async fn decide(
         &self,
         key: Option<&str>,
         options: &Options<'_>,
-        tier: Option<usize>,
+    ) -> Result<Decision, Error> {
+        let store = match &self.inner.backend {
+            Backend::Dyn(store) if self.inner.config.enabled() => store,
+            Backend::Memory(store) => return self.decide_sync(Some(store), key, options, true),
+            Backend::Dyn(_) => return self.decide_sync(None, key, options, true),
+        };
+        let (quota, tier, now) = self.prepare(options)?;
+        let parts = self.parts(options, tier, key);
+        let mut k = String::with_capacity(64);
+        let result = match key::compose(&mut k, &parts, &quota) {
+            Ok(()) => {
+                store
+                    .decide(&k, &quota, options.cost, now, options.consume)
+                    .await
+            }
+            Err(e) => Err(e),
+        };
+        self.finish(result, tier, key, options, true)
+    }
+
+    /// The decision when it needs no waiting: `None` for a store behind the [`Store`] trait.
+    #[inline]
+    fn decide_now(
+        &self,
+        key: Option<&str>,
+        options: &Options<'_>,
+        with_tier: bool,
+    ) -> Option<Result<Decision, Error>> {
+        match &self.inner.backend {
+            Backend::Memory(store) => Some(self.decide_sync(Some(store), key, options, with_tier)),
+            Backend::Dyn(_) if self.inner.config.enabled() => None,
+            Backend::Dyn(_) => Some(self.decide_sync(None, key, options, with_tier)),
+        }
+    }
+
+    /// A decision by the memory store, or (`None`, or limits switched off) an allowance that
+    /// counts nothing. The memory store answers at once, so it is called here rather than
+    /// through another future (every layer of future moves the decision once more).
+    /// `with_tier`: set the decision's tier even when the call is admitted.
+    #[inline]
+    fn decide_sync(
+        &self,
+        store: Option<&MemoryStore>,
+        key: Option<&str>,
+        options: &Options<'_>,
+        with_tier: bool,
+    ) -> Result<Decision, Error> {
+        let (quota, tier, now) = self.prepare(options)?;
+        let result = match store {
+            Some(store) if self.inner.config.enabled() => {
+                self.with_key(options, tier, key, &quota, |k| {
+                    store.decide_at(k, &quota, options.cost, now, options.consume)
+                })
+            }
+            _ => Ok(Decision::unlimited(now)),
+        };
+        self.finish(result, tier, key, options, with_tier)
+    }
+
+    /// The quota, tier and time of a call; a call that cannot be resolved is counted as an
+    /// error.
+    #[inline]
+    fn prepare(&self, options: &Options<'_>) -> Result<(Quota, Option<usize>, Nanos), Error> {
+        match self.resolve(options) {
+            Ok((quota, tier)) => Ok((quota, tier, self.inner.clock.now())),
+            Err(e) => {
+                if options.consume {
+                    self.count(None, options.budget, Outcome::Error);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Counts the store's answer and names its tier (on a refusal always; else `with_tier`).
+    #[inline]
+    fn finish(
+        &self,
         result: Result<Decision, Error>,
+        tier: Option<usize>,
+        key: Option<&str>,
+        options: &Options<'_>,
+        with_tier: bool,
     ) -> Result<Decision, Error> {
         let mut decision = match result {
             Ok(d) => d,
@@ -89,7 +247,9 @@ impl RateLimitService {
                 return Err(e);
             }
         };
-        decision.tier = tier.map(|i| self.inner.config.tiers()[i].name.clone());
+        if with_tier || !decision.allowed {
+            decision.tier = tier.map(|i| self.inner.config.tiers()[i].name.clone());
+        }
         if options.consume {
             if decision.allowed {
                 self.count(tier, options.budget, Outcome::Allowed);
@@ -108,38 +268,5 @@ impl RateLimitService {
             }
         }
         Ok(decision)
-    }
-
-    /// Like [`enforce_parts`](Self::enforce_parts), decided at once: the memory store (or
-    /// limiting disabled) answers without waiting. Any other store must be waited for, and
-    /// `function`'s call is refused with [`Error::SyncOnWaitingStore`] rather than blocked on.
-    pub(crate) fn enforce_parts_now(
-        &self,
-        key: Option<&str>,
-        options: &Options<'_>,
-        function: &'static str,
-    ) -> Result<Decision, Error> {
-        let (quota, tier) = self.resolve_counted(options)?;
-        let now = self.inner.clock.now();
-        let parts = self.parts(options, tier, key);
-        let result = self
-            .decide_at_once(&parts, &quota, options, now)
-            .unwrap_or(Err(Error::SyncOnWaitingStore { function }));
-        refuse_unless_allowed(self.finish(key, options, tier, result)?, options)
-    }
-}
-
-/// `Err(Error::Exceeded(..))` for a refused decision.
-pub(super) fn refuse_unless_allowed(
-    decision: Decision,
-    options: &Options<'_>,
-) -> Result<Decision, Error> {
-    if decision.allowed {
-        Ok(decision)
-    } else {
-        Err(Error::Exceeded(Box::new(Exceeded {
-            decision,
-            budget: options.budget.map(str::to_owned),
-        })))
     }
 }

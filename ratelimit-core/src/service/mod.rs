@@ -1,16 +1,15 @@
 //! [`RateLimitService`]: the API every other piece (macros, HTTP layer) goes through.
 
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::fmt;
-use std::hash::{BuildHasher, Hasher};
 
 use std::sync::Arc;
 
+mod counting;
 mod decide;
 mod options;
 mod stacked;
 
-use decide::refuse_unless_allowed;
 pub use options::Options;
 
 use crate::clock::{Clock, SystemClock};
@@ -20,7 +19,7 @@ use crate::error::{ConfigError, Error};
 use crate::key::{self, KeyParts};
 use crate::quota::{Overrides, Quota};
 use crate::resolve;
-use crate::stats::{Counters, Outcome, Stats};
+use crate::stats::{Counters, Stats};
 use crate::store::{DynStore, MemoryStore, Store};
 
 /// The store: the memory store is called directly (its decisions never wait), any other
@@ -30,8 +29,9 @@ enum Backend {
     Dyn(Box<dyn DynStore>),
 }
 
-/// Per-budget counters; budget names are fn paths, hashed with foldhash on every call.
-type MethodCounters = hashbrown::HashMap<Box<str>, Counters, foldhash::fast::RandomState>;
+/// Per-budget counters; budget names are fn paths. Each thread keeps the last budgets it
+/// counted under (see `counting.rs`), so the map is read only when a thread changes budget.
+type MethodCounters = hashbrown::HashMap<Arc<str>, Arc<Counters>, foldhash::fast::RandomState>;
 
 struct Inner {
     /// Unique among the services of the process: what the resolution cache is keyed by.
@@ -91,34 +91,20 @@ impl fmt::Debug for RateLimitService {
 }
 
 thread_local! {
-    static KEY: RefCell<String> = const { RefCell::new(String::new()) };
-    /// The last quota this thread resolved from overrides, with what it was resolved from
-    /// (service, tier, overrides): a call site that passes the same overrides every time (an
-    /// annotated fn, a handler with constant options) resolves them once per thread. A
-    /// service's configuration never changes, so an entry is never stale.
-    static RESOLVED: Cell<Option<Resolved>> = const { Cell::new(None) };
+    /// The last four quotas this thread resolved from overrides (replaced in turn), with what
+    /// each was resolved from (service, tier, overrides): a call site that passes the same
+    /// overrides every time (an annotated fn, a handler with constant options) resolves them
+    /// once per thread, even among a few interleaved call sites. A service's configuration
+    /// never changes, so an entry is never stale.
+    static RESOLVED: RefCell<([Option<Resolved>; 4], usize)> = const {
+        RefCell::new(([None, None, None, None], 0))
+    };
 }
 
 /// A quota resolved from overrides: (service id, tier, overrides, quota).
 type Resolved = (u64, Option<usize>, Overrides, Quota);
 
 static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
-/// A key as it may appear in logs: a digest, never the key itself. The digest is keyed with
-/// a seed drawn once per process, so a user id or an address cannot be recovered from a log
-/// by hashing candidates (a fixed-key hash of a small space is as good as the key). Within
-/// one process's logs the same key has the same digest, so refusals can still be grouped.
-struct KeyDigest<'a>(&'a str);
-
-impl fmt::Display for KeyDigest<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        static SEED: std::sync::OnceLock<foldhash::quality::RandomState> =
-            std::sync::OnceLock::new();
-        let mut h = SEED.get_or_init(Default::default).build_hasher();
-        h.write(self.0.as_bytes());
-        write!(f, "#{:016x}", h.finish())
-    }
-}
 
 impl RateLimitService {
     /// A service on the system clock, over the configured store.
@@ -281,7 +267,9 @@ impl RateLimitService {
         let (quota, tier) = self.resolve(options)?;
         let parts = self.parts(options, tier, Some(key));
         match &self.inner.backend {
-            Backend::Memory(store) => Self::with_key(&parts, &quota, |k| Ok(store.reset(k))),
+            Backend::Memory(store) => {
+                self.with_key(options, tier, Some(key), &quota, |k| Ok(store.reset(k)))
+            }
             Backend::Dyn(store) => {
                 let mut k = String::new();
                 key::compose(&mut k, &parts, &quota)?;
@@ -356,11 +344,21 @@ impl RateLimitService {
             self.inner.config.tiers()[i].quota
         } else {
             let id = self.inner.id;
-            match RESOLVED.with(Cell::get) {
-                Some((i, t, o, quota)) if i == id && t == tier && o == options.overrides => quota,
-                _ => {
+            // Compared in place: copying an entry out (a `Cell`) moved ~100 bytes per call.
+            let kept = RESOLVED.with(|c| {
+                c.borrow().0.iter().flatten().find_map(|(i, t, o, quota)| {
+                    (*i == id && *t == tier && *o == options.overrides).then_some(*quota)
+                })
+            });
+            match kept {
+                Some(quota) => quota,
+                None => {
                     let quota = self.resolve_quota(tier, &options.overrides)?;
-                    RESOLVED.with(|c| c.set(Some((id, tier, options.overrides, quota))));
+                    RESOLVED.with(|c| {
+                        let (entries, next) = &mut *c.borrow_mut();
+                        entries[*next] = Some((id, tier, options.overrides, quota));
+                        *next = (*next + 1) % entries.len();
+                    });
                     quota
                 }
             }
@@ -388,51 +386,6 @@ impl RateLimitService {
             tier: tier.map(|i| &*config.tiers()[i].name),
             key,
             identity,
-        }
-    }
-
-    /// Runs `f` with the store key of `parts`, composed in a reused thread-local buffer so
-    /// the memory path does not allocate.
-    fn with_key<T>(
-        parts: &KeyParts<'_>,
-        quota: &Quota,
-        f: impl FnOnce(&str) -> Result<T, Error>,
-    ) -> Result<T, Error> {
-        KEY.with(|buf| {
-            let mut buf = buf.borrow_mut();
-            key::compose(&mut buf, parts, quota)?;
-            f(&buf)
-        })
-    }
-
-    /// Like [`enforce`](Self::enforce), for a call with or without a user key (an annotated
-    /// fn without `key = ...` spends from its budget alone).
-    pub(crate) async fn enforce_parts(
-        &self,
-        key: Option<&str>,
-        options: &Options<'_>,
-    ) -> Result<Decision, Error> {
-        refuse_unless_allowed(self.decide(key, options).await?, options)
-    }
-
-    pub(super) fn count(&self, tier: Option<usize>, budget: Option<&str>, outcome: Outcome) {
-        self.inner.total.record(outcome);
-        self.count_scoped(tier, budget, outcome);
-    }
-
-    /// Counts under the tier and budget only (a stacked call counts once in the total).
-    pub(super) fn count_scoped(&self, tier: Option<usize>, budget: Option<&str>, outcome: Outcome) {
-        if let Some(i) = tier {
-            self.inner.by_tier[i].record(outcome);
-        }
-        if let Some(name) = budget {
-            // Counted under the read lock: no Arc to clone and drop on every call.
-            if let Some(counters) = self.inner.by_method.read().get(name) {
-                counters.record(outcome);
-                return;
-            }
-            let mut methods = self.inner.by_method.write();
-            methods.entry(name.into()).or_default().record(outcome);
         }
     }
 }

@@ -1,8 +1,11 @@
 //! The memory store's cells: one compact layout per strategy, and a shard's tables of them.
 
 use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use hashbrown::HashTable;
+use parking_lot::Mutex;
+use portable_atomic::AtomicU128;
 
 use crate::algorithm::{FixedWindow, Gcra, SlidingCounter, SlidingLog, Verdict};
 use crate::clock::Nanos;
@@ -11,12 +14,19 @@ use crate::syntax::Strategy;
 
 // Each strategy has its own table of compact cells. A lookup among more keys than the CPU
 // caches hold costs a miss on the cell, so cells are kept to half a cache line: the key (16
-// bytes), when the key may be dropped (8), and what the algorithm needs beyond that (8).
-// What a cell does not store is recovered from the expiry and the quota's window (a key
-// whose window changes between calls starts a new window unless the recovered start happens
-// to line up, as a stored start had to). One enum for all four strategies plus the expiry
-// took 56 bytes, straddled two lines most of the time, and measured 1.7 times governor's
-// time at 100,000 keys (BENCHMARKS.md).
+// bytes) and the algorithm's state in one atomic word (8 or 16 bytes), from which the expiry
+// is recovered too. What a cell does not store is recovered from the expiry and the quota's
+// window (a key whose window changes between calls starts a new window unless the recovered
+// start happens to line up, as a stored start had to). One enum for all four strategies plus
+// the expiry took 56 bytes, straddled two lines most of the time, and measured 1.7 times
+// governor's time at 100,000 keys (BENCHMARKS.md).
+//
+// A decision is one compare-exchange on that word, like governor's GCRA: the shard is only
+// read-locked around the lookup, so two threads on one key (or one shard) never wait on a
+// lock, and a lost race re-runs the algorithm on the state that won. The word holds the whole
+// state, so any value read is one some decision wrote: the algorithm always decides on a
+// consistent state, and the exchange succeeds only if nothing was decided in between. The
+// sliding log does not fit a word; its cell has a lock of its own.
 
 /// A key's state under one strategy, as stored.
 pub(super) trait Cell: Sized {
@@ -26,42 +36,102 @@ pub(super) trait Cell: Sized {
     fn set_key(&mut self, key: &[u8]);
     /// When the state is indistinguishable from a fresh one.
     fn expires_at(&self) -> Nanos;
-    fn decide(&mut self, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> Verdict;
-    fn table(tables: &mut Tables) -> &mut HashTable<Self>;
+    /// Decides in one atomic step: callers share the cell (under the shard's read lock).
+    fn decide(&self, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> Verdict;
+    fn table(tables: &Tables) -> &HashTable<Self>;
+    fn table_mut(tables: &mut Tables) -> &mut HashTable<Self>;
 }
 
-/// [`FixedWindow`]; the window's start is `end - window`.
+/// An atomic word a cell's state lives in.
+trait Word {
+    type Value: Copy + Eq;
+    fn get(&self) -> Self::Value;
+    fn swap_if(&self, current: Self::Value, next: Self::Value) -> Result<Self::Value, Self::Value>;
+}
+
+impl Word for AtomicU64 {
+    type Value = u64;
+    #[inline]
+    fn get(&self) -> u64 {
+        self.load(Ordering::Acquire)
+    }
+    #[inline]
+    fn swap_if(&self, current: u64, next: u64) -> Result<u64, u64> {
+        self.compare_exchange_weak(current, next, Ordering::AcqRel, Ordering::Acquire)
+    }
+}
+
+impl Word for AtomicU128 {
+    type Value = u128;
+    #[inline]
+    fn get(&self) -> u128 {
+        self.load(Ordering::Acquire)
+    }
+    #[inline]
+    fn swap_if(&self, current: u128, next: u128) -> Result<u128, u128> {
+        self.compare_exchange_weak(current, next, Ordering::AcqRel, Ordering::Acquire)
+    }
+}
+
+/// Runs `step` on the word's value until the new value is stored over the one it was
+/// computed from; a step that changes nothing (a look, a refusal) stores nothing.
+#[inline]
+fn update<W: Word>(word: &W, step: impl Fn(W::Value) -> (W::Value, Verdict)) -> Verdict {
+    let mut current = word.get();
+    loop {
+        let (next, verdict) = step(current);
+        if next == current {
+            return verdict;
+        }
+        match word.swap_if(current, next) {
+            Ok(_) => return verdict,
+            Err(actual) => current = actual,
+        }
+    }
+}
+
+/// Two words in one: `high` in the upper 64 bits.
+#[inline]
+fn pack(high: u64, low: u64) -> u128 {
+    (u128::from(high) << 64) | u128::from(low)
+}
+
+#[inline]
+fn unpack(word: u128) -> (u64, u64) {
+    ((word >> 64) as u64, word as u64)
+}
+
+/// [`FixedWindow`]: the window's end (high word) and count (low word); the start is
+/// `end - window`.
 pub(super) struct FixedCell {
     key: Box<[u8]>,
-    end: Nanos,
-    count: u64,
+    state: AtomicU128,
 }
 
-/// [`SlidingLog`]; the log is boxed (it grows with the limit).
+/// [`SlidingLog`]; the log is boxed (it grows with the limit) behind the cell's own lock.
 pub(super) struct LogCell {
     key: Box<[u8]>,
-    expires_at: Nanos,
-    log: Box<SlidingLog>,
+    expires_at: AtomicU64,
+    log: Mutex<Box<SlidingLog>>,
 }
 
-/// [`SlidingCounter`]; the current window's start is the expiry less one window, or two while
-/// the current window has calls. Counts fit in `u32`: a [`Quota`]'s capacity is at most
-/// [`MAX_CAPACITY`](crate::quota::MAX_CAPACITY).
+/// [`SlidingCounter`]: the expiry (high word), the current and the previous window's counts
+/// (32 bits each in the low word). The current window's start is the expiry less one window,
+/// or two while the current window has calls. Counts fit in `u32`: a [`Quota`]'s capacity is
+/// at most [`MAX_CAPACITY`](crate::quota::MAX_CAPACITY).
 pub(super) struct CounterCell {
     key: Box<[u8]>,
-    expires_at: Nanos,
-    current: u32,
-    previous: u32,
+    state: AtomicU128,
 }
 
 /// [`Gcra`]; the theoretical arrival time is also the expiry.
 pub(super) struct BucketCell {
     key: Box<[u8]>,
-    tat: Nanos,
+    tat: AtomicU64,
 }
 
 const _: () = assert!(std::mem::size_of::<FixedCell>() == 32);
-const _: () = assert!(std::mem::size_of::<LogCell>() == 32);
+const _: () = assert!(std::mem::size_of::<LogCell>() == 40);
 const _: () = assert!(std::mem::size_of::<CounterCell>() == 32);
 const _: () = assert!(std::mem::size_of::<BucketCell>() == 24);
 
@@ -69,8 +139,7 @@ impl Cell for FixedCell {
     fn fresh() -> Self {
         FixedCell {
             key: Box::default(),
-            end: 0,
-            count: 0,
+            state: AtomicU128::new(0),
         }
     }
     fn key(&self) -> &[u8] {
@@ -80,22 +149,27 @@ impl Cell for FixedCell {
         self.key = key.into();
     }
     fn expires_at(&self) -> Nanos {
-        self.end
+        unpack(self.state.load(Ordering::Acquire)).0
     }
-    fn decide(&mut self, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> Verdict {
+    fn decide(&self, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> Verdict {
         let window = quota.window_nanos();
-        let mut state = FixedWindow {
-            start: self.end.saturating_sub(window),
-            count: self.count,
-        };
-        let verdict = state.decide(now, quota, cost, commit);
-        if commit {
-            self.end = state.expires_at(quota);
-            self.count = state.count;
-        }
-        verdict
+        update(&self.state, |word| {
+            let (end, count) = unpack(word);
+            let mut state = FixedWindow {
+                start: end.saturating_sub(window),
+                count,
+            };
+            let verdict = state.decide(now, quota, cost, commit);
+            if !commit {
+                return (word, verdict);
+            }
+            (pack(state.expires_at(quota), state.count), verdict)
+        })
     }
-    fn table(tables: &mut Tables) -> &mut HashTable<Self> {
+    fn table(tables: &Tables) -> &HashTable<Self> {
+        &tables.fixed
+    }
+    fn table_mut(tables: &mut Tables) -> &mut HashTable<Self> {
         &mut tables.fixed
     }
 }
@@ -104,8 +178,8 @@ impl Cell for LogCell {
     fn fresh() -> Self {
         LogCell {
             key: Box::default(),
-            expires_at: 0,
-            log: Box::default(),
+            expires_at: AtomicU64::new(0),
+            log: Mutex::default(),
         }
     }
     fn key(&self) -> &[u8] {
@@ -115,16 +189,21 @@ impl Cell for LogCell {
         self.key = key.into();
     }
     fn expires_at(&self) -> Nanos {
-        self.expires_at
+        self.expires_at.load(Ordering::Acquire)
     }
-    fn decide(&mut self, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> Verdict {
-        let verdict = self.log.decide(now, quota, cost, commit);
+    fn decide(&self, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> Verdict {
+        let mut log = self.log.lock();
+        let verdict = log.decide(now, quota, cost, commit);
         if commit {
-            self.expires_at = self.log.expires_at(quota);
+            self.expires_at
+                .store(log.expires_at(quota), Ordering::Release);
         }
         verdict
     }
-    fn table(tables: &mut Tables) -> &mut HashTable<Self> {
+    fn table(tables: &Tables) -> &HashTable<Self> {
+        &tables.log
+    }
+    fn table_mut(tables: &mut Tables) -> &mut HashTable<Self> {
         &mut tables.log
     }
 }
@@ -133,9 +212,7 @@ impl Cell for CounterCell {
     fn fresh() -> Self {
         CounterCell {
             key: Box::default(),
-            expires_at: 0,
-            current: 0,
-            previous: 0,
+            state: AtomicU128::new(0),
         }
     }
     fn key(&self) -> &[u8] {
@@ -145,26 +222,33 @@ impl Cell for CounterCell {
         self.key = key.into();
     }
     fn expires_at(&self) -> Nanos {
-        self.expires_at
+        unpack(self.state.load(Ordering::Acquire)).0
     }
-    fn decide(&mut self, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> Verdict {
+    fn decide(&self, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> Verdict {
         let window = quota.window_nanos();
-        let windows = if self.current > 0 { 2 } else { 1 };
-        let mut state = SlidingCounter {
-            start: self.expires_at.saturating_sub(windows * window),
-            current: self.current as u64,
-            previous: self.previous as u64,
-        };
-        let verdict = state.decide(now, quota, cost, commit);
-        if commit {
-            self.expires_at = state.expires_at(quota);
+        update(&self.state, |word| {
+            let (expires_at, counts) = unpack(word);
+            let (current, previous) = (counts >> 32, counts & u64::from(u32::MAX));
+            let windows = if current > 0 { 2 } else { 1 };
+            let mut state = SlidingCounter {
+                start: expires_at.saturating_sub(windows * window),
+                current,
+                previous,
+            };
+            let verdict = state.decide(now, quota, cost, commit);
+            if !commit {
+                return (word, verdict);
+            }
             // Both at most the capacity, which a `Quota` keeps within `u32`.
-            self.current = u32::try_from(state.current).unwrap_or(u32::MAX);
-            self.previous = u32::try_from(state.previous).unwrap_or(u32::MAX);
-        }
-        verdict
+            let narrow = |n: u64| n.min(u64::from(u32::MAX));
+            let counts = (narrow(state.current) << 32) | narrow(state.previous);
+            (pack(state.expires_at(quota), counts), verdict)
+        })
     }
-    fn table(tables: &mut Tables) -> &mut HashTable<Self> {
+    fn table(tables: &Tables) -> &HashTable<Self> {
+        &tables.counter
+    }
+    fn table_mut(tables: &mut Tables) -> &mut HashTable<Self> {
         &mut tables.counter
     }
 }
@@ -173,7 +257,7 @@ impl Cell for BucketCell {
     fn fresh() -> Self {
         BucketCell {
             key: Box::default(),
-            tat: 0,
+            tat: AtomicU64::new(0),
         }
     }
     fn key(&self) -> &[u8] {
@@ -183,15 +267,19 @@ impl Cell for BucketCell {
         self.key = key.into();
     }
     fn expires_at(&self) -> Nanos {
-        self.tat
+        self.tat.load(Ordering::Acquire)
     }
-    fn decide(&mut self, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> Verdict {
-        let mut state = Gcra { tat: self.tat };
-        let verdict = state.decide(now, quota, cost, commit);
-        self.tat = state.tat;
-        verdict
+    fn decide(&self, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> Verdict {
+        update(&self.tat, |tat| {
+            let mut state = Gcra { tat };
+            let verdict = state.decide(now, quota, cost, commit);
+            (state.tat, verdict)
+        })
     }
-    fn table(tables: &mut Tables) -> &mut HashTable<Self> {
+    fn table(tables: &Tables) -> &HashTable<Self> {
+        &tables.bucket
+    }
+    fn table_mut(tables: &mut Tables) -> &mut HashTable<Self> {
         &mut tables.bucket
     }
 }

@@ -1,4 +1,5 @@
-//! The in-process store: a sharded hash table, one lock per shard, the algorithm run under it.
+//! The in-process store: a sharded hash table of atomic cells, each shard behind a
+//! read-write lock taken for reading on a decision and for writing only to add or drop keys.
 
 use std::fmt;
 use std::hash::BuildHasher;
@@ -6,7 +7,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex, RwLock};
 
 mod cells;
 mod stacked;
@@ -71,7 +72,7 @@ impl MemoryOptions {
 }
 
 #[repr(align(128))]
-struct Shard(Mutex<Tables>);
+struct Shard(RwLock<Tables>);
 
 struct Inner {
     shards: Box<[Shard]>,
@@ -98,8 +99,9 @@ impl Drop for Inner {
 ///
 /// - **Process-local**: two processes, or two stores, never share a budget. Use the Redis
 ///   store for a fleet.
-/// - **Atomic**: each decision runs the algorithm under the lock of the key's shard, so with a
-///   limit of L exactly L of any number of concurrent calls pass.
+/// - **Atomic**: each decision is one compare-exchange on the key's cell (the sliding log: one
+///   lock on the key's log), so with a limit of L exactly L of any number of concurrent calls
+///   pass, and calls on one key never wait on a lock.
 /// - **Self-cleaning**: a key is dropped once its state is indistinguishable from a fresh one
 ///   (its window has passed). Sweeps run from the calls themselves every `sweep_interval` of
 ///   clock time and, while idle, from a background thread started by the service, so memory
@@ -149,7 +151,7 @@ impl MemoryStore {
     /// A store with the given limits.
     pub fn with_options(options: MemoryOptions) -> Self {
         let shards = (0..SHARDS)
-            .map(|_| Shard(Mutex::new(Tables::default())))
+            .map(|_| Shard(RwLock::new(Tables::default())))
             .collect();
         MemoryStore {
             inner: Arc::new(Inner {
@@ -190,7 +192,7 @@ impl MemoryStore {
     pub fn reset(&self, key: &str) -> bool {
         let key = key.as_bytes();
         let hash = self.inner.hasher.hash_one(key);
-        let removed = self.shard(hash).lock().remove_all(hash, key);
+        let removed = self.shard(hash).write().remove_all(hash, key);
         self.inner.len.fetch_sub(removed, Ordering::Relaxed);
         removed > 0
     }
@@ -214,7 +216,7 @@ impl MemoryStore {
         self.inner.floor.fetch_max(now, Ordering::AcqRel);
         let mut removed = 0;
         for shard in self.inner.shards.iter() {
-            removed += shard.0.lock().sweep(now, &self.inner.hasher);
+            removed += shard.0.write().sweep(now, &self.inner.hasher);
         }
         self.inner.len.fetch_sub(removed, Ordering::Relaxed);
         removed
@@ -250,7 +252,7 @@ impl MemoryStore {
         }
     }
 
-    fn shard(&self, hash: u64) -> &Mutex<Tables> {
+    fn shard(&self, hash: u64) -> &RwLock<Tables> {
         &self.inner.shards[self.shard_index(hash)].0
     }
 
@@ -310,7 +312,8 @@ impl MemoryStore {
         Ok(decision(verdict))
     }
 
-    /// The decision in the strategy's own table, under the shard's lock.
+    /// The decision in the strategy's own table: a stored key under the shard's read lock; a
+    /// new key that must be remembered under its write lock.
     fn decide_in<C: Cell>(
         &self,
         key: &str,
@@ -321,24 +324,35 @@ impl MemoryStore {
     ) -> Result<Verdict, Error> {
         let key = key.as_bytes();
         let hash = self.inner.hasher.hash_one(key);
-        for attempt in 0..2 {
-            let mut tables = self.shard(hash).lock();
-            if let Some(cell) = C::table(&mut tables).find_mut(hash, |c| c.key() == key) {
+        {
+            let tables = self.shard(hash).read();
+            if let Some(cell) = C::table(&tables).find(hash, |c| c.key() == key) {
                 return Ok(cell.decide(now, quota, cost, commit));
             }
             if tables.held_by_other(quota.strategy(), hash, key) {
                 return Err(algorithm::Undecidable::UnexpectedState.into());
             }
-            let mut cell = C::fresh();
-            let verdict = cell.decide(now, quota, cost, commit);
+            let verdict = C::fresh().decide(now, quota, cost, commit);
             if !commit || !verdict.allowed {
                 // Nothing to remember: a fresh key that was only looked at or refused outright.
                 return Ok(verdict);
             }
+        }
+        for attempt in 0..2 {
+            let mut tables = self.shard(hash).write();
+            // Another call may have stored the key between the two locks.
+            if let Some(cell) = C::table(&tables).find(hash, |c| c.key() == key) {
+                return Ok(cell.decide(now, quota, cost, commit));
+            }
+            if tables.held_by_other(quota.strategy(), hash, key) {
+                return Err(algorithm::Undecidable::UnexpectedState.into());
+            }
             if self.reserve() {
+                let mut cell = C::fresh();
+                let verdict = cell.decide(now, quota, cost, commit);
                 cell.set_key(key);
                 let hasher = &self.inner.hasher;
-                C::table(&mut tables).insert_unique(hash, cell, |c| hasher.hash_one(c.key()));
+                C::table_mut(&mut tables).insert_unique(hash, cell, |c| hasher.hash_one(c.key()));
                 return Ok(verdict);
             }
             drop(tables);

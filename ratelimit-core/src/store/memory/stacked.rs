@@ -1,13 +1,14 @@
 //! Several limits decided as one: all are admitted and spent, or none is.
 //!
-//! Every shard a call's keys live in is locked, in ascending order (so two stacked calls
-//! never wait on each other in a cycle), for the whole decision: each limit is looked at
+//! Every shard a call's keys live in is write-locked, in ascending order (so two stacked calls
+//! never wait on each other in a cycle), for the whole decision, which shuts out the single
+//! decisions (they hold a shard's read lock around their compare-exchange): each limit is looked at
 //! first, and only when every one admits the call is each spent. A call refused by one limit
 //! spends nothing from the others.
 
 use std::hash::BuildHasher;
 
-use parking_lot::MutexGuard;
+use parking_lot::RwLockWriteGuard;
 
 use super::cells::{BucketCell, Cell, CounterCell, FixedCell, LogCell, Tables};
 use super::MemoryStore;
@@ -40,14 +41,14 @@ fn look<C: Cell>(
     cost: u64,
     now: Nanos,
 ) -> (Verdict, bool) {
-    let decide = |cell: &mut C| {
+    let decide = |cell: &C| {
         algorithm::level(cost, false, |cost, commit| {
             cell.decide(now, quota, cost, commit)
         })
     };
-    match C::table(tables).find_mut(hash, |c| c.key() == key) {
+    match C::table(tables).find(hash, |c| c.key() == key) {
         Some(cell) => (decide(cell), true),
-        None => (decide(&mut C::fresh()), false),
+        None => (decide(&C::fresh()), false),
     }
 }
 
@@ -61,18 +62,21 @@ fn spend<C: Cell>(
     cost: u64,
     now: Nanos,
 ) -> Verdict {
-    if let Some(cell) = C::table(tables).find_mut(hash, |c| c.key() == key) {
+    if let Some(cell) = C::table(tables).find(hash, |c| c.key() == key) {
         return cell.decide(now, quota, cost, true);
     }
     let mut cell = C::fresh();
     let verdict = cell.decide(now, quota, cost, true);
     cell.set_key(key);
-    C::table(tables).insert_unique(hash, cell, |c| hasher.hash_one(c.key()));
+    C::table_mut(tables).insert_unique(hash, cell, |c| hasher.hash_one(c.key()));
     verdict
 }
 
 /// The tables of shard `index`, among the locked ones (every check's shard is locked).
-fn locked<'g>(guards: &'g mut [(usize, MutexGuard<'_, Tables>)], index: usize) -> &'g mut Tables {
+fn locked<'g>(
+    guards: &'g mut [(usize, RwLockWriteGuard<'_, Tables>)],
+    index: usize,
+) -> &'g mut Tables {
     let slot = guards.iter().position(|(i, _)| *i == index);
     &mut guards[slot.unwrap_or_default()].1
 }
@@ -96,9 +100,9 @@ impl MemoryStore {
         shards.sort_unstable();
         shards.dedup();
         for attempt in 0..2 {
-            let mut guards: Vec<(usize, MutexGuard<'_, Tables>)> = shards
+            let mut guards: Vec<(usize, RwLockWriteGuard<'_, Tables>)> = shards
                 .iter()
-                .map(|&i| (i, self.inner.shards[i].0.lock()))
+                .map(|&i| (i, self.inner.shards[i].0.write()))
                 .collect();
             let mut verdicts = Vec::with_capacity(checks.len());
             let mut fresh = 0;

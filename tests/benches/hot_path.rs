@@ -1,0 +1,383 @@
+//! The paths users take, side by side with `governor`'s keyed `check_key` in one run
+//! (issue 13): an annotated fn (`key = user`, token bucket and fixed window),
+//! `RateLimitService::consume`, and the bare memory store, on one key and over 100,000 keys;
+//! two threads on one key; eight tasks on a 2-worker Tokio runtime over 10,000 keys; the
+//! sliding log and the sliding-window counter.
+//!
+//! Every call is admitted (limits far above what a run spends) and reads the clock: governor
+//! its quanta clock inside `check_key`, ours `SystemClock` (inside the service; per call for
+//! the bare store). Governor is keyed by the same `u64` the annotated fns take (`String` keys
+//! are a variant of their own, for the figures of earlier runs).
+//!
+//! **Order.** Each group's variants run in rounds; round `r` runs them in the cyclic order
+//! starting at variant `r mod k` (a Latin square over `k` rounds, `k >= 3`): no variant runs
+//! twice in a row, within a round or across two, and each runs in every position equally
+//! often. A figure is the median over rounds of the variant's time divided by governor's time
+//! *in the same round*; the min and max of those ratios follow. The machine's load
+//! (`/proc/loadavg`) is printed before and after.
+//!
+//! ```text
+//! cargo bench -p ratelimit-tests --bench hot_path                       # the real run (quiet machine)
+//! RL_ROUNDS=3 RL_CALLS=2000 cargo bench -p ratelimit-tests --bench hot_path   # smoke test
+//! ```
+//!
+//! `RL_ROUNDS` (default 30, rounded up to a multiple of each group's variant count),
+//! `RL_CALLS` (calls per sample, default 200,000), `RL_KEYS` (default 100,000); for a
+//! profile, `RL_GROUP` (`one`, `keys`, `sliding`, `threads`, `tasks`) runs one group and
+//! `RL_ONLY` (part of a name) keeps the two governor variants and the named ones.
+//! Allocations per call (counted on the calling thread) are printed for the one-thread cases.
+
+use std::hint::black_box;
+use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::FutureExt;
+use governor::{Quota as GQuota, RateLimiter};
+use ratelimit::{
+    rate_limit, Clock, Error, MemoryStore, Module, Options, Quota, RateLimitService, Strategy,
+    SystemClock,
+};
+use ratelimit_tests::{allocations, CountingAllocator};
+
+#[global_allocator]
+static GLOBAL: CountingAllocator = CountingAllocator;
+
+fn env(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Far above anything a run spends in an hour: never refuses.
+const LIMIT: u64 = 4_000_000_000;
+const HOUR: Duration = Duration::from_secs(3_600);
+
+#[rate_limit(limit = 4_000_000_000, window = "1h", strategy = "token-bucket", key = user)]
+async fn annotated_bucket(user: u64) -> Result<u64, Error> {
+    Ok(black_box(user))
+}
+
+#[rate_limit(limit = 4_000_000_000, window = "1h", strategy = "fixed-window", key = user)]
+async fn annotated_fixed(user: u64) -> Result<u64, Error> {
+    Ok(black_box(user))
+}
+
+#[rate_limit(limit = 4_000_000_000, window = "1h", strategy = "sliding-window-counter", key = user)]
+async fn annotated_counter(user: u64) -> Result<u64, Error> {
+    Ok(black_box(user))
+}
+
+// One entry per admitted call: a short window keeps the log a few thousand entries long.
+#[rate_limit(limit = 10_000_000, window = "10ms", strategy = "sliding-window", key = user)]
+async fn annotated_log(user: u64) -> Result<u64, Error> {
+    Ok(black_box(user))
+}
+
+fn options(strategy: Strategy) -> Options<'static> {
+    let o = Options::new().strategy(strategy).budget("bench-service");
+    match strategy {
+        Strategy::SlidingWindow => o.limit(10_000_000).window(Duration::from_millis(10)),
+        _ => o.limit(LIMIT).window(HOUR),
+    }
+}
+
+fn quota(strategy: Strategy) -> Quota {
+    match strategy {
+        Strategy::SlidingWindow => Quota::new(10_000_000, Duration::from_millis(10)),
+        _ => Quota::new(LIMIT, HOUR),
+    }
+    .expect("valid quota")
+    .with_strategy(strategy)
+}
+
+fn ready<T>(f: impl std::future::Future<Output = T>) -> T {
+    f.now_or_never().expect("the memory store answers at once")
+}
+
+/// One call on key number `k`.
+type Call = Arc<dyn Fn(u64) -> bool + Send + Sync>;
+
+/// The variants of the one-thread groups; governor first (the baseline).
+fn variants(
+    service: &RateLimitService,
+    keys: &Arc<Vec<String>>,
+    strategies: &[Strategy],
+) -> Vec<(String, Call)> {
+    let gov = Arc::new(RateLimiter::keyed(GQuota::per_second(NonZeroU32::MAX)));
+    let gov_s = Arc::new(RateLimiter::keyed(GQuota::per_second(NonZeroU32::MAX)));
+    let mut out: Vec<(String, Call)> = vec![(
+        "governor check_key(u64)".into(),
+        Arc::new(move |k| gov.check_key(&k).is_ok()),
+    )];
+    let k2 = Arc::clone(keys);
+    out.push((
+        "governor check_key(String)".into(),
+        Arc::new(move |k| gov_s.check_key(&k2[k as usize]).is_ok()),
+    ));
+    for &strategy in strategies {
+        let annotated: Call = match strategy {
+            Strategy::TokenBucket => Arc::new(|k| ready(annotated_bucket(k)).is_ok()),
+            Strategy::FixedWindow => Arc::new(|k| ready(annotated_fixed(k)).is_ok()),
+            Strategy::SlidingWindowCounter => Arc::new(|k| ready(annotated_counter(k)).is_ok()),
+            _ => Arc::new(|k| ready(annotated_log(k)).is_ok()),
+        };
+        out.push((format!("annotated {strategy}"), annotated));
+        let (svc, names, opts) = (service.clone(), Arc::clone(keys), options(strategy));
+        out.push((
+            format!("service.consume {strategy}"),
+            Arc::new(move |k| {
+                ready(svc.consume(&names[k as usize], &opts)).is_ok_and(|d| d.allowed)
+            }),
+        ));
+        let (store, names, q) = (MemoryStore::new(), Arc::clone(keys), quota(strategy));
+        out.push((
+            format!("store {strategy}"),
+            Arc::new(move |k| {
+                let now = SystemClock.now();
+                store
+                    .acquire(&names[k as usize], &q, 1, now)
+                    .is_ok_and(|d| d.allowed)
+            }),
+        ));
+    }
+    out
+}
+
+/// Round `r`'s order of `k` variants: cyclic, starting at `r mod k`.
+fn order(round: usize, k: usize) -> impl Iterator<Item = usize> {
+    (0..k).map(move |i| (round + i) % k)
+}
+
+/// Rounds asked for (`RL_ROUNDS`), set once by `main`.
+static ROUNDS: AtomicUsize = AtomicUsize::new(30);
+
+fn rounds_for(k: usize) -> usize {
+    ROUNDS.load(Ordering::Relaxed).div_ceil(k) * k
+}
+
+/// Runs `sample(variant)` (ns per call) in balanced rounds; prints each variant's median
+/// ns and its median ratio to variant 0 (governor) over rounds, with min and max.
+fn report(group: &str, names: &[String], mut sample: impl FnMut(usize) -> f64, unit: &str) {
+    let k = names.len();
+    assert!(k >= 3, "the balanced order needs three variants or more");
+    let rounds = rounds_for(k);
+    let mut times = vec![Vec::with_capacity(rounds); k];
+    for round in 0..rounds {
+        for v in order(round, k) {
+            times[v].push(sample(v));
+        }
+    }
+    let median = |xs: &mut Vec<f64>| {
+        xs.sort_by(f64::total_cmp);
+        xs[xs.len() / 2]
+    };
+    println!("\n{group} ({rounds} rounds)");
+    for v in 0..k {
+        let mut ratios: Vec<f64> = (0..rounds).map(|r| times[v][r] / times[0][r]).collect();
+        let ratio = median(&mut ratios);
+        let (lo, hi) = (ratios[0], ratios[rounds - 1]);
+        let t = median(&mut times[v].clone());
+        println!(
+            "  {:<44} {t:>10.1} {unit}   {ratio:>5.2}x governor [{lo:.2}-{hi:.2}]",
+            names[v]
+        );
+    }
+}
+
+/// Whether `RL_ONLY` (a substring of a variant's name) lets this variant run; the baseline
+/// and two variants always stay, for the balanced order.
+fn selected(cases: Vec<(String, Call)>) -> Vec<(String, Call)> {
+    let Ok(only) = std::env::var("RL_ONLY") else {
+        return cases;
+    };
+    cases
+        .into_iter()
+        .enumerate()
+        .filter(|(i, (name, _))| *i < 2 || name.contains(&only))
+        .map(|(_, c)| c)
+        .collect()
+}
+
+fn single_thread(group: &str, cases: &[(String, Call)], keys: u64, calls: usize) {
+    let names: Vec<String> = cases.iter().map(|c| c.0.clone()).collect();
+    // Every key of every variant exists before any measurement: no variant is timed on a
+    // smaller table than another.
+    for (name, call) in cases {
+        for k in 0..keys {
+            assert!(call(k), "{name}: refused");
+        }
+        let before = allocations();
+        for k in 0..keys.min(1_000) {
+            call(k);
+        }
+        let allocs = allocations() - before;
+        println!(
+            "  {group} / {name}: {:.2} allocations per call",
+            allocs as f64 / keys.min(1_000) as f64
+        );
+    }
+    let mut next = vec![0u64; cases.len()];
+    report(
+        group,
+        &names,
+        |v| {
+            let call = &cases[v].1;
+            let start = Instant::now();
+            let mut k = next[v];
+            for _ in 0..calls {
+                k = if k + 1 == keys { 0 } else { k + 1 };
+                black_box(call(black_box(k)));
+            }
+            next[v] = k;
+            start.elapsed().as_nanos() as f64 / calls as f64
+        },
+        "ns/call",
+    );
+}
+
+fn two_threads(cases: &[(String, Call)], calls: usize) {
+    let names: Vec<String> = cases.iter().map(|c| c.0.clone()).collect();
+    report(
+        "two threads on one key (wall time / calls of both)",
+        &names,
+        |v| {
+            let call = &cases[v].1;
+            let start = Instant::now();
+            std::thread::scope(|s| {
+                for _ in 0..2 {
+                    s.spawn(|| {
+                        for _ in 0..calls {
+                            black_box(call(black_box(0)));
+                        }
+                    });
+                }
+            });
+            start.elapsed().as_nanos() as f64 / (2 * calls) as f64
+        },
+        "ns/call",
+    );
+}
+
+fn tokio_tasks(cases: &[(String, Call)], calls: usize) {
+    const TASKS: u64 = 8;
+    const KEYS: u64 = 10_000;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .build()
+        .expect("runtime");
+    let names: Vec<String> = cases.iter().map(|c| c.0.clone()).collect();
+    let per_task = (calls as u64 / TASKS).max(1);
+    let mut rates = vec![Vec::new(); cases.len()];
+    report(
+        "eight tasks on a 2-worker Tokio runtime, 10,000 keys",
+        &names,
+        |v| {
+            let start = Instant::now();
+            runtime.block_on(async {
+                let tasks: Vec<_> = (0..TASKS)
+                    .map(|t| {
+                        let call = Arc::clone(&cases[v].1);
+                        tokio::spawn(async move {
+                            for i in 0..per_task {
+                                black_box(call((t + i * TASKS) % KEYS));
+                                if i % 1024 == 0 {
+                                    tokio::task::yield_now().await;
+                                }
+                            }
+                        })
+                    })
+                    .collect();
+                for t in tasks {
+                    t.await.expect("task");
+                }
+            });
+            let ns = start.elapsed().as_nanos() as f64 / (TASKS * per_task) as f64;
+            rates[v].push(1e9 / ns);
+            ns
+        },
+        "ns/decision",
+    );
+    for (v, name) in names.iter().enumerate() {
+        let r = &mut rates[v];
+        r.sort_by(f64::total_cmp);
+        println!(
+            "  {name:<44} {:>10.2} M decisions/s (median)",
+            r[r.len() / 2] / 1e6
+        );
+    }
+}
+
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_else(|_| "unknown".into())
+        .trim()
+        .to_owned()
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; `cargo test --benches` does not: then one tiny pass.
+    let benching = std::env::args().any(|a| a == "--bench");
+    let calls = if benching {
+        env("RL_CALLS", 200_000)
+    } else {
+        100
+    };
+    let n_keys = if benching {
+        env("RL_KEYS", 100_000)
+    } else {
+        1_000
+    } as u64;
+    ROUNDS.store(
+        if benching { env("RL_ROUNDS", 30) } else { 3 },
+        Ordering::Relaxed,
+    );
+    println!(
+        "load before: {}  (RL_CALLS={calls}, RL_KEYS={n_keys})",
+        loadavg()
+    );
+    let module = Module::builder().init().expect("module");
+    let service = module.service().clone();
+    let keys: Arc<Vec<String>> = Arc::new((0..n_keys).map(|i| i.to_string()).collect());
+    let main = [Strategy::TokenBucket, Strategy::FixedWindow];
+
+    let group = std::env::var("RL_GROUP").unwrap_or_default();
+    if "one".contains(&group) {
+        let one = selected(variants(&service, &keys, &main));
+        single_thread("one key", &one, 1, calls);
+    }
+    if "keys".contains(&group) {
+        let many = selected(variants(&service, &keys, &main));
+        single_thread("100,000 keys", &many, n_keys, calls);
+    }
+    if "sliding".contains(&group) {
+        let slow = [Strategy::SlidingWindowCounter, Strategy::SlidingWindow];
+        let slow = selected(variants(&service, &keys, &slow));
+        single_thread(
+            "one key, sliding-window counter and sliding log",
+            &slow,
+            1,
+            calls / 4,
+        );
+    }
+    let bucket: Vec<(String, Call)> = variants(&service, &keys, &[Strategy::TokenBucket])
+        .into_iter()
+        .filter(|(name, _)| !name.contains("String"))
+        .collect();
+    if "threads".contains(&group) {
+        two_threads(&bucket, calls);
+    }
+    if "tasks".contains(&group) {
+        let tasks: Vec<(String, Call)> = bucket
+            .into_iter()
+            .filter(|(name, _)| !name.starts_with("store"))
+            .collect();
+        tokio_tasks(&tasks, calls);
+    }
+
+    let stats = module.stats();
+    assert_eq!(stats.total.denied + stats.total.errors, 0, "{stats:?}");
+    println!("\nload after: {}", loadavg());
+}
