@@ -95,7 +95,7 @@ fn fixed_window() -> (RateLimitService, ManualClock) {
     )
 }
 
-fn per_minute(limit: u64) -> Options<'static> {
+fn per_minute(limit: u64) -> Options {
     Options::new().limit(limit).window(MINUTE)
 }
 

@@ -11,7 +11,7 @@ use parking_lot::RwLock;
 use super::declaration::Declaration;
 use super::spec::TierSpec;
 use crate::error::Error;
-use crate::service::{Options, RateLimitService};
+use crate::service::{Call, RateLimitService};
 
 /// The installed module: its id (so an old handle never removes a newer module) and service.
 pub(super) static CURRENT: RwLock<Option<(u64, RateLimitService)>> = RwLock::new(None);
@@ -93,8 +93,10 @@ pub async fn acquire(
             function: declaration.function(),
         });
     };
-    let options = options(declaration, tier, cost);
-    service.enforce_parts(key, &options).await.map(drop)
+    service
+        .enforce_parts(key, &call(declaration, tier, cost))
+        .await
+        .map(drop)
 }
 
 /// [`acquire`] for a fn with several limits (stacked attributes): one decision, all or
@@ -108,29 +110,27 @@ pub async fn acquire_all(
             function: limits.first().map_or("?", |l| l.0.function()),
         });
     };
-    let options: Vec<Options<'_>> = limits
+    let parts: Vec<(Option<&str>, Call<'_>)> = limits
         .iter()
-        .map(|&(declaration, _, tier, cost)| options(declaration, tier, cost))
-        .collect();
-    let parts: Vec<(Option<&str>, &Options<'_>)> = limits
-        .iter()
-        .zip(&options)
-        .map(|(&(_, key, _, _), options)| (key, options))
+        .map(|&(declaration, key, tier, cost)| (key, call(declaration, tier, cost)))
         .collect();
     service.enforce_stacked(&parts).await.map(drop)
 }
 
-/// The options of one call of an annotated fn: its spec, the tier chosen for this call (or
-/// its static one), its cost, its budget.
-fn options<'a>(declaration: &'static Declaration, tier: Option<&'a str>, cost: u64) -> Options<'a> {
-    let mut options = Options::new().cost(cost).budget(declaration.budget());
-    options.overrides = *declaration.spec().overrides();
-    options.tier = match (tier, declaration.spec().tier()) {
-        (Some(tier), _) => Some(tier),
-        (None, TierSpec::Static(tier)) => Some(tier),
-        (None, _) => None,
-    };
-    options
+/// One call of an annotated fn: its spec, the tier chosen for this call (or its static one),
+/// its cost, its budget. Borrowed: a tier chosen per call is never copied.
+fn call<'a>(declaration: &'static Declaration, tier: Option<&'a str>, cost: u64) -> Call<'a> {
+    Call {
+        tier: match (tier, declaration.spec().tier()) {
+            (Some(tier), _) => Some(tier),
+            (None, TierSpec::Static(tier)) => Some(tier),
+            (None, _) => None,
+        },
+        budget: Some(declaration.budget()),
+        overrides: declaration.spec().overrides(),
+        cost,
+        consume: true,
+    }
 }
 
 /// What an annotated fn's return type must be able to do: carry a refusal. Implemented for

@@ -2,6 +2,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::fmt;
+use std::future::Future;
 use std::hash::{BuildHasher, Hasher};
 
 use std::sync::Arc;
@@ -9,6 +10,7 @@ use std::sync::Arc;
 mod options;
 mod stacked;
 
+pub(crate) use options::Call;
 pub use options::Options;
 
 use crate::clock::{Clock, SystemClock};
@@ -240,44 +242,105 @@ impl RateLimitService {
     /// cost of 0 looks at the level; see [`status`](Self::status)). A refusal is `Ok` with
     /// `allowed == false`; `Err` means no decision could be made, and the call must be
     /// refused too.
-    pub async fn check(&self, key: &str, options: &Options<'_>) -> Result<Decision, Error> {
-        self.decide(Some(key), options).await
+    ///
+    /// The future borrows the service and `key`, not `options` (it keeps a clone of them, which
+    /// copies literal names and shares run-time ones): options built in the call's own
+    /// expression may be dropped before it is awaited. Nothing is decided before it is polled.
+    pub fn check<'a>(
+        &'a self,
+        key: &'a str,
+        options: &Options,
+    ) -> impl Future<Output = Result<Decision, Error>> + Send + 'a {
+        let options = options.clone();
+        async move { self.decide(Some(key), &options.call()).await }
     }
 
-    /// Spends one call (or `options.cost`) from `key`'s budget.
-    pub async fn consume(&self, key: &str, options: &Options<'_>) -> Result<Decision, Error> {
-        self.check(key, &options.consume(true)).await
+    /// Spends one call (or `options.cost`) from `key`'s budget. Like every method here, the
+    /// future does not borrow `options` (see [`check`](Self::check)).
+    ///
+    /// ```
+    /// use ratelimit_core::{Config, Options, RateLimitService, Tier};
+    ///
+    /// # futures::executor::block_on(async {
+    /// let config = Config::builder().tier(Tier::new("pro", 5).window("1m")).build()?;
+    /// let service = RateLimitService::new(config)?;
+    /// let pending = service.consume("user:1", &Options::new().tier("pro"));
+    /// assert!(pending.await?.allowed);
+    /// # Ok::<(), ratelimit_core::Error>(())
+    /// # }).unwrap();
+    /// ```
+    pub fn consume<'a>(
+        &'a self,
+        key: &'a str,
+        options: &Options,
+    ) -> impl Future<Output = Result<Decision, Error>> + Send + 'a {
+        let options = options.clone();
+        async move {
+            let call = Call {
+                consume: true,
+                ..options.call()
+            };
+            self.decide(Some(key), &call).await
+        }
     }
 
     /// Like [`consume`](Self::consume), but a refusal is `Err(Error::Exceeded(..))` carrying
     /// the decision.
-    pub async fn enforce(&self, key: &str, options: &Options<'_>) -> Result<Decision, Error> {
-        self.enforce_parts(Some(key), &options.consume(true)).await
+    pub fn enforce<'a>(
+        &'a self,
+        key: &'a str,
+        options: &Options,
+    ) -> impl Future<Output = Result<Decision, Error>> + Send + 'a {
+        let options = options.clone();
+        async move {
+            let call = Call {
+                consume: true,
+                ..options.call()
+            };
+            self.enforce_parts(Some(key), &call).await
+        }
     }
 
     /// The level of `key`'s budget now, spending and changing nothing: what remains,
     /// `reset_after` (when it is full again), and `allowed` when a call of cost 1 would pass
     /// now (with that call's `retry_after` when it would not). `options.cost` is not used.
-    pub async fn status(&self, key: &str, options: &Options<'_>) -> Result<Decision, Error> {
-        self.check(key, &options.consume(false).cost(0)).await
+    pub fn status<'a>(
+        &'a self,
+        key: &'a str,
+        options: &Options,
+    ) -> impl Future<Output = Result<Decision, Error>> + Send + 'a {
+        let options = options.clone();
+        async move {
+            let call = Call {
+                consume: false,
+                cost: 0,
+                ..options.call()
+            };
+            self.decide(Some(key), &call).await
+        }
     }
 
     /// Forgets `key`'s state under `tier` (`None`: the default tier, or no tier) with no
     /// overrides and no budget. State is kept per quota (strategy and window) and budget: to
     /// reset what calls with other options spent, use [`reset_with`](Self::reset_with).
     pub async fn reset(&self, key: &str, tier: Option<&str>) -> Result<(), Error> {
-        let options = Options {
-            tier,
-            ..Options::new()
-        };
-        self.reset_with(key, &options).await.map(drop)
+        self.reset_call(key, &Call::under(tier)).await.map(drop)
     }
 
     /// Forgets the state that calls on `key` with `options` (tier, overrides, budget) spend
-    /// from; returns whether there was any.
-    pub async fn reset_with(&self, key: &str, options: &Options<'_>) -> Result<bool, Error> {
-        let (quota, tier) = self.resolve(options)?;
-        let parts = self.parts(options, tier, Some(key));
+    /// from; returns whether there was any. The future does not borrow `options`.
+    pub fn reset_with<'a>(
+        &'a self,
+        key: &'a str,
+        options: &Options,
+    ) -> impl Future<Output = Result<bool, Error>> + Send + 'a {
+        let options = options.clone();
+        async move { self.reset_call(key, &options.call()).await }
+    }
+
+    async fn reset_call(&self, key: &str, call: &Call<'_>) -> Result<bool, Error> {
+        let (quota, tier) = self.resolve(call)?;
+        let parts = self.parts(call, tier, Some(key));
         match &self.inner.backend {
             Backend::Memory(store) => Self::with_key(&parts, &quota, |k| Ok(store.reset(k))),
             Backend::Dyn(store) => {
@@ -318,8 +381,8 @@ impl RateLimitService {
     /// The quota and tier a call with `options` is decided under: the tier's (or the
     /// module's) settings with the call's overrides, checked against what the store can
     /// count. The same resolution every call and `Module::init`'s checks go through.
-    pub fn quota_for(&self, options: &Options<'_>) -> Result<(Quota, Option<Arc<str>>), Error> {
-        let (quota, tier) = self.resolve(options)?;
+    pub fn quota_for(&self, options: &Options) -> Result<(Quota, Option<Arc<str>>), Error> {
+        let (quota, tier) = self.resolve(&options.call())?;
         Ok((
             quota,
             tier.map(|i| self.inner.config.tiers()[i].name.clone()),
@@ -342,7 +405,7 @@ impl RateLimitService {
         Ok(quota)
     }
 
-    pub(super) fn resolve(&self, options: &Options<'_>) -> Result<(Quota, Option<usize>), Error> {
+    pub(super) fn resolve(&self, options: &Call<'_>) -> Result<(Quota, Option<usize>), Error> {
         let tier = resolve::tier_index(&self.inner.config, options.tier)?;
         let quota = if tier.is_none() && options.overrides.is_empty() {
             // The hot path of a plain call: the default limit, resolved once at build time.
@@ -355,10 +418,10 @@ impl RateLimitService {
         } else {
             let id = self.inner.id;
             match RESOLVED.with(Cell::get) {
-                Some((i, t, o, quota)) if i == id && t == tier && o == options.overrides => quota,
+                Some((i, t, o, quota)) if i == id && t == tier && o == *options.overrides => quota,
                 _ => {
-                    let quota = self.resolve_quota(tier, &options.overrides)?;
-                    RESOLVED.with(|c| c.set(Some((id, tier, options.overrides, quota))));
+                    let quota = self.resolve_quota(tier, options.overrides)?;
+                    RESOLVED.with(|c| c.set(Some((id, tier, *options.overrides, quota))));
                     quota
                 }
             }
@@ -370,7 +433,7 @@ impl RateLimitService {
     /// was written ahead (a tier's or the default limit's quota, no overrides).
     pub(super) fn parts<'a>(
         &'a self,
-        options: &Options<'a>,
+        options: &Call<'a>,
         tier: Option<usize>,
         key: Option<&'a str>,
     ) -> KeyParts<'a> {
@@ -408,7 +471,7 @@ impl RateLimitService {
     pub(crate) async fn enforce_parts(
         &self,
         key: Option<&str>,
-        options: &Options<'_>,
+        options: &Call<'_>,
     ) -> Result<Decision, Error> {
         let decision = self.decide(key, options).await?;
         if decision.allowed {
@@ -421,7 +484,7 @@ impl RateLimitService {
         }
     }
 
-    async fn decide(&self, key: Option<&str>, options: &Options<'_>) -> Result<Decision, Error> {
+    async fn decide(&self, key: Option<&str>, options: &Call<'_>) -> Result<Decision, Error> {
         let (quota, tier) = match self.resolve(options) {
             Ok(resolved) => resolved,
             Err(e) => {

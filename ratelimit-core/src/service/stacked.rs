@@ -1,6 +1,6 @@
 //! Stacked limits through the service: several limits decided as one call.
 
-use super::{Backend, Options, RateLimitService};
+use super::{Backend, Call, Options, RateLimitService};
 use crate::decision::Decision;
 use crate::error::{Error, Exceeded};
 use crate::key;
@@ -23,12 +23,11 @@ impl RateLimitService {
     ///
     /// ```
     /// use ratelimit_core::{Config, Options, RateLimitService, Tier};
-    /// use std::time::Duration;
     ///
     /// # futures::executor::block_on(async {
     /// let service = RateLimitService::new(Config::default())?;
-    /// let burst = Options::new().limit(2).window(Duration::from_secs(1)).budget("burst");
-    /// let hourly = Options::new().limit(3).window(Duration::from_secs(3_600)).budget("hourly");
+    /// let burst = Options::new().limit(2).window("1s").budget("burst");
+    /// let hourly = Options::new().limit(3).window("1h").budget("hourly");
     /// let limits = [("user:1", &burst), ("user:1", &hourly)];
     /// assert!(service.consume_all(&limits).await?.iter().all(|d| d.allowed));
     /// assert!(service.consume_all(&limits).await?.iter().all(|d| d.allowed));
@@ -39,23 +38,17 @@ impl RateLimitService {
     /// # Ok::<(), ratelimit_core::Error>(())
     /// # }).unwrap();
     /// ```
-    pub async fn consume_all(
-        &self,
-        limits: &[(&str, &Options<'_>)],
-    ) -> Result<Vec<Decision>, Error> {
-        let parts: Vec<(Option<&str>, &Options<'_>)> =
-            limits.iter().map(|&(k, o)| (Some(k), o)).collect();
+    pub async fn consume_all(&self, limits: &[(&str, &Options)]) -> Result<Vec<Decision>, Error> {
+        let parts: Vec<(Option<&str>, Call<'_>)> =
+            limits.iter().map(|&(k, o)| (Some(k), o.call())).collect();
         self.decide_stacked(&parts).await
     }
 
     /// Like [`consume_all`](Self::consume_all), but a refusal is `Err(Error::Exceeded(..))`
     /// carrying the refusing limit's decision (of several, the one to wait for longest).
-    pub async fn enforce_all(
-        &self,
-        limits: &[(&str, &Options<'_>)],
-    ) -> Result<Vec<Decision>, Error> {
-        let parts: Vec<(Option<&str>, &Options<'_>)> =
-            limits.iter().map(|&(k, o)| (Some(k), o)).collect();
+    pub async fn enforce_all(&self, limits: &[(&str, &Options)]) -> Result<Vec<Decision>, Error> {
+        let parts: Vec<(Option<&str>, Call<'_>)> =
+            limits.iter().map(|&(k, o)| (Some(k), o.call())).collect();
         self.enforce_stacked(&parts).await
     }
 
@@ -63,7 +56,7 @@ impl RateLimitService {
     /// fns with several limits).
     pub(crate) async fn enforce_stacked(
         &self,
-        limits: &[(Option<&str>, &Options<'_>)],
+        limits: &[(Option<&str>, Call<'_>)],
     ) -> Result<Vec<Decision>, Error> {
         let decisions = self.decide_stacked(limits).await?;
         let refusal = decisions
@@ -82,7 +75,7 @@ impl RateLimitService {
 
     async fn decide_stacked(
         &self,
-        limits: &[(Option<&str>, &Options<'_>)],
+        limits: &[(Option<&str>, Call<'_>)],
     ) -> Result<Vec<Decision>, Error> {
         let mut resolved = Vec::with_capacity(limits.len());
         for (_, options) in limits {
