@@ -58,11 +58,8 @@ fn options_stored_in_a_struct_are_reused_across_spawned_tasks() {
                     })
                 })
                 .collect();
-            let mut admitted = 0;
-            for t in tasks {
-                admitted += t.await.unwrap();
-            }
-            admitted
+            let each = futures::future::join_all(tasks).await;
+            each.into_iter().map(Result::unwrap).sum::<u32>()
         })
     };
     assert_eq!(run(&pro, "user:1"), 40);
