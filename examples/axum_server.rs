@@ -22,7 +22,6 @@
 //! `ADDR` changes the address (default `127.0.0.1:3000`).
 
 use std::net::SocketAddr;
-use std::time::Duration;
 
 use axum::extract::Path;
 use axum::http::HeaderMap;
@@ -75,15 +74,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .init()?;
 
     let client = || ClientIp::x_forwarded_for(TrustedProxies::count(1));
-    let per_minute = |n| Options::new().limit(n).window(Duration::from_secs(60));
+    let per_minute = |n| Options::new().limit(n).window("1m");
     let login_limits = RateLimitLayer::from_module(client())
         .limit(per_minute(3).budget("login-burst"))
-        .limit(
-            Options::new()
-                .limit(10)
-                .window(Duration::from_secs(3_600))
-                .budget("login-hourly"),
-        );
+        .limit(Options::new().limit(10).window("1h").budget("login-hourly"));
 
     let app = Router::new()
         .route("/orders/{id}", get(order))

@@ -52,8 +52,10 @@ async fn main() -> Result<(), Error> {
     }
     let status = pods[1].status("alice", &Options::new()).await?;
     println!(
-        "status seen by pod 1: {} left, full again at {} ms",
-        status.remaining, status.reset_at
+        "status seen by pod 1: {} left, full again in {:?} (at {:?})",
+        status.remaining,
+        status.reset_after,
+        status.reset_at()
     );
     Ok(())
 }

@@ -18,7 +18,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use ratelimit::{Config, Error, Options, RateLimitService, Strategy};
 
@@ -31,7 +31,7 @@ struct Report {
     calls: u64,
     errors: u64,
     /// (key, window end) -> (admitted, refused).
-    windows: HashMap<(u32, u64), (u64, u64)>,
+    windows: HashMap<(u32, SystemTime), (u64, u64)>,
     latency: Vec<u64>,
 }
 
@@ -178,7 +178,7 @@ async fn main() -> Result<(), Error> {
                         r.calls += 1;
                         match result {
                             Ok(d) => {
-                                let w = r.windows.entry((k, d.reset_at)).or_default();
+                                let w = r.windows.entry((k, d.reset_at())).or_default();
                                 if d.allowed {
                                     w.0 += 1;
                                 } else {

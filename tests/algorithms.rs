@@ -41,7 +41,10 @@ fn fixed_windows_are_aligned_to_the_epoch() {
         .with_strategy(Strategy::FixedWindow);
     let now = 999_999 * 1_000 * MS; // a multiple of 7 s
     let d = store.acquire("k", &q, 1, now + 2_000 * MS).unwrap();
-    assert_eq!(d.reset_at, (999_999 + 7) * 1_000);
+    assert_eq!(
+        d.reset_at(),
+        std::time::UNIX_EPOCH + Duration::from_secs(999_999 + 7)
+    );
     let refused = store.acquire("k", &q, 1, now + 2_000 * MS).unwrap();
     assert_eq!(refused.retry_after, Some(Duration::from_secs(5)));
 }

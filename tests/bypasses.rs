@@ -125,7 +125,7 @@ fn switching_strategy_or_window_on_one_key_never_resets_its_count() {
                 .limit(1)
                 .window(Duration::from_secs(3_600))
                 .strategy(Strategy::FixedWindow);
-            let bucket = fixed.strategy(Strategy::TokenBucket);
+            let bucket = fixed.clone().strategy(Strategy::TokenBucket);
             let mut admitted = 0;
             for i in 0..20 {
                 let opts = if i % 2 == 0 { &fixed } else { &bucket };
@@ -134,7 +134,7 @@ fn switching_strategy_or_window_on_one_key_never_resets_its_count() {
             // One budget per quota: each admits its one call, no switch gives another.
             assert_eq!(admitted, 2, "{store}");
             let hour = Options::new().limit(1).window(Duration::from_secs(3_600));
-            let day = hour.window(Duration::from_secs(86_400));
+            let day = hour.clone().window(Duration::from_secs(86_400));
             let mut admitted = 0;
             for i in 0..20 {
                 let opts = if i % 2 == 0 { &hour } else { &day };

@@ -28,7 +28,7 @@ const WINDOWS: [Duration; 4] = [
     Duration::from_secs(300),
 ];
 
-fn options(i: usize) -> Options<'static> {
+fn options(i: usize) -> Options {
     Options::new()
         .limit(3)
         .window(WINDOWS[i % 4])

@@ -17,8 +17,9 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use ratelimit::{
-    format_window, parse_window, Config, Error, ManualClock, MemoryStore, Options, ParseError,
-    Rate, RateLimitService, Strategy as Algorithm, Tier, MAX_CAPACITY, MAX_KEY_LEN, MAX_WINDOW,
+    format_window, parse_window, Config, Error, ManualClock, MemoryStore, Name, Options,
+    ParseError, Rate, RateLimitService, Strategy as Algorithm, Tier, MAX_CAPACITY, MAX_KEY_LEN,
+    MAX_WINDOW,
 };
 use ratelimit_tests::{now, START};
 
@@ -450,7 +451,7 @@ fn check_config_admits_exactly(config: &Config, doc: &Doc) -> Result<(), TestCas
     }
     for (tier, capacity) in cases {
         let mut opts = Options::new();
-        opts.tier = tier;
+        opts.tier = tier.map(|t| Name::from(t.to_owned()));
         let calls = capacity.min(40) + 1;
         let mut admitted = 0;
         for _ in 0..calls {
@@ -486,10 +487,10 @@ struct Call {
 }
 
 impl Call {
-    fn options(&self) -> Options<'_> {
+    fn options(&self) -> Options {
         let mut o = Options::new().cost(self.cost);
-        o.tier = self.tier.as_deref();
-        o.budget = self.budget.as_deref();
+        o.tier = self.tier.clone().map(Name::from);
+        o.budget = self.budget.clone().map(Name::from);
         o.overrides.limit = self.limit;
         o.overrides.window = self.window;
         o.overrides.burst = self.burst;
@@ -716,8 +717,8 @@ fn keys_tiers_and_budgets_that_look_alike_never_share_a_budget() {
     ];
     for (tier, budget, key) in cases {
         let mut opts = Options::new();
-        opts.tier = *tier;
-        opts.budget = *budget;
+        opts.tier = tier.map(|t| Name::from(t.to_owned()));
+        opts.budget = budget.map(|b| Name::from(b.to_owned()));
         let d = now(service.consume(key, &opts)).unwrap();
         assert!(
             d.allowed,

@@ -95,7 +95,7 @@ fn fixed_window() -> (RateLimitService, ManualClock) {
     )
 }
 
-fn per_minute(limit: u64) -> Options<'static> {
+fn per_minute(limit: u64) -> Options {
     Options::new().limit(limit).window(MINUTE)
 }
 
@@ -547,7 +547,7 @@ async fn a_global_budget_named_in_a_route_layer_is_shared_and_all_or_nothing() {
                 .route_layer(layer().limit(global()).limit(per_minute(2).budget("login"))),
         );
     let server = Server::start(app).await;
-    let left = |ip: &'static str, options: Options<'static>| {
+    let left = |ip: &'static str, options: Options| {
         let limiter = limiter.clone();
         async move { limiter.status(ip, &options).await.unwrap().remaining }
     };

@@ -139,7 +139,10 @@ async fn a_sliding_log_call_of_huge_cost_writes_one_member() {
         .window(LONG)
         .strategy(Strategy::SlidingWindow);
     let started = Instant::now();
-    let d = service.consume("k", &opts.cost(1_000_000)).await.unwrap();
+    let d = service
+        .consume("k", &opts.clone().cost(1_000_000))
+        .await
+        .unwrap();
     let took = started.elapsed();
     assert!(d.allowed);
     assert_eq!(d.remaining, 1_000_000);
@@ -157,7 +160,10 @@ async fn a_sliding_log_call_of_huge_cost_writes_one_member() {
     assert!(bytes < 1_024, "{bytes} bytes");
 
     // Still exact: 1 000 000 units are left, not one more.
-    let over = service.consume("k", &opts.cost(1_000_001)).await.unwrap();
+    let over = service
+        .consume("k", &opts.clone().cost(1_000_001))
+        .await
+        .unwrap();
     assert!(!over.allowed);
     assert_eq!(over.remaining, 1_000_000);
     // It fits once the first call leaves the window.
@@ -165,12 +171,15 @@ async fn a_sliding_log_call_of_huge_cost_writes_one_member() {
     assert!(retry <= d.reset_after && retry + Duration::from_secs(1) > d.reset_after);
     assert!(
         service
-            .status("k", &opts.cost(1_000_000))
+            .status("k", &opts.clone().cost(1_000_000))
             .await
             .unwrap()
             .allowed
     );
-    let last = service.consume("k", &opts.cost(1_000_000)).await.unwrap();
+    let last = service
+        .consume("k", &opts.clone().cost(1_000_000))
+        .await
+        .unwrap();
     assert!(last.allowed);
     assert_eq!(last.remaining, 0);
     assert!(!service.consume("k", &opts).await.unwrap().allowed);
@@ -249,7 +258,7 @@ async fn garbage_on_a_limiter_key_is_refused_not_read_as_a_fresh_key() {
             for result in [
                 service.consume("k", &opts).await,
                 service.status("k", &opts).await,
-                service.consume("k", &opts.cost(5)).await,
+                service.consume("k", &opts.clone().cost(5)).await,
             ] {
                 match result {
                     Err(e @ Error::UnexpectedState { .. }) => {
@@ -306,7 +315,7 @@ async fn time_going_backwards_does_not_reopen_a_window() {
             let d = service.consume("k", &opts).await.unwrap();
             assert!(!d.allowed, "{strategy}: {d:?}");
             // Not before the window the state was written in is over.
-            assert!(d.reset_at * 1_000 >= next + w, "{strategy}: {d:?}");
+            assert!(micros(d.reset_at()) >= next + w, "{strategy}: {d:?}");
         }
         assert_eq!(snapshot(&mut c, &key), before, "{strategy}");
     }
@@ -338,7 +347,7 @@ async fn time_going_backwards_does_not_reopen_a_window() {
     let admitted = service.consume("k", &opts).await.unwrap();
     assert!(admitted.allowed);
     assert!(
-        admitted.reset_at * 1_000 >= ahead + 300_000,
+        micros(admitted.reset_at()) >= ahead + 300_000,
         "stamped at the newest hit, not before: {admitted:?}"
     );
     assert!(!service.consume("k", &opts).await.unwrap().allowed);
@@ -460,4 +469,9 @@ async fn a_full_redis_refuses_sliding_log_writes_instead_of_growing_past_maxmemo
         .arg(0)
         .query(&mut c)
         .unwrap();
+}
+
+/// Microseconds since the epoch, as Redis' `TIME` counts them.
+fn micros(t: std::time::SystemTime) -> u64 {
+    t.duration_since(std::time::UNIX_EPOCH).unwrap().as_micros() as u64
 }

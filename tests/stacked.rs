@@ -121,6 +121,7 @@ fn under_concurrency_the_tightest_limit_admits_exactly_its_count() {
                     .map(|_| {
                         let service = service.clone();
                         let user = user.clone();
+                        let (tight, loose) = (tight.clone(), loose.clone());
                         tokio::spawn(async move {
                             let mut admitted = 0;
                             for _ in 0..10 {

@@ -81,7 +81,7 @@ fn service() -> RateLimitService {
     RateLimitService::with_clock(config, Arc::new(SystemClock)).expect("service")
 }
 
-const OPTIONS: Options<'static> = Options::new().tier("bench");
+const OPTIONS: Options = Options::for_tier("bench");
 
 /// Polls `consume` once: the memory path never awaits.
 fn consume(service: &RateLimitService, key: &str) -> bool {

@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use crate::algorithm::Verdict;
 use crate::clock::Nanos;
@@ -21,8 +21,10 @@ pub struct Decision {
     pub limit: u64,
     /// The window the limit applies to.
     pub window: Duration,
-    /// When the budget is back to full, in milliseconds since the Unix epoch.
-    pub reset_at: u64,
+    /// When the budget is back to full, in milliseconds since the Unix epoch (rounded up):
+    /// read it as a time with [`reset_at`](Self::reset_at). Kept as a number so that deciding
+    /// does not pay for a time it may never be asked for.
+    reset_at_ms: u64,
     /// How long from now until the budget is back to full (rounded up to a millisecond).
     pub reset_after: Duration,
     /// Set only when refused: how long to wait before the same call is admitted. Never zero;
@@ -38,6 +40,25 @@ fn ceil_millis(nanos: Nanos) -> u64 {
 }
 
 impl Decision {
+    /// When the budget is back to full (on the clock the decision was made by: the service's,
+    /// or Redis' for the Redis store), rounded up to a millisecond. Computed from the
+    /// millisecond the decision keeps, when asked.
+    ///
+    /// ```
+    /// use ratelimit_core::{Clock, ManualClock, MemoryStore, Quota};
+    /// use std::time::{Duration, UNIX_EPOCH};
+    ///
+    /// let clock = ManualClock::new(Duration::from_secs(1_000));
+    /// let d = MemoryStore::new().acquire("k", &Quota::per_minute(5).unwrap(), 1, clock.now()).unwrap();
+    /// assert_eq!(d.reset_at(), UNIX_EPOCH + Duration::from_secs(1_060));
+    /// assert_eq!(d.reset_after, Duration::from_secs(60));
+    /// ```
+    pub fn reset_at(&self) -> SystemTime {
+        // Made from nanoseconds since the epoch in a `u64` (before the year 2555): within every
+        // platform's `SystemTime`, so the addition cannot overflow.
+        SystemTime::UNIX_EPOCH + Duration::from_millis(self.reset_at_ms)
+    }
+
     /// Builds a decision from an algorithm's verdict taken at `now`.
     #[inline]
     pub(crate) fn from_verdict(
@@ -53,7 +74,7 @@ impl Decision {
             remaining: verdict.remaining,
             limit,
             window,
-            reset_at: ceil_millis(verdict.reset_at),
+            reset_at_ms: ceil_millis(verdict.reset_at),
             reset_after,
             retry_after: verdict
                 .retry_after
@@ -89,7 +110,7 @@ impl Decision {
             remaining: u64::MAX,
             limit: u64::MAX,
             window: Duration::ZERO,
-            reset_at: ceil_millis(now),
+            reset_at_ms: ceil_millis(now),
             reset_after: Duration::ZERO,
             retry_after: None,
             tier: None,
@@ -155,7 +176,7 @@ impl Decision {
         Some(HeaderFields {
             limit: self.limit,
             remaining: self.remaining,
-            reset: self.reset_at.div_ceil(1_000),
+            reset: self.reset_at_ms.div_ceil(1_000),
             retry_after: self.retry_after.map(|retry| secs(retry).max(1)),
             policy: item("q", self.limit, "w", secs(self.window).max(1)),
             ratelimit: item("r", self.remaining, "t", secs(self.reset_after)),

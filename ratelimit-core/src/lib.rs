@@ -14,6 +14,7 @@ mod error;
 #[cfg(feature = "axum")]
 mod http;
 mod key;
+mod name;
 mod quota;
 mod registry;
 mod resolve;
@@ -22,12 +23,14 @@ mod stats;
 pub mod store;
 mod syntax;
 pub mod testing;
+mod window;
 
 pub use clock::{Clock, ManualClock, Nanos, SystemClock};
-pub use config::{Config, ConfigBuilder, ResolvedTier, StoreConfig, Tier, Window};
+pub use config::{Config, ConfigBuilder, ResolvedTier, StoreConfig, Tier};
 pub use decision::Decision;
 pub use error::{ConfigError, DeclarationErrors, DeclarationProblem, Error, Exceeded, ProblemKind};
 pub use key::MAX_KEY_LEN;
+pub use name::Name;
 pub use quota::{Overrides, Quota, QuotaError, MAX_CAPACITY};
 pub use registry::{
     check_declarations, declarations, Declaration, Limiter, Module, ModuleBuilder, Spec, TierSpec,
@@ -39,6 +42,7 @@ pub use store::{Failover, FailurePolicy, MemoryOptions, MemoryStore, Store};
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use store::{RedisOptions, RedisStore};
 pub use syntax::{format_window, parse_window, ParseError, Rate, Strategy, MAX_WINDOW};
+pub use window::Window;
 
 /// Support for the code the attribute macros generate. Not public API.
 #[doc(hidden)]

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use crate::clock::Nanos;
 use crate::syntax::{format_window, Strategy, MAX_WINDOW};
+use crate::window::Window;
 
 /// The most calls a quota may hold at once (`limit + burst`). Counts are kept in 32 bits in
 /// the memory store's cells.
@@ -20,7 +21,7 @@ pub const MAX_CAPACITY: u64 = u32::MAX as u64;
 const MAX_TOLERANCE: u128 = 1 << 62;
 
 /// Why a limit cannot be enforced. Each variant is one rule.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error)]
 #[non_exhaustive]
 pub enum QuotaError {
     /// The window is zero.
@@ -29,6 +30,9 @@ pub enum QuotaError {
     /// The window is longer than [`MAX_WINDOW`].
     #[error("the window must be at most 366 days")]
     WindowTooLong,
+    /// A window was given as text that is not one (see [`Window`]).
+    #[error("the window given as text is not a duration such as \"500ms\", \"30s\", \"1m\" or \"1h30m\"")]
+    InvalidWindowText,
     /// `limit + burst` is above [`MAX_CAPACITY`] (or overflows).
     #[error("limit + burst must be at most 4294967295")]
     CapacityTooLarge,
@@ -308,12 +312,14 @@ impl fmt::Display for Quota {
 /// limit reads it from this struct.
 ///
 /// ```
-/// use ratelimit_core::{Overrides, Strategy};
+/// use ratelimit_core::{Overrides, QuotaError, Strategy};
 /// use std::time::Duration;
 ///
-/// const STRICT: Overrides = Overrides::new().limit(5).window(Duration::from_secs(10));
-/// let bucket = STRICT.strategy(Strategy::TokenBucket).refill(1);
-/// assert_eq!(bucket.limit, Some(5));
+/// const STRICT: Overrides = Overrides::new().limit(5).burst(1);
+/// let bucket = STRICT.window("10s").strategy(Strategy::TokenBucket).refill(1);
+/// assert_eq!(bucket.window, Some(Duration::from_secs(10)));
+/// // A window that is not one is kept as the rule it breaks: resolving refuses it.
+/// assert_eq!(STRICT.window("10 parsecs").problem(), Some(QuotaError::InvalidWindowText));
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[non_exhaustive]
@@ -328,6 +334,9 @@ pub struct Overrides {
     pub strategy: Option<Strategy>,
     /// Token-bucket refill, tokens per window.
     pub refill: Option<u64>,
+    /// Why a window given to [`window`](Self::window) is not one; a quota is never resolved
+    /// from overrides that have a problem.
+    problem: Option<QuotaError>,
 }
 
 impl Overrides {
@@ -339,6 +348,7 @@ impl Overrides {
             burst: None,
             strategy: None,
             refill: None,
+            problem: None,
         }
     }
     /// With this limit.
@@ -346,9 +356,26 @@ impl Overrides {
         self.limit = Some(limit);
         self
     }
-    /// With this window.
-    pub const fn window(mut self, window: Duration) -> Self {
+    /// With this window: a [`Duration`] or text such as `"1m"` (see [`Window`]). Text that is
+    /// not a window is kept as its [`problem`](Self::problem): every quota resolved from these
+    /// overrides is then refused with [`Error::InvalidQuota`](crate::Error::InvalidQuota).
+    pub fn window(mut self, window: impl Into<Window>) -> Self {
+        match window.into().for_quota() {
+            Ok(window) => {
+                self.window = Some(window);
+                self.problem = None;
+            }
+            Err(e) => {
+                self.window = None;
+                self.problem = Some(e);
+            }
+        }
+        self
+    }
+    /// With this window, as a duration: the `const` form the macros' declarations use.
+    pub(crate) const fn window_duration(mut self, window: Duration) -> Self {
         self.window = Some(window);
+        self.problem = None;
         self
     }
     /// With this burst.
@@ -366,13 +393,19 @@ impl Overrides {
         self.refill = Some(refill);
         self
     }
-    /// Whether nothing is set.
+    /// Whether nothing is set (a window that is not one counts as set: it is refused).
     pub const fn is_empty(&self) -> bool {
         self.limit.is_none()
             && self.window.is_none()
             && self.burst.is_none()
             && self.strategy.is_none()
             && self.refill.is_none()
+            && self.problem.is_none()
+    }
+    /// Why no quota can be resolved from these overrides: a window given as text that is not
+    /// one ([`QuotaError::InvalidWindowText`]), or that is zero or too long.
+    pub const fn problem(&self) -> Option<QuotaError> {
+        self.problem
     }
 }
 
@@ -389,6 +422,9 @@ impl fmt::Display for Overrides {
         }
         if let Some(w) = self.window {
             item(f, format_args!("window {}", format_window(w)))?;
+        }
+        if let Some(e) = self.problem {
+            item(f, format_args!("invalid window ({e})"))?;
         }
         if let Some(b) = self.burst {
             item(f, format_args!("burst {b}"))?;

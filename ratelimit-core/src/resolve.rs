@@ -31,11 +31,17 @@ pub(crate) fn tier_index(config: &Config, name: Option<&str>) -> Result<Option<u
 ///   module's default limit (a tier or fn with a limit of its own refills that limit per
 ///   window, so a tier of 2 an hour never refills at a module rate of 3,600).
 /// - Window, burst and strategy: the call's, the tier's, else the module's.
+///
+/// A call whose window was given as text that is not one is refused with that problem, never
+/// decided under another window.
 pub(crate) fn quota(
     config: &Config,
     tier: Option<usize>,
     call: &Overrides,
 ) -> Result<Quota, Error> {
+    if let Some(e) = call.problem() {
+        return Err(e.into());
+    }
     let own = tier.map_or(Overrides::new(), |i| config.tiers()[i].overrides);
     let (limit, module_limit) = match call.limit.or(own.limit) {
         Some(limit) => (limit, false),
@@ -79,7 +85,9 @@ pub(crate) fn config_problems(
                 QuotaError::ZeroRefill | QuotaError::RefillTooFast | QuotaError::RefillTooSlow => {
                     "token_refill_rate"
                 }
-                QuotaError::ZeroWindow | QuotaError::WindowTooLong => "default_window",
+                QuotaError::ZeroWindow
+                | QuotaError::WindowTooLong
+                | QuotaError::InvalidWindowText => "default_window",
                 _ => "default_limit",
             };
             problems.push((field.to_owned(), e));

@@ -19,10 +19,16 @@ use ratelimit::{rate_limit, Error, Limiter, Module, Options, RateLimitService, S
 const KEYS: u64 = 100_000;
 /// Far above anything a benchmark can spend in an hour: never refuses.
 const LIMIT: u64 = 4_000_000_000;
-const OPTIONS: Options<'static> = Options::new()
-    .limit(LIMIT)
-    .window(std::time::Duration::from_secs(3_600))
-    .strategy(Strategy::TokenBucket);
+
+/// The direct calls' options, built on every call as the macro's are (a `const` cannot hold a
+/// window: `Options::window` takes text or a `Duration` through a trait).
+fn options(budget: &'static str) -> Options {
+    Options::new()
+        .limit(LIMIT)
+        .window(std::time::Duration::from_secs(3_600))
+        .strategy(Strategy::TokenBucket)
+        .budget(budget)
+}
 
 fn body(user: u64) -> Result<u64, Error> {
     Ok(black_box(user).wrapping_mul(3))
@@ -34,7 +40,7 @@ async fn plain(user: u64) -> Result<u64, Error> {
 
 async fn direct_one(service: &RateLimitService, user: u64) -> Result<u64, Error> {
     service
-        .enforce("bench-one-d", &OPTIONS.budget("bench-one-d"))
+        .enforce("bench-one-d", &options("bench-one-d"))
         .await?;
     body(user)
 }
@@ -43,9 +49,7 @@ async fn direct_keyed(service: &RateLimitService, user: u64) -> Result<u64, Erro
     // The same key the macro builds: the key's text (the budget is a part of the store key
     // of its own).
     let key = user.to_string();
-    service
-        .enforce(&key, &OPTIONS.budget("bench-key-d"))
-        .await?;
+    service.enforce(&key, &options("bench-key-d")).await?;
     body(user)
 }
 

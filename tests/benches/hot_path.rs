@@ -76,7 +76,7 @@ async fn annotated_log(user: u64) -> Result<u64, Error> {
     Ok(black_box(user))
 }
 
-fn options(strategy: Strategy) -> Options<'static> {
+fn options(strategy: Strategy) -> Options {
     let o = Options::new().strategy(strategy).budget("bench-service");
     match strategy {
         Strategy::SlidingWindow => o.limit(10_000_000).window(Duration::from_millis(10)),

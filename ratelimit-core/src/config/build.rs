@@ -2,10 +2,11 @@
 
 use std::time::Duration;
 
-use super::{Config, ResolvedTier, StoreConfig, Tier, Window};
+use super::{Config, ResolvedTier, StoreConfig, Tier};
 use crate::error::{ConfigError, Error};
 use crate::quota::QuotaError;
 use crate::syntax::{valid_tier_name, Strategy, TIER_NAME_RULE};
+use crate::window::Window;
 
 /// Builds a [`Config`]; [`build`](Self::build) validates everything and reports every problem.
 #[derive(Debug, Clone)]
@@ -29,7 +30,7 @@ impl Default for ConfigBuilder {
             strategy: Strategy::SlidingWindow,
             key_prefix: "ratelimit".into(),
             default_limit: Some(100),
-            default_window: Window::Duration(Duration::from_secs(60)),
+            default_window: Window::from(Duration::from_secs(60)),
             burst_limit: 0,
             token_refill_rate: None,
             tiers: Vec::new(),
@@ -145,9 +146,9 @@ impl ConfigBuilder {
                 continue;
             }
             let mut overrides = tier.overrides;
-            if let Some(text) = &tier.window_text {
-                match Window::Text(text.clone()).resolve() {
-                    Ok(w) => overrides.window = Some(w),
+            if let Some(window) = &tier.window {
+                match window.resolve() {
+                    Ok(w) => overrides = overrides.window(w),
                     Err(e) => errors.push(format!("tiers.{}.window", tier.name), e),
                 }
             }
@@ -217,7 +218,9 @@ fn identity(quota: &crate::Quota) -> Box<str> {
 /// The field of a tier's setting that `e` is about.
 pub(crate) fn tier_field(tier: &str, e: &QuotaError) -> String {
     let setting = match e {
-        QuotaError::ZeroWindow | QuotaError::WindowTooLong => "window",
+        QuotaError::ZeroWindow | QuotaError::WindowTooLong | QuotaError::InvalidWindowText => {
+            "window"
+        }
         QuotaError::ZeroRefill | QuotaError::RefillTooFast | QuotaError::RefillTooSlow => "refill",
         _ => "limit",
     };

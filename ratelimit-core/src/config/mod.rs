@@ -13,7 +13,7 @@ mod tier;
 
 pub use build::ConfigBuilder;
 pub(crate) use build::{names, tier_field};
-pub use tier::{ResolvedTier, Tier, Window};
+pub use tier::{ResolvedTier, Tier};
 
 /// Where state is kept.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,52 +1,10 @@
-//! Tiers (named plans) and windows given as text or as durations.
+//! Tiers (named plans).
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use crate::quota::{Overrides, Quota};
-use crate::syntax::{parse_window, Strategy, MAX_WINDOW};
-
-/// A window given either as a [`Duration`] or as text (`"1m"`), parsed when the
-/// configuration is built so that a bad string is reported with its field name.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Window {
-    /// Already a duration.
-    Duration(Duration),
-    /// Text to parse with [`parse_window`].
-    Text(String),
-}
-
-impl Window {
-    /// The duration, or why it is not one.
-    pub(crate) fn resolve(&self) -> Result<Duration, String> {
-        match self {
-            Window::Duration(d) if d.is_zero() => Err("the window must be longer than zero".into()),
-            Window::Duration(d) if *d > MAX_WINDOW => {
-                Err("the window must be at most 366 days".into())
-            }
-            Window::Duration(d) => Ok(*d),
-            Window::Text(t) => parse_window(t).map_err(|e| e.to_string()),
-        }
-    }
-}
-
-impl From<Duration> for Window {
-    fn from(d: Duration) -> Self {
-        Window::Duration(d)
-    }
-}
-
-impl From<&str> for Window {
-    fn from(s: &str) -> Self {
-        Window::Text(s.to_owned())
-    }
-}
-
-impl From<String> for Window {
-    fn from(s: String) -> Self {
-        Window::Text(s)
-    }
-}
+use crate::syntax::Strategy;
+use crate::window::Window;
 
 /// A named plan: its own limit, and optionally its own window, burst, strategy, refill rate
 /// and queue priority. What it does not set comes from the module.
@@ -59,10 +17,11 @@ impl From<String> for Window {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Tier {
     pub(crate) name: String,
-    /// The limit is always set; the window only when given as a duration (text is parsed
-    /// when the configuration is built, see `window_text`).
+    /// What the tier sets itself but its window: always its limit.
     pub(crate) overrides: Overrides,
-    pub(crate) window_text: Option<String>,
+    /// The window, checked when the configuration is built so that a bad one is reported
+    /// with its field.
+    pub(crate) window: Option<Window>,
     pub(crate) priority: i32,
 }
 
@@ -73,23 +32,15 @@ impl Tier {
         Tier {
             name: name.into(),
             overrides: Overrides::new().limit(limit),
-            window_text: None,
+            window: None,
             priority: 0,
         }
     }
 
-    /// The tier's window: a [`Duration`] or text such as `"1m"`.
+    /// The tier's window: a [`Duration`](std::time::Duration) or text such as `"1m"` (see
+    /// [`Window`]).
     pub fn window(mut self, window: impl Into<Window>) -> Self {
-        match window.into() {
-            Window::Duration(d) => {
-                self.overrides.window = Some(d);
-                self.window_text = None;
-            }
-            Window::Text(t) => {
-                self.overrides.window = None;
-                self.window_text = Some(t);
-            }
-        }
+        self.window = Some(window.into());
         self
     }
 

@@ -8,11 +8,12 @@ use super::check::check_declarations;
 use super::limiter::Limiter;
 use super::runtime::APP;
 use crate::clock::{Clock, SystemClock};
-use crate::config::{Config, ConfigBuilder, StoreConfig, Tier, Window};
+use crate::config::{Config, ConfigBuilder, StoreConfig, Tier};
 use crate::error::Error;
 use crate::service::RateLimitService;
 use crate::stats::Stats;
 use crate::syntax::Strategy;
+use crate::window::Window;
 
 /// Builds a [`Module`]: every option of [`ConfigBuilder`], plus the clock.
 ///

@@ -9,7 +9,7 @@ use super::declaration::Declaration;
 use super::limiter::Limiter;
 use super::spec::TierSpec;
 use crate::error::Error;
-use crate::service::{Options, RateLimitService};
+use crate::service::{Call, RateLimitService};
 
 /// The application's limiter: the one [`Module::init`](super::Module::init) builds, deciding
 /// every annotated fn that names no `limiter`.
@@ -221,7 +221,7 @@ pub async fn acquire(
     tier: Option<&str>,
     cost: u64,
 ) -> Result<(), Error> {
-    let options = options(declaration, tier, cost);
+    let options = call(declaration, tier, cost);
     let service = match declaration.limiter() {
         // A library's own limiter: its service, never the application's.
         Some(_) => service_for(declaration)?,
@@ -243,9 +243,8 @@ pub async fn acquire(
 #[doc(hidden)]
 pub async fn acquire_all(limits: &[Limit<'_>]) -> Result<(), Error> {
     let service = service_for_all(limits)?;
-    let options = all_options(limits);
     service
-        .enforce_stacked(&all_parts(limits, &options))
+        .enforce_stacked(&all_parts(limits))
         .await
         .map(drop)
 }
@@ -262,7 +261,7 @@ pub fn acquire_now(
     cost: u64,
 ) -> Result<(), Error> {
     let service = service_for(declaration)?;
-    let options = options(declaration, tier, cost);
+    let options = call(declaration, tier, cost);
     service
         .enforce_parts_now(key, &options, declaration.function())
         .map(drop)
@@ -272,42 +271,34 @@ pub fn acquire_now(
 #[doc(hidden)]
 pub fn acquire_all_now(limits: &[Limit<'_>]) -> Result<(), Error> {
     let service = service_for_all(limits)?;
-    let options = all_options(limits);
     let function = limits[0].0.function();
     service
-        .enforce_stacked_now(&all_parts(limits, &options), function)
+        .enforce_stacked_now(&all_parts(limits), function)
         .map(drop)
 }
 
-fn all_options<'a>(limits: &[Limit<'a>]) -> Vec<Options<'a>> {
+/// The stacked limits of one call, each with its user key.
+fn all_parts<'a>(limits: &[Limit<'a>]) -> Vec<(Option<&'a str>, Call<'a>)> {
     limits
         .iter()
-        .map(|&(declaration, _, tier, cost)| options(declaration, tier, cost))
+        .map(|&(declaration, key, tier, cost)| (key, call(declaration, tier, cost)))
         .collect()
 }
 
-fn all_parts<'a, 'b>(
-    limits: &[Limit<'a>],
-    options: &'b [Options<'a>],
-) -> Vec<(Option<&'a str>, &'b Options<'a>)> {
-    limits
-        .iter()
-        .zip(options)
-        .map(|(&(_, key, _, _), options)| (key, options))
-        .collect()
-}
-
-/// The options of one call of an annotated fn: its spec, the tier chosen for this call (or
-/// its static one), its cost, its budget.
-fn options<'a>(declaration: &'static Declaration, tier: Option<&'a str>, cost: u64) -> Options<'a> {
-    let mut options = Options::new().cost(cost).budget(declaration.budget());
-    options.overrides = *declaration.spec().overrides();
-    options.tier = match (tier, declaration.spec().tier()) {
-        (Some(tier), _) => Some(tier),
-        (None, TierSpec::Static(tier)) => Some(tier),
-        (None, _) => None,
-    };
-    options
+/// One call of an annotated fn: its spec, the tier chosen for this call (or its static one),
+/// its cost, its budget. Borrowed: a tier chosen per call is never copied.
+fn call<'a>(declaration: &'static Declaration, tier: Option<&'a str>, cost: u64) -> Call<'a> {
+    Call {
+        tier: match (tier, declaration.spec().tier()) {
+            (Some(tier), _) => Some(tier),
+            (None, TierSpec::Static(tier)) => Some(tier),
+            (None, _) => None,
+        },
+        budget: Some(declaration.budget()),
+        overrides: declaration.spec().overrides(),
+        cost,
+        consume: true,
+    }
 }
 
 /// What an annotated fn's return type must be able to do: carry a refusal. Implemented for

@@ -53,7 +53,7 @@ impl Spec {
     /// `window = "..."`, in nanoseconds (a `Duration` cannot be built from text in a const).
     #[doc(hidden)]
     pub const fn with_window_nanos(mut self, nanos: u64) -> Self {
-        self.overrides = self.overrides.window(Duration::from_nanos(nanos));
+        self.overrides = self.overrides.window_duration(Duration::from_nanos(nanos));
         self
     }
     /// `burst = n`.

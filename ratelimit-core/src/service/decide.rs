@@ -4,7 +4,7 @@ use std::cell::RefCell;
 use std::fmt;
 use std::hash::{BuildHasher, Hasher};
 
-use super::{Backend, Options, RateLimitService};
+use super::{Backend, Call, RateLimitService};
 use crate::clock::Nanos;
 use crate::decision::Decision;
 use crate::error::{Error, Exceeded};
@@ -58,7 +58,7 @@ impl RateLimitService {
     /// reused thread-local buffer so the memory path does not allocate.
     pub(super) fn with_key<T>(
         &self,
-        options: &Options<'_>,
+        options: &Call<'_>,
         tier: Option<usize>,
         key: Option<&str>,
         quota: &Quota,
@@ -68,7 +68,7 @@ impl RateLimitService {
         let of = Some((
             self.inner.id,
             tier,
-            options.overrides,
+            *options.overrides,
             options.budget.is_some(),
         ));
         let budget = options.budget.unwrap_or_default();
@@ -92,7 +92,7 @@ impl RateLimitService {
     pub(crate) async fn enforce_parts(
         &self,
         key: Option<&str>,
-        options: &Options<'_>,
+        options: &Call<'_>,
     ) -> Result<Decision, Error> {
         let decision = self.decide(key, options).await?;
         Self::admit(decision, options)
@@ -105,7 +105,7 @@ impl RateLimitService {
     pub(crate) fn enforce_now(
         &self,
         key: Option<&str>,
-        options: &Options<'_>,
+        options: &Call<'_>,
     ) -> Option<Result<(), Error>> {
         let decision = self.decide_now(key, options, false)?;
         Some(decision.and_then(|d| Self::admit(d, options)).map(drop))
@@ -118,7 +118,7 @@ impl RateLimitService {
     pub(crate) fn enforce_parts_now(
         &self,
         key: Option<&str>,
-        options: &Options<'_>,
+        options: &Call<'_>,
         function: &'static str,
     ) -> Result<Decision, Error> {
         let decision = match self.decide_now(key, options, true) {
@@ -139,7 +139,7 @@ impl RateLimitService {
     }
 
     /// `Ok` with an admitted decision; a refusal as [`Error::Exceeded`].
-    pub(super) fn admit(decision: Decision, options: &Options<'_>) -> Result<Decision, Error> {
+    pub(super) fn admit(decision: Decision, options: &Call<'_>) -> Result<Decision, Error> {
         if decision.allowed {
             Ok(decision)
         } else {
@@ -153,7 +153,7 @@ impl RateLimitService {
     pub(super) async fn decide(
         &self,
         key: Option<&str>,
-        options: &Options<'_>,
+        options: &Call<'_>,
     ) -> Result<Decision, Error> {
         let store = match &self.inner.backend {
             Backend::Dyn(store) if self.inner.config.enabled() => store,
@@ -179,7 +179,7 @@ impl RateLimitService {
     fn decide_now(
         &self,
         key: Option<&str>,
-        options: &Options<'_>,
+        options: &Call<'_>,
         with_tier: bool,
     ) -> Option<Result<Decision, Error>> {
         match &self.inner.backend {
@@ -198,7 +198,7 @@ impl RateLimitService {
         &self,
         store: Option<&MemoryStore>,
         key: Option<&str>,
-        options: &Options<'_>,
+        options: &Call<'_>,
         with_tier: bool,
     ) -> Result<Decision, Error> {
         let (quota, tier, now) = self.prepare(options)?;
@@ -216,7 +216,7 @@ impl RateLimitService {
     /// The quota, tier and time of a call; a call that cannot be resolved is counted as an
     /// error.
     #[inline]
-    fn prepare(&self, options: &Options<'_>) -> Result<(Quota, Option<usize>, Nanos), Error> {
+    fn prepare(&self, options: &Call<'_>) -> Result<(Quota, Option<usize>, Nanos), Error> {
         match self.resolve(options) {
             Ok((quota, tier)) => Ok((quota, tier, self.inner.clock.now())),
             Err(e) => {
@@ -235,7 +235,7 @@ impl RateLimitService {
         result: Result<Decision, Error>,
         tier: Option<usize>,
         key: Option<&str>,
-        options: &Options<'_>,
+        options: &Call<'_>,
         with_tier: bool,
     ) -> Result<Decision, Error> {
         let mut decision = match result {

@@ -5,18 +5,19 @@ use std::fmt;
 
 use std::sync::Arc;
 
+mod calls;
 mod counting;
 mod decide;
 mod options;
 mod stacked;
 
+pub(crate) use options::Call;
 pub use options::Options;
 
 use crate::clock::{Clock, SystemClock};
 use crate::config::{Config, StoreConfig};
-use crate::decision::Decision;
 use crate::error::{ConfigError, Error};
-use crate::key::{self, KeyParts};
+use crate::key::KeyParts;
 use crate::quota::{Overrides, Quota};
 use crate::resolve;
 use crate::stats::{Counters, Stats};
@@ -224,60 +225,6 @@ impl RateLimitService {
         self.inner.redis.as_ref()
     }
 
-    /// Decides a call with every option: spends if `options.consume`, else only looks (a
-    /// cost of 0 looks at the level; see [`status`](Self::status)). A refusal is `Ok` with
-    /// `allowed == false`; `Err` means no decision could be made, and the call must be
-    /// refused too.
-    pub async fn check(&self, key: &str, options: &Options<'_>) -> Result<Decision, Error> {
-        self.decide(Some(key), options).await
-    }
-
-    /// Spends one call (or `options.cost`) from `key`'s budget.
-    pub async fn consume(&self, key: &str, options: &Options<'_>) -> Result<Decision, Error> {
-        self.check(key, &options.consume(true)).await
-    }
-
-    /// Like [`consume`](Self::consume), but a refusal is `Err(Error::Exceeded(..))` carrying
-    /// the decision.
-    pub async fn enforce(&self, key: &str, options: &Options<'_>) -> Result<Decision, Error> {
-        self.enforce_parts(Some(key), &options.consume(true)).await
-    }
-
-    /// The level of `key`'s budget now, spending and changing nothing: what remains,
-    /// `reset_after` (when it is full again), and `allowed` when a call of cost 1 would pass
-    /// now (with that call's `retry_after` when it would not). `options.cost` is not used.
-    pub async fn status(&self, key: &str, options: &Options<'_>) -> Result<Decision, Error> {
-        self.check(key, &options.consume(false).cost(0)).await
-    }
-
-    /// Forgets `key`'s state under `tier` (`None`: the default tier, or no tier) with no
-    /// overrides and no budget. State is kept per quota (strategy and window) and budget: to
-    /// reset what calls with other options spent, use [`reset_with`](Self::reset_with).
-    pub async fn reset(&self, key: &str, tier: Option<&str>) -> Result<(), Error> {
-        let options = Options {
-            tier,
-            ..Options::new()
-        };
-        self.reset_with(key, &options).await.map(drop)
-    }
-
-    /// Forgets the state that calls on `key` with `options` (tier, overrides, budget) spend
-    /// from; returns whether there was any.
-    pub async fn reset_with(&self, key: &str, options: &Options<'_>) -> Result<bool, Error> {
-        let (quota, tier) = self.resolve(options)?;
-        let parts = self.parts(options, tier, Some(key));
-        match &self.inner.backend {
-            Backend::Memory(store) => {
-                self.with_key(options, tier, Some(key), &quota, |k| Ok(store.reset(k)))
-            }
-            Backend::Dyn(store) => {
-                let mut k = String::new();
-                key::compose(&mut k, &parts, &quota)?;
-                store.reset(&k).await
-            }
-        }
-    }
-
     /// A snapshot of the counters: overall, per tier, per budget.
     pub fn stats(&self) -> Stats {
         let tiers = self.inner.config.tiers();
@@ -308,8 +255,8 @@ impl RateLimitService {
     /// The quota and tier a call with `options` is decided under: the tier's (or the
     /// module's) settings with the call's overrides, checked against what the store can
     /// count. The same resolution every call and `Module::init`'s checks go through.
-    pub fn quota_for(&self, options: &Options<'_>) -> Result<(Quota, Option<Arc<str>>), Error> {
-        let (quota, tier) = self.resolve(options)?;
+    pub fn quota_for(&self, options: &Options) -> Result<(Quota, Option<Arc<str>>), Error> {
+        let (quota, tier) = self.resolve(&options.call())?;
         Ok((
             quota,
             tier.map(|i| self.inner.config.tiers()[i].name.clone()),
@@ -332,7 +279,7 @@ impl RateLimitService {
         Ok(quota)
     }
 
-    pub(super) fn resolve(&self, options: &Options<'_>) -> Result<(Quota, Option<usize>), Error> {
+    pub(super) fn resolve(&self, options: &Call<'_>) -> Result<(Quota, Option<usize>), Error> {
         let tier = resolve::tier_index(&self.inner.config, options.tier)?;
         let quota = if tier.is_none() && options.overrides.is_empty() {
             // The hot path of a plain call: the default limit, resolved once at build time.
@@ -347,16 +294,16 @@ impl RateLimitService {
             // Compared in place: copying an entry out (a `Cell`) moved ~100 bytes per call.
             let kept = RESOLVED.with(|c| {
                 c.borrow().0.iter().flatten().find_map(|(i, t, o, quota)| {
-                    (*i == id && *t == tier && *o == options.overrides).then_some(*quota)
+                    (*i == id && *t == tier && *o == *options.overrides).then_some(*quota)
                 })
             });
             match kept {
                 Some(quota) => quota,
                 None => {
-                    let quota = self.resolve_quota(tier, &options.overrides)?;
+                    let quota = self.resolve_quota(tier, options.overrides)?;
                     RESOLVED.with(|c| {
                         let (entries, next) = &mut *c.borrow_mut();
-                        entries[*next] = Some((id, tier, options.overrides, quota));
+                        entries[*next] = Some((id, tier, *options.overrides, quota));
                         *next = (*next + 1) % entries.len();
                     });
                     quota
@@ -370,7 +317,7 @@ impl RateLimitService {
     /// was written ahead (a tier's or the default limit's quota, no overrides).
     pub(super) fn parts<'a>(
         &'a self,
-        options: &Options<'a>,
+        options: &Call<'a>,
         tier: Option<usize>,
         key: Option<&'a str>,
     ) -> KeyParts<'a> {

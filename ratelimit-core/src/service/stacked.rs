@@ -1,6 +1,6 @@
 //! Stacked limits through the service: several limits decided as one call.
 
-use super::{Backend, Options, RateLimitService};
+use super::{Backend, Call, Options, RateLimitService};
 use crate::clock::Nanos;
 use crate::decision::Decision;
 use crate::error::{Error, Exceeded};
@@ -25,12 +25,11 @@ impl RateLimitService {
     ///
     /// ```
     /// use ratelimit_core::{Config, Options, RateLimitService, Tier};
-    /// use std::time::Duration;
     ///
     /// # futures::executor::block_on(async {
     /// let service = RateLimitService::new(Config::default())?;
-    /// let burst = Options::new().limit(2).window(Duration::from_secs(1)).budget("burst");
-    /// let hourly = Options::new().limit(3).window(Duration::from_secs(3_600)).budget("hourly");
+    /// let burst = Options::new().limit(2).window("1s").budget("burst");
+    /// let hourly = Options::new().limit(3).window("1h").budget("hourly");
     /// let limits = [("user:1", &burst), ("user:1", &hourly)];
     /// assert!(service.consume_all(&limits).await?.iter().all(|d| d.allowed));
     /// assert!(service.consume_all(&limits).await?.iter().all(|d| d.allowed));
@@ -41,23 +40,17 @@ impl RateLimitService {
     /// # Ok::<(), ratelimit_core::Error>(())
     /// # }).unwrap();
     /// ```
-    pub async fn consume_all(
-        &self,
-        limits: &[(&str, &Options<'_>)],
-    ) -> Result<Vec<Decision>, Error> {
-        let parts: Vec<(Option<&str>, &Options<'_>)> =
-            limits.iter().map(|&(k, o)| (Some(k), o)).collect();
+    pub async fn consume_all(&self, limits: &[(&str, &Options)]) -> Result<Vec<Decision>, Error> {
+        let parts: Vec<(Option<&str>, Call<'_>)> =
+            limits.iter().map(|&(k, o)| (Some(k), o.call())).collect();
         self.decide_stacked(&parts).await
     }
 
     /// Like [`consume_all`](Self::consume_all), but a refusal is `Err(Error::Exceeded(..))`
     /// carrying the refusing limit's decision (of several, the one to wait for longest).
-    pub async fn enforce_all(
-        &self,
-        limits: &[(&str, &Options<'_>)],
-    ) -> Result<Vec<Decision>, Error> {
-        let parts: Vec<(Option<&str>, &Options<'_>)> =
-            limits.iter().map(|&(k, o)| (Some(k), o)).collect();
+    pub async fn enforce_all(&self, limits: &[(&str, &Options)]) -> Result<Vec<Decision>, Error> {
+        let parts: Vec<(Option<&str>, Call<'_>)> =
+            limits.iter().map(|&(k, o)| (Some(k), o.call())).collect();
         self.enforce_stacked(&parts).await
     }
 
@@ -65,7 +58,7 @@ impl RateLimitService {
     /// fns with several limits).
     pub(crate) async fn enforce_stacked(
         &self,
-        limits: &[(Option<&str>, &Options<'_>)],
+        limits: &[(Option<&str>, Call<'_>)],
     ) -> Result<Vec<Decision>, Error> {
         refuse_unless_all_allowed(self.decide_stacked(limits).await?, limits)
     }
@@ -74,7 +67,7 @@ impl RateLimitService {
     /// with [`Error::SyncOnWaitingStore`] when the store must be waited for.
     pub(crate) fn enforce_stacked_now(
         &self,
-        limits: &[(Option<&str>, &Options<'_>)],
+        limits: &[(Option<&str>, Call<'_>)],
         function: &'static str,
     ) -> Result<Vec<Decision>, Error> {
         let decisions = match self.prepare_stacked(limits)? {
@@ -94,7 +87,7 @@ impl RateLimitService {
 
     async fn decide_stacked(
         &self,
-        limits: &[(Option<&str>, &Options<'_>)],
+        limits: &[(Option<&str>, Call<'_>)],
     ) -> Result<Vec<Decision>, Error> {
         let (resolved, keys, now) = match self.prepare_stacked(limits)? {
             Prepared::Unlimited(decisions) => return Ok(decisions),
@@ -111,7 +104,7 @@ impl RateLimitService {
 
     /// Resolves every limit and composes its store key (or, limiting disabled, the
     /// decisions).
-    fn prepare_stacked(&self, limits: &[(Option<&str>, &Options<'_>)]) -> Result<Prepared, Error> {
+    fn prepare_stacked(&self, limits: &[(Option<&str>, Call<'_>)]) -> Result<Prepared, Error> {
         let mut resolved = Vec::with_capacity(limits.len());
         for (_, options) in limits {
             match self.resolve(options) {
@@ -140,7 +133,7 @@ impl RateLimitService {
     /// Counts the store's answer for every limit and names their tiers.
     fn finish_stacked(
         &self,
-        limits: &[(Option<&str>, &Options<'_>)],
+        limits: &[(Option<&str>, Call<'_>)],
         resolved: &[(Quota, Option<usize>)],
         result: Result<Vec<Decision>, Error>,
     ) -> Result<Vec<Decision>, Error> {
@@ -202,7 +195,7 @@ enum Prepared {
 fn checks<'a>(
     keys: &'a [String],
     resolved: &'a [(Quota, Option<usize>)],
-    limits: &[(Option<&str>, &Options<'_>)],
+    limits: &[(Option<&str>, Call<'_>)],
 ) -> Vec<Check<'a>> {
     keys.iter()
         .zip(resolved)
@@ -216,7 +209,7 @@ fn checks<'a>(
 }
 
 /// Spends only when every limit asks to (`consume`); a look otherwise.
-fn commits(limits: &[(Option<&str>, &Options<'_>)]) -> bool {
+fn commits(limits: &[(Option<&str>, Call<'_>)]) -> bool {
     limits.iter().all(|(_, o)| o.consume)
 }
 
@@ -224,7 +217,7 @@ fn commits(limits: &[(Option<&str>, &Options<'_>)]) -> bool {
 /// wait for longest).
 fn refuse_unless_all_allowed(
     decisions: Vec<Decision>,
-    limits: &[(Option<&str>, &Options<'_>)],
+    limits: &[(Option<&str>, Call<'_>)],
 ) -> Result<Vec<Decision>, Error> {
     let refusal = decisions
         .iter()

@@ -1,6 +1,7 @@
 //! [`RateLimitLayer`]: the tower layer, and [`RateLimit`], the service it wraps around a route,
 //! a group of routes or a whole router.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -17,7 +18,7 @@ use tower::{Layer, Service};
 use super::key::KeyExtractor;
 use super::response::{failed, refused};
 use super::route::route_of;
-use crate::{Decision, Error, Module, Options, Overrides, RateLimitService};
+use crate::{Decision, Error, Module, Name, Options, RateLimitService};
 
 type Skipper = dyn Fn(&Parts) -> bool + Send + Sync;
 type OnRefused = dyn Fn(&Decision) -> Response + Send + Sync;
@@ -110,47 +111,38 @@ struct LayerConfig {
     on_error: Option<Arc<OnError>>,
 }
 
-/// One limit of a layer: its [`Options`], owned, and its policy name.
+/// One limit of a layer: its [`Options`] and its policy name.
 #[derive(Clone, Debug)]
 struct Limit {
-    tier: Option<String>,
-    budget: Option<String>,
-    overrides: Overrides,
-    cost: u64,
+    /// Always spending (`consume`): a layer counts what it lets through.
+    options: Options,
     policy: Option<String>,
 }
 
 impl Limit {
-    fn new(options: Options<'_>) -> Self {
+    fn new(options: Options) -> Self {
         Limit {
-            tier: options.tier.map(str::to_owned),
-            budget: options.budget.map(str::to_owned),
-            overrides: options.overrides,
-            cost: options.cost,
+            options: options.consume(true),
             policy: None,
         }
     }
 
-    /// The budget this limit counts `parts` under.
-    fn budget(&self, per_route: bool, parts: &Parts) -> Option<String> {
-        match (per_route, &self.budget) {
-            (false, budget) => budget.clone(),
-            (true, None) => Some(route_of(parts)),
-            (true, Some(budget)) => Some(format!("{budget} {}", route_of(parts))),
+    /// The options `parts` is counted under: the limit's own, or (per route) with the route
+    /// as the budget, after the limit's budget if it has one.
+    fn options(&self, per_route: bool, parts: &Parts) -> Cow<'_, Options> {
+        if !per_route {
+            return Cow::Borrowed(&self.options);
         }
-    }
-
-    fn options<'a>(&'a self, budget: Option<&'a str>) -> Options<'a> {
-        let mut options = Options::new().cost(self.cost);
-        options.overrides = self.overrides;
-        options.tier = self.tier.as_deref();
-        options.budget = budget;
-        options
+        let budget = match &self.options.budget {
+            None => route_of(parts),
+            Some(budget) => format!("{budget} {}", route_of(parts)),
+        };
+        Cow::Owned(self.options.clone().budget(Name::from(budget)))
     }
 
     /// The name of its item in `RateLimit` / `RateLimit-Policy`.
     fn policy(&self) -> Option<&str> {
-        self.policy.as_deref().or(self.budget.as_deref())
+        self.policy.as_deref().or(self.options.budget.as_deref())
     }
 }
 
@@ -193,9 +185,9 @@ impl RateLimitLayer {
     /// own (`Options::new().limit(10).window(..)`), a cost, a named budget (`Options::budget`:
     /// layers and fns under one name share one budget per key). Without it, the service's
     /// default tier or limit applies. Replaces any limits given before (add more with
-    /// [`limit`](Self::limit)); copied;
+    /// [`limit`](Self::limit));
     /// `consume(false)` is ignored (the layer always spends).
-    pub fn options(self, options: Options<'_>) -> Self {
+    pub fn options(self, options: Options) -> Self {
         self.set(|c| {
             c.limits = vec![Limit::new(options)];
             c.explicit = true;
@@ -221,7 +213,7 @@ impl RateLimitLayer {
     ///     .limit(Options::new().limit(20).window(Duration::from_secs(3_600)).budget("login-hourly"));
     /// # Ok::<(), ratelimit::Error>(())
     /// ```
-    pub fn limit(self, options: Options<'_>) -> Self {
+    pub fn limit(self, options: Options) -> Self {
         self.set(|c| {
             if c.explicit {
                 c.limits.push(Limit::new(options));
@@ -372,22 +364,16 @@ impl LayerConfig {
                 }
             },
         };
-        let budgets: Vec<Option<String>> = self
+        let options: Vec<Cow<'_, Options>> = self
             .limits
             .iter()
-            .map(|limit| limit.budget(self.per_route, parts))
-            .collect();
-        let options: Vec<Options<'_>> = self
-            .limits
-            .iter()
-            .zip(&budgets)
-            .map(|(limit, budget)| limit.options(budget.as_deref()))
+            .map(|limit| limit.options(self.per_route, parts))
             .collect();
         let decisions = match options.as_slice() {
             [one] => service.consume(&key, one).await.map(|d| vec![d]),
             several => {
-                let limits: Vec<(&str, &Options<'_>)> =
-                    several.iter().map(|o| (key.as_str(), o)).collect();
+                let limits: Vec<(&str, &Options)> =
+                    several.iter().map(|o| (key.as_str(), &**o)).collect();
                 service.consume_all(&limits).await
             }
         };
