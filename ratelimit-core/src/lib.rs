@@ -14,6 +14,9 @@ mod error;
 #[cfg(feature = "axum")]
 mod http;
 mod key;
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+mod metrics;
 mod quota;
 mod registry;
 mod resolve;
@@ -33,7 +36,7 @@ pub use registry::{
     check_declarations, declarations, Declaration, Module, ModuleBuilder, Spec, TierSpec,
 };
 pub use service::{Options, RateLimitService};
-pub use stats::{Counts, Stats};
+pub use stats::{Counts, QueueCounts, Stats};
 pub use store::{Failover, FailurePolicy, MemoryOptions, MemoryStore, Store};
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]

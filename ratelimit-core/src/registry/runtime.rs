@@ -94,7 +94,14 @@ pub async fn acquire(
         });
     };
     let options = options(declaration, tier, cost);
-    service.enforce_parts(key, &options).await.map(drop)
+    match service.enforce_parts(key, &options).await {
+        Ok(_) => Ok(()),
+        // A wait ended by the module shutting down names the fn, like a call after it.
+        Err(Error::NotInitialized { .. }) => Err(Error::NotInitialized {
+            function: declaration.function(),
+        }),
+        Err(e) => Err(e),
+    }
 }
 
 /// [`acquire`] for a fn with several limits (stacked attributes): one decision, all or
@@ -125,6 +132,7 @@ pub async fn acquire_all(
 fn options<'a>(declaration: &'static Declaration, tier: Option<&'a str>, cost: u64) -> Options<'a> {
     let mut options = Options::new().cost(cost).budget(declaration.budget());
     options.overrides = *declaration.spec().overrides();
+    options.queue = declaration.spec().queue();
     options.tier = match (tier, declaration.spec().tier()) {
         (Some(tier), _) => Some(tier),
         (None, TierSpec::Static(tier)) => Some(tier),

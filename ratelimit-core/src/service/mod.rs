@@ -7,7 +7,9 @@ use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
 
 mod options;
+pub(crate) mod queue;
 mod stacked;
+mod wait;
 
 pub use options::Options;
 
@@ -43,6 +45,10 @@ struct Inner {
     total: Counters,
     by_tier: Vec<Counters>,
     by_method: parking_lot::RwLock<MethodCounters>,
+    /// Calls waiting for capacity (see `queue.rs`).
+    queue: queue::Queue,
+    /// The decision-latency histogram (feature `metrics`; zero-sized without it).
+    latency: crate::metrics::Latency,
 }
 /// The rate limiter: decisions, status, reset and statistics over one store.
 ///
@@ -196,7 +202,16 @@ impl RateLimitService {
         backend: Backend,
         #[cfg_attr(not(feature = "redis"), allow(unused_variables))] redis: Option<RedisHandle>,
     ) -> Self {
-        let by_tier = config.tiers().iter().map(|_| Counters::default()).collect();
+        let by_tier = config
+            .tiers()
+            .iter()
+            .map(|t| Counters::tier(&t.name))
+            .collect();
+        let store = match (&backend, &redis) {
+            (Backend::Memory(_), _) => "memory",
+            (Backend::Dyn(_), Some(_)) => "redis",
+            (Backend::Dyn(_), None) => "custom",
+        };
         RateLimitService {
             inner: Arc::new(Inner {
                 id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
@@ -208,6 +223,8 @@ impl RateLimitService {
                 total: Counters::default(),
                 by_tier,
                 by_method: Default::default(),
+                queue: Default::default(),
+                latency: crate::metrics::Latency::new(store),
             }),
         }
     }
@@ -240,11 +257,17 @@ impl RateLimitService {
     /// cost of 0 looks at the level; see [`status`](Self::status)). A refusal is `Ok` with
     /// `allowed == false`; `Err` means no decision could be made, and the call must be
     /// refused too.
+    ///
+    /// When the call may wait ([`Options::queue`], or the configuration's `queue_enabled`)
+    /// and is over its limit, it waits in the queue until admitted (`Ok`, allowed), or ends
+    /// with [`Error::QueueFull`], [`Error::QueueTimeout`], or [`Error::NotInitialized`] if the
+    /// module shuts down meanwhile. Waiting needs a Tokio runtime (its timers).
     pub async fn check(&self, key: &str, options: &Options<'_>) -> Result<Decision, Error> {
-        self.decide(Some(key), options).await
+        self.decide_waiting(Some(key), options).await
     }
 
-    /// Spends one call (or `options.cost`) from `key`'s budget.
+    /// Spends one call (or `options.cost`) from `key`'s budget (waiting for capacity when
+    /// the call may: see [`check`](Self::check)).
     pub async fn consume(&self, key: &str, options: &Options<'_>) -> Result<Decision, Error> {
         self.check(key, &options.consume(true)).await
     }
@@ -305,6 +328,7 @@ impl RateLimitService {
                 .iter()
                 .map(|(name, c)| (name.to_string(), c.snapshot()))
                 .collect(),
+            queue: self.inner.queue.counts(),
         }
     }
 
@@ -313,6 +337,7 @@ impl RateLimitService {
         self.inner.total.clear();
         self.inner.by_tier.iter().for_each(Counters::clear);
         self.inner.by_method.read().values().for_each(|c| c.clear());
+        self.inner.queue.clear_counts();
     }
 
     /// The quota and tier a call with `options` is decided under: the tier's (or the
@@ -410,7 +435,7 @@ impl RateLimitService {
         key: Option<&str>,
         options: &Options<'_>,
     ) -> Result<Decision, Error> {
-        let decision = self.decide(key, options).await?;
+        let decision = self.decide_waiting(key, options).await?;
         if decision.allowed {
             Ok(decision)
         } else {
@@ -422,18 +447,27 @@ impl RateLimitService {
     }
 
     async fn decide(&self, key: Option<&str>, options: &Options<'_>) -> Result<Decision, Error> {
+        let (result, tier) = self.decide_uncounted(key, options).await;
+        if options.consume {
+            self.record(tier, options.budget, key, &result);
+        }
+        result
+    }
+
+    /// One decision, not counted in the statistics; with the tier it was made under.
+    pub(super) async fn decide_uncounted(
+        &self,
+        key: Option<&str>,
+        options: &Options<'_>,
+    ) -> (Result<Decision, Error>, Option<usize>) {
         let (quota, tier) = match self.resolve(options) {
             Ok(resolved) => resolved,
-            Err(e) => {
-                if options.consume {
-                    self.count(None, options.budget, Outcome::Error);
-                }
-                return Err(e);
-            }
+            Err(e) => return (Err(e), None),
         };
         let now = self.inner.clock.now();
         let parts = self.parts(options, tier, key);
         let (cost, commit) = (options.cost, options.consume);
+        let started = self.inner.latency.start();
         // The memory store answers at once: called here, not through another future, since
         // every layer of future moves the decision once more.
         let result = match &self.inner.backend {
@@ -449,24 +483,30 @@ impl RateLimitService {
                 }
             }
         };
-        let mut decision = match result {
-            Ok(d) => d,
-            Err(e) => {
-                if options.consume {
-                    self.count(tier, options.budget, Outcome::Error);
-                }
-                return Err(e);
-            }
-        };
-        decision.tier = tier.map(|i| self.inner.config.tiers()[i].name.clone());
-        if options.consume {
-            if decision.allowed {
-                self.count(tier, options.budget, Outcome::Allowed);
-            } else {
-                self.count(tier, options.budget, Outcome::Denied);
+        self.inner.latency.finish(started);
+        let result = result.map(|mut decision| {
+            decision.tier = tier.map(|i| self.inner.config.tiers()[i].name.clone());
+            decision
+        });
+        (result, tier)
+    }
+
+    /// Counts a spending call's outcome: a refusal (over the limit, a full queue, a wait
+    /// that timed out) as denied, any other error as an error.
+    pub(super) fn record(
+        &self,
+        tier: Option<usize>,
+        budget: Option<&str>,
+        key: Option<&str>,
+        result: &Result<Decision, Error>,
+    ) {
+        match result {
+            Ok(decision) if decision.allowed => self.count(tier, budget, Outcome::Allowed),
+            Ok(decision) => {
+                self.count(tier, budget, Outcome::Denied);
                 tracing::debug!(
                     target: "ratelimit",
-                    budget = options.budget.unwrap_or("-"),
+                    budget = budget.unwrap_or("-"),
                     tier = decision.tier.as_deref().unwrap_or("-"),
                     limit = decision.limit,
                     window_ms = decision.window.as_millis() as u64,
@@ -475,8 +515,11 @@ impl RateLimitService {
                     "rate limit exceeded",
                 );
             }
+            Err(Error::QueueFull { .. } | Error::QueueTimeout { .. }) => {
+                self.count(tier, budget, Outcome::Denied)
+            }
+            Err(_) => self.count(tier, budget, Outcome::Error),
         }
-        Ok(decision)
     }
 
     pub(super) fn count(&self, tier: Option<usize>, budget: Option<&str>, outcome: Outcome) {
@@ -496,7 +539,10 @@ impl RateLimitService {
                 return;
             }
             let mut methods = self.inner.by_method.write();
-            methods.entry(name.into()).or_default().record(outcome);
+            methods
+                .entry(name.into())
+                .or_insert_with(|| Counters::budget(name))
+                .record(outcome);
         }
     }
 }

@@ -28,6 +28,9 @@ pub struct Options<'a> {
     pub budget: Option<&'a str>,
     /// Whether the call spends from the budget (`false` only looks, like `status`).
     pub consume: bool,
+    /// Whether a call over its limit waits in the queue (`Some(true)`) or is refused at once
+    /// (`Some(false)`); `None` follows the configuration's `queue_enabled`.
+    pub queue: Option<bool>,
 }
 
 impl Default for Options<'_> {
@@ -45,6 +48,7 @@ impl<'a> Options<'a> {
             overrides: Overrides::new(),
             budget: None,
             consume: true,
+            queue: None,
         }
     }
     /// Under this tier.
@@ -85,6 +89,13 @@ impl<'a> Options<'a> {
     /// On behalf of this budget.
     pub const fn budget(mut self, budget: &'a str) -> Self {
         self.budget = Some(budget);
+        self
+    }
+    /// Whether this call waits for capacity when over its limit (in the service's bounded
+    /// queue, at most its `queue_timeout`) rather than being refused; the default follows
+    /// `queue_enabled`. Never on unauthenticated endpoints: see [`Config`](crate::Config).
+    pub const fn queue(mut self, queue: bool) -> Self {
+        self.queue = Some(queue);
         self
     }
     /// Whether to spend (`true`, the default) or only look.
