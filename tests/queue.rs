@@ -13,8 +13,8 @@ use std::time::Duration;
 use ratelimit::store::{Check, Store};
 use ratelimit::testing::TokioClock;
 use ratelimit::{
-    rate_limit, Config, ConfigBuilder, Decision, Error, MemoryStore, Module, Nanos, Options,
-    Quota, RateLimitService, Strategy, Tier,
+    rate_limit, Config, ConfigBuilder, Decision, Error, MemoryStore, Module, Nanos, Options, Quota,
+    RateLimitService, Strategy, Tier,
 };
 use tokio::time::Instant;
 
@@ -94,9 +94,7 @@ async fn waiters_on_one_key_are_admitted_in_arrival_order_as_capacity_frees() {
     for t in tasks {
         t.await.unwrap();
     }
-    let expected: Vec<_> = (0..5u64)
-        .map(|i| (i, Duration::from_secs(i + 1)))
-        .collect();
+    let expected: Vec<_> = (0..5u64).map(|i| (i, Duration::from_secs(i + 1))).collect();
     assert_eq!(*order.lock().unwrap(), expected);
     let stats = service.stats();
     assert_eq!((stats.total.allowed, stats.total.denied), (6, 0));
@@ -178,7 +176,12 @@ async fn a_dropped_wait_gives_its_place_back_and_spends_nothing() {
     assert_eq!(service.status("k", &opts).await.unwrap().remaining, 1);
     let stats = service.stats();
     assert_eq!(
-        (stats.queue.queued, stats.queue.admitted, stats.queue.cancelled, stats.queue.depth),
+        (
+            stats.queue.queued,
+            stats.queue.admitted,
+            stats.queue.cancelled,
+            stats.queue.depth
+        ),
         (2, 1, 1, 0)
     );
 }
@@ -268,7 +271,10 @@ async fn a_higher_priority_arrival_takes_the_place_of_the_newest_lowest_priority
     let stats = service.stats();
     assert_eq!(stats.queue.full, 2);
     assert_eq!(stats.by_tier["pro"].allowed, 2);
-    assert_eq!((stats.by_tier["free"].allowed, stats.by_tier["free"].denied), (4, 2));
+    assert_eq!(
+        (stats.by_tier["free"].allowed, stats.by_tier["free"].denied),
+        (4, 2)
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -324,7 +330,11 @@ async fn ten_thousand_waiters_are_each_admitted_or_timed_out_as_the_limit_allows
     assert_eq!((admitted, timed_out), (1_100, 8_900));
     let stats = service.stats();
     assert_eq!(
-        (stats.queue.queued, stats.queue.admitted, stats.queue.timed_out),
+        (
+            stats.queue.queued,
+            stats.queue.admitted,
+            stats.queue.timed_out
+        ),
         (9_900, 1_000, 8_900)
     );
     assert_eq!((stats.total.allowed, stats.total.denied), (1_100, 8_900));
@@ -337,8 +347,7 @@ async fn ten_thousand_waiters_are_each_admitted_or_timed_out_as_the_limit_allows
 }
 
 #[tokio::test(start_paused = true)]
-async fn until_ready_sleeps_until_retry_after_and_gives_up_at_once_on_a_deadline_it_cannot_meet()
-{
+async fn until_ready_sleeps_until_retry_after_and_gives_up_at_once_on_a_deadline_it_cannot_meet() {
     let service = service(Config::builder());
     let opts = fixed(1, 1);
     let start = Instant::now();
@@ -369,7 +378,10 @@ async fn until_ready_sleeps_until_retry_after_and_gives_up_at_once_on_a_deadline
     );
     let stats = service.stats();
     assert_eq!((stats.total.allowed, stats.total.denied), (3, 1));
-    assert_eq!(stats.queue.queued, 0, "until_ready takes no place in the queue");
+    assert_eq!(
+        stats.queue.queued, 0,
+        "until_ready takes no place in the queue"
+    );
 }
 
 #[test]
