@@ -56,6 +56,22 @@ impl RateLimitService {
                 other => return self.record_wait(tier, options, key, other),
             }
         }
+        // Boxed: the waiting state (timers, the place in the line) is only allocated by a
+        // call that waits, and the future of every other call stays small.
+        Box::pin(self.wait_in_line(key, options, tier, line, refused)).await
+    }
+
+    /// Takes a place in `line` and waits for this call's turn (`refused`: the store's
+    /// refusal just now, when the call asked before queueing).
+    async fn wait_in_line(
+        &self,
+        key: Option<&str>,
+        options: &Options<'_>,
+        tier: Option<usize>,
+        line: String,
+        mut refused: Option<Decision>,
+    ) -> Result<Decision, Error> {
+        let (config, queue) = (&self.inner.config, &self.inner.queue);
         let deadline = Instant::now() + config.queue_timeout();
         let priority = tier.map_or(0, |i| config.tiers()[i].priority);
         let Some(mut turn) = queue.join(&line, priority, config.max_queue_size()) else {
@@ -64,6 +80,8 @@ impl RateLimitService {
             };
             return self.record_wait(tier, options, key, Err(full));
         };
+        // The line's name is shared by the queue from here on: not kept in this future too.
+        drop(line);
         let result = loop {
             let prior = refused.take();
             if queue.is_closed() {
