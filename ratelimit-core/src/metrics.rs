@@ -157,15 +157,20 @@ mod on {
     #[derive(Debug)]
     pub(crate) struct Latency;
 
+    /// Nothing: no time is read without the feature.
+    pub(crate) struct Started;
+
     impl Latency {
         #[inline(always)]
         pub(crate) fn new(_: &'static str) -> Self {
             Latency
         }
         #[inline(always)]
-        pub(crate) fn start(&self) {}
+        pub(crate) fn start(&self) -> Started {
+            Started
+        }
         #[inline(always)]
-        pub(crate) fn finish(&self, _: ()) {}
+        pub(crate) fn finish(&self, _: Started) {}
     }
 
     #[inline(always)]
