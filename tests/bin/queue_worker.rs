@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use ratelimit::{Config, Error, Options, RateLimitService, RedisOptions, StoreConfig, Strategy};
+use ratelimit::{Config, Error, Options, RedisOptions, Strategy};
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
@@ -17,21 +17,11 @@ async fn main() {
     };
     let config = Config::builder()
         .key_prefix(prefix.as_str())
-        .store(StoreConfig::Redis(
-            RedisOptions::new(url.as_str()).timeout(Duration::from_secs(10)),
-        ))
         .queue_enabled(true)
         .max_queue_size(10_000)
-        .queue_timeout(Duration::from_millis(timeout_ms.parse().expect("timeout")))
-        .build()
-        .expect("valid configuration");
-    let service = RateLimitService::new(config).expect("service");
-    service
-        .redis_store()
-        .expect("the Redis store")
-        .connect()
-        .await
-        .expect("Redis is reachable");
+        .queue_timeout(Duration::from_millis(timeout_ms.parse().expect("timeout")));
+    let redis = RedisOptions::new(url.as_str()).timeout(Duration::from_secs(10));
+    let service = ratelimit_tests::connected_worker_service(config, redis).await;
     let options = Options::new()
         .limit(limit.parse().expect("limit"))
         .window(Duration::from_millis(window_ms.parse().expect("window")))
