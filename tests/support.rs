@@ -121,6 +121,27 @@ impl Captured {
     }
 }
 
+/// A worker process's service: `config` on the Redis store with `options`, connected (the
+/// multi-process tests' `tests/bin/*` workers).
+#[cfg(feature = "redis")]
+pub async fn connected_worker_service(
+    config: ratelimit::ConfigBuilder,
+    options: ratelimit::RedisOptions,
+) -> RateLimitService {
+    let config = config
+        .store(ratelimit::StoreConfig::Redis(options))
+        .build()
+        .expect("valid configuration");
+    let service = RateLimitService::new(config).expect("service");
+    service
+        .redis_store()
+        .expect("the Redis store")
+        .connect()
+        .await
+        .expect("Redis is reachable");
+    service
+}
+
 /// A service on the Redis store with `options`, its keys under `prefix`.
 #[cfg(feature = "redis")]
 pub fn redis_service(options: ratelimit::RedisOptions, prefix: &str) -> RateLimitService {

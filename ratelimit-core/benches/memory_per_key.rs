@@ -14,56 +14,17 @@
 //! cargo bench -p ratelimit-core --bench memory_per_key
 //! ```
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::num::NonZeroU32;
-use std::sync::atomic::{AtomicIsize, Ordering};
 
 use governor::{DefaultKeyedRateLimiter, Quota as GQuota, RateLimiter};
 use ratelimit_core::{MemoryStore, Nanos, Quota, Strategy};
 
-struct Counting;
-
-static ALLOCATED: AtomicIsize = AtomicIsize::new(0);
-
-// SAFETY: every call is forwarded to `System` unchanged; only a counter is updated.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATED.fetch_add(layout.size() as isize, Ordering::Relaxed);
-        // SAFETY: same contract as ours.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        ALLOCATED.fetch_add(layout.size() as isize, Ordering::Relaxed);
-        // SAFETY: same contract as ours.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        ALLOCATED.fetch_sub(layout.size() as isize, Ordering::Relaxed);
-        // SAFETY: same contract as ours.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATED.fetch_add(
-            new_size as isize - layout.size() as isize,
-            Ordering::Relaxed,
-        );
-        // SAFETY: same contract as ours.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-#[global_allocator]
-static GLOBAL: Counting = Counting;
+#[path = "support/counting_alloc.rs"]
+mod counting_alloc;
+use counting_alloc::allocated;
 
 const KEYS: usize = 100_000;
 const SEC: Nanos = 1_000_000_000;
-
-fn allocated() -> isize {
-    ALLOCATED.load(Ordering::Relaxed)
-}
 
 fn main() {
     // Criterion-style arguments (`--bench`, filters) are accepted and ignored.

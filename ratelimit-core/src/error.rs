@@ -91,6 +91,20 @@ pub enum Error {
         /// The function that was called.
         function: &'static str,
     },
+    /// The call was over its limit and would have waited, but the queue holds
+    /// `max_queue_size` calls already (or a call of a higher priority took its place).
+    #[error("rate limit exceeded and the queue is full ({max_queue_size} waiting): call refused")]
+    QueueFull {
+        /// The configured size.
+        max_queue_size: usize,
+    },
+    /// The call waited in the queue for its whole timeout (or until its `until_ready`
+    /// deadline) without capacity freeing up.
+    #[error("rate limit exceeded: no capacity freed within the queue timeout; retry after {}ms", retry_after.as_millis())]
+    QueueTimeout {
+        /// How long until the budget is expected to admit a call (others may be ahead).
+        retry_after: Duration,
+    },
     /// `Module::init` was called while a module is running (drop or shut it down first).
     #[error("a rate-limit module is already initialised: shut it down (or drop its handle) before calling `Module::init` again")]
     AlreadyInitialized,
@@ -138,9 +152,13 @@ impl Error {
         }
     }
 
-    /// How long to wait before retrying, if this is a refusal.
+    /// How long to wait before retrying, if this is a refusal (over the limit, or a wait
+    /// that timed out).
     pub fn retry_after(&self) -> Option<Duration> {
-        self.decision().and_then(|d| d.retry_after)
+        match self {
+            Error::QueueTimeout { retry_after } => Some(*retry_after),
+            _ => self.decision().and_then(|d| d.retry_after),
+        }
     }
 }
 

@@ -128,13 +128,16 @@ impl Decision {
 
 #[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
 impl Error {
-    /// The status this error answers with over HTTP: `429` for [`Error::Exceeded`], `503` when
+    /// The status this error answers with over HTTP: `429` for [`Error::Exceeded`] (and for a
+    /// full queue or a wait that timed out), `503` when
     /// the store could not decide (failure, timeout, full, state of an unexpected shape), `500`
     /// for everything that is the server's own configuration (unknown tier, no limit, invalid
     /// quota or key, no module running...).
     pub fn status(&self) -> StatusCode {
         match self {
-            Error::Exceeded(_) => StatusCode::TOO_MANY_REQUESTS,
+            Error::Exceeded(_) | Error::QueueFull { .. } | Error::QueueTimeout { .. } => {
+                StatusCode::TOO_MANY_REQUESTS
+            }
             Error::Store { .. }
             | Error::Timeout { .. }
             | Error::StoreFull { .. }
@@ -149,6 +152,8 @@ impl Error {
     pub fn code(&self) -> &'static str {
         match self {
             Error::Exceeded(_) => "RATE_LIMITED",
+            Error::QueueFull { .. } => "QUEUE_FULL",
+            Error::QueueTimeout { .. } => "QUEUE_TIMEOUT",
             Error::UnknownTier { .. } => "UNKNOWN_TIER",
             Error::NoLimit => "NO_LIMIT",
             Error::InvalidConfig(_) => "INVALID_CONFIG",
@@ -197,8 +202,15 @@ impl IntoResponse for Error {
                     format!(r#"{{"code":"{}"}}"#, self.code()),
                 )
                     .into_response();
-                if self.status() == StatusCode::SERVICE_UNAVAILABLE {
-                    // The store may answer again soon: a client may retry after a second.
+                if let Some(after) = self.retry_after() {
+                    // A wait that timed out: whole seconds, rounded up (never 0).
+                    let secs = after.as_millis().div_ceil(1_000).max(1) as u64;
+                    response
+                        .headers_mut()
+                        .insert(RETRY_AFTER, HeaderValue::from(secs));
+                } else if self.status() != StatusCode::INTERNAL_SERVER_ERROR {
+                    // The store may answer again soon, or the queue may have room: a client
+                    // may retry after a second.
                     response
                         .headers_mut()
                         .insert(RETRY_AFTER, HeaderValue::from_static("1"));

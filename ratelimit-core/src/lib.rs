@@ -15,6 +15,9 @@ mod error;
 mod http;
 mod key;
 mod name;
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+mod metrics;
 mod quota;
 mod registry;
 mod resolve;
@@ -36,7 +39,7 @@ pub use registry::{
     check_declarations, declarations, Declaration, Limiter, Module, ModuleBuilder, Spec, TierSpec,
 };
 pub use service::{Options, RateLimitService};
-pub use stats::{Counts, Stats};
+pub use stats::{Counts, QueueCounts, Stats};
 pub use store::{Failover, FailurePolicy, MemoryOptions, MemoryStore, Store};
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]

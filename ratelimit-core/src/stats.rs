@@ -27,6 +27,28 @@ pub struct Stats {
     pub by_tier: BTreeMap<String, Counts>,
     /// Calls made on behalf of a named budget (an annotated fn's path), by name.
     pub by_method: BTreeMap<String, Counts>,
+    /// The wait queue (calls that waited for capacity rather than being refused).
+    pub queue: QueueCounts,
+}
+
+/// The wait queue's figures. A call that waited is counted once in [`Counts`] too, by how
+/// it ended: `allowed` when admitted, `denied` when the queue was full or the wait timed out.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct QueueCounts {
+    /// Calls waiting now.
+    pub depth: u64,
+    /// Calls that joined the queue.
+    pub queued: u64,
+    /// Calls admitted after waiting.
+    pub admitted: u64,
+    /// Calls whose wait ended with [`Error::QueueTimeout`](crate::Error::QueueTimeout).
+    pub timed_out: u64,
+    /// Calls refused with [`Error::QueueFull`](crate::Error::QueueFull): on arrival, or
+    /// displaced by a higher-priority arrival.
+    pub full: u64,
+    /// Waits given up by the caller (the future dropped): nothing was spent.
+    pub cancelled: u64,
 }
 
 /// How many sets of counters each scope keeps. Threads take one each in turn, so the first
@@ -48,6 +70,8 @@ struct Stripe {
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
     stripes: [Stripe; STRIPES],
+    /// The same counts as metrics (feature `metrics`; zero-sized without it).
+    metrics: crate::metrics::Handles,
 }
 
 /// What happened to one call, for counting.
@@ -77,8 +101,25 @@ fn stripe() -> usize {
 }
 
 impl Counters {
+    /// A tier's counters.
+    pub(crate) fn tier(name: &str) -> Self {
+        Counters {
+            metrics: crate::metrics::Handles::tier(name),
+            ..Default::default()
+        }
+    }
+
+    /// A budget's counters.
+    pub(crate) fn budget(name: &str) -> Self {
+        Counters {
+            metrics: crate::metrics::Handles::budget(name),
+            ..Default::default()
+        }
+    }
+
     #[inline]
     pub(crate) fn record(&self, outcome: Outcome) {
+        self.metrics.record(outcome);
         let stripe = &self.stripes[stripe()];
         let counter = match outcome {
             Outcome::Allowed => &stripe.allowed,

@@ -41,6 +41,54 @@ use crate::stats::Stats;
 /// the epoch), so windows line up the same way in every run.
 pub const START: Duration = Duration::from_secs(1_000_000);
 
+/// A clock that follows Tokio's time: [`START`] plus the time elapsed on
+/// [`tokio::time::Instant`] since the clock was made. Under Tokio's paused time
+/// (`#[tokio::test(start_paused = true)]`) that is the paused clock, which Tokio moves on by
+/// itself when every task is asleep, to the next timer: so a service on this clock decides
+/// at exactly the time its waiters' timers fire, and a test of the queue neither sleeps nor
+/// advances two clocks by hand.
+///
+/// Make it inside the runtime (Tokio's clock is per runtime). Read from a thread outside
+/// any runtime (the memory store's sweeper) it follows the real time since it was made,
+/// which only makes the sweeper late.
+///
+/// ```
+/// use ratelimit_core::testing::{TokioClock, START};
+/// use ratelimit_core::Clock;
+/// use std::time::Duration;
+///
+/// # tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build().unwrap().block_on(async {
+/// let clock = TokioClock::new();
+/// tokio::time::sleep(Duration::from_secs(90)).await; // instant under paused time
+/// assert_eq!(clock.now(), (START + Duration::from_secs(90)).as_nanos() as u64);
+/// # });
+/// ```
+#[derive(Debug, Clone, Copy)]
+pub struct TokioClock {
+    start: tokio::time::Instant,
+}
+
+impl TokioClock {
+    /// A clock standing at [`START`] now.
+    pub fn new() -> Self {
+        TokioClock {
+            start: tokio::time::Instant::now(),
+        }
+    }
+}
+
+impl Default for TokioClock {
+    fn default() -> Self {
+        TokioClock::new()
+    }
+}
+
+impl crate::Clock for TokioClock {
+    fn now(&self) -> crate::Nanos {
+        (START + self.start.elapsed()).as_nanos() as crate::Nanos
+    }
+}
+
 /// A module for one test: its own service and [`ManualClock`], used by annotated fns only
 /// inside [`scope`](Self::scope).
 ///

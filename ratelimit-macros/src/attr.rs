@@ -18,7 +18,7 @@ use ratelimit_syntax::{parse_window, Rate, Strategy};
 
 /// The arguments `#[rate_limit]` accepts, in the order the error message lists them.
 pub(crate) const VALID: &str =
-    "`limit`, `window`, `key`, `tier`, `strategy`, `burst`, `cost`, `name`, `limiter`, `crate`";
+    "`limit`, `window`, `key`, `tier`, `strategy`, `burst`, `cost`, `queue`, `name`, `limiter`, `crate`";
 
 /// How the tier is chosen.
 #[derive(Clone)]
@@ -45,6 +45,8 @@ pub(crate) struct Args {
     pub(crate) strategy: Option<Strategy>,
     pub(crate) burst: Option<u64>,
     pub(crate) cost: Cost,
+    /// `queue = true | false`: wait for capacity (or not), over the module's `queue_enabled`.
+    pub(crate) queue: Option<bool>,
     pub(crate) name: Option<LitStr>,
     /// `limiter = path::TO_STATIC`: a library's own `Limiter` decides the fn.
     pub(crate) limiter: Option<syn::Path>,
@@ -61,6 +63,7 @@ impl Default for Args {
             strategy: None,
             burst: None,
             cost: Cost::Fixed(1),
+            queue: None,
             name: None,
             limiter: None,
             krate: None,
@@ -163,6 +166,18 @@ fn integer(value: &Expr, what: &str, min: u64) -> syn::Result<u64> {
     }
 }
 
+fn boolean(value: &Expr, what: &str) -> syn::Result<bool> {
+    match value {
+        Expr::Lit(ExprLit {
+            lit: Lit::Bool(b), ..
+        }) => Ok(b.value),
+        other => Err(syn::Error::new_spanned(
+            other,
+            format!("`{what}` takes `true` or `false`, like `{what} = true`"),
+        )),
+    }
+}
+
 fn window(value: &Expr) -> syn::Result<Duration> {
     let lit = string(value, "window", "\"1m\"")?;
     parse_window(&lit.value()).map_err(|e| syn::Error::new(lit.span(), e.to_string()))
@@ -255,6 +270,7 @@ impl Args {
                     _ => Cost::Dynamic(value),
                 }
             }
+            "queue" => self.queue = Some(boolean(&value, "queue")?),
             "name" => {
                 let lit = string(&value, "name", "\"payments\"")?;
                 budget_name(&lit)?;

@@ -109,6 +109,9 @@ fn spec_tokens(args: &Args, k: &TokenStream) -> syn::Result<TokenStream> {
         }
         Cost::Dynamic(_) => spec = quote!(#spec.with_dynamic_cost()),
     }
+    if let Some(queue) = args.queue {
+        spec = quote!(#spec.with_queue(#queue));
+    }
     Ok(spec)
 }
 

@@ -93,13 +93,29 @@
 //! proxies, a verified API key or principal), per route template if asked, answering `429`
 //! with a JSON body and the rate-limit headers, and failing closed. `Error` implements
 //! `IntoResponse`, so an annotated axum handler answers `429` by itself. See `ratelimit::http`.
+//!
+//! # Waiting instead of refusing
+//!
+//! With `queue_enabled` (module-wide), `Options::queue(true)` (per call) or
+//! `#[rate_limit(..., queue = true)]` (per fn), a call over its limit waits its turn in a
+//! bounded queue (`max_queue_size`, `queue_timeout`; higher tier `priority` keeps its place
+//! when the queue is full) and is admitted as soon as capacity frees, or ends with
+//! `Error::QueueFull` / `Error::QueueTimeout`. `RateLimitService::until_ready` paces a single
+//! caller without the queue. **Never queue calls an unauthenticated client can make**: each
+//! one holds memory and a place until its timeout. Waiting needs a Tokio runtime.
+//!
+//! # Metrics (feature `metrics`)
+//!
+//! Decision counters per tier and budget, the queue's figures and decision latency, through
+//! the `metrics` facade (any exporter); see `examples/metrics.rs`.
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub use ratelimit_core::{
     format_window, parse_window, store, Clock, Config, ConfigBuilder, ConfigError, Counts,
     Decision, Error, Exceeded, ManualClock, MemoryOptions, MemoryStore, Name, Nanos, Options,
-    Overrides, ParseError, Quota, QuotaError, Rate, RateLimitService, ResolvedTier, Stats,
+    Overrides, ParseError, QueueCounts, Quota, QuotaError, Rate, RateLimitService, ResolvedTier,
+    Stats,
     StoreConfig, Strategy, SystemClock, Tier, Window, MAX_CAPACITY, MAX_KEY_LEN, MAX_WINDOW,
 };
 pub use ratelimit_core::{Failover, FailurePolicy, Store};

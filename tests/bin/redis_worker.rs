@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use ratelimit::{Config, Options, RateLimitService, RedisOptions, StoreConfig, Strategy};
+use ratelimit::{Config, Options, RedisOptions, Strategy};
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
@@ -23,18 +23,8 @@ async fn main() {
     // Generous: 4 processes x 64 tasks share 2 cores; a timeout would be a refusal, not a
     // wrong count, but it would make the count less than the limit.
     .timeout(Duration::from_secs(10));
-    let config = Config::builder()
-        .key_prefix(prefix.as_str())
-        .store(StoreConfig::Redis(options))
-        .build()
-        .expect("valid configuration");
-    let service = RateLimitService::new(config).expect("service");
-    service
-        .redis_store()
-        .expect("the Redis store")
-        .connect()
-        .await
-        .expect("Redis is reachable");
+    let config = Config::builder().key_prefix(prefix.as_str());
+    let service = ratelimit_tests::connected_worker_service(config, options).await;
     let strategy: Strategy = strategy.parse().expect("strategy");
     let limit: u64 = limit.parse().expect("limit");
     let window = Duration::from_millis(window_ms.parse().expect("window"));

@@ -21,6 +21,9 @@ pub struct ConfigBuilder {
     tiers: Vec<Tier>,
     default_tier: Option<String>,
     store: StoreConfig,
+    queue_enabled: bool,
+    max_queue_size: usize,
+    queue_timeout: Window,
 }
 
 impl Default for ConfigBuilder {
@@ -36,6 +39,9 @@ impl Default for ConfigBuilder {
             tiers: Vec::new(),
             default_tier: None,
             store: StoreConfig::default(),
+            queue_enabled: false,
+            max_queue_size: 1_000,
+            queue_timeout: Window::from(Duration::from_secs(5)),
         }
     }
 }
@@ -97,6 +103,26 @@ impl ConfigBuilder {
         self.store = store;
         self
     }
+    /// Whether calls over their limit wait for capacity (in a bounded queue, at most
+    /// `queue_timeout`) instead of being refused at once; a call can say otherwise with
+    /// [`Options::queue`](crate::Options::queue). Never on unauthenticated endpoints: see
+    /// [`Config`].
+    pub fn queue_enabled(mut self, enabled: bool) -> Self {
+        self.queue_enabled = enabled;
+        self
+    }
+    /// The most calls waiting at once, over every key (default 1000); one more is refused
+    /// with [`Error::QueueFull`].
+    pub fn max_queue_size(mut self, size: usize) -> Self {
+        self.max_queue_size = size;
+        self
+    }
+    /// The longest a call waits (default `5s`): a [`Duration`] or text such as `"500ms"`.
+    /// Past it the call is refused with [`Error::QueueTimeout`].
+    pub fn queue_timeout(mut self, timeout: impl Into<Window>) -> Self {
+        self.queue_timeout = timeout.into();
+        self
+    }
 
     /// Validates and builds. Every problem is reported, each with its field.
     pub fn build(self) -> Result<Config, Error> {
@@ -119,6 +145,16 @@ impl ConfigBuilder {
             errors.push("default_window", e);
             Duration::from_secs(60)
         });
+        let queue_timeout = self.queue_timeout.resolve().unwrap_or_else(|e| {
+            errors.push("queue_timeout", e);
+            Duration::from_secs(5)
+        });
+        if self.max_queue_size == 0 {
+            errors.push(
+                "max_queue_size",
+                "must be at least 1 (switch the queue off with `queue_enabled = false`)",
+            );
+        }
         if self.token_refill_rate == Some(0) {
             errors.push("token_refill_rate", "must be at least 1 token per window");
         }
@@ -133,6 +169,9 @@ impl ConfigBuilder {
             tiers: Vec::with_capacity(self.tiers.len()),
             default_tier: None,
             store: self.store,
+            queue_enabled: self.queue_enabled,
+            max_queue_size: self.max_queue_size,
+            queue_timeout,
             plain: None,
             plain_identity: None,
         };
@@ -253,6 +292,8 @@ mod tests {
             .tier(Tier::new("pro", 20))
             .tier(Tier::new("bad name", 1))
             .default_tier("gold")
+            .queue_timeout("0s")
+            .max_queue_size(0)
             .store(StoreConfig::Memory(MemoryOptions {
                 max_keys: 0,
                 ..MemoryOptions::default()
@@ -271,6 +312,8 @@ mod tests {
             "tiers.\"bad name\"",
             "default_tier",
             "store.max_keys",
+            "queue_timeout",
+            "max_queue_size",
         ] {
             assert!(e.has(field), "{field} missing from {err}");
         }

@@ -25,6 +25,9 @@ struct File {
     tiers: BTreeMap<String, FileTier>,
     default_tier: Option<String>,
     store: Option<FileStore>,
+    queue_enabled: Option<bool>,
+    max_queue_size: Option<usize>,
+    queue_timeout: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -142,6 +145,15 @@ fn parse(file: File) -> Result<Config, Error> {
     }
     if let Some(v) = file.default_tier {
         b = b.default_tier(v);
+    }
+    if let Some(v) = file.queue_enabled {
+        b = b.queue_enabled(v);
+    }
+    if let Some(v) = file.max_queue_size {
+        b = b.max_queue_size(v);
+    }
+    if let Some(v) = file.queue_timeout {
+        b = b.queue_timeout(v);
     }
     match file.store {
         None => {}

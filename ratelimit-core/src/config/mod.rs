@@ -60,6 +60,15 @@ impl Default for StoreConfig {
 /// | `tiers`             | none               | named plans                                        |
 /// | `default_tier`      | none               | tier for calls that name none                      |
 /// | `store`             | memory             | where state lives                                  |
+/// | `queue_enabled`     | `false`            | calls over the limit wait their turn (see below)   |
+/// | `max_queue_size`    | `1000`             | waiters held at once, over every key               |
+/// | `queue_timeout`     | `5s`               | the longest a call waits before `QueueTimeout`     |
+///
+/// **Never enable the queue on unauthenticated endpoints.** A refusal costs nothing; a
+/// queued call holds memory and a place until its timeout, so an attacker who can make calls
+/// fills the queue and starves legitimate callers. Queue only inside a trust boundary (after
+/// authentication), and per call ([`Options::queue`](crate::Options::queue)) rather than
+/// module-wide where some entry points are public.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
     pub(crate) enabled: bool,
@@ -72,6 +81,9 @@ pub struct Config {
     pub(crate) tiers: Vec<ResolvedTier>,
     pub(crate) default_tier: Option<std::sync::Arc<str>>,
     pub(crate) store: StoreConfig,
+    pub(crate) queue_enabled: bool,
+    pub(crate) max_queue_size: usize,
+    pub(crate) queue_timeout: Duration,
     /// The quota of a call with no tier and no overrides (the default limit's), resolved
     /// once when the configuration is built: the hot path of a plain call.
     pub(crate) plain: Option<Quota>,
@@ -136,6 +148,18 @@ impl Config {
     /// The store.
     pub fn store(&self) -> &StoreConfig {
         &self.store
+    }
+    /// Whether calls over their limit wait (unless a call says otherwise).
+    pub fn queue_enabled(&self) -> bool {
+        self.queue_enabled
+    }
+    /// The most calls waiting at once, over every key.
+    pub fn max_queue_size(&self) -> usize {
+        self.max_queue_size
+    }
+    /// The longest a call waits in the queue.
+    pub fn queue_timeout(&self) -> Duration {
+        self.queue_timeout
     }
     /// The quota of a call under no tier with no overrides.
     pub(crate) fn plain_quota(&self) -> Option<Quota> {

@@ -90,6 +90,18 @@ impl ModuleBuilder {
     pub fn default_tier(self, name: impl Into<String>) -> Self {
         self.configure(|c| c.default_tier(name))
     }
+    /// See [`ConfigBuilder::queue_enabled`].
+    pub fn queue_enabled(self, enabled: bool) -> Self {
+        self.configure(|c| c.queue_enabled(enabled))
+    }
+    /// See [`ConfigBuilder::max_queue_size`].
+    pub fn max_queue_size(self, size: usize) -> Self {
+        self.configure(|c| c.max_queue_size(size))
+    }
+    /// See [`ConfigBuilder::queue_timeout`].
+    pub fn queue_timeout(self, timeout: impl Into<Window>) -> Self {
+        self.configure(|c| c.queue_timeout(timeout))
+    }
     /// See [`ConfigBuilder::store`].
     pub fn store(self, store: StoreConfig) -> Self {
         self.configure(|c| c.store(store))
@@ -218,7 +230,8 @@ impl Module {
     }
 
     /// Uninstalls the module (the same as dropping it). Every annotated fn called afterwards,
-    /// on any thread, is refused with [`Error::NotInitialized`].
+    /// on any thread, is refused with [`Error::NotInitialized`], and so is every call
+    /// waiting in the queue at that moment (none of them is admitted after).
     ///
     /// Each thread that called an annotated fn keeps a handle to the service it used until its
     /// next annotated call (which sees the shutdown) or its exit, so the store's memory is
@@ -229,5 +242,8 @@ impl Module {
 impl Drop for Module {
     fn drop(&mut self) {
         self.limiter.remove(self.id);
+        // Fail closed: every call waiting in the queue ends with `NotInitialized`, and none
+        // is admitted after this point.
+        self.service.close_queue();
     }
 }

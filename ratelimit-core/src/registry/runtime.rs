@@ -235,7 +235,14 @@ pub async fn acquire(
             }
         },
     };
-    service.enforce_parts(key, &options).await.map(drop)
+    match service.enforce_parts(key, &options).await {
+        Ok(_) => Ok(()),
+        // A wait ended by the module shutting down names the fn, like a call after it.
+        Err(Error::NotInitialized { .. }) => Err(Error::NotInitialized {
+            function: declaration.function(),
+        }),
+        Err(e) => Err(e),
+    }
 }
 
 /// [`acquire`] for a fn with several limits (stacked attributes): one decision, all or
@@ -298,6 +305,7 @@ fn call<'a>(declaration: &'static Declaration, tier: Option<&'a str>, cost: u64)
         overrides: declaration.spec().overrides(),
         cost,
         consume: true,
+        queue: declaration.spec().queue(),
     }
 }
 

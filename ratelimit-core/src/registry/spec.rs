@@ -26,6 +26,7 @@ pub struct Spec {
     tier: TierSpec,
     keyed: bool,
     cost: Option<u64>,
+    queue: Option<bool>,
 }
 
 impl Default for Spec {
@@ -42,6 +43,7 @@ impl Spec {
             tier: TierSpec::Default,
             keyed: false,
             cost: Some(1),
+            queue: None,
         }
     }
     /// `limit = n`.
@@ -103,6 +105,18 @@ impl Spec {
     pub const fn with_dynamic_cost(mut self) -> Self {
         self.cost = None;
         self
+    }
+    /// `queue = true | false`.
+    #[doc(hidden)]
+    pub const fn with_queue(mut self, queue: bool) -> Self {
+        self.queue = Some(queue);
+        self
+    }
+
+    /// Whether calls over the limit wait in the queue (`Some(true)`) or are refused at once
+    /// (`Some(false)`); `None` follows the module's `queue_enabled`.
+    pub fn queue(&self) -> Option<bool> {
+        self.queue
     }
 
     /// The settings the fn gives itself (limit, window, burst, strategy, refill).
@@ -181,9 +195,14 @@ impl fmt::Display for Spec {
             ", one budget"
         })?;
         match self.cost {
-            Some(1) => Ok(()),
-            Some(c) => write!(f, ", cost {c}"),
-            None => f.write_str(", cost per call"),
+            Some(1) => {}
+            Some(c) => write!(f, ", cost {c}")?,
+            None => f.write_str(", cost per call")?,
+        }
+        match self.queue {
+            Some(true) => f.write_str(", waits"),
+            Some(false) => f.write_str(", never waits"),
+            None => Ok(()),
         }
     }
 }

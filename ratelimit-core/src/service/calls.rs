@@ -48,6 +48,12 @@ impl RateLimitService {
     /// The future borrows the service and `key`, not `options` (it keeps a clone of them, which
     /// copies literal names and shares run-time ones): options built in the call's own
     /// expression may be dropped before it is awaited. Nothing is decided before it is polled.
+    ///
+    /// When the call may wait ([`Options::queue`], or the configuration's `queue_enabled`)
+    /// and is over its limit, it waits in the queue until admitted (`Ok`, allowed), or ends
+    /// with [`Error::QueueFull`], [`Error::QueueTimeout`], or [`Error::NotInitialized`] if the
+    /// module shuts down meanwhile. Waiting needs a Tokio runtime (its timers). So do
+    /// [`consume`](Self::consume) and [`enforce`](Self::enforce).
     pub fn check<'a>(
         &'a self,
         key: &'a str,
@@ -112,7 +118,7 @@ impl RateLimitService {
             let call = mode.apply(options.call());
             match mode {
                 Mode::Enforce => self.enforce_parts(Some(key), &call).await,
-                _ => self.decide(Some(key), &call).await,
+                _ => self.decide_waiting(Some(key), &call).await,
             }
         }
     }

@@ -66,7 +66,7 @@ impl RateLimitService {
         if let Some(found) = methods.get_key_value(name) {
             return clone(found);
         }
-        let entry = (Arc::<str>::from(name), Arc::<Counters>::default());
+        let entry = (Arc::<str>::from(name), Arc::new(Counters::budget(name)));
         methods.insert(Arc::clone(&entry.0), Arc::clone(&entry.1));
         entry
     }

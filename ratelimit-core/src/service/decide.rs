@@ -1,8 +1,6 @@
 //! The decision path of [`RateLimitService`]: resolve, compose the store key, decide, count.
 
 use std::cell::RefCell;
-use std::fmt;
-use std::hash::{BuildHasher, Hasher};
 
 use super::{Backend, Call, RateLimitService};
 use crate::clock::Nanos;
@@ -35,22 +33,6 @@ thread_local! {
             budget: String::new(),
         })
     };
-}
-
-/// A key as it may appear in logs: a digest, never the key itself. The digest is keyed with
-/// a seed drawn once per process, so a user id or an address cannot be recovered from a log
-/// by hashing candidates (a fixed-key hash of a small space is as good as the key). Within
-/// one process's logs the same key has the same digest, so refusals can still be grouped.
-struct KeyDigest<'a>(&'a str);
-
-impl fmt::Display for KeyDigest<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        static SEED: std::sync::OnceLock<foldhash::quality::RandomState> =
-            std::sync::OnceLock::new();
-        let mut h = SEED.get_or_init(Default::default).build_hasher();
-        h.write(self.0.as_bytes());
-        write!(f, "#{:016x}", h.finish())
-    }
 }
 
 impl RateLimitService {
@@ -94,7 +76,7 @@ impl RateLimitService {
         key: Option<&str>,
         options: &Call<'_>,
     ) -> Result<Decision, Error> {
-        let decision = self.decide(key, options).await?;
+        let decision = self.decide_waiting(key, options).await?;
         Self::admit(decision, options)
     }
 
@@ -107,6 +89,9 @@ impl RateLimitService {
         key: Option<&str>,
         options: &Call<'_>,
     ) -> Option<Result<(), Error>> {
+        if self.may_wait(options) {
+            return None; // a refusal would wait in the queue: the async path
+        }
         let decision = self.decide_now(key, options, false)?;
         Some(decision.and_then(|d| Self::admit(d, options)).map(drop))
     }
@@ -165,9 +150,12 @@ impl RateLimitService {
         let mut k = String::with_capacity(64);
         let result = match key::compose(&mut k, &parts, &quota) {
             Ok(()) => {
-                store
+                let started = self.inner.latency.start();
+                let decided = store
                     .decide(&k, &quota, options.cost, now, options.consume)
-                    .await
+                    .await;
+                self.inner.latency.finish(started);
+                decided
             }
             Err(e) => Err(e),
         };
@@ -204,9 +192,12 @@ impl RateLimitService {
         let (quota, tier, now) = self.prepare(options)?;
         let result = match store {
             Some(store) if self.inner.config.enabled() => {
-                self.with_key(options, tier, key, &quota, |k| {
+                let started = self.inner.latency.start();
+                let decided = self.with_key(options, tier, key, &quota, |k| {
                     store.decide_at(k, &quota, options.cost, now, options.consume)
-                })
+                });
+                self.inner.latency.finish(started);
+                decided
             }
             _ => Ok(Decision::unlimited(now)),
         };
@@ -238,35 +229,50 @@ impl RateLimitService {
         options: &Call<'_>,
         with_tier: bool,
     ) -> Result<Decision, Error> {
-        let mut decision = match result {
-            Ok(d) => d,
-            Err(e) => {
-                if options.consume {
-                    self.count(tier, options.budget, Outcome::Error);
+        let result = result.map(|mut decision| {
+            if with_tier || !decision.allowed {
+                decision.tier = tier.map(|i| self.inner.config.tiers()[i].name.clone());
+            }
+            decision
+        });
+        if options.consume {
+            self.record(tier, options.budget, key, &result);
+        }
+        result
+    }
+
+    /// One decision, not counted in the statistics (the queue counts a call once, by how its
+    /// wait ended); with the tier it was made under.
+    pub(super) async fn decide_uncounted(
+        &self,
+        key: Option<&str>,
+        options: &Call<'_>,
+    ) -> (Result<Decision, Error>, Option<usize>) {
+        let (quota, tier) = match self.resolve(options) {
+            Ok(resolved) => resolved,
+            Err(e) => return (Err(e), None),
+        };
+        let now = self.inner.clock.now();
+        let (cost, commit) = (options.cost, options.consume);
+        let started = self.inner.latency.start();
+        let result = match &self.inner.backend {
+            _ if !self.inner.config.enabled() => Ok(Decision::unlimited(now)),
+            Backend::Memory(store) => self.with_key(options, tier, key, &quota, |k| {
+                store.decide_at(k, &quota, cost, now, commit)
+            }),
+            Backend::Dyn(store) => {
+                let mut k = String::with_capacity(64);
+                match key::compose(&mut k, &self.parts(options, tier, key), &quota) {
+                    Ok(()) => store.decide(&k, &quota, cost, now, commit).await,
+                    Err(e) => Err(e),
                 }
-                return Err(e);
             }
         };
-        if with_tier || !decision.allowed {
+        self.inner.latency.finish(started);
+        let result = result.map(|mut decision| {
             decision.tier = tier.map(|i| self.inner.config.tiers()[i].name.clone());
-        }
-        if options.consume {
-            if decision.allowed {
-                self.count(tier, options.budget, Outcome::Allowed);
-            } else {
-                self.count(tier, options.budget, Outcome::Denied);
-                tracing::debug!(
-                    target: "ratelimit",
-                    budget = options.budget.unwrap_or("-"),
-                    tier = decision.tier.as_deref().unwrap_or("-"),
-                    limit = decision.limit,
-                    window_ms = decision.window.as_millis() as u64,
-                    retry_after_ms = decision.retry_after.map_or(0, |d| d.as_millis() as u64),
-                    key = %KeyDigest(key.unwrap_or("")),
-                    "rate limit exceeded",
-                );
-            }
-        }
-        Ok(decision)
+            decision
+        });
+        (result, tier)
     }
 }

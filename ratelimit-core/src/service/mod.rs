@@ -9,7 +9,10 @@ mod calls;
 mod counting;
 mod decide;
 mod options;
+pub(crate) mod queue;
+mod record;
 mod stacked;
+mod wait;
 
 pub(crate) use options::Call;
 pub use options::Options;
@@ -46,6 +49,10 @@ struct Inner {
     total: Counters,
     by_tier: Vec<Counters>,
     by_method: parking_lot::RwLock<MethodCounters>,
+    /// Calls waiting for capacity (see `queue.rs`).
+    queue: queue::Queue,
+    /// The decision-latency histogram (feature `metrics`; zero-sized without it).
+    latency: crate::metrics::Latency,
 }
 /// The rate limiter: decisions, status, reset and statistics over one store.
 ///
@@ -185,7 +192,16 @@ impl RateLimitService {
         backend: Backend,
         #[cfg_attr(not(feature = "redis"), allow(unused_variables))] redis: Option<RedisHandle>,
     ) -> Self {
-        let by_tier = config.tiers().iter().map(|_| Counters::default()).collect();
+        let by_tier = config
+            .tiers()
+            .iter()
+            .map(|t| Counters::tier(&t.name))
+            .collect();
+        let store = match (&backend, &redis) {
+            (Backend::Memory(_), _) => "memory",
+            (Backend::Dyn(_), Some(_)) => "redis",
+            (Backend::Dyn(_), None) => "custom",
+        };
         RateLimitService {
             inner: Arc::new(Inner {
                 id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
@@ -197,6 +213,8 @@ impl RateLimitService {
                 total: Counters::default(),
                 by_tier,
                 by_method: Default::default(),
+                queue: Default::default(),
+                latency: crate::metrics::Latency::new(store),
             }),
         }
     }
@@ -242,6 +260,7 @@ impl RateLimitService {
                 .iter()
                 .map(|(name, c)| (name.to_string(), c.snapshot()))
                 .collect(),
+            queue: self.inner.queue.counts(),
         }
     }
 
@@ -250,6 +269,7 @@ impl RateLimitService {
         self.inner.total.clear();
         self.inner.by_tier.iter().for_each(Counters::clear);
         self.inner.by_method.read().values().for_each(|c| c.clear());
+        self.inner.queue.clear_counts();
     }
 
     /// The quota and tier a call with `options` is decided under: the tier's (or the

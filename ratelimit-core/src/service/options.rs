@@ -51,6 +51,9 @@ pub struct Options {
     pub budget: Option<Name>,
     /// Whether the call spends from the budget (`false` only looks, like `status`).
     pub consume: bool,
+    /// Whether a call over its limit waits in the queue (`Some(true)`) or is refused at once
+    /// (`Some(false)`); `None` follows the configuration's `queue_enabled`.
+    pub queue: Option<bool>,
 }
 
 impl Default for Options {
@@ -68,6 +71,7 @@ impl Options {
             overrides: Overrides::new(),
             budget: None,
             consume: true,
+            queue: None,
         }
     }
     /// Cost 1 under `tier`, no overrides: `Options::new().tier(tier)` for a tier known at
@@ -79,6 +83,7 @@ impl Options {
             overrides: Overrides::new(),
             budget: None,
             consume: true,
+            queue: None,
         }
     }
     /// Under this tier: a literal, or a name made at run time (`String`, `Arc<str>`).
@@ -124,6 +129,13 @@ impl Options {
         self.budget = Some(budget.into());
         self
     }
+    /// Whether this call waits for capacity when over its limit (in the service's bounded
+    /// queue, at most its `queue_timeout`) rather than being refused; the default follows
+    /// `queue_enabled`. Never on unauthenticated endpoints: see [`Config`](crate::Config).
+    pub const fn queue(mut self, queue: bool) -> Self {
+        self.queue = Some(queue);
+        self
+    }
     /// Whether to spend (`true`, the default) or only look.
     pub const fn consume(mut self, consume: bool) -> Self {
         self.consume = consume;
@@ -139,6 +151,7 @@ impl Options {
             overrides: &self.overrides,
             cost: self.cost,
             consume: self.consume,
+            queue: self.queue,
         }
     }
 }
@@ -153,6 +166,8 @@ pub(crate) struct Call<'a> {
     pub(crate) overrides: &'a Overrides,
     pub(crate) cost: u64,
     pub(crate) consume: bool,
+    /// Whether the call may wait (see [`Options::queue`]).
+    pub(crate) queue: Option<bool>,
 }
 
 impl<'a> Call<'a> {
@@ -165,6 +180,7 @@ impl<'a> Call<'a> {
             overrides: NONE,
             cost: 1,
             consume: true,
+            queue: None,
         }
     }
 }

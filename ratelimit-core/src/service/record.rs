@@ -1,0 +1,58 @@
+//! Counting a spending call's outcome, and the log line of a refusal.
+
+use std::fmt;
+use std::hash::{BuildHasher, Hasher};
+
+use super::RateLimitService;
+use crate::decision::Decision;
+use crate::error::Error;
+use crate::stats::Outcome;
+
+/// A key as it may appear in logs: a digest, never the key itself. The digest is keyed with
+/// a seed drawn once per process, so a user id or an address cannot be recovered from a log
+/// by hashing candidates (a fixed-key hash of a small space is as good as the key). Within
+/// one process's logs the same key has the same digest, so refusals can still be grouped.
+struct KeyDigest<'a>(&'a str);
+
+impl fmt::Display for KeyDigest<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        static SEED: std::sync::OnceLock<foldhash::quality::RandomState> =
+            std::sync::OnceLock::new();
+        let mut h = SEED.get_or_init(Default::default).build_hasher();
+        h.write(self.0.as_bytes());
+        write!(f, "#{:016x}", h.finish())
+    }
+}
+
+impl RateLimitService {
+    /// Counts a spending call's outcome: a refusal (over the limit, a full queue, a wait
+    /// that timed out) as denied, any other error as an error.
+    pub(super) fn record(
+        &self,
+        tier: Option<usize>,
+        budget: Option<&str>,
+        key: Option<&str>,
+        result: &Result<Decision, Error>,
+    ) {
+        match result {
+            Ok(decision) if decision.allowed => self.count(tier, budget, Outcome::Allowed),
+            Ok(decision) => {
+                self.count(tier, budget, Outcome::Denied);
+                tracing::debug!(
+                    target: "ratelimit",
+                    budget = budget.unwrap_or("-"),
+                    tier = decision.tier.as_deref().unwrap_or("-"),
+                    limit = decision.limit,
+                    window_ms = decision.window.as_millis() as u64,
+                    retry_after_ms = decision.retry_after.map_or(0, |d| d.as_millis() as u64),
+                    key = %KeyDigest(key.unwrap_or("")),
+                    "rate limit exceeded",
+                );
+            }
+            Err(Error::QueueFull { .. } | Error::QueueTimeout { .. }) => {
+                self.count(tier, budget, Outcome::Denied)
+            }
+            Err(_) => self.count(tier, budget, Outcome::Error),
+        }
+    }
+}

@@ -1,0 +1,253 @@
+//! Waiting instead of being refused: the queue's side of the service, and
+//! [`until_ready`](RateLimitService::until_ready) for code that waits on its own.
+//!
+//! Time: the service decides on its [`Clock`](crate::Clock), and waits on Tokio's timers
+//! ([`tokio::time::Instant`]), so under Tokio's paused time a test's clock must follow
+//! Tokio's (see [`testing::TokioClock`](crate::testing::TokioClock)).
+
+use std::future::Future;
+use std::hash::{BuildHasher, Hasher};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::queue::Left;
+use super::{Call, Options, RateLimitService};
+use crate::decision::Decision;
+use crate::error::Error;
+use crate::key;
+
+/// What a refused call is told when it could not learn a better figure.
+const UNKNOWN_RETRY: Duration = Duration::from_millis(1);
+
+impl RateLimitService {
+    /// A spending call, waiting in the queue if it may and is over its limit.
+    pub(super) async fn decide_waiting(
+        &self,
+        key: Option<&str>,
+        options: &Call<'_>,
+    ) -> Result<Decision, Error> {
+        if !self.may_wait(options) {
+            return self.decide(key, options).await;
+        }
+        // Any problem resolving the limit or the key is the plain decision's to report.
+        let Ok((quota, tier)) = self.resolve(options) else {
+            return self.decide(key, options).await;
+        };
+        // A call that can never pass (cost above capacity, a limit of 0) is refused at once.
+        if quota.capacity() < options.cost.max(1) {
+            return self.decide(key, options).await;
+        }
+        let mut line = String::new();
+        if key::compose(&mut line, &self.parts(options, tier, key), &quota).is_err() {
+            return self.decide(key, options).await;
+        }
+        let queue = &self.inner.queue;
+        if queue.is_closed() {
+            return self.record_wait(tier, options, key, Err(not_initialized()));
+        }
+        // With nobody waiting on this key, a call asks the store first; otherwise it queues
+        // behind those who came earlier rather than overtaking them.
+        let mut refused = None;
+        if queue.is_idle(&line) {
+            match self.decide_uncounted(key, options).await.0 {
+                Ok(d) if !d.allowed && d.retry_after.is_some() => refused = Some(d),
+                other => return self.record_wait(tier, options, key, other),
+            }
+        }
+        // Boxed: the waiting state (timers, the place in the line) is only allocated by a
+        // call that waits, and the future of every other call stays small.
+        Box::pin(self.wait_in_line(key, options, tier, line, refused)).await
+    }
+
+    /// Whether a refusal of this call waits in the queue rather than being answered: a call
+    /// that spends, on a service that limits, with `queue` (or the configuration's
+    /// `queue_enabled`) on.
+    #[inline]
+    pub(super) fn may_wait(&self, options: &Call<'_>) -> bool {
+        let config = &self.inner.config;
+        options.consume && options.queue.unwrap_or(config.queue_enabled()) && config.enabled()
+    }
+
+    /// Takes a place in `line` and waits for this call's turn (`refused`: the store's
+    /// refusal just now, when the call asked before queueing).
+    async fn wait_in_line(
+        &self,
+        key: Option<&str>,
+        options: &Call<'_>,
+        tier: Option<usize>,
+        line: String,
+        mut refused: Option<Decision>,
+    ) -> Result<Decision, Error> {
+        let (config, queue) = (&self.inner.config, &self.inner.queue);
+        let deadline = Instant::now() + config.queue_timeout();
+        let priority = tier.map_or(0, |i| config.tiers()[i].priority);
+        let Some(mut turn) = queue.join(&line, priority, config.max_queue_size()) else {
+            let full = Error::QueueFull {
+                max_queue_size: config.max_queue_size(),
+            };
+            return self.record_wait(tier, options, key, Err(full));
+        };
+        // The line's name is shared by the queue from here on: not kept in this future too.
+        drop(line);
+        let result = loop {
+            let prior = refused.take();
+            if queue.is_closed() {
+                break Err(not_initialized());
+            }
+            if turn.is_displaced() {
+                turn.leave(Left::Displaced);
+                break Err(Error::QueueFull {
+                    max_queue_size: config.max_queue_size(),
+                });
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                turn.leave(Left::TimedOut);
+                let retry_after = turn
+                    .ready_at()
+                    .map_or(UNKNOWN_RETRY, |at| at.saturating_duration_since(now))
+                    .max(UNKNOWN_RETRY);
+                break Err(Error::QueueTimeout { retry_after });
+            }
+            if turn.is_head() {
+                let decision = match prior {
+                    Some(d) => Ok(d),
+                    None => self.decide_uncounted(key, options).await.0,
+                };
+                // Nothing waiting is admitted once the module has shut down (even a call the
+                // store has just admitted: refused, never let through).
+                if queue.is_closed() {
+                    break Err(not_initialized());
+                }
+                match decision {
+                    Ok(d) if d.allowed => {
+                        turn.leave(Left::Admitted);
+                        break Ok(d);
+                    }
+                    Ok(d) => {
+                        let Some(after) = d.retry_after else {
+                            break Ok(d); // can never pass: the refusal itself
+                        };
+                        let at = Instant::now() + after;
+                        turn.refused_until(at);
+                        turn.sleep(at.min(deadline)).await;
+                    }
+                    Err(e) => break Err(e),
+                }
+            } else {
+                turn.sleep(deadline).await;
+            }
+        };
+        if result.is_err() {
+            turn.leave(Left::Refused); // unless it ended otherwise already
+        }
+        // The place is given back (and the next waiter woken) before the caller runs.
+        drop(turn);
+        self.record_wait(tier, options, key, result)
+    }
+
+    fn record_wait(
+        &self,
+        tier: Option<usize>,
+        options: &Call<'_>,
+        key: Option<&str>,
+        result: Result<Decision, Error>,
+    ) -> Result<Decision, Error> {
+        self.record(tier, options.budget, key, &result);
+        result
+    }
+
+    /// Wakes every call waiting in this service's queue with [`Error::NotInitialized`], and
+    /// refuses every later wait the same way. What [`Module`](crate::Module) does when it
+    /// shuts down.
+    pub(crate) fn close_queue(&self) {
+        self.inner.queue.close();
+    }
+
+    /// Spends one call (or `options.cost`) from `key`'s budget, waiting for capacity until
+    /// `deadline` if need be, without taking a place in the queue: for a worker that paces
+    /// itself (governor's `until_ready`). It sleeps until each refusal's `retry_after`, then
+    /// asks again; when that would be past `deadline`, it returns
+    /// [`Error::QueueTimeout`] at once rather than sleeping in vain. A call that can never
+    /// pass (cost above capacity, a limit of 0) is refused at once. Needs a Tokio runtime.
+    ///
+    /// Many callers waiting on one key wake together at `retry_after`, and all but the few
+    /// the budget admits sleep again: use [`until_ready_with_jitter`](Self::until_ready_with_jitter)
+    /// to spread them, or the queue (which wakes only those who can pass).
+    ///
+    /// ```
+    /// use ratelimit_core::{Config, Options, RateLimitService};
+    /// use std::time::Duration;
+    /// use tokio::time::Instant;
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build().unwrap().block_on(async {
+    /// # let clock = ratelimit_core::testing::TokioClock::new();
+    /// # let service = RateLimitService::with_clock(Config::default(), std::sync::Arc::new(clock))?;
+    /// let per_second = Options::new().limit(1).window(Duration::from_secs(1));
+    /// let deadline = Instant::now() + Duration::from_secs(5);
+    /// service.until_ready("worker", &per_second, deadline).await?; // at once
+    /// service.until_ready("worker", &per_second, deadline).await?; // a second later
+    /// # Ok::<(), ratelimit_core::Error>(())
+    /// # }).unwrap();
+    /// ```
+    pub fn until_ready<'a>(
+        &'a self,
+        key: &'a str,
+        options: &Options,
+        deadline: Instant,
+    ) -> impl Future<Output = Result<Decision, Error>> + Send + 'a {
+        self.until_ready_with_jitter(key, options, deadline, Duration::ZERO)
+    }
+
+    /// [`until_ready`](Self::until_ready), sleeping a random extra of up to `jitter` after
+    /// each refusal, so that callers refused together do not all ask again together. Like
+    /// every per-call method, the future does not borrow `options`.
+    pub fn until_ready_with_jitter<'a>(
+        &'a self,
+        key: &'a str,
+        options: &Options,
+        deadline: Instant,
+        jitter: Duration,
+    ) -> impl Future<Output = Result<Decision, Error>> + Send + 'a {
+        let options = options.clone().consume(true).queue(false);
+        async move {
+            let call = options.call();
+            loop {
+                let (result, tier) = self.decide_uncounted(Some(key), &call).await;
+                let wake = match &result {
+                    Ok(d) if !d.allowed => d
+                        .retry_after
+                        .map(|after| (after, Instant::now() + after + random_up_to(jitter))),
+                    _ => None,
+                };
+                let Some((after, wake)) = wake else {
+                    return self.record_wait(tier, &call, Some(key), result);
+                };
+                if wake > deadline {
+                    let timeout = Err(Error::QueueTimeout { retry_after: after });
+                    return self.record_wait(tier, &call, Some(key), timeout);
+                }
+                tokio::time::sleep_until(wake).await;
+            }
+        }
+    }
+}
+
+fn not_initialized() -> Error {
+    Error::NotInitialized {
+        function: "<a call waiting in the queue>",
+    }
+}
+
+/// A uniformly random duration in `[0, max]` (std's per-instance random hash keys: no
+/// dependency for a jitter).
+fn random_up_to(max: Duration) -> Duration {
+    if max.is_zero() {
+        return Duration::ZERO;
+    }
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(0);
+    let nanos = max.as_nanos().min(u64::MAX as u128) as u64;
+    Duration::from_nanos(h.finish() % (nanos + 1))
+}
