@@ -11,6 +11,7 @@ use tokio::sync::OnceCell;
 use super::eviction::Policy;
 use super::options::RedisOptions;
 use super::redaction::{secrets, store_error};
+use super::reply::{full, RedisClock, Reply};
 use super::scripts::{arguments, script, stacked_index, supports, SCRIPTS, STACKED_SCRIPT};
 use crate::algorithm::{self, Verdict};
 use crate::clock::Nanos;
@@ -41,6 +42,8 @@ struct Inner {
     connection: OnceCell<Connection>,
     /// Redis' eviction policy, once the first connection has asked.
     eviction: OnceLock<Policy>,
+    /// Where the fixed window's short replies are placed in time.
+    clock: RedisClock,
 }
 
 /// Limiter state in Redis, shared by every process that uses the same server (or cluster) and
@@ -110,6 +113,7 @@ impl RedisStore {
                 client,
                 connection: OnceCell::new(),
                 eviction: OnceLock::new(),
+                clock: RedisClock::default(),
             }),
         })
     }
@@ -164,6 +168,20 @@ impl RedisStore {
         now: Nanos,
         commit: bool,
     ) -> Result<(Verdict, Nanos), Error> {
+        self.verdict_as(key, quota, cost, now, commit, false).await
+    }
+
+    /// [`verdict`](Self::verdict), with `full` asking every script for its full reply (Redis'
+    /// own `now` rather than this process's estimate of it).
+    pub(crate) async fn verdict_as(
+        &self,
+        key: &str,
+        quota: &Quota,
+        cost: u64,
+        now: Nanos,
+        commit: bool,
+        full: bool,
+    ) -> Result<(Verdict, Nanos), Error> {
         crate::key::check_store_key(key)?;
         supports(quota)?;
         // The same checks as in memory, before any round trip: a zero capacity is refused
@@ -171,15 +189,27 @@ impl RedisStore {
         if let Some(verdict) = algorithm::precheck(now, quota, cost, commit)? {
             return Ok((verdict, now));
         }
+        let clock = &self.inner.clock;
+        let sent = RedisClock::local_us();
+        let full = full || clock.stale(sent);
         let [first, second] = arguments(quota);
         let mut invocation = script(quota.strategy()).key(key);
         invocation
             .arg(first)
             .arg(second)
             .arg(cost)
-            .arg(u8::from(commit));
-        let reply = self.run(&invocation).await?;
-        verdict(&reply).ok_or_else(|| unexpected_reply(&reply))
+            .arg(u8::from(commit))
+            .arg(u8::from(full));
+        let value: redis::Value = self.run(&invocation).await?;
+        let capacity = quota.capacity();
+        let reply = Reply::parse(&value, capacity).ok_or_else(|| unexpected_value(&value))?;
+        let received = RedisClock::local_us();
+        if let Reply::Full(_, at) = reply {
+            clock.measured(at / 1_000, sent, received);
+        }
+        reply
+            .verdict(cost, capacity, clock.redis_us(received))
+            .ok_or_else(|| unexpected_value(&value))
     }
 
     /// Several limits as one decision, in one round trip (`lua/stacked.lua`). `now` is the
@@ -215,13 +245,13 @@ impl RedisStore {
                     .arg(second)
                     .arg(check.cost);
             }
-            let reply = self.run(&invocation).await?;
+            let reply: Vec<i64> = self.run(&invocation).await?;
             if reply.len() != 5 * asked.len() {
                 return Err(unexpected_reply(&reply));
             }
             replies = reply
                 .chunks_exact(5)
-                .map(|r| verdict(r).ok_or_else(|| unexpected_reply(r)))
+                .map(|r| full(r).ok_or_else(|| unexpected_reply(r)))
                 .collect::<Result<Vec<_>, _>>()?
                 .into_iter();
         }
@@ -236,7 +266,10 @@ impl RedisStore {
 
     /// Runs a script invocation within the timeout; state of an unexpected shape (the
     /// scripts' `RATELIMIT_STATE` error reply) is [`Error::UnexpectedState`].
-    async fn run(&self, invocation: &redis::ScriptInvocation<'_>) -> Result<Vec<i64>, Error> {
+    async fn run<T: redis::FromRedisValue>(
+        &self,
+        invocation: &redis::ScriptInvocation<'_>,
+    ) -> Result<T, Error> {
         self.bounded(async {
             let result = match self.connection().await? {
                 Connection::Single(mut c) => invocation.invoke_async(&mut c).await,
@@ -418,20 +451,8 @@ fn unexpected_reply(reply: &[i64]) -> Error {
     }
 }
 
-/// `{allowed, remaining, reset_at, retry_after or -1, now}` in microseconds, to nanoseconds.
-pub(super) fn verdict(reply: &[i64]) -> Option<(Verdict, Nanos)> {
-    let &[allowed, remaining, reset_at, retry_after, now] = reply else {
-        return None;
-    };
-    let nanos = |us: i64| u64::try_from(us).ok()?.checked_mul(1_000);
-    let verdict = Verdict {
-        allowed: allowed == 1,
-        remaining: u64::try_from(remaining).ok()?,
-        reset_at: nanos(reset_at)?,
-        retry_after: match retry_after {
-            -1 => None,
-            us => Some(nanos(us)?),
-        },
-    };
-    Some((verdict, nanos(now)?))
+fn unexpected_value(value: &redis::Value) -> Error {
+    Error::Store {
+        message: format!("unexpected reply from the limiter script: {value:?}"),
+    }
 }
