@@ -49,7 +49,15 @@ if window % 1000 == 0 then
   if commit and ARGV[5] ~= '1' then
     -- The hot path: one INCRBY, and the TTL that says when the counted window ends.
     local count = redis.pcall('INCRBY', key, cost)
-    if type(count) == 'table' then return unexpected(SHAPE) end -- not an integer, WRONGTYPE
+    if type(count) == 'table' then
+      -- Not an integer, or another type: the wrong shape. Any other error (OOM on a full
+      -- noeviction server) is Redis' own, passed on.
+      local e = count.err
+      if string.find(e, '^WRONGTYPE') or string.find(e, 'not an integer') then
+        return unexpected(SHAPE)
+      end
+      return count
+    end
     local left
     if count == cost then
       -- The window's first hit (nothing here writes a count of 0): give the key its window.
@@ -66,7 +74,12 @@ if window % 1000 == 0 then
       end
       left = ttl + 1
     end
-    if count > capacity then redis.call('DECRBY', key, cost) end
+    if count > capacity then
+      redis.call('DECRBY', key, cost)
+      -- A count above the capacity (kept from a larger limit under the same key) is
+      -- refused all the same; the reply only needs to say so, within 2 * capacity.
+      count = math.min(count, 2 * capacity)
+    end
     local short = left * (2 * capacity + 1) + count
     if short < 9007199254740992 then return short end
     return {count, left}
