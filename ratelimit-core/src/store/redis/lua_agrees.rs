@@ -18,8 +18,8 @@ use std::time::Duration;
 use proptest::prelude::*;
 
 use super::lua_standin::{self, Redis};
-use super::scripts::{arguments, supports};
 use super::reply::Reply;
+use super::scripts::{arguments, supports};
 use crate::algorithm::{self, State, Verdict};
 use crate::clock::Nanos;
 use crate::quota::Quota;
@@ -277,11 +277,7 @@ fn agree(limits: &Limits, steps: &[Step]) {
                 } else {
                     expires.div_ceil(1_000)
                 };
-                assert_eq!(
-                    ms,
-                    Some(expected),
-                    "{what}: expiry of {state:?}"
-                );
+                assert_eq!(ms, Some(expected), "{what}: expiry of {state:?}");
             }
         }
         let cost = step.cost.of(q.capacity());

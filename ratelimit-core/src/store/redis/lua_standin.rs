@@ -178,7 +178,9 @@ impl Db {
                         .ok_or("ERR value is not an integer or out of range")?,
                     Some(_) => return Err(WRONGTYPE.to_owned()),
                 };
-                let count = count.checked_add(by).ok_or("ERR increment or decrement would overflow")?;
+                let count = count
+                    .checked_add(by)
+                    .ok_or("ERR increment or decrement would overflow")?;
                 let data = Data::Str(count.to_string());
                 self.keys
                     .insert((*key).to_owned(), Entry { data, expire_ms });
@@ -192,7 +194,9 @@ impl Db {
                 let now_ms = self.now_us / 1_000;
                 Ok(Reply::Int(match self.live(key) {
                     None => -2,
-                    Some(Entry { expire_ms: None, .. }) => -1,
+                    Some(Entry {
+                        expire_ms: None, ..
+                    }) => -1,
                     Some(Entry {
                         expire_ms: Some(ms),
                         ..

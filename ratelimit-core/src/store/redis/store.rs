@@ -57,6 +57,14 @@ struct Inner {
 ///   `reset_at` / `retry_after` are Redis' times.
 /// - **One key per decision**, written with its expiry in the same script: nothing outlives
 ///   its window. In a cluster the user key is the hash tag, so one decision is one slot.
+/// - **Integer state where it can be**: a fixed window of whole milliseconds keeps a bare
+///   count that expires at the window's last millisecond, so its TTL tells its window. A
+///   call that spends is one `INCRBY` (and `PTTL`; the expiry is set on the window's first
+///   hit) and a one-integer reply; the store places that reply in time with its estimate of
+///   Redis' clock, measured by a full reply at most once a second, so a decision's `reset_at`
+///   is Redis' time to within half a round trip. What is admitted is Redis' decision alone.
+///   The string state of earlier versions under such a window is refused as the wrong shape
+///   (until it expires, at the end of its window).
 /// - **Fails closed on foreign state**: a key holding anything its script did not write
 ///   (another type, another strategy's encoding, corrupt data) is answered with
 ///   [`Error::UnexpectedState`] and left as it is, never read as a fresh key.
