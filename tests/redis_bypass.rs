@@ -282,7 +282,11 @@ async fn a_fixed_window_count_without_an_expiry_or_below_zero_is_refused() {
     for (value, expiry) in [("3", None), ("-3", Some(3_600_000))] {
         redis::cmd("SET").arg(&key).arg(value).exec(&mut c).unwrap();
         if let Some(ms) = expiry {
-            redis::cmd("PEXPIRE").arg(&key).arg(ms).exec(&mut c).unwrap();
+            redis::cmd("PEXPIRE")
+                .arg(&key)
+                .arg(ms)
+                .exec(&mut c)
+                .unwrap();
         }
         let before = snapshot(&mut c, &key);
         for cost in [1, 5] {
