@@ -44,6 +44,18 @@
 local window = ARGV[1] + 0
 local capacity = ARGV[2] + 0
 
+-- The full reply for a call decided at `at` (TIME is `now`) in the window ending at `stop`,
+-- which held `count` before the call.
+local function full(now, at, stop, count)
+  if count + cost <= capacity then
+    -- A look (cost 0) at an unused window: full now, as in Rust.
+    local reset_at = stop
+    if count + cost == 0 then reset_at = at end
+    return {1, capacity - count - cost, reset_at, -1, now}
+  end
+  return {0, math.max(capacity - count, 0), stop, stop - now, now}
+end
+
 if window % 1000 == 0 then
   local SHAPE = 'a fixed window (an integer count expiring at its window\'s last millisecond)'
   if commit and ARGV[5] ~= '1' then
@@ -110,21 +122,14 @@ if window % 1000 == 0 then
   if not raw then
     stop = (idiv(now, window) + 1) * window
   end
-  local at = math.max(now, stop - window)
-  if count + cost <= capacity then
-    if commit then
-      if raw then
-        redis.call('INCRBY', key, cost)
-      else
-        redis.call('SET', key, cost, 'PXAT', stop / 1000 - 1)
-      end
+  if commit and count + cost <= capacity then
+    if raw then
+      redis.call('INCRBY', key, cost)
+    else
+      redis.call('SET', key, cost, 'PXAT', stop / 1000 - 1)
     end
-    -- A look (cost 0) at an unused window: full now, as in Rust.
-    local reset_at = stop
-    if count + cost == 0 then reset_at = at end
-    return {1, capacity - count - cost, reset_at, -1, now}
   end
-  return {0, math.max(capacity - count, 0), stop, stop - now, now}
+  return full(now, math.max(now, stop - window), stop, count)
 end
 
 local now = time()
@@ -152,18 +157,12 @@ else
 end
 local stop = start + window
 
-if count + cost <= capacity then
-  if commit then
-    if same then
-      redis.call('SET', key, same .. (count + cost), 'KEEPTTL')
-    else
-      local value = string.format('F%d:%d:%d', start, window, count + cost)
-      redis.call('SET', key, value, 'PXAT', idiv(stop + 999, 1000))
-    end
+if commit and count + cost <= capacity then
+  if same then
+    redis.call('SET', key, same .. (count + cost), 'KEEPTTL')
+  else
+    local value = string.format('F%d:%d:%d', start, window, count + cost)
+    redis.call('SET', key, value, 'PXAT', idiv(stop + 999, 1000))
   end
-  -- A look (cost 0) at an unused window: full now, as in Rust.
-  local reset_at = stop
-  if count + cost == 0 then reset_at = at end
-  return {1, capacity - count - cost, reset_at, -1, now}
 end
-return {0, math.max(capacity - count, 0), stop, stop - now, now}
+return full(now, at, stop, count)

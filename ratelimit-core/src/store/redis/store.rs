@@ -2,7 +2,7 @@
 
 use std::fmt;
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::aio::ConnectionManager;
 use redis::cluster_async::ClusterConnection;
@@ -11,6 +11,7 @@ use tokio::sync::OnceCell;
 use super::eviction::Policy;
 use super::options::RedisOptions;
 use super::redaction::{secrets, store_error};
+use super::refusals::Refusals;
 use super::reply::{full, RedisClock, Reply};
 use super::scripts::{arguments, script, stacked_index, supports, SCRIPTS, STACKED_SCRIPT};
 use crate::algorithm::{self, Verdict};
@@ -44,6 +45,8 @@ struct Inner {
     eviction: OnceLock<Policy>,
     /// Where the fixed window's short replies are placed in time.
     clock: RedisClock,
+    /// Refusals answered without a round trip until their retry time.
+    refusals: Refusals,
 }
 
 /// Limiter state in Redis, shared by every process that uses the same server (or cluster) and
@@ -65,6 +68,13 @@ struct Inner {
 ///   is Redis' time to within half a round trip. What is admitted is Redis' decision alone.
 ///   The string state of earlier versions under such a window is refused as the wrong shape
 ///   (until it expires, at the end of its window).
+/// - **Refusals without round trips**: a key Redis refused until its `retry_after` is
+///   refused again in this process, for calls of at least that cost under the same limit,
+///   until then (at most [`RedisOptions::local_refusals`] keys), so a flood on one refused key
+///   costs Redis nothing. A [`reset`](Store::reset) through this store clears it; a reset
+///   from another process is not seen here, and this process keeps refusing the key until the
+///   refusal's retry time, as if the reset had come that much later. Stacked limits
+///   ([`Store::decide_all`]) always ask Redis.
 /// - **Fails closed on foreign state**: a key holding anything its script did not write
 ///   (another type, another strategy's encoding, corrupt data) is answered with
 ///   [`Error::UnexpectedState`] and left as it is, never read as a fresh key.
@@ -114,6 +124,7 @@ impl RedisStore {
         } else {
             Client::Single(redis::Client::open(options.urls[0].as_str()).map_err(scrub)?)
         };
+        let refusals = Refusals::new(options.local_refusals);
         Ok(RedisStore {
             inner: Arc::new(Inner {
                 secrets,
@@ -122,6 +133,7 @@ impl RedisStore {
                 connection: OnceCell::new(),
                 eviction: OnceLock::new(),
                 clock: RedisClock::default(),
+                refusals,
             }),
         })
     }
@@ -167,21 +179,9 @@ impl RedisStore {
 
     /// The algorithm's verdict (in nanoseconds) and the Redis time it was taken at, before
     /// rounding to a [`Decision`]. `now` is the service's clock, used only for what is
-    /// decided without asking Redis (a capacity of zero).
+    /// decided without asking Redis (a capacity of zero). `full` asks every script for its
+    /// full reply (Redis' own `now` rather than this process's estimate of it).
     pub(crate) async fn verdict(
-        &self,
-        key: &str,
-        quota: &Quota,
-        cost: u64,
-        now: Nanos,
-        commit: bool,
-    ) -> Result<(Verdict, Nanos), Error> {
-        self.verdict_as(key, quota, cost, now, commit, false).await
-    }
-
-    /// [`verdict`](Self::verdict), with `full` asking every script for its full reply (Redis'
-    /// own `now` rather than this process's estimate of it).
-    pub(crate) async fn verdict_as(
         &self,
         key: &str,
         quota: &Quota,
@@ -198,6 +198,15 @@ impl RedisStore {
             return Ok((verdict, now));
         }
         let clock = &self.inner.clock;
+        let capacity = quota.capacity();
+        let refusals = &self.inner.refusals;
+        let started = Instant::now();
+        if !full {
+            if let Some(verdict) = refusals.answer(key, cost, capacity, started) {
+                let at = clock.redis_us(RedisClock::local_us());
+                return Ok((verdict, at.saturating_mul(1_000)));
+            }
+        }
         let sent = RedisClock::local_us();
         let full = full || clock.stale(sent);
         let [first, second] = arguments(quota);
@@ -209,15 +218,16 @@ impl RedisStore {
             .arg(u8::from(commit))
             .arg(u8::from(full));
         let value: redis::Value = self.run(&invocation).await?;
-        let capacity = quota.capacity();
         let reply = Reply::parse(&value, capacity).ok_or_else(|| unexpected_value(&value))?;
         let received = RedisClock::local_us();
         if let Reply::Full(_, at) = reply {
             clock.measured(at / 1_000, sent, received);
         }
-        reply
+        let (verdict, at) = reply
             .verdict(cost, capacity, clock.redis_us(received))
-            .ok_or_else(|| unexpected_value(&value))
+            .ok_or_else(|| unexpected_value(&value))?;
+        refusals.record(key, cost, capacity, &verdict, started);
+        Ok((verdict, at))
     }
 
     /// Several limits as one decision, in one round trip (`lua/stacked.lua`). `now` is the
@@ -409,15 +419,15 @@ impl Store for RedisStore {
         if cost == 0 {
             // A look at the level: the scripts decide calls that spend; cost 0 is two looks,
             // as in every store (`algorithm::level`).
-            let (level, at) = self.verdict(key, quota, 0, now, false).await?;
+            let (level, at) = self.verdict(key, quota, 0, now, false, false).await?;
             if !algorithm::needs_retry(&level) {
                 return Ok(Decision::for_quota(level, at, quota));
             }
-            let (one, at) = self.verdict(key, quota, 1, now, false).await?;
+            let (one, at) = self.verdict(key, quota, 1, now, false, false).await?;
             let verdict = algorithm::with_retry(level, one);
             return Ok(Decision::for_quota(verdict, at, quota));
         }
-        let (verdict, at) = self.verdict(key, quota, cost, now, commit).await?;
+        let (verdict, at) = self.verdict(key, quota, cost, now, commit, false).await?;
         Ok(Decision::for_quota(verdict, at, quota))
     }
 
@@ -445,6 +455,7 @@ impl Store for RedisStore {
     }
 
     async fn reset(&self, key: &str) -> Result<bool, Error> {
+        self.inner.refusals.forget(key);
         self.forget(key).await
     }
 
