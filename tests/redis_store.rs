@@ -570,6 +570,7 @@ fn redis_configuration_is_validated_naming_each_field() {
         on_failure = "local"
         pods = 4
         require_noeviction = true
+        local_refusals = 500
         "#,
     )
     .unwrap();
@@ -578,6 +579,7 @@ fn redis_configuration_is_validated_naming_each_field() {
     };
     assert_eq!(r.timeout, Duration::from_millis(50));
     assert_eq!(r.on_failure, FailurePolicy::Local { pods: 4 });
+    assert_eq!(r.local_refusals, 500);
     assert!(r.require_noeviction);
     let config = Config::from_json_str(
         r#"{"store": {"type": "redis", "cluster": true, "nodes": ["redis://a:7000", "redis://b:7001"], "on_failure": "allow"}}"#,

@@ -69,7 +69,8 @@ async fn throughput(call: &Call) -> f64 {
     (TASKS * CALLS_PER_TASK) as f64 / started.elapsed().as_secs_f64()
 }
 
-/// Redis' own measure of the CPU time it spent per EVALSHA since the last `CONFIG RESETSTAT`.
+/// Redis' own measure of the CPU time it spent per EVALSHA since the last `CONFIG RESETSTAT`
+/// (0 when there was none).
 fn evalsha_usec_per_call(c: &mut redis::Connection) -> f64 {
     let info: String = redis::cmd("INFO")
         .arg("commandstats")
@@ -79,7 +80,8 @@ fn evalsha_usec_per_call(c: &mut redis::Connection) -> f64 {
         .find_map(|l| l.strip_prefix("cmdstat_evalsha:"))
         .and_then(|l| l.split(',').find_map(|f| f.strip_prefix("usec_per_call=")))
         .and_then(|v| v.parse().ok())
-        .expect("evalsha stats")
+        // No EVALSHA at all (refusals answered in the process).
+        .unwrap_or(0.0)
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 1)]
@@ -174,6 +176,36 @@ async fn main() {
         }
     }
 
+    // One hot key already refused (limit 1, spent): answered in the process until its retry
+    // time, against the same store asking Redis for every call (`local_refusals(0)`).
+    let every_call = RedisStore::new(
+        RedisOptions::new(server.url())
+            .timeout(timeout)
+            .local_refusals(0),
+    )
+    .expect("store");
+    for (name, store) in [
+        ("refused hot key, answered locally", store.clone()),
+        ("refused hot key, asking Redis", every_call),
+    ] {
+        let quota = Quota::new(1, Duration::from_secs(3_600)).unwrap();
+        let key = Arc::new(format!("{p}:hot:{name}"));
+        let _ = ratelimit_tests::acquire(&store, &key, &quota).await;
+        variants.push((
+            name.to_owned(),
+            Arc::new(move |_| {
+                let store = store.clone();
+                let key = Arc::clone(&key);
+                Box::pin(async move {
+                    let d = ratelimit_tests::acquire(&store, &key, &quota)
+                        .await
+                        .expect("decision");
+                    assert!(!d.allowed);
+                })
+            }),
+        ));
+    }
+
     // Warm-up: connections, scripts, allocator.
     for (_, call) in &variants {
         latency_us(call).await;
@@ -225,6 +257,18 @@ async fn main() {
             rate[i],
             rate[i] / rate[0],
             server_us[i]
+        );
+    }
+    let find = |prefix: &str| variants.iter().position(|(n, _)| n.starts_with(prefix));
+    if let (Some(local), Some(asking)) = (
+        find("refused hot key, answered"),
+        find("refused hot key, asking"),
+    ) {
+        println!(
+            "\nrefused calls on one hot key, answered locally / asking Redis: throughput {:.1}x, \
+             latency {:.2}x",
+            rate[local] / rate[asking],
+            latency[local] / latency[asking]
         );
     }
     if !pairs.is_empty() {

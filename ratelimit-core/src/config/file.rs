@@ -60,6 +60,7 @@ enum FileStore {
         pods: Option<u32>,
         #[serde(default)]
         require_noeviction: bool,
+        local_refusals: Option<usize>,
     },
 }
 
@@ -176,6 +177,7 @@ fn parse(file: File) -> Result<Config, Error> {
             on_failure,
             pods,
             require_noeviction,
+            local_refusals,
         }) => {
             use crate::store::{FailurePolicy, RedisOptions};
             let r = if cluster {
@@ -187,6 +189,9 @@ fn parse(file: File) -> Result<Config, Error> {
                 RedisOptions::new(url.unwrap_or_default())
             };
             let mut r = r.require_noeviction(require_noeviction);
+            if let Some(keys) = local_refusals {
+                r = r.local_refusals(keys);
+            }
             let mut duration = |field: &str, text: Option<String>, into: &mut Duration| {
                 if let Some(text) = text {
                     match parse_window(&text) {
