@@ -218,7 +218,10 @@ async fn garbage_on_a_limiter_key_is_refused_not_read_as_a_fresh_key() {
     let server = RedisServer::start();
     let mut c = server.connection();
     // Every type, and strings in every strategy's encoding but the right one, or in none.
+    // The fixed window under a window of whole milliseconds keeps a bare count; its
+    // string format (that of earlier versions, and of other windows) is the wrong shape there.
     let fixed = "SET F1700000000000000:60000000:1";
+    let count = "SET 12";
     let counter = "SET C1700000000000000:60000000:0:1";
     let bucket = "SET T1700000000000000";
     let log = "ZADD 1700000000000000 0000000000000001:1";
@@ -227,7 +230,6 @@ async fn garbage_on_a_limiter_key_is_refused_not_read_as_a_fresh_key() {
         "HSET f v",
         "SADD a b",
         "SET garbage",
-        "SET 12",
         "SET F1:2:3:4",
         "SET F1:2:x",
         "SET T-5",
@@ -238,7 +240,7 @@ async fn garbage_on_a_limiter_key_is_refused_not_read_as_a_fresh_key() {
     ];
     for strategy in Strategy::ALL {
         let own = match strategy {
-            Strategy::FixedWindow => fixed,
+            Strategy::FixedWindow => count,
             Strategy::SlidingWindow => log,
             Strategy::SlidingWindowCounter => counter,
             _ => bucket,
@@ -248,7 +250,7 @@ async fn garbage_on_a_limiter_key_is_refused_not_read_as_a_fresh_key() {
         let opts = Options::new().limit(5).window(LONG).strategy(strategy);
         assert!(service.consume("k", &opts).await.unwrap().allowed);
         let key = limiter_key(&mut c, &p);
-        for planted in [fixed, counter, bucket, log]
+        for planted in [fixed, count, counter, bucket, log]
             .into_iter()
             .filter(|&s| s != own)
             .chain(others)
@@ -277,6 +279,39 @@ async fn garbage_on_a_limiter_key_is_refused_not_read_as_a_fresh_key() {
     }
 }
 
+#[tokio::test]
+async fn a_fixed_window_count_without_an_expiry_or_below_zero_is_refused() {
+    let server = RedisServer::start();
+    let mut c = server.connection();
+    let p = fresh("bare");
+    let service = service(&server.url(), &p);
+    let opts = Options::new().limit(5).window(LONG);
+    assert!(service.consume("k", &opts).await.unwrap().allowed);
+    let key = limiter_key(&mut c, &p);
+    for (value, expiry) in [("3", None), ("-3", Some(3_600_000))] {
+        redis::cmd("SET").arg(&key).arg(value).exec(&mut c).unwrap();
+        if let Some(ms) = expiry {
+            redis::cmd("PEXPIRE")
+                .arg(&key)
+                .arg(ms)
+                .exec(&mut c)
+                .unwrap();
+        }
+        let before = snapshot(&mut c, &key);
+        for cost in [1, 5] {
+            match service.consume("k", &opts.clone().cost(cost)).await {
+                Err(Error::UnexpectedState { .. }) => {}
+                other => panic!("{value}, {expiry:?}: refused, not {other:?}"),
+            }
+        }
+        assert!(matches!(
+            service.status("k", &opts).await,
+            Err(Error::UnexpectedState { .. })
+        ));
+        assert_eq!(snapshot(&mut c, &key), before, "{value}: left as it was");
+    }
+}
+
 /// Redis' own time, in microseconds since the epoch.
 fn redis_now(c: &mut redis::Connection) -> u64 {
     let (secs, micros): (u64, u64) = redis::cmd("TIME").query(c).unwrap();
@@ -293,7 +328,8 @@ async fn time_going_backwards_does_not_reopen_a_window() {
     let now = redis_now(&mut c);
     let next = (now / w + 1) * w;
     let ahead = [
-        (Strategy::FixedWindow, format!("F{next}:{w}:5")),
+        // A whole-millisecond window: the bare count, its expiry telling the window.
+        (Strategy::FixedWindow, "5".to_owned()),
         (Strategy::SlidingWindowCounter, format!("C{next}:{w}:0:5")),
         (Strategy::TokenBucket, format!("T{}", next + 2 * w)),
     ];

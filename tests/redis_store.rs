@@ -98,7 +98,11 @@ impl Drop for Monitor {
 #[tokio::test]
 async fn one_round_trip_per_decision() {
     let server = RedisServer::start();
-    let store = store(&server);
+    // Every refusal asked of Redis too, not answered in the process.
+    let options = RedisOptions::new(server.url())
+        .timeout(Duration::from_secs(2))
+        .local_refusals(0);
+    let store = RedisStore::new(options).expect("store");
     let p = prefix("trip");
     store.connect().await.unwrap();
     let mut c = server.connection();
@@ -126,6 +130,42 @@ async fn one_round_trip_per_decision() {
         // 11 decisions, 11 commands sent: one EVALSHA each; everything else ran inside it.
         assert_eq!(from_clients, vec!["evalsha"; 11], "{strategy}: {seen:?}");
         assert!(seen.iter().any(|(_, cmd)| cmd == "time"), "{strategy}");
+    }
+}
+
+#[tokio::test]
+async fn refused_calls_on_a_hot_key_do_not_reach_redis() {
+    let server = RedisServer::start();
+    let store = store(&server);
+    let p = prefix("refusals");
+    store.connect().await.unwrap();
+    let mut c = server.connection();
+    let evalsha = |c: &mut redis::Connection| command_stats(c).get("evalsha").copied().unwrap_or(0);
+    for strategy in Strategy::ALL {
+        let key = format!("{p}:{strategy}");
+        let quota = Quota::new(3, LONG).unwrap().with_strategy(strategy);
+        for _ in 0..3 {
+            assert!(acquire(&store, &key, &quota).await.unwrap().allowed);
+        }
+        let before = evalsha(&mut c);
+        let first = acquire(&store, &key, &quota).await.unwrap();
+        assert!(!first.allowed, "{strategy}");
+        for _ in 0..1_000 {
+            let d = acquire(&store, &key, &quota).await.unwrap();
+            assert!(!d.allowed, "{strategy}: {d:?}");
+            assert!(d
+                .retry_after
+                .is_some_and(|r| r <= first.retry_after.unwrap()));
+        }
+        // The first refusal asked Redis; the thousand after it did not.
+        assert_eq!(evalsha(&mut c) - before, 1, "{strategy}");
+        // A reset through this store clears the refusal: the next call asks Redis again.
+        assert!(Store::reset(&store, &key).await.unwrap());
+        assert!(
+            acquire(&store, &key, &quota).await.unwrap().allowed,
+            "{strategy}"
+        );
+        assert_eq!(evalsha(&mut c) - before, 2, "{strategy}");
     }
 }
 
@@ -534,6 +574,7 @@ fn redis_configuration_is_validated_naming_each_field() {
         on_failure = "local"
         pods = 4
         require_noeviction = true
+        local_refusals = 500
         "#,
     )
     .unwrap();
@@ -542,6 +583,7 @@ fn redis_configuration_is_validated_naming_each_field() {
     };
     assert_eq!(r.timeout, Duration::from_millis(50));
     assert_eq!(r.on_failure, FailurePolicy::Local { pods: 4 });
+    assert_eq!(r.local_refusals, 500);
     assert!(r.require_noeviction);
     let config = Config::from_json_str(
         r#"{"store": {"type": "redis", "cluster": true, "nodes": ["redis://a:7000", "redis://b:7001"], "on_failure": "allow"}}"#,

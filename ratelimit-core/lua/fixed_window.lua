@@ -1,19 +1,36 @@
 -- Fixed window, the same rules as `FixedWindow::decide` in src/algorithm.rs, in microseconds.
--- Windows are aligned to multiples of the window since the epoch; time is Redis' own (TIME),
--- so every client agrees on the boundaries whatever its local clock says.
+-- Windows are aligned to multiples of the window since the epoch; time is Redis' own (TIME and
+-- its expiry clock), so every client agrees on the boundaries whatever its local clock says.
 --
--- KEYS[1]: the limiter key; holds the string "F<window start>:<window>:<count>"; anything else
---          there (another type or shape) gets an error reply, see prelude.lua
+-- KEYS[1]: the limiter key. Two state formats, chosen by the window (which is part of the key,
+--          so one key only ever holds one of them):
+--          - a window of whole milliseconds: the integer count of the current window, expiring
+--            (PEXPIREAT) at the window's last millisecond, end - 1 ms. Redis drops a key once
+--            its millisecond clock is past the expiry, so the key lives exactly until the
+--            window ends and its TTL tells which window the count belongs to: the count is
+--            always the current window's, with no time read on the hot path. The expiry is
+--            set on the window's first hit only. A value that is not a non-negative integer,
+--            or an integer key without an expiry (not written here), is the wrong shape;
+--          - any other window: the string "F<window start>:<window>:<count>", expiring at the
+--            end of the window rounded up to the millisecond (it may outlive its window by
+--            less than a millisecond, so the start it holds tells whether it still counts).
+--          Anything else there (another type or shape, e.g. the string format of an earlier
+--          version under a whole-millisecond window) gets an error reply, see prelude.lua.
 -- ARGV[1]: window, in microseconds
 -- ARGV[2]: capacity (limit + burst), at least 1
 -- ARGV[3]: cost, from 1 to the capacity; 0 (with ARGV[4] = 0) looks at the level, see
 --          `algorithm::level`
 -- ARGV[4]: 1 to record an admitted call, 0 to only look (nothing is written)
--- Expiry: an absolute PXAT/PEXPIREAT rounded up to the millisecond, so the key never goes
---         before its state stops mattering, whatever instant Redis' expiry clock froze at.
--- Returns: {allowed (1 or 0), remaining, reset_at, retry_after (-1 when allowed), now}, or the
---          RATELIMIT_STATE error reply; times in microseconds since the epoch, retry_after
---          in microseconds, `now` Redis' TIME.
+-- ARGV[5]: 1 for the full reply below whatever the call; otherwise a call that records, under
+--          a window of whole milliseconds, gets the short reply.
+-- Returns: the full reply {allowed (1 or 0), remaining, reset_at, retry_after (-1 when
+--          allowed), now}, times in microseconds since the epoch, retry_after in microseconds,
+--          `now` Redis' TIME; or the short reply, one integer `left * (2 * capacity + 1) +
+--          count`, where count is the window's count with this call's cost added (the call
+--          was admitted, and recorded, when count <= capacity; refused and not recorded
+--          otherwise) and `left` the milliseconds from Redis' millisecond (floor of TIME / 1000)
+--          to the window's end; {count, left} when that integer would not be exact in a Lua
+--          number (2^53 or more). Or the RATELIMIT_STATE error reply.
 -- Time: never decided before the recorded window (now = max(TIME, recorded start)), as in
 --       Rust. After Redis' clock stepped forward (and back, or on a failover to a server whose
 --       clock is behind), the key holds a window that has not begun: calls are counted in that
@@ -23,11 +40,100 @@
 --       caller is told how long it really waits.
 -- The key expires when its window ends: no counter outlives its window.
 
--- `key`, `cost`, `commit`, `now` and `idiv` come from prelude.lua, loaded before this file.
+-- `key`, `cost`, `commit`, `time` and `idiv` come from prelude.lua, loaded before this file.
 local window = ARGV[1] + 0
 local capacity = ARGV[2] + 0
-local SHAPE = 'a fixed window ("F<start>:<window>:<count>")'
 
+-- The full reply for a call decided at `at` (TIME is `now`) in the window ending at `stop`,
+-- which held `count` before the call.
+local function full(now, at, stop, count)
+  if count + cost <= capacity then
+    -- A look (cost 0) at an unused window: full now, as in Rust.
+    local reset_at = stop
+    if count + cost == 0 then reset_at = at end
+    return {1, capacity - count - cost, reset_at, -1, now}
+  end
+  return {0, math.max(capacity - count, 0), stop, stop - now, now}
+end
+
+if window % 1000 == 0 then
+  local SHAPE = 'a fixed window (an integer count expiring at its window\'s last millisecond)'
+  if commit and ARGV[5] ~= '1' then
+    -- The hot path: one INCRBY, and the TTL that says when the counted window ends.
+    local count = redis.pcall('INCRBY', key, cost)
+    if type(count) == 'table' then
+      -- Not an integer, or another type: the wrong shape. Any other error (OOM on a full
+      -- noeviction server) is Redis' own, passed on.
+      local e = count.err
+      if string.find(e, '^WRONGTYPE') or string.find(e, 'not an integer') then
+        return unexpected(SHAPE)
+      end
+      return count
+    end
+    local left
+    if count == cost then
+      -- The window's first hit (nothing here writes a count of 0): give the key its window.
+      local now = time()
+      local stop = (idiv(now, window) + 1) * window
+      redis.call('PEXPIREAT', key, stop / 1000 - 1)
+      left = stop / 1000 - idiv(now, 1000)
+    else
+      local ttl = redis.call('PTTL', key)
+      if ttl < 0 or count < cost then
+        -- No expiry, or a negative count: not written here. Take the cost back out.
+        redis.call('DECRBY', key, cost)
+        return unexpected(SHAPE)
+      end
+      left = ttl + 1
+    end
+    if count > capacity then
+      redis.call('DECRBY', key, cost)
+      -- A count above the capacity (kept from a larger limit under the same key) is
+      -- refused all the same; the reply only needs to say so, within 2 * capacity.
+      count = math.min(count, 2 * capacity)
+    end
+    local short = left * (2 * capacity + 1) + count
+    if short < 9007199254740992 then return short end
+    return {count, left}
+  end
+
+  local now = time()
+  local count, stop = 0, nil
+  local raw = redis.pcall('GET', key)
+  if type(raw) == 'table' then return unexpected(SHAPE) end -- WRONGTYPE
+  if raw then
+    if not string.match(raw, '^%d+$') then return unexpected(SHAPE) end
+    -- The absolute expiry: a TTL is measured at the instant PTTL runs, which may be a
+    -- millisecond past the TIME read above.
+    local expiry = redis.pcall('PEXPIRETIME', key)
+    if type(expiry) == 'table' then -- Redis 6.2 has no PEXPIRETIME: read PTTL and TIME again
+      local ttl = redis.call('PTTL', key)
+      expiry = ttl < 0 and ttl or idiv(time(), 1000) + ttl
+    end
+    if expiry < 0 then return unexpected(SHAPE) end
+    count = raw + 0
+    stop = (expiry + 1) * 1000
+  end
+  if raw and stop <= now then
+    -- A window that ended after this script began (Redis looks keys up at the script's
+    -- start, TIME is read later): its count no longer counts, as in Rust.
+    raw, count = nil, 0
+  end
+  if not raw then
+    stop = (idiv(now, window) + 1) * window
+  end
+  if commit and count + cost <= capacity then
+    if raw then
+      redis.call('INCRBY', key, cost)
+    else
+      redis.call('SET', key, cost, 'PXAT', stop / 1000 - 1)
+    end
+  end
+  return full(now, math.max(now, stop - window), stop, count)
+end
+
+local now = time()
+local SHAPE = 'a fixed window ("F<start>:<window>:<count>")'
 local at = now
 local start
 local count = 0
@@ -51,18 +157,12 @@ else
 end
 local stop = start + window
 
-if count + cost <= capacity then
-  if commit then
-    if same then
-      redis.call('SET', key, same .. (count + cost), 'KEEPTTL')
-    else
-      local value = string.format('F%d:%d:%d', start, window, count + cost)
-      redis.call('SET', key, value, 'PXAT', idiv(stop + 999, 1000))
-    end
+if commit and count + cost <= capacity then
+  if same then
+    redis.call('SET', key, same .. (count + cost), 'KEEPTTL')
+  else
+    local value = string.format('F%d:%d:%d', start, window, count + cost)
+    redis.call('SET', key, value, 'PXAT', idiv(stop + 999, 1000))
   end
-  -- A look (cost 0) at an unused window: full now, as in Rust.
-  local reset_at = stop
-  if count + cost == 0 then reset_at = at end
-  return {1, capacity - count - cost, reset_at, -1, now}
 end
-return {0, math.max(capacity - count, 0), stop, stop - now, now}
+return full(now, at, stop, count)

@@ -5,8 +5,8 @@
 -- ARGV[3]: cost, from 1 to the capacity; 0 (with ARGV[4] = 0) looks at the level, see
 --          `algorithm::level`
 -- ARGV[4]: 1 to record an admitted call, 0 to only look (nothing is written)
--- Defines: key, cost, commit, now (Redis' own TIME, in microseconds since the epoch), idiv,
---          unexpected.
+-- Defines: key, cost, commit, time (reads Redis' own TIME, in microseconds since the epoch:
+--          a call, so a script reads it only on the paths that need it), idiv, unexpected.
 -- Unexpected state: a key holding anything the strategy's script did not write (another type,
 --          another strategy's encoding, a value of the wrong shape) gets the error reply
 --          "RATELIMIT_STATE the limiter key holds a <type> that is not <what the strategy
@@ -23,8 +23,10 @@ end
 local key = KEYS[1]
 local cost = ARGV[3] + 0
 local commit = ARGV[4] == '1'
-local t = redis.call('TIME')
-local now = t[1] * 1000000 + t[2]
+local function time()
+  local t = redis.call('TIME')
+  return t[1] * 1000000 + t[2]
+end
 
 -- The error reply for state of an unexpected shape; `expected` names what the strategy keeps.
 -- Return it before any write.

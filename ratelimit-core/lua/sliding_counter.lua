@@ -23,7 +23,8 @@
 --       back), so a refused caller is told how long it really waits.
 -- The key expires when its counts stop mattering: two windows after the current one began.
 
--- `key`, `cost`, `commit`, `now` and `idiv` come from prelude.lua, loaded before this file.
+-- `key`, `cost`, `commit`, `time` and `idiv` come from prelude.lua, loaded before this file.
+local now = time()
 local window = ARGV[1] + 0
 local capacity = ARGV[2] + 0
 local SHAPE = 'a sliding window counter ("C<start>:<window>:<previous>:<current>")'

@@ -30,7 +30,8 @@
 -- a refusal adds a binary search (O(log^2 n)) for its retry time.
 -- The key expires one window after its newest member.
 
--- `key`, `cost`, `commit`, `now` and `idiv` come from prelude.lua, loaded before this file.
+-- `key`, `cost`, `commit`, `time` and `idiv` come from prelude.lua, loaded before this file.
+local now = time()
 local window = ARGV[1] + 0
 local capacity = ARGV[2] + 0
 local MEMBER = '^(' .. string.rep('%d', 16) .. '):(%d+)$'

@@ -20,7 +20,8 @@ local scripts = {fixed_window, sliding_log, sliding_counter, token_bucket}
 
 local function decide(i, flag)
   local a = 4 * i - 2
-  return scripts[ARGV[a] + 0]({KEYS[i]}, {ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], flag})
+  -- The fifth argument asks for the full reply, five integers, whatever the strategy.
+  return scripts[ARGV[a] + 0]({KEYS[i]}, {ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], flag, '1'})
 end
 
 local replies = {}

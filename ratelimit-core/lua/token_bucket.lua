@@ -18,7 +18,8 @@
 --       at most the tokens it admitted, never refilled any.
 -- The key expires at its tat, when the bucket is full again.
 
--- `key`, `cost`, `commit`, `now` and `idiv` come from prelude.lua, loaded before this file.
+-- `key`, `cost`, `commit`, `time` and `idiv` come from prelude.lua, loaded before this file.
+local now = time()
 local interval = ARGV[1] + 0
 local tolerance = ARGV[2] + 0
 local SHAPE = 'a token bucket ("T<tat>")'

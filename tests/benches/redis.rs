@@ -1,10 +1,18 @@
-//! The Redis store side by side with a raw `EVALSHA` of a trivial script, in the same run,
-//! over the same kind of connection, against a `redis-server` started for the run.
+//! The Redis store side by side with the peers' own scripts for the same algorithms and a raw
+//! `EVALSHA` of a trivial script, in the same run, over the same kind of connection, against a
+//! `redis-server` started for the run.
 //!
-//! `cargo bench -p ratelimit-tests --features redis --bench redis`
+//! `cargo bench -p ratelimit-tests --features redis --bench redis` (`ROUNDS=n` to change the
+//! number of rounds, 7 by default)
 //!
-//! For each of `rounds` rounds, every variant runs once, interleaved, so that noise from a
-//! shared machine lands on all of them alike; the figure reported is the median over rounds.
+//! The peers (see `peers/README.md`): alisaifee/limits' `incr_expire.lua` (fixed window),
+//! `acquire_moving_window.lua` (sliding log) and `acquire_sliding_window.lua` (sliding
+//! counter), and go-redis/redis_rate's `allowN` (GCRA), read from `benches/peers/*.lua` and
+//! called as those libraries call them. Without the files, the peers are left out.
+//!
+//! For each round, every variant runs once, interleaved, the order reversed every other round
+//! (balanced), so that noise from a shared machine lands on all of them alike; the figure
+//! reported is the median over rounds.
 //! - latency: sequential decisions from one task (concurrency 1), median per call;
 //! - throughput: 64 tasks over one multiplexed connection, decisions per second.
 
@@ -17,6 +25,9 @@ use ratelimit::{Quota, RedisOptions, RedisStore, Strategy};
 use ratelimit_tests::redis_server::{prefix, RedisServer};
 
 const ROUNDS: usize = 7;
+/// Every quota: a budget no run exhausts, so every call is an admitted decision that writes.
+const LIMIT: u64 = 1_000_000;
+const WINDOW_S: u64 = 60;
 const SEQUENTIAL_CALLS: usize = 2_000;
 const TASKS: usize = 64;
 const CALLS_PER_TASK: usize = 100;
@@ -58,7 +69,8 @@ async fn throughput(call: &Call) -> f64 {
     (TASKS * CALLS_PER_TASK) as f64 / started.elapsed().as_secs_f64()
 }
 
-/// Redis' own measure of the CPU time it spent per EVALSHA since the last `CONFIG RESETSTAT`.
+/// Redis' own measure of the CPU time it spent per EVALSHA since the last `CONFIG RESETSTAT`
+/// (0 when there was none).
 fn evalsha_usec_per_call(c: &mut redis::Connection) -> f64 {
     let info: String = redis::cmd("INFO")
         .arg("commandstats")
@@ -68,7 +80,8 @@ fn evalsha_usec_per_call(c: &mut redis::Connection) -> f64 {
         .find_map(|l| l.strip_prefix("cmdstat_evalsha:"))
         .and_then(|l| l.split(',').find_map(|f| f.strip_prefix("usec_per_call=")))
         .and_then(|v| v.parse().ok())
-        .expect("evalsha stats")
+        // No EVALSHA at all (refusals answered in the process).
+        .unwrap_or(0.0)
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 1)]
@@ -121,16 +134,17 @@ async fn main() {
                 let keys = Arc::clone(&keys);
                 let mut raw = raw.clone();
                 Box::pin(async move {
-                    let reply: Vec<i64> = script
+                    // The short reply: the milliseconds left and the count, packed.
+                    let reply: i64 = script
                         .key(&keys[i % keys.len()])
-                        .arg(60_000_000u64)
-                        .arg(1_000_000u64)
+                        .arg(WINDOW_S * 1_000_000)
+                        .arg(LIMIT)
                         .arg(1u64)
                         .arg(1u8)
                         .invoke_async(&mut raw)
                         .await
                         .expect("raw script");
-                    assert_eq!(reply[0], 1);
+                    assert!(reply as u64 % (2 * LIMIT + 1) <= LIMIT);
                 })
             }),
         ));
@@ -139,7 +153,7 @@ async fn main() {
         let store = store.clone();
         // A budget no run exhausts, spread over 64 keys: every call is an admitted decision
         // that writes, the common case.
-        let quota = Quota::new(1_000_000, Duration::from_secs(60))
+        let quota = Quota::new(LIMIT, Duration::from_secs(WINDOW_S))
             .unwrap()
             .with_strategy(strategy);
         let keys: Arc<Vec<String>> =
@@ -157,6 +171,39 @@ async fn main() {
                 })
             }),
         ));
+        if let Some(peer) = peer(strategy, &raw, &p) {
+            variants.push(peer);
+        }
+    }
+
+    // One hot key already refused (limit 1, spent): answered in the process until its retry
+    // time, against the same store asking Redis for every call (`local_refusals(0)`).
+    let every_call = RedisStore::new(
+        RedisOptions::new(server.url())
+            .timeout(timeout)
+            .local_refusals(0),
+    )
+    .expect("store");
+    for (name, store) in [
+        ("refused hot key, answered locally", store.clone()),
+        ("refused hot key, asking Redis", every_call),
+    ] {
+        let quota = Quota::new(1, Duration::from_secs(3_600)).unwrap();
+        let key = Arc::new(format!("{p}:hot:{name}"));
+        let _ = ratelimit_tests::acquire(&store, &key, &quota).await;
+        variants.push((
+            name.to_owned(),
+            Arc::new(move |_| {
+                let store = store.clone();
+                let key = Arc::clone(&key);
+                Box::pin(async move {
+                    let d = ratelimit_tests::acquire(&store, &key, &quota)
+                        .await
+                        .expect("decision");
+                    assert!(!d.allowed);
+                })
+            }),
+        ));
     }
 
     // Warm-up: connections, scripts, allocator.
@@ -167,8 +214,17 @@ async fn main() {
     let mut rate = vec![Vec::new(); variants.len()];
     let mut server_us = vec![Vec::new(); variants.len()];
     let mut stats = server.connection();
-    for _ in 0..ROUNDS {
-        for (i, (_, call)) in variants.iter().enumerate() {
+    let rounds = std::env::var("ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(ROUNDS);
+    for round in 0..rounds {
+        let mut order: Vec<usize> = (0..variants.len()).collect();
+        if round % 2 == 1 {
+            order.reverse();
+        }
+        for i in order {
+            let call = &variants[i].1;
             redis::cmd("CONFIG")
                 .arg("RESETSTAT")
                 .exec(&mut stats)
@@ -186,7 +242,14 @@ async fn main() {
          | vs raw | Redis CPU per EVALSHA (µs) |"
     );
     println!("|---|---:|---:|---:|---:|---:|");
+    let mut pairs = Vec::new();
     for (i, (name, _)) in variants.iter().enumerate() {
+        if let Some(ours) = name.strip_prefix("peer for ") {
+            let ours = ours.split(':').next().unwrap_or("");
+            if let Some(o) = variants.iter().position(|(n, _)| n == ours) {
+                pairs.push((ours.to_owned(), name.clone(), o, i));
+            }
+        }
         println!(
             "| {name} | {:.1} | {:.2}x | {:.0} | {:.2}x | {:.2} |",
             latency[i],
@@ -196,4 +259,106 @@ async fn main() {
             server_us[i]
         );
     }
+    let find = |prefix: &str| variants.iter().position(|(n, _)| n.starts_with(prefix));
+    if let (Some(local), Some(asking)) = (
+        find("refused hot key, answered"),
+        find("refused hot key, asking"),
+    ) {
+        println!(
+            "\nrefused calls on one hot key, answered locally / asking Redis: throughput {:.1}x, \
+             latency {:.2}x",
+            rate[local] / rate[asking],
+            latency[local] / latency[asking]
+        );
+    }
+    if !pairs.is_empty() {
+        println!();
+        println!(
+            "| algorithm | peer | throughput, ours / peer | latency, ours / peer \
+             | Redis CPU per call, ours / peer (µs) |"
+        );
+        println!("|---|---|---:|---:|---:|");
+        for (ours, peer, o, i) in pairs {
+            println!(
+                "| {ours} | {peer} | {:.2} | {:.2} | {:.2} / {:.2} = {:.2} |",
+                rate[o] / rate[i],
+                latency[o] / latency[i],
+                server_us[o],
+                server_us[i],
+                server_us[o] / server_us[i]
+            );
+        }
+    }
+}
+
+/// The peer script for `strategy`, called as its library calls it, over 64 keys of its own;
+/// `None` when its file is not in `benches/peers/`.
+fn peer(
+    strategy: Strategy,
+    raw: &redis::aio::ConnectionManager,
+    p: &str,
+) -> Option<(String, Call)> {
+    let file = match strategy {
+        Strategy::FixedWindow => "limits_incr_expire.lua",
+        Strategy::SlidingWindow => "limits_acquire_moving_window.lua",
+        Strategy::SlidingWindowCounter => "limits_acquire_sliding_window.lua",
+        Strategy::TokenBucket => "redis_rate_allow_n.lua",
+    };
+    let path = format!("{}/benches/peers/{file}", env!("CARGO_MANIFEST_DIR"));
+    let Ok(source) = std::fs::read_to_string(&path) else {
+        eprintln!("{path} not found: the peer for {strategy} is left out");
+        return None;
+    };
+    let script = Arc::new(redis::Script::new(&source));
+    let keys: Arc<Vec<String>> = Arc::new(
+        (0..64)
+            .map(|i| format!("{p}:peer:{strategy}:{{{i}}}"))
+            .collect(),
+    );
+    let raw = raw.clone();
+    let name = format!("peer for {strategy}: {}", file.trim_end_matches(".lua"));
+    let call: Call = Arc::new(move |i| {
+        let script = Arc::clone(&script);
+        let keys = Arc::clone(&keys);
+        let mut raw = raw.clone();
+        Box::pin(async move {
+            let key = &keys[i % keys.len()];
+            let mut invocation = script.prepare_invoke();
+            match strategy {
+                // limits: INCR, EXPIRE on the first hit; the count is compared by the client.
+                Strategy::FixedWindow => invocation.key(key).arg(WINDOW_S),
+                // limits: the client's time in seconds, the limit, the expiry, the amount.
+                Strategy::SlidingWindow => {
+                    let now = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .unwrap()
+                        .as_secs_f64();
+                    invocation.key(key).arg(now).arg(LIMIT).arg(WINDOW_S).arg(1)
+                }
+                // limits: the previous and current windows' keys (one hash tag), the limit,
+                // the window in seconds, the amount.
+                Strategy::SlidingWindowCounter => invocation
+                    .key(format!("{key}:previous"))
+                    .key(format!("{key}:current"))
+                    .arg(LIMIT)
+                    .arg(WINDOW_S)
+                    .arg(1),
+                // redis_rate: burst, rate, period in seconds, cost.
+                Strategy::TokenBucket => invocation
+                    .key(key)
+                    .arg(LIMIT)
+                    .arg(LIMIT)
+                    .arg(WINDOW_S)
+                    .arg(1),
+            };
+            let reply: redis::Value = invocation.invoke_async(&mut raw).await.expect("peer");
+            let admitted = match reply {
+                redis::Value::Int(n) => strategy != Strategy::FixedWindow || n as u64 <= LIMIT,
+                redis::Value::Array(items) => items.first() != Some(&redis::Value::Int(0)),
+                _ => false,
+            };
+            assert!(admitted, "{strategy}: the peer refused");
+        })
+    });
+    Some((name, call))
 }

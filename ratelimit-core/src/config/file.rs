@@ -63,6 +63,7 @@ enum FileStore {
         pods: Option<u32>,
         #[serde(default)]
         require_noeviction: bool,
+        local_refusals: Option<usize>,
     },
 }
 
@@ -188,6 +189,7 @@ fn parse(file: File) -> Result<Config, Error> {
             on_failure,
             pods,
             require_noeviction,
+            local_refusals,
         }) => {
             use crate::store::{FailurePolicy, RedisOptions};
             let r = if cluster {
@@ -199,6 +201,9 @@ fn parse(file: File) -> Result<Config, Error> {
                 RedisOptions::new(url.unwrap_or_default())
             };
             let mut r = r.require_noeviction(require_noeviction);
+            if let Some(keys) = local_refusals {
+                r = r.local_refusals(keys);
+            }
             let mut duration = |field: &str, text: Option<String>, into: &mut Duration| {
                 if let Some(text) = text {
                     match parse_window(&text) {

@@ -54,7 +54,10 @@ async fn every_strategy_decides_like_the_memory_algorithm() {
             let r = next();
             let cost = 1 + r % 3;
             let commit = r % 5 != 0;
-            let (verdict, now) = store.verdict(&key, &quota, cost, 0, commit).await.unwrap();
+            let (verdict, now) = store
+                .verdict(&key, &quota, cost, 0, commit, true)
+                .await
+                .unwrap();
             let expected =
                 algorithm::decide(&mut state, now / 1_000, &in_micros, cost, commit).unwrap();
             assert_eq!(

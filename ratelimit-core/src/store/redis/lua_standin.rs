@@ -14,14 +14,16 @@
 //! - the script's result to a reply: numbers truncated to integers, strings as bulk, `true`
 //!   as 1, `false` and `nil` as nil, a table with `err` / `ok` as an error / status, any
 //!   other table as an array up to its first nil;
-//! - `TIME`, `TYPE`, `GET`, `SET` (with `PXAT` or `KEEPTTL`, or neither), `PEXPIREAT`, and
+//! - `TIME`, `TYPE`, `GET`, `SET` (with `PXAT` or `KEEPTTL`, or neither), `INCRBY`, `DECRBY`
+//!   (a string that is not a 64-bit integer is an error, a missing key counts from 0),
+//!   `PEXPIREAT`, `PTTL` and `PEXPIRETIME` (-2 without the key, -1 without an expiry), and
 //!   the sorted-set commands the sliding log uses: `ZADD key score member`, `ZCARD`,
 //!   `ZCOUNT`, `ZRANGE start stop [WITHSCORES]` (by rank), `ZRANGEBYSCORE min max [LIMIT
 //!   offset count]`, `ZREMRANGEBYSCORE` (an emptied set is deleted); score bounds `-inf`,
 //!   `+inf`, `(x` exclusive; members of one score ordered by their bytes; `WRONGTYPE`;
-//! - expiry at the set time, checked on every access: a key whose expiry (in milliseconds)
-//!   is *before* the current microsecond is gone. Redis compares in whole milliseconds, so
-//!   it keeps a key up to a millisecond longer: this is the earliest any Redis could drop it.
+//! - expiry at the set time, checked on every access, as Redis 7 does (`keyIsExpired`: the
+//!   clock in milliseconds `> when`): a key whose expiry is `E` milliseconds lives through
+//!   that millisecond and is gone from the microsecond `(E + 1) * 1000`.
 //!
 //! Does not model: other commands or options (an error names them), RESP3, scores that are
 //! not integers (formatted as Rust prints them, not as `%.17g`), the time frozen for a whole
@@ -104,7 +106,7 @@ impl Db {
     /// The key, unless it has expired by now (then it is deleted, as Redis does on access).
     fn live(&mut self, key: &str) -> Option<&mut Entry> {
         let now_us = self.now_us;
-        let expired = |e: &Entry| e.expire_ms.is_some_and(|ms| ms * 1_000 < now_us);
+        let expired = |e: &Entry| e.expire_ms.is_some_and(|ms| now_us / 1_000 > ms);
         if self.keys.get(key).is_some_and(expired) {
             self.keys.remove(key);
         }
@@ -162,6 +164,44 @@ impl Db {
                 self.keys
                     .insert((*key).to_owned(), Entry { data, expire_ms });
                 Ok(Reply::Status("OK".to_owned()))
+            }
+            ("INCRBY" | "DECRBY", [key, by]) => {
+                let by = int(by).map_err(|_| "ERR value is not an integer or out of range")?;
+                let by = if name == "DECRBY" { -by } else { by };
+                let entry = self.live(key);
+                let expire_ms = entry.as_ref().and_then(|e| e.expire_ms);
+                let count = match entry.map(|e| &e.data) {
+                    None => 0,
+                    Some(Data::Str(s)) => int(s)
+                        .ok()
+                        .filter(|_| !s.starts_with('+') && s.trim() == s)
+                        .ok_or("ERR value is not an integer or out of range")?,
+                    Some(_) => return Err(WRONGTYPE.to_owned()),
+                };
+                let count = count
+                    .checked_add(by)
+                    .ok_or("ERR increment or decrement would overflow")?;
+                let data = Data::Str(count.to_string());
+                self.keys
+                    .insert((*key).to_owned(), Entry { data, expire_ms });
+                Ok(Reply::Int(count))
+            }
+            ("PEXPIRETIME", [key]) => Ok(Reply::Int(match self.live(key) {
+                None => -2,
+                Some(entry) => entry.expire_ms.map_or(-1, |ms| ms as i64),
+            })),
+            ("PTTL", [key]) => {
+                let now_ms = self.now_us / 1_000;
+                Ok(Reply::Int(match self.live(key) {
+                    None => -2,
+                    Some(Entry {
+                        expire_ms: None, ..
+                    }) => -1,
+                    Some(Entry {
+                        expire_ms: Some(ms),
+                        ..
+                    }) => (*ms as i64 - now_ms as i64).max(0),
+                }))
             }
             ("PEXPIREAT", [key, ms]) => {
                 let ms = int(ms)?;
@@ -438,12 +478,13 @@ fn state_of_another_shape_is_an_error_reply_and_is_left_as_it_is() {
 }
 
 #[test]
-fn a_key_is_gone_from_the_microsecond_after_its_expiry() {
+fn a_key_is_gone_from_the_millisecond_after_its_expiry() {
     let redis = Redis::new(5_000_000).expect("the scripts compile");
     redis.command(&["SET", "k", "v", "PXAT", "5001"]).unwrap();
-    redis.set_time(5_001_000);
+    redis.set_time(5_001_999);
     assert_eq!(redis.expiry("k"), Some(Some(5_001)));
-    redis.set_time(5_001_001);
+    assert_eq!(redis.command(&["PTTL", "k"]), Ok(Reply::Int(0)));
+    redis.set_time(5_002_000);
     assert_eq!(redis.expiry("k"), None);
     redis.set_time(5_000_000);
     assert_eq!(

@@ -2,6 +2,8 @@
 //!
 //! - `options`: [`RedisOptions`], what the user configures;
 //! - `redaction`: credentials kept out of `Debug` and error messages;
+//! - `refusals`: refusals answered in the process until their retry time;
+//! - `reply`: the scripts' replies read as verdicts, and the estimate of Redis' clock;
 //! - `scripts`: the Lua scripts, one per strategy, and the quotas they count exactly;
 //! - `store`: [`RedisStore`], the connection and one script call per decision;
 //! - `eviction`: Redis' eviction policy, checked once per store.
@@ -17,6 +19,8 @@ mod lua_agrees;
 mod lua_standin;
 mod options;
 mod redaction;
+mod refusals;
+mod reply;
 mod scripts;
 mod store;
 

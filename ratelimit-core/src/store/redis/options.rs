@@ -45,6 +45,10 @@ pub struct RedisOptions {
     /// `CONFIG GET maxmemory-policy`; a Redis that forbids `CONFIG` cannot be checked and is
     /// used. Default: false (a warning is logged instead).
     pub require_noeviction: bool,
+    /// How many refused keys the store answers itself until their `retry_after`, without a
+    /// round trip (see [`RedisStore`](super::RedisStore)); 0 asks Redis for every call.
+    /// Default: 10 000.
+    pub local_refusals: usize,
 }
 
 impl RedisOptions {
@@ -57,6 +61,7 @@ impl RedisOptions {
             connect_timeout: Duration::from_secs(1),
             on_failure: FailurePolicy::Deny,
             require_noeviction: false,
+            local_refusals: 10_000,
         }
     }
 
@@ -95,6 +100,12 @@ impl RedisOptions {
     /// [`require_noeviction`](Self::require_noeviction)).
     pub fn require_noeviction(mut self, required: bool) -> Self {
         self.require_noeviction = required;
+        self
+    }
+
+    /// With room for this many refused keys answered in the process (0: none).
+    pub fn local_refusals(mut self, keys: usize) -> Self {
+        self.local_refusals = keys;
         self
     }
 
@@ -148,6 +159,7 @@ impl fmt::Debug for RedisOptions {
             .field("connect_timeout", &self.connect_timeout)
             .field("on_failure", &self.on_failure)
             .field("require_noeviction", &self.require_noeviction)
+            .field("local_refusals", &self.local_refusals)
             .finish()
     }
 }

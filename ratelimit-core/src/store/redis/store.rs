@@ -2,7 +2,7 @@
 
 use std::fmt;
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::aio::ConnectionManager;
 use redis::cluster_async::ClusterConnection;
@@ -11,6 +11,8 @@ use tokio::sync::OnceCell;
 use super::eviction::Policy;
 use super::options::RedisOptions;
 use super::redaction::{secrets, store_error};
+use super::refusals::Refusals;
+use super::reply::{full, RedisClock, Reply};
 use super::scripts::{arguments, script, stacked_index, supports, SCRIPTS, STACKED_SCRIPT};
 use crate::algorithm::{self, Verdict};
 use crate::clock::Nanos;
@@ -41,6 +43,10 @@ struct Inner {
     connection: OnceCell<Connection>,
     /// Redis' eviction policy, once the first connection has asked.
     eviction: OnceLock<Policy>,
+    /// Where the fixed window's short replies are placed in time.
+    clock: RedisClock,
+    /// Refusals answered without a round trip until their retry time.
+    refusals: Refusals,
 }
 
 /// Limiter state in Redis, shared by every process that uses the same server (or cluster) and
@@ -54,6 +60,21 @@ struct Inner {
 ///   `reset_at` / `retry_after` are Redis' times.
 /// - **One key per decision**, written with its expiry in the same script: nothing outlives
 ///   its window. In a cluster the user key is the hash tag, so one decision is one slot.
+/// - **Integer state where it can be**: a fixed window of whole milliseconds keeps a bare
+///   count that expires at the window's last millisecond, so its TTL tells its window. A
+///   call that spends is one `INCRBY` (and `PTTL`; the expiry is set on the window's first
+///   hit) and a one-integer reply; the store places that reply in time with its estimate of
+///   Redis' clock, measured by a full reply at most once a second, so a decision's `reset_at`
+///   is Redis' time to within half a round trip. What is admitted is Redis' decision alone.
+///   The string state of earlier versions under such a window is refused as the wrong shape
+///   (until it expires, at the end of its window).
+/// - **Refusals without round trips**: a key Redis refused until its `retry_after` is
+///   refused again in this process, for calls of at least that cost under the same limit,
+///   until then (at most [`RedisOptions::local_refusals`] keys), so a flood on one refused key
+///   costs Redis nothing. A [`reset`](Store::reset) through this store clears it; a reset
+///   from another process is not seen here, and this process keeps refusing the key until the
+///   refusal's retry time, as if the reset had come that much later. Stacked limits
+///   ([`Store::decide_all`]) always ask Redis.
 /// - **Fails closed on foreign state**: a key holding anything its script did not write
 ///   (another type, another strategy's encoding, corrupt data) is answered with
 ///   [`Error::UnexpectedState`] and left as it is, never read as a fresh key.
@@ -103,6 +124,7 @@ impl RedisStore {
         } else {
             Client::Single(redis::Client::open(options.urls[0].as_str()).map_err(scrub)?)
         };
+        let refusals = Refusals::new(options.local_refusals);
         Ok(RedisStore {
             inner: Arc::new(Inner {
                 secrets,
@@ -110,6 +132,8 @@ impl RedisStore {
                 client,
                 connection: OnceCell::new(),
                 eviction: OnceLock::new(),
+                clock: RedisClock::default(),
+                refusals,
             }),
         })
     }
@@ -155,7 +179,8 @@ impl RedisStore {
 
     /// The algorithm's verdict (in nanoseconds) and the Redis time it was taken at, before
     /// rounding to a [`Decision`]. `now` is the service's clock, used only for what is
-    /// decided without asking Redis (a capacity of zero).
+    /// decided without asking Redis (a capacity of zero). `full` asks every script for its
+    /// full reply (Redis' own `now` rather than this process's estimate of it).
     pub(crate) async fn verdict(
         &self,
         key: &str,
@@ -163,6 +188,7 @@ impl RedisStore {
         cost: u64,
         now: Nanos,
         commit: bool,
+        full: bool,
     ) -> Result<(Verdict, Nanos), Error> {
         crate::key::check_store_key(key)?;
         supports(quota)?;
@@ -171,15 +197,37 @@ impl RedisStore {
         if let Some(verdict) = algorithm::precheck(now, quota, cost, commit)? {
             return Ok((verdict, now));
         }
+        let clock = &self.inner.clock;
+        let capacity = quota.capacity();
+        let refusals = &self.inner.refusals;
+        let started = Instant::now();
+        if !full {
+            if let Some(verdict) = refusals.answer(key, cost, capacity, started) {
+                let at = clock.redis_us(RedisClock::local_us());
+                return Ok((verdict, at.saturating_mul(1_000)));
+            }
+        }
+        let sent = RedisClock::local_us();
+        let full = full || clock.stale(sent);
         let [first, second] = arguments(quota);
         let mut invocation = script(quota.strategy()).key(key);
         invocation
             .arg(first)
             .arg(second)
             .arg(cost)
-            .arg(u8::from(commit));
-        let reply = self.run(&invocation).await?;
-        verdict(&reply).ok_or_else(|| unexpected_reply(&reply))
+            .arg(u8::from(commit))
+            .arg(u8::from(full));
+        let value: redis::Value = self.run(&invocation).await?;
+        let reply = Reply::parse(&value, capacity).ok_or_else(|| unexpected_value(&value))?;
+        let received = RedisClock::local_us();
+        if let Reply::Full(_, at) = reply {
+            clock.measured(at / 1_000, sent, received);
+        }
+        let (verdict, at) = reply
+            .verdict(cost, capacity, clock.redis_us(received))
+            .ok_or_else(|| unexpected_value(&value))?;
+        refusals.record(key, cost, capacity, &verdict, started);
+        Ok((verdict, at))
     }
 
     /// Several limits as one decision, in one round trip (`lua/stacked.lua`). `now` is the
@@ -215,13 +263,13 @@ impl RedisStore {
                     .arg(second)
                     .arg(check.cost);
             }
-            let reply = self.run(&invocation).await?;
+            let reply: Vec<i64> = self.run(&invocation).await?;
             if reply.len() != 5 * asked.len() {
                 return Err(unexpected_reply(&reply));
             }
             replies = reply
                 .chunks_exact(5)
-                .map(|r| verdict(r).ok_or_else(|| unexpected_reply(r)))
+                .map(|r| full(r).ok_or_else(|| unexpected_reply(r)))
                 .collect::<Result<Vec<_>, _>>()?
                 .into_iter();
         }
@@ -236,7 +284,10 @@ impl RedisStore {
 
     /// Runs a script invocation within the timeout; state of an unexpected shape (the
     /// scripts' `RATELIMIT_STATE` error reply) is [`Error::UnexpectedState`].
-    async fn run(&self, invocation: &redis::ScriptInvocation<'_>) -> Result<Vec<i64>, Error> {
+    async fn run<T: redis::FromRedisValue>(
+        &self,
+        invocation: &redis::ScriptInvocation<'_>,
+    ) -> Result<T, Error> {
         self.bounded(async {
             let result = match self.connection().await? {
                 Connection::Single(mut c) => invocation.invoke_async(&mut c).await,
@@ -368,15 +419,15 @@ impl Store for RedisStore {
         if cost == 0 {
             // A look at the level: the scripts decide calls that spend; cost 0 is two looks,
             // as in every store (`algorithm::level`).
-            let (level, at) = self.verdict(key, quota, 0, now, false).await?;
+            let (level, at) = self.verdict(key, quota, 0, now, false, false).await?;
             if !algorithm::needs_retry(&level) {
                 return Ok(Decision::for_quota(level, at, quota));
             }
-            let (one, at) = self.verdict(key, quota, 1, now, false).await?;
+            let (one, at) = self.verdict(key, quota, 1, now, false, false).await?;
             let verdict = algorithm::with_retry(level, one);
             return Ok(Decision::for_quota(verdict, at, quota));
         }
-        let (verdict, at) = self.verdict(key, quota, cost, now, commit).await?;
+        let (verdict, at) = self.verdict(key, quota, cost, now, commit, false).await?;
         Ok(Decision::for_quota(verdict, at, quota))
     }
 
@@ -404,6 +455,7 @@ impl Store for RedisStore {
     }
 
     async fn reset(&self, key: &str) -> Result<bool, Error> {
+        self.inner.refusals.forget(key);
         self.forget(key).await
     }
 
@@ -418,20 +470,8 @@ fn unexpected_reply(reply: &[i64]) -> Error {
     }
 }
 
-/// `{allowed, remaining, reset_at, retry_after or -1, now}` in microseconds, to nanoseconds.
-pub(super) fn verdict(reply: &[i64]) -> Option<(Verdict, Nanos)> {
-    let &[allowed, remaining, reset_at, retry_after, now] = reply else {
-        return None;
-    };
-    let nanos = |us: i64| u64::try_from(us).ok()?.checked_mul(1_000);
-    let verdict = Verdict {
-        allowed: allowed == 1,
-        remaining: u64::try_from(remaining).ok()?,
-        reset_at: nanos(reset_at)?,
-        retry_after: match retry_after {
-            -1 => None,
-            us => Some(nanos(us)?),
-        },
-    };
-    Some((verdict, nanos(now)?))
+fn unexpected_value(value: &redis::Value) -> Error {
+    Error::Store {
+        message: format!("unexpected reply from the limiter script: {value:?}"),
+    }
 }

@@ -1,0 +1,200 @@
+//! The scripts' replies, read as verdicts, and the estimate of Redis' clock that the fixed
+//! window's short reply is read with.
+//!
+//! Every script can give the full reply, five integers `{allowed, remaining, reset_at,
+//! retry_after or -1, now}` in microseconds. A fixed window of whole milliseconds that records
+//! a call gives a short one instead (see `lua/fixed_window.lua`): one integer, the window's
+//! count and the milliseconds left in it, with no time read and no table built inside Redis,
+//! the two costs that made it slower than a bare `INCRBY` script. The count and the
+//! milliseconds left are Redis' own; only the absolute times of the decision (`reset_at`) are
+//! placed with [`RedisClock`], this process's estimate of Redis' `TIME`.
+
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use crate::algorithm::Verdict;
+use crate::clock::Nanos;
+
+/// How long an estimate of Redis' clock is used before a full reply refreshes it.
+const REFRESH_US: u64 = 1_000_000;
+
+/// A script's reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Reply {
+    /// The five integers, read.
+    Full(Verdict, Nanos),
+    /// The fixed window's short reply: the count with the call's cost added, and the
+    /// milliseconds from Redis' millisecond to the window's end.
+    Short { count: u64, left_ms: u64 },
+}
+
+impl Reply {
+    /// Reads a script's reply; `capacity` unpacks the short one. `None` for anything else.
+    pub(super) fn parse(value: &redis::Value, capacity: u64) -> Option<Reply> {
+        match value {
+            redis::Value::Int(n) => {
+                let n = u64::try_from(*n).ok()?;
+                let m = capacity.checked_mul(2)?.checked_add(1)?;
+                Some(Reply::Short {
+                    count: n % m,
+                    left_ms: n / m,
+                })
+            }
+            redis::Value::Array(items) => {
+                let ints: Vec<i64> = items
+                    .iter()
+                    .map(|v| match v {
+                        redis::Value::Int(i) => Some(*i),
+                        _ => None,
+                    })
+                    .collect::<Option<_>>()?;
+                match ints[..] {
+                    [count, left] => Some(Reply::Short {
+                        count: u64::try_from(count).ok()?,
+                        left_ms: u64::try_from(left).ok()?,
+                    }),
+                    _ => full(&ints).map(|(v, at)| Reply::Full(v, at)),
+                }
+            }
+            _ => None,
+        }
+    }
+
+    /// The verdict, and Redis' time it is placed at: for the short reply, `now_us` (Redis'
+    /// time in microseconds, or this process's estimate of it); `cost` and `capacity` are the
+    /// call's.
+    pub(super) fn verdict(self, cost: u64, capacity: u64, now_us: u64) -> Option<(Verdict, Nanos)> {
+        let (count, left_ms) = match self {
+            Reply::Full(verdict, at) => return Some((verdict, at)),
+            Reply::Short { count, left_ms } => (count, left_ms),
+        };
+        if left_ms == 0 || count < cost {
+            return None;
+        }
+        let reset_at = (now_us / 1_000).checked_add(left_ms)?.checked_mul(1_000)?;
+        let allowed = count <= capacity;
+        let verdict = Verdict {
+            allowed,
+            remaining: if allowed {
+                capacity - count
+            } else {
+                capacity.saturating_sub(count - cost)
+            },
+            reset_at: reset_at.checked_mul(1_000)?,
+            retry_after: (!allowed).then(|| (reset_at - now_us) * 1_000),
+        };
+        Some((verdict, now_us.checked_mul(1_000)?))
+    }
+}
+
+/// `{allowed, remaining, reset_at, retry_after or -1, now}` in microseconds, to nanoseconds.
+pub(super) fn full(reply: &[i64]) -> Option<(Verdict, Nanos)> {
+    let &[allowed, remaining, reset_at, retry_after, now] = reply else {
+        return None;
+    };
+    let nanos = |us: i64| u64::try_from(us).ok()?.checked_mul(1_000);
+    let verdict = Verdict {
+        allowed: allowed == 1,
+        remaining: u64::try_from(remaining).ok()?,
+        reset_at: nanos(reset_at)?,
+        retry_after: match retry_after {
+            -1 => None,
+            us => Some(nanos(us)?),
+        },
+    };
+    Some((verdict, nanos(now)?))
+}
+
+/// This process's estimate of Redis' `TIME`: the offset from the system clock measured on the
+/// last full reply, the midpoint of the round trip standing for the instant Redis read it
+/// (so the estimate is within half a round trip, plus the clocks' drift since, at most a
+/// second). It only places the short reply's decision in time (`reset_at`); what is admitted
+/// is decided by Redis alone.
+#[derive(Debug, Default)]
+pub(super) struct RedisClock {
+    /// Redis' microseconds minus this process's.
+    offset_us: AtomicI64,
+    /// This process's microseconds when `offset_us` was measured; 0 before the first time.
+    measured_us: AtomicU64,
+}
+
+impl RedisClock {
+    /// The system clock, in microseconds since the epoch.
+    pub(super) fn local_us() -> u64 {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros() as u64)
+    }
+
+    /// Whether the next call should ask for the full reply, to measure Redis' time again.
+    pub(super) fn stale(&self, local_us: u64) -> bool {
+        let measured = self.measured_us.load(Ordering::Acquire);
+        measured == 0 || local_us.abs_diff(measured) > REFRESH_US
+    }
+
+    /// Records Redis' time read by a script between `sent_us` and `received_us` (this
+    /// process's clock).
+    pub(super) fn measured(&self, redis_us: u64, sent_us: u64, received_us: u64) {
+        let local = sent_us / 2 + received_us / 2;
+        self.offset_us
+            .store(redis_us as i64 - local as i64, Ordering::Relaxed);
+        self.measured_us.store(local.max(1), Ordering::Release);
+    }
+
+    /// Redis' time now, as estimated from `local_us`.
+    pub(super) fn redis_us(&self, local_us: u64) -> u64 {
+        local_us.saturating_add_signed(self.offset_us.load(Ordering::Relaxed))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_short_reply_unpacks_the_count_and_the_milliseconds_left() {
+        let capacity = 10;
+        let packed = 250 * 21 + 11;
+        let reply = Reply::parse(&redis::Value::Int(packed), capacity).unwrap();
+        assert_eq!(
+            reply,
+            Reply::Short {
+                count: 11,
+                left_ms: 250
+            }
+        );
+        // Refused: the count with the cost (2) is above the capacity; 9 were spent before.
+        let now = 1_750_000_000_123_456;
+        let (v, at) = reply.verdict(2, capacity, now).unwrap();
+        assert!(!v.allowed);
+        assert_eq!(v.remaining, 1);
+        assert_eq!(v.reset_at, (1_750_000_000_123 + 250) * 1_000_000);
+        assert_eq!(v.retry_after, Some((250_000 - 456) * 1_000));
+        assert_eq!(at, now * 1_000);
+        let (v, _) = Reply::Short {
+            count: 10,
+            left_ms: 1,
+        }
+        .verdict(1, capacity, now)
+        .unwrap();
+        assert!(v.allowed && v.remaining == 0 && v.retry_after.is_none());
+    }
+
+    #[test]
+    fn a_short_reply_that_cannot_be_ours_is_no_verdict() {
+        for bad in [
+            Reply::Short {
+                count: 5,
+                left_ms: 0,
+            },
+            Reply::Short {
+                count: 0,
+                left_ms: 5,
+            },
+        ] {
+            assert_eq!(bad.verdict(1, 10, 1_000_000), None, "{bad:?}");
+        }
+        assert_eq!(Reply::parse(&redis::Value::Int(-1), 10), None);
+        assert_eq!(Reply::parse(&redis::Value::Nil, 10), None);
+    }
+}
