@@ -110,7 +110,10 @@ async fn a_call_over_its_limit_without_the_queue_is_refused_at_once() {
     let service = service(Config::builder().queue_enabled(true));
     let opts = fixed(1, 1);
     assert!(service.consume("k", &opts).await.unwrap().allowed);
-    let refused = service.consume("k", &opts.clone().queue(false)).await.unwrap();
+    let refused = service
+        .consume("k", &opts.clone().queue(false))
+        .await
+        .unwrap();
     assert!(!refused.allowed);
     // And the other way round: a call may wait when the module does not queue.
     let plain = self::service(Config::builder());

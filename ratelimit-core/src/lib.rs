@@ -14,10 +14,10 @@ mod error;
 #[cfg(feature = "axum")]
 mod http;
 mod key;
-mod name;
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
 mod metrics;
+mod name;
 mod quota;
 mod registry;
 mod resolve;

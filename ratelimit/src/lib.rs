@@ -115,8 +115,7 @@ pub use ratelimit_core::{
     format_window, parse_window, store, Clock, Config, ConfigBuilder, ConfigError, Counts,
     Decision, Error, Exceeded, ManualClock, MemoryOptions, MemoryStore, Name, Nanos, Options,
     Overrides, ParseError, QueueCounts, Quota, QuotaError, Rate, RateLimitService, ResolvedTier,
-    Stats,
-    StoreConfig, Strategy, SystemClock, Tier, Window, MAX_CAPACITY, MAX_KEY_LEN, MAX_WINDOW,
+    Stats, StoreConfig, Strategy, SystemClock, Tier, Window, MAX_CAPACITY, MAX_KEY_LEN, MAX_WINDOW,
 };
 pub use ratelimit_core::{Failover, FailurePolicy, Store};
 #[cfg(feature = "redis")]

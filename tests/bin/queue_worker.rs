@@ -35,7 +35,12 @@ async fn main() {
         .collect();
     for call in calls {
         match call.await.expect("task") {
-            Ok(d) if d.allowed => println!("admitted {}", d.reset_at().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis())),
+            Ok(d) if d.allowed => println!(
+                "admitted {}",
+                d.reset_at()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_millis())
+            ),
             Err(Error::QueueTimeout { .. }) => println!("timed_out"),
             other => println!("error {other:?}"),
         }

@@ -250,10 +250,7 @@ pub async fn acquire(
 #[doc(hidden)]
 pub async fn acquire_all(limits: &[Limit<'_>]) -> Result<(), Error> {
     let service = service_for_all(limits)?;
-    service
-        .enforce_stacked(&all_parts(limits))
-        .await
-        .map(drop)
+    service.enforce_stacked(&all_parts(limits)).await.map(drop)
 }
 
 /// [`acquire`] for a sync fn: decided at once by the memory store, without an executor. Any
