@@ -116,6 +116,16 @@ impl RateLimitService {
         let options = options.clone();
         async move {
             let call = mode.apply(options.call());
+            // A decision that cannot wait, on a store that answers at once, is made here,
+            // without polling the nested futures of the waiting path.
+            if !self.may_wait(&call) {
+                if let Some(decided) = self.decide_now(Some(key), &call, true) {
+                    return match mode {
+                        Mode::Enforce => decided.and_then(|d| Self::admit(d, &call)),
+                        _ => decided,
+                    };
+                }
+            }
             match mode {
                 Mode::Enforce => self.enforce_parts(Some(key), &call).await,
                 _ => self.decide_waiting(Some(key), &call).await,

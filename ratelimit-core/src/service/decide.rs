@@ -164,7 +164,7 @@ impl RateLimitService {
 
     /// The decision when it needs no waiting: `None` for a store behind the [`Store`] trait.
     #[inline]
-    fn decide_now(
+    pub(super) fn decide_now(
         &self,
         key: Option<&str>,
         options: &Call<'_>,
