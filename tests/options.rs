@@ -96,6 +96,22 @@ fn options_built_in_the_call_may_be_dropped_before_the_future_is_awaited() {
     );
 }
 
+/// The same for stacked limits: the futures of `consume_all` / `enforce_all` borrow the keys,
+/// not the slice of limits or its options, so both may be temporaries.
+#[test]
+fn stacked_limits_built_in_the_call_may_be_dropped_before_the_future_is_awaited() {
+    let (service, _clock) = service(tiers());
+    let burst = || Options::new().tier("free").budget("burst");
+    let consumed = service.consume_all(&[("k", &burst()), ("k", &Options::new().tier("free"))]);
+    let enforced = service.enforce_all(&[("k", &burst()), ("k", &Options::new().tier("free"))]);
+    assert!(now(consumed).unwrap().iter().all(|d| d.allowed));
+    assert!(now(enforced).is_ok());
+    // Two of each spent (free: 2 per window): the third call is refused as one.
+    let refused = service.enforce_all(&[("k", &burst()), ("k", &Options::new().tier("free"))]);
+    assert!(matches!(now(refused), Err(Error::Exceeded(_))));
+    assert_eq!(now(service.status("k", &burst())).unwrap().remaining, 0);
+}
+
 #[test]
 fn futures_decide_nothing_until_polled() {
     let (service, _clock) = service(tiers());

@@ -1,5 +1,7 @@
 //! Stacked limits through the service: several limits decided as one call.
 
+use std::future::Future;
+
 use super::{Backend, Call, Options, RateLimitService};
 use crate::clock::Nanos;
 use crate::decision::Decision;
@@ -40,18 +42,39 @@ impl RateLimitService {
     /// # Ok::<(), ratelimit_core::Error>(())
     /// # }).unwrap();
     /// ```
-    pub async fn consume_all(&self, limits: &[(&str, &Options)]) -> Result<Vec<Decision>, Error> {
-        let parts: Vec<(Option<&str>, Call<'_>)> =
-            limits.iter().map(|&(k, o)| (Some(k), o.call())).collect();
-        self.decide_stacked(&parts).await
+    ///
+    /// Like the single-limit methods, the future borrows the keys but not the slice or the
+    /// options: `service.consume_all(&[("k", &Options::new().limit(5))])` may be kept and
+    /// awaited later.
+    pub fn consume_all<'a>(
+        &'a self,
+        limits: &[(&'a str, &Options)],
+    ) -> impl Future<Output = Result<Vec<Decision>, Error>> + Send + 'a {
+        let owned = Self::own_limits(limits);
+        async move { self.decide_stacked(&Self::calls(&owned)).await }
     }
 
     /// Like [`consume_all`](Self::consume_all), but a refusal is `Err(Error::Exceeded(..))`
     /// carrying the refusing limit's decision (of several, the one to wait for longest).
-    pub async fn enforce_all(&self, limits: &[(&str, &Options)]) -> Result<Vec<Decision>, Error> {
-        let parts: Vec<(Option<&str>, Call<'_>)> =
-            limits.iter().map(|&(k, o)| (Some(k), o.call())).collect();
-        self.enforce_stacked(&parts).await
+    pub fn enforce_all<'a>(
+        &'a self,
+        limits: &[(&'a str, &Options)],
+    ) -> impl Future<Output = Result<Vec<Decision>, Error>> + Send + 'a {
+        let owned = Self::own_limits(limits);
+        async move { self.enforce_stacked(&Self::calls(&owned)).await }
+    }
+
+    /// The limits with their options cloned (literal names are copied, run-time ones shared):
+    /// the futures of [`consume_all`](Self::consume_all) and
+    /// [`enforce_all`](Self::enforce_all) borrow the keys, not the slice or the options, as
+    /// the single-limit methods do.
+    fn own_limits<'a>(limits: &[(&'a str, &Options)]) -> Vec<(&'a str, Options)> {
+        limits.iter().map(|&(k, o)| (k, o.clone())).collect()
+    }
+
+    /// The service's view of owned limits.
+    fn calls<'a>(owned: &'a [(&'a str, Options)]) -> Vec<(Option<&'a str>, Call<'a>)> {
+        owned.iter().map(|(k, o)| (Some(*k), o.call())).collect()
     }
 
     /// [`enforce_all`](Self::enforce_all) for calls with or without a user key (annotated
