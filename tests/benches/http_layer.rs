@@ -1,8 +1,9 @@
 //! What the HTTP layer costs: requests per second through a small axum app with and without
 //! `RateLimitLayer` (memory store, a limit no run reaches, keyed by the peer address), driven
 //! by `wrk` on loopback, in interleaved rounds of one run (a balanced order, see `order`).
-//! Four variants: no layer; no layer but the five headers' bytes added statically (what the
-//! bytes cost, apart from computing them); the layer with headers off; the layer as shipped.
+//! Five variants: no layer; no layer but the five headers' bytes added statically (what the
+//! bytes cost, apart from computing them); a middleware that does nothing (what any boxed
+//! axum middleware costs); the layer with headers off; the layer as shipped.
 //! Beside throughput, the server's own CPU time per request (this process; `wrk` is another):
 //! on a 2-core machine the load generator shares the cores, so throughput also moves with
 //! what `wrk` spends parsing, and CPU per request is what the server pays.
@@ -95,19 +96,23 @@ fn cpu_seconds() -> f64 {
 }
 
 /// The variants, in the order of their columns.
-const VARIANTS: [&str; 4] = [
+const VARIANTS: [&str; N] = [
     "no layer",
     "no layer, the five headers' bytes added statically",
+    "a middleware that does nothing (axum::middleware::from_fn)",
     "layer, headers off",
     "layer, headers on",
 ];
 
-/// A balanced order for `round`: each variant in each position equally often over every
-/// four rounds (a Latin square), and never the same variant twice in a row, also across
-/// rounds (each row starts with another variant than the previous one ends with).
-fn order(round: usize) -> [usize; 4] {
-    let latin = [[0, 1, 2, 3], [2, 0, 3, 1], [3, 2, 1, 0], [1, 3, 0, 2]];
-    latin[round % 4]
+/// How many variants.
+const N: usize = 5;
+
+/// A balanced order for `round`: cyclic, starting at `round mod N` (a Latin square: each
+/// variant in each position equally often over every `N` rounds), so no variant runs twice in
+/// a row, within a round or across two (a round ends with the variant before the one the
+/// next round starts after).
+fn order(round: usize) -> impl Iterator<Item = usize> {
+    (0..N).map(move |i| (round + i) % N)
 }
 
 fn main() {
@@ -158,6 +163,12 @@ fn main() {
         vec![
             serve(app()).await,
             serve(static_headers).await,
+            serve(app().layer(axum::middleware::from_fn(
+                |request: axum::extract::Request, next: axum::middleware::Next| async move {
+                    next.run(request).await
+                },
+            )))
+            .await,
             serve(app().layer(layer(false))).await,
             serve(app().layer(layer(true))).await,
         ]
@@ -166,12 +177,12 @@ fn main() {
     for url in &urls {
         wrk(url, 1, connections);
     }
-    let mut ratios = vec![Vec::new(); 4];
-    let mut cpu_us = vec![Vec::new(); 4];
-    let mut p99_added = vec![Vec::new(); 4];
+    let mut ratios = vec![Vec::new(); N];
+    let mut cpu_us = vec![Vec::new(); N];
+    let mut p99_added = vec![Vec::new(); N];
     for round in 0..rounds as usize {
-        let mut rps = [0.0; 4];
-        let mut p99 = [0.0; 4];
+        let mut rps = [0.0; N];
+        let mut p99 = [0.0; N];
         for v in order(round) {
             let cpu = cpu_seconds();
             let (r, p) = wrk(&urls[v], seconds, connections);
@@ -180,7 +191,7 @@ fn main() {
             p99[v] = p;
         }
         print!("round {round}:");
-        for v in 0..4 {
+        for v in 0..N {
             ratios[v].push(rps[v] / rps[0]);
             p99_added[v].push(p99[v] - p99[0]);
             print!(" {:.0} req/s ({:.3}x)", rps[v], rps[v] / rps[0]);
@@ -191,7 +202,7 @@ fn main() {
     println!("http_layer: medians of {rounds} rounds; load average after the run: {load}");
     println!("| variant | throughput / no layer | server CPU per request | p99 added |");
     println!("| --- | --- | --- | --- |");
-    for v in 0..4 {
+    for v in 0..N {
         println!(
             "| {} | {:.3}x | {:.2} µs | {:.0} µs |",
             VARIANTS[v],
