@@ -8,8 +8,7 @@ use crate::decision::Decision;
 use crate::error::{Error, Exceeded};
 use crate::key;
 use crate::quota::{Overrides, Quota};
-use crate::stats::Outcome;
-use crate::store::MemoryStore;
+use crate::store::{DynStore, MemoryStore};
 
 /// A thread's buffers for the memory path's store keys: the key, and the suffix of the last
 /// key composed (identity, budget, tier: see `key::write_suffix`) with what it was written
@@ -109,9 +108,11 @@ impl RateLimitService {
         let decision = match self.decide_now(key, options, true) {
             Some(decided) => decided?,
             None => {
-                let (_, tier, _) = self.prepare(options)?;
-                let refused = Err(Error::SyncOnWaitingStore { function });
-                return self.finish(refused, tier, key, options, true);
+                let refused = match self.resolve(options) {
+                    Ok((_, tier)) => (Err(Error::SyncOnWaitingStore { function }), tier),
+                    Err(e) => (Err(e), None),
+                };
+                return self.counted(refused, key, options);
             }
         };
         Self::admit(decision, options)
@@ -119,6 +120,7 @@ impl RateLimitService {
 
     /// Whether the service decides without waiting: the memory store (called directly), or
     /// no store at all (limiting disabled). Sync annotated fns need it.
+    #[inline]
     pub(crate) fn decides_at_once(&self) -> bool {
         !self.inner.config.enabled() || matches!(self.inner.backend, Backend::Memory(_))
     }
@@ -135,114 +137,49 @@ impl RateLimitService {
         }
     }
 
+    /// One decision, counted (when it spends) in the statistics.
     pub(super) async fn decide(
         &self,
         key: Option<&str>,
         options: &Call<'_>,
     ) -> Result<Decision, Error> {
-        let store = match &self.inner.backend {
-            Backend::Dyn(store) if self.inner.config.enabled() => store,
-            Backend::Memory(store) => return self.decide_sync(Some(store), key, options, true),
-            Backend::Dyn(_) => return self.decide_sync(None, key, options, true),
-        };
-        let (quota, tier, now) = self.prepare(options)?;
-        let parts = self.parts(options, tier, key);
-        let mut k = String::with_capacity(64);
-        let result = match key::compose(&mut k, &parts, &quota) {
-            Ok(()) => {
-                let started = self.inner.latency.start();
-                let decided = store
-                    .decide(&k, &quota, options.cost, now, options.consume)
-                    .await;
-                self.inner.latency.finish(started);
-                decided
-            }
-            Err(e) => Err(e),
-        };
-        self.finish(result, tier, key, options, true)
+        let decided = self.decide_uncounted(key, options).await;
+        self.counted(decided, key, options)
     }
 
-    /// The decision when it needs no waiting: `None` for a store behind the [`Store`] trait.
-    #[inline]
+    /// The decision when it needs no waiting, counted: `None` for a store behind the
+    /// [`Store`](crate::Store) trait. `with_tier`: name the tier on an admitted decision too
+    /// (a refusal always names it).
+    #[inline(always)]
     pub(super) fn decide_now(
         &self,
         key: Option<&str>,
         options: &Call<'_>,
         with_tier: bool,
     ) -> Option<Result<Decision, Error>> {
-        match &self.inner.backend {
-            Backend::Memory(store) => Some(self.decide_sync(Some(store), key, options, with_tier)),
-            Backend::Dyn(_) if self.inner.config.enabled() => None,
-            Backend::Dyn(_) => Some(self.decide_sync(None, key, options, with_tier)),
-        }
-    }
-
-    /// A decision by the memory store, or (`None`, or limits switched off) an allowance that
-    /// counts nothing. The memory store answers at once, so it is called here rather than
-    /// through another future (every layer of future moves the decision once more).
-    /// `with_tier`: set the decision's tier even when the call is admitted.
-    #[inline]
-    fn decide_sync(
-        &self,
-        store: Option<&MemoryStore>,
-        key: Option<&str>,
-        options: &Call<'_>,
-        with_tier: bool,
-    ) -> Result<Decision, Error> {
-        let (quota, tier, now) = self.prepare(options)?;
-        let result = match store {
-            Some(store) if self.inner.config.enabled() => {
-                let started = self.inner.latency.start();
-                let decided = self.with_key(options, tier, key, &quota, |k| {
-                    store.decide_at(k, &quota, options.cost, now, options.consume)
-                });
-                self.inner.latency.finish(started);
-                decided
-            }
-            _ => Ok(Decision::unlimited(now)),
+        let store = match &self.inner.backend {
+            Backend::Memory(store) => Some(store),
+            Backend::Dyn(_) if self.inner.config.enabled() => return None,
+            Backend::Dyn(_) => None,
         };
-        self.finish(result, tier, key, options, with_tier)
-    }
-
-    /// The quota, tier and time of a call; a call that cannot be resolved is counted as an
-    /// error.
-    #[inline]
-    fn prepare(&self, options: &Call<'_>) -> Result<(Quota, Option<usize>, Nanos), Error> {
-        match self.resolve(options) {
-            Ok((quota, tier)) => Ok((quota, tier, self.inner.clock.now())),
-            Err(e) => {
-                if options.consume {
-                    self.count(None, options.budget, Outcome::Error);
-                }
-                Err(e)
+        let decided = match self.resolve(options) {
+            Ok((quota, tier)) => {
+                let now = self.inner.clock.now();
+                let result = match store {
+                    Some(store) if self.inner.config.enabled() => {
+                        self.decide_in_memory(store, key, options, &quota, tier, now)
+                    }
+                    _ => Ok(Decision::unlimited(now)),
+                };
+                (self.name_tier(result, tier, with_tier), tier)
             }
-        }
-    }
-
-    /// Counts the store's answer and names its tier (on a refusal always; else `with_tier`).
-    #[inline]
-    fn finish(
-        &self,
-        result: Result<Decision, Error>,
-        tier: Option<usize>,
-        key: Option<&str>,
-        options: &Call<'_>,
-        with_tier: bool,
-    ) -> Result<Decision, Error> {
-        let result = result.map(|mut decision| {
-            if with_tier || !decision.allowed {
-                decision.tier = tier.map(|i| self.inner.config.tiers()[i].name.clone());
-            }
-            decision
-        });
-        if options.consume {
-            self.record(tier, options.budget, key, &result);
-        }
-        result
+            Err(e) => (Err(e), None),
+        };
+        Some(self.counted(decided, key, options))
     }
 
     /// One decision, not counted in the statistics (the queue counts a call once, by how its
-    /// wait ended); with the tier it was made under.
+    /// wait ended); with the tier it was made under, named on the decision.
     pub(super) async fn decide_uncounted(
         &self,
         key: Option<&str>,
@@ -253,26 +190,94 @@ impl RateLimitService {
             Err(e) => return (Err(e), None),
         };
         let now = self.inner.clock.now();
-        let (cost, commit) = (options.cost, options.consume);
-        let started = self.inner.latency.start();
-        let result = match &self.inner.backend {
-            _ if !self.inner.config.enabled() => Ok(Decision::unlimited(now)),
-            Backend::Memory(store) => self.with_key(options, tier, key, &quota, |k| {
-                store.decide_at(k, &quota, cost, now, commit)
-            }),
-            Backend::Dyn(store) => {
+        let result = match self.decide_at_once(key, options, &quota, tier, now) {
+            Ok(result) => result,
+            Err(store) => {
                 let mut k = String::with_capacity(64);
                 match key::compose(&mut k, &self.parts(options, tier, key), &quota) {
-                    Ok(()) => store.decide(&k, &quota, cost, now, commit).await,
+                    Ok(()) => {
+                        let started = self.inner.latency.start();
+                        let decided =
+                            (store.decide(&k, &quota, options.cost, now, options.consume)).await;
+                        self.inner.latency.finish(started);
+                        decided
+                    }
                     Err(e) => Err(e),
                 }
             }
         };
-        self.inner.latency.finish(started);
-        let result = result.map(|mut decision| {
-            decision.tier = tier.map(|i| self.inner.config.tiers()[i].name.clone());
-            decision
+        (self.name_tier(result, tier, true), tier)
+    }
+
+    /// The store's answer when it needs no waiting: the memory store (called here rather than
+    /// through another future, since every layer of future moves the decision once more), or
+    /// an allowance that counts nothing when limits are switched off. Otherwise the store to
+    /// wait for.
+    #[inline(always)]
+    fn decide_at_once(
+        &self,
+        key: Option<&str>,
+        options: &Call<'_>,
+        quota: &Quota,
+        tier: Option<usize>,
+        now: Nanos,
+    ) -> Result<Result<Decision, Error>, &dyn DynStore> {
+        match &self.inner.backend {
+            _ if !self.inner.config.enabled() => Ok(Ok(Decision::unlimited(now))),
+            Backend::Memory(store) => {
+                Ok(self.decide_in_memory(store, key, options, quota, tier, now))
+            }
+            Backend::Dyn(store) => Err(&**store),
+        }
+    }
+
+    /// The memory store's answer, its latency sampled.
+    #[inline(always)]
+    fn decide_in_memory(
+        &self,
+        store: &MemoryStore,
+        key: Option<&str>,
+        options: &Call<'_>,
+        quota: &Quota,
+        tier: Option<usize>,
+        now: Nanos,
+    ) -> Result<Decision, Error> {
+        let started = self.inner.latency.start();
+        let decided = self.with_key(options, tier, key, quota, |k| {
+            store.decide_at(k, quota, options.cost, now, options.consume)
         });
-        (result, tier)
+        self.inner.latency.finish(started);
+        decided
+    }
+
+    /// Names the tier on the decision: on a refusal always, else when `with_tier` (an
+    /// annotated fn's admitted call never shows its decision, so it skips the `Arc` clone).
+    #[inline(always)]
+    fn name_tier(
+        &self,
+        result: Result<Decision, Error>,
+        tier: Option<usize>,
+        with_tier: bool,
+    ) -> Result<Decision, Error> {
+        result.map(|mut decision| {
+            if with_tier || !decision.allowed {
+                decision.tier = tier.map(|i| self.inner.config.tiers()[i].name.clone());
+            }
+            decision
+        })
+    }
+
+    /// Counts a decision (or the error that stood for it) when the call spends.
+    #[inline(always)]
+    fn counted(
+        &self,
+        (result, tier): (Result<Decision, Error>, Option<usize>),
+        key: Option<&str>,
+        options: &Call<'_>,
+    ) -> Result<Decision, Error> {
+        if options.consume {
+            self.record(tier, options.budget, key, &result);
+        }
+        result
     }
 }
