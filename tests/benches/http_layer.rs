@@ -12,14 +12,17 @@
 //! `apt-get install -y wrk`). `ROUNDS`, `SECONDS` and `CONNECTIONS` change the run.
 //! Figures: BENCHMARKS.md, section "HTTP layer".
 
+#[path = "support/http_apps.rs"]
+mod http_apps;
+
 use std::net::SocketAddr;
 use std::process::Command;
-use std::time::Duration;
+use std::sync::Arc;
 
-use axum::routing::get;
 use axum::Router;
-use ratelimit::http::{ClientIp, RateLimitLayer};
-use ratelimit::{Config, Options, RateLimitService, Strategy};
+use ratelimit::SystemClock;
+
+use http_apps::{apps, N, VARIANTS};
 
 fn env(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -95,18 +98,6 @@ fn cpu_seconds() -> f64 {
     (ticks(11) + ticks(12)) / 100.0
 }
 
-/// The variants, in the order of their columns.
-const VARIANTS: [&str; N] = [
-    "no layer",
-    "no layer, the five headers' bytes added statically",
-    "a middleware that does nothing (axum::middleware::from_fn)",
-    "layer, headers off",
-    "layer, headers on",
-];
-
-/// How many variants.
-const N: usize = 5;
-
 /// A balanced order for `round`: cyclic, starting at `round mod N` (a Latin square: each
 /// variant in each position equally often over every `N` rounds), so no variant runs twice in
 /// a row, within a round or across two (a round ends with the variant before the one the
@@ -128,50 +119,11 @@ fn main() {
         .build()
         .unwrap();
     let urls: Vec<String> = runtime.block_on(async {
-        let app = || Router::new().route("/", get(|| async { "hello" }));
-        // The same five fields, with values of the same length as the layer's, fixed: what
-        // the bytes alone cost (written by the server, parsed by wrk).
-        let static_headers = Router::new().route(
-            "/",
-            get(|| async {
-                (
-                    [
-                        ("x-ratelimit-limit", "4000000000"),
-                        ("x-ratelimit-remaining", "3999999999"),
-                        ("x-ratelimit-reset", "1764556800"),
-                        ("ratelimit-policy", "\"default\";q=4000000000;w=3600"),
-                        ("ratelimit", "\"default\";r=3999999999;t=3600"),
-                    ],
-                    "hello",
-                )
-            }),
-        );
-        let layer = |headers: bool| {
-            let config = Config::builder()
-                .strategy(Strategy::TokenBucket)
-                .build()
-                .unwrap();
-            let service = RateLimitService::new(config).unwrap();
-            RateLimitLayer::new(service, ClientIp::peer())
-                .options(
-                    Options::new()
-                        .limit(4_000_000_000)
-                        .window(Duration::from_secs(3_600)),
-                )
-                .headers(headers)
-        };
-        vec![
-            serve(app()).await,
-            serve(static_headers).await,
-            serve(app().layer(axum::middleware::from_fn(
-                |request: axum::extract::Request, next: axum::middleware::Next| async move {
-                    next.run(request).await
-                },
-            )))
-            .await,
-            serve(app().layer(layer(false))).await,
-            serve(app().layer(layer(true))).await,
-        ]
+        let mut urls = Vec::new();
+        for app in apps(Arc::new(SystemClock)) {
+            urls.push(serve(app).await);
+        }
+        urls
     });
     // Warm-up: connections, allocator, the store's shards.
     for url in &urls {
