@@ -236,7 +236,10 @@ impl HeaderFields<'_> {
 fn push_sf_string(out: &mut Vec<u8>, name: &str) {
     out.push(b'"');
     // The common case, a plain name, copied in one go.
-    if name.bytes().all(|b| matches!(b, b' '..=b'~') && b != b'"' && b != b'\\') {
+    if name
+        .bytes()
+        .all(|b| matches!(b, b' '..=b'~') && b != b'"' && b != b'\\')
+    {
         out.extend_from_slice(name.as_bytes());
         out.push(b'"');
         return;

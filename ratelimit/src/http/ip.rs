@@ -191,7 +191,11 @@ fn write_ipv4(out: &mut KeyText, v4: Ipv4Addr) -> fmt::Result {
             text[len] = b'.';
             len += 1;
         }
-        let digits = [b'0' + octet / 100, b'0' + octet / 10 % 10, b'0' + octet % 10];
+        let digits = [
+            b'0' + octet / 100,
+            b'0' + octet / 10 % 10,
+            b'0' + octet % 10,
+        ];
         let from = match octet {
             100.. => 0,
             10..=99 => 1,
@@ -437,6 +441,34 @@ mod tests {
                 .insert(ConnectInfo(peer.parse::<SocketAddr>().unwrap()));
         }
         parts
+    }
+
+    #[test]
+    fn ipv4_keys_are_written_as_display_writes_them() {
+        let ip = ClientIp::peer();
+        for addr in [
+            "0.0.0.0",
+            "9.10.99.100",
+            "255.255.255.255",
+            "10.0.0.1",
+            "192.168.100.9",
+            "203.0.113.7",
+        ] {
+            let parsed: Ipv4Addr = addr.parse().unwrap();
+            assert_eq!(&*ip.key_of(IpAddr::V4(parsed)), addr);
+            let peer = format!("{addr}:4000");
+            assert_eq!(
+                ip.extract(&parts(&[], Some(&peer))).unwrap().as_deref(),
+                Some(addr)
+            );
+        }
+        for octet in 0..=255 {
+            let v4 = Ipv4Addr::new(octet, 0, octet, 255);
+            assert_eq!(*ip.key_of(IpAddr::V4(v4)), v4.to_string());
+        }
+        let v6 = "2001:db8:1:2:3:4:5:6".parse::<IpAddr>().unwrap();
+        assert_eq!(&*ip.key_of(v6), "2001:db8:1:2::/64");
+        assert!(matches!(ip.key_of(v6), KeyText::Inline { .. }));
     }
 
     fn key(extractor: &ClientIp, headers: &[(&str, &str)], peer: &str) -> String {

@@ -390,8 +390,7 @@ impl LayerConfig {
                     .iter()
                     .map(|limit| limit.options(self.per_route, parts))
                     .collect();
-                let limits: Vec<(&str, &Options)> =
-                    options.iter().map(|o| (&*key, &**o)).collect();
+                let limits: Vec<(&str, &Options)> = options.iter().map(|o| (&*key, &**o)).collect();
                 service.consume_all(&limits).await.map(Decisions::Several)
             }
         };

@@ -33,7 +33,12 @@ pub fn apps(clock: Arc<dyn Clock>) -> [Router; N] {
     let static_headers = Router::new().route(
         "/",
         get(|| async {
-            let field = |name, value| (HeaderName::from_static(name), HeaderValue::from_static(value));
+            let field = |name, value| {
+                (
+                    HeaderName::from_static(name),
+                    HeaderValue::from_static(value),
+                )
+            };
             (
                 [
                     field("x-ratelimit-limit", "4000000000"),
