@@ -1,6 +1,5 @@
 //! [`Decision`]: what the limiter answered, and the HTTP headers that say so.
 
-use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -144,12 +143,18 @@ impl Decision {
         let Some(f) = self.header_fields(None) else {
             return Vec::new();
         };
+        let item = |write: &dyn Fn(&mut Vec<u8>)| {
+            let mut out = Vec::with_capacity(f.name.len() + 32);
+            write(&mut out);
+            // Printable ASCII only (`push_sf_string`, digits): always UTF-8.
+            String::from_utf8(out).unwrap_or_default()
+        };
         let mut headers = vec![
             (names::LIMIT, f.limit.to_string()),
             (names::REMAINING, f.remaining.to_string()),
             (names::RESET, f.reset.to_string()),
-            (names::POLICY, f.policy),
-            (names::RATELIMIT, f.ratelimit),
+            (names::POLICY, item(&|out| f.policy_item(out))),
+            (names::RATELIMIT, item(&|out| f.ratelimit_item(out))),
         ];
         if let Some(retry) = f.retry_after {
             headers.push((names::RETRY_AFTER, retry.to_string()));
@@ -160,26 +165,19 @@ impl Decision {
     /// The values of the rate-limit header fields, under `policy` (default: the tier, else
     /// `"default"`): the one place they are computed, for [`headers`](Self::headers) and the
     /// typed `header_map`. `None` for an [`unlimited`](Self::unlimited) decision.
-    pub(crate) fn header_fields(&self, policy: Option<&str>) -> Option<HeaderFields> {
+    pub(crate) fn header_fields<'a>(&'a self, policy: Option<&'a str>) -> Option<HeaderFields<'a>> {
         if self.limit == u64::MAX {
             return None;
         }
-        let name = policy.or(self.tier.as_deref()).unwrap_or("default");
         let secs = |d: Duration| d.as_millis().div_ceil(1_000) as u64;
-        // Each item written once into a buffer of its own: these run on every HTTP response.
-        let item = |key: &str, first: u64, second: &str, then: u64| {
-            let mut out = String::with_capacity(name.len() + 32);
-            push_sf_string(&mut out, name);
-            let _ = write!(out, ";{key}={first};{second}={then}");
-            out
-        };
         Some(HeaderFields {
             limit: self.limit,
             remaining: self.remaining,
             reset: self.reset_at_ms.div_ceil(1_000),
             retry_after: self.retry_after.map(|retry| secs(retry).max(1)),
-            policy: item("q", self.limit, "w", secs(self.window).max(1)),
-            ratelimit: item("r", self.remaining, "t", secs(self.reset_after)),
+            name: policy.or(self.tier.as_deref()).unwrap_or("default"),
+            window: secs(self.window).max(1),
+            reset_after: secs(self.reset_after),
         })
     }
 }
@@ -194,8 +192,9 @@ pub(crate) mod names {
     pub(crate) const RETRY_AFTER: &str = "retry-after";
 }
 
-/// The values of one decision's header fields.
-pub(crate) struct HeaderFields {
+/// The values of one decision's header fields: numbers, and the policy's name, which the
+/// two IETF items are written from (into a caller's buffer: these run on every HTTP response).
+pub(crate) struct HeaderFields<'a> {
     /// `X-RateLimit-Limit`.
     pub(crate) limit: u64,
     /// `X-RateLimit-Remaining`.
@@ -204,27 +203,58 @@ pub(crate) struct HeaderFields {
     pub(crate) reset: u64,
     /// `Retry-After`: whole seconds, rounded up, at least 1; only when refused.
     pub(crate) retry_after: Option<u64>,
-    /// One item of `RateLimit-Policy`: `"<name>";q=<limit>;w=<window seconds>`.
-    pub(crate) policy: String,
-    /// One item of `RateLimit`: `"<name>";r=<remaining>;t=<seconds to reset>`.
-    pub(crate) ratelimit: String,
+    /// The policy's name in the IETF items.
+    pub(crate) name: &'a str,
+    /// The window in whole seconds, rounded up, at least 1.
+    pub(crate) window: u64,
+    /// Seconds until the budget is full again, rounded up.
+    pub(crate) reset_after: u64,
+}
+
+impl HeaderFields<'_> {
+    /// Appends this decision's `RateLimit-Policy` item, `"<name>";q=<limit>;w=<window>`.
+    pub(crate) fn policy_item(&self, out: &mut Vec<u8>) {
+        self.item(out, b";q=", self.limit, b";w=", self.window);
+    }
+
+    /// Appends this decision's `RateLimit` item, `"<name>";r=<remaining>;t=<reset after>`.
+    pub(crate) fn ratelimit_item(&self, out: &mut Vec<u8>) {
+        self.item(out, b";r=", self.remaining, b";t=", self.reset_after);
+    }
+
+    fn item(&self, out: &mut Vec<u8>, first: &[u8], a: u64, second: &[u8], b: u64) {
+        push_sf_string(out, self.name);
+        out.extend_from_slice(first);
+        out.extend_from_slice(itoa::Buffer::new().format(a).as_bytes());
+        out.extend_from_slice(second);
+        out.extend_from_slice(itoa::Buffer::new().format(b).as_bytes());
+    }
 }
 
 /// `name` as a structured-field string (RFC 8941): quoted, `\` and `"` escaped, and any
 /// character outside printable ASCII (which a string cannot hold) replaced with `?`.
-fn push_sf_string(out: &mut String, name: &str) {
-    out.push('"');
+fn push_sf_string(out: &mut Vec<u8>, name: &str) {
+    out.push(b'"');
+    // The common case, a plain name, copied in one go.
+    if name
+        .bytes()
+        .all(|b| matches!(b, b' '..=b'~') && b != b'"' && b != b'\\')
+    {
+        out.extend_from_slice(name.as_bytes());
+        out.push(b'"');
+        return;
+    }
     for c in name.chars() {
         match c {
             '"' | '\\' => {
-                out.push('\\');
-                out.push(c);
+                out.push(b'\\');
+                out.push(c as u8);
             }
-            ' '..='~' => out.push(c),
-            _ => out.push('?'),
+            ' '..='~' => out.push(c as u8),
+            _ => out.push(b'?'),
         }
     }
-    out.push('"');
+    out.push(b'"');
 }
 
 #[cfg(test)]
@@ -234,9 +264,9 @@ mod tests {
     #[test]
     fn policy_names_are_structured_field_strings() {
         let sf_string = |name: &str| {
-            let mut out = String::new();
+            let mut out = Vec::new();
             push_sf_string(&mut out, name);
-            out
+            String::from_utf8(out).unwrap()
         };
         assert_eq!(sf_string("pro"), "\"pro\"");
         assert_eq!(sf_string("a\"b\\c"), "\"a\\\"b\\\\c\"");

@@ -6,10 +6,20 @@ use axum::http::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE, RETRY
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
+use std::ops::Range;
+
+use axum::body::Bytes;
+
 use crate::decision::{names, Decision};
 use crate::error::Error;
 
 const JSON: &str = "application/json";
+
+const LIMIT: HeaderName = HeaderName::from_static(names::LIMIT);
+const REMAINING: HeaderName = HeaderName::from_static(names::REMAINING);
+const RESET: HeaderName = HeaderName::from_static(names::RESET);
+const POLICY: HeaderName = HeaderName::from_static(names::POLICY);
+const RATELIMIT: HeaderName = HeaderName::from_static(names::RATELIMIT);
 
 #[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
 impl Decision {
@@ -66,34 +76,60 @@ impl Decision {
         let Some(f) = self.header_fields(policy) else {
             return;
         };
-        let name = HeaderName::from_static;
-        headers.reserve(6);
-        for (field, item) in [(names::RATELIMIT, f.ratelimit), (names::POLICY, f.policy)] {
-            let value = match headers.get(field) {
-                Some(existing) => list_append(existing, item.as_bytes()),
-                // `push_sf_string` keeps the items to printable ASCII: always a valid value.
-                None => HeaderValue::try_from(item).ok(),
-            };
-            if let Some(value) = value {
-                headers.insert(name(field), value);
+        // Every value is written into one buffer and handed out as slices of it: two
+        // allocations for all the fields (the buffer, and the count its slices share).
+        let mut buf = Vec::with_capacity(2 * f.name.len() + 128);
+        let mut list = |field: &HeaderName, item: &dyn Fn(&mut Vec<u8>)| {
+            let start = buf.len();
+            if let Some(existing) = headers.get(field) {
+                buf.extend_from_slice(existing.as_bytes());
+                buf.extend_from_slice(b", ");
             }
-        }
-        let more_restrictive = match number(headers.get(names::REMAINING)) {
+            item(&mut buf);
+            start..buf.len()
+        };
+        let ratelimit = list(&RATELIMIT, &|out| f.ratelimit_item(out));
+        let policy = list(&POLICY, &|out| f.policy_item(out));
+        let more_restrictive = match number(headers.get(&REMAINING)) {
             None => true,
             Some(theirs) => {
                 f.remaining < theirs
-                    || (f.remaining == theirs && Some(f.reset) > number(headers.get(names::RESET)))
+                    || (f.remaining == theirs && Some(f.reset) > number(headers.get(&RESET)))
             }
         };
-        if more_restrictive {
-            headers.insert(name(names::LIMIT), HeaderValue::from(f.limit));
-            headers.insert(name(names::REMAINING), HeaderValue::from(f.remaining));
-            headers.insert(name(names::RESET), HeaderValue::from(f.reset));
-        }
-        if let Some(retry) = f.retry_after {
-            if number(headers.get(RETRY_AFTER)) < Some(retry) {
-                headers.insert(RETRY_AFTER, HeaderValue::from(retry));
+        let retry = f
+            .retry_after
+            .filter(|&retry| number(headers.get(RETRY_AFTER)) < Some(retry));
+        let mut push_number = |n: u64| {
+            let start = buf.len();
+            buf.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+            start..buf.len()
+        };
+        let numbers = more_restrictive.then(|| {
+            [
+                push_number(f.limit),
+                push_number(f.remaining),
+                push_number(f.reset),
+            ]
+        });
+        let retry = retry.map(push_number);
+        let buf = Bytes::from(buf);
+        // Digits, `push_sf_string`'s printable ASCII and values already in the map: always
+        // valid, so nothing is skipped in practice.
+        let mut insert = |name: HeaderName, span: Range<usize>| {
+            if let Ok(value) = HeaderValue::from_maybe_shared(buf.slice(span)) {
+                headers.insert(name, value);
             }
+        };
+        insert(RATELIMIT, ratelimit);
+        insert(POLICY, policy);
+        if let Some([limit, remaining, reset]) = numbers {
+            insert(LIMIT, limit);
+            insert(REMAINING, remaining);
+            insert(RESET, reset);
+        }
+        if let Some(retry) = retry {
+            insert(RETRY_AFTER, retry);
         }
     }
 
@@ -226,13 +262,4 @@ impl IntoResponse for Error {
 /// A header's value as a number, if it is one.
 fn number(value: Option<&HeaderValue>) -> Option<u64> {
     value?.to_str().ok()?.parse().ok()
-}
-
-/// `existing, item`: one structured-field list in one field line.
-fn list_append(existing: &HeaderValue, item: &[u8]) -> Option<HeaderValue> {
-    let mut bytes = Vec::with_capacity(existing.len() + 2 + item.len());
-    bytes.extend_from_slice(existing.as_bytes());
-    bytes.extend_from_slice(b", ");
-    bytes.extend_from_slice(item);
-    HeaderValue::from_maybe_shared(bytes).ok()
 }

@@ -1,6 +1,6 @@
 //! Keys by client address: the peer, or the client behind your trusted proxies.
 
-use std::fmt;
+use std::fmt::{self, Write as _};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::str::FromStr;
 use std::sync::Arc;
@@ -9,7 +9,8 @@ use axum::extract::ConnectInfo;
 use http::header::FORWARDED;
 use http::request::Parts;
 
-use super::key::KeyExtractor;
+use super::key::{text_to_string, KeyExtractor};
+use crate::__private::KeyText;
 use crate::Error;
 
 /// The key is the client's IP address: the connection's peer, or the client behind your
@@ -157,23 +158,62 @@ impl ClientIp {
         Ok(canonical(ip))
     }
 
-    fn key_of(&self, ip: IpAddr) -> String {
-        match ip {
-            IpAddr::V4(v4) => v4.to_string(),
-            IpAddr::V6(v6) if self.ipv6_prefix == 128 => v6.to_string(),
+    /// The key of `ip`: its text (IPv6 reduced to its prefix, `<network>/<prefix>`), written
+    /// in place, without the formatting machinery for IPv4 (the common case, on every
+    /// request).
+    fn key_of(&self, ip: IpAddr) -> KeyText {
+        let mut out = KeyText::Inline {
+            len: 0,
+            bytes: [0; KeyText::INLINE],
+        };
+        // `KeyText`'s `write_str` never fails.
+        let _ = match ip {
+            IpAddr::V4(v4) => write_ipv4(&mut out, v4),
+            IpAddr::V6(v6) if self.ipv6_prefix == 128 => write!(out, "{v6}"),
             IpAddr::V6(v6) => {
                 let bits = u128::from(v6);
                 let mask = u128::MAX
                     .checked_shl(128 - u32::from(self.ipv6_prefix))
                     .unwrap_or(0);
-                format!("{}/{}", Ipv6Addr::from(bits & mask), self.ipv6_prefix)
+                write!(out, "{}/{}", Ipv6Addr::from(bits & mask), self.ipv6_prefix)
             }
-        }
+        };
+        out
     }
+}
+
+/// `v4` in dotted decimal, as its `Display` writes it, in one write.
+fn write_ipv4(out: &mut KeyText, v4: Ipv4Addr) -> fmt::Result {
+    let mut text = [0u8; 15];
+    let mut len = 0;
+    for (i, octet) in v4.octets().into_iter().enumerate() {
+        if i > 0 {
+            text[len] = b'.';
+            len += 1;
+        }
+        let digits = [
+            b'0' + octet / 100,
+            b'0' + octet / 10 % 10,
+            b'0' + octet % 10,
+        ];
+        let from = match octet {
+            100.. => 0,
+            10..=99 => 1,
+            _ => 2,
+        };
+        text[len..len + 3 - from].copy_from_slice(&digits[from..]);
+        len += 3 - from;
+    }
+    // ASCII digits and dots: always UTF-8.
+    out.write_str(std::str::from_utf8(&text[..len]).unwrap_or_default())
 }
 
 impl KeyExtractor for ClientIp {
     fn extract(&self, parts: &Parts) -> Result<Option<String>, Error> {
+        text_to_string(self.extract_text(parts))
+    }
+
+    fn extract_text(&self, parts: &Parts) -> Result<Option<KeyText>, Error> {
         self.address(parts).map(|ip| Some(self.key_of(ip)))
     }
 }
@@ -401,6 +441,34 @@ mod tests {
                 .insert(ConnectInfo(peer.parse::<SocketAddr>().unwrap()));
         }
         parts
+    }
+
+    #[test]
+    fn ipv4_keys_are_written_as_display_writes_them() {
+        let ip = ClientIp::peer();
+        for addr in [
+            "0.0.0.0",
+            "9.10.99.100",
+            "255.255.255.255",
+            "10.0.0.1",
+            "192.168.100.9",
+            "203.0.113.7",
+        ] {
+            let parsed: Ipv4Addr = addr.parse().unwrap();
+            assert_eq!(&*ip.key_of(IpAddr::V4(parsed)), addr);
+            let peer = format!("{addr}:4000");
+            assert_eq!(
+                ip.extract(&parts(&[], Some(&peer))).unwrap().as_deref(),
+                Some(addr)
+            );
+        }
+        for octet in 0..=255 {
+            let v4 = Ipv4Addr::new(octet, 0, octet, 255);
+            assert_eq!(*ip.key_of(IpAddr::V4(v4)), v4.to_string());
+        }
+        let v6 = "2001:db8:1:2:3:4:5:6".parse::<IpAddr>().unwrap();
+        assert_eq!(&*ip.key_of(v6), "2001:db8:1:2::/64");
+        assert!(matches!(ip.key_of(v6), KeyText::Inline { .. }));
     }
 
     fn key(extractor: &ClientIp, headers: &[(&str, &str)], peer: &str) -> String {

@@ -6,6 +6,7 @@ use std::marker::PhantomData;
 use http::header::HeaderName;
 use http::request::Parts;
 
+use crate::__private::KeyText;
 use crate::Error;
 
 /// What a request is counted under: `Ok(Some(key))` counts it under `key`, `Ok(None)` skips
@@ -46,6 +47,14 @@ use crate::Error;
 pub trait KeyExtractor: Send + Sync + 'static {
     /// The key of the request whose head is `parts`.
     fn extract(&self, parts: &Parts) -> Result<Option<String>, Error>;
+
+    /// [`extract`](Self::extract)'s key as the layer counts it: in place when it is short
+    /// (an address), so that a request allocates nothing for it. Implement `extract` only;
+    /// this is overridden by the extractors of this crate.
+    #[doc(hidden)]
+    fn extract_text(&self, parts: &Parts) -> Result<Option<KeyText>, Error> {
+        Ok(self.extract(parts)?.map(KeyText::Heap))
+    }
 }
 
 impl<F> KeyExtractor for F
@@ -113,16 +122,26 @@ impl fmt::Debug for ApiKey {
     }
 }
 
-impl KeyExtractor for ApiKey {
-    fn extract(&self, parts: &Parts) -> Result<Option<String>, Error> {
-        let verified = parts
+impl ApiKey {
+    /// What the lookup made of the request's API key, if it has one the lookup knows.
+    fn verified(&self, parts: &Parts) -> Option<String> {
+        parts
             .headers
             .get(&self.header)
             .and_then(|v| v.to_str().ok())
-            .and_then(|raw| (self.lookup)(raw.trim()));
-        match verified {
-            Some(account) => Ok(Some(format!("api-key:{account}"))),
-            None => self.fallback.extract(parts),
+            .and_then(|raw| (self.lookup)(raw.trim()))
+    }
+}
+
+impl KeyExtractor for ApiKey {
+    fn extract(&self, parts: &Parts) -> Result<Option<String>, Error> {
+        text_to_string(self.extract_text(parts))
+    }
+
+    fn extract_text(&self, parts: &Parts) -> Result<Option<KeyText>, Error> {
+        match self.verified(parts) {
+            Some(account) => Ok(Some(KeyText::Heap(format!("api-key:{account}")))),
+            None => self.fallback.extract_text(parts),
         }
     }
 }
@@ -196,13 +215,34 @@ where
     T: fmt::Display + Send + Sync + 'static,
 {
     fn extract(&self, parts: &Parts) -> Result<Option<String>, Error> {
+        text_to_string(self.extract_text(parts))
+    }
+
+    fn extract_text(&self, parts: &Parts) -> Result<Option<KeyText>, Error> {
         match (parts.extensions.get::<T>(), &self.fallback) {
-            (Some(principal), _) => Ok(Some(format!("principal:{principal}"))),
-            (None, Some(fallback)) => fallback.extract(parts),
-            (None, None) => Err(Error::InvalidKey {
-                reason: "the request carries no principal: run the authentication middleware \
-                         before the limiter, or give the extractor a fallback",
-            }),
+            (Some(principal), _) => Ok(Some(KeyText::Heap(format!("principal:{principal}")))),
+            (None, Some(fallback)) => fallback.extract_text(parts),
+            (None, None) => Err(no_principal()),
         }
+    }
+}
+
+/// [`KeyExtractor::extract_text`]'s answer as `extract`'s, for the extractors that write
+/// their key as text.
+pub(super) fn text_to_string(
+    text: Result<Option<KeyText>, Error>,
+) -> Result<Option<String>, Error> {
+    text.map(|key| {
+        key.map(|key| match key {
+            KeyText::Heap(heap) => heap,
+            inline => (*inline).to_owned(),
+        })
+    })
+}
+
+fn no_principal() -> Error {
+    Error::InvalidKey {
+        reason: "the request carries no principal: run the authentication middleware before \
+                 the limiter, or give the extractor a fallback",
     }
 }

@@ -333,10 +333,26 @@ impl<S: fmt::Debug> fmt::Debug for RateLimit<S> {
 enum Verdict {
     Skip,
     /// One decision per limit, every one allowed.
-    Allowed(Vec<Decision>),
+    Allowed(Decisions),
     /// One decision per limit, and the refusing one (of several, the longest wait).
-    Refused(Vec<Decision>, usize),
+    Refused(Decisions, usize),
     Failed(Error),
+}
+
+/// The decisions of a layer's limits, one per limit, in order: a layer of one limit (the
+/// common case) keeps its decision in place.
+enum Decisions {
+    One(Decision),
+    Several(Vec<Decision>),
+}
+
+impl Decisions {
+    fn as_slice(&self) -> &[Decision] {
+        match self {
+            Decisions::One(one) => std::slice::from_ref(one),
+            Decisions::Several(several) => several,
+        }
+    }
 }
 
 impl LayerConfig {
@@ -344,7 +360,7 @@ impl LayerConfig {
         if self.skip.as_ref().is_some_and(|skip| skip(parts)) {
             return Verdict::Skip;
         }
-        let key = match self.key.extract(parts) {
+        let key = match self.key.extract_text(parts) {
             Ok(Some(key)) => key,
             Ok(None) => return Verdict::Skip,
             Err(e) => return Verdict::Failed(e),
@@ -364,17 +380,18 @@ impl LayerConfig {
                 }
             },
         };
-        let options: Vec<Cow<'_, Options>> = self
-            .limits
-            .iter()
-            .map(|limit| limit.options(self.per_route, parts))
-            .collect();
-        let decisions = match options.as_slice() {
-            [one] => service.consume(&key, one).await.map(|d| vec![d]),
+        let decisions = match self.limits.as_slice() {
+            [one] => {
+                let options = one.options(self.per_route, parts);
+                service.consume(&key, &options).await.map(Decisions::One)
+            }
             several => {
-                let limits: Vec<(&str, &Options)> =
-                    several.iter().map(|o| (key.as_str(), &**o)).collect();
-                service.consume_all(&limits).await
+                let options: Vec<Cow<'_, Options>> = several
+                    .iter()
+                    .map(|limit| limit.options(self.per_route, parts))
+                    .collect();
+                let limits: Vec<(&str, &Options)> = options.iter().map(|o| (&*key, &**o)).collect();
+                service.consume_all(&limits).await.map(Decisions::Several)
             }
         };
         let decisions = match decisions {
@@ -382,6 +399,7 @@ impl LayerConfig {
             Err(e) => return Verdict::Failed(e),
         };
         let refusing = decisions
+            .as_slice()
             .iter()
             .enumerate()
             .filter(|(_, d)| !d.allowed)
@@ -393,9 +411,9 @@ impl LayerConfig {
         }
     }
 
-    fn headers(&self, response: &mut Response, decisions: &[Decision]) {
+    fn headers(&self, response: &mut Response, decisions: &Decisions) {
         if self.headers {
-            for (limit, decision) in self.limits.iter().zip(decisions) {
+            for (limit, decision) in self.limits.iter().zip(decisions.as_slice()) {
                 decision.add_headers(response.headers_mut(), limit.policy());
             }
         }
@@ -435,7 +453,7 @@ where
                     Ok(response)
                 }
                 Verdict::Refused(decisions, refusing) => {
-                    let decision = &decisions[refusing];
+                    let decision = &decisions.as_slice()[refusing];
                     let mut response = match &config.on_refused {
                         Some(on_refused) => on_refused(decision),
                         None => refused(decision),

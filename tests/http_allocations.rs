@@ -1,0 +1,60 @@
+//! What the HTTP layer allocates per request, over the same app without it: counted by a
+//! global allocator on this thread, through `tower::ServiceExt::oneshot` (no network), on the
+//! apps of the HTTP benches. Guards the layer's per-request work: one boxed future, the two
+//! shared buffers of the header values, nothing for the key of an IPv4 peer or for one limit.
+
+#[path = "benches/support/http_apps.rs"]
+#[allow(dead_code)] // the variant names, for the benches
+mod http_apps;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::ConnectInfo;
+use axum::http::Request;
+use axum::Router;
+use futures::FutureExt;
+use ratelimit::ManualClock;
+use ratelimit_tests::CountingAllocator;
+use tower::ServiceExt;
+
+#[global_allocator]
+static GLOBAL: CountingAllocator = CountingAllocator;
+
+/// Allocations of one request through `app` (its request and response included).
+fn allocations_per_request(app: &Router) -> u64 {
+    let peer: SocketAddr = "203.0.113.7:40000".parse().unwrap();
+    let one = || {
+        let request = Request::get("/")
+            .extension(ConnectInfo(peer))
+            .body(Body::empty())
+            .unwrap();
+        // Every part of these apps answers at once: no runtime needed.
+        let response = app
+            .clone()
+            .oneshot(request)
+            .now_or_never()
+            .unwrap()
+            .unwrap();
+        assert!(response.status().is_success());
+    };
+    one(); // the store's key, grown buffers
+    let before = ratelimit_tests::allocations();
+    one();
+    ratelimit_tests::allocations() - before
+}
+
+#[test]
+fn the_layer_allocates_a_fixed_few_per_request() {
+    let clock = Arc::new(ManualClock::new(Duration::from_secs(1_764_556_800)));
+    let [none, _, _, headers_off, headers_on] =
+        http_apps::apps(clock).map(|app| app.with_state(()));
+    let none = allocations_per_request(&none);
+    // axum's plumbing for any `Router::layer` (2) and the layer's boxed future (1).
+    assert_eq!(allocations_per_request(&headers_off) - none, 3);
+    // Plus the header values' buffer and its shared count (2), and the header map growing
+    // from 2 fields to 7 (2: what adding the same fields statically costs too).
+    assert_eq!(allocations_per_request(&headers_on) - none, 7);
+}
