@@ -126,7 +126,7 @@ async fn percent_encoded_credentials_never_leak() {
 }
 
 #[tokio::test]
-async fn a_sliding_log_call_of_huge_cost_writes_one_member() {
+async fn a_sliding_log_call_of_huge_cost_writes_one_entry() {
     let server = RedisServer::start();
     let p = fresh("cost");
     // Long enough for the old script (one member per unit) to finish and be measured.
@@ -148,15 +148,15 @@ async fn a_sliding_log_call_of_huge_cost_writes_one_member() {
     assert_eq!(d.remaining, 1_000_000);
     let mut c = server.connection();
     let key = limiter_key(&mut c, &p);
-    let members: u64 = redis::cmd("ZCARD").arg(&key).query(&mut c).unwrap();
+    let entries: u64 = redis::cmd("LLEN").arg(&key).query(&mut c).unwrap();
     let bytes: u64 = redis::cmd("MEMORY")
         .arg("USAGE")
         .arg(&key)
         .query(&mut c)
         .unwrap();
-    eprintln!("cost 1000000: {took:?}, {members} members, MEMORY USAGE {bytes} bytes");
+    eprintln!("cost 1000000: {took:?}, {entries} entries, MEMORY USAGE {bytes} bytes");
     assert!(took < Duration::from_millis(500), "{took:?}");
-    assert_eq!(members, 1);
+    assert_eq!(entries, 1);
     assert!(bytes < 1_024, "{bytes} bytes");
 
     // Still exact: 1 000 000 units are left, not one more.
@@ -183,8 +183,8 @@ async fn a_sliding_log_call_of_huge_cost_writes_one_member() {
     assert!(last.allowed);
     assert_eq!(last.remaining, 0);
     assert!(!service.consume("k", &opts).await.unwrap().allowed);
-    let members: u64 = redis::cmd("ZCARD").arg(&key).query(&mut c).unwrap();
-    assert_eq!(members, 2);
+    let entries: u64 = redis::cmd("LLEN").arg(&key).query(&mut c).unwrap();
+    assert_eq!(entries, 2);
 }
 
 /// A key's value and absolute expiry, to check that nothing was written.
@@ -224,8 +224,16 @@ async fn garbage_on_a_limiter_key_is_refused_not_read_as_a_fresh_key() {
     let count = "SET 12";
     let counter = "SET C1700000000000000:60000000:0:1";
     let bucket = "SET T1700000000000000";
-    let log = "ZADD 1700000000000000 0000000000000001:1";
+    let log = "LPUSH 1700000000000000:1:1:1700000000000000:0";
     let others = [
+        // The sliding log of earlier versions, a sorted set: refused, not read as empty.
+        "ZADD 1700000000000000 0000000000000001:1",
+        // Log entries of another shape: too few fields, a cost of 0, the oldest live entry
+        // after the entry itself, a base above the total before the entry.
+        "LPUSH 1700000000000000:1:1",
+        "LPUSH 1700000000000000:1:0:1700000000000000:0",
+        "LPUSH 1700000000000000:1:1:1700000000000001:0",
+        "LPUSH 1700000000000000:3:1:1700000000000000:3",
         "RPUSH a b",
         "HSET f v",
         "SADD a b",
@@ -369,10 +377,9 @@ async fn time_going_backwards_does_not_reopen_a_window() {
     let key = limiter_key(&mut c, &p);
     let ahead = redis_now(&mut c) + 60_000_000;
     redis::cmd("DEL").arg(&key).exec(&mut c).unwrap();
-    redis::cmd("ZADD")
+    redis::cmd("LPUSH")
         .arg(&key)
-        .arg(ahead)
-        .arg("0000000000000001:1")
+        .arg(format!("{ahead}:1:1:{ahead}:0"))
         .exec(&mut c)
         .unwrap();
     redis::cmd("PEXPIREAT")

@@ -218,13 +218,13 @@ impl RedisStore {
             .arg(u8::from(commit))
             .arg(u8::from(full));
         let value: redis::Value = self.run(&invocation).await?;
-        let reply = Reply::parse(&value, capacity).ok_or_else(|| unexpected_value(&value))?;
+        let reply = Reply::parse(&value, quota).ok_or_else(|| unexpected_value(&value))?;
         let received = RedisClock::local_us();
         if let Reply::Full(_, at) = reply {
             clock.measured(at / 1_000, sent, received);
         }
         let (verdict, at) = reply
-            .verdict(cost, capacity, clock.redis_us(received))
+            .verdict(cost, quota, clock.redis_us(received))
             .ok_or_else(|| unexpected_value(&value))?;
         refusals.record(key, cost, capacity, &verdict, started);
         Ok((verdict, at))
