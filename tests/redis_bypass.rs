@@ -222,7 +222,8 @@ async fn garbage_on_a_limiter_key_is_refused_not_read_as_a_fresh_key() {
     // string format (that of earlier versions, and of other windows) is the wrong shape there.
     let fixed = "SET F1700000000000000:60000000:1";
     let count = "SET 12";
-    let counter = "SET C1700000000000000:60000000:0:1";
+    // A counter: window number 28333333 (any number will do), count 1.
+    let counter = "HSET 28333333 1";
     let bucket = "SET T1700000000000000";
     let log = "LPUSH 1700000000000000:1:1:1700000000000000:0";
     let others = [
@@ -234,6 +235,13 @@ async fn garbage_on_a_limiter_key_is_refused_not_read_as_a_fresh_key() {
         "LPUSH 1700000000000000:1:0:1700000000000000:0",
         "LPUSH 1700000000000000:1:1:1700000000000001:0",
         "LPUSH 1700000000000000:3:1:1700000000000000:3",
+        // The counter of earlier versions, a string; counter hashes with a count or a field
+        // that is not a number, or a count of 0.
+        "SET C1700000000000000:60000000:0:1",
+        "HSET 28333333 x",
+        "HSET 28333333 0",
+        "HSET 28333333 -1",
+        "HSET x 1",
         "RPUSH a b",
         "HSET f v",
         "SADD a b",
@@ -337,9 +345,18 @@ async fn time_going_backwards_does_not_reopen_a_window() {
     let next = (now / w + 1) * w;
     let ahead = [
         // A whole-millisecond window: the bare count, its expiry telling the window.
-        (Strategy::FixedWindow, "5".to_owned()),
-        (Strategy::SlidingWindowCounter, format!("C{next}:{w}:0:5")),
-        (Strategy::TokenBucket, format!("T{}", next + 2 * w)),
+        (
+            Strategy::FixedWindow,
+            vec!["SET".to_owned(), "5".to_owned()],
+        ),
+        (
+            Strategy::SlidingWindowCounter,
+            vec!["HSET".to_owned(), (next / w).to_string(), "5".to_owned()],
+        ),
+        (
+            Strategy::TokenBucket,
+            vec!["SET".to_owned(), format!("T{}", next + 2 * w)],
+        ),
     ];
     for (strategy, state) in ahead {
         let p = fresh("backwards");
@@ -347,10 +364,14 @@ async fn time_going_backwards_does_not_reopen_a_window() {
         let opts = Options::new().limit(5).window(LONG).strategy(strategy);
         assert!(service.consume("k", &opts).await.unwrap().allowed);
         let key = limiter_key(&mut c, &p);
-        redis::cmd("SET")
+        redis::cmd("DEL").arg(&key).exec(&mut c).unwrap();
+        redis::cmd(&state[0])
             .arg(&key)
-            .arg(&state)
-            .arg("PXAT")
+            .arg(&state[1..])
+            .exec(&mut c)
+            .unwrap();
+        redis::cmd("PEXPIREAT")
+            .arg(&key)
             .arg((next + 3 * w) / 1_000)
             .exec(&mut c)
             .unwrap();

@@ -18,7 +18,10 @@
 //!   (a string that is not a 64-bit integer is an error, a missing key counts from 0),
 //!   `PEXPIREAT`, `PTTL` and `PEXPIRETIME` (-2 without the key, -1 without an expiry), the
 //!   list commands the sliding log uses: `LPUSH key value`, `LINDEX`, `LLEN`, `LTRIM` (indices
-//!   from the tail when negative; an emptied list is deleted), and `ZADD key score member`
+//!   from the tail when negative; an emptied list is deleted), the hash commands the sliding
+//!   window counter uses: `HMGET`, `HGETALL` (fields in the order they were added), `HINCRBY`
+//!   (as `INCRBY`), `HDEL` (an emptied hash is deleted), and `HSET key field value` to plant
+//!   state; `ZADD key score member`
 //!   and `ZCARD`, to plant the sorted set of earlier versions; `WRONGTYPE`;
 //! - expiry at the set time, checked on every access, as Redis 7 does (`keyIsExpired`: the
 //!   clock in milliseconds `> when`): a key whose expiry is `E` milliseconds lives through
@@ -55,6 +58,8 @@ enum Data {
     Str(String),
     /// Head first.
     List(VecDeque<String>),
+    /// (field, value), in the order the fields were added.
+    Hash(Vec<(String, String)>),
     /// (score, member), as added: only planted, never read by a script.
     ZSet(Vec<(f64, String)>),
 }
@@ -127,6 +132,7 @@ impl Db {
                     None => "none",
                     Some(Data::Str(_)) => "string",
                     Some(Data::List(_)) => "list",
+                    Some(Data::Hash(_)) => "hash",
                     Some(Data::ZSet(_)) => "zset",
                 }
                 .to_owned(),
@@ -201,6 +207,7 @@ impl Db {
                 }))
             }
             (l, words) if l.starts_with('L') => self.list_command(l, words),
+            (h, words) if h.starts_with('H') => self.hash_command(h, words),
             ("ZADD", [key, score, member]) => {
                 let score = score
                     .parse()
@@ -229,6 +236,85 @@ impl Db {
             )),
         }
     }
+    /// The hash commands the sliding window counter uses.
+    fn hash_command(&mut self, name: &str, words: &[&str]) -> Result<Reply, String> {
+        let (key, rest) = words.split_first().ok_or("ERR wrong number of arguments")?;
+        let hash = match self.live(key) {
+            None => None,
+            Some(Entry {
+                data: Data::Hash(h),
+                ..
+            }) => Some(h),
+            Some(_) => return Err(WRONGTYPE.to_owned()),
+        };
+        let held: &[(String, String)] = hash.as_deref().map_or(&[], |h| &h[..]);
+        let get = |field: &str| held.iter().find(|(f, _)| f == field).map(|(_, v)| v);
+        let bulk = |v: Option<&String>| v.map_or(Reply::Nil, |v| Reply::Bulk(v.clone()));
+        match (name, rest) {
+            ("HMGET", fields) if !fields.is_empty() => {
+                Ok(Reply::Array(fields.iter().map(|f| bulk(get(f))).collect()))
+            }
+            ("HGETALL", []) => Ok(Reply::Array(
+                held.iter()
+                    .flat_map(|(f, v)| [Reply::Bulk(f.clone()), Reply::Bulk(v.clone())])
+                    .collect(),
+            )),
+            ("HDEL", fields) if !fields.is_empty() => {
+                let Some(hash) = hash else {
+                    return Ok(Reply::Int(0));
+                };
+                let before = hash.len();
+                hash.retain(|(f, _)| !fields.contains(&f.as_str()));
+                let gone = before - hash.len();
+                if hash.is_empty() {
+                    self.keys.remove(*key); // Redis deletes an emptied hash.
+                }
+                Ok(Reply::Int(gone as i64))
+            }
+            ("HINCRBY" | "HSET", [field, value]) => {
+                let value = if name == "HSET" {
+                    (*value).to_owned()
+                } else {
+                    let by = int(value)?;
+                    let count = match get(field) {
+                        None => 0,
+                        Some(s) => int(s)
+                            .ok()
+                            .filter(|_| !s.starts_with('+') && s.trim() == s)
+                            .ok_or("ERR hash value is not an integer")?,
+                    };
+                    count
+                        .checked_add(by)
+                        .ok_or("ERR increment or decrement would overflow")?
+                        .to_string()
+                };
+                let entry = Entry {
+                    data: Data::Hash(Vec::new()),
+                    expire_ms: None,
+                };
+                let entry = self.keys.entry((*key).to_owned()).or_insert(entry);
+                let Data::Hash(hash) = &mut entry.data else {
+                    unreachable!("checked above")
+                };
+                let added = match hash.iter_mut().find(|(f, _)| f == field) {
+                    Some((_, v)) => {
+                        *v = value.clone();
+                        false
+                    }
+                    None => {
+                        hash.push(((*field).to_owned(), value.clone()));
+                        true
+                    }
+                };
+                Ok(match name {
+                    "HSET" => Reply::Int(i64::from(added)),
+                    _ => Reply::Int(int(&value)?),
+                })
+            }
+            _ => Err(format!("ERR {name} {words:?}: not in the stand-in")),
+        }
+    }
+
     /// The list commands the sliding log uses.
     fn list_command(&mut self, name: &str, words: &[&str]) -> Result<Reply, String> {
         let (key, rest) = words.split_first().ok_or("ERR wrong number of arguments")?;
@@ -440,8 +526,10 @@ fn state_of_another_shape_is_an_error_reply_and_is_left_as_it_is() {
     redis
         .command(&["LPUSH", "l", "1750000000000000:1"])
         .unwrap();
+    // A count that is not a number, in the field of the window decided in (1 ms windows).
+    redis.command(&["HSET", "h", "1750000000000", "x"]).unwrap();
     for strategy in Strategy::ALL {
-        for (key, kind) in [("s", "string"), ("z", "zset"), ("l", "list")] {
+        for (key, kind) in [("s", "string"), ("z", "zset"), ("l", "list"), ("h", "hash")] {
             let reply = redis.eval(strategy, key, &[1_000, 5, 1, 1]);
             let holds = format!("RATELIMIT_STATE the limiter key holds a {kind} that is not");
             assert!(
@@ -456,6 +544,13 @@ fn state_of_another_shape_is_an_error_reply_and_is_left_as_it_is() {
     );
     assert_eq!(redis.command(&["ZCARD", "z"]), Ok(Reply::Int(1)));
     assert_eq!(redis.command(&["LLEN", "l"]), Ok(Reply::Int(1)));
+    assert_eq!(
+        redis.command(&["HGETALL", "h"]),
+        Ok(Reply::Array(vec![
+            Reply::Bulk("1750000000000".into()),
+            Reply::Bulk("x".into())
+        ]))
+    );
 }
 
 #[test]

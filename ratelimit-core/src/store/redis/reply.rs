@@ -8,7 +8,11 @@
 //! - a fixed window of whole milliseconds (see `lua/fixed_window.lua`): the window's count and
 //!   the milliseconds left in it;
 //! - the sliding log (see `lua/sliding_log.lua`), for an admitted call recorded at Redis'
-//!   `TIME`: the units in the window with the call's, full again one window after that time.
+//!   `TIME`: the units in the window with the call's, full again one window after that time;
+//! - the sliding window counter (see `lua/sliding_counter.lua`), for an admitted call recorded
+//!   in the window of Redis' `TIME` (of 10 ms or more): the remaining calls and the window's
+//!   number modulo [`WINDOWS`], resolved to the nearest such window to the estimate of Redis'
+//!   clock (so exact while the estimate is within 512 windows, 5 s at the least).
 //!
 //! The counts and the milliseconds left are Redis' own; only the absolute times of the
 //! decision (`reset_at`) are placed with [`RedisClock`], this process's estimate of Redis'
@@ -25,6 +29,9 @@ use crate::syntax::Strategy;
 /// How long an estimate of Redis' clock is used before a full reply refreshes it.
 const REFRESH_US: u64 = 1_000_000;
 
+/// The modulus of the window numbers a short reply carries.
+pub(super) const WINDOWS: u64 = 1_024;
+
 /// A script's reply.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Reply {
@@ -36,6 +43,9 @@ pub(super) enum Reply {
     /// The sliding log's short reply: an admitted call, recorded at Redis' time, and the
     /// units in the window with its cost.
     Logged { count: u64 },
+    /// The sliding window counter's short reply: an admitted call, recorded in the window
+    /// whose number (window start / window) is `number` modulo [`WINDOWS`].
+    Counted { number: u64, remaining: u64 },
 }
 
 impl Reply {
@@ -45,6 +55,14 @@ impl Reply {
             redis::Value::Int(n) if quota.strategy() == Strategy::SlidingWindow => {
                 Some(Reply::Logged {
                     count: u64::try_from(*n).ok()?,
+                })
+            }
+            redis::Value::Int(n) if quota.strategy() == Strategy::SlidingWindowCounter => {
+                let n = u64::try_from(*n).ok()?;
+                let m = quota.capacity().checked_add(1)?;
+                Some(Reply::Counted {
+                    number: n / m,
+                    remaining: n % m,
                 })
             }
             redis::Value::Int(n) if quota.strategy() == Strategy::FixedWindow => {
@@ -98,6 +116,20 @@ impl Reply {
                 };
                 return Some((verdict, now_us.checked_mul(1_000)?));
             }
+            Reply::Counted { number, remaining } => {
+                if number >= WINDOWS || remaining.checked_add(cost)? > capacity {
+                    return None;
+                }
+                let window_us = u64::try_from(quota.window().as_micros()).ok()?;
+                let start = nearest_window(number, now_us, window_us)?.checked_mul(window_us)?;
+                let verdict = Verdict {
+                    allowed: true,
+                    remaining,
+                    reset_at: start.checked_add(2 * window_us)?.checked_mul(1_000)?,
+                    retry_after: None,
+                };
+                return Some((verdict, now_us.checked_mul(1_000)?));
+            }
         };
         if left_ms == 0 || count < cost {
             return None;
@@ -115,6 +147,18 @@ impl Reply {
             retry_after: (!allowed).then(|| (reset_at - now_us) * 1_000),
         };
         Some((verdict, now_us.checked_mul(1_000)?))
+    }
+}
+
+/// The number (start / `window_us`) of the window nearest to the one `now_us` is in whose
+/// number is `number` modulo [`WINDOWS`].
+fn nearest_window(number: u64, now_us: u64, window_us: u64) -> Option<u64> {
+    let here = now_us / window_us.max(1);
+    let ahead = (number + WINDOWS - here % WINDOWS) % WINDOWS;
+    if ahead < WINDOWS / 2 {
+        here.checked_add(ahead)
+    } else {
+        here.checked_sub(WINDOWS - ahead)
     }
 }
 
@@ -257,11 +301,57 @@ mod tests {
             assert_eq!(reply.verdict(cost, &log, 1_000_000), None, "{reply:?}");
         }
         assert_eq!(Reply::parse(&redis::Value::Int(-1), &log), None);
-        // Only the fixed window and the log give short replies.
+        // The counter's remaining calls leave room for the call's cost, and its window
+        // number is below the modulus.
+        let counter = quota(Strategy::SlidingWindowCounter);
+        for (number, remaining) in [(0, 10), (WINDOWS, 0)] {
+            let reply = Reply::Counted { number, remaining };
+            assert_eq!(reply.verdict(1, &counter, 1_000_000), None, "{reply:?}");
+        }
+        // The token bucket gives no short reply; only the fixed window a pair.
+        assert_eq!(
+            Reply::parse(&redis::Value::Int(5), &quota(Strategy::TokenBucket)),
+            None
+        );
+        let pair = redis::Value::Array(vec![redis::Value::Int(5), redis::Value::Int(5)]);
         for strategy in [Strategy::SlidingWindowCounter, Strategy::TokenBucket] {
-            assert_eq!(Reply::parse(&redis::Value::Int(5), &quota(strategy)), None);
-            let pair = redis::Value::Array(vec![redis::Value::Int(5), redis::Value::Int(5)]);
             assert_eq!(Reply::parse(&pair, &quota(strategy)), None);
         }
+    }
+
+    #[test]
+    fn the_counters_short_reply_is_placed_in_the_nearest_window_with_its_number() {
+        let counter = quota(Strategy::SlidingWindowCounter); // a 2 s window, capacity 10
+        let window_us = 2_000_000;
+        let n = 875_000_123; // the window Redis recorded the call in
+        let reply = Reply::parse(
+            &redis::Value::Int(((n % WINDOWS) * 11 + 4) as i64),
+            &counter,
+        );
+        assert_eq!(
+            reply,
+            Some(Reply::Counted {
+                number: n % WINDOWS,
+                remaining: 4
+            })
+        );
+        // The estimate of Redis' clock up to 511 windows either side of it: the same window.
+        for estimate_n in [n - 511, n - 1, n, n + 1, n + 511] {
+            let now = estimate_n * window_us + 1_234;
+            let (v, at) = reply.unwrap().verdict(6, &counter, now).unwrap();
+            assert!(v.allowed && v.remaining == 4 && v.retry_after.is_none());
+            assert_eq!(
+                v.reset_at,
+                (n + 2) * window_us * 1_000,
+                "estimate in {estimate_n}"
+            );
+            assert_eq!(at, now * 1_000);
+        }
+        assert_eq!(nearest_window(0, 0, window_us), Some(0));
+        assert_eq!(
+            nearest_window(WINDOWS - 1, 0, window_us),
+            None,
+            "before the epoch"
+        );
     }
 }
