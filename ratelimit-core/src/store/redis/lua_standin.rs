@@ -104,6 +104,18 @@ impl Db {
         self.keys.get_mut(key)
     }
 
+    /// The data at `key`, created as `empty` (without an expiry) when there is none.
+    fn data_or(&mut self, key: &str, empty: Data) -> &mut Data {
+        if self.live(key).is_none() {
+            let entry = Entry {
+                data: empty,
+                expire_ms: None,
+            };
+            self.keys.insert(key.to_owned(), entry);
+        }
+        &mut self.keys.get_mut(key).expect("just made").data
+    }
+
     /// The list at `key`: `None` when there is none, `WRONGTYPE` when it is not one.
     fn list(&mut self, key: &str) -> Result<Option<&mut VecDeque<String>>, String> {
         match self.live(key) {
@@ -212,12 +224,7 @@ impl Db {
                 let score = score
                     .parse()
                     .map_err(|_| "ERR value is not a valid float")?;
-                let entry = Entry {
-                    data: Data::ZSet(Vec::new()),
-                    expire_ms: None,
-                };
-                let entry = self.keys.entry((*key).to_owned()).or_insert(entry);
-                let Data::ZSet(z) = &mut entry.data else {
+                let Data::ZSet(z) = self.data_or(key, Data::ZSet(Vec::new())) else {
                     return Err(WRONGTYPE.to_owned());
                 };
                 let added = !z.iter().any(|(_, m)| m == member);
@@ -288,12 +295,7 @@ impl Db {
                         .ok_or("ERR increment or decrement would overflow")?
                         .to_string()
                 };
-                let entry = Entry {
-                    data: Data::Hash(Vec::new()),
-                    expire_ms: None,
-                };
-                let entry = self.keys.entry((*key).to_owned()).or_insert(entry);
-                let Data::Hash(hash) = &mut entry.data else {
+                let Data::Hash(hash) = self.data_or(key, Data::Hash(Vec::new())) else {
                     unreachable!("checked above")
                 };
                 let added = match hash.iter_mut().find(|(f, _)| f == field) {
@@ -327,19 +329,8 @@ impl Db {
                 _ => Reply::Nil,
             }),
             ("LPUSH", [value]) => {
-                let list = match list {
-                    Some(l) => l,
-                    None => {
-                        let entry = Entry {
-                            data: Data::List(VecDeque::new()),
-                            expire_ms: None,
-                        };
-                        let entry = self.keys.entry((*key).to_owned()).or_insert(entry);
-                        let Data::List(l) = &mut entry.data else {
-                            unreachable!("a new list")
-                        };
-                        l
-                    }
+                let Data::List(list) = self.data_or(key, Data::List(VecDeque::new())) else {
+                    unreachable!("checked above")
                 };
                 list.push_front((*value).to_owned());
                 Ok(Reply::Int(list.len() as i64))
