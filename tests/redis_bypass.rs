@@ -126,7 +126,7 @@ async fn percent_encoded_credentials_never_leak() {
 }
 
 #[tokio::test]
-async fn a_sliding_log_call_of_huge_cost_writes_one_member() {
+async fn a_sliding_log_call_of_huge_cost_writes_one_entry() {
     let server = RedisServer::start();
     let p = fresh("cost");
     // Long enough for the old script (one member per unit) to finish and be measured.
@@ -148,15 +148,15 @@ async fn a_sliding_log_call_of_huge_cost_writes_one_member() {
     assert_eq!(d.remaining, 1_000_000);
     let mut c = server.connection();
     let key = limiter_key(&mut c, &p);
-    let members: u64 = redis::cmd("ZCARD").arg(&key).query(&mut c).unwrap();
+    let entries: u64 = redis::cmd("LLEN").arg(&key).query(&mut c).unwrap();
     let bytes: u64 = redis::cmd("MEMORY")
         .arg("USAGE")
         .arg(&key)
         .query(&mut c)
         .unwrap();
-    eprintln!("cost 1000000: {took:?}, {members} members, MEMORY USAGE {bytes} bytes");
+    eprintln!("cost 1000000: {took:?}, {entries} entries, MEMORY USAGE {bytes} bytes");
     assert!(took < Duration::from_millis(500), "{took:?}");
-    assert_eq!(members, 1);
+    assert_eq!(entries, 1);
     assert!(bytes < 1_024, "{bytes} bytes");
 
     // Still exact: 1 000 000 units are left, not one more.
@@ -183,8 +183,8 @@ async fn a_sliding_log_call_of_huge_cost_writes_one_member() {
     assert!(last.allowed);
     assert_eq!(last.remaining, 0);
     assert!(!service.consume("k", &opts).await.unwrap().allowed);
-    let members: u64 = redis::cmd("ZCARD").arg(&key).query(&mut c).unwrap();
-    assert_eq!(members, 2);
+    let entries: u64 = redis::cmd("LLEN").arg(&key).query(&mut c).unwrap();
+    assert_eq!(entries, 2);
 }
 
 /// A key's value and absolute expiry, to check that nothing was written.
@@ -222,10 +222,26 @@ async fn garbage_on_a_limiter_key_is_refused_not_read_as_a_fresh_key() {
     // string format (that of earlier versions, and of other windows) is the wrong shape there.
     let fixed = "SET F1700000000000000:60000000:1";
     let count = "SET 12";
-    let counter = "SET C1700000000000000:60000000:0:1";
+    // A counter: window number 28333333 (any number will do), count 1.
+    let counter = "HSET 28333333 1";
     let bucket = "SET T1700000000000000";
-    let log = "ZADD 1700000000000000 0000000000000001:1";
+    let log = "LPUSH 1700000000000000:1:1:1700000000000000:0";
     let others = [
+        // The sliding log of earlier versions, a sorted set: refused, not read as empty.
+        "ZADD 1700000000000000 0000000000000001:1",
+        // Log entries of another shape: too few fields, a cost of 0, the oldest live entry
+        // after the entry itself, a base above the total before the entry.
+        "LPUSH 1700000000000000:1:1",
+        "LPUSH 1700000000000000:1:0:1700000000000000:0",
+        "LPUSH 1700000000000000:1:1:1700000000000001:0",
+        "LPUSH 1700000000000000:3:1:1700000000000000:3",
+        // The counter of earlier versions, a string; counter hashes with a count or a field
+        // that is not a number, or a count of 0.
+        "SET C1700000000000000:60000000:0:1",
+        "HSET 28333333 x",
+        "HSET 28333333 0",
+        "HSET 28333333 -1",
+        "HSET x 1",
         "RPUSH a b",
         "HSET f v",
         "SADD a b",
@@ -329,9 +345,18 @@ async fn time_going_backwards_does_not_reopen_a_window() {
     let next = (now / w + 1) * w;
     let ahead = [
         // A whole-millisecond window: the bare count, its expiry telling the window.
-        (Strategy::FixedWindow, "5".to_owned()),
-        (Strategy::SlidingWindowCounter, format!("C{next}:{w}:0:5")),
-        (Strategy::TokenBucket, format!("T{}", next + 2 * w)),
+        (
+            Strategy::FixedWindow,
+            vec!["SET".to_owned(), "5".to_owned()],
+        ),
+        (
+            Strategy::SlidingWindowCounter,
+            vec!["HSET".to_owned(), (next / w).to_string(), "5".to_owned()],
+        ),
+        (
+            Strategy::TokenBucket,
+            vec!["SET".to_owned(), format!("T{}", next + 2 * w)],
+        ),
     ];
     for (strategy, state) in ahead {
         let p = fresh("backwards");
@@ -339,10 +364,14 @@ async fn time_going_backwards_does_not_reopen_a_window() {
         let opts = Options::new().limit(5).window(LONG).strategy(strategy);
         assert!(service.consume("k", &opts).await.unwrap().allowed);
         let key = limiter_key(&mut c, &p);
-        redis::cmd("SET")
+        redis::cmd("DEL").arg(&key).exec(&mut c).unwrap();
+        redis::cmd(&state[0])
             .arg(&key)
-            .arg(&state)
-            .arg("PXAT")
+            .arg(&state[1..])
+            .exec(&mut c)
+            .unwrap();
+        redis::cmd("PEXPIREAT")
+            .arg(&key)
             .arg((next + 3 * w) / 1_000)
             .exec(&mut c)
             .unwrap();
@@ -369,10 +398,9 @@ async fn time_going_backwards_does_not_reopen_a_window() {
     let key = limiter_key(&mut c, &p);
     let ahead = redis_now(&mut c) + 60_000_000;
     redis::cmd("DEL").arg(&key).exec(&mut c).unwrap();
-    redis::cmd("ZADD")
+    redis::cmd("LPUSH")
         .arg(&key)
-        .arg(ahead)
-        .arg("0000000000000001:1")
+        .arg(format!("{ahead}:1:1:{ahead}:0"))
         .exec(&mut c)
         .unwrap();
     redis::cmd("PEXPIREAT")

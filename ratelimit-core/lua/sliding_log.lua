@@ -1,73 +1,120 @@
 -- Sliding window log, the same rules as `SlidingLog::decide` in src/algorithm.rs, in
 -- microseconds: exact, never more than the capacity in any rolling window.
 --
--- KEYS[1]: the limiter key; a sorted set with one member per admitted call, whatever its cost,
---          scored by the time it was admitted. A hit at t counts while t + window > now.
---          Members are "<total>:<cost>": total is the sum of the costs admitted on this key up
---          to and including this call (16 digits, zero padded, so that the members of one
---          microsecond sort in the order they were admitted), cost the call's own.
---          The units still in the window are total(newest) - total(oldest live) +
---          cost(oldest live): two O(log n) lookups, however many members or units there are.
---          The total restarts from 0 when no hit is left in the window; it stays exact while
---          below 2^53 (an error reply beyond, never a wrong count). Another type, or a member
---          read that is not of this shape, gets an error reply, see prelude.lua.
+-- KEYS[1]: the limiter key; a list with one entry per admitted call, whatever its cost,
+--          newest first (LPUSH). An entry is "<time>:<total>:<cost>:<oldest>:<base>": the
+--          time it was admitted, the sum of the costs admitted on this key up to and
+--          including it, its own cost, and, as it was when the entry was pushed, the time of
+--          the oldest live entry and the total before that entry. A hit at t counts while
+--          t + window > now. The live entries are the newest ones, and an admitted call drops
+--          the others: so while the oldest entry the newest one names is live, the units in
+--          the window are total(newest) - base(newest), read from one entry however many
+--          entries or units there are. The total restarts from 0 when no hit is left in the
+--          window; it stays exact while below 2^53 (an error reply beyond, never a wrong
+--          count). Another type (the sorted set of earlier versions among them), or an entry
+--          read that is not of this shape or out of order, gets an error reply, see
+--          prelude.lua.
 -- ARGV[1]: window, in microseconds
 -- ARGV[2]: capacity (limit + burst), at least 1
 -- ARGV[3]: cost, from 1 to the capacity; 0 (with ARGV[4] = 0) looks at the level, see
 --          `algorithm::level`
--- ARGV[4]: 1 to record an admitted call (and drop expired members), 0 to only look
--- Expiry: an absolute PXAT/PEXPIREAT rounded up to the millisecond, so the key never goes
---         before its state stops mattering, whatever instant Redis' expiry clock froze at.
+-- ARGV[4]: 1 to record an admitted call (and drop the entries that left the window), 0 to
+--          only look
+-- ARGV[5]: 1 for the full reply below whatever the call; otherwise a call that records gets
+--          the short reply when it is admitted at TIME.
+-- Expiry: an absolute PEXPIREAT rounded up to the millisecond, one window after the newest
+--         entry, so the key never goes before its state stops mattering, whatever instant
+--         Redis' expiry clock froze at. Written only when it moves (a call in the same
+--         millisecond as the newest entry leaves it as it is).
 -- Time: never decided before the newest hit (now = max(TIME, newest)), as in Rust: after
 --       Redis' clock stepped forward and back, the hits it stamped ahead keep counting until
 --       that later time plus the window, and new hits are stamped there too (so the log stays
 --       in time order), never earlier. retry_after is measured from TIME (the same as Rust's
 --       whenever TIME has not gone back), so a refused caller is told how long it really waits.
--- Returns: {allowed (1 or 0), remaining, reset_at, retry_after (-1 when allowed), now}, or the
---          RATELIMIT_STATE error reply; times in microseconds since the epoch, retry_after
---          in microseconds, `now` Redis' TIME.
--- Work per call: O(log n) for n members (n at most the capacity), plus the members it drops;
--- a refusal adds a binary search (O(log^2 n)) for its retry time.
--- The key expires one window after its newest member.
+-- Returns: the full reply {allowed (1 or 0), remaining, reset_at, retry_after (-1 when
+--          allowed), now}, times in microseconds since the epoch, retry_after in microseconds,
+--          `now` Redis' TIME; or the short reply, one integer: the units in the window with
+--          this call's, the call admitted and recorded at TIME (so full again one window
+--          after TIME). Or the RATELIMIT_STATE error reply.
+-- Work per call: O(1) while no entry has left the window (the newest entry alone); else a
+-- search from the tail in O(log d) reads for the d entries that left, which an admitted call
+-- then drops (so each entry is searched past about once). A refusal adds a binary search
+-- over the live entries for its retry time.
 
--- `key`, `cost`, `commit`, `time` and `idiv` come from prelude.lua, loaded before this file.
+-- `key`, `cost`, `commit`, `time`, `idiv` and `unexpected` come from prelude.lua.
 local now = time()
 local window = ARGV[1] + 0
 local capacity = ARGV[2] + 0
-local MEMBER = '^(' .. string.rep('%d', 16) .. '):(%d+)$'
 local MAX_TOTAL = 9007199254740992 -- 2^53
 
-local function fmt(n) return string.format('%d', n) end
-
--- The total and cost a member carries, or nil when it is not one this script wrote.
-local function parse(member)
-  local total, c = string.match(member, MEMBER)
-  if not total then return nil end
-  total, c = total + 0, c + 0
-  if c < 1 or c > total then return nil end
-  return total, c
-end
-
 local function unreadable()
-  return unexpected('a sliding log (members "<total>:<cost>" scored by time)')
+  return unexpected('a sliding log (a list of "<time>:<total>:<cost>:<oldest>:<base>", newest '
+    .. 'first)')
 end
 
+-- An entry's time, total, cost, oldest live time and base, or nil when it is not one this
+-- script wrote.
+local function parse(raw)
+  local t, total, c, oldest, b = string.match(raw, '^(%d+):(%d+):(%d+):(%d+):(%d+)$')
+  if not t then return nil end
+  t, total, c, oldest, b = t + 0, total + 0, c + 0, oldest + 0, b + 0
+  if c < 1 or c > total or oldest > t or b > total - c then return nil end
+  return t, total, c, oldest, b
+end
+
+local head = redis.pcall('LINDEX', key, 0)
+if type(head) == 'table' then return unreadable() end -- WRONGTYPE
 local at = now
-local used, base, top, newest_at = 0, 0, 0, nil
-local newest = redis.pcall('ZRANGE', key, -1, -1, 'WITHSCORES')
-if newest.err then return unreadable() end -- WRONGTYPE
-if #newest > 0 then
-  top = parse(newest[1])
-  if not top then return unreadable() end
-  newest_at = newest[2] + 0
-  if newest_at > at then at = newest_at end
-  local first = redis.call('ZRANGEBYSCORE', key, '(' .. fmt(at - window), '+inf', 'LIMIT', 0, 1)
-  if #first > 0 then
-    local total, c = parse(first[1])
-    if not total or total > top then return unreadable() end
+local newest, top
+-- used: the units in the window; base: the total before the oldest live entry, `oldest` its
+-- time; dead: how many entries at the tail have left the window (all of them when `used`
+-- is 0).
+local used, base, oldest, dead = 0, 0, nil, 0
+if head then
+  local _
+  newest, top, _, oldest, base = parse(head)
+  if not newest then return unreadable() end
+  if newest > at then at = newest end
+  local from = at - window -- an entry at t is live while t > from
+  if newest <= from then
+    base, oldest = 0, nil -- none is live
+  elseif oldest <= from then
+    -- Some have left. The entry `k` from the tail (1 the oldest): its time, total and cost,
+    -- checked against the newest; nil when the list has fewer entries.
+    local function tail(k)
+      local raw = redis.call('LINDEX', key, -k)
+      if not raw then return nil end
+      local t, total, c = parse(raw)
+      if not t or t > newest or total > top then return false end
+      return t, total, c
+    end
+    -- The last `lo` entries are known to have left, entry `hi` from the tail is live (the
+    -- newest is). Double the step from the tail, then halve the gap.
+    local lo, hi, step = 0, nil, 1
+    while not hi do
+      local st = tail(step)
+      if st == false then return unreadable() end
+      if st == nil then
+        hi = redis.call('LLEN', key)
+      elseif st > from then
+        hi = step
+      else
+        lo, step = step, step * 2
+      end
+    end
+    while hi - lo > 1 do
+      local mid = idiv(lo + hi, 2)
+      local mt = tail(mid)
+      if not mt then return unreadable() end
+      if mt > from then hi = mid else lo = mid end
+    end
+    dead = lo
+    local total, c
+    oldest, total, c = tail(hi)
+    if not oldest then return unreadable() end
     base = total - c
-    used = top - base
   end
+  if oldest then used = top - base end
 end
 
 if used + cost <= capacity then
@@ -77,32 +124,49 @@ if used + cost <= capacity then
     if total >= MAX_TOTAL then
       return redis.error_reply('RATELIMIT_STATE the sliding log\'s running total reached 2^53')
     end
-    -- ZADD first: Redis checks maxmemory before a script's first write only, and a full
-    -- noeviction server must refuse this one (the removal below never reaches `at`).
-    redis.call('ZADD', key, at, string.format('%016d:%d', total, cost))
-    redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(at - window))
-    redis.call('PEXPIREAT', key, idiv(at + window + 999, 1000))
+    -- The oldest live entry is this one when none was. LPUSH first: Redis checks maxmemory
+    -- before a script's first write only, and a full noeviction server must refuse this one
+    -- (the trim below only removes).
+    local entry = string.format('%d:%d:%d:%d:%d', at, total, cost, oldest or at,
+      total - used - cost)
+    redis.call('LPUSH', key, entry)
+    if used == 0 and head then
+      redis.call('LTRIM', key, 0, 0) -- nothing was live
+    elseif dead > 0 then
+      redis.call('LTRIM', key, 0, -1 - dead)
+    end
+    local expiry = idiv(at + window + 999, 1000)
+    if not head or idiv(newest + window + 999, 1000) ~= expiry then
+      redis.call('PEXPIREAT', key, expiry)
+    end
+    if at == now and ARGV[5] ~= '1' then return used + cost end
   end
   -- Full again one window after this call; for a look (cost 0), one window after the newest
   -- live hit, or now when none is live, as in Rust.
   local reset_at = at + window
   if cost == 0 then
-    reset_at = used > 0 and newest_at + window or at
+    reset_at = used > 0 and newest + window or at
   end
   return {1, capacity - used - cost, reset_at, -1, now}
 end
 
 -- Refused: the call fits once the oldest live hits holding (used + cost - capacity) units
--- have left, i.e. at the first live member whose total reaches base + that. Totals grow with
--- rank, so a binary search over the live ranks finds it.
+-- have left, i.e. at the oldest live entry whose total reaches base + that. Totals grow from
+-- the tail to the head, so a binary search over the live entries (from the tail: dead + 1,
+-- the oldest live, to the list's length, the newest) finds it.
 local target = base + used + cost - capacity
-local lo = redis.call('ZCOUNT', key, '-inf', fmt(at - window))
-local hi = redis.call('ZCARD', key) - 1
+local lo, hi = dead + 1, redis.call('LLEN', key)
+local function total_at(k)
+  local t, total = parse(redis.call('LINDEX', key, -k) or '')
+  if not t or t > newest or total > top then return nil end
+  return total, t
+end
 while lo < hi do
   local mid = idiv(lo + hi, 2)
-  local total = parse(redis.call('ZRANGE', key, mid, mid)[1])
+  local total = total_at(mid)
   if not total then return unreadable() end
   if total >= target then hi = mid else lo = mid + 1 end
 end
-local retry_at = redis.call('ZRANGE', key, lo, lo, 'WITHSCORES')[2] + window
-return {0, math.max(capacity - used, 0), newest_at + window, retry_at - now, now}
+local _, retry_at = total_at(lo)
+if not retry_at then return unreadable() end
+return {0, math.max(capacity - used, 0), newest + window, retry_at + window - now, now}

@@ -10,6 +10,13 @@
 //! counter), and go-redis/redis_rate's `allowN` (GCRA), read from `benches/peers/*.lua` and
 //! called as those libraries call them. Without the files, the peers are left out.
 //!
+//! Each strategy and its peer are driven the same way: `RateLimitService::consume` over 64 user
+//! keys, the service built with `RateLimitService::with_store` on our `RedisStore` or on
+//! `PeerStore`, a `Store` whose `decide` is one `EVALSHA` of the peer's script through a
+//! `ConnectionManager` (the client the store uses). So both sides pay the same service-level
+//! work (resolving the limit, composing the key, the decision, the stats) and the same client,
+//! and differ only in the script and in reading its reply.
+//!
 //! For each round, every variant runs once, interleaved, the order reversed every other round
 //! (balanced), so that noise from a shared machine lands on all of them alike; the figure
 //! reported is the median over rounds.
@@ -21,7 +28,11 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ratelimit::{Quota, RedisOptions, RedisStore, Strategy};
+use ratelimit::store::Check;
+use ratelimit::{
+    Config, Decision, Error, Nanos, Options, Quota, RateLimitService, RedisOptions, RedisStore,
+    Store, Strategy, SystemClock,
+};
 use ratelimit_tests::redis_server::{prefix, RedisServer};
 
 const ROUNDS: usize = 7;
@@ -149,30 +160,18 @@ async fn main() {
             }),
         ));
     }
+    let ours = service(store.clone(), &format!("{p}:ours"));
     for strategy in Strategy::ALL {
-        let store = store.clone();
         // A budget no run exhausts, spread over 64 keys: every call is an admitted decision
         // that writes, the common case.
-        let quota = Quota::new(LIMIT, Duration::from_secs(WINDOW_S))
-            .unwrap()
-            .with_strategy(strategy);
-        let keys: Arc<Vec<String>> =
-            Arc::new((0..64).map(|i| format!("{p}:{strategy}:{i}")).collect());
-        variants.push((
-            strategy.to_string(),
-            Arc::new(move |i| {
-                let store = store.clone();
-                let keys = Arc::clone(&keys);
-                Box::pin(async move {
-                    let d = ratelimit_tests::acquire(&store, &keys[i % keys.len()], &quota)
-                        .await
-                        .expect("decision");
-                    assert!(d.allowed);
-                })
-            }),
-        ));
-        if let Some(peer) = peer(strategy, &raw, &p) {
-            variants.push(peer);
+        let opts = Options::new()
+            .limit(LIMIT)
+            .window(Duration::from_secs(WINDOW_S))
+            .strategy(strategy);
+        variants.push((strategy.to_string(), consume(&ours, &opts)));
+        if let Some((name, peer)) = peer(strategy, &raw) {
+            let peers = service(peer, &format!("{p}:peer:{strategy}"));
+            variants.push((name, consume(&peers, &opts)));
         }
     }
 
@@ -291,13 +290,140 @@ async fn main() {
     }
 }
 
-/// The peer script for `strategy`, called as its library calls it, over 64 keys of its own;
-/// `None` when its file is not in `benches/peers/`.
-fn peer(
+/// A service over `store`, on the system clock, its keys under `prefix`.
+fn service(store: impl Store, prefix: &str) -> Arc<RateLimitService> {
+    let config = Config::builder()
+        .key_prefix(prefix)
+        .build()
+        .expect("config");
+    let service = RateLimitService::with_store(config, store, Arc::new(SystemClock));
+    Arc::new(service.expect("service"))
+}
+
+/// Calls `service.consume` on 64 user keys; every call must be admitted.
+fn consume(service: &Arc<RateLimitService>, opts: &Options) -> Call {
+    let keys: Arc<Vec<String>> = Arc::new((0..64).map(|i| format!("user{i}")).collect());
+    let (service, opts) = (Arc::clone(service), opts.clone());
+    Arc::new(move |i| {
+        let (service, keys, opts) = (Arc::clone(&service), Arc::clone(&keys), opts.clone());
+        Box::pin(async move {
+            let d = service
+                .consume(&keys[i % keys.len()], &opts)
+                .await
+                .expect("decision");
+            assert!(d.allowed);
+        })
+    })
+}
+
+/// A peer's script as a [`Store`]: one `EVALSHA` per decision, called as its library calls it,
+/// the reply read into a [`Decision`] as far as it says anything (`allowed`, and `remaining`
+/// where it is given).
+struct PeerStore {
     strategy: Strategy,
-    raw: &redis::aio::ConnectionManager,
-    p: &str,
-) -> Option<(String, Call)> {
+    script: redis::Script,
+    connection: redis::aio::ConnectionManager,
+}
+
+impl Store for PeerStore {
+    async fn decide(
+        &self,
+        key: &str,
+        quota: &Quota,
+        cost: u64,
+        now: Nanos,
+        _commit: bool,
+    ) -> Result<Decision, Error> {
+        let limit = quota.capacity();
+        let window_s = quota.window().as_secs().max(1);
+        let mut invocation = self.script.prepare_invoke();
+        match self.strategy {
+            // limits: INCR, EXPIRE on the first hit; the count is compared by the client.
+            Strategy::FixedWindow => invocation.key(key).arg(window_s),
+            // limits: the client's time in seconds, the limit, the expiry, the amount.
+            Strategy::SlidingWindow => {
+                let now_s = now as f64 / 1e9;
+                invocation
+                    .key(key)
+                    .arg(now_s)
+                    .arg(limit)
+                    .arg(window_s)
+                    .arg(cost)
+            }
+            // limits: the previous and current windows' keys (one hash tag), the limit, the
+            // window in seconds, the amount.
+            Strategy::SlidingWindowCounter => invocation
+                .key(format!("{key}:previous"))
+                .key(format!("{key}:current"))
+                .arg(limit)
+                .arg(window_s)
+                .arg(cost),
+            // redis_rate: burst, rate, period in seconds, cost.
+            Strategy::TokenBucket => invocation
+                .key(key)
+                .arg(limit)
+                .arg(limit)
+                .arg(window_s)
+                .arg(cost),
+        };
+        let reply: redis::Value = invocation
+            .invoke_async(&mut self.connection.clone())
+            .await
+            .map_err(|e| Error::Store {
+                message: e.to_string(),
+            })?;
+        let (allowed, remaining) = match reply {
+            redis::Value::Int(n) if self.strategy == Strategy::FixedWindow => {
+                let n = n as u64;
+                (n <= limit, limit.saturating_sub(n))
+            }
+            redis::Value::Int(n) => (n == 1, 0),
+            redis::Value::Array(items) => match items[..] {
+                [redis::Value::Int(allowed), redis::Value::Int(remaining), ..] => {
+                    (allowed != 0, remaining as u64)
+                }
+                _ => (false, 0),
+            },
+            _ => (false, 0),
+        };
+        let mut decision = Decision::unlimited(now);
+        decision.allowed = allowed;
+        decision.remaining = remaining;
+        decision.limit = limit;
+        decision.window = quota.window();
+        Ok(decision)
+    }
+
+    async fn decide_all(
+        &self,
+        checks: &[Check<'_>],
+        now: Nanos,
+        commit: bool,
+    ) -> Result<Vec<Decision>, Error> {
+        // Not atomic: the bench decides one limit at a time.
+        let mut decisions = Vec::new();
+        for c in checks {
+            decisions.push(self.decide(c.key, c.quota, c.cost, now, commit).await?);
+        }
+        Ok(decisions)
+    }
+
+    async fn reset(&self, key: &str) -> Result<bool, Error> {
+        let mut cmd = redis::cmd("DEL");
+        cmd.arg(key);
+        let n: u64 = cmd
+            .query_async(&mut self.connection.clone())
+            .await
+            .map_err(|e| Error::Store {
+                message: e.to_string(),
+            })?;
+        Ok(n > 0)
+    }
+}
+
+/// The peer's store for `strategy`, over `raw`'s connection, and the variant's name; `None`
+/// when its file is not in `benches/peers/`.
+fn peer(strategy: Strategy, raw: &redis::aio::ConnectionManager) -> Option<(String, PeerStore)> {
     let file = match strategy {
         Strategy::FixedWindow => "limits_incr_expire.lua",
         Strategy::SlidingWindow => "limits_acquire_moving_window.lua",
@@ -309,56 +435,11 @@ fn peer(
         eprintln!("{path} not found: the peer for {strategy} is left out");
         return None;
     };
-    let script = Arc::new(redis::Script::new(&source));
-    let keys: Arc<Vec<String>> = Arc::new(
-        (0..64)
-            .map(|i| format!("{p}:peer:{strategy}:{{{i}}}"))
-            .collect(),
-    );
-    let raw = raw.clone();
     let name = format!("peer for {strategy}: {}", file.trim_end_matches(".lua"));
-    let call: Call = Arc::new(move |i| {
-        let script = Arc::clone(&script);
-        let keys = Arc::clone(&keys);
-        let mut raw = raw.clone();
-        Box::pin(async move {
-            let key = &keys[i % keys.len()];
-            let mut invocation = script.prepare_invoke();
-            match strategy {
-                // limits: INCR, EXPIRE on the first hit; the count is compared by the client.
-                Strategy::FixedWindow => invocation.key(key).arg(WINDOW_S),
-                // limits: the client's time in seconds, the limit, the expiry, the amount.
-                Strategy::SlidingWindow => {
-                    let now = std::time::SystemTime::now()
-                        .duration_since(std::time::UNIX_EPOCH)
-                        .unwrap()
-                        .as_secs_f64();
-                    invocation.key(key).arg(now).arg(LIMIT).arg(WINDOW_S).arg(1)
-                }
-                // limits: the previous and current windows' keys (one hash tag), the limit,
-                // the window in seconds, the amount.
-                Strategy::SlidingWindowCounter => invocation
-                    .key(format!("{key}:previous"))
-                    .key(format!("{key}:current"))
-                    .arg(LIMIT)
-                    .arg(WINDOW_S)
-                    .arg(1),
-                // redis_rate: burst, rate, period in seconds, cost.
-                Strategy::TokenBucket => invocation
-                    .key(key)
-                    .arg(LIMIT)
-                    .arg(LIMIT)
-                    .arg(WINDOW_S)
-                    .arg(1),
-            };
-            let reply: redis::Value = invocation.invoke_async(&mut raw).await.expect("peer");
-            let admitted = match reply {
-                redis::Value::Int(n) => strategy != Strategy::FixedWindow || n as u64 <= LIMIT,
-                redis::Value::Array(items) => items.first() != Some(&redis::Value::Int(0)),
-                _ => false,
-            };
-            assert!(admitted, "{strategy}: the peer refused");
-        })
-    });
-    Some((name, call))
+    let store = PeerStore {
+        strategy,
+        script: redis::Script::new(&source),
+        connection: raw.clone(),
+    };
+    Some((name, store))
 }

@@ -195,10 +195,9 @@ fn script(redis: &Redis, quota: &Quota, now: u64, cost: u64, commit: bool) -> Ve
             .map(redis::Value::Array),
         r => value(r),
     };
-    let capacity = quota.capacity();
     let (v, at) = value
-        .and_then(|v| Reply::parse(&v, capacity))
-        .and_then(|r| r.verdict(cost, capacity, now))
+        .and_then(|v| Reply::parse(&v, quota))
+        .and_then(|r| r.verdict(cost, quota, now))
         .unwrap_or_else(|| {
             panic!(
                 "{} replied {reply:?} to {args:?} at {now}",

@@ -16,22 +16,24 @@
 //!   other table as an array up to its first nil;
 //! - `TIME`, `TYPE`, `GET`, `SET` (with `PXAT` or `KEEPTTL`, or neither), `INCRBY`, `DECRBY`
 //!   (a string that is not a 64-bit integer is an error, a missing key counts from 0),
-//!   `PEXPIREAT`, `PTTL` and `PEXPIRETIME` (-2 without the key, -1 without an expiry), and
-//!   the sorted-set commands the sliding log uses: `ZADD key score member`, `ZCARD`,
-//!   `ZCOUNT`, `ZRANGE start stop [WITHSCORES]` (by rank), `ZRANGEBYSCORE min max [LIMIT
-//!   offset count]`, `ZREMRANGEBYSCORE` (an emptied set is deleted); score bounds `-inf`,
-//!   `+inf`, `(x` exclusive; members of one score ordered by their bytes; `WRONGTYPE`;
+//!   `PEXPIREAT`, `PTTL` and `PEXPIRETIME` (-2 without the key, -1 without an expiry), the
+//!   list commands the sliding log uses: `LPUSH key value`, `LINDEX`, `LLEN`, `LTRIM` (indices
+//!   from the tail when negative; an emptied list is deleted), the hash commands the sliding
+//!   window counter uses: `HMGET`, `HGETALL` (fields in the order they were added), `HINCRBY`
+//!   (as `INCRBY`), `HDEL` (an emptied hash is deleted), and `HSET key field value` to plant
+//!   state; `ZADD key score member`
+//!   and `ZCARD`, to plant the sorted set of earlier versions; `WRONGTYPE`;
 //! - expiry at the set time, checked on every access, as Redis 7 does (`keyIsExpired`: the
 //!   clock in milliseconds `> when`): a key whose expiry is `E` milliseconds lives through
 //!   that millisecond and is gone from the microsecond `(E + 1) * 1000`.
 //!
-//! Does not model: other commands or options (an error names them), RESP3, scores that are
+//! Does not model: other commands or options (an error names them), RESP3, numbers that are
 //! not integers (formatted as Rust prints them, not as `%.17g`), the time frozen for a whole
 //! script (here time never moves during one), replication, eviction, memory limits, script
 //! timeouts and the sandbox that forbids globals.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::rc::Rc;
 
 use mlua::{Function, Lua, MultiValue, Table, Value};
@@ -54,7 +56,11 @@ const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kin
 
 enum Data {
     Str(String),
-    /// (score, member), ordered as Redis orders a sorted set.
+    /// Head first.
+    List(VecDeque<String>),
+    /// (field, value), in the order the fields were added.
+    Hash(Vec<(String, String)>),
+    /// (score, member), as added: only planted, never read by a script.
     ZSet(Vec<(f64, String)>),
 }
 
@@ -71,35 +77,20 @@ struct Db {
     keys: HashMap<String, Entry>,
 }
 
-/// A score bound: the value and whether it is exclusive.
-type Bound = (f64, bool);
-
-fn bound(text: &str) -> Result<Bound, String> {
-    let (text, exclusive) = match text.strip_prefix('(') {
-        Some(rest) => (rest, true),
-        None => (text, false),
-    };
-    let value = match text {
-        "-inf" => f64::NEG_INFINITY,
-        "+inf" | "inf" => f64::INFINITY,
-        _ => text.parse().map_err(|_| "ERR min or max is not a float")?,
-    };
-    Ok((value, exclusive))
-}
-
-fn within(score: f64, (min, min_ex): Bound, (max, max_ex): Bound) -> bool {
-    (if min_ex { score > min } else { score >= min })
-        && (if max_ex { score < max } else { score <= max })
-}
-
 fn int(text: &str) -> Result<i64, String> {
     text.parse()
         .map_err(|_| "ERR value is not an integer or out of range".to_owned())
 }
 
 /// A number as text: integers in full, as `%.17g` prints those the scripts use.
-fn score_text(score: f64) -> String {
-    format!("{score}")
+fn number_text(n: f64) -> String {
+    format!("{n}")
+}
+
+/// A list index (negative from the tail) as a position from the head, if within `len`.
+fn position(index: i64, len: usize) -> Option<usize> {
+    let at = if index < 0 { len as i64 + index } else { index };
+    usize::try_from(at).ok().filter(|&at| at < len)
 }
 
 impl Db {
@@ -113,14 +104,26 @@ impl Db {
         self.keys.get_mut(key)
     }
 
-    /// The sorted set at `key`: `None` when there is none, `WRONGTYPE` when it is not one.
-    fn zset(&mut self, key: &str) -> Result<Option<&mut Vec<(f64, String)>>, String> {
+    /// The data at `key`, created as `empty` (without an expiry) when there is none.
+    fn data_or(&mut self, key: &str, empty: Data) -> &mut Data {
+        if self.live(key).is_none() {
+            let entry = Entry {
+                data: empty,
+                expire_ms: None,
+            };
+            self.keys.insert(key.to_owned(), entry);
+        }
+        &mut self.keys.get_mut(key).expect("just made").data
+    }
+
+    /// The list at `key`: `None` when there is none, `WRONGTYPE` when it is not one.
+    fn list(&mut self, key: &str) -> Result<Option<&mut VecDeque<String>>, String> {
         match self.live(key) {
             None => Ok(None),
             Some(Entry {
-                data: Data::ZSet(z),
+                data: Data::List(l),
                 ..
-            }) => Ok(Some(z)),
+            }) => Ok(Some(l)),
             Some(_) => Err(WRONGTYPE.to_owned()),
         }
     }
@@ -140,6 +143,8 @@ impl Db {
                 match self.live(key).map(|e| &e.data) {
                     None => "none",
                     Some(Data::Str(_)) => "string",
+                    Some(Data::List(_)) => "list",
+                    Some(Data::Hash(_)) => "hash",
                     Some(Data::ZSet(_)) => "zset",
                 }
                 .to_owned(),
@@ -213,104 +218,153 @@ impl Db {
                     None => 0,
                 }))
             }
-            (z, words) if z.starts_with('Z') => self.sorted_set(z, words),
+            (l, words) if l.starts_with('L') => self.list_command(l, words),
+            (h, words) if h.starts_with('H') => self.hash_command(h, words),
+            ("ZADD", [key, score, member]) => {
+                let score = score
+                    .parse()
+                    .map_err(|_| "ERR value is not a valid float")?;
+                let Data::ZSet(z) = self.data_or(key, Data::ZSet(Vec::new())) else {
+                    return Err(WRONGTYPE.to_owned());
+                };
+                let added = !z.iter().any(|(_, m)| m == member);
+                z.retain(|(_, m)| m != member);
+                z.push((score, (*member).to_owned()));
+                Ok(Reply::Int(i64::from(added)))
+            }
+            ("ZCARD", [key]) => match self.live(key).map(|e| &e.data) {
+                None => Ok(Reply::Int(0)),
+                Some(Data::ZSet(z)) => Ok(Reply::Int(z.len() as i64)),
+                Some(_) => Err(WRONGTYPE.to_owned()),
+            },
             _ => Err(format!(
                 "ERR '{name}' with {} arguments: not in the stand-in",
                 words.len()
             )),
         }
     }
-    /// The sorted-set commands the sliding log uses.
-    fn sorted_set(&mut self, name: &str, words: &[&str]) -> Result<Reply, String> {
-        let unknown = || Err(format!("ERR {name} {words:?}: not in the stand-in"));
+    /// The hash commands the sliding window counter uses.
+    fn hash_command(&mut self, name: &str, words: &[&str]) -> Result<Reply, String> {
         let (key, rest) = words.split_first().ok_or("ERR wrong number of arguments")?;
-        let z = self.zset(key)?;
-        let in_range = |z: &[(f64, String)], min: &str, max: &str| {
-            let (min, max) = (bound(min)?, bound(max)?);
-            let hits = z.iter().filter(|(s, _)| within(*s, min, max));
-            Ok::<_, String>(hits.cloned().collect::<Vec<_>>())
+        let hash = match self.live(key) {
+            None => None,
+            Some(Entry {
+                data: Data::Hash(h),
+                ..
+            }) => Some(h),
+            Some(_) => return Err(WRONGTYPE.to_owned()),
         };
-        let held: &[_] = z.as_deref().map_or(&[], |z| &z[..]);
+        let held: &[(String, String)] = hash.as_deref().map_or(&[], |h| &h[..]);
+        let get = |field: &str| held.iter().find(|(f, _)| f == field).map(|(_, v)| v);
+        let bulk = |v: Option<&String>| v.map_or(Reply::Nil, |v| Reply::Bulk(v.clone()));
         match (name, rest) {
-            ("ZCARD", []) => Ok(Reply::Int(held.len() as i64)),
-            ("ZCOUNT", [min, max]) => Ok(Reply::Int(in_range(held, min, max)?.len() as i64)),
-            ("ZRANGE", [start, stop, scores @ ..]) => {
-                let scores = match scores {
-                    [] => false,
-                    [w] if w.eq_ignore_ascii_case("WITHSCORES") => true,
-                    _ => return unknown(),
-                };
-                let (start, stop, n) = (int(start)?, int(stop)?, held.len() as i64);
-                let from = if start < 0 { (n + start).max(0) } else { start };
-                let to = if stop < 0 { n + stop } else { stop.min(n - 1) };
-                let picked = if from > to || from >= n {
-                    &[][..]
-                } else {
-                    &held[from as usize..=to as usize]
-                };
-                Ok(members(picked, scores))
+            ("HMGET", fields) if !fields.is_empty() => {
+                Ok(Reply::Array(fields.iter().map(|f| bulk(get(f))).collect()))
             }
-            ("ZRANGEBYSCORE", [min, max, limit @ ..]) => {
-                let (offset, count) = match limit {
-                    [] => (0, usize::MAX),
-                    [l, offset, count] if l.eq_ignore_ascii_case("LIMIT") => (
-                        usize::try_from(int(offset)?).unwrap_or(0),
-                        usize::try_from(int(count)?).unwrap_or(usize::MAX),
-                    ),
-                    _ => return unknown(),
+            ("HGETALL", []) => Ok(Reply::Array(
+                held.iter()
+                    .flat_map(|(f, v)| [Reply::Bulk(f.clone()), Reply::Bulk(v.clone())])
+                    .collect(),
+            )),
+            ("HDEL", fields) if !fields.is_empty() => {
+                let Some(hash) = hash else {
+                    return Ok(Reply::Int(0));
                 };
-                let hits = in_range(held, min, max)?;
-                let picked: Vec<_> = hits.into_iter().skip(offset).take(count).collect();
-                Ok(members(&picked, false))
-            }
-            ("ZREMRANGEBYSCORE", [min, max]) => {
-                let gone = in_range(held, min, max)?;
-                let Some(z) = z else { return Ok(Reply::Int(0)) };
-                z.retain(|hit| !gone.contains(hit));
-                if z.is_empty() {
-                    self.keys.remove(*key); // Redis deletes an emptied set.
+                let before = hash.len();
+                hash.retain(|(f, _)| !fields.contains(&f.as_str()));
+                let gone = before - hash.len();
+                if hash.is_empty() {
+                    self.keys.remove(*key); // Redis deletes an emptied hash.
                 }
-                Ok(Reply::Int(gone.len() as i64))
+                Ok(Reply::Int(gone as i64))
             }
-            ("ZADD", [score, member]) => {
-                let score: f64 = score
-                    .parse()
-                    .map_err(|_| "ERR value is not a valid float")?;
-                let z = match z {
-                    Some(z) => z,
+            ("HINCRBY" | "HSET", [field, value]) => {
+                let value = if name == "HSET" {
+                    (*value).to_owned()
+                } else {
+                    let by = int(value)?;
+                    let count = match get(field) {
+                        None => 0,
+                        Some(s) => int(s)
+                            .ok()
+                            .filter(|_| !s.starts_with('+') && s.trim() == s)
+                            .ok_or("ERR hash value is not an integer")?,
+                    };
+                    count
+                        .checked_add(by)
+                        .ok_or("ERR increment or decrement would overflow")?
+                        .to_string()
+                };
+                let Data::Hash(hash) = self.data_or(key, Data::Hash(Vec::new())) else {
+                    unreachable!("checked above")
+                };
+                let added = match hash.iter_mut().find(|(f, _)| f == field) {
+                    Some((_, v)) => {
+                        *v = value.clone();
+                        false
+                    }
                     None => {
-                        let entry = Entry {
-                            data: Data::ZSet(Vec::new()),
-                            expire_ms: None,
-                        };
-                        let entry = self.keys.entry((*key).to_owned()).or_insert(entry);
-                        let Data::ZSet(z) = &mut entry.data else {
-                            unreachable!()
-                        };
-                        z
+                        hash.push(((*field).to_owned(), value.clone()));
+                        true
                     }
                 };
-                let before = z.len();
-                z.retain(|(_, m)| m != member);
-                let added = z.len() == before;
-                let at = z.partition_point(|(s, m)| (*s, m.as_str()) < (score, *member));
-                z.insert(at, (score, (*member).to_owned()));
-                Ok(Reply::Int(i64::from(added)))
+                Ok(match name {
+                    "HSET" => Reply::Int(i64::from(added)),
+                    _ => Reply::Int(int(&value)?),
+                })
             }
-            _ => unknown(),
+            _ => Err(format!("ERR {name} {words:?}: not in the stand-in")),
         }
     }
-}
 
-fn members(picked: &[(f64, String)], scores: bool) -> Reply {
-    let mut out = Vec::new();
-    for (score, member) in picked {
-        out.push(Reply::Bulk(member.clone()));
-        if scores {
-            out.push(Reply::Bulk(score_text(*score)));
+    /// The list commands the sliding log uses.
+    fn list_command(&mut self, name: &str, words: &[&str]) -> Result<Reply, String> {
+        let (key, rest) = words.split_first().ok_or("ERR wrong number of arguments")?;
+        let list = self.list(key)?;
+        let held = list.as_ref().map_or(0, |l| l.len());
+        match (name, rest) {
+            ("LLEN", []) => Ok(Reply::Int(held as i64)),
+            ("LINDEX", [index]) => Ok(match (list, position(int(index)?, held)) {
+                (Some(l), Some(at)) => Reply::Bulk(l[at].clone()),
+                _ => Reply::Nil,
+            }),
+            ("LPUSH", [value]) => {
+                let Data::List(list) = self.data_or(key, Data::List(VecDeque::new())) else {
+                    unreachable!("checked above")
+                };
+                list.push_front((*value).to_owned());
+                Ok(Reply::Int(list.len() as i64))
+            }
+            ("LTRIM", [start, stop]) => {
+                let (start, stop) = (int(start)?, int(stop)?);
+                let Some(list) = list else {
+                    return Ok(Reply::Status("OK".to_owned()));
+                };
+                let len = held as i64;
+                let from = if start < 0 {
+                    (len + start).max(0)
+                } else {
+                    start
+                };
+                let to = if stop < 0 {
+                    len + stop
+                } else {
+                    stop.min(len - 1)
+                };
+                if from > to || from >= len {
+                    list.clear();
+                } else {
+                    list.truncate(to as usize + 1);
+                    list.drain(..from as usize);
+                }
+                if list.is_empty() {
+                    self.keys.remove(*key); // Redis deletes an emptied list.
+                }
+                Ok(Reply::Status("OK".to_owned()))
+            }
+            _ => Err(format!("ERR {name} {words:?}: not in the stand-in")),
         }
     }
-    Reply::Array(out)
 }
 
 /// A command's arguments from Lua, as Redis reads them.
@@ -319,7 +373,7 @@ fn arguments(args: MultiValue) -> Result<Vec<String>, String> {
         .map(|v| match v {
             Value::String(s) => Ok(s.to_string_lossy()),
             Value::Integer(i) => Ok(i.to_string()),
-            Value::Number(n) => Ok(score_text(n)),
+            Value::Number(n) => Ok(number_text(n)),
             _ => Err("ERR Lua redis lib command arguments must be strings or integers".into()),
         })
         .collect()
@@ -460,8 +514,13 @@ fn state_of_another_shape_is_an_error_reply_and_is_left_as_it_is() {
     let redis = Redis::new(1_750_000_000_000_000).expect("the scripts compile");
     redis.command(&["SET", "s", "F1:2:x"]).unwrap();
     redis.command(&["ZADD", "z", "1", "m"]).unwrap();
+    redis
+        .command(&["LPUSH", "l", "1750000000000000:1"])
+        .unwrap();
+    // A count that is not a number, in the field of the window decided in (1 ms windows).
+    redis.command(&["HSET", "h", "1750000000000", "x"]).unwrap();
     for strategy in Strategy::ALL {
-        for (key, kind) in [("s", "string"), ("z", "zset")] {
+        for (key, kind) in [("s", "string"), ("z", "zset"), ("l", "list"), ("h", "hash")] {
             let reply = redis.eval(strategy, key, &[1_000, 5, 1, 1]);
             let holds = format!("RATELIMIT_STATE the limiter key holds a {kind} that is not");
             assert!(
@@ -475,6 +534,14 @@ fn state_of_another_shape_is_an_error_reply_and_is_left_as_it_is() {
         Ok(Reply::Bulk("F1:2:x".into()))
     );
     assert_eq!(redis.command(&["ZCARD", "z"]), Ok(Reply::Int(1)));
+    assert_eq!(redis.command(&["LLEN", "l"]), Ok(Reply::Int(1)));
+    assert_eq!(
+        redis.command(&["HGETALL", "h"]),
+        Ok(Reply::Array(vec![
+            Reply::Bulk("1750000000000".into()),
+            Reply::Bulk("x".into())
+        ]))
+    );
 }
 
 #[test]

@@ -1,22 +1,36 @@
-//! The scripts' replies, read as verdicts, and the estimate of Redis' clock that the fixed
-//! window's short reply is read with.
+//! The scripts' replies, read as verdicts, and the estimate of Redis' clock that the short
+//! replies are read with.
 //!
 //! Every script can give the full reply, five integers `{allowed, remaining, reset_at,
-//! retry_after or -1, now}` in microseconds. A fixed window of whole milliseconds that records
-//! a call gives a short one instead (see `lua/fixed_window.lua`): one integer, the window's
-//! count and the milliseconds left in it, with no time read and no table built inside Redis,
-//! the two costs that made it slower than a bare `INCRBY` script. The count and the
-//! milliseconds left are Redis' own; only the absolute times of the decision (`reset_at`) are
-//! placed with [`RedisClock`], this process's estimate of Redis' `TIME`.
+//! retry_after or -1, now}` in microseconds. A call that records can get a short one instead,
+//! one integer, with no time read (fixed window) or no table built inside Redis, costs that
+//! show against the peers' scripts:
+//! - a fixed window of whole milliseconds (see `lua/fixed_window.lua`): the window's count and
+//!   the milliseconds left in it;
+//! - the sliding log (see `lua/sliding_log.lua`), for an admitted call recorded at Redis'
+//!   `TIME`: the units in the window with the call's, full again one window after that time;
+//! - the sliding window counter (see `lua/sliding_counter.lua`), for an admitted call recorded
+//!   in the window of Redis' `TIME` (of 10 ms or more): the remaining calls and the window's
+//!   number modulo [`WINDOWS`], resolved to the nearest such window to the estimate of Redis'
+//!   clock (so exact while the estimate is within 512 windows, 5 s at the least).
+//!
+//! The counts and the milliseconds left are Redis' own; only the absolute times of the
+//! decision (`reset_at`) are placed with [`RedisClock`], this process's estimate of Redis'
+//! `TIME`.
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::algorithm::Verdict;
 use crate::clock::Nanos;
+use crate::quota::Quota;
+use crate::syntax::Strategy;
 
 /// How long an estimate of Redis' clock is used before a full reply refreshes it.
 const REFRESH_US: u64 = 1_000_000;
+
+/// The modulus of the window numbers a short reply carries.
+pub(super) const WINDOWS: u64 = 1_024;
 
 /// A script's reply.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,15 +40,34 @@ pub(super) enum Reply {
     /// The fixed window's short reply: the count with the call's cost added, and the
     /// milliseconds from Redis' millisecond to the window's end.
     Short { count: u64, left_ms: u64 },
+    /// The sliding log's short reply: an admitted call, recorded at Redis' time, and the
+    /// units in the window with its cost.
+    Logged { count: u64 },
+    /// The sliding window counter's short reply: an admitted call, recorded in the window
+    /// whose number (window start / window) is `number` modulo [`WINDOWS`].
+    Counted { number: u64, remaining: u64 },
 }
 
 impl Reply {
-    /// Reads a script's reply; `capacity` unpacks the short one. `None` for anything else.
-    pub(super) fn parse(value: &redis::Value, capacity: u64) -> Option<Reply> {
+    /// Reads the reply of `quota`'s script; `None` for anything else.
+    pub(super) fn parse(value: &redis::Value, quota: &Quota) -> Option<Reply> {
         match value {
-            redis::Value::Int(n) => {
+            redis::Value::Int(n) if quota.strategy() == Strategy::SlidingWindow => {
+                Some(Reply::Logged {
+                    count: u64::try_from(*n).ok()?,
+                })
+            }
+            redis::Value::Int(n) if quota.strategy() == Strategy::SlidingWindowCounter => {
                 let n = u64::try_from(*n).ok()?;
-                let m = capacity.checked_mul(2)?.checked_add(1)?;
+                let m = quota.capacity().checked_add(1)?;
+                Some(Reply::Counted {
+                    number: n / m,
+                    remaining: n % m,
+                })
+            }
+            redis::Value::Int(n) if quota.strategy() == Strategy::FixedWindow => {
+                let n = u64::try_from(*n).ok()?;
+                let m = quota.capacity().checked_mul(2)?.checked_add(1)?;
                 Some(Reply::Short {
                     count: n % m,
                     left_ms: n / m,
@@ -49,10 +82,12 @@ impl Reply {
                     })
                     .collect::<Option<_>>()?;
                 match ints[..] {
-                    [count, left] => Some(Reply::Short {
-                        count: u64::try_from(count).ok()?,
-                        left_ms: u64::try_from(left).ok()?,
-                    }),
+                    [count, left] if quota.strategy() == Strategy::FixedWindow => {
+                        Some(Reply::Short {
+                            count: u64::try_from(count).ok()?,
+                            left_ms: u64::try_from(left).ok()?,
+                        })
+                    }
                     _ => full(&ints).map(|(v, at)| Reply::Full(v, at)),
                 }
             }
@@ -60,13 +95,41 @@ impl Reply {
         }
     }
 
-    /// The verdict, and Redis' time it is placed at: for the short reply, `now_us` (Redis'
-    /// time in microseconds, or this process's estimate of it); `cost` and `capacity` are the
-    /// call's.
-    pub(super) fn verdict(self, cost: u64, capacity: u64, now_us: u64) -> Option<(Verdict, Nanos)> {
+    /// The verdict, and Redis' time it is placed at: for a short reply, `now_us` (Redis'
+    /// time in microseconds, or this process's estimate of it); `cost` is the call's, `quota`
+    /// the one it was decided under.
+    pub(super) fn verdict(self, cost: u64, quota: &Quota, now_us: u64) -> Option<(Verdict, Nanos)> {
+        let capacity = quota.capacity();
         let (count, left_ms) = match self {
             Reply::Full(verdict, at) => return Some((verdict, at)),
             Reply::Short { count, left_ms } => (count, left_ms),
+            Reply::Logged { count } => {
+                if count < cost || count > capacity {
+                    return None;
+                }
+                let window_us = u64::try_from(quota.window().as_micros()).ok()?;
+                let verdict = Verdict {
+                    allowed: true,
+                    remaining: capacity - count,
+                    reset_at: now_us.checked_add(window_us)?.checked_mul(1_000)?,
+                    retry_after: None,
+                };
+                return Some((verdict, now_us.checked_mul(1_000)?));
+            }
+            Reply::Counted { number, remaining } => {
+                if number >= WINDOWS || remaining.checked_add(cost)? > capacity {
+                    return None;
+                }
+                let window_us = u64::try_from(quota.window().as_micros()).ok()?;
+                let start = nearest_window(number, now_us, window_us)?.checked_mul(window_us)?;
+                let verdict = Verdict {
+                    allowed: true,
+                    remaining,
+                    reset_at: start.checked_add(2 * window_us)?.checked_mul(1_000)?,
+                    retry_after: None,
+                };
+                return Some((verdict, now_us.checked_mul(1_000)?));
+            }
         };
         if left_ms == 0 || count < cost {
             return None;
@@ -84,6 +147,18 @@ impl Reply {
             retry_after: (!allowed).then(|| (reset_at - now_us) * 1_000),
         };
         Some((verdict, now_us.checked_mul(1_000)?))
+    }
+}
+
+/// The number (start / `window_us`) of the window nearest to the one `now_us` is in whose
+/// number is `number` modulo [`WINDOWS`].
+fn nearest_window(number: u64, now_us: u64, window_us: u64) -> Option<u64> {
+    let here = now_us / window_us.max(1);
+    let ahead = (number + WINDOWS - here % WINDOWS) % WINDOWS;
+    if ahead < WINDOWS / 2 {
+        here.checked_add(ahead)
+    } else {
+        here.checked_sub(WINDOWS - ahead)
     }
 }
 
@@ -149,13 +224,21 @@ impl RedisClock {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
+
+    fn quota(strategy: Strategy) -> Quota {
+        Quota::new(10, Duration::from_secs(2))
+            .unwrap()
+            .with_strategy(strategy)
+    }
 
     #[test]
     fn the_short_reply_unpacks_the_count_and_the_milliseconds_left() {
-        let capacity = 10;
+        let fixed = quota(Strategy::FixedWindow);
         let packed = 250 * 21 + 11;
-        let reply = Reply::parse(&redis::Value::Int(packed), capacity).unwrap();
+        let reply = Reply::parse(&redis::Value::Int(packed), &fixed).unwrap();
         assert_eq!(
             reply,
             Reply::Short {
@@ -165,7 +248,7 @@ mod tests {
         );
         // Refused: the count with the cost (2) is above the capacity; 9 were spent before.
         let now = 1_750_000_000_123_456;
-        let (v, at) = reply.verdict(2, capacity, now).unwrap();
+        let (v, at) = reply.verdict(2, &fixed, now).unwrap();
         assert!(!v.allowed);
         assert_eq!(v.remaining, 1);
         assert_eq!(v.reset_at, (1_750_000_000_123 + 250) * 1_000_000);
@@ -175,13 +258,27 @@ mod tests {
             count: 10,
             left_ms: 1,
         }
-        .verdict(1, capacity, now)
+        .verdict(1, &fixed, now)
         .unwrap();
         assert!(v.allowed && v.remaining == 0 && v.retry_after.is_none());
     }
 
     #[test]
+    fn the_sliding_logs_short_reply_is_an_admission_full_one_window_later() {
+        let log = quota(Strategy::SlidingWindow);
+        let reply = Reply::parse(&redis::Value::Int(7), &log).unwrap();
+        assert_eq!(reply, Reply::Logged { count: 7 });
+        let now = 1_750_000_000_123_456;
+        let (v, at) = reply.verdict(3, &log, now).unwrap();
+        assert!(v.allowed && v.retry_after.is_none());
+        assert_eq!(v.remaining, 3);
+        assert_eq!(v.reset_at, (now + 2_000_000) * 1_000);
+        assert_eq!(at, now * 1_000);
+    }
+
+    #[test]
     fn a_short_reply_that_cannot_be_ours_is_no_verdict() {
+        let fixed = quota(Strategy::FixedWindow);
         for bad in [
             Reply::Short {
                 count: 5,
@@ -192,9 +289,69 @@ mod tests {
                 left_ms: 5,
             },
         ] {
-            assert_eq!(bad.verdict(1, 10, 1_000_000), None, "{bad:?}");
+            assert_eq!(bad.verdict(1, &fixed, 1_000_000), None, "{bad:?}");
         }
-        assert_eq!(Reply::parse(&redis::Value::Int(-1), 10), None);
-        assert_eq!(Reply::parse(&redis::Value::Nil, 10), None);
+        assert_eq!(Reply::parse(&redis::Value::Int(-1), &fixed), None);
+        assert_eq!(Reply::parse(&redis::Value::Nil, &fixed), None);
+        // The log's count is the units in the window with the call's: at least its cost, at
+        // most the capacity (it was admitted).
+        let log = quota(Strategy::SlidingWindow);
+        for (count, cost) in [(2, 3), (11, 1)] {
+            let reply = Reply::Logged { count };
+            assert_eq!(reply.verdict(cost, &log, 1_000_000), None, "{reply:?}");
+        }
+        assert_eq!(Reply::parse(&redis::Value::Int(-1), &log), None);
+        // The counter's remaining calls leave room for the call's cost, and its window
+        // number is below the modulus.
+        let counter = quota(Strategy::SlidingWindowCounter);
+        for (number, remaining) in [(0, 10), (WINDOWS, 0)] {
+            let reply = Reply::Counted { number, remaining };
+            assert_eq!(reply.verdict(1, &counter, 1_000_000), None, "{reply:?}");
+        }
+        // The token bucket gives no short reply; only the fixed window a pair.
+        assert_eq!(
+            Reply::parse(&redis::Value::Int(5), &quota(Strategy::TokenBucket)),
+            None
+        );
+        let pair = redis::Value::Array(vec![redis::Value::Int(5), redis::Value::Int(5)]);
+        for strategy in [Strategy::SlidingWindowCounter, Strategy::TokenBucket] {
+            assert_eq!(Reply::parse(&pair, &quota(strategy)), None);
+        }
+    }
+
+    #[test]
+    fn the_counters_short_reply_is_placed_in_the_nearest_window_with_its_number() {
+        let counter = quota(Strategy::SlidingWindowCounter); // a 2 s window, capacity 10
+        let window_us = 2_000_000;
+        let n = 875_000_123; // the window Redis recorded the call in
+        let reply = Reply::parse(
+            &redis::Value::Int(((n % WINDOWS) * 11 + 4) as i64),
+            &counter,
+        );
+        assert_eq!(
+            reply,
+            Some(Reply::Counted {
+                number: n % WINDOWS,
+                remaining: 4
+            })
+        );
+        // The estimate of Redis' clock up to 511 windows either side of it: the same window.
+        for estimate_n in [n - 511, n - 1, n, n + 1, n + 511] {
+            let now = estimate_n * window_us + 1_234;
+            let (v, at) = reply.unwrap().verdict(6, &counter, now).unwrap();
+            assert!(v.allowed && v.remaining == 4 && v.retry_after.is_none());
+            assert_eq!(
+                v.reset_at,
+                (n + 2) * window_us * 1_000,
+                "estimate in {estimate_n}"
+            );
+            assert_eq!(at, now * 1_000);
+        }
+        assert_eq!(nearest_window(0, 0, window_us), Some(0));
+        assert_eq!(
+            nearest_window(WINDOWS - 1, 0, window_us),
+            None,
+            "before the epoch"
+        );
     }
 }

@@ -67,7 +67,12 @@ struct Inner {
 ///   Redis' clock, measured by a full reply at most once a second, so a decision's `reset_at`
 ///   is Redis' time to within half a round trip. What is admitted is Redis' decision alone.
 ///   The string state of earlier versions under such a window is refused as the wrong shape
-///   (until it expires, at the end of its window).
+///   (until it expires, at the end of its window). The sliding log is a list, newest entry
+///   first, whose head names the oldest live entry and the count before it: an admitted call
+///   reads one entry and pushes one, however long the log. The sliding window counter is a
+///   hash of integer counts by window number: a call is `HMGET` and `HINCRBY`. Both answer an
+///   admitted call with one integer, placed in time like the fixed window's; the sorted set
+///   and the string of earlier versions are refused as the wrong shape until they expire.
 /// - **Refusals without round trips**: a key Redis refused until its `retry_after` is
 ///   refused again in this process, for calls of at least that cost under the same limit,
 ///   until then (at most [`RedisOptions::local_refusals`] keys), so a flood on one refused key
@@ -218,13 +223,13 @@ impl RedisStore {
             .arg(u8::from(commit))
             .arg(u8::from(full));
         let value: redis::Value = self.run(&invocation).await?;
-        let reply = Reply::parse(&value, capacity).ok_or_else(|| unexpected_value(&value))?;
+        let reply = Reply::parse(&value, quota).ok_or_else(|| unexpected_value(&value))?;
         let received = RedisClock::local_us();
         if let Reply::Full(_, at) = reply {
             clock.measured(at / 1_000, sent, received);
         }
         let (verdict, at) = reply
-            .verdict(cost, capacity, clock.redis_us(received))
+            .verdict(cost, quota, clock.redis_us(received))
             .ok_or_else(|| unexpected_value(&value))?;
         refusals.record(key, cost, capacity, &verdict, started);
         Ok((verdict, at))
