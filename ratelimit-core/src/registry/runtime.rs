@@ -9,24 +9,44 @@ use super::declaration::Declaration;
 use super::limiter::Limiter;
 use super::spec::TierSpec;
 use crate::error::Error;
-use crate::service::{Call, RateLimitService};
+use crate::service::{Call, RateLimitService, Site, SiteOutcome};
 
 /// The application's limiter: the one [`Module::init`](super::Module::init) builds, deciding
 /// every annotated fn that names no `limiter`.
 pub(super) static APP: Limiter = Limiter::new();
 
-/// What this thread knows: a [`testing`](crate::testing) scope's service, and its copy of
-/// [`APP`], valid while `APP`'s generation has not moved. One thread-local, so the hot path
-/// makes one thread-local access and reads one shared atomic, and takes no lock.
+/// What this thread knows: a [`testing`](crate::testing) scope's service, its copy of
+/// [`APP`] (valid while `APP`'s generation has not moved), the call sites it decided at, and
+/// the buffer their store keys are composed in. One thread-local, so the hot path makes one
+/// thread-local access and reads one shared atomic, and takes no lock.
 struct Local {
     scoped: Option<RateLimitService>,
     generation: u64,
     cached: Option<RateLimitService>,
+    /// The last [`SITES`] call sites decided here, replaced in turn (`next`).
+    sites: [Option<SiteEntry>; SITES],
+    next: usize,
+    buffer: String,
 }
+
+/// A call site: its declaration (a `'static` address, so never reused by another), the id of
+/// the service that resolved it (ids are never reused either), and the resolution (`None`:
+/// that service does not decide the fn's calls at once; they take the general path).
+type SiteEntry = (&'static Declaration, u64, Option<Site>);
+
+/// Call sites a thread keeps resolved.
+const SITES: usize = 8;
 
 thread_local! {
     static LOCAL: RefCell<Local> = const {
-        RefCell::new(Local { scoped: None, generation: u64::MAX, cached: None })
+        RefCell::new(Local {
+            scoped: None,
+            generation: u64::MAX,
+            cached: None,
+            sites: [None, None, None, None, None, None, None, None],
+            next: 0,
+            buffer: String::new(),
+        })
     };
 }
 
@@ -60,7 +80,11 @@ pub(crate) enum Now<T> {
 pub(crate) fn with_current<T>(f: impl FnOnce(&RateLimitService) -> Option<T>) -> Now<T> {
     LOCAL.with(|local| {
         let generation = APP.generation();
-        if local.borrow().generation != generation {
+        // Held mutably only by `at_site`, around a decision on the memory store: a clock of
+        // the user's own that calls an annotated fn gets here. It decides on what `APP`
+        // holds, as the call below does for a call made from inside a decision.
+        let stale = local.try_borrow().map_or(true, |l| l.generation != generation);
+        if stale {
             // Read under the lock: what we cache is at least as new as `generation`, so a
             // stale copy is always one whose generation no longer matches.
             let fresh = APP.service();
@@ -71,7 +95,7 @@ pub(crate) fn with_current<T>(f: impl FnOnce(&RateLimitService) -> Option<T>) ->
                 }
                 // A call made while this thread is inside a decision (from a tracing
                 // subscriber, say) uses what it just read, and leaves the cache alone.
-                Err(_) if local.borrow().scoped.is_none() => {
+                Err(_) if local.try_borrow().map_or(true, |l| l.scoped.is_none()) => {
                     return match fresh {
                         Some(service) => match f(&service) {
                             Some(done) => Now::Done(done),
@@ -90,6 +114,66 @@ pub(crate) fn with_current<T>(f: impl FnOnce(&RateLimitService) -> Option<T>) ->
         match f(service) {
             Some(done) => Now::Done(done),
             None => Now::Later(service.clone()),
+        }
+    })
+}
+
+/// Decides a call of an application's fn (no library limiter, no tier chosen per call) at its
+/// call site, resolved once per thread and service (see [`Site`]): `None` when the general
+/// path decides it (no service, another store, the queue, a key it must encode or refuse).
+#[inline]
+fn at_site(
+    declaration: &'static Declaration,
+    key: Option<&str>,
+    cost: u64,
+) -> Option<Result<(), Error>> {
+    let unfinished = LOCAL.with(|local| {
+        let generation = APP.generation();
+        // Borrowed already: a call from inside a decision takes the general path.
+        let mut local = local.try_borrow_mut().ok()?;
+        let Local {
+            scoped,
+            generation: seen,
+            cached,
+            sites,
+            next,
+            buffer,
+        } = &mut *local;
+        if *seen != generation {
+            *cached = APP.service();
+            *seen = generation;
+            *sites = Default::default();
+        }
+        let service = scoped.as_ref().or(cached.as_ref())?;
+        let id = service.id();
+        let found = sites.iter().position(|entry| {
+            matches!(entry, Some((d, i, _)) if std::ptr::eq(*d, declaration) && *i == id)
+        });
+        let at = match found {
+            Some(at) => at,
+            None => {
+                let site = service.site(&call(declaration, None, cost));
+                let at = *next;
+                sites[at] = Some((declaration, id, site));
+                *next = (at + 1) % SITES;
+                at
+            }
+        };
+        let Some((_, _, Some(site))) = &sites[at] else {
+            return None;
+        };
+        match service.enforce_site(site, key, cost, buffer) {
+            SiteOutcome::Admitted => Some(None),
+            SiteOutcome::Decided(result, tier) => Some(Some((service.clone(), result, tier))),
+            SiteOutcome::General => None,
+        }
+    })?;
+    // A refusal is finished (counted, logged) with the thread's state released: what it runs
+    // (a tracing subscriber) may call annotated fns.
+    Some(match unfinished {
+        None => Ok(()),
+        Some((service, result, tier)) => {
+            service.finish_site((result, tier), key, &call(declaration, None, cost))
         }
     })
 }
@@ -221,6 +305,11 @@ pub async fn acquire(
     tier: Option<&str>,
     cost: u64,
 ) -> Result<(), Error> {
+    if tier.is_none() && declaration.limiter().is_none() {
+        if let Some(decided) = at_site(declaration, key, cost) {
+            return decided;
+        }
+    }
     let options = call(declaration, tier, cost);
     let service = match declaration.limiter() {
         // A library's own limiter: its service, never the application's.
@@ -264,6 +353,11 @@ pub fn acquire_now(
     tier: Option<&str>,
     cost: u64,
 ) -> Result<(), Error> {
+    if tier.is_none() && declaration.limiter().is_none() {
+        if let Some(decided) = at_site(declaration, key, cost) {
+            return decided;
+        }
+    }
     let service = service_for(declaration)?;
     let options = call(declaration, tier, cost);
     service

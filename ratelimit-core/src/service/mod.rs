@@ -11,10 +11,12 @@ mod decide;
 mod options;
 pub(crate) mod queue;
 mod record;
+mod site;
 mod stacked;
 mod wait;
 
 pub(crate) use options::Call;
+pub(crate) use site::{Site, SiteOutcome};
 pub use options::Options;
 
 use crate::clock::{Clock, SystemClock};

@@ -1,0 +1,136 @@
+//! A call site's resolution, kept by its caller: what a call of an annotated fn needs that
+//! does not depend on the user key (the quota, the tier, the store key around the user key,
+//! the budget's counters), resolved once per call site and service rather than per call.
+//! The store key is the one [`with_key`](RateLimitService::with_key) composes for the same
+//! call, so a call decided here and one decided through the general path (`status`, `reset`,
+//! `consume` under the fn's budget) read one state.
+
+use std::sync::Arc;
+
+use super::{Backend, Call, RateLimitService};
+use crate::decision::Decision;
+use crate::error::Error;
+use crate::key;
+use crate::quota::Quota;
+use crate::stats::{Counters, Outcome};
+
+/// What [`RateLimitService::site`] resolved for one call site.
+pub(crate) struct Site {
+    quota: Quota,
+    tier: Option<usize>,
+    /// The budget's counters, when the call names a budget.
+    counters: Option<Arc<Counters>>,
+    /// The store key before the user key: `<prefix>:{`.
+    head: String,
+    /// The store key after a brace-free user key: `}<identity>:<budget>:<tier>`.
+    tail: String,
+}
+
+/// How [`RateLimitService::enforce_site`] ended.
+pub(crate) enum SiteOutcome {
+    /// Admitted and counted.
+    Admitted,
+    /// Decided (refused, or an error), not counted yet: hand it to
+    /// [`finish_site`](RateLimitService::finish_site).
+    Decided(Result<Decision, Error>, Option<usize>),
+    /// Not decided: the call takes the general path (a user key with braces, or one the
+    /// general path refuses with its error).
+    General,
+}
+
+impl RateLimitService {
+    /// The resolution of calls with `options` (whatever their user key and cost), for
+    /// [`enforce_site`](Self::enforce_site): `None` when such calls are not decided at once
+    /// on the memory store (another store, limits switched off, the queue), or when the
+    /// resolution fails; the general path decides those, and reports the error.
+    pub(crate) fn site(&self, options: &Call<'_>) -> Option<Site> {
+        let Backend::Memory(_) = &self.inner.backend else {
+            return None;
+        };
+        if !self.inner.config.enabled() || !options.consume || self.may_wait(options) {
+            return None;
+        }
+        let (quota, tier) = self.resolve(options).ok()?;
+        let parts = self.parts(options, tier, None);
+        let mut head = String::with_capacity(parts.prefix.len() + 2);
+        head.push_str(parts.prefix);
+        head.push_str(":{");
+        let mut tail = String::from("}");
+        key::write_suffix(&mut tail, &parts, &quota);
+        Some(Site {
+            quota,
+            tier,
+            counters: options.budget.map(|name| self.method_counters(name).1),
+            head,
+            tail,
+        })
+    }
+
+    /// This service's id, unique in the process: what a caller keeps a [`Site`] under.
+    #[inline]
+    pub(crate) fn id(&self) -> u64 {
+        self.inner.id
+    }
+
+    /// One spending call at `site` (resolved by this service) with
+    /// user `key` and `cost`, the store key composed in `buffer`. An admitted call is counted
+    /// here and builds no [`Decision`]; anything else is returned to be finished by
+    /// [`finish_site`](Self::finish_site), outside whatever the caller holds.
+    #[inline]
+    pub(crate) fn enforce_site(
+        &self,
+        site: &Site,
+        key: Option<&str>,
+        cost: u64,
+        buffer: &mut String,
+    ) -> SiteOutcome {
+        let Backend::Memory(store) = &self.inner.backend else {
+            return SiteOutcome::General;
+        };
+        buffer.clear();
+        buffer.push_str(&site.head);
+        if let Some(key) = key {
+            // The checks and the encoding of `key::compose_around`: an invalid key's error,
+            // and a braced key's digest, are the general path's.
+            if key::check_user_key(key).is_err() || key.bytes().any(|b| b == b'{' || b == b'}')
+            {
+                return SiteOutcome::General;
+            }
+            buffer.push_str(key);
+        }
+        buffer.push_str(&site.tail);
+        let now = self.inner.clock.now();
+        let started = self.inner.latency.start();
+        let verdict = store.verdict_at(buffer, &site.quota, cost, now, true);
+        self.inner.latency.finish(started);
+        match verdict {
+            Ok(verdict) if verdict.allowed => {
+                self.inner.total.record(Outcome::Allowed);
+                if let Some(i) = site.tier {
+                    self.inner.by_tier[i].record(Outcome::Allowed);
+                }
+                if let Some(counters) = &site.counters {
+                    counters.record(Outcome::Allowed);
+                }
+                SiteOutcome::Admitted
+            }
+            verdict => SiteOutcome::Decided(
+                verdict.map(|v| Decision::for_quota(v, now, &site.quota)),
+                site.tier,
+            ),
+        }
+    }
+
+    /// Finishes what [`enforce_site`](Self::enforce_site) decided and did not admit: the
+    /// tier named, counted, a refusal as [`Error::Exceeded`].
+    pub(crate) fn finish_site(
+        &self,
+        (result, tier): (Result<Decision, Error>, Option<usize>),
+        key: Option<&str>,
+        options: &Call<'_>,
+    ) -> Result<(), Error> {
+        let result = self.name_tier(result, tier, false);
+        let result = self.counted((result, tier), key, options);
+        result.and_then(|d| Self::admit(d, options)).map(drop)
+    }
+}
