@@ -164,10 +164,23 @@ fn limit(
     let (key_var, tier_value, tier_var, cost_var) =
         (var("key"), var("tier_value"), var("tier"), var("cost"));
     let key = match &args.key {
-        Some(expr) => quote_spanned! {expr.span()=>
-            let #key_var: ::core::option::Option<#k::__private::KeyText> =
-                ::core::option::Option::Some(#k::__private::key(&#decl, &(#expr)));
-        },
+        // `KeyArg` carries the key by its type (integers and strings are written directly)
+        // and as `dyn Display`: a key that is not `Display` is an error spanned on it.
+        Some(expr) => {
+            // The same binding, located at the key: the coercion's error points there.
+            let shown = syn::Ident::new(&key_var.to_string(), mixed.located_at(expr.span()));
+            quote_spanned! {expr.span()=>
+                let #key_var: ::core::option::Option<#k::__private::KeyText> = {
+                    #[allow(unused_imports)]
+                    use #k::__private::{KeyDirect as _, KeyDisplayed as _};
+                    match &(#expr) {
+                        #key_var => ::core::option::Option::Some(
+                            (&#k::__private::KeyArg(#key_var, #shown)).key_text(),
+                        ),
+                    }
+                };
+            }
+        }
         None => quote! {
             let #key_var: ::core::option::Option<#k::__private::KeyText> = ::core::option::Option::None;
         },

@@ -2,8 +2,6 @@
 //! point it calls. No lock on the hot path: one thread-local and one shared atomic.
 
 use std::cell::RefCell;
-use std::fmt;
-use std::fmt::Write as _;
 
 use super::declaration::Declaration;
 use super::limiter::Limiter;
@@ -83,7 +81,9 @@ pub(crate) fn with_current<T>(f: impl FnOnce(&RateLimitService) -> Option<T>) ->
         // Held mutably only by `at_site`, around a decision on the memory store: a clock of
         // the user's own that calls an annotated fn gets here. It decides on what `APP`
         // holds, as the call below does for a call made from inside a decision.
-        let stale = local.try_borrow().map_or(true, |l| l.generation != generation);
+        let stale = local
+            .try_borrow()
+            .map_or(true, |l| l.generation != generation);
         if stale {
             // Read under the lock: what we cache is at least as new as `generation`, so a
             // stale copy is always one whose generation no longer matches.
@@ -146,9 +146,9 @@ fn at_site(
         }
         let service = scoped.as_ref().or(cached.as_ref())?;
         let id = service.id();
-        let found = sites.iter().position(|entry| {
-            matches!(entry, Some((d, i, _)) if std::ptr::eq(*d, declaration) && *i == id)
-        });
+        let found = sites.iter().position(
+            |entry| matches!(entry, Some((d, i, _)) if std::ptr::eq(*d, declaration) && *i == id),
+        );
         let at = match found {
             Some(at) => at,
             None => {
@@ -211,85 +211,6 @@ fn service_for_all(limits: &[Limit<'_>]) -> Result<RateLimitService, Error> {
 /// Sets this thread's testing scope, returning the previous one.
 pub(crate) fn replace_scoped(service: Option<RateLimitService>) -> Option<RateLimitService> {
     LOCAL.with(|local| std::mem::replace(&mut local.borrow_mut().scoped, service))
-}
-
-/// The user key of a keyed call, as text: up to [`KeyText::INLINE`] bytes in place, so a
-/// call with a short key (an id, an address) allocates nothing. The budget is a part of the
-/// store key of its own (see `key.rs`), so it is not repeated here.
-#[doc(hidden)]
-pub fn key(declaration: &'static Declaration, key: &dyn fmt::Display) -> KeyText {
-    let _ = declaration;
-    let mut out = KeyText::Inline {
-        len: 0,
-        bytes: [0; KeyText::INLINE],
-    };
-    // `KeyText`'s `write_str` never fails; a `Display` that does leaves what it wrote, which
-    // the store refuses if empty.
-    let _ = write!(out, "{key}");
-    out
-}
-
-/// A keyed call's user key as text (see [`key`]); derefs to `str`.
-#[doc(hidden)]
-pub enum KeyText {
-    /// A short key, in place: `bytes[..len]`, whole `str`s appended one after another.
-    Inline {
-        len: u8,
-        bytes: [u8; KeyText::INLINE],
-    },
-    /// A key longer than [`KeyText::INLINE`] bytes.
-    Heap(String),
-}
-
-impl KeyText {
-    /// The longest key kept in place.
-    pub const INLINE: usize = 46;
-}
-
-impl fmt::Write for KeyText {
-    fn write_str(&mut self, s: &str) -> fmt::Result {
-        match self {
-            KeyText::Inline { len, bytes } => {
-                let at = usize::from(*len);
-                match bytes.get_mut(at..at + s.len()) {
-                    Some(room) => {
-                        room.copy_from_slice(s.as_bytes());
-                        *len += s.len() as u8;
-                    }
-                    None => {
-                        let mut heap = String::with_capacity(at + s.len());
-                        heap.push_str(self);
-                        heap.push_str(s);
-                        *self = KeyText::Heap(heap);
-                    }
-                }
-            }
-            KeyText::Heap(heap) => heap.push_str(s),
-        }
-        Ok(())
-    }
-}
-
-impl std::ops::Deref for KeyText {
-    type Target = str;
-    #[inline]
-    fn deref(&self) -> &str {
-        match self {
-            // Only whole `str`s are copied in, so the bytes are UTF-8; were they not, the
-            // empty key that stands for them is refused by the store, never admitted.
-            KeyText::Inline { len, bytes } => {
-                std::str::from_utf8(&bytes[..usize::from(*len)]).unwrap_or_default()
-            }
-            KeyText::Heap(heap) => heap,
-        }
-    }
-}
-
-impl fmt::Debug for KeyText {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // Keys are user data: never printed.
-        f.write_str("KeyText(..)")
-    }
 }
 
 /// One limit of a call: the declaration, the user key, the tier chosen for this call, the cost.

@@ -16,8 +16,8 @@ mod stacked;
 mod wait;
 
 pub(crate) use options::Call;
-pub(crate) use site::{Site, SiteOutcome};
 pub use options::Options;
+pub(crate) use site::{Site, SiteOutcome};
 
 use crate::clock::{Clock, SystemClock};
 use crate::config::{Config, StoreConfig};

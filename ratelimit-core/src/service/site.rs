@@ -92,8 +92,7 @@ impl RateLimitService {
         if let Some(key) = key {
             // The checks and the encoding of `key::compose_around`: an invalid key's error,
             // and a braced key's digest, are the general path's.
-            if key::check_user_key(key).is_err() || key.bytes().any(|b| b == b'{' || b == b'}')
-            {
+            if key::check_user_key(key).is_err() || key.bytes().any(|b| b == b'{' || b == b'}') {
                 return SiteOutcome::General;
             }
             buffer.push_str(key);
