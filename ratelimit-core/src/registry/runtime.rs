@@ -163,7 +163,7 @@ fn at_site(
             return None;
         };
         match service.enforce_site(site, key, cost, buffer) {
-            SiteOutcome::Admitted => Some(None),
+            SiteOutcome::Admitted(..) => Some(None),
             SiteOutcome::Decided(result, tier) => Some(Some((service.clone(), result, tier))),
             SiteOutcome::General => None,
         }
@@ -245,7 +245,9 @@ pub async fn acquire(
             }
         },
     };
-    match service.enforce_parts(key, &options).await {
+    // Boxed: the waiting path's futures are large, and this future is part of every
+    // annotated fn's, moved whole wherever it goes (see `RateLimitService::check`'s).
+    match Box::pin(service.enforce_parts(key, &options)).await {
         Ok(_) => Ok(()),
         // A wait ended by the module shutting down names the fn, like a call after it.
         Err(Error::NotInitialized { .. }) => Err(Error::NotInitialized {

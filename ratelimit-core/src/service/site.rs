@@ -5,13 +5,17 @@
 //! call, so a call decided here and one decided through the general path (`status`, `reset`,
 //! `consume` under the fn's budget) read one state.
 
+use std::cell::RefCell;
 use std::sync::Arc;
 
 use super::{Backend, Call, RateLimitService};
+use crate::algorithm::Verdict;
+use crate::clock::Nanos;
 use crate::decision::Decision;
 use crate::error::Error;
 use crate::key;
-use crate::quota::Quota;
+use crate::quota::{Overrides, Quota};
+use crate::resolve;
 use crate::stats::{Counters, Outcome};
 
 /// What [`RateLimitService::site`] resolved for one call site.
@@ -28,8 +32,8 @@ pub(crate) struct Site {
 
 /// How [`RateLimitService::enforce_site`] ended.
 pub(crate) enum SiteOutcome {
-    /// Admitted and counted.
-    Admitted,
+    /// Admitted and counted: the store's verdict, at `now`.
+    Admitted(Verdict, Nanos),
     /// Decided (refused, or an error), not counted yet: hand it to
     /// [`finish_site`](RateLimitService::finish_site).
     Decided(Result<Decision, Error>, Option<usize>),
@@ -111,7 +115,7 @@ impl RateLimitService {
                 if let Some(counters) = &site.counters {
                     counters.record(Outcome::Allowed);
                 }
-                SiteOutcome::Admitted
+                SiteOutcome::Admitted(verdict, now)
             }
             verdict => SiteOutcome::Decided(
                 verdict.map(|v| Decision::for_quota(v, now, &site.quota)),
@@ -131,5 +135,103 @@ impl RateLimitService {
         let result = self.name_tier(result, tier, false);
         let result = self.counted((result, tier), key, options);
         result.and_then(|d| Self::admit(d, options)).map(drop)
+    }
+}
+
+/// A call site of the public API as a thread keeps it: what it was resolved from (service,
+/// tier, overrides, budget) and the resolution.
+struct Entry {
+    service: u64,
+    tier: Option<usize>,
+    overrides: Overrides,
+    budget: Option<String>,
+    site: Site,
+}
+
+/// The last four call sites of the public API a thread decided at (replaced in turn), and the
+/// buffer their store keys are composed in: one thread-local for what the general path looks
+/// up in three (the resolved quota, the key's suffix, the budget's counters).
+struct Entries {
+    entries: [Option<Entry>; 4],
+    next: usize,
+    buffer: String,
+}
+
+thread_local! {
+    static ENTRIES: RefCell<Entries> = const {
+        RefCell::new(Entries { entries: [None, None, None, None], next: 0, buffer: String::new() })
+    };
+}
+
+impl RateLimitService {
+    /// A spending call of the public API (`consume`, `enforce`, `check`) decided at its call
+    /// site, kept per thread (see [`Site`]): `None` when the general path decides it (the
+    /// site does not decide at once, or the call's key or resolution is one the general path
+    /// encodes or reports). An admitted call names its tier, as the general path does.
+    #[inline]
+    pub(super) fn decide_at_site(
+        &self,
+        key: &str,
+        options: &Call<'_>,
+    ) -> Option<Result<Decision, Error>> {
+        if !matches!(self.inner.backend, Backend::Memory(_))
+            || !self.inner.config.enabled()
+            || !options.consume
+            || self.may_wait(options)
+        {
+            return None;
+        }
+        let tier = resolve::tier_index(&self.inner.config, options.tier).ok()?;
+        let outcome = ENTRIES.with(|entries| {
+            // Borrowed already: a call from inside a decision (a clock of the user's own)
+            // takes the general path.
+            let mut entries = entries.try_borrow_mut().ok()?;
+            let Entries {
+                entries,
+                next,
+                buffer,
+            } = &mut *entries;
+            let id = self.inner.id;
+            let found = entries.iter().position(|e| {
+                e.as_ref().is_some_and(|e| {
+                    e.service == id
+                        && e.tier == tier
+                        && e.overrides == *options.overrides
+                        && e.budget.as_deref() == options.budget
+                })
+            });
+            let at = match found {
+                Some(at) => at,
+                None => {
+                    let site = self.site(options)?;
+                    let at = *next;
+                    entries[at] = Some(Entry {
+                        service: id,
+                        tier,
+                        overrides: *options.overrides,
+                        budget: options.budget.map(str::to_owned),
+                        site,
+                    });
+                    *next = (at + 1) % entries.len();
+                    at
+                }
+            };
+            let site = &entries[at].as_ref()?.site;
+            match self.enforce_site(site, Some(key), options.cost, buffer) {
+                SiteOutcome::Admitted(verdict, now) => {
+                    Some(Ok(Decision::for_quota(verdict, now, &site.quota)))
+                }
+                SiteOutcome::Decided(result, tier) => Some(Err((result, tier))),
+                SiteOutcome::General => None,
+            }
+        })?;
+        // Finished with the thread's entries released: counting a refusal logs it.
+        Some(match outcome {
+            Ok(admitted) => self.name_tier(Ok(admitted), tier, true),
+            Err((result, tier)) => {
+                let result = self.name_tier(result, tier, true);
+                self.counted((result, tier), Some(key), options)
+            }
+        })
     }
 }
