@@ -418,6 +418,30 @@ mod tests {
         });
     }
 
+    /// A call site is kept per thread and service: another service resolves it again and
+    /// decides on its own state; back on the first, its state and counters are where they
+    /// were.
+    #[test]
+    fn a_call_site_is_resolved_again_for_another_service() {
+        let exceeded = |r: Result<(), Error>| matches!(r, Err(Error::Exceeded(_)));
+        let first = service(None);
+        scoped(first.clone(), || {
+            assert!(acquire_now(&SYNC, Some("k"), None, 1).is_ok());
+            assert!(exceeded(acquire_now(&SYNC, Some("k"), None, 1)));
+        });
+        let second = service(None);
+        scoped(second.clone(), || {
+            assert!(acquire_now(&SYNC, Some("k"), None, 1).is_ok());
+        });
+        scoped(first.clone(), || {
+            assert!(exceeded(acquire_now(&SYNC, Some("k"), None, 1)));
+            assert!(acquire_now(&SYNC, Some("other"), None, 1).is_ok());
+        });
+        let counts = first.stats().by_method["app::sync"];
+        assert_eq!((counts.allowed, counts.denied), (2, 2));
+        assert_eq!(second.stats().by_method["app::sync"].allowed, 1);
+    }
+
     #[test]
     fn a_library_fn_is_never_decided_by_the_applications_service() {
         // A testing scope stands in for the application's module, never for a library's

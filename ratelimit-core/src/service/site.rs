@@ -235,3 +235,73 @@ impl RateLimitService {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use futures::FutureExt;
+
+    use super::*;
+    use crate::{Config, ManualClock, Options};
+
+    fn service() -> RateLimitService {
+        let clock = ManualClock::new(Duration::from_secs(1_000_000));
+        RateLimitService::with_clock(Config::default(), Arc::new(clock)).unwrap()
+    }
+
+    fn allowed(service: &RateLimitService, key: &str, options: &Options) -> bool {
+        let decided = service.consume(key, options).now_or_never().unwrap();
+        decided.unwrap().allowed
+    }
+
+    /// Call sites kept per thread are told apart by everything they were resolved from:
+    /// the budget, the overrides, the service. None answers for another.
+    #[test]
+    fn call_sites_are_told_apart_by_budget_overrides_and_service() {
+        let one = Options::new().limit(1).window("1m");
+        let (a, b) = (one.clone().budget("a"), one.clone().budget("b"));
+        let two = Options::new().limit(2).window("1m").budget("a");
+        let first = service();
+        assert!(allowed(&first, "k", &a));
+        assert!(!allowed(&first, "k", &a));
+        assert!(allowed(&first, "k", &b));
+        // The same state (a limit does not change how it reads), under limit 2: one more
+        // call, which the limit-1 site would refuse.
+        assert!(allowed(&first, "k", &two));
+        assert!(!allowed(&first, "k", &two));
+        // Another service: its own state, its own counters.
+        let second = service();
+        assert!(allowed(&second, "k", &a));
+        let stats = first.stats();
+        assert_eq!(stats.by_method["a"].allowed, 2);
+        assert_eq!(stats.by_method["a"].denied, 2);
+        assert_eq!(stats.by_method["b"].allowed, 1);
+        assert_eq!(stats.total.checks, 5);
+        assert_eq!(second.stats().total.allowed, 1);
+    }
+
+    /// A call decided at its site spends the state the general path reads and resets; keys
+    /// the site leaves to the general path (braces, empty) are decided or refused there.
+    #[test]
+    fn a_site_spends_what_status_and_reset_see() {
+        let service = service();
+        let options = Options::new().limit(2).window("1m").budget("f");
+        assert!(allowed(&service, "u", &options));
+        let status = service.status("u", &options).now_or_never().unwrap();
+        assert_eq!(status.unwrap().remaining, 1);
+        assert!(service.reset_with("u", &options).now_or_never().unwrap().unwrap());
+        for _ in 0..2 {
+            assert!(allowed(&service, "u", &options));
+        }
+        assert!(!allowed(&service, "u", &options));
+        // A braced key: the general path's encoding, the same limit.
+        assert!(allowed(&service, "a{b}", &options));
+        assert!(allowed(&service, "a{b}", &options));
+        assert!(!allowed(&service, "a{b}", &options));
+        let empty = service.consume("", &options).now_or_never().unwrap();
+        assert!(matches!(empty, Err(Error::InvalidKey { .. })), "{empty:?}");
+        let counts = service.stats().by_method["f"];
+        assert_eq!((counts.allowed, counts.denied, counts.errors), (5, 2, 1));
+    }
+}
