@@ -290,7 +290,11 @@ mod tests {
         assert!(allowed(&service, "u", &options));
         let status = service.status("u", &options).now_or_never().unwrap();
         assert_eq!(status.unwrap().remaining, 1);
-        assert!(service.reset_with("u", &options).now_or_never().unwrap().unwrap());
+        assert!(service
+            .reset_with("u", &options)
+            .now_or_never()
+            .unwrap()
+            .unwrap());
         for _ in 0..2 {
             assert!(allowed(&service, "u", &options));
         }
