@@ -24,7 +24,9 @@
 //! `RL_ROUNDS` (default 30, rounded up to a multiple of each group's variant count),
 //! `RL_CALLS` (calls per sample, default 200,000), `RL_KEYS` (default 100,000); for a
 //! profile, `RL_GROUP` (`one`, `keys`, `sliding`, `threads`, `tasks`) runs one group and
-//! `RL_ONLY` (part of a name) keeps the two governor variants and the named ones.
+//! `RL_ONLY` (part of a name) keeps the two governor variants and the named ones; for
+//! instruction counts, `RL_IR` (part of a name) runs only that variant, `RL_CALLS` calls on
+//! one key on a `ManualClock`, under `valgrind --tool=cachegrind` (BENCHMARKS.md).
 //! Allocations per call (counted on the calling thread) are printed for the one-thread cases.
 
 use std::hint::black_box;
