@@ -243,9 +243,15 @@ fn body(all: &[Args], place: &Place, sig: &Signature, block: &Block) -> syn::Res
     let setup = limits.iter().map(|l| &l.setup);
     // A sync fn is decided at once (the memory store; any other store refuses it).
     let check = match (limits.as_slice(), sig.asyncness.is_some()) {
+        // Decided at the call site when it can be (see `acquire_here`), without building
+        // `acquire`'s future; otherwise awaited.
         ([one], true) => {
             let (call, k) = (&one.call, &k);
-            quote!(#k::__private::acquire(#call).await)
+            let decided = syn::Ident::new("__ratelimit_decided", Span::mixed_site());
+            quote!(match #k::__private::acquire_here(#call) {
+                ::core::option::Option::Some(#decided) => #decided,
+                ::core::option::Option::None => #k::__private::acquire(#call).await,
+            })
         }
         ([one], false) => {
             let (call, k) = (&one.call, &k);

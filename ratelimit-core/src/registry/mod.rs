@@ -20,5 +20,7 @@ pub use key_text::{key, KeyArg, KeyDirect, KeyDisplayed, KeyPart, KeyText};
 pub use limiter::Limiter;
 pub use module::{Module, ModuleBuilder};
 pub(crate) use runtime::replace_scoped;
-pub use runtime::{acquire, acquire_all, acquire_all_now, acquire_now, refuse, Refusal};
+pub use runtime::{
+    acquire, acquire_all, acquire_all_now, acquire_here, acquire_now, refuse, Refusal,
+};
 pub use spec::{Spec, TierSpec};

@@ -216,6 +216,22 @@ pub(crate) fn replace_scoped(service: Option<RateLimitService>) -> Option<RateLi
 /// One limit of a call: the declaration, the user key, the tier chosen for this call, the cost.
 type Limit<'a> = (&'static Declaration, Option<&'a str>, Option<&'a str>, u64);
 
+/// What an annotated async fn tries before [`acquire`]: the decision at its call site (see
+/// `at_site`), made without building `acquire`'s future; `None` when it must be awaited.
+#[doc(hidden)]
+#[inline]
+pub fn acquire_here(
+    declaration: &'static Declaration,
+    key: Option<&str>,
+    tier: Option<&str>,
+    cost: u64,
+) -> Option<Result<(), Error>> {
+    if tier.is_some() || declaration.limiter().is_some() {
+        return None;
+    }
+    at_site(declaration, key, cost)
+}
+
 /// The check every annotated async fn runs before its body: `Ok` to proceed; `Err` is the
 /// refusal (over the limit, no module, unknown tier, store failure...). With the memory store
 /// the decision is made on the thread's copy of the service, without a handle to it.
@@ -226,11 +242,6 @@ pub async fn acquire(
     tier: Option<&str>,
     cost: u64,
 ) -> Result<(), Error> {
-    if tier.is_none() && declaration.limiter().is_none() {
-        if let Some(decided) = at_site(declaration, key, cost) {
-            return decided;
-        }
-    }
     let options = call(declaration, tier, cost);
     let service = match declaration.limiter() {
         // A library's own limiter: its service, never the application's.
@@ -276,10 +287,8 @@ pub fn acquire_now(
     tier: Option<&str>,
     cost: u64,
 ) -> Result<(), Error> {
-    if tier.is_none() && declaration.limiter().is_none() {
-        if let Some(decided) = at_site(declaration, key, cost) {
-            return decided;
-        }
+    if let Some(decided) = acquire_here(declaration, key, tier, cost) {
+        return decided;
     }
     let service = service_for(declaration)?;
     let options = call(declaration, tier, cost);
