@@ -51,7 +51,7 @@ pub use window::Window;
 #[doc(hidden)]
 pub mod __private {
     pub use crate::registry::{
-        acquire, acquire_all, acquire_all_now, acquire_now, key, refuse, KeyText, Refusal,
-        Registered,
+        acquire, acquire_all, acquire_all_now, acquire_here, acquire_now, key, refuse, KeyArg,
+        KeyDirect, KeyDisplayed, KeyPart, KeyText, Refusal, Registered,
     };
 }

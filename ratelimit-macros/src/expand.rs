@@ -164,10 +164,23 @@ fn limit(
     let (key_var, tier_value, tier_var, cost_var) =
         (var("key"), var("tier_value"), var("tier"), var("cost"));
     let key = match &args.key {
-        Some(expr) => quote_spanned! {expr.span()=>
-            let #key_var: ::core::option::Option<#k::__private::KeyText> =
-                ::core::option::Option::Some(#k::__private::key(&#decl, &(#expr)));
-        },
+        // `KeyArg` carries the key by its type (integers and strings are written directly)
+        // and as `dyn Display`: a key that is not `Display` is an error spanned on it.
+        Some(expr) => {
+            // The same binding, located at the key: the coercion's error points there.
+            let shown = syn::Ident::new(&key_var.to_string(), mixed.located_at(expr.span()));
+            quote_spanned! {expr.span()=>
+                let #key_var: ::core::option::Option<#k::__private::KeyText> = {
+                    #[allow(unused_imports)]
+                    use #k::__private::{KeyDirect as _, KeyDisplayed as _};
+                    match &(#expr) {
+                        #key_var => ::core::option::Option::Some(
+                            (&#k::__private::KeyArg(#key_var, #shown)).key_text(),
+                        ),
+                    }
+                };
+            }
+        }
         None => quote! {
             let #key_var: ::core::option::Option<#k::__private::KeyText> = ::core::option::Option::None;
         },
@@ -230,9 +243,15 @@ fn body(all: &[Args], place: &Place, sig: &Signature, block: &Block) -> syn::Res
     let setup = limits.iter().map(|l| &l.setup);
     // A sync fn is decided at once (the memory store; any other store refuses it).
     let check = match (limits.as_slice(), sig.asyncness.is_some()) {
+        // Decided at the call site when it can be (see `acquire_here`), without building
+        // `acquire`'s future; otherwise awaited.
         ([one], true) => {
             let (call, k) = (&one.call, &k);
-            quote!(#k::__private::acquire(#call).await)
+            let decided = syn::Ident::new("__ratelimit_decided", Span::mixed_site());
+            quote!(match #k::__private::acquire_here(#call) {
+                ::core::option::Option::Some(#decided) => #decided,
+                ::core::option::Option::None => #k::__private::acquire(#call).await,
+            })
         }
         ([one], false) => {
             let (call, k) = (&one.call, &k);

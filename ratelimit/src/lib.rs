@@ -141,8 +141,8 @@ pub mod openapi;
 pub mod __private {
     pub use inventory;
     pub use ratelimit_core::__private::{
-        acquire, acquire_all, acquire_all_now, acquire_now, key, refuse, KeyText, Refusal,
-        Registered,
+        acquire, acquire_all, acquire_all_now, acquire_here, acquire_now, key, refuse, KeyArg,
+        KeyDirect, KeyDisplayed, KeyPart, KeyText, Refusal, Registered,
     };
     pub use ratelimit_core::{Declaration, Spec, Strategy};
 }

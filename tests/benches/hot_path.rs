@@ -24,7 +24,9 @@
 //! `RL_ROUNDS` (default 30, rounded up to a multiple of each group's variant count),
 //! `RL_CALLS` (calls per sample, default 200,000), `RL_KEYS` (default 100,000); for a
 //! profile, `RL_GROUP` (`one`, `keys`, `sliding`, `threads`, `tasks`) runs one group and
-//! `RL_ONLY` (part of a name) keeps the two governor variants and the named ones.
+//! `RL_ONLY` (part of a name) keeps the two governor variants and the named ones; for
+//! instruction counts, `RL_IR` (part of a name) runs only that variant, `RL_CALLS` calls on
+//! one key on a `ManualClock`, under `valgrind --tool=cachegrind` (BENCHMARKS.md).
 //! Allocations per call (counted on the calling thread) are printed for the one-thread cases.
 
 use std::hint::black_box;
@@ -36,8 +38,7 @@ use std::time::{Duration, Instant};
 use futures::FutureExt;
 use governor::{Quota as GQuota, RateLimiter};
 use ratelimit::{
-    rate_limit, Clock, Error, MemoryStore, Module, Options, Quota, RateLimitService, Strategy,
-    SystemClock,
+    rate_limit, Error, ManualClock, MemoryStore, Module, Options, Quota, RateLimitService, Strategy,
 };
 use ratelimit_tests::{allocations, CountingAllocator};
 
@@ -106,6 +107,7 @@ fn variants(
     keys: &Arc<Vec<String>>,
     strategies: &[Strategy],
 ) -> Vec<(String, Call)> {
+    let clock = Arc::clone(service.clock());
     let gov = Arc::new(RateLimiter::keyed(GQuota::per_second(NonZeroU32::MAX)));
     let gov_s = Arc::new(RateLimiter::keyed(GQuota::per_second(NonZeroU32::MAX)));
     let mut out: Vec<(String, Call)> = vec![(
@@ -133,10 +135,11 @@ fn variants(
             }),
         ));
         let (store, names, q) = (MemoryStore::new(), Arc::clone(keys), quota(strategy));
+        let clock = Arc::clone(&clock);
         out.push((
             format!("store {strategy}"),
             Arc::new(move |k| {
-                let now = SystemClock.now();
+                let now = clock.now();
                 store
                     .acquire(&names[k as usize], &q, 1, now)
                     .is_ok_and(|d| d.allowed)
@@ -338,10 +341,33 @@ fn main() {
         "load before: {}  (RL_CALLS={calls}, RL_KEYS={n_keys})",
         loadavg()
     );
-    let module = Module::builder().init().expect("module");
+    // `RL_IR=<part of a variant's name>`: only that variant, `RL_CALLS` calls on one key, on
+    // a `ManualClock` (valgrind cannot run `SystemClock`'s first read: rustix's vDSO lookup
+    // faults under it), for instruction counts: run it with two `RL_CALLS` under
+    // `valgrind --tool=cachegrind --cache-sim=no` and divide the difference.
+    let ir = std::env::var("RL_IR").ok();
+    let module = match ir {
+        Some(_) => Module::builder().clock(ManualClock::new(Duration::from_secs(1_000_000))),
+        None => Module::builder(),
+    }
+    .init()
+    .expect("module");
     let service = module.service().clone();
     let keys: Arc<Vec<String>> = Arc::new((0..n_keys).map(|i| i.to_string()).collect());
     let main = [Strategy::TokenBucket, Strategy::FixedWindow];
+
+    if let Some(only) = ir {
+        let cases = variants(&service, &keys, &Strategy::ALL);
+        let (name, call) = cases
+            .iter()
+            .find(|(name, _)| name.contains(&only))
+            .expect("RL_IR names a variant");
+        for _ in 0..calls {
+            assert!(call(black_box(0)), "{name}: refused");
+        }
+        println!("{name}: {calls} calls");
+        return;
+    }
 
     let group = std::env::var("RL_GROUP").unwrap_or_default();
     if "one".contains(&group) {

@@ -8,6 +8,7 @@
 
 mod check;
 mod declaration;
+mod key_text;
 mod limiter;
 mod module;
 mod runtime;
@@ -15,10 +16,11 @@ mod spec;
 
 pub use check::check_declarations;
 pub use declaration::{declarations, Declaration, Registered};
+pub use key_text::{key, KeyArg, KeyDirect, KeyDisplayed, KeyPart, KeyText};
 pub use limiter::Limiter;
 pub use module::{Module, ModuleBuilder};
 pub(crate) use runtime::replace_scoped;
 pub use runtime::{
-    acquire, acquire_all, acquire_all_now, acquire_now, key, refuse, KeyText, Refusal,
+    acquire, acquire_all, acquire_all_now, acquire_here, acquire_now, refuse, Refusal,
 };
 pub use spec::{Spec, TierSpec};

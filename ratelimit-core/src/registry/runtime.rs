@@ -2,31 +2,49 @@
 //! point it calls. No lock on the hot path: one thread-local and one shared atomic.
 
 use std::cell::RefCell;
-use std::fmt;
-use std::fmt::Write as _;
 
 use super::declaration::Declaration;
 use super::limiter::Limiter;
 use super::spec::TierSpec;
 use crate::error::Error;
-use crate::service::{Call, RateLimitService};
+use crate::service::{Call, RateLimitService, Site, SiteOutcome};
 
 /// The application's limiter: the one [`Module::init`](super::Module::init) builds, deciding
 /// every annotated fn that names no `limiter`.
 pub(super) static APP: Limiter = Limiter::new();
 
-/// What this thread knows: a [`testing`](crate::testing) scope's service, and its copy of
-/// [`APP`], valid while `APP`'s generation has not moved. One thread-local, so the hot path
-/// makes one thread-local access and reads one shared atomic, and takes no lock.
+/// What this thread knows: a [`testing`](crate::testing) scope's service, its copy of
+/// [`APP`] (valid while `APP`'s generation has not moved), the call sites it decided at, and
+/// the buffer their store keys are composed in. One thread-local, so the hot path makes one
+/// thread-local access and reads one shared atomic, and takes no lock.
 struct Local {
     scoped: Option<RateLimitService>,
     generation: u64,
     cached: Option<RateLimitService>,
+    /// The last [`SITES`] call sites decided here, replaced in turn (`next`).
+    sites: [Option<SiteEntry>; SITES],
+    next: usize,
+    buffer: String,
 }
+
+/// A call site: its declaration (a `'static` address, so never reused by another), the id of
+/// the service that resolved it (ids are never reused either), and the resolution (`None`:
+/// that service does not decide the fn's calls at once; they take the general path).
+type SiteEntry = (&'static Declaration, u64, Option<Site>);
+
+/// Call sites a thread keeps resolved.
+const SITES: usize = 8;
 
 thread_local! {
     static LOCAL: RefCell<Local> = const {
-        RefCell::new(Local { scoped: None, generation: u64::MAX, cached: None })
+        RefCell::new(Local {
+            scoped: None,
+            generation: u64::MAX,
+            cached: None,
+            sites: [None, None, None, None, None, None, None, None],
+            next: 0,
+            buffer: String::new(),
+        })
     };
 }
 
@@ -60,7 +78,13 @@ pub(crate) enum Now<T> {
 pub(crate) fn with_current<T>(f: impl FnOnce(&RateLimitService) -> Option<T>) -> Now<T> {
     LOCAL.with(|local| {
         let generation = APP.generation();
-        if local.borrow().generation != generation {
+        // Held mutably only by `at_site`, around a decision on the memory store: a clock of
+        // the user's own that calls an annotated fn gets here. It decides on what `APP`
+        // holds, as the call below does for a call made from inside a decision.
+        let stale = local
+            .try_borrow()
+            .map_or(true, |l| l.generation != generation);
+        if stale {
             // Read under the lock: what we cache is at least as new as `generation`, so a
             // stale copy is always one whose generation no longer matches.
             let fresh = APP.service();
@@ -71,7 +95,7 @@ pub(crate) fn with_current<T>(f: impl FnOnce(&RateLimitService) -> Option<T>) ->
                 }
                 // A call made while this thread is inside a decision (from a tracing
                 // subscriber, say) uses what it just read, and leaves the cache alone.
-                Err(_) if local.borrow().scoped.is_none() => {
+                Err(_) if local.try_borrow().map_or(true, |l| l.scoped.is_none()) => {
                     return match fresh {
                         Some(service) => match f(&service) {
                             Some(done) => Now::Done(done),
@@ -90,6 +114,66 @@ pub(crate) fn with_current<T>(f: impl FnOnce(&RateLimitService) -> Option<T>) ->
         match f(service) {
             Some(done) => Now::Done(done),
             None => Now::Later(service.clone()),
+        }
+    })
+}
+
+/// Decides a call of an application's fn (no library limiter, no tier chosen per call) at its
+/// call site, resolved once per thread and service (see [`Site`]): `None` when the general
+/// path decides it (no service, another store, the queue, a key it must encode or refuse).
+#[inline]
+fn at_site(
+    declaration: &'static Declaration,
+    key: Option<&str>,
+    cost: u64,
+) -> Option<Result<(), Error>> {
+    let unfinished = LOCAL.with(|local| {
+        let generation = APP.generation();
+        // Borrowed already: a call from inside a decision takes the general path.
+        let mut local = local.try_borrow_mut().ok()?;
+        let Local {
+            scoped,
+            generation: seen,
+            cached,
+            sites,
+            next,
+            buffer,
+        } = &mut *local;
+        if *seen != generation {
+            *cached = APP.service();
+            *seen = generation;
+            *sites = Default::default();
+        }
+        let service = scoped.as_ref().or(cached.as_ref())?;
+        let id = service.id();
+        let found = sites.iter().position(
+            |entry| matches!(entry, Some((d, i, _)) if std::ptr::eq(*d, declaration) && *i == id),
+        );
+        let at = match found {
+            Some(at) => at,
+            None => {
+                let site = service.site(&call(declaration, None, cost));
+                let at = *next;
+                sites[at] = Some((declaration, id, site));
+                *next = (at + 1) % SITES;
+                at
+            }
+        };
+        let Some((_, _, Some(site))) = &sites[at] else {
+            return None;
+        };
+        match service.enforce_site(site, key, cost, buffer) {
+            SiteOutcome::Admitted(..) => Some(None),
+            SiteOutcome::Decided(result, tier) => Some(Some((service.clone(), result, tier))),
+            SiteOutcome::General => None,
+        }
+    })?;
+    // A refusal is finished (counted, logged) with the thread's state released: what it runs
+    // (a tracing subscriber) may call annotated fns.
+    Some(match unfinished {
+        None => Ok(()),
+        Some((service, result, tier)) => {
+            service.finish_site((result, tier), key, &call(declaration, None, cost))
         }
     })
 }
@@ -129,87 +213,24 @@ pub(crate) fn replace_scoped(service: Option<RateLimitService>) -> Option<RateLi
     LOCAL.with(|local| std::mem::replace(&mut local.borrow_mut().scoped, service))
 }
 
-/// The user key of a keyed call, as text: up to [`KeyText::INLINE`] bytes in place, so a
-/// call with a short key (an id, an address) allocates nothing. The budget is a part of the
-/// store key of its own (see `key.rs`), so it is not repeated here.
-#[doc(hidden)]
-pub fn key(declaration: &'static Declaration, key: &dyn fmt::Display) -> KeyText {
-    let _ = declaration;
-    let mut out = KeyText::Inline {
-        len: 0,
-        bytes: [0; KeyText::INLINE],
-    };
-    // `KeyText`'s `write_str` never fails; a `Display` that does leaves what it wrote, which
-    // the store refuses if empty.
-    let _ = write!(out, "{key}");
-    out
-}
-
-/// A keyed call's user key as text (see [`key`]); derefs to `str`.
-#[doc(hidden)]
-pub enum KeyText {
-    /// A short key, in place: `bytes[..len]`, whole `str`s appended one after another.
-    Inline {
-        len: u8,
-        bytes: [u8; KeyText::INLINE],
-    },
-    /// A key longer than [`KeyText::INLINE`] bytes.
-    Heap(String),
-}
-
-impl KeyText {
-    /// The longest key kept in place.
-    pub const INLINE: usize = 46;
-}
-
-impl fmt::Write for KeyText {
-    fn write_str(&mut self, s: &str) -> fmt::Result {
-        match self {
-            KeyText::Inline { len, bytes } => {
-                let at = usize::from(*len);
-                match bytes.get_mut(at..at + s.len()) {
-                    Some(room) => {
-                        room.copy_from_slice(s.as_bytes());
-                        *len += s.len() as u8;
-                    }
-                    None => {
-                        let mut heap = String::with_capacity(at + s.len());
-                        heap.push_str(self);
-                        heap.push_str(s);
-                        *self = KeyText::Heap(heap);
-                    }
-                }
-            }
-            KeyText::Heap(heap) => heap.push_str(s),
-        }
-        Ok(())
-    }
-}
-
-impl std::ops::Deref for KeyText {
-    type Target = str;
-    #[inline]
-    fn deref(&self) -> &str {
-        match self {
-            // Only whole `str`s are copied in, so the bytes are UTF-8; were they not, the
-            // empty key that stands for them is refused by the store, never admitted.
-            KeyText::Inline { len, bytes } => {
-                std::str::from_utf8(&bytes[..usize::from(*len)]).unwrap_or_default()
-            }
-            KeyText::Heap(heap) => heap,
-        }
-    }
-}
-
-impl fmt::Debug for KeyText {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // Keys are user data: never printed.
-        f.write_str("KeyText(..)")
-    }
-}
-
 /// One limit of a call: the declaration, the user key, the tier chosen for this call, the cost.
 type Limit<'a> = (&'static Declaration, Option<&'a str>, Option<&'a str>, u64);
+
+/// What an annotated async fn tries before [`acquire`]: the decision at its call site (see
+/// `at_site`), made without building `acquire`'s future; `None` when it must be awaited.
+#[doc(hidden)]
+#[inline]
+pub fn acquire_here(
+    declaration: &'static Declaration,
+    key: Option<&str>,
+    tier: Option<&str>,
+    cost: u64,
+) -> Option<Result<(), Error>> {
+    if tier.is_some() || declaration.limiter().is_some() {
+        return None;
+    }
+    at_site(declaration, key, cost)
+}
 
 /// The check every annotated async fn runs before its body: `Ok` to proceed; `Err` is the
 /// refusal (over the limit, no module, unknown tier, store failure...). With the memory store
@@ -235,7 +256,9 @@ pub async fn acquire(
             }
         },
     };
-    match service.enforce_parts(key, &options).await {
+    // Boxed: the waiting path's futures are large, and this future is part of every
+    // annotated fn's, moved whole wherever it goes (see `RateLimitService::check`'s).
+    match Box::pin(service.enforce_parts(key, &options)).await {
         Ok(_) => Ok(()),
         // A wait ended by the module shutting down names the fn, like a call after it.
         Err(Error::NotInitialized { .. }) => Err(Error::NotInitialized {
@@ -264,6 +287,9 @@ pub fn acquire_now(
     tier: Option<&str>,
     cost: u64,
 ) -> Result<(), Error> {
+    if let Some(decided) = acquire_here(declaration, key, tier, cost) {
+        return decided;
+    }
     let service = service_for(declaration)?;
     let options = call(declaration, tier, cost);
     service
@@ -399,6 +425,30 @@ mod tests {
                 Err(Error::Exceeded(_))
             ));
         });
+    }
+
+    /// A call site is kept per thread and service: another service resolves it again and
+    /// decides on its own state; back on the first, its state and counters are where they
+    /// were.
+    #[test]
+    fn a_call_site_is_resolved_again_for_another_service() {
+        let exceeded = |r: Result<(), Error>| matches!(r, Err(Error::Exceeded(_)));
+        let first = service(None);
+        scoped(first.clone(), || {
+            assert!(acquire_now(&SYNC, Some("k"), None, 1).is_ok());
+            assert!(exceeded(acquire_now(&SYNC, Some("k"), None, 1)));
+        });
+        let second = service(None);
+        scoped(second.clone(), || {
+            assert!(acquire_now(&SYNC, Some("k"), None, 1).is_ok());
+        });
+        scoped(first.clone(), || {
+            assert!(exceeded(acquire_now(&SYNC, Some("k"), None, 1)));
+            assert!(acquire_now(&SYNC, Some("other"), None, 1).is_ok());
+        });
+        let counts = first.stats().by_method["app::sync"];
+        assert_eq!((counts.allowed, counts.denied), (2, 2));
+        assert_eq!(second.stats().by_method["app::sync"].allowed, 1);
     }
 
     #[test]

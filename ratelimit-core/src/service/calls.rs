@@ -119,17 +119,27 @@ impl RateLimitService {
             // A decision that cannot wait, on a store that answers at once, is made here,
             // without polling the nested futures of the waiting path.
             if !self.may_wait(&call) {
-                if let Some(decided) = self.decide_now(Some(key), &call, true) {
+                let decided = match self.decide_at_site(key, &call) {
+                    Some(decided) => Some(decided),
+                    None => self.decide_now(Some(key), &call, true),
+                };
+                if let Some(decided) = decided {
                     return match mode {
                         Mode::Enforce => decided.and_then(|d| Self::admit(d, &call)),
                         _ => decided,
                     };
                 }
             }
-            match mode {
-                Mode::Enforce => self.enforce_parts(Some(key), &call).await,
-                _ => self.decide_waiting(Some(key), &call).await,
-            }
+            // The path that waits (another store, the queue), boxed: its futures are large,
+            // and a future is moved whole (into its caller's, into an executor), so without
+            // the box every call, the memory store's above included, would move them.
+            Box::pin(async {
+                match mode {
+                    Mode::Enforce => self.enforce_parts(Some(key), &call).await,
+                    _ => self.decide_waiting(Some(key), &call).await,
+                }
+            })
+            .await
         }
     }
 

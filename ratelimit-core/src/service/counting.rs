@@ -57,7 +57,7 @@ impl RateLimitService {
     }
 
     /// The counters of budget `name` (added if new), with the map's copy of the name.
-    fn method_counters(&self, name: &str) -> (Arc<str>, Arc<Counters>) {
+    pub(super) fn method_counters(&self, name: &str) -> (Arc<str>, Arc<Counters>) {
         let clone = |(n, c): (&Arc<str>, &Arc<Counters>)| (Arc::clone(n), Arc::clone(c));
         if let Some(found) = self.inner.by_method.read().get_key_value(name) {
             return clone(found);

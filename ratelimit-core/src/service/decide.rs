@@ -253,7 +253,7 @@ impl RateLimitService {
     /// Names the tier on the decision: on a refusal always, else when `with_tier` (an
     /// annotated fn's admitted call never shows its decision, so it skips the `Arc` clone).
     #[inline(always)]
-    fn name_tier(
+    pub(super) fn name_tier(
         &self,
         result: Result<Decision, Error>,
         tier: Option<usize>,
@@ -269,7 +269,7 @@ impl RateLimitService {
 
     /// Counts a decision (or the error that stood for it) when the call spends.
     #[inline(always)]
-    fn counted(
+    pub(super) fn counted(
         &self,
         (result, tier): (Result<Decision, Error>, Option<usize>),
         key: Option<&str>,

@@ -11,11 +11,13 @@ mod decide;
 mod options;
 pub(crate) mod queue;
 mod record;
+mod site;
 mod stacked;
 mod wait;
 
 pub(crate) use options::Call;
 pub use options::Options;
+pub(crate) use site::{Site, SiteOutcome};
 
 use crate::clock::{Clock, SystemClock};
 use crate::config::{Config, StoreConfig};

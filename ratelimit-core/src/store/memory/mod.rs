@@ -291,25 +291,38 @@ impl MemoryStore {
         now: Nanos,
         commit: bool,
     ) -> Result<Decision, Error> {
+        let verdict = self.verdict_at(key, quota, cost, now, commit)?;
+        Ok(Decision::for_quota(verdict, now, quota))
+    }
+
+    /// [`decide_at`](Self::decide_at)'s verdict, before it becomes a [`Decision`] (whose
+    /// divisions an admitted call of an annotated fn never reads).
+    #[inline]
+    pub(crate) fn verdict_at(
+        &self,
+        key: &str,
+        quota: &Quota,
+        cost: u64,
+        now: Nanos,
+        commit: bool,
+    ) -> Result<Verdict, Error> {
         crate::key::check_store_key(key)?;
-        let decision = |v: Verdict| Decision::for_quota(v, now, quota);
         if let Some(verdict) = algorithm::precheck(now, quota, cost, commit)? {
-            return Ok(decision(verdict));
+            return Ok(verdict);
         }
         // A clock stepped back behind the last sweep decides at the sweep's time.
         let at = self.decision_time(now);
         // A look (cost 0) is two looks at most, each its own step: the rule is
         // `algorithm::level`'s, applied around the whole step so that a call that spends goes
         // straight to the cell (through a closure inside the lock it measured 6 ns slower).
-        let verdict = algorithm::level_or(cost, commit, |cost, commit| match quota.strategy() {
+        algorithm::level_or(cost, commit, |cost, commit| match quota.strategy() {
             Strategy::FixedWindow => self.decide_in::<FixedCell>(key, quota, cost, at, commit),
             Strategy::SlidingWindow => self.decide_in::<LogCell>(key, quota, cost, at, commit),
             Strategy::SlidingWindowCounter => {
                 self.decide_in::<CounterCell>(key, quota, cost, at, commit)
             }
             Strategy::TokenBucket => self.decide_in::<BucketCell>(key, quota, cost, at, commit),
-        })?;
-        Ok(decision(verdict))
+        })
     }
 
     /// The decision in the strategy's own table: a stored key under the shard's read lock; a

@@ -1,0 +1,222 @@
+//! The user key of a keyed call as text, written by the code the macros generate: integers
+//! and strings directly (`itoa`, a copy), anything else through its `Display`.
+
+use std::fmt;
+use std::fmt::Write as _;
+
+use super::declaration::Declaration;
+
+/// The user key of a keyed call, as text: up to [`KeyText::INLINE`] bytes in place, so a
+/// call with a short key (an id, an address) allocates nothing. The budget is a part of the
+/// store key of its own (see `key.rs`), so it is not repeated here.
+#[doc(hidden)]
+pub fn key(declaration: &'static Declaration, key: &dyn fmt::Display) -> KeyText {
+    let _ = declaration;
+    let mut out = KeyText::new();
+    // `KeyText`'s `write_str` never fails; a `Display` that does leaves what it wrote, which
+    // the store refuses if empty.
+    let _ = write!(out, "{key}");
+    out
+}
+
+/// A keyed call's user key as text (see [`key`]); derefs to `str`.
+#[doc(hidden)]
+pub enum KeyText {
+    /// A short key, in place: `bytes[..len]`, whole `str`s appended one after another.
+    Inline {
+        len: u8,
+        bytes: [u8; KeyText::INLINE],
+    },
+    /// A key longer than [`KeyText::INLINE`] bytes.
+    Heap(String),
+}
+
+impl KeyText {
+    /// The longest key kept in place.
+    pub const INLINE: usize = 46;
+
+    /// No text yet.
+    #[inline]
+    fn new() -> Self {
+        KeyText::Inline {
+            len: 0,
+            bytes: [0; KeyText::INLINE],
+        }
+    }
+
+    /// Appends `s`.
+    #[inline]
+    fn push(&mut self, s: &str) {
+        let _ = self.write_str(s); // never fails
+    }
+}
+
+impl fmt::Write for KeyText {
+    #[inline]
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        match self {
+            KeyText::Inline { len, bytes } => {
+                let at = usize::from(*len);
+                match bytes.get_mut(at..at + s.len()) {
+                    Some(room) => {
+                        room.copy_from_slice(s.as_bytes());
+                        *len += s.len() as u8;
+                    }
+                    None => {
+                        let mut heap = String::with_capacity(at + s.len());
+                        heap.push_str(self);
+                        heap.push_str(s);
+                        *self = KeyText::Heap(heap);
+                    }
+                }
+            }
+            KeyText::Heap(heap) => heap.push_str(s),
+        }
+        Ok(())
+    }
+}
+
+impl std::ops::Deref for KeyText {
+    type Target = str;
+    #[inline]
+    fn deref(&self) -> &str {
+        match self {
+            // Only whole `str`s are copied in, so the bytes are UTF-8; were they not, the
+            // empty key that stands for them is refused by the store, never admitted.
+            KeyText::Inline { len, bytes } => {
+                std::str::from_utf8(&bytes[..usize::from(*len)]).unwrap_or_default()
+            }
+            KeyText::Heap(heap) => heap,
+        }
+    }
+}
+
+impl fmt::Debug for KeyText {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Keys are user data: never printed.
+        f.write_str("KeyText(..)")
+    }
+}
+
+/// A keyed call's user key, as the generated code hands it over: by its own type (`0`), and
+/// as `dyn Display` (`1`, the same value). The macros call `(&KeyArg(k, k)).key_text()` with
+/// both traits in scope: a key whose type is a [`KeyPart`] is written directly by
+/// [`KeyDirect`]; any other goes through [`KeyDisplayed`] (method resolution tries
+/// `KeyArg<T>` before `&KeyArg<T>`, so the direct way wins where it applies). Both write the
+/// text `Display` writes: a key is the same whichever way it took.
+#[doc(hidden)]
+pub struct KeyArg<'a, T: ?Sized>(pub &'a T, pub &'a dyn fmt::Display);
+
+/// A key type written without the formatting machinery, exactly as its `Display` writes it.
+#[doc(hidden)]
+pub trait KeyPart {
+    /// Appends the key's text to `out`.
+    fn write_key(&self, out: &mut KeyText);
+}
+
+macro_rules! integer_keys {
+    ($($t:ty)*) => {$(
+        impl KeyPart for $t {
+            #[inline]
+            fn write_key(&self, out: &mut KeyText) {
+                out.push(itoa::Buffer::new().format(*self));
+            }
+        }
+    )*};
+}
+
+integer_keys!(u8 u16 u32 u64 u128 usize i8 i16 i32 i64 i128 isize);
+
+impl KeyPart for str {
+    #[inline]
+    fn write_key(&self, out: &mut KeyText) {
+        out.push(self);
+    }
+}
+
+impl KeyPart for String {
+    #[inline]
+    fn write_key(&self, out: &mut KeyText) {
+        out.push(self);
+    }
+}
+
+impl<T: KeyPart + ?Sized> KeyPart for &T {
+    #[inline]
+    fn write_key(&self, out: &mut KeyText) {
+        (**self).write_key(out);
+    }
+}
+
+/// The direct way of [`KeyArg`]: a [`KeyPart`].
+#[doc(hidden)]
+pub trait KeyDirect {
+    /// The key's text.
+    fn key_text(&self) -> KeyText;
+}
+
+impl<T: KeyPart + ?Sized> KeyDirect for KeyArg<'_, T> {
+    #[inline]
+    fn key_text(&self) -> KeyText {
+        let mut out = KeyText::new();
+        self.0.write_key(&mut out);
+        out
+    }
+}
+
+/// The general way of [`KeyArg`]: `Display`.
+#[doc(hidden)]
+pub trait KeyDisplayed {
+    /// The key's text.
+    fn key_text(&self) -> KeyText;
+}
+
+impl<T: ?Sized> KeyDisplayed for &KeyArg<'_, T> {
+    #[inline]
+    fn key_text(&self) -> KeyText {
+        let mut out = KeyText::new();
+        // `KeyText`'s `write_str` never fails; a `Display` that does leaves what it wrote,
+        // which the store refuses if empty.
+        let _ = write!(out, "{}", self.1);
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every way a key takes writes what its `Display` writes.
+    #[test]
+    // `(&KeyArg(..)).key_text()` as the macros write it: the borrow picks the way.
+    #[allow(clippy::needless_borrow)]
+    fn direct_keys_are_their_display() {
+        #[allow(unused_imports)]
+        use super::{KeyDirect as _, KeyDisplayed as _};
+        struct Shown;
+        impl fmt::Display for Shown {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("shown")
+            }
+        }
+        let long = "k".repeat(KeyText::INLINE + 5);
+        let text = |k: &KeyText| -> String { (**k).to_owned() };
+        assert_eq!(
+            text(&(&KeyArg(&u64::MAX, &u64::MAX)).key_text()),
+            u64::MAX.to_string()
+        );
+        assert_eq!(
+            text(&(&KeyArg(&i64::MIN, &i64::MIN)).key_text()),
+            i64::MIN.to_string()
+        );
+        assert_eq!(text(&(&KeyArg(&0u8, &0u8)).key_text()), "0");
+        let s: &str = "user:1";
+        assert_eq!(text(&(&KeyArg(&s, &s)).key_text()), "user:1");
+        assert_eq!(text(&(&KeyArg(&long, &long)).key_text()), long);
+        assert_eq!(text(&(&KeyArg(&Shown, &Shown)).key_text()), "shown");
+        assert!(matches!(
+            (&KeyArg(&long, &long)).key_text(),
+            KeyText::Heap(_)
+        ));
+    }
+}
