@@ -116,16 +116,8 @@ async fn leases_and_plain_calls_share_one_budget() {
         let quota = quota(20, strategy);
         // One call takes a slice of 8: 7 left in the process, 12 in Redis.
         assert!(acquire(&leased, &key, &quota).await.unwrap().allowed);
-        let mut by_plain = 0;
-        while acquire(&plain, &key, &quota).await.unwrap().allowed {
-            by_plain += 1;
-        }
-        assert_eq!(by_plain, 12, "{strategy}");
-        let mut by_lease = 1;
-        while acquire(&leased, &key, &quota).await.unwrap().allowed {
-            by_lease += 1;
-        }
-        assert_eq!(by_lease, 8, "{strategy}");
+        assert_eq!(hammer(&plain, &key, &quota, 1, 30).await, 12, "{strategy}");
+        assert_eq!(hammer(&leased, &key, &quota, 1, 30).await, 7, "{strategy}");
     }
 }
 
@@ -259,9 +251,14 @@ fn lease_options_are_validated_naming_each_field() {
     }
 }
 
-/// Runs 4 `lease-worker` processes of 64 tasks at once on one key (limit 1 000 a day, slices
-/// of 16); returns each one's `(allowed, returned)`.
-fn four_processes(server: &RedisServer, p: &str, strategy: Strategy, calls: &str, back: &str) -> Vec<(u64, u64)> {
+/// Runs 4 `lease-worker` processes of 64 tasks at once on one key (limit 1 000 a day), each
+/// task making `calls` calls (0: until refused); returns each one's `(allowed, returned)`.
+fn four_processes(
+    server: &RedisServer,
+    p: &str,
+    strategy: Strategy,
+    [slice, calls, back]: [&str; 3],
+) -> Vec<(u64, u64)> {
     let children: Vec<_> = (0..4)
         .map(|_| {
             Command::new(env!("CARGO_BIN_EXE_lease-worker"))
@@ -271,7 +268,7 @@ fn four_processes(server: &RedisServer, p: &str, strategy: Strategy, calls: &str
                     strategy.as_str(),
                     "1000",
                     &DAY.as_millis().to_string(),
-                    "16",
+                    slice,
                     "64",
                     calls,
                     back,
@@ -314,7 +311,7 @@ fn four_processes_of_sixty_four_tasks_admit_exactly_the_limit() {
     for strategy in LEASED {
         let p = prefix("lease-fleet");
         // Every task calls until it is refused: no process stops holding units.
-        let runs = four_processes(&server, &p, strategy, "0", "0");
+        let runs = four_processes(&server, &p, strategy, ["16", "0", "0"]);
         let admitted: u64 = runs.iter().map(|r| r.0).sum();
         assert_eq!(admitted, 1_000, "{strategy}: {runs:?}");
         let key = fleet_key(&mut c, &p);
@@ -329,19 +326,19 @@ fn units_stranded_on_processes_that_stop_are_bounded_and_can_be_given_back() {
     let mut stranded = BTreeMap::new();
     for strategy in LEASED {
         let quota = quota(1_000, strategy);
-        // 4 x 64 tasks x 3 calls: 768 calls, all within the limit.
+        // 4 x 64 tasks x 3 calls, slices of 10: each process takes 20 slices (200 units, the
+        // budget never runs short) for its 192 calls, and stops holding 8.
         let p = prefix("lease-stranded");
-        let runs = four_processes(&server, &p, strategy, "3", "0");
+        let runs = four_processes(&server, &p, strategy, ["10", "3", "0"]);
         let admitted: u64 = runs.iter().map(|r| r.0).sum();
         assert_eq!(admitted, 768, "{strategy}");
         let key = fleet_key(&mut c, &p);
         let left = spent(&mut c, &key, &quota) - admitted;
-        // Each process holds less than a slice when it stops: at most 4 x (16 - 1).
-        assert!(left <= 4 * 15, "{strategy}: {left}");
+        assert_eq!(left, 4 * 8, "{strategy}");
         stranded.insert(strategy.as_str(), left);
 
         let p = prefix("lease-given-back");
-        let runs = four_processes(&server, &p, strategy, "3", "1");
+        let runs = four_processes(&server, &p, strategy, ["10", "3", "1"]);
         let admitted: u64 = runs.iter().map(|r| r.0).sum();
         let returned: u64 = runs.iter().map(|r| r.1).sum();
         assert_eq!(admitted, 768, "{strategy}");
@@ -349,10 +346,10 @@ fn units_stranded_on_processes_that_stop_are_bounded_and_can_be_given_back() {
         let left = spent(&mut c, &key, &quota) - admitted;
         match strategy {
             // Every process's units are in the one window, and go back to it.
-            Strategy::FixedWindow => assert_eq!(left, 0, "{runs:?}"),
+            Strategy::FixedWindow => assert_eq!((left, returned), (0, 32), "{runs:?}"),
             // Only the last slice taken can go back: the others' slots were spent after them.
-            _ => assert!(left <= 3 * 15 && returned <= 15, "{left} {runs:?}"),
+            _ => assert_eq!(left + returned, 32, "{runs:?}"),
         }
     }
-    println!("units stranded by 4 stopped processes (slice 16): {stranded:?}");
+    println!("units stranded by 4 stopped processes (slices of 10): {stranded:?}");
 }

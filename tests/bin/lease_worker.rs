@@ -34,6 +34,7 @@ async fn main() {
     let limit: u64 = limit.parse().expect("limit");
     let window = Duration::from_millis(window_ms.parse().expect("window"));
     let calls: usize = calls.parse().expect("calls");
+    let until_refused = calls == 0;
     let handles: Vec<_> = (0..tasks.parse::<usize>().expect("tasks"))
         .map(|_| {
             let service = service.clone();
@@ -45,15 +46,15 @@ async fn main() {
                     // The token bucket refills one token per window: none during the test.
                     .refill(1);
                 let mut allowed = 0u64;
-                for i in 0.. {
-                    if calls > 0 && i == calls {
-                        break;
-                    }
+                // Until refused: at most the whole limit, so that a bug that never refuses
+                // shows as a count above the limit, not as a hang.
+                let calls = if calls == 0 { limit as usize + 1 } else { calls };
+                for _ in 0..calls {
                     let decision = service
                         .consume("shared-key", &options)
                         .await
                         .expect("Redis decided");
-                    if !decision.allowed && calls == 0 {
+                    if !decision.allowed && until_refused {
                         break;
                     }
                     allowed += u64::from(decision.allowed);
