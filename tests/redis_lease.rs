@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use ratelimit::{LeaseOptions, Quota, RedisOptions, RedisStore, Store, Strategy};
 use ratelimit_tests::acquire;
-use ratelimit_tests::redis_server::{prefix, RedisServer};
+use ratelimit_tests::redis_server::{prefix, RedisCluster, RedisServer};
 
 const DAY: Duration = Duration::from_secs(24 * 3_600);
 const LEASED: [Strategy; 2] = [Strategy::FixedWindow, Strategy::TokenBucket];
@@ -43,7 +43,14 @@ fn script_calls(c: &mut redis::Connection) -> u64 {
     let info: String = redis::cmd("INFO").arg("commandstats").query(c).unwrap();
     info.lines()
         .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
-        .filter_map(|l| l.split("calls=").nth(1)?.split(',').next()?.parse::<u64>().ok())
+        .filter_map(|l| {
+            l.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
         .sum()
 }
 
@@ -93,10 +100,19 @@ async fn sixty_four_tasks_admit_exactly_the_limit_with_one_round_trip_per_slice(
     for strategy in LEASED {
         let quota = quota(1_024, strategy);
         // Loads the script (a NOSCRIPT, then EVAL), so only decisions are counted below.
-        assert!(acquire(&store, &format!("{p}:warm:{strategy}"), &quota).await.unwrap().allowed);
+        assert!(
+            acquire(&store, &format!("{p}:warm:{strategy}"), &quota)
+                .await
+                .unwrap()
+                .allowed
+        );
         let key = format!("{p}:{strategy}");
         let before = script_calls(&mut c);
-        assert_eq!(hammer(&store, &key, &quota, 64, 16).await, 1_024, "{strategy}");
+        assert_eq!(
+            hammer(&store, &key, &quota, 64, 16).await,
+            1_024,
+            "{strategy}"
+        );
         // 1 024 decisions, 64 round trips: 1 per slice of 16.
         assert_eq!(script_calls(&mut c) - before, 64, "{strategy}");
         assert_eq!(spent(&mut c, &key, &quota), 1_024, "{strategy}");
@@ -136,7 +152,10 @@ async fn a_grant_of_nothing_is_a_refusal_with_the_retry_after_redis_gives() {
         let by_plain = acquire(&plain, &key, &quota).await.unwrap();
         assert!(!by_lease.allowed && !by_plain.allowed, "{strategy}");
         let (a, b) = (by_lease.retry_after.unwrap(), by_plain.retry_after.unwrap());
-        assert!(a.abs_diff(b) < Duration::from_secs(1), "{strategy}: {a:?} {b:?}");
+        assert!(
+            a.abs_diff(b) < Duration::from_secs(1),
+            "{strategy}: {a:?} {b:?}"
+        );
         assert!(a <= DAY, "{strategy}");
     }
 }
@@ -155,7 +174,10 @@ async fn a_reset_through_the_store_drops_its_lease() {
             assert!(acquire(&plain, &key, &quota).await.unwrap().allowed);
         }
         // The 15 units leased before the reset are gone with it.
-        assert!(!acquire(&leased, &key, &quota).await.unwrap().allowed, "{strategy}");
+        assert!(
+            !acquire(&leased, &key, &quota).await.unwrap().allowed,
+            "{strategy}"
+        );
     }
 }
 
@@ -215,6 +237,29 @@ async fn idle_leases_and_those_of_a_dropped_store_are_given_back() {
         assert_eq!(spent(&mut c, &key, &quota), 16);
         drop(dropped);
         until_spent(&mut c, &key, &quota, 1).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_leases_each_key_in_its_own_slot() {
+    let cluster = RedisCluster::start();
+    let cluster_options = || RedisOptions::cluster(cluster.urls()).timeout(Duration::from_secs(10));
+    let leased = RedisStore::new(cluster_options().leases(LeaseOptions::new(16))).unwrap();
+    let plain = RedisStore::new(cluster_options()).unwrap();
+    let p = prefix("lease-cluster");
+    for strategy in LEASED {
+        let quota = quota(1_000, strategy);
+        // Keys spread over the nodes: each lease is one key, one slot.
+        for user in ["a", "b", "c"] {
+            let key = format!("{p}:{{{user}}}:{strategy}");
+            assert!(acquire(&plain, &key, &quota).await.unwrap().allowed);
+            assert_eq!(
+                hammer(&leased, &key, &quota, 64, 20).await,
+                999,
+                "{strategy}"
+            );
+            assert!(!acquire(&plain, &key, &quota).await.unwrap().allowed);
+        }
     }
 }
 
@@ -284,7 +329,11 @@ fn four_processes(
         .map(|child| {
             let out = child.wait_with_output().expect("lease-worker ran");
             let text = String::from_utf8_lossy(&out.stdout);
-            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
             let fields: Vec<u64> = text
                 .split_whitespace()
                 .filter_map(|w| w.parse().ok())

@@ -48,7 +48,11 @@ async fn main() {
                 let mut allowed = 0u64;
                 // Until refused: at most the whole limit, so that a bug that never refuses
                 // shows as a count above the limit, not as a hang.
-                let calls = if calls == 0 { limit as usize + 1 } else { calls };
+                let calls = if calls == 0 {
+                    limit as usize + 1
+                } else {
+                    calls
+                };
                 for _ in 0..calls {
                     let decision = service
                         .consume("shared-key", &options)
