@@ -74,7 +74,7 @@ fn spent(c: &mut redis::Connection, key: &str, quota: &Quota) -> u64 {
 async fn hammer(store: &RedisStore, key: &str, quota: &Quota, tasks: usize, calls: usize) -> u64 {
     let handles: Vec<_> = (0..tasks)
         .map(|_| {
-            let (store, key, quota) = (store.clone(), key.to_owned(), quota.clone());
+            let (store, key, quota) = (store.clone(), key.to_owned(), *quota);
             tokio::spawn(async move {
                 let mut allowed = 0;
                 for _ in 0..calls {

@@ -194,7 +194,29 @@ impl Lease {
     }
 }
 
-type Slot = tokio::sync::Mutex<Option<Lease>>;
+/// One key's lease: spent under a plain lock held for a few instructions (no await, so 64
+/// tasks spending one key never queue as futures), and one grant in flight at a time (the async
+/// lock, held across the round trip).
+#[derive(Debug, Default)]
+struct Slot {
+    lease: Mutex<Option<Lease>>,
+    grant: tokio::sync::Mutex<()>,
+}
+
+impl Slot {
+    fn lease(&self) -> std::sync::MutexGuard<'_, Option<Lease>> {
+        self.lease.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn spend(&self, cost: u64, capacity: u64, now: Instant) -> Option<(Verdict, Nanos)> {
+        self.lease().as_mut()?.spend(cost, capacity, now)
+    }
+
+    /// Whether the slot holds a lease whose units still count.
+    fn live(&self, now: Instant) -> bool {
+        self.lease().is_some_and(|l| l.live(now))
+    }
+}
 
 /// The leased keys of one store.
 #[derive(Debug)]
@@ -222,15 +244,12 @@ impl Leases {
         }
         if keys.len() >= self.options.max_keys {
             let now = Instant::now();
-            keys.retain(|_, slot| match slot.try_lock() {
-                Ok(lease) => lease.is_some_and(|l| l.live(now)),
-                Err(_) => true,
-            });
+            keys.retain(|_, slot| slot.live(now) || slot.grant.try_lock().is_err());
             if keys.len() >= self.options.max_keys {
                 return None;
             }
         }
-        let slot = Arc::new(Slot::new(None));
+        let slot = Arc::new(Slot::default());
         keys.insert(key.to_owned(), slot.clone());
         Some(slot)
     }
@@ -244,9 +263,7 @@ impl Leases {
             .unwrap_or_else(|e| e.into_inner())
             .remove(key);
         if let Some(slot) = slot {
-            if let Ok(mut lease) = slot.try_lock() {
-                *lease = None;
-            }
+            *slot.lease() = None;
         }
     }
 
@@ -264,13 +281,17 @@ impl Leases {
     ) -> Option<Result<(Verdict, Nanos), Error>> {
         let kind = leased(quota.strategy())?;
         let slot = self.slot(key)?;
+        let capacity = quota.capacity();
+        if let Some(decided) = slot.spend(cost, capacity, Instant::now()) {
+            return Some(Ok(decided));
+        }
         let timeout = store.options().timeout;
-        let Ok(mut lease) = tokio::time::timeout(timeout, slot.lock()).await else {
+        let Ok(_granting) = tokio::time::timeout(timeout, slot.grant.lock()).await else {
             return Some(Err(Error::Timeout { after: timeout }));
         };
-        let capacity = quota.capacity();
+        // Granted by the call that held the grant lock before this one: spent from that.
         let now = Instant::now();
-        if let Some(decided) = lease.as_mut().and_then(|l| l.spend(cost, capacity, now)) {
+        if let Some(decided) = slot.spend(cost, capacity, now) {
             return Some(Ok(decided));
         }
         // Refused meanwhile (by a call that held the lock before this one): answered here.
@@ -283,7 +304,7 @@ impl Leases {
             if !verdict.allowed {
                 refusals.record(key, cost, capacity, &verdict, now);
             }
-            *lease = granted;
+            *slot.lease() = granted;
             if granted.is_some() {
                 self.sweep(store);
             }
@@ -369,24 +390,29 @@ impl Leases {
         };
         let mut returned = 0;
         for (key, slot) in slots {
-            let Ok(mut guard) = slot.try_lock() else {
-                continue; // in use: not idle
+            let Ok(granting) = slot.grant.try_lock() else {
+                continue; // a grant in flight: not idle
             };
-            let Some(lease) = *guard else {
+            let lease = {
+                let mut lease = slot.lease();
+                let idle = lease.is_some_and(|l| {
+                    now.saturating_duration_since(l.last_used) >= self.options.idle
+                });
+                match *lease {
+                    Some(l) if l.live(now) && !(all || idle) => continue,
+                    // Taken out before the round trip: never both spent here and given back.
+                    Some(l) if l.live(now) => lease.take(),
+                    _ => {
+                        *lease = None;
+                        None
+                    }
+                }
+            };
+            let Some(lease) = lease else {
+                drop(granting);
                 self.drop_if(&key, &slot);
                 continue;
             };
-            let idle = now.saturating_duration_since(lease.last_used) >= self.options.idle;
-            if !lease.live(now) {
-                *guard = None;
-                self.drop_if(&key, &slot);
-                continue;
-            }
-            if !(all || idle) {
-                continue;
-            }
-            // Taken out of the lease before the round trip: never spent here and given back.
-            *guard = None;
             let mut invocation = RETURN_SCRIPT.key(&key);
             invocation
                 .arg(lease.kind)
@@ -395,7 +421,7 @@ impl Leases {
                 .arg(lease.interval_us);
             let back: u64 = store.run(&invocation).await?;
             returned += back;
-            drop(guard);
+            drop(granting);
             self.drop_if(&key, &slot);
         }
         Ok(returned)
@@ -405,7 +431,8 @@ impl Leases {
     fn drop_if(&self, key: &str, slot: &Arc<Slot>) {
         let mut keys = self.keys.lock().unwrap_or_else(|e| e.into_inner());
         if keys.get(key).is_some_and(|s| Arc::ptr_eq(s, slot))
-            && slot.try_lock().is_ok_and(|l| l.is_none())
+            && slot.lease().is_none()
+            && slot.grant.try_lock().is_ok()
         {
             keys.remove(key);
         }
