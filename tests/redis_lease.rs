@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use ratelimit::{LeaseOptions, Quota, RedisOptions, RedisStore, Store, Strategy};
 use ratelimit_tests::acquire;
-use ratelimit_tests::redis_server::{prefix, RedisCluster, RedisServer};
+use ratelimit_tests::redis_server::{prefix, script_calls, RedisCluster, RedisServer};
 
 const DAY: Duration = Duration::from_secs(24 * 3_600);
 const LEASED: [Strategy; 2] = [Strategy::FixedWindow, Strategy::TokenBucket];
@@ -36,22 +36,6 @@ fn leasing(server: &RedisServer, slice: u64) -> RedisStore {
 
 fn plain(server: &RedisServer) -> RedisStore {
     RedisStore::new(options(server)).expect("store")
-}
-
-/// Script calls Redis has run (`EVALSHA`, and `EVAL` after a `NOSCRIPT`).
-fn script_calls(c: &mut redis::Connection) -> u64 {
-    let info: String = redis::cmd("INFO").arg("commandstats").query(c).unwrap();
-    info.lines()
-        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
-        .filter_map(|l| {
-            l.split("calls=")
-                .nth(1)?
-                .split(',')
-                .next()?
-                .parse::<u64>()
-                .ok()
-        })
-        .sum()
 }
 
 /// Units spent in Redis on `key`: the fixed window's count, or the token bucket's tokens

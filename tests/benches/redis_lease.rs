@@ -15,7 +15,7 @@
 use std::time::{Duration, Instant};
 
 use ratelimit::{LeaseOptions, Options, RateLimitService, RedisOptions, Strategy};
-use ratelimit_tests::redis_server::{prefix, RedisServer};
+use ratelimit_tests::redis_server::{prefix, script_calls, RedisServer};
 
 const TASKS: usize = 64;
 const DAY: Duration = Duration::from_secs(24 * 3_600);
@@ -30,24 +30,6 @@ fn env(name: &str, default: usize) -> usize {
 fn median(mut xs: Vec<f64>) -> f64 {
     xs.sort_by(f64::total_cmp);
     xs[xs.len() / 2]
-}
-
-fn script_calls(c: &mut redis::Connection) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query(c)
-        .expect("info");
-    info.lines()
-        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
-        .filter_map(|l| {
-            l.split("calls=")
-                .nth(1)?
-                .split(',')
-                .next()?
-                .parse::<u64>()
-                .ok()
-        })
-        .sum()
 }
 
 /// 64 tasks making `calls` calls each on `key`: decisions per second.
@@ -88,6 +70,7 @@ async fn main() {
         ("one round trip per decision", service(&server, None)),
         ("leases, slices of 16", service(&server, Some(16))),
         ("leases, slices of 64", service(&server, Some(64))),
+        ("leases, slices of 256", service(&server, Some(256))),
     ];
     println!("one hot key, {TASKS} tasks x {calls} calls, {rounds} rounds (median)");
     for strategy in [Strategy::FixedWindow, Strategy::TokenBucket] {
