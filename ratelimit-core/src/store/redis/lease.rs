@@ -63,7 +63,9 @@ pub struct LeaseOptions {
     /// unspent on processes that stopped calling (see [`idle`](Self::idle)).
     pub slice: u64,
     /// How long a leased key may go without a call before its unspent units are given back.
-    /// Default: 1 s.
+    /// Default: 1 s. (A fixed window's units go back only under a window of whole
+    /// milliseconds on Redis 7 or later, which tells a key's window by `PEXPIRETIME`; otherwise
+    /// they expire with their window.)
     pub idle: Duration,
     /// How many keys hold a lease at once; beyond that, keys ask Redis for every call.
     /// Default: 10 000.
