@@ -378,3 +378,23 @@ pub fn four_processes(
         })
         .sum()
 }
+
+/// Script calls the server has run (`EVALSHA`, and `EVAL` after a `NOSCRIPT`), by its own
+/// count (`INFO commandstats`).
+pub fn script_calls(c: &mut redis::Connection) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(c)
+        .expect("INFO commandstats");
+    info.lines()
+        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+        .filter_map(|l| {
+            l.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}

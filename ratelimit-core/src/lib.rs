@@ -43,7 +43,7 @@ pub use stats::{Counts, QueueCounts, Stats};
 pub use store::{Failover, FailurePolicy, MemoryOptions, MemoryStore, Store};
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
-pub use store::{RedisOptions, RedisStore};
+pub use store::{LeaseOptions, RedisOptions, RedisStore};
 pub use syntax::{format_window, parse_window, ParseError, Rate, Strategy, MAX_WINDOW};
 pub use window::Window;
 

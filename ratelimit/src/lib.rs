@@ -120,7 +120,7 @@ pub use ratelimit_core::{
 pub use ratelimit_core::{Failover, FailurePolicy, Store};
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
-pub use ratelimit_core::{RedisOptions, RedisStore};
+pub use ratelimit_core::{LeaseOptions, RedisOptions, RedisStore};
 
 pub use ratelimit_core::{
     check_declarations, declarations, testing, Declaration, DeclarationErrors, DeclarationProblem,

@@ -20,7 +20,7 @@ pub use self::failover::{Failover, FailurePolicy};
 pub use self::memory::{MemoryOptions, MemoryStore};
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
-pub use self::redis::{RedisOptions, RedisStore};
+pub use self::redis::{LeaseOptions, RedisOptions, RedisStore};
 pub use self::state::StoredState;
 
 use crate::clock::Nanos;

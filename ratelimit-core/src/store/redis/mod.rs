@@ -3,6 +3,7 @@
 //! - `options`: [`RedisOptions`], what the user configures;
 //! - `redaction`: credentials kept out of `Debug` and error messages;
 //! - `refusals`: refusals answered in the process until their retry time;
+//! - `lease`: hot keys' budgets leased by the slice (opt-in), spent in the process;
 //! - `reply`: the scripts' replies read as verdicts, and the estimate of Redis' clock;
 //! - `scripts`: the Lua scripts, one per strategy, and the quotas they count exactly;
 //! - `store`: [`RedisStore`], the connection and one script call per decision;
@@ -13,6 +14,7 @@
 #[cfg(test)]
 mod agrees;
 mod eviction;
+mod lease;
 #[cfg(test)]
 mod lua_agrees;
 #[cfg(test)]
@@ -24,6 +26,7 @@ mod reply;
 mod scripts;
 mod store;
 
+pub use lease::LeaseOptions;
 pub use options::RedisOptions;
 pub(crate) use scripts::supports;
 pub use store::RedisStore;

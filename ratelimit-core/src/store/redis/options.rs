@@ -4,6 +4,7 @@
 use std::fmt;
 use std::time::Duration;
 
+use super::lease::LeaseOptions;
 use super::redaction::redact;
 use crate::store::FailurePolicy;
 
@@ -49,6 +50,9 @@ pub struct RedisOptions {
     /// round trip (see [`RedisStore`](super::RedisStore)); 0 asks Redis for every call.
     /// Default: 10 000.
     pub local_refusals: usize,
+    /// Leased budgets for hot keys (see [`LeaseOptions`]): one round trip per slice rather
+    /// than per decision. Default: none.
+    pub leases: Option<LeaseOptions>,
 }
 
 impl RedisOptions {
@@ -62,6 +66,7 @@ impl RedisOptions {
             on_failure: FailurePolicy::Deny,
             require_noeviction: false,
             local_refusals: 10_000,
+            leases: None,
         }
     }
 
@@ -109,9 +114,16 @@ impl RedisOptions {
         self
     }
 
+    /// With leased budgets for hot keys (see [`LeaseOptions`]).
+    pub fn leases(mut self, leases: LeaseOptions) -> Self {
+        self.leases = Some(leases);
+        self
+    }
+
     /// Every problem with these options, as `(field, problem)` pairs.
     pub(crate) fn problems(&self) -> Vec<(&'static str, String)> {
         let mut problems = Vec::new();
+        problems.extend(self.leases.iter().flat_map(LeaseOptions::problems));
         if self.urls.is_empty() {
             problems.push(("store.url", "give the Redis URL".to_owned()));
         }
@@ -160,6 +172,7 @@ impl fmt::Debug for RedisOptions {
             .field("on_failure", &self.on_failure)
             .field("require_noeviction", &self.require_noeviction)
             .field("local_refusals", &self.local_refusals)
+            .field("leases", &self.leases)
             .finish()
     }
 }

@@ -9,6 +9,7 @@ use redis::cluster_async::ClusterConnection;
 use tokio::sync::OnceCell;
 
 use super::eviction::Policy;
+use super::lease::Leases;
 use super::options::RedisOptions;
 use super::redaction::{secrets, store_error};
 use super::refusals::Refusals;
@@ -47,6 +48,8 @@ struct Inner {
     clock: RedisClock,
     /// Refusals answered without a round trip until their retry time.
     refusals: Refusals,
+    /// Hot keys' leased budgets, when [`RedisOptions::leases`] asks for them.
+    leases: Option<Leases>,
 }
 
 /// Limiter state in Redis, shared by every process that uses the same server (or cluster) and
@@ -80,6 +83,10 @@ struct Inner {
 ///   from another process is not seen here, and this process keeps refusing the key until the
 ///   refusal's retry time, as if the reset had come that much later. Stacked limits
 ///   ([`Store::decide_all`]) always ask Redis.
+/// - **Leases for hot keys** (opt-in, [`RedisOptions::leases`]): a fixed window or token
+///   bucket decision that spends takes a slice of the key's budget in one round trip and
+///   spends the rest in the process, so one hot key costs one round trip per slice; see
+///   [`LeaseOptions`](super::LeaseOptions) for what is exact and what can go unspent.
 /// - **Fails closed on foreign state**: a key holding anything its script did not write
 ///   (another type, another strategy's encoding, corrupt data) is answered with
 ///   [`Error::UnexpectedState`] and left as it is, never read as a fresh key.
@@ -130,6 +137,7 @@ impl RedisStore {
             Client::Single(redis::Client::open(options.urls[0].as_str()).map_err(scrub)?)
         };
         let refusals = Refusals::new(options.local_refusals);
+        let leases = options.leases.clone().map(Leases::new);
         Ok(RedisStore {
             inner: Arc::new(Inner {
                 secrets,
@@ -139,6 +147,7 @@ impl RedisStore {
                 eviction: OnceLock::new(),
                 clock: RedisClock::default(),
                 refusals,
+                leases,
             }),
         })
     }
@@ -146,6 +155,16 @@ impl RedisStore {
     /// The options.
     pub fn options(&self) -> &RedisOptions {
         &self.inner.options
+    }
+
+    /// The leased keys, when [`RedisOptions::leases`] is set.
+    pub(super) fn leases(&self) -> Option<&Leases> {
+        self.inner.leases.as_ref()
+    }
+
+    /// How many handles on this store exist (1: only the caller's).
+    pub(super) fn handles(&self) -> usize {
+        Arc::strong_count(&self.inner)
     }
 
     /// Connects (if not yet connected) and loads the scripts, within the timeout: call it at
@@ -210,6 +229,12 @@ impl RedisStore {
             if let Some(verdict) = refusals.answer(key, cost, capacity, started) {
                 let at = clock.redis_us(RedisClock::local_us());
                 return Ok((verdict, at.saturating_mul(1_000)));
+            }
+        }
+        if let Some(leases) = self.inner.leases.as_ref().filter(|_| commit && !full) {
+            let leased = leases.decide(self, refusals, clock, key, quota, cost);
+            if let Some(decided) = leased.await {
+                return decided;
             }
         }
         let sent = RedisClock::local_us();
@@ -289,7 +314,7 @@ impl RedisStore {
 
     /// Runs a script invocation within the timeout; state of an unexpected shape (the
     /// scripts' `RATELIMIT_STATE` error reply) is [`Error::UnexpectedState`].
-    async fn run<T: redis::FromRedisValue>(
+    pub(super) async fn run<T: redis::FromRedisValue>(
         &self,
         invocation: &redis::ScriptInvocation<'_>,
     ) -> Result<T, Error> {
@@ -461,6 +486,9 @@ impl Store for RedisStore {
 
     async fn reset(&self, key: &str) -> Result<bool, Error> {
         self.inner.refusals.forget(key);
+        if let Some(leases) = &self.inner.leases {
+            leases.forget(key);
+        }
         self.forget(key).await
     }
 

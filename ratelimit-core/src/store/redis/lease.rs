@@ -1,0 +1,549 @@
+//! Leased budgets (opt-in, [`LeaseOptions`]): a process reserves a slice of a hot key's budget
+//! in one script (`lua/lease_grant.lua`) and spends it in the process, so a fleet sharing one
+//! hot key needs one round trip per slice instead of one per decision.
+//!
+//! Why the fleet never admits more than the limit: a slice is recorded in Redis as spent, by
+//! the strategy's own script on the key's own state, before any of it is spent here; a slice is
+//! spent only under its key's lock (exact whatever the number of tasks), and only while it still
+//! counts in Redis:
+//! - fixed window: until its window ends (the window's count expires then, and the slice with
+//!   it);
+//! - token bucket: the `j`-th unit of a slice only until `tat0 + j * interval`, where `tat0` is
+//!   the bucket's theoretical arrival time before the slice. Spent by then, every unit is a
+//!   call GCRA admits at the instant it is spent, with Redis' state unchanged (the slice took
+//!   those very slots); later, the bucket would have refilled it, so it is dropped.
+//!
+//! Deadlines are measured on this process's monotonic clock from the instant the grant was
+//! sent, before Redis read its clock: never later than Redis' own.
+//!
+//! Unspent units are given back (`lua/lease_return.lua`) when the key has been idle for
+//! [`LeaseOptions::idle`], when the store is dropped (by the background task that sweeps idle
+//! leases, while the Tokio runtime runs), or on [`RedisStore::return_leases`], and only while
+//! they are still the key's own (the same fixed window; the bucket as the slice left it).
+//! Otherwise they expire as above: under-admission, never over-admission.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, LazyLock, Mutex};
+use std::time::{Duration, Instant};
+
+use redis::Script;
+
+use super::refusals::Refusals;
+use super::reply::{full, RedisClock};
+use super::scripts::arguments;
+use super::RedisStore;
+use crate::algorithm::Verdict;
+use crate::clock::Nanos;
+use crate::error::Error;
+use crate::quota::Quota;
+use crate::syntax::Strategy;
+
+/// How a [`RedisStore`] leases hot keys' budgets (see [`RedisOptions::leases`]).
+///
+/// Leases apply to the single-key decisions that spend (`consume`, `enforce`, the macros) under
+/// the fixed window and the token bucket; the sliding strategies, looks (`check`, `status`)
+/// and stacked limits always ask Redis. A look sees the units leased out as spent.
+///
+/// ```
+/// use ratelimit_core::{LeaseOptions, RedisOptions};
+/// use std::time::Duration;
+///
+/// let options = RedisOptions::new("redis://127.0.0.1:6379/0")
+///     .leases(LeaseOptions::new(32).idle(Duration::from_millis(200)));
+/// assert_eq!(options.leases.unwrap().slice, 32);
+/// ```
+///
+/// [`RedisOptions::leases`]: super::RedisOptions::leases
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LeaseOptions {
+    /// How many units one round trip reserves (fewer when the window or bucket has less left;
+    /// at least the call's cost). At most `processes x (slice - 1)` units per window can sit
+    /// unspent on processes that stopped calling (see [`idle`](Self::idle)).
+    pub slice: u64,
+    /// How long a leased key may go without a call before its unspent units are given back.
+    /// Default: 1 s. (A fixed window's units go back only under a window of whole
+    /// milliseconds on Redis 7 or later, which tells a key's window by `PEXPIRETIME`; otherwise
+    /// they expire with their window.)
+    pub idle: Duration,
+    /// How many keys hold a lease at once; beyond that, keys ask Redis for every call.
+    /// Default: 10 000.
+    pub max_keys: usize,
+}
+
+impl LeaseOptions {
+    /// Slices of `slice` units.
+    pub fn new(slice: u64) -> Self {
+        LeaseOptions {
+            slice,
+            idle: Duration::from_secs(1),
+            max_keys: 10_000,
+        }
+    }
+
+    /// Gives back a key's unspent units after it has been idle this long.
+    pub fn idle(mut self, idle: Duration) -> Self {
+        self.idle = idle;
+        self
+    }
+
+    /// With at most this many leased keys.
+    pub fn max_keys(mut self, keys: usize) -> Self {
+        self.max_keys = keys;
+        self
+    }
+
+    /// Every problem with these options, as `(field, problem)` pairs.
+    pub(super) fn problems(&self) -> Vec<(&'static str, String)> {
+        let mut problems = Vec::new();
+        if self.slice == 0 {
+            problems.push(("store.leases.slice", "must be at least 1".to_owned()));
+        }
+        if self.idle.is_zero() {
+            problems.push(("store.leases.idle", "must be longer than zero".to_owned()));
+        }
+        if self.max_keys == 0 {
+            problems.push(("store.leases.max_keys", "must be at least 1".to_owned()));
+        }
+        problems
+    }
+}
+
+/// `lua/lease_grant.lua` behind the two strategies' scripts, each as a function of
+/// `(KEYS, ARGV)`, as `lua/stacked.lua` runs them.
+const GRANT: &str = concat!(
+    "local function fixed_window(KEYS, ARGV)\n",
+    include_str!("../../../lua/prelude.lua"),
+    include_str!("../../../lua/fixed_window.lua"),
+    "\nend\nlocal function token_bucket(KEYS, ARGV)\n",
+    include_str!("../../../lua/prelude.lua"),
+    include_str!("../../../lua/token_bucket.lua"),
+    "\nend\n",
+    include_str!("../../../lua/lease_grant.lua"),
+);
+
+static GRANT_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(GRANT));
+static RETURN_SCRIPT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../../lua/lease_return.lua")));
+
+/// The strategy's number in the lease scripts, for the strategies that lease.
+fn leased(strategy: Strategy) -> Option<u8> {
+    match strategy {
+        Strategy::FixedWindow => Some(1),
+        Strategy::TokenBucket => Some(4),
+        Strategy::SlidingWindow | Strategy::SlidingWindowCounter => None,
+    }
+}
+
+/// One granted slice, as this process spends it.
+#[derive(Debug, Clone, Copy)]
+struct Lease {
+    /// The strategy's number in the lease scripts.
+    kind: u8,
+    /// The quota's capacity: the store key names the strategy and window, not the limit.
+    capacity: u64,
+    /// Units not yet spent.
+    left: u64,
+    /// Units of the slice spent so far (the token bucket's deadline index).
+    spent: u64,
+    /// Fixed window: when the window ends; token bucket: the first unit's deadline.
+    until: Instant,
+    /// Token bucket: the emission interval (each unit's deadline is one later); zero else.
+    interval: Duration,
+    /// When the grant was sent, and Redis' time (ns) in its reply.
+    sent: Instant,
+    redis_now: Nanos,
+    /// Redis' `remaining` and `reset_at` (ns) after the grant.
+    remaining: u64,
+    reset_at: Nanos,
+    /// What `lua/lease_return.lua` checks the state against, in microseconds: the window's
+    /// end, or the theoretical arrival time the grant wrote.
+    stamp_us: u64,
+    /// The emission interval in microseconds (token bucket), for the return.
+    interval_us: u64,
+    last_used: Instant,
+}
+
+impl Lease {
+    /// When the next unit stops counting in Redis.
+    fn deadline(&self) -> Option<Instant> {
+        let offset = self.interval.checked_mul(u32::try_from(self.spent).ok()?)?;
+        self.until.checked_add(offset)
+    }
+
+    /// Whether unspent units still count in Redis at `now`.
+    fn live(&self, now: Instant) -> bool {
+        self.left > 0 && self.deadline().is_some_and(|d| now < d)
+    }
+
+    /// Spends `cost` units at `now`, if the lease holds them and they still count.
+    fn spend(&mut self, cost: u64, capacity: u64, now: Instant) -> Option<(Verdict, Nanos)> {
+        if capacity != self.capacity || cost > self.left || !self.live(now) {
+            return None;
+        }
+        self.left -= cost;
+        self.spent += cost;
+        self.last_used = now;
+        let verdict = Verdict {
+            allowed: true,
+            remaining: self.remaining.saturating_add(self.left),
+            reset_at: self.reset_at,
+            retry_after: None,
+        };
+        let elapsed = now.saturating_duration_since(self.sent).as_nanos() as u64;
+        Some((verdict, self.redis_now.saturating_add(elapsed)))
+    }
+}
+
+/// One key's lease: spent under a plain lock held for a few instructions (no await, so 64
+/// tasks spending one key never queue as futures), and one grant in flight at a time (the async
+/// lock, held across the round trip).
+#[derive(Debug, Default)]
+struct Slot {
+    lease: Mutex<Option<Lease>>,
+    grant: tokio::sync::Mutex<()>,
+}
+
+impl Slot {
+    fn lease(&self) -> std::sync::MutexGuard<'_, Option<Lease>> {
+        self.lease.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn spend(&self, cost: u64, capacity: u64, now: Instant) -> Option<(Verdict, Nanos)> {
+        self.lease().as_mut()?.spend(cost, capacity, now)
+    }
+
+    /// Whether the slot holds a lease whose units still count.
+    fn live(&self, now: Instant) -> bool {
+        self.lease().is_some_and(|l| l.live(now))
+    }
+}
+
+/// The leased keys of one store.
+#[derive(Debug)]
+pub(super) struct Leases {
+    options: LeaseOptions,
+    keys: Mutex<HashMap<String, Arc<Slot>>>,
+    /// Whether the task that gives idle leases back runs.
+    sweeping: AtomicBool,
+}
+
+impl Leases {
+    pub(super) fn new(options: LeaseOptions) -> Self {
+        Leases {
+            options,
+            keys: Mutex::new(HashMap::new()),
+            sweeping: AtomicBool::new(false),
+        }
+    }
+
+    /// `key`'s slot, `None` when the table is full of keys whose leases still count.
+    fn slot(&self, key: &str) -> Option<Arc<Slot>> {
+        let mut keys = self.keys.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(slot) = keys.get(key) {
+            return Some(slot.clone());
+        }
+        if keys.len() >= self.options.max_keys {
+            let now = Instant::now();
+            keys.retain(|_, slot| slot.live(now) || slot.grant.try_lock().is_err());
+            if keys.len() >= self.options.max_keys {
+                return None;
+            }
+        }
+        let slot = Arc::new(Slot::default());
+        keys.insert(key.to_owned(), slot.clone());
+        Some(slot)
+    }
+
+    /// Forgets `key`'s lease (a reset through this store): its units are not given back, the
+    /// reset clears them with the key.
+    pub(super) fn forget(&self, key: &str) {
+        let slot = self
+            .keys
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(key);
+        if let Some(slot) = slot {
+            *slot.lease() = None;
+        }
+    }
+
+    /// Decides a call that spends through `key`'s lease, asking Redis for a new slice when it
+    /// has none left. `None` when the quota's strategy does not lease or the table is full:
+    /// the caller asks Redis as usual.
+    pub(super) async fn decide(
+        &self,
+        store: &RedisStore,
+        refusals: &Refusals,
+        clock: &RedisClock,
+        key: &str,
+        quota: &Quota,
+        cost: u64,
+    ) -> Option<Result<(Verdict, Nanos), Error>> {
+        let kind = leased(quota.strategy())?;
+        let slot = self.slot(key)?;
+        let capacity = quota.capacity();
+        if let Some(decided) = slot.spend(cost, capacity, Instant::now()) {
+            return Some(Ok(decided));
+        }
+        let timeout = store.options().timeout;
+        let Ok(_granting) = tokio::time::timeout(timeout, slot.grant.lock()).await else {
+            return Some(Err(Error::Timeout { after: timeout }));
+        };
+        // Granted by the call that held the grant lock before this one: spent from that.
+        let now = Instant::now();
+        if let Some(decided) = slot.spend(cost, capacity, now) {
+            return Some(Ok(decided));
+        }
+        // Refused meanwhile (by a call that held the lock before this one): answered here.
+        if let Some(verdict) = refusals.answer(key, cost, capacity, now) {
+            let at = clock.redis_us(RedisClock::local_us()).saturating_mul(1_000);
+            return Some(Ok((verdict, at)));
+        }
+        let decided = self.grant(store, key, quota, kind, cost).await;
+        Some(decided.map(|(verdict, at, granted)| {
+            if !verdict.allowed {
+                refusals.record(key, cost, capacity, &verdict, now);
+            }
+            *slot.lease() = granted;
+            if granted.is_some() {
+                self.sweep(store);
+            }
+            (verdict, at)
+        }))
+    }
+
+    /// One round trip: a slice for `key`, the call's cost spent from it (or the refusal).
+    async fn grant(
+        &self,
+        store: &RedisStore,
+        key: &str,
+        quota: &Quota,
+        kind: u8,
+        cost: u64,
+    ) -> Result<(Verdict, Nanos, Option<Lease>), Error> {
+        let capacity = quota.capacity();
+        let want = self.options.slice.max(cost).min(capacity);
+        let [first, second] = arguments(quota);
+        let mut invocation = GRANT_SCRIPT.key(key);
+        invocation
+            .arg(kind)
+            .arg(first)
+            .arg(second)
+            .arg(cost)
+            .arg(want);
+        let sent = Instant::now();
+        let reply: Vec<i64> = store.run(&invocation).await?;
+        let unexpected = || Error::Store {
+            message: format!("unexpected reply from the lease script: {reply:?}"),
+        };
+        let [granted, ref rest @ ..] = reply[..] else {
+            return Err(unexpected());
+        };
+        let (verdict, redis_now) = full(rest).ok_or_else(unexpected)?;
+        let granted = u64::try_from(granted).map_err(|_| unexpected())?;
+        if granted == 0 {
+            // Fail closed: a grant of nothing is a refusal, whatever the reply says.
+            if verdict.allowed || verdict.retry_after.is_none() {
+                return Err(unexpected());
+            }
+            return Ok((verdict, redis_now, None));
+        }
+        if !verdict.allowed || granted < cost || granted > want {
+            return Err(unexpected());
+        }
+        // The window's end, or the arrival time before the slice (its first unit's deadline).
+        let interval_us = if kind == 4 { first } else { 0 };
+        let start = verdict
+            .reset_at
+            .checked_sub(granted * interval_us * 1_000)
+            .ok_or_else(unexpected)?;
+        let lease = Lease {
+            kind,
+            capacity,
+            left: granted - cost,
+            spent: cost,
+            until: sent + Duration::from_nanos(start.saturating_sub(redis_now)),
+            interval: Duration::from_micros(interval_us),
+            sent,
+            redis_now,
+            remaining: verdict.remaining,
+            reset_at: verdict.reset_at,
+            stamp_us: verdict.reset_at / 1_000,
+            interval_us,
+            last_used: sent,
+        };
+        let verdict = Verdict {
+            remaining: verdict.remaining + lease.left,
+            ..verdict
+        };
+        Ok((verdict, redis_now, Some(lease)))
+    }
+
+    /// Gives back the unspent units of every lease (`all`) or of those idle for
+    /// [`LeaseOptions::idle`]; forgets leases that no longer count. Returns the units Redis
+    /// took back.
+    pub(super) async fn give_back(&self, store: &RedisStore, all: bool) -> Result<u64, Error> {
+        let now = Instant::now();
+        let slots: Vec<(String, Arc<Slot>)> = {
+            let keys = self.keys.lock().unwrap_or_else(|e| e.into_inner());
+            keys.iter().map(|(k, s)| (k.clone(), s.clone())).collect()
+        };
+        let mut returned = 0;
+        for (key, slot) in slots {
+            let Ok(granting) = slot.grant.try_lock() else {
+                continue; // a grant in flight: not idle
+            };
+            let lease = {
+                let mut lease = slot.lease();
+                let idle = lease.is_some_and(|l| {
+                    now.saturating_duration_since(l.last_used) >= self.options.idle
+                });
+                match *lease {
+                    Some(l) if l.live(now) && !(all || idle) => continue,
+                    // Taken out before the round trip: never both spent here and given back.
+                    Some(l) if l.live(now) => lease.take(),
+                    _ => {
+                        *lease = None;
+                        None
+                    }
+                }
+            };
+            let Some(lease) = lease else {
+                drop(granting);
+                self.drop_if(&key, &slot);
+                continue;
+            };
+            let mut invocation = RETURN_SCRIPT.key(&key);
+            invocation
+                .arg(lease.kind)
+                .arg(lease.left)
+                .arg(lease.stamp_us)
+                .arg(lease.interval_us);
+            let back: u64 = store.run(&invocation).await?;
+            returned += back;
+            drop(granting);
+            self.drop_if(&key, &slot);
+        }
+        Ok(returned)
+    }
+
+    /// Removes `key` from the table if `slot` is still its slot and holds no lease.
+    fn drop_if(&self, key: &str, slot: &Arc<Slot>) {
+        let mut keys = self.keys.lock().unwrap_or_else(|e| e.into_inner());
+        if keys.get(key).is_some_and(|s| Arc::ptr_eq(s, slot))
+            && slot.lease().is_none()
+            && slot.grant.try_lock().is_ok()
+        {
+            keys.remove(key);
+        }
+    }
+
+    /// Starts, once, the task that gives idle leases back, and all of them when it holds the
+    /// last handle on the store (the store was dropped). It ends then, or with the runtime.
+    fn sweep(&self, store: &RedisStore) {
+        if self.sweeping.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let store = store.clone();
+        let period = (self.options.idle / 2).max(Duration::from_millis(1));
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(period);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let dropped = store.handles() == 1;
+                if let Some(leases) = store.leases() {
+                    // A failure leaves the units to expire; the next tick tries the others.
+                    let _ = leases.give_back(&store, dropped).await;
+                }
+                if dropped {
+                    return;
+                }
+            }
+        });
+    }
+}
+
+impl RedisStore {
+    /// Gives every unspent leased unit back to Redis now (see [`LeaseOptions`]), e.g. before
+    /// a graceful shutdown; returns how many units Redis took back (units of a window that has
+    /// ended, or of a bucket spent from since, are not: they no longer count). Without leases,
+    /// 0.
+    pub async fn return_leases(&self) -> Result<u64, Error> {
+        match self.leases() {
+            Some(leases) => leases.give_back(self, true).await,
+            None => Ok(0),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lease(kind: u8, left: u64, interval_ms: u64, until: Instant) -> Lease {
+        Lease {
+            kind,
+            capacity: 100,
+            left,
+            spent: 1,
+            until,
+            interval: Duration::from_millis(interval_ms),
+            sent: until,
+            redis_now: 0,
+            remaining: 0,
+            reset_at: 0,
+            stamp_us: 0,
+            interval_us: interval_ms * 1_000,
+            last_used: until,
+        }
+    }
+
+    #[test]
+    fn a_fixed_window_slice_is_spent_until_its_window_ends_and_no_further() {
+        let t = Instant::now();
+        let end = t + Duration::from_secs(1);
+        let mut l = lease(1, 3, 0, end);
+        assert!(l.spend(2, 100, t).is_some());
+        assert!(l.spend(2, 100, t).is_none(), "one unit left");
+        assert!(l.spend(1, 99, t).is_none(), "another limit");
+        assert!(l.spend(1, 100, end).is_none(), "the window has ended");
+        let (v, _) = l.spend(1, 100, end - Duration::from_nanos(1)).unwrap();
+        assert!(v.allowed && l.left == 0);
+        assert!(!l.live(t));
+    }
+
+    #[test]
+    fn a_token_bucket_unit_is_spent_only_before_its_slot_is_refilled() {
+        // tat0 = t: unit j (the first, j = 0, went to the call that asked) counts until
+        // t + j * 10 ms.
+        let t = Instant::now();
+        let mut l = lease(4, 4, 10, t);
+        assert!(l.spend(1, 100, t + Duration::from_millis(9)).is_some());
+        // Unit 2's deadline is t + 20 ms.
+        assert!(l.spend(1, 100, t + Duration::from_millis(20)).is_none());
+        assert!(l.spend(1, 100, t + Duration::from_millis(19)).is_some());
+        assert!(!l.live(t + Duration::from_millis(30)));
+        assert!(l.live(t + Duration::from_millis(29)));
+    }
+
+    #[test]
+    fn options_out_of_range_name_their_field() {
+        let problems = LeaseOptions::new(0)
+            .idle(Duration::ZERO)
+            .max_keys(0)
+            .problems();
+        let fields: Vec<_> = problems.iter().map(|p| p.0).collect();
+        assert_eq!(
+            fields,
+            [
+                "store.leases.slice",
+                "store.leases.idle",
+                "store.leases.max_keys"
+            ]
+        );
+        assert!(LeaseOptions::new(1).problems().is_empty());
+    }
+}
