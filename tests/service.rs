@@ -370,3 +370,25 @@ fn alternating_budgets_tiers_windows_and_services_keep_separate_states() {
         assert!(!d.allowed, "{options:?}");
     }
 }
+
+#[test]
+fn consume_now_decides_at_once_and_defers_a_call_that_may_wait_spending_nothing() {
+    let (service, _clock) = service_without_default();
+    let once = Options::new().limit(1).window(Duration::from_secs(60));
+    // A call that would wait in the queue when refused cannot be answered without a future.
+    assert!(service
+        .consume_now("user", &once.clone().queue(true))
+        .is_none());
+    // ... and spent nothing: the budget of one is still whole.
+    let first = service.consume_now("user", &once).unwrap().unwrap();
+    assert!(first.allowed);
+    assert_eq!(first.remaining, 0);
+    let second = service.consume_now("user", &once).unwrap().unwrap();
+    assert!(!second.allowed);
+    // A refusal is a decision, as with `consume`; a bad option is an error, never an allowance.
+    let bad = Options::new().limit(1).window("soon");
+    assert!(matches!(
+        service.consume_now("user", &bad),
+        Some(Err(Error::InvalidQuota(_)))
+    ));
+}

@@ -118,17 +118,8 @@ impl RateLimitService {
             let call = mode.apply(options.call());
             // A decision that cannot wait, on a store that answers at once, is made here,
             // without polling the nested futures of the waiting path.
-            if !self.may_wait(&call) {
-                let decided = match self.decide_at_site(key, &call) {
-                    Some(decided) => Some(decided),
-                    None => self.decide_now(Some(key), &call, true),
-                };
-                if let Some(decided) = decided {
-                    return match mode {
-                        Mode::Enforce => decided.and_then(|d| Self::admit(d, &call)),
-                        _ => decided,
-                    };
-                }
+            if let Some(decided) = self.decided_now(key, &call, mode) {
+                return decided;
             }
             // The path that waits (another store, the queue), boxed: its futures are large,
             // and a future is moved whole (into its caller's, into an executor), so without
@@ -141,6 +132,49 @@ impl RateLimitService {
             })
             .await
         }
+    }
+
+    /// [`consume`](Self::consume) decided now, with no future: `Some` when nothing has to be
+    /// awaited (the memory store, or limiting disabled) and the call may not wait in the queue;
+    /// `None`, having spent nothing, when it must be awaited (another store, or a call that
+    /// would wait when refused): call [`consume`](Self::consume) then.
+    ///
+    /// For code that decides inside a poll or a `tower::Service::call` and would otherwise
+    /// box a future per call (the HTTP layer does this).
+    ///
+    /// ```
+    /// use ratelimit_core::{Config, Options, RateLimitService};
+    ///
+    /// let service = RateLimitService::new(Config::builder().default_limit(1).build()?)?;
+    /// let options = Options::new();
+    /// assert!(service.consume_now("user:1", &options).unwrap()?.allowed);
+    /// assert!(!service.consume_now("user:1", &options).unwrap()?.allowed);
+    /// # Ok::<(), ratelimit_core::Error>(())
+    /// ```
+    pub fn consume_now(&self, key: &str, options: &Options) -> Option<Result<Decision, Error>> {
+        let call = Mode::Spend.apply(options.call());
+        self.decided_now(key, &call, Mode::Spend)
+    }
+
+    /// The decision of a public call with `mode`, when it can be made at once (see
+    /// [`consume_now`](Self::consume_now)); `None` when it has to be awaited.
+    fn decided_now(
+        &self,
+        key: &str,
+        call: &Call<'_>,
+        mode: Mode,
+    ) -> Option<Result<Decision, Error>> {
+        if self.may_wait(call) {
+            return None;
+        }
+        let decided = match self.decide_at_site(key, call) {
+            Some(decided) => decided,
+            None => self.decide_now(Some(key), call, true)?,
+        };
+        Some(match mode {
+            Mode::Enforce => decided.and_then(|d| Self::admit(d, call)),
+            _ => decided,
+        })
     }
 
     /// Forgets `key`'s state under `tier` (`None`: the default tier, or no tier) with no

@@ -6,18 +6,20 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{ready, Context, Poll};
 
 use axum::body::{Body, Bytes, HttpBody};
 use axum::response::Response;
 use axum::BoxError;
 use http::request::Parts;
 use http::Request;
+use pin_project_lite::pin_project;
 use tower::{Layer, Service};
 
 use super::key::KeyExtractor;
 use super::response::{failed, refused};
 use super::route::route_of;
+use crate::__private::KeyText;
 use crate::{Decision, Error, Module, Name, Options, RateLimitService};
 
 type Skipper = dyn Fn(&Parts) -> bool + Send + Sync;
@@ -356,44 +358,64 @@ impl Decisions {
 }
 
 impl LayerConfig {
-    async fn decide(&self, parts: &Parts) -> Verdict {
+    /// What every request needs before a decision: the key and the service; or the verdict
+    /// already (skipped, no key, no module).
+    fn start(&self, parts: &Parts) -> Result<(KeyText, Cow<'_, RateLimitService>), Verdict> {
         if self.skip.as_ref().is_some_and(|skip| skip(parts)) {
-            return Verdict::Skip;
+            return Err(Verdict::Skip);
         }
         let key = match self.key.extract_text(parts) {
             Ok(Some(key)) => key,
-            Ok(None) => return Verdict::Skip,
-            Err(e) => return Verdict::Failed(e),
+            Ok(None) => return Err(Verdict::Skip),
+            Err(e) => return Err(Verdict::Failed(e)),
         };
-        let module;
         let service = match &self.limiter {
-            Limiter::Service(service) => service,
+            Limiter::Service(service) => Cow::Borrowed(service),
             Limiter::Module => match Module::current_service() {
-                Some(service) => {
-                    module = service;
-                    &module
-                }
+                Some(service) => Cow::Owned(service),
                 None => {
-                    return Verdict::Failed(Error::NotInitialized {
+                    return Err(Verdict::Failed(Error::NotInitialized {
                         function: "ratelimit::http::RateLimitLayer",
-                    })
+                    }))
                 }
             },
         };
+        Ok((key, service))
+    }
+
+    /// The verdict of a layer of one limit whose store answers at once (the memory store, a
+    /// call that may not wait): no future is built. `None` when it must be awaited; nothing is
+    /// spent then.
+    fn decide_now(&self, key: &str, service: &RateLimitService, parts: &Parts) -> Option<Verdict> {
+        let [one] = self.limits.as_slice() else {
+            return None; // several limits: decided as one, by `decide`
+        };
+        let options = one.options(self.per_route, parts);
+        let decision = service.consume_now(key, &options)?;
+        Some(Self::verdict(decision.map(Decisions::One)))
+    }
+
+    /// The verdict of every limit, awaited (a store behind the `Store` trait, a call that
+    /// may wait in the queue, several limits).
+    async fn decide(&self, key: &str, service: &RateLimitService, parts: &Parts) -> Verdict {
         let decisions = match self.limits.as_slice() {
             [one] => {
                 let options = one.options(self.per_route, parts);
-                service.consume(&key, &options).await.map(Decisions::One)
+                service.consume(key, &options).await.map(Decisions::One)
             }
             several => {
                 let options: Vec<Cow<'_, Options>> = several
                     .iter()
                     .map(|limit| limit.options(self.per_route, parts))
                     .collect();
-                let limits: Vec<(&str, &Options)> = options.iter().map(|o| (&*key, &**o)).collect();
+                let limits: Vec<(&str, &Options)> = options.iter().map(|o| (key, &**o)).collect();
                 service.consume_all(&limits).await.map(Decisions::Several)
             }
         };
+        Self::verdict(decisions)
+    }
+
+    fn verdict(decisions: Result<Decisions, Error>) -> Verdict {
         let decisions = match decisions {
             Ok(decisions) => decisions,
             Err(e) => return Verdict::Failed(e),
@@ -418,6 +440,88 @@ impl LayerConfig {
             }
         }
     }
+
+    /// The answer to a request a limit refused: 429 (or the `on_refused` hook's), with
+    /// the headers of every limit and the refusing decision in its extensions.
+    fn refusal(&self, decisions: &Decisions, refusing: usize) -> Response {
+        let decision = &decisions.as_slice()[refusing];
+        let mut response = match &self.on_refused {
+            Some(on_refused) => on_refused(decision),
+            None => refused(decision),
+        };
+        self.headers(&mut response, decisions);
+        response.extensions_mut().insert(decision.clone());
+        response
+    }
+
+    /// The answer when no decision could be made: 503 / 500 (or the `on_error` hook's).
+    fn failure(&self, error: &Error) -> Response {
+        match &self.on_error {
+            Some(on_error) => on_error(error),
+            None => failed(error),
+        }
+    }
+}
+
+pin_project! {
+    /// The response future of [`RateLimit`]. A request decided when it arrived (one limit, on
+    /// a store that answers at once: the common case) is the inner service's own future,
+    /// with no box; one decided by a store that must be awaited, or by several limits, is
+    /// boxed.
+    pub struct ResponseFuture<F, E> {
+        #[pin]
+        state: State<F, E>,
+    }
+}
+
+/// An awaited decision and the inner call after it.
+type Waiting<E> = Pin<Box<dyn Future<Output = Result<Response, E>> + Send>>;
+
+pin_project! {
+    #[project = StateProj]
+    enum State<F, E> {
+        /// The inner service's response, to which `decisions` add their headers.
+        Called { #[pin] future: F, config: Arc<LayerConfig>, decisions: Option<Decisions> },
+        /// Answered without the inner service (taken when polled).
+        Answered { response: Option<Response> },
+        /// Decided by awaiting the store.
+        Waiting { future: Waiting<E> },
+    }
+}
+
+impl<F, E> fmt::Debug for ResponseFuture<F, E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ResponseFuture").finish_non_exhaustive()
+    }
+}
+
+impl<F, B, E> Future for ResponseFuture<F, E>
+where
+    F: Future<Output = Result<http::Response<B>, E>>,
+    B: HttpBody<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    type Output = Result<Response, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.project().state.project() {
+            StateProj::Called {
+                future,
+                config,
+                decisions,
+            } => {
+                let mut response = ready!(future.poll(cx))?.map(Body::new);
+                if let Some(decisions) = decisions.take() {
+                    config.headers(&mut response, &decisions);
+                }
+                Poll::Ready(Ok(response))
+            }
+            StateProj::Answered { response } => Poll::Ready(Ok(response
+                .take()
+                .expect("ResponseFuture polled after it completed"))),
+            StateProj::Waiting { future } => future.as_mut().poll(cx),
+        }
+    }
 }
 
 impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimit<S>
@@ -430,7 +534,7 @@ where
 {
     type Response = Response;
     type Error = S::Error;
-    type Future = Pin<Box<dyn Future<Output = Result<Response, S::Error>> + Send>>;
+    type Future = ResponseFuture<S::Future, S::Error>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
         self.inner.poll_ready(cx)
@@ -439,34 +543,59 @@ where
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
         // Take the service `poll_ready` readied, leaving a fresh clone for the next call.
         let clone = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let inner = std::mem::replace(&mut self.inner, clone);
         let config = self.config.clone();
-        Box::pin(async move {
-            let (parts, body) = request.into_parts();
-            let verdict = config.decide(&parts).await;
-            let request = Request::from_parts(parts, body);
-            match verdict {
-                Verdict::Skip => Ok(inner.call(request).await?.map(Body::new)),
-                Verdict::Allowed(decisions) => {
-                    let mut response = inner.call(request).await?.map(Body::new);
-                    config.headers(&mut response, &decisions);
-                    Ok(response)
-                }
-                Verdict::Refused(decisions, refusing) => {
-                    let decision = &decisions.as_slice()[refusing];
-                    let mut response = match &config.on_refused {
-                        Some(on_refused) => on_refused(decision),
-                        None => refused(decision),
-                    };
-                    config.headers(&mut response, &decisions);
-                    response.extensions_mut().insert(decision.clone());
-                    Ok(response)
-                }
-                Verdict::Failed(error) => Ok(match &config.on_error {
-                    Some(on_error) => on_error(&error),
-                    None => failed(&error),
-                }),
+        let (parts, body) = request.into_parts();
+        let (key, service) = match config.start(&parts) {
+            Ok(started) => started,
+            Err(verdict) => {
+                return respond(inner, config, Request::from_parts(parts, body), verdict)
             }
-        })
+        };
+        if let Some(verdict) = config.decide_now(&key, &service, &parts) {
+            drop(service);
+            return respond(inner, config, Request::from_parts(parts, body), verdict);
+        }
+        let service = service.into_owned();
+        let future: Waiting<S::Error> = Box::pin(async move {
+            let verdict = config.decide(&key, &service, &parts).await;
+            let request = Request::from_parts(parts, body);
+            respond(inner, config, request, verdict).await
+        });
+        ResponseFuture {
+            state: State::Waiting { future },
+        }
     }
+}
+
+/// The response future for `verdict`: the inner service called (with the decisions'
+/// headers to add), or the layer's own answer.
+fn respond<S, ReqBody, ResBody>(
+    mut inner: S,
+    config: Arc<LayerConfig>,
+    request: Request<ReqBody>,
+    verdict: Verdict,
+) -> ResponseFuture<S::Future, S::Error>
+where
+    S: Service<Request<ReqBody>, Response = http::Response<ResBody>>,
+{
+    let state = match verdict {
+        Verdict::Skip => State::Called {
+            future: inner.call(request),
+            config,
+            decisions: None,
+        },
+        Verdict::Allowed(decisions) => State::Called {
+            future: inner.call(request),
+            config,
+            decisions: Some(decisions),
+        },
+        Verdict::Refused(decisions, refusing) => State::Answered {
+            response: Some(config.refusal(&decisions, refusing)),
+        },
+        Verdict::Failed(error) => State::Answered {
+            response: Some(config.failure(&error)),
+        },
+    };
+    ResponseFuture { state }
 }

@@ -43,5 +43,5 @@ mod route;
 
 pub use self::ip::{Cidr, CidrError, ClientIp, TrustedProxies};
 pub use self::key::{ApiKey, KeyExtractor, Principal};
-pub use self::layer::{RateLimit, RateLimitLayer};
+pub use self::layer::{RateLimit, RateLimitLayer, ResponseFuture};
 pub use self::route::{route_of, UNMATCHED};
