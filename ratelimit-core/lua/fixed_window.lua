@@ -40,7 +40,8 @@
 --       caller is told how long it really waits.
 -- The key expires when its window ends: no counter outlives its window.
 
--- `key`, `cost`, `commit`, `time` and `idiv` come from prelude.lua, loaded before this file.
+-- `key`, `cost`, `commit`, `time`, `idiv` and `unexpected` come from prelude.lua, and `fell` from
+-- fixed_window_hot.lua, both loaded before this file.
 local window = ARGV[1] + 0
 local capacity = ARGV[2] + 0
 
@@ -58,44 +59,9 @@ end
 
 if window % 1000 == 0 then
   local SHAPE = 'a fixed window (an integer count expiring at its window\'s last millisecond)'
-  if commit and ARGV[5] ~= '1' then
-    -- The hot path: one INCRBY, and the TTL that says when the counted window ends.
-    local count = redis.pcall('INCRBY', key, cost)
-    if type(count) == 'table' then
-      -- Not an integer, or another type: the wrong shape. Any other error (OOM on a full
-      -- noeviction server) is Redis' own, passed on.
-      local e = count.err
-      if string.find(e, '^WRONGTYPE') or string.find(e, 'not an integer') then
-        return unexpected(SHAPE)
-      end
-      return count
-    end
-    local left
-    if count == cost then
-      -- The window's first hit (nothing here writes a count of 0): give the key its window.
-      local now = time()
-      local stop = (idiv(now, window) + 1) * window
-      redis.call('PEXPIREAT', key, stop / 1000 - 1)
-      left = stop / 1000 - idiv(now, 1000)
-    else
-      local ttl = redis.call('PTTL', key)
-      if ttl < 0 or count < cost then
-        -- No expiry, or a negative count: not written here. Take the cost back out.
-        redis.call('DECRBY', key, cost)
-        return unexpected(SHAPE)
-      end
-      left = ttl + 1
-    end
-    if count > capacity then
-      redis.call('DECRBY', key, cost)
-      -- A count above the capacity (kept from a larger limit under the same key) is
-      -- refused all the same; the reply only needs to say so, within 2 * capacity.
-      count = math.min(count, 2 * capacity)
-    end
-    local short = left * (2 * capacity + 1) + count
-    if short < 9007199254740992 then return short end
-    return {count, left}
-  end
+  -- The hot path (a call that records, with the short reply) is fixed_window_hot.lua, run
+  -- before the prelude: it falls through to here only on state of the wrong shape.
+  if fell then return unexpected(SHAPE) end
 
   local now = time()
   local count, stop = 0, nil

@@ -133,6 +133,7 @@ async fn main() {
         // The store's fixed-window script called raw, same arguments as the store sends:
         // separates the store's client-side cost from the script's cost inside Redis.
         let script = Arc::new(redis::Script::new(concat!(
+            include_str!("../../ratelimit-core/lua/fixed_window_hot.lua"),
             include_str!("../../ratelimit-core/lua/prelude.lua"),
             include_str!("../../ratelimit-core/lua/fixed_window.lua")
         )));

@@ -61,13 +61,25 @@ macro_rules! lua {
     };
 }
 
+/// The fixed window's hot path (`lua/fixed_window_hot.lua`), run before the prelude: a call
+/// that records with the short reply pays for none of the prelude's coercions and closures.
+macro_rules! fixed_window_hot {
+    () => {
+        include_str!("../../../lua/fixed_window_hot.lua")
+    };
+}
+
 /// A strategy's script as a function of `(KEYS, ARGV)`, for the stacked script.
 macro_rules! wrapped {
     ($name:literal, $file:literal) => {
+        wrapped!($name, $file, "")
+    };
+    ($name:literal, $file:literal, $hot:expr) => {
         concat!(
             "local function ",
             $name,
             "(KEYS, ARGV)\n",
+            $hot,
             include_str!("../../../lua/prelude.lua"),
             include_str!(concat!("../../../lua/", $file)),
             "\nend\n"
@@ -77,7 +89,7 @@ macro_rules! wrapped {
 
 /// Several limits as one decision (`lua/stacked.lua`), over the four scripts as functions.
 const STACKED: &str = concat!(
-    wrapped!("fixed_window", "fixed_window.lua"),
+    wrapped!("fixed_window", "fixed_window.lua", fixed_window_hot!()),
     wrapped!("sliding_log", "sliding_log.lua"),
     wrapped!("sliding_counter", "sliding_counter.lua"),
     wrapped!("token_bucket", "token_bucket.lua"),
@@ -94,7 +106,7 @@ pub(super) fn stacked_index(strategy: Strategy) -> usize {
 
 /// The scripts' sources, in the order of [`script`].
 const SOURCES: [&str; 4] = [
-    lua!("fixed_window.lua"),
+    concat!(fixed_window_hot!(), lua!("fixed_window.lua")),
     lua!("sliding_log.lua"),
     lua!("sliding_counter.lua"),
     lua!("token_bucket.lua"),
@@ -115,7 +127,8 @@ pub(super) fn script(strategy: Strategy) -> &'static Script {
     &SCRIPTS[index(strategy)]
 }
 
-/// The source Redis runs for `strategy`: the prelude and the strategy's script.
+/// The source Redis runs for `strategy`: the prelude and the strategy's script (behind the
+/// fixed window's hot path for the fixed window).
 #[cfg(test)]
 pub(super) fn source(strategy: Strategy) -> &'static str {
     SOURCES[index(strategy)]
