@@ -31,7 +31,7 @@ use redis::Script;
 
 use super::refusals::Refusals;
 use super::reply::{full, RedisClock};
-use super::scripts::arguments;
+use super::scripts::{arguments, fixed_window_hot, wrapped};
 use super::RedisStore;
 use crate::algorithm::Verdict;
 use crate::clock::Nanos;
@@ -111,15 +111,11 @@ impl LeaseOptions {
 }
 
 /// `lua/lease_grant.lua` behind the two strategies' scripts, each as a function of
-/// `(KEYS, ARGV)`, as `lua/stacked.lua` runs them.
+/// `(KEYS, ARGV)`, wrapped as `lua/stacked.lua`'s are (the fixed window's hot path included:
+/// its script reads what that part leaves).
 const GRANT: &str = concat!(
-    "local function fixed_window(KEYS, ARGV)\n",
-    include_str!("../../../lua/prelude.lua"),
-    include_str!("../../../lua/fixed_window.lua"),
-    "\nend\nlocal function token_bucket(KEYS, ARGV)\n",
-    include_str!("../../../lua/prelude.lua"),
-    include_str!("../../../lua/token_bucket.lua"),
-    "\nend\n",
+    wrapped!("fixed_window", "fixed_window.lua", fixed_window_hot!()),
+    wrapped!("token_bucket", "token_bucket.lua"),
     include_str!("../../../lua/lease_grant.lua"),
 );
 

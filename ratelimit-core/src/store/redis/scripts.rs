@@ -87,6 +87,9 @@ macro_rules! wrapped {
     };
 }
 
+// For the lease script (`lease.rs`), which runs two of the scripts as functions too.
+pub(super) use {fixed_window_hot, wrapped};
+
 /// Several limits as one decision (`lua/stacked.lua`), over the four scripts as functions.
 const STACKED: &str = concat!(
     wrapped!("fixed_window", "fixed_window.lua", fixed_window_hot!()),
