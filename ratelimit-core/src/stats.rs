@@ -82,9 +82,11 @@ pub(crate) enum Outcome {
     Error,
 }
 
-/// This thread's stripe, given out in turn on first use.
+/// This thread's stripe, given out in turn on first use; the same for the thread's life, so a
+/// caller that keeps per-thread state (a call site's resolution) keeps it there and counts
+/// with [`Counters::record_on`] without this thread-local access.
 #[inline]
-fn stripe() -> usize {
+pub(crate) fn stripe() -> usize {
     use std::cell::Cell;
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     thread_local! {
@@ -119,8 +121,15 @@ impl Counters {
 
     #[inline]
     pub(crate) fn record(&self, outcome: Outcome) {
+        self.record_on(stripe(), outcome);
+    }
+
+    /// [`record`](Self::record) on `stripe`, which [`stripe()`] gave (any index below
+    /// `STRIPES` counts exactly; this thread's own keeps the line unshared).
+    #[inline]
+    pub(crate) fn record_on(&self, stripe: usize, outcome: Outcome) {
         self.metrics.record(outcome);
-        let stripe = &self.stripes[stripe()];
+        let stripe = &self.stripes[stripe % STRIPES];
         let counter = match outcome {
             Outcome::Allowed => &stripe.allowed,
             Outcome::Denied => &stripe.denied,

@@ -16,7 +16,7 @@ use crate::error::Error;
 use crate::key;
 use crate::quota::{Overrides, Quota};
 use crate::resolve;
-use crate::stats::{Counters, Outcome};
+use crate::stats::{self, Counters, Outcome};
 
 /// What [`RateLimitService::site`] resolved for one call site.
 pub(crate) struct Site {
@@ -28,6 +28,9 @@ pub(crate) struct Site {
     head: String,
     /// The store key after a brace-free user key: `}<identity>:<budget>:<tier>`.
     tail: String,
+    /// The counters' stripe of the thread that resolved the site ([`stats::stripe`]): a site
+    /// is kept by that thread, so its calls count without looking the stripe up.
+    stripe: usize,
 }
 
 /// How [`RateLimitService::enforce_site`] ended.
@@ -67,6 +70,7 @@ impl RateLimitService {
             counters: options.budget.map(|name| self.method_counters(name).1),
             head,
             tail,
+            stripe: stats::stripe(),
         })
     }
 
@@ -108,12 +112,13 @@ impl RateLimitService {
         self.inner.latency.finish(started);
         match verdict {
             Ok(verdict) if verdict.allowed => {
-                self.inner.total.record(Outcome::Allowed);
+                let stripe = site.stripe;
+                self.inner.total.record_on(stripe, Outcome::Allowed);
                 if let Some(i) = site.tier {
-                    self.inner.by_tier[i].record(Outcome::Allowed);
+                    self.inner.by_tier[i].record_on(stripe, Outcome::Allowed);
                 }
                 if let Some(counters) = &site.counters {
-                    counters.record(Outcome::Allowed);
+                    counters.record_on(stripe, Outcome::Allowed);
                 }
                 SiteOutcome::Admitted(verdict, now)
             }
@@ -168,16 +173,19 @@ impl RateLimitService {
     /// site, kept per thread (see [`Site`]): `None` when the general path decides it (the
     /// site does not decide at once, or the call's key or resolution is one the general path
     /// encodes or reports). An admitted call names its tier, as the general path does.
+    ///
+    /// The caller has made sure the call may not wait ([`may_wait`](Self::may_wait)):
+    /// [`decided_now`](Self::decided_now), the one caller, returns before asking otherwise.
     #[inline]
     pub(super) fn decide_at_site(
         &self,
         key: &str,
         options: &Call<'_>,
     ) -> Option<Result<Decision, Error>> {
+        debug_assert!(!self.may_wait(options));
         if !matches!(self.inner.backend, Backend::Memory(_))
             || !self.inner.config.enabled()
             || !options.consume
-            || self.may_wait(options)
         {
             return None;
         }
