@@ -771,3 +771,48 @@ impl JsonValue for reqwest::Response {
         serde_json::from_slice(&self.bytes().await.unwrap()).unwrap()
     }
 }
+
+/// A request through `app` without a network (`tower::ServiceExt::oneshot`), for tests that
+/// drive Tokio's paused time, which a real socket and client would not follow.
+async fn oneshot_status(app: Router) -> u16 {
+    use tower::ServiceExt;
+    let request = Request::get("/").body(axum::body::Body::empty()).unwrap();
+    app.oneshot(request).await.unwrap().status().as_u16()
+}
+
+/// A layer whose limit may wait in the queue cannot be decided in `call`: it takes the
+/// awaited (boxed) path, waits for room, and is refused with a 429 once `queue_timeout`
+/// passes. Tokio's time is paused (it moves only when every task waits) and the limit's clock
+/// is the manual one: nothing sleeps.
+#[tokio::test(start_paused = true)]
+async fn a_layer_whose_limit_may_queue_waits_for_room_then_times_out() {
+    let (limiter, clock) = service(
+        Config::builder()
+            .strategy(Strategy::FixedWindow)
+            .queue_enabled(true)
+            .queue_timeout(Duration::from_secs(90))
+            .build()
+            .unwrap(),
+    );
+    let app = hello().layer(
+        RateLimitLayer::new(limiter, |_: &axum::http::request::Parts| {
+            Some("one".to_owned())
+        })
+        .options(per_minute(1)),
+    );
+    assert_eq!(oneshot_status(app.clone()).await, 200);
+    // The second waits in the line; the window ends while it waits: admitted.
+    let waiting = tokio::spawn(oneshot_status(app.clone()));
+    tokio::task::yield_now().await;
+    assert!(
+        !waiting.is_finished(),
+        "the second request waits, not refused at once"
+    );
+    clock.advance(MINUTE);
+    assert_eq!(waiting.await.unwrap(), 200);
+    // The third waits for a window that, on the manual clock, never ends: after 90 s of
+    // Tokio's time it is refused, 429, never let through.
+    let started = tokio::time::Instant::now();
+    assert_eq!(oneshot_status(app).await, 429);
+    assert!(started.elapsed() >= Duration::from_secs(90));
+}
