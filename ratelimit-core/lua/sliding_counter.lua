@@ -50,7 +50,11 @@ local n = idiv(now, window) -- the number of the window decided in
 local previous, current = 0, 0
 -- Set by the first call of a window: the fields to drop (they no longer count).
 local first, stale
-local fields = redis.pcall('HMGET', key, n - 1, n, n + 1)
+-- Arguments to redis.call are strings where they can be: Redis prints a number argument with
+-- "%.17g", which costs more than the command itself on this path.
+local field = string.format('%d', n)
+local fields = redis.pcall('HMGET', key, string.format('%d', n - 1), field,
+  string.format('%d', n + 1))
 if fields.err then return unexpected(SHAPE) end -- WRONGTYPE
 local c = fields[2]
 if c and not fields[3] then
@@ -79,6 +83,7 @@ else
   end
   if recorded > n then
     n = recorded
+    field = string.format('%d', n)
     at = n * window
   end
   current = counts[n] or 0
@@ -100,7 +105,7 @@ if used_w + cost * window <= budget_w then
   if commit then
     -- HINCRBY first: Redis checks maxmemory before a script's first write only, and a full
     -- noeviction server must refuse this one.
-    redis.call('HINCRBY', key, n, cost)
+    redis.call('HINCRBY', key, field, ARGV[3])
     if first then
       if #stale > 0 then redis.call('HDEL', key, unpack(stale)) end
       redis.call('PEXPIREAT', key, idiv(start + 2 * window + 999, 1000))
