@@ -239,10 +239,12 @@ async fn garbage_on_a_limiter_key_is_refused_not_read_as_a_fresh_key() {
         "LPUSH 1700000000000000:1:0:2",
         "LPUSH 1700000000000000:1:-1:1",
         // The counter of earlier versions, a string; counter hashes with a count or a field
-        // that is not a number, or a count of 0.
+        // that is not a number, a count of 0 in the recorded window, or a count of 0 in a
+        // window that is not the one before it.
         "SET C1700000000000000:60000000:0:1",
         "HSET 28333333 x",
         "HSET 28333333 0",
+        "HSET 28333331 0 28333333 1",
         "HSET 28333333 -1",
         "HSET x 1",
         "RPUSH a b",
