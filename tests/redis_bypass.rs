@@ -225,21 +225,26 @@ async fn garbage_on_a_limiter_key_is_refused_not_read_as_a_fresh_key() {
     // A counter: window number 28333333 (any number will do), count 1.
     let counter = "HSET 28333333 1";
     let bucket = "SET T1700000000000000";
-    let log = "LPUSH 1700000000000000:1:1:1700000000000000:0";
+    // A log: one entry at that time, total 1, the oldest live entry itself (age 0), 1 unit.
+    let log = "LPUSH 1700000000000000:1:0:1";
     let others = [
         // The sliding log of earlier versions, a sorted set: refused, not read as empty.
         "ZADD 1700000000000000 0000000000000001:1",
-        // Log entries of another shape: too few fields, a cost of 0, the oldest live entry
-        // after the entry itself, a base above the total before the entry.
+        // Log entries of another shape: too few fields, the five-field entry of earlier
+        // versions, no unit in the window, more units in the window than the total, the
+        // oldest live entry after the entry itself (a negative age).
         "LPUSH 1700000000000000:1:1",
-        "LPUSH 1700000000000000:1:0:1700000000000000:0",
-        "LPUSH 1700000000000000:1:1:1700000000000001:0",
-        "LPUSH 1700000000000000:3:1:1700000000000000:3",
+        "LPUSH 1700000000000000:1:1:1700000000000000:0",
+        "LPUSH 1700000000000000:1:0:0",
+        "LPUSH 1700000000000000:1:0:2",
+        "LPUSH 1700000000000000:1:-1:1",
         // The counter of earlier versions, a string; counter hashes with a count or a field
-        // that is not a number, or a count of 0.
+        // that is not a number, a count of 0 in the recorded window, or a count of 0 in a
+        // window that is not the one before it.
         "SET C1700000000000000:60000000:0:1",
         "HSET 28333333 x",
         "HSET 28333333 0",
+        "HSET 28333331 0 28333333 1",
         "HSET 28333333 -1",
         "HSET x 1",
         "RPUSH a b",
@@ -400,7 +405,7 @@ async fn time_going_backwards_does_not_reopen_a_window() {
     redis::cmd("DEL").arg(&key).exec(&mut c).unwrap();
     redis::cmd("LPUSH")
         .arg(&key)
-        .arg(format!("{ahead}:1:1:{ahead}:0"))
+        .arg(format!("{ahead}:1:0:1"))
         .exec(&mut c)
         .unwrap();
     redis::cmd("PEXPIREAT")

@@ -3,12 +3,14 @@
 -- in exact integer arithmetic (the caller keeps capacity * window below 2^51).
 --
 -- KEYS[1]: the limiter key; a hash from window numbers (window start / window, in decimal)
---          to the positive integer count of that window: the recorded window (the largest
---          number) and at most the one before it. A call in the recorded window reads three
---          fields (HMGET: the one before, its own, and the one after, absent) and increments
---          one (HINCRBY); any other call (the first of a window, or one behind the recorded
---          window) reads them all (at most three), and the first of a window drops the ones
---          that no longer count and sets the expiry.
+--          to the integer count of that window: the recorded window (the largest number, a
+--          positive count) and the one before it (a count of 0 when that window had none;
+--          absent in the state of earlier versions). Only these two are kept, so a call that
+--          finds both its window's field and the one before is in the recorded window: it
+--          reads two fields (HMGET) and increments one (HINCRBY). Any other call (the first of
+--          a window, or one behind the recorded window) reads them all (at most three), and
+--          the first of a window drops the ones that no longer count, writes the one before
+--          (0) when absent and sets the expiry.
 --          Anything else there (another type, the string "C<start>:<window>:<previous>:
 --          <current>" of earlier versions among them, or a field or count that is not a
 --          decimal number) gets an error reply, see prelude.lua.
@@ -43,47 +45,58 @@ local now = time()
 local window = ARGV[1] + 0
 local capacity = ARGV[2] + 0
 local SHAPE = 'a sliding window counter (a hash of window numbers to counts)'
-local COUNT = '^[1-9]%d*$' -- what a count this script wrote looks like
+local COUNT = '^[1-9]%d*$' -- what the recorded window's count looks like
+local PREVIOUS = '^%d+$' -- and the one before it, which may be 0
 
 local at = now
 local n = idiv(now, window) -- the number of the window decided in
 local previous, current = 0, 0
 -- Set by the first call of a window: the fields to drop (they no longer count).
 local first, stale
-local fields = redis.pcall('HMGET', key, n - 1, n, n + 1)
+-- Set when the window before the one decided in has no field: an admitted call writes 0.
+local missing
+-- Arguments to redis.call are strings where they can be: Redis prints a number argument with
+-- "%.17g", which costs more than the command itself on this path.
+local field = string.format('%d', n)
+local before = string.format('%d', n - 1)
+local fields = redis.pcall('HMGET', key, before, field)
 if fields.err then return unexpected(SHAPE) end -- WRONGTYPE
-local c = fields[2]
-if c and not fields[3] then
-  if not string.find(c, COUNT) then return unexpected(SHAPE) end
-  current = c + 0
-  local p = fields[1]
-  if p then
-    if not string.find(p, COUNT) then return unexpected(SHAPE) end
-    previous = p + 0
-  end
+local p, c = fields[1], fields[2]
+if p and c then
+  if not string.find(c, COUNT) or not string.find(p, PREVIOUS) then return unexpected(SHAPE) end
+  current, previous = c + 0, p + 0
 else
   -- The window's first call, or TIME behind the recorded window: read every field, and
   -- decide in the recorded window if it is ahead of TIME's.
   stale = {}
   local all = redis.call('HGETALL', key)
   local counts = {}
-  local recorded = -1
+  local recorded, zero = -1, nil
   for i = 1, #all, 2 do
     local f, v = all[i], all[i + 1]
-    if not string.find(v, COUNT) or not string.find(f, '^%d+$') then
+    if not string.find(v, PREVIOUS) or not string.find(f, '^%d+$') then
       return unexpected(SHAPE)
     end
     f = f + 0
     counts[f] = v + 0
     if f > recorded then recorded = f end
+    if counts[f] == 0 then zero = f end
+  end
+  -- The recorded window's count is positive; a 0 is only ever the one before it.
+  if recorded >= 0 and counts[recorded] == 0 or zero and zero ~= recorded - 1 then
+    return unexpected(SHAPE)
   end
   if recorded > n then
     n = recorded
+    field = string.format('%d', n)
+    before = string.format('%d', n - 1)
     at = n * window
   end
   current = counts[n] or 0
   first = current == 0
   previous = counts[n - 1] or 0
+  -- So that the next call in this window finds both fields.
+  missing = counts[n - 1] == nil
   for i = 1, #all, 2 do
     local f = all[i] + 0
     if f ~= n and f ~= n - 1 then stale[#stale + 1] = all[i] end
@@ -100,7 +113,8 @@ if used_w + cost * window <= budget_w then
   if commit then
     -- HINCRBY first: Redis checks maxmemory before a script's first write only, and a full
     -- noeviction server must refuse this one.
-    redis.call('HINCRBY', key, n, cost)
+    redis.call('HINCRBY', key, field, ARGV[3])
+    if missing then redis.call('HSET', key, before, '0') end
     if first then
       if #stale > 0 then redis.call('HDEL', key, unpack(stale)) end
       redis.call('PEXPIREAT', key, idiv(start + 2 * window + 999, 1000))

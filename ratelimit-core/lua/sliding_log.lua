@@ -2,18 +2,19 @@
 -- microseconds: exact, never more than the capacity in any rolling window.
 --
 -- KEYS[1]: the limiter key; a list with one entry per admitted call, whatever its cost,
---          newest first (LPUSH). An entry is "<time>:<total>:<cost>:<oldest>:<base>": the
---          time it was admitted, the sum of the costs admitted on this key up to and
---          including it, its own cost, and, as it was when the entry was pushed, the time of
---          the oldest live entry and the total before that entry. A hit at t counts while
+--          newest first (LPUSH). An entry is "<time>:<total>:<age>:<used>": the time it was
+--          admitted, the sum of the costs admitted on this key up to and including it, and,
+--          as they were when the entry was pushed, how long before it the oldest live entry
+--          was admitted and the units in the window with its own. A hit at t counts while
 --          t + window > now. The live entries are the newest ones, and an admitted call drops
 --          the others: so while the oldest entry the newest one names is live, the units in
---          the window are total(newest) - base(newest), read from one entry however many
---          entries or units there are. The total restarts from 0 when no hit is left in the
---          window; it stays exact while below 2^53 (an error reply beyond, never a wrong
---          count). Another type (the sorted set of earlier versions among them), or an entry
---          read that is not of this shape or out of order, gets an error reply, see
---          prelude.lua.
+--          the window are the newest entry's `used`, read from one entry however many entries
+--          or units there are; once it has left, the units before the oldest live entry are
+--          the total of the newest entry that left. The total restarts from 0 when no hit is
+--          left in the window; it stays exact while below 2^53 (an error reply beyond, never
+--          a wrong count). Another type (the sorted set of earlier versions among them), or an
+--          entry read that is not of this shape (the five-field entries of earlier versions
+--          among them) or out of order, gets an error reply, see prelude.lua.
 -- ARGV[1]: window, in microseconds
 -- ARGV[2]: capacity (limit + burst), at least 1
 -- ARGV[3]: cost, from 1 to the capacity; 0 (with ARGV[4] = 0) looks at the level, see
@@ -48,21 +49,22 @@ local capacity = ARGV[2] + 0
 local MAX_TOTAL = 9007199254740992 -- 2^53
 
 local function unreadable()
-  return unexpected('a sliding log (a list of "<time>:<total>:<cost>:<oldest>:<base>", newest '
-    .. 'first)')
+  return unexpected('a sliding log (a list of "<time>:<total>:<age>:<used>", newest first)')
 end
 
--- An entry's time, total, cost, oldest live time and base, or nil when it is not one this
--- script wrote.
+-- An entry's time, total, oldest live time and base (the total before the oldest live
+-- entry), or nil when it is not one this script wrote.
 local function parse(raw)
-  local t, total, c, oldest, b = string.match(raw, '^(%d+):(%d+):(%d+):(%d+):(%d+)$')
+  local t, total, age, u = string.match(raw, '^(%d+):(%d+):(%d+):(%d+)$')
   if not t then return nil end
-  t, total, c, oldest, b = t + 0, total + 0, c + 0, oldest + 0, b + 0
-  if c < 1 or c > total or oldest > t or b > total - c then return nil end
-  return t, total, c, oldest, b
+  t, total, u = t + 0, total + 0, u + 0
+  if u < 1 or u > total then return nil end
+  return t, total, t - age, total - u
 end
 
-local head = redis.pcall('LINDEX', key, 0)
+-- Arguments to redis.call are strings where they can be: Redis prints a number argument with
+-- "%.17g", which costs more than the command itself on this path.
+local head = redis.pcall('LINDEX', key, '0')
 if type(head) == 'table' then return unreadable() end -- WRONGTYPE
 local at = now
 local newest, top
@@ -71,22 +73,21 @@ local newest, top
 -- is 0).
 local used, base, oldest, dead = 0, 0, nil, 0
 if head then
-  local _
-  newest, top, _, oldest, base = parse(head)
+  newest, top, oldest, base = parse(head)
   if not newest then return unreadable() end
   if newest > at then at = newest end
   local from = at - window -- an entry at t is live while t > from
   if newest <= from then
     base, oldest = 0, nil -- none is live
   elseif oldest <= from then
-    -- Some have left. The entry `k` from the tail (1 the oldest): its time, total and cost,
+    -- Some have left. The entry `k` from the tail (1 the oldest): its time and total,
     -- checked against the newest; nil when the list has fewer entries.
     local function tail(k)
       local raw = redis.call('LINDEX', key, -k)
       if not raw then return nil end
-      local t, total, c = parse(raw)
+      local t, total = parse(raw)
       if not t or t > newest or total > top then return false end
-      return t, total, c
+      return t, total
     end
     -- The last `lo` entries are known to have left, entry `hi` from the tail is live (the
     -- newest is). Double the step from the tail, then halve the gap.
@@ -108,11 +109,14 @@ if head then
       if not mt then return unreadable() end
       if mt > from then hi = mid else lo = mid end
     end
+    -- The oldest named entry has left and is still in the list (an admitted call drops only
+    -- what left before it was pushed), so at least one has left.
+    if lo < 1 then return unreadable() end
     dead = lo
-    local total, c
-    oldest, total, c = tail(hi)
-    if not oldest then return unreadable() end
-    base = total - c
+    oldest = tail(hi)
+    local _, total = tail(lo)
+    if not oldest or oldest <= from or not total then return unreadable() end
+    base = total
   end
   if oldest then used = top - base end
 end
@@ -127,17 +131,16 @@ if used + cost <= capacity then
     -- The oldest live entry is this one when none was. LPUSH first: Redis checks maxmemory
     -- before a script's first write only, and a full noeviction server must refuse this one
     -- (the trim below only removes).
-    local entry = string.format('%d:%d:%d:%d:%d', at, total, cost, oldest or at,
-      total - used - cost)
+    local entry = string.format('%d:%d:%d:%d', at, total, at - (oldest or at), used + cost)
     redis.call('LPUSH', key, entry)
     if used == 0 and head then
-      redis.call('LTRIM', key, 0, 0) -- nothing was live
+      redis.call('LTRIM', key, '0', '0') -- nothing was live
     elseif dead > 0 then
       redis.call('LTRIM', key, 0, -1 - dead)
     end
     local expiry = idiv(at + window + 999, 1000)
     if not head or idiv(newest + window + 999, 1000) ~= expiry then
-      redis.call('PEXPIREAT', key, expiry)
+      redis.call('PEXPIREAT', key, string.format('%d', expiry))
     end
     if at == now and ARGV[5] ~= '1' then return used + cost end
   end

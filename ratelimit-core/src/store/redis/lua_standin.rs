@@ -20,9 +20,9 @@
 //!   list commands the sliding log uses: `LPUSH key value`, `LINDEX`, `LLEN`, `LTRIM` (indices
 //!   from the tail when negative; an emptied list is deleted), the hash commands the sliding
 //!   window counter uses: `HMGET`, `HGETALL` (fields in the order they were added), `HINCRBY`
-//!   (as `INCRBY`), `HDEL` (an emptied hash is deleted), and `HSET key field value` to plant
-//!   state; `ZADD key score member`
-//!   and `ZCARD`, to plant the sorted set of earlier versions; `WRONGTYPE`;
+//!   (as `INCRBY`), `HDEL` (an emptied hash is deleted), `HSET key field value` (the window
+//!   before the recorded one, and to plant state); `ZADD key score member` and `ZCARD`, to
+//!   plant the sorted set of earlier versions; `WRONGTYPE`;
 //! - expiry at the set time, checked on every access, as Redis 7 does (`keyIsExpired`: the
 //!   clock in milliseconds `> when`): a key whose expiry is `E` milliseconds lives through
 //!   that millisecond and is gone from the microsecond `(E + 1) * 1000`.

@@ -71,7 +71,7 @@ struct Inner {
 ///   is Redis' time to within half a round trip. What is admitted is Redis' decision alone.
 ///   The string state of earlier versions under such a window is refused as the wrong shape
 ///   (until it expires, at the end of its window). The sliding log is a list, newest entry
-///   first, whose head names the oldest live entry and the count before it: an admitted call
+///   first, whose head names the oldest live entry and the units in the window: an admitted call
 ///   reads one entry and pushes one, however long the log. The sliding window counter is a
 ///   hash of integer counts by window number: a call is `HMGET` and `HINCRBY`. Both answer an
 ///   admitted call with one integer, placed in time like the fixed window's; the sorted set
