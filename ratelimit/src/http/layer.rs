@@ -3,18 +3,20 @@
 
 use std::borrow::Cow;
 use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{ready, Context, Poll};
+use std::task::{Context, Poll};
 
-use axum::body::{Body, Bytes, HttpBody};
+use axum::body::{Bytes, HttpBody};
 use axum::response::Response;
 use axum::BoxError;
 use http::request::Parts;
 use http::Request;
-use pin_project_lite::pin_project;
 use tower::{Layer, Service};
+
+mod future;
+
+use self::future::respond;
+pub use self::future::ResponseFuture;
 
 use super::key::KeyExtractor;
 use super::response::{failed, refused};
@@ -463,67 +465,6 @@ impl LayerConfig {
     }
 }
 
-pin_project! {
-    /// The response future of [`RateLimit`]. A request decided when it arrived (one limit, on
-    /// a store that answers at once: the common case) is the inner service's own future,
-    /// with no box; one decided by a store that must be awaited, or by several limits, is
-    /// boxed.
-    pub struct ResponseFuture<F, E> {
-        #[pin]
-        state: State<F, E>,
-    }
-}
-
-/// An awaited decision and the inner call after it.
-type Waiting<E> = Pin<Box<dyn Future<Output = Result<Response, E>> + Send>>;
-
-pin_project! {
-    #[project = StateProj]
-    enum State<F, E> {
-        /// The inner service's response, to which `decisions` add their headers.
-        Called { #[pin] future: F, config: Arc<LayerConfig>, decisions: Option<Decisions> },
-        /// Answered without the inner service (taken when polled).
-        Answered { response: Option<Response> },
-        /// Decided by awaiting the store.
-        Waiting { future: Waiting<E> },
-    }
-}
-
-impl<F, E> fmt::Debug for ResponseFuture<F, E> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ResponseFuture").finish_non_exhaustive()
-    }
-}
-
-impl<F, B, E> Future for ResponseFuture<F, E>
-where
-    F: Future<Output = Result<http::Response<B>, E>>,
-    B: HttpBody<Data = Bytes> + Send + 'static,
-    B::Error: Into<BoxError>,
-{
-    type Output = Result<Response, E>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match self.project().state.project() {
-            StateProj::Called {
-                future,
-                config,
-                decisions,
-            } => {
-                let mut response = ready!(future.poll(cx))?.map(Body::new);
-                if let Some(decisions) = decisions.take() {
-                    config.headers(&mut response, &decisions);
-                }
-                Poll::Ready(Ok(response))
-            }
-            StateProj::Answered { response } => Poll::Ready(Ok(response
-                .take()
-                .expect("ResponseFuture polled after it completed"))),
-            StateProj::Waiting { future } => future.as_mut().poll(cx),
-        }
-    }
-}
-
 impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimit<S>
 where
     S: Service<Request<ReqBody>, Response = http::Response<ResBody>> + Clone + Send + 'static,
@@ -557,45 +498,11 @@ where
             return respond(inner, config, Request::from_parts(parts, body), verdict);
         }
         let service = service.into_owned();
-        let future: Waiting<S::Error> = Box::pin(async move {
+        let future: future::Waiting<S::Error> = Box::pin(async move {
             let verdict = config.decide(&key, &service, &parts).await;
             let request = Request::from_parts(parts, body);
             respond(inner, config, request, verdict).await
         });
-        ResponseFuture {
-            state: State::Waiting { future },
-        }
+        ResponseFuture::waiting(future)
     }
-}
-
-/// The response future for `verdict`: the inner service called (with the decisions'
-/// headers to add), or the layer's own answer.
-fn respond<S, ReqBody, ResBody>(
-    mut inner: S,
-    config: Arc<LayerConfig>,
-    request: Request<ReqBody>,
-    verdict: Verdict,
-) -> ResponseFuture<S::Future, S::Error>
-where
-    S: Service<Request<ReqBody>, Response = http::Response<ResBody>>,
-{
-    let state = match verdict {
-        Verdict::Skip => State::Called {
-            future: inner.call(request),
-            config,
-            decisions: None,
-        },
-        Verdict::Allowed(decisions) => State::Called {
-            future: inner.call(request),
-            config,
-            decisions: Some(decisions),
-        },
-        Verdict::Refused(decisions, refusing) => State::Answered {
-            response: Some(config.refusal(&decisions, refusing)),
-        },
-        Verdict::Failed(error) => State::Answered {
-            response: Some(config.failure(&error)),
-        },
-    };
-    ResponseFuture { state }
 }
