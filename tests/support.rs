@@ -142,6 +142,43 @@ pub async fn connected_worker_service(
     service
 }
 
+/// What `tasks` concurrent tasks admit on one key (`"shared-key"`) of a worker process's
+/// service, each making `calls` calls with `options`, or stopping at its first refusal when
+/// `stop_at_refusal` (the multi-process tests' `tests/bin/*` workers).
+#[cfg(feature = "redis")]
+pub async fn admitted_by_tasks(
+    service: &RateLimitService,
+    options: &ratelimit::Options,
+    tasks: usize,
+    calls: usize,
+    stop_at_refusal: bool,
+) -> u64 {
+    let handles: Vec<_> = (0..tasks)
+        .map(|_| {
+            let (service, options) = (service.clone(), options.clone());
+            tokio::spawn(async move {
+                let mut allowed = 0u64;
+                for _ in 0..calls {
+                    let decision = service
+                        .consume("shared-key", &options)
+                        .await
+                        .expect("Redis decided");
+                    if !decision.allowed && stop_at_refusal {
+                        break;
+                    }
+                    allowed += u64::from(decision.allowed);
+                }
+                allowed
+            })
+        })
+        .collect();
+    let mut allowed = 0;
+    for handle in handles {
+        allowed += handle.await.expect("task");
+    }
+    allowed
+}
+
 /// A service on the Redis store with `options`, its keys under `prefix`.
 #[cfg(feature = "redis")]
 pub fn redis_service(options: ratelimit::RedisOptions, prefix: &str) -> RateLimitService {

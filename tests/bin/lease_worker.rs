@@ -35,42 +35,22 @@ async fn main() {
     let window = Duration::from_millis(window_ms.parse().expect("window"));
     let calls: usize = calls.parse().expect("calls");
     let until_refused = calls == 0;
-    let handles: Vec<_> = (0..tasks.parse::<usize>().expect("tasks"))
-        .map(|_| {
-            let service = service.clone();
-            tokio::spawn(async move {
-                let options = Options::new()
-                    .limit(limit)
-                    .window(window)
-                    .strategy(strategy)
-                    // The token bucket refills one token per window: none during the test.
-                    .refill(1);
-                let mut allowed = 0u64;
-                // Until refused: at most the whole limit, so that a bug that never refuses
-                // shows as a count above the limit, not as a hang.
-                let calls = if calls == 0 {
-                    limit as usize + 1
-                } else {
-                    calls
-                };
-                for _ in 0..calls {
-                    let decision = service
-                        .consume("shared-key", &options)
-                        .await
-                        .expect("Redis decided");
-                    if !decision.allowed && until_refused {
-                        break;
-                    }
-                    allowed += u64::from(decision.allowed);
-                }
-                allowed
-            })
-        })
-        .collect();
-    let mut allowed = 0;
-    for handle in handles {
-        allowed += handle.await.expect("task");
-    }
+    let options = Options::new()
+        .limit(limit)
+        .window(window)
+        .strategy(strategy)
+        // The token bucket refills one token per window: none during the test.
+        .refill(1);
+    // Until refused: at most the whole limit, so that a bug that never refuses shows as a
+    // count above the limit, not as a hang.
+    let calls = if until_refused {
+        limit as usize + 1
+    } else {
+        calls
+    };
+    let tasks: usize = tasks.parse().expect("tasks");
+    let allowed =
+        ratelimit_tests::admitted_by_tasks(&service, &options, tasks, calls, until_refused).await;
     let returned = if give_back == "1" {
         let store = service.redis_store().expect("the Redis store");
         store.return_leases().await.expect("units given back")

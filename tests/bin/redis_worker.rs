@@ -29,29 +29,11 @@ async fn main() {
     let limit: u64 = limit.parse().expect("limit");
     let window = Duration::from_millis(window_ms.parse().expect("window"));
     let calls: usize = calls.parse().expect("calls");
-    let handles: Vec<_> = (0..tasks.parse::<usize>().expect("tasks"))
-        .map(|_| {
-            let service = service.clone();
-            tokio::spawn(async move {
-                let options = Options::new()
-                    .limit(limit)
-                    .window(window)
-                    .strategy(strategy);
-                let mut allowed = 0u64;
-                for _ in 0..calls {
-                    let decision = service
-                        .consume("shared-key", &options)
-                        .await
-                        .expect("Redis decided");
-                    allowed += u64::from(decision.allowed);
-                }
-                allowed
-            })
-        })
-        .collect();
-    let mut allowed = 0;
-    for handle in handles {
-        allowed += handle.await.expect("task");
-    }
+    let options = Options::new()
+        .limit(limit)
+        .window(window)
+        .strategy(strategy);
+    let tasks: usize = tasks.parse().expect("tasks");
+    let allowed = ratelimit_tests::admitted_by_tasks(&service, &options, tasks, calls, false).await;
     println!("allowed {allowed}");
 }
