@@ -32,17 +32,25 @@ pub(crate) const MAX_STORE_KEY_LEN: usize = 4 * MAX_KEY_LEN;
 
 /// A user key: 1 to [`MAX_KEY_LEN`] bytes.
 #[inline]
-pub(crate) fn check_user_key(key: &str) -> Result<(), Error> {
-    check_len(key, MAX_KEY_LEN, "the key is longer than 1024 bytes")
+pub(crate) fn check_user_key(key: &(impl AsRef<[u8]> + ?Sized)) -> Result<(), Error> {
+    check_len(
+        key.as_ref(),
+        MAX_KEY_LEN,
+        "the key is longer than 1024 bytes",
+    )
 }
 
 /// A key handed to a store directly: 1 to 4096 bytes.
-pub(crate) fn check_store_key(key: &str) -> Result<(), Error> {
-    check_len(key, MAX_STORE_KEY_LEN, "the key is longer than 4096 bytes")
+pub(crate) fn check_store_key(key: &(impl AsRef<[u8]> + ?Sized)) -> Result<(), Error> {
+    check_len(
+        key.as_ref(),
+        MAX_STORE_KEY_LEN,
+        "the key is longer than 4096 bytes",
+    )
 }
 
 #[inline]
-fn check_len(key: &str, max: usize, too_long: &'static str) -> Result<(), Error> {
+fn check_len(key: &[u8], max: usize, too_long: &'static str) -> Result<(), Error> {
     if key.is_empty() {
         return Err(Error::InvalidKey {
             reason: "the key is empty",

@@ -120,8 +120,10 @@ fn spec_tokens(args: &Args, k: &TokenStream) -> syn::Result<TokenStream> {
 struct Limit {
     items: TokenStream,
     setup: TokenStream,
-    /// `&DECLARATION, key, tier, cost`, as `acquire` takes them.
+    /// `&DECLARATION, key, tier, cost`, as `acquire` takes them (the key as `&str`).
     call: TokenStream,
+    /// The same, as `acquire_here` and `acquire_now` take them (the key as `&KeyText`).
+    call_here: TokenStream,
 }
 
 fn limit(
@@ -169,16 +171,24 @@ fn limit(
         Some(expr) => {
             // The same binding, located at the key: the coercion's error points there.
             let shown = syn::Ident::new(&key_var.to_string(), mixed.located_at(expr.span()));
+            // The text is written where it stays (`Option::insert`), not returned and moved:
+            // the move read back the bytes just written, a store-forwarding stall on every
+            // keyed call.
+            let text = var("key_text");
             quote_spanned! {expr.span()=>
-                let #key_var: ::core::option::Option<#k::__private::KeyText> = {
+                let mut #key_var: ::core::option::Option<#k::__private::KeyText> =
+                    ::core::option::Option::None;
+                {
                     #[allow(unused_imports)]
                     use #k::__private::{KeyDirect as _, KeyDisplayed as _};
+                    let #text = ::core::option::Option::insert(
+                        &mut #key_var,
+                        #k::__private::KeyText::new(),
+                    );
                     match &(#expr) {
-                        #key_var => ::core::option::Option::Some(
-                            (&#k::__private::KeyArg(#key_var, #shown)).key_text(),
-                        ),
+                        #key_var => (&#k::__private::KeyArg(#key_var, #shown)).write_key_text(#text),
                     }
-                };
+                }
             }
         }
         None => quote! {
@@ -224,6 +234,9 @@ fn limit(
         call: quote! {
             &#decl, ::core::option::Option::as_deref(&#key_var), #tier_var, #cost_var
         },
+        call_here: quote! {
+            &#decl, ::core::option::Option::as_ref(&#key_var), #tier_var, #cost_var
+        },
     })
 }
 
@@ -246,16 +259,16 @@ fn body(all: &[Args], place: &Place, sig: &Signature, block: &Block) -> syn::Res
         // Decided at the call site when it can be (see `acquire_here`), without building
         // `acquire`'s future; otherwise awaited.
         ([one], true) => {
-            let (call, k) = (&one.call, &k);
+            let (call, here, k) = (&one.call, &one.call_here, &k);
             let decided = syn::Ident::new("__ratelimit_decided", Span::mixed_site());
-            quote!(match #k::__private::acquire_here(#call) {
+            quote!(match #k::__private::acquire_here(#here) {
                 ::core::option::Option::Some(#decided) => #decided,
                 ::core::option::Option::None => #k::__private::acquire(#call).await,
             })
         }
         ([one], false) => {
-            let (call, k) = (&one.call, &k);
-            quote!(#k::__private::acquire_now(#call))
+            let (here, k) = (&one.call_here, &k);
+            quote!(#k::__private::acquire_now(#here))
         }
         (many, true) => {
             let calls = many.iter().map(|l| &l.call);

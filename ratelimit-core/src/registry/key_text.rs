@@ -37,7 +37,7 @@ impl KeyText {
 
     /// No text yet.
     #[inline]
-    fn new() -> Self {
+    pub fn new() -> Self {
         KeyText::Inline {
             len: 0,
             bytes: [0; KeyText::INLINE],
@@ -45,6 +45,16 @@ impl KeyText {
     }
 
     /// Appends `s`.
+    /// The text's bytes, without the UTF-8 check `Deref` makes (for the call-site path, which
+    /// only copies them into a store key).
+    #[inline]
+    pub(crate) fn as_bytes(&self) -> &[u8] {
+        match self {
+            KeyText::Inline { len, bytes } => &bytes[..usize::from(*len)],
+            KeyText::Heap(heap) => heap.as_bytes(),
+        }
+    }
+
     #[inline]
     fn push(&mut self, s: &str) {
         let _ = self.write_str(s); // never fails
@@ -99,7 +109,7 @@ impl fmt::Debug for KeyText {
 }
 
 /// A keyed call's user key, as the generated code hands it over: by its own type (`0`), and
-/// as `dyn Display` (`1`, the same value). The macros call `(&KeyArg(k, k)).key_text()` with
+/// as `dyn Display` (`1`, the same value). The macros call `written(&|o| (&KeyArg(k, k)).write_key_text(o))` with
 /// both traits in scope: a key whose type is a [`KeyPart`] is written directly by
 /// [`KeyDirect`]; any other goes through [`KeyDisplayed`] (method resolution tries
 /// `KeyArg<T>` before `&KeyArg<T>`, so the direct way wins where it applies). Both write the
@@ -151,34 +161,32 @@ impl<T: KeyPart + ?Sized> KeyPart for &T {
 /// The direct way of [`KeyArg`]: a [`KeyPart`].
 #[doc(hidden)]
 pub trait KeyDirect {
-    /// The key's text.
-    fn key_text(&self) -> KeyText;
+    /// Appends the key's text to `out` (the macros write into a fresh [`KeyText`] in place,
+    /// rather than moving a returned one: the move read back bytes just written, a
+    /// store-forwarding stall the profile found on every keyed call).
+    fn write_key_text(&self, out: &mut KeyText);
 }
 
 impl<T: KeyPart + ?Sized> KeyDirect for KeyArg<'_, T> {
     #[inline]
-    fn key_text(&self) -> KeyText {
-        let mut out = KeyText::new();
-        self.0.write_key(&mut out);
-        out
+    fn write_key_text(&self, out: &mut KeyText) {
+        self.0.write_key(out);
     }
 }
 
 /// The general way of [`KeyArg`]: `Display`.
 #[doc(hidden)]
 pub trait KeyDisplayed {
-    /// The key's text.
-    fn key_text(&self) -> KeyText;
+    /// Appends the key's text to `out` (see [`KeyDirect::write_key_text`]).
+    fn write_key_text(&self, out: &mut KeyText);
 }
 
 impl<T: ?Sized> KeyDisplayed for &KeyArg<'_, T> {
     #[inline]
-    fn key_text(&self) -> KeyText {
-        let mut out = KeyText::new();
+    fn write_key_text(&self, out: &mut KeyText) {
         // `KeyText`'s `write_str` never fails; a `Display` that does leaves what it wrote,
         // which the store refuses if empty.
         let _ = write!(out, "{}", self.1);
-        out
     }
 }
 
@@ -188,7 +196,7 @@ mod tests {
 
     /// Every way a key takes writes what its `Display` writes.
     #[test]
-    // `(&KeyArg(..)).key_text()` as the macros write it: the borrow picks the way.
+    // `written(&|o| (&KeyArg(..)).write_key_text(o))` as the macros write it: the borrow picks the way.
     #[allow(clippy::needless_borrow)]
     fn direct_keys_are_their_display() {
         #[allow(unused_imports)]
@@ -200,22 +208,46 @@ mod tests {
             }
         }
         let long = "k".repeat(KeyText::INLINE + 5);
-        let text = |k: &KeyText| -> String { (**k).to_owned() };
+        let written = |arg: &dyn Fn(&mut KeyText)| -> KeyText {
+            let mut out = KeyText::new();
+            arg(&mut out);
+            out
+        };
+        let text = |k: &KeyText| -> String {
+            assert_eq!(k.as_bytes(), (**k).as_bytes());
+            (**k).to_owned()
+        };
         assert_eq!(
-            text(&(&KeyArg(&u64::MAX, &u64::MAX)).key_text()),
+            text(&written(
+                &|o| (&KeyArg(&u64::MAX, &u64::MAX)).write_key_text(o)
+            )),
             u64::MAX.to_string()
         );
         assert_eq!(
-            text(&(&KeyArg(&i64::MIN, &i64::MIN)).key_text()),
+            text(&written(
+                &|o| (&KeyArg(&i64::MIN, &i64::MIN)).write_key_text(o)
+            )),
             i64::MIN.to_string()
         );
-        assert_eq!(text(&(&KeyArg(&0u8, &0u8)).key_text()), "0");
+        assert_eq!(
+            text(&written(&|o| (&KeyArg(&0u8, &0u8)).write_key_text(o))),
+            "0"
+        );
         let s: &str = "user:1";
-        assert_eq!(text(&(&KeyArg(&s, &s)).key_text()), "user:1");
-        assert_eq!(text(&(&KeyArg(&long, &long)).key_text()), long);
-        assert_eq!(text(&(&KeyArg(&Shown, &Shown)).key_text()), "shown");
+        assert_eq!(
+            text(&written(&|o| (&KeyArg(&s, &s)).write_key_text(o))),
+            "user:1"
+        );
+        assert_eq!(
+            text(&written(&|o| (&KeyArg(&long, &long)).write_key_text(o))),
+            long
+        );
+        assert_eq!(
+            text(&written(&|o| (&KeyArg(&Shown, &Shown)).write_key_text(o))),
+            "shown"
+        );
         assert!(matches!(
-            (&KeyArg(&long, &long)).key_text(),
+            written(&|o| (&KeyArg(&long, &long)).write_key_text(o)),
             KeyText::Heap(_)
         ));
     }

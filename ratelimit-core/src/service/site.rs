@@ -88,24 +88,24 @@ impl RateLimitService {
     pub(crate) fn enforce_site(
         &self,
         site: &Site,
-        key: Option<&str>,
+        key: Option<&[u8]>,
         cost: u64,
-        buffer: &mut String,
+        buffer: &mut Vec<u8>,
     ) -> SiteOutcome {
         let Backend::Memory(store) = &self.inner.backend else {
             return SiteOutcome::General;
         };
         buffer.clear();
-        buffer.push_str(&site.head);
+        buffer.extend_from_slice(site.head.as_bytes());
         if let Some(key) = key {
             // The checks and the encoding of `key::compose_around`: an invalid key's error,
             // and a braced key's digest, are the general path's.
-            if key::check_user_key(key).is_err() || key.bytes().any(|b| b == b'{' || b == b'}') {
+            if key::check_user_key(key).is_err() || key.iter().any(|&b| b == b'{' || b == b'}') {
                 return SiteOutcome::General;
             }
-            buffer.push_str(key);
+            buffer.extend_from_slice(key);
         }
-        buffer.push_str(&site.tail);
+        buffer.extend_from_slice(site.tail.as_bytes());
         let now = self.inner.clock.now();
         let started = self.inner.latency.start();
         let verdict = store.verdict_at(buffer, &site.quota, cost, now, true);
@@ -159,12 +159,12 @@ struct Entry {
 struct Entries {
     entries: [Option<Entry>; 4],
     next: usize,
-    buffer: String,
+    buffer: Vec<u8>,
 }
 
 thread_local! {
     static ENTRIES: RefCell<Entries> = const {
-        RefCell::new(Entries { entries: [None, None, None, None], next: 0, buffer: String::new() })
+        RefCell::new(Entries { entries: [None, None, None, None], next: 0, buffer: Vec::new() })
     };
 }
 
@@ -225,7 +225,7 @@ impl RateLimitService {
                 }
             };
             let site = &entries[at].as_ref()?.site;
-            match self.enforce_site(site, Some(key), options.cost, buffer) {
+            match self.enforce_site(site, Some(key.as_bytes()), options.cost, buffer) {
                 SiteOutcome::Admitted(verdict, now) => {
                     Some(Ok(Decision::for_quota(verdict, now, &site.quota)))
                 }

@@ -291,7 +291,7 @@ impl MemoryStore {
         now: Nanos,
         commit: bool,
     ) -> Result<Decision, Error> {
-        let verdict = self.verdict_at(key, quota, cost, now, commit)?;
+        let verdict = self.verdict_at(key.as_bytes(), quota, cost, now, commit)?;
         Ok(Decision::for_quota(verdict, now, quota))
     }
 
@@ -300,7 +300,7 @@ impl MemoryStore {
     #[inline]
     pub(crate) fn verdict_at(
         &self,
-        key: &str,
+        key: &[u8],
         quota: &Quota,
         cost: u64,
         now: Nanos,
@@ -329,13 +329,12 @@ impl MemoryStore {
     /// new key that must be remembered under its write lock.
     fn decide_in<C: Cell>(
         &self,
-        key: &str,
+        key: &[u8],
         quota: &Quota,
         cost: u64,
         now: Nanos,
         commit: bool,
     ) -> Result<Verdict, Error> {
-        let key = key.as_bytes();
         let hash = self.inner.hasher.hash_one(key);
         {
             let tables = self.shard(hash).read();
