@@ -10,6 +10,10 @@ use crate::clock::Nanos;
 use crate::quota::Quota;
 use crate::syntax::Strategy;
 
+mod counter;
+
+pub(crate) use counter::{Aligned, SlidingCounter};
+
 /// The outcome of one decision, in nanoseconds since the epoch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Verdict {
@@ -168,99 +172,6 @@ impl SlidingLog {
     /// Entries held (admitted calls still in, or not yet pruned from, the log).
     pub(crate) fn len(&self) -> usize {
         self.hits.len()
-    }
-}
-
-/// Sliding window counter: the current and previous aligned windows' counts, the previous one
-/// weighted by the share of it still inside the rolling window.
-///
-/// The estimate is `previous * (window - elapsed) / window + current`; comparisons are made in
-/// exact integer arithmetic, so `retry_after` is the first instant the estimate admits the call.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct SlidingCounter {
-    pub(crate) start: Nanos,
-    pub(crate) current: u64,
-    pub(crate) previous: u64,
-}
-
-impl SlidingCounter {
-    fn at(&self, start: Nanos, window: Nanos) -> (u64, u64) {
-        if self.start == start {
-            (self.previous, self.current)
-        } else if self.start + window == start {
-            (self.current, 0)
-        } else {
-            (0, 0)
-        }
-    }
-
-    /// Decides a call of weight `cost`; with `commit`, records it if allowed.
-    pub(crate) fn decide(&mut self, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> Verdict {
-        // As in the fixed window: an older `now` is decided in the recorded window.
-        let now = now.max(self.start);
-        let window = quota.window_nanos();
-        let w = window as u128;
-        let start = now - now % window;
-        let elapsed = (now - start) as u128;
-        let (previous, current) = self.at(start, window);
-        let capacity = quota.capacity();
-        // used * w, exactly: previous * (w - elapsed) + current * w
-        let used_w = previous as u128 * (w - elapsed) + current as u128 * w;
-        let budget_w = capacity as u128 * w;
-        let reset_at = |previous: u64, current: u64| {
-            if current > 0 {
-                start + 2 * window
-            } else if previous > 0 {
-                start + window
-            } else {
-                now
-            }
-        };
-        if used_w + cost as u128 * w <= budget_w {
-            if commit {
-                *self = SlidingCounter {
-                    start,
-                    current: current + cost,
-                    previous,
-                };
-            }
-            let remaining = ((budget_w - used_w - cost as u128 * w) / w) as u64;
-            Verdict {
-                allowed: true,
-                remaining,
-                reset_at: reset_at(previous, current + cost),
-                retry_after: None,
-            }
-        } else {
-            let retry_at = if current + cost <= capacity {
-                // Wait in this window until the previous window's weight has shrunk enough:
-                // previous * (w - e) <= (capacity - current - cost) * w.
-                let spare = (capacity - current - cost) as u128 * w;
-                start + window - (spare / previous as u128) as Nanos
-            } else {
-                // Wait into the next window, where this window's count becomes "previous":
-                // current * (w - e) <= (capacity - cost) * w.
-                let spare = (capacity - cost) as u128 * w;
-                start + 2 * window - (spare / current as u128).min(w) as Nanos
-            };
-            let remaining = (budget_w.saturating_sub(used_w) / w) as u64;
-            Verdict {
-                allowed: false,
-                remaining,
-                reset_at: reset_at(previous, current),
-                retry_after: Some(retry_at - now),
-            }
-        }
-    }
-
-    /// When this state is indistinguishable from a fresh one.
-    pub(crate) fn expires_at(&self, quota: &Quota) -> Nanos {
-        let window = quota.window_nanos();
-        if self.current > 0 {
-            self.start + 2 * window
-        } else {
-            self.start + window
-        }
     }
 }
 

@@ -7,7 +7,7 @@ use hashbrown::HashTable;
 use parking_lot::Mutex;
 use portable_atomic::AtomicU128;
 
-use crate::algorithm::{FixedWindow, Gcra, SlidingCounter, SlidingLog, Verdict};
+use crate::algorithm::{Aligned, FixedWindow, Gcra, SlidingCounter, SlidingLog, Verdict};
 use crate::clock::Nanos;
 use crate::quota::Quota;
 use crate::syntax::Strategy;
@@ -226,6 +226,7 @@ impl Cell for CounterCell {
     }
     fn decide(&self, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> Verdict {
         let window = quota.window_nanos();
+        let at = Aligned::new(now, window);
         update(&self.state, |word| {
             let (expires_at, counts) = unpack(word);
             let (current, previous) = (counts >> 32, counts & u64::from(u32::MAX));
@@ -235,7 +236,7 @@ impl Cell for CounterCell {
                 current,
                 previous,
             };
-            let verdict = state.decide(now, quota, cost, commit);
+            let verdict = state.decide_at(at, quota, cost, commit);
             if !commit {
                 return (word, verdict);
             }
