@@ -7,8 +7,12 @@
 use std::collections::VecDeque;
 
 use crate::clock::Nanos;
-use crate::quota::Quota;
+use crate::quota::{Quota, MAX_CAPACITY, MAX_TOLERANCE};
 use crate::syntax::Strategy;
+
+mod counter;
+
+pub(crate) use counter::{Aligned, SlidingCounter};
 
 /// The outcome of one decision, in nanoseconds since the epoch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -171,99 +175,6 @@ impl SlidingLog {
     }
 }
 
-/// Sliding window counter: the current and previous aligned windows' counts, the previous one
-/// weighted by the share of it still inside the rolling window.
-///
-/// The estimate is `previous * (window - elapsed) / window + current`; comparisons are made in
-/// exact integer arithmetic, so `retry_after` is the first instant the estimate admits the call.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct SlidingCounter {
-    pub(crate) start: Nanos,
-    pub(crate) current: u64,
-    pub(crate) previous: u64,
-}
-
-impl SlidingCounter {
-    fn at(&self, start: Nanos, window: Nanos) -> (u64, u64) {
-        if self.start == start {
-            (self.previous, self.current)
-        } else if self.start + window == start {
-            (self.current, 0)
-        } else {
-            (0, 0)
-        }
-    }
-
-    /// Decides a call of weight `cost`; with `commit`, records it if allowed.
-    pub(crate) fn decide(&mut self, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> Verdict {
-        // As in the fixed window: an older `now` is decided in the recorded window.
-        let now = now.max(self.start);
-        let window = quota.window_nanos();
-        let w = window as u128;
-        let start = now - now % window;
-        let elapsed = (now - start) as u128;
-        let (previous, current) = self.at(start, window);
-        let capacity = quota.capacity();
-        // used * w, exactly: previous * (w - elapsed) + current * w
-        let used_w = previous as u128 * (w - elapsed) + current as u128 * w;
-        let budget_w = capacity as u128 * w;
-        let reset_at = |previous: u64, current: u64| {
-            if current > 0 {
-                start + 2 * window
-            } else if previous > 0 {
-                start + window
-            } else {
-                now
-            }
-        };
-        if used_w + cost as u128 * w <= budget_w {
-            if commit {
-                *self = SlidingCounter {
-                    start,
-                    current: current + cost,
-                    previous,
-                };
-            }
-            let remaining = ((budget_w - used_w - cost as u128 * w) / w) as u64;
-            Verdict {
-                allowed: true,
-                remaining,
-                reset_at: reset_at(previous, current + cost),
-                retry_after: None,
-            }
-        } else {
-            let retry_at = if current + cost <= capacity {
-                // Wait in this window until the previous window's weight has shrunk enough:
-                // previous * (w - e) <= (capacity - current - cost) * w.
-                let spare = (capacity - current - cost) as u128 * w;
-                start + window - (spare / previous as u128) as Nanos
-            } else {
-                // Wait into the next window, where this window's count becomes "previous":
-                // current * (w - e) <= (capacity - cost) * w.
-                let spare = (capacity - cost) as u128 * w;
-                start + 2 * window - (spare / current as u128).min(w) as Nanos
-            };
-            let remaining = (budget_w.saturating_sub(used_w) / w) as u64;
-            Verdict {
-                allowed: false,
-                remaining,
-                reset_at: reset_at(previous, current),
-                retry_after: Some(retry_at - now),
-            }
-        }
-    }
-
-    /// When this state is indistinguishable from a fresh one.
-    pub(crate) fn expires_at(&self, quota: &Quota) -> Nanos {
-        let window = quota.window_nanos();
-        if self.current > 0 {
-            self.start + 2 * window
-        } else {
-            self.start + window
-        }
-    }
-}
-
 /// Token bucket as GCRA: the theoretical arrival time (`tat`) of the next call is the only
 /// state. The bucket holds `limit + burst` tokens and gains one every `window / refill`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -347,6 +258,21 @@ impl State {
             State::Log(s) => s.expires_at(quota),
             State::Counter(s) => s.expires_at(quota),
             State::Bucket(s) => s.expires_at(quota),
+        }
+    }
+
+    /// Whether a store of this crate could have written this state: times no later than
+    /// [`MAX_NOW`] (a token bucket's up to its largest tolerance beyond), counts within
+    /// [`MAX_CAPACITY`]. The algorithms' arithmetic stays within `u64` on such states only;
+    /// anything else is a corrupt or foreign value read back (through
+    /// [`StoredState`](crate::store::StoredState)).
+    fn written_by_a_store(&self) -> bool {
+        let count = |n: u64| n <= MAX_CAPACITY;
+        match self {
+            State::Fixed(s) => s.start <= MAX_NOW && count(s.count),
+            State::Counter(s) => s.start <= MAX_NOW && count(s.current) && count(s.previous),
+            State::Bucket(s) => u128::from(s.tat) <= u128::from(MAX_NOW) + MAX_TOLERANCE,
+            State::Log(s) => s.entries().last().is_none_or(|(t, _)| t <= MAX_NOW),
         }
     }
 
@@ -479,7 +405,8 @@ pub(crate) fn with_retry(level: Verdict, one: Verdict) -> Verdict {
     }
 }
 
-/// Decides one call against `state`. A key that holds another strategy's state is
+/// Decides one call against `state`. A key that holds another strategy's state, or a state
+/// no store writes (a count or a time past the bounds the algorithms keep to), is
 /// [`Undecidable::UnexpectedState`]: refused, never read as a fresh key.
 ///
 /// A quota with a capacity of zero refuses every call, with `retry_after` one window (the
@@ -494,7 +421,7 @@ pub(crate) fn decide(
     if let Some(verdict) = precheck(now, quota, cost, commit)? {
         return Ok(verdict);
     }
-    if state.strategy() != quota.strategy() {
+    if state.strategy() != quota.strategy() || !state.written_by_a_store() {
         return Err(Undecidable::UnexpectedState);
     }
     Ok(level(cost, commit, |cost, commit| {
@@ -656,6 +583,91 @@ mod tests {
         // Both hits are in (t + 1 us, t + 4 us]: 4 units, the capacity.
         let v = decide(&mut s, t + 4_000, &q, 1, true).unwrap();
         assert!(!v.allowed, "{v:?}");
+    }
+
+    /// States no store of this crate writes (read back through `StoredState::from_bytes`
+    /// from a corrupt or foreign value): a count past the largest capacity, a time past the
+    /// last one decided. Deciding on them overflowed: a panic in a debug build, and in a
+    /// release build a fixed window whose count wrapped to 0 or a bucket whose arrival time
+    /// wrapped admitted the call and reset the key. They are refused as unexpected.
+    fn states_no_store_writes(now: Nanos, window: Nanos) -> Vec<State> {
+        let start = now - now % window;
+        let log = |t: Nanos| {
+            let mut log = SlidingLog::default();
+            assert!(log.restore(t, 1));
+            State::Log(Box::new(log))
+        };
+        let counter = |start, previous, current| {
+            State::Counter(SlidingCounter {
+                start,
+                current,
+                previous,
+            })
+        };
+        vec![
+            State::Fixed(FixedWindow {
+                start,
+                count: u64::MAX,
+            }),
+            State::Fixed(FixedWindow {
+                start: u64::MAX - 1,
+                count: 0,
+            }),
+            counter(start, 0, u64::MAX),
+            counter(start, u64::MAX, 0),
+            counter(MAX_NOW + 1, 0, 0),
+            State::Bucket(Gcra { tat: u64::MAX - 1 }),
+            log(u64::MAX - 1),
+        ]
+    }
+
+    #[test]
+    fn a_stored_state_past_what_a_store_writes_is_refused_not_wrapped() {
+        let now = 1_000 * SEC;
+        for state in states_no_store_writes(now, SEC) {
+            let q = Quota::per_second(3)
+                .unwrap()
+                .with_strategy(state.strategy());
+            for (cost, commit) in [(1, true), (1, false), (0, false)] {
+                let mut s = state.clone();
+                assert_eq!(
+                    decide(&mut s, now, &q, cost, commit),
+                    Err(Undecidable::UnexpectedState),
+                    "{state:?} cost {cost}"
+                );
+                assert_eq!(s, state);
+            }
+        }
+    }
+
+    /// The bounds are the ones a store reaches: a state at them is decided.
+    #[test]
+    fn a_stored_state_at_what_a_store_writes_is_decided() {
+        let q = Quota::per_second(3).unwrap();
+        let counts = [3, crate::quota::MAX_CAPACITY];
+        for strategy in Strategy::ALL {
+            let q = q.with_strategy(strategy);
+            let mut s = State::new(strategy);
+            for _ in 0..3 {
+                assert!(run(&mut s, MAX_NOW, &q).allowed, "{strategy}");
+            }
+            assert!(!run(&mut s, MAX_NOW, &q).allowed, "{strategy}");
+            for count in counts {
+                let mut full = match strategy {
+                    Strategy::FixedWindow => State::Fixed(FixedWindow {
+                        start: MAX_NOW - MAX_NOW % SEC,
+                        count,
+                    }),
+                    Strategy::SlidingWindowCounter => State::Counter(SlidingCounter {
+                        start: MAX_NOW - MAX_NOW % SEC,
+                        current: count,
+                        previous: count,
+                    }),
+                    _ => continue,
+                };
+                assert!(!run(&mut full, MAX_NOW, &q).allowed, "{strategy}");
+            }
+        }
     }
 
     #[test]

@@ -18,7 +18,7 @@ pub const MAX_CAPACITY: u64 = u32::MAX as u64;
 
 /// The slowest refill times the capacity stays below this, so that no timestamp computed by the
 /// token bucket overflows.
-const MAX_TOLERANCE: u128 = 1 << 62;
+pub(crate) const MAX_TOLERANCE: u128 = 1 << 62;
 
 /// Why a limit cannot be enforced. Each variant is one rule.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error)]

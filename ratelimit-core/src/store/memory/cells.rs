@@ -7,7 +7,7 @@ use hashbrown::HashTable;
 use parking_lot::Mutex;
 use portable_atomic::AtomicU128;
 
-use crate::algorithm::{FixedWindow, Gcra, SlidingCounter, SlidingLog, Verdict};
+use crate::algorithm::{Aligned, FixedWindow, Gcra, SlidingCounter, SlidingLog, Verdict};
 use crate::clock::Nanos;
 use crate::quota::Quota;
 use crate::syntax::Strategy;
@@ -226,6 +226,7 @@ impl Cell for CounterCell {
     }
     fn decide(&self, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> Verdict {
         let window = quota.window_nanos();
+        let at = Aligned::new(now, window);
         update(&self.state, |word| {
             let (expires_at, counts) = unpack(word);
             let (current, previous) = (counts >> 32, counts & u64::from(u32::MAX));
@@ -235,7 +236,7 @@ impl Cell for CounterCell {
                 current,
                 previous,
             };
-            let verdict = state.decide(now, quota, cost, commit);
+            let verdict = state.decide_at(at, quota, cost, commit);
             if !commit {
                 return (word, verdict);
             }
@@ -348,5 +349,37 @@ impl Tables {
             + sweep(&mut self.log, now, hasher)
             + sweep(&mut self.counter, now, hasher)
             + sweep(&mut self.bucket, now, hasher)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::algorithm::{self, State};
+
+    proptest! {
+        /// The counter's cell aligns `now` once, before it reads the state: a call whose
+        /// `now` predates the recorded window (a clock read before another caller's) is
+        /// still decided in that window, as the algorithm decides it, at every step of a
+        /// clock that goes back and forth across window boundaries.
+        #[test]
+        fn a_counter_cell_decides_an_older_now_in_the_recorded_window(
+            calls in prop::collection::vec((any::<bool>(), 0..10_000_000u64, 1..=2u64, any::<bool>()), 1..200)
+        ) {
+            let q = Quota::new(5, Duration::from_millis(10))
+                .unwrap()
+                .with_strategy(crate::syntax::Strategy::SlidingWindowCounter);
+            let (cell, mut state) = (CounterCell::fresh(), State::new(q.strategy()));
+            let mut now = 1_000 * q.window_nanos();
+            for (back, step, cost, commit) in calls {
+                now = if back { now - step } else { now + step };
+                let want = algorithm::decide(&mut state, now, &q, cost, commit).unwrap();
+                prop_assert_eq!(cell.decide(now, &q, cost, commit), want);
+            }
+        }
     }
 }
