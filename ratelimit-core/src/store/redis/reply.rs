@@ -5,8 +5,14 @@
 //! retry_after or -1, now}` in microseconds. A call that records can get a short one instead,
 //! one integer, with no time read (fixed window) or no table built inside Redis, costs that
 //! show against the peers' scripts:
-//! - a fixed window of whole milliseconds (see `lua/fixed_window.lua`): the window's count and
-//!   the milliseconds left in it;
+//! - a fixed window of whole milliseconds (see `lua/fixed_window_hot.lua`): for an admitted
+//!   call, the window's count alone; its window is the one that holds Redis' `TIME` (windows
+//!   are aligned to multiples of the window since the epoch), so its end, `reset_at`, is placed
+//!   with the estimate of Redis' clock. Within the estimate's error of a window's edge that is
+//!   the edge itself or the next window's end (the reset reported one window early or late);
+//!   after Redis' clock went back it is the end of the window of `TIME`, not of the recorded
+//!   one. For a refusal, the count and the milliseconds left in the window, Redis' own, so
+//!   the wait (`retry_after`) is exact;
 //! - the sliding log (see `lua/sliding_log.lua`), for an admitted call recorded at Redis'
 //!   `TIME`: the units in the window with the call's, full again one window after that time;
 //! - the sliding window counter (see `lua/sliding_counter.lua`), for an admitted call recorded
@@ -37,9 +43,12 @@ pub(super) const WINDOWS: u64 = 1_024;
 pub(super) enum Reply {
     /// The five integers, read.
     Full(Verdict, Nanos),
-    /// The fixed window's short reply: the count with the call's cost added, and the
-    /// milliseconds from Redis' millisecond to the window's end.
+    /// The fixed window's short reply to a refusal: the count with the call's cost added,
+    /// and the milliseconds from Redis' millisecond to the window's end.
     Short { count: u64, left_ms: u64 },
+    /// The fixed window's short reply to an admitted call: the count with its cost, at most
+    /// the capacity, in the window that holds Redis' time.
+    Admitted { count: u64 },
     /// The sliding log's short reply: an admitted call, recorded at Redis' time, and the
     /// units in the window with its cost.
     Logged { count: u64 },
@@ -67,6 +76,9 @@ impl Reply {
             }
             redis::Value::Int(n) if quota.strategy() == Strategy::FixedWindow => {
                 let n = u64::try_from(*n).ok()?;
+                if n <= quota.capacity() {
+                    return Some(Reply::Admitted { count: n });
+                }
                 let m = quota.capacity().checked_mul(2)?.checked_add(1)?;
                 Some(Reply::Short {
                     count: n % m,
@@ -112,6 +124,20 @@ impl Reply {
                     allowed: true,
                     remaining: capacity - count,
                     reset_at: now_us.checked_add(window_us)?.checked_mul(1_000)?,
+                    retry_after: None,
+                };
+                return Some((verdict, now_us.checked_mul(1_000)?));
+            }
+            Reply::Admitted { count } => {
+                if count < cost || count > capacity {
+                    return None;
+                }
+                let window_us = u64::try_from(quota.window().as_micros()).ok()?;
+                let stop = (now_us / window_us.max(1)).checked_add(1)?;
+                let verdict = Verdict {
+                    allowed: true,
+                    remaining: capacity - count,
+                    reset_at: stop.checked_mul(window_us)?.checked_mul(1_000)?,
                     retry_after: None,
                 };
                 return Some((verdict, now_us.checked_mul(1_000)?));
@@ -261,6 +287,34 @@ mod tests {
         .verdict(1, &fixed, now)
         .unwrap();
         assert!(v.allowed && v.remaining == 0 && v.retry_after.is_none());
+    }
+
+    #[test]
+    fn the_fixed_windows_admitted_count_is_placed_in_the_window_of_the_estimate() {
+        let fixed = quota(Strategy::FixedWindow); // a 2 s window, capacity 10
+        let reply = Reply::parse(&redis::Value::Int(7), &fixed).unwrap();
+        assert_eq!(reply, Reply::Admitted { count: 7 });
+        // Redis' time as estimated: the window [1_750_000_000 s, +2 s) holds it.
+        let now = 1_750_000_001_999_999;
+        let (v, at) = reply.verdict(2, &fixed, now).unwrap();
+        assert!(v.allowed && v.retry_after.is_none());
+        assert_eq!(v.remaining, 3);
+        assert_eq!(v.reset_at, 1_750_000_002_000_000 * 1_000);
+        assert_eq!(at, now * 1_000);
+        let (v, _) = reply.verdict(7, &fixed, now + 1).unwrap();
+        assert_eq!(v.reset_at, 1_750_000_004_000_000 * 1_000, "the next window");
+        // Up to the capacity is an admission; above it, a refusal's packed reply.
+        let full = Reply::parse(&redis::Value::Int(10), &fixed).unwrap();
+        assert_eq!(full, Reply::Admitted { count: 10 });
+        assert!(matches!(
+            Reply::parse(&redis::Value::Int(11), &fixed),
+            Some(Reply::Short { .. })
+        ));
+        // A count below the call's cost cannot be an admission of it.
+        for (count, cost) in [(0, 1), (1, 2)] {
+            let reply = Reply::Admitted { count };
+            assert_eq!(reply.verdict(cost, &fixed, now), None, "{reply:?}");
+        }
     }
 
     #[test]

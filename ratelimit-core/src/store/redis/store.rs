@@ -14,7 +14,7 @@ use super::options::RedisOptions;
 use super::redaction::{secrets, store_error};
 use super::refusals::Refusals;
 use super::reply::{full, RedisClock, Reply};
-use super::scripts::{arguments, script, stacked_index, supports, SCRIPTS, STACKED_SCRIPT};
+use super::scripts::{arguments, call, stacked_index, supports, SCRIPTS, STACKED_SCRIPT};
 use crate::algorithm::{self, Verdict};
 use crate::clock::Nanos;
 use crate::decision::Decision;
@@ -239,14 +239,11 @@ impl RedisStore {
         }
         let sent = RedisClock::local_us();
         let full = full || clock.stale(sent);
-        let [first, second] = arguments(quota);
-        let mut invocation = script(quota.strategy()).key(key);
-        invocation
-            .arg(first)
-            .arg(second)
-            .arg(cost)
-            .arg(u8::from(commit))
-            .arg(u8::from(full));
+        let call = call(quota, cost, commit, full);
+        let mut invocation = SCRIPTS[call.script].key(key);
+        for &arg in call.args() {
+            invocation.arg(arg);
+        }
         let value: redis::Value = self.run(&invocation).await?;
         let reply = Reply::parse(&value, quota).ok_or_else(|| unexpected_value(&value))?;
         let received = RedisClock::local_us();
