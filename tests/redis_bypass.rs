@@ -330,18 +330,25 @@ fn fixed() -> Options {
         .strategy(Strategy::FixedWindow)
 }
 
+/// A server, a raw connection to it, a service under a fresh prefix named `name`, and the key
+/// of `k` under [`fixed`] after one admitted call.
+async fn fixed_key(name: &str) -> (RedisServer, redis::Connection, RateLimitService, String) {
+    let server = RedisServer::start();
+    let mut c = server.connection();
+    let p = fresh(name);
+    let service = service(&server.url(), &p);
+    assert!(service.consume("k", &fixed()).await.unwrap().allowed);
+    let key = limiter_key(&mut c, &p);
+    (server, c, service, key)
+}
+
 /// The fixed window's hot path reads no TTL on an admitted call: a count another client SET
 /// without an expiry is counted on, never read as a fresh window, and once it reaches the
 /// limit every call is the wrong shape (its key never expires, so the limit is never passed).
 #[tokio::test]
 async fn a_fixed_window_count_set_without_an_expiry_never_admits_past_the_limit() {
-    let server = RedisServer::start();
-    let mut c = server.connection();
-    let p = fresh("bare");
-    let service = service(&server.url(), &p);
+    let (_server, mut c, service, key) = fixed_key("bare").await;
     let opts = fixed();
-    assert!(service.consume("k", &opts).await.unwrap().allowed);
-    let key = limiter_key(&mut c, &p);
     redis::cmd("SET").arg(&key).arg("3").exec(&mut c).unwrap();
     assert_eq!(tally(&service, &opts, 10).await, [2, 0, 8]);
     assert_eq!(count_and_expiry(&mut c, &key), ("5".to_owned(), -1));
@@ -359,13 +366,8 @@ async fn a_fixed_window_count_set_without_an_expiry_never_admits_past_the_limit(
 /// cost, the wrong shape, and the key is left as it was.
 #[tokio::test]
 async fn a_fixed_window_count_below_zero_is_refused() {
-    let server = RedisServer::start();
-    let mut c = server.connection();
-    let p = fresh("negative");
-    let service = service(&server.url(), &p);
+    let (_server, mut c, service, key) = fixed_key("negative").await;
     let opts = fixed();
-    assert!(service.consume("k", &opts).await.unwrap().allowed);
-    let key = limiter_key(&mut c, &p);
     for expiry in [None, Some(3_600_000)] {
         redis::cmd("SET").arg(&key).arg("-3").exec(&mut c).unwrap();
         if let Some(ms) = expiry {
@@ -392,13 +394,8 @@ async fn a_fixed_window_count_below_zero_is_refused() {
 /// growing past its window, and the limit is never passed.
 #[tokio::test]
 async fn a_fixed_window_count_persisted_after_its_first_hit_never_admits_past_the_limit() {
-    let server = RedisServer::start();
-    let mut c = server.connection();
-    let p = fresh("persist");
-    let service = service(&server.url(), &p);
+    let (_server, mut c, service, key) = fixed_key("persist").await;
     let opts = fixed();
-    assert!(service.consume("k", &opts).await.unwrap().allowed);
-    let key = limiter_key(&mut c, &p);
     redis::cmd("PERSIST").arg(&key).exec(&mut c).unwrap();
     assert_eq!(tally(&service, &opts.clone().cost(2), 1).await, [1, 0, 0]);
     assert_eq!(tally(&service, &opts, 10).await, [2, 0, 8]);
