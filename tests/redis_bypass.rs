@@ -300,17 +300,76 @@ async fn garbage_on_a_limiter_key_is_refused_not_read_as_a_fresh_key() {
     }
 }
 
-#[tokio::test]
-async fn a_fixed_window_count_without_an_expiry_or_below_zero_is_refused() {
+/// `calls` consumes of `k` at `cost`: how many were admitted, refused, and answered with
+/// `Error::UnexpectedState`, in that order; anything else fails the test.
+async fn tally(service: &RateLimitService, opts: &Options, calls: u64) -> [u64; 3] {
+    let mut seen = [0; 3];
+    for _ in 0..calls {
+        match service.consume("k", opts).await {
+            Ok(d) if d.allowed => seen[0] += 1,
+            Ok(_) => seen[1] += 1,
+            Err(Error::UnexpectedState { .. }) => seen[2] += 1,
+            Err(e) => panic!("admitted, refused or the wrong shape, not {e:?}"),
+        }
+    }
+    seen
+}
+
+/// The value of `key`, and its absolute expiry (-1: none).
+fn count_and_expiry(c: &mut redis::Connection, key: &str) -> (String, i64) {
+    let value: String = redis::cmd("GET").arg(key).query(c).unwrap();
+    let expires: i64 = redis::cmd("PEXPIRETIME").arg(key).query(c).unwrap();
+    (value, expires)
+}
+
+/// A fixed window of whole milliseconds (the integer state) that no test outlives, limit 5.
+fn fixed() -> Options {
+    Options::new()
+        .limit(5)
+        .window(LONG)
+        .strategy(Strategy::FixedWindow)
+}
+
+/// A server, a raw connection to it, a service under a fresh prefix named `name`, and the key
+/// of `k` under [`fixed`] after one admitted call.
+async fn fixed_key(name: &str) -> (RedisServer, redis::Connection, RateLimitService, String) {
     let server = RedisServer::start();
     let mut c = server.connection();
-    let p = fresh("bare");
+    let p = fresh(name);
     let service = service(&server.url(), &p);
-    let opts = Options::new().limit(5).window(LONG);
-    assert!(service.consume("k", &opts).await.unwrap().allowed);
+    assert!(service.consume("k", &fixed()).await.unwrap().allowed);
     let key = limiter_key(&mut c, &p);
-    for (value, expiry) in [("3", None), ("-3", Some(3_600_000))] {
-        redis::cmd("SET").arg(&key).arg(value).exec(&mut c).unwrap();
+    (server, c, service, key)
+}
+
+/// The fixed window's hot path reads no TTL on an admitted call: a count another client SET
+/// without an expiry is counted on, never read as a fresh window, and once it reaches the
+/// limit every call is the wrong shape (its key never expires, so the limit is never passed).
+#[tokio::test]
+async fn a_fixed_window_count_set_without_an_expiry_never_admits_past_the_limit() {
+    let (_server, mut c, service, key) = fixed_key("bare").await;
+    let opts = fixed();
+    redis::cmd("SET").arg(&key).arg("3").exec(&mut c).unwrap();
+    assert_eq!(tally(&service, &opts, 10).await, [2, 0, 8]);
+    assert_eq!(count_and_expiry(&mut c, &key), ("5".to_owned(), -1));
+    for opts in [opts.clone().cost(2), opts.clone().cost(5)] {
+        assert_eq!(tally(&service, &opts, 3).await, [0, 0, 3]);
+    }
+    assert!(matches!(
+        service.status("k", &opts).await,
+        Err(Error::UnexpectedState { .. })
+    ));
+    assert_eq!(count_and_expiry(&mut c, &key), ("5".to_owned(), -1));
+}
+
+/// A count below zero would admit more than the limit: the first call's count is below its
+/// cost, the wrong shape, and the key is left as it was.
+#[tokio::test]
+async fn a_fixed_window_count_below_zero_is_refused() {
+    let (_server, mut c, service, key) = fixed_key("negative").await;
+    let opts = fixed();
+    for expiry in [None, Some(3_600_000)] {
+        redis::cmd("SET").arg(&key).arg("-3").exec(&mut c).unwrap();
         if let Some(ms) = expiry {
             redis::cmd("PEXPIRE")
                 .arg(&key)
@@ -319,18 +378,28 @@ async fn a_fixed_window_count_without_an_expiry_or_below_zero_is_refused() {
                 .unwrap();
         }
         let before = snapshot(&mut c, &key);
-        for cost in [1, 5] {
-            match service.consume("k", &opts.clone().cost(cost)).await {
-                Err(Error::UnexpectedState { .. }) => {}
-                other => panic!("{value}, {expiry:?}: refused, not {other:?}"),
-            }
+        for cost in [1, 3, 5] {
+            let opts = opts.clone().cost(cost);
+            assert_eq!(tally(&service, &opts, 3).await, [0, 0, 3], "{expiry:?}");
         }
         assert!(matches!(
             service.status("k", &opts).await,
             Err(Error::UnexpectedState { .. })
         ));
-        assert_eq!(snapshot(&mut c, &key), before, "{value}: left as it was");
+        assert_eq!(snapshot(&mut c, &key), before, "{expiry:?}: left as it was");
     }
+}
+
+/// An expiry taken off a live count (PERSIST) after the window's first hit: the count keeps
+/// growing past its window, and the limit is never passed.
+#[tokio::test]
+async fn a_fixed_window_count_persisted_after_its_first_hit_never_admits_past_the_limit() {
+    let (_server, mut c, service, key) = fixed_key("persist").await;
+    let opts = fixed();
+    redis::cmd("PERSIST").arg(&key).exec(&mut c).unwrap();
+    assert_eq!(tally(&service, &opts.clone().cost(2), 1).await, [1, 0, 0]);
+    assert_eq!(tally(&service, &opts, 10).await, [2, 0, 8]);
+    assert_eq!(count_and_expiry(&mut c, &key), ("5".to_owned(), -1));
 }
 
 /// Redis' own time, in microseconds since the epoch.

@@ -21,16 +21,15 @@
 -- ARGV[3]: cost, from 1 to the capacity; 0 (with ARGV[4] = 0) looks at the level, see
 --          `algorithm::level`
 -- ARGV[4]: 1 to record an admitted call, 0 to only look (nothing is written)
--- ARGV[5]: 1 for the full reply below whatever the call; otherwise a call that records, under
---          a window of whole milliseconds, gets the short reply.
+-- ARGV[5]: ignored (the other strategies' scripts read it: 1 asks them for the full reply,
+--          which this script always gives). A call that records under a window of whole
+--          milliseconds is fixed_window_hot.lua's, a script of its own, when the store wants
+--          no full reply.
+-- `fell` (true or nil): set only by fixed_window_hot.lua, which calls this script as a function
+--          on state of the wrong shape to get its error reply.
 -- Returns: the full reply {allowed (1 or 0), remaining, reset_at, retry_after (-1 when
 --          allowed), now}, times in microseconds since the epoch, retry_after in microseconds,
---          `now` Redis' TIME; or the short reply, one integer `left * (2 * capacity + 1) +
---          count`, where count is the window's count with this call's cost added (the call
---          was admitted, and recorded, when count <= capacity; refused and not recorded
---          otherwise) and `left` the milliseconds from Redis' millisecond (floor of TIME / 1000)
---          to the window's end; {count, left} when that integer would not be exact in a Lua
---          number (2^53 or more). Or the RATELIMIT_STATE error reply.
+--          `now` Redis' TIME. Or the RATELIMIT_STATE error reply.
 -- Time: never decided before the recorded window (now = max(TIME, recorded start)), as in
 --       Rust. After Redis' clock stepped forward (and back, or on a failover to a server whose
 --       clock is behind), the key holds a window that has not begun: calls are counted in that
@@ -40,8 +39,8 @@
 --       caller is told how long it really waits.
 -- The key expires when its window ends: no counter outlives its window.
 
--- `key`, `cost`, `commit`, `time`, `idiv` and `unexpected` come from prelude.lua, and `fell` from
--- fixed_window_hot.lua, both loaded before this file.
+-- `key`, `cost`, `commit`, `time`, `idiv` and `unexpected` come from prelude.lua, loaded before
+-- this file; `fell` is declared in front of both (scripts.rs).
 local window = ARGV[1] + 0
 local capacity = ARGV[2] + 0
 
@@ -59,8 +58,8 @@ end
 
 if window % 1000 == 0 then
   local SHAPE = 'a fixed window (an integer count expiring at its window\'s last millisecond)'
-  -- The hot path (a call that records, with the short reply) is fixed_window_hot.lua, run
-  -- before the prelude: it falls through to here only on state of the wrong shape.
+  -- The hot path (fixed_window_hot.lua, a script of its own) calls this one only on state
+  -- of the wrong shape, which it has seen and left as it was.
   if fell then return unexpected(SHAPE) end
 
   local now = time()

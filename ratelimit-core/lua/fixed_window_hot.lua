@@ -1,59 +1,91 @@
--- Fixed window, the hot path: a call that records, under a window of whole milliseconds, with
--- the short reply (see fixed_window.lua for the state, the arguments and the replies). This
--- file runs first, before prelude.lua and fixed_window.lua, and returns on every path but two,
--- which fall through to them: a call it does not take (`fell` stays nil) and state of the
--- wrong shape (`fell` = 'shape', nothing written), answered there with the prelude's error.
--- Written for Redis' CPU time, each line measured (redis-benchmark, INFO commandstats): no
--- closures or tables on the admitted path, an argument coerced only where a number is needed,
--- and the cost passed to INCRBY/DECRBY as the string it came as (a Lua number passed to
--- redis.call is formatted back to a string, ~0.25 us a call).
+-- Fixed window, the hot path: a call that records, under a window of whole milliseconds (the
+-- integer state of fixed_window.lua). Its own script, with its own arguments, so that the call
+-- every admitted decision makes reads as little as it can: the count is all it returns.
+--
+-- KEYS[1]: the limiter key
+-- ARGV[1]: capacity (limit + burst), at least 1
+-- ARGV[2]: window, in milliseconds
+-- ARGV[3]: cost, from 2 to the capacity; absent for a cost of 1
+-- In front of this file (scripts.rs), one line increments the key and names the cost:
+--   `local cost, count = 1, redis.pcall('INCR', KEYS[1])` for a cost of 1,
+--   `local cost, count = ARGV[3] + 0, redis.pcall('INCRBY', KEYS[1], ARGV[3])` otherwise.
+-- Behind it, fixed_window.lua as a function, `fixed_window(KEYS, ARGV, fell)`, and a last line
+-- that calls it, reached only on state of the wrong shape (see the end of this file).
+-- Returns: admitted (and recorded): the count with this call's cost, from the cost to the
+--          capacity; refused (nothing recorded): one integer `left * (2 * capacity + 1) +
+--          count`, above the capacity, where count is the window's count with this call's
+--          cost added (capped at 2 * capacity) and `left` the milliseconds from Redis'
+--          millisecond to the window's end; {count, left} when that integer would not be exact
+--          in a Lua number (2^53 or more). Or the RATELIMIT_STATE error reply (nothing written),
+--          or Redis' own error (e.g. OOM on a full noeviction server).
+--
+-- What it reads, and why that is enough (each line measured in Redis' instructions per call:
+-- an argument coerced to a number costs a strtod, ~900 instructions; a Lua number passed to
+-- redis.call is formatted back to text):
+-- - An admitted call is INCR (or INCRBY) and one comparison with the capacity. No TIME, no
+--   TTL: the key's expiry was set by the window's first hit, in this same script, so every key
+--   written here expires at its window's last millisecond. The store places the reply's
+--   `reset_at` with its estimate of Redis' clock (see src/store/redis/reply.rs); what is
+--   admitted is Redis' count alone.
+-- - The window's first hit (the count equals the cost: the key was missing, or held 0 after a
+--   lease gave everything back) reads TIME and sets the aligned expiry, PEXPIREAT.
+-- - A refusal reads PTTL, for the wait, and takes the cost back out.
+-- - A count below the cost (a negative value before the call), a refusal on a key without an
+--   expiry (PTTL -1), or a key INCR cannot count (another type, a string that is not an
+--   integer) is the wrong shape: the cost is taken back (nothing is written) and the call is
+--   answered with fixed_window.lua's error.
+-- Why state not written here cannot make it admit more than the limit: the only state it
+-- admits on is a non-negative integer; an admitted call only adds to it, so the count never
+-- goes down but by this script's own take-backs and the lease return (units it recorded).
+-- - A foreign integer with an expiry: counted as if it were calls already made, so at most
+--   `capacity - value` calls are admitted until it expires (fewer than a fresh window).
+-- - A foreign integer without one (SET, PERSIST): it never expires, so over its whole life
+--   at most `capacity - value` calls are admitted (the count only grows), after which every
+--   call reaches the refusal, reads PTTL -1 and is the wrong shape: an error, not an
+--   allowance. Under-admission then an error: closed, never open.
+-- - A negative integer: the first call's count is below its cost: the wrong shape.
+-- Only a key that vanishes early (DEL, or an expiry shortened by another client) starts a
+-- new count: that is a reset, which any client with the key can make.
 
-local fell
-if ARGV[4] == '1' and ARGV[5] ~= '1' and ARGV[1] % 1000 == 0 then
-  local key = KEYS[1]
-  local count = redis.pcall('INCRBY', key, ARGV[3])
-  if type(count) == 'table' then
-    -- Not an integer, or another type: the wrong shape. Any other error (OOM on a full
-    -- noeviction server, an overflow) is Redis' own, passed on.
-    local e = count.err
-    if not (string.find(e, '^WRONGTYPE') or string.find(e, 'not an integer')) then
-      return count
-    end
-    fell = 'shape'
-  else
-    local cost = ARGV[3] + 0
-    local left
-    if count > cost then
-      -- The TTL says when the counted window ends, and that the key has an expiry at all:
-      -- a count without one was not written here.
-      local ttl = redis.call('PTTL', key)
-      if ttl >= 0 then left = ttl + 1 end
-    elseif count == cost then
-      -- The window's first hit (nothing here writes a count of 0): give the key its window,
-      -- from Redis' TIME, in milliseconds (exact: below 2^52, a double's floor of a
-      -- quotient of integers is the integer quotient). The same window as prelude.lua's
-      -- `time` and `idiv` give in microseconds, floor(now / window).
-      local t = redis.call('TIME')
-      local now = t[1] * 1000 + math.floor(t[2] / 1000)
-      local ms = ARGV[1] / 1000
-      local stop = (math.floor(now / ms) + 1) * ms
-      redis.call('PEXPIREAT', key, stop - 1)
-      left = stop - now
-    end
-    if left then
-      local capacity = ARGV[2] + 0
-      if count > capacity then
-        redis.call('DECRBY', key, ARGV[3])
-        -- A count above the capacity (kept from a larger limit under the same key) is
-        -- refused all the same; the reply only needs to say so, within 2 * capacity.
-        if count > 2 * capacity then count = 2 * capacity end
-      end
-      local short = left * (2 * capacity + 1) + count
-      if short < 9007199254740992 then return short end
-      return {count, left}
-    end
-    -- No expiry, or a negative count before this call: take the cost back out.
-    redis.call('DECRBY', key, ARGV[3])
-    fell = 'shape'
+if type(count) == 'number' then
+  local left
+  if count > cost then
+    if count <= ARGV[1] + 0 then return count end
+    -- Refused. The TTL says when the counted window ends, and that the key has an expiry at
+    -- all: a count without one was not written here.
+    local ttl = redis.call('PTTL', KEYS[1])
+    if ttl >= 0 then left = ttl + 1 end
+  elseif count == cost then
+    -- The window's first hit: give the key its window, from Redis' TIME, in milliseconds
+    -- (exact: below 2^52, a double's floor of a quotient of integers is the integer
+    -- quotient). The same window as prelude.lua's `time` and `idiv` give in microseconds,
+    -- floor(now / window).
+    local t = redis.call('TIME')
+    local now = t[1] * 1000 + math.floor(t[2] / 1000)
+    local ms = ARGV[2] + 0
+    local stop = (math.floor(now / ms) + 1) * ms
+    redis.call('PEXPIREAT', KEYS[1], stop - 1)
+    if count <= ARGV[1] + 0 then return count end
+    left = stop - now
+  end
+  -- Refused, or the wrong shape: take the cost back out (as a string: see above).
+  redis.call('DECRBY', KEYS[1], ARGV[3] or '1')
+  if left then
+    local capacity = ARGV[1] + 0
+    -- A count above the capacity (kept from a larger limit under the same key) is refused
+    -- all the same; the reply only needs to say so, within 2 * capacity.
+    if count > 2 * capacity then count = 2 * capacity end
+    local short = left * (2 * capacity + 1) + count
+    if short < 9007199254740992 then return short end
+    return {count, left}
+  end
+else
+  -- Not an integer, or another type: the wrong shape. Any other error (OOM on a full
+  -- noeviction server, an overflow) is Redis' own, passed on.
+  local e = count.err
+  if not (string.find(e, '^WRONGTYPE') or string.find(e, 'not an integer')) then
+    return count
   end
 end
+-- The wrong shape, nothing written: on to the last line (scripts.rs), which answers with
+-- fixed_window.lua's error for its integer state.

@@ -130,33 +130,32 @@ async fn main() {
     }
     let p = prefix("bench");
     {
-        // The store's fixed-window script called raw, same arguments as the store sends:
+        // The store's fixed-window hot path for a cost of 1 called raw, the arguments the
+        // store sends (capacity, window in ms; see `scripts.rs`, which also puts the fixed
+        // window's full script behind it for state of the wrong shape, never reached here):
         // separates the store's client-side cost from the script's cost inside Redis.
         let script = Arc::new(redis::Script::new(concat!(
+            "local cost, count = 1, redis.pcall('INCR', KEYS[1])\n",
             include_str!("../../ratelimit-core/lua/fixed_window_hot.lua"),
-            include_str!("../../ratelimit-core/lua/prelude.lua"),
-            include_str!("../../ratelimit-core/lua/fixed_window.lua")
         )));
         let keys: Arc<Vec<String>> = Arc::new((0..64).map(|i| format!("{p}:raw:{i}")).collect());
         let raw = raw.clone();
         variants.push((
-            "raw EVALSHA (fixed_window.lua)".into(),
+            "raw EVALSHA (fixed_window_hot.lua)".into(),
             Arc::new(move |i| {
                 let script = Arc::clone(&script);
                 let keys = Arc::clone(&keys);
                 let mut raw = raw.clone();
                 Box::pin(async move {
-                    // The short reply: the milliseconds left and the count, packed.
+                    // An admitted call's reply: the count alone.
                     let reply: i64 = script
                         .key(&keys[i % keys.len()])
-                        .arg(WINDOW_S * 1_000_000)
                         .arg(LIMIT)
-                        .arg(1u64)
-                        .arg(1u8)
+                        .arg(WINDOW_S * 1_000)
                         .invoke_async(&mut raw)
                         .await
                         .expect("raw script");
-                    assert!(reply as u64 % (2 * LIMIT + 1) <= LIMIT);
+                    assert!((1..=LIMIT as i64).contains(&reply));
                 })
             }),
         ));

@@ -31,7 +31,7 @@ use redis::Script;
 
 use super::refusals::Refusals;
 use super::reply::{full, RedisClock};
-use super::scripts::{arguments, fixed_window_hot, wrapped};
+use super::scripts::{arguments, wrapped};
 use super::RedisStore;
 use crate::algorithm::Verdict;
 use crate::clock::Nanos;
@@ -111,10 +111,9 @@ impl LeaseOptions {
 }
 
 /// `lua/lease_grant.lua` behind the two strategies' scripts, each as a function of
-/// `(KEYS, ARGV)`, wrapped as `lua/stacked.lua`'s are (the fixed window's hot path included:
-/// its script reads what that part leaves).
+/// `(KEYS, ARGV)`, wrapped as `lua/stacked.lua`'s are.
 const GRANT: &str = concat!(
-    wrapped!("fixed_window", "fixed_window.lua", fixed_window_hot!()),
+    wrapped!("fixed_window", "fixed_window.lua"),
     wrapped!("token_bucket", "token_bucket.lua"),
     include_str!("../../../lua/lease_grant.lua"),
 );

@@ -9,9 +9,12 @@
 //! Each property runs 1024 cases (`PROPTEST_CASES` overrides) of up to 60 calls: about 6 s
 //! for the three in a debug build on two cores.
 //!
-//! The one documented difference: after Redis' clock went back, a script decides at the key's
-//! recorded time, like Rust, but measures `retry_after` from `TIME` (see the scripts'
-//! headers): it is Rust's plus how far `TIME` is behind that recorded time.
+//! The documented differences, both after Redis' clock went back: a script decides at the
+//! key's recorded time, like Rust, but measures `retry_after` from `TIME` (see the scripts'
+//! headers): it is Rust's plus how far `TIME` is behind that recorded time. And the fixed
+//! window's hot path answers an admitted call with its count alone, placed by the store in
+//! the window of Redis' time (see `reply.rs`): its `reset_at` is then the end of the window of
+//! `TIME`, not of the recorded one.
 
 use std::time::Duration;
 
@@ -178,11 +181,11 @@ impl Cost {
     }
 }
 
-/// The script's verdict, in microseconds, as the store parses its reply.
+/// The script's verdict, in microseconds, as the store asks for it and parses its reply
+/// (short replies placed at `now`, the estimate of Redis' clock being exact here).
 fn script(redis: &Redis, quota: &Quota, now: u64, cost: u64, commit: bool) -> Verdict {
-    let [first, second] = arguments(quota);
-    let args = [first, second, cost, u64::from(commit)];
-    let reply = redis.eval(quota.strategy(), KEY, &args);
+    let args = (cost, commit);
+    let reply = redis.decide(quota, KEY, cost, commit);
     let value = |r: &lua_standin::Reply| match r {
         lua_standin::Reply::Int(i) => Some(redis::Value::Int(*i)),
         _ => None,
@@ -291,22 +294,30 @@ fn agree(limits: &Limits, steps: &[Step]) {
             continue;
         }
         let expected = expected.expect("decided");
-        // Lua measures a refusal's wait from TIME, Rust from the recorded time.
-        let from_time = |v: Verdict| Verdict {
+        // Lua measures a refusal's wait from TIME, Rust from the recorded time; the fixed
+        // window's admitted count is placed in the window of TIME (whole milliseconds only:
+        // the hot path's).
+        let hot = limits.strategy == Kind::FixedWindow && limits.window_us % 1_000 == 0;
+        let from_time = |v: Verdict, recorded: bool| Verdict {
             retry_after: v.retry_after.map(|r| r + behind),
+            reset_at: if hot && recorded && v.allowed && behind > 0 {
+                (now / limits.window_us + 1) * limits.window_us
+            } else {
+                v.reset_at
+            },
             ..v
         };
         let got = if cost == 0 {
             let look = script(&redis, &quota, now, 0, false);
             let rust = raw(&mut before, now, &q, 0, false);
-            assert_eq!(look, from_time(rust), "{what}: the look of cost 0");
+            assert_eq!(look, from_time(rust, false), "{what}: the look of cost 0");
             algorithm::level(0, false, |c, k| script(&redis, &quota, now, c, k))
         } else {
             script(&redis, &quota, now, cost, commit)
         };
         assert_eq!(
             got,
-            from_time(expected),
+            from_time(expected, commit),
             "{what}: cost {cost}, commit {commit}"
         );
         marks.retry_at = got.retry_after.map(|r| now + r).or(marks.retry_at);

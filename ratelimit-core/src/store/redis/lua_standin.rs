@@ -14,7 +14,8 @@
 //! - the script's result to a reply: numbers truncated to integers, strings as bulk, `true`
 //!   as 1, `false` and `nil` as nil, a table with `err` / `ok` as an error / status, any
 //!   other table as an array up to its first nil;
-//! - `TIME`, `TYPE`, `GET`, `SET` (with `PXAT` or `KEEPTTL`, or neither), `INCRBY`, `DECRBY`
+//! - `TIME`, `TYPE`, `GET`, `SET` (with `PXAT` or `KEEPTTL`, or neither), `INCR`, `INCRBY`,
+//!   `DECRBY`
 //!   (a string that is not a 64-bit integer is an error, a missing key counts from 0),
 //!   `PEXPIREAT`, `PTTL` and `PEXPIRETIME` (-2 without the key, -1 without an expiry), the
 //!   list commands the sliding log uses: `LPUSH key value`, `LINDEX`, `LLEN`, `LTRIM` (indices
@@ -38,7 +39,8 @@ use std::rc::Rc;
 
 use mlua::{Function, Lua, MultiValue, Table, Value};
 
-use super::scripts::source;
+use super::scripts::{call, source, SCRIPTS};
+use crate::quota::Quota;
 use crate::syntax::Strategy;
 
 mod collections;
@@ -172,6 +174,7 @@ impl Db {
                     .insert((*key).to_owned(), Entry { data, expire_ms });
                 Ok(Reply::Status("OK".to_owned()))
             }
+            ("INCR", [key]) => self.command(&["INCRBY".to_owned(), (*key).to_owned(), "1".into()]),
             ("INCRBY" | "DECRBY", [key, by]) => {
                 let by = int(by).map_err(|_| "ERR value is not an integer or out of range")?;
                 let by = if name == "DECRBY" { -by } else { by };
@@ -310,11 +313,11 @@ fn tagged(t: &Table) -> Option<Reply> {
     None
 }
 
-/// The stand-in: a keyspace, a clock, and the four scripts compiled once.
+/// The stand-in: a keyspace, a clock, and the store's single-key scripts compiled once.
 pub(super) struct Redis {
     db: Rc<RefCell<Db>>,
     lua: Lua,
-    /// In the order of `Strategy::ALL`.
+    /// In the order of `SCRIPTS`.
     scripts: Vec<Function>,
 }
 
@@ -349,11 +352,12 @@ impl Redis {
             redis.set(name, f)?;
         }
         lua.globals().set("redis", redis)?;
-        let compile = |s: Strategy| lua.load(source(s)).set_name(s.as_str()).into_function();
-        let scripts = Strategy::ALL
-            .into_iter()
-            .map(compile)
-            .collect::<Result<_, _>>()?;
+        let compile = |i: usize| {
+            lua.load(source(i))
+                .set_name(format!("script {i}"))
+                .into_function()
+        };
+        let scripts = (0..SCRIPTS.len()).map(compile).collect::<Result<_, _>>()?;
         Ok(Redis { db, lua, scripts })
     }
 
@@ -362,9 +366,15 @@ impl Redis {
         self.db.borrow_mut().now_us = now_us;
     }
 
-    /// `EVALSHA` of `strategy`'s script.
-    pub(super) fn eval(&self, strategy: Strategy, key: &str, args: &[u64]) -> Reply {
-        let script = &self.scripts[Strategy::ALL.iter().position(|&s| s == strategy).unwrap()];
+    /// The decision the store asks for `quota` (see `scripts::call`), and its reply.
+    pub(super) fn decide(&self, quota: &Quota, key: &str, cost: u64, commit: bool) -> Reply {
+        let call = call(quota, cost, commit, false);
+        self.eval(call.script, key, call.args())
+    }
+
+    /// `EVALSHA` of `SCRIPTS[script]`.
+    pub(super) fn eval(&self, script: usize, key: &str, args: &[u64]) -> Reply {
+        let script = &self.scripts[script];
         let argv = args.iter().map(u64::to_string);
         let set = || -> mlua::Result<()> {
             let g = self.lua.globals();
@@ -400,13 +410,19 @@ fn state_of_another_shape_is_an_error_reply_and_is_left_as_it_is() {
     // A count that is not a number, in the field of the window decided in (1 ms windows).
     redis.command(&["HSET", "h", "1750000000000", "x"]).unwrap();
     for strategy in Strategy::ALL {
+        let quota = Quota::new(5, std::time::Duration::from_millis(1))
+            .unwrap()
+            .with_strategy(strategy);
         for (key, kind) in [("s", "string"), ("z", "zset"), ("l", "list"), ("h", "hash")] {
-            let reply = redis.eval(strategy, key, &[1_000, 5, 1, 1]);
-            let holds = format!("RATELIMIT_STATE the limiter key holds a {kind} that is not");
-            assert!(
-                matches!(&reply, Reply::Error(e) if e.starts_with(&holds)),
-                "{reply:?}"
-            );
+            // Each script: a look, and records of cost 1 and 3 (the fixed window's hot path).
+            for (cost, commit) in [(1, false), (1, true), (3, true)] {
+                let reply = redis.decide(&quota, key, cost, commit);
+                let holds = format!("RATELIMIT_STATE the limiter key holds a {kind} that is not");
+                assert!(
+                    matches!(&reply, Reply::Error(e) if e.starts_with(&holds)),
+                    "{strategy}, {cost}, {commit}: {reply:?}"
+                );
+            }
         }
     }
     assert_eq!(

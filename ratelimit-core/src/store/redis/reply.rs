@@ -5,8 +5,14 @@
 //! retry_after or -1, now}` in microseconds. A call that records can get a short one instead,
 //! one integer, with no time read (fixed window) or no table built inside Redis, costs that
 //! show against the peers' scripts:
-//! - a fixed window of whole milliseconds (see `lua/fixed_window.lua`): the window's count and
-//!   the milliseconds left in it;
+//! - a fixed window of whole milliseconds (see `lua/fixed_window_hot.lua`): for an admitted
+//!   call, the window's count alone; its window is the one that holds Redis' `TIME` (windows
+//!   are aligned to multiples of the window since the epoch), so its end, `reset_at`, is placed
+//!   with the estimate of Redis' clock. Within the estimate's error of a window's edge that is
+//!   the edge itself or the next window's end (the reset reported one window early or late);
+//!   after Redis' clock went back it is the end of the window of `TIME`, not of the recorded
+//!   one. For a refusal, the count and the milliseconds left in the window, Redis' own, so
+//!   the wait (`retry_after`) is exact;
 //! - the sliding log (see `lua/sliding_log.lua`), for an admitted call recorded at Redis'
 //!   `TIME`: the units in the window with the call's, full again one window after that time;
 //! - the sliding window counter (see `lua/sliding_counter.lua`), for an admitted call recorded
@@ -37,9 +43,12 @@ pub(super) const WINDOWS: u64 = 1_024;
 pub(super) enum Reply {
     /// The five integers, read.
     Full(Verdict, Nanos),
-    /// The fixed window's short reply: the count with the call's cost added, and the
-    /// milliseconds from Redis' millisecond to the window's end.
+    /// The fixed window's short reply to a refusal: the count with the call's cost added,
+    /// and the milliseconds from Redis' millisecond to the window's end.
     Short { count: u64, left_ms: u64 },
+    /// The fixed window's short reply to an admitted call: the count with its cost, at most
+    /// the capacity, in the window that holds Redis' time.
+    Admitted { count: u64 },
     /// The sliding log's short reply: an admitted call, recorded at Redis' time, and the
     /// units in the window with its cost.
     Logged { count: u64 },
@@ -67,6 +76,9 @@ impl Reply {
             }
             redis::Value::Int(n) if quota.strategy() == Strategy::FixedWindow => {
                 let n = u64::try_from(*n).ok()?;
+                if n <= quota.capacity() {
+                    return Some(Reply::Admitted { count: n });
+                }
                 let m = quota.capacity().checked_mul(2)?.checked_add(1)?;
                 Some(Reply::Short {
                     count: n % m,
@@ -103,18 +115,18 @@ impl Reply {
         let (count, left_ms) = match self {
             Reply::Full(verdict, at) => return Some((verdict, at)),
             Reply::Short { count, left_ms } => (count, left_ms),
-            Reply::Logged { count } => {
+            Reply::Logged { count } | Reply::Admitted { count } => {
                 if count < cost || count > capacity {
                     return None;
                 }
                 let window_us = u64::try_from(quota.window().as_micros()).ok()?;
-                let verdict = Verdict {
-                    allowed: true,
-                    remaining: capacity - count,
-                    reset_at: now_us.checked_add(window_us)?.checked_mul(1_000)?,
-                    retry_after: None,
+                // The log is full again one window after the call; the fixed window at the
+                // end of the window that holds Redis' time.
+                let reset_us = match self {
+                    Reply::Logged { .. } => now_us.checked_add(window_us)?,
+                    _ => (now_us / window_us.max(1) + 1).checked_mul(window_us)?,
                 };
-                return Some((verdict, now_us.checked_mul(1_000)?));
+                return admitted(capacity - count, reset_us, now_us);
             }
             Reply::Counted { number, remaining } => {
                 if number >= WINDOWS || remaining.checked_add(cost)? > capacity {
@@ -122,13 +134,7 @@ impl Reply {
                 }
                 let window_us = u64::try_from(quota.window().as_micros()).ok()?;
                 let start = nearest_window(number, now_us, window_us)?.checked_mul(window_us)?;
-                let verdict = Verdict {
-                    allowed: true,
-                    remaining,
-                    reset_at: start.checked_add(2 * window_us)?.checked_mul(1_000)?,
-                    retry_after: None,
-                };
-                return Some((verdict, now_us.checked_mul(1_000)?));
+                return admitted(remaining, start.checked_add(2 * window_us)?, now_us);
             }
         };
         if left_ms == 0 || count < cost {
@@ -148,6 +154,18 @@ impl Reply {
         };
         Some((verdict, now_us.checked_mul(1_000)?))
     }
+}
+
+/// An admitted call's verdict from a short reply: `remaining` left, full again at `reset_us`,
+/// decided at `now_us`.
+fn admitted(remaining: u64, reset_us: u64, now_us: u64) -> Option<(Verdict, Nanos)> {
+    let verdict = Verdict {
+        allowed: true,
+        remaining,
+        reset_at: reset_us.checked_mul(1_000)?,
+        retry_after: None,
+    };
+    Some((verdict, now_us.checked_mul(1_000)?))
 }
 
 /// The number (start / `window_us`) of the window nearest to the one `now_us` is in whose
@@ -263,17 +281,47 @@ mod tests {
         assert!(v.allowed && v.remaining == 0 && v.retry_after.is_none());
     }
 
+    /// The verdict of an admitted call's short reply at `now`: its remaining calls and reset.
+    fn admission(reply: Reply, cost: u64, quota: &Quota, now: u64) -> (u64, Nanos) {
+        let (v, at) = reply.verdict(cost, quota, now).unwrap();
+        assert!(v.allowed && v.retry_after.is_none(), "{v:?}");
+        assert_eq!(at, now * 1_000);
+        (v.remaining, v.reset_at)
+    }
+
+    #[test]
+    fn the_fixed_windows_admitted_count_is_placed_in_the_window_of_the_estimate() {
+        let fixed = quota(Strategy::FixedWindow); // a 2 s window, capacity 10
+        let reply = Reply::parse(&redis::Value::Int(7), &fixed).unwrap();
+        assert_eq!(reply, Reply::Admitted { count: 7 });
+        // Redis' time as estimated: the window [1_750_000_000 s, +2 s) holds it.
+        let now = 1_750_000_001_999_999;
+        let end = 1_750_000_002_000_000 * 1_000;
+        assert_eq!(admission(reply, 2, &fixed, now), (3, end));
+        let next = admission(reply, 7, &fixed, now + 1);
+        assert_eq!(next, (3, end + 2_000_000_000), "the next window");
+        // Up to the capacity is an admission; above it, a refusal's packed reply.
+        let full = Reply::parse(&redis::Value::Int(10), &fixed).unwrap();
+        assert_eq!(full, Reply::Admitted { count: 10 });
+        assert!(matches!(
+            Reply::parse(&redis::Value::Int(11), &fixed),
+            Some(Reply::Short { .. })
+        ));
+        // A count below the call's cost cannot be an admission of it.
+        for (count, cost) in [(0, 1), (1, 2)] {
+            let reply = Reply::Admitted { count };
+            assert_eq!(reply.verdict(cost, &fixed, now), None, "{reply:?}");
+        }
+    }
+
     #[test]
     fn the_sliding_logs_short_reply_is_an_admission_full_one_window_later() {
         let log = quota(Strategy::SlidingWindow);
         let reply = Reply::parse(&redis::Value::Int(7), &log).unwrap();
         assert_eq!(reply, Reply::Logged { count: 7 });
         let now = 1_750_000_000_123_456;
-        let (v, at) = reply.verdict(3, &log, now).unwrap();
-        assert!(v.allowed && v.retry_after.is_none());
-        assert_eq!(v.remaining, 3);
-        assert_eq!(v.reset_at, (now + 2_000_000) * 1_000);
-        assert_eq!(at, now * 1_000);
+        let full_again = (now + 2_000_000) * 1_000;
+        assert_eq!(admission(reply, 3, &log, now), (3, full_again));
     }
 
     #[test]

@@ -61,25 +61,14 @@ macro_rules! lua {
     };
 }
 
-/// The fixed window's hot path (`lua/fixed_window_hot.lua`), run before the prelude: a call
-/// that records with the short reply pays for none of the prelude's coercions and closures.
-macro_rules! fixed_window_hot {
-    () => {
-        include_str!("../../../lua/fixed_window_hot.lua")
-    };
-}
-
-/// A strategy's script as a function of `(KEYS, ARGV)`, for the stacked script.
+/// A strategy's script as a function of `(KEYS, ARGV, fell)`, for the stacked and lease
+/// scripts and the fixed window's hot path (`fell`: see `lua/fixed_window.lua`).
 macro_rules! wrapped {
     ($name:literal, $file:literal) => {
-        wrapped!($name, $file, "")
-    };
-    ($name:literal, $file:literal, $hot:expr) => {
         concat!(
             "local function ",
             $name,
-            "(KEYS, ARGV)\n",
-            $hot,
+            "(KEYS, ARGV, fell)\n",
             include_str!("../../../lua/prelude.lua"),
             include_str!(concat!("../../../lua/", $file)),
             "\nend\n"
@@ -88,11 +77,27 @@ macro_rules! wrapped {
 }
 
 // For the lease script (`lease.rs`), which runs two of the scripts as functions too.
-pub(super) use {fixed_window_hot, wrapped};
+pub(super) use wrapped;
+
+/// The fixed window's hot path (`lua/fixed_window_hot.lua`, see its header) behind the line
+/// that increments the key, with the whole script behind it as a function, called only on
+/// state of the wrong shape for its error reply (a look: `fell` answers before anything is
+/// read or written).
+macro_rules! fixed_window_hot {
+    ($increment:literal) => {
+        concat!(
+            $increment,
+            "\n",
+            include_str!("../../../lua/fixed_window_hot.lua"),
+            wrapped!("fixed_window", "fixed_window.lua"),
+            "return fixed_window(KEYS, {ARGV[2] .. '000', ARGV[1], ARGV[3] or '1', '0', '1'}, true)\n"
+        )
+    };
+}
 
 /// Several limits as one decision (`lua/stacked.lua`), over the four scripts as functions.
 const STACKED: &str = concat!(
-    wrapped!("fixed_window", "fixed_window.lua", fixed_window_hot!()),
+    wrapped!("fixed_window", "fixed_window.lua"),
     wrapped!("sliding_log", "sliding_log.lua"),
     wrapped!("sliding_counter", "sliding_counter.lua"),
     wrapped!("token_bucket", "token_bucket.lua"),
@@ -107,15 +112,20 @@ pub(super) fn stacked_index(strategy: Strategy) -> usize {
     index(strategy) + 1
 }
 
-/// The scripts' sources, in the order of [`script`].
-const SOURCES: [&str; 4] = [
-    concat!(fixed_window_hot!(), lua!("fixed_window.lua")),
+/// The single-key scripts: the four strategies' (in the order of [`index`]), then the fixed
+/// window's hot path for a cost of 1 ([`HOT_ONE`]) and for more ([`HOT_MORE`]).
+const SOURCES: [&str; 6] = [
+    concat!("local fell\n", lua!("fixed_window.lua")),
     lua!("sliding_log.lua"),
     lua!("sliding_counter.lua"),
     lua!("token_bucket.lua"),
+    fixed_window_hot!("local cost, count = 1, redis.pcall('INCR', KEYS[1])"),
+    fixed_window_hot!("local cost, count = ARGV[3] + 0, redis.pcall('INCRBY', KEYS[1], ARGV[3])"),
 ];
+const HOT_ONE: usize = 4;
+const HOT_MORE: usize = 5;
 
-pub(super) static SCRIPTS: LazyLock<[Script; 4]> = LazyLock::new(|| SOURCES.map(Script::new));
+pub(super) static SCRIPTS: LazyLock<[Script; 6]> = LazyLock::new(|| SOURCES.map(Script::new));
 
 fn index(strategy: Strategy) -> usize {
     match strategy {
@@ -126,15 +136,58 @@ fn index(strategy: Strategy) -> usize {
     }
 }
 
-pub(super) fn script(strategy: Strategy) -> &'static Script {
-    &SCRIPTS[index(strategy)]
+/// The source of [`SCRIPTS`]`[script]`.
+#[cfg(test)]
+pub(super) fn source(script: usize) -> &'static str {
+    SOURCES[script]
 }
 
-/// The source Redis runs for `strategy`: the prelude and the strategy's script (behind the
-/// fixed window's hot path for the fixed window).
-#[cfg(test)]
-pub(super) fn source(strategy: Strategy) -> &'static str {
-    SOURCES[index(strategy)]
+/// One single-key decision as Redis is asked it: which of [`SCRIPTS`], with which arguments.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Call {
+    /// The index in [`SCRIPTS`].
+    pub(super) script: usize,
+    args: [u64; 5],
+    len: usize,
+}
+
+impl Call {
+    /// The script's `ARGV`, as numbers (sent as decimal text).
+    pub(super) fn args(&self) -> &[u64] {
+        &self.args[..self.len]
+    }
+}
+
+/// How a decision on `quota` is asked: `cost` (0 to look at the level), `commit` to record an
+/// admitted call, `full` for the full reply (see each script's header). A fixed window of
+/// whole milliseconds that records without the full reply is its hot path, with the
+/// arguments it reads: the capacity, the window in milliseconds, and the cost when not 1.
+/// `quota` is one [`supports`] accepts.
+pub(super) fn call(quota: &Quota, cost: u64, commit: bool, full: bool) -> Call {
+    let window_us = quota.window().as_micros() as u64;
+    if quota.strategy() == Strategy::FixedWindow
+        && commit
+        && !full
+        && cost > 0
+        && window_us % 1_000 == 0
+    {
+        let (script, len) = if cost == 1 {
+            (HOT_ONE, 2)
+        } else {
+            (HOT_MORE, 3)
+        };
+        return Call {
+            script,
+            args: [quota.capacity(), window_us / 1_000, cost, 0, 0],
+            len,
+        };
+    }
+    let [first, second] = arguments(quota);
+    Call {
+        script: index(quota.strategy()),
+        args: [first, second, cost, u64::from(commit), u64::from(full)],
+        len: 5,
+    }
 }
 
 /// ARGV[1] and ARGV[2] of `quota`'s script (see each script's header): the window and the

@@ -14,7 +14,7 @@ use super::options::RedisOptions;
 use super::redaction::{secrets, store_error};
 use super::refusals::Refusals;
 use super::reply::{full, RedisClock, Reply};
-use super::scripts::{arguments, script, stacked_index, supports, SCRIPTS, STACKED_SCRIPT};
+use super::scripts::{arguments, call, stacked_index, supports, SCRIPTS, STACKED_SCRIPT};
 use crate::algorithm::{self, Verdict};
 use crate::clock::Nanos;
 use crate::decision::Decision;
@@ -64,11 +64,13 @@ struct Inner {
 /// - **One key per decision**, written with its expiry in the same script: nothing outlives
 ///   its window. In a cluster the user key is the hash tag, so one decision is one slot.
 /// - **Integer state where it can be**: a fixed window of whole milliseconds keeps a bare
-///   count that expires at the window's last millisecond, so its TTL tells its window. A
-///   call that spends is one `INCRBY` (and `PTTL`; the expiry is set on the window's first
-///   hit) and a one-integer reply; the store places that reply in time with its estimate of
-///   Redis' clock, measured by a full reply at most once a second, so a decision's `reset_at`
-///   is Redis' time to within half a round trip. What is admitted is Redis' decision alone.
+///   count that expires at the window's last millisecond, so its TTL tells its window. An
+///   admitted call that spends is one `INCR` (the expiry is set on the window's first hit, a
+///   refusal reads the `PTTL` for its wait) and replies with the count alone; the store places
+///   it in the window of its estimate of Redis' clock, measured by a full reply at most once a
+///   second, so a decision's `reset_at` is Redis' to within half a round trip (within that of
+///   a window's edge, the edge or the next window's end). What is admitted is Redis' decision
+///   alone.
 ///   The string state of earlier versions under such a window is refused as the wrong shape
 ///   (until it expires, at the end of its window). The sliding log is a list, newest entry
 ///   first, whose head names the oldest live entry and the units in the window: an admitted call
@@ -239,14 +241,11 @@ impl RedisStore {
         }
         let sent = RedisClock::local_us();
         let full = full || clock.stale(sent);
-        let [first, second] = arguments(quota);
-        let mut invocation = script(quota.strategy()).key(key);
-        invocation
-            .arg(first)
-            .arg(second)
-            .arg(cost)
-            .arg(u8::from(commit))
-            .arg(u8::from(full));
+        let call = call(quota, cost, commit, full);
+        let mut invocation = SCRIPTS[call.script].key(key);
+        for &arg in call.args() {
+            invocation.arg(arg);
+        }
         let value: redis::Value = self.run(&invocation).await?;
         let reply = Reply::parse(&value, quota).ok_or_else(|| unexpected_value(&value))?;
         let received = RedisClock::local_us();
