@@ -265,6 +265,22 @@ impl Leases {
         }
     }
 
+    /// Spends `cost` units of `key`'s lease at `now` when it holds them and they still
+    /// count: no round trip, no allocation, no wait. `None`, having spent nothing, when the
+    /// key holds no such lease (a grant is needed: [`decide`](Self::decide)) or its strategy
+    /// does not lease.
+    pub(super) fn spend(
+        &self,
+        key: &str,
+        quota: &Quota,
+        cost: u64,
+        now: Instant,
+    ) -> Option<(Verdict, Nanos)> {
+        leased(quota.strategy())?;
+        let keys = self.keys.lock().unwrap_or_else(|e| e.into_inner());
+        keys.get(key)?.spend(cost, quota.capacity(), now)
+    }
+
     /// Decides a call that spends through `key`'s lease, asking Redis for a new slice when it
     /// has none left. `None` when the quota's strategy does not lease or the table is full:
     /// the caller asks Redis as usual.
@@ -293,9 +309,8 @@ impl Leases {
             return Some(Ok(decided));
         }
         // Refused meanwhile (by a call that held the lock before this one): answered here.
-        if let Some(verdict) = refusals.answer(key, cost, capacity, now) {
-            let at = clock.redis_us(RedisClock::local_us()).saturating_mul(1_000);
-            return Some(Ok((verdict, at)));
+        if let Some(answered) = refusals.answered(key, cost, capacity, now, clock) {
+            return Some(Ok(answered));
         }
         let decided = self.grant(store, key, quota, kind, cost).await;
         Some(decided.map(|(verdict, at, granted)| {

@@ -201,6 +201,49 @@ impl RedisStore {
         .await
     }
 
+    /// The checks every decision makes before anything is answered, in the process or by
+    /// Redis: the key, whether the scripts count `quota`, and the same prechecks as in memory
+    /// (`Some` refusal for a zero capacity, whatever Redis holds: Redis is not asked).
+    fn checked(
+        key: &str,
+        quota: &Quota,
+        cost: u64,
+        now: Nanos,
+        commit: bool,
+    ) -> Result<Option<Verdict>, Error> {
+        crate::key::check_store_key(key)?;
+        supports(quota)?;
+        Ok(algorithm::precheck(now, quota, cost, commit)?)
+    }
+
+    /// What this process answers at `started` without asking Redis (after [`checked`]): a
+    /// refusal still in force, or, for a call that spends, a unit of the key's lease. `None`:
+    /// Redis decides (nothing was spent).
+    ///
+    /// [`checked`]: Self::checked
+    fn answered_here(
+        &self,
+        key: &str,
+        quota: &Quota,
+        cost: u64,
+        commit: bool,
+        started: Instant,
+    ) -> Option<(Verdict, Nanos)> {
+        let inner = &self.inner;
+        if let Some(answered) =
+            inner
+                .refusals
+                .answered(key, cost, quota.capacity(), started, &inner.clock)
+        {
+            return Some(answered);
+        }
+        inner
+            .leases
+            .as_ref()
+            .filter(|_| commit)?
+            .spend(key, quota, cost, started)
+    }
+
     /// The algorithm's verdict (in nanoseconds) and the Redis time it was taken at, before
     /// rounding to a [`Decision`]. `now` is the service's clock, used only for what is
     /// decided without asking Redis (a capacity of zero). `full` asks every script for its
@@ -214,11 +257,7 @@ impl RedisStore {
         commit: bool,
         full: bool,
     ) -> Result<(Verdict, Nanos), Error> {
-        crate::key::check_store_key(key)?;
-        supports(quota)?;
-        // The same checks as in memory, before any round trip: a zero capacity is refused
-        // whatever Redis holds, so Redis is not asked.
-        if let Some(verdict) = algorithm::precheck(now, quota, cost, commit)? {
+        if let Some(verdict) = Self::checked(key, quota, cost, now, commit)? {
             return Ok((verdict, now));
         }
         let clock = &self.inner.clock;
@@ -226,9 +265,8 @@ impl RedisStore {
         let refusals = &self.inner.refusals;
         let started = Instant::now();
         if !full {
-            if let Some(verdict) = refusals.answer(key, cost, capacity, started) {
-                let at = clock.redis_us(RedisClock::local_us());
-                return Ok((verdict, at.saturating_mul(1_000)));
+            if let Some(answered) = self.answered_here(key, quota, cost, commit, started) {
+                return Ok(answered);
             }
         }
         if let Some(leases) = self.inner.leases.as_ref().filter(|_| commit && !full) {
@@ -482,6 +520,29 @@ impl Store for RedisStore {
             .zip(verdicts)
             .map(|(c, (v, at))| Decision::for_quota(v, at, c.quota))
             .collect())
+    }
+
+    /// Answered in the process, with no round trip: a call refused until a retry time that
+    /// has not come (see [`RedisOptions::local_refusals`]), or one that spends a unit of its
+    /// key's lease (see [`RedisOptions::leases`]). Looks at the level (cost 0) and everything
+    /// else: `None`.
+    fn decide_now(
+        &self,
+        key: &str,
+        quota: &Quota,
+        cost: u64,
+        now: Nanos,
+        commit: bool,
+    ) -> Option<Result<Decision, Error>> {
+        if cost == 0 {
+            return None; // two looks, as `decide` makes them
+        }
+        let (verdict, at) = match Self::checked(key, quota, cost, now, commit) {
+            Err(e) => return Some(Err(e)),
+            Ok(Some(verdict)) => (verdict, now),
+            Ok(None) => self.answered_here(key, quota, cost, commit, Instant::now())?,
+        };
+        Some(Ok(Decision::for_quota(verdict, at, quota)))
     }
 
     async fn reset(&self, key: &str) -> Result<bool, Error> {
