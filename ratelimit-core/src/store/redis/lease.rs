@@ -220,7 +220,9 @@ impl Slot {
 #[derive(Debug)]
 pub(super) struct Leases {
     options: LeaseOptions,
-    keys: Mutex<HashMap<String, Arc<Slot>>>,
+    /// Hashed as the memory store hashes its keys (foldhash, seeded per map): SipHash was an
+    /// eighth of a leased decision's instructions.
+    keys: Mutex<HashMap<String, Arc<Slot>, foldhash::fast::RandomState>>,
     /// Whether the task that gives idle leases back runs.
     sweeping: AtomicBool,
 }
@@ -229,7 +231,7 @@ impl Leases {
     pub(super) fn new(options: LeaseOptions) -> Self {
         Leases {
             options,
-            keys: Mutex::new(HashMap::new()),
+            keys: Mutex::new(HashMap::default()),
             sweeping: AtomicBool::new(false),
         }
     }

@@ -36,14 +36,14 @@ struct Refusal {
 #[derive(Debug)]
 pub(super) struct Refusals {
     capacity: usize,
-    entries: Mutex<HashMap<String, Refusal>>,
+    entries: Mutex<HashMap<String, Refusal, foldhash::fast::RandomState>>,
 }
 
 impl Refusals {
     pub(super) fn new(capacity: usize) -> Self {
         Refusals {
             capacity,
-            entries: Mutex::new(HashMap::new()),
+            entries: Mutex::new(HashMap::default()),
         }
     }
 
