@@ -2,6 +2,8 @@
 //! `redis-server` processes: exact counts across 64 tasks and across 4 processes, one round trip
 //! per slice (counted by Redis' `INFO commandstats`), one budget shared with the plain path,
 //! refusals, reset, and the units given back or left unspent (under-admission, measured).
+//! Through the service, leased units and held refusals are decided at once (`consume_now`, an
+//! annotated fn's first poll), counted as `consume` counts them, allocating nothing.
 //!
 //! No window ends during a test: windows are a day long and the token bucket refills one token
 //! per window. Waiting for the background task polls Redis' state, never the clock.
@@ -617,4 +619,39 @@ async fn a_leased_decision_allocates_nothing() {
             "{strategy}"
         );
     }
+}
+
+#[ratelimit::rate_limit(limit = 40, window = "1d", strategy = "fixed-window")]
+async fn leased_fn() -> Result<(), Error> {
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_annotated_fn_spends_its_lease_at_once_allocating_nothing() {
+    let server = RedisServer::start();
+    let mut c = server.connection();
+    let builder = ratelimit::Module::builder()
+        .key_prefix(prefix("lease-fn"))
+        .store(StoreConfig::Redis(
+            options(&server).leases(LeaseOptions::new(16)),
+        ));
+    let module = ratelimit::testing::TestModule::new(builder).unwrap();
+    // The grant (the script loaded first: a NOSCRIPT, then EVAL).
+    module.scope(leased_fn()).await.unwrap();
+    let granted = script_calls(&mut c);
+    let at_once = || {
+        let decided = leased_fn().now_or_never().expect("decided at once");
+        decided.unwrap();
+    };
+    module.run(at_once);
+    let allocated = allocations(|| module.run(|| (0..14).for_each(|_| at_once())));
+    assert_eq!(allocated, 0);
+    assert_eq!(script_calls(&mut c), granted, "16 calls, one slice");
+    // The slice spent: the next call takes another.
+    module.scope(leased_fn()).await.unwrap();
+    assert_eq!(script_calls(&mut c), granted + 1);
+    let counts = module.stats().by_method;
+    let (name, counts) = counts.iter().next().unwrap();
+    assert!(name.ends_with("leased_fn"), "{name}");
+    assert_eq!((counts.allowed, counts.denied), (17, 0));
 }
