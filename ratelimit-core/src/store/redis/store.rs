@@ -87,6 +87,9 @@ struct Inner {
 ///   bucket decision that spends takes a slice of the key's budget in one round trip and
 ///   spends the rest in the process, so one hot key costs one round trip per slice; see
 ///   [`LeaseOptions`](super::LeaseOptions) for what is exact and what can go unspent.
+/// - **Decided at once**: a call answered in the process (a leased unit, a refusal held) is
+///   answered by [`Store::decide_now`], so the service decides it with no future and nothing
+///   allocated (`RateLimitService::consume_now` returns it).
 /// - **Fails closed on foreign state**: a key holding anything its script did not write
 ///   (another type, another strategy's encoding, corrupt data) is answered with
 ///   [`Error::UnexpectedState`] and left as it is, never read as a fresh key.
