@@ -37,7 +37,7 @@ enum Connection {
     Cluster(ClusterConnection),
 }
 
-struct Inner {
+pub(super) struct Inner {
     options: RedisOptions,
     secrets: Vec<String>,
     client: Client,
@@ -45,11 +45,11 @@ struct Inner {
     /// Redis' eviction policy, once the first connection has asked.
     eviction: OnceLock<Policy>,
     /// Where the fixed window's short replies are placed in time.
-    clock: RedisClock,
+    pub(super) clock: RedisClock,
     /// Refusals answered without a round trip until their retry time.
-    refusals: Refusals,
+    pub(super) refusals: Refusals,
     /// Hot keys' leased budgets, when [`RedisOptions::leases`] asks for them.
-    leases: Option<Leases>,
+    pub(super) leases: Option<Leases>,
 }
 
 /// Limiter state in Redis, shared by every process that uses the same server (or cluster) and
@@ -106,7 +106,7 @@ struct Inner {
 ///   this process's clock).
 #[derive(Clone)]
 pub struct RedisStore {
-    inner: Arc<Inner>,
+    pub(super) inner: Arc<Inner>,
 }
 
 impl fmt::Debug for RedisStore {
@@ -202,49 +202,6 @@ impl RedisStore {
                 .map_err(|e| self.error("reset failed", &e))
         })
         .await
-    }
-
-    /// The checks every decision makes before anything is answered, in the process or by
-    /// Redis: the key, whether the scripts count `quota`, and the same prechecks as in memory
-    /// (`Some` refusal for a zero capacity, whatever Redis holds: Redis is not asked).
-    fn checked(
-        key: &str,
-        quota: &Quota,
-        cost: u64,
-        now: Nanos,
-        commit: bool,
-    ) -> Result<Option<Verdict>, Error> {
-        crate::key::check_store_key(key)?;
-        supports(quota)?;
-        Ok(algorithm::precheck(now, quota, cost, commit)?)
-    }
-
-    /// What this process answers at `started` without asking Redis (after [`checked`]): a
-    /// refusal still in force, or, for a call that spends, a unit of the key's lease. `None`:
-    /// Redis decides (nothing was spent).
-    ///
-    /// [`checked`]: Self::checked
-    fn answered_here(
-        &self,
-        key: &str,
-        quota: &Quota,
-        cost: u64,
-        commit: bool,
-        started: Instant,
-    ) -> Option<(Verdict, Nanos)> {
-        let inner = &self.inner;
-        if let Some(answered) =
-            inner
-                .refusals
-                .answered(key, cost, quota.capacity(), started, &inner.clock)
-        {
-            return Some(answered);
-        }
-        inner
-            .leases
-            .as_ref()
-            .filter(|_| commit)?
-            .spend(key, quota, cost, started)
     }
 
     /// The algorithm's verdict (in nanoseconds) and the Redis time it was taken at, before
@@ -537,15 +494,7 @@ impl Store for RedisStore {
         now: Nanos,
         commit: bool,
     ) -> Option<Result<Decision, Error>> {
-        if cost == 0 {
-            return None; // two looks, as `decide` makes them
-        }
-        let (verdict, at) = match Self::checked(key, quota, cost, now, commit) {
-            Err(e) => return Some(Err(e)),
-            Ok(Some(verdict)) => (verdict, now),
-            Ok(None) => self.answered_here(key, quota, cost, commit, Instant::now())?,
-        };
-        Some(Ok(Decision::for_quota(verdict, at, quota)))
+        self.decided_here(key, quota, cost, now, commit)
     }
 
     async fn reset(&self, key: &str) -> Result<bool, Error> {
