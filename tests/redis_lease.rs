@@ -2,6 +2,8 @@
 //! `redis-server` processes: exact counts across 64 tasks and across 4 processes, one round trip
 //! per slice (counted by Redis' `INFO commandstats`), one budget shared with the plain path,
 //! refusals, reset, and the units given back or left unspent (under-admission, measured).
+//! Through the service, leased units and held refusals are decided at once (`consume_now`, an
+//! annotated fn's first poll), counted as `consume` counts them, allocating nothing.
 //!
 //! No window ends during a test: windows are a day long and the token bucket refills one token
 //! per window. Waiting for the background task polls Redis' state, never the clock.
@@ -10,9 +12,18 @@ use std::collections::BTreeMap;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use ratelimit::{LeaseOptions, Quota, RedisOptions, RedisStore, Store, Strategy};
-use ratelimit_tests::acquire;
+use std::sync::Arc;
+
+use futures::FutureExt;
+use ratelimit::{
+    Config, Counts, Decision, Error, LeaseOptions, Options, Quota, RateLimitService, RedisOptions,
+    RedisStore, Store, StoreConfig, Strategy,
+};
 use ratelimit_tests::redis_server::{prefix, script_calls, RedisCluster, RedisServer};
+use ratelimit_tests::{acquire, CountingAllocator};
+
+#[global_allocator]
+static GLOBAL: CountingAllocator = CountingAllocator;
 
 const DAY: Duration = Duration::from_secs(24 * 3_600);
 const LEASED: [Strategy; 2] = [Strategy::FixedWindow, Strategy::TokenBucket];
@@ -385,4 +396,262 @@ fn units_stranded_on_processes_that_stop_are_bounded_and_can_be_given_back() {
         }
     }
     println!("units stranded by 4 stopped processes (slices of 10): {stranded:?}");
+}
+
+/// A service on a hand-driven clock over `options`, its keys under prefix `p`.
+fn service_over(options: RedisOptions, p: &str) -> RateLimitService {
+    let config = Config::builder()
+        .key_prefix(p)
+        .store(StoreConfig::Redis(options))
+        .build()
+        .unwrap();
+    RateLimitService::with_clock(config, Arc::new(ratelimit_tests::clock())).unwrap()
+}
+
+/// `limit` a day under `strategy` (the bucket refilling one token a day), counted under tier
+/// "pro" and budget "hot".
+fn day_options(limit: u64, strategy: Strategy) -> Options {
+    let options = Options::new()
+        .limit(limit)
+        .window(DAY)
+        .strategy(strategy)
+        .budget("hot");
+    match strategy {
+        Strategy::TokenBucket => options.refill(1),
+        _ => options,
+    }
+}
+
+/// A service with tier "pro" (whatever its own limit: the calls override it).
+fn tiered_service(options: RedisOptions, p: &str) -> RateLimitService {
+    let config = Config::builder()
+        .key_prefix(p)
+        .tier(ratelimit::Tier::new("pro", 1))
+        .store(StoreConfig::Redis(options))
+        .build()
+        .unwrap();
+    RateLimitService::with_clock(config, Arc::new(ratelimit_tests::clock())).unwrap()
+}
+
+/// `consume_now`, and `consume` awaited when it cannot decide at once: the decision and
+/// whether it was made at once.
+async fn now_or_awaited(
+    service: &RateLimitService,
+    key: &str,
+    options: &Options,
+) -> (Decision, bool) {
+    match service.consume_now(key, options) {
+        Some(decided) => (decided.unwrap(), true),
+        None => (service.consume(key, options).await.unwrap(), false),
+    }
+}
+
+#[tokio::test]
+async fn consume_now_spends_a_lease_while_it_has_units_and_defers_a_grant_spending_nothing() {
+    let server = RedisServer::start();
+    let mut c = server.connection();
+    for strategy in LEASED {
+        let p = prefix("lease-now");
+        let leased = tiered_service(options(&server).leases(LeaseOptions::new(16)), &p);
+        let plain = tiered_service(options(&server), &prefix("lease-now-plain"));
+        let options = day_options(40, strategy).tier("pro");
+        // Scripts loaded on another key, so that only this key's calls are counted below.
+        assert!(leased.consume("warm", &options).await.unwrap().allowed);
+        assert!(plain.consume("warm", &options).await.unwrap().allowed);
+        leased.reset_stats();
+        plain.reset_stats();
+        let before = script_calls(&mut c);
+
+        // No lease yet: nothing decided, spent or counted.
+        assert!(leased.consume_now("k", &options).is_none());
+        assert_eq!(script_calls(&mut c), before, "{strategy}");
+        assert_eq!(leased.stats().by_method["hot"], Counts::default());
+        assert_eq!(leased.stats().total, Counts::default());
+
+        // Slices of 16, 16 and the 8 left: each taken by an awaited call, the rest at once.
+        let mut at_once = Vec::new();
+        for _ in 0..40 {
+            let (decision, now) = now_or_awaited(&leased, "k", &options).await;
+            assert!(decision.allowed, "{strategy}");
+            assert_eq!(decision.tier.as_deref(), Some("pro"), "{strategy}");
+            at_once.push(now);
+        }
+        let awaited: Vec<usize> = (0..40).filter(|&i| !at_once[i]).collect();
+        assert_eq!(awaited, [0, 16, 32], "{strategy}");
+        assert_eq!(script_calls(&mut c) - before, 3, "{strategy}");
+        // Spent: the first refusal asks Redis (a grant of nothing); those after it are the
+        // refusal held in the process.
+        for i in 0..6 {
+            let (decision, now) = now_or_awaited(&leased, "k", &options).await;
+            assert!(!decision.allowed, "{strategy}");
+            assert!(decision.retry_after.is_some(), "{strategy}");
+            assert_eq!(now, i > 0, "{strategy}: refusal {i}");
+        }
+        assert_eq!(script_calls(&mut c) - before, 4, "{strategy}");
+        let key = fleet_key_of(&mut c, &p, "k");
+        assert_eq!(spent(&mut c, &key, &quota(40, strategy)), 40, "{strategy}");
+
+        // Counted as `consume` counts the same calls, one round trip each.
+        for _ in 0..46 {
+            plain.consume("k", &options).await.unwrap();
+        }
+        let (leased, plain) = (leased.stats(), plain.stats());
+        assert_eq!(leased, plain, "{strategy}");
+        assert_eq!((leased.total.allowed, leased.total.denied), (40, 6));
+        assert_eq!(leased.by_tier["pro"].allowed, 40);
+        assert_eq!(leased.by_method["hot"].denied, 6);
+    }
+}
+
+/// The one key of user key `user` under prefix `p`.
+fn fleet_key_of(c: &mut redis::Connection, p: &str, user: &str) -> String {
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{p}:{{{user}}}*"))
+        .query(c)
+        .unwrap();
+    assert_eq!(keys.len(), 1, "{keys:?}");
+    keys[0].clone()
+}
+
+#[tokio::test]
+async fn a_refusal_held_in_the_process_is_answered_by_consume_now_without_redis() {
+    let server = RedisServer::start();
+    let mut c = server.connection();
+    for strategy in [
+        Strategy::FixedWindow,
+        Strategy::SlidingWindow,
+        Strategy::SlidingWindowCounter,
+        Strategy::TokenBucket,
+    ] {
+        // No leases: every admission is a round trip; a refusal is held until its retry time.
+        let service = service_over(options(&server), &prefix("refusal-now"));
+        let options = day_options(2, strategy);
+        // The script loaded (a NOSCRIPT, then EVAL): only this key's calls are counted below.
+        assert!(service.consume("warm", &options).await.unwrap().allowed);
+        service.reset_stats();
+        let before = script_calls(&mut c);
+        // Nothing held yet: deferred, nothing spent.
+        assert!(service.consume_now("k", &options).is_none());
+        for _ in 0..2 {
+            assert!(service.consume("k", &options).await.unwrap().allowed);
+        }
+        let refused = service.consume("k", &options).await.unwrap();
+        assert!(!refused.allowed, "{strategy}");
+        assert_eq!(script_calls(&mut c) - before, 3, "{strategy}");
+        for _ in 0..10 {
+            let held = service.consume_now("k", &options).expect("held").unwrap();
+            assert!(!held.allowed, "{strategy}");
+            let retry = held.retry_after.expect("a retry time");
+            assert!(retry <= refused.retry_after.unwrap(), "{strategy}");
+        }
+        // `enforce` too: the refusal as an error, no round trip.
+        let enforced = service
+            .enforce("k", &options)
+            .now_or_never()
+            .expect("at once");
+        assert!(matches!(enforced, Err(Error::Exceeded(_))), "{strategy}");
+        assert_eq!(script_calls(&mut c) - before, 3, "{strategy}");
+        assert_eq!(service.stats().total.denied, 12, "{strategy}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sixty_four_tasks_through_the_service_admit_exactly_the_limit() {
+    let server = RedisServer::start();
+    let mut c = server.connection();
+    for strategy in LEASED {
+        let p = prefix("lease-service");
+        let service = service_over(options(&server).leases(LeaseOptions::new(16)), &p);
+        let options = day_options(1_024, strategy);
+        assert!(service.consume("warm", &options).await.unwrap().allowed);
+        service.reset_stats();
+        let before = script_calls(&mut c);
+        let admitted = ratelimit_tests::admitted_by_tasks(&service, &options, 64, 16, false);
+        assert_eq!(admitted.await, 1_024, "{strategy}");
+        // 1 024 decisions, 64 round trips: 1 per slice of 16.
+        assert_eq!(script_calls(&mut c) - before, 64, "{strategy}");
+        let key = fleet_key_of(&mut c, &p, "shared-key");
+        assert_eq!(spent(&mut c, &key, &quota(1_024, strategy)), 1_024);
+        let refused = ratelimit_tests::admitted_by_tasks(&service, &options, 64, 10, false);
+        assert_eq!(refused.await, 0, "{strategy}");
+        assert_eq!(script_calls(&mut c) - before, 65, "{strategy}");
+        let stats = service.stats().by_method["hot"];
+        assert_eq!((stats.allowed, stats.denied), (1_024, 640), "{strategy}");
+    }
+}
+
+/// Allocations made on this thread by `f`.
+fn allocations(f: impl FnOnce()) -> u64 {
+    let before = ratelimit_tests::allocations();
+    f();
+    ratelimit_tests::allocations() - before
+}
+
+#[tokio::test]
+async fn a_leased_decision_allocates_nothing() {
+    let server = RedisServer::start();
+    let service = service_over(
+        options(&server).leases(LeaseOptions::new(1_000)),
+        &prefix("lease-alloc"),
+    );
+    for strategy in LEASED {
+        let options = day_options(10_000, strategy);
+        // The grant, and this thread's buffers.
+        assert!(service.consume("k", &options).await.unwrap().allowed);
+        let now = || {
+            let decided = service.consume_now("k", &options).expect("leased");
+            assert!(decided.unwrap().allowed);
+        };
+        let consume = || {
+            let decided = service.consume("k", &options).now_or_never();
+            assert!(decided.expect("ready at once").unwrap().allowed);
+        };
+        now();
+        consume();
+        assert_eq!(
+            allocations(|| (0..100).for_each(|_| now())),
+            0,
+            "{strategy}"
+        );
+        assert_eq!(
+            allocations(|| (0..100).for_each(|_| consume())),
+            0,
+            "{strategy}"
+        );
+    }
+}
+
+#[ratelimit::rate_limit(limit = 40, window = "1d", strategy = "fixed-window")]
+async fn leased_fn() -> Result<(), Error> {
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_annotated_fn_spends_its_lease_at_once_allocating_nothing() {
+    let server = RedisServer::start();
+    let mut c = server.connection();
+    let builder = ratelimit::Module::builder()
+        .key_prefix(prefix("lease-fn"))
+        .store(StoreConfig::Redis(
+            options(&server).leases(LeaseOptions::new(16)),
+        ));
+    let module = ratelimit::testing::TestModule::new(builder).unwrap();
+    // The grant (the script loaded first: a NOSCRIPT, then EVAL).
+    module.scope(leased_fn()).await.unwrap();
+    let granted = script_calls(&mut c);
+    let at_once = || {
+        let decided = leased_fn().now_or_never().expect("decided at once");
+        decided.unwrap();
+    };
+    module.run(at_once);
+    let allocated = allocations(|| module.run(|| (0..14).for_each(|_| at_once())));
+    assert_eq!(allocated, 0);
+    assert_eq!(script_calls(&mut c), granted, "16 calls, one slice");
+    // The slice spent: the next call takes another.
+    module.scope(leased_fn()).await.unwrap();
+    assert_eq!(script_calls(&mut c), granted + 1);
+    let counts = module.stats().by_method;
+    let (name, counts) = counts.iter().next().unwrap();
+    assert!(name.ends_with("leased_fn"), "{name}");
+    assert_eq!((counts.allowed, counts.denied), (17, 0));
 }

@@ -242,8 +242,9 @@ pub fn acquire_here(
 }
 
 /// The check every annotated async fn runs before its body: `Ok` to proceed; `Err` is the
-/// refusal (over the limit, no module, unknown tier, store failure...). With the memory store
-/// the decision is made on the thread's copy of the service, without a handle to it.
+/// refusal (over the limit, no module, unknown tier, store failure...). A decision the store
+/// makes at once (the memory store; a Redis store's leased budget or a refusal it holds) is
+/// made on the thread's copy of the service, without a handle to it and without a future.
 #[doc(hidden)]
 pub async fn acquire(
     declaration: &'static Declaration,

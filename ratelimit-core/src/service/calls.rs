@@ -121,7 +121,7 @@ impl RateLimitService {
             if let Some(decided) = self.decided_now(key, &call, mode) {
                 return decided;
             }
-            // The path that waits (another store, the queue), boxed: its futures are large,
+            // The path that waits (a round trip, the queue), boxed: its futures are large,
             // and a future is moved whole (into its caller's, into an executor), so without
             // the box every call, the memory store's above included, would move them.
             Box::pin(async {
@@ -135,9 +135,11 @@ impl RateLimitService {
     }
 
     /// [`consume`](Self::consume) decided now, with no future: `Some` when nothing has to be
-    /// awaited (the memory store, or limiting disabled) and the call may not wait in the queue;
-    /// `None`, having spent nothing, when it must be awaited (another store, or a call that
-    /// would wait when refused): call [`consume`](Self::consume) then.
+    /// awaited (the memory store, limiting disabled, or a store that answers this call at
+    /// once, such as a Redis store spending a leased budget or repeating a refusal still in
+    /// force: see [`Store::decide_now`](crate::Store::decide_now)) and the call may not wait
+    /// in the queue; `None`, having spent and counted nothing, when it must be awaited (a round
+    /// trip, or a call that would wait when refused): call [`consume`](Self::consume) then.
     ///
     /// For code that decides inside a poll or a `tower::Service::call` and would otherwise
     /// box a future per call (the HTTP layer does this).

@@ -54,7 +54,14 @@ impl RateLimitService {
         ));
         let budget = options.budget.unwrap_or_default();
         KEY.with(|buffers| {
-            let buffers = &mut *buffers.borrow_mut();
+            let Ok(mut buffers) = buffers.try_borrow_mut() else {
+                // Borrowed already: a decision made from inside one (a store or clock of the
+                // user's own that calls the service) composes its key on its own.
+                let mut k = String::new();
+                key::compose(&mut k, &parts, quota)?;
+                return f(&k);
+            };
+            let buffers = &mut *buffers;
             if buffers.of != of || buffers.budget != budget {
                 buffers.suffix.clear();
                 key::write_suffix(&mut buffers.suffix, &parts, quota);
@@ -80,8 +87,11 @@ impl RateLimitService {
     }
 
     /// [`enforce_parts`](Self::enforce_parts) when the decision needs no waiting (the memory
-    /// store, or limits switched off); `None` for a store behind the [`Store`] trait. The
-    /// admitted decision is not returned, so it carries no tier: only a refusal names it.
+    /// store, limits switched off, or a store that answers at once: [`Store::decide_now`]);
+    /// `None`, having spent nothing, when it must be awaited. The admitted decision is not
+    /// returned, so it carries no tier: only a refusal names it.
+    ///
+    /// [`Store::decide_now`]: crate::Store::decide_now
     #[inline]
     pub(crate) fn enforce_now(
         &self,
@@ -105,7 +115,13 @@ impl RateLimitService {
         options: &Call<'_>,
         function: &'static str,
     ) -> Result<Decision, Error> {
-        let decision = match self.decide_now(key, options, true) {
+        // Only a service that always decides at once: a store that answers some calls at
+        // once (a leased budget) would admit a sync fn's calls only while that lasts.
+        let decided = match self.decides_at_once() {
+            true => self.decide_now(key, options, true),
+            false => None,
+        };
+        let decision = match decided {
             Some(decided) => decided?,
             None => {
                 let refused = match self.resolve(options) {
@@ -147,9 +163,11 @@ impl RateLimitService {
         self.counted(decided, key, options)
     }
 
-    /// The decision when it needs no waiting, counted: `None` for a store behind the
-    /// [`Store`](crate::Store) trait. `with_tier`: name the tier on an admitted decision too
-    /// (a refusal always names it).
+    /// The decision when it needs no waiting, counted: the memory store, limits switched
+    /// off, or a store behind the [`Store`](crate::Store) trait that answers at once
+    /// ([`Store::decide_now`](crate::Store::decide_now)); `None`, having spent and counted
+    /// nothing, when the store must be awaited. `with_tier`: name the tier on an admitted
+    /// decision too (a refusal always names it).
     #[inline(always)]
     pub(super) fn decide_now(
         &self,
@@ -157,25 +175,47 @@ impl RateLimitService {
         options: &Call<'_>,
         with_tier: bool,
     ) -> Option<Result<Decision, Error>> {
-        let store = match &self.inner.backend {
-            Backend::Memory(store) => Some(store),
-            Backend::Dyn(_) if self.inner.config.enabled() => return None,
-            Backend::Dyn(_) => None,
-        };
         let decided = match self.resolve(options) {
             Ok((quota, tier)) => {
                 let now = self.inner.clock.now();
-                let result = match store {
-                    Some(store) if self.inner.config.enabled() => {
-                        self.decide_in_memory(store, key, options, &quota, tier, now)
+                let result = match self.decide_at_once(key, options, &quota, tier, now) {
+                    Ok(result) => result,
+                    Err(store) => {
+                        self.decide_in_store_now(store, key, options, &quota, tier, now)?
                     }
-                    _ => Ok(Decision::unlimited(now)),
                 };
                 (self.name_tier(result, tier, with_tier), tier)
             }
             Err(e) => (Err(e), None),
         };
         Some(self.counted(decided, key, options))
+    }
+
+    /// `store`'s answer at once, when it has one ([`Store::decide_now`]): the store key
+    /// composed in the thread's buffer, the latency sampled as the awaited path samples it.
+    /// `None` when it must be awaited.
+    ///
+    /// [`Store::decide_now`]: crate::Store::decide_now
+    #[inline(never)]
+    fn decide_in_store_now(
+        &self,
+        store: &dyn DynStore,
+        key: Option<&str>,
+        options: &Call<'_>,
+        quota: &Quota,
+        tier: Option<usize>,
+        now: Nanos,
+    ) -> Option<Result<Decision, Error>> {
+        let latency = &self.inner.latency;
+        let decided = self.with_key(options, tier, key, quota, |k| {
+            let started = latency.start();
+            let decided = store.decide_now(k, quota, options.cost, now, options.consume);
+            if decided.is_some() {
+                latency.finish(started);
+            }
+            decided.transpose()
+        });
+        decided.transpose()
     }
 
     /// One decision, not counted in the statistics (the queue counts a call once, by how its

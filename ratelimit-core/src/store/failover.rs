@@ -122,6 +122,29 @@ impl<S> Failover<S> {
     }
 }
 
+impl<S: Store> Failover<S> {
+    /// The policy's answer to a single decision the store could not make (`error`), the
+    /// failure logged.
+    fn instead(
+        &self,
+        error: Error,
+        key: &str,
+        quota: &Quota,
+        cost: u64,
+        now: Nanos,
+        commit: bool,
+    ) -> Result<Decision, Error> {
+        self.failed(&error);
+        match (self.policy, &self.fallback) {
+            (FailurePolicy::Allow, _) => Ok(Decision::unlimited_for(quota, now)),
+            (FailurePolicy::Local { pods }, Some(local)) => {
+                local.decide_at(key, &share(quota, pods)?, cost, now, commit)
+            }
+            _ => Err(error),
+        }
+    }
+}
+
 /// This process's share of `quota` while the store is away: limit, burst and refill divided
 /// by `pods`.
 fn share(quota: &Quota, pods: u32) -> Result<Quota, Error> {
@@ -144,21 +167,34 @@ impl<S: Store> Store for Failover<S> {
         now: Nanos,
         commit: bool,
     ) -> Result<Decision, Error> {
-        let error = match self.store.decide(key, quota, cost, now, commit).await {
-            Err(e) if is_store_failure(&e) => e,
+        match self.store.decide(key, quota, cost, now, commit).await {
+            Err(e) if is_store_failure(&e) => self.instead(e, key, quota, cost, now, commit),
             other => {
                 self.recovered();
-                return other;
+                other
             }
-        };
-        self.failed(&error);
-        match (self.policy, &self.fallback) {
-            (FailurePolicy::Allow, _) => Ok(Decision::unlimited_for(quota, now)),
-            (FailurePolicy::Local { pods }, Some(local)) => {
-                local.decide_at(key, &share(quota, pods)?, cost, now, commit)
-            }
-            _ => Err(error),
         }
+    }
+
+    /// The store's answer at once, under the policy: a failure is answered by the policy, as
+    /// in [`decide`](Store::decide). A decision the store made without asking its backend (a
+    /// leased unit, a refusal still in force) stands under every policy: it is the store's
+    /// own, recorded there before; and it says nothing of whether the backend answers now,
+    /// so it neither starts nor ends the failure (nor logs).
+    fn decide_now(
+        &self,
+        key: &str,
+        quota: &Quota,
+        cost: u64,
+        now: Nanos,
+        commit: bool,
+    ) -> Option<Result<Decision, Error>> {
+        Some(
+            match self.store.decide_now(key, quota, cost, now, commit)? {
+                Err(e) if is_store_failure(&e) => self.instead(e, key, quota, cost, now, commit),
+                other => other,
+            },
+        )
     }
 
     async fn decide_all(

@@ -46,9 +46,10 @@ use crate::quota::{Quota, QuotaError};
 ///
 /// ```
 /// use std::collections::HashMap;
-/// use std::sync::Mutex;
+/// use std::sync::{Arc, Mutex};
 /// use ratelimit_core::store::{Check, Store, StoredState};
-/// use ratelimit_core::{Decision, Error, Nanos, Quota};
+/// use ratelimit_core::{Config, Decision, Error, Nanos, Options, Quota, RateLimitService};
+/// use ratelimit_core::SystemClock;
 ///
 /// /// A store over a plain map: the shape of one over any storage with transactions.
 /// #[derive(Default)]
@@ -99,6 +100,18 @@ use crate::quota::{Quota, QuotaError};
 ///         Ok(self.0.lock().unwrap().remove(key).is_some())
 ///     }
 /// }
+///
+/// // Without `decide_now` (see there), every decision is awaited.
+/// let config = Config::builder().default_limit(1).build()?;
+/// let service = RateLimitService::with_store(config, MapStore::default(), Arc::new(SystemClock))?;
+/// let options = Options::new();
+/// assert!(service.consume_now("user:1", &options).is_none());
+/// futures::executor::block_on(async {
+///     assert!(service.consume("user:1", &options).await?.allowed);
+///     assert!(!service.consume("user:1", &options).await?.allowed);
+///     Ok::<(), Error>(())
+/// })?;
+/// # Ok::<(), ratelimit_core::Error>(())
 /// ```
 pub trait Store: Send + Sync + 'static {
     /// Decides a call of weight `cost` on `key` at `now` (nanoseconds since the epoch, from
@@ -125,6 +138,85 @@ pub trait Store: Send + Sync + 'static {
 
     /// Forgets `key`; returns whether it was held.
     fn reset(&self, key: &str) -> impl Future<Output = Result<bool, Error>> + Send;
+
+    /// [`decide`](Self::decide) when the store can answer without waiting (a budget leased
+    /// to this process, a refusal still in force, state in memory): the service asks this
+    /// first for every call that does not wait in the queue, and awaits `decide` only on
+    /// `None`, so a decision answered here builds no future.
+    ///
+    /// Contract: `Some` is exactly what `decide` would have decided and recorded at this
+    /// moment, with the same checks and the same errors; `None` has decided and spent
+    /// nothing (the service then calls `decide`). Default: `None` for every call, so a store
+    /// that always waits (a round trip per decision) does not implement it.
+    ///
+    /// A store whose every decision is made in this process answers here, and its `decide`
+    /// forwards:
+    ///
+    /// ```
+    /// use std::collections::HashMap;
+    /// use std::sync::{Arc, Mutex};
+    /// use ratelimit_core::store::{Check, Store, StoredState};
+    /// use ratelimit_core::{Config, Decision, Error, Nanos, Options, Quota, RateLimitService};
+    /// use ratelimit_core::SystemClock;
+    ///
+    /// #[derive(Default)]
+    /// struct Local(Mutex<HashMap<String, Vec<u8>>>);
+    ///
+    /// impl Store for Local {
+    ///     fn decide_now(&self, key: &str, quota: &Quota, cost: u64, now: Nanos, commit: bool)
+    ///         -> Option<Result<Decision, Error>>
+    ///     {
+    ///         let mut map = self.0.lock().unwrap();
+    ///         let mut state = match map.get(key) {
+    ///             Some(bytes) => match StoredState::from_bytes(bytes) {
+    ///                 Ok(state) => state,
+    ///                 Err(e) => return Some(Err(e)),
+    ///             },
+    ///             None => StoredState::new(quota),
+    ///         };
+    ///         let decision = state.decide(now, quota, cost, commit);
+    ///         if commit && decision.as_ref().is_ok_and(|d| d.allowed) {
+    ///             map.insert(key.to_owned(), state.to_bytes());
+    ///         }
+    ///         Some(decision)
+    ///     }
+    ///
+    ///     async fn decide(&self, key: &str, quota: &Quota, cost: u64, now: Nanos, commit: bool)
+    ///         -> Result<Decision, Error>
+    ///     {
+    ///         self.decide_now(key, quota, cost, now, commit).expect("decided at once")
+    ///     }
+    ///
+    ///     async fn decide_all(&self, _: &[Check<'_>], _: Nanos, _: bool)
+    ///         -> Result<Vec<Decision>, Error>
+    ///     {
+    ///         Err(Error::Store { message: "no stacked limits here".into() })
+    ///     }
+    ///
+    ///     async fn reset(&self, key: &str) -> Result<bool, Error> {
+    ///         Ok(self.0.lock().unwrap().remove(key).is_some())
+    ///     }
+    /// }
+    ///
+    /// let config = Config::builder().default_limit(1).build()?;
+    /// let service = RateLimitService::with_store(config, Local::default(), Arc::new(SystemClock))?;
+    /// let options = Options::new();
+    /// // Decided without a future (`consume` would not wait either).
+    /// assert!(service.consume_now("user:1", &options).unwrap()?.allowed);
+    /// assert!(!service.consume_now("user:1", &options).unwrap()?.allowed);
+    /// # Ok::<(), ratelimit_core::Error>(())
+    /// ```
+    fn decide_now(
+        &self,
+        key: &str,
+        quota: &Quota,
+        cost: u64,
+        now: Nanos,
+        commit: bool,
+    ) -> Option<Result<Decision, Error>> {
+        let _ = (key, quota, cost, now, commit);
+        None
+    }
 
     /// Whether this store can count `quota` exactly. The service calls it for every limit it
     /// resolves, and `Module::init` for every annotated fn, so a limit the store cannot count
@@ -193,6 +285,14 @@ pub(crate) trait DynStore: Send + Sync + 'static {
         commit: bool,
     ) -> BoxFuture<'a, Result<Vec<Decision>, Error>>;
     fn reset<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<bool, Error>>;
+    fn decide_now(
+        &self,
+        key: &str,
+        quota: &Quota,
+        cost: u64,
+        now: Nanos,
+        commit: bool,
+    ) -> Option<Result<Decision, Error>>;
     fn supports(&self, quota: &Quota) -> Result<(), QuotaError>;
 }
 
@@ -217,6 +317,16 @@ impl<S: Store> DynStore for S {
     }
     fn reset<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<bool, Error>> {
         Box::pin(Store::reset(self, key))
+    }
+    fn decide_now(
+        &self,
+        key: &str,
+        quota: &Quota,
+        cost: u64,
+        now: Nanos,
+        commit: bool,
+    ) -> Option<Result<Decision, Error>> {
+        Store::decide_now(self, key, quota, cost, now, commit)
     }
     fn supports(&self, quota: &Quota) -> Result<(), QuotaError> {
         Store::supports(self, quota)

@@ -4,6 +4,7 @@
 //! - `redaction`: credentials kept out of `Debug` and error messages;
 //! - `refusals`: refusals answered in the process until their retry time;
 //! - `lease`: hot keys' budgets leased by the slice (opt-in), spent in the process;
+//! - `local`: what the store answers in the process (the checks, held refusals, leased units);
 //! - `reply`: the scripts' replies read as verdicts, and the estimate of Redis' clock;
 //! - `scripts`: the Lua scripts, one per strategy, and the quotas they count exactly;
 //! - `store`: [`RedisStore`], the connection and one script call per decision;
@@ -15,6 +16,7 @@
 mod agrees;
 mod eviction;
 mod lease;
+mod local;
 #[cfg(test)]
 mod lua_agrees;
 #[cfg(test)]

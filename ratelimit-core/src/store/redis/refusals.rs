@@ -16,7 +16,9 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use super::reply::RedisClock;
 use crate::algorithm::Verdict;
+use crate::clock::Nanos;
 
 /// One refusal Redis gave.
 #[derive(Debug, Clone, Copy)]
@@ -34,14 +36,14 @@ struct Refusal {
 #[derive(Debug)]
 pub(super) struct Refusals {
     capacity: usize,
-    entries: Mutex<HashMap<String, Refusal>>,
+    entries: Mutex<HashMap<String, Refusal, foldhash::fast::RandomState>>,
 }
 
 impl Refusals {
     pub(super) fn new(capacity: usize) -> Self {
         Refusals {
             capacity,
-            entries: Mutex::new(HashMap::new()),
+            entries: Mutex::new(HashMap::default()),
         }
     }
 
@@ -69,6 +71,21 @@ impl Refusals {
             reset_at: r.reset_at,
             retry_after: Some((left.as_nanos() as u64).max(1)),
         })
+    }
+
+    /// [`answer`](Self::answer) with the Redis time it stands for (ns): now, on `clock`'s
+    /// estimate of Redis' clock.
+    pub(super) fn answered(
+        &self,
+        key: &str,
+        cost: u64,
+        capacity: u64,
+        now: Instant,
+        clock: &RedisClock,
+    ) -> Option<(Verdict, Nanos)> {
+        let verdict = self.answer(key, cost, capacity, now)?;
+        let at = clock.redis_us(RedisClock::local_us());
+        Some((verdict, at.saturating_mul(1_000)))
     }
 
     /// Records Redis' `verdict` for a call of `cost` sent at `sent`, if it is a refusal.

@@ -37,7 +37,7 @@ enum Connection {
     Cluster(ClusterConnection),
 }
 
-struct Inner {
+pub(super) struct Inner {
     options: RedisOptions,
     secrets: Vec<String>,
     client: Client,
@@ -45,11 +45,11 @@ struct Inner {
     /// Redis' eviction policy, once the first connection has asked.
     eviction: OnceLock<Policy>,
     /// Where the fixed window's short replies are placed in time.
-    clock: RedisClock,
+    pub(super) clock: RedisClock,
     /// Refusals answered without a round trip until their retry time.
-    refusals: Refusals,
+    pub(super) refusals: Refusals,
     /// Hot keys' leased budgets, when [`RedisOptions::leases`] asks for them.
-    leases: Option<Leases>,
+    pub(super) leases: Option<Leases>,
 }
 
 /// Limiter state in Redis, shared by every process that uses the same server (or cluster) and
@@ -89,6 +89,9 @@ struct Inner {
 ///   bucket decision that spends takes a slice of the key's budget in one round trip and
 ///   spends the rest in the process, so one hot key costs one round trip per slice; see
 ///   [`LeaseOptions`](super::LeaseOptions) for what is exact and what can go unspent.
+/// - **Decided at once**: a call answered in the process (a leased unit, a refusal held) is
+///   answered by [`Store::decide_now`], so the service decides it with no future and nothing
+///   allocated (`RateLimitService::consume_now` returns it).
 /// - **Fails closed on foreign state**: a key holding anything its script did not write
 ///   (another type, another strategy's encoding, corrupt data) is answered with
 ///   [`Error::UnexpectedState`] and left as it is, never read as a fresh key.
@@ -105,7 +108,7 @@ struct Inner {
 ///   this process's clock).
 #[derive(Clone)]
 pub struct RedisStore {
-    inner: Arc<Inner>,
+    pub(super) inner: Arc<Inner>,
 }
 
 impl fmt::Debug for RedisStore {
@@ -216,11 +219,7 @@ impl RedisStore {
         commit: bool,
         full: bool,
     ) -> Result<(Verdict, Nanos), Error> {
-        crate::key::check_store_key(key)?;
-        supports(quota)?;
-        // The same checks as in memory, before any round trip: a zero capacity is refused
-        // whatever Redis holds, so Redis is not asked.
-        if let Some(verdict) = algorithm::precheck(now, quota, cost, commit)? {
+        if let Some(verdict) = Self::checked(key, quota, cost, now, commit)? {
             return Ok((verdict, now));
         }
         let clock = &self.inner.clock;
@@ -228,9 +227,8 @@ impl RedisStore {
         let refusals = &self.inner.refusals;
         let started = Instant::now();
         if !full {
-            if let Some(verdict) = refusals.answer(key, cost, capacity, started) {
-                let at = clock.redis_us(RedisClock::local_us());
-                return Ok((verdict, at.saturating_mul(1_000)));
+            if let Some(answered) = self.answered_here(key, quota, cost, commit, started) {
+                return Ok(answered);
             }
         }
         if let Some(leases) = self.inner.leases.as_ref().filter(|_| commit && !full) {
@@ -481,6 +479,21 @@ impl Store for RedisStore {
             .zip(verdicts)
             .map(|(c, (v, at))| Decision::for_quota(v, at, c.quota))
             .collect())
+    }
+
+    /// Answered in the process, with no round trip: a call refused until a retry time that
+    /// has not come (see [`RedisOptions::local_refusals`]), or one that spends a unit of its
+    /// key's lease (see [`RedisOptions::leases`]). Looks at the level (cost 0) and everything
+    /// else: `None`.
+    fn decide_now(
+        &self,
+        key: &str,
+        quota: &Quota,
+        cost: u64,
+        now: Nanos,
+        commit: bool,
+    ) -> Option<Result<Decision, Error>> {
+        self.decided_here(key, quota, cost, now, commit)
     }
 
     async fn reset(&self, key: &str) -> Result<bool, Error> {

@@ -1,0 +1,81 @@
+//! What a [`RedisStore`] answers in the process, without a round trip: the checks every
+//! decision makes first, a refusal still in force (`refusals`), a unit of a leased budget
+//! (`lease`). Shared by the awaited decision (`RedisStore::verdict`) and the one made at once
+//! ([`Store::decide_now`](crate::store::Store::decide_now)).
+
+use std::time::Instant;
+
+use super::scripts::supports;
+use super::RedisStore;
+use crate::algorithm::{self, Verdict};
+use crate::clock::Nanos;
+use crate::decision::Decision;
+use crate::error::Error;
+use crate::quota::Quota;
+
+impl RedisStore {
+    /// The checks every decision makes before anything is answered, in the process or by
+    /// Redis: the key, whether the scripts count `quota`, and the same prechecks as in memory
+    /// (`Some` refusal for a zero capacity, whatever Redis holds: Redis is not asked).
+    pub(super) fn checked(
+        key: &str,
+        quota: &Quota,
+        cost: u64,
+        now: Nanos,
+        commit: bool,
+    ) -> Result<Option<Verdict>, Error> {
+        crate::key::check_store_key(key)?;
+        supports(quota)?;
+        Ok(algorithm::precheck(now, quota, cost, commit)?)
+    }
+
+    /// What this process answers at `started` without asking Redis (after [`checked`]): a
+    /// refusal still in force, or, for a call that spends, a unit of the key's lease. `None`:
+    /// Redis decides (nothing was spent).
+    ///
+    /// [`checked`]: Self::checked
+    pub(super) fn answered_here(
+        &self,
+        key: &str,
+        quota: &Quota,
+        cost: u64,
+        commit: bool,
+        started: Instant,
+    ) -> Option<(Verdict, Nanos)> {
+        let inner = &self.inner;
+        if let Some(answered) =
+            inner
+                .refusals
+                .answered(key, cost, quota.capacity(), started, &inner.clock)
+        {
+            return Some(answered);
+        }
+        inner
+            .leases
+            .as_ref()
+            .filter(|_| commit)?
+            .spend(key, quota, cost, started)
+    }
+
+    /// [`Store::decide_now`](crate::store::Store::decide_now): the checks, then what is
+    /// answered here; `None` (nothing spent) for a look at the level and whatever Redis must
+    /// decide.
+    pub(super) fn decided_here(
+        &self,
+        key: &str,
+        quota: &Quota,
+        cost: u64,
+        now: Nanos,
+        commit: bool,
+    ) -> Option<Result<Decision, Error>> {
+        if cost == 0 {
+            return None; // two looks, as `decide` makes them
+        }
+        let (verdict, at) = match Self::checked(key, quota, cost, now, commit) {
+            Err(e) => return Some(Err(e)),
+            Ok(Some(verdict)) => (verdict, now),
+            Ok(None) => self.answered_here(key, quota, cost, commit, Instant::now())?,
+        };
+        Some(Ok(Decision::for_quota(verdict, at, quota)))
+    }
+}
