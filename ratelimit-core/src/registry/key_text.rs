@@ -61,6 +61,13 @@ impl KeyText {
     }
 }
 
+impl Default for KeyText {
+    #[inline]
+    fn default() -> Self {
+        KeyText::new()
+    }
+}
+
 impl fmt::Write for KeyText {
     #[inline]
     fn write_str(&mut self, s: &str) -> fmt::Result {
