@@ -62,6 +62,13 @@ fn check_len(key: &[u8], max: usize, too_long: &'static str) -> Result<(), Error
     Ok(())
 }
 
+/// Whether a user key holds a brace: it would end the store key's hash tag, so the store key
+/// carries its digest instead (see [`compose_around`]).
+#[inline]
+pub(crate) fn braced(key: &[u8]) -> bool {
+    key.iter().any(|&b| b == b'{' || b == b'}')
+}
+
 /// What a store key is made of, before the quota's identity.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct KeyParts<'a> {
@@ -103,9 +110,7 @@ pub(crate) fn compose_around(
     );
     out.push_str(parts.prefix);
     out.push_str(":{");
-    let braced = parts
-        .key
-        .filter(|k| k.bytes().any(|b| b == b'{' || b == b'}'));
+    let braced = parts.key.filter(|k| braced(k.as_bytes()));
     match (parts.key, braced) {
         (Some(key), None) => out.push_str(key),
         (Some(key), Some(_)) => {

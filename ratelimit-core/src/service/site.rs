@@ -100,7 +100,7 @@ impl RateLimitService {
         if let Some(key) = key {
             // The checks and the encoding of `key::compose_around`: an invalid key's error,
             // and a braced key's digest, are the general path's.
-            if key::check_user_key(key).is_err() || key.iter().any(|&b| b == b'{' || b == b'}') {
+            if key::check_user_key(key).is_err() || key::braced(key) {
                 return SiteOutcome::General;
             }
             buffer.extend_from_slice(key);

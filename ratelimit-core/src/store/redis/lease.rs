@@ -297,9 +297,8 @@ impl Leases {
         let kind = leased(quota.strategy())?;
         let slot = self.slot(key)?;
         let capacity = quota.capacity();
-        if let Some(decided) = slot.spend(cost, capacity, Instant::now()) {
-            return Some(Ok(decided));
-        }
+        // The lease was tried just before (`RedisStore::answered_here`, the one caller's first
+        // step): what a grant in flight adds is spent below, once the grant lock is ours.
         let timeout = store.options().timeout;
         let Ok(_granting) = tokio::time::timeout(timeout, slot.grant.lock()).await else {
             return Some(Err(Error::Timeout { after: timeout }));
