@@ -1,16 +1,20 @@
 -- Fixed window, the hot path: a call that records, under a window of whole milliseconds (the
--- integer state of fixed_window.lua). Its own script, with its own arguments, so that the call
--- every admitted decision makes reads as little as it can: the count is all it returns.
+-- integer state of fixed_window.lua). Its own script, so that the call every admitted
+-- decision makes reads as little as it can: the count is all it returns.
 --
 -- KEYS[1]: the limiter key
--- ARGV[1]: capacity (limit + burst), at least 1
--- ARGV[2]: window, in milliseconds
--- ARGV[3]: cost, from 2 to the capacity; absent for a cost of 1
--- In front of this file (scripts.rs), one line increments the key and names the cost:
---   `local cost, count = 1, redis.pcall('INCR', KEYS[1])` for a cost of 1,
---   `local cost, count = ARGV[3] + 0, redis.pcall('INCRBY', KEYS[1], ARGV[3])` otherwise.
--- Behind it, fixed_window.lua as a function, `fixed_window(KEYS, ARGV, fell)`, and a last line
--- that calls it, reached only on state of the wrong shape (see the end of this file).
+-- In front of this file (scripts.rs), two lines name the quota and increment the key:
+--   `local capacity, window, cost = C, W, K`: the capacity (limit + burst, at least 1), the
+--   window in milliseconds and the cost (from 1 to the capacity), and
+--   `local count = redis.pcall('INCR', KEYS[1])` for a cost of 1, INCRBY by the cost otherwise.
+-- A quota's own script has its capacity and window written in as numbers, and its cost 1 or
+-- ARGV[1]: Redis turns each argument into a Lua string (~1,000 instructions) and each
+-- coercion of one to a number is a strtod (~1,000 more), so an admitted call that reads none
+-- costs what the peers' scripts cost. The shared script, for quotas past the number of own
+-- scripts a store keeps, reads them from ARGV: capacity ARGV[1] (coerced), window ARGV[2]
+-- (a string, coerced on a window's first hit only), cost ARGV[3] (absent for 1).
+-- Behind this file, fixed_window.lua as a function, `fixed_window(KEYS, ARGV, fell)`, and a
+-- last line that calls it, reached only on state of the wrong shape (see the end of this file).
 -- Returns: admitted (and recorded): the count with this call's cost, from the cost to the
 --          capacity; refused (nothing recorded): one integer `left * (2 * capacity + 1) +
 --          count`, above the capacity, where count is the window's count with this call's
@@ -19,9 +23,8 @@
 --          in a Lua number (2^53 or more). Or the RATELIMIT_STATE error reply (nothing written),
 --          or Redis' own error (e.g. OOM on a full noeviction server).
 --
--- What it reads, and why that is enough (each line measured in Redis' instructions per call:
--- an argument coerced to a number costs a strtod, ~900 instructions; a Lua number passed to
--- redis.call is formatted back to text):
+-- What it reads, and why that is enough (measured in Redis' instructions per call: see
+-- BENCHMARKS.md; a Lua number passed to redis.call is formatted back to text):
 -- - An admitted call is INCR (or INCRBY) and one comparison with the capacity. No TIME, no
 --   TTL: the key's expiry was set by the window's first hit, in this same script, so every key
 --   written here expires at its window's last millisecond. The store places the reply's
@@ -50,7 +53,7 @@
 if type(count) == 'number' then
   local left
   if count > cost then
-    if count <= ARGV[1] + 0 then return count end
+    if count <= capacity then return count end
     -- Refused. The TTL says when the counted window ends, and that the key has an expiry at
     -- all: a count without one was not written here.
     local ttl = redis.call('PTTL', KEYS[1])
@@ -62,16 +65,15 @@ if type(count) == 'number' then
     -- floor(now / window).
     local t = redis.call('TIME')
     local now = t[1] * 1000 + math.floor(t[2] / 1000)
-    local ms = ARGV[2] + 0
+    local ms = window + 0
     local stop = (math.floor(now / ms) + 1) * ms
     redis.call('PEXPIREAT', KEYS[1], stop - 1)
-    if count <= ARGV[1] + 0 then return count end
+    if count <= capacity then return count end
     left = stop - now
   end
-  -- Refused, or the wrong shape: take the cost back out (as a string: see above).
-  redis.call('DECRBY', KEYS[1], ARGV[3] or '1')
+  -- Refused, or the wrong shape: take the cost back out.
+  redis.call('DECRBY', KEYS[1], cost)
   if left then
-    local capacity = ARGV[1] + 0
     -- A count above the capacity (kept from a larger limit under the same key) is refused
     -- all the same; the reply only needs to say so, within 2 * capacity.
     if count > 2 * capacity then count = 2 * capacity end

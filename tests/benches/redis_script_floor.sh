@@ -22,14 +22,16 @@ dir=$(mktemp -d)
 trap 'kill "$(cat "$dir/pid" 2>/dev/null)" 2>/dev/null || true; rm -rf "$dir"' EXIT
 
 lua() { cat ratelimit-core/lua/prelude.lua "ratelimit-core/lua/$1.lua"; }
-# The fixed window's hot path as scripts.rs assembles it, for a cost of 1 or more.
-hot() {
-  echo "$1"
+# The fixed window's hot path as scripts.rs assembles it (Hot::source): its first line names
+# the capacity, window (ms) and cost, written in (a quota's own script) or from ARGV (the
+# shared one); the second increments the key.
+hot() { # quota line, increment line
+  printf 'local capacity, window, cost = %s\nlocal count = %s\n' "$1" "$2"
   cat ratelimit-core/lua/fixed_window_hot.lua
   echo "local function fixed_window(KEYS, ARGV, fell)"
   lua fixed_window
   printf '\nend\n'
-  echo "return fixed_window(KEYS, {ARGV[2] .. '000', ARGV[1], ARGV[3] or '1', '0', '1'}, true)"
+  echo "return fixed_window(KEYS, {string.format('%d000', window), string.format('%d', capacity), string.format('%d', cost), '0', '1'}, true)"
 }
 
 # name, script, then the script's ARGV. Every call admitted: capacity 1e9, window 60 s.
@@ -39,10 +41,14 @@ variant "return 1" "return 1"
 variant "TIME" "local t = redis.call('TIME') return 1"
 variant "TIME+GET+SET (floor)" \
   "local t = redis.call('TIME') local v = redis.call('GET', KEYS[1]) redis.call('SET', KEYS[1], 'x', 'PX', 60000) return 1"
-variant "fixed-window hot, cost 1" \
-  "$(hot "local cost, count = 1, redis.pcall('INCR', KEYS[1])")" 1000000000 60000
-variant "fixed-window hot, cost 5" \
-  "$(hot "local cost, count = ARGV[3] + 0, redis.pcall('INCRBY', KEYS[1], ARGV[3])")" 1000000000 60000 5
+variant "fixed-window hot, own script, cost 1" \
+  "$(hot "1000000000, 60000, 1" "redis.pcall('INCR', KEYS[1])")"
+variant "fixed-window hot, own script, cost 5" \
+  "$(hot "1000000000, 60000, ARGV[1] + 0" "redis.pcall('INCRBY', KEYS[1], ARGV[1])")" 5
+variant "fixed-window hot, shared script, cost 1" \
+  "$(hot "ARGV[1] + 0, ARGV[2], 1" "redis.pcall('INCR', KEYS[1])")" 1000000000 60000
+variant "fixed-window hot, shared script, cost 5" \
+  "$(hot "ARGV[1] + 0, ARGV[2], ARGV[3] + 0" "redis.pcall('INCRBY', KEYS[1], ARGV[3])")" 1000000000 60000 5
 variant "fixed-window full" "$(echo 'local fell'; lua fixed_window)" 60000000 1000000000 1 1 1
 variant "sliding-window-counter" "$(lua sliding_counter)" 60000000 1000000000 1 1
 # interval 1 µs, tolerance 1e9 µs: every call admitted.

@@ -248,12 +248,16 @@ fn same_as_fresh(state: &State, now: Nanos, q: &Quota, what: &str) {
     }
 }
 
-/// Runs `steps` through the script and the algorithm, comparing every verdict.
-fn agree(limits: &Limits, steps: &[Step]) {
+/// Runs `steps` through the script and the algorithm, comparing every verdict; `shared`: the
+/// fixed window's hot path through the shared script rather than the quota's own.
+fn agree(limits: &Limits, steps: &[Step], shared: bool) {
     let quota = limits.quota();
     let q = limits.in_micros();
     assert_eq!(supports(&quota), Ok(()), "{limits:?}");
     let redis = Redis::new(T0).expect("the scripts compile");
+    if shared {
+        redis.share_hot();
+    }
     let fresh = State::new(limits.strategy);
     let mut state = fresh.clone();
     let mut now = T0;
@@ -488,18 +492,18 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
 
     #[test]
-    fn small_quotas_decide_alike(limits in small(), steps in steps(60)) {
-        agree(&limits, &steps);
+    fn small_quotas_decide_alike(limits in small(), steps in steps(60), shared: bool) {
+        agree(&limits, &steps, shared);
     }
 
     #[test]
-    fn large_quotas_decide_alike(limits in large(), steps in steps(40)) {
-        agree(&limits, &steps);
+    fn large_quotas_decide_alike(limits in large(), steps in steps(40), shared: bool) {
+        agree(&limits, &steps, shared);
     }
 
     #[test]
     fn quotas_at_the_2_51_bounds_decide_alike(limits in at_the_bound(), steps in steps(40)) {
         one_more_is_refused(&limits);
-        agree(&limits, &steps);
+        agree(&limits, &steps, false);
     }
 }

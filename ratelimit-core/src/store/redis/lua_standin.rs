@@ -33,13 +33,13 @@
 //! script (here time never moves during one), replication, eviction, memory limits, script
 //! timeouts and the sandbox that forbids globals.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, VecDeque};
 use std::rc::Rc;
 
 use mlua::{Function, Lua, MultiValue, Table, Value};
 
-use super::scripts::{call, source, SCRIPTS};
+use super::scripts::{call, source, Call, Hot, Which, SCRIPTS};
 use crate::quota::Quota;
 use crate::syntax::Strategy;
 
@@ -319,6 +319,10 @@ pub(super) struct Redis {
     lua: Lua,
     /// In the order of `SCRIPTS`.
     scripts: Vec<Function>,
+    /// The fixed window's own hot scripts, compiled on first use.
+    own: RefCell<HashMap<Hot, Function>>,
+    /// Whether the fixed window's hot path takes the shared script (see `share_hot`).
+    shared_hot: Cell<bool>,
 }
 
 impl Redis {
@@ -358,7 +362,13 @@ impl Redis {
                 .into_function()
         };
         let scripts = (0..SCRIPTS.len()).map(compile).collect::<Result<_, _>>()?;
-        Ok(Redis { db, lua, scripts })
+        Ok(Redis {
+            db,
+            lua,
+            scripts,
+            own: RefCell::default(),
+            shared_hot: Cell::new(false),
+        })
     }
 
     /// Sets the clock (`TIME` and expiry), forwards or backwards.
@@ -366,15 +376,46 @@ impl Redis {
         self.db.borrow_mut().now_us = now_us;
     }
 
-    /// The decision the store asks for `quota` (see `scripts::call`), and its reply.
+    /// The decision the store asks for `quota` (see `scripts::call`), and its reply: through
+    /// the fixed window's own hot script, or (`shared`) the shared one a store falls back to.
     pub(super) fn decide(&self, quota: &Quota, key: &str, cost: u64, commit: bool) -> Reply {
         let call = call(quota, cost, commit, false);
-        self.eval(call.script, key, call.args())
+        match call.script {
+            Which::Shared(script) => self.eval(&self.scripts[script], key, call.args()),
+            Which::Own(hot) if self.shared_hot.get() => {
+                let call = hot.shared(cost);
+                self.decide_call(&call, key)
+            }
+            Which::Own(hot) => {
+                let compiled = self.own.borrow().get(&hot).cloned();
+                let script = match compiled {
+                    Some(script) => script,
+                    None => match self.lua.load(hot.own_source()).into_function() {
+                        Ok(script) => self.own.borrow_mut().entry(hot).or_insert(script).clone(),
+                        Err(e) => return Reply::Error(e.to_string()),
+                    },
+                };
+                self.eval(&script, key, call.args())
+            }
+        }
     }
 
-    /// `EVALSHA` of `SCRIPTS[script]`.
-    pub(super) fn eval(&self, script: usize, key: &str, args: &[u64]) -> Reply {
-        let script = &self.scripts[script];
+    /// [`decide`](Self::decide) with a call through one of `SCRIPTS`.
+    fn decide_call(&self, call: &Call, key: &str) -> Reply {
+        match call.script {
+            Which::Shared(script) => self.eval(&self.scripts[script], key, call.args()),
+            Which::Own(_) => Reply::Error("a shared call names an own script".into()),
+        }
+    }
+
+    /// From now on, [`decide`](Self::decide) asks the fixed window's shared hot script, as a
+    /// store that keeps its most own scripts does.
+    pub(super) fn share_hot(&self) {
+        self.shared_hot.set(true);
+    }
+
+    /// `EVALSHA` of `script`.
+    fn eval(&self, script: &Function, key: &str, args: &[u64]) -> Reply {
         let argv = args.iter().map(u64::to_string);
         let set = || -> mlua::Result<()> {
             let g = self.lua.globals();
@@ -409,19 +450,26 @@ fn state_of_another_shape_is_an_error_reply_and_is_left_as_it_is() {
         .unwrap();
     // A count that is not a number, in the field of the window decided in (1 ms windows).
     redis.command(&["HSET", "h", "1750000000000", "x"]).unwrap();
-    for strategy in Strategy::ALL {
-        let quota = Quota::new(5, std::time::Duration::from_millis(1))
-            .unwrap()
-            .with_strategy(strategy);
-        for (key, kind) in [("s", "string"), ("z", "zset"), ("l", "list"), ("h", "hash")] {
-            // Each script: a look, and records of cost 1 and 3 (the fixed window's hot path).
-            for (cost, commit) in [(1, false), (1, true), (3, true)] {
-                let reply = redis.decide(&quota, key, cost, commit);
-                let holds = format!("RATELIMIT_STATE the limiter key holds a {kind} that is not");
-                assert!(
-                    matches!(&reply, Reply::Error(e) if e.starts_with(&holds)),
-                    "{strategy}, {cost}, {commit}: {reply:?}"
-                );
+    // The fixed window's own hot scripts, then the shared ones.
+    for shared in [false, true] {
+        if shared {
+            redis.share_hot();
+        }
+        for strategy in Strategy::ALL {
+            let quota = Quota::new(5, std::time::Duration::from_millis(1))
+                .unwrap()
+                .with_strategy(strategy);
+            for (key, kind) in [("s", "string"), ("z", "zset"), ("l", "list"), ("h", "hash")] {
+                // Each script: a look, and records of cost 1 and 3 (the fixed window's hot path).
+                for (cost, commit) in [(1, false), (1, true), (3, true)] {
+                    let reply = redis.decide(&quota, key, cost, commit);
+                    let holds =
+                        format!("RATELIMIT_STATE the limiter key holds a {kind} that is not");
+                    assert!(
+                        matches!(&reply, Reply::Error(e) if e.starts_with(&holds)),
+                        "{strategy}, {cost}, {commit}: {reply:?}"
+                    );
+                }
             }
         }
     }

@@ -1,8 +1,11 @@
 //! The Lua scripts (`lua/*.lua`), one per strategy, and the limits within which they count
 //! exactly.
 
-use std::sync::LazyLock;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, LazyLock};
 
+use parking_lot::RwLock;
 use redis::Script;
 
 use crate::quota::{Quota, QuotaError};
@@ -79,21 +82,16 @@ macro_rules! wrapped {
 // For the lease script (`lease.rs`), which runs two of the scripts as functions too.
 pub(super) use wrapped;
 
-/// The fixed window's hot path (`lua/fixed_window_hot.lua`, see its header) behind the line
-/// that increments the key, with the whole script behind it as a function, called only on
-/// state of the wrong shape for its error reply (a look: `fell` answers before anything is
+/// The fixed window's hot path (`lua/fixed_window_hot.lua`, see its header) behind its two
+/// first lines (see [`Hot::source`]), with the whole script behind it as a function, called only
+/// on state of the wrong shape for its error reply (a look: `fell` answers before anything is
 /// read or written).
-macro_rules! fixed_window_hot {
-    ($increment:literal) => {
-        concat!(
-            $increment,
-            "\n",
-            include_str!("../../../lua/fixed_window_hot.lua"),
-            wrapped!("fixed_window", "fixed_window.lua"),
-            "return fixed_window(KEYS, {ARGV[2] .. '000', ARGV[1], ARGV[3] or '1', '0', '1'}, true)\n"
-        )
-    };
-}
+const HOT_BODY: &str = concat!(
+    include_str!("../../../lua/fixed_window_hot.lua"),
+    wrapped!("fixed_window", "fixed_window.lua"),
+    "return fixed_window(KEYS, {string.format('%d000', window), string.format('%d', capacity), \
+     string.format('%d', cost), '0', '1'}, true)\n"
+);
 
 /// Several limits as one decision (`lua/stacked.lua`), over the four scripts as functions.
 const STACKED: &str = concat!(
@@ -106,26 +104,30 @@ const STACKED: &str = concat!(
 
 pub(super) static STACKED_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(STACKED));
 
-/// The number `lua/stacked.lua` knows a strategy by: its index in [`SOURCES`], from 1 (the
+/// The number `lua/stacked.lua` knows a strategy by: its index in [`SCRIPTS`], from 1 (the
 /// order of its `scripts` table and of [`STACKED`]'s functions).
 pub(super) fn stacked_index(strategy: Strategy) -> usize {
     index(strategy) + 1
 }
 
 /// The single-key scripts: the four strategies' (in the order of [`index`]), then the fixed
-/// window's hot path for a cost of 1 ([`HOT_ONE`]) and for more ([`HOT_MORE`]).
-const SOURCES: [&str; 6] = [
-    concat!("local fell\n", lua!("fixed_window.lua")),
-    lua!("sliding_log.lua"),
-    lua!("sliding_counter.lua"),
-    lua!("token_bucket.lua"),
-    fixed_window_hot!("local cost, count = 1, redis.pcall('INCR', KEYS[1])"),
-    fixed_window_hot!("local cost, count = ARGV[3] + 0, redis.pcall('INCRBY', KEYS[1], ARGV[3])"),
-];
+/// window's shared hot path for a cost of 1 ([`HOT_ONE`]) and for more ([`HOT_MORE`]), which
+/// read their quota from ARGV (see [`Hot`]).
+pub(super) static SCRIPTS: LazyLock<[Script; 6]> =
+    LazyLock::new(|| [0, 1, 2, 3, HOT_ONE, HOT_MORE].map(|script| Script::new(&source(script))));
 const HOT_ONE: usize = 4;
 const HOT_MORE: usize = 5;
 
-pub(super) static SCRIPTS: LazyLock<[Script; 6]> = LazyLock::new(|| SOURCES.map(Script::new));
+/// The source of [`SCRIPTS`]`[script]`.
+pub(super) fn source(script: usize) -> String {
+    match script {
+        0 => concat!("local fell\n", lua!("fixed_window.lua")).to_owned(),
+        1 => lua!("sliding_log.lua").to_owned(),
+        2 => lua!("sliding_counter.lua").to_owned(),
+        3 => lua!("token_bucket.lua").to_owned(),
+        _ => Hot::source(None, script == HOT_MORE),
+    }
+}
 
 fn index(strategy: Strategy) -> usize {
     match strategy {
@@ -136,17 +138,153 @@ fn index(strategy: Strategy) -> usize {
     }
 }
 
-/// The source of [`SCRIPTS`]`[script]`.
-#[cfg(test)]
-pub(super) fn source(script: usize) -> &'static str {
-    SOURCES[script]
+/// A script as a [`Call`] names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Which {
+    /// [`SCRIPTS`]`[i]`.
+    Shared(usize),
+    /// The fixed window's hot path with this quota written in (see [`OwnScripts`]).
+    Own(Hot),
 }
 
-/// One single-key decision as Redis is asked it: which of [`SCRIPTS`], with which arguments.
+/// A fixed-window call on its hot path: record `cost` under a window of whole milliseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(super) struct Hot {
+    capacity: u64,
+    window_ms: u64,
+    /// A cost above 1 (the script then reads it from ARGV).
+    more: bool,
+}
+
+impl Hot {
+    /// The script of this quota's own, with its capacity and window written in.
+    pub(super) fn own_source(&self) -> String {
+        Hot::source(Some((self.capacity, self.window_ms)), self.more)
+    }
+
+    /// The hot path's source: with `quota` (capacity, window in milliseconds) written in, or
+    /// reading it from ARGV; for a cost of 1, or (`more`) the cost in the last argument.
+    fn source(quota: Option<(u64, u64)>, more: bool) -> String {
+        let (capacity, window, cost) = match quota {
+            Some((capacity, window_ms)) => (capacity.to_string(), window_ms.to_string(), "ARGV[1]"),
+            None => ("ARGV[1] + 0".to_owned(), "ARGV[2]".to_owned(), "ARGV[3]"),
+        };
+        let (cost, increment) = if more {
+            (
+                format!("{cost} + 0"),
+                format!("redis.pcall('INCRBY', KEYS[1], {cost})"),
+            )
+        } else {
+            ("1".to_owned(), "redis.pcall('INCR', KEYS[1])".to_owned())
+        };
+        format!(
+            "local capacity, window, cost = {capacity}, {window}, {cost}\n\
+             local count = {increment}\n{HOT_BODY}"
+        )
+    }
+
+    /// The same call through the shared script, which reads the quota from ARGV.
+    pub(super) fn shared(&self, cost: u64) -> Call {
+        let (script, len) = if self.more {
+            (HOT_MORE, 3)
+        } else {
+            (HOT_ONE, 2)
+        };
+        Call {
+            script: Which::Shared(script),
+            args: [self.capacity, self.window_ms, cost, 0, 0],
+            len,
+        }
+    }
+}
+
+/// How many quotas a store keeps a hot script of their own for: Redis keeps every script
+/// loaded until `SCRIPT FLUSH`, so an application that builds quotas per call must not load
+/// one per call. Past it, [`Hot::shared`].
+const OWN_MAX: usize = 256;
+
+/// A store's own hot scripts, by quota (see [`OWN_MAX`]).
+#[derive(Default)]
+pub(super) struct OwnScripts {
+    scripts: RwLock<HashMap<Hot, Arc<OwnScript>, foldhash::fast::RandomState>>,
+}
+
+/// A hot script of a quota's own, and whether this store has sent its source yet.
+pub(super) struct OwnScript {
+    script: Script,
+    source: String,
+    sent: AtomicBool,
+}
+
+/// A script to invoke: one of [`SCRIPTS`] or a store's own.
+pub(super) enum Held {
+    Shared(&'static Script),
+    Own(Arc<OwnScript>),
+}
+
+impl Held {
+    /// The source, the first time this store runs the script (and then never again): sent
+    /// with `EVAL`, which runs it and loads it in one round trip, where `EVALSHA` would be
+    /// answered `NOSCRIPT` and need two more (the shared scripts are loaded by `connect`).
+    pub(super) fn first_source(&self) -> Option<&str> {
+        match self {
+            Held::Own(own) if !own.sent.swap(true, Ordering::Relaxed) => Some(&own.source),
+            _ => None,
+        }
+    }
+}
+
+impl std::ops::Deref for Held {
+    type Target = Script;
+    fn deref(&self) -> &Script {
+        match self {
+            Held::Shared(script) => script,
+            Held::Own(own) => &own.script,
+        }
+    }
+}
+
+impl OwnScripts {
+    /// The script `call` names: one of [`SCRIPTS`], or an own script, which falls back to the
+    /// shared one (and `call` to its arguments) when the store keeps [`OWN_MAX`] already.
+    pub(super) fn script(&self, call: &mut Call) -> Held {
+        match call.script {
+            Which::Shared(i) => Held::Shared(&SCRIPTS[i]),
+            Which::Own(hot) => match self.get(&hot) {
+                Some(own) => Held::Own(own),
+                None => {
+                    *call = hot.shared(call.args[0]);
+                    self.script(call)
+                }
+            },
+        }
+    }
+
+    /// `hot`'s own script, made on first use; `None` when the store keeps [`OWN_MAX`] already.
+    fn get(&self, hot: &Hot) -> Option<Arc<OwnScript>> {
+        if let Some(own) = self.scripts.read().get(hot) {
+            return Some(Arc::clone(own));
+        }
+        let mut scripts = self.scripts.write();
+        if scripts.len() >= OWN_MAX && !scripts.contains_key(hot) {
+            return None;
+        }
+        let own = scripts.entry(*hot).or_insert_with(|| {
+            let source = hot.own_source();
+            Arc::new(OwnScript {
+                script: Script::new(&source),
+                source,
+                sent: AtomicBool::new(false),
+            })
+        });
+        Some(Arc::clone(own))
+    }
+}
+
+/// One single-key decision as Redis is asked it: which script, with which arguments.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Call {
-    /// The index in [`SCRIPTS`].
-    pub(super) script: usize,
+    pub(super) script: Which,
     args: [u64; 5],
     len: usize,
 }
@@ -160,8 +298,8 @@ impl Call {
 
 /// How a decision on `quota` is asked: `cost` (0 to look at the level), `commit` to record an
 /// admitted call, `full` for the full reply (see each script's header). A fixed window of
-/// whole milliseconds that records without the full reply is its hot path, with the
-/// arguments it reads: the capacity, the window in milliseconds, and the cost when not 1.
+/// whole milliseconds that records without the full reply is its hot path, through a script
+/// of the quota's own (see [`Hot`]), which reads the cost when not 1.
 /// `quota` is one [`supports`] accepts.
 pub(super) fn call(quota: &Quota, cost: u64, commit: bool, full: bool) -> Call {
     let window_us = quota.window().as_micros() as u64;
@@ -171,20 +309,20 @@ pub(super) fn call(quota: &Quota, cost: u64, commit: bool, full: bool) -> Call {
         && cost > 0
         && window_us % 1_000 == 0
     {
-        let (script, len) = if cost == 1 {
-            (HOT_ONE, 2)
-        } else {
-            (HOT_MORE, 3)
+        let hot = Hot {
+            capacity: quota.capacity(),
+            window_ms: window_us / 1_000,
+            more: cost > 1,
         };
         return Call {
-            script,
-            args: [quota.capacity(), window_us / 1_000, cost, 0, 0],
-            len,
+            script: Which::Own(hot),
+            args: [cost, 0, 0, 0, 0],
+            len: usize::from(hot.more),
         };
     }
     let [first, second] = arguments(quota);
     Call {
-        script: index(quota.strategy()),
+        script: Which::Shared(index(quota.strategy())),
         args: [first, second, cost, u64::from(commit), u64::from(full)],
         len: 5,
     }

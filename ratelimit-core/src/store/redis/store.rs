@@ -14,7 +14,9 @@ use super::options::RedisOptions;
 use super::redaction::{secrets, store_error};
 use super::refusals::Refusals;
 use super::reply::{full, RedisClock, Reply};
-use super::scripts::{arguments, call, stacked_index, supports, SCRIPTS, STACKED_SCRIPT};
+use super::scripts::{
+    arguments, call, stacked_index, supports, OwnScripts, SCRIPTS, STACKED_SCRIPT,
+};
 use crate::algorithm::{self, Verdict};
 use crate::clock::Nanos;
 use crate::decision::Decision;
@@ -50,6 +52,8 @@ pub(super) struct Inner {
     pub(super) refusals: Refusals,
     /// Hot keys' leased budgets, when [`RedisOptions::leases`] asks for them.
     pub(super) leases: Option<Leases>,
+    /// The fixed window's hot scripts with their quota written in.
+    own: OwnScripts,
 }
 
 /// Limiter state in Redis, shared by every process that uses the same server (or cluster) and
@@ -66,7 +70,8 @@ pub(super) struct Inner {
 /// - **Integer state where it can be**: a fixed window of whole milliseconds keeps a bare
 ///   count that expires at the window's last millisecond, so its TTL tells its window. An
 ///   admitted call that spends is one `INCR` (the expiry is set on the window's first hit, a
-///   refusal reads the `PTTL` for its wait) and replies with the count alone; the store places
+///   refusal reads the `PTTL` for its wait), in a script with the quota written in (no
+///   argument to read, for up to 256 quotas a store), and replies with the count alone; the store places
 ///   it in the window of its estimate of Redis' clock, measured by a full reply at most once a
 ///   second, so a decision's `reset_at` is Redis' to within half a round trip (within that of
 ///   a window's edge, the edge or the next window's end). What is admitted is Redis' decision
@@ -153,6 +158,7 @@ impl RedisStore {
                 clock: RedisClock::default(),
                 refusals,
                 leases,
+                own: OwnScripts::default(),
             }),
         })
     }
@@ -239,12 +245,22 @@ impl RedisStore {
         }
         let sent = RedisClock::local_us();
         let full = full || clock.stale(sent);
-        let call = call(quota, cost, commit, full);
-        let mut invocation = SCRIPTS[call.script].key(key);
-        for &arg in call.args() {
-            invocation.arg(arg);
-        }
-        let value: redis::Value = self.run(&invocation).await?;
+        let mut call = call(quota, cost, commit, full);
+        let script = self.inner.own.script(&mut call);
+        let value: redis::Value = match script.first_source() {
+            Some(source) => {
+                let mut eval = redis::cmd("EVAL");
+                eval.arg(source).arg(1).arg(key).arg(call.args());
+                self.run_eval(&eval).await?
+            }
+            None => {
+                let mut invocation = script.key(key);
+                for &arg in call.args() {
+                    invocation.arg(arg);
+                }
+                self.run(&invocation).await?
+            }
+        };
         let reply = Reply::parse(&value, quota).ok_or_else(|| unexpected_value(&value))?;
         let received = RedisClock::local_us();
         if let Reply::Full(_, at) = reply {
@@ -320,14 +336,31 @@ impl RedisStore {
                 Connection::Single(mut c) => invocation.invoke_async(&mut c).await,
                 Connection::Cluster(mut c) => invocation.invoke_async(&mut c).await,
             };
-            result.map_err(|e| match e.code() {
-                Some(UNEXPECTED_STATE) => Error::UnexpectedState {
-                    message: e.detail().unwrap_or("").to_owned(),
-                },
-                _ => self.error("the limiter script failed", &e),
-            })
+            result.map_err(|e| self.script_failed(&e))
         })
         .await
+    }
+
+    /// [`run`](Self::run) for a script sent with its source (`EVAL`).
+    async fn run_eval<T: redis::FromRedisValue>(&self, eval: &redis::Cmd) -> Result<T, Error> {
+        self.bounded(async {
+            let result = match self.connection().await? {
+                Connection::Single(mut c) => eval.query_async(&mut c).await,
+                Connection::Cluster(mut c) => eval.query_async(&mut c).await,
+            };
+            result.map_err(|e| self.script_failed(&e))
+        })
+        .await
+    }
+
+    /// A script's error reply as an [`Error`].
+    fn script_failed(&self, e: &redis::RedisError) -> Error {
+        match e.code() {
+            Some(UNEXPECTED_STATE) => Error::UnexpectedState {
+                message: e.detail().unwrap_or("").to_owned(),
+            },
+            _ => self.error("the limiter script failed", e),
+        }
     }
 
     /// Runs `f` within the configured timeout. Everything that talks to Redis goes through
