@@ -29,6 +29,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::algorithm::Verdict;
 use crate::clock::Nanos;
+use crate::error::Error;
 use crate::quota::Quota;
 use crate::syntax::Strategy;
 
@@ -237,6 +238,13 @@ impl RedisClock {
     /// Redis' time now, as estimated from `local_us`.
     pub(super) fn redis_us(&self, local_us: u64) -> u64 {
         local_us.saturating_add_signed(self.offset_us.load(Ordering::Relaxed))
+    }
+}
+
+/// A reply no limiter script gives (of another type, or out of range): a store error.
+pub(super) fn unexpected(reply: &dyn std::fmt::Debug) -> Error {
+    Error::Store {
+        message: format!("unexpected reply from the limiter script: {reply:?}"),
     }
 }
 

@@ -13,7 +13,7 @@ use super::lease::Leases;
 use super::options::RedisOptions;
 use super::redaction::{secrets, store_error};
 use super::refusals::Refusals;
-use super::reply::{full, RedisClock, Reply};
+use super::reply::{full, unexpected, RedisClock, Reply};
 use super::scripts::{
     arguments, call, stacked_index, supports, OwnScripts, SCRIPTS, STACKED_SCRIPT,
 };
@@ -261,14 +261,14 @@ impl RedisStore {
                 self.run(&invocation).await?
             }
         };
-        let reply = Reply::parse(&value, quota).ok_or_else(|| unexpected_value(&value))?;
+        let reply = Reply::parse(&value, quota).ok_or_else(|| unexpected(&value))?;
         let received = RedisClock::local_us();
         if let Reply::Full(_, at) = reply {
             clock.measured(at / 1_000, sent, received);
         }
         let (verdict, at) = reply
             .verdict(cost, quota, clock.redis_us(received))
-            .ok_or_else(|| unexpected_value(&value))?;
+            .ok_or_else(|| unexpected(&value))?;
         refusals.record(key, cost, capacity, &verdict, started);
         Ok((verdict, at))
     }
@@ -308,11 +308,11 @@ impl RedisStore {
             }
             let reply: Vec<i64> = self.run(&invocation).await?;
             if reply.len() != 5 * asked.len() {
-                return Err(unexpected_reply(&reply));
+                return Err(unexpected(&reply));
             }
             replies = reply
                 .chunks_exact(5)
-                .map(|r| full(r).ok_or_else(|| unexpected_reply(r)))
+                .map(|r| full(r).ok_or_else(|| unexpected(&r)))
                 .collect::<Result<Vec<_>, _>>()?
                 .into_iter();
         }
@@ -320,7 +320,7 @@ impl RedisStore {
             .into_iter()
             .map(|l| match l {
                 Some(verdict) => Ok((verdict, now)),
-                None => replies.next().ok_or_else(|| unexpected_reply(&[])),
+                None => replies.next().ok_or_else(|| unexpected(&"no reply")),
             })
             .collect()
     }
@@ -539,17 +539,5 @@ impl Store for RedisStore {
 
     fn supports(&self, quota: &Quota) -> Result<(), QuotaError> {
         supports(quota)
-    }
-}
-
-fn unexpected_reply(reply: &[i64]) -> Error {
-    Error::Store {
-        message: format!("unexpected reply from the limiter script: {reply:?}"),
-    }
-}
-
-fn unexpected_value(value: &redis::Value) -> Error {
-    Error::Store {
-        message: format!("unexpected reply from the limiter script: {value:?}"),
     }
 }
