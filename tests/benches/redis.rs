@@ -206,6 +206,16 @@ async fn main() {
         ));
     }
 
+    // `ONLY=text`: the baseline and the variants whose names start with `text` (for a profile of
+    // one of them; the ratios then compare what is left).
+    if let Ok(only) = std::env::var("ONLY") {
+        let mut i = 0;
+        variants.retain(|(name, _)| {
+            i += 1;
+            i == 1 || name.starts_with(&only)
+        });
+    }
+
     // Warm-up: connections, scripts, allocator.
     for (_, call) in &variants {
         latency_us(call).await;

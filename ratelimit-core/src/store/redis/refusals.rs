@@ -13,6 +13,7 @@
 //! that much later; a reset through this store clears the entry at once.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -37,6 +38,11 @@ struct Refusal {
 pub(super) struct Refusals {
     capacity: usize,
     entries: Mutex<HashMap<String, Refusal, foldhash::fast::RandomState>>,
+    /// How many entries there are, written under the lock: a call finding none (every call
+    /// while nothing is refused) takes no lock and hashes no key. Read without the lock, it
+    /// may miss a refusal another thread is recording; that call then asks Redis, which is
+    /// what the entry would have saved, never an allowance.
+    held: AtomicUsize,
 }
 
 impl Refusals {
@@ -44,6 +50,7 @@ impl Refusals {
         Refusals {
             capacity,
             entries: Mutex::new(HashMap::default()),
+            held: AtomicUsize::new(0),
         }
     }
 
@@ -56,12 +63,18 @@ impl Refusals {
         capacity: u64,
         now: Instant,
     ) -> Option<Verdict> {
-        if self.capacity == 0 || cost == 0 {
+        if self.capacity == 0 || cost == 0 || self.held.load(Ordering::Acquire) == 0 {
             return None;
         }
-        let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        let r = entries.get(key)?;
-        if cost < r.cost || capacity != r.capacity || now >= r.until {
+        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        let r = *entries.get(key)?;
+        if now >= r.until {
+            // Out of force: gone, so that calls on the key take no lock again.
+            entries.remove(key);
+            self.held.store(entries.len(), Ordering::Release);
+            return None;
+        }
+        if cost < r.cost || capacity != r.capacity {
             return None;
         }
         let left = r.until - now;
@@ -113,19 +126,20 @@ impl Refusals {
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
         if entries.len() >= self.capacity && !entries.contains_key(key) {
             entries.retain(|_, r| r.until > sent);
+            self.held.store(entries.len(), Ordering::Release);
             if entries.len() >= self.capacity {
                 return;
             }
         }
         entries.insert(key.to_owned(), refusal);
+        self.held.store(entries.len(), Ordering::Release);
     }
 
     /// Forgets `key`'s refusal (a reset through this store).
     pub(super) fn forget(&self, key: &str) {
-        self.entries
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(key);
+        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        entries.remove(key);
+        self.held.store(entries.len(), Ordering::Release);
     }
 }
 
@@ -189,6 +203,27 @@ mod tests {
         assert!(refusals.answer("c", 1, 5, later).is_some());
         assert!(refusals.answer("b", 1, 5, later).is_some());
         assert_eq!(refusals.entries.lock().unwrap().len(), 2);
+    }
+
+    /// The count read without the lock follows the map: a refusal in force is answered, one
+    /// out of force is dropped when next asked about, so calls go back to taking no lock.
+    #[test]
+    fn the_count_read_without_the_lock_follows_the_entries() {
+        let refusals = Refusals::new(8);
+        let held = |r: &Refusals| r.held.load(Ordering::Acquire);
+        let t = Instant::now();
+        refusals.record("a", 1, 5, &refused(0, 10), t);
+        refusals.record("b", 1, 5, &refused(0, 1_000), t);
+        assert_eq!(held(&refusals), 2);
+        assert!(refusals.answer("a", 1, 5, t).is_some());
+        let later = t + Duration::from_millis(10);
+        assert!(refusals.answer("a", 1, 5, later).is_none(), "out of force");
+        assert_eq!(held(&refusals), 1);
+        assert!(refusals.answer("b", 1, 5, later).is_some());
+        refusals.forget("b");
+        assert_eq!(held(&refusals), 0);
+        assert!(refusals.entries.lock().unwrap().is_empty());
+        assert!(refusals.answer("b", 1, 5, later).is_none());
     }
 
     #[test]

@@ -228,7 +228,12 @@ impl Held {
     /// answered `NOSCRIPT` and need two more (the shared scripts are loaded by `connect`).
     pub(super) fn first_source(&self) -> Option<&str> {
         match self {
-            Held::Own(own) if !own.sent.swap(true, Ordering::Relaxed) => Some(&own.source),
+            // A load first: once sent, every call reads a shared line and writes none.
+            Held::Own(own)
+                if !own.sent.load(Ordering::Relaxed) && !own.sent.swap(true, Ordering::Relaxed) =>
+            {
+                Some(&own.source)
+            }
             _ => None,
         }
     }
