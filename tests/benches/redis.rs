@@ -17,6 +17,10 @@
 //! work (resolving the limit, composing the key, the decision, the stats) and the same client,
 //! and differ only in the script and in reading its reply.
 //!
+//! Two more variants call the fixed window's two stores by `Store::decide`, without the
+//! service, to tell the store's cost from the service's. `ONLY=<prefix>` keeps the baseline and
+//! the variants whose names start with it.
+//!
 //! For each round, every variant runs once, interleaved, the order reversed every other round
 //! (balanced), so that noise from a shared machine lands on all of them alike; the figure
 //! reported is the median over rounds.
@@ -30,8 +34,8 @@ use std::time::{Duration, Instant};
 
 use ratelimit::store::Check;
 use ratelimit::{
-    Config, Decision, Error, Nanos, Options, Quota, RateLimitService, RedisOptions, RedisStore,
-    Store, Strategy, SystemClock,
+    Clock, Config, Decision, Error, Nanos, Options, Quota, RateLimitService, RedisOptions,
+    RedisStore, Store, Strategy, SystemClock,
 };
 use ratelimit_tests::redis_server::{prefix, RedisServer};
 
@@ -176,6 +180,47 @@ async fn main() {
         }
     }
 
+    // The fixed window and its peer called as a `Store` (`Store::decide`), without the
+    // service: what each store costs apart from the service's work, which both sides share.
+    let fixed = Quota::new(LIMIT, Duration::from_secs(WINDOW_S))
+        .unwrap()
+        .with_strategy(Strategy::FixedWindow);
+    let direct: [(String, Arc<dyn DirectStore>); 2] = [
+        (
+            "direct fixed-window (Store::decide)".to_owned(),
+            Arc::new(store.clone()),
+        ),
+        match peer(Strategy::FixedWindow, &raw) {
+            Some((_, peer)) => (
+                "direct peer for fixed-window (Store::decide)".to_owned(),
+                Arc::new(peer),
+            ),
+            None => ("direct (no peer file)".to_owned(), Arc::new(store.clone())),
+        },
+    ];
+    for (name, direct) in direct {
+        let keys: Arc<Vec<String>> = Arc::new(
+            (0..64)
+                .map(|i| format!("{p}:direct:{}:{{user{i}}}", variants.len()))
+                .collect(),
+        );
+        let quota = fixed;
+        variants.push((
+            name,
+            Arc::new(move |i| {
+                let (direct, keys) = (Arc::clone(&direct), Arc::clone(&keys));
+                Box::pin(async move {
+                    let now = SystemClock.now();
+                    let d = direct
+                        .decide_boxed(&keys[i % keys.len()], &quota, now)
+                        .await
+                        .expect("decision");
+                    assert!(d.allowed);
+                })
+            }),
+        ));
+    }
+
     // One hot key already refused (limit 1, spent): answered in the process until its retry
     // time, against the same store asking Redis for every call (`local_refusals(0)`).
     let every_call = RedisStore::new(
@@ -302,6 +347,27 @@ async fn main() {
 }
 
 /// A service over `store`, on the system clock, its keys under `prefix`.
+/// A store called directly, behind one box as the service's `DynStore` boxes it.
+trait DirectStore: Send + Sync {
+    fn decide_boxed<'a>(
+        &'a self,
+        key: &'a str,
+        quota: &'a Quota,
+        now: Nanos,
+    ) -> Pin<Box<dyn Future<Output = Result<Decision, Error>> + Send + 'a>>;
+}
+
+impl<S: Store> DirectStore for S {
+    fn decide_boxed<'a>(
+        &'a self,
+        key: &'a str,
+        quota: &'a Quota,
+        now: Nanos,
+    ) -> Pin<Box<dyn Future<Output = Result<Decision, Error>> + Send + 'a>> {
+        Box::pin(self.decide(key, quota, 1, now, true))
+    }
+}
+
 fn service(store: impl Store, prefix: &str) -> Arc<RateLimitService> {
     let config = Config::builder()
         .key_prefix(prefix)
