@@ -18,8 +18,8 @@
 //! and differ only in the script and in reading its reply.
 //!
 //! Two more variants call the fixed window's two stores by `Store::decide`, without the
-//! service, to tell the store's cost from the service's. `ONLY=<prefix>` keeps the baseline and
-//! the variants whose names start with it.
+//! service, to tell the store's cost from the service's. `ONLY=<prefix>,<prefix>` keeps the baseline
+//! and the variants whose names start with one of them.
 //!
 //! For each round, every variant runs once, interleaved, the order reversed every other round
 //! (balanced), so that noise from a shared machine lands on all of them alike; the figure
@@ -251,13 +251,13 @@ async fn main() {
         ));
     }
 
-    // `ONLY=text`: the baseline and the variants whose names start with `text` (for a profile of
-    // one of them; the ratios then compare what is left).
+    // `ONLY=a,b`: the baseline and the variants whose names start with `a` or `b` (for a
+    // profile of one of them, or more rounds of a few; the ratios compare what is left).
     if let Ok(only) = std::env::var("ONLY") {
         let mut i = 0;
         variants.retain(|(name, _)| {
             i += 1;
-            i == 1 || name.starts_with(&only)
+            i == 1 || only.split(',').any(|o| name.starts_with(o))
         });
     }
 
