@@ -8,9 +8,11 @@
 //! - a fixed window of whole milliseconds (see `lua/fixed_window_hot.lua`): for an admitted
 //!   call, the window's count alone; its window is the one that holds Redis' `TIME` (windows
 //!   are aligned to multiples of the window since the epoch), so its end, `reset_at`, is placed
-//!   with the estimate of Redis' clock. Within the estimate's error of a window's edge that is
-//!   the edge itself or the next window's end (the reset reported one window early or late);
-//!   after Redis' clock went back it is the end of the window of `TIME`, not of the recorded
+//!   with the estimate of Redis' clock. A call sent within a few milliseconds of a window's
+//!   edge (four half round trips of the last measurement and [`EDGE_SLACK_US`]) asks for the
+//!   full reply instead, since there the estimate cannot tell the window; only a round trip
+//!   slower than that margin can still place a count one window early or late; after Redis'
+//!   clock went back it is the end of the window of `TIME`, not of the recorded
 //!   one. For a refusal, the count and the milliseconds left in the window, Redis' own, so
 //!   the wait (`retry_after`) is exact;
 //! - the sliding log (see `lua/sliding_log.lua`), for an admitted call recorded at Redis'
@@ -210,7 +212,14 @@ pub(super) struct RedisClock {
     offset_us: AtomicI64,
     /// This process's microseconds when `offset_us` was measured; 0 before the first time.
     measured_us: AtomicU64,
+    /// Half that measurement's round trip: the offset's error bound when it was taken.
+    half_trip_us: AtomicU64,
 }
+
+/// Beside the error of the last measurement, how far from a fixed window's edge the estimate
+/// is not trusted to tell the window: the clocks' drift within [`REFRESH_US`] and a round trip
+/// slower than the one measured.
+const EDGE_SLACK_US: u64 = 2_000;
 
 impl RedisClock {
     /// The system clock, in microseconds since the epoch.
@@ -221,7 +230,7 @@ impl RedisClock {
     }
 
     /// Whether the next call should ask for the full reply, to measure Redis' time again.
-    pub(super) fn stale(&self, local_us: u64) -> bool {
+    fn stale(&self, local_us: u64) -> bool {
         let measured = self.measured_us.load(Ordering::Acquire);
         measured == 0 || local_us.abs_diff(measured) > REFRESH_US
     }
@@ -232,7 +241,35 @@ impl RedisClock {
         let local = sent_us / 2 + received_us / 2;
         self.offset_us
             .store(redis_us as i64 - local as i64, Ordering::Relaxed);
+        self.half_trip_us
+            .store(received_us.saturating_sub(sent_us) / 2, Ordering::Relaxed);
         self.measured_us.store(local.max(1), Ordering::Release);
+    }
+
+    /// Whether a call on `quota` sent at `local_us` should ask for the full reply: to measure
+    /// Redis' time again ([`stale`](Self::stale)), or because a fixed window's short reply
+    /// could not be placed in its window ([`near_edge`](Self::near_edge)). One round trip
+    /// either way.
+    pub(super) fn wants_full(&self, local_us: u64, quota: &Quota) -> bool {
+        self.stale(local_us)
+            || (quota.strategy() == Strategy::FixedWindow
+                && self.near_edge(local_us, quota.window().as_micros() as u64))
+    }
+
+    /// Whether a call sent at `local_us` may reach Redis so near an edge of a fixed window of
+    /// `window_us` that the estimate cannot tell which window its count belongs to: such a
+    /// call asks for the full reply (Redis' own time), so that its `reset_at` is Redis'. Away
+    /// from the edges (all but a few milliseconds of a window) the short reply is placed
+    /// exactly.
+    pub(super) fn near_edge(&self, local_us: u64, window_us: u64) -> bool {
+        if window_us == 0 {
+            return true;
+        }
+        let margin = (self.half_trip_us.load(Ordering::Relaxed))
+            .saturating_mul(4)
+            .saturating_add(EDGE_SLACK_US);
+        let into = self.redis_us(local_us) % window_us;
+        into < margin || window_us - into <= margin
     }
 
     /// Redis' time now, as estimated from `local_us`.
@@ -287,6 +324,28 @@ mod tests {
         .verdict(1, &fixed, now)
         .unwrap();
         assert!(v.allowed && v.remaining == 0 && v.retry_after.is_none());
+    }
+
+    /// Near a fixed window's edge (within four half round trips and the slack) the estimate
+    /// is not trusted to place a count; elsewhere it is.
+    #[test]
+    fn calls_near_a_window_edge_are_told_to_ask_for_redis_time() {
+        let clock = RedisClock::default();
+        // Redis 5 s ahead; measured over a round trip of 200 µs: margin 4 * 100 + 2,000.
+        let local = 1_750_000_000_000_000;
+        clock.measured(local + 5_000_000 + 100, local, local + 200);
+        let window = 1_000_000;
+        let at = |into: u64| local - 5_000_000 + into; // Redis at `into` µs into a window
+        assert!(clock.near_edge(at(0), window));
+        assert!(clock.near_edge(at(2_399), window));
+        assert!(!clock.near_edge(at(2_400), window));
+        assert!(!clock.near_edge(at(500_000), window));
+        assert!(!clock.near_edge(at(997_599), window));
+        assert!(clock.near_edge(at(997_600), window));
+        assert!(clock.near_edge(at(999_999), window));
+        // A window shorter than the margin: always Redis' time.
+        assert!(clock.near_edge(at(1_000), 4_000));
+        assert!(clock.near_edge(at(2_000), 4_000));
     }
 
     /// The verdict of an admitted call's short reply at `now`: its remaining calls and reset.

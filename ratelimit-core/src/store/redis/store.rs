@@ -71,11 +71,11 @@ pub(super) struct Inner {
 ///   count that expires at the window's last millisecond, so its TTL tells its window. An
 ///   admitted call that spends is one `INCR` (the expiry is set on the window's first hit, a
 ///   refusal reads the `PTTL` for its wait), in a script with the quota written in (no
-///   argument to read, for up to 256 quotas a store), and replies with the count alone; the store places
-///   it in the window of its estimate of Redis' clock, measured by a full reply at most once a
-///   second, so a decision's `reset_at` is Redis' to within half a round trip (within that of
-///   a window's edge, the edge or the next window's end). What is admitted is Redis' decision
-///   alone.
+///   argument to read, for up to 256 quotas a store), and replies with the count alone; the
+///   store places it in the window of its estimate of Redis' clock, measured by a full reply
+///   at most once a second. A call sent within a few milliseconds of a window's edge, where
+///   the estimate cannot tell the window, asks for the full reply instead (Redis' time). What
+///   is admitted is Redis' decision alone.
 ///   The string state of earlier versions under such a window is refused as the wrong shape
 ///   (until it expires, at the end of its window). The sliding log is a list, newest entry
 ///   first, whose head names the oldest live entry and the units in the window: an admitted call
@@ -244,7 +244,7 @@ impl RedisStore {
             }
         }
         let sent = RedisClock::local_us();
-        let full = full || clock.stale(sent);
+        let full = full || clock.wants_full(sent, quota);
         let mut call = call(quota, cost, commit, full);
         let script = self.inner.own.script(&mut call);
         let value: redis::Value = match script.first_source() {
