@@ -185,19 +185,16 @@ async fn main() {
     let fixed = Quota::new(LIMIT, Duration::from_secs(WINDOW_S))
         .unwrap()
         .with_strategy(Strategy::FixedWindow);
-    let direct: [(String, Arc<dyn DirectStore>); 2] = [
-        (
-            "direct fixed-window (Store::decide)".to_owned(),
-            Arc::new(store.clone()),
-        ),
-        match peer(Strategy::FixedWindow, &raw) {
-            Some((_, peer)) => (
-                "direct peer for fixed-window (Store::decide)".to_owned(),
-                Arc::new(peer),
-            ),
-            None => ("direct (no peer file)".to_owned(), Arc::new(store.clone())),
-        },
-    ];
+    let mut direct: Vec<(&str, Arc<dyn DirectStore>)> = vec![(
+        "direct fixed-window (Store::decide)",
+        Arc::new(store.clone()),
+    )];
+    if let Some((_, peer)) = peer(Strategy::FixedWindow, &raw) {
+        direct.push((
+            "direct peer for fixed-window (Store::decide)",
+            Arc::new(peer),
+        ));
+    }
     for (name, direct) in direct {
         let keys: Arc<Vec<String>> = Arc::new(
             (0..64)
@@ -206,7 +203,7 @@ async fn main() {
         );
         let quota = fixed;
         variants.push((
-            name,
+            name.to_owned(),
             Arc::new(move |i| {
                 let (direct, keys) = (Arc::clone(&direct), Arc::clone(&keys));
                 Box::pin(async move {
@@ -346,7 +343,6 @@ async fn main() {
     }
 }
 
-/// A service over `store`, on the system clock, its keys under `prefix`.
 /// A store called directly, behind one box as the service's `DynStore` boxes it.
 trait DirectStore: Send + Sync {
     fn decide_boxed<'a>(
@@ -368,6 +364,7 @@ impl<S: Store> DirectStore for S {
     }
 }
 
+/// A service over `store`, on the system clock, its keys under `prefix`.
 fn service(store: impl Store, prefix: &str) -> Arc<RateLimitService> {
     let config = Config::builder()
         .key_prefix(prefix)

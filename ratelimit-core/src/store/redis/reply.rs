@@ -261,11 +261,13 @@ impl RedisClock {
     /// call asks for the full reply (Redis' own time), so that its `reset_at` is Redis'. Away
     /// from the edges (all but a few milliseconds of a window) the short reply is placed
     /// exactly.
-    pub(super) fn near_edge(&self, local_us: u64, window_us: u64) -> bool {
+    fn near_edge(&self, local_us: u64, window_us: u64) -> bool {
         if window_us == 0 {
             return true;
         }
-        let margin = (self.half_trip_us.load(Ordering::Relaxed))
+        let margin = self
+            .half_trip_us
+            .load(Ordering::Relaxed)
             .saturating_mul(4)
             .saturating_add(EDGE_SLACK_US);
         let into = self.redis_us(local_us) % window_us;
