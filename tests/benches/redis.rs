@@ -270,6 +270,8 @@ async fn main() {
         .ok()
         .and_then(|r| r.parse().ok())
         .unwrap_or(ROUNDS);
+    // `THROUGHPUT_ONLY=1`: no latency runs (for a profile of the throughput runs alone).
+    let profile_throughput = std::env::var_os("THROUGHPUT_ONLY").is_some();
     for round in 0..rounds {
         let mut order: Vec<usize> = (0..variants.len()).collect();
         if round % 2 == 1 {
@@ -281,7 +283,11 @@ async fn main() {
                 .arg("RESETSTAT")
                 .exec(&mut stats)
                 .expect("reset");
-            latency[i].push(latency_us(call).await);
+            if profile_throughput {
+                latency[i].push(0.0);
+            } else {
+                latency[i].push(latency_us(call).await);
+            }
             rate[i].push(throughput(call).await);
             server_us[i].push(evalsha_usec_per_call(&mut stats));
         }
