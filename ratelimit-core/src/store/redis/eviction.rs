@@ -4,6 +4,7 @@
 //! and with [`RedisOptions::require_noeviction`](super::RedisOptions::require_noeviction)
 //! refuses every call.
 
+use super::store::{Connection, RedisStore};
 use crate::Error;
 
 /// What the store learnt of the policy.
@@ -63,6 +64,47 @@ impl Policy {
                  require_noeviction is set: set maxmemory-policy to noeviction"
             ),
         })
+    }
+}
+
+impl RedisStore {
+    /// Refuses, when `noeviction` is required, if Redis may evict limiter keys. Asks Redis
+    /// once: until it has answered (or said it will not), at the cost of one round trip.
+    pub(super) async fn check_eviction(&self, connection: &mut Connection) -> Result<(), Error> {
+        let required = self.options().require_noeviction;
+        let policy = match self.inner.eviction.get() {
+            Some(policy) => policy,
+            None => {
+                let mut cmd = redis::cmd("CONFIG");
+                cmd.arg("GET").arg("maxmemory-policy");
+                let reply: Result<Vec<String>, _> = match connection {
+                    Connection::Single(c) => cmd.query_async(c).await,
+                    Connection::Cluster(c) => cmd.query_async(c).await,
+                };
+                let policy = match reply {
+                    Ok(reply) => Policy::from_reply(&reply),
+                    // Unreachable: ask again on the next call (which fails on its own).
+                    Err(e)
+                        if e.is_io_error()
+                            || e.is_timeout()
+                            || e.is_connection_dropped()
+                            || e.is_connection_refusal() =>
+                    {
+                        return Ok(());
+                    }
+                    // CONFIG refused (managed Redis) or answered oddly: cannot tell.
+                    Err(_) => Policy::Unknown,
+                };
+                if self.inner.eviction.set(policy.clone()).is_ok() {
+                    policy.report(required);
+                }
+                self.inner.eviction.get().unwrap_or(&Policy::Unknown)
+            }
+        };
+        match policy.refusal(required) {
+            Some(refusal) => Err(refusal),
+            None => Ok(()),
+        }
     }
 }
 

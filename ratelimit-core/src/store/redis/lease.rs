@@ -27,11 +27,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
-use redis::Script;
-
 use super::refusals::Refusals;
 use super::reply::{full, RedisClock};
-use super::scripts::{arguments, wrapped};
+use super::scripts::{arguments, wrapped, Lua};
 use super::RedisStore;
 use crate::algorithm::Verdict;
 use crate::clock::Nanos;
@@ -118,9 +116,9 @@ const GRANT: &str = concat!(
     include_str!("../../../lua/lease_grant.lua"),
 );
 
-static GRANT_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(GRANT));
-static RETURN_SCRIPT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../../lua/lease_return.lua")));
+static GRANT_SCRIPT: LazyLock<Lua> = LazyLock::new(|| Lua::new(GRANT));
+static RETURN_SCRIPT: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(include_str!("../../../lua/lease_return.lua")));
 
 /// The strategy's number in the lease scripts, for the strategies that lease.
 fn leased(strategy: Strategy) -> Option<u8> {
@@ -337,15 +335,9 @@ impl Leases {
         let capacity = quota.capacity();
         let want = self.options.slice.max(cost).min(capacity);
         let [first, second] = arguments(quota);
-        let mut invocation = GRANT_SCRIPT.key(key);
-        invocation
-            .arg(kind)
-            .arg(first)
-            .arg(second)
-            .arg(cost)
-            .arg(want);
+        let args = [u64::from(kind), first, second, cost, want];
         let sent = Instant::now();
-        let reply: Vec<i64> = store.run(&invocation).await?;
+        let reply: Vec<i64> = store.run(&GRANT_SCRIPT, &[key], &args, false, sent).await?;
         let unexpected = || Error::Store {
             message: format!("unexpected reply from the lease script: {reply:?}"),
         };
@@ -426,13 +418,15 @@ impl Leases {
                 self.drop_if(&key, &slot);
                 continue;
             };
-            let mut invocation = RETURN_SCRIPT.key(&key);
-            invocation
-                .arg(lease.kind)
-                .arg(lease.left)
-                .arg(lease.stamp_us)
-                .arg(lease.interval_us);
-            let back: u64 = store.run(&invocation).await?;
+            let args = [
+                u64::from(lease.kind),
+                lease.left,
+                lease.stamp_us,
+                lease.interval_us,
+            ];
+            let back: u64 = store
+                .run(&RETURN_SCRIPT, &[&key], &args, false, Instant::now())
+                .await?;
             returned += back;
             drop(granting);
             self.drop_if(&key, &slot);

@@ -57,6 +57,11 @@ impl RedisStore {
             .spend(key, quota, cost, started)
     }
 
+    /// Whether anything can be answered here: a refusal is held, or leases are on.
+    fn answers_here(&self) -> bool {
+        self.inner.leases.is_some() || self.inner.refusals.holds_any()
+    }
+
     /// [`Store::decide_now`](crate::store::Store::decide_now): the checks, then what is
     /// answered here; `None` (nothing spent) for a look at the level and whatever Redis must
     /// decide.
@@ -70,6 +75,10 @@ impl RedisStore {
     ) -> Option<Result<Decision, Error>> {
         if cost == 0 {
             return None; // two looks, as `decide` makes them
+        }
+        if !self.answers_here() {
+            // Nothing could be answered here: the checks are made once, by `decide`.
+            return None;
         }
         let (verdict, at) = match Self::checked(key, quota, cost, now, commit) {
             Err(e) => return Some(Err(e)),

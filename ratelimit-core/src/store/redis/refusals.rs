@@ -54,6 +54,11 @@ impl Refusals {
         }
     }
 
+    /// Whether any refusal is held (read without the lock: see `held`).
+    pub(super) fn holds_any(&self) -> bool {
+        self.capacity > 0 && self.held.load(Ordering::Acquire) > 0
+    }
+
     /// The verdict for a call of `cost` on `key` under `capacity` at `now`, when a refusal in
     /// force answers it: refused, with the time left until the refusal's retry time.
     pub(super) fn answer(
@@ -63,7 +68,7 @@ impl Refusals {
         capacity: u64,
         now: Instant,
     ) -> Option<Verdict> {
-        if self.capacity == 0 || cost == 0 || self.held.load(Ordering::Acquire) == 0 {
+        if cost == 0 || !self.holds_any() {
             return None;
         }
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
@@ -97,7 +102,7 @@ impl Refusals {
         clock: &RedisClock,
     ) -> Option<(Verdict, Nanos)> {
         let verdict = self.answer(key, cost, capacity, now)?;
-        let at = clock.redis_us(RedisClock::local_us());
+        let at = clock.redis_us(RedisClock::local_us(now));
         Some((verdict, at.saturating_mul(1_000)))
     }
 

@@ -27,7 +27,8 @@
 //! `TIME`.
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::sync::LazyLock;
+use std::time::Instant;
 
 use crate::algorithm::Verdict;
 use crate::clock::Nanos;
@@ -201,7 +202,7 @@ pub(super) fn full(reply: &[i64]) -> Option<(Verdict, Nanos)> {
     Some((verdict, nanos(now)?))
 }
 
-/// This process's estimate of Redis' `TIME`: the offset from the system clock measured on the
+/// This process's estimate of Redis' `TIME`: the offset from its monotonic clock measured on the
 /// last full reply, the midpoint of the round trip standing for the instant Redis read it
 /// (so the estimate is within half a round trip, plus the clocks' drift since, at most a
 /// second). It only places the short reply's decision in time (`reset_at`); what is admitted
@@ -222,11 +223,13 @@ pub(super) struct RedisClock {
 const EDGE_SLACK_US: u64 = 2_000;
 
 impl RedisClock {
-    /// The system clock, in microseconds since the epoch.
-    pub(super) fn local_us() -> u64 {
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_micros() as u64)
+    /// This process's clock at `at`, in microseconds: monotonic (a system clock set back or
+    /// forward does not move the estimate), from a base taken once per process, plus one
+    /// (0 stands for "never measured"). Taken from an `Instant` the caller already read, so
+    /// a call reads the clock once for its timeout, its held refusals and its estimate.
+    pub(super) fn local_us(at: Instant) -> u64 {
+        static BASE: LazyLock<Instant> = LazyLock::new(Instant::now);
+        at.saturating_duration_since(*BASE).as_micros() as u64 + 1
     }
 
     /// Whether the next call should ask for the full reply, to measure Redis' time again.

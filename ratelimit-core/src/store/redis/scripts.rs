@@ -1,12 +1,9 @@
 //! The Lua scripts (`lua/*.lua`), one per strategy, and the limits within which they count
 //! exactly.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, LazyLock};
-
-use parking_lot::RwLock;
-use redis::Script;
+use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{LazyLock, OnceLock};
 
 use crate::quota::{Quota, QuotaError};
 use crate::syntax::Strategy;
@@ -93,6 +90,49 @@ const HOT_BODY: &str = concat!(
      string.format('%d', cost), '0', '1'}, true)\n"
 );
 
+/// A script as the store sends it: by its digest (`EVALSHA`), or with its source (`EVAL`,
+/// which runs it and loads it in one round trip) where Redis does not hold it yet.
+pub(super) struct Lua {
+    source: String,
+    hash: String,
+}
+
+impl Lua {
+    pub(super) fn new(source: impl Into<String>) -> Self {
+        let source = source.into();
+        let hash = redis::Script::new(&source).get_hash().to_owned();
+        Lua { source, hash }
+    }
+
+    /// The command that runs the script on `keys` with `args`: `EVALSHA`, or `EVAL` with the
+    /// source. Written straight into one buffer of the size it needs (redis-rs'
+    /// `ScriptInvocation` allocates each key and argument, then copies them into its command).
+    pub(super) fn command(&self, keys: &[&str], args: &[u64], with_source: bool) -> redis::Cmd {
+        let (name, body) = match with_source {
+            true => ("EVAL", &self.source),
+            false => ("EVALSHA", &self.hash),
+        };
+        let keys_len: usize = keys.iter().map(|k| k.len()).sum();
+        let size = name.len() + body.len() + 2 + keys_len + 20 * args.len();
+        let mut cmd = redis::Cmd::with_capacity(3 + keys.len() + args.len(), size);
+        cmd.arg(name).arg(body.as_str()).arg(keys.len());
+        for &key in keys {
+            cmd.arg(key);
+        }
+        for &arg in args {
+            cmd.arg(arg);
+        }
+        cmd
+    }
+
+    /// `SCRIPT LOAD` of the source.
+    pub(super) fn load(&self) -> redis::Cmd {
+        let mut cmd = redis::cmd("SCRIPT");
+        cmd.arg("LOAD").arg(self.source.as_str());
+        cmd
+    }
+}
+
 /// Several limits as one decision (`lua/stacked.lua`), over the four scripts as functions.
 const STACKED: &str = concat!(
     wrapped!("fixed_window", "fixed_window.lua"),
@@ -102,7 +142,7 @@ const STACKED: &str = concat!(
     include_str!("../../../lua/stacked.lua"),
 );
 
-pub(super) static STACKED_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(STACKED));
+pub(super) static STACKED_SCRIPT: LazyLock<Lua> = LazyLock::new(|| Lua::new(STACKED));
 
 /// The number `lua/stacked.lua` knows a strategy by: its index in [`SCRIPTS`], from 1 (the
 /// order of its `scripts` table and of [`STACKED`]'s functions).
@@ -113,8 +153,8 @@ pub(super) fn stacked_index(strategy: Strategy) -> usize {
 /// The single-key scripts: the four strategies' (in the order of [`index`]), then the fixed
 /// window's shared hot path for a cost of 1 ([`HOT_ONE`]) and for more ([`HOT_MORE`]), which
 /// read their quota from ARGV (see [`Hot`]).
-pub(super) static SCRIPTS: LazyLock<[Script; 6]> =
-    LazyLock::new(|| [0, 1, 2, 3, HOT_ONE, HOT_MORE].map(|script| Script::new(&source(script))));
+pub(super) static SCRIPTS: LazyLock<[Lua; 6]> =
+    LazyLock::new(|| [0, 1, 2, 3, HOT_ONE, HOT_MORE].map(|script| Lua::new(source(script))));
 const HOT_ONE: usize = 4;
 const HOT_MORE: usize = 5;
 
@@ -203,45 +243,63 @@ impl Hot {
 /// one per call. Past it, [`Hot::shared`].
 const OWN_MAX: usize = 256;
 
-/// A store's own hot scripts, by quota (see [`OWN_MAX`]).
-#[derive(Default)]
+/// The slots of [`OwnScripts`]' table: twice [`OWN_MAX`], so that it is never more than half
+/// full and a lookup ends at an empty slot within a few.
+const OWN_SLOTS: usize = 2 * OWN_MAX;
+
+/// A store's own hot scripts, by quota (see [`OWN_MAX`]): a table of slots each filled once
+/// and never emptied (open addressing, linear probing). A lookup reads slots, takes no lock
+/// and counts no reference; the scripts live as long as the store, so a call borrows its
+/// script from it.
 pub(super) struct OwnScripts {
-    scripts: RwLock<HashMap<Hot, Arc<OwnScript>, foldhash::fast::RandomState>>,
+    slots: Box<[OnceLock<Box<OwnScript>>]>,
+    /// Slots filled or being filled, at most [`OWN_MAX`].
+    taken: AtomicUsize,
+    hasher: foldhash::fast::RandomState,
 }
 
-/// A hot script of a quota's own, and whether this store has sent its source yet.
-pub(super) struct OwnScript {
-    script: Script,
-    source: String,
-    sent: AtomicBool,
-}
-
-/// A script to invoke: one of [`SCRIPTS`] or a store's own.
-pub(super) enum Held {
-    Shared(&'static Script),
-    Own(Arc<OwnScript>),
-}
-
-impl Held {
-    /// The source, the first time this store runs the script (and then never again): sent
-    /// with `EVAL`, which runs it and loads it in one round trip, where `EVALSHA` would be
-    /// answered `NOSCRIPT` and need two more (the shared scripts are loaded by `connect`).
-    pub(super) fn first_source(&self) -> Option<&str> {
-        match self {
-            // A load first: once sent, every call reads a shared line and writes none.
-            Held::Own(own)
-                if !own.sent.load(Ordering::Relaxed) && !own.sent.swap(true, Ordering::Relaxed) =>
-            {
-                Some(&own.source)
-            }
-            _ => None,
+impl Default for OwnScripts {
+    fn default() -> Self {
+        OwnScripts {
+            slots: (0..OWN_SLOTS).map(|_| OnceLock::new()).collect(),
+            taken: AtomicUsize::new(0),
+            hasher: Default::default(),
         }
     }
 }
 
-impl std::ops::Deref for Held {
-    type Target = Script;
-    fn deref(&self) -> &Script {
+/// A hot script of a quota's own, and whether this store has sent its source yet.
+pub(super) struct OwnScript {
+    hot: Hot,
+    script: Lua,
+    sent: AtomicBool,
+}
+
+/// A script to invoke: one of [`SCRIPTS`] or a store's own.
+pub(super) enum Held<'a> {
+    Shared(&'static Lua),
+    Own(&'a OwnScript),
+}
+
+impl Held<'_> {
+    /// Whether to send the source: the first time this store runs an own script (and then
+    /// never again), with `EVAL`, which runs it and loads it in one round trip, where
+    /// `EVALSHA` would be answered `NOSCRIPT` first (the shared scripts are loaded by
+    /// `connect`).
+    pub(super) fn first_send(&self) -> bool {
+        match self {
+            // A load first: once sent, every call reads a shared line and writes none.
+            Held::Own(own) => {
+                !own.sent.load(Ordering::Relaxed) && !own.sent.swap(true, Ordering::Relaxed)
+            }
+            Held::Shared(_) => false,
+        }
+    }
+}
+
+impl std::ops::Deref for Held<'_> {
+    type Target = Lua;
+    fn deref(&self) -> &Lua {
         match self {
             Held::Shared(script) => script,
             Held::Own(own) => &own.script,
@@ -252,7 +310,7 @@ impl std::ops::Deref for Held {
 impl OwnScripts {
     /// The script `call` names: one of [`SCRIPTS`], or an own script, which falls back to the
     /// shared one (and `call` to its arguments) when the store keeps [`OWN_MAX`] already.
-    pub(super) fn script(&self, call: &mut Call) -> Held {
+    pub(super) fn script(&self, call: &mut Call) -> Held<'_> {
         match call.script {
             Which::Shared(i) => Held::Shared(&SCRIPTS[i]),
             Which::Own(hot) => match self.get(&hot) {
@@ -266,23 +324,40 @@ impl OwnScripts {
     }
 
     /// `hot`'s own script, made on first use; `None` when the store keeps [`OWN_MAX`] already.
-    fn get(&self, hot: &Hot) -> Option<Arc<OwnScript>> {
-        if let Some(own) = self.scripts.read().get(hot) {
-            return Some(Arc::clone(own));
+    /// Slots fill in probe order and are never emptied, so an empty slot on `hot`'s probe
+    /// says that no earlier one holds it; two calls filling the same slot are serialized by
+    /// its `OnceLock`, and the one that loses probes on.
+    fn get(&self, hot: &Hot) -> Option<&OwnScript> {
+        let start = self.hasher.hash_one(hot) as usize;
+        for i in 0..OWN_SLOTS {
+            let slot = &self.slots[(start.wrapping_add(i)) % OWN_SLOTS];
+            let own = match slot.get() {
+                Some(own) => own,
+                None => {
+                    if self.taken.fetch_add(1, Ordering::AcqRel) >= OWN_MAX {
+                        self.taken.fetch_sub(1, Ordering::AcqRel);
+                        return None;
+                    }
+                    let mut filled = false;
+                    let own = slot.get_or_init(|| {
+                        filled = true;
+                        Box::new(OwnScript {
+                            hot: *hot,
+                            script: Lua::new(hot.own_source()),
+                            sent: AtomicBool::new(false),
+                        })
+                    });
+                    if !filled {
+                        self.taken.fetch_sub(1, Ordering::AcqRel);
+                    }
+                    own
+                }
+            };
+            if own.hot == *hot {
+                return Some(own);
+            }
         }
-        let mut scripts = self.scripts.write();
-        if scripts.len() >= OWN_MAX && !scripts.contains_key(hot) {
-            return None;
-        }
-        let own = scripts.entry(*hot).or_insert_with(|| {
-            let source = hot.own_source();
-            Arc::new(OwnScript {
-                script: Script::new(&source),
-                source,
-                sent: AtomicBool::new(false),
-            })
-        });
-        Some(Arc::clone(own))
+        None
     }
 }
 
@@ -353,6 +428,52 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+
+    fn hot(capacity: u64) -> Hot {
+        Hot {
+            capacity,
+            window_ms: 1_000,
+            more: false,
+        }
+    }
+
+    #[test]
+    fn own_scripts_filled_from_two_threads_are_one_per_quota_and_at_most_own_max() {
+        let own = OwnScripts::default();
+        let addresses = |from: u64| {
+            (from..from + 200)
+                .map(|c| own.get(&hot(c)).map(|s| s as *const OwnScript as usize))
+                .collect::<Vec<_>>()
+        };
+        // Two threads asking for overlapping quotas at once: the same script for the same one.
+        let (a, b) = std::thread::scope(|s| {
+            let a = s.spawn(|| addresses(1));
+            let b = s.spawn(|| addresses(101));
+            (a.join().unwrap(), b.join().unwrap())
+        });
+        assert_eq!(a[100..], b[..100], "capacities 101 to 200, asked by both");
+        let held: Vec<_> = a.iter().chain(&b[100..]).flatten().collect();
+        assert_eq!(
+            held.len(),
+            OWN_MAX,
+            "300 quotas asked, 256 held, the rest shared"
+        );
+        assert_eq!(own.taken.load(Ordering::Relaxed), OWN_MAX);
+        let mut distinct = held.clone();
+        distinct.sort();
+        distinct.dedup();
+        assert_eq!(distinct.len(), held.len(), "one script per quota");
+        // Each held quota finds its own script again, with its quota written in.
+        for c in 1..=300 {
+            if let Some(script) = own.get(&hot(c)) {
+                assert_eq!(script.hot, hot(c));
+                assert!(script
+                    .script
+                    .source
+                    .starts_with(&format!("local capacity, window, cost = {c}, 1000,")));
+            }
+        }
+    }
 
     #[test]
     fn quotas_redis_cannot_count_exactly_are_refused() {

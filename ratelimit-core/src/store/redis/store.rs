@@ -15,7 +15,7 @@ use super::redaction::{secrets, store_error};
 use super::refusals::Refusals;
 use super::reply::{full, unexpected, RedisClock, Reply};
 use super::scripts::{
-    arguments, call, stacked_index, supports, OwnScripts, SCRIPTS, STACKED_SCRIPT,
+    arguments, call, stacked_index, supports, Lua, OwnScripts, SCRIPTS, STACKED_SCRIPT,
 };
 use crate::algorithm::{self, Verdict};
 use crate::clock::Nanos;
@@ -28,13 +28,16 @@ use crate::store::{Check, Store};
 /// holds state it did not write (see `lua/prelude.lua`).
 const UNEXPECTED_STATE: &str = "RATELIMIT_STATE";
 
+/// Redis' answer to `EVALSHA` of a script it does not hold.
+const NO_SCRIPT: redis::ErrorKind = redis::ErrorKind::Server(redis::ServerErrorKind::NoScript);
+
 enum Client {
     Single(redis::Client),
     Cluster(Box<redis::cluster::ClusterClient>),
 }
 
 #[derive(Clone)]
-enum Connection {
+pub(super) enum Connection {
     Single(ConnectionManager),
     Cluster(ClusterConnection),
 }
@@ -45,7 +48,7 @@ pub(super) struct Inner {
     client: Client,
     connection: OnceCell<Connection>,
     /// Redis' eviction policy, once the first connection has asked.
-    eviction: OnceLock<Policy>,
+    pub(super) eviction: OnceLock<Policy>,
     /// Where the fixed window's short replies are placed in time.
     pub(super) clock: RedisClock,
     /// Refusals answered without a round trip until their retry time.
@@ -60,7 +63,8 @@ pub(super) struct Inner {
 /// key prefix.
 ///
 /// - **One round trip per decision**: each strategy is one Lua script (`lua/*.lua` in this
-///   crate), run with `EVALSHA` and loaded again only when Redis answers `NOSCRIPT`.
+///   crate), run with `EVALSHA`, and sent with its source (`EVAL`, one round trip) only when
+///   Redis answers `NOSCRIPT`.
 /// - **Redis' clock**: the scripts read `TIME`, so processes whose clocks disagree still make
 ///   the same decisions. Times are counted in microseconds, `TIME`'s resolution: a decision is
 ///   [`algorithm::decide`](crate::algorithm::decide) evaluated in microseconds, and
@@ -181,12 +185,13 @@ impl RedisStore {
     /// Connects (if not yet connected) and loads the scripts, within the timeout: call it at
     /// start-up to find out at once that Redis is unreachable.
     pub async fn connect(&self) -> Result<(), Error> {
-        self.bounded(async {
+        self.bounded(Instant::now(), || async {
             let mut connection = self.connection().await?;
             for script in SCRIPTS.iter().chain([&*STACKED_SCRIPT]) {
-                let loaded = match &mut connection {
-                    Connection::Single(c) => script.prepare_invoke().load_async(c).await,
-                    Connection::Cluster(c) => script.prepare_invoke().load_async(c).await,
+                let load = script.load();
+                let loaded: Result<String, _> = match &mut connection {
+                    Connection::Single(c) => load.query_async(c).await,
+                    Connection::Cluster(c) => load.query_async(c).await,
                 };
                 loaded.map_err(|e| self.error("could not load a script", &e))?;
             }
@@ -198,7 +203,7 @@ impl RedisStore {
     /// Forgets `key`; returns whether Redis held it.
     async fn forget(&self, key: &str) -> Result<bool, Error> {
         crate::key::check_store_key(key)?;
-        self.bounded(async {
+        self.bounded(Instant::now(), || async {
             let mut cmd = redis::cmd("DEL");
             cmd.arg(key);
             let deleted: Result<u64, _> = match self.connection().await? {
@@ -238,31 +243,23 @@ impl RedisStore {
             }
         }
         if let Some(leases) = self.inner.leases.as_ref().filter(|_| commit && !full) {
-            let leased = leases.decide(self, refusals, clock, key, quota, cost);
+            // Boxed: a grant is a round trip of its own, and every other call's future is the
+            // smaller for it.
+            let leased = Box::pin(leases.decide(self, refusals, clock, key, quota, cost));
             if let Some(decided) = leased.await {
                 return decided;
             }
         }
-        let sent = RedisClock::local_us();
+        let sent = RedisClock::local_us(started);
         let full = full || clock.wants_full(sent, quota);
         let mut call = call(quota, cost, commit, full);
         let script = self.inner.own.script(&mut call);
-        let value: redis::Value = match script.first_source() {
-            Some(source) => {
-                let mut eval = redis::cmd("EVAL");
-                eval.arg(source).arg(1).arg(key).arg(call.args());
-                self.run_eval(&eval).await?
-            }
-            None => {
-                let mut invocation = script.key(key);
-                for &arg in call.args() {
-                    invocation.arg(arg);
-                }
-                self.run(&invocation).await?
-            }
-        };
+        let with_source = script.first_send();
+        let value: redis::Value = self
+            .run(&script, &[key], call.args(), with_source, started)
+            .await?;
         let reply = Reply::parse(&value, quota).ok_or_else(|| unexpected(&value))?;
-        let received = RedisClock::local_us();
+        let received = RedisClock::local_us(Instant::now());
         if let Reply::Full(_, at) = reply {
             clock.measured(at / 1_000, sent, received);
         }
@@ -295,18 +292,15 @@ impl RedisStore {
             .collect();
         let mut replies = Vec::new().into_iter();
         if !asked.is_empty() {
-            let mut invocation = STACKED_SCRIPT.prepare_invoke();
-            invocation.arg(u8::from(commit));
+            let keys: Vec<&str> = asked.iter().map(|c| c.key).collect();
+            let mut args = vec![u64::from(commit)];
             for check in &asked {
                 let [first, second] = arguments(check.quota);
-                invocation
-                    .key(check.key)
-                    .arg(stacked_index(check.quota.strategy()))
-                    .arg(first)
-                    .arg(second)
-                    .arg(check.cost);
+                let index = stacked_index(check.quota.strategy()) as u64;
+                args.extend([index, first, second, check.cost]);
             }
-            let reply: Vec<i64> = self.run(&invocation).await?;
+            let sent = Instant::now();
+            let reply: Vec<i64> = self.run(&STACKED_SCRIPT, &keys, &args, false, sent).await?;
             if reply.len() != 5 * asked.len() {
                 return Err(unexpected(&reply));
             }
@@ -325,30 +319,33 @@ impl RedisStore {
             .collect()
     }
 
-    /// Runs a script invocation within the timeout; state of an unexpected shape (the
-    /// scripts' `RATELIMIT_STATE` error reply) is [`Error::UnexpectedState`].
+    /// Runs `script` on `keys` with `args` within the timeout from `sent`: `EVALSHA`, or `EVAL`
+    /// with the source when `with_source` (a script not sent yet) or when Redis answers
+    /// `NOSCRIPT` (restarted, or its scripts flushed), which loads it and runs it in one
+    /// round trip.
+    /// State of an unexpected shape (the scripts' `RATELIMIT_STATE` error reply) is
+    /// [`Error::UnexpectedState`].
     pub(super) async fn run<T: redis::FromRedisValue>(
         &self,
-        invocation: &redis::ScriptInvocation<'_>,
+        script: &Lua,
+        keys: &[&str],
+        args: &[u64],
+        mut with_source: bool,
+        sent: Instant,
     ) -> Result<T, Error> {
-        self.bounded(async {
-            let result = match self.connection().await? {
-                Connection::Single(mut c) => invocation.invoke_async(&mut c).await,
-                Connection::Cluster(mut c) => invocation.invoke_async(&mut c).await,
-            };
-            result.map_err(|e| self.script_failed(&e))
-        })
-        .await
-    }
-
-    /// [`run`](Self::run) for a script sent with its source (`EVAL`).
-    async fn run_eval<T: redis::FromRedisValue>(&self, eval: &redis::Cmd) -> Result<T, Error> {
-        self.bounded(async {
-            let result = match self.connection().await? {
-                Connection::Single(mut c) => eval.query_async(&mut c).await,
-                Connection::Cluster(mut c) => eval.query_async(&mut c).await,
-            };
-            result.map_err(|e| self.script_failed(&e))
+        self.bounded(sent, || async {
+            let mut connection = self.connection().await?;
+            loop {
+                let command = script.command(keys, args, with_source);
+                let result = match &mut connection {
+                    Connection::Single(c) => command.query_async(c).await,
+                    Connection::Cluster(c) => command.query_async(c).await,
+                };
+                match result {
+                    Err(e) if !with_source && e.kind() == NO_SCRIPT => with_source = true,
+                    result => return result.map_err(|e| self.script_failed(&e)),
+                }
+            }
         })
         .await
     }
@@ -363,13 +360,16 @@ impl RedisStore {
         }
     }
 
-    /// Runs `f` within the configured timeout. Everything that talks to Redis goes through
-    /// here, so this is where a missing Tokio runtime is caught: the timer and the connection
-    /// would panic ("there is no reactor running") instead of failing the call.
-    async fn bounded<T>(
-        &self,
-        f: impl std::future::Future<Output = Result<T, Error>>,
-    ) -> Result<T, Error> {
+    /// Runs the future `f` makes within the configured timeout from `from`. Everything that talks to
+    /// Redis goes through here, so this is where a missing Tokio runtime is caught: the timer
+    /// and the connection would panic ("there is no reactor running") instead of failing the
+    /// call. `f` is made here rather than passed in, so that the future is held once in this
+    /// one's (an `async fn` keeps its arguments apart from what it awaits: a future passed in
+    /// would be held twice).
+    async fn bounded<T, F>(&self, from: Instant, f: impl FnOnce() -> F) -> Result<T, Error>
+    where
+        F: std::future::Future<Output = Result<T, Error>>,
+    {
         if tokio::runtime::Handle::try_current().is_err() {
             return Err(Error::Store {
                 message: "the Redis store needs a Tokio runtime (with its time and IO drivers): \
@@ -378,14 +378,30 @@ impl RedisStore {
             });
         }
         let after = self.inner.options.timeout;
-        tokio::time::timeout(after, f)
+        // A timeout too long to add to the clock is as good as none (Tokio's own far future).
+        let deadline = from
+            .checked_add(after)
+            .unwrap_or_else(|| from + Duration::from_secs(86_400 * 365 * 30));
+        tokio::time::timeout_at(deadline.into(), f())
             .await
             .unwrap_or(Err(Error::Timeout { after }))
     }
 
     async fn connection(&self) -> Result<Connection, Error> {
+        let connection = match self.inner.connection.get() {
+            Some(connection) => connection,
+            // The first calls only, boxed: every later call's future is the smaller for it.
+            None => Box::pin(self.connect_once()).await?,
+        };
+        let mut connection = connection.clone();
+        self.check_eviction(&mut connection).await?;
+        Ok(connection)
+    }
+
+    /// The connection, made by the first call that asks (the calls meanwhile wait for it).
+    async fn connect_once(&self) -> Result<&Connection, Error> {
         let inner = &self.inner;
-        let connection = inner
+        inner
             .connection
             .get_or_try_init(|| async {
                 match &inner.client {
@@ -412,49 +428,7 @@ impl RedisStore {
                         .map_err(|e| self.error("could not connect to the cluster", &e)),
                 }
             })
-            .await?;
-        let mut connection = connection.clone();
-        self.check_eviction(&mut connection).await?;
-        Ok(connection)
-    }
-
-    /// Refuses, when `noeviction` is required, if Redis may evict limiter keys. Asks Redis
-    /// once: until it has answered (or said it will not), at the cost of one round trip.
-    async fn check_eviction(&self, connection: &mut Connection) -> Result<(), Error> {
-        let required = self.inner.options.require_noeviction;
-        let policy = match self.inner.eviction.get() {
-            Some(policy) => policy,
-            None => {
-                let mut cmd = redis::cmd("CONFIG");
-                cmd.arg("GET").arg("maxmemory-policy");
-                let reply: Result<Vec<String>, _> = match connection {
-                    Connection::Single(c) => cmd.query_async(c).await,
-                    Connection::Cluster(c) => cmd.query_async(c).await,
-                };
-                let policy = match reply {
-                    Ok(reply) => Policy::from_reply(&reply),
-                    // Unreachable: ask again on the next call (which fails on its own).
-                    Err(e)
-                        if e.is_io_error()
-                            || e.is_timeout()
-                            || e.is_connection_dropped()
-                            || e.is_connection_refusal() =>
-                    {
-                        return Ok(());
-                    }
-                    // CONFIG refused (managed Redis) or answered oddly: cannot tell.
-                    Err(_) => Policy::Unknown,
-                };
-                if self.inner.eviction.set(policy.clone()).is_ok() {
-                    policy.report(required);
-                }
-                self.inner.eviction.get().unwrap_or(&Policy::Unknown)
-            }
-        };
-        match policy.refusal(required) {
-            Some(refusal) => Err(refusal),
-            None => Ok(()),
-        }
+            .await
     }
 
     fn error(&self, context: &str, e: &redis::RedisError) -> Error {
@@ -539,5 +513,38 @@ impl Store for RedisStore {
 
     fn supports(&self, quota: &Quota) -> Result<(), QuotaError> {
         supports(quota)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The service boxes this future for every call that asks Redis, and moves it whole: it
+    /// was 2,216 bytes while `bounded` took its future as an argument (an `async fn` holds
+    /// its arguments apart from what it awaits, so the call was held twice) and the
+    /// connection's first set-up and the lease grant were inline. Past 1,032 bytes glibc's
+    /// allocator leaves its per-thread cache.
+    #[test]
+    fn the_decision_future_stays_small() {
+        let store = RedisStore::new(RedisOptions::new("redis://127.0.0.1:1")).unwrap();
+        let quota = Quota::new(10, Duration::from_secs(60)).unwrap();
+        let decide = Store::decide(&store, "k", &quota, 1, 0, true);
+        assert!(
+            std::mem::size_of_val(&decide) <= 1_032,
+            "{}",
+            std::mem::size_of_val(&decide)
+        );
+    }
+
+    /// `timeout` is added to the clock (`bounded`): a sum past what an `Instant` holds must
+    /// not panic the call.
+    #[tokio::test]
+    async fn a_timeout_too_long_to_add_to_the_clock_is_no_panic() {
+        let options = RedisOptions::new("redis://127.0.0.1:1").timeout(Duration::MAX);
+        let store = RedisStore::new(options).unwrap();
+        let quota = Quota::new(10, Duration::from_secs(60)).unwrap();
+        let refused = Store::decide(&store, "k", &quota, 1, 0, true).await;
+        assert!(matches!(refused, Err(Error::Store { .. })), "{refused:?}");
     }
 }
