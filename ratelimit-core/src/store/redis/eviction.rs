@@ -57,7 +57,10 @@ impl Policy {
 
     /// The error every call gets when `noeviction` is required and Redis may evict.
     pub(super) fn refusal(&self, required: bool) -> Option<Error> {
-        let policy = self.evicting().filter(|_| required)?;
+        if !required {
+            return None; // asked for every call: no look at the policy's name unless needed
+        }
+        let policy = self.evicting()?;
         Some(Error::Store {
             message: format!(
                 "Redis evicts keys under maxmemory-policy {policy} (limits could be lost), and \
@@ -69,42 +72,49 @@ impl Policy {
 
 impl RedisStore {
     /// Refuses, when `noeviction` is required, if Redis may evict limiter keys. Asks Redis
-    /// once: until it has answered (or said it will not), at the cost of one round trip.
+    /// once: until it has answered (or said it will not), at the cost of one round trip
+    /// (boxed: the first calls only, and every later call's future is the smaller for it).
     pub(super) async fn check_eviction(&self, connection: &mut Connection) -> Result<(), Error> {
-        let required = self.options().require_noeviction;
         let policy = match self.inner.eviction.get() {
             Some(policy) => policy,
-            None => {
-                let mut cmd = redis::cmd("CONFIG");
-                cmd.arg("GET").arg("maxmemory-policy");
-                let reply: Result<Vec<String>, _> = match connection {
-                    Connection::Single(c) => cmd.query_async(c).await,
-                    Connection::Cluster(c) => cmd.query_async(c).await,
-                };
-                let policy = match reply {
-                    Ok(reply) => Policy::from_reply(&reply),
-                    // Unreachable: ask again on the next call (which fails on its own).
-                    Err(e)
-                        if e.is_io_error()
-                            || e.is_timeout()
-                            || e.is_connection_dropped()
-                            || e.is_connection_refusal() =>
-                    {
-                        return Ok(());
-                    }
-                    // CONFIG refused (managed Redis) or answered oddly: cannot tell.
-                    Err(_) => Policy::Unknown,
-                };
-                if self.inner.eviction.set(policy.clone()).is_ok() {
-                    policy.report(required);
-                }
-                self.inner.eviction.get().unwrap_or(&Policy::Unknown)
-            }
+            None => match Box::pin(self.ask_eviction(connection)).await {
+                Some(policy) => policy,
+                // Unreachable: ask again on the next call (which fails on its own).
+                None => return Ok(()),
+            },
         };
-        match policy.refusal(required) {
+        match policy.refusal(self.options().require_noeviction) {
             Some(refusal) => Err(refusal),
             None => Ok(()),
         }
+    }
+
+    /// `CONFIG GET maxmemory-policy`, kept (and reported) once; `None` when Redis could not
+    /// be reached.
+    async fn ask_eviction(&self, connection: &mut Connection) -> Option<&Policy> {
+        let mut cmd = redis::cmd("CONFIG");
+        cmd.arg("GET").arg("maxmemory-policy");
+        let reply: Result<Vec<String>, _> = match connection {
+            Connection::Single(c) => cmd.query_async(c).await,
+            Connection::Cluster(c) => cmd.query_async(c).await,
+        };
+        let policy = match reply {
+            Ok(reply) => Policy::from_reply(&reply),
+            Err(e)
+                if e.is_io_error()
+                    || e.is_timeout()
+                    || e.is_connection_dropped()
+                    || e.is_connection_refusal() =>
+            {
+                return None;
+            }
+            // CONFIG refused (managed Redis) or answered oddly: cannot tell.
+            Err(_) => Policy::Unknown,
+        };
+        if self.inner.eviction.set(policy.clone()).is_ok() {
+            policy.report(self.options().require_noeviction);
+        }
+        self.inner.eviction.get()
     }
 }
 

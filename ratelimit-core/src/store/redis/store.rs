@@ -270,6 +270,18 @@ impl RedisStore {
         Ok((verdict, at))
     }
 
+    /// A look at the level (cost 0): the scripts decide calls that spend, so it is two looks,
+    /// as in every store (`algorithm::level`).
+    async fn look(&self, key: &str, quota: &Quota, now: Nanos) -> Result<Decision, Error> {
+        let (level, at) = self.verdict(key, quota, 0, now, false, false).await?;
+        if !algorithm::needs_retry(&level) {
+            return Ok(Decision::for_quota(level, at, quota));
+        }
+        let (one, at) = self.verdict(key, quota, 1, now, false, false).await?;
+        let verdict = algorithm::with_retry(level, one);
+        Ok(Decision::for_quota(verdict, at, quota))
+    }
+
     /// Several limits as one decision, in one round trip (`lua/stacked.lua`). `now` is the
     /// service's clock, for what is decided without asking Redis.
     pub(crate) async fn verdicts(
@@ -451,15 +463,8 @@ impl Store for RedisStore {
         commit: bool,
     ) -> Result<Decision, Error> {
         if cost == 0 {
-            // A look at the level: the scripts decide calls that spend; cost 0 is two looks,
-            // as in every store (`algorithm::level`).
-            let (level, at) = self.verdict(key, quota, 0, now, false, false).await?;
-            if !algorithm::needs_retry(&level) {
-                return Ok(Decision::for_quota(level, at, quota));
-            }
-            let (one, at) = self.verdict(key, quota, 1, now, false, false).await?;
-            let verdict = algorithm::with_retry(level, one);
-            return Ok(Decision::for_quota(verdict, at, quota));
+            // Boxed: a look's two round trips would make every call's future the larger.
+            return Box::pin(self.look(key, quota, now)).await;
         }
         let (verdict, at) = self.verdict(key, quota, cost, now, commit, false).await?;
         Ok(Decision::for_quota(verdict, at, quota))
@@ -523,18 +528,17 @@ mod tests {
     /// The service boxes this future for every call that asks Redis, and moves it whole: it
     /// was 2,216 bytes while `bounded` took its future as an argument (an `async fn` holds
     /// its arguments apart from what it awaits, so the call was held twice) and the
-    /// connection's first set-up and the lease grant were inline. Past 1,032 bytes glibc's
-    /// allocator leaves its per-thread cache.
+    /// connection's first set-up and the lease grant were inline. From 1,024 bytes glibc's
+    /// allocator takes it from its large bins, the slow ones.
     #[test]
     fn the_decision_future_stays_small() {
         let store = RedisStore::new(RedisOptions::new("redis://127.0.0.1:1")).unwrap();
         let quota = Quota::new(10, Duration::from_secs(60)).unwrap();
         let decide = Store::decide(&store, "k", &quota, 1, 0, true);
-        assert!(
-            std::mem::size_of_val(&decide) <= 1_032,
-            "{}",
-            std::mem::size_of_val(&decide)
-        );
+        let size = std::mem::size_of_val(&decide);
+        eprintln!("decision future: {size} bytes");
+
+        assert!(size < 1_000, "{size} bytes");
     }
 
     /// `timeout` is added to the clock (`bounded`): a sum past what an `Instant` holds must
