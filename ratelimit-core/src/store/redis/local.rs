@@ -57,11 +57,6 @@ impl RedisStore {
             .spend(key, quota, cost, started)
     }
 
-    /// Whether anything can be answered here: a refusal is held, or leases are on.
-    fn answers_here(&self) -> bool {
-        self.inner.leases.is_some() || self.inner.refusals.holds_any()
-    }
-
     /// [`Store::decide_now`](crate::store::Store::decide_now): the checks, then what is
     /// answered here; `None` (nothing spent) for a look at the level and whatever Redis must
     /// decide.
@@ -76,7 +71,7 @@ impl RedisStore {
         if cost == 0 {
             return None; // two looks, as `decide` makes them
         }
-        if !self.answers_here() {
+        if self.inner.leases.is_none() && !self.inner.refusals.may_hold(key) {
             // Nothing could be answered here: the checks are made once, by `decide`.
             return None;
         }

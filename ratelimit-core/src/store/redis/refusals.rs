@@ -13,7 +13,8 @@
 //! that much later; a reset through this store clears the entry at once.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -43,15 +44,57 @@ pub(super) struct Refusals {
     /// may miss a refusal another thread is recording; that call then asks Redis, which is
     /// what the entry would have saved, never an allowance.
     held: AtomicUsize,
+    /// How many entries' keys hash to each slot, written under the lock (a count that
+    /// reaches 255 stays there): a call on a key whose slot counts none takes no lock, even
+    /// while other keys are refused. Read without the lock as `held` is, with the same
+    /// outcome when it misses.
+    slots: Box<[AtomicU8]>,
+    hasher: foldhash::fast::RandomState,
 }
+
+/// The number of [`Refusals::slots`].
+const SLOTS: usize = 4_096;
 
 impl Refusals {
     pub(super) fn new(capacity: usize) -> Self {
+        let slots = if capacity == 0 { 0 } else { SLOTS };
         Refusals {
             capacity,
             entries: Mutex::new(HashMap::default()),
             held: AtomicUsize::new(0),
+            slots: (0..slots).map(|_| AtomicU8::new(0)).collect(),
+            hasher: Default::default(),
         }
+    }
+
+    /// Whether a refusal may be held for `key` (read without the lock: see `slots`).
+    pub(super) fn may_hold(&self, key: &str) -> bool {
+        self.holds_any() && self.slot(key).load(Ordering::Acquire) > 0
+    }
+
+    fn slot(&self, key: &str) -> &AtomicU8 {
+        &self.slots[self.hasher.hash_one(key) as usize % SLOTS]
+    }
+
+    /// Counts `key` in (`by` 1) or out (`by` -1) of its slot; under the entries' lock.
+    fn count(&self, key: &str, by: i8) {
+        let slot = self.slot(key);
+        let n = slot.load(Ordering::Relaxed);
+        if n < u8::MAX {
+            slot.store(n.saturating_add_signed(by), Ordering::Release);
+        }
+    }
+
+    /// Removes `key`'s entry and counts it out; under the entries' lock.
+    fn remove(
+        &self,
+        entries: &mut HashMap<String, Refusal, foldhash::fast::RandomState>,
+        key: &str,
+    ) {
+        if entries.remove(key).is_some() {
+            self.count(key, -1);
+        }
+        self.held.store(entries.len(), Ordering::Release);
     }
 
     /// Whether any refusal is held (read without the lock: see `held`).
@@ -68,15 +111,14 @@ impl Refusals {
         capacity: u64,
         now: Instant,
     ) -> Option<Verdict> {
-        if cost == 0 || !self.holds_any() {
+        if cost == 0 || !self.may_hold(key) {
             return None;
         }
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
         let r = *entries.get(key)?;
         if now >= r.until {
             // Out of force: gone, so that calls on the key take no lock again.
-            entries.remove(key);
-            self.held.store(entries.len(), Ordering::Release);
+            self.remove(&mut entries, key);
             return None;
         }
         if cost < r.cost || capacity != r.capacity {
@@ -130,21 +172,28 @@ impl Refusals {
         };
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
         if entries.len() >= self.capacity && !entries.contains_key(key) {
-            entries.retain(|_, r| r.until > sent);
+            entries.retain(|k, r| {
+                let keep = r.until > sent;
+                if !keep {
+                    self.count(k, -1);
+                }
+                keep
+            });
             self.held.store(entries.len(), Ordering::Release);
             if entries.len() >= self.capacity {
                 return;
             }
         }
-        entries.insert(key.to_owned(), refusal);
+        if entries.insert(key.to_owned(), refusal).is_none() {
+            self.count(key, 1);
+        }
         self.held.store(entries.len(), Ordering::Release);
     }
 
     /// Forgets `key`'s refusal (a reset through this store).
     pub(super) fn forget(&self, key: &str) {
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        entries.remove(key);
-        self.held.store(entries.len(), Ordering::Release);
+        self.remove(&mut entries, key);
     }
 }
 
@@ -229,6 +278,50 @@ mod tests {
         assert_eq!(held(&refusals), 0);
         assert!(refusals.entries.lock().unwrap().is_empty());
         assert!(refusals.answer("b", 1, 5, later).is_none());
+    }
+
+    #[test]
+    fn a_refusal_held_for_one_key_leaves_the_others_unlocked() {
+        let refusals = Refusals::new(3);
+        let t = Instant::now();
+        let slot = |k: &str| refusals.slot(k) as *const AtomicU8;
+        refusals.record("a", 1, 5, &refused(0, 10), t);
+        refusals.record("b", 1, 5, &refused(0, 1_000), t);
+        assert!(refusals.may_hold("a") && refusals.may_hold("b"));
+        // Any other key takes the lock only when it shares a held key's slot.
+        for k in (0..200).map(|i| format!("other:{i}")) {
+            let shared = slot(&k) == slot("a") || slot(&k) == slot("b");
+            assert_eq!(refusals.may_hold(&k), shared, "{k}");
+        }
+        // Counted out however an entry goes: out of force, evicted at capacity, forgotten.
+        let later = t + Duration::from_millis(10);
+        assert!(refusals.answer("a", 1, 5, later).is_none());
+        refusals.record("c", 1, 5, &refused(0, 1_000), later);
+        refusals.record("d", 1, 5, &refused(0, 1_000), later);
+        refusals.record("a", 1, 5, &refused(0, 1), t);
+        refusals.record(
+            "e",
+            1,
+            5,
+            &refused(0, 1_000),
+            later + Duration::from_millis(5),
+        );
+        refusals.forget("b");
+        let counted: usize = refusals
+            .slots
+            .iter()
+            .map(|c| c.load(Ordering::Relaxed) as usize)
+            .sum();
+        let entries = refusals.entries.lock().unwrap().len();
+        assert_eq!(counted, entries, "one count per entry held");
+        assert!(!refusals.may_hold("b"), "forgotten");
+        // A count that reached 255 stays there: that slot always takes the lock, never a miss.
+        let k = "sticky";
+        for _ in 0..300 {
+            refusals.count(k, 1);
+        }
+        refusals.count(k, -1);
+        assert_eq!(refusals.slot(k).load(Ordering::Relaxed), u8::MAX);
     }
 
     #[test]
