@@ -45,7 +45,7 @@ const LIMIT: u64 = 1_000_000;
 const WINDOW_S: u64 = 60;
 const SEQUENTIAL_CALLS: usize = 2_000;
 const TASKS: usize = 64;
-const CALLS_PER_TASK: usize = 100;
+const CALLS_PER_TASK: usize = 400;
 
 type Call = Arc<dyn Fn(usize) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
 
@@ -165,8 +165,9 @@ async fn main() {
             }),
         ));
     }
-    let ours = service(store.clone(), &format!("{p}:ours"));
     for strategy in Strategy::ALL {
+        // A service of its own per strategy, on one store, as each peer has its own.
+        let ours = service(store.clone(), &format!("{p}:ours:{strategy}"));
         // A budget no run exhausts, spread over 64 keys: every call is an admitted decision
         // that writes, the common case.
         let opts = Options::new()
@@ -293,6 +294,17 @@ async fn main() {
         }
     }
     let latency: Vec<f64> = latency.into_iter().map(median).collect();
+    // Each pair's ratios are taken round by round, then their median: the host's speed drifts
+    // by as much as the pairs differ over a run, and a ratio within one round cancels it.
+    let per_round = |xs: &[Vec<f64>], o: usize, i: usize| -> (f64, f64, f64) {
+        let ratios: Vec<f64> = xs[o].iter().zip(&xs[i]).map(|(a, b)| a / b).collect();
+        let (lo, hi) = ratios
+            .iter()
+            .fold((f64::MAX, f64::MIN), |(lo, hi), &r| (lo.min(r), hi.max(r)));
+        (median(ratios), lo, hi)
+    };
+    let round_rates = rate.clone();
+    let round_server_us = server_us.clone();
     let rate: Vec<f64> = rate.into_iter().map(median).collect();
     let server_us: Vec<f64> = server_us.into_iter().map(median).collect();
     println!(
@@ -302,10 +314,15 @@ async fn main() {
     println!("|---|---:|---:|---:|---:|---:|");
     let mut pairs = Vec::new();
     for (i, (name, _)) in variants.iter().enumerate() {
-        if let Some(ours) = name.strip_prefix("peer for ") {
-            let ours = ours.split(':').next().unwrap_or("");
-            if let Some(o) = variants.iter().position(|(n, _)| n == ours) {
-                pairs.push((ours.to_owned(), name.clone(), o, i));
+        // "peer for X: file" beside "X", and "direct peer for X" beside "direct X".
+        let (direct, peer) = match name.strip_prefix("direct ") {
+            Some(rest) => ("direct ", rest),
+            None => ("", name.as_str()),
+        };
+        if let Some(ours) = peer.strip_prefix("peer for ") {
+            let ours = format!("{direct}{}", ours.split(": ").next().unwrap_or(""));
+            if let Some(o) = variants.iter().position(|(n, _)| *n == ours) {
+                pairs.push((ours, name.clone(), o, i));
             }
         }
         println!(
@@ -332,13 +349,17 @@ async fn main() {
     if !pairs.is_empty() {
         println!();
         println!(
-            "| algorithm | peer | throughput, ours / peer | latency, ours / peer \
-             | Redis CPU per call, ours / peer (µs) |"
+            "| algorithm | peer | throughput, ours / peer: ratio of medians | median of \
+             per-round ratios (min-max) | latency, ours / peer | Redis CPU per call, ours / \
+             peer (µs) | median of per-round ratios |"
         );
-        println!("|---|---|---:|---:|---:|");
+        println!("|---|---|---:|---:|---:|---:|---:|");
         for (ours, peer, o, i) in pairs {
+            let (r, lo, hi) = per_round(&round_rates, o, i);
+            let (cpu, _, _) = per_round(&round_server_us, o, i);
             println!(
-                "| {ours} | {peer} | {:.2} | {:.2} | {:.2} / {:.2} = {:.2} |",
+                "| {ours} | {peer} | {:.2} | **{r:.2}** ({lo:.2}-{hi:.2}) | {:.2} \
+                 | {:.2} / {:.2} = {:.2} | {cpu:.2} |",
                 rate[o] / rate[i],
                 latency[o] / latency[i],
                 server_us[o],
