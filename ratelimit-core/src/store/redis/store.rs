@@ -334,9 +334,8 @@ impl RedisStore {
     /// Runs `script` on `keys` with `args` within the timeout from `sent`: `EVALSHA`, or `EVAL`
     /// with the source when `with_source` (a script not sent yet) or when Redis answers
     /// `NOSCRIPT` (restarted, or its scripts flushed), which loads it and runs it in one
-    /// round trip.
-    /// State of an unexpected shape (the scripts' `RATELIMIT_STATE` error reply) is
-    /// [`Error::UnexpectedState`].
+    /// round trip. State of an unexpected shape (the scripts' `RATELIMIT_STATE` error reply)
+    /// is [`Error::UnexpectedState`].
     pub(super) async fn run<T: redis::FromRedisValue>(
         &self,
         script: &Lua,
@@ -372,12 +371,12 @@ impl RedisStore {
         }
     }
 
-    /// Runs the future `f` makes within the configured timeout from `from`. Everything that talks to
-    /// Redis goes through here, so this is where a missing Tokio runtime is caught: the timer
-    /// and the connection would panic ("there is no reactor running") instead of failing the
-    /// call. `f` is made here rather than passed in, so that the future is held once in this
-    /// one's (an `async fn` keeps its arguments apart from what it awaits: a future passed in
-    /// would be held twice).
+    /// Runs the future `f` makes within the configured timeout, counted from `from`.
+    /// Everything that talks to Redis goes through here, so this is where a missing Tokio
+    /// runtime is caught: the timer and the connection would panic ("there is no reactor
+    /// running") instead of failing the call. `f` is made here rather than passed in, so that
+    /// the future is held once in this one's (an `async fn` keeps its arguments apart from
+    /// what it awaits: a future passed in would be held twice).
     async fn bounded<T, F>(&self, from: Instant, f: impl FnOnce() -> F) -> Result<T, Error>
     where
         F: std::future::Future<Output = Result<T, Error>>,
