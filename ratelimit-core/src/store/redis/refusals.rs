@@ -57,12 +57,11 @@ const SLOTS: usize = 4_096;
 
 impl Refusals {
     pub(super) fn new(capacity: usize) -> Self {
-        let slots = if capacity == 0 { 0 } else { SLOTS };
         Refusals {
             capacity,
             entries: Mutex::new(HashMap::default()),
             held: AtomicUsize::new(0),
-            slots: (0..slots).map(|_| AtomicU8::new(0)).collect(),
+            slots: (0..SLOTS).map(|_| AtomicU8::new(0)).collect(),
             hasher: Default::default(),
         }
     }

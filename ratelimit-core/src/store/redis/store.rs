@@ -535,8 +535,6 @@ mod tests {
         let quota = Quota::new(10, Duration::from_secs(60)).unwrap();
         let decide = Store::decide(&store, "k", &quota, 1, 0, true);
         let size = std::mem::size_of_val(&decide);
-        eprintln!("decision future: {size} bytes");
-
         assert!(size < 1_000, "{size} bytes");
     }
 
