@@ -4,7 +4,7 @@ use std::cell::RefCell;
 use std::sync::Arc;
 
 use super::RateLimitService;
-use crate::stats::{Counters, Outcome};
+use crate::stats::{self, Counters, Outcome, StripeId};
 
 /// A budget's counters as a thread keeps them: (service id, budget name, counters).
 type MethodEntry = (u64, Arc<str>, Arc<Counters>);
@@ -25,14 +25,25 @@ thread_local! {
 
 impl RateLimitService {
     pub(super) fn count(&self, tier: Option<usize>, budget: Option<&str>, outcome: Outcome) {
-        self.inner.total.record(outcome);
-        self.count_scoped(tier, budget, outcome);
+        let stripe = stats::stripe();
+        self.inner.total.record_on(stripe, outcome);
+        self.count_scoped_on(stripe, tier, budget, outcome);
     }
 
     /// Counts under the tier and budget only (a stacked call counts once in the total).
     pub(super) fn count_scoped(&self, tier: Option<usize>, budget: Option<&str>, outcome: Outcome) {
+        self.count_scoped_on(stats::stripe(), tier, budget, outcome);
+    }
+
+    fn count_scoped_on(
+        &self,
+        stripe: StripeId,
+        tier: Option<usize>,
+        budget: Option<&str>,
+        outcome: Outcome,
+    ) {
         if let Some(i) = tier {
-            self.inner.by_tier[i].record(outcome);
+            self.inner.by_tier[i].record_on(stripe, outcome);
         }
         if let Some(name) = budget {
             let id = self.inner.id;
@@ -44,11 +55,11 @@ impl RateLimitService {
                     .flatten()
                     .find(|(i, n, _)| *i == id && **n == *name);
                 if let Some((_, _, counters)) = hit {
-                    counters.record(outcome);
+                    counters.record_on(stripe, outcome);
                     return;
                 }
                 let (name, counters) = self.method_counters(name);
-                counters.record(outcome);
+                counters.record_on(stripe, outcome);
                 let slot = cache.next;
                 cache.entries[slot] = Some((id, name, counters));
                 cache.next = (slot + 1) % cache.entries.len();

@@ -28,9 +28,6 @@ pub(crate) struct Site {
     head: String,
     /// The store key after a brace-free user key: `}<identity>:<budget>:<tier>`.
     tail: String,
-    /// The counters' stripe of the thread that resolved the site ([`stats::stripe`]): a site
-    /// is kept by that thread, so its calls count without looking the stripe up.
-    stripe: usize,
 }
 
 /// How [`RateLimitService::enforce_site`] ended.
@@ -70,7 +67,6 @@ impl RateLimitService {
             counters: options.budget.map(|name| self.method_counters(name).1),
             head,
             tail,
-            stripe: stats::stripe(),
         })
     }
 
@@ -112,7 +108,7 @@ impl RateLimitService {
         self.inner.latency.finish(started);
         match verdict {
             Ok(verdict) if verdict.allowed => {
-                let stripe = site.stripe;
+                let stripe = stats::stripe();
                 self.inner.total.record_on(stripe, Outcome::Allowed);
                 if let Some(i) = site.tier {
                     self.inner.by_tier[i].record_on(stripe, Outcome::Allowed);
