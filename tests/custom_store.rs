@@ -200,3 +200,103 @@ fn a_custom_store_decides_stacked_limits_all_or_nothing() {
         assert_eq!(service.status("user", &daily).await.unwrap().remaining, 3);
     });
 }
+
+/// [`MapStore`] that answers at once ([`Store::decide_now`]) while `at_once` is set, as a
+/// leased budget does, and records every key each method is asked about.
+#[derive(Clone, Default)]
+struct AtOnceStore {
+    map: MapStore,
+    at_once: Arc<std::sync::atomic::AtomicBool>,
+    asked_now: Arc<Mutex<Vec<String>>>,
+    awaited: Arc<Mutex<Vec<String>>>,
+}
+
+impl Store for AtOnceStore {
+    fn decide_now(
+        &self,
+        key: &str,
+        quota: &Quota,
+        cost: u64,
+        now: Nanos,
+        commit: bool,
+    ) -> Option<Result<Decision, Error>> {
+        self.asked_now.lock().unwrap().push(key.to_owned());
+        if !self.at_once.load(std::sync::atomic::Ordering::Relaxed) {
+            return None;
+        }
+        let decided = self.map.decide(key, quota, cost, now, commit);
+        Some(futures::FutureExt::now_or_never(decided).expect("the map answers at once"))
+    }
+
+    async fn decide(
+        &self,
+        key: &str,
+        quota: &Quota,
+        cost: u64,
+        now: Nanos,
+        commit: bool,
+    ) -> Result<Decision, Error> {
+        self.awaited.lock().unwrap().push(key.to_owned());
+        self.map.decide(key, quota, cost, now, commit).await
+    }
+
+    async fn decide_all(
+        &self,
+        checks: &[Check<'_>],
+        now: Nanos,
+        commit: bool,
+    ) -> Result<Vec<Decision>, Error> {
+        self.map.decide_all(checks, now, commit).await
+    }
+
+    async fn reset(&self, key: &str) -> Result<bool, Error> {
+        self.map.reset(key).await
+    }
+}
+
+/// The public API's calls on a store that may answer at once are decided at their call site
+/// (kept per thread): each call asks `decide_now` exactly once, and when it cannot answer,
+/// `decide` once, on the same key, with what was admitted at once counted once.
+#[test]
+fn a_store_answering_at_once_is_asked_once_per_call_on_the_key_it_is_awaited_on() {
+    let store = AtOnceStore::default();
+    store
+        .at_once
+        .store(true, std::sync::atomic::Ordering::Relaxed);
+    let config = Config::builder().default_limit(3).build().unwrap();
+    let (service, _) = service(store.clone(), config);
+    let options = Options::new().budget("search");
+    run(async {
+        for _ in 0..3 {
+            assert!(service.consume("user", &options).await.unwrap().allowed);
+        }
+        assert!(!service.consume("user", &options).await.unwrap().allowed);
+        let at_once = service.consume_now("user", &options).expect("answered at once");
+        assert!(!at_once.unwrap().allowed);
+    });
+    let asked: Vec<String> = store.asked_now.lock().unwrap().drain(..).collect();
+    assert_eq!(asked.len(), 5, "{asked:?}");
+    assert!(asked.iter().all(|k| *k == asked[0]), "{asked:?}");
+    assert!(store.awaited.lock().unwrap().is_empty());
+
+    // Not at once: asked once, then awaited once, on the same key.
+    store
+        .at_once
+        .store(false, std::sync::atomic::Ordering::Relaxed);
+    run(async {
+        assert!(service.consume("other", &options).await.unwrap().allowed);
+        // A braced key is the general path's (its digest): the same one ask and one wait.
+        assert!(service.consume("a{b}", &options).await.unwrap().allowed);
+    });
+    let asked = store.asked_now.lock().unwrap().clone();
+    let awaited = store.awaited.lock().unwrap().clone();
+    assert_eq!(asked, awaited);
+    assert_eq!(asked.len(), 2, "{asked:?}");
+    assert!(asked[0].contains("{other}"), "{asked:?}");
+    assert!(asked[1].contains("{#"), "{asked:?}");
+
+    let stats = service.stats();
+    let counts = |c: ratelimit::Counts| (c.allowed, c.denied);
+    assert_eq!(counts(stats.total), (5, 2));
+    assert_eq!(counts(stats.by_method["search"]), (5, 2));
+}

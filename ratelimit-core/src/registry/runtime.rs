@@ -168,12 +168,12 @@ fn at_site(
             return None;
         };
         match service.enforce_site(site, key.map(KeyText::as_bytes), cost, buffer) {
-            SiteOutcome::Admitted(..) => Some(()),
+            SiteOutcome::Admitted(..) | SiteOutcome::Answered(_) => Some(()),
             SiteOutcome::Decided(result, tier) => {
                 refused = Some((service.clone(), result, tier));
                 Some(())
             }
-            SiteOutcome::General => None,
+            SiteOutcome::General | SiteOutcome::Await => None,
         }
     })?;
     // A refusal is finished (counted, logged) with the thread's state released: what it runs

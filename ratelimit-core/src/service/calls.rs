@@ -3,6 +3,7 @@
 
 use std::future::Future;
 
+use super::site::AtSite;
 use super::{Backend, Call, Options, RateLimitService};
 use crate::decision::Decision;
 use crate::error::Error;
@@ -170,8 +171,10 @@ impl RateLimitService {
             return None;
         }
         let decided = match self.decide_at_site(key, call) {
-            Some(decided) => decided,
-            None => self.decide_now(Some(key), call, true)?,
+            AtSite::Decided(decided) => decided,
+            // The store was asked at once and cannot answer: asking again gets the same.
+            AtSite::Await => return None,
+            AtSite::General => self.decide_now(Some(key), call, true)?,
         };
         Some(match mode {
             Mode::Enforce => decided.and_then(|d| Self::admit(d, call)),

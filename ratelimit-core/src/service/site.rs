@@ -1,6 +1,8 @@
 //! A call site's resolution, kept by its caller: what a call of an annotated fn needs that
 //! does not depend on the user key (the quota, the tier, the store key around the user key,
 //! the budget's counters), resolved once per call site and service rather than per call.
+//! The public API's spending calls use it too, on the memory store and on a store that may
+//! answer at once ([`Store::decide_now`](crate::Store::decide_now): a Redis store's leases).
 //! The store key is the one [`with_key`](RateLimitService::with_key) composes for the same
 //! call, so a call decided here and one decided through the general path (`status`, `reset`,
 //! `consume` under the fn's budget) read one state.
@@ -17,6 +19,7 @@ use crate::key;
 use crate::quota::{Overrides, Quota};
 use crate::resolve;
 use crate::stats::{self, Counters, Outcome};
+use crate::store::DynStore;
 
 /// What [`RateLimitService::site`] resolved for one call site.
 pub(crate) struct Site {
@@ -30,27 +33,40 @@ pub(crate) struct Site {
     tail: String,
 }
 
+impl Site {
+    /// Whether a call with user `key` is decided at a site: the checks and the encoding of
+    /// `key::compose_around` (an invalid key's error, a braced key's digest) are the general
+    /// path's.
+    #[inline]
+    fn decides(key: &[u8]) -> bool {
+        key::check_user_key(key).is_ok() && !key::braced(key)
+    }
+}
+
 /// How [`RateLimitService::enforce_site`] ended.
 pub(crate) enum SiteOutcome {
-    /// Admitted and counted: the store's verdict, at `now`.
+    /// Admitted and counted: the memory store's verdict, at `now`.
     Admitted(Verdict, Nanos),
+    /// Admitted and counted: the decision a store behind the [`Store`](crate::Store) trait
+    /// made at once.
+    Answered(Decision),
     /// Decided (refused, or an error), not counted yet: hand it to
     /// [`finish_site`](RateLimitService::finish_site).
     Decided(Result<Decision, Error>, Option<usize>),
     /// Not decided: the call takes the general path (a user key with braces, or one the
     /// general path refuses with its error).
     General,
+    /// Not decided, nothing spent: the store was asked to answer at once and cannot; the
+    /// call must be awaited (asking it again at once would get the same answer).
+    Await,
 }
 
 impl RateLimitService {
     /// The resolution of calls with `options` (whatever their user key and cost), for
-    /// [`enforce_site`](Self::enforce_site): `None` when such calls are not decided at once
-    /// on the memory store (another store, limits switched off, the queue), or when the
-    /// resolution fails; the general path decides those, and reports the error.
+    /// [`enforce_site`](Self::enforce_site) and `answer_site`: `None` when such calls are not
+    /// decided at once (limits switched off, the queue), or when the resolution fails; the
+    /// general path decides those, and reports the error.
     pub(crate) fn site(&self, options: &Call<'_>) -> Option<Site> {
-        let Backend::Memory(_) = &self.inner.backend else {
-            return None;
-        };
         if !self.inner.config.enabled() || !options.consume || self.may_wait(options) {
             return None;
         }
@@ -76,10 +92,14 @@ impl RateLimitService {
         self.inner.id
     }
 
-    /// One spending call at `site` (resolved by this service) with
+    /// One spending call at `site` (resolved by this service) on the memory store, with
     /// user `key` and `cost`, the store key composed in `buffer`. An admitted call is counted
     /// here and builds no [`Decision`]; anything else is returned to be finished by
     /// [`finish_site`](Self::finish_site), outside whatever the caller holds.
+    ///
+    /// The memory store only, never a store that answers only some calls at once: a sync
+    /// annotated fn's call comes here too, and must not be admitted by a leased budget that
+    /// lasts only so long (see `enforce_parts_now`).
     #[inline]
     pub(crate) fn enforce_site(
         &self,
@@ -94,34 +114,76 @@ impl RateLimitService {
         buffer.clear();
         buffer.extend_from_slice(site.head.as_bytes());
         if let Some(key) = key {
-            // The checks and the encoding of `key::compose_around`: an invalid key's error,
-            // and a braced key's digest, are the general path's.
-            if key::check_user_key(key).is_err() || key::braced(key) {
+            if !Site::decides(key) {
                 return SiteOutcome::General;
             }
             buffer.extend_from_slice(key);
         }
         buffer.extend_from_slice(site.tail.as_bytes());
         let now = self.inner.clock.now();
-        let started = self.inner.latency.start();
+        let latency = &self.inner.latency;
+        let started = latency.start();
         let verdict = store.verdict_at(buffer, &site.quota, cost, now, true);
-        self.inner.latency.finish(started);
+        latency.finish(started);
         match verdict {
             Ok(verdict) if verdict.allowed => {
-                let stripe = stats::stripe();
-                self.inner.total.record_on(stripe, Outcome::Allowed);
-                if let Some(i) = site.tier {
-                    self.inner.by_tier[i].record_on(stripe, Outcome::Allowed);
-                }
-                if let Some(counters) = &site.counters {
-                    counters.record_on(stripe, Outcome::Allowed);
-                }
+                self.count_site(site);
                 SiteOutcome::Admitted(verdict, now)
             }
             verdict => SiteOutcome::Decided(
                 verdict.map(|v| Decision::for_quota(v, now, &site.quota)),
                 site.tier,
             ),
+        }
+    }
+
+    /// [`enforce_site`](Self::enforce_site) on a store behind the [`Store`](crate::Store)
+    /// trait, which answers the spending call of user `key` at `site` if it can at once
+    /// ([`Store::decide_now`](crate::Store::decide_now)); [`SiteOutcome::Await`] when it
+    /// cannot. The store key is composed in `buffer`.
+    fn answer_site(
+        &self,
+        store: &dyn DynStore,
+        site: &Site,
+        key: &str,
+        cost: u64,
+        buffer: &mut String,
+    ) -> SiteOutcome {
+        if !Site::decides(key.as_bytes()) {
+            return SiteOutcome::General;
+        }
+        buffer.clear();
+        buffer.push_str(&site.head);
+        buffer.push_str(key);
+        buffer.push_str(&site.tail);
+        let now = self.inner.clock.now();
+        let latency = &self.inner.latency;
+        let started = latency.start();
+        match store.decide_now(buffer, &site.quota, cost, now, true) {
+            None => SiteOutcome::Await,
+            Some(decided) => {
+                latency.finish(started);
+                match decided {
+                    Ok(decision) if decision.allowed => {
+                        self.count_site(site);
+                        SiteOutcome::Answered(decision)
+                    }
+                    decided => SiteOutcome::Decided(decided, site.tier),
+                }
+            }
+        }
+    }
+
+    /// Counts an admitted call at `site`: in the total, its tier's and its budget's counters.
+    #[inline]
+    fn count_site(&self, site: &Site) {
+        let stripe = stats::stripe();
+        self.inner.total.record_on(stripe, Outcome::Allowed);
+        if let Some(i) = site.tier {
+            self.inner.by_tier[i].record_on(stripe, Outcome::Allowed);
+        }
+        if let Some(counters) = &site.counters {
+            counters.record_on(stripe, Outcome::Allowed);
         }
     }
 
@@ -150,50 +212,62 @@ struct Entry {
 }
 
 /// The last four call sites of the public API a thread decided at (replaced in turn), and the
-/// buffer their store keys are composed in: one thread-local for what the general path looks
-/// up in three (the resolved quota, the key's suffix, the budget's counters).
+/// buffers their store keys are composed in (bytes for the memory store, text for a store
+/// behind the trait): one thread-local for what the general path looks up in three (the
+/// resolved quota, the key's suffix, the budget's counters).
 struct Entries {
     entries: [Option<Entry>; 4],
     next: usize,
     buffer: Vec<u8>,
+    text: String,
 }
 
 thread_local! {
     static ENTRIES: RefCell<Entries> = const {
-        RefCell::new(Entries { entries: [None, None, None, None], next: 0, buffer: Vec::new() })
+        RefCell::new(Entries {
+            entries: [None, None, None, None],
+            next: 0,
+            buffer: Vec::new(),
+            text: String::new(),
+        })
     };
 }
 
 impl RateLimitService {
     /// A spending call of the public API (`consume`, `enforce`, `check`) decided at its call
-    /// site, kept per thread (see [`Site`]): `None` when the general path decides it (the
-    /// site does not decide at once, or the call's key or resolution is one the general path
-    /// encodes or reports). An admitted call names its tier, as the general path does.
+    /// site, kept per thread (see [`Site`]). An admitted call names its tier, as the general
+    /// path does.
     ///
     /// The caller has made sure the call may not wait ([`may_wait`](Self::may_wait)):
     /// [`decided_now`](Self::decided_now), the one caller, returns before asking otherwise.
     #[inline]
-    pub(super) fn decide_at_site(
-        &self,
-        key: &str,
-        options: &Call<'_>,
-    ) -> Option<Result<Decision, Error>> {
+    pub(super) fn decide_at_site(&self, key: &str, options: &Call<'_>) -> AtSite {
         debug_assert!(!self.may_wait(options));
-        if !matches!(self.inner.backend, Backend::Memory(_))
-            || !self.inner.config.enabled()
-            || !options.consume
-        {
-            return None;
+        if !self.inner.config.enabled() || !options.consume {
+            return AtSite::General;
         }
-        let tier = resolve::tier_index(&self.inner.config, options.tier).ok()?;
+        let Ok(tier) = resolve::tier_index(&self.inner.config, options.tier) else {
+            return AtSite::General;
+        };
+        /// What a site made of the call, with the thread's entries still held.
+        enum Seen {
+            /// Admitted and counted.
+            Admitted(Decision),
+            Decided(Result<Decision, Error>, Option<usize>),
+            General,
+            Await,
+        }
         let outcome = ENTRIES.with(|entries| {
-            // Borrowed already: a call from inside a decision (a clock of the user's own)
-            // takes the general path.
-            let mut entries = entries.try_borrow_mut().ok()?;
+            // Borrowed already: a call from inside a decision (a clock or store of the user's
+            // own) takes the general path.
+            let Ok(mut entries) = entries.try_borrow_mut() else {
+                return Seen::General;
+            };
             let Entries {
                 entries,
                 next,
                 buffer,
+                text,
             } = &mut *entries;
             let id = self.inner.id;
             let found = entries.iter().position(|e| {
@@ -207,7 +281,9 @@ impl RateLimitService {
             let at = match found {
                 Some(at) => at,
                 None => {
-                    let site = self.site(options)?;
+                    let Some(site) = self.site(options) else {
+                        return Seen::General;
+                    };
                     let at = *next;
                     entries[at] = Some(Entry {
                         service: id,
@@ -220,24 +296,45 @@ impl RateLimitService {
                     at
                 }
             };
-            let site = &entries[at].as_ref()?.site;
-            match self.enforce_site(site, Some(key.as_bytes()), options.cost, buffer) {
+            let Some(Entry { site, .. }) = &entries[at] else {
+                return Seen::General;
+            };
+            let cost = options.cost;
+            let outcome = match &self.inner.backend {
+                Backend::Memory(_) => self.enforce_site(site, Some(key.as_bytes()), cost, buffer),
+                Backend::Dyn(store) => self.answer_site(&**store, site, key, cost, text),
+            };
+            match outcome {
                 SiteOutcome::Admitted(verdict, now) => {
-                    Some(Ok(Decision::for_quota(verdict, now, &site.quota)))
+                    Seen::Admitted(Decision::for_quota(verdict, now, &site.quota))
                 }
-                SiteOutcome::Decided(result, tier) => Some(Err((result, tier))),
-                SiteOutcome::General => None,
+                SiteOutcome::Answered(decision) => Seen::Admitted(decision),
+                SiteOutcome::Decided(result, tier) => Seen::Decided(result, tier),
+                SiteOutcome::General => Seen::General,
+                SiteOutcome::Await => Seen::Await,
             }
-        })?;
+        });
         // Finished with the thread's entries released: counting a refusal logs it.
-        Some(match outcome {
-            Ok(admitted) => self.name_tier(Ok(admitted), tier, true),
-            Err((result, tier)) => {
+        match outcome {
+            Seen::Admitted(admitted) => AtSite::Decided(self.name_tier(Ok(admitted), tier, true)),
+            Seen::Decided(result, tier) => {
                 let result = self.name_tier(result, tier, true);
-                self.counted((result, tier), Some(key), options)
+                AtSite::Decided(self.counted((result, tier), Some(key), options))
             }
-        })
+            Seen::General => AtSite::General,
+            Seen::Await => AtSite::Await,
+        }
     }
+}
+
+/// What [`decide_at_site`](RateLimitService::decide_at_site) made of a call.
+pub(super) enum AtSite {
+    /// Decided (and counted, when it spends).
+    Decided(Result<Decision, Error>),
+    /// Not decided at the site: the general path decides it, and reports its errors.
+    General,
+    /// Not decided, nothing spent: the store cannot answer at once, so the call is awaited.
+    Await,
 }
 
 #[cfg(test)]
