@@ -185,7 +185,7 @@ pub(crate) struct Gcra {
 impl Gcra {
     /// Decides a call of weight `cost`; with `commit`, records it if allowed.
     pub(crate) fn decide(&mut self, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> Verdict {
-        let interval = quota.window_nanos() / quota.refill_per_window().max(1);
+        let interval = quota.interval_nanos();
         let capacity = quota.capacity();
         let tolerance = interval.saturating_mul(capacity);
         let tat = self.tat.max(now);

@@ -86,6 +86,9 @@ pub struct Quota {
     strategy: Strategy,
     /// Token-bucket refill, in tokens per window; `0` means "the limit".
     refill: u64,
+    /// The token bucket's emission interval, nanoseconds per token: derived from the window
+    /// and the refill when the quota is made, so a decision divides once less.
+    interval: Nanos,
 }
 
 impl Quota {
@@ -113,6 +116,7 @@ impl Quota {
             burst,
             strategy,
             refill,
+            interval: interval(window, if refill == 0 { limit } else { refill }),
         };
         match quota.problem() {
             Some(e) => Err(e),
@@ -217,9 +221,9 @@ impl Quota {
     }
 
     /// The token bucket's emission interval: nanoseconds per token.
+    #[inline]
     pub(crate) const fn interval_nanos(&self) -> Nanos {
-        let refill = self.refill_per_window();
-        self.window_nanos() / if refill == 0 { 1 } else { refill }
+        self.interval
     }
 
     /// The one rule book: a window longer than zero and at most [`MAX_WINDOW`], a capacity
@@ -276,15 +280,22 @@ impl Quota {
     }
 }
 
+/// The token bucket's emission interval of `refill` tokens per `window`, in nanoseconds.
+const fn interval(window: Duration, refill: u64) -> Nanos {
+    (window.as_nanos() as Nanos) / if refill == 0 { 1 } else { refill }
+}
+
 impl Default for Quota {
     /// 100 calls per minute, sliding window: the module's defaults.
     fn default() -> Self {
+        let window = Duration::from_secs(60);
         Quota {
             limit: 100,
-            window: Duration::from_secs(60),
+            window,
             burst: 0,
             strategy: Strategy::SlidingWindow,
             refill: 0,
+            interval: interval(window, 100),
         }
     }
 }
