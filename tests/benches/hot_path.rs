@@ -126,7 +126,7 @@ fn variants(
             Strategy::SlidingWindowCounter => Arc::new(|k| ready(annotated_counter(k)).is_ok()),
             _ => Arc::new(|k| ready(annotated_log(k)).is_ok()),
         };
-        out.push((format!("annotated {strategy}"), annotated));
+        out.push((format!("annotated {strategy}"), Arc::clone(&annotated)));
         let (svc, names, opts) = (service.clone(), Arc::clone(keys), options(strategy));
         out.push((
             format!("service.consume {strategy}"),
@@ -135,13 +135,42 @@ fn variants(
             }),
         ));
         let (store, names, q) = (MemoryStore::new(), Arc::clone(keys), quota(strategy));
-        let clock = Arc::clone(&clock);
+        let store_clock = Arc::clone(&clock);
         out.push((
             format!("store {strategy}"),
             Arc::new(move |k| {
-                let now = clock.now();
+                let now = store_clock.now();
                 store
                     .acquire(&names[k as usize], &q, 1, now)
+                    .is_ok_and(|d| d.allowed)
+            }),
+        ));
+        // The store on the annotated fn's own store keys (prefix, hash tag, the quota's
+        // identity, the budget's path): the floor under the annotated call, which composes
+        // such a key and decides on it. Checked against the key the fn spends from.
+        let (budget, identity) = match strategy {
+            Strategy::TokenBucket => ("annotated_bucket", "T3600000"),
+            Strategy::FixedWindow => ("annotated_fixed", "F3600000"),
+            _ => continue,
+        };
+        let budget = format!("hot_path::{budget}");
+        let store_key =
+            |k: &str| format!("ratelimit:{{{k}}}{identity}:{}:{budget}:-", budget.len());
+        let q = quota(strategy);
+        let probe = u64::MAX; // a user no group calls
+        assert!(annotated(probe), "{strategy}: the probe refused");
+        let modules = service.memory_store().expect("the module's memory store");
+        let held = modules.reset(&store_key(&probe.to_string()));
+        assert!(held, "{strategy}: not the fn's store key");
+        let long: Arc<Vec<String>> = Arc::new(keys.iter().map(|k| store_key(k)).collect());
+        let store = MemoryStore::new();
+        let clock = Arc::clone(&clock);
+        out.push((
+            format!("store {strategy}, annotated key"),
+            Arc::new(move |k| {
+                let now = clock.now();
+                store
+                    .acquire(&long[k as usize], &q, 1, now)
                     .is_ok_and(|d| d.allowed)
             }),
         ));

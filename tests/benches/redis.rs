@@ -18,7 +18,8 @@
 //! and differ only in the script and in reading its reply.
 //!
 //! Two more variants call the fixed window's two stores by `Store::decide`, without the
-//! service, to tell the store's cost from the service's. `ONLY=<prefix>,<prefix>` keeps the baseline
+//! service, to tell the store's cost from the service's. `AA=1` adds the fixed window's peer
+//! against itself (one on a connection of its own, as our store has): the bench's noise floor. `ONLY=<prefix>,<prefix>` keeps the baseline
 //! and the variants whose names start with one of them.
 //!
 //! For each round, every variant runs once, interleaved, the order reversed every other round
@@ -178,6 +179,33 @@ async fn main() {
         if let Some((name, peer)) = peer(strategy, &raw) {
             let peers = service(peer, &format!("{p}:peer:{strategy}"));
             variants.push((name, consume(&peers, &opts)));
+        }
+    }
+
+    // `AA=1`: the bench's own noise floor. The fixed window's peer against itself, the first
+    // on a connection of its own as our store has, the second on the peers' connection: the
+    // same code on both sides, so any ratio away from 1.00 is the measurement's.
+    if std::env::var_os("AA").is_some() {
+        let own =
+            redis::aio::ConnectionManager::new(redis::Client::open(server.url()).expect("client"))
+                .await
+                .expect("connect");
+        let opts = Options::new()
+            .limit(LIMIT)
+            .window(Duration::from_secs(WINDOW_S))
+            .strategy(Strategy::FixedWindow);
+        for (name, connection, at) in [
+            ("A/A fixed-window".to_owned(), &own, "aa-own"),
+            (
+                "peer for A/A fixed-window: limits_incr_expire".to_owned(),
+                &raw,
+                "aa-peer",
+            ),
+        ] {
+            if let Some((_, peer)) = peer(Strategy::FixedWindow, connection) {
+                let peers = service(peer, &format!("{p}:{at}"));
+                variants.push((name, consume(&peers, &opts)));
+            }
         }
     }
 
