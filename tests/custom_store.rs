@@ -271,7 +271,9 @@ fn a_store_answering_at_once_is_asked_once_per_call_on_the_key_it_is_awaited_on(
             assert!(service.consume("user", &options).await.unwrap().allowed);
         }
         assert!(!service.consume("user", &options).await.unwrap().allowed);
-        let at_once = service.consume_now("user", &options).expect("answered at once");
+        let at_once = service
+            .consume_now("user", &options)
+            .expect("answered at once");
         assert!(!at_once.unwrap().allowed);
     });
     let asked: Vec<String> = store.asked_now.lock().unwrap().drain(..).collect();
