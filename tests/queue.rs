@@ -466,3 +466,40 @@ async fn annotated_fns_wait_and_module_shutdown_wakes_every_waiter_with_not_init
         other => panic!("{other:?}"),
     }
 }
+
+/// A call that must wait (its turn in the queue, `until_ready`) where no Tokio runtime runs,
+/// or in one built without a timer, is refused with `Error::NoRuntime` rather than panicking
+/// in Tokio's timer; a call that needs no wait is decided as usual there.
+#[test]
+fn a_call_that_must_wait_without_a_tokio_timer_is_refused_instead_of_panicking() {
+    let config = Config::builder()
+        .default_limit(1)
+        .queue_enabled(true)
+        .build()
+        .unwrap();
+    let service = RateLimitService::new(config).unwrap();
+    let per_hour = fixed(1, 3_600);
+    let no_timer = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    use futures::executor::block_on as outside;
+    assert!(outside(service.consume("k", &per_hour)).unwrap().allowed);
+    let deadline = Instant::now() + Duration::from_secs(7_200);
+    let refused = [
+        outside(service.consume("k", &per_hour)),
+        no_timer.block_on(service.consume("k", &per_hour)),
+        outside(service.until_ready("k", &per_hour, deadline)),
+        no_timer.block_on(service.until_ready("k", &per_hour, deadline)),
+    ];
+    for (i, result) in refused.into_iter().enumerate() {
+        match result {
+            Err(Error::NoRuntime { missing }) => {
+                let named = ["no Tokio runtime", "enable_time"][i % 2];
+                assert!(missing.contains(named), "{i}: {missing}");
+            }
+            other => panic!("{i}: refused for the missing timer, got {other:?}"),
+        }
+    }
+    let counts = service.stats().total;
+    assert_eq!((counts.allowed, counts.errors), (1, 4));
+}

@@ -60,6 +60,43 @@ fn outside_a_tokio_runtime_the_store_refuses_instead_of_panicking() {
     }
 }
 
+/// In a Tokio runtime built without its timer or its IO driver, the store refuses with its
+/// error (so the failure policy decides, as for a store that cannot answer) instead of
+/// panicking in Tokio ("timers are disabled", "IO is disabled").
+#[test]
+fn a_runtime_without_its_timer_or_io_driver_is_refused_instead_of_panicking() {
+    let server = RedisServer::start();
+    let service = service(&server.url(), &fresh("nodriver"));
+    let opts = Options::new().limit(5).window(LONG);
+    let builder = tokio::runtime::Builder::new_current_thread;
+    for (runtime, missing) in [
+        (builder().enable_io().build().unwrap(), "enable_time"),
+        (builder().enable_time().build().unwrap(), "enable_io"),
+        (builder().build().unwrap(), "enable_time"),
+    ] {
+        let results = [
+            runtime.block_on(service.consume("k", &opts)).map(|_| ()),
+            runtime.block_on(service.reset("k", None)),
+            runtime.block_on(service.redis_store().unwrap().connect()),
+        ];
+        for result in results {
+            match result {
+                Err(Error::Store { message }) => {
+                    assert!(message.contains("Tokio runtime"), "{message}");
+                    assert!(message.contains(missing), "{message}");
+                }
+                other => panic!("refused with the store's error: {other:?}"),
+            }
+        }
+    }
+    // The same store, in a runtime with both: decided.
+    let full = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    assert!(full.block_on(service.consume("k", &opts)).unwrap().allowed);
+}
+
 #[tokio::test]
 async fn percent_encoded_credentials_never_leak() {
     let socket = std::env::temp_dir().join(format!("{}.sock", fresh("sock")));

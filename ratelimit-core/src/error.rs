@@ -105,6 +105,13 @@ pub enum Error {
         /// How long until the budget is expected to admit a call (others may be ahead).
         retry_after: Duration,
     },
+    /// The call must wait (its turn in the queue, `until_ready`) where no Tokio runtime with a
+    /// timer runs: refused rather than panicked on.
+    #[error("this call must wait, and {missing}: call refused")]
+    NoRuntime {
+        /// What is missing.
+        missing: &'static str,
+    },
     /// `Module::init` was called while a module is running (drop or shut it down first).
     #[error("a rate-limit module is already initialised: shut it down (or drop its handle) before calling `Module::init` again")]
     AlreadyInitialized,

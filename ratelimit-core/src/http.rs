@@ -202,6 +202,7 @@ impl Error {
             Error::Timeout { .. } => "STORE_TIMEOUT",
             Error::NotInitialized { .. } => "NOT_INITIALIZED",
             Error::SyncOnWaitingStore { .. } => "SYNC_ON_WAITING_STORE",
+            Error::NoRuntime { .. } => "NO_RUNTIME",
             Error::AlreadyInitialized => "ALREADY_INITIALIZED",
             Error::UnexpectedState { .. } => "UNEXPECTED_STATE",
             Error::ClockOutOfRange { .. } => "CLOCK_OUT_OF_RANGE",

@@ -10,6 +10,7 @@ mod algorithm;
 mod clock;
 mod config;
 mod decision;
+mod drivers;
 mod error;
 #[cfg(feature = "axum")]
 mod http;

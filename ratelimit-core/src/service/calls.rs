@@ -53,8 +53,9 @@ impl RateLimitService {
     /// When the call may wait ([`Options::queue`], or the configuration's `queue_enabled`)
     /// and is over its limit, it waits in the queue until admitted (`Ok`, allowed), or ends
     /// with [`Error::QueueFull`], [`Error::QueueTimeout`], or [`Error::NotInitialized`] if the
-    /// module shuts down meanwhile. Waiting needs a Tokio runtime (its timers). So do
-    /// [`consume`](Self::consume) and [`enforce`](Self::enforce).
+    /// module shuts down meanwhile. [`consume`](Self::consume) and [`enforce`](Self::enforce)
+    /// wait the same way. Waiting needs a Tokio runtime with its timer: a call that must wait
+    /// where there is none is refused with [`Error::NoRuntime`].
     pub fn check<'a>(
         &'a self,
         key: &'a str,

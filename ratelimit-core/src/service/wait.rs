@@ -14,6 +14,7 @@ use tokio::time::Instant;
 use super::queue::Left;
 use super::{Call, Options, RateLimitService};
 use crate::decision::Decision;
+use crate::drivers::{self, Needs};
 use crate::error::Error;
 use crate::key;
 
@@ -54,6 +55,9 @@ impl RateLimitService {
                 Ok(d) if !d.allowed && d.retry_after.is_some() => refused = Some(d),
                 other => return self.record_wait(tier, options, key, other),
             }
+        }
+        if let Some(missing) = drivers::missing(Needs::Timer) {
+            return self.record_wait(tier, options, key, Err(Error::NoRuntime { missing }));
         }
         // Boxed: the waiting state (timers, the place in the line) is only allocated by a
         // call that waits, and the future of every other call stays small.
@@ -170,7 +174,9 @@ impl RateLimitService {
     /// itself (governor's `until_ready`). It sleeps until each refusal's `retry_after`, then
     /// asks again; when that would be past `deadline`, it returns
     /// [`Error::QueueTimeout`] at once rather than sleeping in vain. A call that can never
-    /// pass (cost above capacity, a limit of 0) is refused at once. Needs a Tokio runtime.
+    /// pass (cost above capacity, a limit of 0) is refused at once. Needs a Tokio runtime with
+    /// its timer to sleep: without one, a call that would sleep is refused with
+    /// [`Error::NoRuntime`].
     ///
     /// Many callers waiting on one key wake together at `retry_after`, and all but the few
     /// the budget admits sleep again: use [`until_ready_with_jitter`](Self::until_ready_with_jitter)
@@ -227,6 +233,10 @@ impl RateLimitService {
                 if wake > deadline {
                     let timeout = Err(Error::QueueTimeout { retry_after: after });
                     return self.record_wait(tier, &call, Some(key), timeout);
+                }
+                if let Some(missing) = drivers::missing(Needs::Timer) {
+                    let refused = Err(Error::NoRuntime { missing });
+                    return self.record_wait(tier, &call, Some(key), refused);
                 }
                 tokio::time::sleep_until(wake).await;
             }

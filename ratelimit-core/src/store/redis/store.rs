@@ -20,6 +20,7 @@ use super::scripts::{
 use crate::algorithm::{self, Verdict};
 use crate::clock::Nanos;
 use crate::decision::Decision;
+use crate::drivers::{self, Needs};
 use crate::error::Error;
 use crate::quota::{Quota, QuotaError};
 use crate::store::{Check, Store};
@@ -243,6 +244,8 @@ impl RedisStore {
             }
         }
         if let Some(leases) = self.inner.leases.as_ref().filter(|_| commit && !full) {
+            // A grant waits on Tokio's timer and may start the lease sweeper's task.
+            runtime_ready()?;
             // Boxed: a grant is a round trip of its own, and every other call's future is the
             // smaller for it.
             let leased = Box::pin(leases.decide(self, refusals, clock, key, quota, cost));
@@ -373,21 +376,16 @@ impl RedisStore {
 
     /// Runs the future `f` makes within the configured timeout, counted from `from`.
     /// Everything that talks to Redis goes through here, so this is where a missing Tokio
-    /// runtime is caught: the timer and the connection would panic ("there is no reactor
-    /// running") instead of failing the call. `f` is made here rather than passed in, so that
+    /// runtime, or one without its timer or IO driver, is caught ([`runtime_ready`]): the
+    /// timer and the connection would panic ("there is no reactor running", "timers are
+    /// disabled") instead of failing the call. `f` is made here rather than passed in, so that
     /// the future is held once in this one's (an `async fn` keeps its arguments apart from
     /// what it awaits: a future passed in would be held twice).
     async fn bounded<T, F>(&self, from: Instant, f: impl FnOnce() -> F) -> Result<T, Error>
     where
         F: std::future::Future<Output = Result<T, Error>>,
     {
-        if tokio::runtime::Handle::try_current().is_err() {
-            return Err(Error::Store {
-                message: "the Redis store needs a Tokio runtime (with its time and IO drivers): \
-                          call it from within one, e.g. under #[tokio::main]"
-                    .to_owned(),
-            });
-        }
+        runtime_ready()?;
         let after = self.inner.options.timeout;
         // A timeout too long to add to the clock is as good as none (Tokio's own far future).
         let deadline = from
@@ -449,6 +447,21 @@ impl RedisStore {
             };
         }
         store_error(&self.inner.secrets, context, e)
+    }
+}
+
+/// Whether this thread runs in a Tokio runtime with the timer and IO drivers that every call
+/// to Redis needs; if not, the store's error (so the failure policy decides, as for any store
+/// that cannot answer), never Tokio's panic.
+fn runtime_ready() -> Result<(), Error> {
+    match drivers::missing(Needs::TimerAndIo) {
+        None => Ok(()),
+        Some(missing) => Err(Error::Store {
+            message: format!(
+                "the Redis store needs a Tokio runtime with its time and IO drivers, and \
+                 {missing}: call it from within one, e.g. under #[tokio::main]"
+            ),
+        }),
     }
 }
 
