@@ -134,16 +134,9 @@ fn variants(
                 ready(svc.consume(&names[k as usize], &opts)).is_ok_and(|d| d.allowed)
             }),
         ));
-        let (store, names, q) = (MemoryStore::new(), Arc::clone(keys), quota(strategy));
-        let store_clock = Arc::clone(&clock);
         out.push((
             format!("store {strategy}"),
-            Arc::new(move |k| {
-                let now = store_clock.now();
-                store
-                    .acquire(&names[k as usize], &q, 1, now)
-                    .is_ok_and(|d| d.allowed)
-            }),
+            bare_store(Arc::clone(keys), quota(strategy), &clock),
         ));
         // The store on the annotated fn's own store keys (prefix, hash tag, the quota's
         // identity, the budget's path): the floor under the annotated call, which composes
@@ -163,19 +156,23 @@ fn variants(
         let held = modules.reset(&store_key(&probe.to_string()));
         assert!(held, "{strategy}: not the fn's store key");
         let long: Arc<Vec<String>> = Arc::new(keys.iter().map(|k| store_key(k)).collect());
-        let store = MemoryStore::new();
-        let clock = Arc::clone(&clock);
         out.push((
             format!("store {strategy}, annotated key"),
-            Arc::new(move |k| {
-                let now = clock.now();
-                store
-                    .acquire(&long[k as usize], &q, 1, now)
-                    .is_ok_and(|d| d.allowed)
-            }),
+            bare_store(long, q, &clock),
         ));
     }
     out
+}
+
+/// A memory store of its own called directly on `keys`, the clock read per call.
+fn bare_store(keys: Arc<Vec<String>>, quota: Quota, clock: &Arc<dyn ratelimit::Clock>) -> Call {
+    let (store, clock) = (MemoryStore::new(), Arc::clone(clock));
+    Arc::new(move |k| {
+        let now = clock.now();
+        store
+            .acquire(&keys[k as usize], &quota, 1, now)
+            .is_ok_and(|d| d.allowed)
+    })
 }
 
 /// Round `r`'s order of `k` variants: cyclic, starting at `r mod k`.
