@@ -13,6 +13,8 @@ use std::cell::Cell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Duration;
 
+use crate::error::Error;
+
 /// What a call needs of the runtime it runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Needs {
@@ -43,16 +45,14 @@ pub(crate) fn missing(needs: Needs) -> Option<&'static str> {
         return Some("no Tokio runtime is running on this thread");
     };
     let runtime = handle.id();
+    let seen = PROBED.get().filter(|seen| seen.runtime == runtime);
     #[cfg_attr(not(feature = "redis"), allow(unused_mut))]
-    let mut drivers = match PROBED.get() {
-        Some(seen) if seen.runtime == runtime => seen,
-        _ => Drivers {
-            runtime,
-            timer: probe(|| drop(tokio::time::sleep(Duration::ZERO))),
-            #[cfg(feature = "redis")]
-            io: None,
-        },
-    };
+    let mut drivers = seen.unwrap_or_else(|| Drivers {
+        runtime,
+        timer: probe(|| drop(tokio::time::sleep(Duration::ZERO))),
+        #[cfg(feature = "redis")]
+        io: None,
+    });
     let missing = match needs {
         _ if !drivers.timer => {
             Some("the Tokio runtime has no timer (build it with `enable_time()`)")
@@ -62,8 +62,23 @@ pub(crate) fn missing(needs: Needs) -> Option<&'static str> {
         Needs::TimerAndIo => (!*drivers.io.get_or_insert_with(io))
             .then_some("the Tokio runtime has no IO driver (build it with `enable_io()`)"),
     };
-    PROBED.set(Some(drivers));
+    // Written when something was probed: the calls of a runtime already known only read.
+    #[cfg(feature = "redis")]
+    let probed = seen.is_none_or(|seen| seen.io != drivers.io);
+    #[cfg(not(feature = "redis"))]
+    let probed = seen.is_none();
+    if probed {
+        PROBED.set(Some(drivers));
+    }
     missing
+}
+
+/// [`missing`] for a call that must wait: [`Error::NoRuntime`] when it cannot.
+pub(crate) fn timer() -> Result<(), Error> {
+    match missing(Needs::Timer) {
+        None => Ok(()),
+        Some(missing) => Err(Error::NoRuntime { missing }),
+    }
 }
 
 /// Whether `f`, which Tokio makes panic when a driver is missing, ran to its end.

@@ -116,8 +116,9 @@ impl Quota {
             burst,
             strategy,
             refill,
-            interval: interval(window, if refill == 0 { limit } else { refill }),
-        };
+            interval: 0,
+        }
+        .derived();
         match quota.problem() {
             Some(e) => Err(e),
             None => Ok(quota),
@@ -226,6 +227,13 @@ impl Quota {
         self.interval
     }
 
+    /// With what is derived from the settings filled in: the emission interval.
+    const fn derived(mut self) -> Self {
+        let refill = self.refill_per_window();
+        self.interval = self.window_nanos() / if refill == 0 { 1 } else { refill };
+        self
+    }
+
     /// The one rule book: a window longer than zero and at most [`MAX_WINDOW`], a capacity
     /// that fits the stores' counters, and for the token bucket at most one token per
     /// nanosecond and a tolerance (interval x capacity) within 2^62.
@@ -280,23 +288,18 @@ impl Quota {
     }
 }
 
-/// The token bucket's emission interval of `refill` tokens per `window`, in nanoseconds.
-const fn interval(window: Duration, refill: u64) -> Nanos {
-    (window.as_nanos() as Nanos) / if refill == 0 { 1 } else { refill }
-}
-
 impl Default for Quota {
     /// 100 calls per minute, sliding window: the module's defaults.
     fn default() -> Self {
-        let window = Duration::from_secs(60);
         Quota {
             limit: 100,
-            window,
+            window: Duration::from_secs(60),
             burst: 0,
             strategy: Strategy::SlidingWindow,
             refill: 0,
-            interval: interval(window, 100),
+            interval: 0,
         }
+        .derived()
     }
 }
 

@@ -169,12 +169,7 @@ async fn main() {
     for strategy in Strategy::ALL {
         // A service of its own per strategy, on one store, as each peer has its own.
         let ours = service(store.clone(), &format!("{p}:ours:{strategy}"));
-        // A budget no run exhausts, spread over 64 keys: every call is an admitted decision
-        // that writes, the common case.
-        let opts = Options::new()
-            .limit(LIMIT)
-            .window(Duration::from_secs(WINDOW_S))
-            .strategy(strategy);
+        let opts = admitting(strategy);
         variants.push((strategy.to_string(), consume(&ours, &opts)));
         if let Some((name, peer)) = peer(strategy, &raw) {
             let peers = service(peer, &format!("{p}:peer:{strategy}"));
@@ -190,10 +185,7 @@ async fn main() {
             redis::aio::ConnectionManager::new(redis::Client::open(server.url()).expect("client"))
                 .await
                 .expect("connect");
-        let opts = Options::new()
-            .limit(LIMIT)
-            .window(Duration::from_secs(WINDOW_S))
-            .strategy(Strategy::FixedWindow);
+        let opts = admitting(Strategy::FixedWindow);
         for (name, connection, at) in [
             ("A/A fixed-window".to_owned(), &own, "aa-own"),
             (
@@ -427,6 +419,15 @@ fn service(store: impl Store, prefix: &str) -> Arc<RateLimitService> {
         .expect("config");
     let service = RateLimitService::with_store(config, store, Arc::new(SystemClock));
     Arc::new(service.expect("service"))
+}
+
+/// A budget no run exhausts, spread over 64 keys: every call is an admitted decision that
+/// writes, the common case.
+fn admitting(strategy: Strategy) -> Options {
+    Options::new()
+        .limit(LIMIT)
+        .window(Duration::from_secs(WINDOW_S))
+        .strategy(strategy)
 }
 
 /// Calls `service.consume` on 64 user keys; every call must be admitted.

@@ -206,16 +206,34 @@ impl RateLimitService {
         tier: Option<usize>,
         now: Nanos,
     ) -> Option<Result<Decision, Error>> {
-        let latency = &self.inner.latency;
         let decided = self.with_key(options, tier, key, quota, |k| {
-            let started = latency.start();
-            let decided = store.decide_now(k, quota, options.cost, now, options.consume);
-            if decided.is_some() {
-                latency.finish(started);
-            }
+            let decided = self.ask_now(store, k, quota, options.cost, now, options.consume);
             decided.transpose()
         });
         decided.transpose()
+    }
+
+    /// `store`'s answer at once on store key `key` ([`Store::decide_now`]), its latency
+    /// sampled when there is one, as the awaited path samples every decision.
+    ///
+    /// [`Store::decide_now`]: crate::Store::decide_now
+    #[inline]
+    pub(super) fn ask_now(
+        &self,
+        store: &dyn DynStore,
+        key: &str,
+        quota: &Quota,
+        cost: u64,
+        now: Nanos,
+        commit: bool,
+    ) -> Option<Result<Decision, Error>> {
+        let latency = &self.inner.latency;
+        let started = latency.start();
+        let decided = store.decide_now(key, quota, cost, now, commit);
+        if decided.is_some() {
+            latency.finish(started);
+        }
+        decided
     }
 
     /// One decision, not counted in the statistics (the queue counts a call once, by how its

@@ -157,20 +157,13 @@ impl RateLimitService {
         buffer.push_str(key);
         buffer.push_str(&site.tail);
         let now = self.inner.clock.now();
-        let latency = &self.inner.latency;
-        let started = latency.start();
-        match store.decide_now(buffer, &site.quota, cost, now, true) {
+        match self.ask_now(store, buffer, &site.quota, cost, now, true) {
             None => SiteOutcome::Await,
-            Some(decided) => {
-                latency.finish(started);
-                match decided {
-                    Ok(decision) if decision.allowed => {
-                        self.count_site(site);
-                        SiteOutcome::Answered(decision)
-                    }
-                    decided => SiteOutcome::Decided(decided, site.tier),
-                }
+            Some(Ok(decision)) if decision.allowed => {
+                self.count_site(site);
+                SiteOutcome::Answered(decision)
             }
+            Some(decided) => SiteOutcome::Decided(decided, site.tier),
         }
     }
 

@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use super::queue::Left;
 use super::{Call, Options, RateLimitService};
 use crate::decision::Decision;
-use crate::drivers::{self, Needs};
+use crate::drivers;
 use crate::error::Error;
 use crate::key;
 
@@ -56,8 +56,8 @@ impl RateLimitService {
                 other => return self.record_wait(tier, options, key, other),
             }
         }
-        if let Some(missing) = drivers::missing(Needs::Timer) {
-            return self.record_wait(tier, options, key, Err(Error::NoRuntime { missing }));
+        if let Err(no_timer) = drivers::timer() {
+            return self.record_wait(tier, options, key, Err(no_timer));
         }
         // Boxed: the waiting state (timers, the place in the line) is only allocated by a
         // call that waits, and the future of every other call stays small.
@@ -234,9 +234,8 @@ impl RateLimitService {
                     let timeout = Err(Error::QueueTimeout { retry_after: after });
                     return self.record_wait(tier, &call, Some(key), timeout);
                 }
-                if let Some(missing) = drivers::missing(Needs::Timer) {
-                    let refused = Err(Error::NoRuntime { missing });
-                    return self.record_wait(tier, &call, Some(key), refused);
+                if let Err(no_timer) = drivers::timer() {
+                    return self.record_wait(tier, &call, Some(key), Err(no_timer));
                 }
                 tokio::time::sleep_until(wake).await;
             }
