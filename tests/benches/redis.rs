@@ -12,15 +12,21 @@
 //!
 //! Each strategy and its peer are driven the same way: `RateLimitService::consume` over 64 user
 //! keys, the service built with `RateLimitService::with_store` on our `RedisStore` or on
-//! `PeerStore`, a `Store` whose `decide` is one `EVALSHA` of the peer's script through a
-//! `ConnectionManager` (the client the store uses). So both sides pay the same service-level
-//! work (resolving the limit, composing the key, the decision, the stats) and the same client,
-//! and differ only in the script and in reading its reply.
+//! `PeerStore`, a `Store` whose `decide` is one `EVALSHA` of the peer's script through
+//! redis-rs' `MultiplexedConnection` with no response timeout (the client the store uses,
+//! without the store's bound on every call: the cheapest way the client offers). So both
+//! sides pay the same service-level work (resolving the limit, composing the key, the
+//! decision, the stats) and the same client, and differ only in the script, in reading its
+//! reply, and in our deadline. `PEER_CONNECTION=manager` puts the peers (and the raw
+//! baselines) on redis-rs' default `ConnectionManager` instead, which bounds every call with
+//! a Tokio timer of 500 ms.
 //!
 //! Two more variants call the fixed window's two stores by `Store::decide`, without the
 //! service, to tell the store's cost from the service's. `AA=1` adds the fixed window's peer
-//! against itself (one on a connection of its own, as our store has): the bench's noise floor. `ONLY=<prefix>,<prefix>` keeps the baseline
-//! and the variants whose names start with one of them.
+//! against itself (one on a connection of its own, as our store has): the bench's noise floor.
+//! `ONLY=<prefix>,<prefix>` keeps the baseline and the variants whose names start with one of
+//! them. `CALLS=n` makes `n` sequential calls of the last variant kept and stops, for
+//! instructions per call under cachegrind (`ITERS`-style, at two values of `n`).
 //!
 //! For each round, every variant runs once, interleaved, the order reversed every other round
 //! (balanced), so that noise from a shared machine lands on all of them alike; the figure
@@ -35,8 +41,8 @@ use std::time::{Duration, Instant};
 
 use ratelimit::store::Check;
 use ratelimit::{
-    Clock, Config, Decision, Error, Nanos, Options, Quota, RateLimitService, RedisOptions,
-    RedisStore, Store, Strategy, SystemClock,
+    Clock, Config, Decision, Error, ManualClock, Nanos, Options, Quota, RateLimitService,
+    RedisOptions, RedisStore, Store, Strategy, SystemClock,
 };
 use ratelimit_tests::redis_server::{prefix, RedisServer};
 
@@ -106,12 +112,9 @@ async fn main() {
     let server = RedisServer::start();
     let timeout = Duration::from_secs(5);
 
-    // The baseline: EVALSHA of `return 1`, through the same reconnecting multiplexed
-    // connection the store uses.
-    let client = redis::Client::open(server.url()).expect("client");
-    let raw = redis::aio::ConnectionManager::new(client)
-        .await
-        .expect("connect");
+    // The baseline: EVALSHA of `return 1`, through the multiplexed connection the store
+    // uses.
+    let raw = PeerConnection::open(&server.url()).await;
     let trivial = Arc::new(redis::Script::new("return 1"));
     let _: i64 = trivial.invoke_async(&mut raw.clone()).await.expect("load");
 
@@ -181,10 +184,7 @@ async fn main() {
     // on a connection of its own as our store has, the second on the peers' connection: the
     // same code on both sides, so any ratio away from 1.00 is the measurement's.
     if std::env::var_os("AA").is_some() {
-        let own =
-            redis::aio::ConnectionManager::new(redis::Client::open(server.url()).expect("client"))
-                .await
-                .expect("connect");
+        let own = PeerConnection::open(&server.url()).await;
         let opts = admitting(Strategy::FixedWindow);
         for (name, connection, at) in [
             ("A/A fixed-window".to_owned(), &own, "aa-own"),
@@ -247,10 +247,15 @@ async fn main() {
             .local_refusals(0),
     )
     .expect("store");
-    for (name, store) in [
+    // Not under cachegrind (`CALLS`): `acquire` reads the system clock.
+    let refused = [
         ("refused hot key, answered locally", store.clone()),
         ("refused hot key, asking Redis", every_call),
-    ] {
+    ];
+    for (name, store) in refused
+        .into_iter()
+        .filter(|_| std::env::var_os("CALLS").is_none())
+    {
         let quota = Quota::new(1, Duration::from_secs(3_600)).unwrap();
         let key = Arc::new(format!("{p}:hot:{name}"));
         let _ = ratelimit_tests::acquire(&store, &key, &quota).await;
@@ -282,6 +287,16 @@ async fn main() {
     // Warm-up: connections, scripts, allocator.
     for (_, call) in &variants {
         latency_us(call).await;
+    }
+    // `CALLS=n` (with `ONLY=<one variant>`): after the warm-up, `n` sequential calls of the
+    // last variant left and nothing else, to run under cachegrind at two values of `n`:
+    // instructions per call in the process, which the host's noise does not move.
+    if let Some(calls) = std::env::var("CALLS").ok().and_then(|n| n.parse().ok()) {
+        let (_, call) = variants.last().expect("a variant");
+        for i in 0..calls {
+            call(i).await;
+        }
+        return;
     }
     let mut latency = vec![Vec::new(); variants.len()];
     let mut rate = vec![Vec::new(); variants.len()];
@@ -417,7 +432,13 @@ fn service(store: impl Store, prefix: &str) -> Arc<RateLimitService> {
         .key_prefix(prefix)
         .build()
         .expect("config");
-    let service = RateLimitService::with_store(config, store, Arc::new(SystemClock));
+    // Under cachegrind (`CALLS`), a hand-driven clock: valgrind cannot run the system
+    // clock's vDSO set-up. The Redis store decides on Redis' clock either way.
+    let clock: Arc<dyn Clock> = match std::env::var_os("CALLS") {
+        Some(_) => Arc::new(ManualClock::new(Duration::from_secs(1_800_000_000))),
+        None => Arc::new(SystemClock),
+    };
+    let service = RateLimitService::with_store(config, store, clock);
     Arc::new(service.expect("service"))
 }
 
@@ -452,7 +473,59 @@ fn consume(service: &Arc<RateLimitService>, opts: &Options) -> Call {
 struct PeerStore {
     strategy: Strategy,
     script: redis::Script,
-    connection: redis::aio::ConnectionManager,
+    connection: PeerConnection,
+}
+
+/// The peers' connection: a bare `MultiplexedConnection` with no response timeout, or with
+/// `PEER_CONNECTION=manager` redis-rs' default `ConnectionManager` (a 500 ms timer per call).
+#[derive(Clone)]
+enum PeerConnection {
+    Bare(redis::aio::MultiplexedConnection),
+    Manager(redis::aio::ConnectionManager),
+}
+
+impl PeerConnection {
+    async fn open(url: &str) -> Self {
+        let client = redis::Client::open(url).expect("client");
+        if std::env::var("PEER_CONNECTION").as_deref() == Ok("manager") {
+            let manager = redis::aio::ConnectionManager::new(client);
+            return PeerConnection::Manager(manager.await.expect("connect"));
+        }
+        let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
+        let bare = client.get_multiplexed_async_connection_with_config(&config);
+        PeerConnection::Bare(bare.await.expect("connect"))
+    }
+}
+
+impl redis::aio::ConnectionLike for PeerConnection {
+    fn req_packed_command<'a>(
+        &'a mut self,
+        cmd: &'a redis::Cmd,
+    ) -> redis::RedisFuture<'a, redis::Value> {
+        match self {
+            PeerConnection::Bare(c) => c.req_packed_command(cmd),
+            PeerConnection::Manager(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        cmd: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
+        match self {
+            PeerConnection::Bare(c) => c.req_packed_commands(cmd, offset, count),
+            PeerConnection::Manager(c) => c.req_packed_commands(cmd, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            PeerConnection::Bare(c) => c.get_db(),
+            PeerConnection::Manager(c) => c.get_db(),
+        }
+    }
 }
 
 impl Store for PeerStore {
@@ -553,7 +626,7 @@ impl Store for PeerStore {
 
 /// The peer's store for `strategy`, over `raw`'s connection, and the variant's name; `None`
 /// when its file is not in `benches/peers/`.
-fn peer(strategy: Strategy, raw: &redis::aio::ConnectionManager) -> Option<(String, PeerStore)> {
+fn peer(strategy: Strategy, raw: &PeerConnection) -> Option<(String, PeerStore)> {
     let file = match strategy {
         Strategy::FixedWindow => "limits_incr_expire.lua",
         Strategy::SlidingWindow => "limits_acquire_moving_window.lua",
