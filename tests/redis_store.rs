@@ -554,6 +554,87 @@ async fn a_hung_redis_never_hangs_a_caller() {
     assert!(waited < Duration::from_millis(400), "{waited:?}");
 }
 
+/// Requests in flight on one connection when Redis stops answering: each fails with
+/// `Error::Timeout`, none before its timeout and none far past it (the connection's watcher
+/// closes it at its oldest request's deadline, at most a 16th of the timeout late), and the
+/// next call after Redis is back opens a new connection and is decided.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_in_flight_on_a_hung_connection_time_out_in_time_and_the_next_reconnects() {
+    const TIMEOUT: Duration = Duration::from_millis(100);
+    let server = RedisServer::start();
+    let p = prefix("hung_many");
+    let store = RedisStore::new(RedisOptions::new(server.url()).timeout(TIMEOUT)).unwrap();
+    let quota = Quota::per_minute(1_000).unwrap();
+    let key = format!("{p}:k");
+    assert!(acquire(&store, &key, &quota).await.unwrap().allowed);
+    server.pause();
+    let calls: Vec<_> = (0..32)
+        .map(|_| {
+            let (store, key) = (store.clone(), key.clone());
+            tokio::spawn(async move {
+                let started = Instant::now();
+                let result = acquire(&store, &key, &quota).await;
+                (result, started.elapsed())
+            })
+        })
+        .collect();
+    let mut ended = Vec::new();
+    for call in calls {
+        ended.push(call.await.unwrap());
+    }
+    server.resume();
+    for (result, waited) in ended {
+        assert!(
+            matches!(result, Err(Error::Timeout { after }) if after == TIMEOUT),
+            "{result:?}"
+        );
+        assert!(waited >= TIMEOUT, "failed before its timeout: {waited:?}");
+        // The 100 ms bound, plus scheduling slack on a busy 2-core machine.
+        assert!(waited < Duration::from_millis(400), "{waited:?}");
+    }
+    // Redis may still run the requests it read before it stopped: they only spend.
+    let d = acquire(&store, &key, &quota).await.unwrap();
+    assert!(d.allowed && d.remaining <= 1_000 - 2, "{d:?}");
+}
+
+/// A store shared by two runtimes, one of them kept but idle (a current-thread runtime
+/// outside `block_on` drives none of its tasks): the other's calls are decided at once, on a
+/// connection of their own, rather than waiting on a connection the idle runtime would
+/// drive (with one connection shared, they timed out); counts stay exact across both.
+#[test]
+fn a_runtime_kept_idle_never_holds_up_the_calls_of_another_runtime() {
+    let server = RedisServer::start();
+    let p = prefix("idle_runtime");
+    let store = store(&server);
+    let quota = Quota::per_minute(10).unwrap();
+    let key = format!("{p}:k");
+    let runtime = || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    };
+    let (first, second) = (runtime(), runtime());
+    let mut remaining = Vec::new();
+    let mut call = |on: &tokio::runtime::Runtime| {
+        // Far below the 2 s timeout a call held up would wait for (or for good, were it
+        // bounded by the idle runtime's watcher).
+        let soon = async {
+            tokio::time::timeout(Duration::from_secs(1), acquire(&store, &key, &quota)).await
+        };
+        let d = on.block_on(soon).expect("decided at once").unwrap();
+        assert!(d.allowed);
+        remaining.push(d.remaining);
+    };
+    call(&first);
+    call(&second);
+    call(&second);
+    call(&first);
+    drop(first);
+    call(&second);
+    assert_eq!(remaining, [9, 8, 7, 6, 5]);
+}
+
 #[tokio::test]
 async fn credentials_never_appear_in_debug_display_or_errors() {
     let server = RedisServer::start_with(&["--requirepass", "hunter2-s3cret"]);

@@ -41,8 +41,14 @@ thread_local! {
 
 /// What is missing on this thread for a call that `needs` it; `None`: it can go ahead.
 pub(crate) fn missing(needs: Needs) -> Option<&'static str> {
+    ready(needs).err()
+}
+
+/// The runtime this thread runs in, if it has what a call that `needs` it needs; else what
+/// is missing.
+pub(crate) fn ready(needs: Needs) -> Result<tokio::runtime::Id, &'static str> {
     let Ok(handle) = tokio::runtime::Handle::try_current() else {
-        return Some("no Tokio runtime is running on this thread");
+        return Err("no Tokio runtime is running on this thread");
     };
     let runtime = handle.id();
     let seen = PROBED.get().filter(|seen| seen.runtime == runtime);
@@ -70,7 +76,10 @@ pub(crate) fn missing(needs: Needs) -> Option<&'static str> {
     if probed {
         PROBED.set(Some(drivers));
     }
-    missing
+    match missing {
+        None => Ok(runtime),
+        Some(missing) => Err(missing),
+    }
 }
 
 /// [`missing`] for a call that must wait: [`Error::NoRuntime`] when it cannot.

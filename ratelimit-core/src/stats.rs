@@ -65,7 +65,8 @@ const OWNED: usize = 16;
 /// with `T` threads counting, `(T - OWNED) / SHARED` to a stripe, always fewer than the
 /// `T / 8` of the 8 shared stripes this replaced. A scope's counters are 3 KiB.
 const SHARED: usize = 8;
-const STRIPES: usize = OWNED + SHARED;
+/// How many stripes there are: a counter striped by [`StripeId`] has this many parts.
+pub(crate) const STRIPES: usize = OWNED + SHARED;
 
 /// One stripe of a scope's counters, alone on its cache lines: an owned stripe is written by
 /// its owner only; a shared one by any thread, atomically.
@@ -102,6 +103,29 @@ pub(crate) enum Outcome {
 /// whoever then takes it writes it alone.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct StripeId(usize);
+
+impl StripeId {
+    /// Which of the [`STRIPES`] parts of a striped counter this thread writes.
+    #[inline]
+    pub(crate) fn index(self) -> usize {
+        self.0 % STRIPES
+    }
+
+    /// Adds one to `counter`, this stripe's part of a striped counter: with a plain load and
+    /// store on an owned stripe (written by this thread alone: no other write can fall
+    /// between the two), with a locked add on a shared one.
+    #[inline]
+    pub(crate) fn add_one(self, counter: &AtomicU64) {
+        if self.0 < OWNED {
+            counter.store(
+                counter.load(Ordering::Relaxed).wrapping_add(1),
+                Ordering::Relaxed,
+            );
+        } else {
+            counter.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
 
 /// Bit `i`: owned stripe `i` belongs to a live thread.
 static CLAIMED: AtomicUsize = AtomicUsize::new(0);
@@ -199,22 +223,12 @@ impl Counters {
     #[inline]
     pub(crate) fn record_on(&self, stripe: StripeId, outcome: Outcome) {
         self.metrics.record(outcome);
-        let StripeId(i) = stripe;
-        let stripe = &self.stripes[i % STRIPES];
-        let counter = match outcome {
-            Outcome::Allowed => &stripe.allowed,
-            Outcome::Denied => &stripe.denied,
-            Outcome::Error => &stripe.errors,
-        };
-        if i < OWNED {
-            // Written by this thread alone: no other write can fall between the two.
-            counter.store(
-                counter.load(Ordering::Relaxed).wrapping_add(1),
-                Ordering::Relaxed,
-            );
-        } else {
-            counter.fetch_add(1, Ordering::Relaxed);
-        }
+        let part = &self.stripes[stripe.index()];
+        stripe.add_one(match outcome {
+            Outcome::Allowed => &part.allowed,
+            Outcome::Denied => &part.denied,
+            Outcome::Error => &part.errors,
+        });
     }
 
     /// The counts since the last [`clear`](Self::clear).

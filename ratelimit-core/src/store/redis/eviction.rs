@@ -75,18 +75,25 @@ impl RedisStore {
     /// once: until it has answered (or said it will not), at the cost of one round trip
     /// (boxed: the first calls only, and every later call's future is the smaller for it).
     pub(super) async fn check_eviction(&self, connection: &mut Connection) -> Result<(), Error> {
-        let policy = match self.inner.eviction.get() {
-            Some(policy) => policy,
+        match self.eviction_checked() {
+            Some(checked) => checked,
             None => match Box::pin(self.ask_eviction(connection)).await {
-                Some(policy) => policy,
+                Some(_) => self.eviction_checked().unwrap_or(Ok(())),
                 // Unreachable: ask again on the next call (which fails on its own).
-                None => return Ok(()),
+                None => Ok(()),
             },
-        };
-        match policy.refusal(self.options().require_noeviction) {
+        }
+    }
+
+    /// [`check_eviction`](Self::check_eviction) without a round trip: `None` until Redis has
+    /// told its policy.
+    #[inline]
+    pub(super) fn eviction_checked(&self) -> Option<Result<(), Error>> {
+        let policy = self.inner.eviction.get()?;
+        Some(match policy.refusal(self.options().require_noeviction) {
             Some(refusal) => Err(refusal),
             None => Ok(()),
-        }
+        })
     }
 
     /// `CONFIG GET maxmemory-policy`, kept (and reported) once; `None` when Redis could not

@@ -8,6 +8,7 @@
 //! - `reply`: the scripts' replies read as verdicts, and the estimate of Redis' clock;
 //! - `scripts`: the Lua scripts, one per strategy, and the quotas they count exactly;
 //! - `store`: [`RedisStore`], the connection and one script call per decision;
+//! - `link`: one server's connection, its calls bounded by one deadline per connection;
 //! - `eviction`: Redis' eviction policy, checked once per store.
 //!
 //! The failure policy is applied by the generic [`Failover`](crate::store::Failover) wrapper.
@@ -16,6 +17,7 @@
 mod agrees;
 mod eviction;
 mod lease;
+mod link;
 mod local;
 #[cfg(test)]
 mod lua_agrees;

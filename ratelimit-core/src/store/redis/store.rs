@@ -2,14 +2,15 @@
 
 use std::fmt;
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use redis::aio::ConnectionManager;
+use redis::aio::MultiplexedConnection;
 use redis::cluster_async::ClusterConnection;
 use tokio::sync::OnceCell;
 
 use super::eviction::Policy;
 use super::lease::Leases;
+use super::link::{Links, FOREVER};
 use super::options::RedisOptions;
 use super::redaction::{secrets, store_error};
 use super::refusals::Refusals;
@@ -33,13 +34,17 @@ const UNEXPECTED_STATE: &str = "RATELIMIT_STATE";
 const NO_SCRIPT: redis::ErrorKind = redis::ErrorKind::Server(redis::ServerErrorKind::NoScript);
 
 enum Client {
-    Single(redis::Client),
-    Cluster(Box<redis::cluster::ClusterClient>),
+    /// One server, over the store's own connection (`link`).
+    Single(Links),
+    /// A cluster, over redis-rs' cluster connection, made on first use.
+    Cluster(
+        Box<redis::cluster::ClusterClient>,
+        OnceCell<ClusterConnection>,
+    ),
 }
 
-#[derive(Clone)]
 pub(super) enum Connection {
-    Single(ConnectionManager),
+    Single(MultiplexedConnection),
     Cluster(ClusterConnection),
 }
 
@@ -47,7 +52,6 @@ pub(super) struct Inner {
     options: RedisOptions,
     secrets: Vec<String>,
     client: Client,
-    connection: OnceCell<Connection>,
     /// Redis' eviction policy, once the first connection has asked.
     pub(super) eviction: OnceLock<Policy>,
     /// Where the fixed window's short replies are placed in time.
@@ -109,8 +113,15 @@ pub(super) struct Inner {
 ///   Redis for its `maxmemory-policy` where `CONFIG` is allowed. Under an `allkeys-*` policy a
 ///   full Redis evicts limiter keys and their limits are lost: it logs a warning, and with
 ///   [`RedisOptions::require_noeviction`] refuses every call with [`Error::Store`].
-/// - **Bounded**: every call gives up after [`RedisOptions::timeout`]; the connection is
-///   multiplexed and re-established in the background after a failure.
+/// - **Bounded**: every call gives up after [`RedisOptions::timeout`] (at most a 16th of it
+///   later, and 1 ms), with [`Error::Timeout`]. Against one server, a request unanswered by
+///   its deadline closes its connection, so the calls behind it on that connection fail at
+///   once too, and the next call connects anew: a connection answers in order, so one
+///   deadline per connection bounds every call on it, without a timer per call.
+/// - **One multiplexed connection per Tokio runtime that calls** (against one server: one
+///   for most applications), driven by that runtime's tasks, so that no runtime waits on
+///   another's; made (in a task of its own, within [`RedisOptions::connect_timeout`]) on
+///   the first call, and again after it ends.
 /// - Needs Redis 6.2 or later (`SET ... PXAT`, `KEEPTTL`) and a Tokio runtime (called outside
 ///   one, every call fails with [`Error::Store`]); connects on first use (or on
 ///   [`connect`](Self::connect)).
@@ -125,7 +136,7 @@ impl fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisStore")
             .field("options", &self.inner.options)
-            .field("connected", &self.inner.connection.initialized())
+            .field("connected", &self.connected())
             .finish()
     }
 }
@@ -147,9 +158,11 @@ impl RedisStore {
                     .response_timeout(options.timeout)
                     .min_retry_wait(5)
                     .max_retry_wait(options.timeout.as_millis().max(10) as u64);
-            Client::Cluster(Box::new(builder.build().map_err(scrub)?))
+            Client::Cluster(Box::new(builder.build().map_err(scrub)?), OnceCell::new())
         } else {
-            Client::Single(redis::Client::open(options.urls[0].as_str()).map_err(scrub)?)
+            let client = redis::Client::open(options.urls[0].as_str()).map_err(scrub)?;
+            let info = client.get_connection_info().clone();
+            Client::Single(Links::new(info, options.connect_timeout, options.timeout))
         };
         let refusals = Refusals::new(options.local_refusals);
         let leases = options.leases.clone().map(Leases::new);
@@ -158,7 +171,6 @@ impl RedisStore {
                 secrets,
                 options,
                 client,
-                connection: OnceCell::new(),
                 eviction: OnceLock::new(),
                 clock: RedisClock::default(),
                 refusals,
@@ -186,8 +198,7 @@ impl RedisStore {
     /// Connects (if not yet connected) and loads the scripts, within the timeout: call it at
     /// start-up to find out at once that Redis is unreachable.
     pub async fn connect(&self) -> Result<(), Error> {
-        self.bounded(Instant::now(), || async {
-            let mut connection = self.connection().await?;
+        self.bounded(Instant::now(), |mut connection| async move {
             for script in SCRIPTS.iter().chain([&*STACKED_SCRIPT]) {
                 let load = script.load();
                 let loaded: Result<String, _> = match &mut connection {
@@ -204,10 +215,10 @@ impl RedisStore {
     /// Forgets `key`; returns whether Redis held it.
     async fn forget(&self, key: &str) -> Result<bool, Error> {
         crate::key::check_store_key(key)?;
-        self.bounded(Instant::now(), || async {
+        self.bounded(Instant::now(), |connection| async move {
             let mut cmd = redis::cmd("DEL");
             cmd.arg(key);
-            let deleted: Result<u64, _> = match self.connection().await? {
+            let deleted: Result<u64, _> = match connection {
                 Connection::Single(mut c) => cmd.query_async(&mut c).await,
                 Connection::Cluster(mut c) => cmd.query_async(&mut c).await,
             };
@@ -347,8 +358,7 @@ impl RedisStore {
         mut with_source: bool,
         sent: Instant,
     ) -> Result<T, Error> {
-        self.bounded(sent, || async {
-            let mut connection = self.connection().await?;
+        self.bounded(sent, |mut connection| async move {
             loop {
                 let command = script.command(keys, args, with_source);
                 let result = match &mut connection {
@@ -374,70 +384,93 @@ impl RedisStore {
         }
     }
 
-    /// Runs the future `f` makes within the configured timeout, counted from `from`.
-    /// Everything that talks to Redis goes through here, so this is where a missing Tokio
-    /// runtime, or one without its timer or IO driver, is caught ([`runtime_ready`]): the
-    /// timer and the connection would panic ("there is no reactor running", "timers are
-    /// disabled") instead of failing the call. `f` is made here rather than passed in, so that
-    /// the future is held once in this one's (an `async fn` keeps its arguments apart from
-    /// what it awaits: a future passed in would be held twice).
-    async fn bounded<T, F>(&self, from: Instant, f: impl FnOnce() -> F) -> Result<T, Error>
+    /// Runs the future `f` makes on a connection within the configured timeout, counted
+    /// from `from`. Everything that talks to Redis goes through here.
+    ///
+    /// - This is where a missing Tokio runtime, or one without its timer or IO driver, is
+    ///   caught ([`runtime_ready`]): the timer and the connection would panic ("there is no
+    ///   reactor running", "timers are disabled") instead of failing the call.
+    /// - On one server's open link (that of the runtime the call runs on), the call is
+    ///   bounded by the link's watcher (see `link`), with no timer of its own.
+    /// - A call that must connect first, or that started before the link it would use, and
+    ///   every call to a cluster, is bounded by a Tokio timer of its own.
+    ///
+    /// `f` is made here rather than passed in, so that the future is held once in this one's
+    /// (an `async fn` keeps its arguments apart from what it awaits: a future passed in would
+    /// be held twice).
+    async fn bounded<T, F>(
+        &self,
+        from: Instant,
+        f: impl FnOnce(Connection) -> F,
+    ) -> Result<T, Error>
     where
         F: std::future::Future<Output = Result<T, Error>>,
     {
-        runtime_ready()?;
+        let runtime = runtime_ready()?;
         let after = self.inner.options.timeout;
-        // A timeout too long to add to the clock is as good as none (Tokio's own far future).
-        let deadline = from
-            .checked_add(after)
-            .unwrap_or_else(|| from + Duration::from_secs(86_400 * 365 * 30));
-        tokio::time::timeout_at(deadline.into(), f())
-            .await
-            .unwrap_or(Err(Error::Timeout { after }))
+        if let Client::Single(links) = &self.inner.client {
+            if let (Some(link), Some(checked)) = (links.open(runtime), self.eviction_checked()) {
+                checked?;
+                if let Some(watched) = link.watch(from) {
+                    let answered = f(Connection::Single(link.connection())).await;
+                    drop(watched);
+                    return answered.map_err(|e| link.failed(e, after));
+                }
+            }
+        }
+        let deadline = from.checked_add(after).unwrap_or_else(|| from + FOREVER);
+        tokio::time::timeout_at(deadline.into(), async {
+            let connection = self.connection(runtime).await?;
+            f(connection).await
+        })
+        .await
+        .unwrap_or(Err(Error::Timeout { after }))
     }
 
-    async fn connection(&self) -> Result<Connection, Error> {
-        let connection = match self.inner.connection.get() {
-            Some(connection) => connection,
-            // The first calls only, boxed: every later call's future is the smaller for it.
-            None => Box::pin(self.connect_once()).await?,
+    /// A connection (made if need be) whose server's eviction policy has been checked.
+    async fn connection(&self, runtime: tokio::runtime::Id) -> Result<Connection, Error> {
+        let mut connection = match &self.inner.client {
+            Client::Single(links) => match links.link(runtime).await {
+                Ok(link) => Connection::Single(link.connection()),
+                Err(e) => return Err(self.error("could not connect", &e)),
+            },
+            Client::Cluster(client, connection) => {
+                let connection = match connection.get() {
+                    Some(connection) => connection,
+                    // The first calls only, boxed: every later call's future is the smaller
+                    // for it.
+                    None => Box::pin(self.connect_cluster(client, connection)).await?,
+                };
+                Connection::Cluster(connection.clone())
+            }
         };
-        let mut connection = connection.clone();
         self.check_eviction(&mut connection).await?;
         Ok(connection)
     }
 
-    /// The connection, made by the first call that asks (the calls meanwhile wait for it).
-    async fn connect_once(&self) -> Result<&Connection, Error> {
-        let inner = &self.inner;
-        inner
-            .connection
+    /// The cluster's connection, made by the first call that asks (the calls meanwhile wait
+    /// for it).
+    async fn connect_cluster<'a>(
+        &self,
+        client: &redis::cluster::ClusterClient,
+        connection: &'a OnceCell<ClusterConnection>,
+    ) -> Result<&'a ClusterConnection, Error> {
+        connection
             .get_or_try_init(|| async {
-                match &inner.client {
-                    Client::Single(client) => {
-                        // No response timeout here: every call is already bounded as a
-                        // whole (see `bounded`), and a second timer per request costs.
-                        let config = redis::aio::ConnectionManagerConfig::new()
-                            .set_connection_timeout(Some(inner.options.connect_timeout))
-                            .set_response_timeout(None)
-                            // Give up a reconnection quickly: the next call starts another,
-                            // and calls meanwhile get an error (and the failure policy)
-                            // instead of waiting.
-                            .set_number_of_retries(1)
-                            .set_min_delay(Duration::from_millis(5))
-                            .set_max_delay(inner.options.timeout);
-                        ConnectionManager::new_lazy_with_config(client.clone(), config)
-                            .map(Connection::Single)
-                            .map_err(|e| self.error("could not connect", &e))
-                    }
-                    Client::Cluster(client) => client
-                        .get_async_connection()
-                        .await
-                        .map(Connection::Cluster)
-                        .map_err(|e| self.error("could not connect to the cluster", &e)),
-                }
+                client
+                    .get_async_connection()
+                    .await
+                    .map_err(|e| self.error("could not connect to the cluster", &e))
             })
             .await
+    }
+
+    /// Whether the store holds a connection.
+    fn connected(&self) -> bool {
+        match &self.inner.client {
+            Client::Single(links) => links.connected(),
+            Client::Cluster(_, connection) => connection.initialized(),
+        }
     }
 
     fn error(&self, context: &str, e: &redis::RedisError) -> Error {
@@ -450,19 +483,16 @@ impl RedisStore {
     }
 }
 
-/// Whether this thread runs in a Tokio runtime with the timer and IO drivers that every call
+/// The Tokio runtime this thread runs in, if it has the timer and IO drivers that every call
 /// to Redis needs; if not, the store's error (so the failure policy decides, as for any store
 /// that cannot answer), never Tokio's panic.
-fn runtime_ready() -> Result<(), Error> {
-    match drivers::missing(Needs::TimerAndIo) {
-        None => Ok(()),
-        Some(missing) => Err(Error::Store {
-            message: format!(
-                "the Redis store needs a Tokio runtime with its time and IO drivers, and \
-                 {missing}: call it from within one, e.g. under #[tokio::main]"
-            ),
-        }),
-    }
+fn runtime_ready() -> Result<tokio::runtime::Id, Error> {
+    drivers::ready(Needs::TimerAndIo).map_err(|missing| Error::Store {
+        message: format!(
+            "the Redis store needs a Tokio runtime with its time and IO drivers, and \
+             {missing}: call it from within one, e.g. under #[tokio::main]"
+        ),
+    })
 }
 
 impl Store for RedisStore {
@@ -536,6 +566,7 @@ impl Store for RedisStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     /// The service boxes this future for every call that asks Redis, and moves it whole: it
     /// was 2,216 bytes while `bounded` took its future as an argument (an `async fn` holds

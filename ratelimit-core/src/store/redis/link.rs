@@ -1,0 +1,524 @@
+//! The single server's connection: a multiplexed connection of the store's own, whose calls
+//! are bounded by one deadline per connection rather than a timer per call.
+//!
+//! Every call to Redis gives up after [`RedisOptions::timeout`](super::RedisOptions::timeout).
+//! A Tokio timer per call keeps that bound, but costs two locks on the timer wheel, the
+//! runtime's handle cloned and a waker registered, per call: about 3% of the fixed window's
+//! throughput at 64 tasks, measured (BENCHMARKS.md). A connection answers in order, so while
+//! its oldest unanswered request is within its deadline, so is every later one; when the
+//! oldest is past it, the connection is broken for every request behind it too. So a link
+//! counts its calls by the time they started, a watcher task sleeps until the deadline of the
+//! oldest calls still unanswered, and if they are unanswered then it closes the connection:
+//! every call on it fails at once with [`Error::Timeout`], and the next call connects anew.
+//!
+//! - **The bound**: a call fails no earlier than its timeout, and no later than `timeout /
+//!   16` (1 ms for timeouts under 33 ms) after it, plus Tokio's timer resolution (1 ms),
+//!   calls being counted in 64 slots of time a link. A call that started before its link
+//!   existed (it waited for the connection) is bounded by a timer of its own, as is every
+//!   call to a Redis Cluster.
+//! - **A link per runtime**: a link's connection and watcher are tasks on the runtime that
+//!   opened it, and a call uses its own runtime's link (see [`Links`]).
+//! - **The cost per call**: one more count where the call starts and one where it ends, each
+//!   a plain load and store on the thread's own stripe ([`stats::StripeId`]); the watcher
+//!   wakes about once a timeout while calls come, and reads the counts.
+//! - **Connecting**: one attempt at a time, in a task of its own bounded by the connect
+//!   timeout, so that an attempt slower than a call's timeout still completes for the calls
+//!   after it; calls meanwhile wait for it (within their timeout).
+//! - **A link ends** when its connection's task does (Redis closed the connection, it failed,
+//!   or the runtime it ran on shut down) or when its watcher closes it. Calls in flight then
+//!   fail; the next call connects anew.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
+use parking_lot::Mutex;
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, ConnectionAddr, ConnectionInfo, RedisError};
+use tokio::sync::watch;
+use tokio::task::AbortHandle;
+
+use crate::error::Error;
+use crate::stats::{self, STRIPES};
+
+/// The slots of time a link counts its calls in: a slot is at least `timeout / 32` long, so
+/// the 64 cover twice the timeout, and the watcher sees every call until its deadline.
+const SLOTS: usize = 64;
+/// The shortest slot, about 1 ms (2^20 ns): Tokio's timer resolution.
+const SHORTEST_SLOT: u64 = 1 << 20;
+/// A timeout too long to add to the clock is as good as none (Tokio's own far future).
+pub(super) const FOREVER: Duration = Duration::from_secs(86_400 * 365 * 30);
+
+/// How one attempt to connect ended, shared with every call waiting for it.
+type Attempt = Option<Result<Arc<Link>, RedisError>>;
+
+/// The connections to one Redis server: an open link per Tokio runtime that calls, each made
+/// anew when it ends.
+///
+/// A link's connection and watcher are tasks on the runtime that opened it, so a call uses
+/// the link of the runtime it runs on: one runtime kept but idle (a current-thread runtime
+/// outside `block_on`) would otherwise leave the calls of every other runtime unanswered.
+/// An application with one runtime has one connection.
+pub(super) struct Links {
+    info: ConnectionInfo,
+    connect_timeout: Duration,
+    timeout: Duration,
+    /// The links made, at most one open per runtime; those that have ended are dropped when
+    /// the next is added.
+    links: Arc<ArcSwap<Vec<Arc<Link>>>>,
+    /// Per runtime, the attempt to connect under way or last made.
+    attempts: Mutex<Vec<(tokio::runtime::Id, watch::Receiver<Attempt>)>>,
+}
+
+impl Links {
+    pub(super) fn new(info: ConnectionInfo, connect_timeout: Duration, timeout: Duration) -> Self {
+        Links {
+            info,
+            connect_timeout,
+            timeout,
+            links: Arc::default(),
+            attempts: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The open link of `runtime`, if there is one: no await, nothing allocated.
+    #[inline]
+    pub(super) fn open(&self, runtime: tokio::runtime::Id) -> Option<Arc<Link>> {
+        let links = self.links.load();
+        let link = links.iter().find(|l| l.runtime == runtime && l.is_open())?;
+        Some(Arc::clone(link))
+    }
+
+    /// The open link of `runtime` (the current one), or a new one: calls that find none wait
+    /// for the one attempt to connect on their runtime (started by the first of them, run in
+    /// a task of its own).
+    pub(super) async fn link(&self, runtime: tokio::runtime::Id) -> Result<Arc<Link>, RedisError> {
+        if let Some(link) = self.open(runtime) {
+            return Ok(link);
+        }
+        let mut attempt = self.attempt(runtime);
+        let ended = attempt
+            .wait_for(Option::is_some)
+            .await
+            .map_err(|_| abandoned())?;
+        match &*ended {
+            Some(result) => result.clone(),
+            None => Err(abandoned()),
+        }
+    }
+
+    /// `runtime`'s attempt under way, or a new one when none is (or the last one failed, or
+    /// its link has ended). Attempts of no use any more (their runtime gone, their link
+    /// ended) are dropped.
+    fn attempt(&self, runtime: tokio::runtime::Id) -> watch::Receiver<Attempt> {
+        let usable = |attempt: &watch::Receiver<Attempt>| match &*attempt.borrow() {
+            None => attempt.has_changed().is_ok(),
+            Some(Ok(link)) => link.is_open(),
+            Some(Err(_)) => false,
+        };
+        let mut attempts = self.attempts.lock();
+        attempts.retain(|(_, attempt)| usable(attempt));
+        if let Some((_, running)) = attempts.iter().find(|(r, _)| *r == runtime) {
+            return running.clone();
+        }
+        let (tell, told) = watch::channel(None);
+        let (info, links) = (self.info.clone(), Arc::clone(&self.links));
+        let (connect_timeout, timeout) = (self.connect_timeout, self.timeout);
+        tokio::spawn(async move {
+            let opened = tokio::time::timeout(connect_timeout, Link::open(info, timeout))
+                .await
+                .unwrap_or_else(|_| Err(std::io::Error::from(std::io::ErrorKind::TimedOut).into()));
+            if let Ok(link) = &opened {
+                links.rcu(|links| {
+                    let open = links.iter().filter(|l| l.is_open()).cloned();
+                    open.chain([Arc::clone(link)]).collect::<Vec<_>>()
+                });
+            }
+            tell.send_replace(Some(opened));
+        });
+        attempts.push((runtime, told.clone()));
+        told
+    }
+
+    /// Whether a link is open.
+    pub(super) fn connected(&self) -> bool {
+        self.links.load().iter().any(|l| l.is_open())
+    }
+}
+
+/// An attempt to connect that ended without an answer: its task was dropped, with the
+/// runtime it ran on.
+fn abandoned() -> RedisError {
+    std::io::Error::new(
+        std::io::ErrorKind::ConnectionAborted,
+        "the attempt to connect was dropped with its runtime",
+    )
+    .into()
+}
+
+/// One connection, its task, and the calls on it counted for its watcher.
+pub(super) struct Link {
+    connection: MultiplexedConnection,
+    /// Cleared when the connection's task ends, or when the watcher closes it.
+    open: Arc<AtomicBool>,
+    /// Set when the watcher closed the connection: the calls that fail with it timed out.
+    timed_out: AtomicBool,
+    task: AbortHandle,
+    /// The runtime the connection's task and the watcher run on.
+    runtime: tokio::runtime::Id,
+    calls: Calls,
+}
+
+impl Drop for Link {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Link {
+    /// Connects to the server `info` names, sets the connection up (`AUTH`, `SELECT`, ...),
+    /// and starts its task and its watcher on the current runtime.
+    async fn open(info: ConnectionInfo, timeout: Duration) -> Result<Arc<Link>, RedisError> {
+        // No response timeout: the watcher bounds every call (see the module's docs).
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(None)
+            .set_response_timeout(None);
+        let settings = info.redis_settings();
+        let open = Arc::new(AtomicBool::new(true));
+        let (connection, task) = match info.addr() {
+            ConnectionAddr::Tcp(host, port) => {
+                let stream = tcp(host, *port).await?;
+                let (connection, driver) =
+                    MultiplexedConnection::new_with_config(settings, stream, config).await?;
+                (connection, run(driver, &open))
+            }
+            #[cfg(unix)]
+            ConnectionAddr::Unix(path) => {
+                let stream = tokio::net::UnixStream::connect(path).await?;
+                let (connection, driver) =
+                    MultiplexedConnection::new_with_config(settings, stream, config).await?;
+                (connection, run(driver, &open))
+            }
+            _ => {
+                return Err(RedisError::from((
+                    redis::ErrorKind::InvalidClientConfig,
+                    "this build connects over TCP or a Unix socket only (no TLS)",
+                )))
+            }
+        };
+        let link = Arc::new(Link {
+            connection,
+            open,
+            timed_out: AtomicBool::new(false),
+            task,
+            runtime: tokio::runtime::Handle::current().id(),
+            calls: Calls::new(timeout),
+        });
+        tokio::spawn(watch_over(Arc::downgrade(&link)));
+        Ok(link)
+    }
+
+    #[inline]
+    fn is_open(&self) -> bool {
+        self.open.load(Ordering::Acquire)
+    }
+
+    /// A handle on the connection for one call.
+    #[inline]
+    pub(super) fn connection(&self) -> MultiplexedConnection {
+        self.connection.clone()
+    }
+
+    /// Counts a call that started at `from` until the guard is dropped; `None` for a call
+    /// that started before this link was made, which the watcher could not place in time.
+    #[inline]
+    pub(super) fn watch(&self, from: Instant) -> Option<Watched<'_>> {
+        let slot = self.calls.slot(from)?;
+        let stripe = stats::stripe();
+        stripe.add_one(&self.calls.parts[stripe.index()].started[slot]);
+        Some(Watched {
+            calls: &self.calls,
+            slot,
+        })
+    }
+
+    /// A call's error, as the caller should see it: [`Error::Timeout`] when the watcher
+    /// closed the connection under it.
+    pub(super) fn failed(&self, error: Error, after: Duration) -> Error {
+        if self.timed_out.load(Ordering::Acquire) {
+            Error::Timeout { after }
+        } else {
+            error
+        }
+    }
+
+    /// Closes the connection: every call on it fails at once.
+    fn time_out(&self) {
+        self.timed_out.store(true, Ordering::Release);
+        self.open.store(false, Ordering::Release);
+        self.task.abort();
+    }
+}
+
+/// A TCP connection to `host:port`, to its addresses in turn.
+async fn tcp(host: &str, port: u16) -> Result<tokio::net::TcpStream, RedisError> {
+    let mut last = None;
+    for address in tokio::net::lookup_host((host, port)).await? {
+        match tokio::net::TcpStream::connect(address).await {
+            Ok(stream) => return Ok(stream),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last
+        .unwrap_or_else(|| std::io::Error::new(std::io::ErrorKind::NotFound, "no address"))
+        .into())
+}
+
+/// Runs the connection's task; `open` is cleared when it ends, however it ends (dropped
+/// with its runtime too).
+fn run(driver: impl Future<Output = ()> + Send + 'static, open: &Arc<AtomicBool>) -> AbortHandle {
+    struct Ended(Arc<AtomicBool>);
+    impl Drop for Ended {
+        fn drop(&mut self) {
+            self.0.store(false, Ordering::Release);
+        }
+    }
+    let ended = Ended(Arc::clone(open));
+    tokio::spawn(async move {
+        let _ended = ended;
+        driver.await;
+    })
+    .abort_handle()
+}
+
+/// The watcher: sleeps until the deadline of the oldest calls unanswered on the link, and
+/// closes it if they still are. Ends with the link.
+async fn watch_over(link: Weak<Link>) {
+    loop {
+        let next = {
+            let Some(link) = link.upgrade() else { return };
+            if !link.is_open() {
+                return;
+            }
+            match link.calls.due(Instant::now()) {
+                Due::Now => {
+                    link.time_out();
+                    return;
+                }
+                Due::At(at) => at,
+            }
+        };
+        tokio::time::sleep_until(next.into()).await;
+    }
+}
+
+/// The calls on a link, counted by the slot of time they started in: in each slot, calls
+/// started less calls ended, each striped by thread.
+struct Calls {
+    epoch: Instant,
+    /// A slot is `2^shift` nanoseconds.
+    shift: u32,
+    timeout: Duration,
+    parts: Box<[Part; STRIPES]>,
+}
+
+/// One stripe's counts, alone on its cache lines.
+#[repr(align(128))]
+struct Part {
+    started: [AtomicU64; SLOTS],
+    ended: [AtomicU64; SLOTS],
+}
+
+impl Default for Part {
+    fn default() -> Self {
+        Part {
+            started: std::array::from_fn(|_| AtomicU64::new(0)),
+            ended: std::array::from_fn(|_| AtomicU64::new(0)),
+        }
+    }
+}
+
+/// When the watcher must act next.
+#[derive(Debug, PartialEq, Eq)]
+enum Due {
+    /// Calls are unanswered past their deadline.
+    Now,
+    /// Look again then.
+    At(Instant),
+}
+
+impl Calls {
+    fn new(timeout: Duration) -> Self {
+        let timeout = timeout.min(FOREVER);
+        let slot = (timeout.as_nanos() as u64 / 32)
+            .max(SHORTEST_SLOT)
+            .next_power_of_two();
+        Calls {
+            epoch: Instant::now(),
+            shift: slot.trailing_zeros(),
+            timeout,
+            parts: Box::default(),
+        }
+    }
+
+    /// The slot of time `at` falls in, as an index; `None` before the link was made.
+    #[inline]
+    fn slot(&self, at: Instant) -> Option<usize> {
+        Some(self.tick(at.checked_duration_since(self.epoch)?) as usize % SLOTS)
+    }
+
+    #[inline]
+    fn tick(&self, since: Duration) -> u64 {
+        since.as_nanos() as u64 >> self.shift
+    }
+
+    /// Whether calls that started in slot `slot` are unanswered. Counts where calls started
+    /// are read before counts where they ended: a call that ends meanwhile is not seen as
+    /// unanswered.
+    fn unanswered(&self, slot: usize) -> bool {
+        let sum = |f: fn(&Part) -> &[AtomicU64; SLOTS]| {
+            self.parts
+                .iter()
+                .map(|p| f(p)[slot].load(Ordering::Acquire))
+                .fold(0u64, u64::wrapping_add)
+        };
+        let started = sum(|p| &p.started);
+        let ended = sum(|p| &p.ended);
+        (started.wrapping_sub(ended) as i64) > 0
+    }
+
+    /// What the watcher does at `now`: the oldest slot with calls unanswered decides; with
+    /// none, it looks again a timeout later (a call started after this look has its deadline
+    /// after that).
+    fn due(&self, now: Instant) -> Due {
+        let this = self.tick(now.saturating_duration_since(self.epoch));
+        for tick in this.saturating_sub(SLOTS as u64 - 1)..=this {
+            if self.unanswered(tick as usize % SLOTS) {
+                // The deadline of the slot's last call: no call is failed before its own.
+                let end = Duration::from_nanos((tick + 1) << self.shift) + self.timeout;
+                let deadline = self.epoch + end;
+                return if deadline <= now {
+                    Due::Now
+                } else {
+                    Due::At(deadline)
+                };
+            }
+        }
+        Due::At(now + self.timeout)
+    }
+}
+
+/// A call counted on its link until dropped (answered, failed, or given up by its caller).
+pub(super) struct Watched<'a> {
+    calls: &'a Calls,
+    slot: usize,
+}
+
+impl Drop for Watched<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        let stripe = stats::stripe();
+        stripe.add_one(&self.calls.parts[stripe.index()].ended[self.slot]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn start(calls: &Calls, at: Instant) -> usize {
+        let slot = calls.slot(at).unwrap();
+        let stripe = stats::stripe();
+        stripe.add_one(&calls.parts[stripe.index()].started[slot]);
+        slot
+    }
+
+    fn end(calls: &Calls, slot: usize) {
+        let stripe = stats::stripe();
+        stripe.add_one(&calls.parts[stripe.index()].ended[slot]);
+    }
+
+    /// A slot is at least a 32nd of the timeout, and at most a 16th above 1 ms.
+    #[test]
+    fn slots_are_a_power_of_two_between_a_32nd_and_a_16th_of_the_timeout() {
+        for ms in [1u64, 10, 33, 100, 200, 1_000, 60_000] {
+            let calls = Calls::new(Duration::from_millis(ms));
+            let slot = 1u64 << calls.shift;
+            let timeout = ms * 1_000_000;
+            assert!(slot >= timeout / 32, "{ms} ms: {slot}");
+            assert!(
+                slot < (timeout / 16).max(2 * SHORTEST_SLOT),
+                "{ms} ms: {slot}"
+            );
+        }
+        let forever = Calls::new(Duration::MAX);
+        assert_eq!(forever.timeout, FOREVER);
+    }
+
+    /// The watcher acts at the deadline of the oldest call unanswered, never before it, and
+    /// not at all for calls answered.
+    #[test]
+    fn the_oldest_unanswered_call_sets_the_deadline() {
+        let timeout = Duration::from_millis(200);
+        let calls = Calls::new(timeout);
+        let slot = Duration::from_nanos(1 << calls.shift);
+        let t0 = calls.epoch;
+        assert_eq!(calls.due(t0), Due::At(t0 + timeout), "idle");
+
+        let first = start(&calls, t0 + slot / 2);
+        let later = start(&calls, t0 + slot * 3);
+        let deadline = t0 + slot + timeout;
+        assert_eq!(calls.due(t0 + slot * 4), Due::At(deadline));
+        assert_eq!(
+            calls.due(deadline - Duration::from_nanos(1)),
+            Due::At(deadline)
+        );
+        assert_eq!(calls.due(deadline), Due::Now);
+
+        // Answered: the later call decides, at its own slot's end.
+        end(&calls, first);
+        let later_deadline = t0 + slot * 4 + timeout;
+        assert_eq!(calls.due(deadline), Due::At(later_deadline));
+        end(&calls, later);
+        assert_eq!(calls.due(deadline), Due::At(deadline + timeout));
+    }
+
+    /// Slots are reused as time goes round: counts of calls long answered leave nothing
+    /// behind.
+    #[test]
+    fn a_slot_used_again_counts_only_calls_unanswered() {
+        let calls = Calls::new(Duration::from_millis(100));
+        let slot = Duration::from_nanos(1 << calls.shift);
+        let t0 = calls.epoch;
+        for round in 0..3u32 {
+            let at = t0 + slot * (SLOTS as u32 * round);
+            let s = start(&calls, at);
+            end(&calls, s);
+            assert_eq!(calls.due(at), Due::At(at + calls.timeout));
+        }
+        let at = t0 + slot * (SLOTS as u32 * 3);
+        start(&calls, at);
+        let deadline = at + slot + calls.timeout;
+        assert_eq!(calls.due(at), Due::At(deadline));
+        assert_eq!(calls.due(deadline), Due::Now);
+    }
+
+    /// Calls started and ended on different threads (a task moved between workers) net out.
+    #[test]
+    fn a_call_ended_on_another_thread_is_answered() {
+        let calls = Arc::new(Calls::new(Duration::from_millis(100)));
+        let t0 = calls.epoch;
+        let slots: Vec<usize> = (0..100).map(|_| start(&calls, t0)).collect();
+        let ender = Arc::clone(&calls);
+        std::thread::spawn(move || {
+            for s in slots {
+                end(&ender, s);
+            }
+        })
+        .join()
+        .unwrap();
+        assert_eq!(calls.due(t0), Due::At(t0 + calls.timeout));
+    }
+}
