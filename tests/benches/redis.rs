@@ -26,7 +26,8 @@
 //! against itself (one on a connection of its own, as our store has): the bench's noise floor.
 //! `ONLY=<prefix>,<prefix>` keeps the baseline and the variants whose names start with one of
 //! them. `CALLS=n` makes `n` sequential calls of the last variant kept and stops, for
-//! instructions per call under cachegrind (`ITERS`-style, at two values of `n`).
+//! instructions per call under cachegrind (at two values of `n`); with `CONCURRENT=1`, by 64
+//! tasks at once, as the throughput runs make them.
 //!
 //! For each round, every variant runs once, interleaved, the order reversed every other round
 //! (balanced), so that noise from a shared machine lands on all of them alike; the figure
@@ -291,10 +292,31 @@ async fn main() {
     // `CALLS=n` (with `ONLY=<one variant>`): after the warm-up, `n` sequential calls of the
     // last variant left and nothing else, to run under cachegrind at two values of `n`:
     // instructions per call in the process, which the host's noise does not move.
-    if let Some(calls) = std::env::var("CALLS").ok().and_then(|n| n.parse().ok()) {
+    // With `CONCURRENT=1`, the `n` calls are made as the throughput runs make them: by 64
+    // tasks at once (`n / 64` each).
+    if let Some(calls) = std::env::var("CALLS")
+        .ok()
+        .and_then(|n| n.parse::<usize>().ok())
+    {
         let (_, call) = variants.last().expect("a variant");
-        for i in 0..calls {
-            call(i).await;
+        if std::env::var_os("CONCURRENT").is_some() {
+            let tasks: Vec<_> = (0..TASKS)
+                .map(|t| {
+                    let call = Arc::clone(call);
+                    tokio::spawn(async move {
+                        for i in 0..calls / TASKS {
+                            call(t * calls + i).await;
+                        }
+                    })
+                })
+                .collect();
+            for t in tasks {
+                t.await.expect("task");
+            }
+        } else {
+            for i in 0..calls {
+                call(i).await;
+            }
         }
         return;
     }

@@ -231,22 +231,9 @@ impl Link {
         self.connection.clone()
     }
 
-    /// Counts a call that started at `from` until the guard is dropped; `None` for a call
-    /// that started before this link was made, which the watcher could not place in time.
-    #[inline]
-    pub(super) fn watch(&self, from: Instant) -> Option<Watched<'_>> {
-        let slot = self.calls.slot(from)?;
-        let stripe = stats::stripe();
-        stripe.add_one(&self.calls.parts[stripe.index()].started[slot]);
-        Some(Watched {
-            calls: &self.calls,
-            slot,
-        })
-    }
-
     /// A call's error, as the caller should see it: [`Error::Timeout`] when the watcher
     /// closed the connection under it.
-    pub(super) fn failed(&self, error: Error, after: Duration) -> Error {
+    fn failed(&self, error: Error, after: Duration) -> Error {
         if self.timed_out.load(Ordering::Acquire) {
             Error::Timeout { after }
         } else {
@@ -410,17 +397,42 @@ impl Calls {
     }
 }
 
-/// A call counted on its link until dropped (answered, failed, or given up by its caller).
-pub(super) struct Watched<'a> {
-    calls: &'a Calls,
+/// A call on a link, counted for its watcher until dropped (answered, failed, or given up
+/// by its caller).
+pub(super) struct Watched {
+    link: Arc<Link>,
     slot: usize,
 }
 
-impl Drop for Watched<'_> {
+impl Watched {
+    /// Counts a call on `link` that started at `from`; `None` for a call that started before
+    /// the link was made, which its watcher could not place in time.
+    #[inline]
+    pub(super) fn on(link: Arc<Link>, from: Instant) -> Option<Self> {
+        let slot = link.calls.slot(from)?;
+        let stripe = stats::stripe();
+        stripe.add_one(&link.calls.parts[stripe.index()].started[slot]);
+        Some(Watched { link, slot })
+    }
+
+    /// A handle on the link's connection for the call.
+    #[inline]
+    pub(super) fn connection(&self) -> MultiplexedConnection {
+        self.link.connection()
+    }
+
+    /// The call's error, as its caller should see it: [`Error::Timeout`] when the watcher
+    /// closed the connection under it.
+    pub(super) fn failed(&self, error: Error, after: Duration) -> Error {
+        self.link.failed(error, after)
+    }
+}
+
+impl Drop for Watched {
     #[inline]
     fn drop(&mut self) {
         let stripe = stats::stripe();
-        stripe.add_one(&self.calls.parts[stripe.index()].ended[self.slot]);
+        stripe.add_one(&self.link.calls.parts[stripe.index()].ended[self.slot]);
     }
 }
 

@@ -1,6 +1,7 @@
 //! The Lua scripts (`lua/*.lua`), one per strategy, and the limits within which they count
 //! exactly.
 
+use std::cell::RefCell;
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{LazyLock, OnceLock};
@@ -97,6 +98,47 @@ pub(super) struct Lua {
     hash: String,
 }
 
+/// Spare commands of this thread's, cleared: a command's two buffers are taken from here and
+/// given back when it has been sent, so that a decision allocates none of its own. An `EVAL`
+/// with its source is not kept (its buffer is the script's size).
+const SPARES: usize = 64;
+
+thread_local! {
+    static SPARE: RefCell<Vec<redis::Cmd>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A script's command ([`Lua::command`]), given back to the spares of the thread it is
+/// dropped on (an `EVALSHA`: `spare`).
+pub(super) struct Command {
+    cmd: Option<redis::Cmd>,
+    spare: bool,
+}
+
+impl std::ops::Deref for Command {
+    type Target = redis::Cmd;
+
+    fn deref(&self) -> &redis::Cmd {
+        self.cmd.as_ref().expect("taken only when dropped")
+    }
+}
+
+impl Drop for Command {
+    fn drop(&mut self) {
+        let Some(mut cmd) = self.cmd.take().filter(|_| self.spare) else {
+            return;
+        };
+        cmd.clear();
+        // Not after the thread's spares are gone (a command dropped by another local's
+        // destructor): the command is dropped instead.
+        let _ = SPARE.try_with(|spare| {
+            let mut spare = spare.borrow_mut();
+            if spare.len() < SPARES {
+                spare.push(cmd);
+            }
+        });
+    }
+}
+
 impl Lua {
     pub(super) fn new(source: impl Into<String>) -> Self {
         let source = source.into();
@@ -106,15 +148,22 @@ impl Lua {
 
     /// The command that runs the script on `keys` with `args`: `EVALSHA`, or `EVAL` with the
     /// source. Written straight into one buffer of the size it needs (redis-rs'
-    /// `ScriptInvocation` allocates each key and argument, then copies them into its command).
-    pub(super) fn command(&self, keys: &[&str], args: &[u64], with_source: bool) -> redis::Cmd {
+    /// `ScriptInvocation` allocates each key and argument, then copies them into its command),
+    /// a spare one of this thread's when it has one (see [`Command`]).
+    pub(super) fn command(&self, keys: &[&str], args: &[u64], with_source: bool) -> Command {
         let (name, body) = match with_source {
             true => ("EVAL", &self.source),
             false => ("EVALSHA", &self.hash),
         };
-        let keys_len: usize = keys.iter().map(|k| k.len()).sum();
-        let size = name.len() + body.len() + 2 + keys_len + 20 * args.len();
-        let mut cmd = redis::Cmd::with_capacity(3 + keys.len() + args.len(), size);
+        let spare = || SPARE.try_with(|spare| spare.borrow_mut().pop());
+        let mut cmd = (!with_source)
+            .then(spare)
+            .and_then(|spare| spare.ok().flatten())
+            .unwrap_or_else(|| {
+                let keys_len: usize = keys.iter().map(|k| k.len()).sum();
+                let size = name.len() + body.len() + 2 + keys_len + 20 * args.len();
+                redis::Cmd::with_capacity(3 + keys.len() + args.len(), size)
+            });
         cmd.arg(name).arg(body.as_str()).arg(keys.len());
         for &key in keys {
             cmd.arg(key);
@@ -122,7 +171,10 @@ impl Lua {
         for &arg in args {
             cmd.arg(arg);
         }
-        cmd
+        Command {
+            cmd: Some(cmd),
+            spare: !with_source,
+        }
     }
 
     /// `SCRIPT LOAD` of the source.
