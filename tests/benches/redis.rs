@@ -23,7 +23,9 @@
 //!
 //! Two more variants call the fixed window's two stores by `Store::decide`, without the
 //! service, to tell the store's cost from the service's. `AA=1` adds the fixed window's peer
-//! against itself (one on a connection of its own, as our store has): the bench's noise floor.
+//! against itself: the bench's noise floor. Every store measured has a connection of its own
+//! (a peer sharing the baseline's connection measured 3% cheaper in client CPU than the same
+//! peer on one of its own).
 //! `ONLY=<prefix>,<prefix>` keeps the baseline and the variants whose names start with one of
 //! them. `CALLS=n` makes `n` sequential calls of the last variant kept and stops, for
 //! instructions per call under cachegrind (at two values of `n`); with `CONCURRENT=1`, by 64
@@ -33,7 +35,8 @@
 //! (balanced), so that noise from a shared machine lands on all of them alike; the figure
 //! reported is the median over rounds.
 //! - latency: sequential decisions from one task (concurrency 1), median per call;
-//! - throughput: 64 tasks over one multiplexed connection, decisions per second.
+//! - throughput: 64 tasks over one multiplexed connection, decisions per second, and the
+//!   client's CPU time per decision (the bench process's CPU clock: Redis runs apart).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -74,7 +77,15 @@ async fn latency_us(call: &Call) -> f64 {
     median(each)
 }
 
-async fn throughput(call: &Call) -> f64 {
+/// The CPU time this process (the client: Redis runs in a process of its own) has used.
+fn client_cpu() -> Duration {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
+    Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
+}
+
+/// Decisions per second, and the client's CPU time per decision (µs), at 64 tasks.
+async fn throughput(call: &Call) -> (f64, f64) {
+    let cpu = client_cpu();
     let started = Instant::now();
     let tasks: Vec<_> = (0..TASKS)
         .map(|t| {
@@ -89,7 +100,9 @@ async fn throughput(call: &Call) -> f64 {
     for t in tasks {
         t.await.expect("task");
     }
-    (TASKS * CALLS_PER_TASK) as f64 / started.elapsed().as_secs_f64()
+    let calls = (TASKS * CALLS_PER_TASK) as f64;
+    let cpu_us = (client_cpu() - cpu).as_secs_f64() * 1e6 / calls;
+    (calls / started.elapsed().as_secs_f64(), cpu_us)
 }
 
 /// Redis' own measure of the CPU time it spent per EVALSHA since the last `CONFIG RESETSTAT`
@@ -175,27 +188,28 @@ async fn main() {
         let ours = service(store.clone(), &format!("{p}:ours:{strategy}"));
         let opts = admitting(strategy);
         variants.push((strategy.to_string(), consume(&ours, &opts)));
-        if let Some((name, peer)) = peer(strategy, &raw) {
+        // A connection of its own, as our store has one.
+        let own = PeerConnection::open(&server.url()).await;
+        if let Some((name, peer)) = peer(strategy, &own) {
             let peers = service(peer, &format!("{p}:peer:{strategy}"));
             variants.push((name, consume(&peers, &opts)));
         }
     }
 
-    // `AA=1`: the bench's own noise floor. The fixed window's peer against itself, the first
-    // on a connection of its own as our store has, the second on the peers' connection: the
-    // same code on both sides, so any ratio away from 1.00 is the measurement's.
+    // `AA=1`: the bench's own noise floor. The fixed window's peer against itself, each on a
+    // connection of its own as every store measured has: the same code on both sides, so any
+    // ratio away from 1.00 is the measurement's.
     if std::env::var_os("AA").is_some() {
-        let own = PeerConnection::open(&server.url()).await;
         let opts = admitting(Strategy::FixedWindow);
-        for (name, connection, at) in [
-            ("A/A fixed-window".to_owned(), &own, "aa-own"),
+        for (name, at) in [
+            ("A/A fixed-window".to_owned(), "aa-own"),
             (
                 "peer for A/A fixed-window: limits_incr_expire".to_owned(),
-                &raw,
                 "aa-peer",
             ),
         ] {
-            if let Some((_, peer)) = peer(Strategy::FixedWindow, connection) {
+            let own = PeerConnection::open(&server.url()).await;
+            if let Some((_, peer)) = peer(Strategy::FixedWindow, &own) {
                 let peers = service(peer, &format!("{p}:{at}"));
                 variants.push((name, consume(&peers, &opts)));
             }
@@ -211,7 +225,8 @@ async fn main() {
         "direct fixed-window (Store::decide)",
         Arc::new(store.clone()),
     )];
-    if let Some((_, peer)) = peer(Strategy::FixedWindow, &raw) {
+    let own = PeerConnection::open(&server.url()).await;
+    if let Some((_, peer)) = peer(Strategy::FixedWindow, &own) {
         direct.push((
             "direct peer for fixed-window (Store::decide)",
             Arc::new(peer),
@@ -323,6 +338,7 @@ async fn main() {
     let mut latency = vec![Vec::new(); variants.len()];
     let mut rate = vec![Vec::new(); variants.len()];
     let mut server_us = vec![Vec::new(); variants.len()];
+    let mut client_us = vec![Vec::new(); variants.len()];
     let mut stats = server.connection();
     let rounds = std::env::var("ROUNDS")
         .ok()
@@ -346,7 +362,9 @@ async fn main() {
             } else {
                 latency[i].push(latency_us(call).await);
             }
-            rate[i].push(throughput(call).await);
+            let (r, cpu) = throughput(call).await;
+            rate[i].push(r);
+            client_us[i].push(cpu);
             server_us[i].push(evalsha_usec_per_call(&mut stats));
         }
     }
@@ -362,13 +380,15 @@ async fn main() {
     };
     let round_rates = rate.clone();
     let round_server_us = server_us.clone();
+    let round_client_us = client_us.clone();
     let rate: Vec<f64> = rate.into_iter().map(median).collect();
     let server_us: Vec<f64> = server_us.into_iter().map(median).collect();
+    let client_us: Vec<f64> = client_us.into_iter().map(median).collect();
     println!(
         "| variant | latency, concurrency 1 (µs/call) | vs raw | throughput, 64 tasks (calls/s) \
-         | vs raw | Redis CPU per EVALSHA (µs) |"
+         | vs raw | Redis CPU per EVALSHA (µs) | client CPU per call (µs) |"
     );
-    println!("|---|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|");
     let mut pairs = Vec::new();
     for (i, (name, _)) in variants.iter().enumerate() {
         // "peer for X: file" beside "X", and "direct peer for X" beside "direct X".
@@ -383,12 +403,13 @@ async fn main() {
             }
         }
         println!(
-            "| {name} | {:.1} | {:.2}x | {:.0} | {:.2}x | {:.2} |",
+            "| {name} | {:.1} | {:.2}x | {:.0} | {:.2}x | {:.2} | {:.2} |",
             latency[i],
             latency[i] / latency[0],
             rate[i],
             rate[i] / rate[0],
-            server_us[i]
+            server_us[i],
+            client_us[i]
         );
     }
     let find = |prefix: &str| variants.iter().position(|(n, _)| n.starts_with(prefix));
@@ -408,20 +429,24 @@ async fn main() {
         println!(
             "| algorithm | peer | throughput, ours / peer: ratio of medians | median of \
              per-round ratios (min-max) | latency, ours / peer | Redis CPU per call, ours / \
-             peer (µs) | median of per-round ratios |"
+             peer (µs) | median of per-round ratios | client CPU per call, ours / peer (µs): \
+             median of per-round ratios |"
         );
-        println!("|---|---|---:|---:|---:|---:|---:|");
+        println!("|---|---|---:|---:|---:|---:|---:|---:|");
         for (ours, peer, o, i) in pairs {
             let (r, lo, hi) = per_round(&round_rates, o, i);
             let (cpu, _, _) = per_round(&round_server_us, o, i);
+            let (client, _, _) = per_round(&round_client_us, o, i);
             println!(
                 "| {ours} | {peer} | {:.2} | **{r:.2}** ({lo:.2}-{hi:.2}) | {:.2} \
-                 | {:.2} / {:.2} = {:.2} | {cpu:.2} |",
+                 | {:.2} / {:.2} = {:.2} | {cpu:.2} | {:.2} / {:.2}: {client:.2} |",
                 rate[o] / rate[i],
                 latency[o] / latency[i],
                 server_us[o],
                 server_us[i],
-                server_us[o] / server_us[i]
+                server_us[o] / server_us[i],
+                client_us[o],
+                client_us[i]
             );
         }
     }
@@ -646,7 +671,7 @@ impl Store for PeerStore {
     }
 }
 
-/// The peer's store for `strategy`, over `raw`'s connection, and the variant's name; `None`
+/// The peer's store for `strategy`, over the connection `raw`, and the variant's name; `None`
 /// when its file is not in `benches/peers/`.
 fn peer(strategy: Strategy, raw: &PeerConnection) -> Option<(String, PeerStore)> {
     let file = match strategy {
