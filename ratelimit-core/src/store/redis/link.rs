@@ -3,13 +3,16 @@
 //!
 //! Every call to Redis gives up after [`RedisOptions::timeout`](super::RedisOptions::timeout).
 //! A Tokio timer per call keeps that bound, but costs two locks on the timer wheel, the
-//! runtime's handle cloned and a waker registered, per call: about 3% of the fixed window's
-//! throughput at 64 tasks, measured (BENCHMARKS.md). A connection answers in order, so while
-//! its oldest unanswered request is within its deadline, so is every later one; when the
-//! oldest is past it, the connection is broken for every request behind it too. So a link
-//! counts its calls by the time they started, a watcher task sleeps until the deadline of the
-//! oldest calls still unanswered, and if they are unanswered then it closes the connection:
-//! every call on it fails at once with [`Error::Timeout`], and the next call connects anew.
+//! runtime's handle cloned and a waker registered, per call (redis-rs' default client, whose
+//! manager carries one, costs a peer's script 7% more client CPU per call than a bare
+//! connection: BENCHMARKS.md, "One deadline per connection").
+//!
+//! A connection answers in order, so while its oldest unanswered request is within its
+//! deadline, so is every later one; when the oldest is past it, the connection is broken for
+//! every request behind it too. So a link counts its calls by the time they started, a
+//! watcher task sleeps until the deadline of the oldest calls still unanswered, and if they
+//! are unanswered then it closes the connection: every call on it fails at once with
+//! [`Error::Timeout`], and the next call connects anew.
 //!
 //! - **The bound**: a call fails no earlier than its timeout, and no later than `timeout /
 //!   16` (1 ms for timeouts under 33 ms) after it, plus Tokio's timer resolution (1 ms),

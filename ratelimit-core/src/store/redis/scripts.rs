@@ -481,6 +481,28 @@ mod tests {
 
     use super::*;
 
+    fn spares() -> usize {
+        SPARE.with(|spare| spare.borrow().len())
+    }
+
+    /// A command given back is used again, and carries nothing of its last use; an `EVAL`
+    /// with the source is not kept.
+    #[test]
+    fn a_spare_command_is_used_again_and_carries_nothing_of_its_last_use() {
+        let lua = Lua::new("return 1");
+        let before = spares();
+        drop(lua.command(&["a-longer-key", "another"], &[1, 22, 333], false));
+        assert_eq!(spares(), before + 1);
+        let short = lua.command(&["k"], &[7], false);
+        assert_eq!(spares(), before);
+        let mut fresh = redis::cmd("EVALSHA");
+        fresh.arg(&lua.hash).arg(1).arg("k").arg(7);
+        assert_eq!(short.get_packed_command(), fresh.get_packed_command());
+        drop(short);
+        drop(lua.command(&["k"], &[7], true));
+        assert_eq!(spares(), before + 1, "an EVAL with its source is not kept");
+    }
+
     fn hot(capacity: u64) -> Hot {
         Hot {
             capacity,
