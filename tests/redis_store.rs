@@ -597,6 +597,66 @@ async fn calls_in_flight_on_a_hung_connection_time_out_in_time_and_the_next_reco
     assert!(d.allowed && d.remaining <= 1_000 - 2, "{d:?}");
 }
 
+/// Redis slow but within the timeout: the calls waiting on the connection are answered, not
+/// failed (the watcher closes a connection only past its oldest request's deadline), and no
+/// new connection is made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_on_a_connection_slower_than_usual_but_within_the_timeout_are_answered() {
+    let server = RedisServer::start();
+    let p = prefix("slow_ok");
+    let store =
+        RedisStore::new(RedisOptions::new(server.url()).timeout(Duration::from_millis(400)))
+            .unwrap();
+    let quota = Quota::new(100_000_000, Duration::from_secs(60)).unwrap();
+    let key = format!("{p}:k");
+    assert!(acquire(&store, &key, &quota).await.unwrap().allowed);
+    let mut admin = server.connection();
+    let clients = |c: &mut redis::Connection| -> usize {
+        let list: String = redis::cmd("CLIENT").arg("LIST").query(c).unwrap();
+        list.lines().count()
+    };
+    let before = clients(&mut admin);
+    // Calls coming all along, so that the watcher is timing pending calls (not idle) when
+    // Redis stalls.
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let background = {
+        let (store, key, done) = (store.clone(), key.clone(), Arc::clone(&done));
+        tokio::spawn(async move {
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                assert!(acquire(&store, &key, &quota).await.unwrap().allowed);
+            }
+        })
+    };
+    // Real time on purpose: the stall must come while calls are in flight.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Every client's commands held for 150 ms, from now.
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(150)
+        .arg("ALL")
+        .query(&mut admin)
+        .unwrap();
+    let calls: Vec<_> = (0..16)
+        .map(|_| {
+            let (store, key) = (store.clone(), key.clone());
+            tokio::spawn(async move {
+                let started = Instant::now();
+                let d = acquire(&store, &key, &quota).await;
+                (d, started.elapsed())
+            })
+        })
+        .collect();
+    for call in calls {
+        let (d, waited) = call.await.unwrap();
+        assert!(d.unwrap().allowed);
+        // Held by the pause (it started before the call), yet answered.
+        assert!(waited >= Duration::from_millis(100), "{waited:?}");
+    }
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    background.await.unwrap();
+    assert_eq!(clients(&mut admin), before, "the store kept its connection");
+}
+
 /// A store shared by two runtimes, one of them kept but idle (a current-thread runtime
 /// outside `block_on` drives none of its tasks): the other's calls are decided at once, on a
 /// connection of their own, rather than waiting on a connection the idle runtime would
