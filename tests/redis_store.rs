@@ -657,6 +657,69 @@ async fn calls_on_a_connection_slower_than_usual_but_within_the_timeout_are_answ
     assert_eq!(clients(&mut admin), before, "the store kept its connection");
 }
 
+/// A TCP proxy to `port` on loopback that holds each connection `delay` before relaying it;
+/// the number of connections it accepted.
+fn slow_proxy(port: u16, delay: Duration) -> (u16, Arc<std::sync::atomic::AtomicUsize>) {
+    use std::net::{TcpListener, TcpStream};
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let proxy_port = listener.local_addr().unwrap().port();
+    let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = Arc::clone(&accepted);
+    std::thread::spawn(move || {
+        for client in listener.incoming() {
+            let Ok(client) = client else { return };
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            std::thread::spawn(move || {
+                std::thread::sleep(delay);
+                let Ok(server) = TcpStream::connect(("127.0.0.1", port)) else {
+                    return;
+                };
+                let (mut c_in, mut s_out) =
+                    (client.try_clone().unwrap(), server.try_clone().unwrap());
+                std::thread::spawn(move || std::io::copy(&mut c_in, &mut s_out));
+                let (mut s_in, mut c_out) = (server, client);
+                let _ = std::io::copy(&mut s_in, &mut c_out);
+            });
+        }
+    });
+    (proxy_port, accepted)
+}
+
+/// Connecting takes longer than a call's timeout (a proxy holds the connection 300 ms, the
+/// timeout is 100 ms): the first calls time out, but the one attempt to connect runs on in
+/// its own task and completes, and the calls after it are decided on that connection. Were
+/// the attempt made inside each call, every call would cancel it with its timeout and none
+/// would ever connect.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_slower_to_make_than_the_timeout_is_made_once_and_used() {
+    let server = RedisServer::start();
+    let (port, accepted) = slow_proxy(server.port(), Duration::from_millis(300));
+    let options = RedisOptions::new(format!("redis://127.0.0.1:{port}"))
+        .timeout(Duration::from_millis(100))
+        .connect_timeout(Duration::from_secs(5));
+    let store = RedisStore::new(options).unwrap();
+    let quota = Quota::per_minute(1_000).unwrap();
+    let key = format!("{}:k", prefix("slow_connect"));
+    let first = acquire(&store, &key, &quota).await;
+    assert!(matches!(first, Err(Error::Timeout { .. })), "{first:?}");
+    // Polling real time, bounded: no limit is checked by this wait.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let decided = loop {
+        match acquire(&store, &key, &quota).await {
+            Ok(d) => break d,
+            Err(Error::Timeout { .. }) => assert!(Instant::now() < deadline, "never connected"),
+            Err(e) => panic!("{e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(decided.allowed);
+    assert_eq!(
+        accepted.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "one attempt to connect"
+    );
+}
+
 /// A store shared by two runtimes, one of them kept but idle (a current-thread runtime
 /// outside `block_on` drives none of its tasks): the other's calls are decided at once, on a
 /// connection of their own, rather than waiting on a connection the idle runtime would
