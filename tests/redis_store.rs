@@ -670,6 +670,7 @@ fn slow_proxy(port: u16, delay: Duration) -> (u16, Arc<std::sync::atomic::Atomic
             let Ok(client) = client else { return };
             counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             std::thread::spawn(move || {
+                // The fault itself, in real time on purpose: a connection slow to make.
                 std::thread::sleep(delay);
                 let Ok(server) = TcpStream::connect(("127.0.0.1", port)) else {
                     return;

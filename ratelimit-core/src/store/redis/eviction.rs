@@ -4,7 +4,8 @@
 //! and with [`RedisOptions::require_noeviction`](super::RedisOptions::require_noeviction)
 //! refuses every call.
 
-use super::store::{Connection, RedisStore};
+use super::round_trip::Connection;
+use super::store::RedisStore;
 use crate::Error;
 
 /// What the store learnt of the policy.
@@ -101,10 +102,7 @@ impl RedisStore {
     async fn ask_eviction(&self, connection: &mut Connection) -> Option<&Policy> {
         let mut cmd = redis::cmd("CONFIG");
         cmd.arg("GET").arg("maxmemory-policy");
-        let reply: Result<Vec<String>, _> = match connection {
-            Connection::Single(c) => cmd.query_async(c).await,
-            Connection::Cluster(c) => cmd.query_async(c).await,
-        };
+        let reply: Result<Vec<String>, _> = cmd.query_async(connection).await;
         let policy = match reply {
             Ok(reply) => Policy::from_reply(&reply),
             Err(e)

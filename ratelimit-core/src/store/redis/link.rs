@@ -353,6 +353,23 @@ impl Calls {
         }
     }
 
+    /// Counts a call that started at `at` in its slot, on this thread's stripe; the slot,
+    /// or `None` (not counted) before the link was made.
+    #[inline]
+    fn start(&self, at: Instant) -> Option<usize> {
+        let slot = self.slot(at)?;
+        let stripe = stats::stripe();
+        stripe.add_one(&self.parts[stripe.index()].started[slot]);
+        Some(slot)
+    }
+
+    /// Counts the end of a call [`start`](Self::start) counted in `slot`.
+    #[inline]
+    fn end(&self, slot: usize) {
+        let stripe = stats::stripe();
+        stripe.add_one(&self.parts[stripe.index()].ended[slot]);
+    }
+
     /// The slot of time `at` falls in, as an index; `None` before the link was made.
     #[inline]
     fn slot(&self, at: Instant) -> Option<usize> {
@@ -412,9 +429,7 @@ impl Watched {
     /// the link was made, which its watcher could not place in time.
     #[inline]
     pub(super) fn on(link: Arc<Link>, from: Instant) -> Option<Self> {
-        let slot = link.calls.slot(from)?;
-        let stripe = stats::stripe();
-        stripe.add_one(&link.calls.parts[stripe.index()].started[slot]);
+        let slot = link.calls.start(from)?;
         Some(Watched { link, slot })
     }
 
@@ -434,26 +449,13 @@ impl Watched {
 impl Drop for Watched {
     #[inline]
     fn drop(&mut self) {
-        let stripe = stats::stripe();
-        stripe.add_one(&self.link.calls.parts[stripe.index()].ended[self.slot]);
+        self.link.calls.end(self.slot);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn start(calls: &Calls, at: Instant) -> usize {
-        let slot = calls.slot(at).unwrap();
-        let stripe = stats::stripe();
-        stripe.add_one(&calls.parts[stripe.index()].started[slot]);
-        slot
-    }
-
-    fn end(calls: &Calls, slot: usize) {
-        let stripe = stats::stripe();
-        stripe.add_one(&calls.parts[stripe.index()].ended[slot]);
-    }
 
     /// A slot is at least a 32nd of the timeout, and at most a 16th above 1 ms.
     #[test]
@@ -482,8 +484,8 @@ mod tests {
         let t0 = calls.epoch;
         assert_eq!(calls.due(t0), Due::At(t0 + timeout), "idle");
 
-        let first = start(&calls, t0 + slot / 2);
-        let later = start(&calls, t0 + slot * 3);
+        let first = calls.start(t0 + slot / 2).unwrap();
+        let later = calls.start(t0 + slot * 3).unwrap();
         let deadline = t0 + slot + timeout;
         assert_eq!(calls.due(t0 + slot * 4), Due::At(deadline));
         assert_eq!(
@@ -493,10 +495,10 @@ mod tests {
         assert_eq!(calls.due(deadline), Due::Now);
 
         // Answered: the later call decides, at its own slot's end.
-        end(&calls, first);
+        calls.end(first);
         let later_deadline = t0 + slot * 4 + timeout;
         assert_eq!(calls.due(deadline), Due::At(later_deadline));
-        end(&calls, later);
+        calls.end(later);
         assert_eq!(calls.due(deadline), Due::At(deadline + timeout));
     }
 
@@ -509,12 +511,12 @@ mod tests {
         let t0 = calls.epoch;
         for round in 0..3u32 {
             let at = t0 + slot * (SLOTS as u32 * round);
-            let s = start(&calls, at);
-            end(&calls, s);
+            let s = calls.start(at).unwrap();
+            calls.end(s);
             assert_eq!(calls.due(at), Due::At(at + calls.timeout));
         }
         let at = t0 + slot * (SLOTS as u32 * 3);
-        start(&calls, at);
+        calls.start(at).unwrap();
         let deadline = at + slot + calls.timeout;
         assert_eq!(calls.due(at), Due::At(deadline));
         assert_eq!(calls.due(deadline), Due::Now);
@@ -525,11 +527,11 @@ mod tests {
     fn a_call_ended_on_another_thread_is_answered() {
         let calls = Arc::new(Calls::new(Duration::from_millis(100)));
         let t0 = calls.epoch;
-        let slots: Vec<usize> = (0..100).map(|_| start(&calls, t0)).collect();
+        let slots: Vec<usize> = (0..100).map(|_| calls.start(t0).unwrap()).collect();
         let ender = Arc::clone(&calls);
         std::thread::spawn(move || {
             for s in slots {
-                end(&ender, s);
+                ender.end(s);
             }
         })
         .join()

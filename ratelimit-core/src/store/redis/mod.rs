@@ -7,7 +7,8 @@
 //! - `local`: what the store answers in the process (the checks, held refusals, leased units);
 //! - `reply`: the scripts' replies read as verdicts, and the estimate of Redis' clock;
 //! - `scripts`: the Lua scripts, one per strategy, and the quotas they count exactly;
-//! - `store`: [`RedisStore`], the connection and one script call per decision;
+//! - `store`: [`RedisStore`], what it decides and how it answers the `Store` trait;
+//! - `round_trip`: the connection a call uses, bounded by the timeout, and a script run on it;
 //! - `link`: one server's connection, its calls bounded by one deadline per connection;
 //! - `eviction`: Redis' eviction policy, checked once per store.
 //!
@@ -27,6 +28,7 @@ mod options;
 mod redaction;
 mod refusals;
 mod reply;
+mod round_trip;
 mod scripts;
 mod store;
 

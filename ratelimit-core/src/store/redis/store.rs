@@ -4,54 +4,31 @@ use std::fmt;
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
-use redis::aio::MultiplexedConnection;
-use redis::cluster_async::ClusterConnection;
 use tokio::sync::OnceCell;
 
 use super::eviction::Policy;
 use super::lease::Leases;
-use super::link::{Link, Links, Watched, FOREVER};
+use super::link::Links;
 use super::options::RedisOptions;
 use super::redaction::{secrets, store_error};
 use super::refusals::Refusals;
 use super::reply::{full, unexpected, RedisClock, Reply};
+use super::round_trip::{runtime_ready, Client};
 use super::scripts::{
-    arguments, call, stacked_index, supports, Command, Lua, OwnScripts, SCRIPTS, STACKED_SCRIPT,
+    arguments, call, stacked_index, supports, OwnScripts, SCRIPTS, STACKED_SCRIPT,
 };
 use crate::algorithm::{self, Verdict};
 use crate::clock::Nanos;
 use crate::decision::Decision;
-use crate::drivers::{self, Needs};
 use crate::error::Error;
 use crate::quota::{Quota, QuotaError};
 use crate::store::{Check, Store};
 
-/// The code of the error reply a script returns, without writing anything, when the key
-/// holds state it did not write (see `lua/prelude.lua`).
-const UNEXPECTED_STATE: &str = "RATELIMIT_STATE";
-
-/// Redis' answer to `EVALSHA` of a script it does not hold.
-const NO_SCRIPT: redis::ErrorKind = redis::ErrorKind::Server(redis::ServerErrorKind::NoScript);
-
-enum Client {
-    /// One server, over the store's own connection (`link`).
-    Single(Links),
-    /// A cluster, over redis-rs' cluster connection, made on first use.
-    Cluster(
-        Box<redis::cluster::ClusterClient>,
-        OnceCell<ClusterConnection>,
-    ),
-}
-
-pub(super) enum Connection {
-    Single(MultiplexedConnection),
-    Cluster(ClusterConnection),
-}
-
 pub(super) struct Inner {
-    options: RedisOptions,
-    secrets: Vec<String>,
-    client: Client,
+    pub(super) options: RedisOptions,
+    pub(super) secrets: Vec<String>,
+    /// The server or cluster, and the connections to it (`round_trip`).
+    pub(super) client: Client,
     /// Redis' eviction policy, once the first connection has asked.
     pub(super) eviction: OnceLock<Policy>,
     /// Where the fixed window's short replies are placed in time.
@@ -200,11 +177,7 @@ impl RedisStore {
     pub async fn connect(&self) -> Result<(), Error> {
         self.bounded(Instant::now(), |mut connection| async move {
             for script in SCRIPTS.iter().chain([&*STACKED_SCRIPT]) {
-                let load = script.load();
-                let loaded: Result<String, _> = match &mut connection {
-                    Connection::Single(c) => load.query_async(c).await,
-                    Connection::Cluster(c) => load.query_async(c).await,
-                };
+                let loaded: Result<String, _> = script.load().query_async(&mut connection).await;
                 loaded.map_err(|e| self.error("could not load a script", &e))?;
             }
             Ok(())
@@ -215,13 +188,10 @@ impl RedisStore {
     /// Forgets `key`; returns whether Redis held it.
     async fn forget(&self, key: &str) -> Result<bool, Error> {
         crate::key::check_store_key(key)?;
-        self.bounded(Instant::now(), |connection| async move {
+        self.bounded(Instant::now(), |mut connection| async move {
             let mut cmd = redis::cmd("DEL");
             cmd.arg(key);
-            let deleted: Result<u64, _> = match connection {
-                Connection::Single(mut c) => cmd.query_async(&mut c).await,
-                Connection::Cluster(mut c) => cmd.query_async(&mut c).await,
-            };
+            let deleted: Result<u64, _> = cmd.query_async(&mut connection).await;
             deleted
                 .map(|n| n > 0)
                 .map_err(|e| self.error("reset failed", &e))
@@ -358,218 +328,6 @@ impl RedisStore {
             })
             .collect()
     }
-
-    /// Runs `script` on `keys` with `args` within the timeout from `sent`: `EVALSHA`, or `EVAL`
-    /// with the source when `with_source` (a script not sent yet) or when Redis answers
-    /// `NOSCRIPT` (restarted, or its scripts flushed), which loads it and runs it in one
-    /// round trip. State of an unexpected shape (the scripts' `RATELIMIT_STATE` error reply)
-    /// is [`Error::UnexpectedState`].
-    pub(super) async fn run<T: redis::FromRedisValue>(
-        &self,
-        script: &Lua,
-        keys: &[&str],
-        args: &[u64],
-        mut with_source: bool,
-        sent: Instant,
-    ) -> Result<T, Error> {
-        self.bounded(sent, |mut connection| async move {
-            loop {
-                let command = script.command(keys, args, with_source);
-                let result = match &mut connection {
-                    Connection::Single(c) => command.query_async(c).await,
-                    Connection::Cluster(c) => command.query_async(c).await,
-                };
-                match result {
-                    Err(e) if !with_source && e.kind() == NO_SCRIPT => with_source = true,
-                    result => return result.map_err(|e| self.script_failed(&e)),
-                }
-            }
-        })
-        .await
-    }
-
-    /// A script's error reply as an [`Error`].
-    fn script_failed(&self, e: &redis::RedisError) -> Error {
-        match e.code() {
-            Some(UNEXPECTED_STATE) => Error::UnexpectedState {
-                message: e.detail().unwrap_or("").to_owned(),
-            },
-            _ => self.error("the limiter script failed", e),
-        }
-    }
-
-    /// Runs the future `f` makes on a connection within the configured timeout, counted
-    /// from `from`. Everything that talks to Redis goes through here.
-    ///
-    /// - This is where a missing Tokio runtime, or one without its timer or IO driver, is
-    ///   caught ([`runtime_ready`]): the timer and the connection would panic ("there is no
-    ///   reactor running", "timers are disabled") instead of failing the call.
-    /// - On one server's open link (that of the runtime the call runs on), the call is
-    ///   bounded by the link's watcher (see `link`), with no timer of its own.
-    /// - A call that must connect first, or that started before the link it would use, and
-    ///   every call to a cluster, is bounded by a Tokio timer of its own.
-    ///
-    /// `f` is made here rather than passed in, so that the future is held once in this one's
-    /// (an `async fn` keeps its arguments apart from what it awaits: a future passed in would
-    /// be held twice).
-    async fn bounded<T, F>(
-        &self,
-        from: Instant,
-        f: impl FnOnce(Connection) -> F,
-    ) -> Result<T, Error>
-    where
-        F: std::future::Future<Output = Result<T, Error>>,
-    {
-        let runtime = runtime_ready()?;
-        let after = self.inner.options.timeout;
-        if let Some(watched) = self.open_link(runtime)?.and_then(|l| Watched::on(l, from)) {
-            let answered = f(Connection::Single(watched.connection())).await;
-            return answered.map_err(|e| watched.failed(e, after));
-        }
-        let deadline = from.checked_add(after).unwrap_or_else(|| from + FOREVER);
-        tokio::time::timeout_at(deadline.into(), async {
-            let connection = self.connection(runtime).await?;
-            f(connection).await
-        })
-        .await
-        .unwrap_or(Err(Error::Timeout { after }))
-    }
-
-    /// `runtime`'s open link to the one server, once its eviction policy is known (and
-    /// checked): what a call can use with no await before its request, and no timer.
-    #[inline]
-    fn open_link(&self, runtime: tokio::runtime::Id) -> Result<Option<Arc<Link>>, Error> {
-        let Client::Single(links) = &self.inner.client else {
-            return Ok(None);
-        };
-        match (links.open(runtime), self.eviction_checked()) {
-            (Some(link), Some(checked)) => checked.map(|()| Some(link)),
-            _ => Ok(None),
-        }
-    }
-
-    /// [`run`](Self::run)'s request made ready on an open link, for a decision to await in
-    /// its own future: no future nested in it but the connection's (which redis-rs' own
-    /// callers box on every call: 1,128 bytes, from glibc's large bins). `None` where `run` must
-    /// decide how: no open link for this runtime, the eviction policy not known yet, a
-    /// cluster, a call that started before its link, a runtime without its drivers (`run`
-    /// answers why).
-    #[inline]
-    fn request(
-        &self,
-        script: &Lua,
-        keys: &[&str],
-        args: &[u64],
-        with_source: bool,
-        from: Instant,
-    ) -> Option<Request<'_>> {
-        let runtime = runtime_ready().ok()?;
-        let watched = Watched::on(self.open_link(runtime).ok()??, from)?;
-        Some(Request {
-            store: self,
-            connection: watched.connection(),
-            watched,
-            command: script.command(keys, args, with_source),
-        })
-    }
-
-    /// A connection (made if need be) whose server's eviction policy has been checked.
-    async fn connection(&self, runtime: tokio::runtime::Id) -> Result<Connection, Error> {
-        let mut connection = match &self.inner.client {
-            Client::Single(links) => match links.link(runtime).await {
-                Ok(link) => Connection::Single(link.connection()),
-                Err(e) => return Err(self.error("could not connect", &e)),
-            },
-            Client::Cluster(client, connection) => {
-                let connection = match connection.get() {
-                    Some(connection) => connection,
-                    // The first calls only, boxed: every later call's future is the smaller
-                    // for it.
-                    None => Box::pin(self.connect_cluster(client, connection)).await?,
-                };
-                Connection::Cluster(connection.clone())
-            }
-        };
-        self.check_eviction(&mut connection).await?;
-        Ok(connection)
-    }
-
-    /// The cluster's connection, made by the first call that asks (the calls meanwhile wait
-    /// for it).
-    async fn connect_cluster<'a>(
-        &self,
-        client: &redis::cluster::ClusterClient,
-        connection: &'a OnceCell<ClusterConnection>,
-    ) -> Result<&'a ClusterConnection, Error> {
-        connection
-            .get_or_try_init(|| async {
-                client
-                    .get_async_connection()
-                    .await
-                    .map_err(|e| self.error("could not connect to the cluster", &e))
-            })
-            .await
-    }
-
-    /// Whether the store holds a connection.
-    fn connected(&self) -> bool {
-        match &self.inner.client {
-            Client::Single(links) => links.connected(),
-            Client::Cluster(_, connection) => connection.initialized(),
-        }
-    }
-
-    fn error(&self, context: &str, e: &redis::RedisError) -> Error {
-        if e.is_timeout() {
-            return Error::Timeout {
-                after: self.inner.options.timeout,
-            };
-        }
-        store_error(&self.inner.secrets, context, e)
-    }
-}
-
-/// A script's request on an open link (see [`RedisStore::request`]), counted by its watcher
-/// until it is dropped.
-struct Request<'a> {
-    store: &'a RedisStore,
-    watched: Watched,
-    connection: MultiplexedConnection,
-    command: Command,
-}
-
-impl Request<'_> {
-    /// What the caller makes of Redis' answer `sent`, as [`RedisStore::run`] would: `None`
-    /// when Redis answers `NOSCRIPT` to a script sent without its source.
-    fn answered(
-        &self,
-        sent: redis::RedisResult<redis::Value>,
-        with_source: bool,
-    ) -> Result<redis::Value, Option<Error>> {
-        // An error reply is a value until asked (`query_async` asks).
-        match sent.and_then(redis::Value::extract_error) {
-            Ok(value) => Ok(value),
-            Err(e) if !with_source && e.kind() == NO_SCRIPT => Err(None),
-            Err(e) => {
-                let after = self.store.inner.options.timeout;
-                Err(Some(
-                    self.watched.failed(self.store.script_failed(&e), after),
-                ))
-            }
-        }
-    }
-}
-
-/// The Tokio runtime this thread runs in, if it has the timer and IO drivers that every call
-/// to Redis needs; if not, the store's error (so the failure policy decides, as for any store
-/// that cannot answer), never Tokio's panic.
-fn runtime_ready() -> Result<tokio::runtime::Id, Error> {
-    drivers::ready(Needs::TimerAndIo).map_err(|missing| Error::Store {
-        message: format!(
-            "the Redis store needs a Tokio runtime with its time and IO drivers, and \
-             {missing}: call it from within one, e.g. under #[tokio::main]"
-        ),
-    })
 }
 
 impl Store for RedisStore {
