@@ -650,3 +650,71 @@ async fn a_full_redis_refuses_sliding_log_writes_instead_of_growing_past_maxmemo
 fn micros(t: std::time::SystemTime) -> u64 {
     t.duration_since(std::time::UNIX_EPOCH).unwrap().as_micros() as u64
 }
+
+/// How many times `costly`'s body ran.
+static COSTLY_RAN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+#[ratelimit::rate_limit(limit = 3, window = "20d", cost = units)]
+async fn costly(units: u64) -> Result<(), Error> {
+    COSTLY_RAN.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    Ok(())
+}
+
+/// A call that spends with a cost of 0 was a look on Redis (allowed every time, nothing
+/// spent, the fn's body run), where the memory store refuses it with `ZeroCost`. Every path
+/// that spends refuses it the same way, with leases on or off; only `status` looks.
+#[tokio::test]
+async fn cost_zero_on_redis_is_an_error_not_a_free_pass() {
+    let server = RedisServer::start();
+    for leases in [false, true] {
+        let mut options = RedisOptions::new(server.url()).timeout(Duration::from_secs(2));
+        if leases {
+            options = options.leases(ratelimit::LeaseOptions::new(4));
+        }
+        let p = fresh(&format!("cost0-{leases}"));
+        let service = redis_service(options.clone(), &p);
+        for strategy in [
+            Strategy::FixedWindow,
+            Strategy::SlidingWindow,
+            Strategy::SlidingWindowCounter,
+            Strategy::TokenBucket,
+        ] {
+            let opts = Options::new()
+                .limit(2)
+                .window(LONG)
+                .strategy(strategy)
+                .cost(0);
+            for _ in 0..3 {
+                let consumed = service.consume("k", &opts).await;
+                assert!(matches!(consumed, Err(Error::ZeroCost)), "{consumed:?}");
+                let enforced = service.enforce("k", &opts).await;
+                assert!(matches!(enforced, Err(Error::ZeroCost)), "{enforced:?}");
+                let checked = service.check("k", &opts).await;
+                assert!(matches!(checked, Err(Error::ZeroCost)), "{checked:?}");
+                let now = service.consume_now("k", &opts);
+                assert!(
+                    matches!(now, None | Some(Err(Error::ZeroCost))),
+                    "{strategy}: {now:?}"
+                );
+            }
+            // Nothing was spent: the whole budget is there.
+            let level = service.status("k", &opts).await.unwrap();
+            assert_eq!(level.remaining, 2, "{strategy}");
+        }
+
+        let module = ratelimit::testing::TestModule::new(
+            ratelimit::Module::builder()
+                .key_prefix(fresh(&format!("cost0-fn-{leases}")))
+                .store(StoreConfig::Redis(options)),
+        )
+        .unwrap();
+        let before = COSTLY_RAN.load(std::sync::atomic::Ordering::SeqCst);
+        for _ in 0..5 {
+            let refused = module.scope(costly(0)).await;
+            assert!(matches!(refused, Err(Error::ZeroCost)), "{refused:?}");
+        }
+        assert_eq!(COSTLY_RAN.load(std::sync::atomic::Ordering::SeqCst), before);
+        module.scope(costly(3)).await.unwrap();
+        assert!(module.scope(costly(1)).await.is_err(), "the budget was whole");
+    }
+}

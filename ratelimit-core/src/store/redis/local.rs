@@ -68,7 +68,7 @@ impl RedisStore {
         now: Nanos,
         commit: bool,
     ) -> Option<Result<Decision, Error>> {
-        if cost == 0 {
+        if cost == 0 && !commit {
             return None; // two looks, as `decide` makes them
         }
         if self.inner.leases.is_none() && !self.inner.refusals.may_hold(key) {

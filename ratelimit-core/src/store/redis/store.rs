@@ -339,8 +339,9 @@ impl Store for RedisStore {
         now: Nanos,
         commit: bool,
     ) -> Result<Decision, Error> {
-        if cost == 0 {
+        if cost == 0 && !commit {
             // Boxed: a look's two round trips would make every call's future the larger.
+            // (A call of cost 0 that spends goes on, to be refused by the checks.)
             return Box::pin(self.look(key, quota, now)).await;
         }
         let (verdict, at) = self.verdict(key, quota, cost, now, commit, false).await?;
