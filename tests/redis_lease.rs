@@ -659,3 +659,61 @@ async fn an_annotated_fn_spends_its_lease_at_once_allocating_nothing() {
     assert!(name.ends_with("leased_fn"), "{name}");
     assert_eq!((counts.allowed, counts.denied), (17, 0));
 }
+
+/// A token bucket of capacity 10 under two quotas on one key: 10 a day, refilling 10 a day
+/// (`fast`), and 1 a day with a burst of 9, refilling 1 a day (`slow`). The store key names
+/// the strategy and window, not the limit, so both read one state.
+fn two_quotas() -> (Quota, Quota) {
+    let fast = Quota::new(10, DAY)
+        .unwrap()
+        .with_strategy(Strategy::TokenBucket);
+    let slow = Quota::new(1, DAY)
+        .unwrap()
+        .with_burst(9)
+        .unwrap()
+        .with_strategy(Strategy::TokenBucket);
+    assert_eq!(fast.capacity(), slow.capacity());
+    (fast, slow)
+}
+
+/// A lease's units were priced for the quota that took them: spent under another quota of
+/// the same capacity they admitted 18 calls at one instant where the plain path admits 9.
+/// For any mix of quotas on a key, the leased path admits no more than the plain path.
+#[tokio::test]
+async fn a_lease_taken_under_one_quota_is_not_spent_under_another_on_the_same_key() {
+    let server = RedisServer::start();
+    let (leased, plain) = (leasing(&server, 32), plain(&server));
+    let p = prefix("lease-two-quotas");
+    let (fast, slow) = two_quotas();
+    let mut admitted = Vec::new();
+    for (name, store) in [("plain", &plain), ("leased", &leased)] {
+        let key = format!("{p}:{name}");
+        assert!(acquire(store, &key, &fast).await.unwrap().allowed);
+        admitted.push(hammer(store, &key, &slow, 1, 30).await);
+    }
+    assert_eq!(admitted[0], 9, "the plain path");
+    assert_eq!(admitted[1], 9, "the leased path admits what the plain path does");
+}
+
+/// A refusal held in the process answered calls under any quota of the same capacity, so a
+/// call that Redis would admit under a quota refilling faster (or slower) was refused until
+/// the other quota's retry time. A refusal answers only calls under the quota it was given.
+#[tokio::test]
+async fn a_refusal_held_under_one_quota_does_not_refuse_another_of_the_same_capacity() {
+    let server = RedisServer::start();
+    let store = plain(&server);
+    let key = format!("{}:k", prefix("refusal-two-quotas"));
+    let (fast, slow) = two_quotas();
+    // One token taken at a day's interval: the fast quota (a tenth of a day's interval, a
+    // tolerance of 0.9 day) is refused for 2.4 h, the slow one has 9 left.
+    assert!(acquire(&store, &key, &slow).await.unwrap().allowed);
+    let refused = acquire(&store, &key, &fast).await.unwrap();
+    assert!(!refused.allowed);
+    for _ in 0..9 {
+        assert!(
+            acquire(&store, &key, &slow).await.unwrap().allowed,
+            "Redis admits the slow quota"
+        );
+    }
+    assert!(!acquire(&store, &key, &slow).await.unwrap().allowed);
+}

@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use super::refusals::Refusals;
 use super::reply::{full, RedisClock};
-use super::scripts::{arguments, wrapped, Lua};
+use super::scripts::{arguments, wrapped, Lua, Terms};
 use super::RedisStore;
 use crate::algorithm::Verdict;
 use crate::clock::Nanos;
@@ -134,8 +134,10 @@ fn leased(strategy: Strategy) -> Option<u8> {
 struct Lease {
     /// The strategy's number in the lease scripts.
     kind: u8,
-    /// The quota's capacity: the store key names the strategy and window, not the limit.
-    capacity: u64,
+    /// The quota the slice was priced for, as the scripts count it: its units are spent only
+    /// under the same terms (the store key names the strategy and window, not the limit or
+    /// the refill, and a unit's deadline is the granting quota's).
+    terms: Terms,
     /// Units not yet spent.
     left: u64,
     /// Units of the slice spent so far (the token bucket's deadline index).
@@ -171,8 +173,8 @@ impl Lease {
     }
 
     /// Spends `cost` units at `now`, if the lease holds them and they still count.
-    fn spend(&mut self, cost: u64, capacity: u64, now: Instant) -> Option<(Verdict, Nanos)> {
-        if capacity != self.capacity || cost > self.left || !self.live(now) {
+    fn spend(&mut self, cost: u64, terms: Terms, now: Instant) -> Option<(Verdict, Nanos)> {
+        if terms != self.terms || cost > self.left || !self.live(now) {
             return None;
         }
         self.left -= cost;
@@ -203,8 +205,8 @@ impl Slot {
         self.lease.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn spend(&self, cost: u64, capacity: u64, now: Instant) -> Option<(Verdict, Nanos)> {
-        self.lease().as_mut()?.spend(cost, capacity, now)
+    fn spend(&self, cost: u64, terms: Terms, now: Instant) -> Option<(Verdict, Nanos)> {
+        self.lease().as_mut()?.spend(cost, terms, now)
     }
 
     /// Whether the slot holds a lease whose units still count.
@@ -277,7 +279,7 @@ impl Leases {
     ) -> Option<(Verdict, Nanos)> {
         leased(quota.strategy())?;
         let keys = self.keys.lock().unwrap_or_else(|e| e.into_inner());
-        keys.get(key)?.spend(cost, quota.capacity(), now)
+        keys.get(key)?.spend(cost, arguments(quota), now)
     }
 
     /// Decides a call that spends through `key`'s lease, asking Redis for a new slice when it
@@ -294,7 +296,7 @@ impl Leases {
     ) -> Option<Result<(Verdict, Nanos), Error>> {
         let kind = leased(quota.strategy())?;
         let slot = self.slot(key)?;
-        let capacity = quota.capacity();
+        let terms = arguments(quota);
         // The lease was tried just before (`RedisStore::answered_here`, the one caller's first
         // step): what a grant in flight adds is spent below, once the grant lock is ours.
         let timeout = store.options().timeout;
@@ -303,17 +305,17 @@ impl Leases {
         };
         // Granted by the call that held the grant lock before this one: spent from that.
         let now = Instant::now();
-        if let Some(decided) = slot.spend(cost, capacity, now) {
+        if let Some(decided) = slot.spend(cost, terms, now) {
             return Some(Ok(decided));
         }
         // Refused meanwhile (by a call that held the lock before this one): answered here.
-        if let Some(answered) = refusals.answered(key, cost, capacity, now, clock) {
+        if let Some(answered) = refusals.answered(key, cost, terms, now, clock) {
             return Some(Ok(answered));
         }
         let decided = self.grant(store, key, quota, kind, cost).await;
         Some(decided.map(|(verdict, at, granted)| {
             if !verdict.allowed {
-                refusals.record(key, cost, capacity, &verdict, now);
+                refusals.record(key, cost, terms, &verdict, now);
             }
             *slot.lease() = granted;
             if granted.is_some() {
@@ -332,9 +334,9 @@ impl Leases {
         kind: u8,
         cost: u64,
     ) -> Result<(Verdict, Nanos, Option<Lease>), Error> {
-        let capacity = quota.capacity();
-        let want = self.options.slice.max(cost).min(capacity);
-        let [first, second] = arguments(quota);
+        let want = self.options.slice.max(cost).min(quota.capacity());
+        let terms = arguments(quota);
+        let [first, second] = terms;
         let args = [u64::from(kind), first, second, cost, want];
         let sent = Instant::now();
         let reply: Vec<i64> = store.run(&GRANT_SCRIPT, &[key], &args, false, sent).await?;
@@ -364,7 +366,7 @@ impl Leases {
             .ok_or_else(unexpected)?;
         let lease = Lease {
             kind,
-            capacity,
+            terms,
             left: granted - cost,
             spent: cost,
             until: sent + Duration::from_nanos(start.saturating_sub(redis_now)),
@@ -491,7 +493,7 @@ mod tests {
     fn lease(kind: u8, left: u64, interval_ms: u64, until: Instant) -> Lease {
         Lease {
             kind,
-            capacity: 100,
+            terms: [1, 100],
             left,
             spent: 1,
             until,
@@ -511,11 +513,12 @@ mod tests {
         let t = Instant::now();
         let end = t + Duration::from_secs(1);
         let mut l = lease(1, 3, 0, end);
-        assert!(l.spend(2, 100, t).is_some());
-        assert!(l.spend(2, 100, t).is_none(), "one unit left");
-        assert!(l.spend(1, 99, t).is_none(), "another limit");
-        assert!(l.spend(1, 100, end).is_none(), "the window has ended");
-        let (v, _) = l.spend(1, 100, end - Duration::from_nanos(1)).unwrap();
+        assert!(l.spend(2, [1, 100], t).is_some());
+        assert!(l.spend(2, [1, 100], t).is_none(), "one unit left");
+        assert!(l.spend(1, [1, 99], t).is_none(), "another limit");
+        assert!(l.spend(1, [2, 100], t).is_none(), "another refill");
+        assert!(l.spend(1, [1, 100], end).is_none(), "the window has ended");
+        let (v, _) = l.spend(1, [1, 100], end - Duration::from_nanos(1)).unwrap();
         assert!(v.allowed && l.left == 0);
         assert!(!l.live(t));
     }
@@ -526,10 +529,10 @@ mod tests {
         // t + j * 10 ms.
         let t = Instant::now();
         let mut l = lease(4, 4, 10, t);
-        assert!(l.spend(1, 100, t + Duration::from_millis(9)).is_some());
+        assert!(l.spend(1, [1, 100], t + Duration::from_millis(9)).is_some());
         // Unit 2's deadline is t + 20 ms.
-        assert!(l.spend(1, 100, t + Duration::from_millis(20)).is_none());
-        assert!(l.spend(1, 100, t + Duration::from_millis(19)).is_some());
+        assert!(l.spend(1, [1, 100], t + Duration::from_millis(20)).is_none());
+        assert!(l.spend(1, [1, 100], t + Duration::from_millis(19)).is_some());
         assert!(!l.live(t + Duration::from_millis(30)));
         assert!(l.live(t + Duration::from_millis(29)));
     }

@@ -5,7 +5,7 @@
 
 use std::time::Instant;
 
-use super::scripts::supports;
+use super::scripts::{arguments, supports};
 use super::RedisStore;
 use crate::algorithm::{self, Verdict};
 use crate::clock::Nanos;
@@ -46,7 +46,7 @@ impl RedisStore {
         if let Some(answered) =
             inner
                 .refusals
-                .answered(key, cost, quota.capacity(), started, &inner.clock)
+                .answered(key, cost, arguments(quota), started, &inner.clock)
         {
             return Some(answered);
         }

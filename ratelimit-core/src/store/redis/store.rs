@@ -216,7 +216,7 @@ impl RedisStore {
             return Ok((verdict, now));
         }
         let clock = &self.inner.clock;
-        let capacity = quota.capacity();
+        let terms = arguments(quota);
         let refusals = &self.inner.refusals;
         let started = Instant::now();
         if !full {
@@ -264,7 +264,7 @@ impl RedisStore {
         let (verdict, at) = reply
             .verdict(cost, quota, clock.redis_us(received))
             .ok_or_else(|| unexpected(&value))?;
-        refusals.record(key, cost, capacity, &verdict, started);
+        refusals.record(key, cost, terms, &verdict, started);
         Ok((verdict, at))
     }
 
