@@ -717,3 +717,44 @@ async fn a_refusal_held_under_one_quota_does_not_refuse_another_of_the_same_capa
     }
     assert!(!acquire(&store, &key, &slow).await.unwrap().allowed);
 }
+
+/// The task that gives idle leases back ran on the runtime of the store's first grant, once:
+/// when that runtime ended, no idle lease was ever given back again, so units leased from
+/// another runtime stayed stranded (another process admitted 0 of them instead of the 15).
+#[test]
+fn idle_leases_are_given_back_after_the_runtime_of_the_first_grant_has_ended() {
+    let server = RedisServer::start();
+    let p = prefix("lease-idle-runtimes");
+    let mut c = server.connection();
+    let quota = quota(20, Strategy::FixedWindow);
+    let store = RedisStore::new(
+        options(&server).leases(LeaseOptions::new(16).idle(Duration::from_millis(20))),
+    )
+    .unwrap();
+    let runtime = || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    };
+    let first = format!("{p}:first");
+    let first_runtime = runtime();
+    assert!(first_runtime
+        .block_on(acquire(&store, &first, &quota))
+        .unwrap()
+        .allowed);
+    assert_eq!(spent(&mut c, &first, &quota), 16);
+    drop(first_runtime);
+
+    let second = format!("{p}:second");
+    runtime().block_on(async {
+        assert!(acquire(&store, &second, &quota).await.unwrap().allowed);
+        assert_eq!(spent(&mut c, &second, &quota), 16);
+        until_spent(&mut c, &second, &quota, 1).await;
+        // The lease taken on the runtime that ended is given back too.
+        until_spent(&mut c, &first, &quota, 1).await;
+    });
+    let other = plain(&server);
+    let admitted = runtime().block_on(hammer(&other, &second, &quota, 1, 30));
+    assert_eq!(admitted, 19);
+}

@@ -447,15 +447,26 @@ impl Leases {
         }
     }
 
-    /// Starts, once, the task that gives idle leases back, and all of them when it holds the
-    /// last handle on the store (the store was dropped). It ends then, or with the runtime.
+    /// Starts the task that gives idle leases back, and all of them when it holds the last
+    /// handle on the store (the store was dropped), unless it runs. It ends then, or with the
+    /// runtime it runs on: the next grant, on whatever runtime, starts it again.
     fn sweep(&self, store: &RedisStore) {
         if self.sweeping.swap(true, Ordering::AcqRel) {
             return;
         }
-        let store = store.clone();
+        /// Clears `sweeping` when the task ends, however it ends (dropped with its runtime).
+        struct Sweeping(RedisStore);
+        impl Drop for Sweeping {
+            fn drop(&mut self) {
+                if let Some(leases) = self.0.leases() {
+                    leases.sweeping.store(false, Ordering::Release);
+                }
+            }
+        }
+        let sweeping = Sweeping(store.clone());
         let period = (self.options.idle / 2).max(Duration::from_millis(1));
         tokio::spawn(async move {
+            let store = &sweeping.0;
             let mut tick = tokio::time::interval(period);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
@@ -463,7 +474,7 @@ impl Leases {
                 let dropped = store.handles() == 1;
                 if let Some(leases) = store.leases() {
                     // A failure leaves the units to expire; the next tick tries the others.
-                    let _ = leases.give_back(&store, dropped).await;
+                    let _ = leases.give_back(store, dropped).await;
                 }
                 if dropped {
                     return;
