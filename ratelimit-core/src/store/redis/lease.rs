@@ -172,6 +172,46 @@ impl Lease {
         self.left > 0 && self.deadline().is_some_and(|d| now < d)
     }
 
+    /// Takes out every unit left, when they still count at `now` under `terms` (a call that
+    /// needs more spends them with a new slice's): the lease as it was, holding those units.
+    fn take_rest(&mut self, terms: Terms, now: Instant) -> Option<Lease> {
+        if terms != self.terms || !self.live(now) {
+            return None;
+        }
+        let taken = *self;
+        self.left = 0;
+        Some(taken)
+    }
+
+    /// Puts back the units [`take_rest`](Self::take_rest) took out as `taken`, when this is
+    /// still the lease they were taken from.
+    fn put_back(&mut self, taken: &Lease) {
+        if self.left == 0 && self.sent == taken.sent && self.spent == taken.spent {
+            self.left = taken.left;
+        }
+    }
+
+    /// A new slice that spent `granted` units for a call of `cost` whose other `cost -
+    /// granted` units (carried from the last lease) stopped counting before it was answered:
+    /// the units go back into the slice, and the call is decided on the slice alone. A call the
+    /// slice cannot hold is refused, to try again at once (the slice is there for it).
+    fn respend(&mut self, carried: u64, cost: u64, now: Instant) -> (Verdict, Nanos) {
+        let granted = cost - carried;
+        self.left += granted;
+        self.spent -= granted;
+        let terms = self.terms;
+        self.spend(cost, terms, now).unwrap_or_else(|| {
+            let verdict = Verdict {
+                allowed: false,
+                remaining: self.remaining.saturating_add(self.left),
+                reset_at: self.reset_at,
+                retry_after: Some(1_000_000),
+            };
+            let elapsed = now.saturating_duration_since(self.sent).as_nanos() as u64;
+            (verdict, self.redis_now.saturating_add(elapsed))
+        })
+    }
+
     /// Spends `cost` units at `now`, if the lease holds them and they still count.
     fn spend(&mut self, cost: u64, terms: Terms, now: Instant) -> Option<(Verdict, Nanos)> {
         if terms != self.terms || cost > self.left || !self.live(now) {
@@ -312,17 +352,38 @@ impl Leases {
         if let Some(answered) = refusals.answered(key, cost, terms, now, clock) {
             return Some(Ok(answered));
         }
-        let decided = self.grant(store, key, quota, kind, cost).await;
-        Some(decided.map(|(verdict, at, granted)| {
-            if !verdict.allowed {
-                refusals.record(key, cost, terms, &verdict, now);
+        // Units left of this quota's lease, fewer than the cost: taken out before the round
+        // trip (no other call spends them meanwhile) and spent with the grant's, so that a
+        // grant over an unfinished lease never drops its units; put back if it refuses.
+        let carried = slot.lease().as_mut().and_then(|l| l.take_rest(terms, now));
+        let carry = carried.map_or(0, |c| c.left);
+        let decided = self.grant(store, key, quota, kind, cost - carry).await;
+        let put_back = || {
+            if let (Some(carried), Some(lease)) = (carried, slot.lease().as_mut()) {
+                lease.put_back(&carried);
             }
-            *slot.lease() = granted;
-            if granted.is_some() {
-                self.sweep(store);
+        };
+        let (verdict, at, granted) = match decided {
+            Ok(decided) => decided,
+            Err(e) => {
+                put_back();
+                return Some(Err(e));
             }
-            (verdict, at)
-        }))
+        };
+        let Some(mut lease) = granted else {
+            refusals.record(key, cost, terms, &verdict, now);
+            put_back();
+            return Some(Ok((verdict, at)));
+        };
+        let mut decided = (verdict, at);
+        if let Some(carried) = carried.filter(|c| !c.live(Instant::now())) {
+            // The carried units stopped counting during the round trip (their window ended):
+            // the call is decided on the new slice alone.
+            decided = lease.respend(carried.left, cost, Instant::now());
+        }
+        *slot.lease() = Some(lease);
+        self.sweep(store);
+        Some(Ok(decided))
     }
 
     /// One round trip: a slice for `key`, the call's cost spent from it (or the refusal).
@@ -542,10 +603,41 @@ mod tests {
         let mut l = lease(4, 4, 10, t);
         assert!(l.spend(1, [1, 100], t + Duration::from_millis(9)).is_some());
         // Unit 2's deadline is t + 20 ms.
-        assert!(l.spend(1, [1, 100], t + Duration::from_millis(20)).is_none());
-        assert!(l.spend(1, [1, 100], t + Duration::from_millis(19)).is_some());
+        assert!(l
+            .spend(1, [1, 100], t + Duration::from_millis(20))
+            .is_none());
+        assert!(l
+            .spend(1, [1, 100], t + Duration::from_millis(19))
+            .is_some());
         assert!(!l.live(t + Duration::from_millis(30)));
         assert!(l.live(t + Duration::from_millis(29)));
+    }
+
+    #[test]
+    fn units_carried_to_a_grant_go_back_if_it_refuses_and_count_only_while_they_live() {
+        let t = Instant::now();
+        let end = t + Duration::from_secs(1);
+        let mut l = lease(1, 3, 0, end);
+        assert!(l.take_rest([2, 100], t).is_none(), "another quota's units");
+        let taken = l.take_rest([1, 100], t).unwrap();
+        assert_eq!((l.left, taken.left), (0, 3));
+        assert!(l.spend(1, [1, 100], t).is_none(), "taken out");
+        l.put_back(&taken);
+        assert_eq!(l.left, 3);
+        assert!(l.take_rest([1, 100], end).is_none(), "the window has ended");
+        // A new slice of 16 that spent 2 for a call of 5 whose 3 carried units expired
+        // meanwhile: the call takes 5 of the slice.
+        let mut slice = lease(1, 14, 0, end + Duration::from_secs(60));
+        slice.spent = 2;
+        let (verdict, _) = slice.respend(3, 5, end);
+        assert!(verdict.allowed);
+        assert_eq!((slice.left, slice.spent), (11, 5));
+        // A slice too small for the call refuses it, keeping its units.
+        let mut small = lease(1, 0, 0, end + Duration::from_secs(60));
+        small.spent = 2;
+        let (verdict, _) = small.respend(3, 5, end);
+        assert!(!verdict.allowed && verdict.retry_after.is_some());
+        assert_eq!((small.left, small.spent), (2, 0));
     }
 
     #[test]

@@ -225,7 +225,10 @@ mod tests {
             refusals.answer("k", 1, [1, 5], later).is_none(),
             "a smaller cost may fit"
         );
-        assert!(refusals.answer("k", 2, [1, 6], later).is_none(), "another limit");
+        assert!(
+            refusals.answer("k", 2, [1, 6], later).is_none(),
+            "another limit"
+        );
         assert!(
             refusals.answer("k", 2, [2, 5], later).is_none(),
             "another refill of the same capacity"
@@ -255,7 +258,10 @@ mod tests {
         refusals.record("a", 1, [1, 5], &refused(0, 10), t);
         refusals.record("b", 1, [1, 5], &refused(0, 1_000), t);
         refusals.record("c", 1, [1, 5], &refused(0, 1_000), t);
-        assert!(refusals.answer("c", 1, [1, 5], t).is_none(), "full: not kept");
+        assert!(
+            refusals.answer("c", 1, [1, 5], t).is_none(),
+            "full: not kept"
+        );
         // Once "a" is due, its place is taken.
         let later = t + Duration::from_millis(20);
         refusals.record("c", 1, [1, 5], &refused(0, 1_000), later);
@@ -276,7 +282,10 @@ mod tests {
         assert_eq!(held(&refusals), 2);
         assert!(refusals.answer("a", 1, [1, 5], t).is_some());
         let later = t + Duration::from_millis(10);
-        assert!(refusals.answer("a", 1, [1, 5], later).is_none(), "out of force");
+        assert!(
+            refusals.answer("a", 1, [1, 5], later).is_none(),
+            "out of force"
+        );
         assert_eq!(held(&refusals), 1);
         assert!(refusals.answer("b", 1, [1, 5], later).is_some());
         refusals.forget("b");
