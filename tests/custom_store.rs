@@ -302,3 +302,101 @@ fn a_store_answering_at_once_is_asked_once_per_call_on_the_key_it_is_awaited_on(
     assert_eq!(counts(stats.total), (5, 2));
     assert_eq!(counts(stats.by_method["search"]), (5, 2));
 }
+
+/// The bytes of a sliding log: its entry count as written, then each entry's (time, cost).
+fn log_bytes(claimed: u64, entries: &[(u64, u64)]) -> Vec<u8> {
+    let mut bytes = vec![1, b'L'];
+    bytes.extend_from_slice(&claimed.to_le_bytes());
+    for (t, cost) in entries {
+        bytes.extend_from_slice(&t.to_le_bytes());
+        bytes.extend_from_slice(&cost.to_le_bytes());
+    }
+    bytes
+}
+
+/// Puts `bytes` under the only key `store` holds (after one call through `service` made it),
+/// then asks for a call: it must be `UnexpectedState`, with the bytes left as they were.
+fn refused_on(service: &RateLimitService, store: &MapStore, bytes: Vec<u8>) {
+    run(async {
+        let key = store.map.lock().unwrap().keys().next().unwrap().clone();
+        let stored = (bytes, u64::MAX);
+        store
+            .map
+            .lock()
+            .unwrap()
+            .insert(key.clone(), stored.clone());
+        for _ in 0..2 {
+            let decided = service.consume("user", &Options::new()).await;
+            assert!(
+                matches!(decided, Err(Error::UnexpectedState { .. })),
+                "{decided:?}"
+            );
+        }
+        let status = service.status("user", &Options::new()).await;
+        assert!(
+            matches!(status, Err(Error::UnexpectedState { .. })),
+            "{status:?}"
+        );
+        assert_eq!(store.map.lock().unwrap()[&key], stored);
+    });
+}
+
+/// A log claiming 2^63 entries: `2 * n` overflowed while checking the length against the
+/// bytes, a panic in a debug build; in a release build it wrapped to 0 and the bytes read as
+/// an empty log, a fresh budget. 2^63 + 1 entries with one written wrapped to that one.
+#[test]
+fn a_sliding_log_claiming_2_pow_63_entries_is_unexpected_state_not_a_fresh_key() {
+    let now = START.as_nanos() as u64;
+    for bytes in [
+        log_bytes(1 << 63, &[]),
+        log_bytes((1 << 63) + 1, &[(now, 1)]),
+        log_bytes(u64::MAX, &[(now, 1)]),
+    ] {
+        let decoded = StoredState::from_bytes(&bytes);
+        assert!(
+            matches!(decoded, Err(Error::UnexpectedState { .. })),
+            "{decoded:?}"
+        );
+        let store = MapStore::default();
+        let config = Config::builder()
+            .strategy(Strategy::SlidingWindow)
+            .default_limit(3)
+            .build()
+            .unwrap();
+        let (service, _) = service(store.clone(), config);
+        run(service.consume("user", &Options::new())).unwrap();
+        refused_on(&service, &store, bytes);
+    }
+}
+
+/// A fixed window or counter state whose start is not on a window boundary (a start this
+/// window never had, e.g. one bit of it flipped) was read as another window's: a fresh
+/// budget on a key that had spent it all.
+#[test]
+fn a_stored_window_starting_off_its_boundaries_is_unexpected_state_not_a_fresh_budget() {
+    for strategy in [Strategy::FixedWindow, Strategy::SlidingWindowCounter] {
+        let store = MapStore::default();
+        let config = Config::builder()
+            .strategy(strategy)
+            .default_limit(3)
+            .build()
+            .unwrap();
+        let (service, _) = service(store.clone(), config);
+        run(async {
+            for _ in 0..3 {
+                assert!(
+                    service
+                        .consume("user", &Options::new())
+                        .await
+                        .unwrap()
+                        .allowed
+                );
+            }
+        });
+        let spent = store.map.lock().unwrap().values().next().unwrap().0.clone();
+        let mut shifted = spent;
+        // The start is the first word after the version and the strategy.
+        shifted[2] ^= 1;
+        refused_on(&service, &store, shifted);
+    }
+}

@@ -1,7 +1,9 @@
 //! Hostile input, generated with proptest: the parsers (`parse_window`, `Rate`, `Strategy`),
 //! the configuration files (arbitrary text, and documents of the right shape with wrong
 //! types, huge numbers, unknown fields and bad tiers) and the key path
-//! (`RateLimitService::consume` with arbitrary keys, tiers, budgets, costs and overrides).
+//! (`RateLimitService::consume` with arbitrary keys, tiers, budgets, costs and overrides),
+//! and the bytes a custom store reads back (`StoredState::from_bytes`: arbitrary bytes, and
+//! valid encodings mutated).
 //!
 //! Each property says three things: nothing panics; every refusal is a typed error (the
 //! variant the input calls for, when the input decides it); and nothing is admitted that a
@@ -16,10 +18,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use proptest::prelude::*;
+use ratelimit::store::StoredState;
 use ratelimit::{
-    format_window, parse_window, Config, Error, ManualClock, MemoryStore, Name, Options,
-    ParseError, Rate, RateLimitService, Strategy as Algorithm, Tier, MAX_CAPACITY, MAX_KEY_LEN,
-    MAX_WINDOW,
+    format_window, parse_window, Config, Error, ManualClock, MemoryStore, Name, Nanos, Options,
+    ParseError, Quota, Rate, RateLimitService, Strategy as Algorithm, Tier, MAX_CAPACITY,
+    MAX_KEY_LEN, MAX_WINDOW,
 };
 use ratelimit_tests::{now, START};
 
@@ -725,4 +728,165 @@ fn keys_tiers_and_budgets_that_look_alike_never_share_a_budget() {
             "{tier:?} {budget:?} {key:?} shares a budget with an earlier case"
         );
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// Stored state: what a custom store reads back.
+
+proptest! {
+    // A case costs microseconds, and most random bytes are refused at the first byte.
+    #![proptest_config(ProptestConfig { cases: 4096, ..config() })]
+
+    #[test]
+    fn arbitrary_bytes_are_unexpected_state_or_a_state_that_re_encodes_to_them(
+        bytes in state_bytes(),
+    ) {
+        let start = START.as_nanos() as Nanos;
+        for strategy in Algorithm::ALL {
+            let quota = Quota::per_second(3).unwrap().with_strategy(strategy);
+            check_read(&bytes, &quota, start)?;
+        }
+    }
+
+    #[test]
+    fn mutated_stored_states_are_unexpected_state_or_re_encode_to_the_same_bytes(
+        (quota, bytes, at) in written(),
+        mutations in prop::collection::vec(mutation(), 1..4),
+    ) {
+        // Unmutated, every state a store writes is read back as it was.
+        prop_assert_eq!(StoredState::from_bytes(&bytes).map(|s| s.to_bytes()).ok(), Some(bytes.clone()));
+        let mut bytes = bytes;
+        for m in &mutations {
+            m.apply(&mut bytes);
+        }
+        check_read(&bytes, &quota, at)?;
+    }
+}
+
+/// The one property of reading stored bytes: [`Error::UnexpectedState`], or a state that
+/// writes back the same bytes; and deciding on such a state at `now` is a decision or
+/// `UnexpectedState` (the state left as it was), never a panic, and what it would write is
+/// read back as it is.
+fn check_read(bytes: &[u8], quota: &Quota, now: Nanos) -> Result<(), TestCaseError> {
+    let state = match StoredState::from_bytes(bytes) {
+        Err(Error::UnexpectedState { .. }) => return Ok(()),
+        Err(other) => return Err(TestCaseError::fail(format!("{bytes:?}: {other}"))),
+        Ok(state) => state,
+    };
+    prop_assert_eq!(&state.to_bytes(), bytes);
+    state.expires_at(quota);
+    for (cost, commit) in [(0, false), (1, false), (1, true), (quota.capacity(), true)] {
+        let mut decided = state.clone();
+        match decided.decide(now, quota, cost, commit) {
+            Ok(_) => {
+                decided.expires_at(quota);
+                let written = decided.to_bytes();
+                prop_assert_eq!(StoredState::from_bytes(&written).ok(), Some(decided));
+            }
+            Err(Error::UnexpectedState { .. }) => prop_assert_eq!(&decided, &state),
+            Err(other) => return Err(TestCaseError::fail(format!("{bytes:?}: {other}"))),
+        }
+    }
+    Ok(())
+}
+
+/// Words a decoder must be careful with: small ones, the bounds and just past them, times
+/// near these tests' clock and near 2^63, and any other.
+fn word() -> impl Strategy<Value = u64> {
+    let start = START.as_nanos() as u64;
+    prop_oneof![
+        any::<u64>(),
+        0u64..8,
+        prop::sample::select(vec![
+            MAX_CAPACITY,
+            MAX_CAPACITY + 1,
+            1 << 62,
+            (1 << 63) - (1 << 60),
+            (1 << 63) - (1 << 60) + 1,
+            1 << 63,
+            (1 << 63) + 1,
+            u64::MAX,
+        ]),
+        (start - 3_000_000_000)..(start + 3_000_000_000),
+    ]
+}
+
+/// Arbitrary bytes, or ones that get past the first two: the version, a strategy's letter
+/// (or not), then whole words.
+fn state_bytes() -> impl Strategy<Value = Vec<u8>> {
+    let words = (
+        prop::sample::select(b"FCTLX".to_vec()),
+        prop::collection::vec(word(), 0..8),
+    )
+        .prop_map(|(tag, words)| {
+            let mut bytes = vec![1, tag];
+            for w in words {
+                bytes.extend_from_slice(&w.to_le_bytes());
+            }
+            bytes
+        });
+    prop_oneof![any::<Vec<u8>>(), words]
+}
+
+/// A state as a store writes it: calls of random costs at random steps under a random quota,
+/// with the instant of the last one.
+fn written() -> impl Strategy<Value = (Quota, Vec<u8>, Nanos)> {
+    (
+        prop::sample::select(Algorithm::ALL.to_vec()),
+        1u64..6,
+        prop::sample::select(vec![1_000u64, 1_000_000, 1_000_000_000, 60_000_000_000]),
+        prop::collection::vec((0u64..2_000_000_000, 1u64..6), 0..8),
+    )
+        .prop_map(|(strategy, limit, window, calls)| {
+            let quota = Quota::new(limit, Duration::from_nanos(window))
+                .unwrap()
+                .with_strategy(strategy);
+            let mut state = StoredState::new(&quota);
+            let mut at = START.as_nanos() as Nanos;
+            for (step, cost) in calls {
+                at += step;
+                state.decide(at, &quota, cost.min(limit), true).unwrap();
+            }
+            (quota, state.to_bytes(), at)
+        })
+}
+
+/// One change to stored bytes, as corruption or another program's write would make it.
+#[derive(Debug, Clone)]
+enum Mutation {
+    /// XOR a byte (at an index taken modulo the length).
+    Flip(usize, u8),
+    /// Overwrite a whole word after the version and letter.
+    Word(usize, u64),
+    /// Keep only a prefix.
+    Truncate(usize),
+    /// Append bytes.
+    Append(Vec<u8>),
+}
+
+impl Mutation {
+    fn apply(&self, bytes: &mut Vec<u8>) {
+        match self {
+            Mutation::Flip(i, x) if !bytes.is_empty() => {
+                let i = i % bytes.len();
+                bytes[i] ^= x;
+            }
+            Mutation::Word(i, w) if bytes.len() >= 10 => {
+                let at = 2 + 8 * (i % ((bytes.len() - 2) / 8));
+                bytes[at..at + 8].copy_from_slice(&w.to_le_bytes());
+            }
+            Mutation::Truncate(n) => bytes.truncate(*n),
+            Mutation::Append(more) => bytes.extend_from_slice(more),
+            _ => {}
+        }
+    }
+}
+
+fn mutation() -> impl Strategy<Value = Mutation> {
+    prop_oneof![
+        (any::<usize>(), 1u8..=255).prop_map(|(i, x)| Mutation::Flip(i, x)),
+        (any::<usize>(), word()).prop_map(|(i, w)| Mutation::Word(i, w)),
+        (0usize..48).prop_map(Mutation::Truncate),
+        prop::collection::vec(any::<u8>(), 1..17).prop_map(Mutation::Append),
+    ]
 }

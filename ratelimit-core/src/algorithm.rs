@@ -165,7 +165,8 @@ impl SlidingLog {
             return false;
         }
         self.hits.push_back((t, cost));
-        self.total += u64::from(cost);
+        // Saturating: a total this large is refused once read (`State::written_by_a_store`).
+        self.total = self.total.saturating_add(u64::from(cost));
         true
     }
 
@@ -261,19 +262,43 @@ impl State {
         }
     }
 
-    /// Whether a store of this crate could have written this state: times no later than
-    /// [`MAX_NOW`] (a token bucket's up to its largest tolerance beyond), counts within
-    /// [`MAX_CAPACITY`]. The algorithms' arithmetic stays within `u64` on such states only;
-    /// anything else is a corrupt or foreign value read back (through
-    /// [`StoredState`](crate::store::StoredState)).
-    fn written_by_a_store(&self) -> bool {
+    /// Whether a store of this crate could have written this state, whatever the quota:
+    /// times no later than [`MAX_NOW`] (a token bucket's up to its largest tolerance beyond),
+    /// counts (a log's total) within [`MAX_CAPACITY`], and a window's count of zero only in a
+    /// fresh state (a recorded call counts at least 1). The algorithms' arithmetic stays
+    /// within `u64` on such states only; anything else is a corrupt or foreign value read
+    /// back (through [`StoredState`](crate::store::StoredState)), refused when read.
+    pub(crate) fn written_by_a_store(&self) -> bool {
         let count = |n: u64| n <= MAX_CAPACITY;
         match self {
-            State::Fixed(s) => s.start <= MAX_NOW && count(s.count),
-            State::Counter(s) => s.start <= MAX_NOW && count(s.current) && count(s.previous),
+            State::Fixed(s) => {
+                s.start <= MAX_NOW && count(s.count) && (s.count > 0 || s.start == 0)
+            }
+            State::Counter(s) => {
+                s.start <= MAX_NOW
+                    && count(s.current)
+                    && count(s.previous)
+                    && (s.current > 0 || (s.start == 0 && s.previous == 0))
+            }
             State::Bucket(s) => u128::from(s.tat) <= u128::from(MAX_NOW) + MAX_TOLERANCE,
-            State::Log(s) => s.entries().last().is_none_or(|(t, _)| t <= MAX_NOW),
+            State::Log(s) => count(s.total) && s.entries().last().is_none_or(|(t, _)| t <= MAX_NOW),
         }
+    }
+
+    /// Whether a store deciding with `quota` could have written this state: of its strategy,
+    /// [written by a store](Self::written_by_a_store), and a window starting on one of
+    /// `quota`'s boundaries. The key names the window, so a state under it never started
+    /// anywhere else; the algorithms would read any other start as an old window's, a fresh
+    /// budget.
+    fn written_for(&self, quota: &Quota) -> bool {
+        let on_boundary = |start: Nanos| start % quota.window_nanos() == 0;
+        self.strategy() == quota.strategy()
+            && self.written_by_a_store()
+            && match self {
+                State::Fixed(s) => on_boundary(s.start),
+                State::Counter(s) => on_boundary(s.start),
+                State::Log(_) | State::Bucket(_) => true,
+            }
     }
 
     fn decide_raw(&mut self, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> Verdict {
@@ -303,7 +328,8 @@ pub(crate) enum Undecidable {
         /// The time read.
         now: Nanos,
     },
-    /// The key holds another strategy's state.
+    /// The key holds another strategy's state, or one no store writes (see
+    /// [`State::written_by_a_store`]).
     UnexpectedState,
 }
 
@@ -406,7 +432,8 @@ pub(crate) fn with_retry(level: Verdict, one: Verdict) -> Verdict {
 }
 
 /// Decides one call against `state`. A key that holds another strategy's state, or a state
-/// no store writes (a count or a time past the bounds the algorithms keep to), is
+/// no store writes (a count or a time past the bounds the algorithms keep to, a window
+/// starting off the quota's boundaries), is
 /// [`Undecidable::UnexpectedState`]: refused, never read as a fresh key.
 ///
 /// A quota with a capacity of zero refuses every call, with `retry_after` one window (the
@@ -421,7 +448,7 @@ pub(crate) fn decide(
     if let Some(verdict) = precheck(now, quota, cost, commit)? {
         return Ok(verdict);
     }
-    if state.strategy() != quota.strategy() || !state.written_by_a_store() {
+    if !state.written_for(quota) {
         return Err(Undecidable::UnexpectedState);
     }
     Ok(level(cost, commit, |cost, commit| {

@@ -53,7 +53,7 @@ impl StoredState {
     /// Decides a call of weight `cost` at `now` and, with `commit`, records it if allowed.
     /// The rules of every store: a cost of 0 (without `commit`) is a look at the level, a
     /// cost above the capacity is [`Error::CostAboveCapacity`], a state of another strategy
-    /// is [`Error::UnexpectedState`].
+    /// (or a window starting off `quota`'s boundaries) is [`Error::UnexpectedState`].
     pub fn decide(
         &mut self,
         now: Nanos,
@@ -104,7 +104,10 @@ impl StoredState {
     }
 
     /// Reads bytes written by [`to_bytes`](Self::to_bytes); anything else is
-    /// [`Error::UnexpectedState`].
+    /// [`Error::UnexpectedState`], a state no store writes among them (a time past the last
+    /// one decided, a count past [`MAX_CAPACITY`](crate::MAX_CAPACITY), a window with no
+    /// call recorded but a start): garbage is never read as a fresh budget, and a state read
+    /// writes back the bytes it was read from.
     pub fn from_bytes(bytes: &[u8]) -> Result<Self, Error> {
         let bad = |what: &str| Error::UnexpectedState {
             message: format!("{what} ({} bytes)", bytes.len()),
@@ -127,18 +130,25 @@ impl StoredState {
                 current,
             }),
             (b'T', &[tat]) => State::Bucket(Gcra { tat }),
-            (b'L', [n, entries @ ..]) if entries.len() as u64 == 2 * n => {
+            // The count is compared with what the bytes hold, never multiplied: twice a
+            // count of 2^63 or more wraps, and read a claimed 2^63 entries as none.
+            (b'L', [n, entries @ ..])
+                if entries.len() % 2 == 0 && u64::try_from(entries.len() / 2) == Ok(*n) =>
+            {
                 let mut log = SlidingLog::default();
                 for pair in entries.chunks_exact(2) {
                     let cost = u32::try_from(pair[1]).map_err(|_| bad("a log entry's cost"))?;
                     if !log.restore(pair[0], cost) {
-                        return Err(bad("a log out of time order"));
+                        return Err(bad("a log entry out of time order or of no cost"));
                     }
                 }
                 State::Log(Box::new(log))
             }
             _ => return Err(bad("not a limiter state")),
         };
+        if !state.written_by_a_store() {
+            return Err(bad("a limiter state no store writes"));
+        }
         Ok(StoredState(state))
     }
 
@@ -180,6 +190,90 @@ mod tests {
                 StoredState::from_bytes(garbage),
                 Err(Error::UnexpectedState { .. })
             ));
+        }
+    }
+
+    fn encode(tag: u8, words: &[u64]) -> Vec<u8> {
+        let mut bytes = vec![VERSION, tag];
+        for w in words {
+            bytes.extend_from_slice(&w.to_le_bytes());
+        }
+        bytes
+    }
+
+    /// Each encodes a state no store writes; each was read, and some decided as a fresh key.
+    #[test]
+    fn states_no_store_writes_are_refused_when_read() {
+        let max_now = algorithm::MAX_NOW;
+        let cap = crate::MAX_CAPACITY;
+        let refused = [
+            encode(b'L', &[1 << 63]),
+            encode(b'L', &[(1 << 63) + 1, 5, 1]),
+            encode(b'L', &[u64::MAX, 5, 1]),
+            encode(b'L', &[1, 5, 1, 6, 1]),
+            encode(b'L', &[2, 5, 1]),
+            encode(b'L', &[1, max_now + 1, 1]),
+            encode(b'L', &[2, 5, u64::from(u32::MAX), 6, u64::from(u32::MAX)]),
+            encode(b'F', &[max_now + 1, 1]),
+            encode(b'F', &[10, cap + 1]),
+            encode(b'F', &[10, 0]),
+            encode(b'C', &[10, 0, 0]),
+            encode(b'C', &[0, 3, 0]),
+            encode(b'C', &[10, cap + 1, 1]),
+            encode(b'T', &[u64::MAX]),
+        ];
+        for bytes in refused {
+            assert!(
+                matches!(
+                    StoredState::from_bytes(&bytes),
+                    Err(Error::UnexpectedState { .. })
+                ),
+                "{bytes:?}"
+            );
+        }
+        let read = [
+            encode(b'L', &[0]),
+            encode(b'L', &[2, 5, 1, 5, cap - 1]),
+            encode(b'F', &[0, 0]),
+            encode(b'F', &[max_now, cap]),
+            encode(b'C', &[0, 0, 0]),
+            encode(b'C', &[max_now, cap, cap]),
+            encode(b'T', &[0]),
+        ];
+        for bytes in read {
+            let state = StoredState::from_bytes(&bytes).unwrap();
+            assert_eq!(state.to_bytes(), bytes);
+        }
+    }
+
+    /// A window's start off the quota's boundaries (a flipped bit) was read as an old
+    /// window's: a fresh budget for a key that had spent it.
+    #[test]
+    fn a_window_starting_off_the_quotas_boundaries_is_refused_not_fresh() {
+        let sec = 1_000_000_000;
+        for strategy in [Strategy::FixedWindow, Strategy::SlidingWindowCounter] {
+            let q = Quota::per_second(1).unwrap().with_strategy(strategy);
+            let mut s = StoredState::new(&q);
+            let now = 1_000 * sec;
+            assert!(s.decide(now, &q, 1, true).unwrap().allowed);
+            let mut bytes = s.to_bytes();
+            bytes[2] ^= 1;
+            let mut shifted = StoredState::from_bytes(&bytes).unwrap();
+            for (cost, commit) in [(1, true), (1, false), (0, false)] {
+                assert!(
+                    matches!(
+                        shifted.decide(now, &q, cost, commit),
+                        Err(Error::UnexpectedState { .. })
+                    ),
+                    "{strategy}"
+                );
+            }
+            // At a coarser window the same start is off the boundaries; at 1 ns every
+            // start is on one.
+            let ns = Quota::new(1, std::time::Duration::from_nanos(1))
+                .unwrap()
+                .with_strategy(strategy);
+            assert!(!shifted.decide(now, &ns, 1, false).unwrap().allowed);
         }
     }
 }
