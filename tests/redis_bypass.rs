@@ -715,6 +715,9 @@ async fn cost_zero_on_redis_is_an_error_not_a_free_pass() {
         }
         assert_eq!(COSTLY_RAN.load(std::sync::atomic::Ordering::SeqCst), before);
         module.scope(costly(3)).await.unwrap();
-        assert!(module.scope(costly(1)).await.is_err(), "the budget was whole");
+        assert!(
+            module.scope(costly(1)).await.is_err(),
+            "the budget was whole"
+        );
     }
 }

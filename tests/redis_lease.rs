@@ -244,16 +244,20 @@ async fn a_cluster_leases_each_key_in_its_own_slot() {
     let p = prefix("lease-cluster");
     for strategy in LEASED {
         let quota = quota(1_000, strategy);
-        // Keys spread over the nodes: each lease is one key, one slot.
-        for user in ["a", "b", "c"] {
-            let key = format!("{p}:{{{user}}}:{strategy}");
-            assert!(acquire(&plain, &key, &quota).await.unwrap().allowed);
-            assert_eq!(
-                hammer(&leased, &key, &quota, 64, 20).await,
-                999,
-                "{strategy}"
-            );
-            assert!(!acquire(&plain, &key, &quota).await.unwrap().allowed);
+        // Keys spread over the nodes: each lease is one key and its ledger, one slot; the
+        // one budget of a fn has the empty tag `{}` (no tag to Redis), and keys without
+        // braces none at all.
+        let keys = ["a", "b", "c"].map(|user| format!("{p}:{{{user}}}:{strategy}"));
+        let untagged = [format!("{p}:{{}}:{strategy}"), format!("{p}-{strategy}")];
+        for key in keys.iter().chain(&untagged) {
+            assert!(acquire(&plain, key, &quota).await.unwrap().allowed);
+            assert_eq!(hammer(&leased, key, &quota, 64, 20).await, 999, "{key}");
+            assert!(!acquire(&plain, key, &quota).await.unwrap().allowed);
+            // A reset and a return read the ledger in the key's slot too (the leasing store
+            // keeps its refusal until its retry time: a reset made elsewhere).
+            assert!(Store::reset(&plain, key).await.unwrap(), "{key}");
+            assert_eq!(leased.return_leases().await.unwrap(), 0, "{key}");
+            assert!(acquire(&plain, key, &quota).await.unwrap().allowed, "{key}");
         }
     }
 }
@@ -341,11 +345,17 @@ fn four_processes(
         .collect()
 }
 
-/// The fleet's key, as the service composes it under prefix `p`.
+/// The fleet's key, as the service composes it under prefix `p` (not its lease ledger).
 fn fleet_key(c: &mut redis::Connection, p: &str) -> String {
-    let keys: Vec<String> = redis::cmd("KEYS").arg(format!("{p}*")).query(c).unwrap();
-    assert_eq!(keys.len(), 1, "{keys:?}");
-    keys[0].clone()
+    the_limiter_key(c, &format!("{p}*"))
+}
+
+/// The one limiter key matching `pattern`, beside its lease ledger (`<key>:lease`).
+fn the_limiter_key(c: &mut redis::Connection, pattern: &str) -> String {
+    let keys: Vec<String> = redis::cmd("KEYS").arg(pattern).query(c).unwrap();
+    let limiter: Vec<&String> = keys.iter().filter(|k| !k.ends_with(":lease")).collect();
+    assert_eq!(limiter.len(), 1, "{keys:?}");
+    limiter[0].clone()
 }
 
 #[test]
@@ -505,12 +515,7 @@ async fn consume_now_spends_a_lease_while_it_has_units_and_defers_a_grant_spendi
 
 /// The one key of user key `user` under prefix `p`.
 fn fleet_key_of(c: &mut redis::Connection, p: &str, user: &str) -> String {
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg(format!("{p}:{{{user}}}*"))
-        .query(c)
-        .unwrap();
-    assert_eq!(keys.len(), 1, "{keys:?}");
-    keys[0].clone()
+    the_limiter_key(c, &format!("{p}:{{{user}}}*"))
 }
 
 #[tokio::test]
@@ -791,5 +796,77 @@ async fn a_grant_over_an_unfinished_lease_spends_its_leftover_units_not_drops_th
             "{strategy}: {admitted} units admitted"
         );
         assert_eq!(spent(&mut c, &key, &quota), 1_000, "{strategy}");
+    }
+}
+
+/// A reset from another process did not see the units leased out: process A held 9 units of
+/// 10, B reset the key and spent 10, A spent its 9 (19 admitted after the reset); A's return
+/// then took 9 off B's new count, and a third process admitted 9 more. A reset keeps counting
+/// the units leased out at that moment (Redis records them beside the key); they come back
+/// to the key when their lease is given back.
+#[tokio::test]
+async fn a_lease_does_not_outlive_a_reset_from_another_process() {
+    let server = RedisServer::start();
+    let p = prefix("lease-reset-elsewhere");
+    for strategy in LEASED {
+        let key = format!("{p}:{strategy}");
+        let quota = quota(10, strategy);
+        let (a, b, c) = (leasing(&server, 10), plain(&server), plain(&server));
+        assert!(acquire(&a, &key, &quota).await.unwrap().allowed);
+        assert!(Store::reset(&b, &key).await.unwrap());
+        let by_b = hammer(&b, &key, &quota, 1, 30).await;
+        let by_a = hammer(&a, &key, &quota, 1, 30).await;
+        let returned = a.return_leases().await.unwrap();
+        let by_c = hammer(&c, &key, &quota, 1, 30).await;
+        assert!(
+            by_a + by_b + by_c <= 10,
+            "{strategy}: {by_a} + {by_b} + {by_c} admitted after the reset ({returned} returned)"
+        );
+        // What the lease had not spent, given back, is spent by the others.
+        let key = format!("{p}:back:{strategy}");
+        assert!(acquire(&a, &key, &quota).await.unwrap().allowed);
+        assert!(Store::reset(&b, &key).await.unwrap());
+        assert_eq!(hammer(&b, &key, &quota, 1, 30).await, 0, "{strategy}");
+        assert_eq!(a.return_leases().await.unwrap(), 9, "{strategy}");
+        assert_eq!(hammer(&c, &key, &quota, 1, 30).await, 9, "{strategy}");
+    }
+}
+
+/// A lease outlived a Redis restarted empty: A held 9 units, the server restarted with no
+/// state, B spent 10, and A spent its 9. A lease is spent only while the connection its grant
+/// came over is open: a restart closes it.
+#[tokio::test]
+async fn a_lease_does_not_outlive_a_redis_restart() {
+    let mut server = RedisServer::start();
+    let p = prefix("lease-restart");
+    for strategy in LEASED {
+        let key = format!("{p}:{strategy}");
+        let quota = quota(10, strategy);
+        let (a, b) = (leasing(&server, 10), plain(&server));
+        assert!(acquire(&a, &key, &quota).await.unwrap().allowed);
+        server.stop();
+        server.restart();
+        // Real time, bounded: the restart must reach A's connection (its task reads the
+        // end of the stream), as it does in production before anyone else can spend.
+        let b_spent = async {
+            loop {
+                match acquire(&b, &key, &quota).await {
+                    Ok(_) => return hammer(&b, &key, &quota, 1, 30).await + 1,
+                    Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+                }
+            }
+        };
+        let by_b = tokio::time::timeout(Duration::from_secs(10), b_spent)
+            .await
+            .unwrap();
+        assert_eq!(by_b, 10, "{strategy}");
+        let mut by_a = 0;
+        for _ in 0..30 {
+            by_a += u64::from(acquire(&a, &key, &quota).await.is_ok_and(|d| d.allowed));
+        }
+        assert_eq!(
+            by_a, 0,
+            "{strategy}: admitted from a lease of the state before"
+        );
     }
 }

@@ -16,6 +16,19 @@
 //! Deadlines are measured on this process's monotonic clock from the instant the grant was
 //! sent, before Redis read its clock: never later than Redis' own.
 //!
+//! A lease never outlives the state it was carved from:
+//! - **a reset**, from any process: the grant records the slice beside the key (its ledger,
+//!   [`ledger_key`](super::ledger::ledger_key)), and a reset (`lua/reset.lua`) keeps counting what is leased out, so a
+//!   lease held elsewhere spends only units the key still counts; they come back to the key
+//!   when the lease is given back. A reset through this store drops its own lease first.
+//! - **a Redis restarted empty** (or a connection lost for any reason): a lease is spent only
+//!   while no connection of the store has ended since its grant was sent (Redis closing the
+//!   connection ends it at once); its units can still be given back, which the ledger allows
+//!   only to the state they came from. A Redis Cluster keeps redis-rs' connections, which
+//!   reconnect unseen: there, a failover that loses an acknowledged grant (asynchronous
+//!   replication) lets each process spend at most its slice above the limit, once
+//!   (RELIABILITY.md).
+//!
 //! Unspent units are given back (`lua/lease_return.lua`) when the key has been idle for
 //! [`LeaseOptions::idle`], when the store is dropped (by the background task that sweeps idle
 //! leases, while the Tokio runtime runs), or on [`RedisStore::return_leases`], and only while
@@ -23,10 +36,11 @@
 //! Otherwise they expire as above: under-admission, never over-admission.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
+use super::ledger::ledger_key;
 use super::refusals::Refusals;
 use super::reply::{full, RedisClock};
 use super::scripts::{arguments, wrapped, Lua, Terms};
@@ -113,12 +127,17 @@ impl LeaseOptions {
 const GRANT: &str = concat!(
     wrapped!("fixed_window", "fixed_window.lua"),
     wrapped!("token_bucket", "token_bucket.lua"),
+    include_str!("../../../lua/ledger.lua"),
     include_str!("../../../lua/lease_grant.lua"),
 );
 
 static GRANT_SCRIPT: LazyLock<Lua> = LazyLock::new(|| Lua::new(GRANT));
-static RETURN_SCRIPT: LazyLock<Lua> =
-    LazyLock::new(|| Lua::new(include_str!("../../../lua/lease_return.lua")));
+static RETURN_SCRIPT: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(concat!(
+        include_str!("../../../lua/ledger.lua"),
+        include_str!("../../../lua/lease_return.lua"),
+    ))
+});
 
 /// The strategy's number in the lease scripts, for the strategies that lease.
 fn leased(strategy: Strategy) -> Option<u8> {
@@ -134,10 +153,15 @@ fn leased(strategy: Strategy) -> Option<u8> {
 struct Lease {
     /// The strategy's number in the lease scripts.
     kind: u8,
+    /// How many of the store's connections had ended when the grant was sent: the lease is
+    /// spent only while that is still the count (see the module's docs).
+    epoch: u64,
     /// The quota the slice was priced for, as the scripts count it: its units are spent only
     /// under the same terms (the store key names the strategy and window, not the limit or
     /// the refill, and a unit's deadline is the granting quota's).
     terms: Terms,
+    /// Units granted (spent, left, or carried into the call after it).
+    granted: u64,
     /// Units not yet spent.
     left: u64,
     /// Units of the slice spent so far (the token bucket's deadline index).
@@ -174,8 +198,8 @@ impl Lease {
 
     /// Takes out every unit left, when they still count at `now` under `terms` (a call that
     /// needs more spends them with a new slice's): the lease as it was, holding those units.
-    fn take_rest(&mut self, terms: Terms, now: Instant) -> Option<Lease> {
-        if terms != self.terms || !self.live(now) {
+    fn take_rest(&mut self, terms: Terms, now: Instant, epoch: u64) -> Option<Lease> {
+        if terms != self.terms || epoch != self.epoch || !self.live(now) {
             return None;
         }
         let taken = *self;
@@ -199,8 +223,8 @@ impl Lease {
         let granted = cost - carried;
         self.left += granted;
         self.spent -= granted;
-        let terms = self.terms;
-        self.spend(cost, terms, now).unwrap_or_else(|| {
+        let (terms, epoch) = (self.terms, self.epoch);
+        self.spend(cost, terms, now, epoch).unwrap_or_else(|| {
             let verdict = Verdict {
                 allowed: false,
                 remaining: self.remaining.saturating_add(self.left),
@@ -212,9 +236,35 @@ impl Lease {
         })
     }
 
-    /// Spends `cost` units at `now`, if the lease holds them and they still count.
-    fn spend(&mut self, cost: u64, terms: Terms, now: Instant) -> Option<(Verdict, Nanos)> {
-        if terms != self.terms || cost > self.left || !self.live(now) {
+    /// What the grant put in the key's ledger, the lease's kind, stamp and window or interval:
+    /// what `lua/ledger.lua`'s scripts take out of the ledger when the lease ends.
+    fn in_ledger(&self) -> [u64; 4] {
+        let put = if self.kind == 4 {
+            self.granted.saturating_mul(self.interval_us)
+        } else {
+            self.granted
+        };
+        [put, u64::from(self.kind), self.stamp_us, self.terms[0]]
+    }
+
+    /// When the last unit stops counting in Redis (and the ledger may drop the lease).
+    fn ends(&self) -> Option<Instant> {
+        let offset = self
+            .interval
+            .checked_mul(u32::try_from(self.granted).ok()?)?;
+        self.until.checked_add(offset)
+    }
+
+    /// Spends `cost` units at `now`, if the lease holds them and they still count (under
+    /// `terms`, with no connection ended since the grant: `epoch`).
+    fn spend(
+        &mut self,
+        cost: u64,
+        terms: Terms,
+        now: Instant,
+        epoch: u64,
+    ) -> Option<(Verdict, Nanos)> {
+        if terms != self.terms || epoch != self.epoch || cost > self.left || !self.live(now) {
             return None;
         }
         self.left -= cost;
@@ -245,8 +295,8 @@ impl Slot {
         self.lease.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn spend(&self, cost: u64, terms: Terms, now: Instant) -> Option<(Verdict, Nanos)> {
-        self.lease().as_mut()?.spend(cost, terms, now)
+    fn spend(&self, cost: u64, terms: Terms, now: Instant, epoch: u64) -> Option<(Verdict, Nanos)> {
+        self.lease().as_mut()?.spend(cost, terms, now, epoch)
     }
 
     /// Whether the slot holds a lease whose units still count.
@@ -264,15 +314,23 @@ pub(super) struct Leases {
     keys: Mutex<HashMap<String, Arc<Slot>, foldhash::fast::RandomState>>,
     /// Whether the task that gives idle leases back runs.
     sweeping: AtomicBool,
+    /// How many of the store's connections have ended (see [`Lease::epoch`]).
+    ended: Arc<AtomicU64>,
 }
 
 impl Leases {
-    pub(super) fn new(options: LeaseOptions) -> Self {
+    /// `ended` counts the store's connections that have ended.
+    pub(super) fn new(options: LeaseOptions, ended: Arc<AtomicU64>) -> Self {
         Leases {
             options,
             keys: Mutex::new(HashMap::default()),
             sweeping: AtomicBool::new(false),
+            ended,
         }
+    }
+
+    fn epoch(&self) -> u64 {
+        self.ended.load(Ordering::Acquire)
     }
 
     /// `key`'s slot, `None` when the table is full of keys whose leases still count.
@@ -294,16 +352,18 @@ impl Leases {
     }
 
     /// Forgets `key`'s lease (a reset through this store): its units are not given back, the
-    /// reset clears them with the key.
-    pub(super) fn forget(&self, key: &str) {
+    /// reset clears them with the key. Returns what the lease put in the key's ledger, for the
+    /// reset to take out (`lua/reset.lua`): nothing for a lease granted before a connection
+    /// ended (Redis may have restarted since, with a ledger that never held it).
+    pub(super) fn forget(&self, key: &str) -> [u64; 4] {
         let slot = self
             .keys
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(key);
-        if let Some(slot) = slot {
-            *slot.lease() = None;
-        }
+        slot.and_then(|slot| slot.lease().take())
+            .filter(|lease| lease.epoch == self.epoch())
+            .map_or([0; 4], |lease| lease.in_ledger())
     }
 
     /// Spends `cost` units of `key`'s lease at `now` when it holds them and they still
@@ -319,7 +379,8 @@ impl Leases {
     ) -> Option<(Verdict, Nanos)> {
         leased(quota.strategy())?;
         let keys = self.keys.lock().unwrap_or_else(|e| e.into_inner());
-        keys.get(key)?.spend(cost, arguments(quota), now)
+        keys.get(key)?
+            .spend(cost, arguments(quota), now, self.epoch())
     }
 
     /// Decides a call that spends through `key`'s lease, asking Redis for a new slice when it
@@ -345,7 +406,8 @@ impl Leases {
         };
         // Granted by the call that held the grant lock before this one: spent from that.
         let now = Instant::now();
-        if let Some(decided) = slot.spend(cost, terms, now) {
+        let epoch = self.epoch();
+        if let Some(decided) = slot.spend(cost, terms, now, epoch) {
             return Some(Ok(decided));
         }
         // Refused meanwhile (by a call that held the lock before this one): answered here.
@@ -355,9 +417,17 @@ impl Leases {
         // Units left of this quota's lease, fewer than the cost: taken out before the round
         // trip (no other call spends them meanwhile) and spent with the grant's, so that a
         // grant over an unfinished lease never drops its units; put back if it refuses.
-        let carried = slot.lease().as_mut().and_then(|l| l.take_rest(terms, now));
+        // The lease this grant replaces, taken out of the ledger with it (spent, or carried).
+        let replaced = *slot.lease();
+        let replaced = replaced.filter(|l| l.epoch == epoch).map(|l| l.in_ledger());
+        let carried = slot
+            .lease()
+            .as_mut()
+            .and_then(|l| l.take_rest(terms, now, epoch));
         let carry = carried.map_or(0, |c| c.left);
-        let decided = self.grant(store, key, quota, kind, cost - carry).await;
+        let decided = self
+            .grant(store, key, quota, kind, cost - carry, replaced)
+            .await;
         let put_back = || {
             if let (Some(carried), Some(lease)) = (carried, slot.lease().as_mut()) {
                 lease.put_back(&carried);
@@ -386,7 +456,8 @@ impl Leases {
         Some(Ok(decided))
     }
 
-    /// One round trip: a slice for `key`, the call's cost spent from it (or the refusal).
+    /// One round trip: a slice for `key`, the call's cost spent from it (or the refusal); the
+    /// lease it replaces (`in_ledger`) leaves the ledger.
     async fn grant(
         &self,
         store: &RedisStore,
@@ -394,13 +465,17 @@ impl Leases {
         quota: &Quota,
         kind: u8,
         cost: u64,
+        replaced: Option<[u64; 4]>,
     ) -> Result<(Verdict, Nanos, Option<Lease>), Error> {
         let want = self.options.slice.max(cost).min(quota.capacity());
         let terms = arguments(quota);
         let [first, second] = terms;
-        let args = [u64::from(kind), first, second, cost, want];
-        let sent = Instant::now();
-        let reply: Vec<i64> = store.run(&GRANT_SCRIPT, &[key], &args, false, sent).await?;
+        let [retire, _, stamp, _] = replaced.unwrap_or([0; 4]);
+        let args = [u64::from(kind), first, second, cost, want, retire, stamp];
+        let (sent, epoch) = (Instant::now(), self.epoch());
+        let ledger = ledger_key(key);
+        let keys = [key, ledger.as_str()];
+        let reply: Vec<i64> = store.run(&GRANT_SCRIPT, &keys, &args, false, sent).await?;
         let unexpected = || Error::Store {
             message: format!("unexpected reply from the lease script: {reply:?}"),
         };
@@ -427,7 +502,9 @@ impl Leases {
             .ok_or_else(unexpected)?;
         let lease = Lease {
             kind,
+            epoch,
             terms,
+            granted,
             left: granted - cost,
             spent: cost,
             until: sent + Duration::from_nanos(start.saturating_sub(redis_now)),
@@ -463,32 +540,36 @@ impl Leases {
             };
             let lease = {
                 let mut lease = slot.lease();
-                let idle = lease.is_some_and(|l| {
-                    now.saturating_duration_since(l.last_used) >= self.options.idle
-                });
-                match *lease {
-                    Some(l) if l.live(now) && !(all || idle) => continue,
-                    // Taken out before the round trip: never both spent here and given back.
-                    Some(l) if l.live(now) => lease.take(),
-                    _ => {
-                        *lease = None;
-                        None
-                    }
+                let Some(l) = *lease else {
+                    drop((lease, granting));
+                    self.drop_if(&key, &slot);
+                    continue;
+                };
+                let leaving =
+                    all || now.saturating_duration_since(l.last_used) >= self.options.idle;
+                // In use; or spent but still in the ledger, to leave it when idle.
+                let counts = l.ends().is_some_and(|end| now < end);
+                if !leaving && (l.live(now) || counts) {
+                    continue;
                 }
+                // Taken out before the round trip: never both spent here and given back. A
+                // lease from before a connection ended is not given back (Redis may have
+                // restarted, with a ledger that never held it): its units expire.
+                *lease = None;
+                Some(l).filter(|l| counts && l.epoch == self.epoch())
             };
             let Some(lease) = lease else {
                 drop(granting);
                 self.drop_if(&key, &slot);
                 continue;
             };
-            let args = [
-                u64::from(lease.kind),
-                lease.left,
-                lease.stamp_us,
-                lease.interval_us,
-            ];
+            let [put, kind, stamp, window] = lease.in_ledger();
+            let units = if lease.live(now) { lease.left } else { 0 };
+            let args = [kind, units, stamp, window, put];
+            let ledger = ledger_key(&key);
+            let keys = [key.as_str(), ledger.as_str()];
             let back: u64 = store
-                .run(&RETURN_SCRIPT, &[&key], &args, false, Instant::now())
+                .run(&RETURN_SCRIPT, &keys, &args, false, Instant::now())
                 .await?;
             returned += back;
             drop(granting);
@@ -565,7 +646,9 @@ mod tests {
     fn lease(kind: u8, left: u64, interval_ms: u64, until: Instant) -> Lease {
         Lease {
             kind,
+            epoch: 0,
             terms: [1, 100],
+            granted: left + 1,
             left,
             spent: 1,
             until,
@@ -585,12 +668,17 @@ mod tests {
         let t = Instant::now();
         let end = t + Duration::from_secs(1);
         let mut l = lease(1, 3, 0, end);
-        assert!(l.spend(2, [1, 100], t).is_some());
-        assert!(l.spend(2, [1, 100], t).is_none(), "one unit left");
-        assert!(l.spend(1, [1, 99], t).is_none(), "another limit");
-        assert!(l.spend(1, [2, 100], t).is_none(), "another refill");
-        assert!(l.spend(1, [1, 100], end).is_none(), "the window has ended");
-        let (v, _) = l.spend(1, [1, 100], end - Duration::from_nanos(1)).unwrap();
+        assert!(l.spend(2, [1, 100], t, 0).is_some());
+        assert!(l.spend(2, [1, 100], t, 0).is_none(), "one unit left");
+        assert!(l.spend(1, [1, 99], t, 0).is_none(), "another limit");
+        assert!(l.spend(1, [2, 100], t, 0).is_none(), "another refill");
+        assert!(
+            l.spend(1, [1, 100], end, 0).is_none(),
+            "the window has ended"
+        );
+        let (v, _) = l
+            .spend(1, [1, 100], end - Duration::from_nanos(1), 0)
+            .unwrap();
         assert!(v.allowed && l.left == 0);
         assert!(!l.live(t));
     }
@@ -601,14 +689,20 @@ mod tests {
         // t + j * 10 ms.
         let t = Instant::now();
         let mut l = lease(4, 4, 10, t);
-        assert!(l.spend(1, [1, 100], t + Duration::from_millis(9)).is_some());
+        assert!(l
+            .spend(1, [1, 100], t + Duration::from_millis(9), 0)
+            .is_some());
         // Unit 2's deadline is t + 20 ms.
         assert!(l
-            .spend(1, [1, 100], t + Duration::from_millis(20))
+            .spend(1, [1, 100], t + Duration::from_millis(20), 0)
             .is_none());
         assert!(l
-            .spend(1, [1, 100], t + Duration::from_millis(19))
+            .spend(1, [1, 100], t + Duration::from_millis(19), 0)
             .is_some());
+        assert!(
+            l.spend(1, [1, 100], t, 1).is_none(),
+            "a connection has ended since the grant"
+        );
         assert!(!l.live(t + Duration::from_millis(30)));
         assert!(l.live(t + Duration::from_millis(29)));
     }
@@ -618,13 +712,19 @@ mod tests {
         let t = Instant::now();
         let end = t + Duration::from_secs(1);
         let mut l = lease(1, 3, 0, end);
-        assert!(l.take_rest([2, 100], t).is_none(), "another quota's units");
-        let taken = l.take_rest([1, 100], t).unwrap();
+        assert!(
+            l.take_rest([2, 100], t, 0).is_none(),
+            "another quota's units"
+        );
+        let taken = l.take_rest([1, 100], t, 0).unwrap();
         assert_eq!((l.left, taken.left), (0, 3));
-        assert!(l.spend(1, [1, 100], t).is_none(), "taken out");
+        assert!(l.spend(1, [1, 100], t, 0).is_none(), "taken out");
         l.put_back(&taken);
         assert_eq!(l.left, 3);
-        assert!(l.take_rest([1, 100], end).is_none(), "the window has ended");
+        assert!(
+            l.take_rest([1, 100], end, 0).is_none(),
+            "the window has ended"
+        );
         // A new slice of 16 that spent 2 for a call of 5 whose 3 carried units expired
         // meanwhile: the call takes 5 of the slice.
         let mut slice = lease(1, 14, 0, end + Duration::from_secs(60));

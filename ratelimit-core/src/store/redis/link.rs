@@ -73,16 +73,26 @@ pub(super) struct Links {
     links: Arc<ArcSwap<Vec<Arc<Link>>>>,
     /// Per runtime, the attempt to connect under way or last made.
     attempts: Mutex<Vec<(tokio::runtime::Id, watch::Receiver<Attempt>)>>,
+    /// How many links were lost: their connection ended by itself, or timed out (leases are
+    /// spent only while it stays the same: a Redis restarted empty closes the connection). A
+    /// link dropped with its runtime or its store is not lost.
+    ended: Arc<AtomicU64>,
 }
 
 impl Links {
-    pub(super) fn new(info: ConnectionInfo, connect_timeout: Duration, timeout: Duration) -> Self {
+    pub(super) fn new(
+        info: ConnectionInfo,
+        connect_timeout: Duration,
+        timeout: Duration,
+        ended: Arc<AtomicU64>,
+    ) -> Self {
         Links {
             info,
             connect_timeout,
             timeout,
             links: Arc::default(),
             attempts: Mutex::new(Vec::new()),
+            ended,
         }
     }
 
@@ -129,8 +139,9 @@ impl Links {
         let (tell, told) = watch::channel(None);
         let (info, links) = (self.info.clone(), Arc::clone(&self.links));
         let (connect_timeout, timeout) = (self.connect_timeout, self.timeout);
+        let ended = Arc::clone(&self.ended);
         tokio::spawn(async move {
-            let opened = tokio::time::timeout(connect_timeout, Link::open(info, timeout))
+            let opened = tokio::time::timeout(connect_timeout, Link::open(info, timeout, ended))
                 .await
                 .unwrap_or_else(|_| Err(std::io::Error::from(std::io::ErrorKind::TimedOut).into()));
             if let Ok(link) = &opened {
@@ -168,6 +179,8 @@ pub(super) struct Link {
     open: Arc<AtomicBool>,
     /// Set when the watcher closed the connection: the calls that fail with it timed out.
     timed_out: AtomicBool,
+    /// The store's count of connections lost (see [`Links`]).
+    lost: Arc<AtomicU64>,
     task: AbortHandle,
     /// The runtime the connection's task and the watcher run on.
     runtime: tokio::runtime::Id,
@@ -183,7 +196,11 @@ impl Drop for Link {
 impl Link {
     /// Connects to the server `info` names, sets the connection up (`AUTH`, `SELECT`, ...),
     /// and starts its task and its watcher on the current runtime.
-    async fn open(info: ConnectionInfo, timeout: Duration) -> Result<Arc<Link>, RedisError> {
+    async fn open(
+        info: ConnectionInfo,
+        timeout: Duration,
+        ended: Arc<AtomicU64>,
+    ) -> Result<Arc<Link>, RedisError> {
         // No response timeout: the watcher bounds every call (see the module's docs).
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(None)
@@ -195,14 +212,14 @@ impl Link {
                 let stream = tcp(host, *port).await?;
                 let (connection, driver) =
                     MultiplexedConnection::new_with_config(settings, stream, config).await?;
-                (connection, run(driver, &open))
+                (connection, run(driver, &open, &ended))
             }
             #[cfg(unix)]
             ConnectionAddr::Unix(path) => {
                 let stream = tokio::net::UnixStream::connect(path).await?;
                 let (connection, driver) =
                     MultiplexedConnection::new_with_config(settings, stream, config).await?;
-                (connection, run(driver, &open))
+                (connection, run(driver, &open, &ended))
             }
             _ => {
                 return Err(RedisError::from((
@@ -215,6 +232,7 @@ impl Link {
             connection,
             open,
             timed_out: AtomicBool::new(false),
+            lost: Arc::clone(&ended),
             task,
             runtime: tokio::runtime::Handle::current().id(),
             calls: Calls::new(timeout),
@@ -244,8 +262,10 @@ impl Link {
         }
     }
 
-    /// Closes the connection: every call on it fails at once.
+    /// Closes the connection: every call on it fails at once (and, like a connection lost,
+    /// ends every lease granted before: Redis may be another server by the next call).
     fn time_out(&self) {
+        self.lost.fetch_add(1, Ordering::AcqRel);
         self.timed_out.store(true, Ordering::Release);
         self.open.store(false, Ordering::Release);
         self.task.abort();
@@ -266,9 +286,14 @@ async fn tcp(host: &str, port: u16) -> Result<tokio::net::TcpStream, RedisError>
         .into())
 }
 
-/// Runs the connection's task; `open` is cleared when it ends, however it ends (dropped
-/// with its runtime too).
-fn run(driver: impl Future<Output = ()> + Send + 'static, open: &Arc<AtomicBool>) -> AbortHandle {
+/// Runs the connection's task; `open` is cleared when it ends, however it ends (dropped with
+/// its runtime too), and `lost` counts one more when the connection ended by itself (Redis
+/// closed it, or it failed: the server may have restarted).
+fn run(
+    driver: impl Future<Output = ()> + Send + 'static,
+    open: &Arc<AtomicBool>,
+    lost: &Arc<AtomicU64>,
+) -> AbortHandle {
     struct Ended(Arc<AtomicBool>);
     impl Drop for Ended {
         fn drop(&mut self) {
@@ -276,9 +301,11 @@ fn run(driver: impl Future<Output = ()> + Send + 'static, open: &Arc<AtomicBool>
         }
     }
     let ended = Ended(Arc::clone(open));
+    let lost = Arc::clone(lost);
     tokio::spawn(async move {
         let _ended = ended;
         driver.await;
+        lost.fetch_add(1, Ordering::AcqRel);
     })
     .abort_handle()
 }

@@ -18,6 +18,7 @@
 mod agrees;
 mod eviction;
 mod lease;
+mod ledger;
 mod link;
 mod local;
 #[cfg(test)]

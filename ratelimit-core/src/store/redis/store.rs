@@ -1,6 +1,7 @@
 //! [`RedisStore`]: the connection, one EVALSHA per decision, and the scripts' replies.
 
 use std::fmt;
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
@@ -8,6 +9,7 @@ use tokio::sync::OnceCell;
 
 use super::eviction::Policy;
 use super::lease::Leases;
+use super::ledger::RESET_SCRIPT;
 use super::link::Links;
 use super::options::RedisOptions;
 use super::redaction::{secrets, store_error};
@@ -128,6 +130,8 @@ impl RedisStore {
         }
         let secrets = secrets(&options.urls);
         let scrub = |e: redis::RedisError| store_error(&secrets, "invalid Redis URL", &e);
+        // How many connections have ended (one server's: a cluster's reconnect unseen).
+        let ended = Arc::new(AtomicU64::new(0));
         let client = if options.cluster {
             let builder =
                 redis::cluster::ClusterClientBuilder::new(options.urls.iter().map(String::as_str))
@@ -139,10 +143,18 @@ impl RedisStore {
         } else {
             let client = redis::Client::open(options.urls[0].as_str()).map_err(scrub)?;
             let info = client.get_connection_info().clone();
-            Client::Single(Links::new(info, options.connect_timeout, options.timeout))
+            Client::Single(Links::new(
+                info,
+                options.connect_timeout,
+                options.timeout,
+                ended.clone(),
+            ))
         };
         let refusals = Refusals::new(options.local_refusals);
-        let leases = options.leases.clone().map(Leases::new);
+        let leases = options
+            .leases
+            .clone()
+            .map(|o| Leases::new(o, ended.clone()));
         Ok(RedisStore {
             inner: Arc::new(Inner {
                 secrets,
@@ -176,25 +188,11 @@ impl RedisStore {
     /// start-up to find out at once that Redis is unreachable.
     pub async fn connect(&self) -> Result<(), Error> {
         self.bounded(Instant::now(), |mut connection| async move {
-            for script in SCRIPTS.iter().chain([&*STACKED_SCRIPT]) {
+            for script in SCRIPTS.iter().chain([&*STACKED_SCRIPT, &*RESET_SCRIPT]) {
                 let loaded: Result<String, _> = script.load().query_async(&mut connection).await;
                 loaded.map_err(|e| self.error("could not load a script", &e))?;
             }
             Ok(())
-        })
-        .await
-    }
-
-    /// Forgets `key`; returns whether Redis held it.
-    async fn forget(&self, key: &str) -> Result<bool, Error> {
-        crate::key::check_store_key(key)?;
-        self.bounded(Instant::now(), |mut connection| async move {
-            let mut cmd = redis::cmd("DEL");
-            cmd.arg(key);
-            let deleted: Result<u64, _> = cmd.query_async(&mut connection).await;
-            deleted
-                .map(|n| n > 0)
-                .map_err(|e| self.error("reset failed", &e))
         })
         .await
     }
@@ -387,11 +385,7 @@ impl Store for RedisStore {
     }
 
     async fn reset(&self, key: &str) -> Result<bool, Error> {
-        self.inner.refusals.forget(key);
-        if let Some(leases) = &self.inner.leases {
-            leases.forget(key);
-        }
-        self.forget(key).await
+        self.reset_key(key).await
     }
 
     fn supports(&self, quota: &Quota) -> Result<(), QuotaError> {

@@ -1,0 +1,111 @@
+//! A key's lease ledger: what is leased out of it and not given back, recorded beside it by the
+//! grant (`lua/lease_grant.lua`), and the reset that keeps counting it (`lua/reset.lua`).
+//!
+//! A process holding a lease spends it without asking Redis, so it cannot see a reset made
+//! elsewhere: a reset that forgot the units leased out would let them be spent twice (once
+//! from the lease, once from the fresh state). So a reset forgets what the key counts except
+//! what is leased out at that moment; those units come back to the key when their lease is
+//! given back, or expire with their window (or bucket slots). A return is taken only while the
+//! ledger holds the units (a key re-created since, e.g. by a Redis restarted empty, holds none).
+
+use std::collections::HashMap;
+use std::sync::LazyLock;
+use std::time::Instant;
+
+use redis::cluster_routing::Slot;
+
+use super::scripts::Lua;
+use super::RedisStore;
+use crate::error::Error;
+
+pub(super) static RESET_SCRIPT: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(concat!(
+        include_str!("../../../lua/ledger.lua"),
+        include_str!("../../../lua/reset.lua"),
+    ))
+});
+
+/// The key of `key`'s lease ledger (see `lua/lease_grant.lua`), in `key`'s Redis Cluster slot,
+/// so that one script reads both: `key` with a suffix when it has a hash tag (every composed
+/// store key with a user key has one), else behind a tag that hashes to `key`'s own slot (the
+/// one budget of a fn has the empty tag `{}`, which Redis does not take for a tag).
+pub(super) fn ledger_key(key: &str) -> String {
+    let tagged = key
+        .split_once('{')
+        .and_then(|(_, rest)| rest.split_once('}'))
+        .is_some_and(|(tag, _)| !tag.is_empty());
+    if tagged {
+        return format!("{key}:lease");
+    }
+    let tag = &SLOT_TAGS[&Slot::for_key(key)];
+    format!("{{{tag}}}:lease:{key}")
+}
+
+/// A tag for every cluster slot: the first of `0`, `1`, ... `zzzz` (62 letters) that hashes to
+/// it, found once (about 160 000 hashes; every slot is reached by four letters).
+static SLOT_TAGS: LazyLock<HashMap<Slot, String>> = LazyLock::new(|| {
+    const LETTERS: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+    let mut tags = HashMap::with_capacity(SLOTS);
+    let mut tag = Vec::with_capacity(4);
+    for n in 0.. {
+        tag.clear();
+        let mut rest: usize = n;
+        loop {
+            tag.push(LETTERS[rest % LETTERS.len()]);
+            rest /= LETTERS.len();
+            if rest == 0 {
+                break;
+            }
+        }
+        let text = String::from_utf8(tag.clone()).unwrap_or_default();
+        tags.entry(Slot::for_key(&text)).or_insert(text);
+        if tags.len() == SLOTS {
+            return tags;
+        }
+    }
+    tags
+});
+
+/// Redis Cluster's slots.
+const SLOTS: usize = 16_384;
+
+impl RedisStore {
+    /// Forgets `key` (`lua/reset.lua`), but for what other processes hold leased from it;
+    /// this store's own lease of it is dropped. Returns whether Redis held state for it.
+    pub(super) async fn reset_key(&self, key: &str) -> Result<bool, Error> {
+        crate::key::check_store_key(key)?;
+        self.inner.refusals.forget(key);
+        let own = self.leases().map_or([0; 4], |leases| leases.forget(key));
+        let ledger = ledger_key(key);
+        let keys = [key, ledger.as_str()];
+        let held: i64 = self
+            .run(&RESET_SCRIPT, &keys, &own, false, Instant::now())
+            .await?;
+        Ok(held == 1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ledger_key;
+
+    #[test]
+    fn a_ledger_lives_in_its_keys_cluster_slot() {
+        let slot = |k: &str| redis::cluster_routing::Slot::for_key(k);
+        for key in [
+            "p:{user:1}F60000:-:-",
+            "plain-key",
+            "p:{}F1:-:-",
+            "a{b}c",
+            "}{",
+            "{",
+        ] {
+            let ledger = ledger_key(key);
+            assert_eq!(slot(&ledger), slot(key), "{key} -> {ledger}");
+            assert_ne!(ledger, key);
+        }
+        assert_eq!(ledger_key("p:{u}F1:-:-"), "p:{u}F1:-:-:lease");
+        assert!(ledger_key("p:{}F1:-:-").ends_with("}:lease:p:{}F1:-:-"));
+        assert_eq!(super::SLOT_TAGS.len(), super::SLOTS);
+    }
+}
