@@ -503,3 +503,84 @@ fn a_call_that_must_wait_without_a_tokio_timer_is_refused_instead_of_panicking()
     let counts = service.stats().total;
     assert_eq!((counts.allowed, counts.errors), (1, 4));
 }
+
+/// Displacement frees the displaced waiter's place at the moment the newcomer takes it: the
+/// depth never passes `max_queue_size`, even before the displaced waiters run again.
+#[tokio::test(start_paused = true)]
+async fn higher_priority_arrivals_displacing_waiters_never_push_the_depth_past_max_queue_size() {
+    const MAX: u64 = 4;
+    let mut config = Config::builder()
+        .queue_enabled(true)
+        .max_queue_size(MAX as usize)
+        .queue_timeout("1m")
+        .strategy(Strategy::FixedWindow);
+    let tiers = ["p0", "p1", "p2", "p3"];
+    for (priority, name) in tiers.into_iter().enumerate() {
+        config = config.tier(Tier::new(name, 1).window("10s").priority(priority as i32));
+    }
+    let service = service(config);
+    let opts: Vec<_> = tiers.iter().map(|t| Options::new().tier(*t)).collect();
+    for o in &opts {
+        assert!(service.consume("k", o).await.unwrap().allowed);
+    }
+    let start = Instant::now();
+    // Each arrival is polled once by hand (it asks, is refused, and takes a place) while no
+    // displaced waiter runs: the depth is read after every single one.
+    let mut waiting = Vec::new();
+    for (tier, o) in opts.iter().enumerate() {
+        for _ in 0..MAX {
+            let mut call = Box::pin(service.consume("k", o));
+            assert!(futures::poll!(call.as_mut()).is_pending());
+            let arrived = waiting.len() as u64 + 1;
+            assert_eq!(
+                service.stats().queue.depth,
+                arrived.min(MAX),
+                "after arrival {arrived}"
+            );
+            waiting.push((tier, call));
+        }
+    }
+    // The queue holds the four highest: an arrival of no higher priority is refused.
+    assert!(matches!(
+        service.consume("k", &opts[3]).await,
+        Err(Error::QueueFull { max_queue_size: 4 })
+    ));
+    assert_eq!(service.stats().queue.depth, MAX);
+    let results = futures::future::join_all(
+        waiting
+            .into_iter()
+            .map(|(tier, call)| async move { (tier, call.await, start.elapsed()) }),
+    )
+    .await;
+    let mut admitted_at = Vec::new();
+    for (tier, result, at) in results {
+        match (tier, result) {
+            (3, Ok(d)) if d.allowed => admitted_at.push(at),
+            (0..=2, Err(Error::QueueFull { max_queue_size: 4 })) => {
+                assert_eq!(at, Duration::ZERO)
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    // One per 10 s window.
+    let expected: Vec<_> = (1..=4).map(|i| Duration::from_secs(10 * i)).collect();
+    assert_eq!(admitted_at, expected);
+    let stats = service.stats();
+    assert_eq!(
+        (
+            stats.queue.queued,
+            stats.queue.full,
+            stats.queue.admitted,
+            stats.queue.depth
+        ),
+        (16, 13, 4, 0)
+    );
+    assert_eq!(
+        (stats.by_tier["p3"].allowed, stats.by_tier["p3"].denied),
+        (5, 1)
+    );
+    assert_eq!(
+        (stats.by_tier["p0"].allowed, stats.by_tier["p0"].denied),
+        (1, 4)
+    );
+}
