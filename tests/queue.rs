@@ -6,7 +6,7 @@
 //! asleep, so the service decides at exactly the instants its waiters' timers fire: no test
 //! sleeps, and no two clocks are advanced by hand.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -41,14 +41,17 @@ async fn until(mut done: impl FnMut() -> bool) {
     panic!("the spawned tasks never got there");
 }
 
-/// A memory store that counts the decisions asked of it: how many times waiters woke.
+/// A memory store that counts the decisions asked of it (how many times waiters woke), and
+/// once `slow` is set takes 60 s (of Tokio's paused time) to answer, deciding only after
+/// that: a decision abandoned before then spends nothing.
 #[derive(Clone, Default)]
-struct Counting {
+struct Watched {
     store: MemoryStore,
     decisions: Arc<AtomicU64>,
+    slow: Arc<AtomicBool>,
 }
 
-impl Store for Counting {
+impl Store for Watched {
     async fn decide(
         &self,
         key: &str,
@@ -58,6 +61,9 @@ impl Store for Counting {
         commit: bool,
     ) -> Result<Decision, Error> {
         self.decisions.fetch_add(1, Ordering::Relaxed);
+        if self.slow.load(Ordering::Relaxed) {
+            tokio::time::sleep(Duration::from_secs(60)).await;
+        }
         Store::decide(&self.store, key, quota, cost, now, commit).await
     }
     async fn decide_all(
@@ -309,7 +315,7 @@ async fn a_wait_that_can_never_succeed_is_refused_at_once() {
 #[tokio::test(start_paused = true)]
 async fn ten_thousand_waiters_are_each_admitted_or_timed_out_as_the_limit_allows() {
     const WAITERS: u64 = 10_000;
-    let store = Counting::default();
+    let store = Watched::default();
     let config = Config::builder()
         .queue_enabled(true)
         .max_queue_size(WAITERS as usize)
@@ -502,4 +508,181 @@ fn a_call_that_must_wait_without_a_tokio_timer_is_refused_instead_of_panicking()
     }
     let counts = service.stats().total;
     assert_eq!((counts.allowed, counts.errors), (1, 4));
+}
+
+fn half_second_window() -> Options {
+    Options::new()
+        .limit(1)
+        .window(Duration::from_millis(500))
+        .strategy(Strategy::FixedWindow)
+}
+
+/// The queue's timeout bounds the whole wait, the store's answers inside it included: a head
+/// whose store has not answered by the deadline abandons the answer and times out then.
+#[tokio::test(start_paused = true)]
+async fn a_queued_call_whose_store_answers_after_its_timeout_ends_with_queue_timeout_at_the_timeout(
+) {
+    let store = Watched::default();
+    let config = Config::builder()
+        .queue_enabled(true)
+        .queue_timeout("1s")
+        .build()
+        .unwrap();
+    let service =
+        RateLimitService::with_store(config, store.clone(), Arc::new(TokioClock::new())).unwrap();
+    let opts = half_second_window();
+    assert!(service.consume("k", &opts).await.unwrap().allowed);
+    let start = Instant::now();
+    let waiter = {
+        let (service, opts) = (service.clone(), opts.clone());
+        tokio::spawn(async move { service.consume("k", &opts).await })
+    };
+    // Refused until the next window (500 ms), it waits; from then on the store takes 60 s.
+    let s = service.clone();
+    until(move || s.stats().queue.depth == 1).await;
+    store.slow.store(true, Ordering::Relaxed);
+    match waiter.await.unwrap() {
+        // No figure newer than the deadline: the least retry-after.
+        Err(Error::QueueTimeout { retry_after }) => {
+            assert_eq!(retry_after, Duration::from_millis(1))
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(start.elapsed(), Duration::from_secs(1));
+    let stats = service.stats();
+    assert_eq!((stats.total.allowed, stats.total.denied), (1, 1));
+    assert_eq!(
+        (
+            stats.queue.timed_out,
+            stats.queue.admitted,
+            stats.queue.depth
+        ),
+        (1, 0, 0)
+    );
+    // The abandoned answer spent nothing (this store decides only at its end).
+    store.slow.store(false, Ordering::Relaxed);
+    assert_eq!(service.status("k", &opts).await.unwrap().remaining, 1);
+}
+
+/// `until_ready`'s deadline bounds the store's answer too, the first one included.
+#[tokio::test(start_paused = true)]
+async fn until_ready_whose_store_answers_after_the_deadline_ends_with_queue_timeout_at_the_deadline(
+) {
+    let store = Watched::default();
+    let service = RateLimitService::with_store(
+        Config::builder().build().unwrap(),
+        store.clone(),
+        Arc::new(TokioClock::new()),
+    )
+    .unwrap();
+    let opts = half_second_window();
+    store.slow.store(true, Ordering::Relaxed);
+    let start = Instant::now();
+    let deadline = start + Duration::from_secs(1);
+    match service.until_ready("k", &opts, deadline).await {
+        Err(Error::QueueTimeout { retry_after }) => {
+            assert_eq!(retry_after, Duration::from_millis(1))
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(start.elapsed(), Duration::from_secs(1));
+    // A store that answers within the deadline still admits; one refusal and a sleep later
+    // it answers past the deadline, and the wait ends at the deadline.
+    store.slow.store(false, Ordering::Relaxed);
+    let deadline = Instant::now() + Duration::from_secs(1);
+    service.until_ready("k", &opts, deadline).await.unwrap();
+    let waiting = service.until_ready("k", &opts, deadline);
+    let slow = Arc::clone(&store.slow);
+    let (result, ()) = tokio::join!(waiting, async move {
+        tokio::task::yield_now().await;
+        slow.store(true, Ordering::Relaxed);
+    });
+    assert!(
+        matches!(result, Err(Error::QueueTimeout { .. })),
+        "{result:?}"
+    );
+    assert_eq!(start.elapsed(), Duration::from_secs(2));
+    let stats = service.stats();
+    assert_eq!((stats.total.allowed, stats.total.denied), (1, 2));
+}
+
+/// Displacement frees the displaced waiter's place at the moment the newcomer takes it: the
+/// depth never passes `max_queue_size`, even before the displaced waiters run again.
+#[tokio::test(start_paused = true)]
+async fn higher_priority_arrivals_displacing_waiters_never_push_the_depth_past_max_queue_size() {
+    const MAX: u64 = 4;
+    let mut config = Config::builder()
+        .queue_enabled(true)
+        .max_queue_size(MAX as usize)
+        .queue_timeout("1m")
+        .strategy(Strategy::FixedWindow);
+    let tiers = ["p0", "p1", "p2", "p3"];
+    for (priority, name) in tiers.into_iter().enumerate() {
+        config = config.tier(Tier::new(name, 1).window("10s").priority(priority as i32));
+    }
+    let service = service(config);
+    let opts: Vec<_> = tiers.iter().map(|t| Options::new().tier(*t)).collect();
+    for o in &opts {
+        assert!(service.consume("k", o).await.unwrap().allowed);
+    }
+    let start = Instant::now();
+    // Each arrival is polled once by hand (it asks, is refused, and takes a place) while no
+    // displaced waiter runs: the depth is read after every single one.
+    let mut waiting = Vec::new();
+    for (tier, o) in opts.iter().enumerate() {
+        for _ in 0..MAX {
+            let mut call = Box::pin(service.consume("k", o));
+            assert!(futures::poll!(call.as_mut()).is_pending());
+            let arrived = waiting.len() as u64 + 1;
+            assert_eq!(
+                service.stats().queue.depth,
+                arrived.min(MAX),
+                "after arrival {arrived}"
+            );
+            waiting.push((tier, call));
+        }
+    }
+    // The queue holds the four highest: an arrival of no higher priority is refused.
+    assert!(matches!(
+        service.consume("k", &opts[3]).await,
+        Err(Error::QueueFull { max_queue_size: 4 })
+    ));
+    assert_eq!(service.stats().queue.depth, MAX);
+    let results = futures::future::join_all(
+        waiting
+            .into_iter()
+            .map(|(tier, call)| async move { (tier, call.await, start.elapsed()) }),
+    )
+    .await;
+    let mut admitted_at = Vec::new();
+    for (tier, result, at) in results {
+        match (tier, result) {
+            (3, Ok(d)) if d.allowed => admitted_at.push(at),
+            (0..=2, Err(Error::QueueFull { max_queue_size: 4 })) => {
+                assert_eq!(at, Duration::ZERO)
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    // One per 10 s window.
+    let expected: Vec<_> = (1..=4).map(|i| Duration::from_secs(10 * i)).collect();
+    assert_eq!(admitted_at, expected);
+    let stats = service.stats();
+    assert_eq!(
+        (
+            stats.queue.queued,
+            stats.queue.full,
+            stats.queue.admitted,
+            stats.queue.depth
+        ),
+        (16, 13, 4, 0)
+    );
+    assert_eq!(
+        (stats.by_tier["p3"].allowed, stats.by_tier["p3"].denied),
+        (5, 1)
+    );
+    assert_eq!(
+        (stats.by_tier["p0"].allowed, stats.by_tier["p0"].denied),
+        (1, 4)
+    );
 }

@@ -99,7 +99,8 @@ pub enum Error {
         max_queue_size: usize,
     },
     /// The call waited in the queue for its whole timeout (or until its `until_ready`
-    /// deadline) without capacity freeing up.
+    /// deadline) without being admitted: capacity did not free up, or the store did not
+    /// answer in time.
     #[error("rate limit exceeded: no capacity freed within the queue timeout; retry after {}ms", retry_after.as_millis())]
     QueueTimeout {
         /// How long until the budget is expected to admit a call (others may be ahead).

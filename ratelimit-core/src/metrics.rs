@@ -117,8 +117,13 @@ mod on {
         metrics::counter!("ratelimit_queue_queued_total").increment(1);
     }
 
-    pub(crate) fn left(how: Option<Left>) {
+    /// A place given back (when its waiter leaves, or is displaced).
+    pub(crate) fn freed() {
         metrics::gauge!("ratelimit_queue_depth").decrement(1.0);
+    }
+
+    /// How a wait ended.
+    pub(crate) fn left(how: Option<Left>) {
         let name = match how {
             Some(Left::Admitted) => "ratelimit_queue_admitted_total",
             Some(Left::TimedOut) => "ratelimit_queue_timed_out_total",
@@ -176,9 +181,11 @@ mod on {
     #[inline(always)]
     pub(crate) fn queued() {}
     #[inline(always)]
+    pub(crate) fn freed() {}
+    #[inline(always)]
     pub(crate) fn left(_: Option<Left>) {}
     #[inline(always)]
     pub(crate) fn full() {}
 }
 
-pub(crate) use on::{full, left, queued, Handles, Latency};
+pub(crate) use on::{freed, full, left, queued, Handles, Latency};

@@ -10,7 +10,8 @@
 //!
 //! Places are bounded over every key (`max_queue_size`): an arrival finding the queue full
 //! takes the place of the newest waiter of the lowest priority, if that priority is lower
-//! than its own; otherwise it is refused. Either way the one left out gets
+//! than its own (the place is freed at that moment, not when the displaced waiter next
+//! runs); otherwise it is refused. Either way the one left out gets
 //! [`Error::QueueFull`](crate::Error::QueueFull).
 
 use std::cmp::Reverse;
@@ -30,7 +31,8 @@ type Rank = (Reverse<i32>, u64);
 /// What one waiter holds: about 100 bytes with its two map entries (see the `queue` bench).
 struct Slot {
     notify: Notify,
-    /// Set (under the lock) when a higher-priority arrival took this waiter's place.
+    /// Set (under the lock) when a higher-priority arrival took this waiter's place, which
+    /// was freed then.
     displaced: AtomicBool,
 }
 
@@ -109,12 +111,9 @@ impl Queue {
                 return None;
             }
             let ((lowest, Reverse(seq)), victim) = state.by_priority.pop_first()?;
-            if let Some(slot) = state
-                .lines
-                .get(&victim)
-                .and_then(|line| line.waiters.get(&(Reverse(lowest), seq)))
-            {
-                // It leaves (and gives its place back) when it wakes.
+            // Its place is freed now, not when it next runs: the queue never holds more than
+            // `max` places, even for an instant.
+            if let Some(slot) = self.free(&mut state, &victim, (Reverse(lowest), seq)) {
                 slot.displaced.store(true, Ordering::Release);
                 slot.notify.notify_one();
             }
@@ -140,7 +139,12 @@ impl Queue {
             .by_priority
             .insert((priority, Reverse(seq)), Arc::clone(&key));
         self.queued.fetch_add(1, Ordering::Relaxed);
+        // Under the lock, like every change of the places, so the depth never runs ahead.
         self.depth.fetch_add(1, Ordering::Relaxed);
+        debug_assert_eq!(
+            self.depth.load(Ordering::Relaxed),
+            state.by_priority.len() as u64
+        );
         crate::metrics::queued();
         Some(Turn {
             queue: self,
@@ -149,6 +153,30 @@ impl Queue {
             slot,
             left: None,
         })
+    }
+
+    /// Gives back the place `rank` holds in `key`'s line (waking the next waiter if it was
+    /// the head): the one way a place is freed. `None` if it was freed already.
+    fn free(&self, state: &mut State, key: &Arc<str>, rank: Rank) -> Option<Arc<Slot>> {
+        let (Reverse(priority), seq) = rank;
+        state.by_priority.remove(&(priority, Reverse(seq)));
+        let line = state.lines.get_mut(key)?;
+        let was_head = line.waiters.keys().next() == Some(&rank);
+        let slot = line.waiters.remove(&rank)?;
+        match line.waiters.values().next() {
+            None => {
+                state.lines.remove(key);
+            }
+            Some(next) if was_head => next.notify.notify_one(),
+            Some(_) => {}
+        }
+        self.depth.fetch_sub(1, Ordering::Relaxed);
+        debug_assert_eq!(
+            self.depth.load(Ordering::Relaxed),
+            state.by_priority.len() as u64
+        );
+        crate::metrics::freed();
+        Some(slot)
     }
 
     /// The counters.
@@ -237,26 +265,12 @@ impl Drop for Turn<'_> {
             Some(Left::Refused) => None,
             None => Some(&queue.cancelled),
         };
-        let mut state = queue.state.lock();
-        let (Reverse(priority), seq) = self.rank;
-        // A displaced waiter's priority entry is gone already; removing it twice is a no-op.
-        state.by_priority.remove(&(priority, Reverse(seq)));
-        if let Some(line) = state.lines.get_mut(&self.key) {
-            let was_head = line.waiters.keys().next() == Some(&self.rank);
-            line.waiters.remove(&self.rank);
-            match line.waiters.values().next() {
-                None => {
-                    state.lines.remove(&self.key);
-                }
-                Some(next) if was_head => next.notify.notify_one(),
-                Some(_) => {}
-            }
-        }
-        drop(state);
+        // A displaced waiter's place was freed when it was displaced: freeing it again is a
+        // no-op.
+        queue.free(&mut queue.state.lock(), &self.key, self.rank);
         if let Some(counter) = counter {
             counter.fetch_add(1, Ordering::Relaxed);
         }
-        queue.depth.fetch_sub(1, Ordering::Relaxed);
         crate::metrics::left(self.left);
     }
 }

@@ -5,8 +5,10 @@
 //! ([`tokio::time::Instant`]), so under Tokio's paused time a test's clock must follow
 //! Tokio's (see [`testing::TokioClock`](crate::testing::TokioClock)).
 
-use std::future::Future;
+use std::future::{poll_fn, Future};
 use std::hash::{BuildHasher, Hasher};
+use std::pin::pin;
+use std::task::Poll;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -17,6 +19,7 @@ use crate::decision::Decision;
 use crate::drivers;
 use crate::error::Error;
 use crate::key;
+use crate::resolve;
 
 /// What a refused call is told when it could not learn a better figure.
 const UNKNOWN_RETRY: Duration = Duration::from_millis(1);
@@ -105,19 +108,20 @@ impl RateLimitService {
                     max_queue_size: config.max_queue_size(),
                 });
             }
-            let now = Instant::now();
-            if now >= deadline {
+            if Instant::now() >= deadline {
                 turn.leave(Left::TimedOut);
-                let retry_after = turn
-                    .ready_at()
-                    .map_or(UNKNOWN_RETRY, |at| at.saturating_duration_since(now))
-                    .max(UNKNOWN_RETRY);
-                break Err(Error::QueueTimeout { retry_after });
+                break Err(timed_out(turn.ready_at()));
             }
             if turn.is_head() {
                 let decision = match prior {
                     Some(d) => Ok(d),
-                    None => self.decide_uncounted(key, options).await.0,
+                    None => {
+                        match by_deadline(deadline, self.decide_uncounted(key, options)).await {
+                            Ok(Some((decision, _))) => decision,
+                            Ok(None) => continue, // the deadline passed: the check above ends it
+                            Err(no_timer) => Err(no_timer),
+                        }
+                    }
                 };
                 // Nothing waiting is admitted once the module has shut down (even a call the
                 // store has just admitted: refused, never let through).
@@ -129,6 +133,8 @@ impl RateLimitService {
                         turn.leave(Left::Admitted);
                         break Ok(d);
                     }
+                    // Displaced while the store answered: its place is gone already.
+                    Ok(_) if turn.is_displaced() => continue,
                     Ok(d) => {
                         let Some(after) = d.retry_after else {
                             break Ok(d); // can never pass: the refusal itself
@@ -173,9 +179,12 @@ impl RateLimitService {
     /// `deadline` if need be, without taking a place in the queue: for a worker that paces
     /// itself (governor's `until_ready`). It sleeps until each refusal's `retry_after`, then
     /// asks again; when that would be past `deadline`, it returns
-    /// [`Error::QueueTimeout`] at once rather than sleeping in vain. A call that can never
-    /// pass (cost above capacity, a limit of 0) is refused at once. Needs a Tokio runtime with
-    /// its timer to sleep: without one, a call that would sleep is refused with
+    /// [`Error::QueueTimeout`] at once rather than sleeping in vain. The deadline bounds the
+    /// store's answers too: one not in by then is abandoned (with a store that must be waited
+    /// for, Redis or your own, it may have spent) and the call ends with
+    /// [`Error::QueueTimeout`] at the deadline. A call that can never pass (cost above
+    /// capacity, a limit of 0) is refused at once. Needs a Tokio runtime with its timer to
+    /// sleep or to wait for a store: without one, such a call is refused with
     /// [`Error::NoRuntime`].
     ///
     /// Many callers waiting on one key wake together at `retry_after`, and all but the few
@@ -219,8 +228,19 @@ impl RateLimitService {
         let options = options.clone().consume(true).queue(false);
         async move {
             let call = options.call();
+            // When the last refusal said the budget admits again.
+            let mut ready_at = None;
             loop {
-                let (result, tier) = self.decide_uncounted(Some(key), &call).await;
+                let answered = by_deadline(deadline, self.decide_uncounted(Some(key), &call));
+                let (result, tier) = match answered.await {
+                    Ok(Some(answer)) => answer,
+                    // Not answered: past the deadline, or no timer to bound the wait with.
+                    unanswered => {
+                        let error = unanswered.map_or_else(|e| e, |_| timed_out(ready_at));
+                        let tier = resolve::tier_index(&self.inner.config, call.tier);
+                        (Err(error), tier.ok().flatten())
+                    }
+                };
                 let wake = match &result {
                     Ok(d) if !d.allowed => d
                         .retry_after
@@ -237,10 +257,35 @@ impl RateLimitService {
                 if let Err(no_timer) = drivers::timer() {
                     return self.record_wait(tier, &call, Some(key), Err(no_timer));
                 }
+                ready_at = Some(Instant::now() + after);
                 tokio::time::sleep_until(wake).await;
             }
         }
     }
+}
+
+/// `answer`'s output, or `Ok(None)` once `deadline` has passed: every wait is bounded by its
+/// deadline, the store's answers within it included. An answer there at once (the memory
+/// store) needs no timer; one that must be awaited needs Tokio's (`Err(NoRuntime)` without).
+/// An answer abandoned at the deadline may have spent or not, as with any dropped future:
+/// refused either way, never admitted.
+async fn by_deadline<F: Future>(deadline: Instant, answer: F) -> Result<Option<F::Output>, Error> {
+    let mut answer = pin!(answer);
+    if let Poll::Ready(out) = poll_fn(|cx| Poll::Ready(answer.as_mut().poll(cx))).await {
+        return Ok(Some(out));
+    }
+    drivers::timer()?;
+    Ok(tokio::time::timeout_at(deadline, answer).await.ok())
+}
+
+/// A wait that reached its deadline, told when the budget was last said to admit again.
+fn timed_out(ready_at: Option<Instant>) -> Error {
+    let retry_after = ready_at
+        .map_or(UNKNOWN_RETRY, |at| {
+            at.saturating_duration_since(Instant::now())
+        })
+        .max(UNKNOWN_RETRY);
+    Error::QueueTimeout { retry_after }
 }
 
 fn not_initialized() -> Error {
