@@ -14,15 +14,16 @@ use http::Request;
 use tower::{Layer, Service};
 
 mod future;
+mod limit;
 
 use self::future::respond;
+use self::limit::Limit;
 pub use self::future::ResponseFuture;
 
 use super::key::KeyExtractor;
 use super::response::{failed, refused};
-use super::route::route_of;
 use crate::__private::KeyText;
-use crate::{Decision, Error, Module, Name, Options, RateLimitService};
+use crate::{ConfigError, Decision, Error, Module, Options, RateLimitService};
 
 type Skipper = dyn Fn(&Parts) -> bool + Send + Sync;
 type OnRefused = dyn Fn(&Decision) -> Response + Send + Sync;
@@ -108,46 +109,14 @@ struct LayerConfig {
     /// Whether `limits` were given (with `options` or `limit`); else it is the service's
     /// default limit, which the first `limit` replaces.
     explicit: bool,
+    /// Why no request can be decided as configured (two limits in one budget): every
+    /// request is refused with it.
+    problem: Option<Error>,
     per_route: bool,
     headers: bool,
     skip: Option<Arc<Skipper>>,
     on_refused: Option<Arc<OnRefused>>,
     on_error: Option<Arc<OnError>>,
-}
-
-/// One limit of a layer: its [`Options`] and its policy name.
-#[derive(Clone, Debug)]
-struct Limit {
-    /// Always spending (`consume`): a layer counts what it lets through.
-    options: Options,
-    policy: Option<String>,
-}
-
-impl Limit {
-    fn new(options: Options) -> Self {
-        Limit {
-            options: options.consume(true),
-            policy: None,
-        }
-    }
-
-    /// The options `parts` is counted under: the limit's own, or (per route) with the route
-    /// as the budget, after the limit's budget if it has one.
-    fn options(&self, per_route: bool, parts: &Parts) -> Cow<'_, Options> {
-        if !per_route {
-            return Cow::Borrowed(&self.options);
-        }
-        let budget = match &self.options.budget {
-            None => route_of(parts),
-            Some(budget) => format!("{budget} {}", route_of(parts)),
-        };
-        Cow::Owned(self.options.clone().budget(Name::from(budget)))
-    }
-
-    /// The name of its item in `RateLimit` / `RateLimit-Policy`.
-    fn policy(&self) -> Option<&str> {
-        self.policy.as_deref().or(self.options.budget.as_deref())
-    }
 }
 
 impl RateLimitLayer {
@@ -171,6 +140,7 @@ impl RateLimitLayer {
                 key: Arc::new(key),
                 limits: vec![Limit::new(Options::new())],
                 explicit: false,
+                problem: None,
                 per_route: false,
                 headers: true,
                 skip: None,
@@ -195,6 +165,7 @@ impl RateLimitLayer {
         self.set(|c| {
             c.limits = vec![Limit::new(options)];
             c.explicit = true;
+            c.problem = None;
         })
     }
 
@@ -219,11 +190,25 @@ impl RateLimitLayer {
     /// ```
     pub fn limit(self, options: Options) -> Self {
         self.set(|c| {
-            if c.explicit {
-                c.limits.push(Limit::new(options));
-            } else {
-                c.limits = vec![Limit::new(options)];
+            let limit = Limit::new(options);
+            if !c.explicit {
+                c.limits.clear();
+                c.problem = None;
             }
+            if c.problem.is_none() && c.limits.iter().any(|l| l.budget() == limit.budget()) {
+                c.problem = Some(Error::InvalidConfig(ConfigError {
+                    problems: vec![(
+                        "RateLimitLayer::limit".to_owned(),
+                        format!(
+                            "two limits of this layer count in the budget {:?}: a layer decides \
+                             its limits under one key, so each needs a budget of its own \
+                             (other settings, or another `Options::budget`)",
+                            limit.budget()
+                        ),
+                    )],
+                }));
+            }
+            c.limits.push(limit);
             c.explicit = true;
         })
     }
@@ -363,6 +348,9 @@ impl LayerConfig {
     /// What every request needs before a decision: the key and the service; or the verdict
     /// already (skipped, no key, no module).
     fn start(&self, parts: &Parts) -> Result<(KeyText, Cow<'_, RateLimitService>), Verdict> {
+        if let Some(problem) = &self.problem {
+            return Err(Verdict::Failed(problem.clone()));
+        }
         if self.skip.as_ref().is_some_and(|skip| skip(parts)) {
             return Err(Verdict::Skip);
         }
