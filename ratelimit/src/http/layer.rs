@@ -17,8 +17,8 @@ mod future;
 mod limit;
 
 use self::future::respond;
-use self::limit::Limit;
 pub use self::future::ResponseFuture;
+use self::limit::Limit;
 
 use super::key::KeyExtractor;
 use super::response::{failed, refused};
@@ -63,6 +63,17 @@ type OnError = dyn Fn(&Error) -> Response + Send + Sync;
 /// each limit adds its item to the `RateLimit` / `RateLimit-Policy` lists (name them with
 /// [`policy`](Self::policy) or their budget), and `X-RateLimit-*` describe the most
 /// restrictive one (the fewest calls remaining).
+///
+/// # Budgets
+///
+/// A limit given no budget name counts in a budget named after its settings (tier, limit,
+/// window, burst, strategy, refill, cost), such as `(limit 5, window 1m)`: two layers with
+/// different settings never count in one budget, and every process of a fleet running the
+/// same code names it alike, so pods share it in a Redis store. Unnamed limits with the
+/// **same** settings share one budget (for a route's own, use [`per_route`](Self::per_route)
+/// or a name). A budget name given with [`Options::budget`] is shared by every layer and fn
+/// naming it, whatever their settings: within one layer, two limits in one budget are a
+/// configuration error (every request answers `500`, `INVALID_CONFIG`).
 ///
 /// ```
 /// use axum::{routing::get, Router};
@@ -157,7 +168,8 @@ impl RateLimitLayer {
 
     /// The layer's limit: a tier (`Options::new().tier("pro")`), a limit and window of its
     /// own (`Options::new().limit(10).window(..)`), a cost, a named budget (`Options::budget`:
-    /// layers and fns under one name share one budget per key). Without it, the service's
+    /// layers and fns under one name share one budget per key; unnamed, see
+    /// [Budgets](Self#budgets)). Without it, the service's
     /// default tier or limit applies. Replaces any limits given before (add more with
     /// [`limit`](Self::limit));
     /// `consume(false)` is ignored (the layer always spends).
@@ -175,7 +187,9 @@ impl RateLimitLayer {
     /// others. The first limit given replaces the service's default rather than adding to it;
     /// after [`options`](Self::options), `limit` adds to it.
     ///
-    /// Give each limit its own budget name (it is also its policy name in the headers):
+    /// Each limit needs a budget of its own: two in one budget (the same name, or unnamed
+    /// with the same settings) refuse every request as a configuration error. A name is also
+    /// the limit's policy name in the headers:
     ///
     /// ```
     /// use ratelimit::http::{ClientIp, RateLimitLayer};
@@ -215,8 +229,9 @@ impl RateLimitLayer {
 
     /// A budget per route template and method ([`route_of`](super::route_of)): `/orders/1` and
     /// `/orders/2` share `GET /orders/{id}`, and requests no route answers share
-    /// [`UNMATCHED`](super::UNMATCHED). The route is the budget name (after the
-    /// [`options`](Self::options)' budget, if any).
+    /// [`UNMATCHED`](super::UNMATCHED). The budget name is the limit's budget (its name, or
+    /// its settings: see [Budgets](Self#budgets)), then the route: `(limit 60, window 1m)
+    /// GET /orders/{id}`.
     pub fn per_route(self) -> Self {
         self.set(|c| c.per_route = true)
     }
