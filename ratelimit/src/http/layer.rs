@@ -23,7 +23,7 @@ use self::limit::Limit;
 use super::key::KeyExtractor;
 use super::response::{failed, refused};
 use crate::__private::KeyText;
-use crate::{ConfigError, Decision, Error, Module, Options, RateLimitService};
+use crate::{Decision, Error, Module, Options, RateLimitService};
 
 type Skipper = dyn Fn(&Parts) -> bool + Send + Sync;
 type OnRefused = dyn Fn(&Decision) -> Response + Send + Sync;
@@ -209,18 +209,8 @@ impl RateLimitLayer {
                 c.limits.clear();
                 c.problem = None;
             }
-            if c.problem.is_none() && c.limits.iter().any(|l| l.budget() == limit.budget()) {
-                c.problem = Some(Error::InvalidConfig(ConfigError {
-                    problems: vec![(
-                        "RateLimitLayer::limit".to_owned(),
-                        format!(
-                            "two limits of this layer count in the budget {:?}: a layer decides \
-                             its limits under one key, so each needs a budget of its own \
-                             (other settings, or another `Options::budget`)",
-                            limit.budget()
-                        ),
-                    )],
-                }));
+            if c.problem.is_none() {
+                c.problem = limit.same_budget_as(&c.limits);
             }
             c.limits.push(limit);
             c.explicit = true;

@@ -6,7 +6,7 @@ use std::fmt::Write;
 use http::request::Parts;
 
 use super::super::route::route_of;
-use crate::{Name, Options, Overrides};
+use crate::{ConfigError, Error, Name, Options, Overrides};
 
 /// One limit of a layer.
 #[derive(Clone, Debug)]
@@ -35,9 +35,22 @@ impl Limit {
         }
     }
 
-    /// The budget it counts in (before the route, per route).
-    pub(super) fn budget(&self) -> &str {
-        &self.budget
+    /// The error of a layer with this limit and `others` when one of them counts in its
+    /// budget: a layer decides its limits under one key, so two in one budget would spend it
+    /// twice per request, or under two settings at once.
+    pub(super) fn same_budget_as(&self, others: &[Limit]) -> Option<Error> {
+        others.iter().any(|l| l.budget == self.budget).then(|| {
+            Error::InvalidConfig(ConfigError {
+                problems: vec![(
+                    "RateLimitLayer::limit".to_owned(),
+                    format!(
+                        "two limits of this layer count in the budget {:?}: each needs one of \
+                         its own (other settings, or another `Options::budget`)",
+                        self.budget.as_str()
+                    ),
+                )],
+            })
+        })
     }
 
     /// The options `parts` is counted under: the limit's own, or (per route) with the route
