@@ -414,11 +414,14 @@ async fn per_route_budgets_follow_the_route_template_and_unmatched_requests_shar
         .unwrap();
     assert_eq!(response.status(), 429);
 
+    // Each budget is the route after the limit's budget: unnamed, its settings.
     let by_budget = limiter.stats().by_method;
-    assert_eq!(by_budget["GET /orders/{id}"].allowed, 2);
-    assert_eq!(by_budget["GET /orders/{id}"].denied, 1);
-    assert_eq!(by_budget[UNMATCHED].allowed, 2);
-    assert_eq!(by_budget[UNMATCHED].denied, 3);
+    let orders = "(limit 2, window 1m) GET /orders/{id}";
+    assert_eq!(by_budget[orders].allowed, 2);
+    assert_eq!(by_budget[orders].denied, 1);
+    let unmatched = format!("(limit 2, window 1m) {UNMATCHED}");
+    assert_eq!(by_budget[&unmatched].allowed, 2);
+    assert_eq!(by_budget[&unmatched].denied, 3);
 }
 
 #[tokio::test]
@@ -471,6 +474,95 @@ async fn stacked_layers_list_both_policies_and_report_the_most_restrictive() {
         header(&refused, "ratelimit"),
         format!("\"burst\";r=0;t=20, \"hourly\";r=7;t={reset_hour}")
     );
+}
+
+/// Two layers whose limits have no budget name, with the same window: each counts in a
+/// budget of its own (once one counter for both, so `/search` spent `/login`'s 5).
+#[tokio::test]
+async fn two_unnamed_layers_count_in_budgets_of_their_own() {
+    let (limiter, _clock) = fixed_window();
+    let app = Router::new()
+        .route("/login", get(|| async { "ok" }))
+        .route_layer(RateLimitLayer::new(limiter.clone(), ClientIp::peer()).options(per_minute(5)))
+        .route("/search", get(|| async { "hits" }))
+        .layer(RateLimitLayer::new(limiter.clone(), ClientIp::peer()).options(per_minute(100)));
+    let server = Server::start(app).await;
+
+    for _ in 0..5 {
+        assert_eq!(server.get("/search").await.status(), 200);
+    }
+    for _ in 0..5 {
+        assert_eq!(server.get("/login").await.status(), 200);
+    }
+    assert_eq!(server.get("/login").await.status(), 429);
+    // The 100 a minute counted all 11 requests, once each: this is the 12th.
+    let search = server.get("/search").await;
+    assert_eq!(search.status(), 200);
+    assert_eq!(header(&search, "x-ratelimit-remaining"), "88");
+    // Neither is the budget of a call to the service without a name.
+    assert_eq!(
+        limiter
+            .status("127.0.0.1", &per_minute(5))
+            .await
+            .unwrap()
+            .remaining,
+        5
+    );
+}
+
+#[tokio::test]
+async fn two_unnamed_per_route_layers_count_in_budgets_of_their_own() {
+    let (limiter, _clock) = fixed_window();
+    let per_route = |limit| {
+        RateLimitLayer::new(limiter.clone(), ClientIp::peer())
+            .options(per_minute(limit))
+            .per_route()
+    };
+    let app = Router::new()
+        .route("/orders/{id}", get(|| async { "order" }))
+        .layer(per_route(3))
+        .layer(per_route(10));
+    let server = Server::start(app).await;
+
+    for _ in 0..3 {
+        assert_eq!(server.get("/orders/1").await.status(), 200);
+    }
+    let refused = server.get("/orders/1").await;
+    assert_eq!(refused.status(), 429);
+    // The inner 3 a minute refused the 4th; the outer 10 a minute counted all 4.
+    assert_eq!(
+        header(&refused, "ratelimit"),
+        "\"default\";r=0;t=20, \"default\";r=6;t=20"
+    );
+}
+
+/// A layer's limits are decided together under one key: two of them in one budget would
+/// spend it twice per request, or under two settings at once.
+#[tokio::test]
+async fn two_limits_of_one_layer_in_one_budget_are_a_configuration_error() {
+    let (limiter, _clock) = fixed_window();
+    let layers = [
+        RateLimitLayer::new(limiter.clone(), ClientIp::peer())
+            .limit(per_minute(5).budget("api"))
+            .limit(Options::new().limit(100).window("1h").budget("api")),
+        RateLimitLayer::new(limiter.clone(), ClientIp::peer())
+            .limit(per_minute(5))
+            .limit(per_minute(5)),
+    ];
+    for layer in layers {
+        let (app, calls) = counted();
+        let server = Server::start(app.layer(layer)).await;
+        let response = server.get("/").await;
+        assert_eq!(response.status(), 500);
+        assert_eq!(
+            response.json_value().await,
+            json!({"code": "INVALID_CONFIG"})
+        );
+        assert_eq!(calls.load(Ordering::SeqCst), 0);
+    }
+    // Nothing was counted.
+    let total = limiter.stats().total;
+    assert_eq!((total.allowed, total.denied), (0, 0));
 }
 
 #[tokio::test]

@@ -125,3 +125,52 @@ async fn a_dead_redis_is_503_under_deny_and_served_under_allow() {
     assert_eq!(get(&allow).await.unwrap().status(), 200);
     assert_eq!(allow_runs.load(Ordering::SeqCst), 1);
 }
+
+/// A limit with no budget name is named after its settings, so two pods running the same code
+/// share its budget in Redis, and a layer with other settings keeps a budget of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_pods_share_an_unnamed_layers_budget_and_not_another_layers() {
+    let server = RedisServer::start();
+    let fleet = prefix("http-pods");
+    let pod = || {
+        let options = RedisOptions::new(server.url()).timeout(Duration::from_millis(300));
+        let service = ratelimit_tests::redis_service(options, &fleet);
+        let layer = |limit| {
+            RateLimitLayer::new(
+                service.clone(),
+                ClientIp::x_forwarded_for(TrustedProxies::count(1)),
+            )
+            .options(
+                Options::new()
+                    .limit(limit)
+                    .window(Duration::from_secs(86_400)),
+            )
+        };
+        Router::new()
+            .route("/login", get(|| async { "ok" }))
+            .route_layer(layer(5))
+            .route("/search", get(|| async { "hits" }))
+            .layer(layer(100))
+    };
+    let pods = [serve(pod()).await, serve(pod()).await];
+    let client = client();
+    let status = |pod: usize, path: &'static str| {
+        client
+            .get(format!("{}{path}", pods[pod]))
+            .header("x-forwarded-for", "198.51.100.9")
+            .send()
+    };
+    // Spent on the other route, the 100 a day does not spend the 5 a day.
+    for i in 0..6 {
+        assert_eq!(status(i % 2, "/search").await.unwrap().status(), 200);
+    }
+    for i in 0..5 {
+        assert_eq!(status(i % 2, "/login").await.unwrap().status(), 200);
+    }
+    // The 5 a day is one budget across both pods.
+    for pod in 0..2 {
+        assert_eq!(status(pod, "/login").await.unwrap().status(), 429);
+    }
+    let search = status(1, "/search").await.unwrap();
+    assert_eq!(search.headers()["x-ratelimit-remaining"], "86");
+}

@@ -14,15 +14,16 @@ use http::Request;
 use tower::{Layer, Service};
 
 mod future;
+mod limit;
 
 use self::future::respond;
 pub use self::future::ResponseFuture;
+use self::limit::Limit;
 
 use super::key::KeyExtractor;
 use super::response::{failed, refused};
-use super::route::route_of;
 use crate::__private::KeyText;
-use crate::{Decision, Error, Module, Name, Options, RateLimitService};
+use crate::{Decision, Error, Module, Options, RateLimitService};
 
 type Skipper = dyn Fn(&Parts) -> bool + Send + Sync;
 type OnRefused = dyn Fn(&Decision) -> Response + Send + Sync;
@@ -62,6 +63,17 @@ type OnError = dyn Fn(&Error) -> Response + Send + Sync;
 /// each limit adds its item to the `RateLimit` / `RateLimit-Policy` lists (name them with
 /// [`policy`](Self::policy) or their budget), and `X-RateLimit-*` describe the most
 /// restrictive one (the fewest calls remaining).
+///
+/// # Budgets
+///
+/// A limit given no budget name counts in a budget named after its settings (tier, limit,
+/// window, burst, strategy, refill, cost), such as `(limit 5, window 1m)`: two layers with
+/// different settings never count in one budget, and every process of a fleet running the
+/// same code names it alike, so pods share it in a Redis store. Unnamed limits with the
+/// **same** settings share one budget (for a route's own, use [`per_route`](Self::per_route)
+/// or a name). A budget name given with [`Options::budget`] is shared by every layer and fn
+/// naming it, whatever their settings: within one layer, two limits in one budget are a
+/// configuration error (every request answers `500`, `INVALID_CONFIG`).
 ///
 /// ```
 /// use axum::{routing::get, Router};
@@ -108,46 +120,14 @@ struct LayerConfig {
     /// Whether `limits` were given (with `options` or `limit`); else it is the service's
     /// default limit, which the first `limit` replaces.
     explicit: bool,
+    /// Why no request can be decided as configured (two limits in one budget): every
+    /// request is refused with it.
+    problem: Option<Error>,
     per_route: bool,
     headers: bool,
     skip: Option<Arc<Skipper>>,
     on_refused: Option<Arc<OnRefused>>,
     on_error: Option<Arc<OnError>>,
-}
-
-/// One limit of a layer: its [`Options`] and its policy name.
-#[derive(Clone, Debug)]
-struct Limit {
-    /// Always spending (`consume`): a layer counts what it lets through.
-    options: Options,
-    policy: Option<String>,
-}
-
-impl Limit {
-    fn new(options: Options) -> Self {
-        Limit {
-            options: options.consume(true),
-            policy: None,
-        }
-    }
-
-    /// The options `parts` is counted under: the limit's own, or (per route) with the route
-    /// as the budget, after the limit's budget if it has one.
-    fn options(&self, per_route: bool, parts: &Parts) -> Cow<'_, Options> {
-        if !per_route {
-            return Cow::Borrowed(&self.options);
-        }
-        let budget = match &self.options.budget {
-            None => route_of(parts),
-            Some(budget) => format!("{budget} {}", route_of(parts)),
-        };
-        Cow::Owned(self.options.clone().budget(Name::from(budget)))
-    }
-
-    /// The name of its item in `RateLimit` / `RateLimit-Policy`.
-    fn policy(&self) -> Option<&str> {
-        self.policy.as_deref().or(self.options.budget.as_deref())
-    }
 }
 
 impl RateLimitLayer {
@@ -171,6 +151,7 @@ impl RateLimitLayer {
                 key: Arc::new(key),
                 limits: vec![Limit::new(Options::new())],
                 explicit: false,
+                problem: None,
                 per_route: false,
                 headers: true,
                 skip: None,
@@ -187,7 +168,8 @@ impl RateLimitLayer {
 
     /// The layer's limit: a tier (`Options::new().tier("pro")`), a limit and window of its
     /// own (`Options::new().limit(10).window(..)`), a cost, a named budget (`Options::budget`:
-    /// layers and fns under one name share one budget per key). Without it, the service's
+    /// layers and fns under one name share one budget per key; unnamed, see
+    /// [Budgets](Self#budgets)). Without it, the service's
     /// default tier or limit applies. Replaces any limits given before (add more with
     /// [`limit`](Self::limit));
     /// `consume(false)` is ignored (the layer always spends).
@@ -195,6 +177,7 @@ impl RateLimitLayer {
         self.set(|c| {
             c.limits = vec![Limit::new(options)];
             c.explicit = true;
+            c.problem = None;
         })
     }
 
@@ -204,7 +187,9 @@ impl RateLimitLayer {
     /// others. The first limit given replaces the service's default rather than adding to it;
     /// after [`options`](Self::options), `limit` adds to it.
     ///
-    /// Give each limit its own budget name (it is also its policy name in the headers):
+    /// Each limit needs a budget of its own: two in one budget (the same name, or unnamed
+    /// with the same settings) refuse every request as a configuration error. A name is also
+    /// the limit's policy name in the headers:
     ///
     /// ```
     /// use ratelimit::http::{ClientIp, RateLimitLayer};
@@ -219,19 +204,24 @@ impl RateLimitLayer {
     /// ```
     pub fn limit(self, options: Options) -> Self {
         self.set(|c| {
-            if c.explicit {
-                c.limits.push(Limit::new(options));
-            } else {
-                c.limits = vec![Limit::new(options)];
+            let limit = Limit::new(options);
+            if !c.explicit {
+                c.limits.clear();
+                c.problem = None;
             }
+            if c.problem.is_none() {
+                c.problem = limit.same_budget_as(&c.limits);
+            }
+            c.limits.push(limit);
             c.explicit = true;
         })
     }
 
     /// A budget per route template and method ([`route_of`](super::route_of)): `/orders/1` and
     /// `/orders/2` share `GET /orders/{id}`, and requests no route answers share
-    /// [`UNMATCHED`](super::UNMATCHED). The route is the budget name (after the
-    /// [`options`](Self::options)' budget, if any).
+    /// [`UNMATCHED`](super::UNMATCHED). The budget name is the limit's budget (its name, or
+    /// its settings: see [Budgets](Self#budgets)), then the route: `(limit 60, window 1m)
+    /// GET /orders/{id}`.
     pub fn per_route(self) -> Self {
         self.set(|c| c.per_route = true)
     }
@@ -363,6 +353,9 @@ impl LayerConfig {
     /// What every request needs before a decision: the key and the service; or the verdict
     /// already (skipped, no key, no module).
     fn start(&self, parts: &Parts) -> Result<(KeyText, Cow<'_, RateLimitService>), Verdict> {
+        if let Some(problem) = &self.problem {
+            return Err(Verdict::Failed(problem.clone()));
+        }
         if self.skip.as_ref().is_some_and(|skip| skip(parts)) {
             return Err(Verdict::Skip);
         }

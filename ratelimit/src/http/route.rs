@@ -5,8 +5,9 @@ use http::header::ACCESS_CONTROL_REQUEST_METHOD;
 use http::request::Parts;
 use http::Method;
 
-/// The budget every request no route answers shares: a `404`, a method no router knows, an
-/// `OPTIONS` preflight. Probing for paths is counted like any other request.
+/// The route of every request no route answers: a `404`, a method no router knows, an
+/// `OPTIONS` preflight. Per route, they share one budget (of each limit). Probing for paths
+/// is counted like any other request.
 pub const UNMATCHED: &str = "unmatched";
 
 /// The route a request was routed to, as `"<METHOD> <template>"`: `/orders/1` and `/orders/2`
@@ -22,8 +23,8 @@ pub const UNMATCHED: &str = "unmatched";
 /// under its own `"<METHOD> <template>"`: the limiter runs before the router knows. That is at
 /// most nine budgets per route, so still bounded.
 ///
-/// [`RateLimitLayer::per_route`](super::RateLimitLayer::per_route) uses this as the budget
-/// name; a closure key extractor can use it as a part of the key.
+/// [`RateLimitLayer::per_route`](super::RateLimitLayer::per_route) puts this after each
+/// limit's budget name; a closure key extractor can use it as a part of the key.
 pub fn route_of(parts: &Parts) -> String {
     let standard = [
         Method::GET,

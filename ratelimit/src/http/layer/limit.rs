@@ -1,0 +1,99 @@
+//! One limit of a layer: its options, the budget it counts in, and its policy name.
+
+use std::borrow::Cow;
+use std::fmt::Write;
+
+use http::request::Parts;
+
+use super::super::route::route_of;
+use crate::{ConfigError, Error, Name, Options, Overrides};
+
+/// One limit of a layer.
+#[derive(Clone, Debug)]
+pub(super) struct Limit {
+    /// Always spending (`consume`): a layer counts what it lets through. Its budget is
+    /// `budget`.
+    options: Options,
+    /// The budget given (`Options::budget`), else [`default_budget`]'s.
+    budget: Name,
+    /// Whether `budget` was given: only then is it the policy's name too.
+    named: bool,
+    pub(super) policy: Option<String>,
+}
+
+impl Limit {
+    pub(super) fn new(options: Options) -> Self {
+        let (budget, named) = match &options.budget {
+            Some(budget) => (budget.clone(), true),
+            None => (default_budget(&options), false),
+        };
+        Limit {
+            options: options.consume(true).budget(budget.clone()),
+            budget,
+            named,
+            policy: None,
+        }
+    }
+
+    /// The error of a layer with this limit and `others` when one of them counts in its
+    /// budget: a layer decides its limits under one key, so two in one budget would spend it
+    /// twice per request, or under two settings at once.
+    pub(super) fn same_budget_as(&self, others: &[Limit]) -> Option<Error> {
+        others.iter().any(|l| l.budget == self.budget).then(|| {
+            Error::InvalidConfig(ConfigError {
+                problems: vec![(
+                    "RateLimitLayer::limit".to_owned(),
+                    format!(
+                        "two limits of this layer count in the budget {:?}: each needs one of \
+                         its own (other settings, or another `Options::budget`)",
+                        self.budget.as_str()
+                    ),
+                )],
+            })
+        })
+    }
+
+    /// The options `parts` is counted under: the limit's own, or (per route) with the route
+    /// after the limit's budget.
+    pub(super) fn options(&self, per_route: bool, parts: &Parts) -> Cow<'_, Options> {
+        if !per_route {
+            return Cow::Borrowed(&self.options);
+        }
+        let budget = format!("{} {}", self.budget, route_of(parts));
+        Cow::Owned(self.options.clone().budget(Name::from(budget)))
+    }
+
+    /// The name of its item in `RateLimit` / `RateLimit-Policy`: a made-up budget name is
+    /// not one (the headers then say the tier, or `"default"`).
+    pub(super) fn policy(&self) -> Option<&str> {
+        let budget = self.named.then_some(self.budget.as_str());
+        self.policy.as_deref().or(budget)
+    }
+}
+
+/// The budget of a limit given no name: its settings in brackets, e.g. `(limit 5, window
+/// 1m)`. A store key holds the window and strategy but not the limit, so a name shared by
+/// every unnamed limit would count two layers' requests in one budget; made from the
+/// settings, it is the same in every process of a fleet (pods running one code share their
+/// budgets in Redis), and limits with the same settings share one.
+fn default_budget(options: &Options) -> Name {
+    let mut name = String::from("(");
+    let mut sep = "";
+    if let Some(tier) = &options.tier {
+        let _ = write!(name, "tier {tier}");
+        sep = ", ";
+    }
+    if options.overrides != Overrides::new() {
+        let _ = write!(name, "{sep}{}", options.overrides);
+        sep = ", ";
+    }
+    if options.cost != 1 {
+        let _ = write!(name, "{sep}cost {}", options.cost);
+        sep = ", ";
+    }
+    if sep.is_empty() {
+        name.push_str("default");
+    }
+    name.push(')');
+    Name::from(name)
+}
