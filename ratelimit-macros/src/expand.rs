@@ -26,7 +26,7 @@
 //!         if let Err(__ratelimit_error) = acquire(
 //!             &__RATELIMIT_DECLARATION, __ratelimit_key.as_deref(), __ratelimit_tier, __ratelimit_cost,
 //!         ).await {
-//!             return <Result<Receipt, AppError> as Refusal>::refusal(__ratelimit_error);
+//!             return <Result<Receipt, AppError> as Refusal>::refused(__ratelimit_error);
 //!         }
 //!     }
 //!     { BODY }
@@ -280,11 +280,13 @@ fn body(all: &[Args], place: &Place, sig: &Signature, block: &Block) -> syn::Res
         }
     };
     let error_var = syn::Ident::new("__ratelimit_error", Span::mixed_site());
+    // Through a trait, so that `Result` under any name (an alias, a re-export) carries the
+    // refusal, and anything else is a type error spanned on the return type.
     let refusal = match &sig.output {
         ReturnType::Type(_, ty) if !contains_impl(ty.to_token_stream()) => {
             let span = ty.span();
             let refusal = quote_spanned!(span=> #k::__private::Refusal);
-            quote_spanned!(span=> <#ty as #refusal>::refusal(#error_var))
+            quote_spanned!(span=> <#ty as #refusal>::refused(#error_var))
         }
         ReturnType::Type(_, ty) => {
             quote_spanned!(ty.span()=> #k::__private::refuse(#error_var))
