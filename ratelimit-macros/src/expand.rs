@@ -52,7 +52,6 @@ use syn::{Attribute, Block, ImplItem, ItemFn, ItemImpl, ReturnType, Signature};
 use ratelimit_syntax::Strategy;
 
 use crate::attr::{self, Args, Cost, Errors, Kind, Tier};
-use crate::future;
 use crate::manifest;
 use crate::path::Place;
 use crate::signature;
@@ -367,8 +366,9 @@ pub(crate) fn with_errors(item: TokenStream, errors: Errors) -> TokenStream {
     quote!(#item #errors)
 }
 
-/// `#[rate_limit]` / `#[throttle]` on an `impl` block: every async method gets `args`, a
-/// method's own attribute overrides it, `#[skip_throttle]` exempts a method.
+/// `#[rate_limit]` / `#[throttle]` on an `impl` block: every method gets `args` but a sync
+/// one returning nothing or `Self`; a method's own attribute overrides it, `#[skip_throttle]`
+/// exempts a method.
 pub(crate) fn impl_block(args: syn::Result<Args>, mut item: ItemImpl, what: &str) -> TokenStream {
     let mut errors = Errors::default();
     let args = args.map_err(|e| errors.push(e)).ok();
@@ -434,14 +434,11 @@ pub(crate) fn impl_block(args: syn::Result<Args>, mut item: ItemImpl, what: &str
                 parsed
             }
             ([], None) => {
-                // A sync method is limited when it returns a `Result` (decided at once);
-                // others (constructors, getters) are left alone, but one that hands back a
-                // future is async in all but name: skipping it would leave it unlimited, so
-                // `check_signature` refuses it.
-                if method.sig.asyncness.is_none()
-                    && !signature::returns_result(&method.sig.output)
-                    && !future::returns_future(&method.sig.output)
-                {
+                // Limited unless its signature shows it cannot carry a refusal (no return
+                // type, `-> Self`): a return type the macro cannot read (an alias of `Result`,
+                // a getter's `&str`) is limited, and one that cannot carry the refusal fails
+                // to compile, saying to return a `Result` or add `#[skip_throttle]`.
+                if signature::exempt_in_block(&method.sig) {
                     continue;
                 }
                 if let Err(e) = signature::check(&method.sig, what, true) {
