@@ -328,6 +328,7 @@ impl Api {
         Ok(())
     }
 
+    #[skip_throttle]
     fn sync_helper(&self) -> u32 {
         self.calls.load(Ordering::SeqCst)
     }

@@ -53,7 +53,8 @@ impl Disk {
         Disk { bytes: 0 }
     }
 
-    /// A getter: no `Result`, left alone.
+    /// A getter: exempt, as it says.
+    #[skip_throttle]
     fn bytes(&self) -> u64 {
         self.bytes
     }
@@ -77,6 +78,39 @@ impl Disk {
     #[skip_throttle]
     fn check(&self) -> Result<(), Error> {
         Ok(())
+    }
+}
+
+/// `Result` under other names: the macro cannot see through them, and limits them all.
+mod api {
+    pub type ApiResult<T> = Result<T, ratelimit::Error>;
+    pub use std::result::Result as Res;
+    pub type Fallible<T, E = ratelimit::Error> = Result<T, E>;
+}
+
+static ALIASED_RUNS: AtomicU32 = AtomicU32::new(0);
+
+struct Aliased;
+
+#[rate_limit(limit = 2, window = "1m")]
+impl Aliased {
+    fn aliased(&self) -> api::ApiResult<u32> {
+        ALIASED_RUNS.fetch_add(1, Ordering::SeqCst);
+        Ok(1)
+    }
+
+    fn reexported(&self) -> api::Res<u32, Error> {
+        Ok(2)
+    }
+
+    fn defaulted(&self) -> api::Fallible<u32> {
+        Ok(3)
+    }
+
+    /// A getter is exempt only as it says.
+    #[skip_throttle]
+    fn name(&self) -> &'static str {
+        "aliased"
     }
 }
 
@@ -214,4 +248,60 @@ fn an_impl_blocks_sync_methods_returning_result_are_limited() {
     );
     module.clock().advance(Duration::from_secs(60));
     assert_eq!(hammer(&module, 8, 10, || Disk::new().write(1)), (2, 78));
+}
+
+#[test]
+fn a_sync_method_returning_an_alias_of_result_is_limited_not_skipped() {
+    let runs = ALIASED_RUNS.load(Ordering::SeqCst);
+    assert!(matches!(
+        Aliased.aliased(),
+        Err(Error::NotInitialized {
+            function: "sync_fns::Aliased::aliased"
+        })
+    ));
+    assert_eq!(
+        ALIASED_RUNS.load(Ordering::SeqCst),
+        runs,
+        "refused before init"
+    );
+    let declared = ratelimit::declarations()
+        .into_iter()
+        .find(|d| d.function() == "sync_fns::Aliased::aliased")
+        .expect("declared");
+    assert!(declared.is_sync());
+    let module = module();
+    assert_eq!(hammer(&module, 4, 5, || Aliased.aliased()), (2, 18));
+    assert_eq!(ALIASED_RUNS.load(Ordering::SeqCst) - runs, 2);
+}
+
+#[test]
+fn a_sync_method_returning_a_generic_result_re_export_is_limited_not_skipped() {
+    assert!(matches!(
+        Aliased.reexported(),
+        Err(Error::NotInitialized { .. })
+    ));
+    assert!(matches!(
+        Aliased.defaulted(),
+        Err(Error::NotInitialized { .. })
+    ));
+    let functions: Vec<&str> = ratelimit::declarations()
+        .into_iter()
+        .map(|d| d.function())
+        .collect();
+    for method in ["reexported", "defaulted"] {
+        assert!(functions.contains(&&*format!("sync_fns::Aliased::{method}")));
+    }
+    let module = module();
+    assert_eq!(hammer(&module, 4, 5, || Aliased.reexported()), (2, 18));
+    assert_eq!(hammer(&module, 4, 5, || Aliased.defaulted()), (2, 18));
+}
+
+#[test]
+fn a_getter_marked_skip_throttle_is_never_limited() {
+    for _ in 0..10 {
+        assert_eq!(Aliased.name(), "aliased"); // no module either
+    }
+    assert!(!ratelimit::declarations()
+        .into_iter()
+        .any(|d| d.function() == "sync_fns::Aliased::name"));
 }

@@ -53,6 +53,6 @@ pub use window::Window;
 pub mod __private {
     pub use crate::registry::{
         acquire, acquire_all, acquire_all_now, acquire_here, acquire_now, key, refuse, KeyArg,
-        KeyDirect, KeyDisplayed, KeyPart, KeyText, Refusal, Registered,
+        KeyDirect, KeyDisplayed, KeyPart, KeyText, Refusal, RefusalError, Registered,
     };
 }

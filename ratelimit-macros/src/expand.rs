@@ -26,7 +26,7 @@
 //!         if let Err(__ratelimit_error) = acquire(
 //!             &__RATELIMIT_DECLARATION, __ratelimit_key.as_deref(), __ratelimit_tier, __ratelimit_cost,
 //!         ).await {
-//!             return <Result<Receipt, AppError> as Refusal>::refusal(__ratelimit_error);
+//!             return <Result<Receipt, AppError> as Refusal>::refused(__ratelimit_error);
 //!         }
 //!     }
 //!     { BODY }
@@ -52,7 +52,6 @@ use syn::{Attribute, Block, ImplItem, ItemFn, ItemImpl, ReturnType, Signature};
 use ratelimit_syntax::Strategy;
 
 use crate::attr::{self, Args, Cost, Errors, Kind, Tier};
-use crate::future;
 use crate::manifest;
 use crate::path::Place;
 use crate::signature;
@@ -280,11 +279,13 @@ fn body(all: &[Args], place: &Place, sig: &Signature, block: &Block) -> syn::Res
         }
     };
     let error_var = syn::Ident::new("__ratelimit_error", Span::mixed_site());
+    // Through a trait, so that `Result` under any name (an alias, a re-export) carries the
+    // refusal, and anything else is a type error spanned on the return type.
     let refusal = match &sig.output {
         ReturnType::Type(_, ty) if !contains_impl(ty.to_token_stream()) => {
             let span = ty.span();
             let refusal = quote_spanned!(span=> #k::__private::Refusal);
-            quote_spanned!(span=> <#ty as #refusal>::refusal(#error_var))
+            quote_spanned!(span=> <#ty as #refusal>::refused(#error_var))
         }
         ReturnType::Type(_, ty) => {
             quote_spanned!(ty.span()=> #k::__private::refuse(#error_var))
@@ -365,8 +366,9 @@ pub(crate) fn with_errors(item: TokenStream, errors: Errors) -> TokenStream {
     quote!(#item #errors)
 }
 
-/// `#[rate_limit]` / `#[throttle]` on an `impl` block: every async method gets `args`, a
-/// method's own attribute overrides it, `#[skip_throttle]` exempts a method.
+/// `#[rate_limit]` / `#[throttle]` on an `impl` block: every method gets `args` but a sync
+/// one returning nothing or `Self`; a method's own attribute overrides it, `#[skip_throttle]`
+/// exempts a method.
 pub(crate) fn impl_block(args: syn::Result<Args>, mut item: ItemImpl, what: &str) -> TokenStream {
     let mut errors = Errors::default();
     let args = args.map_err(|e| errors.push(e)).ok();
@@ -432,14 +434,11 @@ pub(crate) fn impl_block(args: syn::Result<Args>, mut item: ItemImpl, what: &str
                 parsed
             }
             ([], None) => {
-                // A sync method is limited when it returns a `Result` (decided at once);
-                // others (constructors, getters) are left alone, but one that hands back a
-                // future is async in all but name: skipping it would leave it unlimited, so
-                // `check_signature` refuses it.
-                if method.sig.asyncness.is_none()
-                    && !signature::returns_result(&method.sig.output)
-                    && !future::returns_future(&method.sig.output)
-                {
+                // Limited unless its signature shows it cannot carry a refusal (no return
+                // type, `-> Self`): a return type the macro cannot read (an alias of `Result`,
+                // a getter's `&str`) is limited, and one that cannot carry the refusal fails
+                // to compile, saying to return a `Result` or add `#[skip_throttle]`.
+                if signature::exempt_in_block(&method.sig) {
                     continue;
                 }
                 if let Err(e) = signature::check(&method.sig, what, true) {

@@ -171,15 +171,62 @@ mod signature;
 ///
 /// # On an `impl` block
 ///
-/// Every `async fn` of the block gets the limit, and so does every sync method whose return
-/// type is written as a `Result` (`Result<..>`, `io::Result<..>`, ...); a method's own
-/// `#[rate_limit]` or `#[throttle]` replaces it, and [`#[skip_throttle]`](macro@skip_throttle)
-/// exempts a method. Other sync methods (constructors, getters: they could not carry a
-/// refusal) are left alone, and so is a sync method returning a `Result` through an alias of
-/// another name: annotate it itself. A method that is not `async` but returns a future (its return type names `Future`, `BoxFuture` or `LocalBoxFuture`:
-/// `impl Future<Output = ..>`, `Pin<Box<dyn Future<..>>>`, ...) is a compile error rather
-/// than silently unlimited: make it an `async fn`, or exempt it with `#[skip_throttle]`. This
-/// also works for impls of traits with native `async fn`.
+/// Every method of the block gets the limit, but for those whose signature shows they cannot
+/// carry a refusal — a sync method that returns nothing or `Self` (`fn clear(&mut self)`,
+/// `fn new() -> Self`) — and those marked [`#[skip_throttle]`](macro@skip_throttle); a
+/// method's own `#[rate_limit]` or `#[throttle]` replaces the block's. The macro does not go by
+/// the name of the return type, which an alias hides: a `Result` under any name
+/// (`type ApiResult<T> = Result<T, Error>`, `pub use std::result::Result as Res`) is limited,
+/// and any other return type — a getter's `&str`, `u32`, `Option<Self>`, or `io::Result<T>`
+/// (`io::Error` has no `From<ratelimit::Error>`) — is a compile error on it: return a `Result`
+/// whose error is `From<ratelimit::Error>`, or mark the method `#[skip_throttle]`. So a
+/// method is limited, or its signature says why not.
+///
+/// ```
+/// use ratelimit::{throttle, Error, Module};
+///
+/// type ApiResult<T> = Result<T, Error>;
+///
+/// struct Disk {
+///     bytes: u64,
+/// }
+///
+/// #[throttle(2, "minute")]
+/// impl Disk {
+///     fn new() -> Self {
+///         Disk { bytes: 0 } // returns `Self`: not limited
+///     }
+///
+///     fn clear(&mut self) {
+///         self.bytes = 0; // returns nothing: not limited
+///     }
+///
+///     fn write(&mut self, n: u64) -> ApiResult<u64> {
+///         self.bytes += n; // limited: a `Result` by another name
+///         Ok(self.bytes)
+///     }
+///
+///     #[skip_throttle] // without it, a compile error: `u64` cannot carry a refusal
+///     fn bytes(&self) -> u64 {
+///         self.bytes
+///     }
+/// }
+///
+/// let mut disk = Disk::new();
+/// assert!(matches!(disk.write(1), Err(Error::NotInitialized { .. })));
+/// let _module = Module::builder().init()?;
+/// disk.write(1)?;
+/// disk.write(1)?;
+/// assert!(matches!(disk.write(1), Err(Error::Exceeded(_))));
+/// disk.clear();
+/// assert_eq!(disk.bytes(), 0);
+/// # Ok::<(), Error>(())
+/// ```
+///
+/// A method that is not `async` but returns a future (its return type names `Future`,
+/// `BoxFuture` or `LocalBoxFuture`: `impl Future<Output = ..>`, `Pin<Box<dyn Future<..>>>`,
+/// ...) is a compile error rather than silently unlimited: make it an `async fn`, or exempt it
+/// with `#[skip_throttle]`. This also works for impls of traits with native `async fn`.
 ///
 /// With `#[async_trait]`, put the limit on the impl block **above** `#[async_trait]`, so it
 /// sees the `async fn`s before they are rewritten:
@@ -250,8 +297,9 @@ mod signature;
 /// negative or non-integer limit, an unknown strategy, or a return type that cannot carry the
 /// refusal
 /// (anything but `Result<_, E>` with `E: From<ratelimit::Error>`) is a compile error on the
-/// offending token. So is, in an annotated `impl` block, a method that returns a future
-/// without being `async` (see [On an `impl` block](#on-an-impl-block)), and a renamed crate
+/// offending token. So is, in an annotated `impl` block, a method not marked
+/// `#[skip_throttle]` that returns a future without being `async` or returns something that
+/// cannot carry the refusal (see [On an `impl` block](#on-an-impl-block)), and a renamed crate
 /// without `crate = "..."`. On an error the item is still emitted, without the limit, so that
 /// the rest of the crate (and an IDE) keeps working.
 ///

@@ -343,29 +343,68 @@ fn call<'a>(declaration: &'static Declaration, tier: Option<&'a str>, cost: u64)
     }
 }
 
-/// What an annotated fn's return type must be able to do: carry a refusal. Implemented for
-/// `Result<T, E>` where `E: From<Error>`.
+/// What an annotated fn's return type must be: a `Result`, whatever it is called (an alias
+/// or a re-export is one too, so the macro need not see the name). Its error type must then be
+/// a [`RefusalError`]: two traits, so that each failure says which part is missing.
 #[doc(hidden)]
 #[diagnostic::on_unimplemented(
     message = "a rate-limited fn must return `Result<_, E>` where `E: From<ratelimit::Error>`, not `{Self}`",
     label = "this return type cannot carry a rate-limit refusal",
-    note = "return `Result<T, ratelimit::Error>`, or `Result<T, E>` with `impl From<ratelimit::Error> for E`"
+    note = "return `Result<T, ratelimit::Error>`, or `Result<T, E>` with `impl From<ratelimit::Error> for E`",
+    note = "in an `impl` block with a limit, mark a method `#[skip_throttle]` to exempt it"
 )]
 pub trait Refusal {
-    /// The refusal as this type.
-    fn refusal(error: Error) -> Self;
-}
+    /// The error type of the `Result`.
+    type Error;
+    /// `Err(error)`.
+    fn refusal(error: Self::Error) -> Self;
 
-impl<T, E: From<Error>> Refusal for Result<T, E> {
-    fn refusal(error: Error) -> Self {
-        Err(E::from(error))
+    /// The refusal as this type.
+    fn refused(error: Error) -> Self
+    where
+        Self: Sized,
+        Self::Error: RefusalError,
+    {
+        Self::refusal(Self::Error::from_refusal(error))
     }
 }
 
-/// Converts a refusal into the annotated fn's return type.
+impl<T, E> Refusal for Result<T, E> {
+    type Error = E;
+    fn refusal(error: E) -> Self {
+        Err(error)
+    }
+}
+
+/// An error type a refusal can travel as. The bound is asked of the error type itself, so the
+/// compiler reports this message rather than a bare `From` (`io::Error`, `fmt::Error`, ...).
 #[doc(hidden)]
-pub fn refuse<R: Refusal>(error: Error) -> R {
-    R::refusal(error)
+#[diagnostic::on_unimplemented(
+    message = "a rate-limited fn's error type must have `From<ratelimit::Error>`; `{Self}` has not",
+    label = "this return type's error cannot carry a rate-limit refusal",
+    note = "return `Result<T, ratelimit::Error>`, or `Result<T, E>` with an error type of your own that has `impl From<ratelimit::Error> for E`",
+    note = "in an `impl` block with a limit, mark a method `#[skip_throttle]` to exempt it"
+)]
+pub trait RefusalError {
+    /// The refusal as this error type.
+    fn from_refusal(error: Error) -> Self;
+}
+
+impl<E: From<Error>> RefusalError for E {
+    fn from_refusal(error: Error) -> Self {
+        E::from(error)
+    }
+}
+
+/// Converts a refusal into the annotated fn's return type (one whose type the expansion cannot
+/// write: `impl Trait`).
+#[doc(hidden)]
+pub fn refuse<R>(error: Error) -> R
+where
+    R: Refusal,
+    R::Error: RefusalError,
+{
+    R::refused(error)
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 // Sync fns are limited where they return a `Result`: a free fn, a method, an impl block's
-// methods (its constructors and getters are left alone), under strict lints; with a library's
-// own limiter too.
+// methods (whatever their `Result` is called; those returning nothing or `Self` are left
+// alone, a getter says `#[skip_throttle]`), under strict lints; with a library's own limiter
+// too.
 #![deny(warnings, unused_qualifications)]
 
 use ratelimit::{rate_limit, throttle, Error, Limiter};
@@ -19,6 +20,8 @@ pub fn owned(id: u32) -> Result<u32, Error> {
 
 mod fs {
     pub type Result<T> = core::result::Result<T, ratelimit::Error>;
+    pub type FsResult<T, E = ratelimit::Error> = core::result::Result<T, E>;
+    pub use core::result::Result as Res;
 }
 
 struct Files;
@@ -31,6 +34,21 @@ impl Files {
 
     fn read(&self, path: &str) -> Result<usize, Error> {
         Ok(path.len())
+    }
+
+    fn stat(&self) -> fs::FsResult<u64> {
+        Ok(0)
+    }
+
+    fn open(&self) -> fs::Res<(), Error> {
+        Ok(())
+    }
+
+    fn close(&mut self) {}
+
+    #[skip_throttle]
+    fn root(&self) -> &'static str {
+        "/"
     }
 
     #[rate_limit(limit = 1, window = "1s")]
@@ -46,4 +64,6 @@ impl Files {
 fn main() {
     let mut files = Files::new();
     let _ = (blocking(), owned(1), files.read("a"), files.remove(), files.sync_all());
+    let _ = (files.stat(), files.open(), files.root());
+    files.close();
 }
