@@ -18,7 +18,10 @@ local stamp = ARGV[3] + 0
 
 if ARGV[1] == '1' then
   local raw = redis.pcall('GET', key)
-  if type(raw) ~= 'string' or not string.match(raw, '^%d+$') then return 0 end
+  -- Not a count as fixed_window.lua writes it (prelude.lua's `decimal`, up to MAX_CAPACITY)
+  if type(raw) ~= 'string' or not string.find(raw, '^[1-9]%d*$') or raw + 0 > 4294967295 then
+    return 0
+  end
   -- Redis 6.2 has no PEXPIRETIME (an error reply): the window cannot be told, keep the units
   local expiry = redis.pcall('PEXPIRETIME', key)
   if type(expiry) ~= 'number' or expiry ~= stamp / 1000 - 1 then return 0 end
