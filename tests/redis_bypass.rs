@@ -313,28 +313,221 @@ async fn garbage_on_a_limiter_key_is_refused_not_read_as_a_fresh_key() {
             .filter(|&s| s != own)
             .chain(others)
         {
-            plant(&mut c, &key, planted);
-            let before = snapshot(&mut c, &key);
-            for result in [
-                service.consume("k", &opts).await,
-                service.status("k", &opts).await,
-                service.consume("k", &opts.clone().cost(5)).await,
-            ] {
-                match result {
-                    Err(e @ Error::UnexpectedState { .. }) => {
-                        let expected = format!(
-                            "state of an unexpected shape under a limiter key: refused \
-                             (the limiter key holds a {} that is not a",
-                            before.0
-                        );
-                        assert!(e.to_string().starts_with(&expected), "{e}");
-                    }
-                    other => panic!("{strategy}, {planted:?}: refused, not {other:?}"),
-                }
-            }
-            assert_eq!(snapshot(&mut c, &key), before, "{strategy}, {planted:?}");
+            refused_untouched_once(&service, &mut c, &key, &opts, planted).await;
         }
     }
+}
+
+/// Plants each of `plants` on `key` in turn (see [`plant`]): a call, a look and a call of
+/// cost 5 under `opts` (limit 5) are each `UnexpectedState`, and the key is left as it was.
+async fn refused_untouched(
+    service: &RateLimitService,
+    c: &mut redis::Connection,
+    key: &str,
+    opts: &Options,
+    plants: impl IntoIterator<Item = impl AsRef<str>>,
+) {
+    for planted in plants {
+        refused_untouched_once(service, c, key, opts, planted.as_ref()).await;
+    }
+}
+
+async fn refused_untouched_once(
+    service: &RateLimitService,
+    c: &mut redis::Connection,
+    key: &str,
+    opts: &Options,
+    planted: &str,
+) {
+    plant(c, key, planted);
+    let before = snapshot(c, key);
+    for result in [
+        service.consume("k", opts).await,
+        service.status("k", opts).await,
+        service.consume("k", &opts.clone().cost(5)).await,
+    ] {
+        match result {
+            Err(e @ Error::UnexpectedState { .. }) => {
+                let expected = format!(
+                    "state of an unexpected shape under a limiter key: refused \
+                     (the limiter key holds a {} that is not a",
+                    before.0
+                );
+                assert!(e.to_string().starts_with(&expected), "{e}");
+            }
+            other => panic!("{planted:?}: refused, not {other:?}"),
+        }
+    }
+    assert_eq!(snapshot(c, key), before, "{planted:?}");
+}
+
+/// A server, a raw connection, a service under a fresh prefix, `k`'s options (limit 5) under
+/// `strategy` and `window`, and `k`'s key after one admitted call.
+async fn planted_key(
+    strategy: Strategy,
+    window: Duration,
+) -> (
+    RedisServer,
+    redis::Connection,
+    RateLimitService,
+    Options,
+    String,
+) {
+    let server = RedisServer::start();
+    let mut c = server.connection();
+    let p = fresh("shape");
+    let service = service(&server.url(), &p);
+    let opts = Options::new().limit(5).window(window).strategy(strategy);
+    assert!(service.consume("k", &opts).await.unwrap().allowed);
+    let key = limiter_key(&mut c, &p);
+    (server, c, service, opts, key)
+}
+
+/// A window of whole microseconds but not of whole milliseconds: the fixed window's string
+/// state, `F<start>:<window>:<count>`.
+const ODD: Duration = LONG.saturating_add(Duration::from_micros(1));
+
+/// The key names the window, so a start off its boundaries was never written there; the
+/// script read it as an old window's, a fresh budget.
+#[tokio::test]
+async fn a_fixed_window_string_starting_off_its_boundaries_is_refused_not_a_fresh_window() {
+    let (_server, mut c, service, opts, key) = planted_key(Strategy::FixedWindow, ODD).await;
+    let w = ODD.as_micros() as u64;
+    let start = redis_now(&mut c) / w * w;
+    let plants = [1, w / 2, w - 1].map(|off| format!("SET F{}:{w}:5", start + off));
+    refused_untouched(&service, &mut c, &key, &opts, plants).await;
+}
+
+/// Fields a fixed window's string never holds: another window than the key's, a count above
+/// the largest capacity or of 0, a start past the last time decided or beyond what a Lua
+/// number holds exactly, a number with a leading zero. Each was read (some as a fresh budget).
+#[tokio::test]
+async fn a_fixed_window_string_of_another_window_or_out_of_range_is_refused() {
+    let (_server, mut c, service, opts, key) = planted_key(Strategy::FixedWindow, ODD).await;
+    let w = ODD.as_micros() as u64;
+    let start = redis_now(&mut c) / w * w;
+    let plants = [
+        format!("SET F{start}:{}:5", w + 1),
+        format!("SET F{start}:{}:5", 2 * w),
+        format!("SET F{start}:0{w}:5"),
+        format!("SET F{start}:{w}:4294967296"),
+        format!("SET F{start}:{w}:0"),
+        format!("SET F{start}:{w}:05"),
+        format!("SET F0{start}:{w}:5"),
+        format!("SET F{}:{w}:1", 8_070_450_532_247_929 / w * w + w),
+        format!("SET F{}:{w}:1", u64::MAX / w * w),
+        format!("SET F{start}0000000000000000000:{w}:1"),
+    ];
+    refused_untouched(&service, &mut c, &key, &opts, plants).await;
+}
+
+/// The integer count of a window of whole milliseconds: above the largest capacity (no quota
+/// counts there) it was refused or Redis' own overflow error, with a leading zero read by a
+/// look as if it had none.
+#[tokio::test]
+async fn a_fixed_window_count_above_the_largest_capacity_is_refused_not_counted() {
+    let (_server, mut c, service, opts, key) = planted_key(Strategy::FixedWindow, LONG).await;
+    let plants = ["SET 4294967296", "SET 9223372036854775807", "SET 07"];
+    refused_untouched(&service, &mut c, &key, &opts, plants).await;
+}
+
+/// A window number with a leading zero names the window decided in only when read as a
+/// number: the script counted on it, then wrote the count of the window's own field, which
+/// the next call read alone (9 admitted under a limit of 5).
+#[tokio::test]
+async fn a_sliding_counter_field_with_a_leading_zero_is_refused_not_a_smaller_count() {
+    let strategy = Strategy::SlidingWindowCounter;
+    let (_server, mut c, service, opts, key) = planted_key(strategy, LONG).await;
+    let n = redis_now(&mut c) / LONG.as_micros() as u64;
+    let plants = [format!("HSET 0{n} 4"), format!("HSET {} 0 0{n} 4", n - 1)];
+    refused_untouched(&service, &mut c, &key, &opts, plants).await;
+}
+
+/// Counter hashes no store writes: a count above the largest capacity, or whose product with
+/// the window is past what a Lua number holds exactly (2^51, as `supports` requires of any
+/// quota of this window), a count with a leading zero, a window past the last time decided
+/// (it was decided in, as a window not begun yet), and a field beside the recorded window's
+/// and the one before.
+#[tokio::test]
+async fn a_sliding_counter_count_or_window_out_of_range_is_refused() {
+    let strategy = Strategy::SlidingWindowCounter;
+    let (_server, mut c, service, opts, key) = planted_key(strategy, LONG).await;
+    let w = LONG.as_micros() as u64;
+    let n = redis_now(&mut c) / w;
+    let most = (1u64 << 51) / w;
+    let plants = [
+        format!("HSET {n} 4294967296"),
+        format!("HSET {n} {}", most + 1),
+        format!("HSET {} {} {n} 1", n - 1, most + 1),
+        format!("HSET {n} 01"),
+        format!("HSET {} 02 {n} 1", n - 1),
+        format!("HSET {} 1", 8_070_450_532_247_929 / w + 1),
+        format!("HSET {} 1 {n} 1", n - 3),
+    ];
+    refused_untouched(&service, &mut c, &key, &opts, plants).await;
+}
+
+/// A token bucket's time beyond what a Lua number holds exactly (2^53 microseconds), or with
+/// a leading zero, was read (a refusal rounded, or as if the zero were not there).
+#[tokio::test]
+async fn a_token_bucket_time_past_what_a_lua_number_holds_is_refused_not_read() {
+    let strategy = Strategy::TokenBucket;
+    let (_server, mut c, service, opts, key) = planted_key(strategy, LONG).await;
+    let now = redis_now(&mut c);
+    let plants = [
+        "SET T9007199254740992".to_owned(),
+        "SET T9007199254740993".to_owned(),
+        "SET T99999999999999999999999".to_owned(),
+        format!("SET T0{now}"),
+    ];
+    refused_untouched(&service, &mut c, &key, &opts, plants).await;
+}
+
+/// A log of five calls of 1 whose newest entry claims fewer units in the window than its
+/// entries hold: the script reads that entry alone, and admitted 4 more under a limit of 5.
+#[tokio::test]
+async fn a_sliding_log_head_claiming_fewer_units_than_its_entries_is_refused_not_a_smaller_count() {
+    let strategy = Strategy::SlidingWindow;
+    let (_server, mut c, service, opts, key) = planted_key(strategy, LONG).await;
+    let t = redis_now(&mut c) - 100;
+    // Entries oldest first: times t+1 .. t+5, totals 1 .. 5, the oldest live t+1.
+    let entry = |k: u64, total: u64, used: u64| format!("{}:{total}:{}:{used}", t + k, k - 1);
+    let older: Vec<String> = (1..5).map(|k| entry(k, k, k)).collect();
+    let older = older.join(" ");
+    let heads = [
+        // The oldest live named right, the units not.
+        entry(5, 5, 1),
+        // The newest alone live, though four older ones are in the list.
+        format!("{}:5:0:1", t + 5),
+        // The oldest named is not in the list.
+        format!("{}:5:5:4", t + 5),
+    ];
+    let plants = heads.map(|head| format!("LPUSH {older} {head}"));
+    refused_untouched(&service, &mut c, &key, &opts, plants).await;
+    // Totals that do not grow from the tail to the head.
+    let flat: Vec<String> = (1..=5).map(|k| entry(k, 1, 1)).collect();
+    let planted = format!("LPUSH {}", flat.join(" "));
+    refused_untouched(&service, &mut c, &key, &opts, [planted]).await;
+}
+
+/// Log entries no store writes: a time past the last one decided, more units in the window
+/// than the largest capacity, a running total beyond what a Lua number holds exactly, an
+/// oldest live entry a window or more before the entry, a number with a leading zero.
+#[tokio::test]
+async fn a_sliding_log_entry_out_of_range_is_refused() {
+    let strategy = Strategy::SlidingWindow;
+    let (_server, mut c, service, opts, key) = planted_key(strategy, LONG).await;
+    let t = redis_now(&mut c);
+    let w = LONG.as_micros() as u64;
+    let plants = [
+        "LPUSH 8070450532247929:1:0:1".to_owned(),
+        format!("LPUSH {t}:4294967296:0:4294967296"),
+        format!("LPUSH {t}:9007199254740993:0:1"),
+        format!("LPUSH {}:1:0:1 {t}:2:{w}:1", t - w),
+        format!("LPUSH {t}:01:0:1"),
+        format!("LPUSH 0{t}:1:0:1"),
+    ];
+    refused_untouched(&service, &mut c, &key, &opts, plants).await;
 }
 
 /// `calls` consumes of `k` at `cost`: how many were admitted, refused, and answered with

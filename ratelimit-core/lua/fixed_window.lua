@@ -9,11 +9,16 @@
 --            its millisecond clock is past the expiry, so the key lives exactly until the
 --            window ends and its TTL tells which window the count belongs to: the count is
 --            always the current window's, with no time read on the hot path. The expiry is
---            set on the window's first hit only. A value that is not a non-negative integer,
---            or an integer key without an expiry (not written here), is the wrong shape;
+--            set on the window's first hit only. A value that is not a count (a decimal
+--            integer from 0 to MAX_CAPACITY, see prelude.lua), or an integer key without an
+--            expiry (not written here), is the wrong shape;
 --          - any other window: the string "F<window start>:<window>:<count>", expiring at the
 --            end of the window rounded up to the millisecond (it may outlive its window by
 --            less than a millisecond, so the start it holds tells whether it still counts).
+--            A start off the window's boundaries or past MAX_NOW, a window other than the
+--            key's, a count above MAX_CAPACITY, or of 0 with a start, is the wrong shape: no
+--            store writes it (the key names the window), and read it would be an old
+--            window's, a fresh budget.
 --          Anything else there (another type or shape, e.g. the string format of an earlier
 --          version under a whole-millisecond window) gets an error reply, see prelude.lua.
 -- ARGV[1]: window, in microseconds
@@ -67,7 +72,8 @@ if window % 1000 == 0 then
   local raw = redis.pcall('GET', key)
   if type(raw) == 'table' then return unexpected(SHAPE) end -- WRONGTYPE
   if raw then
-    if not string.match(raw, '^%d+$') then return unexpected(SHAPE) end
+    count = decimal(raw, MAX_CAPACITY)
+    if not count then return unexpected(SHAPE) end
     -- The absolute expiry: a TTL is measured at the instant PTTL runs, which may be a
     -- millisecond past the TIME read above.
     local expiry = redis.pcall('PEXPIRETIME', key)
@@ -76,7 +82,6 @@ if window % 1000 == 0 then
       expiry = ttl < 0 and ttl or idiv(time(), 1000) + ttl
     end
     if expiry < 0 then return unexpected(SHAPE) end
-    count = raw + 0
     stop = (expiry + 1) * 1000
   end
   if raw and stop <= now then
@@ -109,13 +114,15 @@ local raw = redis.pcall('GET', key)
 if type(raw) == 'table' then return unexpected(SHAPE) end -- WRONGTYPE
 if raw then
   local head, s, w, c = string.match(raw, '^(F(%d+):(%d+):)(%d+)$')
-  if not s then return unexpected(SHAPE) end
-  s = s + 0
+  if s then s, w, c = decimal(s, MAX_NOW), decimal(w, MAX_EXACT), decimal(c, MAX_CAPACITY) end
+  if not (s and c and w == window) or s % window ~= 0 or c == 0 and s ~= 0 then
+    return unexpected(SHAPE)
+  end
   if s > at then at = s end
   start = idiv(at, window) * window
   if s == start then
-    count = c + 0
-    if w + 0 == window then same = head end
+    count = c
+    same = head
   end
 else
   start = idiv(at, window) * window

@@ -33,10 +33,11 @@
 -- - The window's first hit (the count equals the cost: the key was missing, or held 0 after a
 --   lease gave everything back) reads TIME and sets the aligned expiry, PEXPIREAT.
 -- - A refusal reads PTTL, for the wait, and takes the cost back out.
--- - A count below the cost (a negative value before the call), a refusal on a key without an
---   expiry (PTTL -1), or a key INCR cannot count (another type, a string that is not an
---   integer) is the wrong shape: the cost is taken back (nothing is written) and the call is
---   answered with fixed_window.lua's error.
+-- - A count below the cost (a negative value before the call), a refusal on a count that was
+--   above MAX_CAPACITY (prelude.lua: no quota counts there) or on a key without an expiry
+--   (PTTL -1), or a key INCR cannot count (another type, a string that is not an integer or
+--   that would overflow) is the wrong shape: the cost is taken back (nothing is written) and
+--   the call is answered with fixed_window.lua's error.
 -- Why state not written here cannot make it admit more than the limit: the only state it
 -- admits on is a non-negative integer; an admitted call only adds to it, so the count never
 -- goes down but by this script's own take-backs and the lease return (units it recorded).
@@ -55,9 +56,10 @@ if type(count) == 'number' then
   if count > cost then
     if count <= capacity then return count end
     -- Refused. The TTL says when the counted window ends, and that the key has an expiry at
-    -- all: a count without one was not written here.
+    -- all: a count without one was not written here, nor one above prelude.lua's
+    -- MAX_CAPACITY (4294967295, not in scope here: this file runs before the prelude).
     local ttl = redis.call('PTTL', KEYS[1])
-    if ttl >= 0 then left = ttl + 1 end
+    if ttl >= 0 and count - cost <= 4294967295 then left = ttl + 1 end
   elseif count == cost then
     -- The window's first hit: give the key its window, from Redis' TIME, in milliseconds
     -- (exact: below 2^52, a double's floor of a quotient of integers is the integer
@@ -82,10 +84,11 @@ if type(count) == 'number' then
     return {count, left}
   end
 else
-  -- Not an integer, or another type: the wrong shape. Any other error (OOM on a full
-  -- noeviction server, an overflow) is Redis' own, passed on.
+  -- Not an integer, one past 2^63 with the cost, or another type: the wrong shape. Any other
+  -- error (OOM on a full noeviction server) is Redis' own, passed on.
   local e = count.err
-  if not (string.find(e, '^WRONGTYPE') or string.find(e, 'not an integer')) then
+  if not (string.find(e, '^WRONGTYPE') or string.find(e, 'not an integer')
+      or string.find(e, 'would overflow')) then
     return count
   end
 end

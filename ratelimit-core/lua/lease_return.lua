@@ -26,8 +26,10 @@ local retire = math.min(ARGV[5] + 0, ledger)
 local raw = redis.pcall('GET', key)
 
 if ARGV[1] == '1' then
-  -- The count holds every unit leased out in its window: less, and it is not the lease's.
-  if type(raw) ~= 'string' or not string.match(raw, '^%d+$') or raw + 0 < ledger then
+  -- Not a count as fixed_window.lua writes it (prelude.lua's `decimal`, up to MAX_CAPACITY),
+  -- or one that does not hold every unit leased out in its window: not the lease's.
+  if type(raw) ~= 'string' or not string.find(raw, '^[1-9]%d*$') or raw + 0 > 4294967295
+      or raw + 0 < ledger then
     return 0
   end
   redis.call('DECRBY', KEYS[2], retire)

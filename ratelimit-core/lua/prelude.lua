@@ -6,11 +6,14 @@
 --          `algorithm::level`
 -- ARGV[4]: 1 to record an admitted call, 0 to only look (nothing is written)
 -- Defines: key, cost, commit, time (reads Redis' own TIME, in microseconds since the epoch:
---          a call, so a script reads it only on the paths that need it), idiv, unexpected.
+--          a call, so a script reads it only on the paths that need it), idiv, unexpected,
+--          decimal and the bounds MAX_CAPACITY, MAX_NOW and MAX_EXACT.
 -- Unexpected state: a key holding anything the strategy's script did not write (another type,
---          another strategy's encoding, a value of the wrong shape) gets the error reply
+--          another strategy's encoding, a value of the wrong shape or out of the bounds below,
+--          a window start off the window's boundaries) gets the error reply
 --          "RATELIMIT_STATE the limiter key holds a <type> that is not <what the strategy
---          keeps>", and nothing is written: it is never read as a fresh key.
+--          keeps>", and nothing is written: it is never read as a fresh key or a smaller count.
+--          The rules of `State::written_for` in src/algorithm.rs, in microseconds.
 
 local function idiv(a, b) -- floor(a / b), exact for integers below 2^53
   local q = math.floor(a / b)
@@ -36,3 +39,19 @@ local function unexpected(expected)
     .. ' that is not ' .. expected)
 end
 
+
+-- What a store writes (`State::written_by_a_store`): counts up to quota::MAX_CAPACITY, times up
+-- to algorithm::MAX_NOW (in microseconds, rounded down); and here any number below 2^53, the
+-- integers a Lua number holds exactly (a larger one would be read rounded).
+local MAX_CAPACITY = 4294967295
+local MAX_NOW = 8070450532247928
+local MAX_EXACT = 9007199254740991
+
+-- The number `s` holds when it is one as the scripts write it (decimal digits, no sign, no
+-- leading zero) and at most `most` (below 2^53); else nil, the wrong shape.
+local function decimal(s, most)
+  if not string.find(s, '^[1-9]%d*$') and s ~= '0' then return nil end
+  local n = s + 0
+  if n > most then return nil end
+  return n
+end

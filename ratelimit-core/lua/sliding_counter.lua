@@ -12,8 +12,11 @@
 --          the first of a window drops the ones that no longer count, writes the one before
 --          (0) when absent and sets the expiry.
 --          Anything else there (another type, the string "C<start>:<window>:<previous>:
---          <current>" of earlier versions among them, or a field or count that is not a
---          decimal number) gets an error reply, see prelude.lua.
+--          <current>" of earlier versions among them, a field or count that is not a
+--          decimal number as written here, a window starting past MAX_NOW, a count above
+--          MAX_CAPACITY or whose product with the window is above 2^51, which no quota of
+--          this window counts to (see `supports`), or a field other than those two) gets an
+--          error reply, see prelude.lua.
 -- ARGV[1]: window, in microseconds
 -- ARGV[2]: capacity (limit + burst), at least 1
 -- ARGV[3]: cost, from 1 to the capacity; 0 (with ARGV[4] = 0) looks at the level, see
@@ -45,8 +48,9 @@ local now = time()
 local window = ARGV[1] + 0
 local capacity = ARGV[2] + 0
 local SHAPE = 'a sliding window counter (a hash of window numbers to counts)'
-local COUNT = '^[1-9]%d*$' -- what the recorded window's count looks like
-local PREVIOUS = '^%d+$' -- and the one before it, which may be 0
+-- The largest count and window number any quota of this window writes.
+local MOST = math.min(MAX_CAPACITY, idiv(2251799813685248, window))
+local LAST = idiv(MAX_NOW, window)
 
 local at = now
 local n = idiv(now, window) -- the number of the window decided in
@@ -63,28 +67,27 @@ local fields = redis.pcall('HMGET', key, before, field)
 if fields.err then return unexpected(SHAPE) end -- WRONGTYPE
 local p, c = fields[1], fields[2]
 if p and c then
-  if not string.find(c, COUNT) or not string.find(p, PREVIOUS) then return unexpected(SHAPE) end
-  current, previous = c + 0, p + 0
+  current, previous = decimal(c, MOST), decimal(p, MOST)
+  -- The recorded window's count is positive; the one before may be 0.
+  if not (current and previous) or current == 0 then return unexpected(SHAPE) end
 else
   -- The window's first call, or TIME behind the recorded window: read every field, and
   -- decide in the recorded window if it is ahead of TIME's.
   stale = {}
   local all = redis.call('HGETALL', key)
   local counts = {}
-  local recorded, zero = -1, nil
+  local recorded = -1
   for i = 1, #all, 2 do
-    local f, v = all[i], all[i + 1]
-    if not string.find(v, PREVIOUS) or not string.find(f, '^%d+$') then
+    local f, v = decimal(all[i], LAST), decimal(all[i + 1], MOST)
+    if not (f and v) then return unexpected(SHAPE) end
+    counts[f] = v
+    if f > recorded then recorded = f end
+  end
+  -- The recorded window's count is positive; the only other field is the one before it.
+  for f in pairs(counts) do
+    if f == recorded and counts[f] == 0 or f ~= recorded and f ~= recorded - 1 then
       return unexpected(SHAPE)
     end
-    f = f + 0
-    counts[f] = v + 0
-    if f > recorded then recorded = f end
-    if counts[f] == 0 then zero = f end
-  end
-  -- The recorded window's count is positive; a 0 is only ever the one before it.
-  if recorded >= 0 and counts[recorded] == 0 or zero and zero ~= recorded - 1 then
-    return unexpected(SHAPE)
   end
   if recorded > n then
     n = recorded

@@ -12,9 +12,12 @@
 --          or units there are; once it has left, the units before the oldest live entry are
 --          the total of the newest entry that left. The total restarts from 0 when no hit is
 --          left in the window; it stays exact while below 2^53 (an error reply beyond, never
---          a wrong count). Another type (the sorted set of earlier versions among them), or an
+--          a wrong count). Another type (the sorted set of earlier versions among them), an
 --          entry read that is not of this shape (the five-field entries of earlier versions
---          among them) or out of order, gets an error reply, see prelude.lua.
+--          among them), out of order or out of bounds (a time past MAX_NOW, units past
+--          MAX_CAPACITY, an oldest live entry a window or more before it), or a newest entry
+--          whose oldest live entry or units disagree with the list's tail and length, gets an
+--          error reply, see prelude.lua.
 -- ARGV[1]: window, in microseconds
 -- ARGV[2]: capacity (limit + burst), at least 1
 -- ARGV[3]: cost, from 1 to the capacity; 0 (with ARGV[4] = 0) looks at the level, see
@@ -37,7 +40,8 @@
 --          `now` Redis' TIME; or the short reply, one integer: the units in the window with
 --          this call's, the call admitted and recorded at TIME (so full again one window
 --          after TIME). Or the RATELIMIT_STATE error reply.
--- Work per call: O(1) while no entry has left the window (the newest entry alone); else a
+-- Work per call: O(1) while no entry has left the window (the newest entry, the list's length
+-- and its tail); else a
 -- search from the tail in O(log d) reads for the d entries that left, which an admitted call
 -- then drops (so each entry is searched past about once). A refusal adds a binary search
 -- over the live entries for its retry time.
@@ -57,8 +61,9 @@ end
 local function parse(raw)
   local t, total, age, u = string.match(raw, '^(%d+):(%d+):(%d+):(%d+)$')
   if not t then return nil end
-  t, total, u = t + 0, total + 0, u + 0
-  if u < 1 or u > total then return nil end
+  t, total = decimal(t, MAX_NOW), decimal(total, MAX_EXACT)
+  age, u = decimal(age, window - 1), decimal(u, MAX_CAPACITY)
+  if not (t and total and age and u) or u < 1 or u > total or age > t then return nil end
   return t, total, t - age, total - u
 end
 
@@ -75,6 +80,20 @@ local used, base, oldest, dead = 0, 0, nil, 0
 if head then
   newest, top, oldest, base = parse(head)
   if not newest then return unreadable() end
+  -- An admitted call drops the entries that left before it, so the tail is the oldest live
+  -- entry the newest names, and the entries since were pushed while it was live, 1 unit or
+  -- more each: the newest's units in the window are the units since the tail and the
+  -- tail's own, at least 1 and at most the tail's `used` (tail base <= base < tail total).
+  -- Read from the newest entry alone, a lie there would be a smaller count.
+  local len = redis.call('LLEN', key)
+  if len == 1 then
+    if oldest ~= newest then return unreadable() end
+  else
+    local t, total, _, b = parse(redis.call('LINDEX', key, '-1'))
+    if not t or t ~= oldest or len - 1 > top - total or base < b or base >= total then
+      return unreadable()
+    end
+  end
   if newest > at then at = newest end
   local from = at - window -- an entry at t is live while t > from
   if newest <= from then

@@ -2,7 +2,9 @@
 -- microseconds: the theoretical arrival time (tat) of the next call is the only state.
 --
 -- KEYS[1]: the limiter key; holds the string "T<tat>"; anything else there (another type or
---          shape) gets an error reply, see prelude.lua
+--          shape, a tat of 2^53 or more: Rust's bound is past what a Lua number holds
+--          exactly, and no TIME a store decides at comes near it) gets an error reply, see
+--          prelude.lua
 -- ARGV[1]: emission interval (window / refill), in microseconds, at least 1
 -- ARGV[2]: tolerance (interval * capacity), in microseconds
 -- ARGV[3]: cost, from 1 to the capacity; 0 (with ARGV[4] = 0) looks at the level, see
@@ -18,7 +20,8 @@
 --       at most the tokens it admitted, never refilled any.
 -- The key expires at its tat, when the bucket is full again.
 
--- `key`, `cost`, `commit`, `time` and `idiv` come from prelude.lua, loaded before this file.
+-- `key`, `cost`, `commit`, `time`, `idiv`, `unexpected`, `decimal` and MAX_EXACT come from
+-- prelude.lua, loaded before this file.
 local now = time()
 local interval = ARGV[1] + 0
 local tolerance = ARGV[2] + 0
@@ -29,8 +32,9 @@ local raw = redis.pcall('GET', key)
 if type(raw) == 'table' then return unexpected(SHAPE) end -- WRONGTYPE
 if raw then
   local stored = string.match(raw, '^T(%d+)$')
+  stored = stored and decimal(stored, MAX_EXACT)
   if not stored then return unexpected(SHAPE) end
-  tat = math.max(stored + 0, now)
+  tat = math.max(stored, now)
 end
 
 local new_tat = tat + interval * cost
