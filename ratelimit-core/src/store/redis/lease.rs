@@ -25,9 +25,9 @@
 //!   while no connection of the store has ended since its grant was sent (Redis closing the
 //!   connection ends it at once); its units can still be given back, which the ledger allows
 //!   only to the state they came from. A Redis Cluster keeps redis-rs' connections, which
-//!   reconnect unseen: there, a failover that loses an acknowledged grant (asynchronous
-//!   replication) lets each process spend at most its slice above the limit, once
-//!   (RELIABILITY.md).
+//!   reconnect unseen: there, a failover that loses acknowledged grants (asynchronous
+//!   replication) lets each process spend them again on the new master: at most its slice
+//!   plus what it admitted in the replication lag before the failover (RELIABILITY.md).
 //!
 //! Unspent units are given back (`lua/lease_return.lua`) when the key has been idle for
 //! [`LeaseOptions::idle`], when the store is dropped (by the background task that sweeps idle
@@ -41,6 +41,7 @@ use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
 use super::ledger::ledger_key;
+use super::link::FOREVER;
 use super::refusals::Refusals;
 use super::reply::{full, RedisClock};
 use super::scripts::{arguments, wrapped, Lua, Terms};
@@ -394,14 +395,18 @@ impl Leases {
         key: &str,
         quota: &Quota,
         cost: u64,
+        started: Instant,
     ) -> Option<Result<(Verdict, Nanos), Error>> {
         let kind = leased(quota.strategy())?;
         let slot = self.slot(key)?;
         let terms = arguments(quota);
         // The lease was tried just before (`RedisStore::answered_here`, the one caller's first
-        // step): what a grant in flight adds is spent below, once the grant lock is ours.
+        // step): what a grant in flight adds is spent below, once the grant lock is ours. The
+        // wait for the lock and the grant after it share the call's one timeout, from `started`.
         let timeout = store.options().timeout;
-        let Ok(_granting) = tokio::time::timeout(timeout, slot.grant.lock()).await else {
+        let deadline = started.checked_add(timeout).unwrap_or(started + FOREVER);
+        let locked = tokio::time::timeout_at(deadline.into(), slot.grant.lock()).await;
+        let Ok(_granting) = locked else {
             return Some(Err(Error::Timeout { after: timeout }));
         };
         // Granted by the call that held the grant lock before this one: spent from that.
@@ -426,7 +431,7 @@ impl Leases {
             .and_then(|l| l.take_rest(terms, now, epoch));
         let carry = carried.map_or(0, |c| c.left);
         let decided = self
-            .grant(store, key, quota, kind, cost - carry, replaced)
+            .grant(store, key, quota, kind, cost - carry, replaced, started)
             .await;
         let put_back = || {
             if let (Some(carried), Some(lease)) = (carried, slot.lease().as_mut()) {
@@ -466,6 +471,7 @@ impl Leases {
         kind: u8,
         cost: u64,
         replaced: Option<[u64; 4]>,
+        started: Instant,
     ) -> Result<(Verdict, Nanos, Option<Lease>), Error> {
         let want = self.options.slice.max(cost).min(quota.capacity());
         let terms = arguments(quota);
@@ -475,7 +481,11 @@ impl Leases {
         let (sent, epoch) = (Instant::now(), self.epoch());
         let ledger = ledger_key(key);
         let keys = [key, ledger.as_str()];
-        let reply: Vec<i64> = store.run(&GRANT_SCRIPT, &keys, &args, false, sent).await?;
+        // Bounded from the call's start (the wait for the grant lock came out of the same
+        // timeout); the lease's deadlines are measured from `sent`.
+        let reply: Vec<i64> = store
+            .run(&GRANT_SCRIPT, &keys, &args, false, started)
+            .await?;
         let unexpected = || Error::Store {
             message: format!("unexpected reply from the lease script: {reply:?}"),
         };
