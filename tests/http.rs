@@ -18,7 +18,7 @@ use ratelimit::http::{ApiKey, ClientIp, RateLimitLayer, TrustedProxies, UNMATCHE
 use ratelimit::store::{Check, Store};
 use ratelimit::testing::TestModule;
 use ratelimit::{
-    rate_limit, Config, Decision, Error, ManualClock, Module, Nanos, Options, Quota,
+    rate_limit, Answer, Config, Decision, Error, ManualClock, Module, Nanos, Options, Quota,
     RateLimitService, Strategy,
 };
 use ratelimit_tests::{service, START};
@@ -839,6 +839,85 @@ async fn an_annotated_handler_answers_429_through_into_response() {
 
     module.clock().advance(MINUTE);
     assert_eq!(server.get("/").await.status(), 200);
+}
+
+/// A response as it is sent: its status, its headers in order, its body. `Content-Length`,
+/// which axum's router adds, is the framing of the body, not part of the answer: checked
+/// against the body and left out.
+async fn as_sent(response: axum::response::Response) -> (u16, Vec<(String, String)>, Vec<u8>) {
+    let status = response.status().as_u16();
+    let mut length = None;
+    let mut headers = Vec::new();
+    for (name, value) in response.headers() {
+        let value = value.to_str().unwrap().to_owned();
+        match name.as_str() {
+            "content-length" => length = Some(value),
+            _ => headers.push((name.to_string(), value)),
+        }
+    }
+    let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    assert_eq!(length, Some(body.len().to_string()));
+    (status, headers, body.to_vec())
+}
+
+/// The neutral answer as [`as_sent`] reads a response.
+fn answered(answer: &Answer) -> (u16, Vec<(String, String)>, Vec<u8>) {
+    let headers = answer
+        .headers
+        .iter()
+        .map(|(name, value)| ((*name).to_owned(), value.clone()))
+        .collect();
+    (answer.status, headers, answer.body.clone().into_bytes())
+}
+
+/// The axum adapter decides nothing: a refusal (through `IntoResponse for Error` and through
+/// the layer) and a store error are sent exactly as core's framework-neutral `Answer` says.
+#[tokio::test]
+async fn the_axum_answers_are_the_neutral_answers_byte_for_byte() {
+    use tower::ServiceExt;
+    let peer: SocketAddr = "203.0.113.7:40000".parse().unwrap();
+    let request = || {
+        Request::get("/")
+            .extension(axum::extract::ConnectInfo(peer))
+            .body(axum::body::Body::empty())
+            .unwrap()
+    };
+
+    // An annotated handler's refusal: `IntoResponse for Error`.
+    let module = TestModule::new(Module::builder().strategy(Strategy::FixedWindow)).unwrap();
+    let app = in_scope(Router::new().route("/", get(annotated)), module);
+    for _ in 0..2 {
+        assert_eq!(app.clone().oneshot(request()).await.unwrap().status(), 200);
+    }
+    let refused = app.oneshot(request()).await.unwrap();
+    let error = refused.extensions().get::<Error>().cloned().unwrap();
+    assert_eq!(error.code(), "RATE_LIMITED");
+    assert_eq!(as_sent(refused).await, answered(&error.answer()));
+
+    // The layer's refusal: the decision's own, then its rate-limit headers.
+    let (limiter, _clock) = fixed_window();
+    let app = hello().layer(RateLimitLayer::new(limiter, ClientIp::peer()).options(per_minute(1)));
+    assert_eq!(app.clone().oneshot(request()).await.unwrap().status(), 200);
+    let refused = app.oneshot(request()).await.unwrap();
+    let decision = refused.extensions().get::<Decision>().cloned().unwrap();
+    let mut expected = decision.refusal();
+    let headers = decision.headers().into_iter();
+    expected
+        .headers
+        .extend(headers.filter(|(name, _)| *name != "retry-after"));
+    assert_eq!(expected.headers.len(), 7);
+    assert_eq!(as_sent(refused).await, answered(&expected));
+
+    // A store that fails: `503`, through the layer.
+    let clock = Arc::new(ManualClock::new(START));
+    let limiter = RateLimitService::with_store(Config::default(), Broken, clock).unwrap();
+    let app = hello().layer(RateLimitLayer::new(limiter, ClientIp::peer()));
+    let failed = app.oneshot(request()).await.unwrap();
+    let error = failed.extensions().get::<Error>().cloned().unwrap();
+    assert_eq!((error.status(), error.code()), (503, "STORE_FAILED"));
+    assert_eq!(as_sent(failed).await, answered(&error.answer()));
 }
 
 #[tokio::test]

@@ -116,14 +116,15 @@ impl Decision {
         }
     }
 
-    /// The standard response headers for this decision, as (name, value) pairs:
+    /// The standard response headers for this decision, as (name, value) pairs, in the order
+    /// the HTTP answers send them:
     ///
+    /// - the IETF draft `RateLimit: "<tier>";r=<remaining>;t=<seconds to reset>` and
+    ///   `RateLimit-Policy: "<tier>";q=<limit>;w=<window seconds>` (policy `"default"` without
+    ///   a tier);
     /// - `X-RateLimit-Limit`, `X-RateLimit-Remaining`, `X-RateLimit-Reset` (Unix seconds,
     ///   rounded up);
-    /// - `Retry-After` in whole seconds, rounded up, only when refused;
-    /// - the IETF draft `RateLimit-Policy: "<tier>";q=<limit>;w=<window seconds>` and
-    ///   `RateLimit: "<tier>";r=<remaining>;t=<seconds to reset>` (policy `"default"` without
-    ///   a tier).
+    /// - `Retry-After` in whole seconds, rounded up, only when refused.
     ///
     /// With feature `axum`, `header_map` gives the same fields as a typed `http::HeaderMap`;
     /// both are written from one computation of the values.
@@ -143,19 +144,8 @@ impl Decision {
         let Some(f) = self.header_fields(None) else {
             return Vec::new();
         };
-        let item = |write: &dyn Fn(&mut Vec<u8>)| {
-            let mut out = Vec::with_capacity(f.name.len() + 32);
-            write(&mut out);
-            // Printable ASCII only (`push_sf_string`, digits): always UTF-8.
-            String::from_utf8(out).unwrap_or_default()
-        };
-        let mut headers = vec![
-            (names::LIMIT, f.limit.to_string()),
-            (names::REMAINING, f.remaining.to_string()),
-            (names::RESET, f.reset.to_string()),
-            (names::POLICY, item(&|out| f.policy_item(out))),
-            (names::RATELIMIT, item(&|out| f.ratelimit_item(out))),
-        ];
+        let mut headers = Vec::with_capacity(6);
+        f.push_pairs(&mut headers);
         if let Some(retry) = f.retry_after {
             headers.push((names::RETRY_AFTER, retry.to_string()));
         }
@@ -169,17 +159,27 @@ impl Decision {
         if self.limit == u64::MAX {
             return None;
         }
-        let secs = |d: Duration| d.as_millis().div_ceil(1_000) as u64;
         Some(HeaderFields {
             limit: self.limit,
             remaining: self.remaining,
             reset: self.reset_at_ms.div_ceil(1_000),
-            retry_after: self.retry_after.map(|retry| secs(retry).max(1)),
+            retry_after: self.retry_after.map(retry_secs),
             name: policy.or(self.tier.as_deref()).unwrap_or("default"),
             window: secs(self.window).max(1),
             reset_after: secs(self.reset_after),
         })
     }
+}
+
+/// `d` in whole seconds, rounded up.
+fn secs(d: Duration) -> u64 {
+    d.as_millis().div_ceil(1_000) as u64
+}
+
+/// A `Retry-After` of `d`: whole seconds, rounded up, at least 1 (a client told 0 would retry
+/// at once, into the same refusal).
+pub(crate) fn retry_secs(d: Duration) -> u64 {
+    secs(d).max(1)
 }
 
 /// The rate-limit header names, lowercase as HTTP/2 sends them.
@@ -212,6 +212,24 @@ pub(crate) struct HeaderFields<'a> {
 }
 
 impl HeaderFields<'_> {
+    /// Appends the fields but `Retry-After` as (name, value) pairs, in the order the HTTP
+    /// answers send them (a refusal has `Retry-After` among its own fields, before these).
+    pub(crate) fn push_pairs(&self, out: &mut Vec<(&'static str, String)>) {
+        let item = |write: &dyn Fn(&mut Vec<u8>)| {
+            let mut out = Vec::with_capacity(self.name.len() + 32);
+            write(&mut out);
+            // Printable ASCII only (`push_sf_string`, digits): always UTF-8.
+            String::from_utf8(out).unwrap_or_default()
+        };
+        out.extend([
+            (names::RATELIMIT, item(&|out| self.ratelimit_item(out))),
+            (names::POLICY, item(&|out| self.policy_item(out))),
+            (names::LIMIT, self.limit.to_string()),
+            (names::REMAINING, self.remaining.to_string()),
+            (names::RESET, self.reset.to_string()),
+        ]);
+    }
+
     /// Appends this decision's `RateLimit-Policy` item, `"<name>";q=<limit>;w=<window>`.
     pub(crate) fn policy_item(&self, out: &mut Vec<u8>) {
         self.item(out, b";q=", self.limit, b";w=", self.window);

@@ -1,19 +1,19 @@
-//! HTTP answers (feature `axum`): the rate-limit headers as a typed [`HeaderMap`], the `429`
-//! of a refusal, and [`IntoResponse`] for [`Error`], so an annotated axum handler returning
-//! `Result<_, ratelimit::Error>` answers `429` by itself.
-
-use axum::http::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
-use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
+//! HTTP answers in axum's types (feature `axum`): the rate-limit headers as a typed
+//! [`HeaderMap`], merged across stacked limits, and [`IntoResponse`] for [`Answer`] and
+//! [`Error`], so an annotated axum handler returning `Result<_, ratelimit::Error>` answers
+//! `429` by itself. What is answered (status, code, headers, body) is decided without any
+//! feature, by [`Answer`]: this module only converts it.
 
 use std::ops::Range;
 
-use axum::body::Bytes;
+use axum::body::{Body, Bytes};
+use axum::http::header::{HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
 
+use crate::answer::Answer;
 use crate::decision::{names, Decision};
 use crate::error::Error;
-
-const JSON: &str = "application/json";
 
 const LIMIT: HeaderName = HeaderName::from_static(names::LIMIT);
 const REMAINING: HeaderName = HeaderName::from_static(names::REMAINING);
@@ -133,87 +133,44 @@ impl Decision {
         }
     }
 
-    /// The `429 Too Many Requests` for this refusal: a JSON body
-    /// `{"code":"RATE_LIMITED","retryAfter":<seconds>,"limit":<limit>,"remaining":0}` and
-    /// `Retry-After`, without the other rate-limit headers (add [`header_map`](Self::header_map)
-    /// for those, as `impl IntoResponse for Error` does). The decision is in the response's
-    /// extensions.
+    /// The `429 Too Many Requests` for this refusal, its [`refusal`](Self::refusal) answer: a
+    /// JSON body `{"code":"RATE_LIMITED","retryAfter":<seconds>,"limit":<limit>,"remaining":0}`
+    /// and `Retry-After`, without the other rate-limit headers (add
+    /// [`header_map`](Self::header_map) for those, as `impl IntoResponse for Error` does). The
+    /// decision is in the response's extensions.
     pub fn too_many_requests(&self) -> Response {
-        let retry = self
-            .header_fields(None)
-            .and_then(|f| f.retry_after)
-            .unwrap_or(1);
-        // Numbers and fixed names only: written in the documented key order, nothing to escape.
-        let body = format!(
-            r#"{{"code":"RATE_LIMITED","retryAfter":{retry},"limit":{},"remaining":{}}}"#,
-            self.limit, self.remaining
-        );
-        let mut response = (
-            StatusCode::TOO_MANY_REQUESTS,
-            [
-                (RETRY_AFTER, HeaderValue::from(retry)),
-                (CONTENT_TYPE, HeaderValue::from_static(JSON)),
-            ],
-            body,
-        )
-            .into_response();
+        let mut response = self.refusal().into_response();
         response.extensions_mut().insert(self.clone());
         response
     }
 }
 
+/// The answer as it is: its status, its headers in order, its body.
 #[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
-impl Error {
-    /// The status this error answers with over HTTP: `429` for [`Error::Exceeded`] (and for a
-    /// full queue or a wait that timed out), `503` when
-    /// the store could not decide (failure, timeout, full, state of an unexpected shape), `500`
-    /// for everything that is the server's own configuration (unknown tier, no limit, invalid
-    /// quota or key, no module running...).
-    pub fn status(&self) -> StatusCode {
-        match self {
-            Error::Exceeded(_) | Error::QueueFull { .. } | Error::QueueTimeout { .. } => {
-                StatusCode::TOO_MANY_REQUESTS
+impl IntoResponse for Answer {
+    fn into_response(self) -> Response {
+        let mut response = Response::new(Body::from(self.body));
+        // Always one of `Error::status`'s; anything else would be a 500, never a pass.
+        *response.status_mut() =
+            StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let headers = response.headers_mut();
+        headers.reserve(self.headers.len());
+        for (name, value) in self.headers {
+            // Lowercase names of ours, and digits or `push_sf_string`'s printable ASCII: always
+            // valid, so nothing is skipped in practice.
+            if let Ok(value) = HeaderValue::try_from(value) {
+                headers.append(HeaderName::from_static(name), value);
             }
-            Error::Store { .. }
-            | Error::Timeout { .. }
-            | Error::StoreFull { .. }
-            | Error::UnexpectedState { .. }
-            | Error::ClockOutOfRange { .. } => StatusCode::SERVICE_UNAVAILABLE,
-            _ => StatusCode::INTERNAL_SERVER_ERROR,
         }
-    }
-
-    /// The error's code, the `"code"` field of its JSON body: `RATE_LIMITED`,
-    /// `STORE_FAILED`, `STORE_TIMEOUT`, `UNKNOWN_TIER`, `NOT_INITIALIZED`...
-    pub fn code(&self) -> &'static str {
-        match self {
-            Error::Exceeded(_) => "RATE_LIMITED",
-            Error::QueueFull { .. } => "QUEUE_FULL",
-            Error::QueueTimeout { .. } => "QUEUE_TIMEOUT",
-            Error::UnknownTier { .. } => "UNKNOWN_TIER",
-            Error::NoLimit => "NO_LIMIT",
-            Error::InvalidConfig(_) => "INVALID_CONFIG",
-            Error::InvalidQuota(_) => "INVALID_QUOTA",
-            Error::CostAboveCapacity { .. } => "COST_ABOVE_CAPACITY",
-            Error::ZeroCost => "ZERO_COST",
-            Error::InvalidKey { .. } => "INVALID_KEY",
-            Error::StoreFull { .. } => "STORE_FULL",
-            Error::Store { .. } => "STORE_FAILED",
-            Error::Timeout { .. } => "STORE_TIMEOUT",
-            Error::NotInitialized { .. } => "NOT_INITIALIZED",
-            Error::SyncOnWaitingStore { .. } => "SYNC_ON_WAITING_STORE",
-            Error::NoRuntime { .. } => "NO_RUNTIME",
-            Error::AlreadyInitialized => "ALREADY_INITIALIZED",
-            Error::UnexpectedState { .. } => "UNEXPECTED_STATE",
-            Error::ClockOutOfRange { .. } => "CLOCK_OUT_OF_RANGE",
-            Error::Declarations(_) => "DECLARATIONS",
-        }
+        response
     }
 }
 
-/// `429` with the JSON body and every rate-limit header for [`Error::Exceeded`]; otherwise
-/// [`Error::status`] with `{"code":"<CODE>"}` (the message stays in the server: it may name
-/// internals), and `Retry-After: 1` on a `503`. The error itself is in the response's extensions, for logging middleware.
+/// The error's [`answer`](Error::answer): `429` with the JSON body and every rate-limit header
+/// for [`Error::Exceeded`]; otherwise [`Error::status`] with `{"code":"<CODE>"}` (the message
+/// stays in the server: it may name internals), and `Retry-After` unless it is a `500`. The
+/// error itself (and a refusal's decision) is in the response's extensions, for logging
+/// middleware.
 ///
 /// ```
 /// use axum::response::IntoResponse;
@@ -226,35 +183,10 @@ impl Error {
 #[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
 impl IntoResponse for Error {
     fn into_response(self) -> Response {
-        let mut response = match self.decision() {
-            Some(decision) => {
-                let mut response = decision.too_many_requests();
-                decision.add_headers(response.headers_mut(), None);
-                response
-            }
-            None => {
-                let mut response = (
-                    self.status(),
-                    [(CONTENT_TYPE, HeaderValue::from_static(JSON))],
-                    format!(r#"{{"code":"{}"}}"#, self.code()),
-                )
-                    .into_response();
-                if let Some(after) = self.retry_after() {
-                    // A wait that timed out: whole seconds, rounded up (never 0).
-                    let secs = after.as_millis().div_ceil(1_000).max(1) as u64;
-                    response
-                        .headers_mut()
-                        .insert(RETRY_AFTER, HeaderValue::from(secs));
-                } else if self.status() != StatusCode::INTERNAL_SERVER_ERROR {
-                    // The store may answer again soon, or the queue may have room: a client
-                    // may retry after a second.
-                    response
-                        .headers_mut()
-                        .insert(RETRY_AFTER, HeaderValue::from_static("1"));
-                }
-                response
-            }
-        };
+        let mut response = self.answer().into_response();
+        if let Some(decision) = self.decision() {
+            response.extensions_mut().insert(decision.clone());
+        }
         response.extensions_mut().insert(self);
         response
     }

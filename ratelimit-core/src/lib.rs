@@ -7,6 +7,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod algorithm;
+mod answer;
 mod clock;
 mod config;
 mod decision;
@@ -29,6 +30,7 @@ mod syntax;
 pub mod testing;
 mod window;
 
+pub use answer::Answer;
 pub use clock::{Clock, ManualClock, Nanos, SystemClock};
 pub use config::{Config, ConfigBuilder, ResolvedTier, StoreConfig, Tier};
 pub use decision::Decision;

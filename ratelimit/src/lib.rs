@@ -112,7 +112,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub use ratelimit_core::{
-    format_window, parse_window, store, Clock, Config, ConfigBuilder, ConfigError, Counts,
+    format_window, parse_window, store, Answer, Clock, Config, ConfigBuilder, ConfigError, Counts,
     Decision, Error, Exceeded, ManualClock, MemoryOptions, MemoryStore, Name, Nanos, Options,
     Overrides, ParseError, QueueCounts, Quota, QuotaError, Rate, RateLimitService, ResolvedTier,
     Stats, StoreConfig, Strategy, SystemClock, Tier, Window, MAX_CAPACITY, MAX_KEY_LEN, MAX_WINDOW,

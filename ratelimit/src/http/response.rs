@@ -1,6 +1,7 @@
 //! What the layer answers when it does not pass a request on: its default refusal and error
-//! responses. The headers it adds to every counted response, merged across stacked layers,
-//! are [`Decision::add_headers`]'s, the one place they are computed and merged.
+//! responses, core's [`Answer`](crate::Answer)s (where status, code, headers and body are
+//! decided) converted. The headers it adds to every counted response, merged across stacked
+//! layers, are [`Decision::add_headers`]'s, the one place they are merged.
 
 use axum::response::{IntoResponse, Response};
 
