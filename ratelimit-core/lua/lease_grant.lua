@@ -6,17 +6,16 @@
 --
 -- KEYS[1]: the limiter key
 -- KEYS[2]: its lease ledger, see lua/ledger.lua (loaded in front of this file, after the two
---          strategies' scripts); one that is not a count is the RATELIMIT_STATE error reply,
+--          strategies' scripts); one of another shape is the RATELIMIT_STATE error reply,
 --          with nothing written
 -- ARGV[1]: 1 fixed window, 4 token bucket (the strategy's number in lua/stacked.lua)
 -- ARGV[2], ARGV[3]: the two numbers the strategy's script takes as its ARGV[1] and ARGV[2]
 -- ARGV[4]: the cost of the call that asks, from 1 to the capacity
 -- ARGV[5]: the slice wanted, at least the cost
--- ARGV[6]: what the lease this grant replaces (the asking process's last of this key) put in
---          the ledger, or 0: retired with the grant, its units all spent (or carried into this
---          call), only while the ledger still holds it
--- ARGV[7]: that lease's stamp: its window's end (fixed window) or the arrival time it wrote
---          (token bucket), in microseconds since the epoch
+-- ARGV[6]: the new lease's id (a number, not 0), its field in the ledger
+-- ARGV[7]: the id of the lease this grant replaces (the asking process's last of this key,
+--          all spent or carried into this call), removed from the ledger with the grant; 0 for
+--          none
 -- Returns: {granted, allowed, remaining, reset_at, retry_after, now}: `granted` units recorded
 --          as spent (min(slice, what the window or bucket still allows), or 0 when even the
 --          call's cost does not fit), then the strategy's full reply (five integers, see its
@@ -32,18 +31,15 @@ local function reply(granted, r)
   return {granted, r[1], r[2], r[3], r[4], r[5]}
 end
 
-if ledger == false then return not_a_count() end
+if not ledger_kind() then return not_a_ledger() end
 
--- Records `granted` units in the ledger, and takes out the lease this one replaces while the
--- ledger holds it; expiring no sooner than the key's state.
-local function lease_out(granted)
+-- Records the lease in the ledger (and removes the one it replaces), the hash expiring no
+-- sooner than the key's state.
+local function lease_out(granted, ends)
   local amount = granted
   if ARGV[1] == '4' then amount = granted * ARGV[2] end
-  local retire = ARGV[6] + 0
-  if retire > 0 and holds(ARGV[1], ARGV[7] + 0, ARGV[2] + 0) then
-    amount = amount - math.min(retire, ledger)
-  end
-  redis.call('INCRBY', KEYS[2], amount)
+  redis.call('HSET', KEYS[2], ARGV[6], string.format('%d:%d', amount, ends))
+  if ARGV[7] ~= '0' then redis.call('HDEL', KEYS[2], ARGV[7]) end
   local ttl = redis.call('PTTL', KEYS[1])
   if ttl > redis.call('PTTL', KEYS[2]) then redis.call('PEXPIRE', KEYS[2], ttl) end
 end
@@ -56,7 +52,7 @@ if look[1] == 1 and look[2] >= cost then
   local r = run(KEYS, {ARGV[2], ARGV[3], tostring(granted), '1', '1'})
   if r.err then return r end
   if r[1] == 1 then
-    lease_out(granted)
+    lease_out(granted, r[3])
     return reply(granted, r)
   end
   -- Not admitted after all (cannot happen: time only adds room): nothing was written.

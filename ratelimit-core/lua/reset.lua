@@ -6,28 +6,38 @@
 --
 -- KEYS[1]: the limiter key
 -- KEYS[2]: its lease ledger, see lua/ledger.lua (loaded in front of this file)
--- ARGV[1]: what the resetting process's own lease, dropped with the reset, put in the ledger
---          (0 for none); taken out while the ledger holds it
--- ARGV[2], ARGV[3], ARGV[4]: that lease's kind ('1' or '4'), stamp and window (see
---          lua/ledger.lua's `holds`)
--- Returns: 1 when the key held state, else 0; or the RATELIMIT_STATE error reply for a ledger
---          that is not a count, with nothing written.
+-- ARGV[1]: the id of the resetting process's own lease of the key, dropped with the reset
+--          (0 for none): it leaves the ledger
+-- Returns: 1 when the key held state, else 0. The RATELIMIT_STATE error reply, with nothing
+--          written, for a ledger not of its shape, or for state that is not the key's
+--          strategy's while leases are out (forgetting it would forget them).
 
 local key, ledger_key = KEYS[1], KEYS[2]
 local held = redis.call('EXISTS', key)
-if ledger == false then return not_a_count() end
-local out = ledger
-if ARGV[1] ~= '0' and holds(ARGV[2], ARGV[3] + 0, ARGV[4] + 0) then out = out - ARGV[1] end
+local kind = ledger_kind()
+if not kind then return not_a_ledger() end
+local now = now_us()
+local out, last = 0, 0
+if kind == 'hash' then
+  out, last = leased_out(now)
+  if not out then return not_a_ledger() end
+  if ARGV[1] ~= '0' then
+    local mine = redis.call('HGET', ledger_key, ARGV[1])
+    local amount, ends = string.match(mine or '', '^(%d+):(%d+)$')
+    if amount and ends + 0 > now then out = out - amount end
+  end
+end
 
--- What is still leased out, kept counted in the state; false when nothing can be kept.
+-- The state kept: only what is still leased out counted, or false when nothing is; the
+-- error reply for state of another shape.
 local function keep()
   local raw = redis.pcall('GET', key)
-  if type(raw) ~= 'string' then return false end
+  if type(raw) ~= 'string' then return redis.error_reply('RATELIMIT_STATE the limiter key holds a '
+    .. redis.call('TYPE', key)['ok'] .. ' while leases of it are out') end
   if string.match(raw, '^%d+$') then -- a fixed window of whole milliseconds: its count
     local n = math.min(raw + 0, out)
     if n == 0 then return false end
     redis.call('SET', key, n, 'KEEPTTL')
-    redis.call('SET', ledger_key, n, 'KEEPTTL')
     return true
   end
   local start, window, count = string.match(raw, '^F(%d+):(%d+):(%d+)$')
@@ -35,24 +45,28 @@ local function keep()
     local n = math.min(count + 0, out)
     if n == 0 then return false end
     redis.call('SET', key, string.format('F%s:%s:%d', start, window, n), 'KEEPTTL')
-    redis.call('SET', ledger_key, n, 'KEEPTTL')
     return true
   end
   local tat = string.match(raw, '^T(%d+)$')
-  if tat then -- a token bucket: full but for the leased units' time, until the last slice ends
-    local t = redis.call('TIME')
-    local now = t[1] * 1000000 + t[2]
-    local kept = math.min(tat + 0, now + out)
-    local ends = redis.call('PTTL', ledger_key)
-    if ends > 0 then kept = math.min(kept, now + ends * 1000) end
+  if tat then -- a token bucket: full but for the leased units' time, until the last lease ends
+    local kept = math.min(tat + 0, now + out, last)
     if kept <= now then return false end
     redis.call('SET', key, string.format('T%d', kept), 'PXAT', math.floor((kept + 999) / 1000))
-    redis.call('SET', ledger_key, out, 'KEEPTTL')
     return true
   end
-  return false
+  return redis.error_reply('RATELIMIT_STATE the limiter key holds a string of no strategy'
+    .. ' while leases of it are out')
 end
 
-if held == 1 and out > 0 and keep() then return 1 end
-redis.call('DEL', key, ledger_key)
+if held == 1 and out > 0 then
+  local kept = keep()
+  if type(kept) == 'table' then return kept end
+  if ARGV[1] ~= '0' then redis.call('HDEL', ledger_key, ARGV[1]) end
+  if kept then return 1 end
+  redis.call('DEL', key)
+  return 1
+end
+if ARGV[1] ~= '0' then redis.call('HDEL', ledger_key, ARGV[1]) end
+if out <= 0 then redis.call('DEL', ledger_key) end
+redis.call('DEL', key)
 return held

@@ -42,8 +42,7 @@ use std::time::{Duration, Instant};
 
 use super::ledger::ledger_key;
 use super::link::FOREVER;
-use super::refusals::Refusals;
-use super::reply::{full, RedisClock};
+use super::reply::full;
 use super::scripts::{arguments, wrapped, Lua, Terms};
 use super::RedisStore;
 use crate::algorithm::Verdict;
@@ -140,6 +139,19 @@ static RETURN_SCRIPT: LazyLock<Lua> = LazyLock::new(|| {
     ))
 });
 
+/// A lease's id, its field in the key's ledger: never 0, and (drawn from a random start per
+/// process) distinct from the other processes' with near certainty.
+fn lease_id() -> u64 {
+    use std::hash::BuildHasher;
+    static START: LazyLock<u64> = LazyLock::new(|| {
+        foldhash::fast::RandomState::default().hash_one((std::process::id(), Instant::now()))
+    });
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let id = START.wrapping_add(NEXT.fetch_add(1, Ordering::Relaxed));
+    // A Lua number holds integers exactly to 2^53: ids stay below it.
+    (id & ((1 << 53) - 1)).max(1)
+}
+
 /// The strategy's number in the lease scripts, for the strategies that lease.
 fn leased(strategy: Strategy) -> Option<u8> {
     match strategy {
@@ -157,6 +169,8 @@ struct Lease {
     /// How many of the store's connections had ended when the grant was sent: the lease is
     /// spent only while that is still the count (see the module's docs).
     epoch: u64,
+    /// Its field in the key's ledger (`lua/ledger.lua`): never 0.
+    id: u64,
     /// The quota the slice was priced for, as the scripts count it: its units are spent only
     /// under the same terms (the store key names the strategy and window, not the limit or
     /// the refill, and a unit's deadline is the granting quota's).
@@ -235,17 +249,6 @@ impl Lease {
             let elapsed = now.saturating_duration_since(self.sent).as_nanos() as u64;
             (verdict, self.redis_now.saturating_add(elapsed))
         })
-    }
-
-    /// What the grant put in the key's ledger, the lease's kind, stamp and window or interval:
-    /// what `lua/ledger.lua`'s scripts take out of the ledger when the lease ends.
-    fn in_ledger(&self) -> [u64; 4] {
-        let put = if self.kind == 4 {
-            self.granted.saturating_mul(self.interval_us)
-        } else {
-            self.granted
-        };
-        [put, u64::from(self.kind), self.stamp_us, self.terms[0]]
     }
 
     /// When the last unit stops counting in Redis (and the ledger may drop the lease).
@@ -353,10 +356,10 @@ impl Leases {
     }
 
     /// Forgets `key`'s lease (a reset through this store): its units are not given back, the
-    /// reset clears them with the key. Returns what the lease put in the key's ledger, for the
-    /// reset to take out (`lua/reset.lua`): nothing for a lease granted before a connection
-    /// ended (Redis may have restarted since, with a ledger that never held it).
-    pub(super) fn forget(&self, key: &str) -> [u64; 4] {
+    /// reset clears them with the key. Returns the lease's id, for the reset to take it out of
+    /// the key's ledger (`lua/reset.lua`): 0 for a lease granted before a connection was lost
+    /// (Redis may have restarted since, with a ledger that never held it).
+    pub(super) fn forget(&self, key: &str) -> u64 {
         let slot = self
             .keys
             .lock()
@@ -364,7 +367,7 @@ impl Leases {
             .remove(key);
         slot.and_then(|slot| slot.lease().take())
             .filter(|lease| lease.epoch == self.epoch())
-            .map_or([0; 4], |lease| lease.in_ledger())
+            .map_or(0, |lease| lease.id)
     }
 
     /// Spends `cost` units of `key`'s lease at `now` when it holds them and they still
@@ -390,14 +393,13 @@ impl Leases {
     pub(super) async fn decide(
         &self,
         store: &RedisStore,
-        refusals: &Refusals,
-        clock: &RedisClock,
         key: &str,
         quota: &Quota,
         cost: u64,
         started: Instant,
     ) -> Option<Result<(Verdict, Nanos), Error>> {
-        let kind = leased(quota.strategy())?;
+        leased(quota.strategy())?;
+        let (refusals, clock) = (&store.inner.refusals, &store.inner.clock);
         let slot = self.slot(key)?;
         let terms = arguments(quota);
         // The lease was tried just before (`RedisStore::answered_here`, the one caller's first
@@ -424,14 +426,14 @@ impl Leases {
         // grant over an unfinished lease never drops its units; put back if it refuses.
         // The lease this grant replaces, taken out of the ledger with it (spent, or carried).
         let replaced = *slot.lease();
-        let replaced = replaced.filter(|l| l.epoch == epoch).map(|l| l.in_ledger());
+        let replaced = replaced.filter(|l| l.epoch == epoch).map_or(0, |l| l.id);
         let carried = slot
             .lease()
             .as_mut()
             .and_then(|l| l.take_rest(terms, now, epoch));
         let carry = carried.map_or(0, |c| c.left);
         let decided = self
-            .grant(store, key, quota, kind, cost - carry, replaced, started)
+            .grant(store, key, quota, cost - carry, replaced, started)
             .await;
         let put_back = || {
             if let (Some(carried), Some(lease)) = (carried, slot.lease().as_mut()) {
@@ -468,16 +470,18 @@ impl Leases {
         store: &RedisStore,
         key: &str,
         quota: &Quota,
-        kind: u8,
         cost: u64,
-        replaced: Option<[u64; 4]>,
+        replaced: u64,
         started: Instant,
     ) -> Result<(Verdict, Nanos, Option<Lease>), Error> {
+        let kind = leased(quota.strategy()).ok_or_else(|| Error::Store {
+            message: format!("the {} does not lease", quota.strategy()),
+        })?;
         let want = self.options.slice.max(cost).min(quota.capacity());
         let terms = arguments(quota);
         let [first, second] = terms;
-        let [retire, _, stamp, _] = replaced.unwrap_or([0; 4]);
-        let args = [u64::from(kind), first, second, cost, want, retire, stamp];
+        let id = lease_id();
+        let args = [u64::from(kind), first, second, cost, want, id, replaced];
         let (sent, epoch) = (Instant::now(), self.epoch());
         let ledger = ledger_key(key);
         let keys = [key, ledger.as_str()];
@@ -513,6 +517,7 @@ impl Leases {
         let lease = Lease {
             kind,
             epoch,
+            id,
             terms,
             granted,
             left: granted - cost,
@@ -573,9 +578,14 @@ impl Leases {
                 self.drop_if(&key, &slot);
                 continue;
             };
-            let [put, kind, stamp, window] = lease.in_ledger();
             let units = if lease.live(now) { lease.left } else { 0 };
-            let args = [kind, units, stamp, window, put];
+            let args = [
+                u64::from(lease.kind),
+                units,
+                lease.stamp_us,
+                lease.interval_us,
+                lease.id,
+            ];
             let ledger = ledger_key(&key);
             let keys = [key.as_str(), ledger.as_str()];
             let back: u64 = store
@@ -657,6 +667,7 @@ mod tests {
         Lease {
             kind,
             epoch: 0,
+            id: 1,
             terms: [1, 100],
             granted: left + 1,
             left,

@@ -1,5 +1,8 @@
-//! A key's lease ledger: what is leased out of it and not given back, recorded beside it by the
-//! grant (`lua/lease_grant.lua`), and the reset that keeps counting it (`lua/reset.lua`).
+//! A key's lease ledger: the leases taken out of it that their processes may still spend, one
+//! hash field per lease id, written by the grant (`lua/lease_grant.lua`, which also removes
+//! the lease it replaces) and the return (`lua/lease_return.lua`), and the reset that keeps
+//! counting them (`lua/reset.lua`); see `lua/ledger.lua`. A lease removed twice (a grant and
+//! a reset racing, a grant dropped in flight and sent again) is removed once.
 //!
 //! A process holding a lease spends it without asking Redis, so it cannot see a reset made
 //! elsewhere: a reset that forgot the units leased out would let them be spent twice (once
@@ -75,11 +78,11 @@ impl RedisStore {
     pub(super) async fn reset_key(&self, key: &str) -> Result<bool, Error> {
         crate::key::check_store_key(key)?;
         self.inner.refusals.forget(key);
-        let own = self.leases().map_or([0; 4], |leases| leases.forget(key));
+        let own = self.leases().map_or(0, |leases| leases.forget(key));
         let ledger = ledger_key(key);
         let keys = [key, ledger.as_str()];
         let held: i64 = self
-            .run(&RESET_SCRIPT, &keys, &own, false, Instant::now())
+            .run(&RESET_SCRIPT, &keys, &[own], false, Instant::now())
             .await?;
         Ok(held == 1)
     }

@@ -227,7 +227,7 @@ impl RedisStore {
             runtime_ready()?;
             // Boxed: a grant is a round trip of its own, and every other call's future is the
             // smaller for it.
-            let leased = Box::pin(leases.decide(self, refusals, clock, key, quota, cost, started));
+            let leased = Box::pin(leases.decide(self, key, quota, cost, started));
             if let Some(decided) = leased.await {
                 return decided;
             }
