@@ -4,6 +4,7 @@
 //! Most users depend on the `ratelimit` facade instead; everything public here is re-exported
 //! there.
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
+#![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod algorithm;

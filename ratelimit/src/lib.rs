@@ -109,6 +109,7 @@
 //! Decision counters per tier and budget, the queue's figures and decision latency, through
 //! the `metrics` facade (any exporter); see `examples/metrics.rs`.
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
+#![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub use ratelimit_core::{
