@@ -53,7 +53,7 @@ pub use window::Window;
 #[doc(hidden)]
 pub mod __private {
     pub use crate::registry::{
-        acquire, acquire_all, acquire_all_now, acquire_here, acquire_now, key, refuse, KeyArg,
+        acquire, acquire_all, acquire_all_now, acquire_here, acquire_now, refuse, KeyArg,
         KeyDirect, KeyDisplayed, KeyPart, KeyText, Refusal, RefusalError, Registered,
     };
 }

@@ -483,10 +483,12 @@ mod tests {
     #[test]
     fn a_call_site_is_resolved_again_for_another_service() {
         let exceeded = |r: Result<(), Error>| matches!(r, Err(Error::Exceeded(_)));
-        let (k, other) = (
-            super::super::key(&SYNC, &"k"),
-            super::super::key(&SYNC, &"other"),
-        );
+        let text = |key: &str| {
+            let mut text = KeyText::new();
+            let _ = std::fmt::Write::write_str(&mut text, key);
+            text
+        };
+        let (k, other) = (text("k"), text("other"));
         let first = service(None);
         scoped(first.clone(), || {
             assert!(acquire_now(&SYNC, Some(&k), None, 1).is_ok());
