@@ -42,10 +42,11 @@ pub use registry::{
 };
 pub use service::{Options, RateLimitService};
 pub use stats::{Counts, QueueCounts, Stats};
-pub use store::{Failover, FailurePolicy, MemoryOptions, MemoryStore, Store};
+pub use store::failover::{Failover, FailurePolicy};
+pub use store::memory::{MemoryOptions, MemoryStore};
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
-pub use store::{LeaseOptions, RedisOptions, RedisStore};
+pub use store::redis::{LeaseOptions, RedisOptions, RedisStore};
 pub use syntax::{format_window, parse_window, ParseError, Rate, Strategy, MAX_WINDOW};
 pub use window::Window;
 

@@ -118,7 +118,7 @@ pub use ratelimit_core::{
     Overrides, ParseError, QueueCounts, Quota, QuotaError, Rate, RateLimitService, ResolvedTier,
     Stats, StoreConfig, Strategy, SystemClock, Tier, Window, MAX_CAPACITY, MAX_KEY_LEN, MAX_WINDOW,
 };
-pub use ratelimit_core::{Failover, FailurePolicy, Store};
+pub use ratelimit_core::{Failover, FailurePolicy};
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use ratelimit_core::{LeaseOptions, RedisOptions, RedisStore};

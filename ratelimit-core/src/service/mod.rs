@@ -156,7 +156,7 @@ impl RateLimitService {
     /// Every quota the configuration fixes is checked against what `store` supports.
     ///
     /// ```
-    /// use ratelimit_core::store::{Failover, FailurePolicy, MemoryStore};
+    /// use ratelimit_core::{Failover, FailurePolicy, MemoryStore};
     /// use ratelimit_core::{Config, Options, RateLimitService, SystemClock};
     /// use std::sync::Arc;
     ///
