@@ -130,7 +130,8 @@ fn at_site(
 ) -> Option<Result<(), Error>> {
     // A refusal's decision is handed out through `refused`, not returned: the closure's
     // result stays two words, so the admitted path does not move a `Decision`-sized value
-    // out of it (a move the profile showed stalling on store forwarding, ~9 % of the call).
+    // out of it (a move the profile showed stalling on store forwarding: BENCHMARKS.md,
+    // `hot_path`).
     let mut refused = None;
     LOCAL.with(|local| {
         let generation = APP.generation();
