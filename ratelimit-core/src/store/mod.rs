@@ -21,6 +21,8 @@ pub(crate) mod memory;
 pub(crate) mod redis;
 mod state;
 
+// Without Redis, only doc links (`crate::store::FailurePolicy`) name these here.
+#[cfg_attr(not(feature = "redis"), allow(unused_imports))]
 pub(crate) use self::failover::{Failover, FailurePolicy};
 pub(crate) use self::memory::{MemoryOptions, MemoryStore};
 #[cfg(feature = "redis")]
