@@ -4,9 +4,9 @@
 //!
 //! The stores this crate ships are at the crate root:
 //!
-//! - [`MemoryStore`](crate::MemoryStore): this process's memory.
+//! - [`MemoryStore`]: this process's memory.
 //! - `RedisStore` (feature `redis`): Redis or Redis Cluster, shared by a fleet.
-//! - [`Failover`](crate::Failover): any store with a [`FailurePolicy`](crate::FailurePolicy) for
+//! - [`Failover`]: any store with a [`FailurePolicy`] for
 //!   when it cannot answer.
 //! - Your own: implement [`Store`], and run the algorithms on your storage through
 //!   [`StoredState`] (load the bytes, decide, save the bytes, inside one transaction).
