@@ -6,11 +6,12 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ratelimit::store::{Check, Failover, FailurePolicy, Store, StoredState};
+use ratelimit::store::{Check, Store, StoredState};
 use ratelimit::{
     Config, Decision, Error, ManualClock, Nanos, Options, Quota, QuotaError, RateLimitService,
     Strategy, Tier,
 };
+use ratelimit::{Failover, FailurePolicy};
 use ratelimit_tests::START;
 
 /// Each key's state as bytes, with the time it expires.

@@ -15,9 +15,10 @@ use std::time::Duration;
 use std::sync::Arc;
 
 use futures::FutureExt;
+use ratelimit::store::Store;
 use ratelimit::{
     Config, Counts, Decision, Error, LeaseOptions, Options, Quota, RateLimitService, RedisOptions,
-    RedisStore, Store, StoreConfig, Strategy,
+    RedisStore, StoreConfig, Strategy,
 };
 use ratelimit_tests::redis_server::{prefix, script_calls, RedisCluster, RedisServer};
 use ratelimit_tests::{acquire, CountingAllocator};

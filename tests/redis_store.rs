@@ -6,9 +6,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use ratelimit::store::Store;
 use ratelimit::{
     Config, Error, FailurePolicy, ManualClock, Options, Quota, RateLimitService, RedisOptions,
-    RedisStore, Store, StoreConfig, Strategy,
+    RedisStore, StoreConfig, Strategy,
 };
 use ratelimit_tests::acquire;
 use ratelimit_tests::redis_server::{four_processes, prefix, RedisServer};

@@ -92,12 +92,12 @@ pub fn now<F: std::future::Future>(f: F) -> F::Output {
 /// Spends one call from `key` on a bare store (no service), at the system clock's time: the
 /// Redis scripts read Redis' own clock, and the memory store needs some `now`.
 pub async fn acquire(
-    store: &impl ratelimit::Store,
+    store: &impl ratelimit::store::Store,
     key: &str,
     quota: &ratelimit::Quota,
 ) -> Result<ratelimit::Decision, ratelimit::Error> {
     use ratelimit::Clock as _;
-    ratelimit::Store::decide(store, key, quota, 1, ratelimit::SystemClock.now(), true).await
+    ratelimit::store::Store::decide(store, key, quota, 1, ratelimit::SystemClock.now(), true).await
 }
 
 /// What a `tracing` subscriber writes, kept for a test to read.

@@ -25,9 +25,9 @@ pub trait Clock: Send + Sync + fmt::Debug + 'static {
 ///
 /// `now` is the wall clock (`CLOCK_REALTIME`, the clock of `SystemTime::now()`) as of the
 /// last *anchor*, plus the time elapsed since on a monotonic counter: the TSC on x86-64, the
-/// system counter on AArch64, read by [`quanta`] without a fence (12 ns against 20 for
-/// `clock_gettime`, and 22 against 32 inside the memory store's loop, whose previous loads
-/// and atomics the vDSO's fenced read waits for: BENCHMARKS.md). Where quanta finds no
+/// system counter on AArch64, read by [`quanta`] without a fence (cheaper than
+/// `clock_gettime`, more so inside the memory store's loop, whose previous loads and atomics
+/// the vDSO's fenced read waits for: BENCHMARKS.md, `memory`). Where quanta finds no
 /// invariant counter it counts with `CLOCK_MONOTONIC` instead: as correct, not faster.
 ///
 /// Every 100 ms of counter time one caller re-anchors against the wall clock, so:
@@ -60,8 +60,8 @@ impl Clock for SystemClock {
 }
 
 /// How often, in counter nanoseconds, [`SystemClock`] re-reads the wall clock: the drift bound
-/// is proportional to it (see [`SystemClock`]), the cost of the re-read (about 100 ns, once)
-/// inversely.
+/// is proportional to it (see [`SystemClock`]), the cost of the re-read (a `clock_gettime`,
+/// once) inversely.
 const REANCHOR_EVERY: Nanos = 100_000_000;
 
 /// An anchor read whose two counter reads lie further apart than this was interrupted (a

@@ -4,6 +4,7 @@
 //! Most users depend on the `ratelimit` facade instead; everything public here is re-exported
 //! there.
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
+#![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod algorithm;
@@ -43,10 +44,11 @@ pub use registry::{
 };
 pub use service::{Options, RateLimitService};
 pub use stats::{Counts, QueueCounts, Stats};
-pub use store::{Failover, FailurePolicy, MemoryOptions, MemoryStore, Store};
+pub use store::failover::{Failover, FailurePolicy};
+pub use store::memory::{MemoryOptions, MemoryStore};
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
-pub use store::{LeaseOptions, RedisOptions, RedisStore};
+pub use store::redis::{LeaseOptions, RedisOptions, RedisStore};
 pub use syntax::{format_window, parse_window, ParseError, Rate, Strategy, MAX_WINDOW};
 pub use window::Window;
 
@@ -54,7 +56,7 @@ pub use window::Window;
 #[doc(hidden)]
 pub mod __private {
     pub use crate::registry::{
-        acquire, acquire_all, acquire_all_now, acquire_here, acquire_now, key, refuse, KeyArg,
+        acquire, acquire_all, acquire_all_now, acquire_here, acquire_now, refuse, KeyArg,
         KeyDirect, KeyDisplayed, KeyPart, KeyText, Refusal, RefusalError, Registered,
     };
 }

@@ -56,14 +56,14 @@ pub struct QueueCounts {
 
 /// How many stripes a thread can own: the first threads to count (and later ones, as owners
 /// exit) each own one, which they alone write, so they count with a plain load and store. A
-/// locked add costs more than anything else a decision does but its own atomic steps (on a
-/// 2-core AMD EPYC host, the two or three of an annotated call were 14% of its time); a
-/// counter shared by threads also moves its line between cores on every call, which with two
-/// threads on one key cost more than the decision itself.
+/// locked add costs more than anything else a decision does but its own atomic steps (the
+/// two or three of an annotated call were a large share of its time: BENCHMARKS.md,
+/// `hot_path`); a counter shared by threads also moves its line between cores on every call,
+/// which with two threads on one key cost more than the decision itself.
 const OWNED: usize = 16;
 /// Stripes that threads without one of their own share in turn, counting with a locked add:
 /// with `T` threads counting, `(T - OWNED) / SHARED` to a stripe, always fewer than the
-/// `T / 8` of the 8 shared stripes this replaced. A scope's counters are 3 KiB.
+/// `T / 8` of the 8 shared stripes this replaced.
 const SHARED: usize = 8;
 /// How many stripes there are: a counter striped by [`StripeId`] has this many parts.
 pub(crate) const STRIPES: usize = OWNED + SHARED;

@@ -7,25 +7,43 @@
 //! pub async fn charge(&self, user: &User) -> Result<Receipt, AppError> { BODY }
 //! ```
 //!
-//! Output (paths shortened; every one is absolute in the real expansion):
+//! Output for a method of `impl Payments` (paths shortened: every one is absolute in the real
+//! expansion, `::ratelimit::__private::...` or `::core::...`; the `_0` suffix numbers the fn's
+//! limits):
 //!
 //! ```text
 //! pub async fn charge(&self, user: &User) -> Result<Receipt, AppError> {
-//!     #[allow(unused_qualifications, clippy::all, ..)]
-//!     static __RATELIMIT_DECLARATION: Declaration = Declaration::new(
+//!     #[allow(unused_qualifications, clippy::all, clippy::pedantic, clippy::nursery)]
+//!     static __RATELIMIT_DECLARATION_0: Declaration = Declaration::new(
 //!         concat!(module_path!(), "::", "Payments", "::", "charge"), None, file!(), line!(),
-//!         Spec::new().with_limit(10).with_window_nanos(60_000_000_000).with_key(),
+//!         Spec::new().with_limit(10u64).with_window_nanos(60000000000u64).with_key()
+//!             .with_fixed_cost(1u64),
 //!     );
-//!     #[allow(unused_qualifications, clippy::all, ..)]
-//!     const _: () = { inventory::submit! { Registered(&__RATELIMIT_DECLARATION) } };
+//!     #[allow(unused_qualifications, clippy::all, clippy::pedantic, clippy::nursery)]
+//!     const _: () = { inventory::submit! { Registered(&__RATELIMIT_DECLARATION_0) } };
 //!     #[allow(unused_qualifications)]
 //!     {
-//!         let __ratelimit_key: Option<KeyText> = Some(key(&__RATELIMIT_DECLARATION, &(user.id)));
-//!         let __ratelimit_tier: Option<&primitive::str> = None;
-//!         let __ratelimit_cost: primitive::u64 = 1u64;
-//!         if let Err(__ratelimit_error) = acquire(
-//!             &__RATELIMIT_DECLARATION, __ratelimit_key.as_deref(), __ratelimit_tier, __ratelimit_cost,
-//!         ).await {
+//!         let mut __ratelimit_key_0: Option<KeyText> = None;
+//!         {
+//!             use __private::{KeyDirect as _, KeyDisplayed as _};
+//!             let __ratelimit_key_text_0 = Option::insert(&mut __ratelimit_key_0, KeyText::new());
+//!             match &(user.id) {
+//!                 __ratelimit_key_0 => (&KeyArg(__ratelimit_key_0, __ratelimit_key_0))
+//!                     .write_key_text(__ratelimit_key_text_0),
+//!             }
+//!         }
+//!         let __ratelimit_tier_0: Option<&str> = None;
+//!         let __ratelimit_cost_0: u64 = 1u64;
+//!         if let Err(__ratelimit_error) = match acquire_here(
+//!             &__RATELIMIT_DECLARATION_0, Option::as_ref(&__ratelimit_key_0), __ratelimit_tier_0,
+//!             __ratelimit_cost_0,
+//!         ) {
+//!             Some(__ratelimit_decided) => __ratelimit_decided,
+//!             None => acquire(
+//!                 &__RATELIMIT_DECLARATION_0, Option::as_deref(&__ratelimit_key_0),
+//!                 __ratelimit_tier_0, __ratelimit_cost_0,
+//!             ).await,
+//!         } {
 //!             return <Result<Receipt, AppError> as Refusal>::refused(__ratelimit_error);
 //!         }
 //!     }
@@ -33,11 +51,13 @@
 //! }
 //! ```
 //!
-//! (`Payments` when the attribute is on `impl Payments`; see [`crate::path`] for every case.)
+//! (See [`crate::path`] for the fn's path in every place: free fn, inherent or trait impl.)
 //!
-//! A sync fn calls `acquire_now` (no `.await`: decided at once) and its declaration says
-//! `.with_sync()`; `limiter = PATH` adds `.with_limiter(&PATH)`, so a library's fn is decided
-//! and checked by the library's limiter.
+//! A sync fn calls `acquire_now(..)` instead of the `match` (no `.await`: decided at once) and
+//! its declaration says `.with_sync()`; stacked limits declare one static each and call
+//! `acquire_all(&[..]).await` (sync: `acquire_all_now`); `limiter = PATH` adds
+//! `.with_limiter(&PATH)`, so a library's fn is decided and checked by the library's limiter; a
+//! return type that names `impl Trait` refuses through `refuse(..)` rather than `Refusal`.
 //!
 //! The signature is re-emitted untouched and the body stays inside the same fn, so `self`,
 //! `Self`, generics, where-clauses and lifetimes keep working. The key, tier and cost
@@ -290,7 +310,7 @@ fn body(all: &[Args], place: &Place, sig: &Signature, block: &Block) -> syn::Res
         ReturnType::Type(_, ty) => {
             quote_spanned!(ty.span()=> #k::__private::refuse(#error_var))
         }
-        ReturnType::Default => unreachable!("checked by check_signature"),
+        ReturnType::Default => unreachable!("refused by signature::check"),
     };
     let stmts = &block.stmts;
     // The check keeps its lint guard narrow: it holds the user's key, tier and cost

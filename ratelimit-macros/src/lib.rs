@@ -2,6 +2,7 @@
 //! `#[throttle]` and `#[skip_throttle]`. Use them through the `ratelimit` crate, which
 //! re-exports them and provides the runtime they expand to.
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
+#![forbid(unsafe_code)]
 
 use proc_macro::TokenStream;
 

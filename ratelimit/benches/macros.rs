@@ -3,7 +3,7 @@
 //! sync annotated fn (no future) and an async one on a library's own `Limiter`.
 //!
 //! `cargo bench -p ratelimit --bench macros -- --warm-up-time 1 --measurement-time 3`
-//! (figures and discussion: `BENCHMARKS.md`, section "Macros").
+//! (figures: `BENCHMARKS.md`, section `macros`).
 //!
 //! Every call is admitted (the limit is far above what a benchmark can spend), so the figures
 //! are the cost of a decision, not of a refusal. The futures are ready on first poll (the

@@ -109,6 +109,7 @@
 //! Decision counters per tier and budget, the queue's figures and decision latency, through
 //! the `metrics` facade (any exporter); see `examples/metrics.rs`.
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
+#![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub use ratelimit_core::{
@@ -117,7 +118,7 @@ pub use ratelimit_core::{
     Overrides, ParseError, QueueCounts, Quota, QuotaError, Rate, RateLimitService, ResolvedTier,
     Stats, StoreConfig, Strategy, SystemClock, Tier, Window, MAX_CAPACITY, MAX_KEY_LEN, MAX_WINDOW,
 };
-pub use ratelimit_core::{Failover, FailurePolicy, Store};
+pub use ratelimit_core::{Failover, FailurePolicy};
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use ratelimit_core::{LeaseOptions, RedisOptions, RedisStore};
@@ -141,7 +142,7 @@ pub mod openapi;
 pub mod __private {
     pub use inventory;
     pub use ratelimit_core::__private::{
-        acquire, acquire_all, acquire_all_now, acquire_here, acquire_now, key, refuse, KeyArg,
+        acquire, acquire_all, acquire_all_now, acquire_here, acquire_now, refuse, KeyArg,
         KeyDirect, KeyDisplayed, KeyPart, KeyText, Refusal, RefusalError, Registered,
     };
     pub use ratelimit_core::{Declaration, Spec, Strategy};

@@ -13,7 +13,7 @@
 //! `apt-get install -y wrk`). `ROUNDS`, `SECONDS` and `CONNECTIONS` change the run; `PIN=0`
 //! leaves the server and `wrk` to the scheduler instead of a CPU each (see `Pinning`). Each
 //! figure is printed as the median of the rounds with their minimum and maximum.
-//! Figures: BENCHMARKS.md, section "HTTP layer".
+//! Figures: BENCHMARKS.md, section `http_layer`.
 
 #[path = "support/http_apps.rs"]
 mod http_apps;

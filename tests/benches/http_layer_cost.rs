@@ -10,7 +10,7 @@
 //!
 //! prints allocations per request for every variant. For instructions per request, run one
 //! variant (`VARIANT=0..4`) under cachegrind at two loop lengths and divide the difference:
-//! BENCHMARKS.md, section "HTTP layer", has the command.
+//! BENCHMARKS.md, section `http_layer_cost`, has the command.
 
 #[path = "support/http_apps.rs"]
 mod http_apps;

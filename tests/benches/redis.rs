@@ -43,10 +43,10 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ratelimit::store::Check;
+use ratelimit::store::{Check, Store};
 use ratelimit::{
     Clock, Config, Decision, Error, ManualClock, Nanos, Options, Quota, RateLimitService,
-    RedisOptions, RedisStore, Store, Strategy, SystemClock,
+    RedisOptions, RedisStore, Strategy, SystemClock,
 };
 use ratelimit_tests::redis_server::{prefix, RedisServer};
 

@@ -72,7 +72,8 @@ impl SlidingCounter {
     }
 
     /// [`decide`](Self::decide) at an instant already aligned to `quota`'s window. Inlined
-    /// into the memory store's cell: a call here cost about 30 instructions per decision.
+    /// into the memory store's cell: a call here cost instructions on every decision
+    /// (BENCHMARKS.md, `memory`).
     #[inline(always)]
     pub(crate) fn decide_at(
         &mut self,

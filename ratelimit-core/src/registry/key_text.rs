@@ -4,22 +4,9 @@
 use std::fmt;
 use std::fmt::Write as _;
 
-use super::declaration::Declaration;
-
-/// The user key of a keyed call, as text: up to [`KeyText::INLINE`] bytes in place, so a
-/// call with a short key (an id, an address) allocates nothing. The budget is a part of the
-/// store key of its own (see `key.rs`), so it is not repeated here.
-#[doc(hidden)]
-pub fn key(declaration: &'static Declaration, key: &dyn fmt::Display) -> KeyText {
-    let _ = declaration;
-    let mut out = KeyText::new();
-    // `KeyText`'s `write_str` never fails; a `Display` that does leaves what it wrote, which
-    // the store refuses if empty.
-    let _ = write!(out, "{key}");
-    out
-}
-
-/// A keyed call's user key as text (see [`key`]); derefs to `str`.
+/// A keyed call's user key as text, written by [`KeyArg`]: up to [`KeyText::INLINE`] bytes in
+/// place, so a call with a short key (an id, an address) allocates nothing. Derefs to `str`.
+/// The budget is a part of the store key of its own (see `key.rs`), so it is not repeated here.
 #[doc(hidden)]
 pub enum KeyText {
     /// A short key, in place: `bytes[..len]`, whole `str`s appended one after another.
@@ -44,7 +31,6 @@ impl KeyText {
         }
     }
 
-    /// Appends `s`.
     /// The text's bytes, without the UTF-8 check `Deref` makes (for the call-site path, which
     /// only copies them into a store key).
     #[inline]
@@ -55,6 +41,7 @@ impl KeyText {
         }
     }
 
+    /// Appends `s`.
     #[inline]
     fn push(&mut self, s: &str) {
         let _ = self.write_str(s); // never fails
@@ -116,8 +103,8 @@ impl fmt::Debug for KeyText {
 }
 
 /// A keyed call's user key, as the generated code hands it over: by its own type (`0`), and
-/// as `dyn Display` (`1`, the same value). The macros call `written(&|o| (&KeyArg(k, k)).write_key_text(o))` with
-/// both traits in scope: a key whose type is a [`KeyPart`] is written directly by
+/// as `dyn Display` (`1`, the same value). The macros call `(&KeyArg(k, k)).write_key_text(out)`
+/// with both traits in scope: a key whose type is a [`KeyPart`] is written directly by
 /// [`KeyDirect`]; any other goes through [`KeyDisplayed`] (method resolution tries
 /// `KeyArg<T>` before `&KeyArg<T>`, so the direct way wins where it applies). Both write the
 /// text `Display` writes: a key is the same whichever way it took.
@@ -203,7 +190,7 @@ mod tests {
 
     /// Every way a key takes writes what its `Display` writes.
     #[test]
-    // `written(&|o| (&KeyArg(..)).write_key_text(o))` as the macros write it: the borrow picks the way.
+    // `(&KeyArg(..)).write_key_text(out)` as the macros write it: the borrow picks the way.
     #[allow(clippy::needless_borrow)]
     fn direct_keys_are_their_display() {
         #[allow(unused_imports)]

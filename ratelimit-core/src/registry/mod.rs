@@ -16,7 +16,7 @@ mod spec;
 
 pub use check::check_declarations;
 pub use declaration::{declarations, Declaration, Registered};
-pub use key_text::{key, KeyArg, KeyDirect, KeyDisplayed, KeyPart, KeyText};
+pub use key_text::{KeyArg, KeyDirect, KeyDisplayed, KeyPart, KeyText};
 pub use limiter::Limiter;
 pub use module::{Module, ModuleBuilder};
 pub(crate) use runtime::replace_scoped;

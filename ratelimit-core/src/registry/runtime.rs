@@ -130,7 +130,8 @@ fn at_site(
 ) -> Option<Result<(), Error>> {
     // A refusal's decision is handed out through `refused`, not returned: the closure's
     // result stays two words, so the admitted path does not move a `Decision`-sized value
-    // out of it (a move the profile showed stalling on store forwarding, ~9 % of the call).
+    // out of it (a move the profile showed stalling on store forwarding: BENCHMARKS.md,
+    // `hot_path`).
     let mut refused = None;
     LOCAL.with(|local| {
         let generation = APP.generation();
@@ -483,10 +484,12 @@ mod tests {
     #[test]
     fn a_call_site_is_resolved_again_for_another_service() {
         let exceeded = |r: Result<(), Error>| matches!(r, Err(Error::Exceeded(_)));
-        let (k, other) = (
-            super::super::key(&SYNC, &"k"),
-            super::super::key(&SYNC, &"other"),
-        );
+        let text = |key: &str| {
+            let mut text = KeyText::new();
+            let _ = std::fmt::Write::write_str(&mut text, key);
+            text
+        };
+        let (k, other) = (text("k"), text("other"));
         let first = service(None);
         scoped(first.clone(), || {
             assert!(acquire_now(&SYNC, Some(&k), None, 1).is_ok());

@@ -139,7 +139,7 @@ impl RateLimitService {
     /// [`consume`](Self::consume) decided now, with no future: `Some` when nothing has to be
     /// awaited (the memory store, limiting disabled, or a store that answers this call at
     /// once, such as a Redis store spending a leased budget or repeating a refusal still in
-    /// force: see [`Store::decide_now`](crate::Store::decide_now)) and the call may not wait
+    /// force: see [`Store::decide_now`](crate::store::Store::decide_now)) and the call may not wait
     /// in the queue; `None`, having spent and counted nothing, when it must be awaited (a round
     /// trip, or a call that would wait when refused): call [`consume`](Self::consume) then.
     ///

@@ -91,7 +91,7 @@ impl RateLimitService {
     /// `None`, having spent nothing, when it must be awaited. The admitted decision is not
     /// returned, so it carries no tier: only a refusal names it.
     ///
-    /// [`Store::decide_now`]: crate::Store::decide_now
+    /// [`Store::decide_now`]: crate::store::Store::decide_now
     #[inline]
     pub(crate) fn enforce_now(
         &self,
@@ -164,8 +164,8 @@ impl RateLimitService {
     }
 
     /// The decision when it needs no waiting, counted: the memory store, limits switched
-    /// off, or a store behind the [`Store`](crate::Store) trait that answers at once
-    /// ([`Store::decide_now`](crate::Store::decide_now)); `None`, having spent and counted
+    /// off, or a store behind the [`Store`](crate::store::Store) trait that answers at once
+    /// ([`Store::decide_now`](crate::store::Store::decide_now)); `None`, having spent and counted
     /// nothing, when the store must be awaited. `with_tier`: name the tier on an admitted
     /// decision too (a refusal always names it).
     #[inline(always)]
@@ -195,7 +195,7 @@ impl RateLimitService {
     /// composed in the thread's buffer, the latency sampled as the awaited path samples it.
     /// `None` when it must be awaited.
     ///
-    /// [`Store::decide_now`]: crate::Store::decide_now
+    /// [`Store::decide_now`]: crate::store::Store::decide_now
     #[inline(never)]
     fn decide_in_store_now(
         &self,
@@ -216,7 +216,7 @@ impl RateLimitService {
     /// `store`'s answer at once on store key `key` ([`Store::decide_now`]), its latency
     /// sampled when there is one, as the awaited path samples every decision.
     ///
-    /// [`Store::decide_now`]: crate::Store::decide_now
+    /// [`Store::decide_now`]: crate::store::Store::decide_now
     #[inline]
     pub(super) fn ask_now(
         &self,

@@ -156,7 +156,7 @@ impl RateLimitService {
     /// Every quota the configuration fixes is checked against what `store` supports.
     ///
     /// ```
-    /// use ratelimit_core::store::{Failover, FailurePolicy, MemoryStore};
+    /// use ratelimit_core::{Failover, FailurePolicy, MemoryStore};
     /// use ratelimit_core::{Config, Options, RateLimitService, SystemClock};
     /// use std::sync::Arc;
     ///
@@ -313,7 +313,7 @@ impl RateLimitService {
             self.inner.config.tiers()[i].quota
         } else {
             let id = self.inner.id;
-            // Compared in place: copying an entry out (a `Cell`) moved ~100 bytes per call.
+            // Compared in place: copying an entry out (a `Cell`) moved the whole entry per call.
             let kept = RESOLVED.with(|c| {
                 c.borrow().0.iter().flatten().find_map(|(i, t, o, quota)| {
                     (*i == id && *t == tier && *o == *options.overrides).then_some(*quota)

@@ -28,7 +28,7 @@ use crate::stats::QueueCounts;
 /// A waiter's place in its line: higher priority first, then arrival.
 type Rank = (Reverse<i32>, u64);
 
-/// What one waiter holds: about 100 bytes with its two map entries (see the `queue` bench).
+/// What one waiter holds, with its two map entries (memory per waiter: BENCHMARKS.md, `queue`).
 struct Slot {
     notify: Notify,
     /// Set (under the lock) when a higher-priority arrival took this waiter's place, which

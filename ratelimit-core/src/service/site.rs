@@ -2,7 +2,7 @@
 //! does not depend on the user key (the quota, the tier, the store key around the user key,
 //! the budget's counters), resolved once per call site and service rather than per call.
 //! The public API's spending calls use it too, on the memory store and on a store that may
-//! answer at once ([`Store::decide_now`](crate::Store::decide_now): a Redis store's leases).
+//! answer at once ([`Store::decide_now`](crate::store::Store::decide_now): a Redis store's leases).
 //! The store key is the one [`with_key`](RateLimitService::with_key) composes for the same
 //! call, so a call decided here and one decided through the general path (`status`, `reset`,
 //! `consume` under the fn's budget) read one state.
@@ -47,7 +47,7 @@ impl Site {
 pub(crate) enum SiteOutcome {
     /// Admitted and counted: the memory store's verdict, at `now`.
     Admitted(Verdict, Nanos),
-    /// Admitted and counted: the decision a store behind the [`Store`](crate::Store) trait
+    /// Admitted and counted: the decision a store behind the [`Store`](crate::store::Store) trait
     /// made at once.
     Answered(Decision),
     /// Decided (refused, or an error), not counted yet: hand it to
@@ -137,9 +137,9 @@ impl RateLimitService {
         }
     }
 
-    /// [`enforce_site`](Self::enforce_site) on a store behind the [`Store`](crate::Store)
+    /// [`enforce_site`](Self::enforce_site) on a store behind the [`Store`](crate::store::Store)
     /// trait, which answers the spending call of user `key` at `site` if it can at once
-    /// ([`Store::decide_now`](crate::Store::decide_now)); [`SiteOutcome::Await`] when it
+    /// ([`Store::decide_now`](crate::store::Store::decide_now)); [`SiteOutcome::Await`] when it
     /// cannot. The store key is composed in `buffer`.
     fn answer_site(
         &self,

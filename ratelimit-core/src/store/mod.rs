@@ -1,26 +1,32 @@
-//! Where limiter state lives: the [`Store`] trait and its implementations. Every store runs the
-//! algorithm inside its own atomic step, never as a read-modify-write across calls.
+//! The [`Store`] trait: where limiter state lives, and what implementing a store of your own
+//! takes. Every store runs the algorithm inside its own atomic step, never as a
+//! read-modify-write across calls.
+//!
+//! The stores this crate ships are at the crate root:
 //!
 //! - [`MemoryStore`]: this process's memory.
 //! - `RedisStore` (feature `redis`): Redis or Redis Cluster, shared by a fleet.
-//! - [`Failover`]: any store with a [`FailurePolicy`] for when it cannot answer.
+//! - [`Failover`]: any store with a [`FailurePolicy`] for
+//!   when it cannot answer.
 //! - Your own: implement [`Store`], and run the algorithms on your storage through
 //!   [`StoredState`] (load the bytes, decide, save the bytes, inside one transaction).
 
 use std::future::Future;
 use std::pin::Pin;
 
-mod failover;
-mod memory;
+// The stores themselves are public at the crate root only (one public path per item).
+pub(crate) mod failover;
+pub(crate) mod memory;
 #[cfg(feature = "redis")]
 pub(crate) mod redis;
 mod state;
 
-pub use self::failover::{Failover, FailurePolicy};
-pub use self::memory::{MemoryOptions, MemoryStore};
+// Without Redis, only doc links (`crate::store::FailurePolicy`) name these here.
+#[cfg_attr(not(feature = "redis"), allow(unused_imports))]
+pub(crate) use self::failover::{Failover, FailurePolicy};
+pub(crate) use self::memory::{MemoryOptions, MemoryStore};
 #[cfg(feature = "redis")]
-#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
-pub use self::redis::{LeaseOptions, RedisOptions, RedisStore};
+pub(crate) use self::redis::{RedisOptions, RedisStore};
 pub use self::state::StoredState;
 
 use crate::clock::Nanos;

@@ -18,8 +18,8 @@ use crate::syntax::Strategy;
 // is recovered too. What a cell does not store is recovered from the expiry and the quota's
 // window (a key whose window changes between calls starts a new window unless the recovered
 // start happens to line up, as a stored start had to). One enum for all four strategies plus
-// the expiry took 56 bytes, straddled two lines most of the time, and measured 1.7 times
-// governor's time at 100,000 keys (BENCHMARKS.md).
+// the expiry straddled two lines most of the time and was far slower than governor at 100,000
+// keys (BENCHMARKS.md, `memory`).
 //
 // A decision is one compare-exchange on that word, like governor's GCRA: the shard is only
 // read-locked around the lookup, so two threads on one key (or one shard) never wait on a

@@ -314,7 +314,8 @@ impl MemoryStore {
         let at = self.decision_time(now);
         // A look (cost 0) is two looks at most, each its own step: the rule is
         // `algorithm::level`'s, applied around the whole step so that a call that spends goes
-        // straight to the cell (through a closure inside the lock it measured 6 ns slower).
+        // straight to the cell (through a closure inside the lock it measured slower:
+        // BENCHMARKS.md, `memory`).
         algorithm::level_or(cost, commit, |cost, commit| match quota.strategy() {
             Strategy::FixedWindow => self.decide_in::<FixedCell>(key, quota, cost, at, commit),
             Strategy::SlidingWindow => self.decide_in::<LogCell>(key, quota, cost, at, commit),

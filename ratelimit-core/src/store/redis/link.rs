@@ -4,8 +4,8 @@
 //! Every call to Redis gives up after [`RedisOptions::timeout`](super::RedisOptions::timeout).
 //! A Tokio timer per call keeps that bound, but costs two locks on the timer wheel, the
 //! runtime's handle cloned and a waker registered, per call (redis-rs' default client, whose
-//! manager carries one, costs a peer's script 7% more client CPU per call than a bare
-//! connection: BENCHMARKS.md, "One deadline per connection").
+//! manager carries one, costs a peer's script measurably more client CPU per call than a bare
+//! connection: BENCHMARKS.md, `redis`).
 //!
 //! A connection answers in order, so while its oldest unanswered request is within its
 //! deadline, so is every later one; when the oldest is past it, the connection is broken for

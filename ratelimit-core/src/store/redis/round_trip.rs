@@ -174,7 +174,7 @@ impl RedisStore {
 
     /// [`run`](Self::run)'s request made ready on an open link, for a decision to await in
     /// its own future: no future nested in it but the connection's (which redis-rs' own
-    /// callers box on every call: 1,128 bytes, from glibc's large bins). `None` where `run` must
+    /// callers box on every call, from glibc's large bins). `None` where `run` must
     /// decide how: no open link for this runtime, the eviction policy not known yet, a
     /// cluster, a call that started before its link, a runtime without its drivers (`run`
     /// answers why).

@@ -399,12 +399,12 @@ mod tests {
     use std::time::Duration;
 
     /// The service boxes this future for every call that asks Redis, and moves it whole: it
-    /// was 2,216 bytes while `bounded` took its future as an argument (an `async fn` holds
+    /// was past this bound while `bounded` took its future as an argument (an `async fn` holds
     /// its arguments apart from what it awaits, so the call was held twice) and the
     /// connection's first set-up and the lease grant were inline. It holds the connection's
-    /// request inline (redis-rs' send future, 1,128 bytes, which redis-rs' own callers box:
-    /// a second allocation per call, from glibc's large bins, the slow ones, as is any from
-    /// 1,024 bytes), and little else: about 1,800 bytes in a debug build.
+    /// request inline (redis-rs' send future, which redis-rs' own callers box: a second
+    /// allocation per call, from glibc's large bins, the slow ones, as is any from 1,024
+    /// bytes), and little else (the sizes as measured: BENCHMARKS.md, `redis`).
     #[test]
     fn the_decision_future_stays_small() {
         let store = RedisStore::new(RedisOptions::new("redis://127.0.0.1:1")).unwrap();
