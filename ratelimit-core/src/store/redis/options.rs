@@ -8,7 +8,7 @@ use super::lease::LeaseOptions;
 use super::redaction::redact;
 use crate::store::FailurePolicy;
 
-/// Where a [`RedisStore`] connects and how long it waits.
+/// Where a [`RedisStore`](super::RedisStore) connects and how long it waits.
 ///
 /// `Debug` and every error message show URLs with their credentials replaced by `***`.
 ///

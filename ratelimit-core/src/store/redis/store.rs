@@ -51,7 +51,7 @@ pub(super) struct Inner {
 ///   Redis answers `NOSCRIPT`.
 /// - **Redis' clock**: the scripts read `TIME`, so processes whose clocks disagree still make
 ///   the same decisions. Times are counted in microseconds, `TIME`'s resolution: a decision is
-///   [`algorithm::decide`](crate::algorithm::decide) evaluated in microseconds, and
+///   the in-memory algorithm (the same rules) evaluated in microseconds, and
 ///   `reset_at` / `retry_after` are Redis' times.
 /// - **One key per decision**, written with its expiry in the same script: nothing outlives
 ///   its window. In a cluster the user key is the hash tag, so one decision is one slot.
