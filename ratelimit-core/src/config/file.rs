@@ -242,3 +242,180 @@ impl Config {
         ConfigBuilder::<Config>::from(options).build()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::Module;
+
+    const EVERY_OPTION: &str = r#"
+        enabled = false
+        strategy = "token-bucket"
+        key_prefix = "api"
+        default_limit = 7
+        default_window = "30s"
+        burst_limit = 2
+        token_refill_rate = 3
+        default_tier = "pro"
+        queue_enabled = true
+        max_queue_size = 9
+        queue_timeout = "250ms"
+        [tiers.pro]
+        limit = 40
+        window = "1h"
+        burst = 4
+        priority = 5
+        strategy = "fixed-window"
+        refill = 6
+        [store]
+        type = "memory"
+        max_keys = 10
+        sweep_interval = "2s"
+    "#;
+
+    fn every_option() -> crate::ModuleBuilder {
+        Module::builder()
+            .enabled(false)
+            .strategy(Strategy::TokenBucket)
+            .key_prefix("api")
+            .default_limit(7)
+            .default_window("30s")
+            .burst_limit(2)
+            .token_refill_rate(3)
+            .tier(
+                Tier::new("pro", 40)
+                    .window(Duration::from_secs(3_600))
+                    .burst(4)
+                    .priority(5)
+                    .strategy(Strategy::FixedWindow)
+                    .refill(6),
+            )
+            .default_tier("pro")
+            .queue_enabled(true)
+            .max_queue_size(9)
+            .queue_timeout(Duration::from_millis(250))
+            .store(StoreConfig::Memory(
+                MemoryOptions::default()
+                    .max_keys(10)
+                    .sweep_interval(Duration::from_secs(2)),
+            ))
+    }
+
+    /// Every option set from a file and from `Module::builder()` comes out the same, and
+    /// different from its default. The patterns below name every field of the options, so an
+    /// option added to the builder does not compile here until it is set both ways.
+    #[test]
+    fn every_builder_option_is_set_alike_from_the_file_and_from_module_builder() {
+        let from_file: Options = toml::from_str(EVERY_OPTION).unwrap();
+        let from_code = every_option().options;
+        assert_eq!(from_file, from_code);
+
+        let defaults = Options::default();
+        let Options {
+            enabled,
+            strategy,
+            key_prefix,
+            default_limit,
+            default_window,
+            burst_limit,
+            token_refill_rate,
+            tiers,
+            default_tier,
+            store,
+            queue_enabled,
+            max_queue_size,
+            queue_timeout,
+        } = &from_code;
+        let [pro] = tiers.as_slice() else {
+            panic!("{tiers:?}")
+        };
+        let unset = Tier::new("pro", 0).options;
+        let TierOptions {
+            limit,
+            window,
+            burst,
+            priority,
+            strategy: tier_strategy,
+            refill,
+        } = &pro.options;
+        let left_as_default: Vec<&str> = [
+            ("enabled", *enabled == defaults.enabled),
+            ("strategy", *strategy == defaults.strategy),
+            ("key_prefix", *key_prefix == defaults.key_prefix),
+            ("default_limit", *default_limit == defaults.default_limit),
+            ("default_window", *default_window == defaults.default_window),
+            ("burst_limit", *burst_limit == defaults.burst_limit),
+            (
+                "token_refill_rate",
+                *token_refill_rate == defaults.token_refill_rate,
+            ),
+            ("tiers", *tiers == defaults.tiers),
+            ("default_tier", *default_tier == defaults.default_tier),
+            ("store", *store == defaults.store),
+            ("queue_enabled", *queue_enabled == defaults.queue_enabled),
+            ("max_queue_size", *max_queue_size == defaults.max_queue_size),
+            ("queue_timeout", *queue_timeout == defaults.queue_timeout),
+            ("tiers.pro.limit", *limit == unset.limit),
+            ("tiers.pro.window", *window == unset.window),
+            ("tiers.pro.burst", *burst == unset.burst),
+            ("tiers.pro.priority", *priority == unset.priority),
+            ("tiers.pro.strategy", *tier_strategy == unset.strategy),
+            ("tiers.pro.refill", *refill == unset.refill),
+        ]
+        .into_iter()
+        .filter_map(|(field, same)| same.then_some(field))
+        .collect();
+        assert!(left_as_default.is_empty(), "not set: {left_as_default:?}");
+
+        // And through the public readers, in both formats.
+        let config = every_option().build().unwrap();
+        assert_eq!(Config::from_toml_str(EVERY_OPTION).unwrap(), config);
+        let json = serde_json::to_string(&toml::from_str::<toml::Value>(EVERY_OPTION).unwrap());
+        assert_eq!(Config::from_json_str(&json.unwrap()).unwrap(), config);
+        // No default limit: `null`, in JSON only (TOML has no null).
+        assert_eq!(
+            Config::from_json_str(r#"{"default_limit": null}"#).unwrap(),
+            Module::builder().no_default_limit().build().unwrap()
+        );
+    }
+
+    #[test]
+    fn a_type_error_in_a_file_names_its_field() {
+        for (text, field) in [
+            ("[tiers.pro]\nlimit = \"x\"\n", "tiers.pro.limit"),
+            ("[tiers.pro]\nlimit = 1\ncolour = 2\n", "tiers.pro.colour"),
+            ("max_queue_size = -1", "max_queue_size"),
+            ("x = [", "toml"),
+        ] {
+            let err = Config::from_toml_str(text).unwrap_err();
+            let Error::InvalidConfig(e) = &err else {
+                panic!("{err}")
+            };
+            assert!(e.has(field), "{field} missing from {err}");
+        }
+        let err = Config::from_json_str(r#"{"tiers": {"pro": {"limit": -1}}}"#).unwrap_err();
+        assert!(
+            matches!(&err, Error::InvalidConfig(e) if e.has("tiers.pro.limit")),
+            "{err}"
+        );
+        let err = Config::from_json_str(r#"{"enabled": true} x"#).unwrap_err();
+        assert!(
+            matches!(&err, Error::InvalidConfig(e) if e.has("json")),
+            "{err}"
+        );
+    }
+
+    #[cfg(not(feature = "redis"))]
+    #[test]
+    fn a_file_asking_for_redis_without_the_feature_says_so() {
+        let err =
+            Config::from_toml_str("[store]\ntype = \"redis\"\nurl = \"redis://h\"\n").unwrap_err();
+        assert!(
+            matches!(&err, Error::InvalidConfig(e) if e.has("store.type")),
+            "{err}"
+        );
+        assert!(err.to_string().contains("`redis` feature"), "{err}");
+    }
+}
