@@ -1,36 +1,68 @@
 //! [`ConfigBuilder`]: every option, and the validation that reports each bad field by name.
 
+use std::fmt;
+use std::marker::PhantomData;
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::{Config, ResolvedTier, StoreConfig, Tier};
+use crate::clock::Clock;
 use crate::error::{ConfigError, Error};
 use crate::quota::QuotaError;
-use crate::syntax::{valid_tier_name, Strategy, TIER_NAME_RULE};
+use crate::syntax::{ParseError, Strategy};
 use crate::window::Window;
 
 /// Builds a [`Config`]; [`build`](Self::build) validates everything and reports every problem.
-#[derive(Debug, Clone)]
-pub struct ConfigBuilder {
-    enabled: bool,
-    strategy: Strategy,
-    key_prefix: String,
-    default_limit: Option<u64>,
-    default_window: Window,
-    burst_limit: u64,
-    token_refill_rate: Option<u64>,
-    tiers: Vec<Tier>,
-    default_tier: Option<String>,
-    store: StoreConfig,
-    queue_enabled: bool,
-    max_queue_size: usize,
-    queue_timeout: Window,
+///
+/// `For` is what the builder ends in: a [`Config`] (from [`Config::builder`]), or a running
+/// [`Module`](crate::Module) (from [`Module::builder`](crate::Module::builder), named
+/// [`ModuleBuilder`](crate::ModuleBuilder)), which also takes a clock and is finished with
+/// `init`. Both have every option below, declared once here.
+#[must_use = "a builder does nothing until it is built (`build`, or `init` for a module)"]
+pub struct ConfigBuilder<For = Config> {
+    pub(crate) options: Options,
+    /// The module's clock; never set on a builder for a [`Config`], which has none.
+    pub(crate) clock: Option<Arc<dyn Clock>>,
+    pub(crate) product: PhantomData<fn() -> For>,
 }
 
-impl Default for ConfigBuilder {
+/// Every option, each declared once: the builder's setters write these fields, and the
+/// configuration file (feature `serde`) deserializes into them, so an option reaches both.
+///
+/// A strategy, a window and the store read from a file keep what is wrong with them until
+/// [`build`](ConfigBuilder::build), which reports it by field with every other problem.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Deserialize),
+    serde(default, deny_unknown_fields)
+)]
+pub(crate) struct Options {
+    pub(crate) enabled: bool,
+    #[cfg_attr(feature = "serde", serde(deserialize_with = "super::file::strategy"))]
+    pub(crate) strategy: Result<Strategy, ParseError>,
+    pub(crate) key_prefix: String,
+    pub(crate) default_limit: Option<u64>,
+    #[cfg_attr(feature = "serde", serde(deserialize_with = "super::file::window"))]
+    pub(crate) default_window: Window,
+    pub(crate) burst_limit: u64,
+    pub(crate) token_refill_rate: Option<u64>,
+    #[cfg_attr(feature = "serde", serde(deserialize_with = "super::file::tiers"))]
+    pub(crate) tiers: Vec<Tier>,
+    pub(crate) default_tier: Option<String>,
+    #[cfg_attr(feature = "serde", serde(deserialize_with = "super::file::store"))]
+    pub(crate) store: Result<StoreConfig, ConfigError>,
+    pub(crate) queue_enabled: bool,
+    pub(crate) max_queue_size: usize,
+    #[cfg_attr(feature = "serde", serde(deserialize_with = "super::file::window"))]
+    pub(crate) queue_timeout: Window,
+}
+
+impl Default for Options {
     fn default() -> Self {
-        ConfigBuilder {
+        Options {
             enabled: true,
-            strategy: Strategy::SlidingWindow,
+            strategy: Ok(Strategy::SlidingWindow),
             key_prefix: "ratelimit".into(),
             default_limit: Some(100),
             default_window: Window::from(Duration::from_secs(60)),
@@ -38,7 +70,7 @@ impl Default for ConfigBuilder {
             token_refill_rate: None,
             tiers: Vec::new(),
             default_tier: None,
-            store: StoreConfig::default(),
+            store: Ok(StoreConfig::default()),
             queue_enabled: false,
             max_queue_size: 1_000,
             queue_timeout: Window::from(Duration::from_secs(5)),
@@ -46,61 +78,97 @@ impl Default for ConfigBuilder {
     }
 }
 
-impl ConfigBuilder {
+impl<For> From<Options> for ConfigBuilder<For> {
+    fn from(options: Options) -> Self {
+        ConfigBuilder {
+            options,
+            clock: None,
+            product: PhantomData,
+        }
+    }
+}
+
+impl<For> Default for ConfigBuilder<For> {
+    fn default() -> Self {
+        Options::default().into()
+    }
+}
+
+// By hand: derived, they would ask the same of `For` (a `Module` is neither).
+impl<For> Clone for ConfigBuilder<For> {
+    fn clone(&self) -> Self {
+        ConfigBuilder {
+            options: self.options.clone(),
+            clock: self.clock.clone(),
+            product: PhantomData,
+        }
+    }
+}
+
+impl<For> fmt::Debug for ConfigBuilder<For> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ConfigBuilder")
+            .field("options", &self.options)
+            .field("clock", &self.clock)
+            .finish()
+    }
+}
+
+impl<For> ConfigBuilder<For> {
     /// `false` admits every call without counting: the only way to switch limiting off.
     pub fn enabled(mut self, enabled: bool) -> Self {
-        self.enabled = enabled;
+        self.options.enabled = enabled;
         self
     }
     /// The default strategy.
     pub fn strategy(mut self, strategy: Strategy) -> Self {
-        self.strategy = strategy;
+        self.options.strategy = Ok(strategy);
         self
     }
     /// The prefix of every store key.
     pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.key_prefix = prefix.into();
+        self.options.key_prefix = prefix.into();
         self
     }
     /// The limit for calls that name no tier and give no limit.
     pub fn default_limit(mut self, limit: u64) -> Self {
-        self.default_limit = Some(limit);
+        self.options.default_limit = Some(limit);
         self
     }
     /// No default limit: a call with neither a tier nor a limit is refused with
-    /// [`Error::NoLimit`].
+    /// [`Error::NoLimit`]. In a JSON file, `"default_limit": null`.
     pub fn no_default_limit(mut self) -> Self {
-        self.default_limit = None;
+        self.options.default_limit = None;
         self
     }
     /// The window for calls and tiers that give none.
     pub fn default_window(mut self, window: impl Into<Window>) -> Self {
-        self.default_window = window.into();
+        self.options.default_window = window.into();
         self
     }
     /// Extra calls allowed on top of every limit that has no burst of its own.
     pub fn burst_limit(mut self, burst: u64) -> Self {
-        self.burst_limit = burst;
+        self.options.burst_limit = burst;
         self
     }
     /// Token-bucket refill, tokens per window (default: the limit).
     pub fn token_refill_rate(mut self, rate: u64) -> Self {
-        self.token_refill_rate = Some(rate);
+        self.options.token_refill_rate = Some(rate);
         self
     }
     /// Adds a tier.
     pub fn tier(mut self, tier: Tier) -> Self {
-        self.tiers.push(tier);
+        self.options.tiers.push(tier);
         self
     }
     /// The tier used by calls that name none.
     pub fn default_tier(mut self, name: impl Into<String>) -> Self {
-        self.default_tier = Some(name.into());
+        self.options.default_tier = Some(name.into());
         self
     }
     /// Where state is kept.
     pub fn store(mut self, store: StoreConfig) -> Self {
-        self.store = store;
+        self.options.store = Ok(store);
         self
     }
     /// Whether calls over their limit wait for capacity (in a bounded queue, at most
@@ -108,30 +176,30 @@ impl ConfigBuilder {
     /// [`Options::queue`](crate::Options::queue). Never on unauthenticated endpoints: see
     /// [`Config`].
     pub fn queue_enabled(mut self, enabled: bool) -> Self {
-        self.queue_enabled = enabled;
+        self.options.queue_enabled = enabled;
         self
     }
     /// The most calls waiting at once, over every key (default 1000); one more is refused
     /// with [`Error::QueueFull`].
     pub fn max_queue_size(mut self, size: usize) -> Self {
-        self.max_queue_size = size;
+        self.options.max_queue_size = size;
         self
     }
     /// The longest a call waits (default `5s`): a [`Duration`] or text such as `"500ms"`.
     /// Past it the call is refused with [`Error::QueueTimeout`].
     pub fn queue_timeout(mut self, timeout: impl Into<Window>) -> Self {
-        self.queue_timeout = timeout.into();
+        self.options.queue_timeout = timeout.into();
         self
     }
 
     /// Validates and builds. Every problem is reported, each with its field.
     pub fn build(self) -> Result<Config, Error> {
+        let o = self.options;
         let mut errors = ConfigError::default();
-        if self.key_prefix.is_empty() || self.key_prefix.len() > 128 {
+        if o.key_prefix.is_empty() || o.key_prefix.len() > 128 {
             errors.push("key_prefix", "must be 1 to 128 bytes");
         }
-        if self
-            .key_prefix
+        if o.key_prefix
             .chars()
             .any(|c| c.is_whitespace() || c.is_control() || c == '{' || c == '}')
         {
@@ -141,66 +209,56 @@ impl ConfigBuilder {
                  hash tag follows the prefix)",
             );
         }
-        let default_window = self.default_window.resolve().unwrap_or_else(|e| {
+        let default_window = o.default_window.resolve().unwrap_or_else(|e| {
             errors.push("default_window", e);
             Duration::from_secs(60)
         });
-        let queue_timeout = self.queue_timeout.resolve().unwrap_or_else(|e| {
+        let queue_timeout = o.queue_timeout.resolve().unwrap_or_else(|e| {
             errors.push("queue_timeout", e);
             Duration::from_secs(5)
         });
-        if self.max_queue_size == 0 {
+        if o.max_queue_size == 0 {
             errors.push(
                 "max_queue_size",
                 "must be at least 1 (switch the queue off with `queue_enabled = false`)",
             );
         }
-        if self.token_refill_rate == Some(0) {
+        if o.token_refill_rate == Some(0) {
             errors.push("token_refill_rate", "must be at least 1 token per window");
         }
+        let strategy = o.strategy.unwrap_or_else(|e| {
+            errors.push("strategy", e.to_string());
+            Strategy::default()
+        });
+        let store = o.store.unwrap_or_else(|e| {
+            errors.problems.extend(e.problems);
+            StoreConfig::default()
+        });
         let mut config = Config {
-            enabled: self.enabled,
-            strategy: self.strategy,
-            key_prefix: self.key_prefix,
-            default_limit: self.default_limit,
+            enabled: o.enabled,
+            strategy,
+            key_prefix: o.key_prefix,
+            default_limit: o.default_limit,
             default_window,
-            burst_limit: self.burst_limit,
-            token_refill_rate: self.token_refill_rate.filter(|&r| r > 0),
-            tiers: Vec::with_capacity(self.tiers.len()),
+            burst_limit: o.burst_limit,
+            token_refill_rate: o.token_refill_rate.filter(|&r| r > 0),
+            tiers: Vec::with_capacity(o.tiers.len()),
             default_tier: None,
-            store: self.store,
-            queue_enabled: self.queue_enabled,
-            max_queue_size: self.max_queue_size,
+            store,
+            queue_enabled: o.queue_enabled,
+            max_queue_size: o.max_queue_size,
             queue_timeout,
             plain: None,
             plain_identity: None,
         };
-        for tier in self.tiers {
-            if !valid_tier_name(&tier.name) {
-                errors.push(format!("tiers.{:?}", tier.name), TIER_NAME_RULE);
-                continue;
-            }
+        for tier in o.tiers {
             if config.tiers.iter().any(|t| *t.name == *tier.name) {
                 errors.push(format!("tiers.{}", tier.name), "defined twice");
-                continue;
+            } else if let Some(tier) = tier.resolve(&mut errors) {
+                config.tiers.push(tier);
             }
-            let mut overrides = tier.overrides;
-            if let Some(window) = &tier.window {
-                match window.resolve() {
-                    Ok(w) => overrides = overrides.window(w),
-                    Err(e) => errors.push(format!("tiers.{}.window", tier.name), e),
-                }
-            }
-            config.tiers.push(ResolvedTier {
-                name: tier.name.as_str().into(),
-                overrides,
-                // Filled in below, once every module setting is known.
-                quota: crate::Quota::default(),
-                priority: tier.priority,
-                identity: Box::default(),
-            });
         }
-        if let Some(name) = self.default_tier {
+        if let Some(name) = o.default_tier {
             match config.tiers.iter().find(|t| *t.name == *name) {
                 Some(t) => config.default_tier = Some(t.name.clone()),
                 None => errors.push(

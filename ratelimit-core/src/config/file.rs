@@ -1,46 +1,17 @@
-//! Configuration from TOML or JSON (feature `serde`), through the same builder and the same
-//! validation.
-use std::collections::BTreeMap;
+//! Configuration from TOML or JSON (feature `serde`), deserialized into the builder's own
+//! options and validated by the same `build`.
 #[cfg(feature = "redis")]
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Deserializer};
 
-use super::{Config, StoreConfig, Tier};
+use super::build::Options;
+use super::tier::TierOptions;
+use super::{Config, ConfigBuilder, StoreConfig, Tier};
 use crate::error::{ConfigError, Error};
 use crate::store::MemoryOptions;
-use crate::syntax::parse_window;
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "snake_case")]
-struct File {
-    enabled: Option<bool>,
-    strategy: Option<String>,
-    key_prefix: Option<String>,
-    default_limit: Option<u64>,
-    default_window: Option<String>,
-    burst_limit: Option<u64>,
-    token_refill_rate: Option<u64>,
-    #[serde(default, deserialize_with = "unique_tiers")]
-    tiers: BTreeMap<String, FileTier>,
-    default_tier: Option<String>,
-    store: Option<FileStore>,
-    queue_enabled: Option<bool>,
-    max_queue_size: Option<usize>,
-    queue_timeout: Option<String>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FileTier {
-    limit: u64,
-    window: Option<String>,
-    burst: Option<u64>,
-    #[serde(default)]
-    priority: i32,
-    strategy: Option<String>,
-    refill: Option<u64>,
-}
+use crate::syntax::{parse_window, ParseError, Strategy};
+use crate::window::Window;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, tag = "type", rename_all = "snake_case")]
@@ -67,15 +38,38 @@ enum FileStore {
     },
 }
 
-/// The tiers table, refusing a name given twice. JSON objects may repeat a key and a plain
-/// map keeps the last one, so a second, looser definition of a tier would silently replace
-/// the first (TOML refuses the duplicate by itself).
-fn unique_tiers<'de, D: serde::Deserializer<'de>>(
+/// A strategy's name, kept as it was if it is not one, for
+/// [`build`](super::ConfigBuilder::build) to report with its field.
+pub(super) fn strategy<'de, D: Deserializer<'de>>(
     deserializer: D,
-) -> Result<BTreeMap<String, FileTier>, D::Error> {
+) -> Result<Result<Strategy, ParseError>, D::Error> {
+    Ok(String::deserialize(deserializer)?.parse())
+}
+
+pub(super) fn some_strategy<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<Result<Strategy, ParseError>>, D::Error> {
+    strategy(deserializer).map(Some)
+}
+
+/// A window as text (`"1m"`), checked when the configuration is built.
+pub(super) fn window<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Window, D::Error> {
+    Ok(Window::from(String::deserialize(deserializer)?.as_str()))
+}
+
+pub(super) fn some_window<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<Window>, D::Error> {
+    window(deserializer).map(Some)
+}
+
+/// The tiers table, `[tiers.<name>]`, refusing a name given twice. JSON objects may repeat a
+/// key and a plain map keeps the last one, so a second, looser definition of a tier would
+/// silently replace the first (TOML refuses the duplicate by itself).
+pub(super) fn tiers<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<Tier>, D::Error> {
     struct Unique;
     impl<'de> serde::de::Visitor<'de> for Unique {
-        type Value = BTreeMap<String, FileTier>;
+        type Value = Vec<Tier>;
         fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
             f.write_str("a table of tiers")
         }
@@ -83,14 +77,14 @@ fn unique_tiers<'de, D: serde::Deserializer<'de>>(
             self,
             mut map: A,
         ) -> Result<Self::Value, A::Error> {
-            let mut tiers = BTreeMap::new();
-            while let Some((name, tier)) = map.next_entry::<String, FileTier>()? {
-                if tiers.contains_key(&name) {
+            let mut tiers: Vec<Tier> = Vec::new();
+            while let Some((name, options)) = map.next_entry::<String, TierOptions>()? {
+                if tiers.iter().any(|t| t.name == name) {
                     return Err(serde::de::Error::custom(format!(
                         "tier {name:?} is defined twice"
                     )));
                 }
-                tiers.insert(name, tier);
+                tiers.push(Tier { name, options });
             }
             Ok(tiers)
         }
@@ -98,70 +92,16 @@ fn unique_tiers<'de, D: serde::Deserializer<'de>>(
     deserializer.deserialize_map(Unique)
 }
 
-fn parse(file: File) -> Result<Config, Error> {
-    let mut b = Config::builder();
+/// The `[store]` table: what it asks for, or every problem with it, by field.
+pub(super) fn store<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Result<StoreConfig, ConfigError>, D::Error> {
     let mut errors = ConfigError::default();
-    if let Some(v) = file.enabled {
-        b = b.enabled(v);
-    }
-    if let Some(s) = file.strategy {
-        match s.parse() {
-            Ok(s) => b = b.strategy(s),
-            Err(e) => errors.push("strategy", e.to_string()),
-        }
-    }
-    if let Some(v) = file.key_prefix {
-        b = b.key_prefix(v);
-    }
-    if let Some(v) = file.default_limit {
-        b = b.default_limit(v);
-    }
-    if let Some(v) = file.default_window {
-        b = b.default_window(v);
-    }
-    if let Some(v) = file.burst_limit {
-        b = b.burst_limit(v);
-    }
-    if let Some(v) = file.token_refill_rate {
-        b = b.token_refill_rate(v);
-    }
-    for (name, t) in file.tiers {
-        let mut tier = Tier::new(name.clone(), t.limit).priority(t.priority);
-        if let Some(w) = t.window {
-            tier = tier.window(w);
-        }
-        if let Some(v) = t.burst {
-            tier = tier.burst(v);
-        }
-        if let Some(v) = t.refill {
-            tier = tier.refill(v);
-        }
-        if let Some(s) = t.strategy {
-            match s.parse() {
-                Ok(s) => tier = tier.strategy(s),
-                Err(e) => errors.push(format!("tiers.{name}.strategy"), e.to_string()),
-            }
-        }
-        b = b.tier(tier);
-    }
-    if let Some(v) = file.default_tier {
-        b = b.default_tier(v);
-    }
-    if let Some(v) = file.queue_enabled {
-        b = b.queue_enabled(v);
-    }
-    if let Some(v) = file.max_queue_size {
-        b = b.max_queue_size(v);
-    }
-    if let Some(v) = file.queue_timeout {
-        b = b.queue_timeout(v);
-    }
-    match file.store {
-        None => {}
-        Some(FileStore::Memory {
+    let store = match FileStore::deserialize(deserializer)? {
+        FileStore::Memory {
             max_keys,
             sweep_interval,
-        }) => {
+        } => {
             let mut m = MemoryOptions::default();
             if let Some(v) = max_keys {
                 m.max_keys = v;
@@ -172,15 +112,18 @@ fn parse(file: File) -> Result<Config, Error> {
                     Err(e) => errors.push("store.sweep_interval", e.to_string()),
                 }
             }
-            b = b.store(StoreConfig::Memory(m));
+            StoreConfig::Memory(m)
         }
         #[cfg(not(feature = "redis"))]
-        Some(FileStore::Redis { .. }) => errors.push(
-            "store.type",
-            "\"redis\" needs the `redis` feature of ratelimit",
-        ),
+        FileStore::Redis { .. } => {
+            errors.push(
+                "store.type",
+                "\"redis\" needs the `redis` feature of ratelimit",
+            );
+            StoreConfig::default()
+        }
         #[cfg(feature = "redis")]
-        Some(FileStore::Redis {
+        FileStore::Redis {
             url,
             nodes,
             cluster,
@@ -190,7 +133,7 @@ fn parse(file: File) -> Result<Config, Error> {
             pods,
             require_noeviction,
             local_refusals,
-        }) => {
+        } => {
             use crate::store::{FailurePolicy, RedisOptions};
             let r = if cluster {
                 RedisOptions::cluster(url.into_iter().chain(nodes))
@@ -242,18 +185,29 @@ fn parse(file: File) -> Result<Config, Error> {
             if pods.is_some() && !matches!(r.on_failure, FailurePolicy::Local { .. }) {
                 errors.push("store.pods", "only for `on_failure = \"local\"`");
             }
-            b = b.store(StoreConfig::Redis(r));
+            StoreConfig::Redis(r)
         }
-    }
-    match b.build() {
-        Ok(config) if errors.problems.is_empty() => Ok(config),
-        Ok(_) => Err(Error::InvalidConfig(errors)),
-        Err(Error::InvalidConfig(more)) => {
-            errors.problems.extend(more.problems);
-            Err(Error::InvalidConfig(errors))
-        }
-        Err(other) => Err(other),
-    }
+    };
+    Ok(if errors.problems.is_empty() {
+        Ok(store)
+    } else {
+        Err(errors)
+    })
+}
+
+/// The options in a file, or its first problem, named by field (`tiers.pro.limit`) when it
+/// is in one and by `format` when it is in the text itself.
+fn options<'de, D: Deserializer<'de>>(format: &str, deserializer: D) -> Result<Options, Error>
+where
+    D::Error: std::fmt::Display,
+{
+    serde_path_to_error::deserialize(deserializer).map_err(|e| {
+        let field = match e.path().iter().next() {
+            None => format.to_string(),
+            Some(_) => e.path().to_string(),
+        };
+        syntax(&field, e.inner())
+    })
 }
 
 fn syntax(format: &str, e: impl std::fmt::Display) -> Error {
@@ -277,11 +231,191 @@ impl Config {
     /// assert_eq!(config.tier("pro").unwrap().quota.capacity(), 1_100);
     /// ```
     pub fn from_toml_str(text: &str) -> Result<Config, Error> {
-        parse(toml::from_str(text).map_err(|e| syntax("toml", e))?)
+        ConfigBuilder::<Config>::from(options("toml", toml::Deserializer::new(text))?).build()
     }
 
     /// Reads a configuration from JSON (feature `serde`), with the same fields as TOML.
     pub fn from_json_str(text: &str) -> Result<Config, Error> {
-        parse(serde_json::from_str(text).map_err(|e| syntax("json", e))?)
+        let mut json = serde_json::Deserializer::from_str(text);
+        let options = options("json", &mut json)?;
+        json.end().map_err(|e| syntax("json", e))?;
+        ConfigBuilder::<Config>::from(options).build()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::Module;
+
+    const EVERY_OPTION: &str = r#"
+        enabled = false
+        strategy = "token-bucket"
+        key_prefix = "api"
+        default_limit = 7
+        default_window = "30s"
+        burst_limit = 2
+        token_refill_rate = 3
+        default_tier = "pro"
+        queue_enabled = true
+        max_queue_size = 9
+        queue_timeout = "250ms"
+        [tiers.pro]
+        limit = 40
+        window = "1h"
+        burst = 4
+        priority = 5
+        strategy = "fixed-window"
+        refill = 6
+        [store]
+        type = "memory"
+        max_keys = 10
+        sweep_interval = "2s"
+    "#;
+
+    fn every_option() -> crate::ModuleBuilder {
+        Module::builder()
+            .enabled(false)
+            .strategy(Strategy::TokenBucket)
+            .key_prefix("api")
+            .default_limit(7)
+            .default_window("30s")
+            .burst_limit(2)
+            .token_refill_rate(3)
+            .tier(
+                Tier::new("pro", 40)
+                    .window(Duration::from_secs(3_600))
+                    .burst(4)
+                    .priority(5)
+                    .strategy(Strategy::FixedWindow)
+                    .refill(6),
+            )
+            .default_tier("pro")
+            .queue_enabled(true)
+            .max_queue_size(9)
+            .queue_timeout(Duration::from_millis(250))
+            .store(StoreConfig::Memory(
+                MemoryOptions::default()
+                    .max_keys(10)
+                    .sweep_interval(Duration::from_secs(2)),
+            ))
+    }
+
+    /// Every option set from a file and from `Module::builder()` comes out the same, and
+    /// different from its default. The patterns below name every field of the options, so an
+    /// option added to the builder does not compile here until it is set both ways.
+    #[test]
+    fn every_builder_option_is_set_alike_from_the_file_and_from_module_builder() {
+        let from_file: Options = toml::from_str(EVERY_OPTION).unwrap();
+        let from_code = every_option().options;
+        assert_eq!(from_file, from_code);
+
+        let defaults = Options::default();
+        let Options {
+            enabled,
+            strategy,
+            key_prefix,
+            default_limit,
+            default_window,
+            burst_limit,
+            token_refill_rate,
+            tiers,
+            default_tier,
+            store,
+            queue_enabled,
+            max_queue_size,
+            queue_timeout,
+        } = &from_code;
+        let [pro] = tiers.as_slice() else {
+            panic!("{tiers:?}")
+        };
+        let unset = Tier::new("pro", 0).options;
+        let TierOptions {
+            limit,
+            window,
+            burst,
+            priority,
+            strategy: tier_strategy,
+            refill,
+        } = &pro.options;
+        let left_as_default: Vec<&str> = [
+            ("enabled", *enabled == defaults.enabled),
+            ("strategy", *strategy == defaults.strategy),
+            ("key_prefix", *key_prefix == defaults.key_prefix),
+            ("default_limit", *default_limit == defaults.default_limit),
+            ("default_window", *default_window == defaults.default_window),
+            ("burst_limit", *burst_limit == defaults.burst_limit),
+            (
+                "token_refill_rate",
+                *token_refill_rate == defaults.token_refill_rate,
+            ),
+            ("tiers", *tiers == defaults.tiers),
+            ("default_tier", *default_tier == defaults.default_tier),
+            ("store", *store == defaults.store),
+            ("queue_enabled", *queue_enabled == defaults.queue_enabled),
+            ("max_queue_size", *max_queue_size == defaults.max_queue_size),
+            ("queue_timeout", *queue_timeout == defaults.queue_timeout),
+            ("tiers.pro.limit", *limit == unset.limit),
+            ("tiers.pro.window", *window == unset.window),
+            ("tiers.pro.burst", *burst == unset.burst),
+            ("tiers.pro.priority", *priority == unset.priority),
+            ("tiers.pro.strategy", *tier_strategy == unset.strategy),
+            ("tiers.pro.refill", *refill == unset.refill),
+        ]
+        .into_iter()
+        .filter_map(|(field, same)| same.then_some(field))
+        .collect();
+        assert!(left_as_default.is_empty(), "not set: {left_as_default:?}");
+
+        // And through the public readers, in both formats.
+        let config = every_option().build().unwrap();
+        assert_eq!(Config::from_toml_str(EVERY_OPTION).unwrap(), config);
+        let json = serde_json::to_string(&toml::from_str::<toml::Value>(EVERY_OPTION).unwrap());
+        assert_eq!(Config::from_json_str(&json.unwrap()).unwrap(), config);
+        // No default limit: `null`, in JSON only (TOML has no null).
+        assert_eq!(
+            Config::from_json_str(r#"{"default_limit": null}"#).unwrap(),
+            Module::builder().no_default_limit().build().unwrap()
+        );
+    }
+
+    #[test]
+    fn a_type_error_in_a_file_names_its_field() {
+        for (text, field) in [
+            ("[tiers.pro]\nlimit = \"x\"\n", "tiers.pro.limit"),
+            ("[tiers.pro]\nlimit = 1\ncolour = 2\n", "tiers.pro.colour"),
+            ("max_queue_size = -1", "max_queue_size"),
+            ("x = [", "toml"),
+        ] {
+            let err = Config::from_toml_str(text).unwrap_err();
+            let Error::InvalidConfig(e) = &err else {
+                panic!("{err}")
+            };
+            assert!(e.has(field), "{field} missing from {err}");
+        }
+        let err = Config::from_json_str(r#"{"tiers": {"pro": {"limit": -1}}}"#).unwrap_err();
+        assert!(
+            matches!(&err, Error::InvalidConfig(e) if e.has("tiers.pro.limit")),
+            "{err}"
+        );
+        let err = Config::from_json_str(r#"{"enabled": true} x"#).unwrap_err();
+        assert!(
+            matches!(&err, Error::InvalidConfig(e) if e.has("json")),
+            "{err}"
+        );
+    }
+
+    #[cfg(not(feature = "redis"))]
+    #[test]
+    fn a_file_asking_for_redis_without_the_feature_says_so() {
+        let err =
+            Config::from_toml_str("[store]\ntype = \"redis\"\nurl = \"redis://h\"\n").unwrap_err();
+        assert!(
+            matches!(&err, Error::InvalidConfig(e) if e.has("store.type")),
+            "{err}"
+        );
+        assert!(err.to_string().contains("`redis` feature"), "{err}");
     }
 }

@@ -93,7 +93,7 @@ pub struct Config {
 
 impl Default for Config {
     fn default() -> Self {
-        ConfigBuilder::default()
+        Config::builder()
             .build()
             .expect("the default configuration is valid")
     }

@@ -2,8 +2,9 @@
 
 use std::sync::Arc;
 
+use crate::error::ConfigError;
 use crate::quota::{Overrides, Quota};
-use crate::syntax::Strategy;
+use crate::syntax::{valid_tier_name, ParseError, Strategy, TIER_NAME_RULE};
 use crate::window::Window;
 
 /// A named plan: its own limit, and optionally its own window, burst, strategy, refill rate
@@ -17,12 +18,37 @@ use crate::window::Window;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Tier {
     pub(crate) name: String,
-    /// What the tier sets itself but its window: always its limit.
-    pub(crate) overrides: Overrides,
-    /// The window, checked when the configuration is built so that a bad one is reported
-    /// with its field.
+    pub(crate) options: TierOptions,
+}
+
+/// A tier's options, each declared once: [`Tier`]'s setters write these fields and a tier's
+/// table in the configuration file (feature `serde`) deserializes into them. A window or a
+/// strategy keeps what is wrong with it until the configuration is built, which reports it
+/// with its field.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Deserialize),
+    serde(deny_unknown_fields)
+)]
+pub(crate) struct TierOptions {
+    pub(crate) limit: u64,
+    #[cfg_attr(
+        feature = "serde",
+        serde(default, deserialize_with = "super::file::some_window")
+    )]
     pub(crate) window: Option<Window>,
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub(crate) burst: Option<u64>,
+    #[cfg_attr(feature = "serde", serde(default))]
     pub(crate) priority: i32,
+    #[cfg_attr(
+        feature = "serde",
+        serde(default, deserialize_with = "super::file::some_strategy")
+    )]
+    pub(crate) strategy: Option<Result<Strategy, ParseError>>,
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub(crate) refill: Option<u64>,
 }
 
 impl Tier {
@@ -31,47 +57,90 @@ impl Tier {
     pub fn new(name: impl Into<String>, limit: u64) -> Self {
         Tier {
             name: name.into(),
-            overrides: Overrides::new().limit(limit),
-            window: None,
-            priority: 0,
+            options: TierOptions {
+                limit,
+                window: None,
+                burst: None,
+                priority: 0,
+                strategy: None,
+                refill: None,
+            },
         }
     }
 
     /// The tier's window: a [`Duration`](std::time::Duration) or text such as `"1m"` (see
     /// [`Window`]).
     pub fn window(mut self, window: impl Into<Window>) -> Self {
-        self.window = Some(window.into());
+        self.options.window = Some(window.into());
         self
     }
 
     /// Extra calls on top of the limit (overrides the module's `burst_limit`).
     pub fn burst(mut self, burst: u64) -> Self {
-        self.overrides.burst = Some(burst);
+        self.options.burst = Some(burst);
         self
     }
 
     /// Queue priority: higher goes first.
     pub fn priority(mut self, priority: i32) -> Self {
-        self.priority = priority;
+        self.options.priority = priority;
         self
     }
 
     /// The tier's own strategy (default: the module's).
     pub fn strategy(mut self, strategy: Strategy) -> Self {
-        self.overrides.strategy = Some(strategy);
+        self.options.strategy = Some(Ok(strategy));
         self
     }
 
     /// The tier's own token-bucket refill, tokens per window (default: its limit; the
     /// module's `token_refill_rate` applies only to the module's default limit).
     pub fn refill(mut self, refill: u64) -> Self {
-        self.overrides.refill = Some(refill);
+        self.options.refill = Some(refill);
         self
     }
 
     /// The tier's name.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The tier as the configuration keeps it, its problems pushed to `errors` (`None` for a
+    /// bad name). Its quota is filled in once every module setting is known.
+    pub(crate) fn resolve(self, errors: &mut ConfigError) -> Option<ResolvedTier> {
+        if !valid_tier_name(&self.name) {
+            errors.push(format!("tiers.{:?}", self.name), TIER_NAME_RULE);
+            return None;
+        }
+        let TierOptions {
+            limit,
+            window,
+            burst,
+            priority,
+            strategy,
+            refill,
+        } = self.options;
+        let mut overrides = Overrides::new().limit(limit);
+        overrides.burst = burst;
+        overrides.refill = refill;
+        let field = |setting: &str| format!("tiers.{}.{setting}", self.name);
+        match window.as_ref().map(Window::resolve) {
+            Some(Ok(w)) => overrides = overrides.window(w),
+            Some(Err(e)) => errors.push(field("window"), e),
+            None => {}
+        }
+        match strategy {
+            Some(Ok(s)) => overrides.strategy = Some(s),
+            Some(Err(e)) => errors.push(field("strategy"), e.to_string()),
+            None => {}
+        }
+        Some(ResolvedTier {
+            name: self.name.as_str().into(),
+            overrides,
+            quota: Quota::default(),
+            priority,
+            identity: Box::default(),
+        })
     }
 }
 

@@ -8,14 +8,14 @@ use super::check::check_declarations;
 use super::limiter::Limiter;
 use super::runtime::APP;
 use crate::clock::{Clock, SystemClock};
-use crate::config::{Config, ConfigBuilder, StoreConfig, Tier};
+use crate::config::{Config, ConfigBuilder};
 use crate::error::Error;
 use crate::service::RateLimitService;
 use crate::stats::Stats;
-use crate::syntax::Strategy;
-use crate::window::Window;
 
-/// Builds a [`Module`]: every option of [`ConfigBuilder`], plus the clock.
+/// Builds a [`Module`]: the [`ConfigBuilder`] itself, so every option of a [`Config`] is
+/// set the same way here, plus the module's clock, and finished with
+/// [`init`](ConfigBuilder::init).
 ///
 /// ```
 /// use ratelimit_core::{Module, Tier};
@@ -28,84 +28,16 @@ use crate::window::Window;
 /// drop(module); // shuts the module down
 /// # Ok::<(), ratelimit_core::Error>(())
 /// ```
-#[derive(Debug, Clone, Default)]
-#[must_use = "a builder does nothing until `init` is called"]
-pub struct ModuleBuilder {
-    config: ConfigBuilder,
-    clock: Option<Arc<dyn Clock>>,
-}
+pub type ModuleBuilder = ConfigBuilder<Module>;
 
 impl From<ConfigBuilder> for ModuleBuilder {
     fn from(config: ConfigBuilder) -> Self {
-        ModuleBuilder {
-            config,
-            clock: None,
-        }
+        config.options.into()
     }
 }
 
-impl ModuleBuilder {
-    /// Applies any [`ConfigBuilder`] option (including ones added after this builder).
-    pub fn configure(mut self, f: impl FnOnce(ConfigBuilder) -> ConfigBuilder) -> Self {
-        self.config = f(self.config);
-        self
-    }
-    /// See [`ConfigBuilder::enabled`].
-    pub fn enabled(self, enabled: bool) -> Self {
-        self.configure(|c| c.enabled(enabled))
-    }
-    /// See [`ConfigBuilder::strategy`].
-    pub fn strategy(self, strategy: Strategy) -> Self {
-        self.configure(|c| c.strategy(strategy))
-    }
-    /// See [`ConfigBuilder::key_prefix`].
-    pub fn key_prefix(self, prefix: impl Into<String>) -> Self {
-        self.configure(|c| c.key_prefix(prefix))
-    }
-    /// See [`ConfigBuilder::default_limit`].
-    pub fn default_limit(self, limit: u64) -> Self {
-        self.configure(|c| c.default_limit(limit))
-    }
-    /// See [`ConfigBuilder::no_default_limit`].
-    pub fn no_default_limit(self) -> Self {
-        self.configure(ConfigBuilder::no_default_limit)
-    }
-    /// See [`ConfigBuilder::default_window`].
-    pub fn default_window(self, window: impl Into<Window>) -> Self {
-        self.configure(|c| c.default_window(window))
-    }
-    /// See [`ConfigBuilder::burst_limit`].
-    pub fn burst_limit(self, burst: u64) -> Self {
-        self.configure(|c| c.burst_limit(burst))
-    }
-    /// See [`ConfigBuilder::token_refill_rate`].
-    pub fn token_refill_rate(self, rate: u64) -> Self {
-        self.configure(|c| c.token_refill_rate(rate))
-    }
-    /// See [`ConfigBuilder::tier`].
-    pub fn tier(self, tier: Tier) -> Self {
-        self.configure(|c| c.tier(tier))
-    }
-    /// See [`ConfigBuilder::default_tier`].
-    pub fn default_tier(self, name: impl Into<String>) -> Self {
-        self.configure(|c| c.default_tier(name))
-    }
-    /// See [`ConfigBuilder::queue_enabled`].
-    pub fn queue_enabled(self, enabled: bool) -> Self {
-        self.configure(|c| c.queue_enabled(enabled))
-    }
-    /// See [`ConfigBuilder::max_queue_size`].
-    pub fn max_queue_size(self, size: usize) -> Self {
-        self.configure(|c| c.max_queue_size(size))
-    }
-    /// See [`ConfigBuilder::queue_timeout`].
-    pub fn queue_timeout(self, timeout: impl Into<Window>) -> Self {
-        self.configure(|c| c.queue_timeout(timeout))
-    }
-    /// See [`ConfigBuilder::store`].
-    pub fn store(self, store: StoreConfig) -> Self {
-        self.configure(|c| c.store(store))
-    }
+/// What only a module's builder has; every option is on [`ConfigBuilder`] for both.
+impl ConfigBuilder<Module> {
     /// The clock (default: the system clock).
     pub fn clock(mut self, clock: impl Clock) -> Self {
         self.clock = Some(Arc::new(clock));
@@ -126,15 +58,14 @@ impl ModuleBuilder {
 
     /// Builds, checks the fns of `limiter` and installs the service in it.
     pub(super) fn init_on(self, limiter: &'static Limiter) -> Result<Module, Error> {
-        let config = self.config.build()?;
-        let clock = self.clock.unwrap_or_else(|| Arc::new(SystemClock));
-        Module::install(limiter, config, clock)
+        let clock = self.clock.clone().unwrap_or_else(|| Arc::new(SystemClock));
+        Module::install(limiter, self.build()?, clock)
     }
 
     /// Builds and checks like [`init`](Self::init), without installing anything.
     pub(crate) fn build_checked(self) -> Result<RateLimitService, Error> {
-        let clock = self.clock.unwrap_or_else(|| Arc::new(SystemClock));
-        checked(&APP, self.config.build()?, clock)
+        let clock = self.clock.clone().unwrap_or_else(|| Arc::new(SystemClock));
+        checked(&APP, self.build()?, clock)
     }
 }
 
