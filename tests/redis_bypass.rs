@@ -483,33 +483,6 @@ async fn a_token_bucket_time_past_what_a_lua_number_holds_is_refused_not_read() 
     refused_untouched(&service, &mut c, &key, &opts, plants).await;
 }
 
-/// A log of five calls of 1 whose newest entry claims fewer units in the window than its
-/// entries hold: the script reads that entry alone, and admitted 4 more under a limit of 5.
-#[tokio::test]
-async fn a_sliding_log_head_claiming_fewer_units_than_its_entries_is_refused_not_a_smaller_count() {
-    let strategy = Strategy::SlidingWindow;
-    let (_server, mut c, service, opts, key) = planted_key(strategy, LONG).await;
-    let t = redis_now(&mut c) - 100;
-    // Entries oldest first: times t+1 .. t+5, totals 1 .. 5, the oldest live t+1.
-    let entry = |k: u64, total: u64, used: u64| format!("{}:{total}:{}:{used}", t + k, k - 1);
-    let older: Vec<String> = (1..5).map(|k| entry(k, k, k)).collect();
-    let older = older.join(" ");
-    let heads = [
-        // The oldest live named right, the units not.
-        entry(5, 5, 1),
-        // The newest alone live, though four older ones are in the list.
-        format!("{}:5:0:1", t + 5),
-        // The oldest named is not in the list.
-        format!("{}:5:5:4", t + 5),
-    ];
-    let plants = heads.map(|head| format!("LPUSH {older} {head}"));
-    refused_untouched(&service, &mut c, &key, &opts, plants).await;
-    // Totals that do not grow from the tail to the head.
-    let flat: Vec<String> = (1..=5).map(|k| entry(k, 1, 1)).collect();
-    let planted = format!("LPUSH {}", flat.join(" "));
-    refused_untouched(&service, &mut c, &key, &opts, [planted]).await;
-}
-
 /// Log entries no store writes: a time past the last one decided, more units in the window
 /// than the largest capacity, a running total beyond what a Lua number holds exactly, an
 /// oldest live entry a window or more before the entry, a number with a leading zero.

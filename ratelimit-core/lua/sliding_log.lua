@@ -15,9 +15,8 @@
 --          a wrong count). Another type (the sorted set of earlier versions among them), an
 --          entry read that is not of this shape (the five-field entries of earlier versions
 --          among them), out of order or out of bounds (a time past MAX_NOW, units past
---          MAX_CAPACITY, an oldest live entry a window or more before it), or a newest entry
---          whose oldest live entry or units disagree with the list's tail and length, gets an
---          error reply, see prelude.lua.
+--          MAX_CAPACITY, an oldest live entry a window or more before it), gets an error
+--          reply, see prelude.lua.
 -- ARGV[1]: window, in microseconds
 -- ARGV[2]: capacity (limit + burst), at least 1
 -- ARGV[3]: cost, from 1 to the capacity; 0 (with ARGV[4] = 0) looks at the level, see
@@ -40,8 +39,12 @@
 --          `now` Redis' TIME; or the short reply, one integer: the units in the window with
 --          this call's, the call admitted and recorded at TIME (so full again one window
 --          after TIME). Or the RATELIMIT_STATE error reply.
--- Work per call: O(1) while no entry has left the window (the newest entry, the list's length
--- and its tail); else a
+-- The newest entry's summary is trusted as it reads (of the right shape and within bounds):
+-- a summary written to disagree with the entries under it (which no script writes) is not
+-- looked for. Checking it against the list's length and tail on every call doubled Redis'
+-- CPU per decision (BENCHMARKS.md, "redis"); and whoever can write such state can as well
+-- delete the key.
+-- Work per call: O(1) while no entry has left the window (the newest entry alone); else a
 -- search from the tail in O(log d) reads for the d entries that left, which an admitted call
 -- then drops (so each entry is searched past about once). A refusal adds a binary search
 -- over the live entries for its retry time.
@@ -80,20 +83,6 @@ local used, base, oldest, dead = 0, 0, nil, 0
 if head then
   newest, top, oldest, base = parse(head)
   if not newest then return unreadable() end
-  -- An admitted call drops the entries that left before it, so the tail is the oldest live
-  -- entry the newest names, and the entries since were pushed while it was live, 1 unit or
-  -- more each: the newest's units in the window are the units since the tail and the
-  -- tail's own, at least 1 and at most the tail's `used` (tail base <= base < tail total).
-  -- Read from the newest entry alone, a lie there would be a smaller count.
-  local len = redis.call('LLEN', key)
-  if len == 1 then
-    if oldest ~= newest then return unreadable() end
-  else
-    local t, total, _, b = parse(redis.call('LINDEX', key, '-1'))
-    if not t or t ~= oldest or len - 1 > top - total or base < b or base >= total then
-      return unreadable()
-    end
-  end
   if newest > at then at = newest end
   local from = at - window -- an entry at t is live while t > from
   if newest <= from then
