@@ -62,6 +62,7 @@ impl Store for Watched {
     ) -> Result<Decision, Error> {
         self.decisions.fetch_add(1, Ordering::Relaxed);
         if self.slow.load(Ordering::Relaxed) {
+            // Tokio's paused time: the store answers 60 s later on the test's clock, at once.
             tokio::time::sleep(Duration::from_secs(60)).await;
         }
         Store::decide(&self.store, key, quota, cost, now, commit).await

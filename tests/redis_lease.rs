@@ -902,6 +902,26 @@ async fn admitted_by(stores: &[&RedisStore], key: &str, quota: &Quota, calls: us
     admitted
 }
 
+/// Under prefix `p` and a limit of 100: B (slices of 10) holds a lease with 9 units left; A
+/// (slices of 10) made one call of cost 30, its last lease spent. The key, its quota, and
+/// the stores A, B and a plain one.
+async fn b_holds_9_and_a_spent_30(
+    server: &RedisServer,
+    p: &str,
+    strategy: Strategy,
+) -> (String, Quota, [RedisStore; 3]) {
+    let key = format!("{p}:{strategy}");
+    let quota = quota(100, strategy);
+    let (a, b, other) = (leasing(server, 10), leasing(server, 10), plain(server));
+    assert!(
+        acquire(&b, &key, &quota).await.unwrap().allowed,
+        "B: 9 left"
+    );
+    let first = spend_units(&a, &key, &quota, 30).await.unwrap();
+    assert!(first.allowed, "A: a lease of 30, spent");
+    (key, quota, [a, b, other])
+}
+
 /// B holds a lease of 9 units; A's last lease (30 units, a call of cost 30) is spent. A resets
 /// the key while its own next grant is in flight: Redis runs the grant (which takes A's last
 /// lease out of the ledger, as it replaces it) and then the reset, which takes A's last lease
@@ -914,15 +934,7 @@ async fn a_reset_during_the_stores_own_grant_in_flight_keeps_counting_other_proc
     let mut c = server.connection();
     let mut over = Vec::new();
     for strategy in LEASED {
-        let key = format!("{p}:{strategy}");
-        let quota = quota(100, strategy);
-        let (a, b, other) = (leasing(&server, 10), leasing(&server, 10), plain(&server));
-        assert!(
-            acquire(&b, &key, &quota).await.unwrap().allowed,
-            "B: 9 left"
-        );
-        let first = spend_units(&a, &key, &quota, 30).await.unwrap();
-        assert!(first.allowed, "A: a lease of 30, spent");
+        let (key, quota, [a, b, other]) = b_holds_9_and_a_spent_30(&server, &p, strategy).await;
         assert_eq!(spent(&mut c, &key, &quota), 40, "{strategy}");
 
         server.pause();
@@ -962,14 +974,7 @@ async fn a_grant_dropped_in_flight_never_lets_a_reset_forget_units_still_leased_
     let mut c = server.connection();
     let mut over = Vec::new();
     for strategy in LEASED {
-        let key = format!("{p}:{strategy}");
-        let quota = quota(100, strategy);
-        let (a, b, other) = (leasing(&server, 10), leasing(&server, 10), plain(&server));
-        assert!(
-            acquire(&b, &key, &quota).await.unwrap().allowed,
-            "B: 9 left"
-        );
-        assert!(spend_units(&a, &key, &quota, 30).await.unwrap().allowed);
+        let (key, quota, [a, b, other]) = b_holds_9_and_a_spent_30(&server, &p, strategy).await;
 
         server.pause();
         let dropped = tokio::time::timeout(SENT, acquire(&a, &key, &quota)).await;
@@ -1298,6 +1303,7 @@ async fn a_lease_held_across_a_restart_is_neither_spent_nor_given_back_and_one_a
             loop {
                 match acquire(&b, &key, &quota).await {
                     Ok(d) => return u64::from(d.allowed),
+                    // Real time, bounded by the timeout around it: the restarted server's port.
                     Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
                 }
             }

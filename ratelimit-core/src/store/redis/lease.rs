@@ -48,7 +48,7 @@ use self::slice::Lease;
 use super::ledger::ledger_key;
 use super::link::FOREVER;
 use super::reply::full;
-use super::scripts::{arguments, wrapped, Lua, Terms};
+use super::scripts::{arguments, wrapped, Lua};
 use super::RedisStore;
 use crate::algorithm::Verdict;
 use crate::clock::Nanos;
@@ -109,8 +109,14 @@ impl Slot {
         self.lease.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn spend(&self, cost: u64, terms: Terms, now: Instant, epoch: u64) -> Option<(Verdict, Nanos)> {
-        self.lease().as_mut()?.spend(cost, terms, now, epoch)
+    fn spend(
+        &self,
+        cost: u64,
+        quota: &Quota,
+        now: Instant,
+        epoch: u64,
+    ) -> Option<(Verdict, Nanos)> {
+        self.lease().as_mut()?.spend(cost, quota, now, epoch)
     }
 
     /// Whether the slot holds a lease whose units still count.
@@ -193,8 +199,7 @@ impl Leases {
     ) -> Option<(Verdict, Nanos)> {
         leased(quota.strategy())?;
         let keys = self.keys.lock().unwrap_or_else(|e| e.into_inner());
-        keys.get(key)?
-            .spend(cost, arguments(quota), now, self.epoch())
+        keys.get(key)?.spend(cost, quota, now, self.epoch())
     }
 
     /// Decides a call that spends through `key`'s lease, asking Redis for a new slice when it
@@ -211,7 +216,6 @@ impl Leases {
         leased(quota.strategy())?;
         let (refusals, clock) = (&store.inner.refusals, &store.inner.clock);
         let slot = self.slot(key)?;
-        let terms = arguments(quota);
         // The lease was tried just before (`RedisStore::answered_here`, the one caller's first
         // step): what a grant in flight adds is spent below, once the grant lock is ours. The
         // wait for the lock and the grant after it share the call's one timeout, from `started`.
@@ -224,23 +228,24 @@ impl Leases {
         // Granted by the call that held the grant lock before this one: spent from that.
         let now = Instant::now();
         let epoch = self.epoch();
-        if let Some(decided) = slot.spend(cost, terms, now, epoch) {
+        if let Some(decided) = slot.spend(cost, quota, now, epoch) {
             return Some(Ok(decided));
         }
         // Refused meanwhile (by a call that held the lock before this one): answered here.
-        if let Some(answered) = refusals.answered(key, cost, terms, now, clock) {
+        if let Some(answered) = refusals.answered(key, cost, quota, now, clock) {
             return Some(Ok(answered));
         }
         // Units left of this quota's lease, fewer than the cost: taken out before the round
         // trip (no other call spends them meanwhile) and spent with the grant's, so that a
         // grant over an unfinished lease never drops its units; put back if it refuses.
         // The lease this grant replaces, taken out of the ledger with it (spent, or carried).
-        let replaced = *slot.lease();
-        let replaced = replaced.filter(|l| l.epoch == epoch).map_or(0, |l| l.id);
-        let carried = slot
-            .lease()
-            .as_mut()
-            .and_then(|l| l.take_rest(terms, now, epoch));
+        let (replaced, carried) = match slot.lease().as_mut() {
+            Some(l) => (
+                if l.epoch == epoch { l.id } else { 0 },
+                l.take_rest(quota, now, epoch),
+            ),
+            None => (0, None),
+        };
         let carry = carried.map_or(0, |c| c.left);
         let decided = self
             .grant(store, key, quota, cost - carry, replaced, started)
@@ -258,7 +263,7 @@ impl Leases {
             }
         };
         let Some(mut lease) = granted else {
-            refusals.record(key, cost, terms, &verdict, now);
+            refusals.record(key, cost, quota, &verdict, now);
             put_back();
             return Some(Ok((verdict, at)));
         };
@@ -288,8 +293,7 @@ impl Leases {
             message: format!("the {} does not lease", quota.strategy()),
         })?;
         let want = self.options.slice.max(cost).min(quota.capacity());
-        let terms = arguments(quota);
-        let [first, second] = terms;
+        let [first, second] = arguments(quota);
         let id = lease_id();
         let args = [u64::from(kind), first, second, cost, want, id, replaced];
         let (sent, epoch) = (Instant::now(), self.epoch());
@@ -328,7 +332,7 @@ impl Leases {
             kind,
             epoch,
             id,
-            terms,
+            quota: *quota,
             granted,
             left: granted - cost,
             spent: cost,

@@ -5,7 +5,7 @@
 
 use std::time::Instant;
 
-use super::scripts::{arguments, supports};
+use super::scripts::supports;
 use super::RedisStore;
 use crate::algorithm::{self, Verdict};
 use crate::clock::Nanos;
@@ -43,10 +43,9 @@ impl RedisStore {
         started: Instant,
     ) -> Option<(Verdict, Nanos)> {
         let inner = &self.inner;
-        if let Some(answered) =
-            inner
-                .refusals
-                .answered(key, cost, arguments(quota), started, &inner.clock)
+        if let Some(answered) = inner
+            .refusals
+            .answered(key, cost, quota, started, &inner.clock)
         {
             return Some(answered);
         }

@@ -4,9 +4,9 @@
 //! Sound because a refusal only gets more certain before its retry time: Redis said a call of
 //! `cost` does not fit before `retry_after`, assuming nobody else spends meanwhile; anyone
 //! spending only pushes that time later, and a call of a larger cost fits no sooner. So an
-//! entry answers calls of at least its cost, under the same quota as the script counts it (its
-//! [`Terms`]: the store key names the strategy and window, not the limit or the refill, and a
-//! quota of the same capacity that refills faster may admit at once), until its deadline. The deadline is taken from the
+//! entry answers calls of at least its cost, under the same quota (the store key names the
+//! strategy and window, not the limit or the refill, and a quota of the same capacity that
+//! refills faster may admit at once), until its deadline. The deadline is taken from the
 //! instant the call was sent, before Redis read its clock: never later than Redis' own.
 //!
 //! What it cannot see: a [`reset`](crate::store::Store::reset) from another process. This
@@ -20,15 +20,15 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use super::reply::RedisClock;
-use super::scripts::Terms;
 use crate::algorithm::Verdict;
 use crate::clock::Nanos;
+use crate::quota::Quota;
 
 /// One refusal Redis gave.
 #[derive(Debug, Clone, Copy)]
 struct Refusal {
     cost: u64,
-    terms: Terms,
+    quota: Quota,
     remaining: u64,
     /// When the refused call may fit, on this process's monotonic clock.
     until: Instant,
@@ -103,13 +103,13 @@ impl Refusals {
         self.capacity > 0 && self.held.load(Ordering::Acquire) > 0
     }
 
-    /// The verdict for a call of `cost` on `key` under `terms` at `now`, when a refusal in
+    /// The verdict for a call of `cost` on `key` under `quota` at `now`, when a refusal in
     /// force answers it: refused, with the time left until the refusal's retry time.
     pub(super) fn answer(
         &self,
         key: &str,
         cost: u64,
-        terms: Terms,
+        quota: &Quota,
         now: Instant,
     ) -> Option<Verdict> {
         if cost == 0 || !self.may_hold(key) {
@@ -122,7 +122,7 @@ impl Refusals {
             self.remove(&mut entries, key);
             return None;
         }
-        if cost < r.cost || terms != r.terms {
+        if cost < r.cost || *quota != r.quota {
             return None;
         }
         let left = r.until - now;
@@ -140,11 +140,11 @@ impl Refusals {
         &self,
         key: &str,
         cost: u64,
-        terms: Terms,
+        quota: &Quota,
         now: Instant,
         clock: &RedisClock,
     ) -> Option<(Verdict, Nanos)> {
-        let verdict = self.answer(key, cost, terms, now)?;
+        let verdict = self.answer(key, cost, quota, now)?;
         let at = clock.redis_us(RedisClock::local_us(now));
         Some((verdict, at.saturating_mul(1_000)))
     }
@@ -154,7 +154,7 @@ impl Refusals {
         &self,
         key: &str,
         cost: u64,
-        terms: Terms,
+        quota: &Quota,
         verdict: &Verdict,
         sent: Instant,
     ) {
@@ -166,7 +166,7 @@ impl Refusals {
         }
         let refusal = Refusal {
             cost,
-            terms,
+            quota: *quota,
             remaining: verdict.remaining,
             until: sent + Duration::from_nanos(retry),
             reset_at: verdict.reset_at,
@@ -202,6 +202,11 @@ impl Refusals {
 mod tests {
     use super::*;
 
+    /// A quota of `capacity` calls per `seconds`.
+    fn q(capacity: u64, seconds: u64) -> Quota {
+        Quota::new(capacity, Duration::from_secs(seconds)).unwrap()
+    }
+
     fn refused(remaining: u64, retry_ms: u64) -> Verdict {
         Verdict {
             allowed: false,
@@ -215,32 +220,32 @@ mod tests {
     fn a_refusal_answers_calls_of_at_least_its_cost_until_its_retry_time() {
         let refusals = Refusals::new(8);
         let t = Instant::now();
-        refusals.record("k", 2, [1, 5], &refused(1, 100), t);
+        refusals.record("k", 2, &q(5, 1), &refused(1, 100), t);
         let later = t + Duration::from_millis(40);
-        let v = refusals.answer("k", 2, [1, 5], later).unwrap();
+        let v = refusals.answer("k", 2, &q(5, 1), later).unwrap();
         assert!(!v.allowed);
         assert_eq!(v.retry_after, Some(60_000_000));
-        assert!(refusals.answer("k", 3, [1, 5], later).is_some());
+        assert!(refusals.answer("k", 3, &q(5, 1), later).is_some());
         assert!(
-            refusals.answer("k", 1, [1, 5], later).is_none(),
+            refusals.answer("k", 1, &q(5, 1), later).is_none(),
             "a smaller cost may fit"
         );
         assert!(
-            refusals.answer("k", 2, [1, 6], later).is_none(),
+            refusals.answer("k", 2, &q(6, 1), later).is_none(),
             "another limit"
         );
         assert!(
-            refusals.answer("k", 2, [2, 5], later).is_none(),
+            refusals.answer("k", 2, &q(5, 2), later).is_none(),
             "another refill of the same capacity"
         );
-        assert!(refusals.answer("other", 2, [1, 5], later).is_none());
+        assert!(refusals.answer("other", 2, &q(5, 1), later).is_none());
         let due = t + Duration::from_millis(100);
         assert!(
-            refusals.answer("k", 2, [1, 5], due).is_none(),
+            refusals.answer("k", 2, &q(5, 1), due).is_none(),
             "Redis decides from then"
         );
         refusals.forget("k");
-        assert!(refusals.answer("k", 2, [1, 5], later).is_none());
+        assert!(refusals.answer("k", 2, &q(5, 1), later).is_none());
     }
 
     #[test]
@@ -253,20 +258,20 @@ mod tests {
             reset_at: 7,
             retry_after: None,
         };
-        refusals.record("a", 1, [1, 5], &admitted, t);
-        assert!(refusals.answer("a", 1, [1, 5], t).is_none());
-        refusals.record("a", 1, [1, 5], &refused(0, 10), t);
-        refusals.record("b", 1, [1, 5], &refused(0, 1_000), t);
-        refusals.record("c", 1, [1, 5], &refused(0, 1_000), t);
+        refusals.record("a", 1, &q(5, 1), &admitted, t);
+        assert!(refusals.answer("a", 1, &q(5, 1), t).is_none());
+        refusals.record("a", 1, &q(5, 1), &refused(0, 10), t);
+        refusals.record("b", 1, &q(5, 1), &refused(0, 1_000), t);
+        refusals.record("c", 1, &q(5, 1), &refused(0, 1_000), t);
         assert!(
-            refusals.answer("c", 1, [1, 5], t).is_none(),
+            refusals.answer("c", 1, &q(5, 1), t).is_none(),
             "full: not kept"
         );
         // Once "a" is due, its place is taken.
         let later = t + Duration::from_millis(20);
-        refusals.record("c", 1, [1, 5], &refused(0, 1_000), later);
-        assert!(refusals.answer("c", 1, [1, 5], later).is_some());
-        assert!(refusals.answer("b", 1, [1, 5], later).is_some());
+        refusals.record("c", 1, &q(5, 1), &refused(0, 1_000), later);
+        assert!(refusals.answer("c", 1, &q(5, 1), later).is_some());
+        assert!(refusals.answer("b", 1, &q(5, 1), later).is_some());
         assert_eq!(refusals.entries.lock().unwrap().len(), 2);
     }
 
@@ -277,21 +282,21 @@ mod tests {
         let refusals = Refusals::new(8);
         let held = |r: &Refusals| r.held.load(Ordering::Acquire);
         let t = Instant::now();
-        refusals.record("a", 1, [1, 5], &refused(0, 10), t);
-        refusals.record("b", 1, [1, 5], &refused(0, 1_000), t);
+        refusals.record("a", 1, &q(5, 1), &refused(0, 10), t);
+        refusals.record("b", 1, &q(5, 1), &refused(0, 1_000), t);
         assert_eq!(held(&refusals), 2);
-        assert!(refusals.answer("a", 1, [1, 5], t).is_some());
+        assert!(refusals.answer("a", 1, &q(5, 1), t).is_some());
         let later = t + Duration::from_millis(10);
         assert!(
-            refusals.answer("a", 1, [1, 5], later).is_none(),
+            refusals.answer("a", 1, &q(5, 1), later).is_none(),
             "out of force"
         );
         assert_eq!(held(&refusals), 1);
-        assert!(refusals.answer("b", 1, [1, 5], later).is_some());
+        assert!(refusals.answer("b", 1, &q(5, 1), later).is_some());
         refusals.forget("b");
         assert_eq!(held(&refusals), 0);
         assert!(refusals.entries.lock().unwrap().is_empty());
-        assert!(refusals.answer("b", 1, [1, 5], later).is_none());
+        assert!(refusals.answer("b", 1, &q(5, 1), later).is_none());
     }
 
     #[test]
@@ -299,8 +304,8 @@ mod tests {
         let refusals = Refusals::new(3);
         let t = Instant::now();
         let slot = |k: &str| refusals.slot(k) as *const AtomicU8;
-        refusals.record("a", 1, [1, 5], &refused(0, 10), t);
-        refusals.record("b", 1, [1, 5], &refused(0, 1_000), t);
+        refusals.record("a", 1, &q(5, 1), &refused(0, 10), t);
+        refusals.record("b", 1, &q(5, 1), &refused(0, 1_000), t);
         assert!(refusals.may_hold("a") && refusals.may_hold("b"));
         // Any other key takes the lock only when it shares a held key's slot.
         for k in (0..200).map(|i| format!("other:{i}")) {
@@ -309,14 +314,14 @@ mod tests {
         }
         // Counted out however an entry goes: out of force, evicted at capacity, forgotten.
         let later = t + Duration::from_millis(10);
-        assert!(refusals.answer("a", 1, [1, 5], later).is_none());
-        refusals.record("c", 1, [1, 5], &refused(0, 1_000), later);
-        refusals.record("d", 1, [1, 5], &refused(0, 1_000), later);
-        refusals.record("a", 1, [1, 5], &refused(0, 1), t);
+        assert!(refusals.answer("a", 1, &q(5, 1), later).is_none());
+        refusals.record("c", 1, &q(5, 1), &refused(0, 1_000), later);
+        refusals.record("d", 1, &q(5, 1), &refused(0, 1_000), later);
+        refusals.record("a", 1, &q(5, 1), &refused(0, 1), t);
         refusals.record(
             "e",
             1,
-            [1, 5],
+            &q(5, 1),
             &refused(0, 1_000),
             later + Duration::from_millis(5),
         );
@@ -342,7 +347,7 @@ mod tests {
     fn nothing_is_kept_when_switched_off() {
         let refusals = Refusals::new(0);
         let t = Instant::now();
-        refusals.record("k", 1, [1, 5], &refused(0, 1_000), t);
-        assert!(refusals.answer("k", 1, [1, 5], t).is_none());
+        refusals.record("k", 1, &q(5, 1), &refused(0, 1_000), t);
+        assert!(refusals.answer("k", 1, &q(5, 1), t).is_none());
     }
 }

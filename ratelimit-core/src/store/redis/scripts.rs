@@ -460,17 +460,10 @@ pub(super) fn call(quota: &Quota, cost: u64, commit: bool, full: bool) -> Call {
     }
 }
 
-/// A quota as a script counts it: ARGV[1] and ARGV[2] of its strategy's script. The store key
-/// names the strategy and window, not the limit, so quotas of different limits (or refills)
-/// can share one state; two quotas with equal terms make the same decisions on it, and
-/// whatever this process holds for a quota (a refusal, a lease) answers only calls under the
-/// same terms.
-pub(super) type Terms = [u64; 2];
-
 /// ARGV[1] and ARGV[2] of `quota`'s script (see each script's header): the window and the
 /// capacity, or for the token bucket the emission interval and the tolerance, in
 /// microseconds. `quota` is one [`supports`] accepts.
-pub(super) fn arguments(quota: &Quota) -> Terms {
+pub(super) fn arguments(quota: &Quota) -> [u64; 2] {
     let window_us = quota.window().as_micros() as u64;
     let capacity = quota.capacity();
     match quota.strategy() {

@@ -214,7 +214,6 @@ impl RedisStore {
             return Ok((verdict, now));
         }
         let clock = &self.inner.clock;
-        let terms = arguments(quota);
         let refusals = &self.inner.refusals;
         let started = Instant::now();
         if !full {
@@ -262,7 +261,7 @@ impl RedisStore {
         let (verdict, at) = reply
             .verdict(cost, quota, clock.redis_us(received))
             .ok_or_else(|| unexpected(&value))?;
-        refusals.record(key, cost, terms, &verdict, started);
+        refusals.record(key, cost, quota, &verdict, started);
         Ok((verdict, at))
     }
 

@@ -4,9 +4,9 @@
 
 use std::time::{Duration, Instant};
 
-use super::super::scripts::Terms;
 use crate::algorithm::Verdict;
 use crate::clock::Nanos;
+use crate::quota::Quota;
 
 /// One granted slice, as this process spends it.
 #[derive(Debug, Clone, Copy)]
@@ -18,10 +18,10 @@ pub(super) struct Lease {
     pub(super) epoch: u64,
     /// Its field in the key's ledger (`lua/ledger.lua`): never 0.
     pub(super) id: u64,
-    /// The quota the slice was priced for, as the scripts count it: its units are spent only
-    /// under the same terms (the store key names the strategy and window, not the limit or
-    /// the refill, and a unit's deadline is the granting quota's).
-    pub(super) terms: Terms,
+    /// The quota the slice was priced for: its units are spent only under the same quota (the
+    /// store key names the strategy and window, not the limit or the refill, and a unit's
+    /// deadline is the granting quota's).
+    pub(super) quota: Quota,
     /// Units granted (spent, left, or carried into the call after it).
     pub(super) granted: u64,
     /// Units not yet spent.
@@ -58,10 +58,10 @@ impl Lease {
         self.left > 0 && self.deadline().is_some_and(|d| now < d)
     }
 
-    /// Takes out every unit left, when they still count at `now` under `terms` (a call that
+    /// Takes out every unit left, when they still count at `now` under `quota` (a call that
     /// needs more spends them with a new slice's): the lease as it was, holding those units.
-    pub(super) fn take_rest(&mut self, terms: Terms, now: Instant, epoch: u64) -> Option<Lease> {
-        if terms != self.terms || epoch != self.epoch || !self.live(now) {
+    pub(super) fn take_rest(&mut self, quota: &Quota, now: Instant, epoch: u64) -> Option<Lease> {
+        if *quota != self.quota || epoch != self.epoch || !self.live(now) {
             return None;
         }
         let taken = *self;
@@ -85,8 +85,8 @@ impl Lease {
         let granted = cost - carried;
         self.left += granted;
         self.spent -= granted;
-        let (terms, epoch) = (self.terms, self.epoch);
-        self.spend(cost, terms, now, epoch).unwrap_or_else(|| {
+        let (quota, epoch) = (self.quota, self.epoch);
+        self.spend(cost, &quota, now, epoch).unwrap_or_else(|| {
             let verdict = Verdict {
                 allowed: false,
                 remaining: self.remaining.saturating_add(self.left),
@@ -107,15 +107,15 @@ impl Lease {
     }
 
     /// Spends `cost` units at `now`, if the lease holds them and they still count (under
-    /// `terms`, with no connection ended since the grant: `epoch`).
+    /// `quota`, with no connection ended since the grant: `epoch`).
     pub(super) fn spend(
         &mut self,
         cost: u64,
-        terms: Terms,
+        quota: &Quota,
         now: Instant,
         epoch: u64,
     ) -> Option<(Verdict, Nanos)> {
-        if terms != self.terms || epoch != self.epoch || cost > self.left || !self.live(now) {
+        if *quota != self.quota || epoch != self.epoch || cost > self.left || !self.live(now) {
             return None;
         }
         self.left -= cost;
@@ -136,12 +136,17 @@ impl Lease {
 mod tests {
     use super::*;
 
+    /// A quota of `capacity` calls per `seconds`.
+    fn q(capacity: u64, seconds: u64) -> Quota {
+        Quota::new(capacity, Duration::from_secs(seconds)).unwrap()
+    }
+
     fn lease(kind: u8, left: u64, interval_ms: u64, until: Instant) -> Lease {
         Lease {
             kind,
             epoch: 0,
             id: 1,
-            terms: [1, 100],
+            quota: q(100, 1),
             granted: left + 1,
             left,
             spent: 1,
@@ -162,16 +167,16 @@ mod tests {
         let t = Instant::now();
         let end = t + Duration::from_secs(1);
         let mut l = lease(1, 3, 0, end);
-        assert!(l.spend(2, [1, 100], t, 0).is_some());
-        assert!(l.spend(2, [1, 100], t, 0).is_none(), "one unit left");
-        assert!(l.spend(1, [1, 99], t, 0).is_none(), "another limit");
-        assert!(l.spend(1, [2, 100], t, 0).is_none(), "another refill");
+        assert!(l.spend(2, &q(100, 1), t, 0).is_some());
+        assert!(l.spend(2, &q(100, 1), t, 0).is_none(), "one unit left");
+        assert!(l.spend(1, &q(99, 1), t, 0).is_none(), "another limit");
+        assert!(l.spend(1, &q(100, 2), t, 0).is_none(), "another refill");
         assert!(
-            l.spend(1, [1, 100], end, 0).is_none(),
+            l.spend(1, &q(100, 1), end, 0).is_none(),
             "the window has ended"
         );
         let (v, _) = l
-            .spend(1, [1, 100], end - Duration::from_nanos(1), 0)
+            .spend(1, &q(100, 1), end - Duration::from_nanos(1), 0)
             .unwrap();
         assert!(v.allowed && l.left == 0);
         assert!(!l.live(t));
@@ -184,17 +189,17 @@ mod tests {
         let t = Instant::now();
         let mut l = lease(4, 4, 10, t);
         assert!(l
-            .spend(1, [1, 100], t + Duration::from_millis(9), 0)
+            .spend(1, &q(100, 1), t + Duration::from_millis(9), 0)
             .is_some());
         // Unit 2's deadline is t + 20 ms.
         assert!(l
-            .spend(1, [1, 100], t + Duration::from_millis(20), 0)
+            .spend(1, &q(100, 1), t + Duration::from_millis(20), 0)
             .is_none());
         assert!(l
-            .spend(1, [1, 100], t + Duration::from_millis(19), 0)
+            .spend(1, &q(100, 1), t + Duration::from_millis(19), 0)
             .is_some());
         assert!(
-            l.spend(1, [1, 100], t, 1).is_none(),
+            l.spend(1, &q(100, 1), t, 1).is_none(),
             "a connection has ended since the grant"
         );
         assert!(!l.live(t + Duration::from_millis(30)));
@@ -207,16 +212,16 @@ mod tests {
         let end = t + Duration::from_secs(1);
         let mut l = lease(1, 3, 0, end);
         assert!(
-            l.take_rest([2, 100], t, 0).is_none(),
+            l.take_rest(&q(100, 2), t, 0).is_none(),
             "another quota's units"
         );
-        let taken = l.take_rest([1, 100], t, 0).unwrap();
+        let taken = l.take_rest(&q(100, 1), t, 0).unwrap();
         assert_eq!((l.left, taken.left), (0, 3));
-        assert!(l.spend(1, [1, 100], t, 0).is_none(), "taken out");
+        assert!(l.spend(1, &q(100, 1), t, 0).is_none(), "taken out");
         l.put_back(&taken);
         assert_eq!(l.left, 3);
         assert!(
-            l.take_rest([1, 100], end, 0).is_none(),
+            l.take_rest(&q(100, 1), end, 0).is_none(),
             "the window has ended"
         );
         // A new slice of 16 that spent 2 for a call of 5 whose 3 carried units expired
