@@ -63,7 +63,7 @@ fn check_len(key: &[u8], max: usize, too_long: &'static str) -> Result<(), Error
 }
 
 /// Whether a user key holds a brace: it would end the store key's hash tag, so the store key
-/// carries its digest instead (see [`compose_around`]).
+/// carries its digest instead (see [`write_around`]).
 #[inline]
 pub(crate) fn braced(key: &[u8]) -> bool {
     key.iter().any(|&b| b == b'{' || b == b'}')
@@ -81,25 +81,26 @@ pub(crate) struct KeyParts<'a> {
     pub(crate) identity: Option<&'a str>,
 }
 
-/// Writes the store key of `parts` under `quota` into `out` (cleared first). The user key is
-/// checked here; the prefix was checked when the configuration was built.
-#[inline]
+/// Writes the store key of `parts` under `quota` into `out` (cleared first), the user key
+/// checked first.
+#[cfg(test)]
 pub(crate) fn compose(out: &mut String, parts: &KeyParts<'_>, quota: &Quota) -> Result<(), Error> {
-    compose_around(out, parts, |out| write_suffix(out, parts, quota))
-}
-
-/// [`compose`], with what follows the hash tag written by `suffix`: [`write_suffix`]'s text
-/// for the same parts and quota (a caller may keep it from an earlier call with the same
-/// budget, tier and quota, and copy it in).
-#[inline]
-pub(crate) fn compose_around(
-    out: &mut String,
-    parts: &KeyParts<'_>,
-    suffix: impl FnOnce(&mut String),
-) -> Result<(), Error> {
     if let Some(key) = parts.key {
         check_user_key(key)?;
     }
+    write_around(out, parts, |out| write_suffix(out, parts, quota));
+    Ok(())
+}
+
+/// Writes the store key of `parts` into `out` (cleared first), for a user key already
+/// checked ([`check_user_key`]), with what follows the hash tag written by `suffix`:
+/// [`write_suffix`]'s text for the same parts and quota (a prepared call site keeps it).
+#[inline]
+pub(crate) fn write_around(
+    out: &mut String,
+    parts: &KeyParts<'_>,
+    suffix: impl FnOnce(&mut String),
+) {
     out.clear();
     out.reserve(
         parts.prefix.len()
@@ -125,7 +126,6 @@ pub(crate) fn compose_around(
         out.push(':');
         out.push_str(key);
     }
-    Ok(())
 }
 
 /// The part of a store key between the hash tag and a braced user key: the quota's identity,

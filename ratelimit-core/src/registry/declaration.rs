@@ -1,10 +1,13 @@
 //! [`Declaration`]: one annotated fn, as the macros submit it to `inventory`.
 
 use std::fmt;
+use std::sync::Arc;
 
-use super::limiter::Limiter;
-use super::runtime::APP;
-use super::spec::Spec;
+use arc_swap::ArcSwapOption;
+
+use super::limiter::{Limiter, APP};
+use super::spec::{Spec, TierSpec};
+use crate::service::{Call, Prepared, RateLimitService};
 
 /// One rate-limited fn, as the attribute macros declare it: its path, budget, source location
 /// and [`Spec`]. Built in a `static` by the generated code; list them with [`declarations`].
@@ -16,6 +19,16 @@ pub struct Declaration {
     spec: Spec,
     limiter: Option<&'static Limiter>,
     sync: bool,
+    /// The fn's call site prepared on its limiter's running service (see [`Held`]).
+    prepared: ArcSwapOption<Held>,
+}
+
+/// A declaration's prepared call site, with the generation of its limiter it was prepared
+/// at: it stands for the running service while that generation runs. `None`: prepared on a
+/// testing scope's service, for calls under that service only.
+pub(super) struct Held {
+    pub(super) generation: Option<u64>,
+    pub(super) prepared: Prepared,
 }
 
 impl Declaration {
@@ -38,6 +51,7 @@ impl Declaration {
             spec,
             limiter: None,
             sync: false,
+            prepared: ArcSwapOption::const_empty(),
         }
     }
 
@@ -121,6 +135,98 @@ impl Declaration {
             Some(limiter) => limiter,
             None => &APP,
         }
+    }
+
+    /// One call of the fn: the tier chosen for this call (or its static one), its cost, its
+    /// budget. Borrowed: a tier chosen per call is never copied.
+    pub(super) fn call<'a>(&'static self, tier: Option<&'a str>, cost: u64) -> Call<'a> {
+        Call {
+            tier: match (tier, self.spec.tier()) {
+                (Some(tier), _) => Some(tier),
+                (None, TierSpec::Static(tier)) => Some(tier),
+                (None, _) => None,
+            },
+            budget: Some(self.budget()),
+            overrides: self.spec.overrides(),
+            cost,
+            consume: true,
+            queue: self.spec.queue(),
+        }
+    }
+
+    /// Runs `f` on the fn's call site prepared on `on` (a testing scope's service), else on
+    /// its limiter's running service, preparing it first if that service has not been seen
+    /// yet. `None`: no service runs, or the fn's options do not resolve (the caller reports
+    /// the error through the per-call path).
+    #[inline]
+    pub(super) fn with_prepared<T>(
+        &'static self,
+        on: Option<&RateLimitService>,
+        f: impl FnOnce(&Prepared) -> T,
+    ) -> Option<T> {
+        let held = self.prepared.load();
+        match &*held {
+            Some(held) if self.stands_for(held, on) => Some(f(&held.prepared)),
+            _ => self.prepare(on).map(|held| f(&held.prepared)),
+        }
+    }
+
+    /// [`with_prepared`](Self::with_prepared)'s site, held (for a call that awaits its store).
+    pub(super) fn held(&'static self, on: Option<&RateLimitService>) -> Option<Arc<Held>> {
+        match self.prepared.load_full() {
+            Some(held) if self.stands_for(&held, on) => Some(held),
+            _ => self.prepare(on),
+        }
+    }
+
+    /// Whether `held` decides this fn's calls under `on` (a scope's service), or else under
+    /// its limiter's running service.
+    #[inline]
+    fn stands_for(&self, held: &Held, on: Option<&RateLimitService>) -> bool {
+        match (on, held.generation) {
+            (None, Some(generation)) => generation == self.owner().generation(),
+            (Some(service), None) => held.prepared.service().same(service),
+            _ => false,
+        }
+    }
+
+    /// Prepares the fn's call site on `on`, else on its limiter's running service, and keeps
+    /// it.
+    #[cold]
+    fn prepare(&'static self, on: Option<&RateLimitService>) -> Option<Arc<Held>> {
+        let owner = self.owner();
+        let (generation, service) = match on {
+            Some(service) => (None, service.clone()),
+            None => owner.running().map(|(g, s)| (Some(g), s))?,
+        };
+        let prepared = service.prepare_call(&self.call(None, 1)).ok()?;
+        let held = Arc::new(Held {
+            generation,
+            prepared,
+        });
+        self.prepared.store(Some(Arc::clone(&held)));
+        // Shut down meanwhile: what was just kept must not hold the old service alive.
+        if generation.is_some_and(|g| g != owner.generation()) {
+            self.prepared
+                .compare_and_swap(&Some(Arc::clone(&held)), None);
+        }
+        Some(held)
+    }
+
+    /// Forgets the prepared call site (its limiter's service has stopped), releasing the
+    /// service it held.
+    pub(super) fn forget_prepared(&self) {
+        self.prepared.store(None);
+    }
+}
+
+impl Limiter {
+    /// The annotated fns decided by this limiter, sorted by file and line.
+    pub fn declarations(&'static self) -> Vec<&'static Declaration> {
+        declarations()
+            .into_iter()
+            .filter(|d| std::ptr::eq(d.owner(), self))
+            .collect()
     }
 }
 

@@ -31,16 +31,6 @@ impl KeyText {
         }
     }
 
-    /// The text's bytes, without the UTF-8 check `Deref` makes (for the call-site path, which
-    /// only copies them into a store key).
-    #[inline]
-    pub(crate) fn as_bytes(&self) -> &[u8] {
-        match self {
-            KeyText::Inline { len, bytes } => &bytes[..usize::from(*len)],
-            KeyText::Heap(heap) => heap.as_bytes(),
-        }
-    }
-
     /// Appends `s`.
     #[inline]
     fn push(&mut self, s: &str) {

@@ -7,10 +7,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::RwLock;
 
-use super::declaration::{declarations, Declaration};
-use super::module::{Module, ModuleBuilder};
 use crate::error::Error;
 use crate::service::RateLimitService;
+
+/// The application's limiter: the one [`Module::init`](super::Module::init) builds, deciding
+/// every annotated fn that names no `limiter`.
+pub(super) static APP: Limiter = Limiter::new();
 
 /// Ids of running limiters, unique in the process, so an old handle never removes a newer one.
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
@@ -69,17 +71,6 @@ impl Limiter {
         }
     }
 
-    /// Builds the service from `builder` (configuration and clock), checks every annotated fn
-    /// that names this limiter against it (the checks [`Module::init`] runs for the
-    /// application's fns), and installs it.
-    ///
-    /// Errors: [`Error::InvalidConfig`], [`Error::Declarations`] (every fn of this limiter the
-    /// configuration cannot enforce, by path, so naming its crate),
-    /// [`Error::AlreadyInitialized`] (it is running: drop its handle first).
-    pub fn init(&'static self, builder: impl Into<ModuleBuilder>) -> Result<Module, Error> {
-        builder.into().init_on(self)
-    }
-
     /// Whether the limiter is built and running.
     pub fn is_initialized(&self) -> bool {
         self.slot.read().is_some()
@@ -88,14 +79,6 @@ impl Limiter {
     /// The running service, if any.
     pub fn service(&self) -> Option<RateLimitService> {
         self.slot.read().as_ref().map(|(_, s)| s.clone())
-    }
-
-    /// The annotated fns decided by this limiter, sorted by file and line.
-    pub fn declarations(&'static self) -> Vec<&'static Declaration> {
-        declarations()
-            .into_iter()
-            .filter(|d| std::ptr::eq(d.owner(), self))
-            .collect()
     }
 
     /// Installs `service` unless one runs; returns its id.
@@ -121,6 +104,14 @@ impl Limiter {
             *slot = None;
             self.generation.fetch_add(1, Ordering::Release);
         }
+    }
+
+    /// The running service with the [`generation`](Self::generation) it was installed at,
+    /// read together.
+    pub(super) fn running(&self) -> Option<(u64, RateLimitService)> {
+        let slot = self.slot.read();
+        let service = slot.as_ref().map(|(_, s)| s.clone())?;
+        Some((self.generation.load(Ordering::Acquire), service))
     }
 
     /// What [`generation`](Self::generation) counts.

@@ -5,8 +5,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use super::check::check_declarations;
-use super::limiter::Limiter;
-use super::runtime::APP;
+use super::limiter::{Limiter, APP};
 use crate::clock::{Clock, SystemClock};
 use crate::config::{Config, ConfigBuilder};
 use crate::error::Error;
@@ -164,15 +163,30 @@ impl Module {
     /// on any thread, is refused with [`Error::NotInitialized`], and so is every call
     /// waiting in the queue at that moment (none of them is admitted after).
     ///
-    /// Each thread that called an annotated fn keeps a handle to the service it used until its
-    /// next annotated call (which sees the shutdown) or its exit, so the store's memory is
-    /// released then rather than at once.
+    /// The service (and its store's memory) is released once the calls in flight on it end.
     pub fn shutdown(self) {}
+}
+
+impl Limiter {
+    /// Builds the service from `builder` (configuration and clock), checks every annotated fn
+    /// that names this limiter against it (the checks [`Module::init`] runs for the
+    /// application's fns), and installs it.
+    ///
+    /// Errors: [`Error::InvalidConfig`], [`Error::Declarations`] (every fn of this limiter the
+    /// configuration cannot enforce, by path, so naming its crate),
+    /// [`Error::AlreadyInitialized`] (it is running: drop its handle first).
+    pub fn init(&'static self, builder: impl Into<ModuleBuilder>) -> Result<Module, Error> {
+        builder.into().init_on(self)
+    }
 }
 
 impl Drop for Module {
     fn drop(&mut self) {
         self.limiter.remove(self.id);
+        // The fns' prepared call sites hold the service: released now, not at their next call.
+        for declaration in self.limiter.declarations() {
+            declaration.forget_prepared();
+        }
         // Fail closed: every call waiting in the queue ends with `NotInitialized`, and none
         // is admitted after this point.
         self.service.close_queue();

@@ -1,52 +1,23 @@
-//! The process-wide slot the macros' generated code reads on every call, and the entry
-//! point it calls. No lock on the hot path: one thread-local and one shared atomic.
+//! The entry points the macros' generated code calls, and the service they decide on: the fn's
+//! call site prepared on its limiter's running service (held in its declaration), or a testing
+//! scope's service on this thread. No lock and no handle taken on the hot path.
 
 use std::cell::RefCell;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::declaration::Declaration;
 use super::key_text::KeyText;
-use super::limiter::Limiter;
-use super::spec::TierSpec;
+use super::limiter::APP;
 use crate::error::Error;
-use crate::service::{Call, RateLimitService, Site, SiteOutcome};
+use crate::service::{Call, RateLimitService};
 
-/// The application's limiter: the one [`Module::init`](super::Module::init) builds, deciding
-/// every annotated fn that names no `limiter`.
-pub(super) static APP: Limiter = Limiter::new();
-
-/// What this thread knows: a [`testing`](crate::testing) scope's service, its copy of
-/// [`APP`] (valid while `APP`'s generation has not moved), the call sites it decided at, and
-/// the buffer their store keys are composed in. One thread-local, so the hot path makes one
-/// thread-local access and reads one shared atomic, and takes no lock.
-struct Local {
-    scoped: Option<RateLimitService>,
-    generation: u64,
-    cached: Option<RateLimitService>,
-    /// The last [`SITES`] call sites decided here, replaced in turn (`next`).
-    sites: [Option<SiteEntry>; SITES],
-    next: usize,
-    buffer: Vec<u8>,
-}
-
-/// A call site: its declaration (a `'static` address, so never reused by another), the id of
-/// the service that resolved it (ids are never reused either), and the resolution (`None`:
-/// that service does not decide the fn's calls at once; they take the general path).
-type SiteEntry = (&'static Declaration, u64, Option<Site>);
-
-/// Call sites a thread keeps resolved.
-const SITES: usize = 8;
+/// Threads with a [`testing`](crate::testing) scope: while there is none (always, outside
+/// tests) a call does not look for one.
+static SCOPES: AtomicUsize = AtomicUsize::new(0);
 
 thread_local! {
-    static LOCAL: RefCell<Local> = const {
-        RefCell::new(Local {
-            scoped: None,
-            generation: u64::MAX,
-            cached: None,
-            sites: [None, None, None, None, None, None, None, None],
-            next: 0,
-            buffer: Vec::new(),
-        })
-    };
+    /// This thread's [`testing`](crate::testing) scope's service.
+    static SCOPED: RefCell<Option<RateLimitService>> = const { RefCell::new(None) };
 }
 
 /// The service the application's annotated fns use: the innermost
@@ -54,180 +25,83 @@ thread_local! {
 /// none.
 ///
 /// [`Module`]: super::Module
-#[inline]
 pub(crate) fn current() -> Option<RateLimitService> {
-    match with_current(|_| None::<()>) {
-        Now::Later(service) => Some(service),
-        Now::Done(()) | Now::None => None,
+    scoped().or_else(|| APP.service())
+}
+
+/// This thread's testing scope's service, if it has one.
+fn scoped() -> Option<RateLimitService> {
+    if SCOPES.load(Ordering::Acquire) == 0 {
+        return None;
     }
-}
-
-/// What [`with_current`] did.
-pub(crate) enum Now<T> {
-    /// `f` answered on the current service.
-    Done(T),
-    /// `f` could not answer at once: the current service, to wait on.
-    Later(RateLimitService),
-    /// No service is installed.
-    None,
-}
-
-/// Runs `f` on the current service (see [`current`]) without taking a handle to it: a
-/// handle is an `Arc` clone and drop, an atomic add on a line every thread shares. Only when
-/// `f` cannot answer (`None`: a store that must be awaited) is the service cloned.
-#[inline]
-pub(crate) fn with_current<T>(f: impl FnOnce(&RateLimitService) -> Option<T>) -> Now<T> {
-    LOCAL.with(|local| {
-        let generation = APP.generation();
-        // Held mutably only by `at_site`, around a decision on the memory store: a clock of
-        // the user's own that calls an annotated fn gets here. It decides on what `APP`
-        // holds, as the call below does for a call made from inside a decision.
-        let stale = local
-            .try_borrow()
-            .map_or(true, |l| l.generation != generation);
-        if stale {
-            // Read under the lock: what we cache is at least as new as `generation`, so a
-            // stale copy is always one whose generation no longer matches.
-            let fresh = APP.service();
-            match local.try_borrow_mut() {
-                Ok(mut local) => {
-                    local.cached = fresh;
-                    local.generation = generation;
-                }
-                // A call made while this thread is inside a decision (from a tracing
-                // subscriber, say) uses what it just read, and leaves the cache alone.
-                Err(_) if local.try_borrow().map_or(true, |l| l.scoped.is_none()) => {
-                    return match fresh {
-                        Some(service) => match f(&service) {
-                            Some(done) => Now::Done(done),
-                            None => Now::Later(service),
-                        },
-                        None => Now::None,
-                    };
-                }
-                Err(_) => {}
-            }
-        }
-        let local = local.borrow();
-        let Some(service) = local.scoped.as_ref().or(local.cached.as_ref()) else {
-            return Now::None;
-        };
-        match f(service) {
-            Some(done) => Now::Done(done),
-            None => Now::Later(service.clone()),
-        }
-    })
-}
-
-/// Decides a call of an application's fn (no library limiter, no tier chosen per call) at its
-/// call site, resolved once per thread and service (see [`Site`]): `None` when the general
-/// path decides it (no service, another store, the queue, a key it must encode or refuse).
-#[inline]
-fn at_site(
-    declaration: &'static Declaration,
-    key: Option<&KeyText>,
-    cost: u64,
-) -> Option<Result<(), Error>> {
-    // A refusal's decision is handed out through `refused`, not returned: the closure's
-    // result stays two words, so the admitted path does not move a `Decision`-sized value
-    // out of it (a move the profile showed stalling on store forwarding: BENCHMARKS.md,
-    // `hot_path`).
-    let mut refused = None;
-    LOCAL.with(|local| {
-        let generation = APP.generation();
-        // Borrowed already: a call from inside a decision takes the general path.
-        let mut local = local.try_borrow_mut().ok()?;
-        let Local {
-            scoped,
-            generation: seen,
-            cached,
-            sites,
-            next,
-            buffer,
-        } = &mut *local;
-        if *seen != generation {
-            *cached = APP.service();
-            *seen = generation;
-            *sites = Default::default();
-        }
-        let service = scoped.as_ref().or(cached.as_ref())?;
-        let id = service.id();
-        let found = sites.iter().position(
-            |entry| matches!(entry, Some((d, i, _)) if std::ptr::eq(*d, declaration) && *i == id),
-        );
-        let at = match found {
-            Some(at) => at,
-            None => {
-                let site = service.site(&call(declaration, None, cost));
-                let at = *next;
-                sites[at] = Some((declaration, id, site));
-                *next = (at + 1) % SITES;
-                at
-            }
-        };
-        let Some((_, _, Some(site))) = &sites[at] else {
-            return None;
-        };
-        match service.enforce_site(site, key.map(KeyText::as_bytes), cost, buffer) {
-            SiteOutcome::Admitted(..) | SiteOutcome::Answered(_) => Some(()),
-            SiteOutcome::Decided(result, tier) => {
-                refused = Some((service.clone(), result, tier));
-                Some(())
-            }
-            SiteOutcome::General | SiteOutcome::Await => None,
-        }
-    })?;
-    // A refusal is finished (counted, logged) with the thread's state released: what it runs
-    // (a tracing subscriber) may call annotated fns.
-    Some(match refused {
-        None => Ok(()),
-        Some((service, result, tier)) => {
-            let key = key.map(|k| &**k);
-            service.finish_site((result, tier), key, &call(declaration, None, cost))
-        }
-    })
-}
-
-/// The service that decides `declaration`'s calls: its library's [`Limiter`]'s, else the
-/// application's (see [`current`]).
-#[inline]
-fn service_for(declaration: &'static Declaration) -> Result<RateLimitService, Error> {
-    let service = match declaration.limiter() {
-        None => current(),
-        Some(limiter) => limiter.service(),
-    };
-    service.ok_or(Error::NotInitialized {
-        function: declaration.function(),
-    })
-}
-
-/// The service of a fn's stacked limits: they are decided as one, by one limiter (the macros
-/// make sure they name one); a limit on another is refused, never decided by the wrong one.
-fn service_for_all(limits: &[Limit<'_>]) -> Result<RateLimitService, Error> {
-    let Some(&(first, ..)) = limits.first() else {
-        return Err(Error::NotInitialized { function: "?" });
-    };
-    if let Some(&(other, ..)) = limits
-        .iter()
-        .find(|l| !std::ptr::eq(l.0.owner(), first.owner()))
-    {
-        return Err(Error::NotInitialized {
-            function: other.function(),
-        });
-    }
-    service_for(first)
+    SCOPED.with(|s| s.try_borrow().ok().and_then(|s| s.clone()))
 }
 
 /// Sets this thread's testing scope, returning the previous one.
 pub(crate) fn replace_scoped(service: Option<RateLimitService>) -> Option<RateLimitService> {
-    LOCAL.with(|local| std::mem::replace(&mut local.borrow_mut().scoped, service))
+    let is_some = service.is_some();
+    let previous = SCOPED.with(|s| std::mem::replace(&mut *s.borrow_mut(), service));
+    match (previous.is_some(), is_some) {
+        (false, true) => drop(SCOPES.fetch_add(1, Ordering::AcqRel)),
+        (true, false) => drop(SCOPES.fetch_sub(1, Ordering::AcqRel)),
+        _ => {}
+    }
+    previous
 }
 
-/// One limit of a call: the declaration, the user key, the tier chosen for this call, the cost.
-type Limit<'a> = (&'static Declaration, Option<&'a str>, Option<&'a str>, u64);
+/// How a call of `declaration` is decided.
+enum Decider {
+    /// On its call site prepared on this thread's testing scope's service (`Some`), else on
+    /// its limiter's running service.
+    Prepared(Option<RateLimitService>),
+    /// On this service, with a site worked out for this call alone (a tier chosen per call).
+    Service(RateLimitService),
+}
 
-/// What an annotated async fn tries before [`acquire`]: the decision at its call site (see
-/// `at_site`), made without building `acquire`'s future; `None` when it must be awaited.
+/// Who decides `declaration`'s call with a tier chosen per call (`tier`) or none.
+#[inline]
+fn decider(declaration: &'static Declaration, tier: Option<&str>) -> Result<Decider, Error> {
+    // A testing scope stands in for the application's module, never for a library's limiter.
+    let scope = match declaration.limiter() {
+        None => scoped(),
+        Some(_) => None,
+    };
+    match tier {
+        None => Ok(Decider::Prepared(scope)),
+        Some(_) => match scope {
+            Some(service) => Ok(Decider::Service(service)),
+            None => service_for(declaration).map(Decider::Service),
+        },
+    }
+}
+
+/// The service that decides `declaration`'s calls: this thread's testing scope's (for an
+/// application's fn), else its limiter's running one.
+fn service_for(declaration: &'static Declaration) -> Result<RateLimitService, Error> {
+    let service = match declaration.limiter() {
+        None => scoped().or_else(|| APP.service()),
+        Some(limiter) => limiter.service(),
+    };
+    service.ok_or_else(|| not_initialized(declaration))
+}
+
+fn not_initialized(declaration: &'static Declaration) -> Error {
+    Error::NotInitialized {
+        function: declaration.function(),
+    }
+}
+
+/// A wait ended by the module shutting down names the fn, like a call after it.
+fn named(declaration: &'static Declaration, result: Result<(), Error>) -> Result<(), Error> {
+    match result {
+        Err(Error::NotInitialized { .. }) => Err(not_initialized(declaration)),
+        other => other,
+    }
+}
+
+/// What an annotated async fn tries before [`acquire`]: the decision made at once on its
+/// prepared call site (the memory store; a Redis store's leased budget or a refusal it
+/// holds), without building `acquire`'s future; `None` when it must be awaited.
 #[doc(hidden)]
 #[inline]
 pub fn acquire_here(
@@ -236,16 +110,17 @@ pub fn acquire_here(
     tier: Option<&str>,
     cost: u64,
 ) -> Option<Result<(), Error>> {
-    if tier.is_some() || declaration.limiter().is_some() {
+    let Ok(Decider::Prepared(scope)) = decider(declaration, tier) else {
         return None;
-    }
-    at_site(declaration, key, cost)
+    };
+    let key = key.map(|k| &**k);
+    declaration
+        .with_prepared(scope.as_ref(), |prepared| prepared.enforce_now(key, cost))
+        .flatten()
 }
 
 /// The check every annotated async fn runs before its body: `Ok` to proceed; `Err` is the
-/// refusal (over the limit, no module, unknown tier, store failure...). A decision the store
-/// makes at once (the memory store; a Redis store's leased budget or a refusal it holds) is
-/// made on the thread's copy of the service, without a handle to it and without a future.
+/// refusal (over the limit, no module, unknown tier, store failure...).
 #[doc(hidden)]
 pub async fn acquire(
     declaration: &'static Declaration,
@@ -253,43 +128,27 @@ pub async fn acquire(
     tier: Option<&str>,
     cost: u64,
 ) -> Result<(), Error> {
-    let options = call(declaration, tier, cost);
-    let service = match declaration.limiter() {
-        // A library's own limiter: its service, never the application's.
-        Some(_) => service_for(declaration)?,
-        None => match with_current(|service| service.enforce_now(key, &options)) {
-            Now::Done(decided) => return decided,
-            Now::Later(service) => service,
-            Now::None => {
-                return Err(Error::NotInitialized {
-                    function: declaration.function(),
-                })
+    let service = match decider(declaration, tier)? {
+        Decider::Service(service) => service,
+        Decider::Prepared(scope) => match declaration.held(scope.as_ref()) {
+            // Boxed: the waiting path's futures are large, and this future is part of every
+            // annotated fn's, moved whole wherever it goes.
+            Some(held) => {
+                let decided = Box::pin(held.prepared.enforce_later(key, cost)).await;
+                return named(declaration, decided);
             }
+            // No service, or options that do not resolve: reported below.
+            None => service_for(declaration)?,
         },
     };
-    // Boxed: the waiting path's futures are large, and this future is part of every
-    // annotated fn's, moved whole wherever it goes (see `RateLimitService::check`'s).
-    match Box::pin(service.enforce_parts(key, &options)).await {
-        Ok(_) => Ok(()),
-        // A wait ended by the module shutting down names the fn, like a call after it.
-        Err(Error::NotInitialized { .. }) => Err(Error::NotInitialized {
-            function: declaration.function(),
-        }),
-        Err(e) => Err(e),
-    }
+    let call = declaration.call(tier, cost);
+    let decided = Box::pin(service.enforce_call(&call, key)).await;
+    named(declaration, decided)
 }
 
-/// [`acquire`] for a fn with several limits (stacked attributes): one decision, all or
-/// nothing.
-#[doc(hidden)]
-pub async fn acquire_all(limits: &[Limit<'_>]) -> Result<(), Error> {
-    let service = service_for_all(limits)?;
-    service.enforce_stacked(&all_parts(limits)).await.map(drop)
-}
-
-/// [`acquire`] for a sync fn: decided at once by the memory store, without an executor. Any
-/// other store must be waited for, so the call is refused with [`Error::SyncOnWaitingStore`]
-/// (and `init` does not start with such a fn: see
+/// [`acquire`] for a sync fn: decided at once by a store that always decides at once (the
+/// memory store), without an executor. Any other store must be waited for, so the call is
+/// refused with [`Error::SyncOnWaitingStore`] (and `init` does not start with such a fn: see
 /// [`ProblemKind::SyncOnWaitingStore`](crate::ProblemKind::SyncOnWaitingStore)).
 #[doc(hidden)]
 pub fn acquire_now(
@@ -298,15 +157,29 @@ pub fn acquire_now(
     tier: Option<&str>,
     cost: u64,
 ) -> Result<(), Error> {
-    if let Some(decided) = acquire_here(declaration, key, tier, cost) {
-        return decided;
-    }
     let key = key.map(|k| &**k);
-    let service = service_for(declaration)?;
-    let options = call(declaration, tier, cost);
-    service
-        .enforce_parts_now(key, &options, declaration.function())
-        .map(drop)
+    let function = declaration.function();
+    let service = match decider(declaration, tier)? {
+        Decider::Service(service) => service,
+        Decider::Prepared(scope) => {
+            let decided = declaration.with_prepared(scope.as_ref(), |prepared| {
+                prepared.enforce_sync(key, cost, function)
+            });
+            match decided {
+                Some(decided) => return decided,
+                None => service_for(declaration)?,
+            }
+        }
+    };
+    service.enforce_call_sync(&declaration.call(tier, cost), key, function)
+}
+
+/// [`acquire`] for a fn with several limits (stacked attributes): one decision, all or
+/// nothing.
+#[doc(hidden)]
+pub async fn acquire_all(limits: &[Limit<'_>]) -> Result<(), Error> {
+    let service = service_for_all(limits)?;
+    service.enforce_stacked(&all_parts(limits)).await.map(drop)
 }
 
 /// [`acquire_all`] for a sync fn; see [`acquire_now`].
@@ -319,29 +192,30 @@ pub fn acquire_all_now(limits: &[Limit<'_>]) -> Result<(), Error> {
         .map(drop)
 }
 
+/// One limit of a call: the declaration, the user key, the tier chosen for this call, the cost.
+type Limit<'a> = (&'static Declaration, Option<&'a str>, Option<&'a str>, u64);
+
+/// The service of a fn's stacked limits: they are decided as one, by one limiter (the macros
+/// make sure they name one); a limit on another is refused, never decided by the wrong one.
+fn service_for_all(limits: &[Limit<'_>]) -> Result<RateLimitService, Error> {
+    let Some(&(first, ..)) = limits.first() else {
+        return Err(Error::NotInitialized { function: "?" });
+    };
+    if let Some(&(other, ..)) = limits
+        .iter()
+        .find(|l| !std::ptr::eq(l.0.owner(), first.owner()))
+    {
+        return Err(not_initialized(other));
+    }
+    service_for(first)
+}
+
 /// The stacked limits of one call, each with its user key.
 fn all_parts<'a>(limits: &[Limit<'a>]) -> Vec<(Option<&'a str>, Call<'a>)> {
     limits
         .iter()
-        .map(|&(declaration, key, tier, cost)| (key, call(declaration, tier, cost)))
+        .map(|&(declaration, key, tier, cost)| (key, declaration.call(tier, cost)))
         .collect()
-}
-
-/// One call of an annotated fn: its spec, the tier chosen for this call (or its static one),
-/// its cost, its budget. Borrowed: a tier chosen per call is never copied.
-fn call<'a>(declaration: &'static Declaration, tier: Option<&'a str>, cost: u64) -> Call<'a> {
-    Call {
-        tier: match (tier, declaration.spec().tier()) {
-            (Some(tier), _) => Some(tier),
-            (None, TierSpec::Static(tier)) => Some(tier),
-            (None, _) => None,
-        },
-        budget: Some(declaration.budget()),
-        overrides: declaration.spec().overrides(),
-        cost,
-        consume: true,
-        queue: declaration.spec().queue(),
-    }
 }
 
 /// What an annotated fn's return type must be: a `Result`, whatever it is called (an alias
@@ -413,8 +287,36 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::registry::Spec;
-    use crate::store::MemoryStore;
+    use crate::registry::{Limiter, Spec};
+    use crate::store::{Check, MemoryStore, Store};
+    use crate::{Decision, Nanos, Quota};
+
+    /// A store that always awaits: the memory store's decisions, never made at once.
+    struct Waiting(MemoryStore);
+
+    impl Store for Waiting {
+        async fn decide(
+            &self,
+            key: &str,
+            quota: &Quota,
+            cost: u64,
+            now: Nanos,
+            commit: bool,
+        ) -> Result<Decision, Error> {
+            self.0.decide(key, quota, cost, now, commit).await
+        }
+        async fn decide_all(
+            &self,
+            checks: &[Check<'_>],
+            now: Nanos,
+            commit: bool,
+        ) -> Result<Vec<Decision>, Error> {
+            self.0.decide_all(checks, now, commit).await
+        }
+        async fn reset(&self, key: &str) -> Result<bool, Error> {
+            Store::reset(&self.0, key).await
+        }
+    }
     use crate::{Config, ManualClock};
 
     static SYNC: Declaration =
@@ -435,7 +337,7 @@ mod tests {
         result
     }
 
-    fn service(store: Option<MemoryStore>) -> RateLimitService {
+    fn service(store: Option<Waiting>) -> RateLimitService {
         let clock = Arc::new(ManualClock::new(std::time::Duration::from_secs(1_000_000)));
         match store {
             None => RateLimitService::with_clock(Config::default(), clock),
@@ -446,8 +348,8 @@ mod tests {
 
     #[test]
     fn a_sync_fn_on_a_store_that_must_be_waited_for_is_refused() {
-        // Any store given to `with_store` is awaited (even a memory store): never blocked on.
-        let waiting = service(Some(MemoryStore::new()));
+        // A store that does not always decide at once is never blocked on.
+        let waiting = service(Some(Waiting(MemoryStore::new())));
         let limits = [(&SYNC, None, None, 1), (&SYNC_2, None, None, 1)];
         let refusals = scoped(waiting.clone(), || {
             [acquire_now(&SYNC, None, None, 1), acquire_all_now(&limits)]

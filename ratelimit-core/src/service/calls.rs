@@ -3,15 +3,15 @@
 
 use std::future::Future;
 
-use super::site::AtSite;
-use super::{Backend, Call, Options, RateLimitService};
+use super::pipeline::Now;
+use super::site::Site;
+use super::{Call, Options, RateLimitService};
 use crate::decision::Decision;
 use crate::error::Error;
-use crate::key;
 
 /// What a public decision does with its options.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Mode {
+pub(crate) enum Mode {
     /// `check`: spends or looks as `options.consume` says.
     AsAsked,
     /// `consume`.
@@ -118,21 +118,64 @@ impl RateLimitService {
         let options = options.clone();
         async move {
             let call = mode.apply(options.call());
-            // A decision that cannot wait, on a store that answers at once, is made here,
-            // without polling the nested futures of the waiting path.
-            if let Some(decided) = self.decided_now(key, &call, mode) {
-                return decided;
+            match self.site(&call) {
+                Ok(site) => self.run(site, Some(key), mode).await,
+                Err(e) => Err(self.unresolved(&call, e)),
             }
-            // The path that waits (a round trip, the queue), boxed: its futures are large,
-            // and a future is moved whole (into its caller's, into an executor), so without
-            // the box every call, the memory store's above included, would move them.
-            Box::pin(async {
-                match mode {
-                    Mode::Enforce => self.enforce_parts(Some(key), &call).await,
-                    _ => self.decide_waiting(Some(key), &call).await,
-                }
-            })
-            .await
+        }
+    }
+
+    /// A call whose options could not be resolved: the error, recorded when it spends.
+    pub(crate) fn unresolved(&self, call: &Call<'_>, error: Error) -> Error {
+        if call.consume {
+            self.count(None, call.budget, None, crate::stats::Outcome::Error);
+        }
+        error
+    }
+
+    /// An annotated fn's call with `call`'s options, its site worked out for this call alone
+    /// (a tier chosen per call, a testing scope): a refusal is an error.
+    pub(crate) async fn enforce_call(
+        &self,
+        call: &Call<'_>,
+        key: Option<&str>,
+    ) -> Result<(), Error> {
+        let site = self.site(call).map_err(|e| self.unresolved(call, e))?;
+        self.run(site, key, Mode::Enforce).await.map(drop)
+    }
+
+    /// [`enforce_call`](Self::enforce_call) for a sync fn (see `enforce_sync`).
+    pub(crate) fn enforce_call_sync(
+        &self,
+        call: &Call<'_>,
+        key: Option<&str>,
+        function: &'static str,
+    ) -> Result<(), Error> {
+        let site = self.site(call).map_err(|e| self.unresolved(call, e))?;
+        self.enforce_sync(&site, key, function)
+    }
+
+    /// A public decision at `site`: decided at once when the store can and the call may not
+    /// wait; otherwise awaited (the store, or the queue).
+    pub(crate) async fn run(
+        &self,
+        site: Site<'_>,
+        key: Option<&str>,
+        mode: Mode,
+    ) -> Result<Decision, Error> {
+        let decided = match site.may_wait {
+            false => match self.decide_now(&site, key, true) {
+                Now::Decided(decided) => decided,
+                // The path that waits, boxed: its futures are large, and a future is moved
+                // whole (into its caller's, into an executor), so without the box every call,
+                // the memory store's above included, would move them.
+                Now::Later(store_key) => Box::pin(self.decide_later(&site, key, &store_key)).await,
+            },
+            true => Box::pin(self.decide_waiting(&site, key)).await,
+        };
+        match mode {
+            Mode::Enforce => decided.and_then(|d| Self::admit(&site, d)),
+            _ => decided,
         }
     }
 
@@ -144,7 +187,8 @@ impl RateLimitService {
     /// trip, or a call that would wait when refused): call [`consume`](Self::consume) then.
     ///
     /// For code that decides inside a poll or a `tower::Service::call` and would otherwise
-    /// box a future per call (the HTTP layer does this).
+    /// box a future per call (the HTTP layer does this). A caller that decides with the same
+    /// options again and again holds a [`prepare`](Self::prepare)d site instead.
     ///
     /// ```
     /// use ratelimit_core::{Config, Options, RateLimitService};
@@ -157,30 +201,17 @@ impl RateLimitService {
     /// ```
     pub fn consume_now(&self, key: &str, options: &Options) -> Option<Result<Decision, Error>> {
         let call = Mode::Spend.apply(options.call());
-        self.decided_now(key, &call, Mode::Spend)
-    }
-
-    /// The decision of a public call with `mode`, when it can be made at once (see
-    /// [`consume_now`](Self::consume_now)); `None` when it has to be awaited.
-    fn decided_now(
-        &self,
-        key: &str,
-        call: &Call<'_>,
-        mode: Mode,
-    ) -> Option<Result<Decision, Error>> {
-        if self.may_wait(call) {
+        let site = match self.site(&call) {
+            Ok(site) => site,
+            Err(e) => return Some(Err(self.unresolved(&call, e))),
+        };
+        if site.may_wait {
             return None;
         }
-        let decided = match self.decide_at_site(key, call) {
-            AtSite::Decided(decided) => decided,
-            // The store was asked at once and cannot answer: asking again gets the same.
-            AtSite::Await => return None,
-            AtSite::General => self.decide_now(Some(key), call, true)?,
-        };
-        Some(match mode {
-            Mode::Enforce => decided.and_then(|d| Self::admit(d, call)),
-            _ => decided,
-        })
+        match self.decide_now(&site, Some(key), true) {
+            Now::Decided(decided) => Some(decided),
+            Now::Later(_) => None,
+        }
     }
 
     /// Forgets `key`'s state under `tier` (`None`: the default tier, or no tier) with no
@@ -202,17 +233,7 @@ impl RateLimitService {
     }
 
     async fn reset_call(&self, key: &str, call: &Call<'_>) -> Result<bool, Error> {
-        let (quota, tier) = self.resolve(call)?;
-        let parts = self.parts(call, tier, Some(key));
-        match &self.inner.backend {
-            Backend::Memory(store) => {
-                self.with_key(call, tier, Some(key), &quota, |k| Ok(store.reset(k)))
-            }
-            Backend::Dyn(store) => {
-                let mut k = String::new();
-                key::compose(&mut k, &parts, &quota)?;
-                store.reset(&k).await
-            }
-        }
+        let store_key = self.site(call)?.store_key(Some(key))?;
+        self.inner.store.reset(&store_key).await
     }
 }

@@ -1,69 +1,40 @@
 //! The service's counters: overall, per tier, per budget.
 
-use std::cell::RefCell;
 use std::sync::Arc;
 
 use super::RateLimitService;
-use crate::stats::{self, Counters, Outcome, StripeId};
-
-/// A budget's counters as a thread keeps them: (service id, budget name, counters).
-type MethodEntry = (u64, Arc<str>, Arc<Counters>);
-
-/// The budgets a thread counted under last (with their service's id), replaced in turn: a
-/// budget's calls count without the map's lock (a read lock is a write to a line every
-/// thread shares), and without allocating when a thread alternates between a few budgets.
-struct MethodCache {
-    entries: [Option<MethodEntry>; 4],
-    next: usize,
-}
-
-thread_local! {
-    static METHODS: RefCell<MethodCache> = const {
-        RefCell::new(MethodCache { entries: [None, None, None, None], next: 0 })
-    };
-}
+use crate::stats::{self, Counters, Outcome};
 
 impl RateLimitService {
-    pub(super) fn count(&self, tier: Option<usize>, budget: Option<&str>, outcome: Outcome) {
-        let stripe = stats::stripe();
-        self.inner.total.record_on(stripe, outcome);
-        self.count_scoped_on(stripe, tier, budget, outcome);
+    /// Counts an outcome in the total and under the tier and budget. `counters`: the budget's,
+    /// when the caller holds them (a prepared site); else they are found by name.
+    pub(super) fn count(
+        &self,
+        tier: Option<usize>,
+        budget: Option<&str>,
+        counters: Option<&Counters>,
+        outcome: Outcome,
+    ) {
+        self.inner.total.record_on(stats::stripe(), outcome);
+        self.count_scoped(tier, budget, counters, outcome);
     }
 
     /// Counts under the tier and budget only (a stacked call counts once in the total).
-    pub(super) fn count_scoped(&self, tier: Option<usize>, budget: Option<&str>, outcome: Outcome) {
-        self.count_scoped_on(stats::stripe(), tier, budget, outcome);
-    }
-
-    fn count_scoped_on(
+    pub(super) fn count_scoped(
         &self,
-        stripe: StripeId,
         tier: Option<usize>,
         budget: Option<&str>,
+        counters: Option<&Counters>,
         outcome: Outcome,
     ) {
+        let stripe = stats::stripe();
         if let Some(i) = tier {
             self.inner.by_tier[i].record_on(stripe, outcome);
         }
-        if let Some(name) = budget {
-            let id = self.inner.id;
-            METHODS.with(|cache| {
-                let mut cache = cache.borrow_mut();
-                let hit = cache
-                    .entries
-                    .iter()
-                    .flatten()
-                    .find(|(i, n, _)| *i == id && **n == *name);
-                if let Some((_, _, counters)) = hit {
-                    counters.record_on(stripe, outcome);
-                    return;
-                }
-                let (name, counters) = self.method_counters(name);
-                counters.record_on(stripe, outcome);
-                let slot = cache.next;
-                cache.entries[slot] = Some((id, name, counters));
-                cache.next = (slot + 1) % cache.entries.len();
-            });
+        match (counters, budget) {
+            (Some(counters), _) => counters.record_on(stripe, outcome),
+            (None, Some(name)) => self.method_counters(name).1.record_on(stripe, outcome),
+            (None, None) => {}
         }
     }
 

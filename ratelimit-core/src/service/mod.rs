@@ -1,14 +1,13 @@
 //! [`RateLimitService`]: the API every other piece (macros, HTTP layer) goes through.
 
-use std::cell::RefCell;
 use std::fmt;
 
 use std::sync::Arc;
 
 mod calls;
 mod counting;
-mod decide;
 mod options;
+mod pipeline;
 pub(crate) mod queue;
 mod record;
 mod site;
@@ -17,34 +16,27 @@ mod wait;
 
 pub(crate) use options::Call;
 pub use options::Options;
-pub(crate) use site::{Site, SiteOutcome};
+pub use site::Prepared;
 
 use crate::clock::{Clock, SystemClock};
 use crate::config::{Config, StoreConfig};
 use crate::error::{ConfigError, Error};
-use crate::key::KeyParts;
 use crate::quota::{Overrides, Quota};
 use crate::resolve;
 use crate::stats::{Counters, Stats};
 use crate::store::{DynStore, MemoryStore, Store};
 
-/// The store: the memory store is called directly (its decisions never wait), any other
-/// through the boxed [`Store`] interface.
-enum Backend {
-    Memory(MemoryStore),
-    Dyn(Box<dyn DynStore>),
-}
-
-/// Per-budget counters; budget names are fn paths. Each thread keeps the last budgets it
-/// counted under (see `counting.rs`), so the map is read only when a thread changes budget.
+/// Per-budget counters; budget names are fn paths. A prepared site holds its budget's, so the
+/// map is read when a site is prepared, and by calls that name a budget without one.
 type MethodCounters = hashbrown::HashMap<Arc<str>, Arc<Counters>, foldhash::fast::RandomState>;
 
 struct Inner {
-    /// Unique among the services of the process: what the resolution cache is keyed by.
-    id: u64,
     config: Config,
     clock: Arc<dyn Clock>,
-    backend: Backend,
+    /// The store, through the [`Store`] trait only: every decision asks it the same way.
+    store: Box<dyn DynStore>,
+    /// The memory store when the configuration built one, for [`RateLimitService::memory_store`].
+    memory: Option<MemoryStore>,
     /// The Redis store behind the failure policy, for [`RateLimitService::redis_store`].
     #[cfg(feature = "redis")]
     redis: Option<crate::store::RedisStore>,
@@ -92,29 +84,13 @@ impl fmt::Debug for RateLimitService {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut d = f.debug_struct("RateLimitService");
         d.field("config", &self.inner.config);
-        match &self.inner.backend {
-            Backend::Memory(store) => d.field("store", store),
-            Backend::Dyn(_) => d.field("store", &"dyn Store"),
+        match &self.inner.memory {
+            Some(store) => d.field("store", store),
+            None => d.field("store", &"dyn Store"),
         };
         d.finish()
     }
 }
-
-thread_local! {
-    /// The last four quotas this thread resolved from overrides (replaced in turn), with what
-    /// each was resolved from (service, tier, overrides): a call site that passes the same
-    /// overrides every time (an annotated fn, a handler with constant options) resolves them
-    /// once per thread, even among a few interleaved call sites. A service's configuration
-    /// never changes, so an entry is never stale.
-    static RESOLVED: RefCell<([Option<Resolved>; 4], usize)> = const {
-        RefCell::new(([None, None, None, None], 0))
-    };
-}
-
-/// A quota resolved from overrides: (service id, tier, overrides, quota).
-type Resolved = (u64, Option<usize>, Overrides, Quota);
-
-static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 impl RateLimitService {
     /// A service on the system clock, over the configured store.
@@ -132,7 +108,8 @@ impl RateLimitService {
             StoreConfig::Memory(options) => {
                 let store = MemoryStore::with_options(options);
                 store.start_sweeper(Arc::clone(&clock));
-                Ok(Self::build(config, clock, Backend::Memory(store), None))
+                let backend = (Box::new(store.clone()) as Box<dyn DynStore>, Some(store));
+                Ok(Self::build(config, clock, backend, None))
             }
             #[cfg(feature = "redis")]
             StoreConfig::Redis(options) => {
@@ -145,7 +122,7 @@ impl RateLimitService {
                 Ok(Self::build(
                     config,
                     clock,
-                    Backend::Dyn(Box::new(failover)),
+                    (Box::new(failover), None),
                     Some(store),
                 ))
             }
@@ -180,18 +157,13 @@ impl RateLimitService {
             return Err(Error::InvalidConfig(errors));
         }
         clock.now();
-        Ok(Self::build(
-            config,
-            clock,
-            Backend::Dyn(Box::new(store)),
-            None,
-        ))
+        Ok(Self::build(config, clock, (Box::new(store), None), None))
     }
 
     fn build(
         config: Config,
         clock: Arc<dyn Clock>,
-        backend: Backend,
+        (store, memory): (Box<dyn DynStore>, Option<MemoryStore>),
         #[cfg_attr(not(feature = "redis"), allow(unused_variables))] redis: Option<RedisHandle>,
     ) -> Self {
         let by_tier = config
@@ -199,26 +171,31 @@ impl RateLimitService {
             .iter()
             .map(|t| Counters::tier(&t.name))
             .collect();
-        let store = match (&backend, &redis) {
-            (Backend::Memory(_), _) => "memory",
-            (Backend::Dyn(_), Some(_)) => "redis",
-            (Backend::Dyn(_), None) => "custom",
+        let kind = match (&memory, &redis) {
+            (Some(_), _) => "memory",
+            (None, Some(_)) => "redis",
+            (None, None) => "custom",
         };
         RateLimitService {
             inner: Arc::new(Inner {
-                id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
                 config,
                 clock,
-                backend,
+                store,
+                memory,
                 #[cfg(feature = "redis")]
                 redis,
                 total: Counters::default(),
                 by_tier,
                 by_method: Default::default(),
                 queue: Default::default(),
-                latency: crate::metrics::Latency::new(store),
+                latency: crate::metrics::Latency::new(kind),
             }),
         }
+    }
+
+    /// Whether `other` is this service (a clone of it), not another.
+    pub(crate) fn same(&self, other: &RateLimitService) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
     }
 
     /// The configuration.
@@ -233,10 +210,7 @@ impl RateLimitService {
 
     /// The memory store, when that is the backend.
     pub fn memory_store(&self) -> Option<&MemoryStore> {
-        match &self.inner.backend {
-            Backend::Memory(store) => Some(store),
-            Backend::Dyn(_) => None,
-        }
+        self.inner.memory.as_ref()
     }
 
     /// The Redis store, when that is the backend (feature `redis`).
@@ -293,11 +267,7 @@ impl RateLimitService {
         overrides: &Overrides,
     ) -> Result<Quota, Error> {
         let quota = resolve::quota(&self.inner.config, tier, overrides)?;
-        let supported = match &self.inner.backend {
-            Backend::Memory(_) => Ok(()),
-            Backend::Dyn(store) => store.supports(&quota),
-        };
-        supported?;
+        self.inner.store.supports(&quota)?;
         Ok(quota)
     }
 
@@ -312,50 +282,9 @@ impl RateLimitService {
         } else if let (Some(i), true) = (tier, options.overrides.is_empty()) {
             self.inner.config.tiers()[i].quota
         } else {
-            let id = self.inner.id;
-            // Compared in place: copying an entry out (a `Cell`) moved the whole entry per call.
-            let kept = RESOLVED.with(|c| {
-                c.borrow().0.iter().flatten().find_map(|(i, t, o, quota)| {
-                    (*i == id && *t == tier && *o == *options.overrides).then_some(*quota)
-                })
-            });
-            match kept {
-                Some(quota) => quota,
-                None => {
-                    let quota = self.resolve_quota(tier, options.overrides)?;
-                    RESOLVED.with(|c| {
-                        let (entries, next) = &mut *c.borrow_mut();
-                        entries[*next] = Some((id, tier, *options.overrides, quota));
-                        *next = (*next + 1) % entries.len();
-                    });
-                    quota
-                }
-            }
+            self.resolve_quota(tier, options.overrides)?
         };
         Ok((quota, tier))
-    }
-
-    /// The parts of the store key of a call; `options` decide whether the quota's identity
-    /// was written ahead (a tier's or the default limit's quota, no overrides).
-    pub(super) fn parts<'a>(
-        &'a self,
-        options: &Call<'a>,
-        tier: Option<usize>,
-        key: Option<&'a str>,
-    ) -> KeyParts<'a> {
-        let config = &self.inner.config;
-        let identity = match tier {
-            _ if !options.overrides.is_empty() => None,
-            Some(i) => Some(&*config.tiers()[i].identity),
-            None => config.plain_identity.as_deref(),
-        };
-        KeyParts {
-            prefix: config.key_prefix(),
-            budget: options.budget,
-            tier: tier.map(|i| &*config.tiers()[i].name),
-            key,
-            identity,
-        }
     }
 }
 

@@ -3,6 +3,7 @@
 use std::fmt;
 use std::hash::{BuildHasher, Hasher};
 
+use super::site::Site;
 use super::RateLimitService;
 use crate::decision::Decision;
 use crate::error::Error;
@@ -29,18 +30,18 @@ impl RateLimitService {
     /// that timed out) as denied, any other error as an error.
     pub(super) fn record(
         &self,
-        tier: Option<usize>,
-        budget: Option<&str>,
+        site: &Site<'_>,
         key: Option<&str>,
         result: &Result<Decision, Error>,
     ) {
+        let count = |outcome| self.count(site.tier, site.budget, site.counters, outcome);
         match result {
-            Ok(decision) if decision.allowed => self.count(tier, budget, Outcome::Allowed),
+            Ok(decision) if decision.allowed => count(Outcome::Allowed),
             Ok(decision) => {
-                self.count(tier, budget, Outcome::Denied);
+                count(Outcome::Denied);
                 tracing::debug!(
                     target: "ratelimit",
-                    budget = budget.unwrap_or("-"),
+                    budget = site.budget.unwrap_or("-"),
                     tier = decision.tier.as_deref().unwrap_or("-"),
                     limit = decision.limit,
                     window_ms = decision.window.as_millis() as u64,
@@ -49,10 +50,8 @@ impl RateLimitService {
                     "rate limit exceeded",
                 );
             }
-            Err(Error::QueueFull { .. } | Error::QueueTimeout { .. }) => {
-                self.count(tier, budget, Outcome::Denied)
-            }
-            Err(_) => self.count(tier, budget, Outcome::Error),
+            Err(Error::QueueFull { .. } | Error::QueueTimeout { .. }) => count(Outcome::Denied),
+            Err(_) => count(Outcome::Error),
         }
     }
 }

@@ -2,12 +2,11 @@
 
 use std::future::Future;
 
-use super::{Backend, Call, Options, RateLimitService};
+use super::site::Site;
+use super::{Call, Options, RateLimitService};
 use crate::clock::Nanos;
 use crate::decision::Decision;
 use crate::error::{Error, Exceeded};
-use crate::key;
-use crate::quota::Quota;
 use crate::stats::Outcome;
 use crate::store::Check;
 
@@ -87,22 +86,23 @@ impl RateLimitService {
     }
 
     /// [`enforce_stacked`](Self::enforce_stacked) decided at once, for a sync fn: refused
-    /// with [`Error::SyncOnWaitingStore`] when the store must be waited for.
+    /// with [`Error::SyncOnWaitingStore`] when the store does not always decide at once.
     pub(crate) fn enforce_stacked_now(
         &self,
         limits: &[(Option<&str>, Call<'_>)],
         function: &'static str,
     ) -> Result<Vec<Decision>, Error> {
-        let decisions = match self.prepare_stacked(limits)? {
-            Prepared::Unlimited(decisions) => decisions,
-            Prepared::Keys(resolved, keys, now) => {
-                let checks = checks(&keys, &resolved, limits);
-                let commit = commits(limits);
-                let result = match &self.inner.backend {
-                    Backend::Memory(store) => store.decide_all_at(&checks, now, commit),
-                    Backend::Dyn(_) => Err(Error::SyncOnWaitingStore { function }),
+        let decisions = match self.stacked(limits)? {
+            Stacked::Unlimited(decisions) => decisions,
+            Stacked::Keys(sites, keys, now) => {
+                let checks = checks(&keys, &sites);
+                let store = &*self.inner.store;
+                let result = match store.decides_at_once() {
+                    true => store.decide_all_now(&checks, now, commits(&sites)),
+                    false => None,
                 };
-                self.finish_stacked(limits, &resolved, result)?
+                let result = result.unwrap_or(Err(Error::SyncOnWaitingStore { function }));
+                self.finish_stacked(&sites, result)?
             }
         };
         refuse_unless_all_allowed(decisions, limits)
@@ -112,86 +112,85 @@ impl RateLimitService {
         &self,
         limits: &[(Option<&str>, Call<'_>)],
     ) -> Result<Vec<Decision>, Error> {
-        let (resolved, keys, now) = match self.prepare_stacked(limits)? {
-            Prepared::Unlimited(decisions) => return Ok(decisions),
-            Prepared::Keys(resolved, keys, now) => (resolved, keys, now),
+        let (sites, keys, now) = match self.stacked(limits)? {
+            Stacked::Unlimited(decisions) => return Ok(decisions),
+            Stacked::Keys(sites, keys, now) => (sites, keys, now),
         };
-        let checks = checks(&keys, &resolved, limits);
-        let commit = commits(limits);
-        let result = match &self.inner.backend {
-            Backend::Memory(store) => store.decide_all_at(&checks, now, commit),
-            Backend::Dyn(store) => store.decide_all(&checks, now, commit).await,
+        let checks = checks(&keys, &sites);
+        let commit = commits(&sites);
+        let store = &*self.inner.store;
+        let result = match store.decide_all_now(&checks, now, commit) {
+            Some(result) => result,
+            None => store.decide_all(&checks, now, commit).await,
         };
-        self.finish_stacked(limits, &resolved, result)
+        self.finish_stacked(&sites, result)
     }
 
-    /// Resolves every limit and composes its store key (or, limiting disabled, the
-    /// decisions).
-    fn prepare_stacked(&self, limits: &[(Option<&str>, Call<'_>)]) -> Result<Prepared, Error> {
-        let mut resolved = Vec::with_capacity(limits.len());
-        for (_, options) in limits {
-            match self.resolve(options) {
-                Ok(r) => resolved.push(r),
-                Err(e) => {
-                    self.count(None, options.budget, Outcome::Error);
-                    return Err(e);
-                }
-            }
+    /// Steps 1 to 3 for every limit: its site, its checked call, its store key (or, limiting
+    /// disabled, the decisions).
+    fn stacked<'a>(
+        &'a self,
+        limits: &'a [(Option<&'a str>, Call<'a>)],
+    ) -> Result<Stacked<'a>, Error> {
+        let mut sites = Vec::with_capacity(limits.len());
+        let mut keys = Vec::with_capacity(limits.len());
+        for (key, options) in limits {
+            let site = self
+                .site(options)
+                .map_err(|e| self.unresolved(options, e))?;
+            site.check(*key)?;
+            let mut k = String::with_capacity(64);
+            site.compose(&mut k, *key);
+            keys.push(k);
+            sites.push(site);
         }
         let now = self.inner.clock.now();
         if !self.inner.config.enabled() {
-            return Ok(Prepared::Unlimited(
+            return Ok(Stacked::Unlimited(
                 limits.iter().map(|_| Decision::unlimited(now)).collect(),
             ));
         }
-        let mut keys = Vec::with_capacity(limits.len());
-        for ((key, options), (quota, tier)) in limits.iter().zip(&resolved) {
-            let mut k = String::with_capacity(64);
-            key::compose(&mut k, &self.parts(options, *tier, *key), quota)?;
-            keys.push(k);
-        }
-        Ok(Prepared::Keys(resolved, keys, now))
+        Ok(Stacked::Keys(sites, keys, now))
     }
 
     /// Counts the store's answer for every limit and names their tiers.
     fn finish_stacked(
         &self,
-        limits: &[(Option<&str>, Call<'_>)],
-        resolved: &[(Quota, Option<usize>)],
+        sites: &[Site<'_>],
         result: Result<Vec<Decision>, Error>,
     ) -> Result<Vec<Decision>, Error> {
-        let commit = commits(limits);
+        let commit = commits(sites);
         let mut decisions = match result {
             Ok(d) => d,
             Err(e) => {
                 if commit {
                     self.inner.total.record(Outcome::Error);
-                    for ((_, options), (_, tier)) in limits.iter().zip(resolved) {
-                        self.count_scoped(*tier, options.budget, Outcome::Error);
+                    for site in sites {
+                        self.count_scoped(site.tier, site.budget, None, Outcome::Error);
                     }
                 }
                 return Err(e);
             }
         };
         let admitted = decisions.iter().all(|d| d.allowed);
-        for ((decision, (_, options)), (_, tier)) in decisions.iter_mut().zip(limits).zip(resolved)
-        {
-            decision.tier = tier.map(|i| self.inner.config.tiers()[i].name.clone());
+        for (decision, site) in decisions.iter_mut().zip(sites) {
+            decision.tier = site.tier.map(|i| self.inner.config.tiers()[i].name.clone());
             if !admitted && decision.allowed {
                 // This limit would have admitted the call, but another refused it and nothing
                 // was spent: its remaining is the level now, not what the call would have left
                 // (every algorithm's `remaining` for a cost c is the level less c, exactly).
                 decision.remaining = decision
                     .remaining
-                    .saturating_add(options.cost)
+                    .saturating_add(site.cost)
                     .min(decision.limit);
             }
             if commit {
                 // Each budget counts what happened in it: admitted, refused by its own
                 // limit, or (refused by another limit) nothing.
+                let count = |outcome| self.count_scoped(site.tier, site.budget, None, outcome);
                 match (admitted, decision.allowed) {
-                    (true, _) => self.count_scoped(*tier, options.budget, Outcome::Allowed),
-                    (false, false) => self.count_scoped(*tier, options.budget, Outcome::Denied),
+                    (true, _) => count(Outcome::Allowed),
+                    (false, false) => count(Outcome::Denied),
                     (false, true) => {}
                 }
             }
@@ -207,35 +206,29 @@ impl RateLimitService {
     }
 }
 
-/// What a stacked call needs from the store: every limit's quota and tier, its store key, and
-/// the time; or, limiting disabled, the decisions already.
-enum Prepared {
+/// What a stacked call needs from the store: every limit's site and store key, and the time;
+/// or, limiting disabled, the decisions already.
+enum Stacked<'a> {
     Unlimited(Vec<Decision>),
-    Keys(Vec<(Quota, Option<usize>)>, Vec<String>, Nanos),
+    Keys(Vec<Site<'a>>, Vec<String>, Nanos),
 }
 
 /// The store's checks: one per limit, each with its own cost.
-fn checks<'a>(
-    keys: &'a [String],
-    resolved: &'a [(Quota, Option<usize>)],
-    limits: &[(Option<&str>, Call<'_>)],
-) -> Vec<Check<'a>> {
+fn checks<'a>(keys: &'a [String], sites: &'a [Site<'_>]) -> Vec<Check<'a>> {
     keys.iter()
-        .zip(resolved)
-        .zip(limits)
-        .map(|((key, (quota, _)), (_, options))| Check {
+        .zip(sites)
+        .map(|(key, site)| Check {
             key,
-            quota,
-            cost: options.cost,
+            quota: &site.quota,
+            cost: site.cost,
         })
         .collect()
 }
 
-/// Spends only when every limit asks to (`consume`); a look otherwise.
-fn commits(limits: &[(Option<&str>, Call<'_>)]) -> bool {
-    limits.iter().all(|(_, o)| o.consume)
+/// Spends only when every limit asks to; a look otherwise.
+fn commits(sites: &[Site<'_>]) -> bool {
+    sites.iter().all(|s| s.spend)
 }
-
 /// `Err(Error::Exceeded(..))` carrying the refusing limit's decision (of several, the one to
 /// wait for longest).
 fn refuse_unless_all_allowed(

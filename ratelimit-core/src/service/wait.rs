@@ -14,12 +14,11 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::queue::Left;
+use super::site::Site;
 use super::{Call, Options, RateLimitService};
 use crate::decision::Decision;
 use crate::drivers;
 use crate::error::Error;
-use crate::key;
-use crate::resolve;
 
 /// What a refused call is told when it could not learn a better figure.
 const UNKNOWN_RETRY: Duration = Duration::from_millis(1);
@@ -28,43 +27,35 @@ impl RateLimitService {
     /// A spending call, waiting in the queue if it may and is over its limit.
     pub(super) async fn decide_waiting(
         &self,
+        site: &Site<'_>,
         key: Option<&str>,
-        options: &Call<'_>,
     ) -> Result<Decision, Error> {
-        if !self.may_wait(options) {
-            return self.decide(key, options).await;
+        // A call that may not wait, a problem with the call (the plain decision reports it),
+        // and a call that can never pass (cost above capacity, a limit of 0): not queued.
+        if !site.may_wait || site.check(key).is_err() || site.quota.capacity() < site.cost.max(1) {
+            return self.decide(site, key).await;
         }
-        // Any problem resolving the limit or the key is the plain decision's to report.
-        let Ok((quota, tier)) = self.resolve(options) else {
-            return self.decide(key, options).await;
-        };
-        // A call that can never pass (cost above capacity, a limit of 0) is refused at once.
-        if quota.capacity() < options.cost.max(1) {
-            return self.decide(key, options).await;
-        }
-        let mut line = String::new();
-        if key::compose(&mut line, &self.parts(options, tier, key), &quota).is_err() {
-            return self.decide(key, options).await;
-        }
+        let mut line = String::with_capacity(64);
+        site.compose(&mut line, key);
         let queue = &self.inner.queue;
         if queue.is_closed() {
-            return self.record_wait(tier, options, key, Err(not_initialized()));
+            return self.recorded(site, key, Err(not_initialized()));
         }
         // With nobody waiting on this key, a call asks the store first; otherwise it queues
         // behind those who came earlier rather than overtaking them.
         let mut refused = None;
         if queue.is_idle(&line) {
-            match self.decide_uncounted(key, options).await.0 {
+            match self.ask(site, &line).await {
                 Ok(d) if !d.allowed && d.retry_after.is_some() => refused = Some(d),
-                other => return self.record_wait(tier, options, key, other),
+                other => return self.recorded(site, key, other),
             }
         }
         if let Err(no_timer) = drivers::timer() {
-            return self.record_wait(tier, options, key, Err(no_timer));
+            return self.recorded(site, key, Err(no_timer));
         }
         // Boxed: the waiting state (timers, the place in the line) is only allocated by a
         // call that waits, and the future of every other call stays small.
-        Box::pin(self.wait_in_line(key, options, tier, line, refused)).await
+        Box::pin(self.wait_in_line(site, key, line, refused)).await
     }
 
     /// Whether a refusal of this call waits in the queue rather than being answered: a call
@@ -80,23 +71,20 @@ impl RateLimitService {
     /// refusal just now, when the call asked before queueing).
     async fn wait_in_line(
         &self,
+        site: &Site<'_>,
         key: Option<&str>,
-        options: &Call<'_>,
-        tier: Option<usize>,
         line: String,
         mut refused: Option<Decision>,
     ) -> Result<Decision, Error> {
         let (config, queue) = (&self.inner.config, &self.inner.queue);
         let deadline = Instant::now() + config.queue_timeout();
-        let priority = tier.map_or(0, |i| config.tiers()[i].priority);
+        let priority = site.tier.map_or(0, |i| config.tiers()[i].priority);
         let Some(mut turn) = queue.join(&line, priority, config.max_queue_size()) else {
             let full = Error::QueueFull {
                 max_queue_size: config.max_queue_size(),
             };
-            return self.record_wait(tier, options, key, Err(full));
+            return self.recorded(site, key, Err(full));
         };
-        // The line's name is shared by the queue from here on: not kept in this future too.
-        drop(line);
         let result = loop {
             let prior = refused.take();
             if queue.is_closed() {
@@ -116,8 +104,8 @@ impl RateLimitService {
                 let decision = match prior {
                     Some(d) => Ok(d),
                     None => {
-                        match by_deadline(deadline, self.decide_uncounted(key, options)).await {
-                            Ok(Some((decision, _))) => decision,
+                        match by_deadline(deadline, self.ask(site, &line)).await {
+                            Ok(Some(decision)) => decision,
                             Ok(None) => continue, // the deadline passed: the check above ends it
                             Err(no_timer) => Err(no_timer),
                         }
@@ -154,18 +142,7 @@ impl RateLimitService {
         }
         // The place is given back (and the next waiter woken) before the caller runs.
         drop(turn);
-        self.record_wait(tier, options, key, result)
-    }
-
-    fn record_wait(
-        &self,
-        tier: Option<usize>,
-        options: &Call<'_>,
-        key: Option<&str>,
-        result: Result<Decision, Error>,
-    ) -> Result<Decision, Error> {
-        self.record(tier, options.budget, key, &result);
-        result
+        self.recorded(site, key, result)
     }
 
     /// Wakes every call waiting in this service's queue with [`Error::NotInitialized`], and
@@ -228,18 +205,19 @@ impl RateLimitService {
         let options = options.clone().consume(true).queue(false);
         async move {
             let call = options.call();
+            let site = self.site(&call).map_err(|e| self.unresolved(&call, e))?;
+            let store_key = match site.check(Some(key)) {
+                Ok(()) => site.store_key(Some(key))?,
+                Err(e) => return self.recorded(&site, Some(key), Err(e)),
+            };
             // When the last refusal said the budget admits again.
             let mut ready_at = None;
             loop {
-                let answered = by_deadline(deadline, self.decide_uncounted(Some(key), &call));
-                let (result, tier) = match answered.await {
+                let answered = by_deadline(deadline, self.ask(&site, &store_key));
+                let result = match answered.await {
                     Ok(Some(answer)) => answer,
                     // Not answered: past the deadline, or no timer to bound the wait with.
-                    unanswered => {
-                        let error = unanswered.map_or_else(|e| e, |_| timed_out(ready_at));
-                        let tier = resolve::tier_index(&self.inner.config, call.tier);
-                        (Err(error), tier.ok().flatten())
-                    }
+                    unanswered => Err(unanswered.map_or_else(|e| e, |_| timed_out(ready_at))),
                 };
                 let wake = match &result {
                     Ok(d) if !d.allowed => d
@@ -248,14 +226,14 @@ impl RateLimitService {
                     _ => None,
                 };
                 let Some((after, wake)) = wake else {
-                    return self.record_wait(tier, &call, Some(key), result);
+                    return self.recorded(&site, Some(key), result);
                 };
                 if wake > deadline {
                     let timeout = Err(Error::QueueTimeout { retry_after: after });
-                    return self.record_wait(tier, &call, Some(key), timeout);
+                    return self.recorded(&site, Some(key), timeout);
                 }
                 if let Err(no_timer) = drivers::timer() {
-                    return self.record_wait(tier, &call, Some(key), Err(no_timer));
+                    return self.recorded(&site, Some(key), Err(no_timer));
                 }
                 ready_at = Some(Instant::now() + after);
                 tokio::time::sleep_until(wake).await;

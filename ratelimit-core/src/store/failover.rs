@@ -239,6 +239,10 @@ impl<S: Store> Store for Failover<S> {
         self.store.reset(key).await
     }
 
+    fn decides_at_once(&self) -> bool {
+        self.store.decides_at_once()
+    }
+
     fn supports(&self, quota: &Quota) -> Result<(), QuotaError> {
         self.store.supports(quota)
     }

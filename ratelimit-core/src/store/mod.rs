@@ -224,6 +224,27 @@ pub trait Store: Send + Sync + 'static {
         None
     }
 
+    /// [`decide_all`](Self::decide_all) when the store can answer without waiting, under the
+    /// contract of [`decide_now`](Self::decide_now). Default: `None` for every call.
+    fn decide_all_now(
+        &self,
+        checks: &[Check<'_>],
+        now: Nanos,
+        commit: bool,
+    ) -> Option<Result<Vec<Decision>, Error>> {
+        let _ = (checks, now, commit);
+        None
+    }
+
+    /// Whether [`decide_now`](Self::decide_now) and [`decide_all_now`](Self::decide_all_now)
+    /// answer every call (a store whose every decision is made in this process). A sync
+    /// annotated fn runs only on such a store: on any other it is refused with
+    /// [`Error::SyncOnWaitingStore`], never blocked on, and never admitted only while a
+    /// leased budget lasts. Default: `false`.
+    fn decides_at_once(&self) -> bool {
+        false
+    }
+
     /// Whether this store can count `quota` exactly. The service calls it for every limit it
     /// resolves, and `Module::init` for every annotated fn, so a limit the store cannot count
     /// is a start-up error or a refused call, never a miscounted one. Default: any valid quota.
@@ -299,6 +320,13 @@ pub(crate) trait DynStore: Send + Sync + 'static {
         now: Nanos,
         commit: bool,
     ) -> Option<Result<Decision, Error>>;
+    fn decide_all_now(
+        &self,
+        checks: &[Check<'_>],
+        now: Nanos,
+        commit: bool,
+    ) -> Option<Result<Vec<Decision>, Error>>;
+    fn decides_at_once(&self) -> bool;
     fn supports(&self, quota: &Quota) -> Result<(), QuotaError>;
 }
 
@@ -333,6 +361,17 @@ impl<S: Store> DynStore for S {
         commit: bool,
     ) -> Option<Result<Decision, Error>> {
         Store::decide_now(self, key, quota, cost, now, commit)
+    }
+    fn decide_all_now(
+        &self,
+        checks: &[Check<'_>],
+        now: Nanos,
+        commit: bool,
+    ) -> Option<Result<Vec<Decision>, Error>> {
+        Store::decide_all_now(self, checks, now, commit)
+    }
+    fn decides_at_once(&self) -> bool {
+        Store::decides_at_once(self)
     }
     fn supports(&self, quota: &Quota) -> Result<(), QuotaError> {
         Store::supports(self, quota)

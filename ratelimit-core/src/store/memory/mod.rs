@@ -401,6 +401,8 @@ impl MemoryStore {
     }
 }
 
+/// Every decision is made in this process, at once: `decide_now` answers every call, and the
+/// awaited methods forward to it.
 impl super::Store for MemoryStore {
     async fn decide(
         &self,
@@ -411,6 +413,31 @@ impl super::Store for MemoryStore {
         commit: bool,
     ) -> Result<Decision, Error> {
         self.decide_at(key, quota, cost, now, commit)
+    }
+
+    #[inline]
+    fn decide_now(
+        &self,
+        key: &str,
+        quota: &Quota,
+        cost: u64,
+        now: Nanos,
+        commit: bool,
+    ) -> Option<Result<Decision, Error>> {
+        Some(self.decide_at(key, quota, cost, now, commit))
+    }
+
+    fn decide_all_now(
+        &self,
+        checks: &[super::Check<'_>],
+        now: Nanos,
+        commit: bool,
+    ) -> Option<Result<Vec<Decision>, Error>> {
+        Some(self.decide_all_at(checks, now, commit))
+    }
+
+    fn decides_at_once(&self) -> bool {
+        true
     }
 
     async fn decide_all(

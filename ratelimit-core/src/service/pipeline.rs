@@ -1,0 +1,206 @@
+//! The one decision pipeline. Every entry point (annotated fns, the public methods, the HTTP
+//! layer, the queue) takes the same steps in the same order:
+//!
+//! 1. **prepare**: a [`Site`], what the call site fixes (quota, tier, budget and its
+//!    counters, the store key around the user key), worked out once by whoever holds it
+//!    (see `site.rs`);
+//! 2. **check** the call: its user key and cost, here and nowhere else ([`Site::check`]);
+//! 3. **compose** the store key, once per call;
+//! 4. **decide now** when the store can ([`Store::decide_now`]), else **await** one future
+//!    ([`Store::decide`]);
+//! 5. **record** the outcome in the statistics.
+//!
+//! Stacked limits (`stacked.rs`) and the queue (`wait.rs`) are built from these steps.
+//!
+//! [`Store::decide_now`]: crate::store::Store::decide_now
+//! [`Store::decide`]: crate::store::Store::decide
+
+use std::cell::RefCell;
+
+use super::site::Site;
+use super::RateLimitService;
+use crate::decision::Decision;
+use crate::error::{Error, Exceeded};
+
+thread_local! {
+    /// The buffer store keys are composed in, so a decision the store makes at once
+    /// allocates nothing. A buffer, not a cache: it holds nothing from one call to the next.
+    static KEY: RefCell<String> = const { RefCell::new(String::new()) };
+}
+
+/// What [`RateLimitService::decide_now`] made of a call.
+pub(crate) enum Now {
+    /// Decided and recorded.
+    Decided(Result<Decision, Error>),
+    /// Not decided, nothing spent: the store must be awaited, on this store key.
+    Later(String),
+}
+
+impl RateLimitService {
+    /// Steps 2 to 4 (and 5 when decided): the call decided at once if the store can.
+    /// `name_tier`: name the tier on an admitted decision too (a refusal always names it).
+    #[inline]
+    pub(crate) fn decide_now(&self, site: &Site<'_>, key: Option<&str>, name_tier: bool) -> Now {
+        if let Err(e) = site.check(key) {
+            return Now::Decided(self.recorded(site, key, Err(e)));
+        }
+        let now = self.inner.clock.now();
+        if !self.inner.config.enabled() {
+            return Now::Decided(Ok(Decision::unlimited(now)));
+        }
+        let store = &*self.inner.store;
+        let decided = with_key_buffer(|buffer| {
+            site.compose(buffer, key);
+            let started = self.inner.latency.start();
+            match store.decide_now(buffer, &site.quota, site.cost, now, site.spend) {
+                Some(decided) => {
+                    self.inner.latency.finish(started);
+                    Ok(decided)
+                }
+                None => Err(buffer.clone()),
+            }
+        });
+        match decided {
+            Ok(decided) => Now::Decided(self.finish(site, key, decided, name_tier)),
+            Err(store_key) => Now::Later(store_key),
+        }
+    }
+
+    /// Every step, awaiting the store when it cannot decide at once.
+    pub(crate) async fn decide(
+        &self,
+        site: &Site<'_>,
+        key: Option<&str>,
+    ) -> Result<Decision, Error> {
+        match self.decide_now(site, key, true) {
+            Now::Decided(decided) => decided,
+            Now::Later(store_key) => self.decide_later(site, key, &store_key).await,
+        }
+    }
+
+    /// Step 4's awaited half and step 5: the store asked on `store_key`, which step 3
+    /// composed.
+    pub(crate) async fn decide_later(
+        &self,
+        site: &Site<'_>,
+        key: Option<&str>,
+        store_key: &str,
+    ) -> Result<Decision, Error> {
+        let decided = self.ask(site, store_key).await;
+        self.finish(site, key, decided, true)
+    }
+
+    /// The store's awaited answer on `store_key`, its latency sampled; not recorded (the
+    /// queue records a call once, by how its wait ended).
+    pub(crate) async fn ask(&self, site: &Site<'_>, store_key: &str) -> Result<Decision, Error> {
+        let now = self.inner.clock.now();
+        if !self.inner.config.enabled() {
+            return Ok(Decision::unlimited(now));
+        }
+        let started = self.inner.latency.start();
+        let store = &*self.inner.store;
+        let decided = store
+            .decide(store_key, &site.quota, site.cost, now, site.spend)
+            .await;
+        self.inner.latency.finish(started);
+        self.name_tier(site, decided, true)
+    }
+
+    /// Step 5 for a decision the store made: the tier named, the outcome recorded.
+    #[inline]
+    fn finish(
+        &self,
+        site: &Site<'_>,
+        key: Option<&str>,
+        decided: Result<Decision, Error>,
+        name_tier: bool,
+    ) -> Result<Decision, Error> {
+        let decided = self.name_tier(site, decided, name_tier);
+        self.recorded(site, key, decided)
+    }
+
+    /// Names the site's tier on the decision: on a refusal always, else when `name_tier` (an
+    /// annotated fn's admitted call never shows its decision, so it skips the `Arc` clone).
+    #[inline]
+    pub(crate) fn name_tier(
+        &self,
+        site: &Site<'_>,
+        decided: Result<Decision, Error>,
+        name_tier: bool,
+    ) -> Result<Decision, Error> {
+        decided.map(|mut decision| {
+            if name_tier || !decision.allowed {
+                decision.tier = site.tier.map(|i| self.inner.config.tiers()[i].name.clone());
+            }
+            decision
+        })
+    }
+
+    /// Step 5: counts the outcome when the call spends.
+    #[inline]
+    pub(crate) fn recorded(
+        &self,
+        site: &Site<'_>,
+        key: Option<&str>,
+        decided: Result<Decision, Error>,
+    ) -> Result<Decision, Error> {
+        if site.spend {
+            self.record(site, key, &decided);
+        }
+        decided
+    }
+
+    /// `Ok` with an admitted decision; a refusal as [`Error::Exceeded`].
+    pub(crate) fn admit(site: &Site<'_>, decision: Decision) -> Result<Decision, Error> {
+        if decision.allowed {
+            Ok(decision)
+        } else {
+            Err(Error::Exceeded(Box::new(Exceeded {
+                decision,
+                budget: site.budget.map(str::to_owned),
+            })))
+        }
+    }
+}
+
+/// Runs `f` with the thread's key buffer; with a fresh one when it is in use (a decision made
+/// from inside another: a store or clock of the user's own that calls the service).
+#[inline]
+fn with_key_buffer<T>(f: impl FnOnce(&mut String) -> T) -> T {
+    KEY.with(|buffer| match buffer.try_borrow_mut() {
+        Ok(mut buffer) => f(&mut buffer),
+        Err(_) => f(&mut String::new()),
+    })
+}
+
+impl RateLimitService {
+    /// A sync annotated fn's call: every step at once, or refused with
+    /// [`Error::SyncOnWaitingStore`] (recorded as an error) on a store that does not always
+    /// decide at once: one that answers some calls at once (a leased budget) would admit a
+    /// sync fn's calls only while that lasts. Never waits in the queue.
+    pub(crate) fn enforce_sync(
+        &self,
+        site: &Site<'_>,
+        key: Option<&str>,
+        function: &'static str,
+    ) -> Result<(), Error> {
+        let waiting = Err(Error::SyncOnWaitingStore { function });
+        if !self.decides_at_once() {
+            return self.recorded(site, key, waiting).map(drop);
+        }
+        let decided = match self.decide_now(site, key, false) {
+            Now::Decided(decided) => decided,
+            Now::Later(_) => self.recorded(site, key, waiting),
+        };
+        decided.and_then(|d| Self::admit(site, d)).map(drop)
+    }
+}
+
+impl RateLimitService {
+    /// Whether every decision is made at once: limiting switched off, or a store that always
+    /// decides at once ([`Store::decides_at_once`](crate::store::Store::decides_at_once)). Sync
+    /// annotated fns need it.
+    pub(crate) fn decides_at_once(&self) -> bool {
+        !self.inner.config.enabled() || self.inner.store.decides_at_once()
+    }
+}
