@@ -9,7 +9,7 @@ use std::time::Duration;
 use ratelimit::store::{Check, Store, StoredState};
 use ratelimit::{
     Config, Decision, Error, ManualClock, Nanos, Options, Quota, QuotaError, RateLimitService,
-    Strategy, Tier,
+    StoreConfig, Strategy, Tier,
 };
 use ratelimit::{Failover, FailurePolicy};
 use ratelimit_tests::START;
@@ -400,4 +400,33 @@ fn a_stored_window_starting_off_its_boundaries_is_unexpected_state_not_a_fresh_b
         shifted[2] ^= 1;
         refused_on(&service, &store, shifted);
     }
+}
+
+#[ratelimit::rate_limit(limit = 2, window = "1m", key = user)]
+async fn on_map_store(user: &str) -> Result<(), Error> {
+    let _ = user;
+    Ok(())
+}
+
+/// Annotated fns run on any store, not only the two this crate ships: the module is built on
+/// a store written against the public API alone, and every call of the fn is decided there.
+#[tokio::test]
+async fn annotated_fns_run_on_a_store_written_against_the_public_api() {
+    let store = MapStore::default();
+    let builder = ratelimit::Module::builder().store(StoreConfig::custom(store.clone()));
+    let module = ratelimit::testing::TestModule::new(builder).unwrap();
+    assert!(module.scope(on_map_store("u")).await.is_ok());
+    assert!(module.scope(on_map_store("u")).await.is_ok());
+    let refused = module.scope(on_map_store("u")).await;
+    assert!(matches!(refused, Err(Error::Exceeded(_))), "{refused:?}");
+    assert!(module.scope(on_map_store("v")).await.is_ok());
+    // The state is the store's own, under the fn's budget.
+    let keys: Vec<String> = store.map.lock().unwrap().keys().cloned().collect();
+    assert_eq!(keys.len(), 2, "{keys:?}");
+    assert!(keys.iter().all(|k| k.contains("on_map_store")), "{keys:?}");
+    let counts = module.stats().total;
+    assert_eq!((counts.allowed, counts.denied), (3, 1));
+    // A minute on, the budget is whole again.
+    module.clock().advance(Duration::from_secs(60));
+    assert!(module.scope(on_map_store("u")).await.is_ok());
 }

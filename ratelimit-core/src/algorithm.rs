@@ -338,9 +338,24 @@ pub(crate) enum Undecidable {
 /// `u64` from here.
 pub(crate) const MAX_NOW: Nanos = (1 << 63) - (1 << 60);
 
-/// The checks made before any algorithm runs: an error for a call that can never be decided,
-/// a refusal for a capacity of zero, `None` when the algorithm decides. A cost of zero is a
-/// look at the level (see [`level`]); it may not spend.
+/// The checks of a call's cost under `quota`, before any state is read: a cost of zero may
+/// not spend (it is a look at the level: see [`level`]), and a cost above a non-zero capacity
+/// can never pass. The pipeline checks every call with it; [`precheck`] again, for callers of
+/// a store.
+#[inline]
+pub(crate) fn check_cost(quota: &Quota, cost: u64, commit: bool) -> Result<(), Undecidable> {
+    if cost == 0 && commit {
+        return Err(Undecidable::ZeroCost);
+    }
+    let capacity = quota.capacity();
+    if capacity > 0 && cost > capacity {
+        return Err(Undecidable::CostAboveCapacity { cost, capacity });
+    }
+    Ok(())
+}
+
+/// The checks made before any algorithm runs: an error for a call that can never be decided
+/// (see [`check_cost`]), a refusal for a capacity of zero, `None` when the algorithm decides.
 #[inline]
 pub(crate) fn precheck(
     now: Nanos,
@@ -351,11 +366,8 @@ pub(crate) fn precheck(
     if now > MAX_NOW {
         return Err(Undecidable::ClockOutOfRange { now });
     }
-    let capacity = quota.capacity();
-    if cost == 0 && commit {
-        return Err(Undecidable::ZeroCost);
-    }
-    if capacity == 0 {
+    check_cost(quota, cost, commit)?;
+    if quota.capacity() == 0 {
         let window = quota.window_nanos();
         return Ok(Some(Verdict {
             allowed: false,
@@ -363,9 +375,6 @@ pub(crate) fn precheck(
             reset_at: now + window,
             retry_after: Some(window),
         }));
-    }
-    if cost > capacity {
-        return Err(Undecidable::CostAboveCapacity { cost, capacity });
     }
     Ok(None)
 }

@@ -33,7 +33,7 @@ mod window;
 
 pub use answer::Answer;
 pub use clock::{Clock, ManualClock, Nanos, SystemClock};
-pub use config::{Config, ConfigBuilder, ResolvedTier, StoreConfig, Tier};
+pub use config::{Config, ConfigBuilder, CustomStore, ResolvedTier, StoreConfig, Tier};
 pub use decision::Decision;
 pub use error::{ConfigError, DeclarationErrors, DeclarationProblem, Error, Exceeded, ProblemKind};
 pub use key::MAX_KEY_LEN;

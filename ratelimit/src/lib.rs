@@ -114,10 +114,10 @@
 
 pub use ratelimit_core::{
     format_window, parse_window, store, Answer, Clock, Config, ConfigBuilder, ConfigError, Counts,
-    Decision, Error, Exceeded, ManualClock, MemoryOptions, MemoryStore, Name, Nanos, Options,
-    Overrides, ParseError, Prepared, QueueCounts, Quota, QuotaError, Rate, RateLimitService,
-    ResolvedTier, Stats, StoreConfig, Strategy, SystemClock, Tier, Window, MAX_CAPACITY,
-    MAX_KEY_LEN, MAX_WINDOW,
+    CustomStore, Decision, Error, Exceeded, ManualClock, MemoryOptions, MemoryStore, Name, Nanos,
+    Options, Overrides, ParseError, Prepared, QueueCounts, Quota, QuotaError, Rate,
+    RateLimitService, ResolvedTier, Stats, StoreConfig, Strategy, SystemClock, Tier, Window,
+    MAX_CAPACITY, MAX_KEY_LEN, MAX_WINDOW,
 };
 pub use ratelimit_core::{Failover, FailurePolicy};
 #[cfg(feature = "redis")]

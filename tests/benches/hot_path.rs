@@ -134,6 +134,15 @@ fn variants(
                 ready(svc.consume(&names[k as usize], &opts)).is_ok_and(|d| d.allowed)
             }),
         ));
+        let prepared = Arc::new(service.prepare(&options(strategy)).expect("prepared"));
+        let names = Arc::clone(keys);
+        out.push((
+            format!("prepared.consume_now {strategy}"),
+            Arc::new(move |k| {
+                let decided = prepared.consume_now(&names[k as usize]);
+                decided.is_some_and(|d| d.is_ok_and(|d| d.allowed))
+            }),
+        ));
         out.push((
             format!("store {strategy}"),
             bare_store(Arc::clone(keys), quota(strategy), &clock),

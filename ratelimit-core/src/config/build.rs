@@ -285,6 +285,7 @@ impl<For> ConfigBuilder<For> {
                     errors.push(field, problem);
                 }
             }
+            StoreConfig::Custom(_) => {}
         }
         // Every quota known now, resolved by the function every call goes through, and
         // checked against what the configured store can count.

@@ -24,9 +24,37 @@ pub enum StoreConfig {
     /// In Redis or Redis Cluster (feature `redis`), shared by every process using it.
     #[cfg(feature = "redis")]
     Redis(crate::store::RedisOptions),
+    /// A store of your own ([`StoreConfig::custom`]).
+    Custom(CustomStore),
 }
 
+/// A store of your own in a configuration: `Module::builder().store(StoreConfig::custom(s))`
+/// runs annotated fns on it. Compared by identity (two configurations are equal when they
+/// share one store).
+#[derive(Clone)]
+pub struct CustomStore(pub(crate) std::sync::Arc<dyn crate::store::DynStore>);
+
+impl std::fmt::Debug for CustomStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CustomStore")
+    }
+}
+
+impl PartialEq for CustomStore {
+    fn eq(&self, other: &Self) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for CustomStore {}
+
 impl StoreConfig {
+    /// A store of your own (see [`Store`](crate::store::Store)): every decision of the
+    /// service or module built with this configuration is made by it.
+    pub fn custom(store: impl crate::store::Store) -> Self {
+        StoreConfig::Custom(CustomStore(std::sync::Arc::new(store)))
+    }
+
     /// Whether the configured store can count `quota` exactly.
     pub(crate) fn supports(&self, quota: &Quota) -> Result<(), QuotaError> {
         match self {
@@ -36,6 +64,7 @@ impl StoreConfig {
             }
             #[cfg(feature = "redis")]
             StoreConfig::Redis(_) => crate::store::redis::supports(quota),
+            StoreConfig::Custom(store) => store.0.supports(quota),
         }
     }
 }

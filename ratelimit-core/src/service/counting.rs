@@ -15,8 +15,9 @@ impl RateLimitService {
         counters: Option<&Counters>,
         outcome: Outcome,
     ) {
-        self.inner.total.record_on(stats::stripe(), outcome);
-        self.count_scoped(tier, budget, counters, outcome);
+        let stripe = stats::stripe();
+        self.inner.total.record_on(stripe, outcome);
+        self.count_scoped_on(stripe, tier, budget, counters, outcome);
     }
 
     /// Counts under the tier and budget only (a stacked call counts once in the total).
@@ -27,7 +28,18 @@ impl RateLimitService {
         counters: Option<&Counters>,
         outcome: Outcome,
     ) {
-        let stripe = stats::stripe();
+        self.count_scoped_on(stats::stripe(), tier, budget, counters, outcome);
+    }
+
+    #[inline]
+    fn count_scoped_on(
+        &self,
+        stripe: stats::StripeId,
+        tier: Option<usize>,
+        budget: Option<&str>,
+        counters: Option<&Counters>,
+        outcome: Outcome,
+    ) {
         if let Some(i) = tier {
             self.inner.by_tier[i].record_on(stripe, outcome);
         }

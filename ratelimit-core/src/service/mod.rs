@@ -34,7 +34,7 @@ struct Inner {
     config: Config,
     clock: Arc<dyn Clock>,
     /// The store, through the [`Store`] trait only: every decision asks it the same way.
-    store: Box<dyn DynStore>,
+    store: Arc<dyn DynStore>,
     /// The memory store when the configuration built one, for [`RateLimitService::memory_store`].
     memory: Option<MemoryStore>,
     /// The Redis store behind the failure policy, for [`RateLimitService::redis_store`].
@@ -108,7 +108,7 @@ impl RateLimitService {
             StoreConfig::Memory(options) => {
                 let store = MemoryStore::with_options(options);
                 store.start_sweeper(Arc::clone(&clock));
-                let backend = (Box::new(store.clone()) as Box<dyn DynStore>, Some(store));
+                let backend = (Arc::new(store.clone()) as Arc<dyn DynStore>, Some(store));
                 Ok(Self::build(config, clock, backend, None))
             }
             #[cfg(feature = "redis")]
@@ -122,10 +122,11 @@ impl RateLimitService {
                 Ok(Self::build(
                     config,
                     clock,
-                    (Box::new(failover), None),
+                    (Arc::new(failover), None),
                     Some(store),
                 ))
             }
+            StoreConfig::Custom(custom) => Ok(Self::build(config, clock, (custom.0, None), None)),
         }
     }
 
@@ -157,13 +158,13 @@ impl RateLimitService {
             return Err(Error::InvalidConfig(errors));
         }
         clock.now();
-        Ok(Self::build(config, clock, (Box::new(store), None), None))
+        Ok(Self::build(config, clock, (Arc::new(store), None), None))
     }
 
     fn build(
         config: Config,
         clock: Arc<dyn Clock>,
-        (store, memory): (Box<dyn DynStore>, Option<MemoryStore>),
+        (store, memory): (Arc<dyn DynStore>, Option<MemoryStore>),
         #[cfg_attr(not(feature = "redis"), allow(unused_variables))] redis: Option<RedisHandle>,
     ) -> Self {
         let by_tier = config

@@ -35,17 +35,15 @@ pub(crate) struct Site<'a> {
 }
 
 impl Site<'_> {
-    /// Step 2: the checks of a call that do not depend on the store: its user key, and a cost
-    /// of 0 only to look. One place for every entry point; a store checks again for callers
-    /// that use it directly.
+    /// Step 2: the checks of a call that do not depend on the store's state: its user key,
+    /// and its cost under the quota (`algorithm::check_cost`). One place for every entry
+    /// point; a store checks again for callers that use it directly.
     #[inline]
     pub(crate) fn check(&self, key: Option<&str>) -> Result<(), Error> {
         if let Some(key) = key {
             key::check_user_key(key)?;
         }
-        if self.spend && self.cost == 0 {
-            return Err(crate::algorithm::Undecidable::ZeroCost.into());
-        }
+        crate::algorithm::check_cost(&self.quota, self.cost, self.spend)?;
         Ok(())
     }
 

@@ -1,0 +1,203 @@
+//! The one decision pipeline, seen from outside: every entry point checks a call in the same
+//! place and answers a bad one the same way, and call sites prepared for one service never
+//! decide for another.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::FutureExt;
+use ratelimit::store::{Check, Store};
+use ratelimit::{
+    Config, Decision, Error, ManualClock, MemoryStore, Nanos, Options, Quota, QuotaError,
+    RateLimitService, Strategy,
+};
+use ratelimit_tests::START;
+
+/// The memory store, refusing token buckets as a store that cannot keep them would.
+struct NoLog(MemoryStore);
+
+impl Store for NoLog {
+    async fn decide(
+        &self,
+        key: &str,
+        quota: &Quota,
+        cost: u64,
+        now: Nanos,
+        commit: bool,
+    ) -> Result<Decision, Error> {
+        self.0.decide(key, quota, cost, now, commit).await
+    }
+    async fn decide_all(
+        &self,
+        checks: &[Check<'_>],
+        now: Nanos,
+        commit: bool,
+    ) -> Result<Vec<Decision>, Error> {
+        self.0.decide_all(checks, now, commit).await
+    }
+    async fn reset(&self, key: &str) -> Result<bool, Error> {
+        Store::reset(&self.0, key).await
+    }
+    fn supports(&self, quota: &Quota) -> Result<(), QuotaError> {
+        match quota.strategy() {
+            Strategy::TokenBucket => Err(QuotaError::Unsupported {
+                store: "the bucketless store",
+                reason: "it keeps no buckets",
+            }),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Every way a call reaches the store, each answering `key` with `options` (`Ok(true)`:
+/// admitted).
+fn entry_points(
+    service: &RateLimitService,
+    key: &str,
+    options: &Options,
+) -> Vec<(&'static str, Result<bool, String>)> {
+    let now = |f: std::pin::Pin<Box<dyn std::future::Future<Output = _> + Send + '_>>| {
+        let decided: Result<Decision, Error> = f.now_or_never().expect("decided at once");
+        decided.map(|d| d.allowed).map_err(|e| e.to_string())
+    };
+    let queued = options.clone().queue(true);
+    let mut out = vec![
+        ("consume", now(Box::pin(service.consume(key, options)))),
+        ("enforce", now(Box::pin(service.enforce(key, options)))),
+        ("check", now(Box::pin(service.check(key, options)))),
+        (
+            "queued consume",
+            now(Box::pin(service.consume(key, &queued))),
+        ),
+        (
+            "consume_now",
+            match service.consume_now(key, options) {
+                Some(decided) => decided.map(|d| d.allowed).map_err(|e| e.to_string()),
+                None => Err("not decided at once".into()),
+            },
+        ),
+        (
+            "consume_all",
+            service
+                .consume_all(&[(key, options)])
+                .now_or_never()
+                .expect("decided at once")
+                .map(|d| d[0].allowed)
+                .map_err(|e| e.to_string()),
+        ),
+    ];
+    match service.prepare(options) {
+        Ok(prepared) => {
+            out.push(("prepared.consume", now(Box::pin(prepared.consume(key)))));
+            out.push((
+                "prepared.consume_now",
+                match prepared.consume_now(key) {
+                    Some(decided) => decided.map(|d| d.allowed).map_err(|e| e.to_string()),
+                    None => Err("not decided at once".into()),
+                },
+            ));
+        }
+        Err(e) => out.push(("prepare", Err(e.to_string()))),
+    }
+    out
+}
+
+fn service_on(store: Option<NoLog>) -> RateLimitService {
+    let clock = Arc::new(ManualClock::new(START));
+    let config = Config::builder()
+        .default_limit(5)
+        .default_window("1m")
+        .build();
+    match store {
+        None => RateLimitService::with_clock(config.unwrap(), clock),
+        Some(store) => RateLimitService::with_store(config.unwrap(), store, clock),
+    }
+    .unwrap()
+}
+
+/// A cost of 0 that spends, an empty key, a key over the length limit, a cost above the
+/// capacity and a limit the store cannot count: each answered with one error, the same from
+/// every entry point (the public methods, a prepared site, stacked limits, the queue).
+#[test]
+fn every_entry_point_answers_a_bad_call_with_the_same_error() {
+    let long = "k".repeat(ratelimit::MAX_KEY_LEN + 1);
+    let cases: Vec<(&str, &str, Options)> = vec![
+        ("cost 0", "k", Options::new().cost(0)),
+        ("empty key", "", Options::new()),
+        ("long key", &long, Options::new()),
+        ("cost above capacity", "k", Options::new().cost(6)),
+        (
+            "unsupported quota",
+            "k",
+            Options::new().strategy(Strategy::TokenBucket),
+        ),
+    ];
+    for (case, key, options) in cases {
+        let service = service_on(Some(NoLog(MemoryStore::new())));
+        let answers = entry_points(&service, key, &options);
+        let (_, first) = &answers[0];
+        let first = first.as_ref().expect_err(case);
+        for (entry, answer) in &answers {
+            assert_eq!(answer.as_ref().err(), Some(first), "{case}: {entry}");
+        }
+        // Nothing was spent by any of them.
+        let status = service.status("k", &Options::new()).now_or_never().unwrap();
+        assert_eq!(status.unwrap().remaining, 5, "{case}");
+    }
+    // And a good call is admitted by every entry point, each spending one.
+    let service = service_on(None);
+    let good = Options::new().limit(20).budget("good");
+    let answers = entry_points(&service, "k", &good);
+    assert!(answers.iter().all(|(_, a)| *a == Ok(true)), "{answers:?}");
+    let spent = service.stats().by_method["good"].allowed;
+    assert_eq!(spent, answers.len() as u64);
+}
+
+#[ratelimit::rate_limit(limit = 1, window = "1h")]
+fn once_an_hour() -> Result<(), Error> {
+    Ok(())
+}
+
+/// One fn, one thread, three services (two testing scopes and the running module): each
+/// decides on its own state and counts in its own stats, however the calls interleave; a
+/// site prepared under one never decides under another, and a module started after another
+/// shut down prepares its own.
+#[test]
+fn scopes_and_modules_on_one_thread_never_share_a_prepared_site() {
+    let exceeded = |r: Result<(), Error>| matches!(r, Err(Error::Exceeded(_)));
+    let test_module = || {
+        let builder = ratelimit::Module::builder();
+        ratelimit::testing::TestModule::new(builder).unwrap()
+    };
+    let (a, b) = (test_module(), test_module());
+    assert!(a.run(once_an_hour).is_ok());
+    assert!(b.run(once_an_hour).is_ok());
+    assert!(exceeded(a.run(once_an_hour)));
+    let module = ratelimit::Module::builder()
+        .clock(ManualClock::new(START))
+        .init()
+        .unwrap();
+    assert!(once_an_hour().is_ok());
+    assert!(exceeded(b.run(once_an_hour)));
+    assert!(exceeded(once_an_hour()));
+    a.clock().advance(Duration::from_secs(3_600));
+    assert!(a.run(once_an_hour).is_ok());
+    assert!(exceeded(once_an_hour()));
+    let counts = |stats: ratelimit::Stats| {
+        let c = stats.by_method.values().next().copied().unwrap();
+        (c.allowed, c.denied)
+    };
+    assert_eq!(counts(a.stats()), (2, 1));
+    assert_eq!(counts(b.stats()), (1, 1));
+    assert_eq!(counts(module.stats()), (1, 2));
+    // Shut down: refused, and a module started again decides on its own fresh state.
+    drop(module);
+    assert!(matches!(once_an_hour(), Err(Error::NotInitialized { .. })));
+    let again = ratelimit::Module::builder()
+        .clock(ManualClock::new(START))
+        .init()
+        .unwrap();
+    assert!(once_an_hour().is_ok());
+    assert!(exceeded(once_an_hour()));
+    assert_eq!(counts(again.stats()), (1, 1));
+}
