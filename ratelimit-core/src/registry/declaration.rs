@@ -185,7 +185,7 @@ impl Declaration {
     fn stands_for(&self, held: &Held, on: Option<&RateLimitService>) -> bool {
         match (on, held.generation) {
             (None, Some(generation)) => generation == self.owner().generation(),
-            (Some(service), None) => held.prepared.service().same(service),
+            (Some(service), None) => held.prepared.service().same_as(service),
             _ => false,
         }
     }

@@ -194,8 +194,8 @@ impl RateLimitService {
         }
     }
 
-    /// Whether `other` is this service (a clone of it), not another.
-    pub(crate) fn same(&self, other: &RateLimitService) -> bool {
+    /// Whether `other` is this service (a clone of it), not another with its own state.
+    pub fn same_as(&self, other: &RateLimitService) -> bool {
         Arc::ptr_eq(&self.inner, &other.inner)
     }
 

@@ -385,8 +385,10 @@ impl LayerConfig {
         let [one] = self.limits.as_slice() else {
             return None; // several limits: decided as one, by `decide`
         };
-        let options = one.options(self.per_route, parts);
-        let decision = service.consume_now(key, &options)?;
+        let decision = match one.prepared(self.per_route, service) {
+            Some(prepared) => prepared.consume_now(key)?,
+            None => service.consume_now(key, &one.options(self.per_route, parts))?,
+        };
         Some(Self::verdict(decision.map(Decisions::One)))
     }
 
@@ -394,10 +396,13 @@ impl LayerConfig {
     /// may wait in the queue, several limits).
     async fn decide(&self, key: &str, service: &RateLimitService, parts: &Parts) -> Verdict {
         let decisions = match self.limits.as_slice() {
-            [one] => {
-                let options = one.options(self.per_route, parts);
-                service.consume(key, &options).await.map(Decisions::One)
-            }
+            [one] => match one.prepared(self.per_route, service) {
+                Some(prepared) => prepared.consume(key).await.map(Decisions::One),
+                None => {
+                    let options = one.options(self.per_route, parts);
+                    service.consume(key, &options).await.map(Decisions::One)
+                }
+            },
             several => {
                 let options: Vec<Cow<'_, Options>> = several
                     .iter()

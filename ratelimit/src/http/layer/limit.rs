@@ -2,11 +2,13 @@
 
 use std::borrow::Cow;
 use std::fmt::Write;
+use std::sync::Arc;
 
+use arc_swap::ArcSwapOption;
 use http::request::Parts;
 
 use super::super::route::route_of;
-use crate::{ConfigError, Error, Name, Options, Overrides};
+use crate::{ConfigError, Error, Name, Options, Overrides, Prepared, RateLimitService};
 
 /// One limit of a layer.
 #[derive(Clone, Debug)]
@@ -19,6 +21,9 @@ pub(super) struct Limit {
     /// Whether `budget` was given: only then is it the policy's name too.
     named: bool,
     pub(super) policy: Option<String>,
+    /// The limit prepared on the service that decided it last (a layer that follows the
+    /// running module sees it change), shared by the layer's clones.
+    prepared: Arc<ArcSwapOption<Prepared>>,
 }
 
 impl Limit {
@@ -32,6 +37,29 @@ impl Limit {
             budget,
             named,
             policy: None,
+            prepared: Arc::default(),
+        }
+    }
+
+    /// The limit prepared on `service`, when its options do not change per request (no
+    /// budget per route) and resolve; else `None`, and the per-call path decides (and
+    /// reports the error).
+    pub(super) fn prepared(
+        &self,
+        per_route: bool,
+        service: &RateLimitService,
+    ) -> Option<Arc<Prepared>> {
+        if per_route {
+            return None;
+        }
+        let held = self.prepared.load();
+        match &*held {
+            Some(prepared) if prepared.service().same_as(service) => Some(Arc::clone(prepared)),
+            _ => {
+                let prepared = Arc::new(service.prepare(&self.options).ok()?);
+                self.prepared.store(Some(Arc::clone(&prepared)));
+                Some(prepared)
+            }
         }
     }
 
