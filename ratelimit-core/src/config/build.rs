@@ -8,7 +8,7 @@ use std::time::Duration;
 use super::{Config, ResolvedTier, StoreConfig, Tier};
 use crate::clock::Clock;
 use crate::error::{ConfigError, Error};
-use crate::quota::QuotaError;
+use crate::quota::{window_for_field, QuotaError};
 use crate::syntax::{ParseError, Strategy};
 use crate::window::Window;
 
@@ -209,11 +209,11 @@ impl<For> ConfigBuilder<For> {
                  hash tag follows the prefix)",
             );
         }
-        let default_window = o.default_window.resolve().unwrap_or_else(|e| {
+        let default_window = window_for_field(&o.default_window).unwrap_or_else(|e| {
             errors.push("default_window", e);
             Duration::from_secs(60)
         });
-        let queue_timeout = o.queue_timeout.resolve().unwrap_or_else(|e| {
+        let queue_timeout = window_for_field(&o.queue_timeout).unwrap_or_else(|e| {
             errors.push("queue_timeout", e);
             Duration::from_secs(5)
         });
