@@ -222,12 +222,20 @@ impl Counters {
     /// at hand (one look-up for several scopes).
     #[inline]
     pub(crate) fn record_on(&self, stripe: StripeId, outcome: Outcome) {
-        self.metrics.record(outcome);
         let part = &self.stripes[stripe.index()];
         stripe.add_one(match outcome {
-            Outcome::Allowed => &part.allowed,
-            Outcome::Denied => &part.denied,
-            Outcome::Error => &part.errors,
+            Outcome::Allowed => {
+                self.metrics.allowed();
+                &part.allowed
+            }
+            Outcome::Denied => {
+                self.metrics.denied();
+                &part.denied
+            }
+            Outcome::Error => {
+                self.metrics.error();
+                &part.errors
+            }
         });
     }
 
