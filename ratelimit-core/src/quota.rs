@@ -439,6 +439,24 @@ impl Overrides {
             && self.refill.is_none()
             && self.problem.is_none()
     }
+    /// These settings over `under`'s: each from these when they set it, else from `under`. A
+    /// window that is not one is a window set: it stands over `under`'s (and is refused when
+    /// resolved).
+    pub(crate) fn or(self, under: Overrides) -> Overrides {
+        let (window, problem) = if self.window.is_some() || self.problem.is_some() {
+            (self.window, self.problem)
+        } else {
+            (under.window, under.problem)
+        };
+        Overrides {
+            limit: self.limit.or(under.limit),
+            window,
+            burst: self.burst.or(under.burst),
+            strategy: self.strategy.or(under.strategy),
+            refill: self.refill.or(under.refill),
+            problem,
+        }
+    }
     /// Why no quota can be resolved from these overrides: a window given as text that is not
     /// one ([`QuotaError::InvalidWindowText`]), or that is zero or too long.
     pub const fn problem(&self) -> Option<QuotaError> {

@@ -24,7 +24,6 @@ use crate::config::{Config, StoreConfig};
 use crate::error::{ConfigError, Error};
 use crate::key::KeyParts;
 use crate::quota::{Overrides, Quota};
-use crate::resolve;
 use crate::stats::{Counters, Stats};
 use crate::store::{DynStore, MemoryStore, Store};
 
@@ -173,7 +172,7 @@ impl RateLimitService {
         clock: Arc<dyn Clock>,
     ) -> Result<Self, Error> {
         let mut errors = ConfigError::default();
-        for (field, e) in resolve::config_problems(&config, &|q| store.supports(q)) {
+        for (field, e) in config.quota_problems(&|q| store.supports(q)) {
             errors.push(field, e.to_string());
         }
         if !errors.problems.is_empty() {
@@ -292,7 +291,7 @@ impl RateLimitService {
         tier: Option<usize>,
         overrides: &Overrides,
     ) -> Result<Quota, Error> {
-        let quota = resolve::quota(&self.inner.config, tier, overrides)?;
+        let quota = self.inner.config.quota(tier, overrides)?;
         let supported = match &self.inner.backend {
             Backend::Memory(_) => Ok(()),
             Backend::Dyn(store) => store.supports(&quota),
@@ -302,7 +301,7 @@ impl RateLimitService {
     }
 
     pub(super) fn resolve(&self, options: &Call<'_>) -> Result<(Quota, Option<usize>), Error> {
-        let tier = resolve::tier_index(&self.inner.config, options.tier)?;
+        let tier = self.inner.config.tier_index(options.tier)?;
         let quota = if tier.is_none() && options.overrides.is_empty() {
             // The hot path of a plain call: the default limit, resolved once at build time.
             match self.inner.config.plain_quota() {

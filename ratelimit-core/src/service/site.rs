@@ -17,7 +17,6 @@ use crate::decision::Decision;
 use crate::error::Error;
 use crate::key;
 use crate::quota::{Overrides, Quota};
-use crate::resolve;
 use crate::stats::{self, Counters, Outcome};
 use crate::store::DynStore;
 
@@ -239,7 +238,7 @@ impl RateLimitService {
         if !self.inner.config.enabled() || !options.consume {
             return AtSite::General;
         }
-        let Ok(tier) = resolve::tier_index(&self.inner.config, options.tier) else {
+        let Ok(tier) = self.inner.config.tier_index(options.tier) else {
             return AtSite::General;
         };
         /// What a site made of the call, with the thread's entries still held.

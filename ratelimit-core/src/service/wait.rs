@@ -19,7 +19,6 @@ use crate::decision::Decision;
 use crate::drivers;
 use crate::error::Error;
 use crate::key;
-use crate::resolve;
 
 /// What a refused call is told when it could not learn a better figure.
 const UNKNOWN_RETRY: Duration = Duration::from_millis(1);
@@ -237,7 +236,7 @@ impl RateLimitService {
                     // Not answered: past the deadline, or no timer to bound the wait with.
                     unanswered => {
                         let error = unanswered.map_or_else(|e| e, |_| timed_out(ready_at));
-                        let tier = resolve::tier_index(&self.inner.config, call.tier);
+                        let tier = self.inner.config.tier_index(call.tier);
                         (Err(error), tier.ok().flatten())
                     }
                 };
