@@ -27,6 +27,7 @@ mod resolve;
 mod service;
 mod stats;
 pub mod store;
+mod stripe;
 mod syntax;
 pub mod testing;
 mod window;

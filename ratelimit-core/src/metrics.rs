@@ -25,14 +25,9 @@
 //! registered before any recorder stay no-ops. Without the feature every function here is
 //! an empty inline function and every handle a zero-sized type: no cost.
 
-use crate::service::queue::Left;
-use crate::stats::Outcome;
-
 #[cfg(feature = "metrics")]
 mod on {
     use std::cell::Cell;
-
-    use super::{Left, Outcome};
 
     /// The three decision counters of one scope (total, a tier, a budget).
     #[derive(Debug)]
@@ -61,13 +56,16 @@ mod on {
             Handles::new("ratelimit_budget_decisions_total", Some(("budget", name)))
         }
         #[inline]
-        pub(crate) fn record(&self, outcome: Outcome) {
-            let i = match outcome {
-                Outcome::Allowed => 0,
-                Outcome::Denied => 1,
-                Outcome::Error => 2,
-            };
-            self.0[i].increment(1);
+        pub(crate) fn allowed(&self) {
+            self.0[0].increment(1);
+        }
+        #[inline]
+        pub(crate) fn denied(&self) {
+            self.0[1].increment(1);
+        }
+        #[inline]
+        pub(crate) fn error(&self) {
+            self.0[2].increment(1);
         }
     }
 
@@ -122,27 +120,29 @@ mod on {
         metrics::gauge!("ratelimit_queue_depth").decrement(1.0);
     }
 
-    /// How a wait ended.
-    pub(crate) fn left(how: Option<Left>) {
-        let name = match how {
-            Some(Left::Admitted) => "ratelimit_queue_admitted_total",
-            Some(Left::TimedOut) => "ratelimit_queue_timed_out_total",
-            Some(Left::Displaced) => "ratelimit_queue_full_total",
-            Some(Left::Refused) => return,
-            None => "ratelimit_queue_cancelled_total",
-        };
-        metrics::counter!(name).increment(1);
+    /// A wait that ended admitted.
+    pub(crate) fn admitted() {
+        metrics::counter!("ratelimit_queue_admitted_total").increment(1);
     }
 
+    /// A wait that timed out.
+    pub(crate) fn timed_out() {
+        metrics::counter!("ratelimit_queue_timed_out_total").increment(1);
+    }
+
+    /// A call refused for a full queue: on arrival, or displaced from its place.
     pub(crate) fn full() {
         metrics::counter!("ratelimit_queue_full_total").increment(1);
+    }
+
+    /// A wait given up by its caller.
+    pub(crate) fn cancelled() {
+        metrics::counter!("ratelimit_queue_cancelled_total").increment(1);
     }
 }
 
 #[cfg(not(feature = "metrics"))]
 mod on {
-    use super::{Left, Outcome};
-
     #[derive(Debug, Default)]
     pub(crate) struct Handles;
 
@@ -156,7 +156,11 @@ mod on {
             Handles
         }
         #[inline(always)]
-        pub(crate) fn record(&self, _: Outcome) {}
+        pub(crate) fn allowed(&self) {}
+        #[inline(always)]
+        pub(crate) fn denied(&self) {}
+        #[inline(always)]
+        pub(crate) fn error(&self) {}
     }
 
     #[derive(Debug)]
@@ -183,9 +187,13 @@ mod on {
     #[inline(always)]
     pub(crate) fn freed() {}
     #[inline(always)]
-    pub(crate) fn left(_: Option<Left>) {}
+    pub(crate) fn admitted() {}
+    #[inline(always)]
+    pub(crate) fn timed_out() {}
     #[inline(always)]
     pub(crate) fn full() {}
+    #[inline(always)]
+    pub(crate) fn cancelled() {}
 }
 
-pub(crate) use on::{freed, full, left, queued, Handles, Latency};
+pub(crate) use on::{admitted, cancelled, freed, full, queued, timed_out, Handles, Latency};

@@ -9,7 +9,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::clock::Nanos;
-use crate::syntax::{format_window, Strategy, MAX_WINDOW};
+use crate::syntax::{format_window, ParseError, Strategy, MAX_WINDOW};
 use crate::window::Window;
 
 /// The most calls a quota may hold at once (`limit + burst`). Counts are kept in 32 bits in
@@ -53,6 +53,29 @@ pub enum QuotaError {
         /// Why.
         reason: &'static str,
     },
+}
+
+/// A window as per-call settings take it, which have no build step to report to: the
+/// duration, or the rule its text breaks, which every call with it is refused with. A duration
+/// is left to the quota's own checks.
+pub(crate) fn window_for_call(window: &Window) -> Result<Duration, QuotaError> {
+    match window.duration() {
+        Ok(d) => Ok(d),
+        Err(ParseError::ZeroWindow { .. }) => Err(QuotaError::ZeroWindow),
+        Err(ParseError::TooLong { .. }) => Err(QuotaError::WindowTooLong),
+        Err(_) => Err(QuotaError::InvalidWindowText),
+    }
+}
+
+/// A window as a configuration field takes it: the duration, or why it cannot be a window, as
+/// the message the field is reported with.
+pub(crate) fn window_for_field(window: &Window) -> Result<Duration, String> {
+    match window.duration() {
+        Ok(d) if d.is_zero() => Err(QuotaError::ZeroWindow.to_string()),
+        Ok(d) if d > MAX_WINDOW => Err(QuotaError::WindowTooLong.to_string()),
+        Ok(d) => Ok(d),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 /// What one decision is made against: a limit per window, extra burst, a strategy, and for the
@@ -374,7 +397,7 @@ impl Overrides {
     /// not a window is kept as its [`problem`](Self::problem): every quota resolved from these
     /// overrides is then refused with [`Error::InvalidQuota`](crate::Error::InvalidQuota).
     pub fn window(mut self, window: impl Into<Window>) -> Self {
-        match window.into().for_quota() {
+        match window_for_call(&window.into()) {
             Ok(window) => {
                 self.window = Some(window);
                 self.problem = None;
@@ -415,6 +438,24 @@ impl Overrides {
             && self.strategy.is_none()
             && self.refill.is_none()
             && self.problem.is_none()
+    }
+    /// These settings over `under`'s: each from these when they set it, else from `under`. A
+    /// window that is not one is a window set: it stands over `under`'s (and is refused when
+    /// resolved).
+    pub(crate) fn or(self, under: Overrides) -> Overrides {
+        let (window, problem) = if self.window.is_some() || self.problem.is_some() {
+            (self.window, self.problem)
+        } else {
+            (under.window, under.problem)
+        };
+        Overrides {
+            limit: self.limit.or(under.limit),
+            window,
+            burst: self.burst.or(under.burst),
+            strategy: self.strategy.or(under.strategy),
+            refill: self.refill.or(under.refill),
+            problem,
+        }
     }
     /// Why no quota can be resolved from these overrides: a window given as text that is not
     /// one ([`QuotaError::InvalidWindowText`]), or that is zero or too long.
@@ -459,6 +500,37 @@ impl fmt::Display for Overrides {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_bad_window_names_its_rule() {
+        assert_eq!(
+            window_for_call(&Window::from("1x")),
+            Err(QuotaError::InvalidWindowText)
+        );
+        assert_eq!(
+            window_for_call(&Window::from("")),
+            Err(QuotaError::InvalidWindowText)
+        );
+        assert_eq!(
+            window_for_call(&Window::from("0s")),
+            Err(QuotaError::ZeroWindow)
+        );
+        assert_eq!(
+            window_for_call(&Window::from("400d")),
+            Err(QuotaError::WindowTooLong)
+        );
+        assert!(window_for_field(&Window::from("1x"))
+            .unwrap_err()
+            .contains("\"1x\""));
+        assert_eq!(
+            window_for_field(&Window::from(Duration::ZERO)),
+            Err(QuotaError::ZeroWindow.to_string())
+        );
+        assert_eq!(
+            window_for_call(&Window::from(Duration::ZERO)),
+            Ok(Duration::ZERO)
+        );
+    }
 
     /// The rules as they were written before the division-free fast path, to check the two
     /// agree.

@@ -1,10 +1,14 @@
 //! Counters of decisions: overall and per tier.
 
-use std::cell::Cell;
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
+
+use crate::stripe::STRIPES;
+// A caller takes this thread's stripe once for the several scopes one call is counted in
+// (`record_on`).
+pub(crate) use crate::stripe::{stripe, StripeId};
 
 /// Decisions counted for one scope.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -54,20 +58,6 @@ pub struct QueueCounts {
     pub cancelled: u64,
 }
 
-/// How many stripes a thread can own: the first threads to count (and later ones, as owners
-/// exit) each own one, which they alone write, so they count with a plain load and store. A
-/// locked add costs more than anything else a decision does but its own atomic steps (the
-/// two or three of an annotated call were a large share of its time: BENCHMARKS.md,
-/// `hot_path`); a counter shared by threads also moves its line between cores on every call,
-/// which with two threads on one key cost more than the decision itself.
-const OWNED: usize = 16;
-/// Stripes that threads without one of their own share in turn, counting with a locked add:
-/// with `T` threads counting, `(T - OWNED) / SHARED` to a stripe, always fewer than the
-/// `T / 8` of the 8 shared stripes this replaced.
-const SHARED: usize = 8;
-/// How many stripes there are: a counter striped by [`StripeId`] has this many parts.
-pub(crate) const STRIPES: usize = OWNED + SHARED;
-
 /// One stripe of a scope's counters, alone on its cache lines: an owned stripe is written by
 /// its owner only; a shared one by any thread, atomically.
 #[derive(Debug, Default)]
@@ -98,104 +88,6 @@ pub(crate) enum Outcome {
     Error,
 }
 
-/// The stripe this thread counts on now ([`stripe()`]): owned by it when below [`OWNED`].
-/// Not kept past the call it was taken for: a thread gives its stripe up when it exits, and
-/// whoever then takes it writes it alone.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct StripeId(usize);
-
-impl StripeId {
-    /// Which of the [`STRIPES`] parts of a striped counter this thread writes.
-    #[inline]
-    pub(crate) fn index(self) -> usize {
-        self.0 % STRIPES
-    }
-
-    /// Adds one to `counter`, this stripe's part of a striped counter: with a plain load and
-    /// store on an owned stripe (written by this thread alone: no other write can fall
-    /// between the two), with a locked add on a shared one.
-    #[inline]
-    pub(crate) fn add_one(self, counter: &AtomicU64) {
-        if self.0 < OWNED {
-            counter.store(
-                counter.load(Ordering::Relaxed).wrapping_add(1),
-                Ordering::Relaxed,
-            );
-        } else {
-            counter.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-}
-
-/// Bit `i`: owned stripe `i` belongs to a live thread.
-static CLAIMED: AtomicUsize = AtomicUsize::new(0);
-
-thread_local! {
-    /// This thread's stripe, `usize::MAX` until it first counts. No destructor, so it is
-    /// one load to read and stays readable while the thread's other locals are dropped.
-    static STRIPE: Cell<usize> = const { Cell::new(usize::MAX) };
-    /// Gives the thread's owned stripe back when the thread exits; touched once, by the
-    /// claim, which registers its destructor.
-    static GIVE_BACK: GiveBack = const { GiveBack };
-}
-
-struct GiveBack;
-
-impl Drop for GiveBack {
-    fn drop(&mut self) {
-        // Whatever the thread counts from here on (other locals' destructors) is shared.
-        let i = STRIPE.with(|s| s.replace(OWNED));
-        if i < OWNED {
-            // Release: the next owner, claiming with Acquire, reads this thread's last counts.
-            CLAIMED.fetch_and(!(1 << i), Ordering::Release);
-        }
-    }
-}
-
-/// This thread's stripe: its own while it has one, else a shared one.
-#[inline]
-pub(crate) fn stripe() -> StripeId {
-    StripeId(STRIPE.with(|s| match s.get() {
-        usize::MAX => {
-            let i = claim();
-            s.set(i);
-            i
-        }
-        i => i,
-    }))
-}
-
-/// An owned stripe no live thread has, or else a shared one, in turn.
-#[cold]
-fn claim() -> usize {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    let mut claimed = CLAIMED.load(Ordering::Relaxed);
-    loop {
-        let free = !claimed & ((1 << OWNED) - 1);
-        if free == 0 {
-            return OWNED + NEXT.fetch_add(1, Ordering::Relaxed) % SHARED;
-        }
-        let i = free.trailing_zeros() as usize;
-        match CLAIMED.compare_exchange_weak(
-            claimed,
-            claimed | 1 << i,
-            Ordering::Acquire,
-            Ordering::Relaxed,
-        ) {
-            // Owned only with a destructor to give it back: a thread claiming while it
-            // exits (its `GIVE_BACK` gone already) would keep it for good.
-            Ok(_) => match GIVE_BACK.try_with(|_| ()) {
-                Ok(()) => return i,
-                Err(_) => {
-                    CLAIMED.fetch_and(!(1 << i), Ordering::Release);
-                    return OWNED;
-                }
-            },
-            Err(now) => claimed = now,
-        }
-    }
-}
-
 impl Counters {
     /// A tier's counters.
     pub(crate) fn tier(name: &str) -> Self {
@@ -222,12 +114,20 @@ impl Counters {
     /// at hand (one look-up for several scopes).
     #[inline]
     pub(crate) fn record_on(&self, stripe: StripeId, outcome: Outcome) {
-        self.metrics.record(outcome);
         let part = &self.stripes[stripe.index()];
         stripe.add_one(match outcome {
-            Outcome::Allowed => &part.allowed,
-            Outcome::Denied => &part.denied,
-            Outcome::Error => &part.errors,
+            Outcome::Allowed => {
+                self.metrics.allowed();
+                &part.allowed
+            }
+            Outcome::Denied => {
+                self.metrics.denied();
+                &part.denied
+            }
+            Outcome::Error => {
+                self.metrics.error();
+                &part.errors
+            }
         });
     }
 
@@ -322,7 +222,7 @@ mod tests {
         let counters = Counters::default();
         for _ in 0..3 {
             std::thread::scope(|scope| {
-                for _ in 0..(OWNED + SHARED + 3) {
+                for _ in 0..(STRIPES + 3) {
                     scope.spawn(|| {
                         for _ in 0..CALLS {
                             counters.record(Outcome::Allowed);
@@ -331,7 +231,7 @@ mod tests {
                 }
             });
         }
-        let threads = 3 * (OWNED + SHARED + 3) as u64;
+        let threads = 3 * (STRIPES + 3) as u64;
         assert_eq!(counters.snapshot().allowed, threads * CALLS);
     }
 

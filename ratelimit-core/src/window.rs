@@ -3,8 +3,7 @@
 
 use std::time::Duration;
 
-use crate::quota::QuotaError;
-use crate::syntax::{parse_window, ParseError, MAX_WINDOW};
+use crate::syntax::{parse_window, ParseError};
 
 /// A window given either as a [`Duration`] or as text (`"500ms"`, `"30s"`, `"1m"`,
 /// `"1h30m"`): what [`Tier::window`](crate::Tier::window),
@@ -31,32 +30,9 @@ pub struct Window(Result<Duration, ParseError>);
 impl Window {
     /// The window as a duration, or why its text is not one. A duration is given back as it
     /// was: whether it is a window a limit can have (longer than zero, at most
-    /// [`MAX_WINDOW`]) is checked where the limit is built.
+    /// [`MAX_WINDOW`](crate::MAX_WINDOW)) is checked where the limit is built.
     pub fn duration(&self) -> Result<Duration, &ParseError> {
         self.0.as_ref().copied()
-    }
-
-    /// For a configuration field: the duration, or why it cannot be a window, as the message
-    /// the field is reported with.
-    pub(crate) fn resolve(&self) -> Result<Duration, String> {
-        match self.0 {
-            Ok(d) if d.is_zero() => Err(QuotaError::ZeroWindow.to_string()),
-            Ok(d) if d > MAX_WINDOW => Err(QuotaError::WindowTooLong.to_string()),
-            Ok(d) => Ok(d),
-            Err(ref e) => Err(e.to_string()),
-        }
-    }
-
-    /// For per-call settings, which have no build step to report to: the duration, or the
-    /// rule its text breaks, which every call with it is refused with. A duration is left to
-    /// the quota's own checks.
-    pub(crate) fn for_quota(&self) -> Result<Duration, QuotaError> {
-        match &self.0 {
-            Ok(d) => Ok(*d),
-            Err(ParseError::ZeroWindow { .. }) => Err(QuotaError::ZeroWindow),
-            Err(ParseError::TooLong { .. }) => Err(QuotaError::WindowTooLong),
-            Err(_) => Err(QuotaError::InvalidWindowText),
-        }
     }
 }
 
@@ -95,28 +71,5 @@ mod tests {
             Window::from(String::from("1h30m")).duration(),
             Ok(Duration::from_secs(5_400))
         );
-    }
-
-    #[test]
-    fn each_bad_window_names_its_rule() {
-        assert_eq!(
-            Window::from("1x").for_quota(),
-            Err(QuotaError::InvalidWindowText)
-        );
-        assert_eq!(
-            Window::from("").for_quota(),
-            Err(QuotaError::InvalidWindowText)
-        );
-        assert_eq!(Window::from("0s").for_quota(), Err(QuotaError::ZeroWindow));
-        assert_eq!(
-            Window::from("400d").for_quota(),
-            Err(QuotaError::WindowTooLong)
-        );
-        assert!(Window::from("1x").resolve().unwrap_err().contains("\"1x\""));
-        assert_eq!(
-            Window::from(Duration::ZERO).resolve(),
-            Err(QuotaError::ZeroWindow.to_string())
-        );
-        assert_eq!(Window::from(Duration::ZERO).for_quota(), Ok(Duration::ZERO));
     }
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use super::{Config, ResolvedTier, StoreConfig, Tier};
 use crate::clock::Clock;
 use crate::error::{ConfigError, Error};
-use crate::quota::QuotaError;
+use crate::quota::window_for_field;
 use crate::syntax::{ParseError, Strategy};
 use crate::window::Window;
 
@@ -209,11 +209,11 @@ impl<For> ConfigBuilder<For> {
                  hash tag follows the prefix)",
             );
         }
-        let default_window = o.default_window.resolve().unwrap_or_else(|e| {
+        let default_window = window_for_field(&o.default_window).unwrap_or_else(|e| {
             errors.push("default_window", e);
             Duration::from_secs(60)
         });
-        let queue_timeout = o.queue_timeout.resolve().unwrap_or_else(|e| {
+        let queue_timeout = window_for_field(&o.queue_timeout).unwrap_or_else(|e| {
             errors.push("queue_timeout", e);
             Duration::from_secs(5)
         });
@@ -290,18 +290,18 @@ impl<For> ConfigBuilder<For> {
         // Every quota known now, resolved by the function every call goes through, and
         // checked against what the configured store can count.
         let supports = |q: &crate::Quota| config.store.supports(q);
-        for (field, e) in crate::resolve::config_problems(&config, &supports) {
+        for (field, e) in config.quota_problems(&supports) {
             errors.push(field, e.to_string());
         }
         if !errors.problems.is_empty() {
             return Err(Error::InvalidConfig(errors));
         }
         for i in 0..config.tiers.len() {
-            let quota = crate::resolve::quota(&config, Some(i), &crate::Overrides::new())?;
+            let quota = config.quota(Some(i), &crate::Overrides::new())?;
             config.tiers[i].quota = quota;
             config.tiers[i].identity = identity(&quota);
         }
-        config.plain = crate::resolve::quota(&config, None, &crate::Overrides::new()).ok();
+        config.plain = config.quota(None, &crate::Overrides::new()).ok();
         config.plain_identity = config.plain.as_ref().map(identity);
         Ok(config)
     }
@@ -311,18 +311,6 @@ fn identity(quota: &crate::Quota) -> Box<str> {
     let mut out = String::new();
     quota.identity(&mut out);
     out.into()
-}
-
-/// The field of a tier's setting that `e` is about.
-pub(crate) fn tier_field(tier: &str, e: &QuotaError) -> String {
-    let setting = match e {
-        QuotaError::ZeroWindow | QuotaError::WindowTooLong | QuotaError::InvalidWindowText => {
-            "window"
-        }
-        QuotaError::ZeroRefill | QuotaError::RefillTooFast | QuotaError::RefillTooSlow => "refill",
-        _ => "limit",
-    };
-    format!("tiers.{tier}.{setting}")
 }
 
 pub(crate) fn names(tiers: &[ResolvedTier]) -> String {

@@ -9,10 +9,11 @@ use crate::syntax::Strategy;
 mod build;
 #[cfg(feature = "serde")]
 mod file;
+mod quotas;
 mod tier;
 
+pub(crate) use build::names;
 pub use build::ConfigBuilder;
-pub(crate) use build::{names, tier_field};
 pub use tier::{ResolvedTier, Tier};
 
 /// Where state is kept.
@@ -198,7 +199,7 @@ impl Config {
     /// The quota for a call that names no tier and sets nothing: the default tier's, else
     /// the default limit's (`None` without either).
     pub fn default_quota(&self) -> Option<Quota> {
-        let tier = crate::resolve::tier_index(self, None).ok()?;
-        crate::resolve::quota(self, tier, &Overrides::new()).ok()
+        let tier = self.tier_index(None).ok()?;
+        self.quota(tier, &Overrides::new()).ok()
     }
 }

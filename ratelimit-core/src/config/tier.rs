@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use crate::error::ConfigError;
-use crate::quota::{Overrides, Quota};
+use crate::quota::{window_for_field, Overrides, Quota};
 use crate::syntax::{valid_tier_name, ParseError, Strategy, TIER_NAME_RULE};
 use crate::window::Window;
 
@@ -124,7 +124,7 @@ impl Tier {
         overrides.burst = burst;
         overrides.refill = refill;
         let field = |setting: &str| format!("tiers.{}.{setting}", self.name);
-        match window.as_ref().map(Window::resolve) {
+        match window.as_ref().map(window_for_field) {
             Some(Ok(w)) => overrides = overrides.window(w),
             Some(Err(e)) => errors.push(field("window"), e),
             None => {}

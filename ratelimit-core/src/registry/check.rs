@@ -5,7 +5,6 @@ use super::declaration::Declaration;
 use super::spec::TierSpec;
 use crate::config::names;
 use crate::error::{DeclarationErrors, DeclarationProblem, Error, ProblemKind};
-use crate::resolve;
 use crate::service::RateLimitService;
 
 /// Checks `declarations` against `service`: static tiers that are not configured, fns that
@@ -36,7 +35,7 @@ pub fn check_declarations(
         }
         let spec = d.spec();
         let tiers: Vec<Option<usize>> = match spec.tier() {
-            TierSpec::Static(tier) => match resolve::tier_index(config, Some(tier)) {
+            TierSpec::Static(tier) => match config.tier_index(Some(tier)) {
                 Ok(index) => vec![index],
                 Err(_) => {
                     push(
@@ -49,7 +48,7 @@ pub fn check_declarations(
                     vec![]
                 }
             },
-            TierSpec::Default => match resolve::tier_index(config, None) {
+            TierSpec::Default => match config.tier_index(None) {
                 Ok(index) => vec![index],
                 Err(_) => vec![],
             },

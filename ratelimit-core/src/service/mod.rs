@@ -22,7 +22,6 @@ use crate::clock::{Clock, SystemClock};
 use crate::config::{Config, StoreConfig};
 use crate::error::{ConfigError, Error};
 use crate::quota::{Overrides, Quota};
-use crate::resolve;
 use crate::stats::{Counters, Stats};
 use crate::store::{DynStore, MemoryStore, Store};
 
@@ -151,7 +150,7 @@ impl RateLimitService {
         clock: Arc<dyn Clock>,
     ) -> Result<Self, Error> {
         let mut errors = ConfigError::default();
-        for (field, e) in resolve::config_problems(&config, &|q| store.supports(q)) {
+        for (field, e) in config.quota_problems(&|q| store.supports(q)) {
             errors.push(field, e.to_string());
         }
         if !errors.problems.is_empty() {
@@ -267,13 +266,13 @@ impl RateLimitService {
         tier: Option<usize>,
         overrides: &Overrides,
     ) -> Result<Quota, Error> {
-        let quota = resolve::quota(&self.inner.config, tier, overrides)?;
+        let quota = self.inner.config.quota(tier, overrides)?;
         self.inner.store.supports(&quota)?;
         Ok(quota)
     }
 
     pub(super) fn resolve(&self, options: &Call<'_>) -> Result<(Quota, Option<usize>), Error> {
-        let tier = resolve::tier_index(&self.inner.config, options.tier)?;
+        let tier = self.inner.config.tier_index(options.tier)?;
         let quota = if tier.is_none() && options.overrides.is_empty() {
             // The hot path of a plain call: the default limit, resolved once at build time.
             match self.inner.config.plain_quota() {

@@ -23,6 +23,7 @@ use parking_lot::Mutex;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use crate::metrics;
 use crate::stats::QueueCounts;
 
 /// A waiter's place in its line: higher priority first, then arrival.
@@ -107,7 +108,7 @@ impl Queue {
             let (&(lowest, _), _) = state.by_priority.first_key_value()?;
             if lowest >= priority {
                 self.full.fetch_add(1, Ordering::Relaxed);
-                crate::metrics::full();
+                metrics::full();
                 return None;
             }
             let ((lowest, Reverse(seq)), victim) = state.by_priority.pop_first()?;
@@ -145,7 +146,7 @@ impl Queue {
             self.depth.load(Ordering::Relaxed),
             state.by_priority.len() as u64
         );
-        crate::metrics::queued();
+        metrics::queued();
         Some(Turn {
             queue: self,
             key,
@@ -175,7 +176,7 @@ impl Queue {
             self.depth.load(Ordering::Relaxed),
             state.by_priority.len() as u64
         );
-        crate::metrics::freed();
+        metrics::freed();
         Some(slot)
     }
 
@@ -258,12 +259,12 @@ impl Turn<'_> {
 impl Drop for Turn<'_> {
     fn drop(&mut self) {
         let queue = self.queue;
-        let counter = match self.left {
-            Some(Left::Admitted) => Some(&queue.admitted),
-            Some(Left::TimedOut) => Some(&queue.timed_out),
-            Some(Left::Displaced) => Some(&queue.full),
-            Some(Left::Refused) => None,
-            None => Some(&queue.cancelled),
+        let (counter, metric): (_, fn()) = match self.left {
+            Some(Left::Admitted) => (Some(&queue.admitted), metrics::admitted),
+            Some(Left::TimedOut) => (Some(&queue.timed_out), metrics::timed_out),
+            Some(Left::Displaced) => (Some(&queue.full), metrics::full),
+            Some(Left::Refused) => (None, || {}),
+            None => (Some(&queue.cancelled), metrics::cancelled),
         };
         // A displaced waiter's place was freed when it was displaced: freeing it again is a
         // no-op.
@@ -271,6 +272,6 @@ impl Drop for Turn<'_> {
         if let Some(counter) = counter {
             counter.fetch_add(1, Ordering::Relaxed);
         }
-        crate::metrics::left(self.left);
+        metric();
     }
 }

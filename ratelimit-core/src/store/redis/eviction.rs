@@ -4,8 +4,10 @@
 //! and with [`RedisOptions::require_noeviction`](super::RedisOptions::require_noeviction)
 //! refuses every call.
 
-use super::round_trip::Connection;
-use super::store::RedisStore;
+use std::sync::OnceLock;
+
+use redis::aio::ConnectionLike;
+
 use crate::Error;
 
 /// What the store learnt of the policy.
@@ -71,56 +73,61 @@ impl Policy {
     }
 }
 
-impl RedisStore {
-    /// Refuses, when `noeviction` is required, if Redis may evict limiter keys. Asks Redis
-    /// once: until it has answered (or said it will not), at the cost of one round trip
-    /// (boxed: the first calls only, and every later call's future is the smaller for it).
-    pub(super) async fn check_eviction(&self, connection: &mut Connection) -> Result<(), Error> {
-        match self.eviction_checked() {
-            Some(checked) => checked,
-            None => match Box::pin(self.ask_eviction(connection)).await {
-                Some(_) => self.eviction_checked().unwrap_or(Ok(())),
-                // Unreachable: ask again on the next call (which fails on its own).
-                None => Ok(()),
-            },
-        }
-    }
-
-    /// [`check_eviction`](Self::check_eviction) without a round trip: `None` until Redis has
-    /// told its policy.
-    #[inline]
-    pub(super) fn eviction_checked(&self) -> Option<Result<(), Error>> {
-        let policy = self.inner.eviction.get()?;
-        Some(match policy.refusal(self.options().require_noeviction) {
-            Some(refusal) => Err(refusal),
+/// Refuses, when `noeviction` is `required`, if Redis may evict limiter keys. Asks Redis
+/// once, into `known`: until it has answered (or said it will not), at the cost of one round
+/// trip (boxed: the first calls only, and every later call's future is the smaller for it).
+pub(super) async fn check(
+    known: &OnceLock<Policy>,
+    required: bool,
+    connection: &mut impl ConnectionLike,
+) -> Result<(), Error> {
+    match checked(known, required) {
+        Some(checked) => checked,
+        None => match Box::pin(ask(known, required, connection)).await {
+            Some(_) => checked(known, required).unwrap_or(Ok(())),
+            // Unreachable: ask again on the next call (which fails on its own).
             None => Ok(()),
-        })
+        },
     }
+}
 
-    /// `CONFIG GET maxmemory-policy`, kept (and reported) once; `None` when Redis could not
-    /// be reached.
-    async fn ask_eviction(&self, connection: &mut Connection) -> Option<&Policy> {
-        let mut cmd = redis::cmd("CONFIG");
-        cmd.arg("GET").arg("maxmemory-policy");
-        let reply: Result<Vec<String>, _> = cmd.query_async(connection).await;
-        let policy = match reply {
-            Ok(reply) => Policy::from_reply(&reply),
-            Err(e)
-                if e.is_io_error()
-                    || e.is_timeout()
-                    || e.is_connection_dropped()
-                    || e.is_connection_refusal() =>
-            {
-                return None;
-            }
-            // CONFIG refused (managed Redis) or answered oddly: cannot tell.
-            Err(_) => Policy::Unknown,
-        };
-        if self.inner.eviction.set(policy.clone()).is_ok() {
-            policy.report(self.options().require_noeviction);
+/// [`check`] without a round trip: `None` until Redis has told its policy.
+#[inline]
+pub(super) fn checked(known: &OnceLock<Policy>, required: bool) -> Option<Result<(), Error>> {
+    let policy = known.get()?;
+    Some(match policy.refusal(required) {
+        Some(refusal) => Err(refusal),
+        None => Ok(()),
+    })
+}
+
+/// `CONFIG GET maxmemory-policy`, kept in `known` (and reported) once; `None` when Redis could
+/// not be reached.
+async fn ask<'a>(
+    known: &'a OnceLock<Policy>,
+    required: bool,
+    connection: &mut impl ConnectionLike,
+) -> Option<&'a Policy> {
+    let mut cmd = redis::cmd("CONFIG");
+    cmd.arg("GET").arg("maxmemory-policy");
+    let reply: Result<Vec<String>, _> = cmd.query_async(connection).await;
+    let policy = match reply {
+        Ok(reply) => Policy::from_reply(&reply),
+        Err(e)
+            if e.is_io_error()
+                || e.is_timeout()
+                || e.is_connection_dropped()
+                || e.is_connection_refusal() =>
+        {
+            return None;
         }
-        self.inner.eviction.get()
+        // CONFIG refused (managed Redis) or answered oddly: cannot tell.
+        Err(_) => Policy::Unknown,
+    };
+    if known.set(policy.clone()).is_ok() {
+        policy.report(required);
     }
+    known.get()
 }
 
 #[cfg(test)]

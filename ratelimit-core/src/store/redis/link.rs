@@ -22,7 +22,7 @@
 //! - **A link per runtime**: a link's connection and watcher are tasks on the runtime that
 //!   opened it, and a call uses its own runtime's link (see [`Links`]).
 //! - **The cost per call**: one more count where the call starts and one where it ends, each
-//!   a plain load and store on the thread's own stripe ([`stats::StripeId`]); the watcher
+//!   a plain load and store on the thread's own stripe ([`stripe::StripeId`]); the watcher
 //!   wakes about once a timeout while calls come, and reads the counts.
 //! - **Connecting**: one attempt at a time, in a task of its own bounded by the connect
 //!   timeout, so that an attempt slower than a call's timeout still completes for the calls
@@ -44,7 +44,7 @@ use tokio::sync::watch;
 use tokio::task::AbortHandle;
 
 use crate::error::Error;
-use crate::stats::{self, STRIPES};
+use crate::stripe::{self, STRIPES};
 
 /// The slots of time a link counts its calls in: a slot is at least `timeout / 32` long, so
 /// the 64 cover twice the timeout, and the watcher sees every call until its deadline.
@@ -385,7 +385,7 @@ impl Calls {
     #[inline]
     fn start(&self, at: Instant) -> Option<usize> {
         let slot = self.slot(at)?;
-        let stripe = stats::stripe();
+        let stripe = stripe::stripe();
         stripe.add_one(&self.parts[stripe.index()].started[slot]);
         Some(slot)
     }
@@ -393,7 +393,7 @@ impl Calls {
     /// Counts the end of a call [`start`](Self::start) counted in `slot`.
     #[inline]
     fn end(&self, slot: usize) {
-        let stripe = stats::stripe();
+        let stripe = stripe::stripe();
         stripe.add_one(&self.parts[stripe.index()].ended[slot]);
     }
 

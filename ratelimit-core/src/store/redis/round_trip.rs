@@ -8,6 +8,7 @@ use redis::aio::MultiplexedConnection;
 use redis::cluster_async::ClusterConnection;
 use tokio::sync::OnceCell;
 
+use super::eviction;
 use super::link::{Links, Watched, FOREVER};
 use super::redaction::store_error;
 use super::scripts::{Command, Lua};
@@ -166,7 +167,11 @@ impl RedisStore {
         let Client::Single(links) = &self.inner.client else {
             return Ok(None);
         };
-        match (links.open(runtime), self.eviction_checked()) {
+        let required = self.options().require_noeviction;
+        match (
+            links.open(runtime),
+            eviction::checked(&self.inner.eviction, required),
+        ) {
             (Some(link), Some(checked)) => checked.map(|()| Watched::on(link, from)),
             _ => Ok(None),
         }
@@ -213,7 +218,8 @@ impl RedisStore {
                 Connection::Cluster(connection.clone())
             }
         };
-        self.check_eviction(&mut connection).await?;
+        let required = self.options().require_noeviction;
+        eviction::check(&self.inner.eviction, required, &mut connection).await?;
         Ok(connection)
     }
 

@@ -1,0 +1,149 @@
+//! A configuration's quotas: the tier a call is decided under, and the quota of a call, with
+//! the tier's and the module's settings laid under the call's (by [`resolve`]); and the quotas
+//! the configuration fixes by itself, checked.
+
+use super::{names, Config};
+use crate::error::Error;
+use crate::quota::{Overrides, Quota, QuotaError};
+use crate::resolve;
+
+impl Config {
+    /// Which configured tier a call is decided under: the one named, else the default tier,
+    /// else none. An unknown name is [`Error::UnknownTier`].
+    pub(crate) fn tier_index(&self, name: Option<&str>) -> Result<Option<usize>, Error> {
+        let Some(name) = name.or(self.default_tier()) else {
+            return Ok(None);
+        };
+        match self.tiers().iter().position(|t| *t.name == *name) {
+            Some(i) => Ok(Some(i)),
+            None => Err(Error::UnknownTier {
+                tier: name.to_owned(),
+                known: names(self.tiers()),
+            }),
+        }
+    }
+
+    /// The quota for a call under `tier` (an index into `self.tiers()`) with `call`'s
+    /// overrides: [`resolve::quota`] of the call, the tier and the module's settings (its
+    /// `default_limit`, whose absence is [`Error::NoLimit`] when neither the call nor the tier
+    /// has a limit; `default_window`, `burst_limit`, `strategy`, and `token_refill_rate` for
+    /// the default limit only).
+    pub(crate) fn quota(&self, tier: Option<usize>, call: &Overrides) -> Result<Quota, Error> {
+        let tier = tier.map_or(Overrides::new(), |i| self.tiers()[i].overrides);
+        resolve::quota(call, &tier, &self.module_overrides())
+    }
+
+    /// The module's settings, as the layer under every tier's and call's.
+    fn module_overrides(&self) -> Overrides {
+        let mut module = Overrides::new()
+            .window_duration(self.default_window())
+            .burst(self.burst_limit())
+            .strategy(self.strategy());
+        module.limit = self.default_limit();
+        module.refill = self.token_refill_rate;
+        module
+    }
+
+    /// Every quota the configuration fixes by itself (the default limit's and each tier's),
+    /// resolved by [`quota`](Self::quota) and checked against what the store `supports`, as
+    /// `(field, problem)` pairs.
+    pub(crate) fn quota_problems(
+        &self,
+        supports: &dyn Fn(&Quota) -> Result<(), QuotaError>,
+    ) -> Vec<(String, QuotaError)> {
+        let check = |tier: Option<usize>| -> Option<QuotaError> {
+            match self.quota(tier, &Overrides::new()) {
+                Ok(q) => supports(&q).err(),
+                Err(Error::InvalidQuota(e)) => Some(e),
+                Err(_) => None,
+            }
+        };
+        let mut problems = Vec::new();
+        if self.default_limit().is_some() {
+            // The default limit, as a call under no tier meets it.
+            if let Some(e) = check(None) {
+                let field = match e {
+                    QuotaError::ZeroRefill
+                    | QuotaError::RefillTooFast
+                    | QuotaError::RefillTooSlow => "token_refill_rate",
+                    QuotaError::ZeroWindow
+                    | QuotaError::WindowTooLong
+                    | QuotaError::InvalidWindowText => "default_window",
+                    _ => "default_limit",
+                };
+                problems.push((field.to_owned(), e));
+            }
+        }
+        for (i, tier) in self.tiers().iter().enumerate() {
+            if let Some(e) = check(Some(i)) {
+                problems.push((tier_field(&tier.name, &e), e));
+            }
+        }
+        problems
+    }
+}
+
+/// The field of a tier's setting that `e` is about.
+fn tier_field(tier: &str, e: &QuotaError) -> String {
+    let setting = match e {
+        QuotaError::ZeroWindow | QuotaError::WindowTooLong | QuotaError::InvalidWindowText => {
+            "window"
+        }
+        QuotaError::ZeroRefill | QuotaError::RefillTooFast | QuotaError::RefillTooSlow => "refill",
+        _ => "limit",
+    };
+    format!("tiers.{tier}.{setting}")
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::{Config, Tier};
+    use crate::quota::Overrides;
+    use crate::syntax::Strategy;
+    use std::time::Duration;
+
+    fn config() -> Config {
+        Config::builder()
+            .strategy(Strategy::TokenBucket)
+            .default_limit(10)
+            .default_window("1s")
+            .burst_limit(2)
+            .token_refill_rate(3_600)
+            .tier(Tier::new("hourly", 2).window("1h"))
+            .tier(Tier::new("own", 5).window("1m").refill(1).burst(0))
+            .build()
+            .unwrap()
+    }
+
+    #[test]
+    fn each_setting_comes_from_the_call_then_the_tier_then_the_module() {
+        let c = config();
+        let plain = c.quota(None, &Overrides::new()).unwrap();
+        assert_eq!(
+            (plain.limit(), plain.window(), plain.burst()),
+            (10, Duration::from_secs(1), 2)
+        );
+        assert_eq!(plain.refill_per_window(), 3_600);
+        let hourly = c.quota(Some(0), &Overrides::new()).unwrap();
+        assert_eq!(
+            (hourly.limit(), hourly.window(), hourly.burst()),
+            (2, Duration::from_secs(3_600), 2)
+        );
+        let call = Overrides::new().limit(7).strategy(Strategy::FixedWindow);
+        let both = c.quota(Some(1), &call).unwrap();
+        assert_eq!((both.limit(), both.window()), (7, Duration::from_secs(60)));
+        assert_eq!(both.strategy(), Strategy::FixedWindow);
+        assert_eq!(both.refill_per_window(), 1);
+    }
+
+    /// A module-wide refill of 3,600 per window once let a tier of 2 an hour admit 60 calls
+    /// in a minute: it refilled the tier at the module's rate.
+    #[test]
+    fn module_refill_rate_does_not_replace_a_tiers_refill() {
+        let c = config();
+        let hourly = c.quota(Some(0), &Overrides::new()).unwrap();
+        assert_eq!(hourly.refill_per_window(), 2);
+        let own_limit = c.quota(None, &Overrides::new().limit(4)).unwrap();
+        assert_eq!(own_limit.refill_per_window(), 4);
+    }
+}
