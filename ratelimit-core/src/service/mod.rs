@@ -8,6 +8,7 @@ mod calls;
 mod counting;
 mod options;
 mod pipeline;
+mod prepared;
 pub(crate) mod queue;
 mod record;
 mod site;
@@ -16,7 +17,7 @@ mod wait;
 
 pub(crate) use options::Call;
 pub use options::Options;
-pub use site::Prepared;
+pub use prepared::Prepared;
 
 use crate::clock::{Clock, SystemClock};
 use crate::config::{Config, StoreConfig};

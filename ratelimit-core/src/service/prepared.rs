@@ -1,0 +1,213 @@
+//! [`Prepared`]: a call site prepared once, for a caller that makes many calls with the same
+//! options (an annotated fn holds one in its declaration, the HTTP layer one per limit, and
+//! anyone can ask [`RateLimitService::prepare`] for one).
+
+use std::future::Future;
+use std::sync::Arc;
+
+use super::calls::Mode;
+use super::pipeline::Now;
+use super::site::Site;
+use super::{Call, Options, RateLimitService};
+use crate::decision::Decision;
+use crate::error::Error;
+use crate::key::{self, KeyParts};
+use crate::quota::Quota;
+use crate::stats::Counters;
+
+impl RateLimitService {
+    /// A call site prepared for calls with `options`: the limit resolved and checked against
+    /// the store, the budget's counters found, the store key's fixed parts written, once.
+    /// Its calls take the same steps as [`consume`](Self::consume) with the same options, on
+    /// the same state, without working any of that out again.
+    ///
+    /// ```
+    /// use ratelimit_core::{Config, Options, RateLimitService};
+    ///
+    /// # futures::executor::block_on(async {
+    /// let service = RateLimitService::new(Config::builder().default_limit(2).build()?)?;
+    /// let search = service.prepare(&Options::new().budget("search"))?;
+    /// assert!(search.consume("user:1").await?.allowed);
+    /// assert!(search.consume_now("user:1").unwrap()?.allowed);
+    /// assert!(!search.consume("user:1").await?.allowed);
+    /// // The same state as the convenient form's.
+    /// let status = service.status("user:1", &Options::new().budget("search")).await?;
+    /// assert_eq!(status.remaining, 0);
+    /// # Ok::<(), ratelimit_core::Error>(())
+    /// # }).unwrap();
+    /// ```
+    ///
+    /// Errors: what the call itself would get for its options ([`Error::NoLimit`], an
+    /// unknown tier, a limit the store cannot count).
+    ///
+    /// The prepared site's calls spend ([`Prepared::consume`]) or look ([`Prepared::status`])
+    /// as their method says: `options.consume` is not used.
+    pub fn prepare(&self, options: &Options) -> Result<Prepared, Error> {
+        self.prepare_call(&Call {
+            consume: true,
+            ..options.call()
+        })
+    }
+
+    pub(crate) fn prepare_call(&self, options: &Call<'_>) -> Result<Prepared, Error> {
+        let site = self.site(options)?;
+        let mut suffix = String::new();
+        key::write_suffix(&mut suffix, &site.parts, &site.quota);
+        Ok(Prepared {
+            quota: site.quota,
+            tier: site.tier,
+            counters: options.budget.map(|name| self.method_counters(name).1),
+            budget: options.budget.map(Arc::from),
+            tier_name: site.parts.tier.map(Arc::from),
+            suffix,
+            cost: site.cost,
+            may_wait: site.may_wait,
+            service: self.clone(),
+        })
+    }
+}
+
+/// A call site prepared once ([`RateLimitService::prepare`]): its calls go through the same
+/// pipeline as the service's per-call methods, with the limit, the budget's counters and the
+/// store key's fixed parts already worked out. Cheap to share (`Arc` it); it holds its
+/// service.
+pub struct Prepared {
+    service: RateLimitService,
+    quota: Quota,
+    tier: Option<usize>,
+    counters: Option<Arc<Counters>>,
+    budget: Option<Arc<str>>,
+    tier_name: Option<Arc<str>>,
+    suffix: String,
+    cost: u64,
+    may_wait: bool,
+}
+
+impl std::fmt::Debug for Prepared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Prepared")
+            .field("quota", &self.quota)
+            .field("tier", &self.tier_name)
+            .field("budget", &self.budget)
+            .field("cost", &self.cost)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Prepared {
+    /// The service the site was prepared on.
+    pub fn service(&self) -> &RateLimitService {
+        &self.service
+    }
+
+    /// The quota its calls are decided under.
+    pub fn quota(&self) -> &Quota {
+        &self.quota
+    }
+
+    /// The site, borrowed, as the pipeline takes it; `cost` of this call.
+    #[inline]
+    pub(crate) fn site(&self, cost: u64, spend: bool) -> Site<'_> {
+        Site {
+            quota: self.quota,
+            tier: self.tier,
+            budget: self.budget.as_deref(),
+            counters: self.counters.as_deref(),
+            parts: KeyParts {
+                prefix: self.service.inner.config.key_prefix(),
+                budget: self.budget.as_deref(),
+                tier: self.tier_name.as_deref(),
+                key: None,
+                identity: None,
+            },
+            suffix: Some(&self.suffix),
+            cost,
+            spend,
+            may_wait: spend && self.may_wait,
+        }
+    }
+
+    /// Spends from `key`'s budget: [`RateLimitService::consume`] with the prepared options.
+    pub fn consume<'a>(
+        &'a self,
+        key: &'a str,
+    ) -> impl Future<Output = Result<Decision, Error>> + Send + 'a {
+        self.service
+            .run(self.site(self.cost, true), Some(key), Mode::Spend)
+    }
+
+    /// Like [`consume`](Self::consume), a refusal as `Err(Error::Exceeded(..))`.
+    pub fn enforce<'a>(
+        &'a self,
+        key: &'a str,
+    ) -> impl Future<Output = Result<Decision, Error>> + Send + 'a {
+        self.service
+            .run(self.site(self.cost, true), Some(key), Mode::Enforce)
+    }
+
+    /// [`consume`](Self::consume) when the store decides at once (see
+    /// [`RateLimitService::consume_now`]); `None`, having spent nothing, when it must be
+    /// awaited or the call may wait in the queue.
+    #[inline]
+    pub fn consume_now(&self, key: &str) -> Option<Result<Decision, Error>> {
+        let site = self.site(self.cost, true);
+        if site.may_wait {
+            return None;
+        }
+        match self.service.decide_now(&site, Some(key), true) {
+            Now::Decided(decided) => Some(decided),
+            Now::Later(_) => None,
+        }
+    }
+
+    /// The level of `key`'s budget now: [`RateLimitService::status`].
+    pub fn status<'a>(
+        &'a self,
+        key: &'a str,
+    ) -> impl Future<Output = Result<Decision, Error>> + Send + 'a {
+        self.service.run(self.site(0, false), Some(key), Mode::Look)
+    }
+
+    /// An annotated fn's call: user `key` (none: the budget alone) and `cost`, decided at
+    /// once when the store can; a refusal is an error. `None`, having spent nothing, when
+    /// it must be awaited ([`enforce_later`](Self::enforce_later)).
+    #[inline]
+    pub(crate) fn enforce_now(&self, key: Option<&str>, cost: u64) -> Option<Result<(), Error>> {
+        let site = self.site(cost, true);
+        if site.may_wait {
+            return None;
+        }
+        match self.service.decide_now(&site, key, false) {
+            Now::Decided(Ok(decision)) if decision.allowed => Some(Ok(())),
+            Now::Decided(decided) => Some(
+                decided
+                    .and_then(|d| RateLimitService::admit(&site, d))
+                    .map(drop),
+            ),
+            Now::Later(_) => None,
+        }
+    }
+
+    /// [`enforce_now`](Self::enforce_now)'s awaited form: waits for the store, or in the
+    /// queue.
+    pub(crate) async fn enforce_later(&self, key: Option<&str>, cost: u64) -> Result<(), Error> {
+        let site = self.site(cost, true);
+        self.service
+            .decide_waiting(&site, key)
+            .await
+            .and_then(|d| RateLimitService::admit(&site, d))
+            .map(drop)
+    }
+
+    /// A sync annotated fn's call: decided at once, or refused with
+    /// [`Error::SyncOnWaitingStore`] on a store that does not always decide at once.
+    pub(crate) fn enforce_sync(
+        &self,
+        key: Option<&str>,
+        cost: u64,
+        function: &'static str,
+    ) -> Result<(), Error> {
+        let site = self.site(cost, true);
+        self.service.enforce_sync(&site, key, function)
+    }
+}
