@@ -5,10 +5,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
-use crate::stripe::STRIPES;
 // A caller takes this thread's stripe once for the several scopes one call is counted in
 // (`record_on`).
-pub(crate) use crate::stripe::{stripe, StripeId};
+use crate::stripe::{stripe, StripeId, STRIPES};
 
 /// Decisions counted for one scope.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

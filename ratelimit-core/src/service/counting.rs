@@ -3,7 +3,8 @@
 use std::sync::Arc;
 
 use super::RateLimitService;
-use crate::stats::{self, Counters, Outcome};
+use crate::stats::{Counters, Outcome};
+use crate::stripe::{self, StripeId};
 
 impl RateLimitService {
     /// Counts an outcome in the total and under the tier and budget. `counters`: the budget's,
@@ -15,7 +16,7 @@ impl RateLimitService {
         counters: Option<&Counters>,
         outcome: Outcome,
     ) {
-        let stripe = stats::stripe();
+        let stripe = stripe::stripe();
         self.inner.total.record_on(stripe, outcome);
         self.count_scoped_on(stripe, tier, budget, counters, outcome);
     }
@@ -28,13 +29,13 @@ impl RateLimitService {
         counters: Option<&Counters>,
         outcome: Outcome,
     ) {
-        self.count_scoped_on(stats::stripe(), tier, budget, counters, outcome);
+        self.count_scoped_on(stripe::stripe(), tier, budget, counters, outcome);
     }
 
     #[inline]
     fn count_scoped_on(
         &self,
-        stripe: stats::StripeId,
+        stripe: StripeId,
         tier: Option<usize>,
         budget: Option<&str>,
         counters: Option<&Counters>,
@@ -45,7 +46,16 @@ impl RateLimitService {
         }
         match (counters, budget) {
             (Some(counters), _) => counters.record_on(stripe, outcome),
-            (None, Some(name)) => self.method_counters(name).1.record_on(stripe, outcome),
+            (None, Some(name)) => {
+                // Counted under the read lock, which is released before a new budget's
+                // counters are added under the write lock.
+                let methods = self.inner.by_method.read();
+                let counted = methods.get(name).map(|c| c.record_on(stripe, outcome));
+                drop(methods);
+                if counted.is_none() {
+                    self.method_counters(name).1.record_on(stripe, outcome);
+                }
+            }
             (None, None) => {}
         }
     }
