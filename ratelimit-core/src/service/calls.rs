@@ -3,7 +3,7 @@
 
 use std::future::Future;
 
-use super::pipeline::Now;
+use super::pipeline::{Now, Then};
 use super::site::Site;
 use super::{Call, Options, RateLimitService};
 use crate::decision::Decision;
@@ -164,7 +164,7 @@ impl RateLimitService {
         mode: Mode,
     ) -> Result<Decision, Error> {
         let decided = match site.may_wait {
-            false => match self.decide_now(&site, key, true) {
+            false => match self.decide_now(&site, key, true, Then::Await) {
                 Now::Decided(decided) => decided,
                 // The path that waits, boxed: its futures are large, and a future is moved
                 // whole (into its caller's, into an executor), so without the box every call,
@@ -208,7 +208,7 @@ impl RateLimitService {
         if site.may_wait {
             return None;
         }
-        match self.decide_now(&site, Some(key), true) {
+        match self.decide_now(&site, Some(key), true, Then::GiveUp) {
             Now::Decided(decided) => Some(decided),
             Now::Later(_) => None,
         }

@@ -28,19 +28,37 @@ thread_local! {
     static KEY: RefCell<String> = const { RefCell::new(String::new()) };
 }
 
+/// What a caller of [`RateLimitService::decide_now`] does when the store cannot answer at once.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Then {
+    /// Awaits the store on the key [`Now::Later`] hands back.
+    Await,
+    /// Gives up, having spent nothing (a `*_now` method, a sync fn).
+    GiveUp,
+}
+
 /// What [`RateLimitService::decide_now`] made of a call.
 pub(crate) enum Now {
     /// Decided and recorded.
     Decided(Result<Decision, Error>),
-    /// Not decided, nothing spent: the store must be awaited, on this store key.
+    /// Not decided, nothing spent: the store must be awaited, on this store key (empty
+    /// when the caller said it gives up).
     Later(String),
 }
 
 impl RateLimitService {
     /// Steps 2 to 4 (and 5 when decided): the call decided at once if the store can.
     /// `name_tier`: name the tier on an admitted decision too (a refusal always names it).
+    /// `then`: whether the caller awaits the store next, with the store key [`Now::Later`]
+    /// hands it; a caller that gives up instead gets an empty key, and nothing is allocated.
     #[inline]
-    pub(crate) fn decide_now(&self, site: &Site<'_>, key: Option<&str>, name_tier: bool) -> Now {
+    pub(crate) fn decide_now(
+        &self,
+        site: &Site<'_>,
+        key: Option<&str>,
+        name_tier: bool,
+        then: Then,
+    ) -> Now {
         if let Err(e) = site.check(key) {
             return Now::Decided(self.recorded(site, key, Err(e)));
         }
@@ -57,7 +75,8 @@ impl RateLimitService {
                     self.inner.latency.finish(started);
                     Ok(decided)
                 }
-                None => Err(buffer.clone()),
+                None if then == Then::Await => Err(buffer.clone()),
+                None => Err(String::new()),
             }
         });
         match decided {
@@ -72,7 +91,7 @@ impl RateLimitService {
         site: &Site<'_>,
         key: Option<&str>,
     ) -> Result<Decision, Error> {
-        match self.decide_now(site, key, true) {
+        match self.decide_now(site, key, true, Then::Await) {
             Now::Decided(decided) => decided,
             Now::Later(store_key) => self.decide_later(site, key, &store_key).await,
         }
@@ -188,7 +207,7 @@ impl RateLimitService {
         if !self.decides_at_once() {
             return self.recorded(site, key, waiting).map(drop);
         }
-        let decided = match self.decide_now(site, key, false) {
+        let decided = match self.decide_now(site, key, false, Then::GiveUp) {
             Now::Decided(decided) => decided,
             Now::Later(_) => self.recorded(site, key, waiting),
         };

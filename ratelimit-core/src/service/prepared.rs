@@ -6,7 +6,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use super::calls::Mode;
-use super::pipeline::Now;
+use super::pipeline::{Now, Then};
 use super::site::Site;
 use super::{Call, Options, RateLimitService};
 use crate::decision::Decision;
@@ -154,7 +154,10 @@ impl Prepared {
         if site.may_wait {
             return None;
         }
-        match self.service.decide_now(&site, Some(key), true) {
+        match self
+            .service
+            .decide_now(&site, Some(key), true, Then::GiveUp)
+        {
             Now::Decided(decided) => Some(decided),
             Now::Later(_) => None,
         }
@@ -177,7 +180,7 @@ impl Prepared {
         if site.may_wait {
             return None;
         }
-        match self.service.decide_now(&site, key, false) {
+        match self.service.decide_now(&site, key, false, Then::GiveUp) {
             Now::Decided(Ok(decision)) if decision.allowed => Some(Ok(())),
             Now::Decided(decided) => Some(
                 decided
