@@ -6,9 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::FutureExt;
-use ratelimit::store::{Check, Store};
+use ratelimit::store::{Request, Stacked, Store};
 use ratelimit::{
-    Config, Decision, Error, ManualClock, MemoryStore, Nanos, Options, Quota, QuotaError,
+    Config, Decision, Error, ManualClock, MemoryStore, Options, Quota, QuotaError,
     RateLimitService, Strategy,
 };
 use ratelimit_tests::START;
@@ -17,23 +17,11 @@ use ratelimit_tests::START;
 struct NoLog(MemoryStore);
 
 impl Store for NoLog {
-    async fn decide(
-        &self,
-        key: &str,
-        quota: &Quota,
-        cost: u64,
-        now: Nanos,
-        commit: bool,
-    ) -> Result<Decision, Error> {
-        self.0.decide(key, quota, cost, now, commit).await
+    async fn decide(&self, request: Request<'_>) -> Result<Decision, Error> {
+        self.0.decide(request).await
     }
-    async fn decide_all(
-        &self,
-        checks: &[Check<'_>],
-        now: Nanos,
-        commit: bool,
-    ) -> Result<Vec<Decision>, Error> {
-        self.0.decide_all(checks, now, commit).await
+    async fn decide_all(&self, stacked: Stacked<'_>) -> Result<Vec<Decision>, Error> {
+        self.0.decide_all(stacked).await
     }
     async fn reset(&self, key: &str) -> Result<bool, Error> {
         Store::reset(&self.0, key).await
