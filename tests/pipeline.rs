@@ -189,3 +189,67 @@ fn scopes_and_modules_on_one_thread_never_share_a_prepared_site() {
     assert!(exceeded(once_an_hour()));
     assert_eq!(counts(again.stats()), (1, 1));
 }
+
+/// A store is asked only what could be decided: a request that spends nothing, costs more
+/// than the capacity, names an empty or oversized key, or a stacked one that names a key
+/// twice, cannot be made, so no store (the crate's or a user's) decides what it means. A look
+/// of cost 0 is the level, on every store the same.
+#[test]
+fn a_store_request_that_could_not_be_decided_cannot_be_made() {
+    use ratelimit::store::{Check, Mode, StoreKey};
+    let quota = Quota::per_second(5).unwrap();
+    let now = START.as_nanos() as u64;
+    assert!(matches!(StoreKey::new(""), Err(Error::InvalidKey { .. })));
+    assert!(matches!(
+        StoreKey::new(&"k".repeat(4097)),
+        Err(Error::InvalidKey { .. })
+    ));
+    let key = StoreKey::new("user:1").unwrap();
+    assert!(!format!("{key:?}").contains("user"), "keys are not printed");
+    assert!(matches!(
+        Request::spend(key, &quota, 0, now),
+        Err(Error::ZeroCost)
+    ));
+    assert!(matches!(
+        Request::new(key, &quota, 6, now, Mode::Look),
+        Err(Error::CostAboveCapacity { .. })
+    ));
+    let other = StoreKey::new("user:2").unwrap();
+    let twice = [
+        Check {
+            key,
+            quota: &quota,
+            cost: 1,
+        },
+        Check {
+            key: other,
+            quota: &quota,
+            cost: 1,
+        },
+        Check {
+            key,
+            quota: &quota,
+            cost: 1,
+        },
+    ];
+    assert!(matches!(
+        Stacked::new(&twice, now, Mode::Spend),
+        Err(Error::InvalidKey { .. })
+    ));
+    assert!(matches!(
+        Stacked::new(&twice[..2], now, Mode::Spend).map(|s| s.requests().count()),
+        Ok(2)
+    ));
+    // Spend 2, then look at the level: 3 remain, and nothing more is spent by looking.
+    let store = MemoryStore::new();
+    let spend = Request::spend(key, &quota, 2, now).unwrap();
+    assert!(store.decide(spend).now_or_never().unwrap().unwrap().allowed);
+    let level = Request::look(key, &quota, 0, now).unwrap();
+    for _ in 0..2 {
+        let d = store.decide(level).now_or_never().unwrap().unwrap();
+        assert!(d.allowed);
+        assert_eq!(d.remaining, 3);
+    }
+    let _: Decision = store.decide_now(spend).unwrap().unwrap();
+    assert_eq!(store.decide_now(level).unwrap().unwrap().remaining, 1);
+}
