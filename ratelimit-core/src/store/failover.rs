@@ -127,9 +127,7 @@ impl<S: Store> Failover<S> {
     fn instead(&self, error: Error, request: &Request<'_>) -> Result<Decision, Error> {
         self.failed(&error);
         match (self.policy, &self.fallback) {
-            (FailurePolicy::Allow, _) => {
-                Ok(Decision::unlimited_for(request.quota(), request.now()))
-            }
+            (FailurePolicy::Allow, _) => Ok(Decision::unlimited_for(request.now())),
             (FailurePolicy::Local { pods }, Some(local)) => {
                 let share = share(request.quota(), pods)?;
                 let (key, cost, now) = (request.key(), request.cost(), request.now());
@@ -189,7 +187,7 @@ impl<S: Store> Store for Failover<S> {
         match (self.policy, &self.fallback) {
             (FailurePolicy::Allow, _) => Ok(checks
                 .iter()
-                .map(|c| Decision::unlimited_for(c.quota, now))
+                .map(|_| Decision::unlimited_for(now))
                 .collect()),
             (FailurePolicy::Local { pods }, Some(local)) => {
                 let shares = checks
