@@ -57,7 +57,8 @@ impl Answer {
 
 impl Decision {
     /// The `429 Too Many Requests` for this refusal: a JSON body
-    /// `{"code":"RATE_LIMITED","retryAfter":<seconds>,"limit":<limit>,"remaining":0}` and
+    /// `{"code":"RATE_LIMITED","retryAfter":<seconds>,"limit":<limit>,"remaining":<n>}` (`n`:
+    /// what remains, 0 or fewer units than a refused call of a larger cost asked for) and
     /// `Retry-After`, without the other rate-limit headers ([`headers`](Self::headers), or
     /// [`Error::answer`] for a refusal with them).
     ///

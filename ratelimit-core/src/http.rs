@@ -134,7 +134,7 @@ impl Decision {
     }
 
     /// The `429 Too Many Requests` for this refusal, its [`refusal`](Self::refusal) answer: a
-    /// JSON body `{"code":"RATE_LIMITED","retryAfter":<seconds>,"limit":<limit>,"remaining":0}`
+    /// JSON body `{"code":"RATE_LIMITED","retryAfter":<seconds>,"limit":<limit>,"remaining":<n>}`
     /// and `Retry-After`, without the other rate-limit headers (add
     /// [`header_map`](Self::header_map) for those, as `impl IntoResponse for Error` does). The
     /// decision is in the response's extensions.

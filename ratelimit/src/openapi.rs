@@ -46,7 +46,7 @@ pub fn too_many_requests() -> Response {
         .property("retryAfter", integer("Seconds to wait before retrying"))
         .required("retryAfter")
         .property("limit", integer("The limit, burst included"))
-        .property("remaining", integer("Calls left in the window: 0"))
+        .property("remaining", integer("Units left in the window: 0, or fewer than a refused call of a larger cost asked for"))
         .build();
     let header = |description: &str, ty: Type| {
         HeaderBuilder::new()
@@ -79,7 +79,7 @@ pub fn too_many_requests() -> Response {
         .header(
             "RateLimit",
             header(
-                "IETF RateLimit field: every policy's remaining and reset",
+                "IETF RateLimit field (draft-ietf-httpapi-ratelimit-headers-09): every policy's remaining and t, on a 429 the same point in time as Retry-After",
                 Type::String,
             ),
         )

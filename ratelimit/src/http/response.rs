@@ -8,7 +8,7 @@ use axum::response::{IntoResponse, Response};
 use crate::{Decision, Error};
 
 /// The default refusal: `429` with `{"code":"RATE_LIMITED","retryAfter":..,"limit":..,
-/// "remaining":0}` and `Retry-After` ([`Decision::too_many_requests`]).
+/// "remaining":..}` and `Retry-After` ([`Decision::too_many_requests`]).
 pub(crate) fn refused(decision: &Decision) -> Response {
     decision.too_many_requests()
 }
