@@ -371,7 +371,8 @@ async fn the_skipper_exempts_a_class_of_requests() {
 }
 
 #[tokio::test]
-async fn per_route_budgets_follow_the_route_template_and_unmatched_requests_share_one() {
+async fn per_route_budgets_follow_the_route_template_head_spends_from_get_and_unmatched_share_one()
+{
     let (limiter, _clock) = fixed_window();
     let app = Router::new()
         .route("/orders/{id}", get(|| async { "order" }))
@@ -387,6 +388,11 @@ async fn per_route_budgets_follow_the_route_template_and_unmatched_requests_shar
     assert_eq!(server.get("/orders/2").await.status(), 200);
     assert_eq!(server.get("/orders/3").await.status(), 429);
     assert_eq!(server.get("/users/1").await.status(), 200);
+    // HEAD runs the GET handler: it spends from GET's budget, not from one of its own.
+    let head = |path: &str| server.client.head(format!("{}{path}", server.base)).send();
+    assert_eq!(head("/users/2").await.unwrap().status(), 200);
+    assert_eq!(head("/users/3").await.unwrap().status(), 429);
+    assert_eq!(server.get("/users/4").await.status(), 429);
     // Probing for paths is counted, in one budget.
     assert_eq!(server.get("/nope/1").await.status(), 404);
     assert_eq!(server.get("/nope/2").await.status(), 404);

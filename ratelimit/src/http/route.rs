@@ -21,7 +21,10 @@ pub const UNMATCHED: &str = "unmatched";
 ///
 /// A standard method on a known path that the route does not answer (a `405`) is counted
 /// under its own `"<METHOD> <template>"`: the limiter runs before the router knows. That is at
-/// most nine budgets per route, so still bounded.
+/// most eight budgets per route, so still bounded.
+///
+/// `HEAD` is counted as `GET`: axum answers it with the `GET` handler, so a budget of its own
+/// would let that handler run twice the limit.
 ///
 /// [`RateLimitLayer::per_route`](super::RateLimitLayer::per_route) puts this after each
 /// limit's budget name; a closure key extractor can use it as a part of the key.
@@ -41,7 +44,11 @@ pub fn route_of(parts: &Parts) -> String {
         && parts.headers.contains_key(ACCESS_CONTROL_REQUEST_METHOD);
     match parts.extensions.get::<MatchedPath>() {
         Some(path) if !preflight && standard.contains(&parts.method) => {
-            format!("{} {}", parts.method, path.as_str())
+            let method = match parts.method {
+                Method::HEAD => &Method::GET,
+                ref other => other,
+            };
+            format!("{method} {}", path.as_str())
         }
         _ => UNMATCHED.to_owned(),
     }
