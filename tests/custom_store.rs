@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ratelimit::store::{Check, Store, StoredState};
+use ratelimit::store::{Request, Stacked, Store, StoredState};
 use ratelimit::{
     Config, Decision, Error, ManualClock, Nanos, Options, Quota, QuotaError, RateLimitService,
     StoreConfig, Strategy, Tier,
@@ -26,50 +26,43 @@ struct MapStore {
 }
 
 impl Store for MapStore {
-    async fn decide(
-        &self,
-        key: &str,
-        quota: &Quota,
-        cost: u64,
-        now: Nanos,
-        commit: bool,
-    ) -> Result<Decision, Error> {
+    async fn decide(&self, request: Request<'_>) -> Result<Decision, Error> {
+        let (key, quota, now) = (request.key().as_str(), request.quota(), request.now());
         let mut map = self.map.lock().unwrap();
         let mut state = match map.get(key) {
             Some((bytes, expires)) if *expires > now => StoredState::from_bytes(bytes)?,
             _ => StoredState::new(quota),
         };
-        let decision = state.decide(now, quota, cost, commit)?;
-        if commit && decision.allowed {
+        let decision = state.decide(&request)?;
+        if request.spends() && decision.allowed {
             let expires = state.expires_at(quota);
             map.insert(key.to_owned(), (state.to_bytes(), expires));
         }
         Ok(decision)
     }
 
-    async fn decide_all(
-        &self,
-        checks: &[Check<'_>],
-        now: Nanos,
-        commit: bool,
-    ) -> Result<Vec<Decision>, Error> {
+    async fn decide_all(&self, stacked: Stacked<'_>) -> Result<Vec<Decision>, Error> {
+        let (checks, now) = (stacked.checks(), stacked.now());
         let mut map = self.map.lock().unwrap();
         let mut states = Vec::with_capacity(checks.len());
         for check in checks {
-            states.push(match map.get(check.key) {
+            states.push(match map.get(check.key.as_str()) {
                 Some((bytes, expires)) if *expires > now => StoredState::from_bytes(bytes)?,
                 _ => StoredState::new(check.quota),
             });
         }
         let mut decisions = Vec::with_capacity(checks.len());
-        for (check, state) in checks.iter().zip(&mut states) {
-            decisions.push(state.decide(now, check.quota, check.cost, false)?);
+        for (request, state) in stacked.requests().zip(&mut states) {
+            decisions.push(state.decide(&request.as_look())?);
         }
-        if commit && decisions.iter().all(|d| d.allowed) {
-            for (i, (check, state)) in checks.iter().zip(&mut states).enumerate() {
-                decisions[i] = state.decide(now, check.quota, check.cost, true)?;
-                let expires = state.expires_at(check.quota);
-                map.insert(check.key.to_owned(), (state.to_bytes(), expires));
+        if stacked.spends() && decisions.iter().all(|d| d.allowed) {
+            for (i, (request, state)) in stacked.requests().zip(&mut states).enumerate() {
+                decisions[i] = state.decide(&request)?;
+                let expires = state.expires_at(request.quota());
+                map.insert(
+                    request.key().as_str().to_owned(),
+                    (state.to_bytes(), expires),
+                );
             }
         }
         Ok(decisions)
@@ -213,41 +206,24 @@ struct AtOnceStore {
 }
 
 impl Store for AtOnceStore {
-    fn decide_now(
-        &self,
-        key: &str,
-        quota: &Quota,
-        cost: u64,
-        now: Nanos,
-        commit: bool,
-    ) -> Option<Result<Decision, Error>> {
+    fn decide_now(&self, request: Request<'_>) -> Option<Result<Decision, Error>> {
+        let key = request.key().as_str();
         self.asked_now.lock().unwrap().push(key.to_owned());
         if !self.at_once.load(std::sync::atomic::Ordering::Relaxed) {
             return None;
         }
-        let decided = self.map.decide(key, quota, cost, now, commit);
+        let decided = self.map.decide(request);
         Some(futures::FutureExt::now_or_never(decided).expect("the map answers at once"))
     }
 
-    async fn decide(
-        &self,
-        key: &str,
-        quota: &Quota,
-        cost: u64,
-        now: Nanos,
-        commit: bool,
-    ) -> Result<Decision, Error> {
+    async fn decide(&self, request: Request<'_>) -> Result<Decision, Error> {
+        let key = request.key().as_str();
         self.awaited.lock().unwrap().push(key.to_owned());
-        self.map.decide(key, quota, cost, now, commit).await
+        self.map.decide(request).await
     }
 
-    async fn decide_all(
-        &self,
-        checks: &[Check<'_>],
-        now: Nanos,
-        commit: bool,
-    ) -> Result<Vec<Decision>, Error> {
-        self.map.decide_all(checks, now, commit).await
+    async fn decide_all(&self, stacked: Stacked<'_>) -> Result<Vec<Decision>, Error> {
+        self.map.decide_all(stacked).await
     }
 
     async fn reset(&self, key: &str) -> Result<bool, Error> {

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use proptest::prelude::*;
-use ratelimit::store::StoredState;
+use ratelimit::store::{Mode, Request, StoreKey, StoredState};
 use ratelimit::{
     format_window, parse_window, Config, Error, ManualClock, MemoryStore, Name, Nanos, Options,
     ParseError, Quota, Rate, RateLimitService, Strategy as Algorithm, Tier, MAX_CAPACITY,
@@ -777,7 +777,9 @@ fn check_read(bytes: &[u8], quota: &Quota, now: Nanos) -> Result<(), TestCaseErr
     state.expires_at(quota);
     for (cost, commit) in [(0, false), (1, false), (1, true), (quota.capacity(), true)] {
         let mut decided = state.clone();
-        match decided.decide(now, quota, cost, commit) {
+        let mode = if commit { Mode::Spend } else { Mode::Look };
+        let request = Request::new(StoreKey::new("k").unwrap(), quota, cost, now, mode).unwrap();
+        match decided.decide(&request) {
             Ok(_) => {
                 decided.expires_at(quota);
                 let written = decided.to_bytes();
@@ -845,7 +847,9 @@ fn written() -> impl Strategy<Value = (Quota, Vec<u8>, Nanos)> {
             let mut at = START.as_nanos() as Nanos;
             for (step, cost) in calls {
                 at += step;
-                state.decide(at, &quota, cost.min(limit), true).unwrap();
+                let key = StoreKey::new("k").unwrap();
+                let request = Request::spend(key, &quota, cost.min(limit), at).unwrap();
+                state.decide(&request).unwrap();
             }
             (quota, state.to_bytes(), at)
         })

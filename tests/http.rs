@@ -15,11 +15,11 @@ use axum::middleware::{self, Next};
 use axum::routing::get;
 use axum::Router;
 use ratelimit::http::{ApiKey, ClientIp, RateLimitLayer, TrustedProxies, UNMATCHED};
-use ratelimit::store::{Check, Store};
+use ratelimit::store::{self, Stacked, Store};
 use ratelimit::testing::TestModule;
 use ratelimit::{
-    rate_limit, Answer, Config, Decision, Error, ManualClock, Module, Nanos, Options, Quota,
-    RateLimitService, Strategy,
+    rate_limit, Answer, Config, Decision, Error, ManualClock, Module, Options, RateLimitService,
+    Strategy,
 };
 use ratelimit_tests::{service, START};
 use serde_json::{json, Value};
@@ -696,25 +696,13 @@ async fn on_refused_shapes_the_refusal_and_keeps_the_headers() {
 struct Broken;
 
 impl Store for Broken {
-    async fn decide(
-        &self,
-        _key: &str,
-        _quota: &Quota,
-        _cost: u64,
-        _now: Nanos,
-        _commit: bool,
-    ) -> Result<Decision, Error> {
+    async fn decide(&self, _: store::Request<'_>) -> Result<Decision, Error> {
         Err(Error::Store {
             message: "connection refused".into(),
         })
     }
 
-    async fn decide_all(
-        &self,
-        _checks: &[Check<'_>],
-        _now: Nanos,
-        _commit: bool,
-    ) -> Result<Vec<Decision>, Error> {
+    async fn decide_all(&self, _: Stacked<'_>) -> Result<Vec<Decision>, Error> {
         Err(Error::Store {
             message: "connection refused".into(),
         })

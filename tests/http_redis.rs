@@ -97,7 +97,7 @@ async fn concurrent_clients_on_redis_get_exactly_their_limit() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_dead_redis_is_503_under_deny_and_served_under_allow() {
+async fn a_dead_redis_is_503_under_deny_and_served_under_allow_without_rate_limit_fields() {
     let mut server = RedisServer::start();
     let (deny, deny_runs) = app(redis(&server, FailurePolicy::Deny, "http-deny"), 5);
     let (allow, allow_runs) = app(redis(&server, FailurePolicy::Allow, "http-allow"), 5);
@@ -121,8 +121,19 @@ async fn a_dead_redis_is_503_under_deny_and_served_under_allow() {
     );
     // The handler ran for the first request only.
     assert_eq!(deny_runs.load(Ordering::SeqCst), 1);
-    // Allow: availability over the limit, said so in the configuration.
-    assert_eq!(get(&allow).await.unwrap().status(), 200);
+    // Allow: availability over the limit, said so in the configuration. Nothing was
+    // decided, so nothing is advertised: a spent budget (`r=0`) would make polite clients
+    // back off exactly when nothing is limited.
+    let served = get(&allow).await.unwrap();
+    assert_eq!(served.status(), 200);
+    for field in [
+        "ratelimit",
+        "ratelimit-policy",
+        "x-ratelimit-remaining",
+        "retry-after",
+    ] {
+        assert!(served.headers().get(field).is_none(), "{field} sent");
+    }
     assert_eq!(allow_runs.load(Ordering::SeqCst), 1);
 }
 

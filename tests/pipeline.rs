@@ -6,9 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::FutureExt;
-use ratelimit::store::{Check, Store};
+use ratelimit::store::{Request, Stacked, Store};
 use ratelimit::{
-    Config, Decision, Error, ManualClock, MemoryStore, Nanos, Options, Quota, QuotaError,
+    Config, Decision, Error, ManualClock, MemoryStore, Options, Quota, QuotaError,
     RateLimitService, Strategy,
 };
 use ratelimit_tests::START;
@@ -17,23 +17,11 @@ use ratelimit_tests::START;
 struct NoLog(MemoryStore);
 
 impl Store for NoLog {
-    async fn decide(
-        &self,
-        key: &str,
-        quota: &Quota,
-        cost: u64,
-        now: Nanos,
-        commit: bool,
-    ) -> Result<Decision, Error> {
-        self.0.decide(key, quota, cost, now, commit).await
+    async fn decide(&self, request: Request<'_>) -> Result<Decision, Error> {
+        self.0.decide(request).await
     }
-    async fn decide_all(
-        &self,
-        checks: &[Check<'_>],
-        now: Nanos,
-        commit: bool,
-    ) -> Result<Vec<Decision>, Error> {
-        self.0.decide_all(checks, now, commit).await
+    async fn decide_all(&self, stacked: Stacked<'_>) -> Result<Vec<Decision>, Error> {
+        self.0.decide_all(stacked).await
     }
     async fn reset(&self, key: &str) -> Result<bool, Error> {
         Store::reset(&self.0, key).await
@@ -200,4 +188,68 @@ fn scopes_and_modules_on_one_thread_never_share_a_prepared_site() {
     assert!(once_an_hour().is_ok());
     assert!(exceeded(once_an_hour()));
     assert_eq!(counts(again.stats()), (1, 1));
+}
+
+/// A store is asked only what could be decided: a request that spends nothing, costs more
+/// than the capacity, names an empty or oversized key, or a stacked one that names a key
+/// twice, cannot be made, so no store (the crate's or a user's) decides what it means. A look
+/// of cost 0 is the level, on every store the same.
+#[test]
+fn a_store_request_that_could_not_be_decided_cannot_be_made() {
+    use ratelimit::store::{Check, Mode, StoreKey};
+    let quota = Quota::per_second(5).unwrap();
+    let now = START.as_nanos() as u64;
+    assert!(matches!(StoreKey::new(""), Err(Error::InvalidKey { .. })));
+    assert!(matches!(
+        StoreKey::new(&"k".repeat(4097)),
+        Err(Error::InvalidKey { .. })
+    ));
+    let key = StoreKey::new("user:1").unwrap();
+    assert!(!format!("{key:?}").contains("user"), "keys are not printed");
+    assert!(matches!(
+        Request::spend(key, &quota, 0, now),
+        Err(Error::ZeroCost)
+    ));
+    assert!(matches!(
+        Request::new(key, &quota, 6, now, Mode::Look),
+        Err(Error::CostAboveCapacity { .. })
+    ));
+    let other = StoreKey::new("user:2").unwrap();
+    let twice = [
+        Check {
+            key,
+            quota: &quota,
+            cost: 1,
+        },
+        Check {
+            key: other,
+            quota: &quota,
+            cost: 1,
+        },
+        Check {
+            key,
+            quota: &quota,
+            cost: 1,
+        },
+    ];
+    assert!(matches!(
+        Stacked::new(&twice, now, Mode::Spend),
+        Err(Error::InvalidKey { .. })
+    ));
+    assert!(matches!(
+        Stacked::new(&twice[..2], now, Mode::Spend).map(|s| s.requests().count()),
+        Ok(2)
+    ));
+    // Spend 2, then look at the level: 3 remain, and nothing more is spent by looking.
+    let store = MemoryStore::new();
+    let spend = Request::spend(key, &quota, 2, now).unwrap();
+    assert!(store.decide(spend).now_or_never().unwrap().unwrap().allowed);
+    let level = Request::look(key, &quota, 0, now).unwrap();
+    for _ in 0..2 {
+        let d = store.decide(level).now_or_never().unwrap().unwrap();
+        assert!(d.allowed);
+        assert_eq!(d.remaining, 3);
+    }
+    let _: Decision = store.decide_now(spend).unwrap().unwrap();
+    assert_eq!(store.decide_now(level).unwrap().unwrap().remaining, 1);
 }

@@ -10,10 +10,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ratelimit::store::{Check, Store};
+use ratelimit::store::{Request, Stacked, Store};
 use ratelimit::testing::TokioClock;
 use ratelimit::{
-    rate_limit, Config, ConfigBuilder, Decision, Error, MemoryStore, Module, Nanos, Options, Quota,
+    rate_limit, Config, ConfigBuilder, Decision, Error, MemoryStore, Module, Options,
     RateLimitService, Strategy, Tier,
 };
 use tokio::time::Instant;
@@ -52,28 +52,16 @@ struct Watched {
 }
 
 impl Store for Watched {
-    async fn decide(
-        &self,
-        key: &str,
-        quota: &Quota,
-        cost: u64,
-        now: Nanos,
-        commit: bool,
-    ) -> Result<Decision, Error> {
+    async fn decide(&self, request: Request<'_>) -> Result<Decision, Error> {
         self.decisions.fetch_add(1, Ordering::Relaxed);
         if self.slow.load(Ordering::Relaxed) {
             // Tokio's paused time: the store answers 60 s later on the test's clock, at once.
             tokio::time::sleep(Duration::from_secs(60)).await;
         }
-        Store::decide(&self.store, key, quota, cost, now, commit).await
+        Store::decide(&self.store, request).await
     }
-    async fn decide_all(
-        &self,
-        checks: &[Check<'_>],
-        now: Nanos,
-        commit: bool,
-    ) -> Result<Vec<Decision>, Error> {
-        Store::decide_all(&self.store, checks, now, commit).await
+    async fn decide_all(&self, stacked: Stacked<'_>) -> Result<Vec<Decision>, Error> {
+        Store::decide_all(&self.store, stacked).await
     }
     async fn reset(&self, key: &str) -> Result<bool, Error> {
         Store::reset(&self.store, key).await

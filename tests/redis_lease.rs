@@ -15,7 +15,7 @@ use std::time::Duration;
 use std::sync::Arc;
 
 use futures::FutureExt;
-use ratelimit::store::Store;
+use ratelimit::store::{Request, Store, StoreKey};
 use ratelimit::{
     Config, Counts, Decision, Error, LeaseOptions, Options, Quota, RateLimitService, RedisOptions,
     RedisStore, StoreConfig, Strategy,
@@ -788,9 +788,8 @@ async fn a_grant_over_an_unfinished_lease_spends_its_leftover_units_not_drops_th
         for cost in [4, 4, 4, 5].into_iter().cycle().take(400) {
             use ratelimit::Clock as _;
             let now = ratelimit::SystemClock.now();
-            let decision = Store::decide(&store, &key, &quota, cost, now, true)
-                .await
-                .unwrap();
+            let request = Request::spend(StoreKey::new(&key).unwrap(), &quota, cost, now).unwrap();
+            let decision = Store::decide(&store, request).await.unwrap();
             admitted += if decision.allowed { cost } else { 0 };
         }
         assert!(
@@ -887,7 +886,12 @@ async fn spend_units(
     cost: u64,
 ) -> Result<Decision, Error> {
     use ratelimit::Clock as _;
-    Store::decide(store, key, quota, cost, ratelimit::SystemClock.now(), true).await
+    let now = ratelimit::SystemClock.now();
+    Store::decide(
+        store,
+        Request::spend(StoreKey::new(key)?, quota, cost, now)?,
+    )
+    .await
 }
 
 /// Long enough for a request to be written to a paused server's socket.

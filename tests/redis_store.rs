@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ratelimit::store::Store;
+use ratelimit::store::{Request, Store, StoreKey};
 use ratelimit::{
     Config, Error, FailurePolicy, ManualClock, Options, Quota, RateLimitService, RedisOptions,
     RedisStore, StoreConfig, Strategy,
@@ -117,9 +117,9 @@ async fn one_round_trip_per_decision() {
             assert_eq!(d.allowed, i < 3, "{strategy} call {i}");
         }
         let now = ratelimit::Clock::now(&ratelimit::SystemClock);
-        Store::decide(&store, &format!("{p}:{strategy}"), &quota, 1, now, false)
-            .await
-            .unwrap();
+        let key = format!("{p}:{strategy}");
+        let look = Request::look(StoreKey::new(&key).unwrap(), &quota, 1, now).unwrap();
+        Store::decide(&store, look).await.unwrap();
         let marker = format!("end-of-{strategy}");
         redis::cmd("ECHO").arg(&marker).exec(&mut c).unwrap();
         let seen = monitor.until(&marker);

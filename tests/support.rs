@@ -96,8 +96,11 @@ pub async fn acquire(
     key: &str,
     quota: &ratelimit::Quota,
 ) -> Result<ratelimit::Decision, ratelimit::Error> {
+    use ratelimit::store::{Request, StoreKey};
     use ratelimit::Clock as _;
-    ratelimit::store::Store::decide(store, key, quota, 1, ratelimit::SystemClock.now(), true).await
+    let now = ratelimit::SystemClock.now();
+    let request = Request::spend(StoreKey::new(key)?, quota, 1, now)?;
+    ratelimit::store::Store::decide(store, request).await
 }
 
 /// What a `tracing` subscriber writes, kept for a test to read.

@@ -360,6 +360,37 @@ mod tests {
         assert_eq!(refusal.body, error.answer().body);
     }
 
+    /// A sliding log of 2 per 6 s refuses a third call 2 s after the first: the next call may
+    /// pass in 4 s, the budget is full in 6. `t` said 6 beside `Retry-After: 4`; the draft
+    /// asks for the same point in time.
+    #[test]
+    fn retry_after_and_t_name_the_same_point_in_time_on_a_refusal() {
+        let clock = ManualClock::new(Duration::from_secs(1_000_000));
+        let quota = Quota::new(2, Duration::from_secs(6))
+            .unwrap()
+            .with_strategy(Strategy::SlidingWindow);
+        let store = MemoryStore::new();
+        store.acquire("k", &quota, 1, clock.now()).unwrap();
+        clock.advance(Duration::from_secs(2));
+        store.acquire("k", &quota, 1, clock.now()).unwrap();
+        let refused = store.acquire("k", &quota, 1, clock.now()).unwrap();
+        assert!(!refused.allowed);
+        assert_eq!(refused.retry_after, Some(Duration::from_secs(4)));
+        assert_eq!(refused.reset_after, Duration::from_secs(6));
+        let answer = Error::Exceeded(Box::new(Exceeded {
+            decision: refused,
+            budget: None,
+        }))
+        .answer();
+        assert_eq!(answer.header("retry-after"), Some("4"));
+        assert_eq!(answer.header("ratelimit"), Some("\"default\";r=0;t=4"));
+        // Admitted, `t` is still the time until the budget is full.
+        clock.advance(Duration::from_secs(4));
+        let admitted = store.acquire("k", &quota, 1, clock.now()).unwrap();
+        let headers = admitted.headers();
+        assert!(headers.contains(&("ratelimit", "\"default\";r=0;t=6".to_owned())));
+    }
+
     #[test]
     fn a_refusal_without_a_wait_still_asks_for_a_second() {
         let mut error = exceeded();

@@ -90,15 +90,11 @@ impl Decision {
     }
 
     /// An allowance that counted nothing, for a store that could not decide under
-    /// [`FailurePolicy::Allow`](crate::store::FailurePolicy::Allow): `remaining: 0`.
-    pub(crate) fn unlimited_for(quota: &crate::Quota, now: Nanos) -> Self {
-        let verdict = Verdict {
-            allowed: true,
-            remaining: 0,
-            reset_at: now.saturating_add(quota.window().as_nanos() as Nanos),
-            retry_after: None,
-        };
-        Self::for_quota(verdict, now, quota)
+    /// [`FailurePolicy::Allow`](crate::store::FailurePolicy::Allow): as
+    /// [`unlimited`](Self::unlimited), so an HTTP answer carries no rate-limit fields (it
+    /// would advertise a spent budget, `r=0`, exactly when nothing is limited).
+    pub(crate) fn unlimited_for(now: Nanos) -> Self {
+        Self::unlimited(now)
     }
 
     /// An "allowed" decision for a limiter that was switched off (`enabled = false`):
@@ -166,7 +162,12 @@ impl Decision {
             retry_after: self.retry_after.map(retry_secs),
             name: policy.or(self.tier.as_deref()).unwrap_or("default"),
             window: secs(self.window).max(1),
-            reset_after: secs(self.reset_after),
+            // On a refusal, `t` is the same point in time as `Retry-After` (the draft's rule),
+            // not the time until the budget is full.
+            reset_after: match self.retry_after {
+                Some(retry) => retry_secs(retry),
+                None => secs(self.reset_after),
+            },
         })
     }
 }
@@ -207,7 +208,9 @@ pub(crate) struct HeaderFields<'a> {
     pub(crate) name: &'a str,
     /// The window in whole seconds, rounded up, at least 1.
     pub(crate) window: u64,
-    /// Seconds until the budget is full again, rounded up.
+    /// The `RateLimit` item's `t`: seconds until the budget is full again, rounded up; on a
+    /// refusal, `Retry-After` (the same point in time, as draft-ietf-httpapi-ratelimit-headers-09
+    /// asks).
     pub(crate) reset_after: u64,
 }
 

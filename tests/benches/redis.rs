@@ -43,7 +43,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ratelimit::store::{Check, Store};
+use ratelimit::store::{Request, Stacked, Store, StoreKey};
 use ratelimit::{
     Clock, Config, Decision, Error, ManualClock, Nanos, Options, Quota, RateLimitService,
     RedisOptions, RedisStore, Strategy, SystemClock,
@@ -469,7 +469,10 @@ impl<S: Store> DirectStore for S {
         quota: &'a Quota,
         now: Nanos,
     ) -> Pin<Box<dyn Future<Output = Result<Decision, Error>> + Send + 'a>> {
-        Box::pin(self.decide(key, quota, 1, now, true))
+        Box::pin(async move {
+            let request = Request::spend(StoreKey::new(key)?, quota, 1, now)?;
+            self.decide(request).await
+        })
     }
 }
 
@@ -576,14 +579,9 @@ impl redis::aio::ConnectionLike for PeerConnection {
 }
 
 impl Store for PeerStore {
-    async fn decide(
-        &self,
-        key: &str,
-        quota: &Quota,
-        cost: u64,
-        now: Nanos,
-        _commit: bool,
-    ) -> Result<Decision, Error> {
+    async fn decide(&self, request: Request<'_>) -> Result<Decision, Error> {
+        let (key, quota) = (request.key().as_str(), request.quota());
+        let (cost, now) = (request.cost(), request.now());
         let limit = quota.capacity();
         let window_s = quota.window().as_secs().max(1);
         let mut invocation = self.script.prepare_invoke();
@@ -644,16 +642,11 @@ impl Store for PeerStore {
         Ok(decision)
     }
 
-    async fn decide_all(
-        &self,
-        checks: &[Check<'_>],
-        now: Nanos,
-        commit: bool,
-    ) -> Result<Vec<Decision>, Error> {
+    async fn decide_all(&self, stacked: Stacked<'_>) -> Result<Vec<Decision>, Error> {
         // Not atomic: the bench decides one limit at a time.
         let mut decisions = Vec::new();
-        for c in checks {
-            decisions.push(self.decide(c.key, c.quota, c.cost, now, commit).await?);
+        for request in stacked.requests() {
+            decisions.push(self.decide(request).await?);
         }
         Ok(decisions)
     }

@@ -316,30 +316,18 @@ mod tests {
 
     use super::*;
     use crate::registry::{Limiter, Spec};
-    use crate::store::{Check, MemoryStore, Store};
-    use crate::{Decision, Nanos, Quota};
+    use crate::store::{MemoryStore, Request, Stacked, Store};
+    use crate::Decision;
 
     /// A store that always awaits: the memory store's decisions, never made at once.
     struct Waiting(MemoryStore);
 
     impl Store for Waiting {
-        async fn decide(
-            &self,
-            key: &str,
-            quota: &Quota,
-            cost: u64,
-            now: Nanos,
-            commit: bool,
-        ) -> Result<Decision, Error> {
-            self.0.decide(key, quota, cost, now, commit).await
+        async fn decide(&self, request: Request<'_>) -> Result<Decision, Error> {
+            self.0.decide(request).await
         }
-        async fn decide_all(
-            &self,
-            checks: &[Check<'_>],
-            now: Nanos,
-            commit: bool,
-        ) -> Result<Vec<Decision>, Error> {
-            self.0.decide_all(checks, now, commit).await
+        async fn decide_all(&self, stacked: Stacked<'_>) -> Result<Vec<Decision>, Error> {
+            self.0.decide_all(stacked).await
         }
         async fn reset(&self, key: &str) -> Result<bool, Error> {
             Store::reset(&self.0, key).await

@@ -70,7 +70,7 @@ impl RateLimitService {
         let decided = with_key_buffer(|buffer| {
             site.compose(buffer, key);
             let started = self.inner.latency.start();
-            match store.decide_now(buffer, &site.quota, site.cost, now, site.spend) {
+            match store.decide_now(site.request(buffer, now)) {
                 Some(decided) => {
                     self.inner.latency.finish(started);
                     Ok(decided)
@@ -118,9 +118,7 @@ impl RateLimitService {
         }
         let started = self.inner.latency.start();
         let store = &*self.inner.store;
-        let decided = store
-            .decide(store_key, &site.quota, site.cost, now, site.spend)
-            .await;
+        let decided = store.decide(site.request(store_key, now)).await;
         self.inner.latency.finish(started);
         self.name_tier(site, decided, true)
     }

@@ -3,10 +3,12 @@
 //! caller that makes many calls.
 
 use super::{Call, RateLimitService};
+use crate::clock::Nanos;
 use crate::error::Error;
 use crate::key::{self, KeyParts};
 use crate::quota::Quota;
 use crate::stats::Counters;
+use crate::store::{Mode, Request, StoreKey};
 
 /// What a call site fixes, borrowed from whoever prepared it: the resolved quota and tier,
 /// the budget and its counters, the store key's parts around the user key, what a call costs
@@ -49,6 +51,19 @@ impl Site<'_> {
             Some(suffix) => out.push_str(suffix),
             None => key::write_suffix(out, &parts, &self.quota),
         });
+    }
+
+    /// Step 4's request on the store key step 3 composed, at `now` (the call checked).
+    #[inline]
+    pub(crate) fn request<'k>(&'k self, store_key: &'k str, now: Nanos) -> Request<'k> {
+        let mode = if self.spend { Mode::Spend } else { Mode::Look };
+        Request::checked(
+            StoreKey::composed(store_key),
+            &self.quota,
+            self.cost,
+            now,
+            mode,
+        )
     }
 
     /// The store key of a call with user `key`, checked and composed (for the paths that

@@ -8,7 +8,7 @@ use crate::clock::Nanos;
 use crate::decision::Decision;
 use crate::error::{Error, Exceeded};
 use crate::stats::Outcome;
-use crate::store::Check;
+use crate::store::{Check, Mode, Stacked, StoreKey};
 
 impl RateLimitService {
     /// Decides one call against several limits as one (stacked limits: a short window against
@@ -93,15 +93,17 @@ impl RateLimitService {
         function: &'static str,
     ) -> Result<Vec<Decision>, Error> {
         let decisions = match self.stacked(limits)? {
-            Stacked::Unlimited(decisions) => decisions,
-            Stacked::Keys(sites, keys, now) => {
+            Keyed::Unlimited(decisions) => decisions,
+            Keyed::Keys(sites, keys, now) => {
                 let checks = checks(&keys, &sites);
                 let store = &*self.inner.store;
-                let result = match store.decides_at_once() {
-                    true => store.decide_all_now(&checks, now, commits(&sites)),
-                    false => None,
-                };
-                let result = result.unwrap_or(Err(Error::SyncOnWaitingStore { function }));
+                let result = stacked(&checks, &sites, now).and_then(|stacked| {
+                    match store.decides_at_once() {
+                        true => store.decide_all_now(stacked),
+                        false => None,
+                    }
+                    .unwrap_or(Err(Error::SyncOnWaitingStore { function }))
+                });
                 self.finish_stacked(&sites, result)?
             }
         };
@@ -113,15 +115,17 @@ impl RateLimitService {
         limits: &[(Option<&str>, Call<'_>)],
     ) -> Result<Vec<Decision>, Error> {
         let (sites, keys, now) = match self.stacked(limits)? {
-            Stacked::Unlimited(decisions) => return Ok(decisions),
-            Stacked::Keys(sites, keys, now) => (sites, keys, now),
+            Keyed::Unlimited(decisions) => return Ok(decisions),
+            Keyed::Keys(sites, keys, now) => (sites, keys, now),
         };
         let checks = checks(&keys, &sites);
-        let commit = commits(&sites);
         let store = &*self.inner.store;
-        let result = match store.decide_all_now(&checks, now, commit) {
-            Some(result) => result,
-            None => store.decide_all(&checks, now, commit).await,
+        let result = match stacked(&checks, &sites, now) {
+            Ok(stacked) => match store.decide_all_now(stacked) {
+                Some(result) => result,
+                None => store.decide_all(stacked).await,
+            },
+            Err(e) => Err(e),
         };
         self.finish_stacked(&sites, result)
     }
@@ -131,7 +135,7 @@ impl RateLimitService {
     fn stacked<'a>(
         &'a self,
         limits: &'a [(Option<&'a str>, Call<'a>)],
-    ) -> Result<Stacked<'a>, Error> {
+    ) -> Result<Keyed<'a>, Error> {
         let mut sites = Vec::with_capacity(limits.len());
         let mut keys = Vec::with_capacity(limits.len());
         for (key, options) in limits {
@@ -146,11 +150,11 @@ impl RateLimitService {
         }
         let now = self.inner.clock.now();
         if !self.inner.config.enabled() {
-            return Ok(Stacked::Unlimited(
+            return Ok(Keyed::Unlimited(
                 limits.iter().map(|_| Decision::unlimited(now)).collect(),
             ));
         }
-        Ok(Stacked::Keys(sites, keys, now))
+        Ok(Keyed::Keys(sites, keys, now))
     }
 
     /// Counts the store's answer for every limit and names their tiers.
@@ -159,7 +163,7 @@ impl RateLimitService {
         sites: &[Site<'_>],
         result: Result<Vec<Decision>, Error>,
     ) -> Result<Vec<Decision>, Error> {
-        let commit = commits(sites);
+        let commit = sites.iter().all(|s| s.spend);
         let mut decisions = match result {
             Ok(d) => d,
             Err(e) => {
@@ -208,7 +212,7 @@ impl RateLimitService {
 
 /// What a stacked call needs from the store: every limit's site and store key, and the time;
 /// or, limiting disabled, the decisions already.
-enum Stacked<'a> {
+enum Keyed<'a> {
     Unlimited(Vec<Decision>),
     Keys(Vec<Site<'a>>, Vec<String>, Nanos),
 }
@@ -218,16 +222,25 @@ fn checks<'a>(keys: &'a [String], sites: &'a [Site<'_>]) -> Vec<Check<'a>> {
     keys.iter()
         .zip(sites)
         .map(|(key, site)| Check {
-            key,
+            key: StoreKey::composed(key),
             quota: &site.quota,
             cost: site.cost,
         })
         .collect()
 }
 
-/// Spends only when every limit asks to; a look otherwise.
-fn commits(sites: &[Site<'_>]) -> bool {
-    sites.iter().all(|s| s.spend)
+/// The store's request: spends only when every limit asks to; a look otherwise. An error
+/// for the same store key twice (see [`Stacked::new`]).
+fn stacked<'a>(
+    checks: &'a [Check<'a>],
+    sites: &[Site<'_>],
+    now: Nanos,
+) -> Result<Stacked<'a>, Error> {
+    let mode = match sites.iter().all(|s| s.spend) {
+        true => Mode::Spend,
+        false => Mode::Look,
+    };
+    Stacked::new(checks, now, mode)
 }
 /// `Err(Error::Exceeded(..))` carrying the refusing limit's decision (of several, the one to
 /// wait for longest).

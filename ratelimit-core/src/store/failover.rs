@@ -3,8 +3,7 @@
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::{Check, MemoryStore, Store};
-use crate::clock::Nanos;
+use super::{Check, MemoryStore, Request, Stacked, Store};
 use crate::decision::Decision;
 use crate::error::Error;
 use crate::quota::{Quota, QuotaError};
@@ -125,20 +124,14 @@ impl<S> Failover<S> {
 impl<S: Store> Failover<S> {
     /// The policy's answer to a single decision the store could not make (`error`), the
     /// failure logged.
-    fn instead(
-        &self,
-        error: Error,
-        key: &str,
-        quota: &Quota,
-        cost: u64,
-        now: Nanos,
-        commit: bool,
-    ) -> Result<Decision, Error> {
+    fn instead(&self, error: Error, request: &Request<'_>) -> Result<Decision, Error> {
         self.failed(&error);
         match (self.policy, &self.fallback) {
-            (FailurePolicy::Allow, _) => Ok(Decision::unlimited_for(quota, now)),
+            (FailurePolicy::Allow, _) => Ok(Decision::unlimited_for(request.now())),
             (FailurePolicy::Local { pods }, Some(local)) => {
-                local.decide_at(key, &share(quota, pods)?, cost, now, commit)
+                let share = share(request.quota(), pods)?;
+                let (key, cost, now) = (request.key(), request.cost(), request.now());
+                local.decide_request(&Request::new(key, &share, cost, now, request.mode())?)
             }
             _ => Err(error),
         }
@@ -159,16 +152,9 @@ fn share(quota: &Quota, pods: u32) -> Result<Quota, Error> {
 }
 
 impl<S: Store> Store for Failover<S> {
-    async fn decide(
-        &self,
-        key: &str,
-        quota: &Quota,
-        cost: u64,
-        now: Nanos,
-        commit: bool,
-    ) -> Result<Decision, Error> {
-        match self.store.decide(key, quota, cost, now, commit).await {
-            Err(e) if is_store_failure(&e) => self.instead(e, key, quota, cost, now, commit),
+    async fn decide(&self, request: Request<'_>) -> Result<Decision, Error> {
+        match self.store.decide(request).await {
+            Err(e) if is_store_failure(&e) => self.instead(e, &request),
             other => {
                 self.recovered();
                 other
@@ -181,29 +167,16 @@ impl<S: Store> Store for Failover<S> {
     /// leased unit, a refusal still in force) stands under every policy: it is the store's
     /// own, recorded there before; and it says nothing of whether the backend answers now,
     /// so it neither starts nor ends the failure (nor logs).
-    fn decide_now(
-        &self,
-        key: &str,
-        quota: &Quota,
-        cost: u64,
-        now: Nanos,
-        commit: bool,
-    ) -> Option<Result<Decision, Error>> {
-        Some(
-            match self.store.decide_now(key, quota, cost, now, commit)? {
-                Err(e) if is_store_failure(&e) => self.instead(e, key, quota, cost, now, commit),
-                other => other,
-            },
-        )
+    fn decide_now(&self, request: Request<'_>) -> Option<Result<Decision, Error>> {
+        Some(match self.store.decide_now(request)? {
+            Err(e) if is_store_failure(&e) => self.instead(e, &request),
+            other => other,
+        })
     }
 
-    async fn decide_all(
-        &self,
-        checks: &[Check<'_>],
-        now: Nanos,
-        commit: bool,
-    ) -> Result<Vec<Decision>, Error> {
-        let error = match self.store.decide_all(checks, now, commit).await {
+    async fn decide_all(&self, stacked: Stacked<'_>) -> Result<Vec<Decision>, Error> {
+        let (checks, now) = (stacked.checks(), stacked.now());
+        let error = match self.store.decide_all(stacked).await {
             Err(e) if is_store_failure(&e) => e,
             other => {
                 self.recovered();
@@ -214,7 +187,7 @@ impl<S: Store> Store for Failover<S> {
         match (self.policy, &self.fallback) {
             (FailurePolicy::Allow, _) => Ok(checks
                 .iter()
-                .map(|c| Decision::unlimited_for(c.quota, now))
+                .map(|_| Decision::unlimited_for(now))
                 .collect()),
             (FailurePolicy::Local { pods }, Some(local)) => {
                 let shares = checks
@@ -226,7 +199,7 @@ impl<S: Store> Store for Failover<S> {
                     .zip(&shares)
                     .map(|(c, quota)| Check { quota, ..*c })
                     .collect();
-                local.decide_all_at(&local_checks, now, commit)
+                local.decide_all_at(&Stacked::new(&local_checks, now, stacked.mode())?)
             }
             _ => Err(error),
         }

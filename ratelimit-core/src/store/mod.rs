@@ -19,6 +19,7 @@ pub(crate) mod failover;
 pub(crate) mod memory;
 #[cfg(feature = "redis")]
 pub(crate) mod redis;
+mod request;
 mod state;
 
 // Without Redis, only doc links (`crate::store::FailurePolicy`) name these here.
@@ -27,9 +28,9 @@ pub(crate) use self::failover::{Failover, FailurePolicy};
 pub(crate) use self::memory::{MemoryOptions, MemoryStore};
 #[cfg(feature = "redis")]
 pub(crate) use self::redis::{RedisOptions, RedisStore};
+pub use self::request::{Check, Mode, Request, Stacked, StoreKey};
 pub use self::state::StoredState;
 
-use crate::clock::Nanos;
 use crate::decision::Decision;
 use crate::error::Error;
 use crate::quota::{Quota, QuotaError};
@@ -37,66 +38,62 @@ use crate::quota::{Quota, QuotaError};
 /// A place where limiter state lives, deciding each call in one atomic step.
 ///
 /// The service composes the key (prefix, budget, tier, user key and the quota's identity) and
-/// hands the store a [`Quota`] that is already valid: a store keys its state by `key` alone,
-/// and never needs to validate the quota again.
+/// asks the store with a [`Request`]: a [`StoreKey`], a [`Quota`] that is already valid, the
+/// call's cost (checked under the quota), the time, and a [`Mode`] (spend or look). A store
+/// keys its state by the key alone and never validates the request again.
 ///
 /// Contract, checked by the crate's own stores and expected of yours:
-/// - **Atomic**: with `commit`, the decision and the record of an admitted call are one step;
-///   with a limit of L, exactly L of any number of concurrent calls pass.
-/// - **Fail closed**: state of an unexpected shape under `key` is
+/// - **Atomic**: in [`Mode::Spend`], the decision and the record of an admitted call are one
+///   step; with a limit of L, exactly L of any number of concurrent calls pass.
+/// - **Fail closed**: state of an unexpected shape under the key is
 ///   [`Error::UnexpectedState`] (and left as it was), never a fresh key; a store that cannot
 ///   answer returns [`Error::Store`] or [`Error::Timeout`], never an allowance.
-/// - **Cost 0** (only without `commit`) is a look at the level now: what remains, when the
-///   budget is full again, `allowed` when a call of cost 1 would pass. [`StoredState::decide`]
-///   implements all of this.
+/// - **Looks** ([`Mode::Look`]) spend nothing; a look of cost 0 is the level now (see
+///   [`Mode::Look`]). [`StoredState::decide`] implements all of this.
 ///
 /// ```
 /// use std::collections::HashMap;
 /// use std::sync::{Arc, Mutex};
-/// use ratelimit_core::store::{Check, Store, StoredState};
-/// use ratelimit_core::{Config, Decision, Error, Nanos, Options, Quota, RateLimitService};
-/// use ratelimit_core::SystemClock;
+/// use ratelimit_core::store::{Request, Stacked, Store, StoredState};
+/// use ratelimit_core::{Config, Decision, Error, Options, RateLimitService, SystemClock};
 ///
 /// /// A store over a plain map: the shape of one over any storage with transactions.
 /// #[derive(Default)]
 /// struct MapStore(Mutex<HashMap<String, Vec<u8>>>);
 ///
 /// impl Store for MapStore {
-///     async fn decide(&self, key: &str, quota: &Quota, cost: u64, now: Nanos, commit: bool)
-///         -> Result<Decision, Error>
-///     {
+///     async fn decide(&self, request: Request<'_>) -> Result<Decision, Error> {
 ///         let mut map = self.0.lock().unwrap(); // the transaction
+///         let key = request.key().as_str();
 ///         let mut state = match map.get(key) {
 ///             Some(bytes) => StoredState::from_bytes(bytes)?,
-///             None => StoredState::new(quota),
+///             None => StoredState::new(request.quota()),
 ///         };
-///         let decision = state.decide(now, quota, cost, commit)?;
-///         if commit && decision.allowed {
+///         let decision = state.decide(&request)?;
+///         if request.spends() && decision.allowed {
 ///             map.insert(key.to_owned(), state.to_bytes());
 ///         }
 ///         Ok(decision)
 ///     }
 ///
-///     async fn decide_all(&self, checks: &[Check<'_>], now: Nanos, commit: bool)
-///         -> Result<Vec<Decision>, Error>
-///     {
+///     async fn decide_all(&self, stacked: Stacked<'_>) -> Result<Vec<Decision>, Error> {
 ///         let mut map = self.0.lock().unwrap(); // one transaction for every limit
 ///         let mut states = Vec::new();
-///         for c in checks {
-///             states.push(match map.get(c.key) {
+///         for c in stacked.checks() {
+///             states.push(match map.get(c.key.as_str()) {
 ///                 Some(bytes) => StoredState::from_bytes(bytes)?,
 ///                 None => StoredState::new(c.quota),
 ///             });
 ///         }
 ///         // Look at every limit; spend from each only if all admit the call.
 ///         let mut decisions = Vec::new();
-///         for (c, state) in checks.iter().zip(&mut states) {
-///             decisions.push(state.decide(now, c.quota, c.cost, false)?);
+///         for (request, state) in stacked.requests().zip(&mut states) {
+///             decisions.push(state.decide(&request.as_look())?);
 ///         }
-///         if commit && decisions.iter().all(|d| d.allowed) {
-///             for (i, (c, state)) in checks.iter().zip(&mut states).enumerate() {
-///                 decisions[i] = state.decide(now, c.quota, c.cost, true)?;
-///                 map.insert(c.key.to_owned(), state.to_bytes());
+///         if stacked.spends() && decisions.iter().all(|d| d.allowed) {
+///             for (i, (request, state)) in stacked.requests().zip(&mut states).enumerate() {
+///                 decisions[i] = state.decide(&request)?;
+///                 map.insert(request.key().as_str().to_owned(), state.to_bytes());
 ///             }
 ///         }
 ///         Ok(decisions)
@@ -120,26 +117,16 @@ use crate::quota::{Quota, QuotaError};
 /// # Ok::<(), ratelimit_core::Error>(())
 /// ```
 pub trait Store: Send + Sync + 'static {
-    /// Decides a call of weight `cost` on `key` at `now` (nanoseconds since the epoch, from
-    /// the service's clock) and, with `commit`, records it if allowed.
-    fn decide(
-        &self,
-        key: &str,
-        quota: &Quota,
-        cost: u64,
-        now: Nanos,
-        commit: bool,
-    ) -> impl Future<Output = Result<Decision, Error>> + Send;
+    /// Decides `request` and, in [`Mode::Spend`], records the call if allowed.
+    fn decide(&self, request: Request<'_>) -> impl Future<Output = Result<Decision, Error>> + Send;
 
     /// Decides a call against several limits as one (stacked limits, such as a short
-    /// window against bursts and a long one): with `commit`, the call is admitted and spent
-    /// from every limit only if every limit admits it, in one atomic step; a call refused by
-    /// one limit spends nothing from the others. One decision per check, in order.
+    /// window against bursts and a long one): in [`Mode::Spend`], the call is admitted and
+    /// spent from every limit only if every limit admits it, in one atomic step; a call
+    /// refused by one limit spends nothing from the others. One decision per check, in order.
     fn decide_all(
         &self,
-        checks: &[Check<'_>],
-        now: Nanos,
-        commit: bool,
+        stacked: Stacked<'_>,
     ) -> impl Future<Output = Result<Vec<Decision>, Error>> + Send;
 
     /// Forgets `key`; returns whether it was held.
@@ -151,9 +138,9 @@ pub trait Store: Send + Sync + 'static {
     /// `None`, so a decision answered here builds no future.
     ///
     /// Contract: `Some` is exactly what `decide` would have decided and recorded at this
-    /// moment, with the same checks and the same errors; `None` has decided and spent
-    /// nothing (the service then calls `decide`). Default: `None` for every call, so a store
-    /// that always waits (a round trip per decision) does not implement it.
+    /// moment, with the same errors; `None` has decided and spent nothing (the service then
+    /// calls `decide`). Default: `None` for every call, so a store that always waits (a
+    /// round trip per decision) does not implement it.
     ///
     /// A store whose every decision is made in this process answers here, and its `decide`
     /// forwards:
@@ -161,41 +148,35 @@ pub trait Store: Send + Sync + 'static {
     /// ```
     /// use std::collections::HashMap;
     /// use std::sync::{Arc, Mutex};
-    /// use ratelimit_core::store::{Check, Store, StoredState};
-    /// use ratelimit_core::{Config, Decision, Error, Nanos, Options, Quota, RateLimitService};
-    /// use ratelimit_core::SystemClock;
+    /// use ratelimit_core::store::{Request, Stacked, Store, StoredState};
+    /// use ratelimit_core::{Config, Decision, Error, Options, RateLimitService, SystemClock};
     ///
     /// #[derive(Default)]
     /// struct Local(Mutex<HashMap<String, Vec<u8>>>);
     ///
     /// impl Store for Local {
-    ///     fn decide_now(&self, key: &str, quota: &Quota, cost: u64, now: Nanos, commit: bool)
-    ///         -> Option<Result<Decision, Error>>
-    ///     {
+    ///     fn decide_now(&self, request: Request<'_>) -> Option<Result<Decision, Error>> {
     ///         let mut map = self.0.lock().unwrap();
+    ///         let key = request.key().as_str();
     ///         let mut state = match map.get(key) {
     ///             Some(bytes) => match StoredState::from_bytes(bytes) {
     ///                 Ok(state) => state,
     ///                 Err(e) => return Some(Err(e)),
     ///             },
-    ///             None => StoredState::new(quota),
+    ///             None => StoredState::new(request.quota()),
     ///         };
-    ///         let decision = state.decide(now, quota, cost, commit);
-    ///         if commit && decision.as_ref().is_ok_and(|d| d.allowed) {
+    ///         let decision = state.decide(&request);
+    ///         if request.spends() && decision.as_ref().is_ok_and(|d| d.allowed) {
     ///             map.insert(key.to_owned(), state.to_bytes());
     ///         }
     ///         Some(decision)
     ///     }
     ///
-    ///     async fn decide(&self, key: &str, quota: &Quota, cost: u64, now: Nanos, commit: bool)
-    ///         -> Result<Decision, Error>
-    ///     {
-    ///         self.decide_now(key, quota, cost, now, commit).expect("decided at once")
+    ///     async fn decide(&self, request: Request<'_>) -> Result<Decision, Error> {
+    ///         self.decide_now(request).expect("decided at once")
     ///     }
     ///
-    ///     async fn decide_all(&self, _: &[Check<'_>], _: Nanos, _: bool)
-    ///         -> Result<Vec<Decision>, Error>
-    ///     {
+    ///     async fn decide_all(&self, _: Stacked<'_>) -> Result<Vec<Decision>, Error> {
     ///         Err(Error::Store { message: "no stacked limits here".into() })
     ///     }
     ///
@@ -212,27 +193,15 @@ pub trait Store: Send + Sync + 'static {
     /// assert!(!service.consume_now("user:1", &options).unwrap()?.allowed);
     /// # Ok::<(), ratelimit_core::Error>(())
     /// ```
-    fn decide_now(
-        &self,
-        key: &str,
-        quota: &Quota,
-        cost: u64,
-        now: Nanos,
-        commit: bool,
-    ) -> Option<Result<Decision, Error>> {
-        let _ = (key, quota, cost, now, commit);
+    fn decide_now(&self, request: Request<'_>) -> Option<Result<Decision, Error>> {
+        let _ = request;
         None
     }
 
     /// [`decide_all`](Self::decide_all) when the store can answer without waiting, under the
     /// contract of [`decide_now`](Self::decide_now). Default: `None` for every call.
-    fn decide_all_now(
-        &self,
-        checks: &[Check<'_>],
-        now: Nanos,
-        commit: bool,
-    ) -> Option<Result<Vec<Decision>, Error>> {
-        let _ = (checks, now, commit);
+    fn decide_all_now(&self, stacked: Stacked<'_>) -> Option<Result<Vec<Decision>, Error>> {
+        let _ = stacked;
         None
     }
 
@@ -254,42 +223,23 @@ pub trait Store: Send + Sync + 'static {
     }
 }
 
-/// One limit of a stacked decision ([`Store::decide_all`]): a key, its quota, the call's cost.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Check<'a> {
-    /// The store key.
-    pub key: &'a str,
-    /// The limit.
-    pub quota: &'a Quota,
-    /// What the call costs under it.
-    pub cost: u64,
-}
-
 /// What every store decides about a stacked call before touching any state, one entry per
-/// check: an error for a bad key, for the same key twice (its two looks would both see the
-/// state before either spent) or for a cost that can never pass; `Some` refusal for a zero
-/// capacity; `None` where the store decides.
+/// check: a refusal for a zero capacity, `None` where the store decides; an error for a clock
+/// out of range. (The keys and costs were checked when the [`Stacked`] was made.)
 pub(crate) fn precheck_all(
-    checks: &[Check<'_>],
-    now: Nanos,
-    commit: bool,
+    stacked: &Stacked<'_>,
 ) -> Result<Vec<Option<crate::algorithm::Verdict>>, Error> {
-    let mut fixed = Vec::with_capacity(checks.len());
-    for (i, check) in checks.iter().enumerate() {
-        crate::key::check_store_key(check.key)?;
-        if checks[..i].iter().any(|other| other.key == check.key) {
-            return Err(Error::InvalidKey {
-                reason: "the same key twice in one stacked decision",
-            });
-        }
-        fixed.push(crate::algorithm::precheck(
-            now,
-            check.quota,
-            check.cost,
-            commit,
-        )?);
-    }
-    Ok(fixed)
+    stacked
+        .requests()
+        .map(|r| {
+            Ok(crate::algorithm::precheck(
+                r.now(),
+                r.quota(),
+                r.cost(),
+                r.spends(),
+            )?)
+        })
+        .collect()
 }
 
 /// A boxed future, for stores behind `dyn`.
@@ -297,78 +247,37 @@ pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// [`Store`] with its futures boxed, so the service can hold any store behind one pointer.
 pub(crate) trait DynStore: Send + Sync + 'static {
-    fn decide<'a>(
-        &'a self,
-        key: &'a str,
-        quota: &'a Quota,
-        cost: u64,
-        now: Nanos,
-        commit: bool,
-    ) -> BoxFuture<'a, Result<Decision, Error>>;
+    fn decide<'a>(&'a self, request: Request<'a>) -> BoxFuture<'a, Result<Decision, Error>>;
     fn decide_all<'a>(
         &'a self,
-        checks: &'a [Check<'a>],
-        now: Nanos,
-        commit: bool,
+        stacked: Stacked<'a>,
     ) -> BoxFuture<'a, Result<Vec<Decision>, Error>>;
     fn reset<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<bool, Error>>;
-    fn decide_now(
-        &self,
-        key: &str,
-        quota: &Quota,
-        cost: u64,
-        now: Nanos,
-        commit: bool,
-    ) -> Option<Result<Decision, Error>>;
-    fn decide_all_now(
-        &self,
-        checks: &[Check<'_>],
-        now: Nanos,
-        commit: bool,
-    ) -> Option<Result<Vec<Decision>, Error>>;
+    fn decide_now(&self, request: Request<'_>) -> Option<Result<Decision, Error>>;
+    fn decide_all_now(&self, stacked: Stacked<'_>) -> Option<Result<Vec<Decision>, Error>>;
     fn decides_at_once(&self) -> bool;
     fn supports(&self, quota: &Quota) -> Result<(), QuotaError>;
 }
 
 impl<S: Store> DynStore for S {
-    fn decide<'a>(
-        &'a self,
-        key: &'a str,
-        quota: &'a Quota,
-        cost: u64,
-        now: Nanos,
-        commit: bool,
-    ) -> BoxFuture<'a, Result<Decision, Error>> {
-        Box::pin(Store::decide(self, key, quota, cost, now, commit))
+    fn decide<'a>(&'a self, request: Request<'a>) -> BoxFuture<'a, Result<Decision, Error>> {
+        Box::pin(Store::decide(self, request))
     }
     fn decide_all<'a>(
         &'a self,
-        checks: &'a [Check<'a>],
-        now: Nanos,
-        commit: bool,
+        stacked: Stacked<'a>,
     ) -> BoxFuture<'a, Result<Vec<Decision>, Error>> {
-        Box::pin(Store::decide_all(self, checks, now, commit))
+        Box::pin(Store::decide_all(self, stacked))
     }
     fn reset<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<bool, Error>> {
         Box::pin(Store::reset(self, key))
     }
-    fn decide_now(
-        &self,
-        key: &str,
-        quota: &Quota,
-        cost: u64,
-        now: Nanos,
-        commit: bool,
-    ) -> Option<Result<Decision, Error>> {
-        Store::decide_now(self, key, quota, cost, now, commit)
+    #[inline]
+    fn decide_now(&self, request: Request<'_>) -> Option<Result<Decision, Error>> {
+        Store::decide_now(self, request)
     }
-    fn decide_all_now(
-        &self,
-        checks: &[Check<'_>],
-        now: Nanos,
-        commit: bool,
-    ) -> Option<Result<Vec<Decision>, Error>> {
-        Store::decide_all_now(self, checks, now, commit)
+    fn decide_all_now(&self, stacked: Stacked<'_>) -> Option<Result<Vec<Decision>, Error>> {
+        Store::decide_all_now(self, stacked)
     }
     fn decides_at_once(&self) -> bool {
         Store::decides_at_once(self)

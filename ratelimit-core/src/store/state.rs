@@ -20,16 +20,16 @@ const VERSION: u8 = 1;
 /// program's value, a truncated write — are [`Error::UnexpectedState`], never a fresh key.
 ///
 /// ```
-/// use ratelimit_core::store::StoredState;
+/// use ratelimit_core::store::{Request, StoreKey, StoredState};
 /// use ratelimit_core::{Error, Quota};
 ///
 /// let quota = Quota::per_second(1)?;
 /// let mut state = StoredState::new(&quota);
-/// let now = 1_000_000_000;
-/// assert!(state.decide(now, &quota, 1, true)?.allowed);
+/// let request = Request::spend(StoreKey::new("user:1")?, &quota, 1, 1_000_000_000)?;
+/// assert!(state.decide(&request)?.allowed);
 /// let saved = state.to_bytes();
 /// let mut loaded = StoredState::from_bytes(&saved)?;
-/// assert!(!loaded.decide(now, &quota, 1, true)?.allowed);
+/// assert!(!loaded.decide(&request)?.allowed);
 /// assert!(matches!(StoredState::from_bytes(b"garbage"), Err(Error::UnexpectedState { .. })));
 /// # Ok::<(), Error>(())
 /// ```
@@ -50,18 +50,13 @@ impl StoredState {
         StoredState(State::new(quota.strategy()))
     }
 
-    /// Decides a call of weight `cost` at `now` and, with `commit`, records it if allowed.
-    /// The rules of every store: a cost of 0 (without `commit`) is a look at the level, a
-    /// cost above the capacity is [`Error::CostAboveCapacity`], a state of another strategy
-    /// (or a window starting off `quota`'s boundaries) is [`Error::UnexpectedState`].
-    pub fn decide(
-        &mut self,
-        now: Nanos,
-        quota: &Quota,
-        cost: u64,
-        commit: bool,
-    ) -> Result<Decision, Error> {
-        let verdict = algorithm::decide(&mut self.0, now, quota, cost, commit)?;
+    /// Decides `request` on this state and, in [`Mode::Spend`](super::Mode::Spend), records
+    /// the call if allowed. The rules of every store: a look of cost 0 is the level now; a
+    /// state of another strategy (or a window starting off the quota's boundaries) is
+    /// [`Error::UnexpectedState`].
+    pub fn decide(&mut self, request: &super::Request<'_>) -> Result<Decision, Error> {
+        let (now, quota) = (request.now(), request.quota());
+        let verdict = algorithm::decide(&mut self.0, now, quota, request.cost(), request.spends())?;
         Ok(Decision::for_quota(verdict, now, quota))
     }
 
@@ -160,6 +155,23 @@ impl StoredState {
 
 #[cfg(test)]
 mod tests {
+    /// One decision on `state`, as a store makes it.
+    fn decide(
+        state: &mut StoredState,
+        now: Nanos,
+        quota: &Quota,
+        cost: u64,
+        commit: bool,
+    ) -> Result<Decision, Error> {
+        let mode = if commit {
+            super::super::Mode::Spend
+        } else {
+            super::super::Mode::Look
+        };
+        let key = super::super::StoreKey::new("k")?;
+        state.decide(&super::super::Request::new(key, quota, cost, now, mode)?)
+    }
+
     use super::*;
 
     #[test]
@@ -168,7 +180,7 @@ mod tests {
             let q = Quota::per_second(3).unwrap().with_strategy(strategy);
             let mut s = StoredState::new(&q);
             for now in [10, 20, 30] {
-                s.decide(now, &q, 1, true).unwrap();
+                decide(&mut s, now, &q, 1, true).unwrap();
             }
             let bytes = s.to_bytes();
             let back = StoredState::from_bytes(&bytes).unwrap();
@@ -255,14 +267,14 @@ mod tests {
             let q = Quota::per_second(1).unwrap().with_strategy(strategy);
             let mut s = StoredState::new(&q);
             let now = 1_000 * sec;
-            assert!(s.decide(now, &q, 1, true).unwrap().allowed);
+            assert!(decide(&mut s, now, &q, 1, true).unwrap().allowed);
             let mut bytes = s.to_bytes();
             bytes[2] ^= 1;
             let mut shifted = StoredState::from_bytes(&bytes).unwrap();
             for (cost, commit) in [(1, true), (1, false), (0, false)] {
                 assert!(
                     matches!(
-                        shifted.decide(now, &q, cost, commit),
+                        decide(&mut shifted, now, &q, cost, commit),
                         Err(Error::UnexpectedState { .. })
                     ),
                     "{strategy}"
@@ -273,7 +285,7 @@ mod tests {
             let ns = Quota::new(1, std::time::Duration::from_nanos(1))
                 .unwrap()
                 .with_strategy(strategy);
-            assert!(!shifted.decide(now, &ns, 1, false).unwrap().allowed);
+            assert!(!decide(&mut shifted, now, &ns, 1, false).unwrap().allowed);
         }
     }
 }

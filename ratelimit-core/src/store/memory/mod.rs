@@ -18,6 +18,7 @@ use crate::clock::{Clock, Nanos};
 use crate::decision::Decision;
 use crate::error::Error;
 use crate::quota::Quota;
+use crate::store::{Request, Stacked};
 use crate::syntax::Strategy;
 
 const SHARDS: usize = 64;
@@ -281,7 +282,20 @@ impl MemoryStore {
         }
     }
 
-    /// The decision, synchronously: what [`Store::decide`](super::Store::decide) answers.
+    /// What [`Store::decide`](super::Store::decide) answers, synchronously.
+    #[inline]
+    pub(crate) fn decide_request(&self, request: &Request<'_>) -> Result<Decision, Error> {
+        let key = request.key().as_str();
+        self.decide_at(
+            key,
+            request.quota(),
+            request.cost(),
+            request.now(),
+            request.spends(),
+        )
+    }
+
+    /// The decision, synchronously.
     #[inline]
     pub(crate) fn decide_at(
         &self,
@@ -404,49 +418,25 @@ impl MemoryStore {
 /// Every decision is made in this process, at once: `decide_now` answers every call, and the
 /// awaited methods forward to it.
 impl super::Store for MemoryStore {
-    async fn decide(
-        &self,
-        key: &str,
-        quota: &Quota,
-        cost: u64,
-        now: Nanos,
-        commit: bool,
-    ) -> Result<Decision, Error> {
-        self.decide_at(key, quota, cost, now, commit)
+    async fn decide(&self, request: Request<'_>) -> Result<Decision, Error> {
+        self.decide_request(&request)
     }
 
     #[inline]
-    fn decide_now(
-        &self,
-        key: &str,
-        quota: &Quota,
-        cost: u64,
-        now: Nanos,
-        commit: bool,
-    ) -> Option<Result<Decision, Error>> {
-        Some(self.decide_at(key, quota, cost, now, commit))
+    fn decide_now(&self, request: Request<'_>) -> Option<Result<Decision, Error>> {
+        Some(self.decide_request(&request))
     }
 
-    fn decide_all_now(
-        &self,
-        checks: &[super::Check<'_>],
-        now: Nanos,
-        commit: bool,
-    ) -> Option<Result<Vec<Decision>, Error>> {
-        Some(self.decide_all_at(checks, now, commit))
+    fn decide_all_now(&self, stacked: Stacked<'_>) -> Option<Result<Vec<Decision>, Error>> {
+        Some(self.decide_all_at(&stacked))
     }
 
     fn decides_at_once(&self) -> bool {
         true
     }
 
-    async fn decide_all(
-        &self,
-        checks: &[super::Check<'_>],
-        now: Nanos,
-        commit: bool,
-    ) -> Result<Vec<Decision>, Error> {
-        self.decide_all_at(checks, now, commit)
+    async fn decide_all(&self, stacked: Stacked<'_>) -> Result<Vec<Decision>, Error> {
+        self.decide_all_at(&stacked)
     }
 
     async fn reset(&self, key: &str) -> Result<bool, Error> {

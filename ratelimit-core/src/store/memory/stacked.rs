@@ -17,7 +17,7 @@ use crate::clock::Nanos;
 use crate::decision::Decision;
 use crate::error::Error;
 use crate::quota::Quota;
-use crate::store::Check;
+use crate::store::{Check, Stacked};
 use crate::syntax::Strategy;
 
 /// Runs `$f::<Cell type>($args)` for the quota's strategy.
@@ -83,18 +83,14 @@ fn locked<'g>(
 
 impl MemoryStore {
     /// [`Store::decide_all`](crate::store::Store::decide_all), synchronously.
-    pub(crate) fn decide_all_at(
-        &self,
-        checks: &[Check<'_>],
-        now: Nanos,
-        commit: bool,
-    ) -> Result<Vec<Decision>, Error> {
+    pub(crate) fn decide_all_at(&self, stacked: &Stacked<'_>) -> Result<Vec<Decision>, Error> {
+        let (checks, now, commit) = (stacked.checks(), stacked.now(), stacked.spends());
         // Decided before any lock (see `precheck_all`).
-        let fixed = crate::store::precheck_all(checks, now, commit)?;
+        let fixed = crate::store::precheck_all(stacked)?;
         let at = self.decision_time(now);
         let hashes: Vec<u64> = checks
             .iter()
-            .map(|c| self.inner.hasher.hash_one(c.key.as_bytes()))
+            .map(|c| self.inner.hasher.hash_one(c.key.as_str().as_bytes()))
             .collect();
         let mut shards: Vec<usize> = hashes.iter().map(|&h| self.shard_index(h)).collect();
         shards.sort_unstable();
@@ -111,7 +107,7 @@ impl MemoryStore {
                     verdicts.push(*verdict);
                     continue;
                 }
-                let key = check.key.as_bytes();
+                let key = check.key.as_str().as_bytes();
                 let strategy = check.quota.strategy();
                 let tables = locked(&mut guards, self.shard_index(hash));
                 if tables.held_by_other(strategy, hash, key) {
@@ -136,7 +132,7 @@ impl MemoryStore {
             }
             let hasher = &self.inner.hasher;
             for ((check, &hash), verdict) in checks.iter().zip(&hashes).zip(verdicts.iter_mut()) {
-                let key = check.key.as_bytes();
+                let key = check.key.as_str().as_bytes();
                 let tables = locked(&mut guards, self.shard_index(hash));
                 *verdict = by_strategy!(
                     check.quota.strategy(),

@@ -12,6 +12,7 @@ use crate::clock::Nanos;
 use crate::decision::Decision;
 use crate::error::Error;
 use crate::quota::Quota;
+use crate::store::Request;
 
 impl RedisStore {
     /// The checks every decision makes before anything is answered, in the process or by
@@ -59,14 +60,14 @@ impl RedisStore {
     /// [`Store::decide_now`](crate::store::Store::decide_now): the checks, then what is
     /// answered here; `None` (nothing spent) for a look at the level and whatever Redis must
     /// decide.
-    pub(super) fn decided_here(
-        &self,
-        key: &str,
-        quota: &Quota,
-        cost: u64,
-        now: Nanos,
-        commit: bool,
-    ) -> Option<Result<Decision, Error>> {
+    pub(super) fn decided_here(&self, request: &Request<'_>) -> Option<Result<Decision, Error>> {
+        let (key, quota, cost, now) = (
+            request.key().as_str(),
+            request.quota(),
+            request.cost(),
+            request.now(),
+        );
+        let commit = request.spends();
         if cost == 0 && !commit {
             return None; // two looks, as `decide` makes them
         }

@@ -24,7 +24,7 @@ use crate::clock::Nanos;
 use crate::decision::Decision;
 use crate::error::Error;
 use crate::quota::{Quota, QuotaError};
-use crate::store::{Check, Store};
+use crate::store::{Check, Mode, Request, Stacked, Store};
 
 pub(super) struct Inner {
     pub(super) options: RedisOptions,
@@ -281,11 +281,10 @@ impl RedisStore {
     /// service's clock, for what is decided without asking Redis.
     pub(crate) async fn verdicts(
         &self,
-        checks: &[Check<'_>],
-        now: Nanos,
-        commit: bool,
+        stacked: &Stacked<'_>,
     ) -> Result<Vec<(Verdict, Nanos)>, Error> {
-        let local = crate::store::precheck_all(checks, now, commit)?;
+        let (checks, now, commit) = (stacked.checks(), stacked.now(), stacked.spends());
+        let local = crate::store::precheck_all(stacked)?;
         for check in checks {
             supports(check.quota)?;
         }
@@ -299,7 +298,7 @@ impl RedisStore {
             .collect();
         let mut replies = Vec::new().into_iter();
         if !asked.is_empty() {
-            let keys: Vec<&str> = asked.iter().map(|c| c.key).collect();
+            let keys: Vec<&str> = asked.iter().map(|c| c.key.as_str()).collect();
             let mut args = vec![u64::from(commit)];
             for check in &asked {
                 let [first, second] = arguments(check.quota);
@@ -328,40 +327,36 @@ impl RedisStore {
 }
 
 impl Store for RedisStore {
-    async fn decide(
-        &self,
-        key: &str,
-        quota: &Quota,
-        cost: u64,
-        now: Nanos,
-        commit: bool,
-    ) -> Result<Decision, Error> {
-        if cost == 0 && !commit {
+    async fn decide(&self, request: Request<'_>) -> Result<Decision, Error> {
+        let (key, quota, cost, now) = (
+            request.key().as_str(),
+            request.quota(),
+            request.cost(),
+            request.now(),
+        );
+        if request.mode() == Mode::Look && cost == 0 {
             // Boxed: a look's two round trips would make every call's future the larger.
-            // (A call of cost 0 that spends goes on, to be refused by the checks.)
             return Box::pin(self.look(key, quota, now)).await;
         }
-        let (verdict, at) = self.verdict(key, quota, cost, now, commit, false).await?;
+        let (verdict, at) = self
+            .verdict(key, quota, cost, now, request.spends(), false)
+            .await?;
         Ok(Decision::for_quota(verdict, at, quota))
     }
 
-    async fn decide_all(
-        &self,
-        checks: &[Check<'_>],
-        now: Nanos,
-        commit: bool,
-    ) -> Result<Vec<Decision>, Error> {
-        if !commit && checks.iter().any(|c| c.cost == 0) {
+    async fn decide_all(&self, stacked: Stacked<'_>) -> Result<Vec<Decision>, Error> {
+        if !stacked.spends() && stacked.checks().iter().any(|c| c.cost == 0) {
             // Looks at the level spend nothing, so they need no single step: each is the
             // two looks `decide` makes.
-            let mut decisions = Vec::with_capacity(checks.len());
-            for c in checks {
-                decisions.push(Store::decide(self, c.key, c.quota, c.cost, now, false).await?);
+            let mut decisions = Vec::with_capacity(stacked.checks().len());
+            for request in stacked.requests() {
+                decisions.push(Store::decide(self, request).await?);
             }
             return Ok(decisions);
         }
-        let verdicts = self.verdicts(checks, now, commit).await?;
-        Ok(checks
+        let verdicts = self.verdicts(&stacked).await?;
+        Ok(stacked
+            .checks()
             .iter()
             .zip(verdicts)
             .map(|(c, (v, at))| Decision::for_quota(v, at, c.quota))
@@ -372,15 +367,8 @@ impl Store for RedisStore {
     /// has not come (see [`RedisOptions::local_refusals`]), or one that spends a unit of its
     /// key's lease (see [`RedisOptions::leases`]). Looks at the level (cost 0) and everything
     /// else: `None`.
-    fn decide_now(
-        &self,
-        key: &str,
-        quota: &Quota,
-        cost: u64,
-        now: Nanos,
-        commit: bool,
-    ) -> Option<Result<Decision, Error>> {
-        self.decided_here(key, quota, cost, now, commit)
+    fn decide_now(&self, request: Request<'_>) -> Option<Result<Decision, Error>> {
+        self.decided_here(&request)
     }
 
     async fn reset(&self, key: &str) -> Result<bool, Error> {
@@ -395,6 +383,7 @@ impl Store for RedisStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::StoreKey;
     use std::time::Duration;
 
     /// The service boxes this future for every call that asks Redis, and moves it whole: it
@@ -408,7 +397,8 @@ mod tests {
     fn the_decision_future_stays_small() {
         let store = RedisStore::new(RedisOptions::new("redis://127.0.0.1:1")).unwrap();
         let quota = Quota::new(10, Duration::from_secs(60)).unwrap();
-        let decide = Store::decide(&store, "k", &quota, 1, 0, true);
+        let key = StoreKey::new("k").unwrap();
+        let decide = Store::decide(&store, Request::spend(key, &quota, 1, 0).unwrap());
         let size = std::mem::size_of_val(&decide);
         assert!(size < 2_000, "{size} bytes");
     }
@@ -420,7 +410,8 @@ mod tests {
         let options = RedisOptions::new("redis://127.0.0.1:1").timeout(Duration::MAX);
         let store = RedisStore::new(options).unwrap();
         let quota = Quota::new(10, Duration::from_secs(60)).unwrap();
-        let refused = Store::decide(&store, "k", &quota, 1, 0, true).await;
+        let key = StoreKey::new("k").unwrap();
+        let refused = Store::decide(&store, Request::spend(key, &quota, 1, 0).unwrap()).await;
         assert!(matches!(refused, Err(Error::Store { .. })), "{refused:?}");
     }
 }

@@ -1,0 +1,246 @@
+//! What a store is asked: [`Request`] for one limit, [`Stacked`] for several decided as one.
+//! Both are checked when they are made (the key, the cost under the quota, the mode), so a
+//! store never sees a call that could not be decided and never decides what a cost means.
+
+use std::fmt;
+
+use crate::algorithm;
+use crate::clock::Nanos;
+use crate::error::Error;
+use crate::quota::Quota;
+
+/// The key a store keeps one limit's state under: 1 to 4096 bytes. The service composes it
+/// (prefix, budget, tier, user key and the quota's identity); a caller of a store directly
+/// makes one with [`StoreKey::new`].
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct StoreKey<'a>(&'a str);
+
+impl<'a> StoreKey<'a> {
+    /// `key`, or [`Error::InvalidKey`] when it is empty or longer than 4096 bytes.
+    pub fn new(key: &'a str) -> Result<Self, Error> {
+        crate::key::check_store_key(key)?;
+        Ok(StoreKey(key))
+    }
+
+    /// A key the pipeline composed from a checked user key and the site's fixed parts.
+    #[inline]
+    pub(crate) fn composed(key: &'a str) -> Self {
+        debug_assert!(crate::key::check_store_key(key).is_ok());
+        StoreKey(key)
+    }
+
+    /// The key's text.
+    #[inline]
+    pub fn as_str(&self) -> &'a str {
+        self.0
+    }
+}
+
+/// Keys are user data: their text is not printed.
+impl fmt::Debug for StoreKey<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "StoreKey({} bytes)", self.0.len())
+    }
+}
+
+/// What a decision does with the budget.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Mode {
+    /// Admit the call if it passes and spend its cost from the budget, in one atomic step.
+    Spend,
+    /// Decide whether the call would pass, spending nothing. With a cost of 0, a look at
+    /// the level now: what remains, when the budget is full again, and `allowed` when a call
+    /// of cost 1 would pass.
+    Look,
+}
+
+/// One call asked of a [`Store`](super::Store): the store key, the limit, the call's cost,
+/// the time (nanoseconds since the epoch, on the service's clock) and the [`Mode`].
+///
+/// Made checked: a call that spends costs at least 1, and no call costs more than a
+/// non-zero capacity ([`Error::ZeroCost`], [`Error::CostAboveCapacity`]).
+///
+/// ```
+/// use ratelimit_core::store::{Mode, Request, StoreKey};
+/// use ratelimit_core::{Error, Quota};
+///
+/// let quota = Quota::per_second(5)?;
+/// let key = StoreKey::new("user:1")?;
+/// let request = Request::spend(key, &quota, 1, 1_000_000_000)?;
+/// assert_eq!(request.mode(), Mode::Spend);
+/// assert!(matches!(Request::spend(key, &quota, 0, 0), Err(Error::ZeroCost)));
+/// assert!(Request::look(key, &quota, 0, 0).is_ok()); // the level now
+/// # Ok::<(), Error>(())
+/// ```
+#[derive(Debug, Clone, Copy)]
+pub struct Request<'a> {
+    key: StoreKey<'a>,
+    quota: &'a Quota,
+    cost: u64,
+    now: Nanos,
+    mode: Mode,
+}
+
+impl<'a> Request<'a> {
+    /// A call of weight `cost` that spends if admitted.
+    pub fn spend(
+        key: StoreKey<'a>,
+        quota: &'a Quota,
+        cost: u64,
+        now: Nanos,
+    ) -> Result<Self, Error> {
+        Self::new(key, quota, cost, now, Mode::Spend)
+    }
+
+    /// Whether a call of weight `cost` would pass, spending nothing (cost 0: the level now).
+    pub fn look(key: StoreKey<'a>, quota: &'a Quota, cost: u64, now: Nanos) -> Result<Self, Error> {
+        Self::new(key, quota, cost, now, Mode::Look)
+    }
+
+    /// A request in `mode`, checked.
+    pub fn new(
+        key: StoreKey<'a>,
+        quota: &'a Quota,
+        cost: u64,
+        now: Nanos,
+        mode: Mode,
+    ) -> Result<Self, Error> {
+        algorithm::check_cost(quota, cost, mode == Mode::Spend)?;
+        Ok(Self::checked(key, quota, cost, now, mode))
+    }
+
+    /// A request whose cost the pipeline has checked (`Site::check`).
+    #[inline]
+    pub(crate) fn checked(
+        key: StoreKey<'a>,
+        quota: &'a Quota,
+        cost: u64,
+        now: Nanos,
+        mode: Mode,
+    ) -> Self {
+        debug_assert!(algorithm::check_cost(quota, cost, mode == Mode::Spend).is_ok());
+        Request {
+            key,
+            quota,
+            cost,
+            now,
+            mode,
+        }
+    }
+
+    /// The same call as a look: what a stacked decision asks of every limit first.
+    pub fn as_look(&self) -> Self {
+        Request {
+            mode: Mode::Look,
+            ..*self
+        }
+    }
+
+    /// The store key.
+    #[inline]
+    pub fn key(&self) -> StoreKey<'a> {
+        self.key
+    }
+
+    /// The limit.
+    #[inline]
+    pub fn quota(&self) -> &'a Quota {
+        self.quota
+    }
+
+    /// The call's weight.
+    #[inline]
+    pub fn cost(&self) -> u64 {
+        self.cost
+    }
+
+    /// The time of the decision, in nanoseconds since the epoch.
+    #[inline]
+    pub fn now(&self) -> Nanos {
+        self.now
+    }
+
+    /// Whether the call spends or looks.
+    #[inline]
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// Whether the call spends.
+    #[inline]
+    pub fn spends(&self) -> bool {
+        self.mode == Mode::Spend
+    }
+}
+
+/// One limit of a [`Stacked`] call: a key, its quota, the call's cost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Check<'a> {
+    /// The store key.
+    pub key: StoreKey<'a>,
+    /// The limit.
+    pub quota: &'a Quota,
+    /// What the call costs under it.
+    pub cost: u64,
+}
+
+/// A call decided against several limits as one ([`Store::decide_all`](super::Store::decide_all)),
+/// at one time and in one mode. Made checked: every check's cost as for a [`Request`], and no
+/// key twice (its two looks would both see the state before either spent).
+#[derive(Debug, Clone, Copy)]
+pub struct Stacked<'a> {
+    checks: &'a [Check<'a>],
+    now: Nanos,
+    mode: Mode,
+}
+
+impl<'a> Stacked<'a> {
+    /// `checks` at `now` in `mode`, checked.
+    pub fn new(checks: &'a [Check<'a>], now: Nanos, mode: Mode) -> Result<Self, Error> {
+        for (i, check) in checks.iter().enumerate() {
+            if checks[..i].iter().any(|other| other.key == check.key) {
+                return Err(Error::InvalidKey {
+                    reason: "the same key twice in one stacked decision",
+                });
+            }
+            algorithm::check_cost(check.quota, check.cost, mode == Mode::Spend)?;
+        }
+        Ok(Stacked { checks, now, mode })
+    }
+
+    /// The limits, in order.
+    pub fn checks(&self) -> &'a [Check<'a>] {
+        self.checks
+    }
+
+    /// Each limit as the one-limit request it is, in order.
+    pub fn requests(&self) -> impl Iterator<Item = Request<'a>> + 'a {
+        let (now, mode) = (self.now, self.mode);
+        self.checks
+            .iter()
+            .map(move |c| Request::checked(c.key, c.quota, c.cost, now, mode))
+    }
+
+    /// The time of the decision.
+    pub fn now(&self) -> Nanos {
+        self.now
+    }
+
+    /// Whether the call spends or looks.
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// Whether the call spends.
+    pub fn spends(&self) -> bool {
+        self.mode == Mode::Spend
+    }
+
+    /// The same call as a look at every limit.
+    pub fn as_look(&self) -> Self {
+        Stacked {
+            mode: Mode::Look,
+            ..*self
+        }
+    }
+}
