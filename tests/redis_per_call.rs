@@ -17,10 +17,10 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ratelimit::store::{Check, Store};
+use ratelimit::store::{Request, Stacked, Store};
 use ratelimit::testing::TestModule;
 use ratelimit::{
-    Decision, Error, LeaseOptions, Module, Nanos, Options, Quota, QuotaError, RateLimitService,
+    Decision, Error, LeaseOptions, Module, Options, Quota, QuotaError, RateLimitService,
     RedisOptions, RedisStore, StoreConfig, Strategy,
 };
 use ratelimit_tests::redis_server::{prefix, script_calls, RedisServer};
@@ -101,50 +101,26 @@ impl Counting {
 }
 
 impl Store for Counting {
-    async fn decide(
-        &self,
-        key: &str,
-        quota: &Quota,
-        cost: u64,
-        now: Nanos,
-        commit: bool,
-    ) -> Result<Decision, Error> {
-        self.ask(Asked::Awaited, key);
-        Store::decide(&self.inner, key, quota, cost, now, commit).await
+    async fn decide(&self, request: Request<'_>) -> Result<Decision, Error> {
+        self.ask(Asked::Awaited, request.key().as_str());
+        Store::decide(&self.inner, request).await
     }
 
-    async fn decide_all(
-        &self,
-        checks: &[Check<'_>],
-        now: Nanos,
-        commit: bool,
-    ) -> Result<Vec<Decision>, Error> {
-        Store::decide_all(&self.inner, checks, now, commit).await
+    async fn decide_all(&self, stacked: Stacked<'_>) -> Result<Vec<Decision>, Error> {
+        Store::decide_all(&self.inner, stacked).await
     }
 
     async fn reset(&self, key: &str) -> Result<bool, Error> {
         Store::reset(&self.inner, key).await
     }
 
-    fn decide_now(
-        &self,
-        key: &str,
-        quota: &Quota,
-        cost: u64,
-        now: Nanos,
-        commit: bool,
-    ) -> Option<Result<Decision, Error>> {
-        self.ask(Asked::Now, key);
-        Store::decide_now(&self.inner, key, quota, cost, now, commit)
+    fn decide_now(&self, request: Request<'_>) -> Option<Result<Decision, Error>> {
+        self.ask(Asked::Now, request.key().as_str());
+        Store::decide_now(&self.inner, request)
     }
 
-    fn decide_all_now(
-        &self,
-        checks: &[Check<'_>],
-        now: Nanos,
-        commit: bool,
-    ) -> Option<Result<Vec<Decision>, Error>> {
-        Store::decide_all_now(&self.inner, checks, now, commit)
+    fn decide_all_now(&self, stacked: Stacked<'_>) -> Option<Result<Vec<Decision>, Error>> {
+        Store::decide_all_now(&self.inner, stacked)
     }
 
     fn decides_at_once(&self) -> bool {
