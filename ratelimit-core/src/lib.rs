@@ -57,7 +57,7 @@ pub use window::Window;
 #[doc(hidden)]
 pub mod __private {
     pub use crate::registry::{
-        acquire, acquire_all, acquire_all_now, acquire_here, acquire_now, refuse, KeyArg,
-        KeyDirect, KeyDisplayed, KeyPart, KeyText, Refusal, RefusalError, Registered,
+        acquire, acquire_all, acquire_all_now, acquire_here, acquire_now, refuse, Here, KeyArg,
+        KeyDirect, KeyDisplayed, KeyPart, KeyText, Later, Refusal, RefusalError, Registered,
     };
 }

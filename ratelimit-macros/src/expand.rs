@@ -38,10 +38,11 @@
 //!             &__RATELIMIT_DECLARATION_0, Option::as_ref(&__ratelimit_key_0), __ratelimit_tier_0,
 //!             __ratelimit_cost_0,
 //!         ) {
-//!             Some(__ratelimit_decided) => __ratelimit_decided,
-//!             None => acquire(
-//!                 &__RATELIMIT_DECLARATION_0, Option::as_deref(&__ratelimit_key_0),
-//!                 __ratelimit_tier_0, __ratelimit_cost_0,
+//!             Here::Decided(__ratelimit_decided) => __ratelimit_decided,
+//!             // Not decided at once: awaited, on the store key `acquire_here` composed.
+//!             Here::Later(__ratelimit_later) => acquire(
+//!                 __ratelimit_later, &__RATELIMIT_DECLARATION_0,
+//!                 Option::as_deref(&__ratelimit_key_0), __ratelimit_tier_0, __ratelimit_cost_0,
 //!             ).await,
 //!         } {
 //!             return <Result<Receipt, AppError> as Refusal>::refused(__ratelimit_error);
@@ -276,13 +277,14 @@ fn body(all: &[Args], place: &Place, sig: &Signature, block: &Block) -> syn::Res
     // A sync fn is decided at once (the memory store; any other store refuses it).
     let check = match (limits.as_slice(), sig.asyncness.is_some()) {
         // Decided at the call site when it can be (see `acquire_here`), without building
-        // `acquire`'s future; otherwise awaited.
+        // `acquire`'s future; otherwise awaited, from where `acquire_here` got to.
         ([one], true) => {
             let (call, here, k) = (&one.call, &one.call_here, &k);
             let decided = syn::Ident::new("__ratelimit_decided", Span::mixed_site());
+            let later = syn::Ident::new("__ratelimit_later", Span::mixed_site());
             quote!(match #k::__private::acquire_here(#here) {
-                ::core::option::Option::Some(#decided) => #decided,
-                ::core::option::Option::None => #k::__private::acquire(#call).await,
+                #k::__private::Here::Decided(#decided) => #decided,
+                #k::__private::Here::Later(#later) => #k::__private::acquire(#later, #call).await,
             })
         }
         ([one], false) => {

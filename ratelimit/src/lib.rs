@@ -143,7 +143,7 @@ pub mod openapi;
 pub mod __private {
     pub use inventory;
     pub use ratelimit_core::__private::{
-        acquire, acquire_all, acquire_all_now, acquire_here, acquire_now, refuse, KeyArg,
+        acquire, acquire_all, acquire_all_now, acquire_here, acquire_now, refuse, Here, KeyArg,
         KeyDirect, KeyDisplayed, KeyPart, KeyText, Refusal, RefusalError, Registered,
     };
     pub use ratelimit_core::{Declaration, Spec, Strategy};

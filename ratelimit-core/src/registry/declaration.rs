@@ -162,12 +162,12 @@ impl Declaration {
     pub(super) fn with_prepared<T>(
         &'static self,
         on: Option<&RateLimitService>,
-        f: impl FnOnce(&Prepared) -> T,
+        f: impl FnOnce(&Arc<Held>) -> T,
     ) -> Option<T> {
         let held = self.prepared.load();
         match &*held {
-            Some(held) if self.stands_for(held, on) => Some(f(&held.prepared)),
-            _ => self.prepare(on).map(|held| f(&held.prepared)),
+            Some(held) if self.stands_for(held, on) => Some(f(held)),
+            _ => self.prepare(on).map(|held| f(&held)),
         }
     }
 

@@ -21,6 +21,7 @@ pub use limiter::Limiter;
 pub use module::{Module, ModuleBuilder};
 pub(crate) use runtime::replace_scoped;
 pub use runtime::{
-    acquire, acquire_all, acquire_all_now, acquire_here, acquire_now, refuse, Refusal, RefusalError,
+    acquire, acquire_all, acquire_all_now, acquire_here, acquire_now, refuse, Here, Later, Refusal,
+    RefusalError,
 };
 pub use spec::{Spec, TierSpec};

@@ -4,12 +4,13 @@
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
-use super::declaration::Declaration;
+use super::declaration::{Declaration, Held};
 use super::key_text::KeyText;
 use super::limiter::APP;
 use crate::error::Error;
-use crate::service::{Call, RateLimitService};
+use crate::service::{Call, Enforced, RateLimitService};
 
 /// Threads with a [`testing`](crate::testing) scope: while there is none (always, outside
 /// tests) a call does not look for one.
@@ -99,9 +100,25 @@ fn named(declaration: &'static Declaration, result: Result<(), Error>) -> Result
     }
 }
 
+/// What [`acquire_here`] made of an annotated async fn's call.
+#[doc(hidden)]
+pub enum Here {
+    /// Decided at once: `Ok` to proceed, `Err` the refusal.
+    Decided(Result<(), Error>),
+    /// Not decided, nothing spent: [`acquire`] awaits it.
+    Later(Later),
+}
+
+/// A call [`acquire_here`] could not decide at once, as far as it got: when it asked the
+/// store on the fn's prepared site, that site and the store key it composed, so that
+/// [`acquire`] only awaits the store, on that key (neither composing it again nor asking
+/// the store at once a second time).
+#[doc(hidden)]
+pub struct Later(Option<(Arc<Held>, String)>);
+
 /// What an annotated async fn tries before [`acquire`]: the decision made at once on its
 /// prepared call site (the memory store; a Redis store's leased budget or a refusal it
-/// holds), without building `acquire`'s future; `None` when it must be awaited.
+/// holds), without building `acquire`'s future; [`Here::Later`] when it must be awaited.
 #[doc(hidden)]
 #[inline]
 pub fn acquire_here(
@@ -109,32 +126,43 @@ pub fn acquire_here(
     key: Option<&KeyText>,
     tier: Option<&str>,
     cost: u64,
-) -> Option<Result<(), Error>> {
+) -> Here {
     let Ok(Decider::Prepared(scope)) = decider(declaration, tier) else {
-        return None;
+        return Here::Later(Later(None));
     };
     let key = key.map(|k| &**k);
-    declaration
-        .with_prepared(scope.as_ref(), |prepared| prepared.enforce_now(key, cost))
-        .flatten()
+    let here = declaration.with_prepared(scope.as_ref(), |held| {
+        match held.prepared.enforce_now(key, cost) {
+            Enforced::Decided(decided) => Here::Decided(decided),
+            Enforced::Later(store_key) => Here::Later(Later(Some((Arc::clone(held), store_key)))),
+            Enforced::Waits => Here::Later(Later(None)),
+        }
+    });
+    here.unwrap_or(Here::Later(Later(None)))
 }
 
-/// The check every annotated async fn runs before its body: `Ok` to proceed; `Err` is the
-/// refusal (over the limit, no module, unknown tier, store failure...).
+/// The check every annotated async fn runs before its body when [`acquire_here`] could not
+/// decide it: `Ok` to proceed; `Err` is the refusal (over the limit, no module, unknown
+/// tier, store failure...).
 #[doc(hidden)]
 pub async fn acquire(
+    later: Later,
     declaration: &'static Declaration,
     key: Option<&str>,
     tier: Option<&str>,
     cost: u64,
 ) -> Result<(), Error> {
+    // Boxed, here and below: the waiting path's futures are large, and this future is part
+    // of every annotated fn's, moved whole wherever it goes.
+    if let Later(Some((held, store_key))) = later {
+        let decided = Box::pin(held.prepared.enforce_later(key, cost, &store_key)).await;
+        return named(declaration, decided);
+    }
     let service = match decider(declaration, tier)? {
         Decider::Service(service) => service,
         Decider::Prepared(scope) => match declaration.held(scope.as_ref()) {
-            // Boxed: the waiting path's futures are large, and this future is part of every
-            // annotated fn's, moved whole wherever it goes.
             Some(held) => {
-                let decided = Box::pin(held.prepared.enforce_later(key, cost)).await;
+                let decided = Box::pin(held.prepared.enforce_waiting(key, cost)).await;
                 return named(declaration, decided);
             }
             // No service, or options that do not resolve: reported below.
@@ -162,8 +190,8 @@ pub fn acquire_now(
     let service = match decider(declaration, tier)? {
         Decider::Service(service) => service,
         Decider::Prepared(scope) => {
-            let decided = declaration.with_prepared(scope.as_ref(), |prepared| {
-                prepared.enforce_sync(key, cost, function)
+            let decided = declaration.with_prepared(scope.as_ref(), |held| {
+                held.prepared.enforce_sync(key, cost, function)
             });
             match decided {
                 Some(decided) => return decided,

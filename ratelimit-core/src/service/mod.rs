@@ -17,6 +17,7 @@ mod wait;
 
 pub(crate) use options::Call;
 pub use options::Options;
+pub(crate) use prepared::Enforced;
 pub use prepared::Prepared;
 
 use crate::clock::{Clock, SystemClock};

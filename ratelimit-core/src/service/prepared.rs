@@ -172,28 +172,46 @@ impl Prepared {
     }
 
     /// An annotated fn's call: user `key` (none: the budget alone) and `cost`, decided at
-    /// once when the store can; a refusal is an error. `None`, having spent nothing, when
-    /// it must be awaited ([`enforce_later`](Self::enforce_later)).
+    /// once when the store can; a refusal is an error. Otherwise, having spent nothing, the
+    /// store key it composed, for [`enforce_later`](Self::enforce_later) to await the store
+    /// on; or [`Enforced::Waits`] for a call that may wait in the queue.
     #[inline]
-    pub(crate) fn enforce_now(&self, key: Option<&str>, cost: u64) -> Option<Result<(), Error>> {
+    pub(crate) fn enforce_now(&self, key: Option<&str>, cost: u64) -> Enforced {
         let site = self.site(cost, true);
         if site.may_wait {
-            return None;
+            return Enforced::Waits;
         }
-        match self.service.decide_now(&site, key, false, Then::GiveUp) {
-            Now::Decided(Ok(decision)) if decision.allowed => Some(Ok(())),
-            Now::Decided(decided) => Some(
+        match self.service.decide_now(&site, key, false, Then::Await) {
+            Now::Decided(Ok(decision)) if decision.allowed => Enforced::Decided(Ok(())),
+            Now::Decided(decided) => Enforced::Decided(
                 decided
                     .and_then(|d| RateLimitService::admit(&site, d))
                     .map(drop),
             ),
-            Now::Later(_) => None,
+            Now::Later(store_key) => Enforced::Later(store_key),
         }
     }
 
-    /// [`enforce_now`](Self::enforce_now)'s awaited form: waits for the store, or in the
-    /// queue.
-    pub(crate) async fn enforce_later(&self, key: Option<&str>, cost: u64) -> Result<(), Error> {
+    /// [`enforce_now`](Self::enforce_now)'s awaited half: the store awaited once on
+    /// `store_key`, which `enforce_now` composed for this call (and asked the store at once
+    /// on), so neither is done again.
+    pub(crate) async fn enforce_later(
+        &self,
+        key: Option<&str>,
+        cost: u64,
+        store_key: &str,
+    ) -> Result<(), Error> {
+        let site = self.site(cost, true);
+        self.service
+            .decide_later(&site, key, store_key)
+            .await
+            .and_then(|d| RateLimitService::admit(&site, d))
+            .map(drop)
+    }
+
+    /// An annotated fn's call awaited from the start: in the queue when it may wait
+    /// ([`Enforced::Waits`]), else every step (a call `enforce_now` did not reach).
+    pub(crate) async fn enforce_waiting(&self, key: Option<&str>, cost: u64) -> Result<(), Error> {
         let site = self.site(cost, true);
         self.service
             .decide_waiting(&site, key)
@@ -213,4 +231,14 @@ impl Prepared {
         let site = self.site(cost, true);
         self.service.enforce_sync(&site, key, function)
     }
+}
+
+/// What [`Prepared::enforce_now`] made of an annotated fn's call.
+pub(crate) enum Enforced {
+    /// Decided at once (and recorded).
+    Decided(Result<(), Error>),
+    /// The store must be awaited, on this store key ([`Prepared::enforce_later`]).
+    Later(String),
+    /// The call may wait in the queue: nothing asked ([`Prepared::enforce_waiting`]).
+    Waits,
 }
