@@ -46,8 +46,8 @@ struct Seen {
     slowest: Duration,
     /// Decided by Redis.
     decided: u64,
-    /// `allow` admitting a call Redis could not decide (`remaining == 0` on a limit never
-    /// reached).
+    /// `allow` admitting a call Redis could not decide (a decision that counted nothing:
+    /// `limit == u64::MAX`).
     admitted_by_policy: u64,
     /// `deny` refusing with the store's error.
     refused_by_policy: u64,
@@ -103,8 +103,12 @@ impl Load {
                             s.decided += 1;
                             s.limited_admitted += u64::from(d.allowed);
                         }
+                        // An allowance by policy counted nothing: `Decision::unlimited`'s
+                        // limit (so an HTTP answer advertises no budget).
+                        Ok(d) if !deny && d.allowed && d.limit == u64::MAX => {
+                            s.admitted_by_policy += 1
+                        }
                         Ok(d) if d.allowed && d.remaining > 0 => s.decided += 1,
-                        Ok(d) if !deny && d.allowed => s.admitted_by_policy += 1,
                         Ok(d) => panic!("a call far from its limit was refused: {d:?}"),
                         Err(Error::Store { .. } | Error::Timeout { .. }) if deny => {
                             s.refused_by_policy += 1;
@@ -199,11 +203,12 @@ async fn exact_again(deny: &RateLimitService, allow: &RateLimitService, seen: &S
     for (name, s) in [("deny", deny), ("allow", allow)] {
         let key = format!("after-{name}");
         let deadline = Instant::now() + Duration::from_secs(10);
-        // Redis is back when a call is decided by it (remaining 4, not the policy's 0).
+        // Redis is back when a call is decided by it (remaining 4, not the policy's
+        // allowance, which counted nothing).
         loop {
             match s.consume(&key, &five).await {
                 Ok(d) if d.remaining == 4 => break,
-                Ok(d) => assert!(d.allowed && d.remaining == 0, "{name}: {d:?}"),
+                Ok(d) => assert!(d.allowed && d.limit == u64::MAX, "{name}: {d:?}"),
                 Err(Error::Store { .. } | Error::Timeout { .. }) => {}
                 Err(e) => panic!("{name}: {e}"),
             }
