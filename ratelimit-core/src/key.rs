@@ -20,6 +20,10 @@
 //! first `}`; the identity has no `:`; budget and tier carry their lengths; what is left is
 //! the user key that a digest tag stands for, and is there exactly when the tag is one.
 
+use std::fmt::Write;
+
+use arrayvec::ArrayString;
+
 use crate::error::Error;
 use crate::quota::Quota;
 
@@ -81,8 +85,7 @@ pub(crate) struct KeyParts<'a> {
     pub(crate) identity: Option<&'a str>,
 }
 
-/// Writes the store key of `parts` under `quota` into `out` (cleared first), the user key
-/// checked first.
+/// Writes the store key of `parts` under `quota` into `out`, the user key checked first.
 #[cfg(test)]
 pub(crate) fn compose(out: &mut String, parts: &KeyParts<'_>, quota: &Quota) -> Result<(), Error> {
     if let Some(key) = parts.key {
@@ -92,58 +95,111 @@ pub(crate) fn compose(out: &mut String, parts: &KeyParts<'_>, quota: &Quota) -> 
     Ok(())
 }
 
-/// Writes the store key of `parts` into `out` (cleared first), for a user key already
-/// checked ([`check_user_key`]), with what follows the hash tag written by `suffix`:
+/// Appends `s` to a key being written: into a `String` or a [`StoreKey`], which never fail.
+#[inline(always)]
+fn push(out: &mut impl Write, s: &str) {
+    let _ = out.write_str(s);
+}
+
+/// Appends the store key of `parts` to `out` (empty), for a user key already checked
+/// ([`check_user_key`]), with what follows the hash tag written by `suffix`:
 /// [`write_suffix`]'s text for the same parts and quota (a prepared call site keeps it).
 #[inline]
-pub(crate) fn write_around(
-    out: &mut String,
+pub(crate) fn write_around<W: Write>(
+    out: &mut W,
     parts: &KeyParts<'_>,
-    suffix: impl FnOnce(&mut String),
+    suffix: impl FnOnce(&mut W),
 ) {
-    out.clear();
-    out.reserve(
-        parts.prefix.len()
-            + parts.key.map_or(0, str::len)
-            + parts.budget.map_or(0, str::len)
-            + parts.tier.map_or(0, str::len)
-            + 48,
-    );
-    out.push_str(parts.prefix);
-    out.push_str(":{");
+    push(out, parts.prefix);
+    push(out, ":{");
     let braced = parts.key.filter(|k| braced(k.as_bytes()));
     match (parts.key, braced) {
-        (Some(key), None) => out.push_str(key),
+        (Some(key), None) => push(out, key),
         (Some(key), Some(_)) => {
-            out.push('#');
+            push(out, "#");
             push_hex(out, fnv1a(key.as_bytes()));
         }
         (None, _) => {}
     }
-    out.push('}');
+    push(out, "}");
     suffix(out);
     if let Some(key) = braced {
-        out.push(':');
-        out.push_str(key);
+        push(out, ":");
+        push(out, key);
     }
 }
 
 /// The part of a store key between the hash tag and a braced user key: the quota's identity,
 /// the budget and the tier. Appended to `out`.
-pub(crate) fn write_suffix(out: &mut String, parts: &KeyParts<'_>, quota: &Quota) {
+pub(crate) fn write_suffix(out: &mut impl Write, parts: &KeyParts<'_>, quota: &Quota) {
     match parts.identity {
-        Some(identity) => out.push_str(identity),
+        Some(identity) => push(out, identity),
         None => quota.identity(out),
     }
     for part in [parts.budget, parts.tier] {
-        out.push(':');
+        push(out, ":");
         match part {
-            None => out.push('-'),
+            None => push(out, "-"),
             Some(text) => {
-                out.push_str(itoa::Buffer::new().format(text.len()));
-                out.push(':');
-                out.push_str(text);
+                push(out, itoa::Buffer::new().format(text.len()));
+                push(out, ":");
+                push(out, text);
             }
+        }
+    }
+}
+
+/// The store key of one call decided at once, composed on the stack: a key of up to
+/// [`StoreKey::INLINE`] bytes (a short user key under a short budget name: nearly every call)
+/// is written in place, with no allocation and no buffer kept between calls; a longer one
+/// moves to the heap as it grows. Derefs to `str`, unchecked: only whole `str`s are written.
+pub(crate) enum StoreKey {
+    Inline(ArrayString<{ StoreKey::INLINE }>),
+    Heap(String),
+}
+
+impl StoreKey {
+    /// The longest key kept in place.
+    pub(crate) const INLINE: usize = 184;
+
+    #[inline]
+    pub(crate) fn new() -> Self {
+        StoreKey::Inline(ArrayString::new_const())
+    }
+
+    /// Moves the key to the heap, `s` appended.
+    #[cold]
+    #[inline(never)]
+    fn spill(&mut self, s: &str) {
+        let mut heap = String::with_capacity(self.len() + s.len() + 64);
+        heap.push_str(self);
+        heap.push_str(s);
+        *self = StoreKey::Heap(heap);
+    }
+}
+
+impl Write for StoreKey {
+    #[inline]
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        match self {
+            StoreKey::Inline(inline) => {
+                if inline.try_push_str(s).is_err() {
+                    self.spill(s);
+                }
+            }
+            StoreKey::Heap(heap) => heap.push_str(s),
+        }
+        Ok(())
+    }
+}
+
+impl std::ops::Deref for StoreKey {
+    type Target = str;
+    #[inline]
+    fn deref(&self) -> &str {
+        match self {
+            StoreKey::Inline(inline) => inline,
+            StoreKey::Heap(heap) => heap,
         }
     }
 }
@@ -156,10 +212,10 @@ fn fnv1a(bytes: &[u8]) -> u64 {
     })
 }
 
-fn push_hex(out: &mut String, n: u64) {
+fn push_hex(out: &mut impl Write, n: u64) {
     for shift in (0..16).rev() {
         let digit = ((n >> (shift * 4)) & 0xf) as u32;
-        out.push(char::from_digit(digit, 16).unwrap_or('0'));
+        let _ = out.write_char(char::from_digit(digit, 16).unwrap_or('0'));
     }
 }
 

@@ -6,7 +6,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use super::calls::Mode;
-use super::pipeline::{Now, Then};
+use super::pipeline::Then;
 use super::site::Site;
 use super::{Call, Options, RateLimitService};
 use crate::decision::Decision;
@@ -154,13 +154,8 @@ impl Prepared {
         if site.may_wait {
             return None;
         }
-        match self
-            .service
+        self.service
             .decide_now(&site, Some(key), true, Then::GiveUp)
-        {
-            Now::Decided(decided) => Some(decided),
-            Now::Later(_) => None,
-        }
     }
 
     /// The level of `key`'s budget now: [`RateLimitService::status`].
@@ -180,14 +175,14 @@ impl Prepared {
         if site.may_wait {
             return None;
         }
-        match self.service.decide_now(&site, key, false, Then::GiveUp) {
-            Now::Decided(Ok(decision)) if decision.allowed => Some(Ok(())),
-            Now::Decided(decided) => Some(
+        // An admitted call's decision is not read: only whether it was admitted.
+        match self.service.decide_now(&site, key, false, Then::GiveUp)? {
+            Ok(decision) if decision.allowed => Some(Ok(())),
+            decided => Some(
                 decided
                     .and_then(|d| RateLimitService::admit(&site, d))
                     .map(drop),
             ),
-            Now::Later(_) => None,
         }
     }
 

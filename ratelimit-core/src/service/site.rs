@@ -2,6 +2,8 @@
 //! user key), and the checks and store key of one call there. `prepared.rs` holds one for a
 //! caller that makes many calls.
 
+use std::fmt;
+
 use super::{Call, RateLimitService};
 use crate::error::Error;
 use crate::key::{self, KeyParts};
@@ -43,10 +45,13 @@ impl Site<'_> {
 
     /// Step 3: the store key of a call with user `key` (checked), in `out`.
     #[inline]
-    pub(crate) fn compose(&self, out: &mut String, key: Option<&str>) {
+    pub(crate) fn compose(&self, out: &mut impl fmt::Write, key: Option<&str>) {
         let parts = KeyParts { key, ..self.parts };
         key::write_around(out, &parts, |out| match self.suffix {
-            Some(suffix) => out.push_str(suffix),
+            Some(suffix) => {
+                // Never fails: into a `String` or a store key's buffer.
+                let _ = out.write_str(suffix);
+            }
             None => key::write_suffix(out, &parts, &self.quota),
         });
     }
