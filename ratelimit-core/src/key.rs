@@ -103,7 +103,7 @@ fn push(out: &mut impl Write, s: &str) {
 
 /// Appends the store key of `parts` to `out` (empty), for a user key already checked
 /// ([`check_user_key`]), with what follows the hash tag written by `suffix`:
-/// [`write_suffix`]'s text for the same parts and quota (a prepared call site keeps it).
+/// [`write_suffix`]'s text for the same parts and quota.
 #[inline]
 pub(crate) fn write_around<W: Write>(
     out: &mut W,
@@ -112,20 +112,57 @@ pub(crate) fn write_around<W: Write>(
 ) {
     push(out, parts.prefix);
     push(out, ":{");
-    let braced = parts.key.filter(|k| braced(k.as_bytes()));
-    match (parts.key, braced) {
-        (Some(key), None) => push(out, key),
-        (Some(key), Some(_)) => {
+    write_tagged(out, parts.key, |out| {
+        push(out, "}");
+        suffix(out);
+    });
+}
+
+/// Appends the hash tag's content for user key `key`, then `tail` (which closes the tag and
+/// writes the suffix), then a braced user key itself.
+#[inline(always)]
+fn write_tagged<W: Write>(out: &mut W, key: Option<&str>, tail: impl FnOnce(&mut W)) {
+    match key {
+        Some(key) if braced(key.as_bytes()) => {
             push(out, "#");
             push_hex(out, fnv1a(key.as_bytes()));
+            tail(out);
+            push(out, ":");
+            push(out, key);
         }
-        (None, _) => {}
+        Some(key) => {
+            push(out, key);
+            tail(out);
+        }
+        None => tail(out),
     }
-    push(out, "}");
-    suffix(out);
-    if let Some(key) = braced {
-        push(out, ":");
-        push(out, key);
+}
+
+/// A call site's store key around its user key, written once (a prepared site holds it):
+/// `<prefix>:{` before the user key's tag, `}<identity>:<budget>:<tier>` after it.
+#[derive(Debug, Clone)]
+pub(crate) struct Around {
+    head: String,
+    tail: String,
+}
+
+impl Around {
+    /// The store key of `parts` (whatever their user key) under `quota`, around the user key.
+    pub(crate) fn new(parts: &KeyParts<'_>, quota: &Quota) -> Self {
+        let mut head = String::with_capacity(parts.prefix.len() + 2);
+        push(&mut head, parts.prefix);
+        push(&mut head, ":{");
+        let mut tail = String::from("}");
+        write_suffix(&mut tail, parts, quota);
+        Around { head, tail }
+    }
+
+    /// Appends the store key of user key `key` (checked: [`check_user_key`]) to `out`
+    /// (empty): what [`write_around`] writes for the same parts.
+    #[inline]
+    pub(crate) fn write(&self, out: &mut impl Write, key: Option<&str>) {
+        push(out, &self.head);
+        write_tagged(out, key, |out| push(out, &self.tail));
     }
 }
 
@@ -149,57 +186,63 @@ pub(crate) fn write_suffix(out: &mut impl Write, parts: &KeyParts<'_>, quota: &Q
     }
 }
 
-/// The store key of one call decided at once, composed on the stack: a key of up to
-/// [`StoreKey::INLINE`] bytes (a short user key under a short budget name: nearly every call)
-/// is written in place, with no allocation and no buffer kept between calls; a longer one
-/// moves to the heap as it grows. Derefs to `str`, unchecked: only whole `str`s are written.
-pub(crate) enum StoreKey {
-    Inline(ArrayString<{ StoreKey::INLINE }>),
+/// Text being written, in place up to `N` bytes and on the heap past that: the store key of
+/// a call decided at once ([`StoreKey`]), an annotated fn's user key. Nothing is allocated or
+/// kept between calls for a short text, and it derefs to `str` unchecked (only whole `str`s
+/// are written).
+pub(crate) enum Text<const N: usize> {
+    Inline(ArrayString<N>),
     Heap(String),
 }
 
-impl StoreKey {
-    /// The longest key kept in place.
-    pub(crate) const INLINE: usize = 184;
+/// A store key composed on the stack: long enough for a short user key under a fn's path.
+pub(crate) type StoreKey = Text<184>;
 
+impl<const N: usize> Text<N> {
     #[inline]
-    pub(crate) fn new() -> Self {
-        StoreKey::Inline(ArrayString::new_const())
+    pub(crate) const fn new() -> Self {
+        Text::Inline(ArrayString::new_const())
     }
 
-    /// Moves the key to the heap, `s` appended.
+    /// Moves the text to the heap, `s` appended.
     #[cold]
     #[inline(never)]
     fn spill(&mut self, s: &str) {
         let mut heap = String::with_capacity(self.len() + s.len() + 64);
         heap.push_str(self);
         heap.push_str(s);
-        *self = StoreKey::Heap(heap);
+        *self = Text::Heap(heap);
+    }
+
+    /// Whether the text moved to the heap.
+    #[cfg(test)]
+    pub(crate) fn is_heap(&self) -> bool {
+        matches!(self, Text::Heap(_))
     }
 }
 
-impl Write for StoreKey {
+impl<const N: usize> Write for Text<N> {
     #[inline]
     fn write_str(&mut self, s: &str) -> std::fmt::Result {
         match self {
-            StoreKey::Inline(inline) => {
+            Text::Inline(inline) => {
                 if inline.try_push_str(s).is_err() {
                     self.spill(s);
                 }
             }
-            StoreKey::Heap(heap) => heap.push_str(s),
+            Text::Heap(heap) => heap.push_str(s),
         }
         Ok(())
     }
 }
 
-impl std::ops::Deref for StoreKey {
+impl<const N: usize> std::ops::Deref for Text<N> {
     type Target = str;
     #[inline]
     fn deref(&self) -> &str {
         match self {
-            StoreKey::Inline(inline) => inline,
-            StoreKey::Heap(heap) => heap,
+            Text::Inline(inline) => inline,
+            Text::Heap(heap) => heap,
         }
     }
 }
@@ -367,6 +410,18 @@ mod tests {
                                 user.map(str::to_owned),
                             );
                             assert_eq!(decode(&k).as_ref(), Some(&tuple), "{k}");
+                            // A prepared site's key, written around the user key, and on
+                            // the stack (moving to the heap when long): the same key.
+                            let parts = KeyParts {
+                                prefix,
+                                budget,
+                                tier,
+                                key: None,
+                                identity: None,
+                            };
+                            let mut around = StoreKey::new();
+                            Around::new(&parts, q).write(&mut around, user);
+                            assert_eq!(&*around, k);
                             if let Some(other) = seen.insert(k.clone(), tuple.clone()) {
                                 assert_eq!(other, tuple, "{k}");
                             }
@@ -376,6 +431,22 @@ mod tests {
             }
         }
         assert!(seen.len() > 10_000);
+        // Past the stack's room, the key moves to the heap whole.
+        let long = "k".repeat(300);
+        let mut out = StoreKey::new();
+        Around::new(
+            &KeyParts {
+                prefix: "p",
+                budget: None,
+                tier: None,
+                key: None,
+                identity: None,
+            },
+            &quotas[0],
+        )
+        .write(&mut out, Some(&long));
+        assert!(out.is_heap());
+        assert_eq!(&*out, key("p", None, None, Some(&long), &quotas[0]));
     }
 
     #[test]
