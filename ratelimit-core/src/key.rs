@@ -159,7 +159,7 @@ impl Around {
 
     /// Appends the store key of user key `key` (checked: [`check_user_key`]) to `out`
     /// (empty): what [`write_around`] writes for the same parts.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn write(&self, out: &mut impl Write, key: Option<&str>) {
         push(out, &self.head);
         write_tagged(out, key, |out| push(out, &self.tail));

@@ -30,10 +30,16 @@ pub(crate) fn current() -> Option<RateLimitService> {
 }
 
 /// This thread's testing scope's service, if it has one.
+#[inline]
 fn scoped() -> Option<RateLimitService> {
     if SCOPES.load(Ordering::Acquire) == 0 {
         return None;
     }
+    this_threads_scope()
+}
+
+#[inline(never)]
+fn this_threads_scope() -> Option<RateLimitService> {
     SCOPED.with(|s| s.try_borrow().ok().and_then(|s| s.clone()))
 }
 

@@ -166,7 +166,7 @@ impl RateLimitService {
         let decided = match site.may_wait {
             false => {
                 let mut store_key = String::new();
-                match self.decide_now(&site, key, true, Then::Await(&mut store_key)) {
+                match self.decide_now(&site, key, true, Then::Await(&mut store_key), |d| d) {
                     Some(decided) => decided,
                     // The path that waits, boxed: its futures are large, and a future is
                     // moved whole (into its caller's, into an executor), so without the box
@@ -211,7 +211,7 @@ impl RateLimitService {
         if site.may_wait {
             return None;
         }
-        self.decide_now(&site, Some(key), true, Then::GiveUp)
+        self.decide_now(&site, Some(key), true, Then::GiveUp, |d| d)
     }
 
     /// Forgets `key`'s state under `tier` (`None`: the default tier, or no tier) with no

@@ -9,7 +9,7 @@ use crate::stripe::{self, StripeId};
 impl RateLimitService {
     /// Counts an outcome in the total and under the tier and budget. `counters`: the budget's,
     /// when the caller holds them (a prepared site); else they are found by name.
-    #[inline]
+    #[inline(always)]
     pub(super) fn count(
         &self,
         tier: Option<usize>,
@@ -33,7 +33,7 @@ impl RateLimitService {
         self.count_scoped_on(stripe::stripe(), tier, budget, counters, outcome);
     }
 
-    #[inline]
+    #[inline(always)]
     fn count_scoped_on(
         &self,
         stripe: StripeId,

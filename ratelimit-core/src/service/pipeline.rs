@@ -37,40 +37,43 @@ impl RateLimitService {
     /// gives up instead allocates nothing.
     ///
     /// The store key is composed on the stack ([`StoreKey`]), and the decision is the store's
-    /// answer itself, named and counted where it lies rather than moved through each step.
+    /// answer itself, named and counted where it lies, then handed to `answer`, which makes
+    /// of it what the caller returns (an annotated fn's admitted call reads one flag of it):
+    /// a decision is ~100 bytes, not moved through each step.
     #[inline]
-    pub(crate) fn decide_now(
+    pub(crate) fn decide_now<T>(
         &self,
         site: &Site<'_>,
         key: Option<&str>,
         name_tier: bool,
         then: Then<'_>,
-    ) -> Option<Result<Decision, Error>> {
+        answer: impl FnOnce(Result<Decision, Error>) -> T,
+    ) -> Option<T> {
         if let Err(e) = site.check(key) {
-            return Some(self.recorded(site, key, Err(e)));
+            return Some(answer(self.recorded(site, key, Err(e))));
         }
         let now = self.inner.clock.now();
         if !self.inner.config.enabled() {
-            return Some(Ok(Decision::unlimited(now)));
+            return Some(answer(Ok(Decision::unlimited(now))));
         }
         let mut store_key = StoreKey::new();
         site.compose(&mut store_key, key);
         let started = self.inner.latency.start();
         let store = &*self.inner.store;
-        let mut decided = store.decide_now(&store_key, &site.quota, site.cost, now, site.spend);
-        match &mut decided {
-            Some(decided) => {
+        match store.decide_now(&store_key, &site.quota, site.cost, now, site.spend) {
+            Some(mut decided) => {
                 self.inner.latency.finish(started);
-                self.finish(site, key, decided, name_tier);
+                self.finish(site, key, &mut decided, name_tier);
+                Some(answer(decided))
             }
             None => {
                 if let Then::Await(out) = then {
                     out.clear();
                     out.push_str(&store_key);
                 }
+                None
             }
         }
-        decided
     }
 
     /// Every step, awaiting the store when it cannot decide at once.
@@ -80,7 +83,7 @@ impl RateLimitService {
         key: Option<&str>,
     ) -> Result<Decision, Error> {
         let mut store_key = String::new();
-        match self.decide_now(site, key, true, Then::Await(&mut store_key)) {
+        match self.decide_now(site, key, true, Then::Await(&mut store_key), |d| d) {
             Some(decided) => decided,
             None => self.decide_later(site, key, &store_key).await,
         }
@@ -155,6 +158,14 @@ impl RateLimitService {
         decided
     }
 
+    /// [`admit`](Self::admit) for a call whose admitted decision is not returned: out of the
+    /// admitted call's way.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn refused(site: &Site<'_>, decided: Result<Decision, Error>) -> Result<(), Error> {
+        decided.and_then(|d| Self::admit(site, d)).map(drop)
+    }
+
     /// `Ok` with an admitted decision; a refusal as [`Error::Exceeded`].
     pub(crate) fn admit(site: &Site<'_>, decision: Decision) -> Result<Decision, Error> {
         if decision.allowed {
@@ -183,11 +194,11 @@ impl RateLimitService {
         if !self.decides_at_once() {
             return self.recorded(site, key, waiting).map(drop);
         }
-        let decided = match self.decide_now(site, key, false, Then::GiveUp) {
-            Some(decided) => decided,
-            None => self.recorded(site, key, waiting),
-        };
-        decided.and_then(|d| Self::admit(site, d)).map(drop)
+        let admit = |decided: Result<Decision, Error>| decided.and_then(|d| Self::admit(site, d));
+        match self.decide_now(site, key, false, Then::GiveUp, admit) {
+            Some(decided) => decided.map(drop),
+            None => self.recorded(site, key, waiting).map(drop),
+        }
     }
 }
 

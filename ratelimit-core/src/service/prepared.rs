@@ -147,7 +147,7 @@ impl Prepared {
             return None;
         }
         self.service
-            .decide_now(&site, Some(key), true, Then::GiveUp)
+            .decide_now(&site, Some(key), true, Then::GiveUp, |d| d)
     }
 
     /// The level of `key`'s budget now: [`RateLimitService::status`].
@@ -167,15 +167,13 @@ impl Prepared {
         if site.may_wait {
             return None;
         }
-        // An admitted call's decision is not read: only whether it was admitted.
-        match self.service.decide_now(&site, key, false, Then::GiveUp)? {
-            Ok(decision) if decision.allowed => Some(Ok(())),
-            decided => Some(
-                decided
-                    .and_then(|d| RateLimitService::admit(&site, d))
-                    .map(drop),
-            ),
-        }
+        // An admitted call's decision is not moved: only its flag is read.
+        let admit = |decided: Result<Decision, Error>| match &decided {
+            Ok(decision) if decision.allowed => Ok(()),
+            _ => RateLimitService::refused(&site, decided),
+        };
+        self.service
+            .decide_now(&site, key, false, Then::GiveUp, admit)
     }
 
     /// [`enforce_now`](Self::enforce_now)'s awaited form: waits for the store, or in the

@@ -28,7 +28,7 @@ impl fmt::Display for KeyDigest<'_> {
 impl RateLimitService {
     /// Counts a spending call's outcome: a refusal (over the limit, a full queue, a wait
     /// that timed out) as denied, any other error as an error.
-    #[inline]
+    #[inline(always)]
     pub(super) fn record(
         &self,
         site: &Site<'_>,

@@ -50,7 +50,7 @@ impl Site<'_> {
     }
 
     /// Step 3: the store key of a call with user `key` (checked), in `out`.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn compose(&self, out: &mut impl fmt::Write, key: Option<&str>) {
         match &self.key {
             SiteKey::Around(around) => around.write(out, key),
