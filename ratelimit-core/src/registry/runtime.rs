@@ -64,14 +64,20 @@ enum Decider {
     Service(RateLimitService),
 }
 
+/// The testing scope's service that decides `declaration`'s calls on this thread, if any: a
+/// scope stands in for the application's module, never for a library's limiter.
+#[inline]
+fn scope_for(declaration: &'static Declaration) -> Option<RateLimitService> {
+    match declaration.limiter() {
+        None => scoped(),
+        Some(_) => None,
+    }
+}
+
 /// Who decides `declaration`'s call with a tier chosen per call (`tier`) or none.
 #[inline]
 fn decider(declaration: &'static Declaration, tier: Option<&str>) -> Result<Decider, Error> {
-    // A testing scope stands in for the application's module, never for a library's limiter.
-    let scope = match declaration.limiter() {
-        None => scoped(),
-        Some(_) => None,
-    };
+    let scope = scope_for(declaration);
     match tier {
         None => Ok(Decider::Prepared(scope)),
         Some(_) => match scope {
@@ -116,9 +122,11 @@ pub fn acquire_here(
     tier: Option<&str>,
     cost: u64,
 ) -> Option<Result<(), Error>> {
-    let Ok(Decider::Prepared(scope)) = decider(declaration, tier) else {
+    // A tier chosen per call is decided on a site worked out for the call (`acquire`).
+    if tier.is_some() {
         return None;
-    };
+    }
+    let scope = scope_for(declaration);
     let key = key.map(|k| &**k);
     declaration
         .with_prepared(scope.as_ref(), |prepared| prepared.enforce_now(key, cost))
