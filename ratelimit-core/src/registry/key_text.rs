@@ -30,6 +30,29 @@ impl KeyText {
     }
 }
 
+impl From<String> for KeyText {
+    /// A key written already, kept where it is.
+    #[inline]
+    fn from(text: String) -> Self {
+        KeyText(Text::Heap(text))
+    }
+}
+
+impl KeyText {
+    /// Whether the text is kept in place (nothing allocated for it).
+    pub fn is_inline(&self) -> bool {
+        matches!(self.0, Text::Inline(_))
+    }
+
+    /// The text as a `String`: moved when on the heap, copied when in place.
+    pub fn into_string(self) -> String {
+        match self.0 {
+            Text::Heap(heap) => heap,
+            Text::Inline(inline) => inline.as_str().to_owned(),
+        }
+    }
+}
+
 impl Default for KeyText {
     #[inline]
     fn default() -> Self {
