@@ -20,6 +20,10 @@
 //! first `}`; the identity has no `:`; budget and tier carry their lengths; what is left is
 //! the user key that a digest tag stands for, and is there exactly when the tag is one.
 
+use std::fmt::Write;
+
+use arrayvec::ArrayString;
+
 use crate::error::Error;
 use crate::quota::Quota;
 
@@ -81,8 +85,7 @@ pub(crate) struct KeyParts<'a> {
     pub(crate) identity: Option<&'a str>,
 }
 
-/// Writes the store key of `parts` under `quota` into `out` (cleared first), the user key
-/// checked first.
+/// Writes the store key of `parts` under `quota` into `out`, the user key checked first.
 #[cfg(test)]
 pub(crate) fn compose(out: &mut String, parts: &KeyParts<'_>, quota: &Quota) -> Result<(), Error> {
     if let Some(key) = parts.key {
@@ -92,58 +95,154 @@ pub(crate) fn compose(out: &mut String, parts: &KeyParts<'_>, quota: &Quota) -> 
     Ok(())
 }
 
-/// Writes the store key of `parts` into `out` (cleared first), for a user key already
-/// checked ([`check_user_key`]), with what follows the hash tag written by `suffix`:
-/// [`write_suffix`]'s text for the same parts and quota (a prepared call site keeps it).
+/// Appends `s` to a key being written: into a `String` or a [`KeyBuf`], which never fail.
+#[inline(always)]
+fn push(out: &mut impl Write, s: &str) {
+    let _ = out.write_str(s);
+}
+
+/// Appends the store key of `parts` to `out` (empty), for a user key already checked
+/// ([`check_user_key`]), with what follows the hash tag written by `suffix`:
+/// [`write_suffix`]'s text for the same parts and quota.
 #[inline]
-pub(crate) fn write_around(
-    out: &mut String,
+pub(crate) fn write_around<W: Write>(
+    out: &mut W,
     parts: &KeyParts<'_>,
-    suffix: impl FnOnce(&mut String),
+    suffix: impl FnOnce(&mut W),
 ) {
-    out.clear();
-    out.reserve(
-        parts.prefix.len()
-            + parts.key.map_or(0, str::len)
-            + parts.budget.map_or(0, str::len)
-            + parts.tier.map_or(0, str::len)
-            + 48,
-    );
-    out.push_str(parts.prefix);
-    out.push_str(":{");
-    let braced = parts.key.filter(|k| braced(k.as_bytes()));
-    match (parts.key, braced) {
-        (Some(key), None) => out.push_str(key),
-        (Some(key), Some(_)) => {
-            out.push('#');
+    push(out, parts.prefix);
+    push(out, ":{");
+    write_tagged(out, parts.key, |out| {
+        push(out, "}");
+        suffix(out);
+    });
+}
+
+/// Appends the hash tag's content for user key `key`, then `tail` (which closes the tag and
+/// writes the suffix), then a braced user key itself.
+#[inline(always)]
+fn write_tagged<W: Write>(out: &mut W, key: Option<&str>, tail: impl FnOnce(&mut W)) {
+    match key {
+        Some(key) if braced(key.as_bytes()) => {
+            push(out, "#");
             push_hex(out, fnv1a(key.as_bytes()));
+            tail(out);
+            push(out, ":");
+            push(out, key);
         }
-        (None, _) => {}
+        Some(key) => {
+            push(out, key);
+            tail(out);
+        }
+        None => tail(out),
     }
-    out.push('}');
-    suffix(out);
-    if let Some(key) = braced {
-        out.push(':');
-        out.push_str(key);
+}
+
+/// A call site's store key around its user key, written once (a prepared site holds it):
+/// `<prefix>:{` before the user key's tag, `}<identity>:<budget>:<tier>` after it.
+#[derive(Debug, Clone)]
+pub(crate) struct Around {
+    head: String,
+    tail: String,
+}
+
+impl Around {
+    /// The store key of `parts` (whatever their user key) under `quota`, around the user key.
+    pub(crate) fn new(parts: &KeyParts<'_>, quota: &Quota) -> Self {
+        let mut head = String::with_capacity(parts.prefix.len() + 2);
+        push(&mut head, parts.prefix);
+        push(&mut head, ":{");
+        let mut tail = String::from("}");
+        write_suffix(&mut tail, parts, quota);
+        Around { head, tail }
+    }
+
+    /// Appends the store key of user key `key` (checked: [`check_user_key`]) to `out`
+    /// (empty): what [`write_around`] writes for the same parts.
+    #[inline(always)]
+    pub(crate) fn write(&self, out: &mut impl Write, key: Option<&str>) {
+        push(out, &self.head);
+        write_tagged(out, key, |out| push(out, &self.tail));
     }
 }
 
 /// The part of a store key between the hash tag and a braced user key: the quota's identity,
 /// the budget and the tier. Appended to `out`.
-pub(crate) fn write_suffix(out: &mut String, parts: &KeyParts<'_>, quota: &Quota) {
+pub(crate) fn write_suffix(out: &mut impl Write, parts: &KeyParts<'_>, quota: &Quota) {
     match parts.identity {
-        Some(identity) => out.push_str(identity),
+        Some(identity) => push(out, identity),
         None => quota.identity(out),
     }
     for part in [parts.budget, parts.tier] {
-        out.push(':');
+        push(out, ":");
         match part {
-            None => out.push('-'),
+            None => push(out, "-"),
             Some(text) => {
-                out.push_str(itoa::Buffer::new().format(text.len()));
-                out.push(':');
-                out.push_str(text);
+                push(out, itoa::Buffer::new().format(text.len()));
+                push(out, ":");
+                push(out, text);
             }
+        }
+    }
+}
+
+/// Text being written, in place up to `N` bytes and on the heap past that: the store key of
+/// a call decided at once ([`KeyBuf`]), an annotated fn's user key. Nothing is allocated or
+/// kept between calls for a short text, and it derefs to `str` unchecked (only whole `str`s
+/// are written).
+pub(crate) enum Text<const N: usize> {
+    Inline(ArrayString<N>),
+    Heap(String),
+}
+
+/// A store key composed on the stack: long enough for a short user key under a fn's path.
+pub(crate) type KeyBuf = Text<184>;
+
+impl<const N: usize> Text<N> {
+    #[inline]
+    pub(crate) const fn new() -> Self {
+        Text::Inline(ArrayString::new_const())
+    }
+
+    /// Moves the text to the heap, `s` appended.
+    #[cold]
+    #[inline(never)]
+    fn spill(&mut self, s: &str) {
+        let mut heap = String::with_capacity(self.len() + s.len() + 64);
+        heap.push_str(self);
+        heap.push_str(s);
+        *self = Text::Heap(heap);
+    }
+
+    /// Whether the text moved to the heap.
+    #[cfg(test)]
+    pub(crate) fn is_heap(&self) -> bool {
+        matches!(self, Text::Heap(_))
+    }
+}
+
+impl<const N: usize> Write for Text<N> {
+    #[inline]
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        match self {
+            Text::Inline(inline) => {
+                if inline.try_push_str(s).is_err() {
+                    self.spill(s);
+                }
+            }
+            Text::Heap(heap) => heap.push_str(s),
+        }
+        Ok(())
+    }
+}
+
+impl<const N: usize> std::ops::Deref for Text<N> {
+    type Target = str;
+    #[inline]
+    fn deref(&self) -> &str {
+        match self {
+            Text::Inline(inline) => inline,
+            Text::Heap(heap) => heap,
         }
     }
 }
@@ -156,10 +255,10 @@ fn fnv1a(bytes: &[u8]) -> u64 {
     })
 }
 
-fn push_hex(out: &mut String, n: u64) {
+fn push_hex(out: &mut impl Write, n: u64) {
     for shift in (0..16).rev() {
         let digit = ((n >> (shift * 4)) & 0xf) as u32;
-        out.push(char::from_digit(digit, 16).unwrap_or('0'));
+        let _ = out.write_char(char::from_digit(digit, 16).unwrap_or('0'));
     }
 }
 
@@ -311,6 +410,18 @@ mod tests {
                                 user.map(str::to_owned),
                             );
                             assert_eq!(decode(&k).as_ref(), Some(&tuple), "{k}");
+                            // A prepared site's key, written around the user key, and on
+                            // the stack (moving to the heap when long): the same key.
+                            let parts = KeyParts {
+                                prefix,
+                                budget,
+                                tier,
+                                key: None,
+                                identity: None,
+                            };
+                            let mut around = KeyBuf::new();
+                            Around::new(&parts, q).write(&mut around, user);
+                            assert_eq!(&*around, k);
                             if let Some(other) = seen.insert(k.clone(), tuple.clone()) {
                                 assert_eq!(other, tuple, "{k}");
                             }
@@ -320,6 +431,22 @@ mod tests {
             }
         }
         assert!(seen.len() > 10_000);
+        // Past the stack's room, the key moves to the heap whole.
+        let long = "k".repeat(300);
+        let mut out = KeyBuf::new();
+        Around::new(
+            &KeyParts {
+                prefix: "p",
+                budget: None,
+                tier: None,
+                key: None,
+                identity: None,
+            },
+            &quotas[0],
+        )
+        .write(&mut out, Some(&long));
+        assert!(out.is_heap());
+        assert_eq!(&*out, key("p", None, None, Some(&long), &quotas[0]));
     }
 
     #[test]

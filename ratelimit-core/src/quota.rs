@@ -293,21 +293,22 @@ impl Quota {
     /// identity can share a key's state; the store key carries it so that two others never
     /// read each other's. Written on every decision, so it is a letter and one number.
     #[inline]
-    pub(crate) fn identity(&self, out: &mut String) {
-        out.push(match self.strategy {
-            Strategy::FixedWindow => 'F',
-            Strategy::SlidingWindow => 'L',
-            Strategy::SlidingWindowCounter => 'C',
-            Strategy::TokenBucket => 'T',
+    pub(crate) fn identity(&self, out: &mut impl std::fmt::Write) {
+        // Writing into a `String` or a store key's buffer, which never fail.
+        let _ = out.write_str(match self.strategy {
+            Strategy::FixedWindow => "F",
+            Strategy::SlidingWindow => "L",
+            Strategy::SlidingWindowCounter => "C",
+            Strategy::TokenBucket => "T",
         });
         let nanos = self.window_nanos();
         let mut digits = itoa::Buffer::new();
-        if nanos % 1_000_000 == 0 {
-            out.push_str(digits.format(nanos / 1_000_000));
+        let _ = if nanos % 1_000_000 == 0 {
+            out.write_str(digits.format(nanos / 1_000_000))
         } else {
-            out.push_str(digits.format(nanos));
-            out.push_str("ns");
-        }
+            out.write_str(digits.format(nanos))
+                .and_then(|()| out.write_str("ns"))
+        };
     }
 }
 

@@ -119,6 +119,7 @@ impl Declaration {
 
     /// The library [`Limiter`] that decides the fn's calls (`limiter = ...`), or `None` for
     /// the application's [`Module`](super::Module).
+    #[inline]
     pub fn limiter(&self) -> Option<&'static Limiter> {
         self.limiter
     }
@@ -130,6 +131,7 @@ impl Declaration {
     }
 
     /// The limiter that decides the fn: its own, else the application's.
+    #[inline]
     pub(super) fn owner(&self) -> &'static Limiter {
         match self.limiter {
             Some(limiter) => limiter,

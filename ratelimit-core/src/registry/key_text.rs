@@ -4,19 +4,14 @@
 use std::fmt;
 use std::fmt::Write as _;
 
+use crate::key::Text;
+
 /// A keyed call's user key as text, written by [`KeyArg`]: up to [`KeyText::INLINE`] bytes in
-/// place, so a call with a short key (an id, an address) allocates nothing. Derefs to `str`.
+/// place, so a call with a short key (an id, an address) allocates nothing. Derefs to `str`
+/// (with no second UTF-8 check: only whole `str`s are written).
 /// The budget is a part of the store key of its own (see `key.rs`), so it is not repeated here.
 #[doc(hidden)]
-pub enum KeyText {
-    /// A short key, in place: `bytes[..len]`, whole `str`s appended one after another.
-    Inline {
-        len: u8,
-        bytes: [u8; KeyText::INLINE],
-    },
-    /// A key longer than [`KeyText::INLINE`] bytes.
-    Heap(String),
-}
+pub struct KeyText(Text<{ KeyText::INLINE }>);
 
 impl KeyText {
     /// The longest key kept in place.
@@ -25,16 +20,36 @@ impl KeyText {
     /// No text yet.
     #[inline]
     pub fn new() -> Self {
-        KeyText::Inline {
-            len: 0,
-            bytes: [0; KeyText::INLINE],
-        }
+        KeyText(Text::new())
     }
 
     /// Appends `s`.
     #[inline]
     fn push(&mut self, s: &str) {
-        let _ = self.write_str(s); // never fails
+        let _ = self.0.write_str(s); // never fails
+    }
+}
+
+impl From<String> for KeyText {
+    /// A key written already, kept where it is.
+    #[inline]
+    fn from(text: String) -> Self {
+        KeyText(Text::Heap(text))
+    }
+}
+
+impl KeyText {
+    /// Whether the text is kept in place (nothing allocated for it).
+    pub fn is_inline(&self) -> bool {
+        matches!(self.0, Text::Inline(_))
+    }
+
+    /// The text as a `String`: moved when on the heap, copied when in place.
+    pub fn into_string(self) -> String {
+        match self.0 {
+            Text::Heap(heap) => heap,
+            Text::Inline(inline) => inline.as_str().to_owned(),
+        }
     }
 }
 
@@ -48,25 +63,7 @@ impl Default for KeyText {
 impl fmt::Write for KeyText {
     #[inline]
     fn write_str(&mut self, s: &str) -> fmt::Result {
-        match self {
-            KeyText::Inline { len, bytes } => {
-                let at = usize::from(*len);
-                match bytes.get_mut(at..at + s.len()) {
-                    Some(room) => {
-                        room.copy_from_slice(s.as_bytes());
-                        *len += s.len() as u8;
-                    }
-                    None => {
-                        let mut heap = String::with_capacity(at + s.len());
-                        heap.push_str(self);
-                        heap.push_str(s);
-                        *self = KeyText::Heap(heap);
-                    }
-                }
-            }
-            KeyText::Heap(heap) => heap.push_str(s),
-        }
-        Ok(())
+        self.0.write_str(s)
     }
 }
 
@@ -74,14 +71,7 @@ impl std::ops::Deref for KeyText {
     type Target = str;
     #[inline]
     fn deref(&self) -> &str {
-        match self {
-            // Only whole `str`s are copied in, so the bytes are UTF-8; were they not, the
-            // empty key that stands for them is refused by the store, never admitted.
-            KeyText::Inline { len, bytes } => {
-                std::str::from_utf8(&bytes[..usize::from(*len)]).unwrap_or_default()
-            }
-            KeyText::Heap(heap) => heap,
-        }
+        &self.0
     }
 }
 
@@ -230,9 +220,8 @@ mod tests {
             text(&written(&|o| (&KeyArg(&Shown, &Shown)).write_key_text(o))),
             "shown"
         );
-        assert!(matches!(
-            written(&|o| (&KeyArg(&long, &long)).write_key_text(o)),
-            KeyText::Heap(_)
-        ));
+        assert!(written(&|o| (&KeyArg(&long, &long)).write_key_text(o))
+            .0
+            .is_heap());
     }
 }

@@ -115,6 +115,7 @@ impl Limiter {
     }
 
     /// What [`generation`](Self::generation) counts.
+    #[inline]
     pub(super) fn generation(&self) -> u64 {
         self.generation.load(Ordering::Acquire)
     }

@@ -31,10 +31,16 @@ pub(crate) fn current() -> Option<RateLimitService> {
 }
 
 /// This thread's testing scope's service, if it has one.
+#[inline]
 fn scoped() -> Option<RateLimitService> {
     if SCOPES.load(Ordering::Acquire) == 0 {
         return None;
     }
+    this_threads_scope()
+}
+
+#[inline(never)]
+fn this_threads_scope() -> Option<RateLimitService> {
     SCOPED.with(|s| s.try_borrow().ok().and_then(|s| s.clone()))
 }
 
@@ -59,14 +65,20 @@ enum Decider {
     Service(RateLimitService),
 }
 
+/// The testing scope's service that decides `declaration`'s calls on this thread, if any: a
+/// scope stands in for the application's module, never for a library's limiter.
+#[inline]
+fn scope_for(declaration: &'static Declaration) -> Option<RateLimitService> {
+    match declaration.limiter() {
+        None => scoped(),
+        Some(_) => None,
+    }
+}
+
 /// Who decides `declaration`'s call with a tier chosen per call (`tier`) or none.
 #[inline]
 fn decider(declaration: &'static Declaration, tier: Option<&str>) -> Result<Decider, Error> {
-    // A testing scope stands in for the application's module, never for a library's limiter.
-    let scope = match declaration.limiter() {
-        None => scoped(),
-        Some(_) => None,
-    };
+    let scope = scope_for(declaration);
     match tier {
         None => Ok(Decider::Prepared(scope)),
         Some(_) => match scope {
@@ -127,9 +139,11 @@ pub fn acquire_here(
     tier: Option<&str>,
     cost: u64,
 ) -> Here {
-    let Ok(Decider::Prepared(scope)) = decider(declaration, tier) else {
+    // A tier chosen per call is decided on a site worked out for the call (`acquire`).
+    if tier.is_some() {
         return Here::Later(Later(None));
-    };
+    }
+    let scope = scope_for(declaration);
     let key = key.map(|k| &**k);
     let here = declaration.with_prepared(scope.as_ref(), |held| {
         match held.prepared.enforce_now(key, cost) {

@@ -3,7 +3,7 @@
 
 use std::future::Future;
 
-use super::pipeline::{Now, Then};
+use super::pipeline::Then;
 use super::site::Site;
 use super::{Call, Options, RateLimitService};
 use crate::decision::Decision;
@@ -164,13 +164,16 @@ impl RateLimitService {
         mode: Mode,
     ) -> Result<Decision, Error> {
         let decided = match site.may_wait {
-            false => match self.decide_now(&site, key, true, Then::Await) {
-                Now::Decided(decided) => decided,
-                // The path that waits, boxed: its futures are large, and a future is moved
-                // whole (into its caller's, into an executor), so without the box every call,
-                // the memory store's above included, would move them.
-                Now::Later(store_key) => Box::pin(self.decide_later(&site, key, &store_key)).await,
-            },
+            false => {
+                let mut store_key = String::new();
+                match self.decide_now(&site, key, true, Then::Await(&mut store_key), |d| d) {
+                    Some(decided) => decided,
+                    // The path that waits, boxed: its futures are large, and a future is
+                    // moved whole (into its caller's, into an executor), so without the box
+                    // every call, the memory store's above included, would move them.
+                    None => Box::pin(self.decide_later(&site, key, &store_key)).await,
+                }
+            }
             true => Box::pin(self.decide_waiting(&site, key)).await,
         };
         match mode {
@@ -208,10 +211,7 @@ impl RateLimitService {
         if site.may_wait {
             return None;
         }
-        match self.decide_now(&site, Some(key), true, Then::GiveUp) {
-            Now::Decided(decided) => Some(decided),
-            Now::Later(_) => None,
-        }
+        self.decide_now(&site, Some(key), true, Then::GiveUp, |d| d)
     }
 
     /// Forgets `key`'s state under `tier` (`None`: the default tier, or no tier) with no

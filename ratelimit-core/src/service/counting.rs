@@ -9,6 +9,7 @@ use crate::stripe::{self, StripeId};
 impl RateLimitService {
     /// Counts an outcome in the total and under the tier and budget. `counters`: the budget's,
     /// when the caller holds them (a prepared site); else they are found by name.
+    #[inline(always)]
     pub(super) fn count(
         &self,
         tier: Option<usize>,
@@ -32,7 +33,7 @@ impl RateLimitService {
         self.count_scoped_on(stripe::stripe(), tier, budget, counters, outcome);
     }
 
-    #[inline]
+    #[inline(always)]
     fn count_scoped_on(
         &self,
         stripe: StripeId,
@@ -46,17 +47,22 @@ impl RateLimitService {
         }
         match (counters, budget) {
             (Some(counters), _) => counters.record_on(stripe, outcome),
-            (None, Some(name)) => {
-                // Counted under the read lock, which is released before a new budget's
-                // counters are added under the write lock.
-                let methods = self.inner.by_method.read();
-                let counted = methods.get(name).map(|c| c.record_on(stripe, outcome));
-                drop(methods);
-                if counted.is_none() {
-                    self.method_counters(name).1.record_on(stripe, outcome);
-                }
-            }
+            (None, Some(name)) => self.count_by_name(stripe, name, outcome),
             (None, None) => {}
+        }
+    }
+
+    /// Counts under budget `name`, found by name (a call whose site does not hold its
+    /// counters): out of line, so that a prepared site's call carries none of it.
+    #[inline(never)]
+    fn count_by_name(&self, stripe: StripeId, name: &str, outcome: Outcome) {
+        // Counted under the read lock, which is released before a new budget's counters
+        // are added under the write lock.
+        let methods = self.inner.by_method.read();
+        let counted = methods.get(name).map(|c| c.record_on(stripe, outcome));
+        drop(methods);
+        if counted.is_none() {
+            self.method_counters(name).1.record_on(stripe, outcome);
         }
     }
 

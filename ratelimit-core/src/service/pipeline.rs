@@ -15,73 +15,64 @@
 //! [`Store::decide_now`]: crate::store::Store::decide_now
 //! [`Store::decide`]: crate::store::Store::decide
 
-use std::cell::RefCell;
-
 use super::site::Site;
 use super::RateLimitService;
 use crate::decision::Decision;
 use crate::error::{Error, Exceeded};
-
-thread_local! {
-    /// The buffer store keys are composed in, so a decision the store makes at once
-    /// allocates nothing. A buffer, not a cache: it holds nothing from one call to the next.
-    static KEY: RefCell<String> = const { RefCell::new(String::new()) };
-}
+use crate::key::KeyBuf;
 
 /// What a caller of [`RateLimitService::decide_now`] does when the store cannot answer at once.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Then {
-    /// Awaits the store on the key [`Now::Later`] hands back.
-    Await,
+pub(crate) enum Then<'a> {
+    /// Awaits the store next, on the store key written here.
+    Await(&'a mut String),
     /// Gives up, having spent nothing (a `*_now` method, a sync fn).
     GiveUp,
 }
 
-/// What [`RateLimitService::decide_now`] made of a call.
-pub(crate) enum Now {
-    /// Decided and recorded.
-    Decided(Result<Decision, Error>),
-    /// Not decided, nothing spent: the store must be awaited, on this store key (empty
-    /// when the caller said it gives up).
-    Later(String),
-}
-
 impl RateLimitService {
-    /// Steps 2 to 4 (and 5 when decided): the call decided at once if the store can.
-    /// `name_tier`: name the tier on an admitted decision too (a refusal always names it).
-    /// `then`: whether the caller awaits the store next, with the store key [`Now::Later`]
-    /// hands it; a caller that gives up instead gets an empty key, and nothing is allocated.
+    /// Steps 2 to 4 (and 5 when decided): the call decided at once if the store can; `None`,
+    /// nothing spent, when it must be awaited. `name_tier`: name the tier on an admitted
+    /// decision too (a refusal always names it). `then`: whether the caller awaits the store
+    /// next, on the store key written into [`Then::Await`]'s `String` (empty); a caller that
+    /// gives up instead allocates nothing.
+    ///
+    /// The store key is composed on the stack ([`KeyBuf`]), and the decision is the store's
+    /// answer itself, named and counted where it lies, then handed to `answer`, which makes
+    /// of it what the caller returns (an annotated fn's admitted call reads one flag of it):
+    /// a decision is ~100 bytes, not moved through each step.
     #[inline]
-    pub(crate) fn decide_now(
+    pub(crate) fn decide_now<T>(
         &self,
         site: &Site<'_>,
         key: Option<&str>,
         name_tier: bool,
-        then: Then,
-    ) -> Now {
+        then: Then<'_>,
+        answer: impl FnOnce(Result<Decision, Error>) -> T,
+    ) -> Option<T> {
         if let Err(e) = site.check(key) {
-            return Now::Decided(self.recorded(site, key, Err(e)));
+            return Some(answer(self.recorded(site, key, Err(e))));
         }
         let now = self.inner.clock.now();
         if !self.inner.config.enabled() {
-            return Now::Decided(Ok(Decision::unlimited(now)));
+            return Some(answer(Ok(Decision::unlimited(now))));
         }
+        let mut store_key = KeyBuf::new();
+        site.compose(&mut store_key, key);
+        let started = self.inner.latency.start();
         let store = &*self.inner.store;
-        let decided = with_key_buffer(|buffer| {
-            site.compose(buffer, key);
-            let started = self.inner.latency.start();
-            match store.decide_now(site.request(buffer, now)) {
-                Some(decided) => {
-                    self.inner.latency.finish(started);
-                    Ok(decided)
-                }
-                None if then == Then::Await => Err(buffer.clone()),
-                None => Err(String::new()),
+        match store.decide_now(site.request(&store_key, now)) {
+            Some(mut decided) => {
+                self.inner.latency.finish(started);
+                self.finish(site, key, &mut decided, name_tier);
+                Some(answer(decided))
             }
-        });
-        match decided {
-            Ok(decided) => Now::Decided(self.finish(site, key, decided, name_tier)),
-            Err(store_key) => Now::Later(store_key),
+            None => {
+                if let Then::Await(out) = then {
+                    out.clear();
+                    out.push_str(&store_key);
+                }
+                None
+            }
         }
     }
 
@@ -91,9 +82,10 @@ impl RateLimitService {
         site: &Site<'_>,
         key: Option<&str>,
     ) -> Result<Decision, Error> {
-        match self.decide_now(site, key, true, Then::Await) {
-            Now::Decided(decided) => decided,
-            Now::Later(store_key) => self.decide_later(site, key, &store_key).await,
+        let mut store_key = String::new();
+        match self.decide_now(site, key, true, Then::Await(&mut store_key), |d| d) {
+            Some(decided) => decided,
+            None => self.decide_later(site, key, &store_key).await,
         }
     }
 
@@ -106,11 +98,11 @@ impl RateLimitService {
         store_key: &str,
     ) -> Result<Decision, Error> {
         let decided = self.ask(site, store_key).await;
-        self.finish(site, key, decided, true)
+        self.recorded(site, key, decided)
     }
 
-    /// The store's awaited answer on `store_key`, its latency sampled; not recorded (the
-    /// queue records a call once, by how its wait ended).
+    /// The store's awaited answer on `store_key`, its latency sampled and its tier named; not
+    /// recorded (the queue records a call once, by how its wait ended).
     pub(crate) async fn ask(&self, site: &Site<'_>, store_key: &str) -> Result<Decision, Error> {
         let now = self.inner.clock.now();
         if !self.inner.config.enabled() {
@@ -118,39 +110,36 @@ impl RateLimitService {
         }
         let started = self.inner.latency.start();
         let store = &*self.inner.store;
-        let decided = store.decide(site.request(store_key, now)).await;
+        let mut decided = store.decide(site.request(store_key, now)).await;
         self.inner.latency.finish(started);
-        self.name_tier(site, decided, true)
+        self.name_tier(site, &mut decided, true);
+        decided
     }
 
-    /// Step 5 for a decision the store made: the tier named, the outcome recorded.
+    /// Step 5 for a decision the store made, in place: the tier named, the outcome recorded.
     #[inline]
     fn finish(
         &self,
         site: &Site<'_>,
         key: Option<&str>,
-        decided: Result<Decision, Error>,
+        decided: &mut Result<Decision, Error>,
         name_tier: bool,
-    ) -> Result<Decision, Error> {
-        let decided = self.name_tier(site, decided, name_tier);
-        self.recorded(site, key, decided)
+    ) {
+        self.name_tier(site, decided, name_tier);
+        if site.spend {
+            self.record(site, key, decided);
+        }
     }
 
     /// Names the site's tier on the decision: on a refusal always, else when `name_tier` (an
     /// annotated fn's admitted call never shows its decision, so it skips the `Arc` clone).
     #[inline]
-    pub(crate) fn name_tier(
-        &self,
-        site: &Site<'_>,
-        decided: Result<Decision, Error>,
-        name_tier: bool,
-    ) -> Result<Decision, Error> {
-        decided.map(|mut decision| {
+    fn name_tier(&self, site: &Site<'_>, decided: &mut Result<Decision, Error>, name_tier: bool) {
+        if let Ok(decision) = decided {
             if name_tier || !decision.allowed {
                 decision.tier = site.tier.map(|i| self.inner.config.tiers()[i].name.clone());
             }
-            decision
-        })
+        }
     }
 
     /// Step 5: counts the outcome when the call spends.
@@ -167,6 +156,14 @@ impl RateLimitService {
         decided
     }
 
+    /// [`admit`](Self::admit) for a call whose admitted decision is not returned: out of the
+    /// admitted call's way.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn refused(site: &Site<'_>, decided: Result<Decision, Error>) -> Result<(), Error> {
+        decided.and_then(|d| Self::admit(site, d)).map(drop)
+    }
+
     /// `Ok` with an admitted decision; a refusal as [`Error::Exceeded`].
     pub(crate) fn admit(site: &Site<'_>, decision: Decision) -> Result<Decision, Error> {
         if decision.allowed {
@@ -178,16 +175,6 @@ impl RateLimitService {
             })))
         }
     }
-}
-
-/// Runs `f` with the thread's key buffer; with a fresh one when it is in use (a decision made
-/// from inside another: a store or clock of the user's own that calls the service).
-#[inline]
-fn with_key_buffer<T>(f: impl FnOnce(&mut String) -> T) -> T {
-    KEY.with(|buffer| match buffer.try_borrow_mut() {
-        Ok(mut buffer) => f(&mut buffer),
-        Err(_) => f(&mut String::new()),
-    })
 }
 
 impl RateLimitService {
@@ -205,11 +192,11 @@ impl RateLimitService {
         if !self.decides_at_once() {
             return self.recorded(site, key, waiting).map(drop);
         }
-        let decided = match self.decide_now(site, key, false, Then::GiveUp) {
-            Now::Decided(decided) => decided,
-            Now::Later(_) => self.recorded(site, key, waiting),
-        };
-        decided.and_then(|d| Self::admit(site, d)).map(drop)
+        let admit = |decided: Result<Decision, Error>| decided.and_then(|d| Self::admit(site, d));
+        match self.decide_now(site, key, false, Then::GiveUp, admit) {
+            Some(decided) => decided.map(drop),
+            None => self.recorded(site, key, waiting).map(drop),
+        }
     }
 }
 

@@ -6,12 +6,12 @@ use std::future::Future;
 use std::sync::Arc;
 
 use super::calls::Mode;
-use super::pipeline::{Now, Then};
-use super::site::Site;
+use super::pipeline::Then;
+use super::site::{Site, SiteKey};
 use super::{Call, Options, RateLimitService};
 use crate::decision::Decision;
 use crate::error::Error;
-use crate::key::{self, KeyParts};
+use crate::key::Around;
 use crate::quota::Quota;
 use crate::stats::Counters;
 
@@ -51,15 +51,13 @@ impl RateLimitService {
 
     pub(crate) fn prepare_call(&self, options: &Call<'_>) -> Result<Prepared, Error> {
         let site = self.site(options)?;
-        let mut suffix = String::new();
-        key::write_suffix(&mut suffix, &site.parts, &site.quota);
         Ok(Prepared {
             quota: site.quota,
             tier: site.tier,
             counters: options.budget.map(|name| self.method_counters(name).1),
             budget: options.budget.map(Arc::from),
-            tier_name: site.parts.tier.map(Arc::from),
-            suffix,
+            tier_name: site.tier.map(|i| self.inner.config.tiers()[i].name.clone()),
+            around: site.around(),
             cost: site.cost,
             may_wait: site.may_wait,
             service: self.clone(),
@@ -78,7 +76,8 @@ pub struct Prepared {
     counters: Option<Arc<Counters>>,
     budget: Option<Arc<str>>,
     tier_name: Option<Arc<str>>,
-    suffix: String,
+    /// The store key around the user key, written once.
+    around: Around,
     cost: u64,
     may_wait: bool,
 }
@@ -113,14 +112,7 @@ impl Prepared {
             tier: self.tier,
             budget: self.budget.as_deref(),
             counters: self.counters.as_deref(),
-            parts: KeyParts {
-                prefix: self.service.inner.config.key_prefix(),
-                budget: self.budget.as_deref(),
-                tier: self.tier_name.as_deref(),
-                key: None,
-                identity: None,
-            },
-            suffix: Some(&self.suffix),
+            key: SiteKey::Around(&self.around),
             cost,
             spend,
             may_wait: spend && self.may_wait,
@@ -154,13 +146,8 @@ impl Prepared {
         if site.may_wait {
             return None;
         }
-        match self
-            .service
-            .decide_now(&site, Some(key), true, Then::GiveUp)
-        {
-            Now::Decided(decided) => Some(decided),
-            Now::Later(_) => None,
-        }
+        self.service
+            .decide_now(&site, Some(key), true, Then::GiveUp, |d| d)
     }
 
     /// The level of `key`'s budget now: [`RateLimitService::status`].
@@ -181,14 +168,18 @@ impl Prepared {
         if site.may_wait {
             return Enforced::Waits;
         }
-        match self.service.decide_now(&site, key, false, Then::Await) {
-            Now::Decided(Ok(decision)) if decision.allowed => Enforced::Decided(Ok(())),
-            Now::Decided(decided) => Enforced::Decided(
-                decided
-                    .and_then(|d| RateLimitService::admit(&site, d))
-                    .map(drop),
-            ),
-            Now::Later(store_key) => Enforced::Later(store_key),
+        // An admitted call's decision is not moved: only its flag is read.
+        let admit = |decided: Result<Decision, Error>| match &decided {
+            Ok(decision) if decision.allowed => Ok(()),
+            _ => RateLimitService::refused(&site, decided),
+        };
+        let mut store_key = String::new();
+        match self
+            .service
+            .decide_now(&site, key, false, Then::Await(&mut store_key), admit)
+        {
+            Some(decided) => Enforced::Decided(decided),
+            None => Enforced::Later(store_key),
         }
     }
 

@@ -28,12 +28,26 @@ impl fmt::Display for KeyDigest<'_> {
 impl RateLimitService {
     /// Counts a spending call's outcome: a refusal (over the limit, a full queue, a wait
     /// that timed out) as denied, any other error as an error.
+    #[inline(always)]
     pub(super) fn record(
         &self,
         site: &Site<'_>,
         key: Option<&str>,
         result: &Result<Decision, Error>,
     ) {
+        match result {
+            Ok(decision) if decision.allowed => {
+                self.count(site.tier, site.budget, site.counters, Outcome::Allowed);
+            }
+            _ => self.record_refusal(site, key, result),
+        }
+    }
+
+    /// [`record`](Self::record) of anything but an admitted decision: out of the admitted
+    /// call's way.
+    #[cold]
+    #[inline(never)]
+    fn record_refusal(&self, site: &Site<'_>, key: Option<&str>, result: &Result<Decision, Error>) {
         let count = |outcome| self.count(site.tier, site.budget, site.counters, outcome);
         match result {
             Ok(decision) if decision.allowed => count(Outcome::Allowed),

@@ -2,10 +2,12 @@
 //! user key), and the checks and store key of one call there. `prepared.rs` holds one for a
 //! caller that makes many calls.
 
+use std::fmt;
+
 use super::{Call, RateLimitService};
 use crate::clock::Nanos;
 use crate::error::Error;
-use crate::key::{self, KeyParts};
+use crate::key::{self, Around, KeyParts};
 use crate::quota::Quota;
 use crate::stats::Counters;
 use crate::store::{Mode, Request, StoreKey};
@@ -19,15 +21,21 @@ pub(crate) struct Site<'a> {
     pub(crate) budget: Option<&'a str>,
     /// The budget's counters when the caller holds them; else found when a call is recorded.
     pub(crate) counters: Option<&'a Counters>,
-    /// The store key's parts, without the user key.
-    pub(crate) parts: KeyParts<'a>,
-    /// What follows the store key's hash tag (see `key::write_suffix`), when written ahead.
-    pub(crate) suffix: Option<&'a str>,
+    /// The store key around the user key.
+    pub(crate) key: SiteKey<'a>,
     pub(crate) cost: u64,
     /// Whether calls spend (else they look).
     pub(crate) spend: bool,
     /// Whether a refused call waits in the queue.
     pub(crate) may_wait: bool,
+}
+
+/// A site's store key, without the user key.
+pub(crate) enum SiteKey<'a> {
+    /// Its parts, composed per call (a site worked out for one call).
+    Parts(KeyParts<'a>),
+    /// Written ahead, around the user key (a prepared site).
+    Around(&'a Around),
 }
 
 impl Site<'_> {
@@ -44,13 +52,25 @@ impl Site<'_> {
     }
 
     /// Step 3: the store key of a call with user `key` (checked), in `out`.
-    #[inline]
-    pub(crate) fn compose(&self, out: &mut String, key: Option<&str>) {
-        let parts = KeyParts { key, ..self.parts };
-        key::write_around(out, &parts, |out| match self.suffix {
-            Some(suffix) => out.push_str(suffix),
-            None => key::write_suffix(out, &parts, &self.quota),
-        });
+    #[inline(always)]
+    pub(crate) fn compose(&self, out: &mut impl fmt::Write, key: Option<&str>) {
+        match &self.key {
+            SiteKey::Around(around) => around.write(out, key),
+            SiteKey::Parts(parts) => {
+                let parts = KeyParts { key, ..*parts };
+                key::write_around(out, &parts, |out| {
+                    key::write_suffix(out, &parts, &self.quota);
+                });
+            }
+        }
+    }
+
+    /// The store key around the user key, written out (for a site prepared once).
+    pub(crate) fn around(&self) -> Around {
+        match &self.key {
+            SiteKey::Parts(parts) => Around::new(parts, &self.quota),
+            SiteKey::Around(around) => Around::clone(around),
+        }
     }
 
     /// Step 4's request on the store key step 3 composed, at `now` (the call checked).
@@ -95,14 +115,13 @@ impl RateLimitService {
             tier,
             budget: options.budget,
             counters: None,
-            parts: KeyParts {
+            key: SiteKey::Parts(KeyParts {
                 prefix: config.key_prefix(),
                 budget: options.budget,
                 tier: tier.map(|i| &*config.tiers()[i].name),
                 key: None,
                 identity,
-            },
-            suffix: None,
+            }),
             cost: options.cost,
             spend: options.consume,
             may_wait: self.may_wait(options),

@@ -162,10 +162,7 @@ impl ClientIp {
     /// in place, without the formatting machinery for IPv4 (the common case, on every
     /// request).
     fn key_of(&self, ip: IpAddr) -> KeyText {
-        let mut out = KeyText::Inline {
-            len: 0,
-            bytes: [0; KeyText::INLINE],
-        };
+        let mut out = KeyText::new();
         // `KeyText`'s `write_str` never fails.
         let _ = match ip {
             IpAddr::V4(v4) => write_ipv4(&mut out, v4),
@@ -468,7 +465,7 @@ mod tests {
         }
         let v6 = "2001:db8:1:2:3:4:5:6".parse::<IpAddr>().unwrap();
         assert_eq!(&*ip.key_of(v6), "2001:db8:1:2::/64");
-        assert!(matches!(ip.key_of(v6), KeyText::Inline { .. }));
+        assert!(ip.key_of(v6).is_inline());
     }
 
     fn key(extractor: &ClientIp, headers: &[(&str, &str)], peer: &str) -> String {

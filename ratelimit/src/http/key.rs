@@ -53,7 +53,7 @@ pub trait KeyExtractor: Send + Sync + 'static {
     /// this is overridden by the extractors of this crate.
     #[doc(hidden)]
     fn extract_text(&self, parts: &Parts) -> Result<Option<KeyText>, Error> {
-        Ok(self.extract(parts)?.map(KeyText::Heap))
+        Ok(self.extract(parts)?.map(KeyText::from))
     }
 }
 
@@ -140,7 +140,7 @@ impl KeyExtractor for ApiKey {
 
     fn extract_text(&self, parts: &Parts) -> Result<Option<KeyText>, Error> {
         match self.verified(parts) {
-            Some(account) => Ok(Some(KeyText::Heap(format!("api-key:{account}")))),
+            Some(account) => Ok(Some(KeyText::from(format!("api-key:{account}")))),
             None => self.fallback.extract_text(parts),
         }
     }
@@ -220,7 +220,7 @@ where
 
     fn extract_text(&self, parts: &Parts) -> Result<Option<KeyText>, Error> {
         match (parts.extensions.get::<T>(), &self.fallback) {
-            (Some(principal), _) => Ok(Some(KeyText::Heap(format!("principal:{principal}")))),
+            (Some(principal), _) => Ok(Some(KeyText::from(format!("principal:{principal}")))),
             (None, Some(fallback)) => fallback.extract_text(parts),
             (None, None) => Err(no_principal()),
         }
@@ -232,12 +232,7 @@ where
 pub(super) fn text_to_string(
     text: Result<Option<KeyText>, Error>,
 ) -> Result<Option<String>, Error> {
-    text.map(|key| {
-        key.map(|key| match key {
-            KeyText::Heap(heap) => heap,
-            inline => (*inline).to_owned(),
-        })
-    })
+    text.map(|key| key.map(KeyText::into_string))
 }
 
 fn no_principal() -> Error {
