@@ -36,6 +36,14 @@ async fn annotated(user: &str) -> Result<(), Error> {
     Ok(())
 }
 
+/// [`annotated`] for one test alone: a fn holds one prepared site (for the scope or module
+/// that last called it), so tests running at once on one fn prepare it again in turn.
+#[ratelimit::rate_limit(limit = 1000, window = "1d", strategy = "fixed-window", key = user)]
+async fn annotated_alone(user: &str) -> Result<(), Error> {
+    let _ = user;
+    Ok(())
+}
+
 /// The same limit as the annotated fn's, for the service's methods and the HTTP layer.
 fn options() -> Options {
     Options::new()
@@ -163,6 +171,8 @@ impl Entry {
 /// layer are held by their callers, as a caller would).
 struct Callers {
     module: TestModule,
+    /// Calls [`annotated_alone`] instead of [`annotated`].
+    alone: bool,
     prepared: ratelimit::Prepared,
     #[cfg(feature = "axum")]
     http: axum::Router,
@@ -175,6 +185,7 @@ impl Callers {
         let http = http::app(module.service().clone());
         Callers {
             module,
+            alone: false,
             prepared,
             #[cfg(feature = "axum")]
             http,
@@ -185,6 +196,9 @@ impl Callers {
     /// is the key: `key` is ignored), admitted.
     async fn call(&self, entry: Entry, key: &str) {
         match entry {
+            Entry::Annotated if self.alone => {
+                self.module.scope(annotated_alone(key)).await.unwrap()
+            }
             Entry::Annotated => self.module.scope(annotated(key)).await.unwrap(),
             Entry::Consume => {
                 let decision = self.module.service().consume(key, &options()).await;
@@ -344,10 +358,13 @@ async fn a_call_answered_from_a_lease_makes_no_round_trip() {
 async fn the_quota_is_resolved_once_per_prepared_site() {
     let server = RedisServer::start();
     let counting = Counting::new(RedisStore::new(redis_options(&server)).unwrap());
-    let callers = Callers::new(module(
-        StoreConfig::custom(counting.clone()),
-        "per-call-resolutions",
-    ));
+    let callers = Callers {
+        alone: true,
+        ..Callers::new(module(
+            StoreConfig::custom(counting.clone()),
+            "per-call-resolutions",
+        ))
+    };
     // Building the module checked the fn's limit; preparing the site resolved its options.
     for &entry in Entry::ALL {
         let before = counting.resolutions();
