@@ -113,9 +113,9 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub use ratelimit_core::{
-    format_window, parse_window, store, Answer, Clock, Config, ConfigBuilder, ConfigError, Counts,
-    CustomStore, Decision, Error, Exceeded, ManualClock, MemoryOptions, MemoryStore, Name, Nanos,
-    Options, Overrides, ParseError, Prepared, QueueCounts, Quota, QuotaError, Rate,
+    format_window, parse_window, store, Answer, Attempt, Clock, Config, ConfigBuilder, ConfigError,
+    Counts, CustomStore, Decision, Error, Exceeded, ManualClock, MemoryOptions, MemoryStore, Name,
+    Nanos, Options, Overrides, ParseError, Pending, Prepared, QueueCounts, Quota, QuotaError, Rate,
     RateLimitService, ResolvedTier, Stats, StoreConfig, Strategy, SystemClock, Tier, Window,
     MAX_CAPACITY, MAX_KEY_LEN, MAX_WINDOW,
 };

@@ -18,7 +18,7 @@ mod wait;
 pub(crate) use options::Call;
 pub use options::Options;
 pub(crate) use prepared::Enforced;
-pub use prepared::Prepared;
+pub use prepared::{Attempt, Pending, Prepared};
 
 use crate::clock::{Clock, SystemClock};
 use crate::config::{Config, StoreConfig};

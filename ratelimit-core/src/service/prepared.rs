@@ -150,6 +150,48 @@ impl Prepared {
             .decide_now(&site, Some(key), true, Then::GiveUp, |d| d)
     }
 
+    /// [`consume`](Self::consume) begun at once: [`Attempt::Decided`] when the store
+    /// answered without waiting (as [`consume_now`](Self::consume_now)), else
+    /// [`Attempt::Pending`], nothing spent, holding what was worked out (the store key,
+    /// composed once) for [`Pending::consume`] to await the store on: one ask each way, where
+    /// `consume_now` then `consume` would ask the store at once and compose the key twice.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use ratelimit_core::{Attempt, Config, Options, RateLimitService};
+    ///
+    /// # futures::executor::block_on(async {
+    /// let service = RateLimitService::new(Config::builder().default_limit(1).build()?)?;
+    /// let site = Arc::new(service.prepare(&Options::new())?);
+    /// let decision = match site.try_consume("user:1") {
+    ///     Attempt::Decided(decided) => decided?, // the memory store: always at once
+    ///     Attempt::Pending(pending) => pending.consume().await?,
+    /// };
+    /// assert!(decision.allowed);
+    /// # Ok::<(), ratelimit_core::Error>(())
+    /// # }).unwrap();
+    /// ```
+    pub fn try_consume(self: &Arc<Self>, key: &str) -> Attempt {
+        let site = self.site(self.cost, true);
+        let store_key = match site.may_wait {
+            true => None,
+            false => {
+                let mut store_key = String::new();
+                let then = Then::Await(&mut store_key);
+                if let Some(decided) = self.service.decide_now(&site, Some(key), true, then, |d| d)
+                {
+                    return Attempt::Decided(decided);
+                }
+                Some(store_key)
+            }
+        };
+        Attempt::Pending(Pending {
+            prepared: Arc::clone(self),
+            key: key.to_owned(),
+            store_key,
+        })
+    }
+
     /// The level of `key`'s budget now: [`RateLimitService::status`].
     pub fn status<'a>(
         &'a self,
@@ -232,4 +274,37 @@ pub(crate) enum Enforced {
     Later(String),
     /// The call may wait in the queue: nothing asked ([`Prepared::enforce_waiting`]).
     Waits,
+}
+
+/// What [`Prepared::try_consume`] made of a call.
+#[derive(Debug)]
+pub enum Attempt {
+    /// Decided at once, and recorded.
+    Decided(Result<Decision, Error>),
+    /// Not decided, nothing spent: the store must be awaited ([`Pending::consume`]).
+    Pending(Pending),
+}
+
+/// A call [`Prepared::try_consume`] began and the store must answer: its site, its user key
+/// and the store key composed for it (none for a call that may wait in the queue, which takes
+/// the queue's path), owned, so the future of [`consume`](Self::consume) borrows nothing.
+#[derive(Debug)]
+pub struct Pending {
+    prepared: Arc<Prepared>,
+    key: String,
+    store_key: Option<String>,
+}
+
+impl Pending {
+    /// The store awaited once, on the store key `try_consume` composed (or the whole
+    /// pipeline, queue included, for a call that may wait).
+    pub async fn consume(self) -> Result<Decision, Error> {
+        let prepared = &*self.prepared;
+        let site = prepared.site(prepared.cost, true);
+        let key = Some(self.key.as_str());
+        match &self.store_key {
+            Some(store_key) => prepared.service.decide_later(&site, key, store_key).await,
+            None => Box::pin(prepared.service.decide_waiting(&site, key)).await,
+        }
+    }
 }

@@ -23,7 +23,7 @@ use self::limit::Limit;
 use super::key::KeyExtractor;
 use super::response::{failed, refused};
 use crate::__private::KeyText;
-use crate::{Decision, Error, Module, Options, RateLimitService};
+use crate::{Attempt, Decision, Error, Module, Options, Pending, RateLimitService};
 
 type Skipper = dyn Fn(&Parts) -> bool + Send + Sync;
 type OnRefused = dyn Fn(&Decision) -> Response + Send + Sync;
@@ -379,22 +379,38 @@ impl LayerConfig {
     }
 
     /// The verdict of a layer of one limit whose store answers at once (the memory store, a
-    /// call that may not wait): no future is built. `None` when it must be awaited; nothing is
-    /// spent then.
-    fn decide_now(&self, key: &str, service: &RateLimitService, parts: &Parts) -> Option<Verdict> {
+    /// call that may not wait): no future is built. Otherwise, nothing spent, what the
+    /// awaited half needs: for a prepared limit, the call as far as it got (its store key
+    /// composed once, asked at once once: [`Pending`]).
+    fn decide_now(&self, key: &str, service: &RateLimitService, parts: &Parts) -> Now {
         let [one] = self.limits.as_slice() else {
-            return None; // several limits: decided as one, by `decide`
+            return Now::Later(None); // several limits: decided as one, by `decide`
         };
         let decision = match one.prepared(self.per_route, service) {
-            Some(prepared) => prepared.consume_now(key)?,
-            None => service.consume_now(key, &one.options(self.per_route, parts))?,
+            Some(prepared) => match prepared.try_consume(key) {
+                Attempt::Decided(decision) => decision,
+                Attempt::Pending(pending) => return Now::Later(Some(pending)),
+            },
+            None => match service.consume_now(key, &one.options(self.per_route, parts)) {
+                Some(decision) => decision,
+                None => return Now::Later(None),
+            },
         };
-        Some(Self::verdict(decision.map(Decisions::One)))
+        Now::Decided(Self::verdict(decision.map(Decisions::One)))
     }
 
     /// The verdict of every limit, awaited (a store behind the `Store` trait, a call that
     /// may wait in the queue, several limits).
-    async fn decide(&self, key: &str, service: &RateLimitService, parts: &Parts) -> Verdict {
+    async fn decide(
+        &self,
+        key: &str,
+        service: &RateLimitService,
+        parts: &Parts,
+        pending: Option<Pending>,
+    ) -> Verdict {
+        if let Some(pending) = pending {
+            return Self::verdict(pending.consume().await.map(Decisions::One));
+        }
         let decisions = match self.limits.as_slice() {
             [one] => match one.prepared(self.per_route, service) {
                 Some(prepared) => prepared.consume(key).await.map(Decisions::One),
@@ -463,6 +479,13 @@ impl LayerConfig {
     }
 }
 
+/// What [`LayerConfig::decide_now`] made of a request: its verdict, or what the awaited half
+/// needs (a prepared limit's call as far as it got).
+enum Now {
+    Decided(Verdict),
+    Later(Option<Pending>),
+}
+
 impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimit<S>
 where
     S: Service<Request<ReqBody>, Response = http::Response<ResBody>> + Clone + Send + 'static,
@@ -491,13 +514,16 @@ where
                 return respond(inner, config, Request::from_parts(parts, body), verdict)
             }
         };
-        if let Some(verdict) = config.decide_now(&key, &service, &parts) {
-            drop(service);
-            return respond(inner, config, Request::from_parts(parts, body), verdict);
-        }
+        let pending = match config.decide_now(&key, &service, &parts) {
+            Now::Decided(verdict) => {
+                drop(service);
+                return respond(inner, config, Request::from_parts(parts, body), verdict);
+            }
+            Now::Later(pending) => pending,
+        };
         let service = service.into_owned();
         let future: future::Waiting<S::Error> = Box::pin(async move {
-            let verdict = config.decide(&key, &service, &parts).await;
+            let verdict = config.decide(&key, &service, &parts, pending).await;
             let request = Request::from_parts(parts, body);
             respond(inner, config, request, verdict).await
         });
