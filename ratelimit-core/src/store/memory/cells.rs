@@ -7,7 +7,9 @@ use hashbrown::HashTable;
 use parking_lot::Mutex;
 use portable_atomic::AtomicU128;
 
-use crate::algorithm::{Aligned, FixedWindow, Gcra, SlidingCounter, SlidingLog, Verdict};
+use crate::algorithm::{
+    Algorithm, Aligned, FixedWindow, Gcra, SlidingCounter, SlidingLog, Verdict,
+};
 use crate::clock::Nanos;
 use crate::quota::Quota;
 use crate::syntax::Strategy;

@@ -23,7 +23,7 @@ use proptest::prelude::*;
 use super::lua_standin::{self, Redis};
 use super::reply::Reply;
 use super::scripts::{arguments, supports};
-use crate::algorithm::{self, State, Verdict};
+use crate::algorithm::{self, Algorithm, State, Verdict};
 use crate::clock::Nanos;
 use crate::quota::Quota;
 use crate::syntax::{Strategy as Kind, MAX_WINDOW};
