@@ -10,16 +10,17 @@ use std::fmt;
 
 use crate::clock::Nanos;
 use crate::quota::Quota;
-use crate::syntax::Strategy;
 
 mod counter;
 mod fixed_window;
 mod sliding_log;
+mod table;
 mod token_bucket;
 
 pub(crate) use counter::{Aligned, SlidingCounter};
 pub(crate) use fixed_window::FixedWindow;
 pub(crate) use sliding_log::SlidingLog;
+pub(crate) use table::{algorithms, State};
 pub(crate) use token_bucket::Gcra;
 
 /// What an algorithm's file provides: its state, how it decides, when it expires, and its
@@ -69,112 +70,6 @@ pub(crate) struct Verdict {
     pub(crate) reset_at: Nanos,
     /// When refused: how long until the same call would be admitted (never zero).
     pub(crate) retry_after: Option<Nanos>,
-}
-
-/// The state of one key under any strategy.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum State {
-    /// [`FixedWindow`].
-    Fixed(FixedWindow),
-    /// [`SlidingLog`], boxed so that the other strategies' keys stay small.
-    Log(Box<SlidingLog>),
-    /// [`SlidingCounter`].
-    Counter(SlidingCounter),
-    /// [`Gcra`].
-    Bucket(Gcra),
-}
-
-impl State {
-    /// A fresh state for `strategy`.
-    pub(crate) fn new(strategy: Strategy) -> State {
-        match strategy {
-            Strategy::FixedWindow => State::Fixed(FixedWindow::default()),
-            Strategy::SlidingWindow => State::Log(Box::default()),
-            Strategy::SlidingWindowCounter => State::Counter(SlidingCounter::default()),
-            Strategy::TokenBucket => State::Bucket(Gcra::default()),
-        }
-    }
-
-    /// The strategy this state belongs to.
-    pub(crate) fn strategy(&self) -> Strategy {
-        match self {
-            State::Fixed(_) => Strategy::FixedWindow,
-            State::Log(_) => Strategy::SlidingWindow,
-            State::Counter(_) => Strategy::SlidingWindowCounter,
-            State::Bucket(_) => Strategy::TokenBucket,
-        }
-    }
-
-    /// When this state is indistinguishable from a fresh one, so its key can be dropped.
-    pub(crate) fn expires_at(&self, quota: &Quota) -> Nanos {
-        match self {
-            State::Fixed(s) => s.expires_at(quota),
-            State::Log(s) => s.expires_at(quota),
-            State::Counter(s) => s.expires_at(quota),
-            State::Bucket(s) => s.expires_at(quota),
-        }
-    }
-
-    /// Whether a store of this crate could have written this state, whatever the quota:
-    /// times no later than [`MAX_NOW`] (a token bucket's up to its largest tolerance beyond),
-    /// counts (a log's total) within [`MAX_CAPACITY`](crate::quota::MAX_CAPACITY), and a window's count of zero only in a
-    /// fresh state (a recorded call counts at least 1). The algorithms' arithmetic stays
-    /// within `u64` on such states only; anything else is a corrupt or foreign value read
-    /// back (through [`StoredState`](crate::store::StoredState)), refused when read.
-    pub(crate) fn written_by_a_store(&self) -> bool {
-        match self {
-            State::Fixed(s) => s.written_by_a_store(),
-            State::Log(s) => s.written_by_a_store(),
-            State::Counter(s) => s.written_by_a_store(),
-            State::Bucket(s) => s.written_by_a_store(),
-        }
-    }
-
-    /// Whether a store deciding with `quota` could have written this state: of its strategy,
-    /// [written by a store](Self::written_by_a_store), and a window starting on one of
-    /// `quota`'s boundaries. The key names the window, so a state under it never started
-    /// anywhere else; the algorithms would read any other start as an old window's, a fresh
-    /// budget.
-    fn written_for(&self, quota: &Quota) -> bool {
-        self.strategy() == quota.strategy()
-            && self.written_by_a_store()
-            && match self {
-                State::Fixed(s) => s.written_for(quota),
-                State::Log(s) => s.written_for(quota),
-                State::Counter(s) => s.written_for(quota),
-                State::Bucket(s) => s.written_for(quota),
-            }
-    }
-
-    /// Its letter and words in a stored state's bytes (see [`Algorithm::to_words`]).
-    pub(crate) fn to_words(&self) -> (u8, Vec<u64>) {
-        match self {
-            State::Fixed(s) => (FixedWindow::LETTER, s.to_words()),
-            State::Log(s) => (SlidingLog::LETTER, s.to_words()),
-            State::Counter(s) => (SlidingCounter::LETTER, s.to_words()),
-            State::Bucket(s) => (Gcra::LETTER, s.to_words()),
-        }
-    }
-
-    /// Reads what [`to_words`](Self::to_words) wrote; else what is wrong with it.
-    pub(crate) fn from_words(letter: u8, words: &[u64]) -> Result<State, &'static str> {
-        match letter {
-            FixedWindow::LETTER => FixedWindow::from_words(words).map(State::Fixed),
-            SlidingLog::LETTER => SlidingLog::from_words(words).map(|s| State::Log(Box::new(s))),
-            SlidingCounter::LETTER => SlidingCounter::from_words(words).map(State::Counter),
-            Gcra::LETTER => Gcra::from_words(words).map(State::Bucket),
-            _ => Err(NOT_A_STATE),
-        }
-    }
-
-    fn decide_raw(&mut self, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> Verdict {
-        match self {
-            State::Fixed(s) => s.decide(now, quota, cost, commit),
-            State::Log(s) => s.decide(now, quota, cost, commit),
-            State::Counter(s) => s.decide(now, quota, cost, commit),
-            State::Bucket(s) => s.decide(now, quota, cost, commit),
-        }
-    }
 }
 
 /// Why a call could not be decided at all (as opposed to refused).
@@ -334,6 +229,7 @@ pub(crate) fn decide(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::syntax::Strategy;
     use std::time::Duration;
 
     const SEC: Nanos = 1_000_000_000;

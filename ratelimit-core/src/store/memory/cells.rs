@@ -40,9 +40,53 @@ pub(super) trait Cell: Sized {
     fn expires_at(&self) -> Nanos;
     /// Decides in one atomic step: callers share the cell (under the shard's read lock).
     fn decide(&self, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> Verdict;
-    fn table(tables: &Tables) -> &HashTable<Self>;
-    fn table_mut(tables: &mut Tables) -> &mut HashTable<Self>;
 }
+
+/// The cell an algorithm's keys are kept in (one line per algorithm, beside its cell).
+pub(super) trait Kept: Algorithm {
+    type Cell: Cell;
+}
+
+impl Kept for FixedWindow {
+    type Cell = FixedCell;
+}
+
+impl Kept for Box<SlidingLog> {
+    type Cell = LogCell;
+}
+
+impl Kept for SlidingCounter {
+    type Cell = CounterCell;
+}
+
+impl Kept for Gcra {
+    type Cell = BucketCell;
+}
+
+/// An algorithm's table in a shard's [`Tables`] (generated from the table of algorithms).
+pub(super) trait InTables: Kept {
+    fn table(tables: &Tables) -> &HashTable<Self::Cell>;
+    fn table_mut(tables: &mut Tables) -> &mut HashTable<Self::Cell>;
+}
+
+/// Runs `$f::<algorithm>$args` for the algorithm of `$strategy` (an [`InTables`]): the
+/// memory store's dispatch on the strategy, one arm per line of the table of algorithms.
+macro_rules! by_strategy {
+    ($strategy:expr, $owner:tt :: $f:ident $args:tt) => {
+        $crate::algorithm::algorithms!(by_strategy_arms, $strategy, $owner::$f, $args)
+    };
+}
+
+macro_rules! by_strategy_arms {
+    ([$strategy:expr, $owner:tt :: $f:ident, $args:tt]
+     $($name:ident => $variant:ident($ty:ty), $lua:literal;)*) => {
+        match $strategy {
+            $($crate::syntax::Strategy::$name => $owner::$f::<$ty> $args,)*
+        }
+    };
+}
+
+pub(super) use {by_strategy, by_strategy_arms};
 
 /// An atomic word a cell's state lives in.
 trait Word {
@@ -168,12 +212,6 @@ impl Cell for FixedCell {
             (pack(state.expires_at(quota), state.count), verdict)
         })
     }
-    fn table(tables: &Tables) -> &HashTable<Self> {
-        &tables.fixed
-    }
-    fn table_mut(tables: &mut Tables) -> &mut HashTable<Self> {
-        &mut tables.fixed
-    }
 }
 
 impl Cell for LogCell {
@@ -201,12 +239,6 @@ impl Cell for LogCell {
                 .store(log.expires_at(quota), Ordering::Release);
         }
         verdict
-    }
-    fn table(tables: &Tables) -> &HashTable<Self> {
-        &tables.log
-    }
-    fn table_mut(tables: &mut Tables) -> &mut HashTable<Self> {
-        &mut tables.log
     }
 }
 
@@ -248,12 +280,6 @@ impl Cell for CounterCell {
             (pack(state.expires_at(quota), counts), verdict)
         })
     }
-    fn table(tables: &Tables) -> &HashTable<Self> {
-        &tables.counter
-    }
-    fn table_mut(tables: &mut Tables) -> &mut HashTable<Self> {
-        &mut tables.counter
-    }
 }
 
 impl Cell for BucketCell {
@@ -279,80 +305,78 @@ impl Cell for BucketCell {
             (state.tat, verdict)
         })
     }
-    fn table(tables: &Tables) -> &HashTable<Self> {
-        &tables.bucket
-    }
-    fn table_mut(tables: &mut Tables) -> &mut HashTable<Self> {
-        &mut tables.bucket
-    }
 }
 
-/// One shard: a table per strategy. A key is in at most one of them: a call on a key held
-/// under another strategy is refused with [`Error::UnexpectedState`], as
-/// [`algorithm::decide`] refuses it.
-#[derive(Default)]
-pub(super) struct Tables {
-    fixed: HashTable<FixedCell>,
-    log: HashTable<LogCell>,
-    counter: HashTable<CounterCell>,
-    bucket: HashTable<BucketCell>,
-}
-
-impl Tables {
-    /// Removes `key` from every table; returns how many entries went.
-    pub(super) fn remove_all(&mut self, hash: u64, key: &[u8]) -> usize {
-        fn remove<C: Cell>(table: &mut HashTable<C>, hash: u64, key: &[u8]) -> usize {
-            match table.find_entry(hash, |c| c.key() == key) {
-                Ok(entry) => {
-                    entry.remove();
-                    1
-                }
-                Err(_) => 0,
-            }
+macro_rules! tables {
+    ([] $($strategy:ident => $variant:ident($ty:ty), $lua:literal;)*) => {
+        /// One shard: a table per strategy, one per line of the table of algorithms. A key is
+        /// in at most one of them: a call on a key held under another strategy is refused with
+        /// [`Error::UnexpectedState`](crate::Error::UnexpectedState), as
+        /// [`algorithm::decide`](crate::algorithm::decide) refuses it.
+        #[derive(Default)]
+        #[allow(non_snake_case)]
+        pub(super) struct Tables {
+            $($variant: HashTable<<$ty as Kept>::Cell>,)*
         }
-        remove(&mut self.fixed, hash, key)
-            + remove(&mut self.log, hash, key)
-            + remove(&mut self.counter, hash, key)
-            + remove(&mut self.bucket, hash, key)
-    }
 
-    /// Whether `key` is held under a strategy other than `strategy`.
-    pub(super) fn held_by_other(&self, strategy: Strategy, hash: u64, key: &[u8]) -> bool {
-        let has = |s: Strategy| {
-            s != strategy
-                && match s {
-                    Strategy::FixedWindow => self.fixed.find(hash, |c| c.key() == key).is_some(),
-                    Strategy::SlidingWindow => self.log.find(hash, |c| c.key() == key).is_some(),
-                    Strategy::SlidingWindowCounter => {
-                        self.counter.find(hash, |c| c.key() == key).is_some()
+        $(
+            impl InTables for $ty {
+                #[inline]
+                fn table(tables: &Tables) -> &HashTable<Self::Cell> {
+                    &tables.$variant
+                }
+                #[inline]
+                fn table_mut(tables: &mut Tables) -> &mut HashTable<Self::Cell> {
+                    &mut tables.$variant
+                }
+            }
+        )*
+
+        impl Tables {
+            /// Removes `key` from every table; returns how many entries went.
+            pub(super) fn remove_all(&mut self, hash: u64, key: &[u8]) -> usize {
+                fn remove<C: Cell>(table: &mut HashTable<C>, hash: u64, key: &[u8]) -> usize {
+                    match table.find_entry(hash, |c| c.key() == key) {
+                        Ok(entry) => {
+                            entry.remove();
+                            1
+                        }
+                        Err(_) => 0,
                     }
-                    Strategy::TokenBucket => self.bucket.find(hash, |c| c.key() == key).is_some(),
                 }
-        };
-        Strategy::ALL.into_iter().any(has)
-    }
-
-    /// Drops the cells expired at `now` and gives back memory that is mostly unused.
-    pub(super) fn sweep(&mut self, now: Nanos, hasher: &foldhash::fast::RandomState) -> usize {
-        fn sweep<C: Cell>(
-            table: &mut HashTable<C>,
-            now: Nanos,
-            hasher: &foldhash::fast::RandomState,
-        ) -> usize {
-            let before = table.len();
-            table.retain(|cell| cell.expires_at() > now);
-            if table.capacity() > 16 && table.len() * 4 < table.capacity() {
-                let target = table.len() * 2;
-                table.shrink_to(target, |c| hasher.hash_one(c.key()));
+                0 $(+ remove(&mut self.$variant, hash, key))*
             }
-            before - table.len()
+
+            /// Whether `key` is held under a strategy other than `strategy`.
+            pub(super) fn held_by_other(&self, strategy: Strategy, hash: u64, key: &[u8]) -> bool {
+                $(
+                    (strategy != Strategy::$strategy
+                        && self.$variant.find(hash, |c| c.key() == key).is_some())
+                )||*
+            }
+
+            /// Drops the cells expired at `now` and gives back memory that is mostly unused.
+            pub(super) fn sweep(&mut self, now: Nanos, hasher: &foldhash::fast::RandomState) -> usize {
+                fn sweep<C: Cell>(
+                    table: &mut HashTable<C>,
+                    now: Nanos,
+                    hasher: &foldhash::fast::RandomState,
+                ) -> usize {
+                    let before = table.len();
+                    table.retain(|cell| cell.expires_at() > now);
+                    if table.capacity() > 16 && table.len() * 4 < table.capacity() {
+                        let target = table.len() * 2;
+                        table.shrink_to(target, |c| hasher.hash_one(c.key()));
+                    }
+                    before - table.len()
+                }
+                0 $(+ sweep(&mut self.$variant, now, hasher))*
+            }
         }
-        sweep(&mut self.fixed, now, hasher)
-            + sweep(&mut self.log, now, hasher)
-            + sweep(&mut self.counter, now, hasher)
-            + sweep(&mut self.bucket, now, hasher)
-    }
+    };
 }
+
+crate::algorithm::algorithms!(tables);
 
 #[cfg(test)]
 mod tests {
