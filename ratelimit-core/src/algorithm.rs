@@ -11,14 +11,14 @@ use std::fmt;
 use crate::clock::Nanos;
 use crate::quota::Quota;
 
-mod counter;
 mod fixed_window;
+mod sliding_counter;
 mod sliding_log;
 mod table;
 mod token_bucket;
 
-pub(crate) use counter::{Aligned, SlidingCounter};
 pub(crate) use fixed_window::FixedWindow;
+pub(crate) use sliding_counter::{Aligned, SlidingCounter};
 pub(crate) use sliding_log::SlidingLog;
 pub(crate) use table::{algorithms, State};
 pub(crate) use token_bucket::Gcra;

@@ -1,5 +1,6 @@
 //! Fixed window: one counter per window, windows aligned to the epoch. Its Redis script is
-//! `lua/fixed_window.lua` (and `lua/fixed_window_hot.lua` for a window of whole milliseconds).
+//! `fixed_window.lua`, beside this file (and the Redis store's `lua/fixed_window_hot.lua` for a
+//! window of whole milliseconds).
 
 use super::{Algorithm, Verdict, MAX_NOW, NOT_A_STATE};
 use crate::clock::Nanos;

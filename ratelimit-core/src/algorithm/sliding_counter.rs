@@ -1,5 +1,5 @@
 //! The sliding-window counter, with its `u64` fast path beside the exact `u128` form. Its
-//! Redis script is `lua/sliding_counter.lua`.
+//! Redis script is `sliding_counter.lua`, beside this file.
 
 use super::{Algorithm, Verdict, MAX_NOW, NOT_A_STATE};
 use crate::clock::Nanos;

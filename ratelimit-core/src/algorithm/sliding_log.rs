@@ -1,5 +1,5 @@
 //! Sliding window log: one entry per admitted call; exact. Its Redis script is
-//! `lua/sliding_log.lua`.
+//! `sliding_log.lua`, beside this file.
 
 use std::collections::VecDeque;
 

@@ -8,8 +8,9 @@ use crate::syntax::Strategy;
 
 /// Every algorithm, one line each:
 /// `Strategy variant => State variant(its state's type), "its Lua script's name";`
-/// (`lua/<name>.lua`, a function of that name in the stacked script). A new algorithm is its
-/// file under `algorithm/`, its script, its [`Strategy`] and one line here.
+/// (`algorithm/<name>.lua`, beside `<name>.rs`; a function of that name in the stacked script).
+/// A new algorithm is its two files under `algorithm/`, its [`Strategy`], one line here and its
+/// memory cell (`store/memory/cells.rs`, `Kept`).
 ///
 /// `algorithms!(then, passed...)` calls `then! { [passed...] lines... }`: each place that
 /// dispatches on the strategy writes its `match` from the lines, so none can leave one out.

@@ -1,4 +1,5 @@
-//! Token bucket as GCRA: one timestamp per key. Its Redis script is `lua/token_bucket.lua`.
+//! Token bucket as GCRA: one timestamp per key. Its Redis script is `token_bucket.lua`, beside
+//! this file.
 
 use super::{Algorithm, Verdict, MAX_NOW, NOT_A_STATE};
 use crate::clock::Nanos;

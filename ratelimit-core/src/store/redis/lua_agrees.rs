@@ -631,7 +631,7 @@ fn refused_alike(planted: &Planted) {
             }
             _ => false,
         };
-        // The log's script reads its newest entry's summary alone (lua/sliding_log.lua: the
+        // The log's script reads its newest entry's summary alone (algorithm/sliding_log.lua: the
         // entries under it are read only once they leave the window), so a log Rust refuses
         // for its older entries may be read there; never the other way round.
         let head_read = planted.strategy == Kind::SlidingWindow && rust && !lua;

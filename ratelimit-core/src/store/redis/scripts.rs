@@ -1,5 +1,6 @@
-//! The Lua scripts (`lua/*.lua`), one per strategy (named in the table of algorithms,
-//! `algorithm/table.rs`), and the limits within which they count exactly.
+//! The Lua scripts: one per strategy (`algorithm/<name>.lua`, named in the table of
+//! algorithms, `algorithm/table.rs`), the store's own (`lua/*.lua`), and the limits within
+//! which they count exactly.
 
 use std::cell::RefCell;
 use std::hash::BuildHasher;
@@ -57,13 +58,13 @@ macro_rules! lua {
     ($name:literal) => {
         concat!(
             include_str!("../../../lua/prelude.lua"),
-            include_str!(concat!("../../../lua/", $name, ".lua"))
+            include_str!(concat!("../../algorithm/", $name, ".lua"))
         )
     };
 }
 
 /// A strategy's script as a function of `(KEYS, ARGV, fell)` named `$name`, for the stacked
-/// and lease scripts and the fixed window's hot path (`fell`: see `lua/fixed_window.lua`).
+/// and lease scripts and the fixed window's hot path (`fell`: see `algorithm/fixed_window.lua`).
 macro_rules! wrapped {
     ($name:literal) => {
         concat!(
@@ -71,7 +72,7 @@ macro_rules! wrapped {
             $name,
             "(KEYS, ARGV, fell)\n",
             include_str!("../../../lua/prelude.lua"),
-            include_str!(concat!("../../../lua/", $name, ".lua")),
+            include_str!(concat!("../../algorithm/", $name, ".lua")),
             "\nend\n"
         )
     };
