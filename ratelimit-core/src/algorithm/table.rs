@@ -139,7 +139,9 @@ macro_rules! state {
                 Err(NOT_A_STATE)
             }
 
-            pub(super) fn decide_raw(
+            /// The algorithm's own step, without [`decide`](super::decide)'s checks and its
+            /// handling of looks.
+            pub(crate) fn decide_raw(
                 &mut self,
                 now: Nanos,
                 quota: &Quota,

@@ -23,7 +23,7 @@ use proptest::prelude::*;
 use super::lua_standin::{self, Redis};
 use super::reply::Reply;
 use super::scripts::{arguments, supports};
-use crate::algorithm::{self, Algorithm, State, Verdict};
+use crate::algorithm::{self, State, Verdict};
 use crate::clock::Nanos;
 use crate::quota::Quota;
 use crate::syntax::{Strategy as Kind, MAX_WINDOW};
@@ -217,12 +217,7 @@ fn script(redis: &Redis, quota: &Quota, now: u64, cost: u64, commit: bool) -> Ve
 
 /// One algorithm's own step, without `decide`'s checks and its handling of looks.
 fn raw(state: &mut State, now: Nanos, q: &Quota, cost: u64, commit: bool) -> Verdict {
-    match state {
-        State::Fixed(s) => s.decide(now, q, cost, commit),
-        State::Log(s) => s.decide(now, q, cost, commit),
-        State::Counter(s) => s.decide(now, q, cost, commit),
-        State::Bucket(s) => s.decide(now, q, cost, commit),
-    }
+    state.decide_raw(now, q, cost, commit)
 }
 
 /// The time the state was recorded at, before which nothing is decided.
