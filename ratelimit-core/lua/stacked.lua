@@ -1,13 +1,14 @@
--- Stacked limits: several limiter keys decided as one call, all or nothing. The four
+-- Stacked limits: several limiter keys decided as one call, all or nothing. The
 -- strategies' scripts are loaded in front of this file, each wrapped as a function of
--- (KEYS, ARGV) (see `STACKED` in src/store/redis/scripts.rs), so every rule is the one the
+-- (KEYS, ARGV), and then `scripts`, the table of those functions in the order of the table of
+-- algorithms (see `STACKED` in src/store/redis/scripts.rs), so every rule is the one the
 -- single-key scripts follow, word for word.
 --
 -- KEYS[i]: the i-th limit's key. In a cluster, all in one hash slot: the service's keys of one
 --          user key share their hash tag.
 -- ARGV[1]: 1 to record an admitted call, 0 to only look
--- ARGV[4i - 2 .. 4i + 1] (i from 1): the i-th limit's strategy (1 fixed window, 2 sliding
---          log, 3 sliding counter, 4 token bucket), the two numbers its script takes as ARGV[1]
+-- ARGV[4i - 2 .. 4i + 1] (i from 1): the i-th limit's strategy (its place in `scripts`, from
+--          1: `stacked_index` in scripts.rs), the two numbers its script takes as ARGV[1]
 --          and ARGV[2], and the call's cost under it
 -- Returns: the limits' replies end to end, five integers each, as the single scripts return
 --          them; or the first error reply a limit gave (state of an unexpected shape), with
@@ -15,8 +16,6 @@
 -- Every limit is looked at first; only when every one admits the call is each one recorded,
 -- so a call refused by one limit spends nothing from the others. Each record writes its own
 -- key's expiry, as the single scripts do.
-
-local scripts = {fixed_window, sliding_log, sliding_counter, token_bucket}
 
 local function decide(i, flag)
   local a = 4 * i - 2

@@ -1,18 +1,63 @@
-//! The four algorithms as pure state machines: `decide(state, now, quota, cost, commit)`.
+//! The four algorithms as pure state machines: `decide(state, now, quota, cost, commit)`, one
+//! file each ([`Algorithm`]); what they share is here: the [`Verdict`], the checks made before
+//! any of them runs, the look at the level, and the [`State`] of a key under any of them.
 //!
 //! Nothing here reads a clock, locks or allocates beyond the sliding log's own entries; stores
 //! run these inside their atomic step. Capacity checks (`cost` above `limit + burst`, a zero
 //! limit) are made by [`decide`] before any algorithm runs.
 
-use std::collections::VecDeque;
+use std::fmt;
 
 use crate::clock::Nanos;
-use crate::quota::{Quota, MAX_CAPACITY, MAX_TOLERANCE};
-use crate::syntax::Strategy;
+use crate::quota::Quota;
 
-mod counter;
+mod fixed_window;
+mod sliding_counter;
+mod sliding_log;
+mod table;
+mod token_bucket;
 
-pub(crate) use counter::{Aligned, SlidingCounter};
+pub(crate) use fixed_window::FixedWindow;
+pub(crate) use sliding_counter::{Aligned, SlidingCounter};
+pub(crate) use sliding_log::SlidingLog;
+pub(crate) use table::{algorithms, State};
+pub(crate) use token_bucket::Gcra;
+
+/// What an algorithm's file provides: its state, how it decides, when it expires, and its
+/// encoding in a stored state's bytes ([`StoredState`](crate::store::StoredState)). Every
+/// store decides through it.
+pub(crate) trait Algorithm: Default + Clone + PartialEq + fmt::Debug {
+    /// The letter after the version byte in a stored state's bytes.
+    const LETTER: u8;
+
+    /// Decides a call of weight `cost`; with `commit`, records it if allowed. `quota`'s
+    /// capacity is not zero and `cost` at most that capacity ([`precheck`]).
+    fn decide(&mut self, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> Verdict;
+
+    /// When this state is indistinguishable from a fresh one, so its key can be dropped.
+    fn expires_at(&self, quota: &Quota) -> Nanos;
+
+    /// Whether a store of this crate could have written this state, whatever the quota (see
+    /// [`State::written_by_a_store`]).
+    fn written_by_a_store(&self) -> bool;
+
+    /// Whether a store deciding with `quota` could have written this state, beyond
+    /// [`written_by_a_store`](Self::written_by_a_store): a window starting on one of
+    /// `quota`'s boundaries.
+    fn written_for(&self, _quota: &Quota) -> bool {
+        true
+    }
+
+    /// The state as the words (little-endian `u64`s) after its letter.
+    fn to_words(&self) -> Vec<u64>;
+
+    /// Reads the words [`to_words`](Self::to_words) wrote; else what is wrong with them
+    /// ([`NOT_A_STATE`] for words of another shape).
+    fn from_words(words: &[u64]) -> Result<Self, &'static str>;
+}
+
+/// What bytes of no algorithm's shape are.
+pub(crate) const NOT_A_STATE: &str = "not a limiter state";
 
 /// The outcome of one decision, in nanoseconds since the epoch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,290 +70,6 @@ pub(crate) struct Verdict {
     pub(crate) reset_at: Nanos,
     /// When refused: how long until the same call would be admitted (never zero).
     pub(crate) retry_after: Option<Nanos>,
-}
-
-/// Fixed window: one counter for the window `[start, start + window)`, windows aligned to
-/// multiples of the window since the epoch so that every process agrees on the boundaries.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct FixedWindow {
-    pub(crate) start: Nanos,
-    pub(crate) count: u64,
-}
-
-impl FixedWindow {
-    /// Decides a call of weight `cost`; with `commit`, records it if allowed.
-    pub(crate) fn decide(&mut self, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> Verdict {
-        // A caller whose `now` predates the recorded window (it read the clock before a
-        // concurrent caller moved the key to the next window) is decided in that window: going
-        // back would reset the count and admit a second window's worth.
-        let now = now.max(self.start);
-        let window = quota.window_nanos();
-        let start = now - now % window;
-        let count = if self.start == start { self.count } else { 0 };
-        let capacity = quota.capacity();
-        let end = start + window;
-        if count + cost <= capacity {
-            if commit {
-                *self = FixedWindow {
-                    start,
-                    count: count + cost,
-                };
-            }
-            Verdict {
-                allowed: true,
-                remaining: capacity - count - cost,
-                // A look (cost 0) at an unused window: full now.
-                reset_at: if count + cost > 0 { end } else { now },
-                retry_after: None,
-            }
-        } else {
-            Verdict {
-                allowed: false,
-                remaining: capacity.saturating_sub(count),
-                reset_at: end,
-                retry_after: Some(end - now),
-            }
-        }
-    }
-
-    /// When this state is indistinguishable from a fresh one.
-    pub(crate) fn expires_at(&self, quota: &Quota) -> Nanos {
-        self.start + quota.window_nanos()
-    }
-}
-
-/// Sliding window log: one entry per admitted call; exact.
-///
-/// A hit at `t` counts while `now < t + window`, so no rolling window of length `window` ever
-/// holds more than `limit + burst` admitted calls.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct SlidingLog {
-    /// (time, cost) of each admitted call, oldest first.
-    hits: VecDeque<(Nanos, u32)>,
-    /// Sum of the costs in `hits`.
-    total: u64,
-}
-
-impl SlidingLog {
-    /// Decides a call of weight `cost`; with `commit`, records it if allowed (and then drops
-    /// entries that have left the window).
-    pub(crate) fn decide(&mut self, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> Verdict {
-        // Never decide before the newest hit: the log stays in time order, and a caller with a
-        // slightly older `now` cannot count hits that are already there as not yet made.
-        let now = self.hits.back().map_or(now, |&(t, _)| now.max(t));
-        let window = quota.window_nanos();
-        let live_from = |t: Nanos| t + window > now;
-        let expired = self.hits.partition_point(|&(t, _)| !live_from(t));
-        let stale: u64 = self.hits.range(..expired).map(|&(_, c)| c as u64).sum();
-        let used = self.total - stale;
-        let capacity = quota.capacity();
-        if used + cost <= capacity {
-            // Full again one window after the newest hit counted: this call's, or for a look
-            // (cost 0) the newest live one; a look at an empty log is full now.
-            let reset_at = match (cost, self.hits.back()) {
-                (0, Some(&(t, _))) if used > 0 => t + window,
-                (0, _) => now,
-                _ => now + window,
-            };
-            if commit {
-                // Entries are dropped only here, where `now` becomes the newest hit: a refusal
-                // at a later `now` must not drop hits that still count if the clock then goes
-                // back (to no earlier than the newest hit), as the Redis script does.
-                self.hits.drain(..expired);
-                self.total -= stale;
-                self.hits.push_back((now, cost as u32));
-                self.total += cost;
-            }
-            Verdict {
-                allowed: true,
-                remaining: capacity - used - cost,
-                reset_at,
-                retry_after: None,
-            }
-        } else {
-            // Walk the live entries oldest first until enough would have left the window.
-            let mut freed = 0;
-            let mut retry_at = now + window;
-            for &(t, c) in self.hits.range(expired..) {
-                freed += c as u64;
-                if used - freed + cost <= capacity {
-                    retry_at = t + window;
-                    break;
-                }
-            }
-            let newest = self.hits.back().map_or(now, |&(t, _)| t);
-            Verdict {
-                allowed: false,
-                remaining: capacity.saturating_sub(used),
-                reset_at: newest + window,
-                retry_after: Some(retry_at - now),
-            }
-        }
-    }
-
-    /// When this state is indistinguishable from a fresh one.
-    pub(crate) fn expires_at(&self, quota: &Quota) -> Nanos {
-        self.hits
-            .back()
-            .map_or(0, |&(t, _)| t + quota.window_nanos())
-    }
-
-    /// The entries, oldest first: (time, cost).
-    pub(crate) fn entries(&self) -> impl Iterator<Item = (Nanos, u32)> + '_ {
-        self.hits.iter().copied()
-    }
-
-    /// Appends an entry read back from storage; `false` if it is out of time order or of
-    /// cost 0 (no log this crate wrote looks like that).
-    pub(crate) fn restore(&mut self, t: Nanos, cost: u32) -> bool {
-        if cost == 0 || self.hits.back().is_some_and(|&(last, _)| last > t) {
-            return false;
-        }
-        self.hits.push_back((t, cost));
-        // Saturating: a total this large is refused once read (`State::written_by_a_store`).
-        self.total = self.total.saturating_add(u64::from(cost));
-        true
-    }
-
-    /// Entries held (admitted calls still in, or not yet pruned from, the log).
-    pub(crate) fn len(&self) -> usize {
-        self.hits.len()
-    }
-}
-
-/// Token bucket as GCRA: the theoretical arrival time (`tat`) of the next call is the only
-/// state. The bucket holds `limit + burst` tokens and gains one every `window / refill`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct Gcra {
-    pub(crate) tat: Nanos,
-}
-
-impl Gcra {
-    /// Decides a call of weight `cost`; with `commit`, records it if allowed.
-    pub(crate) fn decide(&mut self, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> Verdict {
-        let interval = quota.interval_nanos();
-        let capacity = quota.capacity();
-        let tolerance = interval.saturating_mul(capacity);
-        let tat = self.tat.max(now);
-        let new_tat = tat + interval * cost;
-        let horizon = now + tolerance;
-        if new_tat <= horizon {
-            if commit {
-                self.tat = new_tat;
-            }
-            Verdict {
-                allowed: true,
-                remaining: (horizon - new_tat) / interval,
-                reset_at: new_tat,
-                retry_after: None,
-            }
-        } else {
-            Verdict {
-                allowed: false,
-                remaining: horizon.saturating_sub(tat) / interval,
-                reset_at: tat,
-                retry_after: Some(new_tat - horizon),
-            }
-        }
-    }
-
-    /// When this state is indistinguishable from a fresh one (the bucket is full).
-    pub(crate) fn expires_at(&self, _quota: &Quota) -> Nanos {
-        self.tat
-    }
-}
-
-/// The state of one key under any strategy.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum State {
-    /// [`FixedWindow`].
-    Fixed(FixedWindow),
-    /// [`SlidingLog`], boxed so that the other strategies' keys stay small.
-    Log(Box<SlidingLog>),
-    /// [`SlidingCounter`].
-    Counter(SlidingCounter),
-    /// [`Gcra`].
-    Bucket(Gcra),
-}
-
-impl State {
-    /// A fresh state for `strategy`.
-    pub(crate) fn new(strategy: Strategy) -> State {
-        match strategy {
-            Strategy::FixedWindow => State::Fixed(FixedWindow::default()),
-            Strategy::SlidingWindow => State::Log(Box::default()),
-            Strategy::SlidingWindowCounter => State::Counter(SlidingCounter::default()),
-            Strategy::TokenBucket => State::Bucket(Gcra::default()),
-        }
-    }
-
-    /// The strategy this state belongs to.
-    pub(crate) fn strategy(&self) -> Strategy {
-        match self {
-            State::Fixed(_) => Strategy::FixedWindow,
-            State::Log(_) => Strategy::SlidingWindow,
-            State::Counter(_) => Strategy::SlidingWindowCounter,
-            State::Bucket(_) => Strategy::TokenBucket,
-        }
-    }
-
-    /// When this state is indistinguishable from a fresh one, so its key can be dropped.
-    pub(crate) fn expires_at(&self, quota: &Quota) -> Nanos {
-        match self {
-            State::Fixed(s) => s.expires_at(quota),
-            State::Log(s) => s.expires_at(quota),
-            State::Counter(s) => s.expires_at(quota),
-            State::Bucket(s) => s.expires_at(quota),
-        }
-    }
-
-    /// Whether a store of this crate could have written this state, whatever the quota:
-    /// times no later than [`MAX_NOW`] (a token bucket's up to its largest tolerance beyond),
-    /// counts (a log's total) within [`MAX_CAPACITY`], and a window's count of zero only in a
-    /// fresh state (a recorded call counts at least 1). The algorithms' arithmetic stays
-    /// within `u64` on such states only; anything else is a corrupt or foreign value read
-    /// back (through [`StoredState`](crate::store::StoredState)), refused when read.
-    pub(crate) fn written_by_a_store(&self) -> bool {
-        let count = |n: u64| n <= MAX_CAPACITY;
-        match self {
-            State::Fixed(s) => {
-                s.start <= MAX_NOW && count(s.count) && (s.count > 0 || s.start == 0)
-            }
-            State::Counter(s) => {
-                s.start <= MAX_NOW
-                    && count(s.current)
-                    && count(s.previous)
-                    && (s.current > 0 || (s.start == 0 && s.previous == 0))
-            }
-            State::Bucket(s) => u128::from(s.tat) <= u128::from(MAX_NOW) + MAX_TOLERANCE,
-            State::Log(s) => count(s.total) && s.entries().last().is_none_or(|(t, _)| t <= MAX_NOW),
-        }
-    }
-
-    /// Whether a store deciding with `quota` could have written this state: of its strategy,
-    /// [written by a store](Self::written_by_a_store), and a window starting on one of
-    /// `quota`'s boundaries. The key names the window, so a state under it never started
-    /// anywhere else; the algorithms would read any other start as an old window's, a fresh
-    /// budget.
-    fn written_for(&self, quota: &Quota) -> bool {
-        let on_boundary = |start: Nanos| start % quota.window_nanos() == 0;
-        self.strategy() == quota.strategy()
-            && self.written_by_a_store()
-            && match self {
-                State::Fixed(s) => on_boundary(s.start),
-                State::Counter(s) => on_boundary(s.start),
-                State::Log(_) | State::Bucket(_) => true,
-            }
-    }
-
-    fn decide_raw(&mut self, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> Verdict {
-        match self {
-            State::Fixed(s) => s.decide(now, quota, cost, commit),
-            State::Log(s) => s.decide(now, quota, cost, commit),
-            State::Counter(s) => s.decide(now, quota, cost, commit),
-            State::Bucket(s) => s.decide(now, quota, cost, commit),
-        }
-    }
 }
 
 /// Why a call could not be decided at all (as opposed to refused).
@@ -468,6 +229,7 @@ pub(crate) fn decide(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::syntax::Strategy;
     use std::time::Duration;
 
     const SEC: Nanos = 1_000_000_000;

@@ -77,13 +77,10 @@ use crate::manifest;
 use crate::path::Place;
 use crate::signature;
 
+/// The strategy as a path to its variant. The name is the variant's own (the derived `Debug`
+/// of a variant without fields), so a strategy added to `ratelimit-syntax` needs nothing here.
 fn strategy_tokens(strategy: Strategy, krate: &TokenStream) -> syn::Result<TokenStream> {
-    let variant = match strategy {
-        Strategy::FixedWindow => quote!(FixedWindow),
-        Strategy::SlidingWindow => quote!(SlidingWindow),
-        Strategy::SlidingWindowCounter => quote!(SlidingWindowCounter),
-        Strategy::TokenBucket => quote!(TokenBucket),
-    };
+    let variant = syn::Ident::new(&format!("{strategy:?}"), Span::call_site());
     Ok(quote!(#krate::__private::Strategy::#variant))
 }
 

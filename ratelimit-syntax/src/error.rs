@@ -64,11 +64,20 @@ impl fmt::Display for ParseError {
             ParseError::InvalidRate { input, reason } => {
                 write!(f, "invalid rate {input:?}: {reason}")
             }
-            ParseError::UnknownStrategy { input } => write!(
-                f,
-                "unknown strategy {input:?}: expected \"fixed-window\", \"sliding-window\", \
-                 \"sliding-window-counter\" or \"token-bucket\""
-            ),
+            ParseError::UnknownStrategy { input } => {
+                // Every name, from the one list of strategies: "a", "b" or "c".
+                write!(f, "unknown strategy {input:?}: expected ")?;
+                let names = crate::Strategy::ALL.map(crate::Strategy::as_str);
+                for (i, name) in names.iter().enumerate() {
+                    let before = match i {
+                        0 => "",
+                        _ if i + 1 == names.len() => " or ",
+                        _ => ", ",
+                    };
+                    write!(f, "{before}{name:?}")?;
+                }
+                Ok(())
+            }
         }
     }
 }

@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use crate::algorithm::{self, FixedWindow, Gcra, SlidingCounter, SlidingLog, State};
+use crate::algorithm::{self, State};
 use crate::clock::Nanos;
 use crate::decision::Decision;
 use crate::error::Error;
@@ -68,30 +68,9 @@ impl StoredState {
 
     /// The state as bytes.
     pub fn to_bytes(&self) -> Vec<u8> {
-        let mut out = vec![VERSION];
-        let words: Vec<u64> = match &self.0 {
-            State::Fixed(s) => {
-                out.push(b'F');
-                vec![s.start, s.count]
-            }
-            State::Counter(s) => {
-                out.push(b'C');
-                vec![s.start, s.previous, s.current]
-            }
-            State::Bucket(s) => {
-                out.push(b'T');
-                vec![s.tat]
-            }
-            State::Log(log) => {
-                out.push(b'L');
-                let mut words = vec![log.len() as u64];
-                for (t, c) in log.entries() {
-                    words.push(t);
-                    words.push(u64::from(c));
-                }
-                words
-            }
-        };
+        let (letter, words) = self.0.to_words();
+        let mut out = Vec::with_capacity(2 + 8 * words.len());
+        out.extend_from_slice(&[VERSION, letter]);
         for w in words {
             out.extend_from_slice(&w.to_le_bytes());
         }
@@ -117,30 +96,7 @@ impl StoredState {
             .chunks_exact(8)
             .map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default()))
             .collect();
-        let state = match (tag, words.as_slice()) {
-            (b'F', &[start, count]) => State::Fixed(FixedWindow { start, count }),
-            (b'C', &[start, previous, current]) => State::Counter(SlidingCounter {
-                start,
-                previous,
-                current,
-            }),
-            (b'T', &[tat]) => State::Bucket(Gcra { tat }),
-            // The count is compared with what the bytes hold, never multiplied: twice a
-            // count of 2^63 or more wraps, and read a claimed 2^63 entries as none.
-            (b'L', [n, entries @ ..])
-                if entries.len() % 2 == 0 && u64::try_from(entries.len() / 2) == Ok(*n) =>
-            {
-                let mut log = SlidingLog::default();
-                for pair in entries.chunks_exact(2) {
-                    let cost = u32::try_from(pair[1]).map_err(|_| bad("a log entry's cost"))?;
-                    if !log.restore(pair[0], cost) {
-                        return Err(bad("a log entry out of time order or of no cost"));
-                    }
-                }
-                State::Log(Box::new(log))
-            }
-            _ => return Err(bad("not a limiter state")),
-        };
+        let state = State::from_words(*tag, &words).map_err(bad)?;
         if !state.written_by_a_store() {
             return Err(bad("a limiter state no store writes"));
         }

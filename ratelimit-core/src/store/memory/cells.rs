@@ -7,7 +7,9 @@ use hashbrown::HashTable;
 use parking_lot::Mutex;
 use portable_atomic::AtomicU128;
 
-use crate::algorithm::{Aligned, FixedWindow, Gcra, SlidingCounter, SlidingLog, Verdict};
+use crate::algorithm::{
+    Algorithm, Aligned, FixedWindow, Gcra, SlidingCounter, SlidingLog, Verdict,
+};
 use crate::clock::Nanos;
 use crate::quota::Quota;
 use crate::syntax::Strategy;
@@ -38,9 +40,67 @@ pub(super) trait Cell: Sized {
     fn expires_at(&self) -> Nanos;
     /// Decides in one atomic step: callers share the cell (under the shard's read lock).
     fn decide(&self, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> Verdict;
-    fn table(tables: &Tables) -> &HashTable<Self>;
-    fn table_mut(tables: &mut Tables) -> &mut HashTable<Self>;
 }
+
+/// The cell an algorithm's keys are kept in (one line per algorithm, beside its cell).
+pub(super) trait Kept: Algorithm {
+    type Cell: Cell;
+}
+
+impl Kept for FixedWindow {
+    type Cell = FixedCell;
+}
+
+impl Kept for Box<SlidingLog> {
+    type Cell = LockedCell<Box<SlidingLog>>;
+}
+
+impl Kept for SlidingCounter {
+    type Cell = CounterCell;
+}
+
+impl Kept for Gcra {
+    type Cell = BucketCell;
+}
+
+/// An algorithm's table in a shard's [`Tables`] (generated from the table of algorithms).
+pub(super) trait InTables: Kept {
+    fn table(tables: &Tables) -> &HashTable<Self::Cell>;
+    fn table_mut(tables: &mut Tables) -> &mut HashTable<Self::Cell>;
+}
+
+/// Runs `$f::<algorithm>$args` (or `$recv.$f::<algorithm>$args`) for the algorithm of
+/// `$strategy` (an [`InTables`]): the memory store's dispatch on the strategy, one arm per line
+/// of the table of algorithms. The method form is for a call inside a closure: a closure
+/// around `Self::f(self, ..)` captures `self` by reference, spilled to the stack on every call
+/// (6 instructions a decision under cachegrind), where `self.f(..)` captures `*self`.
+macro_rules! by_strategy {
+    ($strategy:expr, $recv:ident . $f:ident $args:tt) => {
+        $crate::algorithm::algorithms!(by_strategy_arms, method $strategy, $recv, $f, $args)
+    };
+    ($strategy:expr, $owner:tt :: $f:ident $args:tt) => {
+        $crate::algorithm::algorithms!(by_strategy_arms, path $strategy, $owner, $f, $args)
+    };
+}
+
+/// `by_strategy!`'s `match`, from the lines of the table (a name of its own, so that the
+/// table's macro can call it back; imported beside `by_strategy!` where that is used).
+macro_rules! by_strategy_arms {
+    ([method $strategy:expr, $recv:ident, $f:ident, $args:tt]
+     $($name:ident => $variant:ident($ty:ty), $lua:literal;)*) => {
+        match $strategy {
+            $($crate::syntax::Strategy::$name => $recv.$f::<$ty> $args,)*
+        }
+    };
+    ([path $strategy:expr, $owner:tt, $f:ident, $args:tt]
+     $($name:ident => $variant:ident($ty:ty), $lua:literal;)*) => {
+        match $strategy {
+            $($crate::syntax::Strategy::$name => $owner::$f::<$ty> $args,)*
+        }
+    };
+}
+
+pub(super) use {by_strategy, by_strategy_arms};
 
 /// An atomic word a cell's state lives in.
 trait Word {
@@ -108,11 +168,13 @@ pub(super) struct FixedCell {
     state: AtomicU128,
 }
 
-/// [`SlidingLog`]; the log is boxed (it grows with the limit) behind the cell's own lock.
-pub(super) struct LogCell {
+/// Any algorithm's state behind the cell's own lock, for a state that fits no word: the
+/// [`SlidingLog`], boxed (it grows with the limit); an algorithm without a compact cell of its
+/// own.
+pub(super) struct LockedCell<A> {
     key: Box<[u8]>,
     expires_at: AtomicU64,
-    log: Mutex<Box<SlidingLog>>,
+    state: Mutex<A>,
 }
 
 /// [`SlidingCounter`]: the expiry (high word), the current and the previous window's counts
@@ -131,7 +193,7 @@ pub(super) struct BucketCell {
 }
 
 const _: () = assert!(std::mem::size_of::<FixedCell>() == 32);
-const _: () = assert!(std::mem::size_of::<LogCell>() == 40);
+const _: () = assert!(std::mem::size_of::<LockedCell<Box<SlidingLog>>>() == 40);
 const _: () = assert!(std::mem::size_of::<CounterCell>() == 32);
 const _: () = assert!(std::mem::size_of::<BucketCell>() == 24);
 
@@ -166,20 +228,14 @@ impl Cell for FixedCell {
             (pack(state.expires_at(quota), state.count), verdict)
         })
     }
-    fn table(tables: &Tables) -> &HashTable<Self> {
-        &tables.fixed
-    }
-    fn table_mut(tables: &mut Tables) -> &mut HashTable<Self> {
-        &mut tables.fixed
-    }
 }
 
-impl Cell for LogCell {
+impl<A: Algorithm> Cell for LockedCell<A> {
     fn fresh() -> Self {
-        LogCell {
+        LockedCell {
             key: Box::default(),
             expires_at: AtomicU64::new(0),
-            log: Mutex::default(),
+            state: Mutex::default(),
         }
     }
     fn key(&self) -> &[u8] {
@@ -192,19 +248,13 @@ impl Cell for LogCell {
         self.expires_at.load(Ordering::Acquire)
     }
     fn decide(&self, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> Verdict {
-        let mut log = self.log.lock();
-        let verdict = log.decide(now, quota, cost, commit);
+        let mut state = self.state.lock();
+        let verdict = state.decide(now, quota, cost, commit);
         if commit {
             self.expires_at
-                .store(log.expires_at(quota), Ordering::Release);
+                .store(state.expires_at(quota), Ordering::Release);
         }
         verdict
-    }
-    fn table(tables: &Tables) -> &HashTable<Self> {
-        &tables.log
-    }
-    fn table_mut(tables: &mut Tables) -> &mut HashTable<Self> {
-        &mut tables.log
     }
 }
 
@@ -246,12 +296,6 @@ impl Cell for CounterCell {
             (pack(state.expires_at(quota), counts), verdict)
         })
     }
-    fn table(tables: &Tables) -> &HashTable<Self> {
-        &tables.counter
-    }
-    fn table_mut(tables: &mut Tables) -> &mut HashTable<Self> {
-        &mut tables.counter
-    }
 }
 
 impl Cell for BucketCell {
@@ -277,80 +321,78 @@ impl Cell for BucketCell {
             (state.tat, verdict)
         })
     }
-    fn table(tables: &Tables) -> &HashTable<Self> {
-        &tables.bucket
-    }
-    fn table_mut(tables: &mut Tables) -> &mut HashTable<Self> {
-        &mut tables.bucket
-    }
 }
 
-/// One shard: a table per strategy. A key is in at most one of them: a call on a key held
-/// under another strategy is refused with [`Error::UnexpectedState`], as
-/// [`algorithm::decide`] refuses it.
-#[derive(Default)]
-pub(super) struct Tables {
-    fixed: HashTable<FixedCell>,
-    log: HashTable<LogCell>,
-    counter: HashTable<CounterCell>,
-    bucket: HashTable<BucketCell>,
-}
-
-impl Tables {
-    /// Removes `key` from every table; returns how many entries went.
-    pub(super) fn remove_all(&mut self, hash: u64, key: &[u8]) -> usize {
-        fn remove<C: Cell>(table: &mut HashTable<C>, hash: u64, key: &[u8]) -> usize {
-            match table.find_entry(hash, |c| c.key() == key) {
-                Ok(entry) => {
-                    entry.remove();
-                    1
-                }
-                Err(_) => 0,
-            }
+macro_rules! tables {
+    ([] $($strategy:ident => $variant:ident($ty:ty), $lua:literal;)*) => {
+        /// One shard: a table per strategy, one per line of the table of algorithms. A key is
+        /// in at most one of them: a call on a key held under another strategy is refused with
+        /// [`Error::UnexpectedState`](crate::Error::UnexpectedState), as
+        /// [`algorithm::decide`](crate::algorithm::decide) refuses it.
+        #[derive(Default)]
+        #[allow(non_snake_case)]
+        pub(super) struct Tables {
+            $($variant: HashTable<<$ty as Kept>::Cell>,)*
         }
-        remove(&mut self.fixed, hash, key)
-            + remove(&mut self.log, hash, key)
-            + remove(&mut self.counter, hash, key)
-            + remove(&mut self.bucket, hash, key)
-    }
 
-    /// Whether `key` is held under a strategy other than `strategy`.
-    pub(super) fn held_by_other(&self, strategy: Strategy, hash: u64, key: &[u8]) -> bool {
-        let has = |s: Strategy| {
-            s != strategy
-                && match s {
-                    Strategy::FixedWindow => self.fixed.find(hash, |c| c.key() == key).is_some(),
-                    Strategy::SlidingWindow => self.log.find(hash, |c| c.key() == key).is_some(),
-                    Strategy::SlidingWindowCounter => {
-                        self.counter.find(hash, |c| c.key() == key).is_some()
+        $(
+            impl InTables for $ty {
+                #[inline]
+                fn table(tables: &Tables) -> &HashTable<Self::Cell> {
+                    &tables.$variant
+                }
+                #[inline]
+                fn table_mut(tables: &mut Tables) -> &mut HashTable<Self::Cell> {
+                    &mut tables.$variant
+                }
+            }
+        )*
+
+        impl Tables {
+            /// Removes `key` from every table; returns how many entries went.
+            pub(super) fn remove_all(&mut self, hash: u64, key: &[u8]) -> usize {
+                fn remove<C: Cell>(table: &mut HashTable<C>, hash: u64, key: &[u8]) -> usize {
+                    match table.find_entry(hash, |c| c.key() == key) {
+                        Ok(entry) => {
+                            entry.remove();
+                            1
+                        }
+                        Err(_) => 0,
                     }
-                    Strategy::TokenBucket => self.bucket.find(hash, |c| c.key() == key).is_some(),
                 }
-        };
-        Strategy::ALL.into_iter().any(has)
-    }
-
-    /// Drops the cells expired at `now` and gives back memory that is mostly unused.
-    pub(super) fn sweep(&mut self, now: Nanos, hasher: &foldhash::fast::RandomState) -> usize {
-        fn sweep<C: Cell>(
-            table: &mut HashTable<C>,
-            now: Nanos,
-            hasher: &foldhash::fast::RandomState,
-        ) -> usize {
-            let before = table.len();
-            table.retain(|cell| cell.expires_at() > now);
-            if table.capacity() > 16 && table.len() * 4 < table.capacity() {
-                let target = table.len() * 2;
-                table.shrink_to(target, |c| hasher.hash_one(c.key()));
+                0 $(+ remove(&mut self.$variant, hash, key))*
             }
-            before - table.len()
+
+            /// Whether `key` is held under a strategy other than `strategy`.
+            pub(super) fn held_by_other(&self, strategy: Strategy, hash: u64, key: &[u8]) -> bool {
+                $(
+                    (strategy != Strategy::$strategy
+                        && self.$variant.find(hash, |c| c.key() == key).is_some())
+                )||*
+            }
+
+            /// Drops the cells expired at `now` and gives back memory that is mostly unused.
+            pub(super) fn sweep(&mut self, now: Nanos, hasher: &foldhash::fast::RandomState) -> usize {
+                fn sweep<C: Cell>(
+                    table: &mut HashTable<C>,
+                    now: Nanos,
+                    hasher: &foldhash::fast::RandomState,
+                ) -> usize {
+                    let before = table.len();
+                    table.retain(|cell| cell.expires_at() > now);
+                    if table.capacity() > 16 && table.len() * 4 < table.capacity() {
+                        let target = table.len() * 2;
+                        table.shrink_to(target, |c| hasher.hash_one(c.key()));
+                    }
+                    before - table.len()
+                }
+                0 $(+ sweep(&mut self.$variant, now, hasher))*
+            }
         }
-        sweep(&mut self.fixed, now, hasher)
-            + sweep(&mut self.log, now, hasher)
-            + sweep(&mut self.counter, now, hasher)
-            + sweep(&mut self.bucket, now, hasher)
-    }
+    };
 }
+
+crate::algorithm::algorithms!(tables);
 
 #[cfg(test)]
 mod tests {

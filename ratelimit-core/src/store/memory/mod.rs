@@ -12,14 +12,13 @@ use parking_lot::{Condvar, Mutex, RwLock};
 mod cells;
 mod stacked;
 
-use self::cells::{BucketCell, Cell, CounterCell, FixedCell, LogCell, Tables};
+use self::cells::{by_strategy, by_strategy_arms, Cell, InTables, Tables};
 use crate::algorithm::{self, Verdict};
 use crate::clock::{Clock, Nanos};
 use crate::decision::Decision;
 use crate::error::Error;
 use crate::quota::Quota;
 use crate::store::{Request, Stacked};
-use crate::syntax::Strategy;
 
 const SHARDS: usize = 64;
 
@@ -326,23 +325,40 @@ impl MemoryStore {
         }
         // A clock stepped back behind the last sweep decides at the sweep's time.
         let at = self.decision_time(now);
-        // A look (cost 0) is two looks at most, each its own step: the rule is
-        // `algorithm::level`'s, applied around the whole step so that a call that spends goes
-        // straight to the cell (through a closure inside the lock it measured slower:
-        // BENCHMARKS.md, `memory`).
-        algorithm::level_or(cost, commit, |cost, commit| match quota.strategy() {
-            Strategy::FixedWindow => self.decide_in::<FixedCell>(key, quota, cost, at, commit),
-            Strategy::SlidingWindow => self.decide_in::<LogCell>(key, quota, cost, at, commit),
-            Strategy::SlidingWindowCounter => {
-                self.decide_in::<CounterCell>(key, quota, cost, at, commit)
-            }
-            Strategy::TokenBucket => self.decide_in::<BucketCell>(key, quota, cost, at, commit),
+        if cost == 0 {
+            return self.look_at(key, quota, at, commit);
+        }
+        by_strategy!(
+            quota.strategy(),
+            self.decide_in(key, quota, cost, at, commit)
+        )
+    }
+
+    /// A look (cost 0) is two looks at most, each its own step: the rule is
+    /// `algorithm::level`'s, applied around the whole step so that a call that spends goes
+    /// straight to the cell (through a closure inside the lock it measured slower:
+    /// BENCHMARKS.md, `memory`). Out of the path of calls that spend, which had the look's
+    /// closure built on every call otherwise (instructions under cachegrind).
+    #[cold]
+    #[inline(never)]
+    fn look_at(
+        &self,
+        key: &[u8],
+        quota: &Quota,
+        at: Nanos,
+        commit: bool,
+    ) -> Result<Verdict, Error> {
+        algorithm::level_or(0, commit, |cost, commit| {
+            by_strategy!(
+                quota.strategy(),
+                self.decide_in(key, quota, cost, at, commit)
+            )
         })
     }
 
     /// The decision in the strategy's own table: a stored key under the shard's read lock; a
     /// new key that must be remembered under its write lock.
-    fn decide_in<C: Cell>(
+    fn decide_in<A: InTables>(
         &self,
         key: &[u8],
         quota: &Quota,
@@ -353,13 +369,13 @@ impl MemoryStore {
         let hash = self.inner.hasher.hash_one(key);
         {
             let tables = self.shard(hash).read();
-            if let Some(cell) = C::table(&tables).find(hash, |c| c.key() == key) {
+            if let Some(cell) = A::table(&tables).find(hash, |c| c.key() == key) {
                 return Ok(cell.decide(now, quota, cost, commit));
             }
             if tables.held_by_other(quota.strategy(), hash, key) {
                 return Err(algorithm::Undecidable::UnexpectedState.into());
             }
-            let verdict = C::fresh().decide(now, quota, cost, commit);
+            let verdict = A::Cell::fresh().decide(now, quota, cost, commit);
             if !commit || !verdict.allowed {
                 // Nothing to remember: a fresh key that was only looked at or refused outright.
                 return Ok(verdict);
@@ -368,18 +384,18 @@ impl MemoryStore {
         for attempt in 0..2 {
             let mut tables = self.shard(hash).write();
             // Another call may have stored the key between the two locks.
-            if let Some(cell) = C::table(&tables).find(hash, |c| c.key() == key) {
+            if let Some(cell) = A::table(&tables).find(hash, |c| c.key() == key) {
                 return Ok(cell.decide(now, quota, cost, commit));
             }
             if tables.held_by_other(quota.strategy(), hash, key) {
                 return Err(algorithm::Undecidable::UnexpectedState.into());
             }
             if self.reserve() {
-                let mut cell = C::fresh();
+                let mut cell = A::Cell::fresh();
                 let verdict = cell.decide(now, quota, cost, commit);
                 cell.set_key(key);
                 let hasher = &self.inner.hasher;
-                C::table_mut(&mut tables).insert_unique(hash, cell, |c| hasher.hash_one(c.key()));
+                A::table_mut(&mut tables).insert_unique(hash, cell, |c| hasher.hash_one(c.key()));
                 return Ok(verdict);
             }
             drop(tables);
@@ -448,6 +464,7 @@ impl super::Store for MemoryStore {
 mod tests {
     use super::*;
     use crate::algorithm::State;
+    use crate::syntax::Strategy;
 
     const SEC: Nanos = 1_000_000_000;
 

@@ -10,7 +10,7 @@ use std::hash::BuildHasher;
 
 use parking_lot::RwLockWriteGuard;
 
-use super::cells::{BucketCell, Cell, CounterCell, FixedCell, LogCell, Tables};
+use super::cells::{by_strategy, by_strategy_arms, Cell, InTables, Tables};
 use super::MemoryStore;
 use crate::algorithm::{self, Undecidable, Verdict};
 use crate::clock::Nanos;
@@ -18,22 +18,9 @@ use crate::decision::Decision;
 use crate::error::Error;
 use crate::quota::Quota;
 use crate::store::{Check, Stacked};
-use crate::syntax::Strategy;
-
-/// Runs `$f::<Cell type>($args)` for the quota's strategy.
-macro_rules! by_strategy {
-    ($strategy:expr, $f:ident($($arg:expr),*)) => {
-        match $strategy {
-            Strategy::FixedWindow => $f::<FixedCell>($($arg),*),
-            Strategy::SlidingWindow => $f::<LogCell>($($arg),*),
-            Strategy::SlidingWindowCounter => $f::<CounterCell>($($arg),*),
-            Strategy::TokenBucket => $f::<BucketCell>($($arg),*),
-        }
-    };
-}
 
 /// The level a call would find (spending nothing), and whether the key is stored.
-fn look<C: Cell>(
+fn look<A: InTables>(
     tables: &mut Tables,
     hash: u64,
     key: &[u8],
@@ -41,19 +28,19 @@ fn look<C: Cell>(
     cost: u64,
     now: Nanos,
 ) -> (Verdict, bool) {
-    let decide = |cell: &C| {
+    let decide = |cell: &A::Cell| {
         algorithm::level(cost, false, |cost, commit| {
             cell.decide(now, quota, cost, commit)
         })
     };
-    match C::table(tables).find(hash, |c| c.key() == key) {
+    match A::table(tables).find(hash, |c| c.key() == key) {
         Some(cell) => (decide(cell), true),
-        None => (decide(&C::fresh()), false),
+        None => (decide(&A::Cell::fresh()), false),
     }
 }
 
 /// Spends the call, storing the key if it is new (room for it was reserved).
-fn spend<C: Cell>(
+fn spend<A: InTables>(
     tables: &mut Tables,
     hasher: &foldhash::fast::RandomState,
     hash: u64,
@@ -62,13 +49,13 @@ fn spend<C: Cell>(
     cost: u64,
     now: Nanos,
 ) -> Verdict {
-    if let Some(cell) = C::table(tables).find(hash, |c| c.key() == key) {
+    if let Some(cell) = A::table(tables).find(hash, |c| c.key() == key) {
         return cell.decide(now, quota, cost, true);
     }
-    let mut cell = C::fresh();
+    let mut cell = A::Cell::fresh();
     let verdict = cell.decide(now, quota, cost, true);
     cell.set_key(key);
-    C::table_mut(tables).insert_unique(hash, cell, |c| hasher.hash_one(c.key()));
+    A::table_mut(tables).insert_unique(hash, cell, |c| hasher.hash_one(c.key()));
     verdict
 }
 
@@ -115,7 +102,7 @@ impl MemoryStore {
                 }
                 let (verdict, stored) = by_strategy!(
                     strategy,
-                    look(tables, hash, key, check.quota, check.cost, at)
+                    self::look(tables, hash, key, check.quota, check.cost, at)
                 );
                 fresh += usize::from(!stored);
                 verdicts.push(verdict);
@@ -136,7 +123,7 @@ impl MemoryStore {
                 let tables = locked(&mut guards, self.shard_index(hash));
                 *verdict = by_strategy!(
                     check.quota.strategy(),
-                    spend(tables, hasher, hash, key, check.quota, check.cost, at)
+                    self::spend(tables, hasher, hash, key, check.quota, check.cost, at)
                 );
             }
             return Ok(self.decisions(checks, &verdicts, now));

@@ -59,8 +59,8 @@ use crate::syntax::Strategy;
 /// `lua/lease_grant.lua` behind the two strategies' scripts, each as a function of
 /// `(KEYS, ARGV)`, wrapped as `lua/stacked.lua`'s are.
 const GRANT: &str = concat!(
-    wrapped!("fixed_window", "fixed_window.lua"),
-    wrapped!("token_bucket", "token_bucket.lua"),
+    wrapped!("fixed_window"),
+    wrapped!("token_bucket"),
     include_str!("../../../lua/ledger.lua"),
     include_str!("../../../lua/lease_grant.lua"),
 );
@@ -86,12 +86,14 @@ fn lease_id() -> u64 {
     (id & ((1 << 53) - 1)).max(1)
 }
 
-/// The strategy's number in the lease scripts, for the strategies that lease.
+/// The strategy's number in the lease scripts, for the strategies that lease. Any other
+/// strategy (one added to the table of algorithms without lease rules of its own) is decided
+/// on the plain path, one round trip per call: never more than the plain decision admits.
 fn leased(strategy: Strategy) -> Option<u8> {
     match strategy {
         Strategy::FixedWindow => Some(1),
         Strategy::TokenBucket => Some(4),
-        Strategy::SlidingWindow | Strategy::SlidingWindowCounter => None,
+        _ => None,
     }
 }
 

@@ -217,12 +217,7 @@ fn script(redis: &Redis, quota: &Quota, now: u64, cost: u64, commit: bool) -> Ve
 
 /// One algorithm's own step, without `decide`'s checks and its handling of looks.
 fn raw(state: &mut State, now: Nanos, q: &Quota, cost: u64, commit: bool) -> Verdict {
-    match state {
-        State::Fixed(s) => s.decide(now, q, cost, commit),
-        State::Log(s) => s.decide(now, q, cost, commit),
-        State::Counter(s) => s.decide(now, q, cost, commit),
-        State::Bucket(s) => s.decide(now, q, cost, commit),
-    }
+    state.decide_raw(now, q, cost, commit)
 }
 
 /// The time the state was recorded at, before which nothing is decided.
@@ -631,7 +626,7 @@ fn refused_alike(planted: &Planted) {
             }
             _ => false,
         };
-        // The log's script reads its newest entry's summary alone (lua/sliding_log.lua: the
+        // The log's script reads its newest entry's summary alone (algorithm/sliding_log.lua: the
         // entries under it are read only once they leave the window), so a log Rust refuses
         // for its older entries may be read there; never the other way round.
         let head_read = planted.strategy == Kind::SlidingWindow && rust && !lua;

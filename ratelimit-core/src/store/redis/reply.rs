@@ -15,9 +15,9 @@
 //!   clock went back it is the end of the window of `TIME`, not of the recorded
 //!   one. For a refusal, the count and the milliseconds left in the window, Redis' own, so
 //!   the wait (`retry_after`) is exact;
-//! - the sliding log (see `lua/sliding_log.lua`), for an admitted call recorded at Redis'
+//! - the sliding log (see `algorithm/sliding_log.lua`), for an admitted call recorded at Redis'
 //!   `TIME`: the units in the window with the call's, full again one window after that time;
-//! - the sliding window counter (see `lua/sliding_counter.lua`), for an admitted call recorded
+//! - the sliding window counter (see `algorithm/sliding_counter.lua`), for an admitted call recorded
 //!   in the window of Redis' `TIME` (of 10 ms or more): the remaining calls and the window's
 //!   number modulo [`WINDOWS`], resolved to the nearest such window to the estimate of Redis'
 //!   clock (so exact while the estimate is within 512 windows, 5 s at the least).

@@ -1,5 +1,6 @@
-//! The Lua scripts (`lua/*.lua`), one per strategy, and the limits within which they count
-//! exactly.
+//! The Lua scripts: one per strategy (`algorithm/<name>.lua`, named in the table of
+//! algorithms, `algorithm/table.rs`), the store's own (`lua/*.lua`), and the limits within
+//! which they count exactly.
 
 use std::cell::RefCell;
 use std::hash::BuildHasher;
@@ -52,26 +53,26 @@ pub(crate) fn supports(quota: &Quota) -> Result<(), QuotaError> {
 
 /// Each strategy's script behind the prelude they share (`lua/prelude.lua`: the key, cost,
 /// commit flag, Redis time and integer division). Redis has no `require`, so one script is
-/// the two files end to end.
+/// the two files end to end. `$name`: the script's name in the table of algorithms.
 macro_rules! lua {
-    ($file:literal) => {
+    ($name:literal) => {
         concat!(
             include_str!("../../../lua/prelude.lua"),
-            include_str!(concat!("../../../lua/", $file))
+            include_str!(concat!("../../algorithm/", $name, ".lua"))
         )
     };
 }
 
-/// A strategy's script as a function of `(KEYS, ARGV, fell)`, for the stacked and lease
-/// scripts and the fixed window's hot path (`fell`: see `lua/fixed_window.lua`).
+/// A strategy's script as a function of `(KEYS, ARGV, fell)` named `$name`, for the stacked
+/// and lease scripts and the fixed window's hot path (`fell`: see `algorithm/fixed_window.lua`).
 macro_rules! wrapped {
-    ($name:literal, $file:literal) => {
+    ($name:literal) => {
         concat!(
             "local function ",
             $name,
             "(KEYS, ARGV, fell)\n",
             include_str!("../../../lua/prelude.lua"),
-            include_str!(concat!("../../../lua/", $file)),
+            include_str!(concat!("../../algorithm/", $name, ".lua")),
             "\nend\n"
         )
     };
@@ -86,7 +87,7 @@ pub(super) use wrapped;
 /// read or written).
 const HOT_BODY: &str = concat!(
     include_str!("../../../lua/fixed_window_hot.lua"),
-    wrapped!("fixed_window", "fixed_window.lua"),
+    wrapped!("fixed_window"),
     "return fixed_window(KEYS, {string.format('%d000', window), string.format('%d', capacity), \
      string.format('%d', cost), '0', '1'}, true)\n"
 );
@@ -185,14 +186,38 @@ impl Lua {
     }
 }
 
-/// Several limits as one decision (`lua/stacked.lua`), over the four scripts as functions.
-const STACKED: &str = concat!(
-    wrapped!("fixed_window", "fixed_window.lua"),
-    wrapped!("sliding_log", "sliding_log.lua"),
-    wrapped!("sliding_counter", "sliding_counter.lua"),
-    wrapped!("token_bucket", "token_bucket.lua"),
-    include_str!("../../../lua/stacked.lua"),
-);
+macro_rules! single {
+    ([] $($strategy:ident => $variant:ident($ty:ty), $lua:literal;)*) => {
+        /// The strategies, in the order of the table of algorithms.
+        enum Order {
+            $($strategy,)*
+        }
+
+        /// A strategy's place in the table of algorithms, from 0: its script's in
+        /// [`SCRIPTS`] and [`SINGLE`].
+        fn index(strategy: Strategy) -> usize {
+            match strategy {
+                $(Strategy::$strategy => Order::$strategy as usize,)*
+            }
+        }
+
+        /// The strategies' single-key scripts, in the order of [`index`].
+        const SINGLE: &[&str] = &[$(lua!($lua),)*];
+
+        /// Several limits as one decision (`lua/stacked.lua`), over the strategies' scripts
+        /// as functions, which its `scripts` table lists in the order of [`index`].
+        const STACKED: &str = concat!(
+            $(wrapped!($lua),)*
+            "-- The strategies' scripts, in the order of the table of algorithms.\n",
+            "local scripts = {"
+            $(, $lua, ", ")*,
+            "}\n",
+            include_str!("../../../lua/stacked.lua"),
+        );
+    };
+}
+
+crate::algorithm::algorithms!(single);
 
 pub(super) static STACKED_SCRIPT: LazyLock<Lua> = LazyLock::new(|| Lua::new(STACKED));
 
@@ -202,31 +227,21 @@ pub(super) fn stacked_index(strategy: Strategy) -> usize {
     index(strategy) + 1
 }
 
-/// The single-key scripts: the four strategies' (in the order of [`index`]), then the fixed
+/// The single-key scripts: the strategies' (in the order of [`index`]), then the fixed
 /// window's shared hot path for a cost of 1 ([`HOT_ONE`]) and for more ([`HOT_MORE`]), which
 /// read their quota from ARGV (see [`Hot`]).
-pub(super) static SCRIPTS: LazyLock<[Lua; 6]> =
-    LazyLock::new(|| [0, 1, 2, 3, HOT_ONE, HOT_MORE].map(|script| Lua::new(source(script))));
-const HOT_ONE: usize = 4;
-const HOT_MORE: usize = 5;
+pub(super) static SCRIPTS: LazyLock<[Lua; HOT_MORE + 1]> =
+    LazyLock::new(|| std::array::from_fn(|script| Lua::new(source(script))));
+const HOT_ONE: usize = SINGLE.len();
+const HOT_MORE: usize = HOT_ONE + 1;
 
 /// The source of [`SCRIPTS`]`[script]`.
 pub(super) fn source(script: usize) -> String {
-    match script {
-        0 => concat!("local fell\n", lua!("fixed_window.lua")).to_owned(),
-        1 => lua!("sliding_log.lua").to_owned(),
-        2 => lua!("sliding_counter.lua").to_owned(),
-        3 => lua!("token_bucket.lua").to_owned(),
-        _ => Hot::source(None, script == HOT_MORE),
-    }
-}
-
-fn index(strategy: Strategy) -> usize {
-    match strategy {
-        Strategy::FixedWindow => 0,
-        Strategy::SlidingWindow => 1,
-        Strategy::SlidingWindowCounter => 2,
-        Strategy::TokenBucket => 3,
+    match SINGLE.get(script) {
+        // The fixed window's script reads `fell`, set only where its hot path calls it.
+        Some(source) if script == index(Strategy::FixedWindow) => format!("local fell\n{source}"),
+        Some(source) => (*source).to_owned(),
+        None => Hot::source(None, script == HOT_MORE),
     }
 }
 

@@ -46,7 +46,7 @@ pub(super) struct Inner {
 /// Limiter state in Redis, shared by every process that uses the same server (or cluster) and
 /// key prefix.
 ///
-/// - **One round trip per decision**: each strategy is one Lua script (`lua/*.lua` in this
+/// - **One round trip per decision**: each strategy is one Lua script (`algorithm/*.lua` in this
 ///   crate), run with `EVALSHA`, and sent with its source (`EVAL`, one round trip) only when
 ///   Redis answers `NOSCRIPT`.
 /// - **Redis' clock**: the scripts read `TIME`, so processes whose clocks disagree still make

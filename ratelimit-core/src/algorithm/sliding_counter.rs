@@ -1,8 +1,9 @@
-//! The sliding-window counter, with its `u64` fast path beside the exact `u128` form.
+//! The sliding-window counter, with its `u64` fast path beside the exact `u128` form. Its
+//! Redis script is `sliding_counter.lua`, beside this file.
 
-use super::Verdict;
+use super::{Algorithm, Verdict, MAX_NOW, NOT_A_STATE};
 use crate::clock::Nanos;
-use crate::quota::Quota;
+use crate::quota::{Quota, MAX_CAPACITY};
 
 /// `now` and the start of the aligned window holding it (`now - now % window`), for the
 /// counter. A store makes it once per call, before it reads the key's state: the
@@ -61,17 +62,7 @@ impl SlidingCounter {
         }
     }
 
-    /// Decides a call of weight `cost`; with `commit`, records it if allowed.
-    ///
-    /// An admitted call with `previous` at most what this call leaves of the capacity (the
-    /// usual case far from the limit) is decided in `u64` with one division at most, none
-    /// when there is no previous window; any other call in the exact `u128` form
-    /// ([`exact`](Self::exact)). Both give the same verdict and state (a proptest checks it).
-    pub(crate) fn decide(&mut self, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> Verdict {
-        self.decide_at(Aligned::new(now, quota.window_nanos()), quota, cost, commit)
-    }
-
-    /// [`decide`](Self::decide) at an instant already aligned to `quota`'s window. Inlined
+    /// [`decide`](Algorithm::decide) at an instant already aligned to `quota`'s window. Inlined
     /// into the memory store's cell: a call here cost instructions on every decision
     /// (BENCHMARKS.md, `memory`).
     #[inline(always)]
@@ -126,7 +117,7 @@ impl SlidingCounter {
         }
     }
 
-    /// [`decide`](Self::decide)'s verdict in exact `u128` arithmetic, at `now` in the window
+    /// [`decide`](Algorithm::decide)'s verdict in exact `u128` arithmetic, at `now` in the window
     /// from `start` whose counts are `(previous, current)`: every call the fast path does not
     /// take. An admitted call is recorded by the caller.
     #[inline(never)]
@@ -175,14 +166,56 @@ impl SlidingCounter {
             }
         }
     }
+}
+
+impl Algorithm for SlidingCounter {
+    const LETTER: u8 = b'C';
+
+    /// Decides a call of weight `cost`; with `commit`, records it if allowed.
+    ///
+    /// An admitted call with `previous` at most what this call leaves of the capacity (the
+    /// usual case far from the limit) is decided in `u64` with one division at most, none
+    /// when there is no previous window; any other call in the exact `u128` form
+    /// ([`exact`](Self::exact)). Both give the same verdict and state (a proptest checks it).
+    fn decide(&mut self, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> Verdict {
+        self.decide_at(Aligned::new(now, quota.window_nanos()), quota, cost, commit)
+    }
 
     /// When this state is indistinguishable from a fresh one.
-    pub(crate) fn expires_at(&self, quota: &Quota) -> Nanos {
+    fn expires_at(&self, quota: &Quota) -> Nanos {
         let window = quota.window_nanos();
         if self.current > 0 {
             self.start + 2 * window
         } else {
             self.start + window
+        }
+    }
+
+    /// Counts within the largest capacity, and a current count of zero only in a fresh
+    /// state (a recorded call counts at least 1).
+    fn written_by_a_store(&self) -> bool {
+        self.start <= MAX_NOW
+            && self.current <= MAX_CAPACITY
+            && self.previous <= MAX_CAPACITY
+            && (self.current > 0 || (self.start == 0 && self.previous == 0))
+    }
+
+    fn written_for(&self, quota: &Quota) -> bool {
+        self.start % quota.window_nanos() == 0
+    }
+
+    fn to_words(&self) -> Vec<u64> {
+        vec![self.start, self.previous, self.current]
+    }
+
+    fn from_words(words: &[u64]) -> Result<Self, &'static str> {
+        match *words {
+            [start, previous, current] => Ok(SlidingCounter {
+                start,
+                previous,
+                current,
+            }),
+            _ => Err(NOT_A_STATE),
         }
     }
 }
@@ -207,8 +240,6 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::algorithm::MAX_NOW;
-    use crate::quota::MAX_CAPACITY;
     use crate::syntax::MAX_WINDOW;
 
     /// The counter as it decided before the fast path, all in the exact form: the reference.

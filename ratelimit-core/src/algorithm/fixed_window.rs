@@ -1,0 +1,79 @@
+//! Fixed window: one counter per window, windows aligned to the epoch. Its Redis script is
+//! `fixed_window.lua`, beside this file (and the Redis store's `lua/fixed_window_hot.lua` for a
+//! window of whole milliseconds).
+
+use super::{Algorithm, Verdict, MAX_NOW, NOT_A_STATE};
+use crate::clock::Nanos;
+use crate::quota::{Quota, MAX_CAPACITY};
+
+/// Fixed window: one counter for the window `[start, start + window)`, windows aligned to
+/// multiples of the window since the epoch so that every process agrees on the boundaries.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct FixedWindow {
+    pub(crate) start: Nanos,
+    pub(crate) count: u64,
+}
+
+impl Algorithm for FixedWindow {
+    const LETTER: u8 = b'F';
+
+    /// Decides a call of weight `cost`; with `commit`, records it if allowed.
+    fn decide(&mut self, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> Verdict {
+        // A caller whose `now` predates the recorded window (it read the clock before a
+        // concurrent caller moved the key to the next window) is decided in that window: going
+        // back would reset the count and admit a second window's worth.
+        let now = now.max(self.start);
+        let window = quota.window_nanos();
+        let start = now - now % window;
+        let count = if self.start == start { self.count } else { 0 };
+        let capacity = quota.capacity();
+        let end = start + window;
+        if count + cost <= capacity {
+            if commit {
+                *self = FixedWindow {
+                    start,
+                    count: count + cost,
+                };
+            }
+            Verdict {
+                allowed: true,
+                remaining: capacity - count - cost,
+                // A look (cost 0) at an unused window: full now.
+                reset_at: if count + cost > 0 { end } else { now },
+                retry_after: None,
+            }
+        } else {
+            Verdict {
+                allowed: false,
+                remaining: capacity.saturating_sub(count),
+                reset_at: end,
+                retry_after: Some(end - now),
+            }
+        }
+    }
+
+    /// When this state is indistinguishable from a fresh one.
+    fn expires_at(&self, quota: &Quota) -> Nanos {
+        self.start + quota.window_nanos()
+    }
+
+    /// A count of zero only in a fresh state: a recorded call counts at least 1.
+    fn written_by_a_store(&self) -> bool {
+        self.start <= MAX_NOW && self.count <= MAX_CAPACITY && (self.count > 0 || self.start == 0)
+    }
+
+    fn written_for(&self, quota: &Quota) -> bool {
+        self.start % quota.window_nanos() == 0
+    }
+
+    fn to_words(&self) -> Vec<u64> {
+        vec![self.start, self.count]
+    }
+
+    fn from_words(words: &[u64]) -> Result<Self, &'static str> {
+        match *words {
+            [start, count] => Ok(FixedWindow { start, count }),
+            _ => Err(NOT_A_STATE),
+        }
+    }
+}

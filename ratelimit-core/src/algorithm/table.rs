@@ -1,0 +1,181 @@
+//! The table of algorithms: one line each. The [`State`] of a key under any of them, its
+//! bytes' dispatch, the memory store's tables and the Redis scripts are generated from it.
+
+use super::{Algorithm, Verdict, NOT_A_STATE};
+use crate::clock::Nanos;
+use crate::quota::Quota;
+use crate::syntax::Strategy;
+
+/// Every algorithm, one line each:
+/// `Strategy variant => State variant(its state's type), "its Lua script's name";`
+/// (`algorithm/<name>.lua`, beside `<name>.rs`; a function of that name in the stacked script).
+/// A new algorithm is its two files under `algorithm/`, its [`Strategy`], one line here and its
+/// memory cell (`store/memory/cells.rs`, `Kept`).
+///
+/// `algorithms!(then, passed...)` calls `then! { [passed...] lines... }`: each place that
+/// dispatches on the strategy writes its `match` from the lines, so none can leave one out.
+macro_rules! algorithms {
+    ($then:ident $(, $($pass:tt)*)?) => {
+        $then! {
+            [$($($pass)*)?]
+            FixedWindow => Fixed($crate::algorithm::FixedWindow), "fixed_window";
+            SlidingWindow => Log(::std::boxed::Box<$crate::algorithm::SlidingLog>), "sliding_log";
+            SlidingWindowCounter => Counter($crate::algorithm::SlidingCounter), "sliding_counter";
+            TokenBucket => Bucket($crate::algorithm::Gcra), "token_bucket";
+        }
+    };
+}
+
+pub(crate) use algorithms;
+
+/// A boxed state (the sliding log's, so that the other strategies' keys stay small) is its
+/// algorithm.
+impl<A: Algorithm> Algorithm for Box<A> {
+    const LETTER: u8 = A::LETTER;
+
+    #[inline]
+    fn decide(&mut self, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> Verdict {
+        (**self).decide(now, quota, cost, commit)
+    }
+
+    #[inline]
+    fn expires_at(&self, quota: &Quota) -> Nanos {
+        (**self).expires_at(quota)
+    }
+
+    fn written_by_a_store(&self) -> bool {
+        (**self).written_by_a_store()
+    }
+
+    fn written_for(&self, quota: &Quota) -> bool {
+        (**self).written_for(quota)
+    }
+
+    fn to_words(&self) -> Vec<u64> {
+        (**self).to_words()
+    }
+
+    fn from_words(words: &[u64]) -> Result<Self, &'static str> {
+        A::from_words(words).map(Box::new)
+    }
+}
+
+macro_rules! state {
+    ([] $($strategy:ident => $variant:ident($ty:ty), $lua:literal;)*) => {
+        /// The state of one key under any strategy: one variant per line of [`algorithms`].
+        #[derive(Debug, Clone, PartialEq, Eq)]
+        pub(crate) enum State {
+            $(
+                #[doc = concat!("[`Strategy::", stringify!($strategy), "`].")]
+                $variant($ty),
+            )*
+        }
+
+        impl State {
+            /// A fresh state for `strategy`.
+            pub(crate) fn new(strategy: Strategy) -> State {
+                match strategy {
+                    $(Strategy::$strategy => State::$variant(<$ty>::default()),)*
+                }
+            }
+
+            /// The strategy this state belongs to.
+            pub(crate) fn strategy(&self) -> Strategy {
+                match self {
+                    $(State::$variant(_) => Strategy::$strategy,)*
+                }
+            }
+
+            /// When this state is indistinguishable from a fresh one, so its key can be
+            /// dropped.
+            pub(crate) fn expires_at(&self, quota: &Quota) -> Nanos {
+                match self {
+                    $(State::$variant(s) => s.expires_at(quota),)*
+                }
+            }
+
+            /// Whether a store of this crate could have written this state, whatever the
+            /// quota: times no later than [`MAX_NOW`](super::MAX_NOW) (a token bucket's up to
+            /// its largest tolerance beyond), counts (a log's total) within
+            /// [`MAX_CAPACITY`](crate::quota::MAX_CAPACITY), and a window's count of zero
+            /// only in a fresh state (a recorded call counts at least 1). The algorithms'
+            /// arithmetic stays within `u64` on such states only; anything else is a corrupt
+            /// or foreign value read back (through
+            /// [`StoredState`](crate::store::StoredState)), refused when read.
+            pub(crate) fn written_by_a_store(&self) -> bool {
+                match self {
+                    $(State::$variant(s) => s.written_by_a_store(),)*
+                }
+            }
+
+            /// Whether a store deciding with `quota` could have written this state: of its
+            /// strategy, [written by a store](Self::written_by_a_store), and a window
+            /// starting on one of `quota`'s boundaries. The key names the window, so a state
+            /// under it never started anywhere else; the algorithms would read any other
+            /// start as an old window's, a fresh budget.
+            pub(super) fn written_for(&self, quota: &Quota) -> bool {
+                self.strategy() == quota.strategy()
+                    && self.written_by_a_store()
+                    && match self {
+                        $(State::$variant(s) => s.written_for(quota),)*
+                    }
+            }
+
+            /// Its letter and words in a stored state's bytes (see
+            /// [`Algorithm::to_words`]).
+            pub(crate) fn to_words(&self) -> (u8, Vec<u64>) {
+                match self {
+                    $(State::$variant(s) => (<$ty as Algorithm>::LETTER, s.to_words()),)*
+                }
+            }
+
+            /// Reads what [`to_words`](Self::to_words) wrote; else what is wrong with it.
+            pub(crate) fn from_words(letter: u8, words: &[u64]) -> Result<State, &'static str> {
+                $(
+                    if letter == <$ty as Algorithm>::LETTER {
+                        return <$ty as Algorithm>::from_words(words).map(State::$variant);
+                    }
+                )*
+                Err(NOT_A_STATE)
+            }
+
+            /// The algorithm's own step, without [`decide`](super::decide)'s checks and its
+            /// handling of looks.
+            pub(crate) fn decide_raw(
+                &mut self,
+                now: Nanos,
+                quota: &Quota,
+                cost: u64,
+                commit: bool,
+            ) -> Verdict {
+                match self {
+                    $(State::$variant(s) => s.decide(now, quota, cost, commit),)*
+                }
+            }
+        }
+    };
+}
+
+algorithms!(state);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each algorithm's letter names it alone in a stored state's bytes, and every strategy
+    /// has a line in the table.
+    #[test]
+    fn every_strategy_has_a_line_and_a_letter_of_its_own() {
+        let letters: Vec<u8> = Strategy::ALL
+            .into_iter()
+            .map(|s| State::new(s).to_words().0)
+            .collect();
+        for (i, letter) in letters.iter().enumerate() {
+            assert!(!letters[..i].contains(letter), "{}", *letter as char);
+            assert_ne!(*letter, b'X');
+        }
+        for s in Strategy::ALL {
+            assert_eq!(State::new(s).strategy(), s);
+        }
+    }
+}

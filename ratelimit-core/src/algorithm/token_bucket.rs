@@ -1,0 +1,66 @@
+//! Token bucket as GCRA: one timestamp per key. Its Redis script is `token_bucket.lua`, beside
+//! this file.
+
+use super::{Algorithm, Verdict, MAX_NOW, NOT_A_STATE};
+use crate::clock::Nanos;
+use crate::quota::{Quota, MAX_TOLERANCE};
+
+/// Token bucket as GCRA: the theoretical arrival time (`tat`) of the next call is the only
+/// state. The bucket holds `limit + burst` tokens and gains one every `window / refill`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Gcra {
+    pub(crate) tat: Nanos,
+}
+
+impl Algorithm for Gcra {
+    const LETTER: u8 = b'T';
+
+    /// Decides a call of weight `cost`; with `commit`, records it if allowed.
+    fn decide(&mut self, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> Verdict {
+        let interval = quota.interval_nanos();
+        let capacity = quota.capacity();
+        let tolerance = interval.saturating_mul(capacity);
+        let tat = self.tat.max(now);
+        let new_tat = tat + interval * cost;
+        let horizon = now + tolerance;
+        if new_tat <= horizon {
+            if commit {
+                self.tat = new_tat;
+            }
+            Verdict {
+                allowed: true,
+                remaining: (horizon - new_tat) / interval,
+                reset_at: new_tat,
+                retry_after: None,
+            }
+        } else {
+            Verdict {
+                allowed: false,
+                remaining: horizon.saturating_sub(tat) / interval,
+                reset_at: tat,
+                retry_after: Some(new_tat - horizon),
+            }
+        }
+    }
+
+    /// When this state is indistinguishable from a fresh one (the bucket is full).
+    fn expires_at(&self, _quota: &Quota) -> Nanos {
+        self.tat
+    }
+
+    /// An arrival time up to the largest tolerance beyond the last instant decided.
+    fn written_by_a_store(&self) -> bool {
+        u128::from(self.tat) <= u128::from(MAX_NOW) + MAX_TOLERANCE
+    }
+
+    fn to_words(&self) -> Vec<u64> {
+        vec![self.tat]
+    }
+
+    fn from_words(words: &[u64]) -> Result<Self, &'static str> {
+        match *words {
+            [tat] => Ok(Gcra { tat }),
+            _ => Err(NOT_A_STATE),
+        }
+    }
+}
