@@ -13,7 +13,7 @@
 --          a window start off the window's boundaries) gets the error reply
 --          "RATELIMIT_STATE the limiter key holds a <type> that is not <what the strategy
 --          keeps>", and nothing is written: it is never read as a fresh key or a smaller count.
---          The rules of `State::written_for` in src/algorithm.rs, in microseconds.
+--          The rules of `Algorithm::written_for` (src/algorithm/<name>.rs), in microseconds.
 
 local function idiv(a, b) -- floor(a / b), exact for integers below 2^53
   local q = math.floor(a / b)

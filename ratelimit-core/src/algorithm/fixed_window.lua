@@ -1,4 +1,5 @@
--- Fixed window, the same rules as `FixedWindow::decide` in src/algorithm.rs, in microseconds.
+-- Fixed window, the same rules as `FixedWindow::decide` in fixed_window.rs (beside this
+-- file), in microseconds.
 -- Windows are aligned to multiples of the window since the epoch; time is Redis' own (TIME and
 -- its expiry clock), so every client agrees on the boundaries whatever its local clock says.
 --

@@ -1,4 +1,5 @@
--- Sliding window counter, the same rules as `SlidingCounter::decide` in src/algorithm.rs, in
+-- Sliding window counter, the same rules as `SlidingCounter::decide` in sliding_counter.rs (beside
+-- this file), in
 -- microseconds: the estimate is previous * (window - elapsed) / window + current, compared
 -- in exact integer arithmetic (the caller keeps capacity * window below 2^51).
 --

@@ -1,4 +1,4 @@
--- Sliding window log, the same rules as `SlidingLog::decide` in src/algorithm.rs, in
+-- Sliding window log, the same rules as `SlidingLog::decide` in sliding_log.rs beside this file, in
 -- microseconds: exact, never more than the capacity in any rolling window.
 --
 -- KEYS[1]: the limiter key; a list with one entry per admitted call, whatever its cost,

@@ -1,4 +1,4 @@
--- Token bucket as GCRA, the same rules as `Gcra::decide` in src/algorithm.rs, in
+-- Token bucket as GCRA, the same rules as `Gcra::decide` in token_bucket.rs beside this file, in
 -- microseconds: the theoretical arrival time (tat) of the next call is the only state.
 --
 -- KEYS[1]: the limiter key; holds the string "T<tat>"; anything else there (another type or
