@@ -253,3 +253,71 @@ fn a_store_request_that_could_not_be_decided_cannot_be_made() {
     let _: Decision = store.decide_now(spend).unwrap().unwrap();
     assert_eq!(store.decide_now(level).unwrap().unwrap().remaining, 1);
 }
+
+/// A store that never answers: a Redis whose reply has not come.
+struct Stalled;
+
+impl Store for Stalled {
+    async fn decide(&self, _: Request<'_>) -> Result<Decision, Error> {
+        std::future::pending().await
+    }
+    async fn decide_all(&self, _: Stacked<'_>) -> Result<Vec<Decision>, Error> {
+        std::future::pending().await
+    }
+    async fn reset(&self, _: &str) -> Result<bool, Error> {
+        Ok(false)
+    }
+}
+
+/// A caller that gives up while the store decides (a client that disconnected, a timeout
+/// around the call) was in no count, though the store may have spent the call: it is counted
+/// once, as abandoned, in every scope the call counts in; and a call the store answered is
+/// never counted abandoned.
+#[test]
+fn a_call_given_up_while_the_store_decides_is_counted_once_as_abandoned() {
+    let clock = Arc::new(ManualClock::new(START));
+    let config = Config::builder().default_limit(5).build().unwrap();
+    let stalled = RateLimitService::with_store(config, Stalled, clock).unwrap();
+    let named = Options::new().budget("login");
+    let prepared = Arc::new(stalled.prepare(&named).unwrap());
+    assert!(stalled.consume("k", &named).now_or_never().is_none());
+    assert!(prepared.consume("k").now_or_never().is_none());
+    match prepared.try_consume("k") {
+        ratelimit::Attempt::Pending(pending) => assert!(pending.consume().now_or_never().is_none()),
+        ratelimit::Attempt::Decided(d) => panic!("a stalled store decided at once: {d:?}"),
+    }
+    // Looks spend nothing: not counted.
+    assert!(stalled.status("k", &named).now_or_never().is_none());
+    let limits = [("k", &named), ("k", &Options::new().budget("other"))];
+    assert!(stalled.consume_all(&limits).now_or_never().is_none());
+    let stats = stalled.stats();
+    assert_eq!(stats.total.abandoned, 4);
+    assert_eq!(stats.by_method["login"].abandoned, 4);
+    assert_eq!(stats.by_method["other"].abandoned, 1);
+    assert_eq!(
+        (stats.total.allowed, stats.total.denied, stats.total.errors),
+        (0, 0, 0)
+    );
+
+    // Answered: counted by its outcome, never as abandoned.
+    let answering = service_on(Some(NoLog(MemoryStore::new())));
+    let options = Options::new().limit(1).window(Duration::from_secs(60));
+    assert!(
+        answering
+            .consume("k", &options)
+            .now_or_never()
+            .unwrap()
+            .unwrap()
+            .allowed
+    );
+    assert!(
+        !answering
+            .consume("k", &options)
+            .now_or_never()
+            .unwrap()
+            .unwrap()
+            .allowed
+    );
+    let total = answering.stats().total;
+    assert_eq!((total.allowed, total.denied, total.abandoned), (1, 1, 0));
+}

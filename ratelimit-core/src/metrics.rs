@@ -31,7 +31,7 @@ mod on {
 
     /// The three decision counters of one scope (total, a tier, a budget).
     #[derive(Debug)]
-    pub(crate) struct Handles([metrics::Counter; 3]);
+    pub(crate) struct Handles([metrics::Counter; 4]);
 
     impl Default for Handles {
         fn default() -> Self {
@@ -47,7 +47,12 @@ mod on {
                 }
                 None => metrics::counter!(name, "outcome" => outcome),
             };
-            Handles([counter("allowed"), counter("denied"), counter("error")])
+            Handles([
+                counter("allowed"),
+                counter("denied"),
+                counter("error"),
+                counter("abandoned"),
+            ])
         }
         pub(crate) fn tier(name: &str) -> Self {
             Handles::new("ratelimit_tier_decisions_total", Some(("tier", name)))
@@ -66,6 +71,10 @@ mod on {
         #[inline]
         pub(crate) fn error(&self) {
             self.0[2].increment(1);
+        }
+        #[inline]
+        pub(crate) fn abandoned(&self) {
+            self.0[3].increment(1);
         }
     }
 
@@ -161,6 +170,8 @@ mod on {
         pub(crate) fn denied(&self) {}
         #[inline(always)]
         pub(crate) fn error(&self) {}
+        #[inline(always)]
+        pub(crate) fn abandoned(&self) {}
     }
 
     #[derive(Debug)]

@@ -21,6 +21,10 @@ pub struct Counts {
     pub denied: u64,
     /// Calls refused because no decision could be made (unknown tier, store failure, ...).
     pub errors: u64,
+    /// Calls whose caller gave up (dropped the future: a client that disconnected, a
+    /// timeout around the call) while the store was deciding them. The store may have spent
+    /// them, so they are counted, here: neither admitted nor refused to anyone.
+    pub abandoned: u64,
 }
 
 /// A snapshot of the service's counters.
@@ -65,6 +69,7 @@ struct Stripe {
     allowed: AtomicU64,
     denied: AtomicU64,
     errors: AtomicU64,
+    abandoned: AtomicU64,
 }
 
 /// Counters of one scope: [`Stripe`]s summed when read, less what was summed when they were
@@ -85,6 +90,7 @@ pub(crate) enum Outcome {
     Allowed,
     Denied,
     Error,
+    Abandoned,
 }
 
 impl Counters {
@@ -127,6 +133,10 @@ impl Counters {
                 self.metrics.error();
                 &part.errors
             }
+            Outcome::Abandoned => {
+                self.metrics.abandoned();
+                &part.abandoned
+            }
         });
     }
 
@@ -143,6 +153,7 @@ impl Counters {
             allowed,
             denied,
             errors: sums.errors.saturating_sub(base.errors),
+            abandoned: sums.abandoned.saturating_sub(base.abandoned),
         }
     }
 
@@ -160,6 +171,7 @@ impl Counters {
             allowed,
             denied,
             errors: sum(|s| &s.errors),
+            abandoned: sum(|s| &s.abandoned),
         }
     }
 

@@ -20,6 +20,30 @@ use super::RateLimitService;
 use crate::decision::Decision;
 use crate::error::{Error, Exceeded};
 use crate::key::KeyBuf;
+use crate::stats::Outcome;
+
+/// Counts a call whose caller gave up while the store was deciding it: runs its closure when
+/// dropped, unless [`defuse`](Self::defuse)d once the store answered.
+pub(crate) struct IfAbandoned<F: FnOnce()>(Option<F>);
+
+impl<F: FnOnce()> IfAbandoned<F> {
+    pub(crate) fn new(count: F) -> Self {
+        IfAbandoned(Some(count))
+    }
+
+    /// The store answered: the call is counted by its outcome instead.
+    pub(crate) fn defuse(mut self) {
+        self.0 = None;
+    }
+}
+
+impl<F: FnOnce()> Drop for IfAbandoned<F> {
+    fn drop(&mut self) {
+        if let Some(count) = self.0.take() {
+            count();
+        }
+    }
+}
 
 /// What a caller of [`RateLimitService::decide_now`] does when the store cannot answer at once.
 pub(crate) enum Then<'a> {
@@ -97,7 +121,15 @@ impl RateLimitService {
         key: Option<&str>,
         store_key: &str,
     ) -> Result<Decision, Error> {
+        // A caller that gives up while the store decides (the future dropped) is counted
+        // once, as abandoned: the store may have spent the call.
+        let abandoned = IfAbandoned::new(|| {
+            if site.spend {
+                self.count(site.tier, site.budget, site.counters, Outcome::Abandoned);
+            }
+        });
         let decided = self.ask(site, store_key).await;
+        abandoned.defuse();
         self.recorded(site, key, decided)
     }
 

@@ -2,6 +2,7 @@
 
 use std::future::Future;
 
+use super::pipeline::IfAbandoned;
 use super::site::Site;
 use super::{Call, Options, RateLimitService};
 use crate::clock::Nanos;
@@ -123,7 +124,21 @@ impl RateLimitService {
         let result = match stacked(&checks, &sites, now) {
             Ok(stacked) => match store.decide_all_now(stacked) {
                 Some(result) => result,
-                None => store.decide_all(stacked).await,
+                None => {
+                    // Given up while the store decides: counted once, as abandoned, in every
+                    // limit's scopes (the store may have spent from each).
+                    let abandoned = IfAbandoned::new(|| {
+                        if sites.iter().all(|s| s.spend) {
+                            self.inner.total.record(Outcome::Abandoned);
+                            for site in &sites {
+                                self.count_scoped(site.tier, site.budget, None, Outcome::Abandoned);
+                            }
+                        }
+                    });
+                    let result = store.decide_all(stacked).await;
+                    abandoned.defuse();
+                    result
+                }
             },
             Err(e) => Err(e),
         };
