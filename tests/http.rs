@@ -803,6 +803,11 @@ async fn annotated() -> Result<&'static str, Error> {
     Ok("annotated")
 }
 
+#[rate_limit(limit = 1, window = "1m", name = "login")]
+async fn named_login() -> Result<&'static str, Error> {
+    Ok("login")
+}
+
 /// Runs every request of the router inside `module`'s scope, as a global `Module` would
 /// (a global one would be every test's in this binary).
 fn in_scope(app: Router, module: TestModule) -> Router {
@@ -888,7 +893,25 @@ async fn the_axum_answers_are_the_neutral_answers_byte_for_byte() {
     let refused = app.oneshot(request()).await.unwrap();
     let error = refused.extensions().get::<Error>().cloned().unwrap();
     assert_eq!(error.code(), "RATE_LIMITED");
+    // An unnamed fn's policy is "default": its path stays in the server.
+    assert!(refused.headers()["ratelimit"]
+        .to_str()
+        .unwrap()
+        .starts_with("\"default\";"));
     assert_eq!(as_sent(refused).await, answered(&error.answer()));
+
+    // A fn named `name = "login"`: its refusal names its policy so.
+    let module = TestModule::new(Module::builder()).unwrap();
+    let app = in_scope(Router::new().route("/", get(named_login)), module);
+    assert_eq!(app.clone().oneshot(request()).await.unwrap().status(), 200);
+    let refused = app.oneshot(request()).await.unwrap();
+    assert_eq!(refused.status(), 429);
+    let policy = refused.headers()["ratelimit-policy"].to_str().unwrap();
+    assert!(policy.starts_with("\"login\";q=1;w=60"), "{policy}");
+    assert!(refused.headers()["ratelimit"]
+        .to_str()
+        .unwrap()
+        .starts_with("\"login\";r=0;"));
 
     // The layer's refusal: the decision's own, then its rate-limit headers.
     let (limiter, _clock) = fixed_window();

@@ -154,9 +154,10 @@ impl Error {
     /// ([`retry_after`](Self::retry_after), whole seconds rounded up), else `1` (the store may
     /// answer again soon, the queue may have room).
     pub fn answer(&self) -> Answer {
-        if let Some(decision) = self.decision() {
+        if let Error::Exceeded(exceeded) = self {
+            let decision = &exceeded.decision;
             let mut answer = decision.refusal();
-            if let Some(fields) = decision.header_fields(None) {
+            if let Some(fields) = decision.header_fields(exceeded.policy.as_deref()) {
                 fields.push_pairs(&mut answer.headers);
             }
             return answer;
@@ -193,6 +194,7 @@ mod tests {
         Error::Exceeded(Box::new(Exceeded {
             decision,
             budget: None,
+            policy: None,
         }))
     }
 
@@ -381,6 +383,7 @@ mod tests {
         let answer = Error::Exceeded(Box::new(Exceeded {
             decision: refused,
             budget: None,
+            policy: None,
         }))
         .answer();
         assert_eq!(answer.header("retry-after"), Some("4"));

@@ -178,6 +178,10 @@ pub struct Exceeded {
     pub decision: Decision,
     /// The budget (a function path or a name), if known.
     pub budget: Option<String>,
+    /// The name the refusal's rate-limit headers give its policy ([`Error::answer`]): the
+    /// budget when the caller named it (`Options::budget`, an annotated fn's `name = ...`),
+    /// never an fn's path; `None`: the tier, else `"default"`.
+    pub policy: Option<String>,
 }
 
 impl fmt::Display for Exceeded {

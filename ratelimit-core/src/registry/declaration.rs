@@ -149,6 +149,7 @@ impl Declaration {
                 (None, _) => None,
             },
             budget: Some(self.budget()),
+            policy: self.name,
             overrides: self.spec.overrides(),
             cost,
             consume: true,

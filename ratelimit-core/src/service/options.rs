@@ -148,6 +148,7 @@ impl Options {
         Call {
             tier: self.tier.as_deref(),
             budget: self.budget.as_deref(),
+            policy: self.budget.as_deref(),
             overrides: &self.overrides,
             cost: self.cost,
             consume: self.consume,
@@ -163,6 +164,9 @@ impl Options {
 pub(crate) struct Call<'a> {
     pub(crate) tier: Option<&'a str>,
     pub(crate) budget: Option<&'a str>,
+    /// The name a refusal's rate-limit headers give the policy: a budget named by the caller
+    /// (`Options::budget`, an annotated fn's `name = ...`), never an fn's path.
+    pub(crate) policy: Option<&'a str>,
     pub(crate) overrides: &'a Overrides,
     pub(crate) cost: u64,
     pub(crate) consume: bool,
@@ -177,6 +181,7 @@ impl<'a> Call<'a> {
         Call {
             tier,
             budget: None,
+            policy: None,
             overrides: NONE,
             cost: 1,
             consume: true,

@@ -204,6 +204,7 @@ impl RateLimitService {
             Err(Error::Exceeded(Box::new(Exceeded {
                 decision,
                 budget: site.budget.map(str::to_owned),
+                policy: site.policy.map(str::to_owned),
             })))
         }
     }

@@ -56,6 +56,7 @@ impl RateLimitService {
             tier: site.tier,
             counters: options.budget.map(|name| self.method_counters(name).1),
             budget: options.budget.map(Arc::from),
+            policy: options.policy.map(Arc::from),
             tier_name: site.tier.map(|i| self.inner.config.tiers()[i].name.clone()),
             around: site.around(),
             cost: site.cost,
@@ -75,6 +76,8 @@ pub struct Prepared {
     tier: Option<usize>,
     counters: Option<Arc<Counters>>,
     budget: Option<Arc<str>>,
+    /// The policy's name on a refusal (see `Call::policy`).
+    policy: Option<Arc<str>>,
     tier_name: Option<Arc<str>>,
     /// The store key around the user key, written once.
     around: Around,
@@ -111,6 +114,7 @@ impl Prepared {
             quota: self.quota,
             tier: self.tier,
             budget: self.budget.as_deref(),
+            policy: self.policy.as_deref(),
             counters: self.counters.as_deref(),
             key: SiteKey::Around(&self.around),
             cost,

@@ -19,6 +19,8 @@ pub(crate) struct Site<'a> {
     pub(crate) quota: Quota,
     pub(crate) tier: Option<usize>,
     pub(crate) budget: Option<&'a str>,
+    /// The policy's name on a refusal (see `Call::policy`).
+    pub(crate) policy: Option<&'a str>,
     /// The budget's counters when the caller holds them; else found when a call is recorded.
     pub(crate) counters: Option<&'a Counters>,
     /// The store key around the user key.
@@ -114,6 +116,7 @@ impl RateLimitService {
             quota,
             tier,
             budget: options.budget,
+            policy: options.policy,
             counters: None,
             key: SiteKey::Parts(KeyParts {
                 prefix: config.key_prefix(),

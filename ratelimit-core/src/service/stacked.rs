@@ -273,6 +273,7 @@ fn refuse_unless_all_allowed(
         Some((decision, (_, options))) => Err(Error::Exceeded(Box::new(Exceeded {
             decision: decision.clone(),
             budget: options.budget.map(str::to_owned),
+            policy: options.policy.map(str::to_owned),
         }))),
     }
 }
