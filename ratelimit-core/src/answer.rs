@@ -120,6 +120,32 @@ impl Error {
         }
     }
 
+    /// Every code an error answers with, and its status: what an API document lists (the
+    /// `utoipa` docs are built from it), the same as [`code`](Self::code) and
+    /// [`status`](Self::status) say of each error.
+    pub const CODES: [(&'static str, u16); 20] = [
+        (RATE_LIMITED, 429),
+        ("QUEUE_FULL", 429),
+        ("QUEUE_TIMEOUT", 429),
+        ("STORE_FULL", 503),
+        ("STORE_FAILED", 503),
+        ("STORE_TIMEOUT", 503),
+        ("UNEXPECTED_STATE", 503),
+        ("CLOCK_OUT_OF_RANGE", 503),
+        ("UNKNOWN_TIER", 500),
+        ("NO_LIMIT", 500),
+        ("INVALID_CONFIG", 500),
+        ("INVALID_QUOTA", 500),
+        ("COST_ABOVE_CAPACITY", 500),
+        ("ZERO_COST", 500),
+        ("INVALID_KEY", 500),
+        ("NOT_INITIALIZED", 500),
+        ("SYNC_ON_WAITING_STORE", 500),
+        ("NO_RUNTIME", 500),
+        ("ALREADY_INITIALIZED", 500),
+        ("DECLARATIONS", 500),
+    ];
+
     /// The error's code, the `"code"` field of its JSON body: `RATE_LIMITED`,
     /// `STORE_FAILED`, `STORE_TIMEOUT`, `UNKNOWN_TIER`, `NOT_INITIALIZED`...
     pub fn code(&self) -> &'static str {
@@ -152,7 +178,8 @@ impl Error {
     /// [`status`](Self::status) with `{"code":"<CODE>"}` (the message stays in the server: it
     /// may name internals), and `Retry-After` unless the status is `500`: the wait asked for
     /// ([`retry_after`](Self::retry_after), whole seconds rounded up), else `1` (the store may
-    /// answer again soon, the queue may have room).
+    /// answer again soon, the queue may have room). Every `429` body carries `retryAfter`
+    /// too (`{"code":"QUEUE_FULL","retryAfter":1}`), so a client reads every refusal alike.
     pub fn answer(&self) -> Answer {
         if let Error::Exceeded(exceeded) = self {
             let decision = &exceeded.decision;
@@ -167,7 +194,11 @@ impl Error {
             Some(after) => Some(retry_secs(after)),
             None => (status != 500).then_some(1),
         };
-        Answer::json(status, retry, format!(r#"{{"code":"{}"}}"#, self.code()))
+        let body = match (status, retry) {
+            (429, Some(retry)) => format!(r#"{{"code":"{}","retryAfter":{retry}}}"#, self.code()),
+            _ => format!(r#"{{"code":"{}"}}"#, self.code()),
+        };
+        Answer::json(status, retry, body)
     }
 }
 
@@ -317,12 +348,17 @@ mod tests {
                 None,
             ),
         ];
+        let mut listed = vec![(RATE_LIMITED, 429)];
         for (error, status, code, retry_after) in errors {
             let answer = error.answer();
             assert_eq!((error.status(), error.code()), (status, code), "{error:?}");
+            listed.push((code, status));
             let mut headers = vec![(CONTENT_TYPE, JSON.to_owned())];
             headers.extend(retry_after.map(|r| (names::RETRY_AFTER, r.to_owned())));
-            let body = format!(r#"{{"code":"{code}"}}"#);
+            let body = match (status, retry_after) {
+                (429, Some(r)) => format!(r#"{{"code":"{code}","retryAfter":{r}}}"#),
+                _ => format!(r#"{{"code":"{code}"}}"#),
+            };
             assert_eq!(
                 answer,
                 Answer {
@@ -333,6 +369,11 @@ mod tests {
                 "{error:?}"
             );
         }
+        // `CODES` lists exactly what the errors answer (an API document is built from it).
+        listed.sort_unstable();
+        let mut codes = Error::CODES.to_vec();
+        codes.sort_unstable();
+        assert_eq!(listed, codes);
     }
 
     #[test]
