@@ -14,8 +14,8 @@ use futures::FutureExt;
 use ratelimit::store::{Check, Mode, Request, Stacked, Store, StoreKey, StoredState};
 use ratelimit::testing::TestModule;
 use ratelimit::{
-    rate_limit, Config, Decision, Error, Failover, FailurePolicy, ManualClock, MemoryStore,
-    Module, ModuleBuilder, Options, Quota, RateLimitService, StoreConfig, Strategy, Tier,
+    rate_limit, Config, Decision, Error, Failover, FailurePolicy, ManualClock, MemoryStore, Module,
+    ModuleBuilder, Options, Quota, RateLimitService, StoreConfig, Strategy, Tier,
 };
 use ratelimit_tests::START;
 
@@ -78,7 +78,10 @@ impl Recording {
             seen.key.len()
         );
         assert!(!seen.spend || seen.cost >= 1, "a spend of cost 0: {seen:?}");
-        assert!(seen.cost <= seen.capacity, "a cost above capacity: {seen:?}");
+        assert!(
+            seen.cost <= seen.capacity,
+            "a cost above capacity: {seen:?}"
+        );
         self.0.seen.lock().unwrap().push(seen);
     }
 
@@ -100,7 +103,10 @@ impl Store for Recording {
     async fn decide_all(&self, stacked: Stacked<'_>) -> Result<Vec<Decision>, Error> {
         let keys: Vec<_> = stacked.checks().iter().map(|c| c.key).collect();
         for (i, key) in keys.iter().enumerate() {
-            assert!(!keys[..i].contains(key), "the same key twice in a stacked call");
+            assert!(
+                !keys[..i].contains(key),
+                "the same key twice in a stacked call"
+            );
         }
         for request in stacked.requests() {
             self.record(&request);
@@ -110,7 +116,11 @@ impl Store for Recording {
         Store::decide_all(&self.0.memory, stacked).await
     }
     async fn reset(&self, key: &str) -> Result<bool, Error> {
-        assert!((1..=4096).contains(&key.len()), "reset of {} bytes", key.len());
+        assert!(
+            (1..=4096).contains(&key.len()),
+            "reset of {} bytes",
+            key.len()
+        );
         Store::reset(&self.0.memory, key).await
     }
 }
@@ -200,10 +210,7 @@ fn every_entry_point(
                 .map(allowed)
                 .unwrap_or(Ok(true)),
         ),
-        (
-            "reset",
-            run(service.reset_with(key, options)).map(|_| true),
-        ),
+        ("reset", run(service.reset_with(key, options)).map(|_| true)),
     ];
     if let Ok(prepared) = service.prepare(options) {
         let prepared = Arc::new(prepared);
@@ -224,7 +231,11 @@ fn an_empty_or_overlong_user_key_never_reaches_a_store_by_any_entry_point() {
     let (service, store, _) = recording(one_per_minute());
     for key in [String::new(), "k".repeat(1025), "é".repeat(513)] {
         for (entry, answer) in every_entry_point(&service, &key, &Options::new()) {
-            assert!(is_invalid_key(&answer), "{entry} ({} bytes): {answer:?}", key.len());
+            assert!(
+                is_invalid_key(&answer),
+                "{entry} ({} bytes): {answer:?}",
+                key.len()
+            );
         }
     }
     assert!(store.seen().is_empty(), "{:?}", store.seen());
@@ -248,7 +259,9 @@ fn a_user_key_of_exactly_1024_bytes_is_decided_and_1025_refused_whatever_its_cha
         assert!(!run(service.consume(key, &Options::new())).unwrap().allowed);
         let mut over = key.clone();
         over.push('x');
-        assert!(is_invalid_key(&run(service.consume(&over, &Options::new()))));
+        assert!(is_invalid_key(
+            &run(service.consume(&over, &Options::new()))
+        ));
     }
     // Each its own budget: two calls each, one store key each.
     let keys_seen = store.keys();
@@ -284,7 +297,11 @@ fn a_spend_of_cost_0_or_above_capacity_never_reaches_a_store_by_any_entry_point(
         assert!(!seen.spend && seen.cost == 0, "{seen:?}");
     }
     // And nothing was spent: the one call of the minute still passes.
-    assert!(run(service.consume("user", &Options::new())).unwrap().allowed);
+    assert!(
+        run(service.consume("user", &Options::new()))
+            .unwrap()
+            .allowed
+    );
 }
 
 #[test]
@@ -342,8 +359,7 @@ fn a_stacked_call_with_one_bad_cost_or_key_reaches_no_store_and_spends_from_no_l
 }
 
 #[test]
-fn a_budget_name_long_enough_to_push_the_store_key_past_4096_bytes_is_refused_before_the_store()
-{
+fn a_budget_name_long_enough_to_push_the_store_key_past_4096_bytes_is_refused_before_the_store() {
     let (service, store, _) = recording(one_per_minute());
     let user = "u".repeat(1024);
     for budget_len in [1024, 1025, 3100, 5000] {
@@ -417,8 +433,16 @@ fn failovers_local_share_never_admits_a_cost_above_the_shares_capacity() {
         "{six:?}"
     );
     // A cost of 5 fills the share exactly; the next unit is refused.
-    assert!(run(service.consume("user", &Options::new().cost(5))).unwrap().allowed);
-    assert!(!run(service.consume("user", &Options::new())).unwrap().allowed);
+    assert!(
+        run(service.consume("user", &Options::new().cost(5)))
+            .unwrap()
+            .allowed
+    );
+    assert!(
+        !run(service.consume("user", &Options::new()))
+            .unwrap()
+            .allowed
+    );
     // Looks of cost 0 and 1 under the share: nothing left, nothing spent.
     let look = |cost| run(service.check("user", &Options::new().cost(cost).consume(false)));
     assert_eq!(look(0).unwrap().remaining, 0);
@@ -542,7 +566,11 @@ fn looks_of_cost_0_and_1_agree_on_the_memory_store_and_a_custom_store_and_spend_
                 assert_eq!(m, c, "{strategy} spent {spent} cost {cost}");
                 // A look of cost 0 is the level; of cost 1, what would remain after it.
                 let remaining = (2 - spent).saturating_sub(cost);
-                assert_eq!(m, (spent < 2, remaining), "{strategy} spent {spent} cost {cost}");
+                assert_eq!(
+                    m,
+                    (spent < 2, remaining),
+                    "{strategy} spent {spent} cost {cost}"
+                );
             }
             if spent < 2 {
                 assert!(run(memory.consume("u", &Options::new())).unwrap().allowed);
@@ -565,7 +593,10 @@ fn store_key_of(key: &str, options: &Options) -> String {
     run(prepared.consume(key)).unwrap();
     let keys = store.keys();
     assert_eq!(keys.len(), 2);
-    assert_eq!(keys[0], keys[1], "composed per call and around the user key");
+    assert_eq!(
+        keys[0], keys[1],
+        "composed per call and around the user key"
+    );
     keys[0].clone()
 }
 
@@ -607,7 +638,10 @@ fn a_user_key_with_braces_colons_or_a_digest_lookalike_never_shares_a_budget_wit
         );
     }
     for user in &users {
-        assert!(!run(service.consume(user, &options)).unwrap().allowed, "{user:?}");
+        assert!(
+            !run(service.consume(user, &options)).unwrap().allowed,
+            "{user:?}"
+        );
     }
     let keys: std::collections::BTreeSet<_> = store.keys().into_iter().collect();
     assert_eq!(keys.len(), users.len());
@@ -668,12 +702,26 @@ fn two_quotas_of_one_budget_that_read_state_differently_never_share_a_store_key(
     let quotas = [
         Options::new().limit(1).window("1m"),
         Options::new().limit(1).window("60s"),
-        Options::new().limit(1).window("1m").strategy(Strategy::FixedWindow),
-        Options::new().limit(1).window("1m").strategy(Strategy::SlidingWindow),
-        Options::new().limit(1).window("1m").strategy(Strategy::SlidingWindowCounter),
-        Options::new().limit(1).window("1m").strategy(Strategy::TokenBucket),
+        Options::new()
+            .limit(1)
+            .window("1m")
+            .strategy(Strategy::FixedWindow),
+        Options::new()
+            .limit(1)
+            .window("1m")
+            .strategy(Strategy::SlidingWindow),
+        Options::new()
+            .limit(1)
+            .window("1m")
+            .strategy(Strategy::SlidingWindowCounter),
+        Options::new()
+            .limit(1)
+            .window("1m")
+            .strategy(Strategy::TokenBucket),
         Options::new().limit(1).window("61s"),
-        Options::new().limit(1).window(Duration::from_nanos(60_000_000_001)),
+        Options::new()
+            .limit(1)
+            .window(Duration::from_nanos(60_000_000_001)),
     ];
     for options in &quotas {
         run(service.consume("u", options)).unwrap();
@@ -703,7 +751,10 @@ fn user_keys_around_the_stack_buffers_boundary_compose_whole_and_distinct() {
         for (c, width) in [('é', 2), ('€', 3), ('🦀', 4)] {
             if len >= width {
                 users.push(format!("{}{c}", "k".repeat(len - width)));
-                users.push(format!("{}{c}kk", "k".repeat(len.saturating_sub(width + 2))));
+                users.push(format!(
+                    "{}{c}kk",
+                    "k".repeat(len.saturating_sub(width + 2))
+                ));
             }
         }
     }
@@ -813,7 +864,11 @@ fn integer_keys_of_every_length_each_get_their_own_budget() {
         })
     });
     let counts = &module.stats().by_method;
-    let u = counts.iter().find(|(k, _)| k.ends_with("by_u64")).unwrap().1;
+    let u = counts
+        .iter()
+        .find(|(k, _)| k.ends_with("by_u64"))
+        .unwrap()
+        .1;
     assert_eq!((u.allowed, u.denied), (ids.len() as u64, ids.len() as u64));
 }
 
@@ -841,7 +896,11 @@ fn string_keys_around_the_inline_key_texts_boundary_are_whole_and_distinct() {
     assert_eq!(keys.len(), 2 * users.len());
     for (user, pair) in users.iter().zip(keys.chunks(2)) {
         assert_eq!(pair[0], pair[1]);
-        assert!(pair[0].contains(&format!("{{{user}}}")), "{} bytes", user.len());
+        assert!(
+            pair[0].contains(&format!("{{{user}}}")),
+            "{} bytes",
+            user.len()
+        );
     }
 }
 
@@ -863,14 +922,23 @@ fn a_display_key_that_fails_partway_is_refused_not_counted_under_what_it_wrote()
     run(module.scope(async {
         // A key that could not be written is no key: refused, never the prefix it wrote,
         // which would put every failing value (and "tenant:" itself) in one budget.
-        assert!(matches!(by_display(&alice).await, Err(Error::InvalidKey { .. })));
-        assert!(matches!(by_display(&bob).await, Err(Error::InvalidKey { .. })));
+        assert!(matches!(
+            by_display(&alice).await,
+            Err(Error::InvalidKey { .. })
+        ));
+        assert!(matches!(
+            by_display(&bob).await,
+            Err(Error::InvalidKey { .. })
+        ));
         assert!(by_display(&shared).await.is_ok());
         let empty = Shown {
             text: String::new(),
             fail: false,
         };
-        assert!(matches!(by_display(&empty).await, Err(Error::InvalidKey { .. })));
+        assert!(matches!(
+            by_display(&empty).await,
+            Err(Error::InvalidKey { .. })
+        ));
     }));
 }
 
@@ -907,7 +975,9 @@ fn an_annotated_call_begun_under_a_scope_and_finished_on_another_thread_is_decid
     let mut call = Box::pin(by_str("user"));
     assert!(module.run(|| poll_once(&mut call)).is_pending());
     store.open();
-    let done = std::thread::spawn(move || poll_once(&mut call)).join().unwrap();
+    let done = std::thread::spawn(move || poll_once(&mut call))
+        .join()
+        .unwrap();
     assert!(matches!(done, Poll::Ready(Ok(()))), "{done:?}");
     assert_eq!((store.seen().len(), store.decided()), (1, 1));
     assert_eq!(module.stats().total.allowed, 1);
@@ -954,7 +1024,10 @@ fn an_annotated_call_with_a_per_call_tier_or_a_queue_or_a_cost_is_asked_and_coun
         assert!(by_tier("u", "free").await.is_ok());
         assert!(matches!(by_tier("u", "gold").await, Err(_)));
         assert!(costly("u", 2).await.is_ok());
-        assert!(matches!(costly("v", 3).await, Err(Error::CostAboveCapacity { .. })));
+        assert!(matches!(
+            costly("v", 3).await,
+            Err(Error::CostAboveCapacity { .. })
+        ));
         assert!(matches!(costly("v", 0).await, Err(Error::ZeroCost)));
     }));
     // Queued: decided by the store, once (the second waits or is refused; either way once).
@@ -1040,7 +1113,10 @@ fn a_library_call_in_flight_is_decided_once_by_its_own_limiter_never_by_a_scope(
     let mut call = Box::pin(library_fn("user"));
     assert!(app.run(|| poll_once(&mut call)).is_pending());
     library_store.open();
-    assert!(matches!(app.run(|| poll_once(&mut call)), Poll::Ready(Ok(()))));
+    assert!(matches!(
+        app.run(|| poll_once(&mut call)),
+        Poll::Ready(Ok(()))
+    ));
     assert_eq!(library_store.decided(), 1);
     assert!(app_store.seen().is_empty());
     assert_eq!(library_service.stats().total.allowed, 1);
@@ -1060,7 +1136,11 @@ fn a_library_call_in_flight_is_decided_once_by_its_own_limiter_never_by_a_scope(
 fn a_stacked_call_built_by_hand_refuses_a_repeated_key_a_zero_spend_and_a_cost_above_capacity() {
     let (a, b) = (StoreKey::new("a").unwrap(), StoreKey::new("b").unwrap());
     let q = Quota::per_minute(2).unwrap();
-    let check = |key, cost| Check { key, quota: &q, cost };
+    let check = |key, cost| Check {
+        key,
+        quota: &q,
+        cost,
+    };
     let cases: [(&[Check<'_>], Mode, bool); 6] = [
         (&[check(a, 1), check(a, 1)], Mode::Spend, false),
         (&[check(a, 1), check(a, 1)], Mode::Look, false),
@@ -1070,7 +1150,11 @@ fn a_stacked_call_built_by_hand_refuses_a_repeated_key_a_zero_spend_and_a_cost_a
         (&[check(a, 2), check(b, 1)], Mode::Spend, true),
     ];
     for (checks, mode, ok) in cases {
-        assert_eq!(Stacked::new(checks, 0, mode).is_ok(), ok, "{checks:?} {mode:?}");
+        assert_eq!(
+            Stacked::new(checks, 0, mode).is_ok(),
+            ok,
+            "{checks:?} {mode:?}"
+        );
     }
     assert!(StoreKey::new("").is_err());
     assert!(StoreKey::new(&"k".repeat(4097)).is_err());
@@ -1078,4 +1162,225 @@ fn a_stacked_call_built_by_hand_refuses_a_repeated_key_a_zero_spend_and_a_cost_a
     assert!(Request::spend(a, &q, 0, 0).is_err());
     assert!(Request::look(a, &q, 3, 0).is_err());
     assert!(Request::look(a, &q, 0, 0).is_ok());
+}
+
+// ---------------------------------------------------------------------------------------------
+// 4. The HTTP layer's keys, from what a client sends.
+
+#[cfg(feature = "axum")]
+mod http {
+    use super::*;
+    use axum::body::Body;
+    use axum::http::{Request as HttpRequest, StatusCode};
+    use axum::routing::get;
+    use axum::Router;
+    use ratelimit::http::RateLimitLayer;
+    use tower::ServiceExt;
+
+    /// An app limited to one request a minute per `x-user` header (a closure extractor, as a
+    /// user writes one: the header as it comes), on the memory store or a recording store.
+    fn app(store: Option<&Recording>) -> Router {
+        let config = one_per_minute();
+        let clock = Arc::new(ManualClock::new(START));
+        let service = match store {
+            None => RateLimitService::with_clock(config, clock),
+            Some(store) => RateLimitService::with_store(config, store.clone(), clock),
+        }
+        .unwrap();
+        let key = |parts: &axum::http::request::Parts| {
+            let value = parts.headers.get("x-user")?;
+            Some(String::from_utf8_lossy(value.as_bytes()).into_owned())
+        };
+        Router::new()
+            .route("/", get(|| async { "ok" }))
+            .layer(RateLimitLayer::new(service, key))
+    }
+
+    fn status(app: &Router, user: &[u8]) -> StatusCode {
+        let request = HttpRequest::get("/")
+            .header("x-user", user)
+            .body(Body::empty())
+            .unwrap();
+        run(app.clone().oneshot(request)).unwrap().status()
+    }
+
+    #[test]
+    fn a_header_key_of_1024_bytes_is_limited_and_a_longer_or_empty_one_refused_never_passed() {
+        for store in [None, Some(Recording::default())] {
+            let app = app(store.as_ref());
+            let exact = vec![b'k'; 1024];
+            assert_eq!(status(&app, &exact), StatusCode::OK);
+            assert_eq!(status(&app, &exact), StatusCode::TOO_MANY_REQUESTS);
+            for bad in [vec![b'k'; 1025], vec![b'k'; 8000], Vec::new()] {
+                for _ in 0..3 {
+                    let answer = status(&app, &bad);
+                    assert!(!answer.is_success(), "{} bytes: {answer}", bad.len());
+                }
+            }
+            if let Some(store) = store {
+                assert_eq!(store.seen().len(), 2);
+            }
+        }
+    }
+
+    #[test]
+    fn header_keys_with_braces_colons_and_odd_bytes_each_get_their_own_budget() {
+        let store = Recording::default();
+        let app = app(Some(&store));
+        let users: [&[u8]; 9] = [
+            b"a",
+            b"a}",
+            b"{a}",
+            b"a:",
+            b"a:-",
+            "é".as_bytes(),
+            b"\xff",
+            b"a\tb",
+            b"}L60000:-:-",
+        ];
+        for user in users {
+            assert_eq!(status(&app, user), StatusCode::OK, "{user:?}");
+        }
+        for user in users {
+            assert_eq!(
+                status(&app, user),
+                StatusCode::TOO_MANY_REQUESTS,
+                "{user:?}"
+            );
+        }
+        let keys: std::collections::BTreeSet<_> = store.keys().into_iter().collect();
+        assert_eq!(keys.len(), users.len());
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Redis: the checked request and the store key against a real server.
+
+#[cfg(feature = "redis")]
+mod redis_probes {
+    use super::*;
+    use ratelimit::RedisOptions;
+    use ratelimit_tests::redis_server::{prefix, RedisServer};
+
+    /// No window boundary, refill or expiry during a test.
+    const LONG: &str = "20d";
+
+    fn service(server: &RedisServer, name: &str, strategy: Strategy) -> RateLimitService {
+        let options = RedisOptions::new(server.url()).timeout(Duration::from_secs(2));
+        let config = Config::builder()
+            .key_prefix(prefix(name))
+            .default_limit(2)
+            .default_window(LONG)
+            .strategy(strategy)
+            .store(StoreConfig::Redis(options))
+            .build()
+            .unwrap();
+        RateLimitService::new(config).unwrap()
+    }
+
+    #[tokio::test]
+    async fn looks_of_cost_0_and_1_on_redis_agree_with_the_memory_store_and_spend_nothing() {
+        let server = RedisServer::start();
+        for strategy in Strategy::ALL {
+            let redis = service(&server, "looks", strategy);
+            let (memory, _) = ratelimit_tests::service(
+                Config::builder()
+                    .default_limit(2)
+                    .default_window(LONG)
+                    .strategy(strategy)
+                    .build()
+                    .unwrap(),
+            );
+            for spent in 0..=2u64 {
+                for cost in [0, 1] {
+                    let look = Options::new().cost(cost).consume(false);
+                    let r = redis.check("u", &look).await.unwrap();
+                    let m = memory.check("u", &look).await.unwrap();
+                    assert_eq!(
+                        (r.allowed, r.remaining),
+                        (m.allowed, m.remaining),
+                        "{strategy} spent {spent} cost {cost}"
+                    );
+                    assert_eq!(r.allowed, spent < 2, "{strategy} spent {spent} cost {cost}");
+                }
+                if spent < 2 {
+                    assert!(redis.consume("u", &Options::new()).await.unwrap().allowed);
+                    assert!(memory.consume("u", &Options::new()).await.unwrap().allowed);
+                }
+            }
+            assert!(!redis.consume("u", &Options::new()).await.unwrap().allowed);
+        }
+    }
+
+    #[tokio::test]
+    async fn user_keys_with_braces_digests_and_1024_bytes_each_get_their_own_budget_on_redis() {
+        let server = RedisServer::start();
+        let redis = service(&server, "keys", Strategy::FixedWindow);
+        let braced = "{x}";
+        let lookalike = format!("#{:016x}", fnv1a(braced.as_bytes()));
+        let users = [
+            "a".to_owned(),
+            "a}".to_owned(),
+            "{a}".to_owned(),
+            braced.to_owned(),
+            lookalike,
+            "a\0".to_owned(),
+            "é".repeat(512),
+            format!("{{{}", "k".repeat(1023)),
+            "}L1728000000:-:-".to_owned(),
+        ];
+        for round in 0..3 {
+            for user in &users {
+                let d = redis.consume(user, &Options::new()).await.unwrap();
+                assert_eq!(d.allowed, round < 2, "{user:?} round {round}");
+            }
+        }
+        for bad in [String::new(), "k".repeat(1025)] {
+            assert!(is_invalid_key(&redis.consume(&bad, &Options::new()).await));
+        }
+        let options = Options::new().budget("b");
+        assert!(is_invalid_key(
+            &redis.consume_all(&[("u", &options), ("u", &options)]).await
+        ));
+        assert!(matches!(
+            redis.consume("u", &Options::new().cost(3)).await,
+            Err(Error::CostAboveCapacity { .. })
+        ));
+        assert!(matches!(
+            redis.consume("u", &Options::new().cost(0)).await,
+            Err(Error::ZeroCost)
+        ));
+    }
+
+    /// An annotated fn on Redis whose future is dropped right after `acquire_here` handed
+    /// the call to the store (the first poll): counted as abandoned or decided, once; never
+    /// both, never admitted without a unit spent.
+    #[tokio::test]
+    async fn an_annotated_call_on_redis_dropped_after_its_first_poll_is_counted_once() {
+        let server = RedisServer::start();
+        let options = RedisOptions::new(server.url()).timeout(Duration::from_secs(2));
+        let module = TestModule::new(
+            module_config()
+                .key_prefix(prefix("dropped"))
+                .store(StoreConfig::Redis(options)),
+        )
+        .unwrap();
+        // Connect first, so the first poll reaches Redis.
+        assert!(module.scope(by_str("warm-up")).await.is_ok());
+        let mut call = Box::pin(module.scope(by_str("user")));
+        let first = poll_once(&mut call);
+        drop(call);
+        let total = module.stats().total;
+        match first {
+            Poll::Ready(r) => assert!(r.is_ok()),
+            Poll::Pending => assert_eq!(total.abandoned, 1, "{total:?}"),
+        }
+        assert_eq!(total.allowed + total.abandoned, 2, "{total:?}");
+        // Whatever the store did with the dropped call, the budget admits at most what is
+        // left: 1 if the dropped call spent, else 1 then a refusal.
+        let next = module.scope(by_str("user")).await;
+        let after = module.scope(by_str("user")).await;
+        assert!(exceeded(after), "a second unit for a budget of one");
+        let _ = next;
+    }
 }
