@@ -112,6 +112,11 @@ impl Tier {
             errors.push(format!("tiers.{:?}", self.name), TIER_NAME_RULE);
             return None;
         }
+        // A part of every store key of the tier: bounded like a user key (see `key.rs`).
+        if self.name.len() > crate::key::MAX_KEY_LEN {
+            errors.push("tiers", "a tier name is at most 1024 bytes");
+            return None;
+        }
         let TierOptions {
             limit,
             window,

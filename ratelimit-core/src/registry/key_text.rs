@@ -158,9 +158,12 @@ pub trait KeyDisplayed {
 impl<T: ?Sized> KeyDisplayed for &KeyArg<'_, T> {
     #[inline]
     fn write_key_text(&self, out: &mut KeyText) {
-        // `KeyText`'s `write_str` never fails; a `Display` that does leaves what it wrote,
-        // which the store refuses if empty.
-        let _ = write!(out, "{}", self.1);
+        // `KeyText`'s `write_str` never fails, so an error is the `Display`'s own: what it
+        // wrote before failing is not the key (every value failing after the same prefix
+        // would share one budget), so nothing is kept, and the empty key is refused.
+        if write!(out, "{}", self.1).is_err() {
+            *out = KeyText::new();
+        }
     }
 }
 

@@ -106,6 +106,13 @@ impl RateLimitService {
     /// [`prepare`](Self::prepare) holds instead when a caller makes many.
     pub(crate) fn site<'a>(&'a self, options: &Call<'a>) -> Result<Site<'a>, Error> {
         let config = &self.inner.config;
+        // A budget name is a part of the store key: bounded like a user key, so that the key
+        // a store is handed stays within the 4096 bytes it was promised.
+        if options.budget.is_some_and(|b| b.len() > key::MAX_KEY_LEN) {
+            return Err(Error::InvalidKey {
+                reason: "the budget name is longer than 1024 bytes",
+            });
+        }
         let (quota, tier) = self.resolve(options)?;
         let identity = match tier {
             _ if !options.overrides.is_empty() => None,
