@@ -15,13 +15,12 @@ use axum::middleware::{self, Next};
 use axum::routing::get;
 use axum::Router;
 use ratelimit::http::{ApiKey, ClientIp, RateLimitLayer, TrustedProxies, UNMATCHED};
-use ratelimit::store::{self, Stacked, Store};
 use ratelimit::testing::TestModule;
 use ratelimit::{
     rate_limit, Answer, Config, Decision, Error, ManualClock, Module, Options, RateLimitService,
     Strategy,
 };
-use ratelimit_tests::{service, START};
+use ratelimit_tests::{service, Broken, START};
 use serde_json::{json, Value};
 
 const MINUTE: Duration = Duration::from_secs(60);
@@ -696,27 +695,6 @@ async fn on_refused_shapes_the_refusal_and_keeps_the_headers() {
     assert_eq!(header(&refused, "x-ratelimit-remaining"), "0");
     assert_eq!(header(&refused, "retry-after"), "20");
     assert_eq!(refused.text().await.unwrap(), "slow down for 20s");
-}
-
-/// A store that cannot answer, as a Redis that is down would.
-struct Broken;
-
-impl Store for Broken {
-    async fn decide(&self, _: store::Request<'_>) -> Result<Decision, Error> {
-        Err(Error::Store {
-            message: "connection refused".into(),
-        })
-    }
-
-    async fn decide_all(&self, _: Stacked<'_>) -> Result<Vec<Decision>, Error> {
-        Err(Error::Store {
-            message: "connection refused".into(),
-        })
-    }
-
-    async fn reset(&self, _key: &str) -> Result<bool, Error> {
-        Ok(false)
-    }
 }
 
 /// A router whose handler counts its calls, so a test can show it never ran.

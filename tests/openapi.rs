@@ -81,26 +81,8 @@ async fn live_answers_match_the_document() {
     use axum::routing::get;
     use axum::Router;
     use ratelimit::http::{ClientIp, RateLimitLayer};
-    use ratelimit::store::{Request, Stacked, Store};
-    use ratelimit::{Config, Decision, Error, ManualClock, Options, RateLimitService};
-    use ratelimit_tests::START;
-
-    struct Broken;
-    impl Store for Broken {
-        async fn decide(&self, _: Request<'_>) -> Result<Decision, Error> {
-            Err(Error::Store {
-                message: "down".into(),
-            })
-        }
-        async fn decide_all(&self, _: Stacked<'_>) -> Result<Vec<Decision>, Error> {
-            Err(Error::Store {
-                message: "down".into(),
-            })
-        }
-        async fn reset(&self, _: &str) -> Result<bool, Error> {
-            Ok(false)
-        }
-    }
+    use ratelimit::{Config, ManualClock, Options, RateLimitService};
+    use ratelimit_tests::{Broken, START};
 
     let mut item = PathItem::new(HttpMethod::Get, OperationBuilder::new().build());
     item.post = None;

@@ -192,3 +192,31 @@ pub fn redis_service(options: ratelimit::RedisOptions, prefix: &str) -> RateLimi
         .expect("valid configuration");
     RateLimitService::new(config).expect("service")
 }
+
+/// A store that cannot answer, as a Redis that is down would: every decision is
+/// [`Error::Store`](ratelimit::Error::Store).
+pub struct Broken;
+
+impl ratelimit::store::Store for Broken {
+    async fn decide(
+        &self,
+        _: ratelimit::store::Request<'_>,
+    ) -> Result<ratelimit::Decision, ratelimit::Error> {
+        Err(ratelimit::Error::Store {
+            message: "connection refused".into(),
+        })
+    }
+
+    async fn decide_all(
+        &self,
+        _: ratelimit::store::Stacked<'_>,
+    ) -> Result<Vec<ratelimit::Decision>, ratelimit::Error> {
+        Err(ratelimit::Error::Store {
+            message: "connection refused".into(),
+        })
+    }
+
+    async fn reset(&self, _key: &str) -> Result<bool, ratelimit::Error> {
+        Ok(false)
+    }
+}

@@ -52,6 +52,19 @@ fn header(description: &str, ty: Type) -> utoipa::openapi::header::Header {
         .build()
 }
 
+/// A JSON answer: `description`, its body's schema.
+fn json(description: &str, body: utoipa::openapi::schema::Object) -> ResponseBuilder {
+    ResponseBuilder::new().description(description).content(
+        "application/json",
+        ContentBuilder::new().schema(Some(body)).build(),
+    )
+}
+
+/// `Retry-After`, which every answer but a `500` carries.
+fn retry_after() -> utoipa::openapi::header::Header {
+    header("Seconds to wait before retrying", Type::Integer)
+}
+
 /// `{"code": <one of status's codes>}`, the body every answer has.
 fn body(status: u16, description: &str) -> ObjectBuilder {
     ObjectBuilder::new()
@@ -85,77 +98,68 @@ pub fn too_many_requests() -> Response {
         ),
     )
     .build();
-    ResponseBuilder::new()
-        .description("Too many requests: over the rate limit, or no room to wait for it")
-        .content(
-            "application/json",
-            ContentBuilder::new().schema(Some(body)).build(),
-        )
-        .header(
-            "Retry-After",
-            header("Seconds to wait before retrying", Type::Integer),
-        )
-        .header(
-            "X-RateLimit-Limit",
-            header("RATE_LIMITED only: the limit, burst included", Type::Integer),
-        )
-        .header(
-            "X-RateLimit-Remaining",
-            header("RATE_LIMITED only: calls left in the window", Type::Integer),
-        )
-        .header(
-            "X-RateLimit-Reset",
-            header(
-                "RATE_LIMITED only: when the budget is full again, Unix seconds",
-                Type::Integer,
-            ),
-        )
-        .header(
-            "RateLimit",
-            header(
-                "RATE_LIMITED only: IETF RateLimit field (draft-ietf-httpapi-ratelimit-headers-09), \
+    json(
+        "Too many requests: over the rate limit, or no room to wait for it",
+        body,
+    )
+    .header("Retry-After", retry_after())
+    .header(
+        "X-RateLimit-Limit",
+        header(
+            "RATE_LIMITED only: the limit, burst included",
+            Type::Integer,
+        ),
+    )
+    .header(
+        "X-RateLimit-Remaining",
+        header("RATE_LIMITED only: calls left in the window", Type::Integer),
+    )
+    .header(
+        "X-RateLimit-Reset",
+        header(
+            "RATE_LIMITED only: when the budget is full again, Unix seconds",
+            Type::Integer,
+        ),
+    )
+    .header(
+        "RateLimit",
+        header(
+            "RATE_LIMITED only: IETF RateLimit field (draft-ietf-httpapi-ratelimit-headers-09), \
                  every policy's remaining and t, on a 429 the same point in time as Retry-After",
-                Type::String,
-            ),
-        )
-        .header(
-            "RateLimit-Policy",
-            header(
-                "RATE_LIMITED only: IETF RateLimit-Policy field, every policy's quota and window",
-                Type::String,
-            ),
-        )
-        .build()
+            Type::String,
+        ),
+    )
+    .header(
+        "RateLimit-Policy",
+        header(
+            "RATE_LIMITED only: IETF RateLimit-Policy field, every policy's quota and window",
+            Type::String,
+        ),
+    )
+    .build()
 }
 
 /// The `503` answer: the limiter's store could not decide (`STORE_FAILED`, `STORE_TIMEOUT`,
 /// `STORE_FULL`, ...), with `Retry-After`; the request did not run.
 pub fn service_unavailable() -> Response {
     let body = body(503, "Why no decision could be made").build();
-    ResponseBuilder::new()
-        .description("The rate limiter could not decide; the request did not run")
-        .content(
-            "application/json",
-            ContentBuilder::new().schema(Some(body)).build(),
-        )
-        .header(
-            "Retry-After",
-            header("Seconds to wait before retrying", Type::Integer),
-        )
-        .build()
+    json(
+        "The rate limiter could not decide; the request did not run",
+        body,
+    )
+    .header("Retry-After", retry_after())
+    .build()
 }
 
 /// The `500` answer: the limiter's own configuration is wrong (`UNKNOWN_TIER`,
 /// `NOT_INITIALIZED`, ...); the request did not run.
 pub fn internal_error() -> Response {
     let body = body(500, "The limiter's configuration problem").build();
-    ResponseBuilder::new()
-        .description("The rate limiter is misconfigured; the request did not run")
-        .content(
-            "application/json",
-            ContentBuilder::new().schema(Some(body)).build(),
-        )
-        .build()
+    json(
+        "The rate limiter is misconfigured; the request did not run",
+        body,
+    )
+    .build()
 }
 
 /// Adds the limiter's answers (`429`, `503`, `500`) to `operation` (an operation the HTTP
