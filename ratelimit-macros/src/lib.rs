@@ -9,6 +9,7 @@ use proc_macro::TokenStream;
 mod attr;
 mod expand;
 mod future;
+mod generate;
 mod manifest;
 mod path;
 mod signature;

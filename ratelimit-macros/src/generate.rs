@@ -1,0 +1,337 @@
+//! Generating the rate-limited fn: its declaration and the checks before its body.
+//!
+//! Input:
+//!
+//! ```text
+//! #[rate_limit(limit = 10, window = "1m", key = user.id)]
+//! pub async fn charge(&self, user: &User) -> Result<Receipt, AppError> { BODY }
+//! ```
+//!
+//! Output for a method of `impl Payments` (paths shortened: every one is absolute in the real
+//! expansion, `::ratelimit::__private::...` or `::core::...`; the `_0` suffix numbers the fn's
+//! limits):
+//!
+//! ```text
+//! pub async fn charge(&self, user: &User) -> Result<Receipt, AppError> {
+//!     #[allow(unused_qualifications, clippy::all, clippy::pedantic, clippy::nursery)]
+//!     static __RATELIMIT_DECLARATION_0: Declaration = Declaration::new(
+//!         concat!(module_path!(), "::", "Payments", "::", "charge"), None, file!(), line!(),
+//!         Spec::new().with_limit(10u64).with_window_nanos(60000000000u64).with_key()
+//!             .with_fixed_cost(1u64),
+//!     );
+//!     #[allow(unused_qualifications, clippy::all, clippy::pedantic, clippy::nursery)]
+//!     const _: () = { inventory::submit! { Registered(&__RATELIMIT_DECLARATION_0) } };
+//!     #[allow(unused_qualifications)]
+//!     {
+//!         let mut __ratelimit_key_0: Option<KeyText> = None;
+//!         {
+//!             use __private::{KeyDirect as _, KeyDisplayed as _};
+//!             let __ratelimit_key_text_0 = Option::insert(&mut __ratelimit_key_0, KeyText::new());
+//!             match &(user.id) {
+//!                 __ratelimit_key_0 => (&KeyArg(__ratelimit_key_0, __ratelimit_key_0))
+//!                     .write_key_text(__ratelimit_key_text_0),
+//!             }
+//!         }
+//!         let __ratelimit_tier_0: Option<&str> = None;
+//!         let __ratelimit_cost_0: u64 = 1u64;
+//!         if let Err(__ratelimit_error) = match acquire_here(
+//!             &__RATELIMIT_DECLARATION_0, Option::as_ref(&__ratelimit_key_0), __ratelimit_tier_0,
+//!             __ratelimit_cost_0,
+//!         ) {
+//!             Here::Decided(__ratelimit_decided) => __ratelimit_decided,
+//!             // Not decided at once: awaited, on the store key `acquire_here` composed.
+//!             Here::Later(__ratelimit_later) => acquire(
+//!                 __ratelimit_later, &__RATELIMIT_DECLARATION_0,
+//!                 Option::as_deref(&__ratelimit_key_0), __ratelimit_tier_0, __ratelimit_cost_0,
+//!             ).await,
+//!         } {
+//!             return <Result<Receipt, AppError> as Refusal>::refused(__ratelimit_error);
+//!         }
+//!     }
+//!     { BODY }
+//! }
+//! ```
+//!
+//! (See [`crate::path`] for the fn's path in every place: free fn, inherent or trait impl.)
+//!
+//! A sync fn calls `acquire_now(..)` instead of the `match` (no `.await`: decided at once) and
+//! its declaration says `.with_sync()`; stacked limits declare one static each and call
+//! `acquire_all(&[..]).await` (sync: `acquire_all_now`); `limiter = PATH` adds
+//! `.with_limiter(&PATH)`, so a library's fn is decided and checked by the library's limiter; a
+//! return type that names `impl Trait` refuses through `refuse(..)` rather than `Refusal`.
+//!
+//! The signature is re-emitted untouched and the body stays inside the same fn, so `self`,
+//! `Self`, generics, where-clauses and lifetimes keep working. The key, tier and cost
+//! expressions are evaluated (by reference) before the body, which may move the arguments.
+//! The body is its own block: a `use` inside it cannot shadow the paths used here.
+
+use proc_macro2::{Literal, Span, TokenStream, TokenTree};
+use quote::{quote, quote_spanned, ToTokens};
+use syn::spanned::Spanned;
+use syn::{Block, ReturnType, Signature};
+
+use ratelimit_syntax::Strategy;
+
+use crate::attr::{self, Args, Cost, Tier};
+use crate::path::Place;
+
+/// The strategy as a path to its variant. The name is the variant's own (the derived `Debug`
+/// of a variant without fields), so a strategy added to `ratelimit-syntax` needs nothing here.
+fn strategy_tokens(strategy: Strategy, krate: &TokenStream) -> syn::Result<TokenStream> {
+    let variant = syn::Ident::new(&format!("{strategy:?}"), Span::call_site());
+    Ok(quote!(#krate::__private::Strategy::#variant))
+}
+
+fn contains_impl(tokens: TokenStream) -> bool {
+    tokens.into_iter().any(|t| match t {
+        TokenTree::Ident(i) => i == "impl",
+        TokenTree::Group(g) => contains_impl(g.stream()),
+        _ => false,
+    })
+}
+
+/// The spec a limit's `Args` describe, as a const expression.
+fn spec_tokens(args: &Args, k: &TokenStream) -> syn::Result<TokenStream> {
+    let mut spec = quote!(#k::__private::Spec::new());
+    if let Some(limit) = args.limit {
+        let limit = Literal::u64_suffixed(limit);
+        spec = quote!(#spec.with_limit(#limit));
+    }
+    if let Some(window) = args.window {
+        let nanos = Literal::u64_suffixed(window.as_nanos() as u64);
+        spec = quote!(#spec.with_window_nanos(#nanos));
+    }
+    if let Some(burst) = args.burst {
+        let burst = Literal::u64_suffixed(burst);
+        spec = quote!(#spec.with_burst(#burst));
+    }
+    if let Some(strategy) = args.strategy {
+        let strategy = strategy_tokens(strategy, k)?;
+        spec = quote!(#spec.with_strategy(#strategy));
+    }
+    match &args.tier {
+        Tier::Default => {}
+        Tier::Static(name) => spec = quote!(#spec.with_static_tier(#name)),
+        Tier::Dynamic(_) => spec = quote!(#spec.with_dynamic_tier()),
+    }
+    if args.key.is_some() {
+        spec = quote!(#spec.with_key());
+    }
+    match &args.cost {
+        Cost::Fixed(cost) => {
+            let cost = Literal::u64_suffixed(*cost);
+            spec = quote!(#spec.with_fixed_cost(#cost));
+        }
+        Cost::Dynamic(_) => spec = quote!(#spec.with_dynamic_cost()),
+    }
+    if let Some(queue) = args.queue {
+        spec = quote!(#spec.with_queue(#queue));
+    }
+    Ok(spec)
+}
+
+/// One limit of a fn: its declaration (a static and its registration) and the statements
+/// that evaluate its key, tier and cost; `index` numbers the limits of one fn from 0.
+struct Limit {
+    items: TokenStream,
+    setup: TokenStream,
+    /// `&DECLARATION, key, tier, cost`, as `acquire` takes them (the key as `&str`).
+    call: TokenStream,
+    /// The same, as `acquire_here` and `acquire_now` take them (the key as `&KeyText`).
+    call_here: TokenStream,
+}
+
+fn limit(
+    args: &Args,
+    index: usize,
+    function: &TokenStream,
+    sig: &Signature,
+    k: &TokenStream,
+) -> syn::Result<Limit> {
+    let mixed = Span::mixed_site();
+    let var = |name: &str| syn::Ident::new(&format!("__ratelimit_{name}_{index}"), mixed);
+    let decl = syn::Ident::new(&format!("__RATELIMIT_DECLARATION_{index}"), mixed);
+    let spec = spec_tokens(args, k)?;
+    // The first limit's budget is the fn's path; a stacked one's, the path and its place in
+    // attribute order (`app::f#2`), so that one fn's limits never share a budget.
+    let name = match (&args.name, index) {
+        (Some(name), _) => quote!(::core::option::Option::Some(#name)),
+        (None, 0) => quote!(::core::option::Option::None),
+        (None, i) => {
+            let suffix = format!("#{}", i + 1);
+            quote!(::core::option::Option::Some(
+                ::core::concat!(#function, #suffix)
+            ))
+        }
+    };
+    let location = sig.ident.span();
+    let file = quote_spanned!(location=> ::core::file!());
+    let line = quote_spanned!(location=> ::core::line!());
+    // The declaration takes the limiter's address, so a path to anything but a `static`
+    // `Limiter` is a type error spanned on the path.
+    let mut declaration = quote!(#k::__private::Declaration::new(
+        #function, #name, #file, #line, #spec,
+    ));
+    if let Some(path) = &args.limiter {
+        declaration = quote_spanned!(path.span()=> #declaration.with_limiter(&#path));
+    }
+    if sig.asyncness.is_none() {
+        declaration = quote!(#declaration.with_sync());
+    }
+    let (key_var, tier_value, tier_var, cost_var) =
+        (var("key"), var("tier_value"), var("tier"), var("cost"));
+    let key = match &args.key {
+        // `KeyArg` carries the key by its type (integers and strings are written directly)
+        // and as `dyn Display`: a key that is not `Display` is an error spanned on it.
+        Some(expr) => {
+            // The same binding, located at the key: the coercion's error points there.
+            let shown = syn::Ident::new(&key_var.to_string(), mixed.located_at(expr.span()));
+            // The text is written where it stays (`Option::insert`), not returned and moved:
+            // the move read back the bytes just written, a store-forwarding stall on every
+            // keyed call.
+            let text = var("key_text");
+            quote_spanned! {expr.span()=>
+                let mut #key_var: ::core::option::Option<#k::__private::KeyText> =
+                    ::core::option::Option::None;
+                {
+                    #[allow(unused_imports)]
+                    use #k::__private::{KeyDirect as _, KeyDisplayed as _};
+                    let #text = ::core::option::Option::insert(
+                        &mut #key_var,
+                        #k::__private::KeyText::new(),
+                    );
+                    match &(#expr) {
+                        #key_var => (&#k::__private::KeyArg(#key_var, #shown)).write_key_text(#text),
+                    }
+                }
+            }
+        }
+        None => quote! {
+            let #key_var: ::core::option::Option<#k::__private::KeyText> = ::core::option::Option::None;
+        },
+    };
+    let tier = match &args.tier {
+        Tier::Dynamic(expr) => quote_spanned! {expr.span()=>
+            let #tier_value = &(#expr);
+            let #tier_var: ::core::option::Option<&::core::primitive::str> =
+                ::core::option::Option::Some(
+                    ::core::convert::AsRef::<::core::primitive::str>::as_ref(#tier_value),
+                );
+        },
+        _ => quote! {
+            let #tier_var: ::core::option::Option<&::core::primitive::str> =
+                ::core::option::Option::None;
+        },
+    };
+    let cost = match &args.cost {
+        Cost::Dynamic(expr) => {
+            quote_spanned!(expr.span()=> let #cost_var: ::core::primitive::u64 = #expr;)
+        }
+        Cost::Fixed(n) => {
+            let n = Literal::u64_suffixed(*n);
+            quote!(let #cost_var: ::core::primitive::u64 = #n;)
+        }
+    };
+    Ok(Limit {
+        // Lints of the user's crate (`unused_qualifications` on the absolute paths, clippy's
+        // style lints) have nothing to say about the generated items.
+        items: quote! {
+            #[allow(unused_qualifications, clippy::all, clippy::pedantic, clippy::nursery)]
+            static #decl: #k::__private::Declaration = #declaration;
+            #[allow(unused_qualifications, clippy::all, clippy::pedantic, clippy::nursery)]
+            const _: () = {
+                #k::__private::inventory::submit! {
+                    #k::__private::Registered(&#decl)
+                }
+            };
+        },
+        setup: quote!(#key #tier #cost),
+        call: quote! {
+            &#decl, ::core::option::Option::as_deref(&#key_var), #tier_var, #cost_var
+        },
+        call_here: quote! {
+            &#decl, ::core::option::Option::as_ref(&#key_var), #tier_var, #cost_var
+        },
+    })
+}
+
+/// The new body of a rate-limited fn at `place`: a declaration per limit, the check, then the
+/// original body. Several limits (stacked attributes) are decided as one: the call passes,
+/// and spends from each, only if every one admits it.
+pub(crate) fn body(
+    all: &[Args],
+    place: &Place,
+    sig: &Signature,
+    block: &Block,
+) -> syn::Result<Block> {
+    let all = &attr::one_limiter(all)?;
+    let k = all[0].krate();
+    let function = place.function(&sig.ident);
+    let limits = all
+        .iter()
+        .enumerate()
+        .map(|(i, args)| limit(args, i, &function, sig, &k))
+        .collect::<syn::Result<Vec<Limit>>>()?;
+    let items = limits.iter().map(|l| &l.items);
+    let setup = limits.iter().map(|l| &l.setup);
+    // A sync fn is decided at once (the memory store; any other store refuses it).
+    let check = match (limits.as_slice(), sig.asyncness.is_some()) {
+        // Decided at the call site when it can be (see `acquire_here`), without building
+        // `acquire`'s future; otherwise awaited, from where `acquire_here` got to.
+        ([one], true) => {
+            let (call, here, k) = (&one.call, &one.call_here, &k);
+            let decided = syn::Ident::new("__ratelimit_decided", Span::mixed_site());
+            let later = syn::Ident::new("__ratelimit_later", Span::mixed_site());
+            quote!(match #k::__private::acquire_here(#here) {
+                #k::__private::Here::Decided(#decided) => #decided,
+                #k::__private::Here::Later(#later) => #k::__private::acquire(#later, #call).await,
+            })
+        }
+        ([one], false) => {
+            let (here, k) = (&one.call_here, &k);
+            quote!(#k::__private::acquire_now(#here))
+        }
+        (many, true) => {
+            let calls = many.iter().map(|l| &l.call);
+            quote!(#k::__private::acquire_all(&[#((#calls)),*]).await)
+        }
+        (many, false) => {
+            let calls = many.iter().map(|l| &l.call);
+            quote!(#k::__private::acquire_all_now(&[#((#calls)),*]))
+        }
+    };
+    let error_var = syn::Ident::new("__ratelimit_error", Span::mixed_site());
+    // Through a trait, so that `Result` under any name (an alias, a re-export) carries the
+    // refusal, and anything else is a type error spanned on the return type.
+    let refusal = match &sig.output {
+        ReturnType::Type(_, ty) if !contains_impl(ty.to_token_stream()) => {
+            let span = ty.span();
+            let refusal = quote_spanned!(span=> #k::__private::Refusal);
+            quote_spanned!(span=> <#ty as #refusal>::refused(#error_var))
+        }
+        ReturnType::Type(_, ty) => {
+            quote_spanned!(ty.span()=> #k::__private::refuse(#error_var))
+        }
+        ReturnType::Default => unreachable!("refused by signature::check"),
+    };
+    let stmts = &block.stmts;
+    // The check keeps its lint guard narrow: it holds the user's key, tier and cost
+    // expressions.
+    let tokens = quote! {
+        #(#items)*
+        #[allow(unused_qualifications)]
+        {
+            #(#setup)*
+            if let ::core::result::Result::Err(#error_var) = #check {
+                return #refusal;
+            }
+        }
+        { #(#stmts)* }
+    };
+    // Keep the original braces: a body whose braces come from the macro makes the compiler
+    // treat the fn as generated and skip lints such as `dead_code` on it.
+    Ok(Block {
+        brace_token: block.brace_token,
+        stmts: syn::parse::Parser::parse2(Block::parse_within, tokens)?,
+    })
+}
