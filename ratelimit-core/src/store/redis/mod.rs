@@ -24,6 +24,8 @@ mod local;
 #[cfg(test)]
 mod lua_agrees;
 #[cfg(test)]
+mod lua_planted;
+#[cfg(test)]
 mod lua_standin;
 mod options;
 mod redaction;
