@@ -450,16 +450,20 @@ fn failovers_local_share_never_admits_a_cost_above_the_shares_capacity() {
     assert!(!look(1).unwrap().allowed);
 }
 
-#[test]
-fn failovers_local_share_of_a_limit_smaller_than_the_pods_is_an_error_never_an_allowance() {
+/// A service on a store that is away, under `FailurePolicy::Local { pods }`, `limit` a minute.
+fn local_share(limit: u64, pods: u32) -> RateLimitService {
     let config = Config::builder()
-        .default_limit(2)
+        .default_limit(limit)
         .default_window("1m")
         .build()
         .unwrap();
-    let store = Failover::new(Away, FailurePolicy::Local { pods: 3 });
-    let service =
-        RateLimitService::with_store(config, store, Arc::new(ManualClock::new(START))).unwrap();
+    let store = Failover::new(Away, FailurePolicy::Local { pods });
+    RateLimitService::with_store(config, store, Arc::new(ManualClock::new(START))).unwrap()
+}
+
+#[test]
+fn failovers_local_share_of_a_limit_smaller_than_the_pods_is_an_error_never_an_allowance() {
+    let service = local_share(2, 3);
     // A share of 0: every call refused (or an error), never admitted.
     let refused = |d: Result<Decision, Error>| d.map_or(true, |d| !d.allowed);
     for _ in 0..3 {
@@ -474,14 +478,7 @@ fn failovers_local_share_of_a_limit_smaller_than_the_pods_is_an_error_never_an_a
 
 #[test]
 fn failovers_local_stacked_share_keeps_every_limit_all_or_nothing() {
-    let config = Config::builder()
-        .default_limit(10)
-        .default_window("1m")
-        .build()
-        .unwrap();
-    let store = Failover::new(Away, FailurePolicy::Local { pods: 2 });
-    let service =
-        RateLimitService::with_store(config, store, Arc::new(ManualClock::new(START))).unwrap();
+    let service = local_share(10, 2);
     let small = Options::new().budget("small").limit(4);
     let large = Options::new().budget("large");
     // Shares 2 and 5: two calls pass both, the third is refused by the small one and spends
