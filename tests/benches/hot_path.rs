@@ -2,7 +2,9 @@
 //! (issue 13): an annotated fn (`key = user`, token bucket and fixed window),
 //! `RateLimitService::consume`, and the bare memory store, on one key and over 100,000 keys;
 //! two threads on one key; eight tasks on a 2-worker Tokio runtime over 10,000 keys; the
-//! sliding log and the sliding-window counter.
+//! sliding log and the sliding-window counter. Each group also runs the floor of any keyed
+//! decision (the key hashed, the clock read, one compare-exchange: see `floor`), issue 29's
+//! yardstick.
 //!
 //! Every call is admitted (limits far above what a run spends) and reads the clock: governor
 //! its quanta clock inside `check_key`, ours `SystemClock` (inside the service; per call for
@@ -119,6 +121,10 @@ fn variants(
         "governor check_key(String)".into(),
         Arc::new(move |k| gov_s.check_key(&k2[k as usize]).is_ok()),
     ));
+    out.push((
+        "floor: hash + clock + CAS".into(),
+        floor(Arc::clone(keys), &clock),
+    ));
     for &strategy in strategies {
         let annotated: Call = match strategy {
             Strategy::TokenBucket => Arc::new(|k| ready(annotated_bucket(k)).is_ok()),
@@ -171,6 +177,25 @@ fn variants(
         ));
     }
     out
+}
+
+/// The floor of any keyed decision (issue 29): the key hashed (`foldhash`), the clock read,
+/// and one compare-exchange on a cell the hash picks (a table of 4,096 cells, no lookup and no
+/// key comparison): what no limiter can go below.
+fn floor(keys: Arc<Vec<String>>, clock: &Arc<dyn ratelimit::Clock>) -> Call {
+    use std::hash::BuildHasher;
+    use std::sync::atomic::AtomicU64;
+    let cells: Arc<Vec<AtomicU64>> = Arc::new((0..4_096).map(|_| AtomicU64::new(0)).collect());
+    let (hasher, clock) = (foldhash::fast::FixedState::default(), Arc::clone(clock));
+    Arc::new(move |k| {
+        let hash = hasher.hash_one(keys[k as usize].as_bytes());
+        let now = clock.now();
+        let cell = &cells[hash as usize & 4_095];
+        let seen = cell.load(Ordering::Relaxed);
+        let next = seen.max(now) + 1;
+        cell.compare_exchange(seen, next, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+    })
 }
 
 /// A memory store of its own called directly on `keys`, the clock read per call.
