@@ -10,7 +10,7 @@ use super::declaration::{Declaration, Held};
 use super::key_text::KeyText;
 use super::limiter::APP;
 use crate::error::Error;
-use crate::service::{Call, Enforced, RateLimitService};
+use crate::service::{Begun, Call, RateLimitService};
 
 /// Threads with a [`testing`](crate::testing) scope: while there is none (always, outside
 /// tests) a call does not look for one.
@@ -124,9 +124,10 @@ pub enum Here {
 /// A call [`acquire_here`] could not decide at once, as far as it got: when it asked the
 /// store on the fn's prepared site, that site and the store key it composed, so that
 /// [`acquire`] only awaits the store, on that key (neither composing it again nor asking
-/// the store at once a second time).
+/// the store at once a second time); the site without a key for a call that may wait in the
+/// queue.
 #[doc(hidden)]
-pub struct Later(Option<(Arc<Held>, String)>);
+pub struct Later(Option<(Arc<Held>, Option<String>)>);
 
 /// What an annotated async fn tries before [`acquire`]: the decision made at once on its
 /// prepared call site (the memory store; a Redis store's leased budget or a refusal it
@@ -147,9 +148,11 @@ pub fn acquire_here(
     let key = key.map(|k| &**k);
     let here = declaration.with_prepared(scope.as_ref(), |held| {
         match held.prepared.enforce_now(key, cost) {
-            Enforced::Decided(decided) => Here::Decided(decided),
-            Enforced::Later(store_key) => Here::Later(Later(Some((Arc::clone(held), store_key)))),
-            Enforced::Waits => Here::Later(Later(None)),
+            Begun::Decided(decided) => Here::Decided(decided),
+            Begun::Later(store_key) => {
+                Here::Later(Later(Some((Arc::clone(held), Some(store_key)))))
+            }
+            Begun::Waits => Here::Later(Later(Some((Arc::clone(held), None)))),
         }
     });
     here.unwrap_or(Here::Later(Later(None)))
@@ -169,14 +172,15 @@ pub async fn acquire(
     // Boxed, here and below: the waiting path's futures are large, and this future is part
     // of every annotated fn's, moved whole wherever it goes.
     if let Later(Some((held, store_key))) = later {
-        let decided = Box::pin(held.prepared.enforce_later(key, cost, &store_key)).await;
+        let store_key = store_key.as_deref();
+        let decided = Box::pin(held.prepared.enforce_later(key, cost, store_key)).await;
         return named(declaration, decided);
     }
     let service = match decider(declaration, tier)? {
         Decider::Service(service) => service,
         Decider::Prepared(scope) => match declaration.held(scope.as_ref()) {
             Some(held) => {
-                let decided = Box::pin(held.prepared.enforce_waiting(key, cost)).await;
+                let decided = Box::pin(held.prepared.enforce_later(key, cost, None)).await;
                 return named(declaration, decided);
             }
             // No service, or options that do not resolve: reported below.

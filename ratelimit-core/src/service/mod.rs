@@ -17,7 +17,7 @@ mod wait;
 
 pub(crate) use options::Call;
 pub use options::Options;
-pub(crate) use prepared::Enforced;
+pub(crate) use prepared::Begun;
 pub use prepared::{Attempt, Pending, Prepared};
 
 use crate::clock::{Clock, SystemClock};

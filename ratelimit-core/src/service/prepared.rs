@@ -177,23 +177,54 @@ impl Prepared {
     /// ```
     pub fn try_consume(self: &Arc<Self>, key: &str) -> Attempt {
         let site = self.site(self.cost, true);
-        let store_key = match site.may_wait {
-            true => None,
-            false => {
-                let mut store_key = String::new();
-                let then = Then::Await(&mut store_key);
-                if let Some(decided) = self.service.decide_now(&site, Some(key), true, then, |d| d)
-                {
-                    return Attempt::Decided(decided);
-                }
-                Some(store_key)
-            }
+        let store_key = match self.begin(&site, Some(key), true, |d| d) {
+            Begun::Decided(decided) => return Attempt::Decided(decided),
+            Begun::Later(store_key) => Some(store_key),
+            Begun::Waits => None,
         };
         Attempt::Pending(Pending {
             prepared: Arc::clone(self),
             key: key.to_owned(),
             store_key,
         })
+    }
+
+    /// What the calls that can be awaited share: the call at `site` decided at once when the
+    /// store can (its decision handed to `answer`); else, having spent nothing, the store key
+    /// composed for it ([`Begun::Later`]), or [`Begun::Waits`] for a call that may wait in
+    /// the queue (nothing asked). [`awaited`](Self::awaited) is the other half.
+    #[inline]
+    fn begin<T>(
+        &self,
+        site: &Site<'_>,
+        key: Option<&str>,
+        name_tier: bool,
+        answer: impl FnOnce(Result<Decision, Error>) -> T,
+    ) -> Begun<T> {
+        if site.may_wait {
+            return Begun::Waits;
+        }
+        let mut store_key = String::new();
+        let then = Then::Await(&mut store_key);
+        match self.service.decide_now(site, key, name_tier, then, answer) {
+            Some(decided) => Begun::Decided(decided),
+            None => Begun::Later(store_key),
+        }
+    }
+
+    /// [`begin`](Self::begin)'s awaited half: the store awaited once on the store key `begin`
+    /// composed (neither composed nor asked at once again), or, with none, every step with
+    /// the queue (a call that may wait, or one `begin` did not reach).
+    async fn awaited(
+        &self,
+        site: &Site<'_>,
+        key: Option<&str>,
+        store_key: Option<&str>,
+    ) -> Result<Decision, Error> {
+        match store_key {
+            Some(store_key) => self.service.decide_later(site, key, store_key).await,
+            None => Box::pin(self.service.decide_waiting(site, key)).await,
+        }
     }
 
     /// The level of `key`'s budget now: [`RateLimitService::status`].
@@ -205,53 +236,29 @@ impl Prepared {
     }
 
     /// An annotated fn's call: user `key` (none: the budget alone) and `cost`, decided at
-    /// once when the store can; a refusal is an error. Otherwise, having spent nothing, the
-    /// store key it composed, for [`enforce_later`](Self::enforce_later) to await the store
-    /// on; or [`Enforced::Waits`] for a call that may wait in the queue.
+    /// once when the store can; a refusal is an error. Otherwise what [`begin`](Self::begin)
+    /// got to, for [`enforce_later`](Self::enforce_later).
     #[inline]
-    pub(crate) fn enforce_now(&self, key: Option<&str>, cost: u64) -> Enforced {
+    pub(crate) fn enforce_now(&self, key: Option<&str>, cost: u64) -> Begun<Result<(), Error>> {
         let site = self.site(cost, true);
-        if site.may_wait {
-            return Enforced::Waits;
-        }
         // An admitted call's decision is not moved: only its flag is read.
         let admit = |decided: Result<Decision, Error>| match &decided {
             Ok(decision) if decision.allowed => Ok(()),
             _ => RateLimitService::refused(&site, decided),
         };
-        let mut store_key = String::new();
-        match self
-            .service
-            .decide_now(&site, key, false, Then::Await(&mut store_key), admit)
-        {
-            Some(decided) => Enforced::Decided(decided),
-            None => Enforced::Later(store_key),
-        }
+        self.begin(&site, key, false, admit)
     }
 
-    /// [`enforce_now`](Self::enforce_now)'s awaited half: the store awaited once on
-    /// `store_key`, which `enforce_now` composed for this call (and asked the store at once
-    /// on), so neither is done again.
+    /// [`enforce_now`](Self::enforce_now)'s awaited half, on the store key it composed
+    /// (`None`: a call that may wait, or one `enforce_now` did not reach).
     pub(crate) async fn enforce_later(
         &self,
         key: Option<&str>,
         cost: u64,
-        store_key: &str,
+        store_key: Option<&str>,
     ) -> Result<(), Error> {
         let site = self.site(cost, true);
-        self.service
-            .decide_later(&site, key, store_key)
-            .await
-            .and_then(|d| RateLimitService::admit(&site, d))
-            .map(drop)
-    }
-
-    /// An annotated fn's call awaited from the start: in the queue when it may wait
-    /// ([`Enforced::Waits`]), else every step (a call `enforce_now` did not reach).
-    pub(crate) async fn enforce_waiting(&self, key: Option<&str>, cost: u64) -> Result<(), Error> {
-        let site = self.site(cost, true);
-        self.service
-            .decide_waiting(&site, key)
+        self.awaited(&site, key, store_key)
             .await
             .and_then(|d| RateLimitService::admit(&site, d))
             .map(drop)
@@ -270,13 +277,13 @@ impl Prepared {
     }
 }
 
-/// What [`Prepared::enforce_now`] made of an annotated fn's call.
-pub(crate) enum Enforced {
-    /// Decided at once (and recorded).
-    Decided(Result<(), Error>),
-    /// The store must be awaited, on this store key ([`Prepared::enforce_later`]).
+/// What [`Prepared::begin`] made of a call.
+pub(crate) enum Begun<T> {
+    /// Decided at once (and recorded), as the caller's `answer` made it.
+    Decided(T),
+    /// The store must be awaited, on this store key.
     Later(String),
-    /// The call may wait in the queue: nothing asked ([`Prepared::enforce_waiting`]).
+    /// The call may wait in the queue: nothing asked.
     Waits,
 }
 
@@ -306,9 +313,8 @@ impl Pending {
         let prepared = &*self.prepared;
         let site = prepared.site(prepared.cost, true);
         let key = Some(self.key.as_str());
-        match &self.store_key {
-            Some(store_key) => prepared.service.decide_later(&site, key, store_key).await,
-            None => Box::pin(prepared.service.decide_waiting(&site, key)).await,
-        }
+        prepared
+            .awaited(&site, key, self.store_key.as_deref())
+            .await
     }
 }
