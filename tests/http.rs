@@ -982,3 +982,57 @@ async fn a_layer_whose_limit_may_queue_waits_for_room_then_times_out() {
     assert_eq!(oneshot_status(app).await, 429);
     assert!(started.elapsed() >= Duration::from_secs(90));
 }
+
+/// A shadow limit through the layer (issue 27): every request it would refuse is answered
+/// by the handler, counted as shadowed; stacked with an enforced limit, the enforced one
+/// alone refuses.
+#[tokio::test]
+async fn a_shadow_limit_answers_every_request_and_counts_what_it_would_refuse() {
+    let (limiter, _clock) = fixed_window();
+    let shadow = RateLimitLayer::new(limiter.clone(), behind_one_proxy())
+        .options(per_minute(2).budget("trial").shadow(true));
+    let stacked = RateLimitLayer::new(limiter.clone(), behind_one_proxy())
+        .limit(per_minute(3).budget("enforced"))
+        .limit(per_minute(1).budget("tried").shadow(true));
+    let app = Router::new()
+        .route("/shadow", get(|| async { "hello" }).layer(shadow))
+        .route("/stacked", get(|| async { "hello" }).layer(stacked));
+    let server = Server::start(app).await;
+
+    for n in 0..5 {
+        let response = server
+            .get_with("/shadow", &[("x-forwarded-for", "203.0.113.9")])
+            .await;
+        assert_eq!(response.status(), 200, "request {n}");
+        assert!(response.headers().get("retry-after").is_none());
+        let remaining = if n < 2 { 1 - n } else { 0 };
+        assert_eq!(
+            header(&response, "x-ratelimit-remaining"),
+            remaining.to_string()
+        );
+    }
+    let statuses: Vec<u16> = {
+        let mut out = Vec::new();
+        for _ in 0..5 {
+            out.push(server.status_as("/stacked", "203.0.113.9").await);
+        }
+        out
+    };
+    assert_eq!(statuses, [200, 200, 200, 429, 429]);
+    let stats = limiter.stats();
+    assert_eq!(
+        (
+            stats.by_method["trial"].allowed,
+            stats.by_method["trial"].shadowed
+        ),
+        (5, 3)
+    );
+    assert_eq!(
+        (
+            stats.by_method["tried"].allowed,
+            stats.by_method["tried"].shadowed
+        ),
+        (3, 2)
+    );
+    assert_eq!(stats.by_method["enforced"].denied, 2);
+}

@@ -106,10 +106,28 @@ async fn decisions_queue_and_latency_are_counted_exactly() {
         .consume("u", &Options::new().tier("gold").budget("charge"))
         .await
         .is_err());
+    // A shadow limit of 1: three calls admitted, two of them counted as shadowed.
+    let trial = Options::new()
+        .limit(1)
+        .window("1m")
+        .budget("trial")
+        .shadow(true);
+    for _ in 0..3 {
+        assert!(service.consume("u", &trial).await.unwrap().allowed);
+    }
 
     let m = totals.update(&snapshotter);
     let expect = [
-        ("ratelimit_decisions_total{outcome=allowed}", 3),
+        ("ratelimit_decisions_total{outcome=allowed}", 6),
+        ("ratelimit_decisions_total{outcome=shadowed}", 2),
+        (
+            "ratelimit_budget_decisions_total{budget=trial,outcome=allowed}",
+            3,
+        ),
+        (
+            "ratelimit_budget_decisions_total{budget=trial,outcome=shadowed}",
+            2,
+        ),
         ("ratelimit_decisions_total{outcome=denied}", 4),
         ("ratelimit_decisions_total{outcome=error}", 1),
         (
@@ -145,8 +163,13 @@ async fn decisions_queue_and_latency_are_counted_exactly() {
     // The same figures as `stats()`.
     let stats = service.stats();
     assert_eq!(
-        (stats.total.allowed, stats.total.denied, stats.total.errors),
-        (3, 4, 1)
+        (
+            stats.total.allowed,
+            stats.total.denied,
+            stats.total.errors,
+            stats.total.shadowed
+        ),
+        (6, 4, 1, 2)
     );
 
     // Latency: every decision of a store other than memory is recorded (the memory store's

@@ -3,47 +3,18 @@
 //! count and the others spend exactly that much. On the memory store and, with the `redis`
 //! feature, on a real Redis server and a real Redis Cluster.
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use ratelimit::{Config, Error, MemoryStore, Options, RateLimitService, Strategy};
+use ratelimit::{Config, Error, Options, RateLimitService, Strategy};
 
 const LONG: Duration = Duration::from_secs(20 * 24 * 3600);
 
-/// The services each case runs on, by name, and the servers behind them: the servers stop
-/// when the returned guard drops, at the end of the test (a server kept in a `static` is never
-/// dropped, and would outlive the test binary).
+/// The services each case runs on (memory, Redis, Cluster), and the servers behind them.
 fn services() -> (
     Vec<(&'static str, RateLimitService)>,
     Box<dyn std::any::Any>,
 ) {
-    let memory = RateLimitService::with_store(
-        Config::default(),
-        MemoryStore::new(),
-        Arc::new(ratelimit_tests::clock()),
-    )
-    .unwrap();
-    #[allow(unused_mut)]
-    let mut all = vec![("memory", memory)];
-    #[cfg(feature = "redis")]
-    {
-        use ratelimit_tests::redis_server::{prefix, RedisCluster, RedisServer};
-        let (server, cluster) = (RedisServer::start(), RedisCluster::start());
-        let single = ratelimit::RedisOptions::new(server.url()).timeout(Duration::from_secs(2));
-        all.push((
-            "redis",
-            ratelimit_tests::redis_service(single, &prefix("stack")),
-        ));
-        let nodes =
-            ratelimit::RedisOptions::cluster(cluster.urls()).timeout(Duration::from_secs(2));
-        all.push((
-            "cluster",
-            ratelimit_tests::redis_service(nodes, &prefix("stack")),
-        ));
-        return (all, Box::new((server, cluster)));
-    }
-    #[allow(unreachable_code)]
-    (all, Box::new(()))
+    ratelimit_tests::on_every_store("stack", Config::builder, &ratelimit_tests::clock())
 }
 
 fn runtime() -> tokio::runtime::Runtime {

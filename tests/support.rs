@@ -220,3 +220,47 @@ impl ratelimit::store::Store for Broken {
         Ok(false)
     }
 }
+
+/// A service of `config()` on every store a case runs on, by name, all on `clock` (the
+/// memory store; with the `redis` feature also a real Redis server and a real Cluster, their
+/// keys under a fresh prefix from `name`), and the servers behind them: they stop when the
+/// guard drops, at the end of the test (a server kept in a `static` is never dropped, and
+/// would outlive the test binary).
+pub fn on_every_store(
+    name: &str,
+    config: impl Fn() -> ratelimit::ConfigBuilder,
+    clock: &ManualClock,
+) -> (
+    Vec<(&'static str, RateLimitService)>,
+    Box<dyn std::any::Any>,
+) {
+    let memory = RateLimitService::with_store(
+        config().build().expect("valid configuration"),
+        ratelimit::MemoryStore::new(),
+        Arc::new(clock.clone()),
+    )
+    .expect("service");
+    #[allow(unused_mut)]
+    let mut all = vec![("memory", memory)];
+    #[cfg(feature = "redis")]
+    {
+        use redis_server::{prefix, RedisCluster, RedisServer};
+        let (server, cluster) = (RedisServer::start(), RedisCluster::start());
+        let single = ratelimit::RedisOptions::new(server.url()).timeout(Duration::from_secs(2));
+        let nodes =
+            ratelimit::RedisOptions::cluster(cluster.urls()).timeout(Duration::from_secs(2));
+        for (store, options) in [("redis", single), ("cluster", nodes)] {
+            let built = config()
+                .key_prefix(prefix(name))
+                .store(ratelimit::StoreConfig::Redis(options))
+                .build()
+                .expect("valid configuration");
+            let service =
+                RateLimitService::with_clock(built, Arc::new(clock.clone())).expect("service");
+            all.push((store, service));
+        }
+        return (all, Box::new((server, cluster)));
+    }
+    #[allow(unreachable_code)]
+    (all, Box::new(()))
+}

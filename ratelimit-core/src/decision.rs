@@ -32,6 +32,10 @@ pub struct Decision {
     pub retry_after: Option<Duration>,
     /// The tier the decision was made under, if any.
     pub tier: Option<Arc<str>>,
+    /// Admitted only because its limit is a shadow limit, which counts and reports but never
+    /// refuses: the limit would have refused this call. `remaining` and `reset_after` are the
+    /// limit's own (`retry_after` stays `None`, as on any admitted call).
+    pub shadowed: bool,
 }
 
 fn ceil_millis(nanos: Nanos) -> u64 {
@@ -79,6 +83,7 @@ impl Decision {
                 .retry_after
                 .map(|n| Duration::from_millis(ceil_millis(n).max(1))),
             tier,
+            shadowed: false,
         }
     }
 
@@ -109,6 +114,7 @@ impl Decision {
             reset_after: Duration::ZERO,
             retry_after: None,
             tier: None,
+            shadowed: false,
         }
     }
 

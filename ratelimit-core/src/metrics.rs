@@ -14,7 +14,8 @@
 //! | `ratelimit_queue_full_total`         | counter   |                      |
 //! | `ratelimit_queue_cancelled_total`    | counter   |                      |
 //!
-//! `outcome` is `allowed`, `denied` or `error`, counted as [`Stats`](crate::Stats) counts
+//! `outcome` is `allowed`, `denied`, `error`, `abandoned` or `shadowed` (a call a shadow limit
+//! would have refused, also counted `allowed`), counted as [`Stats`](crate::Stats) counts
 //! (a call that waited counts once, by how it ended); `store` is `memory`, `redis` or
 //! `custom`. The latency of every decision of a Redis or custom store is recorded; the
 //! memory store's (tens of nanoseconds, where reading the clock twice would cost a third of
@@ -29,9 +30,9 @@
 mod on {
     use std::cell::Cell;
 
-    /// The three decision counters of one scope (total, a tier, a budget).
+    /// The decision counters of one scope (total, a tier, a budget).
     #[derive(Debug)]
-    pub(crate) struct Handles([metrics::Counter; 4]);
+    pub(crate) struct Handles([metrics::Counter; 5]);
 
     impl Default for Handles {
         fn default() -> Self {
@@ -52,6 +53,7 @@ mod on {
                 counter("denied"),
                 counter("error"),
                 counter("abandoned"),
+                counter("shadowed"),
             ])
         }
         pub(crate) fn tier(name: &str) -> Self {
@@ -75,6 +77,10 @@ mod on {
         #[inline]
         pub(crate) fn abandoned(&self) {
             self.0[3].increment(1);
+        }
+        #[inline]
+        pub(crate) fn shadowed(&self) {
+            self.0[4].increment(1);
         }
     }
 
@@ -172,6 +178,8 @@ mod on {
         pub(crate) fn error(&self) {}
         #[inline(always)]
         pub(crate) fn abandoned(&self) {}
+        #[inline(always)]
+        pub(crate) fn shadowed(&self) {}
     }
 
     #[derive(Debug)]

@@ -25,6 +25,10 @@ pub struct Counts {
     /// timeout around the call) while the store was deciding them. The store may have spent
     /// them, so they are counted, here: neither admitted nor refused to anyone.
     pub abandoned: u64,
+    /// Calls a shadow limit would have refused (see `shadow` on
+    /// [`Options`](crate::Options) and [`Tier`](crate::Tier)): admitted, so counted in
+    /// `allowed` too.
+    pub shadowed: u64,
 }
 
 /// A snapshot of the service's counters.
@@ -70,6 +74,7 @@ struct Stripe {
     denied: AtomicU64,
     errors: AtomicU64,
     abandoned: AtomicU64,
+    shadowed: AtomicU64,
 }
 
 /// Counters of one scope: [`Stripe`]s summed when read, less what was summed when they were
@@ -91,6 +96,8 @@ pub(crate) enum Outcome {
     Denied,
     Error,
     Abandoned,
+    /// Would have been refused by a shadow limit (counted besides `Allowed`).
+    Shadowed,
 }
 
 impl Counters {
@@ -137,6 +144,10 @@ impl Counters {
                 self.metrics.abandoned();
                 &part.abandoned
             }
+            Outcome::Shadowed => {
+                self.metrics.shadowed();
+                &part.shadowed
+            }
         });
     }
 
@@ -154,6 +165,7 @@ impl Counters {
             denied,
             errors: sums.errors.saturating_sub(base.errors),
             abandoned: sums.abandoned.saturating_sub(base.abandoned),
+            shadowed: sums.shadowed.saturating_sub(base.shadowed),
         }
     }
 
@@ -172,6 +184,7 @@ impl Counters {
             denied,
             errors: sum(|s| &s.errors),
             abandoned: sum(|s| &s.abandoned),
+            shadowed: sum(|s| &s.shadowed),
         }
     }
 

@@ -18,7 +18,7 @@ use ratelimit_syntax::{parse_window, Rate, Strategy};
 
 /// The arguments `#[rate_limit]` accepts, in the order the error message lists them.
 pub(crate) const VALID: &str =
-    "`limit`, `window`, `key`, `tier`, `strategy`, `burst`, `cost`, `queue`, `name`, `limiter`, `crate`";
+    "`limit`, `window`, `key`, `tier`, `strategy`, `burst`, `cost`, `queue`, `shadow`, `name`, `limiter`, `crate`";
 
 /// How the tier is chosen.
 #[derive(Clone)]
@@ -47,6 +47,8 @@ pub(crate) struct Args {
     pub(crate) cost: Cost,
     /// `queue = true | false`: wait for capacity (or not), over the module's `queue_enabled`.
     pub(crate) queue: Option<bool>,
+    /// `shadow = true | false`: decided and counted, never refusing.
+    pub(crate) shadow: bool,
     pub(crate) name: Option<LitStr>,
     /// `limiter = path::TO_STATIC`: a library's own `Limiter` decides the fn.
     pub(crate) limiter: Option<syn::Path>,
@@ -64,6 +66,7 @@ impl Default for Args {
             burst: None,
             cost: Cost::Fixed(1),
             queue: None,
+            shadow: false,
             name: None,
             limiter: None,
             krate: None,
@@ -271,6 +274,7 @@ impl Args {
                 }
             }
             "queue" => self.queue = Some(boolean(&value, "queue")?),
+            "shadow" => self.shadow = boolean(&value, "shadow")?,
             "name" => {
                 let lit = string(&value, "name", "\"payments\"")?;
                 budget_name(&lit)?;

@@ -124,6 +124,9 @@ fn spec_tokens(args: &Args, k: &TokenStream) -> syn::Result<TokenStream> {
         }
         Cost::Dynamic(_) => spec = quote!(#spec.with_dynamic_cost()),
     }
+    if args.shadow {
+        spec = quote!(#spec.with_shadow(true));
+    }
     if let Some(queue) = args.queue {
         spec = quote!(#spec.with_queue(#queue));
     }

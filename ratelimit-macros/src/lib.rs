@@ -35,6 +35,7 @@ mod signature;
 /// | `strategy` | `"fixed-window"`, `"sliding-window"`, `"sliding-window-counter"`, `"token-bucket"` | the algorithm |
 /// | `burst` | integer | extra calls on top of the limit |
 /// | `cost` | `u64` expression | what a call spends (default 1) |
+/// | `shadow` | `true` or `false` | a shadow limit: decided, spent and counted like an enforced one, but a call it would refuse runs (counted in `stats().shadowed`, logged); `init` logs each at warn level. To try a limit on real traffic before it refuses anyone |
 /// | `queue` | `true` or `false` | over the limit, wait for capacity in the service's bounded queue (or never), whatever the module's `queue_enabled` says; never on unauthenticated entry points |
 /// | `name` | `"budget"` | the budget's name (default: the fn's path, see [Budget names](#budget-names)); fns sharing a name share a budget |
 /// | `limiter` | path of a `static` `ratelimit::Limiter` | a library's own limiter decides the fn (see [Libraries](#libraries-own-their-limits)); default: the application's `Module` |

@@ -269,6 +269,7 @@ mod tests {
         priority = 5
         strategy = "fixed-window"
         refill = 6
+        shadow = true
         [store]
         type = "memory"
         max_keys = 10
@@ -290,7 +291,8 @@ mod tests {
                     .burst(4)
                     .priority(5)
                     .strategy(Strategy::FixedWindow)
-                    .refill(6),
+                    .refill(6)
+                    .shadow(),
             )
             .default_tier("pro")
             .queue_enabled(true)
@@ -339,6 +341,7 @@ mod tests {
             priority,
             strategy: tier_strategy,
             refill,
+            shadow,
         } = &pro.options;
         let left_as_default: Vec<&str> = [
             ("enabled", *enabled == defaults.enabled),
@@ -363,6 +366,7 @@ mod tests {
             ("tiers.pro.priority", *priority == unset.priority),
             ("tiers.pro.strategy", *tier_strategy == unset.strategy),
             ("tiers.pro.refill", *refill == unset.refill),
+            ("tiers.pro.shadow", *shadow == unset.shadow),
         ]
         .into_iter()
         .filter_map(|(field, same)| same.then_some(field))

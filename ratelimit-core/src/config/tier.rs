@@ -49,6 +49,8 @@ pub(crate) struct TierOptions {
     pub(crate) strategy: Option<Result<Strategy, ParseError>>,
     #[cfg_attr(feature = "serde", serde(default))]
     pub(crate) refill: Option<u64>,
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub(crate) shadow: bool,
 }
 
 impl Tier {
@@ -64,6 +66,7 @@ impl Tier {
                 priority: 0,
                 strategy: None,
                 refill: None,
+                shadow: false,
             },
         }
     }
@@ -100,6 +103,14 @@ impl Tier {
         self
     }
 
+    /// Makes every limit under the tier a shadow limit: decided and counted, never refusing
+    /// (see [`Options::shadow`](crate::Options::shadow)). `init` logs each shadow tier at
+    /// warn level: shadow is only ever this explicit choice.
+    pub fn shadow(mut self) -> Self {
+        self.options.shadow = true;
+        self
+    }
+
     /// The tier's name.
     pub fn name(&self) -> &str {
         &self.name
@@ -124,6 +135,7 @@ impl Tier {
             priority,
             strategy,
             refill,
+            shadow,
         } = self.options;
         let mut overrides = Overrides::new().limit(limit);
         overrides.burst = burst;
@@ -144,6 +156,7 @@ impl Tier {
             overrides,
             quota: Quota::default(),
             priority,
+            shadow,
             identity: Box::default(),
         })
     }
@@ -161,6 +174,8 @@ pub struct ResolvedTier {
     pub quota: Quota,
     /// Queue priority.
     pub priority: i32,
+    /// Whether every limit under the tier is a shadow limit ([`Tier::shadow`]).
+    pub shadow: bool,
     /// `quota`'s identity in store keys, written once here rather than on every call.
     pub(crate) identity: Box<str>,
 }

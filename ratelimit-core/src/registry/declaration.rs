@@ -154,6 +154,7 @@ impl Declaration {
             cost,
             consume: true,
             queue: self.spec.queue(),
+            shadow: self.spec.shadow(),
         }
     }
 

@@ -75,7 +75,18 @@ fn checked(
     clock: Arc<dyn Clock>,
 ) -> Result<RateLimitService, Error> {
     let service = RateLimitService::with_clock(config, clock)?;
-    check_declarations(&service, &limiter.declarations()).map_err(Error::Declarations)?;
+    let declarations = limiter.declarations();
+    check_declarations(&service, &declarations).map_err(Error::Declarations)?;
+    // Shadow is only ever an explicit choice, and never a quiet one.
+    for d in declarations.iter().filter(|d| d.spec().shadow()) {
+        tracing::warn!(
+            target: "ratelimit",
+            function = d.function(),
+            file = d.file(),
+            line = d.line(),
+            "shadow limit: counts and reports, refuses nothing",
+        );
+    }
     Ok(service)
 }
 

@@ -27,6 +27,7 @@ pub struct Spec {
     keyed: bool,
     cost: Option<u64>,
     queue: Option<bool>,
+    shadow: bool,
 }
 
 impl Default for Spec {
@@ -44,6 +45,7 @@ impl Spec {
             keyed: false,
             cost: Some(1),
             queue: None,
+            shadow: false,
         }
     }
     /// `limit = n`.
@@ -111,6 +113,19 @@ impl Spec {
     pub const fn with_queue(mut self, queue: bool) -> Self {
         self.queue = Some(queue);
         self
+    }
+
+    /// `shadow = true | false`.
+    #[doc(hidden)]
+    pub const fn with_shadow(mut self, shadow: bool) -> Self {
+        self.shadow = shadow;
+        self
+    }
+
+    /// Whether the limit is a shadow limit (`shadow = true`): decided and counted, never
+    /// refusing (see [`Options::shadow`](crate::Options::shadow)).
+    pub fn shadow(&self) -> bool {
+        self.shadow
     }
 
     /// Whether calls over the limit wait in the queue (`Some(true)`) or are refused at once

@@ -168,6 +168,14 @@ impl RateLimitService {
         (store, memory): (Arc<dyn DynStore>, Option<MemoryStore>),
         #[cfg_attr(not(feature = "redis"), allow(unused_variables))] redis: Option<RedisHandle>,
     ) -> Self {
+        // Shadow is only ever an explicit choice, and never a quiet one.
+        for tier in config.tiers().iter().filter(|t| t.shadow) {
+            tracing::warn!(
+                target: "ratelimit",
+                tier = &*tier.name,
+                "shadow tier: its limits count and report, and refuse nothing",
+            );
+        }
         let by_tier = config
             .tiers()
             .iter()

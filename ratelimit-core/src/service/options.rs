@@ -54,6 +54,12 @@ pub struct Options {
     /// Whether a call over its limit waits in the queue (`Some(true)`) or is refused at once
     /// (`Some(false)`); `None` follows the configuration's `queue_enabled`.
     pub queue: Option<bool>,
+    /// Whether the limit is a shadow limit: decided, spent and counted exactly like an
+    /// enforced one, but a call it would refuse is admitted, marked
+    /// [`Decision::shadowed`](crate::Decision::shadowed), counted in
+    /// [`Counts::shadowed`](crate::Counts::shadowed) and logged (`tracing`, info). A tier's
+    /// `shadow` makes every limit under it one too.
+    pub shadow: bool,
 }
 
 impl Default for Options {
@@ -72,6 +78,7 @@ impl Options {
             budget: None,
             consume: true,
             queue: None,
+            shadow: false,
         }
     }
     /// Cost 1 under `tier`, no overrides: `Options::new().tier(tier)` for a tier known at
@@ -84,6 +91,7 @@ impl Options {
             budget: None,
             consume: true,
             queue: None,
+            shadow: false,
         }
     }
     /// Under this tier: a literal, or a name made at run time (`String`, `Arc<str>`).
@@ -141,6 +149,13 @@ impl Options {
         self.consume = consume;
         self
     }
+    /// A shadow limit (`true`) or an enforced one (`false`, the default): see
+    /// [`shadow`](Self#structfield.shadow). A way to try a new limit on real traffic before it
+    /// refuses anyone.
+    pub const fn shadow(mut self, shadow: bool) -> Self {
+        self.shadow = shadow;
+        self
+    }
 
     /// The service's view of these options, borrowing their names.
     #[inline]
@@ -153,6 +168,7 @@ impl Options {
             cost: self.cost,
             consume: self.consume,
             queue: self.queue,
+            shadow: self.shadow,
         }
     }
 }
@@ -172,6 +188,8 @@ pub(crate) struct Call<'a> {
     pub(crate) consume: bool,
     /// Whether the call may wait (see [`Options::queue`]).
     pub(crate) queue: Option<bool>,
+    /// A shadow limit (see [`Options::shadow`]; a tier can make it one too).
+    pub(crate) shadow: bool,
 }
 
 impl<'a> Call<'a> {
@@ -186,6 +204,7 @@ impl<'a> Call<'a> {
             cost: 1,
             consume: true,
             queue: None,
+            shadow: false,
         }
     }
 }

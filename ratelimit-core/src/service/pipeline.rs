@@ -8,7 +8,8 @@
 //! 3. **compose** the store key, once per call;
 //! 4. **decide now** when the store can ([`Store::decide_now`]), else **await** one future
 //!    ([`Store::decide`]);
-//! 5. **record** the outcome in the statistics.
+//! 5. **settle** the decision (its tier named; a shadow limit's refusal turned into a marked
+//!    admission) and **record** the outcome in the statistics.
 //!
 //! Stacked limits (`stacked.rs`) and the queue (`wait.rs`) are built from these steps.
 //!
@@ -144,11 +145,11 @@ impl RateLimitService {
         let store = &*self.inner.store;
         let mut decided = store.decide(site.request(store_key, now)).await;
         self.inner.latency.finish(started);
-        self.name_tier(site, &mut decided, true);
+        self.settle(site, &mut decided, true);
         decided
     }
 
-    /// Step 5 for a decision the store made, in place: the tier named, the outcome recorded.
+    /// Step 5 for a decision the store made, in place: settled, the outcome recorded.
     #[inline]
     fn finish(
         &self,
@@ -157,19 +158,31 @@ impl RateLimitService {
         decided: &mut Result<Decision, Error>,
         name_tier: bool,
     ) {
-        self.name_tier(site, decided, name_tier);
+        self.settle(site, decided, name_tier);
         if site.spend {
             self.record(site, key, decided);
         }
     }
 
-    /// Names the site's tier on the decision: on a refusal always, else when `name_tier` (an
-    /// annotated fn's admitted call never shows its decision, so it skips the `Arc` clone).
+    /// Settles the store's decision at `site`, in place, before anyone reads it: names the
+    /// site's tier (on a refusal always, else when `name_tier`: an annotated fn's admitted
+    /// call never shows its decision, so it skips the `Arc` clone); and, at a shadow site,
+    /// turns a refusal into an admission marked [`Decision::shadowed`]. The store's state is
+    /// what the refusal left (nothing spent), as an enforced limit's would be. Errors stay
+    /// errors: a shadow limit only never refuses for being over its limit.
     #[inline]
-    fn name_tier(&self, site: &Site<'_>, decided: &mut Result<Decision, Error>, name_tier: bool) {
+    pub(super) fn settle(
+        &self,
+        site: &Site<'_>,
+        decided: &mut Result<Decision, Error>,
+        name_tier: bool,
+    ) {
         if let Ok(decision) = decided {
             if name_tier || !decision.allowed {
                 decision.tier = site.tier.map(|i| self.inner.config.tiers()[i].name.clone());
+            }
+            if site.shadow && !decision.allowed {
+                shadow(decision);
             }
         }
     }
@@ -208,6 +221,14 @@ impl RateLimitService {
             })))
         }
     }
+}
+
+/// A shadow limit's refusal as the admission it becomes (see `settle`).
+#[cold]
+pub(super) fn shadow(decision: &mut Decision) {
+    decision.allowed = true;
+    decision.shadowed = true;
+    decision.retry_after = None;
 }
 
 impl RateLimitService {

@@ -61,6 +61,7 @@ impl RateLimitService {
             around: site.around(),
             cost: site.cost,
             may_wait: site.may_wait,
+            shadow: site.shadow,
             service: self.clone(),
         })
     }
@@ -83,6 +84,7 @@ pub struct Prepared {
     around: Around,
     cost: u64,
     may_wait: bool,
+    shadow: bool,
 }
 
 impl std::fmt::Debug for Prepared {
@@ -92,6 +94,7 @@ impl std::fmt::Debug for Prepared {
             .field("tier", &self.tier_name)
             .field("budget", &self.budget)
             .field("cost", &self.cost)
+            .field("shadow", &self.shadow)
             .finish_non_exhaustive()
     }
 }
@@ -120,6 +123,7 @@ impl Prepared {
             cost,
             spend,
             may_wait: spend && self.may_wait,
+            shadow: self.shadow,
         }
     }
 

@@ -25,9 +25,28 @@ impl fmt::Display for KeyDigest<'_> {
     }
 }
 
+/// The event of a refusal (or a shadow limit's would-be refusal) at `level`: the budget, tier,
+/// limit, window and retry-after, the key only as a digest. A macro: `tracing` fixes an
+/// event's level where it is written.
+macro_rules! refusal_event {
+    ($level:ident, $site:expr, $decision:expr, $key:expr, $message:literal) => {
+        tracing::$level!(
+            target: "ratelimit",
+            budget = $site.budget.unwrap_or("-"),
+            tier = $decision.tier.as_deref().unwrap_or("-"),
+            limit = $decision.limit,
+            window_ms = $decision.window.as_millis() as u64,
+            retry_after_ms = $decision.retry_after.map_or(0, |d| d.as_millis() as u64),
+            key = %KeyDigest($key.unwrap_or("")),
+            $message,
+        )
+    };
+}
+
 impl RateLimitService {
     /// Counts a spending call's outcome: a refusal (over the limit, a full queue, a wait
-    /// that timed out) as denied, any other error as an error.
+    /// that timed out) as denied, any other error as an error, a shadow limit's would-be
+    /// refusal as allowed and shadowed.
     #[inline(always)]
     pub(super) fn record(
         &self,
@@ -36,7 +55,7 @@ impl RateLimitService {
         result: &Result<Decision, Error>,
     ) {
         match result {
-            Ok(decision) if decision.allowed => {
+            Ok(decision) if decision.allowed && !decision.shadowed => {
                 self.count(site.tier, site.budget, site.counters, Outcome::Allowed);
             }
             _ => self.record_refusal(site, key, result),
@@ -50,19 +69,21 @@ impl RateLimitService {
     fn record_refusal(&self, site: &Site<'_>, key: Option<&str>, result: &Result<Decision, Error>) {
         let count = |outcome| self.count(site.tier, site.budget, site.counters, outcome);
         match result {
+            Ok(decision) if decision.shadowed => {
+                count(Outcome::Allowed);
+                count(Outcome::Shadowed);
+                refusal_event!(
+                    info,
+                    site,
+                    decision,
+                    key,
+                    "shadow rate limit would have refused"
+                );
+            }
             Ok(decision) if decision.allowed => count(Outcome::Allowed),
             Ok(decision) => {
                 count(Outcome::Denied);
-                tracing::debug!(
-                    target: "ratelimit",
-                    budget = site.budget.unwrap_or("-"),
-                    tier = decision.tier.as_deref().unwrap_or("-"),
-                    limit = decision.limit,
-                    window_ms = decision.window.as_millis() as u64,
-                    retry_after_ms = decision.retry_after.map_or(0, |d| d.as_millis() as u64),
-                    key = %KeyDigest(key.unwrap_or("")),
-                    "rate limit exceeded",
-                );
+                refusal_event!(debug, site, decision, key, "rate limit exceeded");
             }
             Err(Error::QueueFull { .. } | Error::QueueTimeout { .. }) => count(Outcome::Denied),
             Err(_) => count(Outcome::Error),

@@ -30,6 +30,9 @@ pub(crate) struct Site<'a> {
     pub(crate) spend: bool,
     /// Whether a refused call waits in the queue.
     pub(crate) may_wait: bool,
+    /// A shadow limit: a call it would refuse is admitted, marked and counted
+    /// (`RateLimitService::settle`).
+    pub(crate) shadow: bool,
 }
 
 /// A site's store key, without the user key.
@@ -114,6 +117,7 @@ impl RateLimitService {
             });
         }
         let (quota, tier) = self.resolve(options)?;
+        let shadow = options.shadow || tier.is_some_and(|i| config.tiers()[i].shadow);
         let identity = match tier {
             _ if !options.overrides.is_empty() => None,
             Some(i) => Some(&*config.tiers()[i].identity),
@@ -134,7 +138,9 @@ impl RateLimitService {
             }),
             cost: options.cost,
             spend: options.consume,
-            may_wait: self.may_wait(options),
+            // A shadow limit never refuses, so it never makes a call wait.
+            may_wait: !shadow && self.may_wait(options),
+            shadow,
         })
     }
 }

@@ -93,7 +93,42 @@ impl RateLimitService {
         limits: &[(Option<&str>, Call<'_>)],
         function: &'static str,
     ) -> Result<Vec<Decision>, Error> {
-        let decisions = match self.stacked(limits)? {
+        let decisions = match self.with_shadows(limits)? {
+            None => self.stack_now(limits, function)?,
+            Some(shadows) => {
+                let enforced = self.stack_now(&shadows.enforced, function)?;
+                let admitted = enforced.iter().all(|d| d.allowed);
+                let mut shadowed = Vec::with_capacity(shadows.shadow.len());
+                for (key, call) in &shadows.shadow {
+                    let site = self.shadow_site(call, admitted)?;
+                    let store_key = site.store_key(*key)?;
+                    let now = self.inner.clock.now();
+                    let decided = match self.inner.config.enabled() {
+                        false => Ok(Decision::unlimited(now)),
+                        true => self
+                            .inner
+                            .store
+                            .decide_now(site.request(&store_key, now))
+                            .unwrap_or(Err(Error::SyncOnWaitingStore { function })),
+                    };
+                    shadowed.push(self.settle_member(&site, decided)?);
+                }
+                self.merge(shadows, enforced, shadowed)
+            }
+        };
+        refuse_unless_all_allowed(decisions, limits)
+    }
+
+    /// [`enforce_stacked_now`](Self::enforce_stacked_now) of a stack without shadow limits.
+    fn stack_now(
+        &self,
+        limits: &[(Option<&str>, Call<'_>)],
+        function: &'static str,
+    ) -> Result<Vec<Decision>, Error> {
+        if limits.is_empty() {
+            return Ok(Vec::new());
+        }
+        Ok(match self.stacked(limits)? {
             Keyed::Unlimited(decisions) => decisions,
             Keyed::Keys(sites, keys, now) => {
                 let checks = checks(&keys, &sites);
@@ -107,14 +142,135 @@ impl RateLimitService {
                 });
                 self.finish_stacked(&sites, result)?
             }
-        };
-        refuse_unless_all_allowed(decisions, limits)
+        })
     }
 
+    /// A stacked call. Shadow limits among the limits are decided after the others, each on
+    /// its own: the enforced limits decide the call as one (all or nothing); when they admit
+    /// it, each shadow limit spends and counts as it would enforced, refusing nothing; when
+    /// they refuse it, the shadow limits only look (nothing was spent anywhere, as an
+    /// enforced stack refused by one limit spends nothing from the others).
     async fn decide_stacked(
         &self,
         limits: &[(Option<&str>, Call<'_>)],
     ) -> Result<Vec<Decision>, Error> {
+        let Some(shadows) = self.with_shadows(limits)? else {
+            return self.decide_stack(limits).await;
+        };
+        let enforced = self.decide_stack(&shadows.enforced).await?;
+        let admitted = enforced.iter().all(|d| d.allowed);
+        let mut shadowed = Vec::with_capacity(shadows.shadow.len());
+        for (key, call) in &shadows.shadow {
+            let site = self.shadow_site(call, admitted)?;
+            let store_key = site.store_key(*key)?;
+            let decided = self.ask(&site, &store_key).await;
+            shadowed.push(self.settle_member(&site, decided)?);
+        }
+        Ok(self.merge(shadows, enforced, shadowed))
+    }
+
+    /// The limits split into enforced and shadow ones, or `None` when none is a shadow limit
+    /// (resolved here for the tier's `shadow`; an unresolvable limit is left to the stack,
+    /// which reports it).
+    fn with_shadows<'a>(
+        &self,
+        limits: &[(Option<&'a str>, Call<'a>)],
+    ) -> Result<Option<Shadows<'a>>, Error> {
+        let is_shadow = |call: &Call<'_>| self.site(call).is_ok_and(|site| site.shadow);
+        if !limits.iter().any(|(_, call)| is_shadow(call)) {
+            return Ok(None);
+        }
+        let mut shadows = Shadows {
+            enforced: Vec::new(),
+            shadow: Vec::new(),
+            order: Vec::with_capacity(limits.len()),
+        };
+        for &(key, call) in limits {
+            let shadow = is_shadow(&call);
+            shadows.order.push(shadow);
+            match shadow {
+                true => shadows.shadow.push((key, call)),
+                false => shadows.enforced.push((key, call)),
+            }
+        }
+        Ok(Some(shadows))
+    }
+
+    /// A shadow limit's site in a stack: spending only when the enforced limits admitted the
+    /// call.
+    fn shadow_site<'a>(&'a self, call: &Call<'a>, admitted: bool) -> Result<Site<'a>, Error> {
+        let call = Call {
+            consume: call.consume && admitted,
+            ..*call
+        };
+        let mut site = self.site(&call).map_err(|e| self.unresolved(&call, e))?;
+        site.check(None)?;
+        site.may_wait = false;
+        Ok(site)
+    }
+
+    /// A shadow limit's decision in a stack, settled and counted under its tier and budget
+    /// (the stacked call counts once in the total: see [`merge`](Self::merge)).
+    fn settle_member(
+        &self,
+        site: &Site<'_>,
+        mut decided: Result<Decision, Error>,
+    ) -> Result<Decision, Error> {
+        self.settle(site, &mut decided, true);
+        if site.spend {
+            let count = |outcome| self.count_scoped(site.tier, site.budget, None, outcome);
+            match &decided {
+                Ok(decision) => {
+                    count(Outcome::Allowed);
+                    if decision.shadowed {
+                        count(Outcome::Shadowed);
+                    }
+                }
+                Err(_) => count(Outcome::Error),
+            }
+        }
+        decided
+    }
+
+    /// The decisions back in the limits' order; the total counts the call once: by the
+    /// enforced limits (already), or, with none, as admitted; and as shadowed when a shadow
+    /// limit would have refused a call the enforced ones admitted.
+    fn merge(
+        &self,
+        shadows: Shadows<'_>,
+        enforced: Vec<Decision>,
+        shadowed: Vec<Decision>,
+    ) -> Vec<Decision> {
+        let spends = shadows
+            .enforced
+            .iter()
+            .chain(&shadows.shadow)
+            .all(|(_, c)| c.consume);
+        if spends && shadows.enforced.is_empty() {
+            self.inner.total.record(Outcome::Allowed);
+        }
+        if spends && enforced.iter().all(|d| d.allowed) && shadowed.iter().any(|d| d.shadowed) {
+            self.inner.total.record(Outcome::Shadowed);
+        }
+        let (mut enforced, mut shadowed) = (enforced.into_iter(), shadowed.into_iter());
+        shadows
+            .order
+            .iter()
+            .filter_map(|&shadow| match shadow {
+                true => shadowed.next(),
+                false => enforced.next(),
+            })
+            .collect()
+    }
+
+    /// A stacked call without shadow limits: every limit decided as one.
+    async fn decide_stack(
+        &self,
+        limits: &[(Option<&str>, Call<'_>)],
+    ) -> Result<Vec<Decision>, Error> {
+        if limits.is_empty() {
+            return Ok(Vec::new());
+        }
         let (sites, keys, now) = match self.stacked(limits)? {
             Keyed::Unlimited(decisions) => return Ok(decisions),
             Keyed::Keys(sites, keys, now) => (sites, keys, now),
@@ -223,6 +379,14 @@ impl RateLimitService {
         }
         Ok(decisions)
     }
+}
+
+/// A stacked call's limits split by [`RateLimitService::with_shadows`].
+struct Shadows<'a> {
+    enforced: Vec<(Option<&'a str>, Call<'a>)>,
+    shadow: Vec<(Option<&'a str>, Call<'a>)>,
+    /// For each limit in the call's order, whether it is a shadow limit.
+    order: Vec<bool>,
 }
 
 /// What a stacked call needs from the store: every limit's site and store key, and the time;
