@@ -17,17 +17,9 @@ fn services() -> (
     ratelimit_tests::on_every_store("stack", Config::builder, &ratelimit_tests::clock())
 }
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
 #[test]
 fn a_call_refused_by_one_limit_spends_nothing_from_the_others() {
-    let rt = runtime();
+    let rt = ratelimit_tests::two_workers();
     let (services, _servers) = services();
     for (store, service) in services {
         for strategy in Strategy::ALL {
@@ -72,7 +64,7 @@ fn a_call_refused_by_one_limit_spends_nothing_from_the_others() {
 
 #[test]
 fn under_concurrency_the_tightest_limit_admits_exactly_its_count() {
-    let rt = runtime();
+    let rt = ratelimit_tests::two_workers();
     let (services, _servers) = services();
     for (store, service) in services {
         for strategy in Strategy::ALL {
@@ -121,7 +113,7 @@ fn under_concurrency_the_tightest_limit_admits_exactly_its_count() {
 
 #[test]
 fn the_same_limit_twice_in_one_call_is_an_error_not_a_double_look() {
-    let rt = runtime();
+    let rt = ratelimit_tests::two_workers();
     let (services, _servers) = services();
     for (store, service) in services {
         let once = Options::new().limit(1).window(LONG);

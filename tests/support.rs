@@ -147,8 +147,7 @@ pub async fn connected_worker_service(
 
 /// What `tasks` concurrent tasks admit on one key (`"shared-key"`) of a worker process's
 /// service, each making `calls` calls with `options`, or stopping at its first refusal when
-/// `stop_at_refusal` (the multi-process tests' `tests/bin/*` workers).
-#[cfg(feature = "redis")]
+/// `stop_at_refusal` (the multi-process tests' `tests/bin/*` workers, the reload tests).
 pub async fn admitted_by_tasks(
     service: &RateLimitService,
     options: &ratelimit::Options,
@@ -263,4 +262,13 @@ pub fn on_every_store(
     }
     #[allow(unreachable_code)]
     (all, Box::new(()))
+}
+
+/// A Tokio runtime with two workers (the machine's cores), for tests whose tasks race.
+pub fn two_workers() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime")
 }

@@ -43,7 +43,7 @@ pub use quota::{Overrides, Quota, QuotaError, MAX_CAPACITY};
 pub use registry::{
     check_declarations, declarations, Declaration, Limiter, Module, ModuleBuilder, Spec, TierSpec,
 };
-pub use service::{Attempt, Options, Pending, Prepared, RateLimitService};
+pub use service::{Attempt, Options, Pending, Prepared, RateLimitService, Reloaded};
 pub use stats::{Counts, QueueCounts, Stats};
 pub use store::failover::{Failover, FailurePolicy};
 pub use store::memory::{MemoryOptions, MemoryStore};

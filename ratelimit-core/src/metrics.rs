@@ -7,6 +7,8 @@
 //! | `ratelimit_tier_decisions_total`     | counter   | `tier`, `outcome`    |
 //! | `ratelimit_budget_decisions_total`   | counter   | `budget`, `outcome`  |
 //! | `ratelimit_decision_seconds`         | histogram | `store`              |
+//! | `ratelimit_reloads_total`            | counter   |                      |
+//! | `ratelimit_generation`               | gauge     |                      |
 //! | `ratelimit_queue_depth`              | gauge     |                      |
 //! | `ratelimit_queue_queued_total`       | counter   |                      |
 //! | `ratelimit_queue_admitted_total`     | counter   |                      |
@@ -125,6 +127,12 @@ mod on {
         }
     }
 
+    /// A reload installed `generation`.
+    pub(crate) fn reloaded(generation: u64) {
+        metrics::counter!("ratelimit_reloads_total").increment(1);
+        metrics::gauge!("ratelimit_generation").set(generation as f64);
+    }
+
     pub(crate) fn queued() {
         metrics::gauge!("ratelimit_queue_depth").increment(1.0);
         metrics::counter!("ratelimit_queue_queued_total").increment(1);
@@ -202,6 +210,8 @@ mod on {
     }
 
     #[inline(always)]
+    pub(crate) fn reloaded(_: u64) {}
+    #[inline(always)]
     pub(crate) fn queued() {}
     #[inline(always)]
     pub(crate) fn freed() {}
@@ -215,4 +225,6 @@ mod on {
     pub(crate) fn cancelled() {}
 }
 
-pub(crate) use on::{admitted, cancelled, freed, full, queued, timed_out, Handles, Latency};
+pub(crate) use on::{
+    admitted, cancelled, freed, full, queued, reloaded, timed_out, Handles, Latency,
+};

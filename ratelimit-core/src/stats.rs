@@ -37,6 +37,9 @@ pub struct Counts {
 pub struct Stats {
     /// Every call.
     pub total: Counts,
+    /// The configuration running: 0 for the one the service was built with, one more per
+    /// [`reload`](crate::RateLimitService::reload).
+    pub generation: u64,
     /// Calls made under a tier, by tier name.
     pub by_tier: BTreeMap<String, Counts>,
     /// Calls made on behalf of a named budget (an annotated fn's path), by name.

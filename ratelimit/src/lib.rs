@@ -116,8 +116,8 @@ pub use ratelimit_core::{
     format_window, parse_window, store, Answer, Attempt, Clock, Config, ConfigBuilder, ConfigError,
     Counts, CustomStore, Decision, Error, Exceeded, ManualClock, MemoryOptions, MemoryStore, Name,
     Nanos, Options, Overrides, ParseError, Pending, Prepared, QueueCounts, Quota, QuotaError, Rate,
-    RateLimitService, ResolvedTier, Stats, StoreConfig, Strategy, SystemClock, Tier, Window,
-    MAX_CAPACITY, MAX_KEY_LEN, MAX_WINDOW,
+    RateLimitService, Reloaded, ResolvedTier, Stats, StoreConfig, Strategy, SystemClock, Tier,
+    Window, MAX_CAPACITY, MAX_KEY_LEN, MAX_WINDOW,
 };
 pub use ratelimit_core::{Failover, FailurePolicy};
 #[cfg(feature = "redis")]

@@ -3,7 +3,7 @@
 
 use super::declaration::Declaration;
 use super::spec::TierSpec;
-use crate::config::names;
+use crate::config::{names, Config};
 use crate::error::{DeclarationErrors, DeclarationProblem, Error, ProblemKind};
 use crate::service::RateLimitService;
 
@@ -19,7 +19,15 @@ pub fn check_declarations(
     service: &RateLimitService,
     declarations: &[&'static Declaration],
 ) -> Result<(), DeclarationErrors> {
-    let config = service.config();
+    check_declarations_under(service, &service.config(), declarations)
+}
+
+/// [`check_declarations`] under `config` (a reload's, before it runs) on `service`'s store.
+pub(crate) fn check_declarations_under(
+    service: &RateLimitService,
+    config: &Config,
+    declarations: &[&'static Declaration],
+) -> Result<(), DeclarationErrors> {
     let mut errors = DeclarationErrors::default();
     let mut push = |d: &'static Declaration, kind: ProblemKind| {
         errors.problems.push(DeclarationProblem {
@@ -30,7 +38,7 @@ pub fn check_declarations(
         })
     };
     for (i, &d) in declarations.iter().enumerate() {
-        if d.is_sync() && !service.decides_at_once() {
+        if d.is_sync() && !service.decides_at_once(config) {
             push(d, ProblemKind::SyncOnWaitingStore);
         }
         let spec = d.spec();
@@ -59,7 +67,7 @@ pub fn check_declarations(
             TierSpec::Dynamic => (0..config.tiers().len()).map(Some).collect(),
         };
         for tier in tiers {
-            let problem = match service.resolve_quota(tier, spec.overrides()) {
+            let problem = match service.resolve_quota(config, tier, spec.overrides()) {
                 Ok(_) => continue,
                 Err(Error::NoLimit) => ProblemKind::NoLimit,
                 Err(Error::InvalidQuota(error)) => ProblemKind::Unenforceable {

@@ -187,6 +187,10 @@ impl Declaration {
     /// its limiter's running service.
     #[inline]
     fn stands_for(&self, held: &Held, on: Option<&RateLimitService>) -> bool {
+        // Prepared under a configuration a reload has since replaced: prepared again.
+        if !held.prepared.is_current() {
+            return false;
+        }
         match (on, held.generation) {
             (None, Some(generation)) => generation == self.owner().generation(),
             (Some(service), None) => held.prepared.service().same_as(service),

@@ -4,12 +4,13 @@
 use std::fmt;
 use std::sync::Arc;
 
-use super::check::check_declarations;
+use super::check::{check_declarations, check_declarations_under};
+use super::declaration::Declaration;
 use super::limiter::{Limiter, APP};
 use crate::clock::{Clock, SystemClock};
 use crate::config::{Config, ConfigBuilder};
 use crate::error::Error;
-use crate::service::RateLimitService;
+use crate::service::{RateLimitService, Reloaded};
 use crate::stats::Stats;
 
 /// Builds a [`Module`]: the [`ConfigBuilder`] itself, so every option of a [`Config`] is
@@ -77,7 +78,13 @@ fn checked(
     let service = RateLimitService::with_clock(config, clock)?;
     let declarations = limiter.declarations();
     check_declarations(&service, &declarations).map_err(Error::Declarations)?;
-    // Shadow is only ever an explicit choice, and never a quiet one.
+    warn_shadow_fns(&declarations);
+    Ok(service)
+}
+
+/// Logs every shadow fn at warn level, as a module starts or reloads: shadow is only ever an
+/// explicit choice, and never a quiet one.
+fn warn_shadow_fns(declarations: &[&'static Declaration]) {
     for d in declarations.iter().filter(|d| d.spec().shadow()) {
         tracing::warn!(
             target: "ratelimit",
@@ -87,7 +94,6 @@ fn checked(
             "shadow limit: counts and reports, refuses nothing",
         );
     }
-    Ok(service)
 }
 
 /// The running rate-limit module: the process-wide service behind the application's
@@ -168,6 +174,34 @@ impl Module {
     /// The counters, including per-fn figures in `by_method` (keyed by budget name).
     pub fn stats(&self) -> Stats {
         self.service.stats()
+    }
+
+    /// Replaces the running configuration with `builder`'s (its clock is not used: the
+    /// module keeps its own), checked exactly as [`init`](ModuleBuilder::init) checks: the
+    /// configuration's fields, then every annotated fn this module decides, every problem
+    /// reported at once. On any problem nothing changes and the running configuration goes on
+    /// deciding. See [`RateLimitService::reload`] for what carries over and what a call sees.
+    ///
+    /// ```
+    /// use ratelimit_core::{Module, Tier};
+    ///
+    /// let module = Module::builder().tier(Tier::new("pro", 100).window("1m")).init()?;
+    /// let reloaded = module.reload(Module::builder().tier(Tier::new("pro", 500).window("1m")))?;
+    /// assert_eq!(reloaded.loosened, ["pro"]);
+    /// // A configuration that does not validate leaves the running one.
+    /// assert!(module.reload(Module::builder().tier(Tier::new("", 1))).is_err());
+    /// assert_eq!(module.stats().generation, 1);
+    /// # Ok::<(), ratelimit_core::Error>(())
+    /// ```
+    pub fn reload(&self, builder: impl Into<ModuleBuilder>) -> Result<Reloaded, Error> {
+        let config = builder.into().build()?;
+        let declarations = self.limiter.declarations();
+        let reloaded = self.service.reload_checked(config, |config| {
+            check_declarations_under(&self.service, config, &declarations)
+                .map_err(Error::Declarations)
+        })?;
+        warn_shadow_fns(&declarations);
+        Ok(reloaded)
     }
 
     /// Uninstalls the module (the same as dropping it). Every annotated fn called afterwards,

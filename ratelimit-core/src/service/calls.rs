@@ -24,7 +24,7 @@ pub(crate) enum Mode {
 
 impl Mode {
     /// The call as this mode makes it.
-    fn apply(self, call: Call<'_>) -> Call<'_> {
+    pub(super) fn apply(self, call: Call<'_>) -> Call<'_> {
         match self {
             Mode::AsAsked => call,
             Mode::Spend | Mode::Enforce => Call {
@@ -118,7 +118,8 @@ impl RateLimitService {
         let options = options.clone();
         async move {
             let call = mode.apply(options.call());
-            match self.site(&call) {
+            let generation = self.generation();
+            match self.site(&generation, &call) {
                 Ok(site) => self.run(site, Some(key), mode).await,
                 Err(e) => Err(self.unresolved(&call, e)),
             }
@@ -140,7 +141,10 @@ impl RateLimitService {
         call: &Call<'_>,
         key: Option<&str>,
     ) -> Result<(), Error> {
-        let site = self.site(call).map_err(|e| self.unresolved(call, e))?;
+        let generation = self.generation();
+        let site = self
+            .site(&generation, call)
+            .map_err(|e| self.unresolved(call, e))?;
         self.run(site, key, Mode::Enforce).await.map(drop)
     }
 
@@ -151,7 +155,10 @@ impl RateLimitService {
         key: Option<&str>,
         function: &'static str,
     ) -> Result<(), Error> {
-        let site = self.site(call).map_err(|e| self.unresolved(call, e))?;
+        let generation = self.generation();
+        let site = self
+            .site(&generation, call)
+            .map_err(|e| self.unresolved(call, e))?;
         self.enforce_sync(&site, key, function)
     }
 
@@ -203,8 +210,18 @@ impl RateLimitService {
     /// # Ok::<(), ratelimit_core::Error>(())
     /// ```
     pub fn consume_now(&self, key: &str, options: &Options) -> Option<Result<Decision, Error>> {
-        let call = Mode::Spend.apply(options.call());
-        let site = match self.site(&call) {
+        self.decide_now_call(&options.call(), key)
+    }
+
+    /// [`consume_now`](Self::consume_now) of `call`.
+    pub(crate) fn decide_now_call(
+        &self,
+        call: &Call<'_>,
+        key: &str,
+    ) -> Option<Result<Decision, Error>> {
+        let call = Mode::Spend.apply(*call);
+        let generation = self.generation();
+        let site = match self.site(&generation, &call) {
             Ok(site) => site,
             Err(e) => return Some(Err(self.unresolved(&call, e))),
         };
@@ -233,7 +250,8 @@ impl RateLimitService {
     }
 
     async fn reset_call(&self, key: &str, call: &Call<'_>) -> Result<bool, Error> {
-        let store_key = self.site(call)?.store_key(Some(key))?;
+        let generation = self.generation();
+        let store_key = self.site(&generation, call)?.store_key(Some(key))?;
         self.inner.store.reset(&store_key).await
     }
 }

@@ -12,7 +12,7 @@ impl RateLimitService {
     #[inline(always)]
     pub(super) fn count(
         &self,
-        tier: Option<usize>,
+        tier: Option<&Counters>,
         budget: Option<&str>,
         counters: Option<&Counters>,
         outcome: Outcome,
@@ -25,7 +25,7 @@ impl RateLimitService {
     /// Counts under the tier and budget only (a stacked call counts once in the total).
     pub(super) fn count_scoped(
         &self,
-        tier: Option<usize>,
+        tier: Option<&Counters>,
         budget: Option<&str>,
         counters: Option<&Counters>,
         outcome: Outcome,
@@ -37,13 +37,13 @@ impl RateLimitService {
     fn count_scoped_on(
         &self,
         stripe: StripeId,
-        tier: Option<usize>,
+        tier: Option<&Counters>,
         budget: Option<&str>,
         counters: Option<&Counters>,
         outcome: Outcome,
     ) {
-        if let Some(i) = tier {
-            self.inner.by_tier[i].record_on(stripe, outcome);
+        if let Some(tier) = tier {
+            tier.record_on(stripe, outcome);
         }
         match (counters, budget) {
             (Some(counters), _) => counters.record_on(stripe, outcome),

@@ -11,6 +11,7 @@ mod pipeline;
 mod prepared;
 pub(crate) mod queue;
 mod record;
+mod reload;
 mod site;
 mod stacked;
 mod wait;
@@ -19,6 +20,7 @@ pub(crate) use options::Call;
 pub use options::Options;
 pub(crate) use prepared::Begun;
 pub use prepared::{Attempt, Pending, Prepared};
+pub use reload::Reloaded;
 
 use crate::clock::{Clock, SystemClock};
 use crate::config::{Config, StoreConfig};
@@ -31,8 +33,63 @@ use crate::store::{DynStore, MemoryStore, Store};
 /// map is read when a site is prepared, and by calls that name a budget without one.
 type MethodCounters = hashbrown::HashMap<Arc<str>, Arc<Counters>, foldhash::fast::RandomState>;
 
+/// One configuration as the service runs it, swapped whole by a reload: every call is
+/// decided under one generation from its first step to its last.
+pub(crate) struct Generation {
+    pub(crate) config: Arc<Config>,
+    /// The counters of `config`'s tiers, in their order; a tier's carry over a reload that
+    /// keeps its name.
+    pub(crate) by_tier: Vec<Arc<Counters>>,
+    /// 0 for the configuration the service was built with, one more per reload.
+    pub(crate) number: u64,
+    /// The generation a reload replaced (without its own `previous`) and when: a limit the
+    /// reload loosened holds to its old quota for one old window (`Site::transition`).
+    pub(crate) previous: Option<(Arc<Generation>, crate::clock::Nanos)>,
+}
+
+impl Generation {
+    fn new(config: Config, number: u64, before: Option<&Generation>) -> Self {
+        let by_tier = config
+            .tiers()
+            .iter()
+            .map(|t| {
+                let kept = before.and_then(|b| {
+                    let i = b.config.tiers().iter().position(|old| old.name == t.name)?;
+                    Some(Arc::clone(&b.by_tier[i]))
+                });
+                kept.unwrap_or_else(|| Arc::new(Counters::tier(&t.name)))
+            })
+            .collect();
+        Generation {
+            config: Arc::new(config),
+            by_tier,
+            number,
+            previous: None,
+        }
+    }
+
+    /// This generation as a later one's `previous`: without its own.
+    fn as_previous(&self) -> Arc<Generation> {
+        Arc::new(Generation {
+            config: Arc::clone(&self.config),
+            by_tier: self.by_tier.clone(),
+            number: self.number,
+            previous: None,
+        })
+    }
+}
+
 struct Inner {
-    config: Config,
+    /// The running configuration (see [`Generation`]).
+    current: arc_swap::ArcSwap<Generation>,
+    /// `current`'s number, read by a prepared site on every call to learn whether it was
+    /// prepared under the running generation.
+    generation: std::sync::atomic::AtomicU64,
+    /// Held by a reload from its check to its swap: two reloads never interleave.
+    reloading: parking_lot::Mutex<()>,
+    /// Whether the store came from the configuration (`config.store()`), which a reload
+    /// then may not change; a store of the caller's own (`with_store`) ignores it.
+    store_from_config: bool,
     clock: Arc<dyn Clock>,
     /// The store, through the [`Store`] trait only: every decision asks it the same way.
     store: Arc<dyn DynStore>,
@@ -42,7 +99,6 @@ struct Inner {
     #[cfg(feature = "redis")]
     redis: Option<crate::store::RedisStore>,
     total: Counters,
-    by_tier: Vec<Counters>,
     by_method: parking_lot::RwLock<MethodCounters>,
     /// Calls waiting for capacity (see `queue.rs`).
     queue: queue::Queue,
@@ -84,7 +140,7 @@ pub struct RateLimitService {
 impl fmt::Debug for RateLimitService {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut d = f.debug_struct("RateLimitService");
-        d.field("config", &self.inner.config);
+        d.field("config", &self.config());
         match &self.inner.memory {
             Some(store) => d.field("store", store),
             None => d.field("store", &"dyn Store"),
@@ -110,7 +166,7 @@ impl RateLimitService {
                 let store = MemoryStore::with_options(options);
                 store.start_sweeper(Arc::clone(&clock));
                 let backend = (Arc::new(store.clone()) as Arc<dyn DynStore>, Some(store));
-                Ok(Self::build(config, clock, backend, None))
+                Ok(Self::build(config, clock, backend, None).store_from_config())
             }
             #[cfg(feature = "redis")]
             StoreConfig::Redis(options) => {
@@ -120,14 +176,14 @@ impl RateLimitService {
                 if let Some(local) = failover.fallback() {
                     local.start_sweeper(Arc::clone(&clock));
                 }
-                Ok(Self::build(
-                    config,
-                    clock,
-                    (Arc::new(failover), None),
-                    Some(store),
-                ))
+                Ok(
+                    Self::build(config, clock, (Arc::new(failover), None), Some(store))
+                        .store_from_config(),
+                )
             }
-            StoreConfig::Custom(custom) => Ok(Self::build(config, clock, (custom.0, None), None)),
+            StoreConfig::Custom(custom) => {
+                Ok(Self::build(config, clock, (custom.0, None), None).store_from_config())
+            }
         }
     }
 
@@ -168,19 +224,7 @@ impl RateLimitService {
         (store, memory): (Arc<dyn DynStore>, Option<MemoryStore>),
         #[cfg_attr(not(feature = "redis"), allow(unused_variables))] redis: Option<RedisHandle>,
     ) -> Self {
-        // Shadow is only ever an explicit choice, and never a quiet one.
-        for tier in config.tiers().iter().filter(|t| t.shadow) {
-            tracing::warn!(
-                target: "ratelimit",
-                tier = &*tier.name,
-                "shadow tier: its limits count and report, and refuse nothing",
-            );
-        }
-        let by_tier = config
-            .tiers()
-            .iter()
-            .map(|t| Counters::tier(&t.name))
-            .collect();
+        warn_shadow_tiers(&config);
         let kind = match (&memory, &redis) {
             (Some(_), _) => "memory",
             (None, Some(_)) => "redis",
@@ -188,14 +232,16 @@ impl RateLimitService {
         };
         RateLimitService {
             inner: Arc::new(Inner {
-                config,
+                current: arc_swap::ArcSwap::from_pointee(Generation::new(config, 0, None)),
+                generation: std::sync::atomic::AtomicU64::new(0),
+                reloading: parking_lot::Mutex::new(()),
+                store_from_config: false,
                 clock,
                 store,
                 memory,
                 #[cfg(feature = "redis")]
                 redis,
                 total: Counters::default(),
-                by_tier,
                 by_method: Default::default(),
                 queue: Default::default(),
                 latency: crate::metrics::Latency::new(kind),
@@ -208,9 +254,32 @@ impl RateLimitService {
         Arc::ptr_eq(&self.inner, &other.inner)
     }
 
-    /// The configuration.
-    pub fn config(&self) -> &Config {
-        &self.inner.config
+    /// The service built from its configuration's `store`: a reload may not change it.
+    fn store_from_config(mut self) -> Self {
+        Arc::get_mut(&mut self.inner)
+            .expect("a service just built is not shared")
+            .store_from_config = true;
+        self
+    }
+
+    /// The running configuration (the one the last [`reload`](Self::reload) installed).
+    pub fn config(&self) -> Arc<Config> {
+        Arc::clone(&self.inner.current.load().config)
+    }
+
+    /// The running generation: what a call is decided under, whole.
+    #[inline]
+    pub(crate) fn generation(&self) -> Arc<Generation> {
+        self.inner.current.load_full()
+    }
+
+    /// Whether `generation` is the running one.
+    #[inline]
+    pub(crate) fn runs(&self, generation: &Generation) -> bool {
+        self.inner
+            .generation
+            .load(std::sync::atomic::Ordering::Acquire)
+            == generation.number
     }
 
     /// The clock.
@@ -231,12 +300,15 @@ impl RateLimitService {
 
     /// A snapshot of the counters: overall, per tier, per budget.
     pub fn stats(&self) -> Stats {
-        let tiers = self.inner.config.tiers();
+        let current = self.inner.current.load();
         Stats {
             total: self.inner.total.snapshot(),
-            by_tier: tiers
+            generation: current.number,
+            by_tier: current
+                .config
+                .tiers()
                 .iter()
-                .zip(&self.inner.by_tier)
+                .zip(&current.by_tier)
                 .map(|(t, c)| (t.name.to_string(), c.snapshot()))
                 .collect(),
             by_method: self
@@ -253,7 +325,12 @@ impl RateLimitService {
     /// Sets every counter back to zero.
     pub fn reset_stats(&self) {
         self.inner.total.clear();
-        self.inner.by_tier.iter().for_each(Counters::clear);
+        self.inner
+            .current
+            .load()
+            .by_tier
+            .iter()
+            .for_each(|c| c.clear());
         self.inner.by_method.read().values().for_each(|c| c.clear());
         self.inner.queue.clear_counts();
     }
@@ -262,39 +339,57 @@ impl RateLimitService {
     /// module's) settings with the call's overrides, checked against what the store can
     /// count. The same resolution every call and `Module::init`'s checks go through.
     pub fn quota_for(&self, options: &Options) -> Result<(Quota, Option<Arc<str>>), Error> {
-        let (quota, tier) = self.resolve(&options.call())?;
-        Ok((
-            quota,
-            tier.map(|i| self.inner.config.tiers()[i].name.clone()),
-        ))
+        let generation = self.generation();
+        let config = &generation.config;
+        let (quota, tier) = self.resolve(config, &options.call())?;
+        Ok((quota, tier.map(|i| config.tiers()[i].name.clone())))
     }
 
     /// The quota under `tier` (an index into the configured tiers) with `overrides`, checked
     /// against the store.
     pub(crate) fn resolve_quota(
         &self,
+        config: &Config,
         tier: Option<usize>,
         overrides: &Overrides,
     ) -> Result<Quota, Error> {
-        let quota = self.inner.config.quota(tier, overrides)?;
+        let quota = config.quota(tier, overrides)?;
         self.inner.store.supports(&quota)?;
         Ok(quota)
     }
 
-    pub(super) fn resolve(&self, options: &Call<'_>) -> Result<(Quota, Option<usize>), Error> {
-        let tier = self.inner.config.tier_index(options.tier)?;
+    /// The quota and tier (an index into `config`'s tiers) of a call with `options` under
+    /// `config`.
+    pub(super) fn resolve(
+        &self,
+        config: &Config,
+        options: &Call<'_>,
+    ) -> Result<(Quota, Option<usize>), Error> {
+        let tier = config.tier_index(options.tier)?;
         let quota = if tier.is_none() && options.overrides.is_empty() {
             // The hot path of a plain call: the default limit, resolved once at build time.
-            match self.inner.config.plain_quota() {
+            match config.plain_quota() {
                 Some(quota) => quota,
                 None => return Err(Error::NoLimit),
             }
         } else if let (Some(i), true) = (tier, options.overrides.is_empty()) {
-            self.inner.config.tiers()[i].quota
+            config.tiers()[i].quota
         } else {
-            self.resolve_quota(tier, options.overrides)?
+            self.resolve_quota(config, tier, options.overrides)?
         };
         Ok((quota, tier))
+    }
+}
+
+/// Logs every shadow tier of `config` at warn level, as a service starts or reloads: shadow is
+/// only ever an explicit choice, and never a quiet one.
+fn warn_shadow_tiers(config: &Config) {
+    for tier in config.tiers().iter().filter(|t| t.shadow) {
+        tracing::warn!(
+            target: "ratelimit",
+            tier = &*tier.name,
+            "shadow tier: its limits count and report, and refuse nothing",
+        );
     }
 }
 

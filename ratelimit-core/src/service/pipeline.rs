@@ -78,14 +78,18 @@ impl RateLimitService {
             return Some(answer(self.recorded(site, key, Err(e))));
         }
         let now = self.inner.clock.now();
-        if !self.inner.config.enabled() {
+        if !site.generation.config.enabled() {
             return Some(answer(Ok(Decision::unlimited(now))));
         }
         let mut store_key = KeyBuf::new();
         site.compose(&mut store_key, key);
+        let request = match site.request(&store_key, now) {
+            Ok(request) => request,
+            Err(e) => return Some(answer(self.recorded(site, key, Err(e)))),
+        };
         let started = self.inner.latency.start();
         let store = &*self.inner.store;
-        match store.decide_now(site.request(&store_key, now)) {
+        match store.decide_now(request) {
             Some(mut decided) => {
                 self.inner.latency.finish(started);
                 self.finish(site, key, &mut decided, name_tier);
@@ -126,7 +130,12 @@ impl RateLimitService {
         // once, as abandoned: the store may have spent the call.
         let abandoned = IfAbandoned::new(|| {
             if site.spend {
-                self.count(site.tier, site.budget, site.counters, Outcome::Abandoned);
+                self.count(
+                    site.tier_counters(),
+                    site.budget,
+                    site.counters,
+                    Outcome::Abandoned,
+                );
             }
         });
         let decided = self.ask(site, store_key).await;
@@ -138,12 +147,13 @@ impl RateLimitService {
     /// recorded (the queue records a call once, by how its wait ended).
     pub(crate) async fn ask(&self, site: &Site<'_>, store_key: &str) -> Result<Decision, Error> {
         let now = self.inner.clock.now();
-        if !self.inner.config.enabled() {
+        if !site.generation.config.enabled() {
             return Ok(Decision::unlimited(now));
         }
+        let request = site.request(store_key, now)?;
         let started = self.inner.latency.start();
         let store = &*self.inner.store;
-        let mut decided = store.decide(site.request(store_key, now)).await;
+        let mut decided = store.decide(request).await;
         self.inner.latency.finish(started);
         self.settle(site, &mut decided, true);
         decided
@@ -179,7 +189,7 @@ impl RateLimitService {
     ) {
         if let Ok(decision) = decided {
             if name_tier || !decision.allowed {
-                decision.tier = site.tier.map(|i| self.inner.config.tiers()[i].name.clone());
+                decision.tier = site.tier_name();
             }
             if site.shadow && !decision.allowed {
                 shadow(decision);
@@ -243,7 +253,7 @@ impl RateLimitService {
         function: &'static str,
     ) -> Result<(), Error> {
         let waiting = Err(Error::SyncOnWaitingStore { function });
-        if !self.decides_at_once() {
+        if !self.decides_at_once(&site.generation.config) {
             return self.recorded(site, key, waiting).map(drop);
         }
         let admit = |decided: Result<Decision, Error>| decided.and_then(|d| Self::admit(site, d));
@@ -258,7 +268,7 @@ impl RateLimitService {
     /// Whether every decision is made at once: limiting switched off, or a store that always
     /// decides at once ([`Store::decides_at_once`](crate::store::Store::decides_at_once)). Sync
     /// annotated fns need it.
-    pub(crate) fn decides_at_once(&self) -> bool {
-        !self.inner.config.enabled() || self.inner.store.decides_at_once()
+    pub(crate) fn decides_at_once(&self, config: &crate::config::Config) -> bool {
+        !config.enabled() || self.inner.store.decides_at_once()
     }
 }

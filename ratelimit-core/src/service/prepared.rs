@@ -7,12 +7,12 @@ use std::sync::Arc;
 
 use super::calls::Mode;
 use super::pipeline::Then;
-use super::site::{Site, SiteKey};
-use super::{Call, Options, RateLimitService};
+use super::site::{Site, SiteKey, Transition};
+use super::{Call, Generation, Options, RateLimitService};
 use crate::decision::Decision;
 use crate::error::Error;
 use crate::key::Around;
-use crate::quota::Quota;
+use crate::quota::{Overrides, Quota};
 use crate::stats::Counters;
 
 impl RateLimitService {
@@ -50,20 +50,30 @@ impl RateLimitService {
     }
 
     pub(crate) fn prepare_call(&self, options: &Call<'_>) -> Result<Prepared, Error> {
-        let site = self.site(options)?;
-        Ok(Prepared {
+        let generation = self.generation();
+        let site = self.site(&generation, options)?;
+        let prepared = Prepared {
             quota: site.quota,
             tier: site.tier,
             counters: options.budget.map(|name| self.method_counters(name).1),
             budget: options.budget.map(Arc::from),
             policy: options.policy.map(Arc::from),
-            tier_name: site.tier.map(|i| self.inner.config.tiers()[i].name.clone()),
+            tier_name: site.tier_name(),
             around: site.around(),
             cost: site.cost,
             may_wait: site.may_wait,
             shadow: site.shadow,
+            transition: site.transition,
+            asked: Asked {
+                tier: options.tier.map(Arc::from),
+                overrides: *options.overrides,
+                queue: options.queue,
+                shadow: options.shadow,
+            },
+            generation: Arc::clone(&generation),
             service: self.clone(),
-        })
+        };
+        Ok(prepared)
     }
 }
 
@@ -73,6 +83,12 @@ impl RateLimitService {
 /// service.
 pub struct Prepared {
     service: RateLimitService,
+    /// The generation the site was worked out under. Once a reload replaces it, the site's
+    /// calls take the per-call path under the running one (see [`is_current`](Self::is_current)).
+    generation: Arc<Generation>,
+    /// What the site was prepared for, as asked (before resolution), to decide under a later
+    /// generation.
+    asked: Asked,
     quota: Quota,
     tier: Option<usize>,
     counters: Option<Arc<Counters>>,
@@ -84,6 +100,15 @@ pub struct Prepared {
     around: Around,
     cost: u64,
     may_wait: bool,
+    shadow: bool,
+    transition: Option<Transition>,
+}
+
+/// The options a [`Prepared`] site was asked for that a reload may resolve differently.
+struct Asked {
+    tier: Option<Arc<str>>,
+    overrides: Overrides,
+    queue: Option<bool>,
     shadow: bool,
 }
 
@@ -105,15 +130,62 @@ impl Prepared {
         &self.service
     }
 
-    /// The quota its calls are decided under.
+    /// The quota its calls are decided under (while [`is_current`](Self::is_current)).
     pub fn quota(&self) -> &Quota {
         &self.quota
+    }
+
+    /// Whether the site was prepared under the running configuration. After a
+    /// [`reload`](RateLimitService::reload) its calls are still decided under the running
+    /// configuration, each resolving its options again (the per-call path's cost): prepare the
+    /// site again to make them cheap again. Annotated fns and the HTTP layer do this
+    /// themselves.
+    #[inline]
+    pub fn is_current(&self) -> bool {
+        self.service.runs(&self.generation)
+    }
+
+    /// The call the site was prepared for, as asked, with `cost`.
+    fn asked(&self, cost: u64) -> Call<'_> {
+        Call {
+            tier: self.asked.tier.as_deref(),
+            budget: self.budget.as_deref(),
+            policy: self.policy.as_deref(),
+            overrides: &self.asked.overrides,
+            cost,
+            consume: true,
+            queue: self.asked.queue,
+            shadow: self.asked.shadow,
+        }
+    }
+
+    /// A call of a site prepared under a generation no longer running: resolved again, per
+    /// call, under the running one.
+    #[cold]
+    async fn rerun(&self, key: Option<&str>, cost: u64, mode: Mode) -> Result<Decision, Error> {
+        let generation = self.service.generation();
+        let call = mode.apply(self.asked(cost));
+        let site = self
+            .service
+            .site(&generation, &call)
+            .map_err(|e| self.service.unresolved(&call, e))?;
+        self.service.run(site, key, mode).await
+    }
+
+    /// A call at this site in `mode`: on the prepared site while it is current.
+    async fn run(&self, key: Option<&str>, cost: u64, mode: Mode) -> Result<Decision, Error> {
+        if !self.is_current() {
+            return Box::pin(self.rerun(key, cost, mode)).await;
+        }
+        let site = self.site(cost, mode != Mode::Look);
+        self.service.run(site, key, mode).await
     }
 
     /// The site, borrowed, as the pipeline takes it; `cost` of this call.
     #[inline]
     pub(crate) fn site(&self, cost: u64, spend: bool) -> Site<'_> {
         Site {
+            generation: &self.generation,
             quota: self.quota,
             tier: self.tier,
             budget: self.budget.as_deref(),
@@ -124,6 +196,7 @@ impl Prepared {
             spend,
             may_wait: spend && self.may_wait,
             shadow: self.shadow,
+            transition: self.transition,
         }
     }
 
@@ -132,8 +205,7 @@ impl Prepared {
         &'a self,
         key: &'a str,
     ) -> impl Future<Output = Result<Decision, Error>> + Send + 'a {
-        self.service
-            .run(self.site(self.cost, true), Some(key), Mode::Spend)
+        self.run(Some(key), self.cost, Mode::Spend)
     }
 
     /// Like [`consume`](Self::consume), a refusal as `Err(Error::Exceeded(..))`.
@@ -141,8 +213,7 @@ impl Prepared {
         &'a self,
         key: &'a str,
     ) -> impl Future<Output = Result<Decision, Error>> + Send + 'a {
-        self.service
-            .run(self.site(self.cost, true), Some(key), Mode::Enforce)
+        self.run(Some(key), self.cost, Mode::Enforce)
     }
 
     /// [`consume`](Self::consume) when the store decides at once (see
@@ -150,6 +221,9 @@ impl Prepared {
     /// awaited or the call may wait in the queue.
     #[inline]
     pub fn consume_now(&self, key: &str) -> Option<Result<Decision, Error>> {
+        if !self.is_current() {
+            return self.service.decide_now_call(&self.asked(self.cost), key);
+        }
         let site = self.site(self.cost, true);
         if site.may_wait {
             return None;
@@ -205,7 +279,8 @@ impl Prepared {
         name_tier: bool,
         answer: impl FnOnce(Result<Decision, Error>) -> T,
     ) -> Begun<T> {
-        if site.may_wait {
+        // A site no longer current is decided by `awaited`, under the running generation.
+        if site.may_wait || !self.is_current() {
             return Begun::Waits;
         }
         let mut store_key = String::new();
@@ -216,18 +291,29 @@ impl Prepared {
         }
     }
 
-    /// [`begin`](Self::begin)'s awaited half: the store awaited once on the store key `begin`
-    /// composed (neither composed nor asked at once again), or, with none, every step with
-    /// the queue (a call that may wait, or one `begin` did not reach).
+    /// [`begin`](Self::begin)'s awaited half, a spending call of `cost`: the store awaited
+    /// once on the store key `begin` composed (neither composed nor asked at once again), or,
+    /// with none, every step with the queue (a call that may wait, or one `begin` did not
+    /// reach); a refusal an error in [`Mode::Enforce`]. A site no longer current (a reload
+    /// since `begin`, which then spent nothing) decides under the running generation.
     async fn awaited(
         &self,
-        site: &Site<'_>,
         key: Option<&str>,
+        cost: u64,
         store_key: Option<&str>,
+        mode: Mode,
     ) -> Result<Decision, Error> {
-        match store_key {
-            Some(store_key) => self.service.decide_later(site, key, store_key).await,
-            None => Box::pin(self.service.decide_waiting(site, key)).await,
+        if !self.is_current() {
+            return Box::pin(self.rerun(key, cost, mode)).await;
+        }
+        let site = self.site(cost, true);
+        let decided = match store_key {
+            Some(store_key) => self.service.decide_later(&site, key, store_key).await,
+            None => Box::pin(self.service.decide_waiting(&site, key)).await,
+        };
+        match mode {
+            Mode::Enforce => decided.and_then(|d| RateLimitService::admit(&site, d)),
+            _ => decided,
         }
     }
 
@@ -236,7 +322,7 @@ impl Prepared {
         &'a self,
         key: &'a str,
     ) -> impl Future<Output = Result<Decision, Error>> + Send + 'a {
-        self.service.run(self.site(0, false), Some(key), Mode::Look)
+        self.run(Some(key), 0, Mode::Look)
     }
 
     /// An annotated fn's call: user `key` (none: the budget alone) and `cost`, decided at
@@ -261,10 +347,8 @@ impl Prepared {
         cost: u64,
         store_key: Option<&str>,
     ) -> Result<(), Error> {
-        let site = self.site(cost, true);
-        self.awaited(&site, key, store_key)
+        self.awaited(key, cost, store_key, Mode::Enforce)
             .await
-            .and_then(|d| RateLimitService::admit(&site, d))
             .map(drop)
     }
 
@@ -276,6 +360,9 @@ impl Prepared {
         cost: u64,
         function: &'static str,
     ) -> Result<(), Error> {
+        if !self.is_current() {
+            return (self.service).enforce_call_sync(&self.asked(cost), key, function);
+        }
         let site = self.site(cost, true);
         self.service.enforce_sync(&site, key, function)
     }
@@ -315,10 +402,9 @@ impl Pending {
     /// pipeline, queue included, for a call that may wait).
     pub async fn consume(self) -> Result<Decision, Error> {
         let prepared = &*self.prepared;
-        let site = prepared.site(prepared.cost, true);
         let key = Some(self.key.as_str());
         prepared
-            .awaited(&site, key, self.store_key.as_deref())
+            .awaited(key, prepared.cost, self.store_key.as_deref(), Mode::Spend)
             .await
     }
 }

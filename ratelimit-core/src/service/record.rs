@@ -56,7 +56,12 @@ impl RateLimitService {
     ) {
         match result {
             Ok(decision) if decision.allowed && !decision.shadowed => {
-                self.count(site.tier, site.budget, site.counters, Outcome::Allowed);
+                self.count(
+                    site.tier_counters(),
+                    site.budget,
+                    site.counters,
+                    Outcome::Allowed,
+                );
             }
             _ => self.record_refusal(site, key, result),
         }
@@ -67,7 +72,7 @@ impl RateLimitService {
     #[cold]
     #[inline(never)]
     fn record_refusal(&self, site: &Site<'_>, key: Option<&str>, result: &Result<Decision, Error>) {
-        let count = |outcome| self.count(site.tier, site.budget, site.counters, outcome);
+        let count = |outcome| self.count(site.tier_counters(), site.budget, site.counters, outcome);
         match result {
             Ok(decision) if decision.shadowed => {
                 count(Outcome::Allowed);

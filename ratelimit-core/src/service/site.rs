@@ -3,8 +3,9 @@
 //! caller that makes many calls.
 
 use std::fmt;
+use std::sync::Arc;
 
-use super::{Call, RateLimitService};
+use super::{Call, Generation, RateLimitService};
 use crate::clock::Nanos;
 use crate::error::Error;
 use crate::key::{self, Around, KeyParts};
@@ -16,6 +17,8 @@ use crate::store::{Mode, Request, StoreKey};
 /// the budget and its counters, the store key's parts around the user key, what a call costs
 /// and whether it spends.
 pub(crate) struct Site<'a> {
+    /// The generation the site was worked out under: the whole call is decided under it.
+    pub(crate) generation: &'a Generation,
     pub(crate) quota: Quota,
     pub(crate) tier: Option<usize>,
     pub(crate) budget: Option<&'a str>,
@@ -33,6 +36,16 @@ pub(crate) struct Site<'a> {
     /// A shadow limit: a call it would refuse is admitted, marked and counted
     /// (`RateLimitService::settle`).
     pub(crate) shadow: bool,
+    /// After a reload that loosened this limit, the old, tighter quota on the same state,
+    /// until one of its windows has passed since the switch (see `reload.rs`).
+    pub(crate) transition: Option<Transition>,
+}
+
+/// A tighter quota a site's calls are decided under until `until` (see [`Site::transition`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Transition {
+    pub(crate) quota: Quota,
+    pub(crate) until: Nanos,
 }
 
 /// A site's store key, without the user key.
@@ -44,6 +57,19 @@ pub(crate) enum SiteKey<'a> {
 }
 
 impl Site<'_> {
+    /// The counters of the site's tier, if it has one.
+    #[inline]
+    pub(crate) fn tier_counters(&self) -> Option<&Counters> {
+        self.tier.map(|i| &*self.generation.by_tier[i])
+    }
+
+    /// The site's tier's name, if it has one.
+    #[inline]
+    pub(crate) fn tier_name(&self) -> Option<Arc<str>> {
+        self.tier
+            .map(|i| Arc::clone(&self.generation.config.tiers()[i].name))
+    }
+
     /// Step 2: the checks of a call that do not depend on the store's state: its user key,
     /// and its cost under the quota (`algorithm::check_cost`). One place for every entry
     /// point; a store checks again for callers that use it directly.
@@ -78,17 +104,36 @@ impl Site<'_> {
         }
     }
 
-    /// Step 4's request on the store key step 3 composed, at `now` (the call checked).
+    /// Step 4's request on the store key step 3 composed, at `now` (the call checked): under
+    /// the site's quota, or a reload's tighter one while it lasts ([`Site::transition`]), which
+    /// a cost within the new quota may still be above (an error, as for any quota).
     #[inline]
-    pub(crate) fn request<'k>(&'k self, store_key: &'k str, now: Nanos) -> Request<'k> {
+    pub(crate) fn request<'k>(
+        &'k self,
+        store_key: &'k str,
+        now: Nanos,
+    ) -> Result<Request<'k>, Error> {
         let mode = if self.spend { Mode::Spend } else { Mode::Look };
-        Request::checked(
+        let quota = self.quota_at(now);
+        if self.transition.is_some() {
+            crate::algorithm::check_cost(quota, self.cost, self.spend)?;
+        }
+        Ok(Request::checked(
             StoreKey::composed(store_key),
-            &self.quota,
+            quota,
             self.cost,
             now,
             mode,
-        )
+        ))
+    }
+
+    /// The quota a call at `now` is decided under.
+    #[inline]
+    pub(crate) fn quota_at(&self, now: Nanos) -> &Quota {
+        match &self.transition {
+            Some(t) if now < t.until => &t.quota,
+            _ => &self.quota,
+        }
     }
 
     /// The store key of a call with user `key`, checked and composed (for the paths that
@@ -105,10 +150,43 @@ impl Site<'_> {
 }
 
 impl RateLimitService {
-    /// Step 1 for one call: the site of a call with `options`, borrowing from them. What
+    /// The transition of a call with `options`, resolved to `quota` under `tier` in
+    /// `generation`: when the generation before it resolves the same call to the same state
+    /// (the same store key: prefix, tier, budget, strategy and window) under a lower capacity,
+    /// that quota, for one of its windows after the switch. A reload that tightens needs none
+    /// (the state carries over under the new, lower limit); a call the old configuration did
+    /// not resolve has no old budget to hold to.
+    fn transition(
+        &self,
+        generation: &Generation,
+        options: &Call<'_>,
+        quota: Quota,
+        tier: Option<usize>,
+    ) -> Option<Transition> {
+        let (previous, switched_at) = generation.previous.as_ref()?;
+        let old_config = &*previous.config;
+        let (old, old_tier) = self.resolve(old_config, options).ok()?;
+        let name = |config: &crate::config::Config, tier: Option<usize>| {
+            tier.map(|i| Arc::clone(&config.tiers()[i].name))
+        };
+        let same_state = old_config.key_prefix() == generation.config.key_prefix()
+            && name(old_config, old_tier) == name(&generation.config, tier)
+            && (old.strategy(), old.window_nanos()) == (quota.strategy(), quota.window_nanos());
+        (same_state && old.capacity() < quota.capacity()).then(|| Transition {
+            quota: old,
+            until: switched_at.saturating_add(old.window_nanos()),
+        })
+    }
+
+    /// Step 1 for one call: the site of a call with `options` under `generation` (the
+    /// running one, loaded once for the call), borrowing from both. What
     /// [`prepare`](Self::prepare) holds instead when a caller makes many.
-    pub(crate) fn site<'a>(&'a self, options: &Call<'a>) -> Result<Site<'a>, Error> {
-        let config = &self.inner.config;
+    pub(crate) fn site<'a>(
+        &'a self,
+        generation: &'a Generation,
+        options: &Call<'a>,
+    ) -> Result<Site<'a>, Error> {
+        let config = &*generation.config;
         // A budget name is a part of the store key: bounded like a user key, so that the key
         // a store is handed stays within the 4096 bytes it was promised.
         if options.budget.is_some_and(|b| b.len() > key::MAX_KEY_LEN) {
@@ -116,14 +194,16 @@ impl RateLimitService {
                 reason: "the budget name is longer than 1024 bytes",
             });
         }
-        let (quota, tier) = self.resolve(options)?;
+        let (quota, tier) = self.resolve(config, options)?;
         let shadow = options.shadow || tier.is_some_and(|i| config.tiers()[i].shadow);
+        let transition = self.transition(generation, options, quota, tier);
         let identity = match tier {
             _ if !options.overrides.is_empty() => None,
             Some(i) => Some(&*config.tiers()[i].identity),
             None => config.plain_identity.as_deref(),
         };
         Ok(Site {
+            generation,
             quota,
             tier,
             budget: options.budget,
@@ -139,8 +219,9 @@ impl RateLimitService {
             cost: options.cost,
             spend: options.consume,
             // A shadow limit never refuses, so it never makes a call wait.
-            may_wait: !shadow && self.may_wait(options),
+            may_wait: !shadow && self.may_wait(config, options),
             shadow,
+            transition,
         })
     }
 }

@@ -4,7 +4,7 @@ use std::future::Future;
 
 use super::pipeline::IfAbandoned;
 use super::site::Site;
-use super::{Call, Options, RateLimitService};
+use super::{Call, Generation, Options, RateLimitService};
 use crate::clock::Nanos;
 use crate::decision::Decision;
 use crate::error::{Error, Exceeded};
@@ -93,22 +93,23 @@ impl RateLimitService {
         limits: &[(Option<&str>, Call<'_>)],
         function: &'static str,
     ) -> Result<Vec<Decision>, Error> {
-        let decisions = match self.with_shadows(limits)? {
-            None => self.stack_now(limits, function)?,
+        let generation = self.generation();
+        let decisions = match self.with_shadows(&generation, limits)? {
+            None => self.stack_now(&generation, limits, function)?,
             Some(shadows) => {
-                let enforced = self.stack_now(&shadows.enforced, function)?;
+                let enforced = self.stack_now(&generation, &shadows.enforced, function)?;
                 let admitted = enforced.iter().all(|d| d.allowed);
                 let mut shadowed = Vec::with_capacity(shadows.shadow.len());
                 for (key, call) in &shadows.shadow {
-                    let site = self.shadow_site(call, admitted)?;
+                    let site = self.shadow_site(&generation, call, admitted)?;
                     let store_key = site.store_key(*key)?;
                     let now = self.inner.clock.now();
-                    let decided = match self.inner.config.enabled() {
+                    let decided = match generation.config.enabled() {
                         false => Ok(Decision::unlimited(now)),
                         true => self
                             .inner
                             .store
-                            .decide_now(site.request(&store_key, now))
+                            .decide_now(site.request(&store_key, now)?)
                             .unwrap_or(Err(Error::SyncOnWaitingStore { function })),
                     };
                     shadowed.push(self.settle_member(&site, decided)?);
@@ -122,16 +123,17 @@ impl RateLimitService {
     /// [`enforce_stacked_now`](Self::enforce_stacked_now) of a stack without shadow limits.
     fn stack_now(
         &self,
+        generation: &Generation,
         limits: &[(Option<&str>, Call<'_>)],
         function: &'static str,
     ) -> Result<Vec<Decision>, Error> {
         if limits.is_empty() {
             return Ok(Vec::new());
         }
-        Ok(match self.stacked(limits)? {
+        Ok(match self.stacked(generation, limits)? {
             Keyed::Unlimited(decisions) => decisions,
             Keyed::Keys(sites, keys, now) => {
-                let checks = checks(&keys, &sites);
+                let checks = checks(&keys, &sites, now);
                 let store = &*self.inner.store;
                 let result = stacked(&checks, &sites, now).and_then(|stacked| {
                     match store.decides_at_once() {
@@ -154,14 +156,15 @@ impl RateLimitService {
         &self,
         limits: &[(Option<&str>, Call<'_>)],
     ) -> Result<Vec<Decision>, Error> {
-        let Some(shadows) = self.with_shadows(limits)? else {
-            return self.decide_stack(limits).await;
+        let generation = self.generation();
+        let Some(shadows) = self.with_shadows(&generation, limits)? else {
+            return self.decide_stack(&generation, limits).await;
         };
-        let enforced = self.decide_stack(&shadows.enforced).await?;
+        let enforced = self.decide_stack(&generation, &shadows.enforced).await?;
         let admitted = enforced.iter().all(|d| d.allowed);
         let mut shadowed = Vec::with_capacity(shadows.shadow.len());
         for (key, call) in &shadows.shadow {
-            let site = self.shadow_site(call, admitted)?;
+            let site = self.shadow_site(&generation, call, admitted)?;
             let store_key = site.store_key(*key)?;
             let decided = self.ask(&site, &store_key).await;
             shadowed.push(self.settle_member(&site, decided)?);
@@ -174,9 +177,10 @@ impl RateLimitService {
     /// which reports it).
     fn with_shadows<'a>(
         &self,
+        generation: &Generation,
         limits: &[(Option<&'a str>, Call<'a>)],
     ) -> Result<Option<Shadows<'a>>, Error> {
-        let is_shadow = |call: &Call<'_>| self.site(call).is_ok_and(|site| site.shadow);
+        let is_shadow = |call: &Call<'_>| self.site(generation, call).is_ok_and(|site| site.shadow);
         if !limits.iter().any(|(_, call)| is_shadow(call)) {
             return Ok(None);
         }
@@ -198,12 +202,19 @@ impl RateLimitService {
 
     /// A shadow limit's site in a stack: spending only when the enforced limits admitted the
     /// call.
-    fn shadow_site<'a>(&'a self, call: &Call<'a>, admitted: bool) -> Result<Site<'a>, Error> {
+    fn shadow_site<'a>(
+        &'a self,
+        generation: &'a Generation,
+        call: &Call<'a>,
+        admitted: bool,
+    ) -> Result<Site<'a>, Error> {
         let call = Call {
             consume: call.consume && admitted,
             ..*call
         };
-        let mut site = self.site(&call).map_err(|e| self.unresolved(&call, e))?;
+        let mut site = self
+            .site(generation, &call)
+            .map_err(|e| self.unresolved(&call, e))?;
         site.check(None)?;
         site.may_wait = false;
         Ok(site)
@@ -218,7 +229,8 @@ impl RateLimitService {
     ) -> Result<Decision, Error> {
         self.settle(site, &mut decided, true);
         if site.spend {
-            let count = |outcome| self.count_scoped(site.tier, site.budget, None, outcome);
+            let count =
+                |outcome| self.count_scoped(site.tier_counters(), site.budget, None, outcome);
             match &decided {
                 Ok(decision) => {
                     count(Outcome::Allowed);
@@ -266,16 +278,17 @@ impl RateLimitService {
     /// A stacked call without shadow limits: every limit decided as one.
     async fn decide_stack(
         &self,
+        generation: &Generation,
         limits: &[(Option<&str>, Call<'_>)],
     ) -> Result<Vec<Decision>, Error> {
         if limits.is_empty() {
             return Ok(Vec::new());
         }
-        let (sites, keys, now) = match self.stacked(limits)? {
+        let (sites, keys, now) = match self.stacked(generation, limits)? {
             Keyed::Unlimited(decisions) => return Ok(decisions),
             Keyed::Keys(sites, keys, now) => (sites, keys, now),
         };
-        let checks = checks(&keys, &sites);
+        let checks = checks(&keys, &sites, now);
         let store = &*self.inner.store;
         let result = match stacked(&checks, &sites, now) {
             Ok(stacked) => match store.decide_all_now(stacked) {
@@ -287,7 +300,12 @@ impl RateLimitService {
                         if sites.iter().all(|s| s.spend) {
                             self.inner.total.record(Outcome::Abandoned);
                             for site in &sites {
-                                self.count_scoped(site.tier, site.budget, None, Outcome::Abandoned);
+                                self.count_scoped(
+                                    site.tier_counters(),
+                                    site.budget,
+                                    None,
+                                    Outcome::Abandoned,
+                                );
                             }
                         }
                     });
@@ -305,13 +323,14 @@ impl RateLimitService {
     /// disabled, the decisions).
     fn stacked<'a>(
         &'a self,
+        generation: &'a Generation,
         limits: &'a [(Option<&'a str>, Call<'a>)],
     ) -> Result<Keyed<'a>, Error> {
         let mut sites = Vec::with_capacity(limits.len());
         let mut keys = Vec::with_capacity(limits.len());
         for (key, options) in limits {
             let site = self
-                .site(options)
+                .site(generation, options)
                 .map_err(|e| self.unresolved(options, e))?;
             site.check(*key)?;
             let mut k = String::with_capacity(64);
@@ -320,7 +339,7 @@ impl RateLimitService {
             sites.push(site);
         }
         let now = self.inner.clock.now();
-        if !self.inner.config.enabled() {
+        if !generation.config.enabled() {
             return Ok(Keyed::Unlimited(
                 limits.iter().map(|_| Decision::unlimited(now)).collect(),
             ));
@@ -341,7 +360,7 @@ impl RateLimitService {
                 if commit {
                     self.inner.total.record(Outcome::Error);
                     for site in sites {
-                        self.count_scoped(site.tier, site.budget, None, Outcome::Error);
+                        self.count_scoped(site.tier_counters(), site.budget, None, Outcome::Error);
                     }
                 }
                 return Err(e);
@@ -349,7 +368,7 @@ impl RateLimitService {
         };
         let admitted = decisions.iter().all(|d| d.allowed);
         for (decision, site) in decisions.iter_mut().zip(sites) {
-            decision.tier = site.tier.map(|i| self.inner.config.tiers()[i].name.clone());
+            decision.tier = site.tier_name();
             if !admitted && decision.allowed {
                 // This limit would have admitted the call, but another refused it and nothing
                 // was spent: its remaining is the level now, not what the call would have left
@@ -362,7 +381,8 @@ impl RateLimitService {
             if commit {
                 // Each budget counts what happened in it: admitted, refused by its own
                 // limit, or (refused by another limit) nothing.
-                let count = |outcome| self.count_scoped(site.tier, site.budget, None, outcome);
+                let count =
+                    |outcome| self.count_scoped(site.tier_counters(), site.budget, None, outcome);
                 match (admitted, decision.allowed) {
                     (true, _) => count(Outcome::Allowed),
                     (false, false) => count(Outcome::Denied),
@@ -397,12 +417,12 @@ enum Keyed<'a> {
 }
 
 /// The store's checks: one per limit, each with its own cost.
-fn checks<'a>(keys: &'a [String], sites: &'a [Site<'_>]) -> Vec<Check<'a>> {
+fn checks<'a>(keys: &'a [String], sites: &'a [Site<'_>], now: Nanos) -> Vec<Check<'a>> {
     keys.iter()
         .zip(sites)
         .map(|(key, site)| Check {
             key: StoreKey::composed(key),
-            quota: &site.quota,
+            quota: site.quota_at(now),
             cost: site.cost,
         })
         .collect()

@@ -62,8 +62,7 @@ impl RateLimitService {
     /// that spends, on a service that limits, with `queue` (or the configuration's
     /// `queue_enabled`) on.
     #[inline]
-    pub(super) fn may_wait(&self, options: &Call<'_>) -> bool {
-        let config = &self.inner.config;
+    pub(super) fn may_wait(&self, config: &crate::config::Config, options: &Call<'_>) -> bool {
         options.consume && options.queue.unwrap_or(config.queue_enabled()) && config.enabled()
     }
 
@@ -76,7 +75,7 @@ impl RateLimitService {
         line: String,
         mut refused: Option<Decision>,
     ) -> Result<Decision, Error> {
-        let (config, queue) = (&self.inner.config, &self.inner.queue);
+        let (config, queue) = (&*site.generation.config, &self.inner.queue);
         let deadline = Instant::now() + config.queue_timeout();
         let priority = site.tier.map_or(0, |i| config.tiers()[i].priority);
         let Some(mut turn) = queue.join(&line, priority, config.max_queue_size()) else {
@@ -205,7 +204,10 @@ impl RateLimitService {
         let options = options.clone().consume(true).queue(false);
         async move {
             let call = options.call();
-            let site = self.site(&call).map_err(|e| self.unresolved(&call, e))?;
+            let generation = self.generation();
+            let site = self
+                .site(&generation, &call)
+                .map_err(|e| self.unresolved(&call, e))?;
             let store_key = match site.check(Some(key)) {
                 Ok(()) => site.store_key(Some(key))?,
                 Err(e) => return self.recorded(&site, Some(key), Err(e)),

@@ -54,7 +54,9 @@ impl Limit {
         }
         let held = self.prepared.load();
         match &*held {
-            Some(prepared) if prepared.service().same_as(service) => Some(Arc::clone(prepared)),
+            Some(prepared) if prepared.service().same_as(service) && prepared.is_current() => {
+                Some(Arc::clone(prepared))
+            }
             _ => {
                 let prepared = Arc::new(service.prepare(&self.options).ok()?);
                 self.prepared.store(Some(Arc::clone(&prepared)));

@@ -1,0 +1,151 @@
+//! Changing the configuration while the service runs: [`RateLimitService::reload`].
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use super::{Generation, RateLimitService};
+use crate::config::Config;
+use crate::error::{ConfigError, Error};
+use crate::quota::Quota;
+
+/// What a [`reload`](RateLimitService::reload) changed. Limits are named `"default"` (the
+/// default limit) and by tier name. A limit is tightened when its capacity (`limit + burst`)
+/// went down, loosened when it went up; a limit whose window or strategy changed is
+/// `changed` (its budgets start afresh: their state is kept per window and strategy).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Reloaded {
+    /// The generation now running (the service's first configuration is 0).
+    pub generation: u64,
+    /// Limits the new configuration has and the old did not.
+    pub added: Vec<String>,
+    /// Limits the old configuration had and the new does not.
+    pub removed: Vec<String>,
+    /// Limits with a lower capacity.
+    pub tightened: Vec<String>,
+    /// Limits with a higher capacity.
+    pub loosened: Vec<String>,
+    /// Limits with another window or strategy.
+    pub changed: Vec<String>,
+}
+
+impl RateLimitService {
+    /// Replaces the running configuration with `config`, checked as a new service's is (every
+    /// quota against the store); on any problem nothing changes, the running configuration
+    /// goes on deciding, and the error names every problem at once.
+    ///
+    /// The swap is atomic: each call is decided wholly under the old or wholly under the new
+    /// configuration (a call reads the configuration once, at its start). Budgets carry over
+    /// where the state is the same (the same key prefix, tier, budget, strategy and window):
+    /// a limit tightened counts what was spent against its new limit; a limit loosened holds
+    /// to its old quota for one old window after the switch, so a reload never admits more in
+    /// that window than the tighter of the two would have. A limit whose state changes (another
+    /// window, strategy, tier name or prefix) starts a fresh budget at the switch: that case
+    /// is not held to the old budget yet. Statistics carry over (a tier's by name);
+    /// [`Stats::generation`](crate::Stats::generation) says which configuration runs. Prepared
+    /// sites ([`prepare`](Self::prepare)) decide under the new configuration at once.
+    ///
+    /// The store cannot change: a configuration with another `store` is refused (for a
+    /// service built [`with_store`](Self::with_store), `config.store()` is not used, as there).
+    /// Each reload is an `info` event (target `ratelimit`) naming what changed, and the
+    /// metrics `ratelimit_reloads_total` and `ratelimit_generation` (feature `metrics`); every
+    /// shadow tier of the new configuration is logged at `warn`.
+    ///
+    /// ```
+    /// use ratelimit_core::{Config, Options, RateLimitService};
+    ///
+    /// # futures::executor::block_on(async {
+    /// let service = RateLimitService::new(Config::builder().default_limit(2).build()?)?;
+    /// assert!(service.consume("k", &Options::new()).await?.allowed);
+    /// let reloaded = service.reload(Config::builder().default_limit(1).build()?)?;
+    /// assert_eq!(reloaded.tightened, ["default"]);
+    /// // The call already spent counts under the new limit of 1.
+    /// assert!(!service.consume("k", &Options::new()).await?.allowed);
+    /// assert_eq!(service.stats().generation, 1);
+    /// # Ok::<(), ratelimit_core::Error>(())
+    /// # }).unwrap();
+    /// ```
+    pub fn reload(&self, config: Config) -> Result<Reloaded, Error> {
+        self.reload_checked(config, |_| Ok(()))
+    }
+
+    /// [`reload`](Self::reload), `check` (a module's declarations) run on the new
+    /// configuration before it is installed; its error leaves the old one running.
+    pub(crate) fn reload_checked(
+        &self,
+        config: Config,
+        check: impl FnOnce(&Config) -> Result<(), Error>,
+    ) -> Result<Reloaded, Error> {
+        // One reload at a time, from its checks to its swap: two racing reloads each install
+        // a whole configuration, one after the other.
+        let _one = self.inner.reloading.lock();
+        let running = self.generation();
+        let mut errors = ConfigError::default();
+        if self.inner.store_from_config && config.store() != running.config.store() {
+            errors.push(
+                "store",
+                "a reload cannot change the store: build a new service for another store",
+            );
+        }
+        for (field, e) in config.quota_problems(&|q| self.inner.store.supports(q)) {
+            errors.push(field, e.to_string());
+        }
+        if !errors.problems.is_empty() {
+            return Err(Error::InvalidConfig(errors));
+        }
+        check(&config)?;
+        let mut reloaded = changes(&running.config, &config);
+        reloaded.generation = running.number + 1;
+        super::warn_shadow_tiers(&config);
+        let mut next = Generation::new(config, reloaded.generation, Some(&running));
+        next.previous = Some((running.as_previous(), self.inner.clock.now()));
+        self.inner.current.store(Arc::new(next));
+        self.inner
+            .generation
+            .store(reloaded.generation, Ordering::Release);
+        crate::metrics::reloaded(reloaded.generation);
+        tracing::info!(
+            target: "ratelimit",
+            generation = reloaded.generation,
+            added = ?reloaded.added,
+            removed = ?reloaded.removed,
+            tightened = ?reloaded.tightened,
+            loosened = ?reloaded.loosened,
+            changed = ?reloaded.changed,
+            "rate limit configuration reloaded",
+        );
+        Ok(reloaded)
+    }
+}
+
+/// What changed from `old` to `new`, limit by limit (the default limit, then the tiers).
+fn changes(old: &Config, new: &Config) -> Reloaded {
+    let limits = |config: &Config| -> Vec<(String, Quota)> {
+        let default = config.plain_quota().map(|q| ("default".to_owned(), q));
+        default
+            .into_iter()
+            .chain(config.tiers().iter().map(|t| (t.name.to_string(), t.quota)))
+            .collect()
+    };
+    let (before, after) = (limits(old), limits(new));
+    let mut out = Reloaded::default();
+    for (name, quota) in &after {
+        match before.iter().find(|(n, _)| n == name) {
+            None => out.added.push(name.clone()),
+            Some((_, was))
+                if (was.window(), was.strategy()) != (quota.window(), quota.strategy()) =>
+            {
+                out.changed.push(name.clone())
+            }
+            Some((_, was)) if quota.capacity() < was.capacity() => out.tightened.push(name.clone()),
+            Some((_, was)) if quota.capacity() > was.capacity() => out.loosened.push(name.clone()),
+            Some(_) => {}
+        }
+    }
+    for (name, _) in &before {
+        if !after.iter().any(|(n, _)| n == name) {
+            out.removed.push(name.clone());
+        }
+    }
+    out
+}

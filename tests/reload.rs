@@ -1,0 +1,314 @@
+//! Changing limits while running (issue 27): `reload` on a service and on a module. Exact
+//! counts, a hand-driven clock, 64 tasks on the memory store and, with the `redis` feature, a
+//! real Redis server and Cluster.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ratelimit::{
+    rate_limit, Config, Error, Module, Options, ProblemKind, RateLimitService, Strategy, Tier,
+};
+use ratelimit_tests::{on_every_store, serial};
+
+/// Long enough that no Redis window (on the server's clock) turns during a test.
+const LONG: Duration = Duration::from_secs(20 * 24 * 3600);
+
+fn limit(n: u64) -> impl Fn() -> ratelimit::ConfigBuilder {
+    move || {
+        Config::builder()
+            .strategy(Strategy::FixedWindow)
+            .default_limit(n)
+            .default_window(LONG)
+    }
+}
+
+/// `builder`'s configuration on `service`'s store and key prefix (a reload keeps the store;
+/// another prefix would be other budgets).
+fn on_its_store(service: &RateLimitService, builder: ratelimit::ConfigBuilder) -> Config {
+    let running = service.config();
+    builder
+        .store(running.store().clone())
+        .key_prefix(running.key_prefix())
+        .build()
+        .unwrap()
+}
+
+/// What 64 tasks, each making `calls` calls on `"shared-key"`, admit.
+async fn admitted_by_64_tasks(service: &RateLimitService, calls: usize) -> u64 {
+    ratelimit_tests::admitted_by_tasks(service, &Options::new(), 64, calls, false).await
+}
+
+/// Tightened from 10 to 3 with 2 spent: the state carries over, so 64 tasks get exactly one
+/// more call; the next window admits exactly 3.
+#[test]
+fn a_reload_from_10_to_3_admits_exactly_what_the_tighter_limit_leaves() {
+    let rt = ratelimit_tests::two_workers();
+    let clock = ratelimit_tests::clock();
+    let (services, _servers) = on_every_store("reload-tight", limit(10), &clock);
+    for (store, service) in services {
+        rt.block_on(async {
+            for _ in 0..2 {
+                assert!(
+                    service
+                        .consume("shared-key", &Options::new())
+                        .await
+                        .unwrap()
+                        .allowed
+                );
+            }
+            let reloaded = service.reload(on_its_store(&service, limit(3)())).unwrap();
+            assert_eq!(reloaded.tightened, ["default"], "{store}");
+            assert_eq!(admitted_by_64_tasks(&service, 3).await, 1, "{store}");
+            if store == "memory" {
+                clock.advance(LONG);
+                assert_eq!(admitted_by_64_tasks(&service, 3).await, 3, "{store}");
+            }
+        });
+        assert_eq!(service.stats().generation, 1, "{store}");
+    }
+}
+
+/// Loosened from 3 to 10 with the 3 spent: inside the old window the old, tighter limit
+/// holds (64 tasks get nothing); after one old window the new limit holds, exactly.
+#[test]
+fn a_reload_from_3_to_10_admits_nothing_more_inside_the_old_window() {
+    let rt = ratelimit_tests::two_workers();
+    let clock = ratelimit_tests::clock();
+    let (services, _servers) = on_every_store("reload-loose", limit(3), &clock);
+    for (store, service) in services {
+        rt.block_on(async {
+            for _ in 0..3 {
+                assert!(
+                    service
+                        .consume("shared-key", &Options::new())
+                        .await
+                        .unwrap()
+                        .allowed
+                );
+            }
+            let reloaded = service.reload(on_its_store(&service, limit(10)())).unwrap();
+            assert_eq!(reloaded.loosened, ["default"], "{store}");
+            assert_eq!(admitted_by_64_tasks(&service, 3).await, 0, "{store}");
+            // A call the old window refuses says when the old window ends.
+            let refused = service
+                .consume("shared-key", &Options::new())
+                .await
+                .unwrap();
+            assert!(!refused.allowed && refused.retry_after.is_some(), "{store}");
+            clock.advance(LONG);
+            // Memory: a new window of 10. Redis (its own clock: the window has not turned):
+            // the new limit of 10 over the 3 spent.
+            let want = if store == "memory" { 10 } else { 7 };
+            assert_eq!(admitted_by_64_tasks(&service, 3).await, want, "{store}");
+        });
+    }
+}
+
+/// A prepared site follows a reload at once (deciding under the running configuration), and
+/// tells that it should be prepared again.
+#[test]
+fn a_prepared_site_decides_under_the_reloaded_configuration() {
+    let rt = ratelimit_tests::two_workers();
+    let clock = ratelimit_tests::clock();
+    let (services, _servers) = on_every_store("reload-prepared", limit(5), &clock);
+    for (store, service) in services {
+        let site = service.prepare(&Options::new()).unwrap();
+        rt.block_on(async {
+            assert!(site.consume("p").await.unwrap().allowed);
+            service.reload(on_its_store(&service, limit(1)())).unwrap();
+            assert!(!site.is_current(), "{store}");
+            assert!(!site.consume("p").await.unwrap().allowed, "{store}");
+            assert!(site.enforce("p").await.is_err(), "{store}");
+            assert_eq!(site.status("p").await.unwrap().limit, 1, "{store}");
+            let again = service.prepare(&Options::new()).unwrap();
+            assert!(again.is_current());
+            assert!(!again.consume("p").await.unwrap().allowed, "{store}");
+        });
+    }
+}
+
+/// A reload with problems changes nothing: every problem named at once, the running
+/// configuration deciding on with its counts.
+#[test]
+fn a_reload_with_problems_changes_nothing_and_names_every_problem() {
+    let rt = ratelimit_tests::two_workers();
+    let clock = ratelimit_tests::clock();
+    let (mut services, _servers) = on_every_store("reload-bad", limit(2), &clock);
+    // The memory store from the configuration (`on_every_store`'s is the caller's own, whose
+    // `config.store()` is not used, so another there is no problem).
+    let from_config = limit(2)().build().unwrap();
+    services[0].1 = RateLimitService::with_clock(from_config, Arc::new(clock.clone())).unwrap();
+    for (store, service) in services {
+        rt.block_on(async {
+            assert!(service.consume("b", &Options::new()).await.unwrap().allowed);
+        });
+        let other_store = limit(1)()
+            .store(ratelimit::StoreConfig::Memory(
+                ratelimit::MemoryOptions::default().max_keys(7),
+            ))
+            .build()
+            .unwrap();
+        match service.reload(other_store) {
+            Err(Error::InvalidConfig(e)) => {
+                let fields: Vec<&str> = e.problems.iter().map(|(f, _)| f.as_str()).collect();
+                // The memory service was built from its configuration too.
+                assert_eq!(fields, ["store"], "{store}");
+            }
+            other => panic!("{store}: {other:?}"),
+        }
+        assert_eq!(service.stats().generation, 0, "{store}");
+        rt.block_on(async {
+            assert!(service.consume("b", &Options::new()).await.unwrap().allowed);
+            assert!(!service.consume("b", &Options::new()).await.unwrap().allowed);
+        });
+        assert_eq!(service.config().default_limit(), Some(2), "{store}");
+    }
+}
+
+/// Two reloads racing: each installs a whole configuration, one after the other.
+#[test]
+fn two_racing_reloads_each_install_a_whole_configuration() {
+    let service =
+        RateLimitService::with_clock(Config::default(), Arc::new(ratelimit_tests::clock()))
+            .unwrap();
+    let configs = [
+        Config::builder()
+            .tier(Tier::new("a", 1).window("1m"))
+            .tier(Tier::new("b", 1).window("1m"))
+            .build()
+            .unwrap(),
+        Config::builder()
+            .tier(Tier::new("a", 9).window("1h"))
+            .build()
+            .unwrap(),
+    ];
+    for _ in 0..50 {
+        std::thread::scope(|scope| {
+            for config in &configs {
+                let (service, config) = (&service, config.clone());
+                scope.spawn(move || service.reload(config).unwrap());
+            }
+        });
+        let running = service.config();
+        assert!(configs.contains(&running), "{running:?}");
+    }
+    assert_eq!(service.stats().generation, 100);
+}
+
+/// Promoting a shadow tier is a reload: the counts carry over and the next call over the
+/// limit is refused.
+#[test]
+fn a_shadow_tier_promoted_by_a_reload_refuses_the_next_call() {
+    let rt = ratelimit_tests::two_workers();
+    let clock = ratelimit_tests::clock();
+    let tier = |shadow: bool| {
+        move || {
+            let beta = Tier::new("beta", 5).window(LONG);
+            Config::builder().tier(if shadow { beta.shadow() } else { beta })
+        }
+    };
+    let (services, _servers) = on_every_store("reload-shadow", tier(true), &clock);
+    for (store, service) in services {
+        let beta = Options::new().tier("beta");
+        rt.block_on(async {
+            let mut shadowed = 0;
+            for _ in 0..20 {
+                let d = service.consume("s", &beta).await.unwrap();
+                assert!(d.allowed, "{store}");
+                shadowed += u64::from(d.shadowed);
+            }
+            assert_eq!(shadowed, 15, "{store}");
+            service
+                .reload(on_its_store(&service, tier(false)()))
+                .unwrap();
+            let d = service.consume("s", &beta).await.unwrap();
+            assert!(!d.allowed && !d.shadowed, "{store}");
+        });
+        let counts = service.stats().by_tier["beta"];
+        assert_eq!(
+            (counts.allowed, counts.shadowed, counts.denied),
+            (20, 15, 1),
+            "{store}"
+        );
+    }
+}
+
+#[rate_limit(tier = "gold", key = user)]
+async fn gold_only(user: &str) -> Result<(), Error> {
+    let _ = user;
+    Ok(())
+}
+
+/// `Module::reload` checks every annotated fn as `init` does: a configuration without the
+/// fn's tier is refused naming the fn, and the running one goes on deciding it. A reload that
+/// passes reaches the fn at its next call.
+#[test]
+fn a_module_reload_checks_every_annotated_fn_and_reaches_it() {
+    let _serial = serial();
+    let gold = |limit: u64| Module::builder().tier(Tier::new("gold", limit).window(LONG));
+    let module = gold(2).init().unwrap();
+    let rt = ratelimit_tests::two_workers();
+    rt.block_on(async {
+        gold_only("g").await.unwrap();
+    });
+    match module.reload(Module::builder().tier(Tier::new("silver", 5).window("1m"))) {
+        Err(Error::Declarations(e)) => {
+            assert!(e
+                .problems
+                .iter()
+                .any(|p| p.function.ends_with("::gold_only")
+                    && matches!(p.kind, ProblemKind::UnknownTier { .. })));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(module.stats().generation, 0);
+    rt.block_on(async {
+        gold_only("g").await.unwrap();
+        assert!(matches!(gold_only("g").await, Err(Error::Exceeded(_))));
+    });
+    let reloaded = module.reload(gold(3)).unwrap();
+    assert_eq!(
+        (reloaded.generation, reloaded.loosened.clone()),
+        (1, vec!["gold".to_owned()])
+    );
+    rt.block_on(async {
+        // Loosened: the old limit of 2 holds for one old window.
+        assert!(matches!(gold_only("g").await, Err(Error::Exceeded(_))));
+    });
+    let reloaded = module.reload(gold(1)).unwrap();
+    assert_eq!(reloaded.tightened, ["gold"]);
+    rt.block_on(async {
+        assert!(matches!(gold_only("h").await, Ok(())));
+        assert!(matches!(gold_only("h").await, Err(Error::Exceeded(_))));
+    });
+}
+
+/// A fleet in a rolling deploy: two services (pods) on one Redis, one still on a limit of 3,
+/// one already on 10. They share each key's state and each decides under its own limit, so
+/// a window admits up to the looser limit and never more (the README's statement).
+#[cfg(feature = "redis")]
+#[test]
+fn two_pods_on_old_and_new_limits_share_redis_and_admit_up_to_the_looser() {
+    use ratelimit_tests::redis_server::{prefix, RedisServer};
+    let server = RedisServer::start();
+    let key_prefix = prefix("rolling");
+    let pod = |n: u64| {
+        let config = limit(n)()
+            .key_prefix(key_prefix.clone())
+            .store(ratelimit::StoreConfig::Redis(
+                ratelimit::RedisOptions::new(server.url()).timeout(Duration::from_secs(2)),
+            ))
+            .build()
+            .unwrap();
+        RateLimitService::new(config).unwrap()
+    };
+    let (old, new) = (pod(3), pod(10));
+    let rt = ratelimit_tests::two_workers();
+    rt.block_on(async {
+        let (a, b) = tokio::join!(admitted_by_64_tasks(&old, 2), admitted_by_64_tasks(&new, 2),);
+        assert!(a <= 3, "the old pod admitted {a}");
+        assert_eq!(a + b, 10, "old {a}, new {b}");
+        // The old pod admits nothing more once the window holds 10.
+        assert_eq!(admitted_by_64_tasks(&old, 1).await, 0);
+    });
+}
