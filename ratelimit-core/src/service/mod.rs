@@ -267,10 +267,11 @@ impl RateLimitService {
         Arc::clone(&self.inner.current.load().config)
     }
 
-    /// The running generation: what a call is decided under, whole.
+    /// The running generation: what a call is decided under, whole. A guard, not a clone of
+    /// the `Arc`: no write to a count shared by every thread on each call.
     #[inline]
-    pub(crate) fn generation(&self) -> Arc<Generation> {
-        self.inner.current.load_full()
+    pub(crate) fn generation(&self) -> arc_swap::Guard<Arc<Generation>> {
+        self.inner.current.load()
     }
 
     /// Whether `generation` is the running one.

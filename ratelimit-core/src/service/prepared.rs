@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::calls::Mode;
 use super::pipeline::Then;
-use super::site::{Site, SiteKey, Transition};
+use super::site::{Site, SiteKey, Tighter, Transition};
 use super::{Call, Generation, Options, RateLimitService};
 use crate::decision::Decision;
 use crate::error::Error;
@@ -63,7 +63,7 @@ impl RateLimitService {
             cost: site.cost,
             may_wait: site.may_wait,
             shadow: site.shadow,
-            transition: site.transition,
+            transition: site.transition(),
             asked: Asked {
                 tier: options.tier.map(Arc::from),
                 overrides: *options.overrides,
@@ -196,7 +196,7 @@ impl Prepared {
             spend,
             may_wait: spend && self.may_wait,
             shadow: self.shadow,
-            transition: self.transition,
+            transition: self.transition.as_ref().map(Tighter::Held),
         }
     }
 

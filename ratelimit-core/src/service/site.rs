@@ -38,7 +38,24 @@ pub(crate) struct Site<'a> {
     pub(crate) shadow: bool,
     /// After a reload that loosened this limit, the old, tighter quota on the same state,
     /// until one of its windows has passed since the switch (see `reload.rs`).
-    pub(crate) transition: Option<Transition>,
+    pub(crate) transition: Option<Tighter<'a>>,
+}
+
+/// A site's [`Transition`]: a prepared site's, borrowed; one worked out for one call, boxed
+/// (only calls during a transition pay for it), so that a site stays small to copy.
+pub(crate) enum Tighter<'a> {
+    Held(&'a Transition),
+    Own(Box<Transition>),
+}
+
+impl Tighter<'_> {
+    #[inline]
+    fn get(&self) -> &Transition {
+        match self {
+            Tighter::Held(t) => t,
+            Tighter::Own(t) => t,
+        }
+    }
 }
 
 /// A tighter quota a site's calls are decided under until `until` (see [`Site::transition`]).
@@ -96,6 +113,11 @@ impl Site<'_> {
         }
     }
 
+    /// The site's transition, owned (for a site prepared once).
+    pub(crate) fn transition(&self) -> Option<Transition> {
+        self.transition.as_ref().map(|t| *t.get())
+    }
+
     /// The store key around the user key, written out (for a site prepared once).
     pub(crate) fn around(&self) -> Around {
         match &self.key {
@@ -131,7 +153,7 @@ impl Site<'_> {
     #[inline]
     pub(crate) fn quota_at(&self, now: Nanos) -> &Quota {
         match &self.transition {
-            Some(t) if now < t.until => &t.quota,
+            Some(t) if now < t.get().until => &t.get().quota,
             _ => &self.quota,
         }
     }
@@ -156,11 +178,12 @@ impl RateLimitService {
     /// that quota, for one of its windows after the switch. A reload that tightens needs none
     /// (the state carries over under the new, lower limit); a call the old configuration did
     /// not resolve has no old budget to hold to.
-    fn transition(
+    #[cold]
+    fn transition_of(
         &self,
         generation: &Generation,
         options: &Call<'_>,
-        quota: Quota,
+        quota: &Quota,
         tier: Option<usize>,
     ) -> Option<Transition> {
         let (previous, switched_at) = generation.previous.as_ref()?;
@@ -196,7 +219,12 @@ impl RateLimitService {
         }
         let (quota, tier) = self.resolve(config, options)?;
         let shadow = options.shadow || tier.is_some_and(|i| config.tiers()[i].shadow);
-        let transition = self.transition(generation, options, quota, tier);
+        let transition = match &generation.previous {
+            None => None,
+            Some(_) => self
+                .transition_of(generation, options, &quota, tier)
+                .map(|t| Tighter::Own(Box::new(t))),
+        };
         let identity = match tier {
             _ if !options.overrides.is_empty() => None,
             Some(i) => Some(&*config.tiers()[i].identity),
