@@ -116,8 +116,13 @@ async fn decisions_queue_and_latency_are_counted_exactly() {
         assert!(service.consume("u", &trial).await.unwrap().allowed);
     }
 
+    // A reload: counted, and the generation running.
+    service.reload(config.clone()).unwrap();
+
     let m = totals.update(&snapshotter);
+    assert_eq!(m.gauges["ratelimit_generation{}"], 1.0);
     let expect = [
+        ("ratelimit_reloads_total{}", 1),
         ("ratelimit_decisions_total{outcome=allowed}", 6),
         ("ratelimit_decisions_total{outcome=shadowed}", 2),
         (

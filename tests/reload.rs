@@ -104,6 +104,54 @@ fn a_reload_from_3_to_10_admits_nothing_more_inside_the_old_window() {
     }
 }
 
+/// A reload that changes a limit's window (or strategy) moves it to another state, fresh:
+/// for one old window each call is decided on the old state too, as one, so the switch hands
+/// out no new budget on top of what the old window spent; after it, the new limit alone.
+#[test]
+fn a_reload_to_another_window_holds_to_the_old_budget_for_one_old_window() {
+    let rt = ratelimit_tests::two_workers();
+    let clock = ratelimit_tests::clock();
+    let (services, _servers) = on_every_store("reload-window", limit(3), &clock);
+    for (store, service) in services {
+        for (round, strategy) in [Strategy::FixedWindow, Strategy::TokenBucket]
+            .into_iter()
+            .enumerate()
+        {
+            rt.block_on(async {
+                // Each round on a state of its own: round 1 starts from the old window again.
+                let old = limit(3)().default_window(LONG * (2 * round as u32 + 1));
+                service.reload(on_its_store(&service, old)).unwrap();
+                clock.advance(LONG * (2 * round as u32 + 1));
+                for _ in 0..3 {
+                    assert!(
+                        service
+                            .consume("shared-key", &Options::new())
+                            .await
+                            .unwrap()
+                            .allowed
+                    );
+                }
+                let new = limit(10)()
+                    .default_window(LONG * (2 * round as u32 + 2))
+                    .strategy(strategy);
+                let reloaded = service.reload(on_its_store(&service, new)).unwrap();
+                assert_eq!(reloaded.changed, ["default"], "{store}");
+                assert_eq!(
+                    admitted_by_64_tasks(&service, 3).await,
+                    0,
+                    "{store} {strategy}"
+                );
+                clock.advance(LONG * (2 * round as u32 + 1));
+                assert_eq!(
+                    admitted_by_64_tasks(&service, 3).await,
+                    10,
+                    "{store} {strategy}"
+                );
+            });
+        }
+    }
+}
+
 /// A prepared site follows a reload at once (deciding under the running configuration), and
 /// tells that it should be prepared again.
 #[test]
@@ -311,4 +359,68 @@ fn two_pods_on_old_and_new_limits_share_redis_and_admit_up_to_the_looser() {
         // The old pod admits nothing more once the window holds 10.
         assert_eq!(admitted_by_64_tasks(&old, 1).await, 0);
     });
+}
+
+/// `reload_from_file`: a file that cannot be read, parse or validate leaves the running
+/// limits and names the problem; a good one takes over (the module built from the same file).
+#[test]
+fn a_module_reloads_from_its_file_and_keeps_running_on_a_bad_one() {
+    let _serial = serial();
+    let dir = std::env::temp_dir().join(format!("ratelimit-reload-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("limits.toml");
+    let write = |text: &str| std::fs::write(&path, text).unwrap();
+    write("[tiers.gold]\nlimit = 1\nwindow = \"20d\"\n");
+    let module = Module::init(Config::from_file(&path).unwrap()).unwrap();
+    let rt = ratelimit_tests::two_workers();
+    rt.block_on(async { gold_only("f").await.unwrap() });
+
+    let field_of = |e: Error| match e {
+        Error::InvalidConfig(e) => e.problems[0].0.clone(),
+        other => panic!("{other:?}"),
+    };
+    write("[tiers.gold]\nlimit = \"many\"\n");
+    assert_eq!(
+        field_of(module.reload_from_file(&path).unwrap_err()),
+        "tiers.gold.limit"
+    );
+    write("[tiers.gold]\nlimit = 1\nwindow = \"1 fortnight\"\n");
+    assert_eq!(
+        field_of(module.reload_from_file(&path).unwrap_err()),
+        "tiers.gold.window"
+    );
+    let missing = dir.join("missing.toml");
+    assert!(field_of(module.reload_from_file(&missing).unwrap_err()).starts_with("file "));
+    let text = dir.join("limits.txt");
+    std::fs::write(&text, "").unwrap();
+    assert!(field_of(module.reload_from_file(&text).unwrap_err()).starts_with("file "));
+    // Without the tier an annotated fn names: every fn named, nothing changed.
+    write("[tiers.silver]\nlimit = 1\n");
+    assert!(matches!(
+        module.reload_from_file(&path),
+        Err(Error::Declarations(_))
+    ));
+    assert_eq!(module.stats().generation, 0);
+    rt.block_on(async { assert!(gold_only("f").await.is_err()) });
+
+    write("[tiers.gold]\nlimit = 2\nwindow = \"20d\"\n");
+    let json = dir.join("limits.json");
+    std::fs::write(
+        &json,
+        r#"{"tiers": {"gold": {"limit": 3, "window": "20d"}}}"#,
+    )
+    .unwrap();
+    assert_eq!(module.reload_from_file(&path).unwrap().generation, 1);
+    assert_eq!(module.reload_from_file(&json).unwrap().generation, 2);
+    assert_eq!(
+        module
+            .service()
+            .config()
+            .tier("gold")
+            .unwrap()
+            .quota
+            .capacity(),
+        3
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
 }

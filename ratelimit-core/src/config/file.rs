@@ -234,6 +234,20 @@ impl Config {
         ConfigBuilder::<Config>::from(options("toml", toml::Deserializer::new(text))?).build()
     }
 
+    /// Reads a configuration from the file at `path` (feature `serde`): TOML for a name ending
+    /// in `.toml`, JSON for `.json`. A file that cannot be read, or has another extension, is
+    /// [`Error::InvalidConfig`] naming the path.
+    pub fn from_file(path: impl AsRef<std::path::Path>) -> Result<Config, Error> {
+        let path = path.as_ref();
+        let field = || format!("file {}", path.display());
+        let text = std::fs::read_to_string(path).map_err(|e| syntax(&field(), e))?;
+        match path.extension().and_then(|e| e.to_str()) {
+            Some("toml") => Self::from_toml_str(&text),
+            Some("json") => Self::from_json_str(&text),
+            _ => Err(syntax(&field(), "the name must end in .toml or .json")),
+        }
+    }
+
     /// Reads a configuration from JSON (feature `serde`), with the same fields as TOML.
     pub fn from_json_str(text: &str) -> Result<Config, Error> {
         let mut json = serde_json::Deserializer::from_str(text);

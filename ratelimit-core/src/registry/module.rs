@@ -194,7 +194,20 @@ impl Module {
     /// # Ok::<(), ratelimit_core::Error>(())
     /// ```
     pub fn reload(&self, builder: impl Into<ModuleBuilder>) -> Result<Reloaded, Error> {
-        let config = builder.into().build()?;
+        self.reload_config(builder.into().build()?)
+    }
+
+    /// [`reload`](Self::reload) from the TOML or JSON file at `path` (feature `serde`;
+    /// [`Config::from_file`]): a file that cannot be read, does not parse or does not validate
+    /// leaves the running configuration, and the error says why. An application that built
+    /// its module from a file reloads from the same path, say on `SIGHUP` (the `reload`
+    /// example).
+    #[cfg(feature = "serde")]
+    pub fn reload_from_file(&self, path: impl AsRef<std::path::Path>) -> Result<Reloaded, Error> {
+        self.reload_config(Config::from_file(path)?)
+    }
+
+    fn reload_config(&self, config: Config) -> Result<Reloaded, Error> {
         let declarations = self.limiter.declarations();
         let reloaded = self.service.reload_checked(config, |config| {
             check_declarations_under(&self.service, config, &declarations)

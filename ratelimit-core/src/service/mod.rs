@@ -14,6 +14,7 @@ mod record;
 mod reload;
 mod site;
 mod stacked;
+mod transition;
 mod wait;
 
 pub(crate) use options::Call;

@@ -83,15 +83,23 @@ impl RateLimitService {
         }
         let mut store_key = KeyBuf::new();
         site.compose(&mut store_key, key);
-        let request = match site.request(&store_key, now) {
-            Ok(request) => request,
-            Err(e) => return Some(answer(self.recorded(site, key, Err(e)))),
+        let decided = match site.other_state_at(now) {
+            None => {
+                let request = match site.request(&store_key, now) {
+                    Ok(request) => request,
+                    Err(e) => return Some(answer(self.recorded(site, key, Err(e)))),
+                };
+                let started = self.inner.latency.start();
+                let decided = self.inner.store.decide_now(request);
+                if decided.is_some() {
+                    self.inner.latency.finish(started);
+                }
+                decided
+            }
+            Some(old) => self.decide_both_now(site, key, &store_key, old, now),
         };
-        let started = self.inner.latency.start();
-        let store = &*self.inner.store;
-        match store.decide_now(request) {
+        match decided {
             Some(mut decided) => {
-                self.inner.latency.finish(started);
                 self.finish(site, key, &mut decided, name_tier);
                 Some(answer(decided))
             }
@@ -138,17 +146,27 @@ impl RateLimitService {
                 );
             }
         });
-        let decided = self.ask(site, store_key).await;
+        let decided = self.ask(site, key, store_key).await;
         abandoned.defuse();
         self.recorded(site, key, decided)
     }
 
-    /// The store's awaited answer on `store_key`, its latency sampled and its tier named; not
-    /// recorded (the queue records a call once, by how its wait ended).
-    pub(crate) async fn ask(&self, site: &Site<'_>, store_key: &str) -> Result<Decision, Error> {
+    /// The store's awaited answer on `store_key` (user key `key`), its latency sampled and
+    /// its tier named; not recorded (the queue records a call once, by how its wait ended).
+    pub(crate) async fn ask(
+        &self,
+        site: &Site<'_>,
+        key: Option<&str>,
+        store_key: &str,
+    ) -> Result<Decision, Error> {
         let now = self.inner.clock.now();
         if !site.generation.config.enabled() {
             return Ok(Decision::unlimited(now));
+        }
+        if let Some(old) = site.other_state_at(now) {
+            let mut decided = Box::pin(self.decide_both(site, key, store_key, old, now)).await;
+            self.settle(site, &mut decided, true);
+            return decided;
         }
         let request = site.request(store_key, now)?;
         let started = self.inner.latency.start();

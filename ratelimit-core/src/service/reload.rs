@@ -40,8 +40,9 @@ impl RateLimitService {
     /// a limit tightened counts what was spent against its new limit; a limit loosened holds
     /// to its old quota for one old window after the switch, so a reload never admits more in
     /// that window than the tighter of the two would have. A limit whose state changes (another
-    /// window, strategy, tier name or prefix) starts a fresh budget at the switch: that case
-    /// is not held to the old budget yet. Statistics carry over (a tier's by name);
+    /// window, strategy, tier name or prefix) reads a fresh state: for one old window each
+    /// call is decided on the old state and the new one as one (`transition.rs`), so the
+    /// switch hands out no new budget either. Statistics carry over (a tier's by name);
     /// [`Stats::generation`](crate::Stats::generation) says which configuration runs. Prepared
     /// sites ([`prepare`](Self::prepare)) decide under the new configuration at once.
     ///

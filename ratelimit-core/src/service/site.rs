@@ -58,11 +58,17 @@ impl Tighter<'_> {
     }
 }
 
-/// A tighter quota a site's calls are decided under until `until` (see [`Site::transition`]).
-#[derive(Debug, Clone, Copy)]
+/// The old quota a site's calls are also held to until `until`, one of its windows after the
+/// reload that replaced it (see [`Site::transition`]).
+#[derive(Debug, Clone)]
 pub(crate) struct Transition {
     pub(crate) quota: Quota,
     pub(crate) until: Nanos,
+    /// `None`: the old quota reads the site's own state (the same store key), and is the
+    /// tighter: calls are decided under it alone. Else the old state's store key around the
+    /// user key (another window, strategy, tier name or prefix): calls are decided on both
+    /// states as one, all or nothing (`transition.rs`).
+    pub(crate) old_key: Option<Around>,
 }
 
 /// A site's store key, without the user key.
@@ -115,7 +121,16 @@ impl Site<'_> {
 
     /// The site's transition, owned (for a site prepared once).
     pub(crate) fn transition(&self) -> Option<Transition> {
-        self.transition.as_ref().map(|t| *t.get())
+        self.transition.as_ref().map(|t| t.get().clone())
+    }
+
+    /// The transition a call at `now` is also decided on, when it holds to another state.
+    #[inline]
+    pub(crate) fn other_state_at(&self, now: Nanos) -> Option<&Transition> {
+        match &self.transition {
+            Some(t) if t.get().old_key.is_some() && now < t.get().until => Some(t.get()),
+            _ => None,
+        }
     }
 
     /// The store key around the user key, written out (for a site prepared once).
@@ -153,7 +168,7 @@ impl Site<'_> {
     #[inline]
     pub(crate) fn quota_at(&self, now: Nanos) -> &Quota {
         match &self.transition {
-            Some(t) if now < t.get().until => &t.get().quota,
+            Some(t) if t.get().old_key.is_none() && now < t.get().until => &t.get().quota,
             _ => &self.quota,
         }
     }
@@ -192,12 +207,29 @@ impl RateLimitService {
         let name = |config: &crate::config::Config, tier: Option<usize>| {
             tier.map(|i| Arc::clone(&config.tiers()[i].name))
         };
+        let old_name = name(old_config, old_tier);
         let same_state = old_config.key_prefix() == generation.config.key_prefix()
-            && name(old_config, old_tier) == name(&generation.config, tier)
+            && old_name == name(&generation.config, tier)
             && (old.strategy(), old.window_nanos()) == (quota.strategy(), quota.window_nanos());
-        (same_state && old.capacity() < quota.capacity()).then(|| Transition {
+        let until = switched_at.saturating_add(old.window_nanos());
+        if same_state {
+            return (old.capacity() < quota.capacity()).then_some(Transition {
+                quota: old,
+                until,
+                old_key: None,
+            });
+        }
+        let parts = KeyParts {
+            prefix: old_config.key_prefix(),
+            budget: options.budget,
+            tier: old_name.as_deref(),
+            key: None,
+            identity: None,
+        };
+        Some(Transition {
             quota: old,
-            until: switched_at.saturating_add(old.window_nanos()),
+            until,
+            old_key: Some(Around::new(&parts, &old)),
         })
     }
 

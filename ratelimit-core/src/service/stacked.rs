@@ -166,7 +166,7 @@ impl RateLimitService {
         for (key, call) in &shadows.shadow {
             let site = self.shadow_site(&generation, call, admitted)?;
             let store_key = site.store_key(*key)?;
-            let decided = self.ask(&site, &store_key).await;
+            let decided = self.ask(&site, *key, &store_key).await;
             shadowed.push(self.settle_member(&site, decided)?);
         }
         Ok(self.merge(shadows, enforced, shadowed))

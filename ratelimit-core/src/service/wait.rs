@@ -45,7 +45,7 @@ impl RateLimitService {
         // behind those who came earlier rather than overtaking them.
         let mut refused = None;
         if queue.is_idle(&line) {
-            match self.ask(site, &line).await {
+            match self.ask(site, key, &line).await {
                 Ok(d) if !d.allowed && d.retry_after.is_some() => refused = Some(d),
                 other => return self.recorded(site, key, other),
             }
@@ -103,7 +103,7 @@ impl RateLimitService {
                 let decision = match prior {
                     Some(d) => Ok(d),
                     None => {
-                        match by_deadline(deadline, self.ask(site, &line)).await {
+                        match by_deadline(deadline, self.ask(site, key, &line)).await {
                             Ok(Some(decision)) => decision,
                             Ok(None) => continue, // the deadline passed: the check above ends it
                             Err(no_timer) => Err(no_timer),
@@ -215,7 +215,7 @@ impl RateLimitService {
             // When the last refusal said the budget admits again.
             let mut ready_at = None;
             loop {
-                let answered = by_deadline(deadline, self.ask(&site, &store_key));
+                let answered = by_deadline(deadline, self.ask(&site, Some(key), &store_key));
                 let result = match answered.await {
                     Ok(Some(answer)) => answer,
                     // Not answered: past the deadline, or no timer to bound the wait with.
