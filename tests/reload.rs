@@ -424,3 +424,47 @@ fn a_module_reloads_from_its_file_and_keeps_running_on_a_bad_one() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A reload from 3 to 10 while 64 tasks call: inside the old window exactly 3 are admitted,
+/// whichever configuration each call was decided under.
+#[test]
+fn a_reload_racing_64_calling_tasks_admits_exactly_the_tighter_limit() {
+    let rt = ratelimit_tests::two_workers();
+    let clock = ratelimit_tests::clock();
+    let (services, _servers) = on_every_store("reload-race", limit(3), &clock);
+    for (store, service) in services {
+        let admitted = rt.block_on(async {
+            let calling = {
+                let service = service.clone();
+                tokio::spawn(async move { admitted_by_64_tasks(&service, 20).await })
+            };
+            tokio::task::yield_now().await;
+            service.reload(on_its_store(&service, limit(10)())).unwrap();
+            calling.await.unwrap()
+        });
+        assert_eq!(admitted, 3, "{store}");
+    }
+}
+
+/// Reloads on a clone of a module's service racing the module's shutdown: no panic, and the
+/// module's fns are refused once it is gone, whatever the reloads installed.
+#[test]
+fn reloads_racing_module_shutdown_leave_nothing_running() {
+    let _serial = serial();
+    let gold = || Module::builder().tier(Tier::new("gold", 1_000).window("1m"));
+    let module = gold().init().unwrap();
+    let service = module.service().clone();
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            for _ in 0..200 {
+                service.reload(gold().build().unwrap()).unwrap();
+            }
+        });
+        scope.spawn(move || module.shutdown());
+    });
+    let rt = ratelimit_tests::two_workers();
+    rt.block_on(async {
+        assert!(matches!(gold_only("z").await, Err(Error::NotInitialized { .. })));
+    });
+    assert_eq!(service.stats().generation, 200);
+}
