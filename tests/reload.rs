@@ -464,7 +464,68 @@ fn reloads_racing_module_shutdown_leave_nothing_running() {
     });
     let rt = ratelimit_tests::two_workers();
     rt.block_on(async {
-        assert!(matches!(gold_only("z").await, Err(Error::NotInitialized { .. })));
+        assert!(matches!(
+            gold_only("z").await,
+            Err(Error::NotInitialized { .. })
+        ));
     });
     assert_eq!(service.stats().generation, 200);
+}
+
+/// `watch_file` (feature `notify`): a change to the file reloads the module; a bad file
+/// leaves the running limits; a write that changes nothing reloads nothing. Waits for the
+/// file system's events (not for time to pass in a limit).
+#[cfg(feature = "notify")]
+#[test]
+fn a_watched_file_reloads_the_module_when_it_changes() {
+    let _serial = serial();
+    let dir = std::env::temp_dir().join(format!("ratelimit-watch-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("limits.toml");
+    let write = |text: &str| std::fs::write(&path, text).unwrap();
+    write("[tiers.gold]\nlimit = 1\nwindow = \"20d\"\n");
+    let module = Module::init(Config::from_file(&path).unwrap()).unwrap();
+    let watch = module.watch_file(&path).unwrap();
+    let capacity = || {
+        module
+            .service()
+            .config()
+            .tier("gold")
+            .unwrap()
+            .quota
+            .capacity()
+    };
+    let until = |what: &str, done: &dyn Fn() -> bool| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while !done() {
+            assert!(std::time::Instant::now() < deadline, "no reload: {what}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    };
+    write("[tiers.gold]\nlimit = 4\nwindow = \"20d\"\n");
+    until("limit 4", &|| capacity() == 4);
+    let generation = module.stats().generation;
+    write("[tiers.gold]\nlimit = \"many\"\n");
+    write("[tiers.gold]\nlimit = 4\nwindow = \"20d\"\n");
+    write("[tiers.gold]\nlimit = 7\nwindow = \"20d\"\n");
+    until("limit 7", &|| capacity() == 7);
+    // The bad file and the unchanged one reloaded nothing.
+    assert_eq!(module.stats().generation, generation + 1);
+    drop(watch);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// An empty file is not a configuration of defaults: refused, naming the file.
+#[test]
+fn an_empty_configuration_file_is_refused_not_read_as_defaults() {
+    let path = std::env::temp_dir().join(format!("ratelimit-empty-{}.toml", std::process::id()));
+    std::fs::write(&path, " \n").unwrap();
+    match Config::from_file(&path) {
+        Err(Error::InvalidConfig(e)) => {
+            assert!(e.problems[0].0.starts_with("file "), "{e:?}");
+            assert_eq!(e.problems[0].1, "the file is empty");
+        }
+        other => panic!("{other:?}"),
+    }
+    std::fs::remove_file(&path).unwrap();
 }

@@ -40,6 +40,8 @@ pub use error::{ConfigError, DeclarationErrors, DeclarationProblem, Error, Excee
 pub use key::MAX_KEY_LEN;
 pub use name::Name;
 pub use quota::{Overrides, Quota, QuotaError, MAX_CAPACITY};
+#[cfg(feature = "notify")]
+pub use registry::FileWatch;
 pub use registry::{
     check_declarations, declarations, Declaration, Limiter, Module, ModuleBuilder, Spec, TierSpec,
 };

@@ -112,6 +112,9 @@
 #![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+#[cfg(feature = "notify")]
+#[cfg_attr(docsrs, doc(cfg(feature = "notify")))]
+pub use ratelimit_core::FileWatch;
 pub use ratelimit_core::{
     format_window, parse_window, store, Answer, Attempt, Clock, Config, ConfigBuilder, ConfigError,
     Counts, CustomStore, Decision, Error, Exceeded, ManualClock, MemoryOptions, MemoryStore, Name,

@@ -235,12 +235,17 @@ impl Config {
     }
 
     /// Reads a configuration from the file at `path` (feature `serde`): TOML for a name ending
-    /// in `.toml`, JSON for `.json`. A file that cannot be read, or has another extension, is
-    /// [`Error::InvalidConfig`] naming the path.
+    /// in `.toml`, JSON for `.json`. A file that cannot be read, is empty, or has another
+    /// extension is [`Error::InvalidConfig`] naming the path.
     pub fn from_file(path: impl AsRef<std::path::Path>) -> Result<Config, Error> {
         let path = path.as_ref();
         let field = || format!("file {}", path.display());
         let text = std::fs::read_to_string(path).map_err(|e| syntax(&field(), e))?;
+        // Every option has a default, so an empty file would be a valid configuration: one
+        // caught half written, or emptied by mistake. Refused rather than read as defaults.
+        if text.trim().is_empty() {
+            return Err(syntax(&field(), "the file is empty"));
+        }
         match path.extension().and_then(|e| e.to_str()) {
             Some("toml") => Self::from_toml_str(&text),
             Some("json") => Self::from_json_str(&text),

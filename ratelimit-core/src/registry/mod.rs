@@ -13,6 +13,8 @@ mod limiter;
 mod module;
 mod runtime;
 mod spec;
+#[cfg(feature = "notify")]
+mod watch;
 
 pub use check::check_declarations;
 pub use declaration::{declarations, Declaration, Registered};
@@ -25,3 +27,5 @@ pub use runtime::{
     RefusalError,
 };
 pub use spec::{Spec, TierSpec};
+#[cfg(feature = "notify")]
+pub use watch::FileWatch;

@@ -82,6 +82,21 @@ fn checked(
     Ok(service)
 }
 
+/// Installs `config` on `limiter`'s running `service`, once every fn `limiter` decides passes
+/// under it (see [`Module::reload`]).
+fn reload(
+    limiter: &'static Limiter,
+    service: &RateLimitService,
+    config: Config,
+) -> Result<Reloaded, Error> {
+    let declarations = limiter.declarations();
+    let reloaded = service.reload_checked(config, |config| {
+        check_declarations_under(service, config, &declarations).map_err(Error::Declarations)
+    })?;
+    warn_shadow_fns(&declarations);
+    Ok(reloaded)
+}
+
 /// Logs every shadow fn at warn level, as a module starts or reloads: shadow is only ever an
 /// explicit choice, and never a quiet one.
 fn warn_shadow_fns(declarations: &[&'static Declaration]) {
@@ -208,13 +223,29 @@ impl Module {
     }
 
     fn reload_config(&self, config: Config) -> Result<Reloaded, Error> {
-        let declarations = self.limiter.declarations();
-        let reloaded = self.service.reload_checked(config, |config| {
-            check_declarations_under(&self.service, config, &declarations)
-                .map_err(Error::Declarations)
-        })?;
-        warn_shadow_fns(&declarations);
-        Ok(reloaded)
+        reload(self.limiter, &self.service, config)
+    }
+
+    /// Reloads from the file at `path` whenever it changes (feature `notify`): as
+    /// [`reload_from_file`](Self::reload_from_file), each outcome logged (`info` when it took
+    /// over, `warn` with the problems when the running limits stay). A change that leaves the
+    /// configuration as it runs reloads nothing. Watching stops when the returned handle is
+    /// dropped: keep it beside the module, and drop it with the module (it holds the service).
+    /// The file's directory is watched, so an editor that replaces the file is seen too; the
+    /// file is read 50 ms after a change, and an empty file is refused, but a file written in
+    /// place can still be caught half written: write a temporary file and rename it over.
+    #[cfg(feature = "notify")]
+    pub fn watch_file(
+        &self,
+        path: impl AsRef<std::path::Path>,
+    ) -> Result<super::watch::FileWatch, Error> {
+        let (limiter, service) = (self.limiter, self.service.clone());
+        super::watch::FileWatch::start(path.as_ref(), move |config| {
+            if config == *service.config() {
+                return None;
+            }
+            Some(reload(limiter, &service, config))
+        })
     }
 
     /// Uninstalls the module (the same as dropping it). Every annotated fn called afterwards,
