@@ -107,6 +107,20 @@ fn io() -> bool {
     }
 }
 
+/// Polls `future` once, for a caller that must not wait (a sync fn): a future whose every
+/// step answers at once is ready; one that is pending anyway is refused with `otherwise`
+/// (dropped, having spent nothing it did not count).
+pub(crate) fn poll_once<T>(
+    future: impl std::future::Future<Output = Result<T, Error>>,
+    otherwise: Error,
+) -> Result<T, Error> {
+    let mut context = std::task::Context::from_waker(std::task::Waker::noop());
+    match std::pin::pin!(future).poll(&mut context) {
+        std::task::Poll::Ready(result) => result,
+        std::task::Poll::Pending => Err(otherwise),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

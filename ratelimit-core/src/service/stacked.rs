@@ -9,7 +9,7 @@ use crate::clock::Nanos;
 use crate::decision::Decision;
 use crate::error::{Error, Exceeded};
 use crate::stats::Outcome;
-use crate::store::{Check, Mode, Stacked, StoreKey};
+use crate::store::{Check, Mode, Request, Stacked, StoreKey};
 
 impl RateLimitService {
     /// Decides one call against several limits as one (stacked limits: a short window against
@@ -93,230 +93,129 @@ impl RateLimitService {
         limits: &[(Option<&str>, Call<'_>)],
         function: &'static str,
     ) -> Result<Vec<Decision>, Error> {
-        let generation = self.generation();
-        let decisions = match self.with_shadows(&generation, limits)? {
-            None => self.stack_now(&generation, limits, function)?,
-            Some(shadows) => {
-                let enforced = self.stack_now(&generation, &shadows.enforced, function)?;
-                let admitted = enforced.iter().all(|d| d.allowed);
-                let mut shadowed = Vec::with_capacity(shadows.shadow.len());
-                for (key, call) in &shadows.shadow {
-                    let site = self.shadow_site(&generation, call, admitted)?;
-                    let store_key = site.store_key(*key)?;
-                    let now = self.inner.clock.now();
-                    let decided = match generation.config.enabled() {
-                        false => Ok(Decision::unlimited(now)),
-                        true => self
-                            .inner
-                            .store
-                            .decide_now(site.request(&store_key, now)?)
-                            .unwrap_or(Err(Error::SyncOnWaitingStore { function })),
-                    };
-                    shadowed.push(self.settle_member(&site, decided)?);
-                }
-                self.merge(shadows, enforced, shadowed)
-            }
-        };
-        refuse_unless_all_allowed(decisions, limits)
+        // Never waits: every store call is answered at once or refused as waiting.
+        let decided = self.decide_stacked_in(limits, Some(function));
+        let waiting = Error::SyncOnWaitingStore { function };
+        refuse_unless_all_allowed(crate::drivers::poll_once(decided, waiting)?, limits)
     }
 
-    /// [`enforce_stacked_now`](Self::enforce_stacked_now) of a stack without shadow limits.
-    fn stack_now(
-        &self,
-        generation: &Generation,
-        limits: &[(Option<&str>, Call<'_>)],
-        function: &'static str,
-    ) -> Result<Vec<Decision>, Error> {
-        if limits.is_empty() {
-            return Ok(Vec::new());
-        }
-        Ok(match self.stacked(generation, limits)? {
-            Keyed::Unlimited(decisions) => decisions,
-            Keyed::Keys(sites, keys, now) => {
-                let checks = checks(&keys, &sites, now);
-                let store = &*self.inner.store;
-                let result = stacked(&checks, &sites, now).and_then(|stacked| {
-                    match store.decides_at_once() {
-                        true => store.decide_all_now(stacked),
-                        false => None,
-                    }
-                    .unwrap_or(Err(Error::SyncOnWaitingStore { function }))
-                });
-                self.finish_stacked(&sites, result)?
-            }
-        })
-    }
-
-    /// A stacked call. Shadow limits among the limits are decided after the others, each on
-    /// its own: the enforced limits decide the call as one (all or nothing); when they admit
-    /// it, each shadow limit spends and counts as it would enforced, refusing nothing; when
-    /// they refuse it, the shadow limits only look (nothing was spent anywhere, as an
-    /// enforced stack refused by one limit spends nothing from the others).
+    /// A stacked call, awaiting the store when it must.
     async fn decide_stacked(
         &self,
         limits: &[(Option<&str>, Call<'_>)],
     ) -> Result<Vec<Decision>, Error> {
-        let generation = self.generation();
-        let Some(shadows) = self.with_shadows(&generation, limits)? else {
-            return self.decide_stack(&generation, limits).await;
-        };
-        let enforced = self.decide_stack(&generation, &shadows.enforced).await?;
-        let admitted = enforced.iter().all(|d| d.allowed);
-        let mut shadowed = Vec::with_capacity(shadows.shadow.len());
-        for (key, call) in &shadows.shadow {
-            let site = self.shadow_site(&generation, call, admitted)?;
-            let store_key = site.store_key(*key)?;
-            let decided = self.ask(&site, *key, &store_key).await;
-            shadowed.push(self.settle_member(&site, decided)?);
-        }
-        Ok(self.merge(shadows, enforced, shadowed))
+        self.decide_stacked_in(limits, None).await
     }
 
-    /// The limits split into enforced and shadow ones, or `None` when none is a shadow limit
-    /// (resolved here for the tier's `shadow`; an unresolvable limit is left to the stack,
-    /// which reports it).
-    fn with_shadows<'a>(
+    /// A stacked call: every limit's site, key, cost and mode worked out and checked (the
+    /// same key twice is an error) before anything is spent, then the store's answer, then
+    /// every limit settled and counted once. `at_once`: the fn whose call must not wait for
+    /// its store (a sync fn: refused with [`Error::SyncOnWaitingStore`] where the store would
+    /// be awaited), else the store is awaited when it must be.
+    async fn decide_stacked_in(
         &self,
-        generation: &Generation,
-        limits: &[(Option<&'a str>, Call<'a>)],
-    ) -> Result<Option<Shadows<'a>>, Error> {
-        let is_shadow = |call: &Call<'_>| self.site(generation, call).is_ok_and(|site| site.shadow);
-        if !limits.iter().any(|(_, call)| is_shadow(call)) {
-            return Ok(None);
-        }
-        let mut shadows = Shadows {
-            enforced: Vec::new(),
-            shadow: Vec::new(),
-            order: Vec::with_capacity(limits.len()),
-        };
-        for &(key, call) in limits {
-            let shadow = is_shadow(&call);
-            shadows.order.push(shadow);
-            match shadow {
-                true => shadows.shadow.push((key, call)),
-                false => shadows.enforced.push((key, call)),
-            }
-        }
-        Ok(Some(shadows))
-    }
-
-    /// A shadow limit's site in a stack: spending only when the enforced limits admitted the
-    /// call.
-    fn shadow_site<'a>(
-        &'a self,
-        generation: &'a Generation,
-        call: &Call<'a>,
-        admitted: bool,
-    ) -> Result<Site<'a>, Error> {
-        let call = Call {
-            consume: call.consume && admitted,
-            ..*call
-        };
-        let mut site = self
-            .site(generation, &call)
-            .map_err(|e| self.unresolved(&call, e))?;
-        site.check(None)?;
-        site.may_wait = false;
-        Ok(site)
-    }
-
-    /// A shadow limit's decision in a stack, settled and counted under its tier and budget
-    /// (the stacked call counts once in the total: see [`merge`](Self::merge)).
-    fn settle_member(
-        &self,
-        site: &Site<'_>,
-        mut decided: Result<Decision, Error>,
-    ) -> Result<Decision, Error> {
-        self.settle(site, &mut decided, true);
-        if site.spend {
-            let count =
-                |outcome| self.count_scoped(site.tier_counters(), site.budget, None, outcome);
-            match &decided {
-                Ok(decision) => {
-                    count(Outcome::Allowed);
-                    if decision.shadowed {
-                        count(Outcome::Shadowed);
-                    }
-                }
-                Err(_) => count(Outcome::Error),
-            }
-        }
-        decided
-    }
-
-    /// The decisions back in the limits' order; the total counts the call once: by the
-    /// enforced limits (already), or, with none, as admitted; and as shadowed when a shadow
-    /// limit would have refused a call the enforced ones admitted.
-    fn merge(
-        &self,
-        shadows: Shadows<'_>,
-        enforced: Vec<Decision>,
-        shadowed: Vec<Decision>,
-    ) -> Vec<Decision> {
-        let spends = shadows
-            .enforced
-            .iter()
-            .chain(&shadows.shadow)
-            .all(|(_, c)| c.consume);
-        if spends && shadows.enforced.is_empty() {
-            self.inner.total.record(Outcome::Allowed);
-        }
-        if spends && enforced.iter().all(|d| d.allowed) && shadowed.iter().any(|d| d.shadowed) {
-            self.inner.total.record(Outcome::Shadowed);
-        }
-        let (mut enforced, mut shadowed) = (enforced.into_iter(), shadowed.into_iter());
-        shadows
-            .order
-            .iter()
-            .filter_map(|&shadow| match shadow {
-                true => shadowed.next(),
-                false => enforced.next(),
-            })
-            .collect()
-    }
-
-    /// A stacked call without shadow limits: every limit decided as one.
-    async fn decide_stack(
-        &self,
-        generation: &Generation,
         limits: &[(Option<&str>, Call<'_>)],
+        at_once: Option<&'static str>,
     ) -> Result<Vec<Decision>, Error> {
-        if limits.is_empty() {
-            return Ok(Vec::new());
-        }
-        let (sites, keys, now) = match self.stacked(generation, limits)? {
+        let generation = self.generation();
+        let (sites, keys, now) = match self.stacked(&generation, limits)? {
             Keyed::Unlimited(decisions) => return Ok(decisions),
             Keyed::Keys(sites, keys, now) => (sites, keys, now),
         };
         let checks = checks(&keys, &sites, now);
-        let store = &*self.inner.store;
         let result = match stacked(&checks, &sites, now) {
-            Ok(stacked) => match store.decide_all_now(stacked) {
-                Some(result) => result,
-                None => {
-                    // Given up while the store decides: counted once, as abandoned, in every
-                    // limit's scopes (the store may have spent from each).
-                    let abandoned = IfAbandoned::new(|| {
-                        if sites.iter().all(|s| s.spend) {
-                            self.inner.total.record(Outcome::Abandoned);
-                            for site in &sites {
-                                self.count_scoped(
-                                    site.tier_counters(),
-                                    site.budget,
-                                    None,
-                                    Outcome::Abandoned,
-                                );
-                            }
+            Ok(all) => {
+                // Given up while the store decides: counted once, as abandoned, in every
+                // limit's scopes (the store may have spent from each).
+                let abandoned = IfAbandoned::new(|| {
+                    if all.mode() == Mode::Spend {
+                        self.inner.total.record(Outcome::Abandoned);
+                        for site in &sites {
+                            let tier = site.tier_counters();
+                            self.count_scoped(tier, site.budget, None, Outcome::Abandoned);
                         }
-                    });
-                    let result = store.decide_all(stacked).await;
-                    abandoned.defuse();
-                    result
-                }
-            },
+                    }
+                });
+                let result = self.ask_stacked(all, &sites, at_once).await;
+                abandoned.defuse();
+                result
+            }
             Err(e) => Err(e),
         };
         self.finish_stacked(&sites, result)
+    }
+
+    /// The store's answer to a stacked call, one decision per limit in order. Without shadow
+    /// limits, one decision over them all. With some: the enforced limits as one (all or
+    /// nothing), then each shadow limit on its own, in the call's mode when the enforced ones
+    /// admitted the call (it spends and counts as it would enforced, refusing nothing:
+    /// `finish_stacked`), else as a look (nothing was spent anywhere, as an enforced stack
+    /// refused by one limit spends nothing from the others).
+    async fn ask_stacked(
+        &self,
+        all: Stacked<'_>,
+        sites: &[Site<'_>],
+        at_once: Option<&'static str>,
+    ) -> Result<Vec<Decision>, Error> {
+        let store = &*self.inner.store;
+        let waiting = |at_once: &Option<&'static str>| {
+            at_once.map(|function| Error::SyncOnWaitingStore { function })
+        };
+        // A sync fn's limits need a store that always decides at once: one that answers some
+        // calls at once (a leased budget) would admit its calls only while that lasts.
+        if let Some(refused) = waiting(&at_once).filter(|_| !store.decides_at_once()) {
+            return Err(refused);
+        }
+        if !sites.iter().any(|s| s.shadow) {
+            return match store.decide_all_now(all) {
+                Some(decided) => decided,
+                None => match waiting(&at_once) {
+                    Some(refused) => Err(refused),
+                    None => store.decide_all(all).await,
+                },
+            };
+        }
+        let enforced: Vec<Check<'_>> = (all.checks().iter().zip(sites))
+            .filter(|(_, site)| !site.shadow)
+            .map(|(check, _)| *check)
+            .collect();
+        let mut decided = Vec::with_capacity(sites.len());
+        let mut admitted = true;
+        if !enforced.is_empty() {
+            let stack = Stacked::new(&enforced, all.now(), all.mode())?;
+            let decisions = match store.decide_all_now(stack) {
+                Some(decisions) => decisions?,
+                None => match waiting(&at_once) {
+                    Some(refused) => return Err(refused),
+                    None => store.decide_all(stack).await?,
+                },
+            };
+            admitted = decisions.iter().all(|d| d.allowed);
+            decided = decisions.into_iter().map(Some).collect();
+            decided.reserve(sites.len() - decided.len());
+        }
+        let mut enforced_in_order = std::mem::take(&mut decided).into_iter();
+        let mode = if admitted { all.mode() } else { Mode::Look };
+        for (check, site) in all.checks().iter().zip(sites) {
+            if !site.shadow {
+                decided.push(enforced_in_order.next().flatten());
+                continue;
+            }
+            let request = Request::checked(check.key, check.quota, check.cost, all.now(), mode);
+            let decision = match store.decide_now(request) {
+                Some(decision) => decision?,
+                None => match waiting(&at_once) {
+                    Some(refused) => return Err(refused),
+                    None => store.decide(request).await?,
+                },
+            };
+            decided.push(Some(decision));
+        }
+        // Anything but one decision per limit is a store answering another question.
+        decided
+            .into_iter()
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| crate::algorithm::Undecidable::UnexpectedState.into())
     }
 
     /// Steps 1 to 3 for every limit: its site, its checked call, its store key (or, limiting
@@ -366,7 +265,12 @@ impl RateLimitService {
                 return Err(e);
             }
         };
-        let admitted = decisions.iter().all(|d| d.allowed);
+        // The call passes when every enforced limit admits it: a shadow limit refuses nothing.
+        let admitted = decisions
+            .iter()
+            .zip(sites)
+            .all(|(d, s)| s.shadow || d.allowed);
+        let mut shadowed = false;
         for (decision, site) in decisions.iter_mut().zip(sites) {
             decision.tier = site.tier_name();
             if !admitted && decision.allowed {
@@ -378,15 +282,24 @@ impl RateLimitService {
                     .saturating_add(site.cost)
                     .min(decision.limit);
             }
+            let refused = !decision.allowed;
+            if site.shadow && refused {
+                super::pipeline::shadow(decision);
+            }
             if commit {
-                // Each budget counts what happened in it: admitted, refused by its own
-                // limit, or (refused by another limit) nothing.
+                // Each budget counts what happened in it: admitted (a shadow limit's would-be
+                // refusal shadowed too), refused by its own limit, or (refused by another
+                // limit) nothing.
                 let count =
                     |outcome| self.count_scoped(site.tier_counters(), site.budget, None, outcome);
-                match (admitted, decision.allowed) {
+                match (admitted, refused) {
                     (true, _) => count(Outcome::Allowed),
-                    (false, false) => count(Outcome::Denied),
-                    (false, true) => {}
+                    (false, true) if !site.shadow => count(Outcome::Denied),
+                    (false, _) => {}
+                }
+                if admitted && site.shadow && refused {
+                    count(Outcome::Shadowed);
+                    shadowed = true;
                 }
             }
         }
@@ -396,17 +309,12 @@ impl RateLimitService {
             } else {
                 Outcome::Denied
             });
+            if shadowed {
+                self.inner.total.record(Outcome::Shadowed);
+            }
         }
         Ok(decisions)
     }
-}
-
-/// A stacked call's limits split by [`RateLimitService::with_shadows`].
-struct Shadows<'a> {
-    enforced: Vec<(Option<&'a str>, Call<'a>)>,
-    shadow: Vec<(Option<&'a str>, Call<'a>)>,
-    /// For each limit in the call's order, whether it is a shadow limit.
-    order: Vec<bool>,
 }
 
 /// What a stacked call needs from the store: every limit's site and store key, and the time;
