@@ -140,7 +140,7 @@ fn write_tagged<W: Write>(out: &mut W, key: Option<&str>, tail: impl FnOnce(&mut
 
 /// A call site's store key around its user key, written once (a prepared site holds it):
 /// `<prefix>:{` before the user key's tag, `}<identity>:<budget>:<tier>` after it.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Around {
     head: String,
     tail: String,

@@ -43,10 +43,15 @@ pub(crate) struct Generation {
     pub(crate) by_tier: Vec<Arc<Counters>>,
     /// 0 for the configuration the service was built with, one more per reload.
     pub(crate) number: u64,
-    /// The generation a reload replaced (without its own `previous`) and when: a limit the
-    /// reload loosened holds to its old quota for one old window (`Site::transition`).
-    pub(crate) previous: Option<(Arc<Generation>, crate::clock::Nanos)>,
+    /// The configurations reloads replaced, the latest first, each with when it was
+    /// replaced: a limit a reload loosened or moved holds to its old quota for one old window
+    /// (`Site::transition`), whatever reloads came after. At most [`KEPT_PREVIOUS`].
+    pub(crate) previous: Vec<(Arc<Config>, crate::clock::Nanos)>,
 }
+
+/// How many replaced configurations a generation keeps for transitions: reloads more
+/// frequent than that within one window hold calls to the last ones only.
+pub(crate) const KEPT_PREVIOUS: usize = 8;
 
 impl Generation {
     fn new(config: Config, number: u64, before: Option<&Generation>) -> Self {
@@ -65,18 +70,8 @@ impl Generation {
             config: Arc::new(config),
             by_tier,
             number,
-            previous: None,
+            previous: Vec::new(),
         }
-    }
-
-    /// This generation as a later one's `previous`: without its own.
-    fn as_previous(&self) -> Arc<Generation> {
-        Arc::new(Generation {
-            config: Arc::clone(&self.config),
-            by_tier: self.by_tier.clone(),
-            number: self.number,
-            previous: None,
-        })
     }
 }
 

@@ -83,8 +83,8 @@ impl RateLimitService {
         }
         let mut store_key = KeyBuf::new();
         site.compose(&mut store_key, key);
-        let decided = match site.other_state_at(now) {
-            None => {
+        let decided = match site.holds_other_states(now) {
+            false => {
                 let request = match site.request(&store_key, now) {
                     Ok(request) => request,
                     Err(e) => return Some(answer(self.recorded(site, key, Err(e)))),
@@ -96,7 +96,7 @@ impl RateLimitService {
                 }
                 decided
             }
-            Some(old) => self.decide_both_now(site, key, &store_key, old, now),
+            true => self.decide_both_now(site, key, &store_key, now),
         };
         match decided {
             Some(mut decided) => {
@@ -163,8 +163,8 @@ impl RateLimitService {
         if !site.generation.config.enabled() {
             return Ok(Decision::unlimited(now));
         }
-        if let Some(old) = site.other_state_at(now) {
-            let mut decided = Box::pin(self.decide_both(site, key, store_key, old, now)).await;
+        if site.holds_other_states(now) {
+            let mut decided = Box::pin(self.decide_both(site, key, store_key, now)).await;
             self.settle(site, &mut decided, true);
             return decided;
         }

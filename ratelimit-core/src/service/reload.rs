@@ -99,7 +99,11 @@ impl RateLimitService {
         reloaded.generation = running.number + 1;
         super::warn_shadow_tiers(&config);
         let mut next = Generation::new(config, reloaded.generation, Some(&running));
-        next.previous = Some((running.as_previous(), self.inner.clock.now()));
+        let replaced = (Arc::clone(&running.config), self.inner.clock.now());
+        next.previous = std::iter::once(replaced)
+            .chain(running.previous.iter().cloned())
+            .take(super::KEPT_PREVIOUS)
+            .collect();
         self.inner.current.store(Arc::new(next));
         self.inner
             .generation

@@ -58,17 +58,26 @@ impl Tighter<'_> {
     }
 }
 
-/// The old quota a site's calls are also held to until `until`, one of its windows after the
-/// reload that replaced it (see [`Site::transition`]).
-#[derive(Debug, Clone)]
+/// The old quotas a site's calls are also held to, each until one of its windows after the
+/// reload that replaced it (see [`Site::transition`]), from every replaced configuration the
+/// generation keeps (a second reload does not end the first one's transition).
+#[derive(Debug, Clone, Default)]
 pub(crate) struct Transition {
+    /// Old quotas on the site's own state (the same store key), each tighter than the
+    /// site's, with when it ends: the tightest in force decides alone (`Site::quota_at`).
+    pub(crate) same: Vec<(Quota, Nanos)>,
+    /// Old states (another window, strategy, tier name or prefix): decided with the site's
+    /// own as one, all or nothing, while in force (`transition.rs`).
+    pub(crate) others: Vec<OldState>,
+}
+
+/// A state a reload moved a limit away from, held to for one of its windows.
+#[derive(Debug, Clone)]
+pub(crate) struct OldState {
+    /// Its store key around the user key.
+    pub(crate) key: Around,
     pub(crate) quota: Quota,
     pub(crate) until: Nanos,
-    /// `None`: the old quota reads the site's own state (the same store key), and is the
-    /// tighter: calls are decided under it alone. Else the old state's store key around the
-    /// user key (another window, strategy, tier name or prefix): calls are decided on both
-    /// states as one, all or nothing (`transition.rs`).
-    pub(crate) old_key: Option<Around>,
 }
 
 /// A site's store key, without the user key.
@@ -124,13 +133,20 @@ impl Site<'_> {
         self.transition.as_ref().map(|t| t.get().clone())
     }
 
-    /// The transition a call at `now` is also decided on, when it holds to another state.
+    /// The old states a call at `now` is also decided on (none outside a transition).
     #[inline]
-    pub(crate) fn other_state_at(&self, now: Nanos) -> Option<&Transition> {
-        match &self.transition {
-            Some(t) if t.get().old_key.is_some() && now < t.get().until => Some(t.get()),
-            _ => None,
-        }
+    pub(crate) fn other_states_at(&self, now: Nanos) -> impl Iterator<Item = &OldState> {
+        let others = match &self.transition {
+            Some(t) => &t.get().others[..],
+            None => &[],
+        };
+        others.iter().filter(move |o| now < o.until)
+    }
+
+    /// Whether a call at `now` is also decided on an old state.
+    #[inline]
+    pub(crate) fn holds_other_states(&self, now: Nanos) -> bool {
+        self.transition.is_some() && self.other_states_at(now).next().is_some()
     }
 
     /// The store key around the user key, written out (for a site prepared once).
@@ -167,10 +183,15 @@ impl Site<'_> {
     /// The quota a call at `now` is decided under.
     #[inline]
     pub(crate) fn quota_at(&self, now: Nanos) -> &Quota {
-        match &self.transition {
-            Some(t) if t.get().old_key.is_none() && now < t.get().until => &t.get().quota,
-            _ => &self.quota,
-        }
+        let Some(t) = &self.transition else {
+            return &self.quota;
+        };
+        let in_force = t.get().same.iter().filter(|(_, until)| now < *until);
+        in_force
+            .map(|(quota, _)| quota)
+            .chain(std::iter::once(&self.quota))
+            .min_by_key(|quota| quota.capacity())
+            .unwrap_or(&self.quota)
     }
 
     /// The store key of a call with user `key`, checked and composed (for the paths that
@@ -201,36 +222,54 @@ impl RateLimitService {
         quota: &Quota,
         tier: Option<usize>,
     ) -> Option<Transition> {
-        let (previous, switched_at) = generation.previous.as_ref()?;
-        let old_config = &*previous.config;
-        let (old, old_tier) = self.resolve(old_config, options).ok()?;
         let name = |config: &crate::config::Config, tier: Option<usize>| {
             tier.map(|i| Arc::clone(&config.tiers()[i].name))
         };
-        let old_name = name(old_config, old_tier);
-        let same_state = old_config.key_prefix() == generation.config.key_prefix()
-            && old_name == name(&generation.config, tier)
-            && (old.strategy(), old.window_nanos()) == (quota.strategy(), quota.window_nanos());
-        let until = switched_at.saturating_add(old.window_nanos());
-        if same_state {
-            return (old.capacity() < quota.capacity()).then_some(Transition {
-                quota: old,
-                until,
-                old_key: None,
-            });
+        let mut transition = Transition::default();
+        for (old_config, switched_at) in &generation.previous {
+            // A call the old configuration did not resolve had no budget there to hold to; a
+            // shadow limit refused nothing.
+            let Ok((old, old_tier)) = self.resolve(old_config, options) else {
+                continue;
+            };
+            if options.shadow || old_tier.is_some_and(|i| old_config.tiers()[i].shadow) {
+                continue;
+            }
+            let old_name = name(old_config, old_tier);
+            let same_state = old_config.key_prefix() == generation.config.key_prefix()
+                && old_name == name(&generation.config, tier)
+                && (old.strategy(), old.window_nanos()) == (quota.strategy(), quota.window_nanos());
+            let until = switched_at.saturating_add(old.window_nanos());
+            if same_state {
+                if old.capacity() < quota.capacity() {
+                    transition.same.push((old, until));
+                }
+                continue;
+            }
+            let parts = KeyParts {
+                prefix: old_config.key_prefix(),
+                budget: options.budget,
+                tier: old_name.as_deref(),
+                key: None,
+                identity: None,
+            };
+            let key = Around::new(&parts, &old);
+            // Two replaced configurations on one old state: held to the tighter, the longer.
+            match transition.others.iter_mut().find(|o| o.key == key) {
+                Some(held) => {
+                    if old.capacity() < held.quota.capacity() {
+                        held.quota = old;
+                    }
+                    held.until = held.until.max(until);
+                }
+                None => transition.others.push(OldState {
+                    key,
+                    quota: old,
+                    until,
+                }),
+            }
         }
-        let parts = KeyParts {
-            prefix: old_config.key_prefix(),
-            budget: options.budget,
-            tier: old_name.as_deref(),
-            key: None,
-            identity: None,
-        };
-        Some(Transition {
-            quota: old,
-            until,
-            old_key: Some(Around::new(&parts, &old)),
-        })
+        (!transition.same.is_empty() || !transition.others.is_empty()).then_some(transition)
     }
 
     /// Step 1 for one call: the site of a call with `options` under `generation` (the
@@ -251,9 +290,9 @@ impl RateLimitService {
         }
         let (quota, tier) = self.resolve(config, options)?;
         let shadow = options.shadow || tier.is_some_and(|i| config.tiers()[i].shadow);
-        let transition = match &generation.previous {
-            None => None,
-            Some(_) => self
+        let transition = match generation.previous.is_empty() {
+            true => None,
+            false => self
                 .transition_of(generation, options, &quota, tier)
                 .map(|t| Tighter::Own(Box::new(t))),
         };

@@ -4,6 +4,7 @@ use std::future::Future;
 
 use super::pipeline::IfAbandoned;
 use super::site::Site;
+use super::transition;
 use super::{Call, Generation, Options, RateLimitService};
 use crate::clock::Nanos;
 use crate::decision::Decision;
@@ -122,7 +123,19 @@ impl RateLimitService {
             Keyed::Unlimited(decisions) => return Ok(decisions),
             Keyed::Keys(sites, keys, now) => (sites, keys, now),
         };
-        let checks = checks(&keys, &sites, now);
+        let mut checks = checks(&keys, &sites, now);
+        // Limits a reload moved to another state are held to their old states too, as one
+        // with the rest (`transition.rs`): one more check per old state, owned by its limit.
+        let old_keys: Vec<Vec<String>> = (sites.iter().zip(limits))
+            .map(|(site, (key, _))| transition::old_store_keys(site, *key, now))
+            .collect();
+        let mut owners: Vec<usize> = (0..sites.len()).collect();
+        for (i, site) in sites.iter().enumerate() {
+            for check in transition::old_checks(site, &old_keys[i], now) {
+                checks.push(check);
+                owners.push(i);
+            }
+        }
         let result = match stacked(&checks, &sites, now) {
             Ok(all) => {
                 // Given up while the store decides: counted once, as abandoned, in every
@@ -136,9 +149,9 @@ impl RateLimitService {
                         }
                     }
                 });
-                let result = self.ask_stacked(all, &sites, at_once).await;
+                let result = self.ask_stacked(all, &sites, &owners, at_once).await;
                 abandoned.defuse();
-                result
+                result.and_then(|decided| fold(decided, &owners, sites.len()))
             }
             Err(e) => Err(e),
         };
@@ -155,8 +168,10 @@ impl RateLimitService {
         &self,
         all: Stacked<'_>,
         sites: &[Site<'_>],
+        owners: &[usize],
         at_once: Option<&'static str>,
     ) -> Result<Vec<Decision>, Error> {
+        let shadow = |i: usize| sites[owners[i]].shadow;
         let store = &*self.inner.store;
         let waiting = |at_once: &Option<&'static str>| {
             at_once.map(|function| Error::SyncOnWaitingStore { function })
@@ -175,11 +190,11 @@ impl RateLimitService {
                 },
             };
         }
-        let enforced: Vec<Check<'_>> = (all.checks().iter().zip(sites))
-            .filter(|(_, site)| !site.shadow)
-            .map(|(check, _)| *check)
+        let enforced: Vec<Check<'_>> = (all.checks().iter().enumerate())
+            .filter(|(i, _)| !shadow(*i))
+            .map(|(_, check)| *check)
             .collect();
-        let mut decided = Vec::with_capacity(sites.len());
+        let mut decided = Vec::with_capacity(owners.len());
         let mut admitted = true;
         if !enforced.is_empty() {
             let stack = Stacked::new(&enforced, all.now(), all.mode())?;
@@ -192,12 +207,12 @@ impl RateLimitService {
             };
             admitted = decisions.iter().all(|d| d.allowed);
             decided = decisions.into_iter().map(Some).collect();
-            decided.reserve(sites.len() - decided.len());
+            decided.reserve(owners.len() - decided.len());
         }
         let mut enforced_in_order = std::mem::take(&mut decided).into_iter();
         let mode = if admitted { all.mode() } else { Mode::Look };
-        for (check, site) in all.checks().iter().zip(sites) {
-            if !site.shadow {
+        for (i, check) in all.checks().iter().enumerate() {
+            if !shadow(i) {
                 decided.push(enforced_in_order.next().flatten());
                 continue;
             }
@@ -315,6 +330,23 @@ impl RateLimitService {
         }
         Ok(decisions)
     }
+}
+
+/// One decision per limit from the store's one per check (`owners`: each check's limit, the
+/// limits' own first, in order): a limit held to old states by a reload gets the one its
+/// state and theirs make together (`transition::one`).
+fn fold(decided: Vec<Decision>, owners: &[usize], limits: usize) -> Result<Vec<Decision>, Error> {
+    if decided.len() != owners.len() {
+        return Err(crate::algorithm::Undecidable::UnexpectedState.into());
+    }
+    if owners.len() == limits {
+        return Ok(decided);
+    }
+    let mut by_limit: Vec<Vec<Decision>> = (0..limits).map(|_| Vec::new()).collect();
+    for (decision, &owner) in decided.into_iter().zip(owners) {
+        by_limit[owner].push(decision);
+    }
+    by_limit.into_iter().map(transition::one).collect()
 }
 
 /// What a stacked call needs from the store: every limit's site and store key, and the time;

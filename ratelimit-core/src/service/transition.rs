@@ -1,10 +1,10 @@
-//! A call during a reload's transition on another state than its own: a limit whose window,
+//! A call during a reload's transition on other states than its own: a limit whose window,
 //! strategy, tier name or key prefix a reload changed reads a fresh state, so for one old
-//! window each call is decided on the old state (under the old quota) and the new one (under
-//! the new quota) as one, all or nothing: the switch never hands out a fresh budget on top of
-//! what the old window spent. (A limit on the same state needs none of this: `Site::quota_at`.)
+//! window each call is decided on the old states (under their old quotas) and the new one as
+//! one, all or nothing: the switch never hands out a fresh budget on top of what the old
+//! window spent. (A limit on the same state needs none of this: `Site::quota_at`.)
 
-use super::site::{Site, Transition};
+use super::site::Site;
 use super::RateLimitService;
 use crate::clock::Nanos;
 use crate::decision::Decision;
@@ -12,19 +12,18 @@ use crate::error::Error;
 use crate::store::{Check, Mode, Stacked, StoreKey};
 
 impl RateLimitService {
-    /// The call decided on both states at once when the store can; `None`, nothing spent,
-    /// when it must be awaited ([`decide_both`](Self::decide_both)).
+    /// The call decided on its state and the old ones at once when the store can; `None`,
+    /// nothing spent, when it must be awaited ([`decide_both`](Self::decide_both)).
     #[cold]
     pub(super) fn decide_both_now(
         &self,
         site: &Site<'_>,
         key: Option<&str>,
         store_key: &str,
-        old: &Transition,
         now: Nanos,
     ) -> Option<Result<Decision, Error>> {
-        let old_key = old_store_key(old, key);
-        let checks = checks(site, store_key, &old_key, old);
+        let old_keys = old_store_keys(site, key, now);
+        let checks = checks(site, store_key, &old_keys, now);
         match stacked(site, &checks, now) {
             Ok(stacked) => Some(self.inner.store.decide_all_now(stacked)?.and_then(one)),
             Err(e) => Some(Err(e)),
@@ -38,44 +37,56 @@ impl RateLimitService {
         site: &Site<'_>,
         key: Option<&str>,
         store_key: &str,
-        old: &Transition,
         now: Nanos,
     ) -> Result<Decision, Error> {
-        let old_key = old_store_key(old, key);
-        let checks = checks(site, store_key, &old_key, old);
+        let old_keys = old_store_keys(site, key, now);
+        let checks = checks(site, store_key, &old_keys, now);
         let stacked = stacked(site, &checks, now)?;
         self.inner.store.decide_all(stacked).await.and_then(one)
     }
 }
 
-/// The old state's store key for user key `key` (checked with the call).
-fn old_store_key(old: &Transition, key: Option<&str>) -> String {
-    let mut out = String::with_capacity(64);
-    if let Some(around) = &old.old_key {
-        around.write(&mut out, key);
-    }
-    out
+/// The store keys of the old states in force for user key `key` (checked with the call).
+pub(super) fn old_store_keys(site: &Site<'_>, key: Option<&str>, now: Nanos) -> Vec<String> {
+    site.other_states_at(now)
+        .map(|old| {
+            let mut out = String::with_capacity(64);
+            old.key.write(&mut out, key);
+            out
+        })
+        .collect()
 }
 
-/// The new state first, then the old.
+/// The old states' checks, in the order of [`old_store_keys`].
+pub(super) fn old_checks<'a>(
+    site: &'a Site<'_>,
+    old_keys: &'a [String],
+    now: Nanos,
+) -> impl Iterator<Item = Check<'a>> {
+    site.other_states_at(now)
+        .zip(old_keys)
+        .map(|(old, key)| Check {
+            key: StoreKey::composed(key),
+            quota: &old.quota,
+            cost: site.cost,
+        })
+}
+
+/// The site's own state first, then the old ones.
 fn checks<'a>(
     site: &'a Site<'_>,
     store_key: &'a str,
-    old_key: &'a str,
-    old: &'a Transition,
-) -> [Check<'a>; 2] {
-    [
-        Check {
-            key: StoreKey::composed(store_key),
-            quota: &site.quota,
-            cost: site.cost,
-        },
-        Check {
-            key: StoreKey::composed(old_key),
-            quota: &old.quota,
-            cost: site.cost,
-        },
-    ]
+    old_keys: &'a [String],
+    now: Nanos,
+) -> Vec<Check<'a>> {
+    let own = Check {
+        key: StoreKey::composed(store_key),
+        quota: &site.quota,
+        cost: site.cost,
+    };
+    std::iter::once(own)
+        .chain(old_checks(site, old_keys, now))
+        .collect()
 }
 
 fn stacked<'a>(site: &Site<'_>, checks: &'a [Check<'a>], now: Nanos) -> Result<Stacked<'a>, Error> {
@@ -83,16 +94,17 @@ fn stacked<'a>(site: &Site<'_>, checks: &'a [Check<'a>], now: Nanos) -> Result<S
     Stacked::new(checks, now, mode)
 }
 
-/// The call's one decision from the two: the new limit's when both admit (or when it refuses),
-/// else the old one's refusal. Anything but two decisions is a store answering another
-/// question: an error, never an admission.
-fn one(decisions: Vec<Decision>) -> Result<Decision, Error> {
-    let [new, old]: [Decision; 2] = decisions
-        .try_into()
-        .map_err(|_| Error::from(crate::algorithm::Undecidable::UnexpectedState))?;
-    Ok(if new.allowed && !old.allowed {
-        old
-    } else {
-        new
-    })
+/// The call's one decision from its state's and the old ones': when every one admits, the
+/// one with the least remaining (what the next calls will find); else the refusal to wait
+/// for longest. No decision at all is a store answering another question: an error, never an
+/// admission.
+pub(super) fn one(decisions: Vec<Decision>) -> Result<Decision, Error> {
+    let refused = decisions.iter().any(|d| !d.allowed);
+    let pick = decisions.into_iter().reduce(|a, b| match refused {
+        true if !b.allowed && (a.allowed || b.retry_after > a.retry_after) => b,
+        true => a,
+        false if b.remaining < a.remaining => b,
+        false => a,
+    });
+    pick.ok_or_else(|| crate::algorithm::Undecidable::UnexpectedState.into())
 }

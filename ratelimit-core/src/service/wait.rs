@@ -99,6 +99,13 @@ impl RateLimitService {
                 turn.leave(Left::TimedOut);
                 break Err(timed_out(turn.ready_at()));
             }
+            // A reload replaced the configuration this call was begun under: its wait ends
+            // (refused, as at its deadline; the caller calls again under the new one), so no
+            // call decided under an old configuration outlives the switch.
+            if !self.runs(site.generation) {
+                turn.leave(Left::Refused);
+                break Err(timed_out(None));
+            }
             if turn.is_head() {
                 let decision = match prior {
                     Some(d) => Ok(d),
@@ -204,41 +211,48 @@ impl RateLimitService {
         let options = options.clone().consume(true).queue(false);
         async move {
             let call = options.call();
-            let generation = self.generation();
-            let site = self
-                .site(&generation, &call)
-                .map_err(|e| self.unresolved(&call, e))?;
-            let store_key = match site.check(Some(key)) {
-                Ok(()) => site.store_key(Some(key))?,
-                Err(e) => return self.recorded(&site, Some(key), Err(e)),
-            };
             // When the last refusal said the budget admits again.
             let mut ready_at = None;
-            loop {
-                let answered = by_deadline(deadline, self.ask(&site, Some(key), &store_key));
-                let result = match answered.await {
-                    Ok(Some(answer)) => answer,
-                    // Not answered: past the deadline, or no timer to bound the wait with.
-                    unanswered => Err(unanswered.map_or_else(|e| e, |_| timed_out(ready_at))),
+            // Once per configuration: a reload while this call waits decides its next try
+            // under the new one.
+            'configuration: loop {
+                let generation = self.generation();
+                let site = self
+                    .site(&generation, &call)
+                    .map_err(|e| self.unresolved(&call, e))?;
+                let store_key = match site.check(Some(key)) {
+                    Ok(()) => site.store_key(Some(key))?,
+                    Err(e) => return self.recorded(&site, Some(key), Err(e)),
                 };
-                let wake = match &result {
-                    Ok(d) if !d.allowed => d
-                        .retry_after
-                        .map(|after| (after, Instant::now() + after + random_up_to(jitter))),
-                    _ => None,
-                };
-                let Some((after, wake)) = wake else {
-                    return self.recorded(&site, Some(key), result);
-                };
-                if wake > deadline {
-                    let timeout = Err(Error::QueueTimeout { retry_after: after });
-                    return self.recorded(&site, Some(key), timeout);
+                loop {
+                    if !self.runs(&generation) {
+                        continue 'configuration;
+                    }
+                    let answered = by_deadline(deadline, self.ask(&site, Some(key), &store_key));
+                    let result = match answered.await {
+                        Ok(Some(answer)) => answer,
+                        // Not answered: past the deadline, or no timer to bound the wait with.
+                        unanswered => Err(unanswered.map_or_else(|e| e, |_| timed_out(ready_at))),
+                    };
+                    let wake = match &result {
+                        Ok(d) if !d.allowed => d
+                            .retry_after
+                            .map(|after| (after, Instant::now() + after + random_up_to(jitter))),
+                        _ => None,
+                    };
+                    let Some((after, wake)) = wake else {
+                        return self.recorded(&site, Some(key), result);
+                    };
+                    if wake > deadline {
+                        let timeout = Err(Error::QueueTimeout { retry_after: after });
+                        return self.recorded(&site, Some(key), timeout);
+                    }
+                    if let Err(no_timer) = drivers::timer() {
+                        return self.recorded(&site, Some(key), Err(no_timer));
+                    }
+                    ready_at = Some(Instant::now() + after);
+                    tokio::time::sleep_until(wake).await;
                 }
-                if let Err(no_timer) = drivers::timer() {
-                    return self.recorded(&site, Some(key), Err(no_timer));
-                }
-                ready_at = Some(Instant::now() + after);
-                tokio::time::sleep_until(wake).await;
             }
         }
     }
