@@ -100,8 +100,11 @@ impl RateLimitService {
         super::warn_shadow_tiers(&config);
         let mut next = Generation::new(config, reloaded.generation, Some(&running));
         let replaced = (Arc::clone(&running.config), self.inner.clock.now());
+        // A kept configuration equal to the new one holds no call to anything: dropped, so
+        // that calls resolved per call (not prepared) do not resolve it again.
         next.previous = std::iter::once(replaced)
             .chain(running.previous.iter().cloned())
+            .filter(|(kept, _)| **kept != *next.config)
             .take(super::KEPT_PREVIOUS)
             .collect();
         self.inner.current.store(Arc::new(next));
