@@ -140,6 +140,25 @@ fn variants(
                 ready(svc.consume(&names[k as usize], &opts)).is_ok_and(|d| d.allowed)
             }),
         ));
+        if strategy == Strategy::TokenBucket {
+            // Issue 27: a service reloaded 8 times (each default limit another), whose calls
+            // resolved per call find their transition under every kept configuration (inside
+            // their windows: the calls' own window is an hour).
+            let reloaded =
+                RateLimitService::with_clock(ratelimit::Config::default(), Arc::clone(&clock))
+                    .expect("service");
+            for i in 0..8 {
+                let config = ratelimit::Config::builder().default_limit(100 + i).build();
+                reloaded.reload(config.expect("config")).expect("reload");
+            }
+            let (names, opts) = (Arc::clone(keys), options(strategy));
+            out.push((
+                format!("service.consume after 8 reloads {strategy}"),
+                Arc::new(move |k| {
+                    ready(reloaded.consume(&names[k as usize], &opts)).is_ok_and(|d| d.allowed)
+                }),
+            ));
+        }
         let prepared = Arc::new(service.prepare(&options(strategy)).expect("prepared"));
         let names = Arc::clone(keys);
         out.push((

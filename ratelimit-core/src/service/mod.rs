@@ -46,7 +46,32 @@ pub(crate) struct Generation {
     /// The configurations reloads replaced, the latest first, each with when it was
     /// replaced: a limit a reload loosened or moved holds to its old quota for one old window
     /// (`Site::transition`), whatever reloads came after. At most [`KEPT_PREVIOUS`].
-    pub(crate) previous: Vec<(Arc<Config>, crate::clock::Nanos)>,
+    pub(crate) previous: Vec<Kept>,
+}
+
+/// A configuration a reload replaced, kept for transitions.
+#[derive(Clone)]
+pub(crate) struct Kept {
+    pub(crate) config: Arc<Config>,
+    /// When the reload replaced it.
+    pub(crate) replaced_at: crate::clock::Nanos,
+    /// The longest window of a limit it configures (the default's, a tier's): past
+    /// `replaced_at` plus this, it holds no call without a window of its own.
+    pub(crate) longest: crate::clock::Nanos,
+}
+
+impl Kept {
+    pub(crate) fn new(config: Arc<Config>, replaced_at: crate::clock::Nanos) -> Self {
+        let longest = (config.tiers().iter().map(|t| t.quota.window_nanos()))
+            .chain(std::iter::once(config.default_window().as_nanos() as u64))
+            .max()
+            .unwrap_or(0);
+        Kept {
+            config,
+            replaced_at,
+            longest,
+        }
+    }
 }
 
 /// How many replaced configurations a generation keeps for transitions: reloads more

@@ -99,12 +99,12 @@ impl RateLimitService {
         reloaded.generation = running.number + 1;
         super::warn_shadow_tiers(&config);
         let mut next = Generation::new(config, reloaded.generation, Some(&running));
-        let replaced = (Arc::clone(&running.config), self.inner.clock.now());
+        let replaced = super::Kept::new(Arc::clone(&running.config), self.inner.clock.now());
         // A kept configuration equal to the new one holds no call to anything: dropped, so
         // that calls resolved per call (not prepared) do not resolve it again.
         next.previous = std::iter::once(replaced)
             .chain(running.previous.iter().cloned())
-            .filter(|(kept, _)| **kept != *next.config)
+            .filter(|kept| *kept.config != *next.config)
             .take(super::KEPT_PREVIOUS)
             .collect();
         self.inner.current.store(Arc::new(next));

@@ -226,7 +226,15 @@ impl RateLimitService {
             tier.map(|i| Arc::clone(&config.tiers()[i].name))
         };
         let mut transition = Transition::default();
-        for (old_config, switched_at) in &generation.previous {
+        let now = self.inner.clock.now();
+        for kept in &generation.previous {
+            // Past every window it could hold this call to: nothing to resolve. A call's own
+            // window is the same under every configuration; else the longest configured one.
+            let window = (options.overrides.window).map_or(kept.longest, |w| w.as_nanos() as u64);
+            if now >= kept.replaced_at.saturating_add(window) {
+                continue;
+            }
+            let (old_config, switched_at) = (&*kept.config, &kept.replaced_at);
             // A call the old configuration did not resolve had no budget there to hold to; a
             // shadow limit refused nothing.
             let Ok((old, old_tier)) = self.resolve(old_config, options) else {
