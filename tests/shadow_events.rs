@@ -11,6 +11,12 @@ async fn trial_search(user: &str) -> Result<(), Error> {
     Ok(())
 }
 
+// Its own limit, under a shadow tier: a shadow limit too, and named as one at start.
+#[rate_limit(tier = "beta", limit = 3, window = "1m")]
+async fn beta_export() -> Result<(), Error> {
+    Ok(())
+}
+
 /// Building the module names every shadow limit and shadow tier at warn level; each call a
 /// shadow limit would have refused is an info event naming the budget, never the key.
 #[test]
@@ -46,6 +52,12 @@ fn shadow_limits_are_named_at_start_and_each_would_be_refusal_logged() {
         warns
             .iter()
             .any(|l| l.contains("shadow limit") && l.contains("shadow_events::trial_search")),
+        "{text}"
+    );
+    assert!(
+        warns.iter().any(|l| l.contains("shadow limit")
+            && l.contains("shadow_events::beta_export")
+            && l.contains("tier=\"beta\"")),
         "{text}"
     );
     let infos: Vec<&str> = text

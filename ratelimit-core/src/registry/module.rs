@@ -7,6 +7,7 @@ use std::sync::Arc;
 use super::check::{check_declarations, check_declarations_under};
 use super::declaration::Declaration;
 use super::limiter::{Limiter, APP};
+use super::spec::TierSpec;
 use crate::clock::{Clock, SystemClock};
 use crate::config::{Config, ConfigBuilder};
 use crate::error::Error;
@@ -78,7 +79,7 @@ fn checked(
     let service = RateLimitService::with_clock(config, clock)?;
     let declarations = limiter.declarations();
     check_declarations(&service, &declarations).map_err(Error::Declarations)?;
-    warn_shadow_fns(&declarations);
+    warn_shadow_fns(&service.config(), &declarations);
     Ok(service)
 }
 
@@ -93,19 +94,36 @@ fn reload(
     let reloaded = service.reload_checked(config, |config| {
         check_declarations_under(service, config, &declarations).map_err(Error::Declarations)
     })?;
-    warn_shadow_fns(&declarations);
+    warn_shadow_fns(&service.config(), &declarations);
     Ok(reloaded)
 }
 
-/// Logs every shadow fn at warn level, as a module starts or reloads: shadow is only ever an
-/// explicit choice, and never a quiet one.
-fn warn_shadow_fns(declarations: &[&'static Declaration]) {
-    for d in declarations.iter().filter(|d| d.spec().shadow()) {
+/// Logs every shadow fn at warn level, as a module starts or reloads under `config`: one
+/// declared `shadow = true`, and one whose tier (named, the default, or any a per-call tier may
+/// choose) is a shadow tier, however explicit its own limit. Shadow is only ever an explicit
+/// choice, and never a quiet one.
+fn warn_shadow_fns(config: &Config, declarations: &[&'static Declaration]) {
+    let shadow_tier = |name: Option<&str>| {
+        let index = config.tier_index(name).ok().flatten();
+        index
+            .filter(|&i| config.tiers()[i].shadow)
+            .map(|i| &*config.tiers()[i].name)
+    };
+    for d in declarations {
+        let through = match d.spec().tier() {
+            TierSpec::Static(name) => shadow_tier(Some(name)),
+            TierSpec::Default => shadow_tier(None),
+            TierSpec::Dynamic => config.tiers().iter().find(|t| t.shadow).map(|t| &*t.name),
+        };
+        if !d.spec().shadow() && through.is_none() {
+            continue;
+        }
         tracing::warn!(
             target: "ratelimit",
             function = d.function(),
             file = d.file(),
             line = d.line(),
+            tier = through.unwrap_or("-"),
             "shadow limit: counts and reports, refuses nothing",
         );
     }
