@@ -37,6 +37,8 @@ fn shadow_limits_are_named_at_start_and_each_would_be_refusal_logged() {
         rt.block_on(module.scope(async {
             for _ in 0..4 {
                 trial_search("secret-user-9").await.unwrap();
+                // Over its own limit of 3 on the fourth call: shadowed by its tier, it runs.
+                beta_export().await.unwrap();
             }
         }));
     });
@@ -64,7 +66,8 @@ fn shadow_limits_are_named_at_start_and_each_would_be_refusal_logged() {
         .lines()
         .filter(|l| l.contains("INFO") && l.contains("shadow rate limit would have refused"))
         .collect();
-    assert_eq!(infos.len(), 3, "{text}");
+    // trial_search's 3 would-be refusals, and beta_export's one.
+    assert_eq!(infos.len(), 4, "{text}");
     assert!(
         infos[0].contains("budget=\"shadow_events::trial_search\""),
         "{text}"
