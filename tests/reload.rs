@@ -529,3 +529,20 @@ fn an_empty_configuration_file_is_refused_not_read_as_defaults() {
     }
     std::fs::remove_file(&path).unwrap();
 }
+
+/// Switched off, a configuration refused nothing: limiting switched on by a reload is not
+/// held to its limits (the new limit holds at once).
+#[test]
+fn a_reload_switching_limiting_on_is_not_held_to_the_switched_off_limits() {
+    let rt = ratelimit_tests::two_workers();
+    let clock = ratelimit_tests::clock();
+    let off = || limit(3)().enabled(false);
+    let (services, _servers) = on_every_store("reload-on", off, &clock);
+    for (store, service) in services {
+        rt.block_on(async {
+            assert_eq!(admitted_by_64_tasks(&service, 1).await, 64, "{store}");
+            service.reload(on_its_store(&service, limit(10)())).unwrap();
+            assert_eq!(admitted_by_64_tasks(&service, 1).await, 10, "{store}");
+        });
+    }
+}

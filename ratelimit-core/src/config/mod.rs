@@ -196,6 +196,36 @@ impl Config {
         self.plain
     }
 
+    /// Whether `other` resolves every call to the same limit on the same state: what decides
+    /// a call's quota and store key is equal (the queue's settings, the store and a tier's
+    /// priority may differ). A reload keeps no transition to a configuration with the same
+    /// limits.
+    pub(crate) fn same_limits(&self, other: &Config) -> bool {
+        let tiers = |c: &Config| {
+            c.tiers
+                .iter()
+                .map(|t| (t.name.clone(), t.overrides, t.quota, t.shadow))
+                .collect::<Vec<_>>()
+        };
+        (
+            self.strategy,
+            &self.key_prefix,
+            self.default_limit,
+            self.default_window,
+        ) == (
+            other.strategy,
+            &other.key_prefix,
+            other.default_limit,
+            other.default_window,
+        ) && (self.burst_limit, self.token_refill_rate, &self.default_tier)
+            == (
+                other.burst_limit,
+                other.token_refill_rate,
+                &other.default_tier,
+            )
+            && tiers(self) == tiers(other)
+    }
+
     /// The quota for a call that names no tier and sets nothing: the default tier's, else
     /// the default limit's (`None` without either).
     pub fn default_quota(&self) -> Option<Quota> {

@@ -100,11 +100,11 @@ impl RateLimitService {
         super::warn_shadow_tiers(&config);
         let mut next = Generation::new(config, reloaded.generation, Some(&running));
         let replaced = super::Kept::new(Arc::clone(&running.config), self.inner.clock.now());
-        // A kept configuration equal to the new one holds no call to anything: dropped, so
-        // that calls resolved per call (not prepared) do not resolve it again.
+        // A kept configuration with the new one's limits holds no call to anything: dropped,
+        // so that calls resolved per call (not prepared) do not resolve it again.
         next.previous = std::iter::once(replaced)
             .chain(running.previous.iter().cloned())
-            .filter(|kept| *kept.config != *next.config)
+            .filter(|kept| !kept.config.same_limits(&next.config))
             .take(super::KEPT_PREVIOUS)
             .collect();
         self.inner.current.store(Arc::new(next));

@@ -235,6 +235,10 @@ impl RateLimitService {
                 continue;
             }
             let (old_config, switched_at) = (&*kept.config, &kept.replaced_at);
+            // Limiting switched off refused nothing: no budget to hold to.
+            if !old_config.enabled() {
+                continue;
+            }
             // A call the old configuration did not resolve had no budget there to hold to; a
             // shadow limit refused nothing.
             let Ok((old, old_tier)) = self.resolve(old_config, options) else {
