@@ -227,7 +227,7 @@ impl Module {
     /// # Ok::<(), ratelimit_core::Error>(())
     /// ```
     pub fn reload(&self, builder: impl Into<ModuleBuilder>) -> Result<Reloaded, Error> {
-        self.reload_config(builder.into().build()?)
+        reload(self.limiter, &self.service, builder.into().build()?)
     }
 
     /// [`reload`](Self::reload) from the TOML or JSON file at `path` (feature `serde`;
@@ -237,11 +237,7 @@ impl Module {
     /// example).
     #[cfg(feature = "serde")]
     pub fn reload_from_file(&self, path: impl AsRef<std::path::Path>) -> Result<Reloaded, Error> {
-        self.reload_config(Config::from_file(path)?)
-    }
-
-    fn reload_config(&self, config: Config) -> Result<Reloaded, Error> {
-        reload(self.limiter, &self.service, config)
+        reload(self.limiter, &self.service, Config::from_file(path)?)
     }
 
     /// Reloads from the file at `path` whenever it changes (feature `notify`): as

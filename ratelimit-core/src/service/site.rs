@@ -234,7 +234,7 @@ impl RateLimitService {
             if now >= kept.replaced_at.saturating_add(window) {
                 continue;
             }
-            let (old_config, switched_at) = (&*kept.config, &kept.replaced_at);
+            let old_config = &*kept.config;
             // Limiting switched off refused nothing: no budget to hold to.
             if !old_config.enabled() {
                 continue;
@@ -251,7 +251,7 @@ impl RateLimitService {
             let same_state = old_config.key_prefix() == generation.config.key_prefix()
                 && old_name == name(&generation.config, tier)
                 && (old.strategy(), old.window_nanos()) == (quota.strategy(), quota.window_nanos());
-            let until = switched_at.saturating_add(old.window_nanos());
+            let until = kept.replaced_at.saturating_add(old.window_nanos());
             if same_state {
                 if old.capacity() < quota.capacity() {
                     transition.same.push((old, until));
