@@ -287,6 +287,12 @@ impl Quota {
         None
     }
 
+    /// Whether `other` writes the same [`identity`](Self::identity): a store key of one is a
+    /// store key of the other (the same strategy and window).
+    pub(crate) fn same_identity(&self, other: &Quota) -> bool {
+        (self.strategy, self.window_nanos()) == (other.strategy, other.window_nanos())
+    }
+
     /// A short, stable name for what this quota's state means: its strategy and window
     /// (`T60000` for a token bucket over a minute: the window in milliseconds, or in
     /// nanoseconds with `ns` when it is not a whole number of them). Two quotas with the same

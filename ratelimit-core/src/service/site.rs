@@ -250,7 +250,7 @@ impl RateLimitService {
             let old_name = name(old_config, old_tier);
             let same_state = old_config.key_prefix() == generation.config.key_prefix()
                 && old_name == name(&generation.config, tier)
-                && (old.strategy(), old.window_nanos()) == (quota.strategy(), quota.window_nanos());
+                && old.same_identity(quota);
             let until = kept.replaced_at.saturating_add(old.window_nanos());
             if same_state {
                 if old.capacity() < quota.capacity() {
