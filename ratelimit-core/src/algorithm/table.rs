@@ -7,10 +7,13 @@ use crate::quota::Quota;
 use crate::syntax::Strategy;
 
 /// Every algorithm, one line each:
-/// `Strategy variant => State variant(its state's type), "its Lua script's name";`
+/// `Strategy variant => State variant(its state's type), "its Lua script's name", its memory cell;`
 /// (`algorithm/<name>.lua`, beside `<name>.rs`; a function of that name in the stacked script).
-/// A new algorithm is its two files under `algorithm/`, its [`Strategy`], one line here and its
-/// memory cell (`store/memory/cells.rs`, `Kept`).
+/// The memory cell is one of the memory store's (`store/memory/cells.rs`): `LockedCell<type>`
+/// holds any algorithm's state behind a lock of its own; the others are compact cells of one
+/// atomic word. Its name is resolved where the memory store expands the table, so this layer
+/// imports nothing of the store's. A new algorithm is its two files under `algorithm/`, its
+/// [`Strategy`] and one line here.
 ///
 /// `algorithms!(then, passed...)` calls `then! { [passed...] lines... }`: each place that
 /// dispatches on the strategy writes its `match` from the lines, so none can leave one out.
@@ -18,10 +21,12 @@ macro_rules! algorithms {
     ($then:ident $(, $($pass:tt)*)?) => {
         $then! {
             [$($($pass)*)?]
-            FixedWindow => Fixed($crate::algorithm::FixedWindow), "fixed_window";
-            SlidingWindow => Log(::std::boxed::Box<$crate::algorithm::SlidingLog>), "sliding_log";
-            SlidingWindowCounter => Counter($crate::algorithm::SlidingCounter), "sliding_counter";
-            TokenBucket => Bucket($crate::algorithm::Gcra), "token_bucket";
+            FixedWindow => Fixed($crate::algorithm::FixedWindow), "fixed_window", FixedCell;
+            SlidingWindow => Log(::std::boxed::Box<$crate::algorithm::SlidingLog>), "sliding_log",
+                LockedCell<::std::boxed::Box<$crate::algorithm::SlidingLog>>;
+            SlidingWindowCounter => Counter($crate::algorithm::SlidingCounter), "sliding_counter",
+                CounterCell;
+            TokenBucket => Bucket($crate::algorithm::Gcra), "token_bucket", BucketCell;
         }
     };
 }
@@ -61,7 +66,7 @@ impl<A: Algorithm> Algorithm for Box<A> {
 }
 
 macro_rules! state {
-    ([] $($strategy:ident => $variant:ident($ty:ty), $lua:literal;)*) => {
+    ([] $($strategy:ident => $variant:ident($ty:ty), $lua:literal, $cell:ty;)*) => {
         /// The state of one key under any strategy: one variant per line of [`algorithms`].
         #[derive(Debug, Clone, PartialEq, Eq)]
         pub(crate) enum State {

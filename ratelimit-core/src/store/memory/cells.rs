@@ -42,25 +42,10 @@ pub(super) trait Cell: Sized {
     fn decide(&self, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> Verdict;
 }
 
-/// The cell an algorithm's keys are kept in (one line per algorithm, beside its cell).
+/// The cell an algorithm's keys are kept in: the last column of the table of algorithms
+/// (`algorithm/table.rs`), implemented by `tables!` below.
 pub(super) trait Kept: Algorithm {
     type Cell: Cell;
-}
-
-impl Kept for FixedWindow {
-    type Cell = FixedCell;
-}
-
-impl Kept for Box<SlidingLog> {
-    type Cell = LockedCell<Box<SlidingLog>>;
-}
-
-impl Kept for SlidingCounter {
-    type Cell = CounterCell;
-}
-
-impl Kept for Gcra {
-    type Cell = BucketCell;
 }
 
 /// An algorithm's table in a shard's [`Tables`] (generated from the table of algorithms).
@@ -87,13 +72,13 @@ macro_rules! by_strategy {
 /// table's macro can call it back; imported beside `by_strategy!` where that is used).
 macro_rules! by_strategy_arms {
     ([method $strategy:expr, $recv:ident, $f:ident, $args:tt]
-     $($name:ident => $variant:ident($ty:ty), $lua:literal;)*) => {
+     $($name:ident => $variant:ident($ty:ty), $lua:literal, $cell:ty;)*) => {
         match $strategy {
             $($crate::syntax::Strategy::$name => $recv.$f::<$ty> $args,)*
         }
     };
     ([path $strategy:expr, $owner:tt, $f:ident, $args:tt]
-     $($name:ident => $variant:ident($ty:ty), $lua:literal;)*) => {
+     $($name:ident => $variant:ident($ty:ty), $lua:literal, $cell:ty;)*) => {
         match $strategy {
             $($crate::syntax::Strategy::$name => $owner::$f::<$ty> $args,)*
         }
@@ -324,7 +309,7 @@ impl Cell for BucketCell {
 }
 
 macro_rules! tables {
-    ([] $($strategy:ident => $variant:ident($ty:ty), $lua:literal;)*) => {
+    ([] $($strategy:ident => $variant:ident($ty:ty), $lua:literal, $cell:ty;)*) => {
         /// One shard: a table per strategy, one per line of the table of algorithms. A key is
         /// in at most one of them: a call on a key held under another strategy is refused with
         /// [`Error::UnexpectedState`](crate::Error::UnexpectedState), as
@@ -336,6 +321,10 @@ macro_rules! tables {
         }
 
         $(
+            impl Kept for $ty {
+                type Cell = $cell;
+            }
+
             impl InTables for $ty {
                 #[inline]
                 fn table(tables: &Tables) -> &HashTable<Self::Cell> {

@@ -187,7 +187,7 @@ impl Lua {
 }
 
 macro_rules! single {
-    ([] $($strategy:ident => $variant:ident($ty:ty), $lua:literal;)*) => {
+    ([] $($strategy:ident => $variant:ident($ty:ty), $lua:literal, $cell:ty;)*) => {
         /// The strategies, in the order of the table of algorithms.
         enum Order {
             $($strategy,)*
