@@ -7,6 +7,8 @@
 #![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+#[cfg(feature = "actix")]
+mod actix;
 mod algorithm;
 mod answer;
 mod clock;
@@ -14,9 +16,10 @@ mod config;
 mod decision;
 mod drivers;
 mod error;
-#[cfg(feature = "axum")]
+#[cfg(feature = "http")]
 mod http;
 mod key;
+mod merge;
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
 mod metrics;
@@ -38,6 +41,7 @@ pub use config::{Config, ConfigBuilder, CustomStore, ResolvedTier, StoreConfig, 
 pub use decision::Decision;
 pub use error::{ConfigError, DeclarationErrors, DeclarationProblem, Error, Exceeded, ProblemKind};
 pub use key::MAX_KEY_LEN;
+pub use merge::{HeaderField, ResponseHeaders};
 pub use name::Name;
 pub use quota::{Overrides, Quota, QuotaError, MAX_CAPACITY};
 #[cfg(feature = "notify")]

@@ -133,9 +133,11 @@ pub use ratelimit_core::{
 };
 pub use ratelimit_macros::{rate_limit, skip_throttle, throttle};
 
-#[cfg(feature = "axum")]
-#[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
 pub mod http;
+
+#[cfg(feature = "actix")]
+#[cfg_attr(docsrs, doc(cfg(feature = "actix")))]
+pub mod actix;
 
 #[cfg(feature = "utoipa")]
 #[cfg_attr(docsrs, doc(cfg(feature = "utoipa")))]

@@ -1,15 +1,12 @@
 //! Keys by client address: the peer, or the client behind your trusted proxies.
 
 use std::fmt::{self, Write as _};
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::str::FromStr;
 use std::sync::Arc;
 
-use axum::extract::ConnectInfo;
-use http::header::FORWARDED;
-use http::request::Parts;
-
-use super::key::{text_to_string, KeyExtractor};
+use super::head::RequestHead;
+use super::key::{text_to_string, visible_ascii, KeyExtractor};
 use crate::__private::KeyText;
 use crate::Error;
 
@@ -19,9 +16,12 @@ use crate::Error;
 /// network prefix (a /64 by default: one host usually holds a whole /64, and would otherwise
 /// get a fresh budget per address).
 ///
-/// The peer address comes from [`ConnectInfo<SocketAddr>`]: serve the router with
-/// `into_make_service_with_connect_info::<SocketAddr>()`. Without it, every request is
-/// answered with the layer's error response ([`Error::InvalidKey`], 500), never let through.
+/// The peer address is the head's [`peer`](RequestHead::peer): with axum, serve the router
+/// with `into_make_service_with_connect_info::<SocketAddr>()`; with hyper, put the
+/// connection's `SocketAddr` in each request's extensions; actix-web always knows it (its
+/// `ConnectionInfo::realip_remote_addr` is not used: it believes any client's
+/// `Forwarded` header). Without it, every request is answered with the error response
+/// ([`Error::InvalidKey`], 500), never let through.
 ///
 /// ```
 /// use ratelimit::http::{ClientIp, TrustedProxies};
@@ -144,15 +144,15 @@ impl ClientIp {
 
     /// The client's address (IPv4-mapped IPv6 as IPv4; not reduced to its prefix), for code
     /// that needs the address itself, such as an exemption list in a skipper.
-    pub fn address(&self, parts: &Parts) -> Result<IpAddr, Error> {
+    pub fn address(&self, head: &dyn RequestHead) -> Result<IpAddr, Error> {
         let ip = match &self.source {
-            Source::Peer => peer(parts)?,
+            Source::Peer => peer(head)?,
             Source::Proxied { header, trusted } => {
                 let reported = match header {
-                    ProxyHeader::XForwardedFor => x_forwarded_for(parts),
-                    ProxyHeader::Forwarded => forwarded(parts),
+                    ProxyHeader::XForwardedFor => x_forwarded_for(head),
+                    ProxyHeader::Forwarded => forwarded(head),
                 };
-                client_behind(&reported, trusted, || peer(parts))?
+                client_behind(&reported, trusted, || peer(head))?
             }
         };
         Ok(canonical(ip))
@@ -206,24 +206,21 @@ fn write_ipv4(out: &mut KeyText, v4: Ipv4Addr) -> fmt::Result {
 }
 
 impl KeyExtractor for ClientIp {
-    fn extract(&self, parts: &Parts) -> Result<Option<String>, Error> {
-        text_to_string(self.extract_text(parts))
+    fn extract(&self, head: &dyn RequestHead) -> Result<Option<String>, Error> {
+        text_to_string(self.extract_text(head))
     }
 
-    fn extract_text(&self, parts: &Parts) -> Result<Option<KeyText>, Error> {
-        self.address(parts).map(|ip| Some(self.key_of(ip)))
+    fn extract_text(&self, head: &dyn RequestHead) -> Result<Option<KeyText>, Error> {
+        self.address(head).map(|ip| Some(self.key_of(ip)))
     }
 }
 
-fn peer(parts: &Parts) -> Result<IpAddr, Error> {
-    parts
-        .extensions
-        .get::<ConnectInfo<SocketAddr>>()
-        .map(|ConnectInfo(addr)| addr.ip())
-        .ok_or(Error::InvalidKey {
-            reason: "the request has no peer address: serve the router with \
-                     `into_make_service_with_connect_info::<SocketAddr>()`",
-        })
+fn peer(head: &dyn RequestHead) -> Result<IpAddr, Error> {
+    head.peer().map(|addr| addr.ip()).ok_or(Error::InvalidKey {
+        reason: "the request has no peer address: with axum, serve the router with \
+                 `into_make_service_with_connect_info::<SocketAddr>()`; with hyper or tower, \
+                 insert the connection's `SocketAddr` into the request's extensions",
+    })
 }
 
 /// IPv4-mapped IPv6 as the IPv4 address it is.
@@ -267,25 +264,25 @@ fn client_behind(
 }
 
 /// Every `X-Forwarded-For` entry, left to right, over every line of the header.
-fn x_forwarded_for(parts: &Parts) -> Vec<Option<IpAddr>> {
+fn x_forwarded_for(head: &dyn RequestHead) -> Vec<Option<IpAddr>> {
     let mut entries = Vec::new();
-    for value in parts.headers.get_all("x-forwarded-for") {
-        for entry in value.as_bytes().split(|&b| b == b',') {
+    head.header_lines("x-forwarded-for", &mut |value| {
+        for entry in value.split(|&b| b == b',') {
             entries.push(std::str::from_utf8(entry).ok().and_then(parse_node));
         }
-    }
+    });
     entries
 }
 
 /// The `for=` of every `Forwarded` element, left to right, over every line of the header;
 /// `None` for an element without one, or with `unknown` or an obfuscated identifier.
-fn forwarded(parts: &Parts) -> Vec<Option<IpAddr>> {
+fn forwarded(head: &dyn RequestHead) -> Vec<Option<IpAddr>> {
     let mut entries = Vec::new();
-    for value in parts.headers.get_all(FORWARDED) {
-        let Ok(value) = value.to_str() else {
+    head.header_lines("forwarded", &mut |value| {
+        let Some(value) = visible_ascii(value) else {
             // One unreadable line: its elements are not counted, so the client is looked for
             // among fewer entries, which falls back towards the peer.
-            continue;
+            return;
         };
         for element in split_unquoted(value, ',') {
             let for_ = split_unquoted(element, ';').into_iter().find_map(|pair| {
@@ -296,7 +293,7 @@ fn forwarded(parts: &Parts) -> Vec<Option<IpAddr>> {
             });
             entries.push(for_.as_deref().and_then(parse_node));
         }
-    }
+    });
     entries
 }
 
@@ -422,8 +419,12 @@ impl fmt::Display for CidrError {
 }
 
 impl std::error::Error for CidrError {}
-#[cfg(test)]
+#[cfg(all(test, feature = "tower"))]
 mod tests {
+    use std::net::SocketAddr;
+
+    use http::request::Parts;
+
     use super::*;
 
     fn parts(headers: &[(&str, &str)], peer: Option<&str>) -> Parts {
@@ -433,9 +434,7 @@ mod tests {
         }
         let (mut parts, ()) = request.body(()).unwrap().into_parts();
         if let Some(peer) = peer {
-            parts
-                .extensions
-                .insert(ConnectInfo(peer.parse::<SocketAddr>().unwrap()));
+            parts.extensions.insert(peer.parse::<SocketAddr>().unwrap());
         }
         parts
     }

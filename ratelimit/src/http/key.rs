@@ -3,9 +3,7 @@
 use std::fmt;
 use std::marker::PhantomData;
 
-use http::header::HeaderName;
-use http::request::Parts;
-
+use super::head::RequestHead;
 use crate::__private::KeyText;
 use crate::Error;
 
@@ -25,44 +23,78 @@ use crate::Error;
 /// every client that simply leaves the header out.
 ///
 /// ```
-/// use axum::http::request::Parts;
-/// use ratelimit::http::ClientIp;
+/// use ratelimit::http::{key_fn, ClientIp, RequestHead};
 ///
 /// // Loopback clients (by their address, not by anything they send) are not limited.
 /// let ip = ClientIp::peer();
-/// let key = move |parts: &Parts| match ip.address(parts) {
+/// let key = key_fn(move |head: &dyn RequestHead| match ip.address(head) {
 ///     Ok(addr) if addr.is_loopback() => None,
 ///     Ok(addr) => Some(addr.to_string()),
 ///     Err(_) => Some("no-address".to_owned()), // one shared budget, never a pass
-/// };
-/// # let _ = ratelimit::http::RateLimitLayer::new(
-/// #     ratelimit::RateLimitService::new(ratelimit::Config::default()).unwrap(), key);
+/// });
 /// ```
 ///
 /// (A closure cannot report an error; one that must refuse requests without an address is a
 /// type implementing this trait, returning `Err`, as [`ClientIp`](super::ClientIp) does.)
 ///
-/// Implemented by [`ClientIp`](super::ClientIp), [`ApiKey`], [`Principal`] and every closure
-/// `Fn(&http::request::Parts) -> Option<String>`.
+/// Implemented by [`ClientIp`](super::ClientIp), [`ApiKey`], [`Principal`], closures on any
+/// framework's head through [`key_fn`], and (feature `tower`) every closure
+/// `Fn(&http::request::Parts) -> Option<String>` (in another framework's adapter such a
+/// closure has no `Parts` to read: the request is refused with [`Error::InvalidKey`]).
 pub trait KeyExtractor: Send + Sync + 'static {
-    /// The key of the request whose head is `parts`.
-    fn extract(&self, parts: &Parts) -> Result<Option<String>, Error>;
+    /// The key of the request whose head is `head`.
+    fn extract(&self, head: &dyn RequestHead) -> Result<Option<String>, Error>;
 
     /// [`extract`](Self::extract)'s key as the layer counts it: in place when it is short
     /// (an address), so that a request allocates nothing for it. Implement `extract` only;
     /// this is overridden by the extractors of this crate.
     #[doc(hidden)]
-    fn extract_text(&self, parts: &Parts) -> Result<Option<KeyText>, Error> {
-        Ok(self.extract(parts)?.map(KeyText::from))
+    fn extract_text(&self, head: &dyn RequestHead) -> Result<Option<KeyText>, Error> {
+        Ok(self.extract(head)?.map(KeyText::from))
     }
 }
 
+/// A key extractor from a closure on the neutral [`RequestHead`], for every adapter (see
+/// [`KeyExtractor`]'s warnings: `None` skips the limit).
+pub fn key_fn<F>(key: F) -> KeyFn<F>
+where
+    F: Fn(&dyn RequestHead) -> Option<String> + Send + Sync + 'static,
+{
+    KeyFn(key)
+}
+
+/// A closure on the [`RequestHead`] as a [`KeyExtractor`]: made by [`key_fn`].
+#[derive(Clone)]
+pub struct KeyFn<F>(F);
+
+impl<F> fmt::Debug for KeyFn<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeyFn").finish_non_exhaustive()
+    }
+}
+
+impl<F> KeyExtractor for KeyFn<F>
+where
+    F: Fn(&dyn RequestHead) -> Option<String> + Send + Sync + 'static,
+{
+    fn extract(&self, head: &dyn RequestHead) -> Result<Option<String>, Error> {
+        Ok((self.0)(head))
+    }
+}
+
+#[cfg(feature = "tower")]
 impl<F> KeyExtractor for F
 where
-    F: Fn(&Parts) -> Option<String> + Send + Sync + 'static,
+    F: Fn(&http::request::Parts) -> Option<String> + Send + Sync + 'static,
 {
-    fn extract(&self, parts: &Parts) -> Result<Option<String>, Error> {
-        Ok(self(parts))
+    fn extract(&self, head: &dyn RequestHead) -> Result<Option<String>, Error> {
+        match head.as_any().downcast_ref::<http::request::Parts>() {
+            Some(parts) => Ok(self(parts)),
+            None => Err(Error::InvalidKey {
+                reason: "a key closure on `http::request::Parts` used by another framework's \
+                         adapter: write it on the `RequestHead` with `ratelimit::http::key_fn`",
+            }),
+        }
     }
 }
 
@@ -90,7 +122,8 @@ type Lookup = dyn Fn(&str) -> Option<String> + Send + Sync;
 /// );
 /// ```
 pub struct ApiKey {
-    header: HeaderName,
+    /// Lowercase.
+    header: String,
     lookup: Box<Lookup>,
     fallback: Box<dyn KeyExtractor>,
 }
@@ -100,14 +133,19 @@ impl ApiKey {
     ///
     /// # Panics
     ///
-    /// When `header` is not a valid header name.
+    /// When `header` is not a valid header name (a token: letters, digits and
+    /// ``!#$%&'*+-.^_`|~``).
     pub fn new<F>(header: &str, lookup: F, fallback: impl KeyExtractor) -> Self
     where
         F: Fn(&str) -> Option<String> + Send + Sync + 'static,
     {
+        let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+        assert!(
+            !header.is_empty() && header.bytes().all(token),
+            "{header:?} is not a valid header name"
+        );
         ApiKey {
-            header: HeaderName::try_from(header)
-                .unwrap_or_else(|_| panic!("{header:?} is not a valid header name")),
+            header: header.to_ascii_lowercase(),
             lookup: Box::new(lookup),
             fallback: Box::new(fallback),
         }
@@ -124,32 +162,32 @@ impl fmt::Debug for ApiKey {
 
 impl ApiKey {
     /// What the lookup made of the request's API key, if it has one the lookup knows.
-    fn verified(&self, parts: &Parts) -> Option<String> {
-        parts
-            .headers
-            .get(&self.header)
-            .and_then(|v| v.to_str().ok())
+    fn verified(&self, head: &dyn RequestHead) -> Option<String> {
+        head.header(&self.header)
+            .and_then(visible_ascii)
             .and_then(|raw| (self.lookup)(raw.trim()))
     }
 }
 
 impl KeyExtractor for ApiKey {
-    fn extract(&self, parts: &Parts) -> Result<Option<String>, Error> {
-        text_to_string(self.extract_text(parts))
+    fn extract(&self, head: &dyn RequestHead) -> Result<Option<String>, Error> {
+        text_to_string(self.extract_text(head))
     }
 
-    fn extract_text(&self, parts: &Parts) -> Result<Option<KeyText>, Error> {
-        match self.verified(parts) {
+    fn extract_text(&self, head: &dyn RequestHead) -> Result<Option<KeyText>, Error> {
+        match self.verified(head) {
             Some(account) => Ok(Some(KeyText::from(format!("api-key:{account}")))),
-            None => self.fallback.extract_text(parts),
+            None => self.fallback.extract_text(head),
         }
     }
 }
 
 /// The key is an authenticated principal of type `T` that your authentication middleware
-/// inserted into the request's extensions (so the limiter must run after it: add the limiter
-/// layer first, the auth layer after, as axum runs the last-added layer first). Counted as
-/// `principal:<T's Display>`.
+/// inserted into the request's extensions (so the limiter must run after it: with axum, add
+/// the limiter layer first, the auth layer after, as axum runs the last-added layer first;
+/// with actix-web, `wrap` the limiter before the auth middleware, for the same reason).
+/// Counted as `principal:<T's Display>`. The extensions are `http::request::Parts`' (feature
+/// `tower`) or actix-web's request extensions (feature `actix`).
 ///
 /// Without the extension the request is answered with the layer's error response
 /// ([`Error::InvalidKey`], 500), or counted by the fallback given with [`or`](Self::or).
@@ -214,17 +252,46 @@ impl<T> KeyExtractor for Principal<T>
 where
     T: fmt::Display + Send + Sync + 'static,
 {
-    fn extract(&self, parts: &Parts) -> Result<Option<String>, Error> {
-        text_to_string(self.extract_text(parts))
+    fn extract(&self, head: &dyn RequestHead) -> Result<Option<String>, Error> {
+        text_to_string(self.extract_text(head))
     }
 
-    fn extract_text(&self, parts: &Parts) -> Result<Option<KeyText>, Error> {
-        match (parts.extensions.get::<T>(), &self.fallback) {
-            (Some(principal), _) => Ok(Some(KeyText::from(format!("principal:{principal}")))),
-            (None, Some(fallback)) => fallback.extract_text(parts),
+    fn extract_text(&self, head: &dyn RequestHead) -> Result<Option<KeyText>, Error> {
+        match (principal_of::<T>(head), &self.fallback) {
+            (Some(principal), _) => Ok(Some(principal)),
+            (None, Some(fallback)) => fallback.extract_text(head),
             (None, None) => Err(no_principal()),
         }
     }
+}
+
+/// The key of the principal `T` in the framework's request extensions, if there.
+fn principal_of<T>(head: &dyn RequestHead) -> Option<KeyText>
+where
+    T: fmt::Display + Send + Sync + 'static,
+{
+    let key = |principal: &T| KeyText::from(format!("principal:{principal}"));
+    let any = head.as_any();
+    #[cfg(feature = "tower")]
+    if let Some(parts) = any.downcast_ref::<http::request::Parts>() {
+        return parts.extensions.get::<T>().map(key);
+    }
+    #[cfg(feature = "actix")]
+    if let Some(request) = any.downcast_ref::<actix_web::dev::ServiceRequest>() {
+        use actix_web::HttpMessage;
+        return request.extensions().get::<T>().map(key);
+    }
+    let _ = (any, key);
+    None
+}
+
+/// A header value as text, if it is visible ASCII (what `HeaderValue::to_str` accepts).
+pub(super) fn visible_ascii(value: &[u8]) -> Option<&str> {
+    value
+        .iter()
+        .all(|&b| b == b'\t' || (b' '..=b'~').contains(&b))
+        .then(|| std::str::from_utf8(value).ok())
+        .flatten()
 }
 
 /// [`KeyExtractor::extract_text`]'s answer as `extract`'s, for the extractors that write

@@ -1,33 +1,26 @@
 //! [`RateLimitLayer`]: the tower layer, and [`RateLimit`], the service it wraps around a route,
 //! a group of routes or a whole router.
 
-use std::borrow::Cow;
 use std::fmt;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use axum::body::{Bytes, HttpBody};
-use axum::response::Response;
-use axum::BoxError;
 use http::request::Parts;
 use http::Request;
 use tower::{Layer, Service};
 
+mod answers;
 mod future;
-mod limit;
 
+pub use self::answers::{AnswerBody, Answers, CustomAnswers, DefaultAnswers, IntoCustom};
 use self::future::respond;
 pub use self::future::ResponseFuture;
-use self::limit::Limit;
 
 use super::key::KeyExtractor;
-use super::response::{failed, refused};
-use crate::__private::KeyText;
-use crate::{Attempt, Decision, Error, Module, Options, Pending, RateLimitService};
+use super::rules::{Limiter, Now, Rules, Verdict};
+use crate::{Decision, Error, Options, RateLimitService};
 
 type Skipper = dyn Fn(&Parts) -> bool + Send + Sync;
-type OnRefused = dyn Fn(&Decision) -> Response + Send + Sync;
-type OnError = dyn Fn(&Error) -> Response + Send + Sync;
 
 /// A tower [`Layer`] that counts every request under a key and refuses those over the limit,
 /// on a whole `Router` (`.layer(..)`), a group of routes, or single routes (`.route_layer(..)`).
@@ -101,33 +94,16 @@ type OnError = dyn Fn(&Error) -> Response + Send + Sync;
 /// # Ok::<(), ratelimit::Error>(())
 /// ```
 #[derive(Clone)]
-pub struct RateLimitLayer {
+pub struct RateLimitLayer<A = DefaultAnswers> {
     config: Arc<LayerConfig>,
+    answers: A,
 }
 
+/// The rules every adapter shares, and this one's skipper.
 #[derive(Clone)]
-enum Limiter {
-    Service(RateLimitService),
-    Module,
-}
-
-#[derive(Clone)]
-struct LayerConfig {
-    limiter: Limiter,
-    key: Arc<dyn KeyExtractor>,
-    /// Never empty: a layer has one limit, or several decided as one.
-    limits: Vec<Limit>,
-    /// Whether `limits` were given (with `options` or `limit`); else it is the service's
-    /// default limit, which the first `limit` replaces.
-    explicit: bool,
-    /// Why no request can be decided as configured (two limits in one budget): every
-    /// request is refused with it.
-    problem: Option<Error>,
-    per_route: bool,
-    headers: bool,
+pub(crate) struct LayerConfig {
+    pub(crate) rules: Rules,
     skip: Option<Arc<Skipper>>,
-    on_refused: Option<Arc<OnRefused>>,
-    on_error: Option<Arc<OnError>>,
 }
 
 impl RateLimitLayer {
@@ -147,20 +123,15 @@ impl RateLimitLayer {
     fn with(limiter: Limiter, key: impl KeyExtractor) -> Self {
         RateLimitLayer {
             config: Arc::new(LayerConfig {
-                limiter,
-                key: Arc::new(key),
-                limits: vec![Limit::new(Options::new())],
-                explicit: false,
-                problem: None,
-                per_route: false,
-                headers: true,
+                rules: Rules::new("RateLimitLayer", limiter, key),
                 skip: None,
-                on_refused: None,
-                on_error: None,
             }),
+            answers: DefaultAnswers,
         }
     }
+}
 
+impl<A> RateLimitLayer<A> {
     fn set(mut self, f: impl FnOnce(&mut LayerConfig)) -> Self {
         f(Arc::make_mut(&mut self.config));
         self
@@ -174,11 +145,7 @@ impl RateLimitLayer {
     /// [`limit`](Self::limit));
     /// `consume(false)` is ignored (the layer always spends).
     pub fn options(self, options: Options) -> Self {
-        self.set(|c| {
-            c.limits = vec![Limit::new(options)];
-            c.explicit = true;
-            c.problem = None;
-        })
+        self.set(|c| c.rules.options(options))
     }
 
     /// Adds a limit to the layer's [`options`](Self::options): a request is counted under the
@@ -203,18 +170,7 @@ impl RateLimitLayer {
     /// # Ok::<(), ratelimit::Error>(())
     /// ```
     pub fn limit(self, options: Options) -> Self {
-        self.set(|c| {
-            let limit = Limit::new(options);
-            if !c.explicit {
-                c.limits.clear();
-                c.problem = None;
-            }
-            if c.problem.is_none() {
-                c.problem = limit.same_budget_as(&c.limits);
-            }
-            c.limits.push(limit);
-            c.explicit = true;
-        })
+        self.set(|c| c.rules.limit(options))
     }
 
     /// A budget per route template and method ([`route_of`](super::route_of)): `/orders/1` and
@@ -223,7 +179,7 @@ impl RateLimitLayer {
     /// its settings: see [Budgets](Self#budgets)), then the route: `(limit 60, window 1m)
     /// GET /orders/{id}`.
     pub fn per_route(self) -> Self {
-        self.set(|c| c.per_route = true)
+        self.set(|c| c.rules.per_route = true)
     }
 
     /// The name of the limit's policy (of the last limit added) in the `RateLimit` /
@@ -231,17 +187,13 @@ impl RateLimitLayer {
     /// `"default"`). Give stacked layers and limits different names.
     pub fn policy(self, name: impl Into<String>) -> Self {
         let name = name.into();
-        self.set(|c| {
-            if let Some(limit) = c.limits.last_mut() {
-                limit.policy = Some(name);
-            }
-        })
+        self.set(|c| c.rules.policy(name))
     }
 
     /// Whether to add the `X-RateLimit-*` and `RateLimit` / `RateLimit-Policy` headers
     /// (default `true`). A refusal keeps its `Retry-After` either way.
     pub fn headers(self, enabled: bool) -> Self {
-        self.set(|c| c.headers = enabled)
+        self.set(|c| c.rules.headers = enabled)
     }
 
     /// Requests for which `skip` is `true` are not counted (nor given headers). Base it on
@@ -256,35 +208,45 @@ impl RateLimitLayer {
 
     /// The response to a refusal (default: `429` with the JSON body and `Retry-After`). The
     /// layer adds its rate-limit headers and the [`Decision`] (in the extensions) to it.
-    pub fn on_refused<F>(self, on_refused: F) -> Self
+    ///
+    /// Its body type is the one the layer answers with: the inner service's (with axum,
+    /// `axum::response::Response`, what `into_response()` makes).
+    pub fn on_refused<F, B>(self, on_refused: F) -> RateLimitLayer<CustomAnswers<B>>
     where
-        F: Fn(&Decision) -> Response + Send + Sync + 'static,
+        F: Fn(&Decision) -> http::Response<B> + Send + Sync + 'static,
+        A: IntoCustom<B>,
     {
-        self.set(|c| c.on_refused = Some(Arc::new(on_refused)))
+        let mut answers = self.answers.into_custom();
+        answers.refused = Some(Arc::new(on_refused));
+        RateLimitLayer {
+            config: self.config,
+            answers,
+        }
     }
 
     /// The response when no decision could be made (default: `Error`'s own response: `503`
     /// for the store, `500` for configuration, `{"code":"<CODE>"}`). Whatever it answers,
-    /// the request is not passed on.
-    pub fn on_error<F>(self, on_error: F) -> Self
+    /// the request is not passed on. Its body type is the inner service's, as for
+    /// [`on_refused`](Self::on_refused).
+    pub fn on_error<F, B>(self, on_error: F) -> RateLimitLayer<CustomAnswers<B>>
     where
-        F: Fn(&Error) -> Response + Send + Sync + 'static,
+        F: Fn(&Error) -> http::Response<B> + Send + Sync + 'static,
+        A: IntoCustom<B>,
     {
-        self.set(|c| c.on_error = Some(Arc::new(on_error)))
+        let mut answers = self.answers.into_custom();
+        answers.error = Some(Arc::new(on_error));
+        RateLimitLayer {
+            config: self.config,
+            answers,
+        }
     }
 }
 
-impl fmt::Debug for RateLimitLayer {
+impl<A> fmt::Debug for RateLimitLayer<A> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let c = &self.config;
+        let c = &self.config.rules;
         f.debug_struct("RateLimitLayer")
-            .field(
-                "limiter",
-                &match c.limiter {
-                    Limiter::Service(_) => "service",
-                    Limiter::Module => "module",
-                },
-            )
+            .field("limiter", &c.limiter_name())
             .field("limits", &c.limits)
             .field("per_route", &c.per_route)
             .field("headers", &c.headers)
@@ -292,25 +254,27 @@ impl fmt::Debug for RateLimitLayer {
     }
 }
 
-impl<S> Layer<S> for RateLimitLayer {
-    type Service = RateLimit<S>;
+impl<S, A: Clone> Layer<S> for RateLimitLayer<A> {
+    type Service = RateLimit<S, A>;
 
-    fn layer(&self, inner: S) -> RateLimit<S> {
+    fn layer(&self, inner: S) -> RateLimit<S, A> {
         RateLimit {
             inner,
             config: self.config.clone(),
+            answers: self.answers.clone(),
         }
     }
 }
 
 /// The service [`RateLimitLayer`] wraps around an inner one.
 #[derive(Clone)]
-pub struct RateLimit<S> {
+pub struct RateLimit<S, A = DefaultAnswers> {
     inner: S,
     config: Arc<LayerConfig>,
+    answers: A,
 }
 
-impl<S: fmt::Debug> fmt::Debug for RateLimit<S> {
+impl<S: fmt::Debug, A: Clone> fmt::Debug for RateLimit<S, A> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RateLimit")
             .field("inner", &self.inner)
@@ -318,185 +282,25 @@ impl<S: fmt::Debug> fmt::Debug for RateLimit<S> {
                 "layer",
                 &RateLimitLayer {
                     config: self.config.clone(),
+                    answers: self.answers.clone(),
                 },
             )
             .finish()
     }
 }
 
-enum Verdict {
-    Skip,
-    /// One decision per limit, every one allowed.
-    Allowed(Decisions),
-    /// One decision per limit, and the refusing one (of several, the longest wait).
-    Refused(Decisions, usize),
-    Failed(Error),
-}
-
-/// The decisions of a layer's limits, one per limit, in order: a layer of one limit (the
-/// common case) keeps its decision in place.
-enum Decisions {
-    One(Decision),
-    Several(Vec<Decision>),
-}
-
-impl Decisions {
-    fn as_slice(&self) -> &[Decision] {
-        match self {
-            Decisions::One(one) => std::slice::from_ref(one),
-            Decisions::Several(several) => several,
-        }
-    }
-}
-
-impl LayerConfig {
-    /// What every request needs before a decision: the key and the service; or the verdict
-    /// already (skipped, no key, no module).
-    fn start(&self, parts: &Parts) -> Result<(KeyText, Cow<'_, RateLimitService>), Verdict> {
-        if let Some(problem) = &self.problem {
-            return Err(Verdict::Failed(problem.clone()));
-        }
-        if self.skip.as_ref().is_some_and(|skip| skip(parts)) {
-            return Err(Verdict::Skip);
-        }
-        let key = match self.key.extract_text(parts) {
-            Ok(Some(key)) => key,
-            Ok(None) => return Err(Verdict::Skip),
-            Err(e) => return Err(Verdict::Failed(e)),
-        };
-        let service = match &self.limiter {
-            Limiter::Service(service) => Cow::Borrowed(service),
-            Limiter::Module => match Module::current_service() {
-                Some(service) => Cow::Owned(service),
-                None => {
-                    return Err(Verdict::Failed(Error::NotInitialized {
-                        function: "ratelimit::http::RateLimitLayer",
-                    }))
-                }
-            },
-        };
-        Ok((key, service))
-    }
-
-    /// The verdict of a layer of one limit whose store answers at once (the memory store, a
-    /// call that may not wait): no future is built. Otherwise, nothing spent, what the
-    /// awaited half needs: for a prepared limit, the call as far as it got (its store key
-    /// composed once, asked at once once: [`Pending`]).
-    fn decide_now(&self, key: &str, service: &RateLimitService, parts: &Parts) -> Now {
-        let [one] = self.limits.as_slice() else {
-            return Now::Later(None); // several limits: decided as one, by `decide`
-        };
-        let decision = match one.prepared(self.per_route, service) {
-            Some(prepared) => match prepared.try_consume(key) {
-                Attempt::Decided(decision) => decision,
-                Attempt::Pending(pending) => return Now::Later(Some(pending)),
-            },
-            None => match service.consume_now(key, &one.options(self.per_route, parts)) {
-                Some(decision) => decision,
-                None => return Now::Later(None),
-            },
-        };
-        Now::Decided(Self::verdict(decision.map(Decisions::One)))
-    }
-
-    /// The verdict of every limit, awaited (a store behind the `Store` trait, a call that
-    /// may wait in the queue, several limits).
-    async fn decide(
-        &self,
-        key: &str,
-        service: &RateLimitService,
-        parts: &Parts,
-        pending: Option<Pending>,
-    ) -> Verdict {
-        if let Some(pending) = pending {
-            return Self::verdict(pending.consume().await.map(Decisions::One));
-        }
-        let decisions = match self.limits.as_slice() {
-            [one] => match one.prepared(self.per_route, service) {
-                Some(prepared) => prepared.consume(key).await.map(Decisions::One),
-                None => {
-                    let options = one.options(self.per_route, parts);
-                    service.consume(key, &options).await.map(Decisions::One)
-                }
-            },
-            several => {
-                let options: Vec<Cow<'_, Options>> = several
-                    .iter()
-                    .map(|limit| limit.options(self.per_route, parts))
-                    .collect();
-                let limits: Vec<(&str, &Options)> = options.iter().map(|o| (key, &**o)).collect();
-                service.consume_all(&limits).await.map(Decisions::Several)
-            }
-        };
-        Self::verdict(decisions)
-    }
-
-    fn verdict(decisions: Result<Decisions, Error>) -> Verdict {
-        let decisions = match decisions {
-            Ok(decisions) => decisions,
-            Err(e) => return Verdict::Failed(e),
-        };
-        let refusing = decisions
-            .as_slice()
-            .iter()
-            .enumerate()
-            .filter(|(_, d)| !d.allowed)
-            .max_by_key(|(_, d)| d.retry_after)
-            .map(|(i, _)| i);
-        match refusing {
-            None => Verdict::Allowed(decisions),
-            Some(i) => Verdict::Refused(decisions, i),
-        }
-    }
-
-    fn headers(&self, response: &mut Response, decisions: &Decisions) {
-        if self.headers {
-            for (limit, decision) in self.limits.iter().zip(decisions.as_slice()) {
-                decision.add_headers(response.headers_mut(), limit.policy());
-            }
-        }
-    }
-
-    /// The answer to a request a limit refused: 429 (or the `on_refused` hook's), with
-    /// the headers of every limit and the refusing decision in its extensions.
-    fn refusal(&self, decisions: &Decisions, refusing: usize) -> Response {
-        let decision = &decisions.as_slice()[refusing];
-        let mut response = match &self.on_refused {
-            Some(on_refused) => on_refused(decision),
-            None => refused(decision),
-        };
-        self.headers(&mut response, decisions);
-        response.extensions_mut().insert(decision.clone());
-        response
-    }
-
-    /// The answer when no decision could be made: 503 / 500 (or the `on_error` hook's).
-    fn failure(&self, error: &Error) -> Response {
-        match &self.on_error {
-            Some(on_error) => on_error(error),
-            None => failed(error),
-        }
-    }
-}
-
-/// What [`LayerConfig::decide_now`] made of a request: its verdict, or what the awaited half
-/// needs (a prepared limit's call as far as it got).
-enum Now {
-    Decided(Verdict),
-    Later(Option<Pending>),
-}
-
-impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimit<S>
+impl<S, A, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimit<S, A>
 where
     S: Service<Request<ReqBody>, Response = http::Response<ResBody>> + Clone + Send + 'static,
     S::Future: Send + 'static,
+    S::Error: 'static,
+    A: Answers<ResBody>,
     ReqBody: Send + 'static,
-    ResBody: HttpBody<Data = Bytes> + Send + 'static,
-    ResBody::Error: Into<BoxError>,
+    ResBody: Send + 'static,
 {
-    type Response = Response;
+    type Response = http::Response<ResBody>;
     type Error = S::Error;
-    type Future = ResponseFuture<S::Future, S::Error>;
+    type Future = ResponseFuture<S::Future, ResBody, S::Error>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
         self.inner.poll_ready(cx)
@@ -507,25 +311,38 @@ where
         let clone = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, clone);
         let config = self.config.clone();
+        let answers = &self.answers;
         let (parts, body) = request.into_parts();
-        let (key, service) = match config.start(&parts) {
+        if config.skip.as_ref().is_some_and(|skip| skip(&parts)) {
+            let request = Request::from_parts(parts, body);
+            return respond(inner, config, answers, request, Verdict::Skip);
+        }
+        let started = match config.rules.start(&parts) {
             Ok(started) => started,
             Err(verdict) => {
-                return respond(inner, config, Request::from_parts(parts, body), verdict)
+                return respond(
+                    inner,
+                    config,
+                    answers,
+                    Request::from_parts(parts, body),
+                    verdict,
+                )
             }
         };
-        let pending = match config.decide_now(&key, &service, &parts) {
+        let pending = match config.rules.decide_now(&started) {
             Now::Decided(verdict) => {
-                drop(service);
-                return respond(inner, config, Request::from_parts(parts, body), verdict);
+                drop(started);
+                let request = Request::from_parts(parts, body);
+                return respond(inner, config, answers, request, verdict);
             }
             Now::Later(pending) => pending,
         };
-        let service = service.into_owned();
-        let future: future::Waiting<S::Error> = Box::pin(async move {
-            let verdict = config.decide(&key, &service, &parts, pending).await;
+        let started = started.into_owned();
+        let answers = answers.clone();
+        let future: future::Waiting<ResBody, S::Error> = Box::pin(async move {
+            let verdict = config.rules.decide(started, pending).await;
             let request = Request::from_parts(parts, body);
-            respond(inner, config, request, verdict).await
+            respond(inner, config, &answers, request, verdict).await
         });
         ResponseFuture::waiting(future)
     }

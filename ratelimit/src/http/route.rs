@@ -1,9 +1,6 @@
 //! Per-route budgets: a request's route template and method, the name its budget goes by.
 
-use axum::extract::MatchedPath;
-use http::header::ACCESS_CONTROL_REQUEST_METHOD;
-use http::request::Parts;
-use http::Method;
+use super::head::RequestHead;
 
 /// The route of every request no route answers: a `404`, a method no router knows, an
 /// `OPTIONS` preflight. Per route, they share one budget (of each limit). Probing for paths
@@ -15,40 +12,30 @@ pub const UNMATCHED: &str = "unmatched";
 /// layer of a fallback), for a CORS preflight, and for a method outside the standard ones (a
 /// client inventing methods would otherwise invent budgets).
 ///
-/// The template comes from axum's [`MatchedPath`], set by the router before the route's layers
-/// run: use it from a layer added with `Router::layer` or `Router::route_layer`, not one
-/// wrapped around the whole router as a service (there every request is [`UNMATCHED`]).
+/// The template is the head's [`route`](RequestHead::route): with axum, its `MatchedPath`, set
+/// by the router before the route's layers run (use it from a layer added with `Router::layer`
+/// or `Router::route_layer`, not one wrapped around the whole router as a service: there every
+/// request is [`UNMATCHED`]); with actix-web, the resource's `match_pattern`.
 ///
 /// A standard method on a known path that the route does not answer (a `405`) is counted
 /// under its own `"<METHOD> <template>"`: the limiter runs before the router knows. That is at
 /// most eight budgets per route, so still bounded.
 ///
-/// `HEAD` is counted as `GET`: axum answers it with the `GET` handler, so a budget of its own
-/// would let that handler run twice the limit.
+/// `HEAD` is counted as `GET`: axum and actix-web answer it with the `GET` handler, so a budget
+/// of its own would let that handler run twice the limit.
 ///
 /// [`RateLimitLayer::per_route`](super::RateLimitLayer::per_route) puts this after each
 /// limit's budget name; a closure key extractor can use it as a part of the key.
-pub fn route_of(parts: &Parts) -> String {
-    let standard = [
-        Method::GET,
-        Method::HEAD,
-        Method::POST,
-        Method::PUT,
-        Method::DELETE,
-        Method::PATCH,
-        Method::OPTIONS,
-        Method::TRACE,
-        Method::CONNECT,
+pub fn route_of(head: &dyn RequestHead) -> String {
+    const STANDARD: [&str; 9] = [
+        "GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE", "CONNECT",
     ];
-    let preflight = parts.method == Method::OPTIONS
-        && parts.headers.contains_key(ACCESS_CONTROL_REQUEST_METHOD);
-    match parts.extensions.get::<MatchedPath>() {
-        Some(path) if !preflight && standard.contains(&parts.method) => {
-            let method = match parts.method {
-                Method::HEAD => &Method::GET,
-                ref other => other,
-            };
-            format!("{method} {}", path.as_str())
+    let method = head.method();
+    let preflight = method == "OPTIONS" && head.header("access-control-request-method").is_some();
+    match head.route() {
+        Some(path) if !preflight && STANDARD.contains(&method) => {
+            let method = if method == "HEAD" { "GET" } else { method };
+            format!("{method} {path}")
         }
         _ => UNMATCHED.to_owned(),
     }

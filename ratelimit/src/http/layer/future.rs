@@ -7,54 +7,50 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
-use axum::body::{Body, Bytes, HttpBody};
-use axum::response::Response;
-use axum::BoxError;
 use http::Request;
 use pin_project_lite::pin_project;
 use tower::Service;
 
-use super::{Decisions, LayerConfig, Verdict};
+use super::super::rules::{Decisions, Verdict};
+use super::{Answers, LayerConfig};
 
 pin_project! {
-    /// The response future of [`RateLimit`]. A request decided when it arrived (one limit, on
-    /// a store that answers at once: the common case) is the inner service's own future,
-    /// with no box; one decided by a store that must be awaited, or by several limits, is
-    /// boxed.
-    pub struct ResponseFuture<F, E> {
+    /// The response future of [`RateLimit`](super::RateLimit). A request decided when it
+    /// arrived (one limit, on a store that answers at once: the common case) is the inner
+    /// service's own future, with no box; one decided by a store that must be awaited, or by
+    /// several limits, is boxed.
+    pub struct ResponseFuture<F, B, E> {
         #[pin]
-        state: State<F, E>,
+        state: State<F, B, E>,
     }
 }
 
 /// An awaited decision and the inner call after it.
-pub(super) type Waiting<E> = Pin<Box<dyn Future<Output = Result<Response, E>> + Send>>;
+pub(super) type Waiting<B, E> = Pin<Box<dyn Future<Output = Result<http::Response<B>, E>> + Send>>;
 
 pin_project! {
     #[project = StateProj]
-    enum State<F, E> {
+    enum State<F, B, E> {
         /// The inner service's response, to which `decisions` add their headers.
         Called { #[pin] future: F, config: Arc<LayerConfig>, decisions: Option<Decisions> },
         /// Answered without the inner service (taken when polled).
-        Answered { response: Option<Response> },
+        Answered { response: Option<http::Response<B>> },
         /// Decided by awaiting the store.
-        Waiting { future: Waiting<E> },
+        Waiting { future: Waiting<B, E> },
     }
 }
 
-impl<F, E> fmt::Debug for ResponseFuture<F, E> {
+impl<F, B, E> fmt::Debug for ResponseFuture<F, B, E> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ResponseFuture").finish_non_exhaustive()
     }
 }
 
-impl<F, B, E> Future for ResponseFuture<F, E>
+impl<F, B, E> Future for ResponseFuture<F, B, E>
 where
     F: Future<Output = Result<http::Response<B>, E>>,
-    B: HttpBody<Data = Bytes> + Send + 'static,
-    B::Error: Into<BoxError>,
 {
-    type Output = Result<Response, E>;
+    type Output = Result<http::Response<B>, E>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project().state.project() {
@@ -63,9 +59,9 @@ where
                 config,
                 decisions,
             } => {
-                let mut response = ready!(future.poll(cx))?.map(Body::new);
+                let mut response = ready!(future.poll(cx))?;
                 if let Some(decisions) = decisions.take() {
-                    config.headers(&mut response, &decisions);
+                    config.rules.add_headers(response.headers_mut(), &decisions);
                 }
                 Poll::Ready(Ok(response))
             }
@@ -77,9 +73,9 @@ where
     }
 }
 
-impl<F, E> ResponseFuture<F, E> {
+impl<F, B, E> ResponseFuture<F, B, E> {
     /// The future of a request decided by awaiting the store (and its inner call after).
-    pub(super) fn waiting(future: Waiting<E>) -> Self {
+    pub(super) fn waiting(future: Waiting<B, E>) -> Self {
         ResponseFuture {
             state: State::Waiting { future },
         }
@@ -87,15 +83,18 @@ impl<F, E> ResponseFuture<F, E> {
 }
 
 /// The response future for `verdict`: the inner service called (with the decisions'
-/// headers to add), or the layer's own answer.
-pub(super) fn respond<S, ReqBody, ResBody>(
+/// headers to add), or the layer's own answer (with the headers of every limit and, on a
+/// refusal, the refusing decision in its extensions).
+pub(super) fn respond<S, A, ReqBody, B>(
     mut inner: S,
     config: Arc<LayerConfig>,
+    answers: &A,
     request: Request<ReqBody>,
     verdict: Verdict,
-) -> ResponseFuture<S::Future, S::Error>
+) -> ResponseFuture<S::Future, B, S::Error>
 where
-    S: Service<Request<ReqBody>, Response = http::Response<ResBody>>,
+    S: Service<Request<ReqBody>, Response = http::Response<B>>,
+    A: Answers<B>,
 {
     let state = match verdict {
         Verdict::Skip => State::Called {
@@ -108,11 +107,17 @@ where
             config,
             decisions: Some(decisions),
         },
-        Verdict::Refused(decisions, refusing) => State::Answered {
-            response: Some(config.refusal(&decisions, refusing)),
-        },
+        Verdict::Refused(decisions, refusing) => {
+            let decision = &decisions.as_slice()[refusing];
+            let mut response = answers.refused(decision);
+            config.rules.add_headers(response.headers_mut(), &decisions);
+            response.extensions_mut().insert(decision.clone());
+            State::Answered {
+                response: Some(response),
+            }
+        }
         Verdict::Failed(error) => State::Answered {
-            response: Some(config.failure(&error)),
+            response: Some(answers.failed(&error)),
         },
     };
     ResponseFuture { state }

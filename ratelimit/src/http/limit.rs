@@ -5,14 +5,12 @@ use std::fmt::Write;
 use std::sync::Arc;
 
 use arc_swap::ArcSwapOption;
-use http::request::Parts;
 
-use super::super::route::route_of;
 use crate::{ConfigError, Error, Name, Options, Overrides, Prepared, RateLimitService};
 
 /// One limit of a layer.
 #[derive(Clone, Debug)]
-pub(super) struct Limit {
+pub(crate) struct Limit {
     /// Always spending (`consume`): a layer counts what it lets through. Its budget is
     /// `budget`.
     options: Options,
@@ -20,14 +18,14 @@ pub(super) struct Limit {
     budget: Name,
     /// Whether `budget` was given: only then is it the policy's name too.
     named: bool,
-    pub(super) policy: Option<String>,
+    pub(crate) policy: Option<String>,
     /// The limit prepared on the service that decided it last (a layer that follows the
     /// running module sees it change), shared by the layer's clones.
     prepared: Arc<ArcSwapOption<Prepared>>,
 }
 
 impl Limit {
-    pub(super) fn new(options: Options) -> Self {
+    pub(crate) fn new(options: Options) -> Self {
         let (budget, named) = match &options.budget {
             Some(budget) => (budget.clone(), true),
             None => (default_budget(&options), false),
@@ -44,7 +42,7 @@ impl Limit {
     /// The limit prepared on `service`, when its options do not change per request (no
     /// budget per route) and resolve; else `None`, and the per-call path decides (and
     /// reports the error).
-    pub(super) fn prepared(
+    pub(crate) fn prepared(
         &self,
         per_route: bool,
         service: &RateLimitService,
@@ -68,11 +66,11 @@ impl Limit {
     /// The error of a layer with this limit and `others` when one of them counts in its
     /// budget: a layer decides its limits under one key, so two in one budget would spend it
     /// twice per request, or under two settings at once.
-    pub(super) fn same_budget_as(&self, others: &[Limit]) -> Option<Error> {
+    pub(crate) fn same_budget_as(&self, others: &[Limit], builder: &str) -> Option<Error> {
         others.iter().any(|l| l.budget == self.budget).then(|| {
             Error::InvalidConfig(ConfigError {
                 problems: vec![(
-                    "RateLimitLayer::limit".to_owned(),
+                    format!("{builder}::limit"),
                     format!(
                         "two limits of this layer count in the budget {:?}: each needs one of \
                          its own (other settings, or another `Options::budget`)",
@@ -83,19 +81,21 @@ impl Limit {
         })
     }
 
-    /// The options `parts` is counted under: the limit's own, or (per route) with the route
-    /// after the limit's budget.
-    pub(super) fn options(&self, per_route: bool, parts: &Parts) -> Cow<'_, Options> {
-        if !per_route {
-            return Cow::Borrowed(&self.options);
+    /// The options a request is counted under: the limit's own, or (per route: `route`,
+    /// [`route_of`](super::route_of)'s) with the route after the limit's budget.
+    pub(crate) fn options(&self, route: Option<&str>) -> Cow<'_, Options> {
+        match route {
+            None => Cow::Borrowed(&self.options),
+            Some(route) => {
+                let budget = format!("{} {route}", self.budget);
+                Cow::Owned(self.options.clone().budget(Name::from(budget)))
+            }
         }
-        let budget = format!("{} {}", self.budget, route_of(parts));
-        Cow::Owned(self.options.clone().budget(Name::from(budget)))
     }
 
     /// The name of its item in `RateLimit` / `RateLimit-Policy`: a made-up budget name is
     /// not one (the headers then say the tier, or `"default"`).
-    pub(super) fn policy(&self) -> Option<&str> {
+    pub(crate) fn policy(&self) -> Option<&str> {
         let budget = self.named.then_some(self.budget.as_str());
         self.policy.as_deref().or(budget)
     }
