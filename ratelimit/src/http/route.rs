@@ -21,8 +21,9 @@ pub const UNMATCHED: &str = "unmatched";
 /// under its own `"<METHOD> <template>"`: the limiter runs before the router knows. That is at
 /// most eight budgets per route, so still bounded.
 ///
-/// `HEAD` is counted as `GET`: axum and actix-web answer it with the `GET` handler, so a budget
-/// of its own would let that handler run twice the limit.
+/// `HEAD` is counted as `GET`: axum answers it with the `GET` handler, so a budget of its own
+/// would let that handler run twice the limit (where a framework does not, one budget for
+/// both is only stricter).
 ///
 /// [`RateLimitLayer::per_route`](super::RateLimitLayer::per_route) puts this after each
 /// limit's budget name; a closure key extractor can use it as a part of the key.
