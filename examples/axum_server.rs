@@ -28,7 +28,8 @@ use axum::http::HeaderMap;
 use axum::routing::{get, post};
 use axum::Router;
 use ratelimit::http::{ClientIp, RateLimitLayer, TrustedProxies};
-use ratelimit::{rate_limit, Error, Module, Options, Tier};
+use ratelimit::{Error, Module, Options, Tier};
+use ratelimit_examples::user;
 
 async fn order(Path(id): Path<u64>) -> String {
     format!("order {id}\n")
@@ -38,32 +39,9 @@ async fn login() -> &'static str {
     "welcome\n"
 }
 
-/// The signed-in user and their plan. A stand-in for real authentication: a token the server
-/// verified, never a header taken on the client's word (a client would pick a new key, and
-/// the best plan, on every request).
-fn user(headers: &HeaderMap) -> (String, &'static str) {
-    let token = headers
-        .get("authorization")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .unwrap_or("anonymous");
-    let plan = if token.starts_with("pro-") {
-        "pro"
-    } else {
-        "free"
-    };
-    (token.to_owned(), plan)
-}
-
-/// Per user, under the user's plan: `free` 5 a minute, `pro` 50.
-#[rate_limit(key = user, tier = plan)]
-async fn me_limited(user: String, plan: &'static str) -> Result<String, Error> {
-    Ok(format!("{user} on the {plan} plan\n"))
-}
-
 async fn me(headers: HeaderMap) -> Result<String, Error> {
-    let (user, plan) = user(&headers);
-    me_limited(user, plan).await
+    let (user, plan) = user(headers.get("authorization").and_then(|v| v.to_str().ok()));
+    ratelimit_examples::me(user, plan).await
 }
 
 #[tokio::main]

@@ -18,7 +18,8 @@ use ratelimit::testing::TestModule;
 use ratelimit::{
     rate_limit, Config, Decision, Error, ManualClock, Module, Options, RateLimitService, Strategy,
 };
-use ratelimit_tests::{service, Broken, START};
+use ratelimit_tests::web::{behind_one_proxy, client, fixed_window, header, per_minute};
+use ratelimit_tests::{Broken, START};
 
 const MINUTE: Duration = Duration::from_secs(60);
 
@@ -55,8 +56,7 @@ impl Server {
         tokio::spawn(server);
         Server {
             base: format!("http://{addr}"),
-            // Never through a proxy from the environment: these requests are for loopback.
-            client: reqwest::Client::builder().no_proxy().build().unwrap(),
+            client: client(),
             handle,
         }
     }
@@ -97,33 +97,6 @@ impl Drop for Server {
     }
 }
 
-fn header<'a>(response: &'a reqwest::Response, name: &str) -> &'a str {
-    response
-        .headers()
-        .get(name)
-        .unwrap_or_else(|| panic!("no {name} header"))
-        .to_str()
-        .unwrap()
-}
-
-/// A fixed window (START is 40 s into a minute: it resets 20 s later) over a manual clock.
-fn fixed_window() -> (RateLimitService, ManualClock) {
-    service(
-        Config::builder()
-            .strategy(Strategy::FixedWindow)
-            .build()
-            .unwrap(),
-    )
-}
-
-fn per_minute(limit: u64) -> Options {
-    Options::new().limit(limit).window(MINUTE)
-}
-
-fn behind_one_proxy() -> ClientIp {
-    ClientIp::x_forwarded_for(TrustedProxies::count(1))
-}
-
 /// A handler that counts its runs, so a test can show it never ran.
 fn counter() -> (
     Arc<AtomicUsize>,
@@ -147,29 +120,7 @@ async fn concurrent_clients_get_exactly_their_limit() {
             .route("/", web::get().to(move || std::future::ready(handler())))
             .wrap(RateLimit::new(limiter.clone(), behind_one_proxy()).options(per_minute(20)))
     });
-    let requests: Vec<_> = (0..3)
-        .flat_map(|c| (0..30).map(move |_| c))
-        .map(|c| {
-            let (client, base) = (server.client.clone(), server.base.clone());
-            tokio::spawn(async move {
-                let response = client
-                    .get(&base)
-                    .header("x-forwarded-for", format!("198.51.100.{c}"))
-                    .send()
-                    .await
-                    .unwrap();
-                (c, response.status().as_u16())
-            })
-        })
-        .collect();
-    let (mut ok, mut refused) = ([0; 3], [0; 3]);
-    for request in requests {
-        match request.await.unwrap() {
-            (c, 200) => ok[c] += 1,
-            (c, 429) => refused[c] += 1,
-            (c, other) => panic!("client {c}: {other}"),
-        }
-    }
+    let (ok, refused) = ratelimit_tests::web::statuses_by_client::<3>(&server.base, 30).await;
     assert_eq!(ok, [20, 20, 20]);
     assert_eq!(refused, [10, 10, 10]);
     assert_eq!(runs.load(Ordering::SeqCst), 60);

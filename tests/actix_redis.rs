@@ -12,6 +12,7 @@ use ratelimit::actix::RateLimit;
 use ratelimit::http::{ClientIp, TrustedProxies};
 use ratelimit::{FailurePolicy, Options, RateLimitService, RedisOptions};
 use ratelimit_tests::redis_server::{prefix, RedisServer};
+use ratelimit_tests::web::{client, statuses_by_client};
 
 /// Serves, on loopback with one worker, a handler that counts its runs behind a per-client
 /// limit of `limit` a day (no window ends during a test) on `service`; returns the base URL,
@@ -63,39 +64,11 @@ fn redis(server: &RedisServer, policy: FailurePolicy, name: &str) -> RateLimitSe
     ratelimit_tests::redis_service(options, &prefix(name))
 }
 
-fn client() -> reqwest::Client {
-    // Never through a proxy from the environment: these requests are for loopback.
-    reqwest::Client::builder().no_proxy().build().unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_clients_on_redis_get_exactly_their_limit() {
     let server = RedisServer::start();
     let (base, runs, handle) = serve(redis(&server, FailurePolicy::Deny, "actix-exact"), 20);
-    let client = client();
-    let requests: Vec<_> = (0..3)
-        .flat_map(|c| (0..30).map(move |_| c))
-        .map(|c| {
-            let (client, base) = (client.clone(), base.clone());
-            tokio::spawn(async move {
-                let response = client
-                    .get(&base)
-                    .header("x-forwarded-for", format!("198.51.100.{c}"))
-                    .send()
-                    .await
-                    .unwrap();
-                (c, response.status().as_u16())
-            })
-        })
-        .collect();
-    let (mut ok, mut refused) = ([0; 3], [0; 3]);
-    for request in requests {
-        match request.await.unwrap() {
-            (c, 200) => ok[c] += 1,
-            (c, 429) => refused[c] += 1,
-            (c, other) => panic!("client {c}: {other}"),
-        }
-    }
+    let (ok, refused) = statuses_by_client::<3>(&base, 30).await;
     assert_eq!(ok, [20, 20, 20]);
     assert_eq!(refused, [10, 10, 10]);
     assert_eq!(runs.load(Ordering::SeqCst), 60);

@@ -20,6 +20,7 @@ use ratelimit::{
     rate_limit, Answer, Config, Decision, Error, ManualClock, Module, Options, RateLimitService,
     Strategy,
 };
+use ratelimit_tests::web::{behind_one_proxy, fixed_window, header, per_minute};
 use ratelimit_tests::{service, Broken, START};
 use serde_json::{json, Value};
 
@@ -49,8 +50,7 @@ impl Server {
         });
         Server {
             base: format!("http://{addr}"),
-            // Never through a proxy from the environment: these requests are for loopback.
-            client: reqwest::Client::builder().no_proxy().build().unwrap(),
+            client: ratelimit_tests::web::client(),
         }
     }
 
@@ -75,37 +75,10 @@ impl Server {
     }
 }
 
-fn header<'a>(response: &'a reqwest::Response, name: &str) -> &'a str {
-    response
-        .headers()
-        .get(name)
-        .unwrap_or_else(|| panic!("no {name} header"))
-        .to_str()
-        .unwrap()
-}
-
-/// A fixed window (its reset falls where the arithmetic below says) over a manual clock.
-fn fixed_window() -> (RateLimitService, ManualClock) {
-    service(
-        Config::builder()
-            .strategy(Strategy::FixedWindow)
-            .build()
-            .unwrap(),
-    )
-}
-
-fn per_minute(limit: u64) -> Options {
-    Options::new().limit(limit).window(MINUTE)
-}
-
 fn hello() -> Router {
     Router::new()
         .route("/", get(|| async { "hello" }))
         .route("/health", get(|| async { "ok" }))
-}
-
-fn behind_one_proxy() -> ClientIp {
-    ClientIp::x_forwarded_for(TrustedProxies::count(1))
 }
 
 #[tokio::test]

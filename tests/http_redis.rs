@@ -12,6 +12,7 @@ use axum::Router;
 use ratelimit::http::{ClientIp, RateLimitLayer, TrustedProxies};
 use ratelimit::{FailurePolicy, Options, RateLimitService, RedisOptions};
 use ratelimit_tests::redis_server::{prefix, RedisServer};
+use ratelimit_tests::web::{client, statuses_by_client};
 
 /// Serves `app` on loopback with `ConnectInfo`; returns its base URL.
 async fn serve(app: Router) -> String {
@@ -54,43 +55,12 @@ fn redis(server: &RedisServer, policy: FailurePolicy, name: &str) -> RateLimitSe
     ratelimit_tests::redis_service(options, &prefix(name))
 }
 
-fn client() -> reqwest::Client {
-    // Never through a proxy from the environment: these requests are for loopback.
-    reqwest::Client::builder().no_proxy().build().unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_clients_on_redis_get_exactly_their_limit() {
     let server = RedisServer::start();
     let (app, runs) = app(redis(&server, FailurePolicy::Deny, "http-exact"), 20);
     let base = serve(app).await;
-    let client = client();
-    let requests: Vec<_> = (0..3)
-        .flat_map(|c| (0..30).map(move |_| c))
-        .map(|c| {
-            let (client, base) = (client.clone(), base.clone());
-            tokio::spawn(async move {
-                let ip = format!("198.51.100.{c}");
-                let response = client
-                    .get(&base)
-                    .header("x-forwarded-for", ip)
-                    .send()
-                    .await
-                    .unwrap();
-                (c, response.status().as_u16())
-            })
-        })
-        .collect();
-    let mut ok = [0; 3];
-    let mut refused = [0; 3];
-    for r in requests {
-        let (c, status) = r.await.unwrap();
-        match status {
-            200 => ok[c] += 1,
-            429 => refused[c] += 1,
-            other => panic!("client {c}: {other}"),
-        }
-    }
+    let (ok, refused) = statuses_by_client::<3>(&base, 30).await;
     assert_eq!(ok, [20, 20, 20]);
     assert_eq!(refused, [10, 10, 10]);
     assert_eq!(runs.load(Ordering::SeqCst), 60);

@@ -272,3 +272,78 @@ pub fn two_workers() -> tokio::runtime::Runtime {
         .build()
         .expect("a runtime")
 }
+
+/// Helpers of the HTTP tests (axum and actix alike): a loopback client, limits on a manual
+/// clock, and the statuses of concurrent clients.
+#[cfg(any(feature = "axum", feature = "actix"))]
+pub mod web {
+    use std::time::Duration;
+
+    use ratelimit::http::{ClientIp, TrustedProxies};
+    use ratelimit::{Config, ManualClock, Options, RateLimitService, Strategy};
+
+    /// A fixed window (its reset falls where the tests' arithmetic says: [`START`](super::START)
+    /// is 40 s into a minute, so it resets 20 s later) over a manual clock.
+    pub fn fixed_window() -> (RateLimitService, ManualClock) {
+        super::service(
+            Config::builder()
+                .strategy(Strategy::FixedWindow)
+                .build()
+                .unwrap(),
+        )
+    }
+
+    /// `limit` a minute.
+    pub fn per_minute(limit: u64) -> Options {
+        Options::new().limit(limit).window(Duration::from_secs(60))
+    }
+
+    /// The client behind one trusted proxy (the test client), named in `X-Forwarded-For`.
+    pub fn behind_one_proxy() -> ClientIp {
+        ClientIp::x_forwarded_for(TrustedProxies::count(1))
+    }
+
+    /// A client that never goes through a proxy from the environment: these requests are for
+    /// loopback.
+    pub fn client() -> reqwest::Client {
+        reqwest::Client::builder().no_proxy().build().unwrap()
+    }
+
+    /// The value of `name` in `response`, which must have it.
+    pub fn header<'a>(response: &'a reqwest::Response, name: &str) -> &'a str {
+        response
+            .headers()
+            .get(name)
+            .unwrap_or_else(|| panic!("no {name} header"))
+            .to_str()
+            .unwrap()
+    }
+
+    /// `C` clients (`198.51.100.<c>` behind one proxy) sending `each` GETs to `url` at once:
+    /// how many each got `200`, and `429` (any other status fails the test).
+    pub async fn statuses_by_client<const C: usize>(
+        url: &str,
+        each: usize,
+    ) -> ([usize; C], [usize; C]) {
+        let client = client();
+        let requests: Vec<_> = (0..C)
+            .flat_map(|c| (0..each).map(move |_| c))
+            .map(|c| {
+                let request = client
+                    .get(url)
+                    .header("x-forwarded-for", format!("198.51.100.{c}"))
+                    .send();
+                tokio::spawn(async move { (c, request.await.unwrap().status().as_u16()) })
+            })
+            .collect();
+        let (mut ok, mut refused) = ([0; C], [0; C]);
+        for request in requests {
+            match request.await.unwrap() {
+                (c, 200) => ok[c] += 1,
+                (c, 429) => refused[c] += 1,
+                (c, other) => panic!("client {c}: {other}"),
+            }
+        }
+        (ok, refused)
+    }
+}
