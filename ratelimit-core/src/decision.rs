@@ -128,8 +128,9 @@ impl Decision {
     ///   rounded up);
     /// - `Retry-After` in whole seconds, rounded up, only when refused.
     ///
-    /// With feature `axum`, `header_map` gives the same fields as a typed `http::HeaderMap`;
-    /// both are written from one computation of the values.
+    /// With feature `http`, `header_map` gives the same fields as a typed `http::HeaderMap`
+    /// (and `merge_headers` adds them to any adapter's map); all are written from one
+    /// computation of the values.
     ///
     /// ```
     /// use ratelimit_core::{Quota, ManualClock, MemoryStore, Clock};

@@ -86,13 +86,16 @@
 //! # }).unwrap();
 //! ```
 //!
-//! # HTTP services (feature `axum`)
+//! # HTTP services (features `tower`, `axum`, `actix`)
 //!
-//! `ratelimit::http::RateLimitLayer` limits axum routers and any tower service over `http`
-//! requests, keyed by what a client cannot choose (its address, the client behind your trusted
-//! proxies, a verified API key or principal), per route template if asked, answering `429`
-//! with a JSON body and the rate-limit headers, and failing closed. `Error` implements
-//! `IntoResponse`, so an annotated axum handler answers `429` by itself. See `ratelimit::http`.
+//! `ratelimit::http::RateLimitLayer` limits any tower service over `http` requests (feature
+//! `tower`) and axum routers (feature `axum`); `ratelimit::actix::RateLimit` does the same for
+//! actix-web (feature `actix`). Both are keyed by what a client cannot choose (its address,
+//! the client behind your trusted proxies, a verified API key or principal), per route
+//! template if asked, answer `429` with a JSON body and the rate-limit headers, and fail
+//! closed, by the same rules written once against a neutral request head. `Error` implements
+//! axum's `IntoResponse` and actix-web's `ResponseError`, so an annotated handler answers
+//! `429` by itself. See `ratelimit::http`.
 //!
 //! # Waiting instead of refusing
 //!
