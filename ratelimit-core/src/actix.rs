@@ -44,7 +44,7 @@ impl Answer {
 /// let error = Error::Timeout { after: std::time::Duration::from_millis(50) };
 /// let response = error.error_response();
 /// assert_eq!(response.status(), 503);
-/// assert_eq!(response.headers()["retry-after"], "1");
+/// assert_eq!(response.headers().get("retry-after").unwrap(), "1");
 /// ```
 #[cfg_attr(docsrs, doc(cfg(feature = "actix")))]
 impl ResponseError for Error {
