@@ -273,9 +273,10 @@ pub fn two_workers() -> tokio::runtime::Runtime {
         .expect("a runtime")
 }
 
-/// Helpers of the HTTP tests (axum and actix alike): a loopback client, limits on a manual
-/// clock, and the statuses of concurrent clients.
-#[cfg(any(feature = "axum", feature = "actix"))]
+/// Helpers of the HTTP and gRPC tests (axum, actix and tonic alike): limits on a manual clock,
+/// the client behind a proxy, and (over HTTP) a loopback client and the statuses of concurrent
+/// clients.
+#[cfg(any(feature = "axum", feature = "actix", feature = "tonic"))]
 pub mod web {
     use std::time::Duration;
 
@@ -305,11 +306,13 @@ pub mod web {
 
     /// A client that never goes through a proxy from the environment: these requests are for
     /// loopback.
+    #[cfg(any(feature = "axum", feature = "actix"))]
     pub fn client() -> reqwest::Client {
         reqwest::Client::builder().no_proxy().build().unwrap()
     }
 
     /// The value of `name` in `response`, which must have it.
+    #[cfg(any(feature = "axum", feature = "actix"))]
     pub fn header<'a>(response: &'a reqwest::Response, name: &str) -> &'a str {
         response
             .headers()
@@ -321,6 +324,7 @@ pub mod web {
 
     /// `C` clients (`198.51.100.<c>` behind one proxy) sending `each` GETs to `url` at once:
     /// how many each got `200`, and `429` (any other status fails the test).
+    #[cfg(any(feature = "axum", feature = "actix"))]
     pub async fn statuses_by_client<const C: usize>(
         url: &str,
         each: usize,

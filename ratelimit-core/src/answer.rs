@@ -5,7 +5,7 @@
 use crate::decision::{names, retry_secs, Decision};
 use crate::error::Error;
 
-const CONTENT_TYPE: &str = "content-type";
+pub(crate) const CONTENT_TYPE: &str = "content-type";
 const JSON: &str = "application/json";
 
 /// What to answer over HTTP to a refused or failed call: made by [`Decision::refusal`] and
@@ -43,6 +43,24 @@ impl Answer {
             status,
             headers,
             body,
+        }
+    }
+
+    /// The gRPC status code of this answer, from its HTTP status as gRPC maps them: `429` is
+    /// `RESOURCE_EXHAUSTED` (8), `503` is `UNAVAILABLE` (14), anything else `INTERNAL` (13),
+    /// never `OK`. With feature `tonic`, `tonic::Status` is built from it.
+    ///
+    /// ```
+    /// use ratelimit_core::Error;
+    ///
+    /// assert_eq!(Error::Store { message: "down".into() }.answer().grpc_code(), 14);
+    /// assert_eq!(Error::NoLimit.answer().grpc_code(), 13);
+    /// ```
+    pub fn grpc_code(&self) -> i32 {
+        match self.status {
+            429 => 8,
+            503 => 14,
+            _ => 13,
         }
     }
 
@@ -89,7 +107,7 @@ impl Decision {
 }
 
 /// The code of a refusal over its limit.
-const RATE_LIMITED: &str = "RATE_LIMITED";
+pub(crate) const RATE_LIMITED: &str = "RATE_LIMITED";
 
 impl Error {
     /// The status this error answers with over HTTP: `429` for [`Error::Exceeded`] (and for a

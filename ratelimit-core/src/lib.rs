@@ -16,6 +16,8 @@ mod config;
 mod decision;
 mod drivers;
 mod error;
+#[cfg(feature = "tonic")]
+mod grpc;
 #[cfg(feature = "http")]
 mod http;
 mod key;

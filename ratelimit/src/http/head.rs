@@ -52,9 +52,9 @@ mod parts {
     /// The head of an `http` request: tower services, hyper, axum.
     ///
     /// The peer is axum's `ConnectInfo<SocketAddr>` (feature `axum`: serve the router with
-    /// `into_make_service_with_connect_info::<SocketAddr>()`), else a `SocketAddr` in the
-    /// request's extensions (with hyper, insert the accepted connection's address into each
-    /// request). The route is axum's `MatchedPath` (feature `axum`).
+    /// `into_make_service_with_connect_info::<SocketAddr>()`), tonic's `TcpConnectInfo`
+    /// (feature `tonic`: a tonic server sets it), else a `SocketAddr` in the request's
+    /// extensions (with hyper, insert the accepted connection's address into each request). The route is axum's `MatchedPath` (feature `axum`).
     impl RequestHead for Parts {
         fn peer(&self) -> Option<SocketAddr> {
             #[cfg(feature = "axum")]
@@ -63,6 +63,14 @@ mod parts {
                     .get::<axum::extract::ConnectInfo<SocketAddr>>()
             {
                 return Some(*addr);
+            }
+            #[cfg(feature = "tonic")]
+            if let Some(addr) = self
+                .extensions
+                .get::<tonic::transport::server::TcpConnectInfo>()
+                .and_then(|info| info.remote_addr())
+            {
+                return Some(addr);
             }
             self.extensions.get::<SocketAddr>().copied()
         }

@@ -12,6 +12,8 @@ use tower::{Layer, Service};
 mod answers;
 mod future;
 
+#[cfg(feature = "tonic")]
+pub use self::answers::GrpcAnswers;
 pub use self::answers::{AnswerBody, Answers, CustomAnswers, DefaultAnswers, IntoCustom};
 use self::future::respond;
 pub use self::future::ResponseFuture;
@@ -180,6 +182,34 @@ impl<A> RateLimitLayer<A> {
     /// GET /orders/{id}`.
     pub fn per_route(self) -> Self {
         self.set(|c| c.rules.per_route = true)
+    }
+
+    /// A budget per gRPC method (`/package.Service/Method`, the request's path) for each of
+    /// `methods`; calls of any other path share [`UNMATCHED`](super::UNMATCHED)'s. Only listed
+    /// methods get budgets of their own: the path is the client's to choose. The budget name is
+    /// the limit's budget, then the method: `(limit 60, window 1m) /orders.Orders/Get`. A path
+    /// that is not a method's refuses every call as a configuration error (`INTERNAL`, or
+    /// `500` without [`grpc`](Self::grpc)). A streaming call is counted once, when it opens.
+    /// (Any RPC protocol over HTTP whose path names the method can use it.)
+    pub fn per_method<I, M>(self, methods: I) -> Self
+    where
+        I: IntoIterator<Item = M>,
+        M: Into<String>,
+    {
+        let methods = methods.into_iter().map(Into::into).collect();
+        self.set(|c| c.rules.per_method(methods))
+    }
+
+    /// Answers as a gRPC server does (feature `tonic`, for a layer on a tonic `Server`):
+    /// [`GrpcAnswers`]. Replaces [`on_refused`](Self::on_refused) and
+    /// [`on_error`](Self::on_error) given before.
+    #[cfg(feature = "tonic")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tonic")))]
+    pub fn grpc(self) -> RateLimitLayer<GrpcAnswers> {
+        RateLimitLayer {
+            config: self.config,
+            answers: GrpcAnswers,
+        }
     }
 
     /// The name of the limit's policy (of the last limit added) in the `RateLimit` /

@@ -59,11 +59,14 @@ pub(crate) mod rules;
 pub use self::head::RequestHead;
 pub use self::ip::{Cidr, CidrError, ClientIp, TrustedProxies};
 pub use self::key::{key_fn, ApiKey, KeyExtractor, KeyFn, Principal};
+#[cfg(feature = "tonic")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tonic")))]
+pub use self::layer::GrpcAnswers;
 #[cfg(feature = "tower")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
 pub use self::layer::{
     AnswerBody, Answers, CustomAnswers, DefaultAnswers, IntoCustom, RateLimit, RateLimitLayer,
     ResponseFuture,
 };
-pub use self::route::{route_of, UNMATCHED};
+pub use self::route::{grpc_method_of, route_of, UNMATCHED};
 pub use ratelimit_core::{HeaderField, ResponseHeaders};

@@ -41,3 +41,31 @@ pub fn route_of(head: &dyn RequestHead) -> String {
         _ => UNMATCHED.to_owned(),
     }
 }
+
+/// The gRPC method a request calls (`/package.Service/Method`, its path) when it is one of
+/// `methods`, else [`UNMATCHED`]: the budget of a limit counted per gRPC method
+/// ([`RateLimitLayer::per_method`](super::RateLimitLayer::per_method)). Only the methods listed
+/// get budgets of their own: the path is the client's to choose, and a budget per path a
+/// client invents would let it fill the store.
+pub fn grpc_method_of(head: &dyn RequestHead, methods: &[String]) -> String {
+    let path = head.path();
+    match methods.iter().find(|m| *m == path) {
+        Some(method) => method.clone(),
+        None => UNMATCHED.to_owned(),
+    }
+}
+
+/// Why `method` is not a gRPC method path (`/package.Service/Method`), if it is not.
+#[cfg(feature = "tower")]
+pub(crate) fn not_a_grpc_method(method: &str) -> Option<String> {
+    let parts: Option<(&str, &str)> = method
+        .strip_prefix('/')
+        .and_then(|rest| rest.split_once('/'));
+    let printable = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_graphic() && b != b'/');
+    match parts {
+        Some((service, name)) if printable(service) && printable(name) => None,
+        _ => Some(format!(
+            "{method:?} is not a gRPC method path: `/package.Service/Method`"
+        )),
+    }
+}

@@ -8,7 +8,9 @@ use std::sync::Arc;
 use super::head::RequestHead;
 use super::key::KeyExtractor;
 use super::limit::Limit;
-use super::route::route_of;
+#[cfg(feature = "tower")]
+use super::route::not_a_grpc_method;
+use super::route::{grpc_method_of, route_of};
 use crate::__private::KeyText;
 use crate::{Attempt, Decision, Error, Module, Options, Pending, RateLimitService};
 use ratelimit_core::ResponseHeaders;
@@ -36,6 +38,8 @@ pub(crate) struct Rules {
     /// request is refused with it.
     problem: Option<Error>,
     pub(crate) per_route: bool,
+    /// Per gRPC method: the methods with a budget of their own (`per_method`).
+    pub(crate) methods: Option<Arc<[String]>>,
     pub(crate) headers: bool,
 }
 
@@ -49,6 +53,7 @@ impl Rules {
             explicit: false,
             problem: None,
             per_route: false,
+            methods: None,
             headers: true,
         }
     }
@@ -72,6 +77,22 @@ impl Rules {
         }
         self.limits.push(limit);
         self.explicit = true;
+    }
+
+    /// The builder's `per_method`: a budget per gRPC method listed, the others in one. A path
+    /// that is not a method's is a configuration problem (every request refused with it).
+    #[cfg(feature = "tower")]
+    pub(crate) fn per_method(&mut self, methods: Vec<String>) {
+        let problems: Vec<(String, String)> = methods
+            .iter()
+            .filter_map(|m| not_a_grpc_method(m))
+            .map(|problem| (format!("{}::per_method", self.builder), problem))
+            .collect();
+        if self.problem.is_none() && !problems.is_empty() {
+            self.problem = Some(Error::InvalidConfig(crate::ConfigError { problems }));
+        }
+        self.per_route = true;
+        self.methods = Some(methods.into());
     }
 
     /// The builder's `policy`: names the last limit's policy.
@@ -111,7 +132,10 @@ impl Rules {
                 }
             },
         };
-        let route = self.per_route.then(|| route_of(head));
+        let route = self.per_route.then(|| match &self.methods {
+            Some(methods) => grpc_method_of(head, methods),
+            None => route_of(head),
+        });
         Ok(Started {
             key,
             service,

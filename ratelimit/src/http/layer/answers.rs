@@ -86,6 +86,28 @@ impl<B: AnswerBody> Answers<B> for DefaultAnswers {
     }
 }
 
+/// gRPC answers (feature `tonic`, [`RateLimitLayer::grpc`](super::RateLimitLayer::grpc)):
+/// a refusal is the status `RESOURCE_EXHAUSTED` with the wait as a `google.rpc.RetryInfo`
+/// detail ([`Decision::refusal_status`]); when no decision could be made, the error's status
+/// (`UNAVAILABLE` when the store could not decide, `INTERNAL` for configuration: see
+/// `From<Error> for tonic::Status`). In any body type with a default (tonic's), as gRPC
+/// sends a status alone: in the response's header fields, with no message.
+#[cfg(feature = "tonic")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tonic")))]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct GrpcAnswers;
+
+#[cfg(feature = "tonic")]
+impl<B: Default> Answers<B> for GrpcAnswers {
+    fn refused(&self, decision: &Decision) -> http::Response<B> {
+        decision.refusal_status().into_http()
+    }
+
+    fn failed(&self, error: &Error) -> http::Response<B> {
+        tonic::Status::from(error.clone()).into_http()
+    }
+}
+
 type OnRefused<B> = dyn Fn(&Decision) -> http::Response<B> + Send + Sync;
 type OnError<B> = dyn Fn(&Error) -> http::Response<B> + Send + Sync;
 
