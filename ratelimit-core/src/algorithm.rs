@@ -124,10 +124,19 @@ pub(crate) fn precheck(
     cost: u64,
     commit: bool,
 ) -> Result<Option<Verdict>, Undecidable> {
+    let fixed = precheck_time(now, quota)?;
+    check_cost(quota, cost, commit)?;
+    Ok(fixed)
+}
+
+/// [`precheck`] of a call whose cost was checked when it was made (a
+/// [`Request`](crate::store::Request)): the clock's range, and the refusal of a capacity of
+/// zero.
+#[inline]
+pub(crate) fn precheck_time(now: Nanos, quota: &Quota) -> Result<Option<Verdict>, Undecidable> {
     if now > MAX_NOW {
         return Err(Undecidable::ClockOutOfRange { now });
     }
-    check_cost(quota, cost, commit)?;
     if quota.capacity() == 0 {
         let window = quota.window_nanos();
         return Ok(Some(Verdict {

@@ -4,9 +4,7 @@
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
-#[cfg(not(unix))]
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Nanoseconds since the Unix epoch: the one unit of time inside the crate.
 pub type Nanos = u64;
@@ -187,19 +185,8 @@ impl Anchor {
     }
 }
 
-/// `CLOCK_REALTIME` read through the vDSO by `rustix` on Unix: the same clock as
-/// `SystemTime::now()`, without its conversion to a `Duration` since the epoch.
-#[cfg(unix)]
-fn wall_clock() -> Nanos {
-    let t = rustix::time::clock_gettime(rustix::time::ClockId::Realtime);
-    // A clock set before 1970 is a broken host; treat it as the epoch rather than panic.
-    let (Ok(secs), Ok(nanos)) = (u64::try_from(t.tv_sec), u64::try_from(t.tv_nsec)) else {
-        return 0;
-    };
-    secs.saturating_mul(1_000_000_000).saturating_add(nanos)
-}
-
-#[cfg(not(unix))]
+/// The wall clock, read once per anchor (every [`REANCHOR_EVERY`]), never per decision: its
+/// cost does not matter, so it is `SystemTime` on every platform.
 fn wall_clock() -> Nanos {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)

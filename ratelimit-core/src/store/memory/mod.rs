@@ -281,17 +281,14 @@ impl MemoryStore {
         }
     }
 
-    /// What [`Store::decide`](super::Store::decide) answers, synchronously.
+    /// What [`Store::decide`](super::Store::decide) answers, synchronously. A [`Request`] was
+    /// checked when it was made (its key's length, its cost under the quota): not again here.
     #[inline]
     pub(crate) fn decide_request(&self, request: &Request<'_>) -> Result<Decision, Error> {
-        let key = request.key().as_str();
-        self.decide_at(
-            key,
-            request.quota(),
-            request.cost(),
-            request.now(),
-            request.spends(),
-        )
+        let (quota, now) = (request.quota(), request.now());
+        let key = request.key().as_str().as_bytes();
+        let verdict = self.verdict_checked(key, quota, request.cost(), now, request.spends())?;
+        Ok(Decision::for_quota(verdict, now, quota))
     }
 
     /// The decision, synchronously.
@@ -320,7 +317,21 @@ impl MemoryStore {
         commit: bool,
     ) -> Result<Verdict, Error> {
         crate::key::check_store_key(key)?;
-        if let Some(verdict) = algorithm::precheck(now, quota, cost, commit)? {
+        algorithm::check_cost(quota, cost, commit)?;
+        self.verdict_checked(key, quota, cost, now, commit)
+    }
+
+    /// [`verdict_at`](Self::verdict_at) of a call whose key and cost are checked.
+    #[inline(always)]
+    fn verdict_checked(
+        &self,
+        key: &[u8],
+        quota: &Quota,
+        cost: u64,
+        now: Nanos,
+        commit: bool,
+    ) -> Result<Verdict, Error> {
+        if let Some(verdict) = algorithm::precheck_time(now, quota)? {
             return Ok(verdict);
         }
         // A clock stepped back behind the last sweep decides at the sweep's time.
