@@ -222,15 +222,17 @@ async fn forwarding_metadata_is_ignored_past_the_trusted_proxies() {
     refused(&server.check_as("198.51.100.3").await.unwrap_err());
     // One proxy trusted: the client is the entry it added, not what the client wrote before.
     let (limiter, _clock) = fixed_window();
-    let layer = RateLimitLayer::new(
-        limiter,
-        ClientIp::x_forwarded_for(TrustedProxies::count(1)),
-    )
-    .options(per_minute(2));
+    let layer = RateLimitLayer::new(limiter, ClientIp::x_forwarded_for(TrustedProxies::count(1)))
+        .options(per_minute(2));
     let server = Grpc::start(layer.grpc()).await;
     server.check_as("203.0.113.1, 198.51.100.9").await.unwrap();
     server.check_as("203.0.113.2, 198.51.100.9").await.unwrap();
-    refused(&server.check_as("203.0.113.3, 198.51.100.9").await.unwrap_err());
+    refused(
+        &server
+            .check_as("203.0.113.3, 198.51.100.9")
+            .await
+            .unwrap_err(),
+    );
     server.check_as("198.51.100.10").await.unwrap();
 }
 
@@ -253,7 +255,10 @@ async fn stacked_limits_refuse_as_one_and_a_refused_call_spends_from_none() {
     }
     assert_eq!(server.runs(), 2);
     let status = limiter.status("198.51.100.1", &long).await.unwrap();
-    assert_eq!(status.remaining, 3, "a refused call spent from the long limit");
+    assert_eq!(
+        status.remaining, 3,
+        "a refused call spent from the long limit"
+    );
 }
 
 #[tokio::test]
@@ -288,7 +293,9 @@ async fn each_listed_method_has_a_budget_and_a_stream_is_counted_when_it_opens()
     refused(&server.watch_as("198.51.100.1").await.unwrap_err());
     // Paths not listed share one budget, whatever the client invents.
     let unknown = |path| server.call_path_as(path, "198.51.100.1");
-    let status = unknown("/grpc.health.v1.Health/Invented").await.unwrap_err();
+    let status = unknown("/grpc.health.v1.Health/Invented")
+        .await
+        .unwrap_err();
     assert_eq!(status.code(), Code::Unimplemented, "{status:?}");
     let status = unknown("/other.Service/Method").await.unwrap_err();
     assert_eq!(status.code(), Code::Unimplemented, "{status:?}");
@@ -359,9 +366,7 @@ mod on_redis {
             .flat_map(|c| (0..15).map(move |_| c))
             .map(|c| {
                 let server = Arc::clone(&server);
-                tokio::spawn(
-                    async move { (c, server.check_as(&format!("198.51.100.{c}")).await) },
-                )
+                tokio::spawn(async move { (c, server.check_as(&format!("198.51.100.{c}")).await) })
             })
             .collect();
         let (mut ok, mut exhausted) = ([0; 3], [0; 3]);

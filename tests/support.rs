@@ -225,6 +225,7 @@ impl ratelimit::store::Store for Broken {
 /// keys under a fresh prefix from `name`), and the servers behind them: they stop when the
 /// guard drops, at the end of the test (a server kept in a `static` is never dropped, and
 /// would outlive the test binary).
+#[cfg_attr(not(feature = "redis"), allow(unused_variables))]
 pub fn on_every_store(
     name: &str,
     config: impl Fn() -> ratelimit::ConfigBuilder,
