@@ -28,7 +28,7 @@ type Skipper = dyn Fn(&Parts) -> bool + Send + Sync;
 /// on a whole `Router` (`.layer(..)`), a group of routes, or single routes (`.route_layer(..)`).
 ///
 /// It is built from where the limits live — a [`RateLimitService`] ([`new`](Self::new)) or
-/// the running [`Module`]'s service, looked up per request ([`from_module`](Self::from_module))
+/// the running [`Module`](crate::Module)'s service, looked up per request ([`from_module`](Self::from_module))
 /// — and a [`KeyExtractor`]. There is no default key: see [`KeyExtractor`] for why.
 ///
 /// Per request, in order: the [`skip`](Self::skip) closure, the key (`None` skips the limit,
@@ -114,8 +114,8 @@ impl RateLimitLayer {
         Self::with(Limiter::Service(service), key)
     }
 
-    /// Limits through the service annotated fns use ([`Module::current_service`]), looked up
-    /// per request: the running [`Module`]'s (or, in a test, the enclosing
+    /// Limits through the service annotated fns use ([`Module::current_service`](crate::Module::current_service)), looked up
+    /// per request: the running [`Module`](crate::Module)'s (or, in a test, the enclosing
     /// [`TestModule::scope`](crate::testing::TestModule::scope)'s). With no module running,
     /// requests are refused with [`Error::NotInitialized`] (`500`).
     pub fn from_module(key: impl KeyExtractor) -> Self {

@@ -14,6 +14,9 @@
 //!   over the limit with `429`, and fails closed (a store failure, an unknown tier or no module
 //!   running is an error response, never a pass).
 //! - `ratelimit::actix::RateLimit` (feature `actix`): the same for actix-web.
+//! - The same layer on a tonic (gRPC) server (feature `tonic`): [`RateLimitLayer::grpc`]
+//!   answers with gRPC statuses (`RESOURCE_EXHAUSTED` with a `RetryInfo` detail), and
+//!   [`RateLimitLayer::per_method`] budgets per listed gRPC method ([`grpc_method_of`]).
 //! - Headers on every counted response: `X-RateLimit-Limit/Remaining/Reset`, `Retry-After`
 //!   on refusals, and the IETF `RateLimit` / `RateLimit-Policy` lists (one item per limit).
 //! - [`Error`](crate::Error) implements axum's `IntoResponse` and actix-web's `ResponseError`
