@@ -87,7 +87,11 @@ where
         let grpc_status = response.headers().get("grpc-status").cloned();
         let body = response.into_body().collect().await.unwrap();
         let trailers = body.trailers().and_then(|t| t.get("grpc-status")).cloned();
-        assert_eq!(grpc_status.or(trailers).unwrap(), "0", "the call did not pass");
+        assert_eq!(
+            grpc_status.or(trailers).unwrap(),
+            "0",
+            "the call did not pass"
+        );
     };
     for _ in 0..1_000 {
         one().await;
