@@ -14,9 +14,13 @@
 //! are unanswered then it closes the connection: every call on it fails at once with
 //! [`Error::Timeout`], and the next call connects anew.
 //!
-//! - **The bound**: a call fails no earlier than its timeout, and no later than `timeout /
-//!   16` (1 ms for timeouts under 33 ms) after it, plus Tokio's timer resolution (1 ms),
-//!   calls being counted in 64 slots of time a link. A call that started before its link
+//! - **The bound**: a call fails no later than `timeout / 16` (1 ms for timeouts under 33 ms)
+//!   after its timeout, plus Tokio's timer resolution (1 ms), calls being counted in 64 slots
+//!   of time a link. The oldest calls fail no earlier than their timeout; a call behind them
+//!   on the same connection fails with them, when the oldest slot's deadline passes (the
+//!   connection answers in order, so it is broken for that call too): calls started together
+//!   fail together, a call started just past a slot's start up to one slot (`timeout / 32`,
+//!   rounded up to a power of two nanoseconds) before its own timeout. A call that started before its link
 //!   existed (it waited for the connection) is bounded by a timer of its own, as is every
 //!   call to a Redis Cluster.
 //! - **A link per runtime**: a link's connection and watcher are tasks on the runtime that
