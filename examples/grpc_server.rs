@@ -23,7 +23,6 @@
 
 use std::convert::Infallible;
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 use ratelimit::http::{ClientIp, RateLimitLayer, TrustedProxies};
 use ratelimit::{rate_limit, Module, Options, Tier};
@@ -156,12 +155,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .grpc();
 
     let addr = std::env::var("ADDR").unwrap_or_else(|_| "127.0.0.1:50051".into());
+    // Bound before the client connects: no race with the server's start.
+    let listener = tokio::net::TcpListener::bind(&addr).await?;
     let server = Server::builder()
         .layer(everything)
         .layer(per_method)
         .layer(login)
         .add_service(Orders)
-        .serve(addr.parse()?);
+        .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener));
     let serving = tokio::spawn(server);
     println!("serving orders.Orders on {addr}");
 
@@ -175,15 +176,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// The client: `Login` five times as one client (the burst limit refuses the fourth), `Get`
 /// as another, and `Me` as a free user past its plan (5 a minute).
 async fn demo(addr: &str) -> Result<(), Box<dyn std::error::Error>> {
-    let channel = loop {
-        match Channel::from_shared(format!("http://{addr}"))?
-            .connect()
-            .await
-        {
-            Ok(channel) => break channel,
-            Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
-        }
-    };
+    let channel = Channel::from_shared(format!("http://{addr}"))?
+        .connect()
+        .await?;
     let mut grpc = tonic::client::Grpc::new(channel);
     for _ in 0..5 {
         call(&mut grpc, LOGIN, 0, ("x-forwarded-for", "203.0.113.9")).await;
