@@ -11,7 +11,7 @@ use std::sync::Arc;
 use actix_web::middleware::{NormalizePath, TrailingSlash};
 use actix_web::{web, App, HttpResponse, HttpServer};
 use ratelimit::actix::RateLimit;
-use ratelimit::http::ClientIp;
+use ratelimit::http::{ClientIp, TrustedProxies};
 use ratelimit_tests::web::{behind_one_proxy, client, fixed_window, per_minute};
 
 struct Server {
@@ -343,4 +343,30 @@ async fn on_a_resource_a_percent_encoded_path_spends_the_resources_budget() {
     assert_eq!(server.get("/%6Cogin").await, 429);
     assert_eq!(server.get("/%6cogin").await, 429);
     assert_eq!(runs.of("login"), 1);
+}
+
+/// Over HTTP too: a client's unclosed quote in `Forwarded` swallows the element the proxy
+/// joins to the same line, and the client names its own key (see `probes_grpc`).
+#[tokio::test]
+#[ignore = "FOUND: actix, Forwarded with `for=<spoof>;x=\"` then the proxy's `, for=<client>` on one line: the client picks its key"]
+async fn an_unclosed_quote_in_forwarded_cannot_swallow_the_proxys_element() {
+    let (limiter, _clock) = fixed_window();
+    let runs = Runs::default();
+    let home = runs.handler("home");
+    let server = Server::start(move || {
+        App::new().route("/", web::get().to(home.clone())).wrap(
+            RateLimit::new(
+                limiter.clone(),
+                ClientIp::forwarded(TrustedProxies::count(1)),
+            )
+            .options(per_minute(2)),
+        )
+    });
+    for n in 1..=5 {
+        let value = format!("for=203.0.113.{n};x=\", for=198.51.100.9");
+        server
+            .status(reqwest::Method::GET, "/", &[("forwarded", &value)])
+            .await;
+    }
+    assert_eq!(runs.of("home"), 2, "one client ran past its limit of 2");
 }

@@ -51,7 +51,7 @@ struct Grpc {
     channel: Channel,
     runs: Arc<AtomicUsize>,
     _stop: oneshot::Sender<()>,
-    _reporter: tonic_health::server::HealthReporter,
+    reporter: tonic_health::server::HealthReporter,
 }
 
 impl Grpc {
@@ -85,7 +85,7 @@ impl Grpc {
             channel,
             runs,
             _stop: stop,
-            _reporter: reporter,
+            reporter,
         }
     }
 
@@ -291,6 +291,11 @@ impl Store for Gate {
     }
 
     async fn decide_all(&self, request: Stacked<'_>) -> Result<Vec<Decision>, ratelimit::Error> {
+        if self.first.swap(false, Ordering::SeqCst) {
+            let _guard = OnDrop(Arc::clone(&self.dropped));
+            self.entered.notify_one();
+            std::future::pending::<()>().await;
+        }
         Store::decide_all(&self.memory, request).await
     }
 
@@ -378,7 +383,7 @@ async fn a_module_layer_refuses_when_no_module_runs_and_follows_the_running_one(
     // A new module: its own (empty) store, its own limits.
     let module = Module::builder()
         .strategy(Strategy::FixedWindow)
-        .clock(clock)
+        .clock(clock.clone())
         .init()
         .unwrap();
     for _ in 0..2 {
@@ -389,6 +394,34 @@ async fn a_module_layer_refuses_when_no_module_runs_and_follows_the_running_one(
     drop(module);
     not_initialized(server.check_as("198.51.100.1").await.unwrap_err());
     assert_eq!(server.runs(), 4);
+    // A call waiting in the module's queue when it shuts down: refused, never admitted.
+    let module = Module::builder()
+        .strategy(Strategy::FixedWindow)
+        .clock(clock)
+        .queue_timeout("1m")
+        .init()
+        .unwrap();
+    let layer = RateLimitLayer::from_module(behind_one_proxy()).options(per_minute(1).queue(true));
+    let queued = Arc::new(Grpc::start(layer.grpc()).await);
+    queued.check_as("198.51.100.5").await.unwrap();
+    let waiter = {
+        let queued = Arc::clone(&queued);
+        tokio::spawn(async move { queued.check_as("198.51.100.5").await })
+    };
+    for _ in 0..5_000 {
+        if module.service().stats().queue.depth == 1 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+    }
+    assert_eq!(module.service().stats().queue.depth, 1, "the call waits");
+    drop(module);
+    let woken = tokio::time::timeout(std::time::Duration::from_secs(10), waiter)
+        .await
+        .expect("the waiter was woken by the shutdown")
+        .unwrap();
+    not_initialized(woken.unwrap_err());
+    assert_eq!(queued.runs(), 1);
 }
 
 /// RFC 7239 `Forwarded` behind one proxy that appends its element to the client's line (a
@@ -444,8 +477,9 @@ async fn an_unclosed_quote_in_forwarded_cannot_swallow_a_trusted_networks_elemen
 /// order of the builder's calls: `options` (or a first `limit`) after `per_method` must not
 /// forget the problem.
 #[tokio::test]
-#[ignore = "FOUND: per_method([.., \"Check\"]).options(..) drops the INVALID_CONFIG problem: calls are decided (the bad entry silently never matches)"]
+#[ignore = "FOUND: per_method([.., \"Check\"]) then options(..) or a first limit(..) drops the INVALID_CONFIG problem: calls pass (the bad entry silently never matches)"]
 async fn an_invalid_method_path_stays_a_configuration_error_after_options() {
+    let mut answers = Vec::new();
     for order in ["options", "limit"] {
         let (limiter, _clock) = fixed_window();
         let layer = RateLimitLayer::new(limiter, behind_one_proxy()).per_method([CHECK, "Check"]);
@@ -454,11 +488,19 @@ async fn an_invalid_method_path_stays_a_configuration_error_after_options() {
             _ => layer.limit(per_minute(2)),
         };
         let server = Grpc::start(layer.grpc()).await;
-        let status = server.check_as("198.51.100.1").await.unwrap_err();
-        assert_eq!(status.code(), Code::Internal, "{order}: {status:?}");
-        assert_eq!(status.message(), "INVALID_CONFIG", "{order}");
-        assert_eq!(server.runs(), 0, "{order}");
+        let answer = match server.check_as("198.51.100.1").await {
+            Ok(_) => "OK".to_owned(),
+            Err(status) => format!("{:?} {}", status.code(), status.message()),
+        };
+        answers.push((order, answer, server.runs()));
     }
+    assert_eq!(
+        answers,
+        [
+            ("options", "Internal INVALID_CONFIG".to_owned(), 0),
+            ("limit", "Internal INVALID_CONFIG".to_owned(), 0),
+        ]
+    );
 }
 
 /// Binary (`-bin`) metadata of the same name is another header: it never replaces the
@@ -498,6 +540,125 @@ async fn an_unclosed_quote_in_forwarded_stays_in_its_own_line() {
             ("forwarded", v("for=198.51.100.9".to_owned())),
         ];
         if server.check_with(&lines).await.is_ok() {
+            admitted += 1;
+        }
+    }
+    assert_eq!(admitted, 2);
+}
+
+/// Stacked limits: a call given up while the store decides them as one is dropped, counted
+/// once as abandoned, never passed on, and spends from none of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_cancelled_while_stacked_limits_are_decided_is_never_passed() {
+    let (entered, dropped) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    let gate = Gate {
+        memory: MemoryStore::new(),
+        first: AtomicBool::new(true),
+        entered: Arc::clone(&entered),
+        dropped: Arc::clone(&dropped),
+    };
+    let config = Config::builder()
+        .strategy(Strategy::FixedWindow)
+        .build()
+        .unwrap();
+    let clock = Arc::new(ManualClock::new(START));
+    let limiter = RateLimitService::with_store(config, gate, clock).unwrap();
+    let (long, short) = (
+        per_minute(5).budget("probe-long"),
+        per_minute(2).budget("probe-short"),
+    );
+    let layer = RateLimitLayer::new(limiter.clone(), behind_one_proxy())
+        .limit(long.clone())
+        .limit(short);
+    let server = Arc::new(Grpc::start(layer.grpc()).await);
+    let call = {
+        let server = Arc::clone(&server);
+        tokio::spawn(async move { server.check_as("198.51.100.1").await })
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(10), entered.notified())
+        .await
+        .expect("the store was asked");
+    call.abort();
+    assert!(call.await.unwrap_err().is_cancelled());
+    tokio::time::timeout(std::time::Duration::from_secs(10), dropped.notified())
+        .await
+        .expect("the server dropped the call when the client gave up");
+    for _ in 0..10_000 {
+        if limiter.stats().total.abandoned > 0 {
+            break;
+        }
+        tokio::task::yield_now().await;
+        std::thread::yield_now();
+    }
+    assert_eq!(server.runs(), 0, "a cancelled call reached the service");
+    let stats = limiter.stats().total;
+    assert_eq!((stats.allowed, stats.abandoned), (0, 1), "{stats:?}");
+    let status = limiter.status("198.51.100.1", &long).await.unwrap();
+    assert_eq!(
+        status.remaining, 5,
+        "the cancelled call spent from the long limit"
+    );
+    for _ in 0..2 {
+        server.check_as("198.51.100.1").await.unwrap();
+    }
+    refused(&server.check_as("198.51.100.1").await.unwrap_err());
+    assert_eq!(server.runs(), 2);
+}
+
+/// A stream is counted once, when it opens: the messages an admitted `Watch` stream carries
+/// afterwards spend nothing, and a refused one never opens.
+#[tokio::test]
+async fn an_admitted_streams_later_messages_are_not_counted() {
+    use tonic_health::ServingStatus;
+    let (limiter, _clock) = fixed_window();
+    let options = per_minute(2).budget("probe-watch");
+    let layer = RateLimitLayer::new(limiter.clone(), behind_one_proxy()).options(options.clone());
+    let server = Grpc::start(layer.grpc()).await;
+    let mut stream = HealthClient::new(server.channel.clone())
+        .watch(Request::new(HealthCheckRequest::default()))
+        .await
+        .map(tonic::Response::into_inner);
+    // No forwarding metadata: the key is the peer's.
+    let stream = stream.as_mut().expect("the first stream opens");
+    assert!(stream.message().await.unwrap().is_some());
+    for status in [
+        ServingStatus::NotServing,
+        ServingStatus::Serving,
+        ServingStatus::NotServing,
+    ] {
+        server.reporter.set_service_status("", status).await;
+        assert!(stream.message().await.unwrap().is_some());
+    }
+    let level = limiter.status("127.0.0.1", &options).await.unwrap();
+    assert_eq!(level.remaining, 1, "later messages were counted");
+    let second = HealthClient::new(server.channel.clone())
+        .watch(Request::new(HealthCheckRequest::default()))
+        .await;
+    assert!(second.is_ok());
+    let third = HealthClient::new(server.channel.clone())
+        .watch(Request::new(HealthCheckRequest::default()))
+        .await;
+    refused(&third.unwrap_err());
+    assert_eq!(server.runs(), 2);
+}
+
+/// `x-forwarded-for` has no quoting: whatever the client ends its part with (a quote, a
+/// backslash, a semicolon, an empty entry), the proxy's entry joined to the same line stays
+/// the last, and the client one budget.
+#[tokio::test]
+async fn a_client_suffix_in_x_forwarded_for_cannot_swallow_the_proxys_entry() {
+    let (limiter, _clock) = fixed_window();
+    let layer = RateLimitLayer::new(limiter, behind_one_proxy()).options(per_minute(2));
+    let server = Grpc::start(layer.grpc()).await;
+    let mut admitted = 0;
+    for suffix in ["\"", "\\", ";x=\"", ",", "203.0.113.1\"", "[203.0.113.2"] {
+        let value = format!("203.0.113.9{suffix}, 198.51.100.9");
+        let value = value.parse::<AsciiMetadataValue>().unwrap();
+        if server
+            .check_with(&[("x-forwarded-for", value)])
+            .await
+            .is_ok()
+        {
             admitted += 1;
         }
     }
