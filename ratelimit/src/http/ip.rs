@@ -276,16 +276,24 @@ fn x_forwarded_for(head: &dyn RequestHead) -> Vec<Option<IpAddr>> {
 
 /// The `for=` of every `Forwarded` element, left to right, over every line of the header;
 /// `None` for an element without one, or with `unknown` or an obfuscated identifier.
+///
+/// A line that cannot be read (not visible ASCII, or a quoted string left open) makes the
+/// whole header one unreadable entry, so the client is the peer: where the line's elements
+/// begin and end is unknown, and a proxy may have appended its element to a line the client
+/// began (`for=<spoof>;x="` swallows `, for=<client>`), so no position counted from the right
+/// can be trusted, nor any entry further left.
 fn forwarded(head: &dyn RequestHead) -> Vec<Option<IpAddr>> {
     let mut entries = Vec::new();
+    let mut unreadable = false;
     head.header_lines("forwarded", &mut |value| {
-        let Some(value) = visible_ascii(value) else {
-            // One unreadable line: its elements are not counted, so the client is looked for
-            // among fewer entries, which falls back towards the peer.
+        let Some(elements) = visible_ascii(value).and_then(|v| split_unquoted(v, ',')) else {
+            unreadable = true;
             return;
         };
-        for element in split_unquoted(value, ',') {
-            let for_ = split_unquoted(element, ';').into_iter().find_map(|pair| {
+        for element in elements {
+            // Its quotes are closed: it is a whole part of a line whose quotes are.
+            let pairs = split_unquoted(element, ';').unwrap_or_default();
+            let for_ = pairs.into_iter().find_map(|pair| {
                 let (name, value) = pair.split_once('=')?;
                 name.trim()
                     .eq_ignore_ascii_case("for")
@@ -294,11 +302,15 @@ fn forwarded(head: &dyn RequestHead) -> Vec<Option<IpAddr>> {
             entries.push(for_.as_deref().and_then(parse_node));
         }
     });
+    if unreadable {
+        return vec![None];
+    }
     entries
 }
 
-/// `s` split at `sep` outside quoted strings.
-fn split_unquoted(s: &str, sep: char) -> Vec<&str> {
+/// `s` split at `sep` outside quoted strings (a backslash escapes the next character inside
+/// one); `None` when a quoted string is left open.
+fn split_unquoted(s: &str, sep: char) -> Option<Vec<&str>> {
     let mut parts = Vec::new();
     let (mut start, mut quoted, mut escaped) = (0, false, false);
     for (i, c) in s.char_indices() {
@@ -314,7 +326,7 @@ fn split_unquoted(s: &str, sep: char) -> Vec<&str> {
         }
     }
     parts.push(&s[start..]);
-    parts
+    (!quoted).then_some(parts)
 }
 
 fn unquote(value: &str) -> String {

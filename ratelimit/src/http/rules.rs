@@ -37,6 +37,9 @@ pub(crate) struct Rules {
     /// Why no request can be decided as configured (two limits in one budget): every
     /// request is refused with it.
     problem: Option<Error>,
+    /// Why the method list of `per_method` cannot be used (a path that is not a method's):
+    /// every request is refused with it, whatever limits are set before or after.
+    methods_problem: Option<Error>,
     pub(crate) per_route: bool,
     /// Per gRPC method: the methods with a budget of their own (`per_method`).
     pub(crate) methods: Option<Arc<[String]>>,
@@ -52,6 +55,7 @@ impl Rules {
             limits: vec![Limit::new(Options::new())],
             explicit: false,
             problem: None,
+            methods_problem: None,
             per_route: false,
             methods: None,
             headers: true,
@@ -88,9 +92,8 @@ impl Rules {
             .filter_map(|m| not_a_grpc_method(m))
             .map(|problem| (format!("{}::per_method", self.builder), problem))
             .collect();
-        if self.problem.is_none() && !problems.is_empty() {
-            self.problem = Some(Error::InvalidConfig(crate::ConfigError { problems }));
-        }
+        self.methods_problem =
+            (!problems.is_empty()).then(|| Error::InvalidConfig(crate::ConfigError { problems }));
         self.per_route = true;
         self.methods = Some(methods.into());
     }
@@ -113,7 +116,7 @@ impl Rules {
     /// What every request needs before a decision: the key, the service and (per route) the
     /// route; or the verdict already (no key, no module, a configuration problem).
     pub(crate) fn start(&self, head: &dyn RequestHead) -> Result<Started<'_>, Verdict> {
-        if let Some(problem) = &self.problem {
+        if let Some(problem) = self.problem.as_ref().or(self.methods_problem.as_ref()) {
             return Err(Verdict::Failed(problem.clone()));
         }
         let key = match self.key.extract_text(head) {
