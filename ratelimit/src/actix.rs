@@ -129,8 +129,14 @@ impl RateLimit {
         self.set(|c| c.rules.limit(options))
     }
 
-    /// A budget per route template and method ([`route_of`](crate::http::route_of), from the
-    /// resource's `match_pattern`): `/orders/1` and `/orders/2` share `GET /orders/{id}`.
+    /// A budget per route template and method ([`route_of`](crate::http::route_of), the
+    /// pattern of the resource the path routes to, as actix decodes it): `/orders/1` and
+    /// `/orders/2` share `GET /orders/{id}`, and `/%6Cogin` spends from `/login`'s.
+    ///
+    /// A middleware that rewrites the path (`NormalizePath`) must run before the limiter, so
+    /// wrap it after: `.wrap(RateLimit::..).wrap(NormalizePath::trim())` (actix runs the last
+    /// wrapped first). Inside the limiter, the request is counted under the path it came with
+    /// (`/login/` as `unmatched`) and then runs the route of the rewritten one.
     pub fn per_route(self) -> Self {
         self.set(|c| c.rules.per_route = true)
     }

@@ -8,7 +8,8 @@ use actix_web::dev::ServiceRequest;
 
 use crate::http::RequestHead;
 
-/// The peer is the connection's; the route, the resource's `match_pattern`.
+/// The peer is the connection's; the route, the pattern of the resource the request's path
+/// routes to.
 impl RequestHead for ServiceRequest {
     fn peer(&self) -> Option<SocketAddr> {
         self.peer_addr()
@@ -33,7 +34,12 @@ impl RequestHead for ServiceRequest {
     }
 
     fn route(&self) -> Option<Cow<'_, str>> {
-        self.match_pattern().map(Cow::Owned)
+        // The path actix routes on is the whole path as its `Url` decodes it (`/%6Cogin` runs
+        // `/login`). `match_pattern()` looks up the raw path while the middleware runs before
+        // routing (on the App or a scope), which names another route than the one that runs
+        // (`unmatched` for `/%6Cogin`): a budget a client could step around.
+        let path = self.match_info().as_str();
+        self.resource_map().match_pattern(path).map(Cow::Owned)
     }
 
     fn as_any(&self) -> &dyn Any {
