@@ -93,7 +93,7 @@ impl Rules {
             .map(|problem| (format!("{}::per_method", self.builder), problem))
             .collect();
         self.methods_problem =
-            (!problems.is_empty()).then(|| Error::InvalidConfig(crate::ConfigError { problems }));
+            (!problems.is_empty()).then_some(Error::InvalidConfig(crate::ConfigError { problems }));
         self.per_route = true;
         self.methods = Some(methods.into());
     }
