@@ -11,56 +11,28 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use actix_web::{web, App, HttpResponse, HttpServer};
+use actix_web::{web, App, HttpResponse};
 use ratelimit::actix::RateLimit;
 use ratelimit::http::{key_fn, ClientIp, RequestHead, TrustedProxies, UNMATCHED};
 use ratelimit::testing::TestModule;
 use ratelimit::{
     rate_limit, Config, Decision, Error, ManualClock, Module, Options, RateLimitService, Strategy,
 };
-use ratelimit_tests::web::{behind_one_proxy, client, fixed_window, header, per_minute};
+use ratelimit_tests::web::{
+    behind_one_proxy, fixed_window, header, per_minute, ActixServer as Server,
+};
 use ratelimit_tests::{Broken, START};
 
 const MINUTE: Duration = Duration::from_secs(60);
 
-/// An actix server on `127.0.0.1:0` serving `app()` (one worker), and a client for it. The
-/// server stops when this is dropped.
-struct Server {
-    base: String,
-    client: reqwest::Client,
-    handle: actix_web::dev::ServerHandle,
+/// The tests' requests, on [`ActixServer::request`].
+trait Requests {
+    async fn get(&self, path: &str) -> reqwest::Response;
+    async fn get_with(&self, path: &str, headers: &[(&str, &str)]) -> reqwest::Response;
+    async fn status_as(&self, path: &str, ip: &str) -> u16;
 }
 
-impl Server {
-    fn start<F, T, B>(app: F) -> Server
-    where
-        F: Fn() -> App<T> + Send + Clone + 'static,
-        B: actix_web::body::MessageBody + 'static,
-        T: actix_web::dev::ServiceFactory<
-                actix_web::dev::ServiceRequest,
-                Config = (),
-                Response = actix_web::dev::ServiceResponse<B>,
-                Error = actix_web::Error,
-                InitError = (),
-            > + 'static,
-    {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap();
-        let server = HttpServer::new(app)
-            .workers(1)
-            .disable_signals()
-            .listen(listener)
-            .unwrap()
-            .run();
-        let handle = server.handle();
-        tokio::spawn(server);
-        Server {
-            base: format!("http://{addr}"),
-            client: client(),
-            handle,
-        }
-    }
-
+impl Requests for Server {
     async fn get(&self, path: &str) -> reqwest::Response {
         self.get_with(path, &[]).await
     }
@@ -69,31 +41,12 @@ impl Server {
         self.request(reqwest::Method::GET, path, headers).await
     }
 
-    async fn request(
-        &self,
-        method: reqwest::Method,
-        path: &str,
-        headers: &[(&str, &str)],
-    ) -> reqwest::Response {
-        let mut request = self.client.request(method, format!("{}{path}", self.base));
-        for (name, value) in headers {
-            request = request.header(*name, *value);
-        }
-        request.send().await.unwrap()
-    }
-
     /// The status of a GET as the client `ip` behind one trusted proxy.
     async fn status_as(&self, path: &str, ip: &str) -> u16 {
         self.get_with(path, &[("x-forwarded-for", ip)])
             .await
             .status()
             .as_u16()
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        drop(self.handle.stop(false));
     }
 }
 

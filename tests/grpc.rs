@@ -10,20 +10,17 @@
 //! Every call comes from 127.0.0.1, so tests that need several clients put the server behind
 //! "one trusted proxy" (the test client) and name the client in `x-forwarded-for` metadata.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
-use ratelimit::http::{ClientIp, GrpcAnswers, RateLimitLayer, TrustedProxies};
+use ratelimit::http::{ClientIp, RateLimitLayer, TrustedProxies};
 use ratelimit::testing::TestModule;
 use ratelimit::{rate_limit, Config, Module, RateLimitService, Strategy};
+use ratelimit_tests::grpc::GrpcServer as Grpc;
 use ratelimit_tests::web::{behind_one_proxy, fixed_window, per_minute};
 use ratelimit_tests::{Broken, START};
-use tokio::sync::oneshot;
 use tonic::codegen::http::uri::PathAndQuery;
 use tonic::metadata::MetadataMap;
-use tonic::transport::{Channel, Server};
 use tonic::{Code, Request, Status};
 use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::HealthCheckRequest;
@@ -32,76 +29,14 @@ use tonic_types::StatusExt;
 const CHECK: &str = "/grpc.health.v1.Health/Check";
 const WATCH: &str = "/grpc.health.v1.Health/Watch";
 
-/// The calls that got past the rate-limit layer: a layer inside it counts them.
-#[derive(Clone)]
-struct Counted<S> {
-    inner: S,
-    runs: Arc<AtomicUsize>,
+/// The calls these tests make.
+trait Calls {
+    async fn check_as(&self, ip: &str) -> Result<MetadataMap, Status>;
+    async fn watch_as(&self, ip: &str) -> Result<(), Status>;
+    async fn call_path_as(&self, path: &'static str, ip: &str) -> Result<(), Status>;
 }
 
-impl<S: tower::Service<R>, R> tower::Service<R> for Counted<S> {
-    type Response = S::Response;
-    type Error = S::Error;
-    type Future = S::Future;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, request: R) -> S::Future {
-        self.runs.fetch_add(1, Ordering::SeqCst);
-        self.inner.call(request)
-    }
-}
-
-/// A tonic server on `127.0.0.1:0` serving the health service behind `layer` (then the
-/// counting layer), and a channel to it. The server stops when this is dropped.
-struct Grpc {
-    channel: Channel,
-    runs: Arc<AtomicUsize>,
-    _stop: oneshot::Sender<()>,
-    _reporter: tonic_health::server::HealthReporter,
-}
-
-impl Grpc {
-    async fn start(layer: RateLimitLayer<GrpcAnswers>) -> Grpc {
-        let (reporter, health) = tonic_health::server::health_reporter();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let runs = Arc::new(AtomicUsize::new(0));
-        let counted = Arc::clone(&runs);
-        let (stop, stopped) = oneshot::channel::<()>();
-        let server = Server::builder()
-            .layer(layer)
-            .layer(tower::layer::layer_fn(move |inner| Counted {
-                inner,
-                runs: Arc::clone(&counted),
-            }))
-            .add_service(health)
-            .serve_with_incoming_shutdown(
-                tokio_stream::wrappers::TcpListenerStream::new(listener),
-                async {
-                    stopped.await.ok();
-                },
-            );
-        tokio::spawn(server);
-        let channel = Channel::from_shared(format!("http://{addr}"))
-            .unwrap()
-            .connect()
-            .await
-            .unwrap();
-        Grpc {
-            channel,
-            runs,
-            _stop: stop,
-            _reporter: reporter,
-        }
-    }
-
-    fn runs(&self) -> usize {
-        self.runs.load(Ordering::SeqCst)
-    }
-
+impl Calls for Grpc {
     /// A `Check` call as the client `ip` (in `x-forwarded-for`): the response's metadata, or
     /// the status it ended with.
     async fn check_as(&self, ip: &str) -> Result<MetadataMap, Status> {

@@ -9,64 +9,25 @@
 use std::sync::Arc;
 
 use actix_web::middleware::{NormalizePath, TrailingSlash};
-use actix_web::{web, App, HttpResponse, HttpServer};
+use actix_web::{web, App, HttpResponse};
 use ratelimit::actix::RateLimit;
 use ratelimit::http::{ClientIp, TrustedProxies};
-use ratelimit_tests::web::{behind_one_proxy, client, fixed_window, per_minute};
+use ratelimit_tests::web::{behind_one_proxy, fixed_window, per_minute, ActixServer as Server};
 
-struct Server {
-    base: String,
-    client: reqwest::Client,
-    handle: actix_web::dev::ServerHandle,
+/// The probes' requests.
+trait Requests {
+    async fn status(&self, method: reqwest::Method, path: &str, headers: &[(&str, &str)]) -> u16;
+    async fn get(&self, path: &str) -> u16;
 }
 
-impl Server {
-    fn start<F, T, B>(app: F) -> Server
-    where
-        F: Fn() -> App<T> + Send + Clone + 'static,
-        B: actix_web::body::MessageBody + 'static,
-        T: actix_web::dev::ServiceFactory<
-                actix_web::dev::ServiceRequest,
-                Config = (),
-                Response = actix_web::dev::ServiceResponse<B>,
-                Error = actix_web::Error,
-                InitError = (),
-            > + 'static,
-    {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap();
-        let server = HttpServer::new(app)
-            .workers(1)
-            .disable_signals()
-            .listen(listener)
-            .unwrap()
-            .run();
-        let handle = server.handle();
-        tokio::spawn(server);
-        Server {
-            base: format!("http://{addr}"),
-            client: client(),
-            handle,
-        }
-    }
-
+impl Requests for Server {
     async fn status(&self, method: reqwest::Method, path: &str, headers: &[(&str, &str)]) -> u16 {
-        let mut request = self.client.request(method, format!("{}{path}", self.base));
-        for (name, value) in headers {
-            // `header` appends: a name given twice is two header lines.
-            request = request.header(*name, *value);
-        }
-        request.send().await.unwrap().status().as_u16()
+        let response = self.request(method, path, headers).await;
+        response.status().as_u16()
     }
 
     async fn get(&self, path: &str) -> u16 {
         self.status(reqwest::Method::GET, path, &[]).await
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        drop(self.handle.stop(false));
     }
 }
 

@@ -6,93 +6,35 @@
 //!
 //! A probe that finds a hole is kept `#[ignore = "FOUND: .."]`; the others hold.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
-use ratelimit::http::{ClientIp, GrpcAnswers, RateLimitLayer, TrustedProxies};
+use ratelimit::http::{ClientIp, RateLimitLayer, TrustedProxies};
 use ratelimit::store::{Request as StoreRequest, Stacked, Store};
 use ratelimit::{Config, Decision, ManualClock, MemoryStore, Module, RateLimitService, Strategy};
+use ratelimit_tests::grpc::GrpcServer as Grpc;
 use ratelimit_tests::web::{behind_one_proxy, fixed_window, per_minute};
 use ratelimit_tests::START;
-use tokio::sync::{oneshot, Notify};
+use tokio::sync::Notify;
 use tonic::codegen::http::uri::PathAndQuery;
 use tonic::metadata::{AsciiMetadataValue, MetadataMap};
-use tonic::transport::{Channel, Server};
 use tonic::{Code, Request, Status};
 use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::{HealthCheckRequest, HealthCheckResponse};
 
 const CHECK: &str = "/grpc.health.v1.Health/Check";
 
-/// The calls that got past the rate-limit layer.
-#[derive(Clone)]
-struct Counted<S> {
-    inner: S,
-    runs: Arc<AtomicUsize>,
+/// The calls these probes make.
+trait Calls {
+    async fn check_with(
+        &self,
+        metadata: &[(&'static str, AsciiMetadataValue)],
+    ) -> Result<MetadataMap, Status>;
+    async fn check_as(&self, ip: &str) -> Result<MetadataMap, Status>;
+    async fn check_at(&self, path: &str, ip: &str) -> Result<HealthCheckResponse, Status>;
 }
 
-impl<S: tower::Service<R>, R> tower::Service<R> for Counted<S> {
-    type Response = S::Response;
-    type Error = S::Error;
-    type Future = S::Future;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, request: R) -> S::Future {
-        self.runs.fetch_add(1, Ordering::SeqCst);
-        self.inner.call(request)
-    }
-}
-
-struct Grpc {
-    channel: Channel,
-    runs: Arc<AtomicUsize>,
-    _stop: oneshot::Sender<()>,
-    reporter: tonic_health::server::HealthReporter,
-}
-
-impl Grpc {
-    async fn start(layer: RateLimitLayer<GrpcAnswers>) -> Grpc {
-        let (reporter, health) = tonic_health::server::health_reporter();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let runs = Arc::new(AtomicUsize::new(0));
-        let counted = Arc::clone(&runs);
-        let (stop, stopped) = oneshot::channel::<()>();
-        let server = Server::builder()
-            .layer(layer)
-            .layer(tower::layer::layer_fn(move |inner| Counted {
-                inner,
-                runs: Arc::clone(&counted),
-            }))
-            .add_service(health)
-            .serve_with_incoming_shutdown(
-                tokio_stream::wrappers::TcpListenerStream::new(listener),
-                async {
-                    stopped.await.ok();
-                },
-            );
-        tokio::spawn(server);
-        let channel = Channel::from_shared(format!("http://{addr}"))
-            .unwrap()
-            .connect()
-            .await
-            .unwrap();
-        Grpc {
-            channel,
-            runs,
-            _stop: stop,
-            reporter,
-        }
-    }
-
-    fn runs(&self) -> usize {
-        self.runs.load(Ordering::SeqCst)
-    }
-
+impl Calls for Grpc {
     /// A `Check` call with `metadata` (name, value; several values of one name are appended).
     async fn check_with(
         &self,

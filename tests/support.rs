@@ -323,6 +323,70 @@ pub mod web {
             .unwrap()
     }
 
+    /// An actix server on `127.0.0.1:0` serving `app()` (one worker), and a client for it.
+    /// The server stops when this is dropped.
+    #[cfg(feature = "actix")]
+    pub struct ActixServer {
+        /// `http://127.0.0.1:<port>`.
+        pub base: String,
+        client: reqwest::Client,
+        handle: actix_web::dev::ServerHandle,
+    }
+
+    #[cfg(feature = "actix")]
+    impl ActixServer {
+        /// Serves `app()`.
+        pub fn start<F, T, B>(app: F) -> ActixServer
+        where
+            F: Fn() -> actix_web::App<T> + Send + Clone + 'static,
+            B: actix_web::body::MessageBody + 'static,
+            T: actix_web::dev::ServiceFactory<
+                    actix_web::dev::ServiceRequest,
+                    Config = (),
+                    Response = actix_web::dev::ServiceResponse<B>,
+                    Error = actix_web::Error,
+                    InitError = (),
+                > + 'static,
+        {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let addr = listener.local_addr().unwrap();
+            let server = actix_web::HttpServer::new(app)
+                .workers(1)
+                .disable_signals()
+                .listen(listener)
+                .unwrap()
+                .run();
+            let handle = server.handle();
+            tokio::spawn(server);
+            ActixServer {
+                base: format!("http://{addr}"),
+                client: client(),
+                handle,
+            }
+        }
+
+        /// A `method` request for `path` with `headers` (a name given twice is two lines).
+        pub async fn request(
+            &self,
+            method: reqwest::Method,
+            path: &str,
+            headers: &[(&str, &str)],
+        ) -> reqwest::Response {
+            let mut request = self.client.request(method, format!("{}{path}", self.base));
+            for (name, value) in headers {
+                request = request.header(*name, *value);
+            }
+            request.send().await.unwrap()
+        }
+    }
+
+    #[cfg(feature = "actix")]
+    impl Drop for ActixServer {
+        fn drop(&mut self) {
+            drop(self.handle.stop(false));
+        }
+    }
+
     /// `C` clients (`198.51.100.<c>` behind one proxy) sending `each` GETs to `url` at once:
     /// how many each got `200`, and `429` (any other status fails the test).
     #[cfg(any(feature = "axum", feature = "actix"))]
@@ -350,5 +414,94 @@ pub mod web {
             }
         }
         (ok, refused)
+    }
+}
+
+/// The gRPC tests' server (feature `tonic`): tonic's generated health service on loopback behind
+/// a rate-limit layer, a layer inside it counting the calls that reach the service, and a
+/// channel to it.
+#[cfg(feature = "tonic")]
+pub mod grpc {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use std::task::{Context, Poll};
+
+    use ratelimit::http::{GrpcAnswers, RateLimitLayer};
+    use tokio::sync::oneshot;
+    use tonic::transport::{Channel, Server};
+
+    /// The calls that got past the rate-limit layer: a layer inside it counts them.
+    #[derive(Clone)]
+    struct Counted<S> {
+        inner: S,
+        runs: Arc<AtomicUsize>,
+    }
+
+    impl<S: tower::Service<R>, R> tower::Service<R> for Counted<S> {
+        type Response = S::Response;
+        type Error = S::Error;
+        type Future = S::Future;
+
+        fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+            self.inner.poll_ready(cx)
+        }
+
+        fn call(&mut self, request: R) -> S::Future {
+            self.runs.fetch_add(1, Ordering::SeqCst);
+            self.inner.call(request)
+        }
+    }
+
+    /// A tonic server on `127.0.0.1:0` serving the health service behind `layer` (then the
+    /// counting layer), and a channel to it. The server stops when this is dropped.
+    pub struct GrpcServer {
+        /// A connected channel to the server.
+        pub channel: Channel,
+        /// The health service's reporter (its `Watch` streams end when it is dropped).
+        pub reporter: tonic_health::server::HealthReporter,
+        runs: Arc<AtomicUsize>,
+        _stop: oneshot::Sender<()>,
+    }
+
+    impl GrpcServer {
+        /// Serves the health service behind `layer`.
+        pub async fn start(layer: RateLimitLayer<GrpcAnswers>) -> GrpcServer {
+            let (reporter, health) = tonic_health::server::health_reporter();
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap();
+            let runs = Arc::new(AtomicUsize::new(0));
+            let counted = Arc::clone(&runs);
+            let (stop, stopped) = oneshot::channel::<()>();
+            let server = Server::builder()
+                .layer(layer)
+                .layer(tower::layer::layer_fn(move |inner| Counted {
+                    inner,
+                    runs: Arc::clone(&counted),
+                }))
+                .add_service(health)
+                .serve_with_incoming_shutdown(
+                    tokio_stream::wrappers::TcpListenerStream::new(listener),
+                    async {
+                        stopped.await.ok();
+                    },
+                );
+            tokio::spawn(server);
+            let channel = Channel::from_shared(format!("http://{addr}"))
+                .unwrap()
+                .connect()
+                .await
+                .unwrap();
+            GrpcServer {
+                channel,
+                reporter,
+                runs,
+                _stop: stop,
+            }
+        }
+
+        /// The calls that reached the service.
+        pub fn runs(&self) -> usize {
+            self.runs.load(Ordering::SeqCst)
+        }
     }
 }
