@@ -83,6 +83,32 @@ fn value<'a>(metadata: &'a MetadataMap, name: &str) -> &'a str {
         .unwrap()
 }
 
+/// `C` clients (`198.51.100.<c>` behind one proxy) making `each` `Check` calls at once: how
+/// many each got OK, and RESOURCE_EXHAUSTED (any other answer fails the test).
+async fn statuses_by_client<const C: usize>(
+    server: &Arc<Grpc>,
+    each: usize,
+) -> ([usize; C], [usize; C]) {
+    let calls: Vec<_> = (0..C)
+        .flat_map(|c| (0..each).map(move |_| c))
+        .map(|c| {
+            let server = Arc::clone(server);
+            tokio::spawn(async move { (c, server.check_as(&format!("198.51.100.{c}")).await) })
+        })
+        .collect();
+    let (mut ok, mut exhausted) = ([0; C], [0; C]);
+    for call in calls {
+        match call.await.unwrap() {
+            (c, Ok(_)) => ok[c] += 1,
+            (c, Err(status)) => {
+                refused(&status);
+                exhausted[c] += 1;
+            }
+        }
+    }
+    (ok, exhausted)
+}
+
 fn refused(status: &Status) {
     assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
     assert_eq!(status.message(), "RATE_LIMITED");
@@ -93,23 +119,7 @@ async fn concurrent_clients_get_exactly_their_limit() {
     let (limiter, _clock) = fixed_window();
     let layer = RateLimitLayer::new(limiter, behind_one_proxy()).options(per_minute(3));
     let server = Arc::new(Grpc::start(layer.grpc()).await);
-    let calls: Vec<_> = (0..4)
-        .flat_map(|c| (0..5).map(move |_| c))
-        .map(|c| {
-            let server = Arc::clone(&server);
-            tokio::spawn(async move { (c, server.check_as(&format!("198.51.100.{c}")).await) })
-        })
-        .collect();
-    let (mut ok, mut exhausted) = ([0; 4], [0; 4]);
-    for call in calls {
-        match call.await.unwrap() {
-            (c, Ok(_)) => ok[c] += 1,
-            (c, Err(status)) => {
-                refused(&status);
-                exhausted[c] += 1;
-            }
-        }
-    }
+    let (ok, exhausted) = statuses_by_client::<4>(&server, 5).await;
     assert_eq!(ok, [3; 4]);
     assert_eq!(exhausted, [2; 4]);
     assert_eq!(server.runs(), 12);
@@ -297,23 +307,7 @@ mod on_redis {
         let day = Options::new().limit(10).window(Duration::from_secs(86_400));
         let layer = RateLimitLayer::new(limiter, behind_one_proxy()).options(day);
         let server = Arc::new(Grpc::start(layer.grpc()).await);
-        let calls: Vec<_> = (0..3)
-            .flat_map(|c| (0..15).map(move |_| c))
-            .map(|c| {
-                let server = Arc::clone(&server);
-                tokio::spawn(async move { (c, server.check_as(&format!("198.51.100.{c}")).await) })
-            })
-            .collect();
-        let (mut ok, mut exhausted) = ([0; 3], [0; 3]);
-        for call in calls {
-            match call.await.unwrap() {
-                (c, Ok(_)) => ok[c] += 1,
-                (c, Err(status)) => {
-                    refused(&status);
-                    exhausted[c] += 1;
-                }
-            }
-        }
+        let (ok, exhausted) = statuses_by_client::<3>(&server, 15).await;
         assert_eq!(ok, [10; 3]);
         assert_eq!(exhausted, [5; 3]);
         assert_eq!(server.runs(), 30);

@@ -354,6 +354,7 @@ async fn a_module_layer_refuses_when_no_module_runs_and_follows_the_running_one(
         if module.service().stats().queue.depth == 1 {
             break;
         }
+        // Polls for the waiter to be in the queue (a real server's task): no limit is timed.
         tokio::time::sleep(std::time::Duration::from_millis(1)).await;
     }
     assert_eq!(module.service().stats().queue.depth, 1, "the call waits");

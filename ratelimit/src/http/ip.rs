@@ -2,9 +2,9 @@
 
 use std::fmt::{self, Write as _};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-use std::str::FromStr;
 use std::sync::Arc;
 
+use super::cidr::{canonical, Cidr, CidrError};
 use super::head::RequestHead;
 use super::key::{text_to_string, visible_ascii, KeyExtractor};
 use crate::__private::KeyText;
@@ -223,14 +223,6 @@ fn peer(head: &dyn RequestHead) -> Result<IpAddr, Error> {
     })
 }
 
-/// IPv4-mapped IPv6 as the IPv4 address it is.
-fn canonical(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
-        v4 => v4,
-    }
-}
-
 /// The client among the `reported` addresses (left to right; `None` where an entry is not an
 /// address) and the peer, past the trusted proxies. Whatever cannot be trusted falls back to
 /// the address of the proxy that reported it, never to an entry further left.
@@ -363,74 +355,6 @@ fn parse_node(node: &str) -> Option<IpAddr> {
     addr.parse::<Ipv4Addr>().ok().map(IpAddr::V4)
 }
 
-/// A network in CIDR notation: `10.0.0.0/8`, `2001:db8::/32`; a bare address is a network of
-/// one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Cidr {
-    network: IpAddr,
-    prefix: u8,
-}
-
-impl Cidr {
-    /// Whether `ip` is inside the network (IPv4-mapped IPv6 counts as IPv4).
-    pub fn contains(&self, ip: IpAddr) -> bool {
-        match (self.network, canonical(ip)) {
-            (IpAddr::V4(net), IpAddr::V4(ip)) => {
-                let mask = u32::MAX
-                    .checked_shl(32 - u32::from(self.prefix))
-                    .unwrap_or(0);
-                u32::from(net) & mask == u32::from(ip) & mask
-            }
-            (IpAddr::V6(net), IpAddr::V6(ip)) => {
-                let mask = u128::MAX
-                    .checked_shl(128 - u32::from(self.prefix))
-                    .unwrap_or(0);
-                u128::from(net) & mask == u128::from(ip) & mask
-            }
-            _ => false,
-        }
-    }
-}
-
-impl FromStr for Cidr {
-    type Err = CidrError;
-
-    fn from_str(s: &str) -> Result<Self, CidrError> {
-        let bad = || CidrError(s.to_owned());
-        let (addr, prefix) = match s.split_once('/') {
-            Some((addr, prefix)) => (addr, Some(prefix)),
-            None => (s, None),
-        };
-        let network = canonical(addr.trim().parse::<IpAddr>().map_err(|_| bad())?);
-        let max = if network.is_ipv4() { 32 } else { 128 };
-        let prefix = match prefix {
-            Some(p) => p
-                .trim()
-                .parse::<u8>()
-                .ok()
-                .filter(|p| *p <= max)
-                .ok_or_else(bad)?,
-            None => max,
-        };
-        Ok(Cidr { network, prefix })
-    }
-}
-
-/// A network that is not in CIDR notation (`address/prefix`, the prefix at most 32 or 128).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CidrError(String);
-
-impl fmt::Display for CidrError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "invalid network {:?}: expected CIDR notation such as 10.0.0.0/8",
-            self.0
-        )
-    }
-}
-
-impl std::error::Error for CidrError {}
 #[cfg(all(test, feature = "tower"))]
 mod tests {
     use std::net::SocketAddr;

@@ -48,6 +48,7 @@ let app: Router = Router::new()
 "#
 )]
 
+mod cidr;
 mod head;
 mod ip;
 mod key;
@@ -59,8 +60,9 @@ mod route;
 #[cfg(any(feature = "tower", feature = "actix"))]
 pub(crate) mod rules;
 
+pub use self::cidr::{Cidr, CidrError};
 pub use self::head::RequestHead;
-pub use self::ip::{Cidr, CidrError, ClientIp, TrustedProxies};
+pub use self::ip::{ClientIp, TrustedProxies};
 pub use self::key::{key_fn, ApiKey, KeyExtractor, KeyFn, Principal};
 #[cfg(feature = "tonic")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tonic")))]
