@@ -37,6 +37,14 @@ pub(crate) trait Algorithm: Default + Clone + PartialEq + fmt::Debug {
     /// When this state is indistinguishable from a fresh one, so its key can be dropped.
     fn expires_at(&self, quota: &Quota) -> Nanos;
 
+    /// Gives back an admitted spend of `cost` whose verdict's `reset_at` was `spent`, at
+    /// `now`; whether anything was given back. Nothing once the spend no longer counts (its
+    /// window rolled, its entry left the log, its tokens came back), and never more than it
+    /// spent: the budget never grows past the quota. Whether this state is the one the spend
+    /// was made on (not one reset or created since) is the store's to know: see
+    /// [`Refund`](crate::store::Refund).
+    fn refund(&mut self, spent: Nanos, now: Nanos, quota: &Quota, cost: u64) -> bool;
+
     /// Whether a store of this crate could have written this state, whatever the quota (see
     /// [`State::written_by_a_store`]).
     fn written_by_a_store(&self) -> bool;
@@ -491,5 +499,118 @@ mod tests {
             Err(Undecidable::UnexpectedState)
         );
         assert_eq!(s, before);
+    }
+
+    /// The level (a look of cost 0) of `state` at `now`.
+    fn level_of(state: &State, now: Nanos, q: &Quota) -> Verdict {
+        decide(&mut state.clone(), now, q, 0, false).unwrap()
+    }
+
+    proptest::proptest! {
+        /// A spend given back at once leaves the level as it was before the spend, after any
+        /// history; every spend given back (in any order, at one instant) leaves it full.
+        #[test]
+        fn a_refund_gives_back_the_whole_spend(
+            history in proptest::collection::vec((0..700_000_000u64, 1..=3u64), 0..30),
+            costs in proptest::collection::vec(1..=3u64, 1..8),
+            reverse in proptest::bool::ANY,
+        ) {
+            for strategy in Strategy::ALL {
+                let q = Quota::new(9, Duration::from_millis(1_500))
+                    .unwrap()
+                    .with_burst(2)
+                    .unwrap()
+                    .with_strategy(strategy);
+                let mut state = State::new(strategy);
+                let mut now = 1_000 * SEC;
+                for &(step, cost) in &history {
+                    now += step;
+                    decide(&mut state, now, &q, cost, true).unwrap();
+                }
+                now += 3 * SEC; // every earlier spend has stopped counting
+                let empty = level_of(&state, now, &q);
+                let mut spent = Vec::new();
+                for &cost in &costs {
+                    let before = level_of(&state, now, &q);
+                    let v = decide(&mut state, now, &q, cost, true).unwrap();
+                    if v.allowed {
+                        let mut back = state.clone();
+                        proptest::prop_assert!(back.refund(v.reset_at, now, &q, cost), "{}", strategy);
+                        proptest::prop_assert_eq!(level_of(&back, now, &q), before, "{}", strategy);
+                        spent.push((v.reset_at, cost));
+                    }
+                }
+                if reverse {
+                    spent.reverse();
+                }
+                for (at, cost) in spent {
+                    proptest::prop_assert!(state.refund(at, now, &q, cost), "{}", strategy);
+                    proptest::prop_assert!(state.written_by_a_store(), "{}", strategy);
+                }
+                proptest::prop_assert_eq!(level_of(&state, now, &q), empty, "{}", strategy);
+            }
+        }
+
+        /// Refunds of spends made at other instants never take the budget past the quota and
+        /// leave a state a store writes; a refund of a spend that stopped counting gives
+        /// nothing and changes nothing.
+        #[test]
+        fn a_refund_never_grows_the_budget_past_the_quota(
+            calls in proptest::collection::vec((0..400_000_000u64, 1..=3u64, 0..4usize), 1..60),
+        ) {
+            for strategy in Strategy::ALL {
+                let q = Quota::new(5, Duration::from_secs(1))
+                    .unwrap()
+                    .with_strategy(strategy);
+                let mut state = State::new(strategy);
+                let mut now = 1_000 * SEC;
+                let mut spent: Vec<(Nanos, u64)> = Vec::new();
+                for &(step, cost, pick) in &calls {
+                    now += step;
+                    let v = decide(&mut state, now, &q, cost, true).unwrap();
+                    if v.allowed {
+                        spent.push((v.reset_at, cost));
+                    }
+                    if pick < spent.len() {
+                        let (at, cost) = spent.remove(pick);
+                        let before = state.clone();
+                        let gave = state.refund(at, now, &q, cost);
+                        if !gave {
+                            proptest::prop_assert_eq!(&state, &before, "{}", strategy);
+                        }
+                        if now >= at {
+                            proptest::prop_assert!(!gave, "{} gave back a spend past its reset", strategy);
+                        }
+                    }
+                    proptest::prop_assert!(state.written_by_a_store(), "{} {:?}", strategy, state);
+                    let level = level_of(&state, now, &q);
+                    proptest::prop_assert!(level.remaining <= q.capacity(), "{}", strategy);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_refund_after_the_window_rolled_gives_nothing() {
+        for strategy in Strategy::ALL {
+            let q = Quota::per_second(3).unwrap().with_strategy(strategy);
+            let mut s = State::new(strategy);
+            let now = 1_000 * SEC;
+            let v = run(&mut s, now, &q);
+            let before = s.clone();
+            // The fixed window and the counter roll at the aligned boundary, the log's entry
+            // and the bucket's token at their `reset_at`.
+            let rolled = match strategy {
+                Strategy::FixedWindow | Strategy::SlidingWindowCounter => now + SEC,
+                _ => v.reset_at,
+            };
+            assert!(!s.refund(v.reset_at, rolled, &q, 1), "{strategy}");
+            assert_eq!(s, before, "{strategy}");
+            assert!(s.refund(v.reset_at, rolled - 1, &q, 1), "{strategy}");
+            // The only spend given back: giving it again finds nothing to give.
+            let after = s.clone();
+            assert!(!s.refund(v.reset_at, rolled - 1, &q, 1), "{strategy}");
+            assert_eq!(s, after, "{strategy}");
+        }
     }
 }

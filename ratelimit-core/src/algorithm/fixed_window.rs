@@ -57,6 +57,20 @@ impl Algorithm for FixedWindow {
         self.start + quota.window_nanos()
     }
 
+    /// The spend's window ends at `spent`: its count goes back while that window lasts (a
+    /// count of zero is a fresh state).
+    fn refund(&mut self, spent: Nanos, now: Nanos, quota: &Quota, cost: u64) -> bool {
+        let same_window = self.start.checked_add(quota.window_nanos()) == Some(spent);
+        if !same_window || now >= spent || self.count < cost || cost == 0 {
+            return false;
+        }
+        self.count -= cost;
+        if self.count == 0 {
+            *self = FixedWindow::default();
+        }
+        true
+    }
+
     /// A count of zero only in a fresh state: a recorded call counts at least 1.
     fn written_by_a_store(&self) -> bool {
         self.start <= MAX_NOW && self.count <= MAX_CAPACITY && (self.count > 0 || self.start == 0)

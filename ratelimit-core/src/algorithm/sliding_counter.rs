@@ -191,8 +191,34 @@ impl Algorithm for SlidingCounter {
         }
     }
 
+    /// An admitted spend's `reset_at` is two windows after the start of the window it was
+    /// counted in: its count goes back while that window is the current one. A window whose
+    /// every call was given back is as if it had none: the state is the previous window's
+    /// (`previous` becomes its `current`; the window before it, which only a caller whose
+    /// clock read predates the current window still weighs, is dropped), or a fresh one.
+    fn refund(&mut self, spent: Nanos, now: Nanos, quota: &Quota, cost: u64) -> bool {
+        let window = quota.window_nanos();
+        let same_window = self.start.checked_add(2 * window) == Some(spent);
+        if !same_window || now >= self.start + window || self.current < cost || cost == 0 {
+            return false;
+        }
+        self.current -= cost;
+        if self.current == 0 {
+            *self = match self.previous {
+                0 => SlidingCounter::default(),
+                previous => SlidingCounter {
+                    start: self.start - window,
+                    current: previous,
+                    previous: 0,
+                },
+            };
+        }
+        true
+    }
+
     /// Counts within the largest capacity, and a current count of zero only in a fresh
-    /// state (a recorded call counts at least 1).
+    /// state (a recorded call counts at least 1; a refund that empties a window steps back to
+    /// the previous one, see `refund`).
     fn written_by_a_store(&self) -> bool {
         self.start <= MAX_NOW
             && self.current <= MAX_CAPACITY

@@ -85,6 +85,27 @@ impl Algorithm for SlidingLog {
             .map_or(0, |&(t, _)| t + quota.window_nanos())
     }
 
+    /// An admitted spend's `reset_at` is one window after its entry: that entry (its time
+    /// and cost) leaves the log while it still counts.
+    fn refund(&mut self, spent: Nanos, now: Nanos, quota: &Quota, cost: u64) -> bool {
+        let Some(t) = spent.checked_sub(quota.window_nanos()) else {
+            return false;
+        };
+        if now >= spent {
+            return false;
+        }
+        let from = self.hits.partition_point(|&(at, _)| at < t);
+        let found = self
+            .hits
+            .range(from..)
+            .take_while(|&&(at, _)| at == t)
+            .position(|&(_, c)| u64::from(c) == cost);
+        let Some(i) = found else { return false };
+        self.hits.remove(from + i);
+        self.total -= cost;
+        true
+    }
+
     /// A total within the largest capacity, the newest entry no later than the last instant
     /// decided.
     fn written_by_a_store(&self) -> bool {

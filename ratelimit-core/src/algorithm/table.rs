@@ -48,6 +48,10 @@ impl<A: Algorithm> Algorithm for Box<A> {
         (**self).expires_at(quota)
     }
 
+    fn refund(&mut self, spent: Nanos, now: Nanos, quota: &Quota, cost: u64) -> bool {
+        (**self).refund(spent, now, quota, cost)
+    }
+
     fn written_by_a_store(&self) -> bool {
         (**self).written_by_a_store()
     }
@@ -142,6 +146,20 @@ macro_rules! state {
                     }
                 )*
                 Err(NOT_A_STATE)
+            }
+
+            /// Gives back a spend (see [`Algorithm::refund`]).
+            #[cfg(test)]
+            pub(crate) fn refund(
+                &mut self,
+                spent: Nanos,
+                now: Nanos,
+                quota: &Quota,
+                cost: u64,
+            ) -> bool {
+                match self {
+                    $(State::$variant(s) => s.refund(spent, now, quota, cost),)*
+                }
             }
 
             /// The algorithm's own step, without [`decide`](super::decide)'s checks and its

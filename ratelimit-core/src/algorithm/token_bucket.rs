@@ -48,6 +48,18 @@ impl Algorithm for Gcra {
         self.tat
     }
 
+    /// An admitted spend's `reset_at` is the arrival time it moved the bucket to: while that
+    /// is still ahead of `now`, the arrival time moves back by the spend's tokens, never
+    /// before `now` (a full bucket). Refunds in any order give back every spend.
+    fn refund(&mut self, spent: Nanos, now: Nanos, quota: &Quota, cost: u64) -> bool {
+        if now >= spent || self.tat <= now || cost == 0 {
+            return false;
+        }
+        let back = quota.interval_nanos().saturating_mul(cost);
+        self.tat = self.tat.saturating_sub(back).max(now);
+        true
+    }
+
     /// An arrival time up to the largest tolerance beyond the last instant decided.
     fn written_by_a_store(&self) -> bool {
         u128::from(self.tat) <= u128::from(MAX_NOW) + MAX_TOLERANCE
