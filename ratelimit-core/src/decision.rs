@@ -9,7 +9,7 @@ use crate::clock::Nanos;
 const MILLI: Nanos = 1_000_000;
 
 /// The answer to one call.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct Decision {
     /// Whether the call may proceed.
@@ -36,7 +36,60 @@ pub struct Decision {
     /// refuses: the limit would have refused this call. `remaining` and `reset_after` are the
     /// limit's own (`retry_after` stays `None`, as on any admitted call).
     pub shadowed: bool,
+    /// Which state an admitted spend was made on, for a refund.
+    receipt: Receipt,
 }
+
+/// Which state an admitted spend was made on, for a refund ([`Refund`](crate::store::Refund)):
+/// the verdict's exact `reset_at` (where each algorithm finds the spend) and the stamp of the
+/// key it was made on (0: the store kept none, so nothing can be given back).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Receipt {
+    pub(crate) spent: Nanos,
+    pub(crate) stamp: u64,
+}
+
+/// Two decisions are equal when they say the same: the receipt (which state a spend was made
+/// on) is not part of what a decision says.
+impl PartialEq for Decision {
+    fn eq(&self, other: &Self) -> bool {
+        let Decision {
+            allowed,
+            remaining,
+            limit,
+            window,
+            reset_at_ms,
+            reset_after,
+            retry_after,
+            tier,
+            shadowed,
+            receipt: _,
+        } = self;
+        (
+            allowed,
+            remaining,
+            limit,
+            window,
+            reset_at_ms,
+            reset_after,
+            retry_after,
+            tier,
+            shadowed,
+        ) == (
+            &other.allowed,
+            &other.remaining,
+            &other.limit,
+            &other.window,
+            &other.reset_at_ms,
+            &other.reset_after,
+            &other.retry_after,
+            &other.tier,
+            &other.shadowed,
+        )
+    }
+}
+
+impl Eq for Decision {}
 
 fn ceil_millis(nanos: Nanos) -> u64 {
     nanos.div_ceil(MILLI)
@@ -84,7 +137,23 @@ impl Decision {
                 .map(|n| Duration::from_millis(ceil_millis(n).max(1))),
             tier,
             shadowed: false,
+            receipt: Receipt {
+                spent: verdict.reset_at,
+                stamp: 0,
+            },
         }
+    }
+
+    /// With the stamp of the key an admitted spend was made on (see [`Receipt`]).
+    #[inline]
+    pub(crate) fn stamped(mut self, stamp: u64) -> Self {
+        self.receipt.stamp = stamp;
+        self
+    }
+
+    /// Which state the decision was made on.
+    pub(crate) fn receipt(&self) -> Receipt {
+        self.receipt
     }
 
     /// [`from_verdict`](Self::from_verdict) with the quota's capacity and window, no tier (the
@@ -115,6 +184,7 @@ impl Decision {
             retry_after: None,
             tier: None,
             shadowed: false,
+            receipt: Receipt::default(),
         }
     }
 

@@ -298,6 +298,10 @@ pub enum ProblemKind {
     /// given to `with_store`): it could not be decided without blocking, so it is never run
     /// there. Make it an `async fn`, or limit it with the memory store.
     SyncOnWaitingStore,
+    /// The fn counts only some outcomes (`count = "err"` or `"ok"`), and the store does not
+    /// give spends back ([`Store::refunds`](crate::store::Store::refunds)): every call would
+    /// count. The memory store refunds; the Redis store does not yet.
+    NoRefunds,
 }
 
 impl fmt::Display for ProblemKind {
@@ -345,6 +349,10 @@ impl fmt::Display for ProblemKind {
             ProblemKind::SyncOnWaitingStore => f.write_str(
                 "is a sync fn, and this store must be waited for: only the memory store decides \
                  without waiting (make the fn `async`, or use the memory store)",
+            ),
+            ProblemKind::NoRefunds => f.write_str(
+                "counts only some outcomes (`count = ..`), and this store does not give spends \
+                 back, so every call would count (the memory store does; Redis does not yet)",
             ),
         }
     }

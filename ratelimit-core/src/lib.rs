@@ -51,7 +51,7 @@ pub use registry::FileWatch;
 pub use registry::{
     check_declarations, declarations, Declaration, Limiter, Module, ModuleBuilder, Spec, TierSpec,
 };
-pub use service::{Attempt, Options, Pending, Prepared, RateLimitService, Reloaded};
+pub use service::{Attempt, Options, Pending, Prepared, RateLimitService, Reloaded, Spent};
 pub use stats::{Counts, QueueCounts, Stats};
 pub use store::failover::{Failover, FailurePolicy};
 pub use store::memory::{MemoryOptions, MemoryStore};
@@ -65,7 +65,8 @@ pub use window::Window;
 #[doc(hidden)]
 pub mod __private {
     pub use crate::registry::{
-        acquire, acquire_all, acquire_all_now, acquire_here, acquire_now, refuse, Here, KeyArg,
-        KeyDirect, KeyDisplayed, KeyPart, KeyText, Later, Refusal, RefusalError, Registered,
+        acquire, acquire_all, acquire_all_now, acquire_here, acquire_now, acquire_spent,
+        acquire_spent_now, counts, refuse, settle, settle_now, Here, KeyArg, KeyDirect,
+        KeyDisplayed, KeyPart, KeyText, Later, Outcome, Refusal, RefusalError, Registered,
     };
 }

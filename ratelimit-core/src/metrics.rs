@@ -16,8 +16,9 @@
 //! | `ratelimit_queue_full_total`         | counter   |                      |
 //! | `ratelimit_queue_cancelled_total`    | counter   |                      |
 //!
-//! `outcome` is `allowed`, `denied`, `error`, `abandoned` or `shadowed` (a call a shadow limit
-//! would have refused, also counted `allowed`), counted as [`Stats`](crate::Stats) counts
+//! `outcome` is `allowed`, `denied`, `error`, `abandoned`, `shadowed` (a call a shadow limit
+//! would have refused, also counted `allowed`) or `refunded` (an admitted spend given back,
+//! also counted `allowed`), counted as [`Stats`](crate::Stats) counts
 //! (a call that waited counts once, by how it ended); `store` is `memory`, `redis` or
 //! `custom`. The latency of every decision of a Redis or custom store is recorded; the
 //! memory store's (tens of nanoseconds, where reading the clock twice would cost a third of
@@ -34,7 +35,7 @@ mod on {
 
     /// The decision counters of one scope (total, a tier, a budget).
     #[derive(Debug)]
-    pub(crate) struct Handles([metrics::Counter; 5]);
+    pub(crate) struct Handles([metrics::Counter; 6]);
 
     impl Default for Handles {
         fn default() -> Self {
@@ -56,6 +57,7 @@ mod on {
                 counter("error"),
                 counter("abandoned"),
                 counter("shadowed"),
+                counter("refunded"),
             ])
         }
         pub(crate) fn tier(name: &str) -> Self {
@@ -83,6 +85,10 @@ mod on {
         #[inline]
         pub(crate) fn shadowed(&self) {
             self.0[4].increment(1);
+        }
+        #[inline]
+        pub(crate) fn refunded(&self) {
+            self.0[5].increment(1);
         }
     }
 
@@ -188,6 +194,8 @@ mod on {
         pub(crate) fn abandoned(&self) {}
         #[inline(always)]
         pub(crate) fn shadowed(&self) {}
+        #[inline(always)]
+        pub(crate) fn refunded(&self) {}
     }
 
     #[derive(Debug)]

@@ -29,6 +29,9 @@ pub struct Counts {
     /// [`Options`](crate::Options) and [`Tier`](crate::Tier)): admitted, so counted in
     /// `allowed` too.
     pub shadowed: u64,
+    /// Admitted spends given back because their outcome does not count (`count = "err"` on
+    /// an annotated fn, [`Spent::refund`](crate::Spent::refund)): counted in `allowed` too.
+    pub refunded: u64,
 }
 
 /// A snapshot of the service's counters.
@@ -78,6 +81,7 @@ struct Stripe {
     errors: AtomicU64,
     abandoned: AtomicU64,
     shadowed: AtomicU64,
+    refunded: AtomicU64,
 }
 
 /// Counters of one scope: [`Stripe`]s summed when read, less what was summed when they were
@@ -101,6 +105,8 @@ pub(crate) enum Outcome {
     Abandoned,
     /// Would have been refused by a shadow limit (counted besides `Allowed`).
     Shadowed,
+    /// An admitted spend given back (counted besides `Allowed`).
+    Refunded,
 }
 
 impl Counters {
@@ -151,6 +157,10 @@ impl Counters {
                 self.metrics.shadowed();
                 &part.shadowed
             }
+            Outcome::Refunded => {
+                self.metrics.refunded();
+                &part.refunded
+            }
         });
     }
 
@@ -169,6 +179,7 @@ impl Counters {
             errors: sums.errors.saturating_sub(base.errors),
             abandoned: sums.abandoned.saturating_sub(base.abandoned),
             shadowed: sums.shadowed.saturating_sub(base.shadowed),
+            refunded: sums.refunded.saturating_sub(base.refunded),
         }
     }
 
@@ -188,6 +199,7 @@ impl Counters {
             errors: sum(|s| &s.errors),
             abandoned: sum(|s| &s.abandoned),
             shadowed: sum(|s| &s.shadowed),
+            refunded: sum(|s| &s.refunded),
         }
     }
 

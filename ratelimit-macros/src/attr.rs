@@ -18,7 +18,7 @@ use ratelimit_syntax::{parse_window, Rate, Strategy};
 
 /// The arguments `#[rate_limit]` accepts, in the order the error message lists them.
 pub(crate) const VALID: &str =
-    "`limit`, `window`, `key`, `tier`, `strategy`, `burst`, `cost`, `queue`, `shadow`, `name`, `limiter`, `crate`";
+    "`limit`, `window`, `key`, `tier`, `strategy`, `burst`, `cost`, `count`, `queue`, `shadow`, `name`, `limiter`, `crate`";
 
 /// How the tier is chosen.
 #[derive(Clone)]
@@ -35,6 +35,30 @@ pub(crate) enum Cost {
     Dynamic(Expr),
 }
 
+/// Which outcomes count against the limit (`count = ..`): the call spends before its body
+/// runs, and the spend is given back after it when its outcome does not count.
+#[derive(Clone)]
+pub(crate) enum Count {
+    /// `"err"`: only calls returning `Err`.
+    Errors(LitStr),
+    /// `"ok"`: only calls returning `Ok`.
+    Successes(LitStr),
+}
+
+impl Count {
+    /// Whether errors are what counts.
+    pub(crate) fn errors(&self) -> bool {
+        matches!(self, Count::Errors(_))
+    }
+
+    /// The literal, for errors about it.
+    pub(crate) fn span(&self) -> Span {
+        match self {
+            Count::Errors(lit) | Count::Successes(lit) => lit.span(),
+        }
+    }
+}
+
 /// Everything an attribute asked for, validated.
 #[derive(Clone)]
 pub(crate) struct Args {
@@ -45,6 +69,8 @@ pub(crate) struct Args {
     pub(crate) strategy: Option<Strategy>,
     pub(crate) burst: Option<u64>,
     pub(crate) cost: Cost,
+    /// `count = "err" | "ok"`: only those outcomes count; `"all"` or nothing: every call.
+    pub(crate) count: Option<Count>,
     /// `queue = true | false`: wait for capacity (or not), over the module's `queue_enabled`.
     pub(crate) queue: Option<bool>,
     /// `shadow = true | false`: decided and counted, never refusing.
@@ -65,6 +91,7 @@ impl Default for Args {
             strategy: None,
             burst: None,
             cost: Cost::Fixed(1),
+            count: None,
             queue: None,
             shadow: false,
             name: None,
@@ -271,6 +298,23 @@ impl Args {
                         op: UnOp::Neg(_), ..
                     }) => Cost::Fixed(integer(&value, "cost", 1)?),
                     _ => Cost::Dynamic(value),
+                }
+            }
+            "count" => {
+                let lit = string(&value, "count", "\"err\"")?;
+                self.count = match lit.value().as_str() {
+                    "err" => Some(Count::Errors(lit)),
+                    "ok" => Some(Count::Successes(lit)),
+                    "all" => None,
+                    other => {
+                        return Err(syn::Error::new(
+                            lit.span(),
+                            format!(
+                                "unknown `count` {other:?}: expected \"err\" (only calls returning \
+                                 `Err` count), \"ok\" (only `Ok`) or \"all\""
+                            ),
+                        ))
+                    }
                 }
             }
             "queue" => self.queue = Some(boolean(&value, "queue")?),

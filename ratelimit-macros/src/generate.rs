@@ -181,6 +181,9 @@ fn limit(
     if sig.asyncness.is_none() {
         declaration = quote!(#declaration.with_sync());
     }
+    if args.count.is_some() {
+        declaration = quote!(#declaration.with_refunds());
+    }
     let (key_var, tier_value, tier_var, cost_var) =
         (var("key"), var("tier_value"), var("tier"), var("cost"));
     let key = match &args.key {
@@ -270,6 +273,7 @@ pub(crate) fn body(
     let all = &attr::one_limiter(all)?;
     let k = all[0].krate();
     let function = place.function(&sig.ident);
+    let count = counted(all, sig)?;
     let limits = all
         .iter()
         .enumerate()
@@ -318,6 +322,13 @@ pub(crate) fn body(
         ReturnType::Default => unreachable!("refused by signature::check"),
     };
     let stmts = &block.stmts;
+    if let (Some(errors), [one]) = (count, limits.as_slice()) {
+        let tokens = counted_body(&k, one, sig, &refusal, &error_var, stmts, errors);
+        return Ok(Block {
+            brace_token: block.brace_token,
+            stmts: syn::parse::Parser::parse2(Block::parse_within, tokens)?,
+        });
+    }
     // The check keeps its lint guard narrow: it holds the user's key, tier and cost
     // expressions.
     let tokens = quote! {
@@ -337,4 +348,98 @@ pub(crate) fn body(
         brace_token: block.brace_token,
         stmts: syn::parse::Parser::parse2(Block::parse_within, tokens)?,
     })
+}
+
+/// `count = ..` of a fn's limits: `Some(true)` when only errors count, `Some(false)` when only
+/// successes, `None` when every call does. An error on stacked limits (a refund would have to
+/// give back to every limit or to none: not built yet) and on a return type the expansion
+/// cannot write (`impl Trait`).
+fn counted(all: &[Args], sig: &Signature) -> syn::Result<Option<bool>> {
+    let Some(count) = all.iter().find_map(|a| a.count.as_ref()) else {
+        return Ok(None);
+    };
+    if all.len() > 1 {
+        return Err(syn::Error::new(
+            count.span(),
+            "`count` on a fn with several limits is not supported yet: write it on a fn with one \
+             limit",
+        ));
+    }
+    if let ReturnType::Type(_, ty) = &sig.output {
+        if contains_impl(ty.to_token_stream()) {
+            return Err(syn::Error::new(
+                count.span(),
+                "`count` needs the fn's return type written out (`Result<T, E>`), not `impl ..`",
+            ));
+        }
+    }
+    Ok(Some(count.errors()))
+}
+
+/// The body of a fn with one limit that counts only some outcomes: the call spends before the
+/// body runs (so no more bodies run at once than the limit allows), the body runs as a block
+/// of its own (its `return`s and `?`s end the block, not the fn), and the spend is given back
+/// when the outcome does not count. A body cancelled midway keeps its spend.
+fn counted_body(
+    k: &TokenStream,
+    one: &Limit,
+    sig: &Signature,
+    refusal: &TokenStream,
+    error_var: &syn::Ident,
+    stmts: &[syn::Stmt],
+    errors: bool,
+) -> TokenStream {
+    let (items, setup) = (&one.items, &one.setup);
+    let spent = syn::Ident::new("__ratelimit_spent", Span::mixed_site());
+    let outcome = syn::Ident::new("__ratelimit_outcome", Span::mixed_site());
+    let never = syn::Ident::new("__ratelimit_never", Span::mixed_site());
+    let (ty, span) = match &sig.output {
+        ReturnType::Type(_, ty) => (ty.to_token_stream(), ty.span()),
+        ReturnType::Default => (quote!(()), sig.span()),
+    };
+    // Spanned on the return type: a type with no success or failure is an error there.
+    let counts = quote_spanned!(span=> #k::__private::counts(&#outcome, #errors));
+    // Pins the block's type to the fn's, so that `?` in the body converts as it does in the
+    // fn.
+    let pin = quote! {
+        #[allow(unreachable_code, clippy::all, clippy::pedantic, clippy::nursery)]
+        if false {
+            let #never: #ty = ::core::unreachable!();
+            return #never;
+        }
+    };
+    let (acquire, run, settle) = match sig.asyncness.is_some() {
+        true => {
+            let call = &one.call;
+            (
+                quote!(#k::__private::acquire_spent(#call).await),
+                quote!(async { #pin #(#stmts)* }.await),
+                quote!(#k::__private::settle(#spent, #counts).await),
+            )
+        }
+        false => {
+            let here = &one.call_here;
+            (
+                quote!(#k::__private::acquire_spent_now(#here)),
+                quote!((|| { #pin #(#stmts)* })()),
+                quote!(#k::__private::settle_now(#spent, #counts)),
+            )
+        }
+    };
+    quote! {
+        #items
+        #[allow(unused_qualifications)]
+        let #spent = {
+            #setup
+            match #acquire {
+                ::core::result::Result::Ok(#spent) => #spent,
+                ::core::result::Result::Err(#error_var) => return #refusal,
+            }
+        };
+        #[allow(unused_qualifications)]
+        let #outcome = #run;
+        #[allow(unused_qualifications)]
+        #settle;
+        #outcome
+    }
 }

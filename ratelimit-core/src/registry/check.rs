@@ -10,8 +10,8 @@ use crate::service::RateLimitService;
 /// Checks `declarations` against `service`: static tiers that are not configured, fns that
 /// rely on a default limit the module does not have, limits that cannot be enforced (by any
 /// store, or by the service's), a tier chosen per call with no tier configured, budgets shared
-/// by fns that disagree on their settings, two fns on one default budget name, and sync fns
-/// on a store that must be waited for.
+/// by fns that disagree on their settings, two fns on one default budget name, sync fns on a
+/// store that must be waited for, and fns that count some outcomes on a store without refunds.
 ///
 /// A fn passes exactly when the service would decide its calls (for a tier chosen per call:
 /// under every configured tier), so `init` fails where the running service would refuse.
@@ -40,6 +40,9 @@ pub(crate) fn check_declarations_under(
     for (i, &d) in declarations.iter().enumerate() {
         if d.is_sync() && !service.decides_at_once(config) {
             push(d, ProblemKind::SyncOnWaitingStore);
+        }
+        if d.refunds() && !service.refunds() {
+            push(d, ProblemKind::NoRefunds);
         }
         let spec = d.spec();
         let tiers: Vec<Option<usize>> = match spec.tier() {

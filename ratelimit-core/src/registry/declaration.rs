@@ -19,6 +19,9 @@ pub struct Declaration {
     spec: Spec,
     limiter: Option<&'static Limiter>,
     sync: bool,
+    /// The fn counts only some outcomes (`count = ..`): its spends are given back after the
+    /// others, so its store must refund.
+    refunds: bool,
     /// The fn's call site prepared on its limiter's running service (see [`Held`]).
     prepared: ArcSwapOption<Held>,
 }
@@ -51,6 +54,7 @@ impl Declaration {
             spec,
             limiter: None,
             sync: false,
+            refunds: false,
             prepared: ArcSwapOption::const_empty(),
         }
     }
@@ -68,6 +72,20 @@ impl Declaration {
     pub const fn with_sync(mut self) -> Self {
         self.sync = true;
         self
+    }
+
+    /// Used by the macros: the fn counts only some outcomes (`count = "err"` or `"ok"`), so
+    /// its spends are given back after the others.
+    #[doc(hidden)]
+    pub const fn with_refunds(mut self) -> Self {
+        self.refunds = true;
+        self
+    }
+
+    /// Whether the fn gives back the spends of the outcomes it does not count: it runs only on
+    /// a store that refunds ([`Store::refunds`](crate::store::Store::refunds)).
+    pub fn refunds(&self) -> bool {
+        self.refunds
     }
 
     /// The fn's path: `crate::module::function`, `crate::module::Type::method` (in an
@@ -248,6 +266,7 @@ impl fmt::Debug for Declaration {
             .field("spec", &self.spec)
             .field("own_limiter", &self.limiter.is_some())
             .field("sync", &self.sync)
+            .field("refunds", &self.refunds)
             .finish()
     }
 }

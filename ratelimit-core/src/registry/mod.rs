@@ -23,7 +23,8 @@ pub use limiter::Limiter;
 pub use module::{Module, ModuleBuilder};
 pub(crate) use runtime::replace_scoped;
 pub use runtime::{
-    acquire, acquire_all, acquire_all_now, acquire_here, acquire_now, refuse, Here, Later, Refusal,
+    acquire, acquire_all, acquire_all_now, acquire_here, acquire_now, acquire_spent,
+    acquire_spent_now, counts, refuse, settle, settle_now, Here, Later, Outcome, Refusal,
     RefusalError,
 };
 pub use spec::{Spec, TierSpec};

@@ -10,7 +10,7 @@ use super::declaration::{Declaration, Held};
 use super::key_text::KeyText;
 use super::limiter::APP;
 use crate::error::Error;
-use crate::service::{Begun, Call, RateLimitService};
+use crate::service::{Begun, Call, RateLimitService, Spent};
 
 /// Threads with a [`testing`](crate::testing) scope: while there is none (always, outside
 /// tests) a call does not look for one.
@@ -106,8 +106,12 @@ fn not_initialized(declaration: &'static Declaration) -> Error {
 
 /// A wait ended by the module shutting down names the fn, like a call after it.
 fn named(declaration: &'static Declaration, result: Result<(), Error>) -> Result<(), Error> {
-    match result {
-        Err(Error::NotInitialized { .. }) => Err(not_initialized(declaration)),
+    result.map_err(|e| named_error(declaration, e))
+}
+
+fn named_error(declaration: &'static Declaration, error: Error) -> Error {
+    match error {
+        Error::NotInitialized { .. } => not_initialized(declaration),
         other => other,
     }
 }
@@ -218,6 +222,111 @@ pub fn acquire_now(
         }
     };
     service.enforce_call_sync(&declaration.call(tier, cost), key, function)
+}
+
+/// [`acquire`] for a fn that counts only some outcomes (`count = "err"` or `"ok"`): the call
+/// spends before its body runs, as every annotated call does, and the spend is kept for
+/// [`settle`] to give back after the body, when its outcome does not count. So N concurrent
+/// calls never run the body more often than the limit allows.
+#[doc(hidden)]
+pub async fn acquire_spent(
+    declaration: &'static Declaration,
+    key: Option<&str>,
+    tier: Option<&str>,
+    cost: u64,
+) -> Result<Spent, Error> {
+    let service = match decider(declaration, tier)? {
+        Decider::Service(service) => service,
+        Decider::Prepared(scope) => match declaration.held(scope.as_ref()) {
+            Some(held) => {
+                let spent = Box::pin(held.prepared.spend_with(key, cost, true)).await;
+                return spent.map_err(|e| named_error(declaration, e));
+            }
+            None => service_for(declaration)?,
+        },
+    };
+    let call = declaration.call(tier, cost);
+    let spent = Box::pin(service.enforce_call_spent(&call, key)).await;
+    spent.map_err(|e| named_error(declaration, e))
+}
+
+/// [`acquire_spent`] for a sync fn: decided at once, as [`acquire_now`].
+#[doc(hidden)]
+pub fn acquire_spent_now(
+    declaration: &'static Declaration,
+    key: Option<&KeyText>,
+    tier: Option<&str>,
+    cost: u64,
+) -> Result<Spent, Error> {
+    let key = key.map(|k| &**k);
+    let function = declaration.function();
+    let decided = match decider(declaration, tier)? {
+        Decider::Prepared(scope) => {
+            let held = declaration.with_prepared(scope.as_ref(), |held| {
+                held.prepared.spend_now(key, cost, true)
+            });
+            match held {
+                Some(decided) => decided,
+                None => {
+                    let call = declaration.call(tier, cost);
+                    service_for(declaration)?.enforce_call_spent_now(&call, key)
+                }
+            }
+        }
+        Decider::Service(service) => {
+            service.enforce_call_spent_now(&declaration.call(tier, cost), key)
+        }
+    };
+    decided.unwrap_or(Err(Error::SyncOnWaitingStore { function }))
+}
+
+/// After the body of a fn that counts only some outcomes: gives the spend back when the
+/// outcome does not count (`counts` is false). A refund the store could not make leaves the
+/// spend counted (logged): never an allowance.
+#[doc(hidden)]
+pub async fn settle(spent: Spent, counts: bool) {
+    if !counts {
+        logged(spent.refund().await);
+    }
+}
+
+/// [`settle`] for a sync fn.
+#[doc(hidden)]
+pub fn settle_now(mut spent: Spent, counts: bool) {
+    if !counts {
+        logged(spent.refund_now().unwrap_or(Ok(false)));
+    }
+}
+
+fn logged(refunded: Result<bool, Error>) {
+    if let Err(error) = refunded {
+        tracing::warn!(target: "ratelimit", %error, "could not give a spend back: it stays counted");
+    }
+}
+
+/// Whether an annotated fn's outcome counts under `count = ..`: implemented for `Result`
+/// under any name (an alias, a re-export), so anything else is a type error spanned on the
+/// return type.
+#[doc(hidden)]
+#[diagnostic::on_unimplemented(
+    message = "`count = ..` needs a fn returning `Result<_, _>`, not `{Self}`",
+    label = "this return type has no success or failure to count by"
+)]
+pub trait Outcome {
+    /// Whether the call failed.
+    fn failed(&self) -> bool;
+}
+
+impl<T, E> Outcome for Result<T, E> {
+    fn failed(&self) -> bool {
+        self.is_err()
+    }
+}
+
+/// `outcome`'s count under `count = "err"` (`errors`) or `count = "ok"`.
+#[doc(hidden)]
+pub fn counts<O: Outcome>(outcome: &O, errors: bool) -> bool {
+    outcome.failed() == errors
 }
 
 /// [`acquire`] for a fn with several limits (stacked attributes): one decision, all or

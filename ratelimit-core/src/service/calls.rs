@@ -148,6 +148,34 @@ impl RateLimitService {
         self.run(site, key, Mode::Enforce).await.map(drop)
     }
 
+    /// [`enforce_call`](Self::enforce_call) kept for a refund (an annotated fn that counts
+    /// only some outcomes).
+    pub(crate) async fn enforce_call_spent(
+        &self,
+        call: &Call<'_>,
+        key: Option<&str>,
+    ) -> Result<super::Spent, Error> {
+        let generation = self.generation();
+        let site = self
+            .site(&generation, call)
+            .map_err(|e| self.unresolved(call, e))?;
+        self.spend_at(&site, key, true).await
+    }
+
+    /// [`enforce_call_spent`](Self::enforce_call_spent) decided at once; `None`, nothing
+    /// spent, when it must be awaited.
+    pub(crate) fn enforce_call_spent_now(
+        &self,
+        call: &Call<'_>,
+        key: Option<&str>,
+    ) -> Option<Result<super::Spent, Error>> {
+        let generation = self.generation();
+        match self.site(&generation, call) {
+            Ok(site) => self.spend_now(&site, key, true),
+            Err(e) => Some(Err(self.unresolved(call, e))),
+        }
+    }
+
     /// [`enforce_call`](Self::enforce_call) for a sync fn (see `enforce_sync`).
     pub(crate) fn enforce_call_sync(
         &self,

@@ -13,6 +13,7 @@ pub(crate) mod queue;
 mod record;
 mod reload;
 mod site;
+mod spent;
 mod stacked;
 mod transition;
 mod wait;
@@ -22,6 +23,7 @@ pub use options::Options;
 pub(crate) use prepared::Begun;
 pub use prepared::{Attempt, Pending, Prepared};
 pub use reload::Reloaded;
+pub use spent::Spent;
 
 use crate::clock::{Clock, SystemClock};
 use crate::config::{Config, StoreConfig};

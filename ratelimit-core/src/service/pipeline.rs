@@ -50,6 +50,9 @@ impl<F: FnOnce()> Drop for IfAbandoned<F> {
 pub(crate) enum Then<'a> {
     /// Awaits the store next, on the store key written here.
     Await(&'a mut String),
+    /// As `Await`, and the store key is written here whether the store decided at once or
+    /// not: a spend kept for a refund ([`Spent`](super::Spent)) names its key.
+    Keep(&'a mut String),
     /// Gives up, having spent nothing (a `*_now` method, a sync fn).
     GiveUp,
 }
@@ -98,18 +101,21 @@ impl RateLimitService {
             }
             true => self.decide_both_now(site, key, &store_key, now),
         };
+        let out = match then {
+            Then::Keep(out) => Some(out),
+            Then::Await(out) if decided.is_none() => Some(out),
+            _ => None,
+        };
+        if let Some(out) = out {
+            out.clear();
+            out.push_str(&store_key);
+        }
         match decided {
             Some(mut decided) => {
                 self.finish(site, key, &mut decided, name_tier);
                 Some(answer(decided))
             }
-            None => {
-                if let Then::Await(out) = then {
-                    out.clear();
-                    out.push_str(&store_key);
-                }
-                None
-            }
+            None => None,
         }
     }
 
@@ -242,12 +248,17 @@ impl RateLimitService {
         if decision.allowed {
             Ok(decision)
         } else {
-            Err(Error::Exceeded(Box::new(Exceeded {
-                decision,
-                budget: site.budget.map(str::to_owned),
-                policy: site.policy.map(str::to_owned),
-            })))
+            Err(Self::exceeded(site, decision))
         }
+    }
+
+    /// A refusal at `site` as [`Error::Exceeded`].
+    pub(crate) fn exceeded(site: &Site<'_>, decision: Decision) -> Error {
+        Error::Exceeded(Box::new(Exceeded {
+            decision,
+            budget: site.budget.map(str::to_owned),
+            policy: site.policy.map(str::to_owned),
+        }))
     }
 }
 
@@ -288,5 +299,12 @@ impl RateLimitService {
     /// annotated fns need it.
     pub(crate) fn decides_at_once(&self, config: &crate::config::Config) -> bool {
         !config.enabled() || self.inner.store.decides_at_once()
+    }
+
+    /// Whether the service's store gives spends back ([`Spent::refund`](super::Spent::refund),
+    /// [`Store::refunds`](crate::store::Store::refunds)): the memory store does, Redis not
+    /// yet. Where it does not, nothing spent is ever given back (every call counts).
+    pub fn refunds(&self) -> bool {
+        self.inner.store.refunds()
     }
 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use super::calls::Mode;
 use super::pipeline::Then;
 use super::site::{Site, SiteKey, Tighter, Transition};
-use super::{Call, Generation, Options, RateLimitService};
+use super::{Call, Generation, Options, RateLimitService, Spent};
 use crate::decision::Decision;
 use crate::error::Error;
 use crate::key::Around;
@@ -206,6 +206,53 @@ impl Prepared {
         key: &'a str,
     ) -> impl Future<Output = Result<Decision, Error>> + Send + 'a {
         self.run(Some(key), self.cost, Mode::Spend)
+    }
+
+    /// Spends from `key`'s budget as [`consume`](Self::consume) does, keeping what is needed
+    /// to give the spend back once the call's outcome is known ([`Spent::refund`]).
+    pub async fn spend(&self, key: &str) -> Result<Spent, Error> {
+        self.spend_with(Some(key), self.cost, false).await
+    }
+
+    /// [`spend`](Self::spend) of `cost` (`key`: none for a budget without user keys), a
+    /// refusal an error with `enforce`: on the prepared site while it is current, else
+    /// resolved again under the running generation.
+    pub(crate) async fn spend_with(
+        &self,
+        key: Option<&str>,
+        cost: u64,
+        enforce: bool,
+    ) -> Result<Spent, Error> {
+        if self.is_current() {
+            let site = self.site(cost, true);
+            return self.service.spend_at(&site, key, enforce).await;
+        }
+        let generation = self.service.generation();
+        let call = self.asked(cost);
+        let site = self
+            .service
+            .site(&generation, &call)
+            .map_err(|e| self.service.unresolved(&call, e))?;
+        Box::pin(self.service.spend_at(&site, key, enforce)).await
+    }
+
+    /// [`spend_with`](Self::spend_with) decided at once; `None`, nothing spent, when the
+    /// store must be awaited or the call may wait.
+    pub(crate) fn spend_now(
+        &self,
+        key: Option<&str>,
+        cost: u64,
+        enforce: bool,
+    ) -> Option<Result<Spent, Error>> {
+        if self.is_current() {
+            return self.service.spend_now(&self.site(cost, true), key, enforce);
+        }
+        let generation = self.service.generation();
+        let call = self.asked(cost);
+        match self.service.site(&generation, &call) {
+            Ok(site) => self.service.spend_now(&site, key, enforce),
+            Err(e) => Some(Err(self.service.unresolved(&call, e))),
+        }
     }
 
     /// Like [`consume`](Self::consume), a refusal as `Err(Error::Exceeded(..))`.

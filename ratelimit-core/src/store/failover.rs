@@ -3,7 +3,7 @@
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::{Check, MemoryStore, Request, Stacked, Store};
+use super::{Check, MemoryStore, Refund, Request, Stacked, Store};
 use crate::decision::Decision;
 use crate::error::Error;
 use crate::quota::{Quota, QuotaError};
@@ -131,7 +131,11 @@ impl<S: Store> Failover<S> {
             (FailurePolicy::Local { pods }, Some(local)) => {
                 let share = share(request.quota(), pods)?;
                 let (key, cost, now) = (request.key(), request.cost(), request.now());
-                local.decide_request(&Request::new(key, &share, cost, now, request.mode())?)
+                let local =
+                    local.decide_request(&Request::new(key, &share, cost, now, request.mode())?);
+                // Its stamp names the local key, not the store's: a refund is the store's
+                // alone, so a spend made here is never given back.
+                local.map(|decision| decision.stamped(0))
             }
             _ => Err(error),
         }
@@ -214,6 +218,20 @@ impl<S: Store> Store for Failover<S> {
 
     fn decides_at_once(&self) -> bool {
         self.store.decides_at_once()
+    }
+
+    /// The store's refunds; a spend the local share decided is never given back (its
+    /// decision carries no stamp).
+    fn refunds(&self) -> bool {
+        self.store.refunds()
+    }
+
+    async fn refund(&self, refund: Refund<'_>) -> Result<bool, Error> {
+        self.store.refund(refund).await
+    }
+
+    fn refund_now(&self, refund: Refund<'_>) -> Option<Result<bool, Error>> {
+        self.store.refund_now(refund)
     }
 
     fn supports(&self, quota: &Quota) -> Result<(), QuotaError> {

@@ -28,7 +28,7 @@ pub(crate) use self::failover::{Failover, FailurePolicy};
 pub(crate) use self::memory::{MemoryOptions, MemoryStore};
 #[cfg(feature = "redis")]
 pub(crate) use self::redis::{RedisOptions, RedisStore};
-pub use self::request::{Check, Mode, Request, Stacked, StoreKey};
+pub use self::request::{Check, Mode, Refund, Request, Stacked, StoreKey};
 pub use self::state::StoredState;
 
 use crate::decision::Decision;
@@ -214,6 +214,30 @@ pub trait Store: Send + Sync + 'static {
         false
     }
 
+    /// Whether this store gives spends back ([`refund`](Self::refund)). An annotated fn that
+    /// counts only some outcomes (`count = "err"`), or a call site asking for refunds, does not
+    /// start on a store without them: it would count every call. Default: `false`.
+    fn refunds(&self) -> bool {
+        false
+    }
+
+    /// Gives back an admitted spend (see [`Refund`]), in one atomic step: only to the state
+    /// it was made on, never twice, and never past the quota; returns whether anything was
+    /// given back. A store keeps, with each key's state, a stamp no other state under the
+    /// key ever had, and puts it in the decisions of its spends. Default: nothing is given
+    /// back.
+    fn refund(&self, refund: Refund<'_>) -> impl Future<Output = Result<bool, Error>> + Send {
+        let _ = refund;
+        async { Ok(false) }
+    }
+
+    /// [`refund`](Self::refund) when the store can answer without waiting, under the contract
+    /// of [`decide_now`](Self::decide_now). Default: `None`.
+    fn refund_now(&self, refund: Refund<'_>) -> Option<Result<bool, Error>> {
+        let _ = refund;
+        None
+    }
+
     /// Whether this store can count `quota` exactly. The service calls it for every limit it
     /// resolves, and `Module::init` for every annotated fn, so a limit the store cannot count
     /// is a start-up error or a refused call, never a miscounted one. Default: any valid quota.
@@ -257,6 +281,9 @@ pub(crate) trait DynStore: Send + Sync + 'static {
     fn decide_all_now(&self, stacked: Stacked<'_>) -> Option<Result<Vec<Decision>, Error>>;
     fn decides_at_once(&self) -> bool;
     fn supports(&self, quota: &Quota) -> Result<(), QuotaError>;
+    fn refunds(&self) -> bool;
+    fn refund<'a>(&'a self, refund: Refund<'a>) -> BoxFuture<'a, Result<bool, Error>>;
+    fn refund_now(&self, refund: Refund<'_>) -> Option<Result<bool, Error>>;
 }
 
 impl<S: Store> DynStore for S {
@@ -284,5 +311,14 @@ impl<S: Store> DynStore for S {
     }
     fn supports(&self, quota: &Quota) -> Result<(), QuotaError> {
         Store::supports(self, quota)
+    }
+    fn refunds(&self) -> bool {
+        Store::refunds(self)
+    }
+    fn refund<'a>(&'a self, refund: Refund<'a>) -> BoxFuture<'a, Result<bool, Error>> {
+        Box::pin(Store::refund(self, refund))
+    }
+    fn refund_now(&self, refund: Refund<'_>) -> Option<Result<bool, Error>> {
+        Store::refund_now(self, refund)
     }
 }

@@ -173,6 +173,77 @@ impl<'a> Request<'a> {
     }
 }
 
+/// A spend to give back ([`Store::refund`](super::Store::refund)): the key and quota it was
+/// decided under, its cost, which state it was made on (what the decision's store said: the
+/// algorithm's instant of that spend and the key's stamp), and the time of the refund.
+///
+/// A store gives back only to the state the spend was made on: nothing when the key was
+/// reset or added again since (another stamp), or when the spend no longer counts (its
+/// window rolled, its tokens came back). The service makes one per admitted spend, once:
+/// a spend is never given back twice.
+#[derive(Debug, Clone, Copy)]
+pub struct Refund<'a> {
+    key: StoreKey<'a>,
+    quota: &'a Quota,
+    cost: u64,
+    spent: Nanos,
+    stamp: u64,
+    now: Nanos,
+}
+
+impl<'a> Refund<'a> {
+    /// The refund, at `now`, of a spend of `cost` on `key` under `quota` that the store's
+    /// decision gave `receipt` for (an admitted spend, with a stamp: see
+    /// [`Spent`](crate::Spent)).
+    pub(crate) fn of(
+        key: StoreKey<'a>,
+        quota: &'a Quota,
+        cost: u64,
+        receipt: crate::decision::Receipt,
+        now: Nanos,
+    ) -> Self {
+        Refund {
+            key,
+            quota,
+            cost,
+            spent: receipt.spent,
+            stamp: receipt.stamp,
+            now,
+        }
+    }
+
+    /// The store key the spend was decided on.
+    pub fn key(&self) -> StoreKey<'a> {
+        self.key
+    }
+
+    /// The limit it was decided under.
+    pub fn quota(&self) -> &'a Quota {
+        self.quota
+    }
+
+    /// What it spent.
+    pub fn cost(&self) -> u64 {
+        self.cost
+    }
+
+    /// The algorithm's instant of the spend (the admitted verdict's exact `reset_at`, in
+    /// nanoseconds since the epoch): where each algorithm finds it.
+    pub fn spent(&self) -> Nanos {
+        self.spent
+    }
+
+    /// The stamp of the key's state the spend was made on, as the store gave it.
+    pub fn stamp(&self) -> u64 {
+        self.stamp
+    }
+
+    /// The time of the refund.
+    pub fn now(&self) -> Nanos {
+        self.now
+    }
+}
+
 /// One limit of a [`Stacked`] call: a key, its quota, the call's cost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Check<'a> {

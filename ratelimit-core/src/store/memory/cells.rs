@@ -34,12 +34,46 @@ use crate::syntax::Strategy;
 pub(super) trait Cell: Sized {
     /// A fresh state for a key not stored yet; the key is set only if the cell is kept.
     fn fresh() -> Self;
-    fn key(&self) -> &[u8];
-    fn set_key(&mut self, key: &[u8]);
+    fn kept(&self) -> &StampedKey;
+    fn keep(&mut self, kept: StampedKey);
+    fn key(&self) -> &[u8] {
+        self.kept().key()
+    }
     /// When the state is indistinguishable from a fresh one.
     fn expires_at(&self) -> Nanos;
     /// Decides in one atomic step: callers share the cell (under the shard's read lock).
     fn decide(&self, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> Verdict;
+    /// Gives back a spend in one atomic step (see [`Algorithm::refund`]).
+    fn refund(&self, spent: Nanos, now: Nanos, quota: &Quota, cost: u64) -> bool;
+}
+
+/// A kept key's bytes behind its stamp: a number the store gives each key it adds, never
+/// twice, so that a refund finds the state its spend was made on and not one added under the
+/// same key since (after a reset, or a sweep once the state expired). In the key's own
+/// allocation (8 bytes, little-endian, first), so the cells keep their size.
+#[derive(Default)]
+pub(super) struct StampedKey(Box<[u8]>);
+
+impl StampedKey {
+    pub(super) fn new(key: &[u8], stamp: u64) -> Self {
+        let mut bytes = Vec::with_capacity(8 + key.len());
+        bytes.extend_from_slice(&stamp.to_le_bytes());
+        bytes.extend_from_slice(key);
+        StampedKey(bytes.into_boxed_slice())
+    }
+
+    #[inline]
+    fn key(&self) -> &[u8] {
+        self.0.get(8..).unwrap_or_default()
+    }
+
+    /// The key's stamp; 0 (no key is given it) for a cell not kept.
+    pub(super) fn stamp(&self) -> u64 {
+        match self.0.first_chunk::<8>() {
+            Some(bytes) => u64::from_le_bytes(*bytes),
+            None => 0,
+        }
+    }
 }
 
 /// The cell an algorithm's keys are kept in: the last column of the table of algorithms
@@ -121,7 +155,7 @@ impl Word for AtomicU128 {
 /// Runs `step` on the word's value until the new value is stored over the one it was
 /// computed from; a step that changes nothing (a look, a refusal) stores nothing.
 #[inline]
-fn update<W: Word>(word: &W, step: impl Fn(W::Value) -> (W::Value, Verdict)) -> Verdict {
+fn update<W: Word, T>(word: &W, step: impl Fn(W::Value) -> (W::Value, T)) -> T {
     let mut current = word.get();
     loop {
         let (next, verdict) = step(current);
@@ -149,7 +183,7 @@ fn unpack(word: u128) -> (u64, u64) {
 /// [`FixedWindow`]: the window's end (high word) and count (low word); the start is
 /// `end - window`.
 pub(super) struct FixedCell {
-    key: Box<[u8]>,
+    key: StampedKey,
     state: AtomicU128,
 }
 
@@ -157,7 +191,7 @@ pub(super) struct FixedCell {
 /// [`SlidingLog`], boxed (it grows with the limit); an algorithm without a compact cell of its
 /// own.
 pub(super) struct LockedCell<A> {
-    key: Box<[u8]>,
+    key: StampedKey,
     expires_at: AtomicU64,
     state: Mutex<A>,
 }
@@ -167,13 +201,13 @@ pub(super) struct LockedCell<A> {
 /// or two while the current window has calls. Counts fit in `u32`: a [`Quota`]'s capacity is
 /// at most [`MAX_CAPACITY`](crate::quota::MAX_CAPACITY).
 pub(super) struct CounterCell {
-    key: Box<[u8]>,
+    key: StampedKey,
     state: AtomicU128,
 }
 
 /// [`Gcra`]; the theoretical arrival time is also the expiry.
 pub(super) struct BucketCell {
-    key: Box<[u8]>,
+    key: StampedKey,
     tat: AtomicU64,
 }
 
@@ -185,15 +219,15 @@ const _: () = assert!(std::mem::size_of::<BucketCell>() == 24);
 impl Cell for FixedCell {
     fn fresh() -> Self {
         FixedCell {
-            key: Box::default(),
+            key: StampedKey::default(),
             state: AtomicU128::new(0),
         }
     }
-    fn key(&self) -> &[u8] {
+    fn kept(&self) -> &StampedKey {
         &self.key
     }
-    fn set_key(&mut self, key: &[u8]) {
-        self.key = key.into();
+    fn keep(&mut self, kept: StampedKey) {
+        self.key = kept;
     }
     fn expires_at(&self) -> Nanos {
         unpack(self.state.load(Ordering::Acquire)).0
@@ -213,21 +247,35 @@ impl Cell for FixedCell {
             (pack(state.expires_at(quota), state.count), verdict)
         })
     }
+    fn refund(&self, spent: Nanos, now: Nanos, quota: &Quota, cost: u64) -> bool {
+        let window = quota.window_nanos();
+        update(&self.state, |word| {
+            let (end, count) = unpack(word);
+            let mut state = FixedWindow {
+                start: end.saturating_sub(window),
+                count,
+            };
+            match state.refund(spent, now, quota, cost) {
+                true => (pack(state.expires_at(quota), state.count), true),
+                false => (word, false),
+            }
+        })
+    }
 }
 
 impl<A: Algorithm> Cell for LockedCell<A> {
     fn fresh() -> Self {
         LockedCell {
-            key: Box::default(),
+            key: StampedKey::default(),
             expires_at: AtomicU64::new(0),
             state: Mutex::default(),
         }
     }
-    fn key(&self) -> &[u8] {
+    fn kept(&self) -> &StampedKey {
         &self.key
     }
-    fn set_key(&mut self, key: &[u8]) {
-        self.key = key.into();
+    fn keep(&mut self, kept: StampedKey) {
+        self.key = kept;
     }
     fn expires_at(&self) -> Nanos {
         self.expires_at.load(Ordering::Acquire)
@@ -241,20 +289,29 @@ impl<A: Algorithm> Cell for LockedCell<A> {
         }
         verdict
     }
+    fn refund(&self, spent: Nanos, now: Nanos, quota: &Quota, cost: u64) -> bool {
+        let mut state = self.state.lock();
+        let gave = state.refund(spent, now, quota, cost);
+        if gave {
+            self.expires_at
+                .store(state.expires_at(quota), Ordering::Release);
+        }
+        gave
+    }
 }
 
 impl Cell for CounterCell {
     fn fresh() -> Self {
         CounterCell {
-            key: Box::default(),
+            key: StampedKey::default(),
             state: AtomicU128::new(0),
         }
     }
-    fn key(&self) -> &[u8] {
+    fn kept(&self) -> &StampedKey {
         &self.key
     }
-    fn set_key(&mut self, key: &[u8]) {
-        self.key = key.into();
+    fn keep(&mut self, kept: StampedKey) {
+        self.key = kept;
     }
     fn expires_at(&self) -> Nanos {
         unpack(self.state.load(Ordering::Acquire)).0
@@ -263,38 +320,62 @@ impl Cell for CounterCell {
         let window = quota.window_nanos();
         let at = Aligned::new(now, window);
         update(&self.state, |word| {
-            let (expires_at, counts) = unpack(word);
-            let (current, previous) = (counts >> 32, counts & u64::from(u32::MAX));
-            let windows = if current > 0 { 2 } else { 1 };
-            let mut state = SlidingCounter {
-                start: expires_at.saturating_sub(windows * window),
-                current,
-                previous,
-            };
+            let mut state = CounterCell::unpacked(word, window);
             let verdict = state.decide_at(at, quota, cost, commit);
             if !commit {
                 return (word, verdict);
             }
-            // Both at most the capacity, which a `Quota` keeps within `u32`.
-            let narrow = |n: u64| n.min(u64::from(u32::MAX));
-            let counts = (narrow(state.current) << 32) | narrow(state.previous);
-            (pack(state.expires_at(quota), counts), verdict)
+            (CounterCell::packed(&state, quota), verdict)
         })
+    }
+    fn refund(&self, spent: Nanos, now: Nanos, quota: &Quota, cost: u64) -> bool {
+        let window = quota.window_nanos();
+        update(&self.state, |word| {
+            let mut state = CounterCell::unpacked(word, window);
+            match state.refund(spent, now, quota, cost) {
+                true => (CounterCell::packed(&state, quota), true),
+                false => (word, false),
+            }
+        })
+    }
+}
+
+impl CounterCell {
+    /// The state in the cell's word (see the type's docs).
+    #[inline(always)]
+    fn unpacked(word: u128, window: Nanos) -> SlidingCounter {
+        let (expires_at, counts) = unpack(word);
+        let (current, previous) = (counts >> 32, counts & u64::from(u32::MAX));
+        let windows = if current > 0 { 2 } else { 1 };
+        SlidingCounter {
+            start: expires_at.saturating_sub(windows * window),
+            current,
+            previous,
+        }
+    }
+
+    /// The cell's word for `state`.
+    #[inline(always)]
+    fn packed(state: &SlidingCounter, quota: &Quota) -> u128 {
+        // Both at most the capacity, which a `Quota` keeps within `u32`.
+        let narrow = |n: u64| n.min(u64::from(u32::MAX));
+        let counts = (narrow(state.current) << 32) | narrow(state.previous);
+        pack(state.expires_at(quota), counts)
     }
 }
 
 impl Cell for BucketCell {
     fn fresh() -> Self {
         BucketCell {
-            key: Box::default(),
+            key: StampedKey::default(),
             tat: AtomicU64::new(0),
         }
     }
-    fn key(&self) -> &[u8] {
+    fn kept(&self) -> &StampedKey {
         &self.key
     }
-    fn set_key(&mut self, key: &[u8]) {
-        self.key = key.into();
+    fn keep(&mut self, kept: StampedKey) {
+        self.key = kept;
     }
     fn expires_at(&self) -> Nanos {
         self.tat.load(Ordering::Acquire)
@@ -304,6 +385,13 @@ impl Cell for BucketCell {
             let mut state = Gcra { tat };
             let verdict = state.decide(now, quota, cost, commit);
             (state.tat, verdict)
+        })
+    }
+    fn refund(&self, spent: Nanos, now: Nanos, quota: &Quota, cost: u64) -> bool {
+        update(&self.tat, |tat| {
+            let mut state = Gcra { tat };
+            let gave = state.refund(spent, now, quota, cost);
+            (state.tat, gave)
         })
     }
 }

@@ -12,13 +12,13 @@ use parking_lot::{Condvar, Mutex, RwLock};
 mod cells;
 mod stacked;
 
-use self::cells::{by_strategy, by_strategy_arms, Cell, InTables, Tables};
+use self::cells::{by_strategy, by_strategy_arms, Cell, InTables, StampedKey, Tables};
 use crate::algorithm::{self, Verdict};
 use crate::clock::{Clock, Nanos};
 use crate::decision::Decision;
 use crate::error::Error;
 use crate::quota::Quota;
-use crate::store::{Request, Stacked};
+use crate::store::{Refund, Request, Stacked};
 
 const SHARDS: usize = 64;
 
@@ -84,6 +84,9 @@ struct Inner {
     /// it: a key dropped then was expired at that time, and a wall clock stepped back must
     /// not find it fresh (the algorithms already never decide before a kept key's own time).
     floor: AtomicU64,
+    /// The stamp the next key added is given (see `cells::Kept`): from 1, so that 0 names no
+    /// key.
+    stamps: AtomicU64,
     stop: Arc<(Mutex<bool>, Condvar)>,
 }
 
@@ -161,6 +164,7 @@ impl MemoryStore {
                 options,
                 next_sweep: AtomicU64::new(0),
                 floor: AtomicU64::new(0),
+                stamps: AtomicU64::new(1),
                 stop: Arc::new((Mutex::new(false), Condvar::new())),
             }),
         }
@@ -283,12 +287,51 @@ impl MemoryStore {
 
     /// What [`Store::decide`](super::Store::decide) answers, synchronously. A [`Request`] was
     /// checked when it was made (its key's length, its cost under the quota): not again here.
+    /// An admitted spend carries its key's stamp, for a [`Refund`].
     #[inline]
     pub(crate) fn decide_request(&self, request: &Request<'_>) -> Result<Decision, Error> {
         let (quota, now) = (request.quota(), request.now());
         let key = request.key().as_str().as_bytes();
-        let verdict = self.verdict_checked(key, quota, request.cost(), now, request.spends())?;
-        Ok(Decision::for_quota(verdict, now, quota))
+        let (verdict, stamp) =
+            self.stamped_verdict(key, quota, request.cost(), now, request.spends())?;
+        Ok(Decision::for_quota(verdict, now, quota).stamped(stamp))
+    }
+
+    /// What [`Store::refund`](super::Store::refund) answers, synchronously: the spend given
+    /// back if its key still holds the state it was made on (the same stamp).
+    pub(crate) fn refund_request(&self, refund: &Refund<'_>) -> Result<bool, Error> {
+        let quota = refund.quota();
+        let key = refund.key().as_str().as_bytes();
+        let at = self.decision_time(refund.now());
+        let spent = refund.spent();
+        Ok(by_strategy!(
+            quota.strategy(),
+            self.refund_in(key, quota, refund.cost(), spent, refund.stamp(), at)
+        ))
+    }
+
+    fn refund_in<A: InTables>(
+        &self,
+        key: &[u8],
+        quota: &Quota,
+        cost: u64,
+        spent: Nanos,
+        stamp: u64,
+        now: Nanos,
+    ) -> bool {
+        let hash = self.inner.hasher.hash_one(key);
+        let tables = self.shard(hash).read();
+        match A::table(&tables).find(hash, |c| c.key() == key) {
+            Some(cell) if stamp != 0 && cell.kept().stamp() == stamp => {
+                cell.refund(spent, now, quota, cost)
+            }
+            _ => false,
+        }
+    }
+
+    /// A kept key's bytes, with a stamp no other key was given.
+    fn kept(&self, key: &[u8]) -> StampedKey {
+        StampedKey::new(key, self.inner.stamps.fetch_add(1, Ordering::Relaxed))
     }
 
     /// The decision, synchronously.
@@ -318,26 +361,27 @@ impl MemoryStore {
     ) -> Result<Verdict, Error> {
         crate::key::check_store_key(key)?;
         algorithm::check_cost(quota, cost, commit)?;
-        self.verdict_checked(key, quota, cost, now, commit)
+        Ok(self.stamped_verdict(key, quota, cost, now, commit)?.0)
     }
 
-    /// [`verdict_at`](Self::verdict_at) of a call whose key and cost are checked.
+    /// [`verdict_at`](Self::verdict_at) of a call whose key and cost are checked, with the
+    /// stamp of the key it was decided on (0 for none kept).
     #[inline(always)]
-    fn verdict_checked(
+    fn stamped_verdict(
         &self,
         key: &[u8],
         quota: &Quota,
         cost: u64,
         now: Nanos,
         commit: bool,
-    ) -> Result<Verdict, Error> {
+    ) -> Result<(Verdict, u64), Error> {
         if let Some(verdict) = algorithm::precheck_time(now, quota)? {
-            return Ok(verdict);
+            return Ok((verdict, 0));
         }
         // A clock stepped back behind the last sweep decides at the sweep's time.
         let at = self.decision_time(now);
         if cost == 0 {
-            return self.look_at(key, quota, at, commit);
+            return Ok((self.look_at(key, quota, at, commit)?, 0));
         }
         by_strategy!(
             quota.strategy(),
@@ -364,11 +408,12 @@ impl MemoryStore {
                 quota.strategy(),
                 self.decide_in(key, quota, cost, at, commit)
             )
+            .map(|(verdict, _)| verdict)
         })
     }
 
     /// The decision in the strategy's own table: a stored key under the shard's read lock; a
-    /// new key that must be remembered under its write lock.
+    /// new key that must be remembered under its write lock. With the key's stamp.
     fn decide_in<A: InTables>(
         &self,
         key: &[u8],
@@ -376,12 +421,13 @@ impl MemoryStore {
         cost: u64,
         now: Nanos,
         commit: bool,
-    ) -> Result<Verdict, Error> {
+    ) -> Result<(Verdict, u64), Error> {
         let hash = self.inner.hasher.hash_one(key);
+        let decide = |cell: &A::Cell| (cell.decide(now, quota, cost, commit), cell.kept().stamp());
         {
             let tables = self.shard(hash).read();
             if let Some(cell) = A::table(&tables).find(hash, |c| c.key() == key) {
-                return Ok(cell.decide(now, quota, cost, commit));
+                return Ok(decide(cell));
             }
             if tables.held_by_other(quota.strategy(), hash, key) {
                 return Err(algorithm::Undecidable::UnexpectedState.into());
@@ -389,14 +435,14 @@ impl MemoryStore {
             let verdict = A::Cell::fresh().decide(now, quota, cost, commit);
             if !commit || !verdict.allowed {
                 // Nothing to remember: a fresh key that was only looked at or refused outright.
-                return Ok(verdict);
+                return Ok((verdict, 0));
             }
         }
         for attempt in 0..2 {
             let mut tables = self.shard(hash).write();
             // Another call may have stored the key between the two locks.
             if let Some(cell) = A::table(&tables).find(hash, |c| c.key() == key) {
-                return Ok(cell.decide(now, quota, cost, commit));
+                return Ok(decide(cell));
             }
             if tables.held_by_other(quota.strategy(), hash, key) {
                 return Err(algorithm::Undecidable::UnexpectedState.into());
@@ -404,10 +450,12 @@ impl MemoryStore {
             if self.reserve() {
                 let mut cell = A::Cell::fresh();
                 let verdict = cell.decide(now, quota, cost, commit);
-                cell.set_key(key);
+                let kept = self.kept(key);
+                let stamp = kept.stamp();
+                cell.keep(kept);
                 let hasher = &self.inner.hasher;
                 A::table_mut(&mut tables).insert_unique(hash, cell, |c| hasher.hash_one(c.key()));
-                return Ok(verdict);
+                return Ok((verdict, stamp));
             }
             drop(tables);
             if attempt == 0 {
@@ -468,6 +516,18 @@ impl super::Store for MemoryStore {
 
     async fn reset(&self, key: &str) -> Result<bool, Error> {
         Ok(MemoryStore::reset(self, key))
+    }
+
+    fn refunds(&self) -> bool {
+        true
+    }
+
+    async fn refund(&self, refund: Refund<'_>) -> Result<bool, Error> {
+        self.refund_request(&refund)
+    }
+
+    fn refund_now(&self, refund: Refund<'_>) -> Option<Result<bool, Error>> {
+        Some(self.refund_request(&refund))
     }
 }
 

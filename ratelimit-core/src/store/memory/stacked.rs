@@ -42,7 +42,7 @@ fn look<A: InTables>(
 /// Spends the call, storing the key if it is new (room for it was reserved).
 fn spend<A: InTables>(
     tables: &mut Tables,
-    hasher: &foldhash::fast::RandomState,
+    store: &MemoryStore,
     hash: u64,
     key: &[u8],
     quota: &Quota,
@@ -54,7 +54,8 @@ fn spend<A: InTables>(
     }
     let mut cell = A::Cell::fresh();
     let verdict = cell.decide(now, quota, cost, true);
-    cell.set_key(key);
+    cell.keep(store.kept(key));
+    let hasher = &store.inner.hasher;
     A::table_mut(tables).insert_unique(hash, cell, |c| hasher.hash_one(c.key()));
     verdict
 }
@@ -117,13 +118,12 @@ impl MemoryStore {
                 }
                 continue;
             }
-            let hasher = &self.inner.hasher;
             for ((check, &hash), verdict) in checks.iter().zip(&hashes).zip(verdicts.iter_mut()) {
                 let key = check.key.as_str().as_bytes();
                 let tables = locked(&mut guards, self.shard_index(hash));
                 *verdict = by_strategy!(
                     check.quota.strategy(),
-                    self::spend(tables, hasher, hash, key, check.quota, check.cost, at)
+                    self::spend(tables, self, hash, key, check.quota, check.cost, at)
                 );
             }
             return Ok(self.decisions(checks, &verdicts, now));
