@@ -265,6 +265,103 @@ fn a_fn_that_counts_outcomes_does_not_start_on_a_store_without_refunds() {
     }
 }
 
+static STACKED_RUNS: AtomicU32 = AtomicU32::new(0);
+
+/// Five failures per user per 15 minutes and ten per client address per hour, decided as one:
+/// a failure counts in both, a success in neither.
+#[rate_limit(limit = 5, window = "15m", key = user, count = "err")]
+#[rate_limit(limit = 10, window = "1h", key = ip)]
+async fn login_from(user: &str, ip: &str, password: &str) -> Result<(), LoginError> {
+    STACKED_RUNS.fetch_add(1, Ordering::SeqCst);
+    check(password)
+}
+
+#[tokio::test]
+async fn stacked_limits_count_failures_in_every_limit_and_successes_in_none() {
+    let m = module();
+    m.scope(async {
+        for _ in 0..20 {
+            assert!(login_from("kim", "10.0.0.1", "right").await.is_ok());
+        }
+        for _ in 0..5 {
+            assert_eq!(
+                login_from("kim", "10.0.0.1", "nope").await,
+                Err(LoginError::WrongPassword)
+            );
+        }
+        assert_eq!(
+            login_from("kim", "10.0.0.1", "right").await,
+            Err(LoginError::Limited)
+        );
+        // The address's limit spent 5 (the failures), so 5 more users may fail from it.
+        for user in ["a", "b", "c", "d", "e"] {
+            assert_eq!(
+                login_from(user, "10.0.0.1", "x").await,
+                Err(LoginError::WrongPassword)
+            );
+        }
+        assert_eq!(
+            login_from("f", "10.0.0.1", "right").await,
+            Err(LoginError::Limited)
+        );
+    })
+    .await;
+    let stats = m.stats();
+    assert_eq!(stats.total.refunded, 20);
+    assert_eq!(stats.by_method["outcomes::login_from"].refunded, 20);
+    assert_eq!(stats.by_method["outcomes::login_from#2"].refunded, 20);
+}
+
+/// A stacked spend is given back to every limit or to none: once the short limit's window
+/// rolled (or its key was reset), the long limit keeps its spend too.
+#[tokio::test]
+async fn a_stacked_refund_gives_back_to_every_limit_or_to_none() {
+    let m = module();
+    let service = m.service();
+    let short = Options::new()
+        .limit(2)
+        .window(Duration::from_secs(1))
+        .budget("short");
+    let long = Options::new()
+        .limit(5)
+        .window(Duration::from_secs(3600))
+        .budget("long");
+    let limits = [("lee", &short), ("lee", &long)];
+    let spent = service.spend_all(&limits).await.unwrap();
+    assert!(spent.decisions().iter().all(|d| d.allowed));
+    assert!(spent.refundable());
+    assert!(spent.refund().await.unwrap());
+    assert_eq!(service.status("lee", &short).await.unwrap().remaining, 2);
+    assert_eq!(service.status("lee", &long).await.unwrap().remaining, 5);
+
+    // The long limit first: its refund alone would give back.
+    let rolled = service
+        .spend_all(&[("lee", &long), ("lee", &short)])
+        .await
+        .unwrap();
+    m.clock().advance(Duration::from_secs(2));
+    assert!(!rolled.refund().await.unwrap());
+    assert_eq!(service.status("lee", &long).await.unwrap().remaining, 4);
+
+    let reset = service.spend_all(&limits).await.unwrap();
+    assert!(service.reset_with("lee", &short).await.unwrap());
+    assert!(!reset.refund().await.unwrap());
+    assert_eq!(service.status("lee", &long).await.unwrap().remaining, 3);
+
+    // Refused by one limit: nothing was spent, nothing to give back.
+    let one = Options::new()
+        .limit(1)
+        .window(Duration::from_secs(60))
+        .budget("one");
+    let kept = service.spend_all(&[("lee", &one)]).await.unwrap();
+    let refused = service
+        .spend_all(&[("lee", &long), ("lee", &one)])
+        .await
+        .unwrap();
+    assert!(!refused.refundable());
+    assert!(kept.refundable());
+}
+
 // ---------------------------------------------------------------------------------------------
 // The service's `Spent`: refunds only to the state spent from, once, never past the quota.
 

@@ -51,7 +51,9 @@ pub use registry::FileWatch;
 pub use registry::{
     check_declarations, declarations, Declaration, Limiter, Module, ModuleBuilder, Spec, TierSpec,
 };
-pub use service::{Attempt, Options, Pending, Prepared, RateLimitService, Reloaded, Spent};
+pub use service::{
+    Attempt, Options, Pending, Prepared, RateLimitService, Reloaded, Spent, SpentAll,
+};
 pub use stats::{Counts, QueueCounts, Stats};
 pub use store::failover::{Failover, FailurePolicy};
 pub use store::memory::{MemoryOptions, MemoryStore};
@@ -65,8 +67,9 @@ pub use window::Window;
 #[doc(hidden)]
 pub mod __private {
     pub use crate::registry::{
-        acquire, acquire_all, acquire_all_now, acquire_here, acquire_now, acquire_spent,
-        acquire_spent_now, counts, refuse, settle, settle_now, Here, KeyArg, KeyDirect,
-        KeyDisplayed, KeyPart, KeyText, Later, Outcome, Refusal, RefusalError, Registered,
+        acquire, acquire_all, acquire_all_now, acquire_all_spent, acquire_all_spent_now,
+        acquire_here, acquire_now, acquire_spent, acquire_spent_now, counts, refuse, settle,
+        settle_all, settle_all_now, settle_now, Here, KeyArg, KeyDirect, KeyDisplayed, KeyPart,
+        KeyText, Later, Outcome, Refusal, RefusalError, Registered,
     };
 }

@@ -322,8 +322,8 @@ pub(crate) fn body(
         ReturnType::Default => unreachable!("refused by signature::check"),
     };
     let stmts = &block.stmts;
-    if let (Some(errors), [one]) = (count, limits.as_slice()) {
-        let tokens = counted_body(&k, one, sig, &refusal, &error_var, stmts, errors);
+    if let Some(errors) = count {
+        let tokens = counted_body(&k, &limits, sig, &refusal, &error_var, stmts, errors);
         return Ok(Block {
             brace_token: block.brace_token,
             stmts: syn::parse::Parser::parse2(Block::parse_within, tokens)?,
@@ -351,18 +351,19 @@ pub(crate) fn body(
 }
 
 /// `count = ..` of a fn's limits: `Some(true)` when only errors count, `Some(false)` when only
-/// successes, `None` when every call does. An error on stacked limits (a refund would have to
-/// give back to every limit or to none: not built yet) and on a return type the expansion
-/// cannot write (`impl Trait`).
+/// successes, `None` when every call does. A call has one outcome, so stacked limits that say
+/// `count` say the same (one saying it is enough: a refund gives back to every limit or to
+/// none). An error on a return type the expansion cannot write (`impl Trait`).
 fn counted(all: &[Args], sig: &Signature) -> syn::Result<Option<bool>> {
-    let Some(count) = all.iter().find_map(|a| a.count.as_ref()) else {
+    let mut counts = all.iter().filter_map(|a| a.count.as_ref());
+    let Some(count) = counts.next() else {
         return Ok(None);
     };
-    if all.len() > 1 {
+    if let Some(other) = counts.find(|c| c.errors() != count.errors()) {
         return Err(syn::Error::new(
-            count.span(),
-            "`count` on a fn with several limits is not supported yet: write it on a fn with one \
-             limit",
+            other.span(),
+            "a call has one outcome: the limits of one fn count the same outcomes (write \
+             `count` on one of them, or the same on each)",
         ));
     }
     if let ReturnType::Type(_, ty) = &sig.output {
@@ -382,14 +383,15 @@ fn counted(all: &[Args], sig: &Signature) -> syn::Result<Option<bool>> {
 /// when the outcome does not count. A body cancelled midway keeps its spend.
 fn counted_body(
     k: &TokenStream,
-    one: &Limit,
+    limits: &[Limit],
     sig: &Signature,
     refusal: &TokenStream,
     error_var: &syn::Ident,
     stmts: &[syn::Stmt],
     errors: bool,
 ) -> TokenStream {
-    let (items, setup) = (&one.items, &one.setup);
+    let items = limits.iter().map(|l| &l.items);
+    let setup = limits.iter().map(|l| &l.setup);
     let spent = syn::Ident::new("__ratelimit_spent", Span::mixed_site());
     let outcome = syn::Ident::new("__ratelimit_outcome", Span::mixed_site());
     let never = syn::Ident::new("__ratelimit_never", Span::mixed_site());
@@ -408,8 +410,8 @@ fn counted_body(
             return #never;
         }
     };
-    let (acquire, run, settle) = match sig.asyncness.is_some() {
-        true => {
+    let (acquire, run, settle) = match (limits, sig.asyncness.is_some()) {
+        ([one], true) => {
             let call = &one.call;
             (
                 quote!(#k::__private::acquire_spent(#call).await),
@@ -417,7 +419,7 @@ fn counted_body(
                 quote!(#k::__private::settle(#spent, #counts).await),
             )
         }
-        false => {
+        ([one], false) => {
             let here = &one.call_here;
             (
                 quote!(#k::__private::acquire_spent_now(#here)),
@@ -425,12 +427,28 @@ fn counted_body(
                 quote!(#k::__private::settle_now(#spent, #counts)),
             )
         }
+        (many, true) => {
+            let calls = many.iter().map(|l| &l.call);
+            (
+                quote!(#k::__private::acquire_all_spent(&[#((#calls)),*]).await),
+                quote!(async { #pin #(#stmts)* }.await),
+                quote!(#k::__private::settle_all(#spent, #counts).await),
+            )
+        }
+        (many, false) => {
+            let calls = many.iter().map(|l| &l.call);
+            (
+                quote!(#k::__private::acquire_all_spent_now(&[#((#calls)),*])),
+                quote!((|| { #pin #(#stmts)* })()),
+                quote!(#k::__private::settle_all_now(#spent, #counts)),
+            )
+        }
     };
     quote! {
-        #items
+        #(#items)*
         #[allow(unused_qualifications)]
         let #spent = {
-            #setup
+            #(#setup)*
             match #acquire {
                 ::core::result::Result::Ok(#spent) => #spent,
                 ::core::result::Result::Err(#error_var) => return #refusal,

@@ -122,8 +122,8 @@ pub use ratelimit_core::{
     format_window, parse_window, store, Answer, Attempt, Clock, Config, ConfigBuilder, ConfigError,
     Counts, CustomStore, Decision, Error, Exceeded, ManualClock, MemoryOptions, MemoryStore, Name,
     Nanos, Options, Overrides, ParseError, Pending, Prepared, QueueCounts, Quota, QuotaError, Rate,
-    RateLimitService, Reloaded, ResolvedTier, Spent, Stats, StoreConfig, Strategy, SystemClock,
-    Tier, Window, MAX_CAPACITY, MAX_KEY_LEN, MAX_WINDOW,
+    RateLimitService, Reloaded, ResolvedTier, Spent, SpentAll, Stats, StoreConfig, Strategy,
+    SystemClock, Tier, Window, MAX_CAPACITY, MAX_KEY_LEN, MAX_WINDOW,
 };
 pub use ratelimit_core::{Failover, FailurePolicy};
 #[cfg(feature = "redis")]
@@ -151,9 +151,10 @@ pub mod openapi;
 pub mod __private {
     pub use inventory;
     pub use ratelimit_core::__private::{
-        acquire, acquire_all, acquire_all_now, acquire_here, acquire_now, acquire_spent,
-        acquire_spent_now, counts, refuse, settle, settle_now, Here, KeyArg, KeyDirect,
-        KeyDisplayed, KeyPart, KeyText, Outcome, Refusal, RefusalError, Registered,
+        acquire, acquire_all, acquire_all_now, acquire_all_spent, acquire_all_spent_now,
+        acquire_here, acquire_now, acquire_spent, acquire_spent_now, counts, refuse, settle,
+        settle_all, settle_all_now, settle_now, Here, KeyArg, KeyDirect, KeyDisplayed, KeyPart,
+        KeyText, Outcome, Refusal, RefusalError, Registered,
     };
     pub use ratelimit_core::{Declaration, Spec, Strategy};
 }

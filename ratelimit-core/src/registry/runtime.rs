@@ -10,7 +10,7 @@ use super::declaration::{Declaration, Held};
 use super::key_text::KeyText;
 use super::limiter::APP;
 use crate::error::Error;
-use crate::service::{Begun, Call, RateLimitService, Spent};
+use crate::service::{Begun, Call, RateLimitService, Spent, SpentAll};
 
 /// Threads with a [`testing`](crate::testing) scope: while there is none (always, outside
 /// tests) a call does not look for one.
@@ -345,6 +345,40 @@ pub fn acquire_all_now(limits: &[Limit<'_>]) -> Result<(), Error> {
     service
         .enforce_stacked_now(&all_parts(limits), function)
         .map(drop)
+}
+
+/// [`acquire_all`] for a fn with several limits that counts only some outcomes: the spends
+/// kept for [`settle_all`], which gives them back together (to every limit, or to none).
+#[doc(hidden)]
+pub async fn acquire_all_spent(limits: &[Limit<'_>]) -> Result<SpentAll, Error> {
+    let service = service_for_all(limits)?;
+    service.spend_stacked(&all_parts(limits), None, true).await
+}
+
+/// [`acquire_all_spent`] for a sync fn; see [`acquire_now`].
+#[doc(hidden)]
+pub fn acquire_all_spent_now(limits: &[Limit<'_>]) -> Result<SpentAll, Error> {
+    let service = service_for_all(limits)?;
+    let function = limits[0].0.function();
+    let parts = all_parts(limits);
+    let spent = service.spend_stacked(&parts, Some(function), true);
+    crate::drivers::poll_once(spent, Error::SyncOnWaitingStore { function })
+}
+
+/// [`settle`] for several limits.
+#[doc(hidden)]
+pub async fn settle_all(spent: SpentAll, counts: bool) {
+    if !counts {
+        logged(spent.refund().await);
+    }
+}
+
+/// [`settle_all`] for a sync fn.
+#[doc(hidden)]
+pub fn settle_all_now(mut spent: SpentAll, counts: bool) {
+    if !counts {
+        logged(spent.refund_now().unwrap_or(Ok(false)));
+    }
 }
 
 /// One limit of a call: the declaration, the user key, the tier chosen for this call, the cost.

@@ -23,7 +23,7 @@ pub use options::Options;
 pub(crate) use prepared::Begun;
 pub use prepared::{Attempt, Pending, Prepared};
 pub use reload::Reloaded;
-pub use spent::Spent;
+pub use spent::{Spent, SpentAll};
 
 use crate::clock::{Clock, SystemClock};
 use crate::config::{Config, StoreConfig};

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use super::site::Site;
 use super::RateLimitService;
+use crate::clock::Nanos;
 use crate::decision::{Decision, Receipt};
 use crate::error::Error;
 use crate::quota::Quota;
@@ -50,10 +51,24 @@ pub struct Spent {
     owed: Option<Owed>,
 }
 
-/// What giving a spend back takes: the store key and quota it was decided on, its cost, the
-/// store's receipt, and the counters it was counted in.
+/// The decisions of a stacked call whose spends can be given back together, once
+/// ([`refund`](Self::refund)): from [`RateLimitService::spend_all`], or an annotated fn with
+/// several limits that counts only some outcomes. Given back to every limit the call spent
+/// from, or (one of them finding nothing to give back: its window rolled, its key was reset)
+/// to none; otherwise as [`Spent`].
+pub struct SpentAll {
+    decisions: Vec<Decision>,
+    owed: Option<Owed>,
+}
+
+/// What giving spends back takes: for each limit the store key and quota it was decided on,
+/// its cost, the store's receipt and the counters it was counted in.
 struct Owed {
     service: RateLimitService,
+    parts: Vec<Part>,
+}
+
+struct Part {
     store_key: String,
     quota: Quota,
     cost: u64,
@@ -66,6 +81,15 @@ impl fmt::Debug for Spent {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Spent")
             .field("decision", &self.decision)
+            .field("refundable", &self.refundable())
+            .finish()
+    }
+}
+
+impl fmt::Debug for SpentAll {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SpentAll")
+            .field("decisions", &self.decisions)
             .field("refundable", &self.refundable())
             .finish()
     }
@@ -91,45 +115,109 @@ impl Spent {
     /// give (see the type's docs); an error when the store could not answer (the spend then
     /// stays, as it does for a caller that never refunds).
     pub async fn refund(mut self) -> Result<bool, Error> {
-        let Some(owed) = self.owed.take() else {
-            return Ok(false);
-        };
-        let now = owed.service.inner.clock.now();
-        let refund = owed.refund(now);
-        let given = owed.service.inner.store.refund(refund).await;
-        owed.counted(given)
+        match self.owed.take() {
+            Some(owed) => owed.refund().await,
+            None => Ok(false),
+        }
     }
 
     /// [`refund`](Self::refund) when the store answers at once (the memory store): `Some`
     /// with its answer, the spend no longer held; `None` when it must be awaited, the spend
     /// still held for `refund`.
     pub fn refund_now(&mut self) -> Option<Result<bool, Error>> {
-        let Some(owed) = &self.owed else {
-            return Some(Ok(false));
-        };
-        let now = owed.service.inner.clock.now();
-        let given = owed.service.inner.store.refund_now(owed.refund(now))?;
-        let owed = self.owed.take()?;
-        Some(owed.counted(given))
+        Owed::refund_now(&mut self.owed)
+    }
+}
+
+impl SpentAll {
+    /// Decisions whose spends stay (nothing to give back).
+    pub(crate) fn kept(decisions: Vec<Decision>) -> Self {
+        SpentAll {
+            decisions,
+            owed: None,
+        }
+    }
+
+    /// One decision per limit, in order.
+    pub fn decisions(&self) -> &[Decision] {
+        &self.decisions
+    }
+
+    /// The decisions, the spends kept.
+    pub fn into_decisions(self) -> Vec<Decision> {
+        self.decisions
+    }
+
+    /// Whether [`refund`](Self::refund) can give anything back: the call was admitted by
+    /// every limit, none of them a shadow limit, on a store that refunds.
+    pub fn refundable(&self) -> bool {
+        self.owed.is_some()
+    }
+
+    /// Gives every limit's spend back, or none: `Ok(true)` when they were.
+    pub async fn refund(mut self) -> Result<bool, Error> {
+        match self.owed.take() {
+            Some(owed) => owed.refund().await,
+            None => Ok(false),
+        }
+    }
+
+    /// [`refund`](Self::refund) when the store answers at once; see [`Spent::refund_now`].
+    pub fn refund_now(&mut self) -> Option<Result<bool, Error>> {
+        Owed::refund_now(&mut self.owed)
     }
 }
 
 impl Owed {
-    fn refund(&self, now: crate::clock::Nanos) -> Refund<'_> {
-        let key = StoreKey::composed(&self.store_key);
-        Refund::of(key, &self.quota, self.cost, self.receipt, now)
+    fn refunds(&self, now: Nanos) -> Vec<Refund<'_>> {
+        (self.parts.iter())
+            .map(|p| {
+                Refund::of(
+                    StoreKey::composed(&p.store_key),
+                    &p.quota,
+                    p.cost,
+                    p.receipt,
+                    now,
+                )
+            })
+            .collect()
     }
 
-    /// The store's answer, a refund given counted.
+    async fn refund(self) -> Result<bool, Error> {
+        let store = &*self.service.inner.store;
+        let now = self.service.inner.clock.now();
+        let given = match self.refunds(now).as_slice() {
+            [one] => store.refund(*one).await,
+            all => store.refund_all(all).await,
+        };
+        self.counted(given)
+    }
+
+    /// The store's answer at once, taking `owed`; `None`, `owed` left, when it must be
+    /// awaited.
+    fn refund_now(owed: &mut Option<Owed>) -> Option<Result<bool, Error>> {
+        let Some(held) = owed else {
+            return Some(Ok(false));
+        };
+        let store = &*held.service.inner.store;
+        let now = held.service.inner.clock.now();
+        let given = match held.refunds(now).as_slice() {
+            [one] => store.refund_now(*one),
+            all => store.refund_all_now(all),
+        }?;
+        owed.take().map(|owed| owed.counted(given))
+    }
+
+    /// The store's answer, refunds given counted: once in the total, and in each limit's
+    /// tier and budget.
     fn counted(self, given: Result<bool, Error>) -> Result<bool, Error> {
         if let Ok(true) = given {
             let service = &self.service;
-            service.count(
-                self.tier.as_deref(),
-                None,
-                self.budget.as_deref(),
-                Outcome::Refunded,
-            );
+            service.inner.total.record(Outcome::Refunded);
+            for part in &self.parts {
+                let (tier, budget) = (part.tier.as_deref(), part.budget.as_deref());
+                service.count_scoped(tier, None, budget, Outcome::Refunded);
+            }
         }
         given
     }
@@ -220,13 +308,48 @@ impl RateLimitService {
             && !store_key.is_empty();
         let owed = refundable.then(|| Owed {
             service: self.clone(),
+            parts: vec![self.part(site, store_key, receipt)],
+        });
+        Ok(Spent { decision, owed })
+    }
+}
+
+impl RateLimitService {
+    /// What giving back a spend at `site` on `store_key` takes.
+    fn part(&self, site: &Site<'_>, store_key: String, receipt: Receipt) -> Part {
+        Part {
             store_key,
             quota: site.quota,
             cost: site.cost,
             receipt,
             tier: site.tier.map(|i| Arc::clone(&site.generation.by_tier[i])),
             budget: site.budget.map(|name| self.method_counters(name).1),
+        }
+    }
+
+    /// A stacked call's decisions with what giving them back takes, when every limit admitted
+    /// the call and each can be given back (see [`SpentAll`]).
+    pub(crate) fn spent_all(
+        &self,
+        sites: &[Site<'_>],
+        decisions: Vec<Decision>,
+        store_keys: Vec<String>,
+    ) -> SpentAll {
+        let refundable = sites.len() == decisions.len()
+            && sites.len() == store_keys.len()
+            && sites.iter().zip(&decisions).all(|(site, decision)| {
+                site.spend
+                    && site.transition.is_none()
+                    && decision.allowed
+                    && !decision.shadowed
+                    && decision.receipt().stamp != 0
+            });
+        let owed = refundable.then(|| Owed {
+            service: self.clone(),
+            parts: (sites.iter().zip(&decisions).zip(store_keys))
+                .map(|((site, decision), key)| self.part(site, key, decision.receipt()))
+                .collect(),
         });
-        Ok(Spent { decision, owed })
+        SpentAll { decisions, owed }
     }
 }

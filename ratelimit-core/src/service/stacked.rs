@@ -5,7 +5,7 @@ use std::future::Future;
 use super::pipeline::IfAbandoned;
 use super::site::Site;
 use super::transition;
-use super::{Call, Generation, Options, RateLimitService};
+use super::{Call, Generation, Options, RateLimitService, SpentAll};
 use crate::clock::Nanos;
 use crate::decision::Decision;
 use crate::error::{Error, Exceeded};
@@ -105,7 +105,34 @@ impl RateLimitService {
         &self,
         limits: &[(Option<&str>, Call<'_>)],
     ) -> Result<Vec<Decision>, Error> {
-        self.decide_stacked_in(limits, None).await
+        let spent = self.spend_stacked_in(limits, None, false).await;
+        spent.map(SpentAll::into_decisions)
+    }
+
+    /// [`decide_stacked_in`](Self::decide_stacked_in), the spends kept to be given back
+    /// together (an annotated fn with several limits that counts only some outcomes, or
+    /// [`spend_all`](Self::spend_all)); with `enforce`, a refusal is an error.
+    pub(crate) async fn spend_stacked(
+        &self,
+        limits: &[(Option<&str>, Call<'_>)],
+        at_once: Option<&'static str>,
+        enforce: bool,
+    ) -> Result<SpentAll, Error> {
+        let spent = self.spend_stacked_in(limits, at_once, true).await?;
+        if enforce {
+            refuse_unless_all_allowed(spent.decisions().to_vec(), limits)?;
+        }
+        Ok(spent)
+    }
+
+    /// [`consume_all`](Self::consume_all), keeping the spends to give them back together once
+    /// the call's outcome is known ([`SpentAll::refund`]): to every limit, or to none.
+    pub fn spend_all<'a>(
+        &'a self,
+        limits: &[(&'a str, &Options)],
+    ) -> impl Future<Output = Result<SpentAll, Error>> + Send + 'a {
+        let owned = Self::own_limits(limits);
+        async move { self.spend_stacked(&Self::calls(&owned), None, false).await }
     }
 
     /// A stacked call: every limit's site, key, cost and mode worked out and checked (the
@@ -118,9 +145,21 @@ impl RateLimitService {
         limits: &[(Option<&str>, Call<'_>)],
         at_once: Option<&'static str>,
     ) -> Result<Vec<Decision>, Error> {
+        let spent = self.spend_stacked_in(limits, at_once, false).await;
+        spent.map(SpentAll::into_decisions)
+    }
+
+    /// [`decide_stacked_in`](Self::decide_stacked_in), with `keep`: the spends kept to be
+    /// given back when they can be (see [`SpentAll`]).
+    async fn spend_stacked_in(
+        &self,
+        limits: &[(Option<&str>, Call<'_>)],
+        at_once: Option<&'static str>,
+        keep: bool,
+    ) -> Result<SpentAll, Error> {
         let generation = self.generation();
         let (sites, keys, now) = match self.stacked(&generation, limits)? {
-            Keyed::Unlimited(decisions) => return Ok(decisions),
+            Keyed::Unlimited(decisions) => return Ok(SpentAll::kept(decisions)),
             Keyed::Keys(sites, keys, now) => (sites, keys, now),
         };
         let mut checks = checks(&keys, &sites, now);
@@ -155,7 +194,13 @@ impl RateLimitService {
             }
             Err(e) => Err(e),
         };
-        self.finish_stacked(&sites, result)
+        let held_to_old_states = owners.len() != sites.len();
+        drop(checks);
+        let decisions = self.finish_stacked(&sites, result)?;
+        Ok(match keep && !held_to_old_states {
+            true => self.spent_all(&sites, decisions, keys),
+            false => SpentAll::kept(decisions),
+        })
     }
 
     /// The store's answer to a stacked call, one decision per limit in order. Without shadow

@@ -203,7 +203,9 @@ impl<S: Store> Store for Failover<S> {
                     .zip(&shares)
                     .map(|(c, quota)| Check { quota, ..*c })
                     .collect();
-                local.decide_all_at(&Stacked::new(&local_checks, now, stacked.mode())?)
+                let local = local.decide_all_at(&Stacked::new(&local_checks, now, stacked.mode())?);
+                // Never given back: see `instead`.
+                local.map(|all| all.into_iter().map(|d| d.stamped(0)).collect())
             }
             _ => Err(error),
         }
@@ -232,6 +234,14 @@ impl<S: Store> Store for Failover<S> {
 
     fn refund_now(&self, refund: Refund<'_>) -> Option<Result<bool, Error>> {
         self.store.refund_now(refund)
+    }
+
+    async fn refund_all(&self, refunds: &[Refund<'_>]) -> Result<bool, Error> {
+        self.store.refund_all(refunds).await
+    }
+
+    fn refund_all_now(&self, refunds: &[Refund<'_>]) -> Option<Result<bool, Error>> {
+        self.store.refund_all_now(refunds)
     }
 
     fn supports(&self, quota: &Quota) -> Result<(), QuotaError> {

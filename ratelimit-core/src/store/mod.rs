@@ -238,6 +238,24 @@ pub trait Store: Send + Sync + 'static {
         None
     }
 
+    /// Gives back the spends of one stacked call ([`decide_all`](Self::decide_all)) as one:
+    /// every one, or (one of them finding nothing to give back) none, in one atomic step.
+    /// Default: nothing is given back.
+    fn refund_all(
+        &self,
+        refunds: &[Refund<'_>],
+    ) -> impl Future<Output = Result<bool, Error>> + Send {
+        let _ = refunds;
+        async { Ok(false) }
+    }
+
+    /// [`refund_all`](Self::refund_all) when the store can answer without waiting. Default:
+    /// `None`.
+    fn refund_all_now(&self, refunds: &[Refund<'_>]) -> Option<Result<bool, Error>> {
+        let _ = refunds;
+        None
+    }
+
     /// Whether this store can count `quota` exactly. The service calls it for every limit it
     /// resolves, and `Module::init` for every annotated fn, so a limit the store cannot count
     /// is a start-up error or a refused call, never a miscounted one. Default: any valid quota.
@@ -284,6 +302,8 @@ pub(crate) trait DynStore: Send + Sync + 'static {
     fn refunds(&self) -> bool;
     fn refund<'a>(&'a self, refund: Refund<'a>) -> BoxFuture<'a, Result<bool, Error>>;
     fn refund_now(&self, refund: Refund<'_>) -> Option<Result<bool, Error>>;
+    fn refund_all<'a>(&'a self, refunds: &'a [Refund<'a>]) -> BoxFuture<'a, Result<bool, Error>>;
+    fn refund_all_now(&self, refunds: &[Refund<'_>]) -> Option<Result<bool, Error>>;
 }
 
 impl<S: Store> DynStore for S {
@@ -320,5 +340,11 @@ impl<S: Store> DynStore for S {
     }
     fn refund_now(&self, refund: Refund<'_>) -> Option<Result<bool, Error>> {
         Store::refund_now(self, refund)
+    }
+    fn refund_all<'a>(&'a self, refunds: &'a [Refund<'a>]) -> BoxFuture<'a, Result<bool, Error>> {
+        Box::pin(Store::refund_all(self, refunds))
+    }
+    fn refund_all_now(&self, refunds: &[Refund<'_>]) -> Option<Result<bool, Error>> {
+        Store::refund_all_now(self, refunds)
     }
 }

@@ -62,3 +62,18 @@ async fn consumes(id: u64, owned: Vec<u8>) -> Result<usize, AppError> {
 }
 
 fn main() {}
+
+/// Stacked limits that count failures: said once, or the same on each.
+#[rate_limit(limit = 5, window = "15m", key = user, count = "err")]
+#[rate_limit(limit = 100, window = "1h")]
+async fn stacked(user: &str) -> Result<(), AppError> {
+    let _ = user;
+    Ok(())
+}
+
+#[rate_limit(limit = 5, window = "15m", key = user, count = "ok")]
+#[rate_limit(limit = 100, window = "1h", count = "ok")]
+fn stacked_sync(user: &str) -> Result<(), AppError> {
+    let _ = user;
+    Ok(())
+}

@@ -43,8 +43,9 @@ pub(super) trait Cell: Sized {
     fn expires_at(&self) -> Nanos;
     /// Decides in one atomic step: callers share the cell (under the shard's read lock).
     fn decide(&self, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> Verdict;
-    /// Gives back a spend in one atomic step (see [`Algorithm::refund`]).
-    fn refund(&self, spent: Nanos, now: Nanos, quota: &Quota, cost: u64) -> bool;
+    /// Gives back a spend in one atomic step (see [`Algorithm::refund`]); without `commit`,
+    /// only whether it would (under a lock that keeps every other writer out).
+    fn refund(&self, spent: Nanos, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> bool;
 }
 
 /// A kept key's bytes behind its stamp: a number the store gives each key it adds, never
@@ -247,7 +248,7 @@ impl Cell for FixedCell {
             (pack(state.expires_at(quota), state.count), verdict)
         })
     }
-    fn refund(&self, spent: Nanos, now: Nanos, quota: &Quota, cost: u64) -> bool {
+    fn refund(&self, spent: Nanos, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> bool {
         let window = quota.window_nanos();
         update(&self.state, |word| {
             let (end, count) = unpack(word);
@@ -256,8 +257,8 @@ impl Cell for FixedCell {
                 count,
             };
             match state.refund(spent, now, quota, cost) {
-                true => (pack(state.expires_at(quota), state.count), true),
-                false => (word, false),
+                true if commit => (pack(state.expires_at(quota), state.count), true),
+                gave => (word, gave),
             }
         })
     }
@@ -289,8 +290,11 @@ impl<A: Algorithm> Cell for LockedCell<A> {
         }
         verdict
     }
-    fn refund(&self, spent: Nanos, now: Nanos, quota: &Quota, cost: u64) -> bool {
+    fn refund(&self, spent: Nanos, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> bool {
         let mut state = self.state.lock();
+        if !commit {
+            return state.clone().refund(spent, now, quota, cost);
+        }
         let gave = state.refund(spent, now, quota, cost);
         if gave {
             self.expires_at
@@ -328,13 +332,13 @@ impl Cell for CounterCell {
             (CounterCell::packed(&state, quota), verdict)
         })
     }
-    fn refund(&self, spent: Nanos, now: Nanos, quota: &Quota, cost: u64) -> bool {
+    fn refund(&self, spent: Nanos, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> bool {
         let window = quota.window_nanos();
         update(&self.state, |word| {
             let mut state = CounterCell::unpacked(word, window);
             match state.refund(spent, now, quota, cost) {
-                true => (CounterCell::packed(&state, quota), true),
-                false => (word, false),
+                true if commit => (CounterCell::packed(&state, quota), true),
+                gave => (word, gave),
             }
         })
     }
@@ -387,11 +391,11 @@ impl Cell for BucketCell {
             (state.tat, verdict)
         })
     }
-    fn refund(&self, spent: Nanos, now: Nanos, quota: &Quota, cost: u64) -> bool {
+    fn refund(&self, spent: Nanos, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> bool {
         update(&self.tat, |tat| {
             let mut state = Gcra { tat };
             let gave = state.refund(spent, now, quota, cost);
-            (state.tat, gave)
+            (if commit { state.tat } else { tat }, gave)
         })
     }
 }

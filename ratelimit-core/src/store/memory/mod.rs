@@ -323,7 +323,7 @@ impl MemoryStore {
         let tables = self.shard(hash).read();
         match A::table(&tables).find(hash, |c| c.key() == key) {
             Some(cell) if stamp != 0 && cell.kept().stamp() == stamp => {
-                cell.refund(spent, now, quota, cost)
+                cell.refund(spent, now, quota, cost, true)
             }
             _ => false,
         }
@@ -528,6 +528,14 @@ impl super::Store for MemoryStore {
 
     fn refund_now(&self, refund: Refund<'_>) -> Option<Result<bool, Error>> {
         Some(self.refund_request(&refund))
+    }
+
+    async fn refund_all(&self, refunds: &[Refund<'_>]) -> Result<bool, Error> {
+        self.refund_all_at(refunds)
+    }
+
+    fn refund_all_now(&self, refunds: &[Refund<'_>]) -> Option<Result<bool, Error>> {
+        Some(self.refund_all_at(refunds))
     }
 }
 

@@ -17,7 +17,7 @@ use crate::clock::Nanos;
 use crate::decision::Decision;
 use crate::error::Error;
 use crate::quota::Quota;
-use crate::store::{Check, Stacked};
+use crate::store::{Check, Refund, Stacked};
 
 /// The level a call would find (spending nothing), and whether the key is stored.
 fn look<A: InTables>(
@@ -39,7 +39,8 @@ fn look<A: InTables>(
     }
 }
 
-/// Spends the call, storing the key if it is new (room for it was reserved).
+/// Spends the call, storing the key if it is new (room for it was reserved); with the key's
+/// stamp.
 fn spend<A: InTables>(
     tables: &mut Tables,
     store: &MemoryStore,
@@ -48,16 +49,36 @@ fn spend<A: InTables>(
     quota: &Quota,
     cost: u64,
     now: Nanos,
-) -> Verdict {
+) -> (Verdict, u64) {
     if let Some(cell) = A::table(tables).find(hash, |c| c.key() == key) {
-        return cell.decide(now, quota, cost, true);
+        return (cell.decide(now, quota, cost, true), cell.kept().stamp());
     }
     let mut cell = A::Cell::fresh();
     let verdict = cell.decide(now, quota, cost, true);
-    cell.keep(store.kept(key));
+    let kept = store.kept(key);
+    let stamp = kept.stamp();
+    cell.keep(kept);
     let hasher = &store.inner.hasher;
     A::table_mut(tables).insert_unique(hash, cell, |c| hasher.hash_one(c.key()));
-    verdict
+    (verdict, stamp)
+}
+
+/// Gives back (or, without `commit`, whether it would give back) a spend on a key that still
+/// holds the state it was made on (the same stamp).
+fn refund<A: InTables>(
+    tables: &Tables,
+    hash: u64,
+    refund: &Refund<'_>,
+    now: Nanos,
+    commit: bool,
+) -> bool {
+    let key = refund.key().as_str().as_bytes();
+    match A::table(tables).find(hash, |c| c.key() == key) {
+        Some(cell) if refund.stamp() != 0 && cell.kept().stamp() == refund.stamp() => {
+            cell.refund(refund.spent(), now, refund.quota(), refund.cost(), commit)
+        }
+        _ => false,
+    }
 }
 
 /// The tables of shard `index`, among the locked ones (every check's shard is locked).
@@ -109,7 +130,8 @@ impl MemoryStore {
                 verdicts.push(verdict);
             }
             if !commit || verdicts.iter().any(|v| !v.allowed) {
-                return Ok(self.decisions(checks, &verdicts, now));
+                let unstamped: Vec<(Verdict, u64)> = verdicts.into_iter().map(|v| (v, 0)).collect();
+                return Ok(self.decisions(checks, &unstamped, now));
             }
             if !self.reserve_n(fresh) {
                 drop(guards);
@@ -118,26 +140,73 @@ impl MemoryStore {
                 }
                 continue;
             }
-            for ((check, &hash), verdict) in checks.iter().zip(&hashes).zip(verdicts.iter_mut()) {
+            let mut spent = Vec::with_capacity(checks.len());
+            for ((check, &hash), fixed) in checks.iter().zip(&hashes).zip(&fixed) {
+                if let Some(verdict) = fixed {
+                    spent.push((*verdict, 0));
+                    continue;
+                }
                 let key = check.key.as_str().as_bytes();
                 let tables = locked(&mut guards, self.shard_index(hash));
-                *verdict = by_strategy!(
+                spent.push(by_strategy!(
                     check.quota.strategy(),
                     self::spend(tables, self, hash, key, check.quota, check.cost, at)
-                );
+                ));
             }
-            return Ok(self.decisions(checks, &verdicts, now));
+            return Ok(self.decisions(checks, &spent, now));
         }
         Err(Error::StoreFull {
             max_keys: self.inner.options.max_keys,
         })
     }
 
-    fn decisions(&self, checks: &[Check<'_>], verdicts: &[Verdict], now: Nanos) -> Vec<Decision> {
+    fn decisions(
+        &self,
+        checks: &[Check<'_>],
+        verdicts: &[(Verdict, u64)],
+        now: Nanos,
+    ) -> Vec<Decision> {
         checks
             .iter()
             .zip(verdicts)
-            .map(|(c, &v)| Decision::for_quota(v, now, c.quota))
+            .map(|(c, &(v, stamp))| Decision::for_quota(v, now, c.quota).stamped(stamp))
             .collect()
+    }
+
+    /// [`Store::refund_all`](crate::store::Store::refund_all), synchronously: every spend
+    /// given back, or (one of them finding nothing to give back) none. The shards of every
+    /// key are write-locked in ascending order, as for a stacked decision, so nothing changes
+    /// between the look and the refunds.
+    pub(crate) fn refund_all_at(&self, refunds: &[Refund<'_>]) -> Result<bool, Error> {
+        let Some(first) = refunds.first() else {
+            return Ok(false);
+        };
+        let at = self.decision_time(first.now());
+        let hashes: Vec<u64> = refunds
+            .iter()
+            .map(|r| self.inner.hasher.hash_one(r.key().as_str().as_bytes()))
+            .collect();
+        let mut shards: Vec<usize> = hashes.iter().map(|&h| self.shard_index(h)).collect();
+        shards.sort_unstable();
+        shards.dedup();
+        let mut guards: Vec<(usize, RwLockWriteGuard<'_, Tables>)> = shards
+            .iter()
+            .map(|&i| (i, self.inner.shards[i].0.write()))
+            .collect();
+        for commit in [false, true] {
+            for (r, &hash) in refunds.iter().zip(&hashes) {
+                let tables = locked(&mut guards, self.shard_index(hash));
+                let gave = by_strategy!(
+                    r.quota().strategy(),
+                    self::refund(tables, hash, r, at, commit)
+                );
+                if !gave {
+                    // A look that finds nothing gives nothing back anywhere; the refunds
+                    // that commit were each looked at first under the same locks.
+                    return Ok(false);
+                }
+            }
+        }
+        Ok(true)
     }
 }

@@ -1,8 +1,8 @@
 use ratelimit::{rate_limit, Error};
 
-// A refund would have to give back to every limit or to none: not built yet.
+// A call has one outcome: its limits cannot count different ones.
 #[rate_limit(limit = 5, window = "15m", count = "err")]
-#[rate_limit(limit = 100, window = "1h")]
+#[rate_limit(limit = 100, window = "1h", count = "ok")]
 async fn login() -> Result<(), Error> {
     Ok(())
 }
