@@ -8,7 +8,7 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use ratelimit::store::{Request, Stacked, Store};
+use ratelimit::store::{Refund, Request, Stacked, Store, StoredState};
 use ratelimit::testing::TestModule;
 use ratelimit::{
     rate_limit, Decision, Error, MemoryStore, Module, ModuleBuilder, Options, ProblemKind,
@@ -483,4 +483,103 @@ async fn refund_now_gives_back_once() {
     assert!(matches!(spent.refund_now(), Some(Ok(false))));
     assert!(!spent.refund().await.unwrap());
     assert_eq!(service.status("jo", &options).await.unwrap().remaining, 2);
+}
+
+/// A store written against the public API alone that gives spends back: each key's bytes
+/// beside a stamp no other state under the key had (`StoredState::refund` applies the rule).
+#[derive(Default)]
+struct StampedMap {
+    map: std::sync::Mutex<std::collections::HashMap<String, (u64, Vec<u8>)>>,
+    stamps: std::sync::atomic::AtomicU64,
+}
+
+impl StampedMap {
+    fn decide_here(&self, request: Request<'_>) -> Result<Decision, Error> {
+        let mut map = self.map.lock().unwrap();
+        let key = request.key().as_str();
+        let (stamp, mut state) = match map.get(key) {
+            Some((stamp, bytes)) => (*stamp, StoredState::from_bytes(bytes)?),
+            None => (0, StoredState::new(request.quota())),
+        };
+        let decision = state.decide(&request)?;
+        if !(request.spends() && decision.allowed) {
+            return Ok(decision);
+        }
+        let stamp = match stamp {
+            0 => self.stamps.fetch_add(1, Ordering::Relaxed) + 1,
+            kept => kept,
+        };
+        map.insert(key.to_owned(), (stamp, state.to_bytes()));
+        Ok(decision.stamped(stamp))
+    }
+
+    fn refund_here(&self, refund: Refund<'_>) -> Result<bool, Error> {
+        let mut map = self.map.lock().unwrap();
+        let Some((stamp, bytes)) = map.get_mut(refund.key().as_str()) else {
+            return Ok(false);
+        };
+        if *stamp != refund.stamp() {
+            return Ok(false);
+        }
+        let mut state = StoredState::from_bytes(bytes)?;
+        let given = state.refund(&refund);
+        *bytes = state.to_bytes();
+        Ok(given)
+    }
+}
+
+impl Store for StampedMap {
+    async fn decide(&self, request: Request<'_>) -> Result<Decision, Error> {
+        self.decide_here(request)
+    }
+    fn decide_now(&self, request: Request<'_>) -> Option<Result<Decision, Error>> {
+        Some(self.decide_here(request))
+    }
+    fn decides_at_once(&self) -> bool {
+        true
+    }
+    async fn decide_all(&self, _: Stacked<'_>) -> Result<Vec<Decision>, Error> {
+        Err(Error::Store {
+            message: "no stacked limits here".into(),
+        })
+    }
+    async fn reset(&self, key: &str) -> Result<bool, Error> {
+        Ok(self.map.lock().unwrap().remove(key).is_some())
+    }
+    fn refunds(&self) -> bool {
+        true
+    }
+    async fn refund(&self, refund: Refund<'_>) -> Result<bool, Error> {
+        self.refund_here(refund)
+    }
+    fn refund_now(&self, refund: Refund<'_>) -> Option<Result<bool, Error>> {
+        Some(self.refund_here(refund))
+    }
+}
+
+/// A store of one's own that refunds runs `count = ..` fns: failures count, successes do
+/// not, and a spend from before a reset gives nothing to the state after it.
+#[tokio::test]
+async fn a_store_of_ones_own_gives_spends_back_through_stored_state() {
+    let store = StoreConfig::custom(StampedMap::default());
+    let m = TestModule::new(config().store(store)).expect("a store that refunds starts");
+    m.scope(async {
+        for _ in 0..20 {
+            assert!(login("mia", "right").await.is_ok());
+        }
+        for _ in 0..5 {
+            assert_eq!(login("mia", "nope").await, Err(LoginError::WrongPassword));
+        }
+        assert_eq!(login("mia", "right").await, Err(LoginError::Limited));
+    })
+    .await;
+    assert_eq!(m.stats().total.refunded, 20);
+    let service = m.service();
+    let options = Options::new().limit(3).window(Duration::from_secs(60));
+    let old = service.spend("ned", &options).await.unwrap();
+    assert!(old.refundable());
+    assert!(service.reset_with("ned", &options).await.unwrap());
+    let _new = service.spend("ned", &options).await.unwrap();
+    assert!(!old.refund().await.unwrap());
+    assert_eq!(service.status("ned", &options).await.unwrap().remaining, 2);
 }

@@ -144,9 +144,12 @@ impl Decision {
         }
     }
 
-    /// With the stamp of the key an admitted spend was made on (see [`Receipt`]).
+    /// With the stamp of the state an admitted spend was made on, for a store that gives
+    /// spends back ([`Store::refund`](crate::store::Store::refund)): a number that no other
+    /// state under the same key ever had (0: none, nothing can be given back). The refund
+    /// carries it back ([`Refund::stamp`](crate::store::Refund::stamp)).
     #[inline]
-    pub(crate) fn stamped(mut self, stamp: u64) -> Self {
+    pub fn stamped(mut self, stamp: u64) -> Self {
         self.receipt.stamp = stamp;
         self
     }

@@ -122,7 +122,7 @@ macro_rules! state {
             /// starting on one of `quota`'s boundaries. The key names the window, so a state
             /// under it never started anywhere else; the algorithms would read any other
             /// start as an old window's, a fresh budget.
-            pub(super) fn written_for(&self, quota: &Quota) -> bool {
+            pub(crate) fn written_for(&self, quota: &Quota) -> bool {
                 self.strategy() == quota.strategy()
                     && self.written_by_a_store()
                     && match self {
@@ -149,7 +149,6 @@ macro_rules! state {
             }
 
             /// Gives back a spend (see [`Algorithm::refund`]).
-            #[cfg(test)]
             pub(crate) fn refund(
                 &mut self,
                 spent: Nanos,

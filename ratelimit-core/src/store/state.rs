@@ -60,6 +60,17 @@ impl StoredState {
         Ok(Decision::for_quota(verdict, now, quota))
     }
 
+    /// Gives back the spend `refund` names, if this state (the one it was made on: the
+    /// store checks the stamp it keeps beside the bytes) still holds it: nothing once it no
+    /// longer counts, and never past the quota. Returns whether anything was given back; a
+    /// state of another strategy gives nothing.
+    pub fn refund(&mut self, refund: &super::Refund<'_>) -> bool {
+        let quota = refund.quota();
+        self.0.strategy() == quota.strategy()
+            && self.0.written_for(quota)
+            && (self.0).refund(refund.spent(), refund.now(), quota, refund.cost())
+    }
+
     /// When this state is indistinguishable from a fresh one: a store may drop it then (set
     /// it as the key's expiry).
     pub fn expires_at(&self, quota: &Quota) -> Nanos {
