@@ -20,10 +20,11 @@ pub struct Decision {
     pub limit: u64,
     /// The window the limit applies to.
     pub window: Duration,
-    /// When the budget is back to full, in milliseconds since the Unix epoch (rounded up):
-    /// read it as a time with [`reset_at`](Self::reset_at). Kept as a number so that deciding
-    /// does not pay for a time it may never be asked for.
-    reset_at_ms: u64,
+    /// When the budget is back to full, exactly, in nanoseconds since the Unix epoch: read it
+    /// as a time with [`reset_at`](Self::reset_at) (rounded up to a millisecond). Kept as a
+    /// number so that deciding does not pay for a time it may never be asked for; exact,
+    /// because an admitted spend's is where the algorithm finds it again for a refund.
+    reset_at: Nanos,
     /// How long from now until the budget is back to full (rounded up to a millisecond).
     pub reset_after: Duration,
     /// Set only when refused: how long to wait before the same call is admitted. Never zero;
@@ -36,8 +37,8 @@ pub struct Decision {
     /// refuses: the limit would have refused this call. `remaining` and `reset_after` are the
     /// limit's own (`retry_after` stays `None`, as on any admitted call).
     pub shadowed: bool,
-    /// Which state an admitted spend was made on, for a refund.
-    receipt: Receipt,
+    /// The stamp of the state an admitted spend was made on, for a refund (0: none).
+    stamp: u64,
 }
 
 /// Which state an admitted spend was made on, for a refund ([`Refund`](crate::store::Refund)):
@@ -58,19 +59,19 @@ impl PartialEq for Decision {
             remaining,
             limit,
             window,
-            reset_at_ms,
+            reset_at,
             reset_after,
             retry_after,
             tier,
             shadowed,
-            receipt: _,
+            stamp: _,
         } = self;
         (
             allowed,
             remaining,
             limit,
             window,
-            reset_at_ms,
+            ceil_millis(*reset_at),
             reset_after,
             retry_after,
             tier,
@@ -80,7 +81,7 @@ impl PartialEq for Decision {
             &other.remaining,
             &other.limit,
             &other.window,
-            &other.reset_at_ms,
+            ceil_millis(other.reset_at),
             &other.reset_after,
             &other.retry_after,
             &other.tier,
@@ -112,7 +113,7 @@ impl Decision {
     pub fn reset_at(&self) -> SystemTime {
         // Made from nanoseconds since the epoch in a `u64` (before the year 2555): within every
         // platform's `SystemTime`, so the addition cannot overflow.
-        SystemTime::UNIX_EPOCH + Duration::from_millis(self.reset_at_ms)
+        SystemTime::UNIX_EPOCH + Duration::from_millis(ceil_millis(self.reset_at))
     }
 
     /// Builds a decision from an algorithm's verdict taken at `now`.
@@ -130,17 +131,14 @@ impl Decision {
             remaining: verdict.remaining,
             limit,
             window,
-            reset_at_ms: ceil_millis(verdict.reset_at),
+            reset_at: verdict.reset_at,
             reset_after,
             retry_after: verdict
                 .retry_after
                 .map(|n| Duration::from_millis(ceil_millis(n).max(1))),
             tier,
             shadowed: false,
-            receipt: Receipt {
-                spent: verdict.reset_at,
-                stamp: 0,
-            },
+            stamp: 0,
         }
     }
 
@@ -150,13 +148,16 @@ impl Decision {
     /// carries it back ([`Refund::stamp`](crate::store::Refund::stamp)).
     #[inline]
     pub fn stamped(mut self, stamp: u64) -> Self {
-        self.receipt.stamp = stamp;
+        self.stamp = stamp;
         self
     }
 
     /// Which state the decision was made on.
     pub(crate) fn receipt(&self) -> Receipt {
-        self.receipt
+        Receipt {
+            spent: self.reset_at,
+            stamp: self.stamp,
+        }
     }
 
     /// [`from_verdict`](Self::from_verdict) with the quota's capacity and window, no tier (the
@@ -182,12 +183,12 @@ impl Decision {
             remaining: u64::MAX,
             limit: u64::MAX,
             window: Duration::ZERO,
-            reset_at_ms: ceil_millis(now),
+            reset_at: now,
             reset_after: Duration::ZERO,
             retry_after: None,
             tier: None,
             shadowed: false,
-            receipt: Receipt::default(),
+            stamp: 0,
         }
     }
 
@@ -238,7 +239,7 @@ impl Decision {
         Some(HeaderFields {
             limit: self.limit,
             remaining: self.remaining,
-            reset: self.reset_at_ms.div_ceil(1_000),
+            reset: ceil_millis(self.reset_at).div_ceil(1_000),
             retry_after: self.retry_after.map(retry_secs),
             name: policy.or(self.tier.as_deref()).unwrap_or("default"),
             window: secs(self.window).max(1),
