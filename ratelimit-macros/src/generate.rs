@@ -432,7 +432,7 @@ fn counted_body(
             (
                 quote!(#k::__private::acquire_all_spent(&[#((#calls)),*]).await),
                 quote!(async { #pin #(#stmts)* }.await),
-                quote!(#k::__private::settle_all(#spent, #counts).await),
+                quote!(#k::__private::settle(#spent, #counts).await),
             )
         }
         (many, false) => {
@@ -440,7 +440,7 @@ fn counted_body(
             (
                 quote!(#k::__private::acquire_all_spent_now(&[#((#calls)),*])),
                 quote!((|| { #pin #(#stmts)* })()),
-                quote!(#k::__private::settle_all_now(#spent, #counts)),
+                quote!(#k::__private::settle_now(#spent, #counts)),
             )
         }
     };

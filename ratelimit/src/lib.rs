@@ -153,8 +153,8 @@ pub mod __private {
     pub use ratelimit_core::__private::{
         acquire, acquire_all, acquire_all_now, acquire_all_spent, acquire_all_spent_now,
         acquire_here, acquire_now, acquire_spent, acquire_spent_now, counts, refuse, settle,
-        settle_all, settle_all_now, settle_now, Here, KeyArg, KeyDirect, KeyDisplayed, KeyPart,
-        KeyText, Outcome, Refusal, RefusalError, Registered,
+        settle_now, Here, KeyArg, KeyDirect, KeyDisplayed, KeyPart, KeyText, Outcome, Refusal,
+        RefusalError, Registered,
     };
     pub use ratelimit_core::{Declaration, Spec, Strategy};
 }

@@ -280,11 +280,11 @@ pub fn acquire_spent_now(
     decided.unwrap_or(Err(Error::SyncOnWaitingStore { function }))
 }
 
-/// After the body of a fn that counts only some outcomes: gives the spend back when the
-/// outcome does not count (`counts` is false). A refund the store could not make leaves the
-/// spend counted (logged): never an allowance.
+/// After the body of a fn that counts only some outcomes: gives the spend (of one limit or
+/// several) back when the outcome does not count (`counts` is false). A refund the store could
+/// not make leaves the spend counted (logged): never an allowance.
 #[doc(hidden)]
-pub async fn settle(spent: Spent, counts: bool) {
+pub async fn settle<D>(spent: Spent<D>, counts: bool) {
     if !counts {
         logged(spent.refund().await);
     }
@@ -292,7 +292,7 @@ pub async fn settle(spent: Spent, counts: bool) {
 
 /// [`settle`] for a sync fn.
 #[doc(hidden)]
-pub fn settle_now(mut spent: Spent, counts: bool) {
+pub fn settle_now<D>(mut spent: Spent<D>, counts: bool) {
     if !counts {
         logged(spent.refund_now().unwrap_or(Ok(false)));
     }
@@ -363,22 +363,6 @@ pub fn acquire_all_spent_now(limits: &[Limit<'_>]) -> Result<SpentAll, Error> {
     let parts = all_parts(limits);
     let spent = service.spend_stacked(&parts, Some(function), true);
     crate::drivers::poll_once(spent, Error::SyncOnWaitingStore { function })
-}
-
-/// [`settle`] for several limits.
-#[doc(hidden)]
-pub async fn settle_all(spent: SpentAll, counts: bool) {
-    if !counts {
-        logged(spent.refund().await);
-    }
-}
-
-/// [`settle_all`] for a sync fn.
-#[doc(hidden)]
-pub fn settle_all_now(mut spent: SpentAll, counts: bool) {
-    if !counts {
-        logged(spent.refund_now().unwrap_or(Ok(false)));
-    }
 }
 
 /// One limit of a call: the declaration, the user key, the tier chosen for this call, the cost.

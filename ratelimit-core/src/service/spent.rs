@@ -46,20 +46,17 @@ use crate::store::{Refund, StoreKey};
 /// # Ok::<(), ratelimit_core::Error>(())
 /// # }).unwrap();
 /// ```
-pub struct Spent {
-    decision: Decision,
+pub struct Spent<D = Decision> {
+    decided: D,
     owed: Option<Owed>,
 }
 
 /// The decisions of a stacked call whose spends can be given back together, once
-/// ([`refund`](Self::refund)): from [`RateLimitService::spend_all`], or an annotated fn with
+/// ([`refund`](Spent::refund)): from [`RateLimitService::spend_all`], or an annotated fn with
 /// several limits that counts only some outcomes. Given back to every limit the call spent
 /// from, or (one of them finding nothing to give back: its window rolled, its key was reset)
 /// to none; otherwise as [`Spent`].
-pub struct SpentAll {
-    decisions: Vec<Decision>,
-    owed: Option<Owed>,
-}
+pub type SpentAll = Spent<Vec<Decision>>;
 
 /// What giving spends back takes: for each limit the store key and quota it was decided on,
 /// its cost, the store's receipt and the counters it was counted in.
@@ -77,19 +74,10 @@ struct Part {
     budget: Option<Arc<Counters>>,
 }
 
-impl fmt::Debug for Spent {
+impl<D: fmt::Debug> fmt::Debug for Spent<D> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Spent")
-            .field("decision", &self.decision)
-            .field("refundable", &self.refundable())
-            .finish()
-    }
-}
-
-impl fmt::Debug for SpentAll {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SpentAll")
-            .field("decisions", &self.decisions)
+            .field("decided", &self.decided)
             .field("refundable", &self.refundable())
             .finish()
     }
@@ -98,22 +86,46 @@ impl fmt::Debug for SpentAll {
 impl Spent {
     /// The decision.
     pub fn decision(&self) -> &Decision {
-        &self.decision
+        &self.decided
     }
 
     /// The decision, the spend kept.
     pub fn into_decision(self) -> Decision {
-        self.decision
+        self.decided
+    }
+}
+
+impl SpentAll {
+    /// Decisions whose spends stay (nothing to give back).
+    pub(crate) fn kept(decisions: Vec<Decision>) -> Self {
+        Spent {
+            decided: decisions,
+            owed: None,
+        }
     }
 
-    /// Whether [`refund`](Self::refund) can give anything back (see the type's docs).
+    /// One decision per limit, in order.
+    pub fn decisions(&self) -> &[Decision] {
+        &self.decided
+    }
+
+    /// The decisions, the spends kept.
+    pub fn into_decisions(self) -> Vec<Decision> {
+        self.decided
+    }
+}
+
+impl<D> Spent<D> {
+    /// Whether [`refund`](Self::refund) can give anything back (see the type's docs; for
+    /// stacked limits: the call was admitted by every limit, none of them a shadow limit).
     pub fn refundable(&self) -> bool {
         self.owed.is_some()
     }
 
-    /// Gives the spend back: `Ok(true)` when it was, `Ok(false)` when there was nothing to
-    /// give (see the type's docs); an error when the store could not answer (the spend then
-    /// stays, as it does for a caller that never refunds).
+    /// Gives the spend back (for stacked limits: to every limit, or to none): `Ok(true)`
+    /// when it was, `Ok(false)` when there was nothing to give (see the type's docs); an
+    /// error when the store could not answer (the spend then stays, as it does for a caller
+    /// that never refunds).
     pub async fn refund(mut self) -> Result<bool, Error> {
         match self.owed.take() {
             Some(owed) => owed.refund().await,
@@ -124,45 +136,6 @@ impl Spent {
     /// [`refund`](Self::refund) when the store answers at once (the memory store): `Some`
     /// with its answer, the spend no longer held; `None` when it must be awaited, the spend
     /// still held for `refund`.
-    pub fn refund_now(&mut self) -> Option<Result<bool, Error>> {
-        Owed::refund_now(&mut self.owed)
-    }
-}
-
-impl SpentAll {
-    /// Decisions whose spends stay (nothing to give back).
-    pub(crate) fn kept(decisions: Vec<Decision>) -> Self {
-        SpentAll {
-            decisions,
-            owed: None,
-        }
-    }
-
-    /// One decision per limit, in order.
-    pub fn decisions(&self) -> &[Decision] {
-        &self.decisions
-    }
-
-    /// The decisions, the spends kept.
-    pub fn into_decisions(self) -> Vec<Decision> {
-        self.decisions
-    }
-
-    /// Whether [`refund`](Self::refund) can give anything back: the call was admitted by
-    /// every limit, none of them a shadow limit, on a store that refunds.
-    pub fn refundable(&self) -> bool {
-        self.owed.is_some()
-    }
-
-    /// Gives every limit's spend back, or none: `Ok(true)` when they were.
-    pub async fn refund(mut self) -> Result<bool, Error> {
-        match self.owed.take() {
-            Some(owed) => owed.refund().await,
-            None => Ok(false),
-        }
-    }
-
-    /// [`refund`](Self::refund) when the store answers at once; see [`Spent::refund_now`].
     pub fn refund_now(&mut self) -> Option<Result<bool, Error>> {
         Owed::refund_now(&mut self.owed)
     }
@@ -310,7 +283,10 @@ impl RateLimitService {
             service: self.clone(),
             parts: vec![self.part(site, store_key, receipt)],
         });
-        Ok(Spent { decision, owed })
+        Ok(Spent {
+            decided: decision,
+            owed,
+        })
     }
 }
 
@@ -350,6 +326,9 @@ impl RateLimitService {
                 .map(|((site, decision), key)| self.part(site, key, decision.receipt()))
                 .collect(),
         });
-        SpentAll { decisions, owed }
+        Spent {
+            decided: decisions,
+            owed,
+        }
     }
 }

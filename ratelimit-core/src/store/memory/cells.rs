@@ -236,31 +236,41 @@ impl Cell for FixedCell {
     fn decide(&self, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> Verdict {
         let window = quota.window_nanos();
         update(&self.state, |word| {
-            let (end, count) = unpack(word);
-            let mut state = FixedWindow {
-                start: end.saturating_sub(window),
-                count,
-            };
+            let mut state = FixedCell::unpacked(word, window);
             let verdict = state.decide(now, quota, cost, commit);
             if !commit {
                 return (word, verdict);
             }
-            (pack(state.expires_at(quota), state.count), verdict)
+            (FixedCell::packed(&state, quota), verdict)
         })
     }
     fn refund(&self, spent: Nanos, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> bool {
         let window = quota.window_nanos();
         update(&self.state, |word| {
-            let (end, count) = unpack(word);
-            let mut state = FixedWindow {
-                start: end.saturating_sub(window),
-                count,
-            };
+            let mut state = FixedCell::unpacked(word, window);
             match state.refund(spent, now, quota, cost) {
-                true if commit => (pack(state.expires_at(quota), state.count), true),
+                true if commit => (FixedCell::packed(&state, quota), true),
                 gave => (word, gave),
             }
         })
+    }
+}
+
+impl FixedCell {
+    /// The state in the cell's word (see the type's docs).
+    #[inline(always)]
+    fn unpacked(word: u128, window: Nanos) -> FixedWindow {
+        let (end, count) = unpack(word);
+        FixedWindow {
+            start: end.saturating_sub(window),
+            count,
+        }
+    }
+
+    /// The cell's word for `state`.
+    #[inline(always)]
+    fn packed(state: &FixedWindow, quota: &Quota) -> u128 {
+        pack(state.expires_at(quota), state.count)
     }
 }
 
