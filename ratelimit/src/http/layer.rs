@@ -15,8 +15,8 @@ mod future;
 #[cfg(feature = "tonic")]
 pub use self::answers::GrpcAnswers;
 pub use self::answers::{AnswerBody, Answers, CustomAnswers, DefaultAnswers, IntoCustom};
-use self::future::respond;
 pub use self::future::ResponseFuture;
+use self::future::{respond, RefusedHere};
 
 use super::key::KeyExtractor;
 use super::rules::{Limiter, Now, Rules, Verdict};
@@ -220,6 +220,26 @@ impl<A> RateLimitLayer<A> {
         self.set(|c| c.rules.policy(name))
     }
 
+    /// Counts only the requests whose response status `counts` says (e.g. failed logins:
+    /// `.count_when(|status| status == StatusCode::UNAUTHORIZED)`): each request spends before
+    /// the inner service runs, so N concurrent requests never run it more often than the
+    /// limits allow, and its spend is given back (to every limit, or to none) once a response
+    /// that does not count is made. A request whose response never comes (the client went
+    /// away, the inner service failed) keeps its spend; so does one over the limit.
+    ///
+    /// A response refused by an inner rate-limit layer never counts here: what this layer
+    /// spent for it goes back. Such a layer's requests are decided by awaiting the store (a
+    /// boxed future per request), and only on a store that gives spends back (the memory
+    /// store; on any other every request is refused with [`Error::InvalidConfig`]).
+    pub fn count_when<F>(self, counts: F) -> Self
+    where
+        F: Fn(http::StatusCode) -> bool + Send + Sync + 'static,
+    {
+        // A status `http` cannot read counts: never given back for it.
+        let counts = move |code: u16| http::StatusCode::from_u16(code).map_or(true, &counts);
+        self.set(|c| c.rules.count_when = Some(Arc::new(counts)))
+    }
+
     /// Whether to add the `X-RateLimit-*` and `RateLimit` / `RateLimit-Policy` headers
     /// (default `true`). A refusal keeps its `Retry-After` either way.
     pub fn headers(self, enabled: bool) -> Self {
@@ -359,6 +379,23 @@ where
                 )
             }
         };
+        if config.rules.count_when.is_some() {
+            let started = started.into_owned();
+            let answers = answers.clone();
+            let future: future::Waiting<ResBody, S::Error> = Box::pin(async move {
+                let (verdict, kept) = config.rules.decide_kept(started).await;
+                let request = Request::from_parts(parts, body);
+                let response = respond(inner, config.clone(), &answers, request, verdict).await?;
+                if let Some(kept) = kept {
+                    let refused_inside = response.extensions().get::<RefusedHere>().is_some();
+                    let status = response.status().as_u16();
+                    kept.settle(config.rules.counts(status, refused_inside))
+                        .await;
+                }
+                Ok(response)
+            });
+            return ResponseFuture::waiting(future);
+        }
         let pending = match config.rules.decide_now(&started) {
             Now::Decided(verdict) => {
                 drop(started);

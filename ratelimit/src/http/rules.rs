@@ -12,7 +12,9 @@ use super::limit::Limit;
 use super::route::not_a_grpc_method;
 use super::route::{grpc_method_of, route_of};
 use crate::__private::KeyText;
-use crate::{Attempt, Decision, Error, Module, Options, Pending, RateLimitService};
+use crate::{
+    Attempt, Decision, Error, Module, Options, Pending, RateLimitService, Spent, SpentAll,
+};
 use ratelimit_core::ResponseHeaders;
 
 /// Where a layer's limits live.
@@ -44,7 +46,14 @@ pub(crate) struct Rules {
     /// Per gRPC method: the methods with a budget of their own (`per_method`).
     pub(crate) methods: Option<Arc<[String]>>,
     pub(crate) headers: bool,
+    /// Which response statuses count (`count_when`): a request spends before the handler
+    /// runs and is given back after it when its status does not count. `None`: every
+    /// request counts, and nothing is kept.
+    pub(crate) count_when: Option<Arc<CountWhen>>,
 }
+
+/// Whether a response of this status counts against the limits.
+pub(crate) type CountWhen = dyn Fn(u16) -> bool + Send + Sync;
 
 impl Rules {
     pub(crate) fn new(builder: &'static str, limiter: Limiter, key: impl KeyExtractor) -> Self {
@@ -59,6 +68,7 @@ impl Rules {
             per_route: false,
             methods: None,
             headers: true,
+            count_when: None,
         }
     }
 
@@ -193,6 +203,48 @@ impl Rules {
         Self::verdict(decisions)
     }
 
+    /// The verdict of a layer that counts by response status (`count_when`), its spends kept
+    /// to be given back once the response is known ([`Kept::settle`]). Always awaited: only
+    /// such layers pay for keeping a spend. A service whose store does not give spends back
+    /// refuses every request with a configuration error: it would count every one.
+    pub(crate) async fn decide_kept(&self, started: Started<'_>) -> (Verdict, Option<Kept>) {
+        let (key, service, route) = (&*started.key, &*started.service, started.route.as_deref());
+        if !service.refunds() {
+            let problem = Error::InvalidConfig(crate::ConfigError {
+                problems: vec![(
+                    format!("{}::count_when", self.builder),
+                    "the service's store does not give spends back (the memory store does, \
+                     Redis does not yet): every request would count"
+                        .into(),
+                )],
+            });
+            return (Verdict::Failed(problem), None);
+        }
+        let kept = match self.limits.as_slice() {
+            [one] => match one.prepared(self.per_route, service) {
+                Some(prepared) => prepared.spend(key).await.map(Kept::One),
+                None => service.spend(key, &one.options(route)).await.map(Kept::One),
+            },
+            several => {
+                let options: Vec<Cow<'_, Options>> =
+                    several.iter().map(|limit| limit.options(route)).collect();
+                let limits: Vec<(&str, &Options)> = options.iter().map(|o| (key, &**o)).collect();
+                service.spend_all(&limits).await.map(Kept::Several)
+            }
+        };
+        match kept {
+            Ok(kept) => (Self::verdict(Ok(kept.decisions())), Some(kept)),
+            Err(e) => (Verdict::Failed(e), None),
+        }
+    }
+
+    /// Whether a response with `status` counts: not when an inner rate limiter refused the
+    /// request (the request was not served: what this layer spent for it goes back), else as
+    /// `count_when` says.
+    pub(crate) fn counts(&self, status: u16, refused_inside: bool) -> bool {
+        !refused_inside && self.count_when.as_ref().is_none_or(|counts| counts(status))
+    }
+
     fn verdict(decisions: Result<Decisions, Error>) -> Verdict {
         let decisions = match decisions {
             Ok(decisions) => decisions,
@@ -266,6 +318,30 @@ impl Decisions {
         match self {
             Decisions::One(one) => std::slice::from_ref(one),
             Decisions::Several(several) => several,
+        }
+    }
+}
+
+/// A request's spends, kept while its response is made ([`Rules::decide_kept`]).
+pub(crate) enum Kept {
+    One(Spent),
+    Several(SpentAll),
+}
+
+impl Kept {
+    fn decisions(&self) -> Decisions {
+        match self {
+            Kept::One(spent) => Decisions::One(spent.decision().clone()),
+            Kept::Several(spent) => Decisions::Several(spent.decisions().to_vec()),
+        }
+    }
+
+    /// Gives the spends back unless the response `counts` (as an annotated fn's are: a
+    /// refund the store could not make leaves them counted, logged, never an allowance).
+    pub(crate) async fn settle(self, counts: bool) {
+        match self {
+            Kept::One(spent) => crate::__private::settle(spent, counts).await,
+            Kept::Several(spent) => crate::__private::settle(spent, counts).await,
         }
     }
 }

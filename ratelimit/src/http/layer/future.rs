@@ -82,6 +82,11 @@ impl<F, B, E> ResponseFuture<F, B, E> {
     }
 }
 
+/// Marks a response refused by a rate-limit layer, for the layers around it
+/// ([`count_when`](super::RateLimitLayer::count_when)).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RefusedHere;
+
 /// The response future for `verdict`: the inner service called (with the decisions'
 /// headers to add), or the layer's own answer (with the headers of every limit and, on a
 /// refusal, the refusing decision in its extensions).
@@ -112,6 +117,8 @@ where
             let mut response = answers.refused(decision);
             config.rules.add_headers(response.headers_mut(), &decisions);
             response.extensions_mut().insert(decision.clone());
+            // For an outer layer that counts by status: what it spent goes back.
+            response.extensions_mut().insert(RefusedHere);
             State::Answered {
                 response: Some(response),
             }
