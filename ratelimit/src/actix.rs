@@ -40,7 +40,7 @@ mod head;
 
 pub use self::future::ResponseFuture;
 
-use crate::http::rules::{Limiter, Now, Rules, Verdict};
+use crate::http::rules::{Limiter, Now, RefusedHere, Rules, Verdict};
 use crate::http::KeyExtractor;
 use crate::{Decision, Error, Options, RateLimitService};
 
@@ -147,6 +147,22 @@ impl RateLimit {
         self.set(|c| c.rules.policy(name))
     }
 
+    /// Counts only the requests whose response status `counts` says (e.g. failed logins:
+    /// `.count_when(|status| status == StatusCode::UNAUTHORIZED)`), as the tower layer's
+    /// `count_when` does: each request spends before the inner service runs and is given back once a response that
+    /// does not count is made; a response refused by an inner rate-limit middleware never
+    /// counts here. Only on a store that gives spends back (the memory store; on any other
+    /// every request is refused with [`Error::InvalidConfig`]).
+    pub fn count_when<F>(self, counts: F) -> Self
+    where
+        F: Fn(actix_web::http::StatusCode) -> bool + Send + Sync + 'static,
+    {
+        // A status actix cannot read counts: never given back for it.
+        let counts =
+            move |code: u16| actix_web::http::StatusCode::from_u16(code).map_or(true, &counts);
+        self.set(|c| c.rules.count_when = Some(Arc::new(counts)))
+    }
+
     /// Whether to add the rate-limit headers (default `true`); a refusal keeps its
     /// `Retry-After` either way.
     pub fn headers(self, enabled: bool) -> Self {
@@ -251,6 +267,22 @@ where
             Ok(started) => started,
             Err(verdict) => return future::respond(&self.service, config, request, verdict),
         };
+        if config.rules.count_when.is_some() {
+            let started = started.into_owned();
+            let service = Rc::clone(&self.service);
+            return ResponseFuture::waiting(Box::pin(async move {
+                let (verdict, kept) = config.rules.decide_kept(started).await;
+                let response = future::respond(&service, config.clone(), request, verdict).await?;
+                if let Some(kept) = kept {
+                    let inner = response.response();
+                    let refused_inside = inner.extensions().get::<RefusedHere>().is_some();
+                    let status = inner.status().as_u16();
+                    kept.settle(config.rules.counts(status, refused_inside))
+                        .await;
+                }
+                Ok(response)
+            }));
+        }
         let pending = match config.rules.decide_now(&started) {
             Now::Decided(verdict) => {
                 drop(started);
@@ -282,6 +314,8 @@ impl Config {
         };
         self.rules.add_headers(response.headers_mut(), decisions);
         response.extensions_mut().insert(decision.clone());
+        // For an outer middleware that counts by status: what it spent goes back.
+        response.extensions_mut().insert(RefusedHere);
         response
     }
 

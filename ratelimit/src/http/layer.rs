@@ -15,11 +15,11 @@ mod future;
 #[cfg(feature = "tonic")]
 pub use self::answers::GrpcAnswers;
 pub use self::answers::{AnswerBody, Answers, CustomAnswers, DefaultAnswers, IntoCustom};
+use self::future::respond;
 pub use self::future::ResponseFuture;
-use self::future::{respond, RefusedHere};
 
 use super::key::KeyExtractor;
-use super::rules::{Limiter, Now, Rules, Verdict};
+use super::rules::{Limiter, Now, RefusedHere, Rules, Verdict};
 use crate::{Decision, Error, Options, RateLimitService};
 
 type Skipper = dyn Fn(&Parts) -> bool + Send + Sync;

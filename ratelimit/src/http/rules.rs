@@ -322,6 +322,11 @@ impl Decisions {
     }
 }
 
+/// Marks a response refused by a rate-limit layer or middleware, for the ones around it
+/// (`count_when`): what they spent for the request goes back.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RefusedHere;
+
 /// A request's spends, kept while its response is made ([`Rules::decide_kept`]).
 pub(crate) enum Kept {
     One(Spent),

@@ -11,7 +11,7 @@ use http::Request;
 use pin_project_lite::pin_project;
 use tower::Service;
 
-use super::super::rules::{Decisions, Verdict};
+use super::super::rules::{Decisions, RefusedHere, Verdict};
 use super::{Answers, LayerConfig};
 
 pin_project! {
@@ -81,11 +81,6 @@ impl<F, B, E> ResponseFuture<F, B, E> {
         }
     }
 }
-
-/// Marks a response refused by a rate-limit layer, for the layers around it
-/// ([`count_when`](super::RateLimitLayer::count_when)).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct RefusedHere;
 
 /// The response future for `verdict`: the inner service called (with the decisions'
 /// headers to add), or the layer's own answer (with the headers of every limit and, on a
