@@ -7,15 +7,14 @@
 //! curl -i -X POST -H 'x-user: bob' -H 'x-password: secret' http://127.0.0.1:3000/login    # 200, never counted
 //! ```
 //!
-//! - **5 failed attempts per 15 minutes per user and client address** (`check` below, an
-//!   annotated fn with `count = "err"`): an attempt spends before the password is checked, so
-//!   64 guesses sent at once still check the password only 5 times, and a right password gives
-//!   its spend back.
+//! - **5 failed attempts per 15 minutes per user and client address, then an hour's block**
+//!   (`check` below, an annotated fn with `count = "err"` and `block_for = "1h"`): an attempt
+//!   spends before the password is checked, so 64 guesses sent at once still check the
+//!   password only 5 times; a right password gives its spend back; once refused, the user and
+//!   address stay refused for an hour, right password or not.
 //! - **100 failed logins per hour per client address**, over every user (the layer, with
 //!   `count_when(|status| status == 401)`): an address trying many users is stopped too. A
 //!   request refused by the per-user limit (429) is not counted here.
-//! - Not shown: a block after the limit (`block_for = "1h"` in issue 26), not built yet:
-//!   after the window the attempts are allowed again.
 //!
 //! Passwords: `secret` for every user. `ADDR` changes the address (default `127.0.0.1:3000`).
 
@@ -65,8 +64,9 @@ impl IntoResponse for LoginError {
     }
 }
 
-/// The password check, limited to 5 failures per 15 minutes per user and address.
-#[rate_limit(limit = 5, window = "15m", key = attempt, count = "err")]
+/// The password check, limited to 5 failures per 15 minutes per user and address, then
+/// blocked for an hour.
+#[rate_limit(limit = 5, window = "15m", key = attempt, count = "err", block_for = "1h")]
 async fn check(attempt: &Attempt<'_>, password: &str) -> Result<(), LoginError> {
     let _ = attempt.user;
     match password {

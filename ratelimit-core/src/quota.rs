@@ -45,6 +45,9 @@ pub enum QuotaError {
     /// The token bucket's capacity times its refill interval is too large to count.
     #[error("limit + burst is too large for so slow a refill rate")]
     RefillTooSlow,
+    /// The block after a refusal is longer than [`MAX_WINDOW`].
+    #[error("the block after a refusal must be at most 366 days")]
+    BlockTooLong,
     /// The store cannot count this quota exactly.
     #[error("{store} cannot enforce this limit exactly: {reason}")]
     Unsupported {
@@ -112,6 +115,8 @@ pub struct Quota {
     /// The token bucket's emission interval, nanoseconds per token: derived from the window
     /// and the refill when the quota is made, so a decision divides once less.
     interval: Nanos,
+    /// How long a key stays refused once a call on it was refused (0: not at all).
+    block: Nanos,
 }
 
 impl Quota {
@@ -140,6 +145,7 @@ impl Quota {
             strategy,
             refill,
             interval: 0,
+            block: 0,
         }
         .derived();
         match quota.problem() {
@@ -170,13 +176,51 @@ impl Quota {
 
     /// With `burst` extra calls.
     pub const fn with_burst(self, burst: u64) -> Result<Self, QuotaError> {
-        Self::from_parts(
+        let quota = Self::from_parts(
             self.limit,
             self.window,
             burst,
             self.strategy,
             self.refill_setting(),
-        )
+        );
+        self.keeping_block(quota)
+    }
+
+    /// `quota` (made from this one's settings) with this one's block.
+    const fn keeping_block(self, quota: Result<Self, QuotaError>) -> Result<Self, QuotaError> {
+        match quota {
+            Ok(mut quota) => {
+                quota.block = self.block;
+                Ok(quota)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Refusing a key for `block` once a call on it was refused, whatever the algorithm says
+    /// meanwhile (a block of zero: none). Needs a store that keeps blocks
+    /// ([`Store::blocks`](crate::store::Store::blocks): the memory store; Redis not yet), or
+    /// the limit cannot be enforced.
+    pub const fn with_block(mut self, block: Duration) -> Result<Self, QuotaError> {
+        if block.as_nanos() > MAX_WINDOW.as_nanos() {
+            return Err(QuotaError::BlockTooLong);
+        }
+        self.block = block.as_nanos() as Nanos;
+        Ok(self)
+    }
+
+    /// How long a key stays refused once a call on it was refused, if at all.
+    pub const fn block(&self) -> Option<Duration> {
+        match self.block {
+            0 => None,
+            nanos => Some(Duration::from_nanos(nanos)),
+        }
+    }
+
+    /// [`block`](Self::block) in nanoseconds (0: none).
+    #[inline]
+    pub(crate) const fn block_nanos(&self) -> Nanos {
+        self.block
     }
 
     /// With another strategy (valid for any strategy: the rules do not depend on it).
@@ -187,13 +231,14 @@ impl Quota {
 
     /// With a token-bucket refill rate, in tokens per window.
     pub const fn with_refill(self, refill: u64) -> Result<Self, QuotaError> {
-        Self::from_parts(
+        let quota = Self::from_parts(
             self.limit,
             self.window,
             self.burst,
             self.strategy,
             Some(refill),
-        )
+        );
+        self.keeping_block(quota)
     }
 
     /// Calls per window.
@@ -328,6 +373,7 @@ impl Default for Quota {
             strategy: Strategy::SlidingWindow,
             refill: 0,
             interval: 0,
+            block: 0,
         }
         .derived()
     }
@@ -342,6 +388,9 @@ impl fmt::Display for Quota {
         write!(f, ", {}", self.strategy)?;
         if self.refill != 0 {
             write!(f, ", refill {} per window", self.refill)?;
+        }
+        if let Some(block) = self.block() {
+            write!(f, ", blocked for {} once refused", format_window(block))?;
         }
         Ok(())
     }
@@ -378,6 +427,8 @@ pub struct Overrides {
     pub strategy: Option<Strategy>,
     /// Token-bucket refill, tokens per window.
     pub refill: Option<u64>,
+    /// How long a key stays refused once a call on it was refused.
+    pub block: Option<Duration>,
     /// Why a window given to [`window`](Self::window) is not one; a quota is never resolved
     /// from overrides that have a problem.
     problem: Option<QuotaError>,
@@ -392,6 +443,7 @@ impl Overrides {
             burst: None,
             strategy: None,
             refill: None,
+            block: None,
             problem: None,
         }
     }
@@ -437,6 +489,11 @@ impl Overrides {
         self.refill = Some(refill);
         self
     }
+    /// Blocking a key for `block` once a call on it was refused (see [`Quota::with_block`]).
+    pub const fn block_for(mut self, block: Duration) -> Self {
+        self.block = Some(block);
+        self
+    }
     /// Whether nothing is set (a window that is not one counts as set: it is refused).
     pub const fn is_empty(&self) -> bool {
         self.limit.is_none()
@@ -444,6 +501,7 @@ impl Overrides {
             && self.burst.is_none()
             && self.strategy.is_none()
             && self.refill.is_none()
+            && self.block.is_none()
             && self.problem.is_none()
     }
     /// These settings over `under`'s: each from these when they set it, else from `under`. A
@@ -461,6 +519,7 @@ impl Overrides {
             burst: self.burst.or(under.burst),
             strategy: self.strategy.or(under.strategy),
             refill: self.refill.or(under.refill),
+            block: self.block.or(under.block),
             problem,
         }
     }
@@ -496,6 +555,9 @@ impl fmt::Display for Overrides {
         }
         if let Some(r) = self.refill {
             item(f, format_args!("refill {r} per window"))?;
+        }
+        if let Some(b) = self.block {
+            item(f, format_args!("block {}", format_window(b)))?;
         }
         if sep.is_empty() {
             f.write_str("no overrides")?;

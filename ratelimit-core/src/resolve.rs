@@ -37,13 +37,14 @@ pub(crate) fn quota(
         return Err(e.into());
     }
     let limit = layers.limit.ok_or(Error::NoLimit)?;
-    Ok(Quota::from_parts(
+    let quota = Quota::from_parts(
         limit,
         layers.window.unwrap_or(Duration::ZERO),
         layers.burst.unwrap_or(0),
         layers.strategy.unwrap_or_default(),
         layers.refill,
-    )?)
+    )?;
+    Ok(quota.with_block(layers.block.unwrap_or(Duration::ZERO))?)
 }
 
 #[cfg(test)]

@@ -18,7 +18,7 @@ use ratelimit_syntax::{parse_window, Rate, Strategy};
 
 /// The arguments `#[rate_limit]` accepts, in the order the error message lists them.
 pub(crate) const VALID: &str =
-    "`limit`, `window`, `key`, `tier`, `strategy`, `burst`, `cost`, `count`, `queue`, `shadow`, `name`, `limiter`, `crate`";
+    "`limit`, `window`, `key`, `tier`, `strategy`, `burst`, `cost`, `count`, `block_for`, `queue`, `shadow`, `name`, `limiter`, `crate`";
 
 /// How the tier is chosen.
 #[derive(Clone)]
@@ -71,6 +71,8 @@ pub(crate) struct Args {
     pub(crate) cost: Cost,
     /// `count = "err" | "ok"`: only those outcomes count; `"all"` or nothing: every call.
     pub(crate) count: Option<Count>,
+    /// `block_for = "1h"`: the key refused that long once a call on it was refused.
+    pub(crate) block_for: Option<Duration>,
     /// `queue = true | false`: wait for capacity (or not), over the module's `queue_enabled`.
     pub(crate) queue: Option<bool>,
     /// `shadow = true | false`: decided and counted, never refusing.
@@ -92,6 +94,7 @@ impl Default for Args {
             burst: None,
             cost: Cost::Fixed(1),
             count: None,
+            block_for: None,
             queue: None,
             shadow: false,
             name: None,
@@ -316,6 +319,12 @@ impl Args {
                         ))
                     }
                 }
+            }
+            "block_for" => {
+                let lit = string(&value, "block_for", "\"1h\"")?;
+                let block = parse_window(&lit.value())
+                    .map_err(|e| syn::Error::new(lit.span(), e.to_string()))?;
+                self.block_for = Some(block);
             }
             "queue" => self.queue = Some(boolean(&value, "queue")?),
             "shadow" => self.shadow = boolean(&value, "shadow")?,

@@ -105,6 +105,10 @@ fn spec_tokens(args: &Args, k: &TokenStream) -> syn::Result<TokenStream> {
         let burst = Literal::u64_suffixed(burst);
         spec = quote!(#spec.with_burst(#burst));
     }
+    if let Some(block) = args.block_for {
+        let nanos = Literal::u64_suffixed(block.as_nanos() as u64);
+        spec = quote!(#spec.with_block_nanos(#nanos));
+    }
     if let Some(strategy) = args.strategy {
         let strategy = strategy_tokens(strategy, k)?;
         spec = quote!(#spec.with_strategy(#strategy));

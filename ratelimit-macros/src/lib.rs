@@ -35,6 +35,8 @@ mod signature;
 /// | `strategy` | `"fixed-window"`, `"sliding-window"`, `"sliding-window-counter"`, `"token-bucket"` | the algorithm |
 /// | `burst` | integer | extra calls on top of the limit |
 /// | `cost` | `u64` expression | what a call spends (default 1) |
+/// | `count` | `"err"`, `"ok"` or `"all"` | which outcomes count: the call spends before the body runs and is given back after it when its outcome does not (`"err"`: only calls returning `Err` count); needs a store that gives spends back (the memory store), else `init` fails |
+/// | `block_for` | `"1h"` | once a call on a key is refused, the key stays refused that long whatever the limit says; needs a store that keeps blocks (the memory store), else `init` fails |
 /// | `shadow` | `true` or `false` | a shadow limit: decided, spent and counted like an enforced one, but a call it would refuse runs (counted in `stats().shadowed`, logged); `init` logs each at warn level. To try a limit on real traffic before it refuses anyone |
 /// | `queue` | `true` or `false` | over the limit, wait for capacity in the service's bounded queue (or never), whatever the module's `queue_enabled` says; never on unauthenticated entry points |
 /// | `name` | `"budget"` | the budget's name (default: the fn's path, see [Budget names](#budget-names)); fns sharing a name share a budget |

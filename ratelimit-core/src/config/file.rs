@@ -289,6 +289,7 @@ mod tests {
         strategy = "fixed-window"
         refill = 6
         shadow = true
+        block_for = "2h"
         [store]
         type = "memory"
         max_keys = 10
@@ -311,7 +312,8 @@ mod tests {
                     .priority(5)
                     .strategy(Strategy::FixedWindow)
                     .refill(6)
-                    .shadow(),
+                    .shadow()
+                    .block_for(Duration::from_secs(7_200)),
             )
             .default_tier("pro")
             .queue_enabled(true)
@@ -361,6 +363,7 @@ mod tests {
             strategy: tier_strategy,
             refill,
             shadow,
+            block_for,
         } = &pro.options;
         let left_as_default: Vec<&str> = [
             ("enabled", *enabled == defaults.enabled),
@@ -386,6 +389,7 @@ mod tests {
             ("tiers.pro.strategy", *tier_strategy == unset.strategy),
             ("tiers.pro.refill", *refill == unset.refill),
             ("tiers.pro.shadow", *shadow == unset.shadow),
+            ("tiers.pro.block_for", *block_for == unset.block_for),
         ]
         .into_iter()
         .filter_map(|(field, same)| same.then_some(field))

@@ -51,6 +51,11 @@ pub(crate) struct TierOptions {
     pub(crate) refill: Option<u64>,
     #[cfg_attr(feature = "serde", serde(default))]
     pub(crate) shadow: bool,
+    #[cfg_attr(
+        feature = "serde",
+        serde(default, deserialize_with = "super::file::some_window")
+    )]
+    pub(crate) block_for: Option<Window>,
 }
 
 impl Tier {
@@ -67,6 +72,7 @@ impl Tier {
                 strategy: None,
                 refill: None,
                 shadow: false,
+                block_for: None,
             },
         }
     }
@@ -81,6 +87,14 @@ impl Tier {
     /// Extra calls on top of the limit (overrides the module's `burst_limit`).
     pub fn burst(mut self, burst: u64) -> Self {
         self.options.burst = Some(burst);
+        self
+    }
+
+    /// Refusing a key for `block` once a call on it under the tier was refused, whatever the
+    /// limit says meanwhile: a [`Duration`](std::time::Duration) or text such as `"1h"` (see
+    /// [`Quota::with_block`](crate::Quota::with_block)). Only on a store that keeps blocks.
+    pub fn block_for(mut self, block: impl Into<Window>) -> Self {
+        self.options.block_for = Some(block.into());
         self
     }
 
@@ -136,6 +150,7 @@ impl Tier {
             strategy,
             refill,
             shadow,
+            block_for,
         } = self.options;
         let mut overrides = Overrides::new().limit(limit);
         overrides.burst = burst;
@@ -149,6 +164,11 @@ impl Tier {
         match strategy {
             Some(Ok(s)) => overrides.strategy = Some(s),
             Some(Err(e)) => errors.push(field("strategy"), e.to_string()),
+            None => {}
+        }
+        match block_for.as_ref().map(window_for_field) {
+            Some(Ok(b)) => overrides.block = Some(b),
+            Some(Err(e)) => errors.push(field("block_for"), e),
             None => {}
         }
         Some(ResolvedTier {

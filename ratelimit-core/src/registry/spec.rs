@@ -60,6 +60,12 @@ impl Spec {
         self.overrides = self.overrides.window_duration(Duration::from_nanos(nanos));
         self
     }
+    /// `block_for = "..."`, in nanoseconds.
+    #[doc(hidden)]
+    pub const fn with_block_nanos(mut self, nanos: u64) -> Self {
+        self.overrides = self.overrides.block_for(Duration::from_nanos(nanos));
+        self
+    }
     /// `burst = n`.
     #[doc(hidden)]
     pub const fn with_burst(mut self, burst: u64) -> Self {
@@ -203,6 +209,9 @@ impl fmt::Display for Spec {
         }
         if let Some(r) = self.overrides.refill {
             write!(f, ", refill {r}")?;
+        }
+        if let Some(b) = self.overrides.block {
+            write!(f, ", blocked for {} once refused", format_window(b))?;
         }
         f.write_str(if self.keyed {
             ", per key"

@@ -132,6 +132,14 @@ impl Options {
         self.overrides = self.overrides.refill(refill);
         self
     }
+    /// Refusing the key for `block` once a call on it was refused, whatever the limit says
+    /// meanwhile (see [`Quota::with_block`](crate::Quota::with_block)): on a store that keeps
+    /// blocks (the memory store), else every call is refused as a limit that cannot be
+    /// enforced.
+    pub const fn block_for(mut self, block: std::time::Duration) -> Self {
+        self.overrides = self.overrides.block_for(block);
+        self
+    }
     /// On behalf of this budget: a literal, or a name made at run time.
     pub fn budget(mut self, budget: impl Into<Name>) -> Self {
         self.budget = Some(budget.into());

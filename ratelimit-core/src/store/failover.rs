@@ -244,6 +244,11 @@ impl<S: Store> Store for Failover<S> {
         self.store.refund_all_now(refunds)
     }
 
+    /// The store's blocks (the local share, a memory store, keeps them too).
+    fn blocks(&self) -> bool {
+        self.store.blocks()
+    }
+
     fn supports(&self, quota: &Quota) -> Result<(), QuotaError> {
         self.store.supports(quota)
     }

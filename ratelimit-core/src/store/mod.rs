@@ -256,6 +256,15 @@ pub trait Store: Send + Sync + 'static {
         None
     }
 
+    /// Whether this store keeps blocks: a key refused for a quota's
+    /// [`block`](Quota::block) once a call on it was refused, whatever the algorithm says
+    /// meanwhile. A quota with a block is one a store without them cannot enforce (the
+    /// service refuses it as it refuses what [`supports`](Self::supports) refuses). Default:
+    /// `false`.
+    fn blocks(&self) -> bool {
+        false
+    }
+
     /// Whether this store can count `quota` exactly. The service calls it for every limit it
     /// resolves, and `Module::init` for every annotated fn, so a limit the store cannot count
     /// is a start-up error or a refused call, never a miscounted one. Default: any valid quota.
@@ -306,6 +315,17 @@ pub(crate) trait DynStore: Send + Sync + 'static {
     fn refund_all_now(&self, refunds: &[Refund<'_>]) -> Option<Result<bool, Error>>;
 }
 
+/// A quota with a block, on a store that keeps none: not enforceable.
+pub(crate) fn without_blocks(quota: &Quota) -> Result<(), QuotaError> {
+    match quota.block() {
+        Some(_) => Err(QuotaError::Unsupported {
+            store: "this store",
+            reason: "it keeps no blocks (`block_for`): the memory store does, Redis not yet",
+        }),
+        None => Ok(()),
+    }
+}
+
 impl<S: Store> DynStore for S {
     fn decide<'a>(&'a self, request: Request<'a>) -> BoxFuture<'a, Result<Decision, Error>> {
         Box::pin(Store::decide(self, request))
@@ -330,6 +350,9 @@ impl<S: Store> DynStore for S {
         Store::decides_at_once(self)
     }
     fn supports(&self, quota: &Quota) -> Result<(), QuotaError> {
+        if !Store::blocks(self) {
+            without_blocks(quota)?;
+        }
         Store::supports(self, quota)
     }
     fn refunds(&self) -> bool {

@@ -192,13 +192,13 @@ impl MemoryStore {
         self.decide_at(key, quota, cost, now, false)
     }
 
-    /// Forgets `key`; returns whether it was tracked.
+    /// Forgets `key` (its state and any block on it); returns whether it was tracked.
     pub fn reset(&self, key: &str) -> bool {
         let key = key.as_bytes();
         let hash = self.inner.hasher.hash_one(key);
-        let removed = self.shard(hash).write().remove_all(hash, key);
+        let (removed, blocked) = self.shard(hash).write().remove_all(hash, key);
         self.inner.len.fetch_sub(removed, Ordering::Relaxed);
-        removed > 0
+        removed > 0 || blocked
     }
 
     /// Keys currently tracked (including expired ones not yet swept).
@@ -426,8 +426,16 @@ impl MemoryStore {
         let decide = |cell: &A::Cell| (cell.decide(now, quota, cost, commit), cell.kept().stamp());
         {
             let tables = self.shard(hash).read();
+            if let Some(blocked) = tables.blocked(quota, hash, key, now) {
+                return Ok((blocked, 0));
+            }
             if let Some(cell) = A::table(&tables).find(hash, |c| c.key() == key) {
-                return Ok(decide(cell));
+                let (verdict, stamp) = decide(cell);
+                if let Some(until) = cells::block_after(&verdict, quota, now, commit) {
+                    drop(tables);
+                    return Ok((self.block(hash, key, until, now), stamp));
+                }
+                return Ok((verdict, stamp));
             }
             if tables.held_by_other(quota.strategy(), hash, key) {
                 return Err(algorithm::Undecidable::UnexpectedState.into());
@@ -440,9 +448,18 @@ impl MemoryStore {
         }
         for attempt in 0..2 {
             let mut tables = self.shard(hash).write();
-            // Another call may have stored the key between the two locks.
+            // Another call may have stored the key between the two locks (and another been
+            // refused on it: its block is in force now).
+            if let Some(blocked) = tables.blocked(quota, hash, key, now) {
+                return Ok((blocked, 0));
+            }
             if let Some(cell) = A::table(&tables).find(hash, |c| c.key() == key) {
-                return Ok(decide(cell));
+                let (verdict, stamp) = decide(cell);
+                if let Some(until) = cells::block_after(&verdict, quota, now, commit) {
+                    tables.block(hash, key, until, &self.inner.hasher);
+                    return Ok((cells::blocked_verdict(until, now), stamp));
+                }
+                return Ok((verdict, stamp));
             }
             if tables.held_by_other(quota.strategy(), hash, key) {
                 return Err(algorithm::Undecidable::UnexpectedState.into());
@@ -465,6 +482,16 @@ impl MemoryStore {
         Err(Error::StoreFull {
             max_keys: self.inner.options.max_keys,
         })
+    }
+
+    /// Blocks `key` until `until` (a call on it was just refused at `now`): the refusal the
+    /// call answers, the block's.
+    #[cold]
+    fn block(&self, hash: u64, key: &[u8], until: Nanos, now: Nanos) -> Verdict {
+        self.shard(hash)
+            .write()
+            .block(hash, key, until, &self.inner.hasher);
+        cells::blocked_verdict(until, now)
     }
 
     fn reserve(&self) -> bool {
@@ -519,6 +546,10 @@ impl super::Store for MemoryStore {
     }
 
     fn refunds(&self) -> bool {
+        true
+    }
+
+    fn blocks(&self) -> bool {
         true
     }
 

@@ -10,7 +10,9 @@ use std::hash::BuildHasher;
 
 use parking_lot::RwLockWriteGuard;
 
-use super::cells::{by_strategy, by_strategy_arms, Cell, InTables, Tables};
+use super::cells::{
+    block_after, blocked_verdict, by_strategy, by_strategy_arms, Cell, InTables, Tables,
+};
 use super::MemoryStore;
 use crate::algorithm::{self, Undecidable, Verdict};
 use crate::clock::Nanos;
@@ -110,8 +112,12 @@ impl MemoryStore {
                 .map(|&i| (i, self.inner.shards[i].0.write()))
                 .collect();
             let mut verdicts = Vec::with_capacity(checks.len());
+            // Whether each verdict is its algorithm's on the key's state (a refusal of which
+            // may begin a block), not a block in force or a refusal made before any state.
+            let mut decided = Vec::with_capacity(checks.len());
             let mut fresh = 0;
             for ((check, &hash), fixed) in checks.iter().zip(&hashes).zip(&fixed) {
+                decided.push(fixed.is_none());
                 if let Some(verdict) = fixed {
                     verdicts.push(*verdict);
                     continue;
@@ -122,6 +128,11 @@ impl MemoryStore {
                 if tables.held_by_other(strategy, hash, key) {
                     return Err(Undecidable::UnexpectedState.into());
                 }
+                if let Some(blocked) = tables.blocked(check.quota, hash, key, at) {
+                    verdicts.push(blocked);
+                    decided[verdicts.len() - 1] = false;
+                    continue;
+                }
                 let (verdict, stored) = by_strategy!(
                     strategy,
                     self::look(tables, hash, key, check.quota, check.cost, at)
@@ -130,6 +141,18 @@ impl MemoryStore {
                 verdicts.push(verdict);
             }
             if !commit || verdicts.iter().any(|v| !v.allowed) {
+                // A limit with a block that refused a call that would spend blocks its key.
+                let checked = checks.iter().zip(&hashes).zip(verdicts.iter_mut());
+                for ((check, &hash), verdict) in
+                    checked.zip(&decided).filter(|(_, d)| **d).map(|(c, _)| c)
+                {
+                    if let Some(until) = block_after(verdict, check.quota, at, commit) {
+                        let key = check.key.as_str().as_bytes();
+                        let tables = locked(&mut guards, self.shard_index(hash));
+                        tables.block(hash, key, until, &self.inner.hasher);
+                        *verdict = blocked_verdict(until, at);
+                    }
+                }
                 let unstamped: Vec<(Verdict, u64)> = verdicts.into_iter().map(|v| (v, 0)).collect();
                 return Ok(self.decisions(checks, &unstamped, now));
             }

@@ -20,6 +20,11 @@ pub(crate) fn supports(quota: &Quota) -> Result<(), QuotaError> {
         store: "the Redis store",
         reason,
     };
+    if quota.block().is_some() {
+        return Err(unsupported(
+            "it keeps no blocks (`block_for`) yet: the memory store does",
+        ));
+    }
     let window = quota.window().as_nanos();
     if window % 1_000 != 0 {
         return Err(unsupported(
