@@ -214,3 +214,53 @@ async fn a_spend_that_waited_in_the_queue_is_given_back_once() {
     assert!(level.remaining <= 1, "{level:?}");
     assert_eq!(service.stats().total.refunded, 1);
 }
+
+/// A block holds against a clock stepped back (it ends no earlier than it said), and a
+/// refund of a spend made before the refusal does not lift it.
+#[tokio::test]
+async fn a_block_survives_a_clock_stepped_back_and_a_refund() {
+    let (service, clock) = memory(Config::default());
+    let options = Options::new()
+        .limit(1)
+        .window(Duration::from_secs(10))
+        .block_for(Duration::from_secs(100));
+    let spent = service.spend("t", &options).await.unwrap();
+    assert!(!service.consume("t", &options).await.unwrap().allowed);
+    assert!(spent.refund().await.unwrap(), "the spend goes back");
+    assert!(
+        !service.consume("t", &options).await.unwrap().allowed,
+        "the block holds"
+    );
+    clock.set(START - Duration::from_secs(30));
+    let refused = service.consume("t", &options).await.unwrap();
+    assert!(!refused.allowed);
+    clock.set(START + Duration::from_secs(99));
+    assert!(!service.consume("t", &options).await.unwrap().allowed);
+    clock.set(START + Duration::from_secs(100));
+    assert!(service.consume("t", &options).await.unwrap().allowed);
+}
+
+/// A shadow limit with a block refuses nothing, during the block either: its calls are
+/// admitted, marked shadowed, as long as the block would have refused them.
+#[tokio::test]
+async fn a_shadow_limits_block_refuses_nothing() {
+    let (service, clock) = memory(Config::default());
+    let options = Options::new()
+        .limit(1)
+        .window(Duration::from_secs(10))
+        .block_for(Duration::from_secs(100))
+        .shadow(true);
+    assert!(!service.consume("s", &options).await.unwrap().shadowed);
+    for _ in 0..3 {
+        let d = service.consume("s", &options).await.unwrap();
+        assert!(d.allowed && d.shadowed, "{d:?}");
+    }
+    clock.advance(Duration::from_secs(50));
+    let d = service.consume("s", &options).await.unwrap();
+    assert!(
+        d.allowed && d.shadowed,
+        "still blocked, still admitted: {d:?}"
+    );
+    clock.advance(Duration::from_secs(50));
+    assert!(!service.consume("s", &options).await.unwrap().shadowed);
+}
