@@ -6,11 +6,10 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use ratelimit::store::{Request, Stacked, Store};
 use ratelimit::testing::TestModule;
 use ratelimit::{
-    rate_limit, Config, Decision, Error, MemoryStore, Module, Options, ProblemKind, Quota,
-    QuotaError, RateLimitService, StoreConfig, Strategy, SystemClock, Tier,
+    rate_limit, Config, Error, MemoryStore, Module, Options, ProblemKind, Quota, QuotaError,
+    RateLimitService, StoreConfig, Strategy, SystemClock, Tier,
 };
 
 const HOUR: Duration = Duration::from_secs(3_600);
@@ -205,31 +204,16 @@ async fn blocks_are_swept_once_over() {
     assert!(service.consume("fay", &options).await.unwrap().allowed);
 }
 
-/// A store that keeps no blocks.
-struct NoBlocks(MemoryStore);
-
-impl Store for NoBlocks {
-    async fn decide(&self, request: Request<'_>) -> Result<Decision, Error> {
-        Store::decide(&self.0, request).await
-    }
-    async fn decide_all(&self, stacked: Stacked<'_>) -> Result<Vec<Decision>, Error> {
-        Store::decide_all(&self.0, stacked).await
-    }
-    async fn reset(&self, key: &str) -> Result<bool, Error> {
-        Store::reset(&self.0, key).await
-    }
-    fn refunds(&self) -> bool {
-        true
-    }
-}
-
 /// On a store that keeps no blocks, a limit with a block cannot be enforced: a call is
 /// refused with the reason, an annotated fn does not start, a tier does not build.
 #[tokio::test]
 async fn a_store_without_blocks_refuses_a_limit_with_one() {
     let service = RateLimitService::with_store(
         Config::default(),
-        NoBlocks(MemoryStore::new()),
+        ratelimit_tests::LikeMemory {
+            memory: MemoryStore::new(),
+            refunds: true,
+        },
         std::sync::Arc::new(SystemClock),
     )
     .unwrap();
@@ -251,7 +235,10 @@ async fn a_store_without_blocks_refuses_a_limit_with_one() {
             .allowed
     );
 
-    let store = StoreConfig::custom(NoBlocks(MemoryStore::new()));
+    let store = StoreConfig::custom(ratelimit_tests::LikeMemory {
+        memory: MemoryStore::new(),
+        refunds: true,
+    });
     let Err(Error::Declarations(errors)) = TestModule::new(Module::builder().store(store)) else {
         panic!("started")
     };
@@ -261,7 +248,10 @@ async fn a_store_without_blocks_refuses_a_limit_with_one() {
         .any(|p| p.function == "blocks::guess"
             && matches!(p.kind, ProblemKind::Unenforceable { .. })));
 
-    let store = StoreConfig::custom(NoBlocks(MemoryStore::new()));
+    let store = StoreConfig::custom(ratelimit_tests::LikeMemory {
+        memory: MemoryStore::new(),
+        refunds: true,
+    });
     let tier = Tier::new("trial", 2).window("1m").block_for("10m");
     let built = Config::builder().store(store).tier(tier).build();
     assert!(built.is_err(), "{built:?}");

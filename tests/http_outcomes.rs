@@ -13,7 +13,7 @@ use axum::routing::get;
 use axum::Router;
 use ratelimit::http::{ClientIp, RateLimitLayer};
 use ratelimit::store::{Request, Stacked, Store};
-use ratelimit::{Config, Decision, Error, MemoryStore, Options, RateLimitService, SystemClock};
+use ratelimit::{Config, Decision, Error, Options, RateLimitService, SystemClock};
 use ratelimit_tests::service;
 use ratelimit_tests::web::client;
 use tokio::sync::Semaphore;
@@ -194,21 +194,6 @@ async fn stacked_limits_on_one_layer_give_back_together() {
     assert_eq!((short_left, long_left), (0, 7));
 }
 
-/// A store that decides as the memory store does but gives nothing back.
-struct NoRefunds(MemoryStore);
-
-impl Store for NoRefunds {
-    async fn decide(&self, request: Request<'_>) -> Result<Decision, Error> {
-        Store::decide(&self.0, request).await
-    }
-    async fn decide_all(&self, stacked: Stacked<'_>) -> Result<Vec<Decision>, Error> {
-        Store::decide_all(&self.0, stacked).await
-    }
-    async fn reset(&self, key: &str) -> Result<bool, Error> {
-        Store::reset(&self.0, key).await
-    }
-}
-
 /// A store that would give spends back but cannot answer.
 struct Failing;
 
@@ -239,7 +224,7 @@ async fn without_refunds_or_with_a_broken_store_the_handler_never_runs() {
     let config = || Config::builder().default_limit(5).build().unwrap();
     let no_refunds = RateLimitService::with_store(
         config(),
-        NoRefunds(MemoryStore::new()),
+        ratelimit_tests::LikeMemory::without_refunds(),
         Arc::new(SystemClock),
     )
     .unwrap();

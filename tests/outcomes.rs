@@ -11,8 +11,8 @@ use std::time::Duration;
 use ratelimit::store::{Refund, Request, Stacked, Store, StoredState};
 use ratelimit::testing::TestModule;
 use ratelimit::{
-    rate_limit, Decision, Error, MemoryStore, Module, ModuleBuilder, Options, ProblemKind,
-    StoreConfig, Strategy, Tier,
+    rate_limit, Decision, Error, Module, ModuleBuilder, Options, ProblemKind, StoreConfig,
+    Strategy, Tier,
 };
 use tokio::sync::Semaphore;
 
@@ -232,25 +232,9 @@ fn a_sync_fn_counts_only_its_failures() {
     assert_eq!(m.stats().total.refunded, 3);
 }
 
-/// A store that decides as the memory store does but gives nothing back: a fn that counts
-/// only some outcomes would count every call on it.
-struct NoRefunds(MemoryStore);
-
-impl Store for NoRefunds {
-    async fn decide(&self, request: Request<'_>) -> Result<Decision, Error> {
-        Store::decide(&self.0, request).await
-    }
-    async fn decide_all(&self, stacked: Stacked<'_>) -> Result<Vec<Decision>, Error> {
-        Store::decide_all(&self.0, stacked).await
-    }
-    async fn reset(&self, key: &str) -> Result<bool, Error> {
-        Store::reset(&self.0, key).await
-    }
-}
-
 #[test]
 fn a_fn_that_counts_outcomes_does_not_start_on_a_store_without_refunds() {
-    let store = StoreConfig::custom(NoRefunds(MemoryStore::new()));
+    let store = StoreConfig::custom(ratelimit_tests::LikeMemory::without_refunds());
     let Err(Error::Declarations(errors)) = TestModule::new(config().store(store)) else {
         panic!("started")
     };

@@ -220,6 +220,48 @@ impl ratelimit::store::Store for Broken {
     }
 }
 
+/// The memory store's decisions behind a store of one's own that keeps no blocks and, unless
+/// `refunds`, gives nothing back: what a store without those features does with limits that
+/// need them.
+pub struct LikeMemory {
+    pub memory: ratelimit::MemoryStore,
+    pub refunds: bool,
+}
+
+impl LikeMemory {
+    /// Without refunds (and without blocks).
+    pub fn without_refunds() -> Self {
+        LikeMemory {
+            memory: ratelimit::MemoryStore::new(),
+            refunds: false,
+        }
+    }
+}
+
+impl ratelimit::store::Store for LikeMemory {
+    async fn decide(
+        &self,
+        request: ratelimit::store::Request<'_>,
+    ) -> Result<ratelimit::Decision, ratelimit::Error> {
+        ratelimit::store::Store::decide(&self.memory, request).await
+    }
+
+    async fn decide_all(
+        &self,
+        stacked: ratelimit::store::Stacked<'_>,
+    ) -> Result<Vec<ratelimit::Decision>, ratelimit::Error> {
+        ratelimit::store::Store::decide_all(&self.memory, stacked).await
+    }
+
+    async fn reset(&self, key: &str) -> Result<bool, ratelimit::Error> {
+        ratelimit::store::Store::reset(&self.memory, key).await
+    }
+
+    fn refunds(&self) -> bool {
+        self.refunds
+    }
+}
+
 /// A service of `config()` on every store a case runs on, by name, all on `clock` (the
 /// memory store; with the `redis` feature also a real Redis server and a real Cluster, their
 /// keys under a fresh prefix from `name`), and the servers behind them: they stop when the
