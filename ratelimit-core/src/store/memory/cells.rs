@@ -7,6 +7,7 @@ use hashbrown::HashTable;
 use parking_lot::Mutex;
 use portable_atomic::AtomicU128;
 
+use super::blocks::Block;
 use crate::algorithm::{
     Algorithm, Aligned, FixedWindow, Gcra, SlidingCounter, SlidingLog, Verdict,
 };
@@ -410,38 +411,6 @@ impl Cell for BucketCell {
     }
 }
 
-/// A key refused until `until` ([`Quota::block`]). Not counted in the store's keys: only a
-/// key with a state is ever blocked, and the block goes with it (a reset) or when it ends (a
-/// sweep).
-pub(super) struct Block {
-    key: Box<[u8]>,
-    until: AtomicU64,
-}
-
-/// When a block begins: a call under a quota with a block that spent and was refused blocks
-/// its key until `now` plus the block. `None`: no block.
-#[inline]
-pub(super) fn block_after(
-    verdict: &Verdict,
-    quota: &Quota,
-    now: Nanos,
-    commit: bool,
-) -> Option<Nanos> {
-    let block = quota.block_nanos();
-    (block > 0 && commit && !verdict.allowed).then(|| now.saturating_add(block))
-}
-
-/// The refusal of a call on a key blocked until `until`, decided at `now`.
-#[inline]
-pub(super) fn blocked_verdict(until: Nanos, now: Nanos) -> Verdict {
-    Verdict {
-        allowed: false,
-        remaining: 0,
-        reset_at: until,
-        retry_after: Some(until.saturating_sub(now).max(1)),
-    }
-}
-
 macro_rules! tables {
     ([] $($strategy:ident => $variant:ident($ty:ty), $lua:literal, $cell:ty;)*) => {
         /// One shard: a table per strategy, one per line of the table of algorithms. A key is
@@ -452,8 +421,9 @@ macro_rules! tables {
         #[allow(non_snake_case)]
         pub(super) struct Tables {
             $($variant: HashTable<<$ty as Kept>::Cell>,)*
-            /// The keys refused until a time ([`Quota::block`]), whatever their strategy.
-            blocks: HashTable<Block>,
+            /// The keys refused until a time ([`Quota::block`]), whatever their strategy
+            /// (`blocks.rs`).
+            pub(super) blocks: HashTable<Block>,
         }
 
         $(
@@ -474,42 +444,6 @@ macro_rules! tables {
         )*
 
         impl Tables {
-            /// The refusal of a call under `quota` on `key` while a block is in force on it at
-            /// `now` (only a quota with a block looks).
-            #[inline]
-            pub(super) fn blocked(
-                &self,
-                quota: &Quota,
-                hash: u64,
-                key: &[u8],
-                now: Nanos,
-            ) -> Option<Verdict> {
-                if quota.block_nanos() == 0 {
-                    return None;
-                }
-                let block = self.blocks.find(hash, |b| &*b.key == key)?;
-                let until = block.until.load(Ordering::Acquire);
-                (until > now).then(|| blocked_verdict(until, now))
-            }
-
-            /// Blocks `key` until `until` (never shortening a block in force).
-            pub(super) fn block(
-                &mut self,
-                hash: u64,
-                key: &[u8],
-                until: Nanos,
-                hasher: &foldhash::fast::RandomState,
-            ) {
-                match self.blocks.find(hash, |b| &*b.key == key) {
-                    Some(block) => drop(block.until.fetch_max(until, Ordering::AcqRel)),
-                    None => drop(self.blocks.insert_unique(
-                        hash,
-                        Block { key: key.into(), until: AtomicU64::new(until) },
-                        |b| hasher.hash_one(&*b.key),
-                    )),
-                }
-            }
-
             /// Removes `key` from every table: how many states went (the store's keys), and
             /// whether a block went.
             pub(super) fn remove_all(&mut self, hash: u64, key: &[u8]) -> (usize, bool) {
@@ -522,13 +456,7 @@ macro_rules! tables {
                         Err(_) => 0,
                     }
                 }
-                let blocked = match self.blocks.find_entry(hash, |b| &*b.key == key) {
-                    Ok(block) => {
-                        block.remove();
-                        true
-                    }
-                    Err(_) => false,
-                };
+                let blocked = self.unblock(hash, key);
                 (0 $(+ remove(&mut self.$variant, hash, key))*, blocked)
             }
 
@@ -555,7 +483,7 @@ macro_rules! tables {
                     }
                     before - table.len()
                 }
-                self.blocks.retain(|b| b.until.load(Ordering::Acquire) > now);
+                self.sweep_blocks(now);
                 0 $(+ sweep(&mut self.$variant, now, hasher))*
             }
         }

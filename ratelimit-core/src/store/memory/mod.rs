@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex, RwLock};
 
+mod blocks;
 mod cells;
+mod refund;
 mod stacked;
 
 use self::cells::{by_strategy, by_strategy_arms, Cell, InTables, StampedKey, Tables};
@@ -297,38 +299,6 @@ impl MemoryStore {
         Ok(Decision::for_quota(verdict, now, quota).stamped(stamp))
     }
 
-    /// What [`Store::refund`](super::Store::refund) answers, synchronously: the spend given
-    /// back if its key still holds the state it was made on (the same stamp).
-    pub(crate) fn refund_request(&self, refund: &Refund<'_>) -> Result<bool, Error> {
-        let quota = refund.quota();
-        let key = refund.key().as_str().as_bytes();
-        let at = self.decision_time(refund.now());
-        let spent = refund.spent();
-        Ok(by_strategy!(
-            quota.strategy(),
-            self.refund_in(key, quota, refund.cost(), spent, refund.stamp(), at)
-        ))
-    }
-
-    fn refund_in<A: InTables>(
-        &self,
-        key: &[u8],
-        quota: &Quota,
-        cost: u64,
-        spent: Nanos,
-        stamp: u64,
-        now: Nanos,
-    ) -> bool {
-        let hash = self.inner.hasher.hash_one(key);
-        let tables = self.shard(hash).read();
-        match A::table(&tables).find(hash, |c| c.key() == key) {
-            Some(cell) if stamp != 0 && cell.kept().stamp() == stamp => {
-                cell.refund(spent, now, quota, cost, true)
-            }
-            _ => false,
-        }
-    }
-
     /// A kept key's bytes, with a stamp no other key was given.
     fn kept(&self, key: &[u8]) -> StampedKey {
         StampedKey::new(key, self.inner.stamps.fetch_add(1, Ordering::Relaxed))
@@ -431,7 +401,7 @@ impl MemoryStore {
             }
             if let Some(cell) = A::table(&tables).find(hash, |c| c.key() == key) {
                 let (verdict, stamp) = decide(cell);
-                if let Some(until) = cells::block_after(&verdict, quota, now, commit) {
+                if let Some(until) = blocks::block_after(&verdict, quota, now, commit) {
                     drop(tables);
                     return Ok((self.block(hash, key, until, now), stamp));
                 }
@@ -455,9 +425,9 @@ impl MemoryStore {
             }
             if let Some(cell) = A::table(&tables).find(hash, |c| c.key() == key) {
                 let (verdict, stamp) = decide(cell);
-                if let Some(until) = cells::block_after(&verdict, quota, now, commit) {
+                if let Some(until) = blocks::block_after(&verdict, quota, now, commit) {
                     tables.block(hash, key, until, &self.inner.hasher);
-                    return Ok((cells::blocked_verdict(until, now), stamp));
+                    return Ok((blocks::blocked_verdict(until, now), stamp));
                 }
                 return Ok((verdict, stamp));
             }
@@ -491,7 +461,7 @@ impl MemoryStore {
         self.shard(hash)
             .write()
             .block(hash, key, until, &self.inner.hasher);
-        cells::blocked_verdict(until, now)
+        blocks::blocked_verdict(until, now)
     }
 
     fn reserve(&self) -> bool {

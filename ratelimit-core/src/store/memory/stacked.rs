@@ -10,16 +10,15 @@ use std::hash::BuildHasher;
 
 use parking_lot::RwLockWriteGuard;
 
-use super::cells::{
-    block_after, blocked_verdict, by_strategy, by_strategy_arms, Cell, InTables, Tables,
-};
+use super::blocks::{block_after, blocked_verdict};
+use super::cells::{by_strategy, by_strategy_arms, Cell, InTables, Tables};
 use super::MemoryStore;
 use crate::algorithm::{self, Undecidable, Verdict};
 use crate::clock::Nanos;
 use crate::decision::Decision;
 use crate::error::Error;
 use crate::quota::Quota;
-use crate::store::{Check, Refund, Stacked};
+use crate::store::{Check, Stacked};
 
 /// The level a call would find (spending nothing), and whether the key is stored.
 fn look<A: InTables>(
@@ -65,26 +64,8 @@ fn spend<A: InTables>(
     (verdict, stamp)
 }
 
-/// Gives back (or, without `commit`, whether it would give back) a spend on a key that still
-/// holds the state it was made on (the same stamp).
-fn refund<A: InTables>(
-    tables: &Tables,
-    hash: u64,
-    refund: &Refund<'_>,
-    now: Nanos,
-    commit: bool,
-) -> bool {
-    let key = refund.key().as_str().as_bytes();
-    match A::table(tables).find(hash, |c| c.key() == key) {
-        Some(cell) if refund.stamp() != 0 && cell.kept().stamp() == refund.stamp() => {
-            cell.refund(refund.spent(), now, refund.quota(), refund.cost(), commit)
-        }
-        _ => false,
-    }
-}
-
 /// The tables of shard `index`, among the locked ones (every check's shard is locked).
-fn locked<'g>(
+pub(super) fn locked<'g>(
     guards: &'g mut [(usize, RwLockWriteGuard<'_, Tables>)],
     index: usize,
 ) -> &'g mut Tables {
@@ -194,42 +175,5 @@ impl MemoryStore {
             .zip(verdicts)
             .map(|(c, &(v, stamp))| Decision::for_quota(v, now, c.quota).stamped(stamp))
             .collect()
-    }
-
-    /// [`Store::refund_all`](crate::store::Store::refund_all), synchronously: every spend
-    /// given back, or (one of them finding nothing to give back) none. The shards of every
-    /// key are write-locked in ascending order, as for a stacked decision, so nothing changes
-    /// between the look and the refunds.
-    pub(crate) fn refund_all_at(&self, refunds: &[Refund<'_>]) -> Result<bool, Error> {
-        let Some(first) = refunds.first() else {
-            return Ok(false);
-        };
-        let at = self.decision_time(first.now());
-        let hashes: Vec<u64> = refunds
-            .iter()
-            .map(|r| self.inner.hasher.hash_one(r.key().as_str().as_bytes()))
-            .collect();
-        let mut shards: Vec<usize> = hashes.iter().map(|&h| self.shard_index(h)).collect();
-        shards.sort_unstable();
-        shards.dedup();
-        let mut guards: Vec<(usize, RwLockWriteGuard<'_, Tables>)> = shards
-            .iter()
-            .map(|&i| (i, self.inner.shards[i].0.write()))
-            .collect();
-        for commit in [false, true] {
-            for (r, &hash) in refunds.iter().zip(&hashes) {
-                let tables = locked(&mut guards, self.shard_index(hash));
-                let gave = by_strategy!(
-                    r.quota().strategy(),
-                    self::refund(tables, hash, r, at, commit)
-                );
-                if !gave {
-                    // A look that finds nothing gives nothing back anywhere; the refunds
-                    // that commit were each looked at first under the same locks.
-                    return Ok(false);
-                }
-            }
-        }
-        Ok(true)
     }
 }

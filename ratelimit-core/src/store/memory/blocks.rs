@@ -1,0 +1,100 @@
+//! Blocks ([`Quota::block`]): a key refused until a time once a call on it was refused,
+//! whatever its algorithm says meanwhile; kept per shard beside the states (`Tables`).
+
+use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::cells::Tables;
+use crate::algorithm::Verdict;
+use crate::clock::Nanos;
+use crate::quota::Quota;
+
+/// A key refused until `until` ([`Quota::block`]). Not counted in the store's keys: only a
+/// key with a state is ever blocked, and the block goes with it (a reset) or when it ends (a
+/// sweep).
+pub(super) struct Block {
+    key: Box<[u8]>,
+    until: AtomicU64,
+}
+
+/// When a block begins: a call under a quota with a block that spent and was refused blocks
+/// its key until `now` plus the block. `None`: no block.
+#[inline]
+pub(super) fn block_after(
+    verdict: &Verdict,
+    quota: &Quota,
+    now: Nanos,
+    commit: bool,
+) -> Option<Nanos> {
+    let block = quota.block_nanos();
+    (block > 0 && commit && !verdict.allowed).then(|| now.saturating_add(block))
+}
+
+/// The refusal of a call on a key blocked until `until`, decided at `now`.
+#[inline]
+pub(super) fn blocked_verdict(until: Nanos, now: Nanos) -> Verdict {
+    Verdict {
+        allowed: false,
+        remaining: 0,
+        reset_at: until,
+        retry_after: Some(until.saturating_sub(now).max(1)),
+    }
+}
+
+impl Tables {
+    /// The refusal of a call under `quota` on `key` while a block is in force on it at
+    /// `now` (only a quota with a block looks).
+    #[inline]
+    pub(super) fn blocked(
+        &self,
+        quota: &Quota,
+        hash: u64,
+        key: &[u8],
+        now: Nanos,
+    ) -> Option<Verdict> {
+        if quota.block_nanos() == 0 {
+            return None;
+        }
+        let block = self.blocks.find(hash, |b| &*b.key == key)?;
+        let until = block.until.load(Ordering::Acquire);
+        (until > now).then(|| blocked_verdict(until, now))
+    }
+
+    /// Blocks `key` until `until` (never shortening a block in force).
+    pub(super) fn block(
+        &mut self,
+        hash: u64,
+        key: &[u8],
+        until: Nanos,
+        hasher: &foldhash::fast::RandomState,
+    ) {
+        match self.blocks.find(hash, |b| &*b.key == key) {
+            Some(block) => drop(block.until.fetch_max(until, Ordering::AcqRel)),
+            None => drop(self.blocks.insert_unique(
+                hash,
+                Block {
+                    key: key.into(),
+                    until: AtomicU64::new(until),
+                },
+                |b| hasher.hash_one(&*b.key),
+            )),
+        }
+    }
+
+    /// Lifts `key`'s block; whether it had one.
+    pub(super) fn unblock(&mut self, hash: u64, key: &[u8]) -> bool {
+        match self.blocks.find_entry(hash, |b| &*b.key == key) {
+            Ok(block) => {
+                block.remove();
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// Drops the blocks over at `now`.
+    pub(super) fn sweep_blocks(&mut self, now: Nanos) {
+        self.blocks
+            .retain(|b| b.until.load(Ordering::Acquire) > now);
+    }
+}

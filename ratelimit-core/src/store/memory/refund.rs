@@ -1,0 +1,84 @@
+//! Refunds ([`Refund`]): a spend given back to the state it was made on, one key at a time or
+//! a stacked call's keys as one. A key's state is the one a spend was made on while the key
+//! holds the stamp the spend's decision carried (`cells::StampedKey`).
+
+use std::hash::BuildHasher;
+
+use parking_lot::RwLockWriteGuard;
+
+use super::cells::{by_strategy, by_strategy_arms, Cell, InTables, Tables};
+use super::stacked::locked;
+use super::MemoryStore;
+use crate::clock::Nanos;
+use crate::error::Error;
+use crate::store::Refund;
+
+/// Gives back (or, without `commit`, whether it would give back) a spend on a key that still
+/// holds the state it was made on (the same stamp).
+fn refund<A: InTables>(
+    tables: &Tables,
+    hash: u64,
+    refund: &Refund<'_>,
+    now: Nanos,
+    commit: bool,
+) -> bool {
+    let key = refund.key().as_str().as_bytes();
+    match A::table(tables).find(hash, |c| c.key() == key) {
+        Some(cell) if refund.stamp() != 0 && cell.kept().stamp() == refund.stamp() => {
+            cell.refund(refund.spent(), now, refund.quota(), refund.cost(), commit)
+        }
+        _ => false,
+    }
+}
+
+impl MemoryStore {
+    /// What [`Store::refund`](super::Store::refund) answers, synchronously: the spend given
+    /// back if its key still holds the state it was made on (the same stamp), under the
+    /// shard's read lock (the cell's own atomic step gives it back, as a decision spends).
+    pub(crate) fn refund_request(&self, refund: &Refund<'_>) -> Result<bool, Error> {
+        let at = self.decision_time(refund.now());
+        let hash = self.inner.hasher.hash_one(refund.key().as_str().as_bytes());
+        let tables = self.shard(hash).read();
+        Ok(by_strategy!(
+            refund.quota().strategy(),
+            self::refund(&tables, hash, refund, at, true)
+        ))
+    }
+
+    /// [`Store::refund_all`](crate::store::Store::refund_all), synchronously: every spend
+    /// given back, or (one of them finding nothing to give back) none. The shards of every
+    /// key are write-locked in ascending order, as for a stacked decision, so nothing changes
+    /// between the look and the refunds.
+    pub(crate) fn refund_all_at(&self, refunds: &[Refund<'_>]) -> Result<bool, Error> {
+        let Some(first) = refunds.first() else {
+            return Ok(false);
+        };
+        let at = self.decision_time(first.now());
+        let hashes: Vec<u64> = refunds
+            .iter()
+            .map(|r| self.inner.hasher.hash_one(r.key().as_str().as_bytes()))
+            .collect();
+        let mut shards: Vec<usize> = hashes.iter().map(|&h| self.shard_index(h)).collect();
+        shards.sort_unstable();
+        shards.dedup();
+        let mut guards: Vec<(usize, RwLockWriteGuard<'_, Tables>)> = shards
+            .iter()
+            .map(|&i| (i, self.inner.shards[i].0.write()))
+            .collect();
+        for commit in [false, true] {
+            for (r, &hash) in refunds.iter().zip(&hashes) {
+                let tables = locked(&mut guards, self.shard_index(hash));
+                let gave = by_strategy!(
+                    r.quota().strategy(),
+                    self::refund(tables, hash, r, at, commit)
+                );
+                if !gave {
+                    // A look that finds nothing gives nothing back anywhere; the refunds
+                    // that commit were each looked at first under the same locks.
+                    return Ok(false);
+                }
+            }
+        }
+        Ok(true)
+    }
+}
