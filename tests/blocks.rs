@@ -263,3 +263,92 @@ async fn a_store_without_blocks_refuses_a_limit_with_one() {
         Err(QuotaError::BlockTooLong)
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// Penalties and rewards: what the application decides after the fact.
+
+/// A penalty spends past the limit: a token bucket (one token every 12 s, 5 at most) given
+/// 10 units is refused until they have come back (72 s: 120 s of tokens less the bucket's 60
+/// s of room, less the one token a call needs), exactly; a new key is made by a penalty.
+#[tokio::test]
+async fn a_penalty_refuses_until_its_units_came_back() {
+    let m = module();
+    let service = m.service();
+    let options = Options::new()
+        .limit(5)
+        .window(Duration::from_secs(60))
+        .strategy(Strategy::TokenBucket);
+    let level = service.penalize("hal", &options, 10).await.unwrap();
+    assert!(!level.allowed);
+    assert_eq!(level.remaining, 0);
+    m.clock()
+        .advance(Duration::from_secs(72) - Duration::from_nanos(1));
+    assert!(!service.consume("hal", &options).await.unwrap().allowed);
+    m.clock().advance(Duration::from_nanos(1));
+    assert!(service.consume("hal", &options).await.unwrap().allowed);
+}
+
+/// A reward gives back up to its units, never past the quota; on a key with nothing spent it
+/// gives nothing and keeps nothing.
+#[tokio::test]
+async fn a_reward_never_grows_the_budget_past_the_quota() {
+    for strategy in Strategy::ALL {
+        let m = module();
+        let service = m.service();
+        let options = Options::new()
+            .limit(5)
+            .window(Duration::from_secs(60))
+            .strategy(strategy);
+        assert_eq!(
+            service.reward("ivy", &options, 3).await.unwrap().remaining,
+            5
+        );
+        assert!(service.memory_store().unwrap().is_empty(), "{strategy}");
+        for _ in 0..3 {
+            service.consume("ivy", &options).await.unwrap();
+        }
+        let level = service.reward("ivy", &options, 10).await.unwrap();
+        assert_eq!(level.remaining, 5, "{strategy}");
+        for _ in 0..5 {
+            assert!(
+                service.consume("ivy", &options).await.unwrap().allowed,
+                "{strategy}"
+            );
+        }
+        assert!(
+            !service.consume("ivy", &options).await.unwrap().allowed,
+            "{strategy}"
+        );
+    }
+}
+
+/// A store that takes no penalties or rewards refuses them with the reason, changing nothing.
+#[tokio::test]
+async fn a_store_without_adjustments_refuses_them() {
+    let service = RateLimitService::with_store(
+        Config::builder().default_limit(5).build().unwrap(),
+        ratelimit_tests::LikeMemory::without_refunds(),
+        std::sync::Arc::new(SystemClock),
+    )
+    .unwrap();
+    for result in [
+        service.penalize("jo", &Options::new(), 2).await,
+        service.reward("jo", &Options::new(), 2).await,
+    ] {
+        assert!(
+            matches!(
+                result,
+                Err(Error::InvalidQuota(QuotaError::Unsupported { .. }))
+            ),
+            "{result:?}"
+        );
+    }
+    assert_eq!(
+        service
+            .status("jo", &Options::new())
+            .await
+            .unwrap()
+            .remaining,
+        5
+    );
+}

@@ -45,6 +45,12 @@ pub(crate) trait Algorithm: Default + Clone + PartialEq + fmt::Debug {
     /// [`Refund`](crate::store::Refund).
     fn refund(&mut self, spent: Nanos, now: Nanos, quota: &Quota, cost: u64) -> bool;
 
+    /// What the application decides after the fact, at `now`: a penalty spends `units` from
+    /// the budget whatever it holds (past the limit too: the key is refused until they have
+    /// come back), a reward gives back up to `units` of what it holds now (never past the
+    /// quota). Returns the units spent or given back; the state stays one a store writes.
+    fn adjust(&mut self, now: Nanos, quota: &Quota, units: u64, penalty: bool) -> u64;
+
     /// Whether a store of this crate could have written this state, whatever the quota (see
     /// [`State::written_by_a_store`]).
     fn written_by_a_store(&self) -> bool;
@@ -585,6 +591,39 @@ mod tests {
                     proptest::prop_assert!(state.written_by_a_store(), "{} {:?}", strategy, state);
                     let level = level_of(&state, now, &q);
                     proptest::prop_assert!(level.remaining <= q.capacity(), "{}", strategy);
+                }
+            }
+        }
+    }
+
+    proptest::proptest! {
+        /// A penalty then a reward of the same units at one instant leave the level as it
+        /// was; any sequence of them keeps a state a store writes and a level within the
+        /// quota; a penalty past the capacity refuses until its units have come back.
+        #[test]
+        fn penalties_and_rewards_keep_the_budget_within_its_bounds(
+            steps in proptest::collection::vec((0..300_000_000u64, 1..=12u64, proptest::bool::ANY), 1..40),
+        ) {
+            for strategy in Strategy::ALL {
+                let q = Quota::new(5, Duration::from_secs(1))
+                    .unwrap()
+                    .with_strategy(strategy);
+                let mut state = State::new(strategy);
+                let mut now = 1_000 * SEC;
+                for &(step, units, penalty) in &steps {
+                    now += step;
+                    let before = level_of(&state, now, &q);
+                    let mut there_and_back = state.clone();
+                    let moved = there_and_back.adjust(now, &q, units, true);
+                    proptest::prop_assert_eq!(there_and_back.adjust(now, &q, moved, false), moved, "{}", strategy);
+                    proptest::prop_assert_eq!(level_of(&there_and_back, now, &q), before, "{}", strategy);
+                    state.adjust(now, &q, units, penalty);
+                    proptest::prop_assert!(state.written_by_a_store(), "{} {:?}", strategy, state);
+                    let level = level_of(&state, now, &q);
+                    proptest::prop_assert!(level.remaining <= q.capacity(), "{}", strategy);
+                    if penalty && units > q.capacity() {
+                        proptest::prop_assert!(!level.allowed, "{} admitted past a penalty", strategy);
+                    }
                 }
             }
         }

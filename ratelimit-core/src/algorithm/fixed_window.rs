@@ -71,6 +71,24 @@ impl Algorithm for FixedWindow {
         true
     }
 
+    /// In the window of `now` (never before the recorded one): a penalty adds to its count (up
+    /// to the largest capacity), a reward takes from it.
+    fn adjust(&mut self, now: Nanos, quota: &Quota, units: u64, penalty: bool) -> u64 {
+        let now = now.max(self.start);
+        let window = quota.window_nanos();
+        let start = now - now % window;
+        let count = if self.start == start { self.count } else { 0 };
+        let next = match penalty {
+            true => count.saturating_add(units).min(MAX_CAPACITY),
+            false => count - units.min(count),
+        };
+        *self = match next {
+            0 => FixedWindow::default(),
+            count => FixedWindow { start, count },
+        };
+        next.abs_diff(count)
+    }
+
     /// A count of zero only in a fresh state: a recorded call counts at least 1.
     fn written_by_a_store(&self) -> bool {
         self.start <= MAX_NOW && self.count <= MAX_CAPACITY && (self.count > 0 || self.start == 0)

@@ -216,6 +216,33 @@ impl Algorithm for SlidingCounter {
         true
     }
 
+    /// In the window of `now` (never before the recorded one): a penalty adds to its count (up
+    /// to the largest capacity), a reward takes from it (the previous window's weight stays);
+    /// a window left with no count steps back to the previous one, as a refund's does.
+    fn adjust(&mut self, now: Nanos, quota: &Quota, units: u64, penalty: bool) -> u64 {
+        let window = quota.window_nanos();
+        let Aligned { start, .. } = Aligned::new(now, window).not_before(self.start, window);
+        let (previous, current) = self.at(start, window);
+        let next = match penalty {
+            true => current.saturating_add(units).min(MAX_CAPACITY),
+            false => current - units.min(current),
+        };
+        *self = match (next, previous) {
+            (0, 0) => SlidingCounter::default(),
+            (0, previous) => SlidingCounter {
+                start: start - window,
+                current: previous,
+                previous: 0,
+            },
+            (current, previous) => SlidingCounter {
+                start,
+                current,
+                previous,
+            },
+        };
+        next.abs_diff(current)
+    }
+
     /// Counts within the largest capacity, and a current count of zero only in a fresh
     /// state (a recorded call counts at least 1; a refund that empties a window steps back to
     /// the previous one, see `refund`).

@@ -106,6 +106,41 @@ impl Algorithm for SlidingLog {
         true
     }
 
+    /// At `now` (never before the newest entry), once the entries that left the window are
+    /// dropped: a penalty is an entry of its own (the total kept within the largest capacity),
+    /// a reward takes from the newest entries first.
+    fn adjust(&mut self, now: Nanos, quota: &Quota, units: u64, penalty: bool) -> u64 {
+        let now = self.hits.back().map_or(now, |&(t, _)| now.max(t));
+        let window = quota.window_nanos();
+        let expired = self.hits.partition_point(|&(t, _)| t + window <= now);
+        let stale: u64 = self.hits.drain(..expired).map(|(_, c)| u64::from(c)).sum();
+        self.total -= stale;
+        if penalty {
+            let added = units
+                .min(MAX_CAPACITY - self.total)
+                .min(u64::from(u32::MAX));
+            if added > 0 {
+                self.hits.push_back((now, added as u32));
+                self.total += added;
+            }
+            return added;
+        }
+        let mut left = units;
+        while left > 0 {
+            let Some((_, cost)) = self.hits.back_mut() else {
+                break;
+            };
+            let taken = left.min(u64::from(*cost));
+            *cost -= taken as u32;
+            self.total -= taken;
+            left -= taken;
+            if *cost == 0 {
+                self.hits.pop_back();
+            }
+        }
+        units - left
+    }
+
     /// A total within the largest capacity, the newest entry no later than the last instant
     /// decided.
     fn written_by_a_store(&self) -> bool {

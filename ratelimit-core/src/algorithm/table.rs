@@ -52,6 +52,10 @@ impl<A: Algorithm> Algorithm for Box<A> {
         (**self).refund(spent, now, quota, cost)
     }
 
+    fn adjust(&mut self, now: Nanos, quota: &Quota, units: u64, penalty: bool) -> u64 {
+        (**self).adjust(now, quota, units, penalty)
+    }
+
     fn written_by_a_store(&self) -> bool {
         (**self).written_by_a_store()
     }
@@ -146,6 +150,14 @@ macro_rules! state {
                     }
                 )*
                 Err(NOT_A_STATE)
+            }
+
+            /// A penalty or a reward (see [`Algorithm::adjust`]).
+            #[cfg(test)]
+            pub(crate) fn adjust(&mut self, now: Nanos, quota: &Quota, units: u64, penalty: bool) -> u64 {
+                match self {
+                    $(State::$variant(s) => s.adjust(now, quota, units, penalty),)*
+                }
             }
 
             /// Gives back a spend (see [`Algorithm::refund`]).

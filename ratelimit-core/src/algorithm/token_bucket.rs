@@ -60,6 +60,26 @@ impl Algorithm for Gcra {
         true
     }
 
+    /// A penalty moves the arrival time on by its tokens (at most the largest tolerance past
+    /// `now`), a reward moves it back (never before `now`: a full bucket).
+    fn adjust(&mut self, now: Nanos, quota: &Quota, units: u64, penalty: bool) -> u64 {
+        let interval = quota.interval_nanos().max(1);
+        let tat = self.tat.max(now);
+        let moved = interval.saturating_mul(units);
+        if penalty {
+            let most = now.saturating_add(MAX_TOLERANCE as Nanos);
+            let next = tat.saturating_add(moved).min(most).max(tat);
+            self.tat = next;
+            return (next - tat) / interval;
+        }
+        let next = tat.saturating_sub(moved).max(now);
+        let given = (tat - next) / interval;
+        if given > 0 {
+            self.tat = next;
+        }
+        given
+    }
+
     /// An arrival time up to the largest tolerance beyond the last instant decided.
     fn written_by_a_store(&self) -> bool {
         u128::from(self.tat) <= u128::from(MAX_NOW) + MAX_TOLERANCE

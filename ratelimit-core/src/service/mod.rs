@@ -4,6 +4,7 @@ use std::fmt;
 
 use std::sync::Arc;
 
+mod adjust;
 mod calls;
 mod counting;
 mod options;

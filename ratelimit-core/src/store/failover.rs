@@ -3,7 +3,7 @@
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::{Check, MemoryStore, Refund, Request, Stacked, Store};
+use super::{Adjustment, Check, MemoryStore, Refund, Request, Stacked, Store};
 use crate::decision::Decision;
 use crate::error::Error;
 use crate::quota::{Quota, QuotaError};
@@ -242,6 +242,16 @@ impl<S: Store> Store for Failover<S> {
 
     fn refund_all_now(&self, refunds: &[Refund<'_>]) -> Option<Result<bool, Error>> {
         self.store.refund_all_now(refunds)
+    }
+
+    /// The store's penalties and rewards (never the local share's: it decides only while the
+    /// store is away, and its state is not the store's).
+    fn adjusts(&self) -> bool {
+        self.store.adjusts()
+    }
+
+    async fn adjust(&self, adjustment: Adjustment<'_>) -> Result<u64, Error> {
+        self.store.adjust(adjustment).await
     }
 
     /// The store's blocks (the local share, a memory store, keeps them too).

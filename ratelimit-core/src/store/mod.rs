@@ -28,7 +28,7 @@ pub(crate) use self::failover::{Failover, FailurePolicy};
 pub(crate) use self::memory::{MemoryOptions, MemoryStore};
 #[cfg(feature = "redis")]
 pub(crate) use self::redis::{RedisOptions, RedisStore};
-pub use self::request::{Check, Mode, Refund, Request, Stacked, StoreKey};
+pub use self::request::{Adjustment, Check, Mode, Refund, Request, Stacked, StoreKey};
 pub use self::state::StoredState;
 
 use crate::decision::Decision;
@@ -256,6 +256,23 @@ pub trait Store: Send + Sync + 'static {
         None
     }
 
+    /// Whether this store takes penalties and rewards ([`adjust`](Self::adjust)). Default:
+    /// `false`.
+    fn adjusts(&self) -> bool {
+        false
+    }
+
+    /// Applies a penalty or a reward ([`Adjustment`]) in one atomic step; returns the units
+    /// spent or given back. Default: nothing is changed (`0`): a store that takes them says
+    /// so with [`adjusts`](Self::adjusts), and the service refuses them on any other.
+    fn adjust(
+        &self,
+        adjustment: Adjustment<'_>,
+    ) -> impl Future<Output = Result<u64, Error>> + Send {
+        let _ = adjustment;
+        async { Ok(0) }
+    }
+
     /// Whether this store keeps blocks: a key refused for a quota's
     /// [`block`](Quota::block) once a call on it was refused, whatever the algorithm says
     /// meanwhile. A quota with a block is one a store without them cannot enforce (the
@@ -313,6 +330,8 @@ pub(crate) trait DynStore: Send + Sync + 'static {
     fn refund_now(&self, refund: Refund<'_>) -> Option<Result<bool, Error>>;
     fn refund_all<'a>(&'a self, refunds: &'a [Refund<'a>]) -> BoxFuture<'a, Result<bool, Error>>;
     fn refund_all_now(&self, refunds: &[Refund<'_>]) -> Option<Result<bool, Error>>;
+    fn adjusts(&self) -> bool;
+    fn adjust<'a>(&'a self, adjustment: Adjustment<'a>) -> BoxFuture<'a, Result<u64, Error>>;
 }
 
 /// A quota with a block, on a store that keeps none: not enforceable.
@@ -369,5 +388,11 @@ impl<S: Store> DynStore for S {
     }
     fn refund_all_now(&self, refunds: &[Refund<'_>]) -> Option<Result<bool, Error>> {
         Store::refund_all_now(self, refunds)
+    }
+    fn adjusts(&self) -> bool {
+        Store::adjusts(self)
+    }
+    fn adjust<'a>(&'a self, adjustment: Adjustment<'a>) -> BoxFuture<'a, Result<u64, Error>> {
+        Box::pin(Store::adjust(self, adjustment))
     }
 }

@@ -244,6 +244,64 @@ impl<'a> Refund<'a> {
     }
 }
 
+/// What the application decides after the fact ([`Store::adjust`](super::Store::adjust)): a
+/// penalty spends `units` from a key's budget whatever it holds (past its limit too), a reward
+/// gives back up to `units` of what it holds (never past the quota).
+#[derive(Debug, Clone, Copy)]
+pub struct Adjustment<'a> {
+    key: StoreKey<'a>,
+    quota: &'a Quota,
+    units: u64,
+    now: Nanos,
+    penalty: bool,
+}
+
+impl<'a> Adjustment<'a> {
+    /// A penalty of `units` on `key` under `quota`, at `now`.
+    pub fn penalty(key: StoreKey<'a>, quota: &'a Quota, units: u64, now: Nanos) -> Self {
+        Adjustment {
+            key,
+            quota,
+            units,
+            now,
+            penalty: true,
+        }
+    }
+
+    /// A reward of `units` on `key` under `quota`, at `now`.
+    pub fn reward(key: StoreKey<'a>, quota: &'a Quota, units: u64, now: Nanos) -> Self {
+        Adjustment {
+            penalty: false,
+            ..Self::penalty(key, quota, units, now)
+        }
+    }
+
+    /// The store key.
+    pub fn key(&self) -> StoreKey<'a> {
+        self.key
+    }
+
+    /// The limit.
+    pub fn quota(&self) -> &'a Quota {
+        self.quota
+    }
+
+    /// How many units.
+    pub fn units(&self) -> u64 {
+        self.units
+    }
+
+    /// The time.
+    pub fn now(&self) -> Nanos {
+        self.now
+    }
+
+    /// Whether it is a penalty (else a reward).
+    pub fn is_penalty(&self) -> bool {
+        self.penalty
+    }
+}
+
 /// One limit of a [`Stacked`] call: a key, its quota, the call's cost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Check<'a> {

@@ -47,6 +47,8 @@ pub(super) trait Cell: Sized {
     /// Gives back a spend in one atomic step (see [`Algorithm::refund`]); without `commit`,
     /// only whether it would (under a lock that keeps every other writer out).
     fn refund(&self, spent: Nanos, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> bool;
+    /// A penalty or a reward in one atomic step (see [`Algorithm::adjust`]).
+    fn adjust(&self, now: Nanos, quota: &Quota, units: u64, penalty: bool) -> u64;
 }
 
 /// A kept key's bytes behind its stamp: a number the store gives each key it adds, never
@@ -255,6 +257,14 @@ impl Cell for FixedCell {
             }
         })
     }
+    fn adjust(&self, now: Nanos, quota: &Quota, units: u64, penalty: bool) -> u64 {
+        let window = quota.window_nanos();
+        update(&self.state, |word| {
+            let mut state = FixedCell::unpacked(word, window);
+            let moved = state.adjust(now, quota, units, penalty);
+            (FixedCell::packed(&state, quota), moved)
+        })
+    }
 }
 
 impl FixedCell {
@@ -313,6 +323,13 @@ impl<A: Algorithm> Cell for LockedCell<A> {
         }
         gave
     }
+    fn adjust(&self, now: Nanos, quota: &Quota, units: u64, penalty: bool) -> u64 {
+        let mut state = self.state.lock();
+        let moved = state.adjust(now, quota, units, penalty);
+        self.expires_at
+            .store(state.expires_at(quota), Ordering::Release);
+        moved
+    }
 }
 
 impl Cell for CounterCell {
@@ -351,6 +368,14 @@ impl Cell for CounterCell {
                 true if commit => (CounterCell::packed(&state, quota), true),
                 gave => (word, gave),
             }
+        })
+    }
+    fn adjust(&self, now: Nanos, quota: &Quota, units: u64, penalty: bool) -> u64 {
+        let window = quota.window_nanos();
+        update(&self.state, |word| {
+            let mut state = CounterCell::unpacked(word, window);
+            let moved = state.adjust(now, quota, units, penalty);
+            (CounterCell::packed(&state, quota), moved)
         })
     }
 }
@@ -407,6 +432,13 @@ impl Cell for BucketCell {
             let mut state = Gcra { tat };
             let gave = state.refund(spent, now, quota, cost);
             (if commit { state.tat } else { tat }, gave)
+        })
+    }
+    fn adjust(&self, now: Nanos, quota: &Quota, units: u64, penalty: bool) -> u64 {
+        update(&self.tat, |tat| {
+            let mut state = Gcra { tat };
+            let moved = state.adjust(now, quota, units, penalty);
+            (state.tat, moved)
         })
     }
 }

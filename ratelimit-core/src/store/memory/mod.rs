@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex, RwLock};
 
+mod adjust;
 mod blocks;
 mod cells;
 mod refund;
@@ -20,7 +21,7 @@ use crate::clock::{Clock, Nanos};
 use crate::decision::Decision;
 use crate::error::Error;
 use crate::quota::Quota;
-use crate::store::{Refund, Request, Stacked};
+use crate::store::{Adjustment, Refund, Request, Stacked};
 
 const SHARDS: usize = 64;
 
@@ -299,6 +300,23 @@ impl MemoryStore {
         Ok(Decision::for_quota(verdict, now, quota).stamped(stamp))
     }
 
+    /// Keeps `cell` as `key`'s (room for it was reserved, and the key is in no table): its
+    /// stamp.
+    fn insert<A: InTables>(
+        &self,
+        tables: &mut Tables,
+        hash: u64,
+        key: &[u8],
+        mut cell: A::Cell,
+    ) -> u64 {
+        let kept = self.kept(key);
+        let stamp = kept.stamp();
+        cell.keep(kept);
+        let hasher = &self.inner.hasher;
+        A::table_mut(tables).insert_unique(hash, cell, |c| hasher.hash_one(c.key()));
+        stamp
+    }
+
     /// A kept key's bytes, with a stamp no other key was given.
     fn kept(&self, key: &[u8]) -> StampedKey {
         StampedKey::new(key, self.inner.stamps.fetch_add(1, Ordering::Relaxed))
@@ -435,14 +453,9 @@ impl MemoryStore {
                 return Err(algorithm::Undecidable::UnexpectedState.into());
             }
             if self.reserve() {
-                let mut cell = A::Cell::fresh();
+                let cell = A::Cell::fresh();
                 let verdict = cell.decide(now, quota, cost, commit);
-                let kept = self.kept(key);
-                let stamp = kept.stamp();
-                cell.keep(kept);
-                let hasher = &self.inner.hasher;
-                A::table_mut(&mut tables).insert_unique(hash, cell, |c| hasher.hash_one(c.key()));
-                return Ok((verdict, stamp));
+                return Ok((verdict, self.insert::<A>(&mut tables, hash, key, cell)));
             }
             drop(tables);
             if attempt == 0 {
@@ -521,6 +534,14 @@ impl super::Store for MemoryStore {
 
     fn blocks(&self) -> bool {
         true
+    }
+
+    fn adjusts(&self) -> bool {
+        true
+    }
+
+    async fn adjust(&self, adjustment: Adjustment<'_>) -> Result<u64, Error> {
+        self.adjust_request(&adjustment)
     }
 
     async fn refund(&self, refund: Refund<'_>) -> Result<bool, Error> {

@@ -54,14 +54,9 @@ fn spend<A: InTables>(
     if let Some(cell) = A::table(tables).find(hash, |c| c.key() == key) {
         return (cell.decide(now, quota, cost, true), cell.kept().stamp());
     }
-    let mut cell = A::Cell::fresh();
+    let cell = A::Cell::fresh();
     let verdict = cell.decide(now, quota, cost, true);
-    let kept = store.kept(key);
-    let stamp = kept.stamp();
-    cell.keep(kept);
-    let hasher = &store.inner.hasher;
-    A::table_mut(tables).insert_unique(hash, cell, |c| hasher.hash_one(c.key()));
-    (verdict, stamp)
+    (verdict, store.insert::<A>(tables, hash, key, cell))
 }
 
 /// The tables of shard `index`, among the locked ones (every check's shard is locked).

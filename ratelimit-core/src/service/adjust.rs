@@ -1,0 +1,84 @@
+//! Penalties and rewards: what the application decides after the fact about a key's budget.
+
+use std::future::Future;
+
+use super::calls::Mode;
+use super::{Options, RateLimitService};
+use crate::decision::Decision;
+use crate::error::Error;
+use crate::quota::QuotaError;
+use crate::store::{Adjustment, StoreKey};
+
+impl RateLimitService {
+    /// Spends `units` from `key`'s budget under `options` whatever it holds: past its limit
+    /// too, so the key is refused until they have come back (a failed payment that costs a
+    /// user 10 attempts). Returns the level after, as [`status`](Self::status). Spends are
+    /// counted in the stores of the budget only, not in the statistics of calls.
+    ///
+    /// ```
+    /// use ratelimit_core::{Config, Options, RateLimitService};
+    ///
+    /// # futures::executor::block_on(async {
+    /// let service = RateLimitService::new(Config::builder().default_limit(5).build()?)?;
+    /// let options = Options::new();
+    /// assert_eq!(service.penalize("user:1", &options, 3).await?.remaining, 2);
+    /// assert_eq!(service.reward("user:1", &options, 1).await?.remaining, 3);
+    /// # Ok::<(), ratelimit_core::Error>(())
+    /// # }).unwrap();
+    /// ```
+    ///
+    /// Errors: on a store that takes no penalties or rewards (Redis for now),
+    /// [`Error::InvalidQuota`] with [`QuotaError::Unsupported`]; else as `status`.
+    pub fn penalize<'a>(
+        &'a self,
+        key: &'a str,
+        options: &Options,
+        units: u64,
+    ) -> impl Future<Output = Result<Decision, Error>> + Send + 'a {
+        let options = options.clone();
+        async move { self.adjust(key, &options, units, true).await }
+    }
+
+    /// Gives back up to `units` of what `key`'s budget under `options` holds now, never past
+    /// its quota (a refund without a spend to name: see [`spend`](Self::spend) for giving back
+    /// one call exactly). Returns the level after; errors as [`penalize`](Self::penalize).
+    pub fn reward<'a>(
+        &'a self,
+        key: &'a str,
+        options: &Options,
+        units: u64,
+    ) -> impl Future<Output = Result<Decision, Error>> + Send + 'a {
+        let options = options.clone();
+        async move { self.adjust(key, &options, units, false).await }
+    }
+
+    async fn adjust(
+        &self,
+        key: &str,
+        options: &Options,
+        units: u64,
+        penalty: bool,
+    ) -> Result<Decision, Error> {
+        let call = Mode::Look.apply(options.call());
+        let generation = self.generation();
+        let site = self.site(&generation, &call)?;
+        let store = &*self.inner.store;
+        if !store.adjusts() {
+            return Err(Error::InvalidQuota(QuotaError::Unsupported {
+                store: "this store",
+                reason: "it takes no penalties or rewards: the memory store does, Redis not yet",
+            }));
+        }
+        if generation.config.enabled() {
+            let store_key = site.store_key(Some(key))?;
+            let now = self.inner.clock.now();
+            let (key_in_store, quota) = (StoreKey::composed(&store_key), site.quota_at(now));
+            let adjustment = match penalty {
+                true => Adjustment::penalty(key_in_store, quota, units, now),
+                false => Adjustment::reward(key_in_store, quota, units, now),
+            };
+            store.adjust(adjustment).await?;
+        }
+        self.run(site, Some(key), Mode::Look).await
+    }
+}

@@ -1,0 +1,68 @@
+//! Penalties and rewards ([`Adjustment`]): what the application decides after the fact, in one
+//! atomic step on the key's cell, as a decision is.
+
+use std::hash::BuildHasher;
+
+use super::cells::{by_strategy, by_strategy_arms, Cell, InTables};
+use super::MemoryStore;
+use crate::algorithm;
+use crate::clock::Nanos;
+use crate::error::Error;
+use crate::quota::Quota;
+use crate::store::Adjustment;
+
+impl MemoryStore {
+    /// What [`Store::adjust`](crate::store::Store::adjust) does, synchronously: the units
+    /// spent (a penalty) or given back (a reward).
+    pub(crate) fn adjust_request(&self, adjustment: &Adjustment<'_>) -> Result<u64, Error> {
+        let quota = adjustment.quota();
+        let key = adjustment.key().as_str().as_bytes();
+        let (units, penalty) = (adjustment.units(), adjustment.is_penalty());
+        let at = self.decision_time(adjustment.now());
+        by_strategy!(
+            quota.strategy(),
+            self.adjust_in(key, quota, units, penalty, at)
+        )
+    }
+
+    /// On the stored key under the shard's read lock; a penalty on a key not stored yet adds
+    /// it under the write lock (a reward on one has nothing to give).
+    fn adjust_in<A: InTables>(
+        &self,
+        key: &[u8],
+        quota: &Quota,
+        units: u64,
+        penalty: bool,
+        now: Nanos,
+    ) -> Result<u64, Error> {
+        let hash = self.inner.hasher.hash_one(key);
+        {
+            let tables = self.shard(hash).read();
+            if let Some(cell) = A::table(&tables).find(hash, |c| c.key() == key) {
+                return Ok(cell.adjust(now, quota, units, penalty));
+            }
+            if tables.held_by_other(quota.strategy(), hash, key) {
+                return Err(algorithm::Undecidable::UnexpectedState.into());
+            }
+            if !penalty {
+                return Ok(0);
+            }
+        }
+        let mut tables = self.shard(hash).write();
+        if let Some(cell) = A::table(&tables).find(hash, |c| c.key() == key) {
+            return Ok(cell.adjust(now, quota, units, penalty));
+        }
+        if tables.held_by_other(quota.strategy(), hash, key) {
+            return Err(algorithm::Undecidable::UnexpectedState.into());
+        }
+        if !self.reserve() {
+            return Err(Error::StoreFull {
+                max_keys: self.options().max_keys,
+            });
+        }
+        let cell = A::Cell::fresh();
+        let moved = cell.adjust(now, quota, units, penalty);
+        self.insert::<A>(&mut tables, hash, key, cell);
+        Ok(moved)
+    }
+}
