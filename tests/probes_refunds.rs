@@ -414,3 +414,272 @@ fn refunds_across_a_limit_reload_never_exceed_the_limit_in_force() {
         assert_eq!(drain(&service, "i", &options), 4, "{strategy}");
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Concurrency: refunds racing spends on many keys and threads, and the stats.
+
+/// Four threads spend on eight keys and give back all but a few spends, racing each other:
+/// the spends held on a key never exceed its limit, and at the end each key has exactly its
+/// limit less what was kept; the stats count every admission and every refund exactly, in the
+/// total and in the budget.
+#[test]
+fn refunds_racing_spends_on_many_keys_keep_exact_budgets_and_stats() {
+    const KEYS: usize = 8;
+    const LIMIT: usize = 4;
+    for strategy in Strategy::ALL {
+        let (service, _clock) = plain();
+        let options = per(LIMIT as u64, 3600 * SEC, strategy).budget("race");
+        let held: Vec<AtomicUsize> = (0..KEYS).map(|_| AtomicUsize::new(0)).collect();
+        let kept: Vec<AtomicUsize> = (0..KEYS).map(|_| AtomicUsize::new(0)).collect();
+        let (admitted, refunded) = (AtomicU64::new(0), AtomicU64::new(0));
+        std::thread::scope(|scope| {
+            for thread in 0..4 {
+                let (service, options, held, kept) = (&service, &options, &held, &kept);
+                let (admitted, refunded) = (&admitted, &refunded);
+                scope.spawn(move || {
+                    for round in 0..3_000usize {
+                        let k = (thread * 7 + round) % KEYS;
+                        let key = format!("key-{k}");
+                        let mut spent = now(service.spend(&key, options)).unwrap();
+                        if !spent.decision().allowed {
+                            assert!(!spent.refundable());
+                            continue;
+                        }
+                        admitted.fetch_add(1, Ordering::SeqCst);
+                        let now_held = held[k].fetch_add(1, Ordering::SeqCst) + 1;
+                        assert!(now_held <= LIMIT, "{strategy}: {now_held} held on {key}");
+                        if round % 1_009 == thread {
+                            kept[k].fetch_add(1, Ordering::SeqCst);
+                            continue;
+                        }
+                        held[k].fetch_sub(1, Ordering::SeqCst);
+                        assert!(spent.refund_now().unwrap().unwrap(), "{strategy}");
+                        refunded.fetch_add(1, Ordering::SeqCst);
+                    }
+                });
+            }
+        });
+        for (k, kept) in kept.iter().enumerate() {
+            let kept = kept.load(Ordering::SeqCst);
+            let key = format!("key-{k}");
+            let left = remaining(&service, &key, &options);
+            assert_eq!(left, (LIMIT - kept) as u64, "{strategy}: {key}");
+        }
+        let stats = service.stats();
+        assert_eq!(stats.total.allowed, admitted.load(Ordering::SeqCst), "{strategy}");
+        assert_eq!(stats.total.refunded, refunded.load(Ordering::SeqCst), "{strategy}");
+        assert_eq!(
+            stats.by_method["race"].refunded,
+            refunded.load(Ordering::SeqCst),
+            "{strategy}"
+        );
+    }
+}
+
+/// Stacked spends (a per-user limit and one shared by all) given back while single spends on
+/// the shared key race them: the shared key never holds more than its limit, and ends with
+/// exactly its limit less the spends kept, each user's likewise.
+#[test]
+fn stacked_refunds_racing_single_spends_keep_the_shared_budget_exact() {
+    for strategy in Strategy::ALL {
+        let (service, _clock) = plain();
+        let user = per(3, 3600 * SEC, strategy).budget("user");
+        let shared = per(6, 3600 * SEC, strategy).budget("shared");
+        let held = AtomicUsize::new(0);
+        let kept_shared = AtomicUsize::new(0);
+        let kept_user: Vec<AtomicUsize> = (0..4).map(|_| AtomicUsize::new(0)).collect();
+        std::thread::scope(|scope| {
+            for thread in 0..4 {
+                let (service, user, shared) = (&service, &user, &shared);
+                let (held, kept_shared, kept_user) = (&held, &kept_shared, &kept_user);
+                scope.spawn(move || {
+                    let me = format!("u{thread}");
+                    for round in 0..2_000usize {
+                        let keep = round % 997 == 5;
+                        if round % 2 == 0 {
+                            let limits = [(me.as_str(), user), ("all", shared)];
+                            let mut spent = now(service.spend_all(&limits)).unwrap();
+                            if !spent.decisions().iter().all(|d| d.allowed) {
+                                assert!(!spent.refundable());
+                                continue;
+                            }
+                            let h = held.fetch_add(1, Ordering::SeqCst) + 1;
+                            assert!(h <= 6, "{strategy}: {h} held on the shared key");
+                            if keep {
+                                kept_shared.fetch_add(1, Ordering::SeqCst);
+                                kept_user[thread].fetch_add(1, Ordering::SeqCst);
+                                continue;
+                            }
+                            held.fetch_sub(1, Ordering::SeqCst);
+                            assert!(spent.refund_now().unwrap().unwrap(), "{strategy}");
+                        } else {
+                            let mut spent = now(service.spend("all", shared)).unwrap();
+                            if !spent.decision().allowed {
+                                continue;
+                            }
+                            let h = held.fetch_add(1, Ordering::SeqCst) + 1;
+                            assert!(h <= 6, "{strategy}: {h} held on the shared key");
+                            if keep {
+                                kept_shared.fetch_add(1, Ordering::SeqCst);
+                                continue;
+                            }
+                            held.fetch_sub(1, Ordering::SeqCst);
+                            assert!(spent.refund_now().unwrap().unwrap(), "{strategy}");
+                        }
+                    }
+                });
+            }
+        });
+        let kept = kept_shared.load(Ordering::SeqCst) as u64;
+        assert_eq!(remaining(&service, "all", &shared), 6 - kept, "{strategy}");
+        for (thread, kept) in kept_user.iter().enumerate() {
+            let kept = kept.load(Ordering::SeqCst) as u64;
+            let left = remaining(&service, &format!("u{thread}"), &user);
+            assert_eq!(left, 3 - kept, "{strategy}: u{thread}");
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Annotated fns.
+
+fn module(limit: u64) -> TestModule {
+    TestModule::new(Module::builder().default_limit(limit).default_window("1m")).expect("module")
+}
+
+static OK_PANIC_RUNS: AtomicU32 = AtomicU32::new(0);
+
+#[rate_limit(limit = 2, window = "1m", key = user, count = "ok")]
+fn ok_but_panics(user: &str) -> Result<(), Error> {
+    let _ = user;
+    OK_PANIC_RUNS.fetch_add(1, Ordering::SeqCst);
+    panic!("no outcome");
+}
+
+/// `count = "ok"`: a body that panics has no outcome, so it is not a failure to give back: it
+/// keeps its spend, and the third call is refused before the body.
+#[test]
+fn a_panicking_count_ok_body_keeps_its_spend() {
+    let m = module(3);
+    m.run(|| {
+        for _ in 0..2 {
+            assert!(std::panic::catch_unwind(|| ok_but_panics("p")).is_err());
+        }
+        assert!(matches!(ok_but_panics("p"), Err(Error::Exceeded(_))));
+    });
+    assert_eq!(OK_PANIC_RUNS.load(Ordering::SeqCst), 2);
+    assert_eq!(m.stats().total.refunded, 0);
+}
+
+static OK_HANG_RUNS: AtomicU32 = AtomicU32::new(0);
+
+#[rate_limit(limit = 2, window = "1m", key = user, count = "ok")]
+async fn ok_but_hangs(user: &str) -> Result<(), Error> {
+    let _ = user;
+    OK_HANG_RUNS.fetch_add(1, Ordering::SeqCst);
+    std::future::pending::<()>().await;
+    Ok(())
+}
+
+/// `count = "ok"`: a call cancelled mid-body keeps its spend too.
+#[tokio::test]
+async fn a_cancelled_count_ok_call_keeps_its_spend() {
+    let m = module(3);
+    m.scope(async {
+        for _ in 0..2 {
+            let call = tokio::time::timeout(Duration::from_millis(1), ok_but_hangs("q"));
+            assert!(call.await.is_err());
+        }
+        let refused = futures::FutureExt::now_or_never(ok_but_hangs("q")).expect("at once");
+        assert!(matches!(refused, Err(Error::Exceeded(_))), "{refused:?}");
+    })
+    .await;
+    assert_eq!(OK_HANG_RUNS.load(Ordering::SeqCst), 2);
+}
+
+static STACKED_PANIC_RUNS: AtomicU32 = AtomicU32::new(0);
+
+#[rate_limit(limit = 2, window = "1m", key = user, count = "err")]
+#[rate_limit(limit = 3, window = "1h", key = ip)]
+fn stacked_panics(user: &str, ip: &str) -> Result<(), Error> {
+    let _ = (user, ip);
+    STACKED_PANIC_RUNS.fetch_add(1, Ordering::SeqCst);
+    panic!("no outcome");
+}
+
+/// Stacked limits with `count = "err"`: a panicking body keeps its spend in both limits, so
+/// the address's limit of 3 stops a fourth body from any user.
+#[test]
+fn a_panicking_stacked_body_keeps_both_spends() {
+    let m = module(3);
+    m.run(|| {
+        for user in ["a", "a", "b"] {
+            assert!(std::panic::catch_unwind(|| stacked_panics(user, "ip")).is_err());
+        }
+        assert!(matches!(stacked_panics("a", "ip"), Err(Error::Exceeded(_))));
+        assert!(matches!(stacked_panics("c", "ip"), Err(Error::Exceeded(_))));
+    });
+    assert_eq!(STACKED_PANIC_RUNS.load(Ordering::SeqCst), 3);
+}
+
+static CODE_FAILURES: AtomicU32 = AtomicU32::new(0);
+static CODE_SUCCESSES: AtomicU32 = AtomicU32::new(0);
+
+#[derive(Debug, PartialEq)]
+enum CodeError {
+    Wrong,
+    Limited,
+}
+
+impl From<Error> for CodeError {
+    fn from(e: Error) -> Self {
+        assert!(matches!(e, Error::Exceeded(_)), "{e}");
+        CodeError::Limited
+    }
+}
+
+#[rate_limit(limit = 5, window = "1m", key = user, count = "err")]
+fn check_code(user: &str, code: u32) -> Result<(), CodeError> {
+    let _ = user;
+    if code % 2 == 0 {
+        CODE_SUCCESSES.fetch_add(1, Ordering::SeqCst);
+        return Ok(());
+    }
+    CODE_FAILURES.fetch_add(1, Ordering::SeqCst);
+    Err(CodeError::Wrong)
+}
+
+/// A sync `count = "err"` fn called from four threads at once, half its calls failing: the
+/// failures that run are exactly the limit in the window, every success before the last
+/// failure runs and is given back, and the stats count each refund.
+#[test]
+fn a_sync_count_err_fn_on_four_threads_runs_exactly_the_limit_of_failures() {
+    let m = module(3);
+    let limited = AtomicU32::new(0);
+    std::thread::scope(|scope| {
+        for thread in 0..4u32 {
+            let (m, limited) = (&m, &limited);
+            scope.spawn(move || {
+                m.run(|| {
+                    for round in 0..500u32 {
+                        match check_code("r", thread + round) {
+                            Ok(()) | Err(CodeError::Wrong) => {}
+                            Err(CodeError::Limited) => {
+                                limited.fetch_add(1, Ordering::SeqCst);
+                            }
+                        }
+                    }
+                });
+            });
+        }
+    });
+    let (failures, successes) = (
+        CODE_FAILURES.load(Ordering::SeqCst),
+        CODE_SUCCESSES.load(Ordering::SeqCst),
+    );
+    assert_eq!(failures, 5);
+    assert_eq!(failures + successes + limited.load(Ordering::SeqCst), 2_000);
+    let stats = m.stats();
+    assert_eq!(stats.total.refunded, u64::from(successes));
+    assert_eq!(stats.total.allowed, u64::from(failures + successes));
+}
