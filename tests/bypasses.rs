@@ -14,6 +14,8 @@ type MakeService = Box<dyn Fn(Config) -> RateLimitService>;
 /// services made from one factory share the store, like two apps on one Redis.
 fn stores() -> Vec<(&'static str, MakeService)> {
     let memory = MemoryStore::new();
+    // Redis adds its stores to these with the feature.
+    #[cfg_attr(not(feature = "redis"), allow(unused_mut))]
     let mut all: Vec<(&'static str, MakeService)> = vec![(
         "memory",
         Box::new(move |config| {

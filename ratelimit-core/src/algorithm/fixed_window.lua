@@ -17,9 +17,10 @@
 --            end of the window rounded up to the millisecond (it may outlive its window by
 --            less than a millisecond, so the start it holds tells whether it still counts).
 --            A start off the window's boundaries or past MAX_NOW, a window other than the
---            key's, a count above MAX_CAPACITY, or of 0 with a start, is the wrong shape: no
---            store writes it (the key names the window), and read it would be an old
---            window's, a fresh budget.
+--            key's, or a count above MAX_CAPACITY is the wrong shape: no store writes it (the
+--            key names the window), and read it would be an old window's, a fresh budget. (A
+--            count of 0 with a start is a window whose calls were all given back, as the
+--            memory store's refunds leave it: `FixedWindow::refund`.)
 --          Anything else there (another type or shape, e.g. the string format of an earlier
 --          version under a whole-millisecond window) gets an error reply, see prelude.lua.
 -- ARGV[1]: window, in microseconds
@@ -116,7 +117,7 @@ if type(raw) == 'table' then return unexpected(SHAPE) end -- WRONGTYPE
 if raw then
   local head, s, w, c = string.match(raw, '^(F(%d+):(%d+):)(%d+)$')
   if s then s, w, c = decimal(s, MAX_NOW), decimal(w, MAX_EXACT), decimal(c, MAX_CAPACITY) end
-  if not (s and c and w == window) or s % window ~= 0 or c == 0 and s ~= 0 then
+  if not (s and c and w == window) or s % window ~= 0 then
     return unexpected(SHAPE)
   end
   if s > at then at = s end

@@ -57,17 +57,16 @@ impl Algorithm for FixedWindow {
         self.start + quota.window_nanos()
     }
 
-    /// The spend's window ends at `spent`: its count goes back while that window lasts (a
-    /// count of zero is a fresh state).
+    /// The spend's window ends at `spent`: its count goes back while that window lasts. A
+    /// window emptied keeps its start (a count of zero beside a start): a caller whose clock
+    /// read predates it is still decided in it, never in the window before, which a fresh
+    /// state would let it count a second time (probes_refunds: 9 counted in a window of 5).
     fn refund(&mut self, spent: Nanos, now: Nanos, quota: &Quota, cost: u64) -> bool {
         let same_window = self.start.checked_add(quota.window_nanos()) == Some(spent);
         if !same_window || now >= spent || self.count < cost || cost == 0 {
             return false;
         }
         self.count -= cost;
-        if self.count == 0 {
-            *self = FixedWindow::default();
-        }
         true
     }
 
@@ -82,16 +81,15 @@ impl Algorithm for FixedWindow {
             true => count.saturating_add(units).min(MAX_CAPACITY),
             false => count - units.min(count),
         };
-        *self = match next {
-            0 => FixedWindow::default(),
-            count => FixedWindow { start, count },
-        };
+        // An emptied window keeps its start, as a refund's does.
+        *self = FixedWindow { start, count: next };
         next.abs_diff(count)
     }
 
-    /// A count of zero only in a fresh state: a recorded call counts at least 1.
+    /// A start up to the last instant decided, a count within the largest capacity (of zero in
+    /// a fresh state, or in a window whose calls were all given back).
     fn written_by_a_store(&self) -> bool {
-        self.start <= MAX_NOW && self.count <= MAX_CAPACITY && (self.count > 0 || self.start == 0)
+        self.start <= MAX_NOW && self.count <= MAX_CAPACITY
     }
 
     fn written_for(&self, quota: &Quota) -> bool {

@@ -48,15 +48,26 @@ impl Algorithm for Gcra {
         self.tat
     }
 
-    /// An admitted spend's `reset_at` is the arrival time it moved the bucket to: while that
-    /// is still ahead of `now`, the arrival time moves back by the spend's tokens, never
-    /// before `now` (a full bucket). Refunds in any order give back every spend.
+    /// An admitted spend's `reset_at` is the arrival time it moved the bucket to: its tokens
+    /// come back one by one until then, so at `now` what it still holds is the part of its
+    /// tokens not yet back (`spent - now`, at most its cost). The arrival time moves back by
+    /// that, never before `now` (a full bucket): never more tokens than the spend still
+    /// held (probes_refunds: giving back its whole cost after most of it had refilled
+    /// admitted 18 calls at one instant against a capacity of 10). Refunds in any order give
+    /// back every spend.
+    ///
+    /// The instant is never before the bucket's last admitted call as far as the state tells:
+    /// a call admitted at `d` left the arrival time at most one tolerance past `d`, so `now` is
+    /// taken no earlier than the arrival time less the tolerance (probes_refunds: a refund at
+    /// a clock stepped back gave back tokens that had come back in the calls since).
     fn refund(&mut self, spent: Nanos, now: Nanos, quota: &Quota, cost: u64) -> bool {
+        let tolerance = quota.interval_nanos().saturating_mul(quota.capacity());
+        let now = now.max(self.tat.saturating_sub(tolerance));
         if now >= spent || self.tat <= now || cost == 0 {
             return false;
         }
-        let back = quota.interval_nanos().saturating_mul(cost);
-        self.tat = self.tat.saturating_sub(back).max(now);
+        let held = quota.interval_nanos().saturating_mul(cost).min(spent - now);
+        self.tat = self.tat.saturating_sub(held).max(now);
         true
     }
 
