@@ -411,7 +411,8 @@ async fn a_fixed_window_string_of_another_window_or_out_of_range_is_refused() {
         format!("SET F{start}:{}:5", 2 * w),
         format!("SET F{start}:0{w}:5"),
         format!("SET F{start}:{w}:4294967296"),
-        format!("SET F{start}:{w}:0"),
+        // (A count of 0 beside a start is a window whose calls were all given back, a state
+        // a store writes since refunds: `FixedWindow::refund`.)
         format!("SET F{start}:{w}:05"),
         format!("SET F0{start}:{w}:5"),
         format!("SET F{}:{w}:1", 8_070_450_532_247_929 / w * w + w),
