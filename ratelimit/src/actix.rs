@@ -260,6 +260,9 @@ where
 
     fn call(&self, request: ServiceRequest) -> Self::Future {
         let config = Arc::clone(&self.config);
+        if config.rules.count_when.is_some() {
+            return future::by_status(Rc::clone(&self.service), config, request);
+        }
         if config.skip.as_ref().is_some_and(|skip| skip(&request)) {
             return future::respond(&self.service, config, request, Verdict::Skip);
         }
@@ -267,22 +270,6 @@ where
             Ok(started) => started,
             Err(verdict) => return future::respond(&self.service, config, request, verdict),
         };
-        if config.rules.count_when.is_some() {
-            let started = started.into_owned();
-            let service = Rc::clone(&self.service);
-            return ResponseFuture::waiting(Box::pin(async move {
-                let (verdict, kept) = config.rules.decide_kept(started).await;
-                let response = future::respond(&service, config.clone(), request, verdict).await?;
-                if let Some(kept) = kept {
-                    let inner = response.response();
-                    let refused_inside = inner.extensions().get::<RefusedHere>().is_some();
-                    let status = inner.status().as_u16();
-                    kept.settle(config.rules.counts(status, refused_inside))
-                        .await;
-                }
-                Ok(response)
-            }));
-        }
         let pending = match config.rules.decide_now(&started) {
             Now::Decided(verdict) => {
                 drop(started);

@@ -15,11 +15,11 @@ mod future;
 #[cfg(feature = "tonic")]
 pub use self::answers::GrpcAnswers;
 pub use self::answers::{AnswerBody, Answers, CustomAnswers, DefaultAnswers, IntoCustom};
-use self::future::respond;
 pub use self::future::ResponseFuture;
+use self::future::{by_status, respond};
 
 use super::key::KeyExtractor;
-use super::rules::{Limiter, Now, RefusedHere, Rules, Verdict};
+use super::rules::{Limiter, Now, Rules, Verdict};
 use crate::{Decision, Error, Options, RateLimitService};
 
 type Skipper = dyn Fn(&Parts) -> bool + Send + Sync;
@@ -362,6 +362,9 @@ where
         let inner = std::mem::replace(&mut self.inner, clone);
         let config = self.config.clone();
         let answers = &self.answers;
+        if config.rules.count_when.is_some() {
+            return by_status(inner, config, answers.clone(), request);
+        }
         let (parts, body) = request.into_parts();
         if config.skip.as_ref().is_some_and(|skip| skip(&parts)) {
             let request = Request::from_parts(parts, body);
@@ -379,23 +382,6 @@ where
                 )
             }
         };
-        if config.rules.count_when.is_some() {
-            let started = started.into_owned();
-            let answers = answers.clone();
-            let future: future::Waiting<ResBody, S::Error> = Box::pin(async move {
-                let (verdict, kept) = config.rules.decide_kept(started).await;
-                let request = Request::from_parts(parts, body);
-                let response = respond(inner, config.clone(), &answers, request, verdict).await?;
-                if let Some(kept) = kept {
-                    let refused_inside = response.extensions().get::<RefusedHere>().is_some();
-                    let status = response.status().as_u16();
-                    kept.settle(config.rules.counts(status, refused_inside))
-                        .await;
-                }
-                Ok(response)
-            });
-            return ResponseFuture::waiting(future);
-        }
         let pending = match config.rules.decide_now(&started) {
             Now::Decided(verdict) => {
                 drop(started);
