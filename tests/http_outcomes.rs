@@ -16,7 +16,8 @@ use ratelimit::store::{Request, Stacked, Store};
 use ratelimit::{Config, Decision, Error, Options, RateLimitService, SystemClock};
 use ratelimit_tests::service;
 use ratelimit_tests::web::client;
-use tokio::sync::Semaphore;
+use tokio::io::AsyncWriteExt;
+use tokio::sync::{Notify, Semaphore};
 
 /// Serves `app` on loopback; the base URL.
 async fn serve(app: Router) -> String {
@@ -99,9 +100,10 @@ async fn concurrent_failures_run_the_handler_exactly_the_limit() {
     assert_eq!(status.remaining, 0);
 }
 
-/// Successful requests, 64 of them one after another and 64 at once from one client: all
-/// pass (a request spends, runs and gives back before its response is written, so at most the
-/// connections in flight hold a spend) and the budget is full after them; refunds counted.
+/// Successful requests, 64 of them one after another from one client: all pass (each spends,
+/// runs and gives back before its response is written) and the budget is full after them;
+/// the refunds are counted. (At once they could not all pass: a request in flight holds its
+/// spend until its status is known, so at most the limit run at a time.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn successes_all_pass_and_leave_nothing_spent() {
     let (limiter, _clock) = service(Config::default());
@@ -247,4 +249,65 @@ async fn without_refunds_or_with_a_broken_store_the_handler_never_runs() {
         assert!(body.contains(code), "{body}");
         assert_eq!(runs.load(Ordering::SeqCst), 0);
     }
+}
+
+/// Tells the test, when dropped, that the handler's future was dropped.
+struct OnDrop(Arc<Notify>);
+
+impl Drop for OnDrop {
+    fn drop(&mut self) {
+        self.0.notify_one();
+    }
+}
+
+/// A client that goes away while its handler runs: the server drops the request's future and
+/// the spend stays (the outcome is unknown), though the handler would have answered a status
+/// that does not count. A raw TCP client, closed once the handler has started.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_gone_mid_handler_keeps_its_spend() {
+    let (limiter, _clock) = service(Config::default());
+    let (entered, dropped) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    let (on_entry, on_drop) = (entered.clone(), dropped.clone());
+    let handler = move |query: axum::extract::RawQuery| {
+        let (on_entry, on_drop) = (on_entry.clone(), on_drop.clone());
+        async move {
+            if query.0.as_deref() == Some("ok") {
+                return StatusCode::OK;
+            }
+            let _dropped = OnDrop(on_drop);
+            on_entry.notify_one();
+            std::future::pending::<()>().await;
+            StatusCode::OK // would not count
+        }
+    };
+    let app = Router::new()
+        .route("/login", get(handler))
+        .layer(failures_only(limiter.clone()));
+    let base = serve(app).await;
+    let mut connection = tokio::net::TcpStream::connect(base.trim_start_matches("http://"))
+        .await
+        .unwrap();
+    connection
+        .write_all(b"GET /login HTTP/1.1\r\nhost: localhost\r\n\r\n")
+        .await
+        .unwrap();
+    entered.notified().await;
+    drop(connection);
+    // Not a timing: a bound on a hang, should the server never notice the client left.
+    tokio::time::timeout(Duration::from_secs(60), dropped.notified())
+        .await
+        .expect("the server kept the handler of a client that left");
+
+    let client = client();
+    assert_eq!(status(&client, &format!("{base}/login?ok")).await, 200);
+    let left = limiter.status("127.0.0.1", &login_options()).await.unwrap();
+    assert_eq!(
+        left.remaining, 4,
+        "the request whose client left keeps its spend"
+    );
+    assert_eq!(
+        limiter.stats().total.refunded,
+        1,
+        "only the completed request's"
+    );
 }

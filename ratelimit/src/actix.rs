@@ -73,7 +73,9 @@ type OnError = dyn Fn(&Error) -> HttpResponse + Send + Sync;
 /// [`per_route`](Self::per_route) budgets by the resource's `match_pattern` (`/orders/{id}`).
 ///
 /// Several `RateLimit`s wrapped around one route decide independently (the outermost, the one
-/// wrapped last, first).
+/// wrapped last, first): a request refused by an inner one has spent from the outer ones,
+/// except from an outer one that counts by status ([`count_when`](Self::count_when)), which
+/// gives its spend back when an inner one refused.
 #[derive(Clone)]
 pub struct RateLimit {
     config: Arc<Config>,
@@ -149,10 +151,16 @@ impl RateLimit {
 
     /// Counts only the requests whose response status `counts` says (e.g. failed logins:
     /// `.count_when(|status| status == StatusCode::UNAUTHORIZED)`), as the tower layer's
-    /// `count_when` does: each request spends before the inner service runs and is given back once a response that
-    /// does not count is made; a response refused by an inner rate-limit middleware never
-    /// counts here. Only on a store that gives spends back (the memory store; on any other
-    /// every request is refused with [`Error::InvalidConfig`]).
+    /// `count_when` does: each request spends before the inner service runs and is given back
+    /// once a response that does not count is made; a response refused by an inner
+    /// rate-limit middleware never counts here. Actix runs a handler to its end after its
+    /// client went away, so that response's status decides too; a request dropped before its
+    /// response (the server stopping) keeps its spend. The status is actix's own
+    /// [`StatusCode`](actix_web::http::StatusCode). Only on a store that gives spends back
+    /// (the memory store; on any other every request is refused with
+    /// [`Error::InvalidConfig`] naming `RateLimit::count_when`). A middleware without
+    /// `count_when` pays nothing for it; one with it, a boxed future and the kept spend per
+    /// request.
     pub fn count_when<F>(self, counts: F) -> Self
     where
         F: Fn(actix_web::http::StatusCode) -> bool + Send + Sync + 'static,
@@ -260,6 +268,9 @@ where
 
     fn call(&self, request: ServiceRequest) -> Self::Future {
         let config = Arc::clone(&self.config);
+        if config.rules.count_when.is_some() {
+            return future::by_status(Rc::clone(&self.service), config, request);
+        }
         if config.skip.as_ref().is_some_and(|skip| skip(&request)) {
             return future::respond(&self.service, config, request, Verdict::Skip);
         }
@@ -267,22 +278,6 @@ where
             Ok(started) => started,
             Err(verdict) => return future::respond(&self.service, config, request, verdict),
         };
-        if config.rules.count_when.is_some() {
-            let started = started.into_owned();
-            let service = Rc::clone(&self.service);
-            return ResponseFuture::waiting(Box::pin(async move {
-                let (verdict, kept) = config.rules.decide_kept(started).await;
-                let response = future::respond(&service, config.clone(), request, verdict).await?;
-                if let Some(kept) = kept {
-                    let inner = response.response();
-                    let refused_inside = inner.extensions().get::<RefusedHere>().is_some();
-                    let status = inner.status().as_u16();
-                    kept.settle(config.rules.counts(status, refused_inside))
-                        .await;
-                }
-                Ok(response)
-            }));
-        }
         let pending = match config.rules.decide_now(&started) {
             Now::Decided(verdict) => {
                 drop(started);

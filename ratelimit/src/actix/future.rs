@@ -13,7 +13,7 @@ use actix_web::dev::{Service, ServiceRequest, ServiceResponse};
 use pin_project_lite::pin_project;
 
 use super::Config;
-use crate::http::rules::{Decisions, Verdict};
+use crate::http::rules::{Decisions, RefusedHere, Verdict};
 
 pin_project! {
     /// The response future of [`RateLimitMiddleware`](super::RateLimitMiddleware): the inner
@@ -120,4 +120,40 @@ where
         }
     };
     ResponseFuture { state }
+}
+
+/// The future of a request on a middleware that counts by response status (`count_when`): the
+/// whole request (skipper, key, decision) in one boxed future, its spends kept while the
+/// inner service answers, then given back unless the response counts (or an inner rate-limit
+/// middleware refused it). Dropped before the response (the client went away), the spends
+/// stay. Taken first and out of line, so that the common path's `call` pays one test for it.
+#[inline(never)]
+pub(super) fn by_status<S, B>(
+    service: Rc<S>,
+    config: Arc<Config>,
+    request: ServiceRequest,
+) -> ResponseFuture<S::Future, B>
+where
+    S: Service<ServiceRequest, Response = ServiceResponse<B>, Error = actix_web::Error> + 'static,
+    B: 'static,
+{
+    ResponseFuture::waiting(Box::pin(async move {
+        let started = match &config.skip {
+            Some(skip) if skip(&request) => Err(Verdict::Skip),
+            _ => config.rules.start(&request),
+        };
+        let (verdict, kept) = match started {
+            Ok(started) => config.rules.decide_kept(started).await,
+            Err(verdict) => (verdict, None),
+        };
+        let response = respond(&service, config.clone(), request, verdict).await?;
+        if let Some(kept) = kept {
+            let inner = response.response();
+            let refused_inside = inner.extensions().get::<RefusedHere>().is_some();
+            let status = inner.status().as_u16();
+            kept.settle(config.rules.counts(status, refused_inside))
+                .await;
+        }
+        Ok(response)
+    }))
 }

@@ -124,3 +124,44 @@ where
     };
     ResponseFuture { state }
 }
+
+/// The future of a request on a layer that counts by response status (`count_when`): the
+/// whole request (skipper, key, decision) in one boxed future, its spends kept while the
+/// inner service answers, then given back unless the response counts (or an inner rate-limit
+/// layer refused it). Dropped before the response (the client went away), the spends stay.
+/// Taken first and out of line, so that the common path's `call` pays one test for it.
+#[inline(never)]
+pub(super) fn by_status<S, A, ReqBody, B>(
+    inner: S,
+    config: Arc<LayerConfig>,
+    answers: A,
+    request: Request<ReqBody>,
+) -> ResponseFuture<S::Future, B, S::Error>
+where
+    S: Service<Request<ReqBody>, Response = http::Response<B>> + Send + 'static,
+    S::Future: Send + 'static,
+    A: Answers<B>,
+    ReqBody: Send + 'static,
+    B: Send + 'static,
+{
+    ResponseFuture::waiting(Box::pin(async move {
+        let (parts, body) = request.into_parts();
+        let started = match &config.skip {
+            Some(skip) if skip(&parts) => Err(Verdict::Skip),
+            _ => config.rules.start(&parts),
+        };
+        let (verdict, kept) = match started {
+            Ok(started) => config.rules.decide_kept(started).await,
+            Err(verdict) => (verdict, None),
+        };
+        let request = Request::from_parts(parts, body);
+        let response = respond(inner, config.clone(), &answers, request, verdict).await?;
+        if let Some(kept) = kept {
+            let refused_inside = response.extensions().get::<RefusedHere>().is_some();
+            let status = response.status().as_u16();
+            kept.settle(config.rules.counts(status, refused_inside))
+                .await;
+        }
+        Ok(response)
+    }))
+}
