@@ -368,6 +368,22 @@ impl MemoryStore {
         }
         // A clock stepped back behind the last sweep decides at the sweep's time.
         let at = self.decision_time(now);
+        if quota.block_nanos() > 0 {
+            return self.decide_with_blocks(key, quota, cost, at, commit);
+        }
+        self.decide_plain(key, quota, cost, at, commit)
+    }
+
+    /// The decision of a call whose quota has no block.
+    #[inline(always)]
+    fn decide_plain(
+        &self,
+        key: &[u8],
+        quota: &Quota,
+        cost: u64,
+        at: Nanos,
+        commit: bool,
+    ) -> Result<(Verdict, u64), Error> {
         if cost == 0 {
             return Ok((self.look_at(key, quota, at, commit)?, 0));
         }
@@ -375,6 +391,32 @@ impl MemoryStore {
             quota.strategy(),
             self.decide_in(key, quota, cost, at, commit)
         )
+    }
+
+    /// The decision of a call whose quota blocks a key once a call on it is refused
+    /// ([`Quota::block`]), around the plain one: refused while a block is in force, and a
+    /// spend the algorithm refuses begins one. Out of line: a quota without a block pays one
+    /// test for it. (Between the look at the blocks and the decision a block may begin: the
+    /// call is then decided as one that came just before it.)
+    #[cold]
+    #[inline(never)]
+    fn decide_with_blocks(
+        &self,
+        key: &[u8],
+        quota: &Quota,
+        cost: u64,
+        at: Nanos,
+        commit: bool,
+    ) -> Result<(Verdict, u64), Error> {
+        let hash = self.inner.hasher.hash_one(key);
+        if let Some(blocked) = self.shard(hash).read().blocked(quota, hash, key, at) {
+            return Ok((blocked, 0));
+        }
+        let (verdict, stamp) = self.decide_plain(key, quota, cost, at, commit)?;
+        match blocks::block_after(&verdict, quota, at, commit) {
+            Some(until) => Ok((self.block(hash, key, until, at), stamp)),
+            None => Ok((verdict, stamp)),
+        }
     }
 
     /// A look (cost 0) is two looks at most, each its own step: the rule is
@@ -414,16 +456,8 @@ impl MemoryStore {
         let decide = |cell: &A::Cell| (cell.decide(now, quota, cost, commit), cell.kept().stamp());
         {
             let tables = self.shard(hash).read();
-            if let Some(blocked) = tables.blocked(quota, hash, key, now) {
-                return Ok((blocked, 0));
-            }
             if let Some(cell) = A::table(&tables).find(hash, |c| c.key() == key) {
-                let (verdict, stamp) = decide(cell);
-                if let Some(until) = blocks::block_after(&verdict, quota, now, commit) {
-                    drop(tables);
-                    return Ok((self.block(hash, key, until, now), stamp));
-                }
-                return Ok((verdict, stamp));
+                return Ok(decide(cell));
             }
             if tables.held_by_other(quota.strategy(), hash, key) {
                 return Err(algorithm::Undecidable::UnexpectedState.into());
@@ -436,18 +470,9 @@ impl MemoryStore {
         }
         for attempt in 0..2 {
             let mut tables = self.shard(hash).write();
-            // Another call may have stored the key between the two locks (and another been
-            // refused on it: its block is in force now).
-            if let Some(blocked) = tables.blocked(quota, hash, key, now) {
-                return Ok((blocked, 0));
-            }
+            // Another call may have stored the key between the two locks.
             if let Some(cell) = A::table(&tables).find(hash, |c| c.key() == key) {
-                let (verdict, stamp) = decide(cell);
-                if let Some(until) = blocks::block_after(&verdict, quota, now, commit) {
-                    tables.block(hash, key, until, &self.inner.hasher);
-                    return Ok((blocks::blocked_verdict(until, now), stamp));
-                }
-                return Ok((verdict, stamp));
+                return Ok(decide(cell));
             }
             if tables.held_by_other(quota.strategy(), hash, key) {
                 return Err(algorithm::Undecidable::UnexpectedState.into());
