@@ -5,8 +5,10 @@ use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::cells::Tables;
+use super::MemoryStore;
 use crate::algorithm::Verdict;
 use crate::clock::Nanos;
+use crate::error::Error;
 use crate::quota::Quota;
 
 /// A key refused until `until` ([`Quota::block`]). Not counted in the store's keys: only a
@@ -96,5 +98,43 @@ impl Tables {
     pub(super) fn sweep_blocks(&mut self, now: Nanos) {
         self.blocks
             .retain(|b| b.until.load(Ordering::Acquire) > now);
+    }
+}
+
+impl MemoryStore {
+    /// The decision of a call whose quota blocks a key once a call on it is refused
+    /// ([`Quota::block`]), around the plain one: refused while a block is in force, and a
+    /// spend the algorithm refuses begins one. Out of line: a quota without a block pays one
+    /// test for it. (Between the look at the blocks and the decision a block may begin: the
+    /// call is then decided as one that came just before it.)
+    #[cold]
+    #[inline(never)]
+    pub(super) fn decide_with_blocks(
+        &self,
+        key: &[u8],
+        quota: &Quota,
+        cost: u64,
+        at: Nanos,
+        commit: bool,
+    ) -> Result<(Verdict, u64), Error> {
+        let hash = self.inner.hasher.hash_one(key);
+        if let Some(blocked) = self.shard(hash).read().blocked(quota, hash, key, at) {
+            return Ok((blocked, 0));
+        }
+        let (verdict, stamp) = self.decide_plain(key, quota, cost, at, commit)?;
+        match block_after(&verdict, quota, at, commit) {
+            Some(until) => Ok((self.block(hash, key, until, at), stamp)),
+            None => Ok((verdict, stamp)),
+        }
+    }
+
+    /// Blocks `key` until `until` (a call on it was just refused at `now`): the refusal the
+    /// call answers, the block's.
+    #[cold]
+    fn block(&self, hash: u64, key: &[u8], until: Nanos, now: Nanos) -> Verdict {
+        self.shard(hash)
+            .write()
+            .block(hash, key, until, &self.inner.hasher);
+        blocked_verdict(until, now)
     }
 }

@@ -4,7 +4,7 @@
 use std::fmt;
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex, RwLock};
@@ -14,10 +14,11 @@ mod blocks;
 mod cells;
 mod refund;
 mod stacked;
+mod sweep;
 
 use self::cells::{by_strategy, by_strategy_arms, Cell, InTables, StampedKey, Tables};
 use crate::algorithm::{self, Verdict};
-use crate::clock::{Clock, Nanos};
+use crate::clock::Nanos;
 use crate::decision::Decision;
 use crate::error::Error;
 use crate::quota::Quota;
@@ -214,78 +215,12 @@ impl MemoryStore {
         self.len() == 0
     }
 
-    /// Drops every key whose window passed more than a second before `now` (the second covers
-    /// callers holding a slightly older `now`); returns how many were dropped. Runs by itself
-    /// (see the type's docs); public for callers that want memory back at once.
-    pub fn sweep(&self, now: Nanos) -> usize {
-        let now = now.saturating_sub(SWEEP_GRACE);
-        // Raised before the keys go, so that no decision runs before what was dropped.
-        self.inner.floor.fetch_max(now, Ordering::AcqRel);
-        let mut removed = 0;
-        for shard in self.inner.shards.iter() {
-            removed += shard.0.write().sweep(now, &self.inner.hasher);
-        }
-        self.inner.len.fetch_sub(removed, Ordering::Relaxed);
-        removed
-    }
-
-    /// Starts a background thread that sweeps every `sweep_interval` of real time, reading
-    /// `now` from `clock`, so an idle store gives its memory back. The thread ends when the
-    /// last handle to the store is dropped.
-    pub fn start_sweeper(&self, clock: Arc<dyn Clock>) {
-        let weak: Weak<Inner> = Arc::downgrade(&self.inner);
-        let stop = Arc::clone(&self.inner.stop);
-        let every = self.inner.options.sweep_interval;
-        let spawned = std::thread::Builder::new()
-            .name("ratelimit-sweeper".into())
-            .spawn(move || loop {
-                {
-                    let (stopped, wake) = &*stop;
-                    let mut stopped = stopped.lock();
-                    if *stopped {
-                        return;
-                    }
-                    wake.wait_for(&mut stopped, every);
-                    if *stopped {
-                        return;
-                    }
-                }
-                let Some(inner) = weak.upgrade() else { return };
-                MemoryStore { inner }.maybe_sweep(clock.now());
-            });
-        if let Err(error) = spawned {
-            // Sweeps still run from the calls themselves; only idle clean-up is lost.
-            tracing::warn!(%error, "ratelimit: could not start the memory sweeper thread");
-        }
-    }
-
     fn shard(&self, hash: u64) -> &RwLock<Tables> {
         &self.inner.shards[self.shard_index(hash)].0
     }
 
     fn shard_index(&self, hash: u64) -> usize {
         (hash >> 32) as usize % SHARDS
-    }
-
-    fn maybe_sweep(&self, now: Nanos) {
-        let next = self.inner.next_sweep.load(Ordering::Relaxed);
-        if now < next {
-            return;
-        }
-        let every = self.inner.options.sweep_interval.as_nanos() as Nanos;
-        if self
-            .inner
-            .next_sweep
-            .compare_exchange(
-                next,
-                now.saturating_add(every),
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            )
-            .is_ok()
-        {
-            self.sweep(now);
-        }
     }
 
     /// What [`Store::decide`](super::Store::decide) answers, synchronously. A [`Request`] was
@@ -376,7 +311,7 @@ impl MemoryStore {
 
     /// The decision of a call whose quota has no block.
     #[inline(always)]
-    fn decide_plain(
+    pub(super) fn decide_plain(
         &self,
         key: &[u8],
         quota: &Quota,
@@ -391,32 +326,6 @@ impl MemoryStore {
             quota.strategy(),
             self.decide_in(key, quota, cost, at, commit)
         )
-    }
-
-    /// The decision of a call whose quota blocks a key once a call on it is refused
-    /// ([`Quota::block`]), around the plain one: refused while a block is in force, and a
-    /// spend the algorithm refuses begins one. Out of line: a quota without a block pays one
-    /// test for it. (Between the look at the blocks and the decision a block may begin: the
-    /// call is then decided as one that came just before it.)
-    #[cold]
-    #[inline(never)]
-    fn decide_with_blocks(
-        &self,
-        key: &[u8],
-        quota: &Quota,
-        cost: u64,
-        at: Nanos,
-        commit: bool,
-    ) -> Result<(Verdict, u64), Error> {
-        let hash = self.inner.hasher.hash_one(key);
-        if let Some(blocked) = self.shard(hash).read().blocked(quota, hash, key, at) {
-            return Ok((blocked, 0));
-        }
-        let (verdict, stamp) = self.decide_plain(key, quota, cost, at, commit)?;
-        match blocks::block_after(&verdict, quota, at, commit) {
-            Some(until) => Ok((self.block(hash, key, until, at), stamp)),
-            None => Ok((verdict, stamp)),
-        }
     }
 
     /// A look (cost 0) is two looks at most, each its own step: the rule is
@@ -490,16 +399,6 @@ impl MemoryStore {
         Err(Error::StoreFull {
             max_keys: self.inner.options.max_keys,
         })
-    }
-
-    /// Blocks `key` until `until` (a call on it was just refused at `now`): the refusal the
-    /// call answers, the block's.
-    #[cold]
-    fn block(&self, hash: u64, key: &[u8], until: Nanos, now: Nanos) -> Verdict {
-        self.shard(hash)
-            .write()
-            .block(hash, key, until, &self.inner.hasher);
-        blocks::blocked_verdict(until, now)
     }
 
     fn reserve(&self) -> bool {

@@ -1,0 +1,76 @@
+//! Sweeps: the keys whose windows have passed, dropped from the calls themselves every
+//! `sweep_interval` of clock time and, while the store is idle, by a background thread.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
+
+use super::{Inner, MemoryStore, SWEEP_GRACE};
+use crate::clock::{Clock, Nanos};
+
+impl MemoryStore {
+    /// Drops every key whose window passed more than a second before `now` (the second covers
+    /// callers holding a slightly older `now`); returns how many were dropped. Runs by itself
+    /// (see the type's docs); public for callers that want memory back at once.
+    pub fn sweep(&self, now: Nanos) -> usize {
+        let now = now.saturating_sub(SWEEP_GRACE);
+        // Raised before the keys go, so that no decision runs before what was dropped.
+        self.inner.floor.fetch_max(now, Ordering::AcqRel);
+        let mut removed = 0;
+        for shard in self.inner.shards.iter() {
+            removed += shard.0.write().sweep(now, &self.inner.hasher);
+        }
+        self.inner.len.fetch_sub(removed, Ordering::Relaxed);
+        removed
+    }
+
+    /// Starts a background thread that sweeps every `sweep_interval` of real time, reading
+    /// `now` from `clock`, so an idle store gives its memory back. The thread ends when the
+    /// last handle to the store is dropped.
+    pub fn start_sweeper(&self, clock: Arc<dyn Clock>) {
+        let weak: Weak<Inner> = Arc::downgrade(&self.inner);
+        let stop = Arc::clone(&self.inner.stop);
+        let every = self.inner.options.sweep_interval;
+        let spawned = std::thread::Builder::new()
+            .name("ratelimit-sweeper".into())
+            .spawn(move || loop {
+                {
+                    let (stopped, wake) = &*stop;
+                    let mut stopped = stopped.lock();
+                    if *stopped {
+                        return;
+                    }
+                    wake.wait_for(&mut stopped, every);
+                    if *stopped {
+                        return;
+                    }
+                }
+                let Some(inner) = weak.upgrade() else { return };
+                MemoryStore { inner }.maybe_sweep(clock.now());
+            });
+        if let Err(error) = spawned {
+            // Sweeps still run from the calls themselves; only idle clean-up is lost.
+            tracing::warn!(%error, "ratelimit: could not start the memory sweeper thread");
+        }
+    }
+
+    pub(super) fn maybe_sweep(&self, now: Nanos) {
+        let next = self.inner.next_sweep.load(Ordering::Relaxed);
+        if now < next {
+            return;
+        }
+        let every = self.inner.options.sweep_interval.as_nanos() as Nanos;
+        if self
+            .inner
+            .next_sweep
+            .compare_exchange(
+                next,
+                now.saturating_add(every),
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            )
+            .is_ok()
+        {
+            self.sweep(now);
+        }
+    }
+}
