@@ -11,7 +11,7 @@ use ratelimit::store::{Request, Stacked, Store};
 use ratelimit::testing::TestModule;
 use ratelimit::{
     rate_limit, Config, Decision, Error, Failover, FailurePolicy, ManualClock, Module, Options,
-    RateLimitService, Strategy,
+    Quota, RateLimitService, Strategy,
 };
 use ratelimit_tests::START;
 
@@ -263,4 +263,69 @@ async fn a_shadow_limits_block_refuses_nothing() {
     );
     clock.advance(Duration::from_secs(50));
     assert!(!service.consume("s", &options).await.unwrap().shadowed);
+}
+
+/// Penalties and rewards at the edges of `u64`, on every strategy: never a wrap or a panic,
+/// the penalty refusing, the reward never past the quota.
+#[tokio::test]
+async fn penalties_and_rewards_at_the_edges_never_wrap() {
+    for strategy in Strategy::ALL {
+        let (service, _clock) = memory(Config::default());
+        let options = Options::new()
+            .limit(5)
+            .window(Duration::from_secs(60))
+            .strategy(strategy);
+        let level = service.penalize("e", &options, u64::MAX).await.unwrap();
+        assert!(!level.allowed, "{strategy}: {level:?}");
+        assert_eq!(level.remaining, 0, "{strategy}");
+        let level = service.penalize("e", &options, u64::MAX).await.unwrap();
+        assert!(!level.allowed, "{strategy}");
+        let level = service.reward("e", &options, u64::MAX).await.unwrap();
+        assert_eq!(level.remaining, 5, "{strategy}: {level:?}");
+        assert!(
+            service.consume("e", &options).await.unwrap().allowed,
+            "{strategy}"
+        );
+    }
+}
+
+/// A penalty or a reward on a key held under another strategy is refused and changes
+/// nothing; a reward never lifts a block.
+#[tokio::test]
+async fn adjustments_on_another_strategys_key_are_refused_and_a_reward_lifts_no_block() {
+    let (service, _clock) = memory(Config::default());
+    let memory = service.memory_store().unwrap();
+    let bucket = Quota::per_minute(5)
+        .unwrap()
+        .with_strategy(Strategy::TokenBucket);
+    assert!(
+        memory
+            .acquire("raw", &bucket, 1, START.as_nanos() as u64)
+            .unwrap()
+            .allowed
+    );
+    let fixed = bucket.with_strategy(Strategy::FixedWindow);
+    let key = ratelimit::store::StoreKey::new("raw").unwrap();
+    let now = START.as_nanos() as u64;
+    for adjustment in [
+        ratelimit::store::Adjustment::penalty(key, &fixed, 3, now),
+        ratelimit::store::Adjustment::reward(key, &fixed, 3, now),
+    ] {
+        let refused = futures::executor::block_on(Store::adjust(memory, adjustment));
+        assert!(
+            matches!(refused, Err(Error::UnexpectedState { .. })),
+            "{refused:?}"
+        );
+    }
+    assert_eq!(memory.peek("raw", &bucket, 1, now).unwrap().remaining, 3);
+
+    let options = Options::new()
+        .limit(1)
+        .window(Duration::from_secs(10))
+        .block_for(Duration::from_secs(100));
+    assert!(service.consume("b", &options).await.unwrap().allowed);
+    assert!(!service.consume("b", &options).await.unwrap().allowed);
+    let level = service.reward("b", &options, 10).await.unwrap();
+    assert!(!level.allowed, "the block holds: {level:?}");
+    assert!(!service.consume("b", &options).await.unwrap().allowed);
 }
