@@ -210,8 +210,8 @@ async fn blocks_are_swept_once_over() {
 async fn a_store_without_blocks_refuses_a_limit_with_one() {
     let service = RateLimitService::with_store(
         Config::default(),
-        ratelimit_tests::LikeMemory {
-            memory: MemoryStore::new(),
+        ratelimit_tests::Forwarding {
+            store: MemoryStore::new(),
             refunds: true,
         },
         std::sync::Arc::new(SystemClock),
@@ -235,8 +235,8 @@ async fn a_store_without_blocks_refuses_a_limit_with_one() {
             .allowed
     );
 
-    let store = StoreConfig::custom(ratelimit_tests::LikeMemory {
-        memory: MemoryStore::new(),
+    let store = StoreConfig::custom(ratelimit_tests::Forwarding {
+        store: MemoryStore::new(),
         refunds: true,
     });
     let Err(Error::Declarations(errors)) = TestModule::new(Module::builder().store(store)) else {
@@ -248,8 +248,8 @@ async fn a_store_without_blocks_refuses_a_limit_with_one() {
         .any(|p| p.function == "blocks::guess"
             && matches!(p.kind, ProblemKind::Unenforceable { .. })));
 
-    let store = StoreConfig::custom(ratelimit_tests::LikeMemory {
-        memory: MemoryStore::new(),
+    let store = StoreConfig::custom(ratelimit_tests::Forwarding {
+        store: MemoryStore::new(),
         refunds: true,
     });
     let tier = Tier::new("trial", 2).window("1m").block_for("10m");

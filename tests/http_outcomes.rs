@@ -12,8 +12,7 @@ use axum::http::StatusCode;
 use axum::routing::get;
 use axum::Router;
 use ratelimit::http::{ClientIp, RateLimitLayer};
-use ratelimit::store::{Request, Stacked, Store};
-use ratelimit::{Config, Decision, Error, Options, RateLimitService, SystemClock};
+use ratelimit::{Config, Options, RateLimitService, SystemClock};
 use ratelimit_tests::service;
 use ratelimit_tests::web::client;
 use tokio::io::AsyncWriteExt;
@@ -196,28 +195,6 @@ async fn stacked_limits_on_one_layer_give_back_together() {
     assert_eq!((short_left, long_left), (0, 7));
 }
 
-/// A store that would give spends back but cannot answer.
-struct Failing;
-
-impl Store for Failing {
-    async fn decide(&self, _: Request<'_>) -> Result<Decision, Error> {
-        Err(Error::Store {
-            message: "down".into(),
-        })
-    }
-    async fn decide_all(&self, _: Stacked<'_>) -> Result<Vec<Decision>, Error> {
-        Err(Error::Store {
-            message: "down".into(),
-        })
-    }
-    async fn reset(&self, _: &str) -> Result<bool, Error> {
-        Ok(false)
-    }
-    fn refunds(&self) -> bool {
-        true
-    }
-}
-
 /// On a store that does not give spends back, a layer that counts by status would count
 /// every request: it refuses them with a configuration error instead, and on a store that
 /// cannot answer the store's error; the handler never runs.
@@ -230,7 +207,15 @@ async fn without_refunds_or_with_a_broken_store_the_handler_never_runs() {
         Arc::new(SystemClock),
     )
     .unwrap();
-    let broken = RateLimitService::with_store(config(), Failing, Arc::new(SystemClock)).unwrap();
+    let broken = RateLimitService::with_store(
+        config(),
+        ratelimit_tests::Forwarding {
+            store: ratelimit_tests::Broken,
+            refunds: true,
+        },
+        Arc::new(SystemClock),
+    )
+    .unwrap();
     for (limiter, code) in [(no_refunds, "INVALID_CONFIG"), (broken, "STORE_FAILED")] {
         let runs = Arc::new(AtomicUsize::new(0));
         let app = login_app(

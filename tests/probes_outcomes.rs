@@ -7,11 +7,11 @@ use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use ratelimit::store::{Request, Stacked, Store};
+use ratelimit::store::Store;
 use ratelimit::testing::TestModule;
 use ratelimit::{
-    rate_limit, Config, Decision, Error, Failover, FailurePolicy, ManualClock, Module, Options,
-    Quota, RateLimitService, Strategy,
+    rate_limit, Config, Error, Failover, FailurePolicy, ManualClock, Module, Options, Quota,
+    RateLimitService, Strategy,
 };
 use ratelimit_tests::START;
 
@@ -147,28 +147,6 @@ async fn a_refund_after_a_reload_reaches_only_the_state_it_was_spent_from() {
     assert!(level.remaining <= 4, "{level:?}");
 }
 
-/// A store that is away: the failover's local share decides.
-struct Away;
-
-impl Store for Away {
-    async fn decide(&self, _: Request<'_>) -> Result<Decision, Error> {
-        Err(Error::Store {
-            message: "away".into(),
-        })
-    }
-    async fn decide_all(&self, _: Stacked<'_>) -> Result<Vec<Decision>, Error> {
-        Err(Error::Store {
-            message: "away".into(),
-        })
-    }
-    async fn reset(&self, _: &str) -> Result<bool, Error> {
-        Ok(false)
-    }
-    fn refunds(&self) -> bool {
-        true
-    }
-}
-
 /// A spend the failover's local share decided (the store away) is never given back: its
 /// stamp names the local key, not the store's.
 #[tokio::test]
@@ -178,7 +156,13 @@ async fn a_failovers_local_share_never_refunds() {
         .default_window("1m")
         .build()
         .unwrap();
-    let store = Failover::new(Away, FailurePolicy::Local { pods: 2 });
+    let store = Failover::new(
+        ratelimit_tests::Forwarding {
+            store: ratelimit_tests::Broken,
+            refunds: true,
+        },
+        FailurePolicy::Local { pods: 2 },
+    );
     let clock = ManualClock::new(START);
     let service = RateLimitService::with_store(config, store, Arc::new(clock)).unwrap();
     let spent = service.spend("v", &Options::new()).await.unwrap();

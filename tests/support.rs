@@ -220,41 +220,44 @@ impl ratelimit::store::Store for Broken {
     }
 }
 
-/// The memory store's decisions behind a store of one's own that keeps no blocks and, unless
-/// `refunds`, gives nothing back: what a store without those features does with limits that
-/// need them.
-pub struct LikeMemory {
-    pub memory: ratelimit::MemoryStore,
+/// `store`'s decisions behind a store of one's own that keeps no blocks, takes no penalties
+/// and, unless `refunds`, gives nothing back (with `refunds`, says it would, and gives back
+/// nothing: [`Broken`] behind it is a store that refunds but is down).
+pub struct Forwarding<S> {
+    pub store: S,
     pub refunds: bool,
 }
+
+/// The memory store's decisions behind a store without refunds, blocks or penalties.
+pub type LikeMemory = Forwarding<ratelimit::MemoryStore>;
 
 impl LikeMemory {
     /// Without refunds (and without blocks).
     pub fn without_refunds() -> Self {
-        LikeMemory {
-            memory: ratelimit::MemoryStore::new(),
+        Forwarding {
+            store: ratelimit::MemoryStore::new(),
             refunds: false,
         }
     }
 }
 
-impl ratelimit::store::Store for LikeMemory {
+impl<S: ratelimit::store::Store> ratelimit::store::Store for Forwarding<S> {
     async fn decide(
         &self,
         request: ratelimit::store::Request<'_>,
     ) -> Result<ratelimit::Decision, ratelimit::Error> {
-        ratelimit::store::Store::decide(&self.memory, request).await
+        self.store.decide(request).await
     }
 
     async fn decide_all(
         &self,
         stacked: ratelimit::store::Stacked<'_>,
     ) -> Result<Vec<ratelimit::Decision>, ratelimit::Error> {
-        ratelimit::store::Store::decide_all(&self.memory, stacked).await
+        self.store.decide_all(stacked).await
     }
 
     async fn reset(&self, key: &str) -> Result<bool, ratelimit::Error> {
-        ratelimit::store::Store::reset(&self.memory, key).await
+        self.store.reset(key).await
     }
 
     fn refunds(&self) -> bool {
