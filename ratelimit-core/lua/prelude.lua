@@ -4,8 +4,14 @@
 -- KEYS[1]: the limiter key
 -- ARGV[3]: cost, from 1 to the capacity; 0 (with ARGV[4] = 0) looks at the level, see
 --          `algorithm::level`
--- ARGV[4]: 1 to record an admitted call, 0 to only look (nothing is written)
--- Defines: key, cost, commit, time (reads Redis' own TIME, in microseconds since the epoch:
+-- ARGV[4]: 1 to record an admitted call, 0 to only look (nothing is written); 2 to give
+--          back a spend of ARGV[3] that the decision's reply placed at ARGV[6] (its exact
+--          `reset_at`, in microseconds: `spent`), 3 to only ask whether it would be (see
+--          lua/refund.lua, which checks the key's stamp first). A refund gives back only
+--          while the spend still counts, and never past the quota: each script's refund
+--          follows `Algorithm::refund` in its <name>.rs. It returns 1 when it gives (or would
+--          give) back, else 0.
+-- Defines: key, cost, commit, refunding (ARGV[4] 2 or 3), giving (2), spent, time (reads Redis' own TIME, in microseconds since the epoch:
 --          a call, so a script reads it only on the paths that need it), idiv, unexpected,
 --          decimal and the bounds MAX_CAPACITY, MAX_NOW and MAX_EXACT.
 -- Unexpected state: a key holding anything the strategy's script did not write (another type,
@@ -26,6 +32,9 @@ end
 local key = KEYS[1]
 local cost = ARGV[3] + 0
 local commit = ARGV[4] == '1'
+local refunding = ARGV[4] == '2' or ARGV[4] == '3'
+local giving = ARGV[4] == '2'
+local spent = refunding and ARGV[6] + 0
 local function time()
   local t = redis.call('TIME')
   return t[1] * 1000000 + t[2]

@@ -6,6 +6,8 @@
 --
 -- KEYS[1]: the limiter key
 -- KEYS[2]: its lease ledger, see lua/ledger.lua (loaded in front of this file)
+-- KEYS[3]: its stamp key (see lua/stacked.lua), deleted: a spend made before the reset is
+--          never given back to the state after it
 -- ARGV[1]: the id of the resetting process's own lease of the key, dropped with the reset
 --          (0 for none): it leaves the ledger
 -- Returns: 1 when the key held state, else 0. The RATELIMIT_STATE error reply, with nothing
@@ -61,6 +63,7 @@ end
 if held == 1 and out > 0 then
   local kept = keep()
   if type(kept) == 'table' then return kept end
+  redis.call('DEL', KEYS[3])
   if ARGV[1] ~= '0' then redis.call('HDEL', ledger_key, ARGV[1]) end
   if kept then return 1 end
   redis.call('DEL', key)
@@ -68,5 +71,5 @@ if held == 1 and out > 0 then
 end
 if ARGV[1] ~= '0' then redis.call('HDEL', ledger_key, ARGV[1]) end
 if out <= 0 then redis.call('DEL', ledger_key) end
-redis.call('DEL', key)
+redis.call('DEL', key, KEYS[3])
 return held

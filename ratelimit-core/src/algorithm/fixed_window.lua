@@ -86,6 +86,12 @@ if window % 1000 == 0 then
     if expiry < 0 then return unexpected(SHAPE) end
     stop = (expiry + 1) * 1000
   end
+  if refunding then
+    -- The count of the spend's window (which ends at `spent`) while that window lasts.
+    if not raw or stop ~= spent or now >= spent or count < cost or cost == 0 then return 0 end
+    if giving then redis.call('DECRBY', key, cost) end
+    return 1
+  end
   if raw and stop <= now then
     -- A window that ended after this script began (Redis looks keys up at the script's
     -- start, TIME is read later): its count no longer counts, as in Rust.
@@ -120,6 +126,13 @@ if raw then
   if not (s and c and w == window) or s % window ~= 0 then
     return unexpected(SHAPE)
   end
+  if refunding then
+    -- As above: the count of the spend's window while it lasts; an emptied window keeps its
+    -- start.
+    if s + window ~= spent or now >= spent or c < cost or cost == 0 then return 0 end
+    if giving then redis.call('SET', key, head .. (c - cost), 'KEEPTTL') end
+    return 1
+  end
   if s > at then at = s end
   start = idiv(at, window) * window
   if s == start then
@@ -127,6 +140,7 @@ if raw then
     same = head
   end
 else
+  if refunding then return 0 end
   start = idiv(at, window) * window
 end
 local stop = start + window

@@ -53,6 +53,33 @@ local SHAPE = 'a sliding window counter (a hash of window numbers to counts)'
 local MOST = math.min(MAX_CAPACITY, idiv(2251799813685248, window))
 local LAST = idiv(MAX_NOW, window)
 
+if refunding then
+  -- The count of the spend's window (which starts two windows before `spent`) while it is
+  -- the recorded window and the current one; a window emptied steps back to the one before
+  -- (the key goes when that one had no count), as `SlidingCounter::refund` does.
+  local r = idiv(spent, window) - 2
+  if spent % window ~= 0 or cost == 0 or now >= (r + 1) * window then return 0 end
+  local f = string.format('%d', r)
+  local got = redis.pcall('HMGET', key, f, string.format('%d', r - 1), string.format('%d', r + 1))
+  if got.err then return unexpected(SHAPE) end -- WRONGTYPE
+  if got[3] or not got[1] then return 0 end -- a later window is recorded, or none
+  local c, p = decimal(got[1], MOST), decimal(got[2] or '0', MOST)
+  if not (c and p) then return unexpected(SHAPE) end
+  if c < cost then return 0 end
+  if giving then
+    if c > cost then
+      redis.call('HINCRBY', key, f, string.format('%d', -cost))
+    elseif p == 0 then
+      redis.call('DEL', key)
+    else
+      redis.call('HDEL', key, f)
+      redis.call('HSET', key, string.format('%d', r - 2), '0')
+      redis.call('PEXPIREAT', key, string.format('%d', idiv((r + 1) * window + 999, 1000)))
+    end
+  end
+  return 1
+end
+
 local at = now
 local n = idiv(now, window) -- the number of the window decided in
 local previous, current = 0, 0

@@ -74,6 +74,59 @@ end
 -- "%.17g", which costs more than the command itself on this path.
 local head = redis.pcall('LINDEX', key, '0')
 if type(head) == 'table' then return unreadable() end -- WRONGTYPE
+
+if refunding then
+  -- That call's entry (admitted at `spent` less the window, of the cost) while it counts, as
+  -- `SlidingLog::refund`; the newer entries' totals and summaries lose its units. Read from
+  -- the head a chunk at a time: a refund follows its call, so its entry is near the head.
+  local t = spent - window
+  if not head or cost == 0 or now >= spent then return 0 end
+  local chunk, chunk_at = nil, -1
+  -- The entry `k` from the head (0 the newest), parsed; nil past the end, false unreadable.
+  local function entry(k)
+    local c = idiv(k, 64)
+    if c ~= chunk_at then
+      chunk, chunk_at = redis.call('LRANGE', key, c * 64, c * 64 + 63), c
+    end
+    local raw = chunk[k - c * 64 + 1]
+    if not raw then return nil end
+    local et, total, oldest, base = parse(raw)
+    if not et then return false end
+    return {et, total, oldest, base}
+  end
+  local k = 0
+  while true do
+    local e = entry(k)
+    if e == false then return unreadable() end
+    if not e or e[1] < t then return 0 end
+    if e[1] == t then
+      -- Its units: its total less the next older entry's; the oldest kept, its own units
+      -- when it is its own oldest live entry (else they cannot be told: nothing).
+      local older = entry(k + 1)
+      if older == false then return unreadable() end
+      local units = older and e[2] - older[2] or (e[3] == e[1] and e[2] - e[4])
+      if units == cost then break end
+    end
+    k = k + 1
+  end
+  if not giving then return 1 end
+  local removed = entry(k)
+  local before = removed[2] - cost -- the total before it
+  local newer_time = k > 0 and entry(k - 1)[1]
+  for j = 0, k - 1 do
+    local e = entry(j)
+    local et, total, oldest, base = e[1], e[2] - cost, e[3], e[4]
+    if base == before then
+      oldest = newer_time -- it was the oldest live entry: the next newer one is
+    elseif base > before then
+      base = base - cost -- it was before the oldest live entry
+    end
+    redis.call('LSET', key, j, string.format('%d:%d:%d:%d', et, total, et - oldest, total - base))
+  end
+  redis.call('LSET', key, k, 'refunded')
+  redis.call('LREM', key, 1, 'refunded')
+  return 1
+end
 local at = now
 local newest, top
 -- used: the units in the window; base: the total before the oldest live entry, `oldest` its

@@ -28,13 +28,27 @@ local tolerance = ARGV[2] + 0
 local SHAPE = 'a token bucket ("T<tat>")'
 
 local tat = now
+local stored
 local raw = redis.pcall('GET', key)
 if type(raw) == 'table' then return unexpected(SHAPE) end -- WRONGTYPE
 if raw then
-  local stored = string.match(raw, '^T(%d+)$')
+  stored = string.match(raw, '^T(%d+)$')
   stored = stored and decimal(stored, MAX_EXACT)
   if not stored then return unexpected(SHAPE) end
   tat = math.max(stored, now)
+end
+
+if refunding then
+  -- What the spend still holds (`spent - at`, at most its cost's time), at an instant never
+  -- before the bucket's last admitted call as the state tells it (tat less the tolerance).
+  if not stored then return 0 end
+  local at = math.max(now, stored - tolerance)
+  if at >= spent or stored <= at or cost == 0 then return 0 end
+  local back_to = math.max(stored - math.min(interval * cost, spent - at), at)
+  if giving then
+    redis.call('SET', key, string.format('T%d', back_to), 'PXAT', idiv(back_to + 999, 1000))
+  end
+  return 1
 end
 
 local new_tat = tat + interval * cost

@@ -159,7 +159,7 @@ impl RateLimitService {
         let site = self
             .site(&generation, call)
             .map_err(|e| self.unresolved(call, e))?;
-        self.spend_at(&site, key, true).await
+        self.spend_at(site, key, true).await
     }
 
     /// [`enforce_call_spent`](Self::enforce_call_spent) decided at once; `None`, nothing
@@ -171,7 +171,7 @@ impl RateLimitService {
     ) -> Option<Result<super::Spent, Error>> {
         let generation = self.generation();
         match self.site(&generation, call) {
-            Ok(site) => self.spend_now(&site, key, true),
+            Ok(site) => self.spend_now(site, key, true),
             Err(e) => Some(Err(self.unresolved(call, e))),
         }
     }

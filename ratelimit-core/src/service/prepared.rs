@@ -194,6 +194,7 @@ impl Prepared {
             key: SiteKey::Around(&self.around),
             cost,
             spend,
+            kept: false,
             may_wait: spend && self.may_wait,
             shadow: self.shadow,
             transition: self.transition.as_ref().map(Tighter::Held),
@@ -225,7 +226,7 @@ impl Prepared {
     ) -> Result<Spent, Error> {
         if self.is_current() {
             let site = self.site(cost, true);
-            return self.service.spend_at(&site, key, enforce).await;
+            return self.service.spend_at(site, key, enforce).await;
         }
         let generation = self.service.generation();
         let call = self.asked(cost);
@@ -233,7 +234,7 @@ impl Prepared {
             .service
             .site(&generation, &call)
             .map_err(|e| self.service.unresolved(&call, e))?;
-        Box::pin(self.service.spend_at(&site, key, enforce)).await
+        Box::pin(self.service.spend_at(site, key, enforce)).await
     }
 
     /// [`spend_with`](Self::spend_with) decided at once; `None`, nothing spent, when the
@@ -245,12 +246,12 @@ impl Prepared {
         enforce: bool,
     ) -> Option<Result<Spent, Error>> {
         if self.is_current() {
-            return self.service.spend_now(&self.site(cost, true), key, enforce);
+            return self.service.spend_now(self.site(cost, true), key, enforce);
         }
         let generation = self.service.generation();
         let call = self.asked(cost);
         match self.service.site(&generation, &call) {
-            Ok(site) => self.service.spend_now(&site, key, enforce),
+            Ok(site) => self.service.spend_now(site, key, enforce),
             Err(e) => Some(Err(self.service.unresolved(&call, e))),
         }
     }

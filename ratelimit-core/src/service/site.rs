@@ -31,6 +31,9 @@ pub(crate) struct Site<'a> {
     pub(crate) cost: u64,
     /// Whether calls spend (else they look).
     pub(crate) spend: bool,
+    /// Whether a spend is kept to be given back ([`Spent`](super::Spent)): the store is asked
+    /// for a stamped decision ([`Mode::Keep`]).
+    pub(crate) kept: bool,
     /// Whether a refused call waits in the queue.
     pub(crate) may_wait: bool,
     /// A shadow limit: a call it would refuse is admitted, marked and counted
@@ -166,7 +169,11 @@ impl Site<'_> {
         store_key: &'k str,
         now: Nanos,
     ) -> Result<Request<'k>, Error> {
-        let mode = if self.spend { Mode::Spend } else { Mode::Look };
+        let mode = match (self.spend, self.kept) {
+            (false, _) => Mode::Look,
+            (true, false) => Mode::Spend,
+            (true, true) => Mode::Keep,
+        };
         let quota = self.quota_at(now);
         if self.transition.is_some() {
             crate::algorithm::check_cost(quota, self.cost, self.spend)?;
@@ -329,6 +336,7 @@ impl RateLimitService {
             }),
             cost: options.cost,
             spend: options.consume,
+            kept: false,
             // A shadow limit never refuses, so it never makes a call wait.
             may_wait: !shadow && self.may_wait(config, options),
             shadow,

@@ -210,7 +210,7 @@ impl RateLimitService {
             let call = super::calls::Mode::Spend.apply(options.call());
             let generation = self.generation();
             match self.site(&generation, &call) {
-                Ok(site) => self.spend_at(&site, Some(key), false).await,
+                Ok(site) => self.spend_at(site, Some(key), false).await,
                 Err(e) => Err(self.unresolved(&call, e)),
             }
         }
@@ -220,10 +220,11 @@ impl RateLimitService {
     /// `enforce`, a refusal is [`Error::Exceeded`].
     pub(crate) async fn spend_at(
         &self,
-        site: &Site<'_>,
+        site: Site<'_>,
         key: Option<&str>,
         enforce: bool,
     ) -> Result<Spent, Error> {
+        let site = &Site { kept: true, ..site };
         let mut store_key = String::new();
         let decided = match site.may_wait {
             false => {
@@ -250,10 +251,11 @@ impl RateLimitService {
     /// [`Store::decide_now`]: crate::store::Store::decide_now
     pub(crate) fn spend_now(
         &self,
-        site: &Site<'_>,
+        site: Site<'_>,
         key: Option<&str>,
         enforce: bool,
     ) -> Option<Result<Spent, Error>> {
+        let site = &Site { kept: true, ..site };
         let mut store_key = String::new();
         let then = super::pipeline::Then::Keep(&mut store_key);
         let decided = self.decide_now(site, key, true, then, |d| d)?;

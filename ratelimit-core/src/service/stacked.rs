@@ -175,12 +175,12 @@ impl RateLimitService {
                 owners.push(i);
             }
         }
-        let result = match stacked(&checks, &sites, now) {
+        let result = match stacked(&checks, &sites, now, keep) {
             Ok(all) => {
                 // Given up while the store decides: counted once, as abandoned, in every
                 // limit's scopes (the store may have spent from each).
                 let abandoned = IfAbandoned::new(|| {
-                    if all.mode() == Mode::Spend {
+                    if all.spends() {
                         self.inner.total.record(Outcome::Abandoned);
                         for site in &sites {
                             let tier = site.tier_counters();
@@ -419,10 +419,12 @@ fn stacked<'a>(
     checks: &'a [Check<'a>],
     sites: &[Site<'_>],
     now: Nanos,
+    keep: bool,
 ) -> Result<Stacked<'a>, Error> {
-    let mode = match sites.iter().all(|s| s.spend) {
-        true => Mode::Spend,
-        false => Mode::Look,
+    let mode = match (sites.iter().all(|s| s.spend), keep) {
+        (true, false) => Mode::Spend,
+        (true, true) => Mode::Keep,
+        (false, _) => Mode::Look,
     };
     Stacked::new(checks, now, mode)
 }

@@ -52,6 +52,12 @@ pub enum Mode {
     /// the level now: what remains, when the budget is full again, and `allowed` when a call
     /// of cost 1 would pass.
     Look,
+    /// As [`Spend`](Mode::Spend), for a spend the caller may give back
+    /// ([`Store::refund`](super::Store::refund)): a store that refunds answers an admitted
+    /// call with the stamp of the state it spent from ([`Decision::stamped`]).
+    ///
+    /// [`Decision::stamped`]: crate::Decision::stamped
+    Keep,
 }
 
 /// One call asked of a [`Store`](super::Store): the store key, the limit, the call's cost,
@@ -105,7 +111,7 @@ impl<'a> Request<'a> {
         now: Nanos,
         mode: Mode,
     ) -> Result<Self, Error> {
-        algorithm::check_cost(quota, cost, mode == Mode::Spend)?;
+        algorithm::check_cost(quota, cost, mode != Mode::Look)?;
         Ok(Self::checked(key, quota, cost, now, mode))
     }
 
@@ -118,7 +124,7 @@ impl<'a> Request<'a> {
         now: Nanos,
         mode: Mode,
     ) -> Self {
-        debug_assert!(algorithm::check_cost(quota, cost, mode == Mode::Spend).is_ok());
+        debug_assert!(algorithm::check_cost(quota, cost, mode != Mode::Look).is_ok());
         Request {
             key,
             quota,
@@ -169,7 +175,7 @@ impl<'a> Request<'a> {
     /// Whether the call spends.
     #[inline]
     pub fn spends(&self) -> bool {
-        self.mode == Mode::Spend
+        self.mode != Mode::Look
     }
 }
 
@@ -332,7 +338,7 @@ impl<'a> Stacked<'a> {
                     reason: "the same key twice in one stacked decision",
                 });
             }
-            algorithm::check_cost(check.quota, check.cost, mode == Mode::Spend)?;
+            algorithm::check_cost(check.quota, check.cost, mode != Mode::Look)?;
         }
         Ok(Stacked { checks, now, mode })
     }
@@ -362,7 +368,7 @@ impl<'a> Stacked<'a> {
 
     /// Whether the call spends.
     pub fn spends(&self) -> bool {
-        self.mode == Mode::Spend
+        self.mode != Mode::Look
     }
 
     /// The same call as a look at every limit.

@@ -28,20 +28,30 @@ pub(super) static RESET_SCRIPT: LazyLock<Lua> = LazyLock::new(|| {
     ))
 });
 
-/// The key of `key`'s lease ledger (see `lua/lease_grant.lua`), in `key`'s Redis Cluster slot,
-/// so that one script reads both: `key` with a suffix when it has a hash tag (every composed
-/// store key with a user key has one), else behind a tag that hashes to `key`'s own slot (the
-/// one budget of a fn has the empty tag `{}`, which Redis does not take for a tag).
+/// The key of `key`'s lease ledger (see `lua/lease_grant.lua`), in `key`'s Redis Cluster slot.
 pub(super) fn ledger_key(key: &str) -> String {
+    beside(key, "lease")
+}
+
+/// The key of `key`'s stamp (see `lua/stacked.lua`), in `key`'s Redis Cluster slot.
+pub(super) fn stamp_key(key: &str) -> String {
+    beside(key, "stamp")
+}
+
+/// A key beside `key`, named by `what`, in `key`'s Redis Cluster slot so that one script
+/// reads both: `key` with a suffix when it has a hash tag (every composed store key with a
+/// user key has one), else behind a tag that hashes to `key`'s own slot (the one budget of a
+/// fn has the empty tag `{}`, which Redis does not take for a tag).
+fn beside(key: &str, what: &str) -> String {
     let tagged = key
         .split_once('{')
         .and_then(|(_, rest)| rest.split_once('}'))
         .is_some_and(|(tag, _)| !tag.is_empty());
     if tagged {
-        return format!("{key}:lease");
+        return format!("{key}:{what}");
     }
     let tag = &SLOT_TAGS[&Slot::for_key(key)];
-    format!("{{{tag}}}:lease:{key}")
+    format!("{{{tag}}}:{what}:{key}")
 }
 
 /// A tag for every cluster slot: the first of `0`, `1`, ... `zzzz` (62 letters) that hashes to
@@ -79,8 +89,8 @@ impl RedisStore {
         crate::key::check_store_key(key)?;
         self.inner.refusals.forget(key);
         let own = self.leases().map_or(0, |leases| leases.forget(key));
-        let ledger = ledger_key(key);
-        let keys = [key, ledger.as_str()];
+        let (ledger, stamp) = (ledger_key(key), stamp_key(key));
+        let keys = [key, ledger.as_str(), stamp.as_str()];
         let held: i64 = self
             .run(&RESET_SCRIPT, &keys, &[own], false, Instant::now())
             .await?;
@@ -90,10 +100,10 @@ impl RedisStore {
 
 #[cfg(test)]
 mod tests {
-    use super::ledger_key;
+    use super::{ledger_key, stamp_key};
 
     #[test]
-    fn a_ledger_lives_in_its_keys_cluster_slot() {
+    fn a_ledger_and_a_stamp_live_in_their_keys_cluster_slot() {
         let slot = |k: &str| redis::cluster_routing::Slot::for_key(k);
         for key in [
             "p:{user:1}F60000:-:-",
@@ -103,9 +113,11 @@ mod tests {
             "}{",
             "{",
         ] {
-            let ledger = ledger_key(key);
-            assert_eq!(slot(&ledger), slot(key), "{key} -> {ledger}");
-            assert_ne!(ledger, key);
+            for beside in [ledger_key(key), stamp_key(key)] {
+                assert_eq!(slot(&beside), slot(key), "{key} -> {beside}");
+                assert_ne!(beside, key);
+            }
+            assert_ne!(ledger_key(key), stamp_key(key));
         }
         assert_eq!(ledger_key("p:{u}F1:-:-"), "p:{u}F1:-:-:lease");
         assert!(ledger_key("p:{}F1:-:-").ends_with("}:lease:p:{}F1:-:-"));

@@ -12,7 +12,7 @@ use crate::clock::Nanos;
 use crate::decision::Decision;
 use crate::error::Error;
 use crate::quota::Quota;
-use crate::store::Request;
+use crate::store::{Mode, Request};
 
 impl RedisStore {
     /// The checks every decision makes before anything is answered, in the process or by
@@ -78,7 +78,11 @@ impl RedisStore {
         let (verdict, at) = match Self::checked(key, quota, cost, now, commit) {
             Err(e) => return Some(Err(e)),
             Ok(Some(verdict)) => (verdict, now),
-            Ok(None) => self.answered_here(key, quota, cost, commit, Instant::now())?,
+            // A spend kept for a refund is Redis' (stamped): never a leased unit.
+            Ok(None) => {
+                let leased = request.mode() == Mode::Spend;
+                self.answered_here(key, quota, cost, leased, Instant::now())?
+            }
         };
         Some(Ok(Decision::for_quota(verdict, at, quota)))
     }

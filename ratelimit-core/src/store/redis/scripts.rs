@@ -209,25 +209,31 @@ macro_rules! single {
         /// The strategies' single-key scripts, in the order of [`index`].
         const SINGLE: &[&str] = &[$(lua!($lua),)*];
 
-        /// Several limits as one decision (`lua/stacked.lua`), over the strategies' scripts
-        /// as functions, which its `scripts` table lists in the order of [`index`].
-        const STACKED: &str = concat!(
+        /// The strategies' scripts as functions, and `scripts`, the table of them in the
+        /// order of [`index`]: what the scripts of several keys (`lua/stacked.lua`,
+        /// `lua/refund.lua`) are loaded behind.
+        const FUNCTIONS: &str = concat!(
             $(wrapped!($lua),)*
             "-- The strategies' scripts, in the order of the table of algorithms.\n",
             "local scripts = {"
             $(, $lua, ", ")*,
             "}\n",
-            include_str!("../../../lua/stacked.lua"),
         );
     };
 }
 
 crate::algorithm::algorithms!(single);
 
-pub(super) static STACKED_SCRIPT: LazyLock<Lua> = LazyLock::new(|| Lua::new(STACKED));
+/// Several limits as one decision (`lua/stacked.lua`).
+pub(super) static STACKED_SCRIPT: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new([FUNCTIONS, include_str!("../../../lua/stacked.lua")].concat()));
+
+/// One call's spends given back as one (`lua/refund.lua`).
+pub(super) static REFUND_SCRIPT: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new([FUNCTIONS, include_str!("../../../lua/refund.lua")].concat()));
 
 /// The number `lua/stacked.lua` knows a strategy by: its index in [`SCRIPTS`], from 1 (the
-/// order of its `scripts` table and of [`STACKED`]'s functions).
+/// order of its `scripts` table and of [`FUNCTIONS`]).
 pub(super) fn stacked_index(strategy: Strategy) -> usize {
     index(strategy) + 1
 }

@@ -9,22 +9,24 @@ use tokio::sync::OnceCell;
 
 use super::eviction::Policy;
 use super::lease::Leases;
+use super::ledger::stamp_key;
 use super::ledger::RESET_SCRIPT;
 use super::link::Links;
 use super::options::RedisOptions;
 use super::redaction::{secrets, store_error};
+use super::refund::draw;
 use super::refusals::Refusals;
 use super::reply::{full, unexpected, RedisClock, Reply};
 use super::round_trip::{runtime_ready, Client};
 use super::scripts::{
-    arguments, call, stacked_index, supports, OwnScripts, SCRIPTS, STACKED_SCRIPT,
+    arguments, call, stacked_index, supports, OwnScripts, REFUND_SCRIPT, SCRIPTS, STACKED_SCRIPT,
 };
 use crate::algorithm::{self, Verdict};
 use crate::clock::Nanos;
 use crate::decision::Decision;
 use crate::error::Error;
 use crate::quota::{Quota, QuotaError};
-use crate::store::{Check, Mode, Request, Stacked, Store};
+use crate::store::{Check, Mode, Refund, Request, Stacked, Store};
 
 pub(super) struct Inner {
     pub(super) options: RedisOptions,
@@ -188,7 +190,10 @@ impl RedisStore {
     /// start-up to find out at once that Redis is unreachable.
     pub async fn connect(&self) -> Result<(), Error> {
         self.bounded(Instant::now(), |mut connection| async move {
-            for script in SCRIPTS.iter().chain([&*STACKED_SCRIPT, &*RESET_SCRIPT]) {
+            for script in SCRIPTS
+                .iter()
+                .chain([&*STACKED_SCRIPT, &*REFUND_SCRIPT, &*RESET_SCRIPT])
+            {
                 let loaded: Result<String, _> = script.load().query_async(&mut connection).await;
                 loaded.map_err(|e| self.error("could not load a script", &e))?;
             }
@@ -277,13 +282,15 @@ impl RedisStore {
         Ok(Decision::for_quota(verdict, at, quota))
     }
 
-    /// Several limits as one decision, in one round trip (`lua/stacked.lua`). `now` is the
-    /// service's clock, for what is decided without asking Redis.
+    /// Several limits as one decision, in one round trip (`lua/stacked.lua`), each with the
+    /// stamp of the state it spent from in [`Mode::Keep`] (else, and for a refusal, 0). `now`
+    /// is the service's clock, for what is decided without asking Redis.
     pub(crate) async fn verdicts(
         &self,
         stacked: &Stacked<'_>,
-    ) -> Result<Vec<(Verdict, Nanos)>, Error> {
+    ) -> Result<Vec<(Verdict, Nanos, u64)>, Error> {
         let (checks, now, commit) = (stacked.checks(), stacked.now(), stacked.spends());
+        let stamping = stacked.mode() == Mode::Keep;
         let local = crate::store::precheck_all(stacked)?;
         for check in checks {
             supports(check.quota)?;
@@ -298,31 +305,60 @@ impl RedisStore {
             .collect();
         let mut replies = Vec::new().into_iter();
         if !asked.is_empty() {
-            let keys: Vec<&str> = asked.iter().map(|c| c.key.as_str()).collect();
-            let mut args = vec![u64::from(commit)];
+            let stamps: Vec<String> = match stamping {
+                true => asked.iter().map(|c| stamp_key(c.key.as_str())).collect(),
+                false => Vec::new(),
+            };
+            let keys: Vec<&str> = (asked.iter().map(|c| c.key.as_str()))
+                .chain(stamps.iter().map(String::as_str))
+                .collect();
+            let mut args = vec![if stamping { 2 } else { u64::from(commit) }];
             for check in &asked {
                 let [first, second] = arguments(check.quota);
                 let index = stacked_index(check.quota.strategy()) as u64;
                 args.extend([index, first, second, check.cost]);
             }
+            if stamping {
+                args.push(draw());
+            }
             let sent = Instant::now();
             let reply: Vec<i64> = self.run(&STACKED_SCRIPT, &keys, &args, false, sent).await?;
-            if reply.len() != 5 * asked.len() {
+            let each = if stamping { 6 } else { 5 };
+            if reply.len() != each * asked.len() {
                 return Err(unexpected(&reply));
             }
             replies = reply
-                .chunks_exact(5)
-                .map(|r| full(r).ok_or_else(|| unexpected(&r)))
+                .chunks_exact(each)
+                .map(|r| {
+                    let stamp = r.get(5).map_or(Some(0), |&s| u64::try_from(s).ok());
+                    full(&r[..5])
+                        .zip(stamp)
+                        .map(|((verdict, at), stamp)| (verdict, at, stamp))
+                        .ok_or_else(|| unexpected(&r))
+                })
                 .collect::<Result<Vec<_>, _>>()?
                 .into_iter();
         }
         local
             .into_iter()
             .map(|l| match l {
-                Some(verdict) => Ok((verdict, now)),
+                Some(verdict) => Ok((verdict, now, 0)),
                 None => replies.next().ok_or_else(|| unexpected(&"no reply")),
             })
             .collect()
+    }
+}
+
+impl RedisStore {
+    /// [`verdicts`](Self::verdicts) as decisions.
+    async fn decisions(&self, stacked: &Stacked<'_>) -> Result<Vec<Decision>, Error> {
+        let verdicts = self.verdicts(stacked).await?;
+        Ok(stacked
+            .checks()
+            .iter()
+            .zip(verdicts)
+            .map(|(c, (v, at, stamp))| Decision::for_quota(v, at, c.quota).stamped(stamp))
+            .collect())
     }
 }
 
@@ -337,6 +373,17 @@ impl Store for RedisStore {
         if request.mode() == Mode::Look && cost == 0 {
             // Boxed: a look's two round trips would make every call's future the larger.
             return Box::pin(self.look(key, quota, now)).await;
+        }
+        if request.mode() == Mode::Keep {
+            // Stamped by the stacked script, as one limit (boxed, as a look).
+            let check = [Check {
+                key: request.key(),
+                quota,
+                cost,
+            }];
+            let stacked = Stacked::new(&check, now, Mode::Keep)?;
+            let mut decided = Box::pin(self.decisions(&stacked)).await?;
+            return decided.pop().ok_or_else(|| unexpected(&"no reply"));
         }
         let (verdict, at) = self
             .verdict(key, quota, cost, now, request.spends(), false)
@@ -354,13 +401,7 @@ impl Store for RedisStore {
             }
             return Ok(decisions);
         }
-        let verdicts = self.verdicts(&stacked).await?;
-        Ok(stacked
-            .checks()
-            .iter()
-            .zip(verdicts)
-            .map(|(c, (v, at))| Decision::for_quota(v, at, c.quota))
-            .collect())
+        self.decisions(&stacked).await
     }
 
     /// Answered in the process, with no round trip: a call refused until a retry time that
@@ -377,6 +418,19 @@ impl Store for RedisStore {
 
     fn supports(&self, quota: &Quota) -> Result<(), QuotaError> {
         supports(quota)
+    }
+
+    /// Spends asked in [`Mode::Keep`] are stamped (see `refund.rs`).
+    fn refunds(&self) -> bool {
+        true
+    }
+
+    async fn refund(&self, refund: Refund<'_>) -> Result<bool, Error> {
+        self.give_back(&[refund]).await
+    }
+
+    async fn refund_all(&self, refunds: &[Refund<'_>]) -> Result<bool, Error> {
+        self.give_back(refunds).await
     }
 }
 

@@ -1,0 +1,38 @@
+-- Refunds: spends of one call given back, to every limit it spent from or to none. The
+-- strategies' scripts are loaded in front of this file as functions, with `scripts`, the
+-- table of them, as for lua/stacked.lua.
+--
+-- KEYS[i] (i from 1 to n): the i-th limit's key; KEYS[n + i]: its stamp key (see
+--          lua/stacked.lua, which writes it for a spend that may be given back).
+-- ARGV[6i - 5 .. 6i] (i from 1): the i-th limit's strategy (its place in `scripts`), the
+--          two numbers its script takes as ARGV[1] and ARGV[2], the spend's cost, its
+--          instant (the admitted reply's `reset_at`, in microseconds: where each strategy's
+--          refund finds it) and the stamp its reply gave.
+-- Returns: 1 when every spend was given back; 0, nothing written, when one of them gives
+--          nothing (its key holds another stamp or none: reset, or lost and made again; or
+--          the spend no longer counts). Or the first error reply a limit gave (state of an
+--          unexpected shape), nothing written.
+
+local n = #KEYS / 2
+
+local function refund(i, flag)
+  local a = 6 * i - 5
+  return scripts[ARGV[a] + 0]({KEYS[i]},
+    {ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], flag, '1', ARGV[a + 4]})
+end
+
+for i = 1, n do
+  local held = redis.pcall('GET', KEYS[n + i])
+  if type(held) == 'table' then
+    return redis.error_reply('RATELIMIT_STATE the stamp key holds a '
+      .. redis.call('TYPE', KEYS[n + i])['ok'] .. ' that is not a stamp')
+  end
+  if held ~= ARGV[6 * i] then return 0 end
+  local would = refund(i, '3')
+  if type(would) == 'table' and would.err then return would end
+  if would ~= 1 then return 0 end
+end
+for i = 1, n do
+  refund(i, '2')
+end
+return 1

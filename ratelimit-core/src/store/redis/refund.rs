@@ -1,0 +1,87 @@
+//! Spends kept to be given back, on Redis. A spend asked in [`Mode::Keep`] is decided by the
+//! stacked script (`lua/stacked.lua`, one limit or several), which stamps each key it spends
+//! from: a key beside it ([`stamp_key`]) holds a number drawn by the first such spend on the
+//! key's state, kept as long as that state, deleted by a reset. A refund (`lua/refund.lua`)
+//! gives back only to keys still holding the stamp the spend's decision carried, through
+//! each strategy's own refund (its script's refund mode), to every key or to none, in one
+//! round trip. A key Redis lost (restarted, flushed) holds no stamp or another one: nothing is
+//! given back to the state made after.
+//!
+//! [`Mode::Keep`]: crate::store::Mode::Keep
+
+use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::LazyLock;
+use std::time::Instant;
+
+use super::ledger::stamp_key;
+use super::scripts::{arguments, stacked_index, supports, REFUND_SCRIPT};
+use super::RedisStore;
+use crate::error::Error;
+use crate::store::Refund;
+
+/// What stamps are drawn from: a count, hashed with this process's random keys.
+static DRAWS: AtomicU64 = AtomicU64::new(0);
+static KEYS: LazyLock<std::hash::RandomState> = LazyLock::new(std::hash::RandomState::new);
+
+/// A stamp for a spend kept for a refund: a hash of this process's next count under its own
+/// random keys, from 1 to 2^53 - 1 (exact in Lua's numbers). Two states of one key drawing the
+/// same stamp has odds of 2^-53.
+pub(super) fn draw() -> u64 {
+    let n = DRAWS.fetch_add(1, Ordering::Relaxed);
+    (KEYS.hash_one(n) & ((1 << 53) - 1)).max(1)
+}
+
+impl RedisStore {
+    /// Gives back `refunds` (one call's spends) as one, in one round trip: all or none.
+    pub(super) async fn give_back(&self, refunds: &[Refund<'_>]) -> Result<bool, Error> {
+        let mut keys: Vec<&str> = Vec::with_capacity(2 * refunds.len());
+        let mut args = Vec::with_capacity(6 * refunds.len());
+        for refund in refunds {
+            crate::key::check_store_key(refund.key().as_str())?;
+            supports(refund.quota())?;
+            if refund.stamp() == 0 || refund.cost() == 0 {
+                return Ok(false);
+            }
+            keys.push(refund.key().as_str());
+            let [first, second] = arguments(refund.quota());
+            let index = stacked_index(refund.quota().strategy()) as u64;
+            let spent_us = refund.spent() / 1_000;
+            args.extend([
+                index,
+                first,
+                second,
+                refund.cost(),
+                spent_us,
+                refund.stamp(),
+            ]);
+        }
+        let stamps: Vec<String> = refunds
+            .iter()
+            .map(|r| stamp_key(r.key().as_str()))
+            .collect();
+        keys.extend(stamps.iter().map(String::as_str));
+        let given: i64 = self
+            .run(&REFUND_SCRIPT, &keys, &args, false, Instant::now())
+            .await?;
+        if given == 1 {
+            // A refusal held here may no longer be one.
+            for refund in refunds {
+                self.inner.refusals.forget(refund.key().as_str());
+            }
+        }
+        Ok(given == 1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::draw;
+
+    #[test]
+    fn stamps_are_never_zero_and_exact_in_lua() {
+        let drawn: std::collections::HashSet<u64> = (0..10_000).map(|_| draw()).collect();
+        assert_eq!(drawn.len(), 10_000);
+        assert!(drawn.iter().all(|&s| (1..1 << 53).contains(&s)));
+    }
+}

@@ -1,0 +1,310 @@
+//! Limits that follow outcomes (issue 26) on a real Redis server and a real Cluster, beside
+//! the memory store (the same assertions on each): a spend kept for a refund is stamped by
+//! Redis (a key beside the state, see `store/redis/refund.rs`), and given back only to the
+//! state it was spent from, once, and never past the quota; an annotated fn that counts only
+//! its failures runs its body exactly the limit's times under concurrent attempts. Redis
+//! decides on its own clock: windows here are long (an hour, a day) so that no window rolls
+//! while a test runs.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use ratelimit::testing::TestModule;
+use ratelimit::{
+    rate_limit, Config, Error, Module, Options, RateLimitService, RedisOptions, StoreConfig,
+    Strategy,
+};
+use ratelimit_tests::redis_server::{prefix, RedisCluster, RedisServer};
+
+const STRATEGIES: [Strategy; 4] = [
+    Strategy::FixedWindow,
+    Strategy::SlidingWindow,
+    Strategy::SlidingWindowCounter,
+    Strategy::TokenBucket,
+];
+
+/// 3 calls an hour under `strategy` (a token bucket refills one token each 20 minutes).
+fn three_an_hour(strategy: Strategy) -> Options {
+    Options::new()
+        .limit(3)
+        .window(Duration::from_secs(3_600))
+        .strategy(strategy)
+}
+
+async fn remaining(service: &RateLimitService, key: &str, options: &Options) -> u64 {
+    service
+        .status(key, options)
+        .await
+        .expect("status")
+        .remaining
+}
+
+/// Every store of one test: memory (on its own clock), one Redis server and a Cluster.
+fn stores(
+    name: &str,
+) -> (
+    Vec<(&'static str, RateLimitService)>,
+    Box<dyn std::any::Any>,
+) {
+    let clock = ratelimit_tests::clock();
+    ratelimit_tests::on_every_store(name, Config::builder, &clock)
+}
+
+/// A spend given back makes room for exactly one more call, on every strategy and store; a
+/// refused call has nothing to give back; nothing is ever given past the quota.
+#[tokio::test]
+async fn every_strategy_gives_a_spend_back_on_every_store() {
+    let (services, _servers) = stores("outcomes_redis_every");
+    for (store, service) in &services {
+        for strategy in STRATEGIES {
+            let options = three_an_hour(strategy);
+            let key = format!("every-{strategy:?}");
+            let mut held = Vec::new();
+            for _ in 0..3 {
+                let spent = service.spend(&key, &options).await.expect("spent");
+                assert!(spent.decision().allowed, "{store} {strategy:?}");
+                assert!(spent.refundable(), "{store} {strategy:?}");
+                held.push(spent);
+            }
+            let refused = service.spend(&key, &options).await.expect("decided");
+            assert!(!refused.decision().allowed, "{store} {strategy:?}");
+            assert!(!refused.refundable());
+            assert!(!refused.refund().await.expect("nothing"), "{store}");
+            // The middle spend given back: one more call passes, then none.
+            let middle = held.remove(1);
+            assert!(
+                middle.refund().await.expect("given"),
+                "{store} {strategy:?}"
+            );
+            assert_eq!(
+                remaining(service, &key, &options).await,
+                1,
+                "{store} {strategy:?}"
+            );
+            let again = service.consume(&key, &options).await.expect("decided");
+            assert!(again.allowed, "{store} {strategy:?}");
+            assert!(!service.consume(&key, &options).await.unwrap().allowed);
+            // Every spend given back: exactly the quota, never more.
+            for spent in held {
+                assert!(spent.refund().await.expect("given"), "{store} {strategy:?}");
+            }
+            assert_eq!(
+                remaining(service, &key, &options).await,
+                2,
+                "{store} {strategy:?}"
+            );
+        }
+    }
+}
+
+/// A refund after `reset` gives nothing back, whether the key was made again by a plain
+/// spend or by one kept for a refund (a new stamp); the new spend's refund still gives.
+#[tokio::test]
+async fn a_refund_after_a_reset_gives_nothing_on_every_store() {
+    let (services, _servers) = stores("outcomes_redis_reset");
+    for (store, service) in &services {
+        for strategy in STRATEGIES {
+            let options = three_an_hour(strategy);
+            let key = format!("reset-{strategy:?}");
+            let before = service.spend(&key, &options).await.expect("spent");
+            let also_before = service.spend(&key, &options).await.expect("spent");
+            assert!(service.reset_with(&key, &options).await.expect("reset"));
+            assert!(service.consume(&key, &options).await.unwrap().allowed);
+            assert!(
+                !before.refund().await.expect("answered"),
+                "{store} {strategy:?}"
+            );
+            assert_eq!(
+                remaining(service, &key, &options).await,
+                2,
+                "{store} {strategy:?}"
+            );
+            let after = service.spend(&key, &options).await.expect("spent");
+            assert!(!also_before.refund().await.expect("answered"), "{store}");
+            assert_eq!(
+                remaining(service, &key, &options).await,
+                1,
+                "{store} {strategy:?}"
+            );
+            assert!(after.refund().await.expect("given"), "{store} {strategy:?}");
+            assert_eq!(
+                remaining(service, &key, &options).await,
+                2,
+                "{store} {strategy:?}"
+            );
+        }
+    }
+}
+
+/// Stacked limits: a refund gives back to every limit, or (one of them reset) to none.
+#[tokio::test]
+async fn a_stacked_refund_gives_back_to_every_limit_or_to_none_on_every_store() {
+    let (services, _servers) = stores("outcomes_redis_stacked");
+    for (store, service) in &services {
+        let minute = three_an_hour(Strategy::TokenBucket).budget("burst");
+        let hour = three_an_hour(Strategy::SlidingWindow).budget("hourly");
+        let both = [("u", &minute), ("u", &hour)];
+        let spent = service.spend_all(&both).await.expect("spent");
+        assert!(spent.refundable(), "{store}");
+        assert!(spent.refund().await.expect("given"), "{store}");
+        assert_eq!(remaining(service, "u", &minute).await, 3, "{store}");
+        assert_eq!(remaining(service, "u", &hour).await, 3, "{store}");
+
+        let spent = service.spend_all(&both).await.expect("spent");
+        assert!(service.reset_with("u", &hour).await.expect("reset"));
+        assert!(service.consume("u", &hour).await.unwrap().allowed);
+        assert!(!spent.refund().await.expect("answered"), "{store}");
+        assert_eq!(remaining(service, "u", &minute).await, 2, "{store}");
+        assert_eq!(remaining(service, "u", &hour).await, 2, "{store}");
+    }
+}
+
+/// Redis restarted (no persistence: every key lost) and the key made again by another call:
+/// a refund of a spend made before gives nothing back.
+#[tokio::test]
+async fn a_refund_after_redis_restarted_gives_nothing() {
+    let mut server = RedisServer::start();
+    let options = RedisOptions::new(server.url()).timeout(Duration::from_secs(2));
+    let service = ratelimit_tests::redis_service(options, &prefix("outcomes_redis_restart"));
+    for strategy in STRATEGIES {
+        let limit = three_an_hour(strategy);
+        let key = format!("restart-{strategy:?}");
+        let before = service.spend(&key, &limit).await.expect("spent");
+        server.stop();
+        server.restart();
+        let mut made_again = None;
+        for _ in 0..50 {
+            // The first calls after the restart may find the old connection gone.
+            if let Ok(d) = service.consume(&key, &limit).await {
+                made_again = Some(d);
+                break;
+            }
+        }
+        assert!(made_again.expect("Redis answered again").allowed);
+        assert!(!before.refund().await.expect("answered"), "{strategy:?}");
+        assert_eq!(remaining(&service, &key, &limit).await, 2, "{strategy:?}");
+    }
+}
+
+/// A stamp key of the wrong shape (another type, text that is not a stamp) is an error, with
+/// nothing spent; a stamp changed by another writer makes a refund give nothing back.
+#[tokio::test]
+async fn a_stamp_of_the_wrong_shape_is_an_error_and_spends_nothing() {
+    let server = RedisServer::start();
+    let options = RedisOptions::new(server.url()).timeout(Duration::from_secs(2));
+    let service = ratelimit_tests::redis_service(options, "garbage:");
+    let limit = three_an_hour(Strategy::FixedWindow);
+    let mut redis = server.connection();
+    // The composed store key of user "g": the one key the spend writes besides its stamp.
+    assert!(service.consume("g", &limit).await.unwrap().allowed);
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("garbage:*")
+        .query(&mut redis)
+        .unwrap();
+    let [state] = &keys[..] else {
+        panic!("{keys:?}")
+    };
+    let stamp = format!("{state}:stamp");
+    for (planted, value) in [("hash", None), ("text", Some("12ab")), ("zero", Some("0"))] {
+        let _: () = redis::cmd("DEL").arg(&stamp).query(&mut redis).unwrap();
+        match value {
+            None => redis::cmd("HSET")
+                .arg(&stamp)
+                .arg("f")
+                .arg("1")
+                .query::<()>(&mut redis),
+            Some(v) => redis::cmd("SET").arg(&stamp).arg(v).query::<()>(&mut redis),
+        }
+        .unwrap();
+        let refused = service.spend("g", &limit).await;
+        assert!(
+            matches!(refused, Err(Error::UnexpectedState { .. })),
+            "{planted}: {refused:?}"
+        );
+        assert_eq!(remaining(&service, "g", &limit).await, 2, "{planted}");
+    }
+    let _: () = redis::cmd("DEL").arg(&stamp).query(&mut redis).unwrap();
+    let spent = service.spend("g", &limit).await.expect("spent");
+    let _: () = redis::cmd("SET")
+        .arg(&stamp)
+        .arg("7")
+        .query(&mut redis)
+        .unwrap();
+    assert!(!spent.refund().await.expect("answered"));
+    assert_eq!(remaining(&service, "g", &limit).await, 1);
+}
+
+static RUNS: AtomicU32 = AtomicU32::new(0);
+
+/// Five failed attempts per user per day; a success does not count.
+#[rate_limit(limit = 5, window = "1d", key = user, count = "err")]
+async fn login(user: &str, right: bool) -> Result<(), Error> {
+    RUNS.fetch_add(1, Ordering::SeqCst);
+    // The attempt takes a while: every concurrent one has spent before any ends.
+    tokio::task::yield_now().await;
+    match right {
+        true => Ok(()),
+        false => Err(Error::InvalidKey { reason: "wrong" }),
+    }
+}
+
+/// The issue's first test on Redis and on a Cluster: 64 concurrent wrong passwords against 5
+/// per window run the body exactly 5 times; the right password passes 64 times in a row and
+/// 64 times from tasks that never hold more spends at once than the limit, leaving nothing
+/// spent.
+#[test]
+fn an_annotated_fn_counting_failures_runs_its_body_exactly_the_limit_on_redis() {
+    let (server, cluster) = (RedisServer::start(), RedisCluster::start());
+    let single = RedisOptions::new(server.url()).timeout(Duration::from_secs(5));
+    let nodes = RedisOptions::cluster(cluster.urls()).timeout(Duration::from_secs(5));
+    for (store, options) in [("redis", single), ("cluster", nodes)] {
+        let builder = Module::builder()
+            .key_prefix(prefix(&format!("outcomes_redis_login_{store}")))
+            .store(StoreConfig::Redis(options));
+        let m = TestModule::new(builder).expect("a fn counting outcomes runs on Redis");
+        let runtime = ratelimit_tests::two_workers();
+        runtime.block_on(async {
+            let before = RUNS.load(Ordering::SeqCst);
+            let mut tasks = tokio::task::JoinSet::new();
+            for _ in 0..64 {
+                tasks.spawn(m.scope(async { login("mallory", false).await }));
+            }
+            let (mut failed, mut refused) = (0, 0);
+            while let Some(joined) = tasks.join_next().await {
+                match joined.expect("joined") {
+                    Err(Error::InvalidKey { .. }) => failed += 1,
+                    Err(Error::Exceeded(_)) => refused += 1,
+                    other => panic!("{store}: {other:?}"),
+                }
+            }
+            assert_eq!((failed, refused), (5, 59), "{store}");
+            assert_eq!(RUNS.load(Ordering::SeqCst) - before, 5, "{store}");
+
+            for _ in 0..64 {
+                m.scope(login("alice", true)).await.expect("passes");
+            }
+            let permits = std::sync::Arc::new(tokio::sync::Semaphore::new(5));
+            let mut tasks = tokio::task::JoinSet::new();
+            for _ in 0..64 {
+                let permits = permits.clone();
+                tasks.spawn(m.scope(async move {
+                    let _held = permits.acquire().await.expect("open");
+                    login("bob", true).await
+                }));
+            }
+            while let Some(joined) = tasks.join_next().await {
+                joined.expect("joined").expect("passes");
+            }
+            let options = Options::new()
+                .budget("outcomes_redis::login")
+                .limit(5)
+                .window(Duration::from_secs(86_400));
+            for user in ["alice", "bob"] {
+                let left = m.scope(m.service().status(user, &options)).await.unwrap();
+                assert_eq!(left.remaining, 5, "{store} {user}");
+            }
+            let stats = m.stats();
+            assert_eq!(stats.total.refunded, 128, "{store}");
+        });
+    }
+}
