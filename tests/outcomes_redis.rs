@@ -308,3 +308,78 @@ fn an_annotated_fn_counting_failures_runs_its_body_exactly_the_limit_on_redis() 
         });
     }
 }
+
+/// `block_for` on every store: refused by the limit, a key stays refused for the block
+/// (seen in `status` and `retry_after`; tries do not lengthen it) whatever the algorithm
+/// says; a reset lifts it; a look never begins one; stacked, only the limit with the block
+/// and that refused blocks its key, and the others spend nothing.
+#[tokio::test]
+async fn a_block_keeps_a_key_refused_on_every_store() {
+    let (services, _servers) = stores("outcomes_redis_blocks");
+    let day = Duration::from_secs(86_400);
+    for (store, service) in &services {
+        for strategy in STRATEGIES {
+            let options = three_an_hour(strategy).block_for(day);
+            let key = format!("block-{strategy:?}");
+            // A look at a key over its limit begins no block.
+            for _ in 0..3 {
+                assert!(service.consume(&key, &options).await.unwrap().allowed);
+            }
+            let look = service.check(&key, &options.clone().consume(false)).await;
+            assert!(!look.unwrap().allowed, "{store} {strategy:?}");
+            let level = service.status(&key, &options).await.unwrap();
+            assert!(level.retry_after.unwrap() < day, "{store} {strategy:?}");
+            // The refusal that spends begins it: a day, in status and retry_after.
+            let refused = service.consume(&key, &options).await.unwrap();
+            assert!(!refused.allowed);
+            let retry = refused.retry_after.expect("a wait");
+            assert!(
+                retry > day - Duration::from_secs(60),
+                "{store} {strategy:?} {retry:?}"
+            );
+            let status = service.status(&key, &options).await.unwrap();
+            assert!(
+                !status.allowed && status.remaining == 0,
+                "{store} {strategy:?}"
+            );
+            assert!(status.retry_after.unwrap() > day - Duration::from_secs(60));
+            // Tries during it are refused and do not lengthen it.
+            let again = service.consume(&key, &options).await.unwrap();
+            assert!(
+                !again.allowed && again.retry_after.unwrap() <= retry,
+                "{store}"
+            );
+            // A reset lifts it: the normal limit again.
+            assert!(service.reset_with(&key, &options).await.unwrap());
+            assert!(
+                service.consume(&key, &options).await.unwrap().allowed,
+                "{store}"
+            );
+        }
+        // Stacked: the limit without a block refuses; the one with a block, which admitted,
+        // is neither blocked nor spent.
+        let tight = three_an_hour(Strategy::FixedWindow)
+            .limit(1)
+            .budget("tight");
+        let blocking = three_an_hour(Strategy::TokenBucket)
+            .block_for(day)
+            .budget("blocking");
+        assert!(service.consume("s", &tight).await.unwrap().allowed);
+        let both = [("s", &tight), ("s", &blocking)];
+        let refused = service.consume_all(&both).await.unwrap();
+        assert!(!refused[0].allowed && refused[1].allowed, "{store}");
+        assert_eq!(remaining(service, "s", &blocking).await, 3, "{store}");
+        // The limit with a block refuses: it blocks its key, the other spends nothing.
+        let loose = three_an_hour(Strategy::FixedWindow).budget("loose");
+        for _ in 0..3 {
+            assert!(service.consume("t", &blocking).await.unwrap().allowed);
+        }
+        let both = [("t", &loose), ("t", &blocking)];
+        let refused = service.consume_all(&both).await.unwrap();
+        assert!(refused[0].allowed && !refused[1].allowed, "{store}");
+        assert!(refused[1].retry_after.unwrap() > day - Duration::from_secs(60));
+        assert_eq!(remaining(service, "t", &loose).await, 3, "{store}");
+        let status = service.status("t", &blocking).await.unwrap();
+        assert!(!status.allowed, "{store}");
+    }
+}

@@ -8,6 +8,7 @@
 -- KEYS[2]: its lease ledger, see lua/ledger.lua (loaded in front of this file)
 -- KEYS[3]: its stamp key (see lua/stacked.lua), deleted: a spend made before the reset is
 --          never given back to the state after it
+-- KEYS[4]: its block key (see lua/stacked.lua), deleted: a reset lifts a block
 -- ARGV[1]: the id of the resetting process's own lease of the key, dropped with the reset
 --          (0 for none): it leaves the ledger
 -- Returns: 1 when the key held state, else 0. The RATELIMIT_STATE error reply, with nothing
@@ -63,7 +64,7 @@ end
 if held == 1 and out > 0 then
   local kept = keep()
   if type(kept) == 'table' then return kept end
-  redis.call('DEL', KEYS[3])
+  redis.call('DEL', KEYS[3], KEYS[4])
   if ARGV[1] ~= '0' then redis.call('HDEL', ledger_key, ARGV[1]) end
   if kept then return 1 end
   redis.call('DEL', key)
@@ -71,5 +72,7 @@ if held == 1 and out > 0 then
 end
 if ARGV[1] ~= '0' then redis.call('HDEL', ledger_key, ARGV[1]) end
 if out <= 0 then redis.call('DEL', ledger_key) end
+-- A key with a block in force but no state (it expired) was held all the same.
 redis.call('DEL', key, KEYS[3])
+if redis.call('DEL', KEYS[4]) == 1 then return 1 end
 return held

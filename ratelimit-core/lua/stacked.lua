@@ -1,18 +1,22 @@
 -- Stacked limits: several limiter keys decided as one call, all or nothing. The
 -- strategies' scripts are loaded in front of this file, each wrapped as a function of
 -- (KEYS, ARGV), and then `scripts`, the table of those functions in the order of the table of
--- algorithms (see `STACKED` in src/store/redis/scripts.rs), so every rule is the one the
+-- algorithms (see `FUNCTIONS` in src/store/redis/scripts.rs), so every rule is the one the
 -- single-key scripts follow, word for word.
 --
--- KEYS[i]: the i-th limit's key. In a cluster, all in one hash slot: the service's keys of one
---          user key share their hash tag.
+-- KEYS[i]: the i-th limit's key (i from 1 to n). In a cluster, all in one hash slot: the
+--          service's keys of one user key share their hash tag. Then, each set in its keys'
+--          slots (`beside` in src/store/redis/ledger.rs):
+--          - with ARGV[1] 2, the n stamp keys (KEYS[n + i]);
+--          - with ARGV[2] 1, the n block keys, after the stamp keys if any.
 -- ARGV[1]: 1 to record an admitted call, 0 to only look; 2 to record it as a spend that may
---          be given back (lua/refund.lua): then KEYS[n + i] is the i-th key's stamp key (in
---          its slot: `beside` in src/store/redis/ledger.rs) and the last argument a stamp
---          drawn for this call, written to each stamp key that holds none
--- ARGV[4i - 2 .. 4i + 1] (i from 1): the i-th limit's strategy (its place in `scripts`, from
+--          be given back (lua/refund.lua): the last argument is then a stamp drawn for this
+--          call, written to each stamp key that holds none
+-- ARGV[2]: 1 when some limit blocks its key once refused (its block below is not 0)
+-- ARGV[5i - 2 .. 5i + 2] (i from 1): the i-th limit's strategy (its place in `scripts`, from
 --          1: `stacked_index` in scripts.rs), the two numbers its script takes as ARGV[1]
---          and ARGV[2], and the call's cost under it
+--          and ARGV[2], the call's cost under it, and its block (`Quota::block`, in
+--          microseconds; 0: none)
 -- Returns: the limits' replies end to end, five integers each, as the single scripts return
 --          them (six with ARGV[1] 2: then the key's stamp, 0 when the call was refused); or
 --          the first error reply a limit gave (state of an unexpected shape), with nothing
@@ -21,18 +25,30 @@
 -- so a call refused by one limit spends nothing from the others. Each record writes its own
 -- key's expiry, as the single scripts do.
 --
+-- A block (`block_for`): a limit with one whose key is blocked refuses the call, whatever its
+-- algorithm says, until the block's end, the time its block key holds (in microseconds,
+-- expiring then): {0, 0, end, end - TIME, TIME}. A call that would record and that the
+-- limit's algorithm refuses blocks its key for the limit's block from TIME (a block in force
+-- is never shortened: none is, or the call was refused by it). A look never begins one.
+--
 -- A stamp names the state a spend was made on: a reset deletes it (lua/reset.lua), and a key
 -- Redis lost (a restart, a flush) has none or a new one, so a refund made for the old state
 -- gives nothing back. It lives at least as long as its key's state (when the state expires,
 -- every spend made on it has stopped counting, and a refund gives nothing back anyway).
 
 local stamping = ARGV[1] == '2'
-local n = stamping and #KEYS / 2 or #KEYS
+local spends = ARGV[1] ~= '0'
+local n = (#ARGV - 2 - (stamping and 1 or 0)) / 5
+local blocks_at = (stamping and 2 or 1) * n -- the block keys follow this many keys
 
 local function decide(i, flag)
-  local a = 4 * i - 2
+  local a = 5 * i - 2
   -- The fifth argument asks for the full reply, five integers, whatever the strategy.
   return scripts[ARGV[a] + 0]({KEYS[i]}, {ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], flag, '1'})
+end
+
+local function block_of(i)
+  return ARGV[5 * i + 2] + 0
 end
 
 -- The absolute expiry of `k` in milliseconds (-1: none, -2: no key).
@@ -47,38 +63,68 @@ local function expiry(k)
   return at
 end
 
--- The stamp key i holds (nil: none), or the error reply for one not of a stamp's shape.
-local function held_stamp(i)
-  local s = redis.pcall('GET', KEYS[n + i])
+-- A key beside a state holding a number as the scripts write it (nil: none), or the error
+-- reply for one not of that shape.
+local function held_number(k, what)
+  local s = redis.pcall('GET', k)
   if type(s) == 'table' then
-    return redis.error_reply('RATELIMIT_STATE the stamp key holds a '
-      .. redis.call('TYPE', KEYS[n + i])['ok'] .. ' that is not a stamp')
+    return redis.error_reply('RATELIMIT_STATE the ' .. what .. ' key holds a '
+      .. redis.call('TYPE', k)['ok'] .. ' that is not a ' .. what)
   end
   if s and not string.find(s, '^[1-9]%d*$') then
-    return redis.error_reply('RATELIMIT_STATE the stamp key holds a string that is not a stamp')
+    return redis.error_reply('RATELIMIT_STATE the ' .. what .. ' key holds a string that is not a '
+      .. what)
   end
   return s
 end
 
-local replies, stamps = {}, {}
+local now
+if ARGV[2] == '1' then
+  local t = redis.call('TIME')
+  now = t[1] * 1000000 + t[2]
+end
+
+local replies, stamps, blocked = {}, {}, {}
 local admitted = true
 for i = 1, n do
-  local reply = decide(i, '0')
-  if reply.err then return reply end
-  replies[i] = reply
-  if reply[1] == 0 then admitted = false end
+  if block_of(i) > 0 then
+    local until_us = held_number(KEYS[blocks_at + i], 'block')
+    if type(until_us) == 'table' then return until_us end
+    until_us = until_us and until_us + 0
+    if until_us and until_us > now then
+      blocked[i] = true
+      replies[i] = {0, 0, until_us, until_us - now, now}
+    end
+  end
+  if not blocked[i] then
+    local reply = decide(i, '0')
+    if reply.err then return reply end
+    replies[i] = reply
+  end
+  if replies[i][1] == 0 then admitted = false end
   if stamping then
-    local s = held_stamp(i)
+    local s = held_number(KEYS[n + i], 'stamp')
     if type(s) == 'table' then return s end
     stamps[i] = s or ARGV[#ARGV]
   end
 end
-local record = admitted and (ARGV[1] == '1' or stamping)
+local record = admitted and spends
 if record then
   for i = 1, n do
     local reply = decide(i, '1')
     if reply.err then return reply end
     replies[i] = reply
+  end
+elseif spends then
+  -- A limit with a block whose algorithm refused the call blocks its key.
+  for i = 1, n do
+    local block = block_of(i)
+    if block > 0 and not blocked[i] and replies[i][1] == 0 then
+      local until_us = now + block
+      redis.call('SET', KEYS[blocks_at + i], string.format('%d', until_us), 'PXAT',
+        string.format('%d', math.floor((until_us + 999) / 1000)))
+      replies[i] = {0, 0, until_us, block, now}
+    end
   end
 end
 

@@ -203,7 +203,7 @@ impl Quota {
 
     /// Refusing a key for `block` once a call on it was refused, whatever the algorithm says
     /// meanwhile (a block of zero: none). Needs a store that keeps blocks
-    /// ([`Store::blocks`](crate::store::Store::blocks): the memory store; Redis not yet), or
+    /// ([`Store::blocks`](crate::store::Store::blocks): the memory and Redis stores), or
     /// the limit cannot be enforced.
     pub const fn with_block(mut self, block: Duration) -> Result<Self, QuotaError> {
         if block.as_nanos() > MAX_WINDOW.as_nanos() {

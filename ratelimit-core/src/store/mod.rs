@@ -339,7 +339,7 @@ pub(crate) fn without_blocks(quota: &Quota) -> Result<(), QuotaError> {
     match quota.block() {
         Some(_) => Err(QuotaError::Unsupported {
             store: "this store",
-            reason: "it keeps no blocks (`block_for`): the memory store does, Redis not yet",
+            reason: "it keeps no blocks (`block_for`): the memory and Redis stores do",
         }),
         None => Ok(()),
     }

@@ -38,6 +38,11 @@ pub(super) fn stamp_key(key: &str) -> String {
     beside(key, "stamp")
 }
 
+/// The key of `key`'s block (see `lua/stacked.lua`), in `key`'s Redis Cluster slot.
+pub(super) fn block_key(key: &str) -> String {
+    beside(key, "block")
+}
+
 /// A key beside `key`, named by `what`, in `key`'s Redis Cluster slot so that one script
 /// reads both: `key` with a suffix when it has a hash tag (every composed store key with a
 /// user key has one), else behind a tag that hashes to `key`'s own slot (the one budget of a
@@ -89,8 +94,8 @@ impl RedisStore {
         crate::key::check_store_key(key)?;
         self.inner.refusals.forget(key);
         let own = self.leases().map_or(0, |leases| leases.forget(key));
-        let (ledger, stamp) = (ledger_key(key), stamp_key(key));
-        let keys = [key, ledger.as_str(), stamp.as_str()];
+        let (ledger, stamp, block) = (ledger_key(key), stamp_key(key), block_key(key));
+        let keys = [key, ledger.as_str(), stamp.as_str(), block.as_str()];
         let held: i64 = self
             .run(&RESET_SCRIPT, &keys, &[own], false, Instant::now())
             .await?;
@@ -100,10 +105,10 @@ impl RedisStore {
 
 #[cfg(test)]
 mod tests {
-    use super::{ledger_key, stamp_key};
+    use super::{block_key, ledger_key, stamp_key};
 
     #[test]
-    fn a_ledger_and_a_stamp_live_in_their_keys_cluster_slot() {
+    fn the_keys_beside_a_key_live_in_its_cluster_slot() {
         let slot = |k: &str| redis::cluster_routing::Slot::for_key(k);
         for key in [
             "p:{user:1}F60000:-:-",
@@ -113,11 +118,12 @@ mod tests {
             "}{",
             "{",
         ] {
-            for beside in [ledger_key(key), stamp_key(key)] {
-                assert_eq!(slot(&beside), slot(key), "{key} -> {beside}");
-                assert_ne!(beside, key);
+            let beside = [ledger_key(key), stamp_key(key), block_key(key)];
+            for one in &beside {
+                assert_eq!(slot(one), slot(key), "{key} -> {one}");
+                assert_ne!(one, key);
             }
-            assert_ne!(ledger_key(key), stamp_key(key));
+            assert!(beside[0] != beside[1] && beside[1] != beside[2] && beside[0] != beside[2]);
         }
         assert_eq!(ledger_key("p:{u}F1:-:-"), "p:{u}F1:-:-:lease");
         assert!(ledger_key("p:{}F1:-:-").ends_with("}:lease:p:{}F1:-:-"));

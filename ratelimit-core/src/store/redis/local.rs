@@ -44,6 +44,11 @@ impl RedisStore {
         started: Instant,
     ) -> Option<(Verdict, Nanos)> {
         let inner = &self.inner;
+        if quota.block().is_some() {
+            // Redis reads a block and begins one on a refused spend: a refusal answered
+            // here would begin none.
+            return None;
+        }
         if let Some(answered) = inner
             .refusals
             .answered(key, cost, quota, started, &inner.clock)

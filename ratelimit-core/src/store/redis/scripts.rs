@@ -20,9 +20,9 @@ pub(crate) fn supports(quota: &Quota) -> Result<(), QuotaError> {
         store: "the Redis store",
         reason,
     };
-    if quota.block().is_some() {
+    if quota.block_nanos() % 1_000 != 0 {
         return Err(unsupported(
-            "it keeps no blocks (`block_for`) yet: the memory store does",
+            "it counts in microseconds: the block must be a whole number of them",
         ));
     }
     let window = quota.window().as_nanos();

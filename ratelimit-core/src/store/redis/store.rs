@@ -9,8 +9,8 @@ use tokio::sync::OnceCell;
 
 use super::eviction::Policy;
 use super::lease::Leases;
-use super::ledger::stamp_key;
 use super::ledger::RESET_SCRIPT;
+use super::ledger::{block_key, stamp_key};
 use super::link::Links;
 use super::options::RedisOptions;
 use super::redaction::{secrets, store_error};
@@ -26,7 +26,7 @@ use crate::clock::Nanos;
 use crate::decision::Decision;
 use crate::error::Error;
 use crate::quota::{Quota, QuotaError};
-use crate::store::{Check, Mode, Refund, Request, Stacked, Store};
+use crate::store::{Check, Mode, Refund, Request, Stacked, Store, StoreKey};
 
 pub(super) struct Inner {
     pub(super) options: RedisOptions,
@@ -273,6 +273,21 @@ impl RedisStore {
     /// A look at the level (cost 0): the scripts decide calls that spend, so it is two looks,
     /// as in every store (`algorithm::level`).
     async fn look(&self, key: &str, quota: &Quota, now: Nanos) -> Result<Decision, Error> {
+        if quota.block().is_some() {
+            // A block in force is the level (the stacked script reads it; a look at cost 0
+            // is otherwise admitted).
+            let check = [Check {
+                key: StoreKey::composed(key),
+                quota,
+                cost: 0,
+            }];
+            let blocked = self
+                .decisions(&Stacked::new(&check, now, Mode::Look)?)
+                .await?;
+            if let Some(blocked) = blocked.into_iter().find(|d| !d.allowed) {
+                return Ok(blocked);
+            }
+        }
         let (level, at) = self.verdict(key, quota, 0, now, false, false).await?;
         if !algorithm::needs_retry(&level) {
             return Ok(Decision::for_quota(level, at, quota));
@@ -290,33 +305,38 @@ impl RedisStore {
         stacked: &Stacked<'_>,
     ) -> Result<Vec<(Verdict, Nanos, u64)>, Error> {
         let (checks, now, commit) = (stacked.checks(), stacked.now(), stacked.spends());
-        let stamping = stacked.mode() == Mode::Keep;
         let local = crate::store::precheck_all(stacked)?;
         for check in checks {
             supports(check.quota)?;
         }
         // A limit refused without asking Redis (a zero capacity): the others are only looked at.
         let commit = commit && local.iter().all(Option::is_none);
+        let stamping = commit && stacked.mode() == Mode::Keep;
         let asked: Vec<&Check<'_>> = checks
             .iter()
             .zip(&local)
             .filter(|(_, l)| l.is_none())
             .map(|(c, _)| c)
             .collect();
+        let blocking = asked.iter().any(|c| c.quota.block().is_some());
         let mut replies = Vec::new().into_iter();
         if !asked.is_empty() {
-            let stamps: Vec<String> = match stamping {
-                true => asked.iter().map(|c| stamp_key(c.key.as_str())).collect(),
-                false => Vec::new(),
-            };
-            let keys: Vec<&str> = (asked.iter().map(|c| c.key.as_str()))
-                .chain(stamps.iter().map(String::as_str))
+            // The keys beside the states the script reads (see its header).
+            let beside: Vec<String> = (stamping.then_some(stamp_key as fn(&str) -> String))
+                .into_iter()
+                .chain(blocking.then_some(block_key as fn(&str) -> String))
+                .flat_map(|name| asked.iter().map(move |c| name(c.key.as_str())))
                 .collect();
-            let mut args = vec![if stamping { 2 } else { u64::from(commit) }];
+            let keys: Vec<&str> = (asked.iter().map(|c| c.key.as_str()))
+                .chain(beside.iter().map(String::as_str))
+                .collect();
+            let mode = if stamping { 2 } else { u64::from(commit) };
+            let mut args = vec![mode, u64::from(blocking)];
             for check in &asked {
                 let [first, second] = arguments(check.quota);
                 let index = stacked_index(check.quota.strategy()) as u64;
-                args.extend([index, first, second, check.cost]);
+                let block_us = check.quota.block_nanos() / 1_000;
+                args.extend([index, first, second, check.cost, block_us]);
             }
             if stamping {
                 args.push(draw());
@@ -370,20 +390,22 @@ impl Store for RedisStore {
             request.cost(),
             request.now(),
         );
-        if request.mode() == Mode::Look && cost == 0 {
-            // Boxed: a look's two round trips would make every call's future the larger.
-            return Box::pin(self.look(key, quota, now)).await;
-        }
-        if request.mode() == Mode::Keep {
-            // Stamped by the stacked script, as one limit (boxed, as a look).
+        let by_stacked = request.mode() == Mode::Keep || quota.block().is_some();
+        if by_stacked && cost > 0 {
+            // A spend kept for a refund is stamped, and a block read and begun, by the
+            // stacked script, as one limit (boxed, as a look).
             let check = [Check {
                 key: request.key(),
                 quota,
                 cost,
             }];
-            let stacked = Stacked::new(&check, now, Mode::Keep)?;
+            let stacked = Stacked::new(&check, now, request.mode())?;
             let mut decided = Box::pin(self.decisions(&stacked)).await?;
             return decided.pop().ok_or_else(|| unexpected(&"no reply"));
+        }
+        if request.mode() == Mode::Look && cost == 0 {
+            // Boxed: a look's two round trips would make every call's future the larger.
+            return Box::pin(self.look(key, quota, now)).await;
         }
         let (verdict, at) = self
             .verdict(key, quota, cost, now, request.spends(), false)
@@ -422,6 +444,11 @@ impl Store for RedisStore {
 
     /// Spends asked in [`Mode::Keep`] are stamped (see `refund.rs`).
     fn refunds(&self) -> bool {
+        true
+    }
+
+    /// A quota's block is a key beside its state (see `lua/stacked.lua`).
+    fn blocks(&self) -> bool {
         true
     }
 
