@@ -383,3 +383,50 @@ async fn a_block_keeps_a_key_refused_on_every_store() {
         assert!(!status.allowed, "{store}");
     }
 }
+
+/// Penalties and rewards on every store and strategy: a penalty spends past the limit (the
+/// key refused until the units come back), a reward gives back up to its units, never past
+/// the quota; a reward on a key never seen gives nothing; u64::MAX units never wrap.
+#[tokio::test]
+async fn penalties_and_rewards_move_the_budget_on_every_store() {
+    let (services, _servers) = stores("outcomes_redis_adjust");
+    for (store, service) in &services {
+        for strategy in STRATEGIES {
+            let options = three_an_hour(strategy);
+            let key = format!("adjust-{strategy:?}");
+            let level = service.reward(&key, &options, 5).await.expect("rewarded");
+            assert_eq!(level.remaining, 3, "{store} {strategy:?}");
+            let level = service
+                .penalize(&key, &options, 2)
+                .await
+                .expect("penalized");
+            assert_eq!(level.remaining, 1, "{store} {strategy:?}");
+            let level = service
+                .penalize(&key, &options, 10)
+                .await
+                .expect("penalized");
+            assert_eq!(level.remaining, 0, "{store} {strategy:?}");
+            assert!(!level.allowed, "{store} {strategy:?}");
+            assert!(!service.consume(&key, &options).await.unwrap().allowed);
+            // 12 units spent: a reward of 10 leaves 2 spent.
+            let level = service.reward(&key, &options, 10).await.expect("rewarded");
+            assert_eq!(level.remaining, 1, "{store} {strategy:?}");
+            assert!(service.consume(&key, &options).await.unwrap().allowed);
+            let level = service
+                .reward(&key, &options, u64::MAX)
+                .await
+                .expect("rewarded");
+            assert_eq!(level.remaining, 3, "{store} {strategy:?}");
+            let level = service
+                .penalize(&key, &options, u64::MAX)
+                .await
+                .expect("penalized");
+            assert_eq!(level.remaining, 0, "{store} {strategy:?}");
+            let level = service
+                .reward(&key, &options, u64::MAX)
+                .await
+                .expect("rewarded");
+            assert_eq!(level.remaining, 3, "{store} {strategy:?}");
+        }
+    }
+}

@@ -10,8 +10,12 @@
 --          lua/refund.lua, which checks the key's stamp first). A refund gives back only
 --          while the spend still counts, and never past the quota: each script's refund
 --          follows `Algorithm::refund` in its <name>.rs. It returns 1 when it gives (or would
---          give) back, else 0.
--- Defines: key, cost, commit, refunding (ARGV[4] 2 or 3), giving (2), spent, time (reads Redis' own TIME, in microseconds since the epoch:
+--          give) back, else 0. 4 for a penalty of ARGV[3] units (spent whatever the
+--          budget holds), 5 for a reward of up to ARGV[3] units (given back, never past the
+--          quota): each script's follows `Algorithm::adjust` (see its header for where the
+--          scripts' bounds differ) and returns the units spent or given back.
+-- Defines: key, cost, commit, refunding (ARGV[4] 2 or 3), giving (2), spent, adjusting
+--          (4 or 5), penalty (4), time (reads Redis' own TIME, in microseconds since the epoch:
 --          a call, so a script reads it only on the paths that need it), idiv, unexpected,
 --          decimal and the bounds MAX_CAPACITY, MAX_NOW and MAX_EXACT.
 -- Unexpected state: a key holding anything the strategy's script did not write (another type,
@@ -35,6 +39,8 @@ local commit = ARGV[4] == '1'
 local refunding = ARGV[4] == '2' or ARGV[4] == '3'
 local giving = ARGV[4] == '2'
 local spent = refunding and ARGV[6] + 0
+local adjusting = ARGV[4] == '4' or ARGV[4] == '5'
+local penalty = ARGV[4] == '4'
 local function time()
   local t = redis.call('TIME')
   return t[1] * 1000000 + t[2]

@@ -92,6 +92,24 @@ if window % 1000 == 0 then
     if giving then redis.call('DECRBY', key, cost) end
     return 1
   end
+  if adjusting then
+    -- `FixedWindow::adjust`: in the window of TIME, never before the recorded one (a key
+    -- that has not expired holds it): a penalty adds to its count (up to MAX_CAPACITY), a
+    -- reward takes from it.
+    if raw and stop <= now then raw, count = nil, 0 end
+    local next_count = count - math.min(cost, count)
+    if penalty then next_count = math.min(count + cost, MAX_CAPACITY) end
+    if next_count ~= count then
+      if raw then
+        redis.call('INCRBY', key, string.format('%d', next_count - count))
+      else
+        stop = (idiv(now, window) + 1) * window
+        redis.call('SET', key, string.format('%d', next_count), 'PXAT',
+          string.format('%d', stop / 1000 - 1))
+      end
+    end
+    return math.abs(next_count - count)
+  end
   if raw and stop <= now then
     -- A window that ended after this script began (Redis looks keys up at the script's
     -- start, TIME is read later): its count no longer counts, as in Rust.
@@ -144,6 +162,21 @@ else
   start = idiv(at, window) * window
 end
 local stop = start + window
+
+if adjusting then
+  -- As above, in this format: an emptied window keeps its start.
+  local next_count = count - math.min(cost, count)
+  if penalty then next_count = math.min(count + cost, MAX_CAPACITY) end
+  if next_count ~= count then
+    if same then
+      redis.call('SET', key, same .. next_count, 'KEEPTTL')
+    else
+      local value = string.format('F%d:%d:%d', start, window, next_count)
+      redis.call('SET', key, value, 'PXAT', idiv(stop + 999, 1000))
+    end
+  end
+  return math.abs(next_count - count)
+end
 
 if commit and count + cost <= capacity then
   if same then

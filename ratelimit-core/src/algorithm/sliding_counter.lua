@@ -80,6 +80,37 @@ if refunding then
   return 1
 end
 
+if adjusting then
+  -- `SlidingCounter::adjust`: in the window of TIME, never before the recorded one, a penalty
+  -- adds to its count (up to MOST, the largest count this window's scripts read back;
+  -- Rust's bound is MAX_CAPACITY), a reward takes from it (the previous window's weight
+  -- stays); a window left with no count steps back to the previous one, as a refund's does.
+  local all = redis.pcall('HGETALL', key)
+  if all.err then return unexpected(SHAPE) end -- WRONGTYPE
+  local counts, recorded = {}, -1
+  for i = 1, #all, 2 do
+    local f, v = decimal(all[i], LAST), decimal(all[i + 1], MOST)
+    if not (f and v) then return unexpected(SHAPE) end
+    counts[f] = v
+    if f > recorded then recorded = f end
+  end
+  local n = math.max(idiv(now, window), recorded)
+  local previous, current = counts[n - 1] or 0, counts[n] or 0
+  local next_count = current - math.min(cost, current)
+  if penalty then next_count = math.min(current + cost, MOST) end
+  if next_count ~= current then
+    redis.call('DEL', key)
+    local r, c, p = n, next_count, previous
+    if next_count == 0 then r, c, p = n - 1, previous, 0 end
+    if c > 0 then
+      redis.call('HSET', key, string.format('%d', r), string.format('%d', c))
+      redis.call('HSET', key, string.format('%d', r - 1), string.format('%d', p))
+      redis.call('PEXPIREAT', key, string.format('%d', idiv((r + 2) * window + 999, 1000)))
+    end
+  end
+  return math.abs(next_count - current)
+end
+
 local at = now
 local n = idiv(now, window) -- the number of the window decided in
 local previous, current = 0, 0

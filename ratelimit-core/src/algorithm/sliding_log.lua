@@ -182,8 +182,48 @@ if head then
   if oldest then used = top - base end
 end
 
-if used + cost <= capacity then
-  if commit then
+if adjusting and not penalty then
+  -- `SlidingLog::adjust`'s reward: taken from the newest live entries first (an entry whose
+  -- units cannot be told, the oldest kept when it does not name itself, ends it).
+  local left = cost
+  while left > 0 do
+    local newest_raw = redis.call('LINDEX', key, '0')
+    if not newest_raw then break end
+    local t0, total0, oldest0, base0 = parse(newest_raw)
+    if not t0 then return unreadable() end
+    if t0 + window <= at then break end
+    local next_raw = redis.call('LINDEX', key, '1')
+    local units
+    if next_raw then
+      local t1, total1 = parse(next_raw)
+      if not t1 then return unreadable() end
+      units = total0 - total1
+    elseif oldest0 == t0 then
+      units = total0 - base0
+    else
+      break
+    end
+    local taken = math.min(left, units)
+    if taken == units then
+      redis.call('LPOP', key)
+    else
+      local total = total0 - taken
+      redis.call('LSET', key, '0', string.format('%d:%d:%d:%d', t0, total, t0 - oldest0,
+        total - base0))
+    end
+    left = left - taken
+  end
+  return cost - left
+end
+if adjusting then
+  -- A penalty: an entry of its own at `at`, recorded whatever the capacity, its units kept
+  -- within MAX_CAPACITY in the window, as `SlidingLog::adjust`.
+  cost = math.min(cost, MAX_CAPACITY - used)
+  if cost == 0 then return 0 end
+end
+
+if adjusting or used + cost <= capacity then
+  if commit or adjusting then
     -- Continue the running total while a hit is live, else start again from 0.
     local total = (used > 0 and top or 0) + cost
     if total >= MAX_TOTAL then
@@ -203,6 +243,7 @@ if used + cost <= capacity then
     if not head or idiv(newest + window + 999, 1000) ~= expiry then
       redis.call('PEXPIREAT', key, string.format('%d', expiry))
     end
+    if adjusting then return cost end
     if at == now and ARGV[5] ~= '1' then return used + cost end
   end
   -- Full again one window after this call; for a look (cost 0), one window after the newest

@@ -51,6 +51,20 @@ if refunding then
   return 1
 end
 
+if adjusting then
+  -- A penalty moves the arrival time on by its tokens (at most 2^51 microseconds past TIME,
+  -- the largest tolerance a script counts exactly; Rust's bound is 2^62 nanoseconds), a
+  -- reward moves it back (never before TIME: a full bucket), as `Gcra::adjust`.
+  local moved = interval * cost
+  local back_to = math.max(tat - moved, now)
+  if penalty then back_to = math.max(math.min(tat + moved, now + 2251799813685248), tat) end
+  local units = idiv(math.abs(back_to - tat), interval)
+  if back_to ~= tat and (penalty or units > 0) then
+    redis.call('SET', key, string.format('T%d', back_to), 'PXAT', idiv(back_to + 999, 1000))
+  end
+  return units
+end
+
 local new_tat = tat + interval * cost
 local horizon = now + tolerance
 if new_tat <= horizon then

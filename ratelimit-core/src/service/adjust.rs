@@ -27,7 +27,8 @@ impl RateLimitService {
     /// # }).unwrap();
     /// ```
     ///
-    /// Errors: on a store that takes no penalties or rewards (Redis for now),
+    /// Errors: on a store that takes no penalties or rewards (a store of one's own that says
+    /// none, [`Store::adjusts`](crate::store::Store::adjusts)),
     /// [`Error::InvalidQuota`] with [`QuotaError::Unsupported`]; else as `status`.
     pub fn penalize<'a>(
         &'a self,
@@ -66,7 +67,7 @@ impl RateLimitService {
         if !store.adjusts() {
             return Err(Error::InvalidQuota(QuotaError::Unsupported {
                 store: "this store",
-                reason: "it takes no penalties or rewards: the memory store does, Redis not yet",
+                reason: "it takes no penalties or rewards: the memory and Redis stores do",
             }));
         }
         if generation.config.enabled() {

@@ -3,7 +3,7 @@
 //! - `options`: [`RedisOptions`], what the user configures;
 //! - `redaction`: credentials kept out of `Debug` and error messages;
 //! - `refusals`: refusals answered in the process until their retry time;
-//! - `refund`: spends kept to be given back, stamped, and their refunds;
+//! - `refund`: spends kept to be given back, stamped, and their refunds; penalties, rewards;
 //! - `lease`: hot keys' budgets leased by the slice (opt-in), spent in the process;
 //! - `local`: what the store answers in the process (the checks, held refusals, leased units);
 //! - `reply`: the scripts' replies read as verdicts, and the estimate of Redis' clock;

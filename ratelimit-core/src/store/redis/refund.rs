@@ -1,4 +1,6 @@
-//! Spends kept to be given back, on Redis. A spend asked in [`Mode::Keep`] is decided by the
+//! What changes a key's budget after the fact, on Redis: refunds, penalties and rewards.
+//!
+//! A spend asked in [`Mode::Keep`] is decided by the
 //! stacked script (`lua/stacked.lua`, one limit or several), which stamps each key it spends
 //! from: a key beside it ([`stamp_key`]) holds a number drawn by the first such spend on the
 //! key's state, kept as long as that state, deleted by a reset. A refund (`lua/refund.lua`)
@@ -6,6 +8,8 @@
 //! each strategy's own refund (its script's refund mode), to every key or to none, in one
 //! round trip. A key Redis lost (restarted, flushed) holds no stamp or another one: nothing is
 //! given back to the state made after.
+//!
+//! A penalty or a reward is one run of the strategy's own script in its adjust mode.
 //!
 //! [`Mode::Keep`]: crate::store::Mode::Keep
 
@@ -15,10 +19,10 @@ use std::sync::LazyLock;
 use std::time::Instant;
 
 use super::ledger::stamp_key;
-use super::scripts::{arguments, stacked_index, supports, REFUND_SCRIPT};
+use super::scripts::{arguments, script_of, stacked_index, supports, REFUND_SCRIPT};
 use super::RedisStore;
 use crate::error::Error;
-use crate::store::Refund;
+use crate::store::{Adjustment, Refund};
 
 /// What stamps are drawn from: a count, hashed with this process's random keys.
 static DRAWS: AtomicU64 = AtomicU64::new(0);
@@ -71,6 +75,25 @@ impl RedisStore {
             }
         }
         Ok(given == 1)
+    }
+}
+
+impl RedisStore {
+    /// A penalty or a reward, in one round trip: the strategy's script in its adjust mode
+    /// (see `lua/prelude.lua`). The units spent or given back.
+    pub(super) async fn adjust_key(&self, adjustment: &Adjustment<'_>) -> Result<u64, Error> {
+        let (key, quota) = (adjustment.key().as_str(), adjustment.quota());
+        crate::key::check_store_key(key)?;
+        supports(quota)?;
+        let [first, second] = arguments(quota);
+        let mode = if adjustment.is_penalty() { 4 } else { 5 };
+        let args = [first, second, adjustment.units(), mode, 1];
+        let script = script_of(quota.strategy());
+        let units: i64 = self
+            .run(script, &[key], &args, false, Instant::now())
+            .await?;
+        self.inner.refusals.forget(key);
+        u64::try_from(units).map_err(|_| super::reply::unexpected(&units))
     }
 }
 

@@ -246,6 +246,11 @@ pub(super) static SCRIPTS: LazyLock<[Lua; HOT_MORE + 1]> =
 const HOT_ONE: usize = SINGLE.len();
 const HOT_MORE: usize = HOT_ONE + 1;
 
+/// The single-key script of `strategy` (a call that does not take its hot path).
+pub(super) fn script_of(strategy: Strategy) -> &'static Lua {
+    &SCRIPTS[index(strategy)]
+}
+
 /// The source of [`SCRIPTS`]`[script]`.
 pub(super) fn source(script: usize) -> String {
     match SINGLE.get(script) {

@@ -26,7 +26,7 @@ use crate::clock::Nanos;
 use crate::decision::Decision;
 use crate::error::Error;
 use crate::quota::{Quota, QuotaError};
-use crate::store::{Check, Mode, Refund, Request, Stacked, Store, StoreKey};
+use crate::store::{Adjustment, Check, Mode, Refund, Request, Stacked, Store, StoreKey};
 
 pub(super) struct Inner {
     pub(super) options: RedisOptions,
@@ -450,6 +450,15 @@ impl Store for RedisStore {
     /// A quota's block is a key beside its state (see `lua/stacked.lua`).
     fn blocks(&self) -> bool {
         true
+    }
+
+    /// Each strategy's script has an adjust mode (see `lua/prelude.lua`).
+    fn adjusts(&self) -> bool {
+        true
+    }
+
+    async fn adjust(&self, adjustment: Adjustment<'_>) -> Result<u64, Error> {
+        self.adjust_key(&adjustment).await
     }
 
     async fn refund(&self, refund: Refund<'_>) -> Result<bool, Error> {
