@@ -430,3 +430,33 @@ async fn penalties_and_rewards_move_the_budget_on_every_store() {
         }
     }
 }
+
+/// A block outlasts the algorithm on Redis' own clock: a bucket of one call per 200 ms is
+/// full again long before its 1 s block ends, and the key stays refused until then; then the
+/// normal limit. Redis decides on its TIME, which a test cannot drive: this one sleeps (the
+/// memory store's exact ends are tested with a hand-driven clock in tests/blocks.rs).
+#[tokio::test]
+async fn a_block_outlasts_the_refill_on_redis_then_the_limit_again() {
+    let server = RedisServer::start();
+    let options = RedisOptions::new(server.url()).timeout(Duration::from_secs(2));
+    let service = ratelimit_tests::redis_service(options, &prefix("outcomes_redis_block_end"));
+    let limit = Options::new()
+        .limit(1)
+        .window(Duration::from_millis(200))
+        .strategy(Strategy::TokenBucket)
+        .block_for(Duration::from_secs(1));
+    assert!(service.consume("k", &limit).await.unwrap().allowed);
+    let refused = service.consume("k", &limit).await.unwrap();
+    assert!(!refused.allowed);
+    let retry = refused.retry_after.expect("the block");
+    assert!(retry > Duration::from_millis(900), "{retry:?}");
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let blocked = service.consume("k", &limit).await.unwrap();
+    assert!(!blocked.allowed, "the bucket refilled, the block holds");
+    assert!(
+        blocked.retry_after.unwrap() < retry,
+        "tries do not lengthen it"
+    );
+    tokio::time::sleep(blocked.retry_after.unwrap() + Duration::from_millis(20)).await;
+    assert!(service.consume("k", &limit).await.unwrap().allowed);
+}

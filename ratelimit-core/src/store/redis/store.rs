@@ -84,6 +84,13 @@ pub(super) struct Inner {
 ///   bucket decision that spends takes a slice of the key's budget in one round trip and
 ///   spends the rest in the process, so one hot key costs one round trip per slice; see
 ///   [`LeaseOptions`](super::LeaseOptions) for what is exact and what can go unspent.
+/// - **Refunds, blocks, penalties** (limits that follow outcomes): a spend kept for a refund
+///   ([`Mode::Keep`]) and any call under a quota with a block are decided by the stacked
+///   script (one round trip), which stamps each key spent from and reads and begins blocks,
+///   each a key beside the state in its Cluster slot; a refund gives back only to keys still
+///   holding their stamp (nothing after a reset, a restart or a flush); a penalty or a reward
+///   is one run of the strategy's script. None of them is answered from a lease or a held
+///   refusal.
 /// - **Decided at once**: a call answered in the process (a leased unit, a refusal held) is
 ///   answered by [`Store::decide_now`], so the service decides it with no future and nothing
 ///   allocated (`RateLimitService::consume_now` returns it).
