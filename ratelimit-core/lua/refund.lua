@@ -1,6 +1,6 @@
 -- Refunds: spends of one call given back, to every limit it spent from or to none. The
 -- strategies' scripts are loaded in front of this file as functions, with `scripts`, the
--- table of them, as for lua/stacked.lua.
+-- table of them, as for lua/stacked.lua, and lua/beside.lua.
 --
 -- KEYS[i] (i from 1 to n): the i-th limit's key; KEYS[n + i]: its stamp key (see
 --          lua/stacked.lua, which writes it for a spend that may be given back).
@@ -22,11 +22,8 @@ local function refund(i, flag)
 end
 
 for i = 1, n do
-  local held = redis.pcall('GET', KEYS[n + i])
-  if type(held) == 'table' then
-    return redis.error_reply('RATELIMIT_STATE the stamp key holds a '
-      .. redis.call('TYPE', KEYS[n + i])['ok'] .. ' that is not a stamp')
-  end
+  local held = beside_number(KEYS[n + i], 'stamp')
+  if type(held) == 'table' then return held end
   if held ~= ARGV[6 * i] then return 0 end
   local would = refund(i, '3')
   if type(would) == 'table' and would.err then return would end

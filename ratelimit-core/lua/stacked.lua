@@ -2,7 +2,7 @@
 -- strategies' scripts are loaded in front of this file, each wrapped as a function of
 -- (KEYS, ARGV), and then `scripts`, the table of those functions in the order of the table of
 -- algorithms (see `FUNCTIONS` in src/store/redis/scripts.rs), so every rule is the one the
--- single-key scripts follow, word for word.
+-- single-key scripts follow, word for word; and lua/beside.lua, for the keys beside states.
 --
 -- KEYS[i]: the i-th limit's key (i from 1 to n). In a cluster, all in one hash slot: the
 --          service's keys of one user key share their hash tag. Then, each set in its keys'
@@ -51,33 +51,6 @@ local function block_of(i)
   return ARGV[5 * i + 2] + 0
 end
 
--- The absolute expiry of `k` in milliseconds (-1: none, -2: no key).
-local function expiry(k)
-  local at = redis.pcall('PEXPIRETIME', k)
-  if type(at) == 'table' then -- Redis 6.2 has no PEXPIRETIME
-    local ttl = redis.call('PTTL', k)
-    if ttl < 0 then return ttl end
-    local t = redis.call('TIME')
-    return t[1] * 1000 + math.floor(t[2] / 1000) + ttl
-  end
-  return at
-end
-
--- A key beside a state holding a number as the scripts write it (nil: none), or the error
--- reply for one not of that shape.
-local function held_number(k, what)
-  local s = redis.pcall('GET', k)
-  if type(s) == 'table' then
-    return redis.error_reply('RATELIMIT_STATE the ' .. what .. ' key holds a '
-      .. redis.call('TYPE', k)['ok'] .. ' that is not a ' .. what)
-  end
-  if s and not string.find(s, '^[1-9]%d*$') then
-    return redis.error_reply('RATELIMIT_STATE the ' .. what .. ' key holds a string that is not a '
-      .. what)
-  end
-  return s
-end
-
 local now
 if ARGV[2] == '1' then
   local t = redis.call('TIME')
@@ -88,7 +61,7 @@ local replies, stamps, blocked = {}, {}, {}
 local admitted = true
 for i = 1, n do
   if block_of(i) > 0 then
-    local until_us = held_number(KEYS[blocks_at + i], 'block')
+    local until_us = beside_number(KEYS[blocks_at + i], 'block')
     if type(until_us) == 'table' then return until_us end
     until_us = until_us and until_us + 0
     if until_us and until_us > now then
@@ -103,7 +76,7 @@ for i = 1, n do
   end
   if replies[i][1] == 0 then admitted = false end
   if stamping then
-    local s = held_number(KEYS[n + i], 'stamp')
+    local s = beside_number(KEYS[n + i], 'stamp')
     if type(s) == 'table' then return s end
     stamps[i] = s or ARGV[#ARGV]
   end

@@ -209,15 +209,16 @@ macro_rules! single {
         /// The strategies' single-key scripts, in the order of [`index`].
         const SINGLE: &[&str] = &[$(lua!($lua),)*];
 
-        /// The strategies' scripts as functions, and `scripts`, the table of them in the
-        /// order of [`index`]: what the scripts of several keys (`lua/stacked.lua`,
-        /// `lua/refund.lua`) are loaded behind.
+        /// The strategies' scripts as functions, `scripts`, the table of them in the order
+        /// of [`index`], and what is read beside a state (`lua/beside.lua`): what the scripts
+        /// of several keys (`lua/stacked.lua`, `lua/refund.lua`) are loaded behind.
         const FUNCTIONS: &str = concat!(
             $(wrapped!($lua),)*
             "-- The strategies' scripts, in the order of the table of algorithms.\n",
             "local scripts = {"
             $(, $lua, ", ")*,
             "}\n",
+            include_str!("../../../lua/beside.lua"),
         );
     };
 }
