@@ -155,3 +155,76 @@ async fn two_pods_share_an_unnamed_layers_budget_and_not_another_layers() {
     let search = status(1, "/search").await.unwrap();
     assert_eq!(search.headers()["x-ratelimit-remaining"], "86");
 }
+
+/// `count_when` on Redis (issue 26): only 401s count. Concurrent failing requests from one
+/// client run the handler exactly the limit's times, the rest refused before it; successful
+/// requests from another all pass and leave nothing spent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn count_when_on_redis_counts_only_the_failures() {
+    let server = RedisServer::start();
+    let service = redis(&server, FailurePolicy::Deny, "http_redis_count_when");
+    let runs = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&runs);
+    let options = Options::new()
+        .limit(5)
+        .window(Duration::from_secs(86_400))
+        .budget("login");
+    let layer = RateLimitLayer::new(
+        service.clone(),
+        ClientIp::x_forwarded_for(TrustedProxies::count(1)),
+    )
+    .options(options.clone())
+    .count_when(|status| status == axum::http::StatusCode::UNAUTHORIZED);
+    let router = Router::new()
+        .route(
+            "/login",
+            get(move |query: axum::extract::RawQuery| {
+                counted.fetch_add(1, Ordering::SeqCst);
+                async move {
+                    match query.0.as_deref() {
+                        Some("ok") => axum::http::StatusCode::OK,
+                        _ => axum::http::StatusCode::UNAUTHORIZED,
+                    }
+                }
+            }),
+        )
+        .layer(layer);
+    let base = serve(router).await;
+    let http = client();
+    let send = |ip: &'static str, query: &'static str| {
+        let (http, url) = (http.clone(), format!("{base}/login{query}"));
+        async move {
+            let response = http.get(url).header("x-forwarded-for", ip).send().await;
+            response.unwrap().status().as_u16()
+        }
+    };
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..24 {
+        tasks.spawn(send("10.0.0.1", ""));
+    }
+    let mut statuses = Vec::new();
+    while let Some(status) = tasks.join_next().await {
+        statuses.push(status.unwrap());
+    }
+    statuses.sort_unstable();
+    assert_eq!(
+        statuses.iter().filter(|&&s| s == 401).count(),
+        5,
+        "{statuses:?}"
+    );
+    assert_eq!(
+        statuses.iter().filter(|&&s| s == 429).count(),
+        19,
+        "{statuses:?}"
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 5);
+    for _ in 0..24 {
+        assert_eq!(send("10.0.0.2", "?ok").await, 200);
+    }
+    // Nothing left spent: the client's five failures still run, the sixth is refused.
+    for _ in 0..5 {
+        assert_eq!(send("10.0.0.2", "").await, 401);
+    }
+    assert_eq!(send("10.0.0.2", "").await, 429);
+    assert_eq!(runs.load(Ordering::SeqCst), 34);
+}

@@ -43,7 +43,7 @@ use crate::quota::{Quota, QuotaError};
 /// keys its state by the key alone and never validates the request again.
 ///
 /// Contract, checked by the crate's own stores and expected of yours:
-/// - **Atomic**: in [`Mode::Spend`], the decision and the record of an admitted call are one
+/// - **Atomic**: in [`Mode::Spend`] (and [`Mode::Keep`]), the decision and the record of an admitted call are one
 ///   step; with a limit of L, exactly L of any number of concurrent calls pass.
 /// - **Fail closed**: state of an unexpected shape under the key is
 ///   [`Error::UnexpectedState`] (and left as it was), never a fresh key; a store that cannot
@@ -117,7 +117,7 @@ use crate::quota::{Quota, QuotaError};
 /// # Ok::<(), ratelimit_core::Error>(())
 /// ```
 pub trait Store: Send + Sync + 'static {
-    /// Decides `request` and, in [`Mode::Spend`], records the call if allowed.
+    /// Decides `request` and, in [`Mode::Spend`] or [`Mode::Keep`], records the call if allowed.
     fn decide(&self, request: Request<'_>) -> impl Future<Output = Result<Decision, Error>> + Send;
 
     /// Decides a call against several limits as one (stacked limits, such as a short
