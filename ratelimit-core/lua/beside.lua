@@ -12,7 +12,8 @@ local function beside_number(k, what)
     return redis.error_reply('RATELIMIT_STATE the ' .. what .. ' key holds a '
       .. redis.call('TYPE', k)['ok'] .. ' that is not a ' .. what)
   end
-  if s and not string.find(s, '^[1-9]%d*$') then
+  if not s then return nil end -- no key: GET's nil reply is false in Lua
+  if not string.find(s, '^[1-9]%d*$') then
     return redis.error_reply('RATELIMIT_STATE the ' .. what .. ' key holds a string that is not a '
       .. what)
   end

@@ -33,8 +33,9 @@
 --
 -- A stamp names the state a spend was made on: a reset deletes it (lua/reset.lua), and a key
 -- Redis lost (a restart, a flush) has none or a new one, so a refund made for the old state
--- gives nothing back. It lives at least as long as its key's state (when the state expires,
--- every spend made on it has stopped counting, and a refund gives nothing back anyway).
+-- gives nothing back. It lives until the last spend stamped with it stops counting (its
+-- reply's reset_at, when the state expires at the latest), after which a refund gives
+-- nothing back anyway.
 
 local stamping = ARGV[1] == '2'
 local spends = ARGV[1] ~= '0'
@@ -57,9 +58,19 @@ if ARGV[2] == '1' then
   now = t[1] * 1000000 + t[2]
 end
 
-local replies, stamps, blocked = {}, {}, {}
+-- One limit that spends is decided and recorded in one run: nothing else to look at first.
+local alone = n == 1 and spends
+local replies, stamps, held, blocked = {}, {}, {}, {}
 local admitted = true
 for i = 1, n do
+  -- What is read beside the state first: a call is refused (with nothing written) for one of
+  -- the wrong shape before any state is.
+  if stamping then
+    local s = beside_number(KEYS[n + i], 'stamp')
+    if type(s) == 'table' then return s end
+    held[i] = s ~= nil
+    stamps[i] = s or ARGV[#ARGV]
+  end
   if block_of(i) > 0 then
     local until_us = beside_number(KEYS[blocks_at + i], 'block')
     if type(until_us) == 'table' then return until_us end
@@ -70,20 +81,16 @@ for i = 1, n do
     end
   end
   if not blocked[i] then
-    local reply = decide(i, '0')
+    local reply = decide(i, alone and '1' or '0')
     if reply.err then return reply end
     replies[i] = reply
   end
   if replies[i][1] == 0 then admitted = false end
-  if stamping then
-    local s = beside_number(KEYS[n + i], 'stamp')
-    if type(s) == 'table' then return s end
-    stamps[i] = s or ARGV[#ARGV]
-  end
 end
 local record = admitted and spends
 if record then
-  for i = 1, n do
+  -- (A limit alone was recorded by its decision.)
+  for i = 1, alone and 0 or n do
     local reply = decide(i, '1')
     if reply.err then return reply end
     replies[i] = reply
@@ -106,10 +113,16 @@ for i = 1, n do
   for j = 1, 5 do out[#out + 1] = replies[i][j] end
   if stamping then
     if record then
-      -- Kept as long as the key's state at least (which every record gives an expiry).
-      local until_ms = math.max(expiry(KEYS[i]), expiry(KEYS[n + i]))
-      if until_ms > 0 then
-        redis.call('SET', KEYS[n + i], stamps[i], 'PXAT', string.format('%d', until_ms))
+      -- Kept at least until this spend stops counting, its reply's reset_at, when the key's
+      -- state expires at the latest (every record sets that expiry); never shortened.
+      local until_ms = string.format('%d', math.floor((replies[i][3] + 999) / 1000))
+      if not held[i] then
+        redis.call('SET', KEYS[n + i], stamps[i], 'PXAT', until_ms)
+      elseif type(redis.pcall('PEXPIREAT', KEYS[n + i], until_ms, 'GT')) == 'table' then
+        -- Redis 6.2 has no GT.
+        if expiry(KEYS[n + i]) < until_ms + 0 then
+          redis.call('PEXPIREAT', KEYS[n + i], until_ms)
+        end
       end
     end
     out[#out + 1] = record and stamps[i] + 0 or 0
