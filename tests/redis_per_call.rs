@@ -20,8 +20,8 @@ use std::time::Duration;
 use ratelimit::store::{Request, Stacked, Store};
 use ratelimit::testing::TestModule;
 use ratelimit::{
-    Decision, Error, LeaseOptions, Module, Options, Quota, QuotaError, RateLimitService,
-    RedisOptions, RedisStore, StoreConfig, Strategy,
+    Decision, Error, LeaseOptions, Module, Options, Quota, QuotaError, RedisOptions, RedisStore,
+    StoreConfig, Strategy,
 };
 use ratelimit_tests::redis_server::{prefix, script_calls, RedisServer};
 
@@ -220,6 +220,7 @@ mod http {
     use axum::extract::ConnectInfo;
     use axum::http::{Request, StatusCode};
     use ratelimit::http::{ClientIp, RateLimitLayer};
+    use ratelimit::RateLimitService;
     use tower::ServiceExt;
 
     /// A handler behind the layer, keyed by the peer's address, under [`options`].
