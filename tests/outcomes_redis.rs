@@ -460,3 +460,82 @@ async fn a_block_outlasts_the_refill_on_redis_then_the_limit_again() {
     tokio::time::sleep(blocked.retry_after.unwrap() + Duration::from_millis(20)).await;
     assert!(service.consume("k", &limit).await.unwrap().allowed);
 }
+
+/// Counting by outcome and a block on one limit, on every store: kept spends on a blocking
+/// quota are stamped and refundable; the refusal that spends begins the block; a refund made
+/// during it gives back, but lifts nothing; a block key of the wrong shape is an error with
+/// nothing spent.
+#[tokio::test]
+async fn a_refund_never_lifts_a_block_on_every_store() {
+    let (services, _servers) = stores("outcomes_redis_refund_block");
+    let day = Duration::from_secs(86_400);
+    for (store, service) in &services {
+        for strategy in STRATEGIES {
+            let options = three_an_hour(strategy).block_for(day);
+            let key = format!("rb-{strategy:?}");
+            let mut held = Vec::new();
+            for _ in 0..3 {
+                let spent = service.spend(&key, &options).await.expect("spent");
+                assert!(spent.refundable(), "{store} {strategy:?}");
+                held.push(spent);
+            }
+            let refused = service.spend(&key, &options).await.expect("decided");
+            assert!(!refused.decision().allowed && !refused.refundable());
+            assert!(refused.decision().retry_after.unwrap() > day - Duration::from_secs(60));
+            for spent in held {
+                assert!(spent.refund().await.expect("given"), "{store} {strategy:?}");
+            }
+            let status = service.status(&key, &options).await.unwrap();
+            assert!(
+                !status.allowed,
+                "{store} {strategy:?}: a refund lifted the block"
+            );
+            assert!(!service.consume(&key, &options).await.unwrap().allowed);
+            assert!(service.reset_with(&key, &options).await.unwrap());
+            assert_eq!(
+                remaining(service, &key, &options).await,
+                3,
+                "{store} {strategy:?}"
+            );
+        }
+    }
+}
+
+/// A block key of the wrong shape (another type, not a number, past 2^53) is an error with
+/// nothing spent, never a key read as unblocked.
+#[tokio::test]
+async fn a_block_of_the_wrong_shape_is_an_error_and_spends_nothing() {
+    let server = RedisServer::start();
+    let options = RedisOptions::new(server.url()).timeout(Duration::from_secs(2));
+    let service = ratelimit_tests::redis_service(options, "garbage-block:");
+    let limit = three_an_hour(Strategy::TokenBucket).block_for(Duration::from_secs(600));
+    let mut redis = server.connection();
+    assert!(service.consume("b", &limit).await.unwrap().allowed);
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("garbage-block:*")
+        .query(&mut redis)
+        .unwrap();
+    let [state] = &keys[..] else {
+        panic!("{keys:?}")
+    };
+    let block = format!("{state}:block");
+    for value in ["soon", "-5", "99999999999999999999"] {
+        let _: () = redis::cmd("SET")
+            .arg(&block)
+            .arg(value)
+            .query(&mut redis)
+            .unwrap();
+        let refused = service.consume("b", &limit).await;
+        assert!(
+            matches!(refused, Err(Error::UnexpectedState { .. })),
+            "{value}: {refused:?}"
+        );
+        let looked = service.status("b", &limit).await;
+        assert!(
+            matches!(looked, Err(Error::UnexpectedState { .. })),
+            "{value}"
+        );
+    }
+    let _: () = redis::cmd("DEL").arg(&block).query(&mut redis).unwrap();
+    assert_eq!(remaining(&service, "b", &limit).await, 2);
+}

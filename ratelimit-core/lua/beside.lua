@@ -2,8 +2,8 @@
 -- its stamp or its block, each a key of its own in the state's slot holding one number.
 --
 -- Defines: beside_number(k, what): the number key `k` holds as the scripts write it (decimal
---          digits, no sign, no leading zero; nil: no key), or the RATELIMIT_STATE error reply
---          naming `what` for anything else there;
+--          digits, no sign, no leading zero, below 2^53; nil: no key), or the RATELIMIT_STATE
+--          error reply naming `what` for anything else there;
 --          expiry(k): the absolute expiry of `k` in milliseconds (-1: none, -2: no key).
 
 local function beside_number(k, what)
@@ -13,7 +13,7 @@ local function beside_number(k, what)
       .. redis.call('TYPE', k)['ok'] .. ' that is not a ' .. what)
   end
   if not s then return nil end -- no key: GET's nil reply is false in Lua
-  if not string.find(s, '^[1-9]%d*$') then
+  if not string.find(s, '^[1-9]%d*$') or s + 0 > 9007199254740991 then
     return redis.error_reply('RATELIMIT_STATE the ' .. what .. ' key holds a string that is not a '
       .. what)
   end
