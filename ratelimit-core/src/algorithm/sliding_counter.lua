@@ -53,6 +53,27 @@ local SHAPE = 'a sliding window counter (a hash of window numbers to counts)'
 local MOST = math.min(MAX_CAPACITY, idiv(2251799813685248, window))
 local LAST = idiv(MAX_NOW, window)
 
+-- Every field, read and checked: the counts by window number, the recorded (largest) window's
+-- number (-1: none) and the fields as read; or the error reply for a hash of another shape.
+local function read_all()
+  local all = redis.pcall('HGETALL', key)
+  if all.err then return unexpected(SHAPE) end -- WRONGTYPE
+  local counts, recorded = {}, -1
+  for i = 1, #all, 2 do
+    local f, v = decimal(all[i], LAST), decimal(all[i + 1], MOST)
+    if not (f and v) then return unexpected(SHAPE) end
+    counts[f] = v
+    if f > recorded then recorded = f end
+  end
+  -- The recorded window's count is positive; the only other field is the one before it.
+  for f in pairs(counts) do
+    if f == recorded and counts[f] == 0 or f ~= recorded and f ~= recorded - 1 then
+      return unexpected(SHAPE)
+    end
+  end
+  return counts, recorded, all
+end
+
 if refunding then
   -- The count of the spend's window (which starts two windows before `spent`) while it is
   -- the recorded window and the current one; a window emptied steps back to the one before
@@ -60,11 +81,10 @@ if refunding then
   local r = idiv(spent, window) - 2
   if spent % window ~= 0 or cost == 0 or now >= (r + 1) * window then return 0 end
   local f = string.format('%d', r)
-  local got = redis.pcall('HMGET', key, f, string.format('%d', r - 1), string.format('%d', r + 1))
-  if got.err then return unexpected(SHAPE) end -- WRONGTYPE
-  if got[3] or not got[1] then return 0 end -- a later window is recorded, or none
-  local c, p = decimal(got[1], MOST), decimal(got[2] or '0', MOST)
-  if not (c and p) then return unexpected(SHAPE) end
+  local counts, recorded = read_all()
+  if not recorded then return counts end
+  if recorded ~= r then return 0 end -- another window is recorded, or none
+  local c, p = counts[r], counts[r - 1] or 0
   if c < cost then return 0 end
   if giving then
     if c > cost then
@@ -85,15 +105,8 @@ if adjusting then
   -- adds to its count (up to MOST, the largest count this window's scripts read back;
   -- Rust's bound is MAX_CAPACITY), a reward takes from it (the previous window's weight
   -- stays); a window left with no count steps back to the previous one, as a refund's does.
-  local all = redis.pcall('HGETALL', key)
-  if all.err then return unexpected(SHAPE) end -- WRONGTYPE
-  local counts, recorded = {}, -1
-  for i = 1, #all, 2 do
-    local f, v = decimal(all[i], LAST), decimal(all[i + 1], MOST)
-    if not (f and v) then return unexpected(SHAPE) end
-    counts[f] = v
-    if f > recorded then recorded = f end
-  end
+  local counts, recorded = read_all()
+  if not recorded then return counts end
   local n = math.max(idiv(now, window), recorded)
   local previous, current = counts[n - 1] or 0, counts[n] or 0
   local next_count = current - math.min(cost, current)
@@ -133,21 +146,8 @@ else
   -- The window's first call, or TIME behind the recorded window: read every field, and
   -- decide in the recorded window if it is ahead of TIME's.
   stale = {}
-  local all = redis.call('HGETALL', key)
-  local counts = {}
-  local recorded = -1
-  for i = 1, #all, 2 do
-    local f, v = decimal(all[i], LAST), decimal(all[i + 1], MOST)
-    if not (f and v) then return unexpected(SHAPE) end
-    counts[f] = v
-    if f > recorded then recorded = f end
-  end
-  -- The recorded window's count is positive; the only other field is the one before it.
-  for f in pairs(counts) do
-    if f == recorded and counts[f] == 0 or f ~= recorded and f ~= recorded - 1 then
-      return unexpected(SHAPE)
-    end
-  end
+  local counts, recorded, all = read_all()
+  if not recorded then return counts end
   if recorded > n then
     n = recorded
     field = string.format('%d', n)
