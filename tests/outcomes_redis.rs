@@ -539,3 +539,45 @@ async fn a_block_of_the_wrong_shape_is_an_error_and_spends_nothing() {
     let _: () = redis::cmd("DEL").arg(&block).query(&mut redis).unwrap();
     assert_eq!(remaining(&service, "b", &limit).await, 2);
 }
+
+/// A counter's hash holding a field of another shape is refused by a refund, a penalty and a
+/// reward as by a decision (an error, nothing written): they read only some fields at first,
+/// and the adjustment deleted and rewrote such a hash.
+#[tokio::test]
+async fn an_adjustment_of_a_foreign_counter_hash_is_an_error_and_writes_nothing() {
+    let server = RedisServer::start();
+    let options = RedisOptions::new(server.url()).timeout(Duration::from_secs(2));
+    let service = ratelimit_tests::redis_service(options, "foreign-counter:");
+    let limit = three_an_hour(Strategy::SlidingWindowCounter);
+    let mut redis = server.connection();
+    let spent = service.spend("c", &limit).await.expect("spent");
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("foreign-counter:*")
+        .query(&mut redis)
+        .unwrap();
+    let state = keys.iter().find(|k| !k.ends_with(":stamp")).expect("state");
+    let _: () = redis::cmd("HSET")
+        .arg(state)
+        .arg("planted")
+        .arg("1")
+        .query(&mut redis)
+        .unwrap();
+    let before: Vec<String> = redis::cmd("HGETALL").arg(state).query(&mut redis).unwrap();
+    let penalized = service.penalize("c", &limit, 1).await;
+    assert!(
+        matches!(penalized, Err(Error::UnexpectedState { .. })),
+        "{penalized:?}"
+    );
+    let rewarded = service.reward("c", &limit, 1).await;
+    assert!(
+        matches!(rewarded, Err(Error::UnexpectedState { .. })),
+        "{rewarded:?}"
+    );
+    let refunded = spent.refund().await;
+    assert!(
+        matches!(refunded, Err(Error::UnexpectedState { .. })),
+        "{refunded:?}"
+    );
+    let after: Vec<String> = redis::cmd("HGETALL").arg(state).query(&mut redis).unwrap();
+    assert_eq!(before, after);
+}
