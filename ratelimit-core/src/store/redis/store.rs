@@ -9,8 +9,7 @@ use tokio::sync::OnceCell;
 
 use super::eviction::Policy;
 use super::lease::Leases;
-use super::ledger::RESET_SCRIPT;
-use super::ledger::{block_key, stamp_key};
+use super::ledger::{block_key, stamp_key, RESET_SCRIPT};
 use super::link::Links;
 use super::options::RedisOptions;
 use super::redaction::{secrets, store_error};
