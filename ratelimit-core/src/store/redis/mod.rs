@@ -25,6 +25,8 @@ mod local;
 #[cfg(test)]
 mod lua_agrees;
 #[cfg(test)]
+mod lua_pair;
+#[cfg(test)]
 mod lua_planted;
 #[cfg(test)]
 mod lua_standin;
