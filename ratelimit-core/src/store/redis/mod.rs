@@ -29,6 +29,8 @@ mod lua_pair;
 #[cfg(test)]
 mod lua_planted;
 #[cfg(test)]
+mod lua_refunds;
+#[cfg(test)]
 mod lua_standin;
 mod options;
 mod redaction;
