@@ -94,17 +94,21 @@ if refunding then
     if not et then return false end
     return {et, total, oldest, base}
   end
+  -- The oldest live entry the head names, and the total before it: the oldest kept, each
+  -- admitted call trimming the list to it.
+  local _, _, first, first_base = parse(head)
   local k = 0
   while true do
     local e = entry(k)
     if e == false then return unreadable() end
     if not e or e[1] < t then return 0 end
     if e[1] == t then
-      -- Its units: its total less the next older entry's; the oldest kept, its own units
-      -- when it is its own oldest live entry (else they cannot be told: nothing).
+      -- Its units: its total less the next older entry's; the oldest kept, its total less
+      -- the head's base when it is the head's oldest live entry (else they cannot be told:
+      -- nothing).
       local older = entry(k + 1)
       if older == false then return unreadable() end
-      local units = older and e[2] - older[2] or (e[3] == e[1] and e[2] - e[4])
+      local units = older and e[2] - older[2] or (first == e[1] and e[2] - first_base)
       if units == cost then break end
     end
     k = k + 1
@@ -122,6 +126,13 @@ if refunding then
       base = base - cost -- it was before the oldest live entry
     end
     redis.call('LSET', key, j, string.format('%d:%d:%d:%d', et, total, et - oldest, total - base))
+  end
+  if k == 0 and removed[4] < before then
+    -- The head goes and was not its own oldest live entry: the next one becomes the head,
+    -- with the head's summary (its own may name entries the head's call trimmed).
+    local e = entry(1)
+    redis.call('LSET', key, 1, string.format('%d:%d:%d:%d', e[1], e[2], e[1] - removed[3],
+      e[2] - removed[4]))
   end
   redis.call('LSET', key, k, 'refunded')
   redis.call('LREM', key, 1, 'refunded')

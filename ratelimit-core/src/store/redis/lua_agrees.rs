@@ -4,7 +4,8 @@
 //! microseconds (as `agrees.rs` does on a live server). Here the clock is the test's, so this
 //! also covers what a live Redis cannot show: time stepping backwards, edge instants (window
 //! boundaries, retry and reset times, the expiry's millisecond), refill rates other than the
-//! limit, and quotas at the 2^51 bounds of `supports`.
+//! limit, and quotas at the 2^51 bounds of `supports`. The two sides run in step in
+//! `lua_pair.rs`; `lua_refunds.rs` runs refunds between the calls.
 //!
 //! Each property runs 1024 cases (`PROPTEST_CASES` overrides) of up to 60 calls: about 6 s
 //! for the three in a debug build on two cores.
@@ -20,11 +21,10 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 
-use super::lua_standin::{self, Redis};
-use super::reply::Reply;
+use super::lua_pair::{script, Marks, Pair};
+use super::lua_standin::Redis;
 use super::scripts::{arguments, supports};
-use crate::algorithm::{self, State, Verdict};
-use crate::clock::Nanos;
+use crate::algorithm::Verdict;
 use crate::quota::Quota;
 use crate::syntax::{Strategy as Kind, MAX_WINDOW};
 
@@ -40,10 +40,10 @@ pub(super) const MAX_WINDOW_US: u64 = MAX_WINDOW.as_secs() * 1_000_000;
 /// A quota's settings, its window in microseconds.
 #[derive(Debug, Clone)]
 pub(super) struct Limits {
-    strategy: Kind,
+    pub(super) strategy: Kind,
     limit: u64,
     burst: u64,
-    window_us: u64,
+    pub(super) window_us: u64,
     refill: Option<u64>,
 }
 
@@ -69,7 +69,7 @@ impl Limits {
     }
 
     /// The same quota with its window read as microseconds: what the algorithm decides on.
-    fn in_micros(&self) -> Quota {
+    pub(super) fn in_micros(&self) -> Quota {
         self.with_window(Duration::from_nanos(self.window_us))
     }
 
@@ -107,7 +107,7 @@ impl Limits {
 
 /// How the clock moves before a call.
 #[derive(Debug, Clone)]
-enum Move {
+pub(super) enum Move {
     /// A few microseconds on (or back, when negative).
     Tick(i64),
     /// Per mille of the span (a window, or the bucket's tolerance) on (or back).
@@ -123,7 +123,7 @@ enum Move {
 }
 
 #[derive(Debug, Clone)]
-enum Cost {
+pub(super) enum Cost {
     One,
     Capacity,
     /// Per mille of the capacity, at least 1.
@@ -141,15 +141,8 @@ struct Step {
     commit: bool,
 }
 
-/// What the last call left to aim the clock at.
-#[derive(Default)]
-struct Marks {
-    retry_at: Option<u64>,
-    reset_at: Option<u64>,
-}
-
 impl Move {
-    fn apply(&self, now: u64, limits: &Limits, redis: &Redis, marks: &Marks) -> u64 {
+    pub(super) fn apply(&self, now: u64, limits: &Limits, redis: &Redis, marks: &Marks) -> u64 {
         let [first, second] = arguments(&limits.quota());
         let (unit, span) = match limits.strategy {
             Kind::TokenBucket => (first, second),
@@ -170,7 +163,7 @@ impl Move {
 }
 
 impl Cost {
-    fn of(&self, capacity: u64) -> u64 {
+    pub(super) fn of(&self, capacity: u64) -> u64 {
         match *self {
             Cost::One => 1,
             Cost::Capacity => capacity,
@@ -181,146 +174,16 @@ impl Cost {
     }
 }
 
-/// The script's verdict, in microseconds, as the store asks for it and parses its reply
-/// (short replies placed at `now`, the estimate of Redis' clock being exact here).
-fn script(redis: &Redis, quota: &Quota, now: u64, cost: u64, commit: bool) -> Verdict {
-    let args = (cost, commit);
-    let reply = redis.decide(quota, KEY, cost, commit);
-    let value = |r: &lua_standin::Reply| match r {
-        lua_standin::Reply::Int(i) => Some(redis::Value::Int(*i)),
-        _ => None,
-    };
-    let value = match &reply {
-        lua_standin::Reply::Array(items) => items
-            .iter()
-            .map(value)
-            .collect::<Option<_>>()
-            .map(redis::Value::Array),
-        r => value(r),
-    };
-    let (v, at) = value
-        .and_then(|v| Reply::parse(&v, quota))
-        .and_then(|r| r.verdict(cost, quota, now))
-        .unwrap_or_else(|| {
-            panic!(
-                "{} replied {reply:?} to {args:?} at {now}",
-                quota.strategy()
-            )
-        });
-    assert_eq!(at / 1_000, now, "the script's `now` is TIME");
-    Verdict {
-        reset_at: v.reset_at / 1_000,
-        retry_after: v.retry_after.map(|n| n / 1_000),
-        ..v
-    }
-}
-
-/// One algorithm's own step, without `decide`'s checks and its handling of looks.
-fn raw(state: &mut State, now: Nanos, q: &Quota, cost: u64, commit: bool) -> Verdict {
-    state.decide_raw(now, q, cost, commit)
-}
-
-/// The time the state was recorded at, before which nothing is decided.
-fn recorded(state: &State) -> Option<Nanos> {
-    match state {
-        State::Fixed(s) => Some(s.start),
-        State::Counter(s) => Some(s.start),
-        State::Log(s) => s.entries().last().map(|(t, _)| t),
-        State::Bucket(_) => None,
-    }
-}
-
-/// Every look at `state` now is the same as at a fresh state.
-fn same_as_fresh(state: &State, now: Nanos, q: &Quota, what: &str) {
-    let fresh = State::new(q.strategy());
-    for cost in [0, 1, q.capacity().div_ceil(2), q.capacity()] {
-        let (mut a, mut b) = (state.clone(), fresh.clone());
-        assert_eq!(
-            algorithm::decide(&mut a, now, q, cost, false),
-            algorithm::decide(&mut b, now, q, cost, false),
-            "{what}: the key expired at {now} but its state still counts, cost {cost}: {state:?}"
-        );
-    }
-}
-
 /// Runs `steps` through the script and the algorithm, comparing every verdict; `shared`: the
 /// fixed window's hot path through the shared script rather than the quota's own.
 fn agree(limits: &Limits, steps: &[Step], shared: bool) {
-    let quota = limits.quota();
-    let q = limits.in_micros();
-    assert_eq!(supports(&quota), Ok(()), "{limits:?}");
-    let redis = Redis::new(T0).expect("the scripts compile");
-    if shared {
-        redis.share_hot();
-    }
-    let fresh = State::new(limits.strategy);
-    let mut state = fresh.clone();
-    let mut now = T0;
-    let mut marks = Marks::default();
+    let mut pair = Pair::new(limits, shared);
     for (i, step) in steps.iter().enumerate() {
-        now = step.moved.apply(now, limits, &redis, &marks);
-        redis.set_time(now);
-        let what = format!("{limits:?}, step {i}: {step:?} at {now}");
-        match redis.expiry(KEY) {
-            None if state != fresh => {
-                same_as_fresh(&state, now, &q, &what);
-                state = fresh.clone();
-            }
-            None => {}
-            Some(ms) => {
-                let expires = state.expires_at(&q);
-                // The fixed window's integer count (whole milliseconds) expires at its
-                // window's last millisecond, gone exactly when the window ends; every other
-                // state at its end rounded up (it holds its time and may outlive it).
-                let integer = limits.strategy == Kind::FixedWindow && limits.window_us % 1_000 == 0;
-                let expected = if integer {
-                    expires / 1_000 - 1
-                } else {
-                    expires.div_ceil(1_000)
-                };
-                assert_eq!(ms, Some(expected), "{what}: expiry of {state:?}");
-            }
-        }
-        let cost = step.cost.of(q.capacity());
-        let commit = step.commit && cost > 0;
-        let behind = recorded(&state).map_or(0, |t| t.saturating_sub(now));
-        let mut before = state.clone();
-        let expected = algorithm::decide(&mut state, now, &q, cost, commit);
-        if algorithm::precheck(now, &q, cost, commit) != Ok(None) {
-            // Decided without asking Redis, by the same code.
-            assert!(cost > q.capacity() || q.capacity() == 0, "{what}");
-            assert_eq!(state, before, "{what}");
-            continue;
-        }
-        let expected = expected.expect("decided");
-        // Lua measures a refusal's wait from TIME, Rust from the recorded time; the fixed
-        // window's admitted count is placed in the window of TIME (whole milliseconds only:
-        // the hot path's).
-        let hot = limits.strategy == Kind::FixedWindow && limits.window_us % 1_000 == 0;
-        let from_time = |v: Verdict, recorded: bool| Verdict {
-            retry_after: v.retry_after.map(|r| r + behind),
-            reset_at: if hot && recorded && v.allowed && behind > 0 {
-                (now / limits.window_us + 1) * limits.window_us
-            } else {
-                v.reset_at
-            },
-            ..v
-        };
-        let got = if cost == 0 {
-            let look = script(&redis, &quota, now, 0, false);
-            let rust = raw(&mut before, now, &q, 0, false);
-            assert_eq!(look, from_time(rust, false), "{what}: the look of cost 0");
-            algorithm::level(0, false, |c, k| script(&redis, &quota, now, c, k))
-        } else {
-            script(&redis, &quota, now, cost, commit)
-        };
-        assert_eq!(
-            got,
-            from_time(expected, commit),
-            "{what}: cost {cost}, commit {commit}"
-        );
-        marks.retry_at = got.retry_after.map(|r| now + r).or(marks.retry_at);
-        marks.reset_at = Some(got.reset_at);
+        pair.tick(&step.moved);
+        let what = format!("{limits:?}, step {i}: {step:?} at {}", pair.now);
+        pair.expiry(&what);
+        let cost = step.cost.of(pair.q.capacity());
+        pair.decide(cost, step.commit && cost > 0, false, &what);
     }
 }
 
@@ -328,8 +191,9 @@ fn kind() -> impl Strategy<Value = Kind> {
     prop::sample::select(Kind::ALL.to_vec())
 }
 
-fn steps(n: usize) -> impl Strategy<Value = Vec<Step>> {
-    let moved = prop_oneof![
+/// How the clock moves before a call.
+pub(super) fn moved() -> impl Strategy<Value = Move> {
+    prop_oneof![
         2 => Just(Move::Tick(0)),
         3 => (-3..=3i64).prop_map(Move::Tick),
         8 => (-2_000..=3_000i64).prop_map(Move::Shift),
@@ -337,19 +201,27 @@ fn steps(n: usize) -> impl Strategy<Value = Vec<Step>> {
         2 => (-1..=1i64).prop_map(Move::Expiry),
         2 => (-1..=1i64).prop_map(Move::Retry),
         1 => (-1..=1i64).prop_map(Move::Reset),
-    ];
-    let cost = prop_oneof![
+    ]
+}
+
+/// A call's cost.
+pub(super) fn cost() -> impl Strategy<Value = Cost> {
+    prop_oneof![
         6 => Just(Cost::One),
         2 => Just(Cost::Capacity),
         3 => (1..=1_000u64).prop_map(Cost::Share),
         1 => (1..=3u64).prop_map(Cost::Above),
         2 => Just(Cost::Look),
-    ];
-    let step = (moved, cost, prop::bool::weighted(0.8)).prop_map(|(moved, cost, commit)| Step {
-        moved,
-        cost,
-        commit,
-    });
+    ]
+}
+
+fn steps(n: usize) -> impl Strategy<Value = Vec<Step>> {
+    let step =
+        (moved(), cost(), prop::bool::weighted(0.8)).prop_map(|(moved, cost, commit)| Step {
+            moved,
+            cost,
+            commit,
+        });
     prop::collection::vec(step, 1..=n)
 }
 
@@ -369,7 +241,7 @@ fn refill(strategy: Kind, capacity: u64, window_us: u64, pick: u64) -> Option<u6
 }
 
 /// Small capacities (0 to 9) and windows from 1 µs to a minute, whole milliseconds often.
-fn small() -> impl Strategy<Value = Limits> {
+pub(super) fn small() -> impl Strategy<Value = Limits> {
     let window = prop_oneof![
         prop::sample::select(vec![1u64, 2, 3, 7, 1_000, 20_000, 1_000_000, 60_000_000]),
         1..=10_000_000u64,
@@ -394,7 +266,7 @@ fn split(capacity: u64, pick: u64) -> (u64, u64) {
 }
 
 /// Capacities and windows up to their maxima, cut down to what `supports` accepts.
-fn large() -> impl Strategy<Value = Limits> {
+pub(super) fn large() -> impl Strategy<Value = Limits> {
     let capacity = prop_oneof![1..=1_000u64, 1..=u32::MAX as u64, Just(u32::MAX as u64)];
     let window = prop_oneof![
         1..=1_000_000u64,
@@ -410,7 +282,7 @@ fn large() -> impl Strategy<Value = Limits> {
 
 /// Counters and buckets whose product (capacity times window, or times the emission
 /// interval) is the largest `supports` accepts: one microsecond more is refused.
-fn at_the_bound() -> impl Strategy<Value = Limits> {
+pub(super) fn at_the_bound() -> impl Strategy<Value = Limits> {
     let capacity = prop_oneof![(7..=31u32).prop_map(|k| 1u64 << k), 72..=u32::MAX as u64];
     let counter = (capacity.clone(), any::<u64>()).prop_map(|(capacity, pick)| {
         let (kind, window_us) = (Kind::SlidingWindowCounter, BOUND / capacity);
@@ -431,7 +303,7 @@ fn at_the_bound() -> impl Strategy<Value = Limits> {
 }
 
 /// `limits` is at the bound: the next larger window is refused.
-fn one_more_is_refused(limits: &Limits) {
+pub(super) fn one_more_is_refused(limits: &Limits) {
     let step = limits.refill.unwrap_or(1);
     let wider = Limits {
         window_us: limits.window_us + step,
@@ -446,10 +318,10 @@ fn one_more_is_refused(limits: &Limits) {
 fn look_after(limits: Limits, calls: u64, now: u64) -> Verdict {
     let redis = Redis::new(T0).expect("the scripts compile");
     for _ in 0..calls {
-        assert!(script(&redis, &limits.quota(), T0, 1, true).allowed);
+        assert!(script(&redis, &limits.quota(), T0, 1, true, false).allowed);
     }
     redis.set_time(now);
-    script(&redis, &limits.quota(), now, 0, false)
+    script(&redis, &limits.quota(), now, 0, false, false)
 }
 
 fn per_second(strategy: Kind) -> Limits {

@@ -25,7 +25,11 @@ mod local;
 #[cfg(test)]
 mod lua_agrees;
 #[cfg(test)]
+mod lua_pair;
+#[cfg(test)]
 mod lua_planted;
+#[cfg(test)]
+mod lua_refunds;
 #[cfg(test)]
 mod lua_standin;
 mod options;

@@ -1,9 +1,30 @@
 //! The stand-in's list and hash commands: the sliding log's list and the sliding-window
-//! counter's hash, as Redis 7 answers them.
+//! counter's hash, as Redis 7 answers them (an emptied list or hash is deleted).
 
 use std::collections::VecDeque;
 
 use super::{int, position, Data, Db, Entry, Reply, WRONGTYPE};
+
+/// The positions `start..=stop` of a list of `len` as Redis reads them (indices from the tail
+/// when negative, clamped to the list), as a range from the head; empty when none.
+fn span(start: i64, stop: i64, len: usize) -> (usize, usize) {
+    let len = len as i64;
+    let from = if start < 0 {
+        (len + start).max(0)
+    } else {
+        start
+    };
+    let to = if stop < 0 {
+        len + stop
+    } else {
+        stop.min(len - 1)
+    };
+    if from > to || from >= len {
+        (0, 0)
+    } else {
+        (from as usize, to as usize + 1)
+    }
+}
 
 impl Db {
     /// The hash commands the sliding window counter uses.
@@ -98,28 +119,51 @@ impl Db {
                 list.push_front((*value).to_owned());
                 Ok(Reply::Int(list.len() as i64))
             }
+            ("LRANGE", [start, stop]) => {
+                let (from, to) = span(int(start)?, int(stop)?, held);
+                let items = list.map_or(Vec::new(), |l| l.range(from..to).cloned().collect());
+                Ok(Reply::Array(items.into_iter().map(Reply::Bulk).collect()))
+            }
+            ("LSET", [index, value]) => {
+                let list = list.ok_or("ERR no such key")?;
+                let at = position(int(index)?, held).ok_or("ERR index out of range")?;
+                list[at] = (*value).to_owned();
+                Ok(Reply::Status("OK".to_owned()))
+            }
+            ("LREM", [count, value]) => {
+                let count = int(count)?;
+                let Some(list) = list else {
+                    return Ok(Reply::Int(0));
+                };
+                // From the head when positive, from the tail when negative, all when 0.
+                let most = if count == 0 {
+                    usize::MAX
+                } else {
+                    count.unsigned_abs() as usize
+                };
+                let matching = (0..held).filter(|&i| list[i] == *value);
+                let mut gone: Vec<usize> = if count < 0 {
+                    matching.rev().take(most).collect()
+                } else {
+                    matching.take(most).collect()
+                };
+                gone.sort_unstable();
+                for &i in gone.iter().rev() {
+                    list.remove(i);
+                }
+                if list.is_empty() {
+                    self.keys.remove(*key); // Redis deletes an emptied list.
+                }
+                Ok(Reply::Int(gone.len() as i64))
+            }
             ("LTRIM", [start, stop]) => {
                 let (start, stop) = (int(start)?, int(stop)?);
                 let Some(list) = list else {
                     return Ok(Reply::Status("OK".to_owned()));
                 };
-                let len = held as i64;
-                let from = if start < 0 {
-                    (len + start).max(0)
-                } else {
-                    start
-                };
-                let to = if stop < 0 {
-                    len + stop
-                } else {
-                    stop.min(len - 1)
-                };
-                if from > to || from >= len {
-                    list.clear();
-                } else {
-                    list.truncate(to as usize + 1);
-                    list.drain(..from as usize);
-                }
+                let (from, to) = span(start, stop, held);
+                list.truncate(to);
+                list.drain(..from);
                 if list.is_empty() {
                     self.keys.remove(*key); // Redis deletes an emptied list.
                 }

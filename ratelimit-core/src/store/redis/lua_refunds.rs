@@ -1,0 +1,251 @@
+//! Refunds through the scripts' refund mode against `Algorithm::refund`, run by Lua 5.1 in the
+//! stand-in (`lua_standin.rs`) between calls decided on both sides as `lua_agrees.rs` decides
+//! them (`lua_pair.rs`). A spend kept for a refund is asked with the full reply, as the stacked
+//! script asks it: its `reset_at` is the refund's `spent`, exact on both sides (the quota read
+//! in microseconds, one number). A refund is asked (ARGV[4] = 3, which writes nothing), then
+//! given (2), and given on the algorithm's state at the same clock: the answers must agree
+//! (1 for `true`), a refund that gives nothing writes nothing, and every call after it is
+//! decided alike.
+//!
+//! Refunds are of earlier admitted spends, each given back at most once with its own `spent`
+//! and cost; and besides, of any spend with a wrong `spent` (a few microseconds off, a share of
+//! the window off, another spend's) or cost (one off), which must give back nothing or what
+//! the algorithm gives for it. The clock moves as before a call, or lands on the spend's
+//! `reset_at` give or take a few microseconds.
+//!
+//! One more difference than `lua_agrees.rs` documents: a refund does not move a sliding log's
+//! expiry back (it may remove its newest entry), so its key may outlive its state.
+//!
+
+use super::lua_agrees::{Cost, Limits, Move, KEY, T_MAX, T_MIN};
+use super::lua_pair::Pair;
+use super::lua_standin::{Redis, Reply};
+use crate::algorithm::State;
+use crate::syntax::Strategy as Kind;
+
+/// An admitted spend kept for a refund: its cost and `reset_at`, the algorithm's and the
+/// script's (the same number, asserted when it was decided), and whether it is still to be
+/// given back.
+#[derive(Debug)]
+struct Spend {
+    cost: u64,
+    rust: u64,
+    lua: u64,
+    open: bool,
+}
+
+/// The `spent` a refund gives.
+#[derive(Debug, Clone)]
+enum Spent {
+    /// The spend's own.
+    Right,
+    /// A few microseconds off.
+    Off(i64),
+    /// Per mille of the window off.
+    Shift(i64),
+    /// Another spend's (any, by index).
+    Other(usize),
+}
+
+/// Where the clock is for a refund.
+#[derive(Debug, Clone)]
+enum When {
+    /// Moved as before a call.
+    Moved(Move),
+    /// At the spend's `reset_at`, give or take a few microseconds.
+    AtSpent(i64),
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    /// A call; `keep`: a spend kept for a refund (the full reply).
+    Call {
+        moved: Move,
+        cost: Cost,
+        commit: bool,
+        keep: bool,
+    },
+    /// A refund of the `pick`-th spend still open (modulo their number), with its cost
+    /// `extra` off.
+    Refund {
+        when: When,
+        pick: usize,
+        spent: Spent,
+        extra: i64,
+    },
+}
+
+/// What the key holds: its type, its value and its expiry.
+fn held(redis: &Redis) -> [Result<Reply, String>; 3] {
+    let kind = redis.command(&["TYPE", KEY]);
+    let value = match &kind {
+        Ok(Reply::Status(k)) if k == "string" => redis.command(&["GET", KEY]),
+        Ok(Reply::Status(k)) if k == "list" => redis.command(&["LRANGE", KEY, "0", "-1"]),
+        Ok(Reply::Status(k)) if k == "hash" => redis.command(&["HGETALL", KEY]),
+        _ => Ok(Reply::Nil),
+    };
+    [kind, value, redis.command(&["PEXPIRETIME", KEY])]
+}
+
+/// A refund on both sides at the clock, compared; whether it gave back.
+fn refund(pair: &mut Pair, cost: u64, (rust_spent, lua_spent): (u64, u64), what: &str) -> bool {
+    let before = held(&pair.redis);
+    let asked = pair.redis.refund(&pair.quota, KEY, cost, lua_spent, false);
+    assert_eq!(held(&pair.redis), before, "{what}: asking wrote");
+    let given = pair.redis.refund(&pair.quota, KEY, cost, lua_spent, true);
+    let prior = pair.state.clone();
+    let rust = pair.state.refund(rust_spent, pair.now, &pair.q, cost);
+    assert_eq!(asked, given, "{what}: asked, then given");
+    assert_eq!(
+        given,
+        Reply::Int(i64::from(rust)),
+        "{what}: a refund of {cost} spent at {lua_spent}, at {} on {prior:?} (held {before:?})",
+        pair.now
+    );
+    if !rust {
+        assert_eq!(held(&pair.redis), before, "{what}: gave nothing, wrote");
+    }
+    rust
+}
+
+/// Whether the fixed window's hot path would misread the key: a window of whole milliseconds
+/// whose every call was given back (the count 0, expiring at that window's end) recorded ahead
+/// of Redis' clock. The hot path takes a count equal to the cost for the first hit of the
+/// window of `TIME`, and moves the key's expiry back to that earlier window's end: the count
+/// the algorithm keeps in the later window is then forgotten when the earlier one ends, and
+/// the later window counts from 0 again.
+fn hot_misreads(pair: &Pair) -> bool {
+    let whole_ms = pair.quota.window().as_micros() % 1_000 == 0;
+    let ahead = matches!(&pair.state, State::Fixed(s) if s.start > pair.now);
+    whole_ms && ahead && pair.redis.command(&["GET", KEY]) == Ok(Reply::Bulk("0".into()))
+}
+
+/// Runs `ops` on the script and the algorithm, comparing every verdict and every refund;
+/// `shared`: the fixed window's hot path through the shared script. With `around`, a call
+/// the hot path would misread (`hot_misreads`) is asked with the full reply instead.
+fn refunds_agree(limits: &Limits, ops: &[Op], shared: bool, around: bool) {
+    let mut pair = Pair::new(limits, shared);
+    let mut spends: Vec<Spend> = Vec::new();
+    for (i, op) in ops.iter().enumerate() {
+        match op {
+            Op::Call {
+                moved,
+                cost,
+                commit,
+                keep,
+            } => {
+                pair.tick(moved);
+                let what = format!("{limits:?}, op {i}: {op:?} at {}", pair.now);
+                pair.expiry(&what);
+                let cost = cost.of(pair.q.capacity());
+                let commit = *commit && cost > 0;
+                let full = *keep || (around && hot_misreads(&pair));
+                let decided = pair.decide(cost, commit, full, &what);
+                if let Some((lua, rust)) = decided.filter(|(v, _)| *keep && commit && v.allowed) {
+                    let (rust, lua, open) = (rust.reset_at, lua.reset_at, true);
+                    spends.push(Spend {
+                        cost,
+                        rust,
+                        lua,
+                        open,
+                    });
+                }
+            }
+            Op::Refund {
+                when,
+                pick,
+                spent,
+                extra,
+            } => {
+                let open: Vec<usize> = (0..spends.len()).filter(|&k| spends[k].open).collect();
+                let Some(&k) = open.get(pick % open.len().max(1)) else {
+                    continue;
+                };
+                match *when {
+                    When::Moved(ref moved) => pair.tick(moved),
+                    When::AtSpent(d) => {
+                        let at = spends[k].lua.saturating_add_signed(d);
+                        pair.set_time(at.clamp(T_MIN, T_MAX));
+                    }
+                }
+                let what = format!(
+                    "{limits:?}, op {i}: {op:?} of {:?} at {}",
+                    spends[k], pair.now
+                );
+                pair.expiry(&what);
+                let window = pair.q.window_nanos() as i128;
+                let off = |d: i64| {
+                    let at = |t: u64| t.saturating_add_signed(d);
+                    (at(spends[k].rust), at(spends[k].lua))
+                };
+                let at = match *spent {
+                    Spent::Right => off(0),
+                    Spent::Off(d) => off(d),
+                    Spent::Shift(p) => off((window * p as i128 / 1_000) as i64),
+                    Spent::Other(j) => {
+                        (spends[j % spends.len()].rust, spends[j % spends.len()].lua)
+                    }
+                };
+                let cost = spends[k].cost.saturating_add_signed(*extra);
+                if matches!(spent, Spent::Right) && *extra == 0 {
+                    spends[k].open = false;
+                }
+                if refund(&mut pair, cost, at, &what) {
+                    pair.refunded = true;
+                    // What is left, looked at once.
+                    pair.decide(0, false, false, &format!("{what}, the look after"));
+                }
+            }
+        }
+    }
+}
+
+fn call(moved: Move, cost: Cost, commit: bool, keep: bool) -> Op {
+    Op::Call {
+        moved,
+        cost,
+        commit,
+        keep,
+    }
+}
+
+fn right(when: When) -> Op {
+    Op::Refund {
+        when,
+        pick: 0,
+        spent: Spent::Right,
+        extra: 0,
+    }
+}
+
+/// The sliding log's refund of the oldest entry kept, when its own summary names older
+/// entries since dropped: its units are its total less the total before the head's oldest
+/// live entry (it gave nothing back).
+#[test]
+fn the_oldest_entry_kept_is_given_back() {
+    let limits = Limits::new(Kind::SlidingWindow, (3, 1), 2, None);
+    let ops = [
+        call(Move::Tick(0), Cost::Share(1), true, false),
+        call(Move::Tick(0), Cost::Capacity, false, false),
+        call(Move::Retry(-1), Cost::One, true, true),
+        call(Move::Retry(0), Cost::Share(1), true, false),
+        call(Move::Shift(-500), Cost::One, false, false),
+        right(When::Moved(Move::Boundary(0))),
+    ];
+    refunds_agree(&limits, &ops, false, true);
+}
+
+/// The sliding log's refund of its newest entry, when the entry under it names an oldest
+/// live entry that the newest one's call dropped: the next call read the list as of the wrong
+/// shape (an error reply).
+#[test]
+fn the_newest_entry_given_back_leaves_a_log_that_reads() {
+    let limits = Limits::new(Kind::SlidingWindow, (2, 0), 3, None);
+    let ops = [
+        call(Move::Tick(0), Cost::One, true, false),
+        call(Move::Tick(1), Cost::One, true, false),
+        call(Move::Reset(-1), Cost::One, true, true),
+        right(When::Moved(Move::Shift(0))),
+    ];
+    refunds_agree(&limits, &ops, false, true);
+}
