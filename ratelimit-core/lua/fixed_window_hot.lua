@@ -30,8 +30,9 @@
 --   written here expires at its window's last millisecond. The store places the reply's
 --   `reset_at` with its estimate of Redis' clock (see src/store/redis/reply.rs); what is
 --   admitted is Redis' count alone.
--- - The window's first hit (the count equals the cost: the key was missing, or held 0 after a
---   lease gave everything back) reads TIME and sets the aligned expiry, PEXPIREAT.
+-- - The window's first hit (the count equals the cost and the key has no expiry: INCR made
+--   it) reads TIME and sets the aligned expiry, PEXPIREAT. A key that held 0 (a lease gave
+--   everything back, refunds or a reward took its count there) keeps its expiry, its window.
 -- - A refusal reads PTTL, for the wait, and takes the cost back out.
 -- - A count below the cost (a negative value before the call), a refusal on a count that was
 --   above MAX_CAPACITY (prelude.lua: no quota counts there) or on a key without an expiry
@@ -61,17 +62,26 @@ if type(count) == 'number' then
     local ttl = redis.call('PTTL', KEYS[1])
     if ttl >= 0 and count - cost <= 4294967295 then left = ttl + 1 end
   elseif count == cost then
-    -- The window's first hit: give the key its window, from Redis' TIME, in milliseconds
-    -- (exact: below 2^52, a double's floor of a quotient of integers is the integer
-    -- quotient). The same window as prelude.lua's `time` and `idiv` give in microseconds,
-    -- floor(now / window).
-    local t = redis.call('TIME')
-    local now = t[1] * 1000 + math.floor(t[2] / 1000)
-    local ms = window + 0
-    local stop = (math.floor(now / ms) + 1) * ms
-    redis.call('PEXPIREAT', KEYS[1], stop - 1)
-    if count <= capacity then return count end
-    left = stop - now
+    -- A count of 0 before the call: a key that held 0 kept its window, its expiry (a lease
+    -- gave everything back, or refunds or a reward took its count to 0; after Redis' clock
+    -- went back that window may lie ahead of TIME's, and the count stays in it, as in Rust).
+    local ttl = redis.call('PTTL', KEYS[1])
+    if ttl >= 0 then
+      if count <= capacity then return count end
+      left = ttl + 1
+    else
+      -- The window's first hit (INCR made the key, without an expiry): give the key its
+      -- window, from Redis' TIME, in milliseconds (exact: below 2^52, a double's floor of a
+      -- quotient of integers is the integer quotient). The same window as prelude.lua's
+      -- `time` and `idiv` give in microseconds, floor(now / window).
+      local t = redis.call('TIME')
+      local now = t[1] * 1000 + math.floor(t[2] / 1000)
+      local ms = window + 0
+      local stop = (math.floor(now / ms) + 1) * ms
+      redis.call('PEXPIREAT', KEYS[1], stop - 1)
+      if count <= capacity then return count end
+      left = stop - now
+    end
   end
   -- Refused, or the wrong shape: take the cost back out.
   redis.call('DECRBY', KEYS[1], cost)

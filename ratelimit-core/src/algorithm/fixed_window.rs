@@ -81,8 +81,11 @@ impl Algorithm for FixedWindow {
             true => count.saturating_add(units).min(MAX_CAPACITY),
             false => count - units.min(count),
         };
-        // An emptied window keeps its start, as a refund's does.
-        *self = FixedWindow { start, count: next };
+        // An emptied window keeps its start, as a refund's does; nothing moved, nothing is
+        // written (the state of an earlier window reads as this one's 0).
+        if next != count {
+            *self = FixedWindow { start, count: next };
+        }
         next.abs_diff(count)
     }
 

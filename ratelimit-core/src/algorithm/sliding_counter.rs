@@ -227,6 +227,10 @@ impl Algorithm for SlidingCounter {
             true => current.saturating_add(units).min(MAX_CAPACITY),
             false => current - units.min(current),
         };
+        if next == current {
+            // Nothing moved, nothing is written (an earlier window's state reads as this one's).
+            return 0;
+        }
         *self = match (next, previous) {
             (0, 0) => SlidingCounter::default(),
             (0, previous) => SlidingCounter {

@@ -194,33 +194,39 @@ if head then
 end
 
 if adjusting and not penalty then
-  -- `SlidingLog::adjust`'s reward: taken from the newest live entries first (an entry whose
-  -- units cannot be told, the oldest kept when it does not name itself, ends it).
+  -- `SlidingLog::adjust`'s reward: the entries that left the window dropped (the key, when
+  -- none is live), then taken from the newest entries first. Every entry left is live: the
+  -- oldest is the one the main path found (`oldest`, the total before it `base`), which
+  -- the head rewritten names, as every head must name an entry the list holds.
+  if not head or cost == 0 then return 0 end
+  if used == 0 then
+    redis.call('DEL', key)
+    return 0
+  elseif dead > 0 then
+    redis.call('LTRIM', key, 0, -1 - dead)
+  end
   local left = cost
   while left > 0 do
-    local newest_raw = redis.call('LINDEX', key, '0')
-    if not newest_raw then break end
-    local t0, total0, oldest0, base0 = parse(newest_raw)
-    if not t0 then return unreadable() end
-    if t0 + window <= at then break end
+    local t0, total0 = parse(redis.call('LINDEX', key, '0') or '')
+    if not t0 then break end
     local next_raw = redis.call('LINDEX', key, '1')
-    local units
+    local units, t1, total1 = total0 - base, nil, nil
     if next_raw then
-      local t1, total1 = parse(next_raw)
+      t1, total1 = parse(next_raw)
       if not t1 then return unreadable() end
       units = total0 - total1
-    elseif oldest0 == t0 then
-      units = total0 - base0
-    else
-      break
     end
     local taken = math.min(left, units)
     if taken == units then
       redis.call('LPOP', key)
+      if next_raw then
+        redis.call('LSET', key, '0', string.format('%d:%d:%d:%d', t1, total1, t1 - oldest,
+          total1 - base))
+      end
     else
       local total = total0 - taken
-      redis.call('LSET', key, '0', string.format('%d:%d:%d:%d', t0, total, t0 - oldest0,
-        total - base0))
+      redis.call('LSET', key, '0', string.format('%d:%d:%d:%d', t0, total, t0 - oldest,
+        total - base))
     end
     left = left - taken
   end

@@ -19,7 +19,7 @@
 //!   the expiry is kept, an overflow is an error), `DEL key...`, `PEXPIREAT` (a time at or
 //!   before the clock's millisecond deletes the key at once), `PTTL` and `PEXPIRETIME` (-2
 //!   without the key, -1 without an expiry); the list commands the sliding log uses:
-//!   `LPUSH key value`, `LINDEX`, `LLEN`, `LRANGE`, `LTRIM` (indices from the tail when
+//!   `LPUSH key value`, `LPOP key`, `LINDEX`, `LLEN`, `LRANGE`, `LTRIM` (indices from the tail when
 //!   negative, clamped to the list), `LSET` (an error without the key or the index),
 //!   `LREM key count value` (from the head when positive, the tail when negative, every one
 //!   when 0), an emptied list deleted; the hash commands the sliding window counter uses:
@@ -469,6 +469,18 @@ impl Redis {
         let mut args = call.args().to_vec();
         args[3] = if give { 2 } else { 3 };
         args.push(spent_us);
+        self.eval(&self.scripts[script], key, &args)
+    }
+
+    /// The strategy's adjust mode: a penalty (ARGV[4] = 4) or a reward (5) of `units`, as
+    /// `RedisStore::adjust_key` calls it.
+    pub(super) fn adjust(&self, quota: &Quota, key: &str, units: u64, penalty: bool) -> Reply {
+        let call = call(quota, units, false, true);
+        let Which::Shared(script) = call.script else {
+            return Reply::Error("a full reply is asked of a shared script".into());
+        };
+        let mut args = call.args().to_vec();
+        args[3] = if penalty { 4 } else { 5 };
         self.eval(&self.scripts[script], key, &args)
     }
 

@@ -23,6 +23,8 @@ mod ledger;
 mod link;
 mod local;
 #[cfg(test)]
+mod lua_adjusts;
+#[cfg(test)]
 mod lua_agrees;
 #[cfg(test)]
 mod lua_pair;

@@ -119,6 +119,16 @@ impl Db {
                 list.push_front((*value).to_owned());
                 Ok(Reply::Int(list.len() as i64))
             }
+            ("LPOP", []) => {
+                let Some(list) = list else {
+                    return Ok(Reply::Nil);
+                };
+                let popped = list.pop_front().map_or(Reply::Nil, Reply::Bulk);
+                if list.is_empty() {
+                    self.keys.remove(*key); // Redis deletes an emptied list.
+                }
+                Ok(popped)
+            }
             ("LRANGE", [start, stop]) => {
                 let (from, to) = span(int(start)?, int(stop)?, held);
                 let items = list.map_or(Vec::new(), |l| l.range(from..to).cloned().collect());
