@@ -888,3 +888,47 @@ async fn cost_zero_on_redis_is_an_error_not_a_free_pass() {
         );
     }
 }
+
+/// The fixed window's hot path gave a window's first hit its expiry with `PEXPIREAT` at the
+/// window's last millisecond: when that hit came in that very millisecond, Redis deleted the
+/// count at once, and every other call in the millisecond was admitted as the window's first
+/// (over the limit; found by the in-process stand-in). Called raw under windows of 1 ms
+/// (every call is in its window's last millisecond), four calls in one pipeline between two
+/// `TIME`s: whenever the four ran in one millisecond, one of them is admitted.
+#[test]
+fn a_first_hit_in_a_windows_last_millisecond_keeps_its_count() {
+    let server = RedisServer::start();
+    let mut c = server.connection();
+    let script = redis::Script::new(&format!(
+        "local capacity, window, cost = 1, 1, 1\n\
+         local count = redis.pcall('INCR', KEYS[1])\n{}",
+        include_str!("../ratelimit-core/lua/fixed_window_hot.lua"),
+    ));
+    let _: redis::Value = script.key("warm").invoke(&mut c).unwrap();
+    let ms = |t: &(u64, u64)| t.0 * 1_000 + t.1 / 1_000;
+    let mut within_one_ms = 0;
+    for i in 0..400 {
+        let key = format!("last-ms:{i}");
+        let mut pipe = redis::pipe();
+        pipe.cmd("TIME");
+        for _ in 0..4 {
+            pipe.invoke_script(&script.key(&key));
+        }
+        pipe.cmd("TIME");
+        let (before, a, b, c2, d, after): ((u64, u64), i64, i64, i64, i64, (u64, u64)) =
+            pipe.query(&mut c).unwrap();
+        if ms(&before) != ms(&after) {
+            continue;
+        }
+        within_one_ms += 1;
+        let admitted = [a, b, c2, d].iter().filter(|&&r| r == 1).count();
+        assert_eq!(
+            admitted, 1,
+            "four calls in one millisecond: {a}, {b}, {c2}, {d}"
+        );
+    }
+    assert!(
+        within_one_ms > 20,
+        "only {within_one_ms} pipelines ran within one millisecond"
+    );
+}

@@ -31,7 +31,7 @@
 --   `reset_at` with its estimate of Redis' clock (see src/store/redis/reply.rs); what is
 --   admitted is Redis' count alone.
 -- - The window's first hit (the count equals the cost and the key has no expiry: INCR made
---   it) reads TIME and sets the aligned expiry, PEXPIREAT. A key that held 0 (a lease gave
+--   it) reads TIME and sets the aligned expiry (SET .. PXAT, see there). A key that held 0 (a lease gave
 --   everything back, refunds or a reward took its count there) keeps its expiry, its window.
 -- - A refusal reads PTTL, for the wait, and takes the cost back out.
 -- - A count below the cost (a negative value before the call), a refusal on a count that was
@@ -78,7 +78,10 @@ if type(count) == 'number' then
       local now = t[1] * 1000 + math.floor(t[2] / 1000)
       local ms = window + 0
       local stop = (math.floor(now / ms) + 1) * ms
-      redis.call('PEXPIREAT', KEYS[1], stop - 1)
+      -- SET .. PXAT keeps the key through that millisecond when it is the clock's own (a
+      -- first hit in the window's last millisecond); PEXPIREAT would delete it at once, and
+      -- every call in that millisecond would be admitted as the window's first.
+      redis.call('SET', KEYS[1], count, 'PXAT', stop - 1)
       if count <= capacity then return count end
       left = stop - now
     end

@@ -195,10 +195,9 @@ fn decrby_del_hincrby_and_a_past_pexpireat_answer_as_redis_does() {
 /// millisecond: when that hit comes in that millisecond, the expiry is the clock's own, and
 /// Redis deletes the count at once (checked on a Redis 7.0.15 server: 200 calls in 17 ms
 /// all admitted under 1 per millisecond). A second call at the same instant is then admitted
-/// as a window's first: over the limit. Ignored until lua/fixed_window_hot.lua is changed;
-/// `Redis::keep_past_expiries` keeps the other tests of the fixed window running meanwhile.
+/// as a window's first: over the limit. The hot path now sets the expiry with `SET .. PXAT`,
+/// which keeps the key through the clock's millisecond.
 #[test]
-#[ignore = "fixed_window_hot.lua: PEXPIREAT at the clock's millisecond deletes the count"]
 fn a_first_hit_in_the_last_millisecond_of_a_window_is_kept() {
     for (window_ms, at_us) in [(1, 0), (1, 400), (1_000, 999_500)] {
         let redis = Redis::new(1_750_000_000_000_000 + at_us).expect("the scripts compile");
