@@ -16,8 +16,14 @@
 //! One more difference than `lua_agrees.rs` documents: a refund does not move a sliding log's
 //! expiry back (it may remove its newest entry), so its key may outlive its state.
 //!
+//! Each property runs as many cases as `lua_agrees.rs`' (1024, `PROPTEST_CASES` overrides) of up
+//! to 60 operations: about 10 s for the three in a debug build on two cores.
 
-use super::lua_agrees::{Cost, Limits, Move, KEY, T_MAX, T_MIN};
+use proptest::prelude::*;
+
+use super::lua_agrees::{
+    at_the_bound, cases, cost, large, moved, small, Cost, Limits, Move, KEY, T_MAX, T_MIN,
+};
 use super::lua_pair::Pair;
 use super::lua_standin::{Redis, Reply};
 use crate::algorithm::State;
@@ -113,7 +119,7 @@ fn refund(pair: &mut Pair, cost: u64, (rust_spent, lua_spent): (u64, u64), what:
 /// of Redis' clock. The hot path takes a count equal to the cost for the first hit of the
 /// window of `TIME`, and moves the key's expiry back to that earlier window's end: the count
 /// the algorithm keeps in the later window is then forgotten when the earlier one ends, and
-/// the later window counts from 0 again.
+/// the later window counts from 0 again (`an_emptied_window_ahead_of_the_clock_is_kept`).
 fn hot_misreads(pair: &Pair) -> bool {
     let whole_ms = pair.quota.window().as_micros() % 1_000 == 0;
     let ahead = matches!(&pair.state, State::Fixed(s) if s.start > pair.now);
@@ -122,10 +128,12 @@ fn hot_misreads(pair: &Pair) -> bool {
 
 /// Runs `ops` on the script and the algorithm, comparing every verdict and every refund;
 /// `shared`: the fixed window's hot path through the shared script. With `around`, a call
-/// the hot path would misread (`hot_misreads`) is asked with the full reply instead.
-fn refunds_agree(limits: &Limits, ops: &[Op], shared: bool, around: bool) {
+/// the hot path would misread (`hot_misreads`) is asked with the full reply instead. Returns
+/// how many refunds gave back.
+fn refunds_agree(limits: &Limits, ops: &[Op], shared: bool, around: bool) -> usize {
     let mut pair = Pair::new(limits, shared);
     let mut spends: Vec<Spend> = Vec::new();
+    let mut given = 0;
     for (i, op) in ops.iter().enumerate() {
         match op {
             Op::Call {
@@ -191,12 +199,69 @@ fn refunds_agree(limits: &Limits, ops: &[Op], shared: bool, around: bool) {
                     spends[k].open = false;
                 }
                 if refund(&mut pair, cost, at, &what) {
+                    given += 1;
                     pair.refunded = true;
                     // What is left, looked at once.
                     pair.decide(0, false, false, &format!("{what}, the look after"));
                 }
             }
         }
+    }
+    given
+}
+
+fn ops(n: usize) -> impl Strategy<Value = Vec<Op>> {
+    let call = (
+        moved(),
+        cost(),
+        prop::bool::weighted(0.8),
+        prop::bool::weighted(0.7),
+    );
+    let call = call.prop_map(|(moved, cost, commit, keep)| Op::Call {
+        moved,
+        cost,
+        commit,
+        keep,
+    });
+    let when = prop_oneof![
+        3 => moved().prop_map(When::Moved),
+        // Within the window (or the bucket's tolerance) after the last call.
+        2 => (0..1_000i64).prop_map(|p| When::Moved(Move::Shift(p))),
+        2 => (-2..=2i64).prop_map(When::AtSpent),
+    ];
+    let spent = prop_oneof![
+        12 => Just(Spent::Right),
+        1 => (-2..=2i64).prop_map(Spent::Off),
+        1 => (-2_000..=2_000i64).prop_map(Spent::Shift),
+        2 => any::<usize>().prop_map(Spent::Other),
+    ];
+    let extra = prop_oneof![12 => Just(0i64), 1 => -1..=1i64];
+    let refund =
+        (when, any::<usize>(), spent, extra).prop_map(|(when, pick, spent, extra)| Op::Refund {
+            when,
+            pick,
+            spent,
+            extra,
+        });
+    prop::collection::vec(prop_oneof![3 => call, 2 => refund], 1..=n)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
+
+    #[test]
+    fn small_quotas_refund_alike(limits in small(), ops in ops(60), shared: bool) {
+        refunds_agree(&limits, &ops, shared, true);
+    }
+
+    #[test]
+    fn large_quotas_refund_alike(limits in large(), ops in ops(40), shared: bool) {
+        refunds_agree(&limits, &ops, shared, true);
+    }
+
+    #[test]
+    fn quotas_at_the_2_51_bounds_refund_alike(limits in at_the_bound(), ops in ops(40)) {
+        refunds_agree(&limits, &ops, false, true);
     }
 }
 
@@ -232,7 +297,7 @@ fn the_oldest_entry_kept_is_given_back() {
         call(Move::Shift(-500), Cost::One, false, false),
         right(When::Moved(Move::Boundary(0))),
     ];
-    refunds_agree(&limits, &ops, false, true);
+    assert_eq!(refunds_agree(&limits, &ops, false, true), 1);
 }
 
 /// The sliding log's refund of its newest entry, when the entry under it names an oldest
@@ -247,5 +312,48 @@ fn the_newest_entry_given_back_leaves_a_log_that_reads() {
         call(Move::Reset(-1), Cost::One, true, true),
         right(When::Moved(Move::Shift(0))),
     ];
-    refunds_agree(&limits, &ops, false, true);
+    assert_eq!(refunds_agree(&limits, &ops, false, true), 1);
+}
+
+/// A log longer than the chunk the refund reads at a time (64 entries): the oldest spends are
+/// found past the first chunk, and the newer entries' summaries rewritten across chunks.
+#[test]
+fn a_refund_reads_past_the_first_chunk_of_the_log() {
+    let limits = Limits::new(Kind::SlidingWindow, (150, 50), 1_000_000, None);
+    let mut ops: Vec<Op> = (0..140)
+        .map(|i| call(Move::Tick(i % 3), Cost::One, true, true))
+        .collect();
+    for k in 0..12 {
+        // The oldest open spend, the last entry kept, and another, in turn.
+        let pick = if k % 2 == 0 { 0 } else { 97 * k };
+        ops.push(Op::Refund {
+            when: When::Moved(Move::Tick(1)),
+            pick,
+            spent: Spent::Right,
+            extra: 0,
+        });
+        ops.push(call(Move::Tick(0), Cost::Capacity, false, false));
+    }
+    // Past the oldest spends' window: the log's remaining entries leave it one by one.
+    ops.push(call(Move::Shift(1_000), Cost::One, true, false));
+    ops.push(call(Move::Tick(0), Cost::Capacity, false, false));
+    assert_eq!(refunds_agree(&limits, &ops, false, true), 12);
+}
+
+/// A window of whole milliseconds whose call was given back, recorded ahead of Redis' clock,
+/// then a call through the hot path: see `hot_misreads`. Ignored until
+/// lua/fixed_window_hot.lua keeps the expiry of a key that has one.
+#[test]
+#[ignore = "fixed_window_hot.lua moves an emptied window's expiry back to the window of TIME"]
+fn an_emptied_window_ahead_of_the_clock_is_kept() {
+    let limits = Limits::new(Kind::FixedWindow, (0, 1), 1_000, None);
+    let ops = [
+        call(Move::Tick(0), Cost::One, true, true),
+        call(Move::Shift(1_000), Cost::One, true, true),
+        right(When::Moved(Move::Tick(0))),
+        right(When::Moved(Move::Tick(-1))),
+        call(Move::Tick(0), Cost::One, true, false),
+        call(Move::Tick(0), Cost::One, false, false),
+    ];
+    refunds_agree(&limits, &ops, false, false);
 }
