@@ -6,16 +6,12 @@
 //! Small quotas only (`lua_agrees::small`), with units up to three capacities: the scripts'
 //! own bounds (a bucket's penalty at most 2^51 µs ahead, a counter's count at most what its
 //! window reads back) lie far beyond them, where Rust's bounds differ (see the scripts).
-//! A call on a fixed window recorded ahead of the clock whose count was taken to 0 is asked
-//! with the full reply, as in `lua_refunds.rs` (the hot path would place it in the window of
-//! `TIME`).
 
 use proptest::prelude::*;
 
 use super::lua_agrees::{cases, cost, moved, small, Cost, Limits, Move, KEY};
 use super::lua_pair::Pair;
 use super::lua_standin::Reply;
-use crate::algorithm::State;
 use crate::syntax::Strategy as Kind;
 
 /// How many units an adjustment names.
@@ -66,12 +62,6 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-/// Whether the fixed window's hot path would place a call in the window of `TIME` rather than
-/// the recorded one: a state recorded ahead of the clock.
-fn ahead(pair: &Pair) -> bool {
-    matches!(&pair.state, State::Fixed(s) if s.start > pair.now)
-}
-
 fn adjustments_agree(limits: &Limits, ops: &[Op]) {
     let mut pair = Pair::new(limits, false);
     for (i, op) in ops.iter().enumerate() {
@@ -85,8 +75,7 @@ fn adjustments_agree(limits: &Limits, ops: &[Op]) {
                 let what = format!("{limits:?}, op {i}: {op:?} at {}", pair.now);
                 pair.expiry(&what);
                 let cost = cost.of(pair.q.capacity());
-                let full = ahead(&pair);
-                pair.decide(cost, *commit && cost > 0, full, &what);
+                pair.decide(cost, *commit && cost > 0, false, &what);
             }
             Op::Adjust {
                 moved,
@@ -108,8 +97,7 @@ fn adjustments_agree(limits: &Limits, ops: &[Op]) {
                 // A reward may take a sliding log's newest entry: its key may outlive it.
                 pair.refunded |= !*penalty && limits.strategy == Kind::SlidingWindow;
                 pair.expiry(&format!("{what}, after"));
-                let full = ahead(&pair);
-                pair.decide(0, false, full, &format!("{what}, the look after"));
+                pair.decide(0, false, false, &format!("{what}, the look after"));
             }
         }
     }

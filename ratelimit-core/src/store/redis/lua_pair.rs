@@ -116,10 +116,6 @@ impl Pair {
         if shared {
             redis.share_hot();
         }
-        if limits.strategy == Kind::FixedWindow {
-            // Its hot path's expiry at the clock's millisecond: see `keep_past_expiries`.
-            redis.keep_past_expiries();
-        }
         let fresh = State::new(limits.strategy);
         Pair {
             limits: limits.clone(),

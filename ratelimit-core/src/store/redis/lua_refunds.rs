@@ -26,7 +26,6 @@ use super::lua_agrees::{
 };
 use super::lua_pair::Pair;
 use super::lua_standin::{Redis, Reply};
-use crate::algorithm::State;
 use crate::syntax::Strategy as Kind;
 
 /// An admitted spend kept for a refund: its cost and `reset_at`, the algorithm's and the
@@ -114,23 +113,10 @@ fn refund(pair: &mut Pair, cost: u64, (rust_spent, lua_spent): (u64, u64), what:
     rust
 }
 
-/// Whether the fixed window's hot path would misread the key: a window of whole milliseconds
-/// whose every call was given back (the count 0, expiring at that window's end) recorded ahead
-/// of Redis' clock. The hot path takes a count equal to the cost for the first hit of the
-/// window of `TIME`, and moves the key's expiry back to that earlier window's end: the count
-/// the algorithm keeps in the later window is then forgotten when the earlier one ends, and
-/// the later window counts from 0 again (`an_emptied_window_ahead_of_the_clock_is_kept`).
-fn hot_misreads(pair: &Pair) -> bool {
-    let whole_ms = pair.quota.window().as_micros() % 1_000 == 0;
-    let ahead = matches!(&pair.state, State::Fixed(s) if s.start > pair.now);
-    whole_ms && ahead && pair.redis.command(&["GET", KEY]) == Ok(Reply::Bulk("0".into()))
-}
-
 /// Runs `ops` on the script and the algorithm, comparing every verdict and every refund;
-/// `shared`: the fixed window's hot path through the shared script. With `around`, a call
-/// the hot path would misread (`hot_misreads`) is asked with the full reply instead. Returns
-/// how many refunds gave back.
-fn refunds_agree(limits: &Limits, ops: &[Op], shared: bool, around: bool) -> usize {
+/// `shared`: the fixed window's hot path through the shared script. Returns how many refunds
+/// gave back.
+fn refunds_agree(limits: &Limits, ops: &[Op], shared: bool) -> usize {
     let mut pair = Pair::new(limits, shared);
     let mut spends: Vec<Spend> = Vec::new();
     let mut given = 0;
@@ -147,7 +133,7 @@ fn refunds_agree(limits: &Limits, ops: &[Op], shared: bool, around: bool) -> usi
                 pair.expiry(&what);
                 let cost = cost.of(pair.q.capacity());
                 let commit = *commit && cost > 0;
-                let full = *keep || (around && hot_misreads(&pair));
+                let full = *keep;
                 let decided = pair.decide(cost, commit, full, &what);
                 if let Some((lua, rust)) = decided.filter(|(v, _)| *keep && commit && v.allowed) {
                     let (rust, lua, open) = (rust.reset_at, lua.reset_at, true);
@@ -251,17 +237,17 @@ proptest! {
 
     #[test]
     fn small_quotas_refund_alike(limits in small(), ops in ops(60), shared: bool) {
-        refunds_agree(&limits, &ops, shared, true);
+        refunds_agree(&limits, &ops, shared);
     }
 
     #[test]
     fn large_quotas_refund_alike(limits in large(), ops in ops(40), shared: bool) {
-        refunds_agree(&limits, &ops, shared, true);
+        refunds_agree(&limits, &ops, shared);
     }
 
     #[test]
     fn quotas_at_the_2_51_bounds_refund_alike(limits in at_the_bound(), ops in ops(40)) {
-        refunds_agree(&limits, &ops, false, true);
+        refunds_agree(&limits, &ops, false);
     }
 }
 
@@ -297,7 +283,7 @@ fn the_oldest_entry_kept_is_given_back() {
         call(Move::Shift(-500), Cost::One, false, false),
         right(When::Moved(Move::Boundary(0))),
     ];
-    assert_eq!(refunds_agree(&limits, &ops, false, true), 1);
+    assert_eq!(refunds_agree(&limits, &ops, false), 1);
 }
 
 /// The sliding log's refund of its newest entry, when the entry under it names an oldest
@@ -312,7 +298,7 @@ fn the_newest_entry_given_back_leaves_a_log_that_reads() {
         call(Move::Reset(-1), Cost::One, true, true),
         right(When::Moved(Move::Shift(0))),
     ];
-    assert_eq!(refunds_agree(&limits, &ops, false, true), 1);
+    assert_eq!(refunds_agree(&limits, &ops, false), 1);
 }
 
 /// A log longer than the chunk the refund reads at a time (64 entries): the oldest spends are
@@ -337,14 +323,13 @@ fn a_refund_reads_past_the_first_chunk_of_the_log() {
     // Past the oldest spends' window: the log's remaining entries leave it one by one.
     ops.push(call(Move::Shift(1_000), Cost::One, true, false));
     ops.push(call(Move::Tick(0), Cost::Capacity, false, false));
-    assert_eq!(refunds_agree(&limits, &ops, false, true), 12);
+    assert_eq!(refunds_agree(&limits, &ops, false), 12);
 }
 
 /// A window of whole milliseconds whose call was given back, recorded ahead of Redis' clock,
-/// then a call through the hot path: see `hot_misreads`. Ignored until
-/// lua/fixed_window_hot.lua keeps the expiry of a key that has one.
+/// then a call through the hot path, which keeps the expiry of a key that held 0 (its window):
+/// it used to move it back to the window of `TIME`, and the later window counted from 0 again.
 #[test]
-#[ignore = "fixed_window_hot.lua moves an emptied window's expiry back to the window of TIME"]
 fn an_emptied_window_ahead_of_the_clock_is_kept() {
     let limits = Limits::new(Kind::FixedWindow, (0, 1), 1_000, None);
     let ops = [
@@ -355,5 +340,5 @@ fn an_emptied_window_ahead_of_the_clock_is_kept() {
         call(Move::Tick(0), Cost::One, true, false),
         call(Move::Tick(0), Cost::One, false, false),
     ];
-    refunds_agree(&limits, &ops, false, false);
+    refunds_agree(&limits, &ops, false);
 }

@@ -83,9 +83,6 @@ struct Entry {
 struct Db {
     now_us: u64,
     keys: HashMap<String, Entry>,
-    /// `PEXPIREAT` at or before the clock's millisecond keeps the key through that millisecond
-    /// instead of deleting it (see [`Redis::keep_past_expiries`]).
-    keep_past: bool,
 }
 
 fn int(text: &str) -> Result<i64, String> {
@@ -225,7 +222,7 @@ impl Db {
             }
             ("PEXPIREAT", [key, ms]) => {
                 let ms = int(ms)?;
-                let past = ms <= (self.now_us / 1_000) as i64 && !self.keep_past;
+                let past = ms <= (self.now_us / 1_000) as i64;
                 Ok(Reply::Int(match self.live(key) {
                     // Already past (`checkAlreadyExpired`: `when <= now`): deleted at once.
                     Some(_) if past => {
@@ -395,17 +392,6 @@ impl Redis {
             own: RefCell::default(),
             shared_hot: Cell::new(false),
         })
-    }
-
-    /// From now on, `PEXPIREAT` at or before the clock's millisecond keeps the key until that
-    /// millisecond has passed, as an expiry set by `SET ... PXAT` does, where Redis deletes
-    /// the key at once. Only for the fixed window: its hot path (lua/fixed_window_hot.lua)
-    /// sets the expiry of a window's first hit to the window's last millisecond, which is the
-    /// clock's own when that hit comes in it (always, under a window of 1 ms); Redis then
-    /// deletes the count it just made, and the next call in that millisecond counts from 0
-    /// again (see `tests.rs`, `a_first_hit_in_the_last_millisecond_of_a_window_is_kept`).
-    pub(super) fn keep_past_expiries(&self) {
-        self.db.borrow_mut().keep_past = true;
     }
 
     /// Sets the clock (`TIME` and expiry), forwards or backwards.
