@@ -346,6 +346,8 @@ pub(super) struct Redis {
     own: RefCell<HashMap<Hot, Function>>,
     /// Whether the fixed window's hot path takes the shared script (see `share_hot`).
     shared_hot: Cell<bool>,
+    /// The scripts of several keys run by `eval_source`, compiled once, by their text's address.
+    sources: RefCell<HashMap<usize, Function>>,
 }
 
 impl Redis {
@@ -391,6 +393,7 @@ impl Redis {
             scripts,
             own: RefCell::default(),
             shared_hot: Cell::new(false),
+            sources: RefCell::default(),
         })
     }
 
@@ -474,6 +477,28 @@ impl Redis {
     /// store that keeps its most own scripts does.
     pub(super) fn share_hot(&self) {
         self.shared_hot.set(true);
+    }
+
+    /// `EVALSHA` of `source` (a `'static` text: the scripts of several keys) on `keys`.
+    pub(super) fn eval_source(&self, source: &'static str, keys: &[&str], args: &[u64]) -> Reply {
+        let argv = args.iter().map(u64::to_string);
+        let run = || -> mlua::Result<Value> {
+            let mut sources = self.sources.borrow_mut();
+            let function = match sources.entry(source.as_ptr() as usize) {
+                std::collections::hash_map::Entry::Occupied(f) => f.into_mut(),
+                std::collections::hash_map::Entry::Vacant(v) => {
+                    v.insert(self.lua.load(source).into_function()?)
+                }
+            };
+            let g = self.lua.globals();
+            g.set("KEYS", self.lua.create_sequence_from(keys.iter().copied())?)?;
+            g.set("ARGV", self.lua.create_sequence_from(argv)?)?;
+            function.call::<Value>(())
+        };
+        match run() {
+            Ok(value) => from_lua(value),
+            Err(e) => Reply::Error(e.to_string()),
+        }
     }
 
     /// `EVALSHA` of `script`.

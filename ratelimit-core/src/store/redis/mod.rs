@@ -27,6 +27,8 @@ mod lua_adjusts;
 #[cfg(test)]
 mod lua_agrees;
 #[cfg(test)]
+mod lua_blocks;
+#[cfg(test)]
 mod lua_pair;
 #[cfg(test)]
 mod lua_planted;

@@ -183,6 +183,12 @@ impl Lua {
         }
     }
 
+    /// The source (the in-process tests run it in the stand-in).
+    #[cfg(test)]
+    pub(super) fn text(&self) -> &str {
+        &self.source
+    }
+
     /// `SCRIPT LOAD` of the source.
     pub(super) fn load(&self) -> redis::Cmd {
         let mut cmd = redis::cmd("SCRIPT");
