@@ -581,3 +581,50 @@ async fn an_adjustment_of_a_foreign_counter_hash_is_an_error_and_writes_nothing(
     let after: Vec<String> = redis::cmd("HGETALL").arg(state).query(&mut redis).unwrap();
     assert_eq!(before, after);
 }
+
+/// 4 OS processes, 64 tasks each, on one key (a limit of 1,000): each task gives back every
+/// other spend it was admitted, and every such refund gives back; afterwards the budget has
+/// spent exactly what the processes kept, never more than the limit. On one server (every
+/// strategy) and on a Cluster.
+#[test]
+fn four_processes_refunding_leave_exactly_what_they_kept() {
+    use ratelimit_tests::redis_server::four_processes_in;
+    let (server, cluster) = (RedisServer::start(), RedisCluster::start());
+    let cases = Strategy::ALL
+        .into_iter()
+        .map(|s| (s, vec![server.url()], false))
+        .chain([(Strategy::FixedWindow, cluster.urls(), true)]);
+    let runtime = ratelimit_tests::two_workers();
+    for (strategy, urls, on_cluster) in cases {
+        let p = prefix(&format!("outcomes_redis_procs_{strategy}_{on_cluster}"));
+        let worker = env!("CARGO_BIN_EXE_redis-worker");
+        let kept = four_processes_in(
+            worker,
+            &urls,
+            on_cluster,
+            &p,
+            strategy.as_str(),
+            Some("refund"),
+        );
+        let options = match on_cluster {
+            true => RedisOptions::cluster(urls),
+            false => RedisOptions::new(&urls[0]),
+        }
+        .timeout(Duration::from_secs(5));
+        let service = ratelimit_tests::redis_service(options, &p);
+        let limit = Options::new()
+            .limit(1_000)
+            .window(Duration::from_secs(20 * 24 * 3_600))
+            .strategy(strategy);
+        let left = runtime.block_on(remaining(&service, "shared-key", &limit));
+        assert!(
+            kept > 0 && kept <= 1_000,
+            "{strategy} {on_cluster}: kept {kept}"
+        );
+        assert_eq!(
+            1_000 - left,
+            kept,
+            "{strategy} {on_cluster}: spent against kept"
+        );
+    }
+}

@@ -341,6 +341,19 @@ pub fn four_processes(
     prefix: &str,
     strategy: &str,
 ) -> u64 {
+    four_processes_in(worker, urls, cluster, prefix, strategy, None)
+}
+
+/// [`four_processes`], the workers in `mode` (`refund`: each task gives back every other spend
+/// it was admitted; the total is then of the spends kept).
+pub fn four_processes_in(
+    worker: &str,
+    urls: &[String],
+    cluster: bool,
+    prefix: &str,
+    strategy: &str,
+    mode: Option<&str>,
+) -> u64 {
     let window_ms = (20 * 24 * 3_600 * 1_000u64).to_string();
     let children: Vec<Child> = (0..4)
         .map(|_| {
@@ -355,6 +368,7 @@ pub fn four_processes(
                     "64",
                     "6",
                 ])
+                .args(mode)
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
                 .spawn()

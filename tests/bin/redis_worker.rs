@@ -2,7 +2,9 @@
 //! calls on one key through a Redis-backed service, then the process prints `allowed <n>`.
 //!
 //! Usage: `redis-worker <url,url,...> <cluster: 0|1> <prefix> <strategy> <limit> <window ms>
-//! <tasks> <calls per task>`
+//! <tasks> <calls per task> [refund]`; with `refund`, each task keeps its spends for a refund
+//! and gives back every other one it was admitted (each refund must give back), and the
+//! process prints `allowed <n>` for the spends it kept.
 
 use std::time::Duration;
 
@@ -11,8 +13,12 @@ use ratelimit::{Config, Options, RedisOptions, Strategy};
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let [urls, cluster, prefix, strategy, limit, window_ms, tasks, calls] = &args[..] else {
-        panic!("usage: redis-worker <urls> <cluster> <prefix> <strategy> <limit> <window ms> <tasks> <calls>");
+    let (args, refund) = match &args[..] {
+        [head @ .., mode] if args.len() == 9 && mode == "refund" => (head, true),
+        all => (all, false),
+    };
+    let [urls, cluster, prefix, strategy, limit, window_ms, tasks, calls] = args else {
+        panic!("usage: redis-worker <urls> <cluster> <prefix> <strategy> <limit> <window ms> <tasks> <calls> [refund]");
     };
     let urls: Vec<&str> = urls.split(',').collect();
     let options = if cluster == "1" {
@@ -34,6 +40,50 @@ async fn main() {
         .window(window)
         .strategy(strategy);
     let tasks: usize = tasks.parse().expect("tasks");
-    let allowed = ratelimit_tests::admitted_by_tasks(&service, &options, tasks, calls, false).await;
+    let allowed = match refund {
+        false => ratelimit_tests::admitted_by_tasks(&service, &options, tasks, calls, false).await,
+        true => kept_by_tasks(&service, &options, tasks, calls).await,
+    };
     println!("allowed {allowed}");
+}
+
+/// The spends `tasks` concurrent tasks keep on one key, each making `calls` spends and giving
+/// back every other one it was admitted.
+async fn kept_by_tasks(
+    service: &ratelimit::RateLimitService,
+    options: &Options,
+    tasks: usize,
+    calls: usize,
+) -> u64 {
+    let handles: Vec<_> = (0..tasks)
+        .map(|_| {
+            let (service, options) = (service.clone(), options.clone());
+            tokio::spawn(async move {
+                let (mut kept, mut admitted) = (0u64, 0u64);
+                for _ in 0..calls {
+                    let spent = service
+                        .spend("shared-key", &options)
+                        .await
+                        .expect("Redis decided");
+                    if !spent.decision().allowed {
+                        continue;
+                    }
+                    admitted += 1;
+                    match admitted % 2 {
+                        0 => assert!(
+                            spent.refund().await.expect("Redis refunded"),
+                            "gave nothing"
+                        ),
+                        _ => kept += 1,
+                    }
+                }
+                kept
+            })
+        })
+        .collect();
+    let mut kept = 0;
+    for handle in handles {
+        kept += handle.await.expect("task");
+    }
+    kept
 }
