@@ -2,7 +2,11 @@
 //! calls on one key through a Redis-backed service, then the process prints `allowed <n>`.
 //!
 //! Usage: `redis-worker <url,url,...> <cluster: 0|1> <prefix> <strategy> <limit> <window ms>
-//! <tasks> <calls per task>`
+//! <tasks> <calls per task> [refund]`
+//!
+//! With `refund`, each task spends with `spend` (kept for a refund) on the key and gives back
+//! every other admitted spend (panicking if such a refund is anything but `Ok(true)`); the
+//! process prints `allowed <n>`, n the admitted spends it kept.
 
 use std::time::Duration;
 
@@ -11,7 +15,11 @@ use ratelimit::{Config, Options, RedisOptions, Strategy};
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let [urls, cluster, prefix, strategy, limit, window_ms, tasks, calls] = &args[..] else {
+    let (args, refunding) = match &args[..] {
+        [head @ .., last] if head.len() == 8 && last == "refund" => (head, true),
+        all => (all, false),
+    };
+    let [urls, cluster, prefix, strategy, limit, window_ms, tasks, calls] = args else {
         panic!("usage: redis-worker <urls> <cluster> <prefix> <strategy> <limit> <window ms> <tasks> <calls>");
     };
     let urls: Vec<&str> = urls.split(',').collect();
@@ -34,6 +42,39 @@ async fn main() {
         .window(window)
         .strategy(strategy);
     let tasks: usize = tasks.parse().expect("tasks");
+    if refunding {
+        let handles: Vec<_> = (0..tasks)
+            .map(|_| {
+                let (service, options) = (service.clone(), options.clone());
+                tokio::spawn(async move {
+                    let (mut kept, mut admitted) = (0u64, 0u64);
+                    for _ in 0..calls {
+                        let spent = service
+                            .spend("shared-key", &options)
+                            .await
+                            .expect("decided");
+                        if !spent.decision().allowed {
+                            continue;
+                        }
+                        admitted += 1;
+                        if admitted % 2 == 0 {
+                            let given = spent.refund().await;
+                            assert!(matches!(given, Ok(true)), "refund: {given:?}");
+                        } else {
+                            kept += 1;
+                        }
+                    }
+                    kept
+                })
+            })
+            .collect();
+        let mut kept = 0;
+        for handle in handles {
+            kept += handle.await.expect("task");
+        }
+        println!("allowed {kept}");
+        return;
+    }
     let allowed = ratelimit_tests::admitted_by_tasks(&service, &options, tasks, calls, false).await;
     println!("allowed {allowed}");
 }
