@@ -582,3 +582,89 @@ async fn a_spend_decided_locally_by_the_failover_policy_is_not_refundable() {
         "a local refund reached Redis"
     );
 }
+
+/// Every key the store wrote (states and their stamps) has an expiry, after kept spends,
+/// refunds (one emptying the state), and a stacked spend: no stamp key is left forever.
+#[tokio::test]
+async fn no_stamp_key_is_left_without_an_expiry() {
+    let server = RedisServer::start();
+    let p = prefix("probes_refunds_ttl");
+    let service = single_with(&server, &p);
+    let mut redis = server.connection();
+    for strategy in STRATEGIES {
+        let options = per_day(3, strategy);
+        let key = format!("ttl-{strategy:?}");
+        let a = service.spend(&key, &options).await.expect("spent");
+        let b = service.spend(&key, &options).await.expect("spent");
+        assert!(service.consume(&key, &options).await.unwrap().allowed);
+        assert!(b.refund().await.expect("given"));
+        let c = service.spend(&key, &options).await.expect("spent");
+        assert!(a.refund().await.expect("given"));
+        assert!(c.refund().await.expect("given"));
+        let lone = format!("lone-{strategy:?}");
+        let only = service.spend(&lone, &options).await.expect("spent");
+        assert!(only.refund().await.expect("given"), "{strategy:?}");
+        assert_eq!(remaining(&service, &lone, &options).await, 3);
+    }
+    let stacked = [
+        ("s", &per_day(3, Strategy::TokenBucket).budget("one")),
+        ("s", &per_day(3, Strategy::SlidingWindow).budget("two")),
+    ];
+    let spent = service.spend_all(&stacked).await.expect("spent");
+    assert!(spent.refund().await.expect("given"));
+    let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut redis).unwrap();
+    assert!(keys.iter().any(|k| k.ends_with(":stamp")), "{keys:?}");
+    for k in &keys {
+        let ttl: i64 = redis::cmd("PTTL").arg(k).query(&mut redis).unwrap();
+        // -1: no expiry (0 or -2: a bucket given back to full expires at once).
+        assert_ne!(ttl, -1, "{k} has no expiry");
+    }
+}
+
+/// One stacked spend naming one state twice (the same key and options, or quotas differing
+/// only in limit, which share a state): both looked at before either records would spend
+/// past the smaller quota; it is refused, with nothing spent.
+#[tokio::test]
+async fn a_stacked_spend_naming_one_state_twice_stays_within_the_quota() {
+    let server = RedisServer::start();
+    let service = single(&server, "probes_refunds_twice");
+    for strategy in STRATEGIES {
+        let (small, large) = (per_day(3, strategy), per_day(5, strategy));
+        for (case, pair) in [("same", [&small, &small]), ("limits", [&small, &large])] {
+            let key = format!("twice-{case}-{strategy:?}");
+            let both = [(key.as_str(), pair[0]), (key.as_str(), pair[1])];
+            // Refused as a key error, before anything is spent.
+            for _ in 0..4 {
+                let refused = service.spend_all(&both).await;
+                assert!(
+                    matches!(refused, Err(Error::InvalidKey { .. })),
+                    "{case} {strategy:?}: {:?}",
+                    refused.map(|s| s.decisions().to_vec())
+                );
+            }
+            assert_eq!(remaining(&service, &key, &small).await, 3, "{case}");
+            assert_eq!(remaining(&service, &key, &large).await, 5, "{case}");
+        }
+    }
+}
+
+/// Stacked limits on two user keys (two hash tags: two slots on a Cluster): a kept spend is
+/// an error or is admitted and given back to both, never half.
+#[tokio::test]
+async fn a_stacked_spend_over_two_user_keys_on_a_cluster_is_whole_or_an_error() {
+    let cluster = RedisCluster::start();
+    let nodes = RedisOptions::cluster(cluster.urls()).timeout(Duration::from_secs(5));
+    let service = ratelimit_tests::redis_service(nodes, &prefix("probes_refunds_two_slots"));
+    let a = per_day(3, Strategy::FixedWindow).budget("a");
+    let b = per_day(3, Strategy::FixedWindow).budget("b");
+    let both = [("alice", &a), ("bob", &b)];
+    match service.spend_all(&both).await {
+        Ok(spent) => {
+            assert!(spent.refundable());
+            assert!(spent.refund().await.expect("given"));
+        }
+        Err(e) => eprintln!("two slots: {e}"),
+    }
+    assert_eq!(remaining(&service, "alice", &a).await, 3);
+    assert_eq!(remaining(&service, "bob", &b).await, 3);
+}
