@@ -668,3 +668,41 @@ async fn a_stacked_spend_over_two_user_keys_on_a_cluster_is_whole_or_an_error() 
     assert_eq!(remaining(&service, "alice", &a).await, 3);
     assert_eq!(remaining(&service, "bob", &b).await, 3);
 }
+
+/// A refund of a spend with many newer calls after it (past the sliding log's 64-entry
+/// chunks, whose newer entries are rewritten): exactly its own unit comes back, and the
+/// calls admitted after it are exactly what remains.
+#[tokio::test]
+async fn a_refund_behind_many_newer_calls_gives_exactly_its_own_cost() {
+    let server = RedisServer::start();
+    let service = single(&server, "probes_refunds_deep");
+    for strategy in STRATEGIES {
+        let options = per_day(300, strategy);
+        let two = per_day(300, strategy).cost(2);
+        let key = format!("deep-{strategy:?}");
+        let old = service.spend(&key, &two).await.expect("spent");
+        assert!(service.consume(&key, &options).await.unwrap().allowed);
+        let middle = service.spend(&key, &options).await.expect("spent");
+        for _ in 0..130 {
+            assert!(service.consume(&key, &options).await.unwrap().allowed);
+        }
+        let late = service.spend(&key, &two).await.expect("spent");
+        for _ in 0..3 {
+            assert!(service.consume(&key, &options).await.unwrap().allowed);
+        }
+        // 2 + 1 + 1 + 130 + 2 + 3 spent.
+        assert_eq!(remaining(&service, &key, &options).await, 161);
+        assert!(old.refund().await.expect("given"), "{strategy:?}");
+        assert_eq!(remaining(&service, &key, &options).await, 163, "{strategy:?}");
+        assert!(middle.refund().await.expect("given"), "{strategy:?}");
+        assert_eq!(remaining(&service, &key, &options).await, 164, "{strategy:?}");
+        assert!(late.refund().await.expect("given"), "{strategy:?}");
+        assert_eq!(remaining(&service, &key, &options).await, 166, "{strategy:?}");
+        let mut admitted = 0;
+        while service.consume(&key, &options).await.unwrap().allowed {
+            admitted += 1;
+            assert!(admitted <= 166, "{strategy:?}");
+        }
+        assert_eq!(admitted, 166, "{strategy:?}");
+    }
+}
