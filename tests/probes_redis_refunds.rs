@@ -12,7 +12,7 @@ use ratelimit::store::{Mode, Request, Store, StoreKey};
 use ratelimit::testing::TestModule;
 use ratelimit::{
     rate_limit, Config, Error, FailurePolicy, LeaseOptions, Module, Options, Quota,
-    RateLimitService, RedisOptions, RedisStore, StoreConfig, Strategy,
+    RateLimitService, RedisOptions, RedisStore, StoreConfig, Strategy, Tier,
 };
 use ratelimit_tests::redis_server::{prefix, script_calls, RedisCluster, RedisServer};
 
@@ -693,11 +693,23 @@ async fn a_refund_behind_many_newer_calls_gives_exactly_its_own_cost() {
         // 2 + 1 + 1 + 130 + 2 + 3 spent.
         assert_eq!(remaining(&service, &key, &options).await, 161);
         assert!(old.refund().await.expect("given"), "{strategy:?}");
-        assert_eq!(remaining(&service, &key, &options).await, 163, "{strategy:?}");
+        assert_eq!(
+            remaining(&service, &key, &options).await,
+            163,
+            "{strategy:?}"
+        );
         assert!(middle.refund().await.expect("given"), "{strategy:?}");
-        assert_eq!(remaining(&service, &key, &options).await, 164, "{strategy:?}");
+        assert_eq!(
+            remaining(&service, &key, &options).await,
+            164,
+            "{strategy:?}"
+        );
         assert!(late.refund().await.expect("given"), "{strategy:?}");
-        assert_eq!(remaining(&service, &key, &options).await, 166, "{strategy:?}");
+        assert_eq!(
+            remaining(&service, &key, &options).await,
+            166,
+            "{strategy:?}"
+        );
         let mut admitted = 0;
         while service.consume(&key, &options).await.unwrap().allowed {
             admitted += 1;
@@ -705,4 +717,37 @@ async fn a_refund_behind_many_newer_calls_gives_exactly_its_own_cost() {
         }
         assert_eq!(admitted, 166, "{strategy:?}");
     }
+}
+
+/// Two tiers (different limits and windows) on one user key: a refund of a spend made under
+/// one gives back to that tier's state alone.
+#[tokio::test]
+async fn a_refund_under_one_tier_never_changes_another_tier() {
+    let server = RedisServer::start();
+    let options = RedisOptions::new(server.url()).timeout(Duration::from_secs(2));
+    let config = Config::builder()
+        .key_prefix(prefix("probes_refunds_tiers"))
+        .store(StoreConfig::Redis(options))
+        .tier(Tier::new("free", 3).window("1d"))
+        .tier(Tier::new("pro", 10).window("1h"))
+        .build()
+        .unwrap();
+    let service = RateLimitService::new(config).unwrap();
+    let (free, pro) = (Options::for_tier("free"), Options::for_tier("pro"));
+    let spent = service.spend("u", &free).await.expect("spent");
+    assert!(spent.refundable());
+    let pro_spent = service.spend("u", &pro).await.expect("spent");
+    assert!(service.consume("u", &pro).await.unwrap().allowed);
+    assert_eq!(remaining(&service, "u", &free).await, 2);
+    assert_eq!(remaining(&service, "u", &pro).await, 8);
+    assert!(spent.refund().await.expect("given"));
+    assert_eq!(remaining(&service, "u", &free).await, 3);
+    assert_eq!(
+        remaining(&service, "u", &pro).await,
+        8,
+        "the other tier changed"
+    );
+    assert!(pro_spent.refund().await.expect("given"));
+    assert_eq!(remaining(&service, "u", &pro).await, 9);
+    assert_eq!(remaining(&service, "u", &free).await, 3);
 }
