@@ -751,3 +751,37 @@ async fn a_refund_under_one_tier_never_changes_another_tier() {
     assert_eq!(remaining(&service, "u", &pro).await, 9);
     assert_eq!(remaining(&service, "u", &free).await, 3);
 }
+
+/// A refund whose future is dropped mid round trip (the server frozen) gives back at most
+/// once: the budget is the spend's own unit back or not, never more.
+#[tokio::test]
+async fn a_dropped_refund_future_gives_back_at_most_once() {
+    let server = RedisServer::start();
+    let service = single(&server, "probes_refunds_dropped_refund");
+    for strategy in STRATEGIES {
+        let options = per_day(3, strategy);
+        let key = format!("dropped-refund-{strategy:?}");
+        let kept = service.spend(&key, &options).await.expect("spent");
+        let spent = service.spend(&key, &options).await.expect("spent");
+        assert_eq!(remaining(&service, &key, &options).await, 1);
+        server.pause();
+        let gave_up = tokio::time::timeout(Duration::from_millis(100), spent.refund()).await;
+        server.resume();
+        assert!(gave_up.is_err(), "{strategy:?}: {gave_up:?}");
+        let mut left = None;
+        for _ in 0..50 {
+            if let Ok(s) = service.status(&key, &options).await {
+                left = Some(s.remaining);
+                break;
+            }
+        }
+        let left = left.expect("Redis answers again");
+        assert!(left == 1 || left == 2, "{strategy:?}: {left}");
+        assert!(kept.refund().await.expect("given"), "{strategy:?}");
+        assert_eq!(
+            remaining(&service, &key, &options).await,
+            left + 1,
+            "{strategy:?}"
+        );
+    }
+}
