@@ -785,3 +785,48 @@ async fn a_dropped_refund_future_gives_back_at_most_once() {
         );
     }
 }
+
+/// Token bucket, refunds out of order: A and B kept (the bucket's arrival time 2 intervals
+/// ahead), A given back (B's holding now ends one interval ahead), one interval later a plain
+/// call C, then B given back: B's refund finds its instant still ahead and gives back most of
+/// an interval, which is C's. Then 100 ms later, with A and B given back, C and what follows
+/// are 4 calls within 100 ms on a full bucket of 3. Redis decides on its own clock, so the
+/// interval (1 s) must pass in real time: a real sleep.
+///
+/// A way through, in the token bucket's refund rule itself (`Gcra::refund` in
+/// algorithm/token_bucket.rs and its Lua twin, which this branch may not edit; the memory
+/// store follows the same rule): ignored until that rule is fixed. Run it with `--ignored`:
+/// 4 admitted in about 100 ms.
+#[tokio::test]
+#[ignore = "a way through in the token bucket's refund rule (algorithm/token_bucket.*), not fixed here"]
+async fn token_bucket_refunds_out_of_order_give_back_a_later_call() {
+    let server = RedisServer::start();
+    let service = single(&server, "probes_refunds_bucket_order");
+    let options = Options::new()
+        .limit(3)
+        .window(Duration::from_secs(3))
+        .strategy(Strategy::TokenBucket);
+    let a = service.spend("b", &options).await.expect("spent");
+    let b = service.spend("b", &options).await.expect("spent");
+    assert!(a.refund().await.expect("given"));
+    tokio::time::sleep(Duration::from_millis(1_020)).await;
+    let started = std::time::Instant::now();
+    assert!(service.consume("b", &options).await.unwrap().allowed, "C");
+    let given = b.refund().await.expect("answered");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut admitted = 1; // C
+    while service.consume("b", &options).await.unwrap().allowed {
+        admitted += 1;
+    }
+    let took = started.elapsed();
+    eprintln!("B given back: {given}; {admitted} admitted in {took:?}");
+    // Within a second, a bucket of 3 with A and B given back admits at most 3.
+    assert!(
+        took < Duration::from_millis(900),
+        "too slow to tell: {took:?}"
+    );
+    assert!(
+        admitted <= 3,
+        "{admitted} admitted in {took:?} (B given: {given})"
+    );
+}
