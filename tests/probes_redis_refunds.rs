@@ -830,3 +830,30 @@ async fn token_bucket_refunds_out_of_order_give_back_a_later_call() {
         "{admitted} admitted in {took:?} (B given: {given})"
     );
 }
+
+/// The same way through on the memory store, on a manual clock (exact): the rule is the
+/// algorithm's, not Redis'. Ignored with the Redis probe above.
+#[tokio::test]
+#[ignore = "a way through in the token bucket's refund rule (algorithm/token_bucket.*), not fixed here"]
+async fn token_bucket_refunds_out_of_order_give_back_a_later_call_on_memory_too() {
+    let (service, clock) = ratelimit_tests::service(Config::default());
+    let options = Options::new()
+        .limit(3)
+        .window(Duration::from_secs(3))
+        .strategy(Strategy::TokenBucket);
+    let a = service.spend("b", &options).await.expect("spent");
+    let b = service.spend("b", &options).await.expect("spent");
+    assert!(a.refund().await.expect("given"));
+    clock.advance(Duration::from_millis(1_020));
+    assert!(service.consume("b", &options).await.unwrap().allowed, "C");
+    let given = b.refund().await.expect("answered");
+    clock.advance(Duration::from_millis(100));
+    let mut admitted = 1; // C
+    while service.consume("b", &options).await.unwrap().allowed {
+        admitted += 1;
+    }
+    assert!(
+        admitted <= 3,
+        "{admitted} admitted in 100 ms (B given: {given})"
+    );
+}
