@@ -857,3 +857,39 @@ async fn token_bucket_refunds_out_of_order_give_back_a_later_call_on_memory_too(
         "{admitted} admitted in 100 ms (B given: {given})"
     );
 }
+
+/// Under the failover wrapper, a spend Redis decided (stamped) and given back while Redis is
+/// frozen: the refund is an error (never a `true` that Redis did not do), and once Redis
+/// thaws, the state holds the spend or had it given back once, never more.
+#[tokio::test]
+async fn a_refund_while_redis_is_away_is_an_error_not_a_local_refund() {
+    let server = RedisServer::start();
+    let p = prefix("probes_refunds_away");
+    let options = RedisOptions::new(server.url())
+        .timeout(Duration::from_millis(300))
+        .on_failure(FailurePolicy::Local { pods: 1 });
+    let config = Config::builder()
+        .key_prefix(p.as_str())
+        .store(StoreConfig::Redis(options))
+        .build()
+        .unwrap();
+    let service = RateLimitService::new(config).unwrap();
+    let options = per_day(5, Strategy::FixedWindow);
+    let kept = service.spend("f", &options).await.expect("spent");
+    let other = service.spend("f", &options).await.expect("spent");
+    assert!(kept.refundable() && other.refundable());
+    server.pause();
+    let given = kept.refund().await;
+    server.resume();
+    assert!(given.is_err(), "answered without Redis: {given:?}");
+    // Read from Redis itself (the wrapper may answer a status from its local share for a
+    // while): the fixed window's count.
+    let mut redis = server.connection();
+    let state = state_key(&mut redis, &p);
+    let count =
+        |c: &mut redis::Connection| -> u64 { redis::cmd("GET").arg(&state).query(c).unwrap() };
+    let held = count(&mut redis);
+    assert!(held == 1 || held == 2, "{held}");
+    assert!(other.refund().await.expect("given"));
+    assert_eq!(count(&mut redis), held - 1);
+}
