@@ -893,3 +893,57 @@ async fn a_refund_while_redis_is_away_is_an_error_not_a_local_refund() {
     assert!(other.refund().await.expect("given"));
     assert_eq!(count(&mut redis), held - 1);
 }
+
+/// 64 concurrent tasks spending from two stacked limits on one user key (a fixed window of
+/// 20 and a sliding log of 30), each giving back every other admitted spend: each limit has
+/// spent exactly what the tasks kept, on one server and on a Cluster.
+#[test]
+fn concurrent_stacked_spends_and_refunds_leave_exactly_what_was_kept() {
+    let (server, cluster) = (RedisServer::start(), RedisCluster::start());
+    let single = RedisOptions::new(server.url()).timeout(Duration::from_secs(10));
+    let nodes = RedisOptions::cluster(cluster.urls()).timeout(Duration::from_secs(10));
+    for (store, options) in [("redis", single), ("cluster", nodes)] {
+        let service =
+            ratelimit_tests::redis_service(options, &prefix(&format!("probes_stacked_{store}")));
+        let runtime = ratelimit_tests::two_workers();
+        runtime.block_on(async {
+            let burst = per_day(20, Strategy::FixedWindow).budget("burst");
+            let hourly = per_day(30, Strategy::SlidingWindow).budget("hourly");
+            let mut tasks = tokio::task::JoinSet::new();
+            for _ in 0..64 {
+                let (service, burst, hourly) = (service.clone(), burst.clone(), hourly.clone());
+                tasks.spawn(async move {
+                    let (mut kept, mut admitted) = (0u64, 0u64);
+                    for _ in 0..3 {
+                        let spent = service
+                            .spend_all(&[("u", &burst), ("u", &hourly)])
+                            .await
+                            .expect("decided");
+                        if !spent.decisions().iter().all(|d| d.allowed) {
+                            assert!(!spent.refundable());
+                            continue;
+                        }
+                        admitted += 1;
+                        if admitted % 2 == 0 {
+                            assert!(spent.refund().await.expect("given"));
+                        } else {
+                            kept += 1;
+                        }
+                    }
+                    kept
+                });
+            }
+            let mut kept = 0;
+            while let Some(k) = tasks.join_next().await {
+                kept += k.expect("task");
+            }
+            assert!(kept <= 20, "{store}: {kept}");
+            assert_eq!(20 - remaining(&service, "u", &burst).await, kept, "{store}");
+            assert_eq!(
+                30 - remaining(&service, "u", &hourly).await,
+                kept,
+                "{store}"
+            );
+        });
+    }
+}
