@@ -15,6 +15,7 @@ use ratelimit::{
     Strategy,
 };
 use ratelimit_tests::redis_server::{prefix, RedisCluster, RedisServer};
+use ratelimit_tests::remaining;
 
 const STRATEGIES: [Strategy; 4] = [
     Strategy::FixedWindow,
@@ -29,14 +30,6 @@ fn three_an_hour(strategy: Strategy) -> Options {
         .limit(3)
         .window(Duration::from_secs(3_600))
         .strategy(strategy)
-}
-
-async fn remaining(service: &RateLimitService, key: &str, options: &Options) -> u64 {
-    service
-        .status(key, options)
-        .await
-        .expect("status")
-        .remaining
 }
 
 /// Every store of one test: memory (on its own clock), one Redis server and a Cluster.

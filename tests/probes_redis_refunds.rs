@@ -5,7 +5,6 @@
 //! failover wrapper's local decisions. Each asserts the budget never goes above the quota and a
 //! refund gives back only to the state it was spent from.
 
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use ratelimit::store::{Mode, Request, Store, StoreKey};
@@ -14,7 +13,10 @@ use ratelimit::{
     rate_limit, Config, Error, FailurePolicy, LeaseOptions, Module, Options, Quota,
     RateLimitService, RedisOptions, RedisStore, StoreConfig, Strategy, Tier,
 };
-use ratelimit_tests::redis_server::{prefix, script_calls, RedisCluster, RedisServer};
+use ratelimit_tests::redis_server::{
+    four_workers, prefix, script_calls, RedisCluster, RedisServer,
+};
+use ratelimit_tests::remaining;
 
 const STRATEGIES: [Strategy; 4] = [
     Strategy::FixedWindow,
@@ -29,14 +31,6 @@ fn per_day(limit: u64, strategy: Strategy) -> Options {
     Options::new().limit(limit).window(DAY).strategy(strategy)
 }
 
-async fn remaining(service: &RateLimitService, key: &str, options: &Options) -> u64 {
-    service
-        .status(key, options)
-        .await
-        .expect("status")
-        .remaining
-}
-
 fn single(server: &RedisServer, name: &str) -> RateLimitService {
     let options = RedisOptions::new(server.url()).timeout(Duration::from_secs(2));
     ratelimit_tests::redis_service(options, &prefix(name))
@@ -45,44 +39,11 @@ fn single(server: &RedisServer, name: &str) -> RateLimitService {
 /// 4 `redis-worker` processes in `refund` mode, 16 tasks of 8 kept spends each on one key
 /// (limit `limit`, fixed window of 20 days): the total each says it kept.
 fn four_refunding(urls: &[String], cluster: bool, p: &str, limit: u64) -> u64 {
-    let window_ms = (20 * 24 * 3_600 * 1_000u64).to_string();
+    let worker = env!("CARGO_BIN_EXE_redis-worker");
     let limit = limit.to_string();
-    let children: Vec<Child> = (0..4)
-        .map(|_| {
-            Command::new(env!("CARGO_BIN_EXE_redis-worker"))
-                .args([
-                    urls.join(",").as_str(),
-                    if cluster { "1" } else { "0" },
-                    p,
-                    Strategy::FixedWindow.as_str(),
-                    limit.as_str(),
-                    window_ms.as_str(),
-                    "16",
-                    "8",
-                    "refund",
-                ])
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .expect("start redis-worker")
-        })
-        .collect();
-    children
-        .into_iter()
-        .map(|child| {
-            let out = child.wait_with_output().expect("redis-worker ran");
-            assert!(
-                out.status.success(),
-                "{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            let text = String::from_utf8_lossy(&out.stdout);
-            text.trim()
-                .strip_prefix("allowed ")
-                .and_then(|n| n.parse::<u64>().ok())
-                .unwrap_or_else(|| panic!("redis-worker said {text:?}"))
-        })
-        .sum()
+    let sizes = [limit.as_str(), "16", "8"];
+    let fixed = Strategy::FixedWindow.as_str();
+    four_workers(worker, urls, cluster, p, fixed, sizes, Some("refund"))
 }
 
 /// 512 kept spends from 4 processes against a limit of 300, every other admitted one given

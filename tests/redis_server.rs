@@ -354,6 +354,28 @@ pub fn four_processes_in(
     strategy: &str,
     mode: Option<&str>,
 ) -> u64 {
+    four_workers(
+        worker,
+        urls,
+        cluster,
+        prefix,
+        strategy,
+        ["1000", "64", "6"],
+        mode,
+    )
+}
+
+/// 4 `redis-worker` processes at once on one key, a 20-day window, with `[limit, tasks,
+/// calls per task]` and the workers' `mode`; the total each says it admitted (or kept).
+pub fn four_workers(
+    worker: &str,
+    urls: &[String],
+    cluster: bool,
+    prefix: &str,
+    strategy: &str,
+    [limit, tasks, calls]: [&str; 3],
+    mode: Option<&str>,
+) -> u64 {
     let window_ms = (20 * 24 * 3_600 * 1_000u64).to_string();
     let children: Vec<Child> = (0..4)
         .map(|_| {
@@ -363,10 +385,10 @@ pub fn four_processes_in(
                     if cluster { "1" } else { "0" },
                     prefix,
                     strategy,
-                    "1000",
+                    limit,
                     window_ms.as_str(),
-                    "64",
-                    "6",
+                    tasks,
+                    calls,
                 ])
                 .args(mode)
                 .stdout(Stdio::piped())

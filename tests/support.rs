@@ -550,3 +550,9 @@ pub mod grpc {
         }
     }
 }
+
+/// What `key`'s budget under `options` has left now (`status`).
+pub async fn remaining(service: &RateLimitService, key: &str, options: &ratelimit::Options) -> u64 {
+    let level = service.status(key, options).await.expect("status");
+    level.remaining
+}
