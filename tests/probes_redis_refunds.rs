@@ -767,12 +767,10 @@ async fn a_dropped_refund_future_gives_back_at_most_once() {
 /// are 4 calls within 100 ms on a full bucket of 3. Redis decides on its own clock, so the
 /// interval (1 s) must pass in real time: a real sleep.
 ///
-/// A way through, in the token bucket's refund rule itself (`Gcra::refund` in
-/// algorithm/token_bucket.rs and its Lua twin, which this branch may not edit; the memory
-/// store follows the same rule): ignored until that rule is fixed. Run it with `--ignored`:
-/// 4 admitted in about 100 ms.
+/// Found by helper 25 as a way through in the token bucket's refund rule itself (4 admitted
+/// in about 100 ms); closed by the state's shift (`Gcra::refund`): B's end is taken as moved
+/// back by A's refund, so it holds nothing by the time C is admitted.
 #[tokio::test]
-#[ignore = "a way through in the token bucket's refund rule (algorithm/token_bucket.*), not fixed here"]
 async fn token_bucket_refunds_out_of_order_give_back_a_later_call() {
     let server = RedisServer::start();
     let service = single(&server, "probes_refunds_bucket_order");
@@ -806,9 +804,8 @@ async fn token_bucket_refunds_out_of_order_give_back_a_later_call() {
 }
 
 /// The same way through on the memory store, on a manual clock (exact): the rule is the
-/// algorithm's, not Redis'. Ignored with the Redis probe above.
+/// algorithm's, not Redis'.
 #[tokio::test]
-#[ignore = "a way through in the token bucket's refund rule (algorithm/token_bucket.*), not fixed here"]
 async fn token_bucket_refunds_out_of_order_give_back_a_later_call_on_memory_too() {
     let (service, clock) = ratelimit_tests::service(Config::default());
     let options = Options::new()
@@ -919,5 +916,57 @@ fn concurrent_stacked_spends_and_refunds_leave_exactly_what_was_kept() {
                 "{store}"
             );
         });
+    }
+}
+
+/// A token bucket given back to full by a reward: its state expires at once, and a plain call
+/// makes the key again, with no shift. The stamp goes with the state it named (`stamp_follows`
+/// in lua/beside.lua), so a spend of the old state gives nothing back to the new one. Found
+/// while closing the out-of-order way through above: the stamp outlived its state (it expired
+/// when the last kept spend's reset_at passed), and B's refund gave back D's token. Redis
+/// expires the state on its own clock: a real wait of a few milliseconds.
+#[tokio::test]
+async fn a_bucket_made_again_after_a_reward_emptied_it_takes_no_old_refund() {
+    let server = RedisServer::start();
+    let service = single(&server, "probes_refunds_follow");
+    let options = per_day(3, Strategy::TokenBucket);
+    let _a = service.spend("f", &options).await.expect("spent");
+    let b = service.spend("f", &options).await.expect("spent");
+    service.reward("f", &options, 2).await.expect("rewarded");
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    // Two plain calls: the new arrival time passes B's (so B's refund is not refused for
+    // ending after the state's arrival time).
+    for call in ["C", "D"] {
+        assert!(
+            service.consume("f", &options).await.unwrap().allowed,
+            "{call}"
+        );
+    }
+    assert!(
+        !b.refund().await.expect("answered"),
+        "B gave back D's token"
+    );
+    assert_eq!(remaining(&service, "f", &options).await, 1);
+}
+
+/// A state deleted alone (by hand, or evicted under a `volatile-*` policy) leaves its stamp:
+/// the next spend kept for a refund draws a new one (lua/stacked.lua), so a spend of the old
+/// state gives nothing back to the new one, on every strategy.
+#[tokio::test]
+async fn a_stamp_whose_state_was_deleted_alone_names_no_state() {
+    let server = RedisServer::start();
+    let mut redis = server.connection();
+    for strategy in STRATEGIES {
+        let p = prefix("probes_refunds_alone");
+        let service = single_with(&server, &p);
+        let options = per_day(3, strategy);
+        let old = service.spend("d", &options).await.expect("spent");
+        let state = state_key(&mut redis, &p);
+        let _: u64 = redis::cmd("DEL").arg(&state).query(&mut redis).unwrap();
+        let new = service.spend("d", &options).await.expect("spent");
+        assert!(!old.refund().await.expect("answered"), "{strategy:?}");
+        assert_eq!(remaining(&service, "d", &options).await, 2, "{strategy:?}");
+        assert!(new.refund().await.expect("given"), "{strategy:?}");
+        assert_eq!(remaining(&service, "d", &options).await, 3, "{strategy:?}");
     }
 }

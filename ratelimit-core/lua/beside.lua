@@ -4,7 +4,8 @@
 -- Defines: beside_number(k, what): the number key `k` holds as the scripts write it (decimal
 --          digits, no sign, no leading zero, below 2^53; nil: no key), or the RATELIMIT_STATE
 --          error reply naming `what` for anything else there;
---          expiry(k): the absolute expiry of `k` in milliseconds (-1: none, -2: no key).
+--          expiry(k): the absolute expiry of `k` in milliseconds (-1: none, -2: no key);
+--          stamp_follows(state, stamp): see below.
 
 local function beside_number(k, what)
   local s = redis.pcall('GET', k)
@@ -29,4 +30,20 @@ local function expiry(k)
     return t[1] * 1000 + math.floor(t[2] / 1000) + ttl
   end
   return at
+end
+
+-- A stamp lives no longer than its state. A refund or an adjustment may move the state's expiry
+-- earlier (a token bucket's arrival time moved back); a stamp that outlived its state would name
+-- the state made after it, and a spend of the old state would be given back to the new one
+-- (probes_redis_refunds: a bucket given back to expired, a plain call made it again without
+-- its shift, and a spend of the old state gave back that call's time). So after either, the
+-- stamp expires when the state does (with it, when the state is gone).
+local function stamp_follows(state, stamp)
+  local ttl = redis.call('PTTL', state)
+  if ttl == -2 then
+    redis.call('DEL', stamp)
+  elseif ttl >= 0 then
+    local left = redis.call('PTTL', stamp)
+    if left == -1 or left > ttl then redis.call('PEXPIRE', stamp, ttl) end
+  end
 end

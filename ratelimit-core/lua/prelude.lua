@@ -6,7 +6,8 @@
 --          `algorithm::level`
 -- ARGV[4]: 1 to record an admitted call, 0 to only look (nothing is written); 2 to give
 --          back a spend of ARGV[3] that the decision's reply placed at ARGV[6] (its exact
---          `reset_at`, in microseconds: `spent`), 3 to only ask whether it would be (see
+--          `reset_at`, in microseconds: `spent`; ARGV[7] the shift it gave, see
+--          token_bucket.lua), 3 to only ask whether it would be (see
 --          lua/refund.lua, which checks the key's stamp first). A refund gives back only
 --          while the spend still counts, and never past the quota: each script's refund
 --          follows `Algorithm::refund` in its <name>.rs. It returns 1 when it gives (or would

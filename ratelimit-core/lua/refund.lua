@@ -4,10 +4,11 @@
 --
 -- KEYS[i] (i from 1 to n): the i-th limit's key; KEYS[n + i]: its stamp key (see
 --          lua/stacked.lua, which writes it for a spend that may be given back).
--- ARGV[6i - 5 .. 6i] (i from 1): the i-th limit's strategy (its place in `scripts`), the
+-- ARGV[7i - 6 .. 7i] (i from 1): the i-th limit's strategy (its place in `scripts`), the
 --          two numbers its script takes as ARGV[1] and ARGV[2], the spend's cost, its
 --          instant (the admitted reply's `reset_at`, in microseconds: where each strategy's
---          refund finds it) and the stamp its reply gave.
+--          refund finds it), the state's shift its reply gave (0 but for a token bucket
+--          something was given back to) and the stamp its reply gave.
 -- Returns: 1 when every spend was given back; 0, nothing written, when one of them gives
 --          nothing (its key holds another stamp or none: reset, or lost and made again; or
 --          the spend no longer counts). Or the first error reply a limit gave (state of an
@@ -16,15 +17,15 @@
 local n = #KEYS / 2
 
 local function refund(i, flag)
-  local a = 6 * i - 5
+  local a = 7 * i - 6
   return scripts[ARGV[a] + 0]({KEYS[i]},
-    {ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], flag, '1', ARGV[a + 4]})
+    {ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], flag, '1', ARGV[a + 4], ARGV[a + 5]})
 end
 
 for i = 1, n do
   local held = beside_number(KEYS[n + i], 'stamp')
   if type(held) == 'table' then return held end
-  if held ~= ARGV[6 * i] then return 0 end
+  if held ~= ARGV[7 * i] then return 0 end
   -- One spend is given back (or not) in one run; several are each asked first.
   if n > 1 then
     local would = refund(i, '3')
@@ -32,8 +33,14 @@ for i = 1, n do
     if would ~= 1 then return 0 end
   end
 end
-if n == 1 then return refund(1, '2') end
+-- Each stamp then expires no later than its state (see stamp_follows in lua/beside.lua).
+if n == 1 then
+  local given = refund(1, '2')
+  if given == 1 then stamp_follows(KEYS[1], KEYS[2]) end
+  return given
+end
 for i = 1, n do
   refund(i, '2')
+  stamp_follows(KEYS[i], KEYS[n + i])
 end
 return 1

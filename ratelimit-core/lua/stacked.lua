@@ -18,7 +18,8 @@
 --          and ARGV[2], the call's cost under it, and its block (`Quota::block`, in
 --          microseconds; 0: none)
 -- Returns: the limits' replies end to end, five integers each, as the single scripts return
---          them (six with ARGV[1] 2: then the key's stamp, 0 when the call was refused); or
+--          them (seven with ARGV[1] 2: then the state's shift, 0 but for a token bucket
+--          something was given back to, and the key's stamp, 0 when the call was refused); or
 --          the first error reply a limit gave (state of an unexpected shape), with nothing
 --          written.
 -- Every limit is looked at first; only when every one admits the call is each one recorded,
@@ -68,8 +69,9 @@ for i = 1, n do
   if stamping then
     local s = beside_number(KEYS[n + i], 'stamp')
     if type(s) == 'table' then return s end
-    held[i] = s ~= nil
-    stamps[i] = s or ARGV[#ARGV]
+    -- A stamp whose state is gone (deleted alone) names no state: a new one is drawn.
+    held[i] = s ~= nil and redis.call('EXISTS', KEYS[i]) == 1
+    stamps[i] = held[i] and s or ARGV[#ARGV]
   end
   if block_of(i) > 0 then
     local until_us = beside_number(KEYS[blocks_at + i], 'block')
@@ -112,6 +114,7 @@ local out = {}
 for i = 1, n do
   for j = 1, 5 do out[#out + 1] = replies[i][j] end
   if stamping then
+    out[#out + 1] = replies[i][6] or 0
     if record then
       -- Kept at least until this spend stops counting, its reply's reset_at, when the key's
       -- state expires at the latest (every record sets that expiry); never shortened.

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use crate::algorithm::Verdict;
+use crate::algorithm::{Spend, Verdict};
 use crate::clock::Nanos;
 
 const MILLI: Nanos = 1_000_000;
@@ -39,6 +39,8 @@ pub struct Decision {
     pub shadowed: bool,
     /// The stamp of the state an admitted spend was made on, for a refund (0: none).
     stamp: u64,
+    /// That state's shift when the spend was made, for a refund (see `algorithm::Spend`).
+    shift: Nanos,
 }
 
 /// Which state an admitted spend was made on, for a refund ([`Refund`](crate::store::Refund)):
@@ -46,7 +48,7 @@ pub struct Decision {
 /// key it was made on (0: the store kept none, so nothing can be given back).
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Receipt {
-    pub(crate) spent: Nanos,
+    pub(crate) spent: Spend,
     pub(crate) stamp: u64,
 }
 
@@ -65,6 +67,7 @@ impl PartialEq for Decision {
             tier,
             shadowed,
             stamp: _,
+            shift: _,
         } = self;
         (
             allowed,
@@ -139,6 +142,7 @@ impl Decision {
             tier,
             shadowed: false,
             stamp: 0,
+            shift: 0,
         }
     }
 
@@ -152,10 +156,20 @@ impl Decision {
         self
     }
 
+    /// With the shift of the state the spend was made on (see `algorithm::Spend`).
+    #[inline]
+    pub(crate) fn shifted(mut self, shift: Nanos) -> Self {
+        self.shift = shift;
+        self
+    }
+
     /// Which state the decision was made on.
     pub(crate) fn receipt(&self) -> Receipt {
         Receipt {
-            spent: self.reset_at,
+            spent: Spend {
+                at: self.reset_at,
+                shift: self.shift,
+            },
             stamp: self.stamp,
         }
     }
@@ -189,6 +203,7 @@ impl Decision {
             tier: None,
             shadowed: false,
             stamp: 0,
+            shift: 0,
         }
     }
 

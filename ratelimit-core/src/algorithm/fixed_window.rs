@@ -2,7 +2,7 @@
 //! `fixed_window.lua`, beside this file (and the Redis store's `lua/fixed_window_hot.lua` for a
 //! window of whole milliseconds).
 
-use super::{Algorithm, Verdict, MAX_NOW, NOT_A_STATE};
+use super::{Algorithm, Spend, Verdict, MAX_NOW, NOT_A_STATE};
 use crate::clock::Nanos;
 use crate::quota::{Quota, MAX_CAPACITY};
 
@@ -61,7 +61,8 @@ impl Algorithm for FixedWindow {
     /// window emptied keeps its start (a count of zero beside a start): a caller whose clock
     /// read predates it is still decided in it, never in the window before, which a fresh
     /// state would let it count a second time (probes_refunds: 9 counted in a window of 5).
-    fn refund(&mut self, spent: Nanos, now: Nanos, quota: &Quota, cost: u64) -> bool {
+    fn refund(&mut self, spend: Spend, now: Nanos, quota: &Quota, cost: u64) -> bool {
+        let spent = spend.at;
         let same_window = self.start.checked_add(quota.window_nanos()) == Some(spent);
         if !same_window || now >= spent || self.count < cost || cost == 0 {
             return false;

@@ -1,7 +1,7 @@
 //! The sliding-window counter, with its `u64` fast path beside the exact `u128` form. Its
 //! Redis script is `sliding_counter.lua`, beside this file.
 
-use super::{Algorithm, Verdict, MAX_NOW, NOT_A_STATE};
+use super::{Algorithm, Spend, Verdict, MAX_NOW, NOT_A_STATE};
 use crate::clock::Nanos;
 use crate::quota::{Quota, MAX_CAPACITY};
 
@@ -196,7 +196,8 @@ impl Algorithm for SlidingCounter {
     /// every call was given back is as if it had none: the state is the previous window's
     /// (`previous` becomes its `current`; the window before it, which only a caller whose
     /// clock read predates the current window still weighs, is dropped), or a fresh one.
-    fn refund(&mut self, spent: Nanos, now: Nanos, quota: &Quota, cost: u64) -> bool {
+    fn refund(&mut self, spend: Spend, now: Nanos, quota: &Quota, cost: u64) -> bool {
+        let spent = spend.at;
         let window = quota.window_nanos();
         let same_window = self.start.checked_add(2 * window) == Some(spent);
         if !same_window || now >= self.start + window || self.current < cost || cost == 0 {

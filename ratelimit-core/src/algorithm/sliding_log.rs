@@ -3,7 +3,7 @@
 
 use std::collections::VecDeque;
 
-use super::{Algorithm, Verdict, MAX_NOW, NOT_A_STATE};
+use super::{Algorithm, Spend, Verdict, MAX_NOW, NOT_A_STATE};
 use crate::clock::Nanos;
 use crate::quota::{Quota, MAX_CAPACITY};
 
@@ -87,7 +87,8 @@ impl Algorithm for SlidingLog {
 
     /// An admitted spend's `reset_at` is one window after its entry: that entry (its time
     /// and cost) leaves the log while it still counts.
-    fn refund(&mut self, spent: Nanos, now: Nanos, quota: &Quota, cost: u64) -> bool {
+    fn refund(&mut self, spend: Spend, now: Nanos, quota: &Quota, cost: u64) -> bool {
+        let spent = spend.at;
         let Some(t) = spent.checked_sub(quota.window_nanos()) else {
             return false;
         };

@@ -1,7 +1,7 @@
 //! The table of algorithms: one line each. The [`State`] of a key under any of them, its
 //! bytes' dispatch, the memory store's tables and the Redis scripts are generated from it.
 
-use super::{Algorithm, Verdict, NOT_A_STATE};
+use super::{Algorithm, Spend, Verdict, NOT_A_STATE};
 use crate::clock::Nanos;
 use crate::quota::Quota;
 use crate::syntax::Strategy;
@@ -48,8 +48,12 @@ impl<A: Algorithm> Algorithm for Box<A> {
         (**self).expires_at(quota)
     }
 
-    fn refund(&mut self, spent: Nanos, now: Nanos, quota: &Quota, cost: u64) -> bool {
+    fn refund(&mut self, spent: Spend, now: Nanos, quota: &Quota, cost: u64) -> bool {
         (**self).refund(spent, now, quota, cost)
+    }
+
+    fn shift(&self) -> Nanos {
+        (**self).shift()
     }
 
     fn adjust(&mut self, now: Nanos, quota: &Quota, units: u64, penalty: bool) -> u64 {
@@ -160,10 +164,18 @@ macro_rules! state {
                 }
             }
 
+            /// How far refunds and rewards moved the state's spends back (see
+            /// [`Algorithm::shift`]).
+            pub(crate) fn shift(&self) -> Nanos {
+                match self {
+                    $(State::$variant(s) => s.shift(),)*
+                }
+            }
+
             /// Gives back a spend (see [`Algorithm::refund`]).
             pub(crate) fn refund(
                 &mut self,
-                spent: Nanos,
+                spent: Spend,
                 now: Nanos,
                 quota: &Quota,
                 cost: u64,

@@ -4,7 +4,7 @@
 
 use std::fmt;
 
-use crate::algorithm;
+use crate::algorithm::{self, Spend};
 use crate::clock::Nanos;
 use crate::error::Error;
 use crate::quota::Quota;
@@ -192,7 +192,7 @@ pub struct Refund<'a> {
     key: StoreKey<'a>,
     quota: &'a Quota,
     cost: u64,
-    spent: Nanos,
+    spent: Spend,
     stamp: u64,
     now: Nanos,
 }
@@ -236,6 +236,18 @@ impl<'a> Refund<'a> {
     /// The algorithm's instant of the spend (the admitted verdict's exact `reset_at`, in
     /// nanoseconds since the epoch): where each algorithm finds it.
     pub fn spent(&self) -> Nanos {
+        self.spent.at
+    }
+
+    /// How far refunds and rewards had moved the state's spends back when the spend was made
+    /// (the token bucket's; 0 for the other strategies), in nanoseconds: a store that keeps a
+    /// [`StoredState`](crate::store::StoredState) needs nothing more, the state keeps its own.
+    pub fn shift(&self) -> Nanos {
+        self.spent.shift
+    }
+
+    /// Where the spend is found again.
+    pub(crate) fn spend(&self) -> Spend {
         self.spent
     }
 

@@ -57,7 +57,7 @@ impl StoredState {
     pub fn decide(&mut self, request: &super::Request<'_>) -> Result<Decision, Error> {
         let (now, quota) = (request.now(), request.quota());
         let verdict = algorithm::decide(&mut self.0, now, quota, request.cost(), request.spends())?;
-        Ok(Decision::for_quota(verdict, now, quota))
+        Ok(Decision::for_quota(verdict, now, quota).shifted(self.0.shift()))
     }
 
     /// Gives back the spend `refund` names, if this state (the one it was made on: the
@@ -68,7 +68,7 @@ impl StoredState {
         let quota = refund.quota();
         self.0.strategy() == quota.strategy()
             && self.0.written_for(quota)
-            && (self.0).refund(refund.spent(), refund.now(), quota, refund.cost())
+            && (self.0).refund(refund.spend(), refund.now(), quota, refund.cost())
     }
 
     /// When this state is indistinguishable from a fresh one: a store may drop it then (set

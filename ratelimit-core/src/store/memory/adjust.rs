@@ -1,5 +1,5 @@
-//! Penalties and rewards ([`Adjustment`]): what the application decides after the fact, in one
-//! atomic step on the key's cell, as a decision is.
+//! Penalties and rewards ([`Adjustment`]): what the application decides after the fact, on
+//! the key's cell under its shard's write lock.
 
 use std::hash::BuildHasher;
 
@@ -25,8 +25,9 @@ impl MemoryStore {
         )
     }
 
-    /// On the stored key under the shard's read lock; a penalty on a key not stored yet adds
-    /// it under the write lock (a reward on one has nothing to give).
+    /// On the stored key under the shard's write lock (a reward moves a token bucket's
+    /// shift with its arrival time, see [`Algorithm::adjust`](crate::algorithm::Algorithm));
+    /// a penalty on a key not stored yet adds it (a reward on one has nothing to give).
     fn adjust_in<A: InTables>(
         &self,
         key: &[u8],
@@ -36,31 +37,22 @@ impl MemoryStore {
         now: Nanos,
     ) -> Result<u64, Error> {
         let hash = self.inner.hasher.hash_one(key);
-        {
-            let tables = self.shard(hash).read();
-            if let Some(cell) = A::table(&tables).find(hash, |c| c.key() == key) {
-                return Ok(cell.adjust(now, quota, units, penalty));
-            }
-            if tables.held_by_other(quota.strategy(), hash, key) {
-                return Err(algorithm::Undecidable::UnexpectedState.into());
-            }
-            if !penalty {
-                return Ok(0);
-            }
-        }
         let mut tables = self.shard(hash).write();
-        if let Some(cell) = A::table(&tables).find(hash, |c| c.key() == key) {
+        if let Some(cell) = A::table_mut(&mut tables).find_mut(hash, |c| c.key() == key) {
             return Ok(cell.adjust(now, quota, units, penalty));
         }
         if tables.held_by_other(quota.strategy(), hash, key) {
             return Err(algorithm::Undecidable::UnexpectedState.into());
+        }
+        if !penalty {
+            return Ok(0);
         }
         if !self.reserve() {
             return Err(Error::StoreFull {
                 max_keys: self.options().max_keys,
             });
         }
-        let cell = A::Cell::fresh();
+        let mut cell = A::Cell::fresh();
         let moved = cell.adjust(now, quota, units, penalty);
         self.insert::<A>(&mut tables, hash, key, cell);
         Ok(moved)

@@ -4,7 +4,7 @@
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::cells::Tables;
+use super::cells::{Stamp, Tables};
 use super::MemoryStore;
 use crate::algorithm::Verdict;
 use crate::clock::Nanos;
@@ -116,10 +116,10 @@ impl MemoryStore {
         cost: u64,
         at: Nanos,
         commit: bool,
-    ) -> Result<(Verdict, u64), Error> {
+    ) -> Result<(Verdict, Stamp), Error> {
         let hash = self.inner.hasher.hash_one(key);
         if let Some(blocked) = self.shard(hash).read().blocked(quota, hash, key, at) {
-            return Ok((blocked, 0));
+            return Ok((blocked, Stamp::default()));
         }
         let (verdict, stamp) = self.decide_plain(key, quota, cost, at, commit)?;
         match block_after(&verdict, quota, at, commit) {

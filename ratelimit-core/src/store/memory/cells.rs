@@ -9,7 +9,7 @@ use portable_atomic::AtomicU128;
 
 use super::blocks::Block;
 use crate::algorithm::{
-    Algorithm, Aligned, FixedWindow, Gcra, SlidingCounter, SlidingLog, Verdict,
+    Algorithm, Aligned, FixedWindow, Gcra, Given, SlidingCounter, SlidingLog, Spend, Verdict,
 };
 use crate::clock::Nanos;
 use crate::quota::Quota;
@@ -44,11 +44,41 @@ pub(super) trait Cell: Sized {
     fn expires_at(&self) -> Nanos;
     /// Decides in one atomic step: callers share the cell (under the shard's read lock).
     fn decide(&self, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> Verdict;
-    /// Gives back a spend in one atomic step (see [`Algorithm::refund`]); without `commit`,
-    /// only whether it would (under a lock that keeps every other writer out).
-    fn refund(&self, spent: Nanos, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> bool;
-    /// A penalty or a reward in one atomic step (see [`Algorithm::adjust`]).
-    fn adjust(&self, now: Nanos, quota: &Quota, units: u64, penalty: bool) -> u64;
+    /// The state's shift, for a spend's receipt (see [`Algorithm::shift`]): read under the
+    /// shard's read lock, it cannot change before the decision, since only a refund or an
+    /// adjustment changes it, under the write lock.
+    fn shift(&self) -> Nanos {
+        0
+    }
+    /// The stamp a spend decided on this cell carries.
+    #[inline]
+    fn stamp(&self) -> Stamp {
+        Stamp {
+            stamp: self.kept().stamp(),
+            shift: self.shift(),
+        }
+    }
+    /// Gives back a spend (see [`Algorithm::refund`]); without `commit`, only whether it
+    /// would. Under the shard's write lock: a refund reads the state and its shift as one.
+    fn refund(&mut self, spent: Spend, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> bool;
+    /// A penalty or a reward (see [`Algorithm::adjust`]), under the shard's write lock.
+    fn adjust(&mut self, now: Nanos, quota: &Quota, units: u64, penalty: bool) -> u64;
+}
+
+/// What a spend's receipt takes from the cell it was decided on: the key's stamp (0: none
+/// kept, nothing can be given back) and the state's shift ([`Cell::shift`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Stamp {
+    pub(super) stamp: u64,
+    pub(super) shift: Nanos,
+}
+
+impl Stamp {
+    /// `decision`, carrying this stamp for a refund.
+    #[inline]
+    pub(super) fn on(self, decision: crate::Decision) -> crate::Decision {
+        decision.stamped(self.stamp).shifted(self.shift)
+    }
 }
 
 /// A kept key's bytes behind its stamp: a number the store gives each key it adds, never
@@ -209,16 +239,34 @@ pub(super) struct CounterCell {
     state: AtomicU128,
 }
 
-/// [`Gcra`]; the theoretical arrival time is also the expiry.
+/// [`Gcra`]; the theoretical arrival time is also the expiry. What refunds keep (`given`,
+/// see [`Given`](crate::algorithm::Given)) changes only under the shard's write lock, the
+/// arrival time under either lock.
 pub(super) struct BucketCell {
     key: StampedKey,
     tat: AtomicU64,
+    given: Option<Box<Given>>,
+}
+
+impl BucketCell {
+    /// The whole state, under the shard's write lock.
+    fn state(&mut self) -> Gcra {
+        Gcra {
+            tat: *self.tat.get_mut(),
+            given: self.given.take(),
+        }
+    }
+
+    fn set(&mut self, state: Gcra) {
+        *self.tat.get_mut() = state.tat;
+        self.given = state.given;
+    }
 }
 
 const _: () = assert!(std::mem::size_of::<FixedCell>() == 32);
 const _: () = assert!(std::mem::size_of::<LockedCell<Box<SlidingLog>>>() == 40);
 const _: () = assert!(std::mem::size_of::<CounterCell>() == 32);
-const _: () = assert!(std::mem::size_of::<BucketCell>() == 24);
+const _: () = assert!(std::mem::size_of::<BucketCell>() == 32);
 
 impl Cell for FixedCell {
     fn fresh() -> Self {
@@ -247,23 +295,21 @@ impl Cell for FixedCell {
             (FixedCell::packed(&state, quota), verdict)
         })
     }
-    fn refund(&self, spent: Nanos, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> bool {
-        let window = quota.window_nanos();
-        update(&self.state, |word| {
-            let mut state = FixedCell::unpacked(word, window);
-            match state.refund(spent, now, quota, cost) {
-                true if commit => (FixedCell::packed(&state, quota), true),
-                gave => (word, gave),
-            }
-        })
+    fn refund(&mut self, spent: Spend, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> bool {
+        let word = self.state.get_mut();
+        let mut state = FixedCell::unpacked(*word, quota.window_nanos());
+        let gave = state.refund(spent, now, quota, cost);
+        if gave && commit {
+            *word = FixedCell::packed(&state, quota);
+        }
+        gave
     }
-    fn adjust(&self, now: Nanos, quota: &Quota, units: u64, penalty: bool) -> u64 {
-        let window = quota.window_nanos();
-        update(&self.state, |word| {
-            let mut state = FixedCell::unpacked(word, window);
-            let moved = state.adjust(now, quota, units, penalty);
-            (FixedCell::packed(&state, quota), moved)
-        })
+    fn adjust(&mut self, now: Nanos, quota: &Quota, units: u64, penalty: bool) -> u64 {
+        let word = self.state.get_mut();
+        let mut state = FixedCell::unpacked(*word, quota.window_nanos());
+        let moved = state.adjust(now, quota, units, penalty);
+        *word = FixedCell::packed(&state, quota);
+        moved
     }
 }
 
@@ -311,23 +357,21 @@ impl<A: Algorithm> Cell for LockedCell<A> {
         }
         verdict
     }
-    fn refund(&self, spent: Nanos, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> bool {
-        let mut state = self.state.lock();
+    fn refund(&mut self, spent: Spend, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> bool {
+        let state = self.state.get_mut();
         if !commit {
             return state.clone().refund(spent, now, quota, cost);
         }
         let gave = state.refund(spent, now, quota, cost);
         if gave {
-            self.expires_at
-                .store(state.expires_at(quota), Ordering::Release);
+            *self.expires_at.get_mut() = state.expires_at(quota);
         }
         gave
     }
-    fn adjust(&self, now: Nanos, quota: &Quota, units: u64, penalty: bool) -> u64 {
-        let mut state = self.state.lock();
+    fn adjust(&mut self, now: Nanos, quota: &Quota, units: u64, penalty: bool) -> u64 {
+        let state = self.state.get_mut();
         let moved = state.adjust(now, quota, units, penalty);
-        self.expires_at
-            .store(state.expires_at(quota), Ordering::Release);
+        *self.expires_at.get_mut() = state.expires_at(quota);
         moved
     }
 }
@@ -360,23 +404,21 @@ impl Cell for CounterCell {
             (CounterCell::packed(&state, quota), verdict)
         })
     }
-    fn refund(&self, spent: Nanos, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> bool {
-        let window = quota.window_nanos();
-        update(&self.state, |word| {
-            let mut state = CounterCell::unpacked(word, window);
-            match state.refund(spent, now, quota, cost) {
-                true if commit => (CounterCell::packed(&state, quota), true),
-                gave => (word, gave),
-            }
-        })
+    fn refund(&mut self, spent: Spend, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> bool {
+        let word = self.state.get_mut();
+        let mut state = CounterCell::unpacked(*word, quota.window_nanos());
+        let gave = state.refund(spent, now, quota, cost);
+        if gave && commit {
+            *word = CounterCell::packed(&state, quota);
+        }
+        gave
     }
-    fn adjust(&self, now: Nanos, quota: &Quota, units: u64, penalty: bool) -> u64 {
-        let window = quota.window_nanos();
-        update(&self.state, |word| {
-            let mut state = CounterCell::unpacked(word, window);
-            let moved = state.adjust(now, quota, units, penalty);
-            (CounterCell::packed(&state, quota), moved)
-        })
+    fn adjust(&mut self, now: Nanos, quota: &Quota, units: u64, penalty: bool) -> u64 {
+        let word = self.state.get_mut();
+        let mut state = CounterCell::unpacked(*word, quota.window_nanos());
+        let moved = state.adjust(now, quota, units, penalty);
+        *word = CounterCell::packed(&state, quota);
+        moved
     }
 }
 
@@ -409,6 +451,7 @@ impl Cell for BucketCell {
         BucketCell {
             key: StampedKey::default(),
             tat: AtomicU64::new(0),
+            given: None,
         }
     }
     fn kept(&self) -> &StampedKey {
@@ -421,25 +464,28 @@ impl Cell for BucketCell {
         self.tat.load(Ordering::Acquire)
     }
     fn decide(&self, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> Verdict {
+        // A decision reads and writes the arrival time alone; the shift stays as it is.
         update(&self.tat, |tat| {
-            let mut state = Gcra { tat };
+            let mut state = Gcra { tat, given: None };
             let verdict = state.decide(now, quota, cost, commit);
             (state.tat, verdict)
         })
     }
-    fn refund(&self, spent: Nanos, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> bool {
-        update(&self.tat, |tat| {
-            let mut state = Gcra { tat };
-            let gave = state.refund(spent, now, quota, cost);
-            (if commit { state.tat } else { tat }, gave)
-        })
+    fn shift(&self) -> Nanos {
+        self.given.as_ref().map_or(0, |g| g.shift)
     }
-    fn adjust(&self, now: Nanos, quota: &Quota, units: u64, penalty: bool) -> u64 {
-        update(&self.tat, |tat| {
-            let mut state = Gcra { tat };
-            let moved = state.adjust(now, quota, units, penalty);
-            (state.tat, moved)
-        })
+    fn refund(&mut self, spent: Spend, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> bool {
+        let mut state = self.state();
+        let before = (!commit).then(|| state.clone());
+        let gave = state.refund(spent, now, quota, cost);
+        self.set(before.unwrap_or(state));
+        gave
+    }
+    fn adjust(&mut self, now: Nanos, quota: &Quota, units: u64, penalty: bool) -> u64 {
+        let mut state = self.state();
+        let moved = state.adjust(now, quota, units, penalty);
+        self.set(state);
+        moved
     }
 }
 

@@ -16,7 +16,7 @@ mod refund;
 mod stacked;
 mod sweep;
 
-use self::cells::{by_strategy, by_strategy_arms, Cell, InTables, StampedKey, Tables};
+use self::cells::{by_strategy, by_strategy_arms, Cell, InTables, Stamp, StampedKey, Tables};
 use crate::algorithm::{self, Verdict};
 use crate::clock::Nanos;
 use crate::decision::Decision;
@@ -232,7 +232,7 @@ impl MemoryStore {
         let key = request.key().as_str().as_bytes();
         let (verdict, stamp) =
             self.stamped_verdict(key, quota, request.cost(), now, request.spends())?;
-        Ok(Decision::for_quota(verdict, now, quota).stamped(stamp))
+        Ok(stamp.on(Decision::for_quota(verdict, now, quota)))
     }
 
     /// Keeps `cell` as `key`'s (room for it was reserved, and the key is in no table): its
@@ -243,10 +243,9 @@ impl MemoryStore {
         hash: u64,
         key: &[u8],
         mut cell: A::Cell,
-    ) -> u64 {
-        let kept = self.kept(key);
-        let stamp = kept.stamp();
-        cell.keep(kept);
+    ) -> Stamp {
+        cell.keep(self.kept(key));
+        let stamp = cell.stamp();
         let hasher = &self.inner.hasher;
         A::table_mut(tables).insert_unique(hash, cell, |c| hasher.hash_one(c.key()));
         stamp
@@ -297,9 +296,9 @@ impl MemoryStore {
         cost: u64,
         now: Nanos,
         commit: bool,
-    ) -> Result<(Verdict, u64), Error> {
+    ) -> Result<(Verdict, Stamp), Error> {
         if let Some(verdict) = algorithm::precheck_time(now, quota)? {
-            return Ok((verdict, 0));
+            return Ok((verdict, Stamp::default()));
         }
         // A clock stepped back behind the last sweep decides at the sweep's time.
         let at = self.decision_time(now);
@@ -311,16 +310,16 @@ impl MemoryStore {
 
     /// The decision of a call whose quota has no block.
     #[inline(always)]
-    pub(super) fn decide_plain(
+    fn decide_plain(
         &self,
         key: &[u8],
         quota: &Quota,
         cost: u64,
         at: Nanos,
         commit: bool,
-    ) -> Result<(Verdict, u64), Error> {
+    ) -> Result<(Verdict, Stamp), Error> {
         if cost == 0 {
-            return Ok((self.look_at(key, quota, at, commit)?, 0));
+            return Ok((self.look_at(key, quota, at, commit)?, Stamp::default()));
         }
         by_strategy!(
             quota.strategy(),
@@ -360,9 +359,9 @@ impl MemoryStore {
         cost: u64,
         now: Nanos,
         commit: bool,
-    ) -> Result<(Verdict, u64), Error> {
+    ) -> Result<(Verdict, Stamp), Error> {
         let hash = self.inner.hasher.hash_one(key);
-        let decide = |cell: &A::Cell| (cell.decide(now, quota, cost, commit), cell.kept().stamp());
+        let decide = |cell: &A::Cell| (cell.decide(now, quota, cost, commit), cell.stamp());
         {
             let tables = self.shard(hash).read();
             if let Some(cell) = A::table(&tables).find(hash, |c| c.key() == key) {
@@ -374,7 +373,7 @@ impl MemoryStore {
             let verdict = A::Cell::fresh().decide(now, quota, cost, commit);
             if !commit || !verdict.allowed {
                 // Nothing to remember: a fresh key that was only looked at or refused outright.
-                return Ok((verdict, 0));
+                return Ok((verdict, Stamp::default()));
             }
         }
         for attempt in 0..2 {

@@ -16,16 +16,16 @@ use crate::store::Refund;
 /// Gives back (or, without `commit`, whether it would give back) a spend on a key that still
 /// holds the state it was made on (the same stamp).
 fn refund<A: InTables>(
-    tables: &Tables,
+    tables: &mut Tables,
     hash: u64,
     refund: &Refund<'_>,
     now: Nanos,
     commit: bool,
 ) -> bool {
     let key = refund.key().as_str().as_bytes();
-    match A::table(tables).find(hash, |c| c.key() == key) {
+    match A::table_mut(tables).find_mut(hash, |c| c.key() == key) {
         Some(cell) if refund.stamp() != 0 && cell.kept().stamp() == refund.stamp() => {
-            cell.refund(refund.spent(), now, refund.quota(), refund.cost(), commit)
+            cell.refund(refund.spend(), now, refund.quota(), refund.cost(), commit)
         }
         _ => false,
     }
@@ -34,14 +34,15 @@ fn refund<A: InTables>(
 impl MemoryStore {
     /// What [`Store::refund`](super::Store::refund) answers, synchronously: the spend given
     /// back if its key still holds the state it was made on (the same stamp), under the
-    /// shard's read lock (the cell's own atomic step gives it back, as a decision spends).
+    /// shard's write lock (a token bucket's refund reads its arrival time and its shift as
+    /// one).
     pub(crate) fn refund_request(&self, refund: &Refund<'_>) -> Result<bool, Error> {
         let at = self.decision_time(refund.now());
         let hash = self.inner.hasher.hash_one(refund.key().as_str().as_bytes());
-        let tables = self.shard(hash).read();
+        let mut tables = self.shard(hash).write();
         Ok(by_strategy!(
             refund.quota().strategy(),
-            self::refund(&tables, hash, refund, at, true)
+            self::refund(&mut tables, hash, refund, at, true)
         ))
     }
 

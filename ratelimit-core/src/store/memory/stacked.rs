@@ -11,7 +11,7 @@ use std::hash::BuildHasher;
 use parking_lot::RwLockWriteGuard;
 
 use super::blocks::{block_after, blocked_verdict};
-use super::cells::{by_strategy, by_strategy_arms, Cell, InTables, Tables};
+use super::cells::{by_strategy, by_strategy_arms, Cell, InTables, Stamp, Tables};
 use super::MemoryStore;
 use crate::algorithm::{self, Undecidable, Verdict};
 use crate::clock::Nanos;
@@ -50,9 +50,9 @@ fn spend<A: InTables>(
     quota: &Quota,
     cost: u64,
     now: Nanos,
-) -> (Verdict, u64) {
+) -> (Verdict, Stamp) {
     if let Some(cell) = A::table(tables).find(hash, |c| c.key() == key) {
-        return (cell.decide(now, quota, cost, true), cell.kept().stamp());
+        return (cell.decide(now, quota, cost, true), cell.stamp());
     }
     let cell = A::Cell::fresh();
     let verdict = cell.decide(now, quota, cost, true);
@@ -129,7 +129,10 @@ impl MemoryStore {
                         *verdict = blocked_verdict(until, at);
                     }
                 }
-                let unstamped: Vec<(Verdict, u64)> = verdicts.into_iter().map(|v| (v, 0)).collect();
+                let unstamped: Vec<(Verdict, Stamp)> = verdicts
+                    .into_iter()
+                    .map(|v| (v, Stamp::default()))
+                    .collect();
                 return Ok(self.decisions(checks, &unstamped, now));
             }
             if !self.reserve_n(fresh) {
@@ -142,7 +145,7 @@ impl MemoryStore {
             let mut spent = Vec::with_capacity(checks.len());
             for ((check, &hash), fixed) in checks.iter().zip(&hashes).zip(&fixed) {
                 if let Some(verdict) = fixed {
-                    spent.push((*verdict, 0));
+                    spent.push((*verdict, Stamp::default()));
                     continue;
                 }
                 let key = check.key.as_str().as_bytes();
@@ -162,13 +165,13 @@ impl MemoryStore {
     fn decisions(
         &self,
         checks: &[Check<'_>],
-        verdicts: &[(Verdict, u64)],
+        verdicts: &[(Verdict, Stamp)],
         now: Nanos,
     ) -> Vec<Decision> {
         checks
             .iter()
             .zip(verdicts)
-            .map(|(c, &(v, stamp))| Decision::for_quota(v, now, c.quota).stamped(stamp))
+            .map(|(c, &(v, stamp))| stamp.on(Decision::for_quota(v, now, c.quota)))
             .collect()
     }
 }

@@ -74,10 +74,35 @@ fn planted() -> impl Strategy<Value = Planted> {
         around(bucket_bound as u64),
         T_MIN..=T_MAX
     ];
-    let bucket = tat.prop_map(|tat| {
-        let rust = ns(tat).map(|tat| State::Bucket(algorithm::Gcra { tat }));
-        let command = vec!["SET".into(), format!("T{tat}")];
-        (Kind::TokenBucket, 1_000_000, command, rust)
+    // What refunds keep: a shift, then runs of refunds, at and past the bounds (runs in
+    // order and apart, or not).
+    let word = || prop_oneof![Just(0), 1..=1_000_000u64, around(MAX_NOW_US)];
+    let given = (
+        word(),
+        prop::collection::vec((word(), word(), word()), 0..10),
+    );
+    let bucket = (tat, prop::option::of(given)).prop_map(|(tat, given)| {
+        let mut text = format!("T{tat}");
+        let mut rust = ns(tat).map(|tat| (tat, 0, Vec::new()));
+        if let Some((shift, runs)) = &given {
+            text += &format!(":{shift}");
+            for (from, to, time) in runs {
+                text += &format!(":{from}:{to}:{time}");
+            }
+            // Rust reads a shift of 0 with runs after it as no state: neither do the scripts
+            // (nothing writes it).
+            let words: Option<Vec<_>> = (runs.iter())
+                .map(|&(f, t, g)| Some((ns(f)?, ns(t)?, ns(g)?)))
+                .collect();
+            rust = rust
+                .zip(ns(*shift))
+                .zip(words)
+                .filter(|((_, shift), _)| *shift > 0)
+                .map(|((r, shift), words)| (r.0, shift, words));
+        }
+        let rust =
+            rust.map(|(tat, shift, runs)| State::Bucket(algorithm::Gcra::new(tat, shift, runs)));
+        (Kind::TokenBucket, 1_000_000, vec!["SET".into(), text], rust)
     });
     let t = prop_oneof![around(MAX_NOW_US), T_MIN..=T_MAX];
     let cost = || prop_oneof![0..=3u64, around(u32::MAX as u64)];

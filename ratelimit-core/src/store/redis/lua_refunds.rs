@@ -36,6 +36,8 @@ struct Spend {
     cost: u64,
     rust: u64,
     lua: u64,
+    /// The state's shift when it was made (in the units both sides count in here).
+    shift: u64,
     open: bool,
 }
 
@@ -93,13 +95,35 @@ fn held(redis: &Redis) -> [Result<Reply, String>; 3] {
 }
 
 /// A refund on both sides at the clock, compared; whether it gave back.
-fn refund(pair: &mut Pair, cost: u64, (rust_spent, lua_spent): (u64, u64), what: &str) -> bool {
+fn refund(
+    pair: &mut Pair,
+    cost: u64,
+    (rust_spent, lua_spent, shift): (u64, u64, u64),
+    what: &str,
+) -> bool {
     let before = held(&pair.redis);
-    let asked = pair.redis.refund(&pair.quota, KEY, cost, lua_spent, false);
+    let lua = (lua_spent, shift);
+    let asked = pair.redis.refund(&pair.quota, KEY, cost, lua, false);
     assert_eq!(held(&pair.redis), before, "{what}: asking wrote");
-    let given = pair.redis.refund(&pair.quota, KEY, cost, lua_spent, true);
+    let given = pair.redis.refund(&pair.quota, KEY, cost, lua, true);
     let prior = pair.state.clone();
-    let rust = pair.state.refund(rust_spent, pair.now, &pair.q, cost);
+    let spent = crate::algorithm::Spend {
+        at: rust_spent,
+        shift,
+    };
+    let mut after = pair.state.clone();
+    let mut rust = after.refund(spent, pair.now, &pair.q, cost);
+    // The scripts keep a token bucket's places and shift below `MAX_NOW` in microseconds,
+    // Rust in nanoseconds, and both sides count in the same units here: past the scripts'
+    // bound the script gives nothing (fail closed), where Rust's bound is a thousand times
+    // further.
+    let bound = crate::algorithm::MAX_NOW / 1_000;
+    if given == Reply::Int(0) && (rust_spent.saturating_add(shift) > bound || after.shift() > bound)
+    {
+        rust = false;
+    } else {
+        pair.state = after;
+    }
     assert_eq!(asked, given, "{what}: asked, then given");
     assert_eq!(
         given,
@@ -137,10 +161,12 @@ fn refunds_agree(limits: &Limits, ops: &[Op], shared: bool) -> usize {
                 let decided = pair.decide(cost, commit, full, &what);
                 if let Some((lua, rust)) = decided.filter(|(v, _)| *keep && commit && v.allowed) {
                     let (rust, lua, open) = (rust.reset_at, lua.reset_at, true);
+                    let shift = pair.state.shift();
                     spends.push(Spend {
                         cost,
                         rust,
                         lua,
+                        shift,
                         open,
                     });
                 }
@@ -170,14 +196,15 @@ fn refunds_agree(limits: &Limits, ops: &[Op], shared: bool) -> usize {
                 let window = pair.q.window_nanos() as i128;
                 let off = |d: i64| {
                     let at = |t: u64| t.saturating_add_signed(d);
-                    (at(spends[k].rust), at(spends[k].lua))
+                    (at(spends[k].rust), at(spends[k].lua), spends[k].shift)
                 };
                 let at = match *spent {
                     Spent::Right => off(0),
                     Spent::Off(d) => off(d),
                     Spent::Shift(p) => off((window * p as i128 / 1_000) as i64),
                     Spent::Other(j) => {
-                        (spends[j % spends.len()].rust, spends[j % spends.len()].lua)
+                        let other = &spends[j % spends.len()];
+                        (other.rust, other.lua, other.shift)
                     }
                 };
                 let cost = spends[k].cost.saturating_add_signed(*extra);

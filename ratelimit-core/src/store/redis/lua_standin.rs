@@ -442,13 +442,14 @@ impl Redis {
 
     /// The strategy's refund mode: gives back (`give`, ARGV[4] = 2) or asks whether it would
     /// give back (ARGV[4] = 3) a spend of `cost` whose admitted reply's `reset_at` was
-    /// `spent_us` (ARGV[6]), as lua/refund.lua calls it once the key's stamp is checked.
+    /// `spent_us` (ARGV[6]) and the state's shift `shift_us` (ARGV[7]), as lua/refund.lua
+    /// calls it once the key's stamp is checked.
     pub(super) fn refund(
         &self,
         quota: &Quota,
         key: &str,
         cost: u64,
-        spent_us: u64,
+        (spent_us, shift_us): (u64, u64),
         give: bool,
     ) -> Reply {
         let call = call(quota, cost, false, true);
@@ -457,7 +458,7 @@ impl Redis {
         };
         let mut args = call.args().to_vec();
         args[3] = if give { 2 } else { 3 };
-        args.push(spent_us);
+        args.extend([spent_us, shift_us]);
         self.eval(&self.scripts[script], key, &args)
     }
 

@@ -19,7 +19,7 @@ use std::sync::LazyLock;
 use std::time::Instant;
 
 use super::ledger::stamp_key;
-use super::scripts::{arguments, script_of, stacked_index, supports, REFUND_SCRIPT};
+use super::scripts::{arguments, stacked_index, supports, ADJUST_SCRIPT, REFUND_SCRIPT};
 use super::RedisStore;
 use crate::error::Error;
 use crate::store::{Adjustment, Refund};
@@ -40,7 +40,7 @@ impl RedisStore {
     /// Gives back `refunds` (one call's spends) as one, in one round trip: all or none.
     pub(super) async fn give_back(&self, refunds: &[Refund<'_>]) -> Result<bool, Error> {
         let mut keys: Vec<&str> = Vec::with_capacity(2 * refunds.len());
-        let mut args = Vec::with_capacity(6 * refunds.len());
+        let mut args = Vec::with_capacity(7 * refunds.len());
         for refund in refunds {
             crate::key::check_store_key(refund.key().as_str())?;
             supports(refund.quota())?;
@@ -57,6 +57,7 @@ impl RedisStore {
                 second,
                 refund.cost(),
                 spent_us,
+                refund.shift() / 1_000,
                 refund.stamp(),
             ]);
         }
@@ -80,17 +81,19 @@ impl RedisStore {
 
 impl RedisStore {
     /// A penalty or a reward, in one round trip: the strategy's script in its adjust mode
-    /// (see `lua/prelude.lua`). The units spent or given back.
+    /// (see `lua/prelude.lua`), behind `lua/adjust.lua`, which keeps the key's stamp no longer
+    /// than its state. The units spent or given back.
     pub(super) async fn adjust_key(&self, adjustment: &Adjustment<'_>) -> Result<u64, Error> {
         let (key, quota) = (adjustment.key().as_str(), adjustment.quota());
         crate::key::check_store_key(key)?;
         supports(quota)?;
         let [first, second] = arguments(quota);
         let mode = if adjustment.is_penalty() { 4 } else { 5 };
-        let args = [first, second, adjustment.units(), mode, 1];
-        let script = script_of(quota.strategy());
+        let index = stacked_index(quota.strategy()) as u64;
+        let args = [index, first, second, adjustment.units(), mode];
+        let stamp = stamp_key(key);
         let units: i64 = self
-            .run(script, &[key], &args, false, Instant::now())
+            .run(&ADJUST_SCRIPT, &[key, &stamp], &args, false, Instant::now())
             .await?;
         self.inner.refusals.forget(key);
         u64::try_from(units).map_err(|_| super::reply::unexpected(&units))

@@ -184,9 +184,13 @@ fn nearest_window(number: u64, now_us: u64, window_us: u64) -> Option<u64> {
     }
 }
 
-/// `{allowed, remaining, reset_at, retry_after or -1, now}` in microseconds, to nanoseconds.
+/// `{allowed, remaining, reset_at, retry_after or -1, now}` in microseconds, to nanoseconds
+/// (a token bucket's state shift after them, when not 0, is for the stacked script's
+/// receipts: not part of the verdict).
 pub(super) fn full(reply: &[i64]) -> Option<(Verdict, Nanos)> {
-    let &[allowed, remaining, reset_at, retry_after, now] = reply else {
+    let (&[allowed, remaining, reset_at, retry_after, now]
+    | &[allowed, remaining, reset_at, retry_after, now, _]) = reply
+    else {
         return None;
     };
     let nanos = |us: i64| u64::try_from(us).ok()?.checked_mul(1_000);

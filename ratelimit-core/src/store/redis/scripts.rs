@@ -217,7 +217,8 @@ macro_rules! single {
 
         /// The strategies' scripts as functions, `scripts`, the table of them in the order
         /// of [`index`], and what is read beside a state (`lua/beside.lua`): what the scripts
-        /// of several keys (`lua/stacked.lua`, `lua/refund.lua`) are loaded behind.
+        /// of several keys (`lua/stacked.lua`, `lua/refund.lua`, `lua/adjust.lua`) are loaded
+        /// behind.
         const FUNCTIONS: &str = concat!(
             $(wrapped!($lua),)*
             "-- The strategies' scripts, in the order of the table of algorithms.\n",
@@ -234,6 +235,11 @@ crate::algorithm::algorithms!(single);
 /// Several limits as one decision (`lua/stacked.lua`).
 pub(super) static STACKED_SCRIPT: LazyLock<Lua> =
     LazyLock::new(|| Lua::new([FUNCTIONS, include_str!("../../../lua/stacked.lua")].concat()));
+
+/// A penalty or a reward, with the key's stamp kept no longer than its state
+/// (`lua/adjust.lua`).
+pub(super) static ADJUST_SCRIPT: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new([FUNCTIONS, include_str!("../../../lua/adjust.lua")].concat()));
 
 /// One call's spends given back as one (`lua/refund.lua`).
 pub(super) static REFUND_SCRIPT: LazyLock<Lua> =
@@ -252,11 +258,6 @@ pub(super) static SCRIPTS: LazyLock<[Lua; HOT_MORE + 1]> =
     LazyLock::new(|| std::array::from_fn(|script| Lua::new(source(script))));
 const HOT_ONE: usize = SINGLE.len();
 const HOT_MORE: usize = HOT_ONE + 1;
-
-/// The single-key script of `strategy` (a call that does not take its hot path).
-pub(super) fn script_of(strategy: Strategy) -> &'static Lua {
-    &SCRIPTS[index(strategy)]
-}
 
 /// The source of [`SCRIPTS`]`[script]`.
 pub(super) fn source(script: usize) -> String {

@@ -18,7 +18,8 @@ use super::refusals::Refusals;
 use super::reply::{full, unexpected, RedisClock, Reply};
 use super::round_trip::{runtime_ready, Client};
 use super::scripts::{
-    arguments, call, stacked_index, supports, OwnScripts, REFUND_SCRIPT, SCRIPTS, STACKED_SCRIPT,
+    arguments, call, stacked_index, supports, OwnScripts, ADJUST_SCRIPT, REFUND_SCRIPT, SCRIPTS,
+    STACKED_SCRIPT,
 };
 use crate::algorithm::{self, Verdict};
 use crate::clock::Nanos;
@@ -196,10 +197,12 @@ impl RedisStore {
     /// start-up to find out at once that Redis is unreachable.
     pub async fn connect(&self) -> Result<(), Error> {
         self.bounded(Instant::now(), |mut connection| async move {
-            for script in SCRIPTS
-                .iter()
-                .chain([&*STACKED_SCRIPT, &*REFUND_SCRIPT, &*RESET_SCRIPT])
-            {
+            for script in SCRIPTS.iter().chain([
+                &*STACKED_SCRIPT,
+                &*REFUND_SCRIPT,
+                &*ADJUST_SCRIPT,
+                &*RESET_SCRIPT,
+            ]) {
                 let loaded: Result<String, _> = script.load().query_async(&mut connection).await;
                 loaded.map_err(|e| self.error("could not load a script", &e))?;
             }
@@ -309,7 +312,7 @@ impl RedisStore {
     pub(crate) async fn verdicts(
         &self,
         stacked: &Stacked<'_>,
-    ) -> Result<Vec<(Verdict, Nanos, u64)>, Error> {
+    ) -> Result<Vec<(Verdict, Nanos, (u64, Nanos))>, Error> {
         let (checks, now, commit) = (stacked.checks(), stacked.now(), stacked.spends());
         let local = crate::store::precheck_all(stacked)?;
         for check in checks {
@@ -349,17 +352,21 @@ impl RedisStore {
             }
             let sent = Instant::now();
             let reply: Vec<i64> = self.run(&STACKED_SCRIPT, &keys, &args, false, sent).await?;
-            let each = if stamping { 6 } else { 5 };
+            // With a stamp, the state's shift and the stamp follow each reply.
+            let each = if stamping { 7 } else { 5 };
             if reply.len() != each * asked.len() {
                 return Err(unexpected(&reply));
             }
             replies = reply
                 .chunks_exact(each)
                 .map(|r| {
-                    let stamp = r.get(5).map_or(Some(0), |&s| u64::try_from(s).ok());
+                    let kept = |i: usize| -> Option<u64> {
+                        r.get(i).map_or(Some(0), |&n| u64::try_from(n).ok())
+                    };
+                    let shift = kept(5).and_then(|us| us.checked_mul(1_000));
                     full(&r[..5])
-                        .zip(stamp)
-                        .map(|((verdict, at), stamp)| (verdict, at, stamp))
+                        .zip(shift.zip(kept(6)))
+                        .map(|((verdict, at), (shift, stamp))| (verdict, at, (stamp, shift)))
                         .ok_or_else(|| unexpected(&r))
                 })
                 .collect::<Result<Vec<_>, _>>()?
@@ -368,7 +375,7 @@ impl RedisStore {
         local
             .into_iter()
             .map(|l| match l {
-                Some(verdict) => Ok((verdict, now, 0)),
+                Some(verdict) => Ok((verdict, now, (0, 0))),
                 None => replies.next().ok_or_else(|| unexpected(&"no reply")),
             })
             .collect()
@@ -383,7 +390,11 @@ impl RedisStore {
             .checks()
             .iter()
             .zip(verdicts)
-            .map(|(c, (v, at, stamp))| Decision::for_quota(v, at, c.quota).stamped(stamp))
+            .map(|(c, (v, at, (stamp, shift)))| {
+                Decision::for_quota(v, at, c.quota)
+                    .stamped(stamp)
+                    .shifted(shift)
+            })
             .collect())
     }
 }

@@ -1,0 +1,14 @@
+-- A penalty or a reward on one key (the strategy's script in its adjust mode, see
+-- lua/prelude.lua), with the key's stamp kept no longer than its state: a reward may move the
+-- state's expiry earlier (see stamp_follows in lua/beside.lua). The strategies' scripts are
+-- loaded in front of this file as functions, with `scripts`, as for lua/refund.lua.
+--
+-- KEYS[1]: the limiter key; KEYS[2]: its stamp key (see lua/stacked.lua)
+-- ARGV[1]: the strategy (its place in `scripts`); ARGV[2], ARGV[3]: the two numbers its script
+--          takes as ARGV[1] and ARGV[2]; ARGV[4]: the units; ARGV[5]: 4 a penalty, 5 a reward
+-- Returns: the units spent or given back, or the error reply of state of an unexpected shape.
+
+local units = scripts[ARGV[1] + 0]({KEYS[1]}, {ARGV[2], ARGV[3], ARGV[4], ARGV[5], '1'})
+if type(units) == 'table' then return units end
+stamp_follows(KEYS[1], KEYS[2])
+return units
