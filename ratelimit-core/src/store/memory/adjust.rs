@@ -3,7 +3,7 @@
 
 use std::hash::BuildHasher;
 
-use super::cells::{by_strategy, by_strategy_arms, Cell, InTables};
+use super::cells::{by_strategy, by_strategy_arms, Cell, InTables, Side};
 use super::MemoryStore;
 use crate::algorithm;
 use crate::clock::Nanos;
@@ -38,8 +38,9 @@ impl MemoryStore {
     ) -> Result<u64, Error> {
         let hash = self.inner.hasher.hash_one(key);
         let mut tables = self.shard(hash).write();
-        if let Some(cell) = A::table_mut(&mut tables).find_mut(hash, |c| c.key() == key) {
-            return Ok(cell.adjust(now, quota, units, penalty));
+        let (table, side) = A::table_and_side(&mut tables);
+        if let Some(cell) = table.find_mut(hash, |c| c.key() == key) {
+            return Ok(cell.adjust(side, now, quota, units, penalty));
         }
         if tables.held_by_other(quota.strategy(), hash, key) {
             return Err(algorithm::Undecidable::UnexpectedState.into());
@@ -52,8 +53,10 @@ impl MemoryStore {
                 max_keys: self.options().max_keys,
             });
         }
+        // A penalty on a key not stored yet: nothing for the side table (only refunds and
+        // rewards keep anything there).
         let mut cell = A::Cell::fresh();
-        let moved = cell.adjust(now, quota, units, penalty);
+        let moved = cell.adjust(&mut Side::new(), now, quota, units, penalty);
         self.insert::<A>(&mut tables, hash, key, cell);
         Ok(moved)
     }

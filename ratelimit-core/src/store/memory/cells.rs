@@ -1,5 +1,6 @@
 //! The memory store's cells: one compact layout per strategy, and a shard's tables of them.
 
+use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -44,26 +45,47 @@ pub(super) trait Cell: Sized {
     fn expires_at(&self) -> Nanos;
     /// Decides in one atomic step: callers share the cell (under the shard's read lock).
     fn decide(&self, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> Verdict;
-    /// The state's shift, for a spend's receipt (see [`Algorithm::shift`]): read under the
-    /// shard's read lock, it cannot change before the decision, since only a refund or an
-    /// adjustment changes it, under the write lock.
-    fn shift(&self) -> Nanos {
+    /// The state's shift, for a spend's receipt (see [`Algorithm::shift`]), from the shard's
+    /// side table: read under the shard's read lock, it cannot change before the decision,
+    /// since only a refund or an adjustment changes it, under the write lock.
+    fn shift(&self, _side: &Side) -> Nanos {
         0
     }
     /// The stamp a spend decided on this cell carries.
     #[inline]
-    fn stamp(&self) -> Stamp {
+    fn stamp(&self, side: &Side) -> Stamp {
         Stamp {
             stamp: self.kept().stamp(),
-            shift: self.shift(),
+            shift: self.shift(side),
         }
     }
     /// Gives back a spend (see [`Algorithm::refund`]); without `commit`, only whether it
-    /// would. Under the shard's write lock: a refund reads the state and its shift as one.
-    fn refund(&mut self, spent: Spend, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> bool;
+    /// would. Under the shard's write lock: a refund reads the state and what refunds keep
+    /// in the side table as one.
+    fn refund(
+        &mut self,
+        side: &mut Side,
+        spent: Spend,
+        now: Nanos,
+        quota: &Quota,
+        cost: u64,
+        commit: bool,
+    ) -> bool;
     /// A penalty or a reward (see [`Algorithm::adjust`]), under the shard's write lock.
-    fn adjust(&mut self, now: Nanos, quota: &Quota, units: u64, penalty: bool) -> u64;
+    fn adjust(
+        &mut self,
+        side: &mut Side,
+        now: Nanos,
+        quota: &Quota,
+        units: u64,
+        penalty: bool,
+    ) -> u64;
 }
+
+/// What token buckets given back to keep for later refunds ([`Given`]), by their cells'
+/// stamps: a side table of each shard, so that a key nothing is given back to pays nothing
+/// for it (the cells keep their size). An entry goes with its cell (sweep, reset).
+pub(super) type Side = HashMap<u64, Box<Given>>;
 
 /// What a spend's receipt takes from the cell it was decided on: the key's stamp (0: none
 /// kept, nothing can be given back) and the state's shift ([`Cell::shift`]).
@@ -120,6 +142,8 @@ pub(super) trait Kept: Algorithm {
 pub(super) trait InTables: Kept {
     fn table(tables: &Tables) -> &HashTable<Self::Cell>;
     fn table_mut(tables: &mut Tables) -> &mut HashTable<Self::Cell>;
+    /// The table and the shard's side table, both to write.
+    fn table_and_side(tables: &mut Tables) -> (&mut HashTable<Self::Cell>, &mut Side);
 }
 
 /// Runs `$f::<algorithm>$args` (or `$recv.$f::<algorithm>$args`) for the algorithm of
@@ -239,34 +263,38 @@ pub(super) struct CounterCell {
     state: AtomicU128,
 }
 
-/// [`Gcra`]; the theoretical arrival time is also the expiry. What refunds keep (`given`,
-/// see [`Given`](crate::algorithm::Given)) changes only under the shard's write lock, the
-/// arrival time under either lock.
+/// [`Gcra`]; the theoretical arrival time is also the expiry. What refunds keep
+/// ([`Given`]) is in the shard's [`Side`] table, changed only under its write lock.
 pub(super) struct BucketCell {
     key: StampedKey,
     tat: AtomicU64,
-    given: Option<Box<Given>>,
 }
 
 impl BucketCell {
-    /// The whole state, under the shard's write lock.
-    fn state(&mut self) -> Gcra {
+    /// The whole state, what refunds keep taken out of `side` (under the shard's write
+    /// lock).
+    fn state(&mut self, side: &mut Side) -> Gcra {
         Gcra {
             tat: *self.tat.get_mut(),
-            given: self.given.take(),
+            given: side.remove(&self.key.stamp()),
         }
     }
 
-    fn set(&mut self, state: Gcra) {
+    /// Stores `state`, what refunds keep back in `side`, by the cell's stamp (a cell not
+    /// kept, stamp 0, is never given back to).
+    fn set(&mut self, side: &mut Side, state: Gcra) {
         *self.tat.get_mut() = state.tat;
-        self.given = state.given;
+        let stamp = self.key.stamp();
+        if let Some(given) = state.given.filter(|_| stamp != 0) {
+            side.insert(stamp, given);
+        }
     }
 }
 
 const _: () = assert!(std::mem::size_of::<FixedCell>() == 32);
 const _: () = assert!(std::mem::size_of::<LockedCell<Box<SlidingLog>>>() == 40);
 const _: () = assert!(std::mem::size_of::<CounterCell>() == 32);
-const _: () = assert!(std::mem::size_of::<BucketCell>() == 32);
+const _: () = assert!(std::mem::size_of::<BucketCell>() == 24);
 
 impl Cell for FixedCell {
     fn fresh() -> Self {
@@ -295,7 +323,15 @@ impl Cell for FixedCell {
             (FixedCell::packed(&state, quota), verdict)
         })
     }
-    fn refund(&mut self, spent: Spend, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> bool {
+    fn refund(
+        &mut self,
+        _: &mut Side,
+        spent: Spend,
+        now: Nanos,
+        quota: &Quota,
+        cost: u64,
+        commit: bool,
+    ) -> bool {
         let word = self.state.get_mut();
         let mut state = FixedCell::unpacked(*word, quota.window_nanos());
         let gave = state.refund(spent, now, quota, cost);
@@ -304,7 +340,14 @@ impl Cell for FixedCell {
         }
         gave
     }
-    fn adjust(&mut self, now: Nanos, quota: &Quota, units: u64, penalty: bool) -> u64 {
+    fn adjust(
+        &mut self,
+        _: &mut Side,
+        now: Nanos,
+        quota: &Quota,
+        units: u64,
+        penalty: bool,
+    ) -> u64 {
         let word = self.state.get_mut();
         let mut state = FixedCell::unpacked(*word, quota.window_nanos());
         let moved = state.adjust(now, quota, units, penalty);
@@ -357,7 +400,15 @@ impl<A: Algorithm> Cell for LockedCell<A> {
         }
         verdict
     }
-    fn refund(&mut self, spent: Spend, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> bool {
+    fn refund(
+        &mut self,
+        _: &mut Side,
+        spent: Spend,
+        now: Nanos,
+        quota: &Quota,
+        cost: u64,
+        commit: bool,
+    ) -> bool {
         let state = self.state.get_mut();
         if !commit {
             return state.clone().refund(spent, now, quota, cost);
@@ -368,7 +419,14 @@ impl<A: Algorithm> Cell for LockedCell<A> {
         }
         gave
     }
-    fn adjust(&mut self, now: Nanos, quota: &Quota, units: u64, penalty: bool) -> u64 {
+    fn adjust(
+        &mut self,
+        _: &mut Side,
+        now: Nanos,
+        quota: &Quota,
+        units: u64,
+        penalty: bool,
+    ) -> u64 {
         let state = self.state.get_mut();
         let moved = state.adjust(now, quota, units, penalty);
         *self.expires_at.get_mut() = state.expires_at(quota);
@@ -404,7 +462,15 @@ impl Cell for CounterCell {
             (CounterCell::packed(&state, quota), verdict)
         })
     }
-    fn refund(&mut self, spent: Spend, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> bool {
+    fn refund(
+        &mut self,
+        _: &mut Side,
+        spent: Spend,
+        now: Nanos,
+        quota: &Quota,
+        cost: u64,
+        commit: bool,
+    ) -> bool {
         let word = self.state.get_mut();
         let mut state = CounterCell::unpacked(*word, quota.window_nanos());
         let gave = state.refund(spent, now, quota, cost);
@@ -413,7 +479,14 @@ impl Cell for CounterCell {
         }
         gave
     }
-    fn adjust(&mut self, now: Nanos, quota: &Quota, units: u64, penalty: bool) -> u64 {
+    fn adjust(
+        &mut self,
+        _: &mut Side,
+        now: Nanos,
+        quota: &Quota,
+        units: u64,
+        penalty: bool,
+    ) -> u64 {
         let word = self.state.get_mut();
         let mut state = CounterCell::unpacked(*word, quota.window_nanos());
         let moved = state.adjust(now, quota, units, penalty);
@@ -451,7 +524,6 @@ impl Cell for BucketCell {
         BucketCell {
             key: StampedKey::default(),
             tat: AtomicU64::new(0),
-            given: None,
         }
     }
     fn kept(&self) -> &StampedKey {
@@ -471,20 +543,38 @@ impl Cell for BucketCell {
             (state.tat, verdict)
         })
     }
-    fn shift(&self) -> Nanos {
-        self.given.as_ref().map_or(0, |g| g.shift)
+    fn shift(&self, side: &Side) -> Nanos {
+        if side.is_empty() {
+            return 0;
+        }
+        side.get(&self.key.stamp()).map_or(0, |g| g.shift)
     }
-    fn refund(&mut self, spent: Spend, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> bool {
-        let mut state = self.state();
+    fn refund(
+        &mut self,
+        side: &mut Side,
+        spent: Spend,
+        now: Nanos,
+        quota: &Quota,
+        cost: u64,
+        commit: bool,
+    ) -> bool {
+        let mut state = self.state(side);
         let before = (!commit).then(|| state.clone());
         let gave = state.refund(spent, now, quota, cost);
-        self.set(before.unwrap_or(state));
+        self.set(side, before.unwrap_or(state));
         gave
     }
-    fn adjust(&mut self, now: Nanos, quota: &Quota, units: u64, penalty: bool) -> u64 {
-        let mut state = self.state();
+    fn adjust(
+        &mut self,
+        side: &mut Side,
+        now: Nanos,
+        quota: &Quota,
+        units: u64,
+        penalty: bool,
+    ) -> u64 {
+        let mut state = self.state(side);
         let moved = state.adjust(now, quota, units, penalty);
-        self.set(state);
+        self.set(side, state);
         moved
     }
 }
@@ -502,6 +592,8 @@ macro_rules! tables {
             /// The keys refused until a time ([`Quota::block`]), whatever their strategy
             /// (`blocks.rs`).
             pub(super) blocks: HashTable<Block>,
+            /// What token buckets given back to keep for later refunds.
+            pub(super) side: Side,
         }
 
         $(
@@ -518,6 +610,10 @@ macro_rules! tables {
                 fn table_mut(tables: &mut Tables) -> &mut HashTable<Self::Cell> {
                     &mut tables.$variant
                 }
+                #[inline]
+                fn table_and_side(tables: &mut Tables) -> (&mut HashTable<Self::Cell>, &mut Side) {
+                    (&mut tables.$variant, &mut tables.side)
+                }
             }
         )*
 
@@ -525,17 +621,18 @@ macro_rules! tables {
             /// Removes `key` from every table: how many states went (the store's keys), and
             /// whether a block went.
             pub(super) fn remove_all(&mut self, hash: u64, key: &[u8]) -> (usize, bool) {
-                fn remove<C: Cell>(table: &mut HashTable<C>, hash: u64, key: &[u8]) -> usize {
+                fn remove<C: Cell>(table: &mut HashTable<C>, side: &mut Side, hash: u64, key: &[u8]) -> usize {
                     match table.find_entry(hash, |c| c.key() == key) {
                         Ok(entry) => {
-                            entry.remove();
+                            let (cell, _) = entry.remove();
+                            side.remove(&cell.kept().stamp());
                             1
                         }
                         Err(_) => 0,
                     }
                 }
                 let blocked = self.unblock(hash, key);
-                (0 $(+ remove(&mut self.$variant, hash, key))*, blocked)
+                (0 $(+ remove(&mut self.$variant, &mut self.side, hash, key))*, blocked)
             }
 
             /// Whether `key` is held under a strategy other than `strategy`.
@@ -550,11 +647,18 @@ macro_rules! tables {
             pub(super) fn sweep(&mut self, now: Nanos, hasher: &foldhash::fast::RandomState) -> usize {
                 fn sweep<C: Cell>(
                     table: &mut HashTable<C>,
+                    side: &mut Side,
                     now: Nanos,
                     hasher: &foldhash::fast::RandomState,
                 ) -> usize {
                     let before = table.len();
-                    table.retain(|cell| cell.expires_at() > now);
+                    table.retain(|cell| {
+                        let live = cell.expires_at() > now;
+                        if !live && !side.is_empty() {
+                            side.remove(&cell.kept().stamp());
+                        }
+                        live
+                    });
                     if table.capacity() > 16 && table.len() * 4 < table.capacity() {
                         let target = table.len() * 2;
                         table.shrink_to(target, |c| hasher.hash_one(c.key()));
@@ -562,7 +666,11 @@ macro_rules! tables {
                     before - table.len()
                 }
                 self.sweep_blocks(now);
-                0 $(+ sweep(&mut self.$variant, now, hasher))*
+                let swept = 0 $(+ sweep(&mut self.$variant, &mut self.side, now, hasher))*;
+                if self.side.capacity() > 16 && self.side.len() * 4 < self.side.capacity() {
+                    self.side.shrink_to(self.side.len() * 2);
+                }
+                swept
             }
         }
     };

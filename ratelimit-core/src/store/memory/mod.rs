@@ -16,7 +16,7 @@ mod refund;
 mod stacked;
 mod sweep;
 
-use self::cells::{by_strategy, by_strategy_arms, Cell, InTables, Stamp, StampedKey, Tables};
+use self::cells::{by_strategy, by_strategy_arms, Cell, InTables, Side, Stamp, StampedKey, Tables};
 use crate::algorithm::{self, Verdict};
 use crate::clock::Nanos;
 use crate::decision::Decision;
@@ -245,7 +245,7 @@ impl MemoryStore {
         mut cell: A::Cell,
     ) -> Stamp {
         cell.keep(self.kept(key));
-        let stamp = cell.stamp();
+        let stamp = cell.stamp(&tables.side);
         let hasher = &self.inner.hasher;
         A::table_mut(tables).insert_unique(hash, cell, |c| hasher.hash_one(c.key()));
         stamp
@@ -361,11 +361,12 @@ impl MemoryStore {
         commit: bool,
     ) -> Result<(Verdict, Stamp), Error> {
         let hash = self.inner.hasher.hash_one(key);
-        let decide = |cell: &A::Cell| (cell.decide(now, quota, cost, commit), cell.stamp());
+        let decide =
+            |cell: &A::Cell, side: &Side| (cell.decide(now, quota, cost, commit), cell.stamp(side));
         {
             let tables = self.shard(hash).read();
             if let Some(cell) = A::table(&tables).find(hash, |c| c.key() == key) {
-                return Ok(decide(cell));
+                return Ok(decide(cell, &tables.side));
             }
             if tables.held_by_other(quota.strategy(), hash, key) {
                 return Err(algorithm::Undecidable::UnexpectedState.into());
@@ -380,7 +381,7 @@ impl MemoryStore {
             let mut tables = self.shard(hash).write();
             // Another call may have stored the key between the two locks.
             if let Some(cell) = A::table(&tables).find(hash, |c| c.key() == key) {
-                return Ok(decide(cell));
+                return Ok(decide(cell, &tables.side));
             }
             if tables.held_by_other(quota.strategy(), hash, key) {
                 return Err(algorithm::Undecidable::UnexpectedState.into());

@@ -23,9 +23,11 @@ fn refund<A: InTables>(
     commit: bool,
 ) -> bool {
     let key = refund.key().as_str().as_bytes();
-    match A::table_mut(tables).find_mut(hash, |c| c.key() == key) {
+    let (table, side) = A::table_and_side(tables);
+    match table.find_mut(hash, |c| c.key() == key) {
         Some(cell) if refund.stamp() != 0 && cell.kept().stamp() == refund.stamp() => {
-            cell.refund(refund.spend(), now, refund.quota(), refund.cost(), commit)
+            let (quota, cost) = (refund.quota(), refund.cost());
+            cell.refund(side, refund.spend(), now, quota, cost, commit)
         }
         _ => false,
     }
@@ -81,5 +83,51 @@ impl MemoryStore {
             }
         }
         Ok(true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::clock::Nanos;
+    use crate::decision::Receipt;
+    use crate::store::{MemoryStore, Mode, Refund, Request, StoreKey};
+    use crate::syntax::Strategy;
+    use crate::Quota;
+
+    const SEC: Nanos = 1_000_000_000;
+
+    /// How many token buckets the store keeps refunds' bookkeeping for.
+    fn sides(store: &MemoryStore) -> usize {
+        let shards = store.inner.shards.iter();
+        shards.map(|s| s.0.read().side.len()).sum()
+    }
+
+    /// Two spends kept on a bucket, the first given back: the bucket's bookkeeping goes into
+    /// its shard's side table (the cell keeps its size), and leaves with the cell, on a sweep
+    /// once the bucket is full again and on a reset: memory back to where it was.
+    #[test]
+    fn a_buckets_refund_bookkeeping_leaves_with_its_cell() {
+        let store = MemoryStore::new();
+        let q = Quota::per_second(3)
+            .unwrap()
+            .with_strategy(Strategy::TokenBucket);
+        for (k, end) in [("swept", true), ("reset", false)] {
+            let key = StoreKey::new(k).unwrap();
+            let spend = |now| {
+                let request = Request::new(key, &q, 1, now, Mode::Keep).unwrap();
+                store.decide_request(&request).unwrap().receipt()
+            };
+            let (a, _b): (Receipt, Receipt) = (spend(SEC), spend(SEC));
+            assert!(store
+                .refund_request(&Refund::of(key, &q, 1, a, SEC))
+                .unwrap());
+            assert_eq!(sides(&store), 1, "{k}");
+            if end {
+                store.sweep(3 * SEC);
+            } else {
+                assert!(store.reset(k));
+            }
+            assert_eq!(sides(&store), 0, "{k}");
+        }
     }
 }

@@ -52,7 +52,10 @@ fn spend<A: InTables>(
     now: Nanos,
 ) -> (Verdict, Stamp) {
     if let Some(cell) = A::table(tables).find(hash, |c| c.key() == key) {
-        return (cell.decide(now, quota, cost, true), cell.stamp());
+        return (
+            cell.decide(now, quota, cost, true),
+            cell.stamp(&tables.side),
+        );
     }
     let cell = A::Cell::fresh();
     let verdict = cell.decide(now, quota, cost, true);
