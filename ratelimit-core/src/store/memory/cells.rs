@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 use std::hash::BuildHasher;
+use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use hashbrown::HashTable;
@@ -238,12 +239,35 @@ fn unpack(word: u128) -> (u64, u64) {
     ((word >> 64) as u64, word as u64)
 }
 
-/// [`FixedWindow`]: the window's end (high word) and count (low word); the start is
-/// `end - window`.
-pub(super) struct FixedCell {
+/// A state that fits one 128-bit word, its expiry in the high word: [`WordCell`]'s.
+pub(super) trait Packed: Algorithm {
+    /// What a decision works out from `now` once, outside its compare-exchange loop.
+    type At: Copy;
+    fn at(now: Nanos, quota: &Quota) -> Self::At;
+    /// The state in a cell's word.
+    fn unpacked(word: u128, window: Nanos) -> Self;
+    /// The cell's word for this state.
+    fn packed(&self, quota: &Quota) -> u128;
+    /// [`Algorithm::decide`] at what [`at`](Self::at) worked out.
+    fn decide_packed(&mut self, at: Self::At, quota: &Quota, cost: u64, commit: bool) -> Verdict;
+}
+
+/// A cell whose state is one word ([`Packed`]): a decision is one compare-exchange.
+pub(super) struct WordCell<A> {
     key: StampedKey,
     state: AtomicU128,
+    algorithm: PhantomData<fn() -> A>,
 }
+
+/// [`FixedWindow`]: the window's end (high word) and count (low word); the start is
+/// `end - window`.
+pub(super) type FixedCell = WordCell<FixedWindow>;
+
+/// [`SlidingCounter`]: the expiry (high word), the current and the previous window's counts
+/// (32 bits each in the low word). The current window's start is the expiry less one window,
+/// or two while the current window has calls. Counts fit in `u32`: a [`Quota`]'s capacity is
+/// at most [`MAX_CAPACITY`](crate::quota::MAX_CAPACITY).
+pub(super) type CounterCell = WordCell<SlidingCounter>;
 
 /// Any algorithm's state behind the cell's own lock, for a state that fits no word: the
 /// [`SlidingLog`], boxed (it grows with the limit); an algorithm without a compact cell of its
@@ -252,15 +276,6 @@ pub(super) struct LockedCell<A> {
     key: StampedKey,
     expires_at: AtomicU64,
     state: Mutex<A>,
-}
-
-/// [`SlidingCounter`]: the expiry (high word), the current and the previous window's counts
-/// (32 bits each in the low word). The current window's start is the expiry less one window,
-/// or two while the current window has calls. Counts fit in `u32`: a [`Quota`]'s capacity is
-/// at most [`MAX_CAPACITY`](crate::quota::MAX_CAPACITY).
-pub(super) struct CounterCell {
-    key: StampedKey,
-    state: AtomicU128,
 }
 
 /// [`Gcra`]; the theoretical arrival time is also the expiry. What refunds keep
@@ -296,11 +311,12 @@ const _: () = assert!(std::mem::size_of::<LockedCell<Box<SlidingLog>>>() == 40);
 const _: () = assert!(std::mem::size_of::<CounterCell>() == 32);
 const _: () = assert!(std::mem::size_of::<BucketCell>() == 24);
 
-impl Cell for FixedCell {
+impl<A: Packed> Cell for WordCell<A> {
     fn fresh() -> Self {
-        FixedCell {
+        WordCell {
             key: StampedKey::default(),
             state: AtomicU128::new(0),
+            algorithm: PhantomData,
         }
     }
     fn kept(&self) -> &StampedKey {
@@ -313,14 +329,14 @@ impl Cell for FixedCell {
         unpack(self.state.load(Ordering::Acquire)).0
     }
     fn decide(&self, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> Verdict {
-        let window = quota.window_nanos();
+        let (window, at) = (quota.window_nanos(), A::at(now, quota));
         update(&self.state, |word| {
-            let mut state = FixedCell::unpacked(word, window);
-            let verdict = state.decide(now, quota, cost, commit);
+            let mut state = A::unpacked(word, window);
+            let verdict = state.decide_packed(at, quota, cost, commit);
             if !commit {
                 return (word, verdict);
             }
-            (FixedCell::packed(&state, quota), verdict)
+            (state.packed(quota), verdict)
         })
     }
     fn refund(
@@ -333,10 +349,10 @@ impl Cell for FixedCell {
         commit: bool,
     ) -> bool {
         let word = self.state.get_mut();
-        let mut state = FixedCell::unpacked(*word, quota.window_nanos());
+        let mut state = A::unpacked(*word, quota.window_nanos());
         let gave = state.refund(spent, now, quota, cost);
         if gave && commit {
-            *word = FixedCell::packed(&state, quota);
+            *word = state.packed(quota);
         }
         gave
     }
@@ -349,15 +365,19 @@ impl Cell for FixedCell {
         penalty: bool,
     ) -> u64 {
         let word = self.state.get_mut();
-        let mut state = FixedCell::unpacked(*word, quota.window_nanos());
+        let mut state = A::unpacked(*word, quota.window_nanos());
         let moved = state.adjust(now, quota, units, penalty);
-        *word = FixedCell::packed(&state, quota);
+        *word = state.packed(quota);
         moved
     }
 }
 
-impl FixedCell {
-    /// The state in the cell's word (see the type's docs).
+impl Packed for FixedWindow {
+    type At = Nanos;
+    #[inline(always)]
+    fn at(now: Nanos, _: &Quota) -> Nanos {
+        now
+    }
     #[inline(always)]
     fn unpacked(word: u128, window: Nanos) -> FixedWindow {
         let (end, count) = unpack(word);
@@ -366,11 +386,13 @@ impl FixedCell {
             count,
         }
     }
-
-    /// The cell's word for `state`.
     #[inline(always)]
-    fn packed(state: &FixedWindow, quota: &Quota) -> u128 {
-        pack(state.expires_at(quota), state.count)
+    fn packed(&self, quota: &Quota) -> u128 {
+        pack(self.expires_at(quota), self.count)
+    }
+    #[inline(always)]
+    fn decide_packed(&mut self, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> Verdict {
+        self.decide(now, quota, cost, commit)
     }
 }
 
@@ -434,69 +456,13 @@ impl<A: Algorithm> Cell for LockedCell<A> {
     }
 }
 
-impl Cell for CounterCell {
-    fn fresh() -> Self {
-        CounterCell {
-            key: StampedKey::default(),
-            state: AtomicU128::new(0),
-        }
+/// The counter aligns `now` once, before it reads the state (see the test below).
+impl Packed for SlidingCounter {
+    type At = Aligned;
+    #[inline(always)]
+    fn at(now: Nanos, quota: &Quota) -> Aligned {
+        Aligned::new(now, quota.window_nanos())
     }
-    fn kept(&self) -> &StampedKey {
-        &self.key
-    }
-    fn keep(&mut self, kept: StampedKey) {
-        self.key = kept;
-    }
-    fn expires_at(&self) -> Nanos {
-        unpack(self.state.load(Ordering::Acquire)).0
-    }
-    fn decide(&self, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> Verdict {
-        let window = quota.window_nanos();
-        let at = Aligned::new(now, window);
-        update(&self.state, |word| {
-            let mut state = CounterCell::unpacked(word, window);
-            let verdict = state.decide_at(at, quota, cost, commit);
-            if !commit {
-                return (word, verdict);
-            }
-            (CounterCell::packed(&state, quota), verdict)
-        })
-    }
-    fn refund(
-        &mut self,
-        _: &mut Side,
-        spent: Spend,
-        now: Nanos,
-        quota: &Quota,
-        cost: u64,
-        commit: bool,
-    ) -> bool {
-        let word = self.state.get_mut();
-        let mut state = CounterCell::unpacked(*word, quota.window_nanos());
-        let gave = state.refund(spent, now, quota, cost);
-        if gave && commit {
-            *word = CounterCell::packed(&state, quota);
-        }
-        gave
-    }
-    fn adjust(
-        &mut self,
-        _: &mut Side,
-        now: Nanos,
-        quota: &Quota,
-        units: u64,
-        penalty: bool,
-    ) -> u64 {
-        let word = self.state.get_mut();
-        let mut state = CounterCell::unpacked(*word, quota.window_nanos());
-        let moved = state.adjust(now, quota, units, penalty);
-        *word = CounterCell::packed(&state, quota);
-        moved
-    }
-}
-
-impl CounterCell {
-    /// The state in the cell's word (see the type's docs).
     #[inline(always)]
     fn unpacked(word: u128, window: Nanos) -> SlidingCounter {
         let (expires_at, counts) = unpack(word);
@@ -508,14 +474,16 @@ impl CounterCell {
             previous,
         }
     }
-
-    /// The cell's word for `state`.
     #[inline(always)]
-    fn packed(state: &SlidingCounter, quota: &Quota) -> u128 {
+    fn packed(&self, quota: &Quota) -> u128 {
         // Both at most the capacity, which a `Quota` keeps within `u32`.
         let narrow = |n: u64| n.min(u64::from(u32::MAX));
-        let counts = (narrow(state.current) << 32) | narrow(state.previous);
-        pack(state.expires_at(quota), counts)
+        let counts = (narrow(self.current) << 32) | narrow(self.previous);
+        pack(self.expires_at(quota), counts)
+    }
+    #[inline(always)]
+    fn decide_packed(&mut self, at: Aligned, quota: &Quota, cost: u64, commit: bool) -> Verdict {
+        self.decide_at(at, quota, cost, commit)
     }
 }
 
