@@ -25,7 +25,7 @@
 //!
 //! `RL_ROUNDS` (default 30, rounded up to a multiple of each group's variant count),
 //! `RL_CALLS` (calls per sample, default 200,000), `RL_KEYS` (default 100,000); for a
-//! profile, `RL_GROUP` (`one`, `keys`, `sliding`, `threads`, `tasks`) runs one group and
+//! profile, `RL_GROUP` (`one`, `unkeyed`, `keys`, `sliding`, `threads`, `tasks`) runs one group and
 //! `RL_ONLY` (part of a name) keeps the two governor variants and the named ones; for
 //! instruction counts, `RL_IR` (part of a name) runs only that variant, `RL_CALLS` calls on
 //! one key on a `ManualClock`, under `valgrind --tool=cachegrind` (BENCHMARKS.md).
@@ -76,6 +76,17 @@ async fn annotated_counter(user: u64) -> Result<u64, Error> {
 // One entry per admitted call: a short window keeps the log a few thousand entries long.
 #[rate_limit(limit = 10_000_000, window = "10ms", strategy = "sliding-window", key = user)]
 async fn annotated_log(user: u64) -> Result<u64, Error> {
+    Ok(black_box(user))
+}
+
+// Unkeyed (issue 29): one budget for every caller, against governor's direct limiter.
+#[rate_limit(limit = 4_000_000_000, window = "1h", strategy = "token-bucket")]
+async fn unkeyed_bucket(user: u64) -> Result<u64, Error> {
+    Ok(black_box(user))
+}
+
+#[rate_limit(limit = 4_000_000_000, window = "1h", strategy = "fixed-window")]
+async fn unkeyed_fixed(user: u64) -> Result<u64, Error> {
     Ok(black_box(user))
 }
 
@@ -196,6 +207,39 @@ fn variants(
         ));
     }
     out
+}
+
+/// The unkeyed group (issue 29): governor's direct (unkeyed) `check` first, the floor of an
+/// unkeyed decision (the clock read and one compare-exchange on one cell), and the annotated
+/// fns without `key`.
+fn unkeyed(clock: &Arc<dyn ratelimit::Clock>) -> Vec<(String, Call)> {
+    use std::sync::atomic::AtomicU64;
+    let gov = Arc::new(RateLimiter::direct(GQuota::per_second(NonZeroU32::MAX)));
+    let (cell, clock) = (Arc::new(AtomicU64::new(0)), Arc::clone(clock));
+    vec![
+        (
+            "governor check (direct)".into(),
+            Arc::new(move |_| gov.check().is_ok()),
+        ),
+        (
+            "floor: clock + CAS".into(),
+            Arc::new(move |_| {
+                let now = clock.now();
+                let seen = cell.load(Ordering::Relaxed);
+                let next = seen.max(now) + 1;
+                cell.compare_exchange(seen, next, Ordering::AcqRel, Ordering::Relaxed)
+                    .is_ok()
+            }),
+        ),
+        (
+            "unkeyed annotated token-bucket".into(),
+            Arc::new(|k| ready(unkeyed_bucket(k)).is_ok()),
+        ),
+        (
+            "unkeyed annotated fixed-window".into(),
+            Arc::new(|k| ready(unkeyed_fixed(k)).is_ok()),
+        ),
+    ]
 }
 
 /// The floor of any keyed decision (issue 29): the key hashed (`foldhash`), the clock read,
@@ -436,7 +480,8 @@ fn main() {
     let main = [Strategy::TokenBucket, Strategy::FixedWindow];
 
     if let Some(only) = ir {
-        let cases = variants(&service, &keys, &Strategy::ALL);
+        let mut cases = variants(&service, &keys, &Strategy::ALL);
+        cases.extend(unkeyed(service.clock()));
         let (name, call) = cases
             .iter()
             .find(|(name, _)| name.contains(&only))
@@ -452,6 +497,9 @@ fn main() {
     if "one".contains(&group) {
         let one = selected(variants(&service, &keys, &main));
         single_thread("one key", &one, 1, calls);
+    }
+    if "unkeyed".contains(&group) {
+        single_thread("unkeyed", &unkeyed(service.clock()), 1, calls);
     }
     if "keys".contains(&group) {
         let many = selected(variants(&service, &keys, &main));
