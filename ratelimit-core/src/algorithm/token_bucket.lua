@@ -133,7 +133,8 @@ if refunding then
   local ends = spent - moved
   if at >= ends or stored <= at or ends > stored then return 0 end
   local back_to = math.max(stored - math.min(cost_time, ends - at), at)
-  if not move_back(stored - back_to, {from, place}) then return 0 end
+  -- The last spend (its place is the arrival time's, shifted) moves no other spend back.
+  if place ~= stored + shift and not move_back(stored - back_to, {from, place}) then return 0 end
   if giving then write(back_to) end
   return 1
 end

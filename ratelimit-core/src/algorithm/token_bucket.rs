@@ -149,7 +149,9 @@ impl Algorithm for Gcra {
     /// holds at most its capacity of: with a capacity below [`RUNS_KEPT`] every refund is
     /// exact, in any order. Past that many runs, two become one, counted from the first's
     /// first place: a spend between them then counts their refunds as having moved it, and
-    /// gives back less than it held, never more.
+    /// gives back less than it held, never more. The last spend given back (nothing spent
+    /// after it) moves no other: a bucket whose spends are given back in the reverse order
+    /// they were made in (one at a time: spent, then given back) keeps no shift at all.
     ///
     /// The instant is never before the bucket's last admitted call as far as the state tells:
     /// a call admitted at `d` left the arrival time at most one tolerance past `d`, so `now` is
@@ -190,6 +192,13 @@ impl Algorithm for Gcra {
         }
         let held = cost_time.min(end - now);
         let next = self.tat.saturating_sub(held).max(now);
+        if place == self.tat.saturating_add(shift) {
+            // The last spend (its place is the arrival time's, shifted): it moves no other
+            // spend back, so nothing is added to the shift or the runs, and the next spend's
+            // places start where it left them.
+            self.tat = next;
+            return true;
+        }
         self.move_back(next, Some((from, place)))
     }
 
