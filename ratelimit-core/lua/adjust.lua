@@ -5,10 +5,18 @@
 --
 -- KEYS[1]: the limiter key; KEYS[2]: its stamp key (see lua/stacked.lua)
 -- ARGV[1]: the strategy (its place in `scripts`); ARGV[2], ARGV[3]: the two numbers its script
---          takes as ARGV[1] and ARGV[2]; ARGV[4]: the units; ARGV[5]: 4 a penalty, 5 a reward
+--          takes as ARGV[1] and ARGV[2]; ARGV[4]: the units; ARGV[5]: 4 a penalty, 5 a reward;
+--          ARGV[6]: 1 when a reward leaves no spend before it to give back (the strategy
+--          counts units and cannot tell a spend's from the reward's afterwards, see
+--          `Algorithm::REFUNDS_SURVIVE_REWARDS`): such a reward deletes the stamp, so the next
+--          spend kept draws a new one
 -- Returns: the units spent or given back, or the error reply of state of an unexpected shape.
 
 local units = scripts[ARGV[1] + 0]({KEYS[1]}, {ARGV[2], ARGV[3], ARGV[4], ARGV[5], '1'})
 if type(units) == 'table' then return units end
-stamp_follows(KEYS[1], KEYS[2])
+if ARGV[5] == '5' and ARGV[6] == '1' and units > 0 then
+  redis.call('DEL', KEYS[2])
+else
+  stamp_follows(KEYS[1], KEYS[2])
+end
 return units

@@ -53,6 +53,15 @@ pub(crate) trait Algorithm: Default + Clone + PartialEq + fmt::Debug {
         0
     }
 
+    /// Whether a spend made before a reward can still be given back after it. A reward gives
+    /// back units no spend is named for: an algorithm that counts units (a window's count, a
+    /// log's entries) cannot tell afterwards whether a spend's unit is still counted, so a
+    /// refund would give a unit back twice (probes_memory_adjustments: a reward emptied the
+    /// budget, two calls came in, and a refund of a spend from before it let a fifth call
+    /// in against a limit of 2 and a reward of 2). Such a reward gives the key a new stamp:
+    /// every spend before it keeps its unit (fail closed). The token bucket tells (its shift).
+    const REFUNDS_SURVIVE_REWARDS: bool = false;
+
     /// What the application decides after the fact, at `now`: a penalty spends `units` from
     /// the budget whatever it holds (past the limit too: the key is refused until they have
     /// come back), a reward gives back up to `units` of what it holds now (never past the

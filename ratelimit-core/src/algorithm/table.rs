@@ -37,6 +37,7 @@ pub(crate) use algorithms;
 /// algorithm.
 impl<A: Algorithm> Algorithm for Box<A> {
     const LETTER: u8 = A::LETTER;
+    const REFUNDS_SURVIVE_REWARDS: bool = A::REFUNDS_SURVIVE_REWARDS;
 
     #[inline]
     fn decide(&mut self, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> Verdict {
@@ -93,6 +94,14 @@ macro_rules! state {
             pub(crate) fn new(strategy: Strategy) -> State {
                 match strategy {
                     $(Strategy::$strategy => State::$variant(<$ty>::default()),)*
+                }
+            }
+
+            /// Whether `strategy`'s spends can be given back after a reward (see
+            /// [`Algorithm::REFUNDS_SURVIVE_REWARDS`]).
+            pub(crate) fn refunds_survive_rewards(strategy: Strategy) -> bool {
+                match strategy {
+                    $(Strategy::$strategy => <$ty as Algorithm>::REFUNDS_SURVIVE_REWARDS,)*
                 }
             }
 

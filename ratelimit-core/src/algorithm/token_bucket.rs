@@ -98,6 +98,8 @@ impl Gcra {
 
 impl Algorithm for Gcra {
     const LETTER: u8 = b'T';
+    /// A reward adds to the shift: the refunds after it count it as having moved every spend.
+    const REFUNDS_SURVIVE_REWARDS: bool = true;
 
     /// Decides a call of weight `cost`; with `commit`, records it if allowed.
     fn decide(&mut self, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> Verdict {

@@ -40,7 +40,12 @@ impl MemoryStore {
         let mut tables = self.shard(hash).write();
         let (table, side) = A::table_and_side(&mut tables);
         if let Some(cell) = table.find_mut(hash, |c| c.key() == key) {
-            return Ok(cell.adjust(side, now, quota, units, penalty));
+            let moved = cell.adjust(side, now, quota, units, penalty);
+            if !penalty && moved > 0 && !A::REFUNDS_SURVIVE_REWARDS {
+                // The spends before the reward are given back to nothing (see the const).
+                cell.keep(self.kept(key));
+            }
+            return Ok(moved);
         }
         if tables.held_by_other(quota.strategy(), hash, key) {
             return Err(algorithm::Undecidable::UnexpectedState.into());
