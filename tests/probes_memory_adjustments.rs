@@ -386,6 +386,72 @@ fn a_full_store_while_blocked_never_admits_the_blocked_key() {
     }
 }
 
+/// A clock stepped back during a block (to before it began too): still refused; a sweep at
+/// a later instant inside the block does not end it for a clock that then reads earlier.
+#[test]
+fn a_clock_stepped_back_during_a_block_never_admits() {
+    for strategy in Strategy::ALL {
+        let (service, clock) = plain();
+        let options = per(2, 10 * SEC, strategy).block_for(100 * SEC);
+        clock.set(START + 50 * SEC);
+        assert_eq!(drain(&service, "k", &options), 2, "{strategy}");
+        let what = format!("{strategy}");
+        for at in [60 * SEC, 149 * SEC] {
+            clock.set(START + at);
+            assert_blocked(&consume(&service, "k", &options), at, 150 * SEC, &what);
+        }
+        // Read back before the sweeps the calls ran (at 50 s and 60 s, less their second of
+        // grace): decided at the latest sweep's floor, still inside the block.
+        for at in [10 * SEC, 40 * SEC, 55 * SEC] {
+            clock.set(START + at);
+            let d = consume(&service, "k", &options);
+            assert!(!d.allowed, "{what} at {at:?}");
+            assert_eq!(d.remaining, 0, "{what} at {at:?}");
+            assert!(d.retry_after.unwrap() <= 150 * SEC - at, "{what} at {at:?}");
+        }
+        // A sweep at a later instant still inside the block: the floor it leaves does not
+        // end the block for a clock read before it.
+        let store = service.memory_store().unwrap().clone();
+        store.sweep((START + 140 * SEC).as_nanos() as u64);
+        clock.set(START + 60 * SEC);
+        let d = consume(&service, "k", &options);
+        assert!(!d.allowed, "{strategy}");
+        clock.set(START + 150 * SEC);
+        assert_eq!(drain(&service, "k", &options), 2, "{strategy}");
+    }
+}
+
+/// A store of one key whose only key has expired (no sweep yet): a call on a new key sweeps
+/// first and is decided, but a penalty on a new key is refused with `StoreFull` (the adjust
+/// path does not sweep at the cap) and writes nothing: the penalty is lost unless the caller
+/// acts on the error (observed on every strategy; not a way through: an error, and the key
+/// then admits exactly its limit).
+#[test]
+fn a_penalty_on_a_new_key_at_the_cap_with_expired_keys() {
+    for strategy in Strategy::ALL {
+        let options_store = MemoryOptions::default()
+            .max_keys(1)
+            .sweep_interval(Duration::from_secs(3_600));
+        let config = Config::builder()
+            .store(StoreConfig::Memory(options_store))
+            .build()
+            .unwrap();
+        let (service, clock) = ratelimit_tests::service(config);
+        let store = service.memory_store().unwrap().clone();
+        let options = per(2, SEC, strategy);
+        assert!(consume(&service, "a", &options).allowed, "{strategy}");
+        clock.set(START + 10 * SEC);
+        let penalty = now(service.penalize("b", &options, 2));
+        assert!(
+            matches!(penalty, Err(Error::StoreFull { .. })),
+            "{strategy}: {penalty:?}"
+        );
+        assert_eq!(store.len(), 1, "{strategy}");
+        // The call sweeps a's expired state: b admits exactly its limit.
+        assert_eq!(drain(&service, "b", &options), 2, "{strategy}");
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Refunds and blocks.
 
