@@ -970,3 +970,27 @@ async fn a_stamp_whose_state_was_deleted_alone_names_no_state() {
         assert_eq!(remaining(&service, "d", &options).await, 3, "{strategy:?}");
     }
 }
+
+/// Helper 27's way through on Redis too, every strategy: limit 2, spends A and B kept, a
+/// reward of 2 gives both back, C and D admitted, then A given back: A held nothing, so its
+/// refund gives nothing and no fifth call is admitted (before, the counting strategies gave
+/// A's unit back a second time). A reward on those deletes the stamp (lua/adjust.lua); the
+/// token bucket counts it in its shift.
+#[tokio::test]
+async fn a_refund_after_an_emptying_reward_gives_nothing_on_redis() {
+    let server = RedisServer::start();
+    for strategy in STRATEGIES {
+        let service = single(&server, "probes_refunds_reward");
+        let options = per_day(2, strategy);
+        let a = service.spend("r", &options).await.expect("spent");
+        let _b = service.spend("r", &options).await.expect("spent");
+        let level = service.reward("r", &options, 2).await.expect("rewarded");
+        assert_eq!(level.remaining, 2, "{strategy:?}");
+        for call in ["C", "D"] {
+            let d = service.consume("r", &options).await.unwrap();
+            assert!(d.allowed, "{strategy:?} {call}");
+        }
+        assert!(!a.refund().await.expect("answered"), "{strategy:?}");
+        assert_eq!(remaining(&service, "r", &options).await, 0, "{strategy:?}");
+    }
+}

@@ -91,7 +91,14 @@ impl RedisStore {
         let mode = if adjustment.is_penalty() { 4 } else { 5 };
         let index = stacked_index(quota.strategy()) as u64;
         let voids = !crate::algorithm::State::refunds_survive_rewards(quota.strategy());
-        let args = [index, first, second, adjustment.units(), mode, u64::from(voids)];
+        let args = [
+            index,
+            first,
+            second,
+            adjustment.units(),
+            mode,
+            u64::from(voids),
+        ];
         let stamp = stamp_key(key);
         let units: i64 = self
             .run(&ADJUST_SCRIPT, &[key, &stamp], &args, false, Instant::now())
