@@ -421,11 +421,10 @@ fn a_clock_stepped_back_during_a_block_never_admits() {
     }
 }
 
-/// A store of one key whose only key has expired (no sweep yet): a call on a new key sweeps
-/// first and is decided, but a penalty on a new key is refused with `StoreFull` (the adjust
-/// path does not sweep at the cap) and writes nothing: the penalty is lost unless the caller
-/// acts on the error (observed on every strategy; not a way through: an error, and the key
-/// then admits exactly its limit).
+/// A store of one key whose only key has expired (no sweep yet): a penalty on a new key sweeps
+/// first, as a call does, and lands: the key then admits nothing until the penalty's units
+/// come back. (Helper 27 observed it refused with `StoreFull` and lost; the adjust path now
+/// sweeps at the cap.)
 #[test]
 fn a_penalty_on_a_new_key_at_the_cap_with_expired_keys() {
     for strategy in Strategy::ALL {
@@ -442,13 +441,9 @@ fn a_penalty_on_a_new_key_at_the_cap_with_expired_keys() {
         assert!(consume(&service, "a", &options).allowed, "{strategy}");
         clock.set(START + 10 * SEC);
         let penalty = now(service.penalize("b", &options, 2));
-        assert!(
-            matches!(penalty, Err(Error::StoreFull { .. })),
-            "{strategy}: {penalty:?}"
-        );
+        assert!(penalty.is_ok(), "{strategy}: {penalty:?}");
         assert_eq!(store.len(), 1, "{strategy}");
-        // The call sweeps a's expired state: b admits exactly its limit.
-        assert_eq!(drain(&service, "b", &options), 2, "{strategy}");
+        assert_eq!(drain(&service, "b", &options), 0, "{strategy}");
     }
 }
 

@@ -5,7 +5,7 @@ use std::hash::BuildHasher;
 
 use super::cells::{by_strategy, by_strategy_arms, Cell, InTables, Side};
 use super::MemoryStore;
-use crate::algorithm;
+use crate::algorithm::{self, State};
 use crate::clock::Nanos;
 use crate::error::Error;
 use crate::quota::Quota;
@@ -37,32 +37,39 @@ impl MemoryStore {
         now: Nanos,
     ) -> Result<u64, Error> {
         let hash = self.inner.hasher.hash_one(key);
-        let mut tables = self.shard(hash).write();
-        let (table, side) = A::table_and_side(&mut tables);
-        if let Some(cell) = table.find_mut(hash, |c| c.key() == key) {
-            let moved = cell.adjust(side, now, quota, units, penalty);
-            if !penalty && moved > 0 && !A::REFUNDS_SURVIVE_REWARDS {
-                // The spends before the reward are given back to nothing (see the const).
-                cell.keep(self.kept(key));
+        for attempt in 0..2 {
+            let mut tables = self.shard(hash).write();
+            let (table, side) = A::table_and_side(&mut tables);
+            if let Some(cell) = table.find_mut(hash, |c| c.key() == key) {
+                let moved = cell.adjust(side, now, quota, units, penalty);
+                if !penalty && moved > 0 && !State::refunds_survive_rewards(quota.strategy()) {
+                    // The spends before the reward are given back to nothing (see the const).
+                    cell.keep(self.kept(key));
+                }
+                return Ok(moved);
             }
-            return Ok(moved);
+            if tables.held_by_other(quota.strategy(), hash, key) {
+                return Err(algorithm::Undecidable::UnexpectedState.into());
+            }
+            if !penalty {
+                return Ok(0);
+            }
+            if self.reserve() {
+                // A penalty on a key not stored yet: nothing for the side table (only refunds
+                // and rewards keep anything there).
+                let mut cell = A::Cell::fresh();
+                let moved = cell.adjust(&mut Side::new(), now, quota, units, penalty);
+                self.insert::<A>(&mut tables, hash, key, cell);
+                return Ok(moved);
+            }
+            // A full store sweeps the keys that expired first, as a decision does.
+            drop(tables);
+            if attempt == 0 {
+                self.sweep(now);
+            }
         }
-        if tables.held_by_other(quota.strategy(), hash, key) {
-            return Err(algorithm::Undecidable::UnexpectedState.into());
-        }
-        if !penalty {
-            return Ok(0);
-        }
-        if !self.reserve() {
-            return Err(Error::StoreFull {
-                max_keys: self.options().max_keys,
-            });
-        }
-        // A penalty on a key not stored yet: nothing for the side table (only refunds and
-        // rewards keep anything there).
-        let mut cell = A::Cell::fresh();
-        let moved = cell.adjust(&mut Side::new(), now, quota, units, penalty);
-        self.insert::<A>(&mut tables, hash, key, cell);
-        Ok(moved)
+        Err(Error::StoreFull {
+            max_keys: self.options().max_keys,
+        })
     }
 }

@@ -4,9 +4,9 @@
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::cells::{Stamp, Tables};
-use super::MemoryStore;
-use crate::algorithm::Verdict;
+use super::cells::{by_strategy, by_strategy_arms, Stamp, Tables};
+use super::{stacked, MemoryStore};
+use crate::algorithm::{self, Verdict};
 use crate::clock::Nanos;
 use crate::error::Error;
 use crate::quota::Quota;
@@ -105,8 +105,10 @@ impl MemoryStore {
     /// The decision of a call whose quota blocks a key once a call on it is refused
     /// ([`Quota::block`]), around the plain one: refused while a block is in force, and a
     /// spend the algorithm refuses begins one. Out of line: a quota without a block pays one
-    /// test for it. (Between the look at the blocks and the decision a block may begin: the
-    /// call is then decided as one that came just before it.)
+    /// test for it. A spend is decided under the shard's write lock, the look at the block,
+    /// the decision and the block it begins as one: with the look under a lock of its own, a
+    /// refund or a reward landing between it and the decision let a call in during a block
+    /// that had begun meanwhile (helper 27's observation). A look takes the read lock.
     #[cold]
     #[inline(never)]
     pub(super) fn decide_with_blocks(
@@ -118,23 +120,46 @@ impl MemoryStore {
         commit: bool,
     ) -> Result<(Verdict, Stamp), Error> {
         let hash = self.inner.hasher.hash_one(key);
-        if let Some(blocked) = self.shard(hash).read().blocked(quota, hash, key, at) {
-            return Ok((blocked, Stamp::default()));
+        if !commit {
+            if let Some(blocked) = self.shard(hash).read().blocked(quota, hash, key, at) {
+                return Ok((blocked, Stamp::default()));
+            }
+            return self.decide_plain(key, quota, cost, at, commit);
         }
-        let (verdict, stamp) = self.decide_plain(key, quota, cost, at, commit)?;
-        match block_after(&verdict, quota, at, commit) {
-            Some(until) => Ok((self.block(hash, key, until, at), stamp)),
-            None => Ok((verdict, stamp)),
+        let strategy = quota.strategy();
+        for attempt in 0..2 {
+            let mut tables = self.shard(hash).write();
+            if let Some(blocked) = tables.blocked(quota, hash, key, at) {
+                return Ok((blocked, Stamp::default()));
+            }
+            if tables.held_by_other(strategy, hash, key) {
+                return Err(algorithm::Undecidable::UnexpectedState.into());
+            }
+            let (verdict, stored) = by_strategy!(
+                strategy,
+                stacked::look(&mut tables, hash, key, quota, cost, at)
+            );
+            if let Some(until) = block_after(&verdict, quota, at, commit) {
+                tables.block(hash, key, until, &self.inner.hasher);
+                return Ok((blocked_verdict(until, at), Stamp::default()));
+            }
+            if !verdict.allowed {
+                return Ok((verdict, Stamp::default()));
+            }
+            if stored || self.reserve() {
+                let spent = by_strategy!(
+                    strategy,
+                    stacked::spend(&mut tables, self, hash, key, quota, cost, at)
+                );
+                return Ok(spent);
+            }
+            drop(tables);
+            if attempt == 0 {
+                self.sweep(at);
+            }
         }
-    }
-
-    /// Blocks `key` until `until` (a call on it was just refused at `now`): the refusal the
-    /// call answers, the block's.
-    #[cold]
-    fn block(&self, hash: u64, key: &[u8], until: Nanos, now: Nanos) -> Verdict {
-        self.shard(hash)
-            .write()
-            .block(hash, key, until, &self.inner.hasher);
-        blocked_verdict(until, now)
+        Err(Error::StoreFull {
+            max_keys: self.inner.options.max_keys,
+        })
     }
 }

@@ -21,7 +21,7 @@ use crate::quota::Quota;
 use crate::store::{Check, Stacked};
 
 /// The level a call would find (spending nothing), and whether the key is stored.
-fn look<A: InTables>(
+pub(super) fn look<A: InTables>(
     tables: &mut Tables,
     hash: u64,
     key: &[u8],
@@ -42,7 +42,7 @@ fn look<A: InTables>(
 
 /// Spends the call, storing the key if it is new (room for it was reserved); with the key's
 /// stamp.
-fn spend<A: InTables>(
+pub(super) fn spend<A: InTables>(
     tables: &mut Tables,
     store: &MemoryStore,
     hash: u64,
