@@ -158,7 +158,9 @@ impl Owed {
 
     async fn refund(self) -> Result<bool, Error> {
         let store = &*self.service.inner.store;
-        let now = self.service.inner.clock.now();
+        // The latest time the clock reached: a clock stepped back never gives back tokens
+        // that had come back before the step (`Clock::latest`).
+        let now = self.service.inner.clock.latest();
         let given = match self.refunds(now).as_slice() {
             [one] => store.refund(*one).await,
             all => store.refund_all(all).await,
@@ -173,7 +175,7 @@ impl Owed {
             return Some(Ok(false));
         };
         let store = &*held.service.inner.store;
-        let now = held.service.inner.clock.now();
+        let now = held.service.inner.clock.latest();
         let given = match held.refunds(now).as_slice() {
             [one] => store.refund_now(*one),
             all => store.refund_all_now(all),
