@@ -50,8 +50,9 @@ local function keep()
     redis.call('SET', key, string.format('F%s:%s:%d', start, window, n), 'KEEPTTL')
     return true
   end
-  -- (A shift, "T<tat>:<shift>", goes with the stamp the reset deletes.)
-  local tat = string.match(raw, '^T(%d+)$') or string.match(raw, '^T(%d+):%d+$')
+  -- (What refunds keep, "T<tat>:<shift>" and its runs, goes with the stamp the reset
+  -- deletes.)
+  local tat = string.match(raw, '^T(%d+)$') or string.match(raw, '^T(%d+):[%d:]+$')
   if tat then -- a token bucket: full but for the leased units' time, until the last lease ends
     local kept = math.min(tat + 0, now + out, last)
     if kept <= now then return false end

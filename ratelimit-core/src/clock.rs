@@ -70,7 +70,9 @@ impl Clock for SystemClock {
     /// reached when the step was seen, until `now` passes it.
     fn latest(&self) -> Nanos {
         let anchor = anchor();
-        anchor.now().max(anchor.stepped_from.load(Ordering::Relaxed))
+        anchor
+            .now()
+            .max(anchor.stepped_from.load(Ordering::Relaxed))
     }
 }
 
