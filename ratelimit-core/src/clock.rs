@@ -326,6 +326,24 @@ mod tests {
         }
     }
 
+    /// `latest` is never before a `now` read earlier, on the system clock (across the
+    /// re-anchors other tests cause) and on a manual clock set back.
+    #[test]
+    fn latest_is_never_before_an_earlier_now() {
+        let mut seen = 0;
+        for _ in 0..200_000 {
+            seen = seen.max(SystemClock.now());
+            assert!(SystemClock.latest() >= seen);
+        }
+        let clock = ManualClock::new(Duration::from_secs(100));
+        clock.advance(Duration::from_secs(5));
+        clock.set(Duration::from_secs(50));
+        assert_eq!(clock.now(), 50_000_000_000);
+        assert_eq!(clock.latest(), 105_000_000_000);
+        clock.set(Duration::from_secs(200));
+        assert_eq!(clock.latest(), 200_000_000_000);
+    }
+
     #[test]
     fn anchors_fall_due_at_the_deadline_or_when_the_counter_goes_back() {
         let next = 10 * REANCHOR_EVERY;
