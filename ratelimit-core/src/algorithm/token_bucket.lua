@@ -42,22 +42,25 @@ if raw then
   local t, rest = string.match(raw, '^T(%d+)(.*)$')
   stored = t and decimal(t, MAX_EXACT)
   if stored and rest ~= '' then
-    -- The shift, then three numbers for each run: decimal's shape, up to MAX_NOW, nothing
-    -- else between or after them; runs as `Gcra::written_by_a_store` keeps them.
-    local texts = {}
-    for w in string.gmatch(rest, ':(%d+)') do texts[#texts + 1] = w end
-    if ':' .. table.concat(texts, ':') ~= rest or (#texts - 1) % 3 ~= 0 or #texts > 25 then
-      stored = nil
+    -- The shift, then three numbers for each run, each after a ':' in decimal's shape (no
+    -- sign, no leading zero) and up to MAX_NOW, nothing else; runs as
+    -- `Gcra::written_by_a_store` keeps them. The shape is looked at whole, once (a number at
+    -- a time through `decimal` cost 26 us a call with 8 runs).
+    local n, words = 0, {}
+    if string.find(rest, '^[:%d]*%d$') and not string.find(rest, '::') and
+        not string.find(rest, ':0%d') and string.byte(rest, 1) == 58 then
+      for w in string.gmatch(rest, '%d+') do
+        n = n + 1
+        words[n] = w + 0
+      end
     end
-    local words = {}
-    for i, w in ipairs(texts) do
-      words[i] = decimal(w, MAX_NOW)
-      if not words[i] then stored = nil end
+    if n == 0 or n % 3 ~= 1 or n > 25 or words[1] == 0 then stored = nil end
+    for i = 1, n do
+      if words[i] > MAX_NOW then stored = nil end
     end
     if stored then
       shift = words[1]
-      if shift == 0 then stored = nil end
-      for i = 2, #words, 3 do
+      for i = 2, n, 3 do
         local run = {words[i], words[i + 1], words[i + 2]}
         if run[1] >= run[2] or run[3] == 0 or (#runs > 0 and runs[#runs][2] >= run[1]) then
           stored = nil
