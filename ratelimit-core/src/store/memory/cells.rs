@@ -2,17 +2,14 @@
 
 use std::collections::HashMap;
 use std::hash::BuildHasher;
-use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use hashbrown::HashTable;
 use parking_lot::Mutex;
-use portable_atomic::AtomicU128;
 
 use super::blocks::Block;
-use crate::algorithm::{
-    Algorithm, Aligned, FixedWindow, Gcra, Given, SlidingCounter, SlidingLog, Spend, Verdict,
-};
+use super::word::{update, CounterCell, FixedCell};
+use crate::algorithm::{Algorithm, Gcra, Given, SlidingLog, Spend, Verdict};
 use crate::clock::Nanos;
 use crate::quota::Quota;
 use crate::syntax::Strategy;
@@ -180,95 +177,6 @@ macro_rules! by_strategy_arms {
 
 pub(super) use {by_strategy, by_strategy_arms};
 
-/// An atomic word a cell's state lives in.
-trait Word {
-    type Value: Copy + Eq;
-    fn get(&self) -> Self::Value;
-    fn swap_if(&self, current: Self::Value, next: Self::Value) -> Result<Self::Value, Self::Value>;
-}
-
-impl Word for AtomicU64 {
-    type Value = u64;
-    #[inline]
-    fn get(&self) -> u64 {
-        self.load(Ordering::Acquire)
-    }
-    #[inline]
-    fn swap_if(&self, current: u64, next: u64) -> Result<u64, u64> {
-        self.compare_exchange_weak(current, next, Ordering::AcqRel, Ordering::Acquire)
-    }
-}
-
-impl Word for AtomicU128 {
-    type Value = u128;
-    #[inline]
-    fn get(&self) -> u128 {
-        self.load(Ordering::Acquire)
-    }
-    #[inline]
-    fn swap_if(&self, current: u128, next: u128) -> Result<u128, u128> {
-        self.compare_exchange_weak(current, next, Ordering::AcqRel, Ordering::Acquire)
-    }
-}
-
-/// Runs `step` on the word's value until the new value is stored over the one it was
-/// computed from; a step that changes nothing (a look, a refusal) stores nothing.
-#[inline]
-fn update<W: Word, T>(word: &W, step: impl Fn(W::Value) -> (W::Value, T)) -> T {
-    let mut current = word.get();
-    loop {
-        let (next, verdict) = step(current);
-        if next == current {
-            return verdict;
-        }
-        match word.swap_if(current, next) {
-            Ok(_) => return verdict,
-            Err(actual) => current = actual,
-        }
-    }
-}
-
-/// Two words in one: `high` in the upper 64 bits.
-#[inline]
-fn pack(high: u64, low: u64) -> u128 {
-    (u128::from(high) << 64) | u128::from(low)
-}
-
-#[inline]
-fn unpack(word: u128) -> (u64, u64) {
-    ((word >> 64) as u64, word as u64)
-}
-
-/// A state that fits one 128-bit word, its expiry in the high word: [`WordCell`]'s.
-pub(super) trait Packed: Algorithm {
-    /// What a decision works out from `now` once, outside its compare-exchange loop.
-    type At: Copy;
-    fn at(now: Nanos, quota: &Quota) -> Self::At;
-    /// The state in a cell's word.
-    fn unpacked(word: u128, window: Nanos) -> Self;
-    /// The cell's word for this state.
-    fn packed(&self, quota: &Quota) -> u128;
-    /// [`Algorithm::decide`] at what [`at`](Self::at) worked out.
-    fn decide_packed(&mut self, at: Self::At, quota: &Quota, cost: u64, commit: bool) -> Verdict;
-}
-
-/// A cell whose state is one word ([`Packed`]): a decision is one compare-exchange.
-pub(super) struct WordCell<A> {
-    key: StampedKey,
-    state: AtomicU128,
-    algorithm: PhantomData<fn() -> A>,
-}
-
-/// [`FixedWindow`]: the window's end (high word) and count (low word); the start is
-/// `end - window`.
-pub(super) type FixedCell = WordCell<FixedWindow>;
-
-/// [`SlidingCounter`]: the expiry (high word), the current and the previous window's counts
-/// (32 bits each in the low word). The current window's start is the expiry less one window,
-/// or two while the current window has calls. Counts fit in `u32`: a [`Quota`]'s capacity is
-/// at most [`MAX_CAPACITY`](crate::quota::MAX_CAPACITY).
-pub(super) type CounterCell = WordCell<SlidingCounter>;
-
 /// Any algorithm's state behind the cell's own lock, for a state that fits no word: the
 /// [`SlidingLog`], boxed (it grows with the limit); an algorithm without a compact cell of its
 /// own.
@@ -310,91 +218,6 @@ const _: () = assert!(std::mem::size_of::<FixedCell>() == 32);
 const _: () = assert!(std::mem::size_of::<LockedCell<Box<SlidingLog>>>() == 40);
 const _: () = assert!(std::mem::size_of::<CounterCell>() == 32);
 const _: () = assert!(std::mem::size_of::<BucketCell>() == 24);
-
-impl<A: Packed> Cell for WordCell<A> {
-    fn fresh() -> Self {
-        WordCell {
-            key: StampedKey::default(),
-            state: AtomicU128::new(0),
-            algorithm: PhantomData,
-        }
-    }
-    fn kept(&self) -> &StampedKey {
-        &self.key
-    }
-    fn keep(&mut self, kept: StampedKey) {
-        self.key = kept;
-    }
-    fn expires_at(&self) -> Nanos {
-        unpack(self.state.load(Ordering::Acquire)).0
-    }
-    fn decide(&self, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> Verdict {
-        let (window, at) = (quota.window_nanos(), A::at(now, quota));
-        update(&self.state, |word| {
-            let mut state = A::unpacked(word, window);
-            let verdict = state.decide_packed(at, quota, cost, commit);
-            if !commit {
-                return (word, verdict);
-            }
-            (state.packed(quota), verdict)
-        })
-    }
-    fn refund(
-        &mut self,
-        _: &mut Side,
-        spent: Spend,
-        now: Nanos,
-        quota: &Quota,
-        cost: u64,
-        commit: bool,
-    ) -> bool {
-        let word = self.state.get_mut();
-        let mut state = A::unpacked(*word, quota.window_nanos());
-        let gave = state.refund(spent, now, quota, cost);
-        if gave && commit {
-            *word = state.packed(quota);
-        }
-        gave
-    }
-    fn adjust(
-        &mut self,
-        _: &mut Side,
-        now: Nanos,
-        quota: &Quota,
-        units: u64,
-        penalty: bool,
-    ) -> u64 {
-        let word = self.state.get_mut();
-        let mut state = A::unpacked(*word, quota.window_nanos());
-        let moved = state.adjust(now, quota, units, penalty);
-        *word = state.packed(quota);
-        moved
-    }
-}
-
-impl Packed for FixedWindow {
-    type At = Nanos;
-    #[inline(always)]
-    fn at(now: Nanos, _: &Quota) -> Nanos {
-        now
-    }
-    #[inline(always)]
-    fn unpacked(word: u128, window: Nanos) -> FixedWindow {
-        let (end, count) = unpack(word);
-        FixedWindow {
-            start: end.saturating_sub(window),
-            count,
-        }
-    }
-    #[inline(always)]
-    fn packed(&self, quota: &Quota) -> u128 {
-        pack(self.expires_at(quota), self.count)
-    }
-    #[inline(always)]
-    fn decide_packed(&mut self, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> Verdict {
-        self.decide(now, quota, cost, commit)
-    }
-}
 
 impl<A: Algorithm> Cell for LockedCell<A> {
     fn fresh() -> Self {
@@ -453,37 +276,6 @@ impl<A: Algorithm> Cell for LockedCell<A> {
         let moved = state.adjust(now, quota, units, penalty);
         *self.expires_at.get_mut() = state.expires_at(quota);
         moved
-    }
-}
-
-/// The counter aligns `now` once, before it reads the state (see the test below).
-impl Packed for SlidingCounter {
-    type At = Aligned;
-    #[inline(always)]
-    fn at(now: Nanos, quota: &Quota) -> Aligned {
-        Aligned::new(now, quota.window_nanos())
-    }
-    #[inline(always)]
-    fn unpacked(word: u128, window: Nanos) -> SlidingCounter {
-        let (expires_at, counts) = unpack(word);
-        let (current, previous) = (counts >> 32, counts & u64::from(u32::MAX));
-        let windows = if current > 0 { 2 } else { 1 };
-        SlidingCounter {
-            start: expires_at.saturating_sub(windows * window),
-            current,
-            previous,
-        }
-    }
-    #[inline(always)]
-    fn packed(&self, quota: &Quota) -> u128 {
-        // Both at most the capacity, which a `Quota` keeps within `u32`.
-        let narrow = |n: u64| n.min(u64::from(u32::MAX));
-        let counts = (narrow(self.current) << 32) | narrow(self.previous);
-        pack(self.expires_at(quota), counts)
-    }
-    #[inline(always)]
-    fn decide_packed(&mut self, at: Aligned, quota: &Quota, cost: u64, commit: bool) -> Verdict {
-        self.decide_at(at, quota, cost, commit)
     }
 }
 

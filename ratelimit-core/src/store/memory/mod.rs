@@ -15,6 +15,7 @@ mod cells;
 mod refund;
 mod stacked;
 mod sweep;
+mod word;
 
 use self::cells::{by_strategy, by_strategy_arms, Cell, InTables, Side, Stamp, StampedKey, Tables};
 use crate::algorithm::{self, Verdict};
