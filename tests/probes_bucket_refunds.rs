@@ -19,7 +19,7 @@ use ratelimit::{
     Clock as _, Config, ManualClock, MemoryOptions, Options, RateLimitService, Spent, StoreConfig,
     Strategy,
 };
-use ratelimit_tests::{now, START};
+use ratelimit_tests::{drain, now, START};
 
 const SEC: Duration = Duration::from_secs(1);
 const MS: Duration = Duration::from_millis(1);
@@ -47,17 +47,6 @@ fn memory() -> (RateLimitService, ManualClock) {
 
 fn nanos(d: Duration) -> u64 {
     d.as_nanos() as u64
-}
-
-/// Calls of cost 1 admitted on `key` at the clock's instant, until the first refusal.
-fn drain(service: &RateLimitService, key: &str, options: &Options) -> u64 {
-    let options = options.clone().cost(1);
-    let mut admitted = 0;
-    while now(service.consume(key, &options)).unwrap().allowed {
-        admitted += 1;
-        assert!(admitted < 100_000, "never refused");
-    }
-    admitted
 }
 
 fn remaining(service: &RateLimitService, key: &str, options: &Options) -> u64 {
@@ -1092,7 +1081,7 @@ mod on_redis {
     use super::*;
 
     use ratelimit::{Error, RedisOptions};
-    use ratelimit_tests::redis_server::{prefix, RedisServer};
+    use ratelimit_tests::redis_server::{prefix, state_key, RedisServer};
 
     const DAY: Duration = Duration::from_secs(86_400);
 
@@ -1113,20 +1102,6 @@ mod on_redis {
             assert!(admitted < 10_000, "never refused");
         }
         admitted
-    }
-
-    /// The composed store key of the one state under `p` (KEYS, on a server holding no
-    /// other).
-    fn state_key(c: &mut redis::Connection, p: &str) -> String {
-        let keys: Vec<String> = redis::cmd("KEYS").arg(format!("{p}*")).query(c).unwrap();
-        let states: Vec<&String> = keys
-            .iter()
-            .filter(|k| !k.ends_with(":stamp") && !k.contains(":lease"))
-            .collect();
-        let [state] = &states[..] else {
-            panic!("{keys:?}")
-        };
-        state.to_string()
     }
 
     /// The same history on Redis and on memory (a manual clock that never moves, a day's

@@ -14,7 +14,7 @@ use ratelimit::{
     RateLimitService, RedisOptions, RedisStore, StoreConfig, Strategy, Tier,
 };
 use ratelimit_tests::redis_server::{
-    four_workers, prefix, script_calls, RedisCluster, RedisServer,
+    four_workers, prefix, script_calls, state_key, RedisCluster, RedisServer,
 };
 use ratelimit_tests::remaining;
 
@@ -387,20 +387,6 @@ async fn a_refund_after_a_restart_without_a_new_state_gives_nothing() {
         let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut redis).unwrap();
         assert!(keys.is_empty(), "{strategy:?}: {keys:?}");
     }
-}
-
-/// The composed store key of the one state under `prefix` (KEYS, on a server holding no
-/// other).
-fn state_key(c: &mut redis::Connection, p: &str) -> String {
-    let keys: Vec<String> = redis::cmd("KEYS").arg(format!("{p}*")).query(c).unwrap();
-    let states: Vec<&String> = keys
-        .iter()
-        .filter(|k| !k.ends_with(":stamp") && !k.contains(":lease"))
-        .collect();
-    let [state] = &states[..] else {
-        panic!("{keys:?}")
-    };
-    state.to_string()
 }
 
 /// The state key replaced between a spend and its refund, by another type or by another

@@ -14,7 +14,7 @@ use ratelimit::{
     rate_limit, Config, Decision, Error, Failover, FailurePolicy, ManualClock, MemoryOptions,
     MemoryStore, Module, Options, RateLimitService, StoreConfig, Strategy,
 };
-use ratelimit_tests::{now, START};
+use ratelimit_tests::{drain, now, START};
 
 const SEC: Duration = Duration::from_secs(1);
 
@@ -32,17 +32,6 @@ fn per(limit: u64, window: Duration, strategy: Strategy) -> Options {
         .limit(limit)
         .window(window)
         .strategy(strategy)
-}
-
-/// Calls of cost 1 admitted on `key` at the clock's instant, until the first refusal.
-fn drain(service: &RateLimitService, key: &str, options: &Options) -> u64 {
-    let options = options.clone().cost(1);
-    let mut admitted = 0;
-    while now(service.consume(key, &options)).unwrap().allowed {
-        admitted += 1;
-        assert!(admitted < 100_000, "never refused");
-    }
-    admitted
 }
 
 fn remaining(service: &RateLimitService, key: &str, options: &Options) -> u64 {

@@ -417,6 +417,20 @@ pub fn four_workers(
 
 /// Script calls the server has run (`EVALSHA`, and `EVAL` after a `NOSCRIPT`), by its own
 /// count (`INFO commandstats`).
+/// The composed store key of the one state under prefix `p` (KEYS: a test server holding no
+/// other state under it; stamps and lease ledgers left out).
+pub fn state_key(c: &mut redis::Connection, p: &str) -> String {
+    let keys: Vec<String> = redis::cmd("KEYS").arg(format!("{p}*")).query(c).unwrap();
+    let states: Vec<&String> = keys
+        .iter()
+        .filter(|k| !k.ends_with(":stamp") && !k.contains(":lease"))
+        .collect();
+    let [state] = &states[..] else {
+        panic!("{keys:?}")
+    };
+    state.to_string()
+}
+
 pub fn script_calls(c: &mut redis::Connection) -> u64 {
     let info: String = redis::cmd("INFO")
         .arg("commandstats")

@@ -551,6 +551,18 @@ pub mod grpc {
     }
 }
 
+/// Calls of cost 1 admitted on `key` at the clock's instant, until the first refusal (a store
+/// that answers at once).
+pub fn drain(service: &RateLimitService, key: &str, options: &ratelimit::Options) -> u64 {
+    let options = options.clone().cost(1);
+    let mut admitted = 0;
+    while now(service.consume(key, &options)).unwrap().allowed {
+        admitted += 1;
+        assert!(admitted < 100_000, "never refused");
+    }
+    admitted
+}
+
 /// What `key`'s budget under `options` has left now (`status`).
 pub async fn remaining(service: &RateLimitService, key: &str, options: &ratelimit::Options) -> u64 {
     let level = service.status(key, options).await.expect("status");
