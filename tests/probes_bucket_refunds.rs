@@ -1085,23 +1085,14 @@ mod on_redis {
 
     const DAY: Duration = Duration::from_secs(86_400);
 
-    fn single(server: &RedisServer, p: &str) -> RateLimitService {
+    /// A service on `server` under prefix `p` (both Redis modules).
+    pub(super) fn single(server: &RedisServer, p: &str) -> RateLimitService {
         let options = RedisOptions::new(server.url()).timeout(Duration::from_secs(5));
         ratelimit_tests::redis_service(options, p)
     }
 
     async fn left(service: &RateLimitService, key: &str, options: &Options) -> u64 {
         ratelimit_tests::remaining(service, key, options).await
-    }
-
-    async fn drain_redis(service: &RateLimitService, key: &str, options: &Options) -> u64 {
-        let options = options.clone().cost(1);
-        let mut admitted = 0;
-        while service.consume(key, &options).await.unwrap().allowed {
-            admitted += 1;
-            assert!(admitted < 10_000, "never refused");
-        }
-        admitted
     }
 
     /// The same history on Redis and on memory (a manual clock that never moves, a day's
@@ -1170,7 +1161,7 @@ mod on_redis {
                     );
                 }
                 let (r, m) = (
-                    drain_redis(&redis, "k", &options).await,
+                    ratelimit_tests::drained(&redis, "k", &options).await,
                     drain(&memory, "k", &options),
                 );
                 assert_eq!(r, m, "limit {limit} seed {seed}");
@@ -1263,7 +1254,7 @@ mod on_redis {
                 );
             }
             assert_eq!(
-                drain_redis(&service, "k", &options).await,
+                ratelimit_tests::drained(&service, "k", &options).await,
                 20 - kept,
                 "{name}"
             );
@@ -1438,7 +1429,10 @@ mod on_redis {
                 eprintln!("limit {limit}: kept {kept} ({refused} refunds gave nothing)");
                 assert!(kept <= limit, "limit {limit}: kept {kept}");
                 assert_eq!(left(&service, "k", &options).await, limit - kept);
-                assert_eq!(drain_redis(&service, "k", &options).await, limit - kept);
+                assert_eq!(
+                    ratelimit_tests::drained(&service, "k", &options).await,
+                    limit - kept
+                );
                 if limit < 8 {
                     assert_eq!(refused, 0, "limit {limit}: a refund below 8 gave nothing");
                 }
@@ -1515,7 +1509,7 @@ mod on_redis {
             for spent in new {
                 assert!(spent.refund().await.unwrap());
             }
-            assert_eq!(drain_redis(&service, "r", &options).await, 3);
+            assert_eq!(ratelimit_tests::drained(&service, "r", &options).await, 3);
         }
     }
 
@@ -1558,32 +1552,22 @@ mod on_redis {
             }
             assert_eq!(left(&service, "u", &tb).await, 7, "{order:?}");
             assert_eq!(left(&service, "u", &fw).await, 8, "{order:?}");
-            assert_eq!(drain_redis(&service, "u", &tb).await, 7, "{order:?}");
+            assert_eq!(
+                ratelimit_tests::drained(&service, "u", &tb).await,
+                7,
+                "{order:?}"
+            );
         }
     }
 }
 
 #[cfg(feature = "redis")]
 mod on_redis_in_time {
+    use super::on_redis::single;
     use super::*;
 
     use ratelimit::{LeaseOptions, RedisOptions};
     use ratelimit_tests::redis_server::{prefix, RedisServer};
-
-    fn single(server: &RedisServer, p: &str) -> RateLimitService {
-        let options = RedisOptions::new(server.url()).timeout(Duration::from_secs(5));
-        ratelimit_tests::redis_service(options, p)
-    }
-
-    async fn drain_redis(service: &RateLimitService, key: &str, options: &Options) -> u64 {
-        let options = options.clone().cost(1);
-        let mut admitted = 0;
-        while service.consume(key, &options).await.unwrap().allowed {
-            admitted += 1;
-            assert!(admitted < 10_000, "never refused");
-        }
-        admitted
-    }
 
     /// Random histories on Redis' own clock, on a bucket of 10 per 500 ms (a token every
     /// 50 ms): kept spends of cost 1 to 3, plain calls and refunds in random orders, with
@@ -1644,8 +1628,8 @@ mod on_redis_in_time {
                     given += 1;
                 }
             }
-            let probed = drain_redis(&service, "probed", &options).await;
-            let replay = drain_redis(&service, "replay", &options).await;
+            let probed = ratelimit_tests::drained(&service, "probed", &options).await;
+            let replay = ratelimit_tests::drained(&service, "replay", &options).await;
             eprintln!("seed {seed}: {given} given back; {probed} admitted, {replay} by the replay");
             assert!(
                 probed <= replay,

@@ -554,9 +554,14 @@ pub mod grpc {
 /// Calls of cost 1 admitted on `key` at the clock's instant, until the first refusal (a store
 /// that answers at once).
 pub fn drain(service: &RateLimitService, key: &str, options: &ratelimit::Options) -> u64 {
+    now(drained(service, key, options))
+}
+
+/// [`drain`] on any store: calls of cost 1 admitted on `key`, until the first refusal.
+pub async fn drained(service: &RateLimitService, key: &str, options: &ratelimit::Options) -> u64 {
     let options = options.clone().cost(1);
     let mut admitted = 0;
-    while now(service.consume(key, &options)).unwrap().allowed {
+    while service.consume(key, &options).await.unwrap().allowed {
         admitted += 1;
         assert!(admitted < 100_000, "never refused");
     }

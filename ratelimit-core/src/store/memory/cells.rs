@@ -32,6 +32,8 @@ use crate::syntax::Strategy;
 
 /// A key's state under one strategy, as stored.
 pub(super) trait Cell: Sized {
+    /// The algorithm's state the cell holds.
+    type State: Algorithm;
     /// A fresh state for a key not stored yet; the key is set only if the cell is kept.
     fn fresh() -> Self;
     fn kept(&self) -> &StampedKey;
@@ -57,6 +59,12 @@ pub(super) trait Cell: Sized {
             shift: self.shift(side),
         }
     }
+    /// The whole state, under the shard's write lock (a token bucket's bookkeeping taken out
+    /// of `side`); [`put`](Self::put) stores it back.
+    fn take(&mut self, side: &mut Side, quota: &Quota) -> Self::State;
+    /// Stores `state` back, taken by [`take`](Self::take), under the write lock; `changed`:
+    /// whether anything was written to it (a cell whose state is a copy skips the write).
+    fn put(&mut self, side: &mut Side, quota: &Quota, state: Self::State, changed: bool);
     /// Gives back a spend (see [`Algorithm::refund`]); without `commit`, only whether it
     /// would. Under the shard's write lock: a refund reads the state and what refunds keep
     /// in the side table as one.
@@ -68,7 +76,16 @@ pub(super) trait Cell: Sized {
         quota: &Quota,
         cost: u64,
         commit: bool,
-    ) -> bool;
+    ) -> bool {
+        let mut state = self.take(side, quota);
+        let gave = match commit {
+            true => state.refund(spent, now, quota, cost),
+            false => state.clone().refund(spent, now, quota, cost),
+        };
+        // A refund that gives nothing changes nothing (`Algorithm::refund`).
+        self.put(side, quota, state, commit && gave);
+        gave
+    }
     /// A penalty or a reward (see [`Algorithm::adjust`]), under the shard's write lock.
     fn adjust(
         &mut self,
@@ -77,7 +94,12 @@ pub(super) trait Cell: Sized {
         quota: &Quota,
         units: u64,
         penalty: bool,
-    ) -> u64;
+    ) -> u64 {
+        let mut state = self.take(side, quota);
+        let moved = state.adjust(now, quota, units, penalty);
+        self.put(side, quota, state, true);
+        moved
+    }
 }
 
 /// What token buckets given back to keep for later refunds ([`Given`]), by their cells'
@@ -193,33 +215,13 @@ pub(super) struct BucketCell {
     tat: AtomicU64,
 }
 
-impl BucketCell {
-    /// The whole state, what refunds keep taken out of `side` (under the shard's write
-    /// lock).
-    fn state(&mut self, side: &mut Side) -> Gcra {
-        Gcra {
-            tat: *self.tat.get_mut(),
-            given: side.remove(&self.key.stamp()),
-        }
-    }
-
-    /// Stores `state`, what refunds keep back in `side`, by the cell's stamp (a cell not
-    /// kept, stamp 0, is never given back to).
-    fn set(&mut self, side: &mut Side, state: Gcra) {
-        *self.tat.get_mut() = state.tat;
-        let stamp = self.key.stamp();
-        if let Some(given) = state.given.filter(|_| stamp != 0) {
-            side.insert(stamp, given);
-        }
-    }
-}
-
 const _: () = assert!(std::mem::size_of::<FixedCell>() == 32);
 const _: () = assert!(std::mem::size_of::<LockedCell<Box<SlidingLog>>>() == 40);
 const _: () = assert!(std::mem::size_of::<CounterCell>() == 32);
 const _: () = assert!(std::mem::size_of::<BucketCell>() == 24);
 
 impl<A: Algorithm> Cell for LockedCell<A> {
+    type State = A;
     fn fresh() -> Self {
         LockedCell {
             key: StampedKey::default(),
@@ -245,41 +247,19 @@ impl<A: Algorithm> Cell for LockedCell<A> {
         }
         verdict
     }
-    fn refund(
-        &mut self,
-        _: &mut Side,
-        spent: Spend,
-        now: Nanos,
-        quota: &Quota,
-        cost: u64,
-        commit: bool,
-    ) -> bool {
-        let state = self.state.get_mut();
-        if !commit {
-            return state.clone().refund(spent, now, quota, cost);
-        }
-        let gave = state.refund(spent, now, quota, cost);
-        if gave {
+    fn take(&mut self, _: &mut Side, _: &Quota) -> A {
+        std::mem::take(self.state.get_mut())
+    }
+    fn put(&mut self, _: &mut Side, quota: &Quota, state: A, changed: bool) {
+        if changed {
             *self.expires_at.get_mut() = state.expires_at(quota);
         }
-        gave
-    }
-    fn adjust(
-        &mut self,
-        _: &mut Side,
-        now: Nanos,
-        quota: &Quota,
-        units: u64,
-        penalty: bool,
-    ) -> u64 {
-        let state = self.state.get_mut();
-        let moved = state.adjust(now, quota, units, penalty);
-        *self.expires_at.get_mut() = state.expires_at(quota);
-        moved
+        *self.state.get_mut() = state;
     }
 }
 
 impl Cell for BucketCell {
+    type State = Gcra;
     fn fresh() -> Self {
         BucketCell {
             key: StampedKey::default(),
@@ -309,33 +289,20 @@ impl Cell for BucketCell {
         }
         side.get(&self.key.stamp()).map_or(0, |g| g.shift)
     }
-    fn refund(
-        &mut self,
-        side: &mut Side,
-        spent: Spend,
-        now: Nanos,
-        quota: &Quota,
-        cost: u64,
-        commit: bool,
-    ) -> bool {
-        let mut state = self.state(side);
-        let before = (!commit).then(|| state.clone());
-        let gave = state.refund(spent, now, quota, cost);
-        self.set(side, before.unwrap_or(state));
-        gave
+    /// What refunds keep comes out of `side` by the cell's stamp.
+    fn take(&mut self, side: &mut Side, _: &Quota) -> Gcra {
+        Gcra {
+            tat: *self.tat.get_mut(),
+            given: side.remove(&self.key.stamp()),
+        }
     }
-    fn adjust(
-        &mut self,
-        side: &mut Side,
-        now: Nanos,
-        quota: &Quota,
-        units: u64,
-        penalty: bool,
-    ) -> u64 {
-        let mut state = self.state(side);
-        let moved = state.adjust(now, quota, units, penalty);
-        self.set(side, state);
-        moved
+    /// ... and goes back there (a cell not kept, stamp 0, is never given back to).
+    fn put(&mut self, side: &mut Side, _: &Quota, state: Gcra, _: bool) {
+        *self.tat.get_mut() = state.tat;
+        let stamp = self.key.stamp();
+        if let Some(given) = state.given.filter(|_| stamp != 0) {
+            side.insert(stamp, given);
+        }
     }
 }
 

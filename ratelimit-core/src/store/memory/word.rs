@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use portable_atomic::AtomicU128;
 
 use super::cells::{Cell, Side, StampedKey};
-use crate::algorithm::{Algorithm, Aligned, FixedWindow, SlidingCounter, Spend, Verdict};
+use crate::algorithm::{Algorithm, Aligned, FixedWindow, SlidingCounter, Verdict};
 use crate::clock::Nanos;
 use crate::quota::Quota;
 
@@ -102,6 +102,7 @@ pub(super) type FixedCell = WordCell<FixedWindow>;
 pub(super) type CounterCell = WordCell<SlidingCounter>;
 
 impl<A: Packed> Cell for WordCell<A> {
+    type State = A;
     fn fresh() -> Self {
         WordCell {
             key: StampedKey::default(),
@@ -129,36 +130,13 @@ impl<A: Packed> Cell for WordCell<A> {
             (state.packed(quota), verdict)
         })
     }
-    fn refund(
-        &mut self,
-        _: &mut Side,
-        spent: Spend,
-        now: Nanos,
-        quota: &Quota,
-        cost: u64,
-        commit: bool,
-    ) -> bool {
-        let word = self.state.get_mut();
-        let mut state = A::unpacked(*word, quota.window_nanos());
-        let gave = state.refund(spent, now, quota, cost);
-        if gave && commit {
-            *word = state.packed(quota);
-        }
-        gave
+    fn take(&mut self, _: &mut Side, quota: &Quota) -> A {
+        A::unpacked(*self.state.get_mut(), quota.window_nanos())
     }
-    fn adjust(
-        &mut self,
-        _: &mut Side,
-        now: Nanos,
-        quota: &Quota,
-        units: u64,
-        penalty: bool,
-    ) -> u64 {
-        let word = self.state.get_mut();
-        let mut state = A::unpacked(*word, quota.window_nanos());
-        let moved = state.adjust(now, quota, units, penalty);
-        *word = state.packed(quota);
-        moved
+    fn put(&mut self, _: &mut Side, quota: &Quota, state: A, changed: bool) {
+        if changed {
+            *self.state.get_mut() = state.packed(quota);
+        }
     }
 }
 
