@@ -1,8 +1,6 @@
 //! Penalties and rewards ([`Adjustment`]): what the application decides after the fact, on
 //! the key's cell under its shard's write lock.
 
-use std::hash::BuildHasher;
-
 use super::cells::{by_strategy, by_strategy_arms, Cell, InTables, Side};
 use super::MemoryStore;
 use crate::algorithm::{self, State};
@@ -36,7 +34,7 @@ impl MemoryStore {
         penalty: bool,
         now: Nanos,
     ) -> Result<u64, Error> {
-        let hash = self.inner.hasher.hash_one(key);
+        let hash = self.inner.hasher.hash(key);
         for attempt in 0..2 {
             let mut tables = self.shard(hash).write();
             let (table, side) = A::table_and_side(&mut tables);

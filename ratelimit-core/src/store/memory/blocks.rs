@@ -1,10 +1,9 @@
 //! Blocks ([`Quota::block`]): a key refused until a time once a call on it was refused,
 //! whatever its algorithm says meanwhile; kept per shard beside the states (`Tables`).
 
-use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::cells::{by_strategy, by_strategy_arms, Stamp, Tables};
+use super::cells::{by_strategy, by_strategy_arms, KeyHasher, Stamp, Tables};
 use super::{stacked, MemoryStore};
 use crate::algorithm::{self, Verdict};
 use crate::clock::Nanos;
@@ -63,13 +62,7 @@ impl Tables {
     }
 
     /// Blocks `key` until `until` (never shortening a block in force).
-    pub(super) fn block(
-        &mut self,
-        hash: u64,
-        key: &[u8],
-        until: Nanos,
-        hasher: &foldhash::fast::RandomState,
-    ) {
+    pub(super) fn block(&mut self, hash: u64, key: &[u8], until: Nanos, hasher: &KeyHasher) {
         match self.blocks.find(hash, |b| &*b.key == key) {
             Some(block) => drop(block.until.fetch_max(until, Ordering::AcqRel)),
             None => drop(self.blocks.insert_unique(
@@ -78,7 +71,7 @@ impl Tables {
                     key: key.into(),
                     until: AtomicU64::new(until),
                 },
-                |b| hasher.hash_one(&*b.key),
+                |b| hasher.hash(&*b.key),
             )),
         }
     }
@@ -119,7 +112,7 @@ impl MemoryStore {
         at: Nanos,
         commit: bool,
     ) -> Result<(Verdict, Stamp), Error> {
-        let hash = self.inner.hasher.hash_one(key);
+        let hash = self.inner.hasher.hash(key);
         if !commit {
             if let Some(blocked) = self.shard(hash).read().blocked(quota, hash, key, at) {
                 return Ok((blocked, Stamp::default()));

@@ -1,7 +1,7 @@
 //! The memory store's cells: one compact layout per strategy, and a shard's tables of them.
 
 use std::collections::HashMap;
-use std::hash::BuildHasher;
+use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use hashbrown::HashTable;
@@ -13,6 +13,20 @@ use crate::algorithm::{Algorithm, Gcra, Given, SlidingLog, Spend, Verdict};
 use crate::clock::Nanos;
 use crate::quota::Quota;
 use crate::syntax::Strategy;
+
+/// How the store hashes a key, the one place: its bytes alone, with a seed drawn per store
+/// (`hash_one` of a `[u8]` would hash its length first, which a single key does not need).
+#[derive(Default)]
+pub(super) struct KeyHasher(foldhash::fast::RandomState);
+
+impl KeyHasher {
+    #[inline]
+    pub(super) fn hash(&self, key: &[u8]) -> u64 {
+        let mut hasher = self.0.build_hasher();
+        hasher.write(key);
+        hasher.finish()
+    }
+}
 
 // Each strategy has its own table of compact cells. A lookup among more keys than the CPU
 // caches hold costs a miss on the cell, so cells are kept to half a cache line: the key (16
@@ -371,12 +385,12 @@ macro_rules! tables {
             }
 
             /// Drops the cells expired at `now` and gives back memory that is mostly unused.
-            pub(super) fn sweep(&mut self, now: Nanos, hasher: &foldhash::fast::RandomState) -> usize {
+            pub(super) fn sweep(&mut self, now: Nanos, hasher: &KeyHasher) -> usize {
                 fn sweep<C: Cell>(
                     table: &mut HashTable<C>,
                     side: &mut Side,
                     now: Nanos,
-                    hasher: &foldhash::fast::RandomState,
+                    hasher: &KeyHasher,
                 ) -> usize {
                     let before = table.len();
                     table.retain(|cell| {
@@ -388,7 +402,7 @@ macro_rules! tables {
                     });
                     if table.capacity() > 16 && table.len() * 4 < table.capacity() {
                         let target = table.len() * 2;
-                        table.shrink_to(target, |c| hasher.hash_one(c.key()));
+                        table.shrink_to(target, |c| hasher.hash(c.key()));
                     }
                     before - table.len()
                 }

@@ -2,7 +2,6 @@
 //! read-write lock taken for reading on a decision and for writing only to add or drop keys.
 
 use std::fmt;
-use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,7 +16,9 @@ mod stacked;
 mod sweep;
 mod word;
 
-use self::cells::{by_strategy, by_strategy_arms, Cell, InTables, Side, Stamp, StampedKey, Tables};
+use self::cells::{
+    by_strategy, by_strategy_arms, Cell, InTables, KeyHasher, Side, Stamp, StampedKey, Tables,
+};
 use crate::algorithm::{self, Verdict};
 use crate::clock::Nanos;
 use crate::decision::Decision;
@@ -81,7 +82,7 @@ struct Shard(RwLock<Tables>);
 
 struct Inner {
     shards: Box<[Shard]>,
-    hasher: foldhash::fast::RandomState,
+    hasher: KeyHasher,
     len: AtomicUsize,
     options: MemoryOptions,
     next_sweep: AtomicU64,
@@ -164,7 +165,7 @@ impl MemoryStore {
         MemoryStore {
             inner: Arc::new(Inner {
                 shards,
-                hasher: foldhash::fast::RandomState::default(),
+                hasher: KeyHasher::default(),
                 len: AtomicUsize::new(0),
                 options,
                 next_sweep: AtomicU64::new(0),
@@ -200,7 +201,7 @@ impl MemoryStore {
     /// Forgets `key` (its state and any block on it); returns whether it was tracked.
     pub fn reset(&self, key: &str) -> bool {
         let key = key.as_bytes();
-        let hash = self.inner.hasher.hash_one(key);
+        let hash = self.inner.hasher.hash(key);
         let (removed, blocked) = self.shard(hash).write().remove_all(hash, key);
         self.inner.len.fetch_sub(removed, Ordering::Relaxed);
         removed > 0 || blocked
@@ -248,7 +249,7 @@ impl MemoryStore {
         cell.keep(self.kept(key));
         let stamp = cell.stamp(&tables.side);
         let hasher = &self.inner.hasher;
-        A::table_mut(tables).insert_unique(hash, cell, |c| hasher.hash_one(c.key()));
+        A::table_mut(tables).insert_unique(hash, cell, |c| hasher.hash(c.key()));
         stamp
     }
 
@@ -361,7 +362,7 @@ impl MemoryStore {
         now: Nanos,
         commit: bool,
     ) -> Result<(Verdict, Stamp), Error> {
-        let hash = self.inner.hasher.hash_one(key);
+        let hash = self.inner.hasher.hash(key);
         let decide =
             |cell: &A::Cell, side: &Side| (cell.decide(now, quota, cost, commit), cell.stamp(side));
         {

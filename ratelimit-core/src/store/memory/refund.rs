@@ -2,8 +2,6 @@
 //! a stacked call's keys as one. A key's state is the one a spend was made on while the key
 //! holds the stamp the spend's decision carried (`cells::StampedKey`).
 
-use std::hash::BuildHasher;
-
 use parking_lot::RwLockWriteGuard;
 
 use super::cells::{by_strategy, by_strategy_arms, Cell, InTables, Tables};
@@ -40,7 +38,7 @@ impl MemoryStore {
     /// one).
     pub(crate) fn refund_request(&self, refund: &Refund<'_>) -> Result<bool, Error> {
         let at = self.decision_time(refund.now());
-        let hash = self.inner.hasher.hash_one(refund.key().as_str().as_bytes());
+        let hash = self.inner.hasher.hash(refund.key().as_str().as_bytes());
         let mut tables = self.shard(hash).write();
         Ok(by_strategy!(
             refund.quota().strategy(),
@@ -59,7 +57,7 @@ impl MemoryStore {
         let at = self.decision_time(first.now());
         let hashes: Vec<u64> = refunds
             .iter()
-            .map(|r| self.inner.hasher.hash_one(r.key().as_str().as_bytes()))
+            .map(|r| self.inner.hasher.hash(r.key().as_str().as_bytes()))
             .collect();
         let mut shards: Vec<usize> = hashes.iter().map(|&h| self.shard_index(h)).collect();
         shards.sort_unstable();

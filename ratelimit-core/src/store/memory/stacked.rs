@@ -6,8 +6,6 @@
 //! first, and only when every one admits the call is each spent. A call refused by one limit
 //! spends nothing from the others.
 
-use std::hash::BuildHasher;
-
 use parking_lot::RwLockWriteGuard;
 
 use super::blocks::{block_after, blocked_verdict};
@@ -80,7 +78,7 @@ impl MemoryStore {
         let at = self.decision_time(now);
         let hashes: Vec<u64> = checks
             .iter()
-            .map(|c| self.inner.hasher.hash_one(c.key.as_str().as_bytes()))
+            .map(|c| self.inner.hasher.hash(c.key.as_str().as_bytes()))
             .collect();
         let mut shards: Vec<usize> = hashes.iter().map(|&h| self.shard_index(h)).collect();
         shards.sort_unstable();
