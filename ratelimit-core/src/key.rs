@@ -144,6 +144,9 @@ fn write_tagged<W: Write>(out: &mut W, key: Option<&str>, tail: impl FnOnce(&mut
 pub(crate) struct Around {
     head: String,
     tail: String,
+    /// The store key of a call without a user key (`head` then `tail`), written once: such
+    /// a call's key is fixed, so it is never composed again.
+    whole: String,
 }
 
 impl Around {
@@ -154,7 +157,22 @@ impl Around {
         push(&mut head, ":{");
         let mut tail = String::from("}");
         write_suffix(&mut tail, parts, quota);
-        Around { head, tail }
+        let mut around = Around {
+            head,
+            tail,
+            whole: String::new(),
+        };
+        let mut whole = String::new();
+        around.write(&mut whole, None);
+        around.whole = whole;
+        around
+    }
+
+    /// The store key of a call without a user key: what [`write`](Self::write) writes for
+    /// `None`.
+    #[inline]
+    pub(crate) fn whole(&self) -> &str {
+        &self.whole
     }
 
     /// Appends the store key of user key `key` (checked: [`check_user_key`]) to `out`
@@ -162,7 +180,12 @@ impl Around {
     #[inline(always)]
     pub(crate) fn write(&self, out: &mut impl Write, key: Option<&str>) {
         push(out, &self.head);
-        write_tagged(out, key, |out| push(out, &self.tail));
+        write_tagged(
+            out,
+            key,
+            #[inline(always)]
+            |out| push(out, &self.tail),
+        );
     }
 }
 
@@ -222,7 +245,7 @@ impl<const N: usize> Text<N> {
 }
 
 impl<const N: usize> Write for Text<N> {
-    #[inline]
+    #[inline(always)]
     fn write_str(&mut self, s: &str) -> std::fmt::Result {
         match self {
             Text::Inline(inline) => {
@@ -420,8 +443,13 @@ mod tests {
                                 identity: None,
                             };
                             let mut around = KeyBuf::new();
-                            Around::new(&parts, q).write(&mut around, user);
+                            let site = Around::new(&parts, q);
+                            site.write(&mut around, user);
                             assert_eq!(&*around, k);
+                            // A call without a user key takes the key written whole.
+                            if user.is_none() {
+                                assert_eq!(site.whole(), k);
+                            }
                             if let Some(other) = seen.insert(k.clone(), tuple.clone()) {
                                 assert_eq!(other, tuple, "{k}");
                             }

@@ -84,11 +84,17 @@ impl RateLimitService {
         if !site.generation.config.enabled() {
             return Some(answer(Ok(Decision::unlimited(now))));
         }
-        let mut store_key = KeyBuf::new();
-        site.compose(&mut store_key, key);
+        let mut composed = KeyBuf::new();
+        let store_key = match site.whole_key(key) {
+            Some(whole) => whole,
+            None => {
+                site.compose(&mut composed, key);
+                &composed
+            }
+        };
         let decided = match site.holds_other_states(now) {
             false => {
-                let request = match site.request(&store_key, now) {
+                let request = match site.request(store_key, now) {
                     Ok(request) => request,
                     Err(e) => return Some(answer(self.recorded(site, key, Err(e)))),
                 };
@@ -99,7 +105,7 @@ impl RateLimitService {
                 }
                 decided
             }
-            true => self.decide_both_now(site, key, &store_key, now),
+            true => self.decide_both_now(site, key, store_key, now),
         };
         let out = match then {
             Then::Keep(out) => Some(out),
@@ -108,7 +114,7 @@ impl RateLimitService {
         };
         if let Some(out) = out {
             out.clear();
-            out.push_str(&store_key);
+            out.push_str(store_key);
         }
         match decided {
             Some(mut decided) => {

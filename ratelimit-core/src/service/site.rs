@@ -131,6 +131,16 @@ impl Site<'_> {
         }
     }
 
+    /// The store key of a call with user `key` when the site holds it written whole (a
+    /// prepared site's call without a user key): nothing to compose.
+    #[inline(always)]
+    pub(crate) fn whole_key(&self, key: Option<&str>) -> Option<&str> {
+        match (&self.key, key) {
+            (SiteKey::Around(around), None) => Some(around.whole()),
+            _ => None,
+        }
+    }
+
     /// The site's transition, owned (for a site prepared once).
     pub(crate) fn transition(&self) -> Option<Transition> {
         self.transition.as_ref().map(|t| t.get().clone())
