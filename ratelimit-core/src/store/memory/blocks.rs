@@ -71,7 +71,7 @@ impl Tables {
                     key: key.into(),
                     until: AtomicU64::new(until),
                 },
-                |b| hasher.hash(&*b.key),
+                |b| hasher.hash(&b.key),
             )),
         }
     }
