@@ -39,10 +39,11 @@
 //!             __ratelimit_cost_0,
 //!         ) {
 //!             Here::Decided(__ratelimit_decided) => __ratelimit_decided,
-//!             // Not decided at once: awaited, on the store key `acquire_here` composed.
+//!             // Not decided at once: awaited, on the store key `acquire_here` composed; the
+//!             // key moves into `acquire`'s (boxed) future.
 //!             Here::Later(__ratelimit_later) => acquire(
-//!                 __ratelimit_later, &__RATELIMIT_DECLARATION_0,
-//!                 Option::as_deref(&__ratelimit_key_0), __ratelimit_tier_0, __ratelimit_cost_0,
+//!                 __ratelimit_later, &__RATELIMIT_DECLARATION_0, __ratelimit_key_0,
+//!                 __ratelimit_tier_0, __ratelimit_cost_0,
 //!             ).await,
 //!         } {
 //!             return <Result<Receipt, AppError> as Refusal>::refused(__ratelimit_error);
@@ -146,6 +147,9 @@ struct Limit {
     call: TokenStream,
     /// The same, as `acquire_here` and `acquire_now` take them (the key as `&KeyText`).
     call_here: TokenStream,
+    /// The same, as `acquire` takes them after `acquire_here`: the key moved into its future,
+    /// so that the fn's own future does not hold it across the wait.
+    call_later: TokenStream,
 }
 
 fn limit(
@@ -262,6 +266,7 @@ fn limit(
         call_here: quote! {
             &#decl, ::core::option::Option::as_ref(&#key_var), #tier_var, #cost_var
         },
+        call_later: quote!(&#decl, #key_var, #tier_var, #cost_var),
     })
 }
 
@@ -290,7 +295,7 @@ pub(crate) fn body(
         // Decided at the call site when it can be (see `acquire_here`), without building
         // `acquire`'s future; otherwise awaited, from where `acquire_here` got to.
         ([one], true) => {
-            let (call, here, k) = (&one.call, &one.call_here, &k);
+            let (call, here, k) = (&one.call_later, &one.call_here, &k);
             let decided = syn::Ident::new("__ratelimit_decided", Span::mixed_site());
             let later = syn::Ident::new("__ratelimit_later", Span::mixed_site());
             quote!(match #k::__private::acquire_here(#here) {

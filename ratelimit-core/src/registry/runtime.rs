@@ -3,6 +3,8 @@
 //! scope's service on this thread. No lock and no handle taken on the hot path.
 
 use std::cell::RefCell;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -165,35 +167,40 @@ pub fn acquire_here(
 /// The check every annotated async fn runs before its body when [`acquire_here`] could not
 /// decide it: `Ok` to proceed; `Err` is the refusal (over the limit, no module, unknown
 /// tier, store failure...).
+///
+/// A boxed future that owns the call's key: the fn's own future holds one pointer across the
+/// wait, not this future's state and the key's text (a call decided at once, on the memory
+/// store, never builds it; each move of the fn's future copies what it holds).
 #[doc(hidden)]
-pub async fn acquire(
+pub fn acquire<'a>(
     later: Later,
     declaration: &'static Declaration,
-    key: Option<&str>,
-    tier: Option<&str>,
+    key: Option<KeyText>,
+    tier: Option<&'a str>,
     cost: u64,
-) -> Result<(), Error> {
-    // Boxed, here and below: the waiting path's futures are large, and this future is part
-    // of every annotated fn's, moved whole wherever it goes.
-    if let Later(Some((held, store_key))) = later {
-        let store_key = store_key.as_deref();
-        let decided = Box::pin(held.prepared.enforce_later(key, cost, store_key)).await;
-        return named(declaration, decided);
-    }
-    let service = match decider(declaration, tier)? {
-        Decider::Service(service) => service,
-        Decider::Prepared(scope) => match declaration.held(scope.as_ref()) {
-            Some(held) => {
-                let decided = Box::pin(held.prepared.enforce_later(key, cost, None)).await;
-                return named(declaration, decided);
-            }
-            // No service, or options that do not resolve: reported below.
-            None => service_for(declaration)?,
-        },
-    };
-    let call = declaration.call(tier, cost);
-    let decided = Box::pin(service.enforce_call(&call, key)).await;
-    named(declaration, decided)
+) -> Pin<Box<dyn Future<Output = Result<(), Error>> + Send + 'a>> {
+    Box::pin(async move {
+        let key = key.as_deref();
+        if let Later(Some((held, store_key))) = later {
+            let store_key = store_key.as_deref();
+            let decided = held.prepared.enforce_later(key, cost, store_key).await;
+            return named(declaration, decided);
+        }
+        let service = match decider(declaration, tier)? {
+            Decider::Service(service) => service,
+            Decider::Prepared(scope) => match declaration.held(scope.as_ref()) {
+                Some(held) => {
+                    let decided = held.prepared.enforce_later(key, cost, None).await;
+                    return named(declaration, decided);
+                }
+                // No service, or options that do not resolve: reported below.
+                None => service_for(declaration)?,
+            },
+        };
+        let call = declaration.call(tier, cost);
+        let decided = service.enforce_call(&call, key).await;
+        named(declaration, decided)
+    })
 }
 
 /// [`acquire`] for a sync fn: decided at once by a store that always decides at once (the

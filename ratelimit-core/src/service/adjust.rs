@@ -2,7 +2,7 @@
 
 use std::future::Future;
 
-use super::calls::Mode;
+use super::calls::{Mode, Started};
 use super::{Options, RateLimitService};
 use crate::decision::Decision;
 use crate::error::Error;
@@ -80,6 +80,10 @@ impl RateLimitService {
             };
             store.adjust(adjustment).await?;
         }
-        self.run(site, Some(key), Mode::Look).await
+        let decided = match self.start(site, Some(key), Mode::Look) {
+            Started::Now(decided) => decided,
+            Started::Later(later) => later.await,
+        };
+        decided
     }
 }

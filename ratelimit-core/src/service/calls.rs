@@ -8,6 +8,15 @@ use super::site::Site;
 use super::{Call, Options, RateLimitService};
 use crate::decision::Decision;
 use crate::error::Error;
+use crate::store::BoxFuture;
+
+/// A public decision begun ([`RateLimitService::start`]).
+pub(crate) enum Started<'a> {
+    /// Decided at once, and recorded.
+    Now(Result<Decision, Error>),
+    /// The rest of it, to await.
+    Later(BoxFuture<'a, Result<Decision, Error>>),
+}
 
 /// What a public decision does with its options.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -119,10 +128,15 @@ impl RateLimitService {
         async move {
             let call = mode.apply(options.call());
             let generation = self.generation();
-            match self.site(&generation, &call) {
-                Ok(site) => self.run(site, Some(key), mode).await,
-                Err(e) => Err(self.unresolved(&call, e)),
-            }
+            // Nothing but the boxed rest of the call is held across the wait (see `start`).
+            let later = match self.site(&generation, &call) {
+                Ok(site) => match self.start(site, Some(key), mode) {
+                    Started::Now(decided) => return decided,
+                    Started::Later(later) => later,
+                },
+                Err(e) => return Err(self.unresolved(&call, e)),
+            };
+            later.await
         }
     }
 
@@ -145,7 +159,11 @@ impl RateLimitService {
         let site = self
             .site(&generation, call)
             .map_err(|e| self.unresolved(call, e))?;
-        self.run(site, key, Mode::Enforce).await.map(drop)
+        let decided = match self.start(site, key, Mode::Enforce) {
+            Started::Now(decided) => decided,
+            Started::Later(later) => later.await,
+        };
+        decided.map(drop)
     }
 
     /// [`enforce_call`](Self::enforce_call) kept for a refund (an annotated fn that counts
@@ -190,30 +208,34 @@ impl RateLimitService {
         self.enforce_sync(&site, key, function)
     }
 
-    /// A public decision at `site`: decided at once when the store can and the call may not
-    /// wait; otherwise awaited (the store, or the queue).
-    pub(crate) async fn run(
-        &self,
-        site: Site<'_>,
-        key: Option<&str>,
+    /// A public decision at `site` begun at once: decided when the store can and the call may
+    /// not wait ([`Started::Now`]); otherwise the rest of it to await (the store, or the
+    /// queue), boxed and owning the site ([`Started::Later`]). A caller's future then holds
+    /// one pointer across its wait, never the site, the store key and the decision: each move
+    /// of a future copies all it holds, and the memory store's calls never wait.
+    pub(crate) fn start<'a>(
+        &'a self,
+        site: Site<'a>,
+        key: Option<&'a str>,
         mode: Mode,
-    ) -> Result<Decision, Error> {
-        let decided = match site.may_wait {
-            false => {
-                let mut store_key = String::new();
-                match self.decide_now(&site, key, true, Then::Await(&mut store_key), |d| d) {
-                    Some(decided) => decided,
-                    // The path that waits, boxed: its futures are large, and a future is
-                    // moved whole (into its caller's, into an executor), so without the box
-                    // every call, the memory store's above included, would move them.
-                    None => Box::pin(self.decide_later(&site, key, &store_key)).await,
-                }
-            }
-            true => Box::pin(self.decide_waiting(&site, key)).await,
-        };
-        match mode {
-            Mode::Enforce => decided.and_then(|d| Self::admit(&site, d)),
+    ) -> Started<'a> {
+        let answer = move |site: &Site<'_>, decided: Result<Decision, Error>| match mode {
+            Mode::Enforce => decided.and_then(|d| Self::admit(site, d)),
             _ => decided,
+        };
+        if site.may_wait {
+            return Started::Later(Box::pin(async move {
+                let decided = self.decide_waiting(&site, key).await;
+                answer(&site, decided)
+            }));
+        }
+        let mut store_key = String::new();
+        match self.decide_now(&site, key, true, Then::Await(&mut store_key), |d| d) {
+            Some(decided) => Started::Now(answer(&site, decided)),
+            None => Started::Later(Box::pin(async move {
+                let decided = self.decide_later(&site, key, &store_key).await;
+                answer(&site, decided)
+            })),
         }
     }
 

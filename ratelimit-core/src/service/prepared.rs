@@ -5,7 +5,7 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use super::calls::Mode;
+use super::calls::{Mode, Started};
 use super::pipeline::Then;
 use super::site::{Site, SiteKey, Tighter, Transition};
 use super::{Call, Generation, Options, RateLimitService, Spent};
@@ -169,16 +169,27 @@ impl Prepared {
             .service
             .site(&generation, &call)
             .map_err(|e| self.service.unresolved(&call, e))?;
-        self.service.run(site, key, mode).await
+        let decided = match self.service.start(site, key, mode) {
+            Started::Now(decided) => decided,
+            Started::Later(later) => later.await,
+        };
+        decided
     }
 
-    /// A call at this site in `mode`: on the prepared site while it is current.
+    /// A call at this site in `mode`: on the prepared site while it is current. Its future
+    /// holds a pointer across the wait, if there is one (see [`RateLimitService::start`]).
     async fn run(&self, key: Option<&str>, cost: u64, mode: Mode) -> Result<Decision, Error> {
         if !self.is_current() {
             return Box::pin(self.rerun(key, cost, mode)).await;
         }
-        let site = self.site(cost, mode != Mode::Look);
-        self.service.run(site, key, mode).await
+        let later = match self
+            .service
+            .start(self.site(cost, mode != Mode::Look), key, mode)
+        {
+            Started::Now(decided) => return decided,
+            Started::Later(later) => later,
+        };
+        later.await
     }
 
     /// The site, borrowed, as the pipeline takes it; `cost` of this call.

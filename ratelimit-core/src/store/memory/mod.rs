@@ -228,7 +228,7 @@ impl MemoryStore {
     /// What [`Store::decide`](super::Store::decide) answers, synchronously. A [`Request`] was
     /// checked when it was made (its key's length, its cost under the quota): not again here.
     /// An admitted spend carries its key's stamp, for a [`Refund`].
-    #[inline]
+    #[inline(always)]
     pub(crate) fn decide_request(&self, request: &Request<'_>) -> Result<Decision, Error> {
         let (quota, now) = (request.quota(), request.now());
         let key = request.key().as_str().as_bytes();
