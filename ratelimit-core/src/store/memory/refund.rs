@@ -2,11 +2,9 @@
 //! a stacked call's keys as one. A key's state is the one a spend was made on while the key
 //! holds the stamp the spend's decision carried (`cells::StampedKey`).
 
-use parking_lot::RwLockWriteGuard;
-
 use super::cells::{by_strategy, by_strategy_arms, Cell, InTables, Tables};
 use super::stacked::locked;
-use super::MemoryStore;
+use super::{MemoryStore, WriteGuard};
 use crate::clock::Nanos;
 use crate::error::Error;
 use crate::store::Refund;
@@ -62,9 +60,9 @@ impl MemoryStore {
         let mut shards: Vec<usize> = hashes.iter().map(|&h| self.shard_index(h)).collect();
         shards.sort_unstable();
         shards.dedup();
-        let mut guards: Vec<(usize, RwLockWriteGuard<'_, Tables>)> = shards
+        let mut guards: Vec<(usize, WriteGuard<'_>)> = shards
             .iter()
-            .map(|&i| (i, self.inner.shards[i].0.write()))
+            .map(|&i| (i, self.inner.shards[i].write()))
             .collect();
         for commit in [false, true] {
             for (r, &hash) in refunds.iter().zip(&hashes) {
@@ -97,7 +95,7 @@ mod tests {
     /// How many token buckets the store keeps refunds' bookkeeping for.
     fn sides(store: &MemoryStore) -> usize {
         let shards = store.inner.shards.iter();
-        shards.map(|s| s.0.read().side.len()).sum()
+        shards.map(|s| s.read().side.len()).sum()
     }
 
     /// Two spends kept on a bucket, the first given back: the bucket's bookkeeping goes into

@@ -6,11 +6,9 @@
 //! first, and only when every one admits the call is each spent. A call refused by one limit
 //! spends nothing from the others.
 
-use parking_lot::RwLockWriteGuard;
-
 use super::blocks::{block_after, blocked_verdict};
 use super::cells::{by_strategy, by_strategy_arms, Cell, InTables, Stamp, Tables};
-use super::MemoryStore;
+use super::{MemoryStore, WriteGuard};
 use crate::algorithm::{self, Undecidable, Verdict};
 use crate::clock::Nanos;
 use crate::decision::Decision;
@@ -62,7 +60,7 @@ pub(super) fn spend<A: InTables>(
 
 /// The tables of shard `index`, among the locked ones (every check's shard is locked).
 pub(super) fn locked<'g>(
-    guards: &'g mut [(usize, RwLockWriteGuard<'_, Tables>)],
+    guards: &'g mut [(usize, WriteGuard<'_>)],
     index: usize,
 ) -> &'g mut Tables {
     let slot = guards.iter().position(|(i, _)| *i == index);
@@ -84,9 +82,9 @@ impl MemoryStore {
         shards.sort_unstable();
         shards.dedup();
         for attempt in 0..2 {
-            let mut guards: Vec<(usize, RwLockWriteGuard<'_, Tables>)> = shards
+            let mut guards: Vec<(usize, WriteGuard<'_>)> = shards
                 .iter()
-                .map(|&i| (i, self.inner.shards[i].0.write()))
+                .map(|&i| (i, self.inner.shards[i].write()))
                 .collect();
             let mut verdicts = Vec::with_capacity(checks.len());
             // Whether each verdict is its algorithm's on the key's state (a refusal of which

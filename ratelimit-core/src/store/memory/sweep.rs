@@ -17,7 +17,7 @@ impl MemoryStore {
         self.inner.floor.fetch_max(now, Ordering::AcqRel);
         let mut removed = 0;
         for shard in self.inner.shards.iter() {
-            removed += shard.0.write().sweep(now, &self.inner.hasher);
+            removed += shard.write().sweep(now, &self.inner.hasher);
         }
         self.inner.len.fetch_sub(removed, Ordering::Relaxed);
         removed
