@@ -25,7 +25,7 @@
 //!
 //! `RL_ROUNDS` (default 30, rounded up to a multiple of each group's variant count),
 //! `RL_CALLS` (calls per sample, default 200,000), `RL_KEYS` (default 100,000); for a
-//! profile, `RL_GROUP` (`one`, `unkeyed`, `keys`, `sliding`, `threads`, `tasks`) runs one group and
+//! profile, `RL_GROUP` (`one`, `unkeyed`, `writers`, `keys`, `sliding`, `threads`, `tasks`) runs one group and
 //! `RL_ONLY` (part of a name) keeps the two governor variants and the named ones; for
 //! instruction counts, `RL_IR` (part of a name) runs only that variant, `RL_CALLS` calls on
 //! one key on a `ManualClock`, under `valgrind --tool=cachegrind` (BENCHMARKS.md).
@@ -57,6 +57,7 @@ fn env(name: &str, default: usize) -> usize {
 /// Far above anything a run spends in an hour: never refuses.
 const LIMIT: u64 = 4_000_000_000;
 const HOUR: Duration = Duration::from_secs(3_600);
+const DAY: Duration = Duration::from_secs(86_400);
 
 #[rate_limit(limit = 4_000_000_000, window = "1h", strategy = "token-bucket", key = user)]
 async fn annotated_bucket(user: u64) -> Result<u64, Error> {
@@ -239,6 +240,58 @@ fn unkeyed(clock: &Arc<dyn ratelimit::Clock>) -> Vec<(String, Call)> {
             "unkeyed annotated fixed-window".into(),
             Arc::new(|k| ready(unkeyed_fixed(k)).is_ok()),
         ),
+    ]
+}
+
+/// Calls that write their key's shard (issue 29's `tables`: a writer takes every thread's
+/// read lock of a shard): a spend kept and given back, a decision under a quota with a block,
+/// two stacked limits. Against `consume` on the same service (and governor), one key.
+fn writers(service: &RateLimitService, keys: &Arc<Vec<String>>) -> Vec<(String, Call)> {
+    let plain = options(Strategy::TokenBucket);
+    let (svc, names, opts) = (service.clone(), Arc::clone(keys), plain.clone());
+    let consume: Call =
+        Arc::new(move |k| ready(svc.consume(&names[k as usize], &opts)).is_ok_and(|d| d.allowed));
+    // A spend is given back only while it still holds time: a token every 86 ms, not the
+    // other variants' one a nanosecond (every spend is given back: the budget never runs out).
+    let (svc, names) = (service.clone(), Arc::clone(keys));
+    let opts = plain
+        .clone()
+        .budget("bench-refunds")
+        .limit(1_000_000)
+        .window(DAY);
+    let refunded: Call = Arc::new(move |k| {
+        let mut spent = ready(svc.spend(&names[k as usize], &opts)).expect("a spend");
+        spent
+            .refund_now()
+            .is_some_and(|given| given.is_ok_and(|given| given))
+    });
+    let (svc, names) = (service.clone(), Arc::clone(keys));
+    let opts = plain
+        .clone()
+        .budget("bench-blocks")
+        .block_for(Duration::from_secs(1));
+    let blocked: Call =
+        Arc::new(move |k| ready(svc.consume(&names[k as usize], &opts)).is_ok_and(|d| d.allowed));
+    let (svc, names) = (service.clone(), Arc::clone(keys));
+    let (first, second) = (plain.clone().budget("bench-a"), plain.budget("bench-b"));
+    let stacked: Call = Arc::new(move |k| {
+        let key = names[k as usize].as_str();
+        let limits = [(key, &first), (key, &second)];
+        ready(svc.consume_all(&limits)).is_ok_and(|all| all.iter().all(|d| d.allowed))
+    });
+    let gov = Arc::new(RateLimiter::keyed(GQuota::per_second(NonZeroU32::MAX)));
+    vec![
+        (
+            "governor check_key(u64)".into(),
+            Arc::new(move |k| gov.check_key(&k).is_ok()),
+        ),
+        ("writers: service.consume token-bucket".into(), consume),
+        ("writers: spend and refund token-bucket".into(), refunded),
+        (
+            "writers: consume under a block token-bucket".into(),
+            blocked,
+        ),
+        ("writers: consume_all of two token-bucket".into(), stacked),
     ]
 }
 
@@ -482,6 +535,7 @@ fn main() {
     if let Some(only) = ir {
         let mut cases = variants(&service, &keys, &Strategy::ALL);
         cases.extend(unkeyed(service.clock()));
+        cases.extend(writers(&service, &keys));
         let (name, call) = cases
             .iter()
             .find(|(name, _)| name.contains(&only))
@@ -500,6 +554,9 @@ fn main() {
     }
     if "unkeyed".contains(&group) {
         single_thread("unkeyed", &unkeyed(service.clock()), 1, calls);
+    }
+    if "writers".contains(&group) {
+        single_thread("writers, one key", &writers(&service, &keys), 1, calls / 2);
     }
     if "keys".contains(&group) {
         let many = selected(variants(&service, &keys, &main));
