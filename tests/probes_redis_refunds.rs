@@ -497,7 +497,11 @@ async fn a_refund_after_the_window_rolled_gives_nothing() {
         // The newest spend must still hold its window when it is given back below: a fixed
         // window is aligned to the epoch, so a spend late in one (Redis' clock is this
         // machine's) saw its window roll before its refund, one run in ten.
-        let into = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() % 200;
+        let into = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_millis()
+            % 200;
         if into > 100 {
             tokio::time::sleep(Duration::from_millis(205 - into as u64)).await;
         }
