@@ -92,7 +92,7 @@ impl RateLimitService {
                 &composed
             }
         };
-        let decided = match site.holds_other_states(now) {
+        let mut decided = match site.holds_other_states(now) {
             false => {
                 let request = match site.request(store_key, now) {
                     Ok(request) => request,
@@ -116,13 +116,9 @@ impl RateLimitService {
             out.clear();
             out.push_str(store_key);
         }
-        match decided {
-            Some(mut decided) => {
-                self.finish(site, key, &mut decided, name_tier);
-                Some(answer(decided))
-            }
-            None => None,
-        }
+        // Settled and counted where the store wrote it, then handed over: not moved first.
+        self.finish(site, key, decided.as_mut()?, name_tier);
+        decided.map(answer)
     }
 
     /// Every step, awaiting the store when it cannot decide at once.
