@@ -3,8 +3,9 @@
 //!
 //! Usage: `redis-worker <url,url,...> <cluster: 0|1> <prefix> <strategy> <limit> <window ms>
 //! <tasks> <calls per task> [refund]`; with `refund`, each task keeps its spends for a refund
-//! and gives back every other one it was admitted (each refund must give back), and the
-//! process prints `allowed <n>` for the spends it kept.
+//! and gives back every other one it was admitted (each refund must give back, but a token
+//! bucket's past 8 spends kept out of order), and the process prints `allowed <n>` for the
+//! spends it kept.
 
 use std::time::Duration;
 
@@ -42,7 +43,7 @@ async fn main() {
     let tasks: usize = tasks.parse().expect("tasks");
     let allowed = match refund {
         false => ratelimit_tests::admitted_by_tasks(&service, &options, tasks, calls, false).await,
-        true => kept_by_tasks(&service, &options, tasks, calls).await,
+        true => kept_by_tasks(&service, &options, tasks, calls, strategy).await,
     };
     println!("allowed {allowed}");
 }
@@ -54,6 +55,7 @@ async fn kept_by_tasks(
     options: &Options,
     tasks: usize,
     calls: usize,
+    strategy: Strategy,
 ) -> u64 {
     let handles: Vec<_> = (0..tasks)
         .map(|_| {
@@ -69,12 +71,18 @@ async fn kept_by_tasks(
                         continue;
                     }
                     admitted += 1;
-                    match admitted % 2 {
-                        0 => assert!(
-                            spent.refund().await.expect("Redis refunded"),
-                            "gave nothing"
-                        ),
-                        _ => kept += 1,
+                    if admitted % 2 == 1 {
+                        kept += 1;
+                        continue;
+                    }
+                    // Every refund gives its spend back, but a token bucket's: it is exact
+                    // while fewer than 8 spends are kept out of order, and past that gives
+                    // back less or nothing, never more (`Gcra::refund`). Hundreds of tasks
+                    // keep spends here, so such a spend may stay counted, as kept.
+                    let given = spent.refund().await.expect("Redis refunded");
+                    if !given {
+                        assert_eq!(strategy, Strategy::TokenBucket, "{strategy}: gave nothing");
+                        kept += 1;
                     }
                 }
                 kept
