@@ -3,30 +3,46 @@
 //!
 //! Every design decides the same thing: it finds the cell of a string key shaped like a
 //! store key (`ratelimit:{user:N}T3600000:17:hot_path::annotated:-`), inserting it when
-//! missing, and decides GCRA on it with one compare-exchange (limits far above what a run
-//! spends: every call is admitted); the clock (quanta) is read once per call. Designs:
+//! missing (the writer path), and decides GCRA on it with one compare-exchange on an
+//! `AtomicU64` (limits far above what a run spends: every call is admitted); the clock
+//! (`quanta`, raw counter and `delta_as_nanos` from a base) is read once per call. Designs:
 //!
-//! - `governor` 0.8 keyed by the same `String` (its `DashMap`, SipHash, its own clock read):
-//!   the yardstick;
-//! - 64 shards of `parking_lot::RwLock<hashbrown::HashTable>` with foldhash: the store's
-//!   design before issue 29;
+//! - `governor` 0.8 keyed by the same `String` (its `DashMap`, SipHash, its own clock
+//!   read): the yardstick, every figure is a ratio to it;
+//! - 64 shards of `parking_lot::RwLock<hashbrown::HashTable>` with foldhash, cells holding
+//!   a `Box<[u8]>` key and the `AtomicU64`: the store's design before issue 29;
 //! - the same shards behind crossbeam's `ShardedLock` (a read lock per thread, a writer
 //!   takes all): the store's design now;
+//! - the `RwLock` shards keyed by site: a cell holds the site's id (a hash of the store key
+//!   around the user key, computed once per site) and the short user key (`user:N`); a call
+//!   hashes only the user key, the site's hash mixed in, and compares a `u64` and the short
+//!   key: what keys hashed once and compared cheaply would gain;
 //! - `papaya::HashMap` (lock-free reads, one guard per call), its resizes blocking;
 //! - `scc::HashIndex` (reads without a lock);
-//! - the floor: the key hashed, one compare-exchange on a cell the hash picks (no lookup).
+//! - the floor: the key hashed, the clock read, one compare-exchange on a cell the hash picks
+//!   (no lookup, no table).
 //!
-//! Cases: one key and 100,000 keys round-robin, on one thread and on two (wall time divided
-//! by the calls of both). Rounds run the designs in a rotating order; a figure is the median
-//! over rounds of the design's time over governor's in the same round, [min-max]. Then the
-//! heap each design holds per key at 100,000 keys (a counting allocator; the keys' own
-//! strings kept outside are not counted, the table's copies are).
+//! Cases: one key and `RL_KEYS` keys round-robin, on one thread and on two (wall time from
+//! the common start divided by the calls of both: throughput, not latency). **Order:** each
+//! case runs in rounds, every design timed once a round; round `r` starts at design
+//! `r mod k` and goes round the list (the rounds are rounded up to a multiple of `k`, so each
+//! design runs in every position equally often). A figure is the median over rounds of the
+//! design's time over governor's *in the same round*, [min-max], then the median ns/call.
+//! Then the heap each design holds per key once `RL_KEYS` keys are in it (a counting
+//! allocator; the key strings kept outside the tables are not counted, the tables' copies
+//! are).
 //!
 //! ```text
-//! cargo bench -p ratelimit-core --bench tables                  # RL_ROUNDS=10, RL_CALLS=500000
+//! RL_ROUNDS=10 cargo bench -p ratelimit-core --bench tables
+//! RL_ROUNDS=1 RL_CALLS=2000 RL_KEYS=1000 cargo bench -p ratelimit-core --bench tables  # smoke
 //! ```
+//!
+//! `RL_ROUNDS` (default 10, rounded up as above), `RL_CALLS` (calls per thread per sample,
+//! default 200,000), `RL_KEYS` (default 100,000); `RL_SHORT=1` gives every design the short
+//! key (`user:N`) instead of the store key. Under `cargo test --benches` (no `--bench`
+//! argument) one tiny pass runs.
 
-use std::hash::BuildHasher;
+use std::hash::{BuildHasher, Hasher};
 use std::hint::black_box;
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -34,6 +50,7 @@ use std::sync::{Arc, Barrier, PoisonError};
 use std::time::Instant;
 
 use crossbeam_utils::sync::ShardedLock;
+use foldhash::fast::RandomState;
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 
 #[path = "support/counting_alloc.rs"]
@@ -68,15 +85,14 @@ struct Cell {
 /// A table of shards behind a lock of type `L` (through [`Lock`]).
 struct Shards<L> {
     shards: Vec<L>,
-    hasher: foldhash::fast::RandomState,
+    hasher: RandomState,
 }
 
 /// What the sharded designs need of their lock.
 trait Lock: Send + Sync {
     fn new() -> Self;
     fn find(&self, hash: u64, key: &[u8], now: u64) -> Option<bool>;
-    fn insert(&self, hash: u64, key: &[u8], now: u64, hasher: &foldhash::fast::RandomState)
-        -> bool;
+    fn insert(&self, hash: u64, key: &[u8], now: u64, hasher: &RandomState) -> bool;
 }
 
 fn find_in(table: &hashbrown::HashTable<Cell>, hash: u64, key: &[u8], now: u64) -> Option<bool> {
@@ -90,7 +106,7 @@ fn insert_in(
     hash: u64,
     key: &[u8],
     now: u64,
-    hasher: &foldhash::fast::RandomState,
+    hasher: &RandomState,
 ) -> bool {
     if let Some(found) = find_in(table, hash, key, now) {
         return found;
@@ -113,7 +129,7 @@ impl Lock for RwShard {
     fn find(&self, hash: u64, key: &[u8], now: u64) -> Option<bool> {
         find_in(&self.0.read(), hash, key, now)
     }
-    fn insert(&self, hash: u64, key: &[u8], now: u64, h: &foldhash::fast::RandomState) -> bool {
+    fn insert(&self, hash: u64, key: &[u8], now: u64, h: &RandomState) -> bool {
         insert_in(&mut self.0.write(), hash, key, now, h)
     }
 }
@@ -129,7 +145,7 @@ impl Lock for ShardedShard {
         let table = self.0.read().unwrap_or_else(PoisonError::into_inner);
         find_in(&table, hash, key, now)
     }
-    fn insert(&self, hash: u64, key: &[u8], now: u64, h: &foldhash::fast::RandomState) -> bool {
+    fn insert(&self, hash: u64, key: &[u8], now: u64, h: &RandomState) -> bool {
         let mut table = self.0.write().unwrap_or_else(PoisonError::into_inner);
         insert_in(&mut table, hash, key, now, h)
     }
@@ -139,7 +155,7 @@ impl<L: Lock> Shards<L> {
     fn new() -> Self {
         Shards {
             shards: (0..SHARDS).map(|_| L::new()).collect(),
-            hasher: foldhash::fast::RandomState::default(),
+            hasher: RandomState::default(),
         }
     }
     fn decide(&self, key: &[u8], now: u64) -> bool {
@@ -152,12 +168,65 @@ impl<L: Lock> Shards<L> {
     }
 }
 
-struct Papaya(papaya::HashMap<Box<[u8]>, AtomicU64, foldhash::fast::RandomState>);
+/// A cell keyed by its site (the hash of the store key around the user key) and the user key.
+struct SiteCell {
+    site: u64,
+    key: Box<[u8]>,
+    tat: AtomicU64,
+}
+
+#[repr(align(128))]
+struct SiteShard(parking_lot::RwLock<hashbrown::HashTable<SiteCell>>);
+
+/// The `RwLock` shards keyed by (site, user key): only the user key is hashed per call.
+struct SiteShards {
+    shards: Vec<SiteShard>,
+    hasher: RandomState,
+}
+
+impl SiteShards {
+    fn new() -> Self {
+        SiteShards {
+            shards: (0..SHARDS)
+                .map(|_| SiteShard(parking_lot::RwLock::new(hashbrown::HashTable::new())))
+                .collect(),
+            hasher: RandomState::default(),
+        }
+    }
+    /// The user key hashed, the site's hash mixed in (one more folded multiply).
+    fn hash(&self, site: u64, key: &[u8]) -> u64 {
+        let mut h = self.hasher.build_hasher();
+        h.write_u64(site);
+        h.write(key);
+        h.finish()
+    }
+    fn decide(&self, site: u64, key: &[u8], now: u64) -> bool {
+        let hash = self.hash(site, key);
+        let shard = &self.shards[(hash >> 32) as usize % SHARDS].0;
+        let eq = |c: &SiteCell| c.site == site && &*c.key == key;
+        if let Some(c) = shard.read().find(hash, eq) {
+            return decide(&c.tat, now);
+        }
+        let mut table = shard.write();
+        if let Some(c) = table.find(hash, eq) {
+            return decide(&c.tat, now);
+        }
+        let cell = SiteCell {
+            site,
+            key: key.into(),
+            tat: AtomicU64::new(0),
+        };
+        let entry = table.insert_unique(hash, cell, |c| self.hash(c.site, &c.key));
+        decide(&entry.get().tat, now)
+    }
+}
+
+struct Papaya(papaya::HashMap<Box<[u8]>, AtomicU64, RandomState>);
 
 impl Papaya {
     fn new() -> Self {
         let map = papaya::HashMap::builder()
-            .hasher(foldhash::fast::RandomState::default())
+            .hasher(RandomState::default())
             .resize_mode(papaya::ResizeMode::Blocking)
             .build();
         Papaya(map)
@@ -183,13 +252,11 @@ impl Clone for SccCell {
     }
 }
 
-struct Scc(scc::HashIndex<Box<[u8]>, SccCell, foldhash::fast::RandomState>);
+struct Scc(scc::HashIndex<Box<[u8]>, SccCell, RandomState>);
 
 impl Scc {
     fn new() -> Self {
-        Scc(scc::HashIndex::with_hasher(
-            foldhash::fast::RandomState::default(),
-        ))
+        Scc(scc::HashIndex::with_hasher(RandomState::default()))
     }
     fn decide(&self, key: &[u8], now: u64) -> bool {
         if let Some(decided) = self.0.peek_with(key, |_, c| decide(&c.0, now)) {
@@ -204,14 +271,14 @@ impl Scc {
 
 struct Floor {
     cells: Vec<AtomicU64>,
-    hasher: foldhash::fast::RandomState,
+    hasher: RandomState,
 }
 
 impl Floor {
     fn new() -> Self {
         Floor {
             cells: (0..1 << 18).map(|_| AtomicU64::new(0)).collect(),
-            hasher: foldhash::fast::RandomState::default(),
+            hasher: RandomState::default(),
         }
     }
     fn decide(&self, key: &[u8], now: u64) -> bool {
@@ -223,75 +290,124 @@ impl Floor {
 /// One design, deciding key number `i`.
 type Design = Arc<dyn Fn(usize) -> bool + Send + Sync>;
 
-/// The designs, each on its own table, over `keys`; the clock read per call.
-fn designs(keys: &Arc<Vec<String>>) -> Vec<(&'static str, Design)> {
-    let clock = quanta::Clock::new();
-    let base = clock.raw();
-    let now = move || clock.delta_as_nanos(base, clock.raw());
-    let gov: Arc<DefaultKeyedRateLimiter<String>> =
-        Arc::new(RateLimiter::keyed(Quota::per_second(NonZeroU32::MAX)));
-    let (rw, sharded) = (
-        Arc::new(Shards::<RwShard>::new()),
-        Arc::new(Shards::<ShardedShard>::new()),
-    );
-    let (papaya, scc, floor) = (
-        Arc::new(Papaya::new()),
-        Arc::new(Scc::new()),
-        Arc::new(Floor::new()),
-    );
-    let k = |keys: &Arc<Vec<String>>| Arc::clone(keys);
-    let (k1, k2, k3, k4, k5, k6) = (k(keys), k(keys), k(keys), k(keys), k(keys), k(keys));
-    let (n2, n3, n4, n5, n6) = (now.clone(), now.clone(), now.clone(), now.clone(), now);
-    vec![
-        (
-            "governor keyed (String)",
-            Arc::new(move |i| gov.check_key(&k1[i]).is_ok()),
-        ),
-        (
-            "shards, parking_lot RwLock",
-            Arc::new(move |i| rw.decide(k2[i].as_bytes(), n2())),
-        ),
-        (
-            "shards, ShardedLock (ours)",
-            Arc::new(move |i| sharded.decide(k3[i].as_bytes(), n3())),
-        ),
-        (
-            "papaya",
-            Arc::new(move |i| papaya.decide(k4[i].as_bytes(), n4())),
-        ),
-        (
-            "scc HashIndex",
-            Arc::new(move |i| scc.decide(k5[i].as_bytes(), n5())),
-        ),
-        (
-            "floor: hash + clock + CAS",
-            Arc::new(move |i| floor.decide(k6[i].as_bytes(), n6())),
-        ),
-    ]
+#[derive(Clone, Copy, PartialEq)]
+enum Kind {
+    Governor,
+    RwShards,
+    ShardedShards,
+    SiteShards,
+    Papaya,
+    Scc,
+    Floor,
 }
 
-/// Nanoseconds per call of `design` on `threads` threads over `n_keys` keys.
-fn sample(design: &Design, threads: usize, n_keys: usize, calls: usize) -> f64 {
-    let start = Arc::new(Barrier::new(threads + 1));
-    let workers: Vec<_> = (0..threads)
-        .map(|t| {
-            let (design, start) = (Arc::clone(design), Arc::clone(&start));
-            std::thread::spawn(move || {
-                start.wait();
-                let mut admitted = 0;
-                for c in 0..calls {
-                    admitted += usize::from(design((c + t * 7_919) % n_keys));
-                }
-                assert_eq!(admitted, calls, "every call is admitted");
-            })
-        })
-        .collect();
-    start.wait();
-    let began = Instant::now();
-    for worker in workers {
-        worker.join().expect("a worker");
+/// Every design, governor first (the ratios' denominator).
+const KINDS: [(Kind, &str); 7] = [
+    (Kind::Governor, "governor keyed (String)"),
+    (Kind::RwShards, "shards, parking_lot RwLock"),
+    (Kind::ShardedShards, "shards, ShardedLock (ours)"),
+    (Kind::SiteShards, "shards, (site, user key)"),
+    (Kind::Papaya, "papaya"),
+    (Kind::Scc, "scc HashIndex"),
+    (Kind::Floor, "floor: hash + clock + CAS"),
+];
+
+/// The keys of a run: the whole key each design but one looks up, and the site's form.
+struct Keys {
+    /// The store key (or the user key alone under `RL_SHORT`).
+    whole: Arc<Vec<String>>,
+    /// The user keys (`user:N`), for the site-keyed shards.
+    user: Arc<Vec<String>>,
+    /// The site's id: the parts of the store key around the user key, hashed once.
+    site: u64,
+}
+
+impl Keys {
+    fn new(n: usize, short: bool) -> Self {
+        let user: Vec<String> = (0..n).map(|i| format!("user:{i}")).collect();
+        let whole = match short {
+            true => user.clone(),
+            false => (user.iter())
+                .map(|u| format!("ratelimit:{{{u}}}T3600000:17:hot_path::annotated:-"))
+                .collect(),
+        };
+        let site =
+            RandomState::default().hash_one(("ratelimit:{", "}T3600000:17:hot_path::annotated:-"));
+        Keys {
+            whole: Arc::new(whole),
+            user: Arc::new(user),
+            site,
+        }
     }
-    began.elapsed().as_nanos() as f64 / (calls * threads) as f64
+}
+
+/// A fresh table of `kind` over `keys`, the clock read once per call.
+fn build(kind: Kind, keys: &Keys, clock: &quanta::Clock) -> Design {
+    let (clock, base) = (clock.clone(), clock.raw());
+    let now = move || clock.delta_as_nanos(base, clock.raw());
+    let k = Arc::clone(&keys.whole);
+    match kind {
+        Kind::Governor => {
+            let gov: DefaultKeyedRateLimiter<String> =
+                RateLimiter::keyed(Quota::per_second(NonZeroU32::MAX));
+            Arc::new(move |i| gov.check_key(&k[i]).is_ok())
+        }
+        Kind::RwShards => {
+            let t = Shards::<RwShard>::new();
+            Arc::new(move |i| t.decide(k[i].as_bytes(), now()))
+        }
+        Kind::ShardedShards => {
+            let t = Shards::<ShardedShard>::new();
+            Arc::new(move |i| t.decide(k[i].as_bytes(), now()))
+        }
+        Kind::SiteShards => {
+            let (t, user, site) = (SiteShards::new(), Arc::clone(&keys.user), keys.site);
+            Arc::new(move |i| t.decide(site, user[i].as_bytes(), now()))
+        }
+        Kind::Papaya => {
+            let t = Papaya::new();
+            Arc::new(move |i| t.decide(k[i].as_bytes(), now()))
+        }
+        Kind::Scc => {
+            let t = Scc::new();
+            Arc::new(move |i| t.decide(k[i].as_bytes(), now()))
+        }
+        Kind::Floor => {
+            let t = Floor::new();
+            Arc::new(move |i| t.decide(k[i].as_bytes(), now()))
+        }
+    }
+}
+
+/// Nanoseconds per call of `design` on `threads` threads over `n_keys` keys, `calls` each:
+/// wall time from the first thread's start to the last one's end (each thread reads its own
+/// times after a common barrier, so a late-scheduled spawner adds nothing).
+fn sample(design: &Design, threads: usize, n_keys: usize, calls: usize) -> f64 {
+    let start = Barrier::new(threads);
+    let spans: Vec<(Instant, Instant)> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..threads)
+            .map(|t| {
+                let start = &start;
+                s.spawn(move || {
+                    start.wait();
+                    let began = Instant::now();
+                    let mut admitted = 0;
+                    for c in 0..calls {
+                        admitted += usize::from(design(black_box((c + t * 7_919) % n_keys)));
+                    }
+                    let ended = Instant::now();
+                    assert_eq!(admitted, calls, "every call is admitted");
+                    (began, ended)
+                })
+            })
+            .collect();
+        (workers.into_iter())
+            .map(|w| w.join().expect("a worker"))
+            .collect()
+    });
+    let began = spans.iter().map(|s| s.0).min().expect("a thread");
+    let ended = spans.iter().map(|s| s.1).max().expect("a thread");
+    (ended - began).as_nanos() as f64 / (calls * threads) as f64
 }
 
 fn median(values: &mut [f64]) -> f64 {
@@ -306,121 +422,110 @@ fn env(name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .trim()
+        .to_owned()
+}
+
 fn main() {
     // `cargo bench` passes `--bench`; `cargo test --benches` does not: then one tiny pass.
     let benching = std::env::args().any(|a| a == "--bench");
     let (rounds, calls, n_keys) = match benching {
         true => (
-            env("RL_ROUNDS", 10),
-            env("RL_CALLS", 500_000),
-            env("RL_KEYS", 100_000),
+            env("RL_ROUNDS", 10).max(1),
+            env("RL_CALLS", 200_000).max(1),
+            env("RL_KEYS", 100_000).max(1),
         ),
         false => (1, 1_000, 1_000),
     };
-    let keys: Arc<Vec<String>> = Arc::new(
-        (0..n_keys)
-            .map(|i| format!("ratelimit:{{user:{i}}}T3600000:17:hot_path::annotated:-"))
-            .collect(),
-    );
-    // Memory first, in a fresh heap, papaya last: its maps free their entries later (its
-    // collector), which would be counted against whatever is measured next.
-    memory(&keys);
-    let designs = designs(&keys);
+    let k = KINDS.len();
+    let rounds = match benching {
+        true => rounds.div_ceil(k) * k,
+        false => 1,
+    };
+    let keys = Keys::new(n_keys, env("RL_SHORT", 0) != 0);
+    let clock = quanta::Clock::new();
     println!(
-        "load before: {}",
-        std::fs::read_to_string("/proc/loadavg")
-            .unwrap_or_default()
-            .trim()
+        "load before: {}  (rounds {rounds}, RL_CALLS={calls}, RL_KEYS={n_keys}, key {:?})",
+        loadavg(),
+        keys.whole[n_keys - 1]
     );
-    for (case, keys_used, threads) in [
-        ("one key, one thread", 1, 1),
-        ("100,000 keys, one thread", n_keys, 1),
-        ("one key, two threads", 1, 2),
-        ("100,000 keys, two threads", n_keys, 2),
-    ] {
+    // Memory first, in a fresh heap (see `memory`).
+    memory(&keys, &clock);
+    let designs: Vec<Design> = KINDS
+        .iter()
+        .map(|&(d, _)| build(d, &keys, &clock))
+        .collect();
+    let many = format!("{n_keys} keys");
+    for (keys_used, threads) in [(1, 1), (n_keys, 1), (1, 2), (n_keys, 2)] {
         // Every key of every design exists before anything is timed.
-        for (_, design) in &designs {
+        for design in &designs {
             sample(design, 1, keys_used, keys_used);
         }
-        let k = designs.len();
         let mut times = vec![Vec::new(); k];
         let mut ratios = vec![Vec::new(); k];
         for round in 0..rounds {
             let mut this = vec![0.0; k];
             for i in 0..k {
                 let d = (i + round) % k;
-                this[d] = sample(&designs[d].1, threads, keys_used, calls);
+                this[d] = sample(&designs[d], threads, keys_used, calls);
             }
             for d in 0..k {
                 times[d].push(this[d]);
                 ratios[d].push(this[d] / this[0]);
             }
         }
-        println!("{case} ({rounds} rounds)");
+        let case = if keys_used == 1 { "one key" } else { &many };
+        let thread = if threads == 1 {
+            "one thread"
+        } else {
+            "two threads"
+        };
+        println!("\n{case}, {thread} ({rounds} rounds): ratio to governor [min-max], ns/call");
         for d in 0..k {
             let ratio = median(&mut ratios[d]);
             let (lo, hi) = (ratios[d][0], ratios[d][rounds - 1]);
             let t = median(&mut times[d]);
             println!(
-                "  {:<28} {t:>7.1} ns/call  {ratio:>5.2}x governor [{lo:.2}-{hi:.2}]",
-                designs[d].0
+                "  {:<28} {ratio:>5.2}x [{lo:.2}-{hi:.2}]  {t:>7.1} ns",
+                KINDS[d].1
             );
         }
     }
-    println!(
-        "load after: {}",
-        std::fs::read_to_string("/proc/loadavg")
-            .unwrap_or_default()
-            .trim()
-    );
+    println!("\nload after: {}", loadavg());
 }
 
-/// The heap each design holds per key once `keys` are all in it.
-fn memory(keys: &Arc<Vec<String>>) {
-    println!(
-        "heap per key at {} keys (the table's copy of the key included)",
-        keys.len()
-    );
-    for (name, build) in [
-        ("governor keyed (String)", 0),
-        ("shards, parking_lot RwLock", 1),
-        ("shards, ShardedLock (ours)", 2),
-        ("scc HashIndex", 4),
-        ("papaya", 3),
+/// The heap each design holds per key once every key is in it. Papaya and scc free what
+/// they replace (a resized table) through their collectors, later: they run last, so that
+/// what they still hold is not counted against another design.
+fn memory(keys: &Keys, clock: &quanta::Clock) {
+    let n = keys.whole.len();
+    println!("\nheap per key at {n} keys (the table's copy of the key included)");
+    for kind in [
+        Kind::Governor,
+        Kind::RwShards,
+        Kind::ShardedShards,
+        Kind::SiteShards,
+        Kind::Scc,
+        Kind::Papaya,
     ] {
         let before = allocated();
-        let design: Design = match build {
-            0 => {
-                let gov: Arc<DefaultKeyedRateLimiter<String>> =
-                    Arc::new(RateLimiter::keyed(Quota::per_second(NonZeroU32::MAX)));
-                let k = Arc::clone(keys);
-                Arc::new(move |i| gov.check_key(&k[i]).is_ok())
-            }
-            1 => {
-                let (t, k) = (Arc::new(Shards::<RwShard>::new()), Arc::clone(keys));
-                Arc::new(move |i| t.decide(k[i].as_bytes(), 1))
-            }
-            2 => {
-                let (t, k) = (Arc::new(Shards::<ShardedShard>::new()), Arc::clone(keys));
-                Arc::new(move |i| t.decide(k[i].as_bytes(), 1))
-            }
-            3 => {
-                let (t, k) = (Arc::new(Papaya::new()), Arc::clone(keys));
-                Arc::new(move |i| t.decide(k[i].as_bytes(), 1))
-            }
-            _ => {
-                let (t, k) = (Arc::new(Scc::new()), Arc::clone(keys));
-                Arc::new(move |i| t.decide(k[i].as_bytes(), 1))
-            }
-        };
-        for i in 0..keys.len() {
+        let design = build(kind, keys, clock);
+        for i in 0..n {
             black_box(design(i));
         }
-        let per_key = (allocated() - before) as f64 / keys.len() as f64;
-        let key_len = keys[keys.len() / 2].len();
+        let per_key = (allocated() - before) as f64 / n as f64;
+        let stored = match kind {
+            Kind::SiteShards => &keys.user,
+            _ => &keys.whole,
+        };
+        let key_len = stored.iter().map(String::len).sum::<usize>() as f64 / n as f64;
+        let name = KINDS.iter().find(|(d, _)| *d == kind).expect("listed").1;
         println!(
-            "  {name:<28} {per_key:>6.1} B ({:.1} B besides the key's {key_len} bytes)",
-            per_key - key_len as f64
+            "  {name:<28} {per_key:>6.1} B ({:>4.1} B besides the key's {key_len:.1} bytes)",
+            per_key - key_len
         );
         drop(design);
     }
