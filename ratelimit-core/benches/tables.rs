@@ -16,7 +16,8 @@
 //! - the `RwLock` shards keyed by site: a cell holds the site's id (a hash of the store key
 //!   around the user key, computed once per site) and the short user key (`user:N`); a call
 //!   hashes only the user key, the site's hash mixed in, and compares a `u64` and the short
-//!   key: what keys hashed once and compared cheaply would gain;
+//!   key: what keys hashed once and compared cheaply would gain; and the same cells behind
+//!   `ShardedLock`s (the two changes together);
 //! - `papaya::HashMap` (lock-free reads, one guard per call), its resizes blocking;
 //! - `scc::HashIndex` (reads without a lock);
 //! - the floor: the key hashed, the clock read, one compare-exchange on a cell the hash picks
@@ -175,21 +176,63 @@ struct SiteCell {
     tat: AtomicU64,
 }
 
+/// A table of site-keyed cells behind a lock of either kind.
+trait SiteLock: Send + Sync {
+    fn new() -> Self;
+    fn read(
+        &self,
+        f: &mut dyn FnMut(&hashbrown::HashTable<SiteCell>) -> Option<bool>,
+    ) -> Option<bool>;
+    fn write(&self, f: &mut dyn FnMut(&mut hashbrown::HashTable<SiteCell>) -> bool) -> bool;
+}
+
 #[repr(align(128))]
 struct SiteShard(parking_lot::RwLock<hashbrown::HashTable<SiteCell>>);
 
-/// The `RwLock` shards keyed by (site, user key): only the user key is hashed per call.
-struct SiteShards {
-    shards: Vec<SiteShard>,
+impl SiteLock for SiteShard {
+    fn new() -> Self {
+        SiteShard(parking_lot::RwLock::new(hashbrown::HashTable::new()))
+    }
+    fn read(
+        &self,
+        f: &mut dyn FnMut(&hashbrown::HashTable<SiteCell>) -> Option<bool>,
+    ) -> Option<bool> {
+        f(&self.0.read())
+    }
+    fn write(&self, f: &mut dyn FnMut(&mut hashbrown::HashTable<SiteCell>) -> bool) -> bool {
+        f(&mut self.0.write())
+    }
+}
+
+#[repr(align(128))]
+struct ShardedSiteShard(ShardedLock<hashbrown::HashTable<SiteCell>>);
+
+impl SiteLock for ShardedSiteShard {
+    fn new() -> Self {
+        ShardedSiteShard(ShardedLock::new(hashbrown::HashTable::new()))
+    }
+    fn read(
+        &self,
+        f: &mut dyn FnMut(&hashbrown::HashTable<SiteCell>) -> Option<bool>,
+    ) -> Option<bool> {
+        f(&self.0.read().unwrap_or_else(PoisonError::into_inner))
+    }
+    fn write(&self, f: &mut dyn FnMut(&mut hashbrown::HashTable<SiteCell>) -> bool) -> bool {
+        f(&mut self.0.write().unwrap_or_else(PoisonError::into_inner))
+    }
+}
+
+/// Shards keyed by (site, user key), behind locks of type `L`: only the user key is hashed
+/// per call.
+struct SiteShards<L> {
+    shards: Vec<L>,
     hasher: RandomState,
 }
 
-impl SiteShards {
+impl<L: SiteLock> SiteShards<L> {
     fn new() -> Self {
         SiteShards {
-            shards: (0..SHARDS)
-                .map(|_| SiteShard(parking_lot::RwLock::new(hashbrown::HashTable::new())))
-                .collect(),
+            shards: (0..SHARDS).map(|_| L::new()).collect(),
             hasher: RandomState::default(),
         }
     }
@@ -200,24 +243,27 @@ impl SiteShards {
         h.write(key);
         h.finish()
     }
+    #[inline]
     fn decide(&self, site: u64, key: &[u8], now: u64) -> bool {
         let hash = self.hash(site, key);
-        let shard = &self.shards[(hash >> 32) as usize % SHARDS].0;
+        let shard = &self.shards[(hash >> 32) as usize % SHARDS];
         let eq = |c: &SiteCell| c.site == site && &*c.key == key;
-        if let Some(c) = shard.read().find(hash, eq) {
-            return decide(&c.tat, now);
+        let found = shard.read(&mut |table| table.find(hash, eq).map(|c| decide(&c.tat, now)));
+        if let Some(decided) = found {
+            return decided;
         }
-        let mut table = shard.write();
-        if let Some(c) = table.find(hash, eq) {
-            return decide(&c.tat, now);
-        }
-        let cell = SiteCell {
-            site,
-            key: key.into(),
-            tat: AtomicU64::new(0),
-        };
-        let entry = table.insert_unique(hash, cell, |c| self.hash(c.site, &c.key));
-        decide(&entry.get().tat, now)
+        shard.write(&mut |table| {
+            if let Some(c) = table.find(hash, eq) {
+                return decide(&c.tat, now);
+            }
+            let cell = SiteCell {
+                site,
+                key: key.into(),
+                tat: AtomicU64::new(0),
+            };
+            let entry = table.insert_unique(hash, cell, |c| self.hash(c.site, &c.key));
+            decide(&entry.get().tat, now)
+        })
     }
 }
 
@@ -296,17 +342,19 @@ enum Kind {
     RwShards,
     ShardedShards,
     SiteShards,
+    ShardedSiteShards,
     Papaya,
     Scc,
     Floor,
 }
 
 /// Every design, governor first (the ratios' denominator).
-const KINDS: [(Kind, &str); 7] = [
+const KINDS: [(Kind, &str); 8] = [
     (Kind::Governor, "governor keyed (String)"),
     (Kind::RwShards, "shards, parking_lot RwLock"),
     (Kind::ShardedShards, "shards, ShardedLock (ours)"),
     (Kind::SiteShards, "shards, (site, user key)"),
+    (Kind::ShardedSiteShards, "ShardedLock, (site, user key)"),
     (Kind::Papaya, "papaya"),
     (Kind::Scc, "scc HashIndex"),
     (Kind::Floor, "floor: hash + clock + CAS"),
@@ -361,7 +409,13 @@ fn build(kind: Kind, keys: &Keys, clock: &quanta::Clock) -> Design {
             Arc::new(move |i| t.decide(k[i].as_bytes(), now()))
         }
         Kind::SiteShards => {
-            let (t, user, site) = (SiteShards::new(), Arc::clone(&keys.user), keys.site);
+            let t = SiteShards::<SiteShard>::new();
+            let (user, site) = (Arc::clone(&keys.user), keys.site);
+            Arc::new(move |i| t.decide(site, user[i].as_bytes(), now()))
+        }
+        Kind::ShardedSiteShards => {
+            let t = SiteShards::<ShardedSiteShard>::new();
+            let (user, site) = (Arc::clone(&keys.user), keys.site);
             Arc::new(move |i| t.decide(site, user[i].as_bytes(), now()))
         }
         Kind::Papaya => {
@@ -508,6 +562,7 @@ fn memory(keys: &Keys, clock: &quanta::Clock) {
         Kind::RwShards,
         Kind::ShardedShards,
         Kind::SiteShards,
+        Kind::ShardedSiteShards,
         Kind::Scc,
         Kind::Papaya,
     ] {
@@ -518,7 +573,7 @@ fn memory(keys: &Keys, clock: &quanta::Clock) {
         }
         let per_key = (allocated() - before) as f64 / n as f64;
         let stored = match kind {
-            Kind::SiteShards => &keys.user,
+            Kind::SiteShards | Kind::ShardedSiteShards => &keys.user,
             _ => &keys.whole,
         };
         let key_len = stored.iter().map(String::len).sum::<usize>() as f64 / n as f64;
