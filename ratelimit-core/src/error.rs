@@ -11,14 +11,12 @@ use crate::syntax::format_window;
 ///
 /// Every variant other than [`Error::Exceeded`] also means the call was *not* allowed: the
 /// limiter fails closed.
-#[derive(Debug, Clone, thiserror::Error)]
+#[derive(Debug, Clone)]
 #[non_exhaustive]
 pub enum Error {
     /// The call was over its limit. Carries the decision (`retry_after`, `limit`, ...).
-    #[error("{0}")]
     Exceeded(Box<Exceeded>),
     /// A tier was asked for that is not configured.
-    #[error("unknown rate-limit tier {tier:?}; configured tiers: {known}")]
     UnknownTier {
         /// The tier asked for.
         tier: String,
@@ -26,19 +24,13 @@ pub enum Error {
         known: String,
     },
     /// No tier and no limit were given, and the module has no default limit.
-    #[error(
-        "no rate limit applies: give the call a limit or a tier, or configure a default limit"
-    )]
     NoLimit,
     /// The configuration is invalid; lists every problem found.
-    #[error("{0}")]
     InvalidConfig(ConfigError),
     /// The limit resolved for this call (its tier, the module's defaults and any override)
     /// cannot be enforced, by any store or by the configured one.
-    #[error("invalid rate limit for this call: {0}")]
-    InvalidQuota(#[from] QuotaError),
+    InvalidQuota(QuotaError),
     /// The call's cost is above the budget's capacity: it could never be admitted.
-    #[error("cost {cost} is above the limit's capacity of {capacity} (limit + burst): this call can never be admitted")]
     CostAboveCapacity {
         /// The cost asked for.
         cost: u64,
@@ -46,29 +38,24 @@ pub enum Error {
         capacity: u64,
     },
     /// A cost of zero was asked for; use `status` to look without spending.
-    #[error("cost must be at least 1 (use `status` to look without spending)")]
     ZeroCost,
     /// The key cannot be used.
-    #[error("invalid rate-limit key: {reason}")]
     InvalidKey {
         /// What is wrong with it.
         reason: &'static str,
     },
     /// The memory store holds `max_keys` live keys and none has expired: the new key is
     /// refused rather than tracked without a limit.
-    #[error("rate-limit store is full ({max_keys} live keys): call refused")]
     StoreFull {
         /// The configured cap.
         max_keys: usize,
     },
     /// The store could not be reached or answered with an error.
-    #[error("rate-limit store failed: {message}")]
     Store {
         /// What happened (never includes credentials).
         message: String,
     },
     /// The store did not answer in time.
-    #[error("rate-limit store did not answer within {}ms", after.as_millis())]
     Timeout {
         /// The configured timeout.
         after: Duration,
@@ -76,7 +63,6 @@ pub enum Error {
     /// A rate-limited function was called while the limiter that decides it is not running:
     /// the application's `Module` for most fns, a library's own `Limiter` for fns that name
     /// one (`limiter = ...`).
-    #[error("rate limiter not initialised: `{function}` is rate-limited, but its limiter is not running (call `Module::init` at start-up; for a fn of a library with a `Limiter` of its own, the library builds it)")]
     NotInitialized {
         /// The function that was called.
         function: &'static str,
@@ -86,14 +72,12 @@ pub enum Error {
     /// waiting, and the call is refused rather than blocked on. `init` reports such a fn
     /// ([`ProblemKind::SyncOnWaitingStore`]), so this is seen only by a service set up without
     /// that check.
-    #[error("`{function}` is a sync fn, but its rate limiter's store must be waited for (only the memory store decides without waiting): call refused")]
     SyncOnWaitingStore {
         /// The function that was called.
         function: &'static str,
     },
     /// The call was over its limit and would have waited, but the queue holds
     /// `max_queue_size` calls already (or a call of a higher priority took its place).
-    #[error("rate limit exceeded and the queue is full ({max_queue_size} waiting): call refused")]
     QueueFull {
         /// The configured size.
         max_queue_size: usize,
@@ -101,38 +85,114 @@ pub enum Error {
     /// The call waited in the queue for its whole timeout (or until its `until_ready`
     /// deadline) without being admitted: capacity did not free up, or the store did not
     /// answer in time.
-    #[error("rate limit exceeded: no capacity freed within the queue timeout; retry after {}ms", retry_after.as_millis())]
     QueueTimeout {
         /// How long until the budget is expected to admit a call (others may be ahead).
         retry_after: Duration,
     },
     /// The call must wait (its turn in the queue, `until_ready`) where no Tokio runtime with a
     /// timer runs: refused rather than panicked on.
-    #[error("this call must wait, and {missing}: call refused")]
     NoRuntime {
         /// What is missing.
         missing: &'static str,
     },
     /// `Module::init` was called while a module is running (drop or shut it down first).
-    #[error("a rate-limit module is already initialised: shut it down (or drop its handle) before calling `Module::init` again")]
     AlreadyInitialized,
     /// The store holds state of an unexpected shape under the call's key (written by something
     /// else, or corrupt): the call is refused and the state left as it was.
-    #[error("state of an unexpected shape under a limiter key: refused ({message})")]
     UnexpectedState {
         /// What was found (never the key itself).
         message: String,
     },
     /// The clock reads a time the limiter cannot count from (past about the year 2226):
     /// refused rather than wrapped around.
-    #[error("the clock reads {now_nanos} ns since the epoch, beyond what the limiter counts (about the year 2226): call refused")]
     ClockOutOfRange {
         /// The time read.
         now_nanos: u64,
     },
     /// `Module::init` found rate-limited fns the configuration cannot enforce; lists every one.
-    #[error("{0}")]
     Declarations(DeclarationErrors),
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Exceeded(exceeded) => fmt::Display::fmt(exceeded, f),
+            Error::UnknownTier { tier, known } => {
+                write!(f, "unknown rate-limit tier {tier:?}; configured tiers: {known}")
+            }
+            Error::NoLimit => f.write_str(
+                "no rate limit applies: give the call a limit or a tier, or configure a default limit",
+            ),
+            Error::InvalidConfig(problems) => fmt::Display::fmt(problems, f),
+            Error::InvalidQuota(e) => write!(f, "invalid rate limit for this call: {e}"),
+            Error::CostAboveCapacity { cost, capacity } => write!(
+                f,
+                "cost {cost} is above the limit's capacity of {capacity} (limit + burst): this call can never be admitted"
+            ),
+            Error::ZeroCost => {
+                f.write_str("cost must be at least 1 (use `status` to look without spending)")
+            }
+            Error::InvalidKey { reason } => write!(f, "invalid rate-limit key: {reason}"),
+            Error::StoreFull { max_keys } => write!(
+                f,
+                "rate-limit store is full ({max_keys} live keys): call refused"
+            ),
+            Error::Store { message } => write!(f, "rate-limit store failed: {message}"),
+            Error::Timeout { after } => write!(
+                f,
+                "rate-limit store did not answer within {}ms",
+                after.as_millis()
+            ),
+            Error::NotInitialized { function } => write!(
+                f,
+                "rate limiter not initialised: `{function}` is rate-limited, but its limiter is not running (call `Module::init` at start-up; for a fn of a library with a `Limiter` of its own, the library builds it)"
+            ),
+            Error::SyncOnWaitingStore { function } => write!(
+                f,
+                "`{function}` is a sync fn, but its rate limiter's store must be waited for (only the memory store decides without waiting): call refused"
+            ),
+            Error::QueueFull { max_queue_size } => write!(
+                f,
+                "rate limit exceeded and the queue is full ({max_queue_size} waiting): call refused"
+            ),
+            Error::QueueTimeout { retry_after } => write!(
+                f,
+                "rate limit exceeded: no capacity freed within the queue timeout; retry after {}ms",
+                retry_after.as_millis()
+            ),
+            Error::NoRuntime { missing } => {
+                write!(f, "this call must wait, and {missing}: call refused")
+            }
+            Error::AlreadyInitialized => f.write_str(
+                "a rate-limit module is already initialised: shut it down (or drop its handle) before calling `Module::init` again",
+            ),
+            Error::UnexpectedState { message } => write!(
+                f,
+                "state of an unexpected shape under a limiter key: refused ({message})"
+            ),
+            Error::ClockOutOfRange { now_nanos } => write!(
+                f,
+                "the clock reads {now_nanos} ns since the epoch, beyond what the limiter counts (about the year 2226): call refused"
+            ),
+            Error::Declarations(errors) => fmt::Display::fmt(errors, f),
+        }
+    }
+}
+
+/// An invalid quota is the error's source; every other variant is its own.
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::InvalidQuota(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<QuotaError> for Error {
+    fn from(e: QuotaError) -> Self {
+        Error::InvalidQuota(e)
+    }
 }
 
 impl From<crate::algorithm::Undecidable> for Error {

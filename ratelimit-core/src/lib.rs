@@ -33,6 +33,7 @@ mod service;
 mod stats;
 pub mod store;
 mod stripe;
+mod sync;
 mod syntax;
 pub mod testing;
 mod window;

@@ -25,35 +25,26 @@ pub const MAX_CAPACITY: u64 = u32::MAX as u64;
 pub(crate) const MAX_TOLERANCE: u128 = 1 << 62;
 
 /// Why a limit cannot be enforced. Each variant is one rule.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum QuotaError {
     /// The window is zero.
-    #[error("the window must be longer than zero")]
     ZeroWindow,
     /// The window is longer than [`MAX_WINDOW`].
-    #[error("the window must be at most 366 days")]
     WindowTooLong,
     /// A window was given as text that is not one (see [`Window`]).
-    #[error("the window given as text is not a duration such as \"500ms\", \"30s\", \"1m\" or \"1h30m\"")]
     InvalidWindowText,
     /// `limit + burst` is above [`MAX_CAPACITY`] (or overflows).
-    #[error("limit + burst must be at most 4294967295")]
     CapacityTooLarge,
     /// A refill rate of zero tokens per window was asked for.
-    #[error("the refill rate must be at least 1 token per window")]
     ZeroRefill,
     /// The token bucket would refill more than one token per nanosecond.
-    #[error("the refill rate is above one token per nanosecond")]
     RefillTooFast,
     /// The token bucket's capacity times its refill interval is too large to count.
-    #[error("limit + burst is too large for so slow a refill rate")]
     RefillTooSlow,
     /// The block after a refusal is longer than [`MAX_WINDOW`].
-    #[error("the block after a refusal must be at most 366 days")]
     BlockTooLong,
     /// The store cannot count this quota exactly.
-    #[error("{store} cannot enforce this limit exactly: {reason}")]
     Unsupported {
         /// The store.
         store: &'static str,
@@ -61,6 +52,28 @@ pub enum QuotaError {
         reason: &'static str,
     },
 }
+
+impl std::fmt::Display for QuotaError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            QuotaError::ZeroWindow => "the window must be longer than zero",
+            QuotaError::WindowTooLong => "the window must be at most 366 days",
+            QuotaError::InvalidWindowText => {
+                "the window given as text is not a duration such as \"500ms\", \"30s\", \"1m\" or \"1h30m\""
+            }
+            QuotaError::CapacityTooLarge => "limit + burst must be at most 4294967295",
+            QuotaError::ZeroRefill => "the refill rate must be at least 1 token per window",
+            QuotaError::RefillTooFast => "the refill rate is above one token per nanosecond",
+            QuotaError::RefillTooSlow => "limit + burst is too large for so slow a refill rate",
+            QuotaError::BlockTooLong => "the block after a refusal must be at most 366 days",
+            QuotaError::Unsupported { store, reason } => {
+                return write!(f, "{store} cannot enforce this limit exactly: {reason}");
+            }
+        })
+    }
+}
+
+impl std::error::Error for QuotaError {}
 
 /// A window as per-call settings take it, which have no build step to report to: the
 /// duration, or the rule its text breaks, which every call with it is refused with. A duration

@@ -3,11 +3,10 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use parking_lot::Mutex;
-
 // A caller takes this thread's stripe once for the several scopes one call is counted in
 // (`record_on`).
 use crate::stripe::{stripe, StripeId, STRIPES};
+use crate::sync::Mutex;
 
 /// Decisions counted for one scope.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

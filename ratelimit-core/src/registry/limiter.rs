@@ -5,10 +5,9 @@
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use parking_lot::RwLock;
-
 use crate::error::Error;
 use crate::service::RateLimitService;
+use crate::sync::RwLock;
 
 /// The application's limiter: the one [`Module::init`](super::Module::init) builds, deciding
 /// every annotated fn that names no `limiter`.

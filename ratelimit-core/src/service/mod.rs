@@ -110,7 +110,7 @@ struct Inner {
     /// prepared under the running generation.
     generation: std::sync::atomic::AtomicU64,
     /// Held by a reload from its check to its swap: two reloads never interleave.
-    reloading: parking_lot::Mutex<()>,
+    reloading: crate::sync::Mutex<()>,
     /// Whether the store came from the configuration (`config.store()`), which a reload
     /// then may not change; a store of the caller's own (`with_store`) ignores it.
     store_from_config: bool,
@@ -123,7 +123,7 @@ struct Inner {
     #[cfg(feature = "redis")]
     redis: Option<crate::store::RedisStore>,
     total: Counters,
-    by_method: parking_lot::RwLock<MethodCounters>,
+    by_method: crate::sync::RwLock<MethodCounters>,
     /// Calls waiting for capacity (see `queue.rs`).
     queue: queue::Queue,
     /// The decision-latency histogram (feature `metrics`; zero-sized without it).
@@ -258,7 +258,7 @@ impl RateLimitService {
             inner: Arc::new(Inner {
                 current: arc_swap::ArcSwap::from_pointee(Generation::new(config, 0, None)),
                 generation: std::sync::atomic::AtomicU64::new(0),
-                reloading: parking_lot::Mutex::new(()),
+                reloading: crate::sync::Mutex::new(()),
                 store_from_config: false,
                 clock,
                 store,

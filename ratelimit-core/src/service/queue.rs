@@ -19,12 +19,12 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use parking_lot::Mutex;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::metrics;
 use crate::stats::QueueCounts;
+use crate::sync::Mutex;
 
 /// A waiter's place in its line: higher priority first, then arrival.
 type Rank = (Reverse<i32>, u64);

@@ -5,13 +5,13 @@ use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use hashbrown::HashTable;
-use parking_lot::Mutex;
 
 use super::blocks::Block;
 use super::word::{update, CounterCell, FixedCell};
 use crate::algorithm::{Algorithm, Gcra, Given, SlidingLog, Spend, Verdict};
 use crate::clock::Nanos;
 use crate::quota::Quota;
+use crate::sync::Mutex;
 use crate::syntax::Strategy;
 
 /// How the store hashes a key, the one place: its bytes alone, with a seed drawn per store

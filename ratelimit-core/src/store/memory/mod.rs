@@ -7,7 +7,6 @@ use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
 use crossbeam_utils::sync::{ShardedLock, ShardedLockReadGuard, ShardedLockWriteGuard};
-use parking_lot::{Condvar, Mutex};
 
 mod adjust;
 mod blocks;
@@ -26,6 +25,7 @@ use crate::decision::Decision;
 use crate::error::Error;
 use crate::quota::Quota;
 use crate::store::{Adjustment, Refund, Request, Stacked};
+use crate::sync::{Condvar, Mutex};
 
 const SHARDS: usize = 64;
 

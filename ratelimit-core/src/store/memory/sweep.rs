@@ -39,7 +39,7 @@ impl MemoryStore {
                     if *stopped {
                         return;
                     }
-                    wake.wait_for(&mut stopped, every);
+                    stopped = wake.wait_for(stopped, every);
                     if *stopped {
                         return;
                     }

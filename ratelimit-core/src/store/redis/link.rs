@@ -41,7 +41,6 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
-use parking_lot::Mutex;
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, ConnectionAddr, ConnectionInfo, RedisError};
 use tokio::sync::watch;
@@ -49,6 +48,7 @@ use tokio::task::AbortHandle;
 
 use crate::error::Error;
 use crate::stripe::{self, STRIPES};
+use crate::sync::Mutex;
 
 /// The slots of time a link counts its calls in: a slot is at least `timeout / 32` long, so
 /// the 64 cover twice the timeout, and the watcher sees every call until its deadline.
