@@ -500,6 +500,9 @@ async fn a_sliding_log_entry_out_of_range_is_refused() {
         format!("LPUSH {}:1:0:1 {t}:2:{w}:1", t - w),
         format!("LPUSH {t}:01:0:1"),
         format!("LPUSH 0{t}:1:0:1"),
+        // Each field read without a second pattern since (`digits`, prelude.lua).
+        format!("LPUSH {t}:2:00:1"),
+        format!("LPUSH {t}:2:0:01"),
     ];
     refused_untouched(&service, &mut c, &key, &opts, plants).await;
 }

@@ -140,7 +140,7 @@ local raw = redis.pcall('GET', key)
 if type(raw) == 'table' then return unexpected(SHAPE) end -- WRONGTYPE
 if raw then
   local head, s, w, c = string.match(raw, '^(F(%d+):(%d+):)(%d+)$')
-  if s then s, w, c = decimal(s, MAX_NOW), decimal(w, MAX_EXACT), decimal(c, MAX_CAPACITY) end
+  if s then s, w, c = digits(s, MAX_NOW), digits(w, MAX_EXACT), digits(c, MAX_CAPACITY) end
   if not (s and c and w == window) or s % window ~= 0 then
     return unexpected(SHAPE)
   end

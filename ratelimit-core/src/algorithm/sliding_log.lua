@@ -64,8 +64,8 @@ end
 local function parse(raw)
   local t, total, age, u = string.match(raw, '^(%d+):(%d+):(%d+):(%d+)$')
   if not t then return nil end
-  t, total = decimal(t, MAX_NOW), decimal(total, MAX_EXACT)
-  age, u = decimal(age, window - 1), decimal(u, MAX_CAPACITY)
+  t, total = digits(t, MAX_NOW), digits(total, MAX_EXACT)
+  age, u = digits(age, window - 1), digits(u, MAX_CAPACITY)
   if not (t and total and age and u) or u < 1 or u > total or age > t then return nil end
   return t, total, t - age, total - u
 end
@@ -153,9 +153,15 @@ if head then
     base, oldest = 0, nil -- none is live
   elseif oldest <= from then
     -- Some have left. The entry `k` from the tail (1 the oldest): its time and total,
-    -- checked against the newest; nil when the list has fewer entries.
+    -- checked against the newest; nil when the list has fewer entries. Each entry read
+    -- once (the search ends by reading again the two entries it stopped between).
+    local read = {}
     local function tail(k)
-      local raw = redis.call('LINDEX', key, -k)
+      local raw = read[k]
+      if raw == nil then
+        raw = redis.call('LINDEX', key, -k) or false
+        read[k] = raw
+      end
       if not raw then return nil end
       local t, total = parse(raw)
       if not t or t > newest or total > top then return false end

@@ -40,7 +40,7 @@ local raw = redis.pcall('GET', key)
 if type(raw) == 'table' then return unexpected(SHAPE) end -- WRONGTYPE
 if raw then
   local t, rest = string.match(raw, '^T(%d+)(.*)$')
-  stored = t and decimal(t, MAX_EXACT)
+  stored = t and digits(t, MAX_EXACT)
   if stored and rest ~= '' then
     -- The shift, then three numbers for each run, each after a ':' in decimal's shape (no
     -- sign, no leading zero) and up to MAX_NOW, nothing else; runs as
