@@ -4,10 +4,17 @@
 //! whose writers leave it whole at each step (a map entry inserted or removed, a flag set), so
 //! what a panic leaves is a state some call could have seen anyway.
 
-use std::sync::{self, PoisonError};
+use std::sync::{self, LockResult, PoisonError};
 use std::time::Duration;
 
 pub(crate) use std::sync::{MutexGuard, RwLockReadGuard, RwLockWriteGuard};
+
+/// The guard a lock gave, poisoned or not: the one place the rule above lives (the memory
+/// store's `ShardedLock` shards take theirs through it too).
+#[inline]
+pub(crate) fn unpoisoned<G>(locked: LockResult<G>) -> G {
+    locked.unwrap_or_else(PoisonError::into_inner)
+}
 
 /// [`std::sync::Mutex`] whose [`lock`](Self::lock) ignores poisoning.
 #[derive(Debug, Default)]
@@ -20,12 +27,12 @@ impl<T> Mutex<T> {
 
     #[inline]
     pub(crate) fn lock(&self) -> MutexGuard<'_, T> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+        unpoisoned(self.0.lock())
     }
 
     #[inline]
     pub(crate) fn get_mut(&mut self) -> &mut T {
-        self.0.get_mut().unwrap_or_else(PoisonError::into_inner)
+        unpoisoned(self.0.get_mut())
     }
 }
 
@@ -41,12 +48,12 @@ impl<T> RwLock<T> {
 
     #[inline]
     pub(crate) fn read(&self) -> RwLockReadGuard<'_, T> {
-        self.0.read().unwrap_or_else(PoisonError::into_inner)
+        unpoisoned(self.0.read())
     }
 
     #[inline]
     pub(crate) fn write(&self) -> RwLockWriteGuard<'_, T> {
-        self.0.write().unwrap_or_else(PoisonError::into_inner)
+        unpoisoned(self.0.write())
     }
 }
 
@@ -66,10 +73,7 @@ impl Condvar {
         guard: MutexGuard<'a, T>,
         timeout: Duration,
     ) -> MutexGuard<'a, T> {
-        match self.0.wait_timeout(guard, timeout) {
-            Ok((guard, _)) => guard,
-            Err(poisoned) => poisoned.into_inner().0,
-        }
+        unpoisoned(self.0.wait_timeout(guard, timeout)).0
     }
 
     pub(crate) fn notify_all(&self) {

@@ -3,7 +3,7 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use crossbeam_utils::sync::{ShardedLock, ShardedLockReadGuard, ShardedLockWriteGuard};
@@ -25,7 +25,7 @@ use crate::decision::Decision;
 use crate::error::Error;
 use crate::quota::Quota;
 use crate::store::{Adjustment, Refund, Request, Stacked};
-use crate::sync::{Condvar, Mutex};
+use crate::sync::{unpoisoned, Condvar, Mutex};
 
 const SHARDS: usize = 64;
 
@@ -92,17 +92,17 @@ type WriteGuard<'a> = ShardedLockWriteGuard<'a, Tables>;
 
 impl Shard {
     /// The tables, for reading. A lock a panicking writer left poisoned is taken all the
-    /// same, as `parking_lot`'s locks did before: the tables hold no state between steps
-    /// that a panic could leave half-made.
+    /// same (`crate::sync`): the tables hold no state between steps that a panic could
+    /// leave half-made.
     #[inline]
     fn read(&self) -> ShardedLockReadGuard<'_, Tables> {
-        self.0.read().unwrap_or_else(PoisonError::into_inner)
+        unpoisoned(self.0.read())
     }
 
     /// The tables, for writing (see [`read`](Self::read) on poisoning).
     #[inline]
     fn write(&self) -> WriteGuard<'_> {
-        self.0.write().unwrap_or_else(PoisonError::into_inner)
+        unpoisoned(self.0.write())
     }
 }
 
