@@ -19,12 +19,13 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 /// A limiter a library owns: annotated fns that name it with `limiter = path::TO_STATIC` are
 /// decided by the service built here, under the library's own configuration (tiers, default
 /// limit, store), and checked when it is built rather than by the application's
-/// [`Module::init`], which neither checks nor requires them.
+/// [`Module::init`](super::Module::init), which neither checks nor requires them.
 ///
 /// Define it as a `static` and build it with [`init`](Self::init). Until it is built (and
 /// after its handle is dropped), its fns are refused with [`Error::NotInitialized`]. Building
-/// it while it runs is [`Error::AlreadyInitialized`], as for [`Module::init`]: a library that
-/// builds it lazily keeps the handle in a `OnceLock` of its own.
+/// it while it runs is [`Error::AlreadyInitialized`], as for
+/// [`Module::init`](super::Module::init): a library that builds it lazily keeps the handle in
+/// a `OnceLock` of its own.
 ///
 /// ```
 /// use ratelimit_core::{Limiter, Module, Tier};
