@@ -156,6 +156,13 @@ impl Decision {
         self
     }
 
+    /// The stamp of the state an admitted spend was made on ([`stamped`](Self::stamped)): 0
+    /// when the store kept none (a refusal, a look, a spend not kept for a refund on a store
+    /// that stamps only those), and nothing can be given back.
+    pub fn stamp(&self) -> u64 {
+        self.stamp
+    }
+
     /// With the shift of the state the spend was made on (see `algorithm::Spend`).
     #[inline]
     pub(crate) fn shifted(mut self, shift: Nanos) -> Self {

@@ -223,9 +223,9 @@ pub trait Store: Send + Sync + 'static {
 
     /// Gives back an admitted spend (see [`Refund`]), in one atomic step: only to the state
     /// it was made on, never twice, and never past the quota; returns whether anything was
-    /// given back. A store keeps, with each key's state, a stamp no other state under the
-    /// key ever had, and puts it in the decisions of its spends. Default: nothing is given
-    /// back.
+    /// given back. A store keeps, with each key's state a spend was kept on ([`Mode::Keep`]),
+    /// a stamp no other state under the key ever had, and puts it in the decisions of those
+    /// spends. Default: nothing is given back.
     fn refund(&self, refund: Refund<'_>) -> impl Future<Output = Result<bool, Error>> + Send {
         let _ = refund;
         async { Ok(false) }

@@ -39,10 +39,13 @@ impl MemoryStore {
             let mut tables = self.shard(hash).write();
             let (table, side) = A::table_and_side(&mut tables);
             if let Some(cell) = table.find_mut(hash, |c| c.key() == key) {
+                // What an adjustment moves may be kept under the key's stamp (a token
+                // bucket's shift, in the side table): stamped first, as a kept spend is.
+                self.ensure_stamped(cell, key);
                 let moved = cell.adjust(side, now, quota, units, penalty);
                 if !penalty && moved > 0 && !State::refunds_survive_rewards(quota.strategy()) {
                     // The spends before the reward are given back to nothing (see the const).
-                    cell.keep(self.kept(key));
+                    cell.keep(self.stamped(key));
                 }
                 return Ok(moved);
             }
@@ -57,7 +60,7 @@ impl MemoryStore {
                 // and rewards keep anything there).
                 let mut cell = A::Cell::fresh();
                 let moved = cell.adjust(&mut Side::new(), now, quota, units, penalty);
-                self.insert::<A>(&mut tables, hash, key, cell);
+                self.insert::<A>(&mut tables, hash, key, cell, true);
                 return Ok(moved);
             }
             // A full store sweeps the keys that expired first, as a decision does.

@@ -9,6 +9,7 @@ use crate::algorithm::{self, Verdict};
 use crate::clock::Nanos;
 use crate::error::Error;
 use crate::quota::Quota;
+use crate::store::Mode;
 
 /// A key refused until `until` ([`Quota::block`]). Not counted in the store's keys: only a
 /// key with a state is ever blocked, and the block goes with it (a reset) or when it ends (a
@@ -110,14 +111,15 @@ impl MemoryStore {
         quota: &Quota,
         cost: u64,
         at: Nanos,
-        commit: bool,
+        mode: Mode,
     ) -> Result<(Verdict, Stamp), Error> {
         let hash = self.inner.hasher.hash(key);
+        let commit = mode != Mode::Look;
         if !commit {
             if let Some(blocked) = self.shard(hash).read().blocked(quota, hash, key, at) {
                 return Ok((blocked, Stamp::default()));
             }
-            return self.decide_plain(key, quota, cost, at, commit);
+            return self.decide_plain(key, quota, cost, at, mode);
         }
         let strategy = quota.strategy();
         for attempt in 0..2 {
@@ -140,11 +142,15 @@ impl MemoryStore {
                 return Ok((verdict, Stamp::default()));
             }
             if stored || self.reserve() {
-                let spent = by_strategy!(
+                let (verdict, stamp) = by_strategy!(
                     strategy,
                     stacked::spend(&mut tables, self, hash, key, quota, cost, at)
                 );
-                return Ok(spent);
+                let stamp = match mode {
+                    Mode::Keep => by_strategy!(strategy, self.stamp_of(&mut tables, hash, key)),
+                    _ => stamp,
+                };
+                return Ok((verdict, stamp));
             }
             drop(tables);
             if attempt == 0 {

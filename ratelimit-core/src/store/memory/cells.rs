@@ -137,16 +137,32 @@ impl Stamp {
     }
 }
 
-/// A kept key's bytes behind its stamp: a number the store gives each key it adds, never
-/// twice, so that a refund finds the state its spend was made on and not one added under the
-/// same key since (after a reset, or a sweep once the state expired). In the key's own
-/// allocation (8 bytes, little-endian, first), so the cells keep their size.
+/// A kept key's bytes, behind its stamp once a spend kept for a refund was made on it: a
+/// number the store gives a key's state, never twice, so that a refund finds the state its
+/// spend was made on and not one added under the same key since (after a reset, or a sweep
+/// once the state expired). In the key's own allocation, so the cells keep their size: a
+/// stamped key is [`STAMPED`], the stamp (8 bytes, little-endian), then the key's bytes; a key
+/// never given a stamp (nothing spent on it was kept) is its bytes alone, and pays nothing
+/// for refunds.
 #[derive(Default)]
 pub(super) struct StampedKey(Box<[u8]>);
 
+/// The first byte of a stamped key: a byte no UTF-8 text holds, and store keys are text
+/// ([`StoreKey`](crate::store::StoreKey)), so no key's own bytes begin with it.
+const STAMPED: u8 = 0xFF;
+
 impl StampedKey {
-    pub(super) fn new(key: &[u8], stamp: u64) -> Self {
-        let mut bytes = Vec::with_capacity(8 + key.len());
+    /// `key`'s bytes, without a stamp.
+    pub(super) fn plain(key: &[u8]) -> Self {
+        debug_assert!(std::str::from_utf8(key).is_ok(), "store keys are text");
+        StampedKey(key.into())
+    }
+
+    /// `key`'s bytes behind `stamp`.
+    pub(super) fn stamped(key: &[u8], stamp: u64) -> Self {
+        debug_assert!(std::str::from_utf8(key).is_ok(), "store keys are text");
+        let mut bytes = Vec::with_capacity(9 + key.len());
+        bytes.push(STAMPED);
         bytes.extend_from_slice(&stamp.to_le_bytes());
         bytes.extend_from_slice(key);
         StampedKey(bytes.into_boxed_slice())
@@ -154,14 +170,25 @@ impl StampedKey {
 
     #[inline]
     fn key(&self) -> &[u8] {
-        self.0.get(8..).unwrap_or_default()
+        match self.0.split_first() {
+            Some((&STAMPED, stamped)) => stamped.get(8..).unwrap_or_default(),
+            _ => &self.0,
+        }
     }
 
-    /// The key's stamp; 0 (no key is given it) for a cell not kept.
+    /// Whether the key was given a stamp.
+    #[inline]
+    pub(super) fn is_stamped(&self) -> bool {
+        self.0.first() == Some(&STAMPED)
+    }
+
+    /// The key's stamp; 0 (no key is given it) for a key without one.
     pub(super) fn stamp(&self) -> u64 {
-        match self.0.first_chunk::<8>() {
-            Some(bytes) => u64::from_le_bytes(*bytes),
-            None => 0,
+        match self.0.split_first() {
+            Some((&STAMPED, stamped)) => stamped
+                .first_chunk::<8>()
+                .map_or(0, |bytes| u64::from_le_bytes(*bytes)),
+            _ => 0,
         }
     }
 }
@@ -289,6 +316,7 @@ impl Cell for BucketCell {
     fn expires_at(&self) -> Nanos {
         self.tat.load(Ordering::Acquire)
     }
+    #[inline]
     fn decide(&self, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> Verdict {
         // A decision reads and writes the arrival time alone; the shift stays as it is.
         update(&self.tat, |tat| {

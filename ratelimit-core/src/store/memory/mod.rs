@@ -24,7 +24,7 @@ use crate::clock::Nanos;
 use crate::decision::Decision;
 use crate::error::Error;
 use crate::quota::Quota;
-use crate::store::{Adjustment, Refund, Request, Stacked};
+use crate::store::{Adjustment, Mode, Refund, Request, Stacked};
 use crate::sync::{unpoisoned, Condvar, Mutex};
 
 const SHARDS: usize = 64;
@@ -116,8 +116,8 @@ struct Inner {
     /// it: a key dropped then was expired at that time, and a wall clock stepped back must
     /// not find it fresh (the algorithms already never decide before a kept key's own time).
     floor: AtomicU64,
-    /// The stamp the next key added is given (see `cells::Kept`): from 1, so that 0 names no
-    /// key.
+    /// The stamp the next key stamped is given (see `cells::StampedKey`): from 1, so that 0
+    /// names no key.
     stamps: AtomicU64,
     stop: Arc<(Mutex<bool>, Condvar)>,
 }
@@ -259,29 +259,58 @@ impl MemoryStore {
         let (quota, now) = (request.quota(), request.now());
         let key = request.key().as_str().as_bytes();
         let (verdict, stamp) =
-            self.stamped_verdict(key, quota, request.cost(), now, request.spends())?;
+            self.stamped_verdict(key, quota, request.cost(), now, request.mode())?;
         Ok(stamp.on(Decision::for_quota(verdict, now, quota)))
     }
 
-    /// Keeps `cell` as `key`'s (room for it was reserved, and the key is in no table): its
-    /// stamp.
+    /// Keeps `cell` as `key`'s (room for it was reserved, and the key is in no table),
+    /// `stamped` (see [`stamp_of`](Self::stamp_of)) or not: its stamp.
     fn insert<A: InTables>(
         &self,
         tables: &mut Tables,
         hash: u64,
         key: &[u8],
         mut cell: A::Cell,
+        stamped: bool,
     ) -> Stamp {
-        cell.keep(self.kept(key));
+        cell.keep(match stamped {
+            true => self.stamped(key),
+            false => StampedKey::plain(key),
+        });
         let stamp = cell.stamp(&tables.side);
         let hasher = &self.inner.hasher;
         A::table_mut(tables).insert_unique(hash, cell, |c| hasher.hash(c.key()));
         stamp
     }
 
-    /// A kept key's bytes, with a stamp no other key was given.
-    fn kept(&self, key: &[u8]) -> StampedKey {
-        StampedKey::new(key, self.inner.stamps.fetch_add(1, Ordering::Relaxed))
+    /// A key's bytes behind a stamp no other key's state was given.
+    fn stamped(&self, key: &[u8]) -> StampedKey {
+        StampedKey::stamped(key, self.inner.stamps.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// The stamp of `key`'s stored cell, under the shard's write lock, the key given one
+    /// first if it has none: what a spend kept for a refund carries ([`Mode::Keep`]). A key is
+    /// stamped by the first such spend (or an adjustment), not when it is stored: a key
+    /// nothing is given back to keeps its bytes alone. A key not stored: none.
+    fn stamp_of<A: InTables>(&self, tables: &mut Tables, hash: u64, key: &[u8]) -> Stamp {
+        let (table, side) = A::table_and_side(tables);
+        match table.find_mut(hash, |c| c.key() == key) {
+            Some(cell) => {
+                self.ensure_stamped(cell, key);
+                cell.stamp(side)
+            }
+            None => Stamp::default(),
+        }
+    }
+
+    /// Gives `key`'s `cell` a stamp if it has none (see [`stamp_of`](Self::stamp_of)). Out of
+    /// line: once in a key's life, off the path of the decisions around it.
+    #[cold]
+    #[inline(never)]
+    fn ensure_stamped(&self, cell: &mut impl Cell, key: &[u8]) {
+        if !cell.kept().is_stamped() {
+            cell.keep(self.stamped(key));
+        }
     }
 
     /// The decision, synchronously.
@@ -294,7 +323,7 @@ impl MemoryStore {
         now: Nanos,
         commit: bool,
     ) -> Result<Decision, Error> {
-        let verdict = self.verdict_at(key.as_bytes(), quota, cost, now, commit)?;
+        let verdict = self.verdict_at(key, quota, cost, now, commit)?;
         Ok(Decision::for_quota(verdict, now, quota))
     }
 
@@ -303,19 +332,25 @@ impl MemoryStore {
     #[inline]
     pub(crate) fn verdict_at(
         &self,
-        key: &[u8],
+        key: &str,
         quota: &Quota,
         cost: u64,
         now: Nanos,
         commit: bool,
     ) -> Result<Verdict, Error> {
+        let key = key.as_bytes();
         crate::key::check_store_key(key)?;
         algorithm::check_cost(quota, cost, commit)?;
-        Ok(self.stamped_verdict(key, quota, cost, now, commit)?.0)
+        let mode = match commit {
+            true => Mode::Spend,
+            false => Mode::Look,
+        };
+        Ok(self.stamped_verdict(key, quota, cost, now, mode)?.0)
     }
 
-    /// [`verdict_at`](Self::verdict_at) of a call whose key and cost are checked, with the
-    /// stamp of the key it was decided on (0 for none kept).
+    /// [`verdict_at`](Self::verdict_at) of a call whose key and cost are checked, in `mode`,
+    /// with the stamp of the key it was decided on (0 for none: see
+    /// [`stamp_of`](Self::stamp_of)).
     #[inline(always)]
     fn stamped_verdict(
         &self,
@@ -323,7 +358,7 @@ impl MemoryStore {
         quota: &Quota,
         cost: u64,
         now: Nanos,
-        commit: bool,
+        mode: Mode,
     ) -> Result<(Verdict, Stamp), Error> {
         if let Some(verdict) = algorithm::precheck_time(now, quota)? {
             return Ok((verdict, Stamp::default()));
@@ -331,9 +366,9 @@ impl MemoryStore {
         // A clock stepped back behind the last sweep decides at the sweep's time.
         let at = self.decision_time(now);
         if quota.block_nanos() > 0 {
-            return self.decide_with_blocks(key, quota, cost, at, commit);
+            return self.decide_with_blocks(key, quota, cost, at, mode);
         }
-        self.decide_plain(key, quota, cost, at, commit)
+        self.decide_plain(key, quota, cost, at, mode)
     }
 
     /// The decision of a call whose quota has no block.
@@ -344,15 +379,13 @@ impl MemoryStore {
         quota: &Quota,
         cost: u64,
         at: Nanos,
-        commit: bool,
+        mode: Mode,
     ) -> Result<(Verdict, Stamp), Error> {
         if cost == 0 {
+            let commit = mode != Mode::Look;
             return Ok((self.look_at(key, quota, at, commit)?, Stamp::default()));
         }
-        by_strategy!(
-            quota.strategy(),
-            self.decide_in(key, quota, cost, at, commit)
-        )
+        by_strategy!(quota.strategy(), self.decide_in(key, quota, cost, at, mode))
     }
 
     /// A look (cost 0) is two looks at most, each its own step: the rule is
@@ -370,46 +403,59 @@ impl MemoryStore {
         commit: bool,
     ) -> Result<Verdict, Error> {
         algorithm::level_or(0, commit, |cost, commit| {
-            by_strategy!(
-                quota.strategy(),
-                self.decide_in(key, quota, cost, at, commit)
-            )
-            .map(|(verdict, _)| verdict)
+            let mode = match commit {
+                true => Mode::Spend,
+                false => Mode::Look,
+            };
+            by_strategy!(quota.strategy(), self.decide_in(key, quota, cost, at, mode))
+                .map(|(verdict, _)| verdict)
         })
     }
 
     /// The decision in the strategy's own table: a stored key under the shard's read lock; a
-    /// new key that must be remembered under its write lock. With the key's stamp.
+    /// new key that must be remembered, or a spend kept on a key not stamped yet, under its
+    /// write lock. With the key's stamp.
     fn decide_in<A: InTables>(
         &self,
         key: &[u8],
         quota: &Quota,
         cost: u64,
         now: Nanos,
-        commit: bool,
+        mode: Mode,
     ) -> Result<(Verdict, Stamp), Error> {
         let hash = self.inner.hasher.hash(key);
+        let (commit, keep) = (mode != Mode::Look, mode == Mode::Keep);
         let decide =
             |cell: &A::Cell, side: &Side| (cell.decide(now, quota, cost, commit), cell.stamp(side));
         {
             let tables = self.shard(hash).read();
-            if let Some(cell) = A::table(&tables).find(hash, |c| c.key() == key) {
-                return Ok(decide(cell, &tables.side));
-            }
-            if tables.held_by_other(quota.strategy(), hash, key) {
-                return Err(algorithm::Undecidable::UnexpectedState.into());
-            }
-            let verdict = A::Cell::fresh().decide(now, quota, cost, commit);
-            if !commit || !verdict.allowed {
-                // Nothing to remember: a fresh key that was only looked at or refused outright.
-                return Ok((verdict, Stamp::default()));
+            match A::table(&tables).find(hash, |c| c.key() == key) {
+                // A kept spend on a key without a stamp stamps it first, below.
+                Some(cell) if !keep || cell.kept().is_stamped() => {
+                    return Ok(decide(cell, &tables.side));
+                }
+                Some(_) => {}
+                None => {
+                    if tables.held_by_other(quota.strategy(), hash, key) {
+                        return Err(algorithm::Undecidable::UnexpectedState.into());
+                    }
+                    let verdict = A::Cell::fresh().decide(now, quota, cost, commit);
+                    if !commit || !verdict.allowed {
+                        // Nothing to remember: a fresh key only looked at or refused outright.
+                        return Ok((verdict, Stamp::default()));
+                    }
+                }
             }
         }
         for attempt in 0..2 {
             let mut tables = self.shard(hash).write();
             // Another call may have stored the key between the two locks.
-            if let Some(cell) = A::table(&tables).find(hash, |c| c.key() == key) {
-                return Ok(decide(cell, &tables.side));
+            let (table, side) = A::table_and_side(&mut tables);
+            if let Some(cell) = table.find_mut(hash, |c| c.key() == key) {
+                if keep {
+                    self.ensure_stamped(cell, key);
+                }
+                return Ok(decide(cell, side));
             }
             if tables.held_by_other(quota.strategy(), hash, key) {
                 return Err(algorithm::Undecidable::UnexpectedState.into());
@@ -417,7 +463,8 @@ impl MemoryStore {
             if self.reserve() {
                 let cell = A::Cell::fresh();
                 let verdict = cell.decide(now, quota, cost, commit);
-                return Ok((verdict, self.insert::<A>(&mut tables, hash, key, cell)));
+                let stamp = self.insert::<A>(&mut tables, hash, key, cell, keep);
+                return Ok((verdict, stamp));
             }
             drop(tables);
             if attempt == 0 {

@@ -98,6 +98,54 @@ mod tests {
         shards.map(|s| s.read().side.len()).sum()
     }
 
+    /// A key is stamped by the first spend on it kept for a refund, not when plain spends
+    /// store it (a key nothing is given back to pays nothing for refunds): until then its
+    /// receipts carry no stamp and nothing is given back to them; from then on the kept
+    /// spend's receipt is given back, under every strategy, until the key is made again.
+    #[test]
+    fn a_key_is_stamped_by_its_first_kept_spend() {
+        let store = MemoryStore::new();
+        for strategy in Strategy::ALL {
+            let q = Quota::per_second(5).unwrap().with_strategy(strategy);
+            let name = format!("k:{strategy}");
+            let key = StoreKey::new(&name).unwrap();
+            let spend = |mode| {
+                let request = Request::new(key, &q, 1, SEC, mode).unwrap();
+                let decision = store.decide_request(&request).unwrap();
+                assert!(decision.allowed, "{strategy}");
+                decision.receipt()
+            };
+            let refund = |receipt| store.refund_request(&Refund::of(key, &q, 1, receipt, SEC));
+            let plain = spend(Mode::Spend);
+            assert_eq!(plain.stamp, 0, "{strategy}: a plain spend stamped its key");
+            assert!(
+                !refund(plain).unwrap(),
+                "{strategy}: an unstamped spend given back"
+            );
+            let kept = spend(Mode::Keep);
+            assert_ne!(kept.stamp, 0, "{strategy}: a kept spend carries no stamp");
+            assert_eq!(
+                spend(Mode::Keep).stamp,
+                kept.stamp,
+                "{strategy}: stamped twice"
+            );
+            assert!(refund(kept).unwrap(), "{strategy}");
+            // Made again after a reset, by a plain spend then a kept one: another stamp, and
+            // the old state's receipt is given back to nothing.
+            assert!(store.reset(&name));
+            spend(Mode::Spend);
+            assert_ne!(
+                spend(Mode::Keep).stamp,
+                kept.stamp,
+                "{strategy}: a stamp again"
+            );
+            assert!(
+                !refund(kept).unwrap(),
+                "{strategy}: given back to another state"
+            );
+        }
+    }
+
     /// Two spends kept on a bucket, the first given back: the bucket's bookkeeping goes into
     /// its shard's side table (the cell keeps its size), and leaves with the cell, on a sweep
     /// once the bucket is full again and on a reset: memory back to where it was.

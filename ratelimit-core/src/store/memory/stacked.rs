@@ -14,7 +14,7 @@ use crate::clock::Nanos;
 use crate::decision::Decision;
 use crate::error::Error;
 use crate::quota::Quota;
-use crate::store::{Check, Stacked};
+use crate::store::{Check, Mode, Stacked};
 
 /// The level a call would find (spending nothing), and whether the key is stored.
 pub(super) fn look<A: InTables>(
@@ -36,8 +36,8 @@ pub(super) fn look<A: InTables>(
     }
 }
 
-/// Spends the call, storing the key if it is new (room for it was reserved); with the key's
-/// stamp.
+/// Spends the call, storing the key if it is new (room for it was reserved), not stamped;
+/// with the key's stamp (a spend kept for a refund stamps it: [`MemoryStore::stamp_of`]).
 pub(super) fn spend<A: InTables>(
     tables: &mut Tables,
     store: &MemoryStore,
@@ -55,7 +55,7 @@ pub(super) fn spend<A: InTables>(
     }
     let cell = A::Cell::fresh();
     let verdict = cell.decide(now, quota, cost, true);
-    (verdict, store.insert::<A>(tables, hash, key, cell))
+    (verdict, store.insert::<A>(tables, hash, key, cell, false))
 }
 
 /// The tables of shard `index`, among the locked ones (every check's shard is locked).
@@ -71,6 +71,7 @@ impl MemoryStore {
     /// [`Store::decide_all`](crate::store::Store::decide_all), synchronously.
     pub(crate) fn decide_all_at(&self, stacked: &Stacked<'_>) -> Result<Vec<Decision>, Error> {
         let (checks, now, commit) = (stacked.checks(), stacked.now(), stacked.spends());
+        let keep = stacked.mode() == Mode::Keep;
         // Decided before any lock (see `precheck_all`).
         let fixed = crate::store::precheck_all(stacked)?;
         let at = self.decision_time(now);
@@ -149,10 +150,16 @@ impl MemoryStore {
                 }
                 let key = check.key.as_str().as_bytes();
                 let tables = locked(&mut guards, self.shard_index(hash));
-                spent.push(by_strategy!(
-                    check.quota.strategy(),
+                let strategy = check.quota.strategy();
+                let (verdict, stamp) = by_strategy!(
+                    strategy,
                     self::spend(tables, self, hash, key, check.quota, check.cost, at)
-                ));
+                );
+                let stamp = match keep {
+                    true => by_strategy!(strategy, self.stamp_of(tables, hash, key)),
+                    false => stamp,
+                };
+                spent.push((verdict, stamp));
             }
             return Ok(self.decisions(checks, &spent, now));
         }
