@@ -7,6 +7,9 @@
 //! own copy (`Box<str>`, exactly its length) is reported apart. Then the clock moves past
 //! every window, `sweep` runs, and what is left above the baseline is printed.
 //!
+//! A key is stamped only by a spend kept for a refund (`Mode::Keep`): the rows "kept" call
+//! each key once in that mode, the others spend plainly.
+//!
 //! `governor`'s keyed limiter (its default dashmap store) is measured the same way for
 //! comparison; it keeps its keys until `retain_recent` is called.
 //!
@@ -17,6 +20,7 @@
 use std::num::NonZeroU32;
 
 use governor::{DefaultKeyedRateLimiter, Quota as GQuota, RateLimiter};
+use ratelimit_core::store::{Mode, Request, Store, StoreKey};
 use ratelimit_core::{MemoryStore, Nanos, Quota, Strategy};
 
 #[path = "support/counting_alloc.rs"]
@@ -42,13 +46,20 @@ fn main() {
     MemoryStore::new()
         .acquire("warm", &Quota::per_second(10).unwrap(), 1, now)
         .unwrap();
-    for strategy in Strategy::ALL {
+    let kept = [Strategy::FixedWindow, Strategy::TokenBucket].map(|s| (s, Mode::Keep));
+    for (strategy, mode) in Strategy::ALL
+        .map(|s| (s, Mode::Spend))
+        .into_iter()
+        .chain(kept)
+    {
         let quota = Quota::per_second(10).unwrap().with_strategy(strategy);
         let baseline = allocated();
         let store = MemoryStore::new();
         let empty = allocated();
         for key in &keys {
-            assert!(store.acquire(key, &quota, 1, now).unwrap().allowed);
+            let request = Request::new(StoreKey::new(key).unwrap(), &quota, 1, now, mode).unwrap();
+            let decided = store.decide_now(request).expect("decided at once");
+            assert!(decided.unwrap().allowed);
         }
         assert_eq!(store.len(), KEYS);
         let full = allocated();
@@ -58,8 +69,13 @@ fn main() {
         let removed = store.sweep(now + 3 * SEC);
         assert_eq!(removed, KEYS);
         let after = allocated();
+        let kept = if mode == Mode::Keep {
+            ", each spend kept"
+        } else {
+            ""
+        };
         println!(
-            "| MemoryStore, {strategy} | {per:.1} | {key_per:.2} | {:.1} | {:+} B over the empty store ({} B) |",
+            "| MemoryStore, {strategy}{kept} | {per:.1} | {key_per:.2} | {:.1} | {:+} B over the empty store ({} B) |",
             per - key_per,
             after - empty,
             empty - baseline,
