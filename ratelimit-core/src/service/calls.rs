@@ -230,7 +230,13 @@ impl RateLimitService {
             }));
         }
         let mut store_key = String::new();
-        match self.decide_now(&site, key, true, Then::Await(&mut store_key), |d| d) {
+        match self.decide_now(
+            &site,
+            key,
+            true,
+            Then::Await(&mut store_key),
+            super::pipeline::take,
+        ) {
             Some(decided) => Started::Now(answer(&site, decided)),
             None => Started::Later(Box::pin(async move {
                 let decided = self.decide_later(&site, key, &store_key).await;
@@ -278,7 +284,7 @@ impl RateLimitService {
         if site.may_wait {
             return None;
         }
-        self.decide_now(&site, Some(key), true, Then::GiveUp, |d| d)
+        self.decide_now(&site, Some(key), true, Then::GiveUp, super::pipeline::take)
     }
 
     /// Forgets `key`'s state under `tier` (`None`: the default tier, or no tier) with no

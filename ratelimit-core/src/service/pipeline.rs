@@ -57,6 +57,21 @@ pub(crate) enum Then<'a> {
     GiveUp,
 }
 
+impl Then<'_> {
+    /// Writes `store_key` out for a caller that keeps it, or awaits the store next (the
+    /// store did not decide at once: `!decided`).
+    #[inline(always)]
+    fn write(self, store_key: &str, decided: bool) {
+        let out = match self {
+            Then::Keep(out) => out,
+            Then::Await(out) if !decided => out,
+            _ => return,
+        };
+        out.clear();
+        out.push_str(store_key);
+    }
+}
+
 impl RateLimitService {
     /// Steps 2 to 4 (and 5 when decided): the call decided at once if the store can; `None`,
     /// nothing spent, when it must be awaited. `name_tier`: name the tier on an admitted
@@ -65,9 +80,10 @@ impl RateLimitService {
     /// gives up instead allocates nothing.
     ///
     /// The store key is composed on the stack ([`KeyBuf`]), and the decision is the store's
-    /// answer itself, named and counted where it lies, then handed to `answer`, which makes
-    /// of it what the caller returns (an annotated fn's admitted call reads one flag of it):
-    /// a decision is ~100 bytes, not moved through each step.
+    /// answer itself, named and counted where it lies, then lent to `answer`, which makes
+    /// of it what the caller returns: an annotated fn's admitted call reads one flag of it,
+    /// a caller that returns the decision moves it out ([`take`]). Not moved through each
+    /// step (see [`conclude_now`](Self::conclude_now)).
     #[inline]
     pub(crate) fn decide_now<T>(
         &self,
@@ -75,14 +91,14 @@ impl RateLimitService {
         key: Option<&str>,
         name_tier: bool,
         then: Then<'_>,
-        answer: impl FnOnce(Result<Decision, Error>) -> T,
+        answer: impl FnOnce(&mut Result<Decision, Error>) -> T,
     ) -> Option<T> {
         if let Err(e) = site.check(key) {
-            return Some(answer(self.recorded(site, key, Err(e))));
+            return Some(answer(&mut self.record_and_return(site, key, Err(e))));
         }
         let now = self.inner.clock.now();
         if !site.generation.config.enabled() {
-            return Some(answer(Ok(Decision::unlimited(now))));
+            return Some(answer(&mut Ok(Decision::unlimited(now))));
         }
         let mut composed = KeyBuf::new();
         let store_key = match site.whole_key(key) {
@@ -92,33 +108,42 @@ impl RateLimitService {
                 &composed
             }
         };
-        let mut decided = match site.holds_other_states(now) {
-            false => {
-                let request = match site.request(store_key, now) {
-                    Ok(request) => request,
-                    Err(e) => return Some(answer(self.recorded(site, key, Err(e)))),
-                };
-                let started = self.inner.latency.start();
-                let decided = self.inner.store.decide_now(request);
-                if decided.is_some() {
-                    self.inner.latency.finish(started);
-                }
-                decided
-            }
-            true => self.decide_both_now(site, key, store_key, now),
-        };
-        let out = match then {
-            Then::Keep(out) => Some(out),
-            Then::Await(out) if decided.is_none() => Some(out),
-            _ => None,
-        };
-        if let Some(out) = out {
-            out.clear();
-            out.push_str(store_key);
+        if site.holds_other_states(now) {
+            let mut decided = self.decide_both_now(site, key, store_key, now);
+            then.write(store_key, decided.is_some());
+            return self.conclude_now(site, key, name_tier, &mut decided, answer);
         }
-        // Settled and counted where the store wrote it, then handed over: not moved first.
-        self.finish(site, key, decided.as_mut()?, name_tier);
-        decided.map(answer)
+        let request = match site.request(store_key, now) {
+            Ok(request) => request,
+            Err(e) => return Some(answer(&mut self.record_and_return(site, key, Err(e)))),
+        };
+        let started = self.inner.latency.start();
+        let mut decided = self.inner.store.decide_now(request);
+        if decided.is_some() {
+            self.inner.latency.finish(started);
+        }
+        then.write(store_key, decided.is_some());
+        self.conclude_now(site, key, name_tier, &mut decided, answer)
+    }
+
+    /// Step 5 of [`decide_now`](Self::decide_now) once the store answered (`Some`), on the
+    /// decision where the store wrote it, then lent to `answer`. One place for the decision
+    /// on the site's own state and one with a transition's old states, each borrowed where
+    /// it lies: a decision is ~110 bytes, and a copy made right after the store wrote it
+    /// waits on the narrower stores its wide loads span (store forwarding fails), which cost
+    /// an annotated call more than its instructions did (BENCHMARKS.md, `hot_path`).
+    #[inline(always)]
+    fn conclude_now<T>(
+        &self,
+        site: &Site<'_>,
+        key: Option<&str>,
+        name_tier: bool,
+        decided: &mut Option<Result<Decision, Error>>,
+        answer: impl FnOnce(&mut Result<Decision, Error>) -> T,
+    ) -> Option<T> {
+        let decided = decided.as_mut()?;
+        self.finish(site, key, decided, name_tier);
+        Some(answer(decided))
     }
 
     /// Every step, awaiting the store when it cannot decide at once.
@@ -128,7 +153,7 @@ impl RateLimitService {
         key: Option<&str>,
     ) -> Result<Decision, Error> {
         let mut store_key = String::new();
-        match self.decide_now(site, key, true, Then::Await(&mut store_key), |d| d) {
+        match self.decide_now(site, key, true, Then::Await(&mut store_key), take) {
             Some(decided) => decided,
             None => self.decide_later(site, key, &store_key).await,
         }
@@ -156,7 +181,7 @@ impl RateLimitService {
         });
         let decided = self.ask(site, key, store_key).await;
         abandoned.defuse();
-        self.recorded(site, key, decided)
+        self.record_and_return(site, key, decided)
     }
 
     /// The store's awaited answer on `store_key` (user key `key`), its latency sampled and
@@ -223,9 +248,10 @@ impl RateLimitService {
         }
     }
 
-    /// Step 5: counts the outcome when the call spends.
+    /// Step 5 for a decision handed on by value: counts the outcome when the call spends
+    /// ([`record`](Self::record)), and returns the decision.
     #[inline]
-    pub(crate) fn recorded(
+    pub(crate) fn record_and_return(
         &self,
         site: &Site<'_>,
         key: Option<&str>,
@@ -264,6 +290,12 @@ impl RateLimitService {
     }
 }
 
+/// The decision [`RateLimitService::decide_now`] hands its `answer`, moved out for a caller
+/// that returns it. What is left in its place is dropped unread: the cheapest value to write.
+pub(crate) fn take(decided: &mut Result<Decision, Error>) -> Result<Decision, Error> {
+    std::mem::replace(decided, Err(Error::NoLimit))
+}
+
 /// A shadow limit's refusal as the admission it becomes (see `settle`).
 #[cold]
 pub(super) fn shadow(decision: &mut Decision) {
@@ -285,12 +317,14 @@ impl RateLimitService {
     ) -> Result<(), Error> {
         let waiting = Err(Error::SyncOnWaitingStore { function });
         if !self.decides_at_once(&site.generation.config) {
-            return self.recorded(site, key, waiting).map(drop);
+            return self.record_and_return(site, key, waiting).map(drop);
         }
-        let admit = |decided: Result<Decision, Error>| decided.and_then(|d| Self::admit(site, d));
+        let admit = |decided: &mut Result<Decision, Error>| {
+            take(decided).and_then(|d| Self::admit(site, d))
+        };
         match self.decide_now(site, key, false, Then::GiveUp, admit) {
             Some(decided) => decided.map(drop),
-            None => self.recorded(site, key, waiting).map(drop),
+            None => self.record_and_return(site, key, waiting).map(drop),
         }
     }
 }

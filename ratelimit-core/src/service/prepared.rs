@@ -288,7 +288,7 @@ impl Prepared {
             return None;
         }
         self.service
-            .decide_now(&site, Some(key), true, Then::GiveUp, |d| d)
+            .decide_now(&site, Some(key), true, Then::GiveUp, super::pipeline::take)
     }
 
     /// [`consume`](Self::consume) begun at once: [`Attempt::Decided`] when the store
@@ -314,7 +314,7 @@ impl Prepared {
     /// ```
     pub fn try_consume(self: &Arc<Self>, key: &str) -> Attempt {
         let site = self.site(self.cost, true);
-        let store_key = match self.begin(&site, Some(key), true, |d| d) {
+        let store_key = match self.begin(&site, Some(key), true, super::pipeline::take) {
             Begun::Decided(decided) => return Attempt::Decided(decided),
             Begun::Later(store_key) => Some(store_key),
             Begun::Waits => None,
@@ -336,7 +336,7 @@ impl Prepared {
         site: &Site<'_>,
         key: Option<&str>,
         name_tier: bool,
-        answer: impl FnOnce(Result<Decision, Error>) -> T,
+        answer: impl FnOnce(&mut Result<Decision, Error>) -> T,
     ) -> Begun<T> {
         // A site no longer current is decided by `awaited`, under the running generation.
         if site.may_wait || !self.is_current() {
@@ -391,9 +391,9 @@ impl Prepared {
     pub(crate) fn enforce_now(&self, key: Option<&str>, cost: u64) -> Begun<Result<(), Error>> {
         let site = self.site(cost, true);
         // An admitted call's decision is not moved: only its flag is read.
-        let admit = |decided: Result<Decision, Error>| match &decided {
+        let admit = |decided: &mut Result<Decision, Error>| match decided {
             Ok(decision) if decision.allowed => Ok(()),
-            _ => RateLimitService::refused(&site, decided),
+            _ => RateLimitService::refused(&site, super::pipeline::take(decided)),
         };
         self.begin(&site, key, false, admit)
     }

@@ -173,7 +173,7 @@ impl Site<'_> {
     /// Step 4's request on the store key step 3 composed, at `now` (the call checked): under
     /// the site's quota, or a reload's tighter one while it lasts ([`Site::transition`]), which
     /// a cost within the new quota may still be above (an error, as for any quota).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn request<'k>(
         &'k self,
         store_key: &'k str,

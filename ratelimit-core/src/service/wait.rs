@@ -39,7 +39,7 @@ impl RateLimitService {
         site.compose(&mut line, key);
         let queue = &self.inner.queue;
         if queue.is_closed() {
-            return self.recorded(site, key, Err(not_initialized()));
+            return self.record_and_return(site, key, Err(not_initialized()));
         }
         // With nobody waiting on this key, a call asks the store first; otherwise it queues
         // behind those who came earlier rather than overtaking them.
@@ -47,11 +47,11 @@ impl RateLimitService {
         if queue.is_idle(&line) {
             match self.ask(site, key, &line).await {
                 Ok(d) if !d.allowed && d.retry_after.is_some() => refused = Some(d),
-                other => return self.recorded(site, key, other),
+                other => return self.record_and_return(site, key, other),
             }
         }
         if let Err(no_timer) = drivers::timer() {
-            return self.recorded(site, key, Err(no_timer));
+            return self.record_and_return(site, key, Err(no_timer));
         }
         // Boxed: the waiting state (timers, the place in the line) is only allocated by a
         // call that waits, and the future of every other call stays small.
@@ -82,7 +82,7 @@ impl RateLimitService {
             let full = Error::QueueFull {
                 max_queue_size: config.max_queue_size(),
             };
-            return self.recorded(site, key, Err(full));
+            return self.record_and_return(site, key, Err(full));
         };
         let result = loop {
             let prior = refused.take();
@@ -148,7 +148,7 @@ impl RateLimitService {
         }
         // The place is given back (and the next waiter woken) before the caller runs.
         drop(turn);
-        self.recorded(site, key, result)
+        self.record_and_return(site, key, result)
     }
 
     /// Wakes every call waiting in this service's queue with [`Error::NotInitialized`], and
@@ -222,7 +222,7 @@ impl RateLimitService {
                     .map_err(|e| self.unresolved(&call, e))?;
                 let store_key = match site.check(Some(key)) {
                     Ok(()) => site.store_key(Some(key))?,
-                    Err(e) => return self.recorded(&site, Some(key), Err(e)),
+                    Err(e) => return self.record_and_return(&site, Some(key), Err(e)),
                 };
                 loop {
                     if !self.runs(&generation) {
@@ -241,14 +241,14 @@ impl RateLimitService {
                         _ => None,
                     };
                     let Some((after, wake)) = wake else {
-                        return self.recorded(&site, Some(key), result);
+                        return self.record_and_return(&site, Some(key), result);
                     };
                     if wake > deadline {
                         let timeout = Err(Error::QueueTimeout { retry_after: after });
-                        return self.recorded(&site, Some(key), timeout);
+                        return self.record_and_return(&site, Some(key), timeout);
                     }
                     if let Err(no_timer) = drivers::timer() {
-                        return self.recorded(&site, Some(key), Err(no_timer));
+                        return self.record_and_return(&site, Some(key), Err(no_timer));
                     }
                     ready_at = Some(Instant::now() + after);
                     tokio::time::sleep_until(wake).await;

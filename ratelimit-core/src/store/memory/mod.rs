@@ -253,14 +253,21 @@ impl MemoryStore {
 
     /// What [`Store::decide`](super::Store::decide) answers, synchronously. A [`Request`] was
     /// checked when it was made (its key's length, its cost under the quota): not again here.
-    /// An admitted spend carries its key's stamp, for a [`Refund`].
+    /// An admitted spend kept for a refund ([`Mode::Keep`]) carries its key's stamp, for a
+    /// [`Refund`].
     #[inline(always)]
     pub(crate) fn decide_request(&self, request: &Request<'_>) -> Result<Decision, Error> {
         let (quota, now) = (request.quota(), request.now());
         let key = request.key().as_str().as_bytes();
-        let (verdict, stamp) =
-            self.stamped_verdict(key, quota, request.cost(), now, request.mode())?;
-        Ok(stamp.on(Decision::for_quota(verdict, now, quota)))
+        let mode = request.mode();
+        let (verdict, stamp) = self.stamped_verdict(key, quota, request.cost(), now, mode)?;
+        let decision = Decision::for_quota(verdict, now, quota);
+        // Only a kept spend carries its stamp: no other decision is given back. Not read
+        // otherwise, where a wide load of it would wait on the stores that wrote it.
+        Ok(match mode {
+            Mode::Keep => stamp.on(decision),
+            Mode::Spend | Mode::Look => decision,
+        })
     }
 
     /// Keeps `cell` as `key`'s (room for it was reserved, and the key is in no table),

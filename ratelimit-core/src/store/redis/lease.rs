@@ -234,7 +234,7 @@ impl Leases {
             return Some(Ok(decided));
         }
         // Refused meanwhile (by a call that held the lock before this one): answered here.
-        if let Some(answered) = refusals.answered(key, cost, quota, now, clock) {
+        if let Some(answered) = refusals.answer_on_redis_clock(key, cost, quota, now, clock) {
             return Some(Ok(answered));
         }
         // Units left of this quota's lease, fewer than the cost: taken out before the round

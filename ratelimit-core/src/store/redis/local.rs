@@ -49,9 +49,10 @@ impl RedisStore {
             // here would begin none.
             return None;
         }
-        if let Some(answered) = inner
-            .refusals
-            .answered(key, cost, quota, started, &inner.clock)
+        if let Some(answered) =
+            inner
+                .refusals
+                .answer_on_redis_clock(key, cost, quota, started, &inner.clock)
         {
             return Some(answered);
         }

@@ -136,7 +136,7 @@ impl Refusals {
 
     /// [`answer`](Self::answer) with the Redis time it stands for (ns): now, on `clock`'s
     /// estimate of Redis' clock.
-    pub(super) fn answered(
+    pub(super) fn answer_on_redis_clock(
         &self,
         key: &str,
         cost: u64,
