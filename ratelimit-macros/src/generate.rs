@@ -38,7 +38,8 @@
 //!             &__RATELIMIT_DECLARATION_0, Option::as_ref(&__ratelimit_key_0), __ratelimit_tier_0,
 //!             __ratelimit_cost_0,
 //!         ) {
-//!             Here::Decided(__ratelimit_decided) => __ratelimit_decided,
+//!             Here::Admitted => Ok(()),
+//!             Here::Refused(__ratelimit_decided) => Err(*__ratelimit_decided),
 //!             // Not decided at once: awaited, on the store key `acquire_here` composed; the
 //!             // key moves into `acquire`'s (boxed) future.
 //!             Here::Later(__ratelimit_later) => acquire(
@@ -299,7 +300,8 @@ pub(crate) fn body(
             let decided = syn::Ident::new("__ratelimit_decided", Span::mixed_site());
             let later = syn::Ident::new("__ratelimit_later", Span::mixed_site());
             quote!(match #k::__private::acquire_here(#here) {
-                #k::__private::Here::Decided(#decided) => #decided,
+                #k::__private::Here::Admitted => ::core::result::Result::Ok(()),
+                #k::__private::Here::Refused(#decided) => ::core::result::Result::Err(*#decided),
                 #k::__private::Here::Later(#later) => #k::__private::acquire(#later, #call).await,
             })
         }

@@ -118,14 +118,22 @@ fn named_error(declaration: &'static Declaration, error: Error) -> Error {
     }
 }
 
-/// What [`acquire_here`] made of an annotated async fn's call.
+/// What [`acquire_here`] made of an annotated async fn's call. Two words, returned in
+/// registers: a larger value (a `Result<(), Error>` is 48 bytes) went through memory, and the
+/// fn's read of it, right after the stores that wrote it, stalled (BENCHMARKS.md,
+/// `hot_path`). What is not the admitted call is boxed: a refusal allocates already, and a
+/// call that awaits its store allocates its future.
 #[doc(hidden)]
 pub enum Here {
-    /// Decided at once: `Ok` to proceed, `Err` the refusal.
-    Decided(Result<(), Error>),
+    /// Admitted at once: the body runs.
+    Admitted,
+    /// Decided at once otherwise: the refusal, or the error.
+    Refused(Box<Error>),
     /// Not decided, nothing spent: [`acquire`] awaits it.
     Later(Later),
 }
+
+const _: () = assert!(std::mem::size_of::<Here>() <= 2 * std::mem::size_of::<usize>());
 
 /// A call [`acquire_here`] could not decide at once, as far as it got: when it asked the
 /// store on the fn's prepared site, that site and the store key it composed, so that
@@ -133,7 +141,7 @@ pub enum Here {
 /// the store at once a second time); the site without a key for a call that may wait in the
 /// queue.
 #[doc(hidden)]
-pub struct Later(Option<(Arc<Held>, Option<String>)>);
+pub struct Later(Option<Box<(Arc<Held>, Option<String>)>>);
 
 /// What an annotated async fn tries before [`acquire`]: the decision made at once on its
 /// prepared call site (the memory store; a Redis store's leased budget or a refusal it
@@ -153,12 +161,12 @@ pub fn acquire_here(
     let scope = scope_for(declaration);
     let key = key.map(|k| &**k);
     let here = declaration.with_prepared(scope.as_ref(), |held| {
+        let later = |store_key| Here::Later(Later(Some(Box::new((Arc::clone(held), store_key)))));
         match held.prepared.enforce_now(key, cost) {
-            Begun::Decided(decided) => Here::Decided(decided),
-            Begun::Later(store_key) => {
-                Here::Later(Later(Some((Arc::clone(held), Some(store_key)))))
-            }
-            Begun::Waits => Here::Later(Later(Some((Arc::clone(held), None)))),
+            Begun::Decided(Ok(())) => Here::Admitted,
+            Begun::Decided(Err(e)) => Here::Refused(Box::new(e)),
+            Begun::Later(store_key) => later(Some(store_key)),
+            Begun::Waits => later(None),
         }
     });
     here.unwrap_or(Here::Later(Later(None)))
@@ -181,7 +189,8 @@ pub fn acquire<'a>(
 ) -> Pin<Box<dyn Future<Output = Result<(), Error>> + Send + 'a>> {
     Box::pin(async move {
         let key = key.as_deref();
-        if let Later(Some((held, store_key))) = later {
+        if let Later(Some(held_key)) = later {
+            let (held, store_key) = *held_key;
             let store_key = store_key.as_deref();
             let decided = held.prepared.enforce_later(key, cost, store_key).await;
             return named(declaration, decided);
