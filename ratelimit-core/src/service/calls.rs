@@ -212,7 +212,10 @@ impl RateLimitService {
     /// not wait ([`Started::Now`]); otherwise the rest of it to await (the store, or the
     /// queue), boxed and owning the site ([`Started::Later`]). A caller's future then holds
     /// one pointer across its wait, never the site, the store key and the decision: each move
-    /// of a future copies all it holds, and the memory store's calls never wait.
+    /// of a future copies all it holds, and the memory store's calls never wait. Inlined, so
+    /// that neither the site nor the decision is copied on the way in and out (a copy read
+    /// back right after it was written stalls: BENCHMARKS.md, `hot_path`).
+    #[inline]
     pub(crate) fn start<'a>(
         &'a self,
         site: Site<'a>,
