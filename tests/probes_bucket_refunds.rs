@@ -19,7 +19,7 @@ use ratelimit::{
     Clock as _, Config, ManualClock, MemoryOptions, Options, RateLimitService, Spent, StoreConfig,
     Strategy,
 };
-use ratelimit_tests::{drain, now, START};
+use ratelimit_tests::{drain, now, Rng, START};
 
 const SEC: Duration = Duration::from_secs(1);
 const MS: Duration = Duration::from_millis(1);
@@ -122,21 +122,6 @@ fn tat_of(
     };
     clock.set(Duration::from_nanos(at));
     tat
-}
-
-/// A tiny deterministic generator (xorshift).
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Self {
-        Rng(0x9e37_79b9_7f4a_7c15 ^ seed.wrapping_mul(0x2545_f491_4f6c_dd1d))
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
 }
 
 /// The intervals model of a bucket, in nanoseconds: the arrival time, and each kept spend's
@@ -297,7 +282,8 @@ fn random_histories(limit: u64, window: Duration, seeds: u64, mix: Mix) -> Optio
     let shape = Shape::of(limit, 0, window);
     let exact = (limit < 8 || (1..8).contains(&mix.kept_most)) && mix.back_ms == 0;
     for seed in 1..=seeds {
-        let mut rng = Rng::new(seed ^ limit.wrapping_mul(0x1000_0001));
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15
+            ^ (seed ^ limit.wrapping_mul(0x1000_0001)).wrapping_mul(0x2545_f491_4f6c_dd1d));
         let (service, clock) = memory();
         let mut at = nanos(START);
         let mut model = Model::new(shape);
@@ -899,7 +885,7 @@ fn stacked_spends_on_a_bucket_and_a_window_give_back_exactly_their_own() {
     let shape = Shape::of(10, 0, 10 * SEC);
     for step in [Duration::ZERO, 200 * MS] {
         for seed in 1..=24u64 {
-            let mut rng = Rng::new(seed);
+            let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ seed.wrapping_mul(0x2545_f491_4f6c_dd1d));
             let (service, clock) = memory();
             let mut spends = Vec::new();
             let mut plain = Vec::new();
@@ -967,7 +953,7 @@ fn refunds_under_two_tiers_on_one_key_give_back_to_their_own_bucket_alone() {
             .unwrap();
         let (service, _clock) = ratelimit_tests::service(config);
         let (free, pro) = (Options::for_tier("free"), Options::for_tier("pro"));
-        let mut rng = Rng::new(seed);
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ seed.wrapping_mul(0x2545_f491_4f6c_dd1d));
         // (spend, its tier: 0 free, 1 pro, its cost)
         let mut held: Vec<(Spent, usize, u64)> = Vec::new();
         let mut spent = [0u64; 2];
@@ -1021,7 +1007,8 @@ fn threads_spending_and_giving_back_on_one_bucket_leave_exactly_what_they_kept()
                 let (service, options) = (service.clone(), options.clone());
                 let (held, most, kept, refused) = (&held, &most, &kept, &refused);
                 scope.spawn(move || {
-                    let mut rng = Rng::new(t + 100 * limit);
+                    let mut rng = Rng(0x9e37_79b9_7f4a_7c15
+                        ^ (t + 100 * limit).wrapping_mul(0x2545_f491_4f6c_dd1d));
                     let mut mine: Vec<Spent> = Vec::new();
                     let give = |spent: Spent| {
                         held.fetch_sub(1, Ordering::SeqCst);
@@ -1114,7 +1101,9 @@ mod on_redis {
                 let redis = single(&server, &p);
                 let (memory, _clock) = memory();
                 let options = bucket(limit, DAY);
-                let mut rng = Rng::new(seed * 31 + limit);
+                let mut rng =
+                    Rng(0x9e37_79b9_7f4a_7c15
+                        ^ (seed * 31 + limit).wrapping_mul(0x2545_f491_4f6c_dd1d));
                 let mut held: Vec<(Spent, Spent)> = Vec::new();
                 let mut log = Vec::new();
                 for step in 0..60 {
@@ -1385,7 +1374,8 @@ mod on_redis {
                     let (service, options) = (service.clone(), options.clone());
                     let (held, kept, refused) = (held.clone(), kept.clone(), refused.clone());
                     tasks.spawn(async move {
-                        let mut rng = Rng::new(t + 7 * limit);
+                        let mut rng = Rng(0x9e37_79b9_7f4a_7c15
+                            ^ (t + 7 * limit).wrapping_mul(0x2545_f491_4f6c_dd1d));
                         let mut mine: Vec<Spent> = Vec::new();
                         for round in 0..12 {
                             let spent = service.spend("k", &options).await.unwrap();
@@ -1583,7 +1573,8 @@ mod on_redis_in_time {
         let options = bucket(10, Duration::from_millis(500));
         for seed in 1..=5u64 {
             let service = single(&server, &prefix(&format!("probes_bucket_time_{seed}")));
-            let mut rng = Rng::new(seed * 977);
+            let mut rng =
+                Rng(0x9e37_79b9_7f4a_7c15 ^ (seed * 977).wrapping_mul(0x2545_f491_4f6c_dd1d));
             let mut held: Vec<Spent> = Vec::new();
             let mut given = 0;
             for _ in 0..24 {

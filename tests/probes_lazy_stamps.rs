@@ -16,7 +16,7 @@ use ratelimit::{
     Clock, Config, Decision, Error, ManualClock, MemoryOptions, MemoryStore, Options, Quota,
     RateLimitService, Spent, Strategy,
 };
-use ratelimit_tests::{now, START};
+use ratelimit_tests::{now, Rng, START};
 
 const SEC: Duration = Duration::from_secs(1);
 
@@ -119,21 +119,6 @@ fn decide(
 ) -> Decision {
     let request = Request::new(StoreKey::new(key).unwrap(), quota, cost, at, mode).unwrap();
     now(Store::decide(store, request)).unwrap()
-}
-
-/// A tiny deterministic generator (xorshift).
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Self {
-        Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -810,7 +795,9 @@ fn random_histories_with_plain_spends_answer_as_histories_stamped_from_the_start
             }
             let other = per(9, 3 * SEC, Strategy::ALL[(n + 1) % 4]).budget("two");
             for seed in 0..40 {
-                let mut rng = Rng::new(seed + 1_000 * n as u64 + 500 * u64::from(block));
+                let mut rng = Rng((seed + 1_000 * n as u64 + 500 * u64::from(block))
+                    .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+                    | 1);
                 let steps: Vec<Step> = (0..150).map(|_| step(&mut rng)).collect();
                 if let Some(broken) = differ(&options, &other, &steps) {
                     panic!("{strategy}, block {block}, seed {seed}: {broken}");

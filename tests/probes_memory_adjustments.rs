@@ -13,7 +13,7 @@ use ratelimit::{
     Config, Decision, Error, ManualClock, MemoryOptions, MemoryStore, Options, Quota,
     RateLimitService, StoreConfig, Strategy, Tier,
 };
-use ratelimit_tests::{now, START};
+use ratelimit_tests::{now, Rng, START};
 
 const SEC: Duration = Duration::from_secs(1);
 const NS: Duration = Duration::from_nanos(1);
@@ -857,18 +857,6 @@ fn a_refund_after_a_partial_reward_gives_back_at_most_what_is_held() {
         assert!(left <= 5, "{strategy}: {left}");
         assert_eq!(drain(&service, "k", &options), left, "{strategy}");
         assert!(left >= 4, "{strategy}");
-    }
-}
-
-/// A tiny deterministic generator (xorshift).
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
     }
 }
 

@@ -14,7 +14,7 @@ use ratelimit::{
     rate_limit, Config, Decision, Error, Failover, FailurePolicy, ManualClock, MemoryOptions,
     MemoryStore, Module, Options, RateLimitService, StoreConfig, Strategy,
 };
-use ratelimit_tests::{drain, now, START};
+use ratelimit_tests::{drain, now, Rng, START};
 
 const SEC: Duration = Duration::from_secs(1);
 
@@ -102,18 +102,6 @@ fn token_bucket_late_refund_of_one_token_never_admits_past_the_capacity() {
 
 // ---------------------------------------------------------------------------------------------
 // A refund against the history without the refunded spend: never more budget than that.
-
-/// A tiny deterministic generator (xorshift).
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
-}
 
 /// Random histories of spends (cost 1 or 2) and refunds at random instants on one key; at the
 /// end, the calls admitted at once are at most what a second service admits after replaying

@@ -573,3 +573,17 @@ pub async fn remaining(service: &RateLimitService, key: &str, options: &ratelimi
     let level = service.status(key, options).await.expect("status");
     level.remaining
 }
+
+/// A tiny deterministic generator (xorshift) for the probes' random histories, seeded by
+/// whoever makes it.
+pub struct Rng(pub u64);
+
+impl Rng {
+    /// The next number below `n`.
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
