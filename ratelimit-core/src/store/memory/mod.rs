@@ -290,36 +290,6 @@ impl MemoryStore {
         stamp
     }
 
-    /// A key's bytes behind a stamp no other key's state was given.
-    fn stamped(&self, key: &[u8]) -> StampedKey {
-        StampedKey::stamped(key, self.inner.stamps.fetch_add(1, Ordering::Relaxed))
-    }
-
-    /// The stamp of `key`'s stored cell, under the shard's write lock, the key given one
-    /// first if it has none: what a spend kept for a refund carries ([`Mode::Keep`]). A key is
-    /// stamped by the first such spend (or an adjustment), not when it is stored: a key
-    /// nothing is given back to keeps its bytes alone. A key not stored: none.
-    fn stamp_of<A: InTables>(&self, tables: &mut Tables, hash: u64, key: &[u8]) -> Stamp {
-        let (table, side) = A::table_and_side(tables);
-        match table.find_mut(hash, |c| c.key() == key) {
-            Some(cell) => {
-                self.ensure_stamped(cell, key);
-                cell.stamp(side)
-            }
-            None => Stamp::default(),
-        }
-    }
-
-    /// Gives `key`'s `cell` a stamp if it has none (see [`stamp_of`](Self::stamp_of)). Out of
-    /// line: once in a key's life, off the path of the decisions around it.
-    #[cold]
-    #[inline(never)]
-    fn ensure_stamped(&self, cell: &mut impl Cell, key: &[u8]) {
-        if !cell.kept().is_stamped() {
-            cell.keep(self.stamped(key));
-        }
-    }
-
     /// The decision, synchronously.
     #[inline]
     pub(crate) fn decide_at(

@@ -1,8 +1,11 @@
 //! Refunds ([`Refund`]): a spend given back to the state it was made on, one key at a time or
 //! a stacked call's keys as one. A key's state is the one a spend was made on while the key
-//! holds the stamp the spend's decision carried (`cells::StampedKey`).
+//! holds the stamp the spend's decision carried (`cells::StampedKey`), given it by the first
+//! spend on it kept for a refund.
 
-use super::cells::{by_strategy, by_strategy_arms, Cell, InTables, Tables};
+use std::sync::atomic::Ordering;
+
+use super::cells::{by_strategy, by_strategy_arms, Cell, InTables, Stamp, StampedKey, Tables};
 use super::stacked::locked;
 use super::{MemoryStore, WriteGuard};
 use crate::clock::Nanos;
@@ -26,6 +29,44 @@ fn refund<A: InTables>(
             cell.refund(side, refund.spend(), now, quota, cost, commit)
         }
         _ => false,
+    }
+}
+
+/// Stamps: which state of a key a kept spend was made on.
+impl MemoryStore {
+    /// A key's bytes behind a stamp no other key's state was given.
+    pub(super) fn stamped(&self, key: &[u8]) -> StampedKey {
+        StampedKey::stamped(key, self.inner.stamps.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// The stamp of `key`'s stored cell, under the shard's write lock, the key given one
+    /// first if it has none: what a spend kept for a refund carries ([`Mode::Keep`]). A key is
+    /// stamped by the first such spend (or an adjustment), not when it is stored: a key
+    /// nothing is given back to keeps its bytes alone. A key not stored: none.
+    pub(super) fn stamp_of<A: InTables>(
+        &self,
+        tables: &mut Tables,
+        hash: u64,
+        key: &[u8],
+    ) -> Stamp {
+        let (table, side) = A::table_and_side(tables);
+        match table.find_mut(hash, |c| c.key() == key) {
+            Some(cell) => {
+                self.ensure_stamped(cell, key);
+                cell.stamp(side)
+            }
+            None => Stamp::default(),
+        }
+    }
+
+    /// Gives `key`'s `cell` a stamp if it has none (see [`stamp_of`](Self::stamp_of)). Out of
+    /// line: once in a key's life, off the path of the decisions around it.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn ensure_stamped(&self, cell: &mut impl Cell, key: &[u8]) {
+        if !cell.kept().is_stamped() {
+            cell.keep(self.stamped(key));
+        }
     }
 }
 
