@@ -179,11 +179,7 @@ impl Site<'_> {
         store_key: &'k str,
         now: Nanos,
     ) -> Result<Request<'k>, Error> {
-        let mode = match (self.spend, self.kept) {
-            (false, _) => Mode::Look,
-            (true, false) => Mode::Spend,
-            (true, true) => Mode::Keep,
-        };
+        let mode = Mode::of(self.spend, self.kept);
         let quota = self.quota_at(now);
         if self.transition.is_some() {
             crate::algorithm::check_cost(quota, self.cost, self.spend)?;

@@ -421,11 +421,7 @@ fn stacked<'a>(
     now: Nanos,
     keep: bool,
 ) -> Result<Stacked<'a>, Error> {
-    let mode = match (sites.iter().all(|s| s.spend), keep) {
-        (true, false) => Mode::Spend,
-        (true, true) => Mode::Keep,
-        (false, _) => Mode::Look,
-    };
+    let mode = Mode::of(sites.iter().all(|s| s.spend), keep);
     Stacked::new(checks, now, mode)
 }
 /// `Err(Error::Exceeded(..))` carrying the refusing limit's decision (of several, the one to

@@ -90,7 +90,7 @@ fn checks<'a>(
 }
 
 fn stacked<'a>(site: &Site<'_>, checks: &'a [Check<'a>], now: Nanos) -> Result<Stacked<'a>, Error> {
-    let mode = if site.spend { Mode::Spend } else { Mode::Look };
+    let mode = Mode::of(site.spend, false);
     Stacked::new(checks, now, mode)
 }
 

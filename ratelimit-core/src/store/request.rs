@@ -60,6 +60,26 @@ pub enum Mode {
     Keep,
 }
 
+impl Mode {
+    /// The mode of a call that spends when admitted (`spends`), `kept` for a refund or not;
+    /// a call that does not spend looks. The one place the two flags become a mode.
+    #[inline]
+    pub(crate) const fn of(spends: bool, kept: bool) -> Mode {
+        match (spends, kept) {
+            (false, _) => Mode::Look,
+            (true, false) => Mode::Spend,
+            (true, true) => Mode::Keep,
+        }
+    }
+
+    /// Whether a call in this mode spends when admitted ([`Spend`](Mode::Spend) or
+    /// [`Keep`](Mode::Keep)).
+    #[inline]
+    pub(crate) const fn spends(self) -> bool {
+        !matches!(self, Mode::Look)
+    }
+}
+
 /// One call asked of a [`Store`](super::Store): the store key, the limit, the call's cost,
 /// the time (nanoseconds since the epoch, on the service's clock) and the [`Mode`].
 ///
@@ -111,7 +131,7 @@ impl<'a> Request<'a> {
         now: Nanos,
         mode: Mode,
     ) -> Result<Self, Error> {
-        algorithm::check_cost(quota, cost, mode != Mode::Look)?;
+        algorithm::check_cost(quota, cost, mode.spends())?;
         Ok(Self::checked(key, quota, cost, now, mode))
     }
 
@@ -124,7 +144,7 @@ impl<'a> Request<'a> {
         now: Nanos,
         mode: Mode,
     ) -> Self {
-        debug_assert!(algorithm::check_cost(quota, cost, mode != Mode::Look).is_ok());
+        debug_assert!(algorithm::check_cost(quota, cost, mode.spends()).is_ok());
         Request {
             key,
             quota,
@@ -175,7 +195,7 @@ impl<'a> Request<'a> {
     /// Whether the call spends.
     #[inline]
     pub fn spends(&self) -> bool {
-        self.mode != Mode::Look
+        self.mode.spends()
     }
 }
 
@@ -350,7 +370,7 @@ impl<'a> Stacked<'a> {
                     reason: "the same key twice in one stacked decision",
                 });
             }
-            algorithm::check_cost(check.quota, check.cost, mode != Mode::Look)?;
+            algorithm::check_cost(check.quota, check.cost, mode.spends())?;
         }
         Ok(Stacked { checks, now, mode })
     }
@@ -380,7 +400,7 @@ impl<'a> Stacked<'a> {
 
     /// Whether the call spends.
     pub fn spends(&self) -> bool {
-        self.mode != Mode::Look
+        self.mode.spends()
     }
 
     /// The same call as a look at every limit.

@@ -114,7 +114,7 @@ impl MemoryStore {
         mode: Mode,
     ) -> Result<(Verdict, Stamp), Error> {
         let hash = self.inner.hasher.hash(key);
-        let commit = mode != Mode::Look;
+        let commit = mode.spends();
         if !commit {
             if let Some(blocked) = self.shard(hash).read().blocked(quota, hash, key, at) {
                 return Ok((blocked, Stamp::default()));

@@ -318,10 +318,7 @@ impl MemoryStore {
         let key = key.as_bytes();
         crate::key::check_store_key(key)?;
         algorithm::check_cost(quota, cost, commit)?;
-        let mode = match commit {
-            true => Mode::Spend,
-            false => Mode::Look,
-        };
+        let mode = Mode::of(commit, false);
         Ok(self.stamped_verdict(key, quota, cost, now, mode)?.0)
     }
 
@@ -359,8 +356,10 @@ impl MemoryStore {
         mode: Mode,
     ) -> Result<(Verdict, Stamp), Error> {
         if cost == 0 {
-            let commit = mode != Mode::Look;
-            return Ok((self.look_at(key, quota, at, commit)?, Stamp::default()));
+            return Ok((
+                self.look_at(key, quota, at, mode.spends())?,
+                Stamp::default(),
+            ));
         }
         by_strategy!(quota.strategy(), self.decide_in(key, quota, cost, at, mode))
     }
@@ -380,10 +379,7 @@ impl MemoryStore {
         commit: bool,
     ) -> Result<Verdict, Error> {
         algorithm::level_or(0, commit, |cost, commit| {
-            let mode = match commit {
-                true => Mode::Spend,
-                false => Mode::Look,
-            };
+            let mode = Mode::of(commit, false);
             by_strategy!(quota.strategy(), self.decide_in(key, quota, cost, at, mode))
                 .map(|(verdict, _)| verdict)
         })
@@ -401,7 +397,7 @@ impl MemoryStore {
         mode: Mode,
     ) -> Result<(Verdict, Stamp), Error> {
         let hash = self.inner.hasher.hash(key);
-        let (commit, keep) = (mode != Mode::Look, mode == Mode::Keep);
+        let (commit, keep) = (mode.spends(), mode == Mode::Keep);
         let decide =
             |cell: &A::Cell, side: &Side| (cell.decide(now, quota, cost, commit), cell.stamp(side));
         {
