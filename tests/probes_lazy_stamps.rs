@@ -4,10 +4,7 @@
 //! honoured on another state (after a reset, a sweep, a reward), refused on the same state,
 //! to find a key twice (stamped and not) or fresh, to lose or leak a token bucket's refund
 //! bookkeeping, or to panic. The memory store only, on hand-driven clocks (never a sleep).
-//! A probe that found a way through is `#[ignore = "FOUND: .."]` with the failing assertion
-//! left in place.
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,52 +13,12 @@ use ratelimit::{
     Clock, Config, Decision, Error, ManualClock, MemoryOptions, MemoryStore, Options, Quota,
     RateLimitService, Spent, Strategy,
 };
-use ratelimit_tests::{now, Rng, START};
+use ratelimit_tests::{net_bytes, now, CountingAllocator, Rng, START};
 
 const SEC: Duration = Duration::from_secs(1);
 
-// ---------------------------------------------------------------------------------------------
-// Memory, counted per thread: bytes allocated less bytes freed on the calling thread.
-
-/// Counts the bytes each thread holds (allocated less freed there), for the probe that
-/// memory goes back to where it was once keys are swept.
-struct NetBytes;
-
-thread_local! {
-    static NET: std::cell::Cell<i64> = const { std::cell::Cell::new(0) };
-}
-
-fn net_bytes() -> i64 {
-    NET.with(std::cell::Cell::get)
-}
-
-fn count(delta: i64) {
-    let _ = NET.try_with(|n| n.set(n.get() + delta));
-}
-
-// SAFETY: every call is forwarded unchanged to `System`, which upholds `GlobalAlloc`'s
-// contract; the counter is a `const`-initialised thread-local `Cell` (no allocation, no
-// destructor), so counting cannot re-enter the allocator.
-unsafe impl GlobalAlloc for NetBytes {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        count(layout.size() as i64);
-        // SAFETY: the caller's `layout` is passed on as received.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        count(-(layout.size() as i64));
-        // SAFETY: `ptr` was allocated by `System` with `layout` (see `alloc`).
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, size: usize) -> *mut u8 {
-        count(size as i64 - layout.size() as i64);
-        // SAFETY: as for `dealloc`; `size` is the caller's.
-        unsafe { System.realloc(ptr, layout, size) }
-    }
-}
-
 #[global_allocator]
-static GLOBAL: NetBytes = NetBytes;
+static GLOBAL: CountingAllocator = CountingAllocator;
 
 // ---------------------------------------------------------------------------------------------
 // Helpers.
@@ -97,7 +54,7 @@ fn refund(spent: Spent) -> bool {
 }
 
 fn remaining(service: &RateLimitService, key: &str, options: &Options) -> u64 {
-    now(service.status(key, options)).unwrap().remaining
+    now(ratelimit_tests::remaining(service, key, options))
 }
 
 fn reset(service: &RateLimitService, key: &str, options: &Options) -> bool {

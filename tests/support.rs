@@ -9,14 +9,15 @@ use ratelimit::{Config, ManualClock, RateLimitService};
 #[path = "redis_server.rs"]
 pub mod redis_server;
 
-/// A global allocator that counts allocations made on each thread (for tests and benches that
-/// show a path allocates nothing). A binary installs it with
-/// `#[global_allocator] static GLOBAL: CountingAllocator = CountingAllocator;` and reads
-/// [`allocations`].
+/// A global allocator that counts, on each thread, the allocations made and the bytes held (for
+/// tests and benches that show a path allocates nothing, or that memory comes back). A binary
+/// installs it with `#[global_allocator] static GLOBAL: CountingAllocator = CountingAllocator;`
+/// and reads [`allocations`] or [`net_bytes`].
 pub struct CountingAllocator;
 
 thread_local! {
     static ALLOCATIONS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    static NET_BYTES: std::cell::Cell<i64> = const { std::cell::Cell::new(0) };
 }
 
 /// Allocations (and reallocations) made so far on this thread, when [`CountingAllocator`] is
@@ -25,21 +26,36 @@ pub fn allocations() -> u64 {
     ALLOCATIONS.with(std::cell::Cell::get)
 }
 
+/// Bytes allocated less bytes freed so far on this thread, when [`CountingAllocator`] is the
+/// global allocator.
+pub fn net_bytes() -> i64 {
+    NET_BYTES.with(std::cell::Cell::get)
+}
+
+/// Counts one allocation (or reallocation) on this thread, `bytes` more held.
+fn counted(allocation: bool, bytes: i64) {
+    if allocation {
+        let _ = ALLOCATIONS.try_with(|c| c.set(c.get() + 1));
+    }
+    let _ = NET_BYTES.try_with(|n| n.set(n.get() + bytes));
+}
+
 // SAFETY: every call is forwarded unchanged to `System`, which upholds `GlobalAlloc`'s
 // contract; the counter is a `const`-initialised thread-local `Cell` (no allocation, no
 // destructor), so counting cannot re-enter the allocator.
 unsafe impl std::alloc::GlobalAlloc for CountingAllocator {
     unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
-        let _ = ALLOCATIONS.try_with(|c| c.set(c.get() + 1));
+        counted(true, layout.size() as i64);
         // SAFETY: the caller's `layout` is passed on as received.
         unsafe { std::alloc::System.alloc(layout) }
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        counted(false, -(layout.size() as i64));
         // SAFETY: `ptr` was allocated by `System` with `layout` (see `alloc`).
         unsafe { std::alloc::System.dealloc(ptr, layout) }
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, size: usize) -> *mut u8 {
-        let _ = ALLOCATIONS.try_with(|c| c.set(c.get() + 1));
+        counted(true, size as i64 - layout.size() as i64);
         // SAFETY: as for `dealloc`; `size` is the caller's.
         unsafe { std::alloc::System.realloc(ptr, layout, size) }
     }
