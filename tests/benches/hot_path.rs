@@ -64,6 +64,12 @@ async fn annotated_bucket(user: u64) -> Result<u64, Error> {
     Ok(black_box(user))
 }
 
+// A sync fn: decided at once on the memory store, no future.
+#[rate_limit(limit = 4_000_000_000, window = "1h", strategy = "token-bucket", key = user)]
+fn annotated_sync(user: u64) -> Result<u64, Error> {
+    Ok(black_box(user))
+}
+
 #[rate_limit(limit = 4_000_000_000, window = "1h", strategy = "fixed-window", key = user)]
 async fn annotated_fixed(user: u64) -> Result<u64, Error> {
     Ok(black_box(user))
@@ -145,6 +151,12 @@ fn variants(
             _ => Arc::new(|k| ready(annotated_log(k)).is_ok()),
         };
         out.push((format!("annotated {strategy}"), Arc::clone(&annotated)));
+        if strategy == Strategy::TokenBucket {
+            out.push((
+                format!("annotated sync fn {strategy}"),
+                Arc::new(|k| annotated_sync(k).is_ok()),
+            ));
+        }
         let (svc, names, opts) = (service.clone(), Arc::clone(keys), options(strategy));
         out.push((
             format!("service.consume {strategy}"),
