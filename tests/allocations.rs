@@ -1,6 +1,6 @@
-//! The hot paths allocate nothing: an annotated call (keyed and not) and `service.consume`
-//! on a key the store already holds, counted by a global allocator that counts on the
-//! calling thread only (other tests' threads do not disturb the count).
+//! The hot paths allocate nothing: an annotated call (keyed and not, async and sync) and
+//! `service.consume` on a key the store already holds, counted by a global allocator that
+//! counts on the calling thread only (other tests' threads do not disturb the count).
 
 use std::time::Duration;
 
@@ -33,6 +33,12 @@ async fn unkeyed() -> Result<(), Error> {
     Ok(())
 }
 
+// A sync fn answers in one word, its refusal boxed: an admitted call allocates nothing.
+#[rate_limit(limit = 1_000_000, window = "1h", strategy = "token-bucket", key = user)]
+fn keyed_sync(user: u64) -> Result<u64, Error> {
+    Ok(user)
+}
+
 #[test]
 fn hot_paths_allocate_nothing_per_call() {
     let module = Module::builder().init().expect("module");
@@ -51,6 +57,7 @@ fn hot_paths_allocate_nothing_per_call() {
             .unwrap()
     };
     let plain = || unkeyed().now_or_never().unwrap().unwrap();
+    let sync = || keyed_sync(7).map(drop).unwrap();
     let consume = || {
         service
             .consume("user:1", &options)
@@ -59,8 +66,9 @@ fn hot_paths_allocate_nothing_per_call() {
             .map(drop)
             .unwrap()
     };
-    let paths: [(&str, &dyn Fn()); 4] = [
+    let paths: [(&str, &dyn Fn()); 5] = [
         ("annotated, token bucket, keyed", &bucket),
+        ("annotated sync fn, token bucket, keyed", &sync),
         ("annotated, fixed window, keyed", &fixed),
         ("annotated, sliding-window counter, no key", &plain),
         ("service.consume", &consume),
@@ -79,7 +87,7 @@ fn hot_paths_allocate_nothing_per_call() {
         }
     });
     assert_eq!(interleaved, 0);
-    assert_eq!(module.stats().total.allowed, 84);
+    assert_eq!(module.stats().total.allowed, 5 * 21);
     a_long_key_is_kept_whole();
 }
 

@@ -168,6 +168,28 @@ fn a_sync_fn_admits_exactly_its_limit_across_threads() {
     assert_eq!((stats.allowed, stats.denied), (10, 390));
 }
 
+/// The refusal a sync fn returns is the whole decision (it crosses `acquire_now` boxed): its
+/// budget, limit and the wait until the next call passes.
+#[test]
+fn a_sync_fns_refusal_arrives_whole() {
+    let module = module();
+    module.run(|| {
+        for _ in 0..5 {
+            resize(1).expect("within the limit");
+        }
+        let Err(Error::Exceeded(refusal)) = resize(1) else {
+            panic!("the sixth call passed");
+        };
+        assert_eq!(refusal.budget.as_deref(), Some("sync_fns::resize"));
+        assert_eq!(refusal.decision.limit, 5);
+        assert!(!refusal.decision.allowed);
+        assert!(refusal
+            .decision
+            .retry_after
+            .is_some_and(|d| d > Duration::ZERO));
+    });
+}
+
 #[test]
 fn a_sync_fn_outside_any_module_is_refused() {
     let runs = RUNS.load(Ordering::SeqCst);

@@ -56,9 +56,10 @@
 //!
 //! (See [`crate::path`] for the fn's path in every place: free fn, inherent or trait impl.)
 //!
-//! A sync fn calls `acquire_now(..)` instead of the `match` (no `.await`: decided at once) and
-//! its declaration says `.with_sync()`; stacked limits declare one static each and call
-//! `acquire_all(&[..]).await` (sync: `acquire_all_now`); `limiter = PATH` adds
+//! A sync fn matches on `acquire_now(..)` instead (no `.await`: decided at once; `Ok` or a
+//! boxed `Err`, unboxed as `Here::Refused`'s) and its declaration says `.with_sync()`;
+//! stacked limits declare one static each and call `acquire_all(&[..]).await` (sync:
+//! `acquire_all_now`); `limiter = PATH` adds
 //! `.with_limiter(&PATH)`, so a library's fn is decided and checked by the library's limiter; a
 //! return type that names `impl Trait` refuses through `refuse(..)` rather than `Refusal`.
 //!
@@ -305,9 +306,14 @@ pub(crate) fn body(
                 #k::__private::Here::Later(#later) => #k::__private::acquire(#later, #call).await,
             })
         }
+        // Answered in one word (see `acquire_now`), the refusal unboxed where it is returned.
         ([one], false) => {
             let (here, k) = (&one.call_here, &k);
-            quote!(#k::__private::acquire_now(#here))
+            let decided = syn::Ident::new("__ratelimit_decided", Span::mixed_site());
+            quote!(match #k::__private::acquire_now(#here) {
+                ::core::result::Result::Ok(()) => ::core::result::Result::Ok(()),
+                ::core::result::Result::Err(#decided) => ::core::result::Result::Err(*#decided),
+            })
         }
         (many, true) => {
             let calls = many.iter().map(|l| &l.call);

@@ -216,27 +216,48 @@ pub fn acquire<'a>(
 /// memory store), without an executor. Any other store must be waited for, so the call is
 /// refused with [`Error::SyncOnWaitingStore`] (and `init` does not start with such a fn: see
 /// [`ProblemKind::SyncOnWaitingStore`](crate::ProblemKind::SyncOnWaitingStore)).
+///
+/// One word, as [`acquire_here`]'s [`Here`] is two: the refusal or error boxed (a refusal
+/// allocates already), so that the fn reads the answer from a register rather than a 48-byte
+/// `Result<(), Error>` just written to memory (BENCHMARKS.md, `hot_path`).
 #[doc(hidden)]
+#[inline]
 pub fn acquire_now(
     declaration: &'static Declaration,
     key: Option<&KeyText>,
     tier: Option<&str>,
     cost: u64,
-) -> Result<(), Error> {
+) -> Result<(), Box<Error>> {
     let key = key.map(|k| &**k);
-    let function = declaration.function();
+    // A tier chosen per call is decided on a site worked out for the call.
+    if tier.is_none() {
+        let scope = scope_for(declaration);
+        let function = declaration.function();
+        let decided = declaration.with_prepared(scope.as_ref(), |held| {
+            (held.prepared.enforce_sync(key, cost, function)).map_err(Box::new)
+        });
+        if let Some(decided) = decided {
+            return decided;
+        }
+    }
+    acquire_now_resolved(declaration, key, tier, cost).map_err(Box::new)
+}
+
+/// [`acquire_now`] of a call its prepared site does not decide: a tier chosen per call, or no
+/// prepared site (no running service, or options that do not resolve: the service says which).
+#[cold]
+#[inline(never)]
+fn acquire_now_resolved(
+    declaration: &'static Declaration,
+    key: Option<&str>,
+    tier: Option<&str>,
+    cost: u64,
+) -> Result<(), Error> {
     let service = match decider(declaration, tier)? {
         Decider::Service(service) => service,
-        Decider::Prepared(scope) => {
-            let decided = declaration.with_prepared(scope.as_ref(), |held| {
-                held.prepared.enforce_sync(key, cost, function)
-            });
-            match decided {
-                Some(decided) => return decided,
-                None => service_for(declaration)?,
-            }
-        }
+        Decider::Prepared(_) => service_for(declaration)?,
     };
+    let function = declaration.function();
     service.enforce_call_sync(&declaration.call(tier, cost), key, function)
 }
 
@@ -529,7 +550,10 @@ mod tests {
         let waiting = service(Some(Waiting(MemoryStore::new())));
         let limits = [(&SYNC, None, None, 1), (&SYNC_2, None, None, 1)];
         let refusals = scoped(waiting.clone(), || {
-            [acquire_now(&SYNC, None, None, 1), acquire_all_now(&limits)]
+            [
+                acquire_now(&SYNC, None, None, 1).map_err(|e| *e),
+                acquire_all_now(&limits),
+            ]
         });
         for refusal in refusals {
             assert!(
@@ -549,9 +573,9 @@ mod tests {
         // The service's own memory store decides at once.
         let memory = service(None);
         scoped(memory.clone(), || {
-            assert!(acquire_now(&SYNC, None, None, 1).is_ok());
+            assert!(acquire_now(&SYNC, None, None, 1).map_err(|e| *e).is_ok());
             assert!(matches!(
-                acquire_now(&SYNC, None, None, 1),
+                acquire_now(&SYNC, None, None, 1).map_err(|e| *e),
                 Err(Error::Exceeded(_))
             ));
         });
@@ -562,7 +586,8 @@ mod tests {
     /// were.
     #[test]
     fn a_call_site_is_resolved_again_for_another_service() {
-        let exceeded = |r: Result<(), Error>| matches!(r, Err(Error::Exceeded(_)));
+        let exceeded =
+            |r: Result<(), Box<Error>>| matches!(r.map_err(|e| *e), Err(Error::Exceeded(_)));
         let text = |key: &str| {
             let mut text = KeyText::new();
             let _ = std::fmt::Write::write_str(&mut text, key);
@@ -596,7 +621,7 @@ mod tests {
         let limits = [(&SYNC, None, None, 1), (&ELSEWHERE, None, None, 1)];
         let refusals = scoped(service(None), || {
             [
-                acquire_now(&ELSEWHERE, None, None, 1),
+                acquire_now(&ELSEWHERE, None, None, 1).map_err(|e| *e),
                 acquire_all_now(&limits),
             ]
         });

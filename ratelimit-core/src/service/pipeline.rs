@@ -290,6 +290,20 @@ impl RateLimitService {
     }
 }
 
+/// The answer of an annotated fn's call (async or sync), whose admitted decision nobody
+/// reads: `Ok(())` from the decision's flag where it lies, without moving it; anything else
+/// as [`refused`](RateLimitService::refused) makes it.
+#[inline(always)]
+pub(crate) fn admitted(
+    site: &Site<'_>,
+    decided: &mut Result<Decision, Error>,
+) -> Result<(), Error> {
+    match decided {
+        Ok(decision) if decision.allowed => Ok(()),
+        _ => RateLimitService::refused(site, take(decided)),
+    }
+}
+
 /// The decision [`RateLimitService::decide_now`] hands its `answer`, moved out for a caller
 /// that returns it. What is left in its place is dropped unread: the cheapest value to write.
 pub(crate) fn take(decided: &mut Result<Decision, Error>) -> Result<Decision, Error> {
@@ -319,11 +333,9 @@ impl RateLimitService {
         if !self.decides_at_once(&site.generation.config) {
             return self.record_and_return(site, key, waiting).map(drop);
         }
-        let admit = |decided: &mut Result<Decision, Error>| {
-            take(decided).and_then(|d| Self::admit(site, d))
-        };
+        let admit = |decided: &mut Result<Decision, Error>| admitted(site, decided);
         match self.decide_now(site, key, false, Then::GiveUp, admit) {
-            Some(decided) => decided.map(drop),
+            Some(decided) => decided,
             None => self.record_and_return(site, key, waiting).map(drop),
         }
     }

@@ -390,11 +390,8 @@ impl Prepared {
     #[inline]
     pub(crate) fn enforce_now(&self, key: Option<&str>, cost: u64) -> Begun<Result<(), Error>> {
         let site = self.site(cost, true);
-        // An admitted call's decision is not moved: only its flag is read.
-        let admit = |decided: &mut Result<Decision, Error>| match decided {
-            Ok(decision) if decision.allowed => Ok(()),
-            _ => RateLimitService::refused(&site, super::pipeline::take(decided)),
-        };
+        let admit =
+            |decided: &mut Result<Decision, Error>| super::pipeline::admitted(&site, decided);
         self.begin(&site, key, false, admit)
     }
 
