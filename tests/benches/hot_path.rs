@@ -1,5 +1,6 @@
 //! The paths users take, side by side with `governor`'s keyed `check_key` in one run
-//! (issue 13): an annotated fn (`key = user`, token bucket and fixed window),
+//! (issue 13): an annotated fn (`key = user`, token bucket and fixed window; the token bucket
+//! also as a sync fn),
 //! `RateLimitService::consume`, and the bare memory store, on one key and over 100,000 keys;
 //! two threads on one key; eight tasks on a 2-worker Tokio runtime over 10,000 keys; the
 //! sliding log and the sliding-window counter. Each group also runs the floor of any keyed
