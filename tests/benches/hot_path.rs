@@ -5,7 +5,7 @@
 //! two threads on one key; eight tasks on a 2-worker Tokio runtime over 10,000 keys; the
 //! sliding log and the sliding-window counter. Each group also runs the floor of any keyed
 //! decision (the key hashed, the clock read, one compare-exchange: see `floor`), issue 29's
-//! yardstick.
+//! yardstick: every variant's ratio to it is printed beside its ratio to governor.
 //!
 //! Every call is admitted (limits far above what a run spends) and reads the clock: governor
 //! its quanta clock inside `check_key`, ours `SystemClock` (inside the service; per call for
@@ -366,14 +366,21 @@ fn report(group: &str, names: &[String], mut sample: impl FnMut(usize) -> f64, u
         xs.sort_by(f64::total_cmp);
         xs[xs.len() / 2]
     };
+    // Issue 29: each variant against the floor too, where the group runs one (the same
+    // median of per-round ratios).
+    let floor = names.iter().position(|n| n.starts_with("floor"));
     println!("\n{group} ({rounds} rounds)");
     for v in 0..k {
         let mut ratios: Vec<f64> = (0..rounds).map(|r| times[v][r] / times[0][r]).collect();
         let ratio = median(&mut ratios);
         let (lo, hi) = (ratios[0], ratios[rounds - 1]);
         let t = median(&mut times[v].clone());
+        let over_floor = floor.map_or(String::new(), |f| {
+            let mut r: Vec<f64> = (0..rounds).map(|r| times[v][r] / times[f][r]).collect();
+            format!("   {:>5.2}x floor", median(&mut r))
+        });
         println!(
-            "  {:<44} {t:>10.1} {unit}   {ratio:>5.2}x governor [{lo:.2}-{hi:.2}]",
+            "  {:<44} {t:>10.1} {unit}   {ratio:>5.2}x governor [{lo:.2}-{hi:.2}]{over_floor}",
             names[v]
         );
     }
