@@ -17,7 +17,7 @@ use ratelimit::{
     rate_limit, Config, ConfigBuilder, Counts, Decision, Error, Limiter, MemoryStore, Module,
     ModuleBuilder, Options, StoreConfig, Strategy, Tier,
 };
-use ratelimit_tests::serial;
+use ratelimit_tests::{hammer, serial, tally};
 
 const MINUTE: Duration = Duration::from_secs(60);
 
@@ -290,44 +290,6 @@ fn ade(module: &TestModule, function: &str) -> (u64, u64, u64) {
 
 fn exceeded<T: std::fmt::Debug>(r: &Result<T, Error>) -> bool {
     matches!(r, Err(Error::Exceeded(_)))
-}
-
-/// Calls `f` `n` times; (admitted, refused over the limit). Any other error panics.
-fn tally<T: std::fmt::Debug>(n: usize, f: impl Fn() -> Result<T, Error>) -> (u32, u32) {
-    let (mut ok, mut refused) = (0, 0);
-    for _ in 0..n {
-        match f() {
-            Ok(_) => ok += 1,
-            Err(Error::Exceeded(_)) => refused += 1,
-            Err(other) => panic!("neither admitted nor refused: {other:?}"),
-        }
-    }
-    (ok, refused)
-}
-
-/// `threads` OS threads, each in `module`'s scope, released together by a barrier, calling
-/// `f` `calls` times; (admitted, refused).
-fn hammer<T: std::fmt::Debug>(
-    module: &TestModule,
-    threads: usize,
-    calls: usize,
-    f: impl Fn() -> Result<T, Error> + Sync,
-) -> (u32, u32) {
-    let (admitted, refused) = (AtomicU32::new(0), AtomicU32::new(0));
-    let barrier = Barrier::new(threads);
-    std::thread::scope(|s| {
-        for _ in 0..threads {
-            s.spawn(|| {
-                module.run(|| {
-                    barrier.wait();
-                    let (a, r) = tally(calls, &f);
-                    admitted.fetch_add(a, Ordering::SeqCst);
-                    refused.fetch_add(r, Ordering::SeqCst);
-                })
-            });
-        }
-    });
-    (admitted.into_inner(), refused.into_inner())
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -66,6 +66,48 @@ unsafe impl std::alloc::GlobalAlloc for CountingAllocator {
 /// later). Tests that depend on a boundary compute it from the window.
 pub const START: Duration = Duration::from_secs(1_000_000);
 
+/// Calls `f` `n` times: (admitted, refused over the limit). Any other error panics.
+pub fn tally<T: std::fmt::Debug>(
+    n: usize,
+    f: impl Fn() -> Result<T, ratelimit::Error>,
+) -> (u32, u32) {
+    let (mut admitted, mut refused) = (0, 0);
+    for _ in 0..n {
+        match f() {
+            Ok(_) => admitted += 1,
+            Err(ratelimit::Error::Exceeded(_)) => refused += 1,
+            Err(other) => panic!("neither admitted nor refused: {other:?}"),
+        }
+    }
+    (admitted, refused)
+}
+
+/// `threads` OS threads, each in `module`'s scope, released together by a barrier, calling
+/// `f` `calls` times (a sync annotated fn, say): (admitted, refused over the limit).
+pub fn hammer<T: std::fmt::Debug>(
+    module: &ratelimit::testing::TestModule,
+    threads: usize,
+    calls: usize,
+    f: impl Fn() -> Result<T, ratelimit::Error> + Sync,
+) -> (u32, u32) {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    let (admitted, refused) = (AtomicU32::new(0), AtomicU32::new(0));
+    let barrier = std::sync::Barrier::new(threads);
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| {
+                module.run(|| {
+                    barrier.wait();
+                    let (a, r) = tally(calls, &f);
+                    admitted.fetch_add(a, Ordering::SeqCst);
+                    refused.fetch_add(r, Ordering::SeqCst);
+                })
+            });
+        }
+    });
+    (admitted.into_inner(), refused.into_inner())
+}
+
 /// A manual clock at [`START`].
 pub fn clock() -> ManualClock {
     ManualClock::new(START)

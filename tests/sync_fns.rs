@@ -3,11 +3,11 @@
 //! with exact counts across OS threads; time is a `TestModule`'s manual clock.
 
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Barrier;
 use std::time::Duration;
 
 use ratelimit::testing::TestModule;
 use ratelimit::{rate_limit, throttle, Error, Module, Tier};
+use ratelimit_tests::hammer;
 
 static RUNS: AtomicU32 = AtomicU32::new(0);
 
@@ -121,35 +121,6 @@ fn module() -> TestModule {
             .tier(Tier::new("pro", 3).window("1m")),
     )
     .expect("every declaration is enforceable")
-}
-
-/// Runs `f` on `threads` OS threads at once, each in `module`'s scope, `calls` times;
-/// returns (admitted, refused).
-fn hammer<T: std::fmt::Debug>(
-    module: &TestModule,
-    threads: usize,
-    calls: usize,
-    f: impl Fn() -> Result<T, Error> + Sync,
-) -> (u32, u32) {
-    let (admitted, refused) = (AtomicU32::new(0), AtomicU32::new(0));
-    let barrier = Barrier::new(threads);
-    std::thread::scope(|s| {
-        for _ in 0..threads {
-            s.spawn(|| {
-                module.run(|| {
-                    barrier.wait();
-                    for _ in 0..calls {
-                        match f() {
-                            Ok(_) => admitted.fetch_add(1, Ordering::SeqCst),
-                            Err(Error::Exceeded(_)) => refused.fetch_add(1, Ordering::SeqCst),
-                            Err(other) => panic!("{other}"),
-                        };
-                    }
-                })
-            });
-        }
-    });
-    (admitted.into_inner(), refused.into_inner())
 }
 
 #[test]
