@@ -60,13 +60,17 @@ const LIMIT: u64 = 4_000_000_000;
 const HOUR: Duration = Duration::from_secs(3_600);
 const DAY: Duration = Duration::from_secs(86_400);
 
-#[rate_limit(limit = 4_000_000_000, window = "1h", strategy = "token-bucket", key = user)]
+// Named as its path, which the sync fn below shares: one budget, so that the module's table
+// holds one fn's keys, as governor's map does (a figure over 100,000 keys is a table of them).
+#[rate_limit(limit = 4_000_000_000, window = "1h", strategy = "token-bucket", key = user,
+    name = "hot_path::annotated_bucket")]
 async fn annotated_bucket(user: u64) -> Result<u64, Error> {
     Ok(black_box(user))
 }
 
-// A sync fn: decided at once on the memory store, no future.
-#[rate_limit(limit = 4_000_000_000, window = "1h", strategy = "token-bucket", key = user)]
+// A sync fn: decided at once on the memory store, no future. On the fn above's budget.
+#[rate_limit(limit = 4_000_000_000, window = "1h", strategy = "token-bucket", key = user,
+    name = "hot_path::annotated_bucket")]
 fn annotated_sync(user: u64) -> Result<u64, Error> {
     Ok(black_box(user))
 }
@@ -129,6 +133,11 @@ fn variants(
     strategies: &[Strategy],
 ) -> Vec<(String, Call)> {
     let clock = Arc::clone(service.clock());
+    // `service.consume` and a prepared site on a service of their own (the same options, so
+    // one budget): the module's store then holds the annotated fns' keys alone, and each
+    // table as many keys as governor's map.
+    let own = RateLimitService::with_clock(ratelimit::Config::default(), Arc::clone(&clock))
+        .expect("service");
     let gov = Arc::new(RateLimiter::keyed(GQuota::per_second(NonZeroU32::MAX)));
     let gov_s = Arc::new(RateLimiter::keyed(GQuota::per_second(NonZeroU32::MAX)));
     let mut out: Vec<(String, Call)> = vec![(
@@ -158,7 +167,7 @@ fn variants(
                 Arc::new(|k| annotated_sync(k).is_ok()),
             ));
         }
-        let (svc, names, opts) = (service.clone(), Arc::clone(keys), options(strategy));
+        let (svc, names, opts) = (own.clone(), Arc::clone(keys), options(strategy));
         out.push((
             format!("service.consume {strategy}"),
             Arc::new(move |k| {
@@ -184,7 +193,7 @@ fn variants(
                 }),
             ));
         }
-        let prepared = Arc::new(service.prepare(&options(strategy)).expect("prepared"));
+        let prepared = Arc::new(own.prepare(&options(strategy)).expect("prepared"));
         let names = Arc::clone(keys);
         out.push((
             format!("prepared.consume_now {strategy}"),
@@ -195,7 +204,12 @@ fn variants(
         ));
         out.push((
             format!("store {strategy}"),
-            bare_store(Arc::clone(keys), quota(strategy), &clock),
+            bare_store(
+                MemoryStore::new(),
+                Arc::clone(keys),
+                quota(strategy),
+                &clock,
+            ),
         ));
         // The store on the annotated fn's own store keys (prefix, hash tag, the quota's
         // identity, the budget's path): the floor under the annotated call, which composes
@@ -215,9 +229,11 @@ fn variants(
         let held = modules.reset(&store_key(&probe.to_string()));
         assert!(held, "{strategy}: not the fn's store key");
         let long: Arc<Vec<String>> = Arc::new(keys.iter().map(|k| store_key(k)).collect());
+        // On the module's own store: the fn's cells, in tables as large as the fn's (every
+        // variant's keys are in them), not a store of its own holding these keys alone.
         out.push((
             format!("store {strategy}, annotated key"),
-            bare_store(long, q, &clock),
+            bare_store(modules.clone(), long, q, &clock),
         ));
     }
     out
@@ -328,8 +344,13 @@ fn floor(keys: Arc<Vec<String>>, clock: &Arc<dyn ratelimit::Clock>) -> Call {
 }
 
 /// A memory store of its own called directly on `keys`, the clock read per call.
-fn bare_store(keys: Arc<Vec<String>>, quota: Quota, clock: &Arc<dyn ratelimit::Clock>) -> Call {
-    let (store, clock) = (MemoryStore::new(), Arc::clone(clock));
+fn bare_store(
+    store: MemoryStore,
+    keys: Arc<Vec<String>>,
+    quota: Quota,
+    clock: &Arc<dyn ratelimit::Clock>,
+) -> Call {
+    let clock = Arc::clone(clock);
     Arc::new(move |k| {
         let now = clock.now();
         store
