@@ -234,7 +234,9 @@ pub fn acquire_now(
         let scope = scope_for(declaration);
         let function = declaration.function();
         let decided = declaration.with_prepared(scope.as_ref(), |held| {
-            (held.prepared.enforce_sync(key, cost, function)).map_err(Box::new)
+            held.prepared
+                .enforce_sync(key, cost, function)
+                .map_err(Box::new)
         });
         if let Some(decided) = decided {
             return decided;
