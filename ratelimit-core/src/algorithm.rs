@@ -32,6 +32,10 @@ pub(crate) trait Algorithm: Default + Clone + PartialEq + fmt::Debug {
 
     /// Decides a call of weight `cost`; with `commit`, records it if allowed. `quota`'s
     /// capacity is not zero and `cost` at most that capacity ([`precheck`]).
+    ///
+    /// Every implementation is `#[inline]`: a cell calls it inside its compare-exchange loop,
+    /// and a build that left it out of line there returned its `Verdict` through memory and
+    /// read it back in wider loads than the stores that wrote it (BENCHMARKS.md, `hot_path`).
     fn decide(&mut self, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> Verdict;
 
     /// When this state is indistinguishable from a fresh one, so its key can be dropped.

@@ -18,6 +18,7 @@ impl Algorithm for FixedWindow {
     const LETTER: u8 = b'F';
 
     /// Decides a call of weight `cost`; with `commit`, records it if allowed.
+    #[inline]
     fn decide(&mut self, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> Verdict {
         // A caller whose `now` predates the recorded window (it read the clock before a
         // concurrent caller moved the key to the next window) is decided in that window: going

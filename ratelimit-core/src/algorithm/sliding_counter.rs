@@ -177,6 +177,7 @@ impl Algorithm for SlidingCounter {
     /// usual case far from the limit) is decided in `u64` with one division at most, none
     /// when there is no previous window; any other call in the exact `u128` form
     /// ([`exact`](Self::exact)). Both give the same verdict and state (a proptest checks it).
+    #[inline]
     fn decide(&mut self, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> Verdict {
         self.decide_at(Aligned::new(now, quota.window_nanos()), quota, cost, commit)
     }

@@ -24,6 +24,7 @@ impl Algorithm for SlidingLog {
 
     /// Decides a call of weight `cost`; with `commit`, records it if allowed (and then drops
     /// entries that have left the window).
+    #[inline]
     fn decide(&mut self, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> Verdict {
         // Never decide before the newest hit: the log stays in time order, and a caller with a
         // slightly older `now` cannot count hits that are already there as not yet made.

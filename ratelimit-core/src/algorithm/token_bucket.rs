@@ -102,6 +102,7 @@ impl Algorithm for Gcra {
     const REFUNDS_SURVIVE_REWARDS: bool = true;
 
     /// Decides a call of weight `cost`; with `commit`, records it if allowed.
+    #[inline]
     fn decide(&mut self, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> Verdict {
         let interval = quota.interval_nanos();
         let capacity = quota.capacity();
