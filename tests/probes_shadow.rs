@@ -598,19 +598,19 @@ fn a_refused_stack_reports_its_shadow_members_level_not_what_the_call_would_have
     assert_eq!(d[2].remaining, 5, "the shadow member's remaining");
 }
 
-/// Whether a stack spends is decided by its limits' `consume` together (a look if any one
-/// only looks): marking one of them shadow must not change what the others spend.
+/// A stack spends from every limit or looks at every one (a mix is `MixedStack`): marking one
+/// of them shadow must not change that, nor make the others spend.
 #[test]
 fn a_shadow_member_does_not_change_whether_a_stack_spends() {
     let (service, _clock) = memory(Config::builder());
     let spends = limit(5, "spends");
     let looks = limit(5, "looks").consume(false);
-    // The control: one limit looks, so the stack looks: nothing spent anywhere.
-    service
-        .consume_all(&[("k", &spends), ("k", &looks)])
-        .now_or_never()
-        .unwrap()
-        .unwrap();
+    // The control: a stack that spends beside a look is refused (`MixedStack`), nothing spent.
+    let mixed = |limits: &[(&str, &Options)]| {
+        let r = service.consume_all(limits).now_or_never().unwrap();
+        assert!(matches!(r, Err(Error::MixedStack)), "{r:?}");
+    };
+    mixed(&[("k", &spends), ("k", &looks)]);
     let level = |o: &Options| {
         service
             .status("k", o)
@@ -621,22 +621,11 @@ fn a_shadow_member_does_not_change_whether_a_stack_spends() {
     };
     assert_eq!((level(&spends), level(&looks)), (5, 5));
 
-    // The looking limit a shadow one: the enforced one must still only look.
-    service
-        .consume_all(&[("k", &spends), ("k", &looks.clone().shadow(true))])
-        .now_or_never()
-        .unwrap()
-        .unwrap();
-    let after_looking_shadow = level(&spends);
-    // The spending limit a shadow one, next to an enforced look: nothing spent either.
-    service
-        .consume_all(&[("k", &spends.clone().shadow(true)), ("k", &looks)])
-        .now_or_never()
-        .unwrap()
-        .unwrap();
-    let after_spending_shadow = level(&spends);
+    // The looking limit a shadow one, or the spending one: still a mix, still nothing spent.
+    mixed(&[("k", &spends), ("k", &looks.clone().shadow(true))]);
+    mixed(&[("k", &spends.clone().shadow(true)), ("k", &looks)]);
     assert_eq!(
-        (after_looking_shadow, after_spending_shadow),
+        (level(&spends), level(&looks)),
         (5, 5),
         "the enforced limit spent beside a looking shadow member / the shadow member spent beside an enforced look"
     );

@@ -129,6 +129,7 @@ impl Error {
             | Error::InvalidQuota(_)
             | Error::CostAboveCapacity { .. }
             | Error::ZeroCost
+            | Error::MixedStack
             | Error::InvalidKey { .. }
             | Error::NotInitialized { .. }
             | Error::SyncOnWaitingStore { .. }
@@ -177,6 +178,7 @@ impl Error {
             Error::InvalidQuota(_) => "INVALID_QUOTA",
             Error::CostAboveCapacity { .. } => "COST_ABOVE_CAPACITY",
             Error::ZeroCost => "ZERO_COST",
+            Error::MixedStack => "MIXED_STACK",
             Error::InvalidKey { .. } => "INVALID_KEY",
             Error::StoreFull { .. } => "STORE_FULL",
             Error::Store { .. } => "STORE_FAILED",
@@ -334,6 +336,7 @@ mod tests {
                 None,
             ),
             (Error::ZeroCost, 500, "ZERO_COST", None),
+            (Error::MixedStack, 500, "MIXED_STACK", None),
             (
                 Error::InvalidKey { reason: "empty" },
                 500,

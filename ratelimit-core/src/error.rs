@@ -39,6 +39,11 @@ pub enum Error {
     },
     /// A cost of zero was asked for; use `status` to look without spending.
     ZeroCost,
+    /// A stacked call mixed limits that spend with limits that only look
+    /// (`Options::consume(false)`): one stacked decision spends from every limit or looks at
+    /// every one, and a look would admit the call without spending from the others. Look at
+    /// those limits apart (`check`, `status`).
+    MixedStack,
     /// The key cannot be used.
     InvalidKey {
         /// What is wrong with it.
@@ -132,6 +137,9 @@ impl fmt::Display for Error {
             Error::ZeroCost => {
                 f.write_str("cost must be at least 1 (use `status` to look without spending)")
             }
+            Error::MixedStack => f.write_str(
+                "a stacked call mixes limits that spend with limits that only look: look at those apart",
+            ),
             Error::InvalidKey { reason } => write!(f, "invalid rate-limit key: {reason}"),
             Error::StoreFull { max_keys } => write!(
                 f,

@@ -19,6 +19,9 @@ impl RateLimitService {
     /// call refused by one limit spends nothing from the others. Each limit is a key with its
     /// options (tier, overrides, budget; the first limit's `cost` is not shared: each has its
     /// own). One decision per limit, in order; the call passed when every one is `allowed`.
+    /// Every limit spends, or every one only looks (`consume(false)`): a mix is
+    /// [`Error::MixedStack`], and no limit at all [`Error::NoLimit`], before anything is
+    /// spent or counted.
     ///
     /// With the Redis store the limits are one script in one round trip; in a Redis Cluster
     /// their keys must live in one slot, which the service's keys do when the limits share
@@ -250,6 +253,11 @@ impl RateLimitService {
                     None => store.decide_all(stack).await?,
                 },
             };
+            // Anything but one decision per limit is a store answering another question:
+            // read before it decides whether the shadow limits spend.
+            if decisions.len() != enforced.len() {
+                return Err(crate::algorithm::Undecidable::UnexpectedState.into());
+            }
             admitted = decisions.iter().all(|d| d.allowed);
             decided = decisions.into_iter().map(Some).collect();
             decided.reserve(owners.len() - decided.len());
@@ -285,6 +293,10 @@ impl RateLimitService {
         generation: &'a Generation,
         limits: &'a [(Option<&'a str>, Call<'a>)],
     ) -> Result<Keyed<'a>, Error> {
+        // No limit at all is no limit, as for one call: never an admission.
+        if limits.is_empty() {
+            return Err(Error::NoLimit);
+        }
         let mut sites = Vec::with_capacity(limits.len());
         let mut keys = Vec::with_capacity(limits.len());
         for (key, options) in limits {
@@ -296,6 +308,11 @@ impl RateLimitService {
             site.compose(&mut k, *key);
             keys.push(k);
             sites.push(site);
+        }
+        // One stacked decision spends or looks everywhere: a look among spends would admit
+        // the call and spend nothing from the others.
+        if sites.iter().any(|s| s.spend) && !sites.iter().all(|s| s.spend) {
+            return Err(Error::MixedStack);
         }
         let now = self.inner.clock.now();
         if !generation.config.enabled() {
@@ -413,8 +430,9 @@ fn checks<'a>(keys: &'a [String], sites: &'a [Site<'_>], now: Nanos) -> Vec<Chec
         .collect()
 }
 
-/// The store's request: spends only when every limit asks to; a look otherwise. An error
-/// for the same store key twice (see [`Stacked::new`]).
+/// The store's request: spends when every limit asks to, a look when none does (a mix is
+/// refused before: [`Error::MixedStack`]). An error for the same store key twice (see
+/// [`Stacked::new`]).
 fn stacked<'a>(
     checks: &'a [Check<'a>],
     sites: &[Site<'_>],
