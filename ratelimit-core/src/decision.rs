@@ -29,7 +29,9 @@ pub struct Decision {
     pub reset_after: Duration,
     /// Set only when refused: how long to wait before the same call is admitted. Never zero;
     /// rounded up to a whole millisecond, so a retry exactly this much later succeeds (unless
-    /// someone else spent the budget first) and one a millisecond sooner is refused.
+    /// someone else spent the budget first) and one a millisecond sooner is refused. A
+    /// [`Store`](crate::store::Store) refusing with zero makes the call an
+    /// [`Error::UnexpectedState`](crate::Error::UnexpectedState).
     pub retry_after: Option<Duration>,
     /// The tier the decision was made under, if any.
     pub tier: Option<Arc<str>>,

@@ -238,13 +238,11 @@ impl RateLimitService {
         decided: &mut Result<Decision, Error>,
         name_tier: bool,
     ) {
-        if let Ok(decision) = decided {
-            if name_tier || !decision.allowed {
-                decision.tier = site.tier_name();
-            }
-            if site.shadow && !decision.allowed {
-                shadow(decision);
-            }
+        if matches!(decided, Ok(d) if !d.allowed) {
+            return settle_refusal(site, decided);
+        }
+        if let (Ok(decision), true) = (decided, name_tier) {
+            decision.tier = site.tier_name();
         }
     }
 
@@ -308,6 +306,37 @@ pub(crate) fn admitted(
 /// that returns it. What is left in its place is dropped unread: the cheapest value to write.
 pub(crate) fn take(decided: &mut Result<Decision, Error>) -> Result<Decision, Error> {
     std::mem::replace(decided, Err(Error::NoLimit))
+}
+
+/// [`settle`](RateLimitService::settle) of a refusal: its tier named and, at a shadow site,
+/// the admission it becomes; an error if the store broke a refusal's promise
+/// ([`broken_refusal`]).
+#[cold]
+#[inline(never)]
+fn settle_refusal(site: &Site<'_>, decided: &mut Result<Decision, Error>) {
+    let Ok(decision) = decided else {
+        return;
+    };
+    if let Some(broken) = broken_refusal(decision) {
+        *decided = Err(broken);
+        return;
+    }
+    decision.tier = site.tier_name();
+    if site.shadow {
+        shadow(decision);
+    }
+}
+
+/// A refusal whose `retry_after` is zero, which [`Decision`] promises it never is (the
+/// memory and Redis stores round it up to a whole millisecond): a store answering so is
+/// answering another question, and the queue and `until_ready`, which sleep that long before
+/// asking again, asked it in a loop. An error, as any answer of the wrong shape.
+pub(super) fn broken_refusal(decision: &Decision) -> Option<Error> {
+    (!decision.allowed && decision.retry_after.is_some_and(|after| after.is_zero())).then(|| {
+        Error::UnexpectedState {
+            message: "the store refused with a retry_after of zero".into(),
+        }
+    })
 }
 
 /// A shadow limit's refusal as the admission it becomes (see `settle`).

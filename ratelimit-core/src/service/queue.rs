@@ -58,6 +58,8 @@ struct State {
 pub(crate) struct Queue {
     state: Mutex<State>,
     closed: AtomicBool,
+    /// Wakes the callers waiting outside the line (`until_ready`) when the queue closes.
+    closing: Notify,
     depth: AtomicU64,
     queued: AtomicU64,
     admitted: AtomicU64,
@@ -98,6 +100,20 @@ impl Queue {
                 slot.notify.notify_one();
             }
         }
+        self.closing.notify_waiters();
+    }
+
+    /// Sleeps until `until`, or until the queue closes: a call that waits outside the line
+    /// (`until_ready`) ends with the shutdown as the line's waiters do.
+    pub(crate) async fn sleep_unless_closed(&self, until: Instant) {
+        let closing = self.closing.notified();
+        let mut closing = std::pin::pin!(closing);
+        // Registered before the check: a close between the two still wakes it.
+        closing.as_mut().enable();
+        if self.is_closed() {
+            return;
+        }
+        let _ = tokio::time::timeout_at(until, closing).await;
     }
 
     /// Takes a place in `key`'s line, or `None` when the queue is full of waiters of this

@@ -330,6 +330,13 @@ impl RateLimitService {
         result: Result<Vec<Decision>, Error>,
     ) -> Result<Vec<Decision>, Error> {
         let commit = sites.iter().all(|s| s.spend);
+        // A refusal of the wrong shape makes the call an error, counted as one.
+        let result = result.and_then(|decided| {
+            match decided.iter().find_map(super::pipeline::broken_refusal) {
+                Some(broken) => Err(broken),
+                None => Ok(decided),
+            }
+        });
         let mut decisions = match result {
             Ok(d) => d,
             Err(e) => {

@@ -103,7 +103,7 @@ impl RateLimitService {
             // (refused, as at its deadline; the caller calls again under the new one), so no
             // call decided under an old configuration outlives the switch.
             if !self.runs(site.generation) {
-                turn.leave(Left::Refused);
+                turn.leave(Left::TimedOut); // counted as what the caller is told
                 break Err(timed_out(None));
             }
             if turn.is_head() {
@@ -225,6 +225,11 @@ impl RateLimitService {
                     Err(e) => return self.record_and_return(&site, Some(key), Err(e)),
                 };
                 loop {
+                    // Nothing waiting is admitted once the module has shut down, as in the
+                    // queue (a call begun after it too).
+                    if self.inner.queue.is_closed() {
+                        return self.record_and_return(&site, Some(key), Err(not_initialized()));
+                    }
                     if !self.runs(&generation) {
                         continue 'configuration;
                     }
@@ -251,7 +256,7 @@ impl RateLimitService {
                         return self.record_and_return(&site, Some(key), Err(no_timer));
                     }
                     ready_at = Some(Instant::now() + after);
-                    tokio::time::sleep_until(wake).await;
+                    self.inner.queue.sleep_unless_closed(wake).await;
                 }
             }
         }
