@@ -142,7 +142,7 @@ impl Error {
     /// Every code an error answers with, and its status: what an API document lists (the
     /// `utoipa` docs are built from it), the same as [`code`](Self::code) and
     /// [`status`](Self::status) say of each error.
-    pub const CODES: [(&'static str, u16); 20] = [
+    pub const CODES: [(&'static str, u16); 21] = [
         (RATE_LIMITED, 429),
         ("QUEUE_FULL", 429),
         ("QUEUE_TIMEOUT", 429),
@@ -157,6 +157,7 @@ impl Error {
         ("INVALID_QUOTA", 500),
         ("COST_ABOVE_CAPACITY", 500),
         ("ZERO_COST", 500),
+        ("MIXED_STACK", 500),
         ("INVALID_KEY", 500),
         ("NOT_INITIALIZED", 500),
         ("SYNC_ON_WAITING_STORE", 500),
@@ -251,7 +252,7 @@ mod tests {
 
     #[test]
     fn each_error_answers_with_its_status_code_body_and_retry_after() {
-        let errors: [(Error, u16, &str, Option<&str>); 19] = [
+        let errors: [(Error, u16, &str, Option<&str>); 20] = [
             (
                 Error::QueueFull { max_queue_size: 1 },
                 429,
