@@ -141,6 +141,19 @@ pub(crate) enum Undecidable {
     UnexpectedState,
 }
 
+/// The refusal of a call on a state another window wrote (a store's key asked under two
+/// quotas: the service's keys carry the quota, a bare store's may not), until `end`, when
+/// it counts no more: fail closed, never a fresh budget beside the other's spends.
+#[cold]
+pub(crate) fn foreign(now: Nanos, end: Nanos) -> Verdict {
+    Verdict {
+        allowed: false,
+        remaining: 0,
+        reset_at: end,
+        retry_after: Some(end - now),
+    }
+}
+
 /// The latest time decided (about the year 2226): every timestamp an algorithm computes is at
 /// most `now` plus two windows plus a token bucket's tolerance (2^62 ns), which stays within
 /// `u64` from here.

@@ -2,7 +2,7 @@
 //! `fixed_window.lua`, beside this file (and the Redis store's `lua/fixed_window_hot.lua` for a
 //! window of whole milliseconds).
 
-use super::{Algorithm, Spend, Verdict, MAX_NOW, NOT_A_STATE};
+use super::{foreign, Algorithm, Spend, Verdict, MAX_NOW, NOT_A_STATE};
 use crate::clock::Nanos;
 use crate::quota::{Quota, MAX_CAPACITY};
 
@@ -26,7 +26,17 @@ impl Algorithm for FixedWindow {
         let now = now.max(self.start);
         let window = quota.window_nanos();
         let start = now - now % window;
-        let count = if self.start == start { self.count } else { 0 };
+        let count = if self.start == start {
+            self.count
+        } else {
+            // A state this window did not write: still counting at `now` by its own start,
+            // yet not this window's (under one window, a state counting at `now` is the
+            // window of `now`). Refused until it ends, never read as a fresh window.
+            if self.count > 0 && now < self.start + window {
+                return foreign(now, self.start + window);
+            }
+            0
+        };
         let capacity = quota.capacity();
         let end = start + window;
         if count + cost <= capacity {

@@ -1,7 +1,7 @@
 //! The sliding-window counter, with its `u64` fast path beside the exact `u128` form. Its
 //! Redis script is `sliding_counter.lua`, beside this file.
 
-use super::{Algorithm, Spend, Verdict, MAX_NOW, NOT_A_STATE};
+use super::{foreign, Algorithm, Spend, Verdict, MAX_NOW, NOT_A_STATE};
 use crate::clock::Nanos;
 use crate::quota::{Quota, MAX_CAPACITY};
 
@@ -51,6 +51,24 @@ pub(crate) struct SlidingCounter {
 }
 
 impl SlidingCounter {
+    /// When a state this window did not write stops counting: `Some` while it still counts
+    /// at `now` by its own start, yet is neither the window of `now` nor the one before it
+    /// (under one window, a state counting at `now` is one of those two). Never read as a
+    /// fresh state until then.
+    #[inline]
+    fn foreign_until(&self, now: Nanos, start: Nanos, window: Nanos) -> Option<Nanos> {
+        if self.start == start || self.start + window == start {
+            return None;
+        }
+        let windows = match (self.current, self.previous) {
+            (0, 0) => return None,
+            (0, _) => 1,
+            _ => 2,
+        };
+        let end = self.start + windows * window;
+        (now < end).then_some(end)
+    }
+
     #[inline]
     fn at(&self, start: Nanos, window: Nanos) -> (u64, u64) {
         if self.start == start {
@@ -76,6 +94,9 @@ impl SlidingCounter {
         // As in the fixed window: an older `now` is decided in the recorded window.
         let window = quota.window_nanos();
         let Aligned { now, start } = at.not_before(self.start, window);
+        if let Some(end) = self.foreign_until(now, start, window) {
+            return foreign(now, end);
+        }
         let (previous, current) = self.at(start, window);
         let capacity = quota.capacity();
         // What this call would leave: capacity - current - cost, when that is not negative.
@@ -312,6 +333,13 @@ mod tests {
         let now = now.max(s.start);
         let window = quota.window_nanos();
         let start = now - now % window;
+        // A state another window wrote (neither this window nor the one before), still
+        // counting by its own start: refused until it ends.
+        let windows = if s.current > 0 { 2 } else { u64::from(s.previous > 0) };
+        let own = s.start == start || s.start + window == start;
+        if !own && windows > 0 && now < s.start + windows * window {
+            return crate::algorithm::foreign(now, s.start + windows * window);
+        }
         let (previous, current) = s.at(start, window);
         let verdict = SlidingCounter::exact(now, start, (previous, current), quota, cost);
         if commit && verdict.allowed {

@@ -16,7 +16,7 @@ impl MemoryStore {
         let quota = adjustment.quota();
         let key = adjustment.key().as_str().as_bytes();
         let (units, penalty) = (adjustment.units(), adjustment.is_penalty());
-        let at = self.decision_time(adjustment.now());
+        let at = self.decision_time(adjustment.now())?;
         by_strategy!(
             quota.strategy(),
             self.adjust_in(key, quota, units, penalty, at)
@@ -59,7 +59,8 @@ impl MemoryStore {
                 // A penalty on a key not stored yet: nothing for the side table (only refunds
                 // and rewards keep anything there).
                 let mut cell = A::Cell::fresh();
-                let moved = cell.adjust(&mut Side::new(), now, quota, units, penalty);
+                let at = self.fresh_at(now);
+                let moved = cell.adjust(&mut Side::new(), at, quota, units, penalty);
                 self.insert::<A>(&mut tables, hash, key, cell, true);
                 return Ok(moved);
             }

@@ -228,8 +228,12 @@ impl MemoryStore {
     pub fn reset(&self, key: &str) -> bool {
         let key = key.as_bytes();
         let hash = self.inner.hasher.hash(key);
-        let (removed, blocked) = self.shard(hash).write().remove_all(hash, key);
+        let mut tables = self.shard(hash).write();
+        let (removed, blocked) = tables.remove_all(hash, key);
+        // Counted off under the lock: a spend storing the key again in between would have
+        // `len` count it twice.
         self.inner.len.fetch_sub(removed, Ordering::Relaxed);
+        drop(tables);
         removed > 0 || blocked
     }
 
@@ -338,7 +342,7 @@ impl MemoryStore {
             return Ok((verdict, Stamp::default()));
         }
         // A clock stepped back behind the last sweep decides at the sweep's time.
-        let at = self.decision_time(now);
+        let at = self.decision_time(now)?;
         if quota.block_nanos() > 0 {
             return self.decide_with_blocks(key, quota, cost, at, mode);
         }
@@ -412,7 +416,8 @@ impl MemoryStore {
                     if tables.held_by_other(quota.strategy(), hash, key) {
                         return Err(algorithm::Undecidable::UnexpectedState.into());
                     }
-                    let verdict = A::Cell::fresh().decide(now, quota, cost, commit);
+                    let at = self.fresh_at(now);
+                    let verdict = A::Cell::fresh().decide(at, quota, cost, commit);
                     if !commit || !verdict.allowed {
                         // Nothing to remember: a fresh key only looked at or refused outright.
                         return Ok((verdict, Stamp::default()));
@@ -435,7 +440,7 @@ impl MemoryStore {
             }
             if self.reserve() {
                 let cell = A::Cell::fresh();
-                let verdict = cell.decide(now, quota, cost, commit);
+                let verdict = cell.decide(self.fresh_at(now), quota, cost, commit);
                 let stamp = self.insert::<A>(&mut tables, hash, key, cell, keep);
                 return Ok((verdict, stamp));
             }
@@ -464,11 +469,27 @@ impl MemoryStore {
             .is_ok()
     }
 
-    /// The decision time for a call at `now`: never before the last sweep (see `floor`).
+    /// The time a key found missing under its shard's lock is decided at, fresh: `at`, or the
+    /// floor if a sweep raised it since `at` was worked out. The sweep raises the floor before
+    /// it drops keys, so a key it dropped after the caller read its time had expired by the
+    /// floor: decided fresh at the older `at`, that key's spends were forgotten inside their
+    /// window (a probe's fixed window of 3 admitted 4: `probes_memory_limits`).
     #[inline]
-    fn decision_time(&self, now: Nanos) -> Nanos {
+    pub(super) fn fresh_at(&self, at: Nanos) -> Nanos {
+        at.max(self.inner.floor.load(Ordering::Acquire))
+    }
+
+    /// The decision time for a call at `now`: never before the last sweep (see `floor`). The
+    /// one check of the time every path takes (decisions, stacked ones, refunds,
+    /// adjustments): a time past [`MAX_NOW`](algorithm::MAX_NOW) is `ClockOutOfRange`, before
+    /// it can sweep or move the floor (a floor past it overflowed every later decision).
+    #[inline]
+    fn decision_time(&self, now: Nanos) -> Result<Nanos, Error> {
+        if now > algorithm::MAX_NOW {
+            return Err(algorithm::Undecidable::ClockOutOfRange { now }.into());
+        }
         self.maybe_sweep(now);
-        now.max(self.inner.floor.load(Ordering::Acquire))
+        Ok(now.max(self.inner.floor.load(Ordering::Acquire)))
     }
 }
 

@@ -76,7 +76,7 @@ impl MemoryStore {
     /// shard's write lock (a token bucket's refund reads its arrival time and its shift as
     /// one).
     pub(crate) fn refund_request(&self, refund: &Refund<'_>) -> Result<bool, Error> {
-        let at = self.decision_time(refund.now());
+        let at = self.decision_time(refund.now())?;
         let hash = self.inner.hasher.hash(refund.key().as_str().as_bytes());
         let mut tables = self.shard(hash).write();
         Ok(by_strategy!(
@@ -93,7 +93,7 @@ impl MemoryStore {
         let Some(first) = refunds.first() else {
             return Ok(false);
         };
-        let at = self.decision_time(first.now());
+        let at = self.decision_time(first.now())?;
         let hashes: Vec<u64> = refunds
             .iter()
             .map(|r| self.inner.hasher.hash(r.key().as_str().as_bytes()))

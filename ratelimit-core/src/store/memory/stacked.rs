@@ -74,7 +74,7 @@ impl MemoryStore {
         let keep = stacked.mode() == Mode::Keep;
         // Decided before any lock (see `precheck_all`).
         let fixed = crate::store::precheck_all(stacked)?;
-        let at = self.decision_time(now);
+        let at = self.decision_time(now)?;
         let hashes: Vec<u64> = checks
             .iter()
             .map(|c| self.inner.hasher.hash(c.key.as_str().as_bytes()))
@@ -87,6 +87,8 @@ impl MemoryStore {
                 .iter()
                 .map(|&i| (i, self.inner.shards[i].write()))
                 .collect();
+            // Every key is decided under these locks, a missing one fresh (see `fresh_at`).
+            let at = self.fresh_at(at);
             let mut verdicts = Vec::with_capacity(checks.len());
             // Whether each verdict is its algorithm's on the key's state (a refusal of which
             // may begin a block), not a block in force or a refusal made before any state.

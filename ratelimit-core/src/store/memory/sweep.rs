@@ -5,21 +5,30 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
 use super::{Inner, MemoryStore, SWEEP_GRACE};
+use crate::algorithm::MAX_NOW;
 use crate::clock::{Clock, Nanos};
 
 impl MemoryStore {
     /// Drops every key whose window passed more than a second before `now` (the second covers
     /// callers holding a slightly older `now`); returns how many were dropped. Runs by itself
-    /// (see the type's docs); public for callers that want memory back at once.
+    /// (see the type's docs); public for callers that want memory back at once. A `now` past
+    /// the last time the store decides (about the year 2226) sweeps nothing: a clock read
+    /// that far would forget live keys and stop time for every later decision.
     pub fn sweep(&self, now: Nanos) -> usize {
+        if now > MAX_NOW {
+            return 0;
+        }
         let now = now.saturating_sub(SWEEP_GRACE);
         // Raised before the keys go, so that no decision runs before what was dropped.
         self.inner.floor.fetch_max(now, Ordering::AcqRel);
         let mut removed = 0;
         for shard in self.inner.shards.iter() {
-            removed += shard.write().sweep(now, &self.inner.hasher);
+            let mut tables = shard.write();
+            let dropped = tables.sweep(now, &self.inner.hasher);
+            // Counted off under each shard's lock, as `reset` does.
+            self.inner.len.fetch_sub(dropped, Ordering::Relaxed);
+            removed += dropped;
         }
-        self.inner.len.fetch_sub(removed, Ordering::Relaxed);
         removed
     }
 
@@ -68,6 +77,10 @@ impl MemoryStore {
     #[cold]
     #[inline(never)]
     fn sweep_after(&self, next: Nanos, now: Nanos) {
+        // Out of range: no sweep, and the next one not put off to the end of time.
+        if now > MAX_NOW {
+            return;
+        }
         let every = self.inner.options.sweep_interval.as_nanos() as Nanos;
         if self
             .inner
