@@ -316,7 +316,7 @@ impl Cell for BucketCell {
     fn expires_at(&self) -> Nanos {
         self.tat.load(Ordering::Acquire)
     }
-    #[inline]
+    #[inline(always)]
     fn decide(&self, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> Verdict {
         // A decision reads and writes the arrival time alone; the shift stays as it is.
         update(&self.tat, |tat| {

@@ -119,7 +119,7 @@ impl<A: Packed> Cell for WordCell<A> {
     fn expires_at(&self) -> Nanos {
         unpack(self.state.load(Ordering::Acquire)).0
     }
-    #[inline]
+    #[inline(always)]
     fn decide(&self, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> Verdict {
         let (window, at) = (quota.window_nanos(), A::at(now, quota));
         update(&self.state, |word| {
