@@ -42,6 +42,9 @@ pub enum QuotaError {
     RefillTooFast,
     /// The token bucket's capacity times its refill interval is too large to count.
     RefillTooSlow,
+    /// A refill rate was given for a strategy other than the token bucket, which alone
+    /// refills: the limit would not be what the configuration reads.
+    RefillWithoutTokenBucket,
     /// The block after a refusal is longer than [`MAX_WINDOW`].
     BlockTooLong,
     /// The store cannot count this quota exactly.
@@ -65,6 +68,9 @@ impl std::fmt::Display for QuotaError {
             QuotaError::ZeroRefill => "the refill rate must be at least 1 token per window",
             QuotaError::RefillTooFast => "the refill rate is above one token per nanosecond",
             QuotaError::RefillTooSlow => "limit + burst is too large for so slow a refill rate",
+            QuotaError::RefillWithoutTokenBucket => {
+                "a refill rate applies to the token bucket only (strategy \"token-bucket\")"
+            }
             QuotaError::BlockTooLong => "the block after a refusal must be at most 366 days",
             QuotaError::Unsupported { store, reason } => {
                 return write!(f, "{store} cannot enforce this limit exactly: {reason}");
@@ -278,8 +284,19 @@ impl Quota {
         self.strategy
     }
 
-    /// The effective limit: `limit + burst`.
+    /// `limit + burst` as written, which every bound on a quota is checked on (here and in
+    /// the stores' `supports`), whatever a limit of zero admits ([`capacity`](Self::capacity)).
+    pub(crate) const fn written_capacity(&self) -> u64 {
+        self.limit.saturating_add(self.burst)
+    }
+
+    /// The effective limit: `limit + burst`; zero for a limit of zero, which refuses every
+    /// call whatever the burst (a module's `burst_limit` under a suspended tier of limit 0
+    /// admitted its burst: `probes_config`).
     pub const fn capacity(&self) -> u64 {
+        if self.limit == 0 {
+            return 0;
+        }
         self.limit.saturating_add(self.burst)
     }
 
@@ -340,7 +357,7 @@ impl Quota {
         // The tolerance (interval x capacity) must stay within 2^62. The interval is at most
         // the window, so most quotas pass without the division (a per-call override is
         // checked on every call).
-        let capacity = self.capacity() as u128;
+        let capacity = self.written_capacity() as u128;
         if (self.window_nanos() as u128) * capacity > MAX_TOLERANCE
             && (self.interval_nanos() as u128) * capacity > MAX_TOLERANCE
         {

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use crate::error::Error;
-use crate::quota::{Overrides, Quota};
+use crate::quota::{Overrides, Quota, QuotaError};
 
 /// The quota of `call.or(tier).or(module)`: each setting comes from the first that has it,
 /// the call, the tier, the module.
@@ -37,20 +37,25 @@ pub(crate) fn quota(
         return Err(e.into());
     }
     let limit = layers.limit.ok_or(Error::NoLimit)?;
+    let strategy = layers.strategy.unwrap_or_default();
     let quota = Quota::from_parts(
         limit,
         layers.window.unwrap_or(Duration::ZERO),
         layers.burst.unwrap_or(0),
-        layers.strategy.unwrap_or_default(),
+        strategy,
         layers.refill,
     )?;
+    // A refill the resolved strategy would ignore is an error, not a looser limit than the
+    // configuration reads.
+    if layers.refill.is_some() && strategy != crate::syntax::Strategy::TokenBucket {
+        return Err(QuotaError::RefillWithoutTokenBucket.into());
+    }
     Ok(quota.with_block(layers.block.unwrap_or(Duration::ZERO))?)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::quota::QuotaError;
     use crate::syntax::Strategy;
 
     #[test]

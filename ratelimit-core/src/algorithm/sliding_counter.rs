@@ -335,7 +335,11 @@ mod tests {
         let start = now - now % window;
         // A state another window wrote (neither this window nor the one before), still
         // counting by its own start: refused until it ends.
-        let windows = if s.current > 0 { 2 } else { u64::from(s.previous > 0) };
+        let windows = if s.current > 0 {
+            2
+        } else {
+            u64::from(s.previous > 0)
+        };
         let own = s.start == start || s.start + window == start;
         if !own && windows > 0 && now < s.start + windows * window {
             return crate::algorithm::foreign(now, s.start + windows * window);

@@ -151,7 +151,9 @@ impl<For> ConfigBuilder<For> {
         self.options.burst_limit = burst;
         self
     }
-    /// Token-bucket refill, tokens per window (default: the limit).
+    /// Token-bucket refill, tokens per window (default: the limit). The default limit's
+    /// strategy must then be the token bucket: on another, which does not refill, `build`
+    /// names `token_refill_rate` ([`QuotaError::RefillWithoutTokenBucket`](crate::QuotaError)).
     pub fn token_refill_rate(mut self, rate: u64) -> Self {
         self.options.token_refill_rate = Some(rate);
         self

@@ -286,7 +286,7 @@ mod tests {
         window = "1h"
         burst = 4
         priority = 5
-        strategy = "fixed-window"
+        strategy = "token-bucket"
         refill = 6
         shadow = true
         block_for = "2h"
@@ -310,7 +310,7 @@ mod tests {
                     .window(Duration::from_secs(3_600))
                     .burst(4)
                     .priority(5)
-                    .strategy(Strategy::FixedWindow)
+                    .strategy(Strategy::TokenBucket)
                     .refill(6)
                     .shadow()
                     .block_for(Duration::from_secs(7_200)),

@@ -58,14 +58,28 @@ impl Config {
                 Err(_) => None,
             }
         };
+        // A capacity overflow with a limit that fits alone is the module's burst's doing; a
+        // refill too fast with none written is a window too short for its limit.
+        let by_burst = |limit: Option<u64>, own_burst: Option<u64>| {
+            own_burst.is_none()
+                && self.burst_limit() > 0
+                && limit.is_some_and(|l| l <= crate::quota::MAX_CAPACITY)
+        };
         let mut problems = Vec::new();
         if self.default_limit().is_some() {
             // The default limit, as a call under no tier meets it.
             if let Some(e) = check(None) {
                 let field = match e {
+                    QuotaError::CapacityTooLarge if by_burst(self.default_limit(), None) => {
+                        "burst_limit"
+                    }
+                    QuotaError::RefillTooFast if self.token_refill_rate.is_none() => {
+                        "default_window"
+                    }
                     QuotaError::ZeroRefill
                     | QuotaError::RefillTooFast
-                    | QuotaError::RefillTooSlow => "token_refill_rate",
+                    | QuotaError::RefillTooSlow
+                    | QuotaError::RefillWithoutTokenBucket => "token_refill_rate",
                     QuotaError::ZeroWindow
                     | QuotaError::WindowTooLong
                     | QuotaError::InvalidWindowText => "default_window",
@@ -76,7 +90,17 @@ impl Config {
         }
         for (i, tier) in self.tiers().iter().enumerate() {
             if let Some(e) = check(Some(i)) {
-                problems.push((tier_field(&tier.name, &e), e));
+                let own = &tier.overrides;
+                let field = match e {
+                    QuotaError::CapacityTooLarge if by_burst(own.limit, own.burst) => {
+                        "burst_limit".to_owned()
+                    }
+                    QuotaError::RefillTooFast if own.refill.is_none() => {
+                        format!("tiers.{}.window", tier.name)
+                    }
+                    _ => tier_field(&tier.name, &e),
+                };
+                problems.push((field, e));
             }
         }
         problems
@@ -89,7 +113,10 @@ fn tier_field(tier: &str, e: &QuotaError) -> String {
         QuotaError::ZeroWindow | QuotaError::WindowTooLong | QuotaError::InvalidWindowText => {
             "window"
         }
-        QuotaError::ZeroRefill | QuotaError::RefillTooFast | QuotaError::RefillTooSlow => "refill",
+        QuotaError::ZeroRefill
+        | QuotaError::RefillTooFast
+        | QuotaError::RefillTooSlow
+        | QuotaError::RefillWithoutTokenBucket => "refill",
         _ => "limit",
     };
     format!("tiers.{tier}.{setting}")
@@ -129,11 +156,20 @@ mod tests {
             (hourly.limit(), hourly.window(), hourly.burst()),
             (2, Duration::from_secs(3_600), 2)
         );
-        let call = Overrides::new().limit(7).strategy(Strategy::FixedWindow);
+        let call = Overrides::new().limit(7);
         let both = c.quota(Some(1), &call).unwrap();
         assert_eq!((both.limit(), both.window()), (7, Duration::from_secs(60)));
-        assert_eq!(both.strategy(), Strategy::FixedWindow);
+        assert_eq!(both.strategy(), Strategy::TokenBucket);
         assert_eq!(both.refill_per_window(), 1);
+        // The tier's refill under a strategy the call switches to, which does not refill:
+        // refused, not a limit looser than the configuration reads.
+        let fixed = Overrides::new().limit(7).strategy(Strategy::FixedWindow);
+        assert!(matches!(
+            c.quota(Some(1), &fixed),
+            Err(crate::Error::InvalidQuota(
+                crate::QuotaError::RefillWithoutTokenBucket
+            ))
+        ));
     }
 
     /// A module-wide refill of 3,600 per window once let a tier of 2 an hour admit 60 calls

@@ -111,7 +111,8 @@ impl Tier {
     }
 
     /// The tier's own token-bucket refill, tokens per window (default: its limit; the
-    /// module's `token_refill_rate` applies only to the module's default limit).
+    /// module's `token_refill_rate` applies only to the module's default limit). An error
+    /// naming `tiers.<name>.refill` when the tier's strategy is not the token bucket.
     pub fn refill(mut self, refill: u64) -> Self {
         self.options.refill = Some(refill);
         self

@@ -232,7 +232,10 @@ impl RateLimitService {
         clock: Arc<dyn Clock>,
     ) -> Result<Self, Error> {
         let mut errors = ConfigError::default();
-        for (field, e) in config.quota_problems(&|q| store.supports(q)) {
+        // What the service will ask of it (`DynStore::supports`: blocks too), not the
+        // trait's own answer alone: a tier's `block_for` on a store keeping none was taken
+        // and never enforced (`probes_config`).
+        for (field, e) in config.quota_problems(&|q| DynStore::supports(&store, q)) {
             errors.push(field, e.to_string());
         }
         if !errors.problems.is_empty() {

@@ -127,7 +127,8 @@ impl Options {
         self.overrides = self.overrides.strategy(strategy);
         self
     }
-    /// With this token-bucket refill, tokens per window.
+    /// With this token-bucket refill, tokens per window (a call whose strategy is another is
+    /// [`Error::InvalidQuota`](crate::Error::InvalidQuota)).
     pub const fn refill(mut self, refill: u64) -> Self {
         self.overrides = self.overrides.refill(refill);
         self

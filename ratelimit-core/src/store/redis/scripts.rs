@@ -32,7 +32,7 @@ pub(crate) fn supports(quota: &Quota) -> Result<(), QuotaError> {
         ));
     }
     let window_us = window / 1_000;
-    let capacity = quota.capacity() as u128;
+    let capacity = quota.written_capacity() as u128;
     match quota.strategy() {
         Strategy::SlidingWindowCounter if capacity * window_us > LUA_EXACT => Err(unsupported(
             "limit + burst times the window in microseconds must be at most 2^51 for the \
