@@ -23,13 +23,15 @@ use crate::Error;
 /// every client that simply leaves the header out.
 ///
 /// ```
-/// use ratelimit::http::{key_fn, ClientIp, RequestHead};
+/// use ratelimit::http::{key_fn, ClientIp, KeyExtractor, RequestHead};
 ///
 /// // Loopback clients (by their address, not by anything they send) are not limited.
 /// let ip = ClientIp::peer();
 /// let key = key_fn(move |head: &dyn RequestHead| match ip.address(head) {
 ///     Ok(addr) if addr.is_loopback() => None,
-///     Ok(addr) => Some(addr.to_string()),
+///     // The extractor's own key, not `addr.to_string()`: it counts an IPv6 host by its /64,
+///     // where the full address is a fresh budget for each address the host rotates to.
+///     Ok(_) => ip.extract(head).ok().flatten(),
 ///     Err(_) => Some("no-address".to_owned()), // one shared budget, never a pass
 /// });
 /// ```
