@@ -38,9 +38,13 @@ async fn main() {
     let options = Options::new()
         .limit(limit)
         .window(window)
-        .strategy(strategy)
-        // The token bucket refills one token per window: none during the test.
-        .refill(1);
+        .strategy(strategy);
+    // The token bucket refills one token per window: none during the test (a refill under
+    // another strategy is an error: `QuotaError::RefillWithoutTokenBucket`).
+    let options = match strategy {
+        Strategy::TokenBucket => options.refill(1),
+        _ => options,
+    };
     // Until refused: at most the whole limit, so that a bug that never refuses shows as a
     // count above the limit, not as a hang.
     let calls = if until_refused {
