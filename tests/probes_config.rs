@@ -301,6 +301,44 @@ fn queue_size_and_timeout_at_their_bounds_are_kept_or_named() {
     }
 }
 
+/// A value of the wrong type in the `[store]` table is refused naming its key, and a key of the
+/// other store's is refused by name (the table was an enum tagged by `type`, which lost the
+/// path inside it: `max_keys = -1`, `"10"` and `sweep_interval = 5` were all reported on
+/// `store`, never naming the key).
+#[test]
+fn a_wrong_type_in_the_store_table_is_refused_naming_its_key() {
+    for (text, field) in [
+        (
+            "[store]\ntype = \"memory\"\nmax_keys = -1\n",
+            "store.max_keys",
+        ),
+        (
+            "[store]\ntype = \"memory\"\nmax_keys = \"10\"\n",
+            "store.max_keys",
+        ),
+        (
+            "[store]\ntype = \"memory\"\nsweep_interval = 5\n",
+            "store.sweep_interval",
+        ),
+        (
+            "[store]\ntype = \"memory\"\nurl = \"redis://h\"\n",
+            "store.url",
+        ),
+        ("[store]\ntype = \"memory\"\npods = 2\n", "store.pods"),
+        (
+            "[store]\ntype = \"redis\"\nmax_keys = 5\n",
+            "store.max_keys",
+        ),
+        (
+            "[store]\ntype = \"redis\"\ncluster = \"yes\"\n",
+            "store.cluster",
+        ),
+    ] {
+        let e = invalid(Config::from_toml_str(text));
+        assert!(e.has(field), "{text}: {e}");
+    }
+}
+
 /// The memory store's cap: `max_keys = 1` from a file holds one key and refuses a second with
 /// `StoreFull`, never admitting it untracked; 0 keys, a zero sweep and a bad sweep text are
 /// errors naming their field.
@@ -579,7 +617,7 @@ fn a_misspelt_key_anywhere_in_a_file_is_refused_by_name() {
         ),
         (
             "[store]\ntype = \"memory\"\nmaxkeys = 1\n",
-            "store",
+            "store.maxkeys",
             "maxkeys",
         ),
         ("[tier.pro]\nlimit = 5\n", "tier", "tier"),

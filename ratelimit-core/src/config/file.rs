@@ -13,29 +13,62 @@ use crate::store::MemoryOptions;
 use crate::syntax::{parse_window, ParseError, Strategy};
 use crate::window::Window;
 
+/// The `[store]` table as written: one struct with `type` a field, not an enum tagged by
+/// it, so that a value of the wrong type is reported at its own key (an internally tagged enum
+/// buffers the table first and loses the path: `max_keys = -1` was reported on `store`). A
+/// key of the other store's is refused by [`store`], by name.
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields, tag = "type", rename_all = "snake_case")]
-enum FileStore {
-    Memory {
-        max_keys: Option<usize>,
-        sweep_interval: Option<String>,
-    },
-    // Always parsed, so that a file asking for Redis without the feature says so.
-    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
-    Redis {
-        url: Option<String>,
-        #[serde(default)]
-        nodes: Vec<String>,
-        #[serde(default)]
-        cluster: bool,
-        timeout: Option<String>,
-        connect_timeout: Option<String>,
-        on_failure: Option<String>,
-        pods: Option<u32>,
-        #[serde(default)]
-        require_noeviction: bool,
-        local_refusals: Option<usize>,
-    },
+#[serde(deny_unknown_fields)]
+#[cfg_attr(not(feature = "redis"), allow(dead_code))]
+struct FileStore {
+    #[serde(rename = "type")]
+    kind: FileStoreKind,
+    max_keys: Option<usize>,
+    sweep_interval: Option<String>,
+    // The Redis store's, always parsed, so that a file asking for Redis without the feature
+    // says so.
+    url: Option<String>,
+    nodes: Option<Vec<String>>,
+    cluster: Option<bool>,
+    timeout: Option<String>,
+    connect_timeout: Option<String>,
+    on_failure: Option<String>,
+    pods: Option<u32>,
+    require_noeviction: Option<bool>,
+    local_refusals: Option<usize>,
+}
+
+#[derive(Deserialize, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+enum FileStoreKind {
+    Memory,
+    Redis,
+}
+
+impl FileStore {
+    /// The keys given that `kind`'s store does not read, by name.
+    fn foreign_keys(&self) -> impl Iterator<Item = &'static str> {
+        let memory = self.kind == FileStoreKind::Memory;
+        [
+            ("max_keys", self.max_keys.is_some(), !memory),
+            ("sweep_interval", self.sweep_interval.is_some(), !memory),
+            ("url", self.url.is_some(), memory),
+            ("nodes", self.nodes.is_some(), memory),
+            ("cluster", self.cluster.is_some(), memory),
+            ("timeout", self.timeout.is_some(), memory),
+            ("connect_timeout", self.connect_timeout.is_some(), memory),
+            ("on_failure", self.on_failure.is_some(), memory),
+            ("pods", self.pods.is_some(), memory),
+            (
+                "require_noeviction",
+                self.require_noeviction.is_some(),
+                memory,
+            ),
+            ("local_refusals", self.local_refusals.is_some(), memory),
+        ]
+        .into_iter()
+        .filter_map(|(key, given, foreign)| (given && foreign).then_some(key))
+    }
 }
 
 /// A strategy's name, kept as it was if it is not one, for
@@ -97,16 +130,24 @@ pub(super) fn store<'de, D: Deserializer<'de>>(
     deserializer: D,
 ) -> Result<Result<StoreConfig, ConfigError>, D::Error> {
     let mut errors = ConfigError::default();
-    let store = match FileStore::deserialize(deserializer)? {
-        FileStore::Memory {
-            max_keys,
-            sweep_interval,
-        } => {
+    let table = FileStore::deserialize(deserializer)?;
+    for key in table.foreign_keys() {
+        let other = match table.kind {
+            FileStoreKind::Memory => "redis",
+            FileStoreKind::Redis => "memory",
+        };
+        errors.push(
+            format!("store.{key}"),
+            format!("only for `type = \"{other}\"`"),
+        );
+    }
+    let store = match table.kind {
+        FileStoreKind::Memory => {
             let mut m = MemoryOptions::default();
-            if let Some(v) = max_keys {
+            if let Some(v) = table.max_keys {
                 m.max_keys = v;
             }
-            if let Some(v) = sweep_interval {
+            if let Some(v) = table.sweep_interval {
                 match parse_window(&v) {
                     Ok(d) => m.sweep_interval = d,
                     Err(e) => errors.push("store.sweep_interval", e.to_string()),
@@ -115,7 +156,7 @@ pub(super) fn store<'de, D: Deserializer<'de>>(
             StoreConfig::Memory(m)
         }
         #[cfg(not(feature = "redis"))]
-        FileStore::Redis { .. } => {
+        FileStoreKind::Redis => {
             errors.push(
                 "store.type",
                 "\"redis\" needs the `redis` feature of ratelimit",
@@ -123,19 +164,22 @@ pub(super) fn store<'de, D: Deserializer<'de>>(
             StoreConfig::default()
         }
         #[cfg(feature = "redis")]
-        FileStore::Redis {
-            url,
-            nodes,
-            cluster,
-            timeout,
-            connect_timeout,
-            on_failure,
-            pods,
-            require_noeviction,
-            local_refusals,
-        } => {
+        FileStoreKind::Redis => {
             use crate::store::{FailurePolicy, RedisOptions};
-            let r = if cluster {
+            let FileStore {
+                url,
+                nodes,
+                cluster,
+                timeout,
+                connect_timeout,
+                on_failure,
+                pods,
+                require_noeviction,
+                local_refusals,
+                ..
+            } = table;
+            let nodes = nodes.unwrap_or_default();
+            let r = if cluster.unwrap_or(false) {
                 RedisOptions::cluster(url.into_iter().chain(nodes))
             } else {
                 if !nodes.is_empty() {
@@ -143,7 +187,7 @@ pub(super) fn store<'de, D: Deserializer<'de>>(
                 }
                 RedisOptions::new(url.unwrap_or_default())
             };
-            let mut r = r.require_noeviction(require_noeviction);
+            let mut r = r.require_noeviction(require_noeviction.unwrap_or(false));
             if let Some(keys) = local_refusals {
                 r = r.local_refusals(keys);
             }
