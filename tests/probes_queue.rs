@@ -985,6 +985,9 @@ fn waiters_on_two_workers_are_admitted_exactly_the_limit_per_step_of_the_clock()
                 })
             })
             .collect();
+        // A poll, not a timing: the waiters run on the runtime's other worker, which a
+        // yield alone does not wait for; the limits themselves move only with the manual
+        // clock, and 2,000 polls bound a bug to a failure instead of a hang.
         let real = |mut done: Box<dyn FnMut() -> bool>| async move {
             for _ in 0..2_000 {
                 if done() {
