@@ -159,6 +159,15 @@ pub(crate) fn foreign(now: Nanos, end: Nanos) -> Verdict {
 /// `u64` from here.
 pub(crate) const MAX_NOW: Nanos = (1 << 63) - (1 << 60);
 
+/// The one rule of the clock's range: a time past [`MAX_NOW`] is `ClockOutOfRange`.
+#[inline]
+pub(crate) fn check_now(now: Nanos) -> Result<(), Undecidable> {
+    if now > MAX_NOW {
+        return Err(Undecidable::ClockOutOfRange { now });
+    }
+    Ok(())
+}
+
 /// The checks of a call's cost under `quota`, before any state is read: a cost of zero may
 /// not spend (it is a look at the level: see [`level`]), and a cost above a non-zero capacity
 /// can never pass. The pipeline checks every call with it; [`precheck`] again, for callers of
@@ -194,9 +203,7 @@ pub(crate) fn precheck(
 /// zero.
 #[inline]
 pub(crate) fn precheck_time(now: Nanos, quota: &Quota) -> Result<Option<Verdict>, Undecidable> {
-    if now > MAX_NOW {
-        return Err(Undecidable::ClockOutOfRange { now });
-    }
+    check_now(now)?;
     if quota.capacity() == 0 {
         let window = quota.window_nanos();
         return Ok(Some(Verdict {

@@ -69,20 +69,15 @@ impl Config {
         if self.default_limit().is_some() {
             // The default limit, as a call under no tier meets it.
             if let Some(e) = check(None) {
-                let field = match e {
-                    QuotaError::CapacityTooLarge if by_burst(self.default_limit(), None) => {
+                let field = match (&e, setting(&e)) {
+                    (QuotaError::CapacityTooLarge, _) if by_burst(self.default_limit(), None) => {
                         "burst_limit"
                     }
-                    QuotaError::RefillTooFast if self.token_refill_rate.is_none() => {
+                    (QuotaError::RefillTooFast, _) if self.token_refill_rate.is_none() => {
                         "default_window"
                     }
-                    QuotaError::ZeroRefill
-                    | QuotaError::RefillTooFast
-                    | QuotaError::RefillTooSlow
-                    | QuotaError::RefillWithoutTokenBucket => "token_refill_rate",
-                    QuotaError::ZeroWindow
-                    | QuotaError::WindowTooLong
-                    | QuotaError::InvalidWindowText => "default_window",
+                    (_, "refill") => "token_refill_rate",
+                    (_, "window") => "default_window",
                     _ => "default_limit",
                 };
                 problems.push((field.to_owned(), e));
@@ -107,9 +102,9 @@ impl Config {
     }
 }
 
-/// The field of a tier's setting that `e` is about.
-fn tier_field(tier: &str, e: &QuotaError) -> String {
-    let setting = match e {
+/// Which setting `e` is about, the one place for it: `"window"`, `"refill"` or `"limit"`.
+fn setting(e: &QuotaError) -> &'static str {
+    match e {
         QuotaError::ZeroWindow | QuotaError::WindowTooLong | QuotaError::InvalidWindowText => {
             "window"
         }
@@ -118,8 +113,12 @@ fn tier_field(tier: &str, e: &QuotaError) -> String {
         | QuotaError::RefillTooSlow
         | QuotaError::RefillWithoutTokenBucket => "refill",
         _ => "limit",
-    };
-    format!("tiers.{tier}.{setting}")
+    }
+}
+
+/// The field of a tier's setting that `e` is about.
+fn tier_field(tier: &str, e: &QuotaError) -> String {
+    format!("tiers.{tier}.{}", setting(e))
 }
 
 #[cfg(test)]

@@ -485,11 +485,9 @@ impl MemoryStore {
     /// it can sweep or move the floor (a floor past it overflowed every later decision).
     #[inline]
     fn decision_time(&self, now: Nanos) -> Result<Nanos, Error> {
-        if now > algorithm::MAX_NOW {
-            return Err(algorithm::Undecidable::ClockOutOfRange { now }.into());
-        }
+        algorithm::check_now(now)?;
         self.maybe_sweep(now);
-        Ok(now.max(self.inner.floor.load(Ordering::Acquire)))
+        Ok(self.fresh_at(now))
     }
 }
 

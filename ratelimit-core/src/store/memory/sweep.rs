@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
 use super::{Inner, MemoryStore, SWEEP_GRACE};
-use crate::algorithm::MAX_NOW;
+use crate::algorithm::check_now;
 use crate::clock::{Clock, Nanos};
 
 impl MemoryStore {
@@ -15,7 +15,7 @@ impl MemoryStore {
     /// the last time the store decides (about the year 2226) sweeps nothing: a clock read
     /// that far would forget live keys and stop time for every later decision.
     pub fn sweep(&self, now: Nanos) -> usize {
-        if now > MAX_NOW {
+        if check_now(now).is_err() {
             return 0;
         }
         let now = now.saturating_sub(SWEEP_GRACE);
@@ -78,7 +78,7 @@ impl MemoryStore {
     #[inline(never)]
     fn sweep_after(&self, next: Nanos, now: Nanos) {
         // Out of range: no sweep, and the next one not put off to the end of time.
-        if now > MAX_NOW {
+        if check_now(now).is_err() {
             return;
         }
         let every = self.inner.options.sweep_interval.as_nanos() as Nanos;
