@@ -1,4 +1,4 @@
-//! Sweeps: the keys whose windows have passed, dropped from the calls themselves every
+//! Sweeps, and the floor they leave: the keys whose windows have passed, dropped from the calls themselves every
 //! `sweep_interval` of clock time and, while the store is idle, by a background thread.
 
 use std::sync::atomic::Ordering;
@@ -7,6 +7,7 @@ use std::sync::{Arc, Weak};
 use super::{Inner, MemoryStore, SWEEP_GRACE};
 use crate::algorithm::check_now;
 use crate::clock::{Clock, Nanos};
+use crate::error::Error;
 
 impl MemoryStore {
     /// Drops every key whose window passed more than a second before `now` (the second covers
@@ -95,5 +96,26 @@ impl MemoryStore {
         {
             self.sweep(now);
         }
+    }
+
+    /// The time a key found missing under its shard's lock is decided at, fresh: `at`, or the
+    /// floor if a sweep raised it since `at` was worked out. The sweep raises the floor before
+    /// it drops keys, so a key it dropped after the caller read its time had expired by the
+    /// floor: decided fresh at the older `at`, that key's spends were forgotten inside their
+    /// window (a probe's fixed window of 3 admitted 4: `probes_memory_limits`).
+    #[inline]
+    pub(super) fn fresh_at(&self, at: Nanos) -> Nanos {
+        at.max(self.inner.floor.load(Ordering::Acquire))
+    }
+
+    /// The decision time for a call at `now`: never before the last sweep (see `floor`). The
+    /// one check of the time every path takes (decisions, stacked ones, refunds,
+    /// adjustments): a time past [`MAX_NOW`](crate::algorithm::MAX_NOW) is `ClockOutOfRange`, before
+    /// it can sweep or move the floor (a floor past it overflowed every later decision).
+    #[inline]
+    pub(super) fn decision_time(&self, now: Nanos) -> Result<Nanos, Error> {
+        check_now(now)?;
+        self.maybe_sweep(now);
+        Ok(self.fresh_at(now))
     }
 }

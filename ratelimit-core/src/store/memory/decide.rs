@@ -1,0 +1,231 @@
+//! One call's decision: the key found under its shard's read lock and decided on its cell,
+//! or stored under the write lock when it is new and must be remembered.
+
+use std::sync::atomic::Ordering;
+
+use super::cells::{
+    by_strategy, by_strategy_arms, Cell, InTables, Side, Stamp, StampedKey, Tables,
+};
+use super::MemoryStore;
+use crate::algorithm::{self, Verdict};
+use crate::clock::Nanos;
+use crate::decision::Decision;
+use crate::error::Error;
+use crate::quota::Quota;
+use crate::store::{Mode, Request};
+
+impl MemoryStore {
+    /// What [`Store::decide`](super::Store::decide) answers, synchronously. A [`Request`] was
+    /// checked when it was made (its key's length, its cost under the quota): not again here.
+    /// An admitted spend kept for a refund ([`Mode::Keep`]) carries its key's stamp, for a
+    /// [`Refund`].
+    #[inline(always)]
+    pub(crate) fn decide_request(&self, request: &Request<'_>) -> Result<Decision, Error> {
+        let (quota, now) = (request.quota(), request.now());
+        let key = request.key().as_str().as_bytes();
+        let mode = request.mode();
+        let (verdict, stamp) = self.stamped_verdict(key, quota, request.cost(), now, mode)?;
+        let decision = Decision::for_quota(verdict, now, quota);
+        // Only a kept spend carries its stamp: no other decision is given back. Not read
+        // otherwise, where a wide load of it would wait on the stores that wrote it.
+        Ok(match mode {
+            Mode::Keep => stamp.on(decision),
+            Mode::Spend | Mode::Look => decision,
+        })
+    }
+
+    /// Keeps `cell` as `key`'s (room for it was reserved, and the key is in no table),
+    /// `stamped` (see [`stamp_of`](Self::stamp_of)) or not: its stamp.
+    pub(super) fn insert<A: InTables>(
+        &self,
+        tables: &mut Tables,
+        hash: u64,
+        key: &[u8],
+        mut cell: A::Cell,
+        stamped: bool,
+    ) -> Stamp {
+        cell.keep(match stamped {
+            true => self.stamped(key),
+            false => StampedKey::plain(key),
+        });
+        let stamp = cell.stamp(&tables.side);
+        let hasher = &self.inner.hasher;
+        A::table_mut(tables).insert_unique(hash, cell, |c| hasher.hash(c.key()));
+        stamp
+    }
+
+    /// The decision, synchronously.
+    #[inline]
+    pub(crate) fn decide_at(
+        &self,
+        key: &str,
+        quota: &Quota,
+        cost: u64,
+        now: Nanos,
+        commit: bool,
+    ) -> Result<Decision, Error> {
+        let verdict = self.verdict_at(key, quota, cost, now, commit)?;
+        Ok(Decision::for_quota(verdict, now, quota))
+    }
+
+    /// [`decide_at`](Self::decide_at)'s verdict, before it becomes a [`Decision`] (whose
+    /// divisions an admitted call of an annotated fn never reads).
+    #[inline]
+    pub(crate) fn verdict_at(
+        &self,
+        key: &str,
+        quota: &Quota,
+        cost: u64,
+        now: Nanos,
+        commit: bool,
+    ) -> Result<Verdict, Error> {
+        let key = key.as_bytes();
+        crate::key::check_store_key(key)?;
+        algorithm::check_cost(quota, cost, commit)?;
+        let mode = Mode::of(commit, false);
+        Ok(self.stamped_verdict(key, quota, cost, now, mode)?.0)
+    }
+
+    /// [`verdict_at`](Self::verdict_at) of a call whose key and cost are checked, in `mode`,
+    /// with the stamp of the key it was decided on (0 for none: see
+    /// [`stamp_of`](Self::stamp_of)).
+    #[inline(always)]
+    fn stamped_verdict(
+        &self,
+        key: &[u8],
+        quota: &Quota,
+        cost: u64,
+        now: Nanos,
+        mode: Mode,
+    ) -> Result<(Verdict, Stamp), Error> {
+        if let Some(verdict) = algorithm::precheck_time(now, quota)? {
+            return Ok((verdict, Stamp::default()));
+        }
+        // A clock stepped back behind the last sweep decides at the sweep's time.
+        let at = self.decision_time(now)?;
+        if quota.block_nanos() > 0 {
+            return self.decide_with_blocks(key, quota, cost, at, mode);
+        }
+        self.decide_plain(key, quota, cost, at, mode)
+    }
+
+    /// The decision of a call whose quota has no block.
+    #[inline(always)]
+    pub(super) fn decide_plain(
+        &self,
+        key: &[u8],
+        quota: &Quota,
+        cost: u64,
+        at: Nanos,
+        mode: Mode,
+    ) -> Result<(Verdict, Stamp), Error> {
+        if cost == 0 {
+            return Ok((
+                self.look_at(key, quota, at, mode.spends())?,
+                Stamp::default(),
+            ));
+        }
+        by_strategy!(quota.strategy(), self.decide_in(key, quota, cost, at, mode))
+    }
+
+    /// A look (cost 0) is two looks at most, each its own step: the rule is
+    /// `algorithm::level`'s, applied around the whole step so that a call that spends goes
+    /// straight to the cell (through a closure inside the lock it measured slower:
+    /// BENCHMARKS.md, `memory`). Out of the path of calls that spend, which had the look's
+    /// closure built on every call otherwise (instructions under cachegrind).
+    #[cold]
+    #[inline(never)]
+    fn look_at(
+        &self,
+        key: &[u8],
+        quota: &Quota,
+        at: Nanos,
+        commit: bool,
+    ) -> Result<Verdict, Error> {
+        algorithm::level_or(0, commit, |cost, commit| {
+            let mode = Mode::of(commit, false);
+            by_strategy!(quota.strategy(), self.decide_in(key, quota, cost, at, mode))
+                .map(|(verdict, _)| verdict)
+        })
+    }
+
+    /// The decision in the strategy's own table: a stored key under the shard's read lock; a
+    /// new key that must be remembered, or a spend kept on a key not stamped yet, under its
+    /// write lock. With the key's stamp.
+    fn decide_in<A: InTables>(
+        &self,
+        key: &[u8],
+        quota: &Quota,
+        cost: u64,
+        now: Nanos,
+        mode: Mode,
+    ) -> Result<(Verdict, Stamp), Error> {
+        let hash = self.inner.hasher.hash(key);
+        let (commit, keep) = (mode.spends(), mode == Mode::Keep);
+        let decide =
+            |cell: &A::Cell, side: &Side| (cell.decide(now, quota, cost, commit), cell.stamp(side));
+        {
+            let tables = self.shard(hash).read();
+            match A::table(&tables).find(hash, |c| c.key() == key) {
+                // A kept spend on a key without a stamp stamps it first, below.
+                Some(cell) if !keep || cell.kept().is_stamped() => {
+                    return Ok(decide(cell, &tables.side));
+                }
+                Some(_) => {}
+                None => {
+                    if tables.held_by_other(quota.strategy(), hash, key) {
+                        return Err(algorithm::Undecidable::UnexpectedState.into());
+                    }
+                    let at = self.fresh_at(now);
+                    let verdict = A::Cell::fresh().decide(at, quota, cost, commit);
+                    if !commit || !verdict.allowed {
+                        // Nothing to remember: a fresh key only looked at or refused outright.
+                        return Ok((verdict, Stamp::default()));
+                    }
+                }
+            }
+        }
+        for attempt in 0..2 {
+            let mut tables = self.shard(hash).write();
+            // Another call may have stored the key between the two locks.
+            let (table, side) = A::table_and_side(&mut tables);
+            if let Some(cell) = table.find_mut(hash, |c| c.key() == key) {
+                if keep {
+                    self.ensure_stamped(cell, key);
+                }
+                return Ok(decide(cell, side));
+            }
+            if tables.held_by_other(quota.strategy(), hash, key) {
+                return Err(algorithm::Undecidable::UnexpectedState.into());
+            }
+            if self.reserve() {
+                let cell = A::Cell::fresh();
+                let verdict = cell.decide(self.fresh_at(now), quota, cost, commit);
+                let stamp = self.insert::<A>(&mut tables, hash, key, cell, keep);
+                return Ok((verdict, stamp));
+            }
+            drop(tables);
+            if attempt == 0 {
+                self.sweep(now);
+            }
+        }
+        Err(Error::StoreFull {
+            max_keys: self.inner.options.max_keys,
+        })
+    }
+
+    pub(super) fn reserve(&self) -> bool {
+        self.reserve_n(1)
+    }
+
+    /// Reserves room for `n` new keys at once, or for none.
+    pub(super) fn reserve_n(&self, n: usize) -> bool {
+        let max = self.inner.options.max_keys;
+        self.inner
+            .len
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |len| {
+                (len + n <= max).then_some(len + n)
+            })
+            .is_ok()
+    }
+}
