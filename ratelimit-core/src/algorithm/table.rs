@@ -9,10 +9,10 @@ use crate::syntax::Strategy;
 /// Every algorithm, one line each:
 /// `Strategy variant => State variant(its state's type), "its Lua script's name", its memory cell;`
 /// (`algorithm/<name>.lua`, beside `<name>.rs`; a function of that name in the stacked script).
-/// The memory cell is one of the memory store's (`store/memory/cells.rs`): `LockedCell<type>`
+/// The memory cell is one of the memory store's: `LockedCell<type>` (`store/memory/cells.rs`)
 /// holds any algorithm's state behind a lock of its own; the others are compact cells of one
-/// atomic word. Its name is resolved where the memory store expands the table, so this layer
-/// imports nothing of the store's. A new algorithm is its two files under `algorithm/`, its
+/// atomic word (`store/memory/word.rs`). Its name is resolved where the memory store expands
+/// the table (`store/memory/tables.rs`), so this layer imports nothing of the store's. A new algorithm is its two files under `algorithm/`, its
 /// [`Strategy`] and one line here.
 ///
 /// `algorithms!(then, passed...)` calls `then! { [passed...] lines... }`: each place that

@@ -1,7 +1,8 @@
 //! Penalties and rewards ([`Adjustment`]): what the application decides after the fact, on
 //! the key's cell under its shard's write lock.
 
-use super::cells::{by_strategy, by_strategy_arms, Cell, InTables, Side};
+use super::cells::{Cell, Side};
+use super::tables::{by_strategy, by_strategy_arms, InTables};
 use super::MemoryStore;
 use crate::algorithm::{self, State};
 use crate::clock::Nanos;

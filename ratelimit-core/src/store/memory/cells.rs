@@ -1,18 +1,15 @@
-//! The memory store's cells: one compact layout per strategy, and a shard's tables of them.
+//! What every cell of the memory store is: the `Cell` trait, the key it keeps (with its stamp)
+//! and how keys are hashed; the cell of a state that fits no word (`LockedCell`). The cells of
+//! one word are in `word.rs`; the tables that hold them per shard in `tables.rs`.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use hashbrown::HashTable;
-
-use super::blocks::Block;
-use super::word::{update, CounterCell, FixedCell};
-use crate::algorithm::{Algorithm, Gcra, Given, SlidingLog, Spend, Verdict};
+use crate::algorithm::{Algorithm, Given, SlidingLog, Spend, Verdict};
 use crate::clock::Nanos;
 use crate::quota::Quota;
 use crate::sync::Mutex;
-use crate::syntax::Strategy;
 
 /// How the store hashes a key, the one place: its bytes alone, with a seed drawn per store
 /// (`hash_one` of a `[u8]` would hash its length first, which a single key does not need).
@@ -193,53 +190,6 @@ impl StampedKey {
     }
 }
 
-/// The cell an algorithm's keys are kept in: the last column of the table of algorithms
-/// (`algorithm/table.rs`), implemented by `tables!` below.
-pub(super) trait Kept: Algorithm {
-    type Cell: Cell;
-}
-
-/// An algorithm's table in a shard's [`Tables`] (generated from the table of algorithms).
-pub(super) trait InTables: Kept {
-    fn table(tables: &Tables) -> &HashTable<Self::Cell>;
-    fn table_mut(tables: &mut Tables) -> &mut HashTable<Self::Cell>;
-    /// The table and the shard's side table, both to write.
-    fn table_and_side(tables: &mut Tables) -> (&mut HashTable<Self::Cell>, &mut Side);
-}
-
-/// Runs `$f::<algorithm>$args` (or `$recv.$f::<algorithm>$args`) for the algorithm of
-/// `$strategy` (an [`InTables`]): the memory store's dispatch on the strategy, one arm per line
-/// of the table of algorithms. The method form is for a call inside a closure: a closure
-/// around `Self::f(self, ..)` captures `self` by reference, spilled to the stack on every call
-/// (6 instructions a decision under cachegrind), where `self.f(..)` captures `*self`.
-macro_rules! by_strategy {
-    ($strategy:expr, $recv:ident . $f:ident $args:tt) => {
-        $crate::algorithm::algorithms!(by_strategy_arms, method $strategy, $recv, $f, $args)
-    };
-    ($strategy:expr, $owner:tt :: $f:ident $args:tt) => {
-        $crate::algorithm::algorithms!(by_strategy_arms, path $strategy, $owner, $f, $args)
-    };
-}
-
-/// `by_strategy!`'s `match`, from the lines of the table (a name of its own, so that the
-/// table's macro can call it back; imported beside `by_strategy!` where that is used).
-macro_rules! by_strategy_arms {
-    ([method $strategy:expr, $recv:ident, $f:ident, $args:tt]
-     $($name:ident => $variant:ident($ty:ty), $lua:literal, $cell:ty;)*) => {
-        match $strategy {
-            $($crate::syntax::Strategy::$name => $recv.$f::<$ty> $args,)*
-        }
-    };
-    ([path $strategy:expr, $owner:tt, $f:ident, $args:tt]
-     $($name:ident => $variant:ident($ty:ty), $lua:literal, $cell:ty;)*) => {
-        match $strategy {
-            $($crate::syntax::Strategy::$name => $owner::$f::<$ty> $args,)*
-        }
-    };
-}
-
-pub(super) use {by_strategy, by_strategy_arms};
-
 /// Any algorithm's state behind the cell's own lock, for a state that fits no word: the
 /// [`SlidingLog`], boxed (it grows with the limit); an algorithm without a compact cell of its
 /// own.
@@ -248,18 +198,6 @@ pub(super) struct LockedCell<A> {
     expires_at: AtomicU64,
     state: Mutex<A>,
 }
-
-/// [`Gcra`]; the theoretical arrival time is also the expiry. What refunds keep
-/// ([`Given`]) is in the shard's [`Side`] table, changed only under its write lock.
-pub(super) struct BucketCell {
-    key: StampedKey,
-    tat: AtomicU64,
-}
-
-const _: () = assert!(std::mem::size_of::<FixedCell>() == 32);
-const _: () = assert!(std::mem::size_of::<LockedCell<Box<SlidingLog>>>() == 40);
-const _: () = assert!(std::mem::size_of::<CounterCell>() == 32);
-const _: () = assert!(std::mem::size_of::<BucketCell>() == 24);
 
 impl<A: Algorithm> Cell for LockedCell<A> {
     type State = A;
@@ -299,182 +237,4 @@ impl<A: Algorithm> Cell for LockedCell<A> {
     }
 }
 
-impl Cell for BucketCell {
-    type State = Gcra;
-    fn fresh() -> Self {
-        BucketCell {
-            key: StampedKey::default(),
-            tat: AtomicU64::new(0),
-        }
-    }
-    fn kept(&self) -> &StampedKey {
-        &self.key
-    }
-    fn keep(&mut self, kept: StampedKey) {
-        self.key = kept;
-    }
-    fn expires_at(&self) -> Nanos {
-        self.tat.load(Ordering::Acquire)
-    }
-    #[inline(always)]
-    fn decide(&self, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> Verdict {
-        // A decision reads and writes the arrival time alone; the shift stays as it is.
-        update(&self.tat, |tat| {
-            let mut state = Gcra { tat, given: None };
-            let verdict = state.decide(now, quota, cost, commit);
-            (state.tat, verdict)
-        })
-    }
-    fn shift(&self, side: &Side) -> Nanos {
-        if side.is_empty() {
-            return 0;
-        }
-        side.get(&self.key.stamp()).map_or(0, |g| g.shift)
-    }
-    /// What refunds keep comes out of `side` by the cell's stamp.
-    fn take(&mut self, side: &mut Side, _: &Quota) -> Gcra {
-        Gcra {
-            tat: *self.tat.get_mut(),
-            given: side.remove(&self.key.stamp()),
-        }
-    }
-    /// ... and goes back there (a cell not kept, stamp 0, is never given back to).
-    fn put(&mut self, side: &mut Side, _: &Quota, state: Gcra, _: bool) {
-        *self.tat.get_mut() = state.tat;
-        let stamp = self.key.stamp();
-        if let Some(given) = state.given.filter(|_| stamp != 0) {
-            side.insert(stamp, given);
-        }
-    }
-}
-
-macro_rules! tables {
-    ([] $($strategy:ident => $variant:ident($ty:ty), $lua:literal, $cell:ty;)*) => {
-        /// One shard: a table per strategy, one per line of the table of algorithms. A key is
-        /// in at most one of them: a call on a key held under another strategy is refused with
-        /// [`Error::UnexpectedState`](crate::Error::UnexpectedState), as
-        /// [`algorithm::decide`](crate::algorithm::decide) refuses it.
-        #[derive(Default)]
-        #[allow(non_snake_case)]
-        pub(super) struct Tables {
-            $($variant: HashTable<<$ty as Kept>::Cell>,)*
-            /// The keys refused until a time ([`Quota::block`]), whatever their strategy
-            /// (`blocks.rs`).
-            pub(super) blocks: HashTable<Block>,
-            /// What token buckets given back to keep for later refunds.
-            pub(super) side: Side,
-        }
-
-        $(
-            impl Kept for $ty {
-                type Cell = $cell;
-            }
-
-            impl InTables for $ty {
-                #[inline]
-                fn table(tables: &Tables) -> &HashTable<Self::Cell> {
-                    &tables.$variant
-                }
-                #[inline]
-                fn table_mut(tables: &mut Tables) -> &mut HashTable<Self::Cell> {
-                    &mut tables.$variant
-                }
-                #[inline]
-                fn table_and_side(tables: &mut Tables) -> (&mut HashTable<Self::Cell>, &mut Side) {
-                    (&mut tables.$variant, &mut tables.side)
-                }
-            }
-        )*
-
-        impl Tables {
-            /// Removes `key` from every table: how many states went (the store's keys), and
-            /// whether a block went.
-            pub(super) fn remove_all(&mut self, hash: u64, key: &[u8]) -> (usize, bool) {
-                fn remove<C: Cell>(table: &mut HashTable<C>, side: &mut Side, hash: u64, key: &[u8]) -> usize {
-                    match table.find_entry(hash, |c| c.key() == key) {
-                        Ok(entry) => {
-                            let (cell, _) = entry.remove();
-                            side.remove(&cell.kept().stamp());
-                            1
-                        }
-                        Err(_) => 0,
-                    }
-                }
-                let blocked = self.unblock(hash, key);
-                (0 $(+ remove(&mut self.$variant, &mut self.side, hash, key))*, blocked)
-            }
-
-            /// Whether `key` is held under a strategy other than `strategy`.
-            pub(super) fn held_by_other(&self, strategy: Strategy, hash: u64, key: &[u8]) -> bool {
-                $(
-                    (strategy != Strategy::$strategy
-                        && self.$variant.find(hash, |c| c.key() == key).is_some())
-                )||*
-            }
-
-            /// Drops the cells expired at `now` and gives back memory that is mostly unused.
-            pub(super) fn sweep(&mut self, now: Nanos, hasher: &KeyHasher) -> usize {
-                fn sweep<C: Cell>(
-                    table: &mut HashTable<C>,
-                    side: &mut Side,
-                    now: Nanos,
-                    hasher: &KeyHasher,
-                ) -> usize {
-                    let before = table.len();
-                    table.retain(|cell| {
-                        let live = cell.expires_at() > now;
-                        if !live && !side.is_empty() {
-                            side.remove(&cell.kept().stamp());
-                        }
-                        live
-                    });
-                    if table.capacity() > 16 && table.len() * 4 < table.capacity() {
-                        let target = table.len() * 2;
-                        table.shrink_to(target, |c| hasher.hash(c.key()));
-                    }
-                    before - table.len()
-                }
-                self.sweep_blocks(now);
-                let swept = 0 $(+ sweep(&mut self.$variant, &mut self.side, now, hasher))*;
-                if self.side.capacity() > 16 && self.side.len() * 4 < self.side.capacity() {
-                    self.side.shrink_to(self.side.len() * 2);
-                }
-                swept
-            }
-        }
-    };
-}
-
-crate::algorithm::algorithms!(tables);
-
-#[cfg(test)]
-mod tests {
-    use std::time::Duration;
-
-    use proptest::prelude::*;
-
-    use super::*;
-    use crate::algorithm::{self, State};
-
-    proptest! {
-        /// The counter's cell aligns `now` once, before it reads the state: a call whose
-        /// `now` predates the recorded window (a clock read before another caller's) is
-        /// still decided in that window, as the algorithm decides it, at every step of a
-        /// clock that goes back and forth across window boundaries.
-        #[test]
-        fn a_counter_cell_decides_an_older_now_in_the_recorded_window(
-            calls in prop::collection::vec((any::<bool>(), 0..10_000_000u64, 1..=2u64, any::<bool>()), 1..200)
-        ) {
-            let q = Quota::new(5, Duration::from_millis(10))
-                .unwrap()
-                .with_strategy(crate::syntax::Strategy::SlidingWindowCounter);
-            let (cell, mut state) = (CounterCell::fresh(), State::new(q.strategy()));
-            let mut now = 1_000 * q.window_nanos();
-            for (back, step, cost, commit) in calls {
-                now = if back { now - step } else { now + step };
-                let want = algorithm::decide(&mut state, now, &q, cost, commit).unwrap();
-                prop_assert_eq!(cell.decide(now, &q, cost, commit), want);
-            }
-        }
-    }
-}
+const _: () = assert!(std::mem::size_of::<LockedCell<Box<SlidingLog>>>() == 40);

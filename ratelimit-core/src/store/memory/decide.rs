@@ -3,10 +3,10 @@
 
 use std::sync::atomic::Ordering;
 
-use super::cells::{
-    by_strategy, by_strategy_arms, Cell, InTables, Side, Stamp, StampedKey, Tables,
-};
-use super::MemoryStore;
+use super::blocks::{block_after, blocked_verdict};
+use super::cells::{Cell, Side, Stamp, StampedKey};
+use super::tables::{by_strategy, by_strategy_arms, InTables, Tables};
+use super::{locked, MemoryStore};
 use crate::algorithm::{self, Verdict};
 use crate::clock::Nanos;
 use crate::decision::Decision;
@@ -227,5 +227,71 @@ impl MemoryStore {
                 (len + n <= max).then_some(len + n)
             })
             .is_ok()
+    }
+
+    /// The decision of a call whose quota blocks a key once a call on it is refused
+    /// ([`Quota::block`]), around the plain one: refused while a block is in force, and a
+    /// spend the algorithm refuses begins one. Out of line: a quota without a block pays one
+    /// test for it. A spend is decided under the shard's write lock, the look at the block,
+    /// the decision and the block it begins as one: with the look under a lock of its own, a
+    /// refund or a reward landing between it and the decision let a call in during a block
+    /// that had begun meanwhile (helper 27's observation). A look takes the read lock.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn decide_with_blocks(
+        &self,
+        key: &[u8],
+        quota: &Quota,
+        cost: u64,
+        at: Nanos,
+        mode: Mode,
+    ) -> Result<(Verdict, Stamp), Error> {
+        let hash = self.inner.hasher.hash(key);
+        let commit = mode.spends();
+        if !commit {
+            if let Some(blocked) = self.shard(hash).read().blocks.blocked(quota, hash, key, at) {
+                return Ok((blocked, Stamp::default()));
+            }
+            return self.decide_plain(key, quota, cost, at, mode);
+        }
+        let strategy = quota.strategy();
+        for attempt in 0..2 {
+            let mut tables = self.shard(hash).write();
+            if let Some(blocked) = tables.blocks.blocked(quota, hash, key, at) {
+                return Ok((blocked, Stamp::default()));
+            }
+            if tables.held_by_other(strategy, hash, key) {
+                return Err(algorithm::Undecidable::UnexpectedState.into());
+            }
+            let (verdict, stored) = by_strategy!(
+                strategy,
+                locked::look(&mut tables, hash, key, quota, cost, at)
+            );
+            if let Some(until) = block_after(&verdict, quota, at, commit) {
+                tables.blocks.block(hash, key, until, &self.inner.hasher);
+                return Ok((blocked_verdict(until, at), Stamp::default()));
+            }
+            if !verdict.allowed {
+                return Ok((verdict, Stamp::default()));
+            }
+            if stored || self.reserve() {
+                let (verdict, stamp) = by_strategy!(
+                    strategy,
+                    locked::spend(&mut tables, self, hash, key, quota, cost, at)
+                );
+                let stamp = match mode {
+                    Mode::Keep => by_strategy!(strategy, self.stamp_of(&mut tables, hash, key)),
+                    _ => stamp,
+                };
+                return Ok((verdict, stamp));
+            }
+            drop(tables);
+            if attempt == 0 {
+                self.sweep(at);
+            }
+        }
+        Err(Error::StoreFull {
+            max_keys: self.inner.options.max_keys,
+        })
     }
 }

@@ -12,12 +12,15 @@ mod adjust;
 mod blocks;
 mod cells;
 mod decide;
+mod locked;
 mod refund;
 mod stacked;
 mod sweep;
+mod tables;
 mod word;
 
-use self::cells::{KeyHasher, Tables};
+use self::cells::KeyHasher;
+use self::tables::Tables;
 use crate::clock::Nanos;
 use crate::decision::Decision;
 use crate::error::Error;

@@ -5,8 +5,9 @@
 
 use std::sync::atomic::Ordering;
 
-use super::cells::{by_strategy, by_strategy_arms, Cell, InTables, Stamp, StampedKey, Tables};
+use super::cells::{Cell, Stamp, StampedKey};
 use super::stacked::locked;
+use super::tables::{by_strategy, by_strategy_arms, InTables, Tables};
 use super::{MemoryStore, WriteGuard};
 use crate::clock::Nanos;
 use crate::error::Error;

@@ -7,56 +7,14 @@
 //! spends nothing from the others.
 
 use super::blocks::{block_after, blocked_verdict};
-use super::cells::{by_strategy, by_strategy_arms, Cell, InTables, Stamp, Tables};
-use super::{MemoryStore, WriteGuard};
-use crate::algorithm::{self, Undecidable, Verdict};
+use super::cells::Stamp;
+use super::tables::{by_strategy, by_strategy_arms, Tables};
+use super::{locked, MemoryStore, WriteGuard};
+use crate::algorithm::{Undecidable, Verdict};
 use crate::clock::Nanos;
 use crate::decision::Decision;
 use crate::error::Error;
-use crate::quota::Quota;
 use crate::store::{Check, Mode, Stacked};
-
-/// The level a call would find (spending nothing), and whether the key is stored.
-pub(super) fn look<A: InTables>(
-    tables: &mut Tables,
-    hash: u64,
-    key: &[u8],
-    quota: &Quota,
-    cost: u64,
-    now: Nanos,
-) -> (Verdict, bool) {
-    let decide = |cell: &A::Cell| {
-        algorithm::level(cost, false, |cost, commit| {
-            cell.decide(now, quota, cost, commit)
-        })
-    };
-    match A::table(tables).find(hash, |c| c.key() == key) {
-        Some(cell) => (decide(cell), true),
-        None => (decide(&A::Cell::fresh()), false),
-    }
-}
-
-/// Spends the call, storing the key if it is new (room for it was reserved), not stamped;
-/// with the key's stamp (a spend kept for a refund stamps it: [`MemoryStore::stamp_of`]).
-pub(super) fn spend<A: InTables>(
-    tables: &mut Tables,
-    store: &MemoryStore,
-    hash: u64,
-    key: &[u8],
-    quota: &Quota,
-    cost: u64,
-    now: Nanos,
-) -> (Verdict, Stamp) {
-    if let Some(cell) = A::table(tables).find(hash, |c| c.key() == key) {
-        return (
-            cell.decide(now, quota, cost, true),
-            cell.stamp(&tables.side),
-        );
-    }
-    let cell = A::Cell::fresh();
-    let verdict = cell.decide(now, quota, cost, true);
-    (verdict, store.insert::<A>(tables, hash, key, cell, false))
-}
 
 /// The tables of shard `index`, among the locked ones (every check's shard is locked).
 pub(super) fn locked<'g>(
@@ -106,14 +64,14 @@ impl MemoryStore {
                 if tables.held_by_other(strategy, hash, key) {
                     return Err(Undecidable::UnexpectedState.into());
                 }
-                if let Some(blocked) = tables.blocked(check.quota, hash, key, at) {
+                if let Some(blocked) = tables.blocks.blocked(check.quota, hash, key, at) {
                     verdicts.push(blocked);
                     decided[verdicts.len() - 1] = false;
                     continue;
                 }
                 let (verdict, stored) = by_strategy!(
                     strategy,
-                    self::look(tables, hash, key, check.quota, check.cost, at)
+                    locked::look(tables, hash, key, check.quota, check.cost, at)
                 );
                 fresh += usize::from(!stored);
                 verdicts.push(verdict);
@@ -127,7 +85,7 @@ impl MemoryStore {
                     if let Some(until) = block_after(verdict, check.quota, at, commit) {
                         let key = check.key.as_str().as_bytes();
                         let tables = locked(&mut guards, self.shard_index(hash));
-                        tables.block(hash, key, until, &self.inner.hasher);
+                        tables.blocks.block(hash, key, until, &self.inner.hasher);
                         *verdict = blocked_verdict(until, at);
                     }
                 }
@@ -155,7 +113,7 @@ impl MemoryStore {
                 let strategy = check.quota.strategy();
                 let (verdict, stamp) = by_strategy!(
                     strategy,
-                    self::spend(tables, self, hash, key, check.quota, check.cost, at)
+                    locked::spend(tables, self, hash, key, check.quota, check.cost, at)
                 );
                 let stamp = match keep {
                     true => by_strategy!(strategy, self.stamp_of(tables, hash, key)),
