@@ -16,6 +16,8 @@
 //! [`Store::decide_now`]: crate::store::Store::decide_now
 //! [`Store::decide`]: crate::store::Store::decide
 
+use std::time::Duration;
+
 use super::site::Site;
 use super::RateLimitService;
 use crate::decision::Decision;
@@ -241,8 +243,15 @@ impl RateLimitService {
         if matches!(decided, Ok(d) if !d.allowed) {
             return settle_refusal(site, decided);
         }
-        if let (Ok(decision), true) = (decided, name_tier) {
-            decision.tier = site.tier_name();
+        if let Ok(decision) = decided {
+            // An admission of the wrong shape (`broken_answer`): two compares on the way.
+            if let Some(broken) = broken_answer(decision) {
+                *decided = Err(broken);
+                return;
+            }
+            if name_tier {
+                decision.tier = site.tier_name();
+            }
         }
     }
 
@@ -310,14 +319,14 @@ pub(crate) fn take(decided: &mut Result<Decision, Error>) -> Result<Decision, Er
 
 /// [`settle`](RateLimitService::settle) of a refusal: its tier named and, at a shadow site,
 /// the admission it becomes; an error if the store broke a refusal's promise
-/// ([`broken_refusal`]).
+/// ([`broken_answer`]).
 #[cold]
 #[inline(never)]
 fn settle_refusal(site: &Site<'_>, decided: &mut Result<Decision, Error>) {
     let Ok(decision) = decided else {
         return;
     };
-    if let Some(broken) = broken_refusal(decision) {
+    if let Some(broken) = broken_answer(decision) {
         *decided = Err(broken);
         return;
     }
@@ -327,16 +336,45 @@ fn settle_refusal(site: &Site<'_>, decided: &mut Result<Decision, Error>) {
     }
 }
 
-/// A refusal whose `retry_after` is zero, which [`Decision`] promises it never is (the
-/// memory and Redis stores round it up to a whole millisecond): a store answering so is
-/// answering another question, and the queue and `until_ready`, which sleep that long before
-/// asking again, asked it in a loop. An error, as any answer of the wrong shape.
-pub(super) fn broken_refusal(decision: &Decision) -> Option<Error> {
-    (!decision.allowed && decision.retry_after.is_some_and(|after| after.is_zero())).then(|| {
-        Error::UnexpectedState {
-            message: "the store refused with a retry_after of zero".into(),
-        }
-    })
+/// The longest wait a decision can name: every time a store decides on is a `u64` of
+/// nanoseconds since the epoch (the algorithms' times end about the year 2226), and a wait
+/// is rounded up to a millisecond.
+const LONGEST_WAIT: Duration = Duration::from_millis(u64::MAX / 1_000_000 + 1);
+
+/// A store's answer of a shape [`Decision`] promises it never has, which no store of this
+/// crate gives: a store answering so is answering another question, and what it says is not
+/// handed on as a fact. An error (the call refused), as any state of the wrong shape:
+///
+/// - a refusal without a `retry_after` (every refusal says how long to wait: the queue took
+///   one without for a call that can never pass), or with a zero one (the queue and
+///   `until_ready`, which sleep that long before asking again, asked in a loop), or with one
+///   past any time a decision names (`Duration::MAX`: the queue and `until_ready` added it
+///   to `Instant::now()` and panicked; `Retry-After` wrapped to 1 s);
+/// - an admission with a `retry_after` (a `Retry-After` on a call let through);
+/// - more `remaining` than the `limit` (`X-RateLimit-Remaining: 1002` under a limit of 2).
+///
+/// The one check of a store's answer, for every entry point: `settle` runs it on each
+/// decision and `stacked.rs` on each of a stacked call's.
+#[inline]
+pub(super) fn broken_answer(decision: &Decision) -> Option<Error> {
+    let wrong = match decision.retry_after {
+        _ if decision.remaining > decision.limit => Some("more remaining than its limit"),
+        Some(_) if decision.allowed => Some("an admission with a retry_after"),
+        None if !decision.allowed => Some("a refusal without a retry_after"),
+        Some(after) if after.is_zero() => Some("a refusal with a retry_after of zero"),
+        Some(after) if after > LONGEST_WAIT => Some("a refusal with a retry_after past any time"),
+        _ => None,
+    };
+    wrong.map(broken)
+}
+
+/// The error of a store's answer of the wrong shape (see [`broken_answer`]).
+#[cold]
+#[inline(never)]
+fn broken(what: &'static str) -> Error {
+    Error::UnexpectedState {
+        message: format!("the store answered {what}"),
+    }
 }
 
 /// A shadow limit's refusal as the admission it becomes (see `settle`).

@@ -265,7 +265,10 @@ impl RateLimitService {
     }
 
     /// `decision`, made at `site` on `store_key`, with what giving it back takes when it can
-    /// be (see [`Spent`]); with `enforce`, a refusal as [`Error::Exceeded`].
+    /// be (see [`Spent`]); with `enforce`, a refusal as [`Error::Exceeded`]. Only on a store
+    /// that says it gives spends back ([`refunds`](RateLimitService::refunds)): one that says
+    /// not, and stamps its decisions anyway, was asked to give them back (probes_custom_store).
+    /// A stamp is the store's word about a state, not about what it does.
     fn spent(
         &self,
         site: &Site<'_>,
@@ -282,7 +285,8 @@ impl RateLimitService {
             && !decision.shadowed
             && receipt.stamp != 0
             && site.transition.is_none()
-            && !store_key.is_empty();
+            && !store_key.is_empty()
+            && self.refunds();
         let owed = refundable.then(|| Owed {
             service: self.clone(),
             parts: vec![self.part(site, store_key, receipt)],
@@ -317,6 +321,7 @@ impl RateLimitService {
     ) -> SpentAll {
         let refundable = sites.len() == decisions.len()
             && sites.len() == store_keys.len()
+            && self.refunds()
             && sites.iter().zip(&decisions).all(|(site, decision)| {
                 site.spend
                     && site.transition.is_none()

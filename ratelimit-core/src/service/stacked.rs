@@ -193,7 +193,7 @@ impl RateLimitService {
                 });
                 let result = self.ask_stacked(all, &sites, &owners, at_once).await;
                 abandoned.defuse();
-                result.and_then(|decided| fold(decided, &owners, sites.len()))
+                result.and_then(|decided| fold(decided, &checks, &owners, sites.len()))
             }
             Err(e) => Err(e),
         };
@@ -332,7 +332,7 @@ impl RateLimitService {
         let commit = sites.iter().all(|s| s.spend);
         // A refusal of the wrong shape makes the call an error, counted as one.
         let result = result.and_then(|decided| {
-            match decided.iter().find_map(super::pipeline::broken_refusal) {
+            match decided.iter().find_map(super::pipeline::broken_answer) {
                 Some(broken) => Err(broken),
                 None => Ok(decided),
             }
@@ -404,8 +404,23 @@ impl RateLimitService {
 /// One decision per limit from the store's one per check (`owners`: each check's limit, the
 /// limits' own first, in order): a limit held to old states by a reload gets the one its
 /// state and theirs make together (`transition::one`).
-fn fold(decided: Vec<Decision>, owners: &[usize], limits: usize) -> Result<Vec<Decision>, Error> {
-    if decided.len() != owners.len() {
+///
+/// The store's answer is matched to the checks first: one decision per check, each under its
+/// check's quota: its window, and a limit no larger than its capacity (a failover's local
+/// share is smaller; its unlimited answer, `u64::MAX`, aside). A store answering in another
+/// order had another limit's refusal reported under this one's budget (probes_custom_store);
+/// admissions stayed all or nothing, what was reported did not.
+fn fold(
+    decided: Vec<Decision>,
+    checks: &[Check<'_>],
+    owners: &[usize],
+    limits: usize,
+) -> Result<Vec<Decision>, Error> {
+    let under_its_quota = |(d, check): (&Decision, &Check<'_>)| {
+        d.limit == u64::MAX
+            || (d.limit <= check.quota.capacity() && d.window == check.quota.window())
+    };
+    if decided.len() != owners.len() || !decided.iter().zip(checks).all(under_its_quota) {
         return Err(crate::algorithm::Undecidable::UnexpectedState.into());
     }
     if owners.len() == limits {

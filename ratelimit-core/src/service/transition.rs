@@ -25,7 +25,10 @@ impl RateLimitService {
         let old_keys = old_store_keys(site, key, now);
         let checks = checks(site, store_key, &old_keys, now);
         match stacked(site, &checks, now) {
-            Ok(stacked) => Some(self.inner.store.decide_all_now(stacked)?.and_then(one)),
+            Ok(stacked) => Some(
+                (self.inner.store.decide_all_now(stacked)?)
+                    .and_then(|decided| one_of(decided, checks.len())),
+            ),
             Err(e) => Some(Err(e)),
         }
     }
@@ -42,7 +45,8 @@ impl RateLimitService {
         let old_keys = old_store_keys(site, key, now);
         let checks = checks(site, store_key, &old_keys, now);
         let stacked = stacked(site, &checks, now)?;
-        self.inner.store.decide_all(stacked).await.and_then(one)
+        let decided = self.inner.store.decide_all(stacked).await;
+        decided.and_then(|decided| one_of(decided, checks.len()))
     }
 }
 
@@ -92,6 +96,18 @@ fn checks<'a>(
 fn stacked<'a>(site: &Site<'_>, checks: &'a [Check<'a>], now: Nanos) -> Result<Stacked<'a>, Error> {
     let mode = Mode::of(site.spend, false);
     Stacked::new(checks, now, mode)
+}
+
+/// [`one`] of a store's answer to `checks` checks (the call's state and the old ones): any
+/// other number of decisions is a store answering another question, an error. Taken as it
+/// came, an answer without the old states' decisions admitted a call those refused: the
+/// old window a reload holds a moved limit to, passed on the store's word (2 spent of a
+/// minute's 2, then admitted under the new hour's limit: probes_custom_store).
+fn one_of(decisions: Vec<Decision>, checks: usize) -> Result<Decision, Error> {
+    if decisions.len() != checks {
+        return Err(crate::algorithm::Undecidable::UnexpectedState.into());
+    }
+    one(decisions)
 }
 
 /// The call's one decision from its state's and the old ones': when every one admits, the

@@ -13,12 +13,14 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::pipeline::IfAbandoned;
 use super::queue::Left;
 use super::site::Site;
 use super::{Call, Options, RateLimitService};
 use crate::decision::Decision;
 use crate::drivers;
 use crate::error::Error;
+use crate::stats::Outcome;
 
 /// What a refused call is told when it could not learn a better figure.
 const UNKNOWN_RETRY: Duration = Duration::from_millis(1);
@@ -35,11 +37,30 @@ impl RateLimitService {
         if !site.may_wait || site.check(key).is_err() || site.quota.capacity() < site.cost.max(1) {
             return self.decide(site, key).await;
         }
+        let abandoned = self.if_abandoned(site);
+        let result = self.wait_for_turn(site, key).await;
+        abandoned.defuse();
+        self.record_and_return(site, key, result)
+    }
+
+    /// Counts a waiting call given up (its future dropped) before it was answered, in the
+    /// line or while the store decides it: once, as abandoned, as the plain path counts a
+    /// call given up while the store decides (the store may have spent it). Without it such
+    /// a call was counted nowhere (probes_custom_store).
+    fn if_abandoned<'a>(&'a self, site: &'a Site<'_>) -> IfAbandoned<impl FnOnce() + 'a> {
+        IfAbandoned::new(move || {
+            let tier = site.tier_counters();
+            self.count(tier, site.budget, site.counters, Outcome::Abandoned);
+        })
+    }
+
+    /// [`decide_waiting`](Self::decide_waiting)'s wait, its answer not recorded yet.
+    async fn wait_for_turn(&self, site: &Site<'_>, key: Option<&str>) -> Result<Decision, Error> {
         let mut line = String::with_capacity(64);
         site.compose(&mut line, key);
         let queue = &self.inner.queue;
         if queue.is_closed() {
-            return self.record_and_return(site, key, Err(not_initialized()));
+            return Err(not_initialized());
         }
         // With nobody waiting on this key, a call asks the store first; otherwise it queues
         // behind those who came earlier rather than overtaking them.
@@ -47,12 +68,10 @@ impl RateLimitService {
         if queue.is_idle(&line) {
             match self.ask(site, key, &line).await {
                 Ok(d) if !d.allowed && d.retry_after.is_some() => refused = Some(d),
-                other => return self.record_and_return(site, key, other),
+                other => return other,
             }
         }
-        if let Err(no_timer) = drivers::timer() {
-            return self.record_and_return(site, key, Err(no_timer));
-        }
+        drivers::timer()?;
         // Boxed: the waiting state (timers, the place in the line) is only allocated by a
         // call that waits, and the future of every other call stays small.
         Box::pin(self.wait_in_line(site, key, line, refused)).await
@@ -67,7 +86,7 @@ impl RateLimitService {
     }
 
     /// Takes a place in `line` and waits for this call's turn (`refused`: the store's
-    /// refusal just now, when the call asked before queueing).
+    /// refusal just now, when the call asked before queueing); the answer not recorded yet.
     async fn wait_in_line(
         &self,
         site: &Site<'_>,
@@ -82,7 +101,7 @@ impl RateLimitService {
             let full = Error::QueueFull {
                 max_queue_size: config.max_queue_size(),
             };
-            return self.record_and_return(site, key, Err(full));
+            return Err(full);
         };
         let result = loop {
             let prior = refused.take();
@@ -148,7 +167,7 @@ impl RateLimitService {
         }
         // The place is given back (and the next waiter woken) before the caller runs.
         drop(turn);
-        self.record_and_return(site, key, result)
+        result
     }
 
     /// Wakes every call waiting in this service's queue with [`Error::NotInitialized`], and
@@ -215,50 +234,74 @@ impl RateLimitService {
             let mut ready_at = None;
             // Once per configuration: a reload while this call waits decides its next try
             // under the new one.
-            'configuration: loop {
+            loop {
                 let generation = self.generation();
                 let site = self
                     .site(&generation, &call)
                     .map_err(|e| self.unresolved(&call, e))?;
-                let store_key = match site.check(Some(key)) {
-                    Ok(()) => site.store_key(Some(key))?,
-                    Err(e) => return self.record_and_return(&site, Some(key), Err(e)),
+                let abandoned = self.if_abandoned(&site);
+                let ready = self.ready_under(&site, key, deadline, jitter, &mut ready_at);
+                let Some(result) = ready.await else {
+                    abandoned.defuse(); // not given up: asked again under the new configuration
+                    continue;
                 };
-                loop {
-                    // Nothing waiting is admitted once the module has shut down, as in the
-                    // queue (a call begun after it too).
-                    if self.inner.queue.is_closed() {
-                        return self.record_and_return(&site, Some(key), Err(not_initialized()));
-                    }
-                    if !self.runs(&generation) {
-                        continue 'configuration;
-                    }
-                    let answered = by_deadline(deadline, self.ask(&site, Some(key), &store_key));
-                    let result = match answered.await {
-                        Ok(Some(answer)) => answer,
-                        // Not answered: past the deadline, or no timer to bound the wait with.
-                        unanswered => Err(unanswered.map_or_else(|e| e, |_| timed_out(ready_at))),
-                    };
-                    let wake = match &result {
-                        Ok(d) if !d.allowed => d
-                            .retry_after
-                            .map(|after| (after, Instant::now() + after + random_up_to(jitter))),
-                        _ => None,
-                    };
-                    let Some((after, wake)) = wake else {
-                        return self.record_and_return(&site, Some(key), result);
-                    };
-                    if wake > deadline {
-                        let timeout = Err(Error::QueueTimeout { retry_after: after });
-                        return self.record_and_return(&site, Some(key), timeout);
-                    }
-                    if let Err(no_timer) = drivers::timer() {
-                        return self.record_and_return(&site, Some(key), Err(no_timer));
-                    }
-                    ready_at = Some(Instant::now() + after);
-                    self.inner.queue.sleep_unless_closed(wake).await;
-                }
+                abandoned.defuse();
+                return self.record_and_return(&site, Some(key), result);
             }
+        }
+    }
+
+    /// [`until_ready_with_jitter`](Self::until_ready_with_jitter) under `site`'s
+    /// configuration, its answer not recorded yet; `None` once a reload replaced that
+    /// configuration (the call is decided again under the new one). `ready_at`: when the
+    /// last refusal said the budget admits again.
+    async fn ready_under(
+        &self,
+        site: &Site<'_>,
+        key: &str,
+        deadline: Instant,
+        jitter: Duration,
+        ready_at: &mut Option<Instant>,
+    ) -> Option<Result<Decision, Error>> {
+        let store_key = match site
+            .check(Some(key))
+            .and_then(|()| site.store_key(Some(key)))
+        {
+            Ok(store_key) => store_key,
+            Err(e) => return Some(Err(e)),
+        };
+        loop {
+            // Nothing waiting is admitted once the module has shut down, as in the queue (a
+            // call begun after it too).
+            if self.inner.queue.is_closed() {
+                return Some(Err(not_initialized()));
+            }
+            if !self.runs(site.generation) {
+                return None;
+            }
+            let answered = by_deadline(deadline, self.ask(site, Some(key), &store_key));
+            let result = match answered.await {
+                Ok(Some(answer)) => answer,
+                // Not answered: past the deadline, or no timer to bound the wait with.
+                unanswered => Err(unanswered.map_or_else(|e| e, |_| timed_out(*ready_at))),
+            };
+            let wake = match &result {
+                Ok(d) if !d.allowed => d
+                    .retry_after
+                    .map(|after| (after, Instant::now() + after + random_up_to(jitter))),
+                _ => None,
+            };
+            let Some((after, wake)) = wake else {
+                return Some(result);
+            };
+            if wake > deadline {
+                return Some(Err(Error::QueueTimeout { retry_after: after }));
+            }
+            if let Err(no_timer) = drivers::timer() {
+                return Some(Err(no_timer));
+            }
+            *ready_at = Some(Instant::now() + after);
+            self.inner.queue.sleep_unless_closed(wake).await;
         }
     }
 }
