@@ -372,8 +372,8 @@ fn a_stored_window_starting_off_its_boundaries_is_unexpected_state_not_a_fresh_b
         });
         let spent = store.map.lock().unwrap().values().next().unwrap().0.clone();
         let mut shifted = spent;
-        // The start is the first word after the version and the strategy.
-        shifted[2] ^= 1;
+        // The start is the first word after the version, the strategy and the window's.
+        shifted[10] ^= 1;
         refused_on(&service, &store, shifted);
     }
 }

@@ -1034,3 +1034,31 @@ fn a_reset_racing_spends_on_its_key_never_lets_a_store_of_one_count_two() {
     assert!(full_refusals.into_inner() < spends.into_inner());
     assert!(store.len() <= 1);
 }
+
+/// A bare key asked under two windows, every strategy: a minute's 3 spends, then a call
+/// under a second (limit 100) 2 s later, then the minute again. The sliding log's second
+/// dropped the minute's entries (they had left its window) and the minute admitted 2 more:
+/// 5 in a minute limited to 3. Now the log keeps the window that last spent on it, and the
+/// other window is refused while that one counts (`algorithm::written_elsewhere`).
+#[test]
+fn a_shorter_windows_call_never_drops_a_longer_windows_spends() {
+    let sec = 1_000_000_000u64;
+    let t = 1_000 * 60 * sec;
+    for strategy in Strategy::ALL {
+        let store = MemoryStore::new();
+        let minute = Quota::new(3, Duration::from_secs(60))
+            .unwrap()
+            .with_strategy(strategy);
+        let second = Quota::new(100, Duration::from_secs(1))
+            .unwrap()
+            .with_strategy(strategy);
+        let admitted =
+            |quota: &Quota, at: u64| store.acquire("k", quota, 1, at).is_ok_and(|d| d.allowed);
+        assert_eq!((0..3).filter(|_| admitted(&minute, t)).count(), 3);
+        let _ = admitted(&second, t + 2 * sec);
+        let again = (0..5)
+            .filter(|i| admitted(&minute, t + 3 * sec + i))
+            .count();
+        assert_eq!(again, 0, "{strategy}: the minute admitted more than its 3");
+    }
+}

@@ -10,6 +10,7 @@ use std::fmt;
 
 use crate::clock::Nanos;
 use crate::quota::Quota;
+use crate::syntax::Strategy;
 
 mod fixed_window;
 mod sliding_counter;
@@ -151,6 +152,46 @@ pub(crate) fn foreign(now: Nanos, end: Nanos) -> Verdict {
         remaining: 0,
         reset_at: end,
         retry_after: Some(end - now),
+    }
+}
+
+/// How a state kept beside `written`, the window (in nanoseconds) of the last quota that spent
+/// on it, is decided under another quota ([`written_elsewhere`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Written {
+    /// As it is: its own window, none recorded (0), or a token bucket's (one time that only
+    /// moves forward: read under any quota, it counts every spend).
+    Here,
+    /// Refused: it still counts by the window that wrote it, until this refusal's `reset_at`.
+    Elsewhere(Verdict),
+    /// As a fresh state: it counted by another window, which has passed.
+    Passed,
+}
+
+/// The one rule for a state asked under a quota whose window is not the one that last spent
+/// on it (a bare store key asked under two quotas: the service's keys carry the quota): while
+/// the state still counts by its own window (until `ends_under(quota with that window)`, its
+/// expiry there) it is [`foreign`], refused; after, it is fresh. Read under the other window
+/// as it was, a shorter window's spend dropped a sliding log's entries of a longer one (5
+/// admitted in a minute limited to 3), and a state a custom store kept by its last window
+/// lost what it counted (probes_custom_store). Stores that keep a state beside the window
+/// that wrote it use it: [`StoredState`](crate::store::StoredState) and the memory store's
+/// locked cells (the compact cells keep their window's end: [`foreign`]).
+pub(crate) fn written_elsewhere(
+    written: Nanos,
+    now: Nanos,
+    quota: &Quota,
+    ends_under: impl FnOnce(&Quota) -> Nanos,
+) -> Written {
+    let window = quota.window_nanos();
+    if written == 0 || written == window || quota.strategy() == Strategy::TokenBucket {
+        return Written::Here;
+    }
+    let end = ends_under(&quota.with_window_nanos(written));
+    if now < end {
+        Written::Elsewhere(foreign(now, end))
+    } else {
+        Written::Passed
     }
 }
 

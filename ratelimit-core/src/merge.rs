@@ -148,11 +148,13 @@ mod tests {
     fn stacked_decisions_list_every_policy_and_describe_the_most_restrictive() {
         let clock = ManualClock::new(Duration::from_secs(60));
         let store = MemoryStore::new();
+        // A key each: one key asked under two windows is refused under the other while the
+        // first counts (`algorithm::written_elsewhere`).
         let burst = store
-            .acquire("k", &Quota::per_second(2).unwrap(), 1, clock.now())
+            .acquire("k:burst", &Quota::per_second(2).unwrap(), 1, clock.now())
             .unwrap();
         let hourly = store
-            .acquire("k", &Quota::per_hour(100).unwrap(), 1, clock.now())
+            .acquire("k:hourly", &Quota::per_hour(100).unwrap(), 1, clock.now())
             .unwrap();
         let mut fields = Fields::default();
         hourly.merge_headers(&mut fields, Some("hourly"));

@@ -323,6 +323,16 @@ impl Quota {
         self.window.as_nanos() as Nanos
     }
 
+    /// This quota with a window of `window` nanoseconds, for when a state counts by another
+    /// window than this quota's ([`algorithm::written_elsewhere`](crate::algorithm)): the
+    /// window alone changes (the token bucket's interval does not follow it).
+    pub(crate) fn with_window_nanos(&self, window: Nanos) -> Quota {
+        Quota {
+            window: Duration::from_nanos(window),
+            ..*self
+        }
+    }
+
     /// The token bucket's emission interval: nanoseconds per token.
     #[inline]
     pub(crate) const fn interval_nanos(&self) -> Nanos {

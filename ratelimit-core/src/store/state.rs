@@ -2,15 +2,20 @@
 
 use std::fmt;
 
-use crate::algorithm::{self, State};
+use crate::algorithm::{self, State, Written};
 use crate::clock::Nanos;
 use crate::decision::Decision;
 use crate::error::Error;
 use crate::quota::Quota;
-use crate::syntax::Strategy;
+use crate::syntax::{Strategy, MAX_WINDOW};
 
-/// The first byte of every encoding, so a later layout can be told apart from this one.
-const VERSION: u8 = 1;
+/// The first byte of every encoding, so a later layout can be told apart from this one:
+/// version 2 keeps the window that last spent on the state (the first word after the
+/// letter); version 1, without it, is still read (as a state no window is recorded for).
+const VERSION: u8 = 2;
+
+/// The layout before the window was kept beside the state.
+const VERSION_1: u8 = 1;
 
 /// One key's limiter state, with the algorithms that decide on it: what a custom
 /// [`Store`](super::Store) loads, decides on and saves inside its own transaction.
@@ -18,6 +23,11 @@ const VERSION: u8 = 1;
 /// The encoding is private but stable within a major version: a version byte, the strategy,
 /// then fixed-width little-endian integers. Bytes that are not such an encoding — another
 /// program's value, a truncated write — are [`Error::UnexpectedState`], never a fresh key.
+///
+/// The state keeps the window of the last quota that spent on it: a key asked under two
+/// windows is refused under the other one while the state still counts by its own (and is
+/// fresh there after), and [`expires_at`](Self::expires_at) keeps it that long, never read
+/// as fresh while it counts.
 ///
 /// ```
 /// use ratelimit_core::store::{Request, StoreKey, StoredState};
@@ -34,12 +44,17 @@ const VERSION: u8 = 1;
 /// # Ok::<(), Error>(())
 /// ```
 #[derive(Clone, PartialEq, Eq)]
-pub struct StoredState(State);
+pub struct StoredState {
+    state: State,
+    /// The window (nanoseconds) of the last quota that spent on the state; 0 for none (a
+    /// fresh state, or one read from version 1 bytes).
+    written: Nanos,
+}
 
 impl fmt::Debug for StoredState {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_tuple("StoredState")
-            .field(&self.0.strategy())
+            .field(&self.state.strategy())
             .finish()
     }
 }
@@ -47,17 +62,40 @@ impl fmt::Debug for StoredState {
 impl StoredState {
     /// A fresh state for `quota`'s strategy.
     pub fn new(quota: &Quota) -> Self {
-        StoredState(State::new(quota.strategy()))
+        StoredState {
+            state: State::new(quota.strategy()),
+            written: 0,
+        }
     }
 
     /// Decides `request` on this state and, in [`Mode::Spend`](super::Mode::Spend), records
     /// the call if allowed. The rules of every store: a look of cost 0 is the level now; a
     /// state of another strategy (or a window starting off the quota's boundaries) is
-    /// [`Error::UnexpectedState`].
+    /// [`Error::UnexpectedState`]; a state another window spent on is refused while it counts
+    /// by that window, and fresh after (see the type's docs).
     pub fn decide(&mut self, request: &super::Request<'_>) -> Result<Decision, Error> {
         let (now, quota) = (request.now(), request.quota());
-        let verdict = algorithm::decide(&mut self.0, now, quota, request.cost(), request.spends())?;
-        Ok(Decision::for_quota(verdict, now, quota).shifted(self.0.shift()))
+        let (cost, spends) = (request.cost(), request.spends());
+        let state = &self.state;
+        let written = match state.strategy() == quota.strategy() {
+            true => algorithm::written_elsewhere(self.written, now, quota, |q| state.expires_at(q)),
+            false => Written::Here, // another strategy's: an error, below
+        };
+        let verdict = match written {
+            Written::Here => algorithm::decide(&mut self.state, now, quota, cost, spends)?,
+            Written::Elsewhere(refused) => refused,
+            Written::Passed if spends => {
+                self.state = State::new(quota.strategy());
+                algorithm::decide(&mut self.state, now, quota, cost, spends)?
+            }
+            Written::Passed => {
+                algorithm::decide(&mut State::new(quota.strategy()), now, quota, cost, false)?
+            }
+        };
+        if spends && verdict.allowed {
+            self.written = quota.window_nanos();
+        }
+        Ok(Decision::for_quota(verdict, now, quota).shifted(self.state.shift()))
     }
 
     /// Gives back the spend `refund` names, if this state (the one it was made on: the
@@ -66,23 +104,30 @@ impl StoredState {
     /// state of another strategy gives nothing.
     pub fn refund(&mut self, refund: &super::Refund<'_>) -> bool {
         let quota = refund.quota();
-        self.0.strategy() == quota.strategy()
-            && self.0.written_for(quota)
-            && (self.0).refund(refund.spend(), refund.now(), quota, refund.cost())
+        self.state.strategy() == quota.strategy()
+            && self.state.written_for(quota)
+            && (self.written == 0 || self.written == quota.window_nanos())
+            && (self.state).refund(refund.spend(), refund.now(), quota, refund.cost())
     }
 
     /// When this state is indistinguishable from a fresh one: a store may drop it then (set
-    /// it as the key's expiry).
+    /// it as the key's expiry). Never before it stops counting by the window that last spent
+    /// on it, whatever `quota`'s: a key dropped by a shorter window's expiry gave a longer
+    /// one a fresh budget inside its window.
     pub fn expires_at(&self, quota: &Quota) -> Nanos {
-        self.0.expires_at(quota)
+        let own = self.state.expires_at(quota);
+        match self.written {
+            0 => own,
+            written => own.max(self.state.expires_at(&quota.with_window_nanos(written))),
+        }
     }
 
     /// The state as bytes.
     pub fn to_bytes(&self) -> Vec<u8> {
-        let (letter, words) = self.0.to_words();
-        let mut out = Vec::with_capacity(2 + 8 * words.len());
+        let (letter, words) = self.state.to_words();
+        let mut out = Vec::with_capacity(10 + 8 * words.len());
         out.extend_from_slice(&[VERSION, letter]);
-        for w in words {
+        for w in std::iter::once(self.written).chain(words) {
             out.extend_from_slice(&w.to_le_bytes());
         }
         out
@@ -97,26 +142,31 @@ impl StoredState {
         let bad = |what: &str| Error::UnexpectedState {
             message: format!("{what} ({} bytes)", bytes.len()),
         };
-        let [VERSION, tag, rest @ ..] = bytes else {
+        let [version @ (VERSION | VERSION_1), tag, rest @ ..] = bytes else {
             return Err(bad("not a limiter state of this version"));
         };
         if rest.len() % 8 != 0 {
             return Err(bad("a truncated limiter state"));
         }
-        let words: Vec<u64> = rest
+        let mut words: Vec<u64> = rest
             .chunks_exact(8)
             .map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default()))
             .collect();
+        let written = match *version {
+            VERSION_1 => 0,
+            _ if words.is_empty() => return Err(bad("a truncated limiter state")),
+            _ => words.remove(0),
+        };
         let state = State::from_words(*tag, &words).map_err(bad)?;
-        if !state.written_by_a_store() {
+        if !state.written_by_a_store() || written > MAX_WINDOW.as_nanos() as Nanos {
             return Err(bad("a limiter state no store writes"));
         }
-        Ok(StoredState(state))
+        Ok(StoredState { state, written })
     }
 
     /// The strategy this state belongs to.
     pub fn strategy(&self) -> Strategy {
-        self.0.strategy()
+        self.state.strategy()
     }
 }
 
@@ -172,9 +222,10 @@ mod tests {
         }
     }
 
+    /// A state's bytes, no window recorded (the first word).
     fn encode(tag: u8, words: &[u64]) -> Vec<u8> {
         let mut bytes = vec![VERSION, tag];
-        for w in words {
+        for w in std::iter::once(&0).chain(words) {
             bytes.extend_from_slice(&w.to_le_bytes());
         }
         bytes
@@ -236,7 +287,7 @@ mod tests {
             let now = 1_000 * sec;
             assert!(decide(&mut s, now, &q, 1, true).unwrap().allowed);
             let mut bytes = s.to_bytes();
-            bytes[2] ^= 1;
+            bytes[10] ^= 1; // the start's lowest byte, after the window's word
             let mut shifted = StoredState::from_bytes(&bytes).unwrap();
             for (cost, commit) in [(1, true), (1, false), (0, false)] {
                 assert!(
@@ -253,6 +304,80 @@ mod tests {
                 .unwrap()
                 .with_strategy(strategy);
             assert!(!decide(&mut shifted, now, &ns, 1, false).unwrap().allowed);
+        }
+    }
+
+    /// Bytes of the layout before the window was kept are read, as a state no window is
+    /// recorded for, and written back in this one.
+    #[test]
+    fn version_1_bytes_are_read_without_a_window() {
+        let q = Quota::per_second(3)
+            .unwrap()
+            .with_strategy(Strategy::FixedWindow);
+        let mut v1 = vec![VERSION_1, b'F'];
+        for w in [5_000_000_000u64, 2] {
+            v1.extend_from_slice(&w.to_le_bytes());
+        }
+        let mut state = StoredState::from_bytes(&v1).unwrap();
+        assert_eq!(state.written, 0);
+        assert_eq!(
+            decide(&mut state, 5_000_000_000, &q, 1, true)
+                .unwrap()
+                .remaining,
+            0
+        );
+        assert_eq!(state.to_bytes()[0], VERSION);
+        assert_eq!(state.written, 1_000_000_000);
+        // A recorded window past the longest is no store's.
+        let mut far = encode(b'F', &[0, 0]);
+        far[2..10].copy_from_slice(&u64::MAX.to_le_bytes());
+        assert!(StoredState::from_bytes(&far).is_err());
+    }
+
+    /// A key asked under two windows: the state of the one that last spent is refused under
+    /// the other while it still counts by its own, and is fresh there after; its expiry is
+    /// never the shorter window's while it counts (every strategy but the token bucket, whose
+    /// one time counts every spend under any quota).
+    #[test]
+    fn a_state_is_refused_under_another_window_while_it_counts_by_its_own() {
+        let sec = 1_000_000_000;
+        let minute_start = 60 * 1_000 * sec;
+        for strategy in Strategy::ALL {
+            let minute = Quota::new(3, std::time::Duration::from_secs(60))
+                .unwrap()
+                .with_strategy(strategy);
+            let second = Quota::per_second(100).unwrap().with_strategy(strategy);
+            let mut s = StoredState::new(&minute);
+            for _ in 0..3 {
+                assert!(
+                    decide(&mut s, minute_start, &minute, 1, true)
+                        .unwrap()
+                        .allowed
+                );
+            }
+            let at = minute_start + 5 * sec;
+            let asked = decide(&mut s, at, &second, 1, true).unwrap();
+            if strategy == Strategy::TokenBucket {
+                continue;
+            }
+            assert!(!asked.allowed, "{strategy}: {asked:?}");
+            assert!(!decide(&mut s, at, &second, 0, false).unwrap().allowed);
+            assert!(
+                s.expires_at(&second) >= minute_start + 60 * sec,
+                "{strategy}"
+            );
+            // The minute's own calls are still refused: nothing was dropped.
+            assert!(
+                !decide(&mut s, at, &minute, 1, true).unwrap().allowed,
+                "{strategy}"
+            );
+            // Once the minute no longer counts, the other window finds it fresh.
+            let later = s.expires_at(&minute);
+            assert_eq!(
+                decide(&mut s, later, &second, 1, true).unwrap().remaining,
+                99
+            );
+            assert_eq!(s.written, sec, "{strategy}");
         }
     }
 }

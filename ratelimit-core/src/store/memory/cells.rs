@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::algorithm::{Algorithm, Given, SlidingLog, Spend, Verdict};
+use crate::algorithm::{self, Algorithm, Given, SlidingLog, Spend, Verdict, Written};
 use crate::clock::Nanos;
 use crate::quota::Quota;
 use crate::sync::Mutex;
@@ -196,7 +196,10 @@ impl StampedKey {
 pub(super) struct LockedCell<A> {
     key: StampedKey,
     expires_at: AtomicU64,
-    state: Mutex<A>,
+    /// The state, and the window of the last quota that spent on it: a key asked under
+    /// another window is decided by [`algorithm::written_elsewhere`] (a shorter window's
+    /// spend dropped a longer one's log entries: 5 admitted in a minute limited to 3).
+    state: Mutex<(A, Nanos)>,
 }
 
 impl<A: Algorithm> Cell for LockedCell<A> {
@@ -218,23 +221,36 @@ impl<A: Algorithm> Cell for LockedCell<A> {
         self.expires_at.load(Ordering::Acquire)
     }
     fn decide(&self, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> Verdict {
-        let mut state = self.state.lock();
-        let verdict = state.decide(now, quota, cost, commit);
+        let mut locked = self.state.lock();
+        let (state, written) = &mut *locked;
+        let ends_under = |q: &Quota| state.expires_at(q);
+        let verdict = match algorithm::written_elsewhere(*written, now, quota, ends_under) {
+            Written::Here => state.decide(now, quota, cost, commit),
+            Written::Elsewhere(refused) => return refused,
+            Written::Passed if commit => {
+                *state = A::default();
+                state.decide(now, quota, cost, commit)
+            }
+            Written::Passed => A::default().decide(now, quota, cost, false),
+        };
         if commit {
+            if verdict.allowed {
+                *written = quota.window_nanos();
+            }
             self.expires_at
                 .store(state.expires_at(quota), Ordering::Release);
         }
         verdict
     }
     fn take(&mut self, _: &mut Side, _: &Quota) -> A {
-        std::mem::take(self.state.get_mut())
+        std::mem::take(&mut self.state.get_mut().0)
     }
     fn put(&mut self, _: &mut Side, quota: &Quota, state: A, changed: bool) {
         if changed {
             *self.expires_at.get_mut() = state.expires_at(quota);
         }
-        *self.state.get_mut() = state;
+        self.state.get_mut().0 = state;
     }
 }
 
-const _: () = assert!(std::mem::size_of::<LockedCell<Box<SlidingLog>>>() == 40);
+const _: () = assert!(std::mem::size_of::<LockedCell<Box<SlidingLog>>>() == 48);
