@@ -12,7 +12,9 @@
 --            always the current window's, with no time read on the hot path. The expiry is
 --            set on the window's first hit only. A value that is not a count (a decimal
 --            integer from 0 to MAX_CAPACITY, see prelude.lua), or an integer key without an
---            expiry (not written here), is the wrong shape;
+--            expiry (not written here), is the wrong shape. A count expiring off this
+--            window's boundaries is another window's (a bare store key asked under two
+--            quotas): refused until it ends, see `foreign` below;
 --          - any other window: the string "F<window start>:<window>:<count>", expiring at the
 --            end of the window rounded up to the millisecond (it may outlive its window by
 --            less than a millisecond, so the start it holds tells whether it still counts).
@@ -85,7 +87,22 @@ if window % 1000 == 0 then
     end
     if expiry < 0 then return unexpected(SHAPE) end
     stop = (expiry + 1) * 1000
+    -- Up to an eighth of the window (50 ms at most) past a boundary is that boundary's
+    -- window: a MIGRATE or RESTORE gives a relative TTL, later by the time it took (as
+    -- fixed_window_hot.lua reads it).
+    local off = stop % window
+    if off > 0 and off <= math.min(50000, idiv(window - 1000, 8000) * 1000) then
+      stop = stop - off
+    end
   end
+  -- A count expiring off this window's boundaries was written under another window (a bare
+  -- store key asked under two quotas): counted here, this window's calls would end with it
+  -- (a day's limit of 10 admitted 19 on a key a one-second window wrote). Refused until it
+  -- ends, as the memory store's `algorithm::foreign`; a penalty is kept at least until this
+  -- window's end, a reward gives nothing back (the count is not this window's); a count of
+  -- 0 has nothing of its own to count, and the key is this window's from its next write.
+  local foreign = raw and stop % window ~= 0
+  if foreign and count == 0 then raw, foreign = nil, false end
   if refunding then
     -- The count of the spend's window (which ends at `spent`) while that window lasts.
     if not raw or stop ~= spent or now >= spent or count < cost or cost == 0 then return 0 end
@@ -96,7 +113,14 @@ if window % 1000 == 0 then
     -- `FixedWindow::adjust`: in the window of TIME, never before the recorded one (a key
     -- that has not expired holds it): a penalty adds to its count (up to MAX_CAPACITY), a
     -- reward takes from it.
-    if raw and stop <= now then raw, count = nil, 0 end
+    if raw and stop <= now then raw, count, foreign = nil, 0, false end
+    if foreign then
+      if not penalty then return 0 end
+      local next_count = math.min(count + cost, MAX_CAPACITY)
+      local last = math.max(stop, (idiv(now, window) + 1) * window) / 1000 - 1
+      redis.call('SET', key, string.format('%d', next_count), 'PXAT', string.format('%d', last))
+      return next_count - count
+    end
     local next_count = count - math.min(cost, count)
     if penalty then next_count = math.min(count + cost, MAX_CAPACITY) end
     if next_count ~= count then
@@ -113,8 +137,9 @@ if window % 1000 == 0 then
   if raw and stop <= now then
     -- A window that ended after this script began (Redis looks keys up at the script's
     -- start, TIME is read later): its count no longer counts, as in Rust.
-    raw, count = nil, 0
+    raw, count, foreign = nil, 0, false
   end
+  if foreign then return {0, 0, stop, stop - now, now} end
   if not raw then
     stop = (idiv(now, window) + 1) * window
   end

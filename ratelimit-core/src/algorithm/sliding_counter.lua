@@ -17,7 +17,8 @@
 --          decimal number as written here, a window starting past MAX_NOW, a count above
 --          MAX_CAPACITY or whose product with the window is above 2^51, which no quota of
 --          this window counts to (see `supports`), or a field other than those two) gets an
---          error reply, see prelude.lua.
+--          error reply, see prelude.lua. A key expiring other than when its recorded window
+--          stops counting is another window's: refused until it ends, see `ours` below.
 -- ARGV[1]: window, in microseconds
 -- ARGV[2]: capacity (limit + burst), at least 1
 -- ARGV[3]: cost, from 1 to the capacity; 0 (with ARGV[4] = 0) looks at the level, see
@@ -74,6 +75,30 @@ local function read_all()
   return counts, recorded, all
 end
 
+-- Whether the key expires when a state recorded in window `r` stops counting (two windows
+-- after its start, rounded up to the millisecond), as every expiry this window writes does;
+-- and the key's absolute expiry in milliseconds (-1: none). A state that expires elsewhere
+-- was written under another window (a bare store key asked under two quotas): its window
+-- numbers are not this window's, and read as this window's they were an old window's, a
+-- fresh budget (a one-second quota dropped a day's count of 10, and the day's limit came
+-- back). Such a state is refused until it ends, as the memory store's `algorithm::foreign`,
+-- and left as it is. Read where a call reads every field (the first call of a window); the
+-- call that finds both its fields (HMGET) reads no expiry.
+-- An expiry up to an eighth of the window (50 ms at most) later is still this window's: a
+-- MIGRATE (a Cluster resharding) or RESTORE gives the key a relative TTL, later by the time
+-- it took.
+local function ours(r)
+  local want = idiv((r + 2) * window + 999, 1000)
+  local at = redis.pcall('PEXPIRETIME', key)
+  if type(at) == 'table' then
+    -- Redis 6.2 has no PEXPIRETIME: TIME read before PTTL, it may be a millisecond early.
+    local ttl = redis.call('PTTL', key)
+    if ttl < 0 then return false, ttl end
+    at = idiv(time(), 1000) + ttl + 1
+  end
+  return at >= want and at - want <= math.min(50, idiv(window, 8000)), at
+end
+
 if refunding then
   -- The count of the spend's window (which starts two windows before `spent`) while it is
   -- the recorded window and the current one; a window emptied steps back to the one before
@@ -107,6 +132,12 @@ if adjusting then
   -- stays); a window left with no count steps back to the previous one, as a refund's does.
   local counts, recorded = read_all()
   if not recorded then return counts end
+  -- Another window's state (see `ours`): nothing of this window's to give back, and no
+  -- window of this one's to keep a penalty in without dropping the other's count.
+  if recorded >= 0 and not ours(recorded) then
+    if penalty then return unexpected(SHAPE) end
+    return 0
+  end
   local n = math.max(idiv(now, window), recorded)
   local previous, current = counts[n - 1] or 0, counts[n] or 0
   local next_count = current - math.min(cost, current)
@@ -148,6 +179,14 @@ else
   stale = {}
   local counts, recorded, all = read_all()
   if not recorded then return counts end
+  if recorded >= 0 then
+    local own, at = ours(recorded)
+    if not own then
+      if at < 0 then return unexpected(SHAPE) end -- a count without an expiry
+      local ends = (at + 1) * 1000
+      return {0, 0, ends, math.max(ends - now, 1), now}
+    end
+  end
   if recorded > n then
     n = recorded
     field = string.format('%d', n)
