@@ -71,10 +71,34 @@ pub(crate) fn with_errors(item: TokenStream, errors: Errors) -> TokenStream {
 pub(crate) fn impl_block(args: syn::Result<Args>, mut item: ItemImpl, what: &str) -> TokenStream {
     let mut errors = Errors::default();
     let args = args.map_err(|e| errors.push(e)).ok();
+    // Limits stacked on the block stack on each of its methods (expanded later, each would
+    // limit the methods this one has limited, one check after the other).
+    let more = stacked(&mut item.attrs, what, &mut errors);
+    let block: Option<Vec<Args>> = args
+        .as_ref()
+        .map(|args| std::iter::once(args.clone()).chain(more).collect());
     let place = Place::of_impl(&item);
+    let (trait_impl, self_is_a_parameter) =
+        (item.trait_.is_some(), signature::self_is_a_parameter(&item));
     for impl_item in &mut item.items {
-        let ImplItem::Fn(method) = impl_item else {
-            continue;
+        let method = match impl_item {
+            ImplItem::Fn(method) => method,
+            ImplItem::Macro(call) => {
+                unseen_methods(&mut call.attrs, &call.mac.path, what, &mut errors);
+                continue;
+            }
+            ImplItem::Verbatim(tokens) if writes_fn(tokens) => {
+                errors.push(syn::Error::new_spanned(
+                    &*tokens,
+                    format!(
+                        "{what} cannot read this item of the `impl` block, so it cannot tell \
+                         whether it is a method to limit: write it as a fn with a body, or move it \
+                         to an `impl` block without a limit"
+                    ),
+                ));
+                continue;
+            }
+            _ => continue,
         };
         let mut own: Vec<(Kind, Attribute)> = Vec::new();
         let mut skip: Option<Attribute> = None;
@@ -137,15 +161,27 @@ pub(crate) fn impl_block(args: syn::Result<Args>, mut item: ItemImpl, what: &str
                 // type, `-> Self`): a return type the macro cannot read (an alias of `Result`,
                 // a getter's `&str`) is limited, and one that cannot carry the refusal fails
                 // to compile, saying to return a `Result` or add `#[skip_throttle]`.
-                if signature::exempt_in_block(&method.sig) {
+                // `-> Self` is no sign of a constructor where `Self` is whatever type a
+                // caller picks (`impl<T> Make for T`), and in a trait impl `Self` may be a
+                // `Result` by another name: a compile-time check says it is not.
+                if signature::exempt_in_block(&method.sig) && !self_is_a_parameter {
+                    let k = block.as_ref().map(|b| b[0].krate());
+                    if let Some(check) =
+                        k.and_then(|k| signature::self_is_no_refusal(&method.sig, trait_impl, &k))
+                    {
+                        match syn::parse2::<syn::Stmt>(check) {
+                            Ok(stmt) => method.block.stmts.insert(0, stmt),
+                            Err(e) => errors.push(e),
+                        }
+                    }
                     continue;
                 }
                 if let Err(e) = signature::check(&method.sig, what, true) {
                     errors.push(e);
                     continue;
                 }
-                match &args {
-                    Some(args) => vec![args.clone()],
+                match &block {
+                    Some(block) => block.clone(),
                     None => continue,
                 }
             }
@@ -161,6 +197,55 @@ pub(crate) fn impl_block(args: syn::Result<Args>, mut item: ItemImpl, what: &str
         }
     }
     with_errors(item.into_token_stream(), errors)
+}
+
+/// A macro call among the items of an annotated `impl` block (`methods!();`): the methods it
+/// writes are expanded after the block's attribute has run, so the block's limit never reaches
+/// them and they would run unlimited. An error, unless the call is marked `#[skip_throttle]`
+/// (what it writes needs no limit from the block, or limits itself); the mark is removed.
+fn unseen_methods(attrs: &mut Vec<Attribute>, path: &syn::Path, what: &str, errors: &mut Errors) {
+    let (mut skipped, mut limited) = (false, false);
+    let mut kept = Vec::with_capacity(attrs.len());
+    for a in attrs.drain(..) {
+        match attr::kind(&a) {
+            Some(Kind::Skip) if !skipped => skipped = true,
+            Some(Kind::Skip) => errors.push(syn::Error::new_spanned(
+                &a,
+                "`#[skip_throttle]` is given twice",
+            )),
+            Some(_) => {
+                limited = true;
+                errors.push(syn::Error::new_spanned(
+                    &a,
+                    "a limit cannot be put on a macro call: put it on the fns the macro writes",
+                ));
+            }
+            None => kept.push(a),
+        }
+    }
+    *attrs = kept;
+    if !skipped && !limited {
+        errors.push(syn::Error::new_spanned(
+            path,
+            format!(
+                "{what} cannot see the methods this macro call writes (they are written after \
+                 the `impl` block's attribute has run), so they would run unlimited\n\
+                 = help: move the macro call to an `impl` block without a limit, and limit the \
+                 fns it writes with their own attribute;\n\
+                 = help: or mark it `#[skip_throttle]` to exempt what it writes from the impl \
+                 block's limit"
+            ),
+        ));
+    }
+}
+
+/// Whether the tokens of an item syn could not read have a `fn` of their own (not inside a
+/// group): a method the block's attribute cannot rewrite.
+fn writes_fn(tokens: &TokenStream) -> bool {
+    tokens
+        .clone()
+        .into_iter()
+        .any(|t| matches!(&t, proc_macro2::TokenTree::Ident(i) if i == "fn"))
 }
 
 /// Fails when the `ratelimit` crate is known under another name and `crate = "..."` does not

@@ -163,7 +163,7 @@ fn limit(
 ) -> syn::Result<Limit> {
     let mixed = Span::mixed_site();
     let var = |name: &str| syn::Ident::new(&format!("__ratelimit_{name}_{index}"), mixed);
-    let decl = syn::Ident::new(&format!("__RATELIMIT_DECLARATION_{index}"), mixed);
+    let decl = syn::Ident::new(&format!("{DECLARATION}{index}"), mixed);
     let spec = spec_tokens(args, k)?;
     // The first limit's budget is the fn's path; a stacked one's, the path and its place in
     // attribute order (`app::f#2`), so that one fn's limits never share a budget.
@@ -272,6 +272,21 @@ fn limit(
     })
 }
 
+/// The name of a limit's declaration static, numbered: [`limited_already`] looks for it.
+const DECLARATION: &str = "__RATELIMIT_DECLARATION_";
+
+/// Whether `block` is the body of a fn our expansion has limited already: it declares a limit.
+/// An attribute reads the limits of its fn (or of an `impl` block's methods) by their names, so
+/// one written under another name (`use ratelimit::rate_limit as limit`) or behind `cfg_attr`
+/// is expanded afterwards, on the limited fn: the call would spend from two budgets, one after
+/// the other (not as one), and a method's own limit would not replace its block's.
+fn limited_already(block: &Block) -> bool {
+    block.stmts.iter().any(|s| {
+        matches!(s, syn::Stmt::Item(syn::Item::Static(item))
+            if item.ident.to_string().starts_with(DECLARATION))
+    })
+}
+
 /// The new body of a rate-limited fn at `place`: a declaration per limit, the check, then the
 /// original body. Several limits (stacked attributes) are decided as one: the call passes,
 /// and spends from each, only if every one admits it.
@@ -281,6 +296,19 @@ pub(crate) fn body(
     sig: &Signature,
     block: &Block,
 ) -> syn::Result<Block> {
+    if limited_already(block) {
+        return Err(syn::Error::new(
+            Span::call_site(),
+            "this fn is limited already, by an attribute that ran before this one without \
+             seeing it (an `impl` block's limit, or a limit above this one): it reads limits \
+             written `#[rate_limit(..)]` or `#[throttle(..)]`, not under a `use .. as` alias or \
+             behind `cfg_attr`, and the call would spend from both limits, one after the other\n\
+             = help: write this limit as `#[rate_limit(..)]` or `#[throttle(..)]`, directly on \
+             the fn;\n\
+             = help: for a limit under a `cfg`, annotate the method on its own, in an `impl` \
+             block without a limit",
+        ));
+    }
     let all = &attr::one_limiter(all)?;
     let k = all[0].krate();
     let function = place.function(&sig.ident);

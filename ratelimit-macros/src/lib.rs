@@ -185,7 +185,10 @@ mod signature;
 /// and any other return type — a getter's `&str`, `u32`, `Option<Self>`, or `io::Result<T>`
 /// (`io::Error` has no `From<ratelimit::Error>`) — is a compile error on it: return a `Result`
 /// whose error is `From<ratelimit::Error>`, or mark the method `#[skip_throttle]`. So a
-/// method is limited, or its signature says why not.
+/// method is limited, or its signature says why not. `Self` is a name too: in a trait impl
+/// whose `Self` is a `Result` (`impl Make for Result<u8, Error>`, or for an alias of one), a
+/// sync `fn make() -> Self` is a compile error on `Self` (give it a limit of its own, or
+/// `#[skip_throttle]`), and in one for any type (`impl<T> Make for T`) it is limited.
 ///
 /// ```
 /// use ratelimit::{throttle, Error, Module};
@@ -227,6 +230,15 @@ mod signature;
 /// assert_eq!(disk.bytes(), 0);
 /// # Ok::<(), Error>(())
 /// ```
+///
+/// A macro call among the block's items (`methods!();`) writes its methods after the block's
+/// attribute has run, so the limit cannot reach them: it is a compile error, unless the call
+/// is marked `#[skip_throttle]` (what it writes is exempt, or limits itself). A trait's provided
+/// methods that the block does not write are not in it, and not limited by it: write them in
+/// the block, or annotate them in the trait. A method's own limit is read under its own name:
+/// one under a `use .. as` alias or behind `cfg_attr` is a compile error (it would be expanded
+/// on a method the block has limited already), so annotate such a method in an `impl` block
+/// without a limit.
 ///
 /// A method that is not `async` but returns a future (its return type names `Future`,
 /// `BoxFuture` or `LocalBoxFuture`: `impl Future<Output = ..>`, `Pin<Box<dyn Future<..>>>`,
@@ -270,7 +282,8 @@ mod signature;
 ///
 /// # Stacked limits
 ///
-/// Several `#[rate_limit]` / `#[throttle]` attributes on one fn (or one method) all apply,
+/// Several `#[rate_limit]` / `#[throttle]` attributes on one fn (or one method, or one `impl`
+/// block: then on each of its methods) all apply,
 /// decided as one: a call passes, and spends from every limit, only if every limit admits it,
 /// atomically in memory and in one Redis script; a call refused by one limit spends nothing
 /// from the others. The first attribute's budget is the fn's path, the next ones' the path

@@ -1,6 +1,9 @@
 //! Which fns can be rate limited, by their signature: `async` or sync, not `const`,
 //! returning something that can carry a refusal, and no future handed back by a sync fn.
 
+use proc_macro2::{Span, TokenStream};
+use quote::quote_spanned;
+use syn::spanned::Spanned;
 use syn::{ReturnType, Signature};
 
 use crate::future;
@@ -56,6 +59,63 @@ pub(crate) fn exempt_in_block(sig: &Signature) -> bool {
     }
 }
 
+/// Whether the impl's type is one of its own type parameters (`impl<T> Make for T`): its
+/// `Self` is whatever type a caller picks, a `Result` too, and no check in the generic body
+/// can tell (a parameter implements only the traits its bounds say). There, `-> Self` is no
+/// sign of a constructor: the method is limited, or marked `#[skip_throttle]`.
+pub(crate) fn self_is_a_parameter(item: &syn::ItemImpl) -> bool {
+    let syn::Type::Path(path) = &*item.self_ty else {
+        return false;
+    };
+    path.qself.is_none()
+        && item
+            .generics
+            .type_params()
+            .any(|p| path.path.is_ident(&p.ident))
+}
+
+/// For a method [`exempt_in_block`] exempts for returning `Self`, in a trait impl: a statement
+/// that fails to compile when `Self` can carry a refusal (`impl Make for Result<u8, Error>`, or
+/// for an alias of a `Result`), where the exemption would leave a `Result` by another name
+/// unlimited (a `Self` that is a type parameter: see [`self_is_a_parameter`]). An inherent impl's `Self` is a type of the crate's
+/// own, never a `Result`: `None` there, and for every other method.
+///
+/// The check is the ambiguity of two impls of a local trait: one for every type, one for the
+/// types that are a [`Refusal`](https://docs.rs/ratelimit); a `Self` in the second is
+/// ambiguous ("type annotations needed", spanned on the `Self` of the signature).
+pub(crate) fn self_is_no_refusal(
+    sig: &Signature,
+    trait_impl: bool,
+    k: &TokenStream,
+) -> Option<TokenStream> {
+    let ReturnType::Type(_, ty) = &sig.output else {
+        return None;
+    };
+    if !trait_impl || !exempt_in_block(sig) {
+        return None;
+    }
+    let span = ty.span();
+    let check = syn::Ident::new(
+        "__ratelimit_Self_is_a_Result_here_so_give_this_method_a_limit_or_skip_throttle",
+        span,
+    );
+    let each = syn::Ident::new("__ratelimit_any_type", Span::mixed_site());
+    let refusal = syn::Ident::new("__ratelimit_a_result", Span::mixed_site());
+    Some(quote_spanned! {span=>
+        #[allow(unused_qualifications, non_camel_case_types, dead_code, clippy::all)]
+        {
+            trait #check<Which> {
+                const CHECKED: () = ();
+            }
+            struct #each;
+            struct #refusal;
+            impl<T: ?::core::marker::Sized> #check<#each> for T {}
+            impl<T: #k::__private::Refusal> #check<#refusal> for T {}
+            let () = <Self as #check<_>>::CHECKED;
+        }
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -81,6 +141,21 @@ mod tests {
             "fn f() -> <Self as T>::Output",
         ] {
             assert!(!exempt_in_block(&sig(limited)), "{limited}");
+        }
+    }
+
+    #[test]
+    fn a_self_type_that_is_a_parameter_of_the_impl_is_found() {
+        let item = |s: &str| syn::parse_str::<syn::ItemImpl>(s).unwrap();
+        assert!(self_is_a_parameter(&item("impl<T: Default> Make for T {}")));
+        assert!(self_is_a_parameter(&item("impl<'a, U> Make for U {}")));
+        for not in [
+            "impl<T> Make for Vec<T> {}",
+            "impl<T> Make for (T, u8) {}",
+            "impl Make for T {}",
+            "impl<T> Make for crate::T {}",
+        ] {
+            assert!(!self_is_a_parameter(&item(not)), "{not}");
         }
     }
 }
