@@ -647,15 +647,13 @@ async fn a_restart_mid_sequence_decides_on_the_state_as_it_was() {
 }
 
 /// The sliding log keeps times, so it reads alike under any window; but a call admitted
-/// under a shorter window drops the entries that left *its* window, and a longer window's
-/// spends on the same bare key go with them: a day's limit of 10, spent whole, then one call
-/// of a 1 ms window two milliseconds later, and the day admits 9 more (19 in a day). The
-/// memory store's `SlidingLog::decide` drops the same way, so the rule is the algorithm's
-/// (`algorithm/sliding_log.rs`, owned elsewhere) before it is this script's.
+/// under a shorter window dropped the entries that left *its* window, and a longer window's
+/// spends on the same bare key went with them: a day's limit of 10, spent whole, then one
+/// call of a 1 ms window two milliseconds later, and the day admitted 9 more (19 in a day).
+/// The memory store dropped them alike. Now the shorter window is refused while the key is
+/// kept longer than it keeps it (`sliding_log.lua`: `kept_longer`; in Rust
+/// `algorithm::written_elsewhere`).
 #[tokio::test]
-#[ignore = "finding: a shorter window's admitted call drops a longer window's log entries, \
-            in the memory store too (SlidingLog::decide); the fix is the algorithm's rule \
-            first (sliding_log.rs), then sliding_log.lua's"]
 async fn a_shorter_windows_call_never_drops_a_longer_windows_log() {
     let server = RedisServer::start();
     let store = store(&server);

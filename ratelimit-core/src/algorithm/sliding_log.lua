@@ -199,6 +199,44 @@ if head then
   if oldest then used = top - base end
 end
 
+-- A log whose entries have left this window (an admitted call would drop them, and a reward)
+-- while its key is kept more than a window past the call's time: written under a longer
+-- window (a bare store key asked under two quotas), whose calls those entries still count.
+-- Dropped, that window admitted its limit again (a day's 10, a call under 1 ms, then 9 more:
+-- 19 in a day). Refused until the key ends, as `algorithm::written_elsewhere` refuses it in
+-- Rust (which also refuses a longer window on a shorter one's log; here the longer counts
+-- the shorter's entries, no more than it admits alone); a reward gives nothing back and a
+-- penalty is an error (it would drop them too). Every expiry written here is one window after
+-- the newest entry then, rounded up to the millisecond, so never more than a window past the
+-- call's time `at` (a refund of the newest entry leaves it, later than the entries left
+-- need); up to an eighth of the window (50 ms at most) more is still this window's, as a
+-- MIGRATE or RESTORE gives a relative TTL, later by the time it took. What this lets by: a
+-- longer window's entries from its first `window` (the shorter one's) can be dropped in its
+-- last, when its key ends less than a window after the call.
+-- Read only on that path: one call more (PEXPIRETIME) where entries have left the window.
+local function kept_longer()
+  local ends = redis.pcall('PEXPIRETIME', key)
+  if type(ends) == 'table' then -- Redis 6.2 has no PEXPIRETIME: PTTL, from TIME
+    local ttl = redis.call('PTTL', key)
+    if ttl < 0 then return nil end
+    ends = idiv(now, 1000) + ttl + 1
+  end
+  if ends < 0 then return nil end -- no expiry: not written here, counted as it reads
+  local mine = idiv(at + window + 999, 1000)
+  if ends > mine + math.min(50, idiv(window, 8000)) then return ends * 1000 end
+  return nil
+end
+if head and (used == 0 or dead > 0) then
+  local ends = kept_longer()
+  if ends then
+    if adjusting and penalty then
+      return unexpected('a sliding log this window keeps (another window keeps this one)')
+    end
+    if adjusting then return 0 end
+    return {0, 0, ends, math.max(ends - now, 1), now}
+  end
+end
+
 if adjusting and not penalty then
   -- `SlidingLog::adjust`'s reward: the entries that left the window dropped (the key, when
   -- none is live), then taken from the newest entries first. Every entry left is live: the
