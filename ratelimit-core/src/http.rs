@@ -97,8 +97,8 @@ impl Decision {
     ///
     /// let clock = ManualClock::new(Duration::from_secs(60));
     /// let store = MemoryStore::new();
-    /// let burst = store.acquire("k", &Quota::per_second(2).unwrap(), 1, clock.now()).unwrap();
-    /// let hourly = store.acquire("k", &Quota::per_hour(100).unwrap(), 1, clock.now()).unwrap();
+    /// let burst = store.acquire("k:burst", &Quota::per_second(2).unwrap(), 1, clock.now()).unwrap();
+    /// let hourly = store.acquire("k:hourly", &Quota::per_hour(100).unwrap(), 1, clock.now()).unwrap();
     /// let mut headers = http::HeaderMap::new();
     /// burst.add_headers(&mut headers, Some("burst"));
     /// hourly.add_headers(&mut headers, Some("hourly"));
