@@ -439,7 +439,10 @@ async fn a_macro_call_in_an_annotated_impl_is_exempt_only_when_marked_and_limits
     })
     .await;
     // A method annotated on its own is named after its module, not its type.
-    assert_eq!(m.stats().by_method["probes_macros::made_by_macro"].allowed, 2);
+    assert_eq!(
+        m.stats().by_method["probes_macros::made_by_macro"].allowed,
+        2
+    );
 }
 
 static STACKED_BLOCK_RUNS: AtomicU32 = AtomicU32::new(0);
