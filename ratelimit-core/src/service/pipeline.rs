@@ -244,10 +244,10 @@ impl RateLimitService {
             return settle_refusal(site, decided);
         }
         if let Ok(decision) = decided {
-            // An admission of the wrong shape (`broken_answer`): two compares on the way.
-            if let Some(broken) = broken_answer(decision) {
-                *decided = Err(broken);
-                return;
+            // An admission of the wrong shape (`broken_answer`'s two rules for one): two
+            // compares on the way, the error out of it.
+            if decision.remaining > decision.limit || decision.retry_after.is_some() {
+                return settle_broken(decided);
             }
             if name_tier {
                 decision.tier = site.tier_name();
@@ -333,6 +333,16 @@ fn settle_refusal(site: &Site<'_>, decided: &mut Result<Decision, Error>) {
     decision.tier = site.tier_name();
     if site.shadow {
         shadow(decision);
+    }
+}
+
+/// [`settle`](RateLimitService::settle) of an admission of the wrong shape: the error
+/// [`broken_answer`] makes of it.
+#[cold]
+#[inline(never)]
+fn settle_broken(decided: &mut Result<Decision, Error>) {
+    if let Some(broken) = decided.as_ref().ok().and_then(broken_answer) {
+        *decided = Err(broken);
     }
 }
 
