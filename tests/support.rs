@@ -157,7 +157,8 @@ pub async fn acquire(
     use ratelimit::store::{Request, StoreKey};
     use ratelimit::Clock as _;
     let now = ratelimit::SystemClock.now();
-    let request = Request::spend(StoreKey::new(key)?, quota, 1, now)?;
+    // A key of one window, as the service's: the Redis store's hot script decides it.
+    let request = Request::spend(StoreKey::one_window(key)?, quota, 1, now)?;
     ratelimit::store::Store::decide(store, request).await
 }
 

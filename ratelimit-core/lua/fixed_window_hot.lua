@@ -23,34 +23,33 @@
 --          in a Lua number (2^53 or more). Or the RATELIMIT_STATE error reply (nothing written),
 --          or Redis' own error (e.g. OOM on a full noeviction server).
 --
+-- Only keys that name their window reach it (the service composes the quota's identity into
+-- every key): no other window ever writes their count. A bare key, which may be asked under
+-- two windows, takes fixed_window.lua's path, which reads the count's expiry and refuses one
+-- that is another window's (`StoreKey::names_its_window`; probes_redis_states: reading
+-- PEXPIRETIME here cost every admitted call a third more of Redis' CPU).
+--
 -- What it reads, and why that is enough (measured in Redis' instructions per call: see
 -- BENCHMARKS.md; a Lua number passed to redis.call is formatted back to text):
--- - An admitted call is INCR (or INCRBY), PEXPIRETIME (see `ends` below) and one comparison
---   with the capacity. No TIME: the key's expiry was set by the window's first hit, in this
---   same script, so every key written here expires at its window's last millisecond; the
---   expiry is read only to tell that it does. The store places the reply's `reset_at` with
---   its estimate of Redis' clock (see src/store/redis/reply.rs); what is admitted is Redis'
---   count alone.
+-- - An admitted call is INCR (or INCRBY) and one comparison with the capacity. No TIME, no
+--   TTL: the key's expiry was set by the window's first hit, in this same script, so every key
+--   written here expires at its window's last millisecond. The store places the reply's
+--   `reset_at` with its estimate of Redis' clock (see src/store/redis/reply.rs); what is
+--   admitted is Redis' count alone.
 -- - The window's first hit (the count equals the cost and the key has no expiry: INCR made
---   it) reads TIME and sets the aligned expiry (SET .. PXAT, see there). A key that held 0 (a
---   lease gave everything back, refunds or a reward took its count there) keeps its expiry,
---   its window, when it is one of this window's.
+--   it) reads TIME and sets the aligned expiry (SET .. PXAT, see there). A key that held 0 (a lease gave
+--   everything back, refunds or a reward took its count there) keeps its expiry, its window.
 -- - A refusal reads PTTL, for the wait, and takes the cost back out.
 -- - A count below the cost (a negative value before the call), a refusal on a count that was
 --   above MAX_CAPACITY (prelude.lua: no quota counts there) or on a key without an expiry
---   (PTTL -1), or a key INCR cannot count (another type, a string that is not an
---   integer or that would overflow) is the wrong shape: the cost is taken back (nothing is
---   written) and the call is answered with fixed_window.lua's error.
+--   (PTTL -1), or a key INCR cannot count (another type, a string that is not an integer or
+--   that would overflow) is the wrong shape: the cost is taken back (nothing is written) and
+--   the call is answered with fixed_window.lua's error.
 -- Why state not written here cannot make it admit more than the limit: the only state it
--- admits on is a non-negative integer expiring at the end of one of this window's windows;
--- an admitted call only adds to it, so the count never goes down but by this script's own
--- take-backs and the lease return (units it recorded).
--- - A foreign integer expiring there: counted as if it were calls already made, so at most
+-- admits on is a non-negative integer; an admitted call only adds to it, so the count never
+-- goes down but by this script's own take-backs and the lease return (units it recorded).
+-- - A foreign integer with an expiry: counted as if it were calls already made, so at most
 --   `capacity - value` calls are admitted until it expires (fewer than a fresh window).
--- - A foreign integer expiring elsewhere (another window's, or moved by another client):
---   refused until it expires, as the memory store's `algorithm::foreign` (probes_redis_states:
---   a day's limit of 10 admitted 19 on a key a one-second window wrote); one of 0 is
---   this window's first hit.
 -- - A foreign integer without one (SET, PERSIST): it never expires, so over its whole life
 --   at most `capacity - value` calls are admitted (the count only grows), after which every
 --   call reaches the refusal, reads PTTL -1 and is the wrong shape: an error, not an
@@ -59,70 +58,38 @@
 -- Only a key that vanishes early (DEL, or an expiry shortened by another client) starts a
 -- new count: that is a reset, which any client with the key can make.
 
--- The key's absolute expiry in milliseconds (-1: none), and whether it is the last
--- millisecond of one of this window's windows, as every expiry written here is. A count
--- that ends elsewhere was written under another window (a bare store key asked under two
--- quotas): counted here, this window's calls would end with it, and a window of a day asked
--- on a key a window of a second wrote would admit its limit every second. So it is refused
--- until it ends, as the memory store's `algorithm::foreign`, never read as this window's.
--- One call more on every admitted call (PEXPIRETIME, O(1)), the price of telling.
--- An expiry up to `slack` ms past a boundary is still this window's: a MIGRATE (a Cluster
--- resharding) or RESTORE gives the key a relative TTL, later by the time it took (and Redis
--- 6.2's TIME, read after PTTL, may be a millisecond later); at most an eighth of the window,
--- 50 ms, so that another window's end is told apart (fixed_window.lua reads it alike).
-local function ends()
-  local ms = window + 0
-  local at = redis.pcall('PEXPIRETIME', KEYS[1])
-  if type(at) ~= 'number' then -- Redis 6.2 has no PEXPIRETIME: PTTL and TIME
-    local ttl = redis.call('PTTL', KEYS[1])
-    if ttl < 0 then return ttl, false end
-    local t = redis.call('TIME')
-    at = t[1] * 1000 + math.floor(t[2] / 1000) + ttl
-  end
-  if at < 0 then return at, false end
-  return at, (at + 1) % ms <= math.min(50, math.floor((ms - 1) / 8))
-end
-
 if type(count) == 'number' then
   local left
-  if count >= cost then
-    local expiry, own = ends()
-    -- A count without an expiry (-1) is counted on (see above): it never ends, so what it
-    -- admits over its whole life is at most the limit.
-    if (own or expiry == -1 and count > cost) and count <= capacity then return count end
-    if count > cost and expiry >= 0 then
-      -- Refused: this window's count is full, or the count is another window's (then
-      -- shown as full, the wait until it ends). The TTL says when the counted window ends;
-      -- a count above prelude.lua's MAX_CAPACITY (4294967295, not in scope here: this file
-      -- runs before the prelude) was not written here. A count without an expiry (-1)
-      -- was not written here either: the wrong shape.
-      local ttl = redis.call('PTTL', KEYS[1])
-      if ttl >= 0 and count - cost <= 4294967295 then left = ttl + 1 end
-      if not own then count = 2 * capacity end
-    elseif count == cost then
-      -- A count of 0 before the call: a key that held 0 kept its window, its expiry (a lease
-      -- gave everything back, or refunds or a reward took its count to 0; after Redis'
-      -- clock went back that window may lie ahead of TIME's, and the count stays in it, as
-      -- in Rust), and was admitted above when the count fits. Else the window's first hit
-      -- (INCR made the key, without an expiry), or a key another window emptied (its
-      -- expiry off this window's boundaries, nothing of its own to count): give the key
-      -- its window, from Redis' TIME, in milliseconds (exact: below 2^52, a double's floor
-      -- of a quotient of integers is the integer quotient). The same window as
-      -- prelude.lua's `time` and `idiv` give in microseconds, floor(now / window).
+  if count > cost then
+    if count <= capacity then return count end
+    -- Refused. The TTL says when the counted window ends, and that the key has an expiry at
+    -- all: a count without one was not written here, nor one above prelude.lua's
+    -- MAX_CAPACITY (4294967295, not in scope here: this file runs before the prelude).
+    local ttl = redis.call('PTTL', KEYS[1])
+    if ttl >= 0 and count - cost <= 4294967295 then left = ttl + 1 end
+  elseif count == cost then
+    -- A count of 0 before the call: a key that held 0 kept its window, its expiry (a lease
+    -- gave everything back, or refunds or a reward took its count to 0; after Redis' clock
+    -- went back that window may lie ahead of TIME's, and the count stays in it, as in Rust).
+    local ttl = redis.call('PTTL', KEYS[1])
+    if ttl >= 0 then
+      if count <= capacity then return count end
+      left = ttl + 1
+    else
+      -- The window's first hit (INCR made the key, without an expiry): give the key its
+      -- window, from Redis' TIME, in milliseconds (exact: below 2^52, a double's floor of a
+      -- quotient of integers is the integer quotient). The same window as prelude.lua's
+      -- `time` and `idiv` give in microseconds, floor(now / window).
       local t = redis.call('TIME')
       local now = t[1] * 1000 + math.floor(t[2] / 1000)
       local ms = window + 0
       local stop = (math.floor(now / ms) + 1) * ms
-      if own then
-        left = expiry + 1 - now
-      else
-        -- SET .. PXAT keeps the key through that millisecond when it is the clock's own (a
-        -- first hit in the window's last millisecond); PEXPIREAT would delete it at once,
-        -- and every call in that millisecond would be admitted as the window's first.
-        redis.call('SET', KEYS[1], count, 'PXAT', stop - 1)
-        if count <= capacity then return count end
-        left = stop - now
-      end
+      -- SET .. PXAT keeps the key through that millisecond when it is the clock's own (a
+      -- first hit in the window's last millisecond); PEXPIREAT would delete it at once, and
+      -- every call in that millisecond would be admitted as the window's first.
+      redis.call('SET', KEYS[1], count, 'PXAT', stop - 1)
+      if count <= capacity then return count end
+      left = stop - now
     end
   end
   -- Refused, or the wrong shape: take the cost back out.

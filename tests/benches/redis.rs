@@ -488,7 +488,7 @@ impl<S: Store> DirectStore for S {
         now: Nanos,
     ) -> Pin<Box<dyn Future<Output = Result<Decision, Error>> + Send + 'a>> {
         Box::pin(async move {
-            let request = Request::spend(StoreKey::new(key)?, quota, 1, now)?;
+            let request = Request::spend(StoreKey::one_window(key)?, quota, 1, now)?;
             self.decide(request).await
         })
     }

@@ -12,34 +12,91 @@ use crate::quota::Quota;
 /// The key a store keeps one limit's state under: 1 to 4096 bytes. The service composes it
 /// (prefix, budget, tier, user key and the quota's identity); a caller of a store directly
 /// makes one with [`StoreKey::new`].
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-pub struct StoreKey<'a>(&'a str);
+#[derive(Clone, Copy)]
+pub struct StoreKey<'a> {
+    key: &'a str,
+    /// Whether the key is only ever asked under one window (the service composed it, naming
+    /// its quota, or [`one_window`](Self::one_window) made it): see
+    /// [`names_its_window`](Self::names_its_window).
+    composed: bool,
+}
 
 impl<'a> StoreKey<'a> {
     /// `key`, or [`Error::InvalidKey`] when it is empty or longer than 4096 bytes.
     pub fn new(key: &'a str) -> Result<Self, Error> {
         crate::key::check_store_key(key)?;
-        Ok(StoreKey(key))
+        Ok(StoreKey {
+            key,
+            composed: false,
+        })
     }
 
-    /// A key the pipeline composed from a checked user key and the site's fixed parts.
+    /// `key` as [`new`](Self::new) checks it, for a key only ever asked under one window (one
+    /// strategy and window, as the service's keys are: they name their quota): a store may
+    /// then take the shortcuts that trust its state to be that window's, such as the Redis
+    /// store's fixed-window hot script. A key made with [`new`](Self::new) is decided the
+    /// long way there, where a state another window wrote is refused until it ends; one made
+    /// here and asked under two windows is read by whichever asks.
+    ///
+    /// ```
+    /// use ratelimit_core::store::StoreKey;
+    ///
+    /// let key = StoreKey::one_window("search:user-1:per-minute")?;
+    /// assert_eq!(key, StoreKey::new("search:user-1:per-minute")?);
+    /// # Ok::<(), ratelimit_core::Error>(())
+    /// ```
+    pub fn one_window(key: &'a str) -> Result<Self, Error> {
+        crate::key::check_store_key(key)?;
+        Ok(StoreKey::composed(key))
+    }
+
+    /// A key the pipeline composed from a checked user key and the site's fixed parts, the
+    /// quota's identity among them.
     #[inline]
     pub(crate) fn composed(key: &'a str) -> Self {
         debug_assert!(crate::key::check_store_key(key).is_ok());
-        StoreKey(key)
+        StoreKey {
+            key,
+            composed: true,
+        }
     }
 
     /// The key's text.
     #[inline]
     pub fn as_str(&self) -> &'a str {
-        self.0
+        self.key
+    }
+
+    /// Whether the key is only ever asked under one window: one the service composed (it
+    /// names its quota) or [`one_window`](Self::one_window)'s. A bare key
+    /// ([`new`](Self::new)) may be asked under two windows, and a store whose shortcut trusts
+    /// the state to be its window's (the Redis store's fixed-window hot script) decides it the
+    /// long way, where that is checked.
+    #[inline]
+    pub(crate) fn names_its_window(&self) -> bool {
+        self.composed
+    }
+}
+
+/// Two keys are one when their text is.
+impl PartialEq for StoreKey<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.key == other.key
+    }
+}
+
+impl Eq for StoreKey<'_> {}
+
+impl std::hash::Hash for StoreKey<'_> {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.key.hash(state);
     }
 }
 
 /// Keys are user data: their text is not printed.
 impl fmt::Debug for StoreKey<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "StoreKey({} bytes)", self.0.len())
+        write!(f, "StoreKey({} bytes)", self.key.len())
     }
 }
 

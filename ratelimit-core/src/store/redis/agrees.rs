@@ -55,7 +55,7 @@ async fn every_strategy_decides_like_the_memory_algorithm() {
             let cost = 1 + r % 3;
             let commit = r % 5 != 0;
             let (verdict, now) = store
-                .verdict(&key, &quota, cost, 0, commit, true)
+                .verdict(&key, &quota, cost, 0, commit, true, true)
                 .await
                 .unwrap();
             let expected =

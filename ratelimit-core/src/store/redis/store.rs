@@ -214,7 +214,12 @@ impl RedisStore {
     /// The algorithm's verdict (in nanoseconds) and the Redis time it was taken at, before
     /// rounding to a [`Decision`]. `now` is the service's clock, used only for what is
     /// decided without asking Redis (a capacity of zero). `full` asks every script for its
-    /// full reply (Redis' own `now` rather than this process's estimate of it).
+    /// full reply (Redis' own `now` rather than this process's estimate of it). `named`:
+    /// the key names its window ([`StoreKey::names_its_window`]); a bare key, which may be
+    /// asked under two windows, never takes the fixed window's hot script, which trusts a
+    /// count to be its window's (the full script checks whose window it is; a lease's grant
+    /// runs the full script).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn verdict(
         &self,
         key: &str,
@@ -223,6 +228,7 @@ impl RedisStore {
         now: Nanos,
         commit: bool,
         full: bool,
+        named: bool,
     ) -> Result<(Verdict, Nanos), Error> {
         if let Some(verdict) = Self::checked(key, quota, cost, now, commit)? {
             return Ok((verdict, now));
@@ -247,7 +253,7 @@ impl RedisStore {
         }
         let sent = RedisClock::local_us(started);
         let full = full || clock.wants_full(sent, quota);
-        let mut call = call(quota, cost, commit, full);
+        let mut call = call(quota, cost, commit, full || !named);
         let script = self.inner.own.script(&mut call);
         let with_source = script.first_send();
         let (keys, args) = (&[key], call.args());
@@ -297,11 +303,11 @@ impl RedisStore {
                 return Ok(blocked);
             }
         }
-        let (level, at) = self.verdict(key, quota, 0, now, false, false).await?;
+        let (level, at) = self.verdict(key, quota, 0, now, false, false, true).await?;
         if !algorithm::needs_retry(&level) {
             return Ok(Decision::for_quota(level, at, quota));
         }
-        let (one, at) = self.verdict(key, quota, 1, now, false, false).await?;
+        let (one, at) = self.verdict(key, quota, 1, now, false, false, true).await?;
         let verdict = algorithm::with_retry(level, one);
         Ok(Decision::for_quota(verdict, at, quota))
     }
@@ -424,8 +430,9 @@ impl Store for RedisStore {
             // Boxed: a look's two round trips would make every call's future the larger.
             return Box::pin(self.look(key, quota, now)).await;
         }
+        let named = request.key().names_its_window();
         let (verdict, at) = self
-            .verdict(key, quota, cost, now, request.spends(), false)
+            .verdict(key, quota, cost, now, request.spends(), false, named)
             .await?;
         Ok(Decision::for_quota(verdict, at, quota))
     }
