@@ -9,8 +9,9 @@
 
 use proptest::prelude::*;
 
-use super::lua_agrees::{cases, cost, moved, small, Cost, Limits, Move, KEY};
+use super::lua_agrees::{cases, cost, moved, small, Cost};
 use super::lua_pair::Pair;
+use super::lua_pair::{Limits, Move, KEY};
 use super::lua_standin::Reply;
 use crate::syntax::Strategy as Kind;
 

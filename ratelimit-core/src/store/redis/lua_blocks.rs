@@ -11,7 +11,7 @@ use std::time::Duration;
 use proptest::prelude::*;
 
 use super::ledger::block_key;
-use super::lua_agrees::T0;
+use super::lua_pair::T0;
 use super::lua_standin::{Redis, Reply};
 use super::reply::full;
 use super::scripts::{arguments, stacked_index, STACKED_SCRIPT};

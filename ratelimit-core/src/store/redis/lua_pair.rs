@@ -2,14 +2,130 @@
 //! both, every call decided on both and compared, with the documented differences (see
 //! `lua_agrees.rs`, whose properties and `lua_refunds.rs`' run through it).
 
-use super::lua_agrees::{Limits, Move, KEY, T0};
+use std::time::Duration;
+
 use super::lua_standin::{self, Redis};
 use super::reply::Reply;
-use super::scripts::supports;
+use super::scripts::{arguments, supports};
 use crate::algorithm::{self, State, Verdict};
 use crate::clock::Nanos;
 use crate::quota::Quota;
-use crate::syntax::Strategy as Kind;
+use crate::syntax::{Strategy as Kind, MAX_WINDOW};
+
+pub(super) const KEY: &str = "rl:{user}:lua";
+/// Where Redis' clock starts (mid-2025), and the span it stays in (2020 to about 2096): every
+/// time the scripts compute from there stays below 2^53.
+pub(super) const T0: u64 = 1_750_000_000_000_000;
+pub(super) const T_MIN: u64 = 1_600_000_000_000_000;
+pub(super) const T_MAX: u64 = 4_000_000_000_000_000;
+pub(super) const BOUND: u64 = 1 << 51;
+pub(super) const MAX_WINDOW_US: u64 = MAX_WINDOW.as_secs() * 1_000_000;
+
+/// A quota's settings, its window in microseconds.
+#[derive(Debug, Clone)]
+pub(super) struct Limits {
+    pub(super) strategy: Kind,
+    pub(super) limit: u64,
+    pub(super) burst: u64,
+    pub(super) window_us: u64,
+    pub(super) refill: Option<u64>,
+}
+
+impl Limits {
+    pub(super) fn new(
+        strategy: Kind,
+        (limit, burst): (u64, u64),
+        window_us: u64,
+        refill: Option<u64>,
+    ) -> Self {
+        Limits {
+            strategy,
+            limit,
+            burst,
+            window_us,
+            refill,
+        }
+    }
+
+    /// The quota the store is given.
+    pub(super) fn quota(&self) -> Quota {
+        self.with_window(Duration::from_micros(self.window_us))
+    }
+
+    /// The same quota with its window read as microseconds: what the algorithm decides on.
+    pub(super) fn in_micros(&self) -> Quota {
+        self.with_window(Duration::from_nanos(self.window_us))
+    }
+
+    /// Only the bucket refills; the other strategies get one token per microsecond, which
+    /// they never read, so that `Quota`'s refill rules (the same for every strategy) accept
+    /// any limit in microseconds read as nanoseconds.
+    fn with_window(&self, window: Duration) -> Quota {
+        let refill = match self.strategy {
+            Kind::TokenBucket => self.refill,
+            _ => Some(self.window_us),
+        };
+        Quota::from_parts(self.limit, window, self.burst, self.strategy, refill)
+            .unwrap_or_else(|e| panic!("{self:?}: {e}"))
+    }
+
+    /// Cut down to what `supports` accepts: at most one token per microsecond, and capacity
+    /// times the window (counter) or the emission interval (bucket) within 2^51.
+    pub(super) fn fit(mut self) -> Limits {
+        let most = BOUND / (self.limit + self.burst).max(1);
+        match self.strategy {
+            Kind::SlidingWindowCounter => self.window_us = self.window_us.min(most),
+            Kind::TokenBucket => {
+                let refill = self.refill.unwrap_or(self.limit).max(1);
+                if refill > self.window_us {
+                    self.refill = Some(self.window_us);
+                } else if self.window_us / refill > most {
+                    self.refill = Some(self.window_us / most + 1);
+                }
+            }
+            _ => {}
+        }
+        self
+    }
+}
+
+/// How the clock moves before a call.
+#[derive(Debug, Clone)]
+pub(super) enum Move {
+    /// A few microseconds on (or back, when negative).
+    Tick(i64),
+    /// Per mille of the span (a window, or the bucket's tolerance) on (or back).
+    Shift(i64),
+    /// To the next window (or emission interval) boundary, give or take a microsecond.
+    Boundary(i64),
+    /// To the microsecond the key's millisecond expiry passes, give or take one.
+    Expiry(i64),
+    /// To when the last refusal said to retry, give or take one.
+    Retry(i64),
+    /// To the last reset time, give or take one.
+    Reset(i64),
+}
+
+impl Move {
+    pub(super) fn apply(&self, now: u64, limits: &Limits, redis: &Redis, marks: &Marks) -> u64 {
+        let [first, second] = arguments(&limits.quota());
+        let (unit, span) = match limits.strategy {
+            Kind::TokenBucket => (first, second),
+            _ => (first, first),
+        };
+        let near = |t: Option<u64>, d: i64| t.map_or(now, |t| t.saturating_add_signed(d));
+        let share = |p: i64| (span as i128 * p as i128 / 1_000) as i64;
+        let next = match *self {
+            Move::Tick(d) => now.saturating_add_signed(d),
+            Move::Shift(p) => now.saturating_add_signed(share(p)),
+            Move::Boundary(d) => near(Some((now / unit + 1) * unit), d),
+            Move::Expiry(d) => near(redis.expiry(KEY).flatten().map(|ms| (ms + 1) * 1_000), d),
+            Move::Retry(d) => near(marks.retry_at, d),
+            Move::Reset(d) => near(marks.reset_at, d),
+        };
+        next.clamp(T_MIN, T_MAX)
+    }
+}
 
 /// What the last call left to aim the clock at.
 #[derive(Default)]

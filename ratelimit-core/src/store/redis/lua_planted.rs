@@ -5,7 +5,8 @@
 
 use proptest::prelude::*;
 
-use super::lua_agrees::{cases, Limits, BOUND, KEY, MAX_WINDOW_US, T0, T_MAX, T_MIN};
+use super::lua_agrees::cases;
+use super::lua_pair::{Limits, BOUND, KEY, MAX_WINDOW_US, T0, T_MAX, T_MIN};
 use super::lua_standin::{self, Redis};
 use crate::algorithm::{self, State};
 use crate::syntax::Strategy as Kind;

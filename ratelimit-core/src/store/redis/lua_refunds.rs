@@ -21,10 +21,8 @@
 
 use proptest::prelude::*;
 
-use super::lua_agrees::{
-    at_the_bound, cases, cost, large, moved, small, Cost, Limits, Move, KEY, T_MAX, T_MIN,
-};
-use super::lua_pair::Pair;
+use super::lua_agrees::{at_the_bound, cases, cost, large, moved, small, Cost};
+use super::lua_pair::{Limits, Move, Pair, KEY, T_MAX, T_MIN};
 use super::lua_standin::{Redis, Reply};
 use crate::syntax::Strategy as Kind;
 
