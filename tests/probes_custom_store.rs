@@ -1224,6 +1224,7 @@ impl Store for Slow {
     async fn decide(&self, request: Request<'_>) -> Result<Decision, Error> {
         let decided = self.spends_first.then(|| self.map.decide(&request));
         match self.delay {
+            // Tokio's clock, paused in these tests (`paused()`): no real time passes.
             Some(delay) => tokio::time::sleep(delay).await,
             None => std::future::pending().await,
         }

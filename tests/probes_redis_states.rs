@@ -70,7 +70,9 @@ fn snapshot(c: &mut redis::Connection, key: &str) -> (String, Option<Vec<u8>>, i
     (kind, dump, expiry)
 }
 
-/// Waits (bounded: 3 s) for Redis to drop `key` on its own clock.
+/// Waits (bounded: 3 s) for Redis to drop `key` on its own clock: a real server decides on
+/// its own `TIME` and expires keys by it, which no test can move (a poll, not a timing: the
+/// assertions are on counts, never on how long anything took).
 fn until_gone(c: &mut redis::Connection, key: &str) {
     let deadline = Instant::now() + Duration::from_secs(3);
     loop {
