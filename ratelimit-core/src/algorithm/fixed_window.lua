@@ -72,7 +72,9 @@ if window % 1000 == 0 then
   if fell then return unexpected(SHAPE) end
 
   local now = time()
-  local count, stop = 0, nil
+  -- own_end: when the key ends, before an expiry up to an eighth of a window past a boundary
+  -- is read as that boundary's (below).
+  local count, stop, own_end = 0, nil, nil
   local raw = redis.pcall('GET', key)
   if type(raw) == 'table' then return unexpected(SHAPE) end -- WRONGTYPE
   if raw then
@@ -87,6 +89,7 @@ if window % 1000 == 0 then
     end
     if expiry < 0 then return unexpected(SHAPE) end
     stop = (expiry + 1) * 1000
+    own_end = stop
     -- Up to an eighth of the window (50 ms at most) past a boundary is that boundary's
     -- window: a MIGRATE or RESTORE gives a relative TTL, later by the time it took (as
     -- fixed_window_hot.lua reads it).
@@ -102,6 +105,13 @@ if window % 1000 == 0 then
   -- window's end, a reward gives nothing back (the count is not this window's); a count of
   -- 0 has nothing of its own to count, and the key is this window's from its next write.
   local foreign = raw and stop % window ~= 0
+  -- A count read onto a boundary that has passed while the key still lives (TIME between
+  -- the two) is a RESTORE's lag, or a shorter window's count ending less than an eighth of
+  -- this window past that boundary (a bare key asked under two windows: a 40 ms window's 10,
+  -- read so by a 400 ms window as an ended window's and written over, admitted 9 more in its
+  -- 40 ms). Which one cannot be told: refused until the key ends (50 ms at most), never
+  -- overwritten.
+  if raw and stop <= now and own_end > now then stop, foreign = own_end, true end
   if foreign and count == 0 then raw, foreign = nil, false end
   if refunding then
     -- The count of the spend's window (which ends at `spent`) while that window lasts.

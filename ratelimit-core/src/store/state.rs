@@ -161,7 +161,27 @@ impl StoredState {
         if !state.written_by_a_store() || written > MAX_WINDOW.as_nanos() as Nanos {
             return Err(bad("a limiter state no store writes"));
         }
+        if !Self::written_by(&state, written) {
+            return Err(bad("a limiter state its recorded window did not write"));
+        }
         Ok(StoredState { state, written })
+    }
+
+    /// Whether the window recorded beside `state` (nanoseconds, 0 for none) could have written
+    /// it: a window's start on that window's boundaries, as every decision under it leaves
+    /// it. A recorded window a flipped bit made shorter than the one that wrote the state
+    /// reads it as another window's that has passed: a fresh budget inside its own window
+    /// (probes_two_windows). What a shorter window dividing the start could have written is
+    /// not told apart: it is read as that window's.
+    fn written_by(state: &State, written: Nanos) -> bool {
+        if written == 0 {
+            return true;
+        }
+        let window = std::time::Duration::from_nanos(written);
+        match Quota::new(1, window) {
+            Ok(quota) => state.written_for(&quota.with_strategy(state.strategy())),
+            Err(_) => false,
+        }
     }
 
     /// The strategy this state belongs to.
@@ -287,8 +307,14 @@ mod tests {
             let now = 1_000 * sec;
             assert!(decide(&mut s, now, &q, 1, true).unwrap().allowed);
             let mut bytes = s.to_bytes();
-            bytes[10] ^= 1; // the start's lowest byte, after the window's word
-            let mut shifted = StoredState::from_bytes(&bytes).unwrap();
+            // The start's lowest byte, after the window's word: off the boundaries of the
+            // window recorded beside it, refused when read.
+            bytes[10] ^= 1;
+            assert!(StoredState::from_bytes(&bytes).is_err(), "{strategy}");
+            // Without a window recorded (version 1), refused when decided.
+            let mut v1 = vec![VERSION_1, bytes[1]];
+            v1.extend_from_slice(&bytes[10..]);
+            let mut shifted = StoredState::from_bytes(&v1).unwrap();
             for (cost, commit) in [(1, true), (1, false), (0, false)] {
                 assert!(
                     matches!(

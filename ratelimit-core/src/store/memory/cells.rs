@@ -242,6 +242,69 @@ impl<A: Algorithm> Cell for LockedCell<A> {
         }
         verdict
     }
+    /// A spend is given back only to a state its own window wrote (as
+    /// [`StoredState::refund`](crate::store::StoredState::refund)).
+    fn refund(
+        &mut self,
+        _: &mut Side,
+        spent: Spend,
+        now: Nanos,
+        quota: &Quota,
+        cost: u64,
+        commit: bool,
+    ) -> bool {
+        let (state, written) = self.state.get_mut();
+        if *written != 0 && *written != quota.window_nanos() {
+            return false;
+        }
+        let gave = match commit {
+            true => state.refund(spent, now, quota, cost),
+            false => state.clone().refund(spent, now, quota, cost),
+        };
+        if commit && gave {
+            *self.expires_at.get_mut() = state.expires_at(quota);
+        }
+        gave
+    }
+    /// By [`algorithm::written_elsewhere`], as a decision: on a state another window still
+    /// counts by, a reward gives nothing back (none of it is this window's) and a penalty is
+    /// kept by the longer of the two windows (its entries dropped only once they left that
+    /// one), which then owns the state; on one whose window has passed, as on a fresh one.
+    /// Adjusted under its own window as it was, a penalty or a reward under a second dropped
+    /// a minute's entries that had left the second (3 more admitted in a minute limited to
+    /// 3), a reward under the minute took a second's spends, and the key's expiry became the
+    /// shorter window's (swept while the longer counted). A penalty records its window: on a
+    /// key nothing else spent on, a shorter window's decision dropped it.
+    fn adjust(
+        &mut self,
+        _: &mut Side,
+        now: Nanos,
+        quota: &Quota,
+        units: u64,
+        penalty: bool,
+    ) -> u64 {
+        let (state, written) = self.state.get_mut();
+        let window = quota.window_nanos();
+        let under =
+            match algorithm::written_elsewhere(*written, now, quota, |q| state.expires_at(q)) {
+                Written::Here => *quota,
+                Written::Elsewhere(_) if !penalty => return 0,
+                Written::Elsewhere(_) => quota.with_window_nanos(window.max(*written)),
+                Written::Passed => {
+                    *state = A::default();
+                    *quota
+                }
+            };
+        let moved = state.adjust(now, &under, units, penalty);
+        if penalty && moved > 0 {
+            *written = under.window_nanos();
+        }
+        *self.expires_at.get_mut() = match *written {
+            0 => state.expires_at(&under),
+            kept => state.expires_at(&quota.with_window_nanos(kept)),
+        };
+        moved
+    }
     fn take(&mut self, _: &mut Side, _: &Quota) -> A {
         std::mem::take(&mut self.state.get_mut().0)
     }
