@@ -71,9 +71,10 @@ impl<'a> StoreKey<'a> {
     /// names its quota) or [`one_window`](Self::one_window)'s. A bare key
     /// ([`new`](Self::new)) may be asked under two windows, and a store whose shortcut trusts
     /// the state to be its window's (the Redis store's fixed-window hot script) decides it the
-    /// long way, where that is checked.
+    /// long way, where that is checked. A store of your own may take the same shortcuts on
+    /// such keys.
     #[inline]
-    pub(crate) fn names_its_window(&self) -> bool {
+    pub fn names_its_window(&self) -> bool {
         self.composed
     }
 }
