@@ -15,8 +15,14 @@
 --          budget holds), 5 for a reward of up to ARGV[3] units (given back, never past the
 --          quota): each script's follows `Algorithm::adjust` (see its header for where the
 --          scripts' bounds differ) and returns the units spent or given back.
+-- ARGV[5]: on a decision (ARGV[4] 0 or 1), two bits: 1 asks for the full reply (see each
+--          script), 2 says the key is only ever asked under one window (the service's keys
+--          name their quota; `StoreKey::names_its_window`): the scripts then skip reading
+--          whose window a state is, which only a bare key needs (sliding_counter.lua's `ours`,
+--          sliding_log.lua's `kept_longer`). In one argument: Redis turns each into a Lua
+--          string on every call.
 -- Defines: key, cost, commit, refunding (ARGV[4] 2 or 3), giving (2), spent, adjusting
---          (4 or 5), penalty (4), time (reads Redis' own TIME, in microseconds since the epoch:
+--          (4 or 5), penalty (4), one_window, short, time (reads Redis' own TIME, in microseconds since the epoch:
 --          a call, so a script reads it only on the paths that need it), idiv, unexpected,
 --          decimal, digits and the bounds MAX_CAPACITY, MAX_NOW and MAX_EXACT.
 -- Unexpected state: a key holding anything the strategy's script did not write (another type,
@@ -42,6 +48,10 @@ local giving = ARGV[4] == '2'
 local spent = refunding and ARGV[6] + 0
 local adjusting = ARGV[4] == '4' or ARGV[4] == '5'
 local penalty = ARGV[4] == '4'
+local deciding = ARGV[4] == '0' or ARGV[4] == '1'
+local one_window = deciding and (ARGV[5] == '2' or ARGV[5] == '3')
+-- Whether a decision may answer in the short reply (ARGV[5] without its first bit).
+local short = deciding and (ARGV[5] == '0' or ARGV[5] == '2')
 local function time()
   local t = redis.call('TIME')
   return t[1] * 1000000 + t[2]

@@ -24,8 +24,9 @@
 -- ARGV[3]: cost, from 1 to the capacity; 0 (with ARGV[4] = 0) looks at the level, see
 --          `algorithm::level`
 -- ARGV[4]: 1 to record an admitted call, 0 to only look (nothing is written)
--- ARGV[5]: 1 for the full reply below whatever the call; otherwise a call that records, under
---          a window of 10 ms or more, gets the short reply when admitted in the window of TIME.
+-- ARGV[5]: its first bit 1 for the full reply below whatever the call; otherwise a call that
+--          records, under a window of 10 ms or more, gets the short reply when admitted in the
+--          window of TIME. Its second bit: a key of one window (see prelude.lua).
 -- Expiry: an absolute PEXPIREAT rounded up to the millisecond, two windows after the start of
 --         the recorded window (when its count stops mattering), set by the window's first call,
 --         so the key never goes before its state stops mattering, whatever instant Redis'
@@ -82,8 +83,9 @@ end
 -- numbers are not this window's, and read as this window's they were an old window's, a
 -- fresh budget (a one-second quota dropped a day's count of 10, and the day's limit came
 -- back). Such a state is refused until it ends, as the memory store's `algorithm::foreign`,
--- and left as it is. Read where a call reads every field (the first call of a window); the
--- call that finds both its fields (HMGET) reads no expiry.
+-- and left as it is. Read for a bare key only (ARGV[5], prelude.lua), where a call reads every
+-- field (the first call of a window); the call that finds both its fields (HMGET) reads no
+-- expiry.
 -- An expiry up to an eighth of the window (50 ms at most) later is still this window's: a
 -- MIGRATE (a Cluster resharding) or RESTORE gives the key a relative TTL, later by the time
 -- it took.
@@ -179,7 +181,7 @@ else
   stale = {}
   local counts, recorded, all = read_all()
   if not recorded then return counts end
-  if recorded >= 0 then
+  if recorded >= 0 and not one_window then
     local own, at = ours(recorded)
     if not own then
       if at < 0 then return unexpected(SHAPE) end -- a count without an expiry
@@ -220,7 +222,7 @@ if used_w + cost * window <= budget_w then
       if #stale > 0 then redis.call('HDEL', key, unpack(stale)) end
       redis.call('PEXPIREAT', key, idiv(start + 2 * window + 999, 1000))
     end
-    if at == now and window >= 10000 and ARGV[5] ~= '1' then
+    if at == now and window >= 10000 and short then
       return (n % 1024) * (capacity + 1) + remaining
     end
   end

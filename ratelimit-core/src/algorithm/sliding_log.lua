@@ -23,8 +23,9 @@
 --          `algorithm::level`
 -- ARGV[4]: 1 to record an admitted call (and drop the entries that left the window), 0 to
 --          only look
--- ARGV[5]: 1 for the full reply below whatever the call; otherwise a call that records gets
---          the short reply when it is admitted at TIME.
+-- ARGV[5]: its first bit 1 for the full reply below whatever the call; otherwise a call that
+--          records gets the short reply when it is admitted at TIME. Its second bit: a key of
+--          one window (see prelude.lua).
 -- Expiry: an absolute PEXPIREAT rounded up to the millisecond, one window after the newest
 --         entry, so the key never goes before its state stops mattering, whatever instant
 --         Redis' expiry clock froze at. Written only when it moves (a call in the same
@@ -213,7 +214,8 @@ end
 -- MIGRATE or RESTORE gives a relative TTL, later by the time it took. What this lets by: a
 -- longer window's entries from its first `window` (the shorter one's) can be dropped in its
 -- last, when its key ends less than a window after the call.
--- Read only on that path: one call more (PEXPIRETIME) where entries have left the window.
+-- Read only on that path, and for a bare key (ARGV[5], prelude.lua): one call more
+-- (PEXPIRETIME) where entries have left the window.
 local function kept_longer()
   local ends = redis.pcall('PEXPIRETIME', key)
   if type(ends) == 'table' then -- Redis 6.2 has no PEXPIRETIME: PTTL, from TIME
@@ -226,7 +228,7 @@ local function kept_longer()
   if ends > mine + math.min(50, idiv(window, 8000)) then return ends * 1000 end
   return nil
 end
-if head and (used == 0 or dead > 0) then
+if head and (used == 0 or dead > 0) and not one_window then
   local ends = kept_longer()
   if ends then
     if adjusting and penalty then
@@ -317,7 +319,7 @@ if adjusting or used + cost <= capacity then
       end
     end
     if adjusting then return cost end
-    if at == now and ARGV[5] ~= '1' then return used + cost end
+    if at == now and short then return used + cost end
   end
   -- Full again one window after this call; for a look (cost 0), one window after the newest
   -- live hit, or now when none is live, as in Rust.

@@ -405,7 +405,7 @@ impl Redis {
     /// The decision the store asks for `quota` (see `scripts::call`), and its reply: through
     /// the fixed window's own hot script, or (`shared`) the shared one a store falls back to.
     pub(super) fn decide(&self, quota: &Quota, key: &str, cost: u64, commit: bool) -> Reply {
-        let call = call(quota, cost, commit, false);
+        let call = call(quota, cost, commit, false, true);
         match call.script {
             Which::Shared(script) => self.eval(&self.scripts[script], key, call.args()),
             Which::Own(hot) if self.shared_hot.get() => {
@@ -437,7 +437,7 @@ impl Redis {
     /// The decision through the strategy's shared script with the full reply (ARGV[5] = 1),
     /// as the stacked script asks it of each strategy's.
     pub(super) fn decide_full(&self, quota: &Quota, key: &str, cost: u64, commit: bool) -> Reply {
-        self.decide_call(&call(quota, cost, commit, true), key)
+        self.decide_call(&call(quota, cost, commit, true, false), key)
     }
 
     /// The strategy's refund mode: gives back (`give`, ARGV[4] = 2) or asks whether it would
@@ -452,7 +452,7 @@ impl Redis {
         (spent_us, shift_us): (u64, u64),
         give: bool,
     ) -> Reply {
-        let call = call(quota, cost, false, true);
+        let call = call(quota, cost, false, true, false);
         let Which::Shared(script) = call.script else {
             return Reply::Error("a full reply is asked of a shared script".into());
         };
@@ -465,7 +465,7 @@ impl Redis {
     /// The strategy's adjust mode: a penalty (ARGV[4] = 4) or a reward (5) of `units`, as
     /// `RedisStore::adjust_key` calls it.
     pub(super) fn adjust(&self, quota: &Quota, key: &str, units: u64, penalty: bool) -> Reply {
-        let call = call(quota, units, false, true);
+        let call = call(quota, units, false, true, false);
         let Which::Shared(script) = call.script else {
             return Reply::Error("a full reply is asked of a shared script".into());
         };

@@ -468,13 +468,21 @@ impl Call {
 }
 
 /// How a decision on `quota` is asked: `cost` (0 to look at the level), `commit` to record an
-/// admitted call, `full` for the full reply (see each script's header). A fixed window of
-/// whole milliseconds that records without the full reply is its hot path, through a script
-/// of the quota's own (see [`Hot`]), which reads the cost when not 1.
+/// admitted call, `full` for the full reply (see each script's header), `one_window` for a
+/// key only ever asked under one window ([`StoreKey::names_its_window`]). A fixed window of
+/// whole milliseconds that records without the full reply, on a key of one window, is its
+/// hot path, through a script of the quota's own (see [`Hot`]), which reads the cost when
+/// not 1 and trusts the count to be its window's. A key of one window also tells the
+/// counter's and the log's scripts to skip reading whose window a state is (`ARGV[5]`'s
+/// second bit, see prelude.lua: no argument more, which Redis would turn into a Lua string
+/// on every call): a bare key may be asked under two.
 /// `quota` is one [`supports`] accepts.
-pub(super) fn call(quota: &Quota, cost: u64, commit: bool, full: bool) -> Call {
+///
+/// [`StoreKey::names_its_window`]: crate::store::StoreKey::names_its_window
+pub(super) fn call(quota: &Quota, cost: u64, commit: bool, full: bool, one_window: bool) -> Call {
     let window_us = quota.window().as_micros() as u64;
     if quota.strategy() == Strategy::FixedWindow
+        && one_window
         && commit
         && !full
         && cost > 0
@@ -494,7 +502,13 @@ pub(super) fn call(quota: &Quota, cost: u64, commit: bool, full: bool) -> Call {
     let [first, second] = arguments(quota);
     Call {
         script: Which::Shared(index(quota.strategy())),
-        args: [first, second, cost, u64::from(commit), u64::from(full)],
+        args: [
+            first,
+            second,
+            cost,
+            u64::from(commit),
+            u64::from(full) | (u64::from(one_window) << 1),
+        ],
         len: 5,
     }
 }

@@ -217,8 +217,8 @@ impl RedisStore {
     /// full reply (Redis' own `now` rather than this process's estimate of it). `named`:
     /// the key names its window ([`StoreKey::names_its_window`]); a bare key, which may be
     /// asked under two windows, never takes the fixed window's hot script, which trusts a
-    /// count to be its window's (the full script checks whose window it is; a lease's grant
-    /// runs the full script).
+    /// count to be its window's, and the scripts check whose window its state is (see
+    /// `scripts::call`; a lease's grant runs the full script, which checks).
     #[allow(clippy::too_many_arguments)]
     pub(crate) async fn verdict(
         &self,
@@ -253,7 +253,7 @@ impl RedisStore {
         }
         let sent = RedisClock::local_us(started);
         let full = full || clock.wants_full(sent, quota);
-        let mut call = call(quota, cost, commit, full || !named);
+        let mut call = call(quota, cost, commit, full, named);
         let script = self.inner.own.script(&mut call);
         let with_source = script.first_send();
         let (keys, args) = (&[key], call.args());
