@@ -183,8 +183,7 @@ pub(crate) fn written_elsewhere(
     quota: &Quota,
     ends_under: impl FnOnce(&Quota) -> Nanos,
 ) -> Written {
-    let window = quota.window_nanos();
-    if written == 0 || written == window || quota.strategy() == Strategy::TokenBucket {
+    if written_under(written, quota) || quota.strategy() == Strategy::TokenBucket {
         return Written::Here;
     }
     let end = ends_under(&quota.with_window_nanos(written));
@@ -193,6 +192,15 @@ pub(crate) fn written_elsewhere(
     } else {
         Written::Passed
     }
+}
+
+/// Whether a state kept beside `written` (the window of the last quota that spent on it; 0
+/// for none recorded) is `quota`'s window's own: the one test of [`written_elsewhere`], and
+/// of what a refund may give back to (a spend is given back only under the window that wrote
+/// the state).
+#[inline]
+pub(crate) fn written_under(written: Nanos, quota: &Quota) -> bool {
+    written == 0 || written == quota.window_nanos()
 }
 
 /// The latest time decided (about the year 2226): every timestamp an algorithm computes is at

@@ -106,7 +106,7 @@ impl StoredState {
         let quota = refund.quota();
         self.state.strategy() == quota.strategy()
             && self.state.written_for(quota)
-            && (self.written == 0 || self.written == quota.window_nanos())
+            && algorithm::written_under(self.written, quota)
             && (self.state).refund(refund.spend(), refund.now(), quota, refund.cost())
     }
 

@@ -36,9 +36,9 @@ impl MemoryStore {
         now: Nanos,
     ) -> Result<u64, Error> {
         let hash = self.inner.hasher.hash(key);
-        for attempt in 0..2 {
-            let mut tables = self.shard(hash).write();
-            let (table, side) = A::table_and_side(&mut tables);
+        // A full store sweeps the keys that expired first, as a decision does.
+        self.with_room(hash, now, |tables| {
+            let (table, side) = A::table_and_side(tables);
             if let Some(cell) = table.find_mut(hash, |c| c.key() == key) {
                 // What an adjustment moves may be kept under the key's stamp (a token
                 // bucket's shift, in the side table): stamped first, as a kept spend is.
@@ -48,31 +48,24 @@ impl MemoryStore {
                     // The spends before the reward are given back to nothing (see the const).
                     cell.keep(self.stamped(key));
                 }
-                return Ok(moved);
+                return Ok(Some(moved));
             }
             if tables.held_by_other(quota.strategy(), hash, key) {
                 return Err(algorithm::Undecidable::UnexpectedState.into());
             }
             if !penalty {
-                return Ok(0);
+                return Ok(Some(0));
             }
-            if self.reserve() {
-                // A penalty on a key not stored yet: nothing for the side table (only refunds
-                // and rewards keep anything there).
-                let mut cell = A::Cell::fresh();
-                let at = self.fresh_at(now);
-                let moved = cell.adjust(&mut Side::new(), at, quota, units, penalty);
-                self.insert::<A>(&mut tables, hash, key, cell, true);
-                return Ok(moved);
+            if !self.reserve() {
+                return Ok(None);
             }
-            // A full store sweeps the keys that expired first, as a decision does.
-            drop(tables);
-            if attempt == 0 {
-                self.sweep(now);
-            }
-        }
-        Err(Error::StoreFull {
-            max_keys: self.options().max_keys,
+            // A penalty on a key not stored yet: nothing for the side table (only refunds
+            // and rewards keep anything there).
+            let mut cell = A::Cell::fresh();
+            let at = self.fresh_at(now);
+            let moved = cell.adjust(&mut Side::new(), at, quota, units, penalty);
+            self.insert::<A>(tables, hash, key, cell, true);
+            Ok(Some(moved))
         })
     }
 }

@@ -76,6 +76,11 @@ pub(super) trait Cell: Sized {
     /// Stores `state` back, taken by [`take`](Self::take), under the write lock; `changed`:
     /// whether anything was written to it (a cell whose state is a copy skips the write).
     fn put(&mut self, side: &mut Side, quota: &Quota, state: Self::State, changed: bool);
+    /// Whether the cell's state is `quota`'s window's own, for a refund (a spend is given back
+    /// only under the window that wrote the state): a cell that keeps no window cannot tell.
+    fn written_under(&mut self, _quota: &Quota) -> bool {
+        true
+    }
     /// Gives back a spend (see [`Algorithm::refund`]); without `commit`, only whether it
     /// would. Under the shard's write lock: a refund reads the state and what refunds keep
     /// in the side table as one.
@@ -88,6 +93,9 @@ pub(super) trait Cell: Sized {
         cost: u64,
         commit: bool,
     ) -> bool {
+        if !self.written_under(quota) {
+            return false;
+        }
         let mut state = self.take(side, quota);
         let gave = match commit {
             true => state.refund(spent, now, quota, cost),
@@ -244,27 +252,8 @@ impl<A: Algorithm> Cell for LockedCell<A> {
     }
     /// A spend is given back only to a state its own window wrote (as
     /// [`StoredState::refund`](crate::store::StoredState::refund)).
-    fn refund(
-        &mut self,
-        _: &mut Side,
-        spent: Spend,
-        now: Nanos,
-        quota: &Quota,
-        cost: u64,
-        commit: bool,
-    ) -> bool {
-        let (state, written) = self.state.get_mut();
-        if *written != 0 && *written != quota.window_nanos() {
-            return false;
-        }
-        let gave = match commit {
-            true => state.refund(spent, now, quota, cost),
-            false => state.clone().refund(spent, now, quota, cost),
-        };
-        if commit && gave {
-            *self.expires_at.get_mut() = state.expires_at(quota);
-        }
-        gave
+    fn written_under(&mut self, quota: &Quota) -> bool {
+        algorithm::written_under(self.state.get_mut().1, quota)
     }
     /// By [`algorithm::written_elsewhere`], as a decision: on a state another window still
     /// counts by, a reward gives nothing back (none of it is this window's) and a penalty is

@@ -185,33 +185,56 @@ impl MemoryStore {
                 }
             }
         }
-        for attempt in 0..2 {
-            let mut tables = self.shard(hash).write();
+        self.with_room(hash, now, |tables| {
             // Another call may have stored the key between the two locks.
-            let (table, side) = A::table_and_side(&mut tables);
+            let (table, side) = A::table_and_side(tables);
             if let Some(cell) = table.find_mut(hash, |c| c.key() == key) {
                 if keep {
                     self.ensure_stamped(cell, key);
                 }
-                return Ok(decide(cell, side));
+                return Ok(Some(decide(cell, side)));
             }
             if tables.held_by_other(quota.strategy(), hash, key) {
                 return Err(algorithm::Undecidable::UnexpectedState.into());
             }
-            if self.reserve() {
-                let cell = A::Cell::fresh();
-                let verdict = cell.decide(self.fresh_at(now), quota, cost, commit);
-                let stamp = self.insert::<A>(&mut tables, hash, key, cell, keep);
-                return Ok((verdict, stamp));
+            if !self.reserve() {
+                return Ok(None);
+            }
+            let cell = A::Cell::fresh();
+            let verdict = cell.decide(self.fresh_at(now), quota, cost, commit);
+            let stamp = self.insert::<A>(tables, hash, key, cell, keep);
+            Ok(Some((verdict, stamp)))
+        })
+    }
+
+    /// Runs `step` under `hash`'s shard write lock: the single-key paths that may store a new
+    /// key (a decision, a blocked one, a penalty), the one place for what a full store does.
+    /// `step` answers `Ok(None)` when it needs room for a new key and none is left: the keys
+    /// expired by `now` are swept once and it runs again; still none, [`Error::StoreFull`].
+    pub(super) fn with_room<R>(
+        &self,
+        hash: u64,
+        now: Nanos,
+        mut step: impl FnMut(&mut Tables) -> Result<Option<R>, Error>,
+    ) -> Result<R, Error> {
+        for attempt in 0..2 {
+            let mut tables = self.shard(hash).write();
+            if let Some(done) = step(&mut tables)? {
+                return Ok(done);
             }
             drop(tables);
             if attempt == 0 {
                 self.sweep(now);
             }
         }
-        Err(Error::StoreFull {
+        Err(self.full())
+    }
+
+    /// The error of a call that needs room for a new key in a full store.
+    pub(super) fn full(&self) -> Error {
+        Error::StoreFull {
             max_keys: self.inner.options.max_keys,
-        })
+        }
     }
 
     pub(super) fn reserve(&self) -> bool {
@@ -255,43 +278,34 @@ impl MemoryStore {
             return self.decide_plain(key, quota, cost, at, mode);
         }
         let strategy = quota.strategy();
-        for attempt in 0..2 {
-            let mut tables = self.shard(hash).write();
+        self.with_room(hash, at, |tables| {
             if let Some(blocked) = tables.blocks.blocked(quota, hash, key, at) {
-                return Ok((blocked, Stamp::default()));
+                return Ok(Some((blocked, Stamp::default())));
             }
             if tables.held_by_other(strategy, hash, key) {
                 return Err(algorithm::Undecidable::UnexpectedState.into());
             }
-            let (verdict, stored) = by_strategy!(
-                strategy,
-                locked::look(&mut tables, hash, key, quota, cost, at)
-            );
+            let (verdict, stored) =
+                by_strategy!(strategy, locked::look(tables, hash, key, quota, cost, at));
             if let Some(until) = block_after(&verdict, quota, at, commit) {
                 tables.blocks.block(hash, key, until, &self.inner.hasher);
-                return Ok((blocked_verdict(until, at), Stamp::default()));
+                return Ok(Some((blocked_verdict(until, at), Stamp::default())));
             }
             if !verdict.allowed {
-                return Ok((verdict, Stamp::default()));
+                return Ok(Some((verdict, Stamp::default())));
             }
-            if stored || self.reserve() {
-                let (verdict, stamp) = by_strategy!(
-                    strategy,
-                    locked::spend(&mut tables, self, hash, key, quota, cost, at)
-                );
-                let stamp = match mode {
-                    Mode::Keep => by_strategy!(strategy, self.stamp_of(&mut tables, hash, key)),
-                    _ => stamp,
-                };
-                return Ok((verdict, stamp));
+            if !stored && !self.reserve() {
+                return Ok(None);
             }
-            drop(tables);
-            if attempt == 0 {
-                self.sweep(at);
-            }
-        }
-        Err(Error::StoreFull {
-            max_keys: self.inner.options.max_keys,
+            let (verdict, stamp) = by_strategy!(
+                strategy,
+                locked::spend(tables, self, hash, key, quota, cost, at)
+            );
+            let stamp = match mode {
+                Mode::Keep => by_strategy!(strategy, self.stamp_of(tables, hash, key)),
+                _ => stamp,
+            };
+            Ok(Some((verdict, stamp)))
         })
     }
 }

@@ -123,9 +123,7 @@ impl MemoryStore {
             }
             return Ok(self.decisions(checks, &spent, now));
         }
-        Err(Error::StoreFull {
-            max_keys: self.inner.options.max_keys,
-        })
+        Err(self.full())
     }
 
     fn decisions(
