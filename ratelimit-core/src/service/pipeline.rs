@@ -171,19 +171,25 @@ impl RateLimitService {
     ) -> Result<Decision, Error> {
         // A caller that gives up while the store decides (the future dropped) is counted
         // once, as abandoned: the store may have spent the call.
-        let abandoned = IfAbandoned::new(|| {
-            if site.spend {
-                self.count(
-                    site.tier_counters(),
-                    site.budget,
-                    site.counters,
-                    Outcome::Abandoned,
-                );
-            }
-        });
+        let abandoned = self.if_abandoned(site);
         let decided = self.ask(site, key, store_key).await;
         abandoned.defuse();
         self.record_and_return(site, key, decided)
+    }
+
+    /// Counts a call at `site` given up (its future dropped) before it was answered, once, as
+    /// abandoned, when it spends: the store may have spent it. A plain call's guard around
+    /// the store's awaited answer, a waiting one's around its whole wait (`wait.rs`).
+    pub(super) fn if_abandoned<'a>(
+        &'a self,
+        site: &'a Site<'_>,
+    ) -> IfAbandoned<impl FnOnce() + 'a> {
+        IfAbandoned::new(move || {
+            if site.spend {
+                let tier = site.tier_counters();
+                self.count(tier, site.budget, site.counters, Outcome::Abandoned);
+            }
+        })
     }
 
     /// The store's awaited answer on `store_key` (user key `key`), its latency sampled and

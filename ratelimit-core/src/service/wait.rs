@@ -13,14 +13,12 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::pipeline::IfAbandoned;
 use super::queue::Left;
 use super::site::Site;
 use super::{Call, Options, RateLimitService};
 use crate::decision::Decision;
 use crate::drivers;
 use crate::error::Error;
-use crate::stats::Outcome;
 
 /// What a refused call is told when it could not learn a better figure.
 const UNKNOWN_RETRY: Duration = Duration::from_millis(1);
@@ -37,21 +35,12 @@ impl RateLimitService {
         if !site.may_wait || site.check(key).is_err() || site.quota.capacity() < site.cost.max(1) {
             return self.decide(site, key).await;
         }
+        // Given up while waiting, in the line or while the store decides: counted once, as
+        // abandoned (without it such a call was counted nowhere: probes_custom_store).
         let abandoned = self.if_abandoned(site);
         let result = self.wait_for_turn(site, key).await;
         abandoned.defuse();
         self.record_and_return(site, key, result)
-    }
-
-    /// Counts a waiting call given up (its future dropped) before it was answered, in the
-    /// line or while the store decides it: once, as abandoned, as the plain path counts a
-    /// call given up while the store decides (the store may have spent it). Without it such
-    /// a call was counted nowhere (probes_custom_store).
-    fn if_abandoned<'a>(&'a self, site: &'a Site<'_>) -> IfAbandoned<impl FnOnce() + 'a> {
-        IfAbandoned::new(move || {
-            let tier = site.tier_counters();
-            self.count(tier, site.budget, site.counters, Outcome::Abandoned);
-        })
     }
 
     /// [`decide_waiting`](Self::decide_waiting)'s wait, its answer not recorded yet.
