@@ -42,11 +42,11 @@ impl MemoryStore {
             if let Some(cell) = table.find_mut(hash, |c| c.key() == key) {
                 // What an adjustment moves may be kept under the key's stamp (a token
                 // bucket's shift, in the side table): stamped first, as a kept spend is.
-                self.ensure_stamped(cell, key);
+                self.ensure_stamped(cell);
                 let moved = cell.adjust(side, now, quota, units, penalty);
                 if !penalty && moved > 0 && !State::refunds_survive_rewards(quota.strategy()) {
                     // The spends before the reward are given back to nothing (see the const).
-                    cell.keep(self.stamped(key));
+                    cell.keep(cell.kept().with_stamp(self.new_stamp()));
                 }
                 return Ok(Some(moved));
             }
@@ -64,7 +64,7 @@ impl MemoryStore {
             let mut cell = A::Cell::fresh();
             let at = self.fresh_at(now);
             let moved = cell.adjust(&mut Side::new(), at, quota, units, penalty);
-            self.insert::<A>(tables, hash, key, cell, true);
+            self.insert::<A>(tables, hash, key, quota, cell, true);
             Ok(Some(moved))
         })
     }

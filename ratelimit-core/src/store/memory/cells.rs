@@ -29,8 +29,9 @@ impl KeyHasher {
 // caches hold costs a miss on the cell, so cells are kept to half a cache line: the key (16
 // bytes) and the algorithm's state in one atomic word (8 or 16 bytes), from which the expiry
 // is recovered too. What a cell does not store is recovered from the expiry and the quota's
-// window (a key whose window changes between calls starts a new window unless the recovered
-// start happens to line up, as a stored start had to). One enum for all four strategies plus
+// window; the window that last spent on the state is kept at the end of the key's own bytes
+// (a bare key asked under another window is decided by `algorithm::written_elsewhere`, as
+// the other stores decide it). One enum for all four strategies plus
 // the expiry straddled two lines most of the time and was far slower than governor at 100,000
 // keys (BENCHMARKS.md, `memory`).
 //
@@ -50,7 +51,10 @@ pub(super) trait Cell: Sized {
     fn kept(&self) -> &StampedKey;
     fn keep(&mut self, kept: StampedKey);
     fn key(&self) -> &[u8] {
-        self.kept().key()
+        match Self::WINDOW_IN_KEY {
+            true => self.kept().key_before_window(),
+            false => self.kept().key(),
+        }
     }
     /// When the state is indistinguishable from a fresh one.
     fn expires_at(&self) -> Nanos;
@@ -76,6 +80,23 @@ pub(super) trait Cell: Sized {
     /// Stores `state` back, taken by [`take`](Self::take), under the write lock; `changed`:
     /// whether anything was written to it (a cell whose state is a copy skips the write).
     fn put(&mut self, side: &mut Side, quota: &Quota, state: Self::State, changed: bool);
+    /// Whether the cell keeps the window of the last quota that spent on it in its key
+    /// ([`StampedKey::window`]), given it when the key is stored: a word cell's state has no
+    /// room for it (the token bucket's keeps it for its rewards: `word.rs`). The sliding
+    /// log's cell keeps it beside its state, under its own lock.
+    const WINDOW_IN_KEY: bool = false;
+    /// How the state is decided under `quota` by the window kept in the key
+    /// ([`algorithm::written_elsewhere`]); a cell that keeps none in its key decides it itself
+    /// (the log's cell) or needs none: as it is.
+    #[inline(always)]
+    fn written_elsewhere(&self, _now: Nanos, _quota: &Quota) -> Written {
+        Written::Here
+    }
+    /// Makes the state `quota`'s at `now` where [`written_elsewhere`](Self::written_elsewhere)
+    /// found [`Written::Passed`] (a state another window wrote, whose window has passed:
+    /// fresh), its window kept in the key. Under the shard's write lock (the key is
+    /// rewritten), before the decision.
+    fn claim(&mut self, _now: Nanos, _quota: &Quota) {}
     /// Whether the cell's state is `quota`'s window's own, for a refund (a spend is given back
     /// only under the window that wrote the state): a cell that keeps no window cannot tell.
     fn written_under(&mut self, _quota: &Quota) -> bool {
@@ -142,13 +163,16 @@ impl Stamp {
     }
 }
 
-/// A kept key's bytes, behind its stamp once a spend kept for a refund was made on it: a
-/// number the store gives a key's state, never twice, so that a refund finds the state its
-/// spend was made on and not one added under the same key since (after a reset, or a sweep
-/// once the state expired). In the key's own allocation, so the cells keep their size: a
-/// stamped key is [`STAMPED`], the stamp (8 bytes, little-endian), then the key's bytes; a key
-/// never given a stamp (nothing spent on it was kept) is its bytes alone, and pays nothing
-/// for refunds.
+/// A kept key's bytes, with what the store keeps of it in the key's own allocation, so the
+/// cells keep their size:
+/// - its stamp, once a spend kept for a refund was made on it: a number the store gives a
+///   key's state, never twice, so that a refund finds the state its spend was made on and not
+///   one added under the same key since (after a reset, or a sweep once the state expired).
+///   A stamped key begins with [`STAMPED`] and the stamp (8 bytes, little-endian); a key never
+///   given one (nothing spent on it was kept) pays nothing for refunds;
+/// - a word cell's window ([`Cell::WINDOW_IN_KEY`]), which its word has no room for: the last
+///   8 bytes (little-endian) of every key of such a cell, read by
+///   [`key_before_window`](Self::key_before_window) and [`window`](Self::window).
 #[derive(Default)]
 pub(super) struct StampedKey(Box<[u8]>);
 
@@ -157,28 +181,62 @@ pub(super) struct StampedKey(Box<[u8]>);
 const STAMPED: u8 = 0xFF;
 
 impl StampedKey {
-    /// `key`'s bytes, without a stamp.
-    pub(super) fn plain(key: &[u8]) -> Self {
+    /// `key`'s bytes, behind `stamp` (none for 0).
+    pub(super) fn new(key: &[u8], stamp: u64) -> Self {
         debug_assert!(std::str::from_utf8(key).is_ok(), "store keys are text");
-        StampedKey(key.into())
+        Self::with_rest(stamp, key, &[])
     }
 
-    /// `key`'s bytes behind `stamp`.
-    pub(super) fn stamped(key: &[u8], stamp: u64) -> Self {
+    /// `key`'s bytes behind `stamp` (none for 0) and before `window`.
+    pub(super) fn windowed(key: &[u8], stamp: u64, window: Nanos) -> Self {
         debug_assert!(std::str::from_utf8(key).is_ok(), "store keys are text");
-        let mut bytes = Vec::with_capacity(9 + key.len());
-        bytes.push(STAMPED);
-        bytes.extend_from_slice(&stamp.to_le_bytes());
+        Self::with_rest(stamp, key, &window.to_le_bytes())
+    }
+
+    /// `stamp` (none for 0), then `key` (what follows a stamp), then `window`.
+    fn with_rest(stamp: u64, key: &[u8], window: &[u8]) -> Self {
+        let mut bytes = Vec::with_capacity(9 + key.len() + window.len());
+        if stamp != 0 {
+            bytes.push(STAMPED);
+            bytes.extend_from_slice(&stamp.to_le_bytes());
+        }
         bytes.extend_from_slice(key);
+        bytes.extend_from_slice(window);
         StampedKey(bytes.into_boxed_slice())
     }
 
+    /// This key behind `stamp` instead, what follows its stamp (its bytes, a window) kept.
+    pub(super) fn with_stamp(&self, stamp: u64) -> Self {
+        Self::with_rest(stamp, self.key(), &[])
+    }
+
+    /// A word cell's key before `window` instead.
+    pub(super) fn with_window(&self, window: Nanos) -> Self {
+        Self::windowed(self.key_before_window(), self.stamp(), window)
+    }
+
+    /// The bytes after the stamp: the key's, and a word cell's window.
     #[inline]
     fn key(&self) -> &[u8] {
         match self.0.split_first() {
             Some((&STAMPED, stamped)) => stamped.get(8..).unwrap_or_default(),
             _ => &self.0,
         }
+    }
+
+    /// A word cell's key, before its window.
+    #[inline]
+    pub(super) fn key_before_window(&self) -> &[u8] {
+        let key = self.key();
+        key.get(..key.len().wrapping_sub(8)).unwrap_or_default()
+    }
+
+    /// A word cell's window; 0 for a key kept without one (a fresh cell's).
+    #[inline]
+    pub(super) fn window(&self) -> Nanos {
+        self.0
+            .last_chunk::<8>()
+            .map_or(0, |bytes| Nanos::from_le_bytes(*bytes))
     }
 
     /// Whether the key was given a stamp.
@@ -195,6 +253,67 @@ impl StampedKey {
                 .map_or(0, |bytes| u64::from_le_bytes(*bytes)),
             _ => 0,
         }
+    }
+}
+
+/// The one rule of a penalty or a reward on a state kept beside `written`, the window of the
+/// last quota that spent on it (0: none recorded), by [`algorithm::written_elsewhere`], as a
+/// decision: on a state another window still counts by, a reward gives nothing back (none of
+/// it is this window's) and a penalty is kept by the longer of the two windows (its entries
+/// or count dropped only once they left that one), which then owns the state; on one whose
+/// window has passed, as on a fresh one. A penalty records its window: on a key nothing else
+/// spent on, a shorter window's decision dropped it. Adjusted under its own window as it was,
+/// a penalty or a reward under a second dropped a minute's log entries that had left the
+/// second (3 more admitted in a minute limited to 3), a reward under the minute took a
+/// second's spends, a fixed window's reward under a second took a minute's count, a penalty
+/// under the minute wrote its window over a second's count, and the key's expiry became the
+/// shorter window's (swept while the longer counted).
+pub(super) fn adjust_written<A: Algorithm>(
+    state: &mut A,
+    written: &mut Nanos,
+    now: Nanos,
+    quota: &Quota,
+    units: u64,
+    penalty: bool,
+) -> u64 {
+    let window = quota.window_nanos();
+    let under = match algorithm::written_elsewhere(*written, now, quota, |q| state.expires_at(q)) {
+        Written::Here => *quota,
+        Written::Elsewhere(_) if !penalty => return 0,
+        Written::Elsewhere(_) => quota.with_window_nanos(window.max(*written)),
+        Written::Passed => {
+            *state = A::default();
+            *quota
+        }
+    };
+    let moved = state.adjust(now, &under, units, penalty);
+    if penalty && moved > 0 {
+        *written = under.window_nanos();
+    }
+    moved
+}
+
+/// Makes `cell` `quota`'s under the shard's write lock, before a decision on it: a refusal
+/// while another window's state still counts by its own (kept in the key), and a state whose
+/// window has passed claimed, fresh ([`Cell::claim`]).
+pub(super) fn claimed<C: Cell>(cell: &mut C, now: Nanos, quota: &Quota) -> Result<(), Verdict> {
+    match cell.written_elsewhere(now, quota) {
+        Written::Here => Ok(()),
+        Written::Elsewhere(refused) => Err(refused),
+        Written::Passed => {
+            cell.claim(now, quota);
+            Ok(())
+        }
+    }
+}
+
+/// `quota` under the window a state kept beside `written` counts by: its own when none is
+/// recorded (0).
+#[inline]
+pub(super) fn owner(quota: &Quota, written: Nanos) -> Quota {
+    match written {
+        0 => *quota,
+        kept => quota.with_window_nanos(kept),
     }
 }
 
@@ -255,15 +374,7 @@ impl<A: Algorithm> Cell for LockedCell<A> {
     fn written_under(&mut self, quota: &Quota) -> bool {
         algorithm::written_under(self.state.get_mut().1, quota)
     }
-    /// By [`algorithm::written_elsewhere`], as a decision: on a state another window still
-    /// counts by, a reward gives nothing back (none of it is this window's) and a penalty is
-    /// kept by the longer of the two windows (its entries dropped only once they left that
-    /// one), which then owns the state; on one whose window has passed, as on a fresh one.
-    /// Adjusted under its own window as it was, a penalty or a reward under a second dropped
-    /// a minute's entries that had left the second (3 more admitted in a minute limited to
-    /// 3), a reward under the minute took a second's spends, and the key's expiry became the
-    /// shorter window's (swept while the longer counted). A penalty records its window: on a
-    /// key nothing else spent on, a shorter window's decision dropped it.
+    /// By [`adjust_written`], the window kept beside the state.
     fn adjust(
         &mut self,
         _: &mut Side,
@@ -273,25 +384,8 @@ impl<A: Algorithm> Cell for LockedCell<A> {
         penalty: bool,
     ) -> u64 {
         let (state, written) = self.state.get_mut();
-        let window = quota.window_nanos();
-        let under =
-            match algorithm::written_elsewhere(*written, now, quota, |q| state.expires_at(q)) {
-                Written::Here => *quota,
-                Written::Elsewhere(_) if !penalty => return 0,
-                Written::Elsewhere(_) => quota.with_window_nanos(window.max(*written)),
-                Written::Passed => {
-                    *state = A::default();
-                    *quota
-                }
-            };
-        let moved = state.adjust(now, &under, units, penalty);
-        if penalty && moved > 0 {
-            *written = under.window_nanos();
-        }
-        *self.expires_at.get_mut() = match *written {
-            0 => state.expires_at(&under),
-            kept => state.expires_at(&quota.with_window_nanos(kept)),
-        };
+        let moved = adjust_written(state, written, now, quota, units, penalty);
+        *self.expires_at.get_mut() = state.expires_at(&owner(quota, *written));
         moved
     }
     fn take(&mut self, _: &mut Side, _: &Quota) -> A {

@@ -4,10 +4,10 @@
 use std::sync::atomic::Ordering;
 
 use super::blocks::{block_after, blocked_verdict};
-use super::cells::{Cell, Side, Stamp, StampedKey};
+use super::cells::{claimed, Cell, Side, Stamp, StampedKey};
 use super::tables::{by_strategy, by_strategy_arms, InTables, Tables};
 use super::{locked, MemoryStore};
-use crate::algorithm::{self, Verdict};
+use crate::algorithm::{self, Verdict, Written};
 use crate::clock::Nanos;
 use crate::decision::Decision;
 use crate::error::Error;
@@ -34,19 +34,22 @@ impl MemoryStore {
         })
     }
 
-    /// Keeps `cell` as `key`'s (room for it was reserved, and the key is in no table),
-    /// `stamped` (see [`stamp_of`](Self::stamp_of)) or not: its stamp.
+    /// Keeps `cell` as `key`'s (room for it was reserved, and the key is in no table), spent
+    /// on under `quota`, `stamped` (see [`stamp_of`](Self::stamp_of)) or not: its stamp. A
+    /// word cell's key keeps `quota`'s window ([`Cell::WINDOW_IN_KEY`]).
     pub(super) fn insert<A: InTables>(
         &self,
         tables: &mut Tables,
         hash: u64,
         key: &[u8],
+        quota: &Quota,
         mut cell: A::Cell,
         stamped: bool,
     ) -> Stamp {
-        cell.keep(match stamped {
-            true => self.stamped(key),
-            false => StampedKey::plain(key),
+        let stamp = if stamped { self.new_stamp() } else { 0 };
+        cell.keep(match A::Cell::WINDOW_IN_KEY {
+            true => StampedKey::windowed(key, stamp, quota.window_nanos()),
+            false => StampedKey::new(key, stamp),
         });
         let stamp = cell.stamp(&tables.side);
         let hasher = &self.inner.hasher;
@@ -167,9 +170,14 @@ impl MemoryStore {
         {
             let tables = self.shard(hash).read();
             match A::table(&tables).find(hash, |c| c.key() == key) {
-                // A kept spend on a key without a stamp stamps it first, below.
+                // A kept spend on a key without a stamp stamps it first, below; a state
+                // another window wrote, whose window has passed, is made this one's there.
                 Some(cell) if !keep || cell.kept().is_stamped() => {
-                    return Ok(decide(cell, &tables.side));
+                    match cell.written_elsewhere(now, quota) {
+                        Written::Here => return Ok(decide(cell, &tables.side)),
+                        Written::Elsewhere(refused) => return Ok((refused, Stamp::default())),
+                        Written::Passed => {}
+                    }
                 }
                 Some(_) => {}
                 None => {
@@ -189,8 +197,11 @@ impl MemoryStore {
             // Another call may have stored the key between the two locks.
             let (table, side) = A::table_and_side(tables);
             if let Some(cell) = table.find_mut(hash, |c| c.key() == key) {
+                if let Err(refused) = claimed(cell, now, quota) {
+                    return Ok(Some((refused, Stamp::default())));
+                }
                 if keep {
-                    self.ensure_stamped(cell, key);
+                    self.ensure_stamped(cell);
                 }
                 return Ok(Some(decide(cell, side)));
             }
@@ -202,7 +213,7 @@ impl MemoryStore {
             }
             let cell = A::Cell::fresh();
             let verdict = cell.decide(self.fresh_at(now), quota, cost, commit);
-            let stamp = self.insert::<A>(tables, hash, key, cell, keep);
+            let stamp = self.insert::<A>(tables, hash, key, quota, cell, keep);
             Ok(Some((verdict, stamp)))
         })
     }

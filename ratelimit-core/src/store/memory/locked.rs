@@ -1,10 +1,10 @@
 //! One key decided under its shard's write lock, held by the caller: a look, and a spend that
 //! stores a new key (a stacked call's members, a call on a key under a block).
 
-use super::cells::{Cell, Stamp};
+use super::cells::{claimed, Cell, Stamp};
 use super::tables::{InTables, Tables};
 use super::MemoryStore;
-use crate::algorithm::{self, Verdict};
+use crate::algorithm::{self, Verdict, Written};
 use crate::clock::Nanos;
 use crate::quota::Quota;
 
@@ -23,7 +23,12 @@ pub(super) fn look<A: InTables>(
         })
     };
     match A::table(tables).find(hash, |c| c.key() == key) {
-        Some(cell) => (decide(cell), true),
+        Some(cell) => match cell.written_elsewhere(now, quota) {
+            Written::Here => (decide(cell), true),
+            Written::Elsewhere(refused) => (refused, true),
+            // Fresh under this window: claimed if the call spends ([`spend`]).
+            Written::Passed => (decide(&A::Cell::fresh()), true),
+        },
         None => (decide(&A::Cell::fresh()), false),
     }
 }
@@ -39,13 +44,17 @@ pub(super) fn spend<A: InTables>(
     cost: u64,
     now: Nanos,
 ) -> (Verdict, Stamp) {
-    if let Some(cell) = A::table(tables).find(hash, |c| c.key() == key) {
-        return (
-            cell.decide(now, quota, cost, true),
-            cell.stamp(&tables.side),
-        );
+    let (table, side) = A::table_and_side(tables);
+    if let Some(cell) = table.find_mut(hash, |c| c.key() == key) {
+        if let Err(refused) = claimed(cell, now, quota) {
+            return (refused, Stamp::default());
+        }
+        return (cell.decide(now, quota, cost, true), cell.stamp(side));
     }
     let cell = A::Cell::fresh();
     let verdict = cell.decide(now, quota, cost, true);
-    (verdict, store.insert::<A>(tables, hash, key, cell, false))
+    (
+        verdict,
+        store.insert::<A>(tables, hash, key, quota, cell, false),
+    )
 }

@@ -5,7 +5,7 @@
 
 use std::sync::atomic::Ordering;
 
-use super::cells::{Cell, Stamp, StampedKey};
+use super::cells::{Cell, Stamp};
 use super::stacked::locked;
 use super::tables::{by_strategy, by_strategy_arms, InTables, Tables};
 use super::{MemoryStore, WriteGuard};
@@ -35,9 +35,9 @@ fn refund<A: InTables>(
 
 /// Stamps: which state of a key a kept spend was made on.
 impl MemoryStore {
-    /// A key's bytes behind a stamp no other key's state was given.
-    pub(super) fn stamped(&self, key: &[u8]) -> StampedKey {
-        StampedKey::stamped(key, self.inner.stamps.fetch_add(1, Ordering::Relaxed))
+    /// A stamp no other key's state was given.
+    pub(super) fn new_stamp(&self) -> u64 {
+        self.inner.stamps.fetch_add(1, Ordering::Relaxed)
     }
 
     /// The stamp of `key`'s stored cell, under the shard's write lock, the key given one
@@ -53,7 +53,7 @@ impl MemoryStore {
         let (table, side) = A::table_and_side(tables);
         match table.find_mut(hash, |c| c.key() == key) {
             Some(cell) => {
-                self.ensure_stamped(cell, key);
+                self.ensure_stamped(cell);
                 cell.stamp(side)
             }
             None => Stamp::default(),
@@ -64,9 +64,9 @@ impl MemoryStore {
     /// line: once in a key's life, off the path of the decisions around it.
     #[cold]
     #[inline(never)]
-    pub(super) fn ensure_stamped(&self, cell: &mut impl Cell, key: &[u8]) {
+    pub(super) fn ensure_stamped(&self, cell: &mut impl Cell) {
         if !cell.kept().is_stamped() {
-            cell.keep(self.stamped(key));
+            cell.keep(cell.kept().with_stamp(self.new_stamp()));
         }
     }
 }
