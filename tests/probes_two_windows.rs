@@ -850,15 +850,14 @@ mod on_redis {
     /// A penalty or a reward under a second on a key a minute spent its 3 on (bare key, each
     /// script): the minute never admits again inside its minute. A reward under the second
     /// took the minute's 3 on the fixed window (read in the minute's last second, as Rust's
-    /// `FixedWindow::adjust` reads it) and on the log (its entries all in the second's window:
-    /// `kept_longer` is not read), and the minute admitted 3 more.
-    #[tokio::test]
-    #[ignore = "finding: a reward under a shorter window takes a longer one's count (fixed_window.lua with fixed_window.rs's adjust, which the scripts must agree with) and log entries (sliding_log.lua, as above)"]
-    async fn an_adjustment_under_another_window_never_frees_the_minute() {
+    /// `FixedWindow::adjust` reads it without the window the memory store now keeps) and on
+    /// the log (its entries all in the second's window: `kept_longer` was not read for it; now
+    /// read for every reward on a bare key), and the minute admitted 3 more.
+    async fn adjustments_under_another_window(strategies: &[Strategy]) -> Vec<String> {
         let server = RedisServer::start();
         let store = store(&server);
         let mut failed = Vec::new();
-        for strategy in WINDOWED {
+        for &strategy in strategies {
             for penalize in [true, false] {
                 let key = format!("{}:{strategy:?}:{penalize}", prefix("two_windows_adjust"));
                 let minute = quota(3, Duration::from_secs(60), strategy);
@@ -875,6 +874,44 @@ mod on_redis {
                         "{strategy:?} penalty {penalize}: {moved:?}, {more}"
                     ));
                 }
+            }
+        }
+        failed
+    }
+
+    #[tokio::test]
+    async fn an_adjustment_under_another_window_never_frees_the_minute() {
+        let strategies = [Strategy::SlidingWindow, Strategy::SlidingWindowCounter];
+        let failed = adjustments_under_another_window(&strategies).await;
+        assert!(failed.is_empty(), "{failed:?}");
+    }
+
+    #[tokio::test]
+    #[ignore = "finding: a reward under a shorter window takes a longer one's count on a fixed window of whole milliseconds: its integer count keeps no window (fixed_window.lua), read in the longer window's last shorter window as this one's"]
+    async fn an_adjustment_under_another_window_never_frees_the_minute_on_a_fixed_window() {
+        let failed = adjustments_under_another_window(&[Strategy::FixedWindow]).await;
+        assert!(failed.is_empty(), "{failed:?}");
+    }
+
+    /// The other way round: a second's 3 on a bare key, then a reward under a minute. The
+    /// log's reward took the second's entries (its key kept shorter than the minute keeps
+    /// one was not read as another window's), and the second admitted 3 more in its second.
+    #[tokio::test]
+    async fn a_reward_under_a_longer_window_never_frees_the_second() {
+        let server = RedisServer::start();
+        let store = store(&server);
+        let mut failed = Vec::new();
+        for strategy in WINDOWED {
+            let key = format!("{}:{strategy:?}", prefix("two_windows_reward_longer"));
+            let minute = quota(100, Duration::from_secs(60), strategy);
+            let second = quota(3, Duration::from_secs(1), strategy);
+            assert_eq!(drain(&store, bare(&key), &second).await, 3);
+            let gave = store
+                .adjust(Adjustment::reward(bare(&key), &minute, 3, 0))
+                .await;
+            let more = drain(&store, bare(&key), &second).await;
+            if more > 0 || matches!(gave, Ok(n) if n > 0) {
+                failed.push(format!("{strategy:?}: gave {gave:?}, {more} more"));
             }
         }
         assert!(failed.is_empty(), "{failed:?}");
