@@ -203,7 +203,7 @@ fn an_adjustment_under_a_longer_window_never_takes_a_shorter_ones_spends_away_in
 /// by its own quota's interval: a reward under another window gave that window's calls back to
 /// the quota that spent (found by the interleaving below: 2 a 2 s spent, a reward of one
 /// under 2 a 1 s, and the 2 s quota admitted a third call half a second later). A reward is
-/// now given only under the one window that spent on the state since it was last full.
+/// now given only under the one interval that spent on the state since it was last full.
 #[test]
 fn a_reward_under_another_window_never_gives_a_token_buckets_spends_back() {
     let store = memory();
@@ -567,9 +567,17 @@ fn interleave(
                 if target.adjust(&quotas[q], units, false, now).is_some() {
                     // The references of the quotas of this window (one state, shared by
                     // design) take the same reward: more lenient than the store, never less.
-                    let window = quotas[q].window();
+                    // A token bucket's one arrival time is every quota's, and a unit of a
+                    // reward is its quota's interval: the quotas of that interval take it.
+                    let interval = |q: &Quota| {
+                        q.window().as_nanos() / u128::from(q.refill_per_window().max(1))
+                    };
+                    let shares = |other: &Quota| match other.strategy() {
+                        Strategy::TokenBucket => interval(other) == interval(&quotas[q]),
+                        _ => other.window() == quotas[q].window(),
+                    };
                     for (i, same) in quotas.iter().enumerate() {
-                        if same.window() == window {
+                        if shares(same) {
                             reward(&refs.refs[i], "ref", same, units, at).unwrap();
                         }
                     }

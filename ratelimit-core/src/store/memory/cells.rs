@@ -51,8 +51,8 @@ pub(super) trait Cell: Sized {
     fn kept(&self) -> &StampedKey;
     fn keep(&mut self, kept: StampedKey);
     fn key(&self) -> &[u8] {
-        match Self::WINDOW_IN_KEY {
-            true => self.kept().key_before_window(),
+        match Self::MARKED {
+            true => self.kept().key_before_mark(),
             false => self.kept().key(),
         }
     }
@@ -80,11 +80,16 @@ pub(super) trait Cell: Sized {
     /// Stores `state` back, taken by [`take`](Self::take), under the write lock; `changed`:
     /// whether anything was written to it (a cell whose state is a copy skips the write).
     fn put(&mut self, side: &mut Side, quota: &Quota, state: Self::State, changed: bool);
-    /// Whether the cell keeps the window of the last quota that spent on it in its key
-    /// ([`StampedKey::window`]), given it when the key is stored: a word cell's state has no
-    /// room for it (the token bucket's keeps it for its rewards: `word.rs`). The sliding
-    /// log's cell keeps it beside its state, under its own lock.
-    const WINDOW_IN_KEY: bool = false;
+    /// Whether the cell keeps a mark of the last quota that spent on its state at the end of
+    /// its key ([`mark`](Self::mark), [`StampedKey::mark`]), given it when the key is stored:
+    /// a word cell's state has no room for it. The sliding log's cell keeps its window beside
+    /// its state, under its own lock.
+    const MARKED: bool = false;
+    /// What a [`MARKED`](Self::MARKED) cell keeps of `quota`: a fixed window's or counter's
+    /// window; a token bucket's interval (`word.rs`).
+    fn mark(quota: &Quota) -> Nanos {
+        quota.window_nanos()
+    }
     /// How the state is decided under `quota` by the window kept in the key
     /// ([`algorithm::written_elsewhere`]); a cell that keeps none in its key decides it itself
     /// (the log's cell) or needs none: as it is.
@@ -97,6 +102,16 @@ pub(super) trait Cell: Sized {
     /// fresh), its window kept in the key. Under the shard's write lock (the key is
     /// rewritten), before the decision.
     fn claim(&mut self, _now: Nanos, _quota: &Quota) {}
+    /// A look (nothing spent) at `now` where [`written_elsewhere`](Self::written_elsewhere)
+    /// found [`Written::Passed`]: decided on the state a claim would leave, without claiming
+    /// it (fresh; the token bucket's claim keeps its state: `word.rs`). A look writes
+    /// nothing: claimed by a look, a word cell was left empty (its expiry 0) while its old
+    /// window still counted at an older clock read, and a caller there claimed it back fresh
+    /// (a second of 3 admitted 6); read as fresh, a bucket another window had emptied
+    /// admitted a stacked call's look (its other keys spent, then the bucket refused).
+    fn decide_passed(&self, now: Nanos, quota: &Quota, cost: u64) -> Verdict {
+        Self::fresh().decide(now, quota, cost, false)
+    }
     /// Whether the cell's state is `quota`'s window's own, for a refund (a spend is given back
     /// only under the window that wrote the state): a cell that keeps no window cannot tell.
     fn written_under(&mut self, _quota: &Quota) -> bool {
@@ -170,9 +185,10 @@ impl Stamp {
 ///   one added under the same key since (after a reset, or a sweep once the state expired).
 ///   A stamped key begins with [`STAMPED`] and the stamp (8 bytes, little-endian); a key never
 ///   given one (nothing spent on it was kept) pays nothing for refunds;
-/// - a word cell's window ([`Cell::WINDOW_IN_KEY`]), which its word has no room for: the last
-///   8 bytes (little-endian) of every key of such a cell, read by
-///   [`key_before_window`](Self::key_before_window) and [`window`](Self::window).
+/// - a word cell's mark of the last quota that spent on its state ([`Cell::MARKED`]), which
+///   its word has no room for: the last 8 bytes (little-endian) of every key of such a cell,
+///   read by [`mark`](Self::mark) (the key's own bytes by
+///   [`key_before_mark`](Self::key_before_mark)).
 #[derive(Default)]
 pub(super) struct StampedKey(Box<[u8]>);
 
@@ -181,41 +197,41 @@ pub(super) struct StampedKey(Box<[u8]>);
 const STAMPED: u8 = 0xFF;
 
 impl StampedKey {
-    /// `key`'s bytes, behind `stamp` (none for 0).
+    /// `key`'s bytes behind `stamp` (none for 0).
     pub(super) fn new(key: &[u8], stamp: u64) -> Self {
         debug_assert!(std::str::from_utf8(key).is_ok(), "store keys are text");
         Self::with_rest(stamp, key, &[])
     }
 
-    /// `key`'s bytes behind `stamp` (none for 0) and before `window`.
-    pub(super) fn windowed(key: &[u8], stamp: u64, window: Nanos) -> Self {
+    /// `key`'s bytes behind `stamp` (none for 0) and before `mark` ([`Cell::MARKED`]).
+    pub(super) fn marked(key: &[u8], stamp: u64, mark: Nanos) -> Self {
         debug_assert!(std::str::from_utf8(key).is_ok(), "store keys are text");
-        Self::with_rest(stamp, key, &window.to_le_bytes())
+        Self::with_rest(stamp, key, &mark.to_le_bytes())
     }
 
-    /// `stamp` (none for 0), then `key` (what follows a stamp), then `window`.
-    fn with_rest(stamp: u64, key: &[u8], window: &[u8]) -> Self {
-        let mut bytes = Vec::with_capacity(9 + key.len() + window.len());
+    /// `stamp` (none for 0), then `key` (what follows a stamp), then `mark`.
+    fn with_rest(stamp: u64, key: &[u8], mark: &[u8]) -> Self {
+        let mut bytes = Vec::with_capacity(9 + key.len() + mark.len());
         if stamp != 0 {
             bytes.push(STAMPED);
             bytes.extend_from_slice(&stamp.to_le_bytes());
         }
         bytes.extend_from_slice(key);
-        bytes.extend_from_slice(window);
+        bytes.extend_from_slice(mark);
         StampedKey(bytes.into_boxed_slice())
     }
 
-    /// This key behind `stamp` instead, what follows its stamp (its bytes, a window) kept.
+    /// This key behind `stamp` instead, what follows its stamp (its bytes, a mark) kept.
     pub(super) fn with_stamp(&self, stamp: u64) -> Self {
         Self::with_rest(stamp, self.key(), &[])
     }
 
-    /// A word cell's key before `window` instead.
-    pub(super) fn with_window(&self, window: Nanos) -> Self {
-        Self::windowed(self.key_before_window(), self.stamp(), window)
+    /// A marked key before `mark` instead.
+    pub(super) fn with_mark(&self, mark: Nanos) -> Self {
+        Self::marked(self.key_before_mark(), self.stamp(), mark)
     }
 
-    /// The bytes after the stamp: the key's, and a word cell's window.
+    /// The bytes after the stamp: the key's, and a marked cell's mark.
     #[inline]
     fn key(&self) -> &[u8] {
         match self.0.split_first() {
@@ -224,16 +240,16 @@ impl StampedKey {
         }
     }
 
-    /// A word cell's key, before its window.
+    /// A marked key's own bytes, before its mark.
     #[inline]
-    pub(super) fn key_before_window(&self) -> &[u8] {
+    pub(super) fn key_before_mark(&self) -> &[u8] {
         let key = self.key();
         key.get(..key.len().wrapping_sub(8)).unwrap_or_default()
     }
 
-    /// A word cell's window; 0 for a key kept without one (a fresh cell's).
+    /// A marked key's mark; 0 for a key kept without one (a fresh cell's).
     #[inline]
-    pub(super) fn window(&self) -> Nanos {
+    pub(super) fn mark(&self) -> Nanos {
         self.0
             .last_chunk::<8>()
             .map_or(0, |bytes| Nanos::from_le_bytes(*bytes))
@@ -281,6 +297,11 @@ pub(super) fn adjust_written<A: Algorithm>(
         Written::Here => *quota,
         Written::Elsewhere(_) if !penalty => return 0,
         Written::Elsewhere(_) => quota.with_window_nanos(window.max(*written)),
+        // A reward (or a penalty of nothing) on a fresh state moves nothing, so it writes
+        // nothing: the state is made fresh only by what spends on it. Written fresh, it was
+        // erased while its own window still counted at an older clock read (its window kept,
+        // a caller there found it empty: a second of 3 admitted 6).
+        Written::Passed if !penalty || units == 0 => return 0,
         Written::Passed => {
             *state = A::default();
             *quota

@@ -36,7 +36,7 @@ impl MemoryStore {
 
     /// Keeps `cell` as `key`'s (room for it was reserved, and the key is in no table), spent
     /// on under `quota`, `stamped` (see [`stamp_of`](Self::stamp_of)) or not: its stamp. A
-    /// word cell's key keeps `quota`'s window ([`Cell::WINDOW_IN_KEY`]).
+    /// word cell's key keeps its mark of `quota` ([`Cell::MARKED`]).
     pub(super) fn insert<A: InTables>(
         &self,
         tables: &mut Tables,
@@ -47,8 +47,8 @@ impl MemoryStore {
         stamped: bool,
     ) -> Stamp {
         let stamp = if stamped { self.new_stamp() } else { 0 };
-        cell.keep(match A::Cell::WINDOW_IN_KEY {
-            true => StampedKey::windowed(key, stamp, quota.window_nanos()),
+        cell.keep(match A::Cell::MARKED {
+            true => StampedKey::marked(key, stamp, A::Cell::mark(quota)),
             false => StampedKey::new(key, stamp),
         });
         let stamp = cell.stamp(&tables.side);
@@ -171,11 +171,16 @@ impl MemoryStore {
             let tables = self.shard(hash).read();
             match A::table(&tables).find(hash, |c| c.key() == key) {
                 // A kept spend on a key without a stamp stamps it first, below; a state
-                // another window wrote, whose window has passed, is made this one's there.
+                // another window wrote, whose window has passed, is made this one's there
+                // by a spend (a look claims nothing: `Cell::decide_passed`).
                 Some(cell) if !keep || cell.kept().is_stamped() => {
                     match cell.written_elsewhere(now, quota) {
                         Written::Here => return Ok(decide(cell, &tables.side)),
                         Written::Elsewhere(refused) => return Ok((refused, Stamp::default())),
+                        Written::Passed if !commit => {
+                            let verdict = cell.decide_passed(now, quota, cost);
+                            return Ok((verdict, Stamp::default()));
+                        }
                         Written::Passed => {}
                     }
                 }

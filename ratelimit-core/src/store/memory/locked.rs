@@ -17,19 +17,20 @@ pub(super) fn look<A: InTables>(
     cost: u64,
     now: Nanos,
 ) -> (Verdict, bool) {
-    let decide = |cell: &A::Cell| {
-        algorithm::level(cost, false, |cost, commit| {
-            cell.decide(now, quota, cost, commit)
+    let decide = |cell: &A::Cell, passed: bool| {
+        algorithm::level(cost, false, |cost, commit| match passed {
+            true => cell.decide_passed(now, quota, cost),
+            false => cell.decide(now, quota, cost, commit),
         })
     };
     match A::table(tables).find(hash, |c| c.key() == key) {
         Some(cell) => match cell.written_elsewhere(now, quota) {
-            Written::Here => (decide(cell), true),
+            Written::Here => (decide(cell, false), true),
             Written::Elsewhere(refused) => (refused, true),
-            // Fresh under this window: claimed if the call spends ([`spend`]).
-            Written::Passed => (decide(&A::Cell::fresh()), true),
+            // As a claim leaves it: claimed if the call spends ([`spend`]).
+            Written::Passed => (decide(cell, true), true),
         },
-        None => (decide(&A::Cell::fresh()), false),
+        None => (decide(&A::Cell::fresh(), false), false),
     }
 }
 

@@ -145,18 +145,18 @@ impl<A: Packed> Cell for WordCell<A> {
     /// word under another window as it was, a reward under a second took a minute's count
     /// (read in the minute's last second, where its end puts it) and a penalty under the
     /// minute wrote its window over a second's count (probes_two_windows).
-    const WINDOW_IN_KEY: bool = true;
+    const MARKED: bool = true;
     /// The state's own expiry is the word's, whichever window reads it.
     #[inline(always)]
     fn written_elsewhere(&self, now: Nanos, quota: &Quota) -> Written {
-        algorithm::written_elsewhere(self.key.window(), now, quota, |_| self.expires_at())
+        algorithm::written_elsewhere(self.key.mark(), now, quota, |_| self.expires_at())
     }
     fn claim(&mut self, _: Nanos, quota: &Quota) {
         *self.state.get_mut() = 0;
-        self.key = self.key.with_window(quota.window_nanos());
+        self.key = self.key.with_mark(quota.window_nanos());
     }
     fn written_under(&mut self, quota: &Quota) -> bool {
-        algorithm::written_under(self.key.window(), quota)
+        algorithm::written_under(self.key.mark(), quota)
     }
     /// By [`adjust_written`], on the state read under the window that wrote it.
     fn adjust(
@@ -167,13 +167,13 @@ impl<A: Packed> Cell for WordCell<A> {
         units: u64,
         penalty: bool,
     ) -> u64 {
-        let mut written = self.key.window();
+        let mut written = self.key.mark();
         let word = self.state.get_mut();
         let mut state = A::unpacked(*word, owner(quota, written).window_nanos());
         let moved = adjust_written(&mut state, &mut written, now, quota, units, penalty);
         *word = state.packed(&owner(quota, written));
-        if written != self.key.window() {
-            self.key = self.key.with_window(written);
+        if written != self.key.mark() {
+            self.key = self.key.with_mark(written);
         }
         moved
     }
@@ -291,25 +291,34 @@ impl Cell for BucketCell {
     /// One arrival time counts every spend under any quota, so a decision reads it as it is
     /// (see [`algorithm::written_elsewhere`]); but a reward or a penalty moves it by its own
     /// quota's interval, which gave another quota's spends back (a reward of one under a
-    /// 1 s quota on a key a 2 s quota had spent gave that quota half a call). So the key
-    /// keeps the window that spent on the state since it was last full, or [`MIXED`] once
-    /// two did, and a reward is given only under that one window (see `adjust`).
-    const WINDOW_IN_KEY: bool = true;
-    /// `Here` under the window kept; else `Passed`, claimed under the write lock: on a full
-    /// bucket by this window, on one that still counts as [`MIXED`] (then `Here`).
+    /// 1 s quota on a key a 2 s quota had spent gave that quota half a call; under 3 a 3 s,
+    /// a reward of one on 2 a 3 s's spends gave 1 s back where that quota's own gives
+    /// nothing before 1.5 s). So the key keeps the interval of the quotas that spent on the
+    /// state since it was last full, or [`MIXED`] once two intervals did, and a reward is
+    /// given only under that interval (see `adjust`): its units are then every such quota's.
+    const MARKED: bool = true;
+    fn mark(quota: &Quota) -> Nanos {
+        quota.interval_nanos()
+    }
+    /// `Here` under the interval kept; else `Passed`, claimed under the write lock: on a full
+    /// bucket by this interval, on one that still counts as [`MIXED`] (then `Here`).
     #[inline(always)]
     fn written_elsewhere(&self, now: Nanos, quota: &Quota) -> Written {
-        let window = self.key.window();
-        if window == quota.window_nanos() || window == MIXED && self.expires_at() > now {
+        let kept = self.key.mark();
+        if kept == quota.interval_nanos() || kept == MIXED && self.expires_at() > now {
             return Written::Here;
         }
         Written::Passed
     }
     fn claim(&mut self, now: Nanos, quota: &Quota) {
-        self.key = self.key.with_window(self.spent_under(now, quota));
+        self.key = self.key.with_mark(self.spent_under(now, quota));
     }
-    /// A reward under another window than the one that spent on the state gives nothing; a
-    /// penalty under another marks it [`MIXED`] (so no reward gives its tokens back).
+    /// A claim keeps the arrival time: a look reads it as it is.
+    fn decide_passed(&self, now: Nanos, quota: &Quota, cost: u64) -> Verdict {
+        self.decide(now, quota, cost, false)
+    }
+    /// A reward under another interval than the one that spent on the state gives nothing;
+    /// a penalty under another marks it [`MIXED`] (so no reward gives its tokens back).
     fn adjust(
         &mut self,
         side: &mut Side,
@@ -318,35 +327,35 @@ impl Cell for BucketCell {
         units: u64,
         penalty: bool,
     ) -> u64 {
-        let window = self.spent_under(now, quota);
-        if !penalty && window != quota.window_nanos() {
+        let spent = self.spent_under(now, quota);
+        if !penalty && spent != quota.interval_nanos() {
             return 0;
         }
         let mut state = self.take(side, quota);
         let moved = state.adjust(now, quota, units, penalty);
         self.put(side, quota, state, true);
-        if moved > 0 && window != self.key.window() {
-            self.key = self.key.with_window(window);
+        if moved > 0 && spent != self.key.mark() {
+            self.key = self.key.with_mark(spent);
         }
         moved
     }
 }
 
 impl BucketCell {
-    /// The window kept once `quota` spends at `now`: its own on a full bucket (or one that
+    /// The interval kept once `quota` spends at `now`: its own on a full bucket (or one that
     /// kept none) and where it is kept already; else [`MIXED`].
     fn spent_under(&self, now: Nanos, quota: &Quota) -> Nanos {
-        let (kept, window) = (self.key.window(), quota.window_nanos());
-        if kept == 0 || kept == window || self.expires_at() <= now {
-            window
+        let (kept, own) = (self.key.mark(), quota.interval_nanos());
+        if kept == 0 || kept == own || self.expires_at() <= now {
+            own
         } else {
             MIXED
         }
     }
 }
 
-/// The window a token bucket's key keeps once quotas of two windows spent on its state since
-/// it was last full: no window's (a reward gives nothing back).
+/// The interval a token bucket's key keeps once quotas of two intervals spent on its state
+/// since it was last full: no quota's (a reward gives nothing back).
 const MIXED: Nanos = Nanos::MAX;
 
 const _: () = assert!(std::mem::size_of::<FixedCell>() == 32);
