@@ -29,7 +29,8 @@
 -- Expiry: an absolute PEXPIREAT rounded up to the millisecond, one window after the newest
 --         entry, so the key never goes before its state stops mattering, whatever instant
 --         Redis' expiry clock froze at. Written only when it moves (a call in the same
---         millisecond as the newest entry leaves it as it is), and never earlier than it is.
+--         millisecond as the newest entry leaves it as it is, on a key of one window), and
+--         never earlier than it is.
 -- Time: never decided before the newest hit (now = max(TIME, newest)), as in Rust: after
 --       Redis' clock stepped forward and back, the hits it stamped ahead keep counting until
 --       that later time plus the window, and new hits are stamped there too (so the log stays
@@ -231,8 +232,9 @@ local function expiry()
   if ends < 0 then return nil end
   return ends
 end
+local ends
 if head and (used == 0 or dead > 0 or adjusting and not penalty) and not one_window then
-  local ends = expiry()
+  ends = expiry()
   if ends and ends > idiv(at + window + 999, 1000) + math.min(50, idiv(window, 8000)) then
     if adjusting and penalty then
       return unexpected('a sliding log this window keeps (another window keeps this one)')
@@ -257,6 +259,13 @@ if adjusting and not penalty then
   -- the head rewritten names, as every head must name an entry the list holds.
   if not head or cost == 0 then return 0 end
   if used == 0 then
+    -- Nothing live in this window, on a key kept more than this window (and its eighth) past
+    -- its newest entry: a longer window's, whose entries still count there. Left as it is (a
+    -- reward under 100 ms, 330 ms into a 400 ms window's log, dropped it, and that window
+    -- admitted its 3 again inside its 400 ms).
+    if ends and ends > idiv(newest + window + 999, 1000) + math.min(50, idiv(window, 8000)) then
+      return 0
+    end
     redis.call('DEL', key)
     return 0
   elseif dead > 0 then
@@ -316,7 +325,10 @@ if adjusting or used + cost <= capacity then
     local expiry = idiv(at + window + 999, 1000)
     if not head then
       redis.call('PEXPIREAT', key, string.format('%d', expiry))
-    elseif idiv(newest + window + 999, 1000) ~= expiry then
+    elseif idiv(newest + window + 999, 1000) ~= expiry or not one_window then
+      -- A bare key's call writes (GT) even in its newest entry's millisecond: that entry may
+      -- be a shorter window's, whose expiry the key keeps (a minute's call in a second's
+      -- millisecond left the second's, and the minute admitted its 4 again a second later).
       -- Never earlier than it is: under one window the expiry only moves later (`at` never
       -- goes back), and under two a shorter window's call moved it before a longer one's
       -- entries stopped counting, which went with the key (a 200 ms window of 3 admitted 3
