@@ -36,7 +36,9 @@ impl<'a> StoreKey<'a> {
     /// then take the shortcuts that trust its state to be that window's, such as the Redis
     /// store's fixed-window hot script. A key made with [`new`](Self::new) is decided the
     /// long way there, where a state another window wrote is refused until it ends; one made
-    /// here and asked under two windows is read by whichever asks.
+    /// here and asked under two windows is read by whichever asks. The Redis store rewards
+    /// ([`Adjustment::reward`](crate::store::Adjustment::reward)) only such keys: its states
+    /// keep no window, and a reward on a bare key is `Error::InvalidKey`.
     ///
     /// ```
     /// use ratelimit_core::store::StoreKey;
