@@ -1,7 +1,9 @@
 //! Probes of the Redis sliding log's rewards (`Store::adjust` with `Adjustment::reward`,
-//! `sliding_log.lua` in its adjust mode) on bare store keys, kept as tests. A reward reads the
-//! key's expiry and gives nothing back on a key kept longer or shorter than its window keeps
-//! one (README, "A state keeps the window of the last quota that spent on it"). Attacked: a
+//! `sliding_log.lua` in its adjust mode) on a key asked under one or two windows, kept as
+//! tests. A log keeps no window per entry, so the Redis store rewards only keys of one window
+//! (`StoreKey::one_window`, the service's keys) and refuses a reward on a bare key
+//! (`Error::InvalidKey`; README, "A state keeps the window of the last quota that spent on
+//! it"). Attacked: a
 //! reward under its own window after refunds, rewards and penalties took the newest entries
 //! (it must still give back what `SlidingLog::adjust` gives); rewards under two windows in
 //! either order, late in the longer window, on a log of mixed entries, after a penalty, and
@@ -13,12 +15,10 @@
 //! window gives back what it should, and that the log left reads (its head names an entry it
 //! holds). Real servers, Redis' own `TIME`: a round that ran too slow to tell is run again.
 //!
-//! Six of the probes of two windows found ways through the expiry checks (a log holding two
-//! windows' entries keeps no window per entry: a reward under one gave back the other's, 6
-//! admitted against 3). The Redis store now rewards only keys of one window
-//! (`StoreKey::one_window`, the service's keys): a reward on a bare key is
-//! `Error::InvalidKey`, which the probes of two windows meet (`bare_reward`); the probes of
-//! one window reward the same key as one window's, where the checks stay behind it.
+//! Six of the probes of two windows found ways through the expiry checks a reward on a bare
+//! key first read (a log holding two windows' entries: a reward under one gave back the
+//! other's, 6 admitted against 3), hence the refusal, which they now meet (`bare_reward`);
+//! the probes of one window reward the same key as one window's.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -26,7 +26,9 @@ use std::time::Duration;
 
 use ratelimit::store::{Adjustment, Mode, Request, Store, StoreKey};
 use ratelimit::{Decision, Error, Options, Quota, RedisOptions, RedisStore, Strategy};
-use ratelimit_tests::redis_server::{prefix, RedisServer};
+use ratelimit_tests::redis_server::{
+    prefix, redis_time as time, until_redis_time as until, RedisServer,
+};
 
 const MINUTE: Duration = Duration::from_secs(60);
 const SECOND: Duration = Duration::from_secs(1);
@@ -43,19 +45,6 @@ fn store(server: &RedisServer) -> RedisStore {
         .timeout(Duration::from_secs(2))
         .local_refusals(0);
     RedisStore::new(options).expect("store")
-}
-
-/// Redis' clock, in microseconds.
-fn time(c: &mut redis::Connection) -> u64 {
-    let (s, us): (u64, u64) = redis::cmd("TIME").query(c).unwrap();
-    s * 1_000_000 + us
-}
-
-/// Polls Redis' TIME (bounded: 5 s of it) until it reaches `at` (microseconds).
-fn until(c: &mut redis::Connection, at: u64) {
-    let from = time(c);
-    assert!(at < from + 5_000_000, "too far ahead");
-    while time(c) < at {}
 }
 
 fn bare(key: &str) -> StoreKey<'_> {

@@ -43,6 +43,20 @@ pub struct RedisServer {
     extra: Vec<String>,
 }
 
+/// Redis' clock (`TIME`), in microseconds: what a test of a script's time reads.
+pub fn redis_time(c: &mut redis::Connection) -> u64 {
+    let (s, us): (u64, u64) = redis::cmd("TIME").query(c).unwrap();
+    s * 1_000_000 + us
+}
+
+/// Polls Redis' `TIME` (bounded: 5 s of it) until it reaches `at` (microseconds): a wait on
+/// the server's own clock, for scripts that read it.
+pub fn until_redis_time(c: &mut redis::Connection, at: u64) {
+    let from = redis_time(c);
+    assert!(at < from + 5_000_000, "too far ahead");
+    while redis_time(c) < at {}
+}
+
 impl RedisServer {
     /// A standalone server without persistence.
     pub fn start() -> Self {

@@ -216,39 +216,28 @@ end
 -- longer window's entries from its first `window` (the shorter one's) can be dropped in its
 -- last, when its key ends less than a window after the call.
 -- Read only on that path, and for a bare key (ARGV[5], prelude.lua): one call more
--- (PEXPIRETIME) where entries have left the window. A reward reads it on every bare key:
--- entries all live in a shorter window are a longer one's too, and a reward under a second
--- took a minute's 3 (3 more admitted in the minute). Its own window's key reads so only once
--- a reward or a refund took the newest entries (the key keeps their expiry) and TIME then
--- stepped back more than that eighth: the reward gives nothing back (lua_adjusts.rs).
--- The key's expiry in milliseconds; nil for none (not written here, counted as it reads).
-local function expiry()
+-- (PEXPIRETIME) where entries have left the window. (A reward on a bare key never comes
+-- here: the Redis store refuses it, as a log keeps no window per entry.)
+local function kept_longer()
   local ends = redis.pcall('PEXPIRETIME', key)
   if type(ends) == 'table' then -- Redis 6.2 has no PEXPIRETIME: PTTL, from TIME
     local ttl = redis.call('PTTL', key)
     if ttl < 0 then return nil end
     ends = idiv(now, 1000) + ttl + 1
   end
-  if ends < 0 then return nil end
-  return ends
+  if ends < 0 then return nil end -- no expiry: not written here, counted as it reads
+  local mine = idiv(at + window + 999, 1000)
+  if ends > mine + math.min(50, idiv(window, 8000)) then return ends * 1000 end
+  return nil
 end
-local ends
-if head and (used == 0 or dead > 0 or adjusting and not penalty) and not one_window then
-  ends = expiry()
-  if ends and ends > idiv(at + window + 999, 1000) + math.min(50, idiv(window, 8000)) then
+if head and (used == 0 or dead > 0) and not one_window then
+  local ends = kept_longer()
+  if ends then
     if adjusting and penalty then
       return unexpected('a sliding log this window keeps (another window keeps this one)')
     end
     if adjusting then return 0 end
-    return {0, 0, ends * 1000, math.max(ends * 1000 - now, 1), now}
-  end
-  -- A reward on a key kept less than this window past its newest entry: a shorter window's
-  -- entries (every expiry written here is at least a window past the newest entry, and never
-  -- moves earlier), which it gave back to that window (a minute's reward took a second's 3,
-  -- and the second admitted 3 more in its second). Nothing is given back.
-  if ends and adjusting and not penalty and used > 0 and
-      ends < idiv(newest + window + 999, 1000) then
-    return 0
+    return {0, 0, ends, math.max(ends - now, 1), now}
   end
 end
 
@@ -259,13 +248,6 @@ if adjusting and not penalty then
   -- the head rewritten names, as every head must name an entry the list holds.
   if not head or cost == 0 then return 0 end
   if used == 0 then
-    -- Nothing live in this window, on a key kept more than this window (and its eighth) past
-    -- its newest entry: a longer window's, whose entries still count there. Left as it is (a
-    -- reward under 100 ms, 330 ms into a 400 ms window's log, dropped it, and that window
-    -- admitted its 3 again inside its 400 ms).
-    if ends and ends > idiv(newest + window + 999, 1000) + math.min(50, idiv(window, 8000)) then
-      return 0
-    end
     redis.call('DEL', key)
     return 0
   elseif dead > 0 then

@@ -19,14 +19,6 @@ pub(crate) struct SlidingLog {
     total: u64,
 }
 
-impl SlidingLog {
-    /// The newest entry's time.
-    #[cfg(test)]
-    pub(crate) fn newest(&self) -> Option<Nanos> {
-        self.hits.back().map(|&(at, _)| at)
-    }
-}
-
 impl Algorithm for SlidingLog {
     const LETTER: u8 = b'L';
 

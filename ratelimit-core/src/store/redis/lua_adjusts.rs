@@ -13,7 +13,6 @@ use super::lua_agrees::{cases, cost, moved, small, Cost};
 use super::lua_pair::Pair;
 use super::lua_pair::{Limits, Move, KEY};
 use super::lua_standin::Reply;
-use crate::algorithm::State;
 use crate::syntax::Strategy as Kind;
 
 /// How many units an adjustment names.
@@ -89,16 +88,8 @@ fn adjustments_agree(limits: &Limits, ops: &[Op]) {
                 pair.expiry(&what);
                 let units = units.of(pair.q.capacity().max(1));
                 let prior = pair.state.clone();
-                let kept = pair.redis.expiry(KEY).flatten();
                 let lua = pair.redis.adjust(&pair.quota, KEY, units, *penalty);
                 let rust = pair.state.adjust(pair.now, &pair.q, units, *penalty);
-                if lua == Reply::Int(0) && rust > 0 && kept_longer(&pair, &prior, kept, *penalty) {
-                    // Lua gave nothing back, reading the key as another window's; both go on
-                    // from the state it kept.
-                    pair.state = prior;
-                    pair.expiry(&format!("{what}, after"));
-                    continue;
-                }
                 assert_eq!(
                     lua,
                     Reply::Int(rust as i64),
@@ -159,19 +150,4 @@ fn a_reward_of_the_newest_entry_leaves_a_log_that_reads() {
         },
     ];
     adjustments_agree(&limits, &ops);
-}
-
-/// Whether `sliding_log.lua`'s `kept_longer` reads a bare key's log as another window's for a
-/// reward: its key kept (`expiry`, in ms) more than an eighth of the window (50 ms at most)
-/// past this window's end from the call's time (the newest entry's, if later). Rust, which
-/// knows the window, gives back. This happens here only once a reward or a refund took the
-/// newest entries (the key keeps their expiry) and the clock then stepped back by more than
-/// that eighth: the script then gives nothing back, which fails closed.
-fn kept_longer(pair: &Pair, prior: &State, expiry: Option<u64>, penalty: bool) -> bool {
-    let (State::Log(log), Some(expiry), false) = (prior, expiry, penalty) else {
-        return false;
-    };
-    let window = pair.q.window_nanos();
-    let at = log.newest().map_or(pair.now, |newest| newest.max(pair.now));
-    pair.refunded && expiry > (at + window).div_ceil(1_000) + (window / 8_000).min(50)
 }
