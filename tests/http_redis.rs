@@ -48,17 +48,28 @@ fn app(service: RateLimitService, limit: u64) -> (Router, Arc<AtomicUsize>) {
     (router, runs)
 }
 
-fn redis(server: &RedisServer, policy: FailurePolicy, name: &str) -> RateLimitService {
+/// `timeout`: short where Redis is meant to be away (its 503 comes at once), long where every
+/// call must reach it: 300 ms timed out once under the whole suite on two cores, a 503 among
+/// the exact counts.
+fn redis(
+    server: &RedisServer,
+    policy: FailurePolicy,
+    name: &str,
+    timeout: Duration,
+) -> RateLimitService {
     let options = RedisOptions::new(server.url())
-        .timeout(Duration::from_millis(300))
+        .timeout(timeout)
         .on_failure(policy);
     ratelimit_tests::redis_service(options, &prefix(name))
 }
 
+const AWAY: Duration = Duration::from_millis(300);
+const THERE: Duration = Duration::from_secs(2);
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_clients_on_redis_get_exactly_their_limit() {
     let server = RedisServer::start();
-    let (app, runs) = app(redis(&server, FailurePolicy::Deny, "http-exact"), 20);
+    let (app, runs) = app(redis(&server, FailurePolicy::Deny, "http-exact", THERE), 20);
     let base = serve(app).await;
     let (ok, refused) = statuses_by_client::<3>(&base, 30).await;
     assert_eq!(ok, [20, 20, 20]);
@@ -69,8 +80,8 @@ async fn concurrent_clients_on_redis_get_exactly_their_limit() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_redis_is_503_under_deny_and_served_under_allow_without_rate_limit_fields() {
     let mut server = RedisServer::start();
-    let (deny, deny_runs) = app(redis(&server, FailurePolicy::Deny, "http-deny"), 5);
-    let (allow, allow_runs) = app(redis(&server, FailurePolicy::Allow, "http-allow"), 5);
+    let (deny, deny_runs) = app(redis(&server, FailurePolicy::Deny, "http-deny", AWAY), 5);
+    let (allow, allow_runs) = app(redis(&server, FailurePolicy::Allow, "http-allow", AWAY), 5);
     let (deny, allow) = (serve(deny).await, serve(allow).await);
     let client = client();
     let get = |base: &str| {
@@ -162,7 +173,7 @@ async fn two_pods_share_an_unnamed_layers_budget_and_not_another_layers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn count_when_on_redis_counts_only_the_failures() {
     let server = RedisServer::start();
-    let service = redis(&server, FailurePolicy::Deny, "http_redis_count_when");
+    let service = redis(&server, FailurePolicy::Deny, "http_redis_count_when", THERE);
     let runs = Arc::new(AtomicUsize::new(0));
     let counted = Arc::clone(&runs);
     let options = Options::new()
