@@ -154,7 +154,7 @@ impl MemoryStore {
 
     /// The decision in the strategy's own table: a stored key under the shard's read lock; a
     /// new key that must be remembered, or a spend kept on a key not stamped yet, under its
-    /// write lock. With the key's stamp.
+    /// write lock. With the key's stamp when the spend is kept ([`Mode::Keep`]; none otherwise).
     fn decide_in<A: InTables>(
         &self,
         key: &[u8],
@@ -165,8 +165,6 @@ impl MemoryStore {
     ) -> Result<(Verdict, Stamp), Error> {
         let hash = self.inner.hasher.hash(key);
         let (commit, keep) = (mode.spends(), mode == Mode::Keep);
-        let decide =
-            |cell: &A::Cell, side: &Side| (cell.decide(now, quota, cost, commit), cell.stamp(side));
         {
             let tables = self.shard(hash).read();
             match A::table(&tables).find(hash, |c| c.key() == key) {
@@ -175,7 +173,9 @@ impl MemoryStore {
                 // by a spend (a look claims nothing: `Cell::decide_passed`).
                 Some(cell) if !keep || cell.kept().is_stamped() => {
                     match cell.written_elsewhere(now, quota) {
-                        Written::Here => return Ok(decide(cell, &tables.side)),
+                        Written::Here => {
+                            return Ok(decided(cell, &tables.side, now, quota, cost, mode))
+                        }
                         Written::Elsewhere(refused) => return Ok((refused, Stamp::default())),
                         Written::Passed if !commit => {
                             let verdict = cell.decide_passed(now, quota, cost);
@@ -208,7 +208,7 @@ impl MemoryStore {
                 if keep {
                     self.ensure_stamped(cell);
                 }
-                return Ok(Some(decide(cell, side)));
+                return Ok(Some(decided(cell, side, now, quota, cost, mode)));
             }
             if tables.held_by_other(quota.strategy(), hash, key) {
                 return Err(algorithm::Undecidable::UnexpectedState.into());
@@ -324,4 +324,25 @@ impl MemoryStore {
             Ok(Some((verdict, stamp)))
         })
     }
+}
+
+/// `cell`'s decision, with its key's stamp for a kept spend ([`Mode::Keep`]): only a kept
+/// spend's stamp is read (`decide_request`), so no other call reads the key's stamp or the
+/// side table for it. Called, not a closure, in both of `decide_in`'s locks: a closure called
+/// in both was left out of line (a fixed window's call 537 instructions against 487).
+#[inline(always)]
+fn decided<C: Cell>(
+    cell: &C,
+    side: &Side,
+    now: Nanos,
+    quota: &Quota,
+    cost: u64,
+    mode: Mode,
+) -> (Verdict, Stamp) {
+    let verdict = cell.decide(now, quota, cost, mode.spends());
+    let stamp = match mode {
+        Mode::Keep => cell.stamp(side),
+        Mode::Spend | Mode::Look => Stamp::default(),
+    };
+    (verdict, stamp)
 }
