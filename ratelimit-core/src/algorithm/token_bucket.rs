@@ -105,8 +105,7 @@ impl Algorithm for Gcra {
     #[inline]
     fn decide(&mut self, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> Verdict {
         let interval = quota.interval_nanos();
-        let capacity = quota.capacity();
-        let tolerance = interval.saturating_mul(capacity);
+        let tolerance = quota.tolerance_nanos();
         let tat = self.tat.max(now);
         let new_tat = tat + interval * cost;
         let horizon = now + tolerance;
@@ -161,8 +160,7 @@ impl Algorithm for Gcra {
     /// taken no earlier than the arrival time less the tolerance (probes_refunds: a refund at
     /// a clock stepped back gave back tokens that had come back in the calls since).
     fn refund(&mut self, spent: Spend, now: Nanos, quota: &Quota, cost: u64) -> bool {
-        let tolerance = quota.interval_nanos().saturating_mul(quota.capacity());
-        let now = now.max(self.tat.saturating_sub(tolerance));
+        let now = now.max(self.tat.saturating_sub(quota.tolerance_nanos()));
         let cost_time = quota.interval_nanos().saturating_mul(cost);
         let Some(place) = spent.at.checked_add(spent.shift).filter(|&p| p <= MAX_NOW) else {
             return false;
