@@ -108,7 +108,9 @@ impl Shard {
 }
 
 struct Inner {
-    shards: Box<[Shard]>,
+    /// As many as [`SHARDS`], by the type: a shard's index is taken modulo it, so finding
+    /// a call's shard checks no bound.
+    shards: Box<[Shard; SHARDS]>,
     hasher: KeyHasher,
     len: AtomicUsize,
     options: MemoryOptions,
@@ -186,9 +188,9 @@ impl MemoryStore {
 
     /// A store with the given limits.
     pub fn with_options(options: MemoryOptions) -> Self {
-        let shards = (0..SHARDS)
-            .map(|_| Shard(ShardedLock::new(Tables::default())))
-            .collect();
+        let shards = Box::new(std::array::from_fn(|_| {
+            Shard(ShardedLock::new(Tables::default()))
+        }));
         MemoryStore {
             inner: Arc::new(Inner {
                 shards,
