@@ -342,12 +342,14 @@ impl Quota {
     }
 
     /// The token bucket's tolerance: how far past `now` its arrival time may be, the interval
-    /// times the capacity (at most [`MAX_TOLERANCE`]: [`problem`](Self::problem)). Not kept
+    /// times the capacity. At most [`MAX_TOLERANCE`] in every quota made
+    /// ([`problem`](Self::problem) bounds the interval, or the window it divides, times the
+    /// capacity as written, never below this one), so the product cannot overflow. Not kept
     /// in the quota: a quota made per call (the service's) paid more for it than a decision
     /// saves (cachegrind: `service.consume` +9 instructions, the store -5).
     #[inline]
     pub(crate) const fn tolerance_nanos(&self) -> Nanos {
-        self.interval.saturating_mul(self.capacity)
+        self.interval * self.capacity
     }
 
     /// With what is derived from the settings filled in: the emission interval and the
