@@ -212,6 +212,10 @@ impl MemoryStore {
 
     /// Decides a call of weight `cost` on `key` at `now` and records it if allowed, in one
     /// atomic step.
+    // Inline in the caller's crate, with the checks and the decision's making around the
+    // table's step (`decide_at`): what the caller never reads of the decision is not
+    // worked out (a caller reading `allowed` alone: 417 instructions a call against 381).
+    #[inline]
     pub fn acquire(
         &self,
         key: &str,
@@ -223,6 +227,7 @@ impl MemoryStore {
     }
 
     /// What [`acquire`](Self::acquire) would answer, without changing anything.
+    #[inline]
     pub fn peek(&self, key: &str, quota: &Quota, cost: u64, now: Nanos) -> Result<Decision, Error> {
         self.decide_at(key, quota, cost, now, false)
     }
