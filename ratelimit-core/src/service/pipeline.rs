@@ -82,10 +82,11 @@ impl RateLimitService {
     /// gives up instead allocates nothing.
     ///
     /// The store key is composed on the stack ([`KeyBuf`]), and the decision is the store's
-    /// answer itself, named and counted where it lies, then lent to `answer`, which makes
-    /// of it what the caller returns: an annotated fn's admitted call reads one flag of it,
-    /// a caller that returns the decision moves it out ([`take`]). Not moved through each
-    /// step (see [`conclude_now`](Self::conclude_now)).
+    /// answer itself, named and counted where it lies, then lent to `answer` (always
+    /// `Some`), which makes of it what the caller returns, always `Some` too (`None` is only
+    /// ever the store's "awaited"): an annotated fn's admitted call reads one flag of it, a
+    /// caller that returns the decision moves it out, `Option` and all, into its own answer
+    /// ([`take`]). Not moved through each step (see [`conclude_now`](Self::conclude_now)).
     #[inline]
     pub(crate) fn decide_now<T>(
         &self,
@@ -93,14 +94,14 @@ impl RateLimitService {
         key: Option<&str>,
         name_tier: bool,
         then: Then<'_>,
-        answer: impl FnOnce(&mut Result<Decision, Error>) -> T,
+        answer: impl FnOnce(&mut Answer) -> Option<T>,
     ) -> Option<T> {
         if let Err(e) = site.check(key) {
-            return Some(answer(&mut self.record_and_return(site, key, Err(e))));
+            return answer(&mut Some(self.record_and_return(site, key, Err(e))));
         }
         let now = self.inner.clock.now();
         if !site.generation.config.enabled() {
-            return Some(answer(&mut Ok(Decision::unlimited(now))));
+            return answer(&mut Some(Ok(Decision::unlimited(now))));
         }
         let mut composed = KeyBuf::new();
         let store_key = match site.whole_key(key) {
@@ -117,7 +118,7 @@ impl RateLimitService {
         }
         let request = match site.request(store_key, now) {
             Ok(request) => request,
-            Err(e) => return Some(answer(&mut self.record_and_return(site, key, Err(e)))),
+            Err(e) => return answer(&mut Some(self.record_and_return(site, key, Err(e)))),
         };
         let started = self.inner.latency.start();
         let mut decided = self.inner.store.decide_now(request);
@@ -140,12 +141,11 @@ impl RateLimitService {
         site: &Site<'_>,
         key: Option<&str>,
         name_tier: bool,
-        decided: &mut Option<Result<Decision, Error>>,
-        answer: impl FnOnce(&mut Result<Decision, Error>) -> T,
+        decided: &mut Answer,
+        answer: impl FnOnce(&mut Answer) -> Option<T>,
     ) -> Option<T> {
-        let decided = decided.as_mut()?;
-        self.finish(site, key, decided, name_tier);
-        Some(answer(decided))
+        self.finish(site, key, decided.as_mut()?, name_tier);
+        answer(decided)
     }
 
     /// Every step, awaiting the store when it cannot decide at once.
@@ -280,8 +280,9 @@ impl RateLimitService {
     /// admitted call's way.
     #[cold]
     #[inline(never)]
-    pub(crate) fn refused(site: &Site<'_>, decided: Result<Decision, Error>) -> Result<(), Error> {
-        decided.and_then(|d| Self::admit(site, d)).map(drop)
+    pub(crate) fn refused(site: &Site<'_>, decided: &mut Answer) -> Option<Result<(), Error>> {
+        let decided = decided.take().unwrap_or_else(|| Err(Error::NoLimit));
+        Some(decided.and_then(|d| Self::admit(site, d)).map(drop))
     }
 
     /// `Ok` with an admitted decision; a refusal as [`Error::Exceeded`].
@@ -307,20 +308,23 @@ impl RateLimitService {
 /// reads: `Ok(())` from the decision's flag where it lies, without moving it; anything else
 /// as [`refused`](RateLimitService::refused) makes it.
 #[inline(always)]
-pub(crate) fn admitted(
-    site: &Site<'_>,
-    decided: &mut Result<Decision, Error>,
-) -> Result<(), Error> {
+pub(crate) fn admitted(site: &Site<'_>, decided: &mut Answer) -> Option<Result<(), Error>> {
     match decided {
-        Ok(decision) if decision.allowed => Ok(()),
-        _ => RateLimitService::refused(site, take(decided)),
+        Some(Ok(decision)) if decision.allowed => Some(Ok(())),
+        _ => RateLimitService::refused(site, decided),
     }
 }
 
-/// The decision [`RateLimitService::decide_now`] hands its `answer`, moved out for a caller
-/// that returns it. What is left in its place is dropped unread: the cheapest value to write.
-pub(crate) fn take(decided: &mut Result<Decision, Error>) -> Result<Decision, Error> {
-    std::mem::replace(decided, Err(Error::NoLimit))
+/// The decision [`RateLimitService::decide_now`] lends its `answer`: always `Some`, in the
+/// `Option` the store answered in, so that a caller returning it moves it out once
+/// ([`take`]), leaving `None`, which needs no drop.
+pub(crate) type Answer = Option<Result<Decision, Error>>;
+
+/// The `answer` of a caller of [`RateLimitService::decide_now`] that returns the decision:
+/// moved out, as the `Some` it is handed.
+#[inline(always)]
+pub(crate) fn take(decided: &mut Answer) -> Answer {
+    decided.take()
 }
 
 /// [`settle`](RateLimitService::settle) of a refusal: its tier named and, at a shadow site,
@@ -416,7 +420,7 @@ impl RateLimitService {
         if !self.decides_at_once(&site.generation.config) {
             return self.record_and_return(site, key, waiting).map(drop);
         }
-        let admit = |decided: &mut Result<Decision, Error>| admitted(site, decided);
+        let admit = |decided: &mut Answer| admitted(site, decided);
         match self.decide_now(site, key, false, Then::GiveUp, admit) {
             Some(decided) => decided,
             None => self.record_and_return(site, key, waiting).map(drop),

@@ -336,7 +336,7 @@ impl Prepared {
         site: &Site<'_>,
         key: Option<&str>,
         name_tier: bool,
-        answer: impl FnOnce(&mut Result<Decision, Error>) -> T,
+        answer: impl FnOnce(&mut super::pipeline::Answer) -> Option<T>,
     ) -> Begun<T> {
         // A site no longer current is decided by `awaited`, under the running generation.
         if site.may_wait || !self.is_current() {
@@ -391,7 +391,7 @@ impl Prepared {
     pub(crate) fn enforce_now(&self, key: Option<&str>, cost: u64) -> Begun<Result<(), Error>> {
         let site = self.site(cost, true);
         let admit =
-            |decided: &mut Result<Decision, Error>| super::pipeline::admitted(&site, decided);
+            |decided: &mut super::pipeline::Answer| super::pipeline::admitted(&site, decided);
         self.begin(&site, key, false, admit)
     }
 
