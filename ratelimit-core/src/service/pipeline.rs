@@ -218,7 +218,8 @@ impl RateLimitService {
         decided
     }
 
-    /// Step 5 for a decision the store made, in place: settled, the outcome recorded.
+    /// Step 5 for a decision the store made, in place: settled, the outcome recorded (a plain
+    /// admission, which `settle` found, counted without looking at the decision again).
     #[inline]
     fn finish(
         &self,
@@ -227,9 +228,12 @@ impl RateLimitService {
         decided: &mut Result<Decision, Error>,
         name_tier: bool,
     ) {
-        self.settle(site, decided, name_tier);
+        let plain = self.settle(site, decided, name_tier);
         if site.spend {
-            self.record(site, key, decided);
+            match plain {
+                true => self.count_admitted(site),
+                false => self.record_other(site, key, decided),
+            }
         }
     }
 
@@ -239,26 +243,33 @@ impl RateLimitService {
     /// turns a refusal into an admission marked [`Decision::shadowed`]. The store's state is
     /// what the refusal left (nothing spent), as an enforced limit's would be. Errors stay
     /// errors: a shadow limit only never refuses for being over its limit.
-    #[inline]
+    ///
+    /// Whether the decision is a plain admission (allowed, of the right shape, not
+    /// shadowed): what [`record`](Self::record) counts as allowed alone.
+    #[inline(always)]
     pub(super) fn settle(
         &self,
         site: &Site<'_>,
         decided: &mut Result<Decision, Error>,
         name_tier: bool,
-    ) {
-        if matches!(decided, Ok(d) if !d.allowed) {
-            return settle_refusal(site, decided);
-        }
-        if let Ok(decision) = decided {
-            // An admission of the wrong shape (`broken_answer`'s two rules for one): two
-            // compares on the way, the error out of it.
-            if decision.remaining > decision.limit || decision.retry_after.is_some() {
-                return settle_broken(decided);
+    ) -> bool {
+        let decision = match decided {
+            Ok(decision) if decision.allowed => decision,
+            _ => {
+                settle_refusal(site, decided);
+                return false;
             }
-            if name_tier {
-                decision.tier = site.tier_name();
-            }
+        };
+        // An admission of the wrong shape (`broken_answer`'s two rules for one): two
+        // compares on the way, the error out of it.
+        if decision.remaining > decision.limit || decision.retry_after.is_some() {
+            settle_broken(decided);
+            return false;
         }
+        if name_tier {
+            decision.tier = site.tier_name();
+        }
+        !decision.shadowed
     }
 
     /// Step 5 for a decision handed on by value: counts the outcome when the call spends
@@ -329,7 +340,7 @@ pub(crate) fn take(decided: &mut Answer) -> Answer {
 
 /// [`settle`](RateLimitService::settle) of a refusal: its tier named and, at a shadow site,
 /// the admission it becomes; an error if the store broke a refusal's promise
-/// ([`broken_answer`]).
+/// ([`broken_answer`]). An error stays as it is.
 #[cold]
 #[inline(never)]
 fn settle_refusal(site: &Site<'_>, decided: &mut Result<Decision, Error>) {

@@ -55,23 +55,28 @@ impl RateLimitService {
         result: &Result<Decision, Error>,
     ) {
         match result {
-            Ok(decision) if decision.allowed && !decision.shadowed => {
-                self.count(
-                    site.tier_counters(),
-                    site.budget,
-                    site.counters,
-                    Outcome::Allowed,
-                );
-            }
-            _ => self.record_refusal(site, key, result),
+            Ok(decision) if decision.allowed && !decision.shadowed => self.count_admitted(site),
+            _ => self.record_other(site, key, result),
         }
     }
 
-    /// [`record`](Self::record) of anything but an admitted decision: out of the admitted
+    /// [`record`](Self::record) of a plain admission (allowed, not shadowed).
+    #[inline(always)]
+    pub(super) fn count_admitted(&self, site: &Site<'_>) {
+        let tier = site.tier_counters();
+        self.count(tier, site.budget, site.counters, Outcome::Allowed);
+    }
+
+    /// [`record`](Self::record) of anything but a plain admission: out of the admitted
     /// call's way.
     #[cold]
     #[inline(never)]
-    fn record_refusal(&self, site: &Site<'_>, key: Option<&str>, result: &Result<Decision, Error>) {
+    pub(super) fn record_other(
+        &self,
+        site: &Site<'_>,
+        key: Option<&str>,
+        result: &Result<Decision, Error>,
+    ) {
         let count = |outcome| self.count(site.tier_counters(), site.budget, site.counters, outcome);
         match result {
             Ok(decision) if decision.shadowed => {
