@@ -61,6 +61,7 @@ impl RateLimitService {
             tier_name: site.tier_name(),
             around: site.around(),
             cost: site.cost,
+            cost_fits: Site::cost_fits(&site.quota, site.cost),
             may_wait: site.may_wait,
             shadow: site.shadow,
             transition: site.transition(),
@@ -99,6 +100,9 @@ pub struct Prepared {
     /// The store key around the user key, written once.
     around: Around,
     cost: u64,
+    /// Whether a spend of `cost` passes the cost check under `quota` (`Site::check`),
+    /// checked once: a call of that cost is not checked again.
+    cost_fits: bool,
     may_wait: bool,
     shadow: bool,
     transition: Option<Transition>,
@@ -204,6 +208,7 @@ impl Prepared {
             counters: self.counters.as_deref(),
             key: SiteKey::Around(&self.around),
             cost,
+            cost_checked: spend && cost == self.cost && self.cost_fits,
             spend,
             kept: false,
             may_wait: spend && self.may_wait,
@@ -462,5 +467,35 @@ impl Pending {
         prepared
             .awaited(key, prepared.cost, self.store_key.as_deref(), Mode::Spend)
             .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{Config, Error, Options, RateLimitService};
+
+    /// A prepared site checks its own cost once: a cost above its capacity is still an error
+    /// on every call, and a call of another cost is checked as it comes.
+    #[test]
+    fn a_prepared_cost_checked_once_still_refuses_every_call_above_capacity() {
+        let service = RateLimitService::new(Config::builder().default_limit(3).build().unwrap());
+        let service = service.unwrap();
+        let above = |r: Option<Result<_, Error>>| {
+            matches!(r, Some(Err(Error::CostAboveCapacity { cost: 5, .. })))
+        };
+        let costly = service.prepare(&Options::new().cost(5)).unwrap();
+        for _ in 0..2 {
+            assert!(above(costly.consume_now("k")));
+        }
+        let fits = service.prepare(&Options::new().cost(2)).unwrap();
+        assert!(fits.consume_now("k").unwrap().unwrap().allowed);
+        assert!(matches!(
+            fits.enforce_now(Some("k"), 5),
+            super::Begun::Decided(Err(Error::CostAboveCapacity { cost: 5, .. }))
+        ));
+        assert!(matches!(
+            fits.enforce_now(Some("k"), 0),
+            super::Begun::Decided(Err(Error::ZeroCost))
+        ));
     }
 }

@@ -29,6 +29,9 @@ pub(crate) struct Site<'a> {
     /// The store key around the user key.
     pub(crate) key: SiteKey<'a>,
     pub(crate) cost: u64,
+    /// Whether `cost` was checked under `quota` already ([`check`](Self::check)'s second
+    /// rule): a prepared site's own cost, checked once when it was prepared.
+    pub(crate) cost_checked: bool,
     /// Whether calls spend (else they look).
     pub(crate) spend: bool,
     /// Whether a spend is kept to be given back ([`Spent`](super::Spent)): the store is asked
@@ -106,15 +109,24 @@ impl Site<'_> {
     }
 
     /// Step 2: the checks of a call that do not depend on the store's state: its user key,
-    /// and its cost under the quota (`algorithm::check_cost`). One place for every entry
-    /// point; a store checks again for callers that use it directly.
+    /// and its cost under the quota (`algorithm::check_cost`), unless a prepared site checked
+    /// that once ([`cost_checked`](Self::cost_checked)). One place for every entry point; a
+    /// store checks again for callers that use it directly.
     #[inline]
     pub(crate) fn check(&self, key: Option<&str>) -> Result<(), Error> {
         if let Some(key) = key {
             key::check_user_key(key)?;
         }
-        crate::algorithm::check_cost(&self.quota, self.cost, self.spend)?;
+        if !self.cost_checked {
+            crate::algorithm::check_cost(&self.quota, self.cost, self.spend)?;
+        }
         Ok(())
+    }
+
+    /// Whether a spend of `cost` passes [`check`](Self::check)'s cost rule under `quota`:
+    /// what a prepared site works out once for its own cost.
+    pub(crate) fn cost_fits(quota: &Quota, cost: u64) -> bool {
+        crate::algorithm::check_cost(quota, cost, true).is_ok()
     }
 
     /// Step 3: the store key of a call with user `key` (checked), in `out`.
@@ -341,6 +353,7 @@ impl RateLimitService {
                 identity,
             }),
             cost: options.cost,
+            cost_checked: false,
             spend: options.consume,
             kept: false,
             // A shadow limit never refuses, so it never makes a call wait.
