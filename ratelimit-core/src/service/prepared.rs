@@ -56,8 +56,8 @@ impl RateLimitService {
             quota: site.quota,
             tier: site.tier,
             counters: options.budget.map(|name| self.method_counters(name).1),
-            budget: options.budget.map(Arc::from),
-            policy: options.policy.map(Arc::from),
+            budget: options.budget.map(Box::from),
+            policy: options.policy.map(Box::from),
             tier_name: site.tier_name(),
             around: site.around(),
             cost: site.cost,
@@ -93,9 +93,9 @@ pub struct Prepared {
     quota: Quota,
     tier: Option<usize>,
     counters: Option<Arc<Counters>>,
-    budget: Option<Arc<str>>,
+    budget: Option<Box<str>>,
     /// The policy's name on a refusal (see `Call::policy`).
-    policy: Option<Arc<str>>,
+    policy: Option<Box<str>>,
     tier_name: Option<Arc<str>>,
     /// The store key around the user key, written once.
     around: Around,
