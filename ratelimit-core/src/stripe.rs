@@ -76,17 +76,23 @@ impl Drop for GiveBack {
     }
 }
 
-/// This thread's stripe: its own while it has one, else a shared one.
+/// This thread's stripe: its own while it has one, else a shared one. One load of the
+/// thread's local on every call but its first, which claims one out of line.
 #[inline]
 pub(crate) fn stripe() -> StripeId {
-    StripeId(STRIPE.with(|s| match s.get() {
-        usize::MAX => {
-            let i = claim();
-            s.set(i);
-            i
-        }
-        i => i,
-    }))
+    match STRIPE.get() {
+        usize::MAX => StripeId(first()),
+        i => StripeId(i),
+    }
+}
+
+/// A thread's first stripe, claimed and kept ([`stripe`]).
+#[cold]
+#[inline(never)]
+fn first() -> usize {
+    let i = claim();
+    STRIPE.set(i);
+    i
 }
 
 /// An owned stripe no live thread has, or else a shared one, in turn.
