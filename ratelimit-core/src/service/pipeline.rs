@@ -292,7 +292,7 @@ impl RateLimitService {
     #[cold]
     #[inline(never)]
     pub(crate) fn refused(site: &Site<'_>, decided: &mut Answer) -> Option<Result<(), Error>> {
-        let decided = decided.take().unwrap_or_else(|| Err(Error::NoLimit));
+        let decided = decided.take().unwrap_or(Err(Error::NoLimit));
         Some(decided.and_then(|d| Self::admit(site, d)).map(drop))
     }
 
