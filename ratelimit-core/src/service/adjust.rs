@@ -61,8 +61,8 @@ impl RateLimitService {
         penalty: bool,
     ) -> Result<Decision, Error> {
         let call = Mode::Look.apply(options.call());
-        let generation = self.generation();
-        let site = self.site(&generation, &call)?;
+        let (generation, mut quota) = (self.generation(), None);
+        let site = self.site(&generation, &call, &mut quota)?;
         let store = &*self.inner.store;
         if !store.adjusts() {
             return Err(Error::InvalidQuota(QuotaError::Unsupported {

@@ -127,9 +127,9 @@ impl RateLimitService {
         let options = options.clone();
         async move {
             let call = mode.apply(options.call());
-            let generation = self.generation();
+            let (generation, mut quota) = (self.generation(), None);
             // Nothing but the boxed rest of the call is held across the wait (see `start`).
-            let later = match self.site(&generation, &call) {
+            let later = match self.site(&generation, &call, &mut quota) {
                 Ok(site) => match self.start(site, Some(key), mode) {
                     Started::Now(decided) => return decided,
                     Started::Later(later) => later,
@@ -155,9 +155,9 @@ impl RateLimitService {
         call: &Call<'_>,
         key: Option<&str>,
     ) -> Result<(), Error> {
-        let generation = self.generation();
+        let (generation, mut quota) = (self.generation(), None);
         let site = self
-            .site(&generation, call)
+            .site(&generation, call, &mut quota)
             .map_err(|e| self.unresolved(call, e))?;
         let decided = match self.start(site, key, Mode::Enforce) {
             Started::Now(decided) => decided,
@@ -173,9 +173,9 @@ impl RateLimitService {
         call: &Call<'_>,
         key: Option<&str>,
     ) -> Result<super::Spent, Error> {
-        let generation = self.generation();
+        let (generation, mut quota) = (self.generation(), None);
         let site = self
-            .site(&generation, call)
+            .site(&generation, call, &mut quota)
             .map_err(|e| self.unresolved(call, e))?;
         self.spend_at(site, key, true).await
     }
@@ -187,8 +187,8 @@ impl RateLimitService {
         call: &Call<'_>,
         key: Option<&str>,
     ) -> Option<Result<super::Spent, Error>> {
-        let generation = self.generation();
-        match self.site(&generation, call) {
+        let (generation, mut quota) = (self.generation(), None);
+        match self.site(&generation, call, &mut quota) {
             Ok(site) => self.spend_now(site, key, true),
             Err(e) => Some(Err(self.unresolved(call, e))),
         }
@@ -201,9 +201,9 @@ impl RateLimitService {
         key: Option<&str>,
         function: &'static str,
     ) -> Result<(), Error> {
-        let generation = self.generation();
+        let (generation, mut quota) = (self.generation(), None);
         let site = self
-            .site(&generation, call)
+            .site(&generation, call, &mut quota)
             .map_err(|e| self.unresolved(call, e))?;
         self.enforce_sync(&site, key, function)
     }
@@ -279,8 +279,8 @@ impl RateLimitService {
         key: &str,
     ) -> Option<Result<Decision, Error>> {
         let call = Mode::Spend.apply(*call);
-        let generation = self.generation();
-        let site = match self.site(&generation, &call) {
+        let (generation, mut quota) = (self.generation(), None);
+        let site = match self.site(&generation, &call, &mut quota) {
             Ok(site) => site,
             Err(e) => return Some(Err(self.unresolved(&call, e))),
         };
@@ -309,8 +309,10 @@ impl RateLimitService {
     }
 
     async fn reset_call(&self, key: &str, call: &Call<'_>) -> Result<bool, Error> {
-        let generation = self.generation();
-        let store_key = self.site(&generation, call)?.store_key(Some(key))?;
+        let (generation, mut quota) = (self.generation(), None);
+        let store_key = self
+            .site(&generation, call, &mut quota)?
+            .store_key(Some(key))?;
         self.inner.store.reset(&store_key).await
     }
 }

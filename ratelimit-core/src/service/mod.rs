@@ -369,8 +369,9 @@ impl RateLimitService {
     pub fn quota_for(&self, options: &Options) -> Result<(Quota, Option<Arc<str>>), Error> {
         let generation = self.generation();
         let config = &generation.config;
-        let (quota, tier) = self.resolve(config, &options.call())?;
-        Ok((quota, tier.map(|i| config.tiers()[i].name.clone())))
+        let mut own = None;
+        let (quota, tier) = self.resolve(config, &options.call(), &mut own)?;
+        Ok((*quota, tier.map(|i| config.tiers()[i].name.clone())))
     }
 
     /// The quota under `tier` (an index into the configured tiers) with `overrides`, checked
@@ -387,23 +388,20 @@ impl RateLimitService {
     }
 
     /// The quota and tier (an index into `config`'s tiers) of a call with `options` under
-    /// `config`.
-    pub(super) fn resolve(
+    /// `config`: the configuration's own quota, borrowed, or one the call's overrides make,
+    /// resolved into `own`.
+    pub(super) fn resolve<'a>(
         &self,
-        config: &Config,
+        config: &'a Config,
         options: &Call<'_>,
-    ) -> Result<(Quota, Option<usize>), Error> {
+        own: &'a mut Option<Quota>,
+    ) -> Result<(&'a Quota, Option<usize>), Error> {
         let tier = config.tier_index(options.tier)?;
-        let quota = if tier.is_none() && options.overrides.is_empty() {
+        let quota = match (tier, options.overrides.is_empty()) {
             // The hot path of a plain call: the default limit, resolved once at build time.
-            match config.plain_quota() {
-                Some(quota) => quota,
-                None => return Err(Error::NoLimit),
-            }
-        } else if let (Some(i), true) = (tier, options.overrides.is_empty()) {
-            config.tiers()[i].quota
-        } else {
-            self.resolve_quota(config, tier, options.overrides)?
+            (None, true) => config.plain.as_ref().ok_or(Error::NoLimit)?,
+            (Some(i), true) => &config.tiers()[i].quota,
+            (_, false) => own.insert(self.resolve_quota(config, tier, options.overrides)?),
         };
         Ok((quota, tier))
     }

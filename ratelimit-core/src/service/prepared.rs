@@ -50,10 +50,10 @@ impl RateLimitService {
     }
 
     pub(crate) fn prepare_call(&self, options: &Call<'_>) -> Result<Prepared, Error> {
-        let generation = self.generation();
-        let site = self.site(&generation, options)?;
+        let (generation, mut quota) = (self.generation(), None);
+        let site = self.site(&generation, options, &mut quota)?;
         let prepared = Prepared {
-            quota: site.quota,
+            quota: *site.quota,
             tier: site.tier,
             counters: options.budget.map(|name| self.method_counters(name).1),
             budget: options.budget.map(Box::from),
@@ -61,7 +61,7 @@ impl RateLimitService {
             tier_name: site.tier_name(),
             around: site.around(),
             cost: site.cost,
-            cost_fits: Site::cost_fits(&site.quota, site.cost),
+            cost_fits: Site::cost_fits(site.quota, site.cost),
             may_wait: site.may_wait,
             shadow: site.shadow,
             transition: site.transition(),
@@ -167,11 +167,11 @@ impl Prepared {
     /// call, under the running one.
     #[cold]
     async fn rerun(&self, key: Option<&str>, cost: u64, mode: Mode) -> Result<Decision, Error> {
-        let generation = self.service.generation();
+        let (generation, mut quota) = (self.service.generation(), None);
         let call = mode.apply(self.asked(cost));
         let site = self
             .service
-            .site(&generation, &call)
+            .site(&generation, &call, &mut quota)
             .map_err(|e| self.service.unresolved(&call, e))?;
         let decided = match self.service.start(site, key, mode) {
             Started::Now(decided) => decided,
@@ -201,7 +201,7 @@ impl Prepared {
     pub(crate) fn site(&self, cost: u64, spend: bool) -> Site<'_> {
         Site {
             generation: &self.generation,
-            quota: self.quota,
+            quota: &self.quota,
             tier: self.tier,
             budget: self.budget.as_deref(),
             policy: self.policy.as_deref(),
@@ -244,11 +244,11 @@ impl Prepared {
             let site = self.site(cost, true);
             return self.service.spend_at(site, key, enforce).await;
         }
-        let generation = self.service.generation();
+        let (generation, mut quota) = (self.service.generation(), None);
         let call = self.asked(cost);
         let site = self
             .service
-            .site(&generation, &call)
+            .site(&generation, &call, &mut quota)
             .map_err(|e| self.service.unresolved(&call, e))?;
         Box::pin(self.service.spend_at(site, key, enforce)).await
     }
@@ -264,9 +264,9 @@ impl Prepared {
         if self.is_current() {
             return self.service.spend_now(self.site(cost, true), key, enforce);
         }
-        let generation = self.service.generation();
+        let (generation, mut quota) = (self.service.generation(), None);
         let call = self.asked(cost);
-        match self.service.site(&generation, &call) {
+        match self.service.site(&generation, &call, &mut quota) {
             Ok(site) => self.service.spend_now(site, key, enforce),
             Err(e) => Some(Err(self.service.unresolved(&call, e))),
         }

@@ -19,7 +19,9 @@ use crate::store::{Mode, Request, StoreKey};
 pub(crate) struct Site<'a> {
     /// The generation the site was worked out under: the whole call is decided under it.
     pub(crate) generation: &'a Generation,
-    pub(crate) quota: Quota,
+    /// Borrowed: a prepared site's own, the configuration's, or one a call's overrides
+    /// resolved into a local of whoever worked the site out (`RateLimitService::site`).
+    pub(crate) quota: &'a Quota,
     pub(crate) tier: Option<usize>,
     pub(crate) budget: Option<&'a str>,
     /// The policy's name on a refusal (see `Call::policy`).
@@ -118,7 +120,7 @@ impl Site<'_> {
             key::check_user_key(key)?;
         }
         if !self.cost_checked {
-            crate::algorithm::check_cost(&self.quota, self.cost, self.spend)?;
+            crate::algorithm::check_cost(self.quota, self.cost, self.spend)?;
         }
         Ok(())
     }
@@ -137,7 +139,7 @@ impl Site<'_> {
             SiteKey::Parts(parts) => {
                 let parts = KeyParts { key, ..*parts };
                 key::write_around(out, &parts, |out| {
-                    key::write_suffix(out, &parts, &self.quota);
+                    key::write_suffix(out, &parts, self.quota);
                 });
             }
         }
@@ -177,7 +179,7 @@ impl Site<'_> {
     /// The store key around the user key, written out (for a site prepared once).
     pub(crate) fn around(&self) -> Around {
         match &self.key {
-            SiteKey::Parts(parts) => Around::new(parts, &self.quota),
+            SiteKey::Parts(parts) => Around::new(parts, self.quota),
             SiteKey::Around(around) => Around::clone(around),
         }
     }
@@ -209,14 +211,14 @@ impl Site<'_> {
     #[inline]
     pub(crate) fn quota_at(&self, now: Nanos) -> &Quota {
         let Some(t) = &self.transition else {
-            return &self.quota;
+            return self.quota;
         };
         let in_force = t.get().same.iter().filter(|(_, until)| now < *until);
         in_force
             .map(|(quota, _)| quota)
-            .chain(std::iter::once(&self.quota))
+            .chain(std::iter::once(self.quota))
             .min_by_key(|quota| quota.capacity())
-            .unwrap_or(&self.quota)
+            .unwrap_or(self.quota)
     }
 
     /// The store key of a call with user `key`, checked and composed (for the paths that
@@ -266,9 +268,11 @@ impl RateLimitService {
             }
             // A call the old configuration did not resolve had no budget there to hold to; a
             // shadow limit refused nothing.
-            let Ok((old, old_tier)) = self.resolve(old_config, options) else {
+            let mut resolved = None;
+            let Ok((old, old_tier)) = self.resolve(old_config, options, &mut resolved) else {
                 continue;
             };
+            let old = *old;
             if options.shadow || old_tier.is_some_and(|i| old_config.tiers()[i].shadow) {
                 continue;
             }
@@ -310,12 +314,15 @@ impl RateLimitService {
     }
 
     /// Step 1 for one call: the site of a call with `options` under `generation` (the
-    /// running one, loaded once for the call), borrowing from both. What
-    /// [`prepare`](Self::prepare) holds instead when a caller makes many.
+    /// running one, loaded once for the call), borrowing from both, and from `quota`, the
+    /// caller's local the quota is resolved into when the call's overrides make it its own
+    /// (else it is the configuration's). What [`prepare`](Self::prepare) holds instead when
+    /// a caller makes many.
     pub(crate) fn site<'a>(
         &'a self,
         generation: &'a Generation,
         options: &Call<'a>,
+        quota: &'a mut Option<Quota>,
     ) -> Result<Site<'a>, Error> {
         let config = &*generation.config;
         // A budget name is a part of the store key: bounded like a user key, so that the key
@@ -325,12 +332,12 @@ impl RateLimitService {
                 reason: "the budget name is longer than 1024 bytes",
             });
         }
-        let (quota, tier) = self.resolve(config, options)?;
+        let (quota, tier) = self.resolve(config, options, quota)?;
         let shadow = options.shadow || tier.is_some_and(|i| config.tiers()[i].shadow);
         let transition = match generation.previous.is_empty() {
             true => None,
             false => self
-                .transition_of(generation, options, &quota, tier)
+                .transition_of(generation, options, quota, tier)
                 .map(|t| Tighter::Own(Box::new(t))),
         };
         let identity = match tier {

@@ -210,8 +210,8 @@ impl RateLimitService {
         let options = options.clone();
         async move {
             let call = super::calls::Mode::Spend.apply(options.call());
-            let generation = self.generation();
-            match self.site(&generation, &call) {
+            let (generation, mut quota) = (self.generation(), None);
+            match self.site(&generation, &call, &mut quota) {
                 Ok(site) => self.spend_at(site, Some(key), false).await,
                 Err(e) => Err(self.unresolved(&call, e)),
             }
@@ -303,7 +303,7 @@ impl RateLimitService {
     fn part(&self, site: &Site<'_>, store_key: String, receipt: Receipt) -> Part {
         Part {
             store_key,
-            quota: site.quota,
+            quota: *site.quota,
             cost: site.cost,
             receipt,
             tier: site.tier.map(|i| Arc::clone(&site.generation.by_tier[i])),

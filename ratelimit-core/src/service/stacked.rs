@@ -9,6 +9,7 @@ use super::{Call, Generation, Options, RateLimitService, SpentAll};
 use crate::clock::Nanos;
 use crate::decision::Decision;
 use crate::error::{Error, Exceeded};
+use crate::quota::Quota;
 use crate::stats::Outcome;
 use crate::store::{Check, Mode, Request, Stacked, StoreKey};
 
@@ -160,8 +161,8 @@ impl RateLimitService {
         at_once: Option<&'static str>,
         keep: bool,
     ) -> Result<SpentAll, Error> {
-        let generation = self.generation();
-        let (sites, keys, now) = match self.stacked(&generation, limits)? {
+        let (generation, mut quotas) = (self.generation(), vec![None; limits.len()]);
+        let (sites, keys, now) = match self.stacked(&generation, limits, &mut quotas)? {
             Keyed::Unlimited(decisions) => return Ok(SpentAll::kept(decisions)),
             Keyed::Keys(sites, keys, now) => (sites, keys, now),
         };
@@ -292,6 +293,7 @@ impl RateLimitService {
         &'a self,
         generation: &'a Generation,
         limits: &'a [(Option<&'a str>, Call<'a>)],
+        quotas: &'a mut [Option<Quota>],
     ) -> Result<Keyed<'a>, Error> {
         // No limit at all is no limit, as for one call: never an admission.
         if limits.is_empty() {
@@ -299,9 +301,9 @@ impl RateLimitService {
         }
         let mut sites = Vec::with_capacity(limits.len());
         let mut keys = Vec::with_capacity(limits.len());
-        for (key, options) in limits {
+        for ((key, options), quota) in limits.iter().zip(quotas) {
             let site = self
-                .site(generation, options)
+                .site(generation, options, quota)
                 .map_err(|e| self.unresolved(options, e))?;
             site.check(*key)?;
             let mut k = String::with_capacity(64);

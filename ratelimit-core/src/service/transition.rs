@@ -85,7 +85,7 @@ fn checks<'a>(
 ) -> Vec<Check<'a>> {
     let own = Check {
         key: StoreKey::composed(store_key),
-        quota: &site.quota,
+        quota: site.quota,
         cost: site.cost,
     };
     std::iter::once(own)

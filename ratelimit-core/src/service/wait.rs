@@ -224,9 +224,9 @@ impl RateLimitService {
             // Once per configuration: a reload while this call waits decides its next try
             // under the new one.
             loop {
-                let generation = self.generation();
+                let (generation, mut quota) = (self.generation(), None);
                 let site = self
-                    .site(&generation, &call)
+                    .site(&generation, &call, &mut quota)
                     .map_err(|e| self.unresolved(&call, e))?;
                 let abandoned = self.if_abandoned(&site);
                 let ready = self.ready_under(&site, key, deadline, jitter, &mut ready_at);
