@@ -3,6 +3,7 @@
 use std::future::Future;
 
 use super::calls::{Mode, Started};
+use super::site::Held;
 use super::{Options, RateLimitService};
 use crate::decision::Decision;
 use crate::error::Error;
@@ -61,8 +62,8 @@ impl RateLimitService {
         penalty: bool,
     ) -> Result<Decision, Error> {
         let call = Mode::Look.apply(options.call());
-        let (generation, mut quota) = (self.generation(), None);
-        let site = self.site(&generation, &call, &mut quota)?;
+        let (generation, mut held) = (self.generation(), Held::default());
+        let site = self.site(&generation, &call, &mut held)?;
         let store = &*self.inner.store;
         if !store.adjusts() {
             return Err(Error::InvalidQuota(QuotaError::Unsupported {

@@ -4,7 +4,7 @@
 use std::future::Future;
 
 use super::pipeline::Then;
-use super::site::Site;
+use super::site::{Held, Site};
 use super::{Call, Options, RateLimitService};
 use crate::decision::Decision;
 use crate::error::Error;
@@ -127,9 +127,9 @@ impl RateLimitService {
         let options = options.clone();
         async move {
             let call = mode.apply(options.call());
-            let (generation, mut quota) = (self.generation(), None);
+            let (generation, mut held) = (self.generation(), Held::default());
             // Nothing but the boxed rest of the call is held across the wait (see `start`).
-            let later = match self.site(&generation, &call, &mut quota) {
+            let later = match self.site(&generation, &call, &mut held) {
                 Ok(site) => match self.start(site, Some(key), mode) {
                     Started::Now(decided) => return decided,
                     Started::Later(later) => later,
@@ -155,9 +155,9 @@ impl RateLimitService {
         call: &Call<'_>,
         key: Option<&str>,
     ) -> Result<(), Error> {
-        let (generation, mut quota) = (self.generation(), None);
+        let (generation, mut held) = (self.generation(), Held::default());
         let site = self
-            .site(&generation, call, &mut quota)
+            .site(&generation, call, &mut held)
             .map_err(|e| self.unresolved(call, e))?;
         let decided = match self.start(site, key, Mode::Enforce) {
             Started::Now(decided) => decided,
@@ -173,9 +173,9 @@ impl RateLimitService {
         call: &Call<'_>,
         key: Option<&str>,
     ) -> Result<super::Spent, Error> {
-        let (generation, mut quota) = (self.generation(), None);
+        let (generation, mut held) = (self.generation(), Held::default());
         let site = self
-            .site(&generation, call, &mut quota)
+            .site(&generation, call, &mut held)
             .map_err(|e| self.unresolved(call, e))?;
         self.spend_at(site, key, true).await
     }
@@ -187,8 +187,8 @@ impl RateLimitService {
         call: &Call<'_>,
         key: Option<&str>,
     ) -> Option<Result<super::Spent, Error>> {
-        let (generation, mut quota) = (self.generation(), None);
-        match self.site(&generation, call, &mut quota) {
+        let (generation, mut held) = (self.generation(), Held::default());
+        match self.site(&generation, call, &mut held) {
             Ok(site) => self.spend_now(site, key, true),
             Err(e) => Some(Err(self.unresolved(call, e))),
         }
@@ -201,9 +201,9 @@ impl RateLimitService {
         key: Option<&str>,
         function: &'static str,
     ) -> Result<(), Error> {
-        let (generation, mut quota) = (self.generation(), None);
+        let (generation, mut held) = (self.generation(), Held::default());
         let site = self
-            .site(&generation, call, &mut quota)
+            .site(&generation, call, &mut held)
             .map_err(|e| self.unresolved(call, e))?;
         self.enforce_sync(&site, key, function)
     }
@@ -279,8 +279,8 @@ impl RateLimitService {
         key: &str,
     ) -> Option<Result<Decision, Error>> {
         let call = Mode::Spend.apply(*call);
-        let (generation, mut quota) = (self.generation(), None);
-        let site = match self.site(&generation, &call, &mut quota) {
+        let (generation, mut held) = (self.generation(), Held::default());
+        let site = match self.site(&generation, &call, &mut held) {
             Ok(site) => site,
             Err(e) => return Some(Err(self.unresolved(&call, e))),
         };
@@ -309,9 +309,9 @@ impl RateLimitService {
     }
 
     async fn reset_call(&self, key: &str, call: &Call<'_>) -> Result<bool, Error> {
-        let (generation, mut quota) = (self.generation(), None);
+        let (generation, mut held) = (self.generation(), Held::default());
         let store_key = self
-            .site(&generation, call, &mut quota)?
+            .site(&generation, call, &mut held)?
             .store_key(Some(key))?;
         self.inner.store.reset(&store_key).await
     }

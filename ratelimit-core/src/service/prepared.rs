@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::calls::{Mode, Started};
 use super::pipeline::Then;
-use super::site::{Site, SiteKey, Tighter, Transition};
+use super::site::{Held, Site, SiteKey, Transition};
 use super::{Call, Generation, Options, RateLimitService, Spent};
 use crate::decision::Decision;
 use crate::error::Error;
@@ -50,8 +50,8 @@ impl RateLimitService {
     }
 
     pub(crate) fn prepare_call(&self, options: &Call<'_>) -> Result<Prepared, Error> {
-        let (generation, mut quota) = (self.generation(), None);
-        let site = self.site(&generation, options, &mut quota)?;
+        let (generation, mut held) = (self.generation(), Held::default());
+        let site = self.site(&generation, options, &mut held)?;
         let prepared = Prepared {
             quota: *site.quota,
             tier: site.tier,
@@ -64,7 +64,7 @@ impl RateLimitService {
             cost_fits: Site::cost_fits(site.quota, site.cost),
             may_wait: site.may_wait,
             shadow: site.shadow,
-            transition: site.transition(),
+            transition: site.transition.cloned(),
             asked: Asked {
                 tier: options.tier.map(Arc::from),
                 overrides: *options.overrides,
@@ -167,11 +167,11 @@ impl Prepared {
     /// call, under the running one.
     #[cold]
     async fn rerun(&self, key: Option<&str>, cost: u64, mode: Mode) -> Result<Decision, Error> {
-        let (generation, mut quota) = (self.service.generation(), None);
+        let (generation, mut held) = (self.service.generation(), Held::default());
         let call = mode.apply(self.asked(cost));
         let site = self
             .service
-            .site(&generation, &call, &mut quota)
+            .site(&generation, &call, &mut held)
             .map_err(|e| self.service.unresolved(&call, e))?;
         let decided = match self.service.start(site, key, mode) {
             Started::Now(decided) => decided,
@@ -213,7 +213,7 @@ impl Prepared {
             kept: false,
             may_wait: spend && self.may_wait,
             shadow: self.shadow,
-            transition: self.transition.as_ref().map(Tighter::Held),
+            transition: self.transition.as_ref(),
         }
     }
 
@@ -244,11 +244,11 @@ impl Prepared {
             let site = self.site(cost, true);
             return self.service.spend_at(site, key, enforce).await;
         }
-        let (generation, mut quota) = (self.service.generation(), None);
+        let (generation, mut held) = (self.service.generation(), Held::default());
         let call = self.asked(cost);
         let site = self
             .service
-            .site(&generation, &call, &mut quota)
+            .site(&generation, &call, &mut held)
             .map_err(|e| self.service.unresolved(&call, e))?;
         Box::pin(self.service.spend_at(site, key, enforce)).await
     }
@@ -264,9 +264,9 @@ impl Prepared {
         if self.is_current() {
             return self.service.spend_now(self.site(cost, true), key, enforce);
         }
-        let (generation, mut quota) = (self.service.generation(), None);
+        let (generation, mut held) = (self.service.generation(), Held::default());
         let call = self.asked(cost);
-        match self.service.site(&generation, &call, &mut quota) {
+        match self.service.site(&generation, &call, &mut held) {
             Ok(site) => self.service.spend_now(site, key, enforce),
             Err(e) => Some(Err(self.service.unresolved(&call, e))),
         }

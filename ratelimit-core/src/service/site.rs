@@ -20,7 +20,7 @@ pub(crate) struct Site<'a> {
     /// The generation the site was worked out under: the whole call is decided under it.
     pub(crate) generation: &'a Generation,
     /// Borrowed: a prepared site's own, the configuration's, or one a call's overrides
-    /// resolved into a local of whoever worked the site out (`RateLimitService::site`).
+    /// resolved into its [`Held`].
     pub(crate) quota: &'a Quota,
     pub(crate) tier: Option<usize>,
     pub(crate) budget: Option<&'a str>,
@@ -45,25 +45,19 @@ pub(crate) struct Site<'a> {
     /// (`RateLimitService::settle`).
     pub(crate) shadow: bool,
     /// After a reload that loosened this limit, the old, tighter quota on the same state,
-    /// until one of its windows has passed since the switch (see `reload.rs`).
-    pub(crate) transition: Option<Tighter<'a>>,
+    /// until one of its windows has passed since the switch (see `reload.rs`): a prepared
+    /// site's own, or one worked out for one call, in its [`Held`].
+    pub(crate) transition: Option<&'a Transition>,
 }
 
-/// A site's [`Transition`]: a prepared site's, borrowed; one worked out for one call, boxed
-/// (only calls during a transition pay for it), so that a site stays small to copy.
-pub(crate) enum Tighter<'a> {
-    Held(&'a Transition),
-    Own(Box<Transition>),
-}
-
-impl Tighter<'_> {
-    #[inline]
-    fn get(&self) -> &Transition {
-        match self {
-            Tighter::Held(t) => t,
-            Tighter::Own(t) => t,
-        }
-    }
+/// What a site worked out for one call borrows that the configuration does not hold: a
+/// quota the call's overrides make, a reload's transition. A local of whoever works the
+/// site out ([`RateLimitService::site`]); a prepared site holds its own.
+#[derive(Default)]
+pub(crate) struct Held {
+    quota: Option<Quota>,
+    /// Boxed: only calls during a transition pay for it.
+    transition: Option<Box<Transition>>,
 }
 
 /// The old quotas a site's calls are also held to, each until one of its windows after the
@@ -155,16 +149,11 @@ impl Site<'_> {
         }
     }
 
-    /// The site's transition, owned (for a site prepared once).
-    pub(crate) fn transition(&self) -> Option<Transition> {
-        self.transition.as_ref().map(|t| t.get().clone())
-    }
-
     /// The old states a call at `now` is also decided on (none outside a transition).
     #[inline]
     pub(crate) fn other_states_at(&self, now: Nanos) -> impl Iterator<Item = &OldState> {
-        let others = match &self.transition {
-            Some(t) => &t.get().others[..],
+        let others = match self.transition {
+            Some(t) => &t.others[..],
             None => &[],
         };
         others.iter().filter(move |o| now < o.until)
@@ -210,10 +199,10 @@ impl Site<'_> {
     /// The quota a call at `now` is decided under.
     #[inline]
     pub(crate) fn quota_at(&self, now: Nanos) -> &Quota {
-        let Some(t) = &self.transition else {
+        let Some(t) = self.transition else {
             return self.quota;
         };
-        let in_force = t.get().same.iter().filter(|(_, until)| now < *until);
+        let in_force = t.same.iter().filter(|(_, until)| now < *until);
         in_force
             .map(|(quota, _)| quota)
             .chain(std::iter::once(self.quota))
@@ -314,15 +303,14 @@ impl RateLimitService {
     }
 
     /// Step 1 for one call: the site of a call with `options` under `generation` (the
-    /// running one, loaded once for the call), borrowing from both, and from `quota`, the
-    /// caller's local the quota is resolved into when the call's overrides make it its own
-    /// (else it is the configuration's). What [`prepare`](Self::prepare) holds instead when
-    /// a caller makes many.
+    /// running one, loaded once for the call), borrowing from both, and from `held`, the
+    /// caller's local for what neither holds (a quota the call's overrides make, a reload's
+    /// transition). What [`prepare`](Self::prepare) holds instead when a caller makes many.
     pub(crate) fn site<'a>(
         &'a self,
         generation: &'a Generation,
         options: &Call<'a>,
-        quota: &'a mut Option<Quota>,
+        held: &'a mut Held,
     ) -> Result<Site<'a>, Error> {
         let config = &*generation.config;
         // A budget name is a part of the store key: bounded like a user key, so that the key
@@ -332,13 +320,14 @@ impl RateLimitService {
                 reason: "the budget name is longer than 1024 bytes",
             });
         }
-        let (quota, tier) = self.resolve(config, options, quota)?;
+        let (quota, tier) = self.resolve(config, options, &mut held.quota)?;
         let shadow = options.shadow || tier.is_some_and(|i| config.tiers()[i].shadow);
         let transition = match generation.previous.is_empty() {
             true => None,
-            false => self
-                .transition_of(generation, options, quota, tier)
-                .map(|t| Tighter::Own(Box::new(t))),
+            false => match self.transition_of(generation, options, quota, tier) {
+                Some(t) => Some(&**held.transition.insert(Box::new(t))),
+                None => None,
+            },
         };
         let identity = match tier {
             _ if !options.overrides.is_empty() => None,

@@ -6,7 +6,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use super::site::Site;
+use super::site::{Held, Site};
 use super::RateLimitService;
 use crate::clock::Nanos;
 use crate::decision::{Decision, Receipt};
@@ -210,8 +210,8 @@ impl RateLimitService {
         let options = options.clone();
         async move {
             let call = super::calls::Mode::Spend.apply(options.call());
-            let (generation, mut quota) = (self.generation(), None);
-            match self.site(&generation, &call, &mut quota) {
+            let (generation, mut held) = (self.generation(), Held::default());
+            match self.site(&generation, &call, &mut held) {
                 Ok(site) => self.spend_at(site, Some(key), false).await,
                 Err(e) => Err(self.unresolved(&call, e)),
             }

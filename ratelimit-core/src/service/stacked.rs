@@ -3,13 +3,12 @@
 use std::future::Future;
 
 use super::pipeline::IfAbandoned;
-use super::site::Site;
+use super::site::{Held, Site};
 use super::transition;
 use super::{Call, Generation, Options, RateLimitService, SpentAll};
 use crate::clock::Nanos;
 use crate::decision::Decision;
 use crate::error::{Error, Exceeded};
-use crate::quota::Quota;
 use crate::stats::Outcome;
 use crate::store::{Check, Mode, Request, Stacked, StoreKey};
 
@@ -161,8 +160,11 @@ impl RateLimitService {
         at_once: Option<&'static str>,
         keep: bool,
     ) -> Result<SpentAll, Error> {
-        let (generation, mut quotas) = (self.generation(), vec![None; limits.len()]);
-        let (sites, keys, now) = match self.stacked(&generation, limits, &mut quotas)? {
+        let generation = self.generation();
+        let mut held: Vec<Held> = std::iter::repeat_with(Held::default)
+            .take(limits.len())
+            .collect();
+        let (sites, keys, now) = match self.stacked(&generation, limits, &mut held)? {
             Keyed::Unlimited(decisions) => return Ok(SpentAll::kept(decisions)),
             Keyed::Keys(sites, keys, now) => (sites, keys, now),
         };
@@ -293,7 +295,7 @@ impl RateLimitService {
         &'a self,
         generation: &'a Generation,
         limits: &'a [(Option<&'a str>, Call<'a>)],
-        quotas: &'a mut [Option<Quota>],
+        held: &'a mut [Held],
     ) -> Result<Keyed<'a>, Error> {
         // No limit at all is no limit, as for one call: never an admission.
         if limits.is_empty() {
@@ -301,9 +303,9 @@ impl RateLimitService {
         }
         let mut sites = Vec::with_capacity(limits.len());
         let mut keys = Vec::with_capacity(limits.len());
-        for ((key, options), quota) in limits.iter().zip(quotas) {
+        for ((key, options), held) in limits.iter().zip(held) {
             let site = self
-                .site(generation, options, quota)
+                .site(generation, options, held)
                 .map_err(|e| self.unresolved(options, e))?;
             site.check(*key)?;
             let mut k = String::with_capacity(64);

@@ -14,7 +14,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::queue::Left;
-use super::site::Site;
+use super::site::{Held, Site};
 use super::{Call, Options, RateLimitService};
 use crate::decision::Decision;
 use crate::drivers;
@@ -224,9 +224,9 @@ impl RateLimitService {
             // Once per configuration: a reload while this call waits decides its next try
             // under the new one.
             loop {
-                let (generation, mut quota) = (self.generation(), None);
+                let (generation, mut held) = (self.generation(), Held::default());
                 let site = self
-                    .site(&generation, &call, &mut quota)
+                    .site(&generation, &call, &mut held)
                     .map_err(|e| self.unresolved(&call, e))?;
                 let abandoned = self.if_abandoned(&site);
                 let ready = self.ready_under(&site, key, deadline, jitter, &mut ready_at);
