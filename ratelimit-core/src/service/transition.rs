@@ -76,7 +76,11 @@ pub(super) fn old_checks<'a>(
         })
 }
 
-/// The site's own state first, then the old ones.
+/// The site's own state first, under the quota it is held to now (a reload's tighter one on
+/// the same state while it lasts: `Site::quota_at`, as a call with no old states is), then
+/// the old ones. Under the site's own quota, a call with old states to check was decided on
+/// its own state by the new, looser limit: 3 admitted where the first configuration's 2
+/// still held (probes_prepared_shortcuts).
 fn checks<'a>(
     site: &'a Site<'_>,
     store_key: &'a str,
@@ -85,7 +89,7 @@ fn checks<'a>(
 ) -> Vec<Check<'a>> {
     let own = Check {
         key: StoreKey::composed(store_key),
-        quota: site.quota,
+        quota: site.quota_at(now),
         cost: site.cost,
     };
     std::iter::once(own)
