@@ -48,7 +48,8 @@ pub(crate) struct Generation {
     pub(crate) number: u64,
     /// The configurations reloads replaced, the latest first, each with when it was
     /// replaced: a limit a reload loosened or moved holds to its old quota for one old window
-    /// (`Site::transition`), whatever reloads came after. At most [`KEPT_PREVIOUS`].
+    /// (`Site::transition`), whatever reloads came after: each while it is in force, and the
+    /// last [`KEPT_PREVIOUS`] (`reload.rs`, `kept_after`).
     pub(crate) previous: Vec<Kept>,
 }
 
@@ -64,6 +65,12 @@ pub(crate) struct Kept {
 }
 
 impl Kept {
+    /// Whether it may still hold a call without a window of its own at `now`: one of its
+    /// configured windows has not passed since it was replaced.
+    pub(crate) fn in_force(&self, now: crate::clock::Nanos) -> bool {
+        now < self.replaced_at.saturating_add(self.longest)
+    }
+
     pub(crate) fn new(config: Arc<Config>, replaced_at: crate::clock::Nanos) -> Self {
         let longest = (config.tiers().iter().map(|t| t.quota.window_nanos()))
             .chain(std::iter::once(config.default_window().as_nanos() as u64))
@@ -77,8 +84,9 @@ impl Kept {
     }
 }
 
-/// How many replaced configurations a generation keeps for transitions: reloads more
-/// frequent than that within one window hold calls to the last ones only.
+/// How many replaced configurations a generation keeps for transitions whatever their age:
+/// past its configured windows, a kept configuration holds only calls with a longer window
+/// of their own.
 pub(crate) const KEPT_PREVIOUS: usize = 8;
 
 impl Generation {

@@ -99,14 +99,8 @@ impl RateLimitService {
         reloaded.generation = running.number + 1;
         super::warn_shadow_tiers(&config);
         let mut next = Generation::new(config, reloaded.generation, Some(&running));
-        let replaced = super::Kept::new(Arc::clone(&running.config), self.inner.clock.now());
-        // A kept configuration with the new one's limits holds no call to anything: dropped,
-        // so that calls resolved per call (not prepared) do not resolve it again.
-        next.previous = std::iter::once(replaced)
-            .chain(running.previous.iter().cloned())
-            .filter(|kept| !kept.config.same_limits(&next.config))
-            .take(super::KEPT_PREVIOUS)
-            .collect();
+        let now = self.inner.clock.now();
+        next.previous = kept_after(&running, &next.config, now)?;
         self.inner.current.store(Arc::new(next));
         self.inner
             .generation
@@ -125,6 +119,49 @@ impl RateLimitService {
         Ok(reloaded)
     }
 }
+
+/// The configurations a generation running `config` keeps for transitions, after a reload
+/// at `now` replaced `running`'s: the one replaced, then those `running` kept, the latest
+/// first. A kept configuration with the new one's limits holds no call to anything: dropped,
+/// so that calls resolved per call (not prepared) do not resolve it again. Every other is
+/// kept while one of its configured windows since it was replaced may still hold a call
+/// (`Kept::in_force`), and the last [`KEPT_PREVIOUS`](super::KEPT_PREVIOUS) whatever their
+/// age (for calls whose own window outlasts the configuration's). Kept only by count, a
+/// ninth reload inside one window dropped the first one's transition while it held: 1 more
+/// admitted than the first quota allowed (probes_prepared_shortcuts). More than
+/// [`MOST_IN_FORCE`] held at once is refused: the reload is an error and the running
+/// configuration stays, rather than a transition dropped while it holds.
+fn kept_after(
+    running: &Generation,
+    config: &Config,
+    now: crate::clock::Nanos,
+) -> Result<Vec<super::Kept>, Error> {
+    let replaced = super::Kept::new(Arc::clone(&running.config), now);
+    let kept: Vec<super::Kept> = std::iter::once(replaced)
+        .chain(running.previous.iter().cloned())
+        .filter(|kept| !kept.config.same_limits(config))
+        .enumerate()
+        .filter(|(i, kept)| *i < super::KEPT_PREVIOUS || kept.in_force(now))
+        .map(|(_, kept)| kept)
+        .collect();
+    if kept.len() > MOST_IN_FORCE {
+        let mut errors = ConfigError::default();
+        errors.push(
+            "reload",
+            format!(
+                "{MOST_IN_FORCE} configurations replaced by reloads are still held to within \
+                 their windows; another reload would drop one: reload again once the oldest's \
+                 window has passed"
+            ),
+        );
+        return Err(Error::InvalidConfig(errors));
+    }
+    Ok(kept)
+}
+
+/// The most replaced configurations a generation holds calls to at once (`kept_after`): a
+/// call resolved per call decides under each one still in force.
+const MOST_IN_FORCE: usize = 64;
 
 /// What changed from `old` to `new`, limit by limit (the default limit, then the tiers).
 fn changes(old: &Config, new: &Config) -> Reloaded {
