@@ -31,7 +31,7 @@ use ratelimit::{
     rate_limit, Attempt, Config, ConfigBuilder, Error, Limiter, MemoryStore, Module, Options,
     Quota, QuotaError, RateLimitService, Strategy, Tier, MAX_CAPACITY, MAX_WINDOW,
 };
-use ratelimit_tests::{now as block_on, service, START};
+use ratelimit_tests::{now as block_on, on_its_store, service, START};
 
 const HOUR: Duration = Duration::from_secs(3_600);
 
@@ -51,16 +51,6 @@ fn tier(name: &str, n: u64) -> Tier {
     Tier::new(name, n)
         .window(HOUR)
         .strategy(Strategy::SlidingWindow)
-}
-
-/// `builder` on `service`'s store and key prefix (a reload keeps the store).
-fn on_its_store(service: &RateLimitService, builder: ConfigBuilder) -> Config {
-    let running = service.config();
-    builder
-        .store(running.store().clone())
-        .key_prefix(running.key_prefix())
-        .build()
-        .unwrap()
 }
 
 fn reload(service: &RateLimitService, builder: ConfigBuilder) {

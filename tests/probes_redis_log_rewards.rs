@@ -605,24 +605,37 @@ async fn a_longer_windows_call_in_a_shorter_ones_millisecond_still_keeps_the_key
     let store = store(&server);
     let mut c = server.connection();
     let (second, minute) = (log(3, SECOND), log(4, MINUTE));
-    for attempt in 0..50 {
-        let key = format!("{}:k", prefix("log_rewards_same_ms_expiry"));
-        assert_eq!(drain(&store, &key, &second).await, 3);
-        assert!(ask(&store, &key, &minute, 1).await.unwrap().allowed);
-        let log = entries(&mut c, &key);
-        if log[0].0 / 1_000 != log[1].0 / 1_000 {
-            continue; // not in the same millisecond
+    let name = "log_rewards_same_ms_expiry";
+    let (key, log) = in_one_millisecond(&store, &mut c, name, &second, &minute).await;
+    let ends = expiry(&mut c, &key);
+    let mine = (log[0].0 + 60_000_000).div_ceil(1_000) as i64;
+    until(&mut c, log[0].0 + 1_050_000);
+    let more = drain(&store, &key, &minute).await;
+    assert!(
+        ends >= mine && more == 0,
+        "the key ends {} ms before the minute's, {more} more",
+        mine - ends
+    );
+}
+
+/// A fresh key on which `first` spent its whole limit, then `then` one call in the same
+/// millisecond as `first`'s newest entry, with its log (newest first): tried afresh until
+/// the two calls fall in one millisecond.
+async fn in_one_millisecond(
+    store: &RedisStore,
+    c: &mut redis::Connection,
+    name: &str,
+    first: &Quota,
+    then: &Quota,
+) -> (String, Vec<(u64, u64, u64, u64)>) {
+    for _ in 0..50 {
+        let key = format!("{}:k", prefix(name));
+        assert_eq!(drain(store, &key, first).await, first.limit());
+        assert!(ask(store, &key, then, 1).await.unwrap().allowed);
+        let log = entries(c, &key);
+        if log[0].0 / 1_000 == log[1].0 / 1_000 {
+            return (key, log);
         }
-        let ends = expiry(&mut c, &key);
-        let mine = (log[0].0 + 60_000_000).div_ceil(1_000) as i64;
-        until(&mut c, log[0].0 + 1_050_000);
-        let more = drain(&store, &key, &minute).await;
-        assert!(
-            ends >= mine && more == 0,
-            "attempt {attempt}: the key ends {} ms before the minute's, {more} more",
-            mine - ends
-        );
-        return;
     }
     panic!("never in one millisecond");
 }
@@ -636,23 +649,14 @@ async fn a_reward_under_a_longer_window_never_takes_a_shorter_ones_entry_in_its_
     let store = store(&server);
     let mut c = server.connection();
     let (minute, second) = (log(3, MINUTE), log(4, SECOND));
-    for attempt in 0..50 {
-        let key = format!("{}:k", prefix("log_rewards_same_ms"));
-        assert_eq!(drain(&store, &key, &minute).await, 3);
-        assert!(ask(&store, &key, &second, 1).await.unwrap().allowed);
-        let log = entries(&mut c, &key);
-        if log[0].0 / 1_000 != log[1].0 / 1_000 {
-            continue; // not in the same millisecond
-        }
-        let gave = bare_reward(&store, &key, &minute, 4).await;
-        let more = drain(&store, &key, &second).await;
-        assert!(
-            gave == 0 && more == 0,
-            "attempt {attempt}: gave {gave}, the second admitted {more} more"
-        );
-        return;
-    }
-    panic!("never in one millisecond");
+    let name = "log_rewards_same_ms";
+    let (key, _) = in_one_millisecond(&store, &mut c, name, &minute, &second).await;
+    let gave = bare_reward(&store, &key, &minute, 4).await;
+    let more = drain(&store, &key, &second).await;
+    assert!(
+        gave == 0 && more == 0,
+        "gave {gave}, the second admitted {more} more"
+    );
 }
 
 /// Windows of 1,000 ms and 960 ms (within an eighth of each other, 50 ms at most: documented

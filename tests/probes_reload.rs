@@ -17,7 +17,7 @@ use ratelimit::{
     rate_limit, Attempt, Config, ConfigBuilder, Error, Module, Options, RateLimitService, Strategy,
     Tier,
 };
-use ratelimit_tests::{clock, on_every_store, serial, two_workers};
+use ratelimit_tests::{clock, on_every_store, on_its_store, serial, two_workers};
 
 /// Long enough that no Redis window (on the server's clock) turns during a test.
 const LONG: Duration = Duration::from_secs(20 * 24 * 3600);
@@ -35,16 +35,6 @@ fn tier(name: &str, n: u64) -> Tier {
     Tier::new(name, n)
         .window(LONG)
         .strategy(Strategy::FixedWindow)
-}
-
-/// `builder` on `service`'s store and key prefix (a reload keeps the store).
-fn on_its_store(service: &RateLimitService, builder: ConfigBuilder) -> Config {
-    let running = service.config();
-    builder
-        .store(running.store().clone())
-        .key_prefix(running.key_prefix())
-        .build()
-        .unwrap()
 }
 
 /// What `n` calls, one after the other, admit on `"shared-key"`.

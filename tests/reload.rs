@@ -8,7 +8,7 @@ use std::time::Duration;
 use ratelimit::{
     rate_limit, Config, Error, Module, Options, ProblemKind, RateLimitService, Strategy, Tier,
 };
-use ratelimit_tests::{on_every_store, serial};
+use ratelimit_tests::{on_every_store, on_its_store, serial};
 
 /// Long enough that no Redis window (on the server's clock) turns during a test.
 const LONG: Duration = Duration::from_secs(20 * 24 * 3600);
@@ -20,17 +20,6 @@ fn limit(n: u64) -> impl Fn() -> ratelimit::ConfigBuilder {
             .default_limit(n)
             .default_window(LONG)
     }
-}
-
-/// `builder`'s configuration on `service`'s store and key prefix (a reload keeps the store;
-/// another prefix would be other budgets).
-fn on_its_store(service: &RateLimitService, builder: ratelimit::ConfigBuilder) -> Config {
-    let running = service.config();
-    builder
-        .store(running.store().clone())
-        .key_prefix(running.key_prefix())
-        .build()
-        .unwrap()
 }
 
 /// What 64 tasks, each making `calls` calls on `"shared-key"`, admit.

@@ -142,6 +142,17 @@ pub fn service(config: Config) -> (RateLimitService, ManualClock) {
     (service, clock)
 }
 
+/// `builder`'s configuration on `service`'s store and key prefix, for a reload (a reload
+/// keeps the store; another prefix would be other budgets).
+pub fn on_its_store(service: &RateLimitService, builder: ratelimit::ConfigBuilder) -> Config {
+    let running = service.config();
+    builder
+        .store(running.store().clone())
+        .key_prefix(running.key_prefix())
+        .build()
+        .unwrap()
+}
+
 /// Runs a future that the memory store completes without waiting.
 pub fn now<F: std::future::Future>(f: F) -> F::Output {
     futures::executor::block_on(f)

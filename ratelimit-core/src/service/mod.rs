@@ -65,10 +65,16 @@ pub(crate) struct Kept {
 }
 
 impl Kept {
-    /// Whether it may still hold a call without a window of its own at `now`: one of its
-    /// configured windows has not passed since it was replaced.
-    pub(crate) fn in_force(&self, now: crate::clock::Nanos) -> bool {
-        now < self.replaced_at.saturating_add(self.longest)
+    /// Whether it may still hold a call at `now`: the call's own window (`own`, the same
+    /// under every configuration) or else its longest configured one has not passed since it
+    /// was replaced. With no window of the call's own: whether it may hold any such call.
+    pub(crate) fn in_force(
+        &self,
+        now: crate::clock::Nanos,
+        own: Option<std::time::Duration>,
+    ) -> bool {
+        let window = own.map_or(self.longest, |w| w.as_nanos() as u64);
+        now < self.replaced_at.saturating_add(window)
     }
 
     pub(crate) fn new(config: Arc<Config>, replaced_at: crate::clock::Nanos) -> Self {

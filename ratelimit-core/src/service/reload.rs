@@ -141,7 +141,7 @@ fn kept_after(
         .chain(running.previous.iter().cloned())
         .filter(|kept| !kept.config.same_limits(config))
         .enumerate()
-        .filter(|(i, kept)| *i < super::KEPT_PREVIOUS || kept.in_force(now))
+        .filter(|(i, kept)| *i < super::KEPT_PREVIOUS || kept.in_force(now, None))
         .map(|(_, kept)| kept)
         .collect();
     if kept.len() > MOST_IN_FORCE {

@@ -244,10 +244,8 @@ impl RateLimitService {
         let mut transition = Transition::default();
         let now = self.inner.clock.now();
         for kept in &generation.previous {
-            // Past every window it could hold this call to: nothing to resolve. A call's own
-            // window is the same under every configuration; else the longest configured one.
-            let window = (options.overrides.window).map_or(kept.longest, |w| w.as_nanos() as u64);
-            if now >= kept.replaced_at.saturating_add(window) {
+            // Past every window it could hold this call to: nothing to resolve.
+            if !kept.in_force(now, options.overrides.window) {
                 continue;
             }
             let old_config = &*kept.config;
