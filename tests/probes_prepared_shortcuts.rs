@@ -20,7 +20,8 @@
 //! decided on a reload's old states decided its own state under the new quota, not the
 //! tighter old one in force on it (`transition.rs`); a ninth reload inside one window dropped
 //! the first one's transition (`reload.rs`: a replaced configuration is now kept while in
-//! force, and a reload that would drop one is refused).
+//! force, and a reload that would drop one is refused). Later, the same for calls whose own
+//! window outlasts the configured ones (kept for the longest such window seen under it).
 
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
@@ -818,6 +819,35 @@ fn a_ninth_reload_inside_the_window_does_not_drop_the_first_transition() {
     assert_eq!(admitted_per_call(&service, "k", &Options::new(), 3), 0);
     let prepared = service.prepare(&Options::new()).unwrap();
     assert_eq!(admitted_now(&prepared, "k", 3), 0);
+}
+
+/// Calls with a window of their own (two hours) longer than any configured (an hour): a
+/// loosening reload (2 -> 3) holds them to the first configuration's 2 for their own two
+/// hours, and they spend those 2. Eight more reloads once the first configuration's
+/// configured hour has passed since it was replaced, but not the calls' own two: it is the
+/// ninth kept, past its configured windows, and its quota of 2 still holds the 2 spent, so
+/// nothing more is admitted. Before: 1 admitted (`reload.rs` kept a configuration past the
+/// last 8 only for its configured windows, though calls held its state to a longer one).
+#[test]
+fn a_ninth_reload_does_not_drop_a_transition_held_by_a_calls_own_longer_window() {
+    let (service, clock) = service(limit(2).build().unwrap());
+    let own = Options::new().window(2 * HOUR);
+    assert_eq!(admitted_per_call(&service, "k", &own, 1), 1);
+    clock.advance(Duration::from_secs(60));
+    reload(&service, limit(3));
+    assert_eq!(admitted_per_call(&service, "k", &own, 3), 1);
+    clock.advance(HOUR + Duration::from_secs(60));
+    for n in 4..=11 {
+        clock.advance(Duration::from_secs(60));
+        reload(&service, limit(n));
+    }
+    assert_eq!(admitted_per_call(&service, "k", &own, 3), 0);
+    let prepared = service.prepare(&own).unwrap();
+    assert_eq!(admitted_now(&prepared, "k", 3), 0);
+    // Past the first configuration's two hours since it was replaced, the 2 spent have left
+    // the log; the second configuration's 3 holds for two hours since its own replacement.
+    clock.advance(HOUR);
+    assert_eq!(admitted_per_call(&service, "k", &own, 12), 3);
 }
 
 /// A service holds calls to at most 64 replaced configurations at once: the 65th loosening

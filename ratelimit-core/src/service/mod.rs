@@ -2,6 +2,7 @@
 
 use std::fmt;
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 mod adjust;
@@ -51,6 +52,12 @@ pub(crate) struct Generation {
     /// (`Site::transition`), whatever reloads came after: each while it is in force, and the
     /// last [`KEPT_PREVIOUS`] (`reload.rs`, `kept_after`).
     pub(crate) previous: Vec<Kept>,
+    /// The longest window of its own (a per-call `window` override) a call has been worked
+    /// out with under this configuration, in nanoseconds (0: none): a state such a call wrote
+    /// holds for that window, so a reload keeps the configuration for it (`Kept::holds_any`).
+    /// Shared with the [`Kept`] a reload makes of it, which calls still running under it
+    /// keep writing to.
+    pub(crate) own_windows: Arc<AtomicU64>,
 }
 
 /// A configuration a reload replaced, kept for transitions.
@@ -62,6 +69,9 @@ pub(crate) struct Kept {
     /// The longest window of a limit it configures (the default's, a tier's): past
     /// `replaced_at` plus this, it holds no call without a window of its own.
     pub(crate) longest: crate::clock::Nanos,
+    /// The generation's [`own_windows`](Generation::own_windows), still written by calls
+    /// running under it.
+    own_windows: Arc<AtomicU64>,
 }
 
 impl Kept {
@@ -77,7 +87,17 @@ impl Kept {
         now < self.replaced_at.saturating_add(window)
     }
 
-    pub(crate) fn new(config: Arc<Config>, replaced_at: crate::clock::Nanos) -> Self {
+    /// Whether it may still hold any call at `now`: one without a window of its own (its
+    /// longest configured window) or one with the longest window of its own a call was worked
+    /// out with under it, since it was replaced. What a reload keeps it for (`reload.rs`).
+    pub(crate) fn holds_any(&self, now: crate::clock::Nanos) -> bool {
+        let own = self.own_windows.load(Ordering::Relaxed);
+        now < self.replaced_at.saturating_add(self.longest.max(own))
+    }
+
+    /// The running `generation`, replaced by a reload at `replaced_at`.
+    pub(crate) fn new(generation: &Generation, replaced_at: crate::clock::Nanos) -> Self {
+        let config = Arc::clone(&generation.config);
         let longest = (config.tiers().iter().map(|t| t.quota.window_nanos()))
             .chain(std::iter::once(config.default_window().as_nanos() as u64))
             .max()
@@ -86,16 +106,27 @@ impl Kept {
             config,
             replaced_at,
             longest,
+            own_windows: Arc::clone(&generation.own_windows),
         }
     }
 }
 
-/// How many replaced configurations a generation keeps for transitions whatever their age:
-/// past its configured windows, a kept configuration holds only calls with a longer window
-/// of their own.
+/// How many replaced configurations a generation keeps for transitions whatever their age,
+/// besides those that may still hold a call (`Kept::holds_any`): a margin, which a call
+/// resolved per call skips with one comparison once it is past its windows.
 pub(crate) const KEPT_PREVIOUS: usize = 8;
 
 impl Generation {
+    /// Notes that a call with its own `window` is worked out under this configuration
+    /// ([`own_windows`](Self::own_windows)): a load and a compare unless it is the longest
+    /// yet.
+    pub(crate) fn note_own_window(&self, window: std::time::Duration) {
+        let window = window.as_nanos().min(u128::from(u64::MAX)) as u64;
+        if window > self.own_windows.load(Ordering::Relaxed) {
+            self.own_windows.fetch_max(window, Ordering::Relaxed);
+        }
+    }
+
     fn new(config: Config, number: u64, before: Option<&Generation>) -> Self {
         let by_tier = config
             .tiers()
@@ -113,6 +144,7 @@ impl Generation {
             by_tier,
             number,
             previous: Vec::new(),
+            own_windows: Arc::default(),
         }
     }
 }

@@ -124,11 +124,13 @@ impl RateLimitService {
 /// at `now` replaced `running`'s: the one replaced, then those `running` kept, the latest
 /// first. A kept configuration with the new one's limits holds no call to anything: dropped,
 /// so that calls resolved per call (not prepared) do not resolve it again. Every other is
-/// kept while one of its configured windows since it was replaced may still hold a call
-/// (`Kept::in_force`), and the last [`KEPT_PREVIOUS`](super::KEPT_PREVIOUS) whatever their
-/// age (for calls whose own window outlasts the configuration's). Kept only by count, a
-/// ninth reload inside one window dropped the first one's transition while it held: 1 more
-/// admitted than the first quota allowed (probes_prepared_shortcuts). More than
+/// kept while it may still hold a call (`Kept::holds_any`): one of its configured windows,
+/// or the longest window of its own a call was worked out with under it, has not passed
+/// since it was replaced; and the last [`KEPT_PREVIOUS`](super::KEPT_PREVIOUS) whatever
+/// their age. Kept only by count, a ninth reload inside one window dropped the first one's
+/// transition while it held: 1 more admitted than the first quota allowed; kept only for its
+/// configured windows, the same for a call with a longer window of its own
+/// (probes_prepared_shortcuts). More than
 /// [`MOST_IN_FORCE`] held at once is refused: the reload is an error and the running
 /// configuration stays, rather than a transition dropped while it holds.
 fn kept_after(
@@ -136,12 +138,12 @@ fn kept_after(
     config: &Config,
     now: crate::clock::Nanos,
 ) -> Result<Vec<super::Kept>, Error> {
-    let replaced = super::Kept::new(Arc::clone(&running.config), now);
+    let replaced = super::Kept::new(running, now);
     let kept: Vec<super::Kept> = std::iter::once(replaced)
         .chain(running.previous.iter().cloned())
         .filter(|kept| !kept.config.same_limits(config))
         .enumerate()
-        .filter(|(i, kept)| *i < super::KEPT_PREVIOUS || kept.in_force(now, None))
+        .filter(|(i, kept)| *i < super::KEPT_PREVIOUS || kept.holds_any(now))
         .map(|(_, kept)| kept)
         .collect();
     if kept.len() > MOST_IN_FORCE {
