@@ -3,6 +3,7 @@
 //! with exact counts across OS threads; time is a `TestModule`'s manual clock.
 
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use ratelimit::testing::TestModule;
@@ -10,6 +11,17 @@ use ratelimit::{rate_limit, throttle, Error, Module, Tier};
 use ratelimit_tests::hammer;
 
 static RUNS: AtomicU32 = AtomicU32::new(0);
+
+/// Taken by every test that calls `resize`: the tests of a file run on parallel threads, and
+/// one test's runs of `resize` counted in another's `RUNS` (10 runs seen where the hammer's
+/// 5 ran, once in 25 runs of the file).
+static RESIZE: Mutex<()> = Mutex::new(());
+
+fn resize_alone() -> MutexGuard<'static, ()> {
+    RESIZE
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
 
 #[rate_limit(limit = 5, window = "1m")]
 fn resize(width: u32) -> Result<u32, Error> {
@@ -125,6 +137,7 @@ fn module() -> TestModule {
 
 #[test]
 fn a_sync_fn_admits_exactly_its_limit_across_threads() {
+    let _alone = resize_alone();
     let module = module();
     let before = RUNS.load(Ordering::SeqCst);
     assert_eq!(hammer(&module, 8, 25, || resize(10)), (5, 195));
@@ -143,6 +156,7 @@ fn a_sync_fn_admits_exactly_its_limit_across_threads() {
 /// budget, limit and the wait until the next call passes.
 #[test]
 fn a_sync_fns_refusal_arrives_whole() {
+    let _alone = resize_alone();
     let module = module();
     module.run(|| {
         for _ in 0..5 {
@@ -163,6 +177,7 @@ fn a_sync_fns_refusal_arrives_whole() {
 
 #[test]
 fn a_sync_fn_outside_any_module_is_refused() {
+    let _alone = resize_alone();
     let runs = RUNS.load(Ordering::SeqCst);
     assert!(matches!(
         resize(1),
