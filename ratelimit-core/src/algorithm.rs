@@ -253,16 +253,23 @@ pub(crate) fn precheck(
 #[inline]
 pub(crate) fn precheck_time(now: Nanos, quota: &Quota) -> Result<Option<Verdict>, Undecidable> {
     check_now(now)?;
+    Ok(zero_capacity(now, quota))
+}
+
+/// The refusal of every call under a capacity of zero, at a `now` within range
+/// ([`check_now`]); `None` for any other capacity.
+#[inline]
+pub(crate) fn zero_capacity(now: Nanos, quota: &Quota) -> Option<Verdict> {
     if quota.capacity() == 0 {
         let window = quota.window_nanos();
-        return Ok(Some(Verdict {
+        return Some(Verdict {
             allowed: false,
             remaining: 0,
             reset_at: now + window,
             retry_after: Some(window),
-        }));
+        });
     }
-    Ok(None)
+    None
 }
 
 /// Runs `decide(cost, commit)`; a cost of zero is a look at the level *now*: what remains

@@ -101,11 +101,13 @@ impl MemoryStore {
         now: Nanos,
         mode: Mode,
     ) -> Result<(Verdict, Stamp), Error> {
-        if let Some(verdict) = algorithm::precheck_time(now, quota)? {
+        // The time's range checked first (`decision_time`), then a capacity of zero refused
+        // at `now`, as `algorithm::precheck_time` does. A clock stepped back behind the last
+        // sweep decides at the sweep's time.
+        let at = self.decision_time(now)?;
+        if let Some(verdict) = algorithm::zero_capacity(now, quota) {
             return Ok((verdict, Stamp::default()));
         }
-        // A clock stepped back behind the last sweep decides at the sweep's time.
-        let at = self.decision_time(now)?;
         if quota.block_nanos() > 0 {
             return self.decide_with_blocks(key, quota, cost, at, mode);
         }

@@ -446,6 +446,37 @@ mod tests {
         assert!(store.is_empty());
     }
 
+    /// A decision compares its time once, with the next sweep's (`decision_time`), which
+    /// never passes `MAX_NOW + 1`: under any sweep interval, every time past `MAX_NOW` is
+    /// `ClockOutOfRange`, a capacity of zero's too, whether or not a sweep ran before.
+    #[test]
+    fn a_time_out_of_range_is_refused_under_any_sweep_interval() {
+        use crate::algorithm::MAX_NOW;
+        for every in [Duration::ZERO, Duration::from_secs(10), Duration::MAX] {
+            let store = MemoryStore::with_options(MemoryOptions::default().sweep_interval(every));
+            for q in [Quota::per_second(2).unwrap(), Quota::per_second(0).unwrap()] {
+                for strategy in Strategy::ALL {
+                    let (q, key) = (
+                        q.with_strategy(strategy),
+                        format!("{strategy}:{}", q.limit()),
+                    );
+                    for now in [SEC, MAX_NOW] {
+                        assert!(store.acquire(&key, &q, 1, now).is_ok(), "{every:?} {now}");
+                        for past in [MAX_NOW + 1, u64::MAX] {
+                            for commit in [true, false] {
+                                let r = store.decide_at(&key, &q, 1, past, commit);
+                                assert!(
+                                    matches!(r, Err(Error::ClockOutOfRange { now_nanos }) if now_nanos == past),
+                                    "{every:?} {strategy} {now}: {r:?}"
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn bad_keys_are_errors() {
         let store = MemoryStore::new();

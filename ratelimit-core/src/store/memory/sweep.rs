@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
 use super::{Inner, MemoryStore, SWEEP_GRACE};
-use crate::algorithm::check_now;
+use crate::algorithm::{check_now, MAX_NOW};
 use crate::clock::{Clock, Nanos};
 use crate::error::Error;
 
@@ -63,39 +63,38 @@ impl MemoryStore {
         }
     }
 
-    /// Sweeps when `sweep_interval` has passed since the last sweep (one comparison on
-    /// every decision; the sweep itself out of the decision's way).
-    #[inline]
+    /// Sweeps when `sweep_interval` has passed since the last sweep (the background
+    /// sweeper's check; a decision's is [`decision_time`](Self::decision_time)'s).
     pub(super) fn maybe_sweep(&self, now: Nanos) {
         let next = self.inner.next_sweep.load(Ordering::Relaxed);
         if now >= next {
-            self.sweep_after(next, now);
+            let _ = self.sweep_after(next, now);
         }
     }
 
-    /// The sweep [`maybe_sweep`](Self::maybe_sweep) found due: run by the caller whose
-    /// exchange moves `next_sweep` on from `next`, so by one of any racing callers.
+    /// What a `now` at or past `next_sweep` (`next`) meets: a time past
+    /// [`MAX_NOW`](crate::algorithm::MAX_NOW) is `ClockOutOfRange`, with no sweep and the next
+    /// one not put off to the end of time; any other, the sweep that is due, run by the caller
+    /// whose exchange moves `next_sweep` on from `next`, so by one of any racing callers.
+    /// `next_sweep` never passes `MAX_NOW + 1`, so every time out of range comes here: the
+    /// one comparison a decision makes of its time ([`decision_time`](Self::decision_time)).
     #[cold]
     #[inline(never)]
-    fn sweep_after(&self, next: Nanos, now: Nanos) {
-        // Out of range: no sweep, and the next one not put off to the end of time.
-        if check_now(now).is_err() {
-            return;
-        }
+    fn sweep_after(&self, next: Nanos, now: Nanos) -> Result<(), Error> {
+        check_now(now)?;
         let every = self.inner.options.sweep_interval.as_nanos() as Nanos;
+        // At most `MAX_NOW + 1`: a later `next_sweep` would let a time out of range past the
+        // one comparison (past it, a time in range sweeps no more, as it never reaches it).
+        let after = now.saturating_add(every).min(MAX_NOW + 1);
         if self
             .inner
             .next_sweep
-            .compare_exchange(
-                next,
-                now.saturating_add(every),
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            )
+            .compare_exchange(next, after, Ordering::Relaxed, Ordering::Relaxed)
             .is_ok()
         {
             self.sweep(now);
         }
+        Ok(())
     }
 
     /// The time a key found missing under its shard's lock is decided at, fresh: `at`, or the
@@ -111,11 +110,15 @@ impl MemoryStore {
     /// The decision time for a call at `now`: never before the last sweep (see `floor`). The
     /// one check of the time every path takes (decisions, stacked ones, refunds,
     /// adjustments): a time past [`MAX_NOW`](crate::algorithm::MAX_NOW) is `ClockOutOfRange`, before
-    /// it can sweep or move the floor (a floor past it overflowed every later decision).
+    /// it can sweep or move the floor (a floor past it overflowed every later decision). One
+    /// comparison, the sweep's: `next_sweep` is at most `MAX_NOW + 1`, so such a time finds a
+    /// sweep due, and [`sweep_after`](Self::sweep_after) refuses it first.
     #[inline]
     pub(super) fn decision_time(&self, now: Nanos) -> Result<Nanos, Error> {
-        check_now(now)?;
-        self.maybe_sweep(now);
+        let next = self.inner.next_sweep.load(Ordering::Relaxed);
+        if now >= next {
+            self.sweep_after(next, now)?;
+        }
         Ok(self.fresh_at(now))
     }
 }
