@@ -14,18 +14,45 @@ pub(crate) struct FixedWindow {
     pub(crate) count: u64,
 }
 
-impl Algorithm for FixedWindow {
-    const LETTER: u8 = b'F';
-
-    /// Decides a call of weight `cost`; with `commit`, records it if allowed.
-    #[inline]
-    fn decide(&mut self, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> Verdict {
-        // A caller whose `now` predates the recorded window (it read the clock before a
-        // concurrent caller moved the key to the next window) is decided in that window: going
-        // back would reset the count and admit a second window's worth.
+impl FixedWindow {
+    /// [`decide`](Algorithm::decide) on a state written for `quota`
+    /// ([`written_for`](Algorithm::written_for): its start on the window's boundaries, as a
+    /// fresh state's), as a store that keeps a state under its own window holds it: a `now`
+    /// inside the recorded window is in it, and the window of `now` is worked out (a
+    /// division) only past it.
+    #[inline(always)]
+    pub(crate) fn decide_written_for(
+        &mut self,
+        now: Nanos,
+        quota: &Quota,
+        cost: u64,
+        commit: bool,
+    ) -> Verdict {
+        debug_assert!(
+            self.written_for(quota),
+            "a state off the window's boundaries"
+        );
         let now = now.max(self.start);
         let window = quota.window_nanos();
-        let start = now - now % window;
+        let start = match now - self.start < window {
+            true => self.start,
+            false => window_of(now, window),
+        };
+        self.decide_in(now, start, window, quota, cost, commit)
+    }
+
+    /// The decision at `now` (never before the recorded window) in the window of `now`, from
+    /// `start`.
+    #[inline]
+    fn decide_in(
+        &mut self,
+        now: Nanos,
+        start: Nanos,
+        window: Nanos,
+        quota: &Quota,
+        cost: u64,
+        commit: bool,
+    ) -> Verdict {
         let count = if self.start == start {
             self.count
         } else {
@@ -61,6 +88,29 @@ impl Algorithm for FixedWindow {
                 retry_after: Some(end - now),
             }
         }
+    }
+}
+
+/// The start of the window of `now`: a division, out of the line of a call inside the
+/// recorded window.
+#[cold]
+#[inline(never)]
+fn window_of(now: Nanos, window: Nanos) -> Nanos {
+    now - now % window
+}
+
+impl Algorithm for FixedWindow {
+    const LETTER: u8 = b'F';
+
+    /// Decides a call of weight `cost`; with `commit`, records it if allowed.
+    #[inline]
+    fn decide(&mut self, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> Verdict {
+        // A caller whose `now` predates the recorded window (it read the clock before a
+        // concurrent caller moved the key to the next window) is decided in that window: going
+        // back would reset the count and admit a second window's worth.
+        let now = now.max(self.start);
+        let window = quota.window_nanos();
+        self.decide_in(now, now - now % window, window, quota, cost, commit)
     }
 
     /// When this state is indistinguishable from a fresh one.

@@ -197,9 +197,12 @@ impl Packed for FixedWindow {
     fn packed(&self, quota: &Quota) -> u128 {
         pack(self.expires_at(quota), self.count)
     }
+    /// A cell's state is written for the quota it is decided under: its window's end is
+    /// kept, and a window of the cell's mark wrote it (any other is claimed first,
+    /// `Cell::written_elsewhere`), or it is fresh (an end of 0).
     #[inline(always)]
     fn decide_packed(&mut self, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> Verdict {
-        self.decide(now, quota, cost, commit)
+        self.decide_written_for(now, quota, cost, commit)
     }
 }
 
