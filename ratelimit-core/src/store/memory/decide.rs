@@ -21,17 +21,91 @@ impl MemoryStore {
     /// [`Refund`].
     #[inline(always)]
     pub(crate) fn decide_request(&self, request: &Request<'_>) -> Result<Decision, Error> {
-        let (quota, now) = (request.quota(), request.now());
+        self.answer(request, |decided| decided)
+    }
+
+    /// [`decide_request`](Self::decide_request)'s decision, as `answer` makes it (a
+    /// [`Store::decide_now`](super::Store::decide_now)'s `Some`): made where the decision is,
+    /// so that it is written once, where the caller reads it (wrapped after the step, it was
+    /// copied whole).
+    #[inline(always)]
+    pub(crate) fn answer<R>(
+        &self,
+        request: &Request<'_>,
+        answer: impl Fn(Result<Decision, Error>) -> R,
+    ) -> R {
         let key = request.key().as_str().as_bytes();
-        let mode = request.mode();
-        let (verdict, stamp) = self.stamped_verdict(key, quota, request.cost(), now, mode)?;
-        let decision = Decision::for_quota(verdict, now, quota);
-        // Only a kept spend carries its stamp: no other decision is given back. Not read
-        // otherwise, where a wide load of it would wait on the stores that wrote it.
-        Ok(match mode {
-            Mode::Keep => stamp.on(decision),
-            Mode::Spend | Mode::Look => decision,
-        })
+        let (quota, now) = (request.quota(), request.now());
+        self.decision(key, quota, request.cost(), now, request.mode(), answer)
+    }
+
+    /// The decision of a call whose key and cost are checked, in `mode`. A call that spends
+    /// under a quota with no block (every call but a look, a block's and a capacity of zero's)
+    /// is decided and made a [`Decision`] in its strategy's own step
+    /// ([`decision_in`](Self::decision_in)): the verdict is not handed back through memory
+    /// first. The others take [`decision_aside`](Self::decision_aside).
+    #[inline(always)]
+    fn decision<R>(
+        &self,
+        key: &[u8],
+        quota: &Quota,
+        cost: u64,
+        now: Nanos,
+        mode: Mode,
+        answer: impl Fn(Result<Decision, Error>) -> R,
+    ) -> R {
+        // The time's range checked first, with the sweep's compare (`time_checked`).
+        if let Err(error) = self.time_checked(now) {
+            return answer(Err(error));
+        }
+        if quota.capacity() == 0 || quota.block_nanos() > 0 || cost == 0 {
+            return answer(self.decision_aside(key, quota, cost, now, mode));
+        }
+        by_strategy!(
+            quota.strategy(),
+            self.decision_in::<_>(key, quota, cost, now, mode, answer)
+        )
+    }
+
+    /// [`decide_in`](Self::decide_in)'s verdict as the [`Decision`] the caller answers, at
+    /// the decision time (never before the last sweep: `fresh_at`). Only a kept spend carries
+    /// its stamp: no other decision is given back. Not read otherwise, where a wide load of it
+    /// would wait on the stores that wrote it.
+    fn decision_in<A: InTables, R>(
+        &self,
+        key: &[u8],
+        quota: &Quota,
+        cost: u64,
+        now: Nanos,
+        mode: Mode,
+        answer: impl Fn(Result<Decision, Error>) -> R,
+    ) -> R {
+        let at = self.fresh_at(now);
+        answer(
+            self.decide_in::<A, _>(key, quota, cost, at, mode, |(verdict, stamp)| {
+                stamped(Decision::for_quota(verdict, now, quota), stamp, mode)
+            }),
+        )
+    }
+
+    /// [`decision`](Self::decision) of a look (cost 0), under a quota with a block or of a
+    /// capacity of zero, out of the line of the other calls.
+    #[cold]
+    #[inline(never)]
+    fn decision_aside(
+        &self,
+        key: &[u8],
+        quota: &Quota,
+        cost: u64,
+        now: Nanos,
+        mode: Mode,
+    ) -> Result<Decision, Error> {
+        let (verdict, stamp) = self.stamped_verdict(key, quota, cost, now, mode)?;
+        Ok(stamped(
+            Decision::for_quota(verdict, now, quota),
+            stamp,
+            mode,
+        ))
     }
 
     /// Keeps `cell` as `key`'s (room for it was reserved, and the key is in no table), spent
@@ -67,32 +141,17 @@ impl MemoryStore {
         now: Nanos,
         commit: bool,
     ) -> Result<Decision, Error> {
-        let verdict = self.verdict_at(key, quota, cost, now, commit)?;
-        Ok(Decision::for_quota(verdict, now, quota))
-    }
-
-    /// [`decide_at`](Self::decide_at)'s verdict, before it becomes a [`Decision`] (whose
-    /// divisions an admitted call of an annotated fn never reads).
-    #[inline]
-    pub(crate) fn verdict_at(
-        &self,
-        key: &str,
-        quota: &Quota,
-        cost: u64,
-        now: Nanos,
-        commit: bool,
-    ) -> Result<Verdict, Error> {
         let key = key.as_bytes();
         crate::key::check_store_key(key)?;
         algorithm::check_cost(quota, cost, commit)?;
-        let mode = Mode::of(commit, false);
-        Ok(self.stamped_verdict(key, quota, cost, now, mode)?.0)
+        self.decision(key, quota, cost, now, Mode::of(commit, false), |decided| {
+            decided
+        })
     }
 
-    /// [`verdict_at`](Self::verdict_at) of a call whose key and cost are checked, in `mode`,
-    /// with the stamp of the key it was decided on (0 for none: see
-    /// [`stamp_of`](Self::stamp_of)).
-    #[inline(always)]
+    /// [`decision`](Self::decision)'s verdict, before it becomes a [`Decision`], with the
+    /// stamp of the key it was decided on (0 for none: see [`stamp_of`](Self::stamp_of)), for
+    /// a call whose time was checked ([`time_checked`](Self::time_checked)).
     fn stamped_verdict(
         &self,
         key: &[u8],
@@ -101,13 +160,11 @@ impl MemoryStore {
         now: Nanos,
         mode: Mode,
     ) -> Result<(Verdict, Stamp), Error> {
-        // The time's range checked first (`decision_time`), then a capacity of zero refused
-        // at `now`, as `algorithm::precheck_time` does. A clock stepped back behind the last
-        // sweep decides at the sweep's time.
-        let at = self.decision_time(now)?;
         if let Some(verdict) = algorithm::zero_capacity(now, quota) {
             return Ok((verdict, Stamp::default()));
         }
+        // A clock stepped back behind the last sweep decides at the sweep's time.
+        let at = self.fresh_at(now);
         if quota.block_nanos() > 0 {
             return self.decide_with_blocks(key, quota, cost, at, mode);
         }
@@ -130,7 +187,10 @@ impl MemoryStore {
                 Stamp::default(),
             ));
         }
-        by_strategy!(quota.strategy(), self.decide_in(key, quota, cost, at, mode))
+        by_strategy!(
+            quota.strategy(),
+            self.decide_in::<_>(key, quota, cost, at, mode, |decided| decided)
+        )
     }
 
     /// A look (cost 0) is two looks at most, each its own step: the rule is
@@ -149,22 +209,27 @@ impl MemoryStore {
     ) -> Result<Verdict, Error> {
         algorithm::level_or(0, commit, |cost, commit| {
             let mode = Mode::of(commit, false);
-            by_strategy!(quota.strategy(), self.decide_in(key, quota, cost, at, mode))
-                .map(|(verdict, _)| verdict)
+            by_strategy!(
+                quota.strategy(),
+                self.decide_in::<_>(key, quota, cost, at, mode, |decided| decided)
+            )
+            .map(|(verdict, _)| verdict)
         })
     }
 
     /// The decision in the strategy's own table: a stored key under the shard's read lock; a
     /// new key that must be remembered, or a spend kept on a key not stamped yet, under its
     /// write lock. With the key's stamp when the spend is kept ([`Mode::Keep`]; none otherwise).
-    fn decide_in<A: InTables>(
+    #[inline(always)]
+    fn decide_in<A: InTables, R>(
         &self,
         key: &[u8],
         quota: &Quota,
         cost: u64,
         now: Nanos,
         mode: Mode,
-    ) -> Result<(Verdict, Stamp), Error> {
+        finish: impl Fn((Verdict, Stamp)) -> R,
+    ) -> Result<R, Error> {
         let hash = self.inner.hasher.hash(key);
         let (commit, keep) = (mode.spends(), mode == Mode::Keep);
         {
@@ -176,12 +241,14 @@ impl MemoryStore {
                 Some(cell) if !keep || cell.kept().is_stamped() => {
                     match cell.written_elsewhere(now, quota) {
                         Written::Here => {
-                            return Ok(decided(cell, &tables.side, now, quota, cost, mode))
+                            return Ok(finish(decided(cell, &tables.side, now, quota, cost, mode)))
                         }
-                        Written::Elsewhere(refused) => return Ok((refused, Stamp::default())),
+                        Written::Elsewhere(refused) => {
+                            return Ok(finish((refused, Stamp::default())))
+                        }
                         Written::Passed if !commit => {
                             let verdict = cell.decide_passed(now, quota, cost);
-                            return Ok((verdict, Stamp::default()));
+                            return Ok(finish((verdict, Stamp::default())));
                         }
                         Written::Passed => {}
                     }
@@ -195,7 +262,7 @@ impl MemoryStore {
                     let verdict = A::Cell::fresh().decide(at, quota, cost, commit);
                     if !commit || !verdict.allowed {
                         // Nothing to remember: a fresh key only looked at or refused outright.
-                        return Ok((verdict, Stamp::default()));
+                        return Ok(finish((verdict, Stamp::default())));
                     }
                 }
             }
@@ -223,6 +290,7 @@ impl MemoryStore {
             let stamp = self.insert::<A>(tables, hash, key, quota, cell, keep);
             Ok(Some((verdict, stamp)))
         })
+        .map(finish)
     }
 
     /// Runs `step` under `hash`'s shard write lock: the single-key paths that may store a new
@@ -325,6 +393,15 @@ impl MemoryStore {
             };
             Ok(Some((verdict, stamp)))
         })
+    }
+}
+
+/// `decision`, carrying `stamp` for a refund when the spend is kept ([`Mode::Keep`]).
+#[inline(always)]
+fn stamped(decision: Decision, stamp: Stamp, mode: Mode) -> Decision {
+    match mode {
+        Mode::Keep => stamp.on(decision),
+        Mode::Spend | Mode::Look => decision,
     }
 }
 

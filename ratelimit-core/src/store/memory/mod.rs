@@ -212,9 +212,9 @@ impl MemoryStore {
 
     /// Decides a call of weight `cost` on `key` at `now` and records it if allowed, in one
     /// atomic step.
-    // Inline in the caller's crate, with the checks and the decision's making around the
-    // table's step (`decide_at`): what the caller never reads of the decision is not
-    // worked out (a caller reading `allowed` alone: 417 instructions a call against 381).
+    // Inline in the caller's crate, with the checks around the strategy's step
+    // (`decide_at`), which makes the decision where it decides (`decision_in`): handed back
+    // as a verdict and made a decision here, it went through memory twice.
     #[inline]
     pub fn acquire(
         &self,
@@ -273,7 +273,7 @@ impl super::Store for MemoryStore {
 
     #[inline]
     fn decide_now(&self, request: Request<'_>) -> Option<Result<Decision, Error>> {
-        Some(self.decide_request(&request))
+        self.answer(&request, Some)
     }
 
     fn decide_all_now(&self, stacked: Stacked<'_>) -> Option<Result<Vec<Decision>, Error>> {

@@ -115,10 +115,18 @@ impl MemoryStore {
     /// sweep due, and [`sweep_after`](Self::sweep_after) refuses it first.
     #[inline]
     pub(super) fn decision_time(&self, now: Nanos) -> Result<Nanos, Error> {
+        self.time_checked(now)?;
+        Ok(self.fresh_at(now))
+    }
+
+    /// [`decision_time`](Self::decision_time)'s check of `now`, and the sweep that is due; a
+    /// single decision reads the floor (`fresh_at`) in its strategy's step.
+    #[inline(always)]
+    pub(super) fn time_checked(&self, now: Nanos) -> Result<(), Error> {
         let next = self.inner.next_sweep.load(Ordering::Relaxed);
         if now >= next {
             self.sweep_after(next, now)?;
         }
-        Ok(self.fresh_at(now))
+        Ok(())
     }
 }

@@ -27,10 +27,14 @@ pub(super) trait InTables: Kept {
 
 /// Runs `$f::<algorithm>$args` (or `$recv.$f::<algorithm>$args`) for the algorithm of
 /// `$strategy` (an [`InTables`]): the memory store's dispatch on the strategy, one arm per line
-/// of the table of algorithms. The method form is for a call inside a closure: a closure
+/// of the table of algorithms (`$recv.$f::<_>(..)`: a method with a second type parameter,
+/// inferred). The method form is for a call inside a closure: a closure
 /// around `Self::f(self, ..)` captures `self` by reference, spilled to the stack on every call
 /// (6 instructions a decision under cachegrind), where `self.f(..)` captures `*self`.
 macro_rules! by_strategy {
+    ($strategy:expr, $recv:ident . $f:ident::<_> $args:tt) => {
+        $crate::algorithm::algorithms!(by_strategy_arms, infer $strategy, $recv, $f, $args)
+    };
     ($strategy:expr, $recv:ident . $f:ident $args:tt) => {
         $crate::algorithm::algorithms!(by_strategy_arms, method $strategy, $recv, $f, $args)
     };
@@ -46,6 +50,12 @@ macro_rules! by_strategy_arms {
      $($name:ident => $variant:ident($ty:ty), $lua:literal, $cell:ty;)*) => {
         match $strategy {
             $($crate::syntax::Strategy::$name => $recv.$f::<$ty> $args,)*
+        }
+    };
+    ([infer $strategy:expr, $recv:ident, $f:ident, $args:tt]
+     $($name:ident => $variant:ident($ty:ty), $lua:literal, $cell:ty;)*) => {
+        match $strategy {
+            $($crate::syntax::Strategy::$name => $recv.$f::<$ty, _> $args,)*
         }
     };
     ([path $strategy:expr, $owner:tt, $f:ident, $args:tt]
