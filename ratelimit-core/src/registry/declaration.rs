@@ -186,11 +186,17 @@ impl Declaration {
         on: Option<&RateLimitService>,
         f: impl FnOnce(&Arc<Held>) -> T,
     ) -> Option<T> {
-        let held = self.prepared.load();
-        match &*held {
-            Some(held) if self.stands_for(held, on) => Some(f(held)),
-            _ => self.prepare(on).map(|held| f(&held)),
-        }
+        let kept = self.prepared.load();
+        let prepared;
+        // One call of `f`, on the kept site or on the one just prepared: inlined here once.
+        let held = match &*kept {
+            Some(held) if self.stands_for(held, on) => held,
+            _ => {
+                prepared = self.prepare(on)?;
+                &prepared
+            }
+        };
+        Some(f(held))
     }
 
     /// [`with_prepared`](Self::with_prepared)'s site, held (for a call that awaits its store).
