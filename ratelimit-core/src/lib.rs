@@ -69,8 +69,8 @@ pub use window::Window;
 pub mod __private {
     pub use crate::registry::{
         acquire, acquire_all, acquire_all_now, acquire_all_spent, acquire_all_spent_now,
-        acquire_here, acquire_now, acquire_spent, acquire_spent_now, counts, refuse, settle,
-        settle_now, Here, KeyArg, KeyDirect, KeyDisplayed, KeyPart, KeyText, Later, Outcome,
-        Refusal, RefusalError, Registered,
+        acquire_here, acquire_now, acquire_spent, acquire_spent_now, acquire_tier, counts, refuse,
+        settle, settle_now, Here, KeyArg, KeyDirect, KeyDisplayed, KeyPart, KeySlot, KeyText,
+        Later, Outcome, Refusal, RefusalError, Registered,
     };
 }

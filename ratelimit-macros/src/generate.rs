@@ -23,29 +23,29 @@
 //!     const _: () = { inventory::submit! { Registered(&__RATELIMIT_DECLARATION_0) } };
 //!     #[allow(unused_qualifications)]
 //!     {
-//!         let mut __ratelimit_key_0: Option<KeyText> = None;
-//!         {
-//!             use __private::{KeyDirect as _, KeyDisplayed as _};
-//!             let __ratelimit_key_text_0 = Option::insert(&mut __ratelimit_key_0, KeyText::new());
-//!             match &(user.id) {
-//!                 __ratelimit_key_0 => (&KeyArg(__ratelimit_key_0, __ratelimit_key_0))
-//!                     .write_key_text(__ratelimit_key_text_0),
-//!             }
-//!         }
-//!         let __ratelimit_tier_0: Option<&str> = None;
-//!         let __ratelimit_cost_0: u64 = 1u64;
-//!         if let Err(__ratelimit_error) = match acquire_here(
-//!             &__RATELIMIT_DECLARATION_0, Option::as_ref(&__ratelimit_key_0), __ratelimit_tier_0,
-//!             __ratelimit_cost_0,
-//!         ) {
+//!         // The scrutinee's block ends (its key slot with it) before any wait.
+//!         if let Err(__ratelimit_error) = match {
+//!             // The key's text written into a slot and lent: an integer is read where `itoa`
+//!             // wrote it, a string or a `Display` written into the slot's `KeyText`.
+//!             let mut __ratelimit_key_slot_0 = KeySlot::new();
+//!             let __ratelimit_key_0: Option<&str> = {
+//!                 use __private::{KeyDirect as _, KeyDisplayed as _};
+//!                 Some(match &(user.id) {
+//!                     __ratelimit_key_0 => (&KeyArg(__ratelimit_key_0, __ratelimit_key_0))
+//!                         .key_str(&mut __ratelimit_key_slot_0),
+//!                 })
+//!             };
+//!             let __ratelimit_cost_0: u64 = 1u64;
+//!             acquire_here(&__RATELIMIT_DECLARATION_0, __ratelimit_key_0, __ratelimit_cost_0)
+//!         } {
 //!             Here::Admitted => Ok(()),
 //!             Here::Refused(__ratelimit_decided) => Err(*__ratelimit_decided),
 //!             // Not decided at once: awaited, on the store key `acquire_here` composed; the
-//!             // key moves into `acquire`'s (boxed) future.
-//!             Here::Later(__ratelimit_later) => acquire(
-//!                 __ratelimit_later, &__RATELIMIT_DECLARATION_0, __ratelimit_key_0,
-//!                 __ratelimit_tier_0, __ratelimit_cost_0,
-//!             ).await,
+//!             // key's text, copied, the cost and the site are in `Later`, which moves into
+//!             // `acquire`'s (boxed) future.
+//!             Here::Later(__ratelimit_later) => {
+//!                 acquire(__ratelimit_later, &__RATELIMIT_DECLARATION_0).await
+//!             }
 //!         } {
 //!             return <Result<Receipt, AppError> as Refusal>::refused(__ratelimit_error);
 //!         }
@@ -56,8 +56,12 @@
 //!
 //! (See [`crate::path`] for the fn's path in every place: free fn, inherent or trait impl.)
 //!
-//! A sync fn matches on `acquire_now(..)` instead (no `.await`: decided at once; `Ok` or a
-//! boxed `Err`, unboxed as `Here::Refused`'s) and its declaration says `.with_sync()`;
+//! A sync fn writes its key into a slot the same way, then its tier and cost, and matches on
+//! `acquire_now(..)` (no `.await`: decided at once; `Ok` or a boxed `Err`, unboxed as
+//! `Here::Refused`'s); its declaration says `.with_sync()`. An async fn with a tier chosen per
+//! call (`tier = expr`) writes its key into an owned `Option<KeyText>` (then its tier and
+//! cost, as the fn's own statements) and awaits `acquire_tier(..)`, which owns the key;
+//! `count = ..` and stacked limits write it the same way;
 //! stacked limits declare one static each and call `acquire_all(&[..]).await` (sync:
 //! `acquire_all_now`); `limiter = PATH` adds
 //! `.with_limiter(&PATH)`, so a library's fn is decided and checked by the library's limiter; a
@@ -145,13 +149,28 @@ fn spec_tokens(args: &Args, k: &TokenStream) -> syn::Result<TokenStream> {
 struct Limit {
     items: TokenStream,
     setup: TokenStream,
-    /// `&DECLARATION, key, tier, cost`, as `acquire` takes them (the key as `&str`).
+    /// The key's statements for a call decided at once: written into a `KeySlot` (an
+    /// integer read where it was formatted), lent as `Option<&str>`.
+    key_slot: TokenStream,
+    /// The tier's statement, then the cost's.
+    tier: TokenStream,
+    cost: TokenStream,
+    /// `&DECLARATION, key, tier, cost`, as `acquire_all` and `acquire_spent` take them (the
+    /// key as `&str`).
     call: TokenStream,
-    /// The same, as `acquire_here` and `acquire_now` take them (the key as `&KeyText`).
+    /// The same, as `acquire_spent_now` takes them (the key as `&KeyText`).
     call_here: TokenStream,
-    /// The same, as `acquire` takes them after `acquire_here`: the key moved into its future,
-    /// so that the fn's own future does not hold it across the wait.
-    call_later: TokenStream,
+    /// The same as the key's statement left the key: owned (`Option<KeyText>`, after `setup`),
+    /// as `acquire_tier` takes it, moved into its future so that the fn's own future does not
+    /// hold it across the wait; lent (`Option<&str>`, after `key_slot`), as `acquire_now`
+    /// takes it.
+    call_direct: TokenStream,
+    /// `&DECLARATION, key, cost` after `key_slot`, as `acquire_here` takes them.
+    call_at_once: TokenStream,
+    /// The declaration's static.
+    decl: syn::Ident,
+    /// The tier is chosen per call (`tier = expr`).
+    tier_per_call: bool,
 }
 
 fn limit(
@@ -226,6 +245,26 @@ fn limit(
             let #key_var: ::core::option::Option<#k::__private::KeyText> = ::core::option::Option::None;
         },
     };
+    // The same key written into a slot and lent: an integer is read where `itoa` wrote it.
+    let key_slot = match &args.key {
+        Some(expr) => {
+            let shown = syn::Ident::new(&key_var.to_string(), mixed.located_at(expr.span()));
+            let slot = var("key_slot");
+            quote_spanned! {expr.span()=>
+                let mut #slot = #k::__private::KeySlot::new();
+                let #key_var: ::core::option::Option<&::core::primitive::str> = {
+                    #[allow(unused_imports)]
+                    use #k::__private::{KeyDirect as _, KeyDisplayed as _};
+                    ::core::option::Option::Some(match &(#expr) {
+                        #key_var => (&#k::__private::KeyArg(#key_var, #shown)).key_str(&mut #slot),
+                    })
+                };
+            }
+        }
+        None => quote! {
+            let #key_var: ::core::option::Option<&::core::primitive::str> = ::core::option::Option::None;
+        },
+    };
     let tier = match &args.tier {
         Tier::Dynamic(expr) => quote_spanned! {expr.span()=>
             let #tier_value = &(#expr);
@@ -262,13 +301,19 @@ fn limit(
             };
         },
         setup: quote!(#key #tier #cost),
+        key_slot,
+        tier,
+        cost,
         call: quote! {
             &#decl, ::core::option::Option::as_deref(&#key_var), #tier_var, #cost_var
         },
         call_here: quote! {
             &#decl, ::core::option::Option::as_ref(&#key_var), #tier_var, #cost_var
         },
-        call_later: quote!(&#decl, #key_var, #tier_var, #cost_var),
+        call_direct: quote!(&#decl, #key_var, #tier_var, #cost_var),
+        call_at_once: quote!(&#decl, #key_var, #cost_var),
+        tier_per_call: matches!(args.tier, Tier::Dynamic(_)),
+        decl,
     })
 }
 
@@ -320,36 +365,50 @@ pub(crate) fn body(
         .collect::<syn::Result<Vec<Limit>>>()?;
     let items = limits.iter().map(|l| &l.items);
     let setup = limits.iter().map(|l| &l.setup);
+    let setup = quote!(#(#setup)*);
+    let decided = syn::Ident::new("__ratelimit_decided", Span::mixed_site());
     // A sync fn is decided at once (the memory store; any other store refuses it).
-    let check = match (limits.as_slice(), sig.asyncness.is_some()) {
+    let (setup, check) = match (limits.as_slice(), sig.asyncness.is_some()) {
+        // A tier chosen per call: decided on a site worked out for the call.
+        ([one], true) if one.tier_per_call => {
+            let call = &one.call_direct;
+            (setup, quote!(#k::__private::acquire_tier(#call).await))
+        }
         // Decided at the call site when it can be (see `acquire_here`), without building
-        // `acquire`'s future; otherwise awaited, from where `acquire_here` got to.
+        // `acquire`'s future; otherwise awaited, from where `acquire_here` got to. The key's
+        // slot is the scrutinee's own: it ends before the wait.
         ([one], true) => {
-            let (call, here, k) = (&one.call_later, &one.call_here, &k);
-            let decided = syn::Ident::new("__ratelimit_decided", Span::mixed_site());
+            let (key, cost, here, decl) = (&one.key_slot, &one.cost, &one.call_at_once, &one.decl);
             let later = syn::Ident::new("__ratelimit_later", Span::mixed_site());
-            quote!(match #k::__private::acquire_here(#here) {
+            let check = quote!(match { #key #cost #k::__private::acquire_here(#here) } {
                 #k::__private::Here::Admitted => ::core::result::Result::Ok(()),
                 #k::__private::Here::Refused(#decided) => ::core::result::Result::Err(*#decided),
-                #k::__private::Here::Later(#later) => #k::__private::acquire(#later, #call).await,
-            })
+                #k::__private::Here::Later(#later) => #k::__private::acquire(#later, &#decl).await,
+            });
+            (TokenStream::new(), check)
         }
         // Answered in one word (see `acquire_now`), the refusal unboxed where it is returned.
         ([one], false) => {
-            let (here, k) = (&one.call_here, &k);
-            let decided = syn::Ident::new("__ratelimit_decided", Span::mixed_site());
-            quote!(match #k::__private::acquire_now(#here) {
+            let (key, tier, cost, here) = (&one.key_slot, &one.tier, &one.cost, &one.call_direct);
+            let check = quote!(match #k::__private::acquire_now(#here) {
                 ::core::result::Result::Ok(()) => ::core::result::Result::Ok(()),
                 ::core::result::Result::Err(#decided) => ::core::result::Result::Err(*#decided),
-            })
+            });
+            (quote!(#key #tier #cost), check)
         }
         (many, true) => {
             let calls = many.iter().map(|l| &l.call);
-            quote!(#k::__private::acquire_all(&[#((#calls)),*]).await)
+            (
+                setup,
+                quote!(#k::__private::acquire_all(&[#((#calls)),*]).await),
+            )
         }
         (many, false) => {
             let calls = many.iter().map(|l| &l.call);
-            quote!(#k::__private::acquire_all_now(&[#((#calls)),*]))
+            (
+                setup,
+                quote!(#k::__private::acquire_all_now(&[#((#calls)),*])),
+            )
         }
     };
     let error_var = syn::Ident::new("__ratelimit_error", Span::mixed_site());
@@ -380,7 +439,7 @@ pub(crate) fn body(
         #(#items)*
         #[allow(unused_qualifications)]
         {
-            #(#setup)*
+            #setup
             if let ::core::result::Result::Err(#error_var) = #check {
                 return #refusal;
             }

@@ -152,9 +152,9 @@ pub mod __private {
     pub use inventory;
     pub use ratelimit_core::__private::{
         acquire, acquire_all, acquire_all_now, acquire_all_spent, acquire_all_spent_now,
-        acquire_here, acquire_now, acquire_spent, acquire_spent_now, counts, refuse, settle,
-        settle_now, Here, KeyArg, KeyDirect, KeyDisplayed, KeyPart, KeyText, Outcome, Refusal,
-        RefusalError, Registered,
+        acquire_here, acquire_now, acquire_spent, acquire_spent_now, acquire_tier, counts, refuse,
+        settle, settle_now, Here, KeyArg, KeyDirect, KeyDisplayed, KeyPart, KeySlot, KeyText,
+        Outcome, Refusal, RefusalError, Registered,
     };
     pub use ratelimit_core::{Declaration, Spec, Strategy};
 }

@@ -82,6 +82,52 @@ impl fmt::Debug for KeyText {
     }
 }
 
+/// Where an annotated fn's call writes its user key's text before deciding at once
+/// ([`acquire_here`](super::runtime::acquire_here), [`acquire_now`](super::runtime::acquire_now)),
+/// lent as `&str` ([`KeyDirect::key_str`], [`KeyDisplayed::key_str`]): an integer formatted in
+/// place (read where `itoa` wrote it, not copied into a [`KeyText`] after), anything else
+/// written into a [`KeyText`]. A call that must await its store copies the text it holds.
+#[doc(hidden)]
+pub struct KeySlot {
+    number: itoa::Buffer,
+    text: KeyText,
+}
+
+impl KeySlot {
+    /// Nothing written yet.
+    #[inline]
+    pub fn new() -> Self {
+        KeySlot {
+            number: itoa::Buffer::new(),
+            text: KeyText::new(),
+        }
+    }
+
+    /// Writes into the slot's [`KeyText`], lending what it holds.
+    #[inline]
+    fn text(&mut self, write: impl FnOnce(&mut KeyText)) -> &str {
+        write(&mut self.text);
+        &self.text
+    }
+}
+
+impl Default for KeySlot {
+    #[inline]
+    fn default() -> Self {
+        KeySlot::new()
+    }
+}
+
+impl From<&str> for KeyText {
+    /// A copy of `text`, in place when short.
+    #[inline]
+    fn from(text: &str) -> Self {
+        let mut out = KeyText::new();
+        out.push(text);
+        out
+    }
+}
+
 /// A keyed call's user key, as the generated code hands it over: by its own type (`0`), and
 /// as `dyn Display` (`1`, the same value). The macros call `(&KeyArg(k, k)).write_key_text(out)`
 /// with both traits in scope: a key whose type is a [`KeyPart`] is written directly by
@@ -96,6 +142,12 @@ pub struct KeyArg<'a, T: ?Sized>(pub &'a T, pub &'a dyn fmt::Display);
 pub trait KeyPart {
     /// Appends the key's text to `out`.
     fn write_key(&self, out: &mut KeyText);
+
+    /// The key's text, written into `slot` (see [`KeySlot`]).
+    #[inline]
+    fn key_str<'s>(&self, slot: &'s mut KeySlot) -> &'s str {
+        slot.text(|out| self.write_key(out))
+    }
 }
 
 macro_rules! integer_keys {
@@ -104,6 +156,11 @@ macro_rules! integer_keys {
             #[inline]
             fn write_key(&self, out: &mut KeyText) {
                 out.push(itoa::Buffer::new().format(*self));
+            }
+
+            #[inline]
+            fn key_str<'s>(&self, slot: &'s mut KeySlot) -> &'s str {
+                slot.number.format(*self)
             }
         }
     )*};
@@ -130,6 +187,11 @@ impl<T: KeyPart + ?Sized> KeyPart for &T {
     fn write_key(&self, out: &mut KeyText) {
         (**self).write_key(out);
     }
+
+    #[inline]
+    fn key_str<'s>(&self, slot: &'s mut KeySlot) -> &'s str {
+        (**self).key_str(slot)
+    }
 }
 
 /// The direct way of [`KeyArg`]: a [`KeyPart`].
@@ -139,12 +201,20 @@ pub trait KeyDirect {
     /// rather than moving a returned one: the move read back bytes just written, a
     /// store-forwarding stall the profile found on every keyed call).
     fn write_key_text(&self, out: &mut KeyText);
+
+    /// The key's text, written into `slot` (see [`KeySlot`]).
+    fn key_str<'s>(&self, slot: &'s mut KeySlot) -> &'s str;
 }
 
 impl<T: KeyPart + ?Sized> KeyDirect for KeyArg<'_, T> {
     #[inline]
     fn write_key_text(&self, out: &mut KeyText) {
         self.0.write_key(out);
+    }
+
+    #[inline]
+    fn key_str<'s>(&self, slot: &'s mut KeySlot) -> &'s str {
+        self.0.key_str(slot)
     }
 }
 
@@ -153,9 +223,17 @@ impl<T: KeyPart + ?Sized> KeyDirect for KeyArg<'_, T> {
 pub trait KeyDisplayed {
     /// Appends the key's text to `out` (see [`KeyDirect::write_key_text`]).
     fn write_key_text(&self, out: &mut KeyText);
+
+    /// The key's text, written into `slot` (see [`KeySlot`]).
+    fn key_str<'s>(&self, slot: &'s mut KeySlot) -> &'s str;
 }
 
 impl<T: ?Sized> KeyDisplayed for &KeyArg<'_, T> {
+    #[inline]
+    fn key_str<'s>(&self, slot: &'s mut KeySlot) -> &'s str {
+        slot.text(|out| KeyDisplayed::write_key_text(self, out))
+    }
+
     #[inline]
     fn write_key_text(&self, out: &mut KeyText) {
         // `KeyText`'s `write_str` never fails, so an error is the `Display`'s own: what it

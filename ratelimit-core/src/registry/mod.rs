@@ -18,14 +18,14 @@ mod watch;
 
 pub use check::check_declarations;
 pub use declaration::{declarations, Declaration, Registered};
-pub use key_text::{KeyArg, KeyDirect, KeyDisplayed, KeyPart, KeyText};
+pub use key_text::{KeyArg, KeyDirect, KeyDisplayed, KeyPart, KeySlot, KeyText};
 pub use limiter::Limiter;
 pub use module::{Module, ModuleBuilder};
 pub(crate) use runtime::replace_scoped;
 pub use runtime::{
     acquire, acquire_all, acquire_all_now, acquire_all_spent, acquire_all_spent_now, acquire_here,
-    acquire_now, acquire_spent, acquire_spent_now, counts, refuse, settle, settle_now, Here, Later,
-    Outcome, Refusal, RefusalError,
+    acquire_now, acquire_spent, acquire_spent_now, acquire_tier, counts, refuse, settle,
+    settle_now, Here, Later, Outcome, Refusal, RefusalError,
 };
 pub use spec::{Spec, TierSpec};
 #[cfg(feature = "notify")]

@@ -135,33 +135,53 @@ pub enum Here {
 
 const _: () = assert!(std::mem::size_of::<Here>() <= 2 * std::mem::size_of::<usize>());
 
-/// A call [`acquire_here`] could not decide at once, as far as it got: when it asked the
-/// store on the fn's prepared site, that site and the store key it composed, so that
-/// [`acquire`] only awaits the store, on that key (neither composing it again nor asking
-/// the store at once a second time); the site without a key for a call that may wait in the
-/// queue.
+/// A call [`acquire_here`] could not decide at once, as far as it got, owning what
+/// [`acquire`] needs to finish it: the fn's prepared site, when it asked the store on it, and
+/// the store key it composed (so that `acquire` only awaits the store, on that key, neither
+/// composing it again nor asking the store at once a second time); the site without a store
+/// key for a call that may wait in the queue; no site when none is prepared (no running
+/// service, or options that do not resolve: `acquire` tries again, then says which). With the
+/// user key's text, copied from where the fn wrote it, and the cost.
 #[doc(hidden)]
-pub struct Later(Option<Box<(Arc<Held>, Option<String>)>>);
+pub struct Later(Box<Waiting>);
 
-/// What an annotated async fn tries before [`acquire`]: the decision made at once on its
-/// prepared call site (the memory store; a Redis store's leased budget or a refusal it
-/// holds), without building `acquire`'s future; [`Here::Later`] when it must be awaited.
+struct Waiting {
+    held: Option<Arc<Held>>,
+    store_key: Option<String>,
+    key: Option<KeyText>,
+    cost: u64,
+}
+
+impl Later {
+    #[cold]
+    fn new(
+        held: Option<Arc<Held>>,
+        store_key: Option<String>,
+        key: Option<&str>,
+        cost: u64,
+    ) -> Self {
+        Later(Box::new(Waiting {
+            held,
+            store_key,
+            key: key.map(KeyText::from),
+            cost,
+        }))
+    }
+}
+
+/// What an annotated async fn with no tier chosen per call tries before [`acquire`]: the
+/// decision made at once on its prepared call site (the memory store; a Redis store's leased
+/// budget or a refusal it holds), without building `acquire`'s future; [`Here::Later`] when
+/// it must be awaited. `key`: the user key's text where the fn wrote it ([`KeySlot`]).
+///
+/// [`KeySlot`]: super::KeySlot
 #[doc(hidden)]
 #[inline]
-pub fn acquire_here(
-    declaration: &'static Declaration,
-    key: Option<&KeyText>,
-    tier: Option<&str>,
-    cost: u64,
-) -> Here {
-    // A tier chosen per call is decided on a site worked out for the call (`acquire`).
-    if tier.is_some() {
-        return Here::Later(Later(None));
-    }
+pub fn acquire_here(declaration: &'static Declaration, key: Option<&str>, cost: u64) -> Here {
     let scope = scope_for(declaration);
-    let key = key.map(|k| &**k);
-    let here = declaration.with_prepared(scope.as_ref(), |held| {
-        let later = |store_key| Here::Later(Later(Some(Box::new((Arc::clone(held), store_key)))));
+    let here = declaration.with_prepared(scope.as_ref(), move |held| {
+        let later =
+            move |store_key| Here::Later(Later::new(Some(Arc::clone(held)), store_key, key, cost));
         match held.prepared.enforce_now(key, cost) {
             Begun::Decided(Ok(())) => Here::Admitted,
             Begun::Decided(Err(e)) => Here::Refused(Box::new(e)),
@@ -169,47 +189,76 @@ pub fn acquire_here(
             Begun::Waits => later(None),
         }
     });
-    here.unwrap_or(Here::Later(Later(None)))
+    here.unwrap_or_else(|| Here::Later(Later::new(None, None, key, cost)))
 }
 
 /// The check every annotated async fn runs before its body when [`acquire_here`] could not
-/// decide it: `Ok` to proceed; `Err` is the refusal (over the limit, no module, unknown
-/// tier, store failure...).
+/// decide it: `Ok` to proceed; `Err` is the refusal (over the limit, no module, store
+/// failure...).
 ///
-/// A boxed future that owns the call's key: the fn's own future holds one pointer across the
-/// wait, not this future's state and the key's text (a call decided at once, on the memory
-/// store, never builds it; each move of the fn's future copies what it holds).
+/// A boxed future that owns what it needs (in [`Later`]): the fn's own future holds one
+/// pointer across the wait, not this future's state and the key's text (a call decided at
+/// once, on the memory store, never builds it; each move of the fn's future copies what it
+/// holds).
 #[doc(hidden)]
-pub fn acquire<'a>(
+pub fn acquire(
     later: Later,
+    declaration: &'static Declaration,
+) -> Pin<Box<dyn Future<Output = Result<(), Error>> + Send>> {
+    Box::pin(async move {
+        let Waiting {
+            held,
+            store_key,
+            key,
+            cost,
+        } = *later.0;
+        let key = key.as_deref();
+        match held {
+            Some(held) => {
+                let store_key = store_key.as_deref();
+                let decided = held.prepared.enforce_later(key, cost, store_key).await;
+                named(declaration, decided)
+            }
+            None => decide(declaration, key, None, cost).await,
+        }
+    })
+}
+
+/// [`acquire`] for an annotated async fn with a tier chosen per call (`tier = ..`): decided on
+/// a site worked out for the call. A boxed future that owns the call's key (see `acquire`).
+#[doc(hidden)]
+pub fn acquire_tier<'a>(
     declaration: &'static Declaration,
     key: Option<KeyText>,
     tier: Option<&'a str>,
     cost: u64,
 ) -> Pin<Box<dyn Future<Output = Result<(), Error>> + Send + 'a>> {
-    Box::pin(async move {
-        let key = key.as_deref();
-        if let Later(Some(held_key)) = later {
-            let (held, store_key) = *held_key;
-            let store_key = store_key.as_deref();
-            let decided = held.prepared.enforce_later(key, cost, store_key).await;
-            return named(declaration, decided);
-        }
-        let service = match decider(declaration, tier)? {
-            Decider::Service(service) => service,
-            Decider::Prepared(scope) => match declaration.held(scope.as_ref()) {
-                Some(held) => {
-                    let decided = held.prepared.enforce_later(key, cost, None).await;
-                    return named(declaration, decided);
-                }
-                // No service, or options that do not resolve: reported below.
-                None => service_for(declaration)?,
-            },
-        };
-        let call = declaration.call(tier, cost);
-        let decided = service.enforce_call(&call, key).await;
-        named(declaration, decided)
-    })
+    Box::pin(async move { decide(declaration, key.as_deref(), tier, cost).await })
+}
+
+/// Every step of an annotated async fn's call, with no site prepared for it yet: on its
+/// prepared site (prepared now) when the call has no tier of its own, else on one worked out
+/// for the call.
+async fn decide(
+    declaration: &'static Declaration,
+    key: Option<&str>,
+    tier: Option<&str>,
+    cost: u64,
+) -> Result<(), Error> {
+    let service = match decider(declaration, tier)? {
+        Decider::Service(service) => service,
+        Decider::Prepared(scope) => match declaration.held(scope.as_ref()) {
+            Some(held) => {
+                let decided = held.prepared.enforce_later(key, cost, None).await;
+                return named(declaration, decided);
+            }
+            // No service, or options that do not resolve: reported below.
+            None => service_for(declaration)?,
+        },
+    };
+    let call = declaration.call(tier, cost);
+    let decided = service.enforce_call(&call, key).await;
+    named(declaration, decided)
 }
 
 /// [`acquire`] for a sync fn: decided at once by a store that always decides at once (the
@@ -224,11 +273,10 @@ pub fn acquire<'a>(
 #[inline]
 pub fn acquire_now(
     declaration: &'static Declaration,
-    key: Option<&KeyText>,
+    key: Option<&str>,
     tier: Option<&str>,
     cost: u64,
 ) -> Result<(), Box<Error>> {
-    let key = key.map(|k| &**k);
     // A tier chosen per call is decided on a site worked out for the call.
     if tier.is_none() {
         let scope = scope_for(declaration);
@@ -590,24 +638,19 @@ mod tests {
     fn a_call_site_is_resolved_again_for_another_service() {
         let exceeded =
             |r: Result<(), Box<Error>>| matches!(r.map_err(|e| *e), Err(Error::Exceeded(_)));
-        let text = |key: &str| {
-            let mut text = KeyText::new();
-            let _ = std::fmt::Write::write_str(&mut text, key);
-            text
-        };
-        let (k, other) = (text("k"), text("other"));
+        let (k, other) = ("k", "other");
         let first = service(None);
         scoped(first.clone(), || {
-            assert!(acquire_now(&SYNC, Some(&k), None, 1).is_ok());
-            assert!(exceeded(acquire_now(&SYNC, Some(&k), None, 1)));
+            assert!(acquire_now(&SYNC, Some(k), None, 1).is_ok());
+            assert!(exceeded(acquire_now(&SYNC, Some(k), None, 1)));
         });
         let second = service(None);
         scoped(second.clone(), || {
-            assert!(acquire_now(&SYNC, Some(&k), None, 1).is_ok());
+            assert!(acquire_now(&SYNC, Some(k), None, 1).is_ok());
         });
         scoped(first.clone(), || {
-            assert!(exceeded(acquire_now(&SYNC, Some(&k), None, 1)));
-            assert!(acquire_now(&SYNC, Some(&other), None, 1).is_ok());
+            assert!(exceeded(acquire_now(&SYNC, Some(k), None, 1)));
+            assert!(acquire_now(&SYNC, Some(other), None, 1).is_ok());
         });
         let counts = first.stats().by_method["app::sync"];
         assert_eq!((counts.allowed, counts.denied), (2, 2));
