@@ -180,16 +180,34 @@ impl Later {
 pub fn acquire_here(declaration: &'static Declaration, key: Option<&str>, cost: u64) -> Here {
     let scope = scope_for(declaration);
     let here = declaration.with_prepared(scope.as_ref(), move |held| {
-        let later =
-            move |store_key| Here::Later(Later::new(Some(Arc::clone(held)), store_key, key, cost));
         match held.prepared.enforce_now(key, cost) {
+            Begun::Decided(Ok(())) => Here::Admitted,
+            begun => Here::not_admitted(begun, held, key, cost),
+        }
+    });
+    here.unwrap_or_else(|| Here::Later(Later::new(None, None, key, cost)))
+}
+
+impl Here {
+    /// [`acquire_here`]'s answer for a call not admitted at once: out of the admitted call's
+    /// way.
+    #[cold]
+    #[inline(never)]
+    fn not_admitted(
+        begun: Begun<Result<(), Error>>,
+        held: &Arc<Held>,
+        key: Option<&str>,
+        cost: u64,
+    ) -> Here {
+        let later =
+            |store_key| Here::Later(Later::new(Some(Arc::clone(held)), store_key, key, cost));
+        match begun {
             Begun::Decided(Ok(())) => Here::Admitted,
             Begun::Decided(Err(e)) => Here::Refused(Box::new(e)),
             Begun::Later(store_key) => later(Some(store_key)),
             Begun::Waits => later(None),
         }
-    });
-    here.unwrap_or_else(|| Here::Later(Later::new(None, None, key, cost)))
+    }
 }
 
 /// The check every annotated async fn runs before its body when [`acquire_here`] could not
