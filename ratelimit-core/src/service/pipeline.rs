@@ -94,14 +94,15 @@ impl RateLimitService {
         key: Option<&str>,
         name_tier: bool,
         then: Then<'_>,
-        answer: impl FnOnce(&mut Answer) -> Option<T>,
+        answer: impl FnOnce(&Site<'_>, &mut Answer) -> Option<T>,
     ) -> Option<T> {
         if let Err(e) = site.check(key) {
-            return answer(&mut Some(self.record_and_return(site, key, Err(e))));
+            let site = &site.lent();
+            return answer(site, &mut Some(self.record_and_return(site, key, Err(e))));
         }
         let now = self.inner.clock.now();
         if !site.generation.config.enabled() {
-            return answer(&mut Some(Ok(Decision::unlimited(now))));
+            return answer(&site.lent(), &mut Some(Ok(Decision::unlimited(now))));
         }
         let mut composed = KeyBuf::new();
         let store_key = match site.whole_key(key) {
@@ -112,13 +113,17 @@ impl RateLimitService {
             }
         };
         if site.holds_other_states(now) {
+            let site = &site.lent();
             let mut decided = self.decide_both_now(site, key, store_key, now);
             then.write(store_key, decided.is_some());
             return self.conclude_now(site, key, name_tier, &mut decided, answer);
         }
         let request = match site.request(store_key, now) {
             Ok(request) => request,
-            Err(e) => return answer(&mut Some(self.record_and_return(site, key, Err(e)))),
+            Err(e) => {
+                let site = &site.lent();
+                return answer(site, &mut Some(self.record_and_return(site, key, Err(e))));
+            }
         };
         let started = self.inner.latency.start();
         let mut decided = self.inner.store.decide_now(request);
@@ -142,10 +147,10 @@ impl RateLimitService {
         key: Option<&str>,
         name_tier: bool,
         decided: &mut Answer,
-        answer: impl FnOnce(&mut Answer) -> Option<T>,
+        answer: impl FnOnce(&Site<'_>, &mut Answer) -> Option<T>,
     ) -> Option<T> {
         self.finish(site, key, decided.as_mut()?, name_tier);
-        answer(decided)
+        answer(site, decided)
     }
 
     /// Every step, awaiting the store when it cannot decide at once.
@@ -220,7 +225,7 @@ impl RateLimitService {
 
     /// Step 5 for a decision the store made, in place: settled, the outcome recorded (a plain
     /// admission, which `settle` found, counted without looking at the decision again).
-    #[inline]
+    #[inline(always)]
     fn finish(
         &self,
         site: &Site<'_>,
@@ -232,7 +237,7 @@ impl RateLimitService {
         if site.spend {
             match plain {
                 true => self.count_admitted(site),
-                false => self.record_other(site, key, decided),
+                false => self.record_other(&site.lent(), key, decided),
             }
         }
     }
@@ -256,7 +261,7 @@ impl RateLimitService {
         let decision = match decided {
             Ok(decision) if decision.allowed => decision,
             _ => {
-                settle_refusal(site, decided);
+                settle_refusal(&site.lent(), decided);
                 return false;
             }
         };
@@ -322,7 +327,7 @@ impl RateLimitService {
 pub(crate) fn admitted(site: &Site<'_>, decided: &mut Answer) -> Option<Result<(), Error>> {
     match decided {
         Some(Ok(decision)) if decision.allowed => Some(Ok(())),
-        _ => RateLimitService::refused(site, decided),
+        _ => RateLimitService::refused(&site.lent(), decided),
     }
 }
 
@@ -334,7 +339,7 @@ pub(crate) type Answer = Option<Result<Decision, Error>>;
 /// The `answer` of a caller of [`RateLimitService::decide_now`] that returns the decision:
 /// moved out, as the `Some` it is handed.
 #[inline(always)]
-pub(crate) fn take(decided: &mut Answer) -> Answer {
+pub(crate) fn take(_: &Site<'_>, decided: &mut Answer) -> Answer {
     decided.take()
 }
 
@@ -431,8 +436,7 @@ impl RateLimitService {
         if !self.decides_at_once(&site.generation.config) {
             return self.record_and_return(site, key, waiting).map(drop);
         }
-        let admit = |decided: &mut Answer| admitted(site, decided);
-        match self.decide_now(site, key, false, Then::GiveUp, admit) {
+        match self.decide_now(site, key, false, Then::GiveUp, admitted) {
             Some(decided) => decided,
             None => self.record_and_return(site, key, waiting).map(drop),
         }

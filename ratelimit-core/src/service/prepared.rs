@@ -64,7 +64,7 @@ impl RateLimitService {
             cost_fits: Site::cost_fits(site.quota, site.cost),
             may_wait: site.may_wait,
             shadow: site.shadow,
-            transition: site.transition.cloned(),
+            transition: site.transition.cloned().map(Box::new),
             asked: Asked {
                 tier: options.tier.map(Arc::from),
                 overrides: *options.overrides,
@@ -105,7 +105,9 @@ pub struct Prepared {
     cost_fits: bool,
     may_wait: bool,
     shadow: bool,
-    transition: Option<Transition>,
+    /// Boxed: a site's calls test it on every call, and a pointer is one compare (an
+    /// `Option` around two `Vec`s tests a capacity's niche).
+    transition: Option<Box<Transition>>,
 }
 
 /// The options a [`Prepared`] site was asked for that a reload may resolve differently.
@@ -213,7 +215,7 @@ impl Prepared {
             kept: false,
             may_wait: spend && self.may_wait,
             shadow: self.shadow,
-            transition: self.transition.as_ref(),
+            transition: self.transition.as_deref(),
         }
     }
 
@@ -341,7 +343,7 @@ impl Prepared {
         site: &Site<'_>,
         key: Option<&str>,
         name_tier: bool,
-        answer: impl FnOnce(&mut super::pipeline::Answer) -> Option<T>,
+        answer: impl FnOnce(&Site<'_>, &mut super::pipeline::Answer) -> Option<T>,
     ) -> Begun<T> {
         // A site no longer current is decided by `awaited`, under the running generation.
         if site.may_wait || !self.is_current() {
@@ -395,9 +397,7 @@ impl Prepared {
     #[inline]
     pub(crate) fn enforce_now(&self, key: Option<&str>, cost: u64) -> Begun<Result<(), Error>> {
         let site = self.site(cost, true);
-        let admit =
-            |decided: &mut super::pipeline::Answer| super::pipeline::admitted(&site, decided);
-        self.begin(&site, key, false, admit)
+        self.begin(&site, key, false, super::pipeline::admitted)
     }
 
     /// [`enforce_now`](Self::enforce_now)'s awaited half, on the store key it composed

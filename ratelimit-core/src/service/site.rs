@@ -15,7 +15,8 @@ use crate::store::{Mode, Request, StoreKey};
 
 /// What a call site fixes, borrowed from whoever prepared it: the resolved quota and tier,
 /// the budget and its counters, the store key's parts around the user key, what a call costs
-/// and whether it spends.
+/// and whether it spends. `Copy`: see [`lent`](Self::lent).
+#[derive(Clone, Copy)]
 pub(crate) struct Site<'a> {
     /// The generation the site was worked out under: the whole call is decided under it.
     pub(crate) generation: &'a Generation,
@@ -83,6 +84,7 @@ pub(crate) struct OldState {
 }
 
 /// A site's store key, without the user key.
+#[derive(Clone, Copy)]
 pub(crate) enum SiteKey<'a> {
     /// Its parts, composed per call (a site worked out for one call).
     Parts(KeyParts<'a>),
@@ -90,7 +92,16 @@ pub(crate) enum SiteKey<'a> {
     Around(&'a Around),
 }
 
-impl Site<'_> {
+impl<'a> Site<'a> {
+    /// The site, copied, for a step out of line (an error, a refusal, a transition): the
+    /// call's own site then never has its address taken, so a site built for one call (a
+    /// prepared site's, `Prepared::site`) is not written out on the admitted call's way,
+    /// its fields read where they are used. Only the out-of-line step pays for the copy.
+    #[inline(always)]
+    pub(crate) fn lent(&self) -> Site<'a> {
+        *self
+    }
+
     /// The counters of the site's tier, if it has one.
     #[inline]
     pub(crate) fn tier_counters(&self) -> Option<&Counters> {
