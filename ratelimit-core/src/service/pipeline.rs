@@ -271,7 +271,8 @@ impl RateLimitService {
             settle_broken(decided);
             return false;
         }
-        if name_tier {
+        // A site without a tier names none: nothing to write over a store's `None`.
+        if name_tier && (site.tier.is_some() || decision.tier.is_some()) {
             decision.tier = site.tier_name();
         }
         !decision.shadowed
