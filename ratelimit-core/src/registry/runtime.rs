@@ -194,7 +194,7 @@ impl Here {
     #[cold]
     #[inline(never)]
     fn not_admitted(
-        begun: Begun<Result<(), Error>>,
+        begun: Begun<Result<(), Box<Error>>>,
         held: &Arc<Held>,
         key: Option<&str>,
         cost: u64,
@@ -203,7 +203,7 @@ impl Here {
             |store_key| Here::Later(Later::new(Some(Arc::clone(held)), store_key, key, cost));
         match begun {
             Begun::Decided(Ok(())) => Here::Admitted,
-            Begun::Decided(Err(e)) => Here::Refused(Box::new(e)),
+            Begun::Decided(Err(e)) => Here::Refused(e),
             Begun::Later(store_key) => later(Some(store_key)),
             Begun::Waits => later(None),
         }

@@ -294,12 +294,21 @@ impl RateLimitService {
     }
 
     /// [`admit`](Self::admit) for a call whose admitted decision is not returned: out of the
-    /// admitted call's way.
+    /// admitted call's way. The error as the caller hands it on (`E`: boxed for an async
+    /// annotated fn, whose answer is then two words).
     #[cold]
     #[inline(never)]
-    pub(crate) fn refused(site: &Site<'_>, decided: &mut Answer) -> Option<Result<(), Error>> {
+    pub(crate) fn refused<E: From<Error>>(
+        site: &Site<'_>,
+        decided: &mut Answer,
+    ) -> Option<Result<(), E>> {
         let decided = decided.take().unwrap_or(Err(Error::NoLimit));
-        Some(decided.and_then(|d| Self::admit(site, d)).map(drop))
+        Some(
+            decided
+                .and_then(|d| Self::admit(site, d))
+                .map(drop)
+                .map_err(E::from),
+        )
     }
 
     /// `Ok` with an admitted decision; a refusal as [`Error::Exceeded`].
@@ -325,7 +334,10 @@ impl RateLimitService {
 /// reads: `Ok(())` from the decision's flag where it lies, without moving it; anything else
 /// as [`refused`](RateLimitService::refused) makes it.
 #[inline(always)]
-pub(crate) fn admitted(site: &Site<'_>, decided: &mut Answer) -> Option<Result<(), Error>> {
+pub(crate) fn admitted<E: From<Error>>(
+    site: &Site<'_>,
+    decided: &mut Answer,
+) -> Option<Result<(), E>> {
     match decided {
         Some(Ok(decision)) if decision.allowed => Some(Ok(())),
         _ => RateLimitService::refused(&site.lent(), decided),
