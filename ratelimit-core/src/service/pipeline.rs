@@ -192,7 +192,7 @@ impl RateLimitService {
         IfAbandoned::new(move || {
             if site.spend {
                 let tier = site.tier_counters();
-                self.count(tier, site.budget, site.counters, Outcome::Abandoned);
+                self.count(tier, site.budget(), site.counters, Outcome::Abandoned);
             }
         })
     }
@@ -324,8 +324,8 @@ impl RateLimitService {
     pub(crate) fn exceeded(site: &Site<'_>, decision: Decision) -> Error {
         Error::Exceeded(Box::new(Exceeded {
             decision,
-            budget: site.budget.map(str::to_owned),
-            policy: site.policy.map(str::to_owned),
+            budget: site.budget().map(str::to_owned),
+            policy: site.policy().map(str::to_owned),
         }))
     }
 }

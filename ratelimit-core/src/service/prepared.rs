@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::calls::{Mode, Started};
 use super::pipeline::Then;
-use super::site::{Held, Site, SiteKey, Transition};
+use super::site::{Held, Names, Site, SiteKey, Transition};
 use super::{Call, Generation, Options, RateLimitService, Spent};
 use crate::decision::Decision;
 use crate::error::Error;
@@ -198,6 +198,18 @@ impl Prepared {
         later.await
     }
 
+    /// The budget's name, if the site has one ([`Site::budget`]).
+    #[inline]
+    pub(super) fn budget(&self) -> Option<&str> {
+        self.budget.as_deref()
+    }
+
+    /// The policy's name, if the site has one ([`Site::policy`]).
+    #[inline]
+    pub(super) fn policy(&self) -> Option<&str> {
+        self.policy.as_deref()
+    }
+
     /// The site, borrowed, as the pipeline takes it; `cost` of this call.
     #[inline]
     pub(crate) fn site(&self, cost: u64, spend: bool) -> Site<'_> {
@@ -205,8 +217,7 @@ impl Prepared {
             generation: &self.generation,
             quota: &self.quota,
             tier: self.tier,
-            budget: self.budget.as_deref(),
-            policy: self.policy.as_deref(),
+            names: Names::Prepared(self),
             counters: self.counters.as_deref(),
             key: SiteKey::Around(&self.around),
             cost,

@@ -32,7 +32,7 @@ macro_rules! refusal_event {
     ($level:ident, $site:expr, $decision:expr, $key:expr, $message:literal) => {
         tracing::$level!(
             target: "ratelimit",
-            budget = $site.budget.unwrap_or("-"),
+            budget = $site.budget().unwrap_or("-"),
             tier = $decision.tier.as_deref().unwrap_or("-"),
             limit = $decision.limit,
             window_ms = $decision.window.as_millis() as u64,
@@ -64,7 +64,7 @@ impl RateLimitService {
     #[inline(always)]
     pub(super) fn count_admitted(&self, site: &Site<'_>) {
         let tier = site.tier_counters();
-        self.count(tier, site.budget, site.counters, Outcome::Allowed);
+        self.count(tier, site.budget(), site.counters, Outcome::Allowed);
     }
 
     /// [`record`](Self::record) of anything but a plain admission: out of the admitted
@@ -77,7 +77,8 @@ impl RateLimitService {
         key: Option<&str>,
         result: &Result<Decision, Error>,
     ) {
-        let count = |outcome| self.count(site.tier_counters(), site.budget, site.counters, outcome);
+        let count =
+            |outcome| self.count(site.tier_counters(), site.budget(), site.counters, outcome);
         match result {
             Ok(decision) if decision.shadowed => {
                 count(Outcome::Allowed);

@@ -24,9 +24,8 @@ pub(crate) struct Site<'a> {
     /// resolved into its [`Held`].
     pub(crate) quota: &'a Quota,
     pub(crate) tier: Option<usize>,
-    pub(crate) budget: Option<&'a str>,
-    /// The policy's name on a refusal (see `Call::policy`).
-    pub(crate) policy: Option<&'a str>,
+    /// The budget's and the policy's names ([`budget`](Self::budget), [`policy`](Self::policy)).
+    pub(crate) names: Names<'a>,
     /// The budget's counters when the caller holds them; else found when a call is recorded.
     pub(crate) counters: Option<&'a Counters>,
     /// The store key around the user key.
@@ -83,6 +82,22 @@ pub(crate) struct OldState {
     pub(crate) until: Nanos,
 }
 
+/// Where a site's budget and policy names are read (a refusal's error and log line, a call
+/// counted by its budget's name), from whoever holds them: read where a call needs them,
+/// which for a prepared site's admitted call is nowhere (its counters are held), not copied
+/// into each call's site.
+#[derive(Clone, Copy)]
+pub(crate) enum Names<'a> {
+    /// A call's own options'.
+    Call {
+        budget: Option<&'a str>,
+        /// The policy's name on a refusal (see `Call::policy`).
+        policy: Option<&'a str>,
+    },
+    /// A prepared site's.
+    Prepared(&'a super::Prepared),
+}
+
 /// A site's store key, without the user key.
 #[derive(Clone, Copy)]
 pub(crate) enum SiteKey<'a> {
@@ -100,6 +115,24 @@ impl<'a> Site<'a> {
     #[inline(always)]
     pub(crate) fn lent(&self) -> Site<'a> {
         *self
+    }
+
+    /// The budget's name, if the site has one.
+    #[inline]
+    pub(crate) fn budget(&self) -> Option<&'a str> {
+        match self.names {
+            Names::Call { budget, .. } => budget,
+            Names::Prepared(prepared) => prepared.budget(),
+        }
+    }
+
+    /// The policy's name on a refusal (see `Call::policy`), if the site has one.
+    #[inline]
+    pub(crate) fn policy(&self) -> Option<&'a str> {
+        match self.names {
+            Names::Call { policy, .. } => policy,
+            Names::Prepared(prepared) => prepared.policy(),
+        }
     }
 
     /// The counters of the site's tier, if it has one.
@@ -350,8 +383,10 @@ impl RateLimitService {
             generation,
             quota,
             tier,
-            budget: options.budget,
-            policy: options.policy,
+            names: Names::Call {
+                budget: options.budget,
+                policy: options.policy,
+            },
             counters: None,
             key: SiteKey::Parts(KeyParts {
                 prefix: config.key_prefix(),

@@ -307,7 +307,7 @@ impl RateLimitService {
             cost: site.cost,
             receipt,
             tier: site.tier.map(|i| Arc::clone(&site.generation.by_tier[i])),
-            budget: site.budget.map(|name| self.method_counters(name).1),
+            budget: site.budget().map(|name| self.method_counters(name).1),
         }
     }
 

@@ -190,7 +190,7 @@ impl RateLimitService {
                         self.inner.total.record(Outcome::Abandoned);
                         for site in &sites {
                             let tier = site.tier_counters();
-                            self.count_scoped(tier, site.budget, None, Outcome::Abandoned);
+                            self.count_scoped(tier, site.budget(), None, Outcome::Abandoned);
                         }
                     }
                 });
@@ -347,7 +347,12 @@ impl RateLimitService {
                 if commit {
                     self.inner.total.record(Outcome::Error);
                     for site in sites {
-                        self.count_scoped(site.tier_counters(), site.budget, None, Outcome::Error);
+                        self.count_scoped(
+                            site.tier_counters(),
+                            site.budget(),
+                            None,
+                            Outcome::Error,
+                        );
                     }
                 }
                 return Err(e);
@@ -379,7 +384,7 @@ impl RateLimitService {
                 // refusal shadowed too), refused by its own limit, or (refused by another
                 // limit) nothing.
                 let count =
-                    |outcome| self.count_scoped(site.tier_counters(), site.budget, None, outcome);
+                    |outcome| self.count_scoped(site.tier_counters(), site.budget(), None, outcome);
                 match (admitted, refused) {
                     (true, _) => count(Outcome::Allowed),
                     (false, true) if !site.shadow => count(Outcome::Denied),
