@@ -60,6 +60,24 @@ pub(crate) struct Held {
     transition: Option<Box<Transition>>,
 }
 
+/// A call without a transition drops nothing: checked where the call ends, the transition
+/// dropped out of line (the drop glue of `Held` was a call on every call, its registers
+/// saved before the check).
+impl Drop for Held {
+    #[inline]
+    fn drop(&mut self) {
+        if let Some(transition) = self.transition.take() {
+            drop_transition(transition);
+        }
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn drop_transition(transition: Box<Transition>) {
+    drop(transition);
+}
+
 /// The old quotas a site's calls are also held to, each until one of its windows after the
 /// reload that replaced it (see [`Site::transition`]), from every replaced configuration the
 /// generation keeps (a second reload does not end the first one's transition).
