@@ -382,7 +382,7 @@ pub fn acquire_spent_now(
             service.enforce_call_spent_now(&declaration.call(tier, cost), key)
         }
     };
-    decided.unwrap_or(Err(Error::SyncOnWaitingStore { function }))
+    decided.unwrap_or_else(|| Err(Error::SyncOnWaitingStore { function }))
 }
 
 /// After the body of a fn that counts only some outcomes: gives the spend (of one limit or

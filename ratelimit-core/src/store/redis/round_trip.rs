@@ -151,7 +151,7 @@ impl RedisStore {
             f(connection).await
         })
         .await
-        .unwrap_or(Err(Error::Timeout { after }))
+        .unwrap_or_else(|_| Err(Error::Timeout { after }))
     }
 
     /// A call that started at `from`, counted on `runtime`'s open link to the one server
