@@ -1,0 +1,1 @@
+//! Placeholder: helper-49 writes the probes here.
