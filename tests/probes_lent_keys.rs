@@ -106,6 +106,9 @@ fn a_time_past_the_range_after_a_sweep_at_its_last_instant_is_refused_under_ever
         for strategy in Strategy::ALL {
             let store = store_with(every);
             assert_eq!(allowed(&store, "k", &quota(2, MINUTE, strategy), MAX_NOW, 1), 1);
+            // Sweeps run by hand move the floor, not `next_sweep`: the compare still refuses.
+            store.sweep(MAX_NOW);
+            store.sweep(u64::MAX);
             for past in [MAX_NOW + 1, MAX_NOW + 2, u64::MAX - 1, u64::MAX] {
                 for (i, r) in every_entry(&store, "k", strategy, past).iter().enumerate() {
                     assert!(out_of_range(r, past), "{every:?} {strategy} entry {i}: {r:?}");
@@ -134,23 +137,6 @@ fn a_fresh_stores_first_call_past_the_range_is_refused_and_tracks_nothing() {
             // The refused times moved no sweep: the store still decides from its first time.
             let q = quota(3, MINUTE, strategy);
             assert_eq!(allowed(&store, "k", &q, T0, 5), 3, "{every:?} {strategy}");
-        }
-    }
-}
-
-#[test]
-fn a_public_sweep_at_the_last_instant_then_times_past_it_are_refused_and_the_budget_stays_exact() {
-    // A sweep run by hand moves the floor, not `next_sweep`: the compare must still refuse.
-    for every in INTERVALS {
-        for strategy in Strategy::ALL {
-            let store = store_with(every);
-            let q = quota(2, MINUTE, strategy);
-            assert_eq!(allowed(&store, "k", &q, MAX_NOW - 1, 1), 1);
-            store.sweep(MAX_NOW);
-            store.sweep(u64::MAX);
-            let r = store.acquire("k", &q, 1, MAX_NOW + 1);
-            assert!(out_of_range(&r, MAX_NOW + 1), "{every:?} {strategy}: {r:?}");
-            assert_eq!(allowed(&store, "k", &q, MAX_NOW, 3), 1, "{every:?} {strategy}");
         }
     }
 }
@@ -447,7 +433,7 @@ fn a_key_held_under_another_strategy_is_unexpected_state_in_every_mode() {
                 let r = Store::decide_now(&store, Request::new(k, &q, cost, T0, mode).unwrap())
                     .unwrap();
                 assert!(
-                    matches!(r, Err(Error::Store { .. }) | Err(Error::UnexpectedState { .. })),
+                    matches!(r, Err(Error::UnexpectedState { .. })),
                     "{held} asked as {asked} {mode:?} cost {cost}: {r:?}"
                 );
             }
@@ -734,19 +720,12 @@ async fn every_integer_type_at_its_bounds_is_the_key_its_display_writes() {
         shares_its_budget_with_the_displayed_key(&m, "by_i64", &[i64::MIN, -1, i64::MAX], by_i64).await;
         shares_its_budget_with_the_displayed_key(&m, "by_i128", &[i128::MIN, -1, i128::MAX], by_i128).await;
         shares_its_budget_with_the_displayed_key(&m, "by_isize", &[isize::MIN, isize::MAX], by_isize).await;
-    })
-    .await;
-}
-
-#[tokio::test]
-async fn an_integer_and_a_negative_of_it_or_of_another_width_never_share_a_budget() {
-    let m = module();
-    m.scope(async {
+        // A negative of a spent key, or its digits under another width's fn: budgets of
+        // their own.
         assert_eq!(outcome(by_i64(5).await), Some(true));
         assert_eq!(outcome(by_i64(5).await), Some(true));
         assert_eq!(outcome(by_i64(5).await), Some(false));
         assert_eq!(outcome(by_i64(-5).await), Some(true), "-5 is its own key");
-        // Another fn of another width: its own budget (its path), even with the same digits.
         assert_eq!(outcome(by_u64(5).await), Some(true));
         assert_eq!(outcome(by_u64(5).await), Some(true));
         assert_eq!(outcome(by_u64(5).await), Some(false));
@@ -936,9 +915,47 @@ fn temporary_sync(id: i16) -> Result<(), Error> {
     Ok(())
 }
 
+static NEXT_KEY: AtomicU32 = AtomicU32::new(100);
+static NEXT_SYNC_KEY: AtomicU32 = AtomicU32::new(100);
+
+/// The key, read before the cost moves it on.
+#[rate_limit(limit = 1, window = "1m", key = NEXT_KEY.load(Ordering::SeqCst), cost = bump(&NEXT_KEY))]
+async fn key_before_cost() -> Result<(), Error> {
+    Ok(())
+}
+
+#[rate_limit(limit = 1, window = "1m", key = NEXT_SYNC_KEY.load(Ordering::SeqCst), cost = bump(&NEXT_SYNC_KEY))]
+fn key_before_cost_sync() -> Result<(), Error> {
+    Ok(())
+}
+
+fn bump(next: &AtomicU32) -> u64 {
+    next.fetch_add(1, Ordering::SeqCst);
+    1
+}
+
 #[tokio::test]
 async fn a_key_with_side_effects_is_evaluated_once_and_a_temporary_key_is_its_text() {
+    // The key is written before the cost is evaluated: read after it (or twice), calls
+    // would spend on the next call's key.
     let m = module();
+    m.scope(async {
+        for _ in 0..3 {
+            assert_eq!(outcome(key_before_cost().await), Some(true));
+        }
+    })
+    .await;
+    m.run(|| {
+        for _ in 0..3 {
+            assert_eq!(outcome(key_before_cost_sync()), Some(true));
+        }
+    });
+    for key in ["100", "101", "102"] {
+        assert!(!by_hand(&m, key, &fn_options("key_before_cost", 1)), "{key}");
+        assert!(!by_hand(&m, key, &fn_options("key_before_cost_sync", 1)), "{key}");
+    }
+    assert!(by_hand(&m, "103", &fn_options("key_before_cost", 1)));
+    assert!(by_hand(&m, "103", &fn_options("key_before_cost_sync", 1)));
     m.scope(async {
         let results: Vec<_> = [side_effect(9).await, side_effect(9).await, side_effect(9).await]
             .into_iter()
@@ -1075,7 +1092,8 @@ async fn queued_text(user: String) -> Result<(), Error> {
     Ok(())
 }
 
-#[tokio::test]
+// Tokio's paused time: a call over the limit waits out the queue's timeout on Tokio's timer.
+#[tokio::test(start_paused = true)]
 async fn a_queued_call_keeps_its_integer_key_across_the_wait() {
     // A call that may wait is not decided at once: its key is copied into `Later`. Copied
     // wrong (or from a slot already gone), it would spend another budget.
@@ -1086,7 +1104,11 @@ async fn a_queued_call_keeps_its_integer_key_across_the_wait() {
             assert_eq!(outcome(queued(id).await), Some(true), "{id}");
             assert_eq!(outcome(queued(id).await), Some(true), "{id}");
             assert!(!by_hand(&m, &id.to_string(), &options), "{id}: the fn's key");
+            // Over the limit, its turn further than the queue's timeout: refused, nothing spent.
+            let r = queued(id).await;
+            assert!(matches!(r, Err(Error::QueueTimeout { .. })), "{id}: {r:?}");
         }
+        assert!(by_hand(&m, "1", &options), "another key untouched");
         let long = "q".repeat(KEY_INLINE + 20);
         assert_eq!(outcome(queued_text(long.clone()).await), Some(true));
         assert_eq!(outcome(queued_text(long.clone()).await), Some(true));
@@ -1094,8 +1116,8 @@ async fn a_queued_call_keeps_its_integer_key_across_the_wait() {
         assert!(by_hand(&m, &long[1..], &fn_options("queued_text", 2)));
     })
     .await;
-    // 8 of the fn, 2 of its long key, 1 by hand on a key of its own.
-    assert_eq!(m.stats().total.allowed, 11);
+    // 8 of the fn, 2 of its long key, 2 by hand on keys of their own.
+    assert_eq!(m.stats().total.allowed, 12);
 }
 
 /// `KeyText::INLINE`: the longest key the slot keeps in place.
@@ -1299,5 +1321,128 @@ fn a_kept_spend_under_a_quota_with_a_block_is_given_back_once_and_the_block_stil
             .filter(|_| block_on(service.consume("k", &options)).unwrap().allowed)
             .count();
         assert_eq!(admitted, 2, "{strategy}");
+    }
+}
+
+#[test]
+fn a_call_decided_at_the_floor_answers_from_its_own_time_on_every_path() {
+    // A clock stepped back behind a sweep is decided at the sweep's floor, but the decision
+    // is the call's: its `reset_after` counts from the call's `now`, on the path that decides
+    // in the strategy's step (spends, kept spends, looks of a cost) and on the one aside
+    // (a look of none) alike.
+    for strategy in [Strategy::FixedWindow, Strategy::SlidingWindowCounter, Strategy::SlidingWindow] {
+        let hour = Duration::from_secs(3600);
+        let q = quota(3, hour, strategy);
+        let store = store_with(Duration::from_secs(1 << 40));
+        // Sweeps at T0 + 100 s: the floor is T0 + 99 s.
+        assert_eq!(allowed(&store, "a", &q, T0 + 100 * NS, 1), 1);
+        let k = StoreKey::new("b").unwrap();
+        let at = |mode, cost| {
+            Store::decide_now(&store, Request::new(k, &q, cost, T0, mode).unwrap())
+                .unwrap()
+                .unwrap()
+        };
+        let looked = at(Mode::Look, 0);
+        assert_eq!((looked.allowed, looked.remaining), (true, 3), "{strategy}");
+        let spent = at(Mode::Spend, 1);
+        let kept = at(Mode::Keep, 1);
+        let looked_at_one = at(Mode::Look, 1);
+        let looked_again = store.peek("b", &q, 0, T0).unwrap();
+        assert_eq!((spent.remaining, kept.remaining), (2, 1), "{strategy}");
+        assert_eq!(looked_again.remaining, 1, "{strategy}");
+        assert!(looked_at_one.allowed, "{strategy}");
+        for d in [&looked, &spent, &kept, &looked_at_one, &looked_again] {
+            // From the call's own time (a whole millisecond) to the decision's reset.
+            let reset = d.reset_at().duration_since(std::time::UNIX_EPOCH).unwrap();
+            assert_eq!(d.reset_after, reset - Duration::from_nanos(T0), "{strategy}: {d:?}");
+        }
+        // The fixed window [T0, T0 + 1 h): an hour after the call's time, not the floor's.
+        if strategy == Strategy::FixedWindow {
+            assert_eq!(spent.reset_after, hour);
+        }
+    }
+}
+
+#[rate_limit(limit = 2, window = "1m", key = id)]
+async fn reloaded_by_id(id: u64) -> Result<(), Error> {
+    let _ = id;
+    Ok(())
+}
+
+#[rate_limit(limit = 2, window = "1m", key = id)]
+fn reloaded_by_id_sync(id: i64) -> Result<(), Error> {
+    let _ = id;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_call_after_a_reload_waits_on_its_own_integer_key_and_keeps_the_budget() {
+    // After a reload the fn's prepared site is no longer current: the call is not decided at
+    // once, and its key is copied into `Later`. Copied wrong, it would spend elsewhere.
+    let m = module();
+    let reload = || {
+        let config = ratelimit_tests::on_its_store(
+            m.service(),
+            Config::builder()
+                .default_limit(3)
+                .default_window("1m")
+                .tier(Tier::new("free", 2).window("1m"))
+                .tier(Tier::new("pro", 4).window("1m")),
+        );
+        m.service().reload(config).unwrap();
+    };
+    m.scope(async { assert_eq!(outcome(reloaded_by_id(u64::MAX).await), Some(true)) })
+        .await;
+    m.run(|| assert_eq!(outcome(reloaded_by_id_sync(i64::MIN)), Some(true)));
+    reload();
+    m.scope(async {
+        assert_eq!(outcome(reloaded_by_id(u64::MAX).await), Some(true));
+        assert_eq!(outcome(reloaded_by_id(u64::MAX).await), Some(false));
+    })
+    .await;
+    m.run(|| {
+        assert_eq!(outcome(reloaded_by_id_sync(i64::MIN)), Some(true));
+        assert_eq!(outcome(reloaded_by_id_sync(i64::MIN)), Some(false));
+    });
+    reload();
+    assert!(!by_hand(&m, &u64::MAX.to_string(), &fn_options("reloaded_by_id", 2)));
+    assert!(!by_hand(&m, &i64::MIN.to_string(), &fn_options("reloaded_by_id_sync", 2)));
+    m.scope(async { assert_eq!(outcome(reloaded_by_id(u64::MAX - 1).await), Some(true)) })
+        .await;
+    assert_eq!(m.stats().total.allowed, 5);
+}
+
+#[test]
+fn threads_racing_across_a_fixed_windows_boundary_admit_exactly_a_budget_per_window() {
+    // Calls of the older window racing ones that moved the cell to the next are decided in
+    // the recorded (newer) window, never in a fresh copy of the old one.
+    for window in [Duration::from_secs(1), Duration::from_secs(7)] {
+        let w = window.as_nanos() as u64;
+        let store = store_with(Duration::from_secs(1 << 40));
+        let q = fixed(5, window);
+        let t = T0 - T0 % w + w - 1;
+        // The older window spent first: of the race, only the next window's five pass.
+        assert_eq!(allowed(&store, "k", &q, t, 5), 5);
+        let ok = AtomicUsize::new(0);
+        let barrier = Barrier::new(4);
+        std::thread::scope(|s| {
+            for th in 0..4u64 {
+                let (store, q, ok, barrier) = (&store, &q, &ok, &barrier);
+                s.spawn(move || {
+                    barrier.wait();
+                    for i in 0..50u64 {
+                        let at = if (th + i) % 2 == 0 { t } else { t + 1 };
+                        if store.acquire("k", q, 1, at).unwrap().allowed {
+                            ok.fetch_add(1, Ordering::SeqCst);
+                        }
+                    }
+                });
+            }
+        });
+        let admitted = ok.load(Ordering::SeqCst);
+        assert_eq!(admitted, 5, "{window:?}");
+        assert_eq!(allowed(&store, "k", &q, t + 1, 5), 0, "{window:?}");
+        assert_eq!(allowed(&store, "k", &q, t, 5), 0, "{window:?}");
+        assert_eq!(allowed(&store, "k", &q, t + w + 1, 6), 5, "{window:?}");
     }
 }
