@@ -80,7 +80,12 @@ const INTERVALS: [Duration; 6] = [
 
 /// Every way a memory decision enters with a time: spends, looks of a cost and of none, a
 /// capacity of zero, a quota with a block.
-fn every_entry(store: &MemoryStore, key: &str, strategy: Strategy, at: u64) -> Vec<Result<Decision, Error>> {
+fn every_entry(
+    store: &MemoryStore,
+    key: &str,
+    strategy: Strategy,
+    at: u64,
+) -> Vec<Result<Decision, Error>> {
     let q = quota(2, MINUTE, strategy);
     let zero = Quota::new(0, MINUTE).unwrap().with_strategy(strategy);
     let blocked = q.with_block(MINUTE).unwrap();
@@ -105,21 +110,38 @@ fn a_time_past_the_range_after_a_sweep_at_its_last_instant_is_refused_under_ever
     for every in INTERVALS {
         for strategy in Strategy::ALL {
             let store = store_with(every);
-            assert_eq!(allowed(&store, "k", &quota(2, MINUTE, strategy), MAX_NOW, 1), 1);
+            assert_eq!(
+                allowed(&store, "k", &quota(2, MINUTE, strategy), MAX_NOW, 1),
+                1
+            );
             // Sweeps run by hand move the floor, not `next_sweep`: the compare still refuses.
             store.sweep(MAX_NOW);
             store.sweep(u64::MAX);
             for past in [MAX_NOW + 1, MAX_NOW + 2, u64::MAX - 1, u64::MAX] {
                 for (i, r) in every_entry(&store, "k", strategy, past).iter().enumerate() {
-                    assert!(out_of_range(r, past), "{every:?} {strategy} entry {i}: {r:?}");
+                    assert!(
+                        out_of_range(r, past),
+                        "{every:?} {strategy} entry {i}: {r:?}"
+                    );
                 }
-                for (i, r) in every_entry(&store, "new", strategy, past).iter().enumerate() {
+                for (i, r) in every_entry(&store, "new", strategy, past)
+                    .iter()
+                    .enumerate()
+                {
                     assert!(out_of_range(r, past), "{every:?} {strategy} new {i}: {r:?}");
                 }
             }
-            assert_eq!(store.len(), 1, "{every:?} {strategy}: nothing tracked past the range");
+            assert_eq!(
+                store.len(),
+                1,
+                "{every:?} {strategy}: nothing tracked past the range"
+            );
             let q = quota(2, MINUTE, strategy);
-            assert_eq!(allowed(&store, "k", &q, MAX_NOW, 3), 1, "{every:?} {strategy}");
+            assert_eq!(
+                allowed(&store, "k", &q, MAX_NOW, 3),
+                1,
+                "{every:?} {strategy}"
+            );
         }
     }
 }
@@ -130,8 +152,14 @@ fn a_fresh_stores_first_call_past_the_range_is_refused_and_tracks_nothing() {
     for every in INTERVALS {
         for strategy in Strategy::ALL {
             let store = store_with(every);
-            for (i, r) in every_entry(&store, "k", strategy, u64::MAX).iter().enumerate() {
-                assert!(out_of_range(r, u64::MAX), "{every:?} {strategy} entry {i}: {r:?}");
+            for (i, r) in every_entry(&store, "k", strategy, u64::MAX)
+                .iter()
+                .enumerate()
+            {
+                assert!(
+                    out_of_range(r, u64::MAX),
+                    "{every:?} {strategy} entry {i}: {r:?}"
+                );
             }
             assert_eq!(store.len(), 0);
             // The refused times moved no sweep: the store still decides from its first time.
@@ -148,7 +176,11 @@ fn threads_racing_at_the_last_instant_and_past_it_admit_exactly_the_limit() {
     for strategy in Strategy::ALL {
         let store = store_with(Duration::ZERO);
         let q = quota(5, MAX_WINDOW, strategy);
-        let (ok, refused, out) = (AtomicUsize::new(0), AtomicUsize::new(0), AtomicUsize::new(0));
+        let (ok, refused, out) = (
+            AtomicUsize::new(0),
+            AtomicUsize::new(0),
+            AtomicUsize::new(0),
+        );
         let barrier = Barrier::new(4);
         std::thread::scope(|s| {
             for t in 0..4u64 {
@@ -163,10 +195,14 @@ fn threads_racing_at_the_last_instant_and_past_it_admit_exactly_the_limit() {
                             _ => u64::MAX - i,
                         };
                         match store.acquire("k", q, 1, at) {
-                            Ok(d) if d.allowed => { ok.fetch_add(1, Ordering::SeqCst); },
-                            Ok(_) => { refused.fetch_add(1, Ordering::SeqCst); },
+                            Ok(d) if d.allowed => {
+                                ok.fetch_add(1, Ordering::SeqCst);
+                            }
+                            Ok(_) => {
+                                refused.fetch_add(1, Ordering::SeqCst);
+                            }
                             Err(Error::ClockOutOfRange { .. }) if at > MAX_NOW => {
-                                { out.fetch_add(1, Ordering::SeqCst); }
+                                out.fetch_add(1, Ordering::SeqCst);
                             }
                             Err(e) => panic!("{strategy} at {at}: {e}"),
                         }
@@ -187,7 +223,11 @@ fn threads_racing_at_the_last_instant_and_past_it_admit_exactly_the_limit() {
 fn a_clock_stepped_back_behind_a_sweep_under_a_zero_interval_is_decided_at_the_floor() {
     // Every call sweeps under a zero interval: a key dropped by a sweep must not be found
     // fresh by a call whose clock stepped back before that sweep's floor.
-    for strategy in [Strategy::FixedWindow, Strategy::SlidingWindowCounter, Strategy::SlidingWindow] {
+    for strategy in [
+        Strategy::FixedWindow,
+        Strategy::SlidingWindowCounter,
+        Strategy::SlidingWindow,
+    ] {
         let store = store_with(Duration::ZERO);
         let q = quota(1, Duration::from_secs(10), strategy);
         // Spent at T0 + 20 s; a later call at T0 + 100 s sweeps (floor T0 + 99 s).
@@ -196,7 +236,9 @@ fn a_clock_stepped_back_behind_a_sweep_under_a_zero_interval_is_decided_at_the_f
         // Stepped back to T0 + 20 s: "b" is decided at the floor, in its own window, spent.
         assert_eq!(allowed(&store, "b", &q, T0 + 20 * NS, 3), 0, "{strategy}");
         // "a" was dropped; stepped back, it is fresh at the floor once, not once per step.
-        let back: usize = (0..5).map(|i| allowed(&store, "a", &q, T0 + (20 + i) * NS, 1)).sum();
+        let back: usize = (0..5)
+            .map(|i| allowed(&store, "a", &q, T0 + (20 + i) * NS, 1))
+            .sum();
         assert_eq!(back, 1, "{strategy}");
     }
 }
@@ -218,18 +260,27 @@ fn a_service_on_a_clock_past_the_range_refuses_spends_refunds_and_adjustments_an
             for r in [
                 block_on(service.consume("k", &options)).map(|d| d.allowed),
                 block_on(service.status("k", &options)).map(|d| d.allowed),
-                service.consume_now("k", &options).unwrap().map(|d| d.allowed),
+                service
+                    .consume_now("k", &options)
+                    .unwrap()
+                    .map(|d| d.allowed),
                 block_on(service.penalize("k", &options, 1)).map(|_| true),
                 block_on(service.reward("k", &options, 1)).map(|_| true),
             ] {
-                assert!(matches!(r, Err(Error::ClockOutOfRange { .. })), "{strategy}: {r:?}");
+                assert!(
+                    matches!(r, Err(Error::ClockOutOfRange { .. })),
+                    "{strategy}: {r:?}"
+                );
             }
         }
         // Back in range: the refund is made at the clock's latest reading (past the range),
         // so it gives nothing back; decisions at the clock's time count the spend, exactly.
         clock.set(ratelimit_tests::START + Duration::from_secs(1));
         let refund = block_on(spent.refund());
-        assert!(matches!(refund, Err(Error::ClockOutOfRange { .. })), "{strategy}: {refund:?}");
+        assert!(
+            matches!(refund, Err(Error::ClockOutOfRange { .. })),
+            "{strategy}: {refund:?}"
+        );
         let admitted = (0..4)
             .filter(|_| block_on(service.consume("k", &options)).unwrap().allowed)
             .count();
@@ -306,7 +357,9 @@ fn every_strategy_and_mode_decides_every_field_as_the_generic_algorithms_do() {
     for strategy in Strategy::ALL {
         for window in windows {
             for limit in [1, 3] {
-                let Ok(q) = Quota::new(limit, window) else { continue };
+                let Ok(q) = Quota::new(limit, window) else {
+                    continue;
+                };
                 let q = q.with_strategy(strategy);
                 let w = window.as_nanos() as u64;
                 for start in [T0 + 13, MAX_NOW - 4 * w.min(MAX_NOW / 8)] {
@@ -316,7 +369,7 @@ fn every_strategy_and_mode_decides_every_field_as_the_generic_algorithms_do() {
                         let key = ["a", "b"][i % 2];
                         let k = StoreKey::new(key).unwrap();
                         let (mode, cost) = match i % 7 {
-                            0 | 1 | 2 => (Mode::Spend, 1),
+                            0..=2 => (Mode::Spend, 1),
                             3 => (Mode::Keep, 1),
                             4 => (Mode::Look, 1),
                             5 => (Mode::Look, 0),
@@ -383,7 +436,12 @@ fn a_block_refuses_every_mode_until_it_ends_and_then_the_budget_is_exact() {
         // The third call began a block of a minute from T0.
         for at in [T0 + 1, T0 + 30 * NS, T0 + 60 * NS - 1] {
             let k = StoreKey::new("k").unwrap();
-            for (mode, cost) in [(Mode::Spend, 1), (Mode::Keep, 1), (Mode::Look, 1), (Mode::Look, 0)] {
+            for (mode, cost) in [
+                (Mode::Spend, 1),
+                (Mode::Keep, 1),
+                (Mode::Look, 1),
+                (Mode::Look, 0),
+            ] {
                 let d = Store::decide_now(&store, Request::new(k, &q, cost, at, mode).unwrap())
                     .unwrap()
                     .unwrap();
@@ -408,10 +466,16 @@ fn a_full_store_refuses_a_new_key_in_every_spending_mode_and_a_look_tracks_nothi
         let k = StoreKey::new("b").unwrap();
         for mode in [Mode::Spend, Mode::Keep] {
             let r = Store::decide_now(&store, Request::new(k, &q, 1, T0, mode).unwrap()).unwrap();
-            assert!(matches!(r, Err(Error::StoreFull { max_keys: 1 })), "{strategy} {mode:?}: {r:?}");
+            assert!(
+                matches!(r, Err(Error::StoreFull { max_keys: 1 })),
+                "{strategy} {mode:?}: {r:?}"
+            );
         }
         let r = store.acquire("b", &q, 1, T0);
-        assert!(matches!(r, Err(Error::StoreFull { .. })), "{strategy}: {r:?}");
+        assert!(
+            matches!(r, Err(Error::StoreFull { .. })),
+            "{strategy}: {r:?}"
+        );
         for cost in [0, 1] {
             let d = store.peek("b", &q, cost, T0).unwrap();
             assert!(d.allowed && d.remaining == 2 - cost, "{strategy}: {d:?}");
@@ -429,7 +493,12 @@ fn a_key_held_under_another_strategy_is_unexpected_state_in_every_mode() {
             assert_eq!(allowed(&store, "k", &quota(2, MINUTE, held), T0, 1), 1);
             let q = quota(2, MINUTE, asked);
             let k = StoreKey::new("k").unwrap();
-            for (mode, cost) in [(Mode::Spend, 1), (Mode::Keep, 1), (Mode::Look, 1), (Mode::Look, 0)] {
+            for (mode, cost) in [
+                (Mode::Spend, 1),
+                (Mode::Keep, 1),
+                (Mode::Look, 1),
+                (Mode::Look, 0),
+            ] {
                 let r = Store::decide_now(&store, Request::new(k, &q, cost, T0, mode).unwrap())
                     .unwrap();
                 assert!(
@@ -468,7 +537,10 @@ fn a_kept_spend_is_given_back_once_and_only_to_its_own_state() {
             2
         );
         assert!(!block_on(second.refund()).unwrap(), "{strategy}");
-        assert!(!block_on(service.consume("k", &options)).unwrap().allowed, "{strategy}");
+        assert!(
+            !block_on(service.consume("k", &options)).unwrap().allowed,
+            "{strategy}"
+        );
     }
 }
 
@@ -530,7 +602,10 @@ fn one_bare_key_under_two_fixed_windows_that_do_not_divide_each_other_never_read
     // A state of the 3 s window read under the 2 s one (or back) must be refused while it
     // counts by its own window and fresh after: read with the other window's start, it
     // would count from a start off that window's boundaries.
-    let (three, two) = (fixed(2, Duration::from_secs(3)), fixed(2, Duration::from_secs(2)));
+    let (three, two) = (
+        fixed(2, Duration::from_secs(3)),
+        fixed(2, Duration::from_secs(2)),
+    );
     let store = store_with(Duration::from_secs(1 << 40));
     let t = T0; // a multiple of 6 s
     assert_eq!(allowed(&store, "k", &three, t + NS, 1), 1);
@@ -565,14 +640,24 @@ fn a_fixed_window_refund_and_adjustments_keep_the_recorded_window_exact() {
     let spent = block_on(service.spend("k", &options)).unwrap();
     clock.advance(w - Duration::from_nanos(1));
     // A penalty of 2 in the same window: full.
-    assert_eq!(block_on(service.penalize("k", &options, 2)).unwrap().remaining, 0);
+    assert_eq!(
+        block_on(service.penalize("k", &options, 2))
+            .unwrap()
+            .remaining,
+        0
+    );
     assert!(!block_on(service.consume("k", &options)).unwrap().allowed);
     // The spend, given back in its window: one more, exactly.
     assert!(block_on(spent.refund()).unwrap());
     assert!(block_on(service.consume("k", &options)).unwrap().allowed);
     assert!(!block_on(service.consume("k", &options)).unwrap().allowed);
     // A reward of 1: one more.
-    assert_eq!(block_on(service.reward("k", &options, 1)).unwrap().remaining, 1);
+    assert_eq!(
+        block_on(service.reward("k", &options, 1))
+            .unwrap()
+            .remaining,
+        1
+    );
     assert!(block_on(service.consume("k", &options)).unwrap().allowed);
     assert!(!block_on(service.consume("k", &options)).unwrap().allowed);
     // One nanosecond on: the next window, three.
@@ -603,7 +688,9 @@ fn a_reload_to_a_window_that_does_not_divide_the_old_one_never_admits_over_eithe
             .count(),
         2
     );
-    service.reload(ratelimit_tests::on_its_store(&service, build_builder("7s"))).unwrap();
+    service
+        .reload(ratelimit_tests::on_its_store(&service, build_builder("7s")))
+        .unwrap();
     // The minute's state counts until its end (START is 40 s into a minute): refused.
     let admitted = (0..3)
         .filter(|_| block_on(service.consume("k", &options)).unwrap().allowed)
@@ -695,10 +782,19 @@ async fn shares_its_budget_with_the_displayed_key<T: Copy + fmt::Display, F>(
     let options = fn_options(function, 2);
     for &id in ids {
         assert_eq!(outcome(f(id).await), Some(true), "{function}({id})");
-        assert!(by_hand(module, &id.to_string(), &options), "{function}({id}): by hand");
+        assert!(
+            by_hand(module, &id.to_string(), &options),
+            "{function}({id}): by hand"
+        );
         assert_eq!(outcome(f(id).await), Some(false), "{function}({id}) third");
-        assert!(!by_hand(module, &id.to_string(), &options), "{function}({id}) spent");
-        assert!(by_hand(module, &format!("{id} "), &options), "{function}: look-alike");
+        assert!(
+            !by_hand(module, &id.to_string(), &options),
+            "{function}({id}) spent"
+        );
+        assert!(
+            by_hand(module, &format!("{id} "), &options),
+            "{function}: look-alike"
+        );
     }
 }
 
@@ -708,18 +804,45 @@ async fn every_integer_type_at_its_bounds_is_the_key_its_display_writes() {
     // another budget than the key's text composed by hand.
     let m = module();
     m.scope(async {
-        shares_its_budget_with_the_displayed_key(&m, "by_u8", &[0, 1, 9, 10, 99, 100, u8::MAX], by_u8).await;
+        shares_its_budget_with_the_displayed_key(
+            &m,
+            "by_u8",
+            &[0, 1, 9, 10, 99, 100, u8::MAX],
+            by_u8,
+        )
+        .await;
         shares_its_budget_with_the_displayed_key(&m, "by_u16", &[0, u16::MAX], by_u16).await;
         shares_its_budget_with_the_displayed_key(&m, "by_u32", &[7, u32::MAX], by_u32).await;
         shares_its_budget_with_the_displayed_key(&m, "by_u64", &[0, 42, u64::MAX], by_u64).await;
-        shares_its_budget_with_the_displayed_key(&m, "by_u128", &[0, u128::MAX, u128::MAX - 1], by_u128).await;
+        shares_its_budget_with_the_displayed_key(
+            &m,
+            "by_u128",
+            &[0, u128::MAX, u128::MAX - 1],
+            by_u128,
+        )
+        .await;
         shares_its_budget_with_the_displayed_key(&m, "by_usize", &[0, usize::MAX], by_usize).await;
-        shares_its_budget_with_the_displayed_key(&m, "by_i8", &[i8::MIN, -1, 0, i8::MAX], by_i8).await;
+        shares_its_budget_with_the_displayed_key(&m, "by_i8", &[i8::MIN, -1, 0, i8::MAX], by_i8)
+            .await;
         shares_its_budget_with_the_displayed_key(&m, "by_i16", &[i16::MIN, i16::MAX], by_i16).await;
-        shares_its_budget_with_the_displayed_key(&m, "by_i32", &[i32::MIN, -42, i32::MAX], by_i32).await;
-        shares_its_budget_with_the_displayed_key(&m, "by_i64", &[i64::MIN, -1, i64::MAX], by_i64).await;
-        shares_its_budget_with_the_displayed_key(&m, "by_i128", &[i128::MIN, -1, i128::MAX], by_i128).await;
-        shares_its_budget_with_the_displayed_key(&m, "by_isize", &[isize::MIN, isize::MAX], by_isize).await;
+        shares_its_budget_with_the_displayed_key(&m, "by_i32", &[i32::MIN, -42, i32::MAX], by_i32)
+            .await;
+        shares_its_budget_with_the_displayed_key(&m, "by_i64", &[i64::MIN, -1, i64::MAX], by_i64)
+            .await;
+        shares_its_budget_with_the_displayed_key(
+            &m,
+            "by_i128",
+            &[i128::MIN, -1, i128::MAX],
+            by_i128,
+        )
+        .await;
+        shares_its_budget_with_the_displayed_key(
+            &m,
+            "by_isize",
+            &[isize::MIN, isize::MAX],
+            by_isize,
+        )
+        .await;
         // A negative of a spent key, or its digits under another width's fn: budgets of
         // their own.
         assert_eq!(outcome(by_i64(5).await), Some(true));
@@ -808,7 +931,13 @@ fn a_sync_fns_integer_key_is_the_key_its_display_writes() {
             assert_eq!(outcome(sync_by_u8(id)), Some(false), "{id}");
         }
     });
-    assert_eq!(SYNC_RUNS.load(Ordering::SeqCst), 5);
+    // Threads racing on one integer key (each its own slot): the budget, exactly.
+    assert_eq!(
+        ratelimit_tests::hammer(&m, 4, 10, || sync_by_i128(42)),
+        (2, 38)
+    );
+    assert!(!by_hand(&m, "42", &options));
+    assert_eq!(SYNC_RUNS.load(Ordering::SeqCst), 7);
 }
 
 static TEXT_RUNS: AtomicU32 = AtomicU32::new(0);
@@ -951,16 +1080,26 @@ async fn a_key_with_side_effects_is_evaluated_once_and_a_temporary_key_is_its_te
         }
     });
     for key in ["100", "101", "102"] {
-        assert!(!by_hand(&m, key, &fn_options("key_before_cost", 1)), "{key}");
-        assert!(!by_hand(&m, key, &fn_options("key_before_cost_sync", 1)), "{key}");
+        assert!(
+            !by_hand(&m, key, &fn_options("key_before_cost", 1)),
+            "{key}"
+        );
+        assert!(
+            !by_hand(&m, key, &fn_options("key_before_cost_sync", 1)),
+            "{key}"
+        );
     }
     assert!(by_hand(&m, "103", &fn_options("key_before_cost", 1)));
     assert!(by_hand(&m, "103", &fn_options("key_before_cost_sync", 1)));
     m.scope(async {
-        let results: Vec<_> = [side_effect(9).await, side_effect(9).await, side_effect(9).await]
-            .into_iter()
-            .map(outcome)
-            .collect();
+        let results: Vec<_> = [
+            side_effect(9).await,
+            side_effect(9).await,
+            side_effect(9).await,
+        ]
+        .into_iter()
+        .map(outcome)
+        .collect();
         assert_eq!(results, [Some(true), Some(true), Some(false)]);
         assert_eq!(outcome(temporary(-3).await), Some(true));
         assert!(by_hand(&m, "u-3", &fn_options("temporary", 2)));
@@ -970,7 +1109,11 @@ async fn a_key_with_side_effects_is_evaluated_once_and_a_temporary_key_is_its_te
     assert_eq!(KEY_CALLS.load(Ordering::SeqCst), 3);
     m.run(|| {
         assert_eq!(outcome(temporary_sync(i16::MIN)), Some(true));
-        assert!(by_hand(&m, &format!("u{}", i16::MIN), &fn_options("temporary_sync", 2)));
+        assert!(by_hand(
+            &m,
+            &format!("u{}", i16::MIN),
+            &fn_options("temporary_sync", 2)
+        ));
         assert_eq!(outcome(temporary_sync(i16::MIN)), Some(false));
     });
 }
@@ -989,7 +1132,10 @@ async fn an_integer_keyed_calls_cost_spends_exactly_and_bad_costs_spend_nothing(
         assert!(matches!(costly(1, 0).await, Err(Error::ZeroCost)));
         assert!(matches!(
             costly(1, 6).await,
-            Err(Error::CostAboveCapacity { cost: 6, capacity: 5 })
+            Err(Error::CostAboveCapacity {
+                cost: 6,
+                capacity: 5
+            })
         ));
         assert_eq!(outcome(costly(1, 3).await), Some(true));
         assert_eq!(outcome(costly(1, 3).await), Some(false));
@@ -1017,13 +1163,20 @@ fn tiered_sync(id: u128, plan: &str) -> Result<(), Error> {
 #[tokio::test]
 async fn a_tier_chosen_per_call_with_an_integer_key_spends_that_tiers_budget_on_that_key() {
     let m = module();
-    let free = Options::new().budget("probes_lent_keys::tiered").tier("free");
-    let pro = Options::new().budget("probes_lent_keys::tiered").tier("pro");
+    let free = Options::new()
+        .budget("probes_lent_keys::tiered")
+        .tier("free");
+    let pro = Options::new()
+        .budget("probes_lent_keys::tiered")
+        .tier("pro");
     m.scope(async {
         assert_eq!(outcome(tiered(i64::MIN, "free").await), Some(true));
         assert!(by_hand(&m, &i64::MIN.to_string(), &free));
         assert_eq!(outcome(tiered(i64::MIN, "free").await), Some(false));
-        assert!(matches!(tiered(i64::MIN, "gold").await, Err(Error::UnknownTier { .. })));
+        assert!(matches!(
+            tiered(i64::MIN, "gold").await,
+            Err(Error::UnknownTier { .. })
+        ));
         for _ in 0..3 {
             assert_eq!(outcome(tiered(i64::MIN, "pro").await), Some(true));
         }
@@ -1032,7 +1185,9 @@ async fn a_tier_chosen_per_call_with_an_integer_key_spends_that_tiers_budget_on_
         assert_eq!(outcome(tiered(-1, "free").await), Some(true));
     })
     .await;
-    let free = Options::new().budget("probes_lent_keys::tiered_sync").tier("free");
+    let free = Options::new()
+        .budget("probes_lent_keys::tiered_sync")
+        .tier("free");
     m.run(|| {
         assert_eq!(outcome(tiered_sync(u128::MAX, "free")), Some(true));
         assert!(by_hand(&m, &u128::MAX.to_string(), &free));
@@ -1047,7 +1202,9 @@ async fn a_refusal_of_an_integer_keyed_call_carries_the_decision_of_its_key() {
         assert_eq!(outcome(by_i32(-9).await), Some(true));
         m.clock().advance(Duration::from_secs(10));
         assert_eq!(outcome(by_i32(-9).await), Some(true));
-        let Err(Error::Exceeded(refusal)) = by_i32(-9).await else { panic!("not refused") };
+        let Err(Error::Exceeded(refusal)) = by_i32(-9).await else {
+            panic!("not refused")
+        };
         // START is 40 s into a minute (see `support.rs`); +10 s: 10 s to the window's end
         // under the default strategy? Compare with the key by hand, field by field.
         let by_hand = m
@@ -1068,11 +1225,15 @@ async fn a_refusal_of_an_integer_keyed_call_carries_the_decision_of_its_key() {
 async fn two_modules_on_one_thread_each_count_an_integer_key_on_their_own() {
     let (a, b) = (module(), module());
     for _ in 0..2 {
-        a.scope(async { assert_eq!(outcome(by_isize(3).await), Some(true)) }).await;
-        b.scope(async { assert_eq!(outcome(by_isize(3).await), Some(true)) }).await;
+        a.scope(async { assert_eq!(outcome(by_isize(3).await), Some(true)) })
+            .await;
+        b.scope(async { assert_eq!(outcome(by_isize(3).await), Some(true)) })
+            .await;
     }
-    a.scope(async { assert_eq!(outcome(by_isize(3).await), Some(false)) }).await;
-    b.scope(async { assert_eq!(outcome(by_isize(3).await), Some(false)) }).await;
+    a.scope(async { assert_eq!(outcome(by_isize(3).await), Some(false)) })
+        .await;
+    b.scope(async { assert_eq!(outcome(by_isize(3).await), Some(false)) })
+        .await;
     assert!(!by_hand(&a, "3", &fn_options("by_isize", 2)));
     assert!(by_hand(&a, "-3", &fn_options("by_isize", 2)));
     assert_eq!((a.stats().total.allowed, b.stats().total.allowed), (3, 2));
@@ -1103,12 +1264,20 @@ async fn a_queued_call_keeps_its_integer_key_across_the_wait() {
         for id in [i64::MIN, -1, 0, i64::MAX] {
             assert_eq!(outcome(queued(id).await), Some(true), "{id}");
             assert_eq!(outcome(queued(id).await), Some(true), "{id}");
-            assert!(!by_hand(&m, &id.to_string(), &options), "{id}: the fn's key");
+            assert!(
+                !by_hand(&m, &id.to_string(), &options),
+                "{id}: the fn's key"
+            );
             // Over the limit, its turn further than the queue's timeout: refused, nothing spent.
             let r = queued(id).await;
             assert!(matches!(r, Err(Error::QueueTimeout { .. })), "{id}: {r:?}");
         }
         assert!(by_hand(&m, "1", &options), "another key untouched");
+        // Bad keys on the queue's way (not decided at once): invalid, nothing spent.
+        for bad in [String::new(), "q".repeat(MAX_KEY_LEN + 1)] {
+            let r = queued_text(bad).await;
+            assert!(invalid_key(&r), "{r:?}");
+        }
         let long = "q".repeat(KEY_INLINE + 20);
         assert_eq!(outcome(queued_text(long.clone()).await), Some(true));
         assert_eq!(outcome(queued_text(long.clone()).await), Some(true));
@@ -1134,7 +1303,10 @@ struct Later {
 
 impl Store for Later {
     fn decide_now(&self, request: Request<'_>) -> Option<Result<Decision, Error>> {
-        self.keys.lock().unwrap().push(request.key().as_str().to_owned());
+        self.keys
+            .lock()
+            .unwrap()
+            .push(request.key().as_str().to_owned());
         if self.later.load(Ordering::SeqCst) {
             return None;
         }
@@ -1144,7 +1316,10 @@ impl Store for Later {
         Store::decide_all_now(&self.memory, stacked)
     }
     async fn decide(&self, request: Request<'_>) -> Result<Decision, Error> {
-        self.keys.lock().unwrap().push(request.key().as_str().to_owned());
+        self.keys
+            .lock()
+            .unwrap()
+            .push(request.key().as_str().to_owned());
         Store::decide(&self.memory, request).await
     }
     async fn decide_all(&self, stacked: Stacked<'_>) -> Result<Vec<Decision>, Error> {
@@ -1226,20 +1401,48 @@ async fn counts_errors(id: u64, fail: bool) -> Result<(), Error> {
 }
 
 #[tokio::test]
-async fn an_integer_keyed_fn_counting_errors_gives_back_its_successes_on_the_same_key() {
+async fn an_integer_keyed_fn_counting_errors_gives_back_its_successes_on_that_key_only() {
     let m = module();
     let options = fn_options("counts_errors", 2);
     m.scope(async {
         for _ in 0..5 {
             assert!(counts_errors(u64::MAX, false).await.is_ok());
         }
-        assert!(matches!(counts_errors(u64::MAX, true).await, Err(Error::ZeroCost)));
+        assert!(matches!(
+            counts_errors(u64::MAX, true).await,
+            Err(Error::ZeroCost)
+        ));
         assert!(by_hand(&m, &u64::MAX.to_string(), &options));
-        assert!(matches!(counts_errors(u64::MAX, false).await, Err(Error::Exceeded(_))));
+        assert!(matches!(
+            counts_errors(u64::MAX, false).await,
+            Err(Error::Exceeded(_))
+        ));
     })
     .await;
+    // The sync fn, by an `i8` key.
+    let options = fn_options("counts_errors_sync", 2);
+    m.run(|| {
+        for _ in 0..4 {
+            assert!(counts_errors_sync(i8::MIN, false).is_ok());
+        }
+        assert!(matches!(
+            counts_errors_sync(i8::MIN, true),
+            Err(Error::ZeroCost)
+        ));
+        assert!(by_hand(&m, &i8::MIN.to_string(), &options));
+        assert!(matches!(
+            counts_errors_sync(i8::MIN, false),
+            Err(Error::Exceeded(_))
+        ));
+        // Another key's spends were never touched by the gifts back.
+        assert!(by_hand(&m, &i8::MAX.to_string(), &options));
+        assert!(by_hand(&m, &i8::MAX.to_string(), &options));
+        assert!(matches!(
+            counts_errors_sync(i8::MAX, true),
+            Err(Error::Exceeded(_))
+        ));
+    });
 }
-
 
 #[rate_limit(limit = 2, window = "1m", key = id, count = "err")]
 fn counts_errors_sync(id: i8, fail: bool) -> Result<(), Error> {
@@ -1248,24 +1451,6 @@ fn counts_errors_sync(id: i8, fail: bool) -> Result<(), Error> {
         true => Err(Error::ZeroCost),
         false => Ok(()),
     }
-}
-
-#[test]
-fn a_sync_fn_counting_errors_by_an_integer_key_gives_back_on_that_key_only() {
-    let m = module();
-    let options = fn_options("counts_errors_sync", 2);
-    m.run(|| {
-        for _ in 0..4 {
-            assert!(counts_errors_sync(i8::MIN, false).is_ok());
-        }
-        assert!(matches!(counts_errors_sync(i8::MIN, true), Err(Error::ZeroCost)));
-        assert!(by_hand(&m, &i8::MIN.to_string(), &options));
-        assert!(matches!(counts_errors_sync(i8::MIN, false), Err(Error::Exceeded(_))));
-        // Another key's spends were never touched by the gifts back.
-        assert!(by_hand(&m, &i8::MAX.to_string(), &options));
-        assert!(by_hand(&m, &i8::MAX.to_string(), &options));
-        assert!(matches!(counts_errors_sync(i8::MAX, true), Err(Error::Exceeded(_))));
-    });
 }
 
 #[rate_limit(limit = 2, window = "1m", key = id)]
@@ -1283,12 +1468,18 @@ async fn stacked_limits_keyed_by_an_integer_spend_each_on_the_keys_text() {
         assert_eq!(outcome(stacked_by_id(-1).await), Some(true));
         assert_eq!(outcome(stacked_by_id(-1).await), Some(true));
         assert_eq!(outcome(stacked_by_id(-1).await), Some(false));
-        assert!(!by_hand(&m, "-1", &minute), "the minute's budget of -1 is spent");
+        assert!(
+            !by_hand(&m, "-1", &minute),
+            "the minute's budget of -1 is spent"
+        );
         m.clock().advance(MINUTE);
         assert_eq!(outcome(stacked_by_id(-1).await), Some(true));
         // The hour's three spent: refused, though the minute has room.
         assert_eq!(outcome(stacked_by_id(-1).await), Some(false));
-        assert!(by_hand(&m, "-1", &minute), "the refusal spent nothing of the minute");
+        assert!(
+            by_hand(&m, "-1", &minute),
+            "the refusal spent nothing of the minute"
+        );
         assert_eq!(outcome(stacked_by_id(1).await), Some(true));
     })
     .await;
@@ -1310,12 +1501,22 @@ fn a_kept_spend_under_a_quota_with_a_block_is_given_back_once_and_the_block_stil
         let admitted = (0..3)
             .filter(|_| block_on(service.consume("k", &options)).unwrap().allowed)
             .count();
-        assert_eq!(admitted, 2, "{strategy}: the third begins a block of 5 minutes");
+        assert_eq!(
+            admitted, 2,
+            "{strategy}: the third begins a block of 5 minutes"
+        );
         clock.advance(Duration::from_secs(120));
-        assert!(!block_on(service.consume("k", &options)).unwrap().allowed, "{strategy}");
+        assert!(
+            !block_on(service.consume("k", &options)).unwrap().allowed,
+            "{strategy}"
+        );
         let look = block_on(service.status("k", &options)).unwrap();
         assert!(!look.allowed, "{strategy}");
-        assert_eq!(look.retry_after, Some(Duration::from_secs(180)), "{strategy}");
+        assert_eq!(
+            look.retry_after,
+            Some(Duration::from_secs(180)),
+            "{strategy}"
+        );
         clock.advance(Duration::from_secs(180));
         let admitted = (0..3)
             .filter(|_| block_on(service.consume("k", &options)).unwrap().allowed)
@@ -1330,7 +1531,11 @@ fn a_call_decided_at_the_floor_answers_from_its_own_time_on_every_path() {
     // is the call's: its `reset_after` counts from the call's `now`, on the path that decides
     // in the strategy's step (spends, kept spends, looks of a cost) and on the one aside
     // (a look of none) alike.
-    for strategy in [Strategy::FixedWindow, Strategy::SlidingWindowCounter, Strategy::SlidingWindow] {
+    for strategy in [
+        Strategy::FixedWindow,
+        Strategy::SlidingWindowCounter,
+        Strategy::SlidingWindow,
+    ] {
         let hour = Duration::from_secs(3600);
         let q = quota(3, hour, strategy);
         let store = store_with(Duration::from_secs(1 << 40));
@@ -1354,7 +1559,11 @@ fn a_call_decided_at_the_floor_answers_from_its_own_time_on_every_path() {
         for d in [&looked, &spent, &kept, &looked_at_one, &looked_again] {
             // From the call's own time (a whole millisecond) to the decision's reset.
             let reset = d.reset_at().duration_since(std::time::UNIX_EPOCH).unwrap();
-            assert_eq!(d.reset_after, reset - Duration::from_nanos(T0), "{strategy}: {d:?}");
+            assert_eq!(
+                d.reset_after,
+                reset - Duration::from_nanos(T0),
+                "{strategy}: {d:?}"
+            );
         }
         // The fixed window [T0, T0 + 1 h): an hour after the call's time, not the floor's.
         if strategy == Strategy::FixedWindow {
@@ -1405,8 +1614,16 @@ async fn a_call_after_a_reload_waits_on_its_own_integer_key_and_keeps_the_budget
         assert_eq!(outcome(reloaded_by_id_sync(i64::MIN)), Some(false));
     });
     reload();
-    assert!(!by_hand(&m, &u64::MAX.to_string(), &fn_options("reloaded_by_id", 2)));
-    assert!(!by_hand(&m, &i64::MIN.to_string(), &fn_options("reloaded_by_id_sync", 2)));
+    assert!(!by_hand(
+        &m,
+        &u64::MAX.to_string(),
+        &fn_options("reloaded_by_id", 2)
+    ));
+    assert!(!by_hand(
+        &m,
+        &i64::MIN.to_string(),
+        &fn_options("reloaded_by_id_sync", 2)
+    ));
     m.scope(async { assert_eq!(outcome(reloaded_by_id(u64::MAX - 1).await), Some(true)) })
         .await;
     assert_eq!(m.stats().total.allowed, 5);
@@ -1445,4 +1662,59 @@ fn threads_racing_across_a_fixed_windows_boundary_admit_exactly_a_budget_per_win
         assert_eq!(allowed(&store, "k", &q, t, 5), 0, "{window:?}");
         assert_eq!(allowed(&store, "k", &q, t + w + 1, 6), 5, "{window:?}");
     }
+}
+
+#[rate_limit(key = id, strategy = "fixed-window")]
+async fn windowed_by_id(id: u32) -> Result<(), Error> {
+    let _ = id;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_reload_to_a_window_not_dividing_the_old_one_leaves_an_integer_keys_calls_exact() {
+    // The fn's window is the module's: reloaded from a minute to 7 s, the key's cell was
+    // written under the minute. Read under 7 s with the recorded start, it would count from a
+    // start off the 7 s boundaries; fresh, it would admit a second budget in the minute.
+    let m = module();
+    let count = |n: usize| async move {
+        let mut ok = 0;
+        for _ in 0..n {
+            ok += usize::from(outcome(windowed_by_id(u32::MAX).await) == Some(true));
+        }
+        ok
+    };
+    assert_eq!(m.scope(count(4)).await, 3);
+    let config = ratelimit_tests::on_its_store(
+        m.service(),
+        Config::builder()
+            .default_limit(3)
+            .default_window("7s")
+            .tier(Tier::new("free", 2).window("1m"))
+            .tier(Tier::new("pro", 4).window("1m")),
+    );
+    m.service().reload(config).unwrap();
+    // START is 40 s into its minute: the minute's state counts 20 s more.
+    assert_eq!(m.scope(count(3)).await, 0);
+    m.clock()
+        .advance(Duration::from_secs(20) - Duration::from_nanos(1));
+    assert_eq!(m.scope(count(3)).await, 0);
+    // The minute's end, 1_000_020 s, is a multiple of 7 s: a 7 s window of its own.
+    m.clock().advance(Duration::from_nanos(1));
+    assert_eq!(m.scope(count(4)).await, 3);
+    m.clock()
+        .advance(Duration::from_secs(7) - Duration::from_nanos(1));
+    assert_eq!(m.scope(count(2)).await, 0);
+    // The next 7 s window, yet the minute's spends still count for the reload's transition
+    // (one old window from the reload): refused.
+    m.clock().advance(Duration::from_nanos(1));
+    assert_eq!(m.scope(count(2)).await, 0);
+    // Past the transition (START + 61 s, in the 7 s window from 1_000_055 s): three, then
+    // none until 1_000_062 s, then three.
+    m.clock().advance(Duration::from_secs(34));
+    assert_eq!(m.scope(count(4)).await, 3);
+    m.clock()
+        .advance(Duration::from_secs(1) - Duration::from_nanos(1));
+    assert_eq!(m.scope(count(2)).await, 0);
+    m.clock().advance(Duration::from_nanos(1));
+    assert_eq!(m.scope(count(4)).await, 3);
 }
