@@ -1,0 +1,1 @@
+//! Placeholder: helper-50 writes the probes here.
