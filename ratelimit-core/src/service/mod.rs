@@ -95,6 +95,17 @@ impl Kept {
         now < self.replaced_at.saturating_add(self.longest.max(own))
     }
 
+    /// Notes that a call with its own `window`, worked out under a later configuration, is
+    /// held to this one (`Site::transition`): a state such a call wrote holds for that window
+    /// since this one was replaced, so a reload keeps it as long (`holds_any`). Noted only
+    /// under the configuration the call was worked out under, a configuration no call with an
+    /// own window saw was kept past the last 8 for its configured windows alone, though later
+    /// calls with two hours of their own were held to it: a ninth reload dropped it, 1
+    /// admitted over its quota (probes_lent_sites).
+    pub(crate) fn note_own_window(&self, window: std::time::Duration) {
+        note_longest(&self.own_windows, window);
+    }
+
     /// The running `generation`, replaced by a reload at `replaced_at`.
     pub(crate) fn new(generation: &Generation, replaced_at: crate::clock::Nanos) -> Self {
         let config = Arc::clone(&generation.config);
@@ -111,6 +122,15 @@ impl Kept {
     }
 }
 
+/// Notes `window` in `own_windows` (nanoseconds) if it is the longest yet: a load and a
+/// compare unless it is.
+fn note_longest(own_windows: &AtomicU64, window: std::time::Duration) {
+    let window = window.as_nanos().min(u128::from(u64::MAX)) as u64;
+    if window > own_windows.load(Ordering::Relaxed) {
+        own_windows.fetch_max(window, Ordering::Relaxed);
+    }
+}
+
 /// How many replaced configurations a generation keeps for transitions whatever their age,
 /// besides those that may still hold a call (`Kept::holds_any`): a margin, which a call
 /// resolved per call skips with one comparison once it is past its windows.
@@ -121,10 +141,7 @@ impl Generation {
     /// ([`own_windows`](Self::own_windows)): a load and a compare unless it is the longest
     /// yet.
     pub(crate) fn note_own_window(&self, window: std::time::Duration) {
-        let window = window.as_nanos().min(u128::from(u64::MAX)) as u64;
-        if window > self.own_windows.load(Ordering::Relaxed) {
-            self.own_windows.fetch_max(window, Ordering::Relaxed);
-        }
+        note_longest(&self.own_windows, window);
     }
 
     fn new(config: Config, number: u64, before: Option<&Generation>) -> Self {
