@@ -125,7 +125,7 @@ struct Naming {
     store: Arc<MemoryStore>,
     /// When set, nothing is decided at once, and `decides_at_once` says so.
     waits: Arc<AtomicBool>,
-    /// When set, every decision is a store error.
+    /// When set, every decision is a store error, nothing spent.
     fails: Arc<AtomicBool>,
 }
 
@@ -145,11 +145,17 @@ impl Naming {
 
 impl Store for Naming {
     async fn decide(&self, request: Request<'_>) -> Result<Decision, Error> {
+        if self.fails.load(Ordering::SeqCst) {
+            return self.name(Ok(Decision::unlimited(0)));
+        }
         let d = Store::decide(&*self.store, request).await;
         self.name(d)
     }
 
     async fn decide_all(&self, stacked: Stacked<'_>) -> Result<Vec<Decision>, Error> {
+        if self.fails.load(Ordering::SeqCst) {
+            return self.name(Ok(Decision::unlimited(0))).map(|d| vec![d]);
+        }
         let ds = Store::decide_all(&*self.store, stacked).await?;
         ds.into_iter().map(|d| self.name(Ok(d))).collect()
     }
@@ -162,12 +168,18 @@ impl Store for Naming {
         if self.waits.load(Ordering::SeqCst) {
             return None;
         }
+        if self.fails.load(Ordering::SeqCst) {
+            return Some(self.name(Ok(Decision::unlimited(0))));
+        }
         Some(self.name(Store::decide_now(&*self.store, request)?))
     }
 
     fn decide_all_now(&self, stacked: Stacked<'_>) -> Option<Result<Vec<Decision>, Error>> {
         if self.waits.load(Ordering::SeqCst) {
             return None;
+        }
+        if self.fails.load(Ordering::SeqCst) {
+            return Some(self.name(Ok(Decision::unlimited(0))).map(|d| vec![d]));
         }
         let ds = match Store::decide_all_now(&*self.store, stacked)? {
             Ok(ds) => ds,
@@ -877,4 +889,186 @@ fn a_short_own_window_neither_extends_nor_shortens_the_configured_hour() {
     clock.advance(HOUR);
     reload(&service, limit(67));
     assert_eq!(service.stats().generation, 65);
+}
+
+// ---------------------------------------------------------------------------------------
+// More of 1, 2 and 7: the awaited half, a store failing during a transition, stacked own
+// windows.
+// ---------------------------------------------------------------------------------------
+
+/// A store that must be awaited: a prepared site's `try_consume` begins (nothing spent) and
+/// its `Pending` awaits; the decision and the refusal name the site's tier and budget (the
+/// store named "rogue"), counted once each.
+#[test]
+fn the_awaited_half_names_and_counts_the_same_site_as_the_begun_half() {
+    let store = Naming::default();
+    store.waits.store(true, Ordering::SeqCst);
+    let service = naming_service(limit(100).tier(tier("gold", 1)), store);
+    let site = Arc::new(
+        service
+            .prepare(&Options::new().tier("gold").budget("p"))
+            .unwrap(),
+    );
+    let mut ds = Vec::new();
+    for _ in 0..2 {
+        match site.try_consume("k") {
+            Attempt::Pending(pending) => ds.push(block_on(pending.consume()).unwrap()),
+            Attempt::Decided(d) => panic!("the store waits: {d:?}"),
+        }
+    }
+    assert_eq!(
+        ds.iter()
+            .map(|d| (d.allowed, d.tier.as_deref()))
+            .collect::<Vec<_>>(),
+        [(true, Some("gold")), (false, Some("gold"))]
+    );
+    assert_eq!(
+        refusal(block_on(site.enforce("k"))),
+        (s("gold"), s("p"), s("p"))
+    );
+    assert_eq!(by_tier(&service, "gold"), (3, 1, 2, 0, 0));
+    assert_eq!(by_method(&service, "p"), (3, 1, 2, 0, 0));
+}
+
+/// The store fails while a reload that moved the window holds calls to the old state
+/// (decided as one, out of line): each call an error, counted once in its tier and budget;
+/// once the store is back, nothing was spent on either state.
+#[test]
+fn a_store_failing_during_a_transition_is_an_error_counted_once_spending_nothing() {
+    let store = Naming::default();
+    let fails = Arc::clone(&store.fails);
+    let service = naming_service(limit(100).tier(tier("gold", 3)), store);
+    let options = Options::new().tier("gold").budget("f");
+    assert_eq!(admitted_per_call(&service, "k", &options, 1), 1);
+    reload(&service, limit(100).tier(tier("gold", 10).window(2 * HOUR)));
+    let site = service.prepare(&options).unwrap();
+    fails.store(true, Ordering::SeqCst);
+    for _ in 0..4 {
+        assert!(matches!(
+            site.consume_now("k"),
+            Some(Err(Error::Store { .. }))
+        ));
+        assert!(matches!(
+            block_on(service.consume("k", &options)),
+            Err(Error::Store { .. })
+        ));
+    }
+    fails.store(false, Ordering::SeqCst);
+    assert_eq!(admitted_now(&site, "k", 5), 2);
+    assert_eq!(by_tier(&service, "gold"), (6, 3, 3, 8, 0));
+    assert_eq!(by_method(&service, "f"), (6, 3, 3, 8, 0));
+}
+
+/// A shadow tier loosened by a reload: no transition holds it (a shadow limit refused
+/// nothing), its calls over the old limit are admitted plain under the new one, and over the
+/// new one shadowed; counted exactly.
+#[test]
+fn a_shadow_tier_across_a_loosening_reload_is_counted_exactly() {
+    let (service, _clock) = service(limit(100).tier(tier("dry", 1).shadow()).build().unwrap());
+    let options = Options::new().tier("dry");
+    let site = service.prepare(&options).unwrap();
+    assert!(!site.consume_now("k").unwrap().unwrap().shadowed);
+    assert!(site.consume_now("k").unwrap().unwrap().shadowed);
+    reload(&service, limit(100).tier(tier("dry", 3).shadow()));
+    let site = service.prepare(&options).unwrap();
+    let shadowed: Vec<bool> = (0..3)
+        .map(|_| {
+            let d = site.consume_now("k").unwrap().unwrap();
+            assert!(d.allowed);
+            d.shadowed
+        })
+        .collect();
+    // The 1 admitted before counts: 1 + 2 = 3.
+    assert_eq!(shadowed, [false, false, true]);
+    assert_eq!(by_tier(&service, "dry"), (5, 5, 0, 0, 2));
+}
+
+/// Stacked calls with a window of their own (two hours), made under the second
+/// configuration: the first (2, never seen with an own window) holds them for two hours, and
+/// eight more reloads past its configured hour do not drop it.
+#[test]
+fn stacked_calls_own_windows_keep_the_transition_they_are_held_to() {
+    let (service, clock) = service(limit(2).build().unwrap());
+    let own = Options::new().window(2 * HOUR);
+    let other = Options::new().budget("other").limit(50);
+    let both = |n| -> u64 {
+        (0..n)
+            .map(|_| {
+                let ds = block_on(service.consume_all(&[("k", &own), ("k", &other)]));
+                u64::from(ds.unwrap().iter().all(|d| d.allowed))
+            })
+            .sum()
+    };
+    clock.advance(MINUTE);
+    reload(&service, limit(3));
+    assert_eq!(both(3), 2);
+    clock.advance(HOUR + MINUTE);
+    for n in 4..=11 {
+        clock.advance(MINUTE);
+        reload(&service, limit(n));
+    }
+    assert_eq!(both(3), 0);
+    assert_eq!(admitted_per_call(&service, "k", &own, 3), 0);
+    // The spends of the first minute leave the two hours; the second's 3 holds.
+    clock.advance(HOUR);
+    assert_eq!(both(5), 3);
+}
+
+/// An own window noted under a configuration, then the configuration replaced and the own
+/// window's time passed: the reload that was refused while it held is taken, and the
+/// transition it held no longer refuses anything.
+#[test]
+fn a_configuration_kept_for_an_own_window_is_let_go_once_the_window_passes() {
+    let (service, clock) = service(limit(1).default_window(MINUTE).build().unwrap());
+    let own = Options::new().window(HOUR);
+    assert_eq!(admitted_per_call(&service, "k", &own, 2), 1);
+    let minute = |n: u64| limit(n).default_window(MINUTE);
+    for n in 2..=65 {
+        clock.advance(Duration::from_secs(10));
+        reload(&service, minute(n));
+        // A call with its own hour under each: each configuration kept for it.
+        assert!(
+            block_on(service.consume(&format!("j{n}"), &own))
+                .unwrap()
+                .allowed
+        );
+    }
+    // Inside the first configuration's hour: held to its 1.
+    assert_eq!(admitted_per_call(&service, "k", &own, 3), 0);
+    clock.advance(Duration::from_secs(10));
+    assert!(matches!(
+        service.reload(on_its_store(&service, minute(66))),
+        Err(Error::InvalidConfig(_))
+    ));
+    clock.advance(HOUR);
+    reload(&service, minute(66));
+    assert_eq!(service.stats().generation, 65);
+    // The 1 spent has left the hour; held to the configuration just replaced (65 an hour,
+    // for calls with their own hour), every older one's hour over.
+    assert_eq!(admitted_per_call(&service, "k", &own, 70), 65);
+}
+
+/// A tightening reload (5 -> 2) and, ten seconds later, a loosening one (2 -> 10), under a
+/// one-minute configured window: calls with their own hour spent 2 under the first; no call
+/// was made under the second (2), which holds them for an hour since it was replaced. Eight
+/// more reloads past its configured minute: the second is the ninth kept, and no call with
+/// an own window was worked out under it or held to it: dropped, the first's 5 the
+/// tightest kept, so 3 more admitted.
+#[test]
+fn a_tight_configuration_no_call_saw_is_kept_for_the_own_windows_seen_before_it() {
+    let minute = |n: u64| limit(n).default_window(MINUTE);
+    let (service, clock) = service(minute(5).build().unwrap());
+    let own = Options::new().window(HOUR);
+    assert_eq!(admitted_per_call(&service, "k", &own, 2), 2);
+    clock.advance(Duration::from_secs(10));
+    reload(&service, minute(2));
+    clock.advance(Duration::from_secs(10));
+    reload(&service, minute(10));
+    // No call until the eight more reloads.
+    clock.advance(2 * MINUTE);
+    for n in 11..=18 {
+        clock.advance(Duration::from_secs(10));
+        reload(&service, minute(n));
+    }
+    assert_eq!(admitted_per_call(&service, "k", &own, 5), 0);
 }

@@ -53,10 +53,14 @@ pub(crate) struct Generation {
     /// last [`KEPT_PREVIOUS`] (`reload.rs`, `kept_after`).
     pub(crate) previous: Vec<Kept>,
     /// The longest window of its own (a per-call `window` override) a call has been worked
-    /// out with under this configuration, in nanoseconds (0: none): a state such a call wrote
-    /// holds for that window, so a reload keeps the configuration for it (`Kept::holds_any`).
-    /// Shared with the [`Kept`] a reload makes of it, which calls still running under it
-    /// keep writing to.
+    /// out with under this configuration or any other of the service, in nanoseconds (0:
+    /// none): such a call is held to every configuration replaced within that window before
+    /// it (`Kept::in_force`), so a reload keeps each for it (`Kept::holds_any`). One for the
+    /// service, shared by every generation and the [`Kept`] a reload makes of one (calls
+    /// still running under it keep writing to it). Kept per generation, a configuration no
+    /// call with an own window was worked out under was kept past the last 8 only for its
+    /// configured windows, though later calls with their own hour were held to it: a ninth
+    /// reload dropped it, 3 admitted over its quota of 2 (probes_lent_sites).
     pub(crate) own_windows: Arc<AtomicU64>,
 }
 
@@ -88,22 +92,12 @@ impl Kept {
     }
 
     /// Whether it may still hold any call at `now`: one without a window of its own (its
-    /// longest configured window) or one with the longest window of its own a call was worked
-    /// out with under it, since it was replaced. What a reload keeps it for (`reload.rs`).
+    /// longest configured window) or one with the longest window of its own a call of the
+    /// service was worked out with (under any configuration: each is held to it), since it
+    /// was replaced. What a reload keeps it for (`reload.rs`).
     pub(crate) fn holds_any(&self, now: crate::clock::Nanos) -> bool {
         let own = self.own_windows.load(Ordering::Relaxed);
         now < self.replaced_at.saturating_add(self.longest.max(own))
-    }
-
-    /// Notes that a call with its own `window`, worked out under a later configuration, is
-    /// held to this one (`Site::transition`): a state such a call wrote holds for that window
-    /// since this one was replaced, so a reload keeps it as long (`holds_any`). Noted only
-    /// under the configuration the call was worked out under, a configuration no call with an
-    /// own window saw was kept past the last 8 for its configured windows alone, though later
-    /// calls with two hours of their own were held to it: a ninth reload dropped it, 1
-    /// admitted over its quota (probes_lent_sites).
-    pub(crate) fn note_own_window(&self, window: std::time::Duration) {
-        note_longest(&self.own_windows, window);
     }
 
     /// The running `generation`, replaced by a reload at `replaced_at`.
@@ -122,15 +116,6 @@ impl Kept {
     }
 }
 
-/// Notes `window` in `own_windows` (nanoseconds) if it is the longest yet: a load and a
-/// compare unless it is.
-fn note_longest(own_windows: &AtomicU64, window: std::time::Duration) {
-    let window = window.as_nanos().min(u128::from(u64::MAX)) as u64;
-    if window > own_windows.load(Ordering::Relaxed) {
-        own_windows.fetch_max(window, Ordering::Relaxed);
-    }
-}
-
 /// How many replaced configurations a generation keeps for transitions whatever their age,
 /// besides those that may still hold a call (`Kept::holds_any`): a margin, which a call
 /// resolved per call skips with one comparison once it is past its windows.
@@ -141,7 +126,10 @@ impl Generation {
     /// ([`own_windows`](Self::own_windows)): a load and a compare unless it is the longest
     /// yet.
     pub(crate) fn note_own_window(&self, window: std::time::Duration) {
-        note_longest(&self.own_windows, window);
+        let window = window.as_nanos().min(u128::from(u64::MAX)) as u64;
+        if window > self.own_windows.load(Ordering::Relaxed) {
+            self.own_windows.fetch_max(window, Ordering::Relaxed);
+        }
     }
 
     fn new(config: Config, number: u64, before: Option<&Generation>) -> Self {
@@ -161,7 +149,7 @@ impl Generation {
             by_tier,
             number,
             previous: Vec::new(),
-            own_windows: Arc::default(),
+            own_windows: before.map_or_else(Arc::default, |b| Arc::clone(&b.own_windows)),
         }
     }
 }

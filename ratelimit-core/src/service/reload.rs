@@ -125,7 +125,7 @@ impl RateLimitService {
 /// first. A kept configuration with the new one's limits holds no call to anything: dropped,
 /// so that calls resolved per call (not prepared) do not resolve it again. Every other is
 /// kept while it may still hold a call (`Kept::holds_any`): one of its configured windows,
-/// or the longest window of its own a call was worked out with under it, has not passed
+/// or the longest window of its own a call of the service was worked out with, has not passed
 /// since it was replaced; and the last [`KEPT_PREVIOUS`](super::KEPT_PREVIOUS) whatever
 /// their age. Kept only by count, a ninth reload inside one window dropped the first one's
 /// transition while it held: 1 more admitted than the first quota allowed; kept only for its

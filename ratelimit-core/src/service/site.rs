@@ -325,10 +325,6 @@ impl RateLimitService {
             if options.shadow || old_tier.is_some_and(|i| old_config.tiers()[i].shadow) {
                 continue;
             }
-            // Held to it for its own window: the configuration is kept as long.
-            if let Some(window) = options.overrides.window {
-                kept.note_own_window(window);
-            }
             let old_name = name(old_config, old_tier);
             let same_state = old_config.key_prefix() == generation.config.key_prefix()
                 && old_name == name(&generation.config, tier)
