@@ -52,16 +52,6 @@ pub(crate) struct Generation {
     /// (`Site::transition`), whatever reloads came after: each while it is in force, and the
     /// last [`KEPT_PREVIOUS`] (`reload.rs`, `kept_after`).
     pub(crate) previous: Vec<Kept>,
-    /// The longest window of its own (a per-call `window` override) a call has been worked
-    /// out with under this configuration or any other of the service, in nanoseconds (0:
-    /// none): such a call is held to every configuration replaced within that window before
-    /// it (`Kept::in_force`), so a reload keeps each for it (`Kept::holds_any`). One for the
-    /// service, shared by every generation and the [`Kept`] a reload makes of one (calls
-    /// still running under it keep writing to it). Kept per generation, a configuration no
-    /// call with an own window was worked out under was kept past the last 8 only for its
-    /// configured windows, though later calls with their own hour were held to it: a ninth
-    /// reload dropped it, 3 admitted over its quota of 2 (probes_lent_sites).
-    pub(crate) own_windows: Arc<AtomicU64>,
 }
 
 /// A configuration a reload replaced, kept for transitions.
@@ -73,9 +63,6 @@ pub(crate) struct Kept {
     /// The longest window of a limit it configures (the default's, a tier's): past
     /// `replaced_at` plus this, it holds no call without a window of its own.
     pub(crate) longest: crate::clock::Nanos,
-    /// The generation's [`own_windows`](Generation::own_windows), still written by calls
-    /// running under it.
-    own_windows: Arc<AtomicU64>,
 }
 
 impl Kept {
@@ -92,11 +79,11 @@ impl Kept {
     }
 
     /// Whether it may still hold any call at `now`: one without a window of its own (its
-    /// longest configured window) or one with the longest window of its own a call of the
-    /// service was worked out with (under any configuration: each is held to it), since it
-    /// was replaced. What a reload keeps it for (`reload.rs`).
-    pub(crate) fn holds_any(&self, now: crate::clock::Nanos) -> bool {
-        let own = self.own_windows.load(Ordering::Relaxed);
+    /// longest configured window), or one with `own`, the longest window of its own a call of
+    /// the service was worked out with (`Inner::own_windows`: such a call is held to every
+    /// configuration replaced within it, whichever it was worked out under), since it was
+    /// replaced. What a reload keeps it for (`reload.rs`).
+    pub(crate) fn holds_any(&self, now: crate::clock::Nanos, own: crate::clock::Nanos) -> bool {
         now < self.replaced_at.saturating_add(self.longest.max(own))
     }
 
@@ -111,7 +98,6 @@ impl Kept {
             config,
             replaced_at,
             longest,
-            own_windows: Arc::clone(&generation.own_windows),
         }
     }
 }
@@ -122,16 +108,6 @@ impl Kept {
 pub(crate) const KEPT_PREVIOUS: usize = 8;
 
 impl Generation {
-    /// Notes that a call with its own `window` is worked out under this configuration
-    /// ([`own_windows`](Self::own_windows)): a load and a compare unless it is the longest
-    /// yet.
-    pub(crate) fn note_own_window(&self, window: std::time::Duration) {
-        let window = window.as_nanos().min(u128::from(u64::MAX)) as u64;
-        if window > self.own_windows.load(Ordering::Relaxed) {
-            self.own_windows.fetch_max(window, Ordering::Relaxed);
-        }
-    }
-
     fn new(config: Config, number: u64, before: Option<&Generation>) -> Self {
         let by_tier = config
             .tiers()
@@ -149,7 +125,6 @@ impl Generation {
             by_tier,
             number,
             previous: Vec::new(),
-            own_windows: before.map_or_else(Arc::default, |b| Arc::clone(&b.own_windows)),
         }
     }
 }
@@ -162,6 +137,14 @@ struct Inner {
     generation: std::sync::atomic::AtomicU64,
     /// Held by a reload from its check to its swap: two reloads never interleave.
     reloading: crate::sync::Mutex<()>,
+    /// The longest window of its own (a per-call `window` override) a call has been worked
+    /// out with, under any configuration, in nanoseconds (0: none): such a call is held to
+    /// every configuration replaced within that window (`Kept::in_force`), so a reload keeps
+    /// each for it (`Kept::holds_any`). Noted per configuration, one no call with an own
+    /// window was worked out under was kept past the last 8 only for its configured windows,
+    /// though later calls with their own hour were held to it: a ninth reload dropped it, 3
+    /// admitted over its quota of 2 (probes_lent_sites).
+    own_windows: AtomicU64,
     /// Whether the store came from the configuration (`config.store()`), which a reload
     /// then may not change; a store of the caller's own (`with_store`) ignores it.
     store_from_config: bool,
@@ -313,6 +296,7 @@ impl RateLimitService {
                 current: arc_swap::ArcSwap::from_pointee(Generation::new(config, 0, None)),
                 generation: std::sync::atomic::AtomicU64::new(0),
                 reloading: crate::sync::Mutex::new(()),
+                own_windows: AtomicU64::new(0),
                 store_from_config: false,
                 clock,
                 store,
@@ -436,6 +420,16 @@ impl RateLimitService {
         let quota = config.quota(tier, overrides)?;
         self.inner.store.supports(&quota)?;
         Ok(quota)
+    }
+
+    /// Notes that a call with its own `window` is worked out ([`Inner::own_windows`]): a
+    /// load and a compare unless it is the longest yet.
+    pub(super) fn note_own_window(&self, window: std::time::Duration) {
+        let window = window.as_nanos().min(u128::from(u64::MAX)) as u64;
+        let own = &self.inner.own_windows;
+        if window > own.load(Ordering::Relaxed) {
+            own.fetch_max(window, Ordering::Relaxed);
+        }
     }
 
     /// The quota and tier (an index into `config`'s tiers) of a call with `options` under

@@ -100,7 +100,8 @@ impl RateLimitService {
         super::warn_shadow_tiers(&config);
         let mut next = Generation::new(config, reloaded.generation, Some(&running));
         let now = self.inner.clock.now();
-        next.previous = kept_after(&running, &next.config, now)?;
+        let own = self.inner.own_windows.load(Ordering::Relaxed);
+        next.previous = kept_after(&running, &next.config, now, own)?;
         self.inner.current.store(Arc::new(next));
         self.inner
             .generation
@@ -137,13 +138,14 @@ fn kept_after(
     running: &Generation,
     config: &Config,
     now: crate::clock::Nanos,
+    own: crate::clock::Nanos,
 ) -> Result<Vec<super::Kept>, Error> {
     let replaced = super::Kept::new(running, now);
     let kept: Vec<super::Kept> = std::iter::once(replaced)
         .chain(running.previous.iter().cloned())
         .filter(|kept| !kept.config.same_limits(config))
         .enumerate()
-        .filter(|(i, kept)| *i < super::KEPT_PREVIOUS || kept.holds_any(now))
+        .filter(|(i, kept)| *i < super::KEPT_PREVIOUS || kept.holds_any(now, own))
         .map(|(_, kept)| kept)
         .collect();
     if kept.len() > MOST_IN_FORCE {

@@ -382,7 +382,7 @@ impl RateLimitService {
         }
         let (quota, tier) = self.resolve(config, options, &mut held.quota)?;
         if let Some(window) = options.overrides.window {
-            generation.note_own_window(window);
+            self.note_own_window(window);
         }
         let shadow = options.shadow || tier.is_some_and(|i| config.tiers()[i].shadow);
         let transition = match generation.previous.is_empty() {
