@@ -28,7 +28,9 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
 use std::time::Duration;
 
-use ratelimit::store::{Adjustment, Mode, Refund, Request, Stacked, Store, StoreKey, StoredState};
+use ratelimit::store::{
+    Adjustment, Check, Mode, Refund, Request, Stacked, Store, StoreKey, StoredState,
+};
 use ratelimit::testing::TestModule;
 use ratelimit::{
     rate_limit, Config, Decision, Error, MemoryOptions, MemoryStore, Module, ModuleBuilder,
@@ -1572,6 +1574,179 @@ fn a_call_decided_at_the_floor_answers_from_its_own_time_on_every_path() {
     }
 }
 
+// A refusal decided at the floor: its `retry_after` counts from the call's own time.
+
+/// A store whose floor is `T0 + 99 s` (swept at `T0 + 100 s`, and not again): a call at `T0`
+/// is decided at the floor.
+fn store_floored(strategy: Strategy) -> MemoryStore {
+    let store = store_with(Duration::from_secs(1 << 40));
+    assert_eq!(
+        allowed(
+            &store,
+            "sweep",
+            &quota(1, MINUTE, strategy),
+            T0 + 100 * NS,
+            1
+        ),
+        1
+    );
+    store
+}
+
+/// `refused` was refused at `now` (decided at a later floor); its `retry_after` must be kept:
+/// `before(now + retry_after - 1 ms)` refused, `retry(now + retry_after)` admitted. Returns
+/// `retry_after`.
+fn keeps_its_retry_after(
+    what: &str,
+    refused: &Decision,
+    now: u64,
+    before: impl FnOnce(u64) -> bool,
+    retry: impl FnOnce(u64) -> bool,
+) -> Duration {
+    assert!(!refused.allowed, "{what}: {refused:?}");
+    let r = refused.retry_after.expect("a refusal carries retry_after");
+    let at = now + r.as_nanos() as u64;
+    assert!(
+        !before(at - 1_000_000),
+        "{what}: admitted 1 ms early ({r:?})"
+    );
+    assert!(retry(at), "{what}: refused at now + retry_after ({r:?})");
+    r
+}
+
+#[test]
+fn a_spend_refused_at_the_floor_is_not_told_to_retry_before_the_floor() {
+    // Decided at the floor (`T0 + 99 s`), a refusal's `retry_after` counted from there but
+    // was read from the call's `T0`: a client honouring it retried 99 s early, into the same
+    // refusal, on the spend decided in the strategy's step.
+    for strategy in Strategy::ALL {
+        let q = quota(2, MINUTE, strategy);
+        let store = store_floored(strategy);
+        assert_eq!(allowed(&store, "k", &q, T0, 3), 2, "{strategy}");
+        let refused = store.acquire("k", &q, 1, T0).unwrap();
+        let r = keeps_its_retry_after(
+            &format!("{strategy}: spend"),
+            &refused,
+            T0,
+            |t| store.acquire("k", &q, 1, t).unwrap().allowed,
+            |t| store.acquire("k", &q, 1, t).unwrap().allowed,
+        );
+        assert!(r > Duration::from_secs(99), "{strategy}: {r:?}");
+    }
+}
+
+#[test]
+fn a_look_refused_at_the_floor_is_not_told_to_retry_before_the_floor() {
+    // Looks of a cost (in the strategy's step) and of none (aside, as two looks) alike.
+    for strategy in Strategy::ALL {
+        for cost in [1, 0] {
+            let q = quota(2, MINUTE, strategy);
+            let store = store_floored(strategy);
+            assert_eq!(allowed(&store, "k", &q, T0, 3), 2, "{strategy}");
+            let refused = store.peek("k", &q, cost, T0).unwrap();
+            keeps_its_retry_after(
+                &format!("{strategy}: look of {cost}"),
+                &refused,
+                T0,
+                |t| store.peek("k", &q, cost, t).unwrap().allowed,
+                |t| store.peek("k", &q, cost, t).unwrap().allowed,
+            );
+        }
+    }
+}
+
+#[test]
+fn a_kept_spend_refused_at_the_floor_is_not_told_to_retry_before_the_floor() {
+    for strategy in Strategy::ALL {
+        let q = quota(2, MINUTE, strategy);
+        let store = store_floored(strategy);
+        let k = StoreKey::new("k").unwrap();
+        let keep = |t| {
+            Store::decide_now(&store, Request::new(k, &q, 1, t, Mode::Keep).unwrap())
+                .unwrap()
+                .unwrap()
+        };
+        assert_eq!((0..3).filter(|_| keep(T0).allowed).count(), 2, "{strategy}");
+        keeps_its_retry_after(
+            &format!("{strategy}: kept spend"),
+            &keep(T0),
+            T0,
+            |t| keep(t).allowed,
+            |t| keep(t).allowed,
+        );
+    }
+}
+
+#[test]
+fn a_call_blocked_at_the_floor_is_not_told_to_retry_before_its_block_ends() {
+    // The refusal begins a block at the floor, until `T0 + 99 s + 5 min`; told 5 min from
+    // `T0`, the retry met the block. A look at the blocked key says the same.
+    for strategy in Strategy::ALL {
+        let q = quota(2, MINUTE, strategy).with_block(5 * MINUTE).unwrap();
+        let store = store_floored(strategy);
+        assert_eq!(allowed(&store, "k", &q, T0, 2), 2, "{strategy}");
+        let refused = store.acquire("k", &q, 1, T0).unwrap();
+        let looked = store.peek("k", &q, 1, T0).unwrap();
+        assert_eq!(looked.retry_after, refused.retry_after, "{strategy}");
+        // A spend a millisecond early would lengthen the block: the look asks instead.
+        let r = keeps_its_retry_after(
+            &format!("{strategy}: blocked"),
+            &refused,
+            T0,
+            |t| store.peek("k", &q, 1, t).unwrap().allowed,
+            |t| store.acquire("k", &q, 1, t).unwrap().allowed,
+        );
+        assert_eq!(r, Duration::from_secs(399), "{strategy}");
+    }
+}
+
+#[test]
+fn a_stacked_call_refused_at_the_floor_is_not_told_to_retry_before_the_floor() {
+    // Stacked limits are decided under their shards' locks at the floor, a limit with a block
+    // among them or not.
+    for strategy in Strategy::ALL {
+        for block in [None, Some(5 * MINUTE)] {
+            let tight = match block {
+                Some(b) => quota(2, MINUTE, strategy).with_block(b).unwrap(),
+                None => quota(2, MINUTE, strategy),
+            };
+            let roomy = quota(100, MINUTE, strategy);
+            let store = store_floored(strategy);
+            let checks = [
+                Check {
+                    key: StoreKey::new("roomy").unwrap(),
+                    quota: &roomy,
+                    cost: 1,
+                },
+                Check {
+                    key: StoreKey::new("tight").unwrap(),
+                    quota: &tight,
+                    cost: 1,
+                },
+            ];
+            let all = |t, mode| {
+                let d = Store::decide_all_now(&store, Stacked::new(&checks, t, mode).unwrap())
+                    .unwrap()
+                    .unwrap();
+                assert_eq!(d.len(), 2);
+                d
+            };
+            let admitted = |d: &[Decision]| d.iter().all(|d| d.allowed);
+            for _ in 0..2 {
+                assert!(admitted(&all(T0, Mode::Spend)), "{strategy}");
+            }
+            let refused = all(T0, Mode::Keep);
+            keeps_its_retry_after(
+                &format!("{strategy}: stacked, block {block:?}"),
+                &refused[1],
+                T0,
+                |t| admitted(&all(t, Mode::Look)),
+                |t| admitted(&all(t, Mode::Spend)),
+            );
+        }
+    }
+}
+
 #[rate_limit(limit = 2, window = "1m", key = id)]
 async fn reloaded_by_id(id: u64) -> Result<(), Error> {
     let _ = id;
@@ -1717,4 +1892,43 @@ async fn a_reload_to_a_window_not_dividing_the_old_one_leaves_an_integer_keys_ca
     assert_eq!(m.scope(count(2)).await, 0);
     m.clock().advance(Duration::from_nanos(1));
     assert_eq!(m.scope(count(4)).await, 3);
+}
+
+#[test]
+fn a_zero_capacity_refused_at_the_floor_still_says_one_window_alone_or_stacked() {
+    // A capacity of zero is refused before any state is read, at the call's own time (one
+    // window, the soonest a reconfigured limit could take effect): not moved by the floor,
+    // alone or among stacked limits decided at it.
+    for strategy in Strategy::ALL {
+        let zero = Quota::new(0, MINUTE).unwrap().with_strategy(strategy);
+        let q = quota(2, MINUTE, strategy);
+        let store = store_floored(strategy);
+        let alone = store.acquire("z", &zero, 1, T0).unwrap();
+        let checks = [
+            Check {
+                key: StoreKey::new("k").unwrap(),
+                quota: &q,
+                cost: 1,
+            },
+            Check {
+                key: StoreKey::new("z").unwrap(),
+                quota: &zero,
+                cost: 1,
+            },
+        ];
+        let stacked =
+            Store::decide_all_now(&store, Stacked::new(&checks, T0, Mode::Spend).unwrap())
+                .unwrap()
+                .unwrap();
+        for d in [&alone, &stacked[1]] {
+            assert!(!d.allowed, "{strategy}");
+            assert_eq!(
+                (d.retry_after, d.reset_after),
+                (Some(MINUTE), MINUTE),
+                "{strategy}"
+            );
+        }
+        // The limit that admitted it spends nothing.
+        assert_eq!(allowed(&store, "k", &q, T0, 3), 2, "{strategy}");
+    }
 }

@@ -121,10 +121,12 @@ impl Decision {
         SystemTime::UNIX_EPOCH + Duration::from_millis(ceil_millis(self.reset_at))
     }
 
-    /// Builds a decision from an algorithm's verdict taken at `now`.
+    /// Builds a decision for a call at `now` from an algorithm's verdict reached at `at` (at
+    /// or after `now`: see [`for_quota_at`](Self::for_quota_at)).
     #[inline]
     pub(crate) fn from_verdict(
         verdict: Verdict,
+        at: Nanos,
         now: Nanos,
         limit: u64,
         window: Duration,
@@ -138,9 +140,12 @@ impl Decision {
             window,
             reset_at: verdict.reset_at,
             reset_after,
-            retry_after: verdict
-                .retry_after
-                .map(|n| Duration::from_millis(ceil_millis(n).max(1))),
+            // Counted by the verdict from `at`: from the call's `now`, `at - now` more. Only
+            // a refusal carries one, so only a refusal pays for it.
+            retry_after: verdict.retry_after.map(|n| {
+                let n = n.saturating_add(at.saturating_sub(now));
+                Duration::from_millis(ceil_millis(n).max(1))
+            }),
             tier,
             shadowed: false,
             stamp: 0,
@@ -184,10 +189,26 @@ impl Decision {
     }
 
     /// [`from_verdict`](Self::from_verdict) with the quota's capacity and window, no tier (the
-    /// service sets it): what every store answers.
+    /// service sets it): what every store answers, of a verdict reached at the call's `now`.
     #[inline]
     pub(crate) fn for_quota(verdict: Verdict, now: Nanos, quota: &crate::Quota) -> Self {
-        Self::from_verdict(verdict, now, quota.capacity(), quota.window(), None)
+        Self::for_quota_at(verdict, now, now, quota)
+    }
+
+    /// [`for_quota`](Self::for_quota) of a verdict reached at `at`, a time at or after the
+    /// call's `now`: the memory store decides a call whose clock stepped back behind its last
+    /// sweep at the sweep's floor. The decision is the call's, from its own `now`: `reset_at`
+    /// is a time, but the verdict's `retry_after` counts from `at`, and told from `now` it
+    /// sent a client back `at - now` too soon, into the same refusal. The one place a
+    /// verdict's time is made the call's: every store path hands it the time it decided at.
+    #[inline]
+    pub(crate) fn for_quota_at(
+        verdict: Verdict,
+        at: Nanos,
+        now: Nanos,
+        quota: &crate::Quota,
+    ) -> Self {
+        Self::from_verdict(verdict, at, now, quota.capacity(), quota.window(), None)
     }
 
     /// An allowance that counted nothing, for a store that could not decide under

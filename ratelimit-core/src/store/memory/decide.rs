@@ -67,8 +67,9 @@ impl MemoryStore {
         )
     }
 
-    /// [`decide_in`](Self::decide_in)'s verdict as the [`Decision`] the caller answers, at
-    /// the decision time (never before the last sweep: `fresh_at`). Only a kept spend carries
+    /// [`decide_in`](Self::decide_in)'s verdict as the [`Decision`] the caller answers, reached
+    /// at the decision time (never before the last sweep: `fresh_at`) and told from the
+    /// call's `now` ([`Decision::for_quota_at`]). Only a kept spend carries
     /// its stamp: no other decision is given back. Not read otherwise, where a wide load of it
     /// would wait on the stores that wrote it.
     fn decision_in<A: InTables, R>(
@@ -83,7 +84,7 @@ impl MemoryStore {
         let at = self.fresh_at(now);
         answer(
             self.decide_in::<A, _>(key, quota, cost, at, mode, |(verdict, stamp)| {
-                stamped(Decision::for_quota(verdict, now, quota), stamp, mode)
+                stamped(Decision::for_quota_at(verdict, at, now, quota), stamp, mode)
             }),
         )
     }
@@ -100,9 +101,14 @@ impl MemoryStore {
         now: Nanos,
         mode: Mode,
     ) -> Result<Decision, Error> {
-        let (verdict, stamp) = self.stamped_verdict(key, quota, cost, now, mode)?;
+        if let Some(verdict) = algorithm::zero_capacity(now, quota) {
+            return Ok(Decision::for_quota(verdict, now, quota));
+        }
+        // A clock stepped back behind the last sweep decides at the sweep's time.
+        let at = self.fresh_at(now);
+        let (verdict, stamp) = self.stamped_verdict(key, quota, cost, at, mode)?;
         Ok(stamped(
-            Decision::for_quota(verdict, now, quota),
+            Decision::for_quota_at(verdict, at, now, quota),
             stamp,
             mode,
         ))
@@ -149,22 +155,18 @@ impl MemoryStore {
         })
     }
 
-    /// [`decision`](Self::decision)'s verdict, before it becomes a [`Decision`], with the
-    /// stamp of the key it was decided on (0 for none: see [`stamp_of`](Self::stamp_of)), for
-    /// a call whose time was checked ([`time_checked`](Self::time_checked)).
+    /// [`decision_aside`](Self::decision_aside)'s verdict at `at` (its decision time), before
+    /// it becomes a [`Decision`], with the stamp of the key it was decided on (0 for none: see
+    /// [`stamp_of`](Self::stamp_of)), for a call whose time was checked
+    /// ([`time_checked`](Self::time_checked)) under a quota of a capacity above zero.
     fn stamped_verdict(
         &self,
         key: &[u8],
         quota: &Quota,
         cost: u64,
-        now: Nanos,
+        at: Nanos,
         mode: Mode,
     ) -> Result<(Verdict, Stamp), Error> {
-        if let Some(verdict) = algorithm::zero_capacity(now, quota) {
-            return Ok((verdict, Stamp::default()));
-        }
-        // A clock stepped back behind the last sweep decides at the sweep's time.
-        let at = self.fresh_at(now);
         if quota.block_nanos() > 0 {
             return self.decide_with_blocks(key, quota, cost, at, mode);
         }
@@ -258,6 +260,8 @@ impl MemoryStore {
                     if tables.held_by_other(quota.strategy(), hash, key) {
                         return Err(algorithm::Undecidable::UnexpectedState.into());
                     }
+                    // Later than `now` if a sweep raised the floor meanwhile: a fresh key
+                    // admits any cost a call may ask, so no `retry_after` counts from it.
                     let at = self.fresh_at(now);
                     let verdict = A::Cell::fresh().decide(at, quota, cost, commit);
                     if !commit || !verdict.allowed {

@@ -93,7 +93,7 @@ impl MemoryStore {
                     .into_iter()
                     .map(|v| (v, Stamp::default()))
                     .collect();
-                return Ok(self.decisions(checks, &unstamped, now));
+                return Ok(self.decisions(checks, &unstamped, &fixed, at, now));
             }
             if !self.reserve_n(fresh) {
                 drop(guards);
@@ -121,21 +121,30 @@ impl MemoryStore {
                 };
                 spent.push((verdict, stamp));
             }
-            return Ok(self.decisions(checks, &spent, now));
+            return Ok(self.decisions(checks, &spent, &fixed, at, now));
         }
         Err(self.full())
     }
 
+    /// The call's decisions, at `now`, from the verdicts reached under the locks at `at` (see
+    /// [`Decision::for_quota_at`]), but those `fixed` before any lock, at `now`
+    /// (`precheck_all`: a capacity of zero).
     fn decisions(
         &self,
         checks: &[Check<'_>],
         verdicts: &[(Verdict, Stamp)],
+        fixed: &[Option<Verdict>],
+        at: Nanos,
         now: Nanos,
     ) -> Vec<Decision> {
         checks
             .iter()
             .zip(verdicts)
-            .map(|(c, &(v, stamp))| stamp.on(Decision::for_quota(v, now, c.quota)))
+            .zip(fixed)
+            .map(|((c, &(v, stamp)), fixed)| {
+                let at = if fixed.is_some() { now } else { at };
+                stamp.on(Decision::for_quota_at(v, at, now, c.quota))
+            })
             .collect()
     }
 }
