@@ -19,7 +19,7 @@ mod table;
 mod token_bucket;
 
 pub(crate) use fixed_window::FixedWindow;
-pub(crate) use sliding_counter::{Aligned, SlidingCounter};
+pub(crate) use sliding_counter::SlidingCounter;
 pub(crate) use sliding_log::SlidingLog;
 pub(crate) use table::{algorithms, State};
 pub(crate) use token_bucket::{Gcra, Given};

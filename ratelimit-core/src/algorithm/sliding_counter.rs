@@ -5,39 +5,6 @@ use super::{foreign, Algorithm, Spend, Verdict, MAX_NOW, NOT_A_STATE};
 use crate::clock::Nanos;
 use crate::quota::{Quota, MAX_CAPACITY};
 
-/// `now` and the start of the aligned window holding it (`now - now % window`), for the
-/// counter. A store makes it once per call, before it reads the key's state: the
-/// division then runs beside the load instead of after it, and not again when a lost
-/// compare-exchange decides once more.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Aligned {
-    now: Nanos,
-    start: Nanos,
-}
-
-impl Aligned {
-    #[inline]
-    pub(crate) fn new(now: Nanos, window: Nanos) -> Self {
-        Aligned {
-            now,
-            start: now - now % window,
-        }
-    }
-
-    /// The instant decided on a state recorded in the window from `recorded`: a caller whose
-    /// `now` predates it (it read the clock before a concurrent caller moved the key to the
-    /// next window) is decided at `recorded`, in that window: going back would reset the
-    /// count and admit a second window's worth.
-    #[inline]
-    fn not_before(self, recorded: Nanos, window: Nanos) -> Self {
-        if recorded <= self.now {
-            self
-        } else {
-            Aligned::new(recorded, window)
-        }
-    }
-}
-
 /// Sliding window counter: the current and previous aligned windows' counts, the previous one
 /// weighted by the share of it still inside the rolling window.
 ///
@@ -80,20 +47,57 @@ impl SlidingCounter {
         }
     }
 
-    /// [`decide`](Algorithm::decide) at an instant already aligned to `quota`'s window. Inlined
-    /// into the memory store's cell: a call here cost instructions on every decision
-    /// (BENCHMARKS.md, `memory`).
+    /// [`decide`](Algorithm::decide) on a state written for `quota`
+    /// ([`written_for`](Algorithm::written_for): its start on the window's boundaries, as a
+    /// fresh state's), as a store that keeps a state under its own window holds it: a `now`
+    /// inside the recorded window or the one after it is in that window, and the window of
+    /// `now` is worked out (a division) only past them.
     #[inline(always)]
-    pub(crate) fn decide_at(
+    pub(crate) fn decide_written_for(
         &mut self,
-        at: Aligned,
+        now: Nanos,
         quota: &Quota,
         cost: u64,
         commit: bool,
     ) -> Verdict {
+        debug_assert!(
+            self.written_for(quota),
+            "a state off the window's boundaries"
+        );
         // As in the fixed window: an older `now` is decided in the recorded window.
+        let now = now.max(self.start);
         let window = quota.window_nanos();
-        let Aligned { now, start } = at.not_before(self.start, window);
+        let since = now - self.start;
+        let start = match since < window {
+            true => self.start,
+            false if since - window < window => self.start + window,
+            false => return self.decide_past(now, quota, cost, commit),
+        };
+        self.decide_in(now, start, window, quota, cost, commit)
+    }
+
+    /// [`decide`](Algorithm::decide) at a `now` past the window after the recorded one (or on
+    /// a fresh state): the window of `now` is worked out (a division), out of the line of a
+    /// call in the recorded window or the one after it.
+    #[cold]
+    #[inline(never)]
+    fn decide_past(&mut self, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> Verdict {
+        self.decide(now, quota, cost, commit)
+    }
+
+    /// The decision at `now` (never before the recorded window) in the window of `now`, from
+    /// `start`. Inlined into the memory store's cell: a call here cost instructions on every
+    /// decision (BENCHMARKS.md, `memory`).
+    #[inline(always)]
+    fn decide_in(
+        &mut self,
+        now: Nanos,
+        start: Nanos,
+        window: Nanos,
+        quota: &Quota,
+        cost: u64,
+        commit: bool,
+    ) -> Verdict {
         if let Some(end) = self.foreign_until(now, start, window) {
             return foreign(now, end);
         }
@@ -200,7 +204,12 @@ impl Algorithm for SlidingCounter {
     /// ([`exact`](Self::exact)). Both give the same verdict and state (a proptest checks it).
     #[inline]
     fn decide(&mut self, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> Verdict {
-        self.decide_at(Aligned::new(now, quota.window_nanos()), quota, cost, commit)
+        // A caller whose `now` predates the recorded window (it read the clock before a
+        // concurrent caller moved the key to the next window) is decided in that window: going
+        // back would reset the count and admit a second window's worth.
+        let now = now.max(self.start);
+        let window = quota.window_nanos();
+        self.decide_in(now, now - now % window, window, quota, cost, commit)
     }
 
     /// When this state is indistinguishable from a fresh one.
@@ -244,7 +253,8 @@ impl Algorithm for SlidingCounter {
     /// a window left with no count steps back to the previous one, as a refund's does.
     fn adjust(&mut self, now: Nanos, quota: &Quota, units: u64, penalty: bool) -> u64 {
         let window = quota.window_nanos();
-        let Aligned { start, .. } = Aligned::new(now, window).not_before(self.start, window);
+        let now = now.max(self.start);
+        let start = now - now % window;
         let (previous, current) = self.at(start, window);
         let next = match penalty {
             true => current.saturating_add(units).min(MAX_CAPACITY),
@@ -403,24 +413,6 @@ mod tests {
 
     fn case() -> impl Strategy<Value = (Quota, SlidingCounter, bool, Vec<(u64, u64, bool)>)> {
         quota().prop_flat_map(|q| (Just(q), state(&q), any::<bool>(), calls(&q)))
-    }
-
-    proptest! {
-        /// The counter decides at the later of `now` and the recorded start, in
-        /// the aligned window holding it, whether the division came before the state was read
-        /// or after.
-        #[test]
-        fn an_aligned_instant_is_decided_not_before_the_recorded_window(
-            now in 0..=MAX_NOW,
-            recorded in 0..=MAX_NOW,
-            window in 1..=crate::syntax::MAX_WINDOW.as_nanos() as u64,
-        ) {
-            let decided = now.max(recorded);
-            prop_assert_eq!(
-                Aligned::new(now, window).not_before(recorded, window),
-                Aligned { now: decided, start: decided - decided % window }
-            );
-        }
     }
 
     proptest! {
