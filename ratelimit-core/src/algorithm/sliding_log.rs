@@ -31,7 +31,7 @@ impl Algorithm for SlidingLog {
         let now = self.hits.back().map_or(now, |&(t, _)| now.max(t));
         let window = quota.window_nanos();
         let live_from = |t: Nanos| t + window > now;
-        let expired = self.hits.partition_point(|&(t, _)| !live_from(t));
+        let expired = expired(&self.hits, |t| !live_from(t));
         let stale: u64 = self.hits.range(..expired).map(|&(_, c)| c as u64).sum();
         let used = self.total - stale;
         let capacity = quota.capacity();
@@ -47,8 +47,10 @@ impl Algorithm for SlidingLog {
                 // Entries are dropped only here, where `now` becomes the newest hit: a refusal
                 // at a later `now` must not drop hits that still count if the clock then goes
                 // back (to no earlier than the newest hit), as the Redis script does.
-                self.hits.drain(..expired);
-                self.total -= stale;
+                if expired > 0 {
+                    self.hits.drain(..expired);
+                    self.total -= stale;
+                }
                 self.hits.push_back((now, cost as u32));
                 self.total += cost;
             }
@@ -114,7 +116,7 @@ impl Algorithm for SlidingLog {
     fn adjust(&mut self, now: Nanos, quota: &Quota, units: u64, penalty: bool) -> u64 {
         let now = self.hits.back().map_or(now, |&(t, _)| now.max(t));
         let window = quota.window_nanos();
-        let expired = self.hits.partition_point(|&(t, _)| t + window <= now);
+        let expired = expired(&self.hits, |t| t + window <= now);
         let stale: u64 = self.hits.drain(..expired).map(|(_, c)| u64::from(c)).sum();
         self.total -= stale;
         if penalty {
@@ -176,6 +178,17 @@ impl Algorithm for SlidingLog {
             }
         }
         Ok(log)
+    }
+}
+
+/// How many of `hits`, oldest first, have left the window (`gone`, true of a prefix): none
+/// when the oldest has not (a log whose every entry still counts is not searched); else by a
+/// binary search.
+#[inline]
+fn expired(hits: &VecDeque<(Nanos, u32)>, gone: impl Fn(Nanos) -> bool) -> usize {
+    match hits.front() {
+        Some(&(t, _)) if gone(t) => hits.partition_point(|&(t, _)| gone(t)),
+        _ => 0,
     }
 }
 
