@@ -203,6 +203,28 @@ pub(crate) fn written_under(written: Nanos, quota: &Quota) -> bool {
     written == 0 || written == quota.window_nanos()
 }
 
+/// The start of the window of `now` for a state whose recorded window starts at `start` (on
+/// the window's boundaries, `start <= now`): the recorded window's, found without a
+/// division; past it, worked out (out of line: once a window, the spend that moves the state
+/// on makes it the recorded one). Where a memory store's cell decides the fixed window and
+/// the counter, which always hold a state written for the quota they are decided under
+/// (`Algorithm::written_for`). The window after the recorded one found by a compare too
+/// cost the fixed window's calls 5-10 instructions (cachegrind).
+#[inline(always)]
+pub(crate) fn window_from(start: Nanos, now: Nanos, window: Nanos) -> Nanos {
+    match now - start < window {
+        true => start,
+        false => window_of(now, window),
+    }
+}
+
+/// The start of the window of `now`: a division, out of the line of [`window_from`]'s calls.
+#[cold]
+#[inline(never)]
+fn window_of(now: Nanos, window: Nanos) -> Nanos {
+    now - now % window
+}
+
 /// The latest time decided (about the year 2226): every timestamp an algorithm computes is at
 /// most `now` plus two windows plus a token bucket's tolerance (2^62 ns), which stays within
 /// `u64` from here.

@@ -19,7 +19,7 @@ impl FixedWindow {
     /// ([`written_for`](Algorithm::written_for): its start on the window's boundaries, as a
     /// fresh state's), as a store that keeps a state under its own window holds it: a `now`
     /// inside the recorded window is in it, and the window of `now` is worked out (a
-    /// division) only past it.
+    /// division) only past it ([`window_from`](crate::algorithm::window_from)).
     #[inline(always)]
     pub(crate) fn decide_written_for(
         &mut self,
@@ -34,10 +34,7 @@ impl FixedWindow {
         );
         let now = now.max(self.start);
         let window = quota.window_nanos();
-        let start = match now - self.start < window {
-            true => self.start,
-            false => window_of(now, window),
-        };
+        let start = crate::algorithm::window_from(self.start, now, window);
         self.decide_in(now, start, window, quota, cost, commit)
     }
 
@@ -89,14 +86,6 @@ impl FixedWindow {
             }
         }
     }
-}
-
-/// The start of the window of `now`: a division, out of the line of a call inside the
-/// recorded window.
-#[cold]
-#[inline(never)]
-fn window_of(now: Nanos, window: Nanos) -> Nanos {
-    now - now % window
 }
 
 impl Algorithm for FixedWindow {

@@ -50,8 +50,8 @@ impl SlidingCounter {
     /// [`decide`](Algorithm::decide) on a state written for `quota`
     /// ([`written_for`](Algorithm::written_for): its start on the window's boundaries, as a
     /// fresh state's), as a store that keeps a state under its own window holds it: a `now`
-    /// inside the recorded window or the one after it is in that window, and the window of
-    /// `now` is worked out (a division) only past them.
+    /// inside the recorded window is in it, and the window of `now` is worked out (a
+    /// division) only past it ([`window_from`](crate::algorithm::window_from)).
     #[inline(always)]
     pub(crate) fn decide_written_for(
         &mut self,
@@ -67,22 +67,8 @@ impl SlidingCounter {
         // As in the fixed window: an older `now` is decided in the recorded window.
         let now = now.max(self.start);
         let window = quota.window_nanos();
-        let since = now - self.start;
-        let start = match since < window {
-            true => self.start,
-            false if since - window < window => self.start + window,
-            false => return self.decide_past(now, quota, cost, commit),
-        };
+        let start = crate::algorithm::window_from(self.start, now, window);
         self.decide_in(now, start, window, quota, cost, commit)
-    }
-
-    /// [`decide`](Algorithm::decide) at a `now` past the window after the recorded one (or on
-    /// a fresh state): the window of `now` is worked out (a division), out of the line of a
-    /// call in the recorded window or the one after it.
-    #[cold]
-    #[inline(never)]
-    fn decide_past(&mut self, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> Verdict {
-        self.decide(now, quota, cost, commit)
     }
 
     /// The decision at `now` (never before the recorded window) in the window of `now`, from
