@@ -10,6 +10,7 @@ mod attr;
 mod expand;
 mod future;
 mod generate;
+mod limit;
 mod manifest;
 mod path;
 mod signature;

@@ -13,6 +13,7 @@ mod limiter;
 mod module;
 mod runtime;
 mod spec;
+mod stacked;
 #[cfg(feature = "notify")]
 mod watch;
 
@@ -23,10 +24,10 @@ pub use limiter::Limiter;
 pub use module::{Module, ModuleBuilder};
 pub(crate) use runtime::replace_scoped;
 pub use runtime::{
-    acquire, acquire_all, acquire_all_now, acquire_all_spent, acquire_all_spent_now, acquire_here,
-    acquire_now, acquire_spent, acquire_spent_now, acquire_tier, counts, refuse, settle,
-    settle_now, Here, Later, Outcome, Refusal, RefusalError,
+    acquire, acquire_here, acquire_now, acquire_spent, acquire_spent_now, acquire_tier, counts,
+    refuse, settle, settle_now, Here, Later, Outcome, Refusal, RefusalError,
 };
 pub use spec::{Spec, TierSpec};
+pub use stacked::{acquire_all, acquire_all_now, acquire_all_spent, acquire_all_spent_now};
 #[cfg(feature = "notify")]
 pub use watch::FileWatch;

@@ -12,7 +12,7 @@ use super::declaration::{Declaration, Held};
 use super::key_text::KeyText;
 use super::limiter::APP;
 use crate::error::Error;
-use crate::service::{Begun, Call, RateLimitService, Spent, SpentAll};
+use crate::service::{Begun, RateLimitService, Spent};
 
 /// Threads with a [`testing`](crate::testing) scope: while there is none (always, outside
 /// tests) a call does not look for one.
@@ -92,7 +92,7 @@ fn decider(declaration: &'static Declaration, tier: Option<&str>) -> Result<Deci
 
 /// The service that decides `declaration`'s calls: this thread's testing scope's (for an
 /// application's fn), else its limiter's running one.
-fn service_for(declaration: &'static Declaration) -> Result<RateLimitService, Error> {
+pub(super) fn service_for(declaration: &'static Declaration) -> Result<RateLimitService, Error> {
     let service = match declaration.limiter() {
         None => scoped().or_else(|| APP.service()),
         Some(limiter) => limiter.service(),
@@ -100,7 +100,7 @@ fn service_for(declaration: &'static Declaration) -> Result<RateLimitService, Er
     service.ok_or_else(|| not_initialized(declaration))
 }
 
-fn not_initialized(declaration: &'static Declaration) -> Error {
+pub(super) fn not_initialized(declaration: &'static Declaration) -> Error {
     Error::NotInitialized {
         function: declaration.function(),
     }
@@ -434,68 +434,6 @@ pub fn counts<O: Outcome>(outcome: &O, errors: bool) -> bool {
     outcome.failed() == errors
 }
 
-/// [`acquire`] for a fn with several limits (stacked attributes): one decision, all or
-/// nothing.
-#[doc(hidden)]
-pub async fn acquire_all(limits: &[Limit<'_>]) -> Result<(), Error> {
-    let service = service_for_all(limits)?;
-    service.enforce_stacked(&all_parts(limits)).await.map(drop)
-}
-
-/// [`acquire_all`] for a sync fn; see [`acquire_now`].
-#[doc(hidden)]
-pub fn acquire_all_now(limits: &[Limit<'_>]) -> Result<(), Error> {
-    let service = service_for_all(limits)?;
-    let function = limits[0].0.function();
-    service
-        .enforce_stacked_now(&all_parts(limits), function)
-        .map(drop)
-}
-
-/// [`acquire_all`] for a fn with several limits that counts only some outcomes: the spends
-/// kept for [`settle_all`], which gives them back together (to every limit, or to none).
-#[doc(hidden)]
-pub async fn acquire_all_spent(limits: &[Limit<'_>]) -> Result<SpentAll, Error> {
-    let service = service_for_all(limits)?;
-    service.spend_stacked(&all_parts(limits), None, true).await
-}
-
-/// [`acquire_all_spent`] for a sync fn; see [`acquire_now`].
-#[doc(hidden)]
-pub fn acquire_all_spent_now(limits: &[Limit<'_>]) -> Result<SpentAll, Error> {
-    let service = service_for_all(limits)?;
-    let function = limits[0].0.function();
-    let parts = all_parts(limits);
-    let spent = service.spend_stacked(&parts, Some(function), true);
-    crate::drivers::poll_once(spent, Error::SyncOnWaitingStore { function })
-}
-
-/// One limit of a call: the declaration, the user key, the tier chosen for this call, the cost.
-type Limit<'a> = (&'static Declaration, Option<&'a str>, Option<&'a str>, u64);
-
-/// The service of a fn's stacked limits: they are decided as one, by one limiter (the macros
-/// make sure they name one); a limit on another is refused, never decided by the wrong one.
-fn service_for_all(limits: &[Limit<'_>]) -> Result<RateLimitService, Error> {
-    let Some(&(first, ..)) = limits.first() else {
-        return Err(Error::NotInitialized { function: "?" });
-    };
-    if let Some(&(other, ..)) = limits
-        .iter()
-        .find(|l| !std::ptr::eq(l.0.owner(), first.owner()))
-    {
-        return Err(not_initialized(other));
-    }
-    service_for(first)
-}
-
-/// The stacked limits of one call, each with its user key.
-fn all_parts<'a>(limits: &[Limit<'a>]) -> Vec<(Option<&'a str>, Call<'a>)> {
-    limits
-        .iter()
-        .map(|&(declaration, key, tier, cost)| (key, declaration.call(tier, cost)))
-        .collect()
-}
-
 /// What an annotated fn's return type must be: a `Result`, whatever it is called (an alias
 /// or a re-export is one too, so the macro need not see the name). Its error type must then be
 /// a [`RefusalError`]: two traits, so that each failure says which part is missing.
@@ -565,7 +503,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::registry::{Limiter, Spec};
+    use crate::registry::{acquire_all_now, Limiter, Spec};
     use crate::store::{MemoryStore, Request, Stacked, Store};
     use crate::Decision;
 
