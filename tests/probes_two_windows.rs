@@ -794,22 +794,33 @@ mod on_redis {
         let server = RedisServer::start();
         let store = store(&server);
         let mut c = server.connection();
-        let key = format!("{}:k", prefix("two_windows_log_expiry"));
         let long = quota(3, Duration::from_millis(200), Strategy::SlidingWindow);
         let short = quota(100, Duration::from_millis(20), Strategy::SlidingWindow);
-        let start = time(&mut c);
-        assert_eq!(drain(&store, bare(&key), &long).await, 3);
-        let _ = ask(&store, bare(&key), &short, 1, Mode::Spend)
-            .await
-            .unwrap();
-        let _ = store
-            .adjust(Adjustment::penalty(bare(&key), &short, 1, 0))
-            .await;
-        until(&mut c, start + 40_000);
-        let more = drain(&store, bare(&key), &long).await;
-        let elapsed = time(&mut c) - start;
-        assert!(elapsed < 190_000, "too slow to tell: {elapsed} µs");
-        assert_eq!(more, 0, "the longer window admitted again {elapsed} µs in");
+        // A round slower than the longer window cannot tell (its entries left on their own):
+        // run again on a fresh key, as a loaded machine may (once seen at 213 ms).
+        for attempt in 0..5 {
+            let key = format!("{}:k{attempt}", prefix("two_windows_log_expiry"));
+            let start = time(&mut c);
+            assert_eq!(drain(&store, bare(&key), &long).await, 3);
+            let _ = ask(&store, bare(&key), &short, 1, Mode::Spend)
+                .await
+                .unwrap();
+            let _ = store
+                .adjust(Adjustment::penalty(bare(&key), &short, 1, 0))
+                .await;
+            until(&mut c, start + 40_000);
+            let more = drain(&store, bare(&key), &long).await;
+            let elapsed = time(&mut c) - start;
+            if elapsed >= 190_000 {
+                continue;
+            }
+            assert_eq!(
+                more, 0,
+                "round {attempt}: the longer window admitted again {elapsed} µs in"
+            );
+            return;
+        }
+        panic!("too slow to tell in 5 rounds");
     }
 
     /// A fixed window of 40 ms spends its 10 in the first milliseconds after a 400 ms
