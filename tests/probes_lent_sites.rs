@@ -28,45 +28,13 @@ use ratelimit::store::{Request, Stacked, Store};
 use ratelimit::testing::TestModule;
 use ratelimit::{
     rate_limit, Attempt, Config, ConfigBuilder, Counts, Decision, Error, MemoryStore, Module,
-    Options, RateLimitService, StoreConfig, Strategy, Tier,
+    Options, RateLimitService, StoreConfig,
 };
+use ratelimit_tests::hourly::{admitted_now, admitted_per_call, limit, reload, tier};
 use ratelimit_tests::{now as block_on, on_its_store, service};
 
 const HOUR: Duration = Duration::from_secs(3_600);
 const MINUTE: Duration = Duration::from_secs(60);
-
-/// The default limit of `n` per hour, sliding log.
-fn limit(n: u64) -> ConfigBuilder {
-    Config::builder()
-        .strategy(Strategy::SlidingWindow)
-        .default_limit(n)
-        .default_window(HOUR)
-}
-
-/// A sliding-log tier of `n` per hour.
-fn tier(name: &str, n: u64) -> Tier {
-    Tier::new(name, n)
-        .window(HOUR)
-        .strategy(Strategy::SlidingWindow)
-}
-
-fn reload(service: &RateLimitService, builder: ConfigBuilder) {
-    service.reload(on_its_store(service, builder)).unwrap();
-}
-
-/// Admitted calls of the service's per-call `consume` on `key`, out of `n`.
-fn admitted_per_call(service: &RateLimitService, key: &str, options: &Options, n: usize) -> u64 {
-    (0..n)
-        .map(|_| u64::from(block_on(service.consume(key, options)).unwrap().allowed))
-        .sum()
-}
-
-/// Admitted calls of a prepared site's `consume_now` on `key`, out of `n`.
-fn admitted_now(site: &ratelimit::Prepared, key: &str, n: usize) -> u64 {
-    (0..n)
-        .map(|_| u64::from(site.consume_now(key).unwrap().unwrap().allowed))
-        .sum()
-}
 
 /// (checks, allowed, denied, errors, shadowed) of `counts`.
 fn five(c: &Counts) -> (u64, u64, u64, u64, u64) {

@@ -29,9 +29,10 @@ use std::time::Duration;
 
 use ratelimit::testing::TestModule;
 use ratelimit::{
-    rate_limit, Attempt, Config, ConfigBuilder, Error, Limiter, MemoryStore, Module, Options,
-    Quota, QuotaError, RateLimitService, Strategy, Tier, MAX_CAPACITY, MAX_WINDOW,
+    rate_limit, Attempt, Config, Error, Limiter, MemoryStore, Module, Options, Quota, QuotaError,
+    RateLimitService, Strategy, Tier, MAX_CAPACITY, MAX_WINDOW,
 };
+use ratelimit_tests::hourly::{admitted_now, admitted_per_call, limit, reload, tier};
 use ratelimit_tests::{now as block_on, on_its_store, service, START};
 
 const HOUR: Duration = Duration::from_secs(3_600);
@@ -39,42 +40,9 @@ const HOUR: Duration = Duration::from_secs(3_600);
 /// The latest time the algorithms decide at (`algorithm::MAX_NOW`).
 const MAX_NOW: u64 = (1 << 63) - (1 << 60);
 
-/// The default limit of `n` per hour, sliding log.
-fn limit(n: u64) -> ConfigBuilder {
-    Config::builder()
-        .strategy(Strategy::SlidingWindow)
-        .default_limit(n)
-        .default_window(HOUR)
-}
-
-/// A sliding-log tier of `n` per hour.
-fn tier(name: &str, n: u64) -> Tier {
-    Tier::new(name, n)
-        .window(HOUR)
-        .strategy(Strategy::SlidingWindow)
-}
-
-fn reload(service: &RateLimitService, builder: ConfigBuilder) {
-    service.reload(on_its_store(service, builder)).unwrap();
-}
-
 /// Whether `r` is `CostAboveCapacity` for `cost` under `capacity`.
 fn above(r: &Result<impl std::fmt::Debug, Error>, cost: u64, capacity: u64) -> bool {
     matches!(r, Err(Error::CostAboveCapacity { cost: c, capacity: k }) if *c == cost && *k == capacity)
-}
-
-/// Admitted calls of a prepared site's `consume_now` on `key`, out of `n`; any error panics.
-fn admitted_now(site: &ratelimit::Prepared, key: &str, n: usize) -> u64 {
-    (0..n)
-        .map(|_| u64::from(site.consume_now(key).unwrap().unwrap().allowed))
-        .sum()
-}
-
-/// Admitted calls of the service's per-call `consume` on `key`, out of `n`.
-fn admitted_per_call(service: &RateLimitService, key: &str, options: &Options, n: usize) -> u64 {
-    (0..n)
-        .map(|_| u64::from(block_on(service.consume(key, options)).unwrap().allowed))
-        .sum()
 }
 
 /// Calls of `cost` admitted by the memory store at one instant, under `quota`.

@@ -153,6 +153,57 @@ pub fn on_its_store(service: &RateLimitService, builder: ratelimit::ConfigBuilde
         .unwrap()
 }
 
+/// Hour-long sliding-log limits and what calls admit under them, for the probes of reloads
+/// and their transitions (`probes_prepared_shortcuts`, `probes_lent_sites`).
+pub mod hourly {
+    use std::time::Duration;
+
+    use ratelimit::{Config, ConfigBuilder, Options, RateLimitService, Strategy, Tier};
+
+    const HOUR: Duration = Duration::from_secs(3_600);
+
+    /// The default limit of `n` per hour, sliding log.
+    pub fn limit(n: u64) -> ConfigBuilder {
+        Config::builder()
+            .strategy(Strategy::SlidingWindow)
+            .default_limit(n)
+            .default_window(HOUR)
+    }
+
+    /// A sliding-log tier of `n` per hour.
+    pub fn tier(name: &str, n: u64) -> Tier {
+        Tier::new(name, n)
+            .window(HOUR)
+            .strategy(Strategy::SlidingWindow)
+    }
+
+    /// Reloads `service` with `builder` on its own store and prefix.
+    pub fn reload(service: &RateLimitService, builder: ConfigBuilder) {
+        service
+            .reload(super::on_its_store(service, builder))
+            .unwrap();
+    }
+
+    /// Admitted calls of a prepared site's `consume_now` on `key`, out of `n`.
+    pub fn admitted_now(site: &ratelimit::Prepared, key: &str, n: usize) -> u64 {
+        (0..n)
+            .map(|_| u64::from(site.consume_now(key).unwrap().unwrap().allowed))
+            .sum()
+    }
+
+    /// Admitted calls of the service's per-call `consume` on `key`, out of `n`.
+    pub fn admitted_per_call(
+        service: &RateLimitService,
+        key: &str,
+        options: &Options,
+        n: usize,
+    ) -> u64 {
+        (0..n)
+            .map(|_| u64::from(super::now(service.consume(key, options)).unwrap().allowed))
+            .sum()
+    }
+}
+
 /// Runs a future that the memory store completes without waiting.
 pub fn now<F: std::future::Future>(f: F) -> F::Output {
     futures::executor::block_on(f)
