@@ -225,6 +225,59 @@ fn window_of(now: Nanos, window: Nanos) -> Nanos {
     now - now % window
 }
 
+/// An algorithm whose state counts in windows aligned to the epoch (the fixed window, the
+/// counter): where a call falls is one rule for both, here; what it counts there is each
+/// one's own [`decide_in`](Self::decide_in).
+pub(crate) trait Windowed: Algorithm {
+    /// The start of the recorded window.
+    fn start(&self) -> Nanos;
+
+    /// The decision at `now` (never before the recorded window) in the window from `start`.
+    fn decide_in(
+        &mut self,
+        now: Nanos,
+        start: Nanos,
+        window: Nanos,
+        quota: &Quota,
+        cost: u64,
+        commit: bool,
+    ) -> Verdict;
+
+    /// [`Algorithm::decide`] for any state. A caller whose `now` predates the recorded window
+    /// (it read the clock before a concurrent caller moved the key to the next window) is
+    /// decided in that window: going back would reset the count and admit a second
+    /// window's worth.
+    #[inline(always)]
+    fn decide_windowed(&mut self, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> Verdict {
+        let now = now.max(self.start());
+        let window = quota.window_nanos();
+        self.decide_in(now, now - now % window, window, quota, cost, commit)
+    }
+
+    /// [`decide_windowed`](Self::decide_windowed) on a state written for `quota`
+    /// ([`written_for`](Algorithm::written_for): its start on the window's boundaries, as a
+    /// fresh state's), as a store that keeps a state under its own window holds it: a `now`
+    /// inside the recorded window is in it, and the window of `now` is worked out (a
+    /// division) only past it ([`window_from`]).
+    #[inline(always)]
+    fn decide_written_for(
+        &mut self,
+        now: Nanos,
+        quota: &Quota,
+        cost: u64,
+        commit: bool,
+    ) -> Verdict {
+        debug_assert!(
+            self.written_for(quota),
+            "a state off the window's boundaries"
+        );
+        let now = now.max(self.start());
+        let window = quota.window_nanos();
+        let start = window_from(self.start(), now, window);
+        self.decide_in(now, start, window, quota, cost, commit)
+    }
+}
+
 /// The latest time decided (about the year 2226): every timestamp an algorithm computes is at
 /// most `now` plus two windows plus a token bucket's tolerance (2^62 ns), which stays within
 /// `u64` from here.

@@ -2,7 +2,7 @@
 //! `fixed_window.lua`, beside this file (and the Redis store's `lua/fixed_window_hot.lua` for a
 //! window of whole milliseconds).
 
-use super::{foreign, Algorithm, Spend, Verdict, MAX_NOW, NOT_A_STATE};
+use super::{foreign, Algorithm, Spend, Verdict, Windowed, MAX_NOW, NOT_A_STATE};
 use crate::clock::Nanos;
 use crate::quota::{Quota, MAX_CAPACITY};
 
@@ -14,92 +14,13 @@ pub(crate) struct FixedWindow {
     pub(crate) count: u64,
 }
 
-impl FixedWindow {
-    /// [`decide`](Algorithm::decide) on a state written for `quota`
-    /// ([`written_for`](Algorithm::written_for): its start on the window's boundaries, as a
-    /// fresh state's), as a store that keeps a state under its own window holds it: a `now`
-    /// inside the recorded window is in it, and the window of `now` is worked out (a
-    /// division) only past it ([`window_from`](crate::algorithm::window_from)).
-    #[inline(always)]
-    pub(crate) fn decide_written_for(
-        &mut self,
-        now: Nanos,
-        quota: &Quota,
-        cost: u64,
-        commit: bool,
-    ) -> Verdict {
-        debug_assert!(
-            self.written_for(quota),
-            "a state off the window's boundaries"
-        );
-        let now = now.max(self.start);
-        let window = quota.window_nanos();
-        let start = crate::algorithm::window_from(self.start, now, window);
-        self.decide_in(now, start, window, quota, cost, commit)
-    }
-
-    /// The decision at `now` (never before the recorded window) in the window of `now`, from
-    /// `start`.
-    #[inline]
-    fn decide_in(
-        &mut self,
-        now: Nanos,
-        start: Nanos,
-        window: Nanos,
-        quota: &Quota,
-        cost: u64,
-        commit: bool,
-    ) -> Verdict {
-        let count = if self.start == start {
-            self.count
-        } else {
-            // A state this window did not write: still counting at `now` by its own start,
-            // yet not this window's (under one window, a state counting at `now` is the
-            // window of `now`). Refused until it ends, never read as a fresh window.
-            if self.count > 0 && now < self.start + window {
-                return foreign(now, self.start + window);
-            }
-            0
-        };
-        let capacity = quota.capacity();
-        let end = start + window;
-        if count + cost <= capacity {
-            if commit {
-                *self = FixedWindow {
-                    start,
-                    count: count + cost,
-                };
-            }
-            Verdict {
-                allowed: true,
-                remaining: capacity - count - cost,
-                // A look (cost 0) at an unused window: full now.
-                reset_at: if count + cost > 0 { end } else { now },
-                retry_after: None,
-            }
-        } else {
-            Verdict {
-                allowed: false,
-                remaining: capacity.saturating_sub(count),
-                reset_at: end,
-                retry_after: Some(end - now),
-            }
-        }
-    }
-}
-
 impl Algorithm for FixedWindow {
     const LETTER: u8 = b'F';
 
     /// Decides a call of weight `cost`; with `commit`, records it if allowed.
     #[inline]
     fn decide(&mut self, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> Verdict {
-        // A caller whose `now` predates the recorded window (it read the clock before a
-        // concurrent caller moved the key to the next window) is decided in that window: going
-        // back would reset the count and admit a second window's worth.
-        let now = now.max(self.start);
-        let window = quota.window_nanos();
-        self.decide_in(now, now - now % window, window, quota, cost, commit)
+        self.decide_windowed(now, quota, cost, commit)
     }
 
     /// When this state is indistinguishable from a fresh one.
@@ -158,6 +79,62 @@ impl Algorithm for FixedWindow {
         match *words {
             [start, count] => Ok(FixedWindow { start, count }),
             _ => Err(NOT_A_STATE),
+        }
+    }
+}
+
+impl Windowed for FixedWindow {
+    #[inline(always)]
+    fn start(&self) -> Nanos {
+        self.start
+    }
+
+    /// The decision at `now` (never before the recorded window) in the window of `now`, from
+    /// `start`.
+    #[inline]
+    fn decide_in(
+        &mut self,
+        now: Nanos,
+        start: Nanos,
+        window: Nanos,
+        quota: &Quota,
+        cost: u64,
+        commit: bool,
+    ) -> Verdict {
+        let count = if self.start == start {
+            self.count
+        } else {
+            // A state this window did not write: still counting at `now` by its own start,
+            // yet not this window's (under one window, a state counting at `now` is the
+            // window of `now`). Refused until it ends, never read as a fresh window.
+            if self.count > 0 && now < self.start + window {
+                return foreign(now, self.start + window);
+            }
+            0
+        };
+        let capacity = quota.capacity();
+        let end = start + window;
+        if count + cost <= capacity {
+            if commit {
+                *self = FixedWindow {
+                    start,
+                    count: count + cost,
+                };
+            }
+            Verdict {
+                allowed: true,
+                remaining: capacity - count - cost,
+                // A look (cost 0) at an unused window: full now.
+                reset_at: if count + cost > 0 { end } else { now },
+                retry_after: None,
+            }
+        } else {
+            Verdict {
+                allowed: false,
+                remaining: capacity.saturating_sub(count),
+                reset_at: end,
+                retry_after: Some(end - now),
+            }
         }
     }
 }

@@ -1,7 +1,7 @@
 //! The sliding-window counter, with its `u64` fast path beside the exact `u128` form. Its
 //! Redis script is `sliding_counter.lua`, beside this file.
 
-use super::{foreign, Algorithm, Spend, Verdict, MAX_NOW, NOT_A_STATE};
+use super::{foreign, Algorithm, Spend, Verdict, Windowed, MAX_NOW, NOT_A_STATE};
 use crate::clock::Nanos;
 use crate::quota::{Quota, MAX_CAPACITY};
 
@@ -45,74 +45,6 @@ impl SlidingCounter {
         } else {
             (0, 0)
         }
-    }
-
-    /// [`decide`](Algorithm::decide) on a state written for `quota`
-    /// ([`written_for`](Algorithm::written_for): its start on the window's boundaries, as a
-    /// fresh state's), as a store that keeps a state under its own window holds it: a `now`
-    /// inside the recorded window is in it, and the window of `now` is worked out (a
-    /// division) only past it ([`window_from`](crate::algorithm::window_from)).
-    #[inline(always)]
-    pub(crate) fn decide_written_for(
-        &mut self,
-        now: Nanos,
-        quota: &Quota,
-        cost: u64,
-        commit: bool,
-    ) -> Verdict {
-        debug_assert!(
-            self.written_for(quota),
-            "a state off the window's boundaries"
-        );
-        // As in the fixed window: an older `now` is decided in the recorded window.
-        let now = now.max(self.start);
-        let window = quota.window_nanos();
-        let start = crate::algorithm::window_from(self.start, now, window);
-        self.decide_in(now, start, window, quota, cost, commit)
-    }
-
-    /// The decision at `now` (never before the recorded window) in the window of `now`, from
-    /// `start`. Inlined into the memory store's cell: a call here cost instructions on every
-    /// decision (BENCHMARKS.md, `memory`).
-    #[inline(always)]
-    fn decide_in(
-        &mut self,
-        now: Nanos,
-        start: Nanos,
-        window: Nanos,
-        quota: &Quota,
-        cost: u64,
-        commit: bool,
-    ) -> Verdict {
-        if let Some(end) = self.foreign_until(now, start, window) {
-            return foreign(now, end);
-        }
-        let (previous, current) = self.at(start, window);
-        let capacity = quota.capacity();
-        // What this call would leave: capacity - current - cost, when that is not negative.
-        let spare = capacity
-            .checked_sub(current)
-            .and_then(|left| left.checked_sub(cost));
-        let verdict = match spare {
-            // previous * (w - e) <= previous * w <= spare * w: admitted. The previous window
-            // weighs ceil(previous * (w - e) / w), so `remaining`, the exact form's
-            // floor((spare * w - previous * (w - e)) / w), is `spare` less that weight.
-            Some(spare) if previous <= spare => Verdict {
-                allowed: true,
-                remaining: spare - (previous - share(previous, now - start, window)),
-                reset_at: Self::reset_at(now, start, window, previous, current + cost),
-                retry_after: None,
-            },
-            _ => Self::exact(now, start, (previous, current), quota, cost),
-        };
-        if commit && verdict.allowed {
-            *self = SlidingCounter {
-                start,
-                current: current + cost,
-                previous,
-            };
-        }
-        verdict
     }
 
     /// When the budget is full again: two windows after the start while the current window
@@ -190,12 +122,7 @@ impl Algorithm for SlidingCounter {
     /// ([`exact`](Self::exact)). Both give the same verdict and state (a proptest checks it).
     #[inline]
     fn decide(&mut self, now: Nanos, quota: &Quota, cost: u64, commit: bool) -> Verdict {
-        // A caller whose `now` predates the recorded window (it read the clock before a
-        // concurrent caller moved the key to the next window) is decided in that window: going
-        // back would reset the count and admit a second window's worth.
-        let now = now.max(self.start);
-        let window = quota.window_nanos();
-        self.decide_in(now, now - now % window, window, quota, cost, commit)
+        self.decide_windowed(now, quota, cost, commit)
     }
 
     /// When this state is indistinguishable from a fresh one.
@@ -293,6 +220,57 @@ impl Algorithm for SlidingCounter {
             }),
             _ => Err(NOT_A_STATE),
         }
+    }
+}
+
+impl Windowed for SlidingCounter {
+    #[inline(always)]
+    fn start(&self) -> Nanos {
+        self.start
+    }
+
+    /// The decision at `now` (never before the recorded window) in the window of `now`, from
+    /// `start`. Inlined into the memory store's cell: a call here cost instructions on every
+    /// decision (BENCHMARKS.md, `memory`).
+    #[inline(always)]
+    fn decide_in(
+        &mut self,
+        now: Nanos,
+        start: Nanos,
+        window: Nanos,
+        quota: &Quota,
+        cost: u64,
+        commit: bool,
+    ) -> Verdict {
+        if let Some(end) = self.foreign_until(now, start, window) {
+            return foreign(now, end);
+        }
+        let (previous, current) = self.at(start, window);
+        let capacity = quota.capacity();
+        // What this call would leave: capacity - current - cost, when that is not negative.
+        let spare = capacity
+            .checked_sub(current)
+            .and_then(|left| left.checked_sub(cost));
+        let verdict = match spare {
+            // previous * (w - e) <= previous * w <= spare * w: admitted. The previous window
+            // weighs ceil(previous * (w - e) / w), so `remaining`, the exact form's
+            // floor((spare * w - previous * (w - e)) / w), is `spare` less that weight.
+            Some(spare) if previous <= spare => Verdict {
+                allowed: true,
+                remaining: spare - (previous - share(previous, now - start, window)),
+                reset_at: Self::reset_at(now, start, window, previous, current + cost),
+                retry_after: None,
+            },
+            _ => Self::exact(now, start, (previous, current), quota, cost),
+        };
+        if commit && verdict.allowed {
+            *self = SlidingCounter {
+                start,
+                current: current + cost,
+                previous,
+            };
+        }
+        verdict
     }
 }
 

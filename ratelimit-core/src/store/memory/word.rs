@@ -8,7 +8,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use portable_atomic::AtomicU128;
 
 use super::cells::{adjust_written, owner, Cell, Side, StampedKey};
-use crate::algorithm::{self, Algorithm, FixedWindow, Gcra, SlidingCounter, Verdict, Written};
+use crate::algorithm::{
+    self, Algorithm, FixedWindow, Gcra, SlidingCounter, Verdict, Windowed, Written,
+};
 use crate::clock::Nanos;
 use crate::quota::Quota;
 
