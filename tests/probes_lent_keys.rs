@@ -245,16 +245,22 @@ fn a_clock_stepped_back_behind_a_sweep_under_a_zero_interval_is_decided_at_the_f
     }
 }
 
-#[test]
-fn a_service_on_a_clock_past_the_range_refuses_spends_refunds_and_adjustments_and_stays_exact() {
-    for strategy in Strategy::ALL {
-        let config = Config::builder()
-            .default_limit(2)
+/// A service of `n` a minute under `strategy`, on a hand-driven clock.
+fn per_minute(n: u64, strategy: Strategy) -> (ratelimit::RateLimitService, ratelimit::ManualClock) {
+    service(
+        Config::builder()
+            .default_limit(n)
             .default_window("1m")
             .strategy(strategy)
             .build()
-            .unwrap();
-        let (service, clock) = service(config);
+            .unwrap(),
+    )
+}
+
+#[test]
+fn a_service_on_a_clock_past_the_range_refuses_spends_refunds_and_adjustments_and_stays_exact() {
+    for strategy in Strategy::ALL {
+        let (service, clock) = per_minute(2, strategy);
         let options = Options::new();
         let spent = block_on(service.spend("k", &options)).unwrap();
         for past in [MAX_NOW + 1, u64::MAX] {
@@ -516,13 +522,7 @@ fn a_key_held_under_another_strategy_is_unexpected_state_in_every_mode() {
 #[test]
 fn a_kept_spend_is_given_back_once_and_only_to_its_own_state() {
     for strategy in Strategy::ALL {
-        let config = Config::builder()
-            .default_limit(2)
-            .default_window("1m")
-            .strategy(strategy)
-            .build()
-            .unwrap();
-        let (service, _clock) = service(config);
+        let (service, _clock) = per_minute(2, strategy);
         let options = Options::new();
         let first = block_on(service.spend("k", &options)).unwrap();
         let second = block_on(service.spend("k", &options)).unwrap();
@@ -1490,13 +1490,7 @@ async fn stacked_limits_keyed_by_an_integer_spend_each_on_the_keys_text() {
 #[test]
 fn a_kept_spend_under_a_quota_with_a_block_is_given_back_once_and_the_block_still_holds() {
     for strategy in Strategy::ALL {
-        let config = Config::builder()
-            .default_limit(2)
-            .default_window("1m")
-            .strategy(strategy)
-            .build()
-            .unwrap();
-        let (service, clock) = service(config);
+        let (service, clock) = per_minute(2, strategy);
         let options = Options::new().block_for(Duration::from_secs(300));
         let spent = block_on(service.spend("k", &options)).unwrap();
         assert!(block_on(spent.refund()).unwrap(), "{strategy}");
