@@ -653,9 +653,9 @@ async fn a_restart_mid_sequence_decides_on_the_state_as_it_was() {
 /// under a shorter window dropped the entries that left *its* window, and a longer window's
 /// spends on the same bare key went with them: a day's limit of 10, spent whole, then one
 /// call of a 1 ms window two milliseconds later, and the day admitted 9 more (19 in a day).
-/// The memory store dropped them alike. Now the shorter window is refused while the key is
-/// kept longer than it keeps it (`sliding_log.lua`: `kept_longer`; in Rust
-/// `algorithm::written_elsewhere`).
+/// The memory store dropped them alike. Now the shorter window is refused while the log
+/// counts by the window it names (`sliding_log.lua`, as `algorithm::written_elsewhere` in
+/// Rust).
 #[tokio::test]
 async fn a_shorter_windows_call_never_drops_a_longer_windows_log() {
     let server = RedisServer::start();

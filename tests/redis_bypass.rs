@@ -486,7 +486,9 @@ async fn a_token_bucket_time_past_what_a_lua_number_holds_is_refused_not_read() 
 
 /// Log entries no store writes: a time past the last one decided, more units in the window
 /// than the largest capacity, a running total beyond what a Lua number holds exactly, an
-/// oldest live entry a window or more before the entry, a number with a leading zero.
+/// oldest live entry a window or more before the entry, a number with a leading zero; and
+/// the window an entry names (sliding_log.lua): 0, none after its slash, a leading zero, past
+/// `MAX_WINDOW`, or one its oldest live entry is that window or more before.
 #[tokio::test]
 async fn a_sliding_log_entry_out_of_range_is_refused() {
     let strategy = Strategy::SlidingWindow;
@@ -503,6 +505,11 @@ async fn a_sliding_log_entry_out_of_range_is_refused() {
         // Each field read without a second pattern since (`digits`, prelude.lua).
         format!("LPUSH {t}:2:00:1"),
         format!("LPUSH {t}:2:0:01"),
+        format!("LPUSH {t}:1:0:1/0"),
+        format!("LPUSH {t}:1:0:1/"),
+        format!("LPUSH {t}:1:0:1/0{w}"),
+        format!("LPUSH {t}:1:0:1/31622400000001"),
+        format!("LPUSH {}:1:0:1/1000 {t}:2:1000:1/1000", t - 1_000),
     ];
     refused_untouched(&service, &mut c, &key, &opts, plants).await;
 }

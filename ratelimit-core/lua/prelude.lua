@@ -19,7 +19,8 @@
 --          script), 2 says the key is only ever asked under one window (the service's keys
 --          name their quota; `StoreKey::names_its_window`): the scripts then skip reading
 --          whose window a state is, which only a bare key needs (sliding_counter.lua's `ours`,
---          sliding_log.lua's `kept_longer`). In one argument: Redis turns each into a Lua
+--          sliding_log.lua's `kept_longer`, for a log of the previous version: since, its
+--          entries name their window). In one argument: Redis turns each into a Lua
 --          string on every call.
 -- Defines: key, cost, commit, refunding (ARGV[4] 2 or 3), giving (2), spent, adjusting
 --          (4 or 5), penalty (4), one_window, short, time (reads Redis' own TIME, in microseconds since the epoch:

@@ -2,21 +2,39 @@
 -- microseconds: exact, never more than the capacity in any rolling window.
 --
 -- KEYS[1]: the limiter key; a list with one entry per admitted call, whatever its cost,
---          newest first (LPUSH). An entry is "<time>:<total>:<age>:<used>": the time it was
---          admitted, the sum of the costs admitted on this key up to and including it, and,
---          as they were when the entry was pushed, how long before it the oldest live entry
---          was admitted and the units in the window with its own. A hit at t counts while
---          t + window > now. The live entries are the newest ones, and an admitted call drops
---          the others: so while the oldest entry the newest one names is live, the units in
---          the window are the newest entry's `used`, read from one entry however many entries
---          or units there are; once it has left, the units before the oldest live entry are
---          the total of the newest entry that left. The total restarts from 0 when no hit is
---          left in the window; it stays exact while below 2^53 (an error reply beyond, never
---          a wrong count). Another type (the sorted set of earlier versions among them), an
---          entry read that is not of this shape (the five-field entries of earlier versions
+--          newest first (LPUSH). An entry is "<time>:<total>:<age>:<used>", then on a bare key
+--          "/<window>": the time it was admitted, the sum of the costs admitted on this key up
+--          to and including it, and, as they were when the entry was pushed, how long before
+--          it the oldest live entry was admitted and the units in the window with its own;
+--          then the window the log counts by (see "Whose log" below). A hit at t counts while
+--          t + window > now.
+--          The live entries are the newest ones, and an admitted call drops the others: so
+--          while the oldest entry the newest one names is live, the units in the window are
+--          the newest entry's `used`, read from one entry however many entries or units there
+--          are; once it has left, the units before the oldest live entry are the total of the
+--          newest entry that left. The total restarts from 0 when no hit is left in the window;
+--          it stays exact while below 2^53 (an error reply beyond, never a wrong count). An
+--          entry of the first four fields alone names no window (a key of one window's, or
+--          any of the previous version's, which named none). Another type (the sorted
+--          set of earlier versions among them), an entry read that is not of these shapes (the
+--          five-field entries "<time>:<total>:<cost>:<oldest>:<base>" of earlier versions
 --          among them), out of order or out of bounds (a time past MAX_NOW, units past
---          MAX_CAPACITY, an oldest live entry a window or more before it), gets an error
---          reply, see prelude.lua.
+--          MAX_CAPACITY, a window of 0 or past MAX_WINDOW, an oldest live entry its window or
+--          more before it), gets an error reply, see prelude.lua.
+-- Whose log: the window the newest entry names is the one of the last quota that spent on
+--          it (a penalty under another window: the longer of the two), as the memory store
+--          keeps it beside its log (`LockedCell`). Asked under another window (a bare store
+--          key asked under two quotas), the log is decided by `algorithm::written_elsewhere`:
+--          while it counts by its own window (until its newest entry plus that window) it is
+--          refused, until then, and a reward or a refund gives nothing back (a penalty is kept
+--          by the longer window); after, it is fresh. Read under the call's window instead, a
+--          shorter window's call late in a longer one's log dropped entries that window still
+--          counted (an hour's 3, a minute's call in the hour's last 30 s, then 2 more in the
+--          hour). One string compare per call (the window's text as ARGV[1] sends it). A key
+--          of one window (ARGV[5]) is never asked under another (the service's keys name their
+--          quota): its entries name a window only on a log that names one (a bare key's asked
+--          so too), and its calls cost what they did. A log whose newest entry names none is
+--          read by its key's expiry (`kept`, below), as the previous version read every log.
 -- ARGV[1]: window, in microseconds
 -- ARGV[2]: capacity (limit + burst), at least 1
 -- ARGV[3]: cost, from 1 to the capacity; 0 (with ARGV[4] = 0) looks at the level, see
@@ -53,23 +71,44 @@
 
 -- `key`, `cost`, `commit`, `time`, `idiv` and `unexpected` come from prelude.lua.
 local now = time()
+-- The window counted by: this call's, or for a penalty on a longer window's log that one's.
 local window = ARGV[1] + 0
+local own = window
 local capacity = ARGV[2] + 0
 local MAX_TOTAL = 9007199254740992 -- 2^53
+local MAX_WINDOW = 31622400000000 -- syntax::MAX_WINDOW (366 days), in microseconds
 
 local function unreadable()
-  return unexpected('a sliding log (a list of "<time>:<total>:<age>:<used>", newest first)')
+  return unexpected('a sliding log (a list of "<time>:<total>:<age>:<used>/<window>", newest '
+    .. 'first)')
 end
 
--- An entry's time, total, oldest live time and base (the total before the oldest live
--- entry), or nil when it is not one this script wrote.
+-- An entry's time, total, oldest live time, base (the total before the oldest live entry)
+-- and the window it names (its text; nil for four fields alone), or nil when it is not one
+-- this script wrote. Each write formats its four numbers with '%d' and
+-- adds '/' and the window's text when it names one (ARGV[1] as the store sends it, or the
+-- text read from the log): in line where it writes, as a function made on every call costs
+-- Redis' CPU.
 local function parse(raw)
-  local t, total, age, u = string.match(raw, '^(%d+):(%d+):(%d+):(%d+)$')
+  -- One pattern for both shapes (a second match for either cost every call): a slash with
+  -- no window after it is no shape.
+  local t, total, age, u, w = string.match(raw, '^(%d+):(%d+):(%d+):(%d+)/?(%d*)$')
   if not t then return nil end
+  if w == '' then
+    if string.byte(raw, -1) == 47 then return nil end -- '/'
+    w = nil
+  end
+  -- The window it names: this call's for its own text (ARGV[1], as the entries name it: a
+  -- string compare) or none.
+  local named = own
+  if w and w ~= ARGV[1] then
+    named = digits(w, MAX_WINDOW)
+    if not named or named == 0 then return nil end
+  end
   t, total = digits(t, MAX_NOW), digits(total, MAX_EXACT)
-  age, u = digits(age, window - 1), digits(u, MAX_CAPACITY)
+  age, u = digits(age, named - 1), digits(u, MAX_CAPACITY)
   if not (t and total and age and u) or u < 1 or u > total or age > t then return nil end
-  return t, total, t - age, total - u
+  return t, total, t - age, total - u, w
 end
 
 -- Arguments to redis.call are strings where they can be: Redis prints a number argument with
@@ -92,13 +131,15 @@ if refunding then
     end
     local raw = chunk[k - c * 64 + 1]
     if not raw then return nil end
-    local et, total, oldest, base = parse(raw)
+    local et, total, oldest, base, w = parse(raw)
     if not et then return false end
-    return {et, total, oldest, base}
+    return {et, total, oldest, base, w}
   end
   -- The oldest live entry the head names, and the total before it: the oldest kept, each
-  -- admitted call trimming the list to it.
-  local _, _, first, first_base = parse(head)
+  -- admitted call trimming the list to it. Only on a log of this window (or of none named):
+  -- another window's spends are not this one's to give back (`algorithm::written_under`).
+  local _, _, first, first_base, w = parse(head)
+  if w and w ~= ARGV[1] then return 0 end
   local k = 0
   while true do
     local e = entry(k)
@@ -127,31 +168,52 @@ if refunding then
     elseif base > before then
       base = base - cost -- it was before the oldest live entry
     end
-    redis.call('LSET', key, j, string.format('%d:%d:%d:%d', et, total, et - oldest, total - base))
+    redis.call('LSET', key, j, string.format('%d:%d:%d:%d', et, total, et - oldest, total - base)
+      .. (e[5] and '/' .. e[5] or ''))
   end
-  if k == 0 and removed[4] < before then
-    -- The head goes and was not its own oldest live entry: the next one becomes the head,
+  local e = k == 0 and entry(1)
+  if e and (removed[4] < before or e[5] ~= w) then
+    -- The head goes: the next one becomes the head, naming the head's window (the log's,
+    -- which a refund leaves as it is), and, when the head was not its own oldest live entry,
     -- with the head's summary (its own may name entries the head's call trimmed).
-    local e = entry(1)
-    redis.call('LSET', key, 1, string.format('%d:%d:%d:%d', e[1], e[2], e[1] - removed[3],
-      e[2] - removed[4]))
+    if removed[4] < before then e[3], e[4] = removed[3], removed[4] end
+    redis.call('LSET', key, 1, string.format('%d:%d:%d:%d', e[1], e[2], e[1] - e[3],
+      e[2] - e[4]) .. (w and '/' .. w or ''))
   end
   redis.call('LSET', key, k, 'refunded')
   redis.call('LREM', key, 1, 'refunded')
   return 1
 end
 local at = now
-local newest, top
+-- w: the window the newest entry names (its text; nil: none); names: the one this call's
+-- entry names, where it names one (see below).
+local newest, top, w
+local names = ARGV[1]
 -- used: the units in the window; base: the total before the oldest live entry, `oldest` its
 -- time; dead: how many entries at the tail have left the window (all of them when `used`
--- is 0).
-local used, base, oldest, dead = 0, 0, nil, 0
+-- is 0); passed: another window's log that counts no more, fresh here.
+local used, base, oldest, dead, passed = 0, 0, nil, 0, false
 if head then
-  newest, top, oldest, base = parse(head)
+  newest, top, oldest, base, w = parse(head)
   if not newest then return unreadable() end
+  if w and w ~= ARGV[1] then
+    -- Another window's log (see "Whose log" above): `algorithm::written_elsewhere`.
+    local other = w + 0 -- parse read it
+    local ends = newest + other
+    if now < ends then
+      if not adjusting then return {0, 0, ends, ends - now, now} end
+      if not penalty then return 0 end
+      -- A penalty is kept by the longer window, which then owns the log.
+      if other > window then window, names = other, w end
+    elseif adjusting and not penalty then
+      return 0 -- a reward on a fresh log moves nothing, and writes nothing
+    else
+      passed = true
+    end
+  end
   if newest > at then at = newest end
   local from = at - window -- an entry at t is live while t > from
-  if newest <= from then
+  if passed or newest <= from then
     base, oldest = 0, nil -- none is live
   elseif oldest <= from then
     -- Some have left. The entry `k` from the tail (1 the oldest): its time and total,
@@ -201,43 +263,42 @@ if head then
   if oldest then used = top - base end
 end
 
--- A log whose entries have left this window (an admitted call would drop them, and a reward)
--- while its key is kept more than a window past the call's time: written under a longer
--- window (a bare store key asked under two quotas), whose calls those entries still count.
--- Dropped, that window admitted its limit again (a day's 10, a call under 1 ms, then 9 more:
--- 19 in a day). Refused until the key ends, as `algorithm::written_elsewhere` refuses it in
--- Rust (which also refuses a longer window on a shorter one's log; here the longer counts
--- the shorter's entries, no more than it admits alone); a reward gives nothing back and a
--- penalty is an error (it would drop them too). Every expiry written here is one window after
--- the newest entry then, rounded up to the millisecond, so never more than a window past the
--- call's time `at` (a refund of the newest entry leaves it, later than the entries left
--- need); up to an eighth of the window (50 ms at most) more is still this window's, as a
--- MIGRATE or RESTORE gives a relative TTL, later by the time it took. What this lets by: a
--- longer window's entries from its first `window` (the shorter one's) can be dropped in its
--- last, when its key ends less than a window after the call.
--- Read only on that path, and for a bare key (ARGV[5], prelude.lua): one call more
--- (PEXPIRETIME) where entries have left the window. (A reward on a bare key never comes
--- here: the Redis store refuses it, as a log keeps no window per entry.)
-local function kept_longer()
+-- A log whose newest entry names no window, on a bare key (the previous version's, or a key
+-- of one window's asked bare), whose entries have left this window (an admitted call would
+-- drop them, and a reward) while its key is kept more than a window past the call's time:
+-- written under a longer window (a bare store key asked under two quotas), whose calls those
+-- entries still count. Dropped, that window admitted its limit again (a day's 10, a call
+-- under 1 ms, then 9 more: 19 in a day). Refused until the key ends; a reward gives nothing
+-- back and a penalty is an error (it would drop them too). Every expiry written here is one
+-- window after the newest entry then, rounded up to the millisecond, so never more than a
+-- window past the call's time `at` (a refund of the newest entry leaves it, later than the
+-- entries left need); up to an eighth of the window (50 ms at most) more is still this
+-- window's, as a MIGRATE or RESTORE gives a relative TTL, later by the time it took. A call
+-- this lets write on such a log names its window in its entry if the log is not kept longer
+-- (every entry under it stops counting, whichever window wrote it, within that eighth after
+-- this window from the call), from then on decided as "Whose log" says; on one kept longer
+-- (its entries all live here) it is decided on the log as it reads and names none. What this
+-- still lets by, on such logs alone: a longer window's entries dropped by such a call, which
+-- the longer window's calls are refused on until this window from the call has passed, still
+-- counted up to that eighth (and a millisecond) after it. One call more (PEXPIRETIME), on
+-- such logs alone.
+local kept = false -- the key's end (microseconds) when such a log is kept longer
+if head and not w and not one_window then
   local ends = redis.pcall('PEXPIRETIME', key)
   if type(ends) == 'table' then -- Redis 6.2 has no PEXPIRETIME: PTTL, from TIME
     local ttl = redis.call('PTTL', key)
-    if ttl < 0 then return nil end
-    ends = idiv(now, 1000) + ttl + 1
+    ends = ttl < 0 and -1 or idiv(now, 1000) + ttl + 1
   end
-  if ends < 0 then return nil end -- no expiry: not written here, counted as it reads
-  local mine = idiv(at + window + 999, 1000)
-  if ends > mine + math.min(50, idiv(window, 8000)) then return ends * 1000 end
-  return nil
-end
-if head and (used == 0 or dead > 0) and not one_window then
-  local ends = kept_longer()
-  if ends then
+  -- No expiry (-1): not written here, counted as it reads.
+  if ends >= 0 and ends > idiv(at + window + 999, 1000) + math.min(50, idiv(window, 8000)) then
+    kept = ends * 1000
+  end
+  if kept and (used == 0 or dead > 0) then
     if adjusting and penalty then
       return unexpected('a sliding log this window keeps (another window keeps this one)')
     end
     if adjusting then return 0 end
-    return {0, 0, ends, math.max(ends - now, 1), now}
+    return {0, 0, kept, math.max(kept - now, 1), now}
   end
 end
 
@@ -245,7 +306,8 @@ if adjusting and not penalty then
   -- `SlidingLog::adjust`'s reward: the entries that left the window dropped (the key, when
   -- none is live), then taken from the newest entries first. Every entry left is live: the
   -- oldest is the one the main path found (`oldest`, the total before it `base`), which
-  -- the head rewritten names, as every head must name an entry the list holds.
+  -- the head rewritten names, as every head must name an entry the list holds; and it names
+  -- the log's window (`w`: a reward leaves it as it is, as the memory store's).
   if not head or cost == 0 then return 0 end
   if used == 0 then
     redis.call('DEL', key)
@@ -253,7 +315,7 @@ if adjusting and not penalty then
   elseif dead > 0 then
     redis.call('LTRIM', key, 0, -1 - dead)
   end
-  local left = cost
+  local left, suffix = cost, w and '/' .. w or ''
   while left > 0 do
     local t0, total0 = parse(redis.call('LINDEX', key, '0') or '')
     if not t0 then break end
@@ -269,12 +331,12 @@ if adjusting and not penalty then
       redis.call('LPOP', key)
       if next_raw then
         redis.call('LSET', key, '0', string.format('%d:%d:%d:%d', t1, total1, t1 - oldest,
-          total1 - base))
+          total1 - base) .. suffix)
       end
     else
       local total = total0 - taken
       redis.call('LSET', key, '0', string.format('%d:%d:%d:%d', t0, total, t0 - oldest,
-        total - base))
+        total - base) .. suffix)
     end
     left = left - taken
   end
@@ -294,10 +356,15 @@ if adjusting or used + cost <= capacity then
     if total >= MAX_TOTAL then
       return redis.error_reply('RATELIMIT_STATE the sliding log\'s running total reached 2^53')
     end
-    -- The oldest live entry is this one when none was. LPUSH first: Redis checks maxmemory
-    -- before a script's first write only, and a full noeviction server must refuse this one
-    -- (the trim below only removes).
+    -- The oldest live entry is this one when none was. It names its window (see "Whose
+    -- log") on a bare key, but on a log named by none whose live entries it keeps and which
+    -- is kept longer than this window keeps it (`kept`, above); on a key of one window, only
+    -- on a log that names one (a bare key's asked so too): such a key is never asked under
+    -- another window (the service's keys name their quota), and its calls write what they
+    -- wrote before. LPUSH first: Redis checks maxmemory before a script's first write only,
+    -- and a full noeviction server must refuse this one (the trim below only removes).
     local entry = string.format('%d:%d:%d:%d', at, total, at - (oldest or at), used + cost)
+    if not kept and (w or not one_window) then entry = entry .. '/' .. names end
     redis.call('LPUSH', key, entry)
     if used == 0 and head then
       redis.call('LTRIM', key, '0', '0') -- nothing was live
@@ -307,10 +374,12 @@ if adjusting or used + cost <= capacity then
     local expiry = idiv(at + window + 999, 1000)
     if not head then
       redis.call('PEXPIREAT', key, string.format('%d', expiry))
-    elseif idiv(newest + window + 999, 1000) ~= expiry or not one_window then
+    elseif passed or idiv(newest + window + 999, 1000) ~= expiry or not one_window then
       -- A bare key's call writes (GT) even in its newest entry's millisecond: that entry may
       -- be a shorter window's, whose expiry the key keeps (a minute's call in a second's
-      -- millisecond left the second's, and the minute admitted its 4 again a second later).
+      -- millisecond left the second's, and the minute admitted its 4 again a second later);
+      -- and so does a call on another window's log that has passed (its newest entry is
+      -- that window's).
       -- Never earlier than it is: under one window the expiry only moves later (`at` never
       -- goes back), and under two a shorter window's call moved it before a longer one's
       -- entries stopped counting, which went with the key (a 200 ms window of 3 admitted 3

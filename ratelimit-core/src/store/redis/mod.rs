@@ -36,6 +36,8 @@ mod lua_planted;
 mod lua_refunds;
 #[cfg(test)]
 mod lua_standin;
+#[cfg(test)]
+mod lua_windows;
 mod options;
 mod redaction;
 mod refund;

@@ -87,15 +87,16 @@ impl RedisStore {
         let (key, quota) = (adjustment.key().as_str(), adjustment.quota());
         crate::key::check_store_key(key)?;
         supports(quota)?;
-        // A reward on a bare key: its state here keeps no window (a fixed window's count, a
-        // log's entries, a bucket's arrival time), so a reward under one window gave back
-        // another's spends (probes_two_windows, probes_redis_log_rewards: 6 admitted
-        // against 3). Refused with the key to use, before any round trip; the service's keys
-        // name their quota and are rewarded as before.
+        // A reward on a bare key: its state here may keep no window (a fixed window's count,
+        // a bucket's arrival time; a log's entries name theirs since, but one rule for every
+        // strategy), so a reward under one window gave back another's spends
+        // (probes_two_windows, probes_redis_log_rewards: 6 admitted against 3). Refused with
+        // the key to use, before any round trip; the service's keys name their quota and are
+        // rewarded as before.
         if !adjustment.is_penalty() && !adjustment.key().names_its_window() {
             return Err(Error::InvalidKey {
                 reason: "a reward on Redis takes a key of one window (StoreKey::one_window): \
-                         a bare key's state there keeps no window",
+                         a bare key's state there may keep no window",
             });
         }
         let [first, second] = arguments(quota);
