@@ -73,16 +73,71 @@ pub(crate) fn braced(key: &[u8]) -> bool {
     key.iter().any(|&b| b == b'{' || b == b'}')
 }
 
-/// What a store key is made of, before the quota's identity.
+/// What a store key is made of, before the quota's identity: the parts a configuration fixes
+/// written once, when it is built ([`head`], [`name_part`]), not on every call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct KeyParts<'a> {
-    pub(crate) prefix: &'a str,
+    /// `<prefix>:{` ([`head`]).
+    pub(crate) head: &'a str,
     pub(crate) budget: Option<&'a str>,
-    pub(crate) tier: Option<&'a str>,
+    /// The tier's part, written ([`name_part`]).
+    pub(crate) tier: &'a str,
     pub(crate) key: Option<&'a str>,
     /// The quota's identity when it was written ahead (a tier's, the default limit's);
     /// `None` writes it from the quota.
     pub(crate) identity: Option<&'a str>,
+}
+
+/// What comes before the hash tag of every store key under `prefix`: `<prefix>:{`.
+pub(crate) fn head(prefix: &str) -> Box<str> {
+    let mut out = String::with_capacity(prefix.len() + 2);
+    push(&mut out, prefix);
+    push(&mut out, ":{");
+    out.into()
+}
+
+/// A budget's or tier's part of a store key, written ([`write_name`]).
+pub(crate) fn name_part(name: Option<&str>) -> Box<str> {
+    let mut out = String::new();
+    write_name(&mut out, name);
+    out.into()
+}
+
+/// Appends a budget's or tier's part of a store key: `:-` when absent, else
+/// `:<byte length>:<text>`, so that neither can run into the next part.
+#[inline]
+fn write_name(out: &mut impl Write, name: Option<&str>) {
+    match name {
+        None => push(out, ":-"),
+        Some(text) => {
+            write_len(out, text.len());
+            push(out, text);
+        }
+    }
+}
+
+/// Appends `:<n>:`: a name's length, a byte at a time while it is short (a name's usually
+/// is: each byte a store in place, where the digits written and then copied were a call to
+/// format them and one to copy them, 70 instructions a key).
+#[inline(always)]
+fn write_len(out: &mut impl Write, n: usize) {
+    let digit = |d: usize| char::from(b'0' + (d % 10) as u8);
+    match n {
+        0..10 => {
+            let _ = out.write_char(':');
+            let _ = out.write_char(digit(n));
+        }
+        10..100 => {
+            let _ = out.write_char(':');
+            let _ = out.write_char(digit(n / 10));
+            let _ = out.write_char(digit(n));
+        }
+        _ => {
+            push(out, ":");
+            push(out, itoa::Buffer::new().format(n));
+        }
+    }
+    let _ = out.write_char(':');
 }
 
 /// Writes the store key of `parts` under `quota` into `out`, the user key checked first.
@@ -110,8 +165,7 @@ pub(crate) fn write_around<W: Write>(
     parts: &KeyParts<'_>,
     suffix: impl FnOnce(&mut W),
 ) {
-    push(out, parts.prefix);
-    push(out, ":{");
+    push(out, parts.head);
     write_tagged(out, parts.key, |out| {
         push(out, "}");
         suffix(out);
@@ -152,9 +206,7 @@ pub(crate) struct Around {
 impl Around {
     /// The store key of `parts` (whatever their user key) under `quota`, around the user key.
     pub(crate) fn new(parts: &KeyParts<'_>, quota: &Quota) -> Self {
-        let mut head = String::with_capacity(parts.prefix.len() + 2);
-        push(&mut head, parts.prefix);
-        push(&mut head, ":{");
+        let head = String::from(parts.head);
         let mut tail = String::from("}");
         write_suffix(&mut tail, parts, quota);
         let mut around = Around {
@@ -196,17 +248,8 @@ pub(crate) fn write_suffix(out: &mut impl Write, parts: &KeyParts<'_>, quota: &Q
         Some(identity) => push(out, identity),
         None => quota.identity(out),
     }
-    for part in [parts.budget, parts.tier] {
-        push(out, ":");
-        match part {
-            None => push(out, "-"),
-            Some(text) => {
-                push(out, itoa::Buffer::new().format(text.len()));
-                push(out, ":");
-                push(out, text);
-            }
-        }
-    }
+    write_name(out, parts.budget);
+    push(out, parts.tier);
 }
 
 /// Text being written, in place up to `N` bytes and on the heap past that: the store key of
@@ -350,10 +393,11 @@ mod tests {
         q: &Quota,
     ) -> String {
         let mut out = String::new();
+        let (head, tier) = (head(prefix), name_part(tier));
         let parts = KeyParts {
-            prefix,
+            head: &head,
             budget,
-            tier,
+            tier: &tier,
             key: user,
             identity: None,
         };
@@ -435,10 +479,11 @@ mod tests {
                             assert_eq!(decode(&k).as_ref(), Some(&tuple), "{k}");
                             // A prepared site's key, written around the user key, and on
                             // the stack (moving to the heap when long): the same key.
+                            let (head, tier) = (head(prefix), name_part(tier));
                             let parts = KeyParts {
-                                prefix,
+                                head: &head,
                                 budget,
-                                tier,
+                                tier: &tier,
                                 key: None,
                                 identity: None,
                             };
@@ -464,9 +509,9 @@ mod tests {
         let mut out = KeyBuf::new();
         Around::new(
             &KeyParts {
-                prefix: "p",
+                head: "p:{",
                 budget: None,
-                tier: None,
+                tier: ":-",
                 key: None,
                 identity: None,
             },
@@ -483,9 +528,9 @@ mod tests {
         let mut out = String::new();
         for bad in ["".to_owned(), "x".repeat(MAX_KEY_LEN + 1)] {
             let parts = KeyParts {
-                prefix: "p",
+                head: "p:{",
                 budget: None,
-                tier: None,
+                tier: ":-",
                 key: Some(&bad),
                 identity: None,
             };

@@ -9,30 +9,61 @@ use std::time::Duration;
 use crate::error::Error;
 use crate::quota::{Overrides, Quota, QuotaError};
 
-/// The quota of `call.or(tier).or(module)`: each setting comes from the first that has it,
-/// the call, the tier, the module.
+/// What lies under a call's overrides at one tier of a configuration (or under no tier): the
+/// tier's settings over the module's, laid once when the configuration is built, for a call
+/// that sets its own limit and for one that does not. The refill's rule lives here: the
+/// module's refill applies only to the module's limit (a tier or fn with a limit of its own
+/// refills that limit per window, so a tier of 2 an hour never refills at a module rate of
+/// 3,600).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Under {
+    /// Under a call with a limit of its own: the module's refill left out.
+    own_limit: Overrides,
+    /// Under a call without one.
+    no_limit: Overrides,
+}
+
+impl Under {
+    /// `tier` over `module` (each setting from the first that has it).
+    pub(crate) fn new(tier: &Overrides, module: &Overrides) -> Self {
+        let mut without_refill = *module;
+        without_refill.refill = None;
+        let own_limit = tier.or(without_refill);
+        let no_limit = match tier.limit {
+            Some(_) => own_limit,
+            None => tier.or(*module),
+        };
+        Under {
+            own_limit,
+            no_limit,
+        }
+    }
+
+    /// The layers under a call with `call`'s overrides, and over them the call's.
+    #[inline]
+    fn with(&self, call: &Overrides) -> Overrides {
+        call.or(match call.limit {
+            Some(_) => self.own_limit,
+            None => self.no_limit,
+        })
+    }
+}
+
+/// The quota of `call.or(tier).or(module)`, the tier's and the module's settings laid in
+/// `under` ([`Under`]): each setting comes from the first that has it, the call, the tier,
+/// the module.
 ///
 /// - The limit: none of the three ([`Error::NoLimit`]).
-/// - The refill: the module's applies only to the module's limit (a tier or fn with a limit
-///   of its own refills that limit per window, so a tier of 2 an hour never refills at a
-///   module rate of 3,600).
+/// - The refill: the module's applies only to the module's limit ([`Under`]).
 /// - Window, burst and strategy: the module's layer sets them (a configuration's always
 ///   does); a window none sets is a window of zero, refused as such; no burst is none; no
 ///   strategy the default one.
 ///
 /// A window given as text that is not one is refused with that problem, never decided under
 /// another window.
-pub(crate) fn quota(
-    call: &Overrides,
-    tier: &Overrides,
-    module: &Overrides,
-) -> Result<Quota, Error> {
-    let own = call.or(*tier);
-    let mut module = *module;
-    if own.limit.is_some() {
-        module.refill = None;
-    }
-    let layers = own.or(module);
+#[inline]
+pub(crate) fn quota(call: &Overrides, under: &Under) -> Result<Quota, Error> {
+    let layers = under.with(call);
     if let Some(e) = layers.problem() {
         return Err(e.into());
     }
@@ -71,7 +102,7 @@ mod tests {
             .strategy(Strategy::TokenBucket);
         let tier = Overrides::new().limit(5).window("1m");
         let call = Overrides::new().burst(1);
-        let q = quota(&call, &tier, &module).unwrap();
+        let q = quota(&call, &Under::new(&tier, &module)).unwrap();
         assert_eq!(
             (q.limit(), q.window(), q.burst(), q.strategy()),
             (5, Duration::from_secs(60), 1, Strategy::TokenBucket)
@@ -83,11 +114,11 @@ mod tests {
         let module = Overrides::new().limit(10).window("1s");
         let call = Overrides::new().window("10 parsecs");
         assert!(matches!(
-            quota(&call, &Overrides::new(), &module),
+            quota(&call, &Under::new(&Overrides::new(), &module)),
             Err(Error::InvalidQuota(QuotaError::InvalidWindowText))
         ));
         let over = Overrides::new().window("1m");
-        let q = quota(&over, &call, &module).unwrap();
+        let q = quota(&over, &Under::new(&call, &module)).unwrap();
         assert_eq!(q.window(), Duration::from_secs(60));
     }
 
@@ -95,7 +126,7 @@ mod tests {
     fn no_limit_in_any_layer_is_no_limit() {
         let module = Overrides::new().window("1s");
         assert!(matches!(
-            quota(&Overrides::new(), &Overrides::new(), &module),
+            quota(&Overrides::new(), &Under::new(&Overrides::new(), &module)),
             Err(Error::NoLimit)
         ));
     }

@@ -252,7 +252,11 @@ impl<For> ConfigBuilder<For> {
             queue_timeout,
             plain: None,
             plain_identity: None,
+            plain_under: Default::default(),
+            default_index: None,
+            head: Box::default(),
         };
+        config.head = crate::key::head(&config.key_prefix);
         for tier in o.tiers {
             if config.tiers.iter().any(|t| *t.name == *tier.name) {
                 errors.push(format!("tiers.{}", tier.name), "defined twice");
@@ -261,8 +265,11 @@ impl<For> ConfigBuilder<For> {
             }
         }
         if let Some(name) = o.default_tier {
-            match config.tiers.iter().find(|t| *t.name == *name) {
-                Some(t) => config.default_tier = Some(t.name.clone()),
+            match config.tiers.iter().position(|t| *t.name == *name) {
+                Some(i) => {
+                    config.default_tier = Some(config.tiers[i].name.clone());
+                    config.default_index = Some(i);
+                }
                 None => errors.push(
                     "default_tier",
                     format!(
@@ -288,6 +295,12 @@ impl<For> ConfigBuilder<For> {
                 }
             }
             StoreConfig::Custom(_) => {}
+        }
+        // What lies under a call's settings, at each tier and under none: every module
+        // setting is known now.
+        config.plain_under = config.under(None);
+        for i in 0..config.tiers.len() {
+            config.tiers[i].under = config.under(Some(&config.tiers[i].overrides));
         }
         // Every quota known now, resolved by the function every call goes through, and
         // checked against what the configured store can count.

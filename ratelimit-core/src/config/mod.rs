@@ -119,6 +119,12 @@ pub struct Config {
     pub(crate) plain: Option<Quota>,
     /// `plain`'s identity in store keys.
     pub(crate) plain_identity: Option<Box<str>>,
+    /// The module's settings, as they lie under the settings of a call under no tier.
+    pub(crate) plain_under: crate::resolve::Under,
+    /// The default tier's index in `tiers`.
+    pub(crate) default_index: Option<usize>,
+    /// What comes before every store key's hash tag (`key::head`), written once here.
+    pub(crate) head: Box<str>,
 }
 
 impl Default for Config {
@@ -194,6 +200,15 @@ impl Config {
     /// The quota of a call under no tier with no overrides.
     pub(crate) fn plain_quota(&self) -> Option<Quota> {
         self.plain
+    }
+    /// The store key's part of `tier` (an index into the tiers; `None`: no tier), written once
+    /// when the configuration was built (`key::name_part`).
+    #[inline]
+    pub(crate) fn tier_part(&self, tier: Option<usize>) -> &str {
+        match tier {
+            Some(i) => &self.tiers[i].key_part,
+            None => ":-",
+        }
     }
 
     /// Whether `other` resolves every call to the same limit on the same state: what decides

@@ -5,32 +5,50 @@
 use super::{names, Config};
 use crate::error::Error;
 use crate::quota::{Overrides, Quota, QuotaError};
-use crate::resolve;
+use crate::resolve::{self, Under};
 
 impl Config {
-    /// Which configured tier a call is decided under: the one named, else the default tier,
-    /// else none. An unknown name is [`Error::UnknownTier`].
+    /// Which configured tier a call is decided under: the one named, else the default tier
+    /// (its index found once, when the configuration was built), else none. An unknown name
+    /// is [`Error::UnknownTier`].
+    #[inline]
     pub(crate) fn tier_index(&self, name: Option<&str>) -> Result<Option<usize>, Error> {
-        let Some(name) = name.or(self.default_tier()) else {
-            return Ok(None);
+        let Some(name) = name else {
+            return Ok(self.default_index);
         };
         match self.tiers().iter().position(|t| *t.name == *name) {
             Some(i) => Ok(Some(i)),
-            None => Err(Error::UnknownTier {
-                tier: name.to_owned(),
-                known: names(self.tiers()),
-            }),
+            None => Err(self.unknown_tier(name)),
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn unknown_tier(&self, name: &str) -> Error {
+        Error::UnknownTier {
+            tier: name.to_owned(),
+            known: names(self.tiers()),
         }
     }
 
     /// The quota for a call under `tier` (an index into `self.tiers()`) with `call`'s
-    /// overrides: [`resolve::quota`] of the call, the tier and the module's settings (its
+    /// overrides: [`resolve::quota`] of the call over the tier's and the module's settings (its
     /// `default_limit`, whose absence is [`Error::NoLimit`] when neither the call nor the tier
     /// has a limit; `default_window`, `burst_limit`, `strategy`, and `token_refill_rate` for
-    /// the default limit only).
+    /// the default limit only), laid once when the configuration was built ([`Under`]).
+    #[inline]
     pub(crate) fn quota(&self, tier: Option<usize>, call: &Overrides) -> Result<Quota, Error> {
-        let tier = tier.map_or(Overrides::new(), |i| self.tiers()[i].overrides);
-        resolve::quota(call, &tier, &self.module_overrides())
+        let under = match tier {
+            Some(i) => &self.tiers()[i].under,
+            None => &self.plain_under,
+        };
+        resolve::quota(call, under)
+    }
+
+    /// What lies under a call's settings at `tier` (`None`: under no tier), the tier's own over
+    /// the module's: laid when the configuration is built.
+    pub(super) fn under(&self, tier: Option<&Overrides>) -> Under {
+        Under::new(tier.unwrap_or(&Overrides::new()), &self.module_overrides())
     }
 
     /// The module's settings, as the layer under every tier's and call's.

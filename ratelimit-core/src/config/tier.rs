@@ -179,6 +179,8 @@ impl Tier {
             priority,
             shadow,
             identity: Box::default(),
+            under: crate::resolve::Under::default(),
+            key_part: crate::key::name_part(Some(&self.name)),
         })
     }
 }
@@ -199,4 +201,8 @@ pub struct ResolvedTier {
     pub shadow: bool,
     /// `quota`'s identity in store keys, written once here rather than on every call.
     pub(crate) identity: Box<str>,
+    /// Its settings over the module's, as they lie under a call's (laid once here).
+    pub(crate) under: crate::resolve::Under,
+    /// Its part of a store key (`key::name_part`), written once here.
+    pub(crate) key_part: Box<str>,
 }

@@ -405,12 +405,14 @@ impl RateLimitService {
         let generation = self.generation();
         let config = &generation.config;
         let mut own = None;
-        let (quota, tier) = self.resolve(config, &options.call(), &mut own)?;
-        Ok((*quota, tier.map(|i| config.tiers()[i].name.clone())))
+        let resolved = self.resolve(config, &options.call(), &mut own)?;
+        let tier = resolved.tier.map(|i| config.tiers()[i].name.clone());
+        Ok((*resolved.quota, tier))
     }
 
     /// The quota under `tier` (an index into the configured tiers) with `overrides`, checked
     /// against the store.
+    #[inline]
     pub(crate) fn resolve_quota(
         &self,
         config: &Config,
@@ -433,28 +435,52 @@ impl RateLimitService {
     }
 
     /// The quota and tier (an index into `config`'s tiers) of a call with `options` under
-    /// `config`: the configuration's own quota, borrowed, or one the call's overrides make,
-    /// resolved into `own`.
+    /// `config`: the configuration's own quota, borrowed with its identity in store keys, or
+    /// one the call's overrides make, resolved into `own` (its identity written per call).
     pub(super) fn resolve<'a>(
         &self,
         config: &'a Config,
         options: &Call<'_>,
         own: &'a mut Option<Quota>,
-    ) -> Result<(&'a Quota, Option<usize>), Error> {
+    ) -> Result<Resolved<'a>, Error> {
         let tier = config.tier_index(options.tier)?;
-        let quota = match (tier, options.overrides.is_empty()) {
+        if !options.overrides.is_empty() {
+            let quota = own.insert(config.quota(tier, options.overrides)?);
+            self.inner.store.supports(quota)?;
+            return Ok(Resolved {
+                quota,
+                tier,
+                identity: None,
+            });
+        }
+        let (quota, identity) = match tier {
+            Some(i) => {
+                let tier = &config.tiers()[i];
+                (&tier.quota, &*tier.identity)
+            }
             // The hot path of a plain call: the default limit, resolved once at build time.
             // The error made only where it is returned (`ok_or` built and dropped one on every
             // call: 29 instructions).
-            (None, true) => match config.plain.as_ref() {
-                Some(plain) => plain,
-                None => return Err(Error::NoLimit),
+            None => match (&config.plain, &config.plain_identity) {
+                (Some(plain), Some(identity)) => (plain, &**identity),
+                _ => return Err(Error::NoLimit),
             },
-            (Some(i), true) => &config.tiers()[i].quota,
-            (_, false) => own.insert(self.resolve_quota(config, tier, options.overrides)?),
         };
-        Ok((quota, tier))
+        Ok(Resolved {
+            quota,
+            tier,
+            identity: Some(identity),
+        })
     }
+}
+
+/// What [`RateLimitService::resolve`] makes of a call's options under a configuration.
+pub(super) struct Resolved<'a> {
+    pub(super) quota: &'a Quota,
+    /// An index into the configuration's tiers.
+    pub(super) tier: Option<usize>,
+    /// The quota's identity in store keys when the configuration wrote it (its own quota).
+    pub(super) identity: Option<&'a str>,
 }
 
 /// Logs every shadow tier of `config` at warn level, as a service starts or reloads: shadow is

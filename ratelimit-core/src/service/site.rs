@@ -318,10 +318,10 @@ impl RateLimitService {
             // A call the old configuration did not resolve had no budget there to hold to; a
             // shadow limit refused nothing.
             let mut resolved = None;
-            let Ok((old, old_tier)) = self.resolve(old_config, options, &mut resolved) else {
+            let Ok(old) = self.resolve(old_config, options, &mut resolved) else {
                 continue;
             };
-            let old = *old;
+            let (old, old_tier) = (*old.quota, old.tier);
             if options.shadow || old_tier.is_some_and(|i| old_config.tiers()[i].shadow) {
                 continue;
             }
@@ -337,9 +337,9 @@ impl RateLimitService {
                 continue;
             }
             let parts = KeyParts {
-                prefix: old_config.key_prefix(),
+                head: &old_config.head,
                 budget: options.budget,
-                tier: old_name.as_deref(),
+                tier: old_config.tier_part(old_tier),
                 key: None,
                 identity: None,
             };
@@ -366,6 +366,7 @@ impl RateLimitService {
     /// running one, loaded once for the call), borrowing from both, and from `held`, the
     /// caller's local for what neither holds (a quota the call's overrides make, a reload's
     /// transition). What [`prepare`](Self::prepare) holds instead when a caller makes many.
+    #[inline(always)]
     pub(crate) fn site<'a>(
         &'a self,
         generation: &'a Generation,
@@ -380,7 +381,8 @@ impl RateLimitService {
                 reason: "the budget name is longer than 1024 bytes",
             });
         }
-        let (quota, tier) = self.resolve(config, options, &mut held.quota)?;
+        let resolved = self.resolve(config, options, &mut held.quota)?;
+        let (quota, tier) = (resolved.quota, resolved.tier);
         if let Some(window) = options.overrides.window {
             self.note_own_window(window);
         }
@@ -392,11 +394,6 @@ impl RateLimitService {
                 None => None,
             },
         };
-        let identity = match tier {
-            _ if !options.overrides.is_empty() => None,
-            Some(i) => Some(&*config.tiers()[i].identity),
-            None => config.plain_identity.as_deref(),
-        };
         Ok(Site {
             generation,
             quota,
@@ -407,11 +404,11 @@ impl RateLimitService {
             },
             counters: None,
             key: SiteKey::Parts(KeyParts {
-                prefix: config.key_prefix(),
+                head: &config.head,
                 budget: options.budget,
-                tier: tier.map(|i| &*config.tiers()[i].name),
+                tier: config.tier_part(tier),
                 key: None,
-                identity,
+                identity: resolved.identity,
             }),
             cost: options.cost,
             cost_checked: false,
