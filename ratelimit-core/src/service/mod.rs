@@ -8,6 +8,7 @@ use std::sync::Arc;
 mod adjust;
 mod calls;
 mod counting;
+mod generation;
 mod options;
 mod pipeline;
 mod prepared;
@@ -20,6 +21,7 @@ mod stacked;
 mod transition;
 mod wait;
 
+pub(crate) use generation::{Generation, Kept, KEPT_PREVIOUS};
 pub(crate) use options::Call;
 pub use options::Options;
 pub(crate) use prepared::Begun;
@@ -37,97 +39,6 @@ use crate::store::{DynStore, MemoryStore, Store};
 /// Per-budget counters; budget names are fn paths. A prepared site holds its budget's, so the
 /// map is read when a site is prepared, and by calls that name a budget without one.
 type MethodCounters = hashbrown::HashMap<Arc<str>, Arc<Counters>, foldhash::fast::RandomState>;
-
-/// One configuration as the service runs it, swapped whole by a reload: every call is
-/// decided under one generation from its first step to its last.
-pub(crate) struct Generation {
-    pub(crate) config: Arc<Config>,
-    /// The counters of `config`'s tiers, in their order; a tier's carry over a reload that
-    /// keeps its name.
-    pub(crate) by_tier: Vec<Arc<Counters>>,
-    /// 0 for the configuration the service was built with, one more per reload.
-    pub(crate) number: u64,
-    /// The configurations reloads replaced, the latest first, each with when it was
-    /// replaced: a limit a reload loosened or moved holds to its old quota for one old window
-    /// (`Site::transition`), whatever reloads came after: each while it is in force, and the
-    /// last [`KEPT_PREVIOUS`] (`reload.rs`, `kept_after`).
-    pub(crate) previous: Vec<Kept>,
-}
-
-/// A configuration a reload replaced, kept for transitions.
-#[derive(Clone)]
-pub(crate) struct Kept {
-    pub(crate) config: Arc<Config>,
-    /// When the reload replaced it.
-    pub(crate) replaced_at: crate::clock::Nanos,
-    /// The longest window of a limit it configures (the default's, a tier's): past
-    /// `replaced_at` plus this, it holds no call without a window of its own.
-    pub(crate) longest: crate::clock::Nanos,
-}
-
-impl Kept {
-    /// Whether it may still hold a call at `now`: the call's own window (`own`, the same
-    /// under every configuration) or else its longest configured one has not passed since it
-    /// was replaced. With no window of the call's own: whether it may hold any such call.
-    pub(crate) fn in_force(
-        &self,
-        now: crate::clock::Nanos,
-        own: Option<std::time::Duration>,
-    ) -> bool {
-        let window = own.map_or(self.longest, |w| w.as_nanos() as u64);
-        now < self.replaced_at.saturating_add(window)
-    }
-
-    /// Whether it may still hold any call at `now`: one without a window of its own (its
-    /// longest configured window), or one with `own`, the longest window of its own a call of
-    /// the service was worked out with (`Inner::own_windows`: such a call is held to every
-    /// configuration replaced within it, whichever it was worked out under), since it was
-    /// replaced. What a reload keeps it for (`reload.rs`).
-    pub(crate) fn holds_any(&self, now: crate::clock::Nanos, own: crate::clock::Nanos) -> bool {
-        now < self.replaced_at.saturating_add(self.longest.max(own))
-    }
-
-    /// The running `generation`, replaced by a reload at `replaced_at`.
-    pub(crate) fn new(generation: &Generation, replaced_at: crate::clock::Nanos) -> Self {
-        let config = Arc::clone(&generation.config);
-        let longest = (config.tiers().iter().map(|t| t.quota.window_nanos()))
-            .chain(std::iter::once(config.default_window().as_nanos() as u64))
-            .max()
-            .unwrap_or(0);
-        Kept {
-            config,
-            replaced_at,
-            longest,
-        }
-    }
-}
-
-/// How many replaced configurations a generation keeps for transitions whatever their age,
-/// besides those that may still hold a call (`Kept::holds_any`): a margin, which a call
-/// resolved per call skips with one comparison once it is past its windows.
-pub(crate) const KEPT_PREVIOUS: usize = 8;
-
-impl Generation {
-    fn new(config: Config, number: u64, before: Option<&Generation>) -> Self {
-        let by_tier = config
-            .tiers()
-            .iter()
-            .map(|t| {
-                let kept = before.and_then(|b| {
-                    let i = b.config.tiers().iter().position(|old| old.name == t.name)?;
-                    Some(Arc::clone(&b.by_tier[i]))
-                });
-                kept.unwrap_or_else(|| Arc::new(Counters::tier(&t.name)))
-            })
-            .collect();
-        Generation {
-            config: Arc::new(config),
-            by_tier,
-            number,
-            previous: Vec::new(),
-        }
-    }
-}
 
 struct Inner {
     /// The running configuration (see [`Generation`]).
