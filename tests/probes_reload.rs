@@ -258,6 +258,87 @@ fn a_prefix_change_holds_to_the_old_budget_for_one_old_window() {
 }
 
 // ---------------------------------------------------------------------------------------
+// Kept configurations a call with its own limit resolves alike (`Kept::resolves_alike`,
+// worked out per reload): each differs from the running one in what such a call reads.
+// ---------------------------------------------------------------------------------------
+
+/// A call with a limit of its own of 2, its 2 spent; the module's burst raised from 0 to 5
+/// (the default limit as it was): the call's capacity 2 -> 7 on the same state, held to 2
+/// for one old window. The module's default limit, which such a call never reads, is not
+/// all that differs.
+#[test]
+fn a_module_burst_raised_holds_a_call_with_its_own_limit_to_its_old_capacity() {
+    let rt = two_workers();
+    let clock = clock();
+    let (services, _servers) = on_every_store("probe-own-burst", || limit(100), &clock);
+    for (store, service) in services {
+        rt.block_on(async {
+            let own = Options::new().limit(2);
+            assert_eq!(spend(&service, &own, 2).await, 2, "{store}");
+            let burst = limit(100).burst_limit(5);
+            service.reload(on_its_store(&service, burst)).unwrap();
+            assert_eq!(by_64(&service, &own, 2).await, 0, "{store}");
+            if store == "memory" {
+                clock.advance(LONG);
+                assert_eq!(by_64(&service, &own, 2).await, 7, "{store}");
+            }
+        });
+    }
+}
+
+/// The same limits under another key prefix: another state, so a call with a limit of its
+/// own of 3, 2 spent, gets 1 more in the old window, not a fresh 3.
+#[test]
+fn a_prefix_change_holds_a_call_with_its_own_limit_to_its_old_state() {
+    let rt = two_workers();
+    let clock = clock();
+    let (services, _servers) = on_every_store("probe-own-prefix", || limit(100), &clock);
+    for (store, service) in services {
+        rt.block_on(async {
+            let own = Options::new().limit(3);
+            assert_eq!(spend(&service, &own, 2).await, 2, "{store}");
+            let running = service.config();
+            let moved = limit(100)
+                .store(running.store().clone())
+                .key_prefix(format!("{}-moved", running.key_prefix()))
+                .build()
+                .unwrap();
+            service.reload(moved).unwrap();
+            assert_eq!(by_64(&service, &own, 3).await, 1, "{store}");
+        });
+    }
+}
+
+/// Two tiers alike but for their names, the default one switched from the first to the
+/// second: a call naming no tier, with a limit of its own of 3 and 2 spent under the first,
+/// moves to another state (the tier's name is part of its key) and gets 1 more in the old
+/// window, not a fresh 3.
+#[test]
+fn a_default_tier_switched_to_its_twin_holds_a_call_with_its_own_limit_to_its_old_state() {
+    let rt = two_workers();
+    let clock = clock();
+    let twins = |default: &'static str| {
+        move || {
+            limit(100)
+                .tier(tier("free", 5))
+                .tier(tier("basic", 5))
+                .default_tier(default)
+        }
+    };
+    let (services, _servers) = on_every_store("probe-own-twin", twins("free"), &clock);
+    for (store, service) in services {
+        rt.block_on(async {
+            let own = Options::new().limit(3);
+            assert_eq!(spend(&service, &own, 2).await, 2, "{store}");
+            service
+                .reload(on_its_store(&service, twins("basic")()))
+                .unwrap();
+            assert_eq!(by_64(&service, &own, 3).await, 1, "{store}");
+        });
+    }
+}
+
+// ---------------------------------------------------------------------------------------
 // Prepared sites.
 // ---------------------------------------------------------------------------------------
 

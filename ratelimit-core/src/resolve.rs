@@ -17,7 +17,8 @@ use crate::quota::{Overrides, Quota, QuotaError};
 /// 3,600).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(crate) struct Under {
-    /// Under a call with a limit of its own: the module's refill left out.
+    /// Under a call with a limit of its own: the module's refill left out, and every limit
+    /// but the call's.
     own_limit: Overrides,
     /// Under a call without one.
     no_limit: Overrides,
@@ -28,11 +29,15 @@ impl Under {
     pub(crate) fn new(tier: &Overrides, module: &Overrides) -> Self {
         let mut without_refill = *module;
         without_refill.refill = None;
-        let own_limit = tier.or(without_refill);
         let no_limit = match tier.limit {
-            Some(_) => own_limit,
+            Some(_) => tier.or(without_refill),
             None => tier.or(*module),
         };
+        // Under a call's own limit no other limit shows: left out, so that two configurations
+        // whose only difference is a limit such a call never reads lay the same layer under it
+        // (`alike`).
+        let mut own_limit = tier.or(without_refill);
+        own_limit.limit = None;
         Under {
             own_limit,
             no_limit,
@@ -42,10 +47,23 @@ impl Under {
     /// The layers under a call with `call`'s overrides, and over them the call's.
     #[inline]
     fn with(&self, call: &Overrides) -> Overrides {
-        call.or(match call.limit {
-            Some(_) => self.own_limit,
-            None => self.no_limit,
-        })
+        call.or(*self.layer(call.limit.is_some()))
+    }
+
+    /// The layer under a call with a limit of its own (`own_limit`) or without.
+    #[inline]
+    fn layer(&self, own_limit: bool) -> &Overrides {
+        match own_limit {
+            true => &self.own_limit,
+            false => &self.no_limit,
+        }
+    }
+
+    /// Whether a call with a limit of its own (`own_limit`), or one without, resolves over
+    /// `other` exactly as over this: the same layer under its settings, so [`quota`] makes
+    /// the same quota of any call's.
+    pub(crate) fn alike(&self, other: &Under, own_limit: bool) -> bool {
+        self.layer(own_limit) == other.layer(own_limit)
     }
 }
 

@@ -31,19 +31,35 @@ pub(crate) struct Kept {
     /// The longest window of a limit it configures (the default's, a tier's): past
     /// `replaced_at` plus this, it holds no call without a window of its own.
     pub(crate) longest: crate::clock::Nanos,
+    /// Which calls it holds to nothing, by how the running configuration resolves them
+    /// ([`resolves_alike`](Self::resolves_alike)), worked out when a reload installs the
+    /// running one ([`against`](Self::against)).
+    alike: Alike,
+}
+
+/// Which calls a kept configuration resolves as the running one does ([`Kept::against`]).
+#[derive(Clone, Default)]
+struct Alike {
+    /// For each tier of the running configuration, by index, and then for no tier: whether a
+    /// call there with a limit of its own (`[true]`), or without (`[false]`), resolves alike.
+    by_tier: Box<[[bool; 2]]>,
+    /// Whether a call that names no tier falls under a tier of the same name in both (or
+    /// under none in both).
+    default_tier: bool,
 }
 
 impl Kept {
-    /// Whether it may still hold a call at `now`: the call's own window (`own`, the same
-    /// under every configuration) or else its longest configured one has not passed since it
-    /// was replaced. With no window of the call's own: whether it may hold any such call.
+    /// Whether it may still hold a call at `now`: the call's own window (`own`, in
+    /// nanoseconds, the same under every configuration) or else its longest configured one has
+    /// not passed since it was replaced. With no window of the call's own: whether it may hold
+    /// any such call.
+    #[inline]
     pub(crate) fn in_force(
         &self,
         now: crate::clock::Nanos,
-        own: Option<std::time::Duration>,
+        own: Option<crate::clock::Nanos>,
     ) -> bool {
-        let window = own.map_or(self.longest, |w| w.as_nanos() as u64);
-        now < self.replaced_at.saturating_add(window)
+        now < self.replaced_at.saturating_add(own.unwrap_or(self.longest))
     }
 
     /// Whether it may still hold any call at `now`: one without a window of its own (its
@@ -53,6 +69,57 @@ impl Kept {
     /// replaced. What a reload keeps it for (`reload.rs`).
     pub(crate) fn holds_any(&self, now: crate::clock::Nanos, own: crate::clock::Nanos) -> bool {
         now < self.replaced_at.saturating_add(self.longest.max(own))
+    }
+
+    /// Whether it holds a call with `options`, decided under `tier` (an index into the
+    /// running configuration's tiers) by the running configuration, to nothing: limiting was
+    /// off in it, or it lays the same settings under the call's at a tier of the same name
+    /// (or at none) under the same key prefix, so it resolves the call to the same quota on
+    /// the same state, which it never holds to anything (`transition_of`). Worked out once per
+    /// reload for every tier: a call resolved per call does not resolve it again.
+    #[inline]
+    pub(crate) fn resolves_alike(
+        &self,
+        options: &crate::service::Call<'_>,
+        tier: Option<usize>,
+    ) -> bool {
+        if options.tier.is_none() && !self.alike.default_tier {
+            return false;
+        }
+        let at = tier.unwrap_or(self.alike.by_tier.len().wrapping_sub(1));
+        let own_limit = options.overrides.limit.is_some();
+        self.alike
+            .by_tier
+            .get(at)
+            .is_some_and(|alike| alike[usize::from(own_limit)])
+    }
+
+    /// This configuration kept under `running` (the configuration a reload installs): which
+    /// calls it resolves as `running` does, worked out for every tier of `running`.
+    pub(crate) fn against(mut self, running: &Config) -> Self {
+        let old = &*self.config;
+        // Limiting off refused nothing; another prefix is another state.
+        let (off, keyed_alike) = (!old.enabled(), old.key_prefix() == running.key_prefix());
+        let at = |tier: Option<&crate::config::ResolvedTier>| -> [bool; 2] {
+            let (under, old_under) = match tier {
+                Some(t) => match old.tier(&t.name) {
+                    Some(o) => (&t.under, &o.under),
+                    None => return [off; 2],
+                },
+                None => (&running.plain_under, &old.plain_under),
+            };
+            [false, true].map(|own| off || (keyed_alike && old_under.alike(under, own)))
+        };
+        let by_tier = (running.tiers().iter().map(Some))
+            .chain(std::iter::once(None))
+            .map(at)
+            .collect();
+        let default_tier = old.default_tier() == running.default_tier();
+        self.alike = Alike {
+            by_tier,
+            default_tier,
+        };
+        self
     }
 
     /// The running `generation`, replaced by a reload at `replaced_at`.
@@ -66,6 +133,7 @@ impl Kept {
             config,
             replaced_at,
             longest,
+            alike: Alike::default(),
         }
     }
 }

@@ -146,7 +146,7 @@ fn kept_after(
         .filter(|kept| !kept.config.same_limits(config))
         .enumerate()
         .filter(|(i, kept)| *i < super::KEPT_PREVIOUS || kept.holds_any(now, own))
-        .map(|(_, kept)| kept)
+        .map(|(_, kept)| kept.against(config))
         .collect();
     if kept.len() > MOST_IN_FORCE {
         let mut errors = ConfigError::default();

@@ -305,9 +305,11 @@ impl RateLimitService {
         };
         let mut transition = Transition::default();
         let now = self.inner.clock.now();
+        let own = options.overrides.window.map(|w| w.as_nanos() as u64);
         for kept in &generation.previous {
-            // Past every window it could hold this call to: nothing to resolve.
-            if !kept.in_force(now, options.overrides.window) {
+            // Past every window it could hold this call to, or resolving it to the same quota
+            // on the same state: nothing to resolve.
+            if !kept.in_force(now, own) || kept.resolves_alike(options, tier) {
                 continue;
             }
             let old_config = &*kept.config;
