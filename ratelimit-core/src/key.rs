@@ -80,8 +80,8 @@ pub(crate) struct KeyParts<'a> {
     /// `<prefix>:{` ([`head`]).
     pub(crate) head: &'a str,
     pub(crate) budget: Option<&'a str>,
-    /// The tier's part, written ([`name_part`]).
-    pub(crate) tier: &'a str,
+    /// The tier's part, written ([`name_part`]); `None`: no tier (`:-`, a constant).
+    pub(crate) tier: Option<&'a str>,
     pub(crate) key: Option<&'a str>,
     /// The quota's identity when it was written ahead (a tier's, the default limit's);
     /// `None` writes it from the quota.
@@ -249,7 +249,10 @@ pub(crate) fn write_suffix(out: &mut impl Write, parts: &KeyParts<'_>, quota: &Q
         None => quota.identity(out),
     }
     write_name(out, parts.budget);
-    push(out, parts.tier);
+    match parts.tier {
+        Some(tier) => push(out, tier),
+        None => push(out, ":-"),
+    }
 }
 
 /// Text being written, in place up to `N` bytes and on the heap past that: the store key of

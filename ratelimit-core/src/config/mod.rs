@@ -204,11 +204,8 @@ impl Config {
     /// The store key's part of `tier` (an index into the tiers; `None`: no tier), written once
     /// when the configuration was built (`key::name_part`).
     #[inline]
-    pub(crate) fn tier_part(&self, tier: Option<usize>) -> &str {
-        match tier {
-            Some(i) => &self.tiers[i].key_part,
-            None => ":-",
-        }
+    pub(crate) fn tier_part(&self, tier: Option<usize>) -> Option<&str> {
+        tier.map(|i| &*self.tiers[i].key_part)
     }
 
     /// Whether `other` resolves every call to the same limit on the same state: what decides

@@ -63,11 +63,11 @@ fn key(
     q: &Quota,
 ) -> String {
     let mut out = String::new();
-    let (head, tier) = (head(prefix), name_part(tier));
+    let (head, tier) = (head(prefix), tier.map(|t| name_part(Some(t))));
     let parts = KeyParts {
         head: &head,
         budget,
-        tier: &tier,
+        tier: tier.as_deref(),
         key: user,
         identity: None,
     };
@@ -149,11 +149,11 @@ fn no_two_tuples_share_a_key() {
                         assert_eq!(decode(&k).as_ref(), Some(&tuple), "{k}");
                         // A prepared site's key, written around the user key, and on
                         // the stack (moving to the heap when long): the same key.
-                        let (head, tier) = (head(prefix), name_part(tier));
+                        let (head, tier) = (head(prefix), tier.map(|t| name_part(Some(t))));
                         let parts = KeyParts {
                             head: &head,
                             budget,
-                            tier: &tier,
+                            tier: tier.as_deref(),
                             key: None,
                             identity: None,
                         };
@@ -181,7 +181,7 @@ fn no_two_tuples_share_a_key() {
         &KeyParts {
             head: "p:{",
             budget: None,
-            tier: ":-",
+            tier: None,
             key: None,
             identity: None,
         },
@@ -200,7 +200,7 @@ fn user_keys_are_checked() {
         let parts = KeyParts {
             head: "p:{",
             budget: None,
-            tier: ":-",
+            tier: None,
             key: Some(&bad),
             identity: None,
         };
