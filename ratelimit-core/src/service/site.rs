@@ -119,8 +119,10 @@ pub(crate) enum Names<'a> {
 /// A site's store key, without the user key.
 #[derive(Clone, Copy)]
 pub(crate) enum SiteKey<'a> {
-    /// Its parts, composed per call (a site worked out for one call).
-    Parts(KeyParts<'a>),
+    /// Composed per call (a site worked out for one call) from the parts its generation's
+    /// configuration wrote (the head, the tier's part), its budget, and the quota's identity
+    /// when the configuration wrote that too ([`parts`](Site::parts)).
+    Parts { identity: Option<&'a str> },
     /// Written ahead, around the user key (a prepared site).
     Around(&'a Around),
 }
@@ -192,12 +194,25 @@ impl<'a> Site<'a> {
     pub(crate) fn compose(&self, out: &mut impl fmt::Write, key: Option<&str>) {
         match &self.key {
             SiteKey::Around(around) => around.write(out, key),
-            SiteKey::Parts(parts) => {
-                let parts = KeyParts { key, ..*parts };
+            SiteKey::Parts { identity } => {
+                let parts = self.parts(key, *identity);
                 key::write_around(out, &parts, |out| {
                     key::write_suffix(out, &parts, self.quota);
                 });
             }
+        }
+    }
+
+    /// The parts of the store key of a site worked out for one call, with user `key`.
+    #[inline(always)]
+    fn parts<'k>(&'k self, key: Option<&'k str>, identity: Option<&'k str>) -> KeyParts<'k> {
+        let config = &*self.generation.config;
+        KeyParts {
+            head: &config.head,
+            budget: self.budget(),
+            tier: config.tier_part(self.tier),
+            key,
+            identity,
         }
     }
 
@@ -230,7 +245,7 @@ impl<'a> Site<'a> {
     /// The store key around the user key, written out (for a site prepared once).
     pub(crate) fn around(&self) -> Around {
         match &self.key {
-            SiteKey::Parts(parts) => Around::new(parts, self.quota),
+            SiteKey::Parts { identity } => Around::new(&self.parts(None, *identity), self.quota),
             SiteKey::Around(around) => Around::clone(around),
         }
     }
@@ -405,13 +420,9 @@ impl RateLimitService {
                 policy: options.policy,
             },
             counters: None,
-            key: SiteKey::Parts(KeyParts {
-                head: &config.head,
-                budget: options.budget,
-                tier: config.tier_part(tier),
-                key: None,
+            key: SiteKey::Parts {
                 identity: resolved.identity,
-            }),
+            },
             cost: options.cost,
             cost_checked: false,
             spend: options.consume,
