@@ -368,7 +368,7 @@ fn a_store_swept_at_every_step_decides_exactly_as_one_never_swept() {
 #[test]
 fn sweeps_racing_decisions_never_free_a_live_key() {
     const LIMIT: u64 = 3;
-    const STEP: u64 = 500_000; // 0.5 ms of clock per call: 8 s in all
+    const STEP: u64 = 500_000; // 0.5 ms of clock per call: 8 s at least
     let store = MemoryStore::new();
     let q = quota(LIMIT, Duration::from_millis(2), Strategy::FixedWindow);
     let clock = AtomicU64::new(T0);
@@ -383,10 +383,15 @@ fn sweeps_racing_decisions_never_free_a_live_key() {
         });
         let handles: Vec<_> = (0..2)
             .map(|_| {
-                let (store, q, clock) = (&store, &q, &clock);
+                let (store, q, clock, swept) = (&store, &q, &clock, &swept);
                 s.spawn(move || {
                     let mut counts = std::collections::BTreeMap::new();
-                    for _ in 0..8_000 {
+                    // 8,000 calls each, and on until the sweeper has dropped keys while
+                    // they decide: on a loaded machine its thread may not have run yet
+                    // (once in about ten runs under load), which tested no race at all.
+                    let mut calls = 0;
+                    while calls < 8_000 || (swept.load(Ordering::SeqCst) == 0 && calls < 400_000) {
+                        calls += 1;
                         let at = clock.fetch_add(STEP, Ordering::SeqCst);
                         // Five keys in turn, each busy for 0.5 s then idle for 2 s (swept
                         // meanwhile, from 1 s after its last window ended).
