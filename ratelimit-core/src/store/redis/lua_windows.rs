@@ -350,18 +350,25 @@ fn a_log_of_the_previous_version_is_read_by_its_expiry_until_a_call_names_its_wi
     // The hour's own call, the key ending when its entries stop counting: admitted, and its
     // entry names the hour.
     assert!(script(&redis, &hour, at, 2, true, true).allowed);
-    assert!(
-        head(&redis).ends_with(&format!("/{HOUR}")),
-        "{}",
-        head(&redis)
-    );
     // Late in that entry's hour: the minute is refused (the log is the hour's), and the hour
     // still counts its 2 (the entries at T0 have left it).
+    let late = the_hours_log_refuses_the_minute_late(&redis, &minute, at);
+    assert_eq!(drain(&redis, &hour, late + 1_000), 3);
+}
+
+/// The head names the hour, its entry written at `at`; late in that hour (half a minute
+/// before it ends) a call of `minute` is refused until it ends. That late time.
+fn the_hours_log_refuses_the_minute_late(redis: &Redis, minute: &Quota, at: u64) -> u64 {
+    assert!(
+        head(redis).ends_with(&format!("/{HOUR}")),
+        "{}",
+        head(redis)
+    );
     let late = at + HOUR - MINUTE / 2;
     redis.set_time(late);
-    let reply = redis.decide_full(&minute, KEY, 1, true);
+    let reply = redis.decide_full(minute, KEY, 1, true);
     assert!(refused_until(&reply, at + HOUR, late), "{reply:?}");
-    assert_eq!(drain(&redis, &hour, late + 1_000), 3);
+    late
 }
 
 /// A log of the previous version that a call keeps live entries of while its key is kept
@@ -396,15 +403,7 @@ fn a_key_of_one_window_names_its_window_only_on_a_log_that_names_one() {
     let at = T0 + 1_000;
     redis.set_time(at);
     assert!(script(&redis, &hour, at, 1, true, false).allowed);
-    assert!(
-        head(&redis).ends_with(&format!("/{HOUR}")),
-        "{}",
-        head(&redis)
-    );
-    let late = at + HOUR - MINUTE / 2;
-    redis.set_time(late);
-    let reply = redis.decide_full(&minute, KEY, 1, true);
-    assert!(refused_until(&reply, at + HOUR, late), "{reply:?}");
+    the_hours_log_refuses_the_minute_late(&redis, &minute, at);
 }
 
 /// The window an entry names is read up to `MAX_WINDOW` (the script's bound is the crate's)
