@@ -78,7 +78,7 @@ use syn::spanned::Spanned;
 use syn::{Block, ReturnType, Signature};
 
 use crate::attr::{self, Args};
-use crate::limit::{limit, Limit};
+use crate::limit::{limit, Limit, DECLARATION};
 use crate::path::Place;
 
 fn contains_impl(tokens: TokenStream) -> bool {
@@ -88,9 +88,6 @@ fn contains_impl(tokens: TokenStream) -> bool {
         _ => false,
     })
 }
-
-/// The name of a limit's declaration static, numbered: [`limited_already`] looks for it.
-pub(crate) const DECLARATION: &str = "__RATELIMIT_DECLARATION_";
 
 /// Whether `block` is the body of a fn our expansion has limited already: it declares a limit.
 /// An attribute reads the limits of its fn (or of an `impl` block's methods) by their names, so

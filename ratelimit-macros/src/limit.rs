@@ -10,7 +10,6 @@ use syn::Signature;
 use ratelimit_syntax::Strategy;
 
 use crate::attr::{Args, Cost, Tier};
-use crate::generate::DECLARATION;
 
 /// The strategy as a path to its variant. The name is the variant's own (the derived `Debug`
 /// of a variant without fields), so a strategy added to `ratelimit-syntax` needs nothing here.
@@ -65,6 +64,10 @@ fn spec_tokens(args: &Args, k: &TokenStream) -> syn::Result<TokenStream> {
     }
     Ok(spec)
 }
+
+/// The name of a limit's declaration static, numbered by the limit's place:
+/// `generate::limited_already` looks for it.
+pub(crate) const DECLARATION: &str = "__RATELIMIT_DECLARATION_";
 
 /// One limit of a fn: its declaration (a static and its registration) and the statements
 /// that evaluate its key, tier and cost; `index` numbers the limits of one fn from 0.
