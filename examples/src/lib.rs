@@ -1,6 +1,8 @@
 //! Examples live beside this file; run `cargo run --example quickstart`. What the HTTP examples
 //! (`axum_server`, `actix_server`) share is here.
 
+#![forbid(unsafe_code)]
+
 use ratelimit::{rate_limit, Error};
 
 /// The signed-in user and their plan, from the `Authorization` header's value. A stand-in for
