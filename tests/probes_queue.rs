@@ -261,8 +261,9 @@ async fn waiters_are_admitted_exactly_as_the_plain_path_allows_for_every_strateg
 }
 
 /// A `ManualClock` that never moves while Tokio's time runs on: the budget never frees, so
-/// no waiter is admitted; each ends with `QueueTimeout` at its deadline, and the head asks
-/// the store once per refusal's `retry_after` (no spinning, no herd).
+/// no waiter is admitted; the head asks the store once per refusal's `retry_after` (no
+/// spinning, no herd), and every waiter ends with `QueueTimeout` as soon as the line's turn
+/// is known to come after its deadline, none of them asking again.
 #[tokio::test(start_paused = true)]
 async fn waiters_on_a_clock_that_never_moves_time_out_at_their_deadline_asking_once_per_retry() {
     let store = Switched::default();
@@ -280,10 +281,11 @@ async fn waiters_on_a_clock_that_never_moves_time_out_at_their_deadline_asking_o
     }
     for t in tasks {
         match bounded("a waiter", t).await.unwrap() {
-            // Told when the head's last refusal (at 50 s) said the budget admits: 60 s.
+            // The head's refusal at 50 s says 60 s, past every deadline (55 s): all end at
+            // 50 s, told the 10 s left until then.
             (Err(Error::QueueTimeout { retry_after }), at) => {
-                assert_eq!(at, Duration::from_secs(55));
-                assert_eq!(retry_after, Duration::from_secs(5));
+                assert_eq!(at, Duration::from_secs(50));
+                assert_eq!(retry_after, Duration::from_secs(10));
             }
             other => panic!("{other:?}"),
         }
@@ -1024,7 +1026,8 @@ fn waiters_on_two_workers_are_admitted_exactly_the_limit_per_step_of_the_clock()
 }
 
 /// A current-thread runtime with a timer but time not paused, a `ManualClock` the test never
-/// moves: a wait ends at its (real, short) timeout with `QueueTimeout`, never admitted; and
+/// moves: a wait whose turn (1,000 s away) is past its (real, short) timeout ends at once
+/// with `QueueTimeout`, never admitted; and
 /// `until_ready` with a deadline it cannot meet is refused at once.
 #[test]
 fn on_a_current_thread_runtime_a_frozen_clock_ends_waits_at_their_timeout() {
@@ -1040,11 +1043,10 @@ fn on_a_current_thread_runtime_a_frozen_clock_ends_waits_at_their_timeout() {
     runtime.block_on(async {
         assert_eq!(exhaust(&service, "k", &opts).await, 1);
         match service.consume("k", &opts).await {
-            // Less the (real) time the wait took.
-            Err(Error::QueueTimeout { retry_after }) => assert!(
-                retry_after > Duration::from_secs(900) && retry_after < Duration::from_secs(1_000),
-                "{retry_after:?}"
-            ),
+            // The store's refusal, on the clock that never moves: exactly the window's rest.
+            Err(Error::QueueTimeout { retry_after }) => {
+                assert!(retry_after == Duration::from_secs(1_000), "{retry_after:?}")
+            }
             other => panic!("{other:?}"),
         }
         let deadline = Instant::now() + Duration::from_secs(5);
@@ -1071,8 +1073,9 @@ async fn probe_waits(user: &str) -> Result<(), Error> {
 
 /// Annotated fns that wait, in a `TestModule` (a `ManualClock` the test moves with Tokio's
 /// paused time): 2 per minute; seven callers over a spent budget get exactly 2 at each
-/// minute the test moves the clock to, in order, and the rest time out at the module's
-/// queue timeout.
+/// minute the test moves the clock to, in order, and the rest time out as soon as the line's
+/// turn is known to come after their queue timeout (150 s): at 140 s, where the manual clock
+/// (left at 120 s) says the next window opens 40 s later, at 180 s of Tokio's time.
 #[tokio::test(start_paused = true)]
 async fn annotated_waiters_get_exactly_their_limit_per_window_of_a_test_module() {
     let module = TestModule::new(Module::builder().queue_timeout("150s")).unwrap();
@@ -1112,9 +1115,9 @@ async fn annotated_waiters_get_exactly_their_limit_per_window_of_a_test_module()
         ("ok", 60),
         ("ok", 120),
         ("ok", 120),
-        ("timeout", 150),
-        ("timeout", 150),
-        ("timeout", 150),
+        ("timeout", 140),
+        ("timeout", 140),
+        ("timeout", 140),
     ];
     assert_eq!(outcomes, expected);
     let q = module.stats().queue;

@@ -87,9 +87,9 @@ pub enum Error {
         /// The configured size.
         max_queue_size: usize,
     },
-    /// The call waited in the queue for its whole timeout (or until its `until_ready`
-    /// deadline) without being admitted: capacity did not free up, or the store did not
-    /// answer in time.
+    /// The call was not admitted within its queue timeout (or its `until_ready` deadline):
+    /// capacity did not free up, or the store did not answer in time. Ended as soon as the
+    /// store's refusal puts the call's turn after its timeout, else at the timeout.
     QueueTimeout {
         /// How long until the budget is expected to admit a call (others may be ahead).
         retry_after: Duration,

@@ -188,7 +188,8 @@ impl<For> ConfigBuilder<For> {
         self
     }
     /// The longest a call waits (default `5s`): a [`Duration`] or text such as `"500ms"`.
-    /// Past it the call is refused with [`Error::QueueTimeout`].
+    /// Past it the call is refused with [`Error::QueueTimeout`], at once when the store's
+    /// refusal already puts its turn past it.
     pub fn queue_timeout(mut self, timeout: impl Into<Window>) -> Self {
         self.options.queue_timeout = timeout.into();
         self

@@ -6,7 +6,9 @@
 //! and wakes the next waiter, who asks at once. A release of capacity for `k` calls therefore
 //! wakes `k + 1` waiters (`k` admitted, one refused who sleeps until the new `retry_after`),
 //! never the whole line. Every other waiter sleeps on its own [`Notify`], with its deadline
-//! as its only timer. No polling.
+//! as its only timer. No polling. A refusal whose turn comes after the head's deadline ends
+//! its wait at once, and a waiter that comes to the front before the line's turn waits for
+//! it without asking the store (or leaves at once when it is past its own deadline).
 //!
 //! Places are bounded over every key (`max_queue_size`): an arrival finding the queue full
 //! takes the place of the newest waiter of the lowest priority, if that priority is lower

@@ -115,6 +115,20 @@ impl RateLimitService {
                 break Err(timed_out(None));
             }
             if turn.is_head() {
+                // The line's budget was said to admit again only later: a head that came to
+                // the front since waits for that time without asking the store, and leaves at
+                // once when it is past this call's deadline (so waiters ending before the
+                // line's turn leave one after the other, none asking the store).
+                if prior.is_none() {
+                    if let Some(at) = turn.ready_at().filter(|&at| at > Instant::now()) {
+                        if at > deadline {
+                            turn.leave(Left::TimedOut);
+                            break Err(timed_out(Some(at)));
+                        }
+                        turn.sleep(at).await;
+                        continue;
+                    }
+                }
                 let decision = match prior {
                     Some(d) => Ok(d),
                     None => {
@@ -143,7 +157,12 @@ impl RateLimitService {
                         };
                         let at = Instant::now() + after;
                         turn.refused_until(at);
-                        turn.sleep(at.min(deadline)).await;
+                        // Its turn comes after its deadline: refused now, not at the deadline.
+                        if at > deadline {
+                            turn.leave(Left::TimedOut);
+                            break Err(Error::QueueTimeout { retry_after: after });
+                        }
+                        turn.sleep(at).await;
                     }
                     Err(e) => break Err(e),
                 }
