@@ -16,8 +16,11 @@
 
 use std::time::Duration;
 
-use ratelimit::{Config, ConfigBuilder, Options, Prepared, RateLimitService, Strategy, Tier};
-use ratelimit_tests::{now, service, Rng};
+use ratelimit::{
+    rate_limit, Config, ConfigBuilder, Error, Module, Options, Prepared, RateLimitService,
+    Strategy, Tier,
+};
+use ratelimit_tests::{now, serial, service, Rng};
 
 const SECOND: u64 = 1_000_000_000;
 
@@ -305,5 +308,105 @@ fn moving_clock_histories_through_prepared_sites_kept_across_reloads_never_admit
 fn moving_clock_histories_through_every_entry_point_never_admit_beyond_a_held_quota() {
     for seed in 0..300 {
         history(seed * 1_000_003 + 11, 20, Through::All);
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Annotated fns under a module reloaded through its live-reload API, on the module's moving
+// clock: one fn with two limits (stacked), one with one, each limit a tier every drawn
+// configuration sets anew.
+// ---------------------------------------------------------------------------------------
+
+#[rate_limit(tier = "mv_a", key = user)]
+#[rate_limit(tier = "mv_b", key = user)]
+async fn moving_stacked(user: &str) -> Result<(), Error> {
+    let _ = user;
+    Ok(())
+}
+
+#[rate_limit(tier = "mv_b", key = user)]
+async fn moving_single(user: &str) -> Result<(), Error> {
+    let _ = user;
+    Ok(())
+}
+
+/// A module configuration: the fns' two tiers drawn like the family's, with the rest.
+fn drawn_module(rng: &mut Rng) -> ConfigBuilder {
+    let mut b = drawn(rng).key_prefix(["rl", "rl2"][rng.below(2) as usize]);
+    for name in ["mv_a", "mv_b"] {
+        let mut t = Tier::new(name, 1 + rng.below(4)).window(window(rng));
+        t = t.strategy(Strategy::ALL[rng.below(4) as usize]);
+        if rng.below(3) == 0 {
+            t = t.burst(rng.below(3));
+        }
+        if rng.below(8) == 0 {
+            t = t.shadow();
+        }
+        b = b.tier(t);
+    }
+    b
+}
+
+#[test]
+fn moving_clock_module_reloads_never_let_an_annotated_fn_beyond_a_held_quota() {
+    let _serial = serial();
+    for seed in 0..60 {
+        let mut rng = Rng(seed * 15_485_863 + 7);
+        let clock = ratelimit_tests::clock();
+        let module = loop {
+            if let Ok(m) = ratelimit::ModuleBuilder::from(drawn_module(&mut rng))
+                .clock(clock.clone())
+                .init()
+            {
+                break m;
+            }
+        };
+        let service = module.service().clone();
+        let t = || ratelimit::Clock::now(&clock);
+        // Kinds of call, each on its own state (an annotated fn's limit counts in a budget
+        // of the fn's own): the stacked fn's two tiers, the single fn's one.
+        let (a, b) = (Options::new().tier("mv_a"), Options::new().tier("mv_b"));
+        let tiers = [a, b.clone(), b];
+        let mut installed: Vec<Installed> = Vec::new();
+        let mut admitted: Vec<Vec<(usize, u64)>> = vec![Vec::new(); 3];
+        let (mut calls, mut log) = (0, Vec::new());
+        for step in 0..=12 {
+            if step > 0 {
+                if module.reload(drawn_module(&mut rng)).is_err() {
+                    continue;
+                }
+                installed.last_mut().unwrap().replaced = Some(t());
+            }
+            log.push(format!("at {}: config {step}: {:?}", t(), service.config()));
+            let quotas: Vec<_> = tiers.iter().map(|o| enforced(&service, o)).collect();
+            installed.push(Installed {
+                from: calls,
+                replaced: None,
+                quotas: quotas.clone(),
+            });
+            for _ in 0..rng.below(10) {
+                clock.advance(Duration::from_millis(rng.below(7_000)));
+                calls += 1;
+                let stacked = rng.below(2) == 0;
+                let allowed = match stacked {
+                    true => now(moving_stacked("u")).is_ok(),
+                    false => now(moving_single("u")).is_ok(),
+                };
+                log.push(format!("  at {}: stacked {stacked}: {allowed}", t()));
+                if !allowed {
+                    continue;
+                }
+                let spent: &[usize] = if stacked { &[0, 1] } else { &[2] };
+                for &i in spent.iter().filter(|&&i| quotas[i].is_some()) {
+                    admitted[i].push((calls, t()));
+                }
+                for &i in spent {
+                    check(&installed, &admitted[i], i, || {
+                        format!("seed {seed}: tier {i}\n{}", log.join("\n"))
+                    });
+                }
+            }
+        }
+        drop(module);
     }
 }
