@@ -312,7 +312,22 @@ if adjusting and not penalty then
   if used == 0 then
     redis.call('DEL', key)
     return 0
-  elseif dead > 0 then
+  end
+  -- The live entries the walk below reads (the newest down to the one after the last it
+  -- takes from), read first: one not of the shape, or not below the newer one's total, is the
+  -- state error before anything is written. Met by the walk, a reward of 3 took the newest
+  -- entry's unit and then replied the error (lua_log_tags).
+  local live = dead > 0 and redis.call('LLEN', key) - dead
+  local need, k, total0 = cost, 0, top
+  while need > 0 and (not live or k + 1 < live) do
+    local raw = redis.call('LINDEX', key, string.format('%d', k + 1))
+    if not raw then break end
+    local _, total1 = parse(raw)
+    if not total1 or total1 >= total0 then return unreadable() end
+    need, k, total0 = need - math.min(need, total0 - total1), k + 1, total1
+  end
+  if need > 0 and total0 <= base then return unreadable() end
+  if dead > 0 then
     redis.call('LTRIM', key, 0, -1 - dead)
   end
   local left, suffix = cost, w and '/' .. w or ''

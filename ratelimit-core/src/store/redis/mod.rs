@@ -29,6 +29,8 @@ mod lua_agrees;
 #[cfg(test)]
 mod lua_blocks;
 #[cfg(test)]
+mod lua_log_tags;
+#[cfg(test)]
 mod lua_pair;
 #[cfg(test)]
 mod lua_planted;
