@@ -167,3 +167,38 @@ fn a_reward_reaching_an_entry_of_the_wrong_shape_writes_nothing() {
     }
     assert!(failed.is_empty(), "{failed:#?}");
 }
+
+/// Entries each of the shape, their totals not in order: an older entry's total at or above
+/// the newer one's, or the oldest live one's at or below the total before it (the newest's
+/// summary). A reward's walk found units of 0 or fewer there and went on writing (an entry of
+/// "-1" units, a reward of 4 from a log of 3): the state error, nothing written.
+#[test]
+fn a_reward_over_totals_out_of_order_writes_nothing() {
+    let logs = [
+        (
+            vec![
+                format!("{T0}:5:0:5/{MINUTE}"),
+                format!("{}:2:1000:2/{MINUTE}", T0 + 1_000),
+            ],
+            1,
+        ),
+        (
+            vec![
+                format!("{T0}:3:0:3/{MINUTE}"),
+                format!("{}:7:1000:3/{MINUTE}", T0 + 1_000),
+            ],
+            5,
+        ),
+    ];
+    for (entries, units) in logs {
+        let redis = planted(&entries);
+        redis.set_time(T0 + 3_000);
+        let before = snapshot(&redis);
+        let reply = redis.adjust(&log(3, MINUTE), KEY, units, false);
+        assert!(
+            matches!(&reply, Reply::Error(e) if e.starts_with("RATELIMIT_STATE ")),
+            "{entries:?}: {reply:?}"
+        );
+        assert_eq!(snapshot(&redis), before, "{entries:?}");
+    }
+}
