@@ -291,3 +291,137 @@ async fn wrong_tags_and_types_are_the_state_error_on_every_path_on_a_cluster() {
     let failed = attack(&store, &conn, &plants, &quotas(&Strategy::ALL), "cluster").await;
     assert!(failed.is_empty(), "{failed:#?}");
 }
+
+// ---------------------------------------------------------------------------------------
+// One bare key under two windows, penalties and stacked calls among the spends: Redis decides
+// as the memory store (the reference) decides. Windows of a minute and more: neither clock
+// turns one while a test runs (the memory store is asked at one instant, Redis at its own).
+// ---------------------------------------------------------------------------------------
+
+#[derive(Debug, Clone, Copy)]
+enum Op {
+    Spend(usize),
+    Look(usize),
+    /// Spends until one is refused.
+    Drain(usize),
+    Penalty(usize, u64),
+    /// The key under the quota, stacked with a fresh key of its own for this op.
+    Stacked(usize),
+}
+
+/// The quotas on the one key: a minute's log of 3, an hour's of 5, two hours' of 2.
+fn windows() -> [Quota; 3] {
+    [log(3, MINUTE), log(5, HOUR), log(2, HOUR * 2)]
+}
+
+/// What each op got on `store` (at `at`, the memory store's instant): admitted or not, the
+/// units of a drain or a penalty, or the error's kind; and whether each stacked call's fresh
+/// key was spent when the call was refused.
+async fn run(store: &impl Store, key: &str, ops: &[Op], at: u64) -> Vec<String> {
+    let qs = windows();
+    let bare = StoreKey::new(key).unwrap();
+    let ask = |q, mode| async move {
+        let request = Request::new(bare, q, 1, at, mode)?;
+        store.decide(request).await
+    };
+    let kind = |e: &Error| {
+        format!("{:?}", e)
+            .split([' ', '(', '{'])
+            .next()
+            .unwrap()
+            .to_owned()
+    };
+    let mut out = Vec::new();
+    for (i, op) in ops.iter().enumerate() {
+        out.push(match *op {
+            Op::Spend(q) | Op::Look(q) => {
+                let mode = if matches!(op, Op::Spend(_)) {
+                    Mode::Spend
+                } else {
+                    Mode::Look
+                };
+                match ask(&qs[q], mode).await {
+                    Ok(d) => format!("{op:?}: {}", d.allowed),
+                    Err(e) => format!("{op:?}: {}", kind(&e)),
+                }
+            }
+            Op::Drain(q) => {
+                let mut n = 0;
+                while n < 100 && ask(&qs[q], Mode::Spend).await.is_ok_and(|d| d.allowed) {
+                    n += 1;
+                }
+                format!("{op:?}: {n}")
+            }
+            Op::Penalty(q, units) => {
+                match store
+                    .adjust(Adjustment::penalty(bare, &qs[q], units, at))
+                    .await
+                {
+                    Ok(n) => format!("{op:?}: {n}"),
+                    Err(e) => format!("{op:?}: {}", kind(&e)),
+                }
+            }
+            Op::Stacked(q) => {
+                let other = format!("{key}:stack{i}");
+                let checks = [
+                    Check {
+                        key: StoreKey::new(&other).unwrap(),
+                        quota: &qs[0],
+                        cost: 1,
+                    },
+                    Check {
+                        key: bare,
+                        quota: &qs[q],
+                        cost: 1,
+                    },
+                ];
+                let stacked = Stacked::new(&checks, at, Mode::Spend).unwrap();
+                let got = store.decide_all(stacked).await;
+                let all = got.as_ref().is_ok_and(|d| d.iter().all(|d| d.allowed));
+                let other = Request::new(StoreKey::new(&other).unwrap(), &qs[0], 0, at, Mode::Look);
+                let left = store.decide(other.unwrap()).await.map(|d| d.remaining);
+                format!("{op:?}: {all}, the other key's level {left:?}")
+            }
+        });
+    }
+    out
+}
+
+/// Random sequences of ops from `seed`.
+fn sequences(seed: u64, n: usize) -> Vec<Vec<Op>> {
+    let mut rng = ratelimit_tests::Rng(seed | 1);
+    (0..n)
+        .map(|_| {
+            (0..8)
+                .map(|_| {
+                    let q = rng.below(3) as usize;
+                    match rng.below(7) {
+                        0 | 1 => Op::Spend(q),
+                        2 => Op::Look(q),
+                        3 => Op::Drain(q),
+                        4 | 5 => Op::Penalty(q, 1 + rng.below(3)),
+                        _ => Op::Stacked(q),
+                    }
+                })
+                .collect()
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn one_bare_key_under_two_windows_with_penalties_decides_on_redis_as_on_memory() {
+    let server = RedisServer::start();
+    let redis = connected(RedisOptions::new(server.url())).await;
+    let p = prefix("alike");
+    let mut failed = Vec::new();
+    for (i, ops) in sequences(0x57, 60).iter().enumerate() {
+        let key = format!("{p}:{{k{i}}}");
+        let memory = ratelimit::MemoryStore::new();
+        let expected = run(&memory, &key, ops, now()).await;
+        let got = run(&redis, &key, ops, now()).await;
+        if got != expected {
+            failed.push(format!("{ops:?}\n  memory {expected:?}\n  redis  {got:?}"));
+        }
+    }
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
+}
