@@ -410,3 +410,44 @@ fn moving_clock_module_reloads_never_let_an_annotated_fn_beyond_a_held_quota() {
         drop(module);
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// A kept configuration dropped as "the same limits" as a reload that only switches
+// limiting off.
+// ---------------------------------------------------------------------------------------
+
+/// 2 an hour, 2 spent; a reload switching limiting off (every other setting the same); a
+/// reload back on at 10 an hour on the same state, inside the first hour. The first
+/// configuration's 2 still hold for its hour: nothing more is admitted. Dropped at the
+/// switch-off as the same limits as the new configuration (`Config::same_limits` compared no
+/// `enabled`), it held nothing once the switched-off one (which holds nothing) was replaced:
+/// 8 more admitted in the hour.
+#[test]
+fn a_reload_switching_limiting_off_keeps_the_replaced_quota_for_a_later_loosening() {
+    let hourly = |n: u64| {
+        Config::builder()
+            .strategy(Strategy::FixedWindow)
+            .default_limit(n)
+            .default_window(Duration::from_secs(3_600))
+    };
+    let (service, clock) = service(hourly(2).build().unwrap());
+    let plain = Options::new();
+    let admitted = |n: usize| {
+        (0..n)
+            .filter(|_| now(service.consume("k", &plain)).is_ok_and(|d| d.allowed))
+            .count()
+    };
+    assert_eq!(admitted(5), 2);
+    let on_its_store =
+        |b: ConfigBuilder| b.store(service.config().store().clone()).build().unwrap();
+    service
+        .reload(on_its_store(hourly(2).enabled(false)))
+        .unwrap();
+    assert_eq!(admitted(3), 3, "limiting off admits every call");
+    clock.advance(Duration::from_secs(60));
+    service.reload(on_its_store(hourly(10))).unwrap();
+    assert_eq!(admitted(10), 0, "the first hour's 2 are spent");
+    // Past the first configuration's hour, the 10 hold alone.
+    clock.advance(Duration::from_secs(3_600));
+    assert_eq!(admitted(12), 10);
+}

@@ -209,9 +209,12 @@ impl Config {
     }
 
     /// Whether `other` resolves every call to the same limit on the same state: what decides
-    /// a call's quota and store key is equal (the queue's settings, the store and a tier's
-    /// priority may differ). A reload keeps no transition to a configuration with the same
-    /// limits.
+    /// a call's quota and store key is equal, limiting on or off in both (the queue's
+    /// settings, the store and a tier's priority may differ). A reload keeps no transition to
+    /// a configuration with the same limits. With limiting off in the new one alone, it holds
+    /// no call to the old one's limits, nor, once replaced, any later one: dropped as the
+    /// same limits, 2 an hour switched off and then loosened to 10 admitted 8 more in that
+    /// hour (probes_moving_reloads).
     pub(crate) fn same_limits(&self, other: &Config) -> bool {
         let tiers = |c: &Config| {
             c.tiers
@@ -220,11 +223,13 @@ impl Config {
                 .collect::<Vec<_>>()
         };
         (
+            self.enabled,
             self.strategy,
             &self.key_prefix,
             self.default_limit,
             self.default_window,
         ) == (
+            other.enabled,
             other.strategy,
             &other.key_prefix,
             other.default_limit,
