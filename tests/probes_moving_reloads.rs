@@ -102,17 +102,27 @@ fn drawn(rng: &mut Rng) -> ConfigBuilder {
     b
 }
 
-/// A configuration the builder accepts (on `service`'s store, for a reload).
-fn valid(rng: &mut Rng, service: Option<&RateLimitService>) -> Config {
+/// A configuration the builder accepts (on `service`'s store, for a reload), with limiting
+/// on or off as `enabled` says when it says, and the generator's state it was drawn from (to
+/// draw it again: the same configuration, limiting switched).
+fn valid(
+    rng: &mut Rng,
+    service: Option<&RateLimitService>,
+    enabled: Option<bool>,
+) -> (Config, u64) {
     loop {
+        let from = rng.0;
         let prefix = ["rl", "rl2"][rng.below(2) as usize];
-        let b = drawn(rng).key_prefix(prefix);
+        let mut b = drawn(rng).key_prefix(prefix);
+        if let Some(enabled) = enabled {
+            b = b.enabled(enabled);
+        }
         let built = match service {
             Some(s) => b.store(s.config().store().clone()).build(),
             None => b.build(),
         };
         if let Ok(config) = built {
-            return config;
+            return (config, from);
         }
     }
 }
@@ -187,7 +197,8 @@ fn prepared(service: &RateLimitService, shapes: &[(&str, Options)]) -> Vec<Optio
 fn history(seed: u64, reloads: usize, through: Through) {
     let mut rng = Rng(seed | 1);
     let shapes = shapes();
-    let (service, clock) = service(valid(&mut rng, None));
+    let (first, mut last) = valid(&mut rng, None, None);
+    let (service, clock) = service(first);
     let t = || ratelimit::Clock::now(&clock);
     let mut installed: Vec<Installed> = Vec::new();
     // Per kind of call: (call number, time) of each admission.
@@ -197,7 +208,18 @@ fn history(seed: u64, reloads: usize, through: Through) {
     let mut log = Vec::new();
     for step in 0..=reloads {
         if step > 0 {
-            let next = valid(&mut rng, Some(&service));
+            // One reload in five only switches limiting (on to off, off to on).
+            let next = match rng.below(5) {
+                0 => {
+                    let switched = Some(!service.config().enabled());
+                    valid(&mut Rng(last), Some(&service), switched).0
+                }
+                _ => {
+                    let (next, from) = valid(&mut rng, Some(&service), None);
+                    last = from;
+                    next
+                }
+            };
             if service.reload(next).is_err() {
                 log.push(format!("reload {step} refused"));
                 continue;
