@@ -17,12 +17,9 @@
 use std::time::Duration;
 
 use ratelimit::{
-    rate_limit, Config, ConfigBuilder, Error, Module, Options, Prepared, RateLimitService,
-    Strategy, Tier,
+    rate_limit, Config, ConfigBuilder, Error, Options, Prepared, RateLimitService, Strategy, Tier,
 };
 use ratelimit_tests::{now, serial, service, Rng};
-
-const SECOND: u64 = 1_000_000_000;
 
 /// The windows the family draws from: a few seconds each, so a history of a few hundred
 /// calls, the clock moving 0 to 7 s between them, crosses many of them.

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
-use ratelimit::{Config, ConfigBuilder, Options, RateLimitService, Strategy, Tier};
+use ratelimit::{Config, ConfigBuilder, Options, Strategy, Tier};
 use ratelimit_tests::{now, service, Rng};
 
 /// Longer than any probe: no window turns.

@@ -99,7 +99,7 @@ fn a_newest_entry_with_a_window_tag_no_script_writes_is_the_state_error_on_every
     for tag in TAGS {
         let entry = format!("{T0}:1:0:1{tag}");
         failed.extend(refused_everywhere(
-            &planted(&[entry.clone()]),
+            &planted(std::slice::from_ref(&entry)),
             &log(3, MINUTE),
             &entry,
         ));
