@@ -12,6 +12,7 @@ use crate::clock::Nanos;
 use crate::syntax::{format_window, ParseError, Strategy, MAX_WINDOW};
 use crate::window::Window;
 
+mod both;
 mod overrides;
 
 pub use self::overrides::Overrides;

@@ -83,8 +83,10 @@ fn drop_transition(transition: Box<Transition>) {
 /// generation keeps (a second reload does not end the first one's transition).
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Transition {
-    /// Old quotas on the site's own state (the same store key), each tighter than the
-    /// site's, with when it ends: the tightest in force decides alone (`Site::quota_at`).
+    /// On the site's own state (the same store key), by when they end, soonest first: the
+    /// quota that holds a call to the site's and to every old one in force until then
+    /// ([`Quota::held_to`]: for each entry, those ending with it or later). A call is decided
+    /// under the first entry not ended (`Site::quota_at`).
     pub(crate) same: Vec<(Quota, Nanos)>,
     /// Old states (another window, strategy, tier name or prefix): decided with the site's
     /// own as one, all or nothing, while in force (`transition.rs`).
@@ -279,12 +281,8 @@ impl<'a> Site<'a> {
         let Some(t) = self.transition else {
             return self.quota;
         };
-        let in_force = t.same.iter().filter(|(_, until)| now < *until);
-        in_force
-            .map(|(quota, _)| quota)
-            .chain(std::iter::once(self.quota))
-            .min_by_key(|quota| quota.capacity())
-            .unwrap_or(self.quota)
+        let mut in_force = t.same.iter().filter(|(_, until)| now < *until);
+        in_force.next().map_or(self.quota, |(quota, _)| quota)
     }
 
     /// The store key of a call with user `key`, checked and composed (for the paths that
@@ -348,7 +346,11 @@ impl RateLimitService {
                 && old.same_identity(quota);
             let until = kept.replaced_at.saturating_add(old.window_nanos());
             if same_state {
-                if old.capacity() < quota.capacity() {
+                // Kept where it holds a call to less than the site's quota alone does.
+                let held = quota.held_to(std::iter::once(&old));
+                if (held.capacity(), held.interval_nanos())
+                    != (quota.capacity(), quota.interval_nanos())
+                {
                     transition.same.push((old, until));
                 }
                 continue;
@@ -361,12 +363,17 @@ impl RateLimitService {
                 identity: None,
             };
             let key = Around::new(&parts, &old);
-            // Two replaced configurations on one old state: held to the tighter, the longer.
+            // Two replaced configurations on one old state: held to both, the longer. Both
+            // wrote the state: the slower one's capacity at the longest interval is its own
+            // tolerance (`Quota::held_to`).
             match transition.others.iter_mut().find(|o| o.key == key) {
                 Some(held) => {
-                    if old.capacity() < held.quota.capacity() {
-                        held.quota = old;
-                    }
+                    let (slower, other) = match old.interval_nanos() >= held.quota.interval_nanos()
+                    {
+                        true => (old, held.quota),
+                        false => (held.quota, old),
+                    };
+                    held.quota = slower.held_to(std::iter::once(&other));
                     held.until = held.until.max(until);
                 }
                 None => transition.others.push(OldState {
@@ -375,6 +382,12 @@ impl RateLimitService {
                     until,
                 }),
             }
+        }
+        // Each entry holds to the site's quota and every old one in force as long as it is.
+        transition.same.sort_by_key(|&(_, until)| until);
+        let olds: Vec<Quota> = transition.same.iter().map(|&(old, _)| old).collect();
+        for (i, (held, _)) in transition.same.iter_mut().enumerate() {
+            *held = quota.held_to(olds[i..].iter());
         }
         (!transition.same.is_empty() || !transition.others.is_empty()).then_some(transition)
     }
