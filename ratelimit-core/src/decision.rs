@@ -5,6 +5,7 @@ use std::time::{Duration, SystemTime};
 
 use crate::algorithm::{Spend, Verdict};
 use crate::clock::Nanos;
+use crate::quota::Quota;
 
 const MILLI: Nanos = 1_000_000;
 
@@ -102,6 +103,16 @@ fn ceil_millis(nanos: Nanos) -> u64 {
 }
 
 impl Decision {
+    /// Whether this answers a question under `quota`: its window, and a limit no larger than
+    /// its capacity (a failover's local share is smaller), or the unlimited answer
+    /// (`u64::MAX`). A store's answer that is not answers another question: an error, never
+    /// handed on as fact (an admission reported under 1,000 where the quota gives 2, or under
+    /// a day where it counts a minute: probes_store_answers).
+    #[inline]
+    pub(crate) fn is_under(&self, quota: &Quota) -> bool {
+        self.limit == u64::MAX || (self.limit <= quota.capacity() && self.window == quota.window())
+    }
+
     /// When the budget is back to full (on the clock the decision was made by: the service's,
     /// or Redis' for the Redis store), rounded up to a millisecond. Computed from the
     /// millisecond the decision keeps, when asked.

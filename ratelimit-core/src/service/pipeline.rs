@@ -23,6 +23,7 @@ use super::RateLimitService;
 use crate::decision::Decision;
 use crate::error::{Error, Exceeded};
 use crate::key::KeyBuf;
+use crate::quota::Quota;
 use crate::stats::Outcome;
 
 /// Counts a call whose caller gave up while the store was deciding it: runs its closure when
@@ -127,8 +128,9 @@ impl RateLimitService {
         };
         let started = self.inner.latency.start();
         let mut decided = self.inner.store.decide_now(request);
-        if decided.is_some() {
+        if let Some(decided) = &mut decided {
             self.inner.latency.finish(started);
+            under_its_quota(request.quota(), decided);
         }
         then.write(store_key, decided.is_some());
         self.conclude_now(site, key, name_tier, &mut decided, answer)
@@ -219,6 +221,7 @@ impl RateLimitService {
         let store = &*self.inner.store;
         let mut decided = store.decide(request).await;
         self.inner.latency.finish(started);
+        under_its_quota(request.quota(), &mut decided);
         self.settle(site, &mut decided, true);
         decided
     }
@@ -359,6 +362,23 @@ pub(crate) fn take(_: &Site<'_>, decided: &mut Answer) -> Answer {
 /// [`settle`](RateLimitService::settle) of a refusal: its tier named and, at a shadow site,
 /// the admission it becomes; an error if the store broke a refusal's promise
 /// ([`broken_answer`]). An error stays as it is.
+/// A store's answer to a request under `quota`: an error unless it is an answer under it
+/// (`Decision::is_under`, the rule a stacked call's and a transition's answers are held to
+/// as well). A store of your own answering under a larger limit or another window had its
+/// word handed on as fact by a single call (probes_store_answers).
+#[inline(always)]
+fn under_its_quota(quota: &Quota, decided: &mut Result<Decision, Error>) {
+    if decided.as_ref().is_ok_and(|d| !d.is_under(quota)) {
+        not_under_its_quota(decided);
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn not_under_its_quota(decided: &mut Result<Decision, Error>) {
+    *decided = Err(crate::algorithm::Undecidable::UnexpectedState.into());
+}
+
 #[cold]
 #[inline(never)]
 fn settle_refusal(site: &Site<'_>, decided: &mut Result<Decision, Error>) {

@@ -425,10 +425,7 @@ fn fold(
     owners: &[usize],
     limits: usize,
 ) -> Result<Vec<Decision>, Error> {
-    let under_its_quota = |(d, check): (&Decision, &Check<'_>)| {
-        d.limit == u64::MAX
-            || (d.limit <= check.quota.capacity() && d.window == check.quota.window())
-    };
+    let under_its_quota = |(d, check): (&Decision, &Check<'_>)| d.is_under(check.quota);
     if decided.len() != owners.len() || !decided.iter().zip(checks).all(under_its_quota) {
         return Err(crate::algorithm::Undecidable::UnexpectedState.into());
     }

@@ -27,7 +27,7 @@ impl RateLimitService {
         match stacked(site, &checks, now) {
             Ok(stacked) => Some(
                 (self.inner.store.decide_all_now(stacked)?)
-                    .and_then(|decided| one_of(decided, checks.len())),
+                    .and_then(|decided| one_of(decided, &checks)),
             ),
             Err(e) => Some(Err(e)),
         }
@@ -46,7 +46,7 @@ impl RateLimitService {
         let checks = checks(site, store_key, &old_keys, now);
         let stacked = stacked(site, &checks, now)?;
         let decided = self.inner.store.decide_all(stacked).await;
-        decided.and_then(|decided| one_of(decided, checks.len()))
+        decided.and_then(|decided| one_of(decided, &checks))
     }
 }
 
@@ -102,13 +102,15 @@ fn stacked<'a>(site: &Site<'_>, checks: &'a [Check<'a>], now: Nanos) -> Result<S
     Stacked::new(checks, now, mode)
 }
 
-/// [`one`] of a store's answer to `checks` checks (the call's state and the old ones): any
-/// other number of decisions is a store answering another question, an error. Taken as it
+/// [`one`] of a store's answer to `checks` (the call's state and the old ones): any other
+/// number of decisions, or one not under its check's quota (`Decision::is_under`), is a store
+/// answering another question, an error. Taken as it
 /// came, an answer without the old states' decisions admitted a call those refused: the
 /// old window a reload holds a moved limit to, passed on the store's word (2 spent of a
 /// minute's 2, then admitted under the new hour's limit: probes_custom_store).
-fn one_of(decisions: Vec<Decision>, checks: usize) -> Result<Decision, Error> {
-    if decisions.len() != checks {
+fn one_of(decisions: Vec<Decision>, checks: &[Check<'_>]) -> Result<Decision, Error> {
+    let under = |(d, check): (&Decision, &Check<'_>)| d.is_under(check.quota);
+    if decisions.len() != checks.len() || !decisions.iter().zip(checks).all(under) {
         return Err(crate::algorithm::Undecidable::UnexpectedState.into());
     }
     one(decisions)
