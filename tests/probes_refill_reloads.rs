@@ -78,3 +78,22 @@ fn a_reload_slowing_a_buckets_refill_never_reads_the_old_spends_as_fewer_tokens(
     }
     assert!(admitted <= 60, "{admitted} admitted in the minute");
 }
+
+/// A reload that only slows a bucket's refill is reported as tightened, one that only speeds
+/// it up as loosened, one that raises the capacity and slows the refill
+/// as both (before, a refill change alone was reported as nothing changed).
+#[test]
+fn a_reload_changing_a_buckets_refill_is_reported_as_tightened_or_loosened() {
+    let (service, _clock) = service(bucket(10, 60).build().unwrap());
+    let store = service.config().store().clone();
+    let reload = |builder: ConfigBuilder| {
+        let r = service
+            .reload(builder.store(store.clone()).build().unwrap())
+            .unwrap();
+        (r.tightened, r.loosened)
+    };
+    let default = || vec!["default".to_owned()];
+    assert_eq!(reload(bucket(10, 6)), (default(), vec![]));
+    assert_eq!(reload(bucket(10, 60)), (vec![], default()));
+    assert_eq!(reload(bucket(20, 1)), (default(), default()));
+}

@@ -7,6 +7,7 @@ use super::{Generation, RateLimitService};
 use crate::config::Config;
 use crate::error::{ConfigError, Error};
 use crate::quota::Quota;
+use crate::syntax::Strategy;
 
 /// What a [`reload`](RateLimitService::reload) changed. Limits are named `"default"` (the
 /// default limit) and by tier name. A limit is tightened when its capacity (`limit + burst`)
@@ -21,9 +22,10 @@ pub struct Reloaded {
     pub added: Vec<String>,
     /// Limits the old configuration had and the new does not.
     pub removed: Vec<String>,
-    /// Limits with a lower capacity.
+    /// Limits with a lower capacity, or a token bucket's slower refill.
     pub tightened: Vec<String>,
-    /// Limits with a higher capacity.
+    /// Limits with a higher capacity, or a token bucket's faster refill (a bucket with a
+    /// higher capacity and a slower refill is in both).
     pub loosened: Vec<String>,
     /// Limits with another window or strategy.
     pub changed: Vec<String>,
@@ -186,9 +188,17 @@ fn changes(old: &Config, new: &Config) -> Reloaded {
             {
                 out.changed.push(name.clone())
             }
-            Some((_, was)) if quota.capacity() < was.capacity() => out.tightened.push(name.clone()),
-            Some((_, was)) if quota.capacity() > was.capacity() => out.loosened.push(name.clone()),
-            Some(_) => {}
+            Some((_, was)) => {
+                let interval = quota.interval_nanos().cmp(&was.interval_nanos());
+                let capacity = quota.capacity().cmp(&was.capacity());
+                let (slower, faster) = (interval.is_gt(), interval.is_lt());
+                if capacity.is_lt() || (slower && quota.strategy() == Strategy::TokenBucket) {
+                    out.tightened.push(name.clone());
+                }
+                if capacity.is_gt() || (faster && quota.strategy() == Strategy::TokenBucket) {
+                    out.loosened.push(name.clone());
+                }
+            }
         }
     }
     for (name, _) in &before {
