@@ -30,7 +30,7 @@ pub(super) trait InTables: Kept {
 /// of the table of algorithms (`$recv.$f::<_>(..)`: a method with a second type parameter,
 /// inferred). The method form is for a call inside a closure: a closure
 /// around `Self::f(self, ..)` captures `self` by reference, spilled to the stack on every call
-/// (6 instructions a decision under cachegrind), where `self.f(..)` captures `*self`.
+/// (a few instructions a decision under cachegrind), where `self.f(..)` captures `*self`.
 macro_rules! by_strategy {
     ($strategy:expr, $recv:ident . $f:ident::<_> $args:tt) => {
         $crate::algorithm::algorithms!(by_strategy_arms, infer $strategy, $recv, $f, $args)
