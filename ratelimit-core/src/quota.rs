@@ -82,15 +82,39 @@ impl std::fmt::Display for QuotaError {
 
 impl std::error::Error for QuotaError {}
 
+/// Why a window given to per-call settings is not one: the rules [`window_for_call`] finds,
+/// kept in a byte where [`Overrides`] carry them (a [`QuotaError`] takes 40, and every call's
+/// options are copied with their overrides), made a [`QuotaError`] where a quota is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum BadWindow {
+    /// [`QuotaError::ZeroWindow`].
+    Zero,
+    /// [`QuotaError::WindowTooLong`].
+    TooLong,
+    /// [`QuotaError::InvalidWindowText`].
+    Text,
+}
+
+impl BadWindow {
+    /// The rule this window breaks.
+    pub(crate) const fn error(self) -> QuotaError {
+        match self {
+            BadWindow::Zero => QuotaError::ZeroWindow,
+            BadWindow::TooLong => QuotaError::WindowTooLong,
+            BadWindow::Text => QuotaError::InvalidWindowText,
+        }
+    }
+}
+
 /// A window as per-call settings take it, which have no build step to report to: the
 /// duration, or the rule its text breaks, which every call with it is refused with. A duration
 /// is left to the quota's own checks.
-pub(crate) fn window_for_call(window: &Window) -> Result<Duration, QuotaError> {
+pub(crate) fn window_for_call(window: &Window) -> Result<Duration, BadWindow> {
     match window.duration() {
         Ok(d) => Ok(d),
-        Err(ParseError::ZeroWindow { .. }) => Err(QuotaError::ZeroWindow),
-        Err(ParseError::TooLong { .. }) => Err(QuotaError::WindowTooLong),
-        Err(_) => Err(QuotaError::InvalidWindowText),
+        Err(ParseError::ZeroWindow { .. }) => Err(BadWindow::Zero),
+        Err(ParseError::TooLong { .. }) => Err(BadWindow::TooLong),
+        Err(_) => Err(BadWindow::Text),
     }
 }
 
@@ -467,19 +491,19 @@ mod tests {
     #[test]
     fn each_bad_window_names_its_rule() {
         assert_eq!(
-            window_for_call(&Window::from("1x")),
+            window_for_call(&Window::from("1x")).map_err(BadWindow::error),
             Err(QuotaError::InvalidWindowText)
         );
         assert_eq!(
-            window_for_call(&Window::from("")),
+            window_for_call(&Window::from("")).map_err(BadWindow::error),
             Err(QuotaError::InvalidWindowText)
         );
         assert_eq!(
-            window_for_call(&Window::from("0s")),
+            window_for_call(&Window::from("0s")).map_err(BadWindow::error),
             Err(QuotaError::ZeroWindow)
         );
         assert_eq!(
-            window_for_call(&Window::from("400d")),
+            window_for_call(&Window::from("400d")).map_err(BadWindow::error),
             Err(QuotaError::WindowTooLong)
         );
         assert!(window_for_field(&Window::from("1x"))

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 #[cfg(doc)]
 use super::Quota;
-use super::{window_for_call, QuotaError};
+use super::{window_for_call, BadWindow, QuotaError};
 use crate::syntax::{format_window, Strategy};
 use crate::window::Window;
 
@@ -45,7 +45,7 @@ pub struct Overrides {
     pub block: Option<Duration>,
     /// Why a window given to [`window`](Self::window) is not one; a quota is never resolved
     /// from overrides that have a problem.
-    problem: Option<QuotaError>,
+    problem: Option<BadWindow>,
 }
 
 impl Overrides {
@@ -140,7 +140,10 @@ impl Overrides {
     /// Why no quota can be resolved from these overrides: a window given as text that is not
     /// one ([`QuotaError::InvalidWindowText`]), or that is zero or too long.
     pub const fn problem(&self) -> Option<QuotaError> {
-        self.problem
+        match self.problem {
+            Some(bad) => Some(bad.error()),
+            None => None,
+        }
     }
 }
 
@@ -158,7 +161,7 @@ impl fmt::Display for Overrides {
         if let Some(w) = self.window {
             item(f, format_args!("window {}", format_window(w)))?;
         }
-        if let Some(e) = self.problem {
+        if let Some(e) = self.problem() {
             item(f, format_args!("invalid window ({e})"))?;
         }
         if let Some(b) = self.burst {
