@@ -336,7 +336,9 @@ impl RateLimitService {
     }
 
     /// Notes that a call with its own `window` is worked out ([`Inner::own_windows`]): a
-    /// load and a compare unless it is the longest yet.
+    /// load and a compare unless it is the longest yet: inlined, as every call with its own
+    /// window makes it (a call of its own was a sixth of the load and compare).
+    #[inline]
     pub(super) fn note_own_window(&self, window: std::time::Duration) {
         let window = window.as_nanos().min(u128::from(u64::MAX)) as u64;
         let own = &self.inner.own_windows;
