@@ -18,6 +18,16 @@ pub(crate) enum Started<'a> {
     Later(BoxFuture<'a, Result<Decision, Error>>),
 }
 
+/// An enforced call's answer (`Mode::Enforce`) made in place: a refusal as
+/// [`Error::Exceeded`] (`RateLimitService::admit`); an admission or an error as it is.
+#[cold]
+#[inline(never)]
+fn enforce_in_place(site: &Site<'_>, decided: &mut super::pipeline::Answer) {
+    if let Some(answer) = decided.take() {
+        *decided = Some(answer.and_then(|d| RateLimitService::admit(site, d)));
+    }
+}
+
 /// What a public decision does with its options.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Mode {
@@ -233,14 +243,17 @@ impl RateLimitService {
             }));
         }
         let mut store_key = String::new();
-        match self.decide_now(
-            &site,
-            key,
-            true,
-            Then::Await(&mut store_key),
-            super::pipeline::take,
-        ) {
-            Some(decided) => Started::Now(answer(&site, decided)),
+        // An enforced refusal made an error where the store's answer lies, so that any other
+        // answer is moved out as it is (a `match` on the mode around it was one more move of
+        // the decision on every call).
+        let now = |site: &Site<'_>, decided: &mut super::pipeline::Answer| {
+            if mode == Mode::Enforce && !matches!(decided, Some(Ok(d)) if d.allowed) {
+                enforce_in_place(site, decided);
+            }
+            decided.take()
+        };
+        match self.decide_now(&site, key, true, Then::Await(&mut store_key), now) {
+            Some(decided) => Started::Now(decided),
             None => Started::Later(Box::pin(async move {
                 let decided = self.decide_later(&site, key, &store_key).await;
                 answer(&site, decided)
