@@ -336,3 +336,43 @@ fn a_tier_switched_to_shadow_and_back_holds_the_enforced_phases_to_one_budget() 
     assert!(on <= 3, "{phases:?}");
     assert_eq!(phases[0], 3, "{phases:?}");
 }
+
+/// What calls with `options` admit under each configuration of `configs` in turn, reloaded one
+/// after the other (10 calls each, the store kept).
+fn through(configs: &[&dyn Fn() -> ConfigBuilder], options: &Options) -> Vec<u64> {
+    let (service, _clock) = service(configs[0]().build().unwrap());
+    (configs.iter().enumerate())
+        .map(|(i, config)| {
+            if i > 0 {
+                let store = service.config().store().clone();
+                service
+                    .reload(config().store(store).build().unwrap())
+                    .unwrap();
+            }
+            (0..10)
+                .map(|_| u64::from(now(service.consume("k", options)).unwrap().allowed))
+                .sum()
+        })
+        .collect()
+}
+
+/// Tier `free` moved to another window (another state), then the default limit changed, which
+/// no `free` call reads: the configuration replaced last resolves a `free` call as the running
+/// one does, the one replaced before it does not, and still holds it (a generation judges once
+/// which calls every kept configuration resolves alike: all of them, never the last one
+/// alone). 3 in all (2 with a limit of its own), not a fresh budget in the third.
+#[test]
+fn a_call_alike_under_the_last_replaced_configuration_is_still_held_by_an_older_one() {
+    let first = || limit(100).tier(tier("free", 3));
+    let moved = || limit(100).tier(tier("free", 3).window(LONG * 2));
+    let default_changed = || limit(50).tier(tier("free", 3).window(LONG * 2));
+    let configs: [&dyn Fn() -> ConfigBuilder; 3] = [&first, &moved, &default_changed];
+    let calls = [
+        (Options::new().tier("free"), 3),
+        (Options::new().tier("free").limit(2), 2),
+    ];
+    for (options, most) in calls {
+        let phases = through(&configs, &options);
+        assert_eq!(total(&phases), most, "{options:?}: {phases:?}");
+    }
+}

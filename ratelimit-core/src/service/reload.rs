@@ -103,7 +103,8 @@ impl RateLimitService {
         let mut next = Generation::new(config, reloaded.generation, Some(&running));
         let now = self.inner.clock.now();
         let own = self.inner.own_windows.load(Ordering::Relaxed);
-        next.previous = kept_after(&running, &next.config, now, own)?;
+        let kept = kept_after(&running, &next.config, now, own)?;
+        next.hold(kept);
         self.inner.current.store(Arc::new(next));
         self.inner
             .generation
@@ -144,7 +145,7 @@ fn kept_after(
 ) -> Result<Vec<super::Kept>, Error> {
     let replaced = super::Kept::new(running, now);
     let kept: Vec<super::Kept> = std::iter::once(replaced)
-        .chain(running.previous.iter().cloned())
+        .chain(running.previous().iter().cloned())
         .filter(|kept| !kept.config.same_limits(config))
         .enumerate()
         .filter(|(i, kept)| *i < super::KEPT_PREVIOUS || kept.holds_any(now, own))

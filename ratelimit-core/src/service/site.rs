@@ -319,7 +319,7 @@ impl RateLimitService {
         let mut transition = Transition::default();
         let now = self.inner.clock.now();
         let own = options.overrides.window.map(|w| w.as_nanos() as u64);
-        for kept in &generation.previous {
+        for kept in generation.previous() {
             // Past every window it could hold this call to, or resolving it to the same quota
             // on the same state: nothing to resolve.
             if !kept.in_force(now, own) || kept.resolves_alike(options, tier) {
@@ -417,7 +417,7 @@ impl RateLimitService {
             self.note_own_window(window);
         }
         let shadow = options.shadow || tier.is_some_and(|i| config.tiers()[i].shadow);
-        let transition = match generation.previous.is_empty() {
+        let transition = match generation.holds_none(options, tier) {
             true => None,
             false => match self.transition_of(generation, options, quota, tier) {
                 Some(t) => Some(&**held.transition.insert(Box::new(t))),
