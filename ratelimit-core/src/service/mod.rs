@@ -350,6 +350,7 @@ impl RateLimitService {
     /// The quota and tier (an index into `config`'s tiers) of a call with `options` under
     /// `config`: the configuration's own quota, borrowed with its identity in store keys, or
     /// one the call's overrides make, resolved into `own` (its identity written per call).
+    #[inline]
     pub(super) fn resolve<'a>(
         &self,
         config: &'a Config,
