@@ -19,7 +19,9 @@ pub(crate) enum Started<'a> {
 }
 
 /// An enforced call's answer (`Mode::Enforce`) made in place: a refusal as
-/// [`Error::Exceeded`] (`RateLimitService::admit`); an admission or an error as it is.
+/// [`Error::Exceeded`] (`RateLimitService::admit`); an admission or an error as it is. Lent
+/// the site ([`Site::lent`]): handed the call's own, it made the whole site be written out
+/// before every public call's decision, enforced or not (29 instructions a call).
 #[cold]
 #[inline(never)]
 fn enforce_in_place(site: &Site<'_>, decided: &mut super::pipeline::Answer) {
@@ -248,7 +250,7 @@ impl RateLimitService {
         // the decision on every call).
         let now = |site: &Site<'_>, decided: &mut super::pipeline::Answer| {
             if mode == Mode::Enforce && !matches!(decided, Some(Ok(d)) if d.allowed) {
-                enforce_in_place(site, decided);
+                enforce_in_place(&site.lent(), decided);
             }
             decided.take()
         };
