@@ -85,7 +85,7 @@ impl std::error::Error for QuotaError {}
 /// Why a window given to per-call settings is not one: the rules [`window_for_call`] finds,
 /// kept in a byte where [`Overrides`] carry them (a [`QuotaError`] takes 40, and every call's
 /// options are copied with their overrides), made a [`QuotaError`] where a quota is refused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum BadWindow {
     /// [`QuotaError::ZeroWindow`].
     Zero,
@@ -93,6 +93,13 @@ pub(crate) enum BadWindow {
     TooLong,
     /// [`QuotaError::InvalidWindowText`].
     Text,
+}
+
+/// As the rule it stands for: options print as they did when they kept the rule itself.
+impl fmt::Debug for BadWindow {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.error(), f)
+    }
 }
 
 impl BadWindow {
@@ -506,6 +513,9 @@ mod tests {
             window_for_call(&Window::from("400d")).map_err(BadWindow::error),
             Err(QuotaError::WindowTooLong)
         );
+        // Options print the rule itself, as when they kept a `QuotaError`.
+        let bad = format!("{:?}", Overrides::new().window("1x"));
+        assert!(bad.contains("problem: Some(InvalidWindowText)"), "{bad}");
         assert!(window_for_field(&Window::from("1x"))
             .unwrap_err()
             .contains("\"1x\""));
