@@ -183,7 +183,10 @@ impl Quota {
         Self::from_parts(limit, window, 0, Strategy::SlidingWindow, None)
     }
 
-    /// Every setting at once: `refill` of `None` refills `limit` tokens per window.
+    /// Every setting at once: `refill` of `None` refills `limit` tokens per window. Inlined:
+    /// a call's own overrides make a quota on every call, which was written out to be
+    /// returned and then copied where the call keeps it.
+    #[inline]
     pub const fn from_parts(
         limit: u64,
         window: Duration,
