@@ -126,8 +126,12 @@ impl RateLimitService {
 
 /// The configurations a generation running `config` keeps for transitions, after a reload
 /// at `now` replaced `running`'s: the one replaced, then those `running` kept, the latest
-/// first. A kept configuration with the new one's limits holds no call to anything: dropped,
-/// so that calls resolved per call (not prepared) do not resolve it again. Every other is
+/// first. A kept configuration with the new one's limits holds a call to the new quota alone,
+/// which matters only beside another kept one (on a token bucket's state, a slower one's
+/// interval stretches the new capacity: `Quota::held_to`): the latest of them is kept where
+/// another is (dropped, a bucket of 10 a second reloaded to 10 a minute and back admitted 19
+/// at once: probes_held_buckets), every other dropped, so that calls resolved per call (not
+/// prepared) do not resolve them again. Every other is
 /// kept while it may still hold a call (`Kept::holds_any`): one of its configured windows,
 /// or the longest window of its own a call of the service was worked out with, has not passed
 /// since it was replaced; and the last [`KEPT_PREVIOUS`](super::KEPT_PREVIOUS) whatever
@@ -144,9 +148,12 @@ fn kept_after(
     own: crate::clock::Nanos,
 ) -> Result<Vec<super::Kept>, Error> {
     let replaced = super::Kept::new(running, now);
-    let kept: Vec<super::Kept> = std::iter::once(replaced)
-        .chain(running.previous().iter().cloned())
-        .filter(|kept| !kept.config.same_limits(config))
+    let all = || std::iter::once(&replaced).chain(running.previous());
+    let mut same = all().map(|kept| kept.config.same_limits(config));
+    let mut latest_same = same.clone().any(|s| !s) && same.any(|s| s);
+    let kept: Vec<super::Kept> = all()
+        .filter(|kept| !kept.config.same_limits(config) || std::mem::take(&mut latest_same))
+        .cloned()
         .enumerate()
         .filter(|(i, kept)| *i < super::KEPT_PREVIOUS || kept.holds_any(now, own))
         .map(|(_, kept)| kept.against(config))

@@ -319,9 +319,20 @@ impl RateLimitService {
         let mut transition = Transition::default();
         let now = self.inner.clock.now();
         let own = options.overrides.window.map(|w| w.as_nanos() as u64);
+        // The old quotas on the site's state holding a call to no less than its own alone
+        // (`Quota::held_to`), as one: the least tolerance of them until the last ends. Each
+        // matters only beside a slower old one, whose interval stretches the site's capacity.
+        let mut harmless: Option<(Quota, Nanos)> = None;
+        let mut keep_harmless = |old: Quota, until: Nanos| {
+            harmless = Some(match harmless {
+                Some((q, u)) if q.tolerance_nanos() <= old.tolerance_nanos() => (q, u.max(until)),
+                Some((_, u)) => (old, u.max(until)),
+                None => (old, until),
+            });
+        };
         for kept in generation.previous() {
             // Past every window it could hold this call to, or resolving it to the same quota
-            // on the same state: nothing to resolve.
+            // on the same state (harmless, below): nothing to resolve.
             if !kept.in_force(now, own) || kept.resolves_alike(options, tier) {
                 continue;
             }
@@ -346,12 +357,12 @@ impl RateLimitService {
                 && old.same_identity(quota);
             let until = kept.replaced_at.saturating_add(old.window_nanos());
             if same_state {
-                // Kept where it holds a call to less than the site's quota alone does.
                 let held = quota.held_to(std::iter::once(&old));
-                if (held.capacity(), held.interval_nanos())
-                    != (quota.capacity(), quota.interval_nanos())
+                match (held.capacity(), held.interval_nanos())
+                    == (quota.capacity(), quota.interval_nanos())
                 {
-                    transition.same.push((old, until));
+                    true => keep_harmless(old, until),
+                    false => transition.same.push((old, until)),
                 }
                 continue;
             }
@@ -383,12 +394,36 @@ impl RateLimitService {
                 }),
             }
         }
-        // Each entry holds to the site's quota and every old one in force as long as it is.
+        // Each entry holds to the site's quota and every old one in force as long as it is,
+        // the harmless ones' too, those resolving the call alike among them (the site's own
+        // quota, limiting on): left out, beside a slower old one their tolerance was lost
+        // (probes_held_buckets: 10 a second spent, reloads to 10 a minute and then 5 a
+        // second: 14 admitted at once where the first bucket held 10; back to 10 a second,
+        // 19). Looked for only where a slower one is kept: most calls have none.
+        if !transition.same.is_empty() {
+            for kept in generation.previous() {
+                if kept.in_force(now, own)
+                    && kept.resolves_alike(options, tier)
+                    && kept.config.enabled()
+                {
+                    keep_harmless(
+                        *quota,
+                        kept.replaced_at.saturating_add(quota.window_nanos()),
+                    );
+                }
+            }
+            transition.same.extend(harmless);
+        }
         transition.same.sort_by_key(|&(_, until)| until);
         let olds: Vec<Quota> = transition.same.iter().map(|&(old, _)| old).collect();
         for (i, (held, _)) in transition.same.iter_mut().enumerate() {
             *held = quota.held_to(olds[i..].iter());
         }
+        // Kept where it holds a call to less than the site's quota alone does: those that do
+        // not are the last (each holds to a part of the olds of the one before it), the
+        // harmless ones past the others' ends.
+        let alone = (quota.capacity(), quota.interval_nanos());
+        (transition.same).retain(|(held, _)| (held.capacity(), held.interval_nanos()) != alone);
         (!transition.same.is_empty() || !transition.others.is_empty()).then_some(transition)
     }
 
