@@ -12,28 +12,11 @@
 use std::time::Duration;
 
 use ratelimit::{
-    Config, ConfigBuilder, Options, RateLimitService, Strategy, Tier, MAX_CAPACITY, MAX_WINDOW,
+    ConfigBuilder, Options, RateLimitService, Strategy, Tier, MAX_CAPACITY, MAX_WINDOW,
 };
-use ratelimit_tests::{now, service, Rng};
+use ratelimit_tests::{bucket_a_minute as bucket, now, reload_to as reload, service, Rng};
 
 const MINUTE: Duration = Duration::from_secs(60);
-
-/// A bucket of `limit` (plus `burst`) refilled `refill` tokens a minute, the module's default.
-fn bucket(limit: u64, burst: u64, refill: u64) -> ConfigBuilder {
-    Config::builder()
-        .strategy(Strategy::TokenBucket)
-        .default_limit(limit)
-        .burst_limit(burst)
-        .token_refill_rate(refill)
-        .default_window(MINUTE)
-}
-
-fn reload(service: &RateLimitService, builder: ConfigBuilder) {
-    let store = service.config().store().clone();
-    service
-        .reload(builder.store(store).build().unwrap())
-        .unwrap();
-}
 
 /// Calls of `cost` on `"k"` admitted out of `n`, at the clock's instant.
 fn admitted(service: &RateLimitService, options: &Options, n: usize) -> usize {

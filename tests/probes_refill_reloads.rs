@@ -13,25 +13,12 @@
 
 use std::time::Duration;
 
-use ratelimit::{Config, ConfigBuilder, Options, RateLimitService, Strategy};
-use ratelimit_tests::{now, service};
-
-const MINUTE: Duration = Duration::from_secs(60);
+use ratelimit::{ConfigBuilder, Options, RateLimitService};
+use ratelimit_tests::{bucket_a_minute, now, reload_to as reload, service};
 
 /// A bucket of `limit` refilled `refill` tokens a minute, on the module's default limit.
 fn bucket(limit: u64, refill: u64) -> ConfigBuilder {
-    Config::builder()
-        .strategy(Strategy::TokenBucket)
-        .default_limit(limit)
-        .token_refill_rate(refill)
-        .default_window(MINUTE)
-}
-
-fn reload(service: &RateLimitService, builder: ConfigBuilder) {
-    let store = service.config().store().clone();
-    service
-        .reload(builder.store(store).build().unwrap())
-        .unwrap();
+    bucket_a_minute(limit, 0, refill)
 }
 
 /// One call on `"k"`, admitted or not.

@@ -153,6 +153,22 @@ pub fn on_its_store(service: &RateLimitService, builder: ratelimit::ConfigBuilde
         .unwrap()
 }
 
+/// A token bucket of `limit` (plus `burst`) refilled `refill` tokens a minute, the module's
+/// default limit: the reload probes of a bucket's own state.
+pub fn bucket_a_minute(limit: u64, burst: u64, refill: u64) -> ratelimit::ConfigBuilder {
+    Config::builder()
+        .strategy(ratelimit::Strategy::TokenBucket)
+        .default_limit(limit)
+        .burst_limit(burst)
+        .token_refill_rate(refill)
+        .default_window(Duration::from_secs(60))
+}
+
+/// Reloads `service` to `builder` on its own store (and key prefix).
+pub fn reload_to(service: &RateLimitService, builder: ratelimit::ConfigBuilder) {
+    service.reload(on_its_store(service, builder)).unwrap();
+}
+
 /// Hour-long sliding-log limits and what calls admit under them, for the probes of reloads
 /// and their transitions (`probes_prepared_shortcuts`, `probes_lent_sites`).
 pub mod hourly {
