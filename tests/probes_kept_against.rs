@@ -12,7 +12,7 @@
 use std::time::Duration;
 
 use ratelimit::{Config, ConfigBuilder, Options, RateLimitService, Strategy, Tier};
-use ratelimit_tests::{now, service, Rng};
+use ratelimit_tests::{drawn_config, now, service, Rng};
 
 /// Longer than any probe: no window turns.
 const LONG: Duration = Duration::from_secs(20 * 24 * 3600);
@@ -41,55 +41,15 @@ fn shapes() -> Vec<(&'static str, Options)> {
     ]
 }
 
-const STRATEGIES: [Strategy; 4] = Strategy::ALL;
-
-/// A configuration drawn at random from a small family in which every setting that decides a
-/// call's quota or state varies: limiting on or off, strategy, key prefix, default limit,
-/// window, burst, refill, each tier's limit, window, burst, strategy, block and shadow, the
-/// tiers present and the default tier.
+/// A configuration drawn at random from the reload probes' family (`drawn_config`), windows
+/// of 20 or 40 days.
 fn drawn(rng: &mut Rng) -> ConfigBuilder {
-    let strategy = STRATEGIES[rng.below(4) as usize];
-    let mut b = Config::builder()
-        .enabled(rng.below(8) != 0)
-        .strategy(strategy)
-        .key_prefix(["rl", "rl2"][rng.below(2) as usize])
-        .default_window([LONG, LONG * 2][rng.below(2) as usize])
-        .burst_limit(rng.below(3));
-    b = match rng.below(4) {
-        0 => b.no_default_limit(),
-        n => b.default_limit(n + 1),
-    };
-    if strategy == Strategy::TokenBucket && rng.below(3) == 0 {
-        b = b.token_refill_rate(1 + rng.below(3));
-    }
-    let mut names = Vec::new();
-    for name in ["free", "gold"] {
-        if rng.below(3) == 0 {
-            continue;
-        }
-        let mut t = Tier::new(name, 1 + rng.below(4));
-        if rng.below(2) == 0 {
-            t = t.window([LONG, LONG * 2][rng.below(2) as usize]);
-        }
-        if rng.below(2) == 0 {
-            t = t.strategy(STRATEGIES[rng.below(4) as usize]);
-        }
-        if rng.below(3) == 0 {
-            t = t.burst(rng.below(3));
-        }
-        if rng.below(6) == 0 {
-            t = t.block_for(LONG);
-        }
-        if rng.below(8) == 0 {
-            t = t.shadow();
-        }
-        b = b.tier(t);
-        names.push(name);
-    }
-    if !names.is_empty() && rng.below(2) == 0 {
-        b = b.default_tier(names[rng.below(names.len() as u64) as usize]);
-    }
-    b
+    drawn_config(
+        rng,
+        true,
+        |rng| [LONG, LONG * 2][rng.below(2) as usize],
+        LONG,
+    )
 }
 
 /// A configuration the builder accepts, drawn anew until one is.

@@ -19,7 +19,7 @@ use std::time::Duration;
 use ratelimit::{
     rate_limit, Config, ConfigBuilder, Error, Options, Prepared, RateLimitService, Strategy, Tier,
 };
-use ratelimit_tests::{now, serial, service, Rng};
+use ratelimit_tests::{drawn_config, now, serial, service, Rng};
 
 /// The windows the family draws from: a few seconds each, so a history of a few hundred
 /// calls, the clock moving 0 to 7 s between them, crosses many of them.
@@ -53,50 +53,10 @@ fn shapes() -> Vec<(&'static str, Options)> {
     ]
 }
 
-/// A configuration from a small family in which every setting that decides a call's quota or
-/// state varies (as in `probes_kept_against`), with windows of seconds.
+/// A configuration from the reload probes' family (`drawn_config`, as in
+/// `probes_kept_against`), with windows of seconds.
 fn drawn(rng: &mut Rng) -> ConfigBuilder {
-    let strategy = Strategy::ALL[rng.below(4) as usize];
-    let mut b = Config::builder()
-        .enabled(rng.below(8) != 0)
-        .strategy(strategy)
-        .default_window(window(rng))
-        .burst_limit(rng.below(3));
-    b = match rng.below(4) {
-        0 => b.no_default_limit(),
-        n => b.default_limit(n + 1),
-    };
-    if strategy == Strategy::TokenBucket && rng.below(3) == 0 {
-        b = b.token_refill_rate(1 + rng.below(3));
-    }
-    let mut names = Vec::new();
-    for name in ["free", "gold"] {
-        if rng.below(3) == 0 {
-            continue;
-        }
-        let mut t = Tier::new(name, 1 + rng.below(4));
-        if rng.below(2) == 0 {
-            t = t.window(window(rng));
-        }
-        if rng.below(2) == 0 {
-            t = t.strategy(Strategy::ALL[rng.below(4) as usize]);
-        }
-        if rng.below(3) == 0 {
-            t = t.burst(rng.below(3));
-        }
-        if rng.below(6) == 0 {
-            t = t.block_for(Duration::from_secs(5));
-        }
-        if rng.below(8) == 0 {
-            t = t.shadow();
-        }
-        b = b.tier(t);
-        names.push(name);
-    }
-    if !names.is_empty() && rng.below(2) == 0 {
-        b = b.default_tier(names[rng.below(names.len() as u64) as usize]);
-    }
-    b
+    drawn_config(rng, false, window, Duration::from_secs(5))
 }
 
 /// A configuration the builder accepts (on `service`'s store, for a reload), with limiting

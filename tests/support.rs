@@ -724,3 +724,60 @@ impl Rng {
         self.0 % n
     }
 }
+
+/// A configuration drawn at random from a small family in which every setting that decides a
+/// call's quota or state varies: limiting on or off, strategy, key prefix (one of two when
+/// `prefixes`), default limit, window (`window` draws each), burst, refill, each tier's
+/// limit, window, burst, strategy, block (`block` long) and shadow, the tiers present and the
+/// default tier. The reload probes' histories (`probes_kept_against`, `probes_moving_reloads`).
+pub fn drawn_config(
+    rng: &mut Rng,
+    prefixes: bool,
+    window: fn(&mut Rng) -> Duration,
+    block: Duration,
+) -> ratelimit::ConfigBuilder {
+    use ratelimit::{Strategy, Tier};
+    let strategy = Strategy::ALL[rng.below(4) as usize];
+    let mut b = Config::builder()
+        .enabled(rng.below(8) != 0)
+        .strategy(strategy);
+    if prefixes {
+        b = b.key_prefix(["rl", "rl2"][rng.below(2) as usize]);
+    }
+    b = b.default_window(window(rng)).burst_limit(rng.below(3));
+    b = match rng.below(4) {
+        0 => b.no_default_limit(),
+        n => b.default_limit(n + 1),
+    };
+    if strategy == Strategy::TokenBucket && rng.below(3) == 0 {
+        b = b.token_refill_rate(1 + rng.below(3));
+    }
+    let mut names = Vec::new();
+    for name in ["free", "gold"] {
+        if rng.below(3) == 0 {
+            continue;
+        }
+        let mut t = Tier::new(name, 1 + rng.below(4));
+        if rng.below(2) == 0 {
+            t = t.window(window(rng));
+        }
+        if rng.below(2) == 0 {
+            t = t.strategy(Strategy::ALL[rng.below(4) as usize]);
+        }
+        if rng.below(3) == 0 {
+            t = t.burst(rng.below(3));
+        }
+        if rng.below(6) == 0 {
+            t = t.block_for(block);
+        }
+        if rng.below(8) == 0 {
+            t = t.shadow();
+        }
+        b = b.tier(t);
+        names.push(name);
+    }
+    if !names.is_empty() && rng.below(2) == 0 {
+        b = b.default_tier(names[rng.below(names.len() as u64) as usize]);
+    }
+    b
+}
