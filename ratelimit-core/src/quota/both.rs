@@ -56,6 +56,12 @@ impl Quota {
             },
         }
     }
+
+    /// Whether `self`, made by [`held_to`](Self::held_to), holds a call to no less than
+    /// `alone` does: the same capacity at the same interval, so `alone` may decide by itself.
+    pub(crate) fn holds_no_less_than(&self, alone: &Quota) -> bool {
+        (self.capacity, self.interval) == (alone.capacity, alone.interval)
+    }
 }
 
 #[cfg(test)]

@@ -357,9 +357,9 @@ impl RateLimitService {
                 && old.same_identity(quota);
             let until = kept.replaced_at.saturating_add(old.window_nanos());
             if same_state {
-                let held = quota.held_to(std::iter::once(&old));
-                match (held.capacity(), held.interval_nanos())
-                    == (quota.capacity(), quota.interval_nanos())
+                match quota
+                    .held_to(std::iter::once(&old))
+                    .holds_no_less_than(quota)
                 {
                     true => keep_harmless(old, until),
                     false => transition.same.push((old, until)),
@@ -422,8 +422,7 @@ impl RateLimitService {
         // Kept where it holds a call to less than the site's quota alone does: those that do
         // not are the last (each holds to a part of the olds of the one before it), the
         // harmless ones past the others' ends.
-        let alone = (quota.capacity(), quota.interval_nanos());
-        (transition.same).retain(|(held, _)| (held.capacity(), held.interval_nanos()) != alone);
+        (transition.same).retain(|(held, _)| !held.holds_no_less_than(quota));
         (!transition.same.is_empty() || !transition.others.is_empty()).then_some(transition)
     }
 
