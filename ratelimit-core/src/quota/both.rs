@@ -62,6 +62,38 @@ impl Quota {
     pub(crate) fn holds_no_less_than(&self, alone: &Quota) -> bool {
         (self.capacity, self.interval) == (alone.capacity, alone.interval)
     }
+
+    /// `self`, a token bucket held to until `until` ([`held_to`](Self::held_to)), for a
+    /// call of `cost` at `now` when a quota tolerating a debt of `then` holds after it: its
+    /// tolerance cut to `then` plus the time left until `until`, so that what its calls
+    /// leave owing at `until` is within what the next quota tolerates (`None` where that
+    /// cuts nothing, or it is not a bucket). Held whole, a burst spent at a slower refill
+    /// was read at the faster one after the transition: 10 a minute reloaded to 10 a second,
+    /// calls refused for up to the minute's whole tolerance after its window
+    /// (probes_draining_buckets). Never below the call's own cost (nor 1), so that a cost the
+    /// held quota takes is never an error: such a call may leave at most its own cost owing.
+    /// Only ever lower than `self`: a call is held to no more than the transition gives.
+    pub(crate) fn draining_by(
+        &self,
+        until: Nanos,
+        then: Nanos,
+        now: Nanos,
+        cost: u64,
+    ) -> Option<Quota> {
+        if self.strategy != Strategy::TokenBucket || self.capacity == 0 {
+            return None;
+        }
+        let room = then.saturating_add(until.saturating_sub(now));
+        let capacity = (room / self.interval.max(1)).max(cost).max(1);
+        (capacity < self.capacity).then(|| Quota {
+            limit: capacity,
+            burst: 0,
+            capacity,
+            // Explicit: a refill of "the limit" would follow the new limit.
+            refill: self.refill_per_window(),
+            ..*self
+        })
+    }
 }
 
 #[cfg(test)]
@@ -118,6 +150,37 @@ mod tests {
             blocked.held_to([&fixed(3)].into_iter()).block(),
             Some(minute)
         );
+    }
+
+    #[test]
+    fn a_held_bucket_drains_its_debt_by_its_end_never_below_the_calls_cost() {
+        let second = 1_000_000_000;
+        // Held to 10 a minute (6 s a token, 60 s of debt); 10 a second (1 s) after it.
+        let held = bucket(10, 10);
+        let (until, then) = (60 * second, second);
+        assert_eq!(held.draining_by(until, then, 0, 1), None);
+        // 31 s left: 32 s of room, 5 tokens of 6 s.
+        let cut = held.draining_by(until, then, 29 * second, 1).unwrap();
+        assert_eq!(
+            (cut.capacity(), cut.interval_nanos()),
+            (5, held.interval_nanos())
+        );
+        assert_eq!(cut.refill_per_window(), 10);
+        // At the end, one token, or the call's own cost.
+        assert_eq!(
+            held.draining_by(until, then, until, 1).unwrap().capacity(),
+            1
+        );
+        assert_eq!(
+            held.draining_by(until, then, until, 4).unwrap().capacity(),
+            4
+        );
+        // Neither a bucket of none nor a windowed quota is cut.
+        assert_eq!(bucket(0, 10).draining_by(until, then, until, 1), None);
+        let fixed = Quota::new(10, Duration::from_secs(60))
+            .unwrap()
+            .with_strategy(Strategy::FixedWindow);
+        assert_eq!(fixed.draining_by(until, then, until, 1), None);
     }
 
     #[test]

@@ -74,7 +74,9 @@ impl RateLimitService {
         if generation.config.enabled() {
             let store_key = site.store_key(Some(key))?;
             let now = self.inner.clock.now();
-            let (key_in_store, quota) = (StoreKey::composed(&store_key), site.quota_at(now));
+            let mut drained = None;
+            let key_in_store = StoreKey::composed(&store_key);
+            let quota = site.quota_at(now, &mut drained);
             let adjustment = match penalty {
                 true => Adjustment::penalty(key_in_store, quota, units, now),
                 false => Adjustment::reward(key_in_store, quota, units, now),

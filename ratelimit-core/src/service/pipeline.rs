@@ -119,7 +119,8 @@ impl RateLimitService {
             then.write(store_key, decided.is_some());
             return self.conclude_now(site, key, name_tier, &mut decided, answer);
         }
-        let request = match site.request(store_key, now) {
+        let mut drained = None;
+        let request = match site.request(store_key, now, &mut drained) {
             Ok(request) => request,
             Err(e) => {
                 let site = &site.lent();
@@ -216,7 +217,8 @@ impl RateLimitService {
             self.settle(site, &mut decided, true);
             return decided;
         }
-        let request = site.request(store_key, now)?;
+        let mut drained = None;
+        let request = site.request(store_key, now, &mut drained)?;
         let started = self.inner.latency.start();
         let store = &*self.inner.store;
         let mut decided = store.decide(request).await;

@@ -87,10 +87,28 @@ pub(crate) struct Transition {
     /// quota that holds a call to the site's and to every old one in force until then
     /// ([`Quota::held_to`]: for each entry, those ending with it or later). A call is decided
     /// under the first entry not ended (`Site::quota_at`).
-    pub(crate) same: Vec<(Quota, Nanos)>,
+    pub(crate) same: Vec<HeldUntil>,
     /// Old states (another window, strategy, tier name or prefix): decided with the site's
     /// own as one, all or nothing, while in force (`transition.rs`).
     pub(crate) others: Vec<OldState>,
+}
+
+/// A [`Transition`] while [`transition_of`](RateLimitService::transition_of) works it out.
+#[derive(Default)]
+struct Building {
+    same: Vec<(Quota, Nanos)>,
+    others: Vec<OldState>,
+}
+
+/// One entry of [`Transition::same`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct HeldUntil {
+    pub(crate) quota: Quota,
+    pub(crate) until: Nanos,
+    /// The debt the quota holding after `until` tolerates (the next entry's, or the site's
+    /// own after the last): a bucket's calls leave no more owing at `until`
+    /// ([`Quota::draining_by`]).
+    pub(crate) then: Nanos,
 }
 
 /// A state a reload moved a limit away from, held to for one of its windows.
@@ -260,9 +278,10 @@ impl<'a> Site<'a> {
         &'k self,
         store_key: &'k str,
         now: Nanos,
+        drained: &'k mut Option<Quota>,
     ) -> Result<Request<'k>, Error> {
         let mode = Mode::of(self.spend, self.kept);
-        let quota = self.quota_at(now);
+        let quota = self.quota_at(now, drained);
         if self.transition.is_some() {
             crate::algorithm::check_cost(quota, self.cost, self.spend)?;
         }
@@ -275,14 +294,24 @@ impl<'a> Site<'a> {
         ))
     }
 
-    /// The quota a call at `now` is decided under.
+    /// The quota a call at `now` is decided under: the site's own, or while a reload's
+    /// transition holds its state, the first entry not ended, cut for a bucket whose debt
+    /// must drain by its end ([`Quota::draining_by`], written in `drained`).
     #[inline]
-    pub(crate) fn quota_at(&self, now: Nanos) -> &Quota {
+    pub(crate) fn quota_at<'q>(&'q self, now: Nanos, drained: &'q mut Option<Quota>) -> &'q Quota {
         let Some(t) = self.transition else {
             return self.quota;
         };
-        let mut in_force = t.same.iter().filter(|(_, until)| now < *until);
-        in_force.next().map_or(self.quota, |(quota, _)| quota)
+        let Some(held) = t.same.iter().find(|held| now < held.until) else {
+            return self.quota;
+        };
+        match held
+            .quota
+            .draining_by(held.until, held.then, now, self.cost)
+        {
+            Some(cut) => drained.insert(cut),
+            None => &held.quota,
+        }
     }
 
     /// The store key of a call with user `key`, checked and composed (for the paths that
@@ -316,7 +345,7 @@ impl RateLimitService {
         let name = |config: &crate::config::Config, tier: Option<usize>| {
             tier.map(|i| Arc::clone(&config.tiers()[i].name))
         };
-        let mut transition = Transition::default();
+        let mut transition = Building::default();
         let now = self.inner.clock.now();
         let own = options.overrides.window.map(|w| w.as_nanos() as u64);
         // The old quotas on the site's state holding a call to no less than its own alone
@@ -423,7 +452,29 @@ impl RateLimitService {
         // not are the last (each holds to a part of the olds of the one before it), the
         // harmless ones past the others' ends.
         (transition.same).retain(|(held, _)| !held.holds_no_less_than(quota));
-        (!transition.same.is_empty() || !transition.others.is_empty()).then_some(transition)
+        // What each entry's calls may leave owing at its end: what the next one tolerates
+        // then (itself cut by its own next, as the time to its end allows), the site's quota
+        // after the last.
+        let mut next: Option<HeldUntil> = None;
+        let mut same: Vec<HeldUntil> = (transition.same.iter().rev())
+            .map(|&(held, until)| {
+                let then = match next {
+                    None => quota.tolerance_nanos(),
+                    Some(n) => (n.quota.tolerance_nanos())
+                        .min(n.then.saturating_add(n.until.saturating_sub(until))),
+                };
+                *next.insert(HeldUntil {
+                    quota: held,
+                    until,
+                    then,
+                })
+            })
+            .collect();
+        same.reverse();
+        (!transition.same.is_empty() || !transition.others.is_empty()).then_some(Transition {
+            same,
+            others: transition.others,
+        })
     }
 
     /// Step 1 for one call: the site of a call with `options` under `generation` (the

@@ -9,6 +9,7 @@ use super::{Call, Generation, Options, RateLimitService, SpentAll};
 use crate::clock::Nanos;
 use crate::decision::Decision;
 use crate::error::{Error, Exceeded};
+use crate::quota::Quota;
 use crate::stats::Outcome;
 use crate::store::{Check, Mode, Request, Stacked, StoreKey};
 
@@ -168,7 +169,8 @@ impl RateLimitService {
             Keyed::Unlimited(decisions) => return Ok(SpentAll::kept(decisions)),
             Keyed::Keys(sites, keys, now) => (sites, keys, now),
         };
-        let mut checks = checks(&keys, &sites, now);
+        let mut drained = vec![None; sites.len()];
+        let mut checks = checks(&keys, &sites, now, &mut drained);
         // Limits a reload moved to another state are held to their old states too, as one
         // with the rest (`transition.rs`): one more check per old state, owned by its limit.
         let old_keys: Vec<Vec<String>> = (sites.iter().zip(limits))
@@ -447,12 +449,16 @@ enum Keyed<'a> {
 }
 
 /// The store's checks: one per limit, each with its own cost.
-fn checks<'a>(keys: &'a [String], sites: &'a [Site<'_>], now: Nanos) -> Vec<Check<'a>> {
-    keys.iter()
-        .zip(sites)
-        .map(|(key, site)| Check {
+fn checks<'a>(
+    keys: &'a [String],
+    sites: &'a [Site<'_>],
+    now: Nanos,
+    drained: &'a mut [Option<Quota>],
+) -> Vec<Check<'a>> {
+    (keys.iter().zip(sites).zip(drained))
+        .map(|((key, site), drained)| Check {
             key: StoreKey::composed(key),
-            quota: site.quota_at(now),
+            quota: site.quota_at(now, drained),
             cost: site.cost,
         })
         .collect()

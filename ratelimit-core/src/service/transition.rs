@@ -9,6 +9,7 @@ use super::RateLimitService;
 use crate::clock::Nanos;
 use crate::decision::Decision;
 use crate::error::Error;
+use crate::quota::Quota;
 use crate::store::{Check, Mode, Stacked, StoreKey};
 
 impl RateLimitService {
@@ -23,7 +24,8 @@ impl RateLimitService {
         now: Nanos,
     ) -> Option<Result<Decision, Error>> {
         let old_keys = old_store_keys(site, key, now);
-        let checks = checks(site, store_key, &old_keys, now);
+        let mut drained = None;
+        let checks = checks(site, store_key, &old_keys, now, &mut drained);
         match stacked(site, &checks, now) {
             Ok(stacked) => Some(
                 (self.inner.store.decide_all_now(stacked)?)
@@ -43,7 +45,8 @@ impl RateLimitService {
         now: Nanos,
     ) -> Result<Decision, Error> {
         let old_keys = old_store_keys(site, key, now);
-        let checks = checks(site, store_key, &old_keys, now);
+        let mut drained = None;
+        let checks = checks(site, store_key, &old_keys, now, &mut drained);
         let stacked = stacked(site, &checks, now)?;
         let decided = self.inner.store.decide_all(stacked).await;
         decided.and_then(|decided| one_of(decided, &checks))
@@ -86,10 +89,11 @@ fn checks<'a>(
     store_key: &'a str,
     old_keys: &'a [String],
     now: Nanos,
+    drained: &'a mut Option<Quota>,
 ) -> Vec<Check<'a>> {
     let own = Check {
         key: StoreKey::composed(store_key),
-        quota: site.quota_at(now),
+        quota: site.quota_at(now, drained),
         cost: site.cost,
     };
     std::iter::once(own)
