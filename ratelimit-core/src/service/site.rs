@@ -299,18 +299,9 @@ impl<'a> Site<'a> {
     /// must drain by its end ([`Quota::draining_by`], written in `drained`).
     #[inline]
     pub(crate) fn quota_at<'q>(&'q self, now: Nanos, drained: &'q mut Option<Quota>) -> &'q Quota {
-        let Some(t) = self.transition else {
-            return self.quota;
-        };
-        let Some(held) = t.same.iter().find(|held| now < held.until) else {
-            return self.quota;
-        };
-        match held
-            .quota
-            .draining_by(held.until, held.then, now, self.cost)
-        {
-            Some(cut) => drained.insert(cut),
-            None => &held.quota,
+        match self.transition {
+            None => self.quota,
+            Some(t) => held_at(self.quota, t, self.cost, now, drained),
         }
     }
 
@@ -324,6 +315,25 @@ impl<'a> Site<'a> {
         let mut out = String::with_capacity(64);
         self.compose(&mut out, key);
         Ok(out)
+    }
+}
+
+/// [`Site::quota_at`] during a transition, out of the line of every other call.
+#[cold]
+#[inline(never)]
+fn held_at<'q>(
+    own: &'q Quota,
+    transition: &'q Transition,
+    cost: u64,
+    now: Nanos,
+    drained: &'q mut Option<Quota>,
+) -> &'q Quota {
+    let Some(held) = transition.same.iter().find(|held| now < held.until) else {
+        return own;
+    };
+    match held.quota.draining_by(held.until, held.then, now, cost) {
+        Some(cut) => drained.insert(cut),
+        None => &held.quota,
     }
 }
 
