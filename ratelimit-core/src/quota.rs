@@ -381,7 +381,7 @@ impl Quota {
     /// ([`problem`](Self::problem) bounds the interval, or the window it divides, times the
     /// capacity as written, never below this one), so the product cannot overflow. Not kept
     /// in the quota: a quota made per call (the service's) paid more for it than a decision
-    /// saves (cachegrind: `service.consume` +9 instructions, the store -5).
+    /// saves (measured under cachegrind: BENCHMARKS.md, `hot_path`).
     #[inline]
     pub(crate) const fn tolerance_nanos(&self) -> Nanos {
         self.interval * self.capacity

@@ -85,8 +85,8 @@ pub(crate) fn quota(call: &Overrides, under: &Under) -> Result<Quota, Error> {
     if let Some(e) = layers.problem() {
         return Err(e.into());
     }
-    // The error made only where it is returned (`ok_or` built and dropped one on every call:
-    // 29 instructions).
+    // The error made only where it is returned (`ok_or` built and dropped one on every call,
+    // measurably: BENCHMARKS.md, `hot_path`).
     let Some(limit) = layers.limit else {
         return Err(Error::NoLimit);
     };

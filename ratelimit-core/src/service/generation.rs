@@ -25,7 +25,7 @@ pub(crate) struct Generation {
     /// [`Kept::resolves_alike`], worked out once when they are kept. Such a call is held to
     /// nothing (no transition), so it does not ask each of them again ([`holds_none`]): a
     /// call resolved per call after 8 reloads that changed only what it sets itself asked
-    /// all 8, about 300 instructions a call. By tier of `config`, by index, and then for no
+    /// all 8 on every call (BENCHMARKS.md, `hot_path`). By tier of `config`, by index, and then for no
     /// tier: for a call that names no tier (`[0]`) or one (`[1]`), with a limit of its own
     /// (`[..][1]`) or without.
     ///

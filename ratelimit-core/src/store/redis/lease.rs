@@ -131,8 +131,8 @@ impl Slot {
 #[derive(Debug)]
 pub(super) struct Leases {
     options: LeaseOptions,
-    /// Hashed as the memory store hashes its keys (foldhash, seeded per map): SipHash was an
-    /// eighth of a leased decision's instructions.
+    /// Hashed as the memory store hashes its keys (foldhash, seeded per map): SipHash was a
+    /// measurable part of a leased decision (BENCHMARKS.md, `redis_lease`).
     keys: Mutex<HashMap<String, Arc<Slot>, foldhash::fast::RandomState>>,
     /// Whether the task that gives idle leases back runs.
     sweeping: AtomicBool,
