@@ -1,0 +1,132 @@
+//! helper-61's attacks on a reload's transition to other states on Redis (a real server):
+//! `probes_transition_others` and `probes_transition_stacked` there. Redis decides on its own
+//! clock and the transition ends on the service's (a hand-driven one here): everything
+//! happens within a few milliseconds of Redis' time, so nothing the tests count refills or
+//! unblocks there, and the service's clock is moved only to end a transition.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ratelimit::{
+    Config, ConfigBuilder, ManualClock, Options, RateLimitService, RedisOptions, StoreConfig,
+    Strategy, Tier,
+};
+use ratelimit_tests::redis_server::{prefix, RedisServer};
+use ratelimit_tests::{on_its_store, START};
+
+const MINUTE: Duration = Duration::from_secs(60);
+const HOUR: Duration = Duration::from_secs(3_600);
+
+/// A service on `server` under a fresh prefix, decided on a hand-driven clock.
+fn on_redis(server: &RedisServer, config: ConfigBuilder) -> (RateLimitService, ManualClock) {
+    let options = RedisOptions::new(server.url()).timeout(Duration::from_secs(2));
+    let config = config
+        .key_prefix(prefix("transition"))
+        .store(StoreConfig::Redis(options))
+        .build()
+        .unwrap();
+    let clock = ManualClock::new(START);
+    let service = RateLimitService::with_clock(config, Arc::new(clock.clone())).unwrap();
+    (service, clock)
+}
+
+async fn admitted(service: &RateLimitService, options: &Options, n: usize) -> usize {
+    let mut admitted = 0;
+    for _ in 0..n {
+        let decided = service.consume("k", options).await;
+        admitted += usize::from(decided.is_ok_and(|d| d.allowed));
+    }
+    admitted
+}
+
+/// A token-bucket tier `"a"` (the default tier) of 10 plus a burst of 5 on `window`,
+/// refilled `refill` a window: at 10 a minute, 15 at a token every 6 s.
+fn bucket(window: Duration, refill: u64) -> ConfigBuilder {
+    let tier = Tier::new("a", 10)
+        .burst(5)
+        .refill(refill)
+        .window(window)
+        .strategy(Strategy::TokenBucket);
+    Config::builder().tier(tier).default_tier("a")
+}
+
+/// A fixed-window tier `"a"` (the default tier) of 2 per `window`, blocking an hour.
+fn blocking(window: Duration) -> ConfigBuilder {
+    let tier = Tier::new("a", 2)
+        .window(window)
+        .strategy(Strategy::FixedWindow)
+        .block_for(HOUR);
+    Config::builder().tier(tier).default_tier("a")
+}
+
+fn reload(service: &RateLimitService, builder: ConfigBuilder) {
+    service.reload(on_its_store(service, builder)).unwrap();
+}
+
+/// Inside the old window the old state holds on Redis: the bucket's 15 spent, moved to two
+/// minutes at the same rate: nothing at the switch, nor a second before the old window ends.
+#[tokio::test]
+async fn a_bucket_moved_to_another_window_on_redis_holds_inside_the_old_window() {
+    let server = RedisServer::start();
+    let (service, clock) = on_redis(&server, bucket(MINUTE, 10));
+    let plain = Options::new();
+    assert_eq!(admitted(&service, &plain, 16).await, 15);
+    reload(&service, bucket(2 * MINUTE, 20));
+    assert_eq!(admitted(&service, &plain, 5).await, 0);
+    clock.advance(MINUTE - Duration::from_secs(1));
+    assert_eq!(admitted(&service, &plain, 5).await, 0);
+}
+
+/// Past the old window (on the service's clock; on Redis' a few milliseconds later) the old
+/// state still owes 90 s: nothing comes back. The fresh state gave its 15.
+#[tokio::test]
+#[ignore = "way through: an old state is held to one old window, not the bucket's tolerance"]
+async fn a_bucket_moved_to_another_window_on_redis_keeps_its_debt_past_the_old_window() {
+    let server = RedisServer::start();
+    let (service, clock) = on_redis(&server, bucket(MINUTE, 10));
+    let plain = Options::new();
+    assert_eq!(admitted(&service, &plain, 16).await, 15);
+    reload(&service, bucket(2 * MINUTE, 20));
+    clock.advance(MINUTE);
+    assert_eq!(admitted(&service, &plain, 20).await, 0);
+}
+
+/// A key blocked for the hour on Redis, its limit moved to another window: still refused
+/// past the old window. The fresh state admitted 2.
+#[tokio::test]
+#[ignore = "way through: an old state's block is held to for one old window, not the block"]
+async fn a_block_holds_across_a_reload_that_moves_its_state_on_redis() {
+    let server = RedisServer::start();
+    let (service, clock) = on_redis(&server, blocking(MINUTE));
+    let plain = Options::new();
+    assert_eq!(admitted(&service, &plain, 3).await, 2);
+    reload(&service, blocking(2 * MINUTE));
+    clock.advance(Duration::from_secs(90));
+    assert_eq!(
+        admitted(&service, &plain, 3).await,
+        0,
+        "admitted while blocked"
+    );
+}
+
+/// Stacked calls on Redis during a move (`"a"` 3 a minute moved to 10 per two minutes, `"b"`
+/// 100 a minute): exactly 3 admitted, and the refused calls spent nothing on `"b"`.
+#[tokio::test]
+async fn a_stacked_call_refused_by_an_old_state_on_redis_spends_nothing_elsewhere() {
+    let server = RedisServer::start();
+    let tiers = |a: Tier| {
+        Config::builder()
+            .tier(a.strategy(Strategy::FixedWindow))
+            .tier(Tier::new("b", 100).window(MINUTE))
+    };
+    let (service, _clock) = on_redis(&server, tiers(Tier::new("a", 3).window(MINUTE)));
+    reload(&service, tiers(Tier::new("a", 10).window(2 * MINUTE)));
+    let (a, b) = (Options::new().tier("a"), Options::new().tier("b"));
+    let mut got = 0;
+    for _ in 0..20 {
+        let decided = service.consume_all(&[("u", &a), ("u", &b)]).await.unwrap();
+        got += usize::from(decided.iter().all(|d| d.allowed));
+    }
+    assert_eq!(got, 3);
+    assert_eq!(service.status("u", &b).await.unwrap().remaining, 97);
+}
