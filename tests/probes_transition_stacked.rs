@@ -64,6 +64,37 @@ fn a_block_holds_across_a_reload_that_moves_its_state() {
     assert_eq!(admitted(&service, &plain, 3), 0, "admitted while blocked");
 }
 
+/// A block begun during a transition on the same state: 2 a minute loosened to 5 (the old 2
+/// held for the window), 2 spent after the reload, the third refused by the held quota: the
+/// key is blocked for the hour, past the window where the new 5 would admit.
+#[test]
+fn a_block_begun_by_a_held_quota_holds_for_the_whole_block() {
+    let (service, clock) = service(blocking(2, MINUTE).build().unwrap());
+    let plain = Options::new();
+    reload(&service, blocking(5, MINUTE));
+    assert_eq!(admitted(&service, &plain, 3), 2);
+    clock.advance(Duration::from_secs(90));
+    assert_eq!(admitted(&service, &plain, 3), 0, "admitted while blocked");
+    clock.advance(HOUR - Duration::from_secs(90));
+    assert_eq!(admitted(&service, &plain, 6), 5);
+}
+
+/// A block begun during a move, by the old state's refusal (2 a minute moved to 5 per two
+/// minutes, both with an hour's block): the 2 spent after the reload, the third refused by
+/// the old state alone, which the old quota blocks. Past the old window the old state is no
+/// longer asked and the new one was never refused: admitted at 90 s, the hour's block
+/// begun by the refusal forgotten.
+#[test]
+#[ignore = "way through: an old state's block is held to for one old window, not the block"]
+fn a_block_begun_by_an_old_state_during_a_move_holds_for_the_whole_block() {
+    let (service, clock) = service(blocking(2, MINUTE).build().unwrap());
+    let plain = Options::new();
+    reload(&service, blocking(5, 2 * MINUTE));
+    assert_eq!(admitted(&service, &plain, 3), 2);
+    clock.advance(Duration::from_secs(90));
+    assert_eq!(admitted(&service, &plain, 3), 0, "admitted while blocked");
+}
+
 /// A penalty of 30 units on a bucket of 10 a minute (a debt of 4 minutes: 10 spent, 30 more
 /// owed), then a reload moving the bucket to two minutes at the same rate. A minute later the
 /// bucket has given back 10 of the 40 tokens owed: nothing to admit. The fresh state gave 10.
