@@ -80,7 +80,7 @@ async fn a_bucket_moved_to_another_window_on_redis_holds_inside_the_old_window()
 /// Past the old window (on the service's clock; on Redis' a few milliseconds later) the old
 /// state still owes 90 s: nothing comes back. The fresh state gave its 15.
 #[tokio::test]
-#[ignore = "way through: an old state is held to one old window, not the bucket's tolerance"]
+#[ignore = "way through: a moved bucket's new state starts full (old debt not carried)"]
 async fn a_bucket_moved_to_another_window_on_redis_keeps_its_debt_past_the_old_window() {
     let server = RedisServer::start();
     let (service, clock) = on_redis(&server, bucket(MINUTE, 10));
@@ -94,7 +94,7 @@ async fn a_bucket_moved_to_another_window_on_redis_keeps_its_debt_past_the_old_w
 /// A key blocked for the hour on Redis, its limit moved to another window: still refused
 /// past the old window. The fresh state admitted 2.
 #[tokio::test]
-#[ignore = "way through: an old state's block is held to for one old window, not the block"]
+#[ignore = "way through: an old state's block is not carried to the new state; held one old window"]
 async fn a_block_holds_across_a_reload_that_moves_its_state_on_redis() {
     let server = RedisServer::start();
     let (service, clock) = on_redis(&server, blocking(MINUTE));
