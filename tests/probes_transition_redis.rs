@@ -50,13 +50,19 @@ fn bucket(window: Duration, refill: u64) -> ConfigBuilder {
     Config::builder().tier(tier).default_tier("a")
 }
 
-/// A fixed-window tier `"a"` (the default tier) of 2 per `window`, blocking an hour.
+/// A sliding-log tier `"a"` (the default tier) of 2 per `window`, blocking an hour (a log:
+/// no window boundary of Redis' clock falls inside a test).
 fn blocking(window: Duration) -> ConfigBuilder {
     let tier = Tier::new("a", 2)
         .window(window)
-        .strategy(Strategy::FixedWindow)
+        .strategy(Strategy::SlidingWindow)
         .block_for(HOUR);
     Config::builder().tier(tier).default_tier("a")
+}
+
+/// `tier` as a sliding log: no window boundary of Redis' clock falls inside a test.
+fn sliding(tier: Tier) -> Tier {
+    tier.strategy(Strategy::SlidingWindow)
 }
 
 fn reload(service: &RateLimitService, builder: ConfigBuilder) {
@@ -116,8 +122,8 @@ async fn a_stacked_call_refused_by_an_old_state_on_redis_spends_nothing_elsewher
     let server = RedisServer::start();
     let tiers = |a: Tier| {
         Config::builder()
-            .tier(a.strategy(Strategy::FixedWindow))
-            .tier(Tier::new("b", 100).window(MINUTE))
+            .tier(sliding(a))
+            .tier(sliding(Tier::new("b", 100).window(MINUTE)))
     };
     let (service, _clock) = on_redis(&server, tiers(Tier::new("a", 3).window(MINUTE)));
     reload(&service, tiers(Tier::new("a", 10).window(2 * MINUTE)));
@@ -129,4 +135,42 @@ async fn a_stacked_call_refused_by_an_old_state_on_redis_spends_nothing_elsewher
     }
     assert_eq!(got, 3);
     assert_eq!(service.status("u", &b).await.unwrap().remaining, 97);
+}
+
+/// Spends kept on Redis across a reload: 2 a minute, both kept; a loosening to 10 on the
+/// same state gives one more call for one spend given back (the held 2), never the new 10;
+/// moved to two minutes, the spends are given back to the old state, which then holds the
+/// calls to its 2.
+#[tokio::test]
+async fn refunds_across_a_reload_on_redis_give_back_to_the_old_budget_only() {
+    let server = RedisServer::start();
+    let fixed = |n: u64, window: Duration| {
+        let tier = Tier::new("a", n)
+            .window(window)
+            .strategy(Strategy::SlidingWindow);
+        Config::builder().tier(tier).default_tier("a")
+    };
+    let plain = Options::new();
+    // Loosened on the same state.
+    let (service, _clock) = on_redis(&server, fixed(2, MINUTE));
+    let first = service.spend("k", &plain).await.unwrap();
+    let second = service.spend("k", &plain).await.unwrap();
+    assert!(first.decision().allowed && second.decision().allowed);
+    assert!(first.refundable() && second.refundable());
+    reload(&service, fixed(10, MINUTE));
+    assert_eq!(admitted(&service, &plain, 5).await, 0);
+    assert!(first.refund().await.unwrap());
+    assert_eq!(admitted(&service, &plain, 5).await, 1);
+    // Moved to another window.
+    let (service, _clock) = on_redis(&server, fixed(2, MINUTE));
+    let spent = [
+        service.spend("k", &plain).await.unwrap(),
+        service.spend("k", &plain).await.unwrap(),
+    ];
+    reload(&service, fixed(10, 2 * MINUTE));
+    assert_eq!(admitted(&service, &plain, 5).await, 0);
+    for s in spent {
+        assert!(s.refund().await.unwrap());
+    }
+    assert_eq!(admitted(&service, &plain, 12).await, 2);
 }
