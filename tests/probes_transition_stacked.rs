@@ -242,11 +242,13 @@ fn a_refund_after_a_move_gives_back_to_the_old_state_only() {
 
 /// A bucket of 10 at a token a minute, 10 kept; a reload to 10 at a token every 100 ms on
 /// the same state. A refund gives back what the spend took (a minute of debt, one old
-/// token), read under the held quota: exactly one more call, never the 600 new tokens a
-/// minute's debt is worth at the new refill.
+/// token). The 9 minutes still owed are past what the new bucket tolerates, so the held
+/// quota admits nothing more (`Quota::draining_by`: what is owed at the window's end stays
+/// within the new second); the new bucket is whole again exactly 9 minutes in (540 s), not a
+/// moment before (a refund of more than the spend's minute) nor after (of less).
 #[test]
 fn a_refund_after_a_faster_refill_gives_back_one_old_token() {
-    let (service, _clock) = service(bucket_a_minute(10, 0, 1).build().unwrap());
+    let (service, clock) = service(bucket_a_minute(10, 0, 1).build().unwrap());
     let plain = Options::new();
     let spent: Vec<_> = (0..10)
         .map(|_| now(service.spend("k", &plain)).unwrap())
@@ -256,5 +258,9 @@ fn a_refund_after_a_faster_refill_gives_back_one_old_token() {
     assert_eq!(admitted(&service, &plain, 5), 0);
     let mut spent = spent.into_iter();
     assert!(now(spent.next().unwrap().refund()).unwrap());
-    assert_eq!(admitted(&service, &plain, 20), 1);
+    assert_eq!(admitted(&service, &plain, 20), 0, "admitted at once");
+    clock.advance(Duration::from_secs(539));
+    assert_eq!(admitted(&service, &plain, 20), 0, "admitted at 539 s");
+    clock.advance(Duration::from_secs(1));
+    assert_eq!(admitted(&service, &plain, 20), 10, "admitted at 540 s");
 }
