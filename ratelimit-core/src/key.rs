@@ -107,12 +107,18 @@ pub(crate) fn name_part(name: Option<&str>) -> Box<str> {
 /// `:<byte length>:<text>`, so that neither can run into the next part.
 #[inline]
 fn write_name(out: &mut impl Write, name: Option<&str>) {
+    write_name_head(out, name);
+    if let Some(text) = name {
+        push(out, text);
+    }
+}
+
+/// What [`write_name`] writes before the name's text: all of it (`:-`) when there is none.
+#[inline(always)]
+fn write_name_head(out: &mut impl Write, name: Option<&str>) {
     match name {
         None => push(out, ":-"),
-        Some(text) => {
-            write_len(out, text.len());
-            push(out, text);
-        }
+        Some(text) => write_len(out, text.len()),
     }
 }
 
@@ -243,12 +249,22 @@ impl Around {
 
 /// The part of a store key between the hash tag and a braced user key: the quota's identity,
 /// the budget and the tier. Appended to `out`.
+///
+/// The pieces the call's own options make (the identity of a quota they resolve, the
+/// budget's length) are written in place first and appended as one: each append to the
+/// store key's buffer is a check and a copy of its own, and a call with overrides made nine.
 pub(crate) fn write_suffix(out: &mut impl Write, parts: &KeyParts<'_>, quota: &Quota) {
+    // At most 45 bytes: a strategy, 20 digits and `ns`; `:`, 20 digits and `:`.
+    let mut piece = ArrayString::<64>::new();
     match parts.identity {
         Some(identity) => push(out, identity),
-        None => quota.identity(out),
+        None => quota.identity(&mut piece),
     }
-    write_name(out, parts.budget);
+    write_name_head(&mut piece, parts.budget);
+    push(out, &piece);
+    if let Some(budget) = parts.budget {
+        push(out, budget);
+    }
     match parts.tier {
         Some(tier) => push(out, tier),
         None => push(out, ":-"),
