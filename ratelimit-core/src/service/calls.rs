@@ -44,6 +44,23 @@ pub(crate) enum Mode {
 }
 
 impl Mode {
+    const AS_ASKED: u8 = 0;
+    const SPEND: u8 = 1;
+    const ENFORCE: u8 = 2;
+    const LOOK: u8 = 3;
+
+    /// The mode a future of [`RateLimitService::owned`] was made for: worked out when it is
+    /// compiled, where a code that is none is an error.
+    const fn of(code: u8) -> Mode {
+        match code {
+            Mode::AS_ASKED => Mode::AsAsked,
+            Mode::SPEND => Mode::Spend,
+            Mode::ENFORCE => Mode::Enforce,
+            Mode::LOOK => Mode::Look,
+            _ => panic!("not a mode's code"),
+        }
+    }
+
     /// The call as this mode makes it.
     pub(super) fn apply(self, call: Call<'_>) -> Call<'_> {
         match self {
@@ -82,7 +99,7 @@ impl RateLimitService {
         key: &'a str,
         options: &Options,
     ) -> impl Future<Output = Result<Decision, Error>> + Send + 'a {
-        self.owned(key, options, Mode::AsAsked)
+        self.owned::<{ Mode::AS_ASKED }>(key, options)
     }
 
     /// Spends one call (or `options.cost`) from `key`'s budget. Like every method here, the
@@ -104,7 +121,7 @@ impl RateLimitService {
         key: &'a str,
         options: &Options,
     ) -> impl Future<Output = Result<Decision, Error>> + Send + 'a {
-        self.owned(key, options, Mode::Spend)
+        self.owned::<{ Mode::SPEND }>(key, options)
     }
 
     /// Like [`consume`](Self::consume), but a refusal is `Err(Error::Exceeded(..))` carrying
@@ -114,7 +131,7 @@ impl RateLimitService {
         key: &'a str,
         options: &Options,
     ) -> impl Future<Output = Result<Decision, Error>> + Send + 'a {
-        self.owned(key, options, Mode::Enforce)
+        self.owned::<{ Mode::ENFORCE }>(key, options)
     }
 
     /// The level of `key`'s budget now, spending and changing nothing: what remains,
@@ -125,19 +142,21 @@ impl RateLimitService {
         key: &'a str,
         options: &Options,
     ) -> impl Future<Output = Result<Decision, Error>> + Send + 'a {
-        self.owned(key, options, Mode::Look)
+        self.owned::<{ Mode::LOOK }>(key, options)
     }
 
     /// The future of a public decision: it keeps its own clone of `options`, so it borrows
-    /// only the service and the key.
-    fn owned<'a>(
+    /// only the service and the key. One type for each mode ([`Mode::of`]), so that each
+    /// method's future is compiled for its own: with the mode a field of one future for all
+    /// four, every poll matched on it (where the call is made, whether a refusal is an error).
+    fn owned<'a, const MODE: u8>(
         &'a self,
         key: &'a str,
         options: &Options,
-        mode: Mode,
     ) -> impl Future<Output = Result<Decision, Error>> + Send + 'a {
         let options = options.clone();
         async move {
+            let mode = const { Mode::of(MODE) };
             let call = mode.apply(options.call());
             let (generation, mut held) = (self.generation(), Held::default());
             // Nothing but the boxed rest of the call is held across the wait (see `start`).
