@@ -108,6 +108,9 @@ pub struct RateLimitLayer<A = DefaultAnswers> {
 pub(crate) struct LayerConfig {
     pub(crate) rules: Rules,
     skip: Option<Arc<Skipper>>,
+    /// Answers as a gRPC server ([`grpc`](RateLimitLayer::grpc)): every answer's HTTP status
+    /// is `200`, so `count_when` cannot tell a failed call (a configuration error).
+    grpc: bool,
 }
 
 impl RateLimitLayer {
@@ -129,6 +132,7 @@ impl RateLimitLayer {
             config: Arc::new(LayerConfig {
                 rules: Rules::new("RateLimitLayer", limiter, key),
                 skip: None,
+                grpc: false,
             }),
             answers: DefaultAnswers,
         }
@@ -205,11 +209,17 @@ impl<A> RateLimitLayer<A> {
     /// Answers as a gRPC server does (feature `tonic`, for a layer on a tonic `Server`):
     /// [`GrpcAnswers`]. Replaces [`on_refused`](Self::on_refused) and
     /// [`on_error`](Self::on_error) given before.
+    ///
+    /// Not with [`count_when`](Self::count_when): a gRPC answer's HTTP status is `200`
+    /// whatever the call's status (which travels in `grpc-status`), so a limit on failed
+    /// calls would give every one back. Such a layer refuses every call as a configuration
+    /// error (`INTERNAL`, naming `RateLimitLayer::count_when`).
     #[cfg(feature = "tonic")]
     #[cfg_attr(docsrs, doc(cfg(feature = "tonic")))]
     pub fn grpc(self) -> RateLimitLayer<GrpcAnswers> {
+        let this = self.set(|c| c.grpc = true);
         RateLimitLayer {
-            config: self.config,
+            config: this.config,
             answers: GrpcAnswers,
         }
     }
@@ -240,6 +250,9 @@ impl<A> RateLimitLayer<A> {
     /// `RateLimitLayer::count_when`). With several [`limit`](Self::limit)s, a request that
     /// does not count goes back to every one, or (one of them finding nothing to give back)
     /// to none.
+    ///
+    /// Not on a [`grpc`](Self::grpc) layer, whose answers are all `200`: it refuses every
+    /// call as a configuration error rather than give every failed call back.
     ///
     /// ```
     /// use axum::http::StatusCode;

@@ -148,6 +148,7 @@ where
         let (parts, body) = request.into_parts();
         let started = match &config.skip {
             Some(skip) if skip(&parts) => Err(Verdict::Skip),
+            _ if config.grpc => Err(Verdict::Failed(count_when_on_grpc())),
             _ => config.rules.start(&parts),
         };
         let (verdict, kept) = match started {
@@ -164,4 +165,18 @@ where
         }
         Ok(response)
     }))
+}
+
+/// A layer that counts by status answering as a gRPC server: every answer's HTTP status is
+/// `200` (the call's status travels in `grpc-status`), so no failed call could count.
+#[cold]
+fn count_when_on_grpc() -> crate::Error {
+    crate::Error::InvalidConfig(crate::ConfigError {
+        problems: vec![(
+            "RateLimitLayer::count_when".into(),
+            "a gRPC layer's answers all have the HTTP status 200 (the call's status is in \
+             `grpc-status`): every call would be given back"
+                .into(),
+        )],
+    })
 }
