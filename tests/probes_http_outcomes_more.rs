@@ -43,7 +43,9 @@ async fn serve(layer: RateLimitLayer, runs: Arc<AtomicUsize>) -> String {
             StatusCode::from_u16(code).unwrap()
         }
     };
-    let app = Router::new().route("/s/{code}", routing::get(handler)).layer(layer);
+    let app = Router::new()
+        .route("/s/{code}", routing::get(handler))
+        .layer(layer);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
@@ -96,13 +98,21 @@ async fn a_handler_that_panics_keeps_its_spend_on_every_kind_of_layer() {
             assert_eq!(get(&base, 0).await, None, "{kind}: a panic has no response");
         }
         assert_eq!(runs.load(Ordering::SeqCst), 2, "{kind}");
-        assert_eq!(left(&limiter, &hourly(2, "a")), 0, "{kind}: both panics kept");
+        assert_eq!(
+            left(&limiter, &hourly(2, "a")),
+            0,
+            "{kind}: both panics kept"
+        );
         if kind.contains("two") {
             assert_eq!(left(&limiter, &hourly(5, "b")), 3, "{kind}: in both limits");
         }
         assert_eq!(get(&base, 401).await, Some(429), "{kind}");
         assert_eq!(get(&base, 200).await, Some(429), "{kind}");
-        assert_eq!(runs.load(Ordering::SeqCst), 2, "{kind}: refused before the handler");
+        assert_eq!(
+            runs.load(Ordering::SeqCst),
+            2,
+            "{kind}: refused before the handler"
+        );
     }
 }
 
@@ -146,11 +156,17 @@ async fn a_handlers_own_429_counts_as_the_status_it_is_never_as_an_inner_refusal
     for _ in 0..2 {
         let response = client().get(format!("{base}/s/429")).send().await.unwrap();
         assert_eq!(response.status().as_u16(), 429);
-        assert!(response.headers().get("retry-after").is_none(), "the handler's own");
+        assert!(
+            response.headers().get("retry-after").is_none(),
+            "the handler's own"
+        );
     }
     assert_eq!(left(&limiter, &options), 0);
     let response = client().get(format!("{base}/s/200")).send().await.unwrap();
     assert_eq!(response.status().as_u16(), 429);
-    assert!(response.headers().get("retry-after").is_some(), "the layer's");
+    assert!(
+        response.headers().get("retry-after").is_some(),
+        "the layer's"
+    );
     assert_eq!(runs.load(Ordering::SeqCst), 2);
 }
