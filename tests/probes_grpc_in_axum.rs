@@ -88,12 +88,20 @@ async fn failed_grpc_calls_in_an_axum_router_count_never_all_given_back() {
             refused
         ]
     );
-    let left = now(limiter.status("192.0.2.1", &options)).unwrap().remaining;
+    let left = now(limiter.status("192.0.2.1", &options))
+        .unwrap()
+        .remaining;
     assert_eq!(left, 0);
     // A call that succeeds counts too (its HTTP status tells nothing either): another peer,
     // a `SERVING` answer (`grpc-status` in the trailers), spends.
-    let response = app.clone().oneshot(check("", "192.0.2.2:1000")).await.unwrap();
+    let response = app
+        .clone()
+        .oneshot(check("", "192.0.2.2:1000"))
+        .await
+        .unwrap();
     assert_eq!(outcome(&response), (200, None));
-    let left = now(limiter.status("192.0.2.2", &options)).unwrap().remaining;
+    let left = now(limiter.status("192.0.2.2", &options))
+        .unwrap()
+        .remaining;
     assert_eq!(left, 1);
 }

@@ -153,7 +153,8 @@ impl RateLimit {
     /// `.count_when(|status| status == StatusCode::UNAUTHORIZED)`), as the tower layer's
     /// `count_when` does: each request spends before the inner service runs and is given back
     /// once a response that does not count is made; a response refused by an inner
-    /// rate-limit middleware never counts here. Actix runs a handler to its end after its
+    /// rate-limit middleware never counts here, and a gRPC answer (`application/grpc..`,
+    /// whose HTTP status is `200` whatever the call's) always does. Actix runs a handler to its end after its
     /// client went away, so that response's status decides too; a request dropped before its
     /// response (the server stopping) keeps its spend. The status is actix's own
     /// [`StatusCode`](actix_web::http::StatusCode). Only on a store that gives spends back

@@ -151,8 +151,10 @@ where
             let inner = response.response();
             let refused_inside = inner.extensions().get::<RefusedHere>().is_some();
             let status = inner.status().as_u16();
-            kept.settle(config.rules.counts(status, refused_inside))
-                .await;
+            let content_type = inner.headers().get(actix_web::http::header::CONTENT_TYPE);
+            let counts =
+                (config.rules).counts(status, content_type.map(|c| c.as_bytes()), refused_inside);
+            kept.settle(counts).await;
         }
         Ok(response)
     }))

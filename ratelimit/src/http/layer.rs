@@ -251,8 +251,11 @@ impl<A> RateLimitLayer<A> {
     /// does not count goes back to every one, or (one of them finding nothing to give back)
     /// to none.
     ///
-    /// Not on a [`grpc`](Self::grpc) layer, whose answers are all `200`: it refuses every
-    /// call as a configuration error rather than give every failed call back.
+    /// A gRPC answer (`content-type: application/grpc..`, such as a tonic service's inside an
+    /// axum `Router`) always counts: its HTTP status is `200` whatever the call's status, so
+    /// no status read from it could say it failed. Not on a [`grpc`](Self::grpc) layer,
+    /// whose answers are all such: it refuses every call as a configuration error rather than
+    /// count every call while saying it counts some.
     ///
     /// ```
     /// use axum::http::StatusCode;

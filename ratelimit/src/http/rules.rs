@@ -238,11 +238,22 @@ impl Rules {
         }
     }
 
-    /// Whether a response with `status` counts: not when an inner rate limiter refused the
-    /// request (the request was not served: what this layer spent for it goes back), else as
-    /// `count_when` says.
-    pub(crate) fn counts(&self, status: u16, refused_inside: bool) -> bool {
-        !refused_inside && self.count_when.as_ref().is_none_or(|counts| counts(status))
+    /// Whether a response with `status` and `content_type` counts: not when an inner rate
+    /// limiter refused the request (the request was not served: what this layer spent for it
+    /// goes back); always for a gRPC answer (`application/grpc..`, gRPC-Web too), whose HTTP
+    /// status is `200` whatever the call's (which `grpc-status` says, often in the trailers),
+    /// so that no failed call is given back for it; else as `count_when` says.
+    pub(crate) fn counts(
+        &self,
+        status: u16,
+        content_type: Option<&[u8]>,
+        refused_inside: bool,
+    ) -> bool {
+        const GRPC: &[u8] = b"application/grpc";
+        let grpc = content_type
+            .and_then(|c| c.get(..GRPC.len()))
+            .is_some_and(|c| c.eq_ignore_ascii_case(GRPC));
+        !refused_inside && (grpc || self.count_when.as_ref().is_none_or(|counts| counts(status)))
     }
 
     fn verdict(decisions: Result<Decisions, Error>) -> Verdict {

@@ -160,8 +160,10 @@ where
         if let Some(kept) = kept {
             let refused_inside = response.extensions().get::<RefusedHere>().is_some();
             let status = response.status().as_u16();
-            kept.settle(config.rules.counts(status, refused_inside))
-                .await;
+            let content_type = response.headers().get(http::header::CONTENT_TYPE);
+            let counts =
+                (config.rules).counts(status, content_type.map(|c| c.as_bytes()), refused_inside);
+            kept.settle(counts).await;
         }
         Ok(response)
     }))
