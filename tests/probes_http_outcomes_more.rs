@@ -74,7 +74,8 @@ fn left(limiter: &RateLimitService, options: &Options) -> u64 {
 /// before the handler: it ran twice.
 #[tokio::test]
 async fn a_handler_that_panics_keeps_its_spend_on_every_kind_of_layer() {
-    let kinds: [(&str, fn(RateLimitService) -> RateLimitLayer); 3] = [
+    type Build = fn(RateLimitService) -> RateLimitLayer;
+    let kinds: [(&str, Build); 3] = [
         ("every request", |limiter| {
             RateLimitLayer::new(limiter, ClientIp::peer()).options(hourly(2, "a"))
         }),
