@@ -33,7 +33,10 @@ struct Sometimes {
 
 impl Sometimes {
     fn now_this_time(&self) -> bool {
-        let answers = self.asked_now.fetch_add(1, Ordering::SeqCst) % 2 == 0;
+        let answers = self
+            .asked_now
+            .fetch_add(1, Ordering::SeqCst)
+            .is_multiple_of(2);
         if answers {
             self.answered_now.fetch_add(1, Ordering::SeqCst);
         }
