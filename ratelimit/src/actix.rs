@@ -154,9 +154,9 @@ impl RateLimit {
     /// `count_when` does: each request spends before the inner service runs and is given back
     /// once a response that does not count is made; a response refused by an inner
     /// rate-limit middleware never counts here, and a gRPC answer (`application/grpc..`,
-    /// whose HTTP status is `200` whatever the call's) always does. Actix runs a handler to its end after its
-    /// client went away, so that response's status decides too; a request dropped before its
-    /// response (the server stopping) keeps its spend. The status is actix's own
+    /// whose HTTP status is `200` whatever the call's) always does. Actix runs a handler to
+    /// its end after its client went away, so that response's status decides too; a request
+    /// dropped before its response (the server stopping) keeps its spend. The status is actix's own
     /// [`StatusCode`](actix_web::http::StatusCode). Only on a store that gives spends back
     /// (the memory store; on any other every request is refused with
     /// [`Error::InvalidConfig`] naming `RateLimit::count_when`). A middleware without
