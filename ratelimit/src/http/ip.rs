@@ -81,6 +81,11 @@ impl TrustedProxies {
     /// Every peer or reported address inside these networks is a proxy of yours: the client
     /// is the first address, from the right, outside them (the peer itself when the peer is
     /// not a trusted proxy, whatever the headers say).
+    ///
+    /// Name only your proxies' networks: where every entry is trusted, the client is the
+    /// leftmost one, which the client itself wrote. A network that holds clients too (such as
+    /// `0.0.0.0/0`, or an office range behind the same load balancer) lets those clients pick
+    /// their own key.
     pub fn cidrs<I>(networks: I) -> Result<Self, CidrError>
     where
         I: IntoIterator,
