@@ -35,7 +35,6 @@ fn call(service: &RateLimitService, cost: u64) -> Decision {
 /// 6 s later the cut tolerates 4 tokens and the debt is 24 s: refused again, and again every
 /// time, until the window's end. The call passes only at +60 s: the wait is 30 s.
 #[test]
-#[ignore = "a way through: a refusal under a draining cut tells the cut's next token, refused again (fixed next)"]
 fn a_refusal_under_a_draining_cut_says_when_the_call_passes_not_the_cuts_next_token() {
     let (service, clock) = service(bucket(10, 10).build().unwrap());
     reload(&service, bucket(10, 600));
@@ -386,7 +385,6 @@ fn random_chains_with_penalties_and_a_clock_stepped_back_stay_within_every_bucke
 }
 
 #[test]
-#[ignore = "a way through: retry_after under a draining cut or across a transition's end (fixed next)"]
 fn random_chains_a_refusals_retry_after_is_when_the_same_call_passes() {
     // No capacity of 0 (which refuses for good, whatever its `retry_after` says).
     let plan = Plan {

@@ -132,6 +132,7 @@ impl RateLimitService {
         if let Some(decided) = &mut decided {
             self.inner.latency.finish(started);
             under_its_quota(request.quota(), decided);
+            super::transition::retry(site, now, decided);
         }
         then.write(store_key, decided.is_some());
         self.conclude_now(site, key, name_tier, &mut decided, answer)
@@ -224,6 +225,7 @@ impl RateLimitService {
         let mut decided = store.decide(request).await;
         self.inner.latency.finish(started);
         under_its_quota(request.quota(), &mut decided);
+        super::transition::retry(site, now, &mut decided);
         self.settle(site, &mut decided, true);
         decided
     }

@@ -198,7 +198,8 @@ impl RateLimitService {
                 });
                 let result = self.ask_stacked(all, &sites, &owners, at_once).await;
                 abandoned.defuse();
-                result.and_then(|decided| fold(decided, &checks, &owners, sites.len()))
+                let retried = |d| transition::retried(&sites, now, d);
+                result.and_then(|d| fold(retried(d), &checks, &owners, sites.len()))
             }
             Err(e) => Err(e),
         };

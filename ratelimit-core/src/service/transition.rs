@@ -4,13 +4,17 @@
 //! one, all or nothing: the switch never hands out a fresh budget on top of what the old
 //! window spent. (A limit on the same state needs none of this: `Site::quota_at`.)
 
+use std::time::Duration;
+
 use super::site::Site;
 use super::RateLimitService;
+use crate::algorithm::{precheck, Algorithm, Gcra, MAX_NOW};
 use crate::clock::Nanos;
 use crate::decision::Decision;
 use crate::error::Error;
-use crate::quota::Quota;
+use crate::quota::{Quota, MAX_TOLERANCE};
 use crate::store::{Check, Mode, Stacked, StoreKey};
+use crate::syntax::Strategy;
 
 impl RateLimitService {
     /// The call decided on its state and the old ones at once when the store can; `None`,
@@ -29,7 +33,7 @@ impl RateLimitService {
         match stacked(site, &checks, now) {
             Ok(stacked) => Some(
                 (self.inner.store.decide_all_now(stacked)?)
-                    .and_then(|decided| one_of(decided, &checks)),
+                    .and_then(|decided| one_of(retried(&[*site], now, decided), &checks)),
             ),
             Err(e) => Some(Err(e)),
         }
@@ -49,7 +53,7 @@ impl RateLimitService {
         let checks = checks(site, store_key, &old_keys, now, &mut drained);
         let stacked = stacked(site, &checks, now)?;
         let decided = self.inner.store.decide_all(stacked).await;
-        decided.and_then(|decided| one_of(decided, &checks))
+        decided.and_then(|decided| one_of(retried(&[*site], now, decided), &checks))
     }
 }
 
@@ -133,4 +137,112 @@ pub(super) fn one(decisions: Vec<Decision>) -> Result<Decision, Error> {
         false => a,
     });
     pick.ok_or_else(|| crate::algorithm::Undecidable::UnexpectedState.into())
+}
+
+/// A call's decision at `site`, a refusal during a reload's transition with the wait
+/// [`retry_at`] tells: on an admission, one test on the way.
+#[inline]
+pub(super) fn retry(site: &Site<'_>, now: Nanos, decided: &mut Result<Decision, Error>) {
+    if let Ok(d) = decided {
+        if !d.allowed && site.transition.is_some() {
+            retry_at(site, now, d);
+        }
+    }
+}
+
+/// `decided` (the store's decisions of a call's checks, those of `sites`' own states first,
+/// in order) with each refusal on a site's own state given the wait [`retry_at`] tells.
+pub(super) fn retried(sites: &[Site<'_>], now: Nanos, mut decided: Vec<Decision>) -> Vec<Decision> {
+    for (site, decision) in sites.iter().zip(&mut decided) {
+        if site.transition.is_some() && !decision.allowed {
+            retry_at(site, now, decision);
+        }
+    }
+    decided
+}
+
+/// A refusal at `site` at `now` while a reload's transition holds its own state (a token
+/// bucket's) to an old quota: its `retry_after`, when the next quota in force does not
+/// admit the same call then, made the first wait after which it does. The held quota is cut
+/// as the old window ends (`Quota::draining_by`), a token less each interval, and the debt
+/// drains a token an interval too: the store's answer (the next token under the cut in force
+/// now) sent the call back into the same refusal, again and again until the window's end
+/// (probes_draining_attacks: 10 a minute reloaded to 10 a second, all spent, refused at +30 s
+/// "retry after 6 s", and refused so until +60 s). Likewise a wait past a transition's end,
+/// where the next quota decides. The instants tried are those where the quota in force
+/// changes or admits by its own rule: each entry's start, where its cut bottoms out at the
+/// call's cost, where its bucket uncut admits, and the site's quota after the last; each
+/// tried as `Site::quota_at` decides then (`Gcra`'s own rule), the debt read at most a
+/// millisecond long (`reset_after`), so a wait found is one the call passes at. A wait may be
+/// longer than the least: between a cut's steps the call may pass for a moment, which a
+/// client waiting whole milliseconds would not hit. Nothing is changed on a quota with a
+/// block (its wait is the block's) or where no instant tried admits the call.
+#[cold]
+#[inline(never)]
+pub(super) fn retry_at(site: &Site<'_>, now: Nanos, decision: &mut Decision) {
+    let (Some(transition), Some(wait)) = (site.transition, decision.retry_after) else {
+        return;
+    };
+    let quota_at = |at: Nanos| *site.quota_at(at, &mut None);
+    let in_force = quota_at(now);
+    if in_force.strategy() != Strategy::TokenBucket || in_force.block_nanos() > 0 {
+        return;
+    }
+    let shape = |q: &Quota| (q.capacity(), q.interval_nanos());
+    let told = now.saturating_add(wait.as_nanos().min(u128::from(Nanos::MAX)) as Nanos);
+    if shape(&quota_at(told)) == shape(&in_force) {
+        return;
+    }
+    let cost = site.cost;
+    let debt = decision.reset_after.as_nanos().min(u128::from(Nanos::MAX)) as Nanos;
+    let tat = now.saturating_add(debt);
+    // What a store decides at `at` (`algorithm::precheck`, then the bucket's own rule), on
+    // an arrival time within what a store keeps, as every store's is.
+    if u128::from(tat) > u128::from(MAX_NOW) + MAX_TOLERANCE {
+        return;
+    }
+    let admits = |at: Nanos| {
+        let quota = quota_at(at);
+        match precheck(at, &quota, cost, false) {
+            Ok(None) => (Gcra::new(tat, 0, Vec::new()).decide(at, &quota, cost, false)).allowed,
+            Ok(Some(fixed)) => fixed.allowed,
+            Err(_) => false,
+        }
+    };
+    let spent = |q: &Quota, tokens: u64| q.interval_nanos().saturating_mul(tokens);
+    let least = cost.max(1);
+    let mut tried = vec![told];
+    let mut start = now;
+    for held in transition.same.iter().filter(|held| now < held.until) {
+        let (q, end) = (&held.quota, held.then.saturating_add(held.until));
+        tried.push(start);
+        tried.push((tat.saturating_add(spent(q, cost))).saturating_sub(q.tolerance_nanos()));
+        let bottom = end.saturating_sub(spent(q, least + 1)).saturating_add(1);
+        tried.push(
+            bottom.max(
+                tat.saturating_add(spent(q, cost))
+                    .saturating_sub(spent(q, least)),
+            ),
+        );
+        start = held.until;
+    }
+    tried.push(
+        start.max(
+            tat.saturating_add(spent(site.quota, cost))
+                .saturating_sub(site.quota.tolerance_nanos()),
+        ),
+    );
+    const MILLI: Nanos = 1_000_000;
+    let best = (tried.into_iter())
+        .map(|at| {
+            at.saturating_sub(now)
+                .div_ceil(MILLI)
+                .max(1)
+                .saturating_mul(MILLI)
+        })
+        .filter(|&w| admits(now.saturating_add(w)))
+        .min();
+    if let Some(w) = best {
+        decision.retry_after = Some(Duration::from_nanos(w));
+    }
 }
