@@ -416,7 +416,6 @@ fn blocking(refill: u64) -> ConfigBuilder {
 /// blocks the key for the hour: every call refused until +3,650 s, where the old code
 /// admitted again from +80 s at 10 a second.
 #[test]
-#[ignore = "a way through: a refusal of the draining cut alone blocks the key past the window (fixed next)"]
 fn a_refusal_by_a_draining_cut_blocks_a_key_past_the_window() {
     let (service, clock) = service(blocking(10).build().unwrap());
     reload(&service, blocking(600));
