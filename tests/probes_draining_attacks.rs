@@ -50,6 +50,27 @@ fn a_refusal_under_a_draining_cut_says_when_the_call_passes_not_the_cuts_next_to
     assert_eq!(wait, 30 * SECOND);
 }
 
+/// 4 refilled 2 a minute (30 s a token), all spent: a debt of 120 s; reloaded to 2 refilled
+/// 10 a minute (6 s a token, 12 s of debt). Held for the old minute to 2 tokens of 30 s, a
+/// call at once is refused "retry after 90 s" (the held bucket's next token), past the
+/// minute, where the running bucket reads the debt left, 30 s, at its own refill: refused
+/// until 114 s, when 6 s of debt are left. (Before the draining cut too: no cut at the
+/// reload's instant.)
+#[test]
+fn a_refusal_whose_wait_ends_past_the_transition_says_when_the_running_bucket_admits() {
+    let (service, clock) = service(bucket(4, 2).build().unwrap());
+    assert_eq!((0..5).filter(|_| call(&service, 1).allowed).count(), 4);
+    reload(&service, bucket(2, 10));
+    let refused = call(&service, 1);
+    assert!(!refused.allowed);
+    let wait = refused.retry_after.unwrap();
+    clock.advance(wait - Duration::from_millis(1));
+    assert!(!call(&service, 1).allowed, "admitted before {wait:?}");
+    clock.advance(Duration::from_millis(1));
+    assert!(call(&service, 1).allowed, "refused {wait:?} later");
+    assert_eq!(wait, 114 * SECOND);
+}
+
 // ---------------------------------------------------------------------------------------
 // Random histories: two lanes (the default limit, and tier "t") on one key, on one window;
 // reloads in runs of one to three, calls of several costs, alone, stacked or through a
