@@ -95,15 +95,15 @@ const COSTS: [u64; 5] = [1, 1, 1, 2, 3];
 
 /// A bucket configuration: the default limit, and a tier `"t"` with its own bucket, both a
 /// minute; drawn again until the builder takes it.
-fn drawn(rng: &mut Rng, live: bool) -> ConfigBuilder {
+fn drawn(rng: &mut Rng, plan: Plan) -> ConfigBuilder {
     let pick = |rng: &mut Rng, from: &[u64]| from[rng.below(from.len() as u64) as usize];
     loop {
         let tier = Tier::new("t", pick(rng, &LIMITS).max(1))
             .burst(pick(rng, &BURSTS))
             .refill(pick(rng, &REFILLS))
-            .window(MINUTE)
+            .window(MINUTE * (1 + u32::from(plan.windows && rng.below(2) == 0)))
             .strategy(Strategy::TokenBucket);
-        let limit = pick(rng, &LIMITS[usize::from(live)..]);
+        let limit = pick(rng, &LIMITS[usize::from(plan.live || plan.retries)..]);
         let b = bucket_a_minute(limit, pick(rng, &BURSTS), pick(rng, &REFILLS)).tier(tier);
         if b.clone().build().is_ok() {
             return b;
@@ -134,6 +134,8 @@ struct Admitted {
 /// One configuration installed: each lane's bucket, and when it was replaced.
 struct Installed {
     buckets: [Option<(u64, u128)>; 2],
+    /// Each lane's window (nanoseconds): a replaced configuration holds its calls for it.
+    windows: [u128; 2],
     replaced: Option<i128>,
 }
 
@@ -156,7 +158,7 @@ fn check(calls: &[Admitted], installed: &[Installed], lane: usize, log: &[String
         };
         let holds = match holder.replaced {
             None => first.config == running,
-            Some(r) => first.config != running && calls[last].at < r + MINUTE.as_nanos() as i128,
+            Some(r) => first.config != running && calls[last].at < r + holder.windows[lane] as i128,
         };
         let elapsed = calls[last].latest - first.at;
         assert!(
@@ -178,8 +180,11 @@ struct Plan {
     penalties: bool,
     /// After each refusal, now and then, waits its `retry_after` and calls again.
     retries: bool,
-    /// Checks the debt past the last window (`drained_by_the_end`); every bucket drawn then
-    /// holds at least one token (a capacity of 0 tells no debt).
+    /// Tier `"t"` on a window of a minute or two (another state, held to as one with it).
+    windows: bool,
+    /// Checks the debt past the last window (`drained_by_the_end`). Here and with `retries`,
+    /// every bucket drawn holds a token at least (a capacity of 0 tells no debt, and refuses
+    /// for good whatever its `retry_after`).
     live: bool,
 }
 
@@ -235,11 +240,16 @@ fn lanes() -> [Options; 2] {
 /// One random history from `seed`; the refusals waited out (`Plan::retries`).
 fn history(seed: u64, plan: Plan) -> usize {
     let mut rng = Rng(seed | 1);
-    let (service, clock) = service(drawn(&mut rng, plan.live).build().unwrap());
+    let (service, clock) = service(drawn(&mut rng, plan).build().unwrap());
     let lanes = lanes();
     let buckets = |s: &RateLimitService| [bucket_of(s, &lanes[0]), bucket_of(s, &lanes[1])];
+    let windows = |s: &RateLimitService| {
+        let window = |o: &Options| s.quota_for(o).map_or(0, |(q, _)| q.window().as_nanos());
+        [window(&lanes[0]), window(&lanes[1])]
+    };
     let mut installed = vec![Installed {
         buckets: buckets(&service),
+        windows: windows(&service),
         replaced: None,
     }];
     let prepare = |s: &RateLimitService| [s.prepare(&lanes[0]).ok(), s.prepare(&lanes[1]).ok()];
@@ -265,14 +275,18 @@ fn history(seed: u64, plan: Plan) -> usize {
             }
             2 => {
                 for _ in 0..=rng.below(3) {
-                    reload(&service, drawn(&mut rng, plan.live));
+                    reload(&service, drawn(&mut rng, plan));
                     let n = installed.len();
                     installed[n - 1].replaced = Some(at as i128);
                     installed.push(Installed {
                         buckets: buckets(&service),
+                        windows: windows(&service),
                         replaced: None,
                     });
-                    log.push(format!("config {n}: {:?}", installed[n].buckets));
+                    log.push(format!(
+                        "config {n}: {:?} {:?}",
+                        installed[n].buckets, installed[n].windows
+                    ));
                     if rng.below(2) == 0 {
                         let step = u128::from(STEPS[rng.below(4) as usize]);
                         at += step;
@@ -377,6 +391,7 @@ const PLAIN: Plan = Plan {
     penalties: false,
     retries: false,
     live: false,
+    windows: false,
 };
 
 #[test]
@@ -405,16 +420,31 @@ fn random_chains_with_penalties_and_a_clock_stepped_back_stay_within_every_bucke
     }
 }
 
+/// Tier `"t"` moving between a window of a minute and one of two (another state, decided
+/// as one with the old while its window lasts) beside reloads on the same state.
 #[test]
-fn random_chains_a_refusals_retry_after_is_when_the_same_call_passes() {
-    // No capacity of 0 (which refuses for good, whatever its `retry_after` says).
+fn random_chains_mixing_moved_and_same_states_stay_within_every_bucket_holding_their_calls() {
     let plan = Plan {
-        retries: true,
-        live: true,
+        windows: true,
         ..PLAIN
     };
+    for seed in 0..400 {
+        let _ = history(seed * 32_452_843 + 7, plan);
+    }
+}
+
+#[test]
+fn random_chains_a_refusals_retry_after_is_when_the_same_call_passes() {
+    let plan = Plan {
+        retries: true,
+        ..PLAIN
+    };
+    let moving = Plan {
+        windows: true,
+        ..plan
+    };
     let retried: usize = (0..400)
-        .map(|seed| history(seed * 15_485_857 + 3, plan))
+        .map(|seed| history(seed * 15_485_857 + 3, plan) + history(seed * 15_485_863 + 1, moving))
         .sum();
     assert!(retried > 1_000, "{retried} refusals waited out");
 }

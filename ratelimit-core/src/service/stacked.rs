@@ -198,8 +198,7 @@ impl RateLimitService {
                 });
                 let result = self.ask_stacked(all, &sites, &owners, at_once).await;
                 abandoned.defuse();
-                let retried = |d| transition::retried(&sites, now, d);
-                result.and_then(|d| fold(retried(d), &checks, &owners, sites.len()))
+                result.and_then(|decided| fold(decided, &checks, &owners, &sites, now))
             }
             Err(e) => Err(e),
         };
@@ -415,7 +414,7 @@ impl RateLimitService {
 
 /// One decision per limit from the store's one per check (`owners`: each check's limit, the
 /// limits' own first, in order): a limit held to old states by a reload gets the one its
-/// state and theirs make together (`transition::one`).
+/// state and theirs make together (`transition::one_at`; alone, `transition::retried`).
 ///
 /// The store's answer is matched to the checks first: one decision per check, each under its
 /// check's quota: its window, and a limit no larger than its capacity (a failover's local
@@ -426,20 +425,22 @@ fn fold(
     decided: Vec<Decision>,
     checks: &[Check<'_>],
     owners: &[usize],
-    limits: usize,
+    sites: &[Site<'_>],
+    now: Nanos,
 ) -> Result<Vec<Decision>, Error> {
     let under_its_quota = |(d, check): (&Decision, &Check<'_>)| d.is_under(check.quota);
     if decided.len() != owners.len() || !decided.iter().zip(checks).all(under_its_quota) {
         return Err(crate::algorithm::Undecidable::UnexpectedState.into());
     }
-    if owners.len() == limits {
-        return Ok(decided);
+    if owners.len() == sites.len() {
+        return Ok(transition::retried(sites, now, decided));
     }
-    let mut by_limit: Vec<Vec<Decision>> = (0..limits).map(|_| Vec::new()).collect();
+    let mut by_limit: Vec<Vec<Decision>> = (0..sites.len()).map(|_| Vec::new()).collect();
     for (decision, &owner) in decided.into_iter().zip(owners) {
         by_limit[owner].push(decision);
     }
-    by_limit.into_iter().map(transition::one).collect()
+    let one = |(decisions, site)| transition::one_at(site, now, decisions);
+    by_limit.into_iter().zip(sites).map(one).collect()
 }
 
 /// What a stacked call needs from the store: every limit's site and store key, and the time;

@@ -33,7 +33,7 @@ impl RateLimitService {
         match stacked(site, &checks, now) {
             Ok(stacked) => Some(
                 (self.inner.store.decide_all_now(stacked)?)
-                    .and_then(|decided| one_of(retried(&[*site], now, decided), &checks)),
+                    .and_then(|decided| one_of(site, now, decided, &checks)),
             ),
             Err(e) => Some(Err(e)),
         }
@@ -53,7 +53,7 @@ impl RateLimitService {
         let checks = checks(site, store_key, &old_keys, now, &mut drained);
         let stacked = stacked(site, &checks, now)?;
         let decided = self.inner.store.decide_all(stacked).await;
-        decided.and_then(|decided| one_of(retried(&[*site], now, decided), &checks))
+        decided.and_then(|decided| one_of(site, now, decided, &checks))
     }
 }
 
@@ -116,12 +116,36 @@ fn stacked<'a>(site: &Site<'_>, checks: &'a [Check<'a>], now: Nanos) -> Result<S
 /// came, an answer without the old states' decisions admitted a call those refused: the
 /// old window a reload holds a moved limit to, passed on the store's word (2 spent of a
 /// minute's 2, then admitted under the new hour's limit: probes_custom_store).
-fn one_of(decisions: Vec<Decision>, checks: &[Check<'_>]) -> Result<Decision, Error> {
+fn one_of(
+    site: &Site<'_>,
+    now: Nanos,
+    decisions: Vec<Decision>,
+    checks: &[Check<'_>],
+) -> Result<Decision, Error> {
     let under = |(d, check): (&Decision, &Check<'_>)| d.is_under(check.quota);
     if decisions.len() != checks.len() || !decisions.iter().zip(checks).all(under) {
         return Err(crate::algorithm::Undecidable::UnexpectedState.into());
     }
-    one(decisions)
+    one_at(site, now, decisions)
+}
+
+/// [`one`] of the decisions at `site` at `now` (its own state's first, then the old
+/// states'), a refusal's wait made one its own state admits at too ([`wait_at`]): the old
+/// states' quotas hold until their windows end and admit from their wait on, but a
+/// draining cut on its own state may refuse then what it admits now (probes_draining_attacks:
+/// its own state admitting under 2 tokens of 30 s, an old one refusing "retry after 12 s",
+/// and 12 s later its own refusing under the cut to 1, "18 s").
+pub(super) fn one_at(
+    site: &Site<'_>,
+    now: Nanos,
+    decisions: Vec<Decision>,
+) -> Result<Decision, Error> {
+    let own = decisions.first().map(|d| (d.allowed, d.reset_after));
+    let mut one = one(decisions)?;
+    if let (Some((allowed, debt)), Some(_), false) = (own, site.transition, one.allowed) {
+        wait_at(site, now, allowed, debt, &mut one);
+    }
+    Ok(one)
 }
 
 /// The call's one decision from its state's and the old ones': when every one admits, the
@@ -140,22 +164,22 @@ pub(super) fn one(decisions: Vec<Decision>) -> Result<Decision, Error> {
 }
 
 /// A call's decision at `site`, a refusal during a reload's transition with the wait
-/// [`retry_at`] tells: on an admission, one test on the way.
+/// [`wait_at`] tells: on an admission, one test on the way.
 #[inline]
 pub(super) fn retry(site: &Site<'_>, now: Nanos, decided: &mut Result<Decision, Error>) {
     if let Ok(d) = decided {
         if !d.allowed && site.transition.is_some() {
-            retry_at(site, now, d);
+            wait_at(site, now, false, d.reset_after, d);
         }
     }
 }
 
 /// `decided` (the store's decisions of a call's checks, those of `sites`' own states first,
-/// in order) with each refusal on a site's own state given the wait [`retry_at`] tells.
+/// in order) with each refusal on a site's own state given the wait [`wait_at`] tells.
 pub(super) fn retried(sites: &[Site<'_>], now: Nanos, mut decided: Vec<Decision>) -> Vec<Decision> {
     for (site, decision) in sites.iter().zip(&mut decided) {
         if site.transition.is_some() && !decision.allowed {
-            retry_at(site, now, decision);
+            wait_at(site, now, false, decision.reset_after, decision);
         }
     }
     decided
@@ -176,30 +200,42 @@ pub(super) fn retried(sites: &[Site<'_>], now: Nanos, mut decided: Vec<Decision>
 /// millisecond long (`reset_after`), so a wait found is one the call passes at. A wait may be
 /// longer than the least: between a cut's steps the call may pass for a moment, which a
 /// client waiting whole milliseconds would not hit. Nothing is changed on a quota with a
-/// block (its wait is the block's) or where no instant tried admits the call.
+/// block (its wait is the block's) or where no instant tried admits the call. `admitted`
+/// and `debt`: whether the site's own state admitted the call and its `reset_after` (with
+/// old states, `decision` is theirs and its own state's admission; the wait stays no
+/// shorter than `decision`'s, which theirs admit from: [`one_at`]).
 #[cold]
 #[inline(never)]
-pub(super) fn retry_at(site: &Site<'_>, now: Nanos, decision: &mut Decision) {
-    let (Some(transition), Some(wait)) = (site.transition, decision.retry_after) else {
-        return;
-    };
+pub(super) fn wait_at(
+    site: &Site<'_>,
+    now: Nanos,
+    admitted: bool,
+    debt: Duration,
+    decision: &mut Decision,
+) -> Option<()> {
+    let transition = site.transition?;
+    let wait = decision.retry_after?;
     let quota_at = |at: Nanos| *site.quota_at(at, &mut None);
     let in_force = quota_at(now);
     if in_force.strategy() != Strategy::TokenBucket || in_force.block_nanos() > 0 {
-        return;
+        return None;
     }
     let shape = |q: &Quota| (q.capacity(), q.interval_nanos());
     let told = now.saturating_add(wait.as_nanos().min(u128::from(Nanos::MAX)) as Nanos);
-    if shape(&quota_at(told)) == shape(&in_force) {
-        return;
-    }
     let cost = site.cost;
-    let debt = decision.reset_after.as_nanos().min(u128::from(Nanos::MAX)) as Nanos;
-    let tat = now.saturating_add(debt);
+    let spent = |q: &Quota, tokens: u64| q.interval_nanos().saturating_mul(tokens);
+    // The arrival time before the call: an admission's `reset_at` is after it.
+    let debt = debt.as_nanos().min(u128::from(Nanos::MAX)) as Nanos;
+    let tat = now
+        .saturating_add(debt)
+        .saturating_sub(spent(&in_force, u64::from(admitted) * cost));
+    if !admitted && shape(&quota_at(told)) == shape(&in_force) {
+        return None;
+    }
     // What a store decides at `at` (`algorithm::precheck`, then the bucket's own rule), on
     // an arrival time within what a store keeps, as every store's is.
     if u128::from(tat) > u128::from(MAX_NOW) + MAX_TOLERANCE {
-        return;
+        return None;
     }
     let admits = |at: Nanos| {
         let quota = quota_at(at);
@@ -209,7 +245,6 @@ pub(super) fn retry_at(site: &Site<'_>, now: Nanos, decision: &mut Decision) {
             Err(_) => false,
         }
     };
-    let spent = |q: &Quota, tokens: u64| q.interval_nanos().saturating_mul(tokens);
     let least = cost.max(1);
     let mut tried = vec![told];
     let mut start = now;
@@ -240,9 +275,8 @@ pub(super) fn retry_at(site: &Site<'_>, now: Nanos, decision: &mut Decision) {
                 .max(1)
                 .saturating_mul(MILLI)
         })
-        .filter(|&w| admits(now.saturating_add(w)))
-        .min();
-    if let Some(w) = best {
-        decision.retry_after = Some(Duration::from_nanos(w));
-    }
+        .filter(|&w| u128::from(w) >= wait.as_nanos() && admits(now.saturating_add(w)))
+        .min()?;
+    decision.retry_after = Some(Duration::from_nanos(best));
+    Some(())
 }
