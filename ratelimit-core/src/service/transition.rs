@@ -169,7 +169,9 @@ pub(super) fn one(decisions: Vec<Decision>) -> Result<Decision, Error> {
 pub(super) fn retry(site: &Site<'_>, now: Nanos, decided: &mut Result<Decision, Error>) {
     if let Ok(d) = decided {
         if !d.allowed && site.transition.is_some() {
-            wait_at(site, now, false, d.reset_after, d);
+            // A copy: the site the hot path holds never escapes, so it stays in registers
+            // (borrowed, `prepared.consume_now` paid 27 instructions more, cachegrind).
+            wait_at(&{ *site }, now, false, d.reset_after, d);
         }
     }
 }
