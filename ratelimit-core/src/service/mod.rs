@@ -9,6 +9,7 @@ mod adjust;
 mod calls;
 mod counting;
 mod generation;
+mod held;
 mod options;
 mod pipeline;
 mod prepared;

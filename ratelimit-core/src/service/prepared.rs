@@ -6,8 +6,9 @@ use std::future::Future;
 use std::sync::Arc;
 
 use super::calls::{Mode, Started};
+use super::held::Transition;
 use super::pipeline::Then;
-use super::site::{Held, Names, Site, SiteKey, Transition};
+use super::site::{Held, Names, Site, SiteKey};
 use super::{Call, Generation, Options, RateLimitService, Spent};
 use crate::decision::Decision;
 use crate::error::Error;

@@ -1,0 +1,223 @@
+//! What a reload's transition holds a site's calls to: the old quotas kept on its own state
+//! and the old states it is decided on too ([`Transition`], worked out by `transition_of`
+//! when a site is worked out), and the quota a call at an instant is decided under
+//! (`held_at`, behind `Site::quota_at`).
+
+use std::sync::Arc;
+
+use super::{Call, Generation, RateLimitService};
+use crate::clock::Nanos;
+use crate::key::{Around, KeyParts};
+use crate::quota::Quota;
+
+/// The old quotas a site's calls are also held to, each until one of its windows after the
+/// reload that replaced it (see [`Site::transition`]), from every replaced configuration the
+/// generation keeps (a second reload does not end the first one's transition).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Transition {
+    /// On the site's own state (the same store key), by when they end, soonest first: the
+    /// quota that holds a call to the site's and to every old one in force until then
+    /// ([`Quota::held_to`]: for each entry, those ending with it or later). A call is decided
+    /// under the first entry not ended (`Site::quota_at`).
+    pub(crate) same: Vec<HeldUntil>,
+    /// Old states (another window, strategy, tier name or prefix): decided with the site's
+    /// own as one, all or nothing, while in force (`transition.rs`).
+    pub(crate) others: Vec<OldState>,
+}
+
+/// A [`Transition`] while [`transition_of`](RateLimitService::transition_of) works it out.
+#[derive(Default)]
+struct Building {
+    same: Vec<(Quota, Nanos)>,
+    others: Vec<OldState>,
+}
+
+/// One entry of [`Transition::same`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct HeldUntil {
+    pub(crate) quota: Quota,
+    pub(crate) until: Nanos,
+    /// The debt the quota holding after `until` tolerates (the next entry's, or the site's
+    /// own after the last): a bucket's calls leave no more owing at `until`
+    /// ([`Quota::draining_by`]).
+    pub(crate) then: Nanos,
+}
+
+/// A state a reload moved a limit away from, held to for one of its windows.
+#[derive(Debug, Clone)]
+pub(crate) struct OldState {
+    /// Its store key around the user key.
+    pub(crate) key: Around,
+    pub(crate) quota: Quota,
+    pub(crate) until: Nanos,
+}
+
+/// [`Site::quota_at`] during a transition, out of the line of every other call.
+#[cold]
+#[inline(never)]
+pub(super) fn held_at<'q>(
+    own: &'q Quota,
+    transition: &'q Transition,
+    cost: u64,
+    now: Nanos,
+    drained: &'q mut Option<Quota>,
+) -> &'q Quota {
+    let Some(held) = transition.same.iter().find(|held| now < held.until) else {
+        return own;
+    };
+    match held.quota.draining_by(held.until, held.then, now, cost) {
+        Some(cut) => drained.insert(cut),
+        None => &held.quota,
+    }
+}
+
+impl RateLimitService {
+    /// The transition of a call with `options`, resolved to `quota` under `tier` in
+    /// `generation`: when the generation before it resolves the same call to the same state
+    /// (the same store key: prefix, tier, budget, strategy and window) under a lower capacity,
+    /// that quota, for one of its windows after the switch. A reload that tightens needs none
+    /// (the state carries over under the new, lower limit); a call the old configuration did
+    /// not resolve has no old budget to hold to.
+    #[cold]
+    pub(super) fn transition_of(
+        &self,
+        generation: &Generation,
+        options: &Call<'_>,
+        quota: &Quota,
+        tier: Option<usize>,
+    ) -> Option<Transition> {
+        let name = |config: &crate::config::Config, tier: Option<usize>| {
+            tier.map(|i| Arc::clone(&config.tiers()[i].name))
+        };
+        let mut transition = Building::default();
+        let now = self.inner.clock.now();
+        let own = options.overrides.window.map(|w| w.as_nanos() as u64);
+        // The old quotas on the site's state holding a call to no less than its own alone
+        // (`Quota::held_to`), as one: the least tolerance of them until the last ends. Each
+        // matters only beside a slower old one, whose interval stretches the site's capacity.
+        let mut harmless: Option<(Quota, Nanos)> = None;
+        let mut keep_harmless = |old: Quota, until: Nanos| {
+            harmless = Some(match harmless {
+                Some((q, u)) if q.tolerance_nanos() <= old.tolerance_nanos() => (q, u.max(until)),
+                Some((_, u)) => (old, u.max(until)),
+                None => (old, until),
+            });
+        };
+        for kept in generation.previous() {
+            // Past every window it could hold this call to, or resolving it to the same quota
+            // on the same state (harmless, below): nothing to resolve.
+            if !kept.in_force(now, own) || kept.resolves_alike(options, tier) {
+                continue;
+            }
+            let old_config = &*kept.config;
+            // Limiting switched off refused nothing: no budget to hold to.
+            if !old_config.enabled() {
+                continue;
+            }
+            // A call the old configuration did not resolve had no budget there to hold to; a
+            // shadow limit refused nothing.
+            let mut resolved = None;
+            let Ok(old) = self.resolve(old_config, options, &mut resolved) else {
+                continue;
+            };
+            let (old, old_tier) = (*old.quota, old.tier);
+            if options.shadow || old_tier.is_some_and(|i| old_config.tiers()[i].shadow) {
+                continue;
+            }
+            let old_name = name(old_config, old_tier);
+            let same_state = old_config.key_prefix() == generation.config.key_prefix()
+                && old_name == name(&generation.config, tier)
+                && old.same_identity(quota);
+            let until = kept.replaced_at.saturating_add(old.window_nanos());
+            if same_state {
+                match quota
+                    .held_to(std::iter::once(&old))
+                    .holds_no_less_than(quota)
+                {
+                    true => keep_harmless(old, until),
+                    false => transition.same.push((old, until)),
+                }
+                continue;
+            }
+            let parts = KeyParts {
+                head: &old_config.head,
+                budget: options.budget,
+                tier: old_config.tier_part(old_tier),
+                key: None,
+                identity: None,
+            };
+            let key = Around::new(&parts, &old);
+            // Two replaced configurations on one old state: held to both, the longer. Both
+            // wrote the state: the slower one's capacity at the longest interval is its own
+            // tolerance (`Quota::held_to`).
+            match transition.others.iter_mut().find(|o| o.key == key) {
+                Some(held) => {
+                    let (slower, other) = match old.interval_nanos() >= held.quota.interval_nanos()
+                    {
+                        true => (old, held.quota),
+                        false => (held.quota, old),
+                    };
+                    held.quota = slower.held_to(std::iter::once(&other));
+                    held.until = held.until.max(until);
+                }
+                None => transition.others.push(OldState {
+                    key,
+                    quota: old,
+                    until,
+                }),
+            }
+        }
+        // Each entry holds to the site's quota and every old one in force as long as it is,
+        // the harmless ones' too, those resolving the call alike among them (the site's own
+        // quota, limiting on): left out, beside a slower old one their tolerance was lost
+        // (probes_held_buckets: 10 a second spent, reloads to 10 a minute and then 5 a
+        // second: 14 admitted at once where the first bucket held 10; back to 10 a second,
+        // 19). Looked for only where a slower one is kept: most calls have none.
+        if !transition.same.is_empty() {
+            for kept in generation.previous() {
+                if kept.in_force(now, own)
+                    && kept.resolves_alike(options, tier)
+                    && kept.config.enabled()
+                {
+                    keep_harmless(
+                        *quota,
+                        kept.replaced_at.saturating_add(quota.window_nanos()),
+                    );
+                }
+            }
+            transition.same.extend(harmless);
+        }
+        transition.same.sort_by_key(|&(_, until)| until);
+        let olds: Vec<Quota> = transition.same.iter().map(|&(old, _)| old).collect();
+        for (i, (held, _)) in transition.same.iter_mut().enumerate() {
+            *held = quota.held_to(olds[i..].iter());
+        }
+        // Kept where it holds a call to less than the site's quota alone does: those that do
+        // not are the last (each holds to a part of the olds of the one before it), the
+        // harmless ones past the others' ends.
+        (transition.same).retain(|(held, _)| !held.holds_no_less_than(quota));
+        // What each entry's calls may leave owing at its end: what the next one tolerates
+        // then (itself cut by its own next, as the time to its end allows), the site's quota
+        // after the last.
+        let mut next: Option<HeldUntil> = None;
+        let mut same: Vec<HeldUntil> = (transition.same.iter().rev())
+            .map(|&(held, until)| {
+                let then = match next {
+                    None => quota.tolerance_nanos(),
+                    Some(n) => (n.quota.tolerance_nanos())
+                        .min(n.then.saturating_add(n.until.saturating_sub(until))),
+                };
+                *next.insert(HeldUntil {
+                    quota: held,
+                    until,
+                    then,
+                })
+            })
+            .collect();
+        same.reverse();
+        (!transition.same.is_empty() || !transition.others.is_empty()).then_some(Transition {
+            same,
+            others: transition.others,
+        })
+    }
+}
