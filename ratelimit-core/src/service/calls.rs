@@ -193,14 +193,9 @@ impl RateLimitService {
             // wait (a local borrowed in scope at an `await` is kept in the future).
             let later = {
                 let generation = self.generation();
-                // A store that answers every call at once (the memory store) is asked here;
-                // any other in the boxed rest, which resolves and composes once and asks it
-                // at once there (redis_per_call: one resolution a call).
-                if self.inner.store.decides_at_once() {
-                    let call = mode.apply(options.call());
-                    if let Some(decided) = self.decide_now_as(&generation, &call, key, mode) {
-                        return decided;
-                    }
+                let call = mode.apply(options.call());
+                if let Some(decided) = self.decide_now_as(&generation, &call, key, mode) {
+                    return decided;
                 }
                 self.owned_later(options, key, mode, generation)
             };
@@ -208,10 +203,10 @@ impl RateLimitService {
         }
     }
 
-    /// A public decision in `mode` on a store that may have to be awaited, or one that
-    /// [`decide_now_as`](Self::decide_now_as) gave up on (a call that may wait in the queue:
-    /// its site worked out again, under the same generation), boxed with its options and
-    /// `generation`: every step from the site on ([`start`](Self::start)).
+    /// A public decision in `mode` that [`decide_now_as`](Self::decide_now_as) gave up on (a
+    /// store that must be awaited, a call that may wait in the queue), boxed with its options
+    /// and `generation`: its site worked out again under the same generation (the same
+    /// site), then [`awaited`](Self::awaited), the store not asked at once a second time.
     fn owned_later<'a>(
         &'a self,
         options: Options,
@@ -225,11 +220,11 @@ impl RateLimitService {
             let site = self
                 .site(&generation, &call, &mut held)
                 .map_err(|e| self.unresolved(&call, e))?;
-            let decided = match self.start(site, Some(key), mode) {
-                Started::Now(decided) => decided,
-                Started::Later(later) => later.await,
-            };
-            decided
+            let mut store_key = String::new();
+            if !site.may_wait {
+                site.compose(&mut store_key, Some(key));
+            }
+            self.awaited(&site, Some(key), mode, &store_key).await
         })
     }
 
