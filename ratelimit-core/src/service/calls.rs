@@ -61,31 +61,6 @@ impl Mode {
         }
     }
 
-    /// A decision awaited in this mode as the caller gets it: an enforced refusal an error.
-    fn answer(self, site: &Site<'_>, decided: Result<Decision, Error>) -> Result<Decision, Error> {
-        match self {
-            Mode::Enforce => decided.and_then(|d| RateLimitService::admit(site, d)),
-            _ => decided,
-        }
-    }
-
-    /// [`answer`](Self::answer) for a decision made at once, where the store's answer lies:
-    /// an enforced refusal made an error in place, so that any other answer is moved out as
-    /// it is (a `match` on the mode around it was one more move of the decision on every
-    /// call). Called from a closure at each site: a closure returned from here, holding the
-    /// mode, cost `service.consume` 35 instructions a call.
-    #[inline(always)]
-    fn answer_now(
-        self,
-        site: &Site<'_>,
-        decided: &mut super::pipeline::Answer,
-    ) -> Option<Result<Decision, Error>> {
-        if self == Mode::Enforce && !matches!(decided, Some(Ok(d)) if d.allowed) {
-            enforce_in_place(&site.lent(), decided);
-        }
-        decided.take()
-    }
-
     /// The call as this mode makes it.
     pub(super) fn apply(self, call: Call<'_>) -> Call<'_> {
         match self {
@@ -174,13 +149,6 @@ impl RateLimitService {
     /// only the service and the key. One type for each mode ([`Mode::of`]), so that each
     /// method's future is compiled for its own: with the mode a field of one future for all
     /// four, every poll matched on it (where the call is made, whether a refusal is an error).
-    ///
-    /// Decided at once where it can be ([`decide_now_as`](Self::decide_now_as), its site a
-    /// local of the poll); otherwise the rest is boxed and owns the options and the generation
-    /// ([`owned_later`](Self::owned_later)). The future then holds the options and, across a
-    /// wait, one pointer: held across it, the generation, the site's quota and the options'
-    /// view made every future 368 bytes, copied on each move (the memory store's calls never
-    /// wait; `service.consume` 1,672 -> 1,594 instructions a call).
     fn owned<'a, const MODE: u8>(
         &'a self,
         key: &'a str,
@@ -189,83 +157,18 @@ impl RateLimitService {
         let options = options.clone();
         async move {
             let mode = const { Mode::of(MODE) };
-            // In a block of its own, so that nothing but the boxed rest is held across the
-            // wait (a local borrowed in scope at an `await` is kept in the future).
-            let later = {
-                let generation = self.generation();
-                let call = mode.apply(options.call());
-                if let Some(decided) = self.decide_now_as(&generation, &call, key, mode) {
-                    return decided;
-                }
-                self.owned_later(options, key, mode, generation)
+            let call = mode.apply(options.call());
+            let (generation, mut held) = (self.generation(), Held::default());
+            // Nothing but the boxed rest of the call is held across the wait (see `start`).
+            let later = match self.site(&generation, &call, &mut held) {
+                Ok(site) => match self.start(site, Some(key), mode) {
+                    Started::Now(decided) => return decided,
+                    Started::Later(later) => later,
+                },
+                Err(e) => return Err(self.unresolved(&call, e)),
             };
             later.await
         }
-    }
-
-    /// A public decision in `mode` that [`decide_now_as`](Self::decide_now_as) gave up on (a
-    /// store that must be awaited, a call that may wait in the queue), boxed with its options
-    /// and `generation`: its site worked out again under the same generation (the same
-    /// site), then [`awaited`](Self::awaited), the store not asked at once a second time.
-    fn owned_later<'a>(
-        &'a self,
-        options: Options,
-        key: &'a str,
-        mode: Mode,
-        generation: arc_swap::Guard<std::sync::Arc<super::Generation>>,
-    ) -> BoxFuture<'a, Result<Decision, Error>> {
-        Box::pin(async move {
-            let call = mode.apply(options.call());
-            let mut held = Held::default();
-            let site = self
-                .site(&generation, &call, &mut held)
-                .map_err(|e| self.unresolved(&call, e))?;
-            let mut store_key = String::new();
-            if !site.may_wait {
-                site.compose(&mut store_key, Some(key));
-            }
-            self.awaited(&site, Some(key), mode, &store_key).await
-        })
-    }
-
-    /// The awaited half of a public decision at `site` in `mode`: waiting in the queue when
-    /// the call may, else the store asked on `store_key` (step 3's, for a call the half made
-    /// at once checked and gave up on).
-    async fn awaited(
-        &self,
-        site: &Site<'_>,
-        key: Option<&str>,
-        mode: Mode,
-        store_key: &str,
-    ) -> Result<Decision, Error> {
-        let decided = match site.may_wait {
-            true => self.decide_waiting(site, key).await,
-            false => self.decide_later(site, key, store_key).await,
-        };
-        mode.answer(site, decided)
-    }
-
-    /// A public decision of `call` in `mode` made at once: `None`, having spent and counted
-    /// nothing, when it must be awaited or may wait in the queue (what
-    /// [`consume_now`](Self::consume_now) answers for a spend).
-    #[inline(always)]
-    fn decide_now_as(
-        &self,
-        generation: &super::Generation,
-        call: &Call<'_>,
-        key: &str,
-        mode: Mode,
-    ) -> Option<Result<Decision, Error>> {
-        let mut held = Held::default();
-        let site = match self.site(generation, call, &mut held) {
-            Ok(site) => site,
-            Err(e) => return Some(Err(self.unresolved(call, e))),
-        };
-        if site.may_wait {
-            return None;
-        }
-        let now = |site: &Site<'_>, decided: &mut _| mode.answer_now(site, decided);
-        self.decide_now(&site, Some(key), true, Then::GiveUp, now)
     }
 
     /// A call whose options could not be resolved: the error, recorded when it spends.
@@ -350,18 +253,33 @@ impl RateLimitService {
         key: Option<&'a str>,
         mode: Mode,
     ) -> Started<'a> {
-        let mut store_key = String::new();
-        if !site.may_wait {
-            let now = |site: &Site<'_>, decided: &mut _| mode.answer_now(site, decided);
-            if let Some(decided) =
-                self.decide_now(&site, key, true, Then::Await(&mut store_key), now)
-            {
-                return Started::Now(decided);
-            }
+        let answer = move |site: &Site<'_>, decided: Result<Decision, Error>| match mode {
+            Mode::Enforce => decided.and_then(|d| Self::admit(site, d)),
+            _ => decided,
+        };
+        if site.may_wait {
+            return Started::Later(Box::pin(async move {
+                let decided = self.decide_waiting(&site, key).await;
+                answer(&site, decided)
+            }));
         }
-        Started::Later(Box::pin(async move {
-            self.awaited(&site, key, mode, &store_key).await
-        }))
+        let mut store_key = String::new();
+        // An enforced refusal made an error where the store's answer lies, so that any other
+        // answer is moved out as it is (a `match` on the mode around it was one more move of
+        // the decision on every call).
+        let now = |site: &Site<'_>, decided: &mut super::pipeline::Answer| {
+            if mode == Mode::Enforce && !matches!(decided, Some(Ok(d)) if d.allowed) {
+                enforce_in_place(&site.lent(), decided);
+            }
+            decided.take()
+        };
+        match self.decide_now(&site, key, true, Then::Await(&mut store_key), now) {
+            Some(decided) => Started::Now(decided),
+            None => Started::Later(Box::pin(async move {
+                let decided = self.decide_later(&site, key, &store_key).await;
+                answer(&site, decided)
+            })),
+        }
     }
 
     /// [`consume`](Self::consume) decided now, with no future: `Some` when nothing has to be
@@ -395,7 +313,15 @@ impl RateLimitService {
         key: &str,
     ) -> Option<Result<Decision, Error>> {
         let call = Mode::Spend.apply(*call);
-        self.decide_now_as(&self.generation(), &call, key, Mode::Spend)
+        let (generation, mut held) = (self.generation(), Held::default());
+        let site = match self.site(&generation, &call, &mut held) {
+            Ok(site) => site,
+            Err(e) => return Some(Err(self.unresolved(&call, e))),
+        };
+        if site.may_wait {
+            return None;
+        }
+        self.decide_now(&site, Some(key), true, Then::GiveUp, super::pipeline::take)
     }
 
     /// Forgets `key`'s state under `tier` (`None`: the default tier, or no tier) with no
