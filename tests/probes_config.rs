@@ -13,30 +13,16 @@ use std::sync::Arc;
 
 use ratelimit::store::{Request, Stacked, Store};
 use ratelimit::{
-    Config, ConfigError, Decision, Error, ManualClock, MemoryOptions, MemoryStore, Module, Options,
-    Quota, QuotaError, RateLimitService, StoreConfig, Strategy, Tier, MAX_CAPACITY, MAX_WINDOW,
+    Config, Decision, Error, ManualClock, MemoryOptions, MemoryStore, Module, Options, Quota,
+    QuotaError, RateLimitService, StoreConfig, Strategy, Tier, MAX_CAPACITY, MAX_WINDOW,
 };
+use ratelimit_tests::config_errors::{fields, invalid};
 use ratelimit_tests::{now, serial, service, LikeMemory, Rng, START};
 
 const MINUTE: Duration = Duration::from_secs(60);
 
 // ---------------------------------------------------------------------------------------------
 // Helpers.
-
-/// The problems of a configuration that must not build; panics on anything else.
-#[track_caller]
-fn invalid(result: Result<Config, Error>) -> ConfigError {
-    match result {
-        Err(Error::InvalidConfig(e)) => e,
-        Ok(config) => panic!("accepted: {config:?}"),
-        Err(other) => panic!("not a configuration error: {other:?}"),
-    }
-}
-
-/// The fields an invalid configuration names, in order.
-fn fields(e: &ConfigError) -> Vec<&str> {
-    e.problems.iter().map(|(f, _)| f.as_str()).collect()
-}
 
 /// `text` as a TOML basic string, every control character escaped.
 fn toml_str(text: &str) -> String {

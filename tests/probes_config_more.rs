@@ -6,21 +6,8 @@
 
 use std::time::Duration;
 
-use ratelimit::{Config, ConfigError, Error};
-
-/// The problems of a configuration that must not build; panics on anything else.
-#[track_caller]
-fn invalid(result: Result<Config, Error>) -> ConfigError {
-    match result {
-        Err(Error::InvalidConfig(e)) => e,
-        Ok(config) => panic!("accepted: {config:?}"),
-        Err(other) => panic!("not a configuration error: {other:?}"),
-    }
-}
-
-fn fields(e: &ConfigError) -> Vec<&str> {
-    e.problems.iter().map(|(f, _)| f.as_str()).collect()
-}
+use ratelimit::Config;
+use ratelimit_tests::config_errors::{fields, invalid};
 
 const REFUSED_WINDOWS: &[&str] = &[
     "1e9s",

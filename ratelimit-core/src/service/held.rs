@@ -13,7 +13,7 @@ use crate::quota::Quota;
 /// The old quotas a site's calls are also held to, each until one of its windows after the
 /// reload that replaced it (see [`Site::transition`]), from every replaced configuration the
 /// generation keeps (a second reload does not end the first one's transition).
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub(crate) struct Transition {
     /// On the site's own state (the same store key), by when they end, soonest first: the
     /// quota that holds a call to the site's and to every old one in force until then
