@@ -254,6 +254,11 @@ impl<S: Store> Store for Failover<S> {
         self.store.adjust(adjustment).await
     }
 
+    /// The store's carrying of moved limits (the local share, a memory store, carries too).
+    fn carries(&self) -> bool {
+        self.store.carries()
+    }
+
     /// The store's blocks (the local share, a memory store, keeps them too).
     fn blocks(&self) -> bool {
         self.store.blocks()

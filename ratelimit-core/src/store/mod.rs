@@ -28,7 +28,7 @@ pub(crate) use self::failover::{Failover, FailurePolicy};
 pub(crate) use self::memory::{MemoryOptions, MemoryStore};
 #[cfg(feature = "redis")]
 pub(crate) use self::redis::{RedisOptions, RedisStore};
-pub use self::request::{Adjustment, Check, Mode, Refund, Request, Stacked, StoreKey};
+pub use self::request::{Adjustment, Carry, Check, Mode, Refund, Request, Stacked, StoreKey};
 pub use self::state::StoredState;
 
 use crate::decision::Decision;
@@ -282,6 +282,16 @@ pub trait Store: Send + Sync + 'static {
         false
     }
 
+    /// Whether this store carries the old states of a reload's moved limits into their new
+    /// ones ([`Stacked::carried`]) in [`decide_all`](Self::decide_all). On a store that does
+    /// not, the service decides each such old state with the call, all or nothing, for as
+    /// long as it may hold anything (a token bucket's debt, a block), which holds the call to
+    /// it but may hand out, when that ends, what the moved limit's own state never counted.
+    /// Default: `false`.
+    fn carries(&self) -> bool {
+        false
+    }
+
     /// Whether this store can count `quota` exactly. The service calls it for every limit it
     /// resolves, and `Module::init` for every annotated fn, so a limit the store cannot count
     /// is a start-up error or a refused call, never a miscounted one. Default: any valid quota.
@@ -331,6 +341,7 @@ pub(crate) trait DynStore: Send + Sync + 'static {
     fn refund_all<'a>(&'a self, refunds: &'a [Refund<'a>]) -> BoxFuture<'a, Result<bool, Error>>;
     fn refund_all_now(&self, refunds: &[Refund<'_>]) -> Option<Result<bool, Error>>;
     fn adjusts(&self) -> bool;
+    fn carries(&self) -> bool;
     fn adjust<'a>(&'a self, adjustment: Adjustment<'a>) -> BoxFuture<'a, Result<u64, Error>>;
 }
 
@@ -391,6 +402,9 @@ impl<S: Store> DynStore for S {
     }
     fn adjusts(&self) -> bool {
         Store::adjusts(self)
+    }
+    fn carries(&self) -> bool {
+        Store::carries(self)
     }
     fn adjust<'a>(&'a self, adjustment: Adjustment<'a>) -> BoxFuture<'a, Result<u64, Error>> {
         Box::pin(Store::adjust(self, adjustment))

@@ -411,12 +411,57 @@ pub struct Check<'a> {
     pub cost: u64,
 }
 
+/// A state a reload moved one of a stacked call's limits away from (another window, tier
+/// name or key prefix: another store key), which may still hold something the moved limit's
+/// state must not forget ([`Stacked::carried`]): a token bucket's debt, a block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Carry<'a> {
+    /// The old state's key.
+    pub from: StoreKey<'a>,
+    /// The limit it was decided under.
+    pub quota: &'a Quota,
+    /// The check whose state it is carried into (an index into [`Stacked::checks`]).
+    pub into: usize,
+}
+
+impl Carry<'_> {
+    /// The penalty, in tokens, that carries what the old state owes into the moved limit's
+    /// state: when both are token buckets, the old one full again at `from_full_at` (a look
+    /// of cost 0 at it: its `reset_at`) and the moved one at `into_full_at` under `into`, at
+    /// `now`, the least whole tokens that leave the moved bucket owing no fewer tokens than
+    /// the old one does (each at its own interval); 0 when it owes as many, or either is
+    /// another algorithm. The one rule every store carries by (`lua/stacked.lua` too).
+    pub fn penalty(&self, from_full_at: Nanos, into: &Quota, into_full_at: Nanos, now: Nanos) -> u64 {
+        use crate::syntax::Strategy::TokenBucket;
+        if self.quota.strategy() != TokenBucket || into.strategy() != TokenBucket {
+            return 0;
+        }
+        let (from_i, into_i) = (
+            u128::from(self.quota.interval_nanos().max(1)),
+            u128::from(into.interval_nanos().max(1)),
+        );
+        let owed = u128::from(from_full_at.saturating_sub(now)) * into_i;
+        let held = u128::from(into_full_at.saturating_sub(now)) * from_i;
+        let units = owed.saturating_sub(held).div_ceil(from_i * into_i);
+        u64::try_from(units).unwrap_or(u64::MAX)
+    }
+
+    /// Until when the moved limit's state is blocked for a block on the old state until
+    /// `from_blocked_until` (its [`block`](Quota::block) in force at `now`): when the moved
+    /// limit's quota has a block (a quota without one reads none, on any state).
+    pub fn block(&self, into: &Quota, from_blocked_until: Nanos, now: Nanos) -> Option<Nanos> {
+        (into.block_nanos() > 0 && self.quota.block_nanos() > 0 && from_blocked_until > now)
+            .then_some(from_blocked_until)
+    }
+}
+
 /// A call decided against several limits as one ([`Store::decide_all`](super::Store::decide_all)),
 /// at one time and in one mode. Made checked: every check's cost as for a [`Request`], and no
 /// key twice (its two looks would both see the state before either spent).
 #[derive(Debug, Clone, Copy)]
 pub struct Stacked<'a> {
     checks: &'a [Check<'a>],
+    carried: &'a [Carry<'a>],
     now: Nanos,
     mode: Mode,
 }
@@ -424,6 +469,18 @@ pub struct Stacked<'a> {
 impl<'a> Stacked<'a> {
     /// `checks` at `now` in `mode`, checked.
     pub fn new(checks: &'a [Check<'a>], now: Nanos, mode: Mode) -> Result<Self, Error> {
+        Self::carrying(checks, &[], now, mode)
+    }
+
+    /// `checks` at `now` in `mode`, each state `carried` names carried into its check's
+    /// first ([`carried`](Self::carried)), checked: each carried into a check there is, from
+    /// another key than that check's.
+    pub fn carrying(
+        checks: &'a [Check<'a>],
+        carried: &'a [Carry<'a>],
+        now: Nanos,
+        mode: Mode,
+    ) -> Result<Self, Error> {
         for (i, check) in checks.iter().enumerate() {
             if checks[..i].iter().any(|other| other.key == check.key) {
                 return Err(Error::InvalidKey {
@@ -432,12 +489,37 @@ impl<'a> Stacked<'a> {
             }
             algorithm::check_cost(check.quota, check.cost, mode.spends())?;
         }
-        Ok(Stacked { checks, now, mode })
+        for carry in carried {
+            if checks.get(carry.into).is_none_or(|c| c.key == carry.from) {
+                return Err(Error::InvalidKey {
+                    reason: "a state carried into no other check of the stacked decision",
+                });
+            }
+        }
+        Ok(Stacked {
+            checks,
+            carried,
+            now,
+            mode,
+        })
     }
 
     /// The limits, in order.
     pub fn checks(&self) -> &'a [Check<'a>] {
         self.checks
+    }
+
+    /// The old states a reload moved some of the limits away from, each carried into its
+    /// check's state before anything is decided, in one atomic step with the decision, so
+    /// that the moved limit's state is never fresher than the old one's: a token bucket
+    /// (both token buckets) owes at least the tokens the old one owes
+    /// ([`Carry::penalty`], applied as a [`Store::adjust`](super::Store::adjust) penalty
+    /// would be), and a key blocked on the old state is blocked on the moved one until the
+    /// same time when the moved limit's quota blocks ([`Carry::block`]). Written in every
+    /// mode, a look's too (what is carried is what the state is). A store that does this says
+    /// so with [`Store::carries`](super::Store::carries).
+    pub fn carried(&self) -> &'a [Carry<'a>] {
+        self.carried
     }
 
     /// Each limit as the one-limit request it is, in order.

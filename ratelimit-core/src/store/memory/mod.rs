@@ -300,6 +300,10 @@ impl super::Store for MemoryStore {
         true
     }
 
+    fn carries(&self) -> bool {
+        true
+    }
+
     fn adjusts(&self) -> bool {
         true
     }
