@@ -38,7 +38,6 @@ fn moved(limit: u64, burst: u64, refill: u64) -> ConfigBuilder {
 /// left). The old state was held to for one old window only: at its end the fresh state
 /// gave its whole 15 at once, the 30 s of debt forgotten.
 #[test]
-#[ignore = "way through: a moved bucket's new state starts full (old debt not carried)"]
 fn a_bucket_moved_to_another_window_keeps_its_burst_debt_past_the_old_window() {
     let (service, clock) = service(bucket_a_minute(10, 5, 10).build().unwrap());
     let plain = Options::new();
@@ -57,7 +56,6 @@ fn a_bucket_moved_to_another_window_keeps_its_burst_debt_past_the_old_window() {
 /// token every 12 s, a debt of 120 s), all 10 spent, moved to two minutes at the same rate.
 /// A minute later the bucket gives 5; the fresh state gave 10.
 #[test]
-#[ignore = "way through: a moved bucket's new state starts full (old debt not carried)"]
 fn a_slow_refill_moved_to_another_window_keeps_its_debt_past_the_old_window() {
     let (service, clock) = service(bucket_a_minute(10, 0, 5).build().unwrap());
     let plain = Options::new();
@@ -80,7 +78,6 @@ fn a_slow_refill_moved_to_another_window_keeps_its_debt_past_the_old_window() {
 /// full: whenever the old state is let go, the new one hands out its capacity. The new
 /// state must start from the old one's debt.
 #[test]
-#[ignore = "way through: a moved bucket's new state starts full (old debt not carried)"]
 fn a_bucket_moved_to_another_window_never_admits_past_its_rate_over_two_minutes() {
     let (service, clock) = service(bucket_a_minute(10, 5, 10).build().unwrap());
     let plain = Options::new();
@@ -99,7 +96,6 @@ fn a_bucket_moved_to_another_window_never_admits_past_its_rate_over_two_minutes(
 /// A tier renamed (the default tier `"a"` becomes `"b"`, the same bucket: another state by
 /// its tier's name): the same debt past the old window.
 #[test]
-#[ignore = "way through: a moved bucket's new state starts full (old debt not carried)"]
 fn a_bucket_whose_tier_is_renamed_keeps_its_burst_debt_past_the_old_window() {
     let tier = |name: &str| {
         Tier::new(name, 10)

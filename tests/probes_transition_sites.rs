@@ -133,7 +133,6 @@ fn an_annotated_fn_whose_bucket_is_moved_refills_at_the_old_rate_inside_the_old_
 /// Past the old window: the bucket owes 30 s of its 90 s, and gives 10; the fn's fresh
 /// state gave 15.
 #[test]
-#[ignore = "way through: a moved bucket's new state starts full (old debt not carried)"]
 fn an_annotated_fn_whose_bucket_is_moved_keeps_its_burst_debt_past_the_old_window() {
     let _serial = serial();
     let (module, clock) = module();

@@ -53,7 +53,6 @@ fn a_block_holds_across_a_reload_that_keeps_its_state() {
 /// state, the same block). The old state, blocked for the hour, was held to for one old
 /// window only: at 90 s the fresh state admitted 2, the hour's block forgotten.
 #[test]
-#[ignore = "way through: an old state's block is not carried to the new state; held one old window"]
 fn a_block_holds_across_a_reload_that_moves_its_state() {
     let (service, clock) = service(blocking(2, MINUTE).build().unwrap());
     let plain = Options::new();
@@ -85,7 +84,6 @@ fn a_block_begun_by_a_held_quota_holds_for_the_whole_block() {
 /// longer asked and the new one was never refused: admitted at 90 s, the hour's block
 /// begun by the refusal forgotten.
 #[test]
-#[ignore = "way through: an old state's block is not carried to the new state; held one old window"]
 fn a_block_begun_by_an_old_state_during_a_move_holds_for_the_whole_block() {
     let (service, clock) = service(blocking(2, MINUTE).build().unwrap());
     let plain = Options::new();
@@ -99,7 +97,6 @@ fn a_block_begun_by_an_old_state_during_a_move_holds_for_the_whole_block() {
 /// owed), then a reload moving the bucket to two minutes at the same rate. A minute later the
 /// bucket has given back 10 of the 40 tokens owed: nothing to admit. The fresh state gave 10.
 #[test]
-#[ignore = "way through: an old state's penalty debt is not carried to the new state"]
 fn a_penalty_holds_across_a_reload_that_moves_its_state() {
     let (service, clock) = service(bucket_a_minute(10, 0, 10).build().unwrap());
     let plain = Options::new();
@@ -166,7 +163,6 @@ fn a_stacked_call_refused_by_an_old_state_spends_nothing_on_its_other_limits() {
 /// A stacked call on a bucket moved with its burst debt: the same way through as a single
 /// call (`probes_transition_others`), a minute after the switch: the bucket gives 10.
 #[test]
-#[ignore = "way through: a moved bucket's new state starts full (old debt not carried)"]
 fn a_stacked_call_on_a_moved_bucket_keeps_its_burst_debt_past_the_old_window() {
     let tiers = |a: Tier| {
         Config::builder()

@@ -100,6 +100,28 @@ impl Quota {
             ..*self
         })
     }
+
+    /// Whether an old state under this quota, one a reload moved a limit away from (another
+    /// store key), holds what the moved limit's state under `into` must carry
+    /// ([`Carry`](crate::store::Carry)): a token bucket's debt (both token buckets), a block
+    /// (both with one).
+    pub(crate) fn carries_into(&self, into: &Quota) -> bool {
+        let bucket = |q: &Quota| q.strategy == Strategy::TokenBucket;
+        (bucket(self) && bucket(into)) || (self.block_nanos() > 0 && into.block_nanos() > 0)
+    }
+
+    /// How long past a reload that moved a limit away from a state under this quota that
+    /// state may hold something ([`carries_into`](Self::carries_into)): it is decided with
+    /// the call for one window after the reload, when a token bucket's debt is at most its
+    /// tolerance and a block begun then lasts its block. A penalty may leave more debt than
+    /// the tolerance: what outlasts this is carried only by a call within it.
+    pub(crate) fn outlasts_by(&self) -> Nanos {
+        let debt = match self.strategy {
+            Strategy::TokenBucket => self.tolerance_nanos(),
+            _ => 0,
+        };
+        self.window_nanos().saturating_add(debt.max(self.block_nanos()))
+    }
 }
 
 #[cfg(test)]

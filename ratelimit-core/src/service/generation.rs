@@ -42,6 +42,11 @@ pub(crate) struct Kept {
     /// The longest window of a limit it configures (the default's, a tier's): past
     /// `replaced_at` plus this, it holds no call without a window of its own.
     pub(crate) longest: crate::clock::Nanos,
+    /// How long past `replaced_at` a state of a limit it configures that the running
+    /// configuration moves to another (`against`) may hold what the moved limit's state
+    /// carries ([`Quota::outlasts_by`](crate::quota::Quota)): it holds calls that long,
+    /// which carry it (`transition.rs`).
+    carrying: crate::clock::Nanos,
     /// Which calls it holds to nothing, by how the running configuration resolves them
     /// ([`resolves_alike`](Self::resolves_alike)), worked out when a reload installs the
     /// running one ([`against`](Self::against)).
@@ -70,7 +75,8 @@ impl Kept {
         now: crate::clock::Nanos,
         own: Option<crate::clock::Nanos>,
     ) -> bool {
-        now < self.replaced_at.saturating_add(own.unwrap_or(self.longest))
+        let holds = own.unwrap_or(self.longest).max(self.carrying);
+        now < self.replaced_at.saturating_add(holds)
     }
 
     /// Whether it may still hold any call at `now`: one without a window of its own (its
@@ -79,7 +85,7 @@ impl Kept {
     /// configuration replaced within it, whichever it was worked out under), since it was
     /// replaced. What a reload keeps it for (`reload.rs`).
     pub(crate) fn holds_any(&self, now: crate::clock::Nanos, own: crate::clock::Nanos) -> bool {
-        now < self.replaced_at.saturating_add(self.longest.max(own))
+        now < (self.replaced_at).saturating_add(self.longest.max(own).max(self.carrying))
     }
 
     /// Whether it holds a call with `options`, decided under `tier` (an index into the
@@ -138,6 +144,7 @@ impl Kept {
             by_tier,
             default_tier,
         };
+        self.carrying = carrying(old, running);
         self
     }
 
@@ -152,9 +159,38 @@ impl Kept {
             config,
             replaced_at,
             longest,
+            carrying: 0,
             alike: Alike::default(),
         }
     }
+}
+
+/// [`Kept::carrying`] of `old` under `running`: the longest any of its limits that `running`
+/// moves to another state (another key prefix; a tier gone, renamed or on another window or
+/// strategy; calls naming no tier under another default tier) may hold something there
+/// after the reload. Limiting off held nothing.
+fn carrying(old: &Config, running: &Config) -> crate::clock::Nanos {
+    if !old.enabled() {
+        return 0;
+    }
+    let prefix_moved = old.key_prefix() != running.key_prefix();
+    let default_moved = old.default_tier() != running.default_tier();
+    let moved = |name: Option<&str>, quota: &crate::quota::Quota| {
+        let now = match name {
+            Some(name) => running.tier(name).map(|t| t.quota),
+            None => running.plain_quota(),
+        };
+        prefix_moved || now.is_none_or(|q| !q.same_identity(quota))
+    };
+    let tiers = old.tiers().iter().map(|t| {
+        let is_default = old.default_tier() == Some(&*t.name);
+        (moved(Some(&t.name), &t.quota) || (is_default && default_moved), t.quota)
+    });
+    (tiers.chain(old.plain_quota().map(|q| (moved(None, &q), q))))
+        .filter(|&(moved, _)| moved)
+        .map(|(_, q)| q.outlasts_by())
+        .max()
+        .unwrap_or(0)
 }
 
 /// How many replaced configurations a generation keeps for transitions whatever their age,

@@ -43,13 +43,35 @@ pub(crate) struct HeldUntil {
     pub(crate) then: Nanos,
 }
 
-/// A state a reload moved a limit away from, held to for one of its windows.
+/// A state a reload moved a limit away from: decided with the call for one of its windows,
+/// and carried into the moved limit's state ([`Carry`](crate::store::Carry)) for as long as
+/// it may hold what that carries.
 #[derive(Debug, Clone)]
 pub(crate) struct OldState {
     /// Its store key around the user key.
     pub(crate) key: Around,
     pub(crate) quota: Quota,
+    /// Until when it is decided with the call.
     pub(crate) until: Nanos,
+    /// Until when it is carried into the site's state (`Quota::outlasts_by` past the reload;
+    /// `until` where it holds nothing the site's quota carries: `Quota::carries_into`). On a
+    /// store that does not carry ([`Store::carries`](crate::store::Store::carries)), it is
+    /// decided with the call as long instead (`until` is this).
+    pub(crate) carry_until: Nanos,
+}
+
+impl OldState {
+    /// Whether a call at `now` is decided on it too.
+    #[inline]
+    pub(crate) fn decided_at(&self, now: Nanos) -> bool {
+        now < self.until
+    }
+
+    /// Whether a call at `now` carries it into its own state.
+    #[inline]
+    pub(crate) fn carried_at(&self, now: Nanos) -> bool {
+        now < self.carry_until
+    }
 }
 
 /// [`Site::quota_at`] during a transition, out of the line of every other call.
@@ -147,6 +169,16 @@ impl RateLimitService {
                 identity: None,
             };
             let key = Around::new(&parts, &old);
+            // What the old state may hold past its window is carried into the site's
+            // (`transition.rs`); decided whole so long on a store that does not carry.
+            let carry_until = match old.carries_into(quota) {
+                true => kept.replaced_at.saturating_add(old.outlasts_by()),
+                false => until,
+            };
+            let until = match self.inner.store.carries() {
+                true => until,
+                false => carry_until,
+            };
             // Two replaced configurations on one old state: held to both, the longer. Both
             // wrote the state: the slower one's capacity at the longest interval is its own
             // tolerance (`Quota::held_to`).
@@ -159,11 +191,13 @@ impl RateLimitService {
                     };
                     held.quota = slower.held_to(std::iter::once(&other));
                     held.until = held.until.max(until);
+                    held.carry_until = held.carry_until.max(carry_until);
                 }
                 None => transition.others.push(OldState {
                     key,
                     quota: old,
                     until,
+                    carry_until,
                 }),
             }
         }

@@ -205,17 +205,20 @@ impl<'a> Site<'a> {
         }
     }
 
-    /// The old states a call at `now` is also decided on (none outside a transition).
+    /// The old states a call at `now` is also decided on or carries into its own (none
+    /// outside a transition): [`OldState::decided_at`], [`OldState::carried_at`].
     #[inline]
     pub(crate) fn other_states_at(&self, now: Nanos) -> impl Iterator<Item = &OldState> {
         let others = match self.transition {
             Some(t) => &t.others[..],
             None => &[],
         };
-        others.iter().filter(move |o| now < o.until)
+        others
+            .iter()
+            .filter(move |o| o.decided_at(now) || o.carried_at(now))
     }
 
-    /// Whether a call at `now` is also decided on an old state.
+    /// Whether a call at `now` is also decided on an old state, or carries one.
     #[inline]
     pub(crate) fn holds_other_states(&self, now: Nanos) -> bool {
         self.transition.is_some() && self.other_states_at(now).next().is_some()

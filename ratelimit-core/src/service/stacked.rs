@@ -177,13 +177,15 @@ impl RateLimitService {
             .map(|(site, (key, _))| transition::old_store_keys(site, *key, now))
             .collect();
         let mut owners: Vec<usize> = (0..sites.len()).collect();
+        let mut carried = Vec::new();
         for (i, site) in sites.iter().enumerate() {
             for check in transition::old_checks(site, &old_keys[i], now) {
                 checks.push(check);
                 owners.push(i);
             }
+            carried.extend(transition::carries(site, &old_keys[i], now, i));
         }
-        let result = match stacked(&checks, &sites, now, keep) {
+        let result = match stacked(&checks, &carried, &sites, now, keep) {
             Ok(all) => {
                 // Given up while the store decides: counted once, as abandoned, in every
                 // limit's scopes (the store may have spent from each).
@@ -471,12 +473,13 @@ fn checks<'a>(
 /// [`Stacked::new`]).
 fn stacked<'a>(
     checks: &'a [Check<'a>],
+    carried: &'a [crate::store::Carry<'a>],
     sites: &[Site<'_>],
     now: Nanos,
     keep: bool,
 ) -> Result<Stacked<'a>, Error> {
     let mode = Mode::of(sites.iter().all(|s| s.spend), keep);
-    Stacked::new(checks, now, mode)
+    Stacked::carrying(checks, carried, now, mode)
 }
 /// `Err(Error::Exceeded(..))` carrying the refusing limit's decision (of several, the one to
 /// wait for longest).

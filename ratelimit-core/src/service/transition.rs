@@ -13,7 +13,7 @@ use crate::clock::Nanos;
 use crate::decision::Decision;
 use crate::error::Error;
 use crate::quota::{Quota, MAX_TOLERANCE};
-use crate::store::{Check, Mode, Stacked, StoreKey};
+use crate::store::{Carry, Check, Mode, Stacked, StoreKey};
 use crate::syntax::Strategy;
 
 impl RateLimitService {
@@ -30,7 +30,8 @@ impl RateLimitService {
         let old_keys = old_store_keys(site, key, now);
         let mut drained = None;
         let checks = checks(site, store_key, &old_keys, now, &mut drained);
-        match stacked(site, &checks, now) {
+        let carried: Vec<Carry<'_>> = carries(site, &old_keys, now, 0).collect();
+        match stacked(site, &checks, &carried, now) {
             Ok(stacked) => Some(
                 (self.inner.store.decide_all_now(stacked)?)
                     .and_then(|decided| one_of(site, now, decided, &checks)),
@@ -51,7 +52,8 @@ impl RateLimitService {
         let old_keys = old_store_keys(site, key, now);
         let mut drained = None;
         let checks = checks(site, store_key, &old_keys, now, &mut drained);
-        let stacked = stacked(site, &checks, now)?;
+        let carried: Vec<Carry<'_>> = carries(site, &old_keys, now, 0).collect();
+        let stacked = stacked(site, &checks, &carried, now)?;
         let decided = self.inner.store.decide_all(stacked).await;
         decided.and_then(|decided| one_of(site, now, decided, &checks))
     }
@@ -68,7 +70,8 @@ pub(super) fn old_store_keys(site: &Site<'_>, key: Option<&str>, now: Nanos) -> 
         .collect()
 }
 
-/// The old states' checks, in the order of [`old_store_keys`].
+/// The checks of the old states a call at `now` is decided on, of those
+/// [`old_store_keys`] wrote the keys of, in order.
 pub(super) fn old_checks<'a>(
     site: &'a Site<'_>,
     old_keys: &'a [String],
@@ -76,10 +79,32 @@ pub(super) fn old_checks<'a>(
 ) -> impl Iterator<Item = Check<'a>> {
     site.other_states_at(now)
         .zip(old_keys)
+        .filter(move |(old, _)| old.decided_at(now))
         .map(|(old, key)| Check {
             key: StoreKey::composed(key),
             quota: &old.quota,
             cost: site.cost,
+        })
+}
+
+/// The old states a call at `now` carries into its own state (the check at `into`), of
+/// those [`old_store_keys`] wrote the keys of: what a token bucket's debt or a block outlasts
+/// the old window by is not forgotten when the old state stops being decided (a bucket of 15
+/// spent and moved to another window gave 15 again a minute later where it refills 10,
+/// probes_transition_others; an hour's block, forgotten after the minute).
+pub(super) fn carries<'a>(
+    site: &'a Site<'_>,
+    old_keys: &'a [String],
+    now: Nanos,
+    into: usize,
+) -> impl Iterator<Item = Carry<'a>> {
+    site.other_states_at(now)
+        .zip(old_keys)
+        .filter(move |(old, _)| old.carried_at(now))
+        .map(move |(old, key)| Carry {
+            from: StoreKey::composed(key),
+            quota: &old.quota,
+            into,
         })
 }
 
@@ -105,9 +130,14 @@ fn checks<'a>(
         .collect()
 }
 
-fn stacked<'a>(site: &Site<'_>, checks: &'a [Check<'a>], now: Nanos) -> Result<Stacked<'a>, Error> {
+fn stacked<'a>(
+    site: &Site<'_>,
+    checks: &'a [Check<'a>],
+    carried: &'a [Carry<'a>],
+    now: Nanos,
+) -> Result<Stacked<'a>, Error> {
     let mode = Mode::of(site.spend, false);
-    Stacked::new(checks, now, mode)
+    Stacked::carrying(checks, carried, now, mode)
 }
 
 /// [`one`] of a store's answer to `checks` (the call's state and the old ones): any other

@@ -2,7 +2,7 @@
 //! the key's cell under its shard's write lock.
 
 use super::cells::{Cell, Side};
-use super::tables::{by_strategy, by_strategy_arms, InTables};
+use super::tables::{by_strategy, by_strategy_arms, InTables, Tables};
 use super::MemoryStore;
 use crate::algorithm::{self, State};
 use crate::clock::Nanos;
@@ -38,34 +38,51 @@ impl MemoryStore {
         let hash = self.inner.hasher.hash(key);
         // A full store sweeps the keys that expired first, as a decision does.
         self.with_room(hash, now, |tables| {
-            let (table, side) = A::table_and_side(tables);
-            if let Some(cell) = table.find_mut(hash, |c| c.key() == key) {
-                // What an adjustment moves may be kept under the key's stamp (a token
-                // bucket's shift, in the side table): stamped first, as a kept spend is.
-                self.ensure_stamped(cell);
-                let moved = cell.adjust(side, now, quota, units, penalty);
-                if !penalty && moved > 0 && !State::refunds_survive_rewards(quota.strategy()) {
-                    // The spends before the reward are given back to nothing (see the const).
-                    cell.keep(cell.kept().with_stamp(self.new_stamp()));
-                }
-                return Ok(Some(moved));
-            }
-            if tables.held_by_other(quota.strategy(), hash, key) {
-                return Err(algorithm::Undecidable::UnexpectedState.into());
-            }
-            if !penalty {
-                return Ok(Some(0));
-            }
-            if !self.reserve() {
-                return Ok(None);
-            }
-            // A penalty on a key not stored yet: nothing for the side table (only refunds
-            // and rewards keep anything there).
-            let mut cell = A::Cell::fresh();
-            let at = self.fresh_at(now);
-            let moved = cell.adjust(&mut Side::new(), at, quota, units, penalty);
-            self.insert::<A>(tables, hash, key, quota, cell, true);
-            Ok(Some(moved))
+            self.adjust_locked::<A>(tables, hash, key, quota, units, penalty, now)
         })
+    }
+
+    /// [`adjust_in`](Self::adjust_in)'s step under the shard's write lock, held by the
+    /// caller (a penalty a stacked call carries, `carry.rs`, is one): `Ok(None)` when a
+    /// penalty needs room for a new key and none is left.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn adjust_locked<A: InTables>(
+        &self,
+        tables: &mut Tables,
+        hash: u64,
+        key: &[u8],
+        quota: &Quota,
+        units: u64,
+        penalty: bool,
+        now: Nanos,
+    ) -> Result<Option<u64>, Error> {
+        let (table, side) = A::table_and_side(tables);
+        if let Some(cell) = table.find_mut(hash, |c| c.key() == key) {
+            // What an adjustment moves may be kept under the key's stamp (a token bucket's
+            // shift, in the side table): stamped first, as a kept spend is.
+            self.ensure_stamped(cell);
+            let moved = cell.adjust(side, now, quota, units, penalty);
+            if !penalty && moved > 0 && !State::refunds_survive_rewards(quota.strategy()) {
+                // The spends before the reward are given back to nothing (see the const).
+                cell.keep(cell.kept().with_stamp(self.new_stamp()));
+            }
+            return Ok(Some(moved));
+        }
+        if tables.held_by_other(quota.strategy(), hash, key) {
+            return Err(algorithm::Undecidable::UnexpectedState.into());
+        }
+        if !penalty {
+            return Ok(Some(0));
+        }
+        if !self.reserve() {
+            return Ok(None);
+        }
+        // A penalty on a key not stored yet: nothing for the side table (only refunds
+        // and rewards keep anything there).
+        let mut cell = A::Cell::fresh();
+        let at = self.fresh_at(now);
+        let moved = cell.adjust(&mut Side::new(), at, quota, units, penalty);
+        self.insert::<A>(tables, hash, key, quota, cell, true);
+        Ok(Some(moved))
     }
 }

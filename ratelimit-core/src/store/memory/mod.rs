@@ -10,6 +10,7 @@ use crossbeam_utils::sync::{ShardedLock, ShardedLockReadGuard, ShardedLockWriteG
 
 mod adjust;
 mod blocks;
+mod carry;
 mod cells;
 mod decide;
 mod locked;

@@ -37,7 +37,12 @@ impl MemoryStore {
             .iter()
             .map(|c| self.inner.hasher.hash(c.key.as_str().as_bytes()))
             .collect();
-        let mut shards: Vec<usize> = hashes.iter().map(|&h| self.shard_index(h)).collect();
+        // The shards of the old states carried into the checks' are locked too (`carry.rs`).
+        let carried = (stacked.carried().iter())
+            .map(|c| self.inner.hasher.hash(c.from.as_str().as_bytes()));
+        let mut shards: Vec<usize> = (hashes.iter().copied().chain(carried))
+            .map(|h| self.shard_index(h))
+            .collect();
         shards.sort_unstable();
         shards.dedup();
         for attempt in 0..2 {
@@ -47,6 +52,13 @@ impl MemoryStore {
                 .collect();
             // Every key is decided under these locks, a missing one fresh (see `fresh_at`).
             let at = self.fresh_at(at);
+            if !self.carry(&mut guards, stacked, at)? {
+                drop(guards);
+                if attempt == 0 {
+                    self.sweep(now);
+                }
+                continue;
+            }
             let mut verdicts = Vec::with_capacity(checks.len());
             // Whether each verdict is its algorithm's on the key's state (a refusal of which
             // may begin a block), not a block in force or a refusal made before any state.
