@@ -120,7 +120,8 @@ impl Quota {
             Strategy::TokenBucket => self.tolerance_nanos(),
             _ => 0,
         };
-        self.window_nanos().saturating_add(debt.max(self.block_nanos()))
+        self.window_nanos()
+            .saturating_add(debt.max(self.block_nanos()))
     }
 }
 

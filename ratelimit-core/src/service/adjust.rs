@@ -82,6 +82,15 @@ impl RateLimitService {
                 false => Adjustment::reward(key_in_store, quota, units, now),
             };
             store.adjust(adjustment).await?;
+            if penalty && quota.strategy() == crate::syntax::Strategy::TokenBucket {
+                // At most the tolerance owed before and the penalty's tokens after.
+                let debt = quota.interval_nanos().saturating_mul(units);
+                let until = now
+                    .saturating_add(quota.tolerance_nanos())
+                    .saturating_add(debt);
+                let latest = &self.inner.penalized_until;
+                latest.fetch_max(until, std::sync::atomic::Ordering::Relaxed);
+            }
         }
         let decided = match self.start(site, Some(key), Mode::Look) {
             Started::Now(decided) => decided,

@@ -47,6 +47,10 @@ pub(crate) struct Kept {
     /// carries ([`Quota::outlasts_by`](crate::quota::Quota)): it holds calls that long,
     /// which carry it (`transition.rs`).
     carrying: crate::clock::Nanos,
+    /// When the latest debt a penalty on a token bucket may have left, before it was
+    /// replaced, ends (`Inner::penalized_until`): a moved bucket's old state is carried from
+    /// until then too (a penalty's debt may outlast the tolerance).
+    pub(crate) penalized_until: crate::clock::Nanos,
     /// Which calls it holds to nothing, by how the running configuration resolves them
     /// ([`resolves_alike`](Self::resolves_alike)), worked out when a reload installs the
     /// running one ([`against`](Self::against)).
@@ -144,12 +148,20 @@ impl Kept {
             by_tier,
             default_tier,
         };
-        self.carrying = carrying(old, running);
+        self.carrying = match carrying(old, running) {
+            0 => 0,
+            span => span.max(self.penalized_until.saturating_sub(self.replaced_at)),
+        };
         self
     }
 
-    /// The running `generation`, replaced by a reload at `replaced_at`.
-    pub(crate) fn new(generation: &Generation, replaced_at: crate::clock::Nanos) -> Self {
+    /// The running `generation`, replaced by a reload at `replaced_at`, with penalties'
+    /// debts ending by `penalized_until` at the latest.
+    pub(crate) fn new(
+        generation: &Generation,
+        replaced_at: crate::clock::Nanos,
+        penalized_until: crate::clock::Nanos,
+    ) -> Self {
         let config = Arc::clone(&generation.config);
         let longest = (config.tiers().iter().map(|t| t.quota.window_nanos()))
             .chain(std::iter::once(config.default_window().as_nanos() as u64))
@@ -160,6 +172,7 @@ impl Kept {
             replaced_at,
             longest,
             carrying: 0,
+            penalized_until,
             alike: Alike::default(),
         }
     }
@@ -184,7 +197,10 @@ fn carrying(old: &Config, running: &Config) -> crate::clock::Nanos {
     };
     let tiers = old.tiers().iter().map(|t| {
         let is_default = old.default_tier() == Some(&*t.name);
-        (moved(Some(&t.name), &t.quota) || (is_default && default_moved), t.quota)
+        (
+            moved(Some(&t.name), &t.quota) || (is_default && default_moved),
+            t.quota,
+        )
     });
     (tiers.chain(old.plain_quota().map(|q| (moved(None, &q), q))))
         .filter(|&(moved, _)| moved)

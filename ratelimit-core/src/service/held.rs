@@ -172,7 +172,9 @@ impl RateLimitService {
             // What the old state may hold past its window is carried into the site's
             // (`transition.rs`); decided whole so long on a store that does not carry.
             let carry_until = match old.carries_into(quota) {
-                true => kept.replaced_at.saturating_add(old.outlasts_by()),
+                true => {
+                    (kept.replaced_at.saturating_add(old.outlasts_by())).max(kept.penalized_until)
+                }
                 false => until,
             };
             let until = match self.inner.store.carries() {

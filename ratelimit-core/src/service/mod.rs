@@ -57,6 +57,14 @@ struct Inner {
     /// though later calls with their own hour were held to it: a ninth reload dropped it, 3
     /// admitted over its quota of 2 (probes_lent_sites).
     own_windows: AtomicU64,
+    /// When the latest debt a penalty on a token bucket may have left ends (nanoseconds on
+    /// the service's clock; 0: none): a reload moving a bucket to another state keeps the
+    /// replaced configuration, whose old states calls carry from, until then at least
+    /// (`Kept::penalized_until`). A penalty may leave more debt than a decision can (past
+    /// the tolerance): kept only for the old window plus the tolerance, a moved bucket asked
+    /// first three minutes after a reload forgot a penalty of four minutes
+    /// (probes_transition_carry).
+    penalized_until: AtomicU64,
     /// Whether the store came from the configuration (`config.store()`), which a reload
     /// then may not change; a store of the caller's own (`with_store`) ignores it.
     store_from_config: bool,
@@ -209,6 +217,7 @@ impl RateLimitService {
                 generation: std::sync::atomic::AtomicU64::new(0),
                 reloading: crate::sync::Mutex::new(()),
                 own_windows: AtomicU64::new(0),
+                penalized_until: AtomicU64::new(0),
                 store_from_config: false,
                 clock,
                 store,

@@ -103,7 +103,8 @@ impl RateLimitService {
         let mut next = Generation::new(config, reloaded.generation, Some(&running));
         let now = self.inner.clock.now();
         let own = self.inner.own_windows.load(Ordering::Relaxed);
-        let kept = kept_after(&running, &next.config, now, own)?;
+        let penalized = self.inner.penalized_until.load(Ordering::Relaxed);
+        let kept = kept_after(&running, &next.config, now, own, penalized)?;
         next.hold(kept);
         self.inner.current.store(Arc::new(next));
         self.inner
@@ -146,8 +147,9 @@ fn kept_after(
     config: &Config,
     now: crate::clock::Nanos,
     own: crate::clock::Nanos,
+    penalized: crate::clock::Nanos,
 ) -> Result<Vec<super::Kept>, Error> {
-    let replaced = super::Kept::new(running, now);
+    let replaced = super::Kept::new(running, now, penalized);
     let all = || std::iter::once(&replaced).chain(running.previous());
     let mut same = all().map(|kept| kept.config.same_limits(config));
     let mut latest_same = same.clone().any(|s| !s) && same.any(|s| s);
@@ -164,8 +166,9 @@ fn kept_after(
             "reload",
             format!(
                 "{MOST_IN_FORCE} configurations replaced by reloads are still held to within \
-                 their windows; another reload would drop one: reload again once the oldest's \
-                 window has passed"
+                 their windows (or, for a limit moved to another state, while its old state \
+                 may hold a debt or a block); another reload would drop one: reload again \
+                 once the oldest's has passed"
             ),
         );
         return Err(Error::InvalidConfig(errors));

@@ -428,22 +428,27 @@ impl Carry<'_> {
     /// The penalty, in tokens, that carries what the old state owes into the moved limit's
     /// state: when both are token buckets, the old one full again at `from_full_at` (a look
     /// of cost 0 at it: its `reset_at`) and the moved one at `into_full_at` under `into`, at
-    /// `now`, the least whole tokens that leave the moved bucket owing no fewer tokens than
-    /// the old one does (each at its own interval); 0 when it owes as many, or either is
-    /// another algorithm. The one rule every store carries by (`lua/stacked.lua` too).
-    pub fn penalty(&self, from_full_at: Nanos, into: &Quota, into_full_at: Nanos, now: Nanos) -> u64 {
+    /// `now`, the least whole tokens of `into` that leave the moved bucket full again no
+    /// sooner than the old one; 0 when it is already, or either is another algorithm. A token
+    /// bucket's state is a debt in time (as a reload on one state keeps it, whatever the
+    /// refill: `Quota::held_to`), so the debt is carried as time: carried as tokens, at
+    /// each bucket's interval, a slower old bucket's debt drained slower than the moved one's
+    /// and was carried again at every call, the moved bucket held to the old refill and its
+    /// refusals' waits untrue (probes_draining_attacks). The one rule every store carries by
+    /// (`lua/stacked.lua` too).
+    pub fn penalty(
+        &self,
+        from_full_at: Nanos,
+        into: &Quota,
+        into_full_at: Nanos,
+        now: Nanos,
+    ) -> u64 {
         use crate::syntax::Strategy::TokenBucket;
         if self.quota.strategy() != TokenBucket || into.strategy() != TokenBucket {
             return 0;
         }
-        let (from_i, into_i) = (
-            u128::from(self.quota.interval_nanos().max(1)),
-            u128::from(into.interval_nanos().max(1)),
-        );
-        let owed = u128::from(from_full_at.saturating_sub(now)) * into_i;
-        let held = u128::from(into_full_at.saturating_sub(now)) * from_i;
-        let units = owed.saturating_sub(held).div_ceil(from_i * into_i);
-        u64::try_from(units).unwrap_or(u64::MAX)
+        let owed = from_full_at.saturating_sub(into_full_at.max(now));
+        owed.div_ceil(into.interval_nanos().max(1))
     }
 
     /// Until when the moved limit's state is blocked for a block on the old state until

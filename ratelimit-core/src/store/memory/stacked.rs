@@ -38,8 +38,8 @@ impl MemoryStore {
             .map(|c| self.inner.hasher.hash(c.key.as_str().as_bytes()))
             .collect();
         // The shards of the old states carried into the checks' are locked too (`carry.rs`).
-        let carried = (stacked.carried().iter())
-            .map(|c| self.inner.hasher.hash(c.from.as_str().as_bytes()));
+        let carried =
+            (stacked.carried().iter()).map(|c| self.inner.hasher.hash(c.from.as_str().as_bytes()));
         let mut shards: Vec<usize> = (hashes.iter().copied().chain(carried))
             .map(|h| self.shard_index(h))
             .collect();

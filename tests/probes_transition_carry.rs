@@ -1,0 +1,265 @@
+//! A limit a reload moves to another state (its window, tier name or key prefix changed)
+//! carries its old state into the new one (`Stacked::carried`, `service/transition.rs`): a
+//! token bucket's debt and a block outlast the old window. What is probed here, around the
+//! carrying itself (the ways through it closes are in `probes_transition_others`,
+//! `probes_transition_stacked`, `probes_transition_sites` and `probes_transition_redis`):
+//! a look sees what is carried, how long it is carried, a store of one's own that does not
+//! carry (the old state decided whole instead), and which reloads are kept how long for it.
+//! Memory store (and a store over the public API), hand-driven clock.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ratelimit::store::{Request, Stacked, Store, StoredState};
+use ratelimit::{
+    Config, ConfigBuilder, Decision, Error, ManualClock, Options, RateLimitService, Strategy, Tier,
+};
+use ratelimit_tests::{bucket_a_minute, now, reload_to as reload, service, START};
+
+const MINUTE: Duration = Duration::from_secs(60);
+const HOUR: Duration = Duration::from_secs(3_600);
+
+/// Calls on `"k"` admitted out of `n`, at the clock's instant.
+fn admitted(service: &RateLimitService, n: usize) -> usize {
+    (0..n)
+        .filter(|_| now(service.consume("k", &Options::new())).is_ok_and(|d| d.allowed))
+        .count()
+}
+
+/// `bucket_a_minute(limit, burst, refill)` on a window of two minutes at the same rate:
+/// the same bucket on another state.
+fn moved(limit: u64, burst: u64, refill: u64) -> ConfigBuilder {
+    bucket_a_minute(limit, burst, refill * 2).default_window(2 * MINUTE)
+}
+
+/// A look at the moved bucket past the old window reads the carried debt: 15 spent at 6 s a
+/// token, moved, a minute later `status` says 10 remain (not the fresh state's 15), and the
+/// calls then get exactly those 10.
+#[test]
+fn a_look_at_a_moved_bucket_reads_the_debt_it_carries() {
+    let (service, clock) = service(bucket_a_minute(10, 5, 10).build().unwrap());
+    assert_eq!(admitted(&service, 16), 15);
+    reload(&service, moved(10, 5, 10));
+    clock.advance(MINUTE);
+    let level = now(service.status("k", &Options::new())).unwrap();
+    assert_eq!(level.remaining, 10, "the look read a fresh state");
+    assert_eq!(admitted(&service, 20), 10);
+}
+
+/// The old state is carried from only while it may hold something: past the old window
+/// plus the bucket's tolerance (60 s + 90 s) its debt has drained, and the moved bucket,
+/// asked for the first time then, gives its 15 (as one bucket would).
+#[test]
+fn a_moved_bucket_first_asked_after_its_old_debt_drained_gives_its_whole_capacity() {
+    let (service, clock) = service(bucket_a_minute(10, 5, 10).build().unwrap());
+    assert_eq!(admitted(&service, 16), 15);
+    reload(&service, moved(10, 5, 10));
+    clock.advance(Duration::from_secs(150));
+    assert_eq!(admitted(&service, 20), 15);
+}
+
+/// A debt carried once is the moved state's own, after the old state stops being carried
+/// from: 10 spent and a penalty of 30 on a bucket of 10 a minute (40 tokens owed, 4
+/// minutes), moved; one call at the switch carries the debt. Three minutes later (past
+/// the old window plus the tolerance, 2 minutes, when the old state is no longer asked) a
+/// minute of debt is left: nothing admitted; 6 s later, one.
+#[test]
+fn a_penalty_carried_by_a_call_outlasts_the_old_state() {
+    let (service, clock) = service(bucket_a_minute(10, 0, 10).build().unwrap());
+    assert_eq!(admitted(&service, 10), 10);
+    now(service.penalize("k", &Options::new(), 30)).unwrap();
+    reload(&service, moved(10, 0, 10));
+    assert_eq!(admitted(&service, 1), 0, "admitted at the switch");
+    clock.advance(Duration::from_secs(180));
+    assert_eq!(admitted(&service, 10), 0, "admitted while a minute is owed");
+    clock.advance(Duration::from_secs(6));
+    assert_eq!(admitted(&service, 10), 1);
+}
+
+/// The same penalty with no call from the switch until three minutes later. Kept only for
+/// its window plus its bucket's tolerance (what a decision can leave owing), the old
+/// configuration was let go with a minute of the penalty's debt owed: the moved state was
+/// fresh, 10 admitted where the debt allowed none. It is kept until the latest penalty's
+/// debt may end (`Inner::penalized_until`).
+#[test]
+fn a_penalty_past_the_old_tolerance_is_carried_even_with_no_call_meanwhile() {
+    let (service, clock) = service(bucket_a_minute(10, 0, 10).build().unwrap());
+    assert_eq!(admitted(&service, 10), 10);
+    now(service.penalize("k", &Options::new(), 30)).unwrap();
+    reload(&service, moved(10, 0, 10));
+    clock.advance(Duration::from_secs(180));
+    assert_eq!(admitted(&service, 10), 0, "admitted while a minute is owed");
+}
+
+/// A key blocked on the old state is blocked on the moved one only where the moved limit
+/// blocks: a reload that moves a blocking fixed window to one without `block_for` reads no
+/// block (as a reload on the same state dropping the block does).
+#[test]
+fn a_block_is_carried_only_into_a_limit_that_blocks() {
+    let limit = |window: Duration, block: bool| {
+        let tier = Tier::new("a", 2)
+            .window(window)
+            .strategy(Strategy::FixedWindow);
+        let tier = match block {
+            true => tier.block_for(HOUR),
+            false => tier,
+        };
+        Config::builder().tier(tier).default_tier("a")
+    };
+    let (service, clock) = service(limit(MINUTE, true).build().unwrap());
+    assert_eq!(admitted(&service, 3), 2);
+    reload(&service, limit(2 * MINUTE, false));
+    clock.advance(Duration::from_secs(90));
+    assert_eq!(
+        admitted(&service, 3),
+        2,
+        "a block read by a limit without one"
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// A store of one's own that does not carry (`Store::carries` false).
+// ---------------------------------------------------------------------------------------
+
+/// Each key's state as `StoredState` bytes under one lock, over the public API only, with
+/// no carrying.
+#[derive(Clone, Default)]
+struct Plain(Arc<Mutex<HashMap<String, Vec<u8>>>>);
+
+impl Plain {
+    fn state(map: &HashMap<String, Vec<u8>>, request: &Request<'_>) -> Result<StoredState, Error> {
+        match map.get(request.key().as_str()) {
+            Some(bytes) => StoredState::from_bytes(bytes),
+            None => Ok(StoredState::new(request.quota())),
+        }
+    }
+}
+
+impl Store for Plain {
+    async fn decide(&self, request: Request<'_>) -> Result<Decision, Error> {
+        let mut map = self.0.lock().unwrap();
+        let mut state = Self::state(&map, &request)?;
+        let decision = state.decide(&request)?;
+        if request.spends() && decision.allowed {
+            map.insert(request.key().as_str().to_owned(), state.to_bytes());
+        }
+        Ok(decision)
+    }
+
+    async fn decide_all(&self, stacked: Stacked<'_>) -> Result<Vec<Decision>, Error> {
+        let mut map = self.0.lock().unwrap();
+        let mut states = Vec::new();
+        for request in stacked.requests() {
+            states.push(Self::state(&map, &request)?);
+        }
+        let mut decisions = Vec::new();
+        for (request, state) in stacked.requests().zip(&mut states) {
+            decisions.push(state.decide(&request.as_look())?);
+        }
+        if stacked.spends() && decisions.iter().all(|d| d.allowed) {
+            for (i, (request, state)) in stacked.requests().zip(&mut states).enumerate() {
+                decisions[i] = state.decide(&request)?;
+                map.insert(request.key().as_str().to_owned(), state.to_bytes());
+            }
+        }
+        Ok(decisions)
+    }
+
+    async fn reset(&self, key: &str) -> Result<bool, Error> {
+        Ok(self.0.lock().unwrap().remove(key).is_some())
+    }
+}
+
+/// On a store that does not carry, the old state is decided with the call, whole, for as
+/// long as it may hold a debt (the old window plus its tolerance), not one old window: 15
+/// spent and moved, a minute later the calls get the 10 the old bucket refilled, not the
+/// fresh state's 15; and a call every second for two minutes gets no more than the one
+/// bucket's 35.
+#[test]
+fn a_store_that_does_not_carry_holds_a_moved_bucket_to_its_old_state_while_it_owes() {
+    let serve = || {
+        let clock = ManualClock::new(START);
+        let config = bucket_a_minute(10, 5, 10).build().unwrap();
+        let service =
+            RateLimitService::with_store(config, Plain::default(), Arc::new(clock.clone()))
+                .unwrap();
+        (service, clock)
+    };
+    let (service, clock) = serve();
+    assert_eq!(admitted(&service, 16), 15);
+    service.reload(moved(10, 5, 10).build().unwrap()).unwrap();
+    clock.advance(MINUTE);
+    assert_eq!(admitted(&service, 20), 10, "a minute after the move");
+
+    let (service, clock) = serve();
+    let mut total = admitted(&service, 16);
+    service.reload(moved(10, 5, 10).build().unwrap()).unwrap();
+    for _ in 0..120 {
+        clock.advance(Duration::from_secs(1));
+        total += admitted(&service, 16);
+    }
+    assert!(
+        total <= 35,
+        "{total} admitted in two minutes (one bucket: 35)"
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// How long a reload is kept for what it carries.
+// ---------------------------------------------------------------------------------------
+
+/// A fixed window of `limit` a minute blocking a key for `block`, as tier `"a"`.
+fn blocking(limit: u64, window: Duration, block: Duration) -> ConfigBuilder {
+    let tier = Tier::new("a", limit)
+        .window(window)
+        .strategy(Strategy::FixedWindow)
+        .block_for(block);
+    Config::builder().tier(tier).default_tier("a")
+}
+
+/// Reloads that keep every limit on its state are kept for their windows only, whatever
+/// the blocks: 80 reloads a minute and a second apart, under a day's block, are all taken
+/// (kept for the day, the 65th would have been refused as too many in force).
+#[test]
+fn reloads_that_move_no_limit_are_not_kept_for_its_block() {
+    let day = 24 * HOUR;
+    let (service, clock) = service(blocking(2, MINUTE, day).build().unwrap());
+    for i in 0..80 {
+        clock.advance(MINUTE + Duration::from_secs(1));
+        let config = blocking(2 + i % 2, MINUTE, day);
+        service
+            .reload(ratelimit_tests::on_its_store(&service, config))
+            .unwrap_or_else(|e| panic!("reload {i} refused: {e}"));
+    }
+}
+
+/// Reloads that move a blocking limit to another state are kept as long as a block begun on
+/// the old state may last (the old window plus the block), since a call carries it:
+/// renaming the default tier every minute and a second under a block of two hours, the reload
+/// that would hold a 65th configuration still carried is refused (an error, the running
+/// configuration kept), never the carrying dropped.
+#[test]
+fn reloads_that_move_a_blocking_limit_are_kept_while_a_block_may_last() {
+    let named = |name: &str| {
+        let tier = Tier::new(name, 2)
+            .window(MINUTE)
+            .strategy(Strategy::FixedWindow)
+            .block_for(2 * HOUR);
+        Config::builder().tier(tier).default_tier(name)
+    };
+    let (service, clock) = service(named("t").build().unwrap());
+    let mut refused = None;
+    for i in 0..80 {
+        clock.advance(MINUTE + Duration::from_secs(1));
+        let config = ratelimit_tests::on_its_store(&service, named(&format!("t{i}")));
+        if let Err(e) = service.reload(config) {
+            refused = Some((i, e));
+            break;
+        }
+    }
+    let (i, e) = refused.expect("every reload taken while 64 were carried");
+    assert_eq!(i, 64, "refused at reload {i}: {e}");
+    assert!(matches!(e, Error::InvalidConfig(_)), "{e}");
+    assert_eq!(service.config().default_tier(), Some("t63"));
+}
