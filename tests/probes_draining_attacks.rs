@@ -482,13 +482,3 @@ fn a_refusal_by_a_draining_cut_blocks_a_key_past_the_window() {
     }
     assert_eq!((burst, after), (5, 40), "admitted at +50 s, and from +80 s");
 }
-
-#[test]
-fn tmp_seed() {
-    let plan = Plan {
-        retries: true,
-        windows: true,
-        ..PLAIN
-    };
-    history(185830357, plan);
-}

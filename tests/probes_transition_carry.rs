@@ -263,3 +263,28 @@ fn reloads_that_move_a_blocking_limit_are_kept_while_a_block_may_last() {
     assert!(matches!(e, Error::InvalidConfig(_)), "{e}");
     assert_eq!(service.config().default_tier(), Some("t63"));
 }
+
+/// A bucket moved to a faster refill is whole when the old window ends, not locked out for
+/// the old debt: 10 a minute, spent, moved to 10 a second (another window). Decided on, the
+/// old state is cut as its window ends so that what its calls leave owing then is within the
+/// new bucket's tolerance (`OldState::quota_at`): nothing admitted in the minute (the debt
+/// of the whole minute leaves no room), and at +60 s the new bucket's 10, every second.
+/// With the old state decided whole, the debt it left at the window's end, carried, refused
+/// every call past the window; carried while decided on, every call in the minute.
+#[test]
+fn a_bucket_moved_to_a_faster_refill_is_whole_when_the_old_window_ends() {
+    let (service, clock) = service(bucket_a_minute(10, 0, 10).build().unwrap());
+    assert_eq!(admitted(&service, 10), 10);
+    let fast = bucket_a_minute(10, 0, 10).default_window(Duration::from_secs(1));
+    reload(&service, fast);
+    let mut in_the_minute = 0;
+    for _ in 0..60 {
+        in_the_minute += admitted(&service, 20);
+        clock.advance(Duration::from_secs(1));
+    }
+    assert_eq!(in_the_minute, 0);
+    for second in 60..70 {
+        assert_eq!(admitted(&service, 20), 10, "at +{second} s");
+        clock.advance(Duration::from_secs(1));
+    }
+}

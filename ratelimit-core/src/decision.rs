@@ -127,6 +127,16 @@ impl Decision {
     /// assert_eq!(d.reset_after, Duration::from_secs(60));
     /// ```
     pub fn reset_at(&self) -> SystemTime {
+        self.reset_at_time()
+    }
+
+    /// When the budget is back to full, exactly, in nanoseconds since the Unix epoch.
+    #[inline]
+    pub(crate) fn full_at(&self) -> Nanos {
+        self.reset_at
+    }
+
+    fn reset_at_time(&self) -> SystemTime {
         // Made from nanoseconds since the epoch in a `u64` (before the year 2555): within every
         // platform's `SystemTime`, so the addition cannot overflow.
         SystemTime::UNIX_EPOCH + Duration::from_millis(ceil_millis(self.reset_at))

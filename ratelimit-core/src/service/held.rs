@@ -58,6 +58,10 @@ pub(crate) struct OldState {
     /// store that does not carry ([`Store::carries`](crate::store::Store::carries)), it is
     /// decided with the call as long instead (`until` is this).
     pub(crate) carry_until: Nanos,
+    /// The debt the site's quota tolerates, when a token bucket's debt is carried from it:
+    /// what a call decided on it may leave owing at `until` ([`Quota::draining_by`]); 0
+    /// where none is carried.
+    pub(crate) then: Nanos,
 }
 
 impl OldState {
@@ -67,10 +71,27 @@ impl OldState {
         now < self.until
     }
 
-    /// Whether a call at `now` carries it into its own state.
+    /// Whether a call at `now` carries it into its own state: once it is no longer decided
+    /// on. While it is, it holds the call by itself, and carried then, its whole debt held
+    /// the site's state to it: a bucket of 10 a minute, spent, moved to 10 a second, every
+    /// call refused for the minute (a second's tolerance under a minute's debt), where the
+    /// old bucket alone admits 9.
     #[inline]
     pub(crate) fn carried_at(&self, now: Nanos) -> bool {
-        now < self.carry_until
+        !self.decided_at(now) && now < self.carry_until
+    }
+
+    /// The quota a call of `cost` at `now` is decided under on it: its own, a token bucket
+    /// whose debt is carried after cut as its window ends so that what it leaves owing then
+    /// is within what the site's quota tolerates ([`Quota::draining_by`], as a same state's
+    /// held quota is): carried whole, a bucket of 10 a minute spent at its refill and moved to
+    /// 10 a second refused every call for a minute after the old window.
+    #[inline]
+    pub(crate) fn quota_at(&self, now: Nanos, cost: u64) -> Quota {
+        match self.then {
+            0 => self.quota,
+            then => (self.quota.draining_by(self.until, then, now, cost)).unwrap_or(self.quota),
+        }
     }
 }
 
@@ -181,6 +202,11 @@ impl RateLimitService {
                 true => until,
                 false => carry_until,
             };
+            let bucket = |q: &Quota| q.strategy() == crate::syntax::Strategy::TokenBucket;
+            let then = match bucket(&old) && bucket(quota) {
+                true => quota.tolerance_nanos().max(1),
+                false => 0,
+            };
             // Two replaced configurations on one old state: held to both, the longer. Both
             // wrote the state: the slower one's capacity at the longest interval is its own
             // tolerance (`Quota::held_to`).
@@ -200,6 +226,7 @@ impl RateLimitService {
                     quota: old,
                     until,
                     carry_until,
+                    then,
                 }),
             }
         }

@@ -176,10 +176,13 @@ impl RateLimitService {
         let old_keys: Vec<Vec<String>> = (sites.iter().zip(limits))
             .map(|(site, (key, _))| transition::old_store_keys(site, *key, now))
             .collect();
+        let old_quotas: Vec<Vec<crate::quota::Quota>> = (sites.iter())
+            .map(|site| transition::old_quotas(site, now))
+            .collect();
         let mut owners: Vec<usize> = (0..sites.len()).collect();
         let mut carried = Vec::new();
         for (i, site) in sites.iter().enumerate() {
-            for check in transition::old_checks(site, &old_keys[i], now) {
+            for check in transition::old_checks(site, &old_keys[i], &old_quotas[i], now) {
                 checks.push(check);
                 owners.push(i);
             }

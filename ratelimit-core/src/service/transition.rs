@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use super::held::OldState;
 use super::site::Site;
 use super::RateLimitService;
 use crate::algorithm::{precheck, Algorithm, Gcra, MAX_NOW};
@@ -28,8 +29,9 @@ impl RateLimitService {
         now: Nanos,
     ) -> Option<Result<Decision, Error>> {
         let old_keys = old_store_keys(site, key, now);
+        let old_quotas = old_quotas(site, now);
         let mut drained = None;
-        let checks = checks(site, store_key, &old_keys, now, &mut drained);
+        let checks = checks(site, store_key, &old_keys, &old_quotas, now, &mut drained);
         let carried: Vec<Carry<'_>> = carries(site, &old_keys, now, 0).collect();
         match stacked(site, &checks, &carried, now) {
             Ok(stacked) => Some(
@@ -50,8 +52,9 @@ impl RateLimitService {
         now: Nanos,
     ) -> Result<Decision, Error> {
         let old_keys = old_store_keys(site, key, now);
+        let old_quotas = old_quotas(site, now);
         let mut drained = None;
-        let checks = checks(site, store_key, &old_keys, now, &mut drained);
+        let checks = checks(site, store_key, &old_keys, &old_quotas, now, &mut drained);
         let carried: Vec<Carry<'_>> = carries(site, &old_keys, now, 0).collect();
         let stacked = stacked(site, &checks, &carried, now)?;
         let decided = self.inner.store.decide_all(stacked).await;
@@ -70,19 +73,30 @@ pub(super) fn old_store_keys(site: &Site<'_>, key: Option<&str>, now: Nanos) -> 
         .collect()
 }
 
+/// The quotas of the old states a call at `now` is decided on, of those [`old_store_keys`]
+/// wrote the keys of, in order ([`OldState::quota_at`]).
+pub(super) fn old_quotas(site: &Site<'_>, now: Nanos) -> Vec<Quota> {
+    (site.other_states_at(now))
+        .filter(|old| old.decided_at(now))
+        .map(|old| old.quota_at(now, site.cost))
+        .collect()
+}
+
 /// The checks of the old states a call at `now` is decided on, of those
-/// [`old_store_keys`] wrote the keys of, in order.
+/// [`old_store_keys`] wrote the keys of, under [`old_quotas`], in order.
 pub(super) fn old_checks<'a>(
     site: &'a Site<'_>,
     old_keys: &'a [String],
+    quotas: &'a [Quota],
     now: Nanos,
 ) -> impl Iterator<Item = Check<'a>> {
     site.other_states_at(now)
         .zip(old_keys)
         .filter(move |(old, _)| old.decided_at(now))
-        .map(|(old, key)| Check {
+        .zip(quotas)
+        .map(|((_, key), quota)| Check {
             key: StoreKey::composed(key),
-            quota: &old.quota,
+            quota,
             cost: site.cost,
         })
 }
@@ -117,6 +131,7 @@ fn checks<'a>(
     site: &'a Site<'_>,
     store_key: &'a str,
     old_keys: &'a [String],
+    old_quotas: &'a [Quota],
     now: Nanos,
     drained: &'a mut Option<Quota>,
 ) -> Vec<Check<'a>> {
@@ -126,7 +141,7 @@ fn checks<'a>(
         cost: site.cost,
     };
     std::iter::once(own)
-        .chain(old_checks(site, old_keys, now))
+        .chain(old_checks(site, old_keys, old_quotas, now))
         .collect()
 }
 
@@ -171,11 +186,69 @@ pub(super) fn one_at(
     decisions: Vec<Decision>,
 ) -> Result<Decision, Error> {
     let own = decisions.first().map(|d| (d.allowed, d.reset_after));
+    let passes = after_old_states(site, now, &decisions);
     let mut one = one(decisions)?;
     if let (Some((allowed, debt)), Some(_), false) = (own, site.transition, one.allowed) {
+        if let (Some(told), Some(passes)) = (one.retry_after, passes) {
+            let at_least = Duration::from_nanos(passes.saturating_sub(now));
+            one.retry_after = Some(told.max(at_least));
+        }
         wait_at(site, now, allowed, debt, &mut one);
     }
     Ok(one)
+}
+
+/// When a call refused at `site` at `now` passes the old states it was decided on (their
+/// `decisions`, after its own state's) whose token-bucket debt is carried into its own
+/// state once their windows end (`OldState::then`); `None` with none. Past its window, such
+/// a state's debt is the site's too, under whatever quota holds the site then: the call
+/// passes it for sure once that debt has drained, which is the instant told where the wait
+/// reaches past its window, or where it refuses the call then (under a quota cut as its
+/// window ends, `OldState::quota_at`, a token less each interval, its debt drains only
+/// about as fast as the cut tightens: admitting now, it may refuse the same call later). Longer
+/// than the least wait at times, never one the call is refused at again: the store's wait,
+/// under the quotas in force now, sent the call back to the same refusal
+/// (probes_draining_attacks: 6 a half minute moved to 5 per 0.2 s, refused at +90 s
+/// "retry after 150 s", refused then by the carried debt).
+fn after_old_states(site: &Site<'_>, now: Nanos, decisions: &[Decision]) -> Option<Nanos> {
+    let cost = site.cost;
+    let olds: Vec<(&OldState, Nanos)> = (site.other_states_at(now))
+        .filter(|old| old.decided_at(now))
+        .zip(decisions.iter().skip(1))
+        .filter(|(old, _)| old.then > 0)
+        .map(|(old, d)| {
+            // A look's `reset_at` is after the call.
+            let spent = match d.allowed {
+                true => old.quota.interval_nanos().saturating_mul(cost),
+                false => 0,
+            };
+            (old, d.full_at().saturating_sub(spent))
+        })
+        .collect();
+    if olds.is_empty() {
+        return None;
+    }
+    // Whether the old state admits the call at `at` while decided on: the bucket's rule
+    // under the quota in force then, the cut one a token less each interval.
+    let admits = |old: &OldState, full_at: Nanos, at: Nanos| {
+        let quota = old.quota_at(at, cost);
+        let owed = full_at.saturating_sub(at);
+        let spends = quota.interval_nanos().saturating_mul(cost);
+        owed.saturating_add(spends) <= quota.tolerance_nanos()
+    };
+    let told = decisions.iter().filter_map(|d| d.retry_after).max();
+    let mut at = now.saturating_add(told.map_or(0, |w| w.as_nanos() as Nanos));
+    loop {
+        let before = at;
+        for &(old, full_at) in &olds {
+            if !old.decided_at(at) || !admits(old, full_at, at) {
+                at = at.max(full_at);
+            }
+        }
+        if at == before {
+            return Some(at);
+        }
+    }
 }
 
 /// The call's one decision from its state's and the old ones': when every one admits, the
