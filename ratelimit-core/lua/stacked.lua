@@ -5,23 +5,32 @@
 -- single-key scripts follow, word for word; and lua/beside.lua, for the keys beside states.
 --
 -- KEYS[i]: the i-th limit's key (i from 1 to n). In a cluster, all in one hash slot: the
---          service's keys of one user key share their hash tag. Then, each set in its keys'
+--          service's keys of one user key share their hash tag (an old state's too, carried
+--          or decided: it has the same user key). Then, each set in its keys'
 --          slots (`beside` in src/store/redis/ledger.rs):
 --          - with ARGV[1] 2, the n stamp keys (KEYS[n + i]);
---          - with ARGV[2] 1, the n block keys, after the stamp keys if any.
+--          - with ARGV[2]'s first bit, the n block keys, after the stamp keys if any;
+--          then four for each carried state (see below): its key and its block key, and the
+--          key it is carried into and that key's block key.
 -- ARGV[1]: 1 to record an admitted call, 0 to only look; 2 to record it as a spend that may
 --          be given back (lua/refund.lua): the last argument is then a stamp drawn for this
 --          call, written to each stamp key that holds none
--- ARGV[2]: 1 when some limit blocks its key once refused (its block below is not 0)
+-- ARGV[2]: 1 when some limit blocks its key once refused (its block below is not 0), plus
+--          twice the number m of states carried (one number: Redis turns each argument
+--          into a Lua string on every call)
 -- ARGV[5i - 2 .. 5i + 2] (i from 1): the i-th limit's strategy (its place in `scripts`, from
 --          1: `stacked_index` in scripts.rs), the two numbers its script takes as ARGV[1]
 --          and ARGV[2], the call's cost under it, and its block (`Quota::block`, in
 --          microseconds; 0: none)
+-- ARGV[5n + 8j - 5 .. 5n + 8j + 2] (j from 1 to m): the j-th state carried (`Carry`, see
+--          below): the strategy, the two numbers and the block of the quota it was decided
+--          under, then the same four of the quota of the state it is carried into; then the
+--          stamp, with ARGV[1] 2
 -- Returns: the limits' replies end to end, five integers each, as the single scripts return
 --          them (seven with ARGV[1] 2: then the state's shift, 0 but for a token bucket
 --          something was given back to, and the key's stamp, 0 when the call was refused); or
---          the first error reply a limit gave (state of an unexpected shape), with nothing
---          written.
+--          the first error reply a limit or a carried state gave (state of an unexpected
+--          shape), with nothing written. With no limit (n 0) only the states are carried.
 -- Every limit is looked at first; only when every one admits the call is each one recorded,
 -- so a call refused by one limit spends nothing from the others. Each record writes its own
 -- key's expiry, as the single scripts do.
@@ -32,6 +41,13 @@
 -- limit's algorithm refuses blocks its key for the limit's block from TIME (a block in force
 -- is never shortened: none is, or the call was refused by it). A look never begins one.
 --
+-- A carried state (`Stacked::carried`): a state a reload moved a limit away from (another
+-- key), carried into the moved limit's state before anything is looked at or decided, in
+-- every mode (a look's too): its token bucket's debt as a penalty, its block as a block, by
+-- the rule of `Carry::penalty` and `Carry::block` (see lua/carry.lua, loaded in front of this
+-- file). Every carried state and every limit is read first (an error is returned before
+-- anything is written), then each state is carried in order, then the call is decided.
+--
 -- A stamp names the state a spend was made on: a reset deletes it (lua/reset.lua), and a key
 -- Redis lost (a restart, a flush) has none or a new one, so a refund made for the old state
 -- gives nothing back. It lives until the last spend stamped with it stops counting (its
@@ -40,8 +56,12 @@
 
 local stamping = ARGV[1] == '2'
 local spends = ARGV[1] ~= '0'
-local n = (#ARGV - 2 - (stamping and 1 or 0)) / 5
+local flags = ARGV[2] + 0
+local blocking = flags % 2 == 1
+local m = (flags - flags % 2) / 2
+local n = (#ARGV - 2 - (stamping and 1 or 0) - 8 * m) / 5
 local blocks_at = (stamping and 2 or 1) * n -- the block keys follow this many keys
+local carried_at = blocks_at + (blocking and n or 0) -- and the carried states' these
 
 local function decide(i, flag)
   local a = 5 * i - 2
@@ -54,7 +74,7 @@ local function block_of(i)
 end
 
 local now
-if ARGV[2] == '1' then
+if flags > 0 then
   local t = redis.call('TIME')
   now = t[1] * 1000000 + t[2]
 end
@@ -62,10 +82,12 @@ end
 -- One limit that spends is decided and recorded in one run: nothing else to look at first.
 local alone = n == 1 and spends
 local replies, stamps, held, blocked = {}, {}, {}, {}
-local admitted = true
-for i = 1, n do
-  -- What is read beside the state first: a call is refused (with nothing written) for one of
-  -- the wrong shape before any state is.
+
+-- The i-th limit looked at (decided and recorded with `flag` '1'), with what is read beside
+-- its state first: a call is refused (with nothing written) for one of the wrong shape before
+-- any state is. Its error reply, if any.
+local function look_at(i, flag)
+  blocked[i] = nil
   if stamping then
     local s = beside_number(KEYS[n + i], 'stamp')
     if type(s) == 'table' then return s end
@@ -83,10 +105,45 @@ for i = 1, n do
     end
   end
   if not blocked[i] then
-    local reply = decide(i, alone and '1' or '0')
+    local reply = decide(i, flag)
     if reply.err then return reply end
     replies[i] = reply
   end
+end
+
+-- The j-th carried state (`old`) and the state it is carried into (`moved`), as `carry` in
+-- lua/carry.lua takes them.
+local function carried(j)
+  local k, a = carried_at + 4 * j - 4, 5 * n + 8 * j - 5
+  local function state(key, at)
+    return {key = KEYS[k + key], block_key = KEYS[k + key + 1], strategy = ARGV[at],
+      first = ARGV[at + 1], second = ARGV[at + 2], block = ARGV[at + 3]}
+  end
+  return state(1, a), state(3, a + 4)
+end
+
+if m > 0 then
+  -- Everything read first, so that an error writes nothing; then each state carried.
+  for j = 1, m do
+    local old, moved = carried(j)
+    local err = carry(old, moved, now, false)
+    if err then return err end
+  end
+  for i = 1, n do
+    local err = look_at(i, '0')
+    if err then return err end
+  end
+  for j = 1, m do
+    local old, moved = carried(j)
+    local err = carry(old, moved, now, true)
+    if err then return err end
+  end
+end
+
+local admitted = true
+for i = 1, n do
+  local err = look_at(i, alone and '1' or '0')
+  if err then return err end
   if replies[i][1] == 0 then admitted = false end
 end
 local record = admitted and spends

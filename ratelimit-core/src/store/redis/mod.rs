@@ -9,6 +9,7 @@
 //! - `reply`: the scripts' replies read as verdicts, and the estimate of Redis' clock;
 //! - `scripts`: the Lua scripts, one per strategy, and the quotas they count exactly;
 //! - `store`: [`RedisStore`], what it decides and how it answers the `Store` trait;
+//! - `stacked`: the stacked script, its keys and arguments, the old states carried with it;
 //! - `round_trip`: the connection a call uses, bounded by the timeout, and a script run on it;
 //! - `link`: one server's connection, its calls bounded by one deadline per connection;
 //! - `eviction`: Redis' eviction policy, checked once per store.
@@ -47,6 +48,7 @@ mod refusals;
 mod reply;
 mod round_trip;
 mod scripts;
+mod stacked;
 mod store;
 
 pub use lease::LeaseOptions;

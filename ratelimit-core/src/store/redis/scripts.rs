@@ -219,7 +219,7 @@ macro_rules! single {
         /// of [`index`], and what is read beside a state (`lua/beside.lua`): what the scripts
         /// of several keys (`lua/stacked.lua`, `lua/refund.lua`, `lua/adjust.lua`) are loaded
         /// behind.
-        const FUNCTIONS: &str = concat!(
+        pub(super) const FUNCTIONS: &str = concat!(
             $(wrapped!($lua),)*
             "-- The strategies' scripts, in the order of the table of algorithms.\n",
             "local scripts = {"
@@ -231,10 +231,6 @@ macro_rules! single {
 }
 
 crate::algorithm::algorithms!(single);
-
-/// Several limits as one decision (`lua/stacked.lua`).
-pub(super) static STACKED_SCRIPT: LazyLock<Lua> =
-    LazyLock::new(|| Lua::new([FUNCTIONS, include_str!("../../../lua/stacked.lua")].concat()));
 
 /// A penalty or a reward, with the key's stamp kept no longer than its state
 /// (`lua/adjust.lua`).

@@ -9,18 +9,15 @@ use tokio::sync::OnceCell;
 
 use super::eviction::Policy;
 use super::lease::Leases;
-use super::ledger::{block_key, stamp_key, RESET_SCRIPT};
+use super::ledger::RESET_SCRIPT;
 use super::link::Links;
 use super::options::RedisOptions;
 use super::redaction::{secrets, store_error};
-use super::refund::draw;
 use super::refusals::Refusals;
 use super::reply::{full, unexpected, RedisClock, Reply};
 use super::round_trip::{runtime_ready, Client};
-use super::scripts::{
-    arguments, call, stacked_index, supports, OwnScripts, ADJUST_SCRIPT, REFUND_SCRIPT, SCRIPTS,
-    STACKED_SCRIPT,
-};
+use super::scripts::{call, supports, OwnScripts, ADJUST_SCRIPT, REFUND_SCRIPT, SCRIPTS};
+use super::stacked::STACKED_SCRIPT;
 use crate::algorithm::{self, Verdict};
 use crate::clock::Nanos;
 use crate::decision::Decision;
@@ -333,51 +330,28 @@ impl RedisStore {
             .filter(|(_, l)| l.is_none())
             .map(|(c, _)| c)
             .collect();
-        let blocking = asked.iter().any(|c| c.quota.block().is_some());
-        let mut replies = Vec::new().into_iter();
-        if !asked.is_empty() {
-            // The keys beside the states the script reads (see its header).
-            let beside: Vec<String> = (stamping.then_some(stamp_key as fn(&str) -> String))
-                .into_iter()
-                .chain(blocking.then_some(block_key as fn(&str) -> String))
-                .flat_map(|name| asked.iter().map(move |c| name(c.key.as_str())))
-                .collect();
-            let keys: Vec<&str> = (asked.iter().map(|c| c.key.as_str()))
-                .chain(beside.iter().map(String::as_str))
-                .collect();
-            let mode = if stamping { 2 } else { u64::from(commit) };
-            let mut args = vec![mode, u64::from(blocking)];
-            for check in &asked {
-                let [first, second] = arguments(check.quota);
-                let index = stacked_index(check.quota.strategy()) as u64;
-                let block_us = check.quota.block_nanos() / 1_000;
-                args.extend([index, first, second, check.cost, block_us]);
-            }
-            if stamping {
-                args.push(draw());
-            }
-            let sent = Instant::now();
-            let reply: Vec<i64> = self.run(&STACKED_SCRIPT, &keys, &args, false, sent).await?;
-            // With a stamp, the state's shift and the stamp follow each reply.
-            let each = if stamping { 7 } else { 5 };
-            if reply.len() != each * asked.len() {
-                return Err(unexpected(&reply));
-            }
-            replies = reply
-                .chunks_exact(each)
-                .map(|r| {
-                    let kept = |i: usize| -> Option<u64> {
-                        r.get(i).map_or(Some(0), |&n| u64::try_from(n).ok())
-                    };
-                    let shift = kept(5).and_then(|us| us.checked_mul(1_000));
-                    full(&r[..5])
-                        .zip(shift.zip(kept(6)))
-                        .map(|((verdict, at), (shift, stamp))| (verdict, at, (stamp, shift)))
-                        .ok_or_else(|| unexpected(&r))
-                })
-                .collect::<Result<Vec<_>, _>>()?
-                .into_iter();
+        // Run when a limit is asked or a state carried (into any check, a zero capacity's
+        // too, as every store carries).
+        let reply = self.run_stacked(stacked, &asked, commit, stamping).await?;
+        // With a stamp, the state's shift and the stamp follow each reply.
+        let each = if stamping { 7 } else { 5 };
+        if reply.len() != each * asked.len() {
+            return Err(unexpected(&reply));
         }
+        let mut replies = reply
+            .chunks_exact(each)
+            .map(|r| {
+                let kept = |i: usize| -> Option<u64> {
+                    r.get(i).map_or(Some(0), |&n| u64::try_from(n).ok())
+                };
+                let shift = kept(5).and_then(|us| us.checked_mul(1_000));
+                full(&r[..5])
+                    .zip(shift.zip(kept(6)))
+                    .map(|((verdict, at), (shift, stamp))| (verdict, at, (stamp, shift)))
+                    .ok_or_else(|| unexpected(&r))
+            })
+            .collect::<Result<Vec<_>, _>>()?
+            .into_iter();
         local
             .into_iter()
             .map(|l| match l {
@@ -440,7 +414,11 @@ impl Store for RedisStore {
     async fn decide_all(&self, stacked: Stacked<'_>) -> Result<Vec<Decision>, Error> {
         if !stacked.spends() && stacked.checks().iter().any(|c| c.cost == 0) {
             // Looks at the level spend nothing, so they need no single step: each is the
-            // two looks `decide` makes.
+            // two looks `decide` makes, after the states carried are (a run of their own,
+            // which asks no limit: what a carry writes only ever holds a key to more).
+            // (An error `decide` would answer, a clock out of range, carries nothing.)
+            crate::store::precheck_all(&stacked)?;
+            self.run_stacked(&stacked, &[], false, false).await?;
             let mut decisions = Vec::with_capacity(stacked.checks().len());
             for request in stacked.requests() {
                 decisions.push(Store::decide(self, request).await?);
@@ -473,6 +451,11 @@ impl Store for RedisStore {
 
     /// A quota's block is a key beside its state (see `lua/stacked.lua`).
     fn blocks(&self) -> bool {
+        true
+    }
+
+    /// The stacked script carries the old states first (see `lua/carry.lua`).
+    fn carries(&self) -> bool {
         true
     }
 

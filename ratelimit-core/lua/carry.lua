@@ -1,0 +1,98 @@
+-- Carrying a state a reload moved a limit away from (another key: another window, tier name
+-- or key prefix) into the moved limit's state, for lua/stacked.lua, which is loaded behind
+-- this file (the strategies' scripts as functions, `scripts` and lua/beside.lua in front of
+-- it): `Stacked::carried`, `Carry` in src/store/request.rs. What the old state holds that
+-- outlasts its window (a token bucket's debt, a penalty's, a block) is written into the moved
+-- state before the call is decided, so the moved state is never fresher than the old one.
+--
+-- Defines: carried_units(debt_o, i_o, debt_n, i_n): the rule of `Carry::penalty`, in
+--          microseconds (below); carry(old, moved, now, write): see below.
+--
+-- The rule (`Carry::penalty`, the one every store carries by; here in microseconds, there in
+-- nanoseconds): of two token buckets, the old one owing debt_o (the time until it is full
+-- again, from `now`) at its interval i_o and the moved one owing debt_n at i_n, the moved one
+-- takes a penalty of the least whole tokens that leave it owing no fewer tokens than the old
+-- one does, ceil(debt_o / i_o - debt_n / i_n), 0 when that is not above 0. Rust counts it in
+-- u128: ceil((debt_o i_n - debt_n i_o) / (i_o i_n)). Here, with Lua's doubles:
+-- - with i_o = i_n = i, the integer ceil((debt_o - debt_n) / i), exact (each below 2^53);
+-- - else in tokens: debt_o = q_o i_o + r_o and debt_n = q_n i_n + r_n (0 <= r < i), so the
+--   tokens are q_o - q_n + ceil(r_o / i_o - r_n / i_n), the last 1 when r_o i_n > r_n i_o
+--   and 0 otherwise (the difference lies in (-1, 1)). Those two products are exact below
+--   2^53; past it they are rounded, and the comparison then counts equal ones as above: a
+--   rounding is monotone, so a product that is the larger is never read as the smaller, and
+--   the result is never below the exact one (a token more at worst: fail closed).
+-- The intervals are the scripts' own (the window in microseconds over the refill, rounded
+-- down: `arguments` in src/store/redis/scripts.rs), which the bucket counts by; on a quota
+-- whose interval is whole microseconds the rule gives what the Rust one gives.
+
+local TWO_53 = 9007199254740992
+
+-- floor(a / b), exact for integers below 2^53: prelude.lua's `idiv`, which each strategy's
+-- function holds as its own local.
+local function floor_div(a, b)
+  local q = math.floor(a / b)
+  if q * b > a then q = q - 1 elseif (q + 1) * b <= a then q = q + 1 end
+  return q
+end
+
+local function carried_units(debt_o, i_o, debt_n, i_n)
+  if i_o == i_n then
+    local d = debt_o - debt_n
+    if d <= 0 then return 0 end
+    local q = floor_div(d, i_o)
+    if q * i_o < d then q = q + 1 end
+    return q
+  end
+  local q_o, q_n = floor_div(debt_o, i_o), floor_div(debt_n, i_n)
+  local a, b = (debt_o - q_o * i_o) * i_n, (debt_n - q_n * i_n) * i_o
+  local up = a > b or (a >= TWO_53 and a >= b)
+  return math.max(q_o - q_n + (up and 1 or 0), 0)
+end
+
+-- A look of cost 0 at `state`'s key under its quota: the strategy's full reply, or its error.
+local function level(state)
+  return scripts[state.strategy + 0]({state.key}, {state.first, state.second, '0', '0', '1'})
+end
+
+-- Carries `old` into `moved` at `now` (Redis' TIME, read by the caller) when `write`, else only
+-- reads what that reads; the first error reply (state of an unexpected shape), if any. Each
+-- is {key, block_key, strategy, first, second, block}: its key, its block key, and its
+-- quota's numbers as lua/stacked.lua takes a limit's (strategy, ARGV[1] and ARGV[2] of its
+-- script, block in microseconds), all strings.
+-- - Both with a block (`Carry::block`): a block of the old key until U > now is written to
+--   the moved key's block key, until U and expiring then (as lua/stacked.lua writes blocks),
+--   unless it holds one as late or later: never shortened.
+-- - Both token buckets: the old state is looked at (its reply's reset_at is when it is full
+--   again), then the moved one, each debt measured from the moved one's look's TIME; the
+--   moved state takes a penalty of `carried_units`, its script in its adjust mode (as
+--   lua/adjust.lua runs it; a penalty never moves the state's expiry earlier, so its stamp,
+--   kept no longer than the state, needs no change).
+local function carry(old, moved, now, write)
+  if old.block + 0 > 0 and moved.block + 0 > 0 then
+    local until_us = beside_number(old.block_key, 'block')
+    if type(until_us) == 'table' then return until_us end
+    local held = beside_number(moved.block_key, 'block')
+    if type(held) == 'table' then return held end
+    until_us = until_us and until_us + 0
+    if write and until_us and until_us > now and not (held and held + 0 >= until_us) then
+      redis.call('SET', moved.block_key, string.format('%d', until_us), 'PXAT',
+        string.format('%d', math.floor((until_us + 999) / 1000)))
+    end
+  end
+  local bucket = scripts[old.strategy + 0] == token_bucket
+  if bucket and scripts[moved.strategy + 0] == token_bucket then
+    local from = level(old)
+    if from.err then return from end
+    local into = level(moved)
+    if into.err then return into end
+    if not write then return nil end
+    local at = into[5]
+    local units = carried_units(math.max(from[3] - at, 0), old.first + 0,
+      math.max(into[3] - at, 0), moved.first + 0)
+    if units > 0 then
+      local spent = token_bucket({moved.key}, {moved.first, moved.second, units, '4', '1'})
+      if type(spent) == 'table' then return spent end
+    end
+  end
+  return nil
+end
