@@ -30,6 +30,8 @@ mod lua_agrees;
 #[cfg(test)]
 mod lua_blocks;
 #[cfg(test)]
+mod lua_carry;
+#[cfg(test)]
 mod lua_log_tags;
 #[cfg(test)]
 mod lua_pair;

@@ -1,0 +1,397 @@
+//! Carrying a moved limit's old state (`lua/carry.lua`, through `lua/stacked.lua`), run by Lua
+//! 5.1 in the stand-in (`lua_standin.rs`) at a clock the test sets: the rule against
+//! [`Carry::penalty`], and stacked calls that carry, with the keys and arguments the store
+//! sends ([`script_call`]), against the memory store's at the same clock: every decision the
+//! same, to the nanosecond a [`Decision`] keeps. Costs are at least 1 (a look at the level is
+//! the store's two looks, not the stacked script's: `carries.rs` looks at it on a server).
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use proptest::prelude::*;
+
+use super::lua_pair::{MAX_WINDOW_US, T0};
+use super::lua_standin::{Redis, Reply};
+use super::reply::full;
+use super::stacked::{carrying, script_call, STACKED_SCRIPT};
+use crate::decision::Decision;
+use crate::quota::Quota;
+use crate::store::{Adjustment, Carry, Check, MemoryStore, Mode, Stacked, Store, StoreKey};
+use crate::syntax::Strategy as Kind;
+
+/// `lua/carry.lua`'s rule alone: `carried_units(ARGV[1..4])`.
+static RULE: LazyLock<String> = LazyLock::new(|| {
+    carrying("return carried_units(ARGV[1] + 0, ARGV[2] + 0, ARGV[3] + 0, ARGV[4] + 0)\n")
+});
+
+/// The Lua rule's tokens for debts and intervals in microseconds.
+fn lua_units(redis: &Redis, debt_o: u64, i_o: u64, debt_n: u64, i_n: u64) -> u64 {
+    let rule: &'static str = LazyLock::force(&RULE).as_str();
+    match redis.eval_source(rule, &[], &[debt_o, i_o, debt_n, i_n]) {
+        Reply::Int(units) => u64::try_from(units).unwrap(),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// A token bucket of one token every `interval_us` microseconds.
+fn bucket(interval_us: u64) -> Quota {
+    let window = Duration::from_micros(interval_us);
+    Quota::from_parts(1, window, 0, Kind::TokenBucket, None).unwrap()
+}
+
+/// [`Carry::penalty`] on the same debts and intervals, in nanoseconds.
+fn rust_units(debt_o: u64, i_o: u64, debt_n: u64, i_n: u64) -> u64 {
+    let (from, into) = (bucket(i_o), bucket(i_n));
+    let now = T0 * 1_000;
+    let carry = Carry {
+        from: StoreKey::composed("rl:{u}:old"),
+        quota: &from,
+        into: 0,
+    };
+    carry.penalty(now + debt_o * 1_000, &into, now + debt_n * 1_000, now)
+}
+
+/// Whether the rule's one product (see lua/carry.lua) may be rounded: both past 2^53.
+fn rounded(debt_o: u64, i_o: u64, debt_n: u64, i_n: u64) -> bool {
+    let a = u128::from(debt_o % i_o) * u128::from(i_n);
+    let b = u128::from(debt_n % i_n) * u128::from(i_o);
+    i_o != i_n && a >= 1 << 53 && b >= 1 << 53
+}
+
+/// A naive reading of the remainders in doubles (`a > b`) gives a token fewer here: the
+/// products are 2^88 apart by 1, the same double. The old bucket owes 2 tokens and a sliver
+/// more than the moved one: 1 token is carried, never 0.
+#[test]
+fn a_remainder_past_2_53_is_never_rounded_down_to_a_token_fewer() {
+    let redis = Redis::new(T0).unwrap();
+    let (i_o, i_n) = (31_622_399_999_993, 31_622_399_999_900);
+    let (debt_o, debt_n) = (90_446_864_516_109, 90_446_864_515_843);
+    assert!(rounded(debt_o, i_o, debt_n, i_n));
+    assert_eq!(rust_units(debt_o, i_o, debt_n, i_n), 1);
+    assert_eq!(lua_units(&redis, debt_o, i_o, debt_n, i_n), 1);
+}
+
+/// Equal remainders past 2^53 (exactly 4 tokens apart) cannot be told from a sliver more:
+/// a token more, never fewer.
+#[test]
+fn equal_remainders_past_2_53_carry_a_token_more() {
+    let redis = Redis::new(T0).unwrap();
+    let i_o = (1 << 40) + 1;
+    let (i_n, r_o) = (2 * i_o, 1 << 40);
+    let (debt_o, debt_n) = (5 * i_o + r_o, i_n + 2 * r_o);
+    assert!(rounded(debt_o, i_o, debt_n, i_n));
+    assert_eq!(rust_units(debt_o, i_o, debt_n, i_n), 4);
+    assert_eq!(lua_units(&redis, debt_o, i_o, debt_n, i_n), 5);
+}
+
+/// The rule by hand: equal intervals (a partial token counts whole), different ones (counted
+/// in tokens, each at its own interval: 30 s at 6 s a token is 5 tokens, at 4 s 7.5: 8), a
+/// moved bucket owing as many or more (nothing), a full old one (nothing).
+#[test]
+fn the_rule_carries_the_least_whole_tokens_owed() {
+    let redis = Redis::new(T0).unwrap();
+    let s = 1_000_000;
+    for (debt_o, i_o, debt_n, i_n, units) in [
+        (90 * s, 6 * s, 0, 6 * s, 15),
+        (90 * s - 1, 6 * s, 0, 6 * s, 15),
+        (90 * s, 6 * s, 12 * s + 1, 6 * s, 13),
+        (30 * s, 6 * s, 0, 4 * s, 5),
+        (30 * s, 4 * s, 0, 6 * s, 8),
+        (30 * s, 4 * s, 6 * s, 6 * s, 7),
+        (30 * s, 6 * s, 4 * s, 4 * s, 4),
+        (30 * s, 6 * s, 30 * s, 6 * s, 0),
+        (30 * s, 6 * s, 20 * s, 4 * s, 0),
+        (0, 6 * s, 0, 4 * s, 0),
+    ] {
+        assert_eq!(rust_units(debt_o, i_o, debt_n, i_n), units);
+        let lua = lua_units(&redis, debt_o, i_o, debt_n, i_n);
+        assert_eq!(lua, units, "{debt_o} at {i_o} into {debt_n} at {i_n}");
+    }
+}
+
+fn interval() -> impl Strategy<Value = u64> {
+    prop_oneof![
+        1..=1_000u64,
+        1..=MAX_WINDOW_US,
+        (1..=MAX_WINDOW_US / 1_000).prop_map(|i| i * 1_000)
+    ]
+}
+
+/// A debt below 2^53, often a few intervals' worth.
+fn debt(interval: u64) -> impl Strategy<Value = u64> {
+    let tokens = (9_007_199_254_740_991 / interval).min(1_000);
+    prop_oneof![
+        0..=(1u64 << 53) - 1,
+        (0..=tokens, 0..interval).prop_map(move |(q, r)| q * interval + r),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(super::lua_agrees::cases()))]
+
+    /// The Lua rule is `Carry::penalty` on the same whole microseconds, but where its product
+    /// may be rounded (both past 2^53), where it is at most a token more: never fewer.
+    #[test]
+    fn the_lua_rule_is_the_rust_rule_never_a_token_fewer(
+        (i_o, i_n, debt_o, debt_n) in (interval(), interval(), any::<bool>())
+            .prop_map(|(o, n, same)| (o, if same { o } else { n }))
+            .prop_flat_map(|(o, n)| (Just(o), Just(n), debt(o), debt(n))),
+    ) {
+        let redis = Redis::new(T0).unwrap();
+        let rust = rust_units(debt_o, i_o, debt_n, i_n);
+        let lua = lua_units(&redis, debt_o, i_o, debt_n, i_n);
+        if rounded(debt_o, i_o, debt_n, i_n) {
+            prop_assert!(lua == rust || lua == rust + 1, "{lua} against {rust}");
+        } else {
+            prop_assert_eq!(lua, rust);
+        }
+    }
+}
+
+/// The stand-in and the memory store, at one clock.
+struct Both {
+    redis: Redis,
+    memory: MemoryStore,
+    now_us: u64,
+}
+
+impl Both {
+    fn new() -> Self {
+        Both {
+            redis: Redis::new(T0).unwrap(),
+            memory: MemoryStore::new(),
+            now_us: T0,
+        }
+    }
+
+    fn advance(&mut self, us: u64) {
+        self.now_us += us;
+        self.redis.set_time(self.now_us);
+    }
+
+    /// A stacked call on both sides (every check asked of Redis: no zero capacity here):
+    /// their decisions, or their errors' texts.
+    fn call(
+        &self,
+        checks: &[Check<'_>],
+        carried: &[Carry<'_>],
+        mode: Mode,
+    ) -> (Result<Vec<Decision>, String>, Result<Vec<Decision>, String>) {
+        let stacked = Stacked::carrying(checks, carried, self.now_us * 1_000, mode).unwrap();
+        let rust = Store::decide_all_now(&self.memory, stacked).expect("at once");
+        let asked: Vec<&Check<'_>> = checks.iter().collect();
+        let (beside, args) = script_call(&stacked, &asked, mode.spends(), false, || 0).unwrap();
+        let keys: Vec<&str> = (checks.iter().map(|c| c.key.as_str()))
+            .chain(beside.iter().map(String::as_str))
+            .collect();
+        let lua = match self.redis.eval_source(STACKED_SCRIPT.text(), &keys, &args) {
+            Reply::Array(items) => {
+                let ints: Vec<i64> = (items.iter())
+                    .map(|r| match r {
+                        Reply::Int(i) => *i,
+                        other => panic!("{other:?}"),
+                    })
+                    .collect();
+                assert_eq!(ints.len(), 5 * checks.len(), "{ints:?}");
+                Ok((ints.chunks(5).zip(checks))
+                    .map(|(r, c)| {
+                        let (verdict, at) = full(r).unwrap();
+                        Decision::for_quota(verdict, at, c.quota)
+                    })
+                    .collect())
+            }
+            other => Err(format!("{other:?}")),
+        };
+        (lua, rust.map_err(|e| e.to_string()))
+    }
+
+    /// A stacked call that must be decided the same on both sides: the decisions.
+    fn same(&self, checks: &[Check<'_>], carried: &[Carry<'_>], mode: Mode) -> Vec<Decision> {
+        let (lua, rust) = self.call(checks, carried, mode);
+        let (lua, rust) = (lua.unwrap(), rust.unwrap());
+        assert_eq!(
+            lua, rust,
+            "at {}: {checks:?} carrying {carried:?}",
+            self.now_us
+        );
+        lua
+    }
+
+    /// A penalty of `units` on both sides.
+    fn penalty(&self, key: &str, quota: &Quota, units: u64) {
+        let lua = self.redis.adjust(quota, key, units, true);
+        let at = self.now_us * 1_000;
+        let adjustment = Adjustment::penalty(StoreKey::composed(key), quota, units, at);
+        let rust = futures::executor::block_on(Store::adjust(&self.memory, adjustment)).unwrap();
+        assert_eq!(lua, Reply::Int(rust as i64));
+    }
+}
+
+const OLD: &str = "rl:{u}:old";
+const NEW: &str = "rl:{u}:new";
+const S: u64 = 1_000_000;
+
+fn check<'a>(key: &'a str, quota: &'a Quota, cost: u64) -> Check<'a> {
+    Check {
+        key: StoreKey::composed(key),
+        quota,
+        cost,
+    }
+}
+
+fn carry(quota: &Quota) -> Carry<'_> {
+    Carry {
+        from: StoreKey::composed(OLD),
+        quota,
+        into: 0,
+    }
+}
+
+/// A token bucket of `limit` and `burst` a `window`, refilling its limit.
+fn tokens(limit: u64, burst: u64, window: Duration) -> Quota {
+    Quota::from_parts(limit, window, burst, Kind::TokenBucket, None).unwrap()
+}
+
+const MINUTE: Duration = Duration::from_secs(60);
+
+/// A bucket of 15 spent, moved to two minutes at the same rate (and, apart, at 4 s a token),
+/// and one given a penalty of 40 tokens (far past its tolerance): on both sides the moved
+/// bucket owes what the old one does, at the switch, inside the old window and past it, with
+/// the old state decided with it for the old window (as the service does) and after.
+#[test]
+fn debts_carried_agree_with_the_memory_store() {
+    let old = tokens(10, 5, MINUTE);
+    for new in [tokens(20, 10, 2 * MINUTE), tokens(30, 0, 2 * MINUTE)] {
+        for penalty in [0, 40] {
+            let mut both = Both::new();
+            let spent = both.same(&[check(OLD, &old, 15)], &[], Mode::Spend);
+            assert!(spent[0].allowed);
+            if penalty > 0 {
+                both.penalty(OLD, &old, penalty);
+            }
+            let carried = [carry(&old)];
+            for (moved, cost, with_old) in [
+                (S, 1, true),
+                (0, 3, true),
+                (30 * S, 1, true),
+                (31 * S, 2, false),
+                (100 * S, 1, false),
+                (7 * S, 4, false),
+                (300 * S, 1, false),
+            ] {
+                both.advance(moved);
+                let checks = [check(NEW, &new, cost), check(OLD, &old, cost)];
+                let checks = &checks[..if with_old { 2 } else { 1 }];
+                both.same(checks, &carried, Mode::Spend);
+                both.same(checks, &carried, Mode::Look);
+            }
+        }
+    }
+}
+
+/// A sliding log blocked for an hour, moved to a two-minute window that blocks 10 minutes:
+/// the hour holds on both sides, to the microsecond, and a block of the moved key's own
+/// that ends later is kept.
+#[test]
+fn blocks_carried_agree_with_the_memory_store() {
+    let blocking = |window: Duration, block: Duration| {
+        (Quota::new(2, window).unwrap()).with_block(block).unwrap()
+    };
+    let old = blocking(MINUTE, Duration::from_secs(3_600));
+    let new = blocking(2 * MINUTE, Duration::from_secs(600));
+    let mut both = Both::new();
+    for _ in 0..3 {
+        both.same(&[check(OLD, &old, 1)], &[], Mode::Spend);
+    }
+    let carried = [carry(&old)];
+    // To a microsecond before the hour's end, and at it.
+    for moved in [S, 120 * S, 600 * S, 2_000 * S, 879 * S - 1, 1] {
+        both.advance(moved);
+        let decided = both.same(&[check(NEW, &new, 1)], &carried, Mode::Spend);
+        let at = both.now_us - T0;
+        assert_eq!(decided[0].allowed, at >= 3_600 * S, "at {at} us");
+    }
+    // A longer block of the moved key's own is kept: blocked for 10 minutes from here, past
+    // the old key's hour.
+    let mut both = Both::new();
+    for _ in 0..3 {
+        both.same(&[check(OLD, &old, 1)], &[], Mode::Spend);
+    }
+    both.advance(3_500 * S);
+    for _ in 0..3 {
+        both.same(&[check(NEW, &new, 1)], &[], Mode::Spend);
+    }
+    both.advance(50 * S);
+    let decided = both.same(&[check(NEW, &new, 1)], &carried, Mode::Spend);
+    assert!(!decided[0].allowed);
+    assert_eq!(decided[0].retry_after, Some(Duration::from_secs(550)));
+}
+
+fn kind() -> impl Strategy<Value = Kind> {
+    prop::sample::select(Kind::ALL.to_vec())
+}
+
+/// A quota of `limit` + `burst` a window of `window_us` (a multiple of 12 µs: a bucket's
+/// interval is whole microseconds under every limit here), blocking `block_windows` of it.
+fn quota(kind: Kind, (limit, burst): (u64, u64), window_us: u64, block_windows: u64) -> Quota {
+    let window = Duration::from_micros(window_us);
+    Quota::from_parts(limit, window, burst, kind, None)
+        .unwrap()
+        .with_block(window * block_windows as u32)
+        .unwrap()
+}
+
+fn settings() -> impl Strategy<Value = (Kind, (u64, u64), u64, u64)> {
+    (
+        kind(),
+        (1..=4u64, 0..=2u64),
+        prop_oneof![
+            (1..=2_000u64).prop_map(|ms| ms * 3_000),
+            (1..=250_000u64).prop_map(|w| w * 12)
+        ],
+        prop_oneof![Just(0u64), 1..=3u64],
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(super::lua_agrees::cases() / 4))]
+
+    /// Any two quotas (a token bucket's debt carried between buckets, a block between
+    /// quotas with one): calls on the old state, an optional penalty, then calls on the moved
+    /// one carrying it, spent and looked at, with the old state decided with them or not:
+    /// every decision the memory store's.
+    #[test]
+    fn carried_states_agree_with_the_memory_store(
+        (o_kind, o_size, o_window, o_block) in settings(),
+        (n_kind, n_size, n_window, n_block) in settings(),
+        before in prop::collection::vec((0..=2_000_000u64, 1..=4u64, any::<bool>()), 1..8),
+        penalty in prop_oneof![Just(0u64), 1..=50u64],
+        after in prop::collection::vec(
+            (prop_oneof![0..=2_000u64, 0..=8_000_000u64, 0..=200_000_000u64], 1..=4u64, any::<bool>(), any::<bool>()),
+            1..16,
+        ),
+    ) {
+        let old = quota(o_kind, o_size, o_window, o_block);
+        let new = quota(n_kind, n_size, n_window, n_block);
+        let mut both = Both::new();
+        for (moved, cost, spend) in before {
+            both.advance(moved);
+            let mode = if spend { Mode::Spend } else { Mode::Look };
+            both.same(&[check(OLD, &old, cost.min(old.capacity()))], &[], mode);
+        }
+        // (The penalty of a token bucket, whose debt it is; the other strategies' adjust
+        // modes are compared in lua_adjusts.rs.)
+        if penalty > 0 && o_kind == Kind::TokenBucket {
+            both.penalty(OLD, &old, penalty);
+        }
+        let carried = [carry(&old)];
+        for (moved, cost, spend, with_old) in after {
+            both.advance(moved);
+            let cost = cost.min(old.capacity()).min(new.capacity());
+            let checks = [check(NEW, &new, cost), check(OLD, &old, cost)];
+            let checks = &checks[..if with_old { 2 } else { 1 }];
+            let mode = if spend { Mode::Spend } else { Mode::Look };
+            both.same(checks, &carried, mode);
+        }
+    }
+}
