@@ -3,13 +3,10 @@
 //! expiries) must be the one `algorithm::decide` gives at Redis' own time. In the crate,
 //! because the algorithms and the raw verdicts are not public.
 
-#[allow(dead_code, unreachable_pub)]
-#[path = "../../../../tests/redis_server.rs"]
-mod redis_server;
-
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use super::redis_server;
 use super::{RedisOptions, RedisStore};
 use crate::algorithm::{self, State, Verdict};
 use crate::quota::Quota;

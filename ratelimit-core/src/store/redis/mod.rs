@@ -18,6 +18,8 @@
 
 #[cfg(test)]
 mod agrees;
+#[cfg(test)]
+mod carries;
 mod eviction;
 mod lease;
 mod ledger;
@@ -45,6 +47,11 @@ mod lua_standin;
 mod lua_windows;
 mod options;
 mod redaction;
+/// Real `redis-server` processes and Clusters for the tests on a server (`agrees`, `carries`).
+#[cfg(test)]
+#[allow(dead_code, unreachable_pub)]
+#[path = "../../../../tests/redis_server.rs"]
+mod redis_server;
 mod refund;
 mod refusals;
 mod reply;

@@ -1,0 +1,433 @@
+//! Old states carried into a moved limit's ([`Stacked::carried`], `lua/carry.lua`), through
+//! [`Store::decide_all`] on a real `redis-server` and a real Cluster. Redis decides on its own
+//! clock: every quota here counts in seconds, and a test runs in a few milliseconds of it, so
+//! what the tests count neither refills nor unblocks (a retry time is rounded up to the
+//! millisecond, which the microseconds between two steps of one script never reach). The
+//! exact clock is the stand-in's (`lua_carry.rs`).
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use super::redis_server::{prefix, redis_time, RedisCluster, RedisServer};
+
+use super::ledger::block_key;
+use super::{RedisOptions, RedisStore};
+use crate::decision::Decision;
+use crate::error::Error;
+use crate::quota::Quota;
+use crate::store::{Carry, Check, MemoryStore, Mode, Request, Stacked, Store, StoreKey};
+use crate::syntax::Strategy as Kind;
+
+const MINUTE: Duration = Duration::from_secs(60);
+/// The service's clock, which Redis does not decide by (any time in range).
+const NOW: u64 = 1_750_000_000_000_000_000;
+
+fn on_server(server: &RedisServer) -> RedisStore {
+    RedisStore::new(RedisOptions::new(server.url()).timeout(Duration::from_secs(2))).unwrap()
+}
+
+fn on_cluster(cluster: &RedisCluster) -> RedisStore {
+    let options = RedisOptions::cluster(cluster.urls()).timeout(Duration::from_secs(2));
+    RedisStore::new(options).unwrap()
+}
+
+/// A token bucket of `limit` + `burst`, refilling `refill` a `window`.
+fn tokens(limit: u64, burst: u64, window: Duration, refill: u64) -> Quota {
+    Quota::from_parts(limit, window, burst, Kind::TokenBucket, Some(refill)).unwrap()
+}
+
+/// A sliding log of 2 a `window`, blocking for `block`.
+fn blocking(window: Duration, block: Duration) -> Quota {
+    Quota::new(2, window).unwrap().with_block(block).unwrap()
+}
+
+fn check<'a>(key: &'a str, quota: &'a Quota, cost: u64) -> Check<'a> {
+    Check {
+        key: StoreKey::composed(key),
+        quota,
+        cost,
+    }
+}
+
+fn carry<'a>(from: &'a str, quota: &'a Quota) -> Carry<'a> {
+    Carry {
+        from: StoreKey::composed(from),
+        quota,
+        into: 0,
+    }
+}
+
+async fn spend(store: &impl Store, key: &str, quota: &Quota, cost: u64) -> Decision {
+    let request = Request::spend(StoreKey::composed(key), quota, cost, NOW).unwrap();
+    store.decide(request).await.unwrap()
+}
+
+/// `into` (under `quota`, at `cost`) decided in `mode` carrying `carried`.
+async fn carrying(
+    store: &impl Store,
+    into: &str,
+    quota: &Quota,
+    cost: u64,
+    carried: &[Carry<'_>],
+    mode: Mode,
+) -> Result<Decision, Error> {
+    let checks = [check(into, quota, cost)];
+    let stacked = Stacked::carrying(&checks, carried, NOW, mode)?;
+    Ok(store.decide_all(stacked).await?.remove(0))
+}
+
+/// A refusal of a bucket of a token every 6 s that owes `owed` from a time in `during`
+/// (this machine's clock, which the servers here read too): `reset_at` (its arrival time,
+/// rounded up to the millisecond) no sooner and no later, so a token more or fewer is seen,
+/// and the next token 6 s after that time.
+fn owes(decided: &Decision, owed: Duration, (before, after): (SystemTime, SystemTime)) {
+    assert!(!decided.allowed && decided.remaining == 0, "{decided:?}");
+    let ms = Duration::from_millis(1);
+    let (reset_at, retry) = (decided.reset_at(), decided.retry_after.unwrap());
+    assert!(
+        reset_at >= before + owed && reset_at <= after + owed + ms,
+        "{decided:?}"
+    );
+    let took = after.duration_since(before).unwrap();
+    assert!(
+        retry <= Duration::from_secs(6) && retry + took + ms >= Duration::from_secs(6),
+        "{decided:?}"
+    );
+}
+
+/// `decided`, with the times before and after it was.
+async fn timed<T>(decided: impl std::future::Future<Output = T>) -> (T, (SystemTime, SystemTime)) {
+    let before = SystemTime::now();
+    let decided = decided.await;
+    (decided, (before, SystemTime::now()))
+}
+
+/// A token every 6 s, 15 at most: spent whole, the old bucket owes 90 s, 15 tokens.
+fn old_bucket() -> Quota {
+    tokens(10, 5, MINUTE, 10)
+}
+
+/// The bucket of 15 spent, moved to two minutes at the same rate: the fresh key takes the 15
+/// tokens owed (refused, the next token in 6 s, where a fresh one had 14 left), and a second
+/// call carries nothing more; moved with room for 30, 14 are left (not 29).
+async fn a_spent_buckets_debt_is_carried_into_a_fresh_key(store: &RedisStore, p: &str) {
+    let (old, new, roomy) = (
+        old_bucket(),
+        tokens(10, 5, 2 * MINUTE, 20),
+        tokens(20, 10, 2 * MINUTE, 20),
+    );
+    let (from, into, wide) = (
+        format!("{p}:{{u}}:old"),
+        format!("{p}:{{u}}:new"),
+        format!("{p}:{{u}}:wide"),
+    );
+    assert!(spend(store, &from, &old, 15).await.allowed);
+    let carried = [carry(&from, &old)];
+    let (decided, during) = timed(carrying(store, &into, &new, 1, &carried, Mode::Spend)).await;
+    let decided = decided.unwrap();
+    owes(&decided, Duration::from_secs(90), during);
+    let again = carrying(store, &into, &new, 1, &carried, Mode::Spend)
+        .await
+        .unwrap();
+    assert!(
+        !again.allowed && again.reset_at() == decided.reset_at(),
+        "{again:?}"
+    );
+    let decided = carrying(store, &wide, &roomy, 1, &carried, Mode::Spend)
+        .await
+        .unwrap();
+    assert!(decided.allowed && decided.remaining == 14, "{decided:?}");
+}
+
+#[tokio::test]
+async fn a_spent_buckets_debt_is_carried_into_a_fresh_key_on_a_server() {
+    let server = RedisServer::start();
+    a_spent_buckets_debt_is_carried_into_a_fresh_key(&on_server(&server), &prefix("carry")).await;
+}
+
+#[tokio::test]
+async fn a_spent_buckets_debt_is_carried_into_a_fresh_key_on_a_cluster() {
+    let cluster = RedisCluster::start();
+    let store = on_cluster(&cluster);
+    a_spent_buckets_debt_is_carried_into_a_fresh_key(&store, &prefix("carry")).await;
+    // An old state in another slot (another hash tag): the call is refused whole by Redis
+    // (CROSSSLOT), nothing carried, nothing decided: the moved key is still fresh.
+    let p = prefix("slots");
+    let (from, into) = (format!("{p}:{{v}}:old"), format!("{p}:{{u}}:new"));
+    let slot = redis::cluster_routing::Slot::for_key;
+    assert_ne!(slot(&from), slot(&into));
+    let old = old_bucket();
+    assert!(spend(&store, &from, &old, 15).await.allowed);
+    let new = tokens(10, 5, 2 * MINUTE, 20);
+    let carried = [carry(&from, &old)];
+    let refused = carrying(&store, &into, &new, 1, &carried, Mode::Spend).await;
+    assert!(matches!(refused, Err(Error::Store { .. })), "{refused:?}");
+    let fresh = carrying(&store, &into, &new, 1, &[], Mode::Look)
+        .await
+        .unwrap();
+    assert!(fresh.allowed && fresh.remaining == 14, "{fresh:?}");
+}
+
+/// A moved key that owes more than the old one (15 tokens against 5) is left as it is, in a
+/// look and in a spend it refuses: the same string, the same expiry.
+#[tokio::test]
+async fn an_into_key_owing_more_is_left_as_it_is() {
+    let server = RedisServer::start();
+    let (store, p, mut c) = (on_server(&server), prefix("more"), server.connection());
+    let (old, new) = (old_bucket(), tokens(10, 5, 2 * MINUTE, 20));
+    let (from, into) = (format!("{p}:{{u}}:old"), format!("{p}:{{u}}:new"));
+    assert!(spend(&store, &into, &new, 15).await.allowed);
+    assert!(spend(&store, &from, &old, 5).await.allowed);
+    let held = |c: &mut redis::Connection| -> (String, i64) {
+        let value = redis::cmd("GET").arg(&into).query(c).unwrap();
+        (
+            value,
+            redis::cmd("PEXPIRETIME").arg(&into).query(c).unwrap(),
+        )
+    };
+    let before = held(&mut c);
+    let carried = [carry(&from, &old)];
+    for mode in [Mode::Look, Mode::Spend] {
+        let decided = carrying(&store, &into, &new, 1, &carried, mode)
+            .await
+            .unwrap();
+        // Its own next token, 6 s after its spend (a few milliseconds ago).
+        assert!(!decided.allowed && decided.remaining == 0, "{decided:?}");
+        let retry = decided.retry_after.unwrap();
+        assert!(
+            retry <= Duration::from_secs(6) && retry > Duration::from_secs(5),
+            "{retry:?}"
+        );
+        assert_eq!(held(&mut c), before, "{mode:?}");
+    }
+}
+
+/// Debts counted in tokens, each at its bucket's interval, a partial token whole: 8 tokens
+/// (32 s, at 4 s a token) owed, less the microseconds since, carried into a bucket of 6 s a
+/// token are 8 (48 s, not the 6 that 32 s make there; 7 would be a token fewer): 6 left of
+/// 15; 5 tokens at 6 s carried into one of 4 s are 5: 9 left of 15.
+#[tokio::test]
+async fn tokens_are_carried_at_each_buckets_own_interval() {
+    let server = RedisServer::start();
+    let (store, p) = (on_server(&server), prefix("intervals"));
+    let (four, six) = (tokens(15, 0, MINUTE, 15), tokens(10, 5, MINUTE, 10));
+    for (i, (old, spent, new, left)) in [(&four, 8, &six, 6), (&six, 5, &four, 9)]
+        .into_iter()
+        .enumerate()
+    {
+        let (from, into) = (format!("{p}:{{u}}:old{i}"), format!("{p}:{{u}}:new{i}"));
+        assert!(spend(&store, &from, old, spent).await.allowed);
+        let carried = [carry(&from, old)];
+        let decided = carrying(&store, &into, new, 1, &carried, Mode::Spend)
+            .await
+            .unwrap();
+        assert!(
+            decided.allowed && decided.remaining == left,
+            "{i}: {decided:?}"
+        );
+    }
+}
+
+/// The block key's value and its expiry in milliseconds.
+fn block_of(c: &mut redis::Connection, key: &str) -> (Option<u64>, i64) {
+    let block = block_key(key);
+    let value = redis::cmd("GET").arg(&block).query(c).unwrap();
+    (
+        value,
+        redis::cmd("PEXPIRETIME").arg(&block).query(c).unwrap(),
+    )
+}
+
+/// A sliding log blocked for an hour, moved to two minutes that block for 10: the moved key is
+/// blocked until the hour's end (the same microsecond, expiring then); a block of its own that
+/// ends later is kept, never shortened.
+#[tokio::test]
+async fn a_carried_block_holds_and_never_shortens_a_longer_one() {
+    let server = RedisServer::start();
+    let (store, p, mut c) = (on_server(&server), prefix("blocks"), server.connection());
+    let old = blocking(MINUTE, Duration::from_secs(3_600));
+    let new = blocking(2 * MINUTE, Duration::from_secs(600));
+    let (from, into, longer) = (
+        format!("{p}:{{u}}:old"),
+        format!("{p}:{{u}}:new"),
+        format!("{p}:{{u}}:longer"),
+    );
+    for _ in 0..3 {
+        spend(&store, &from, &old, 1).await;
+    }
+    let (until, expiry) = block_of(&mut c, &from);
+    let until = until.expect("blocked for the hour");
+    assert_eq!(expiry as u64, until.div_ceil(1_000));
+    let carried = [carry(&from, &old)];
+    let decided = carrying(&store, &into, &new, 1, &carried, Mode::Spend)
+        .await
+        .unwrap();
+    assert!(!decided.allowed, "{decided:?}");
+    let ends = UNIX_EPOCH + Duration::from_millis(until.div_ceil(1_000));
+    assert_eq!(decided.reset_at(), ends);
+    assert!(
+        decided.retry_after.unwrap() > Duration::from_secs(3_590),
+        "{decided:?}"
+    );
+    assert_eq!(block_of(&mut c, &into), (Some(until), expiry));
+    // A longer block of the moved key's own.
+    let later = until + 1_000_000_000;
+    let _: () = redis::cmd("SET")
+        .arg(block_key(&longer))
+        .arg(later)
+        .arg("PXAT")
+        .arg(later.div_ceil(1_000))
+        .query(&mut c)
+        .unwrap();
+    let decided = carrying(&store, &longer, &new, 1, &carried, Mode::Spend)
+        .await
+        .unwrap();
+    assert!(!decided.allowed, "{decided:?}");
+    let kept = (Some(later), later.div_ceil(1_000) as i64);
+    assert_eq!(block_of(&mut c, &longer), kept);
+}
+
+/// Whether `key` exists.
+fn exists(c: &mut redis::Connection, key: &str) -> bool {
+    redis::cmd("EXISTS").arg(key).query::<i64>(c).unwrap() == 1
+}
+
+/// State of the wrong shape under an old key (a string no bucket writes, a block key holding a
+/// list), or under a limit's own key while a state is carried: an error, and nothing written
+/// on any key, though a state carried before it (read first, all of them) owed 15 tokens.
+#[tokio::test]
+async fn wrong_shaped_old_state_is_an_error_and_nothing_is_written() {
+    let server = RedisServer::start();
+    let (store, p, mut c) = (on_server(&server), prefix("shapes"), server.connection());
+    let (old, new) = (old_bucket(), tokens(10, 5, 2 * MINUTE, 20));
+    let key = |name: &str| format!("{p}:{{u}}:{name}");
+    let (owing, wrong, into, other) = (key("owing"), key("wrong"), key("new"), key("other"));
+    assert!(spend(&store, &owing, &old, 15).await.allowed);
+    let _: () = redis::cmd("SET")
+        .arg(&wrong)
+        .arg("T12x")
+        .query(&mut c)
+        .unwrap();
+    let unexpected = |r: &Result<Decision, Error>| matches!(r, Err(Error::UnexpectedState { .. }));
+    for mode in [Mode::Spend, Mode::Look] {
+        let carried = [carry(&owing, &old), carry(&wrong, &old)];
+        let decided = carrying(&store, &into, &new, 1, &carried, mode).await;
+        assert!(unexpected(&decided), "{mode:?}: {decided:?}");
+        assert!(
+            !exists(&mut c, &into),
+            "{mode:?}: the moved key was written"
+        );
+        let value: String = redis::cmd("GET").arg(&wrong).query(&mut c).unwrap();
+        assert_eq!(value, "T12x");
+        // A limit's own state of the wrong shape, the state carried well formed.
+        let checks = [check(&into, &new, 1), check(&other, &new, 1)];
+        let _: () = redis::cmd("RPUSH")
+            .arg(&other)
+            .arg("x")
+            .query(&mut c)
+            .unwrap();
+        let carried = [carry(&owing, &old)];
+        let stacked = Stacked::carrying(&checks, &carried, NOW, mode).unwrap();
+        let decided = store.decide_all(stacked).await.map(|mut d| d.remove(0));
+        assert!(unexpected(&decided), "{mode:?}: {decided:?}");
+        assert!(
+            !exists(&mut c, &into),
+            "{mode:?}: the moved key was written"
+        );
+    }
+    // A block key of the wrong shape.
+    let (old, new) = (blocking(MINUTE, MINUTE), blocking(2 * MINUTE, MINUTE));
+    let _: () = redis::cmd("RPUSH")
+        .arg(block_key(&owing))
+        .arg("x")
+        .query(&mut c)
+        .unwrap();
+    let decided = carrying(&store, &into, &new, 1, &[carry(&owing, &old)], Mode::Spend).await;
+    assert!(unexpected(&decided), "{decided:?}");
+    assert!(!exists(&mut c, &into) && !exists(&mut c, &block_key(&into)));
+}
+
+/// A look carries too, and writes what it carries: at a cost (the stacked script's look) and
+/// at the level (cost 0, the store's two looks, after a run that carries alone).
+#[tokio::test]
+async fn a_look_carries_too() {
+    let server = RedisServer::start();
+    let (store, p, mut c) = (on_server(&server), prefix("looks"), server.connection());
+    let (old, new) = (old_bucket(), tokens(10, 5, 2 * MINUTE, 20));
+    let from = format!("{p}:{{u}}:old");
+    assert!(spend(&store, &from, &old, 15).await.allowed);
+    let carried = [carry(&from, &old)];
+    for cost in [1, 0] {
+        let into = format!("{p}:{{u}}:new{cost}");
+        let fresh = carrying(&store, &into, &new, cost, &[], Mode::Look)
+            .await
+            .unwrap();
+        assert_eq!(fresh.remaining, 15 - cost, "{fresh:?}");
+        let look = carrying(&store, &into, &new, cost, &carried, Mode::Look);
+        let (decided, during) = timed(look).await;
+        owes(&decided.unwrap(), Duration::from_secs(90), during);
+        assert!(exists(&mut c, &into), "{cost}: nothing written");
+    }
+}
+
+/// The same calls on the server and on the memory store at the server's time (read just
+/// before each): the same answers (a retry time within what the two clocks are apart by: the
+/// longest a call took, and the millisecond it is rounded to). Debts carried between buckets at one interval and at two, and a block.
+#[tokio::test]
+async fn the_server_answers_as_the_memory_store() {
+    let server = RedisServer::start();
+    let (store, p, mut c) = (on_server(&server), prefix("same"), server.connection());
+    let memory = MemoryStore::new();
+    let four = tokens(15, 0, MINUTE, 15);
+    let (old, six, roomy) = (
+        old_bucket(),
+        tokens(10, 5, 2 * MINUTE, 20),
+        tokens(20, 10, 2 * MINUTE, 20),
+    );
+    let hour = blocking(MINUTE, Duration::from_secs(3_600));
+    let ten = blocking(2 * MINUTE, Duration::from_secs(600));
+    let key = |name: &str| format!("{p}:{{u}}:{name}");
+    let (from, lent, blocked) = (key("old"), key("four"), key("blocked"));
+    type Step<'a> = (String, &'a Quota, u64, Option<(&'a str, &'a Quota)>);
+    let steps: Vec<Step<'_>> = vec![
+        (from.clone(), &old, 11, None),
+        (lent.clone(), &four, 9, None),
+        (blocked.clone(), &hour, 1, None),
+        (blocked.clone(), &hour, 1, None),
+        (blocked.clone(), &hour, 1, None),
+        (key("a"), &six, 1, Some((&from, &old))),
+        (key("a"), &six, 2, Some((&from, &old))),
+        (key("a"), &six, 3, Some((&from, &old))),
+        (key("b"), &roomy, 4, Some((&from, &old))),
+        (key("b"), &roomy, 9, Some((&lent, &four))),
+        (key("c"), &four, 2, Some((&from, &old))),
+        (key("d"), &ten, 1, Some((&blocked, &hour))),
+        (key("d"), &ten, 1, Some((&blocked, &hour))),
+    ];
+    // How far apart the two clocks may be: the longest a call took, from the time read.
+    let mut apart = Duration::from_millis(1);
+    for (i, (into, quota, cost, carried)) in steps.iter().enumerate() {
+        let carried: Vec<Carry<'_>> = carried.iter().map(|(k, q)| carry(k, q)).collect();
+        let at = redis_time(&mut c) * 1_000;
+        let checks = [check(into, quota, *cost)];
+        let stacked = Stacked::carrying(&checks, &carried, at, Mode::Spend).unwrap();
+        let rust = Store::decide_all_now(&memory, stacked)
+            .unwrap()
+            .unwrap()
+            .remove(0);
+        let lua = carrying(&store, into, quota, *cost, &carried, Mode::Spend)
+            .await
+            .unwrap();
+        let took = Duration::from_micros(redis_time(&mut c) - at / 1_000);
+        apart = apart.max(took + Duration::from_millis(1));
+        assert_eq!(
+            (lua.allowed, lua.remaining),
+            (rust.allowed, rust.remaining),
+            "step {i}: {lua:?} against {rust:?}"
+        );
+        let (a, b) = (
+            lua.retry_after.unwrap_or_default(),
+            rust.retry_after.unwrap_or_default(),
+        );
+        assert!(a.abs_diff(b) <= apart, "step {i}: {lua:?} against {rust:?}");
+    }
+}
