@@ -86,7 +86,6 @@ async fn a_bucket_moved_to_another_window_on_redis_holds_inside_the_old_window()
 /// Past the old window (on the service's clock; on Redis' a few milliseconds later) the old
 /// state still owes 90 s: nothing comes back. The fresh state gave its 15.
 #[tokio::test]
-#[ignore = "way through: a moved bucket's new state starts full (old debt not carried)"]
 async fn a_bucket_moved_to_another_window_on_redis_keeps_its_debt_past_the_old_window() {
     let server = RedisServer::start();
     let (service, clock) = on_redis(&server, bucket(MINUTE, 10));
@@ -100,7 +99,6 @@ async fn a_bucket_moved_to_another_window_on_redis_keeps_its_debt_past_the_old_w
 /// A key blocked for the hour on Redis, its limit moved to another window: still refused
 /// past the old window. The fresh state admitted 2.
 #[tokio::test]
-#[ignore = "way through: an old state's block is not carried to the new state; held one old window"]
 async fn a_block_holds_across_a_reload_that_moves_its_state_on_redis() {
     let server = RedisServer::start();
     let (service, clock) = on_redis(&server, blocking(MINUTE));
@@ -112,6 +110,30 @@ async fn a_block_holds_across_a_reload_that_moves_its_state_on_redis() {
         admitted(&service, &plain, 3).await,
         0,
         "admitted while blocked"
+    );
+}
+
+/// A penalty of 100 tokens (10 minutes more) on the bucket of 15 spent, moved to two minutes
+/// at the same rate: the old state is decided with the call for as long as its own debt could
+/// last (a window and its tolerance: 150 s on the service's clock), and what the penalty owes
+/// past that is carried into the moved bucket by the calls within it, in Redis' atomic step
+/// (`lua/carry.lua`). Past it, on Redis' clock a few milliseconds later, the moved bucket
+/// still owes it all: nothing admitted, where a store that does not carry gave the fresh
+/// state's 15.
+#[tokio::test]
+async fn a_penalty_outlasting_the_transition_is_carried_into_the_moved_bucket_on_redis() {
+    let server = RedisServer::start();
+    let (service, clock) = on_redis(&server, bucket(MINUTE, 10));
+    let plain = Options::new();
+    assert_eq!(admitted(&service, &plain, 16).await, 15);
+    service.penalize("k", &plain, 100).await.unwrap();
+    reload(&service, bucket(2 * MINUTE, 20));
+    assert_eq!(admitted(&service, &plain, 3).await, 0);
+    clock.advance(Duration::from_secs(200));
+    assert_eq!(
+        admitted(&service, &plain, 20).await,
+        0,
+        "the penalty forgotten"
     );
 }
 
