@@ -5,27 +5,19 @@
 -- outlasts its window (a token bucket's debt, a penalty's, a block) is written into the moved
 -- state before the call is decided, so the moved state is never fresher than the old one.
 --
--- Defines: carried_units(debt_o, i_o, debt_n, i_n): the rule of `Carry::penalty`, in
+-- Defines: carried_units(debt_o, debt_n, i_n): the rule of `Carry::penalty`, in
 --          microseconds (below); carry(old, moved, now, write): see below.
 --
 -- The rule (`Carry::penalty`, the one every store carries by; here in microseconds, there in
 -- nanoseconds): of two token buckets, the old one owing debt_o (the time until it is full
--- again, from `now`) at its interval i_o and the moved one owing debt_n at i_n, the moved one
--- takes a penalty of the least whole tokens that leave it owing no fewer tokens than the old
--- one does, ceil(debt_o / i_o - debt_n / i_n), 0 when that is not above 0. Rust counts it in
--- u128: ceil((debt_o i_n - debt_n i_o) / (i_o i_n)). Here, with Lua's doubles:
--- - with i_o = i_n = i, the integer ceil((debt_o - debt_n) / i), exact (each below 2^53);
--- - else in tokens: debt_o = q_o i_o + r_o and debt_n = q_n i_n + r_n (0 <= r < i), so the
---   tokens are q_o - q_n + ceil(r_o / i_o - r_n / i_n), the last 1 when r_o i_n > r_n i_o
---   and 0 otherwise (the difference lies in (-1, 1)). Those two products are exact below
---   2^53; past it they are rounded, and the comparison then counts equal ones as above: a
---   rounding is monotone, so a product that is the larger is never read as the smaller, and
---   the result is never below the exact one (a token more at worst: fail closed).
--- The intervals are the scripts' own (the window in microseconds over the refill, rounded
--- down: `arguments` in src/store/redis/scripts.rs), which the bucket counts by; on a quota
--- whose interval is whole microseconds the rule gives what the Rust one gives.
-
-local TWO_53 = 9007199254740992
+-- again, from `now`) and the moved one owing debt_n at its interval i_n, the moved one takes
+-- a penalty of the least whole tokens of its own that leave it full again no sooner than the
+-- old one, ceil((debt_o - debt_n) / i_n), 0 when that is not above 0: a bucket's state is a
+-- debt in time, carried as time (whatever each one's interval). Exact: every number is an
+-- integer below 2^53 (a debt is within a store's times). The interval is the script's own
+-- (the window in microseconds over the refill, rounded down: `arguments` in
+-- src/store/redis/scripts.rs), which the bucket counts by; on a quota whose interval is whole
+-- microseconds the rule gives what the Rust one gives.
 
 -- floor(a / b), exact for integers below 2^53: prelude.lua's `idiv`, which each strategy's
 -- function holds as its own local.
@@ -35,18 +27,12 @@ local function floor_div(a, b)
   return q
 end
 
-local function carried_units(debt_o, i_o, debt_n, i_n)
-  if i_o == i_n then
-    local d = debt_o - debt_n
-    if d <= 0 then return 0 end
-    local q = floor_div(d, i_o)
-    if q * i_o < d then q = q + 1 end
-    return q
-  end
-  local q_o, q_n = floor_div(debt_o, i_o), floor_div(debt_n, i_n)
-  local a, b = (debt_o - q_o * i_o) * i_n, (debt_n - q_n * i_n) * i_o
-  local up = a > b or (a >= TWO_53 and a >= b)
-  return math.max(q_o - q_n + (up and 1 or 0), 0)
+local function carried_units(debt_o, debt_n, i_n)
+  local d = debt_o - debt_n
+  if d <= 0 then return 0 end
+  local q = floor_div(d, i_n)
+  if q * i_n < d then q = q + 1 end
+  return q
 end
 
 -- A look of cost 0 at `state`'s key under its quota: the strategy's full reply, or its error.
@@ -87,8 +73,8 @@ local function carry(old, moved, now, write)
     if into.err then return into end
     if not write then return nil end
     local at = into[5]
-    local units = carried_units(math.max(from[3] - at, 0), old.first + 0,
-      math.max(into[3] - at, 0), moved.first + 0)
+    local units = carried_units(math.max(from[3] - at, 0), math.max(into[3] - at, 0),
+      moved.first + 0)
     if units > 0 then
       local spent = token_bucket({moved.key}, {moved.first, moved.second, units, '4', '1'})
       if type(spent) == 'table' then return spent end

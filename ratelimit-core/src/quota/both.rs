@@ -106,8 +106,13 @@ impl Quota {
     /// ([`Carry`](crate::store::Carry)): a token bucket's debt (both token buckets), a block
     /// (both with one).
     pub(crate) fn carries_into(&self, into: &Quota) -> bool {
-        let bucket = |q: &Quota| q.strategy == Strategy::TokenBucket;
-        (bucket(self) && bucket(into)) || (self.block_nanos() > 0 && into.block_nanos() > 0)
+        self.carries_debt_into(into) || (self.block_nanos() > 0 && into.block_nanos() > 0)
+    }
+
+    /// Whether an old state under this quota carries a token bucket's debt into a moved
+    /// limit's under `into`: both are token buckets ([`Carry::penalty`](crate::store::Carry)).
+    pub(crate) fn carries_debt_into(&self, into: &Quota) -> bool {
+        self.strategy == Strategy::TokenBucket && into.strategy == Strategy::TokenBucket
     }
 
     /// How long past a reload that moved a limit away from a state under this quota that

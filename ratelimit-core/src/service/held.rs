@@ -202,8 +202,7 @@ impl RateLimitService {
                 true => until,
                 false => carry_until,
             };
-            let bucket = |q: &Quota| q.strategy() == crate::syntax::Strategy::TokenBucket;
-            let then = match bucket(&old) && bucket(quota) {
+            let then = match old.carries_debt_into(quota) {
                 true => quota.tolerance_nanos().max(1),
                 false => 0,
             };

@@ -28,7 +28,8 @@ impl RateLimitService {
     /// their keys must live in one slot, which the service's keys do when the limits share
     /// their user key (it is the hash tag). Limits without a user key (an annotated fn
     /// without `key = ...`) may land in different slots: Redis then refuses the whole call
-    /// (`CROSSSLOT`, an [`Error::Store`]), so it is refused, never half spent.
+    /// (`CROSSSLOT`, an [`Error::InvalidKey`] whatever the failure policy), so it is refused,
+    /// never half spent.
     ///
     /// ```
     /// use ratelimit_core::{Config, Options, RateLimitService, Tier};

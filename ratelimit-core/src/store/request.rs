@@ -435,7 +435,7 @@ impl Carry<'_> {
     /// each bucket's interval, a slower old bucket's debt drained slower than the moved one's
     /// and was carried again at every call, the moved bucket held to the old refill and its
     /// refusals' waits untrue (probes_draining_attacks). The one rule every store carries by
-    /// (`lua/stacked.lua` too).
+    /// (`lua/carry.lua`'s `carried_units` too, in microseconds).
     pub fn penalty(
         &self,
         from_full_at: Nanos,
@@ -443,8 +443,7 @@ impl Carry<'_> {
         into_full_at: Nanos,
         now: Nanos,
     ) -> u64 {
-        use crate::syntax::Strategy::TokenBucket;
-        if self.quota.strategy() != TokenBucket || into.strategy() != TokenBucket {
+        if !self.quota.carries_debt_into(into) {
             return 0;
         }
         let owed = from_full_at.saturating_sub(into_full_at.max(now));

@@ -24,6 +24,20 @@ impl MemoryStore {
         stacked: &Stacked<'_>,
         at: Nanos,
     ) -> Result<bool, Error> {
+        // Every state a debt is carried from or into read first: one of the wrong shape is
+        // an error with nothing carried (as on Redis, whose script reads before it writes).
+        for carry in stacked.carried() {
+            let into = &stacked.checks()[carry.into];
+            if carry.quota.carries_debt_into(into.quota) {
+                for key in [carry.from.as_str(), into.key.as_str()] {
+                    let (hash, key) = self.hashed(key);
+                    let tables = locked(guards, self.shard_index(hash));
+                    if tables.held_by_other(Strategy::TokenBucket, hash, key) {
+                        return Err(Undecidable::UnexpectedState.into());
+                    }
+                }
+            }
+        }
         for carry in stacked.carried() {
             let into = &stacked.checks()[carry.into];
             if let Some(until) = self.blocked_until(guards, carry, into, at) {
@@ -64,14 +78,13 @@ impl MemoryStore {
         into: &Check<'_>,
         at: Nanos,
     ) -> Result<bool, Error> {
-        let bucket = Strategy::TokenBucket;
-        if carry.quota.strategy() != bucket || into.quota.strategy() != bucket {
+        if !carry.quota.carries_debt_into(into.quota) {
             return Ok(true);
         }
-        let Some(from_full_at) = self.full_at(guards, carry.from.as_str(), carry.quota, at)? else {
+        let Some(from_full_at) = self.full_at(guards, carry.from.as_str(), carry.quota, at) else {
             return Ok(true);
         };
-        let into_full_at = (self.full_at(guards, into.key.as_str(), into.quota, at)?).unwrap_or(at);
+        let into_full_at = (self.full_at(guards, into.key.as_str(), into.quota, at)).unwrap_or(at);
         let units = carry.penalty(from_full_at, into.quota, into_full_at, at);
         if units == 0 {
             return Ok(true);
@@ -83,21 +96,18 @@ impl MemoryStore {
     }
 
     /// When the token bucket under `key` is full again under `quota` (a look of cost 0), if
-    /// it is stored.
+    /// it is stored (in no other strategy's table: checked first).
     fn full_at(
         &self,
         guards: &mut [(usize, WriteGuard<'_>)],
         key: &str,
         quota: &crate::quota::Quota,
         at: Nanos,
-    ) -> Result<Option<Nanos>, Error> {
+    ) -> Option<Nanos> {
         let (hash, key) = self.hashed(key);
         let tables = locked(guards, self.shard_index(hash));
-        if tables.held_by_other(quota.strategy(), hash, key) {
-            return Err(Undecidable::UnexpectedState.into());
-        }
         let (level, stored) = one::look::<Gcra>(tables, hash, key, quota, 0, at);
-        Ok(stored.then_some(level.reset_at))
+        stored.then_some(level.reset_at)
     }
 
     /// A key's hash and bytes.

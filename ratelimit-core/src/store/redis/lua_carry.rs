@@ -19,15 +19,14 @@ use crate::quota::Quota;
 use crate::store::{Adjustment, Carry, Check, MemoryStore, Mode, Stacked, Store, StoreKey};
 use crate::syntax::Strategy as Kind;
 
-/// `lua/carry.lua`'s rule alone: `carried_units(ARGV[1..4])`.
-static RULE: LazyLock<String> = LazyLock::new(|| {
-    carrying("return carried_units(ARGV[1] + 0, ARGV[2] + 0, ARGV[3] + 0, ARGV[4] + 0)\n")
-});
+/// `lua/carry.lua`'s rule alone: `carried_units(ARGV[1..3])`.
+static RULE: LazyLock<String> =
+    LazyLock::new(|| carrying("return carried_units(ARGV[1] + 0, ARGV[2] + 0, ARGV[3] + 0)\n"));
 
-/// The Lua rule's tokens for debts and intervals in microseconds.
-fn lua_units(redis: &Redis, debt_o: u64, i_o: u64, debt_n: u64, i_n: u64) -> u64 {
+/// The Lua rule's tokens for debts and the moved bucket's interval in microseconds.
+fn lua_units(redis: &Redis, debt_o: u64, debt_n: u64, i_n: u64) -> u64 {
     let rule: &'static str = LazyLock::force(&RULE).as_str();
-    match redis.eval_source(rule, &[], &[debt_o, i_o, debt_n, i_n]) {
+    match redis.eval_source(rule, &[], &[debt_o, debt_n, i_n]) {
         Reply::Int(units) => u64::try_from(units).unwrap(),
         other => panic!("{other:?}"),
     }
@@ -51,60 +50,28 @@ fn rust_units(debt_o: u64, i_o: u64, debt_n: u64, i_n: u64) -> u64 {
     carry.penalty(now + debt_o * 1_000, &into, now + debt_n * 1_000, now)
 }
 
-/// Whether the rule's one product (see lua/carry.lua) may be rounded: both past 2^53.
-fn rounded(debt_o: u64, i_o: u64, debt_n: u64, i_n: u64) -> bool {
-    let a = u128::from(debt_o % i_o) * u128::from(i_n);
-    let b = u128::from(debt_n % i_n) * u128::from(i_o);
-    i_o != i_n && a >= 1 << 53 && b >= 1 << 53
-}
-
-/// A naive reading of the remainders in doubles (`a > b`) gives a token fewer here: the
-/// products are 2^88 apart by 1, the same double. The old bucket owes 2 tokens and a sliver
-/// more than the moved one: 1 token is carried, never 0.
+/// The rule by hand: the debt carried as time, in whole tokens of the moved bucket (a
+/// partial token counts whole): 30 s owed at 6 s a token into a bucket of 4 s a token is 8
+/// tokens (32 s), into one of 6 s, 5; a moved bucket owing as much or more takes nothing, nor
+/// one beside a full old one; the old bucket's interval plays no part.
 #[test]
-fn a_remainder_past_2_53_is_never_rounded_down_to_a_token_fewer() {
-    let redis = Redis::new(T0).unwrap();
-    let (i_o, i_n) = (31_622_399_999_993, 31_622_399_999_900);
-    let (debt_o, debt_n) = (90_446_864_516_109, 90_446_864_515_843);
-    assert!(rounded(debt_o, i_o, debt_n, i_n));
-    assert_eq!(rust_units(debt_o, i_o, debt_n, i_n), 1);
-    assert_eq!(lua_units(&redis, debt_o, i_o, debt_n, i_n), 1);
-}
-
-/// Equal remainders past 2^53 (exactly 4 tokens apart) cannot be told from a sliver more:
-/// a token more, never fewer.
-#[test]
-fn equal_remainders_past_2_53_carry_a_token_more() {
-    let redis = Redis::new(T0).unwrap();
-    let i_o = (1 << 40) + 1;
-    let (i_n, r_o) = (2 * i_o, 1 << 40);
-    let (debt_o, debt_n) = (5 * i_o + r_o, i_n + 2 * r_o);
-    assert!(rounded(debt_o, i_o, debt_n, i_n));
-    assert_eq!(rust_units(debt_o, i_o, debt_n, i_n), 4);
-    assert_eq!(lua_units(&redis, debt_o, i_o, debt_n, i_n), 5);
-}
-
-/// The rule by hand: equal intervals (a partial token counts whole), different ones (counted
-/// in tokens, each at its own interval: 30 s at 6 s a token is 5 tokens, at 4 s 7.5: 8), a
-/// moved bucket owing as many or more (nothing), a full old one (nothing).
-#[test]
-fn the_rule_carries_the_least_whole_tokens_owed() {
+fn the_rule_carries_the_debt_as_time_in_whole_tokens() {
     let redis = Redis::new(T0).unwrap();
     let s = 1_000_000;
     for (debt_o, i_o, debt_n, i_n, units) in [
         (90 * s, 6 * s, 0, 6 * s, 15),
         (90 * s - 1, 6 * s, 0, 6 * s, 15),
         (90 * s, 6 * s, 12 * s + 1, 6 * s, 13),
-        (30 * s, 6 * s, 0, 4 * s, 5),
-        (30 * s, 4 * s, 0, 6 * s, 8),
-        (30 * s, 4 * s, 6 * s, 6 * s, 7),
-        (30 * s, 6 * s, 4 * s, 4 * s, 4),
+        (30 * s, 6 * s, 0, 4 * s, 8),
+        (30 * s, 4 * s, 0, 6 * s, 5),
+        (30 * s, 4 * s, 6 * s, 6 * s, 4),
+        (30 * s, 6 * s, 4 * s, 4 * s, 7),
         (30 * s, 6 * s, 30 * s, 6 * s, 0),
-        (30 * s, 6 * s, 20 * s, 4 * s, 0),
+        (30 * s, 6 * s, 31 * s, 4 * s, 0),
         (0, 6 * s, 0, 4 * s, 0),
     ] {
         assert_eq!(rust_units(debt_o, i_o, debt_n, i_n), units);
-        let lua = lua_units(&redis, debt_o, i_o, debt_n, i_n);
+        let lua = lua_units(&redis, debt_o, debt_n, i_n);
         assert_eq!(lua, units, "{debt_o} at {i_o} into {debt_n} at {i_n}");
     }
 }
@@ -129,22 +96,17 @@ fn debt(interval: u64) -> impl Strategy<Value = u64> {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(super::lua_agrees::cases()))]
 
-    /// The Lua rule is `Carry::penalty` on the same whole microseconds, but where its product
-    /// may be rounded (both past 2^53), where it is at most a token more: never fewer.
+    /// The Lua rule is `Carry::penalty` on the same whole microseconds.
     #[test]
-    fn the_lua_rule_is_the_rust_rule_never_a_token_fewer(
+    fn the_lua_rule_is_the_rust_rule(
         (i_o, i_n, debt_o, debt_n) in (interval(), interval(), any::<bool>())
             .prop_map(|(o, n, same)| (o, if same { o } else { n }))
             .prop_flat_map(|(o, n)| (Just(o), Just(n), debt(o), debt(n))),
     ) {
         let redis = Redis::new(T0).unwrap();
         let rust = rust_units(debt_o, i_o, debt_n, i_n);
-        let lua = lua_units(&redis, debt_o, i_o, debt_n, i_n);
-        if rounded(debt_o, i_o, debt_n, i_n) {
-            prop_assert!(lua == rust || lua == rust + 1, "{lua} against {rust}");
-        } else {
-            prop_assert_eq!(lua, rust);
-        }
+        let lua = lua_units(&redis, debt_o, debt_n, i_n);
+        prop_assert_eq!(lua, rust);
     }
 }
 

@@ -137,8 +137,18 @@ fn percent_decode(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// A store error carrying `e`, with every secret in it replaced by `***`.
+/// A store error carrying `e`, with every secret in it replaced by `***`; but keys of one
+/// call in several Cluster slots (`CROSSSLOT`), which no retry and no other server would
+/// decide, is [`Error::InvalidKey`]: a call that can never be decided, which no failure
+/// policy turns into an allowance. As a store error, `FailurePolicy::Allow` admitted every
+/// call whose keys a reload moved to another slot (an fn-wide budget's, whose keys have no
+/// user key to share a hash tag), uncounted, while the old state was carried (helper-65).
 pub(super) fn store_error(secrets: &[String], context: &str, e: &redis::RedisError) -> Error {
+    if e.code() == Some("CROSSSLOT") {
+        return Error::InvalidKey {
+            reason: "the keys of one decision live in different Redis Cluster slots",
+        };
+    }
     Error::Store {
         message: scrub(secrets, format!("{context}: {e}")),
     }
