@@ -28,6 +28,9 @@ use ratelimit::{
     Config, Decision, Error, ManualClock, Module, Options, Quota, QuotaError, RateLimitService,
     StoreConfig, Strategy, Tier, MAX_CAPACITY,
 };
+// `Map`: each key's state as `StoredState` bytes, decided under one lock: the honest core
+// every rogue store below answers from before it breaks a promise.
+use ratelimit_tests::stored_map::StoredMap as Map;
 use ratelimit_tests::START;
 
 const SEC: Duration = Duration::from_secs(1);
@@ -37,49 +40,6 @@ const MAX_NOW: u64 = (1 << 63) - (1 << 60);
 
 // ---------------------------------------------------------------------------------------------
 // The stores.
-
-/// Each key's state as `StoredState` bytes, decided under one lock: the honest core every
-/// rogue store below answers from before it breaks a promise.
-#[derive(Clone, Default)]
-struct Map(Arc<Mutex<HashMap<String, Vec<u8>>>>);
-
-impl Map {
-    fn decide(&self, request: &Request<'_>) -> Result<Decision, Error> {
-        let mut map = self.0.lock().unwrap();
-        let key = request.key().as_str();
-        let mut state = match map.get(key) {
-            Some(bytes) => StoredState::from_bytes(bytes)?,
-            None => StoredState::new(request.quota()),
-        };
-        let decision = state.decide(request)?;
-        if request.spends() && decision.allowed {
-            map.insert(key.to_owned(), state.to_bytes());
-        }
-        Ok(decision)
-    }
-
-    fn decide_all(&self, stacked: &Stacked<'_>) -> Result<Vec<Decision>, Error> {
-        let mut map = self.0.lock().unwrap();
-        let mut states = Vec::new();
-        for c in stacked.checks() {
-            states.push(match map.get(c.key.as_str()) {
-                Some(bytes) => StoredState::from_bytes(bytes)?,
-                None => StoredState::new(c.quota),
-            });
-        }
-        let mut decisions = Vec::new();
-        for (request, state) in stacked.requests().zip(&mut states) {
-            decisions.push(state.decide(&request.as_look())?);
-        }
-        if stacked.spends() && decisions.iter().all(|d| d.allowed) {
-            for (i, (request, state)) in stacked.requests().zip(&mut states).enumerate() {
-                decisions[i] = state.decide(&request)?;
-                map.insert(request.key().as_str().to_owned(), state.to_bytes());
-            }
-        }
-        Ok(decisions)
-    }
-}
 
 type Mangle = Arc<dyn Fn(Decision) -> Decision + Send + Sync>;
 type MangleAll = Arc<dyn Fn(Vec<Decision>) -> Vec<Decision> + Send + Sync>;

@@ -7,14 +7,13 @@
 //! carry (the old state decided whole instead), and which reloads are kept how long for it.
 //! Memory store (and a store over the public API), hand-driven clock.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use ratelimit::store::{Request, Stacked, Store, StoredState};
 use ratelimit::{
-    Config, ConfigBuilder, Decision, Error, ManualClock, Options, RateLimitService, Strategy, Tier,
+    Config, ConfigBuilder, Error, ManualClock, Options, RateLimitService, Strategy, Tier,
 };
+use ratelimit_tests::stored_map::StoredMap;
 use ratelimit_tests::{bucket_a_minute, now, reload_to as reload, service, START};
 
 const MINUTE: Duration = Duration::from_secs(60);
@@ -122,55 +121,6 @@ fn a_block_is_carried_only_into_a_limit_that_blocks() {
 // A store of one's own that does not carry (`Store::carries` false).
 // ---------------------------------------------------------------------------------------
 
-/// Each key's state as `StoredState` bytes under one lock, over the public API only, with
-/// no carrying.
-#[derive(Clone, Default)]
-struct Plain(Arc<Mutex<HashMap<String, Vec<u8>>>>);
-
-impl Plain {
-    fn state(map: &HashMap<String, Vec<u8>>, request: &Request<'_>) -> Result<StoredState, Error> {
-        match map.get(request.key().as_str()) {
-            Some(bytes) => StoredState::from_bytes(bytes),
-            None => Ok(StoredState::new(request.quota())),
-        }
-    }
-}
-
-impl Store for Plain {
-    async fn decide(&self, request: Request<'_>) -> Result<Decision, Error> {
-        let mut map = self.0.lock().unwrap();
-        let mut state = Self::state(&map, &request)?;
-        let decision = state.decide(&request)?;
-        if request.spends() && decision.allowed {
-            map.insert(request.key().as_str().to_owned(), state.to_bytes());
-        }
-        Ok(decision)
-    }
-
-    async fn decide_all(&self, stacked: Stacked<'_>) -> Result<Vec<Decision>, Error> {
-        let mut map = self.0.lock().unwrap();
-        let mut states = Vec::new();
-        for request in stacked.requests() {
-            states.push(Self::state(&map, &request)?);
-        }
-        let mut decisions = Vec::new();
-        for (request, state) in stacked.requests().zip(&mut states) {
-            decisions.push(state.decide(&request.as_look())?);
-        }
-        if stacked.spends() && decisions.iter().all(|d| d.allowed) {
-            for (i, (request, state)) in stacked.requests().zip(&mut states).enumerate() {
-                decisions[i] = state.decide(&request)?;
-                map.insert(request.key().as_str().to_owned(), state.to_bytes());
-            }
-        }
-        Ok(decisions)
-    }
-
-    async fn reset(&self, key: &str) -> Result<bool, Error> {
-        Ok(self.0.lock().unwrap().remove(key).is_some())
-    }
-}
-
 /// On a store that does not carry, the old state is decided with the call, whole, for as
 /// long as it may hold a debt (the old window plus its tolerance), not one old window: 15
 /// spent and moved, a minute later the calls get the 10 the old bucket refilled, not the
@@ -182,7 +132,7 @@ fn a_store_that_does_not_carry_holds_a_moved_bucket_to_its_old_state_while_it_ow
         let clock = ManualClock::new(START);
         let config = bucket_a_minute(10, 5, 10).build().unwrap();
         let service =
-            RateLimitService::with_store(config, Plain::default(), Arc::new(clock.clone()))
+            RateLimitService::with_store(config, StoredMap::default(), Arc::new(clock.clone()))
                 .unwrap();
         (service, clock)
     };

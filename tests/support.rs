@@ -12,6 +12,10 @@ pub mod redis_server;
 /// What a configuration that must not build names (`probes_config`, `probes_config_more`).
 pub mod config_errors;
 
+/// A store over the public API only, `StoredState` bytes in a map (`probes_custom_store`,
+/// `probes_transition_carry`).
+pub mod stored_map;
+
 /// A global allocator that counts, on each thread, the allocations made and the bytes held (for
 /// tests and benches that show a path allocates nothing, or that memory comes back). A binary
 /// installs it with `#[global_allocator] static GLOBAL: CountingAllocator = CountingAllocator;`
