@@ -13,11 +13,10 @@
 //! Each test is named after the way through it guards against; a probe that found one still
 //! open (its fix lies outside this surface's files) is `#[ignore = "finding: .."]`.
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use ratelimit::store::{
