@@ -11,7 +11,7 @@ use crate::decision::Decision;
 use crate::error::{Error, Exceeded};
 use crate::quota::Quota;
 use crate::stats::Outcome;
-use crate::store::{Check, Mode, Request, Stacked, StoreKey};
+use crate::store::{Carry, Check, Mode, Request, Stacked, StoreKey};
 
 impl RateLimitService {
     /// Decides one call against several limits as one (stacked limits: a short window against
@@ -253,10 +253,19 @@ impl RateLimitService {
             .filter(|(i, _)| !shadow(*i))
             .map(|(_, check)| *check)
             .collect();
+        // Carried into enforced limits, at their places (left out, a moved bucket beside a
+        // shadow limit read a fresh state past its old window: probes_carry_attacks).
+        let carried: Vec<Carry<'_>> = (all.carried().iter())
+            .filter(|carry| !shadow(carry.into))
+            .map(|carry| Carry {
+                into: (0..carry.into).filter(|&i| !shadow(i)).count(),
+                ..*carry
+            })
+            .collect();
         let mut decided = Vec::with_capacity(owners.len());
         let mut admitted = true;
         if !enforced.is_empty() {
-            let stack = Stacked::new(&enforced, all.now(), all.mode())?;
+            let stack = Stacked::carrying(&enforced, &carried, all.now(), all.mode())?;
             let decisions = match store.decide_all_now(stack) {
                 Some(decisions) => decisions?,
                 None => match waiting(&at_once) {
@@ -477,7 +486,7 @@ fn checks<'a>(
 /// [`Stacked::new`]).
 fn stacked<'a>(
     checks: &'a [Check<'a>],
-    carried: &'a [crate::store::Carry<'a>],
+    carried: &'a [Carry<'a>],
     sites: &[Site<'_>],
     now: Nanos,
     keep: bool,
