@@ -61,3 +61,52 @@ fn a_moved_bucket_stacked_beside_a_shadow_limit_keeps_its_debt_past_the_old_wind
         .count();
     assert_eq!(stacked, 10, "the bucket gives back 10 in a minute");
 }
+
+// ---------------------------------------------------------------------------------------
+// A call's own quota (overrides) moved by a reload.
+// ---------------------------------------------------------------------------------------
+
+/// Tiers `"a"` and `"b"`, 100 a minute each, `default` the default tier: switching it moves
+/// every call that names no tier to another state.
+fn two_tiers(default: &str) -> ConfigBuilder {
+    Config::builder()
+        .tier(Tier::new("a", 100).window(MINUTE))
+        .tier(Tier::new("b", 100).window(MINUTE))
+        .default_tier(default)
+}
+
+/// A call with its own limit of 2 a minute blocking the key an hour once refused: refused
+/// (blocked), then the default tier switched. The replaced configuration was kept (and its
+/// old states read) only for what its configured limits may hold, a minute: at 90 s the
+/// call's own state was fresh, 2 admitted inside the hour's block.
+#[test]
+fn a_calls_own_block_outlasts_a_switch_of_the_default_tier() {
+    let (service, clock) = service(two_tiers("a").build().unwrap());
+    let own = Options::new()
+        .limit(2)
+        .strategy(Strategy::FixedWindow)
+        .block_for(HOUR);
+    assert_eq!(admitted(&service, &own, 3), 2);
+    reload(&service, two_tiers("b"));
+    assert_eq!(admitted(&service, &own, 3), 0, "admitted at the switch");
+    clock.advance(Duration::from_secs(90));
+    assert_eq!(admitted(&service, &own, 3), 0, "admitted while blocked");
+    clock.advance(HOUR);
+    assert_eq!(admitted(&service, &own, 3), 2, "after the block");
+}
+
+/// A call with its own bucket of 10 refilled a token a minute (a debt of 10 minutes), all
+/// spent, then the default tier switched: at 90 s the bucket has given back 1 token; the
+/// fresh state gave 10.
+#[test]
+fn a_calls_own_slow_bucket_keeps_its_debt_past_a_switch_of_the_default_tier() {
+    let (service, clock) = service(two_tiers("a").build().unwrap());
+    let own = Options::new()
+        .limit(10)
+        .strategy(Strategy::TokenBucket)
+        .refill(1);
+    assert_eq!(admitted(&service, &own, 11), 10);
+    reload(&service, two_tiers("b"));
+    clock.advance(Duration::from_secs(90));
+    assert_eq!(admitted(&service, &own, 11), 1, "one token back in 90 s");
+}

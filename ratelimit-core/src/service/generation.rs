@@ -124,8 +124,10 @@ impl Kept {
     }
 
     /// This configuration kept under `running` (the configuration a reload installs): which
-    /// calls it resolves as `running` does, worked out for every tier of `running`.
-    pub(crate) fn against(mut self, running: &Config) -> Self {
+    /// calls it resolves as `running` does, worked out for every tier of `running`; and how
+    /// long it is kept for what its moved limits' states may hold, a call's own quota's up
+    /// to `own` (`Inner::own_outlasts`).
+    pub(crate) fn against(mut self, running: &Config, own: crate::clock::Nanos) -> Self {
         let old = &*self.config;
         // Limiting off refused nothing; another prefix is another state.
         let (off, keyed_alike) = (!old.enabled(), old.key_prefix() == running.key_prefix());
@@ -148,7 +150,7 @@ impl Kept {
             by_tier,
             default_tier,
         };
-        self.carrying = match carrying(old, running) {
+        self.carrying = match carrying(old, running, own) {
             0 => 0,
             span => span.max(self.penalized_until.saturating_sub(self.replaced_at)),
         };
@@ -181,8 +183,10 @@ impl Kept {
 /// [`Kept::carrying`] of `old` under `running`: the longest any of its limits that `running`
 /// moves to another state (another key prefix; a tier gone, renamed or on another window or
 /// strategy; calls naming no tier under another default tier) may hold something there
-/// after the reload. Limiting off held nothing.
-fn carrying(old: &Config, running: &Config) -> crate::clock::Nanos {
+/// after the reload, a call's own quota there (overrides: under a moved limit, or under
+/// none moved by the prefix, the default tier or the module's settings) up to `own`.
+/// Limiting off held nothing.
+fn carrying(old: &Config, running: &Config, own: crate::clock::Nanos) -> crate::clock::Nanos {
     if !old.enabled() {
         return 0;
     }
@@ -202,9 +206,13 @@ fn carrying(old: &Config, running: &Config) -> crate::clock::Nanos {
             t.quota,
         )
     });
+    let own_moved = prefix_moved
+        || default_moved
+        || !old.plain_under.alike(&running.plain_under, true);
     (tiers.chain(old.plain_quota().map(|q| (moved(None, &q), q))))
         .filter(|&(moved, _)| moved)
-        .map(|(_, q)| q.outlasts_by())
+        .map(|(_, q)| q.outlasts_by().max(own))
+        .chain(own_moved.then_some(own))
         .max()
         .unwrap_or(0)
 }

@@ -65,6 +65,14 @@ struct Inner {
     /// first three minutes after a reload forgot a penalty of four minutes
     /// (probes_transition_carry).
     penalized_until: AtomicU64,
+    /// The longest a quota a call's own overrides made may hold something past the reload
+    /// that moves it to another state (`Quota::outlasts_by`: its window and its bucket's
+    /// tolerance or its block), in nanoseconds (0: none): a reload moving a limit keeps the
+    /// replaced configuration that long (`Kept::carrying`). Kept only for the configured
+    /// limits, a call's own block of an hour (or a bucket refilled a token a minute) was
+    /// forgotten a minute after the default tier switched: 2 admitted at 90 s where the key
+    /// was blocked (probes_carry_attacks).
+    own_outlasts: AtomicU64,
     /// Whether the store came from the configuration (`config.store()`), which a reload
     /// then may not change; a store of the caller's own (`with_store`) ignores it.
     store_from_config: bool,
@@ -218,6 +226,7 @@ impl RateLimitService {
                 reloading: crate::sync::Mutex::new(()),
                 own_windows: AtomicU64::new(0),
                 penalized_until: AtomicU64::new(0),
+                own_outlasts: AtomicU64::new(0),
                 store_from_config: false,
                 clock,
                 store,
@@ -371,6 +380,10 @@ impl RateLimitService {
         if !options.overrides.is_empty() {
             let quota = own.insert(config.quota(tier, options.overrides)?);
             self.inner.store.supports(quota)?;
+            let outlasts = &self.inner.own_outlasts;
+            if quota.outlasts_by() > outlasts.load(Ordering::Relaxed) {
+                outlasts.fetch_max(quota.outlasts_by(), Ordering::Relaxed);
+            }
             return Ok(Resolved {
                 quota,
                 tier,

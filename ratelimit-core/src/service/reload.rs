@@ -104,7 +104,8 @@ impl RateLimitService {
         let now = self.inner.clock.now();
         let own = self.inner.own_windows.load(Ordering::Relaxed);
         let penalized = self.inner.penalized_until.load(Ordering::Relaxed);
-        let kept = kept_after(&running, &next.config, now, own, penalized)?;
+        let outlasts = self.inner.own_outlasts.load(Ordering::Relaxed);
+        let kept = kept_after(&running, &next.config, now, own, (penalized, outlasts))?;
         next.hold(kept);
         self.inner.current.store(Arc::new(next));
         self.inner
@@ -141,13 +142,14 @@ impl RateLimitService {
 /// configured windows, the same for a call with a longer window of its own
 /// (probes_prepared_shortcuts). More than
 /// [`MOST_IN_FORCE`] held at once is refused: the reload is an error and the running
-/// configuration stays, rather than a transition dropped while it holds.
+/// configuration stays, rather than a transition dropped while it holds. `penalized` and
+/// `outlasts`: `Inner::penalized_until` and `Inner::own_outlasts`.
 fn kept_after(
     running: &Generation,
     config: &Config,
     now: crate::clock::Nanos,
     own: crate::clock::Nanos,
-    penalized: crate::clock::Nanos,
+    (penalized, outlasts): (crate::clock::Nanos, crate::clock::Nanos),
 ) -> Result<Vec<super::Kept>, Error> {
     let replaced = super::Kept::new(running, now, penalized);
     let all = || std::iter::once(&replaced).chain(running.previous());
@@ -158,7 +160,7 @@ fn kept_after(
         .cloned()
         .enumerate()
         .filter(|(i, kept)| *i < super::KEPT_PREVIOUS || kept.holds_any(now, own))
-        .map(|(_, kept)| kept.against(config))
+        .map(|(_, kept)| kept.against(config, outlasts))
         .collect();
     if kept.len() > MOST_IN_FORCE {
         let mut errors = ConfigError::default();
