@@ -110,3 +110,52 @@ fn a_calls_own_slow_bucket_keeps_its_debt_past_a_switch_of_the_default_tier() {
     clock.advance(Duration::from_secs(90));
     assert_eq!(admitted(&service, &own, 11), 1, "one token back in 90 s");
 }
+
+// ---------------------------------------------------------------------------------------
+// Penalties and rewards on a moved bucket.
+// ---------------------------------------------------------------------------------------
+
+/// The bucket of 15 at 6 s a token, spent, moved; a minute later it owes 30 s (10 back),
+/// and a penalty of 5 leaves 5. The penalty fell on the new state alone, fresh then (the old
+/// state not carried yet): 30 s owed there, under the old 30 s the next call carried: 10
+/// admitted, the penalty lost (and the level it returned said 10).
+#[test]
+fn a_penalty_past_the_old_window_is_not_lost_under_the_debt_carried() {
+    let (service, clock) = service(bucket_a_minute(10, 5, 10).build().unwrap());
+    let plain = Options::new();
+    assert_eq!(admitted(&service, &plain, 16), 15);
+    reload(&service, moved(10, 5, 10));
+    clock.advance(MINUTE);
+    let level = now(service.penalize("k", &plain, 5)).unwrap();
+    assert_eq!(level.remaining, 5);
+    assert_eq!(admitted(&service, &plain, 20), 5);
+}
+
+/// The same penalty half way through the old window (the old state still decided with the
+/// calls, owing 60 s): on the new state alone it had drained by the window's end, where the
+/// old state's 30 s were carried: 10 admitted at +60 s where the bucket leaves 5.
+#[test]
+fn a_penalty_inside_the_old_window_is_not_lost_under_the_debt_carried() {
+    let (service, clock) = service(bucket_a_minute(10, 5, 10).build().unwrap());
+    let plain = Options::new();
+    assert_eq!(admitted(&service, &plain, 16), 15);
+    reload(&service, moved(10, 5, 10));
+    clock.advance(Duration::from_secs(30));
+    now(service.penalize("k", &plain, 5)).unwrap();
+    clock.advance(Duration::from_secs(30));
+    assert_eq!(admitted(&service, &plain, 20), 5);
+}
+
+/// A reward of 3 a minute after the move, where the bucket gives back 10: 13. On the new
+/// state alone, the next call carried the old debt back over it: 10.
+#[test]
+fn a_reward_past_the_old_window_is_not_taken_back_by_the_debt_carried() {
+    let (service, clock) = service(bucket_a_minute(10, 5, 10).build().unwrap());
+    let plain = Options::new();
+    assert_eq!(admitted(&service, &plain, 16), 15);
+    reload(&service, moved(10, 5, 10));
+    clock.advance(MINUTE);
+    let level = now(service.reward("k", &plain, 3)).unwrap();
+    assert_eq!(level.remaining, 13);
+    assert_eq!(admitted(&service, &plain, 20), 13);
+}

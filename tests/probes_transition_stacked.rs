@@ -114,9 +114,14 @@ fn a_penalty_holds_across_a_reload_that_moves_its_state() {
     );
 }
 
-/// A penalty during the transition falls on the state the call is decided on now (the new
-/// one): with the old state still holding, 3 spent of the old 3, a penalty of 5 on the new
-/// state and the old window over, the new bucket of 10 gives 10 - 3 - 5 = 2.
+/// A penalty during the transition falls on every state the call is decided on, as a call
+/// of that cost is spent on each (helper-66: on the new state alone it lay under the old
+/// state's debt carried at the old window's end, and was lost where that debt was the
+/// larger, probes_carry_attacks). With the old state still holding, 3 spent of the old 3
+/// (a token every 20 s) and a penalty of 5: the old state owes 160 s, carried into the new
+/// bucket (a token every 6 s, 60 s of tolerance) when the old window ends: nothing admitted
+/// at +60 s, nor at +107 s; one at +108 s. (Under the old configuration alone the key waits
+/// until +120 s; the new bucket alone gave 10 at +60 s.)
 #[test]
 fn a_penalty_during_a_transition_counts_on_the_new_state_after_it() {
     let (service, clock) = service(bucket_a_minute(3, 0, 3).build().unwrap());
@@ -128,9 +133,11 @@ fn a_penalty_during_a_transition_counts_on_the_new_state_after_it() {
     assert_eq!(admitted(&service, &plain, 5), 3);
     now(service.penalize("k", &plain, 5)).unwrap();
     clock.advance(MINUTE);
-    // The new bucket refills 10 a minute: what it gave back in the minute counts too.
-    let got = admitted(&service, &plain, 20);
-    assert_eq!(got, 10, "the new bucket after a minute");
+    assert_eq!(admitted(&service, &plain, 20), 0, "admitted at +60 s");
+    clock.advance(Duration::from_secs(47));
+    assert_eq!(admitted(&service, &plain, 20), 0, "admitted at +107 s");
+    clock.advance(Duration::from_secs(1));
+    assert_eq!(admitted(&service, &plain, 20), 1, "at +108 s");
 }
 
 // ---------------------------------------------------------------------------------------

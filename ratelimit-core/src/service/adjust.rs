@@ -74,22 +74,43 @@ impl RateLimitService {
         if generation.config.enabled() {
             let store_key = site.store_key(Some(key))?;
             let now = self.inner.clock.now();
+            // A moved limit's old states carried into its state now are carried first (a
+            // look, as a call now would carry them), so that what is adjusted is what the
+            // key owes: adjusted alone, its state's penalty lay under the old debt the next
+            // call carried, 10 admitted where it left 5 (probes_carry_attacks).
+            if site.other_states_at(now).any(|old| old.carried_at(now)) {
+                self.decide_both(&site, Some(key), &store_key, now).await?;
+            }
             let mut drained = None;
-            let key_in_store = StoreKey::composed(&store_key);
             let quota = site.quota_at(now, &mut drained);
-            let adjustment = match penalty {
-                true => Adjustment::penalty(key_in_store, quota, units, now),
-                false => Adjustment::reward(key_in_store, quota, units, now),
-            };
-            store.adjust(adjustment).await?;
-            if penalty && quota.strategy() == crate::syntax::Strategy::TokenBucket {
-                // At most the tolerance owed before and the penalty's tokens after.
-                let debt = quota.interval_nanos().saturating_mul(units);
-                let until = now
-                    .saturating_add(quota.tolerance_nanos())
-                    .saturating_add(debt);
-                let latest = &self.inner.penalized_until;
-                latest.fetch_max(until, std::sync::atomic::Ordering::Relaxed);
+            let mut old_keys = Vec::new();
+            // The old states too: a penalty on those decided with the key's calls (spent
+            // there as a call of that cost would be: on its own state alone it was lost under
+            // the old debt carried at the old window's end), a reward on every one (else the
+            // next call carries back what it gave).
+            for old in (site.other_states_at(now)).filter(|old| !penalty || old.decided_at(now)) {
+                let mut old_key = String::with_capacity(64);
+                old.key.write(&mut old_key, Some(key));
+                old_keys.push((old_key, &old.quota));
+            }
+            let states = std::iter::once((store_key.as_str(), quota))
+                .chain(old_keys.iter().map(|(k, q)| (k.as_str(), *q)));
+            for (store_key, quota) in states {
+                let key_in_store = StoreKey::composed(store_key);
+                let adjustment = match penalty {
+                    true => Adjustment::penalty(key_in_store, quota, units, now),
+                    false => Adjustment::reward(key_in_store, quota, units, now),
+                };
+                store.adjust(adjustment).await?;
+                if penalty && quota.strategy() == crate::syntax::Strategy::TokenBucket {
+                    // At most the tolerance owed before and the penalty's tokens after.
+                    let debt = quota.interval_nanos().saturating_mul(units);
+                    let until = now
+                        .saturating_add(quota.tolerance_nanos())
+                        .saturating_add(debt);
+                    let latest = &self.inner.penalized_until;
+                    latest.fetch_max(until, std::sync::atomic::Ordering::Relaxed);
+                }
             }
         }
         let decided = match self.start(site, Some(key), Mode::Look) {
