@@ -159,3 +159,35 @@ fn a_reward_past_the_old_window_is_not_taken_back_by_the_debt_carried() {
     assert_eq!(level.remaining, 13);
     assert_eq!(admitted(&service, &plain, 20), 13);
 }
+
+// ---------------------------------------------------------------------------------------
+// A refusal's wait across the old window's end.
+// ---------------------------------------------------------------------------------------
+
+/// The bucket of 15 at 6 s a token, spent, moved; a call every 6 s gets the old bucket's 9
+/// tokens by +54 s (it owes 90 s at +54 s). Refused at +55 s, the call passes at +60 s, when
+/// the old debt carried into the new bucket leaves room for it. The wait said 89 s (until the
+/// old bucket is full again, the whole debt drained): the queue's waiters were all held to
+/// it and `until_ready` slept through 14 tokens (11 waiters admitted at once at +144 s).
+#[test]
+fn a_refusal_near_the_old_windows_end_waits_for_the_carried_debt_not_the_whole_old_bucket() {
+    let (service, clock) = service(bucket_a_minute(10, 5, 10).build().unwrap());
+    let plain = Options::new();
+    assert_eq!(admitted(&service, &plain, 16), 15);
+    reload(&service, moved(10, 5, 10));
+    let mut got = 0;
+    for _ in 0..9 {
+        clock.advance(Duration::from_secs(6));
+        got += admitted(&service, &plain, 2);
+    }
+    assert_eq!(got, 9);
+    clock.advance(Duration::from_secs(1));
+    let refused = now(service.consume("k", &plain)).unwrap();
+    assert!(!refused.allowed);
+    let wait = refused.retry_after.unwrap();
+    assert_eq!(wait, Duration::from_secs(5));
+    clock.advance(wait - Duration::from_millis(1));
+    assert_eq!(admitted(&service, &plain, 1), 0, "admitted before the wait");
+    clock.advance(Duration::from_millis(1));
+    assert_eq!(admitted(&service, &plain, 2), 1, "refused at the wait");
+}

@@ -206,9 +206,8 @@ fn carrying(old: &Config, running: &Config, own: crate::clock::Nanos) -> crate::
             t.quota,
         )
     });
-    let own_moved = prefix_moved
-        || default_moved
-        || !old.plain_under.alike(&running.plain_under, true);
+    let own_moved =
+        prefix_moved || default_moved || !old.plain_under.alike(&running.plain_under, true);
     (tiers.chain(old.plain_quota().map(|q| (moved(None, &q), q))))
         .filter(|&(moved, _)| moved)
         .map(|(_, q)| q.outlasts_by().max(own))

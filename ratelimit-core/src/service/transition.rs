@@ -201,15 +201,18 @@ pub(super) fn one_at(
 /// When a call refused at `site` at `now` passes the old states it was decided on (their
 /// `decisions`, after its own state's) whose token-bucket debt is carried into its own
 /// state once their windows end (`OldState::then`); `None` with none. Past its window, such
-/// a state's debt is the site's too, under whatever quota holds the site then: the call
-/// passes it for sure once that debt has drained, which is the instant told where the wait
-/// reaches past its window, or where it refuses the call then (under a quota cut as its
-/// window ends, `OldState::quota_at`, a token less each interval, its debt drains only
-/// about as fast as the cut tightens: admitting now, it may refuse the same call later). Longer
-/// than the least wait at times, never one the call is refused at again: the store's wait,
-/// under the quotas in force now, sent the call back to the same refusal
+/// a state's debt is carried into the site's, in whole tokens of whatever quota holds the
+/// site then: the call passes once that leaves room for its cost, which is where the wait
+/// reaches past its window, or where the old state refuses the call before it (under a
+/// quota cut as its window ends, `OldState::quota_at`, a token less each interval, its debt
+/// drains only about as fast as the cut tightens: admitting now, it may refuse the same call
+/// later; then from the old bucket full again or the window's end, whichever is first).
+/// Longer than the least wait at times, never one the call is refused at again: the store's
+/// wait, under the quotas in force now, sent the call back to the same refusal
 /// (probes_draining_attacks: 6 a half minute moved to 5 per 0.2 s, refused at +90 s
-/// "retry after 150 s", refused then by the carried debt).
+/// "retry after 150 s", refused then by the carried debt). Waiting for the whole carried
+/// debt to drain held a call refused at +55 s for 89 s where it passes at +60 s, and the
+/// queue's waiters with it (probes_carry_attacks).
 fn after_old_states(site: &Site<'_>, now: Nanos, decisions: &[Decision]) -> Option<Nanos> {
     let cost = site.cost;
     let olds: Vec<(&OldState, Nanos)> = (site.other_states_at(now))
@@ -236,13 +239,31 @@ fn after_old_states(site: &Site<'_>, now: Nanos, decisions: &[Decision]) -> Opti
         let spends = quota.interval_nanos().saturating_mul(cost);
         owed.saturating_add(spends) <= quota.tolerance_nanos()
     };
+    // Past its window, its debt is carried into the site's state (`Carry::penalty`): whole
+    // tokens of the quota then from the later of that state's own debt and the call, which
+    // admit the call once they leave its cost within the tolerance.
+    let own_full = decisions.first().map_or(0, |d| {
+        let spent = site.quota_at(now, &mut None).interval_nanos();
+        d.full_at()
+            .saturating_sub(spent.saturating_mul(cost) * u64::from(d.allowed))
+    });
+    let carried = |full_at: Nanos, at: Nanos| {
+        let quota = *site.quota_at(at, &mut None);
+        let interval = quota.interval_nanos().max(1);
+        let from = own_full.max(at);
+        let owed = full_at.saturating_sub(from).div_ceil(interval);
+        from.saturating_add(owed.saturating_add(cost).saturating_mul(interval))
+            .saturating_sub(quota.tolerance_nanos())
+    };
     let told = decisions.iter().filter_map(|d| d.retry_after).max();
     let mut at = now.saturating_add(told.map_or(0, |w| w.as_nanos() as Nanos));
     loop {
         let before = at;
         for &(old, full_at) in &olds {
-            if !old.decided_at(at) || !admits(old, full_at, at) {
-                at = at.max(full_at);
+            if !old.decided_at(at) {
+                at = at.max(carried(full_at, at));
+            } else if !admits(old, full_at, at) {
+                at = at.max(full_at.min(old.until));
             }
         }
         if at == before {
