@@ -35,9 +35,11 @@ local function carried_units(debt_o, debt_n, i_n)
   return q
 end
 
--- A look of cost 0 at `state`'s key under its quota: the strategy's full reply, or its error.
-local function level(state)
-  return scripts[state.strategy + 0]({state.key}, {state.first, state.second, '0', '0', '1'})
+-- A look of cost 0 at `state`'s key under its quota at `now`: the strategy's full reply, or
+-- its error.
+local function level(state, now)
+  return scripts[state.strategy + 0]({state.key}, {state.first, state.second, '0', '0', '1'},
+    nil, now)
 end
 
 -- Carries `old` into `moved` at `now` (Redis' TIME, read by the caller) when `write`, else only
@@ -49,7 +51,7 @@ end
 --   the moved key's block key, until U and expiring then (as lua/stacked.lua writes blocks),
 --   unless it holds one as late or later: never shortened.
 -- - Both token buckets: the old state is looked at (its reply's reset_at is when it is full
---   again), then the moved one, each debt measured from the moved one's look's TIME; the
+--   again), then the moved one, both at `now`, each debt measured from it; the
 --   moved state takes a penalty of `carried_units`, its script in its adjust mode (as
 --   lua/adjust.lua runs it; a penalty never moves the state's expiry earlier, so its stamp,
 --   kept no longer than the state, needs no change).
@@ -67,16 +69,17 @@ local function carry(old, moved, now, write)
   end
   local bucket = scripts[old.strategy + 0] == token_bucket
   if bucket and scripts[moved.strategy + 0] == token_bucket then
-    local from = level(old)
+    local from = level(old, now)
     if from.err then return from end
-    local into = level(moved)
+    local into = level(moved, now)
     if into.err then return into end
     if not write then return nil end
     local at = into[5]
     local units = carried_units(math.max(from[3] - at, 0), math.max(into[3] - at, 0),
       moved.first + 0)
     if units > 0 then
-      local spent = token_bucket({moved.key}, {moved.first, moved.second, units, '4', '1'})
+      local spent = token_bucket({moved.key}, {moved.first, moved.second, units, '4', '1'},
+        nil, now)
       if type(spent) == 'table' then return spent end
     end
   end

@@ -53,7 +53,11 @@ local deciding = ARGV[4] == '0' or ARGV[4] == '1'
 local one_window = deciding and (ARGV[5] == '2' or ARGV[5] == '3')
 -- Whether a decision may answer in the short reply (ARGV[5] without its first bit).
 local short = deciding and (ARGV[5] == '0' or ARGV[5] == '2')
+-- `run_now`: the TIME a script deciding several limits read once for all of them (the
+-- strategy's function's fourth argument, lua/stacked.lua), so that they are decided at one
+-- instant as the memory store decides them; nil, Redis' TIME now.
 local function time()
+  if run_now then return run_now end
   local t = redis.call('TIME')
   return t[1] * 1000000 + t[2]
 end

@@ -63,20 +63,23 @@ local n = (#ARGV - 2 - (stamping and 1 or 0) - 8 * m) / 5
 local blocks_at = (stamping and 2 or 1) * n -- the block keys follow this many keys
 local carried_at = blocks_at + (blocking and n or 0) -- and the carried states' these
 
+-- Redis' TIME, read once: every limit is decided, and every state carried, at this instant
+-- (as the memory store decides them, under its locks). Read by each limit, a moved bucket
+-- and its old state, spent by one call, were written microseconds apart, and the carry
+-- rounded that up to a whole token of the moved one (5 spent in the old window and a minute
+-- later 9 left where the bucket leaves 10: probes_carry_redis).
+local t = redis.call('TIME')
+local now = t[1] * 1000000 + t[2]
+
 local function decide(i, flag)
   local a = 5 * i - 2
   -- The fifth argument asks for the full reply, five integers, whatever the strategy.
-  return scripts[ARGV[a] + 0]({KEYS[i]}, {ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], flag, '1'})
+  return scripts[ARGV[a] + 0]({KEYS[i]}, {ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], flag, '1'},
+    nil, now)
 end
 
 local function block_of(i)
   return ARGV[5 * i + 2] + 0
-end
-
-local now
-if flags > 0 then
-  local t = redis.call('TIME')
-  now = t[1] * 1000000 + t[2]
 end
 
 -- One limit that spends is decided and recorded in one run: nothing else to look at first.

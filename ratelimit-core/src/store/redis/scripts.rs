@@ -68,14 +68,15 @@ macro_rules! lua {
     };
 }
 
-/// A strategy's script as a function of `(KEYS, ARGV, fell)` named `$name`, for the stacked
-/// and lease scripts and the fixed window's hot path (`fell`: see `algorithm/fixed_window.lua`).
+/// A strategy's script as a function of `(KEYS, ARGV, fell, run_now)` named `$name`, for the
+/// stacked and lease scripts and the fixed window's hot path (`fell`: see
+/// `algorithm/fixed_window.lua`; `run_now`: see `lua/prelude.lua`'s `time`).
 macro_rules! wrapped {
     ($name:literal) => {
         concat!(
             "local function ",
             $name,
-            "(KEYS, ARGV, fell)\n",
+            "(KEYS, ARGV, fell, run_now)\n",
             include_str!("../../../lua/prelude.lua"),
             include_str!(concat!("../../algorithm/", $name, ".lua")),
             "\nend\n"
@@ -258,9 +259,12 @@ const HOT_MORE: usize = HOT_ONE + 1;
 /// The source of [`SCRIPTS`]`[script]`.
 pub(super) fn source(script: usize) -> String {
     match SINGLE.get(script) {
-        // The fixed window's script reads `fell`, set only where its hot path calls it.
-        Some(source) if script == index(Strategy::FixedWindow) => format!("local fell\n{source}"),
-        Some(source) => (*source).to_owned(),
+        // The fixed window's script reads `fell`, set only where its hot path calls it; every
+        // one reads `run_now`, set only where a script of several limits calls it.
+        Some(source) if script == index(Strategy::FixedWindow) => {
+            format!("local fell, run_now\n{source}")
+        }
+        Some(source) => format!("local run_now\n{source}"),
         None => Hot::source(None, script == HOT_MORE),
     }
 }
