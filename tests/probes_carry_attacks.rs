@@ -191,3 +191,109 @@ fn a_refusal_near_the_old_windows_end_waits_for_the_carried_debt_not_the_whole_o
     clock.advance(Duration::from_millis(1));
     assert_eq!(admitted(&service, &plain, 2), 1, "refused at the wait");
 }
+
+// ---------------------------------------------------------------------------------------
+// Found, not fixed (a fix is not small): each left ignored with its figures.
+// ---------------------------------------------------------------------------------------
+
+/// The default tier `name`: a bucket of 3 at a token a second on `minutes`, blocking a key
+/// five minutes once refused.
+fn blocking_bucket(name: &str, minutes: u32) -> ConfigBuilder {
+    let tier = Tier::new(name, 3)
+        .burst(0)
+        .refill(60 * u64::from(minutes))
+        .window(MINUTE * minutes)
+        .strategy(Strategy::TokenBucket)
+        .block_for(Duration::from_secs(300));
+    Config::builder().tier(tier).default_tier(name)
+}
+
+/// Blocked until +300 s (3 spent, the fourth refused), then moved at +62 s; a penalty of 3
+/// at +63 s falls on the new state (and the old, decided with the calls), and the next call
+/// is refused by the new state's own bucket, which the old state's block does not reach while
+/// it is decided: a block of its own begins, until +363 s. One bucket (every configuration
+/// is this one) admits from +300 s (its penalty drained by +66 s): measured, refused at
+/// +301 s, "retry after 62 s". Closing it needs a block in force on a decided old state to
+/// count for the moved limit's own state (carried while decided, or the stacked decision
+/// told which checks are one limit's): a change to the store protocol (`Carry`), not small.
+#[test]
+#[ignore = "way through (lockout): a penalty during a move restarts a block on the new state: refused at +301 s until +363 s where the block ends at +300 s"]
+fn a_penalty_on_a_blocked_key_during_a_move_does_not_restart_its_block() {
+    let (service, clock) = service(blocking_bucket("a", 1).build().unwrap());
+    let plain = Options::new();
+    assert_eq!(admitted(&service, &plain, 4), 3);
+    clock.advance(Duration::from_secs(62));
+    reload(&service, blocking_bucket("a", 2));
+    clock.advance(Duration::from_secs(1));
+    now(service.penalize("k", &plain, 3)).unwrap();
+    assert_eq!(admitted(&service, &plain, 1), 0, "admitted while blocked");
+    clock.advance(Duration::from_secs(238));
+    let d = now(service.consume("k", &plain)).unwrap();
+    assert!(
+        d.allowed,
+        "refused at +301 s, retry after {:?}",
+        d.retry_after
+    );
+}
+
+/// A carry rounds the old debt up to a whole token of the moved bucket from the instant it
+/// is carried, and each further move carries that again: 10 at a token every 20 s, all
+/// spent at the start (full again at +200 s), moved at once to tier "b"; carried by a look at
+/// +79.999 s (120.001 s owed: 7 tokens, full at +219.999 s), moved again to tier "c" on two
+/// minutes and carried by a look at +159.998 s (60.001 s owed: 4 tokens, full at
+/// +239.998 s). At +200.5 s one bucket (every configuration is this one) admits its 10;
+/// measured, 8 (39.498 s owed): a token more for each move. Closing it needs the carry to set
+/// the moved state's arrival time to the old one's exactly rather than add whole tokens (a
+/// penalty, `Carry::penalty`): a change to the store protocol, not small.
+#[test]
+#[ignore = "way through (lockout): each chained move carries the debt rounded up to a whole token again: 8 admitted at +200.5 s where the bucket gives 10"]
+fn chained_moves_do_not_round_a_debt_up_a_token_each() {
+    let slow = |name: &str, minutes: u32| {
+        let tier = Tier::new(name, 10)
+            .burst(0)
+            .refill(3 * u64::from(minutes))
+            .window(MINUTE * minutes)
+            .strategy(Strategy::TokenBucket);
+        Config::builder().tier(tier).default_tier(name)
+    };
+    let (service, clock) = service(slow("a", 1).build().unwrap());
+    let plain = Options::new();
+    let look = || now(service.status("k", &plain)).unwrap();
+    assert_eq!(admitted(&service, &plain, 11), 10);
+    reload(&service, slow("b", 1));
+    clock.advance(Duration::from_millis(79_999));
+    assert_eq!(look().remaining, 3);
+    reload(&service, slow("c", 2));
+    clock.advance(Duration::from_millis(159_998 - 79_999));
+    assert_eq!(look().remaining, 6);
+    clock.advance(Duration::from_millis(200_500 - 159_998));
+    assert_eq!(admitted(&service, &plain, 12), 10);
+}
+
+/// 10 spent of a bucket of 10 a minute and three penalties of 10 (a debt of 4 minutes), then
+/// the move, and no call until +170 s. The reload was kept, and the old state carried from,
+/// until the latest penalty's debt may end, counted as the tolerance owed before it and its
+/// own tokens after (`Inner::penalized_until`): +120 s, where stacked penalties owe until
+/// +240 s. At +170 s the old state was let go and the moved one was fresh: 10 admitted where
+/// the bucket, owing 70 s, admits none. Now counted from the level the penalty leaves.
+#[test]
+fn stacked_penalties_past_the_tolerance_are_carried_with_no_call_meanwhile() {
+    let (service, clock) = service(bucket_a_minute(10, 0, 10).build().unwrap());
+    let plain = Options::new();
+    assert_eq!(admitted(&service, &plain, 10), 10);
+    for _ in 0..3 {
+        now(service.penalize("k", &plain, 10)).unwrap();
+    }
+    reload(&service, moved(10, 0, 10));
+    clock.advance(Duration::from_secs(170));
+    assert_eq!(
+        admitted(&service, &plain, 20),
+        0,
+        "admitted while 70 s are owed"
+    );
+    // Carried at +170 s as 12 tokens of 6 s (70 s rounded up): full again at +242 s.
+    clock.advance(Duration::from_secs(17));
+    assert_eq!(admitted(&service, &plain, 20), 0, "admitted at +187 s");
+    clock.advance(Duration::from_secs(1));
+    assert_eq!(admitted(&service, &plain, 20), 1, "at +188 s");
+}

@@ -7,8 +7,8 @@ use super::site::Held;
 use super::{Options, RateLimitService};
 use crate::decision::Decision;
 use crate::error::Error;
-use crate::quota::QuotaError;
-use crate::store::{Adjustment, StoreKey};
+use crate::quota::{Quota, QuotaError};
+use crate::store::{Adjustment, Carry, Check, Mode as StoreMode, Stacked, StoreKey};
 
 impl RateLimitService {
     /// Spends `units` from `key`'s budget under `options` whatever it holds: past its limit
@@ -74,27 +74,42 @@ impl RateLimitService {
         if generation.config.enabled() {
             let store_key = site.store_key(Some(key))?;
             let now = self.inner.clock.now();
-            // A moved limit's old states carried into its state now are carried first (a
-            // look, as a call now would carry them), so that what is adjusted is what the
-            // key owes: adjusted alone, its state's penalty lay under the old debt the next
-            // call carried, 10 admitted where it left 5 (probes_carry_attacks).
-            if site.other_states_at(now).any(|old| old.carried_at(now)) {
-                self.decide_both(&site, Some(key), &store_key, now).await?;
-            }
             let mut drained = None;
             let quota = site.quota_at(now, &mut drained);
-            let mut old_keys = Vec::new();
-            // The old states too: a penalty on those decided with the key's calls (spent
-            // there as a call of that cost would be: on its own state alone it was lost under
-            // the old debt carried at the old window's end), a reward on every one (else the
-            // next call carries back what it gave).
-            for old in (site.other_states_at(now)).filter(|old| !penalty || old.decided_at(now)) {
-                let mut old_key = String::with_capacity(64);
-                old.key.write(&mut old_key, Some(key));
-                old_keys.push((old_key, &old.quota));
+            let old_keys: Vec<(String, &Quota)> = (site.other_states_at(now))
+                .map(|old| {
+                    let mut old_key = String::with_capacity(64);
+                    old.key.write(&mut old_key, Some(key));
+                    (old_key, &old.quota)
+                })
+                .collect();
+            // A moved limit's old states (`transition.rs`). A penalty adds to what the key
+            // owes: every old state is carried into its state first (decided on or not), and
+            // the penalty spent there; on its state alone it lay under the old debt the next
+            // call carried (10 admitted where it left 5, inside the old window or past it:
+            // probes_carry_attacks). On a store that does not carry, the old states are
+            // decided whole meanwhile: spent on each. A reward gives back on every one (else
+            // the next call carries back what it gave).
+            let carries = penalty && store.carries() && !old_keys.is_empty();
+            if carries {
+                let own = [Check {
+                    key: StoreKey::composed(&store_key),
+                    quota,
+                    cost: 0,
+                }];
+                let carried: Vec<Carry<'_>> = (old_keys.iter())
+                    .map(|(old_key, quota)| Carry {
+                        from: StoreKey::composed(old_key),
+                        quota,
+                        into: 0,
+                    })
+                    .collect();
+                let stacked = Stacked::carrying(&own, &carried, now, StoreMode::Look)?;
+                store.decide_all(stacked).await?;
             }
+            let olds = old_keys.iter().filter(|_| !carries);
             let states = std::iter::once((store_key.as_str(), quota))
-                .chain(old_keys.iter().map(|(k, q)| (k.as_str(), *q)));
+                .chain(olds.map(|(k, q)| (k.as_str(), *q)));
             for (store_key, quota) in states {
                 let key_in_store = StoreKey::composed(store_key);
                 let adjustment = match penalty {
@@ -103,7 +118,8 @@ impl RateLimitService {
                 };
                 store.adjust(adjustment).await?;
                 if penalty && quota.strategy() == crate::syntax::Strategy::TokenBucket {
-                    // At most the tolerance owed before and the penalty's tokens after.
+                    // At least the tolerance owed before and the penalty's tokens after (more
+                    // where penalties stack: the level after, below).
                     let debt = quota.interval_nanos().saturating_mul(units);
                     let until = now
                         .saturating_add(quota.tolerance_nanos())
@@ -117,6 +133,28 @@ impl RateLimitService {
             Started::Now(decided) => decided,
             Started::Later(later) => later.await,
         };
+        if let (true, Ok(level)) = (penalty && generation.config.enabled(), &decided) {
+            // Where penalties stack, a debt past the tolerance before this one: each state
+            // adjusted owes at most a call and a tolerance past the level left (the state with
+            // the longest wait's end): three penalties of 10 on a bucket of 10 a minute owed
+            // 4 minutes, counted as 2 above, and the moved bucket asked at +170 s was fresh
+            // (probes_carry_attacks).
+            let now = self.inner.clock.now();
+            let most = (std::iter::once(site.quota)
+                .chain(site.other_states_at(now).map(|o| &o.quota)))
+            .filter(|q| q.strategy() == crate::syntax::Strategy::TokenBucket)
+            .map(|q| {
+                q.tolerance_nanos()
+                    .saturating_add(q.interval_nanos().saturating_mul(site.cost))
+            })
+            .max();
+            if let Some(most) = most {
+                let owed = level.reset_after.as_nanos().min(u128::from(u64::MAX)) as u64;
+                let until = now.saturating_add(owed).saturating_add(most);
+                let latest = &self.inner.penalized_until;
+                latest.fetch_max(until, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
         decided
     }
 }
