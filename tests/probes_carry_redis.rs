@@ -67,15 +67,10 @@ fn on(minutes: u32) -> ConfigBuilder {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn tasks_racing_after_a_move_on_redis_get_exactly_what_the_carried_debt_leaves() {
     let server = RedisServer::start();
-    let (service, clock) = on_redis(&server, &prefix("carry-race"), on(1));
+    let p = prefix("carry-race");
+    let (service, clock) = on_redis(&server, &p, on(1));
     assert_eq!(admitted(&service, &Options::new(), 5).await, 5);
-    service
-        .reload(redis_config(
-            &server,
-            &service.config().key_prefix().to_owned(),
-            on(2),
-        ))
-        .unwrap();
+    service.reload(redis_config(&server, &p, on(2))).unwrap();
     clock.advance(MINUTE);
     let tasks: Vec<_> = (0..8)
         .map(|_| {
