@@ -120,6 +120,7 @@ impl Quota {
     /// the call for one window after the reload, when a token bucket's debt is at most its
     /// tolerance and a block begun then lasts its block. A penalty may leave more debt than
     /// the tolerance: what outlasts this is carried only by a call within it.
+    #[inline]
     pub(crate) fn outlasts_by(&self) -> Nanos {
         let debt = match self.strategy {
             Strategy::TokenBucket => self.tolerance_nanos(),

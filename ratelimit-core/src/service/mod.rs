@@ -380,9 +380,9 @@ impl RateLimitService {
         if !options.overrides.is_empty() {
             let quota = own.insert(config.quota(tier, options.overrides)?);
             self.inner.store.supports(quota)?;
-            let outlasts = &self.inner.own_outlasts;
-            if quota.outlasts_by() > outlasts.load(Ordering::Relaxed) {
-                outlasts.fetch_max(quota.outlasts_by(), Ordering::Relaxed);
+            let (outlasts, latest) = (quota.outlasts_by(), &self.inner.own_outlasts);
+            if outlasts > latest.load(Ordering::Relaxed) {
+                latest.fetch_max(outlasts, Ordering::Relaxed);
             }
             return Ok(Resolved {
                 quota,

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::{Adjustment, Check, MemoryStore, Refund, Request, Stacked, Store};
+use super::{Adjustment, Carry, Check, MemoryStore, Refund, Request, Stacked, Store};
 use crate::decision::Decision;
 use crate::error::Error;
 use crate::quota::{Quota, QuotaError};
@@ -143,16 +143,21 @@ impl<S: Store> Failover<S> {
 }
 
 /// This process's share of `quota` while the store is away: limit, burst and refill divided
-/// by `pods`.
+/// by `pods`, its block kept (made without it, a local refusal began no block: a key the
+/// quota blocks for an hour once refused was admitted again as the local window turned).
 fn share(quota: &Quota, pods: u32) -> Result<Quota, Error> {
     let pods = u64::from(pods.max(1));
-    Ok(Quota::from_parts(
+    let share = Quota::from_parts(
         quota.limit() / pods,
         quota.window(),
         quota.burst() / pods,
         quota.strategy(),
         quota.refill_setting().map(|r| (r / pods).max(1)),
-    )?)
+    )?;
+    Ok(match quota.block() {
+        Some(block) => share.with_block(block)?,
+        None => share,
+    })
 }
 
 impl<S: Store> Store for Failover<S> {
@@ -203,7 +208,20 @@ impl<S: Store> Store for Failover<S> {
                     .zip(&shares)
                     .map(|(c, quota)| Check { quota, ..*c })
                     .collect();
-                let local = local.decide_all_at(&Stacked::new(&local_checks, now, stacked.mode())?);
+                // The moved limits' old states are carried in the local share too: built
+                // without them, a moved bucket's local state forgot its old debt while the
+                // store was away.
+                let carried = stacked.carried();
+                let carried_shares = (carried.iter())
+                    .map(|c| share(c.quota, pods))
+                    .collect::<Result<Vec<_>, _>>()?;
+                let local_carried: Vec<Carry<'_>> = (carried.iter())
+                    .zip(&carried_shares)
+                    .map(|(c, quota)| Carry { quota, ..*c })
+                    .collect();
+                let local_stack =
+                    Stacked::carrying(&local_checks, &local_carried, now, stacked.mode())?;
+                let local = local.decide_all_at(&local_stack);
                 // Never given back: see `instead`.
                 local.map(|all| all.into_iter().map(|d| d.stamped(0)).collect())
             }
@@ -266,5 +284,101 @@ impl<S: Store> Store for Failover<S> {
 
     fn supports(&self, quota: &Quota) -> Result<(), QuotaError> {
         self.store.supports(quota)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::store::{Mode, StoreKey};
+    use crate::syntax::Strategy;
+
+    /// A store that never answers: every decision is a store failure.
+    struct Away;
+
+    impl Store for Away {
+        async fn decide(&self, _: Request<'_>) -> Result<Decision, Error> {
+            Err(Error::Store {
+                message: "away".into(),
+            })
+        }
+        async fn decide_all(&self, _: Stacked<'_>) -> Result<Vec<Decision>, Error> {
+            Err(Error::Store {
+                message: "away".into(),
+            })
+        }
+        async fn reset(&self, _: &str) -> Result<bool, Error> {
+            Ok(false)
+        }
+    }
+
+    const SEC: u64 = 1_000_000_000;
+    const NOW: u64 = 1_700_000_000 * SEC;
+
+    fn local() -> Failover<Away> {
+        Failover::new(Away, FailurePolicy::Local { pods: 1 })
+    }
+
+    fn run<T>(f: impl std::future::Future<Output = T>) -> T {
+        futures::executor::block_on(f)
+    }
+
+    /// While the store is away, a moved bucket's local state carries its old local state:
+    /// 15 spent at 6 s a token on the old key, the moved bucket (the same, another key) gives
+    /// nothing at once and 1 after 6 s. Built without the carried states, it gave 15.
+    #[test]
+    fn the_local_share_carries_a_moved_limits_old_state() {
+        let store = local();
+        let bucket = |window: u64, refill: u64| {
+            let window = Duration::from_secs(window);
+            Quota::from_parts(10, window, 5, Strategy::TokenBucket, Some(refill)).unwrap()
+        };
+        let (old, moved) = (bucket(60, 10), bucket(120, 20));
+        let (from, into) = (StoreKey::new("old").unwrap(), StoreKey::new("new").unwrap());
+        for _ in 0..15 {
+            let spend = Request::spend(from, &old, 1, NOW).unwrap();
+            assert!(run(store.decide(spend)).unwrap().allowed);
+        }
+        let admitted = |at: u64| {
+            let checks = [Check {
+                key: into,
+                quota: &moved,
+                cost: 1,
+            }];
+            let carried = [Carry {
+                from,
+                quota: &old,
+                into: 0,
+            }];
+            let stacked = Stacked::carrying(&checks, &carried, at, Mode::Spend).unwrap();
+            run(store.decide_all(stacked)).unwrap()[0].allowed
+        };
+        assert!(!admitted(NOW), "the old debt forgotten at once");
+        assert!(admitted(NOW + 6 * SEC));
+        assert!(!admitted(NOW + 6 * SEC));
+    }
+
+    /// While the store is away, a local refusal under a quota with a block blocks the key:
+    /// 2 a second blocking for an hour, the third call refused, and the key still refused a
+    /// minute later. The local share dropped the block: 2 admitted again a second later.
+    #[test]
+    fn the_local_share_keeps_a_quotas_block() {
+        let store = local();
+        let quota = Quota::per_second(2)
+            .unwrap()
+            .with_block(Duration::from_secs(3_600))
+            .unwrap();
+        let key = StoreKey::new("k").unwrap();
+        let spend = |at: u64| run(store.decide(Request::spend(key, &quota, 1, at).unwrap()));
+        let admitted: usize = (0..3)
+            .map(|_| usize::from(spend(NOW).unwrap().allowed))
+            .sum();
+        assert_eq!(admitted, 2);
+        assert!(
+            !spend(NOW + 60 * SEC).unwrap().allowed,
+            "the block forgotten"
+        );
     }
 }
