@@ -20,6 +20,7 @@ pub(crate) mod memory;
 #[cfg(feature = "redis")]
 pub(crate) mod redis;
 mod request;
+mod stacked;
 mod state;
 
 // Without Redis, only doc links (`crate::store::FailurePolicy`) name these here.
@@ -28,7 +29,8 @@ pub(crate) use self::failover::{Failover, FailurePolicy};
 pub(crate) use self::memory::{MemoryOptions, MemoryStore};
 #[cfg(feature = "redis")]
 pub(crate) use self::redis::{RedisOptions, RedisStore};
-pub use self::request::{Adjustment, Carry, Check, Mode, Refund, Request, Stacked, StoreKey};
+pub use self::request::{Adjustment, Mode, Refund, Request, StoreKey};
+pub use self::stacked::{Carry, Check, Stacked};
 pub use self::state::StoredState;
 
 use crate::decision::Decision;

@@ -1,0 +1,168 @@
+//! What a store is asked for several limits decided as one: [`Stacked`], its [`Check`]s and
+//! the old states it carries ([`Carry`]). Checked when made, as a [`Request`] is.
+//!
+//! [`Request`]: super::Request
+
+use super::request::{Mode, Request, StoreKey};
+use crate::algorithm;
+use crate::clock::Nanos;
+use crate::error::Error;
+use crate::quota::Quota;
+
+/// One limit of a [`Stacked`] call: a key, its quota, the call's cost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Check<'a> {
+    /// The store key.
+    pub key: StoreKey<'a>,
+    /// The limit.
+    pub quota: &'a Quota,
+    /// What the call costs under it.
+    pub cost: u64,
+}
+
+/// A state a reload moved one of a stacked call's limits away from (another window, tier
+/// name or key prefix: another store key), which may still hold something the moved limit's
+/// state must not forget ([`Stacked::carried`]): a token bucket's debt, a block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Carry<'a> {
+    /// The old state's key.
+    pub from: StoreKey<'a>,
+    /// The limit it was decided under.
+    pub quota: &'a Quota,
+    /// The check whose state it is carried into (an index into [`Stacked::checks`]).
+    pub into: usize,
+}
+
+impl Carry<'_> {
+    /// The penalty, in tokens, that carries what the old state owes into the moved limit's
+    /// state: when both are token buckets, the old one full again at `from_full_at` (a look
+    /// of cost 0 at it: its `reset_at`) and the moved one at `into_full_at` under `into`, at
+    /// `now`, the least whole tokens of `into` that leave the moved bucket full again no
+    /// sooner than the old one; 0 when it is already, or either is another algorithm. A token
+    /// bucket's state is a debt in time (as a reload on one state keeps it, whatever the
+    /// refill: `Quota::held_to`), so the debt is carried as time: carried as tokens, at
+    /// each bucket's interval, a slower old bucket's debt drained slower than the moved one's
+    /// and was carried again at every call, the moved bucket held to the old refill and its
+    /// refusals' waits untrue (probes_draining_attacks). The one rule every store carries by
+    /// (`lua/carry.lua`'s `carried_units` too, in microseconds).
+    pub fn penalty(
+        &self,
+        from_full_at: Nanos,
+        into: &Quota,
+        into_full_at: Nanos,
+        now: Nanos,
+    ) -> u64 {
+        if !self.quota.carries_debt_into(into) {
+            return 0;
+        }
+        let owed = from_full_at.saturating_sub(into_full_at.max(now));
+        owed.div_ceil(into.interval_nanos().max(1))
+    }
+
+    /// Until when the moved limit's state is blocked for a block on the old state until
+    /// `from_blocked_until` (its [`block`](Quota::block) in force at `now`): when the moved
+    /// limit's quota has a block (a quota without one reads none, on any state).
+    pub fn block(&self, into: &Quota, from_blocked_until: Nanos, now: Nanos) -> Option<Nanos> {
+        (into.block_nanos() > 0 && self.quota.block_nanos() > 0 && from_blocked_until > now)
+            .then_some(from_blocked_until)
+    }
+}
+
+/// A call decided against several limits as one ([`Store::decide_all`](super::Store::decide_all)),
+/// at one time and in one mode. Made checked: every check's cost as for a [`Request`], and no
+/// key twice (its two looks would both see the state before either spent).
+#[derive(Debug, Clone, Copy)]
+pub struct Stacked<'a> {
+    checks: &'a [Check<'a>],
+    carried: &'a [Carry<'a>],
+    now: Nanos,
+    mode: Mode,
+}
+
+impl<'a> Stacked<'a> {
+    /// `checks` at `now` in `mode`, checked.
+    pub fn new(checks: &'a [Check<'a>], now: Nanos, mode: Mode) -> Result<Self, Error> {
+        Self::carrying(checks, &[], now, mode)
+    }
+
+    /// `checks` at `now` in `mode`, each state `carried` names carried into its check's
+    /// first ([`carried`](Self::carried)), checked: each carried into a check there is, from
+    /// another key than that check's.
+    pub fn carrying(
+        checks: &'a [Check<'a>],
+        carried: &'a [Carry<'a>],
+        now: Nanos,
+        mode: Mode,
+    ) -> Result<Self, Error> {
+        for (i, check) in checks.iter().enumerate() {
+            if checks[..i].iter().any(|other| other.key == check.key) {
+                return Err(Error::InvalidKey {
+                    reason: "the same key twice in one stacked decision",
+                });
+            }
+            algorithm::check_cost(check.quota, check.cost, mode.spends())?;
+        }
+        for carry in carried {
+            if checks.get(carry.into).is_none_or(|c| c.key == carry.from) {
+                return Err(Error::InvalidKey {
+                    reason: "a state carried into no other check of the stacked decision",
+                });
+            }
+        }
+        Ok(Stacked {
+            checks,
+            carried,
+            now,
+            mode,
+        })
+    }
+
+    /// The limits, in order.
+    pub fn checks(&self) -> &'a [Check<'a>] {
+        self.checks
+    }
+
+    /// The old states a reload moved some of the limits away from, each carried into its
+    /// check's state before anything is decided, in one atomic step with the decision, so
+    /// that the moved limit's state is never fresher than the old one's: a token bucket
+    /// (both token buckets) owes at least the tokens the old one owes
+    /// ([`Carry::penalty`], applied as a [`Store::adjust`](super::Store::adjust) penalty
+    /// would be), and a key blocked on the old state is blocked on the moved one until the
+    /// same time when the moved limit's quota blocks ([`Carry::block`]). Written in every
+    /// mode, a look's too (what is carried is what the state is). A store that does this says
+    /// so with [`Store::carries`](super::Store::carries).
+    pub fn carried(&self) -> &'a [Carry<'a>] {
+        self.carried
+    }
+
+    /// Each limit as the one-limit request it is, in order.
+    pub fn requests(&self) -> impl Iterator<Item = Request<'a>> + 'a {
+        let (now, mode) = (self.now, self.mode);
+        self.checks
+            .iter()
+            .map(move |c| Request::checked(c.key, c.quota, c.cost, now, mode))
+    }
+
+    /// The time of the decision.
+    pub fn now(&self) -> Nanos {
+        self.now
+    }
+
+    /// Whether the call spends or looks.
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// Whether the call spends.
+    pub fn spends(&self) -> bool {
+        self.mode.spends()
+    }
+
+    /// The same call as a look at every limit.
+    pub fn as_look(&self) -> Self {
+        Stacked {
+            mode: Mode::Look,
+            ..*self
+        }
+    }
+}
