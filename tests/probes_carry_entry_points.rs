@@ -14,17 +14,11 @@ use ratelimit::{
     rate_limit, Config, ConfigBuilder, Error, ModuleBuilder, Options, RateLimitService, Strategy,
     Tier,
 };
-use ratelimit_tests::{bucket_a_minute, now, reload_to as reload, service};
+use ratelimit_tests::{admitted, bucket_a_minute, now, reload_to as reload, service};
 
 const MINUTE: Duration = Duration::from_secs(60);
 const HOUR: Duration = Duration::from_secs(3_600);
 const MILLI: Duration = Duration::from_millis(1);
-
-fn admitted(service: &RateLimitService, options: &Options, n: usize) -> usize {
-    (0..n)
-        .filter(|_| now(service.consume("k", options)).is_ok_and(|d| d.allowed))
-        .count()
-}
 
 /// A token-bucket tier `name` of 10 plus a burst of 5 at a token every 6 s on `window`.
 fn bucket_tier(name: &str, window: Duration) -> Tier {

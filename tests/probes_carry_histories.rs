@@ -9,17 +9,11 @@
 use std::time::Duration;
 
 use ratelimit::{Config, ConfigBuilder, Options, RateLimitService, Strategy, Tier};
-use ratelimit_tests::{bucket_a_minute, now, reload_to as reload, service, START};
+use ratelimit_tests::{admitted, bucket_a_minute, now, reload_to as reload, service, START};
 
 const MINUTE: Duration = Duration::from_secs(60);
 const HOUR: Duration = Duration::from_secs(3_600);
 const SECOND: Duration = Duration::from_secs(1);
-
-fn admitted(service: &RateLimitService, options: &Options, n: usize) -> usize {
-    (0..n)
-        .filter(|_| now(service.consume("k", options)).is_ok_and(|d| d.allowed))
-        .count()
-}
 
 /// The bucket of 10 plus 5 at a token every 6 s, on a window of `minutes`: the same bucket
 /// on another state for each window.

@@ -14,16 +14,11 @@ use std::time::Duration;
 use ratelimit::{
     ConfigBuilder, Options, RateLimitService, Strategy, Tier, MAX_CAPACITY, MAX_WINDOW,
 };
-use ratelimit_tests::{bucket_a_minute as bucket, now, reload_to as reload, service, Rng};
+use ratelimit_tests::{
+    admitted, bucket_a_minute as bucket, now, reload_to as reload, service, Rng,
+};
 
 const MINUTE: Duration = Duration::from_secs(60);
-
-/// Calls of `cost` on `"k"` admitted out of `n`, at the clock's instant.
-fn admitted(service: &RateLimitService, options: &Options, n: usize) -> usize {
-    (0..n)
-        .filter(|_| now(service.consume("k", options)).is_ok_and(|d| d.allowed))
-        .count()
-}
 
 /// 10 a minute refilled every second, all spent; a reload to 10 a minute refilled once a
 /// minute, then back to the first, all at one instant. Every configuration ever installed

@@ -14,7 +14,7 @@ use ratelimit::{
     Config, ConfigBuilder, Error, ManualClock, Options, RateLimitService, Strategy, Tier,
 };
 use ratelimit_tests::stored_map::StoredMap;
-use ratelimit_tests::{bucket_a_minute, now, reload_to as reload, service, START};
+use ratelimit_tests::{bucket_a_minute, moved, now, reload_to as reload, service, START};
 
 const MINUTE: Duration = Duration::from_secs(60);
 const HOUR: Duration = Duration::from_secs(3_600);
@@ -24,12 +24,6 @@ fn admitted(service: &RateLimitService, n: usize) -> usize {
     (0..n)
         .filter(|_| now(service.consume("k", &Options::new())).is_ok_and(|d| d.allowed))
         .count()
-}
-
-/// `bucket_a_minute(limit, burst, refill)` on a window of two minutes at the same rate:
-/// the same bucket on another state.
-fn moved(limit: u64, burst: u64, refill: u64) -> ConfigBuilder {
-    bucket_a_minute(limit, burst, refill * 2).default_window(2 * MINUTE)
 }
 
 /// A look at the moved bucket past the old window reads the carried debt: 15 spent at 6 s a

@@ -14,23 +14,10 @@
 
 use std::time::Duration;
 
-use ratelimit::{Config, ConfigBuilder, Options, RateLimitService, Strategy, Tier};
-use ratelimit_tests::{bucket_a_minute, now, reload_to as reload, service};
+use ratelimit::{Config, Options, Strategy, Tier};
+use ratelimit_tests::{admitted, bucket_a_minute, moved, now, reload_to as reload, service};
 
 const MINUTE: Duration = Duration::from_secs(60);
-
-/// Calls of `options` on `"k"` admitted out of `n`, at the clock's instant.
-fn admitted(service: &RateLimitService, options: &Options, n: usize) -> usize {
-    (0..n)
-        .filter(|_| now(service.consume("k", options)).is_ok_and(|d| d.allowed))
-        .count()
-}
-
-/// `bucket_a_minute(limit, burst, refill)` moved to a window of two minutes at the same rate
-/// (twice the refill a window): the same bucket on another state.
-fn moved(limit: u64, burst: u64, refill: u64) -> ConfigBuilder {
-    bucket_a_minute(limit, burst, refill * 2).default_window(2 * MINUTE)
-}
 
 /// 10 plus a burst of 5 refilled 10 a minute (a token every 6 s, a debt of 90 s at most), all
 /// 15 spent; a reload moves the same bucket to a window of two minutes (another state, the

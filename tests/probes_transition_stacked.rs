@@ -5,18 +5,11 @@
 
 use std::time::Duration;
 
-use ratelimit::{Config, ConfigBuilder, Options, RateLimitService, Strategy, Tier};
-use ratelimit_tests::{bucket_a_minute, now, reload_to as reload, service};
+use ratelimit::{Config, ConfigBuilder, Options, Strategy, Tier};
+use ratelimit_tests::{admitted, bucket_a_minute, now, reload_to as reload, service};
 
 const MINUTE: Duration = Duration::from_secs(60);
 const HOUR: Duration = Duration::from_secs(3_600);
-
-/// Calls of `options` on `"k"` admitted out of `n`, at the clock's instant.
-fn admitted(service: &RateLimitService, options: &Options, n: usize) -> usize {
-    (0..n)
-        .filter(|_| now(service.consume("k", options)).is_ok_and(|d| d.allowed))
-        .count()
-}
 
 /// A fixed-window tier `"a"` (the default tier) of `limit` per `window`, blocking a key an
 /// hour once refused.

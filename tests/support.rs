@@ -788,3 +788,17 @@ pub fn drawn_config(
     }
     b
 }
+
+/// Calls of `options` on `"k"` admitted out of `n`, at the clock's instant (the probes of
+/// reloads and their transitions).
+pub fn admitted(service: &RateLimitService, options: &ratelimit::Options, n: usize) -> usize {
+    (0..n)
+        .filter(|_| now(service.consume("k", options)).is_ok_and(|d| d.allowed))
+        .count()
+}
+
+/// [`bucket_a_minute`]`(limit, burst, refill)` on a window of two minutes at the same rate
+/// (twice the refill a window): the same bucket on another state, where a reload moves it.
+pub fn moved(limit: u64, burst: u64, refill: u64) -> ratelimit::ConfigBuilder {
+    bucket_a_minute(limit, burst, refill * 2).default_window(Duration::from_secs(120))
+}
