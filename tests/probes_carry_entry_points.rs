@@ -223,6 +223,17 @@ fn tokio_service(config: ConfigBuilder) -> RateLimitService {
     RateLimitService::with_clock(config.build().unwrap(), Arc::new(TokioClock::new())).unwrap()
 }
 
+/// The bucket of 15 spent (calls that do not wait), then moved to two minutes.
+async fn spent_and_moved(service: &RateLimitService, opts: &Options) {
+    for _ in 0..15 {
+        let spent = service.consume("k", &opts.clone().queue(false)).await;
+        assert!(spent.unwrap().allowed);
+    }
+    service
+        .reload(waiting(2 * MINUTE).build().unwrap())
+        .unwrap();
+}
+
 /// The bucket of 15 spent, moved; 20 callers waiting in the queue. They are admitted one
 /// every 6 s, across the old window's end too (no burst of the fresh state at +60 s): at
 /// 6, 12, ..., 120 s.
@@ -231,18 +242,7 @@ async fn waiters_across_the_old_windows_end_are_admitted_at_the_buckets_rate() {
     let service = tokio_service(waiting(MINUTE));
     let start = tokio::time::Instant::now();
     let opts = Options::new().tier("a");
-    for _ in 0..15 {
-        assert!(
-            service
-                .consume("k", &opts.clone().queue(false))
-                .await
-                .unwrap()
-                .allowed
-        );
-    }
-    service
-        .reload(waiting(2 * MINUTE).build().unwrap())
-        .unwrap();
+    spent_and_moved(&service, &opts).await;
     let mut tasks = Vec::new();
     for n in 1..=20u64 {
         let (svc, opts) = (service.clone(), opts.clone());
@@ -271,18 +271,7 @@ async fn until_ready_across_the_old_windows_end_waits_for_the_bucket() {
     let service = tokio_service(waiting(MINUTE));
     let start = tokio::time::Instant::now();
     let opts = Options::new().tier("a");
-    for _ in 0..15 {
-        assert!(
-            service
-                .consume("k", &opts.clone().queue(false))
-                .await
-                .unwrap()
-                .allowed
-        );
-    }
-    service
-        .reload(waiting(2 * MINUTE).build().unwrap())
-        .unwrap();
+    spent_and_moved(&service, &opts).await;
     let deadline = start + Duration::from_secs(600);
     for i in 1..=15u64 {
         let d = service.until_ready("k", &opts, deadline).await.unwrap();
