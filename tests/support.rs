@@ -617,7 +617,13 @@ pub mod grpc {
 
     use ratelimit::http::{GrpcAnswers, RateLimitLayer};
     use tokio::sync::oneshot;
-    use tonic::transport::{Channel, Server};
+    use tonic::transport::{
+        Certificate, Channel, ClientTlsConfig, Identity, Server, ServerTlsConfig,
+    };
+
+    const TLS_CA: &str = include_str!("fixtures/tls/ca.pem");
+    const TLS_CERT: &str = include_str!("fixtures/tls/server.pem");
+    const TLS_KEY: &str = include_str!("fixtures/tls/server.key");
 
     /// The calls that got past the rate-limit layer: a layer inside it counts them.
     #[derive(Clone)]
@@ -655,13 +661,30 @@ pub mod grpc {
     impl GrpcServer {
         /// Serves the health service behind `layer`.
         pub async fn start(layer: RateLimitLayer<GrpcAnswers>) -> GrpcServer {
+            GrpcServer::serve(layer, false).await
+        }
+
+        /// [`start`](Self::start) over TLS, with the certificate in `fixtures/tls` (a test
+        /// CA's, for `localhost` and 127.0.0.1, valid until 2126); the channel trusts that CA.
+        pub async fn start_tls(layer: RateLimitLayer<GrpcAnswers>) -> GrpcServer {
+            GrpcServer::serve(layer, true).await
+        }
+
+        async fn serve(layer: RateLimitLayer<GrpcAnswers>, tls: bool) -> GrpcServer {
             let (reporter, health) = tonic_health::server::health_reporter();
             let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
             let addr = listener.local_addr().unwrap();
             let runs = Arc::new(AtomicUsize::new(0));
             let counted = Arc::clone(&runs);
             let (stop, stopped) = oneshot::channel::<()>();
-            let server = Server::builder()
+            let mut builder = Server::builder();
+            if tls {
+                let identity = Identity::from_pem(TLS_CERT, TLS_KEY);
+                builder = builder
+                    .tls_config(ServerTlsConfig::new().identity(identity))
+                    .unwrap();
+            }
+            let server = builder
                 .layer(layer)
                 .layer(tower::layer::layer_fn(move |inner| Counted {
                     inner,
@@ -675,13 +698,20 @@ pub mod grpc {
                     },
                 );
             tokio::spawn(server);
-            let channel = Channel::from_shared(format!("http://{addr}"))
-                .unwrap()
-                .connect()
-                .await
-                .unwrap();
+            let endpoint = match tls {
+                false => Channel::from_shared(format!("http://{addr}")).unwrap(),
+                true => {
+                    let trust = ClientTlsConfig::new()
+                        .ca_certificate(Certificate::from_pem(TLS_CA))
+                        .domain_name("localhost");
+                    Channel::from_shared(format!("https://localhost:{}", addr.port()))
+                        .unwrap()
+                        .tls_config(trust)
+                        .unwrap()
+                }
+            };
             GrpcServer {
-                channel,
+                channel: endpoint.connect().await.unwrap(),
                 reporter,
                 runs,
                 _stop: stop,
