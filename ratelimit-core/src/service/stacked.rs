@@ -24,12 +24,14 @@ impl RateLimitService {
     /// [`Error::MixedStack`], and no limit at all [`Error::NoLimit`], before anything is
     /// spent or counted.
     ///
-    /// With the Redis store the limits are one script in one round trip; in a Redis Cluster
-    /// their keys must live in one slot, which the service's keys do when the limits share
-    /// their user key (it is the hash tag). Limits without a user key (an annotated fn
-    /// without `key = ...`) may land in different slots: Redis then refuses the whole call
-    /// (`CROSSSLOT`, an [`Error::InvalidKey`] whatever the failure policy), so it is refused,
-    /// never half spent.
+    /// With the Redis store the limits are one script in one round trip. In a Redis Cluster
+    /// one script reads one slot's keys, which the service's keys of one user key are (it is
+    /// the hash tag); limits on several user keys (a user's and an address's), or beside an
+    /// fn-wide budget, are decided slot by slot, a script each: a call every slot admits
+    /// spent from each limit, and one refused, once answered, from none (what an earlier slot
+    /// spent for it is given back), no limit ever admitting more than it holds. Between a
+    /// slot's spend and its give-back another call may be refused for those units (never
+    /// admitted); a call dropped in between leaves them spent (fail closed).
     ///
     /// ```
     /// use ratelimit_core::{Config, Options, RateLimitService, Tier};

@@ -57,6 +57,7 @@ mod refusals;
 mod reply;
 mod round_trip;
 mod scripts;
+mod slots;
 mod stacked;
 mod store;
 

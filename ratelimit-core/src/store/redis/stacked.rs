@@ -4,12 +4,14 @@
 //!
 //! In a Redis Cluster every key of one run lives in one slot: the service's keys of one user
 //! key share their hash tag, an old state's too (it has the same user key), and the keys
-//! beside a state live in its slot (`ledger::beside`). A run whose keys do not share a slot
-//! (keys without a user key, whose empty tag `{}` Redis does not take for one, so each is
-//! hashed whole) is refused by Redis whole (`CROSSSLOT`, an [`Error::Store`]) before anything
+//! beside a state live in its slot (`ledger::beside`). The limits of a stacked call on keys
+//! of several slots (two user keys, or one beside an fn-wide budget) are run slot by slot
+//! (`slots.rs`). An old state in another slot than the limit it is carried into (keys
+//! without a user key, whose empty tag `{}` Redis does not take for one, so each is hashed
+//! whole) is refused by Redis whole (`CROSSSLOT`, an [`Error::InvalidKey`]) before anything
 //! is read: never half carried, never carried in part and decided.
 //!
-//! [`Error::Store`]: crate::Error::Store
+//! [`Error::InvalidKey`]: crate::Error::InvalidKey
 
 use std::sync::LazyLock;
 use std::time::Instant;

@@ -332,7 +332,14 @@ impl RedisStore {
             .collect();
         // Run when a limit is asked or a state carried (into any check, a zero capacity's
         // too, as every store carries).
-        let reply = self.run_stacked(stacked, &asked, commit, stamping).await?;
+        let reply = match self.slot_groups(&asked) {
+            None => self.run_stacked(stacked, &asked, commit, stamping).await?,
+            // Keys in several Cluster slots: decided slot by slot (`slots.rs`), boxed, as
+            // only such a call pays for it.
+            Some(groups) => {
+                Box::pin(self.run_across_slots(stacked, &asked, &groups, commit, stamping)).await?
+            }
+        };
         // With a stamp, the state's shift and the stamp follow each reply.
         let each = if stamping { 7 } else { 5 };
         if reply.len() != each * asked.len() {
@@ -473,7 +480,7 @@ impl Store for RedisStore {
     }
 
     async fn refund_all(&self, refunds: &[Refund<'_>]) -> Result<bool, Error> {
-        self.give_back(refunds).await
+        self.give_back_by_slot(refunds).await
     }
 }
 

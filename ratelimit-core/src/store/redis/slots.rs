@@ -1,0 +1,195 @@
+//! Stacked limits whose keys live in different Redis Cluster slots: limits on two user keys
+//! (a user's and an address's, the README's `login`), or a user's limit beside an fn-wide
+//! budget. No script reads keys of two slots (Redis answers `CROSSSLOT`, and every such call
+//! was refused), so such a call is decided slot by slot, in the order of its limits, each
+//! slot's limits as one in one script (`run_stacked`):
+//!
+//! - every slot's limits spend, stamped, while none has refused: a call every slot admits has
+//!   spent from every limit;
+//! - once one refuses, the slots after it are only looked at, except a slot with a limit that
+//!   blocks (`Quota::block`), which is asked to spend as one script would ask it, so that its
+//!   refusal begins its block; what any slot spent for the refused call is given back by its
+//!   stamp (`give_back`) and looked at again before the call is answered: a refused call,
+//!   once answered, has spent from no limit, and its figures are the looks one script gives.
+//!
+//! Each limit's own spend is atomic in its slot, so no limit ever admits more than it holds,
+//! whatever runs at once. What differs from one script is only ever a refusal: between a
+//! slot's spend and its give-back another call sees those units spent (and may be refused
+//! for them, never admitted); a call dropped in between, or a give-back Redis fails, leaves
+//! them spent until the window lets them go (held to the limit: fail closed, logged).
+//! Refunds of a spend kept across slots are given back slot by slot the same way.
+
+use redis::cluster_routing::Slot;
+
+use super::reply::{full, unexpected};
+use super::round_trip::Client;
+use super::RedisStore;
+use crate::decision::Decision;
+use crate::error::Error;
+use crate::store::{Carry, Check, Refund, Stacked};
+
+/// The indices of `items` grouped by the Cluster slot of `key(item)`, each group in order,
+/// the groups in the order of their first item.
+fn by_slot<T>(items: &[T], key: impl Fn(&T) -> &str) -> Vec<Vec<usize>> {
+    let mut groups: Vec<(Slot, Vec<usize>)> = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        let slot = Slot::for_key(key(item));
+        match groups.iter_mut().find(|(s, _)| *s == slot) {
+            Some((_, group)) => group.push(i),
+            None => groups.push((slot, vec![i])),
+        }
+    }
+    groups.into_iter().map(|(_, group)| group).collect()
+}
+
+impl RedisStore {
+    /// Whether the store is a Cluster's (whose keys of one script must share a slot).
+    fn is_cluster(&self) -> bool {
+        matches!(self.inner.client, Client::Cluster(..))
+    }
+
+    /// `asked` (the limits of a stacked call Redis decides) grouped by their keys' slots;
+    /// `None` on one server, or when every key lies in one slot (one script decides them).
+    pub(super) fn slot_groups(&self, asked: &[&Check<'_>]) -> Option<Vec<Vec<usize>>> {
+        if !self.is_cluster() {
+            return None;
+        }
+        let groups = by_slot(asked, |c| c.key.as_str());
+        (groups.len() > 1).then_some(groups)
+    }
+
+    /// [`run_stacked`](Self::run_stacked)'s reply for `asked` (in order, `each` integers a
+    /// limit: 7 when `stamping`, else 5), whose keys lie in the slots of `groups`: decided
+    /// slot by slot (see the module's header). `commit`: the call spends.
+    pub(super) async fn run_across_slots(
+        &self,
+        stacked: &Stacked<'_>,
+        asked: &[&Check<'_>],
+        groups: &[Vec<usize>],
+        commit: bool,
+        stamping: bool,
+    ) -> Result<Vec<i64>, Error> {
+        let each = if stamping { 7 } else { 5 };
+        let mut parts: Vec<Vec<i64>> = Vec::with_capacity(groups.len());
+        let mut spent = Vec::new();
+        let mut refused = false;
+        for (g, group) in groups.iter().enumerate() {
+            let blocks = group.iter().any(|&i| asked[i].quota.block().is_some());
+            let spends = commit && (!refused || blocks);
+            let part = self.run_group(stacked, asked, group, spends).await?;
+            let admitted = part.chunks(if spends { 7 } else { 5 }).all(|r| r[0] == 1);
+            if spends && admitted {
+                spent.push(g);
+            }
+            refused |= !admitted;
+            parts.push(part);
+        }
+        if refused {
+            for g in spent {
+                self.give_back_spent(stacked, asked, &groups[g], &parts[g])
+                    .await;
+                parts[g] = self.run_group(stacked, asked, &groups[g], false).await?;
+            }
+        }
+        let mut reply = vec![0; each * asked.len()];
+        for (group, part) in groups.iter().zip(&parts) {
+            let width = part.len() / group.len().max(1);
+            for (j, &i) in group.iter().enumerate() {
+                let r = &part[j * width..(j + 1) * width];
+                let n = width.min(each);
+                reply[i * each..i * each + n].copy_from_slice(&r[..n]);
+            }
+        }
+        Ok(reply)
+    }
+
+    /// The stacked script on the limits `group` of `asked` (one slot's), with the states
+    /// `stacked` carries into them: spending and stamped (7 integers a limit) when `spends`,
+    /// else a look (5).
+    async fn run_group(
+        &self,
+        stacked: &Stacked<'_>,
+        asked: &[&Check<'_>],
+        group: &[usize],
+        spends: bool,
+    ) -> Result<Vec<i64>, Error> {
+        let checks: Vec<Check<'_>> = group.iter().map(|&i| *asked[i]).collect();
+        let carried: Vec<Carry<'_>> = stacked
+            .carried()
+            .iter()
+            .filter_map(|carry| {
+                let into = stacked.checks().get(carry.into)?.key;
+                let at = checks.iter().position(|c| c.key == into)?;
+                Some(Carry { into: at, ..*carry })
+            })
+            .collect();
+        let mode = match spends {
+            true => crate::store::Mode::Keep,
+            false => crate::store::Mode::Look,
+        };
+        let one = Stacked::carrying(&checks, &carried, stacked.now(), mode)?;
+        let mine: Vec<&Check<'_>> = checks.iter().collect();
+        let part = self.run_stacked(&one, &mine, spends, spends).await?;
+        if part.len() != if spends { 7 } else { 5 } * checks.len() {
+            return Err(unexpected(&part));
+        }
+        Ok(part)
+    }
+
+    /// Gives back what the limits `group` of `asked` spent for a call another slot refused
+    /// (their stamped replies, `part`): a give-back that fails leaves the spend (fail closed),
+    /// logged.
+    async fn give_back_spent(
+        &self,
+        stacked: &Stacked<'_>,
+        asked: &[&Check<'_>],
+        group: &[usize],
+        part: &[i64],
+    ) {
+        let mut refunds = Vec::with_capacity(group.len());
+        for (j, &i) in group.iter().enumerate() {
+            let (check, r) = (asked[i], &part[j * 7..(j + 1) * 7]);
+            let Some((verdict, at)) = full(&r[..5]) else {
+                return;
+            };
+            let (shift, stamp) = (r[5].max(0) as u64 * 1_000, r[6].max(0) as u64);
+            let receipt = Decision::for_quota(verdict, at, check.quota)
+                .stamped(stamp)
+                .shifted(shift)
+                .receipt();
+            refunds.push(Refund::of(
+                check.key,
+                check.quota,
+                check.cost,
+                receipt,
+                stacked.now(),
+            ));
+        }
+        match self.give_back(&refunds).await {
+            Ok(true) => {}
+            given => tracing::warn!(
+                ?given,
+                "a stacked call refused in one Redis Cluster slot kept what it spent in another: \
+                 held there until its window lets it go"
+            ),
+        }
+    }
+
+    /// Gives back `refunds` slot by slot on a Cluster (one script each), all at once
+    /// elsewhere: whether every one was.
+    pub(super) async fn give_back_by_slot(&self, refunds: &[Refund<'_>]) -> Result<bool, Error> {
+        if !self.is_cluster() {
+            return self.give_back(refunds).await;
+        }
+        let groups = by_slot(refunds, |r| r.key().as_str());
+        if groups.len() < 2 {
+            return self.give_back(refunds).await;
+        }
+        let mut all = true;
+        for group in groups {
+            let these: Vec<Refund<'_>> = group.iter().map(|&i| refunds[i]).collect();
+            all &= self.give_back(&these).await?;
+        }
+        Ok(all)
+    }
+}
