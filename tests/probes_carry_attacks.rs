@@ -180,7 +180,7 @@ fn a_refusal_near_the_old_windows_end_waits_for_the_carried_debt_not_the_whole_o
 }
 
 // ---------------------------------------------------------------------------------------
-// Penalties on blocked and stacked debts; and one found, not fixed (ignored, with figures).
+// Penalties on blocked and stacked debts.
 // ---------------------------------------------------------------------------------------
 
 /// The default tier `name`: a bucket of 3 at a token a second on `minutes`, blocking a key
@@ -286,10 +286,9 @@ fn stacked_penalties_past_the_tolerance_are_carried_with_no_call_meanwhile() {
 /// five minutes, blocked at the start; a penalty of 400 at +200 s leaves 500 s owed. A call at
 /// +200 s is refused "retry after 100 s", the block's end, where the bucket still owes 200 s:
 /// refused again then, and that refusal begins a new block of five minutes (measured: the
-/// retry at +300 s refused, "retry after 300 s"). A blocked refusal's wait would need the
-/// bucket's own wait beside the block's (the store's blocked verdict, in both stores).
+/// retry at +300 s refused, "retry after 300 s"). A blocked refusal's wait is now the later
+/// of the block's end and the state's own wait (`blocked_verdict`, `lua/stacked.lua`).
 #[test]
-#[ignore = "wrong answer: a blocked refusal's wait is the block's end where a penalty owes past it: refused again then, and blocked five minutes more"]
 fn a_blocked_refusals_wait_is_when_the_call_passes_after_a_penalty() {
     let (service, clock) = service(blocking_bucket("a", 1).build().unwrap());
     let plain = Options::new();

@@ -37,7 +37,8 @@
 --
 -- A block (`block_for`): a limit with one whose key is blocked refuses the call, whatever its
 -- algorithm says, until the block's end, the time its block key holds (in microseconds,
--- expiring then): {0, 0, end, end - TIME, TIME}. A call that would record and that the
+-- expiring then): {0, 0, end, wait, TIME}, the wait end - TIME or the state's own wait for the
+-- call where that is later (a look at it). A call that would record and that the
 -- limit's algorithm refuses blocks its key for the limit's block from TIME (a block in force
 -- is never shortened: none is, or the call was refused by it). A look never begins one.
 --
@@ -104,7 +105,13 @@ local function look_at(i, flag)
     until_us = until_us and until_us + 0
     if until_us and until_us > now then
       blocked[i] = true
-      replies[i] = {0, 0, until_us, until_us - now, now}
+      -- Its wait: the block's end, or the state's own wait for the call where that is later
+      -- (`blocked_verdict` in src/store/memory/blocks.rs).
+      local own = decide(i, '0')
+      if own.err then return own end
+      local wait = until_us - now
+      if own[1] == 0 and own[4] > wait then wait = own[4] end
+      replies[i] = {0, 0, until_us, wait, now}
     end
   end
   if not blocked[i] then
@@ -165,7 +172,7 @@ elseif spends then
       local until_us = now + block
       redis.call('SET', KEYS[blocks_at + i], string.format('%d', until_us), 'PXAT',
         string.format('%d', math.floor((until_us + 999) / 1000)))
-      replies[i] = {0, 0, until_us, block, now}
+      replies[i] = {0, 0, until_us, math.max(block, replies[i][4]), now}
     end
   end
 end

@@ -31,14 +31,24 @@ pub(super) fn block_after(
     (block > 0 && commit && !verdict.allowed).then(|| now.saturating_add(block))
 }
 
-/// The refusal of a call on a key blocked until `until`, decided at `now`.
+/// The refusal of a call on a key blocked until `until`, decided at `now`, where the key's
+/// own state answers the same call `own` (a look): its wait is the block's end, or the state's
+/// own wait where that is later (`lua/stacked.lua` alike). The block's end alone told a call
+/// to come back while the state still refused it (a penalty owing past the block, a refill
+/// slower than the block), and that refusal began a new block (probes_carry_attacks: told
+/// 100 s, refused then and blocked five minutes more).
 #[inline]
-pub(super) fn blocked_verdict(until: Nanos, now: Nanos) -> Verdict {
+pub(super) fn blocked_verdict(until: Nanos, now: Nanos, own: &Verdict) -> Verdict {
+    let block = until.saturating_sub(now).max(1);
+    let own = match own.allowed {
+        true => 0,
+        false => own.retry_after.unwrap_or(0),
+    };
     Verdict {
         allowed: false,
         remaining: 0,
         reset_at: until,
-        retry_after: Some(until.saturating_sub(now).max(1)),
+        retry_after: Some(block.max(own)),
     }
 }
 
@@ -47,8 +57,8 @@ pub(super) fn blocked_verdict(until: Nanos, now: Nanos) -> Verdict {
 pub(super) struct Blocks(HashTable<Block>);
 
 impl Blocks {
-    /// The refusal of a call under `quota` on `key` while a block is in force on it at
-    /// `now` (only a quota with a block looks).
+    /// Until when a block in force on `key` at `now` refuses a call under `quota` (only a
+    /// quota with a block looks): see [`blocked_verdict`].
     #[inline]
     pub(super) fn blocked(
         &self,
@@ -56,13 +66,13 @@ impl Blocks {
         hash: u64,
         key: &[u8],
         now: Nanos,
-    ) -> Option<Verdict> {
+    ) -> Option<Nanos> {
         if quota.block_nanos() == 0 {
             return None;
         }
         let block = self.0.find(hash, |b| &*b.key == key)?;
         let until = block.until.load(Ordering::Acquire);
-        (until > now).then(|| blocked_verdict(until, now))
+        (until > now).then_some(until)
     }
 
     /// Blocks `key` until `until` (never shortening a block in force).

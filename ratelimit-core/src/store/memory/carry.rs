@@ -65,8 +65,8 @@ impl MemoryStore {
         }
         let (hash, key) = self.hashed(carry.from.as_str());
         let tables = locked(guards, self.shard_index(hash));
-        let blocked = tables.blocks.blocked(carry.quota, hash, key, at)?;
-        carry.block(into.quota, blocked.reset_at, at)
+        let until = tables.blocks.blocked(carry.quota, hash, key, at)?;
+        carry.block(into.quota, until, at)
     }
 
     /// Carries a token bucket's debt into `into`'s ([`Carry::penalty`]); `Ok(false)`: no room

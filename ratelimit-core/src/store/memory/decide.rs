@@ -362,24 +362,33 @@ impl MemoryStore {
         let hash = self.inner.hasher.hash(key);
         let commit = mode.spends();
         if !commit {
-            if let Some(blocked) = self.shard(hash).read().blocks.blocked(quota, hash, key, at) {
-                return Ok((blocked, Stamp::default()));
-            }
-            return self.decide_plain(key, quota, cost, at, mode);
+            let blocked = self.shard(hash).read().blocks.blocked(quota, hash, key, at);
+            let (own, stamp) = self.decide_plain(key, quota, cost, at, mode)?;
+            return Ok(match blocked {
+                Some(until) => (blocked_verdict(until, at, &own), Stamp::default()),
+                None => (own, stamp),
+            });
         }
         let strategy = quota.strategy();
         self.with_room(hash, at, |tables| {
-            if let Some(blocked) = tables.blocks.blocked(quota, hash, key, at) {
-                return Ok(Some((blocked, Stamp::default())));
-            }
+            let blocked = tables.blocks.blocked(quota, hash, key, at);
             if tables.held_by_other(strategy, hash, key) {
                 return Err(algorithm::Undecidable::UnexpectedState.into());
             }
             let (verdict, stored) =
                 by_strategy!(strategy, locked::look(tables, hash, key, quota, cost, at));
+            if let Some(until) = blocked {
+                return Ok(Some((
+                    blocked_verdict(until, at, &verdict),
+                    Stamp::default(),
+                )));
+            }
             if let Some(until) = block_after(&verdict, quota, at, commit) {
                 tables.blocks.block(hash, key, until, &self.inner.hasher);
-                return Ok(Some((blocked_verdict(until, at), Stamp::default())));
+                return Ok(Some((
+                    blocked_verdict(until, at, &verdict),
+                    Stamp::default(),
+                )));
             }
             if !verdict.allowed {
                 return Ok(Some((verdict, Stamp::default())));

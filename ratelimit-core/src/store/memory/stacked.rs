@@ -76,15 +76,16 @@ impl MemoryStore {
                 if tables.held_by_other(strategy, hash, key) {
                     return Err(Undecidable::UnexpectedState.into());
                 }
-                if let Some(blocked) = tables.blocks.blocked(check.quota, hash, key, at) {
-                    verdicts.push(blocked);
-                    decided[verdicts.len() - 1] = false;
-                    continue;
-                }
+                let blocked = tables.blocks.blocked(check.quota, hash, key, at);
                 let (verdict, stored) = by_strategy!(
                     strategy,
                     locked::look(tables, hash, key, check.quota, check.cost, at)
                 );
+                if let Some(until) = blocked {
+                    verdicts.push(blocked_verdict(until, at, &verdict));
+                    decided[verdicts.len() - 1] = false;
+                    continue;
+                }
                 fresh += usize::from(!stored);
                 verdicts.push(verdict);
             }
@@ -98,7 +99,7 @@ impl MemoryStore {
                         let key = check.key.as_str().as_bytes();
                         let tables = locked(&mut guards, self.shard_index(hash));
                         tables.blocks.block(hash, key, until, &self.inner.hasher);
-                        *verdict = blocked_verdict(until, at);
+                        *verdict = blocked_verdict(until, at, verdict);
                     }
                 }
                 let unstamped: Vec<(Verdict, Stamp)> = verdicts

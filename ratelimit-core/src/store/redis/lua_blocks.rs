@@ -114,6 +114,49 @@ fn a_block_ends_exactly_when_the_memory_stores_does() {
     }
 }
 
+/// A blocked refusal's wait is the later of the block's end and the state's own wait for the
+/// call, on both sides: a bucket of 3 refilled a token every 3 s (a debt of 9 s) blocking a
+/// key for 1 s. The refusal that begins the block says 3 s (the next token), not 1 s; a call
+/// during the block says the bucket's wait too; told the block's end, the call was refused
+/// again then and blocked anew (probes_carry_attacks).
+#[test]
+fn a_blocked_refusals_wait_is_the_states_own_where_that_is_later() {
+    let window = Duration::from_secs(3);
+    let q = Quota::from_parts(3, window, 0, Kind::TokenBucket, Some(1))
+        .unwrap()
+        .with_block(Duration::from_secs(1))
+        .unwrap();
+    let calls = [
+        (0, 1, true),
+        (0, 1, true),
+        (0, 1, true),
+        (0, 1, true),       // refused: blocked for 1 s, the next token in 3 s
+        (500_000, 1, true), // during the block: 2.5 s to the token
+        (0, 1, false),      // a look during the block
+        (2_500_000, 1, true),
+    ];
+    blocks_agree(&q, &calls);
+    let redis = Redis::new(T0).unwrap();
+    for _ in 0..3 {
+        script(&redis, &q, 1, true);
+    }
+    let refused = script(&redis, &q, 1, true);
+    assert_eq!(
+        refused.retry_after,
+        Some(Duration::from_secs(3)),
+        "{refused:?}"
+    );
+    redis.set_time(T0 + 500_000);
+    let blocked = script(&redis, &q, 1, true);
+    assert_eq!(
+        blocked.retry_after,
+        Some(Duration::from_millis(2_500)),
+        "{blocked:?}"
+    );
+    redis.set_time(T0 + 3_000_000);
+    assert!(script(&redis, &q, 1, true).allowed);
+}
+
 fn kind() -> impl Strategy<Value = Kind> {
     prop::sample::select(Kind::ALL.to_vec())
 }
