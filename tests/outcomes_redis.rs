@@ -377,6 +377,82 @@ async fn a_block_keeps_a_key_refused_on_every_store() {
     }
 }
 
+/// What `key`'s state alone owes a call of cost 1 under `unblocked` (a limit on the same
+/// state without the block, which it does not see): the wait of its status.
+async fn own_wait(service: &RateLimitService, key: &str, unblocked: &Options) -> Duration {
+    let level = service.status(key, unblocked).await.unwrap();
+    assert!(!level.allowed, "the state owes: {level:?}");
+    level.retry_after.expect("a wait")
+}
+
+/// A blocked refusal is told when the call passes, on every store and strategy and by every
+/// way a call is refused during a block (the refusal that begins it, a call, a kept spend, a
+/// status, a stacked call): the later of the block's end (its `reset_after`) and the state's
+/// own wait for the call, here 3 a day spent (the fixed window: its day's end), and again with
+/// a penalty of 10, owing past the minute's block. Redis' status was told the state's wait
+/// for a look at cost 0 (the block's end alone where the state admits that, as with 3 spent;
+/// for the counter under the penalty, 149,236 s where the call passes at 155,882 s), where
+/// the memory store tells a call of cost 1's, as every status does. Redis decides
+/// on its own clock, which moves on while a call is made: its wait lies between the state's
+/// wait read just after and just before (on the memory store, at one instant, exactly it).
+#[tokio::test]
+async fn a_blocked_refusal_is_told_when_the_call_passes_on_every_store() {
+    let (services, _servers) = stores("outcomes_redis_blocked_wait");
+    let (day, block) = (Duration::from_secs(86_400), Duration::from_secs(60));
+    for (store, service) in &services {
+        for strategy in STRATEGIES {
+            let unblocked = Options::new().limit(3).window(day).strategy(strategy);
+            let options = unblocked.clone().block_for(block);
+            let loose = three_an_hour(strategy).budget("loose");
+            for penalty in [0, 10] {
+                let key = format!("blocked-wait-{strategy:?}-{penalty}");
+                for _ in 0..3 {
+                    assert!(service.consume(&key, &options).await.unwrap().allowed);
+                }
+                service.penalize(&key, &options, penalty).await.unwrap();
+                for way in ["begins", "call", "kept", "status", "stacked"] {
+                    let what = format!("{store} {strategy:?} {penalty} {way}");
+                    let before = own_wait(service, &key, &unblocked).await;
+                    let told = match way {
+                        "kept" => service
+                            .spend(&key, &options)
+                            .await
+                            .unwrap()
+                            .decision()
+                            .clone(),
+                        "status" => service.status(&key, &options).await.unwrap(),
+                        "stacked" => {
+                            let both = [(key.as_str(), &loose), (key.as_str(), &options)];
+                            let decided = service.consume_all(&both).await.unwrap();
+                            assert!(decided[0].allowed, "{what}");
+                            decided[1].clone()
+                        }
+                        _ => service.consume(&key, &options).await.unwrap(),
+                    };
+                    let after = own_wait(service, &key, &unblocked).await;
+                    assert!(!told.allowed && told.remaining == 0, "{what}: {told:?}");
+                    let rest = told.reset_after;
+                    assert!(rest <= block && rest > block / 2, "{what}: {told:?}");
+                    let wait = told.retry_after.expect("a wait");
+                    assert!(
+                        rest.max(after) <= wait && wait <= rest.max(before),
+                        "{what}: told {wait:?}, the block's rest {rest:?}, the state's wait \
+                     {after:?} to {before:?}"
+                    );
+                    if *store == "memory" {
+                        assert_eq!(wait, before, "{what}");
+                    }
+                    if strategy != Strategy::FixedWindow {
+                        // The state owes hours: past the block (the fixed window's day may end
+                        // within it).
+                        assert!(after > block, "{what}: {after:?}");
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// Penalties and rewards on every store and strategy: a penalty spends past the limit (the
 /// key refused until the units come back), a reward gives back up to its units, never past
 /// the quota; a reward on a key never seen gives nothing; u64::MAX units never wrap.

@@ -50,10 +50,11 @@ fn drain(service: &RateLimitService, key: &str, options: &Options) -> u64 {
     admitted
 }
 
-/// A refusal by a block in force until `until` (a time since `START`), decided at `at`: its
-/// `retry_after` the block's rest (in whole milliseconds, rounded up, as every decision
-/// gives it), and its headers saying so (nothing remaining, `Retry-After` the rest in whole
-/// seconds, rounded up).
+/// A refusal by a block in force, decided at `at`, told to come back at `until` (a time since
+/// `START`): the block's end, or the state's own wait for the call where that ends later (a
+/// blocked refusal's wait is when the call passes: `blocked_verdict`). Its `retry_after` the
+/// rest (in whole milliseconds, rounded up, as every decision gives it), and its headers saying
+/// so (nothing remaining, `Retry-After` the rest in whole seconds, rounded up).
 fn assert_blocked(decision: &Decision, at: Duration, until: Duration, what: &str) {
     assert!(!decision.allowed, "{what}: admitted at {at:?}");
     assert_eq!(decision.remaining, 0, "{what} at {at:?}");
@@ -453,6 +454,13 @@ fn a_penalty_on_a_new_key_at_the_cap_with_expired_keys() {
 /// A spend kept before the block, given back during it: given back, the block unchanged;
 /// after the block, the window (still current) counts it as given back: exactly 1 more.
 /// A kept spend refused by the block gives nothing back.
+///
+/// The refusal that begins the block (2 of 2 spent at `START`, 40 s into a window of 60 s) is
+/// told when the state admits the call, later than the block's 5 s: the window's end 20 s
+/// away (fixed window); the first hit leaving the log 60 s on (log); the previous window's
+/// weight of 2 down to 1, half the next window, 50 s on (counter); the next token of the
+/// bucket (a token each 30 s), 30 s on. Once the refund gave a unit back, the state admits
+/// the call: told the block's rest, 3 s.
 #[test]
 fn a_refund_of_a_spend_before_the_block_leaves_the_block_as_it_is() {
     for strategy in Strategy::ALL {
@@ -462,10 +470,16 @@ fn a_refund_of_a_spend_before_the_block_leaves_the_block_as_it_is() {
         assert!(a.decision().allowed, "{strategy}");
         assert!(consume(&service, "k", &options).allowed, "{strategy}");
         let what = format!("{strategy}");
+        let passes = match strategy {
+            Strategy::FixedWindow => 20 * SEC,
+            Strategy::SlidingWindow => 60 * SEC,
+            Strategy::SlidingWindowCounter => 50 * SEC,
+            Strategy::TokenBucket => 30 * SEC,
+        };
         assert_blocked(
             &consume(&service, "k", &options),
             Duration::ZERO,
-            5 * SEC,
+            passes,
             &what,
         );
         clock.set(START + 2 * SEC);
@@ -488,6 +502,15 @@ fn a_refund_of_a_spend_before_the_block_leaves_the_block_as_it_is() {
 
 /// A reward during a block (even of everything) does not lift it; a penalty during it does
 /// not lengthen it. After the block the window (still current) holds what they left.
+///
+/// The block's end stays where it was; what a refusal is told is when the call passes, the
+/// later of that end and the state's own wait. The penalty of 1,000 at +6 s (the window of
+/// 60 s began 40 s before `START`) owes past the block's end at +10 s: the fixed window
+/// until its end at +20 s; the log until its entry of 1,000 leaves, at +66 s; the counter
+/// until the next window's share of 1,000 weighs at most 1, 60 s / 1,000 = 60 ms before
+/// that window ends at +80 s (+79.94 s); the bucket (a token each 30 s, 1,000 owed from an
+/// empty debt at +6 s) until the debt is down to its capacity of 2 less the call's 1: 999
+/// tokens back, +6 s + 29,970 s.
 #[test]
 fn rewards_and_penalties_during_a_block_leave_its_length() {
     for strategy in Strategy::ALL {
@@ -509,13 +532,20 @@ fn rewards_and_penalties_during_a_block_leave_its_length() {
             10 * SEC,
             &what,
         );
-        // A penalty past the limit during it does not lengthen it.
+        // A penalty past the limit during it does not lengthen it; the state owes past it.
+        let passes = match strategy {
+            Strategy::FixedWindow => 20 * SEC,
+            Strategy::SlidingWindow => 66 * SEC,
+            Strategy::SlidingWindowCounter => 80 * SEC - Duration::from_millis(60),
+            Strategy::TokenBucket => 6 * SEC + 29_970 * SEC,
+        };
         assert_blocked(
             &now(service.penalize("k", &options, 1_000)).unwrap(),
             6 * SEC,
-            10 * SEC,
+            passes,
             &what,
         );
+        assert_blocked(&consume(&service, "k", &options), 6 * SEC, passes, &what);
         clock.set(START + 10 * SEC - NS);
         assert!(!consume(&service, "k", &options).allowed, "{strategy}");
         clock.set(START + 10 * SEC);
@@ -525,6 +555,38 @@ fn rewards_and_penalties_during_a_block_leave_its_length() {
         now(service.reward("k", &options, u64::MAX)).unwrap();
         assert_eq!(status(&service, "k", &options).remaining, 2, "{strategy}");
         assert_eq!(drain(&service, "k", &options), 2, "{strategy}");
+    }
+}
+
+/// A blocked refusal's wait is true: at the time it tells, the call passes, and a millisecond
+/// before it the key is still refused (every figure here is whole milliseconds): the block's
+/// end where it is the later, the state's own wait where a penalty (of none, 1 or 1,000, a
+/// second into a block of 5 s or 100 s) or the window's own end owes past it; a stacked call
+/// is told the same. Told the block's end alone, a call came back while the state still
+/// refused it, and that refusal began a new block (probes_carry_attacks).
+#[test]
+fn a_blocked_refusal_passes_at_the_wait_it_is_told() {
+    for strategy in Strategy::ALL {
+        for block in [5 * SEC, 100 * SEC] {
+            for penalty in [0, 1, 1_000] {
+                let what = format!("{strategy}, a block of {block:?}, a penalty of {penalty}");
+                let (service, clock) = plain();
+                let options = per(2, 60 * SEC, strategy).block_for(block);
+                let loose = per(100, 60 * SEC, strategy).budget("loose");
+                assert_eq!(drain(&service, "k", &options), 2, "{what}");
+                clock.set(START + SEC);
+                now(service.penalize("k", &options, penalty)).unwrap();
+                let told = consume(&service, "k", &options);
+                assert!(!told.allowed, "{what}");
+                let wait = told.retry_after.unwrap();
+                let stacked = now(service.consume_all(&[("k", &options), ("k", &loose)]));
+                assert_eq!(stacked.unwrap()[0].retry_after, Some(wait), "{what}");
+                clock.set(START + SEC + wait - Duration::from_millis(1));
+                assert!(!status(&service, "k", &options).allowed, "{what}: {wait:?}");
+                clock.set(START + SEC + wait);
+                assert!(consume(&service, "k", &options).allowed, "{what}: {wait:?}");
+            }
+        }
     }
 }
 
@@ -863,35 +925,50 @@ fn a_refund_after_a_partial_reward_gives_back_at_most_what_is_held() {
 /// Random spends (kept and not), rewards, penalties, refunds and clock steps on one key with
 /// a block: the level never shows more than the quota, a status never shows more than a
 /// drain then admits at that instant (exactly as many), and while a block is in force
-/// nothing is admitted.
+/// nothing is admitted, every refusal told the later of the block's end and the state's own
+/// wait for a call of cost 1 (read through the same limit without the block, which shares
+/// the key's state but not its block).
 #[test]
 fn interleaved_adjustments_never_show_more_than_is_true() {
     for (i, strategy) in Strategy::ALL.into_iter().enumerate() {
         let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ i as u64);
         let (service, clock) = plain();
-        let options = per(4, 10 * SEC, strategy).block_for(3 * SEC);
+        let unblocked = per(4, 10 * SEC, strategy);
+        let options = unblocked.clone().block_for(3 * SEC);
         let mut kept = Vec::new();
         let mut at = Duration::ZERO;
         let mut blocked_until = Duration::ZERO;
+        // When the state alone admits a call of cost 1 (now, or after its own wait).
+        let own = |at: Duration| {
+            let own = status(&service, "k", &unblocked);
+            match own.allowed {
+                true => at,
+                false => at + own.retry_after.unwrap(),
+            }
+        };
         for step in 0..3_000 {
             let what = format!("{strategy}, step {step}");
             match rng.below(9) {
                 0 | 1 => {
+                    let own = own(at);
                     let spent = now(service.spend("k", &options)).unwrap();
                     let d = spent.decision().clone();
                     if at < blocked_until {
-                        assert_blocked(&d, at, blocked_until, &what);
+                        assert_blocked(&d, at, blocked_until.max(own), &what);
                     } else if !d.allowed {
                         blocked_until = at + 3 * SEC;
+                        assert_blocked(&d, at, blocked_until.max(own), &what);
                     }
                     kept.push(spent);
                 }
                 2 => {
+                    let own = own(at);
                     let d = consume(&service, "k", &options);
                     if at < blocked_until {
-                        assert_blocked(&d, at, blocked_until, &what);
+                        assert_blocked(&d, at, blocked_until.max(own), &what);
                     } else if !d.allowed {
                         blocked_until = at + 3 * SEC;
+                        assert_blocked(&d, at, blocked_until.max(own), &what);
                     }
                 }
                 3 => {
@@ -915,7 +992,7 @@ fn interleaved_adjustments_never_show_more_than_is_true() {
                     let s = status(&service, "k", &options);
                     assert!(s.remaining <= 4, "{what}");
                     if at < blocked_until {
-                        assert_blocked(&s, at, blocked_until, &what);
+                        assert_blocked(&s, at, blocked_until.max(own(at)), &what);
                         continue;
                     }
                     let got = drain(&service, "k", &options);

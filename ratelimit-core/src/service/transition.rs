@@ -326,7 +326,8 @@ pub(super) fn retried(sites: &[Site<'_>], now: Nanos, mut decided: Vec<Decision>
 /// millisecond long (`reset_after`), so a wait found is one the call passes at. A wait may be
 /// longer than the least: between a cut's steps the call may pass for a moment, which a
 /// client waiting whole milliseconds would not hit. Nothing is changed on a quota with a
-/// block (its wait is the block's) or where no instant tried admits the call. `admitted`
+/// block (its wait is the store's: the later of the block's end and the state's own, in one
+/// place, `blocked_verdict`) or where no instant tried admits the call. `admitted`
 /// and `debt`: whether the site's own state admitted the call and its `reset_after` (with
 /// old states, `decision` is theirs and its own state's admission; the wait stays no
 /// shorter than `decision`'s, which theirs admit from: [`one_at`]).

@@ -287,17 +287,27 @@ impl RedisStore {
     async fn look(&self, key: &str, quota: &Quota, now: Nanos) -> Result<Decision, Error> {
         if quota.block().is_some() {
             // A block in force is the level (the stacked script reads it; a look at cost 0
-            // is otherwise admitted).
-            let check = [Check {
-                key: StoreKey::composed(key),
-                quota,
-                cost: 0,
-            }];
-            let blocked = self
-                .decisions(&Stacked::new(&check, now, Mode::Look)?)
-                .await?;
-            if let Some(blocked) = blocked.into_iter().find(|d| !d.allowed) {
-                return Ok(blocked);
+            // is otherwise admitted), refused with a call of cost 1's wait, as every level
+            // (`algorithm::level`): the later of the block's end and the state's own wait for
+            // that call. The look at cost 0 alone was told the block's end where the state
+            // owed past it, as the memory store's look is not.
+            let blocked = |cost| {
+                let check = [Check {
+                    key: StoreKey::composed(key),
+                    quota,
+                    cost,
+                }];
+                async move {
+                    let stacked = Stacked::new(&check, now, Mode::Look)?;
+                    let decided = self.verdicts(&stacked).await?.pop();
+                    decided.ok_or_else(|| unexpected(&"no reply"))
+                }
+            };
+            let (level, at, _) = blocked(0).await?;
+            if !level.allowed {
+                let (one, _, _) = blocked(1).await?;
+                let verdict = algorithm::with_retry(level, one);
+                return Ok(Decision::for_quota(verdict, at, quota));
             }
         }
         let (level, at) = self.verdict(key, quota, 0, now, false, false, true).await?;
