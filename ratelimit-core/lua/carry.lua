@@ -1,38 +1,23 @@
 -- Carrying a state a reload moved a limit away from (another key: another window, tier name
 -- or key prefix) into the moved limit's state, for lua/stacked.lua, which is loaded behind
 -- this file (the strategies' scripts as functions, `scripts` and lua/beside.lua in front of
--- it): `Stacked::carried`, `Carry` in src/store/request.rs. What the old state holds that
+-- it): `Stacked::carried`, `Carry` in src/store/stacked.rs. What the old state holds that
 -- outlasts its window (a token bucket's debt, a penalty's, a block) is written into the moved
 -- state before the call is decided, so the moved state is never fresher than the old one.
 --
--- Defines: carried_units(debt_o, debt_n, i_n): the rule of `Carry::penalty`, in
---          microseconds (below); carry(old, moved, now, write): see below.
+-- Defines: carried_time(debt_o, debt_n): the rule of `Carry::debt`, in microseconds (below);
+--          carry(old, moved, now, write): see below.
 --
--- The rule (`Carry::penalty`, the one every store carries by; here in microseconds, there in
+-- The rule (`Carry::debt`, the one every store carries by; here in microseconds, there in
 -- nanoseconds): of two token buckets, the old one owing debt_o (the time until it is full
--- again, from `now`) and the moved one owing debt_n at its interval i_n, the moved one takes
--- a penalty of the least whole tokens of its own that leave it full again no sooner than the
--- old one, ceil((debt_o - debt_n) / i_n), 0 when that is not above 0: a bucket's state is a
--- debt in time, carried as time (whatever each one's interval). Exact: every number is an
--- integer below 2^53 (a debt is within a store's times). The interval is the script's own
--- (the window in microseconds over the refill, rounded down: `arguments` in
--- src/store/redis/scripts.rs), which the bucket counts by; on a quota whose interval is whole
--- microseconds the rule gives what the Rust one gives.
+-- again, from `now`) and the moved one owing debt_n, the moved one owes debt_o - debt_n more,
+-- 0 when that is not above 0: full again exactly when the old one is, whatever each one's
+-- interval (a bucket's state is a debt in time, carried as time). Carried in whole tokens of
+-- the moved bucket, each chained move rounded the debt up a token again (probes_carry_attacks).
+-- Exact: every number is an integer below 2^53 (a debt is within a store's times).
 
--- floor(a / b), exact for integers below 2^53: prelude.lua's `idiv`, which each strategy's
--- function holds as its own local.
-local function floor_div(a, b)
-  local q = math.floor(a / b)
-  if q * b > a then q = q - 1 elseif (q + 1) * b <= a then q = q + 1 end
-  return q
-end
-
-local function carried_units(debt_o, debt_n, i_n)
-  local d = debt_o - debt_n
-  if d <= 0 then return 0 end
-  local q = floor_div(d, i_n)
-  if q * i_n < d then q = q + 1 end
-  return q
+local function carried_time(debt_o, debt_n)
+  return math.max(debt_o - debt_n, 0)
 end
 
 -- A look of cost 0 at `state`'s key under its quota at `now`: the strategy's full reply, or
@@ -51,10 +36,12 @@ end
 --   the moved key's block key, until U and expiring then (as lua/stacked.lua writes blocks),
 --   unless it holds one as late or later: never shortened.
 -- - Both token buckets: the old state is looked at (its reply's reset_at is when it is full
---   again), then the moved one, both at `now`, each debt measured from it; the
---   moved state takes a penalty of `carried_units`, its script in its adjust mode (as
---   lua/adjust.lua runs it; a penalty never moves the state's expiry earlier, so its stamp,
---   kept no longer than the state, needs no change).
+--   again), then the moved one, both at `now`, each debt measured from it; the moved state
+--   owes `carried_time` more: its script in its adjust mode (as lua/adjust.lua runs it), a
+--   penalty of that many tokens of a microsecond each (the interval, ARGV[1], is all a
+--   penalty reads of the quota: `Gcra::owe`'s time, in the penalty's one rule). A penalty
+--   never moves the state's expiry earlier, so its stamp, kept no longer than the state,
+--   needs no change.
 local function carry(old, moved, now, write)
   if old.block + 0 > 0 and moved.block + 0 > 0 then
     local until_us = beside_number(old.block_key, 'block')
@@ -75,11 +62,10 @@ local function carry(old, moved, now, write)
     if into.err then return into end
     if not write then return nil end
     local at = into[5]
-    local units = carried_units(math.max(from[3] - at, 0), math.max(into[3] - at, 0),
-      moved.first + 0)
-    if units > 0 then
-      local spent = token_bucket({moved.key}, {moved.first, moved.second, units, '4', '1'},
-        nil, now)
+    local time = carried_time(math.max(from[3] - at, 0), math.max(into[3] - at, 0))
+    if time > 0 then
+      local spent = token_bucket({moved.key},
+        {'1', moved.second, string.format('%d', time), '4', '1'}, nil, now)
       if type(spent) == 'table' then return spent end
     end
   end

@@ -67,6 +67,19 @@ impl Given {
 }
 
 impl Gcra {
+    /// A debt of `time` more: the arrival time moved on by it (from `now` on a full bucket),
+    /// never more than the largest tolerance past `now`. What it moved. A penalty is one of
+    /// its tokens' time ([`adjust`](Algorithm::adjust)); a reload's carry one of the time
+    /// another bucket owes past this one, exactly (`Carry::debt`: in whole tokens, each move
+    /// rounded the debt up a token again, probes_carry_attacks).
+    pub(crate) fn owe(&mut self, now: Nanos, time: Nanos) -> Nanos {
+        let tat = self.tat.max(now);
+        let most = now.saturating_add(MAX_TOLERANCE as Nanos);
+        let next = tat.saturating_add(time).min(most).max(tat);
+        self.tat = next;
+        next - tat
+    }
+
     /// A bucket's state as a store reads it: its arrival time, and its shift and runs of
     /// refunds when something was given back to it.
     pub(crate) fn new(tat: Nanos, shift: Nanos, runs: Vec<(Nanos, Nanos, Nanos)>) -> Self {
@@ -216,10 +229,7 @@ impl Algorithm for Gcra {
         let tat = self.tat.max(now);
         let moved = interval.saturating_mul(units);
         if penalty {
-            let most = now.saturating_add(MAX_TOLERANCE as Nanos);
-            let next = tat.saturating_add(moved).min(most).max(tat);
-            self.tat = next;
-            return (next - tat) / interval;
+            return self.owe(now, moved) / interval;
         }
         let next = tat.saturating_sub(moved).max(now);
         let given = (tat - next) / interval;

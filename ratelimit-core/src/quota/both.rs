@@ -110,7 +110,7 @@ impl Quota {
     }
 
     /// Whether an old state under this quota carries a token bucket's debt into a moved
-    /// limit's under `into`: both are token buckets ([`Carry::penalty`](crate::store::Carry)).
+    /// limit's under `into`: both are token buckets ([`Carry::debt`](crate::store::Carry)).
     pub(crate) fn carries_debt_into(&self, into: &Quota) -> bool {
         self.strategy == Strategy::TokenBucket && into.strategy == Strategy::TokenBucket
     }

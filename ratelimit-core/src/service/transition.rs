@@ -201,8 +201,8 @@ pub(super) fn one_at(
 /// When a call refused at `site` at `now` passes the old states it was decided on (their
 /// `decisions`, after its own state's) whose token-bucket debt is carried into its own
 /// state once their windows end (`OldState::then`); `None` with none. Past its window, such
-/// a state's debt is carried into the site's, in whole tokens of whatever quota holds the
-/// site then: the call passes once that leaves room for its cost, which is where the wait
+/// a state's debt is carried into the site's, as time under whatever quota holds the site
+/// then: the call passes once that leaves room for its cost, which is where the wait
 /// reaches past its window, or where the old state refuses the call before it (under a
 /// quota cut as its window ends, `OldState::quota_at`, a token less each interval, its debt
 /// drains only about as fast as the cut tightens: admitting now, it may refuse the same call
@@ -239,9 +239,9 @@ fn after_old_states(site: &Site<'_>, now: Nanos, decisions: &[Decision]) -> Opti
         let spends = quota.interval_nanos().saturating_mul(cost);
         owed.saturating_add(spends) <= quota.tolerance_nanos()
     };
-    // Past its window, its debt is carried into the site's state (`Carry::penalty`): whole
-    // tokens of the quota then from the later of that state's own debt and the call, which
-    // admit the call once they leave its cost within the tolerance.
+    // Past its window, its debt is carried into the site's state (`Carry::debt`): that state
+    // full again no sooner than the old one, which admits the call once that leaves its cost
+    // within the tolerance of the quota then.
     let own_full = decisions.first().map_or(0, |d| {
         let spent = site.quota_at(now, &mut None).interval_nanos();
         d.full_at()
@@ -249,10 +249,9 @@ fn after_old_states(site: &Site<'_>, now: Nanos, decisions: &[Decision]) -> Opti
     });
     let carried = |full_at: Nanos, at: Nanos| {
         let quota = *site.quota_at(at, &mut None);
-        let interval = quota.interval_nanos().max(1);
-        let from = own_full.max(at);
-        let owed = full_at.saturating_sub(from).div_ceil(interval);
-        from.saturating_add(owed.saturating_add(cost).saturating_mul(interval))
+        let spends = quota.interval_nanos().saturating_mul(cost);
+        (own_full.max(at).max(full_at))
+            .saturating_add(spends)
             .saturating_sub(quota.tolerance_nanos())
     };
     let told = decisions.iter().filter_map(|d| d.retry_after).max();

@@ -34,29 +34,30 @@ pub struct Carry<'a> {
 }
 
 impl Carry<'_> {
-    /// The penalty, in tokens, that carries what the old state owes into the moved limit's
+    /// The debt, in time, that carries what the old state owes into the moved limit's
     /// state: when both are token buckets, the old one full again at `from_full_at` (a look
     /// of cost 0 at it: its `reset_at`) and the moved one at `into_full_at` under `into`, at
-    /// `now`, the least whole tokens of `into` that leave the moved bucket full again no
-    /// sooner than the old one; 0 when it is already, or either is another algorithm. A token
-    /// bucket's state is a debt in time (as a reload on one state keeps it, whatever the
-    /// refill: `Quota::held_to`), so the debt is carried as time: carried as tokens, at
-    /// each bucket's interval, a slower old bucket's debt drained slower than the moved one's
-    /// and was carried again at every call, the moved bucket held to the old refill and its
-    /// refusals' waits untrue (probes_draining_attacks). The one rule every store carries by
-    /// (`lua/carry.lua`'s `carried_units` too, in microseconds).
-    pub fn penalty(
+    /// `now`, the time that leaves the moved bucket full again exactly when the old one is
+    /// (`Gcra::owe`, from the later of `into_full_at` and `now`); 0 when it is already, or
+    /// either is another algorithm. A token bucket's state is a debt in time (as a reload on
+    /// one state keeps it, whatever the refill: `Quota::held_to`), so the debt is carried as
+    /// time: carried as tokens, at each bucket's interval, a slower old bucket's debt drained
+    /// slower than the moved one's and was carried again at every call, the moved bucket held
+    /// to the old refill and its refusals' waits untrue (probes_draining_attacks); carried in
+    /// whole tokens of the moved bucket, each chained move rounded it up a token again (8
+    /// admitted where the bucket gives 10: probes_carry_attacks). The one rule every store
+    /// carries by (`lua/carry.lua`'s `carried_time` too, in microseconds).
+    pub fn debt(
         &self,
         from_full_at: Nanos,
         into: &Quota,
         into_full_at: Nanos,
         now: Nanos,
-    ) -> u64 {
+    ) -> Nanos {
         if !self.quota.carries_debt_into(into) {
             return 0;
         }
-        let owed = from_full_at.saturating_sub(into_full_at.max(now));
-        owed.div_ceil(into.interval_nanos().max(1))
+        from_full_at.saturating_sub(into_full_at.max(now))
     }
 
     /// Until when the moved limit's state is blocked for a block on the old state until
@@ -125,10 +126,10 @@ impl<'a> Stacked<'a> {
     /// The old states a reload moved some of the limits away from, each carried into its
     /// check's state before anything is decided, in one atomic step with the decision, so
     /// that the moved limit's state is never fresher than the old one's: a token bucket
-    /// (both token buckets) owes at least the tokens the old one owes
-    /// ([`Carry::penalty`], applied as a [`Store::adjust`](super::Store::adjust) penalty
-    /// would be), and a key blocked on the old state is blocked on the moved one until the
-    /// same time when the moved limit's quota blocks ([`Carry::block`]). Written in every
+    /// (both token buckets) owes at least the time the old one owes ([`Carry::debt`], added
+    /// to its arrival time as a [`Store::adjust`](super::Store::adjust) penalty adds its
+    /// tokens' time), and a key blocked on the old state is blocked on the moved one until
+    /// the same time when the moved limit's quota blocks ([`Carry::block`]). Written in every
     /// mode, a look's too (what is carried is what the state is). A store that does this says
     /// so with [`Store::carries`](super::Store::carries).
     pub fn carried(&self) -> &'a [Carry<'a>] {

@@ -43,10 +43,9 @@ impl MemoryStore {
     }
 
     /// [`adjust_in`](Self::adjust_in)'s step under the shard's write lock, held by the
-    /// caller (a penalty a stacked call carries, `carry.rs`, is one): `Ok(None)` when a
-    /// penalty needs room for a new key and none is left.
+    /// caller: `Ok(None)` when a penalty needs room for a new key and none is left.
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn adjust_locked<A: InTables>(
+    fn adjust_locked<A: InTables>(
         &self,
         tables: &mut Tables,
         hash: u64,
@@ -56,22 +55,43 @@ impl MemoryStore {
         penalty: bool,
         now: Nanos,
     ) -> Result<Option<u64>, Error> {
+        let adjust = |cell: &mut A::Cell, side: &mut Side, at: Nanos| {
+            let moved = cell.adjust(side, at, quota, units, penalty);
+            if !penalty && moved > 0 && !State::refunds_survive_rewards(quota.strategy()) {
+                // The spends before the reward are given back to nothing (see the const).
+                cell.keep(cell.kept().with_stamp(self.new_stamp()));
+            }
+            moved
+        };
+        self.change_locked::<A>(tables, hash, key, quota, now, penalty, adjust)
+    }
+
+    /// `change` of the state under `key` (what it answers: what moved), under the shard's
+    /// write lock, held by the caller (a debt a stacked call carries, `carry.rs`, is one):
+    /// on a key not stored yet, on a fresh state when it `adds` (a penalty, a debt; else
+    /// nothing moves), `Ok(None)` when that needs room for a new key and none is left.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn change_locked<A: InTables>(
+        &self,
+        tables: &mut Tables,
+        hash: u64,
+        key: &[u8],
+        quota: &Quota,
+        now: Nanos,
+        adds: bool,
+        change: impl FnOnce(&mut A::Cell, &mut Side, Nanos) -> u64,
+    ) -> Result<Option<u64>, Error> {
         let (table, side) = A::table_and_side(tables);
         if let Some(cell) = table.find_mut(hash, |c| c.key() == key) {
             // What an adjustment moves may be kept under the key's stamp (a token bucket's
             // shift, in the side table): stamped first, as a kept spend is.
             self.ensure_stamped(cell);
-            let moved = cell.adjust(side, now, quota, units, penalty);
-            if !penalty && moved > 0 && !State::refunds_survive_rewards(quota.strategy()) {
-                // The spends before the reward are given back to nothing (see the const).
-                cell.keep(cell.kept().with_stamp(self.new_stamp()));
-            }
-            return Ok(Some(moved));
+            return Ok(Some(change(cell, side, now)));
         }
         if tables.held_by_other(quota.strategy(), hash, key) {
             return Err(algorithm::Undecidable::UnexpectedState.into());
         }
-        if !penalty {
+        if !adds {
             return Ok(Some(0));
         }
         if !self.reserve() {
@@ -81,7 +101,7 @@ impl MemoryStore {
         // and rewards keep anything there).
         let mut cell = A::Cell::fresh();
         let at = self.fresh_at(now);
-        let moved = cell.adjust(&mut Side::new(), at, quota, units, penalty);
+        let moved = change(&mut cell, &mut Side::new(), at);
         self.insert::<A>(tables, hash, key, quota, cell, true);
         Ok(Some(moved))
     }

@@ -1,10 +1,12 @@
 //! A reload's moved limit decided no fresher than the state it moved from
 //! ([`Stacked::carried`]): before a stacked call is decided, under the write locks of every
 //! shard its keys (the carried ones too) live in, each old state's token-bucket debt is carried
-//! into the moved limit's state as a penalty ([`Carry::penalty`]) and its block as a block
+//! into the moved limit's state as time ([`Carry::debt`]) and its block as a block
 //! ([`Carry::block`]).
 
+use super::cells::Side;
 use super::stacked::locked;
+use super::word::BucketCell;
 use super::{locked as one, MemoryStore, WriteGuard};
 use crate::algorithm::{Gcra, Undecidable};
 use crate::clock::Nanos;
@@ -69,7 +71,7 @@ impl MemoryStore {
         carry.block(into.quota, until, at)
     }
 
-    /// Carries a token bucket's debt into `into`'s ([`Carry::penalty`]); `Ok(false)`: no room
+    /// Carries a token bucket's debt into `into`'s ([`Carry::debt`]); `Ok(false)`: no room
     /// for the new key it needs.
     fn carry_debt(
         &self,
@@ -85,13 +87,16 @@ impl MemoryStore {
             return Ok(true);
         };
         let into_full_at = (self.full_at(guards, into.key.as_str(), into.quota, at)).unwrap_or(at);
-        let units = carry.penalty(from_full_at, into.quota, into_full_at, at);
-        if units == 0 {
+        let time = carry.debt(from_full_at, into.quota, into_full_at, at);
+        if time == 0 {
             return Ok(true);
         }
         let (hash, key) = self.hashed(into.key.as_str());
         let tables = locked(guards, self.shard_index(hash));
-        let moved = self.adjust_locked::<Gcra>(tables, hash, key, into.quota, units, true, at)?;
+        let owe = |cell: &mut BucketCell, side: &mut Side, at: Nanos| {
+            cell.owe(side, at, into.quota, time)
+        };
+        let moved = self.change_locked::<Gcra>(tables, hash, key, into.quota, at, true, owe)?;
         Ok(moved.is_some())
     }
 

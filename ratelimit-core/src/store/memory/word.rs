@@ -360,17 +360,38 @@ impl Cell for BucketCell {
         if !penalty && spent != quota.interval_nanos() {
             return 0;
         }
+        self.moved(side, quota, spent, |state| {
+            state.adjust(now, quota, units, penalty)
+        })
+    }
+}
+
+impl BucketCell {
+    /// A debt of `time` more under `quota` (`Gcra::owe`): a reload's carry of another
+    /// bucket's debt (`carry.rs`), kept as a penalty of `quota`'s tokens is. The time moved.
+    pub(super) fn owe(&mut self, side: &mut Side, now: Nanos, quota: &Quota, time: Nanos) -> u64 {
+        let spent = self.spent_under(now, quota);
+        self.moved(side, quota, spent, |state| state.owe(now, time))
+    }
+
+    /// `change` on the state (what it answers: what moved), the interval `spent` kept when
+    /// it moved anything.
+    fn moved(
+        &mut self,
+        side: &mut Side,
+        quota: &Quota,
+        spent: Nanos,
+        change: impl FnOnce(&mut Gcra) -> u64,
+    ) -> u64 {
         let mut state = self.take(side, quota);
-        let moved = state.adjust(now, quota, units, penalty);
+        let moved = change(&mut state);
         self.put(side, quota, state, true);
         if moved > 0 && spent != self.key.mark() {
             self.key = self.key.with_mark(spent);
         }
         moved
     }
-}
 
-impl BucketCell {
     /// The interval kept once `quota` spends at `now`: its own on a full bucket (or one that
     /// kept none) and where it is kept already; else [`MIXED`].
     fn spent_under(&self, now: Nanos, quota: &Quota) -> Nanos {

@@ -1,6 +1,6 @@
 //! Carrying a moved limit's old state (`lua/carry.lua`, through `lua/stacked.lua`), run by Lua
 //! 5.1 in the stand-in (`lua_standin.rs`) at a clock the test sets: the rule against
-//! [`Carry::penalty`], and stacked calls that carry, with the keys and arguments the store
+//! [`Carry::debt`], and stacked calls that carry, with the keys and arguments the store
 //! sends ([`script_call`]), against the memory store's at the same clock: every decision the
 //! same, to the nanosecond a [`Decision`] keeps. Costs are at least 1 (a look at the level is
 //! the store's two looks, not the stacked script's: `carries.rs` looks at it on a server).
@@ -19,15 +19,15 @@ use crate::quota::Quota;
 use crate::store::{Adjustment, Carry, Check, MemoryStore, Mode, Stacked, Store, StoreKey};
 use crate::syntax::Strategy as Kind;
 
-/// `lua/carry.lua`'s rule alone: `carried_units(ARGV[1..3])`.
+/// `lua/carry.lua`'s rule alone: `carried_time(ARGV[1..2])`.
 static RULE: LazyLock<String> =
-    LazyLock::new(|| carrying("return carried_units(ARGV[1] + 0, ARGV[2] + 0, ARGV[3] + 0)\n"));
+    LazyLock::new(|| carrying("return carried_time(ARGV[1] + 0, ARGV[2] + 0)\n"));
 
-/// The Lua rule's tokens for debts and the moved bucket's interval in microseconds.
-fn lua_units(redis: &Redis, debt_o: u64, debt_n: u64, i_n: u64) -> u64 {
+/// The Lua rule's time for debts in microseconds.
+fn lua_time(redis: &Redis, debt_o: u64, debt_n: u64) -> u64 {
     let rule: &'static str = LazyLock::force(&RULE).as_str();
-    match redis.eval_source(rule, &[], &[debt_o, debt_n, i_n]) {
-        Reply::Int(units) => u64::try_from(units).unwrap(),
+    match redis.eval_source(rule, &[], &[debt_o, debt_n]) {
+        Reply::Int(time) => u64::try_from(time).unwrap(),
         other => panic!("{other:?}"),
     }
 }
@@ -38,8 +38,8 @@ fn bucket(interval_us: u64) -> Quota {
     Quota::from_parts(1, window, 0, Kind::TokenBucket, None).unwrap()
 }
 
-/// [`Carry::penalty`] on the same debts and intervals, in nanoseconds.
-fn rust_units(debt_o: u64, i_o: u64, debt_n: u64, i_n: u64) -> u64 {
+/// [`Carry::debt`] on the same debts (in microseconds) and intervals, in nanoseconds.
+fn rust_time(debt_o: u64, i_o: u64, debt_n: u64, i_n: u64) -> u64 {
     let (from, into) = (bucket(i_o), bucket(i_n));
     let now = T0 * 1_000;
     let carry = Carry {
@@ -47,33 +47,44 @@ fn rust_units(debt_o: u64, i_o: u64, debt_n: u64, i_n: u64) -> u64 {
         quota: &from,
         into: 0,
     };
-    carry.penalty(now + debt_o * 1_000, &into, now + debt_n * 1_000, now)
+    carry.debt(now + debt_o * 1_000, &into, now + debt_n * 1_000, now)
 }
 
-/// The rule by hand: the debt carried as time, in whole tokens of the moved bucket (a
-/// partial token counts whole): 30 s owed at 6 s a token into a bucket of 4 s a token is 8
-/// tokens (32 s), into one of 6 s, 5; a moved bucket owing as much or more takes nothing, nor
-/// one beside a full old one; the old bucket's interval plays no part.
+/// The rule by hand: the debt carried as time, exactly (not in whole tokens of the moved
+/// bucket: each chained move rounded it up a token again): 30 s owed is 30 s into a bucket
+/// of 4 s a token or of 6 s (where whole tokens said 32 s, 8 tokens, and 30 s), 90 s less a
+/// microsecond is that (not 90 s); the moved bucket's own debt counts, a moved bucket owing
+/// as much or more takes nothing, nor one beside a full old one; neither interval plays a
+/// part. Nothing between other algorithms.
 #[test]
-fn the_rule_carries_the_debt_as_time_in_whole_tokens() {
+fn the_rule_carries_the_debt_as_time_exactly() {
     let redis = Redis::new(T0).unwrap();
     let s = 1_000_000;
-    for (debt_o, i_o, debt_n, i_n, units) in [
-        (90 * s, 6 * s, 0, 6 * s, 15),
-        (90 * s - 1, 6 * s, 0, 6 * s, 15),
-        (90 * s, 6 * s, 12 * s + 1, 6 * s, 13),
-        (30 * s, 6 * s, 0, 4 * s, 8),
-        (30 * s, 4 * s, 0, 6 * s, 5),
-        (30 * s, 4 * s, 6 * s, 6 * s, 4),
-        (30 * s, 6 * s, 4 * s, 4 * s, 7),
+    for (debt_o, i_o, debt_n, i_n, time) in [
+        (90 * s, 6 * s, 0, 6 * s, 90 * s),
+        (90 * s - 1, 6 * s, 0, 6 * s, 90 * s - 1),
+        (90 * s, 6 * s, 12 * s + 1, 6 * s, 78 * s - 1),
+        (30 * s, 6 * s, 0, 4 * s, 30 * s),
+        (30 * s, 4 * s, 0, 6 * s, 30 * s),
+        (30 * s, 4 * s, 6 * s, 6 * s, 24 * s),
+        (30 * s, 6 * s, 4 * s, 4 * s, 26 * s),
         (30 * s, 6 * s, 30 * s, 6 * s, 0),
         (30 * s, 6 * s, 31 * s, 4 * s, 0),
         (0, 6 * s, 0, 4 * s, 0),
     ] {
-        assert_eq!(rust_units(debt_o, i_o, debt_n, i_n), units);
-        let lua = lua_units(&redis, debt_o, debt_n, i_n);
-        assert_eq!(lua, units, "{debt_o} at {i_o} into {debt_n} at {i_n}");
+        assert_eq!(rust_time(debt_o, i_o, debt_n, i_n), time * 1_000);
+        let lua = lua_time(&redis, debt_o, debt_n);
+        assert_eq!(lua, time, "{debt_o} at {i_o} into {debt_n} at {i_n}");
     }
+    let log = Quota::new(1, Duration::from_secs(6)).unwrap();
+    let carry = Carry {
+        from: StoreKey::composed("rl:{u}:old"),
+        quota: &log,
+        into: 0,
+    };
+    let now = T0 * 1_000;
+    let into = bucket(6 * s);
+    assert_eq!(carry.debt(now + 30 * s * 1_000, &into, now, now), 0);
 }
 
 fn interval() -> impl Strategy<Value = u64> {
@@ -96,7 +107,7 @@ fn debt(interval: u64) -> impl Strategy<Value = u64> {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(super::lua_agrees::cases()))]
 
-    /// The Lua rule is `Carry::penalty` on the same whole microseconds.
+    /// The Lua rule is `Carry::debt` on the same whole microseconds.
     #[test]
     fn the_lua_rule_is_the_rust_rule(
         (i_o, i_n, debt_o, debt_n) in (interval(), interval(), any::<bool>())
@@ -104,9 +115,9 @@ proptest! {
             .prop_flat_map(|(o, n)| (Just(o), Just(n), debt(o), debt(n))),
     ) {
         let redis = Redis::new(T0).unwrap();
-        let rust = rust_units(debt_o, i_o, debt_n, i_n);
-        let lua = lua_units(&redis, debt_o, debt_n, i_n);
-        prop_assert_eq!(lua, rust);
+        let rust = rust_time(debt_o, i_o, debt_n, i_n);
+        let lua = lua_time(&redis, debt_o, debt_n);
+        prop_assert_eq!(lua * 1_000, rust);
     }
 }
 
@@ -354,6 +365,117 @@ proptest! {
             let checks = &checks[..if with_old { 2 } else { 1 }];
             let mode = if spend { Mode::Spend } else { Mode::Look };
             both.same(checks, &carried, mode);
+        }
+    }
+}
+
+const THIRD: &str = "rl:{u}:third";
+
+/// Chained moves, as probes_carry_attacks makes them: a bucket of 10 at a token every 20 s,
+/// all spent at the start, carried into a second key by a look at +79.999 s and that one into
+/// a third by a look at +159.998 s. On both sides each moved bucket is full again at +200 s
+/// exactly, when the first one is (a look at a call of 1 puts it 20 s later, after the
+/// call), holding what it holds (3, then 7 tokens: 2 and 6 after the call); the third admits
+/// its 10 at +200.5 s. In whole tokens the second was full at +219.999 s (7 tokens
+/// from +79.999 s) and the third at +239.998 s (4 more from +159.998 s): 8 admitted.
+#[test]
+fn chained_moves_carry_the_debt_exactly() {
+    let q = tokens(10, 0, Duration::from_secs(200));
+    let mut both = Both::new();
+    assert!(both.same(&[check(OLD, &q, 10)], &[], Mode::Spend)[0].allowed);
+    let after_call = (T0 + 220 * S) * 1_000;
+    let from = |key| Carry {
+        from: StoreKey::composed(key),
+        quota: &q,
+        into: 0,
+    };
+    for (at, key, carried, remaining) in [
+        (79_999_000, NEW, from(OLD), 2),
+        (159_998_000, THIRD, from(NEW), 6),
+    ] {
+        both.advance(T0 + at - both.now_us);
+        let look = both.same(&[check(key, &q, 1)], &[carried], Mode::Look);
+        assert_eq!(look[0].remaining, remaining, "at {at} us");
+        assert_eq!(look[0].full_at(), after_call, "at {at} us");
+    }
+    both.advance(T0 + 200_500_000 - both.now_us);
+    for call in 0..11 {
+        let decided = both.same(&[check(THIRD, &q, 1)], &[from(NEW)], Mode::Spend);
+        assert_eq!(decided[0].allowed, call < 10, "call {call}");
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(super::lua_agrees::cases() / 4))]
+
+    /// Carrying never gives more than the old state allows (fail closed), on both sides: a
+    /// bucket's history (spends, penalties, looks), then its state carried into a moved one
+    /// under any bucket quota, which is full again no sooner than the old one; under the same
+    /// quota, the moved state then decides every call as the old state itself would have (a
+    /// second key given the same history, decided on with no move): never admitting more,
+    /// nor less, to the nanosecond, through chained moves (the moved state carried on again
+    /// into a third key).
+    #[test]
+    fn a_carried_state_never_admits_more_than_the_old_one(
+        (o_size, o_window) in ((1..=4u64, 0..=2u64), (1..=250_000u64).prop_map(|w| w * 12)),
+        (n_size, n_window) in ((1..=4u64, 0..=2u64), (1..=250_000u64).prop_map(|w| w * 12)),
+        same in any::<bool>(),
+        before in prop::collection::vec((0..=2_000_000u64, 0..=4u64, any::<bool>()), 1..8),
+        after in prop::collection::vec(
+            (prop_oneof![0..=2_000u64, 0..=8_000_000u64, 0..=200_000_000u64], 1..=4u64, any::<bool>(), any::<bool>()),
+            1..16,
+        ),
+    ) {
+        let old = tokens(o_size.0, o_size.1, Duration::from_micros(o_window));
+        let new = match same {
+            true => old,
+            false => tokens(n_size.0, n_size.1, Duration::from_micros(n_window)),
+        };
+        const CONTROL: &str = "rl:{u}:control";
+        let mut both = Both::new();
+        // (A cost of 0: a penalty of one token.)
+        for (moved, cost, spend) in before {
+            both.advance(moved);
+            for key in [OLD, CONTROL] {
+                match cost {
+                    0 => both.penalty(key, &old, 1),
+                    cost => {
+                        let mode = if spend { Mode::Spend } else { Mode::Look };
+                        both.same(&[check(key, &old, cost.min(old.capacity()))], &[], mode);
+                    }
+                }
+            }
+        }
+        // When a bucket is full again, from a look at a call of 1 (which an admission puts
+        // after the call).
+        let full = |d: &Decision, q: &Quota| match d.allowed {
+            true => d.full_at() - q.interval_nanos(),
+            false => d.full_at(),
+        };
+        let old_full = full(&both.same(&[check(OLD, &old, 1)], &[], Mode::Look)[0], &old);
+        let carried = [carry(&old)];
+        let moved = full(&both.same(&[check(NEW, &new, 1)], &carried, Mode::Look)[0], &new);
+        prop_assert!(moved >= old_full, "full at {moved}, the old state at {old_full}");
+        if same {
+            prop_assert_eq!(moved, old_full);
+        }
+        // The state calls are decided on and the one carried into it (under its quota).
+        let mut chain = (NEW, OLD, &old);
+        for (step, (moved, cost, spend, onwards)) in after.into_iter().enumerate() {
+            both.advance(moved);
+            if onwards && chain.0 == NEW {
+                // Moved on again: into a third key, from the moved one.
+                chain = (THIRD, NEW, &new);
+            }
+            let cost = cost.min(new.capacity());
+            let mode = if spend { Mode::Spend } else { Mode::Look };
+            let (key, from, quota) = chain;
+            let carried = [Carry { from: StoreKey::composed(from), quota, into: 0 }];
+            let got = both.same(&[check(key, &new, cost)], &carried, mode);
+            if same {
+                let control = both.same(&[check(CONTROL, &old, cost)], &[], mode);
+                prop_assert_eq!(&got, &control, "step {}", step);
+            }
         }
     }
 }
