@@ -10,17 +10,22 @@
 //! - never more: each admission is one the bucket admits, and none inside a block begun by a
 //!   refusal (every refused spend begins one where the bucket blocks, as the store does);
 //! - a refusal's wait is one the same call passes at (retried then: admitted);
-//! - no lockout: the wait is at most the bucket's own (or the block's) plus a token for each
-//!   move and each penalty since the bucket was last full, and two milliseconds (a carry,
-//!   at a call or before a penalty, rounds the old debt up to a whole token, and a chained
-//!   move rounds it again:
-//!   `probes_carry_attacks::chained_moves_do_not_round_a_debt_up_a_token_each`; waits are
-//!   whole milliseconds);
+//! - no lockout: the wait is at most the bucket's own (or the block's end, where that is
+//!   later) and a token, and two milliseconds (waits are whole milliseconds). A carry rounded
+//!   the old debt up to a whole token of the moved bucket, and a chained move rounded it
+//!   again, a token a move and a penalty
+//!   (`probes_carry_attacks::chained_moves_do_not_round_a_debt_up_a_token_each`): the debt is
+//!   carried exactly now. The token left is for a block begun again on the moved state,
+//!   found with the wait held to the bucket's exactly: a call refused in the old window while
+//!   the old state is blocked (decided with the call, not carried) blocks the moved state
+//!   anew from then (seeds 1149428, 1068524548: told 300 s where the one bucket's block ends
+//!   299 s on). Not fixed here; a token is no bound on it (with penalties during blocks, a
+//!   block 63 s longer);
 //! - a look that says a call passes is not refused by the next call.
 //!
-//! No penalty is made while the key is blocked: a blocked refusal's wait is the block's end
-//! whatever a penalty left owing past it, on one state too (ignored:
-//! `probes_carry_attacks::a_blocked_refusals_wait_is_when_the_call_passes_after_a_penalty`).
+//! No penalty is made while the key is blocked: a penalty then lengthens the block begun again
+//! above past a token (a blocked refusal's wait is otherwise the later of the block's end and
+//! the bucket's own: `probes_carry_attacks::a_blocked_refusals_wait_is_when_the_call_passes_after_a_penalty`).
 
 use std::time::Duration;
 
@@ -131,9 +136,6 @@ fn history(seed: u64, plan: Plan) -> usize {
     let mut at: u128 = 0;
     let mut log = vec![format!("{bucket:?}")];
     let mut retried = 0;
-    // Moves and penalties since the bucket was last full: a carry may round the debt up a
-    // token for each.
-    let mut carries: u128 = 0;
     let steps = [
         0, 1, 100, 999, 1_000, 6_000, 20_000, 30_000, 61_000, 200_000,
     ];
@@ -145,10 +147,8 @@ fn history(seed: u64, plan: Plan) -> usize {
                 log.push(format!("at {} ms", at / MS));
             }
             2 => {
-                let was = (name, minutes);
                 name = ["a", "b"][rng.below(2) as usize];
                 minutes = 1 + rng.below(2);
-                carries += u128::from((name, minutes) != was);
                 reload(&service, config(bucket, name, minutes));
                 site = service.prepare(&Options::new()).unwrap();
                 log.push(format!("reload {name} {minutes} min"));
@@ -157,7 +157,6 @@ fn history(seed: u64, plan: Plan) -> usize {
                 let units = 1 + rng.below(3);
                 now(service.penalize("k", &Options::new(), units)).unwrap();
                 model.spend(at, units);
-                carries += 1;
                 log.push(format!("penalty {units} (model tat {} ms)", model.tat / MS));
             }
             4 if plan.looks => {
@@ -192,14 +191,10 @@ fn history(seed: u64, plan: Plan) -> usize {
                     model.blocked_until = at + u128::from(bucket.block);
                 }
                 let due = model.passes_at(at, cost) - at;
-                // Full again by then, what each carry rounded up too.
-                if model.tat + carries * u128::from(bucket.interval) <= at {
-                    carries = 0;
-                }
-                let slack = (carries + 1) * u128::from(bucket.interval) + 2 * MS;
+                let slack = u128::from(bucket.interval) + 2 * MS;
                 assert!(
                     wait.as_nanos() <= due + slack,
-                    "seed {seed}: told {wait:?} where the bucket passes in {due} ns ({carries} carries)\n{}",
+                    "seed {seed}: told {wait:?} where the bucket passes in {due} ns\n{}",
                     log.join("\n")
                 );
                 if plan.retries && rng.below(2) == 0 {
