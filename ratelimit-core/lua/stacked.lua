@@ -44,9 +44,9 @@
 --
 -- A carried state (`Stacked::carried`): a state a reload moved a limit away from (another
 -- key), carried into the moved limit's state before anything is looked at or decided, in
--- every mode (a look's too): its token bucket's debt as a penalty, its block as a block, by
--- the rule of `Carry::penalty` and `Carry::block` (see lua/carry.lua, loaded in front of this
--- file). Every carried state and every limit is read first (an error is returned before
+-- every mode (a look's too): its token bucket's debt as time (a penalty in microseconds),
+-- its block as a block, by the rule of `Carry::debt` and `Carry::block` (see lua/carry.lua,
+-- loaded in front of this file). Every carried state and every limit is read first (an error is returned before
 -- anything is written), then each state is carried in order, then the call is decided.
 --
 -- A stamp names the state a spend was made on: a reset deletes it (lua/reset.lua), and a key
