@@ -8,7 +8,11 @@
 //! never the whole line. Every other waiter sleeps on its own [`Notify`], with its deadline
 //! as its only timer. No polling. A refusal whose turn comes after the head's deadline ends
 //! its wait at once, and a waiter that comes to the front before the line's turn waits for
-//! it without asking the store (or leaves at once when it is past its own deadline).
+//! it without asking the store (or leaves at once when it is past its own deadline). The
+//! line's turn is that of the refused call's cost: it holds a waiter of that cost or more
+//! (a larger call fits no sooner), and a smaller one asks the store, for a head that left
+//! unadmitted (past its deadline, cancelled, displaced) may have been refused for a cost the
+//! line no longer has.
 //!
 //! Places are bounded over every key (`max_queue_size`): an arrival finding the queue full
 //! takes the place of the newest waiter of the lowest priority, if that priority is lower
@@ -42,8 +46,9 @@ struct Slot {
 #[derive(Default)]
 struct Line {
     waiters: BTreeMap<Rank, Arc<Slot>>,
-    /// When the head's last refusal said the budget admits a call again.
-    ready_at: Option<Instant>,
+    /// When the head's last refusal said the budget admits a call again, and that call's
+    /// cost: a call of a smaller cost may fit sooner.
+    ready_at: Option<(Instant, u64)>,
 }
 
 #[derive(Default)]
@@ -250,17 +255,21 @@ impl Turn<'_> {
         self.slot.displaced.load(Ordering::Acquire)
     }
 
-    /// Records that the store refused the head until `at`.
-    pub(crate) fn refused_until(&self, at: Instant) {
+    /// Records that the store refused the head, a call of `cost`, until `at`.
+    pub(crate) fn refused_until(&self, at: Instant, cost: u64) {
         if let Some(line) = self.queue.state.lock().lines.get_mut(&self.key) {
-            line.ready_at = Some(at);
+            line.ready_at = Some((at, cost));
         }
     }
 
-    /// When the line's budget was last said to admit again (`None`: not asked yet).
-    pub(crate) fn ready_at(&self) -> Option<Instant> {
+    /// When the line's budget was last said to admit a call of `cost` again: `None` when not
+    /// asked yet, or when the refusal was for a smaller cost than the one it was asked for
+    /// (a head of cost 8 refused until +8 s said nothing of a call of cost 1 behind it, whose
+    /// token came at +1 s: it was refused at once as past its deadline, or held to +8 s).
+    pub(crate) fn ready_at(&self, cost: u64) -> Option<Instant> {
         let state = self.queue.state.lock();
-        state.lines.get(&self.key).and_then(|line| line.ready_at)
+        let (at, refused) = state.lines.get(&self.key)?.ready_at?;
+        (cost >= refused).then_some(at)
     }
 
     /// Sleeps until woken (this waiter's turn, a shutdown, displaced) or `until`.

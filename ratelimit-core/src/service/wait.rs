@@ -105,7 +105,7 @@ impl RateLimitService {
             }
             if Instant::now() >= deadline {
                 turn.leave(Left::TimedOut);
-                break Err(timed_out(turn.ready_at()));
+                break Err(timed_out(turn.ready_at(site.cost)));
             }
             // A reload replaced the configuration this call was begun under: its wait ends
             // (refused, as at its deadline; the caller calls again under the new one), so no
@@ -120,7 +120,7 @@ impl RateLimitService {
                 // once when it is past this call's deadline (so waiters ending before the
                 // line's turn leave one after the other, none asking the store).
                 if prior.is_none() {
-                    if let Some(at) = turn.ready_at().filter(|&at| at > Instant::now()) {
+                    if let Some(at) = turn.ready_at(site.cost).filter(|&at| at > Instant::now()) {
                         if at > deadline {
                             turn.leave(Left::TimedOut);
                             break Err(timed_out(Some(at)));
@@ -156,7 +156,7 @@ impl RateLimitService {
                             break Ok(d); // can never pass: the refusal itself
                         };
                         let at = Instant::now() + after;
-                        turn.refused_until(at);
+                        turn.refused_until(at, site.cost);
                         // Its turn comes after its deadline: refused now, not at the deadline.
                         if at > deadline {
                             turn.leave(Left::TimedOut);
