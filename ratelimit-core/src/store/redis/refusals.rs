@@ -11,7 +11,12 @@
 //!
 //! What it cannot see: a [`reset`](crate::store::Store::reset) from another process. This
 //! process keeps refusing the key until the refusal's retry time, as if the reset had come
-//! that much later; a reset through this store clears the entry at once.
+//! that much later; a reset through this store clears the entry at once. Nor units another
+//! process's lease gives back (when idle, dropped, or `return_leases`): they make a refused
+//! key admit sooner, so a store that leases (the fleet then leases alike) holds a refusal
+//! no longer than its lease's `idle`, the time by which such units come back, and asks Redis
+//! again after it (held until its retry time, a process refused by Redis beside another's
+//! lease refused the 7 units that lease gave back, for the rest of the day).
 
 use std::collections::HashMap;
 use std::hash::BuildHasher;
@@ -32,6 +37,9 @@ struct Refusal {
     remaining: u64,
     /// When the refused call may fit, on this process's monotonic clock.
     until: Instant,
+    /// When the refusal stops being answered here (Redis is asked again): `until`, or
+    /// sooner where units leased elsewhere may come back meanwhile (see `Refusals::hold`).
+    held_until: Instant,
     /// `reset_at` of Redis' refusal, in nanoseconds of Redis' time.
     reset_at: u64,
 }
@@ -40,6 +48,9 @@ struct Refusal {
 #[derive(Debug)]
 pub(super) struct Refusals {
     capacity: usize,
+    /// The longest a refusal is answered here: the leases' `idle` on a store that leases
+    /// (units another process leased come back by then), else unbounded (`None`).
+    hold: Option<Duration>,
     entries: Mutex<HashMap<String, Refusal, foldhash::fast::RandomState>>,
     /// How many entries there are, written under the lock: a call finding none (every call
     /// while nothing is refused) takes no lock and hashes no key. Read without the lock, it
@@ -58,9 +69,10 @@ pub(super) struct Refusals {
 const SLOTS: usize = 4_096;
 
 impl Refusals {
-    pub(super) fn new(capacity: usize) -> Self {
+    pub(super) fn new(capacity: usize, hold: Option<Duration>) -> Self {
         Refusals {
             capacity,
+            hold,
             entries: Mutex::new(HashMap::default()),
             held: AtomicUsize::new(0),
             slots: (0..SLOTS).map(|_| AtomicU8::new(0)).collect(),
@@ -117,7 +129,7 @@ impl Refusals {
         }
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
         let r = *entries.get(key)?;
-        if now >= r.until {
+        if now >= r.held_until {
             // Out of force: gone, so that calls on the key take no lock again.
             self.remove(&mut entries, key);
             return None;
@@ -164,17 +176,19 @@ impl Refusals {
         if self.capacity == 0 || cost == 0 {
             return;
         }
+        let retry = Duration::from_nanos(retry);
         let refusal = Refusal {
             cost,
             quota: *quota,
             remaining: verdict.remaining,
-            until: sent + Duration::from_nanos(retry),
+            until: sent + retry,
+            held_until: sent + self.hold.map_or(retry, |hold| retry.min(hold)),
             reset_at: verdict.reset_at,
         };
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
         if entries.len() >= self.capacity && !entries.contains_key(key) {
             entries.retain(|k, r| {
-                let keep = r.until > sent;
+                let keep = r.held_until > sent;
                 if !keep {
                     self.count(k, -1);
                 }
@@ -216,9 +230,32 @@ mod tests {
         }
     }
 
+    /// On a store that leases, a refusal is answered here for the leases' `idle` at most,
+    /// telling Redis' whole wait meanwhile; then Redis is asked again (units leased elsewhere
+    /// may have come back).
+    #[test]
+    fn a_refusal_on_a_leasing_store_is_held_no_longer_than_the_leases_idle() {
+        let refusals = Refusals::new(8, Some(Duration::from_millis(30)));
+        let t = Instant::now();
+        refusals.record("k", 1, &q(5, 1), &refused(0, 100), t);
+        let v = refusals.answer("k", 1, &q(5, 1), t + Duration::from_millis(29));
+        assert_eq!(v.unwrap().retry_after, Some(71_000_000));
+        assert!(refusals
+            .answer("k", 1, &q(5, 1), t + Duration::from_millis(30))
+            .is_none());
+        // A wait shorter than `idle` is held to its end, as without leases.
+        refusals.record("s", 1, &q(5, 1), &refused(0, 10), t);
+        assert!(refusals
+            .answer("s", 1, &q(5, 1), t + Duration::from_millis(9))
+            .is_some());
+        assert!(refusals
+            .answer("s", 1, &q(5, 1), t + Duration::from_millis(10))
+            .is_none());
+    }
+
     #[test]
     fn a_refusal_answers_calls_of_at_least_its_cost_until_its_retry_time() {
-        let refusals = Refusals::new(8);
+        let refusals = Refusals::new(8, None);
         let t = Instant::now();
         refusals.record("k", 2, &q(5, 1), &refused(1, 100), t);
         let later = t + Duration::from_millis(40);
@@ -250,7 +287,7 @@ mod tests {
 
     #[test]
     fn the_map_stays_within_its_capacity_and_admissions_are_not_kept() {
-        let refusals = Refusals::new(2);
+        let refusals = Refusals::new(2, None);
         let t = Instant::now();
         let admitted = Verdict {
             allowed: true,
@@ -279,7 +316,7 @@ mod tests {
     /// out of force is dropped when next asked about, so calls go back to taking no lock.
     #[test]
     fn the_count_read_without_the_lock_follows_the_entries() {
-        let refusals = Refusals::new(8);
+        let refusals = Refusals::new(8, None);
         let held = |r: &Refusals| r.held.load(Ordering::Acquire);
         let t = Instant::now();
         refusals.record("a", 1, &q(5, 1), &refused(0, 10), t);
@@ -301,7 +338,7 @@ mod tests {
 
     #[test]
     fn a_refusal_held_for_one_key_leaves_the_others_unlocked() {
-        let refusals = Refusals::new(3);
+        let refusals = Refusals::new(3, None);
         let t = Instant::now();
         let slot = |k: &str| refusals.slot(k) as *const AtomicU8;
         refusals.record("a", 1, &q(5, 1), &refused(0, 10), t);
@@ -345,7 +382,7 @@ mod tests {
 
     #[test]
     fn nothing_is_kept_when_switched_off() {
-        let refusals = Refusals::new(0);
+        let refusals = Refusals::new(0, None);
         let t = Instant::now();
         refusals.record("k", 1, &q(5, 1), &refused(0, 1_000), t);
         assert!(refusals.answer("k", 1, &q(5, 1), t).is_none());

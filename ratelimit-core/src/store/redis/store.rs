@@ -75,7 +75,9 @@ pub(super) struct Inner {
 ///   until then (at most [`RedisOptions::local_refusals`] keys), so a flood on one refused key
 ///   costs Redis nothing. A [`reset`](Store::reset) through this store clears it; a reset
 ///   from another process is not seen here, and this process keeps refusing the key until the
-///   refusal's retry time, as if the reset had come that much later. Stacked limits
+///   refusal's retry time, as if the reset had come that much later. With leases, a refusal
+///   is held no longer than [`LeaseOptions::idle`](super::LeaseOptions::idle): units another
+///   process's lease gives back are admitted here from then. Stacked limits
 ///   ([`Store::decide_all`]) always ask Redis.
 /// - **Leases for hot keys** (opt-in, [`RedisOptions::leases`]): a fixed window or token
 ///   bucket decision that spends takes a slice of the key's budget in one round trip and
@@ -156,7 +158,8 @@ impl RedisStore {
                 ended.clone(),
             ))
         };
-        let refusals = Refusals::new(options.local_refusals);
+        let hold = options.leases.as_ref().map(|leases| leases.idle);
+        let refusals = Refusals::new(options.local_refusals, hold);
         let leases = options
             .leases
             .clone()

@@ -1,0 +1,227 @@
+//! Probes of over-refusal on a real Redis server (helper-68): a refusal's `retry_after` is when
+//! the call passes, on Redis' own clock, for every strategy, costs above 1 and burst, with
+//! refusals held in the process and with leases; and a limit admits its whole capacity there.
+//!
+//! Time: Redis decides on its own clock (`TIME`), so the probes wait on it (polling `TIME`,
+//! windows of a few hundred milliseconds). A call's script reads the clock between the
+//! `TIME` read before it was sent and the one after its answer: a call at `after + retry`
+//! must pass; a look made from `before + retry - 3 ms` and answered before `before + retry -
+//! 1 ms` must be refused (one answered later is not judged: the machine was slow).
+
+use std::time::Duration;
+
+use ratelimit::{
+    Config, LeaseOptions, Options, RateLimitService, RedisOptions, StoreConfig, Strategy,
+};
+use ratelimit_tests::redis_server::{prefix, redis_time, until_redis_time, RedisServer};
+
+fn service(
+    server: &RedisServer,
+    name: &str,
+    options: impl Fn(RedisOptions) -> RedisOptions,
+) -> RateLimitService {
+    let options = options(RedisOptions::new(server.url()).timeout(Duration::from_secs(2)));
+    let config = Config::builder()
+        .key_prefix(prefix(name))
+        .store(StoreConfig::Redis(options))
+        .build()
+        .expect("valid configuration");
+    RateLimitService::new(config).expect("service")
+}
+
+/// The limits the probes draw from: every strategy, short windows, burst, refill.
+fn limits() -> Vec<Options> {
+    let ms = Duration::from_millis;
+    vec![
+        Options::new()
+            .strategy(Strategy::FixedWindow)
+            .limit(4)
+            .window(ms(300)),
+        Options::new()
+            .strategy(Strategy::SlidingWindow)
+            .limit(3)
+            .burst(1)
+            .window(ms(300)),
+        Options::new()
+            .strategy(Strategy::SlidingWindowCounter)
+            .limit(5)
+            .window(ms(250)),
+        Options::new()
+            .strategy(Strategy::TokenBucket)
+            .limit(4)
+            .burst(2)
+            .window(ms(200)),
+        Options::new()
+            .strategy(Strategy::TokenBucket)
+            .limit(6)
+            .refill(3)
+            .window(ms(300)),
+    ]
+}
+
+/// For each limit and `service`: calls of costs 1 to 3 in turn; each refusal is waited out on
+/// Redis' clock: refused a millisecond before its `retry_after`, admitted at it. Returns how
+/// many refusals were waited out and how many of them were judged a millisecond before.
+async fn waits_are_true(service: &RateLimitService, c: &mut redis::Connection) -> (u32, u32) {
+    let (mut waited, mut judged) = (0, 0);
+    for (l, limit) in limits().into_iter().enumerate() {
+        let key = format!("k{l}");
+        for call in 0..16u64 {
+            let options = limit.clone().cost(1 + call % 3);
+            let before = redis_time(c);
+            let decision = service.consume(&key, &options).await.unwrap();
+            let after = redis_time(c);
+            if decision.allowed {
+                continue;
+            }
+            let retry = decision.retry_after.expect("a refusal says when");
+            let retry_us = retry.as_micros() as u64;
+            assert!(retry_us >= 1_000, "{options:?}: {retry:?}");
+            // The call passes no sooner than `before + retry - 1 ms` (the wait is rounded up
+            // to a millisecond): a look answered before then must be refused.
+            if before + retry_us > after + 3_000 {
+                until_redis_time(c, before + retry_us - 3_000);
+                let look = service
+                    .check(&key, &options.clone().consume(false))
+                    .await
+                    .unwrap();
+                if redis_time(c) < before + retry_us - 1_000 {
+                    assert!(
+                        !look.allowed,
+                        "{options:?}: passes a millisecond before its retry_after {retry:?}"
+                    );
+                    judged += 1;
+                }
+            }
+            until_redis_time(c, after + retry_us);
+            let again = service.consume(&key, &options).await.unwrap();
+            assert!(
+                again.allowed,
+                "{options:?}: refused at its retry_after {retry:?}: {again:?}"
+            );
+            waited += 1;
+        }
+    }
+    (waited, judged)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusals_retry_after_is_when_the_call_passes_on_redis() {
+    let server = RedisServer::start();
+    let mut c = redis::Client::open(server.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    for (name, options) in [
+        (
+            "asked",
+            (|o: RedisOptions| o.local_refusals(0)) as fn(RedisOptions) -> RedisOptions,
+        ),
+        ("held", |o| o),
+        ("leased", |o| o.leases(LeaseOptions::new(4))),
+    ] {
+        let service = service(&server, name, options);
+        let (waited, judged) = waits_are_true(&service, &mut c).await;
+        assert!(waited >= 25, "{name}: only {waited} refusals waited out");
+        assert!(judged >= 10, "{name}: {judged} of {waited} judged before");
+    }
+}
+
+/// Each limit admits its whole capacity at once on Redis (costs 1 and 3), as in memory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_strategy_admits_its_whole_capacity_on_redis() {
+    let server = RedisServer::start();
+    let service = service(&server, "capacity", |o| o);
+    let long = Duration::from_secs(3_600);
+    for strategy in Strategy::ALL {
+        for (limit, burst, cost) in [(10, 0, 1), (10, 5, 1), (10, 2, 3), (1, 0, 1)] {
+            let options = Options::new()
+                .strategy(strategy)
+                .limit(limit)
+                .burst(burst)
+                .window(long)
+                .cost(cost);
+            let key = format!("{strategy:?}-{limit}-{burst}-{cost}");
+            let mut admitted = 0;
+            for _ in 0..40 {
+                admitted += u64::from(service.consume(&key, &options).await.unwrap().allowed);
+            }
+            assert_eq!(admitted, (limit + burst) / cost, "{options:?}");
+            let mut rest = 0;
+            for _ in 0..40 {
+                rest += u64::from(
+                    service
+                        .consume(&key, &options.clone().cost(1))
+                        .await
+                        .unwrap()
+                        .allowed,
+                );
+            }
+            assert_eq!(rest, (limit + burst) % cost, "{options:?}: the rest");
+        }
+    }
+}
+
+/// Two processes on one key of 10 a window: A leases a slice of 8 (spends 1, holds 7), B
+/// spends the 2 Redis has left and is refused, until the window's end. A gives its 7 unspent
+/// units back when idle (50 ms): Redis admits 7 more, and B, asking again an `idle` later, is
+/// admitted them. B held Redis' refusal in the process until its retry time (the window's
+/// end) and refused all 7 without asking: a refusal held there is sound against spends, not
+/// against units coming back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn units_a_lease_gives_back_are_admitted_to_a_process_refused_before() {
+    let server = RedisServer::start();
+    let name = prefix("lease-back");
+    let on = |options: RedisOptions| {
+        let config = Config::builder()
+            .key_prefix(name.clone())
+            .store(StoreConfig::Redis(options))
+            .build()
+            .expect("valid configuration");
+        RateLimitService::new(config).expect("service")
+    };
+    let base = || RedisOptions::new(server.url()).timeout(Duration::from_secs(2));
+    let idle = Duration::from_millis(50);
+    let a = on(base().leases(LeaseOptions::new(8).idle(idle)));
+    let b = on(base().leases(LeaseOptions::new(8).idle(idle)));
+    let day = Options::new()
+        .strategy(Strategy::FixedWindow)
+        .limit(10)
+        .window(Duration::from_secs(20 * 86_400));
+    assert!(a.consume("user", &day).await.unwrap().allowed);
+    let mut admitted = 0;
+    for _ in 0..5 {
+        admitted += u64::from(b.consume("user", &day).await.unwrap().allowed);
+    }
+    assert_eq!(admitted, 2, "B: what Redis has left beside A's lease");
+    // A's 7 unspent units go back to Redis once A is idle.
+    let mut c = redis::Client::open(server.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let back = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let keys: Vec<String> = redis::cmd("KEYS")
+                .arg(format!("{name}*"))
+                .query(&mut c)
+                .unwrap();
+            let counts: Vec<Option<String>> = keys
+                .iter()
+                .filter(|k| !k.ends_with(":lease"))
+                .map(|k| redis::cmd("GET").arg(k).query(&mut c).unwrap_or(None))
+                .collect();
+            if counts.iter().any(|v| v.as_deref() == Some("3")) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    });
+    assert!(back.await.is_ok(), "A's lease never came back");
+    // B holds its refusal (till the window's end, Redis said) no longer than its own `idle`.
+    tokio::time::sleep(idle).await;
+    let mut again = 0;
+    for _ in 0..10 {
+        again += u64::from(b.consume("user", &day).await.unwrap().allowed);
+    }
+    assert_eq!(again, 7, "B after A gave its 7 unspent units back");
+}
