@@ -1,0 +1,317 @@
+//! Probes of over-refusal (helper-68): a limit of N per window admits N, not fewer; a refusal's
+//! `retry_after` is true (a call at that time passes, one a millisecond earlier is refused);
+//! `status`'s `reset_after` is true (full again then, not earlier). The memory store through
+//! the service API, on a hand-driven clock, every strategy, costs above 1, burst and refill.
+
+use std::time::Duration;
+
+use ratelimit::{Config, Options, RateLimitService, Strategy};
+use ratelimit_tests::{now, service, Rng};
+
+const MS: Duration = Duration::from_millis(1);
+
+fn memory() -> (RateLimitService, ratelimit::ManualClock) {
+    service(Config::builder().build().unwrap())
+}
+
+/// Admitted out of `n` calls of `options` on `key` at the clock's instant.
+fn admitted(service: &RateLimitService, key: &str, options: &Options, n: usize) -> usize {
+    (0..n)
+        .filter(|_| now(service.consume(key, options)).unwrap().allowed)
+        .count()
+}
+
+/// Whether a call of `options` on `key` would pass now (a look: spends nothing).
+fn would_pass(service: &RateLimitService, key: &str, options: &Options) -> bool {
+    now(service.check(key, &options.clone().consume(false)))
+        .unwrap()
+        .allowed
+}
+
+/// The options of one drawn limit: strategy, limit, window (whole milliseconds), burst and
+/// (token bucket) refill.
+fn drawn(rng: &mut Rng) -> Options {
+    let strategy = Strategy::ALL[rng.below(4) as usize];
+    let window = Duration::from_millis([1_000, 60_000, 7, 1_500, 333][rng.below(5) as usize]);
+    let mut options = Options::new()
+        .strategy(strategy)
+        .limit(1 + rng.below(12))
+        .window(window)
+        .burst(rng.below(4));
+    if strategy == Strategy::TokenBucket && rng.below(2) == 0 {
+        options = options.refill(1 + rng.below(5));
+    }
+    options
+}
+
+#[test]
+fn every_strategy_admits_its_whole_capacity_at_once_whatever_the_cost() {
+    for strategy in Strategy::ALL {
+        for (limit, burst, cost) in [(10, 0, 1), (10, 5, 1), (10, 0, 3), (10, 2, 4), (1, 0, 1)] {
+            let (service, _clock) = memory();
+            let options = Options::new()
+                .strategy(strategy)
+                .limit(limit)
+                .burst(burst)
+                .window(Duration::from_secs(60))
+                .cost(cost);
+            let capacity = (limit + burst) as usize;
+            assert_eq!(
+                admitted(&service, "k", &options, 100),
+                capacity / cost as usize,
+                "{strategy:?} limit {limit} burst {burst} cost {cost}"
+            );
+            // What is left of the capacity is admitted in calls of cost 1.
+            let rest = capacity % cost as usize;
+            assert_eq!(
+                admitted(&service, "k", &options.clone().cost(1), 100),
+                rest,
+                "{strategy:?} limit {limit} burst {burst} cost {cost}: the rest"
+            );
+        }
+    }
+}
+
+/// Random histories on every strategy: each refusal's `retry_after` is when a call of the same
+/// cost passes, and a millisecond before it the call is refused; each `status`'s
+/// `reset_after` is when the budget is whole again.
+#[test]
+fn a_refusals_retry_after_is_when_the_call_passes_on_every_strategy() {
+    let mut rng = Rng(0x5eed_0068);
+    let (mut waits, mut remainders) = (0, 0);
+    for history in 0..400 {
+        let (service, clock) = memory();
+        let options = drawn(&mut rng);
+        let key = "k";
+        for _ in 0..40 {
+            let capacity_cost = 1 + rng.below(4);
+            let call = options.clone().cost(capacity_cost);
+            match now(service.consume(key, &call)) {
+                Ok(d) if d.allowed => {}
+                Ok(d) => {
+                    let wait = d.retry_after.expect("a refusal says when");
+                    assert!(wait > Duration::ZERO);
+                    if wait > MS {
+                        clock.advance(wait - MS);
+                        assert!(
+                            !would_pass(&service, key, &call),
+                            "history {history} {options:?} cost {capacity_cost}: passes a \
+                             millisecond before its retry_after {wait:?}"
+                        );
+                        clock.advance(MS);
+                    } else {
+                        clock.advance(wait);
+                    }
+                    assert!(
+                        would_pass(&service, key, &call),
+                        "history {history} {options:?} cost {capacity_cost}: refused at its \
+                         retry_after {wait:?}"
+                    );
+                    waits += 1;
+                }
+                Err(ratelimit::Error::CostAboveCapacity { .. }) => {}
+                Err(other) => panic!("{other:?}"),
+            }
+            if rng.below(5) == 0 {
+                let level = now(service.status(key, &options)).unwrap();
+                clock.advance(level.reset_after);
+                let whole = now(service.status(key, &options)).unwrap();
+                assert_eq!(
+                    whole.remaining, whole.limit,
+                    "history {history} {options:?}: not whole at reset_after {:?}",
+                    level.reset_after
+                );
+            }
+            if rng.below(7) == 0 {
+                // `remaining` is what calls of cost 1 find now: that many pass, one more not.
+                let level = now(service.status(key, &options)).unwrap();
+                let one = options.clone().cost(1);
+                let passed = admitted(&service, key, &one, level.remaining as usize + 1);
+                assert_eq!(
+                    passed, level.remaining as usize,
+                    "history {history} {options:?}: status said {} remaining",
+                    level.remaining
+                );
+                remainders += 1;
+            }
+            if rng.below(3) == 0 {
+                clock.advance(Duration::from_millis(rng.below(400)));
+            }
+        }
+    }
+    assert!(waits > 1_000, "only {waits} refusals waited out");
+    assert!(remainders > 1_000, "only {remainders} levels spent");
+}
+
+/// The configuration of the reload probes: every strategy as a tier, a default limit, a
+/// burst, a refill; `extra` adds an unrelated tier (a reload that changes only it moves
+/// nothing the calls use).
+fn tiers(extra: bool) -> ratelimit::ConfigBuilder {
+    use ratelimit::Tier;
+    let mut b = Config::builder()
+        .strategy(Strategy::SlidingWindow)
+        .default_limit(7)
+        .default_window(Duration::from_millis(1_500))
+        .tier(
+            Tier::new("fixed", 5)
+                .window("1s")
+                .strategy(Strategy::FixedWindow),
+        )
+        .tier(
+            Tier::new("log", 4)
+                .window("2s")
+                .burst(2)
+                .strategy(Strategy::SlidingWindow),
+        )
+        .tier(
+            Tier::new("counter", 6)
+                .window("1s")
+                .strategy(Strategy::SlidingWindowCounter),
+        )
+        .tier(
+            Tier::new("bucket", 5)
+                .window("1s")
+                .burst(3)
+                .strategy(Strategy::TokenBucket),
+        )
+        .tier(
+            Tier::new("slow", 4)
+                .window("1s")
+                .refill(2)
+                .strategy(Strategy::TokenBucket),
+        );
+    if extra {
+        b = b.tier(Tier::new("unused", 9).window("3s"));
+    }
+    b
+}
+
+/// A service reloaded at random with a configuration that moves none of the limits its calls
+/// use (the same one, or one adding or dropping an unrelated tier) decides every call as a
+/// service never reloaded: same verdict, same `remaining`, same `retry_after`. A reload that
+/// changes nothing refuses nothing.
+#[test]
+fn a_reload_that_moves_no_limit_refuses_nothing_a_service_never_reloaded_admits() {
+    let names = [
+        None,
+        Some("fixed"),
+        Some("log"),
+        Some("counter"),
+        Some("bucket"),
+        Some("slow"),
+    ];
+    for seed in 1..40u64 {
+        let mut rng = Rng(seed * 0x9e37_79b9);
+        let (plain, clock) = service(tiers(false).build().unwrap());
+        let reloaded = RateLimitService::with_clock(
+            tiers(false).build().unwrap(),
+            std::sync::Arc::new(clock.clone()),
+        )
+        .unwrap();
+        let mut extra = false;
+        let mut refusals = 0;
+        for step in 0..300 {
+            if rng.below(6) == 0 {
+                if rng.below(2) == 0 {
+                    extra = !extra;
+                }
+                ratelimit_tests::reload_to(&reloaded, tiers(extra));
+            }
+            let mut options = Options::new().cost(1 + rng.below(3));
+            if let Some(tier) = names[rng.below(names.len() as u64) as usize] {
+                options = options.tier(tier);
+            }
+            let key = ["a", "b"][rng.below(2) as usize];
+            let want = now(plain.consume(key, &options));
+            let got = now(reloaded.consume(key, &options));
+            match (&want, &got) {
+                (Ok(w), Ok(g)) => {
+                    assert_eq!(
+                        (g.allowed, g.remaining, g.retry_after),
+                        (w.allowed, w.remaining, w.retry_after),
+                        "seed {seed} step {step} {options:?}"
+                    );
+                    refusals += usize::from(!w.allowed);
+                }
+                _ => assert_eq!(
+                    format!("{got:?}"),
+                    format!("{want:?}"),
+                    "seed {seed} step {step}"
+                ),
+            }
+            clock.advance(Duration::from_millis(rng.below(120)));
+        }
+        assert!(refusals > 40, "seed {seed}: {refusals} refusals");
+    }
+}
+
+/// A wall clock set a day ahead for a few seconds, then back (a host that booted with a wrong
+/// clock and was corrected, a VM resumed with a stale offset): after the correction, a key
+/// never used during the step (a fresh user) gets its limit every window, as before the
+/// step. The memory store decides every call at the latest time a sweep ran (its floor,
+/// which keeps a key dropped at the later time from being fresh at an earlier one), so time
+/// stands still at the stepped time for the whole day: 10 a minute admitted 10 in 5 minutes.
+#[test]
+#[ignore = "FOUND: after a clock stepped forward a day and back, the memory store decides every key, \
+            new ones too, at the sweep's floor for that day: 10 a minute admits 10 in 5 minutes (50 \
+            expected), and no sweep runs until the day has passed"]
+fn a_key_first_used_after_a_clock_step_back_gets_its_limit_every_window() {
+    let (service, clock) = memory();
+    let minute = Options::new()
+        .strategy(Strategy::FixedWindow)
+        .limit(10)
+        .window(Duration::from_secs(60));
+    assert_eq!(admitted(&service, "before", &minute, 20), 10);
+    let back = ratelimit_tests::START + Duration::from_secs(20);
+    clock.set(back + Duration::from_secs(86_400));
+    // A call during the step (any key): the memory store sweeps then.
+    assert_eq!(admitted(&service, "during", &minute, 1), 1);
+    clock.set(back);
+    let mut total = 0;
+    for _ in 0..5 {
+        total += admitted(&service, "after", &minute, 20);
+        clock.advance(Duration::from_secs(60));
+    }
+    assert_eq!(total, 50, "a fresh key after the step back, five minutes");
+}
+
+/// After the same step (a day ahead, then back), a store capped at 3 keys serves one new key
+/// a second under a limit of 1 a second: each key's window ends a second later, so the cap
+/// never binds (the store sweeps expired keys at the cap). Time standing at the floor, no
+/// key ever expires, and every new key once the store is full is `StoreFull` for the day.
+#[test]
+#[ignore = "FOUND: after a clock stepped forward a day and back, a memory store capped at 3 keys \
+            refuses every new key with StoreFull once full (2 of 10 admitted, one new key a second, \
+            a limit of 1 a second): no key expires before the day has passed"]
+fn new_keys_after_a_clock_step_back_are_not_refused_as_a_full_store() {
+    use ratelimit::{MemoryOptions, MemoryStore};
+    let clock = ratelimit_tests::clock();
+    let service = RateLimitService::with_store(
+        Config::builder().build().unwrap(),
+        MemoryStore::with_options(MemoryOptions::default().max_keys(3)),
+        std::sync::Arc::new(clock.clone()),
+    )
+    .unwrap();
+    let second = Options::new()
+        .strategy(Strategy::FixedWindow)
+        .limit(1)
+        .window(Duration::from_secs(1));
+    let back = ratelimit_tests::START;
+    clock.set(back + Duration::from_secs(86_400));
+    assert_eq!(admitted(&service, "during", &second, 1), 1);
+    clock.set(back);
+    let mut served = 0;
+    for user in 0..10 {
+        match now(service.consume(&format!("user-{user}"), &second)) {
+            Ok(d) if d.allowed => served += 1,
+            Ok(d) => panic!("user {user} refused: {d:?}"),
+            Err(ratelimit::Error::StoreFull { .. }) => {}
+            Err(other) => panic!("{other:?}"),
+        }
+        clock.advance(Duration::from_secs(1));
+    }
+    assert_eq!(
+        served, 10,
+        "one new key a second, each expired a second later"
+    );
+}
