@@ -315,3 +315,65 @@ fn new_keys_after_a_clock_step_back_are_not_refused_as_a_full_store() {
         "one new key a second, each expired a second later"
     );
 }
+
+/// Random histories of stacked calls (`consume_all`, two or three limits of every strategy on
+/// one key, one cost): a refused stack passes when its longest `retry_after` has passed, and
+/// not a millisecond before (its refusing limits are those whose waits it names).
+#[test]
+fn a_refused_stacks_longest_retry_after_is_when_the_stack_passes() {
+    let mut rng = Rng(0x68_57ac);
+    let mut waits = 0;
+    for history in 0..300 {
+        let (service, clock) = memory();
+        let limits: Vec<Options> = (0..2 + rng.below(2))
+            .map(|i| drawn(&mut rng).budget(format!("b{i}")))
+            .collect();
+        for _ in 0..30 {
+            let cost = 1 + rng.below(3);
+            let stack: Vec<Options> = limits.iter().map(|o| o.clone().cost(cost)).collect();
+            let looks: Vec<Options> = stack.iter().map(|o| o.clone().consume(false)).collect();
+            let pairs = |of: &[Options]| -> Vec<(&'static str, Options)> {
+                of.iter().map(|o| ("k", o.clone())).collect()
+            };
+            let decide = |of: &[Options]| {
+                let owned = pairs(of);
+                let borrowed: Vec<(&str, &Options)> = owned.iter().map(|(k, o)| (*k, o)).collect();
+                now(service.consume_all(&borrowed))
+            };
+            let decisions = match decide(&stack) {
+                Ok(d) => d,
+                Err(ratelimit::Error::CostAboveCapacity { .. }) => continue,
+                Err(other) => panic!("{other:?}"),
+            };
+            if decisions.iter().all(|d| d.allowed) {
+                if rng.below(3) == 0 {
+                    clock.advance(Duration::from_millis(rng.below(300)));
+                }
+                continue;
+            }
+            let wait = decisions
+                .iter()
+                .filter_map(|d| d.retry_after)
+                .max()
+                .expect("a refused stack says when");
+            if wait > MS {
+                clock.advance(wait - MS);
+                let early = decide(&looks).unwrap();
+                assert!(
+                    !early.iter().all(|d| d.allowed),
+                    "history {history} {limits:?} cost {cost}: passes 1 ms before {wait:?}"
+                );
+                clock.advance(MS);
+            } else {
+                clock.advance(wait);
+            }
+            let due = decide(&looks).unwrap();
+            assert!(
+                due.iter().all(|d| d.allowed),
+                "history {history} {limits:?} cost {cost}: refused at {wait:?}: {due:?}"
+            );
+            waits += 1;
+        }
+    }
+    assert!(waits > 1_000, "only {waits} refused stacks waited out");
+}

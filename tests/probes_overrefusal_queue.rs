@@ -120,3 +120,48 @@ async fn a_waiter_behind_a_cancelled_head_of_larger_cost_is_admitted_when_its_ow
     assert!(matches!(small, Ok(ref d) if d.allowed), "{small:?}");
     assert_eq!(at, SECOND, "held to the cancelled head's turn");
 }
+
+/// Waiters on a bucket of 10 refilled one a second, and a reload that adds a tier no call
+/// uses (the waiters' limit, its key and its state unchanged): each waiter is admitted when
+/// its token comes, as without the reload. Every wait begun under the replaced configuration
+/// ended with `QueueTimeout` at the reload (README: "A reload ends every wait in the queue
+/// begun under the configuration it replaced"), including those whose limit it did not move.
+#[tokio::test(start_paused = true)]
+#[ignore = "FOUND: a reload that moves no waiter's limit (a tier added that no call uses) ends \
+            every wait with QueueTimeout: 0 of 3 waiters admitted at +1, +2, +3 s, all refused at \
+            the reload (documented for every reload; the waiters could go on under the new \
+            configuration where it resolves their limit alike)"]
+async fn a_reload_that_moves_no_limit_ends_no_wait() {
+    let (service, bucket) = service(Duration::from_secs(5));
+    let start = Instant::now();
+    for _ in 0..10 {
+        assert!(
+            service
+                .consume("k", &bucket.clone().queue(false))
+                .await
+                .unwrap()
+                .allowed
+        );
+    }
+    let mut waiters = Vec::new();
+    for depth in 1..=3 {
+        waiters.push(queued(&service, bucket.clone(), start, depth).await);
+    }
+    tokio::time::advance(Duration::from_millis(500)).await;
+    let running = service.config();
+    let again = Config::builder()
+        .queue_timeout(Duration::from_secs(5))
+        .tier(ratelimit::Tier::new("unused", 3))
+        .store(running.store().clone())
+        .build()
+        .unwrap();
+    service.reload(again).unwrap();
+    let mut at = Vec::new();
+    for waiter in waiters {
+        let (outcome, when) = waiter.await.unwrap();
+        if matches!(outcome, Ok(ref d) if d.allowed) {
+            at.push(when);
+        }
+    }
+    assert_eq!(at, [SECOND, 2 * SECOND, 3 * SECOND], "admitted at");
+}

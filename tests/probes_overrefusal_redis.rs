@@ -225,3 +225,120 @@ async fn units_a_lease_gives_back_are_admitted_to_a_process_refused_before() {
     }
     assert_eq!(again, 7, "B after A gave its 7 unspent units back");
 }
+
+/// Stacked calls on Redis (`consume_all`: a fixed window, a log with burst and a counter, one
+/// key): a refused stack passes at its longest `retry_after`, on Redis' clock, and a look a
+/// millisecond or more before it is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_stacks_longest_retry_after_is_when_it_passes_on_redis() {
+    let server = RedisServer::start();
+    let mut c = redis::Client::open(server.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let service = service(&server, "stacked", |o| o);
+    let all = limits();
+    let limits: Vec<Options> = [&all[0], &all[1], &all[2]]
+        .iter()
+        .enumerate()
+        .map(|(i, o)| (*o).clone().budget(format!("b{i}")))
+        .collect();
+    let (mut waited, mut judged) = (0, 0);
+    for call in 0..40u64 {
+        let cost = 1 + call % 3;
+        let stack: Vec<Options> = limits.iter().map(|o| o.clone().cost(cost)).collect();
+        let looks: Vec<Options> = stack.iter().map(|o| o.clone().consume(false)).collect();
+        let spend: Vec<(&str, &Options)> = stack.iter().map(|o| ("u", o)).collect();
+        let look: Vec<(&str, &Options)> = looks.iter().map(|o| ("u", o)).collect();
+        let before = redis_time(&mut c);
+        let decisions = service.consume_all(&spend).await.unwrap();
+        let after = redis_time(&mut c);
+        if decisions.iter().all(|d| d.allowed) {
+            continue;
+        }
+        let retry = decisions
+            .iter()
+            .filter_map(|d| d.retry_after)
+            .max()
+            .unwrap();
+        let retry_us = retry.as_micros() as u64;
+        if before + retry_us > after + 3_000 {
+            until_redis_time(&mut c, before + retry_us - 3_000);
+            let early = service.consume_all(&look).await.unwrap();
+            if redis_time(&mut c) < before + retry_us - 1_000 {
+                assert!(
+                    !early.iter().all(|d| d.allowed),
+                    "cost {cost}: passes before its retry_after {retry:?}"
+                );
+                judged += 1;
+            }
+        }
+        until_redis_time(&mut c, after + retry_us);
+        let due = service.consume_all(&spend).await.unwrap();
+        assert!(
+            due.iter().all(|d| d.allowed),
+            "cost {cost}: refused at its retry_after {retry:?}: {due:?}"
+        );
+        waited += 1;
+    }
+    assert!(waited >= 10, "only {waited} refused stacks waited out");
+    assert!(judged >= 4, "{judged} of {waited} judged before");
+}
+
+/// `status` on Redis, every strategy: its `remaining` is how many calls of cost 1 pass at once
+/// (one more is refused), after spends of costs 1 to 3 (windows of 20 days: none turns
+/// meanwhile); and with short windows, at its `reset_after` (on Redis' clock) the budget is
+/// whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_tells_what_passes_and_when_the_budget_is_whole_on_redis() {
+    let server = RedisServer::start();
+    let mut c = redis::Client::open(server.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let service = service(&server, "status", |o| o);
+    let long_window = Duration::from_secs(20 * 86_400);
+    for (l, limit) in limits().into_iter().enumerate() {
+        for spent in [1u64, 2, 3, 5] {
+            let long = limit.clone().window(long_window);
+            let key = format!("long{l}-{spent}");
+            let mut left = spent;
+            while left > 0 {
+                let cost = left.min(3);
+                service
+                    .consume(&key, &long.clone().cost(cost))
+                    .await
+                    .unwrap();
+                left -= cost;
+            }
+            let level = service.status(&key, &long).await.unwrap();
+            let mut passed = 0;
+            for _ in 0..=level.remaining {
+                passed += u64::from(
+                    service
+                        .consume(&key, &long.clone().cost(1))
+                        .await
+                        .unwrap()
+                        .allowed,
+                );
+            }
+            assert_eq!(passed, level.remaining, "{long:?} after {spent}");
+        }
+        let key = format!("short{l}");
+        for cost in [2, 1, 3] {
+            service
+                .consume(&key, &limit.clone().cost(cost))
+                .await
+                .unwrap();
+        }
+        let level = service.status(&key, &limit).await.unwrap();
+        let after = redis_time(&mut c);
+        until_redis_time(&mut c, after + level.reset_after.as_micros() as u64);
+        let whole = service.status(&key, &limit).await.unwrap();
+        assert_eq!(
+            whole.remaining, whole.limit,
+            "{limit:?} at reset_after {:?}",
+            level.reset_after
+        );
+    }
+}
