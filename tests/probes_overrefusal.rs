@@ -377,3 +377,33 @@ fn a_refused_stacks_longest_retry_after_is_when_the_stack_passes() {
     }
     assert!(waits > 1_000, "only {waits} refused stacks waited out");
 }
+
+/// A limit with a block (2 a minute, an hour's block once refused): looks at the key while
+/// it is spent (`status`, `check` with `consume(false)`, a stack of looks) refuse nothing and
+/// so begin no block; a stacked call refused by another limit begins none on this one; a
+/// minute later the key admits 2 again.
+#[test]
+fn looks_and_other_limits_refusals_begin_no_block() {
+    let (service, clock) = memory();
+    let blocked = Options::new()
+        .strategy(Strategy::SlidingWindow)
+        .limit(2)
+        .window(Duration::from_secs(60))
+        .block_for(Duration::from_secs(3_600));
+    let tight = Options::new()
+        .limit(1)
+        .window(Duration::from_secs(3_600))
+        .budget("tight");
+    assert_eq!(admitted(&service, "k", &blocked, 2), 2);
+    assert!(!now(service.status("k", &blocked)).unwrap().allowed);
+    assert!(!would_pass(&service, "k", &blocked));
+    let looks = [("k", &blocked.clone().consume(false))];
+    assert!(!now(service.consume_all(&looks)).unwrap()[0].allowed);
+    clock.advance(Duration::from_secs(60));
+    // A stack whose other limit refuses: nothing spent, no block begun on `blocked`.
+    assert!(now(service.consume("k", &tight)).unwrap().allowed);
+    let stack = [("k", &blocked), ("k", &tight)];
+    let refused = now(service.consume_all(&stack)).unwrap();
+    assert!(refused[0].allowed && !refused[1].allowed, "{refused:?}");
+    assert_eq!(admitted(&service, "k", &blocked, 3), 2, "a minute later");
+}

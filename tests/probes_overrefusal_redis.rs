@@ -342,3 +342,51 @@ async fn status_tells_what_passes_and_when_the_budget_is_whole_on_redis() {
         );
     }
 }
+
+/// On Redis, a limit with a block (2 per 300 ms, an hour's block once refused): looks while
+/// it is spent begin no block, nor does a stack refused by its other limit; once the window
+/// has passed (on Redis' clock) the key admits 2 again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn looks_and_other_limits_refusals_begin_no_block_on_redis() {
+    let server = RedisServer::start();
+    let mut c = redis::Client::open(server.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let service = service(&server, "blocks", |o| o);
+    for strategy in Strategy::ALL {
+        let key = format!("{strategy:?}");
+        let blocked = Options::new()
+            .strategy(strategy)
+            .limit(2)
+            .window(Duration::from_millis(300))
+            .block_for(Duration::from_secs(3_600));
+        let tight = Options::new()
+            .limit(1)
+            .window(Duration::from_secs(3_600))
+            .budget("tight");
+        let start = redis_time(&mut c);
+        for _ in 0..2 {
+            assert!(service.consume(&key, &blocked).await.unwrap().allowed);
+        }
+        assert!(!service.status(&key, &blocked).await.unwrap().allowed);
+        let look = blocked.clone().consume(false);
+        assert!(!service.check(&key, &look).await.unwrap().allowed);
+        assert!(!service.consume_all(&[(&key, &look)]).await.unwrap()[0].allowed);
+        until_redis_time(&mut c, start + 700_000);
+        assert!(service.consume(&key, &tight).await.unwrap().allowed);
+        let refused = service
+            .consume_all(&[(&key, &blocked), (&key, &tight)])
+            .await
+            .unwrap();
+        assert!(
+            refused[0].allowed && !refused[1].allowed,
+            "{strategy:?}: {refused:?}"
+        );
+        let mut again = 0;
+        for _ in 0..3 {
+            again += u64::from(service.consume(&key, &blocked).await.unwrap().allowed);
+        }
+        assert_eq!(again, 2, "{strategy:?}: after the window");
+    }
+}
