@@ -321,7 +321,7 @@ fn new_keys_after_a_clock_step_back_are_not_refused_as_a_full_store() {
 /// not a millisecond before (its refusing limits are those whose waits it names).
 #[test]
 fn a_refused_stacks_longest_retry_after_is_when_the_stack_passes() {
-    let mut rng = Rng(0x68_57ac);
+    let mut rng = Rng(0x0068_57ac);
     let mut waits = 0;
     for history in 0..300 {
         let (service, clock) = memory();
@@ -445,4 +445,115 @@ fn a_full_store_sweeps_the_keys_expired_by_now_before_refusing_a_new_one() {
         served, 20,
         "one new key every 200 ms, each expired 100 ms after"
     );
+}
+
+/// The random histories of the `retry_after` probe with penalties and rewards among the calls
+/// (no block): every refusal still passes at its `retry_after` and not a millisecond before.
+#[test]
+fn a_refusals_retry_after_is_when_the_call_passes_after_penalties_and_rewards() {
+    let mut rng = Rng(0x0006_8ad1);
+    let mut waits = 0;
+    for history in 0..400 {
+        let (service, clock) = memory();
+        let options = drawn(&mut rng);
+        let key = "k";
+        for _ in 0..40 {
+            match rng.below(8) {
+                0 => drop(now(service.penalize(key, &options, 1 + rng.below(4))).unwrap()),
+                1 => drop(now(service.reward(key, &options, 1 + rng.below(4))).unwrap()),
+                _ => {}
+            }
+            let cost = 1 + rng.below(4);
+            let call = options.clone().cost(cost);
+            match now(service.consume(key, &call)) {
+                Ok(d) if d.allowed => {}
+                Ok(d) => {
+                    let wait = d.retry_after.expect("a refusal says when");
+                    if wait > MS {
+                        clock.advance(wait - MS);
+                        assert!(
+                            !would_pass(&service, key, &call),
+                            "history {history} {options:?} cost {cost}: passes 1 ms before {wait:?}"
+                        );
+                        clock.advance(MS);
+                    } else {
+                        clock.advance(wait);
+                    }
+                    assert!(
+                        would_pass(&service, key, &call),
+                        "history {history} {options:?} cost {cost}: refused at {wait:?}"
+                    );
+                    waits += 1;
+                }
+                Err(ratelimit::Error::CostAboveCapacity { .. }) => {}
+                Err(other) => panic!("{other:?}"),
+            }
+            if rng.below(3) == 0 {
+                clock.advance(Duration::from_millis(rng.below(400)));
+            }
+        }
+    }
+    assert!(waits > 1_000, "only {waits} refusals waited out");
+}
+
+/// Random histories of calls and reloads that tighten or loosen one limit in place (same
+/// strategy and window, limit, burst and refill changing: the old quota held for an old
+/// window after a loosening) or move it (another window): every refusal's `retry_after` is a
+/// time the call passes at (README: "A refusal's wait beside an old state is one the call
+/// passes at"); and long after the last of them the limit admits its whole capacity.
+#[test]
+fn a_refusals_retry_after_passes_across_reloads_that_loosen_tighten_or_move_a_limit() {
+    let mut rng = Rng(0x6801_e10a);
+    let mut waits = 0;
+    for history in 0..200 {
+        let strategy = Strategy::ALL[rng.below(4) as usize];
+        let draw = |rng: &mut Rng| {
+            let mut b = Config::builder()
+                .strategy(strategy)
+                .default_limit(1 + rng.below(8))
+                .burst_limit(rng.below(3))
+                .default_window(Duration::from_millis([1_000, 1_500][rng.below(2) as usize]));
+            if strategy == Strategy::TokenBucket && rng.below(2) == 0 {
+                b = b.token_refill_rate(1 + rng.below(6));
+            }
+            b
+        };
+        let (service, clock) = service(draw(&mut rng).build().unwrap());
+        for _ in 0..40 {
+            if rng.below(5) == 0 {
+                ratelimit_tests::reload_to(&service, draw(&mut rng));
+            }
+            let call = Options::new().cost(1 + rng.below(2));
+            match now(service.consume("k", &call)) {
+                Ok(d) if d.allowed => {}
+                Ok(d) => {
+                    let wait = d.retry_after.expect("a refusal says when");
+                    clock.advance(wait);
+                    assert!(
+                        would_pass(&service, "k", &call),
+                        "history {history} {strategy:?} {call:?}: refused at its retry_after \
+                         {wait:?} under {:?}",
+                        service.config()
+                    );
+                    waits += 1;
+                }
+                Err(ratelimit::Error::CostAboveCapacity { .. }) => {}
+                Err(other) => panic!("{other:?}"),
+            }
+            if rng.below(3) == 0 {
+                clock.advance(Duration::from_millis(rng.below(500)));
+            }
+        }
+        // Long after the last call and reload (every old window and debt over), the limit
+        // admits its whole capacity at once: no transition outlives its horizon.
+        clock.advance(Duration::from_secs(30));
+        let config = service.config();
+        let capacity = config.default_limit().unwrap() + config.burst_limit();
+        assert_eq!(
+            ratelimit_tests::drain(&service, "k", &Options::new()),
+            capacity,
+            "history {history} {strategy:?}: whole again under {config:?}"
+        );
+    }
+    assert!(waits > 500, "only {waits} refusals waited out");
 }
