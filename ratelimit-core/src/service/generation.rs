@@ -268,6 +268,47 @@ impl Generation {
         self.previous = previous;
     }
 
+    /// Whether a call begun under `begun` and decided at `tier` there (an index into its
+    /// tiers, `None` for no tier) is decided alike under this generation, whatever it named
+    /// and set itself: `begun` is still held here, with the same queue (on or off, its timeout
+    /// and size) and limiting on or off, and every configuration held resolves every call at
+    /// that tier (by name) as this one does, so none is held to anything. What
+    /// a waiter in the queue asks after a reload, knowing its site but not its call
+    /// (`wait.rs`): where it cannot tell, it is not alike (the wait ends, as before).
+    pub(crate) fn decides_alike(&self, begun: &Generation, tier: Option<usize>) -> bool {
+        let (now, then) = (&*self.config, &*begun.config);
+        // The queue itself as it was: a wait under other bounds, or none, ends.
+        let queued_alike = now.enabled() == then.enabled()
+            && now.queue_enabled() == then.queue_enabled()
+            && now.queue_timeout() == then.queue_timeout()
+            && now.max_queue_size() == then.max_queue_size();
+        let held = (self.previous.iter()).any(|k| Arc::ptr_eq(&k.config, &begun.config));
+        if !queued_alike || !held {
+            return false;
+        }
+        let at = match tier {
+            None => self.config.tiers().len(),
+            Some(i) => {
+                let Some(name) = begun.config.tiers().get(i).map(|t| &t.name) else {
+                    return false;
+                };
+                match self.config.tiers().iter().position(|t| t.name == *name) {
+                    Some(at) => at,
+                    None => return false,
+                }
+            }
+        };
+        // A call at no tier named none; one at a tier may have named it or had it by default.
+        let named: &[bool] = if tier.is_some() {
+            &[false, true]
+        } else {
+            &[false]
+        };
+        self.alike.get(at).is_some_and(|alike| {
+            (named.iter()).all(|&n| alike[usize::from(n)].iter().all(|&alike| alike))
+        })
+    }
+
     /// Whether every configuration this generation holds calls to resolves a call with
     /// `options`, decided under `tier` (an index into the running configuration's tiers), as
     /// the running one does: it is held to none of them ([`Kept::resolves_alike`]), and has

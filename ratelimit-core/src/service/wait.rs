@@ -109,8 +109,12 @@ impl RateLimitService {
             }
             // A reload replaced the configuration this call was begun under: its wait ends
             // (refused, as at its deadline; the caller calls again under the new one), so no
-            // call decided under an old configuration outlives the switch.
-            if !self.runs(site.generation) {
+            // call decided under an old configuration outlives the switch; unless the new one
+            // decides it alike (a reload that moved no limit of its tier: a tier added that no
+            // call uses ended every wait, 0 of 3 waiters admitted where each passed in turn).
+            if !self.runs(site.generation)
+                && !(self.generation()).decides_alike(site.generation, site.tier)
+            {
                 turn.leave(Left::TimedOut); // counted as what the caller is told
                 break Err(timed_out(None));
             }
