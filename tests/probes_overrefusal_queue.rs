@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use ratelimit::testing::TokioClock;
 use ratelimit::{Config, Decision, Error, Options, RateLimitService, Strategy};
+use ratelimit_tests::until;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -24,17 +25,6 @@ fn service(timeout: Duration) -> (RateLimitService, Options) {
         .window(Duration::from_secs(10))
         .queue(true);
     (service, bucket)
-}
-
-/// Lets spawned tasks run until `done` holds (no time passes).
-async fn until(mut done: impl FnMut() -> bool) {
-    for _ in 0..100_000 {
-        if done() {
-            return;
-        }
-        tokio::task::yield_now().await;
-    }
-    panic!("the spawned tasks never got there");
 }
 
 /// A waiter of `options` on `"k"`, queued (the depth is `depth` once it has joined): its

@@ -22,6 +22,7 @@ use ratelimit::{
     rate_limit, Config, ConfigBuilder, Decision, Error, Limiter, ManualClock, MemoryStore, Module,
     Options, RateLimitService, Strategy, Tier,
 };
+use ratelimit_tests::until;
 use ratelimit_tests::{now, START};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -44,17 +45,6 @@ fn per(strategy: Strategy, limit: u64, window: Duration) -> Options {
 
 fn fixed(limit: u64, secs: u64) -> Options {
     per(Strategy::FixedWindow, limit, Duration::from_secs(secs))
-}
-
-/// Lets spawned tasks run until `done` holds (no time passes: the test task never sleeps).
-async fn until(mut done: impl FnMut() -> bool) {
-    for _ in 0..100_000 {
-        if done() {
-            return;
-        }
-        tokio::task::yield_now().await;
-    }
-    panic!("the spawned tasks never got there");
 }
 
 /// `f`, or a panic if it has not ended within a (paused) hour: a wait a bug makes endless

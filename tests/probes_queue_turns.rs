@@ -15,6 +15,7 @@ use ratelimit::testing::TokioClock;
 use ratelimit::{
     Config, ConfigBuilder, Decision, Error, Options, RateLimitService, Strategy, Tier,
 };
+use ratelimit_tests::until;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -24,17 +25,6 @@ type Waiter = JoinHandle<(Result<Decision, Error>, Duration)>;
 fn tokio_service(config: ConfigBuilder) -> RateLimitService {
     let config = config.build().expect("valid configuration");
     RateLimitService::with_clock(config, Arc::new(TokioClock::new())).expect("service")
-}
-
-/// Lets spawned tasks run until `done` holds (no time passes).
-async fn until(mut done: impl FnMut() -> bool) {
-    for _ in 0..100_000 {
-        if done() {
-            return;
-        }
-        tokio::task::yield_now().await;
-    }
-    panic!("the spawned tasks never got there");
 }
 
 /// A call on `"k"` with `opts` spawned and waited for until the queue's `queued` count is

@@ -17,6 +17,7 @@ use ratelimit::{
     rate_limit, Attempt, Config, ConfigBuilder, Error, Module, Options, RateLimitService, Strategy,
     Tier,
 };
+use ratelimit_tests::until;
 use ratelimit_tests::{clock, on_every_store, on_its_store, serial, two_workers};
 
 /// Long enough that no Redis window (on the server's clock) turns during a test.
@@ -953,17 +954,6 @@ fn every_strategy_loosened_while_64_tasks_call_admits_exactly_3() {
 // ---------------------------------------------------------------------------------------
 // The queue.
 // ---------------------------------------------------------------------------------------
-
-/// Lets spawned tasks run until `done` holds.
-async fn until(mut done: impl FnMut() -> bool) {
-    for _ in 0..100_000 {
-        if done() {
-            return;
-        }
-        tokio::task::yield_now().await;
-    }
-    panic!("the spawned tasks never got there");
-}
 
 /// Calls waiting in the queue when a reload tightens their limit (10 -> 3 per second, same
 /// state): once the reload is in, no second may admit more than 3, whichever configuration

@@ -16,6 +16,7 @@ use ratelimit::{
     rate_limit, Config, ConfigBuilder, Decision, Error, MemoryStore, Module, Options,
     RateLimitService, Strategy, Tier,
 };
+use ratelimit_tests::until;
 use tokio::time::Instant;
 
 fn service(config: ConfigBuilder) -> RateLimitService {
@@ -28,17 +29,6 @@ fn fixed(limit: u64, window_secs: u64) -> Options {
         .limit(limit)
         .window(Duration::from_secs(window_secs))
         .strategy(Strategy::FixedWindow)
-}
-
-/// Lets spawned tasks run until `done` holds (they join the queue without any time passing).
-async fn until(mut done: impl FnMut() -> bool) {
-    for _ in 0..100_000 {
-        if done() {
-            return;
-        }
-        tokio::task::yield_now().await;
-    }
-    panic!("the spawned tasks never got there");
 }
 
 /// A memory store that counts the decisions asked of it (how many times waiters woke), and

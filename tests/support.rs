@@ -115,6 +115,18 @@ pub fn hammer<T: std::fmt::Debug>(
     (admitted.into_inner(), refused.into_inner())
 }
 
+/// Lets spawned tasks run until `done` holds, no time passing (a test's tasks join a queue
+/// or reach a step between two of its own): a panic when they never get there.
+pub async fn until(mut done: impl FnMut() -> bool) {
+    for _ in 0..100_000 {
+        if done() {
+            return;
+        }
+        tokio::task::yield_now().await;
+    }
+    panic!("the spawned tasks never got there");
+}
+
 /// A manual clock at [`START`].
 pub fn clock() -> ManualClock {
     ManualClock::new(START)
