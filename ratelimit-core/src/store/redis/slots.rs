@@ -10,7 +10,12 @@
 //!   blocks (`Quota::block`), which is asked to spend as one script would ask it, so that its
 //!   refusal begins its block; what any slot spent for the refused call is given back by its
 //!   stamp (`give_back`) and looked at again before the call is answered: a refused call,
-//!   once answered, has spent from no limit, and its figures are the looks one script gives.
+//!   once answered, has spent from no limit, and its figures are the looks one script gives;
+//! - an error in a slot (its node down or slow, state of an unexpected shape) is the call's
+//!   answer once what earlier slots spent for it is given back the same way: the failure
+//!   policy then decides the call as if nothing had been asked (an earlier slot kept a unit
+//!   for each failed call: a limit of 3 with one call admitted was at 0 after two errors,
+//!   under every policy: cluster_stacks_attacks).
 //!
 //! Each limit's own spend is atomic in its slot, so no limit ever admits more than it holds,
 //! whatever runs at once. What differs from one script is only ever a refusal: between a
@@ -76,7 +81,17 @@ impl RedisStore {
         for (g, group) in groups.iter().enumerate() {
             let blocks = group.iter().any(|&i| asked[i].quota.block().is_some());
             let spends = commit && (!refused || blocks);
-            let part = self.run_group(stacked, asked, group, spends).await?;
+            let part = match self.run_group(stacked, asked, group, spends).await {
+                Ok(part) => part,
+                Err(e) => {
+                    // An error in a later slot (a node down, state of an unexpected shape)
+                    // is the call's answer: what earlier slots spent for it is given back
+                    // first, as for a refusal (it was kept: cluster_stacks_attacks).
+                    self.give_back_spent(stacked, asked, groups, &parts, &spent)
+                        .await;
+                    return Err(e);
+                }
+            };
             let admitted = part.chunks(if spends { 7 } else { 5 }).all(|r| r[0] == 1);
             if spends && admitted {
                 spent.push(g);
@@ -85,9 +100,11 @@ impl RedisStore {
             parts.push(part);
         }
         if refused {
+            // Every spend given back before any look, so that a look Redis fails leaves
+            // none of them.
+            self.give_back_spent(stacked, asked, groups, &parts, &spent)
+                .await;
             for g in spent {
-                self.give_back_spent(stacked, asked, &groups[g], &parts[g])
-                    .await;
                 parts[g] = self.run_group(stacked, asked, &groups[g], false).await?;
             }
         }
@@ -136,10 +153,26 @@ impl RedisStore {
         Ok(part)
     }
 
-    /// Gives back what the limits `group` of `asked` spent for a call another slot refused
-    /// (their stamped replies, `part`): a give-back that fails leaves the spend (fail closed),
-    /// logged.
+    /// Gives back what the slots `spent` (of `groups`, their stamped replies in `parts`)
+    /// spent for a call another slot refused or failed, slot by slot.
     async fn give_back_spent(
+        &self,
+        stacked: &Stacked<'_>,
+        asked: &[&Check<'_>],
+        groups: &[Vec<usize>],
+        parts: &[Vec<i64>],
+        spent: &[usize],
+    ) {
+        for &g in spent {
+            self.give_back_group(stacked, asked, &groups[g], &parts[g])
+                .await;
+        }
+    }
+
+    /// Gives back what the limits `group` of `asked` spent for a call another slot refused
+    /// or failed (their stamped replies, `part`): a give-back that fails leaves the spend
+    /// (fail closed), logged.
+    async fn give_back_group(
         &self,
         stacked: &Stacked<'_>,
         asked: &[&Check<'_>],
