@@ -9,12 +9,15 @@
 --          instant (the admitted reply's `reset_at`, in microseconds: where each strategy's
 --          refund finds it), the state's shift its reply gave (0 but for a token bucket
 --          something was given back to) and the stamp its reply gave.
--- Returns: 1 when every spend was given back; 0, nothing written, when one of them gives
---          nothing (its key holds another stamp or none: reset, or lost and made again; or
---          the spend no longer counts). Or the first error reply a limit gave (state of an
---          unexpected shape), nothing written.
+-- ARGV[7n + 1], when there: only ask, nothing written (a call's spends in several Redis
+--          Cluster slots, each slot asked before any is given back: store/redis/slots.rs).
+-- Returns: 1 when every spend was given back (or, asking, would be); 0, nothing written, when
+--          one of them gives nothing (its key holds another stamp or none: reset, or lost and
+--          made again; or the spend no longer counts). Or the first error reply a limit gave
+--          (state of an unexpected shape), nothing written.
 
 local n = #KEYS / 2
+local asks = #ARGV > 7 * n
 
 local function refund(i, flag)
   local a = 7 * i - 6
@@ -27,12 +30,13 @@ for i = 1, n do
   if type(held) == 'table' then return held end
   if held ~= ARGV[7 * i] then return 0 end
   -- One spend is given back (or not) in one run; several are each asked first.
-  if n > 1 then
+  if n > 1 or asks then
     local would = refund(i, '3')
     if type(would) == 'table' and would.err then return would end
     if would ~= 1 then return 0 end
   end
 end
+if asks then return 1 end
 -- Each stamp then expires no later than its state (see stamp_follows in lua/beside.lua).
 if n == 1 then
   local given = refund(1, '2')

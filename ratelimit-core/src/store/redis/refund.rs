@@ -39,6 +39,17 @@ pub(super) fn draw() -> u64 {
 impl RedisStore {
     /// Gives back `refunds` (one call's spends) as one, in one round trip: all or none.
     pub(super) async fn give_back(&self, refunds: &[Refund<'_>]) -> Result<bool, Error> {
+        self.refund_run(refunds, false).await
+    }
+
+    /// Whether [`give_back`](Self::give_back) would give back every one of `refunds`,
+    /// nothing written (see `lua/refund.lua`).
+    pub(super) async fn would_give_back(&self, refunds: &[Refund<'_>]) -> Result<bool, Error> {
+        self.refund_run(refunds, true).await
+    }
+
+    /// `lua/refund.lua` on `refunds`; with `asks`, only asking.
+    async fn refund_run(&self, refunds: &[Refund<'_>], asks: bool) -> Result<bool, Error> {
         let mut keys: Vec<&str> = Vec::with_capacity(2 * refunds.len());
         let mut args = Vec::with_capacity(7 * refunds.len());
         for refund in refunds {
@@ -66,6 +77,12 @@ impl RedisStore {
             .map(|r| stamp_key(r.key().as_str()))
             .collect();
         keys.extend(stamps.iter().map(String::as_str));
+        if asks {
+            args.push(1);
+            let would: i64 =
+                (self.run(&REFUND_SCRIPT, &keys, &args, false, Instant::now())).await?;
+            return Ok(would == 1);
+        }
         let given: i64 = self
             .run(&REFUND_SCRIPT, &keys, &args, false, Instant::now())
             .await?;

@@ -22,7 +22,9 @@
 //! slot's spend and its give-back another call sees those units spent (and may be refused
 //! for them, never admitted); a call dropped in between, or a give-back Redis fails, leaves
 //! them spent until the window lets them go (held to the limit: fail closed, logged).
-//! Refunds of a spend kept across slots are given back slot by slot the same way.
+//! Refunds of a spend kept across slots are given back slot by slot, once every slot said it
+//! would give its own back (none given back where one would not, as one script gives none);
+//! a key reset between the two, or an error in a later slot, leaves the earlier slots' given.
 
 use redis::cluster_routing::Slot;
 
@@ -218,10 +220,21 @@ impl RedisStore {
         if groups.len() < 2 {
             return self.give_back(refunds).await;
         }
+        let slots: Vec<Vec<Refund<'_>>> = (groups.iter())
+            .map(|group| group.iter().map(|&i| refunds[i]).collect())
+            .collect();
+        // Every slot asked first, nothing written: one that would give nothing back (its key
+        // reset, or the spend no longer counting) gives none back anywhere, as one script
+        // would not (each slot given back on its own, a reset limit's answered "not given
+        // back" while the other limit was: cluster_stacks_attacks).
+        for these in &slots {
+            if !self.would_give_back(these).await? {
+                return Ok(false);
+            }
+        }
         let mut all = true;
-        for group in groups {
-            let these: Vec<Refund<'_>> = group.iter().map(|&i| refunds[i]).collect();
-            all &= self.give_back(&these).await?;
+        for these in &slots {
+            all &= self.give_back(these).await?;
         }
         Ok(all)
     }
