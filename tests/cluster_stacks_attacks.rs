@@ -694,3 +694,39 @@ fn an_annotated_login_on_two_keys_runs_alike_on_every_store() {
         assert_eq!(levels, &[0, 5, 95], "{store}");
     }
 }
+
+/// Under `FailurePolicy::Allow`, the first slot's limit spent (on a live node) and the
+/// second slot's node stopped: the first limit refuses, which refuses the call whatever the
+/// other limit would say, so the call is refused, not admitted unlimited for an error in a
+/// slot only looked at.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_on_a_live_node_stays_a_refusal_under_allow_when_a_looked_at_node_is_down() {
+    let mut cluster = RedisCluster::start();
+    let keys = on_different_nodes(&cluster, 2);
+    let (service, _p) = on_cluster(&cluster, "attack-allow-refused", |o| {
+        o.timeout(Duration::from_millis(500))
+            .on_failure(ratelimit::FailurePolicy::Allow)
+    });
+    let (first, second) = (limit(1, "ar-first"), limit(3, "ar-second"));
+    let (live, dead) = (keys[0].as_str(), keys[1].as_str());
+    // The live slot first (the stopped one first, the live one is refused as well when it
+    // answers; but redis-rs' cluster client, just timed out on the stopped node, often
+    // times the next request out too, and an error on both is the policy's to answer).
+    let limits = [(live, &first), (dead, &second)];
+    assert!(told(&service.consume_all(&limits).await.unwrap()).0);
+    let down = node_of(&cluster, dead);
+    cluster.nodes[down].stop();
+    let mut admitted = 0;
+    for _ in 0..3 {
+        let decided = service.consume_all(&limits).await.expect("decided");
+        let refusal = decided.iter().find(|d| !d.allowed);
+        let wait = refusal.and_then(|d| d.retry_after);
+        assert!(wait > Some(Duration::from_secs(3_000)), "{decided:?}");
+        admitted += usize::from(told(&decided).0);
+    }
+    assert_eq!(
+        admitted, 0,
+        "admitted past a limit of 1 its live node refused"
+    );
+    assert_eq!(remaining(&service, live, &first).await, 0);
+}

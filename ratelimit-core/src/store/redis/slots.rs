@@ -11,11 +11,13 @@
 //!   refusal begins its block; what any slot spent for the refused call is given back by its
 //!   stamp (`give_back`) and looked at again before the call is answered: a refused call,
 //!   once answered, has spent from no limit, and its figures are the looks one script gives;
-//! - an error in a slot (its node down or slow, state of an unexpected shape) is the call's
-//!   answer once what earlier slots spent for it is given back the same way: the failure
-//!   policy then decides the call as if nothing had been asked (an earlier slot kept a unit
-//!   for each failed call: a limit of 3 with one call admitted was at 0 after two errors,
-//!   under every policy: cluster_stacks_attacks).
+//! - an error in a slot (its node down or slow, state of an unexpected shape) is asked past
+//!   as a refusal is (the slots after it only looked at, but those with a blocking limit),
+//!   and what the slots spent is given back the same way. A slot that refuses makes the call
+//!   a refusal, the failed slot's limits told as admitting with nothing left (their figures
+//!   unknown), so no failure policy turns a refusal a live node gave into an admission;
+//!   without one the error is the call's answer, for the failure policy to decide as if
+//!   nothing had been asked.
 //!
 //! Each limit's own spend is atomic in its slot, so no limit ever admits more than it holds,
 //! whatever runs at once. What differs from one script is only ever a refusal: between a
@@ -80,18 +82,21 @@ impl RedisStore {
         let mut parts: Vec<Vec<i64>> = Vec::with_capacity(groups.len());
         let mut spent = Vec::new();
         let mut refused = false;
+        // The first error (a node down or slow, state of an unexpected shape): the call's
+        // answer unless a slot refuses it, which it then is (under `FailurePolicy::Allow`, a
+        // limit of 1 its live node refused admitted 3 more for an error in a slot only looked
+        // at: cluster_stacks_attacks). Later slots are asked as after a refusal.
+        let mut failed: Option<Error> = None;
         for (g, group) in groups.iter().enumerate() {
             let blocks = group.iter().any(|&i| asked[i].quota.block().is_some());
-            let spends = commit && (!refused || blocks);
+            let settled = refused || failed.is_some();
+            let spends = commit && (!settled || blocks);
             let part = match self.run_group(stacked, asked, group, spends).await {
                 Ok(part) => part,
                 Err(e) => {
-                    // An error in a later slot (a node down, state of an unexpected shape)
-                    // is the call's answer: what earlier slots spent for it is given back
-                    // first, as for a refusal (it was kept: cluster_stacks_attacks).
-                    self.give_back_spent(stacked, asked, groups, &parts, &spent)
-                        .await;
-                    return Err(e);
+                    failed.get_or_insert(e);
+                    parts.push(Vec::new());
+                    continue;
                 }
             };
             let admitted = part.chunks(if spends { 7 } else { 5 }).all(|r| r[0] == 1);
@@ -101,13 +106,41 @@ impl RedisStore {
             refused |= !admitted;
             parts.push(part);
         }
-        if refused {
-            // Every spend given back before any look, so that a look Redis fails leaves
-            // none of them.
+        if refused || failed.is_some() {
+            // What any slot spent is given back, every spend before any look, so that a
+            // look Redis fails leaves none of them (an error kept it: a limit of 3 with one
+            // call admitted was at 0, not 2, after two errors in a later slot).
             self.give_back_spent(stacked, asked, groups, &parts, &spent)
                 .await;
-            for g in spent {
-                parts[g] = self.run_group(stacked, asked, &groups[g], false).await?;
+        }
+        if !refused {
+            if let Some(e) = failed {
+                return Err(e);
+            }
+        }
+        if refused {
+            for &g in &spent {
+                parts[g] = match self.run_group(stacked, asked, &groups[g], false).await {
+                    Ok(part) => part,
+                    Err(e) => {
+                        failed.get_or_insert(e);
+                        Vec::new()
+                    }
+                };
+            }
+        }
+        if let Some(e) = failed {
+            // Refused by another slot: a slot that failed is told as a look that admits with
+            // nothing left, at the refusal's instant (its figures unknown, the call refused).
+            tracing::warn!(
+                error = %e,
+                "a stacked call refused in one Redis Cluster slot failed in another: refused"
+            );
+            let now = (parts.iter().find_map(|p| p.get(4).copied())).unwrap_or(0);
+            for (group, part) in groups.iter().zip(&mut parts) {
+                if part.is_empty() {
+                    *part = group.iter().flat_map(|_| [1, 0, now, -1, now]).collect();
+                }
             }
         }
         let mut reply = vec![0; each * asked.len()];
