@@ -730,3 +730,38 @@ async fn a_refusal_on_a_live_node_stays_a_refusal_under_allow_when_a_looked_at_n
     );
     assert_eq!(remaining(&service, live, &first).await, 0);
 }
+
+/// The second slot's master paused (SIGSTOP: every request to it times out), then resumed:
+/// each call meanwhile is an error (Deny) and the first slot's limit gets back what it spent;
+/// after the resume, what the timed-out scripts spent when the node ran them is only ever an
+/// over-refusal: never more admitted than either limit holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_node_in_a_later_slot_times_out_and_nothing_is_admitted_past_a_limit() {
+    let cluster = RedisCluster::start();
+    let keys = on_different_nodes(&cluster, 2);
+    let (service, _p) = on_cluster(&cluster, "attack-paused", |o| {
+        o.timeout(Duration::from_millis(300))
+    });
+    let (first, second) = (limit(3, "pa-first"), limit(3, "pa-second"));
+    let limits = [(keys[0].as_str(), &first), (keys[1].as_str(), &second)];
+    assert!(told(&service.consume_all(&limits).await.unwrap()).0);
+    let paused = node_of(&cluster, &keys[1]);
+    cluster.nodes[paused].pause();
+    for _ in 0..2 {
+        let failed = service.consume_all(&limits).await;
+        assert!(failed.is_err(), "{failed:?}");
+    }
+    assert_eq!(remaining(&service, &keys[0], &first).await, 2);
+    cluster.nodes[paused].resume();
+    let mut admitted = 1;
+    for _ in 0..6 {
+        if let Ok(decided) = service.consume_all(&limits).await {
+            admitted += usize::from(told(&decided).0);
+        }
+    }
+    assert!(admitted <= 3, "{admitted} admitted");
+    // Measured: 1 admitted, and the 2 timed-out calls' spends run by the node on its resume
+    // (the second limit at 0 for its hour: fail closed, at most a unit per timed-out call).
+    let kept = 3 - admitted as u64 - remaining(&service, &keys[1], &second).await;
+    assert!(kept <= 2, "{kept} kept by 2 timed-out calls");
+}
