@@ -34,8 +34,7 @@ fn bucket(limit: u64, window: Duration) -> Options {
 
 /// A memory service on a manual clock at `START`, whose sweeps (which raise the store's
 /// floor of time and drop keys) never run on their own: only a probe that sweeps by hand
-/// sweeps (the first call's sweep, at `START`, drops nothing and sets the floor a second
-/// before it).
+/// sweeps (the first call's sweep, at `START`, drops nothing and leaves no floor).
 fn memory() -> (RateLimitService, ManualClock) {
     let options = MemoryOptions::default().sweep_interval(Duration::from_secs(10_000_000));
     let config = Config::builder()
@@ -660,7 +659,7 @@ fn fewer_than_eight_kept_on_a_large_bucket_are_exact() {
 #[test]
 fn a_refund_at_a_clock_stepped_back_never_gives_back_refilled_tokens() {
     // The default memory store (sweeps every 10 s of clock time: none runs between the
-    // first call and the refund, so the store's floor of time stays a second before START).
+    // first call and the refund, so the store has no floor of time).
     let (service, clock) = ratelimit_tests::service(Config::default());
     let options = bucket(10, 10 * SEC);
     let a = now(service.spend("k", &options.clone().cost(5))).unwrap();

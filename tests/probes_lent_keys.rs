@@ -232,7 +232,8 @@ fn a_clock_stepped_back_behind_a_sweep_under_a_zero_interval_is_decided_at_the_f
     ] {
         let store = store_with(Duration::ZERO);
         let q = quota(1, Duration::from_secs(10), strategy);
-        // Spent at T0 + 20 s; a later call at T0 + 100 s sweeps (floor T0 + 99 s).
+        // Spent at T0 + 20 s; a later call at T0 + 100 s sweeps, dropping "a" (the floor: its
+        // end).
         assert_eq!(allowed(&store, "a", &q, T0 + 20 * NS, 1), 1);
         assert_eq!(allowed(&store, "b", &q, T0 + 100 * NS, 1), 1);
         // Stepped back to T0 + 20 s: "b" is decided at the floor, in its own window, spent.
@@ -323,7 +324,7 @@ impl Reference {
 fn times(start: u64, window: u64, n: usize, seed: u64) -> Vec<u64> {
     let mut x = seed | 1;
     let mut at = start;
-    // The first call at `start`: its sweep's floor (a second before) is before every call.
+    // The first call at `start`: its sweep drops nothing, so no floor is after any call.
     let mut out = vec![start];
     for _ in 1..n {
         x ^= x << 13;
@@ -1534,9 +1535,7 @@ fn a_call_decided_at_the_floor_answers_from_its_own_time_on_every_path() {
     ] {
         let hour = Duration::from_secs(3600);
         let q = quota(3, hour, strategy);
-        let store = store_with(Duration::from_secs(1 << 40));
-        // Sweeps at T0 + 100 s: the floor is T0 + 99 s.
-        assert_eq!(allowed(&store, "a", &q, T0 + 100 * NS, 1), 1);
+        let store = store_floored();
         let k = StoreKey::new("b").unwrap();
         let at = |mode, cost| {
             Store::decide_now(&store, Request::new(k, &q, cost, T0, mode).unwrap())
@@ -1570,19 +1569,17 @@ fn a_call_decided_at_the_floor_answers_from_its_own_time_on_every_path() {
 
 // A refusal decided at the floor: its `retry_after` counts from the call's own time.
 
-/// A store whose floor is `T0 + 99 s` (swept at `T0 + 100 s`, and not again): a call at `T0`
-/// is decided at the floor.
-fn store_floored(strategy: Strategy) -> MemoryStore {
+/// A store whose floor is `T0 + 99 s`, and whose sweeps do not run again: a call at `T0` is
+/// decided at the floor. A sweep's floor is the latest end among the keys it drops (not its
+/// own time): a key of a second's window spent at `T0 + 98 s`, dropped at `T0 + 100 s`.
+fn store_floored() -> MemoryStore {
     let store = store_with(Duration::from_secs(1 << 40));
+    let second = quota(1, Duration::from_secs(1), Strategy::FixedWindow);
+    assert_eq!(allowed(&store, "swept", &second, T0 + 98 * NS, 1), 1);
     assert_eq!(
-        allowed(
-            &store,
-            "sweep",
-            &quota(1, MINUTE, strategy),
-            T0 + 100 * NS,
-            1
-        ),
-        1
+        store.sweep(T0 + 100 * NS),
+        1,
+        "the key of T0 + 98 s dropped"
     );
     store
 }
@@ -1615,7 +1612,7 @@ fn a_spend_refused_at_the_floor_is_not_told_to_retry_before_the_floor() {
     // refusal, on the spend decided in the strategy's step.
     for strategy in Strategy::ALL {
         let q = quota(2, MINUTE, strategy);
-        let store = store_floored(strategy);
+        let store = store_floored();
         assert_eq!(allowed(&store, "k", &q, T0, 3), 2, "{strategy}");
         let refused = store.acquire("k", &q, 1, T0).unwrap();
         let r = keeps_its_retry_after(
@@ -1635,7 +1632,7 @@ fn a_look_refused_at_the_floor_is_not_told_to_retry_before_the_floor() {
     for strategy in Strategy::ALL {
         for cost in [1, 0] {
             let q = quota(2, MINUTE, strategy);
-            let store = store_floored(strategy);
+            let store = store_floored();
             assert_eq!(allowed(&store, "k", &q, T0, 3), 2, "{strategy}");
             let refused = store.peek("k", &q, cost, T0).unwrap();
             keeps_its_retry_after(
@@ -1653,7 +1650,7 @@ fn a_look_refused_at_the_floor_is_not_told_to_retry_before_the_floor() {
 fn a_kept_spend_refused_at_the_floor_is_not_told_to_retry_before_the_floor() {
     for strategy in Strategy::ALL {
         let q = quota(2, MINUTE, strategy);
-        let store = store_floored(strategy);
+        let store = store_floored();
         let k = StoreKey::new("k").unwrap();
         let keep = |t| {
             Store::decide_now(&store, Request::new(k, &q, 1, t, Mode::Keep).unwrap())
@@ -1677,7 +1674,7 @@ fn a_call_blocked_at_the_floor_is_not_told_to_retry_before_its_block_ends() {
     // `T0`, the retry met the block. A look at the blocked key says the same.
     for strategy in Strategy::ALL {
         let q = quota(2, MINUTE, strategy).with_block(5 * MINUTE).unwrap();
-        let store = store_floored(strategy);
+        let store = store_floored();
         assert_eq!(allowed(&store, "k", &q, T0, 2), 2, "{strategy}");
         let refused = store.acquire("k", &q, 1, T0).unwrap();
         let looked = store.peek("k", &q, 1, T0).unwrap();
@@ -1705,7 +1702,7 @@ fn a_stacked_call_refused_at_the_floor_is_not_told_to_retry_before_the_floor() {
                 None => quota(2, MINUTE, strategy),
             };
             let roomy = quota(100, MINUTE, strategy);
-            let store = store_floored(strategy);
+            let store = store_floored();
             let checks = [
                 Check {
                     key: StoreKey::new("roomy").unwrap(),
@@ -1896,7 +1893,7 @@ fn a_zero_capacity_refused_at_the_floor_still_says_one_window_alone_or_stacked()
     for strategy in Strategy::ALL {
         let zero = Quota::new(0, MINUTE).unwrap().with_strategy(strategy);
         let q = quota(2, MINUTE, strategy);
-        let store = store_floored(strategy);
+        let store = store_floored();
         let alone = store.acquire("z", &zero, 1, T0).unwrap();
         let checks = [
             Check {

@@ -303,9 +303,11 @@ fn a_clock_stepped_back_behind_a_sweep_gets_one_budget_at_the_sweep_not_one_per_
         let (q, expiry) = exhausted_with_expiry(&store, strategy);
         let swept_at = expiry + GRACE + 5 * SEC;
         assert_eq!(store.sweep(swept_at), 1, "{strategy}");
-        let floor = swept_at - GRACE;
-        // Every earlier time, even the first calls', is decided at the sweep's time: one
-        // budget of 3 in all.
+        // The floor is the end of what the sweep dropped, the key's (not the sweep's time, less
+        // its grace: that held a clock stepped back at the sweep's time for as long as the
+        // step, new keys too). Every earlier time, even the first calls', is decided there:
+        // one budget of 3 in all.
+        let floor = expiry;
         let times = [T0 + 3 * SEC, floor - 1, T0, floor - 7 * SEC, 0, floor];
         let total: usize = times
             .iter()

@@ -248,13 +248,12 @@ fn a_reload_that_moves_no_limit_refuses_nothing_a_service_never_reloaded_admits(
 /// A wall clock set a day ahead for a few seconds, then back (a host that booted with a wrong
 /// clock and was corrected, a VM resumed with a stale offset): after the correction, a key
 /// never used during the step (a fresh user) gets its limit every window, as before the
-/// step. The memory store decides every call at the latest time a sweep ran (its floor,
+/// step. The memory store decided every call at the latest time a sweep ran (its floor,
 /// which keeps a key dropped at the later time from being fresh at an earlier one), so time
-/// stands still at the stepped time for the whole day: 10 a minute admitted 10 in 5 minutes.
+/// stood still at the stepped time for the whole day: 10 a minute admitted 10 in 5 minutes.
+/// The floor is now the latest end among the keys a sweep dropped: "before"'s window (fixed
+/// windows are counted from the epoch: [START - 40 s, START + 20 s)) ended by `back`.
 #[test]
-#[ignore = "FOUND: after a clock stepped forward a day and back, the memory store decides every key, \
-            new ones too, at the sweep's floor for that day: 10 a minute admits 10 in 5 minutes (50 \
-            expected), and no sweep runs until the day has passed"]
 fn a_key_first_used_after_a_clock_step_back_gets_its_limit_every_window() {
     let (service, clock) = memory();
     let minute = Options::new()
@@ -278,11 +277,9 @@ fn a_key_first_used_after_a_clock_step_back_gets_its_limit_every_window() {
 /// After the same step (a day ahead, then back), a store capped at 3 keys serves one new key
 /// a second under a limit of 1 a second: each key's window ends a second later, so the cap
 /// never binds (the store sweeps expired keys at the cap). Time standing at the floor, no
-/// key ever expires, and every new key once the store is full is `StoreFull` for the day.
+/// key ever expired, and every new key once the store was full was `StoreFull` for the day
+/// (2 of 10 admitted); the sweep during the step dropped nothing, so the floor stays low.
 #[test]
-#[ignore = "FOUND: after a clock stepped forward a day and back, a memory store capped at 3 keys \
-            refuses every new key with StoreFull once full (2 of 10 admitted, one new key a second, \
-            a limit of 1 a second): no key expires before the day has passed"]
 fn new_keys_after_a_clock_step_back_are_not_refused_as_a_full_store() {
     use ratelimit::{MemoryOptions, MemoryStore};
     let clock = ratelimit_tests::clock();
@@ -314,6 +311,43 @@ fn new_keys_after_a_clock_step_back_are_not_refused_as_a_full_store() {
         served, 10,
         "one new key a second, each expired a second later"
     );
+}
+
+/// The step of the first probe with traffic during it: a key of a second's window used at
+/// the stepped time and dropped by a sweep 15 s later, still during the step. A sweep holds
+/// later decisions only to the latest end among the keys it drops (the memory store keeps
+/// no record of which keys those were), here the stepped time plus a second: back at the
+/// right time, a key never used during the step is decided there, as the dropped key
+/// would be, and 10 a minute admits 10 in 5 minutes, where 50 are due.
+#[test]
+#[ignore = "FOUND (left): a key used during a clock step a day ahead and swept during it \
+            holds the memory store's floor at its end for the day after the step back: 10 a \
+            minute admits 10 in 5 minutes (50 expected). The floor is one time for every key; \
+            lower, the dropped key would be fresh inside its window (fail-open). Closing it \
+            needs a floor per group of keys (by hash), over-refusing only keys that share one"]
+fn a_key_first_used_after_a_step_back_with_traffic_during_the_step_gets_its_limit() {
+    let (service, clock) = memory();
+    let minute = Options::new()
+        .strategy(Strategy::FixedWindow)
+        .limit(10)
+        .window(Duration::from_secs(60));
+    let second = Options::new()
+        .strategy(Strategy::FixedWindow)
+        .limit(1)
+        .window(Duration::from_secs(1));
+    let back = ratelimit_tests::START + Duration::from_secs(20);
+    clock.set(back + Duration::from_secs(86_400));
+    assert_eq!(admitted(&service, "during", &second, 1), 1);
+    clock.advance(Duration::from_secs(15));
+    // Sweeps (10 s since the last): "during" ended 14 s ago and goes.
+    assert_eq!(admitted(&service, "during-too", &second, 1), 1);
+    clock.set(back);
+    let mut total = 0;
+    for _ in 0..5 {
+        total += admitted(&service, "after", &minute, 20);
+        clock.advance(Duration::from_secs(60));
+    }
+    assert_eq!(total, 50, "a fresh key after the step back, five minutes");
 }
 
 /// Random histories of stacked calls (`consume_all`, two or three limits of every strategy on

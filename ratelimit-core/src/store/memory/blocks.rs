@@ -101,8 +101,16 @@ impl Blocks {
         }
     }
 
-    /// Drops the blocks over at `now`.
-    pub(super) fn sweep(&mut self, now: Nanos) {
-        self.0.retain(|b| b.until.load(Ordering::Acquire) > now);
+    /// Drops the blocks over at `now`: the latest end among them (0 for none).
+    pub(super) fn sweep(&mut self, now: Nanos) -> Nanos {
+        let mut latest = 0;
+        self.0.retain(|b| {
+            let until = b.until.load(Ordering::Acquire);
+            if until <= now {
+                latest = latest.max(until);
+            }
+            until > now
+        });
+        latest
     }
 }

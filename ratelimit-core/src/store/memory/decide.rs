@@ -362,7 +362,12 @@ impl MemoryStore {
         let hash = self.inner.hasher.hash(key);
         let commit = mode.spends();
         if !commit {
-            let blocked = self.shard(hash).read().blocks.blocked(quota, hash, key, at);
+            let blocked = {
+                let tables = self.shard(hash).read();
+                // Read again under the lock: a block a sweep dropped ended by the floor.
+                let at = self.fresh_at(at);
+                tables.blocks.blocked(quota, hash, key, at)
+            };
             let (own, stamp) = self.decide_plain(key, quota, cost, at, mode)?;
             return Ok(match blocked {
                 Some(until) => (blocked_verdict(until, at, &own), Stamp::default()),
@@ -371,6 +376,8 @@ impl MemoryStore {
         }
         let strategy = quota.strategy();
         self.with_room(hash, at, |tables| {
+            // Read again under the lock: a key or block a sweep dropped ended by the floor.
+            let at = self.fresh_at(at);
             let blocked = tables.blocks.blocked(quota, hash, key, at);
             if tables.held_by_other(strategy, hash, key) {
                 return Err(algorithm::Undecidable::UnexpectedState.into());

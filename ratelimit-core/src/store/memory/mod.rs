@@ -31,9 +31,12 @@ use crate::sync::{unpoisoned, Condvar, Mutex};
 
 const SHARDS: usize = 64;
 
-/// How long past its expiry a key is kept. Callers read `now` before taking a shard's lock, so
-/// a caller holding a slightly older `now` may still need a key that a sweep at a later `now`
-/// considers expired; dropping it would hand that caller a fresh budget.
+/// How long past its expiry a key is kept by the sweeps that run every `sweep_interval`.
+/// Callers read `now` before taking a shard's lock, so a caller holding a slightly older `now`
+/// may still need a key that a sweep at a later `now` considers expired. The floor covers
+/// that (a key found missing is decided at or after the end of what was dropped: `fresh_at`);
+/// the grace keeps a routine sweep from raising the floor past such a caller's `now`, which
+/// would decide its call a little later than it was made.
 const SWEEP_GRACE: Nanos = 1_000_000_000;
 
 /// Limits of a [`MemoryStore`].
@@ -116,9 +119,11 @@ struct Inner {
     len: AtomicUsize,
     options: MemoryOptions,
     next_sweep: AtomicU64,
-    /// The latest time (less the grace) a sweep dropped keys at. Decisions never run before
-    /// it: a key dropped then was expired at that time, and a wall clock stepped back must
-    /// not find it fresh (the algorithms already never decide before a kept key's own time).
+    /// The latest expiry (or block's end) among the keys and blocks sweeps dropped.
+    /// Decisions never run before it: a key dropped was expired by then, and a wall clock
+    /// stepped back must not find it fresh (the algorithms already never decide before a
+    /// kept key's own time). Not the sweep's own time: a clock stepped a day ahead and back
+    /// held every decision, new keys' too, at the stepped time for the day.
     floor: AtomicU64,
     /// The stamp the next key stamped is given (see `cells::StampedKey`): from 1, so that 0
     /// names no key.
@@ -371,6 +376,42 @@ mod tests {
         ));
         assert!(store.acquire("c", &q, 1, 3 * SEC).unwrap().allowed);
         assert_eq!(store.len(), 1);
+    }
+
+    /// A sweep holds later decisions to the latest end among what it drops, a block's too:
+    /// the floor is not the sweep's time (a wall clock stepped a day ahead and back held
+    /// every decision there for the day), and not below a dropped block's end (a key blocked
+    /// past its window, both dropped, would be decided outside its block).
+    #[test]
+    fn a_sweep_floors_time_at_the_latest_end_it_drops_a_blocks_too() {
+        let floor = |store: &MemoryStore| store.inner.floor.load(Ordering::Acquire);
+        let store = MemoryStore::new();
+        let q = Quota::per_second(1)
+            .unwrap()
+            .with_strategy(Strategy::FixedWindow)
+            .with_block(Duration::from_secs(60))
+            .unwrap();
+        assert!(store.acquire("k", &q, 1, SEC).unwrap().allowed);
+        // Refused: blocked until 61 s, its window over at 2 s.
+        assert!(!store.acquire("k", &q, 1, SEC).unwrap().allowed);
+        assert_eq!(floor(&store), 0, "the first call's sweep dropped nothing");
+        assert_eq!(store.sweep(30 * SEC), 1);
+        assert_eq!(
+            floor(&store),
+            2 * SEC,
+            "the key's end, not the sweep's time"
+        );
+        assert_eq!(store.sweep(1_000 * SEC), 0);
+        assert_eq!(floor(&store), 61 * SEC, "the block's end");
+        assert_eq!(store.sweep(2_000 * SEC), 0);
+        assert_eq!(floor(&store), 61 * SEC, "nothing dropped: the floor stays");
+        // A key whose window ends later: the floor follows it.
+        let minute = Quota::new(1, Duration::from_secs(600))
+            .unwrap()
+            .with_strategy(Strategy::FixedWindow);
+        assert!(store.acquire("m", &minute, 1, 2_000 * SEC).unwrap().allowed);
+        assert_eq!(store.sweep(100_000 * SEC), 1);
+        assert_eq!(floor(&store), 2_400 * SEC);
     }
 
     #[test]

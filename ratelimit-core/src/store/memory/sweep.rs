@@ -10,22 +10,33 @@ use crate::clock::{Clock, Nanos};
 use crate::error::Error;
 
 impl MemoryStore {
-    /// Drops every key whose window passed more than a second before `now` (the second covers
-    /// callers holding a slightly older `now`); returns how many were dropped. Runs by itself
-    /// (see the type's docs); public for callers that want memory back at once. A `now` past
-    /// the last time the store decides (about the year 2226) sweeps nothing: a clock read
-    /// that far would forget live keys and stop time for every later decision.
+    /// Drops every key whose window passed more than a second before `now` (the second keeps
+    /// a sweep from moving the decisions of callers holding a slightly older `now`: see
+    /// `SWEEP_GRACE`); returns how many were dropped. Runs by itself (see the type's docs);
+    /// public for callers that want memory back at once. A `now` past the last time the store
+    /// decides (about the year 2226) sweeps nothing: a clock read that far would forget live
+    /// keys and stop time for every later decision.
     pub fn sweep(&self, now: Nanos) -> usize {
         if check_now(now).is_err() {
             return 0;
         }
-        let now = now.saturating_sub(SWEEP_GRACE);
-        // Raised before the keys go, so that no decision runs before what was dropped.
-        self.inner.floor.fetch_max(now, Ordering::AcqRel);
+        self.sweep_by(now.saturating_sub(SWEEP_GRACE))
+    }
+
+    /// Drops the keys expired by `by` and the blocks over then. Each shard raises the floor
+    /// (see `Inner::floor`) to the latest expiry, or block's end, among what it drops, under
+    /// its write lock, before a decision can find those keys missing: a key decided fresh is
+    /// decided at or after the end of any state it may have had. To that time and no later:
+    /// the sweep's own time (less the grace) as the floor stood for a whole day after a wall
+    /// clock stepped a day ahead and back, every key decided at the stepped time
+    /// (probes_overrefusal: 10 a minute admitted 10 in 5 minutes; 2 of 10 new keys admitted
+    /// in a store of 3 keys, the rest `StoreFull`).
+    fn sweep_by(&self, by: Nanos) -> usize {
         let mut removed = 0;
         for shard in self.inner.shards.iter() {
             let mut tables = shard.write();
-            let dropped = tables.sweep(now, &self.inner.hasher);
+            let (dropped, latest) = tables.sweep(by, &self.inner.hasher);
+            self.inner.floor.fetch_max(latest, Ordering::AcqRel);
             // Counted off under each shard's lock, as `reset` does.
             self.inner.len.fetch_sub(dropped, Ordering::Relaxed);
             removed += dropped;
@@ -98,10 +109,12 @@ impl MemoryStore {
     }
 
     /// The time a key found missing under its shard's lock is decided at, fresh: `at`, or the
-    /// floor if a sweep raised it since `at` was worked out. The sweep raises the floor before
-    /// it drops keys, so a key it dropped after the caller read its time had expired by the
-    /// floor: decided fresh at the older `at`, that key's spends were forgotten inside their
-    /// window (a probe's fixed window of 3 admitted 4: `probes_memory_limits`).
+    /// floor if a sweep raised it since `at` was worked out. A sweep raises the floor to the
+    /// latest end among what it drops before it releases the shard's lock, so read under
+    /// that lock it is at or after the end of any state (or block) a missing key had: decided
+    /// fresh at an older `at`, that key's spends were forgotten inside their window (a
+    /// probe's fixed window of 3 admitted 4: `probes_memory_limits`). Every path that finds a
+    /// key or a block missing reads it again under the lock.
     #[inline]
     pub(super) fn fresh_at(&self, at: Nanos) -> Nanos {
         at.max(self.inner.floor.load(Ordering::Acquire))

@@ -132,19 +132,26 @@ macro_rules! tables {
                 )||*
             }
 
-            /// Drops the cells expired at `now` and gives back memory that is mostly unused.
-            pub(super) fn sweep(&mut self, now: Nanos, hasher: &KeyHasher) -> usize {
+            /// Drops the cells expired at `now` and the blocks over then, and gives back
+            /// memory that is mostly unused: how many cells went, and the latest expiry (or
+            /// block's end) among what went, 0 for nothing (the store's floor: `sweep.rs`).
+            pub(super) fn sweep(&mut self, now: Nanos, hasher: &KeyHasher) -> (usize, Nanos) {
                 fn sweep<C: Cell>(
                     table: &mut HashTable<C>,
                     side: &mut Side,
                     now: Nanos,
                     hasher: &KeyHasher,
+                    latest: &mut Nanos,
                 ) -> usize {
                     let before = table.len();
                     table.retain(|cell| {
-                        let live = cell.expires_at() > now;
-                        if !live && !side.is_empty() {
-                            side.remove(&cell.kept().stamp());
+                        let expires_at = cell.expires_at();
+                        let live = expires_at > now;
+                        if !live {
+                            *latest = (*latest).max(expires_at);
+                            if !side.is_empty() {
+                                side.remove(&cell.kept().stamp());
+                            }
                         }
                         live
                     });
@@ -154,12 +161,12 @@ macro_rules! tables {
                     }
                     before - table.len()
                 }
-                self.blocks.sweep(now);
-                let swept = 0 $(+ sweep(&mut self.$variant, &mut self.side, now, hasher))*;
+                let mut latest = self.blocks.sweep(now);
+                let swept = 0 $(+ sweep(&mut self.$variant, &mut self.side, now, hasher, &mut latest))*;
                 if self.side.capacity() > 16 && self.side.len() * 4 < self.side.capacity() {
                     self.side.shrink_to(self.side.len() * 2);
                 }
-                swept
+                (swept, latest)
             }
         }
     };
