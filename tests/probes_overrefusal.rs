@@ -444,14 +444,10 @@ fn looks_and_other_limits_refusals_begin_no_block() {
 
 /// A store capped at 3 keys, a limit of 1 per 100 ms, one new key every 200 ms: at most one
 /// key is live at any time, and at the cap "expired keys are swept first" (MemoryOptions::
-/// max_keys), so no new key is refused. The sweep at the cap drops only keys expired more
-/// than its grace (a second) ago: keys expired 100, 300 and 500 ms before stay, and new keys
-/// are `StoreFull` until the oldest is a second past its end.
+/// max_keys), so no new key is refused. The sweep at the cap dropped only keys expired more
+/// than its grace (a second) ago: keys expired 100, 300 and 500 ms before stayed, and 11 of
+/// the 20 new keys were admitted, the rest `StoreFull`. It drops the keys expired by now.
 #[test]
-#[ignore = "FOUND: at the cap, the memory store sweeps only keys expired more than a second ago \
-            (SWEEP_GRACE): 3 keys of 100 ms windows, one new key every 200 ms, admits 11 of 20 new \
-            keys, the rest StoreFull while at most one key is live (with_room in \
-            store/memory/decide.rs, helper-67's file)"]
 fn a_full_store_sweeps_the_keys_expired_by_now_before_refusing_a_new_one() {
     use ratelimit::{MemoryOptions, MemoryStore};
     let clock = ratelimit_tests::clock();

@@ -300,7 +300,8 @@ impl MemoryStore {
     /// Runs `step` under `hash`'s shard write lock: the single-key paths that may store a new
     /// key (a decision, a blocked one, a penalty), the one place for what a full store does.
     /// `step` answers `Ok(None)` when it needs room for a new key and none is left: the keys
-    /// expired by `now` are swept once and it runs again; still none, [`Error::StoreFull`].
+    /// expired by `now` are swept once (`sweep_for_room`, no grace) and it runs again; still
+    /// none, [`Error::StoreFull`].
     pub(super) fn with_room<R>(
         &self,
         hash: u64,
@@ -314,7 +315,7 @@ impl MemoryStore {
             }
             drop(tables);
             if attempt == 0 {
-                self.sweep(now);
+                self.sweep_for_room(now);
             }
         }
         Err(self.full())

@@ -55,7 +55,7 @@ impl MemoryStore {
             if !self.carry(&mut guards, stacked, at)? {
                 drop(guards);
                 if attempt == 0 {
-                    self.sweep(now);
+                    self.sweep_for_room(now);
                 }
                 continue;
             }
@@ -111,7 +111,7 @@ impl MemoryStore {
             if !self.reserve_n(fresh) {
                 drop(guards);
                 if attempt == 0 {
-                    self.sweep(now);
+                    self.sweep_for_room(now);
                 }
                 continue;
             }

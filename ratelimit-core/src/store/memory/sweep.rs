@@ -23,6 +23,20 @@ impl MemoryStore {
         self.sweep_by(now.saturating_sub(SWEEP_GRACE))
     }
 
+    /// The sweep a full store runs before it refuses a new key ([`Error::StoreFull`]): every
+    /// key expired by `now` itself, with no grace. The floor the sweep leaves is the end of
+    /// what it drops, at most `now`, a time the clock has shown, so a caller holding an older
+    /// `now` that finds a dropped key missing is decided fresh at that key's end, never
+    /// inside its window. With the grace, keys that had ended up to a second before stayed,
+    /// and new keys were refused while the store held no live key but one (3 keys of 100 ms
+    /// windows, one new key every 200 ms: 11 of 20 admitted, probes_overrefusal).
+    pub(super) fn sweep_for_room(&self, now: Nanos) -> usize {
+        if check_now(now).is_err() {
+            return 0;
+        }
+        self.sweep_by(now)
+    }
+
     /// Drops the keys expired by `by` and the blocks over then. Each shard raises the floor
     /// (see `Inner::floor`) to the latest expiry, or block's end, among what it drops, under
     /// its write lock, before a decision can find those keys missing: a key decided fresh is
