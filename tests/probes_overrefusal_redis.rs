@@ -194,7 +194,9 @@ async fn units_a_lease_gives_back_are_admitted_to_a_process_refused_before() {
         admitted += u64::from(b.consume("user", &day).await.unwrap().allowed);
     }
     assert_eq!(admitted, 2, "B: what Redis has left beside A's lease");
-    // A's 7 unspent units go back to Redis once A is idle.
+    // A's 7 unspent units go back to Redis once A is idle. Real time, not a hand-driven
+    // clock: a lease's `idle` runs on the store's own timer (tokio's, against a real Redis),
+    // so the test waits it out, polling Redis every 10 ms for at most 10 s.
     let mut c = redis::Client::open(server.url())
         .unwrap()
         .get_connection()
