@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use ratelimit::{Config, Options, RateLimitService, Strategy};
+use ratelimit::{Config, ManualClock, Options, RateLimitService, Strategy};
 use ratelimit_tests::{now, service, Rng};
 
 const MS: Duration = Duration::from_millis(1);
@@ -297,16 +297,7 @@ fn new_keys_after_a_clock_step_back_are_not_refused_as_a_full_store() {
     clock.set(back + Duration::from_secs(86_400));
     assert_eq!(admitted(&service, "during", &second, 1), 1);
     clock.set(back);
-    let mut served = 0;
-    for user in 0..10 {
-        match now(service.consume(&format!("user-{user}"), &second)) {
-            Ok(d) if d.allowed => served += 1,
-            Ok(d) => panic!("user {user} refused: {d:?}"),
-            Err(ratelimit::Error::StoreFull { .. }) => {}
-            Err(other) => panic!("{other:?}"),
-        }
-        clock.advance(Duration::from_secs(1));
-    }
+    let served = new_keys_served(&service, &clock, &second, 10, Duration::from_secs(1));
     assert_eq!(
         served, 10,
         "one new key a second, each expired a second later"
@@ -461,16 +452,7 @@ fn a_full_store_sweeps_the_keys_expired_by_now_before_refusing_a_new_one() {
         .strategy(Strategy::FixedWindow)
         .limit(1)
         .window(Duration::from_millis(100));
-    let mut served = 0;
-    for user in 0..20 {
-        match now(service.consume(&format!("user-{user}"), &short)) {
-            Ok(d) if d.allowed => served += 1,
-            Ok(d) => panic!("user {user} refused: {d:?}"),
-            Err(ratelimit::Error::StoreFull { .. }) => {}
-            Err(other) => panic!("{other:?}"),
-        }
-        clock.advance(Duration::from_millis(200));
-    }
+    let served = new_keys_served(&service, &clock, &short, 20, Duration::from_millis(200));
     assert_eq!(
         served, 20,
         "one new key every 200 ms, each expired 100 ms after"
@@ -586,4 +568,27 @@ fn a_refusals_retry_after_passes_across_reloads_that_loosen_tighten_or_move_a_li
         );
     }
     assert!(waits > 500, "only {waits} refusals waited out");
+}
+
+/// `n` calls of `options` on new keys (`user-0`, `user-1`, ...), the clock advanced `step`
+/// after each: how many were admitted, the others refused `StoreFull` (anything else
+/// panics).
+fn new_keys_served(
+    service: &RateLimitService,
+    clock: &ManualClock,
+    options: &Options,
+    n: usize,
+    step: Duration,
+) -> usize {
+    let mut served = 0;
+    for user in 0..n {
+        match now(service.consume(&format!("user-{user}"), options)) {
+            Ok(d) if d.allowed => served += 1,
+            Ok(d) => panic!("user {user} refused: {d:?}"),
+            Err(ratelimit::Error::StoreFull { .. }) => {}
+            Err(other) => panic!("{other:?}"),
+        }
+        clock.advance(step);
+    }
+    served
 }
