@@ -27,6 +27,23 @@ fn service(timeout: Duration) -> (RateLimitService, Options) {
     (service, bucket)
 }
 
+/// Spends the 10 tokens of `options` on `"k"` (not queued), then queues three waiters behind
+/// them (depths 1, 2, 3).
+async fn spent_then_three_waiting(
+    service: &RateLimitService,
+    options: &Options,
+    start: Instant,
+) -> Vec<JoinHandle<(Result<Decision, Error>, Duration)>> {
+    for _ in 0..10 {
+        let spent = service.consume("k", &options.clone().queue(false)).await;
+        assert!(spent.unwrap().allowed);
+    }
+    let mut waiters = Vec::new();
+    for depth in 1..=3 {
+        waiters.push(queued(service, options.clone(), start, depth).await);
+    }
+    waiters
+}
 /// A waiter of `options` on `"k"`, queued (the depth is `depth` once it has joined): its
 /// outcome and when (since `start`) it ended.
 async fn queued(
@@ -120,19 +137,7 @@ async fn a_waiter_behind_a_cancelled_head_of_larger_cost_is_admitted_when_its_ow
 async fn a_reload_that_moves_no_limit_ends_no_wait() {
     let (service, bucket) = service(Duration::from_secs(5));
     let start = Instant::now();
-    for _ in 0..10 {
-        assert!(
-            service
-                .consume("k", &bucket.clone().queue(false))
-                .await
-                .unwrap()
-                .allowed
-        );
-    }
-    let mut waiters = Vec::new();
-    for depth in 1..=3 {
-        waiters.push(queued(&service, bucket.clone(), start, depth).await);
-    }
+    let waiters = spent_then_three_waiting(&service, &bucket, start).await;
     tokio::time::advance(Duration::from_millis(500)).await;
     let running = service.config();
     let again = Config::builder()
@@ -170,19 +175,7 @@ async fn a_reload_that_changes_the_waiters_limit_still_ends_their_waits() {
             .unwrap()
     };
     service.reload(config(10)).unwrap();
-    for _ in 0..10 {
-        assert!(
-            service
-                .consume("k", &default.clone().queue(false))
-                .await
-                .unwrap()
-                .allowed
-        );
-    }
-    let mut waiters = Vec::new();
-    for depth in 1..=3 {
-        waiters.push(queued(&service, default.clone(), start, depth).await);
-    }
+    let waiters = spent_then_three_waiting(&service, &default, start).await;
     tokio::time::advance(Duration::from_millis(500)).await;
     service.reload(config(20)).unwrap();
     for waiter in waiters {
