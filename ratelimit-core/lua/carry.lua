@@ -31,17 +31,20 @@ end
 -- reads what that reads; the first error reply (state of an unexpected shape), if any. Each
 -- is {key, block_key, strategy, first, second, block}: its key, its block key, and its
 -- quota's numbers as lua/stacked.lua takes a limit's (strategy, ARGV[1] and ARGV[2] of its
--- script, block in microseconds), all strings.
+-- script, block in microseconds), all strings; `old` also has block_only, true when its
+-- block alone is carried (`Carry::block_only`: while the old state is decided with the call,
+-- whose debt holds the call by itself, its block is carried into the moved state and the
+-- moved state's into it, `old` then the moved one), which reads no bucket.
 -- - Both with a block (`Carry::block`): a block of the old key until U > now is written to
 --   the moved key's block key, until U and expiring then (as lua/stacked.lua writes blocks),
 --   unless it holds one as late or later: never shortened.
--- - Both token buckets: the old state is looked at (its reply's reset_at is when it is full
---   again), then the moved one, both at `now`, each debt measured from it; the moved state
---   owes `carried_time` more: its script in its adjust mode (as lua/adjust.lua runs it), a
---   penalty of that many tokens of a microsecond each (the interval, ARGV[1], is all a
---   penalty reads of the quota: `Gcra::owe`'s time, in the penalty's one rule). A penalty
---   never moves the state's expiry earlier, so its stamp, kept no longer than the state,
---   needs no change.
+-- - Both token buckets, not block_only: the old state is looked at (its reply's reset_at is
+--   when it is full again), then the moved one, both at `now`, each debt measured from it;
+--   the moved state owes `carried_time` more: its script in its adjust mode (as
+--   lua/adjust.lua runs it), a penalty of that many tokens of a microsecond each (the
+--   interval, ARGV[1], is all a penalty reads of the quota: `Gcra::owe`'s time, in the
+--   penalty's one rule). A penalty never moves the state's expiry earlier, so its stamp,
+--   kept no longer than the state, needs no change.
 local function carry(old, moved, now, write)
   if old.block + 0 > 0 and moved.block + 0 > 0 then
     local until_us = beside_number(old.block_key, 'block')
@@ -54,7 +57,7 @@ local function carry(old, moved, now, write)
         string.format('%d', math.floor((until_us + 999) / 1000)))
     end
   end
-  local bucket = scripts[old.strategy + 0] == token_bucket
+  local bucket = scripts[old.strategy + 0] == token_bucket and not old.block_only
   if bucket and scripts[moved.strategy + 0] == token_bucket then
     local from = level(old, now)
     if from.err then return from end

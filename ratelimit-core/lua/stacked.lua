@@ -22,10 +22,11 @@
 --          1: `stacked_index` in scripts.rs), the two numbers its script takes as ARGV[1]
 --          and ARGV[2], the call's cost under it, and its block (`Quota::block`, in
 --          microseconds; 0: none)
--- ARGV[5n + 8j - 5 .. 5n + 8j + 2] (j from 1 to m): the j-th state carried (`Carry`, see
+-- ARGV[5n + 9j - 6 .. 5n + 9j + 2] (j from 1 to m): the j-th state carried (`Carry`, see
 --          below): the strategy, the two numbers and the block of the quota it was decided
---          under, then the same four of the quota of the state it is carried into; then the
---          stamp, with ARGV[1] 2
+--          under, then the same four of the quota of the state it is carried into, then 1
+--          when its block alone is carried (`Carry::block_only`), else 0; then the stamp, with
+--          ARGV[1] 2
 -- Returns: the limits' replies end to end, five integers each, as the single scripts return
 --          them (seven with ARGV[1] 2: then the state's shift, 0 but for a token bucket
 --          something was given back to, and the key's stamp, 0 when the call was refused); or
@@ -44,9 +45,9 @@
 --
 -- A carried state (`Stacked::carried`): a state a reload moved a limit away from (another
 -- key), carried into the moved limit's state before anything is looked at or decided, in
--- every mode (a look's too): its token bucket's debt as time (a penalty in microseconds),
--- its block as a block, by the rule of `Carry::debt` and `Carry::block` (see lua/carry.lua,
--- loaded in front of this file). Every carried state and every limit is read first (an error is returned before
+-- every mode (a look's too): its token bucket's debt as time (a penalty in microseconds;
+-- none when its block alone is carried), its block as a block, by the rule of `Carry::debt`
+-- and `Carry::block` (see lua/carry.lua, loaded in front of this file). Every carried state and every limit is read first (an error is returned before
 -- anything is written), then each state is carried in order, then the call is decided.
 --
 -- A stamp names the state a spend was made on: a reset deletes it (lua/reset.lua), and a key
@@ -60,7 +61,7 @@ local spends = ARGV[1] ~= '0'
 local flags = ARGV[2] + 0
 local blocking = flags % 2 == 1
 local m = (flags - flags % 2) / 2
-local n = (#ARGV - 2 - (stamping and 1 or 0) - 8 * m) / 5
+local n = (#ARGV - 2 - (stamping and 1 or 0) - 9 * m) / 5
 local blocks_at = (stamping and 2 or 1) * n -- the block keys follow this many keys
 local carried_at = blocks_at + (blocking and n or 0) -- and the carried states' these
 
@@ -124,12 +125,14 @@ end
 -- The j-th carried state (`old`) and the state it is carried into (`moved`), as `carry` in
 -- lua/carry.lua takes them.
 local function carried(j)
-  local k, a = carried_at + 4 * j - 4, 5 * n + 8 * j - 5
+  local k, a = carried_at + 4 * j - 4, 5 * n + 9 * j - 6
   local function state(key, at)
     return {key = KEYS[k + key], block_key = KEYS[k + key + 1], strategy = ARGV[at],
       first = ARGV[at + 1], second = ARGV[at + 2], block = ARGV[at + 3]}
   end
-  return state(1, a), state(3, a + 4)
+  local old = state(1, a)
+  old.block_only = ARGV[a + 8] == '1'
+  return old, state(3, a + 4)
 end
 
 if m > 0 then

@@ -102,6 +102,7 @@ impl RateLimitService {
                         from: StoreKey::composed(old_key),
                         quota,
                         into: 0,
+                        block_only: false,
                     })
                     .collect();
                 let stacked = Stacked::carrying(&own, &carried, now, StoreMode::Look)?;

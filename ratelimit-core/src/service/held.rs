@@ -62,6 +62,10 @@ pub(crate) struct OldState {
     /// what a call decided on it may leave owing at `until` ([`Quota::draining_by`]); 0
     /// where none is carried.
     pub(crate) then: Nanos,
+    /// Whether its block is carried into the site's state, and the site's into it, while it
+    /// is decided with the call too ([`Carry::block_only`](crate::store::Carry)): on a store
+    /// that carries, both quotas with a block.
+    pub(crate) blocks: bool,
 }
 
 impl OldState {
@@ -79,6 +83,13 @@ impl OldState {
     #[inline]
     pub(crate) fn carried_at(&self, now: Nanos) -> bool {
         !self.decided_at(now) && now < self.carry_until
+    }
+
+    /// Whether a call at `now` carries its block alone into its own state, and its own
+    /// state's into it: while it is decided on, where it [`blocks`](Self::blocks).
+    #[inline]
+    pub(crate) fn block_carried_at(&self, now: Nanos) -> bool {
+        self.blocks && self.decided_at(now)
     }
 
     /// The quota a call of `cost` at `now` is decided under on it: its own, a token bucket
@@ -198,10 +209,12 @@ impl RateLimitService {
                 }
                 false => until,
             };
-            let until = match self.inner.store.carries() {
+            let carries = self.inner.store.carries();
+            let until = match carries {
                 true => until,
                 false => carry_until,
             };
+            let blocks = carries && old.block_nanos() > 0 && quota.block_nanos() > 0;
             let then = match old.carries_debt_into(quota) {
                 true => quota.tolerance_nanos().max(1),
                 false => 0,
@@ -219,6 +232,7 @@ impl RateLimitService {
                     held.quota = slower.held_to(std::iter::once(&other));
                     held.until = held.until.max(until);
                     held.carry_until = held.carry_until.max(carry_until);
+                    held.blocks |= blocks;
                 }
                 None => transition.others.push(OldState {
                     key,
@@ -226,6 +240,7 @@ impl RateLimitService {
                     until,
                     carry_until,
                     then,
+                    blocks,
                 }),
             }
         }

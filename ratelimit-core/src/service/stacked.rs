@@ -185,11 +185,13 @@ impl RateLimitService {
         let mut owners: Vec<usize> = (0..sites.len()).collect();
         let mut carried = Vec::new();
         for (i, site) in sites.iter().enumerate() {
+            let olds_at = checks.len();
             for check in transition::old_checks(site, &old_keys[i], &old_quotas[i], now) {
                 checks.push(check);
                 owners.push(i);
             }
-            carried.extend(transition::carries(site, &old_keys[i], now, i));
+            let own = (checks[i], i);
+            carried.extend(transition::carries(site, &old_keys[i], now, own, olds_at));
         }
         let result = match stacked(&checks, &carried, &sites, now, keep) {
             Ok(all) => {

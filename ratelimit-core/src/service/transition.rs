@@ -32,7 +32,7 @@ impl RateLimitService {
         let old_quotas = old_quotas(site, now);
         let mut drained = None;
         let checks = checks(site, store_key, &old_keys, &old_quotas, now, &mut drained);
-        let carried: Vec<Carry<'_>> = carries(site, &old_keys, now, 0).collect();
+        let carried: Vec<Carry<'_>> = carries(site, &old_keys, now, (checks[0], 0), 1).collect();
         match stacked(site, &checks, &carried, now) {
             Ok(stacked) => Some(
                 (self.inner.store.decide_all_now(stacked)?)
@@ -55,7 +55,7 @@ impl RateLimitService {
         let old_quotas = old_quotas(site, now);
         let mut drained = None;
         let checks = checks(site, store_key, &old_keys, &old_quotas, now, &mut drained);
-        let carried: Vec<Carry<'_>> = carries(site, &old_keys, now, 0).collect();
+        let carried: Vec<Carry<'_>> = carries(site, &old_keys, now, (checks[0], 0), 1).collect();
         let stacked = stacked(site, &checks, &carried, now)?;
         let decided = self.inner.store.decide_all(stacked).await;
         decided.and_then(|decided| one_of(site, now, decided, &checks))
@@ -101,25 +101,51 @@ pub(super) fn old_checks<'a>(
         })
 }
 
-/// The old states a call at `now` carries into its own state (the check at `into`), of
-/// those [`old_store_keys`] wrote the keys of: what a token bucket's debt or a block outlasts
-/// the old window by is not forgotten when the old state stops being decided (a bucket of 15
-/// spent and moved to another window gave 15 again a minute later where it refills 10,
-/// probes_transition_others; an hour's block, forgotten after the minute).
+/// The old states a call at `now` carries into its own state (`own`, the check at `into`),
+/// of those [`old_store_keys`] wrote the keys of: what a token bucket's debt or a block
+/// outlasts the old window by is not forgotten when the old state stops being decided (a
+/// bucket of 15 spent and moved to another window gave 15 again a minute later where it
+/// refills 10, probes_transition_others; an hour's block, forgotten after the minute).
+///
+/// While an old state is decided with the call (its check the `k`-th old one, at `olds_at +
+/// k`), its block alone, both ways ([`Carry::block_only`], `OldState::block_carried_at`):
+/// the two states are one limit's, so a block on either holds both, and a refusal by the
+/// other then is one during that block, which begins none of its own. Carried one way
+/// only, a block begun on the moved state by a refusal the old one admitted (a penalty
+/// spent on the moved state alone: `adjust.rs`) was begun again on the old state a second
+/// later, 300 s from then (probes_carry_chains).
 pub(super) fn carries<'a>(
     site: &'a Site<'_>,
     old_keys: &'a [String],
     now: Nanos,
-    into: usize,
+    (own, into): (Check<'a>, usize),
+    olds_at: usize,
 ) -> impl Iterator<Item = Carry<'a>> {
-    site.other_states_at(now)
-        .zip(old_keys)
-        .filter(move |(old, _)| old.carried_at(now))
-        .map(move |(old, key)| Carry {
+    let olds = move || site.other_states_at(now).zip(old_keys);
+    let into_own = olds().filter_map(move |(old, key)| {
+        let block_only = match (old.carried_at(now), old.block_carried_at(now)) {
+            (true, _) => false,
+            (false, true) => true,
+            (false, false) => return None,
+        };
+        Some(Carry {
             from: StoreKey::composed(key),
             quota: &old.quota,
             into,
+            block_only,
         })
+    });
+    // After those, so that a block carried in from one old state reaches every other.
+    let into_olds = (olds().filter(move |(old, _)| old.decided_at(now)))
+        .enumerate()
+        .filter(move |(_, (old, _))| old.block_carried_at(now))
+        .map(move |(k, _)| Carry {
+            from: own.key,
+            quota: own.quota,
+            into: olds_at + k,
+            block_only: true,
+        });
+    into_own.chain(into_olds)
 }
 
 /// The site's own state first, under the quota it is held to now (a reload's tighter one on

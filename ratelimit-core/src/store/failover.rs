@@ -351,6 +351,7 @@ mod tests {
                 from,
                 quota: &old,
                 into: 0,
+                block_only: false,
             }];
             let stacked = Stacked::carrying(&checks, &carried, at, Mode::Spend).unwrap();
             run(store.decide_all(stacked)).unwrap()[0].allowed

@@ -22,7 +22,9 @@ pub struct Check<'a> {
 
 /// A state a reload moved one of a stacked call's limits away from (another window, tier
 /// name or key prefix: another store key), which may still hold something the moved limit's
-/// state must not forget ([`Stacked::carried`]): a token bucket's debt, a block.
+/// state must not forget ([`Stacked::carried`]): a token bucket's debt, a block. (Or, while
+/// that old state is decided with the call too, the moved state, whose block the old one
+/// must not forget either: [`block_only`](Self::block_only).)
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Carry<'a> {
     /// The old state's key.
@@ -31,6 +33,16 @@ pub struct Carry<'a> {
     pub quota: &'a Quota,
     /// The check whose state it is carried into (an index into [`Stacked::checks`]).
     pub into: usize,
+    /// Whether only its block is carried ([`block`](Self::block); its debt not:
+    /// [`carries_debt`](Self::carries_debt)). So it is while the old state is still decided
+    /// with the call (its old window), both ways: the old state into the moved one, and the
+    /// moved one into the old (`from` then the moved state's key, `quota` its quota). There
+    /// each state's debt holds the call by itself (carried, the old one's whole debt held
+    /// the moved state to it), but a refusal by one beside the other's block began a block
+    /// of its own from then, past the block's end (a bucket blocked for 300 s, the moved
+    /// state refusing a second later: told 300 s where the one bucket's block ends 299 s
+    /// on: probes_blocks_beside_moves).
+    pub block_only: bool,
 }
 
 impl Carry<'_> {
@@ -54,10 +66,17 @@ impl Carry<'_> {
         into_full_at: Nanos,
         now: Nanos,
     ) -> Nanos {
-        if !self.quota.carries_debt_into(into) {
+        if !self.carries_debt(into) {
             return 0;
         }
         from_full_at.saturating_sub(into_full_at.max(now))
+    }
+
+    /// Whether a debt is carried at all into a state under `into` ([`debt`](Self::debt)):
+    /// both are token buckets, and more than the block is carried
+    /// ([`block_only`](Self::block_only)). A store reads neither state for it otherwise.
+    pub fn carries_debt(&self, into: &Quota) -> bool {
+        !self.block_only && self.quota.carries_debt_into(into)
     }
 
     /// Until when the moved limit's state is blocked for a block on the old state until
@@ -128,10 +147,11 @@ impl<'a> Stacked<'a> {
     /// that the moved limit's state is never fresher than the old one's: a token bucket
     /// (both token buckets) owes at least the time the old one owes ([`Carry::debt`], added
     /// to its arrival time as a [`Store::adjust`](super::Store::adjust) penalty adds its
-    /// tokens' time), and a key blocked on the old state is blocked on the moved one until
-    /// the same time when the moved limit's quota blocks ([`Carry::block`]). Written in every
-    /// mode, a look's too (what is carried is what the state is). A store that does this says
-    /// so with [`Store::carries`](super::Store::carries).
+    /// tokens' time; not for a carry of the block only, [`Carry::block_only`]), and a key
+    /// blocked on the old state is blocked on the moved one until the same time when the
+    /// moved limit's quota blocks ([`Carry::block`]). Written in every mode, a look's too
+    /// (what is carried is what the state is). A store that does this says so with
+    /// [`Store::carries`](super::Store::carries).
     pub fn carried(&self) -> &'a [Carry<'a>] {
         self.carried
     }

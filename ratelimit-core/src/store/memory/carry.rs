@@ -1,8 +1,8 @@
 //! A reload's moved limit decided no fresher than the state it moved from
 //! ([`Stacked::carried`]): before a stacked call is decided, under the write locks of every
 //! shard its keys (the carried ones too) live in, each old state's token-bucket debt is carried
-//! into the moved limit's state as time ([`Carry::debt`]) and its block as a block
-//! ([`Carry::block`]).
+//! into the moved limit's state as time ([`Carry::debt`], unless only the block is carried:
+//! [`Carry::carries_debt`]) and its block as a block ([`Carry::block`]).
 
 use super::cells::Side;
 use super::stacked::locked;
@@ -30,7 +30,7 @@ impl MemoryStore {
         // an error with nothing carried (as on Redis, whose script reads before it writes).
         for carry in stacked.carried() {
             let into = &stacked.checks()[carry.into];
-            if carry.quota.carries_debt_into(into.quota) {
+            if carry.carries_debt(into.quota) {
                 for key in [carry.from.as_str(), into.key.as_str()] {
                     let (hash, key) = self.hashed(key);
                     let tables = locked(guards, self.shard_index(hash));
@@ -80,7 +80,7 @@ impl MemoryStore {
         into: &Check<'_>,
         at: Nanos,
     ) -> Result<bool, Error> {
-        if !carry.quota.carries_debt_into(into.quota) {
+        if !carry.carries_debt(into.quota) {
             return Ok(true);
         }
         let Some(from_full_at) = self.full_at(guards, carry.from.as_str(), carry.quota, at) else {

@@ -55,6 +55,7 @@ fn carry<'a>(from: &'a str, quota: &'a Quota) -> Carry<'a> {
         from: StoreKey::composed(from),
         quota,
         into: 0,
+        block_only: false,
     }
 }
 

@@ -46,6 +46,7 @@ fn rust_time(debt_o: u64, i_o: u64, debt_n: u64, i_n: u64) -> u64 {
         from: StoreKey::composed("rl:{u}:old"),
         quota: &from,
         into: 0,
+        block_only: false,
     };
     carry.debt(now + debt_o * 1_000, &into, now + debt_n * 1_000, now)
 }
@@ -55,7 +56,7 @@ fn rust_time(debt_o: u64, i_o: u64, debt_n: u64, i_n: u64) -> u64 {
 /// of 4 s a token or of 6 s (where whole tokens said 32 s, 8 tokens, and 30 s), 90 s less a
 /// microsecond is that (not 90 s); the moved bucket's own debt counts, a moved bucket owing
 /// as much or more takes nothing, nor one beside a full old one; neither interval plays a
-/// part. Nothing between other algorithms.
+/// part. Nothing between other algorithms, nor where the block alone is carried.
 #[test]
 fn the_rule_carries_the_debt_as_time_exactly() {
     let redis = Redis::new(T0).unwrap();
@@ -81,10 +82,51 @@ fn the_rule_carries_the_debt_as_time_exactly() {
         from: StoreKey::composed("rl:{u}:old"),
         quota: &log,
         into: 0,
+        block_only: false,
     };
     let now = T0 * 1_000;
     let into = bucket(6 * s);
     assert_eq!(carry.debt(now + 30 * s * 1_000, &into, now, now), 0);
+    let from = bucket(6 * s);
+    let block_only = Carry {
+        quota: &from,
+        block_only: true,
+        ..carry
+    };
+    assert_eq!(block_only.debt(now + 30 * s * 1_000, &into, now, now), 0);
+    assert!(!block_only.carries_debt(&into));
+}
+
+/// A bucket blocked 300 s on its old state and decided beside the moved one (its old
+/// window), its block alone carried (`Carry::block_only`): a call of 2 a second later, which
+/// the moved bucket (1 token left) refuses too, is told what is left of the old block, 299 s,
+/// on both sides; a block begun by that refusal told 300 s, and refused the call when the
+/// old block ends, where the moved bucket admits it.
+#[test]
+fn a_block_alone_carried_beside_the_old_state_begins_no_block_again() {
+    let blocking = || {
+        (tokens(3, 0, MINUTE))
+            .with_block(Duration::from_secs(300))
+            .unwrap()
+    };
+    let (old, new) = (blocking(), blocking());
+    let mut both = Both::new();
+    assert!(both.same(&[check(OLD, &old, 3)], &[], Mode::Spend)[0].allowed);
+    assert!(both.same(&[check(NEW, &new, 2)], &[], Mode::Spend)[0].allowed);
+    let refused = both.same(&[check(OLD, &old, 1)], &[], Mode::Spend);
+    assert_eq!(refused[0].retry_after, Some(Duration::from_secs(300)));
+    let carried = [Carry {
+        block_only: true,
+        ..carry(&old)
+    }];
+    both.advance(S);
+    let checks = [check(NEW, &new, 2), check(OLD, &old, 2)];
+    let decided = both.same(&checks, &carried, Mode::Spend);
+    let waits: Vec<_> = decided.iter().map(|d| (d.allowed, d.retry_after)).collect();
+    let left = Some(Duration::from_secs(299));
+    assert_eq!(waits, [(false, left), (false, left)]);
+    both.advance(299 * S);
+    assert!(both.same(&[check(NEW, &new, 2)], &[], Mode::Spend)[0].allowed);
 }
 
 fn interval() -> impl Strategy<Value = u64> {
@@ -218,6 +260,7 @@ fn carry(quota: &Quota) -> Carry<'_> {
         from: StoreKey::composed(OLD),
         quota,
         into: 0,
+        block_only: false,
     }
 }
 
@@ -332,8 +375,9 @@ proptest! {
 
     /// Any two quotas (a token bucket's debt carried between buckets, a block between
     /// quotas with one): calls on the old state, an optional penalty, then calls on the moved
-    /// one carrying it, spent and looked at, with the old state decided with them or not:
-    /// every decision the memory store's.
+    /// one carrying it, spent and looked at, with the old state decided with them or not
+    /// (decided with them, carrying its block alone or not: `Carry::block_only`): every
+    /// decision the memory store's.
     #[test]
     fn carried_states_agree_with_the_memory_store(
         (o_kind, o_size, o_window, o_block) in settings(),
@@ -341,7 +385,7 @@ proptest! {
         before in prop::collection::vec((0..=2_000_000u64, 1..=4u64, any::<bool>()), 1..8),
         penalty in prop_oneof![Just(0u64), 1..=50u64],
         after in prop::collection::vec(
-            (prop_oneof![0..=2_000u64, 0..=8_000_000u64, 0..=200_000_000u64], 1..=4u64, any::<bool>(), any::<bool>()),
+            (prop_oneof![0..=2_000u64, 0..=8_000_000u64, 0..=200_000_000u64], 1..=4u64, any::<bool>(), any::<bool>(), any::<bool>()),
             1..16,
         ),
     ) {
@@ -358,13 +402,13 @@ proptest! {
         if penalty > 0 && o_kind == Kind::TokenBucket {
             both.penalty(OLD, &old, penalty);
         }
-        let carried = [carry(&old)];
-        for (moved, cost, spend, with_old) in after {
+        for (moved, cost, spend, with_old, block_only) in after {
             both.advance(moved);
             let cost = cost.min(old.capacity()).min(new.capacity());
             let checks = [check(NEW, &new, cost), check(OLD, &old, cost)];
             let checks = &checks[..if with_old { 2 } else { 1 }];
             let mode = if spend { Mode::Spend } else { Mode::Look };
+            let carried = [Carry { block_only: with_old && block_only, ..carry(&old) }];
             both.same(checks, &carried, mode);
         }
     }
@@ -389,6 +433,7 @@ fn chained_moves_carry_the_debt_exactly() {
         from: StoreKey::composed(key),
         quota: &q,
         into: 0,
+        block_only: false,
     };
     for (at, key, carried, remaining) in [
         (79_999_000, NEW, from(OLD), 2),
@@ -471,7 +516,7 @@ proptest! {
             let cost = cost.min(new.capacity());
             let mode = if spend { Mode::Spend } else { Mode::Look };
             let (key, from, quota) = chain;
-            let carried = [Carry { from: StoreKey::composed(from), quota, into: 0 }];
+            let carried = [Carry { from: StoreKey::composed(from), quota, into: 0, block_only: false }];
             let got = both.same(&[check(key, &new, cost)], &carried, mode);
             if same {
                 let control = both.same(&[check(CONTROL, &old, cost)], &[], mode);

@@ -78,7 +78,7 @@ pub(super) fn script_call(
     });
     let keys = beside.chain(carried_keys).collect();
     let mode = if stamping { 2 } else { u64::from(commit) };
-    let mut args = Vec::with_capacity(3 + 5 * asked.len() + 8 * carried.len());
+    let mut args = Vec::with_capacity(3 + 5 * asked.len() + 9 * carried.len());
     args.extend([mode, u64::from(blocking) + 2 * carried.len() as u64]);
     for check in asked {
         let [index, first, second, block_us] = numbers(check.quota);
@@ -87,6 +87,7 @@ pub(super) fn script_call(
     for carry in carried {
         args.extend(numbers(carry.quota));
         args.extend(numbers(into(carry.into).quota));
+        args.push(u64::from(carry.block_only));
     }
     if stamping {
         args.push(stamp());
