@@ -173,6 +173,55 @@ async fn a_spent_buckets_debt_is_carried_into_a_fresh_key_on_a_cluster() {
     assert!(fresh.allowed && fresh.remaining == 14, "{fresh:?}");
 }
 
+/// A block carried alone both ways between an old state and the moved one, both decided with
+/// the call (`Carry::block_only`, the old window), on a Cluster where the two keys lie in
+/// different slots (a budget without a user key: each key hashed whole): decided slot by
+/// slot, the blocks carried within a slot only. Carried across, the run was refused whole
+/// (CROSSSLOT) for the whole old window, whatever the call. The old key's block holds the call
+/// by its own check: refused for what is left of the hour.
+#[tokio::test]
+async fn blocks_carried_alone_across_slots_are_decided_slot_by_slot() {
+    let cluster = RedisCluster::start();
+    let store = on_cluster(&cluster);
+    let p = prefix("slots-blocks");
+    let (from, into) = (format!("{p}:old"), format!("{p}:new"));
+    let slot = redis::cluster_routing::Slot::for_key;
+    assert_ne!(slot(&from), slot(&into));
+    let hour = Duration::from_secs(3_600);
+    let (old, new) = (blocking(MINUTE, hour), blocking(2 * MINUTE, hour));
+    for _ in 0..2 {
+        assert!(spend(&store, &from, &old, 1).await.allowed);
+    }
+    assert!(
+        !spend(&store, &from, &old, 1).await.allowed,
+        "the block begun"
+    );
+    let checks = [check(&into, &new, 1), check(&from, &old, 1)];
+    let carried = [
+        Carry {
+            block_only: true,
+            ..carry(&from, &old)
+        },
+        Carry {
+            from: StoreKey::composed(&into),
+            quota: &new,
+            into: 1,
+            block_only: true,
+        },
+    ];
+    let stacked = Stacked::carrying(&checks, &carried, NOW, Mode::Spend).unwrap();
+    let decided = store
+        .decide_all(stacked)
+        .await
+        .expect("decided slot by slot");
+    assert!(!decided[1].allowed, "{decided:?}");
+    let wait = decided[1].retry_after.expect("a refusal's wait");
+    assert!(
+        wait <= hour && wait > hour - Duration::from_secs(10),
+        "{wait:?}"
+    );
+}
+
 /// A moved key that owes more than the old one (15 tokens against 5) is left as it is, in a
 /// look and in a spend it refuses: the same string, the same expiry.
 #[tokio::test]

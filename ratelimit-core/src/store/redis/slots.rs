@@ -166,13 +166,22 @@ impl RedisStore {
         spends: bool,
     ) -> Result<Vec<i64>, Error> {
         let checks: Vec<Check<'_>> = group.iter().map(|&i| *asked[i]).collect();
+        // A block carried alone between two states both decided with the call (`Carry::
+        // block_only`) is carried only within a slot: across two (a budget without a user key,
+        // each key hashed whole) no script reads both, and the run was refused whole
+        // (CROSSSLOT) for the whole old window, whatever the call. Each state's block holds
+        // the call by its own check in its own slot meanwhile; a refusal in one slot may then
+        // begin a block beside the other's (longer, never shorter).
+        let same_slot = |carry: &Carry<'_>, into: &str| {
+            !carry.block_only || Slot::for_key(carry.from.as_str()) == Slot::for_key(into)
+        };
         let carried: Vec<Carry<'_>> = stacked
             .carried()
             .iter()
             .filter_map(|carry| {
                 let into = stacked.checks().get(carry.into)?.key;
                 let at = checks.iter().position(|c| c.key == into)?;
-                Some(Carry { into: at, ..*carry })
+                same_slot(carry, into.as_str()).then_some(Carry { into: at, ..*carry })
             })
             .collect();
         let mode = match spends {

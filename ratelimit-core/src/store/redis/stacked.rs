@@ -9,7 +9,9 @@
 //! (`slots.rs`). An old state in another slot than the limit it is carried into (keys
 //! without a user key, whose empty tag `{}` Redis does not take for one, so each is hashed
 //! whole) is refused by Redis whole (`CROSSSLOT`, an [`Error::InvalidKey`]) before anything
-//! is read: never half carried, never carried in part and decided.
+//! is read: never half carried, never carried in part and decided. (But for a block carried
+//! alone between two states both decided with the call, `Carry::block_only`: each holds the
+//! call by its own check, so across slots it is not carried, `slots.rs`.)
 //!
 //! [`Error::InvalidKey`]: crate::Error::InvalidKey
 
