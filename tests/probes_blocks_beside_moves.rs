@@ -187,3 +187,68 @@ fn a_refusal_by_the_old_state_beside_a_blocked_moved_one_does_not_block_it_again
         assert_eq!(history(way, true), expected, "{way:?}: moved");
     }
 }
+
+/// Random histories of a blocking limit whose default tier is renamed back and forth (the
+/// same quota on another state at every move; a bucket's window changed too, at the same
+/// rate), against the twin that never reloads: every call admitted or refused alike, and a
+/// refusal told the twin's wait (at most 2 ms longer: a transition's waits are whole
+/// milliseconds, at times longer than the least). Calls of costs 1 to 3, made each way;
+/// penalties on a bucket; time moving on by steps from a millisecond to past the block.
+/// Before the blocks were carried, seed 12 (a bucket) was told 300 s where the twin's block
+/// ends 298.001 s on; carried one way only, seed 42 was (300 s where 298 s).
+#[test]
+fn random_renames_of_a_blocking_limit_answer_as_one_state() {
+    let steps_ms = [0, 1, 999, 1_000, 1_000, 20_000, 59_999, 61_000, 301_000];
+    for seed in 0..500u64 {
+        let mut rng = ratelimit_tests::Rng(seed * 7_919 + 3);
+        let strategy = [
+            Strategy::FixedWindow,
+            Strategy::SlidingWindow,
+            Strategy::TokenBucket,
+        ][rng.below(3) as usize];
+        let (moved, clock) = service(limit(strategy, "a", 1).build().unwrap());
+        let (twin, twin_clock) = service(limit(strategy, "a", 1).build().unwrap());
+        let (mut name, mut minutes) = ("a", 1);
+        let mut at = Duration::ZERO;
+        let mut log = vec![format!("{strategy:?}")];
+        for _ in 0..60 {
+            match rng.below(9) {
+                0 | 1 => {
+                    at += Duration::from_millis(steps_ms[rng.below(9) as usize]);
+                    clock.set(START + at);
+                    twin_clock.set(START + at);
+                    log.push(format!("at {at:?}"));
+                }
+                2 => {
+                    name = if name == "a" { "b" } else { "a" };
+                    if strategy == Strategy::TokenBucket {
+                        minutes = 1 + rng.below(2);
+                    }
+                    reload(&moved, limit(strategy, name, minutes));
+                    log.push(format!("moved to {name}, {minutes} min"));
+                }
+                3 if strategy == Strategy::TokenBucket => {
+                    let units = 1 + rng.below(2);
+                    for service in [&moved, &twin] {
+                        now(service.penalize("k", &Options::new(), units)).unwrap();
+                    }
+                    log.push(format!("penalty {units}"));
+                }
+                _ => {
+                    let way = [Way::Alone, Way::Prepared, Way::Stacked][rng.below(3) as usize];
+                    let cost = 1 + rng.below(3);
+                    let (got, want) = (call_by(&moved, way, cost), call_by(&twin, way, cost));
+                    log.push(format!("{way:?} {cost}: {got:?}, the twin {want:?}"));
+                    let alike = match (got, want) {
+                        ((true, _), (true, _)) => true,
+                        ((false, Some(g)), (false, Some(w))) => {
+                            g >= w && g <= w + Duration::from_millis(2)
+                        }
+                        _ => false,
+                    };
+                    assert!(alike, "seed {seed}:\n{}", log.join("\n"));
+                }
+            }
+        }
+    }
+}
