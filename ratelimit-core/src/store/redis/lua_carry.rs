@@ -140,7 +140,9 @@ fn interval() -> impl Strategy<Value = u64> {
 /// A debt below 2^53, often a few intervals' worth: whole intervals and a remainder, so at
 /// most one interval fewer than fit (a long interval's last one plus a remainder went past).
 fn debt(interval: u64) -> impl Strategy<Value = u64> {
-    let tokens = (9_007_199_254_740_991 / interval).saturating_sub(1).min(1_000);
+    let tokens = (9_007_199_254_740_991 / interval)
+        .saturating_sub(1)
+        .min(1_000);
     prop_oneof![
         0..=(1u64 << 53) - 1,
         (0..=tokens, 0..interval).prop_map(move |(q, r)| q * interval + r),
