@@ -149,7 +149,7 @@ fn strategy() -> impl Strategy_<Value = Strategy> {
 use proptest::strategy::Strategy as Strategy_;
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(256))]
+    #![proptest_config(ProptestConfig::with_cases(ratelimit_tests::proptest_cases(256)))]
 
     /// The sliding log never admits more than `limit + burst` in any rolling window.
     #[test]

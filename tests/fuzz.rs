@@ -34,7 +34,7 @@ fn config() -> ProptestConfig {
         .and_then(|s| s.parse().ok())
         .unwrap_or(0x5eed_2026);
     ProptestConfig {
-        cases: 256,
+        cases: ratelimit_tests::proptest_cases(256),
         failure_persistence: None,
         rng_seed: proptest::test_runner::RngSeed::Fixed(seed),
         ..ProptestConfig::default()
@@ -149,7 +149,7 @@ proptest! {
 proptest! {
     // Most generated calls are refused before any state is touched; more cases reach the
     // counting.
-    #![proptest_config(ProptestConfig { cases: 1024, ..config() })]
+    #![proptest_config(ProptestConfig { cases: ratelimit_tests::proptest_cases(1024), ..config() })]
 
     #[test]
     fn any_key_tier_budget_cost_and_overrides_is_refused_typed_or_admitted_exactly(
@@ -735,7 +735,7 @@ fn keys_tiers_and_budgets_that_look_alike_never_share_a_budget() {
 
 proptest! {
     // A case costs microseconds, and most random bytes are refused at the first byte.
-    #![proptest_config(ProptestConfig { cases: 4096, ..config() })]
+    #![proptest_config(ProptestConfig { cases: ratelimit_tests::proptest_cases(4096), ..config() })]
 
     #[test]
     fn arbitrary_bytes_are_unexpected_state_or_a_state_that_re_encodes_to_them(

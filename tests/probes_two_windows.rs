@@ -605,7 +605,7 @@ fn interleave(
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 400, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: ratelimit_tests::proptest_cases(400), ..ProptestConfig::default() })]
 
     /// Any interleaving of three quotas' calls on one bare key of the memory store: no quota
     /// admits a call its own calls alone would refuse.

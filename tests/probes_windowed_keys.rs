@@ -1017,7 +1017,7 @@ fn op() -> impl proptest::strategy::Strategy<Value = (i64, Op)> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: ratelimit_tests::proptest_cases(300), ..ProptestConfig::default() })]
 
     /// One quota spends on a bare key while another quota of another window only looks,
     /// rewards and penalizes by nothing, with a clock that steps back and forth (callers

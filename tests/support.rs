@@ -68,6 +68,14 @@ unsafe impl std::alloc::GlobalAlloc for CountingAllocator {
     }
 }
 
+/// A property test's number of cases: `default`, or `PROPTEST_CASES` when it is set. A count
+/// written in a `ProptestConfig` overrides the variable `ProptestConfig::default()` reads, so
+/// without this a run could not ask a property for more cases than it names.
+pub fn proptest_cases(default: u32) -> u32 {
+    let set = std::env::var("PROPTEST_CASES").ok();
+    set.and_then(|n| n.parse().ok()).unwrap_or(default)
+}
+
 /// A fixed starting instant: `1_000_000 s` since the epoch, a whole second (so one-second
 /// fixed windows start here) but 40 s into a minute (a one-minute fixed window ends 20 s
 /// later). Tests that depend on a boundary compute it from the window.
