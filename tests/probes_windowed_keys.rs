@@ -983,6 +983,37 @@ fn a_reward_under_a_bucket_quota_of_the_same_interval_gives_back_what_its_own_wo
     assert_eq!(drain(&reference, "k", &first, at), 1);
 }
 
+/// A penalty of nothing on a token bucket full again writes nothing, under its own quota or
+/// another of its interval (found by the randomized probe below): it wrote the arrival time
+/// at its `now` (the Redis script writes nothing), so a caller holding an older clock read
+/// found a debt no call made, and a reward there gave a whole token back out of it where the
+/// spend's own 0.9 s left gives nothing: 3 a 3 s spent 1 at +100 s, a penalty of 0 under 2 a
+/// 2 s at +101.1 s, a reward of 1 at +100.1 s, and the quota admitted 2 at +99.8 s that its
+/// calls alone refuse.
+#[test]
+fn a_penalty_of_nothing_on_a_full_bucket_gives_no_reward_a_token() {
+    let own = secs(3, 3, Strategy::TokenBucket);
+    let other = secs(2, 2, Strategy::TokenBucket);
+    let at = |tenths: u64| T0 + tenths * NS / 10;
+    for under in [&own, &other] {
+        let (store, reference) = (memory(), memory());
+        for s in [&store, &reference] {
+            assert!(s.acquire("k", &own, 1, at(1_000)).unwrap().allowed);
+        }
+        assert_eq!(penalty(&store, "k", under, 0, at(1_011)), 0);
+        assert_eq!(
+            store.peek("k", &own, 0, at(1_001)).unwrap(),
+            reference.peek("k", &own, 0, at(1_001)).unwrap(),
+            "a penalty of nothing moved the arrival time"
+        );
+        let gave = reward(&store, "k", under, 1, at(1_001));
+        let own_gave = reward(&reference, "k", &own, 1, at(1_001));
+        assert_eq!(gave, own_gave, "under {under:?}");
+        let admitted = [&store, &reference].map(|s| s.acquire("k", &own, 2, at(998)).unwrap());
+        assert_eq!(admitted[0].allowed, admitted[1].allowed, "under {under:?}");
+    }
+}
+
 /// The interval a token bucket's quota spends a token in.
 fn interval(q: &Quota) -> u128 {
     q.window().as_nanos() / u128::from(q.refill_per_window().max(1))

@@ -73,6 +73,12 @@ impl Gcra {
     /// another bucket owes past this one, exactly (`Carry::debt`: in whole tokens, each move
     /// rounded the debt up a token again, probes_carry_attacks).
     pub(crate) fn owe(&mut self, now: Nanos, time: Nanos) -> Nanos {
+        // A debt of nothing writes nothing, as the scripts' penalty of 0: written, a full
+        // bucket's arrival time at `now` was a debt no call made at an older clock read,
+        // which a reward there gave back as a token (probes_windowed_keys).
+        if time == 0 {
+            return 0;
+        }
         let tat = self.tat.max(now);
         let most = now.saturating_add(MAX_TOLERANCE as Nanos);
         let next = tat.saturating_add(time).min(most).max(tat);
