@@ -114,6 +114,11 @@ impl Algorithm for SlidingLog {
     /// dropped: a penalty is an entry of its own (the total kept within the largest capacity),
     /// a reward takes from the newest entries first.
     fn adjust(&mut self, now: Nanos, quota: &Quota, units: u64, penalty: bool) -> u64 {
+        // An adjustment of nothing drops nothing, as the script's writes nothing: dropped at
+        // its time, the entries still counted at an older clock read (lua_adjusts).
+        if units == 0 {
+            return 0;
+        }
         let now = self.hits.back().map_or(now, |&(t, _)| now.max(t));
         let window = quota.window_nanos();
         let expired = expired(&self.hits, |t| t + window <= now);

@@ -3,9 +3,10 @@
 //! decided on both sides as `lua_agrees.rs` decides them (`lua_pair.rs`): the units each side
 //! spent or gave back must agree, and every call after is decided alike.
 //!
-//! Small quotas only (`lua_agrees::small`), with units up to three capacities: the scripts'
-//! own bounds (a bucket's penalty at most 2^51 µs ahead, a counter's count at most what its
-//! window reads back) lie far beyond them, where Rust's bounds differ (see the scripts).
+//! Small quotas only (`lua_agrees::small`), with units from none up to three capacities: the
+//! scripts' own bounds (a bucket's penalty at most 2^51 µs ahead, a counter's count at most
+//! what its window reads back) lie far beyond them, where Rust's bounds differ (see the
+//! scripts).
 
 use proptest::prelude::*;
 
@@ -18,6 +19,10 @@ use crate::syntax::Strategy as Kind;
 /// How many units an adjustment names.
 #[derive(Debug, Clone)]
 enum Units {
+    /// An adjustment of nothing, which moves nothing and writes nothing (in Rust, a token
+    /// bucket's penalty of nothing wrote its arrival time, a sliding log's dropped the
+    /// entries that stopped counting).
+    Nothing,
     One,
     /// Per mille of the capacity, at least 1.
     Share(u64),
@@ -28,6 +33,7 @@ enum Units {
 impl Units {
     fn of(&self, capacity: u64) -> u64 {
         match *self {
+            Units::Nothing => 0,
             Units::One => 1,
             Units::Share(p) => (capacity * p / 1_000).max(1),
             Units::Over(n) => 3 * capacity + n,
@@ -51,6 +57,7 @@ enum Op {
 
 fn op() -> impl Strategy<Value = Op> {
     let units = prop_oneof![
+        Just(Units::Nothing),
         Just(Units::One),
         (1..=1_000u64).prop_map(Units::Share),
         (0..=3u64).prop_map(Units::Over),
@@ -147,6 +154,40 @@ fn a_reward_of_the_newest_entry_leaves_a_log_that_reads() {
             moved: Move::Tick(0),
             cost: Cost::One,
             commit: true,
+        },
+    ];
+    adjustments_agree(&limits, &ops);
+}
+
+/// A sliding log's adjustment of nothing drops no entry a caller with an older clock read
+/// still counts, as the script writes nothing: Rust's (`SlidingLog::adjust` of 0 units)
+/// dropped the entries that stopped counting at its time. Capacity 3 a 2 µs: a penalty of 2
+/// at T0, a reward of nothing at T0 + 2 µs, and a look at T0 + 1 µs read 0 left in the
+/// script and 2 in Rust (its entry of 2 gone). Found by the property above once it named
+/// adjustments of nothing.
+#[test]
+fn a_log_adjustment_of_nothing_drops_no_entry_an_older_read_counts() {
+    let limits = Limits::new(Kind::SlidingWindow, (2, 1), 2, None);
+    let ops = [
+        Op::Adjust {
+            moved: Move::Tick(0),
+            units: Units::Share(667),
+            penalty: true,
+        },
+        Op::Call {
+            moved: Move::Tick(0),
+            cost: Cost::Capacity,
+            commit: false,
+        },
+        Op::Adjust {
+            moved: Move::Retry(0),
+            units: Units::Nothing,
+            penalty: false,
+        },
+        Op::Call {
+            moved: Move::Shift(-500),
+            cost: Cost::One,
+            commit: false,
         },
     ];
     adjustments_agree(&limits, &ops);
