@@ -1104,11 +1104,6 @@ proptest! {
                         reward(&reference, "k", &own, units, now);
                     }
                 }
-                // A penalty under another window on the log's state it still counts is kept
-                // by the longer window at its read, which drops the entries that left it by
-                // then, as a spend there would: an older read is then decided on that later
-                // state, by design (probes_two_windows: a clock stepping back).
-                Op::NoPenalty if strategy == Strategy::SlidingWindow => {}
                 Op::NoPenalty => {
                     penalty(&store, "k", &other, 0, now);
                 }
