@@ -18,6 +18,11 @@ impl MemoryStore {
         let key = adjustment.key().as_str().as_bytes();
         let (units, penalty) = (adjustment.units(), adjustment.is_penalty());
         let at = self.decision_time(adjustment.now())?;
+        // An adjustment of nothing changes nothing, as the scripts' (which write nothing):
+        // a penalty of nothing stored a key not stored yet (a key of `max_keys`, stamped).
+        if units == 0 {
+            return Ok(0);
+        }
         by_strategy!(
             quota.strategy(),
             self.adjust_in(key, quota, units, penalty, at)

@@ -354,6 +354,29 @@ mod tests {
         assert!(text.contains("keys: 1"), "{text}");
     }
 
+    /// A penalty or a reward of nothing changes nothing, as on Redis: a penalty of nothing
+    /// on a key not stored yet stored it, taking a key of `max_keys`.
+    #[test]
+    fn an_adjustment_of_nothing_stores_no_key() {
+        use crate::store::{Adjustment, StoreKey};
+        let store = MemoryStore::with_options(MemoryOptions {
+            max_keys: 1,
+            ..MemoryOptions::default()
+        });
+        let q = Quota::per_second(5).unwrap();
+        for strategy in Strategy::ALL {
+            let q = q.with_strategy(strategy);
+            let key = StoreKey::new("new").unwrap();
+            let penalty = Adjustment::penalty(key, &q, 0, SEC);
+            assert_eq!(store.adjust_request(&penalty).unwrap(), 0, "{strategy:?}");
+            let reward = Adjustment::reward(key, &q, 0, SEC);
+            assert_eq!(store.adjust_request(&reward).unwrap(), 0, "{strategy:?}");
+            assert_eq!(store.len(), 0, "{strategy:?}");
+        }
+        // The one key the store holds is still free for a call.
+        assert!(store.acquire("other", &q, 1, SEC).unwrap().allowed);
+    }
+
     #[test]
     fn full_store_refuses_new_keys_but_serves_old_ones() {
         let store = MemoryStore::with_options(MemoryOptions {
