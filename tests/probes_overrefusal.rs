@@ -245,6 +245,29 @@ fn a_reload_that_moves_no_limit_refuses_nothing_a_service_never_reloaded_admits(
     }
 }
 
+/// 10 a minute, a fixed window: the limit the clock-step probes count by.
+fn ten_a_minute() -> Options {
+    Options::new()
+        .strategy(Strategy::FixedWindow)
+        .limit(10)
+        .window(Duration::from_secs(60))
+}
+
+/// What a key never used before (`"after"`) is admitted under `minute` in five minutes from
+/// the clock's time, 20 calls a minute.
+fn after_the_step_back(
+    service: &RateLimitService,
+    clock: &ratelimit::ManualClock,
+    minute: &Options,
+) -> usize {
+    let mut total = 0;
+    for _ in 0..5 {
+        total += admitted(service, "after", minute, 20);
+        clock.advance(Duration::from_secs(60));
+    }
+    total
+}
+
 /// A wall clock set a day ahead for a few seconds, then back (a host that booted with a wrong
 /// clock and was corrected, a VM resumed with a stale offset): after the correction, a key
 /// never used during the step (a fresh user) gets its limit every window, as before the
@@ -256,21 +279,14 @@ fn a_reload_that_moves_no_limit_refuses_nothing_a_service_never_reloaded_admits(
 #[test]
 fn a_key_first_used_after_a_clock_step_back_gets_its_limit_every_window() {
     let (service, clock) = memory();
-    let minute = Options::new()
-        .strategy(Strategy::FixedWindow)
-        .limit(10)
-        .window(Duration::from_secs(60));
+    let minute = ten_a_minute();
     assert_eq!(admitted(&service, "before", &minute, 20), 10);
     let back = ratelimit_tests::START + Duration::from_secs(20);
     clock.set(back + Duration::from_secs(86_400));
     // A call during the step (any key): the memory store sweeps then.
     assert_eq!(admitted(&service, "during", &minute, 1), 1);
     clock.set(back);
-    let mut total = 0;
-    for _ in 0..5 {
-        total += admitted(&service, "after", &minute, 20);
-        clock.advance(Duration::from_secs(60));
-    }
+    let total = after_the_step_back(&service, &clock, &minute);
     assert_eq!(total, 50, "a fresh key after the step back, five minutes");
 }
 
@@ -318,10 +334,6 @@ fn new_keys_after_a_clock_step_back_are_not_refused_as_a_full_store() {
             needs a floor per group of keys (by hash), over-refusing only keys that share one"]
 fn a_key_first_used_after_a_step_back_with_traffic_during_the_step_gets_its_limit() {
     let (service, clock) = memory();
-    let minute = Options::new()
-        .strategy(Strategy::FixedWindow)
-        .limit(10)
-        .window(Duration::from_secs(60));
     let second = Options::new()
         .strategy(Strategy::FixedWindow)
         .limit(1)
@@ -333,11 +345,7 @@ fn a_key_first_used_after_a_step_back_with_traffic_during_the_step_gets_its_limi
     // Sweeps (10 s since the last): "during" ended 14 s ago and goes.
     assert_eq!(admitted(&service, "during-too", &second, 1), 1);
     clock.set(back);
-    let mut total = 0;
-    for _ in 0..5 {
-        total += admitted(&service, "after", &minute, 20);
-        clock.advance(Duration::from_secs(60));
-    }
+    let total = after_the_step_back(&service, &clock, &ten_a_minute());
     assert_eq!(total, 50, "a fresh key after the step back, five minutes");
 }
 
