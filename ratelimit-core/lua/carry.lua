@@ -35,6 +35,11 @@ end
 -- block alone is carried (`Carry::block_only`: while the old state is decided with the call,
 -- whose debt holds the call by itself, its block is carried into the moved state and the
 -- moved state's into it, `old` then the moved one), which reads no bucket.
+-- `old` may instead be `given`, read in its own Cluster slot by lua/level.lua (a state in
+-- another slot than the moved one, which no script reads beside it): {debt, block}, the time
+-- its bucket owes and what is left of its block, in microseconds from that script's TIME,
+-- which came first; each counted from `now` here (later), so carried no shorter. Its key and
+-- block key are then the moved state's own (in this slot), never read.
 -- - Both with a block (`Carry::block`): a block of the old key until U > now is written to
 --   the moved key's block key, until U and expiring then (as lua/stacked.lua writes blocks),
 --   unless it holds one as late or later: never shortened.
@@ -47,8 +52,13 @@ end
 --   kept no longer than the state, needs no change.
 local function carry(old, moved, now, write)
   if old.block + 0 > 0 and moved.block + 0 > 0 then
-    local until_us = beside_number(old.block_key, 'block')
-    if type(until_us) == 'table' then return until_us end
+    local until_us
+    if old.given then
+      until_us = old.given.block > 0 and now + old.given.block or nil
+    else
+      until_us = beside_number(old.block_key, 'block')
+      if type(until_us) == 'table' then return until_us end
+    end
     local held = beside_number(moved.block_key, 'block')
     if type(held) == 'table' then return held end
     until_us = until_us and until_us + 0
@@ -59,13 +69,14 @@ local function carry(old, moved, now, write)
   end
   local bucket = scripts[old.strategy + 0] == token_bucket and not old.block_only
   if bucket and scripts[moved.strategy + 0] == token_bucket then
-    local from = level(old, now)
+    local from = old.given or level(old, now)
     if from.err then return from end
     local into = level(moved, now)
     if into.err then return into end
     if not write then return nil end
     local at = into[5]
-    local time = carried_time(math.max(from[3] - at, 0), math.max(into[3] - at, 0))
+    local owed = old.given and old.given.debt or math.max(from[3] - at, 0)
+    local time = carried_time(owed, math.max(into[3] - at, 0))
     if time > 0 then
       local spent = token_bucket({moved.key},
         {'1', moved.second, string.format('%d', time), '4', '1'}, nil, now)

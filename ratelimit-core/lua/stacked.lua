@@ -25,8 +25,10 @@
 -- ARGV[5n + 9j - 6 .. 5n + 9j + 2] (j from 1 to m): the j-th state carried (`Carry`, see
 --          below): the strategy, the two numbers and the block of the quota it was decided
 --          under, then the same four of the quota of the state it is carried into, then 1
---          when its block alone is carried (`Carry::block_only`), else 0; then the stamp, with
---          ARGV[1] 2
+--          when its block alone is carried (`Carry::block_only`), else 0, plus 2 when the
+--          state was read in another Cluster slot (lua/level.lua): its two numbers are then
+--          the debt and the block left that script read, and its keys the moved state's (see
+--          `given` in lua/carry.lua); then the stamp, with ARGV[1] 2
 -- Returns: the limits' replies end to end, five integers each, as the single scripts return
 --          them (seven with ARGV[1] 2: then the state's shift, 0 but for a token bucket
 --          something was given back to, and the key's stamp, 0 when the call was refused); or
@@ -131,7 +133,9 @@ local function carried(j)
       first = ARGV[at + 1], second = ARGV[at + 2], block = ARGV[at + 3]}
   end
   local old = state(1, a)
-  old.block_only = ARGV[a + 8] == '1'
+  local flag = ARGV[a + 8] + 0
+  old.block_only = flag % 2 == 1
+  if flag >= 2 then old.given = {debt = old.first + 0, block = old.second + 0} end
   return old, state(3, a + 4)
 end
 

@@ -84,8 +84,19 @@ async fn carrying(
 /// millisecond: the same; in whole tokens of the moved bucket it was the instant of the carry
 /// plus the whole tokens), and the next token 6 s after the spend.
 fn owes(decided: &Decision, spent: &Decision, since: SystemTime) {
+    owes_within(decided, spent, since, Duration::ZERO);
+}
+
+/// [`owes`], full again up to `later` after the old one (never before): a state read in
+/// another Cluster slot is carried from the moved state's script's clock, so over by the
+/// round trip between the two scripts.
+fn owes_within(decided: &Decision, spent: &Decision, since: SystemTime, later: Duration) {
     assert!(!decided.allowed && decided.remaining == 0, "{decided:?}");
-    assert_eq!(decided.reset_at(), spent.reset_at(), "{decided:?}");
+    let (full, old) = (decided.reset_at(), spent.reset_at());
+    assert!(
+        full >= old && full <= old + later,
+        "{decided:?} against {spent:?}"
+    );
     let took = SystemTime::now().duration_since(since).unwrap();
     let (ms, retry) = (Duration::from_millis(1), decided.retry_after.unwrap());
     assert!(
@@ -101,15 +112,21 @@ fn old_bucket() -> Quota {
 
 /// The bucket of 15 spent, moved to two minutes at the same rate: the fresh key takes the 15
 /// tokens owed (refused, the next token in 6 s, where a fresh one had 14 left), and a second
-/// call carries nothing more; moved with room for 30, 14 are left (not 29).
-async fn a_spent_buckets_debt_is_carried_into_a_fresh_key(store: &RedisStore, p: &str) {
+/// call carries nothing more; moved with room for 30, 14 are left (not 29). The old state's
+/// key under the hash tag `from_tag`, the moved ones' under `{u}`; `later`: as `owes_within`.
+async fn a_spent_buckets_debt_is_carried_into_a_fresh_key(
+    store: &impl Store,
+    p: &str,
+    from_tag: &str,
+    later: Duration,
+) {
     let (old, new, roomy) = (
         old_bucket(),
         tokens(10, 5, 2 * MINUTE, 20),
         tokens(20, 10, 2 * MINUTE, 20),
     );
     let (from, into, wide) = (
-        format!("{p}:{{u}}:old"),
+        format!("{p}:{{{from_tag}}}:old"),
         format!("{p}:{{u}}:new"),
         format!("{p}:{{u}}:wide"),
     );
@@ -119,7 +136,7 @@ async fn a_spent_buckets_debt_is_carried_into_a_fresh_key(store: &RedisStore, p:
     let carried = [carry(&from, &old)];
     let decided = carrying(store, &into, &new, 1, &carried, Mode::Spend);
     let decided = decided.await.unwrap();
-    owes(&decided, &spent, since);
+    owes_within(&decided, &spent, since, later);
     let again = carrying(store, &into, &new, 1, &carried, Mode::Spend)
         .await
         .unwrap();
@@ -136,41 +153,34 @@ async fn a_spent_buckets_debt_is_carried_into_a_fresh_key(store: &RedisStore, p:
 #[tokio::test]
 async fn a_spent_buckets_debt_is_carried_into_a_fresh_key_on_a_server() {
     let server = RedisServer::start();
-    a_spent_buckets_debt_is_carried_into_a_fresh_key(&on_server(&server), &prefix("carry")).await;
+    let (store, p) = (on_server(&server), prefix("carry"));
+    a_spent_buckets_debt_is_carried_into_a_fresh_key(&store, &p, "u", Duration::ZERO).await;
 }
 
+/// Within a slot as on one server; and from an old state in another slot (another hash tag,
+/// as a budget without a user key has: its empty tag `{}` is none, each key hashed whole),
+/// read in its own slot first: carried the same, full again up to the round trip between the
+/// two scripts later. Carried in one script, Redis refused every such call whole (CROSSSLOT,
+/// an `InvalidKey` under every failure policy) for as long as the old state was carried:
+/// every call of a budget without a user key, on a Cluster, after a reload moved it. Under
+/// `FailurePolicy::Allow` the carried debt refuses too (no error to admit on).
 #[tokio::test]
 async fn a_spent_buckets_debt_is_carried_into_a_fresh_key_on_a_cluster() {
     let cluster = RedisCluster::start();
     let store = on_cluster(&cluster);
-    a_spent_buckets_debt_is_carried_into_a_fresh_key(&store, &prefix("carry")).await;
-    // An old state in another slot (another hash tag): the call is refused whole by Redis
-    // (CROSSSLOT), nothing carried, nothing decided: the moved key is still fresh. A call
-    // that can never be decided, not a store failure: refused under `FailurePolicy::Allow`
-    // too (as a store error, admitted uncounted while the old state was carried).
-    let p = prefix("slots");
-    let (from, into) = (format!("{p}:{{v}}:old"), format!("{p}:{{u}}:new"));
+    a_spent_buckets_debt_is_carried_into_a_fresh_key(&store, &prefix("carry"), "u", Duration::ZERO)
+        .await;
     let slot = redis::cluster_routing::Slot::for_key;
-    assert_ne!(slot(&from), slot(&into));
-    let old = old_bucket();
-    assert!(spend(&store, &from, &old, 15).await.allowed);
-    let new = tokens(10, 5, 2 * MINUTE, 20);
-    let carried = [carry(&from, &old)];
-    let refused = carrying(&store, &into, &new, 1, &carried, Mode::Spend).await;
-    assert!(
-        matches!(refused, Err(Error::InvalidKey { .. })),
-        "{refused:?}"
+    let p = prefix("slots");
+    assert_ne!(
+        slot(&format!("{p}:{{v}}:old")),
+        slot(&format!("{p}:{{u}}:new"))
     );
+    let later = Duration::from_millis(50);
+    a_spent_buckets_debt_is_carried_into_a_fresh_key(&store, &p, "v", later).await;
     let allowing = crate::store::Failover::new(store.clone(), FailurePolicy::Allow);
-    let refused = carrying(&allowing, &into, &new, 1, &carried, Mode::Spend).await;
-    assert!(
-        matches!(refused, Err(Error::InvalidKey { .. })),
-        "admitted under Allow: {refused:?}"
-    );
-    let fresh = carrying(&store, &into, &new, 1, &[], Mode::Look)
-        .await
-        .unwrap();
-    assert!(fresh.allowed && fresh.remaining == 14, "{fresh:?}");
+    let p = prefix("slots-allow");
+    a_spent_buckets_debt_is_carried_into_a_fresh_key(&allowing, &p, "v", later).await;
 }
 
 /// A block carried alone both ways between an old state and the moved one, both decided with
@@ -485,5 +495,121 @@ async fn the_server_answers_as_the_memory_store() {
             rust.retry_after.unwrap_or_default(),
         );
         assert!(a.abs_diff(b) <= apart, "step {i}: {lua:?} against {rust:?}");
+    }
+}
+
+/// A connection to every node of `cluster`, each command sent to its key's.
+fn cluster_connection(cluster: &RedisCluster) -> redis::cluster::ClusterConnection {
+    let client = redis::cluster::ClusterClient::new(cluster.urls()).unwrap();
+    client.get_connection().unwrap()
+}
+
+/// From an old state in another Cluster slot than the moved one (a budget without a user
+/// key), read in its own slot first and carried as one script carries (refused whole by
+/// Redis, CROSSSLOT, before): a block, until the old one's end (up to the round trip between
+/// the two scripts later, never earlier), a longer one of the moved key's own kept; a look,
+/// at a cost and at the level, carries and writes too; state of the wrong shape there is an
+/// error, and nothing is written on any key, though a state carried before it owed 15 tokens.
+#[tokio::test]
+async fn old_states_in_another_slot_are_carried_as_in_one() {
+    let cluster = RedisCluster::start();
+    let (store, p, mut c) = (
+        on_cluster(&cluster),
+        prefix("across"),
+        cluster_connection(&cluster),
+    );
+    let key = |tag: &str, name: &str| format!("{p}:{{{tag}}}:{name}");
+    let slot = |k: &str| redis::cluster_routing::Slot::for_key(k);
+    assert_ne!(slot(&key("v", "old")), slot(&key("u", "new")));
+    let later = 50_000;
+
+    // A block.
+    let old = blocking(MINUTE, Duration::from_secs(3_600));
+    let new = blocking(2 * MINUTE, Duration::from_secs(600));
+    let (from, into, longer) = (key("v", "old"), key("u", "new"), key("u", "longer"));
+    for _ in 0..3 {
+        spend(&store, &from, &old, 1).await;
+    }
+    let until: u64 = redis::cmd("GET")
+        .arg(block_key(&from))
+        .query(&mut c)
+        .unwrap();
+    let carried = [carry(&from, &old)];
+    let decided = carrying(&store, &into, &new, 1, &carried, Mode::Spend)
+        .await
+        .unwrap();
+    assert!(!decided.allowed, "{decided:?}");
+    assert!(
+        decided.retry_after.unwrap() > Duration::from_secs(3_590),
+        "{decided:?}"
+    );
+    let carried_until: u64 = redis::cmd("GET")
+        .arg(block_key(&into))
+        .query(&mut c)
+        .unwrap();
+    assert!(
+        carried_until >= until && carried_until <= until + later,
+        "{carried_until} against {until}"
+    );
+    let ends = UNIX_EPOCH + Duration::from_millis(carried_until.div_ceil(1_000));
+    assert_eq!(decided.reset_at(), ends);
+    let own = until + 1_000_000_000;
+    let _: () = redis::cmd("SET")
+        .arg(block_key(&longer))
+        .arg(own)
+        .arg("PXAT")
+        .arg(own.div_ceil(1_000))
+        .query(&mut c)
+        .unwrap();
+    let decided = carrying(&store, &longer, &new, 1, &carried, Mode::Spend)
+        .await
+        .unwrap();
+    assert!(!decided.allowed, "{decided:?}");
+    let kept: u64 = redis::cmd("GET")
+        .arg(block_key(&longer))
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(kept, own);
+
+    // A look, at a cost and at the level.
+    let (old, new) = (old_bucket(), tokens(10, 5, 2 * MINUTE, 20));
+    let owing = key("v", "owing");
+    let since = SystemTime::now();
+    let spent = spend(&store, &owing, &old, 15).await;
+    assert!(spent.allowed);
+    let carried = [carry(&owing, &old)];
+    for cost in [1, 0] {
+        let into = key("u", &format!("look{cost}"));
+        let look = carrying(&store, &into, &new, cost, &carried, Mode::Look);
+        owes_within(
+            &look.await.unwrap(),
+            &spent,
+            since,
+            Duration::from_micros(later),
+        );
+        let written: i64 = redis::cmd("EXISTS").arg(&into).query(&mut c).unwrap();
+        assert_eq!(written, 1, "{cost}: nothing written");
+    }
+
+    // State of the wrong shape in the other slot, a well-formed state carried before it.
+    let wrong = key("w", "wrong");
+    assert_ne!(slot(&wrong), slot(&key("u", "new")));
+    let _: () = redis::cmd("SET")
+        .arg(&wrong)
+        .arg("T12x")
+        .query(&mut c)
+        .unwrap();
+    let into = key("u", "shapes");
+    for mode in [Mode::Spend, Mode::Look] {
+        let carried = [carry(&owing, &old), carry(&wrong, &old)];
+        let decided = carrying(&store, &into, &new, 1, &carried, mode).await;
+        assert!(
+            matches!(decided, Err(Error::UnexpectedState { .. })),
+            "{mode:?}: {decided:?}"
+        );
+        let written: i64 = redis::cmd("EXISTS").arg(&into).query(&mut c).unwrap();
+        assert_eq!(written, 0, "{mode:?}: the moved key was written");
+        let value: String = redis::cmd("GET").arg(&wrong).query(&mut c).unwrap();
+        assert_eq!(value, "T12x");
     }
 }

@@ -13,7 +13,7 @@ use proptest::prelude::*;
 use super::lua_pair::{MAX_WINDOW_US, T0};
 use super::lua_standin::{Redis, Reply};
 use super::reply::full;
-use super::stacked::{carrying, script_call, STACKED_SCRIPT};
+use super::stacked::{carrying, level_call, script_call, Given, LEVEL_SCRIPT, STACKED_SCRIPT};
 use crate::decision::Decision;
 use crate::quota::Quota;
 use crate::store::{Adjustment, Carry, Check, MemoryStore, Mode, Stacked, Store, StoreKey};
@@ -171,6 +171,10 @@ struct Both {
     redis: Redis,
     memory: MemoryStore,
     now_us: u64,
+    /// Whether carried states are read first as from another Cluster slot ([`given`]).
+    ///
+    /// [`given`]: Self::given
+    across: bool,
 }
 
 impl Both {
@@ -179,6 +183,7 @@ impl Both {
             redis: Redis::new(T0).unwrap(),
             memory: MemoryStore::new(),
             now_us: T0,
+            across: false,
         }
     }
 
@@ -198,7 +203,12 @@ impl Both {
         let stacked = Stacked::carrying(checks, carried, self.now_us * 1_000, mode).unwrap();
         let rust = Store::decide_all_now(&self.memory, stacked).expect("at once");
         let asked: Vec<&Check<'_>> = checks.iter().collect();
-        let (beside, args) = script_call(&stacked, &asked, mode.spends(), false, || 0).unwrap();
+        let given = match self.given(&stacked) {
+            Ok(given) => given,
+            Err(e) => return (Err(e), rust.map_err(|e| e.to_string())),
+        };
+        let (beside, args) =
+            script_call(&stacked, &asked, mode.spends(), false, &given, || 0).unwrap();
         let keys: Vec<&str> = (checks.iter().map(|c| c.key.as_str()))
             .chain(beside.iter().map(String::as_str))
             .collect();
@@ -221,6 +231,29 @@ impl Both {
             other => Err(format!("{other:?}")),
         };
         (lua, rust.map_err(|e| e.to_string()))
+    }
+
+    /// With `across`, what each carried state holds, read first as from another Cluster
+    /// slot (`lua/level.lua`, at the same clock), for the stacked script to carry as given;
+    /// else none (each carried from its key).
+    fn given(&self, stacked: &Stacked<'_>) -> Result<Vec<Option<Given>>, String> {
+        if !self.across {
+            return Ok(Vec::new());
+        }
+        let read = |carry: &Carry<'_>| {
+            let (keys, args) = level_call(carry, stacked.checks()[carry.into].quota);
+            let keys = keys.each_ref().map(String::as_str);
+            match self.redis.eval_source(LEVEL_SCRIPT.text(), &keys, &args) {
+                Reply::Array(items) => match items[..] {
+                    [Reply::Int(debt), Reply::Int(left)] if debt >= 0 && left >= 0 => {
+                        Ok(Some([debt.unsigned_abs(), left.unsigned_abs()]))
+                    }
+                    _ => Err(format!("{items:?}")),
+                },
+                other => Err(format!("{other:?}")),
+            }
+        };
+        stacked.carried().iter().map(read).collect()
     }
 
     /// A stacked call that must be decided the same on both sides: the decisions.
@@ -378,10 +411,12 @@ proptest! {
     /// Any two quotas (a token bucket's debt carried between buckets, a block between
     /// quotas with one): calls on the old state, an optional penalty, then calls on the moved
     /// one carrying it, spent and looked at, with the old state decided with them or not
-    /// (decided with them, carrying its block alone or not: `Carry::block_only`): every
-    /// decision the memory store's.
+    /// (decided with them, carrying its block alone or not: `Carry::block_only`), the old
+    /// state read in its own script first or not (`across`: as from another Cluster slot,
+    /// `lua/level.lua`): every decision the memory store's.
     #[test]
     fn carried_states_agree_with_the_memory_store(
+        across in any::<bool>(),
         (o_kind, o_size, o_window, o_block) in settings(),
         (n_kind, n_size, n_window, n_block) in settings(),
         before in prop::collection::vec((0..=2_000_000u64, 1..=4u64, any::<bool>()), 1..8),
@@ -393,7 +428,7 @@ proptest! {
     ) {
         let old = quota(o_kind, o_size, o_window, o_block);
         let new = quota(n_kind, n_size, n_window, n_block);
-        let mut both = Both::new();
+        let mut both = Both { across, ..Both::new() };
         for (moved, cost, spend) in before {
             both.advance(moved);
             let mode = if spend { Mode::Spend } else { Mode::Look };

@@ -142,7 +142,9 @@ fn percent_decode(s: &str) -> String {
 /// decide, is [`Error::InvalidKey`]: a call that can never be decided, which no failure
 /// policy turns into an allowance. As a store error, `FailurePolicy::Allow` admitted every
 /// call whose keys a reload moved to another slot (an fn-wide budget's, whose keys have no
-/// user key to share a hash tag), uncounted, while the old state was carried (helper-65).
+/// user key to share a hash tag), uncounted, while the old state was carried (helper-65);
+/// such an old state is now read in its own slot first (`stacked.rs`), so this is what is
+/// left: a call no part of the store sends across slots.
 pub(super) fn store_error(secrets: &[String], context: &str, e: &redis::RedisError) -> Error {
     if e.code() == Some("CROSSSLOT") {
         return Error::InvalidKey {

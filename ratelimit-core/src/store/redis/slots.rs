@@ -53,7 +53,7 @@ fn by_slot<T>(items: &[T], key: impl Fn(&T) -> &str) -> Vec<Vec<usize>> {
 
 impl RedisStore {
     /// Whether the store is a Cluster's (whose keys of one script must share a slot).
-    fn is_cluster(&self) -> bool {
+    pub(super) fn is_cluster(&self) -> bool {
         matches!(self.inner.client, Client::Cluster(..))
     }
 

@@ -8,27 +8,34 @@
 //! of several slots (two user keys, or one beside an fn-wide budget) are run slot by slot
 //! (`slots.rs`). An old state in another slot than the limit it is carried into (keys
 //! without a user key, whose empty tag `{}` Redis does not take for one, so each is hashed
-//! whole) is refused by Redis whole (`CROSSSLOT`, an [`Error::InvalidKey`]) before anything
-//! is read: never half carried, never carried in part and decided. (But for a block carried
-//! alone between two states both decided with the call, `Carry::block_only`: each holds the
-//! call by its own check, so across slots it is not carried, `slots.rs`.)
-//!
-//! [`Error::InvalidKey`]: crate::Error::InvalidKey
+//! whole) is read in its own slot first (`lua/level.lua`) and carried from what was read
+//! ([`RedisStore::run_stacked`]): one script over both, Redis refused it whole (`CROSSSLOT`),
+//! and every call of such a budget for as long as its old state was carried. (But for a
+//! block carried alone between two states both decided with the call, `Carry::block_only`:
+//! each holds the call by its own check, so across slots it is not carried, `slots.rs`.)
 
 use std::sync::LazyLock;
 use std::time::Instant;
 
+use redis::cluster_routing::Slot;
+
 use super::ledger::{block_key, stamp_key};
 use super::refund::draw;
+use super::reply::unexpected;
 use super::scripts::{arguments, stacked_index, supports, Lua, FUNCTIONS};
 use super::RedisStore;
 use crate::error::Error;
 use crate::quota::Quota;
-use crate::store::{Check, Stacked};
+use crate::store::{Carry, Check, Stacked};
 
 /// Several limits as one decision (`lua/stacked.lua`), the old states carried first.
 pub(super) static STACKED_SCRIPT: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(carrying(include_str!("../../../lua/stacked.lua"))));
+
+/// What a state carried from another Cluster slot holds, read in its own
+/// (`lua/level.lua`, behind `lua/carry.lua`): see [`RedisStore::run_stacked`].
+pub(super) static LEVEL_SCRIPT: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(carrying(include_str!("../../../lua/level.lua"))));
 
 /// `body` behind the strategies' functions and `lua/carry.lua` (the tests run the carry's
 /// rule alone behind them: `lua_carry.rs`).
@@ -44,24 +51,27 @@ fn numbers(quota: &Quota) -> [u64; 4] {
     [index, first, second, quota.block_nanos() / 1_000]
 }
 
+/// What a state carried from another Cluster slot holds, read there ([`LEVEL_SCRIPT`]): the
+/// time its bucket owes and what is left of its block, in microseconds.
+pub(super) type Given = [u64; 2];
+
 /// The stacked script's KEYS after the limits' own (those of `asked`, in order), and its ARGV
 /// (see its header), for `asked` (those of `stacked`'s checks Redis decides, in order) and
-/// every state `stacked` carries: with `commit` an admitted call is recorded, `stamping`
-/// (with `commit`) stamped for a refund with `stamp`.
+/// every state `stacked` carries (the `j`-th as `given[j]` when that is `Some`: read in
+/// another slot): with `commit` an admitted call is recorded, `stamping` (with `commit`)
+/// stamped for a refund with `stamp`.
 pub(super) fn script_call(
     stacked: &Stacked<'_>,
     asked: &[&Check<'_>],
     commit: bool,
     stamping: bool,
+    given: &[Option<Given>],
     stamp: impl FnOnce() -> u64,
 ) -> Result<(Vec<String>, Vec<u64>), Error> {
     let carried = stacked.carried();
     let into = |i: usize| &stacked.checks()[i];
-    for carry in carried {
-        // Both counted by whole microseconds, as every limit the scripts decide.
-        supports(carry.quota)?;
-        supports(into(carry.into).quota)?;
-    }
+    supported(stacked)?;
+    let given = |j: usize| given.get(j).copied().flatten();
     let blocking = asked.iter().any(|c| c.quota.block().is_some());
     // The keys beside the states the script reads (see its header), then each carried state's
     // key and block key and those of the state it is carried into.
@@ -69,8 +79,14 @@ pub(super) fn script_call(
         .into_iter()
         .chain(blocking.then_some(block_key as fn(&str) -> String))
         .flat_map(|name| asked.iter().map(move |c| name(c.key.as_str())));
-    let carried_keys = carried.iter().flat_map(|carry| {
-        let (from, to) = (carry.from.as_str(), into(carry.into).key.as_str());
+    let carried_keys = carried.iter().enumerate().flat_map(|(j, carry)| {
+        let to = into(carry.into).key.as_str();
+        // A state read in another slot: the moved state's keys in its place, never read.
+        let from = if given(j).is_some() {
+            to
+        } else {
+            carry.from.as_str()
+        };
         [
             from.to_owned(),
             block_key(from),
@@ -86,10 +102,12 @@ pub(super) fn script_call(
         let [index, first, second, block_us] = numbers(check.quota);
         args.extend([index, first, second, check.cost, block_us]);
     }
-    for carry in carried {
-        args.extend(numbers(carry.quota));
+    for (j, carry) in carried.iter().enumerate() {
+        let [index, first, second, block_us] = numbers(carry.quota);
+        let [first, second] = given(j).unwrap_or([first, second]);
+        args.extend([index, first, second, block_us]);
         args.extend(numbers(into(carry.into).quota));
-        args.push(u64::from(carry.block_only));
+        args.push(u64::from(carry.block_only) + 2 * u64::from(given(j).is_some()));
     }
     if stamping {
         args.push(stamp());
@@ -111,11 +129,88 @@ impl RedisStore {
         if asked.is_empty() && stacked.carried().is_empty() {
             return Ok(Vec::new());
         }
-        let (beside, args) = script_call(stacked, asked, commit, stamping, draw)?;
+        let sent = Instant::now();
+        let given = self.read_across_slots(stacked, asked, sent).await?;
+        let (beside, args) = script_call(stacked, asked, commit, stamping, &given, draw)?;
         let keys: Vec<&str> = (asked.iter().map(|c| c.key.as_str()))
             .chain(beside.iter().map(String::as_str))
             .collect();
-        self.run(&STACKED_SCRIPT, &keys, &args, false, Instant::now())
-            .await
+        self.run(&STACKED_SCRIPT, &keys, &args, false, sent).await
     }
+
+    /// On a Cluster, each state `stacked` carries from another slot than the script's (its
+    /// first key's): what it holds, read there first ([`LEVEL_SCRIPT`], a round trip each),
+    /// `None` for the others; empty when every one lies in the script's slot. A budget
+    /// without a user key has no hash tag (its empty tag `{}` Redis does not take for one), so
+    /// the state a reload moved it away from lies in another slot: carried in one script, the
+    /// call was refused whole (`CROSSSLOT`) for the whole time the old state is carried.
+    ///
+    /// Not one atomic step with the decision, as one script is: the old state is no longer
+    /// decided on while its debt is carried (`OldState::carried_at`), so it only drains
+    /// meanwhile, and the times read are counted from the later script's clock, so carried
+    /// no shorter (over by the round trip between, never under). Its blocks carried alone
+    /// while it is decided stay within a slot (`slots.rs`).
+    async fn read_across_slots(
+        &self,
+        stacked: &Stacked<'_>,
+        asked: &[&Check<'_>],
+        sent: Instant,
+    ) -> Result<Vec<Option<Given>>, Error> {
+        let carried = stacked.carried();
+        let into = |carry: &Carry<'_>| &stacked.checks()[carry.into];
+        let Some(first) = (asked.first().copied()).or_else(|| carried.first().map(into)) else {
+            return Ok(Vec::new());
+        };
+        let slot = Slot::for_key(first.key.as_str());
+        let elsewhere = |carry: &Carry<'_>| Slot::for_key(carry.from.as_str()) != slot;
+        if !self.is_cluster() || !carried.iter().any(elsewhere) {
+            return Ok(Vec::new());
+        }
+        supported(stacked)?;
+        let mut given = Vec::with_capacity(carried.len());
+        for carry in carried {
+            if !elsewhere(carry) {
+                given.push(None);
+                continue;
+            }
+            let (keys, args) = level_call(carry, into(carry).quota);
+            let keys = keys.each_ref().map(String::as_str);
+            let read: Vec<i64> = self.run(&LEVEL_SCRIPT, &keys, &args, false, sent).await?;
+            match read[..] {
+                [debt, left] if debt >= 0 && left >= 0 => {
+                    given.push(Some([debt.unsigned_abs(), left.unsigned_abs()]))
+                }
+                _ => return Err(unexpected(&read)),
+            }
+        }
+        Ok(given)
+    }
+}
+
+/// [`LEVEL_SCRIPT`]'s KEYS and ARGV (see its header) for `carry`, carried into a state under
+/// `into`.
+pub(super) fn level_call(carry: &Carry<'_>, into: &Quota) -> ([String; 2], [u64; 5]) {
+    let [index, first, second, block_us] = numbers(carry.quota);
+    let block_us = if into.block_nanos() > 0 { block_us } else { 0 };
+    let from = carry.from.as_str();
+    (
+        [from.to_owned(), block_key(from)],
+        [
+            index,
+            first,
+            second,
+            block_us,
+            u64::from(carry.carries_debt(into)),
+        ],
+    )
+}
+
+/// Every carried state's quota and the quota it is carried into counted by whole
+/// microseconds, as every limit the scripts decide.
+fn supported(stacked: &Stacked<'_>) -> Result<(), Error> {
+    for carry in stacked.carried() {
+        supports(carry.quota)?;
+        supports(stacked.checks()[carry.into].quota)?;
+    }
+    Ok(())
 }

@@ -17,7 +17,7 @@ use super::refusals::Refusals;
 use super::reply::{full, unexpected, RedisClock, Reply};
 use super::round_trip::{runtime_ready, Client};
 use super::scripts::{call, supports, OwnScripts, ADJUST_SCRIPT, REFUND_SCRIPT, SCRIPTS};
-use super::stacked::STACKED_SCRIPT;
+use super::stacked::{LEVEL_SCRIPT, STACKED_SCRIPT};
 use crate::algorithm::{self, Verdict};
 use crate::clock::Nanos;
 use crate::decision::Decision;
@@ -199,6 +199,7 @@ impl RedisStore {
         self.bounded(Instant::now(), |mut connection| async move {
             for script in SCRIPTS.iter().chain([
                 &*STACKED_SCRIPT,
+                &*LEVEL_SCRIPT,
                 &*REFUND_SCRIPT,
                 &*ADJUST_SCRIPT,
                 &*RESET_SCRIPT,
