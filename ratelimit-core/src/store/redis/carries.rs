@@ -613,3 +613,55 @@ async fn old_states_in_another_slot_are_carried_as_in_one() {
         assert_eq!(value, "T12x");
     }
 }
+
+/// The master of the slot of hash tag `tag` in `cluster`.
+fn node_of(cluster: &RedisCluster, tag: &str) -> usize {
+    let slot: u16 = redis::cmd("CLUSTER")
+        .arg("KEYSLOT")
+        .arg(format!("{{{tag}}}"))
+        .query(&mut cluster.nodes[0].connection())
+        .unwrap();
+    cluster.master_of(slot).expect("a master")
+}
+
+/// An old state in another slot whose node is stopped: the moved state, spent, still refuses
+/// the call (under `FailurePolicy::Allow` too: no policy turns a refusal a live node gives
+/// into an admission); one with room answers the error (admitted uncounted under `Allow`, as
+/// the policy says, nothing spent on it either way).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreadable_old_state_in_another_slot_leaves_a_refusal_a_refusal() {
+    let mut cluster = RedisCluster::start();
+    let options = RedisOptions::cluster(cluster.urls()).timeout(Duration::from_millis(500));
+    let store = RedisStore::new(options).unwrap();
+    let allowing = crate::store::Failover::new(store.clone(), FailurePolicy::Allow);
+    let p = prefix("down");
+    let tag = (0..)
+        .map(|i| format!("o{i}"))
+        .find(|tag| node_of(&cluster, tag) != node_of(&cluster, "u"))
+        .unwrap();
+    let (from, into, roomy) = (
+        format!("{p}:{{{tag}}}:old"),
+        format!("{p}:{{u}}:new"),
+        format!("{p}:{{u}}:roomy"),
+    );
+    let (old, new) = (old_bucket(), tokens(10, 5, 2 * MINUTE, 20));
+    assert!(spend(&store, &from, &old, 15).await.allowed);
+    assert!(spend(&store, &into, &new, 15).await.allowed);
+    let down = node_of(&cluster, &tag);
+    cluster.nodes[down].stop();
+    let carried = [carry(&from, &old)];
+    let refused = |d: &Result<Decision, Error>| d.as_ref().is_ok_and(|d| !d.allowed);
+    let denying = carrying(&store, &into, &new, 1, &carried, Mode::Spend).await;
+    assert!(refused(&denying), "deny: {denying:?}");
+    let allowed = carrying(&allowing, &into, &new, 1, &carried, Mode::Spend).await;
+    assert!(refused(&allowed), "allow: {allowed:?}");
+    let failed = carrying(&store, &roomy, &new, 1, &carried, Mode::Spend).await;
+    assert!(
+        matches!(failed, Err(Error::Store { .. } | Error::Timeout { .. })),
+        "{failed:?}"
+    );
+    let admitted = carrying(&allowing, &roomy, &new, 1, &carried, Mode::Spend).await;
+    assert!(admitted.is_ok_and(|d| d.allowed), "allow");
+    let left = carrying(&store, &roomy, &new, 1, &[], Mode::Look).await;
+    assert_eq!(left.unwrap().remaining, 14, "spent on the moved state");
+}

@@ -26,7 +26,7 @@ use super::scripts::{arguments, stacked_index, supports, Lua, FUNCTIONS};
 use super::RedisStore;
 use crate::error::Error;
 use crate::quota::Quota;
-use crate::store::{Carry, Check, Stacked};
+use crate::store::{Carry, Check, Mode, Stacked};
 
 /// Several limits as one decision (`lua/stacked.lua`), the old states carried first.
 pub(super) static STACKED_SCRIPT: LazyLock<Lua> =
@@ -130,12 +130,71 @@ impl RedisStore {
             return Ok(Vec::new());
         }
         let sent = Instant::now();
-        let given = self.read_across_slots(stacked, asked, sent).await?;
-        let (beside, args) = script_call(stacked, asked, commit, stamping, &given, draw)?;
+        let given = match self.read_across_slots(stacked, asked, sent).await {
+            Ok(given) => given,
+            Err(e) => return Box::pin(self.refused_or(e, stacked, asked, stamping)).await,
+        };
+        self.run_script(stacked, asked, commit, stamping, &given, sent)
+            .await
+    }
+
+    /// [`run_stacked`](Self::run_stacked)'s one script, the states in `given` carried as read.
+    async fn run_script(
+        &self,
+        stacked: &Stacked<'_>,
+        asked: &[&Check<'_>],
+        commit: bool,
+        stamping: bool,
+        given: &[Option<Given>],
+        sent: Instant,
+    ) -> Result<Vec<i64>, Error> {
+        let (beside, args) = script_call(stacked, asked, commit, stamping, given, draw)?;
         let keys: Vec<&str> = (asked.iter().map(|c| c.key.as_str()))
             .chain(beside.iter().map(String::as_str))
             .collect();
         self.run(&STACKED_SCRIPT, &keys, &args, false, sent).await
+    }
+
+    /// A call whose old state in another slot could not be read (`error`: its node down or
+    /// slow, state of an unexpected shape there): its limits looked at without it (the states
+    /// in their slot carried, as a look carries); a refusal there is the call's answer (as a
+    /// refusal's reply, stamped with none), else `error`, for the failure policy to decide as
+    /// if nothing had been asked. So no policy turns a refusal a live node gives into an
+    /// admission (as across slots, `slots.rs`); nothing is spent, no block begun.
+    #[cold]
+    async fn refused_or(
+        &self,
+        error: Error,
+        stacked: &Stacked<'_>,
+        asked: &[&Check<'_>],
+        stamping: bool,
+    ) -> Result<Vec<i64>, Error> {
+        if asked.is_empty() {
+            return Err(error);
+        }
+        let slot = Slot::for_key(asked[0].key.as_str());
+        let here: Vec<Carry<'_>> = (stacked.carried().iter())
+            .filter(|carry| Slot::for_key(carry.from.as_str()) == slot)
+            .copied()
+            .collect();
+        let look = Stacked::carrying(stacked.checks(), &here, stacked.now(), Mode::Look)?;
+        // Within a timeout of its own: the read may have taken all of the call's.
+        let looked = (self.run_script(&look, asked, false, false, &[], Instant::now())).await?;
+        if looked.len() != 5 * asked.len() {
+            return Err(unexpected(&looked));
+        }
+        if looked.chunks(5).all(|r| r[0] == 1) {
+            return Err(error);
+        }
+        tracing::warn!(
+            error = %error,
+            "an old state in another Redis Cluster slot could not be read: refused by the others"
+        );
+        let each = if stamping { 7 } else { 5 };
+        Ok(looked
+            .chunks(5)
+            .flat_map(|r| r.iter().copied().chain([0, 0]).take(each))
+            .collect())
     }
 
     /// On a Cluster, each state `stacked` carries from another slot than the script's (its
