@@ -388,8 +388,14 @@ fn report(group: &str, names: &[String], mut sample: impl FnMut(usize) -> f64, u
         xs[xs.len() / 2]
     };
     // Issue 29: each variant against the floor too, where the group runs one (the same
-    // median of per-round ratios).
+    // median of per-round ratios); and against governor keyed by a string, where the group
+    // runs it: the baseline issues 28 and 29 name ("keyed by the same string key").
     let floor = names.iter().position(|n| n.starts_with("floor"));
+    let string = names.iter().position(|n| n.ends_with("check_key(String)"));
+    let against = |v: usize, base: usize| {
+        let mut r: Vec<f64> = (0..rounds).map(|r| times[v][r] / times[base][r]).collect();
+        median(&mut r)
+    };
     println!("\n{group} ({rounds} rounds)");
     for v in 0..k {
         let mut ratios: Vec<f64> = (0..rounds).map(|r| times[v][r] / times[0][r]).collect();
@@ -397,11 +403,13 @@ fn report(group: &str, names: &[String], mut sample: impl FnMut(usize) -> f64, u
         let (lo, hi) = (ratios[0], ratios[rounds - 1]);
         let t = median(&mut times[v].clone());
         let over_floor = floor.map_or(String::new(), |f| {
-            let mut r: Vec<f64> = (0..rounds).map(|r| times[v][r] / times[f][r]).collect();
-            format!("   {:>5.2}x floor", median(&mut r))
+            format!("   {:>5.2}x floor", against(v, f))
+        });
+        let over_string = string.map_or(String::new(), |s| {
+            format!("   {:>5.2}x String", against(v, s))
         });
         println!(
-            "  {:<44} {t:>10.1} {unit}   {ratio:>5.2}x governor [{lo:.2}-{hi:.2}]{over_floor}",
+            "  {:<44} {t:>10.1} {unit}   {ratio:>5.2}x governor [{lo:.2}-{hi:.2}]{over_string}{over_floor}",
             names[v]
         );
     }
