@@ -207,8 +207,11 @@ impl RedisStore {
     /// Not one atomic step with the decision, as one script is: the old state is no longer
     /// decided on while its debt is carried (`OldState::carried_at`), so it only drains
     /// meanwhile, and the times read are counted from the later script's clock, so carried
-    /// no shorter (over by the round trip between, never under). Its blocks carried alone
-    /// while it is decided stay within a slot (`slots.rs`).
+    /// no shorter (over by the round trip between, never under). So only one way: a block
+    /// carried alone both ways (`Carry::block_only`, while the old state is decided too),
+    /// each way over by a round trip, would be pushed later at every call for as long as
+    /// calls come; those stay within a slot (`slots.rs`), and one from elsewhere is left to
+    /// Redis to refuse (`CROSSSLOT`).
     async fn read_across_slots(
         &self,
         stacked: &Stacked<'_>,
@@ -221,7 +224,8 @@ impl RedisStore {
             return Ok(Vec::new());
         };
         let slot = Slot::for_key(first.key.as_str());
-        let elsewhere = |carry: &Carry<'_>| Slot::for_key(carry.from.as_str()) != slot;
+        let elsewhere =
+            |carry: &Carry<'_>| !carry.block_only && Slot::for_key(carry.from.as_str()) != slot;
         if !self.is_cluster() || !carried.iter().any(elsewhere) {
             return Ok(Vec::new());
         }
