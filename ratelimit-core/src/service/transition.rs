@@ -251,7 +251,7 @@ fn after_old_states(site: &Site<'_>, now: Nanos, decisions: &[Decision]) -> Opti
                 true => old.quota.interval_nanos().saturating_mul(cost),
                 false => 0,
             };
-            (old, d.full_at().saturating_sub(spent))
+            (old, full_at(d, now).saturating_sub(spent))
         })
         .collect();
     if olds.is_empty() {
@@ -270,8 +270,7 @@ fn after_old_states(site: &Site<'_>, now: Nanos, decisions: &[Decision]) -> Opti
     // within the tolerance of the quota then.
     let own_full = decisions.first().map_or(0, |d| {
         let spent = site.quota_at(now, &mut None).interval_nanos();
-        d.full_at()
-            .saturating_sub(spent.saturating_mul(cost) * u64::from(d.allowed))
+        full_at(d, now).saturating_sub(spent.saturating_mul(cost) * u64::from(d.allowed))
     });
     let carried = |full_at: Nanos, at: Nanos| {
         let quota = *site.quota_at(at, &mut None);
@@ -294,6 +293,25 @@ fn after_old_states(site: &Site<'_>, now: Nanos, decisions: &[Decision]) -> Opti
         if at == before {
             return Some(at);
         }
+    }
+}
+
+/// When decision `d` of a call at `now` says its state is full again, on the service's clock
+/// (`now`'s): the store's `reset_at` where it is on that clock (within the millisecond
+/// `reset_after` is rounded up to from `now`), else `now` plus `reset_after`. The Redis store
+/// decides on Redis' clock and names Redis' times: read beside the service's `now` and its
+/// transitions' ends, a bucket refused "retry after 5.993 s" by the old state of a moved
+/// limit was told 60 s, Redis' clock a few milliseconds on from a hand-driven one equal to it
+/// (probes_transition_clocks_redis); a few seconds behind the service's, the wait a carried
+/// debt needs was short by as much. Counted from `now`, a wait is one clock's, at most a
+/// millisecond longer.
+fn full_at(d: &Decision, now: Nanos) -> Nanos {
+    const MILLI: Nanos = 1_000_000;
+    let after = d.reset_after.as_nanos().min(u128::from(Nanos::MAX)) as Nanos;
+    let from_now = now.saturating_add(after);
+    match d.full_at() {
+        at if at <= from_now && at.saturating_add(MILLI) > from_now => at,
+        _ => from_now,
     }
 }
 
