@@ -71,7 +71,13 @@ impl RateLimitService {
                 reason: "it takes no penalties or rewards: the memory and Redis stores do",
             }));
         }
-        if generation.config.enabled() {
+        // An adjustment of nothing changes nothing: no old state carried into the key's (a
+        // penalty of 0 on a moved bucket stored its key, one more against `max_keys`:
+        // probes_nothing_adjusted), no script run (on Redis, a fixed window's count another
+        // window wrote was kept to this one's end), no carrying held longer. The level, as
+        // any adjustment answers.
+        let adjusts = generation.config.enabled() && units > 0;
+        if adjusts {
             let store_key = site.store_key(Some(key))?;
             let now = self.inner.clock.now();
             let mut drained = None;
@@ -134,7 +140,7 @@ impl RateLimitService {
             Started::Now(decided) => decided,
             Started::Later(later) => later.await,
         };
-        if let (true, Ok(level)) = (penalty && generation.config.enabled(), &decided) {
+        if let (true, Ok(level)) = (penalty && adjusts, &decided) {
             // Where penalties stack, a debt past the tolerance before this one: each state
             // adjusted owes at most a call and a tolerance past the level left (the state with
             // the longest wait's end): three penalties of 10 on a bucket of 10 a minute owed
