@@ -1,8 +1,8 @@
 //! `probes_blocks_beside_moves` on a real Redis server and a real Cluster: a refusal in the
 //! old window, by the moved state while the old one is blocked, must not begin the block
-//! again on the moved state. Redis decides on its own clock, and so does the service here
-//! (the system's, the machine's: a transition's waits are worked out from Redis' times on the
-//! service's clock, which a hand-driven one a million seconds on from it would not be).
+//! again on the moved state. Redis decides on its own clock, and the service here on the
+//! system's (a transition's waits are worked out on the service's clock from Redis' waits,
+//! whatever the two clocks' difference: probes_transition_clocks_redis).
 //! Everything happens within a few milliseconds: nothing refills, no window ends and no block
 //! ends; what tells a block begun again is the wait, the whole block again where the block
 //! in force has run on (a few milliseconds of Redis' time waited out between).
