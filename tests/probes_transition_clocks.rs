@@ -115,3 +115,53 @@ fn a_wait_beside_a_moved_bucket_is_the_same_whatever_the_stores_clock() {
         .to_vec();
     assert_eq!(told, expected);
 }
+
+/// A token-bucket tier `name` (the default tier) of 10 on `window`, refilled `refill` a
+/// window.
+fn bucket(name: &str, window: Duration, refill: u64) -> ratelimit::ConfigBuilder {
+    let tier = ratelimit::Tier::new(name, 10)
+        .burst(0)
+        .refill(refill)
+        .window(window)
+        .strategy(ratelimit::Strategy::TokenBucket);
+    ratelimit::Config::builder().tier(tier).default_tier(name)
+}
+
+/// 10 a minute (6 s a token), spent, moved to 10 per 2 s: the old bucket, decided beside the
+/// moved one, is cut as its window ends so that what it leaves owing then is within the new
+/// bucket's 2 s. Refused at +30 s: the call passes only at +60 s (each token the old bucket
+/// gets back, the cut takes away), a wait of 30 s, which the store's own answer (a token of
+/// the cut in force at +30 s, 6 s) is not. Read as the service's own, the store's times told
+/// 6 s with the store 10 s behind (the call refused again at +36 s: too short by 24 s), and
+/// 38.2 s with it 10 s ahead.
+#[test]
+fn a_wait_beside_a_draining_old_bucket_is_the_same_whatever_the_stores_clock() {
+    const SKEW: u64 = 10_000_000_000;
+    let mut told = Vec::new();
+    for (ahead, behind) in [(0, 0), (SKEW, 0), (0, SKEW)] {
+        let clock = ManualClock::new(START);
+        let config = bucket("a", Duration::from_secs(60), 10).build().unwrap();
+        let store = Skewed {
+            store: MemoryStore::new(),
+            ahead,
+            behind,
+        };
+        let service = RateLimitService::with_store(config, store, Arc::new(clock.clone())).unwrap();
+        assert_eq!(admitted(&service, 11), 10);
+        reload(&service, bucket("b", Duration::from_secs(2), 10));
+        clock.advance(Duration::from_secs(30));
+        let refused = now(service.consume("k", &Options::new())).unwrap();
+        assert!(!refused.allowed);
+        let wait = refused.retry_after.unwrap();
+        clock.advance(wait - Duration::from_millis(1));
+        let before = admitted(&service, 1);
+        clock.advance(Duration::from_millis(1));
+        let at = admitted(&service, 2);
+        told.push((ahead, behind, wait, before, at));
+    }
+    let thirty = Duration::from_secs(30);
+    let expected: Vec<_> = [(0, 0), (SKEW, 0), (0, SKEW)]
+        .map(|(a, b)| (a, b, thirty, 0, 2))
+        .to_vec();
+    assert_eq!(told, expected);
+}
