@@ -302,8 +302,11 @@ fn after_old_states(site: &Site<'_>, now: Nanos, decisions: &[Decision]) -> Opti
 /// decides on Redis' clock and names Redis' times: read beside the service's `now` and its
 /// transitions' ends, a bucket refused "retry after 5.993 s" by the old state of a moved
 /// limit was told 60 s, Redis' clock a few milliseconds on from a hand-driven one equal to it
-/// (probes_transition_clocks_redis); a few seconds behind the service's, the wait a carried
-/// debt needs was short by as much. Counted from `now`, a wait is one clock's, at most a
+/// (probes_transition_clocks_redis; on one machine's clock, Redis reads `TIME` after the
+/// service reads its own: less than the millisecond the waits are rounded to was enough);
+/// a store's clock 10 s behind the service's told 6 s where
+/// an old bucket draining as its window ends admits the call only 30 s on, refused again at
+/// the wait (probes_transition_clocks). Counted from `now`, a wait is one clock's, at most a
 /// millisecond longer.
 fn full_at(d: &Decision, now: Nanos) -> Nanos {
     const MILLI: Nanos = 1_000_000;
