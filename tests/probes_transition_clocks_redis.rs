@@ -93,3 +93,33 @@ async fn a_moved_bucket_tells_the_twins_wait_whatever_the_clocks_difference() {
         );
     }
 }
+
+/// As above on the system's clock, the one Redis reads too (one machine): the service reads
+/// its clock before Redis reads `TIME`, and that fraction of a millisecond alone made the
+/// moved limit's wait the old window's 60 s where the twin's is 6 s (3 tries of 20 before
+/// the fix).
+#[tokio::test]
+async fn a_moved_bucket_on_the_system_clock_tells_the_twins_wait() {
+    let server = RedisServer::start();
+    let on = |config: ConfigBuilder| {
+        let options = RedisOptions::new(server.url()).timeout(Duration::from_secs(2));
+        let config = config
+            .key_prefix(prefix("transition-clocks"))
+            .store(StoreConfig::Redis(options))
+            .build()
+            .unwrap();
+        RateLimitService::new(config).unwrap()
+    };
+    let mut longer = Vec::new();
+    for _ in 0..20 {
+        let (twin, moved) = (on(bucket("a", MINUTE)), on(bucket("a", MINUTE)));
+        assert_eq!(spend(&twin, 10).await, 10);
+        assert_eq!(spend(&moved, 10).await, 10);
+        reload(&moved, bucket("b", 2 * MINUTE));
+        let (told, moved_told) = (refused_wait(&twin).await, refused_wait(&moved).await);
+        if moved_told > told + Duration::from_millis(50) {
+            longer.push((told, moved_told));
+        }
+    }
+    assert!(longer.is_empty(), "twin told, moved told: {longer:?}");
+}
