@@ -159,3 +159,45 @@ fn a_block_begun_on_the_old_state_at_its_windows_end_holds_the_moved_limit_to_it
         assert_eq!(both.call(1), [(true, None); 2], "{on}");
     }
 }
+
+/// Past the old window the old state is still decided whole, under its own quota, as long as
+/// a block begun in its window may last (`Store::carries`): a limit of 3 a minute blocking an
+/// hour, renamed and raised to 10, admits 3 of 10 calls two minutes after the reload on a
+/// store that does not carry, and the old quota's refusal then blocks the key, refused until
+/// the old state stops being decided, 61 minutes after the reload; the memory store (which
+/// carries) admits the new 10 a minute from the old window's end. Over-refusal, measured;
+/// never more than the new limit.
+#[test]
+fn past_the_old_window_a_store_that_does_not_carry_holds_a_moved_limit_to_the_old_quota() {
+    let raised = |name: &str, limit: u64| {
+        let tier = Tier::new(name, limit)
+            .burst(0)
+            .window(MINUTE)
+            .strategy(Strategy::SlidingWindow)
+            .block_for(HOUR);
+        Config::builder().tier(tier).default_tier(name)
+    };
+    let (blocks_only, clock) = serve(raised("a", 3));
+    let (carrying, carrying_clock) = ratelimit_tests::service(raised("a", 3).build().unwrap());
+    for (service, clock) in [(&blocks_only, &clock), (&carrying, &carrying_clock)] {
+        clock.set(ZERO);
+        ratelimit_tests::reload_to(service, raised("b", 10));
+    }
+    let mut admitted = Vec::new();
+    for minute in [2, 30, 60, 61, 62] {
+        clock.set(ZERO + MINUTE * minute);
+        carrying_clock.set(ZERO + MINUTE * minute);
+        let count = |s: &RateLimitService| (0..10).filter(|_| call(s, 1).0).count();
+        admitted.push((minute, count(&blocks_only), count(&carrying)));
+    }
+    assert_eq!(
+        admitted,
+        [
+            (2, 3, 10),
+            (30, 0, 10),
+            (60, 0, 10),
+            (61, 10, 10),
+            (62, 10, 10)
+        ]
+    );
+}

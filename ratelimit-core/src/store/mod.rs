@@ -291,16 +291,24 @@ pub trait Store: Send + Sync + 'static {
     /// it but may hand out, when that ends, what the moved limit's own state never counted.
     /// Default: `false`.
     ///
-    /// A store that keeps [`blocks`](Self::blocks) without carrying cannot tell that the two
-    /// states are one limit's: a call refused by one state while the other is blocked begins
-    /// a block on the one that refused, from then, as any stacked refusal does, and the moved
-    /// limit is refused past the block in force by the time between the two refusals (at most
-    /// about a window of either limit: a limit of 3 a minute blocking an hour, renamed,
-    /// refused 40 s into the old state's block by the moved state's own count, stayed refused
-    /// until 3,640 s where the limit alone admits at 3,600 s; probes_blocks_without_carrying).
-    /// Never an admission: the old state is decided as long as a block begun in its window
-    /// lasts. To be exact, carry: honour [`Carry::block_only`] (a block in force on either
-    /// state refuses on both, and a refusal during it begins none of its own) and
+    /// A store that keeps [`blocks`](Self::blocks) without carrying over-refuses beside a
+    /// moved limit whose quotas block (never admits more; probes_blocks_without_carrying):
+    ///
+    /// - it cannot tell that the two states are one limit's: a call refused by one state while
+    ///   the other is blocked begins a block on the one that refused, from then, as any
+    ///   stacked refusal does, and the moved limit is refused past the block in force by the
+    ///   time between the two refusals (at most about a window of either limit: 3 a minute
+    ///   blocking an hour, renamed, refused 40 s into the old state's block by the moved
+    ///   state's own count, stayed refused until 3,640 s where the limit alone admits at
+    ///   3,600 s);
+    /// - the old state is decided whole, under its own quota, as long as a block begun in its
+    ///   window may last (a window and a block), and a refusal by that quota then begins a
+    ///   block (3 a minute blocking an hour, renamed and raised to 10: 3 of 10 admitted two
+    ///   minutes after the reload, then none until 61 minutes after it, where a store that
+    ///   carries admits 10 a minute from the first minute's end).
+    ///
+    /// To be exact, carry: honour [`Carry::block_only`] (a block in force on either state
+    /// refuses on both, and a refusal during it begins none of its own) and
     /// [`Carry::debt`].
     fn carries(&self) -> bool {
         false
