@@ -57,6 +57,17 @@ pub fn until_redis_time(c: &mut redis::Connection, at: u64) {
     while redis_time(c) < at {}
 }
 
+/// Waits while Redis' `TIME` lies within `margin` before a multiple of `window` (polling it,
+/// a few milliseconds apart): for a test that compares histories run one after the other on
+/// Redis' clock, whose fixed windows of `window` (or a divisor of it) must not turn over
+/// between them. At most `margin`, about once in `window / margin` runs.
+pub fn clear_of_boundary(c: &mut redis::Connection, window: Duration, margin: Duration) {
+    let (window, margin) = (window.as_micros() as u64, margin.as_micros() as u64);
+    while window - redis_time(c) % window <= margin {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 impl RedisServer {
     /// A standalone server without persistence.
     pub fn start() -> Self {
