@@ -40,6 +40,7 @@ end
 -- its bucket owes and what is left of its block, in microseconds from that script's TIME,
 -- which came first; each counted from `now` here (later), so carried no shorter. Its key and
 -- block key are then the moved state's own (in this slot), never read.
+-- `old` may instead be `grown` (see `grow` below), its key the mark beside the moved state.
 -- - Both with a block (`Carry::block`): a block of the old key until U > now is written to
 --   the moved key's block key, until U and expiring then (as lua/stacked.lua writes blocks),
 --   unless it holds one as late or later: never shortened.
@@ -50,7 +51,41 @@ end
 --   interval, ARGV[1], is all a penalty reads of the quota: `Gcra::owe`'s time, in the
 --   penalty's one rule). A penalty never moves the state's expiry earlier, so its stamp,
 --   kept no longer than the state, needs no change.
+-- What an old state in another Cluster slot (`old.grown`) owes more than a call that read it
+-- carried: its debt's end, on its node's clock, was `from` at that read and `to` at a read
+-- after the call's script (`run_checked` in src/store/redis/stacked.rs: spends written there
+-- between, by a pod still deciding on it and on the moved state, would otherwise be covered
+-- by the next carry). Added whole to the moved token bucket (a penalty of that time: the
+-- carry's rule takes only the excess of one debt over the other, which a spend on the moved
+-- state already covered), but for what the mark `old.key` says an earlier such addition took
+-- (the end it reached), so that calls that read before the same writes add them once; and
+-- never past a bucket spent from `now` (what admitted spends leave at most: a later one the
+-- old state's own debt holds, which every later call carries). The mark then holds `to`,
+-- expiring after that debt has run out (`lasts`, plus a second for the nodes' clocks).
+local function grow(old, moved, now, write)
+  if scripts[moved.strategy + 0] ~= token_bucket then return nil end
+  local into = level(moved, now)
+  if into.err then return into end
+  local marked = beside_number(old.key, 'mark')
+  if type(marked) == 'table' then return marked end
+  if not write then return nil end
+  marked = marked and marked + 0 or 0
+  local by = old.grown.to - math.max(old.grown.from, marked)
+  by = math.min(by, now + moved.second - into[3])
+  if by > 0 then
+    local spent = token_bucket({moved.key},
+      {'1', moved.second, string.format('%d', by), '4', '1'}, nil, now)
+    if type(spent) == 'table' then return spent end
+  end
+  if old.grown.to > marked then
+    redis.call('SET', old.key, string.format('%d', old.grown.to), 'PXAT',
+      string.format('%d', math.floor((now + old.grown.lasts) / 1000) + 1000))
+  end
+  return nil
+end
+
 local function carry(old, moved, now, write)
+  if old.grown then return grow(old, moved, now, write) end
   if old.block + 0 > 0 and moved.block + 0 > 0 then
     local until_us
     if old.given then

@@ -10,9 +10,12 @@
 --             microseconds, as lua/stacked.lua takes a carried state's; the block 0 when
 --             the moved state's quota has none (no block is read then, as `carry` reads none).
 -- ARGV[5]: 1 when its token bucket's debt is carried (`Carry::carries_debt`), else 0.
--- Returns: {debt, block}, both in microseconds from this script's TIME: the time until the
---          old bucket is full again (0: full, or no debt read), and what is left of its block
---          (0: none); or the error reply a state of an unexpected shape gives.
+-- Returns: {debt, block, now}: the first two in microseconds from this script's TIME, `now`:
+--          the time until the old bucket is full again (0: full, or no debt read), and what
+--          is left of its block (0: none); or the error reply a state of an unexpected shape
+--          gives. With `now`, read again after the stacked script, they tell whether the old
+--          state was written between (its end later than time alone explains: see
+--          `written_between` in src/store/redis/stacked.rs).
 
 local t = redis.call('TIME')
 local now = t[1] * 1000000 + t[2]
@@ -30,4 +33,4 @@ if ARGV[5] == '1' then
   if from.err then return from end
   debt = math.max(from[3] - from[5], 0)
 end
-return {debt, left}
+return {debt, left, now}

@@ -28,7 +28,10 @@
 --          when its block alone is carried (`Carry::block_only`), else 0, plus 2 when the
 --          state was read in another Cluster slot (lua/level.lua): its two numbers are then
 --          the debt and the block left that script read, and its keys the moved state's (see
---          `given` in lua/carry.lua); then the stamp, with ARGV[1] 2
+--          `given` in lua/carry.lua); 4 instead when what its debt grew by between two
+--          reads is added (`grown` there: its numbers then the two ends and how long the
+--          later lasts, and its key and block key the mark of what was added, in the moved
+--          state's slot); then the stamp, with ARGV[1] 2
 -- Returns: the limits' replies end to end, five integers each, as the single scripts return
 --          them (seven with ARGV[1] 2: then the state's shift, 0 but for a token bucket
 --          something was given back to, and the key's stamp, 0 when the call was refused); or
@@ -135,7 +138,11 @@ local function carried(j)
   local old = state(1, a)
   local flag = ARGV[a + 8] + 0
   old.block_only = flag % 2 == 1
-  if flag >= 2 then old.given = {debt = old.first + 0, block = old.second + 0} end
+  if flag >= 4 then
+    old.grown = {from = old.first + 0, to = old.second + 0, lasts = old.block + 0}
+  elseif flag >= 2 then
+    old.given = {debt = old.first + 0, block = old.second + 0}
+  end
   return old, state(3, a + 4)
 end
 

@@ -47,7 +47,7 @@ pub(super) fn block_key(key: &str) -> String {
 /// reads both: `key` with a suffix when it has a hash tag (every composed store key with a
 /// user key has one), else behind a tag that hashes to `key`'s own slot (the one budget of a
 /// fn has the empty tag `{}`, which Redis does not take for a tag).
-fn beside(key: &str, what: &str) -> String {
+pub(super) fn beside(key: &str, what: &str) -> String {
     let tagged = key
         .split_once('{')
         .and_then(|(_, rest)| rest.split_once('}'))

@@ -245,8 +245,11 @@ impl Both {
             let keys = keys.each_ref().map(String::as_str);
             match self.redis.eval_source(LEVEL_SCRIPT.text(), &keys, &args) {
                 Reply::Array(items) => match items[..] {
-                    [Reply::Int(debt), Reply::Int(left)] if debt >= 0 && left >= 0 => {
-                        Ok(Some([debt.unsigned_abs(), left.unsigned_abs()]))
+                    [Reply::Int(debt), Reply::Int(left), Reply::Int(at)]
+                        if debt >= 0 && left >= 0 && at == self.now_us as i64 =>
+                    {
+                        let (debt, left) = (debt.unsigned_abs(), left.unsigned_abs());
+                        Ok(Some(Given::Held { debt, left }))
                     }
                     _ => Err(format!("{items:?}")),
                 },
@@ -561,4 +564,53 @@ proptest! {
             }
         }
     }
+}
+
+/// What an old state in another Cluster slot was found to owe more after a call carried it
+/// (`Given::Grown`, `run_checked` in stacked.rs): added to the moved bucket whole, once for
+/// the same growth whatever number of calls read before it (the mark beside the moved state),
+/// only the part past what was added when it grew further, and never past a bucket spent
+/// from now (no lockout: what admitted spends leave at most).
+#[test]
+fn what_an_old_state_grew_by_is_added_once_and_never_past_a_bucket() {
+    let q = tokens(10, 5, 2 * MINUTE);
+    let interval = q.interval_nanos() / 1_000;
+    let redis = Redis::new(T0).unwrap();
+    let owed = || match redis.decide_full(&q, NEW, 0, false) {
+        Reply::Array(items) => match items[..] {
+            [_, _, Reply::Int(reset_at), _, Reply::Int(now), ..] => (reset_at - now) as u64,
+            _ => panic!("{items:?}"),
+        },
+        other => panic!("{other:?}"),
+    };
+    let grown = |from: u64, to: u64| {
+        let checks = [check(NEW, &q, 1)];
+        let carried = [carry(&q)];
+        let stacked = Stacked::carrying(&checks, &carried, T0 * 1_000, Mode::Look).unwrap();
+        let given = [Some(Given::Grown {
+            from,
+            to,
+            lasts: to - from,
+        })];
+        let (keys, args) = script_call(&stacked, &[], false, false, &given, || 0).unwrap();
+        let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+        let reply = redis.eval_source(STACKED_SCRIPT.text(), &keys, &args);
+        assert_eq!(reply, Reply::Array(vec![]));
+    };
+    for _ in 0..5 {
+        assert!(matches!(
+            redis.decide_full(&q, NEW, 1, true),
+            Reply::Array(_)
+        ));
+    }
+    assert_eq!(owed(), 5 * interval);
+    let from = 7 * S;
+    grown(from, from + 3 * interval);
+    assert_eq!(owed(), 8 * interval);
+    grown(from, from + 3 * interval);
+    assert_eq!(owed(), 8 * interval, "the same growth again");
+    grown(from + interval, from + 4 * interval);
+    assert_eq!(owed(), 9 * interval, "only what it grew by since");
+    grown(from, from + 100 * interval);
+    assert_eq!(owed(), 15 * interval, "a bucket spent now, no more");
 }

@@ -19,7 +19,7 @@ use std::time::Instant;
 
 use redis::cluster_routing::Slot;
 
-use super::ledger::{block_key, stamp_key};
+use super::ledger::{beside, block_key, stamp_key};
 use super::refund::draw;
 use super::reply::unexpected;
 use super::scripts::{arguments, stacked_index, supports, Lua, FUNCTIONS};
@@ -51,9 +51,56 @@ fn numbers(quota: &Quota) -> [u64; 4] {
     [index, first, second, quota.block_nanos() / 1_000]
 }
 
-/// What a state carried from another Cluster slot holds, read there ([`LEVEL_SCRIPT`]): the
-/// time its bucket owes and what is left of its block, in microseconds.
-pub(super) type Given = [u64; 2];
+/// What the stacked script carries of a state in another Cluster slot (`lua/carry.lua`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Given {
+    /// What was read there ([`LEVEL_SCRIPT`]): the time its bucket owes and what is left of
+    /// its block, in microseconds, carried by the rule of `Carry::debt` (`given`).
+    Held { debt: u64, left: u64 },
+    /// What its debt grew by between a read a call carried and one after the call's script
+    /// ([`RedisStore::run_checked`]): its end at each, on its node's clock, and how long the
+    /// later one's debt lasts (microseconds), added to the moved state (`grown`).
+    Grown { from: u64, to: u64, lasts: u64 },
+}
+
+/// One read of a state carried from another Cluster slot ([`LEVEL_SCRIPT`]): what it holds
+/// ([`Given::Held`]), and the instant it was read at on its node's clock (microseconds).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Read {
+    pub(super) debt: u64,
+    pub(super) left: u64,
+    pub(super) at: u64,
+}
+
+impl Read {
+    /// When its bucket is full again, on its node's clock.
+    fn end(&self) -> u64 {
+        self.at.saturating_add(self.debt)
+    }
+
+    /// What its debt grew by since `earlier` (a read of the same state): how much later its
+    /// bucket is full again than then (spends and penalties written between; time alone
+    /// moves neither end, and a reward or a reset moves it earlier: what `earlier` carried
+    /// then held the moved state to more, never less). 0 when it is full now.
+    fn grown_since(&self, earlier: &Read) -> u64 {
+        match self.debt {
+            0 => 0,
+            _ => self.end().saturating_sub(earlier.end()),
+        }
+    }
+}
+
+/// What each read of `read` holds, as the stacked script carries it.
+fn givens(read: &[Option<Read>]) -> Vec<Option<Given>> {
+    (read.iter())
+        .map(|r| {
+            r.map(|r| Given::Held {
+                debt: r.debt,
+                left: r.left,
+            })
+        })
+        .collect()
+}
 
 /// The stacked script's KEYS after the limits' own (those of `asked`, in order), and its ARGV
 /// (see its header), for `asked` (those of `stacked`'s checks Redis decides, in order) and
@@ -81,18 +128,15 @@ pub(super) fn script_call(
         .flat_map(|name| asked.iter().map(move |c| name(c.key.as_str())));
     let carried_keys = carried.iter().enumerate().flat_map(|(j, carry)| {
         let to = into(carry.into).key.as_str();
-        // A state read in another slot: the moved state's keys in its place, never read.
-        let from = if given(j).is_some() {
-            to
-        } else {
-            carry.from.as_str()
+        // A state read in another slot: the moved state's keys in its place, never read; what
+        // it grew by, the mark of what was added beside the moved state in their place.
+        let from = match given(j) {
+            None => carry.from.as_str().to_owned(),
+            Some(Given::Held { .. }) => to.to_owned(),
+            Some(Given::Grown { .. }) => grown_mark(to, carry.from.as_str()),
         };
-        [
-            from.to_owned(),
-            block_key(from),
-            to.to_owned(),
-            block_key(to),
-        ]
+        let from_block = block_key(&from);
+        [from, from_block, to.to_owned(), block_key(to)]
     });
     let keys = beside.chain(carried_keys).collect();
     let mode = if stamping { 2 } else { u64::from(commit) };
@@ -104,10 +148,14 @@ pub(super) fn script_call(
     }
     for (j, carry) in carried.iter().enumerate() {
         let [index, first, second, block_us] = numbers(carry.quota);
-        let [first, second] = given(j).unwrap_or([first, second]);
-        args.extend([index, first, second, block_us]);
+        let (numbers_of, flag) = match given(j) {
+            None => ([index, first, second, block_us], 0),
+            Some(Given::Held { debt, left }) => ([index, debt, left, block_us], 2),
+            Some(Given::Grown { from, to, lasts }) => ([index, from, to, lasts], 4),
+        };
+        args.extend(numbers_of);
         args.extend(numbers(into(carry.into).quota));
-        args.push(u64::from(carry.block_only) + 2 * u64::from(given(j).is_some()));
+        args.push(u64::from(carry.block_only) + flag);
     }
     if stamping {
         args.push(stamp());
@@ -130,12 +178,91 @@ impl RedisStore {
             return Ok(Vec::new());
         }
         let sent = Instant::now();
-        let given = match self.read_across_slots(stacked, asked, sent).await {
-            Ok(given) => given,
+        let read = match self.read_across_slots(stacked, asked, sent).await {
+            Ok(read) => read,
             Err(e) => return Box::pin(self.refused_or(e, stacked, asked, stamping)).await,
         };
-        self.run_script(stacked, asked, commit, stamping, &given, sent)
+        if commit && !asked.is_empty() && read.iter().any(Option::is_some) {
+            return Box::pin(self.run_checked(stacked, asked, stamping, read, sent)).await;
+        }
+        (self.run_script(stacked, asked, commit, stamping, &givens(&read), sent)).await
+    }
+
+    /// [`run_script`](Self::run_script) for a spend that carries states read in another slot
+    /// (`read`), checked by reading them again after it. A pod still in its old window (a
+    /// reload reaches pods at different times) spends on the old state and on the moved one,
+    /// slot by slot: one that did so between the read and the script had its spend on the
+    /// moved state already there while the old one was carried as before it, one spend
+    /// counted where one script counts it twice; the next call's carry, the old debt over the
+    /// moved one's, then covered this call's spend too. Five pods' first calls after the move
+    /// read the old state before five others spent: the 5 spent before the move were
+    /// forgotten, 15 admitted after it where one server admits 10 (cluster_moves_attacks).
+    ///
+    /// So what the old state's debt grew by between the two reads (at least what was missed)
+    /// is added whole to the moved state (a run carrying it, [`Given::Grown`]): never less
+    /// than one script leaves, whatever else ran meanwhile (an addition is never covered by
+    /// a later carry as a spend is; so given back and decided again, the spends of the
+    /// other calls made meanwhile were: 11 admitted of 10). Once for the same growth, however
+    /// many calls read before it, and never past a bucket spent from now: added by each, five
+    /// calls locked the moved bucket for 210 s where it holds 90. The call stays admitted
+    /// when its limit had room for what it missed ([`shortfall`]), else it is refused, its
+    /// spend kept (an over-refusal, only while others write the old state). A refusal needs
+    /// no check (nothing spent). A read after that fails is a read that failed
+    /// (`refused_or`), the spend kept. A block begun on the old state meanwhile (by a
+    /// refusal, which spends nothing there) is one after this call's, which the next call
+    /// reads.
+    #[cold]
+    async fn run_checked(
+        &self,
+        stacked: &Stacked<'_>,
+        asked: &[&Check<'_>],
+        stamping: bool,
+        read: Vec<Option<Read>>,
+        sent: Instant,
+    ) -> Result<Vec<i64>, Error> {
+        let each = if stamping { 7 } else { 5 };
+        let reply = (self.run_script(stacked, asked, true, stamping, &givens(&read), sent)).await?;
+        if reply.len() != each * asked.len() || reply.chunks(each).any(|r| r[0] != 1) {
+            return Ok(reply);
+        }
+        let again = match self.read_across_slots(stacked, asked, sent).await {
+            Ok(again) => again,
+            Err(e) => return Box::pin(self.refused_or(e, stacked, asked, stamping)).await,
+        };
+        let grown: Vec<(Carry<'_>, u64, Given)> = (stacked.carried().iter().enumerate())
+            .filter_map(|(j, carry)| match (read.get(j), again.get(j)) {
+                (Some(Some(before)), Some(Some(after))) => {
+                    let by = after.grown_since(before);
+                    let (from, to, lasts) = (before.end(), after.end(), after.debt);
+                    Some((*carry, by, Given::Grown { from, to, lasts }))
+                }
+                _ => None,
+            })
+            .filter(|&(_, by, _)| by > 0)
+            .collect();
+        if grown.is_empty() {
+            return Ok(reply);
+        }
+        let carried: Vec<Carry<'_>> = grown.iter().map(|&(carry, _, _)| carry).collect();
+        let added: Vec<Option<Given>> = grown.iter().map(|&(_, _, g)| Some(g)).collect();
+        let adding = Stacked::carrying(stacked.checks(), &carried, stacked.now(), Mode::Look)?;
+        let by: Vec<(Carry<'_>, u64)> = grown.iter().map(|&(c, by, _)| (c, by)).collect();
+        let short = shortfall(stacked, asked, &by, &reply, each);
+        if let Err(e) = self
+            .run_script(&adding, &[], false, false, &added, sent)
             .await
+        {
+            tracing::warn!(
+                error = %e,
+                "an old state in another Redis Cluster slot was written while carried, and what \
+                 it owes more could not be added: refused"
+            );
+            return Ok(refused(&reply, each, &vec![1; asked.len()]));
+        }
+        if short.iter().all(|&s| s == 0) {
+            return Ok(reply);
+        }
+        Ok(refused(&reply, each, &short))
     }
 
     /// [`run_stacked`](Self::run_stacked)'s one script, the states in `given` carried as read.
@@ -217,7 +344,7 @@ impl RedisStore {
         stacked: &Stacked<'_>,
         asked: &[&Check<'_>],
         sent: Instant,
-    ) -> Result<Vec<Option<Given>>, Error> {
+    ) -> Result<Vec<Option<Read>>, Error> {
         let carried = stacked.carried();
         let into = |carry: &Carry<'_>| &stacked.checks()[carry.into];
         let Some(first) = (asked.first().copied()).or_else(|| carried.first().map(into)) else {
@@ -240,14 +367,62 @@ impl RedisStore {
             let keys = keys.each_ref().map(String::as_str);
             let read: Vec<i64> = self.run(&LEVEL_SCRIPT, &keys, &args, false, sent).await?;
             match read[..] {
-                [debt, left] if debt >= 0 && left >= 0 => {
-                    given.push(Some([debt.unsigned_abs(), left.unsigned_abs()]))
-                }
+                [debt, left, at] if debt >= 0 && left >= 0 && at >= 0 => given.push(Some(Read {
+                    debt: debt.unsigned_abs(),
+                    left: left.unsigned_abs(),
+                    at: at.unsigned_abs(),
+                })),
                 _ => return Err(unexpected(&read)),
             }
         }
         Ok(given)
     }
+}
+
+/// For each limit of `asked` (admitted, `reply` `each` integers a limit), by how much the
+/// debts `grown` (each carried into its check, by so many microseconds) exceed its room
+/// after the call (its `remaining` tokens' time: a token bucket's, the only state whose
+/// debt is carried): 0 where the call fitted whatever they held when it was decided.
+fn shortfall(
+    stacked: &Stacked<'_>,
+    asked: &[&Check<'_>],
+    grown: &[(Carry<'_>, u64)],
+    reply: &[i64],
+    each: usize,
+) -> Vec<u64> {
+    (asked.iter().zip(reply.chunks(each)))
+        .map(|(check, r)| {
+            let into = |carry: &Carry<'_>| stacked.checks()[carry.into].key == check.key;
+            let owed = (grown.iter().filter(|(carry, _)| into(carry)))
+                .fold(0u64, |sum, &(_, by)| sum.saturating_add(by));
+            let interval_us = check.quota.interval_nanos() / 1_000;
+            let room = r[1].unsigned_abs().saturating_mul(interval_us);
+            owed.saturating_sub(room)
+        })
+        .collect()
+}
+
+/// `reply` (admitted, `each` integers a limit) told as a refusal by the limits short of room
+/// (`short` above 0: nothing left, waiting that long), the others as they were, no stamp.
+fn refused(reply: &[i64], each: usize, short: &[u64]) -> Vec<i64> {
+    let mut out = reply.to_vec();
+    for (r, &short) in out.chunks_mut(each).zip(short) {
+        if short > 0 {
+            let wait = i64::try_from(short).unwrap_or(i64::MAX);
+            (r[0], r[1], r[3]) = (0, 0, wait);
+            r[2] = r[2].saturating_add(wait);
+        }
+        if each == 7 {
+            r[6] = 0;
+        }
+    }
+    out
+}
+
+/// The mark beside `moved` (a state in its slot) of what was added to it of what the state
+/// `from` in another slot owed more than calls carried ([`Given::Grown`]).
+fn grown_mark(moved: &str, from: &str) -> String {
+    beside(moved, &format!("grown:{from}"))
 }
 
 /// [`LEVEL_SCRIPT`]'s KEYS and ARGV (see its header) for `carry`, carried into a state under

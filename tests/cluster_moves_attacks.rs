@@ -1,0 +1,233 @@
+//! helper-74's attacks on a budget without a user key moved by a reload, on a Redis Cluster
+//! (`cluster_moves`): its old state lies in another slot than the moved one, read there first
+//! (`lua/level.lua`) and carried by the stacked script from what was read
+//! (`RedisStore::run_stacked`). Two round trips where one server runs one script: what may
+//! happen between them is what these probe, against the same history on one server.
+//!
+//! Time: Redis decides on its own clock, the services' transitions on hand-driven ones (one
+//! a pod). Token buckets of 6 s a token: nothing the tests count refills in the milliseconds
+//! a test takes on Redis' clock. The order of requests between two round trips is made with
+//! `CLIENT PAUSE WRITE` on one node (every script waits there, in the order it came, while
+//! the other nodes run theirs), waited on by the node's own count of waiting clients.
+
+use std::time::{Duration, Instant};
+
+use ratelimit::testing::TestModule;
+use ratelimit::{
+    rate_limit, ConfigBuilder, Error, Module, ModuleBuilder, RedisOptions, StoreConfig, Strategy,
+    Tier,
+};
+use ratelimit_tests::on_its_store;
+use ratelimit_tests::redis_server::{prefix, RedisCluster, RedisServer};
+
+const MINUTE: Duration = Duration::from_secs(60);
+
+/// The budget's part of `report`'s store keys (see `ratelimit_core::key`).
+const BUDGET: &str = "29:cluster_moves_attacks::report";
+
+#[rate_limit(tier = "moves")]
+async fn report() -> Result<(), Error> {
+    Ok(())
+}
+
+/// Tier `"moves"`: a token bucket of 10 plus 5 on `window`, refilled 10 a minute (15 at a
+/// token every 6 s, whatever the window).
+fn bucket(window: Duration) -> Tier {
+    let refill = 10 * window.as_secs() / 60;
+    Tier::new("moves", 10)
+        .burst(5)
+        .refill(refill)
+        .window(window)
+        .strategy(Strategy::TokenBucket)
+}
+
+/// A pod: a module of the minute's bucket on `options`, under prefix `p`.
+fn pod(options: &RedisOptions, p: &str) -> TestModule {
+    let builder: ModuleBuilder = Module::builder()
+        .key_prefix(p)
+        .store(StoreConfig::Redis(options.clone()))
+        .tier(bucket(MINUTE));
+    TestModule::new(builder).expect("the module runs")
+}
+
+/// Reloads `m` to the bucket on two minutes: the fn's budget moved to another key.
+fn reloaded(m: &TestModule) {
+    let builder = ConfigBuilder::default().tier(bucket(2 * MINUTE));
+    let service = m.service();
+    service
+        .reload(on_its_store(service, builder))
+        .expect("reloaded");
+}
+
+/// Whether a call of `report` under `m` was admitted (a refusal over the limit: false; any
+/// other error fails the test).
+async fn admitted(m: &TestModule) -> bool {
+    match m.scope(report()).await {
+        Ok(()) => true,
+        Err(Error::Exceeded(_)) => false,
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// The clients `c`'s server holds waiting (`CLIENT PAUSE`'s among them).
+fn waiting(c: &mut redis::Connection) -> u64 {
+    let info: String = redis::cmd("INFO").arg("clients").query(c).unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("blocked_clients:"))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("INFO clients")
+}
+
+/// Until `c`'s server holds `n` clients waiting.
+fn until_waiting(c: &mut redis::Connection, n: u64) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while waiting(c) != n {
+        assert!(
+            Instant::now() < deadline,
+            "never {n} waiting: {}",
+            waiting(c)
+        );
+        std::thread::yield_now();
+    }
+}
+
+/// What the token bucket at `key` on `node` owes, in microseconds of its node's clock.
+fn owed(node: &RedisServer, key: &str) -> u64 {
+    let mut c = node.connection();
+    let state: String = redis::cmd("GET").arg(key).query(&mut c).unwrap();
+    let digits: String = state[1..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    let tat: u64 = digits.parse().unwrap();
+    tat - ratelimit_tests::redis_server::redis_time(&mut c)
+}
+
+/// The node of `nodes` (a Cluster's masters) serving `key`.
+fn node_of(cluster: &RedisCluster, key: &str) -> usize {
+    let slot: u16 = redis::cmd("CLUSTER")
+        .arg("KEYSLOT")
+        .arg(key)
+        .query(&mut cluster.nodes[0].connection())
+        .unwrap();
+    cluster.master_of(slot).expect("a master")
+}
+
+/// `CLIENT PAUSE WRITE` on `c`'s server: every script sent to it waits, in the order it came.
+fn pause(c: &mut redis::Connection) {
+    (redis::cmd("CLIENT").arg("PAUSE").arg(30_000).arg("WRITE"))
+        .query::<()>(c)
+        .unwrap();
+}
+
+fn unpause(c: &mut redis::Connection) {
+    redis::cmd("CLIENT").arg("UNPAUSE").query::<()>(c).unwrap();
+}
+
+/// What `pods` moving pods and `pods` still in the old window (their clocks a minute apart:
+/// a reload reaches pods at different times) admit after the move, the old state owing 30 s:
+/// the movers' first calls read the old state, then the others' calls all spend (on the
+/// moved state, then on the old one, slot by slot), then the movers' scripts run, one after
+/// the other; then one mover calls until refused. `old`: the server every old-state script
+/// runs on (one server's own, or the old state's master); `moved`: the moved state's master
+/// on a Cluster. (Admitted by the movers' first calls, by the others' calls, by the calls
+/// after.)
+fn moved_while_others_spend(
+    options: &RedisOptions,
+    p: &str,
+    old: &RedisServer,
+    moved: Option<&RedisServer>,
+    pods: usize,
+) -> (usize, usize, usize) {
+    let runtime = ratelimit_tests::two_workers();
+    let (movers, others): (Vec<TestModule>, Vec<TestModule>) = (
+        (0..pods).map(|_| pod(options, p)).collect(),
+        (0..pods).map(|_| pod(options, p)).collect(),
+    );
+    runtime.block_on(async {
+        for m in movers.iter().chain(&others) {
+            let store = m.service().redis_store().expect("on Redis");
+            store.connect().await.expect("connected");
+        }
+        for _ in 0..5 {
+            assert!(admitted(&movers[0]).await);
+        }
+    });
+    for m in movers.iter().chain(&others) {
+        reloaded(m);
+    }
+    for m in &movers {
+        m.clock().advance(MINUTE);
+    }
+    let mut a = old.connection();
+    let mut b = moved.map(RedisServer::connection);
+    pause(&mut a);
+    let first: Vec<_> = (movers.iter())
+        .map(|m| runtime.spawn(m.scope(report())))
+        .collect();
+    until_waiting(&mut a, pods as u64);
+    let then: Vec<_> = (others.iter())
+        .map(|m| runtime.spawn(m.scope(report())))
+        .collect();
+    until_waiting(&mut a, 2 * pods as u64);
+    if let Some(b) = &mut b {
+        pause(b);
+    }
+    unpause(&mut a);
+    if let Some(b) = &mut b {
+        until_waiting(b, pods as u64);
+        unpause(b);
+    }
+    runtime.block_on(async {
+        let ok = |calls: Vec<tokio::task::JoinHandle<Result<(), Error>>>| async move {
+            let mut n = 0;
+            for call in calls {
+                match call.await.unwrap() {
+                    Ok(()) => n += 1,
+                    Err(Error::Exceeded(_)) => {}
+                    Err(e) => panic!("{e}"),
+                }
+            }
+            n
+        };
+        let (first, then) = (ok(first).await, ok(then).await);
+        let mut after = 0;
+        while admitted(&movers[0]).await {
+            after += 1;
+        }
+        (first, then, after)
+    })
+}
+
+/// Pods that moved and pods still in their old window (a reload reaches pods at different
+/// times), calling at once right after the movers' old window: what the movers' old-state
+/// reads missed (the others' spends on the old state, made after them) is never more than the
+/// others' spends on the moved state already hold: the budget of 15, 5 spent before the
+/// move, gives 10 after it, as on one server, never the 15 a forgotten debt gives.
+#[test]
+fn pods_still_in_the_old_window_spending_between_a_movers_read_and_its_script() {
+    let (server, cluster) = (RedisServer::start(), RedisCluster::start());
+    let single = RedisOptions::new(server.url()).timeout(Duration::from_secs(10));
+    let single_p = prefix("races-server");
+    let on_server = moved_while_others_spend(&single, &single_p, &server, None, 5);
+    let nodes = RedisOptions::cluster(cluster.urls()).timeout(Duration::from_secs(10));
+    // A prefix whose old and moved states lie on two masters.
+    let (p, old, new) = (0..)
+        .map(|i| prefix(&format!("races-cluster{i}")))
+        .find_map(|p| {
+            let key = |window: &str| format!("{p}:{{}}{window}:{BUDGET}:5:moves");
+            let (old, new) = (key("T60000"), key("T120000"));
+            let (a, b) = (node_of(&cluster, &old), node_of(&cluster, &new));
+            (a != b).then_some((p, a, b))
+        })
+        .unwrap();
+    let (old, new) = (&cluster.nodes[old], &cluster.nodes[new]);
+    let on_cluster = moved_while_others_spend(&nodes, &p, old, Some(new), 5);
+    // Moved, the bucket owes a full bucket's 90 s, never more (no lockout): on each side.
+    let moved_key = |p: &str| format!("{p}:{{}}T120000:{BUDGET}:5:moves");
+    assert_eq!(owed(&server, &moved_key(&single_p)) / 1_000_000, 89);
+    assert_eq!(owed(new, &moved_key(&p)) / 1_000_000, 89);
+    let total = |(a, b, c): (usize, usize, usize)| a + b + c;
+    assert_eq!(total(on_server), 10, "{on_server:?}");
+    assert_eq!(total(on_cluster), total(on_server), "{on_cluster:?}");
+}
