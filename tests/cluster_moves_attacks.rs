@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use ratelimit::testing::TestModule;
 use ratelimit::{
-    rate_limit, ConfigBuilder, Error, Module, ModuleBuilder, RedisOptions, StoreConfig, Strategy,
-    Tier,
+    rate_limit, ConfigBuilder, Error, FailurePolicy, Module, ModuleBuilder, RedisOptions,
+    StoreConfig, Strategy, Tier,
 };
 use ratelimit_tests::on_its_store;
 use ratelimit_tests::redis_server::{prefix, RedisCluster, RedisServer};
@@ -230,4 +230,103 @@ fn pods_still_in_the_old_window_spending_between_a_movers_read_and_its_script() 
     let total = |(a, b, c): (usize, usize, usize)| a + b + c;
     assert_eq!(total(on_server), 10, "{on_server:?}");
     assert_eq!(total(on_cluster), total(on_server), "{on_cluster:?}");
+}
+
+/// How `n` calls of `report` under `m` ended: admitted, refused over the limit, failed.
+async fn tally(m: &TestModule, n: usize) -> (usize, usize, usize) {
+    let (mut admitted, mut refused, mut failed) = (0, 0, 0);
+    for _ in 0..n {
+        match m.scope(report()).await {
+            Ok(()) => admitted += 1,
+            Err(Error::Exceeded(_)) => refused += 1,
+            Err(_) => failed += 1,
+        }
+    }
+    (admitted, refused, failed)
+}
+
+/// The old state holds garbage (its key overwritten) once the budget moved, under each
+/// failure policy: a Cluster, which reads it in its own slot first, answers every call as one
+/// server, whose one script reads it beside the moved state (an error for the policy, the
+/// moved bucket having room: refused under Deny, admitted under Allow, decided in memory
+/// under Local).
+#[test]
+fn garbage_in_the_old_state_answers_as_on_one_server_under_every_policy() {
+    let (server, cluster) = (RedisServer::start(), RedisCluster::start());
+    let policies = [
+        FailurePolicy::Deny,
+        FailurePolicy::Allow,
+        FailurePolicy::Local { pods: 1 },
+    ];
+    for policy in policies {
+        let mut told = Vec::new();
+        for on_cluster in [false, true] {
+            let p = prefix(&format!("garbage-{}", policy.as_str()));
+            let options = match on_cluster {
+                false => RedisOptions::new(server.url()),
+                true => RedisOptions::cluster(cluster.urls()),
+            };
+            let options = options.timeout(Duration::from_secs(5)).on_failure(policy);
+            let m = pod(&options, &p);
+            let runtime = ratelimit_tests::two_workers();
+            let old = format!("{p}:{{}}T60000:{BUDGET}:5:moves");
+            let mut c = match on_cluster {
+                false => server.connection(),
+                true => cluster.nodes[node_of(&cluster, &old)].connection(),
+            };
+            told.push(runtime.block_on(async {
+                assert_eq!(tally(&m, 5).await, (5, 0, 0));
+                reloaded(&m);
+                m.clock().advance(MINUTE);
+                redis::cmd("SET")
+                    .arg(&old)
+                    .arg("garbage")
+                    .query::<()>(&mut c)
+                    .unwrap();
+                tally(&m, 12).await
+            }));
+        }
+        assert_eq!(
+            told[1], told[0],
+            "{policy:?}: the Cluster against one server"
+        );
+        // An error for the policy: the shared limit is not asked while garbage is there, on
+        // either store (the memory share under Local is fresh).
+        let expected = match policy {
+            FailurePolicy::Deny => (0, 0, 12),
+            _ => (12, 0, 0),
+        };
+        assert_eq!(told[0], expected, "{policy:?}");
+    }
+}
+
+/// Calls dropped at every point of their run after the move (timeouts from 0 to 3 ms, in
+/// steps of 50 us: after the old state's read, after the script, after the read that checks
+/// it): however many are dropped, the calls that complete admit no more than the 10 one
+/// server admits, and what dropped calls left spent is only ever an over-refusal.
+#[test]
+fn calls_dropped_while_the_old_state_is_carried_never_admit_more_than_one_server() {
+    let cluster = RedisCluster::start();
+    let options = RedisOptions::cluster(cluster.urls()).timeout(Duration::from_secs(5));
+    let m = pod(&options, &prefix("dropped"));
+    let runtime = ratelimit_tests::two_workers();
+    runtime.block_on(async {
+        assert_eq!(tally(&m, 5).await, (5, 0, 0));
+        reloaded(&m);
+        m.clock().advance(MINUTE);
+        let mut count = 0;
+        for step in 0..60u64 {
+            let bound = Duration::from_micros(step * 50);
+            if let Ok(decided) = tokio::time::timeout(bound, m.scope(report())).await {
+                count += usize::from(decided.is_ok());
+            }
+        }
+        // A dropped call's request already sent lands before any later one on its node's
+        // connection (one connection a node, in order).
+        while admitted(&m).await {
+            count += 1;
+        }
+        assert!(count <= 10, "{count} admitted");
+        eprintln!("dropped calls: {count} admitted of 10");
+    });
 }
