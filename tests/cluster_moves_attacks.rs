@@ -10,6 +10,8 @@
 //! `CLIENT PAUSE WRITE` on one node (every script waits there, in the order it came, while
 //! the other nodes run theirs), waited on by the node's own count of waiting clients.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::time::{Duration, Instant};
 
 use ratelimit::testing::TestModule;
@@ -28,6 +30,30 @@ const BUDGET: &str = "29:cluster_moves_attacks::report";
 #[rate_limit(tier = "moves")]
 async fn report() -> Result<(), Error> {
     Ok(())
+}
+
+/// The user whose limit `report_for` stacks beside the fn's budget: on the third master (the
+/// old and moved states of `report_for`'s budget on the two others, see `races`).
+static USER: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// `report`'s budget beside a user's roomy limit: a stacked call over two slots (or three,
+/// with the old state decided too), run slot by slot (`slots.rs`).
+#[rate_limit(tier = "moves")]
+#[rate_limit(limit = 1000, window = "1h", key = user, name = "per-user")]
+async fn report_for(user: &str) -> Result<(), Error> {
+    let _ = user;
+    Ok(())
+}
+
+/// A call of one of the fns, to spawn.
+type Call = fn() -> Pin<Box<dyn Future<Output = Result<(), Error>> + Send>>;
+
+fn plain() -> Pin<Box<dyn Future<Output = Result<(), Error>> + Send>> {
+    Box::pin(report())
+}
+
+fn beside_a_user() -> Pin<Box<dyn Future<Output = Result<(), Error>> + Send>> {
+    Box::pin(report_for(USER.get().expect("a user on the third master")))
 }
 
 /// Tier `"moves"`: a token bucket of 10 plus 5 on `window`, refilled 10 a minute (15 at a
@@ -62,7 +88,12 @@ fn reloaded(m: &TestModule) {
 /// Whether a call of `report` under `m` was admitted (a refusal over the limit: false; any
 /// other error fails the test).
 async fn admitted(m: &TestModule) -> bool {
-    match m.scope(report()).await {
+    admitted_by(m, plain).await
+}
+
+/// [`admitted`] for a call of `call`.
+async fn admitted_by(m: &TestModule, call: Call) -> bool {
+    match m.scope(call()).await {
         Ok(()) => true,
         Err(Error::Exceeded(_)) => false,
         Err(e) => panic!("{e}"),
@@ -82,11 +113,10 @@ fn waiting(c: &mut redis::Connection) -> u64 {
 fn until_waiting(c: &mut redis::Connection, n: u64) {
     let deadline = Instant::now() + Duration::from_secs(20);
     while waiting(c) != n {
-        assert!(
-            Instant::now() < deadline,
-            "never {n} waiting: {}",
-            waiting(c)
-        );
+        if Instant::now() > deadline {
+            let list: String = redis::cmd("CLIENT").arg("LIST").query(c).unwrap();
+            panic!("never {n} waiting: {}\n{list}", waiting(c));
+        }
         std::thread::yield_now();
     }
 }
@@ -137,7 +167,7 @@ fn moved_while_others_spend(
     p: &str,
     old: &RedisServer,
     moved: Option<&RedisServer>,
-    pods: usize,
+    (pods, call): (usize, Call),
 ) -> (usize, usize, usize) {
     let runtime = ratelimit_tests::two_workers();
     let (movers, others): (Vec<TestModule>, Vec<TestModule>) = (
@@ -150,7 +180,7 @@ fn moved_while_others_spend(
             store.connect().await.expect("connected");
         }
         for _ in 0..5 {
-            assert!(admitted(&movers[0]).await);
+            assert!(admitted_by(&movers[0], call).await);
         }
     });
     for m in movers.iter().chain(&others) {
@@ -163,11 +193,11 @@ fn moved_while_others_spend(
     let mut b = moved.map(RedisServer::connection);
     pause(&mut a);
     let first: Vec<_> = (movers.iter())
-        .map(|m| runtime.spawn(m.scope(report())))
+        .map(|m| runtime.spawn(m.scope(call())))
         .collect();
     until_waiting(&mut a, pods as u64);
     let then: Vec<_> = (others.iter())
-        .map(|m| runtime.spawn(m.scope(report())))
+        .map(|m| runtime.spawn(m.scope(call())))
         .collect();
     until_waiting(&mut a, 2 * pods as u64);
     if let Some(b) = &mut b {
@@ -192,7 +222,7 @@ fn moved_while_others_spend(
         };
         let (first, then) = (ok(first).await, ok(then).await);
         let mut after = 0;
-        while admitted(&movers[0]).await {
+        while admitted_by(&movers[0], call).await {
             after += 1;
         }
         (first, then, after)
@@ -206,27 +236,46 @@ fn moved_while_others_spend(
 /// move, gives 10 after it, as on one server, never the 15 a forgotten debt gives.
 #[test]
 fn pods_still_in_the_old_window_spending_between_a_movers_read_and_its_script() {
+    races(plain, "29:cluster_moves_attacks::report");
+}
+
+/// The same with the fn's budget stacked beside a user's limit in a third slot (two
+/// attributes): the moved state's slot is run with the old state read first, the others
+/// apart (`slots.rs`), and a Cluster admits the 10 one server admits.
+#[test]
+fn a_moved_budget_stacked_beside_a_user_while_pods_still_in_the_old_window_spend() {
+    races(beside_a_user, "33:cluster_moves_attacks::report_for");
+}
+
+/// [`moved_while_others_spend`] of `call` (its budget `budget` in its store keys) on one
+/// server and on a Cluster whose old and moved states lie on two masters (the user of
+/// `report_for` on the third): the same admitted after the move, 10, and the moved bucket
+/// owing a full bucket, never more (no lockout).
+fn races(call: Call, budget: &str) {
     let (server, cluster) = (RedisServer::start(), RedisCluster::start());
     let single = RedisOptions::new(server.url()).timeout(Duration::from_secs(10));
     let single_p = prefix("races-server");
-    let on_server = moved_while_others_spend(&single, &single_p, &server, None, 5);
     let nodes = RedisOptions::cluster(cluster.urls()).timeout(Duration::from_secs(10));
-    // A prefix whose old and moved states lie on two masters.
+    let key = |p: &str, window: &str| format!("{p}:{{}}{window}:{budget}:5:moves");
     let (p, old, new) = (0..)
         .map(|i| prefix(&format!("races-cluster{i}")))
         .find_map(|p| {
-            let key = |window: &str| format!("{p}:{{}}{window}:{BUDGET}:5:moves");
-            let (old, new) = (key("T60000"), key("T120000"));
+            let (old, new) = (key(&p, "T60000"), key(&p, "T120000"));
             let (a, b) = (node_of(&cluster, &old), node_of(&cluster, &new));
             (a != b).then_some((p, a, b))
         })
         .unwrap();
+    let user = (0..)
+        .map(|i| format!("user-{i}"))
+        .find(|u| ![old, new].contains(&node_of(&cluster, &format!("{{{u}}}"))))
+        .unwrap();
+    USER.get_or_init(|| user);
+    let on_server = moved_while_others_spend(&single, &single_p, &server, None, (5, call));
     let (old, new) = (&cluster.nodes[old], &cluster.nodes[new]);
-    let on_cluster = moved_while_others_spend(&nodes, &p, old, Some(new), 5);
-    // Moved, the bucket owes a full bucket's 90 s, never more (no lockout): on each side.
-    let moved_key = |p: &str| format!("{p}:{{}}T120000:{BUDGET}:5:moves");
-    assert_eq!(owed(&server, &moved_key(&single_p)) / 1_000_000, 89);
-    assert_eq!(owed(new, &moved_key(&p)) / 1_000_000, 89);
+    let on_cluster = moved_while_others_spend(&nodes, &p, old, Some(new), (5, call));
+    // Moved, the bucket owes a full bucket's 90 s, never more: on each side.
+    assert_eq!(owed(&server, &key(&single_p, "T120000")) / 1_000_000, 89);
+    assert_eq!(owed(new, &key(&p, "T120000")) / 1_000_000, 89);
     let total = |(a, b, c): (usize, usize, usize)| a + b + c;
     assert_eq!(total(on_server), 10, "{on_server:?}");
     assert_eq!(total(on_cluster), total(on_server), "{on_cluster:?}");
