@@ -379,3 +379,42 @@ fn calls_dropped_while_the_old_state_is_carried_never_admit_more_than_one_server
         eprintln!("dropped calls: {count} admitted of 10");
     });
 }
+
+/// The old state's master paused (SIGSTOP: every read of it times out) once the budget moved,
+/// the moved bucket with room: every call fails for the policy (refused under Deny, admitted
+/// under Allow, decided in memory under Local), spending nothing on the moved state; resumed,
+/// the budget admits the 10 one server admits after the move, nothing lost or kept.
+#[test]
+fn a_paused_old_node_fails_calls_for_the_policy_and_spends_nothing_on_the_moved_state() {
+    let cluster = RedisCluster::start();
+    let policies = [
+        (FailurePolicy::Deny, (0, 0, 3)),
+        (FailurePolicy::Allow, (3, 0, 0)),
+        (FailurePolicy::Local { pods: 1 }, (3, 0, 0)),
+    ];
+    for (policy, expected) in policies {
+        let key = |p: &str, window: &str| format!("{p}:{{}}{window}:{BUDGET}:5:moves");
+        let (p, old) = (0..)
+            .map(|i| prefix(&format!("paused-{}{i}", policy.as_str())))
+            .find_map(|p| {
+                let a = node_of(&cluster, &key(&p, "T60000"));
+                (a != node_of(&cluster, &key(&p, "T120000"))).then_some((p, a))
+            })
+            .unwrap();
+        let options = RedisOptions::cluster(cluster.urls())
+            .timeout(Duration::from_millis(300))
+            .on_failure(policy);
+        let m = pod(&options, &p);
+        let runtime = ratelimit_tests::two_workers();
+        runtime.block_on(async {
+            assert_eq!(tally(&m, 5).await, (5, 0, 0));
+            reloaded(&m);
+            m.clock().advance(MINUTE);
+            cluster.nodes[old].pause();
+            let paused = tally(&m, 3).await;
+            cluster.nodes[old].resume();
+            assert_eq!(paused, expected, "{policy:?} while paused");
+            assert_eq!(tally(&m, 12).await, (10, 2, 0), "{policy:?} resumed");
+        });
+    }
+}
