@@ -418,3 +418,33 @@ fn a_paused_old_node_fails_calls_for_the_policy_and_spends_nothing_on_the_moved_
         });
     }
 }
+
+/// Leases (`RedisOptions::leases`: slices of a key's budget spent in the process): a pod that
+/// leased from the budget before the move, calling past the old window, admits on a Cluster
+/// what it admits on one server, never past the bucket's 15 over the whole history.
+#[test]
+fn a_leasing_pod_admits_across_the_move_as_on_one_server() {
+    let (server, cluster) = (RedisServer::start(), RedisCluster::start());
+    let leases = |o: RedisOptions| {
+        o.timeout(Duration::from_secs(5))
+            .leases(ratelimit::LeaseOptions::new(4).idle(Duration::from_secs(600)))
+    };
+    let mut told = Vec::new();
+    for options in [
+        leases(RedisOptions::new(server.url())),
+        leases(RedisOptions::cluster(cluster.urls())),
+    ] {
+        let m = pod(&options, &prefix("leases"));
+        let runtime = ratelimit_tests::two_workers();
+        told.push(runtime.block_on(async {
+            let before = tally(&m, 5).await;
+            reloaded(&m);
+            m.clock().advance(MINUTE);
+            (before, tally(&m, 15).await)
+        }));
+    }
+    assert_eq!(told[1], told[0], "the Cluster against one server");
+    // Two leases of 4 for the 5 calls before: the 3 units leased and not spent count in the
+    // old state's debt, carried (an over-refusal on both stores alike).
+    assert_eq!(told[0], ((5, 0, 0), (7, 8, 0)));
+}
