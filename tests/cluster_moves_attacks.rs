@@ -154,11 +154,21 @@ fn unpause(c: &mut redis::Connection) {
     redis::cmd("CLIENT").arg("UNPAUSE").query::<()>(c).unwrap();
 }
 
-/// What `pods` moving pods and `pods` still in the old window (their clocks a minute apart:
-/// a reload reaches pods at different times) admit after the move, the old state owing 30 s:
-/// the movers' first calls read the old state, then the others' calls all spend (on the
-/// moved state, then on the old one, slot by slot), then the movers' scripts run, one after
-/// the other; then one mover calls until refused. `old`: the server every old-state script
+/// A history of [`moved_while_others_spend`]: calls of `call` spent before the move, pods that
+/// moved and pods still in the old window.
+#[derive(Clone, Copy)]
+struct History {
+    call: Call,
+    before: usize,
+    movers: usize,
+    others: usize,
+}
+
+/// What `movers` moving pods and `others` still in the old window (their clocks a minute
+/// apart: a reload reaches pods at different times) admit after the move, `before` spent
+/// before it: the movers' first calls read the old state, then the others' calls all spend
+/// (on the moved state, then on the old one, slot by slot), then the movers' scripts run,
+/// one after the other; then one mover calls until refused. `old`: the server every old-state script
 /// runs on (one server's own, or the old state's master); `moved`: the moved state's master
 /// on a Cluster. (Admitted by the movers' first calls, by the others' calls, by the calls
 /// after.)
@@ -167,19 +177,25 @@ fn moved_while_others_spend(
     p: &str,
     old: &RedisServer,
     moved: Option<&RedisServer>,
-    (pods, call): (usize, Call),
+    history: History,
 ) -> (usize, usize, usize) {
+    let History {
+        call,
+        before,
+        movers,
+        others,
+    } = history;
     let runtime = ratelimit_tests::two_workers();
     let (movers, others): (Vec<TestModule>, Vec<TestModule>) = (
-        (0..pods).map(|_| pod(options, p)).collect(),
-        (0..pods).map(|_| pod(options, p)).collect(),
+        (0..movers).map(|_| pod(options, p)).collect(),
+        (0..others).map(|_| pod(options, p)).collect(),
     );
     runtime.block_on(async {
         for m in movers.iter().chain(&others) {
             let store = m.service().redis_store().expect("on Redis");
             store.connect().await.expect("connected");
         }
-        for _ in 0..5 {
+        for _ in 0..before {
             assert!(admitted_by(&movers[0], call).await);
         }
     });
@@ -195,17 +211,17 @@ fn moved_while_others_spend(
     let first: Vec<_> = (movers.iter())
         .map(|m| runtime.spawn(m.scope(call())))
         .collect();
-    until_waiting(&mut a, pods as u64);
+    until_waiting(&mut a, movers.len() as u64);
     let then: Vec<_> = (others.iter())
         .map(|m| runtime.spawn(m.scope(call())))
         .collect();
-    until_waiting(&mut a, 2 * pods as u64);
+    until_waiting(&mut a, (movers.len() + others.len()) as u64);
     if let Some(b) = &mut b {
         pause(b);
     }
     unpause(&mut a);
     if let Some(b) = &mut b {
-        until_waiting(b, pods as u64);
+        until_waiting(b, movers.len() as u64);
         unpause(b);
     }
     runtime.block_on(async {
@@ -236,7 +252,17 @@ fn moved_while_others_spend(
 /// move, gives 10 after it, as on one server, never the 15 a forgotten debt gives.
 #[test]
 fn pods_still_in_the_old_window_spending_between_a_movers_read_and_its_script() {
-    races(plain, "29:cluster_moves_attacks::report");
+    let history = History {
+        call: plain,
+        before: 5,
+        movers: 5,
+        others: 5,
+    };
+    let (on_server, on_cluster, owed) = races(history, "29:cluster_moves_attacks::report");
+    assert_eq!(on_server, (5, 5, 0));
+    assert_eq!(on_cluster, on_server);
+    // Moved, the bucket owes a full bucket's 90 s, never more (no lockout): on each side.
+    assert_eq!(owed, (89, 89));
 }
 
 /// The same with the fn's budget stacked beside a user's limit in a third slot (two
@@ -244,14 +270,46 @@ fn pods_still_in_the_old_window_spending_between_a_movers_read_and_its_script() 
 /// apart (`slots.rs`), and a Cluster admits the 10 one server admits.
 #[test]
 fn a_moved_budget_stacked_beside_a_user_while_pods_still_in_the_old_window_spend() {
-    races(beside_a_user, "33:cluster_moves_attacks::report_for");
+    let history = History {
+        call: beside_a_user,
+        before: 5,
+        movers: 5,
+        others: 5,
+    };
+    let budget = "33:cluster_moves_attacks::report_for";
+    let (on_server, on_cluster, owed) = races(history, budget);
+    assert_eq!(on_server, (5, 5, 0));
+    assert_eq!(on_cluster, on_server);
+    assert_eq!(owed, (89, 89));
 }
 
-/// [`moved_while_others_spend`] of `call` (its budget `budget` in its store keys) on one
-/// server and on a Cluster whose old and moved states lie on two masters (the user of
-/// `report_for` on the third): the same admitted after the move, 10, and the moved bucket
-/// owing a full bucket, never more (no lockout).
-fn races(call: Call, budget: &str) {
+/// 10 spent before the move (60 s owed), 5 others spending the old bucket's last 5 between
+/// a mover's read and its script: the mover, which read 30 s less than the old state then
+/// owed, had room for 24 s after its spend. Refused (its spend kept), as one script after the
+/// others' refuses it (the old state's 90 s carried leave no room): 5 admitted after the move
+/// as on one server, the moved bucket full (a bucket's worth, no more). Admitted on its
+/// read, the mover's spend was covered by the next carry: 6.
+#[test]
+fn a_mover_without_room_for_what_its_read_missed_is_refused() {
+    let history = History {
+        call: plain,
+        before: 10,
+        movers: 1,
+        others: 5,
+    };
+    let (on_server, on_cluster, owed) = races(history, "29:cluster_moves_attacks::report");
+    // One server runs the mover's one script before the others' (it came first): admitted,
+    // and the others' fifth refused by the moved bucket.
+    assert_eq!(on_server, (1, 4, 0));
+    assert_eq!(on_cluster, (0, 5, 0));
+    assert_eq!(owed, (89, 89));
+}
+
+/// [`moved_while_others_spend`] of `history` (its fn's budget `budget` in its store keys)
+/// on one server and on a Cluster whose old and moved states lie on two masters (the user of
+/// `report_for` on the third): what each admitted, and what the moved bucket owes after, in
+/// whole seconds (one server's, then the Cluster's).
+fn races(history: History, budget: &str) -> (Tally, Tally, (u64, u64)) {
     let (server, cluster) = (RedisServer::start(), RedisCluster::start());
     let single = RedisOptions::new(server.url()).timeout(Duration::from_secs(10));
     let single_p = prefix("races-server");
@@ -270,16 +328,20 @@ fn races(call: Call, budget: &str) {
         .find(|u| ![old, new].contains(&node_of(&cluster, &format!("{{{u}}}"))))
         .unwrap();
     USER.get_or_init(|| user);
-    let on_server = moved_while_others_spend(&single, &single_p, &server, None, (5, call));
     let (old, new) = (&cluster.nodes[old], &cluster.nodes[new]);
-    let on_cluster = moved_while_others_spend(&nodes, &p, old, Some(new), (5, call));
-    // Moved, the bucket owes a full bucket's 90 s, never more: on each side.
-    assert_eq!(owed(&server, &key(&single_p, "T120000")) / 1_000_000, 89);
-    assert_eq!(owed(new, &key(&p, "T120000")) / 1_000_000, 89);
-    let total = |(a, b, c): (usize, usize, usize)| a + b + c;
-    assert_eq!(total(on_server), 10, "{on_server:?}");
-    assert_eq!(total(on_cluster), total(on_server), "{on_cluster:?}");
+    let on_cluster = moved_while_others_spend(&nodes, &p, old, Some(new), history);
+    let on_server = moved_while_others_spend(&single, &single_p, &server, None, history);
+    let owed = (
+        owed(&server, &key(&single_p, "T120000")) / 1_000_000,
+        owed(new, &key(&p, "T120000")) / 1_000_000,
+    );
+    (on_server, on_cluster, owed)
 }
+
+/// Calls admitted, refused over the limit, and failed (or, from
+/// [`moved_while_others_spend`], admitted by the movers' first calls, by the others' calls,
+/// by the calls after).
+type Tally = (usize, usize, usize);
 
 /// How `n` calls of `report` under `m` ended: admitted, refused over the limit, failed.
 async fn tally(m: &TestModule, n: usize) -> (usize, usize, usize) {
