@@ -9,8 +9,9 @@
 //! (`slots.rs`). An old state in another slot than the limit it is carried into (keys
 //! without a user key, whose empty tag `{}` Redis does not take for one, so each is hashed
 //! whole) is read in its own slot first (`lua/level.lua`) and carried from what was read
-//! ([`RedisStore::run_stacked`]): one script over both, Redis refused it whole (`CROSSSLOT`),
-//! and every call of such a budget for as long as its old state was carried. (But for a
+//! ([`RedisStore::run_stacked`]), a spend checked by a read after it (`run_checked`): one
+//! script over both, Redis refused it whole (`CROSSSLOT`), and every call of such a budget
+//! for as long as its old state was carried. (But for a
 //! block carried alone between two states both decided with the call, `Carry::block_only`:
 //! each holds the call by its own check, so across slots it is not carried, `slots.rs`.)
 
@@ -331,14 +332,16 @@ impl RedisStore {
     /// the state a reload moved it away from lies in another slot: carried in one script, the
     /// call was refused whole (`CROSSSLOT`) for the whole time the old state is carried.
     ///
-    /// Not one atomic step with the decision, as one script is: the old state is no longer
-    /// decided on while its debt is carried (`OldState::carried_at`), so it only drains
-    /// meanwhile, and the times read are counted from the later script's clock, so carried
-    /// no shorter (over by the round trip between, never under). So only one way: a block
-    /// carried alone both ways (`Carry::block_only`, while the old state is decided too),
-    /// each way over by a round trip, would be pushed later at every call for as long as
-    /// calls come; those stay within a slot (`slots.rs`), and one from elsewhere is left to
-    /// Redis to refuse (`CROSSSLOT`).
+    /// Not one atomic step with the decision, as one script is: the times read are counted
+    /// from the later script's clock, so carried no shorter (over by the round trip between,
+    /// never under), as long as nothing writes the old state between. This call no longer
+    /// decides on it (`OldState::carried_at`), but a pod whose old window has not ended
+    /// (reloaded later, or on another clock) does, and a spend is checked for that by reading
+    /// again after it ([`run_checked`](Self::run_checked)). So only one way: a block carried
+    /// alone both ways (`Carry::block_only`, while the old state is decided too), each way
+    /// over by a round trip, would be pushed later at every call for as long as calls come;
+    /// those stay within a slot (`slots.rs`), and one from elsewhere is left to Redis to
+    /// refuse (`CROSSSLOT`).
     async fn read_across_slots(
         &self,
         stacked: &Stacked<'_>,
