@@ -510,3 +510,46 @@ fn a_leasing_pod_admits_across_the_move_as_on_one_server() {
     // old state's debt, carried (an over-refusal on both stores alike).
     assert_eq!(told[0], ((5, 0, 0), (7, 8, 0)));
 }
+
+/// Four pods that moved and four still in their old window, ten tasks each, all calling at
+/// once right after the movers' old window (no order made): never more admitted after the
+/// move than any order of the same calls admits on one server, 10 (the others' spends hold
+/// the old state to its 15, the movers' carry holds the moved one to it).
+#[test]
+fn concurrent_movers_and_old_window_pods_never_admit_past_one_bucket() {
+    let cluster = RedisCluster::start();
+    let options = RedisOptions::cluster(cluster.urls()).timeout(Duration::from_secs(10));
+    let p = prefix("concurrent");
+    let (movers, others): (Vec<TestModule>, Vec<TestModule>) = (
+        (0..4).map(|_| pod(&options, &p)).collect(),
+        (0..4).map(|_| pod(&options, &p)).collect(),
+    );
+    let runtime = ratelimit_tests::two_workers();
+    let admitted = runtime.block_on(async {
+        assert_eq!(tally(&movers[0], 5).await, (5, 0, 0));
+        for m in movers.iter().chain(&others) {
+            reloaded(m);
+        }
+        for m in &movers {
+            m.clock().advance(MINUTE);
+        }
+        let calls: Vec<_> = (0..10)
+            .flat_map(|_| movers.iter().chain(&others))
+            .map(|m| runtime.spawn(m.scope(report())))
+            .collect();
+        let mut admitted = 0;
+        for call in calls {
+            match call.await.unwrap() {
+                Ok(()) => admitted += 1,
+                Err(Error::Exceeded(_)) => {}
+                Err(e) => panic!("{e}"),
+            }
+        }
+        while admitted_by(&movers[0], plain).await {
+            admitted += 1;
+        }
+        admitted
+    });
+    eprintln!("concurrent: {admitted} admitted after the move");
+    assert!(admitted <= 10, "{admitted} admitted after the move");
+}
