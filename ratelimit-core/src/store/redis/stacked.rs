@@ -183,7 +183,12 @@ impl RedisStore {
             Ok(read) => read,
             Err(e) => return Box::pin(self.refused_or(e, stacked, asked, stamping)).await,
         };
-        if commit && !asked.is_empty() && read.iter().any(Option::is_some) {
+        // Only a debt grows uncovered (a block is a time, kept by any later carry): a carry of
+        // the block alone needs no check.
+        let into = |carry: &Carry<'_>| stacked.checks()[carry.into].quota;
+        let debts = (read.iter().zip(stacked.carried()))
+            .any(|(read, carry)| read.is_some() && carry.carries_debt(into(carry)));
+        if commit && !asked.is_empty() && debts {
             return Box::pin(self.run_checked(stacked, asked, stamping, read, sent)).await;
         }
         (self.run_script(stacked, asked, commit, stamping, &givens(&read), sent)).await
@@ -226,7 +231,10 @@ impl RedisStore {
         if reply.len() != each * asked.len() || reply.chunks(each).any(|r| r[0] != 1) {
             return Ok(reply);
         }
-        let again = match self.read_across_slots(stacked, asked, sent).await {
+        // The read after, and what it adds, within a timeout of their own (as `refused_or`'s
+        // look): the read and the script may have taken all of the call's, and a check that
+        // times out refuses a call whose spend is kept.
+        let again = match self.read_across_slots(stacked, asked, Instant::now()).await {
             Ok(again) => again,
             Err(e) => return Box::pin(self.refused_or(e, stacked, asked, stamping)).await,
         };
@@ -250,7 +258,7 @@ impl RedisStore {
         let by: Vec<(Carry<'_>, u64)> = grown.iter().map(|&(c, by, _)| (c, by)).collect();
         let short = shortfall(stacked, asked, &by, &reply, each);
         if let Err(e) = self
-            .run_script(&adding, &[], false, false, &added, sent)
+            .run_script(&adding, &[], false, false, &added, Instant::now())
             .await
         {
             tracing::warn!(
