@@ -189,13 +189,13 @@ fn a_tier_taking_a_renamed_tiers_name_is_carried_into_it_while_the_carry_lasts()
 }
 
 /// A fixed window of 2 a minute blocking a key an hour, moved to two minutes; blocked before
-/// the move. What a reset means during the carry: `reset_with` forgets the key's budget, the
-/// old state carried into the new one with it, as a limit that never moved is forgotten: the
-/// limit's 2 come back at +90 s. (Forgetting the new state alone, the next call carried the
-/// old block again, still refused after the reset said there was state; helper-73,
-/// probes_resets_beside_moves.)
+/// the move. What a reset means during the carry: `reset_with` forgets the state calls on
+/// the key are decided on now (the new one), not the old state, which the next call carries
+/// again: still refused at +90 s after a reset (the reset said there was state). The old
+/// state's key is the old configuration's: reset through a service over it (the same store),
+/// both are fresh and the limit's 2 come back.
 #[test]
-fn a_reset_during_the_carry_forgets_the_old_state_too() {
+fn a_reset_during_the_carry_forgets_the_new_state_only() {
     let blocking = |window: Duration| {
         let tier = Tier::new("a", 2)
             .window(window)
@@ -212,7 +212,13 @@ fn a_reset_during_the_carry_forgets_the_old_state_too() {
     assert!(now(service.reset_with("k", &plain)).unwrap());
     assert_eq!(
         admitted(&service, &plain, 3),
-        2,
+        0,
         "the old block carried back"
     );
+    let store = service.memory_store().unwrap().clone();
+    let old = ratelimit_tests::on_its_store(&service, blocking(MINUTE));
+    let old = RateLimitService::with_store(old, store, std::sync::Arc::new(clock.clone()));
+    assert!(now(old.unwrap().reset_with("k", &plain)).unwrap());
+    assert!(now(service.reset_with("k", &plain)).unwrap());
+    assert_eq!(admitted(&service, &plain, 3), 2, "both reset");
 }

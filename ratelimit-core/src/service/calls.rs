@@ -332,10 +332,7 @@ impl RateLimitService {
     }
 
     /// Forgets the state that calls on `key` with `options` (tier, overrides, budget) spend
-    /// from; returns whether there was any. The future does not borrow `options`. After a
-    /// [`reload`](Self::reload) that moved the limit to another state, the old state the
-    /// calls are still held to is forgotten with it, as a limit that never moved would be
-    /// (but not one that is also another tier's own, which keeps its budget).
+    /// from; returns whether there was any. The future does not borrow `options`.
     pub fn reset_with<'a>(
         &'a self,
         key: &'a str,
@@ -345,35 +342,11 @@ impl RateLimitService {
         async move { self.reset_call(key, &options.call()).await }
     }
 
-    /// The key's state, and during a reload's transition the old states a call is decided on
-    /// beside it or carries into it (`transition.rs`), those first: forgetting its own state
-    /// alone, the old one, still decided and then carried, kept refusing what the reset let
-    /// through on a limit that never moved (a block of an hour, reset, held the key the whole
-    /// hour; probes_resets_beside_moves). An old state that is also the state of a tier the
-    /// running configuration has (the default tier moved onto another, the old one kept) is
-    /// that tier's budget too, and left as it is: the reset is of this limit only.
     async fn reset_call(&self, key: &str, call: &Call<'_>) -> Result<bool, Error> {
         let (generation, mut held) = (self.generation(), Held::default());
-        let site = self.site(&generation, call, &mut held)?;
-        let store_key = site.store_key(Some(key))?;
-        let now = self.inner.clock.now();
-        let mut olds = super::transition::old_store_keys(&site, Some(key), now);
-        if !olds.is_empty() {
-            let tiers = generation.config.tiers().iter();
-            let current: Vec<String> = (tiers.map(|t| Some(&*t.name)))
-                .filter_map(|tier| {
-                    let mut held = Held::default();
-                    let call = Call { tier, ..*call };
-                    let site = self.site(&generation, &call, &mut held).ok()?;
-                    site.store_key(Some(key)).ok()
-                })
-                .collect();
-            olds.retain(|old| *old != store_key && !current.contains(old));
-        }
-        let mut any = false;
-        for old in &olds {
-            any |= self.inner.store.reset(old).await?;
-        }
-        Ok(self.inner.store.reset(&store_key).await? || any)
+        let store_key = self
+            .site(&generation, call, &mut held)?
+            .store_key(Some(key))?;
+        self.inner.store.reset(&store_key).await
     }
 }
