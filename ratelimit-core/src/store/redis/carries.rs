@@ -302,6 +302,17 @@ fn block_of(c: &mut redis::Connection, key: &str) -> (Option<u64>, i64) {
     )
 }
 
+/// Blocks `key` until `until` (microseconds), expiring then, as the scripts write a block.
+fn block(c: &mut impl redis::ConnectionLike, key: &str, until: u64) {
+    let _: () = redis::cmd("SET")
+        .arg(block_key(key))
+        .arg(until)
+        .arg("PXAT")
+        .arg(until.div_ceil(1_000))
+        .query(c)
+        .unwrap();
+}
+
 /// A sliding log blocked for an hour, moved to two minutes that block for 10: the moved key is
 /// blocked until the hour's end (the same microsecond, expiring then); a block of its own that
 /// ends later is kept, never shortened.
@@ -336,13 +347,7 @@ async fn a_carried_block_holds_and_never_shortens_a_longer_one() {
     assert_eq!(block_of(&mut c, &into), (Some(until), expiry));
     // A longer block of the moved key's own.
     let later = until + 1_000_000_000;
-    let _: () = redis::cmd("SET")
-        .arg(block_key(&longer))
-        .arg(later)
-        .arg("PXAT")
-        .arg(later.div_ceil(1_000))
-        .query(&mut c)
-        .unwrap();
+    block(&mut c, &longer, later);
     let decided = carrying(&store, &longer, &new, 1, &carried, Mode::Spend)
         .await
         .unwrap();
@@ -554,13 +559,7 @@ async fn old_states_in_another_slot_are_carried_as_in_one() {
     let ends = UNIX_EPOCH + Duration::from_millis(carried_until.div_ceil(1_000));
     assert_eq!(decided.reset_at(), ends);
     let own = until + 1_000_000_000;
-    let _: () = redis::cmd("SET")
-        .arg(block_key(&longer))
-        .arg(own)
-        .arg("PXAT")
-        .arg(own.div_ceil(1_000))
-        .query(&mut c)
-        .unwrap();
+    block(&mut c, &longer, own);
     let decided = carrying(&store, &longer, &new, 1, &carried, Mode::Spend)
         .await
         .unwrap();
