@@ -19,6 +19,7 @@ use ratelimit::{
     rate_limit, ConfigBuilder, Error, Module, ModuleBuilder, RedisOptions, StoreConfig, Strategy,
     Tier,
 };
+use ratelimit_tests::moves_bucket as bucket;
 use ratelimit_tests::on_its_store;
 use ratelimit_tests::redis_server::{prefix, RedisCluster, RedisServer};
 
@@ -42,17 +43,6 @@ async fn calls(m: &TestModule, n: usize) -> (usize, usize, Vec<String>) {
         }
     }
     (admitted, refused, errors)
-}
-
-/// Tier `"moves"`: a token bucket of 10 plus 5 on `window`, refilled 10 a minute (15 at a
-/// token every 6 s, whatever the window).
-fn bucket(window: Duration) -> Tier {
-    let refill = 10 * window.as_secs() / 60;
-    Tier::new("moves", 10)
-        .burst(5)
-        .refill(refill)
-        .window(window)
-        .strategy(Strategy::TokenBucket)
 }
 
 /// Tier `"moves"`: a sliding log of 2 per `window`, blocking for an hour.

@@ -17,8 +17,9 @@ use std::time::{Duration, Instant};
 use ratelimit::testing::TestModule;
 use ratelimit::{
     rate_limit, ConfigBuilder, Error, FailurePolicy, Module, ModuleBuilder, RedisOptions,
-    StoreConfig, Strategy, Tier,
+    StoreConfig,
 };
+use ratelimit_tests::moves_bucket as bucket;
 use ratelimit_tests::on_its_store;
 use ratelimit_tests::redis_server::{prefix, RedisCluster, RedisServer};
 
@@ -54,17 +55,6 @@ fn plain() -> Pin<Box<dyn Future<Output = Result<(), Error>> + Send>> {
 
 fn beside_a_user() -> Pin<Box<dyn Future<Output = Result<(), Error>> + Send>> {
     Box::pin(report_for(USER.get().expect("a user on the third master")))
-}
-
-/// Tier `"moves"`: a token bucket of 10 plus 5 on `window`, refilled 10 a minute (15 at a
-/// token every 6 s, whatever the window).
-fn bucket(window: Duration) -> Tier {
-    let refill = 10 * window.as_secs() / 60;
-    Tier::new("moves", 10)
-        .burst(5)
-        .refill(refill)
-        .window(window)
-        .strategy(Strategy::TokenBucket)
 }
 
 /// A pod: a module of the minute's bucket on `options`, under prefix `p`.

@@ -180,6 +180,18 @@ pub fn on_its_store(service: &RateLimitService, builder: ratelimit::ConfigBuilde
         .unwrap()
 }
 
+/// Tier `"moves"`: a token bucket of 10 plus 5 on `window`, refilled 10 a minute (15 at a
+/// token every 6 s, whatever the window): the budget a reload moves on a Redis Cluster
+/// (`cluster_moves`, `cluster_moves_attacks`).
+pub fn moves_bucket(window: Duration) -> ratelimit::Tier {
+    let refill = 10 * window.as_secs() / 60;
+    ratelimit::Tier::new("moves", 10)
+        .burst(5)
+        .refill(refill)
+        .window(window)
+        .strategy(ratelimit::Strategy::TokenBucket)
+}
+
 /// A token bucket of `limit` (plus `burst`) refilled `refill` tokens a minute, the module's
 /// default limit: the reload probes of a bucket's own state.
 pub fn bucket_a_minute(limit: u64, burst: u64, refill: u64) -> ratelimit::ConfigBuilder {
