@@ -12,7 +12,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ratelimit::testing::TestModule;
 use ratelimit::{
@@ -21,7 +21,9 @@ use ratelimit::{
 };
 use ratelimit_tests::moves_bucket as bucket;
 use ratelimit_tests::on_its_store;
-use ratelimit_tests::redis_server::{prefix, RedisCluster, RedisServer};
+use ratelimit_tests::redis_server::{
+    pause_writes as pause, prefix, unpause, until_waiting, RedisCluster, RedisServer,
+};
 
 const MINUTE: Duration = Duration::from_secs(60);
 
@@ -90,27 +92,6 @@ async fn admitted_by(m: &TestModule, call: Call) -> bool {
     }
 }
 
-/// The clients `c`'s server holds waiting (`CLIENT PAUSE`'s among them).
-fn waiting(c: &mut redis::Connection) -> u64 {
-    let info: String = redis::cmd("INFO").arg("clients").query(c).unwrap();
-    info.lines()
-        .find_map(|l| l.strip_prefix("blocked_clients:"))
-        .and_then(|n| n.trim().parse().ok())
-        .expect("INFO clients")
-}
-
-/// Until `c`'s server holds `n` clients waiting.
-fn until_waiting(c: &mut redis::Connection, n: u64) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while waiting(c) != n {
-        if Instant::now() > deadline {
-            let list: String = redis::cmd("CLIENT").arg("LIST").query(c).unwrap();
-            panic!("never {n} waiting: {}\n{list}", waiting(c));
-        }
-        std::thread::yield_now();
-    }
-}
-
 /// What the token bucket at `key` on `node` owes, in microseconds of its node's clock.
 fn owed(node: &RedisServer, key: &str) -> u64 {
     let mut c = node.connection();
@@ -131,17 +112,6 @@ fn node_of(cluster: &RedisCluster, key: &str) -> usize {
         .query(&mut cluster.nodes[0].connection())
         .unwrap();
     cluster.master_of(slot).expect("a master")
-}
-
-/// `CLIENT PAUSE WRITE` on `c`'s server: every script sent to it waits, in the order it came.
-fn pause(c: &mut redis::Connection) {
-    (redis::cmd("CLIENT").arg("PAUSE").arg(30_000).arg("WRITE"))
-        .query::<()>(c)
-        .unwrap();
-}
-
-fn unpause(c: &mut redis::Connection) {
-    redis::cmd("CLIENT").arg("UNPAUSE").query::<()>(c).unwrap();
 }
 
 /// A history of [`moved_while_others_spend`]: calls of `call` spent before the move, pods that

@@ -252,6 +252,41 @@ impl Drop for RedisServer {
     }
 }
 
+/// `CLIENT PAUSE WRITE` on `c`'s server for up to 30 s: every script sent to it waits, in the
+/// order it came (a script Redis cannot tell writes nothing), while other servers run theirs:
+/// how a test orders requests between two round trips of one call, without sleeps.
+pub fn pause_writes(c: &mut redis::Connection) {
+    (redis::cmd("CLIENT").arg("PAUSE").arg(30_000).arg("WRITE"))
+        .query::<()>(c)
+        .unwrap();
+}
+
+/// Ends [`pause_writes`].
+pub fn unpause(c: &mut redis::Connection) {
+    redis::cmd("CLIENT").arg("UNPAUSE").query::<()>(c).unwrap();
+}
+
+/// The clients `c`'s server holds waiting ([`pause_writes`]' among them).
+pub fn waiting(c: &mut redis::Connection) -> u64 {
+    let info: String = redis::cmd("INFO").arg("clients").query(c).unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("blocked_clients:"))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("INFO clients")
+}
+
+/// Until `c`'s server holds `n` clients waiting (20 s at most, else the test fails).
+pub fn until_waiting(c: &mut redis::Connection, n: u64) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while waiting(c) != n {
+        if Instant::now() > deadline {
+            let list: String = redis::cmd("CLIENT").arg("LIST").query(c).unwrap();
+            panic!("never {n} waiting: {}\n{list}", waiting(c));
+        }
+        std::thread::yield_now();
+    }
+}
+
 /// A local Redis Cluster on loopback ports, built with `redis-cli --cluster create`: three
 /// masters, and one replica each with [`start_with_replicas`](Self::start_with_replicas).
 /// Stopped on drop.

@@ -666,3 +666,83 @@ async fn an_unreadable_old_state_in_another_slot_leaves_a_refusal_a_refusal() {
     let left = carrying(&store, &roomy, &new, 1, &[], Mode::Look).await;
     assert_eq!(left.unwrap().remaining, 14, "spent on the moved state");
 }
+
+/// A spend that carries a bucket's debt from another slot, its caller dropped between its
+/// script and its read after it (`run_checked`: a timeout above the call, a client gone),
+/// while the old state grew (a pod still in its old window spent there after the first read):
+/// what the old debt grew by is added to the moved bucket all the same, as the read after is
+/// a task of its own. Run in the caller's future, it was dropped with the call: the moved
+/// bucket owed 36 s (the 30 s read, its own 6 s) where the old one owed 60, and the next
+/// carry, the old debt over the moved one's, covered the dropped call's spend (admitted, and
+/// counted nowhere): 5 more admitted where 4 are left. The order is made with `CLIENT PAUSE
+/// WRITE` on the two masters.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_carried_spend_dropped_before_its_read_after_still_adds_what_it_missed() {
+    use super::redis_server::{pause_writes, unpause, until_waiting};
+    let cluster = RedisCluster::start();
+    let store = on_cluster(&cluster);
+    let p = prefix("dropped");
+    let tag = (0..)
+        .map(|i| format!("o{i}"))
+        .find(|tag| node_of(&cluster, tag) != node_of(&cluster, "u"))
+        .unwrap();
+    let (from, into) = (format!("{p}:{{{tag}}}:old"), format!("{p}:{{u}}:new"));
+    let (old, new) = (old_bucket(), tokens(10, 5, 2 * MINUTE, 20));
+    let mut a = cluster.nodes[node_of(&cluster, &tag)].connection();
+    let mut b = cluster.nodes[node_of(&cluster, "u")].connection();
+    assert!(spend(&store, &from, &old, 5).await.allowed); // owes 30 s
+    pause_writes(&mut b);
+    let call = {
+        let (store, from, into, old, new) = (store.clone(), from.clone(), into.clone(), old, new);
+        tokio::spawn(async move {
+            let carried = [carry(&from, &old)];
+            carrying(&store, &into, &new, 1, &carried, Mode::Spend).await
+        })
+    };
+    // Read in its slot, its script waiting on the moved state's master.
+    until_waiting(&mut b, 1);
+    assert!(spend(&store, &from, &old, 5).await.allowed); // owes 60 s
+    pause_writes(&mut a);
+    unpause(&mut b);
+    // Its script run, its read after waiting on the old state's master: dropped there.
+    until_waiting(&mut a, 1);
+    call.abort();
+    assert!(call.await.is_err_and(|e| e.is_cancelled()));
+    unpause(&mut a);
+    let mark = super::stacked::grown_mark(&into, &from);
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while redis::cmd("EXISTS")
+        .arg(&mark)
+        .query::<i64>(&mut b)
+        .unwrap()
+        == 0
+    {
+        assert!(std::time::Instant::now() < deadline, "nothing was added");
+        tokio::task::yield_now().await;
+    }
+    // Full again no earlier than 6 s (the dropped call's token) after the old bucket.
+    let look = |key: String, quota: Quota| {
+        let store = store.clone();
+        async move {
+            let request = Request::look(StoreKey::composed(&key), &quota, 0, NOW).unwrap();
+            store.decide(request).await.unwrap().reset_at()
+        }
+    };
+    let (old_full, moved_full) = (look(from.clone(), old).await, look(into.clone(), new).await);
+    let ms = Duration::from_millis(1);
+    assert!(
+        moved_full + ms >= old_full + Duration::from_secs(6),
+        "moved {moved_full:?}, old {old_full:?}"
+    );
+    // The bucket of 15 spent 10 before the move and 1 by the dropped call: 4 more, not 5.
+    let carried = [carry(&from, &old)];
+    let mut admitted = 0;
+    while carrying(&store, &into, &new, 1, &carried, Mode::Spend)
+        .await
+        .unwrap()
+        .allowed
+    {
+        admitted += 1;
+    }
+    assert_eq!(admitted, 4);
+}

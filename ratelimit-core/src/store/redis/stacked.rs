@@ -25,6 +25,7 @@ use super::refund::draw;
 use super::reply::unexpected;
 use super::scripts::{arguments, stacked_index, supports, Lua, FUNCTIONS};
 use super::RedisStore;
+use crate::clock::Nanos;
 use crate::error::Error;
 use crate::quota::Quota;
 use crate::store::{Carry, Check, Mode, Stacked};
@@ -217,6 +218,13 @@ impl RedisStore {
     /// (`refused_or`), the spend kept. A block begun on the old state meanwhile (by a
     /// refusal, which spends nothing there) is one after this call's, which the next call
     /// reads.
+    ///
+    /// The read after and its addition run as a task of their own ([`Owned::recheck`]),
+    /// which the call waits for: a call dropped between its script and that read (a timeout
+    /// above it, a client gone) has what it missed added all the same. Run in the call's
+    /// future, they were dropped with it, and the next carry covered its spend: 5 admitted
+    /// after it where 4 were left (`carries.rs`). Only a runtime shut down meanwhile leaves
+    /// them undone; without one (a future polled outside Tokio) they run in the call's.
     #[cold]
     async fn run_checked(
         &self,
@@ -231,47 +239,87 @@ impl RedisStore {
         if reply.len() != each * asked.len() || reply.chunks(each).any(|r| r[0] != 1) {
             return Ok(reply);
         }
-        // The read after, and what it adds, within a timeout of their own (as `refused_or`'s
-        // look): the read and the script may have taken all of the call's, and a check that
-        // times out refuses a call whose spend is kept.
-        let again = match self.read_across_slots(stacked, asked, Instant::now()).await {
-            Ok(again) => again,
-            Err(e) => return Box::pin(self.refused_or(e, stacked, asked, stamping)).await,
+        // The read after and what it adds: a task of its own, which the caller only waits for.
+        // Run in the caller's future, a call dropped between its script and the read (a
+        // timeout above it, a client gone) left its spend to be covered by the next carry.
+        let (owned, store) = (Owned::of(stacked, asked), self.clone());
+        let task = async move { owned.recheck(&store, &read).await };
+        let rechecked = match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => runtime.spawn(task).await.unwrap_or_else(|e| {
+                Rechecked::Unread(Error::Store {
+                    message: format!("the read after a carried spend did not finish: {e}"),
+                })
+            }),
+            Err(_) => task.await,
         };
-        let grown: Vec<(Carry<'_>, u64, Given)> = (stacked.carried().iter().enumerate())
-            .filter_map(|(j, carry)| match (read.get(j), again.get(j)) {
-                (Some(Some(before)), Some(Some(after))) => {
-                    let by = after.grown_since(before);
-                    let (from, to, lasts) = (before.end(), after.end(), after.debt);
-                    Some((*carry, by, Given::Grown { from, to, lasts }))
-                }
-                _ => None,
-            })
-            .filter(|&(_, by, _)| by > 0)
-            .collect();
+        let grown = match rechecked {
+            Rechecked::Unread(e) => {
+                return Box::pin(self.refused_or(e, stacked, asked, stamping)).await
+            }
+            Rechecked::Unadded(e) => {
+                tracing::warn!(
+                    error = %e,
+                    "an old state in another Redis Cluster slot was written while carried, and \
+                     what it owes more could not be added: refused"
+                );
+                return Ok(refused(&reply, each, &vec![1; asked.len()]));
+            }
+            Rechecked::Grown(grown) => grown,
+        };
         if grown.is_empty() {
             return Ok(reply);
         }
-        let carried: Vec<Carry<'_>> = grown.iter().map(|&(carry, _, _)| carry).collect();
-        let added: Vec<Option<Given>> = grown.iter().map(|&(_, _, g)| Some(g)).collect();
-        let adding = Stacked::carrying(stacked.checks(), &carried, stacked.now(), Mode::Look)?;
-        let by: Vec<(Carry<'_>, u64)> = grown.iter().map(|&(c, by, _)| (c, by)).collect();
+        let carried = stacked.carried();
+        let by: Vec<(Carry<'_>, u64)> = grown.iter().map(|&(j, by)| (carried[j], by)).collect();
         let short = shortfall(stacked, asked, &by, &reply, each);
-        if let Err(e) = self
-            .run_script(&adding, &[], false, false, &added, Instant::now())
-            .await
-        {
-            tracing::warn!(
-                error = %e,
-                "an old state in another Redis Cluster slot was written while carried, and what \
-                 it owes more could not be added: refused"
-            );
-            return Ok(refused(&reply, each, &vec![1; asked.len()]));
-        }
         if short.iter().all(|&s| s == 0) {
             return Ok(reply);
         }
         Ok(refused(&reply, each, &short))
+    }
+
+    /// [`run_checked`](Self::run_checked)'s read after its script, and what the old states'
+    /// debts grew by since `read` (the read before it) added to the moved states: for each
+    /// state so added, its index in `stacked.carried()` and the microseconds it grew by.
+    async fn recheck(
+        &self,
+        stacked: &Stacked<'_>,
+        asked: &[&Check<'_>],
+        read: &[Option<Read>],
+    ) -> Rechecked {
+        // Within a timeout of its own (as `refused_or`'s look): the read and the script may
+        // have taken all of the call's, and a check that times out refuses a call whose spend
+        // is kept.
+        let again = match self.read_across_slots(stacked, asked, Instant::now()).await {
+            Ok(again) => again,
+            Err(e) => return Rechecked::Unread(e),
+        };
+        let grown: Vec<(usize, Carry<'_>, u64, Given)> = (stacked.carried().iter().enumerate())
+            .filter_map(|(j, carry)| match (read.get(j), again.get(j)) {
+                (Some(Some(before)), Some(Some(after))) => {
+                    let by = after.grown_since(before);
+                    let (from, to, lasts) = (before.end(), after.end(), after.debt);
+                    Some((j, *carry, by, Given::Grown { from, to, lasts }))
+                }
+                _ => None,
+            })
+            .filter(|&(_, _, by, _)| by > 0)
+            .collect();
+        if grown.is_empty() {
+            return Rechecked::Grown(Vec::new());
+        }
+        let carried: Vec<Carry<'_>> = grown.iter().map(|&(_, carry, _, _)| carry).collect();
+        let added: Vec<Option<Given>> = grown.iter().map(|&(_, _, _, g)| Some(g)).collect();
+        let adding = match Stacked::carrying(stacked.checks(), &carried, stacked.now(), Mode::Look)
+        {
+            Ok(adding) => adding,
+            Err(e) => return Rechecked::Unadded(e),
+        };
+        if let Err(e) = (self.run_script(&adding, &[], false, false, &added, Instant::now())).await
+        {
+            return Rechecked::Unadded(e);
+        }
+        Rechecked::Grown(grown.iter().map(|&(j, _, by, _)| (j, by)).collect())
     }
 
     /// [`run_stacked`](Self::run_stacked)'s one script, the states in `given` carried as read.
@@ -390,6 +438,97 @@ impl RedisStore {
     }
 }
 
+/// What [`RedisStore::recheck`] made of a carried spend's read after its script.
+enum Rechecked {
+    /// The old states read again: what each that grew grew by (its index among the carried
+    /// states, microseconds), added to its moved state.
+    Grown(Vec<(usize, u64)>),
+    /// The read failed (as the read before it may).
+    Unread(Error),
+    /// Read, grown, and the addition failed.
+    Unadded(Error),
+}
+
+/// A stacked call's checks, carried states and asked limits, owned: for
+/// [`RedisStore::recheck`] run as a task of its own (`run_checked`), which borrows nothing of
+/// the call that spawned it.
+struct Owned {
+    /// Each check's key, whether it names its window, quota and cost.
+    checks: Vec<(String, bool, Quota, u64)>,
+    /// Each carried state's key, whether it names its window, quota, the check it is carried
+    /// into and whether its block alone is.
+    carried: Vec<(String, bool, Quota, usize, bool)>,
+    /// The checks Redis decides, by index.
+    asked: Vec<usize>,
+    now: Nanos,
+    mode: Mode,
+}
+
+impl Owned {
+    fn of(stacked: &Stacked<'_>, asked: &[&Check<'_>]) -> Owned {
+        let key = |k: &crate::store::StoreKey<'_>| (k.as_str().to_owned(), k.names_its_window());
+        let checks = stacked.checks();
+        Owned {
+            checks: (checks.iter())
+                .map(|c| {
+                    let (k, one) = key(&c.key);
+                    (k, one, *c.quota, c.cost)
+                })
+                .collect(),
+            carried: (stacked.carried().iter())
+                .map(|c| {
+                    let (k, one) = key(&c.from);
+                    (k, one, *c.quota, c.into, c.block_only)
+                })
+                .collect(),
+            // Keys are one per check (`Stacked::carrying`): an asked limit is the check of its
+            // key.
+            asked: (asked.iter())
+                .filter_map(|a| checks.iter().position(|c| c.key == a.key))
+                .collect(),
+            now: stacked.now(),
+            mode: stacked.mode(),
+        }
+    }
+
+    /// [`RedisStore::recheck`] on the call these are the parts of, made again.
+    async fn recheck(&self, store: &RedisStore, read: &[Option<Read>]) -> Rechecked {
+        fn key(k: &str, one: bool) -> Result<crate::store::StoreKey<'_>, Error> {
+            match one {
+                true => crate::store::StoreKey::one_window(k),
+                false => crate::store::StoreKey::new(k),
+            }
+        }
+        let checks: Result<Vec<Check<'_>>, Error> = (self.checks.iter())
+            .map(|(k, one, quota, cost)| {
+                let (key, cost) = (key(k, *one)?, *cost);
+                Ok(Check { key, quota, cost })
+            })
+            .collect();
+        let carried: Result<Vec<Carry<'_>>, Error> = (self.carried.iter())
+            .map(|(k, one, quota, into, block_only)| {
+                let (from, into, block_only) = (key(k, *one)?, *into, *block_only);
+                Ok(Carry {
+                    from,
+                    quota,
+                    into,
+                    block_only,
+                })
+            })
+            .collect();
+        let (checks, carried) = match (checks, carried) {
+            (Ok(checks), Ok(carried)) => (checks, carried),
+            (Err(e), _) | (_, Err(e)) => return Rechecked::Unread(e),
+        };
+        let stacked = match Stacked::carrying(&checks, &carried, self.now, self.mode) {
+            Ok(stacked) => stacked,
+            Err(e) => return Rechecked::Unread(e),
+        };
+        let asked: Vec<&Check<'_>> = self.asked.iter().map(|&i| &checks[i]).collect();
+        store.recheck(&stacked, &asked, read).await
+    }
+}
+
 /// For each limit of `asked` (admitted, `reply` `each` integers a limit), by how much the
 /// debts `grown` (each carried into its check, by so many microseconds) exceed its room
 /// after the call (its `remaining` tokens' time: a token bucket's, the only state whose
@@ -432,7 +571,7 @@ fn refused(reply: &[i64], each: usize, short: &[u64]) -> Vec<i64> {
 
 /// The mark beside `moved` (a state in its slot) of what was added to it of what the state
 /// `from` in another slot owed more than calls carried ([`Given::Grown`]).
-fn grown_mark(moved: &str, from: &str) -> String {
+pub(super) fn grown_mark(moved: &str, from: &str) -> String {
     beside(moved, &format!("grown:{from}"))
 }
 
