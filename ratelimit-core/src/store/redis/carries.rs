@@ -87,6 +87,24 @@ fn owes(decided: &Decision, spent: &Decision, since: SystemTime) {
     owes_within(decided, spent, since, Duration::ZERO);
 }
 
+/// `call`'s output and how long it took: a state read in another Cluster slot is carried over
+/// by the round trip between its read and the call's script, which lies within the call.
+async fn timed<T>(call: impl std::future::Future<Output = T>) -> (T, Duration) {
+    let started = std::time::Instant::now();
+    let out = call.await;
+    (out, started.elapsed())
+}
+
+/// What a call that took `took` may carry a state read in another slot (`across`) over by:
+/// that long, and a millisecond for two times rounded up to the millisecond; nothing within
+/// a slot.
+fn over_by(across: bool, took: Duration) -> Duration {
+    match across {
+        true => took + Duration::from_millis(1),
+        false => Duration::ZERO,
+    }
+}
+
 /// [`owes`], full again up to `later` after the old one (never before): a state read in
 /// another Cluster slot is carried from the moved state's script's clock, so over by the
 /// round trip between the two scripts.
@@ -112,14 +130,15 @@ fn old_bucket() -> Quota {
 
 /// The bucket of 15 spent, moved to two minutes at the same rate: the fresh key takes the 15
 /// tokens owed (refused, the next token in 6 s, where a fresh one had 14 left), and a second
-/// call carries nothing more (up to `later`: read across slots, each call carries the old
-/// debt from its own script's clock, over by its own round trip; the larger one stays); moved with room for 30, 14 are left (not 29). The old state's
-/// key under the hash tag `from_tag`, the moved ones' under `{u}`; `later`: as `owes_within`.
+/// call carries nothing more (`across`, from another slot: each call carries the old debt
+/// from its own script's clock, over by its own round trip, [`over_by`]; the larger stays);
+/// moved with room for 30, 14 are left (not 29). The old state's key under the hash tag
+/// `from_tag`, the moved ones' under `{u}`.
 async fn a_spent_buckets_debt_is_carried_into_a_fresh_key(
     store: &impl Store,
     p: &str,
     from_tag: &str,
-    later: Duration,
+    across: bool,
 ) {
     let (old, new, roomy) = (
         old_bucket(),
@@ -135,15 +154,14 @@ async fn a_spent_buckets_debt_is_carried_into_a_fresh_key(
     let spent = spend(store, &from, &old, 15).await;
     assert!(spent.allowed);
     let carried = [carry(&from, &old)];
-    let decided = carrying(store, &into, &new, 1, &carried, Mode::Spend);
-    let decided = decided.await.unwrap();
-    owes_within(&decided, &spent, since, later);
-    let again = carrying(store, &into, &new, 1, &carried, Mode::Spend)
-        .await
-        .unwrap();
-    let (full, first) = (again.reset_at(), decided.reset_at());
+    let (decided, took) = timed(carrying(store, &into, &new, 1, &carried, Mode::Spend)).await;
+    let decided = decided.unwrap();
+    owes_within(&decided, &spent, since, over_by(across, took));
+    let (again, took) = timed(carrying(store, &into, &new, 1, &carried, Mode::Spend)).await;
+    let (again, first) = (again.unwrap(), decided.reset_at());
+    let full = again.reset_at();
     assert!(
-        !again.allowed && full >= first && full <= first + later,
+        !again.allowed && full >= first && full <= first + over_by(across, took),
         "{again:?} against {decided:?}"
     );
     let decided = carrying(store, &wide, &roomy, 1, &carried, Mode::Spend)
@@ -156,7 +174,7 @@ async fn a_spent_buckets_debt_is_carried_into_a_fresh_key(
 async fn a_spent_buckets_debt_is_carried_into_a_fresh_key_on_a_server() {
     let server = RedisServer::start();
     let (store, p) = (on_server(&server), prefix("carry"));
-    a_spent_buckets_debt_is_carried_into_a_fresh_key(&store, &p, "u", Duration::ZERO).await;
+    a_spent_buckets_debt_is_carried_into_a_fresh_key(&store, &p, "u", false).await;
 }
 
 /// Within a slot as on one server; and from an old state in another slot (another hash tag,
@@ -170,19 +188,17 @@ async fn a_spent_buckets_debt_is_carried_into_a_fresh_key_on_a_server() {
 async fn a_spent_buckets_debt_is_carried_into_a_fresh_key_on_a_cluster() {
     let cluster = RedisCluster::start();
     let store = on_cluster(&cluster);
-    a_spent_buckets_debt_is_carried_into_a_fresh_key(&store, &prefix("carry"), "u", Duration::ZERO)
-        .await;
+    a_spent_buckets_debt_is_carried_into_a_fresh_key(&store, &prefix("carry"), "u", false).await;
     let slot = redis::cluster_routing::Slot::for_key;
     let p = prefix("slots");
     assert_ne!(
         slot(&format!("{p}:{{v}}:old")),
         slot(&format!("{p}:{{u}}:new"))
     );
-    let later = Duration::from_millis(50);
-    a_spent_buckets_debt_is_carried_into_a_fresh_key(&store, &p, "v", later).await;
+    a_spent_buckets_debt_is_carried_into_a_fresh_key(&store, &p, "v", true).await;
     let allowing = crate::store::Failover::new(store.clone(), FailurePolicy::Allow);
     let p = prefix("slots-allow");
-    a_spent_buckets_debt_is_carried_into_a_fresh_key(&allowing, &p, "v", later).await;
+    a_spent_buckets_debt_is_carried_into_a_fresh_key(&allowing, &p, "v", true).await;
 }
 
 /// A block carried alone both ways between an old state and the moved one, both decided with
@@ -528,7 +544,6 @@ async fn old_states_in_another_slot_are_carried_as_in_one() {
     let key = |tag: &str, name: &str| format!("{p}:{{{tag}}}:{name}");
     let slot = |k: &str| redis::cluster_routing::Slot::for_key(k);
     assert_ne!(slot(&key("v", "old")), slot(&key("u", "new")));
-    let later = 50_000;
 
     // A block.
     let old = blocking(MINUTE, Duration::from_secs(3_600));
@@ -542,9 +557,8 @@ async fn old_states_in_another_slot_are_carried_as_in_one() {
         .query(&mut c)
         .unwrap();
     let carried = [carry(&from, &old)];
-    let decided = carrying(&store, &into, &new, 1, &carried, Mode::Spend)
-        .await
-        .unwrap();
+    let (decided, took) = timed(carrying(&store, &into, &new, 1, &carried, Mode::Spend)).await;
+    let decided = decided.unwrap();
     assert!(!decided.allowed, "{decided:?}");
     assert!(
         decided.retry_after.unwrap() > Duration::from_secs(3_590),
@@ -554,6 +568,7 @@ async fn old_states_in_another_slot_are_carried_as_in_one() {
         .arg(block_key(&into))
         .query(&mut c)
         .unwrap();
+    let later = over_by(true, took).as_micros() as u64;
     assert!(
         carried_until >= until && carried_until <= until + later,
         "{carried_until} against {until}"
@@ -581,13 +596,8 @@ async fn old_states_in_another_slot_are_carried_as_in_one() {
     let carried = [carry(&owing, &old)];
     for cost in [1, 0] {
         let into = key("u", &format!("look{cost}"));
-        let look = carrying(&store, &into, &new, cost, &carried, Mode::Look);
-        owes_within(
-            &look.await.unwrap(),
-            &spent,
-            since,
-            Duration::from_micros(later),
-        );
+        let (look, took) = timed(carrying(&store, &into, &new, cost, &carried, Mode::Look)).await;
+        owes_within(&look.unwrap(), &spent, since, over_by(true, took));
         let written: i64 = redis::cmd("EXISTS").arg(&into).query(&mut c).unwrap();
         assert_eq!(written, 1, "{cost}: nothing written");
     }
