@@ -47,6 +47,10 @@ pub(crate) struct Kept {
     /// carries ([`Quota::outlasts_by`](crate::quota::Quota)): it holds calls that long,
     /// which carry it (`transition.rs`).
     carrying: crate::clock::Nanos,
+    /// Whether the running configuration moves any limit of it, a call's own quota among
+    /// them, to another state: then a call's own quota first resolved after the reload may
+    /// hold its old state longer than `carrying` says ([`in_force`](Self::in_force)).
+    moves: bool,
     /// When the latest debt a penalty on a token bucket may have left, before it was
     /// replaced, ends (`Inner::penalized_until`): a moved bucket's old state is carried from
     /// until then too (a penalty's debt may outlast the tolerance).
@@ -71,16 +75,36 @@ struct Alike {
 impl Kept {
     /// Whether it may still hold a call at `now`: the call's own window (`own`, in
     /// nanoseconds, the same under every configuration) or else its longest configured one has
-    /// not passed since it was replaced. With no window of the call's own: whether it may hold
-    /// any such call.
+    /// not passed since it was replaced, or a moved state may still hold something
+    /// ([`carrying_with`](Self::carrying_with) `outlasts`, `Inner::own_outlasts` now). With no
+    /// window of the call's own: whether it may hold any such call.
     #[inline]
     pub(crate) fn in_force(
         &self,
         now: crate::clock::Nanos,
         own: Option<crate::clock::Nanos>,
+        outlasts: crate::clock::Nanos,
     ) -> bool {
-        let holds = own.unwrap_or(self.longest).max(self.carrying);
+        let holds = own
+            .unwrap_or(self.longest)
+            .max(self.carrying_with(outlasts));
         now < self.replaced_at.saturating_add(holds)
+    }
+
+    /// How long past `replaced_at` a state it moved may hold something, a call's own quota
+    /// outlasting the reload by up to `outlasts` (`Inner::own_outlasts` when asked) among
+    /// them: `carrying`, worked out with the own quotas seen before the reload, and
+    /// `outlasts` where it moves anything. Without `outlasts`, a call with its own bucket
+    /// of a token a minute first resolved after the reload read its new state alone once
+    /// the configured bucket's carrying had passed, the old one still owing its hour: 13
+    /// admitted where the one bucket gave 7 (probes_prepared_transitions; a site prepared
+    /// at the reload kept carrying it).
+    #[inline]
+    fn carrying_with(&self, outlasts: crate::clock::Nanos) -> crate::clock::Nanos {
+        match self.moves {
+            true => self.carrying.max(outlasts),
+            false => self.carrying,
+        }
     }
 
     /// Whether it may still hold any call at `now`: one without a window of its own (its
@@ -88,8 +112,14 @@ impl Kept {
     /// the service was worked out with (`Inner::own_windows`: such a call is held to every
     /// configuration replaced within it, whichever it was worked out under), since it was
     /// replaced. What a reload keeps it for (`reload.rs`).
-    pub(crate) fn holds_any(&self, now: crate::clock::Nanos, own: crate::clock::Nanos) -> bool {
-        now < (self.replaced_at).saturating_add(self.longest.max(own).max(self.carrying))
+    pub(crate) fn holds_any(
+        &self,
+        now: crate::clock::Nanos,
+        own: crate::clock::Nanos,
+        outlasts: crate::clock::Nanos,
+    ) -> bool {
+        let holds = self.longest.max(own).max(self.carrying_with(outlasts));
+        now < (self.replaced_at).saturating_add(holds)
     }
 
     /// Whether it holds a call with `options`, decided under `tier` (an index into the
@@ -150,7 +180,9 @@ impl Kept {
             by_tier,
             default_tier,
         };
-        self.carrying = match carrying(old, running, own) {
+        let moved = carrying(old, running, own);
+        self.moves = moved.is_some();
+        self.carrying = match moved.unwrap_or(0) {
             0 => 0,
             span => span.max(self.penalized_until.saturating_sub(self.replaced_at)),
         };
@@ -174,6 +206,7 @@ impl Kept {
             replaced_at,
             longest,
             carrying: 0,
+            moves: false,
             penalized_until,
             alike: Alike::default(),
         }
@@ -185,10 +218,14 @@ impl Kept {
 /// strategy; calls naming no tier under another default tier) may hold something there
 /// after the reload, a call's own quota there (overrides: under a moved limit, or under
 /// none moved by the prefix, the default tier or the module's settings) up to `own`.
-/// Limiting off held nothing.
-fn carrying(old: &Config, running: &Config, own: crate::clock::Nanos) -> crate::clock::Nanos {
+/// `None` where it moves nothing; limiting off held nothing.
+fn carrying(
+    old: &Config,
+    running: &Config,
+    own: crate::clock::Nanos,
+) -> Option<crate::clock::Nanos> {
     if !old.enabled() {
-        return 0;
+        return None;
     }
     let prefix_moved = old.key_prefix() != running.key_prefix();
     let default_moved = old.default_tier() != running.default_tier();
@@ -213,7 +250,6 @@ fn carrying(old: &Config, running: &Config, own: crate::clock::Nanos) -> crate::
         .map(|(_, q)| q.outlasts_by().max(own))
         .chain(own_moved.then_some(own))
         .max()
-        .unwrap_or(0)
 }
 
 /// How many replaced configurations a generation keeps for transitions whatever their age,

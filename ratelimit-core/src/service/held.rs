@@ -146,6 +146,12 @@ impl RateLimitService {
         let mut transition = Building::default();
         let now = self.inner.clock.now();
         let own = options.overrides.window.map(|w| w.as_nanos() as u64);
+        // Read now, not at the reload: a call's own quota first resolved since may hold its
+        // old state longer than any seen before it (`Kept::carrying_with`).
+        let outlasts = self
+            .inner
+            .own_outlasts
+            .load(std::sync::atomic::Ordering::Relaxed);
         // The old quotas on the site's state holding a call to no less than its own alone
         // (`Quota::held_to`), as one: the least tolerance of them until the last ends. Each
         // matters only beside a slower old one, whose interval stretches the site's capacity.
@@ -160,7 +166,7 @@ impl RateLimitService {
         for kept in generation.previous() {
             // Past every window it could hold this call to, or resolving it to the same quota
             // on the same state (harmless, below): nothing to resolve.
-            if !kept.in_force(now, own) || kept.resolves_alike(options, tier) {
+            if !kept.in_force(now, own, outlasts) || kept.resolves_alike(options, tier) {
                 continue;
             }
             let old_config = &*kept.config;
@@ -252,7 +258,7 @@ impl RateLimitService {
         // 19). Looked for only where a slower one is kept: most calls have none.
         if !transition.same.is_empty() {
             for kept in generation.previous() {
-                if kept.in_force(now, own)
+                if kept.in_force(now, own, outlasts)
                     && kept.resolves_alike(options, tier)
                     && kept.config.enabled()
                 {

@@ -71,7 +71,9 @@ struct Inner {
     /// replaced configuration that long (`Kept::carrying`). Kept only for the configured
     /// limits, a call's own block of an hour (or a bucket refilled a token a minute) was
     /// forgotten a minute after the default tier switched: 2 admitted at 90 s where the key
-    /// was blocked (probes_carry_attacks).
+    /// was blocked (probes_carry_attacks). Read again by every transition worked out
+    /// (`Kept::in_force`): a call's own quota first resolved after a reload outlasts what
+    /// the reload kept for (probes_prepared_transitions).
     own_outlasts: AtomicU64,
     /// Whether the store came from the configuration (`config.store()`), which a reload
     /// then may not change; a store of the caller's own (`with_store`) ignores it.

@@ -159,7 +159,7 @@ fn kept_after(
         .filter(|kept| !kept.config.same_limits(config) || std::mem::take(&mut latest_same))
         .cloned()
         .enumerate()
-        .filter(|(i, kept)| *i < super::KEPT_PREVIOUS || kept.holds_any(now, own))
+        .filter(|(i, kept)| *i < super::KEPT_PREVIOUS || kept.holds_any(now, own, outlasts))
         .map(|(_, kept)| kept.against(config, outlasts))
         .collect();
     if kept.len() > MOST_IN_FORCE {

@@ -1,0 +1,350 @@
+//! helper-77's probes of prepared sites across a reload that moves their limit to another
+//! state: a [`Prepared`] site works its transition out once, when it is prepared, where a
+//! call resolved per call works it out on every call. Each probe runs one script on three
+//! services on hand-driven clocks: (a) a site prepared right after the reload, (b) the
+//! per-call path with the same options, (c) a twin that never reloaded (the new
+//! configuration from the start), and counts admissions exactly. Memory store.
+//!
+//! What can change after a site was prepared was probed: penalties, rewards and resets after
+//! the reload, a second reload, calls beside the site with their own block or window, the
+//! clock past the old window and past the old state's carrying. The transition is worked out
+//! from the generation (fixed for it) and the clock alone, so the prepared site only ever
+//! holds old states the per-call path has let go: it answered as the per-call path in every
+//! probe but two, where the per-call path admitted more (fixed): a call's own quota first
+//! resolved after the reload (a slow bucket, a block) outlasts what the reload kept the
+//! replaced configuration for (`Kept::carrying`, worked out from the own quotas seen before
+//! it), and the per-call path stopped carrying its old state there while the prepared site
+//! kept carrying it; a site prepared only then did as the per-call path. The horizon now
+//! reads the own quotas seen so far (`Kept::carrying_with`).
+
+use std::time::Duration;
+
+use ratelimit::{Config, ConfigBuilder, Options, Prepared, RateLimitService, Strategy, Tier};
+use ratelimit_tests::{now, on_its_store, service, START};
+
+const MINUTE: Duration = Duration::from_secs(60);
+const HOUR: Duration = Duration::from_secs(3_600);
+
+/// A configuration, made afresh for each service.
+type Make = fn() -> ConfigBuilder;
+
+/// One step of a script.
+#[derive(Clone)]
+enum Step {
+    /// The clock set to `START` plus this many seconds.
+    At(u64),
+    /// Calls on `"k"` with the site's options: counted.
+    Calls(usize),
+    /// Calls on `"k"` with other options, per call: counted.
+    Beside(Options, usize),
+    /// A penalty of this many units on `"k"` with the site's options.
+    Penalize(u64),
+    /// A reward of this many units.
+    Reward(u64),
+    /// `"k"` reset with the site's options.
+    Reset,
+    /// A reload, the twin's too when `true` (the first reload, the move, is the twin's
+    /// configuration from the start).
+    Reload(Make, bool),
+}
+
+/// Which of the three services a script runs on.
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Way {
+    Prepared,
+    PerCall,
+    Twin,
+}
+
+/// What one service admits at each counted step of `steps`, from `before` (the twin from
+/// `after`, the first reload's configuration), its calls with `options`.
+fn run((before, after): (Make, Make), options: &Options, steps: &[Step], way: Way) -> Vec<u64> {
+    let first = match way {
+        Way::Twin => after(),
+        _ => before(),
+    };
+    let (service, clock) = service(first.build().unwrap());
+    let mut site: Option<Prepared> = None;
+    let mut moved = false;
+    let mut counts = Vec::new();
+    let admitted = |service: &RateLimitService, site: &Option<Prepared>, o: &Options, n| {
+        (0..n)
+            .map(|_| match site {
+                Some(site) => u64::from(site.consume_now("k").unwrap().unwrap().allowed),
+                None => u64::from(now(service.consume("k", o)).unwrap().allowed),
+            })
+            .sum::<u64>()
+    };
+    for step in steps {
+        match step {
+            Step::At(secs) => clock.set(START + Duration::from_secs(*secs)),
+            Step::Calls(n) => counts.push(admitted(&service, &site, options, *n)),
+            Step::Beside(other, n) => counts.push(admitted(&service, &None, other, *n)),
+            Step::Penalize(units) => drop(now(service.penalize("k", options, *units)).unwrap()),
+            Step::Reward(units) => drop(now(service.reward("k", options, *units)).unwrap()),
+            Step::Reset => drop(now(service.reset_with("k", options)).unwrap()),
+            Step::Reload(to, twin_too) => {
+                let first = !moved;
+                moved = true;
+                if way == Way::Twin && (first || !twin_too) {
+                    continue;
+                }
+                service.reload(on_its_store(&service, to())).unwrap();
+                if way == Way::Prepared && first {
+                    site = Some(service.prepare(options).unwrap());
+                }
+            }
+        }
+    }
+    counts
+}
+
+/// The three services' counts: (prepared, per call, twin).
+fn three(
+    configs: (Make, Make),
+    options: &Options,
+    steps: &[Step],
+) -> (Vec<u64>, Vec<u64>, Vec<u64>) {
+    let [p, c, t] =
+        [Way::Prepared, Way::PerCall, Way::Twin].map(|w| run(configs, options, steps, w));
+    eprintln!("prepared {p:?} = {}", p.iter().sum::<u64>());
+    eprintln!("per call {c:?} = {}", c.iter().sum::<u64>());
+    eprintln!("twin     {t:?} = {}", t.iter().sum::<u64>());
+    (p, c, t)
+}
+
+/// Everything one service admitted.
+fn total(counts: &[u64]) -> u64 {
+    counts.iter().sum()
+}
+
+/// A calls' step every `every` seconds from `from` to `to` (inclusive), `n` calls each.
+fn sweep(from: u64, to: u64, every: u64, n: usize) -> Vec<Step> {
+    (from..=to)
+        .step_by(every as usize)
+        .flat_map(|s| [Step::At(s), Step::Calls(n)])
+        .collect()
+}
+
+/// Tier `name` (the default tier): a bucket of 10 plus 5 on a minute, a token every 6 s.
+fn bucket(name: &str) -> ConfigBuilder {
+    let tier = Tier::new(name, 10)
+        .burst(5)
+        .refill(10)
+        .window(MINUTE)
+        .strategy(Strategy::TokenBucket);
+    Config::builder().tier(tier).default_tier(name)
+}
+
+fn in_a() -> ConfigBuilder {
+    bucket("a")
+}
+
+fn in_b() -> ConfigBuilder {
+    bucket("b")
+}
+
+fn in_c() -> ConfigBuilder {
+    bucket("c")
+}
+
+/// The bucket of 15 spent, moved (tier renamed), then `after`'s steps.
+fn spent_and_moved(after: impl IntoIterator<Item = Step>) -> Vec<Step> {
+    let mut steps = vec![Step::At(0), Step::Calls(16), Step::Reload(in_b, false)];
+    steps.extend(after);
+    steps
+}
+
+// ---------------------------------------------------------------------------------------
+// What may change after a site was prepared: none admits more on the prepared site.
+// ---------------------------------------------------------------------------------------
+
+/// The clock alone, every 5 s past the old window and the old state's carrying (its window
+/// and tolerance): one path.
+#[test]
+fn the_clock_past_the_old_window_and_the_carrying_is_seen_alike() {
+    let steps = spent_and_moved(sweep(0, 300, 5, 3));
+    let (p, c, t) = three((in_a, in_b), &Options::new(), &steps);
+    assert_eq!(p, c);
+    assert_eq!(p, t);
+    assert_eq!(total(&p), 65);
+}
+
+/// A penalty after the reload, inside the old window and past it.
+#[test]
+fn a_penalty_after_the_reload_is_seen_alike() {
+    for (at, all) in [(30, 76), (90, 86)] {
+        let mut after = vec![Step::At(at), Step::Penalize(10)];
+        after.extend(sweep(at, at + 400, 5, 3));
+        let (p, c, t) = three((in_a, in_b), &Options::new(), &spent_and_moved(after));
+        assert_eq!(p, c, "penalty at +{at} s");
+        assert_eq!(p, t, "penalty at +{at} s");
+        assert_eq!(total(&p), all, "penalty at +{at} s");
+    }
+}
+
+/// A penalty before the reload (its debt past the tolerance, `Kept::penalized_until`).
+#[test]
+fn a_penalty_before_the_reload_is_seen_alike() {
+    let mut steps = vec![Step::At(0), Step::Calls(16), Step::Penalize(30)];
+    steps.push(Step::Reload(in_b, false));
+    steps.extend(sweep(0, 600, 10, 3));
+    let (p, c, t) = three((in_a, in_b), &Options::new(), &steps);
+    assert_eq!(p, c);
+    assert_eq!(p, t);
+    assert_eq!(total(&p), 85);
+}
+
+/// A reward after the reload, inside the old window and past it.
+#[test]
+fn a_reward_after_the_reload_is_seen_alike() {
+    for (at, all) in [(30, 58), (90, 63)] {
+        let mut after = vec![Step::At(at), Step::Reward(5)];
+        after.extend(sweep(at, at + 200, 5, 3));
+        let (p, c, t) = three((in_a, in_b), &Options::new(), &spent_and_moved(after));
+        assert_eq!(p, c, "reward at +{at} s");
+        assert_eq!(p, t, "reward at +{at} s");
+        assert_eq!(total(&p), all, "reward at +{at} s");
+    }
+}
+
+/// A reset after the reload. Inside the old window the old state is not reset (it holds
+/// what the old window spent: probes_transition_sites), so both paths admit less than the
+/// twin, whose one state was reset: the designed over-refusal, the same on both. Past it,
+/// the old state's debt was carried already: all alike.
+#[test]
+fn a_reset_after_the_reload_is_seen_alike() {
+    for (at, all, twin) in [(30, 53, 63), (90, 63, 63)] {
+        let mut after = vec![Step::At(at), Step::Reset];
+        after.extend(sweep(at, at + 200, 5, 3));
+        let (p, c, t) = three((in_a, in_b), &Options::new(), &spent_and_moved(after));
+        assert_eq!(p, c, "reset at +{at} s");
+        assert_eq!((total(&p), total(&t)), (all, twin), "reset at +{at} s");
+    }
+}
+
+/// A second reload (another rename) inside the old window: the prepared site is no longer
+/// current and resolves per call.
+#[test]
+fn a_second_reload_is_seen_alike() {
+    for (at, all) in [(30, 70), (90, 80)] {
+        let mut after = vec![Step::At(at), Step::Reload(in_c, true)];
+        after.extend(sweep(at, at + 300, 5, 3));
+        let (p, c, t) = three((in_a, in_b), &Options::new(), &spent_and_moved(after));
+        assert_eq!(p, c, "second reload at +{at} s");
+        assert_eq!(p, t, "second reload at +{at} s");
+        assert_eq!(total(&p), all, "second reload at +{at} s");
+    }
+}
+
+/// Calls beside the site with their own block of an hour (on the same state) or their own
+/// window of two minutes (another state), refused in the old window.
+#[test]
+fn calls_with_their_own_block_or_window_beside_the_site_are_seen_alike() {
+    let others = [
+        (Options::new().block_for(HOUR), 81),
+        (Options::new().window(2 * MINUTE).refill(20), 84),
+    ];
+    for (other, all) in others {
+        let mut after = vec![Step::At(30), Step::Beside(other.clone(), 3)];
+        after.extend(sweep(30, 400, 5, 3));
+        let (p, c, t) = three((in_a, in_b), &Options::new(), &spent_and_moved(after));
+        assert_eq!(p, c, "beside {other:?}");
+        assert_eq!(p, t, "beside {other:?}");
+        assert_eq!(total(&p), all, "beside {other:?}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// A call's own quota first resolved after the reload.
+// ---------------------------------------------------------------------------------------
+
+/// Tier `name` (the default tier): a bucket of 10 plus 50 on a minute, a token every 6 s (a
+/// debt of 6 minutes).
+fn deep(name: &str) -> ConfigBuilder {
+    let tier = Tier::new(name, 10)
+        .burst(50)
+        .refill(10)
+        .window(MINUTE)
+        .strategy(Strategy::TokenBucket);
+    Config::builder().tier(tier).default_tier(name)
+}
+
+fn deep_a() -> ConfigBuilder {
+    deep("a")
+}
+
+fn deep_b() -> ConfigBuilder {
+    deep("b")
+}
+
+/// The bucket of 60 spent by plain calls (6 minutes owed), the tier renamed; then calls with
+/// their own refill of a token a minute (the same 60 tokens, an hour owed), first resolved
+/// after the reload, on the same state: in the old window 54 (the old state's 6 minutes read
+/// as 6 of their tokens), leaving the old state an hour owed and the new one 54 minutes.
+/// Past the old window's carrying (its window and the configured bucket's tolerance: 7
+/// minutes) the old state owes its hour still, and the one bucket gives 7 at +421 s, as the
+/// twin does. The per-call path let the replaced configuration go there: the reload kept it
+/// for the own quotas seen before it, none, and the call read the new state alone: 13.
+#[test]
+fn a_calls_own_slow_bucket_first_resolved_after_the_reload_keeps_the_old_debt() {
+    let own = Options::new().refill(1);
+    let steps = [
+        Step::At(0),
+        Step::Beside(Options::new(), 61),
+        Step::Reload(deep_b, false),
+        Step::Calls(61),
+        Step::At(421),
+        Step::Calls(61),
+    ];
+    let (p, c, t) = three((deep_a, deep_b), &own, &steps);
+    assert_eq!(t, [60, 54, 7]);
+    assert_eq!(p, t, "prepared");
+    assert_eq!(c, t, "per call");
+    // A site prepared only then (the HTTP layer's and an annotated fn's, prepared again
+    // after the reload at their first call) works its transition out as the per-call path.
+    let (service, clock) = service(deep_a().build().unwrap());
+    for (options, n) in [(Options::new(), 60), (own.clone(), 54)] {
+        for _ in 0..n {
+            assert!(now(service.consume("k", &options)).unwrap().allowed);
+        }
+        if n == 60 {
+            service.reload(on_its_store(&service, deep_b())).unwrap();
+        }
+    }
+    clock.set(START + Duration::from_secs(421));
+    let late = service.prepare(&own).unwrap();
+    let admitted = (0..61)
+        .filter(|_| late.consume_now("k").unwrap().unwrap().allowed)
+        .count();
+    assert_eq!(admitted, 7, "prepared past the carrying");
+}
+
+/// The bucket of 15 spent by plain calls, the tier renamed; calls with their own block of an
+/// hour, first resolved after the reload, near the old window's end: 9 admitted, the tenth
+/// refused by the old state, which blocks it for the hour. Past the configured bucket's
+/// carrying (its window and tolerance), the block is the old state's alone: the one key is
+/// refused for the hour, as the twin's and the prepared site's. The per-call path let the
+/// replaced configuration go there (kept for the own quotas seen before the reload): 5
+/// admitted at +200 s and 5 at +3,000 s, inside the hour's block.
+#[test]
+fn a_calls_own_block_first_resolved_after_the_reload_outlasts_the_carrying() {
+    let own = Options::new().block_for(HOUR);
+    let steps = [
+        Step::At(0),
+        Step::Beside(Options::new(), 16),
+        Step::Reload(in_b, false),
+        Step::At(59),
+        Step::Calls(10),
+        Step::At(200),
+        Step::Calls(5),
+        Step::At(3_000),
+        Step::Calls(5),
+        Step::At(3_660),
+        Step::Calls(5),
+    ];
+    let (p, c, t) = three((in_a, in_b), &own, &steps);
+    assert_eq!(t, [15, 9, 0, 0, 5]);
+    assert_eq!(p, t, "prepared");
+    assert_eq!(c, t, "per call");
+}
