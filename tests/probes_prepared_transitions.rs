@@ -348,3 +348,39 @@ fn a_calls_own_block_first_resolved_after_the_reload_outlasts_the_carrying() {
     assert_eq!(p, t, "prepared");
     assert_eq!(c, t, "per call");
 }
+
+/// The same block, with reloads after the move that change nothing it is held to (another
+/// tier added each time), the ninth of them past the configured bucket's carrying: the
+/// replaced configuration is kept past the last 8 while the block may hold (`Kept::holds_any`
+/// reads the own quotas seen so far). Let go there (kept for the own quotas seen before the
+/// move), the calls past it read the new state alone: 5 admitted at +300 s inside the hour's
+/// block.
+#[test]
+fn a_ninth_reload_keeps_the_move_a_calls_own_block_first_resolved_after_it_is_held_to() {
+    let own = Options::new().block_for(HOUR);
+    let with_tier = |i: u64| in_b().tier(Tier::new(format!("x{i}"), i + 1).window(MINUTE));
+    let (service, clock) = service(in_a().build().unwrap());
+    let admitted = |options: &Options, n: usize| {
+        (0..n)
+            .filter(|_| now(service.consume("k", options)).unwrap().allowed)
+            .count()
+    };
+    assert_eq!(admitted(&Options::new(), 16), 15);
+    service.reload(on_its_store(&service, in_b())).unwrap();
+    for i in 0..8 {
+        clock.set(START + Duration::from_secs(1 + i));
+        service
+            .reload(on_its_store(&service, with_tier(i)))
+            .unwrap();
+    }
+    clock.set(START + Duration::from_secs(59));
+    assert_eq!(admitted(&own, 10), 9);
+    clock.set(START + Duration::from_secs(200));
+    service
+        .reload(on_its_store(&service, with_tier(8)))
+        .unwrap();
+    clock.set(START + Duration::from_secs(300));
+    assert_eq!(admitted(&own, 5), 0, "admitted inside the hour's block");
+    clock.set(START + Duration::from_secs(3_660));
+    assert_eq!(admitted(&own, 5), 5);
+}
