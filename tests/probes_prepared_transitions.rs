@@ -384,3 +384,55 @@ fn a_ninth_reload_keeps_the_move_a_calls_own_block_first_resolved_after_it_is_he
     clock.set(START + Duration::from_secs(3_660));
     assert_eq!(admitted(&own, 5), 5);
 }
+
+/// Tier `name` (the default tier): a bucket of `n` a minute, no burst.
+fn plain_bucket(name: &str, n: u64) -> ConfigBuilder {
+    let tier = Tier::new(name, n)
+        .refill(n)
+        .window(MINUTE)
+        .strategy(Strategy::TokenBucket);
+    Config::builder().tier(tier).default_tier(name)
+}
+
+/// Two replaced configurations on one old state: 10 a minute loosened to 20 a minute on the
+/// same state, then the tier renamed 30 s later. A site prepared at the rename holds the old
+/// state to both (`held_to`) until the later one's carrying ends; the per-call path lets the
+/// first go at its own carrying's end. Every 3 s, one call each: alike. Both admit less than
+/// the twin that was loosened and never renamed: the old state is decided under both
+/// replaced quotas as one (the first's 6 s a token) until the later one's window ends, at
+/// +90 s, where the twin holds to the first only until its own window's end, at +60 s,
+/// and then admits a call every 3 s. An over-refusal, the same on every path, left as it is:
+/// holding each replaced quota only to its own end would take a list of them per old state
+/// (as `Transition::same` has), not a change in one place.
+#[test]
+fn two_replaced_configurations_on_one_old_state_are_seen_alike() {
+    let run = |way: Way| {
+        let (service, clock) = service(plain_bucket("a", 10).build().unwrap());
+        let reload = |to: ConfigBuilder| service.reload(on_its_store(&service, to)).unwrap();
+        let per_call = |n| {
+            (0..n)
+                .filter(|_| now(service.consume("k", &Options::new())).unwrap().allowed)
+                .count()
+        };
+        let mut counts = vec![per_call(11)];
+        reload(plain_bucket("a", 20));
+        clock.set(START + Duration::from_secs(30));
+        counts.push(per_call(21));
+        if way != Way::Twin {
+            reload(plain_bucket("b", 20));
+        }
+        let site = (way == Way::Prepared).then(|| service.prepare(&Options::new()).unwrap());
+        for at in (30..=240).step_by(3) {
+            clock.set(START + Duration::from_secs(at));
+            counts.push(match &site {
+                Some(site) => usize::from(site.consume_now("k").unwrap().unwrap().allowed),
+                None => per_call(1),
+            });
+        }
+        counts
+    };
+    let [p, c, t] = [Way::Prepared, Way::PerCall, Way::Twin].map(run);
+    assert_eq!(p, c);
+    let sum = |v: &[usize]| v.iter().sum::<usize>();
+    assert_eq!((sum(&p), sum(&t)), (75, 80), "prepared and twin");
+}
