@@ -756,3 +756,65 @@ async fn a_carried_spend_dropped_before_its_read_after_still_adds_what_it_missed
     }
     assert_eq!(admitted, 4);
 }
+
+/// [`a_carried_spend_dropped_before_its_read_after_still_adds_what_it_missed`], the caller
+/// dropped one step earlier: while its script waits on the moved state's master, already
+/// sent (a request on the wire runs whether or not anyone waits for its reply). The spend
+/// lands all the same, so what the old debt grew by is added all the same, as the script
+/// runs in the task that reads after it. With the read after spawned only once the script's
+/// reply came, nothing was read again, and the next carry covered the dropped call's spend:
+/// 5 more admitted where 4 are left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_carried_spend_dropped_while_its_script_waits_still_adds_what_it_missed() {
+    use super::redis_server::{pause_writes, unpause, until_waiting};
+    let cluster = RedisCluster::start();
+    let store = on_cluster(&cluster);
+    let p = prefix("in-flight");
+    let tag = (0..)
+        .map(|i| format!("o{i}"))
+        .find(|tag| node_of(&cluster, tag) != node_of(&cluster, "u"))
+        .unwrap();
+    let (from, into) = (format!("{p}:{{{tag}}}:old"), format!("{p}:{{u}}:new"));
+    let (old, new) = (old_bucket(), tokens(10, 5, 2 * MINUTE, 20));
+    let mut b = cluster.nodes[node_of(&cluster, "u")].connection();
+    // The scripts loaded on both masters, as after any first call: a script sent without its
+    // source to a node that lacks it is answered NOSCRIPT, and sent again only by a caller
+    // still there.
+    let (warm_from, warm_into) = (format!("{p}:{{{tag}}}:warm"), format!("{p}:{{u}}:warm"));
+    let warm = [carry(&warm_from, &old)];
+    assert!(spend(&store, &warm_from, &old, 1).await.allowed);
+    let warmed = carrying(&store, &warm_into, &new, 1, &warm, Mode::Spend).await;
+    assert!(warmed.unwrap().allowed);
+    assert!(spend(&store, &from, &old, 5).await.allowed); // owes 30 s
+    pause_writes(&mut b);
+    let call = {
+        let (store, from, into, old, new) = (store.clone(), from.clone(), into.clone(), old, new);
+        tokio::spawn(async move {
+            let carried = [carry(&from, &old)];
+            carrying(&store, &into, &new, 1, &carried, Mode::Spend).await
+        })
+    };
+    // Read in its slot, its script waiting on the moved state's master: dropped there.
+    until_waiting(&mut b, 1);
+    assert!(spend(&store, &from, &old, 5).await.allowed); // owes 60 s
+    call.abort();
+    assert!(call.await.is_err_and(|e| e.is_cancelled()));
+    unpause(&mut b);
+    let mark = super::stacked::grown_mark(&into, &from);
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !exists(&mut b, &mark) {
+        assert!(std::time::Instant::now() < deadline, "nothing was added");
+        tokio::task::yield_now().await;
+    }
+    // The bucket of 15 spent 10 before the move and 1 by the dropped call: 4 more, not 5.
+    let carried = [carry(&from, &old)];
+    let mut admitted = 0;
+    while carrying(&store, &into, &new, 1, &carried, Mode::Spend)
+        .await
+        .unwrap()
+        .allowed
+    {
+        admitted += 1;
+    }
+    assert_eq!(admitted, 4);
+}

@@ -219,12 +219,13 @@ impl RedisStore {
     /// refusal, which spends nothing there) is one after this call's, which the next call
     /// reads.
     ///
-    /// The read after and its addition run as a task of their own ([`Owned::recheck`]),
-    /// which the call waits for: a call dropped between its script and that read (a timeout
-    /// above it, a client gone) has what it missed added all the same. Run in the call's
-    /// future, they were dropped with it, and the next carry covered its spend: 5 admitted
-    /// after it where 4 were left (`carries.rs`). Only a runtime shut down meanwhile leaves
-    /// them undone; without one (a future polled outside Tokio) they run in the call's.
+    /// The script, the read after and its addition run as a task of their own
+    /// ([`Owned::spend`]), which the call waits for: a call dropped once its script is sent
+    /// (a timeout above it, a client gone), whether the script still waits or has answered,
+    /// has what it missed added all the same. Run in the call's future, they were dropped
+    /// with it, and the next carry covered its spend: 5 admitted after it where 4 were left
+    /// (`carries.rs`). Only a runtime shut down meanwhile leaves them undone; without one (a
+    /// future polled outside Tokio) they run in the call's.
     #[cold]
     async fn run_checked(
         &self,
@@ -235,28 +236,31 @@ impl RedisStore {
         sent: Instant,
     ) -> Result<Vec<i64>, Error> {
         let each = if stamping { 7 } else { 5 };
-        let reply = (self.run_script(stacked, asked, true, stamping, &givens(&read), sent)).await?;
-        if reply.len() != each * asked.len() || reply.chunks(each).any(|r| r[0] != 1) {
-            return Ok(reply);
-        }
-        // The read after and what it adds: a task of its own, which the caller only waits for.
-        // Run in the caller's future, a call dropped between its script and the read (a
-        // timeout above it, a client gone) left its spend to be covered by the next carry.
+        // The script and the read after it: a task of its own, which the caller only waits
+        // for. A script sent runs whether or not anyone waits for its reply: spawned only
+        // once its reply came, the read after was left undone by a call dropped while the
+        // script waited, its spend covered by the next carry all the same (`carries.rs`).
         let (owned, store) = (Owned::of(stacked, asked), self.clone());
-        let task = async move { owned.recheck(&store, &read).await };
-        let rechecked = match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => runtime.spawn(task).await.unwrap_or_else(|e| {
-                Rechecked::Unread(Error::Store {
-                    message: format!("the read after a carried spend did not finish: {e}"),
-                })
-            }),
+        let task = async move { owned.spend(&store, stamping, &read, sent).await };
+        let spent = match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => match runtime.spawn(task).await {
+                Ok(spent) => spent,
+                Err(e) => {
+                    let e = Error::Store {
+                        message: format!("a carried spend's task did not finish: {e}"),
+                    };
+                    return Box::pin(self.refused_or(e, stacked, asked, stamping)).await;
+                }
+            },
             Err(_) => task.await,
         };
+        let (reply, rechecked) = spent?;
         let grown = match rechecked {
-            Rechecked::Unread(e) => {
+            None => return Ok(reply),
+            Some(Rechecked::Unread(e)) => {
                 return Box::pin(self.refused_or(e, stacked, asked, stamping)).await
             }
-            Rechecked::Unadded(e) => {
+            Some(Rechecked::Unadded(e)) => {
                 tracing::warn!(
                     error = %e,
                     "an old state in another Redis Cluster slot was written while carried, and \
@@ -264,7 +268,7 @@ impl RedisStore {
                 );
                 return Ok(refused(&reply, each, &vec![1; asked.len()]));
             }
-            Rechecked::Grown(grown) => grown,
+            Some(Rechecked::Grown(grown)) => grown,
         };
         if grown.is_empty() {
             return Ok(reply);
@@ -276,6 +280,26 @@ impl RedisStore {
             return Ok(reply);
         }
         Ok(refused(&reply, each, &short))
+    }
+
+    /// [`run_checked`](Self::run_checked)'s script (`read` carried as read) and, when it
+    /// admitted the call, its read after ([`recheck`](Self::recheck)): the script's reply,
+    /// and what the read after made of it (`None`: refused, nothing to check).
+    async fn spend_checked(
+        &self,
+        stacked: &Stacked<'_>,
+        asked: &[&Check<'_>],
+        stamping: bool,
+        read: &[Option<Read>],
+        sent: Instant,
+    ) -> Result<(Vec<i64>, Option<Rechecked>), Error> {
+        let each = if stamping { 7 } else { 5 };
+        let reply = (self.run_script(stacked, asked, true, stamping, &givens(read), sent)).await?;
+        if reply.len() != each * asked.len() || reply.chunks(each).any(|r| r[0] != 1) {
+            return Ok((reply, None));
+        }
+        let rechecked = self.recheck(stacked, asked, read).await;
+        Ok((reply, Some(rechecked)))
     }
 
     /// [`run_checked`](Self::run_checked)'s read after its script, and what the old states'
@@ -450,8 +474,8 @@ enum Rechecked {
 }
 
 /// A stacked call's checks, carried states and asked limits, owned: for
-/// [`RedisStore::recheck`] run as a task of its own (`run_checked`), which borrows nothing of
-/// the call that spawned it.
+/// [`RedisStore::spend_checked`] run as a task of its own (`run_checked`), which borrows
+/// nothing of the call that spawned it.
 struct Owned {
     /// Each check's key, whether it names its window, quota and cost.
     checks: Vec<(String, bool, Quota, u64)>,
@@ -491,21 +515,27 @@ impl Owned {
         }
     }
 
-    /// [`RedisStore::recheck`] on the call these are the parts of, made again.
-    async fn recheck(&self, store: &RedisStore, read: &[Option<Read>]) -> Rechecked {
+    /// [`RedisStore::spend_checked`] on the call these are the parts of, made again.
+    async fn spend(
+        &self,
+        store: &RedisStore,
+        stamping: bool,
+        read: &[Option<Read>],
+        sent: Instant,
+    ) -> Result<(Vec<i64>, Option<Rechecked>), Error> {
         fn key(k: &str, one: bool) -> Result<crate::store::StoreKey<'_>, Error> {
             match one {
                 true => crate::store::StoreKey::one_window(k),
                 false => crate::store::StoreKey::new(k),
             }
         }
-        let checks: Result<Vec<Check<'_>>, Error> = (self.checks.iter())
+        let checks = (self.checks.iter())
             .map(|(k, one, quota, cost)| {
                 let (key, cost) = (key(k, *one)?, *cost);
                 Ok(Check { key, quota, cost })
             })
-            .collect();
-        let carried: Result<Vec<Carry<'_>>, Error> = (self.carried.iter())
+            .collect::<Result<Vec<Check<'_>>, Error>>()?;
+        let carried = (self.carried.iter())
             .map(|(k, one, quota, into, block_only)| {
                 let (from, into, block_only) = (key(k, *one)?, *into, *block_only);
                 Ok(Carry {
@@ -515,17 +545,10 @@ impl Owned {
                     block_only,
                 })
             })
-            .collect();
-        let (checks, carried) = match (checks, carried) {
-            (Ok(checks), Ok(carried)) => (checks, carried),
-            (Err(e), _) | (_, Err(e)) => return Rechecked::Unread(e),
-        };
-        let stacked = match Stacked::carrying(&checks, &carried, self.now, self.mode) {
-            Ok(stacked) => stacked,
-            Err(e) => return Rechecked::Unread(e),
-        };
+            .collect::<Result<Vec<Carry<'_>>, Error>>()?;
+        let stacked = Stacked::carrying(&checks, &carried, self.now, self.mode)?;
         let asked: Vec<&Check<'_>> = self.asked.iter().map(|&i| &checks[i]).collect();
-        store.recheck(&stacked, &asked, read).await
+        (store.spend_checked(&stacked, &asked, stamping, read, sent)).await
     }
 }
 
