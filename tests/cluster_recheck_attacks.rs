@@ -1,0 +1,275 @@
+//! helper-76's attacks on a carried spend's read after its script, run as a task of its own
+//! (`RedisStore::run_checked`): a budget without a user key moved by a reload, on a Redis
+//! Cluster, its old state in another slot than the moved one, read there before the stacked
+//! script and again after it, what its debt grew by between added to the moved state. The
+//! calls are dropped, their runtimes shut down, around that task; each history against the
+//! same history on one server where one exists.
+//!
+//! Time and order as in `cluster_moves_attacks` (whose helpers these mirror): Redis decides on
+//! its own clock, at a token every 6 s, which the milliseconds a test takes never refill; the
+//! services' transitions on hand-driven clocks; requests ordered between round trips with
+//! `CLIENT PAUSE WRITE` on one node (every script waits there, in the order it came), waited
+//! on by the node's own count of waiting clients.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use ratelimit::testing::TestModule;
+use ratelimit::{
+    rate_limit, ConfigBuilder, Error, Module, ModuleBuilder, RedisOptions, StoreConfig,
+};
+use ratelimit_tests::moves_bucket as bucket;
+use ratelimit_tests::on_its_store;
+use ratelimit_tests::redis_server::{
+    pause_writes as pause, prefix, unpause, until_waiting, RedisCluster, RedisServer,
+};
+
+const MINUTE: Duration = Duration::from_secs(60);
+
+/// The budget's part of `report`'s store keys (see `ratelimit_core::key`).
+const BUDGET: &str = "31:cluster_recheck_attacks::report";
+
+#[rate_limit(tier = "moves")]
+async fn report() -> Result<(), Error> {
+    Ok(())
+}
+
+/// The user whose limit `report_for` stacks beside the fn's budget: on the third master.
+static USER: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// `report`'s budget beside a user's roomy limit: a stacked call over two slots, run slot by
+/// slot (`slots.rs`).
+#[rate_limit(tier = "moves")]
+#[rate_limit(limit = 1000, window = "1h", key = user, name = "per-user")]
+async fn report_for(user: &str) -> Result<(), Error> {
+    let _ = user;
+    Ok(())
+}
+
+/// A call of one of the fns, to spawn.
+type Call = fn() -> Pin<Box<dyn Future<Output = Result<(), Error>> + Send>>;
+
+fn plain() -> Pin<Box<dyn Future<Output = Result<(), Error>> + Send>> {
+    Box::pin(report())
+}
+
+fn beside_a_user() -> Pin<Box<dyn Future<Output = Result<(), Error>> + Send>> {
+    Box::pin(report_for(USER.get().expect("a user on the third master")))
+}
+
+/// A pod: a module of the minute's bucket on `options`, under prefix `p`.
+fn pod(options: &RedisOptions, p: &str) -> TestModule {
+    let builder: ModuleBuilder = Module::builder()
+        .key_prefix(p)
+        .store(StoreConfig::Redis(options.clone()))
+        .tier(bucket(MINUTE));
+    TestModule::new(builder).expect("the module runs")
+}
+
+/// Reloads `m` to the bucket on two minutes: the fn's budget moved to another key.
+fn reloaded(m: &TestModule) {
+    let builder = ConfigBuilder::default().tier(bucket(2 * MINUTE));
+    let service = m.service();
+    service
+        .reload(on_its_store(service, builder))
+        .expect("reloaded");
+}
+
+/// Whether a call of `call` under `m` was admitted (a refusal over the limit: false; any
+/// other error fails the test).
+async fn admitted_by(m: &TestModule, call: Call) -> bool {
+    match m.scope(call()).await {
+        Ok(()) => true,
+        Err(Error::Exceeded(_)) => false,
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// Calls of `call` under `m` until one is refused: how many were admitted.
+async fn until_refused(m: &TestModule, call: Call) -> usize {
+    let mut n = 0;
+    while admitted_by(m, call).await {
+        n += 1;
+    }
+    n
+}
+
+/// The master of `cluster` serving `key`.
+fn node_of(cluster: &RedisCluster, key: &str) -> usize {
+    let slot: u16 = redis::cmd("CLUSTER")
+        .arg("KEYSLOT")
+        .arg(key)
+        .query(&mut cluster.nodes[0].connection())
+        .unwrap();
+    cluster.master_of(slot).expect("a master")
+}
+
+/// A key prefix under which `budget`'s old and moved states lie on two masters of `cluster`,
+/// and those two masters (old, moved); the user of `report_for` set on the third.
+fn two_masters(cluster: &RedisCluster, name: &str, budget: &str) -> (String, usize, usize) {
+    let key = |p: &str, window: &str| format!("{p}:{{}}{window}:{budget}:5:moves");
+    let (p, old, moved) = (0..)
+        .map(|i| prefix(&format!("{name}{i}")))
+        .find_map(|p| {
+            let (old, new) = (key(&p, "T60000"), key(&p, "T120000"));
+            let (a, b) = (node_of(cluster, &old), node_of(cluster, &new));
+            (a != b).then_some((p, a, b))
+        })
+        .unwrap();
+    let user = (0..)
+        .map(|i| format!("user-{i}"))
+        .find(|u| ![old, moved].contains(&node_of(cluster, &format!("{{{u}}}"))))
+        .unwrap();
+    USER.get_or_init(|| user);
+    (p, old, moved)
+}
+
+/// A history of [`dropped_movers`]: calls of `call` spent before the move, pods that moved
+/// (their calls dropped) and pods still in the old window.
+#[derive(Clone, Copy)]
+struct History {
+    call: Call,
+    before: usize,
+    movers: usize,
+    others: usize,
+}
+
+/// `cluster_moves_attacks`' `moved_while_others_spend`, the movers' calls dropped (their
+/// tasks aborted: a timeout above them, a client gone) while their scripts wait on the moved
+/// state's master (`moved`, on a Cluster; on one server, `old`, while their one script
+/// waits): their reads made before the others' calls spent, their scripts after. What the
+/// others admit, then what one mover admits until refused. On a Cluster the drops' reads
+/// after and additions, made by their tasks, are waited on the nodes in turn (their count
+/// of waiting clients: a task that never read again fails the test there).
+fn dropped_movers(
+    options: &RedisOptions,
+    p: &str,
+    old: &RedisServer,
+    moved: Option<&RedisServer>,
+    history: History,
+) -> (usize, usize) {
+    let History {
+        call,
+        before,
+        movers,
+        others,
+    } = history;
+    let runtime = ratelimit_tests::two_workers();
+    let (movers, others): (Vec<TestModule>, Vec<TestModule>) = (
+        (0..movers).map(|_| pod(options, p)).collect(),
+        (0..others).map(|_| pod(options, p)).collect(),
+    );
+    runtime.block_on(async {
+        for m in movers.iter().chain(&others) {
+            let store = m.service().redis_store().expect("on Redis");
+            store.connect().await.expect("connected");
+        }
+        for _ in 0..before {
+            assert!(admitted_by(&movers[0], call).await);
+        }
+    });
+    for m in movers.iter().chain(&others) {
+        reloaded(m);
+    }
+    for m in &movers {
+        m.clock().advance(MINUTE);
+    }
+    let n = movers.len() as u64;
+    let mut a = old.connection();
+    pause(&mut a);
+    let first: Vec<_> = (movers.iter())
+        .map(|m| runtime.spawn(m.scope(call())))
+        .collect();
+    until_waiting(&mut a, n);
+    let then: Vec<_> = (others.iter())
+        .map(|m| runtime.spawn(m.scope(call())))
+        .collect();
+    until_waiting(&mut a, n + others.len() as u64);
+    let mut b = moved.map(RedisServer::connection);
+    if let Some(b) = &mut b {
+        pause(b);
+        unpause(&mut a);
+        until_waiting(b, n);
+        pause(&mut a);
+    }
+    for call in &first {
+        call.abort();
+    }
+    runtime.block_on(async {
+        for call in first {
+            assert!(call.await.is_err_and(|e| e.is_cancelled()));
+        }
+    });
+    match &mut b {
+        Some(b) => {
+            unpause(b);
+            // Each dropped call's task reads the old state again, then adds what it grew by.
+            until_waiting(&mut a, n);
+            pause(b);
+            unpause(&mut a);
+            until_waiting(b, n);
+            unpause(b);
+        }
+        None => unpause(&mut a),
+    }
+    runtime.block_on(async {
+        let mut admitted = 0;
+        for call in then {
+            match call.await.unwrap() {
+                Ok(()) => admitted += 1,
+                Err(Error::Exceeded(_)) => {}
+                Err(e) => panic!("{e}"),
+            }
+        }
+        (admitted, until_refused(&movers[0], call).await)
+    })
+}
+
+/// [`dropped_movers`] of `history` on one server and on a Cluster (the old and moved states
+/// on two masters, the user of `report_for` on the third): what each admitted.
+fn dropped_races(history: History, budget: &str) -> ((usize, usize), (usize, usize)) {
+    let (server, cluster) = (RedisServer::start(), RedisCluster::start());
+    let single = RedisOptions::new(server.url()).timeout(Duration::from_secs(10));
+    let nodes = RedisOptions::cluster(cluster.urls()).timeout(Duration::from_secs(10));
+    let (p, old, moved) = two_masters(&cluster, "dropped-movers", budget);
+    let (old, moved) = (&cluster.nodes[old], &cluster.nodes[moved]);
+    let on_cluster = dropped_movers(&nodes, &p, old, Some(moved), history);
+    let single_p = prefix("dropped-movers-server");
+    let on_server = dropped_movers(&single, &single_p, &server, None, history);
+    (on_server, on_cluster)
+}
+
+/// Five movers' calls dropped while their scripts wait, after five pods still in the old
+/// window spent on both states: their spends land (sent, they run), and what the old state
+/// grew by since their reads is added by their tasks. One server runs the movers' scripts
+/// first (they came first), the others' five fill the bucket; on a Cluster the others spend
+/// first, and the movers' reads missed their 30 s on the old state: added, the budget of 15,
+/// 5 spent before the move, is full, as on one server. With the read after spawned only once
+/// a script's reply came, nothing was added, and one pod admitted 5 more.
+#[test]
+fn movers_dropped_while_their_scripts_wait_leave_what_one_server_leaves() {
+    let history = History {
+        call: plain,
+        before: 5,
+        movers: 5,
+        others: 5,
+    };
+    let (on_server, on_cluster) = dropped_races(history, BUDGET);
+    assert_eq!(on_server, (5, 0));
+    assert_eq!(on_cluster, on_server);
+}
+
+/// The same with the budget stacked beside a user's limit in a third slot.
+#[test]
+fn movers_beside_a_user_dropped_while_their_scripts_wait_leave_what_one_server_leaves() {
+    let history = History {
+        call: beside_a_user,
+        before: 5,
+        movers: 5,
+        others: 5,
+    };
+    let (on_server, on_cluster) = dropped_races(history, "35:cluster_recheck_attacks::report_for");
+    assert_eq!(on_server, (5, 0));
+    assert_eq!(on_cluster, on_server);
+}
