@@ -273,3 +273,104 @@ fn movers_beside_a_user_dropped_while_their_scripts_wait_leave_what_one_server_l
     assert_eq!(on_server, (5, 0));
     assert_eq!(on_cluster, on_server);
 }
+
+/// [`until_waiting`] awaited: the runtime it runs on (a `current_thread` one's only thread)
+/// keeps driving its tasks while it waits.
+async fn waiting_for(c: &mut redis::Connection, n: u64) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while ratelimit_tests::redis_server::waiting(c) != n {
+        assert!(std::time::Instant::now() < deadline, "never {n} waiting");
+        tokio::task::yield_now().await;
+    }
+}
+
+/// Which runtime a mover's call runs on, and what becomes of it once the call is dropped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Runtime {
+    /// One thread, kept: the call's task runs whenever it is next driven.
+    CurrentThread,
+    /// One thread, shut down while the read after waits.
+    CurrentThreadShutDown,
+    /// Two workers, shut down while the read after waits.
+    TwoWorkersShutDown,
+}
+
+/// A mover's call (`report`, 5 spent before the move) dropped by its caller while its script
+/// waits on the moved state's master, a pod the reload has not reached spending the old
+/// bucket's next 5 meanwhile (after the mover's read), the call's read after then made to
+/// wait on the old state's master: on `runtime`. What a mover admits after, until refused
+/// (on a fresh runtime and pod where the first was shut down).
+fn dropped_on(runtime: Runtime) -> usize {
+    let cluster = RedisCluster::start();
+    let options = RedisOptions::cluster(cluster.urls()).timeout(Duration::from_secs(10));
+    let name = format!("runtime-{runtime:?}");
+    let (p, old, moved) = two_masters(&cluster, &name, BUDGET);
+    let (mut a, mut b) = (
+        cluster.nodes[old].connection(),
+        cluster.nodes[moved].connection(),
+    );
+    let first = match runtime {
+        Runtime::TwoWorkersShutDown => ratelimit_tests::two_workers(),
+        _ => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap(),
+    };
+    let (mover, unreached) = (pod(&options, &p), pod(&options, &p));
+    first.block_on(async {
+        for _ in 0..5 {
+            assert!(admitted_by(&unreached, plain).await); // owes 30 s
+        }
+    });
+    reloaded(&mover);
+    mover.clock().advance(MINUTE);
+    pause(&mut b);
+    first.block_on(async {
+        tokio::select! {
+            decided = mover.scope(report()) => panic!("decided while its script waits: {decided:?}"),
+            () = waiting_for(&mut b, 1) => {}
+        }
+        // Dropped (its future, by the select), its script sent.
+        for _ in 0..5 {
+            assert!(admitted_by(&unreached, plain).await); // owes 60 s
+        }
+        pause(&mut a);
+        unpause(&mut b);
+        waiting_for(&mut a, 1).await;
+    });
+    if runtime != Runtime::CurrentThread {
+        drop(first);
+        unpause(&mut a);
+        let again = pod(&options, &p);
+        reloaded(&again);
+        again.clock().advance(MINUTE);
+        return ratelimit_tests::two_workers().block_on(until_refused(&again, plain));
+    }
+    pause(&mut b);
+    unpause(&mut a);
+    first.block_on(async {
+        waiting_for(&mut b, 1).await;
+        unpause(&mut b);
+        until_refused(&mover, plain).await
+    })
+}
+
+/// A `current_thread` runtime whose caller is dropped while its script waits: the task that
+/// reads after it runs as the runtime is next driven, and adds what the old state grew by:
+/// the bucket of 15, 10 spent on the old state and 1 by the dropped call, admits 4 more, as
+/// one server whose one script ran after the other pod's spends.
+#[test]
+fn a_current_thread_runtime_runs_a_dropped_calls_read_after_when_next_driven() {
+    assert_eq!(dropped_on(Runtime::CurrentThread), 4);
+}
+
+/// The runtime shut down while a dropped call's read after waits (`run_checked`: "only a
+/// runtime shut down meanwhile leaves them undone"): the task is dropped with it, nothing is
+/// added, and the next carry covers the dropped call's spend: 5 admitted after where one
+/// server leaves 4, on either kind of runtime.
+#[test]
+#[ignore = "FOUND: a runtime shut down while a carried spend's read after waits drops the task: 5 admitted where one server leaves 4"]
+fn a_runtime_shut_down_while_the_read_after_waits_loses_what_it_would_add() {
+    let shut_down = [Runtime::TwoWorkersShutDown, Runtime::CurrentThreadShutDown];
+    assert_eq!(shut_down.map(dropped_on), [4, 4]);
+}
