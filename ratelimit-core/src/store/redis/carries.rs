@@ -818,3 +818,118 @@ async fn a_carried_spend_dropped_while_its_script_waits_still_adds_what_it_misse
     }
     assert_eq!(admitted, 4);
 }
+
+/// What may meet a carried spend's read after its script (`run_checked`), written or done
+/// while that read waits on the old state's master.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Meanwhile {
+    /// The mark beside the moved state (`grown_mark`) overwritten with a string no addition
+    /// writes.
+    GarbageMark,
+    /// The old state overwritten so (after the script read it, before the script ran).
+    GarbageOld,
+    /// The old state's master held past the store's timeout: the read after times out.
+    Held,
+}
+
+/// A spend that carries a bucket's debt from another slot (30 s read), the old state
+/// spent 5 more after its read (60 s), its read after made to wait on the old state's
+/// master, `meanwhile` done then: the call's answer, and what the moved bucket admits after
+/// (carrying, until refused or failed).
+async fn met_before_the_read_after(meanwhile: Meanwhile) -> (Result<Decision, Error>, usize) {
+    use super::redis_server::{pause_writes, unpause, until_waiting};
+    let cluster = RedisCluster::start();
+    let options = RedisOptions::cluster(cluster.urls()).timeout(Duration::from_millis(1500));
+    let store = RedisStore::new(options).unwrap();
+    let p = prefix(&format!("met-{meanwhile:?}"));
+    let tag = (0..)
+        .map(|i| format!("o{i}"))
+        .find(|tag| node_of(&cluster, tag) != node_of(&cluster, "u"))
+        .unwrap();
+    let (from, into) = (format!("{p}:{{{tag}}}:old"), format!("{p}:{{u}}:new"));
+    let (old, new) = (old_bucket(), tokens(10, 5, 2 * MINUTE, 20));
+    let mut a = cluster.nodes[node_of(&cluster, &tag)].connection();
+    let mut b = cluster.nodes[node_of(&cluster, "u")].connection();
+    assert!(spend(&store, &from, &old, 5).await.allowed); // owes 30 s
+    pause_writes(&mut b);
+    let call = {
+        let (store, from, into, old, new) = (store.clone(), from.clone(), into.clone(), old, new);
+        tokio::spawn(async move {
+            let carried = [carry(&from, &old)];
+            carrying(&store, &into, &new, 1, &carried, Mode::Spend).await
+        })
+    };
+    until_waiting(&mut b, 1);
+    assert!(spend(&store, &from, &old, 5).await.allowed); // owes 60 s
+    let garbage = |c: &mut redis::Connection, key: &str| {
+        let set = redis::cmd("SET").arg(key).arg("garbage").query::<()>(c);
+        set.unwrap();
+    };
+    // The old state's own master paused, nothing written there would come before the read.
+    if meanwhile == Meanwhile::GarbageOld {
+        garbage(&mut a, &from);
+    }
+    pause_writes(&mut a);
+    unpause(&mut b);
+    until_waiting(&mut a, 1);
+    if meanwhile == Meanwhile::GarbageMark {
+        garbage(&mut b, &super::stacked::grown_mark(&into, &from));
+    }
+    let decided = match meanwhile {
+        Meanwhile::Held => {
+            let decided = call.await.unwrap();
+            unpause(&mut a);
+            decided
+        }
+        _ => {
+            unpause(&mut a);
+            call.await.unwrap()
+        }
+    };
+    let carried = [carry(&from, &old)];
+    let mut admitted = 0;
+    while let Ok(d) = carrying(&store, &into, &new, 1, &carried, Mode::Spend).await {
+        if !d.allowed {
+            break;
+        }
+        admitted += 1;
+    }
+    (decided, admitted)
+}
+
+/// Garbage in the mark of what was added, before a carried spend's read after adds what the
+/// old state grew by: the addition fails, and the call is refused, its spend kept (fail
+/// closed). The next carry covers that spend, so the 5 left after it are admitted: 15 over
+/// the whole history, as on one server (which admits the call and 4 after it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn garbage_in_the_grown_mark_refuses_the_call() {
+    let (decided, admitted) = met_before_the_read_after(Meanwhile::GarbageMark).await;
+    assert!(decided.is_ok_and(|d| !d.allowed && d.remaining == 0));
+    assert_eq!(admitted, 5);
+}
+
+/// Garbage in the old state between a carried spend's script and its read after: the call
+/// fails (state of an unexpected shape: for the failure policy, the moved bucket having
+/// room), and so does every call after (nothing admitted past the garbage).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn garbage_in_the_old_state_before_the_read_after_fails_the_call() {
+    let (decided, admitted) = met_before_the_read_after(Meanwhile::GarbageOld).await;
+    assert!(
+        matches!(decided, Err(Error::UnexpectedState { .. })),
+        "{decided:?}"
+    );
+    assert_eq!(admitted, 0);
+}
+
+/// The old state's master holding a carried spend's read after past the store's timeout: the
+/// call fails (for the failure policy), its spend kept; the next carry covers that spend, so
+/// the 5 left are admitted after: 15 over the whole history, as on one server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_after_held_past_the_timeout_fails_the_call() {
+    let (decided, admitted) = met_before_the_read_after(Meanwhile::Held).await;
+    assert!(
+        matches!(decided, Err(Error::Timeout { .. } | Error::Store { .. })),
+        "{decided:?}"
+    );
+    assert_eq!(admitted, 5);
+}
