@@ -757,68 +757,6 @@ async fn a_carried_spend_dropped_before_its_read_after_still_adds_what_it_missed
     assert_eq!(admitted, 4);
 }
 
-/// [`a_carried_spend_dropped_before_its_read_after_still_adds_what_it_missed`], the caller
-/// dropped one step earlier: while its script waits on the moved state's master, already
-/// sent (a request on the wire runs whether or not anyone waits for its reply). The spend
-/// lands all the same, so what the old debt grew by is added all the same, as the script
-/// runs in the task that reads after it. With the read after spawned only once the script's
-/// reply came, nothing was read again, and the next carry covered the dropped call's spend:
-/// 5 more admitted where 4 are left.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_carried_spend_dropped_while_its_script_waits_still_adds_what_it_missed() {
-    use super::redis_server::{pause_writes, unpause, until_waiting};
-    let cluster = RedisCluster::start();
-    let store = on_cluster(&cluster);
-    let p = prefix("in-flight");
-    let tag = (0..)
-        .map(|i| format!("o{i}"))
-        .find(|tag| node_of(&cluster, tag) != node_of(&cluster, "u"))
-        .unwrap();
-    let (from, into) = (format!("{p}:{{{tag}}}:old"), format!("{p}:{{u}}:new"));
-    let (old, new) = (old_bucket(), tokens(10, 5, 2 * MINUTE, 20));
-    let mut b = cluster.nodes[node_of(&cluster, "u")].connection();
-    // The scripts loaded on both masters, as after any first call: a script sent without its
-    // source to a node that lacks it is answered NOSCRIPT, and sent again only by a caller
-    // still there.
-    let (warm_from, warm_into) = (format!("{p}:{{{tag}}}:warm"), format!("{p}:{{u}}:warm"));
-    let warm = [carry(&warm_from, &old)];
-    assert!(spend(&store, &warm_from, &old, 1).await.allowed);
-    let warmed = carrying(&store, &warm_into, &new, 1, &warm, Mode::Spend).await;
-    assert!(warmed.unwrap().allowed);
-    assert!(spend(&store, &from, &old, 5).await.allowed); // owes 30 s
-    pause_writes(&mut b);
-    let call = {
-        let (store, from, into, old, new) = (store.clone(), from.clone(), into.clone(), old, new);
-        tokio::spawn(async move {
-            let carried = [carry(&from, &old)];
-            carrying(&store, &into, &new, 1, &carried, Mode::Spend).await
-        })
-    };
-    // Read in its slot, its script waiting on the moved state's master: dropped there.
-    until_waiting(&mut b, 1);
-    assert!(spend(&store, &from, &old, 5).await.allowed); // owes 60 s
-    call.abort();
-    assert!(call.await.is_err_and(|e| e.is_cancelled()));
-    unpause(&mut b);
-    let mark = super::stacked::grown_mark(&into, &from);
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while !exists(&mut b, &mark) {
-        assert!(std::time::Instant::now() < deadline, "nothing was added");
-        tokio::task::yield_now().await;
-    }
-    // The bucket of 15 spent 10 before the move and 1 by the dropped call: 4 more, not 5.
-    let carried = [carry(&from, &old)];
-    let mut admitted = 0;
-    while carrying(&store, &into, &new, 1, &carried, Mode::Spend)
-        .await
-        .unwrap()
-        .allowed
-    {
-        admitted += 1;
-    }
-    assert_eq!(admitted, 4);
-}
-
 /// What may meet a carried spend's read after its script (`run_checked`), written or done
 /// while that read waits on the old state's master.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -932,4 +870,121 @@ async fn a_read_after_held_past_the_timeout_fails_the_call() {
         "{decided:?}"
     );
     assert_eq!(admitted, 5);
+}
+
+/// Where a carried spend's caller is dropped (its task aborted), each step waiting on its
+/// node (`CLIENT PAUSE WRITE`) while it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum WhileItsWaiting {
+    /// Its read of the old state, on the old state's master: nothing is sent after it.
+    Read,
+    /// Its script, sent, on the moved state's master.
+    Script,
+    /// Its read after the script, on the old state's master.
+    ReadAfter,
+    /// What that read found added, on the moved state's master.
+    Addition,
+}
+
+/// A spend carrying a bucket's debt from another slot (30 s read before the old state is
+/// spent 5 more, to 60 s, where a pod still in its old window spends), dropped at `point`:
+/// what the moved bucket of 15 admits after, carrying, until refused. What was added is
+/// waited for (its mark) where the call's script ran.
+async fn dropped_at(point: WhileItsWaiting) -> usize {
+    use super::redis_server::{pause_writes, unpause, until_waiting};
+    let cluster = RedisCluster::start();
+    let store = on_cluster(&cluster);
+    let p = prefix(&format!("dropped-at-{point:?}"));
+    let tag = (0..)
+        .map(|i| format!("o{i}"))
+        .find(|tag| node_of(&cluster, tag) != node_of(&cluster, "u"))
+        .unwrap();
+    let (from, into) = (format!("{p}:{{{tag}}}:old"), format!("{p}:{{u}}:new"));
+    let (old, new) = (old_bucket(), tokens(10, 5, 2 * MINUTE, 20));
+    // The moved state's master, then the old state's: the steps after the read alternate.
+    let mut c = [node_of(&cluster, "u"), node_of(&cluster, &tag)]
+        .map(|node| cluster.nodes[node].connection());
+    // The scripts loaded on both masters, as after any first call (a script sent without
+    // its source to a node that lacks it is sent again only by a caller still there).
+    let (warm_from, warm_into) = (format!("{p}:{{{tag}}}:warm"), format!("{p}:{{u}}:warm"));
+    assert!(spend(&store, &warm_from, &old, 1).await.allowed);
+    let warm = [carry(&warm_from, &old)];
+    let warmed = carrying(&store, &warm_into, &new, 1, &warm, Mode::Spend).await;
+    assert!(warmed.unwrap().allowed);
+    assert!(spend(&store, &from, &old, 5).await.allowed); // owes 30 s
+                                                          // The step the call is dropped at: its read (on the old state's master), its script (on
+                                                          // the moved state's), its read after, its addition.
+    let (first, steps) = match point {
+        WhileItsWaiting::Read => (1, 0),
+        WhileItsWaiting::Script => (0, 0),
+        WhileItsWaiting::ReadAfter => (0, 1),
+        WhileItsWaiting::Addition => (0, 2),
+    };
+    pause_writes(&mut c[first]);
+    let call = {
+        let (store, from, into, old, new) = (store.clone(), from.clone(), into.clone(), old, new);
+        tokio::spawn(async move {
+            let carried = [carry(&from, &old)];
+            carrying(&store, &into, &new, 1, &carried, Mode::Spend).await
+        })
+    };
+    until_waiting(&mut c[first], 1);
+    if point != WhileItsWaiting::Read {
+        assert!(spend(&store, &from, &old, 5).await.allowed); // owes 60 s
+    }
+    // Each step's node paused before the one it waits on is let go.
+    let mut waiting = first;
+    for _ in 0..steps {
+        let next = 1 - waiting;
+        pause_writes(&mut c[next]);
+        unpause(&mut c[waiting]);
+        until_waiting(&mut c[next], 1);
+        waiting = next;
+    }
+    call.abort();
+    assert!(call.await.is_err_and(|e| e.is_cancelled()));
+    unpause(&mut c[waiting]);
+    if point == WhileItsWaiting::Read {
+        until_waiting(&mut c[1], 0);
+        assert!(spend(&store, &from, &old, 5).await.allowed); // owes 60 s
+    } else {
+        let mark = super::stacked::grown_mark(&into, &from);
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while !exists(&mut c[0], &mark) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{point:?}: nothing was added"
+            );
+            tokio::task::yield_now().await;
+        }
+    }
+    let carried = [carry(&from, &old)];
+    let mut admitted = 0;
+    while carrying(&store, &into, &new, 1, &carried, Mode::Spend)
+        .await
+        .unwrap()
+        .allowed
+    {
+        admitted += 1;
+    }
+    admitted
+}
+
+/// A carried spend dropped at each of its steps, the old state spent meanwhile: once its
+/// script is sent, its spend lands and what the old state grew by is added (its task): 4
+/// left of the bucket of 15 (10 spent on the old state, 1 by the dropped call), as one
+/// server leaves; dropped before, nothing of it is spent: 5.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_carried_spend_dropped_at_each_step_leaves_what_one_server_leaves() {
+    let points = [
+        WhileItsWaiting::Read,
+        WhileItsWaiting::Script,
+        WhileItsWaiting::ReadAfter,
+        WhileItsWaiting::Addition,
+    ];
+    let mut left = Vec::new();
+    for point in points {
+        left.push(dropped_at(point).await);
+    }
+    assert_eq!(left, [5, 4, 4, 4]);
 }
