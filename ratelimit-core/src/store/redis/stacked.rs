@@ -224,8 +224,9 @@ impl RedisStore {
     /// (a timeout above it, a client gone), whether the script still waits or has answered,
     /// has what it missed added all the same. Run in the call's future, they were dropped
     /// with it, and the next carry covered its spend: 5 admitted after it where 4 were left
-    /// (`carries.rs`). Only a runtime shut down meanwhile leaves them undone; without one (a
-    /// future polled outside Tokio) they run in the call's.
+    /// (`carries.rs`). Only a runtime shut down meanwhile leaves them undone, the task
+    /// dropped with it: 5 admitted after where 4 are left (`cluster_recheck_attacks`, kept
+    /// ignored); without one (a future polled outside Tokio) they run in the call's.
     #[cold]
     async fn run_checked(
         &self,
