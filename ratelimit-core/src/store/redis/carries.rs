@@ -677,84 +677,95 @@ async fn an_unreadable_old_state_in_another_slot_leaves_a_refusal_a_refusal() {
     assert_eq!(left.unwrap().remaining, 14, "spent on the moved state");
 }
 
-/// A spend that carries a bucket's debt from another slot, its caller dropped between its
-/// script and its read after it (`run_checked`: a timeout above the call, a client gone),
-/// while the old state grew (a pod still in its old window spent there after the first read):
-/// what the old debt grew by is added to the moved bucket all the same, as the read after is
-/// a task of its own. Run in the caller's future, it was dropped with the call: the moved
-/// bucket owed 36 s (the 30 s read, its own 6 s) where the old one owed 60, and the next
-/// carry, the old debt over the moved one's, covered the dropped call's spend (admitted, and
-/// counted nowhere): 5 more admitted where 4 are left. The order is made with `CLIENT PAUSE
-/// WRITE` on the two masters.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_carried_spend_dropped_before_its_read_after_still_adds_what_it_missed() {
-    use super::redis_server::{pause_writes, unpause, until_waiting};
-    let cluster = RedisCluster::start();
-    let store = on_cluster(&cluster);
-    let p = prefix("dropped");
-    let tag = (0..)
-        .map(|i| format!("o{i}"))
-        .find(|tag| node_of(&cluster, tag) != node_of(&cluster, "u"))
-        .unwrap();
-    let (from, into) = (format!("{p}:{{{tag}}}:old"), format!("{p}:{{u}}:new"));
-    let (old, new) = (old_bucket(), tokens(10, 5, 2 * MINUTE, 20));
-    let mut a = cluster.nodes[node_of(&cluster, &tag)].connection();
-    let mut b = cluster.nodes[node_of(&cluster, "u")].connection();
-    assert!(spend(&store, &from, &old, 5).await.allowed); // owes 30 s
-    pause_writes(&mut b);
-    let call = {
-        let (store, from, into, old, new) = (store.clone(), from.clone(), into.clone(), old, new);
+/// A bucket moved to another Cluster slot than its old state's (a budget without a user key,
+/// each key hashed whole): the old state `from` (a token every 6 s, 15 at most) spent 5 (30 s
+/// owed), the moved state `into` (the same rate on two minutes) not yet carried into, the
+/// scripts loaded on both masters, as after any first call (a script sent without its source
+/// to a node that lacks it is sent again only by a caller still there: a dropped call's would
+/// never run). Named `name` in its keys.
+struct Moved {
+    _cluster: RedisCluster,
+    store: RedisStore,
+    from: String,
+    into: String,
+    old: Quota,
+    new: Quota,
+    /// The moved state's master, then the old state's.
+    masters: [redis::Connection; 2],
+}
+
+impl Moved {
+    async fn new(name: &str, timeout: Duration) -> Moved {
+        let cluster = RedisCluster::start();
+        let options = RedisOptions::cluster(cluster.urls()).timeout(timeout);
+        let store = RedisStore::new(options).unwrap();
+        let p = prefix(name);
+        let tag = (0..)
+            .map(|i| format!("o{i}"))
+            .find(|tag| node_of(&cluster, tag) != node_of(&cluster, "u"))
+            .unwrap();
+        let (from, into) = (format!("{p}:{{{tag}}}:old"), format!("{p}:{{u}}:new"));
+        let (old, new) = (old_bucket(), tokens(10, 5, 2 * MINUTE, 20));
+        let masters = [node_of(&cluster, "u"), node_of(&cluster, &tag)]
+            .map(|node| cluster.nodes[node].connection());
+        let (warm_from, warm_into) = (format!("{p}:{{{tag}}}:warm"), format!("{p}:{{u}}:warm"));
+        assert!(spend(&store, &warm_from, &old, 1).await.allowed);
+        let warm = [carry(&warm_from, &old)];
+        let warmed = carrying(&store, &warm_into, &new, 1, &warm, Mode::Spend).await;
+        assert!(warmed.unwrap().allowed);
+        assert!(spend(&store, &from, &old, 5).await.allowed);
+        Moved {
+            _cluster: cluster,
+            store,
+            from,
+            into,
+            old,
+            new,
+            masters,
+        }
+    }
+
+    /// A carrying spend of 1 on the moved state, as a task (to drop, or to wait for).
+    fn spend(&self) -> tokio::task::JoinHandle<Result<Decision, Error>> {
+        let (store, from, into) = (self.store.clone(), self.from.clone(), self.into.clone());
+        let (old, new) = (self.old, self.new);
         tokio::spawn(async move {
             let carried = [carry(&from, &old)];
             carrying(&store, &into, &new, 1, &carried, Mode::Spend).await
         })
-    };
-    // Read in its slot, its script waiting on the moved state's master.
-    until_waiting(&mut b, 1);
-    assert!(spend(&store, &from, &old, 5).await.allowed); // owes 60 s
-    pause_writes(&mut a);
-    unpause(&mut b);
-    // Its script run, its read after waiting on the old state's master: dropped there.
-    until_waiting(&mut a, 1);
-    call.abort();
-    assert!(call.await.is_err_and(|e| e.is_cancelled()));
-    unpause(&mut a);
-    let mark = super::stacked::grown_mark(&into, &from);
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while redis::cmd("EXISTS")
-        .arg(&mark)
-        .query::<i64>(&mut b)
-        .unwrap()
-        == 0
-    {
-        assert!(std::time::Instant::now() < deadline, "nothing was added");
-        tokio::task::yield_now().await;
     }
-    // Full again no earlier than 6 s (the dropped call's token) after the old bucket.
-    let look = |key: String, quota: Quota| {
-        let store = store.clone();
-        async move {
-            let request = Request::look(StoreKey::composed(&key), &quota, 0, NOW).unwrap();
-            store.decide(request).await.unwrap().reset_at()
+
+    /// The old state spent 5 more (as a pod still in its old window spends there).
+    async fn others_spend(&self) {
+        assert!(spend(&self.store, &self.from, &self.old, 5).await.allowed);
+    }
+
+    /// Until what a carried spend's task adds is written (the mark beside the moved state).
+    async fn until_added(&mut self, what: &str) {
+        let mark = super::stacked::grown_mark(&self.into, &self.from);
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while !exists(&mut self.masters[0], &mark) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{what}: nothing was added"
+            );
+            tokio::task::yield_now().await;
         }
-    };
-    let (old_full, moved_full) = (look(from.clone(), old).await, look(into.clone(), new).await);
-    let ms = Duration::from_millis(1);
-    assert!(
-        moved_full + ms >= old_full + Duration::from_secs(6),
-        "moved {moved_full:?}, old {old_full:?}"
-    );
-    // The bucket of 15 spent 10 before the move and 1 by the dropped call: 4 more, not 5.
-    let carried = [carry(&from, &old)];
-    let mut admitted = 0;
-    while carrying(&store, &into, &new, 1, &carried, Mode::Spend)
-        .await
-        .unwrap()
-        .allowed
-    {
-        admitted += 1;
     }
-    assert_eq!(admitted, 4);
+
+    /// What the moved bucket admits, carrying, until it refuses; and the error that ended
+    /// it instead, if one did.
+    async fn admitted_after(&self) -> (usize, Option<Error>) {
+        let carried = [carry(&self.from, &self.old)];
+        let mut admitted = 0;
+        loop {
+            match carrying(&self.store, &self.into, &self.new, 1, &carried, Mode::Spend).await {
+                Ok(d) if d.allowed => admitted += 1,
+                Ok(_) => return (admitted, None),
+                Err(e) => return (admitted, Some(e)),
+            }
+        }
+    }
 }
 
 /// What may meet a carried spend's read after its script (`run_checked`), written or done
@@ -776,63 +787,40 @@ enum Meanwhile {
 /// (carrying, until refused or failed).
 async fn met_before_the_read_after(meanwhile: Meanwhile) -> (Result<Decision, Error>, usize) {
     use super::redis_server::{pause_writes, unpause, until_waiting};
-    let cluster = RedisCluster::start();
-    let options = RedisOptions::cluster(cluster.urls()).timeout(Duration::from_millis(1500));
-    let store = RedisStore::new(options).unwrap();
-    let p = prefix(&format!("met-{meanwhile:?}"));
-    let tag = (0..)
-        .map(|i| format!("o{i}"))
-        .find(|tag| node_of(&cluster, tag) != node_of(&cluster, "u"))
-        .unwrap();
-    let (from, into) = (format!("{p}:{{{tag}}}:old"), format!("{p}:{{u}}:new"));
-    let (old, new) = (old_bucket(), tokens(10, 5, 2 * MINUTE, 20));
-    let mut a = cluster.nodes[node_of(&cluster, &tag)].connection();
-    let mut b = cluster.nodes[node_of(&cluster, "u")].connection();
-    assert!(spend(&store, &from, &old, 5).await.allowed); // owes 30 s
-    pause_writes(&mut b);
-    let call = {
-        let (store, from, into, old, new) = (store.clone(), from.clone(), into.clone(), old, new);
-        tokio::spawn(async move {
-            let carried = [carry(&from, &old)];
-            carrying(&store, &into, &new, 1, &carried, Mode::Spend).await
-        })
-    };
-    until_waiting(&mut b, 1);
-    assert!(spend(&store, &from, &old, 5).await.allowed); // owes 60 s
+    let name = format!("met-{meanwhile:?}");
+    let mut moved = Moved::new(&name, Duration::from_millis(1500)).await;
+    let (into_master, from_master) = (0, 1);
+    pause_writes(&mut moved.masters[into_master]);
+    let call = moved.spend();
+    until_waiting(&mut moved.masters[into_master], 1);
+    moved.others_spend().await;
     let garbage = |c: &mut redis::Connection, key: &str| {
         let set = redis::cmd("SET").arg(key).arg("garbage").query::<()>(c);
         set.unwrap();
     };
     // The old state's own master paused, nothing written there would come before the read.
     if meanwhile == Meanwhile::GarbageOld {
-        garbage(&mut a, &from);
+        garbage(&mut moved.masters[from_master], &moved.from);
     }
-    pause_writes(&mut a);
-    unpause(&mut b);
-    until_waiting(&mut a, 1);
+    pause_writes(&mut moved.masters[from_master]);
+    unpause(&mut moved.masters[into_master]);
+    until_waiting(&mut moved.masters[from_master], 1);
     if meanwhile == Meanwhile::GarbageMark {
-        garbage(&mut b, &super::stacked::grown_mark(&into, &from));
+        let mark = super::stacked::grown_mark(&moved.into, &moved.from);
+        garbage(&mut moved.masters[into_master], &mark);
     }
     let decided = match meanwhile {
         Meanwhile::Held => {
             let decided = call.await.unwrap();
-            unpause(&mut a);
+            unpause(&mut moved.masters[from_master]);
             decided
         }
         _ => {
-            unpause(&mut a);
+            unpause(&mut moved.masters[from_master]);
             call.await.unwrap()
         }
     };
-    let carried = [carry(&from, &old)];
-    let mut admitted = 0;
-    while let Ok(d) = carrying(&store, &into, &new, 1, &carried, Mode::Spend).await {
-        if !d.allowed {
-            break;
-        }
-        admitted += 1;
-    }
-    (decided, admitted)
+    (decided, moved.admitted_after().await.0)
 }
 
 /// Garbage in the mark of what was added, before a carried spend's read after adds what the
@@ -892,81 +880,41 @@ enum WhileItsWaiting {
 /// waited for (its mark) where the call's script ran.
 async fn dropped_at(point: WhileItsWaiting) -> usize {
     use super::redis_server::{pause_writes, unpause, until_waiting};
-    let cluster = RedisCluster::start();
-    let store = on_cluster(&cluster);
-    let p = prefix(&format!("dropped-at-{point:?}"));
-    let tag = (0..)
-        .map(|i| format!("o{i}"))
-        .find(|tag| node_of(&cluster, tag) != node_of(&cluster, "u"))
-        .unwrap();
-    let (from, into) = (format!("{p}:{{{tag}}}:old"), format!("{p}:{{u}}:new"));
-    let (old, new) = (old_bucket(), tokens(10, 5, 2 * MINUTE, 20));
-    // The moved state's master, then the old state's: the steps after the read alternate.
-    let mut c = [node_of(&cluster, "u"), node_of(&cluster, &tag)]
-        .map(|node| cluster.nodes[node].connection());
-    // The scripts loaded on both masters, as after any first call (a script sent without
-    // its source to a node that lacks it is sent again only by a caller still there).
-    let (warm_from, warm_into) = (format!("{p}:{{{tag}}}:warm"), format!("{p}:{{u}}:warm"));
-    assert!(spend(&store, &warm_from, &old, 1).await.allowed);
-    let warm = [carry(&warm_from, &old)];
-    let warmed = carrying(&store, &warm_into, &new, 1, &warm, Mode::Spend).await;
-    assert!(warmed.unwrap().allowed);
-    assert!(spend(&store, &from, &old, 5).await.allowed); // owes 30 s
-                                                          // The step the call is dropped at: its read (on the old state's master), its script (on
-                                                          // the moved state's), its read after, its addition.
+    let mut moved = Moved::new(&format!("dropped-at-{point:?}"), Duration::from_secs(2)).await;
+    // The step the call is dropped at: its read (on the old state's master), its script (on
+    // the moved state's), its read after, its addition; the steps after the read alternate.
     let (first, steps) = match point {
         WhileItsWaiting::Read => (1, 0),
         WhileItsWaiting::Script => (0, 0),
         WhileItsWaiting::ReadAfter => (0, 1),
         WhileItsWaiting::Addition => (0, 2),
     };
-    pause_writes(&mut c[first]);
-    let call = {
-        let (store, from, into, old, new) = (store.clone(), from.clone(), into.clone(), old, new);
-        tokio::spawn(async move {
-            let carried = [carry(&from, &old)];
-            carrying(&store, &into, &new, 1, &carried, Mode::Spend).await
-        })
-    };
-    until_waiting(&mut c[first], 1);
+    pause_writes(&mut moved.masters[first]);
+    let call = moved.spend();
+    until_waiting(&mut moved.masters[first], 1);
     if point != WhileItsWaiting::Read {
-        assert!(spend(&store, &from, &old, 5).await.allowed); // owes 60 s
+        moved.others_spend().await; // owes 60 s
     }
     // Each step's node paused before the one it waits on is let go.
     let mut waiting = first;
     for _ in 0..steps {
         let next = 1 - waiting;
-        pause_writes(&mut c[next]);
-        unpause(&mut c[waiting]);
-        until_waiting(&mut c[next], 1);
+        pause_writes(&mut moved.masters[next]);
+        unpause(&mut moved.masters[waiting]);
+        until_waiting(&mut moved.masters[next], 1);
         waiting = next;
     }
     call.abort();
     assert!(call.await.is_err_and(|e| e.is_cancelled()));
-    unpause(&mut c[waiting]);
+    unpause(&mut moved.masters[waiting]);
     if point == WhileItsWaiting::Read {
-        until_waiting(&mut c[1], 0);
-        assert!(spend(&store, &from, &old, 5).await.allowed); // owes 60 s
+        until_waiting(&mut moved.masters[1], 0);
+        moved.others_spend().await; // owes 60 s
     } else {
-        let mark = super::stacked::grown_mark(&into, &from);
-        let deadline = std::time::Instant::now() + Duration::from_secs(20);
-        while !exists(&mut c[0], &mark) {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "{point:?}: nothing was added"
-            );
-            tokio::task::yield_now().await;
-        }
+        moved.until_added(&format!("{point:?}")).await;
     }
-    let carried = [carry(&from, &old)];
-    let mut admitted = 0;
-    while carrying(&store, &into, &new, 1, &carried, Mode::Spend)
-        .await
-        .unwrap()
-        .allowed
-    {
-        admitted += 1;
-    }
+    let (admitted, error) = moved.admitted_after().await;
+    assert!(error.is_none(), "{point:?}: {error:?}");
     admitted
 }
 
