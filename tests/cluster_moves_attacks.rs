@@ -10,86 +10,22 @@
 //! `CLIENT PAUSE WRITE` on one node (every script waits there, in the order it came, while
 //! the other nodes run theirs), waited on by the node's own count of waiting clients.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::time::Duration;
 
 use ratelimit::testing::TestModule;
-use ratelimit::{
-    rate_limit, ConfigBuilder, Error, FailurePolicy, Module, ModuleBuilder, RedisOptions,
-    StoreConfig,
+use ratelimit::{Error, FailurePolicy, RedisOptions};
+use ratelimit_tests::cluster_pods::{
+    admitted_by, admitted_of, beside_a_user, budget_key, fleet, node_of, plain, pod, reloaded,
+    report, two_masters, until_refused, Call, MINUTE, REPORT, REPORT_FOR,
 };
-use ratelimit_tests::moves_bucket as bucket;
-use ratelimit_tests::on_its_store;
 use ratelimit_tests::redis_server::{
     pause_writes as pause, prefix, unpause, until_waiting, RedisCluster, RedisServer,
 };
-
-const MINUTE: Duration = Duration::from_secs(60);
-
-/// The budget's part of `report`'s store keys (see `ratelimit_core::key`).
-const BUDGET: &str = "29:cluster_moves_attacks::report";
-
-#[rate_limit(tier = "moves")]
-async fn report() -> Result<(), Error> {
-    Ok(())
-}
-
-/// The user whose limit `report_for` stacks beside the fn's budget: on the third master (the
-/// old and moved states of `report_for`'s budget on the two others, see `races`).
-static USER: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-
-/// `report`'s budget beside a user's roomy limit: a stacked call over two slots (or three,
-/// with the old state decided too), run slot by slot (`slots.rs`).
-#[rate_limit(tier = "moves")]
-#[rate_limit(limit = 1000, window = "1h", key = user, name = "per-user")]
-async fn report_for(user: &str) -> Result<(), Error> {
-    let _ = user;
-    Ok(())
-}
-
-/// A call of one of the fns, to spawn.
-type Call = fn() -> Pin<Box<dyn Future<Output = Result<(), Error>> + Send>>;
-
-fn plain() -> Pin<Box<dyn Future<Output = Result<(), Error>> + Send>> {
-    Box::pin(report())
-}
-
-fn beside_a_user() -> Pin<Box<dyn Future<Output = Result<(), Error>> + Send>> {
-    Box::pin(report_for(USER.get().expect("a user on the third master")))
-}
-
-/// A pod: a module of the minute's bucket on `options`, under prefix `p`.
-fn pod(options: &RedisOptions, p: &str) -> TestModule {
-    let builder: ModuleBuilder = Module::builder()
-        .key_prefix(p)
-        .store(StoreConfig::Redis(options.clone()))
-        .tier(bucket(MINUTE));
-    TestModule::new(builder).expect("the module runs")
-}
-
-/// Reloads `m` to the bucket on two minutes: the fn's budget moved to another key.
-fn reloaded(m: &TestModule) {
-    let builder = ConfigBuilder::default().tier(bucket(2 * MINUTE));
-    let service = m.service();
-    service
-        .reload(on_its_store(service, builder))
-        .expect("reloaded");
-}
 
 /// Whether a call of `report` under `m` was admitted (a refusal over the limit: false; any
 /// other error fails the test).
 async fn admitted(m: &TestModule) -> bool {
     admitted_by(m, plain).await
-}
-
-/// [`admitted`] for a call of `call`.
-async fn admitted_by(m: &TestModule, call: Call) -> bool {
-    match m.scope(call()).await {
-        Ok(()) => true,
-        Err(Error::Exceeded(_)) => false,
-        Err(e) => panic!("{e}"),
-    }
 }
 
 /// What the token bucket at `key` on `node` owes, in microseconds of its node's clock.
@@ -102,16 +38,6 @@ fn owed(node: &RedisServer, key: &str) -> u64 {
         .collect();
     let tat: u64 = digits.parse().unwrap();
     tat - ratelimit_tests::redis_server::redis_time(&mut c)
-}
-
-/// The node of `nodes` (a Cluster's masters) serving `key`.
-fn node_of(cluster: &RedisCluster, key: &str) -> usize {
-    let slot: u16 = redis::cmd("CLUSTER")
-        .arg("KEYSLOT")
-        .arg(key)
-        .query(&mut cluster.nodes[0].connection())
-        .unwrap();
-    cluster.master_of(slot).expect("a master")
 }
 
 /// A history of [`moved_while_others_spend`]: calls of `call` spent before the move, pods that
@@ -146,25 +72,7 @@ fn moved_while_others_spend(
         others,
     } = history;
     let runtime = ratelimit_tests::two_workers();
-    let (movers, others): (Vec<TestModule>, Vec<TestModule>) = (
-        (0..movers).map(|_| pod(options, p)).collect(),
-        (0..others).map(|_| pod(options, p)).collect(),
-    );
-    runtime.block_on(async {
-        for m in movers.iter().chain(&others) {
-            let store = m.service().redis_store().expect("on Redis");
-            store.connect().await.expect("connected");
-        }
-        for _ in 0..before {
-            assert!(admitted_by(&movers[0], call).await);
-        }
-    });
-    for m in movers.iter().chain(&others) {
-        reloaded(m);
-    }
-    for m in &movers {
-        m.clock().advance(MINUTE);
-    }
+    let (movers, others) = fleet(&runtime, options, p, (call, before), (movers, others));
     let mut a = old.connection();
     let mut b = moved.map(RedisServer::connection);
     pause(&mut a);
@@ -185,22 +93,8 @@ fn moved_while_others_spend(
         unpause(b);
     }
     runtime.block_on(async {
-        let ok = |calls: Vec<tokio::task::JoinHandle<Result<(), Error>>>| async move {
-            let mut n = 0;
-            for call in calls {
-                match call.await.unwrap() {
-                    Ok(()) => n += 1,
-                    Err(Error::Exceeded(_)) => {}
-                    Err(e) => panic!("{e}"),
-                }
-            }
-            n
-        };
-        let (first, then) = (ok(first).await, ok(then).await);
-        let mut after = 0;
-        while admitted_by(&movers[0], call).await {
-            after += 1;
-        }
+        let (first, then) = (admitted_of(first).await, admitted_of(then).await);
+        let after = until_refused(&movers[0], call).await;
         (first, then, after)
     })
 }
@@ -218,7 +112,7 @@ fn pods_still_in_the_old_window_spending_between_a_movers_read_and_its_script() 
         movers: 5,
         others: 5,
     };
-    let (on_server, on_cluster, owed) = races(history, "29:cluster_moves_attacks::report");
+    let (on_server, on_cluster, owed) = races(history, REPORT);
     assert_eq!(on_server, (5, 5, 0));
     assert_eq!(on_cluster, on_server);
     // Moved, the bucket owes a full bucket's 90 s, never more (no lockout): on each side.
@@ -236,7 +130,7 @@ fn a_moved_budget_stacked_beside_a_user_while_pods_still_in_the_old_window_spend
         movers: 5,
         others: 5,
     };
-    let budget = "33:cluster_moves_attacks::report_for";
+    let budget = REPORT_FOR;
     let (on_server, on_cluster, owed) = races(history, budget);
     assert_eq!(on_server, (5, 5, 0));
     assert_eq!(on_cluster, on_server);
@@ -257,7 +151,7 @@ fn a_mover_without_room_for_what_its_read_missed_is_refused() {
         movers: 1,
         others: 5,
     };
-    let (on_server, on_cluster, owed) = races(history, "29:cluster_moves_attacks::report");
+    let (on_server, on_cluster, owed) = races(history, REPORT);
     // One server runs the mover's one script before the others' (it came first): admitted,
     // and the others' fifth refused by the moved bucket.
     assert_eq!(on_server, (1, 4, 0));
@@ -274,20 +168,8 @@ fn races(history: History, budget: &str) -> (Tally, Tally, (u64, u64)) {
     let single = RedisOptions::new(server.url()).timeout(Duration::from_secs(10));
     let single_p = prefix("races-server");
     let nodes = RedisOptions::cluster(cluster.urls()).timeout(Duration::from_secs(10));
-    let key = |p: &str, window: &str| format!("{p}:{{}}{window}:{budget}:5:moves");
-    let (p, old, new) = (0..)
-        .map(|i| prefix(&format!("races-cluster{i}")))
-        .find_map(|p| {
-            let (old, new) = (key(&p, "T60000"), key(&p, "T120000"));
-            let (a, b) = (node_of(&cluster, &old), node_of(&cluster, &new));
-            (a != b).then_some((p, a, b))
-        })
-        .unwrap();
-    let user = (0..)
-        .map(|i| format!("user-{i}"))
-        .find(|u| ![old, new].contains(&node_of(&cluster, &format!("{{{u}}}"))))
-        .unwrap();
-    USER.get_or_init(|| user);
+    let key = |p: &str, window: &str| budget_key(p, window, budget);
+    let (p, old, new) = two_masters(&cluster, "races-cluster", budget);
     let (old, new) = (&cluster.nodes[old], &cluster.nodes[new]);
     let on_cluster = moved_while_others_spend(&nodes, &p, old, Some(new), history);
     let on_server = moved_while_others_spend(&single, &single_p, &server, None, history);
@@ -340,7 +222,7 @@ fn garbage_in_the_old_state_answers_as_on_one_server_under_every_policy() {
             let options = options.timeout(Duration::from_secs(5)).on_failure(policy);
             let m = pod(&options, &p);
             let runtime = ratelimit_tests::two_workers();
-            let old = format!("{p}:{{}}T60000:{BUDGET}:5:moves");
+            let old = budget_key(&p, "T60000", REPORT);
             let mut c = match on_cluster {
                 false => server.connection(),
                 true => cluster.nodes[node_of(&cluster, &old)].connection(),
@@ -415,7 +297,7 @@ fn a_paused_old_node_fails_calls_for_the_policy_and_spends_nothing_on_the_moved_
         (FailurePolicy::Local { pods: 1 }, (3, 0, 0)),
     ];
     for (policy, expected) in policies {
-        let key = |p: &str, window: &str| format!("{p}:{{}}{window}:{BUDGET}:5:moves");
+        let key = |p: &str, window: &str| budget_key(p, window, REPORT);
         let (p, old) = (0..)
             .map(|i| prefix(&format!("paused-{}{i}", policy.as_str())))
             .find_map(|p| {

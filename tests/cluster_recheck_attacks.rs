@@ -11,119 +11,16 @@
 //! `CLIENT PAUSE WRITE` on one node (every script waits there, in the order it came), waited
 //! on by the node's own count of waiting clients.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::time::Duration;
 
-use ratelimit::testing::TestModule;
-use ratelimit::{
-    rate_limit, ConfigBuilder, Error, Module, ModuleBuilder, RedisOptions, StoreConfig,
+use ratelimit::RedisOptions;
+use ratelimit_tests::cluster_pods::{
+    admitted_by, admitted_of, beside_a_user, fleet, plain, pod, reloaded, report, two_masters,
+    until_refused, Call, MINUTE, REPORT, REPORT_FOR,
 };
-use ratelimit_tests::moves_bucket as bucket;
-use ratelimit_tests::on_its_store;
 use ratelimit_tests::redis_server::{
     pause_writes as pause, prefix, unpause, until_waiting, RedisCluster, RedisServer,
 };
-
-const MINUTE: Duration = Duration::from_secs(60);
-
-/// The budget's part of `report`'s store keys (see `ratelimit_core::key`).
-const BUDGET: &str = "31:cluster_recheck_attacks::report";
-
-#[rate_limit(tier = "moves")]
-async fn report() -> Result<(), Error> {
-    Ok(())
-}
-
-/// The user whose limit `report_for` stacks beside the fn's budget: on the third master.
-static USER: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-
-/// `report`'s budget beside a user's roomy limit: a stacked call over two slots, run slot by
-/// slot (`slots.rs`).
-#[rate_limit(tier = "moves")]
-#[rate_limit(limit = 1000, window = "1h", key = user, name = "per-user")]
-async fn report_for(user: &str) -> Result<(), Error> {
-    let _ = user;
-    Ok(())
-}
-
-/// A call of one of the fns, to spawn.
-type Call = fn() -> Pin<Box<dyn Future<Output = Result<(), Error>> + Send>>;
-
-fn plain() -> Pin<Box<dyn Future<Output = Result<(), Error>> + Send>> {
-    Box::pin(report())
-}
-
-fn beside_a_user() -> Pin<Box<dyn Future<Output = Result<(), Error>> + Send>> {
-    Box::pin(report_for(USER.get().expect("a user on the third master")))
-}
-
-/// A pod: a module of the minute's bucket on `options`, under prefix `p`.
-fn pod(options: &RedisOptions, p: &str) -> TestModule {
-    let builder: ModuleBuilder = Module::builder()
-        .key_prefix(p)
-        .store(StoreConfig::Redis(options.clone()))
-        .tier(bucket(MINUTE));
-    TestModule::new(builder).expect("the module runs")
-}
-
-/// Reloads `m` to the bucket on two minutes: the fn's budget moved to another key.
-fn reloaded(m: &TestModule) {
-    let builder = ConfigBuilder::default().tier(bucket(2 * MINUTE));
-    let service = m.service();
-    service
-        .reload(on_its_store(service, builder))
-        .expect("reloaded");
-}
-
-/// Whether a call of `call` under `m` was admitted (a refusal over the limit: false; any
-/// other error fails the test).
-async fn admitted_by(m: &TestModule, call: Call) -> bool {
-    match m.scope(call()).await {
-        Ok(()) => true,
-        Err(Error::Exceeded(_)) => false,
-        Err(e) => panic!("{e}"),
-    }
-}
-
-/// Calls of `call` under `m` until one is refused: how many were admitted.
-async fn until_refused(m: &TestModule, call: Call) -> usize {
-    let mut n = 0;
-    while admitted_by(m, call).await {
-        n += 1;
-    }
-    n
-}
-
-/// The master of `cluster` serving `key`.
-fn node_of(cluster: &RedisCluster, key: &str) -> usize {
-    let slot: u16 = redis::cmd("CLUSTER")
-        .arg("KEYSLOT")
-        .arg(key)
-        .query(&mut cluster.nodes[0].connection())
-        .unwrap();
-    cluster.master_of(slot).expect("a master")
-}
-
-/// A key prefix under which `budget`'s old and moved states lie on two masters of `cluster`,
-/// and those two masters (old, moved); the user of `report_for` set on the third.
-fn two_masters(cluster: &RedisCluster, name: &str, budget: &str) -> (String, usize, usize) {
-    let key = |p: &str, window: &str| format!("{p}:{{}}{window}:{budget}:5:moves");
-    let (p, old, moved) = (0..)
-        .map(|i| prefix(&format!("{name}{i}")))
-        .find_map(|p| {
-            let (old, new) = (key(&p, "T60000"), key(&p, "T120000"));
-            let (a, b) = (node_of(cluster, &old), node_of(cluster, &new));
-            (a != b).then_some((p, a, b))
-        })
-        .unwrap();
-    let user = (0..)
-        .map(|i| format!("user-{i}"))
-        .find(|u| ![old, moved].contains(&node_of(cluster, &format!("{{{u}}}"))))
-        .unwrap();
-    USER.get_or_init(|| user);
-    (p, old, moved)
-}
 
 /// A history of [`dropped_movers`]: calls of `call` spent before the move, pods that moved
 /// (the first `dropped` of their calls dropped) and pods still in the old window.
@@ -159,25 +56,7 @@ fn dropped_movers(
         others,
     } = history;
     let runtime = ratelimit_tests::two_workers();
-    let (movers, others): (Vec<TestModule>, Vec<TestModule>) = (
-        (0..movers).map(|_| pod(options, p)).collect(),
-        (0..others).map(|_| pod(options, p)).collect(),
-    );
-    runtime.block_on(async {
-        for m in movers.iter().chain(&others) {
-            let store = m.service().redis_store().expect("on Redis");
-            store.connect().await.expect("connected");
-        }
-        for _ in 0..before {
-            assert!(admitted_by(&movers[0], call).await);
-        }
-    });
-    for m in movers.iter().chain(&others) {
-        reloaded(m);
-    }
-    for m in &movers {
-        m.clock().advance(MINUTE);
-    }
+    let (movers, others) = fleet(&runtime, options, p, (call, before), (movers, others));
     let n = movers.len() as u64;
     let mut a = old.connection();
     pause(&mut a);
@@ -218,18 +97,7 @@ fn dropped_movers(
         None => unpause(&mut a),
     }
     runtime.block_on(async {
-        let admitted = |calls: Vec<tokio::task::JoinHandle<Result<(), Error>>>| async move {
-            let mut n = 0;
-            for call in calls {
-                match call.await.unwrap() {
-                    Ok(()) => n += 1,
-                    Err(Error::Exceeded(_)) => {}
-                    Err(e) => panic!("{e}"),
-                }
-            }
-            n
-        };
-        let (kept, then) = (admitted(kept).await, admitted(then).await);
+        let (kept, then) = (admitted_of(kept).await, admitted_of(then).await);
         (kept, then, until_refused(&movers[0], call).await)
     })
 }
@@ -267,7 +135,7 @@ fn movers_dropped_while_their_scripts_wait_leave_what_one_server_leaves() {
         dropped: 5,
         others: 5,
     };
-    let (on_server, on_cluster) = dropped_races(history, BUDGET);
+    let (on_server, on_cluster) = dropped_races(history, REPORT);
     assert_eq!(on_server, (0, 5, 0));
     assert_eq!(on_cluster, on_server);
 }
@@ -284,7 +152,7 @@ fn some_movers_dropped_some_kept_while_their_scripts_wait() {
         dropped: 2,
         others: 5,
     };
-    let (on_server, on_cluster) = dropped_races(history, BUDGET);
+    let (on_server, on_cluster) = dropped_races(history, REPORT);
     assert_eq!(on_server, (3, 5, 0));
     assert_eq!(on_cluster, on_server);
 }
@@ -299,7 +167,7 @@ fn movers_beside_a_user_dropped_while_their_scripts_wait_leave_what_one_server_l
         dropped: 5,
         others: 5,
     };
-    let (on_server, on_cluster) = dropped_races(history, "35:cluster_recheck_attacks::report_for");
+    let (on_server, on_cluster) = dropped_races(history, REPORT_FOR);
     assert_eq!(on_server, (0, 5, 0));
     assert_eq!(on_cluster, on_server);
 }
@@ -334,7 +202,7 @@ fn dropped_on(runtime: Runtime) -> usize {
     let cluster = RedisCluster::start();
     let options = RedisOptions::cluster(cluster.urls()).timeout(Duration::from_secs(10));
     let name = format!("runtime-{runtime:?}");
-    let (p, old, moved) = two_masters(&cluster, &name, BUDGET);
+    let (p, old, moved) = two_masters(&cluster, &name, REPORT);
     let (mut a, mut b) = (
         cluster.nodes[old].connection(),
         cluster.nodes[moved].connection(),

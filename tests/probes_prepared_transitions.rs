@@ -118,6 +118,16 @@ fn total(counts: &[u64]) -> u64 {
     counts.iter().sum()
 }
 
+/// [`three`] of the moves from `in_a` to `in_b` with no options of the call's own: the
+/// prepared site, the per-call path and the twin admit alike, `all` in all (`what` names the
+/// case).
+fn alike(steps: &[Step], all: u64, what: &str) {
+    let (p, c, t) = three((in_a, in_b), &Options::new(), steps);
+    assert_eq!(p, c, "{what}");
+    assert_eq!(p, t, "{what}");
+    assert_eq!(total(&p), all, "{what}");
+}
+
 /// A calls' step every `every` seconds from `from` to `to` (inclusive), `n` calls each.
 fn sweep(from: u64, to: u64, every: u64, n: usize) -> Vec<Step> {
     (from..=to)
@@ -164,10 +174,7 @@ fn spent_and_moved(after: impl IntoIterator<Item = Step>) -> Vec<Step> {
 #[test]
 fn the_clock_past_the_old_window_and_the_carrying_is_seen_alike() {
     let steps = spent_and_moved(sweep(0, 300, 5, 3));
-    let (p, c, t) = three((in_a, in_b), &Options::new(), &steps);
-    assert_eq!(p, c);
-    assert_eq!(p, t);
-    assert_eq!(total(&p), 65);
+    alike(&steps, 65, "the clock");
 }
 
 /// A penalty after the reload, inside the old window and past it.
@@ -176,10 +183,7 @@ fn a_penalty_after_the_reload_is_seen_alike() {
     for (at, all) in [(30, 76), (90, 86)] {
         let mut after = vec![Step::At(at), Step::Penalize(10)];
         after.extend(sweep(at, at + 400, 5, 3));
-        let (p, c, t) = three((in_a, in_b), &Options::new(), &spent_and_moved(after));
-        assert_eq!(p, c, "penalty at +{at} s");
-        assert_eq!(p, t, "penalty at +{at} s");
-        assert_eq!(total(&p), all, "penalty at +{at} s");
+        alike(&spent_and_moved(after), all, &format!("penalty at +{at} s"));
     }
 }
 
@@ -189,10 +193,7 @@ fn a_penalty_before_the_reload_is_seen_alike() {
     let mut steps = vec![Step::At(0), Step::Calls(16), Step::Penalize(30)];
     steps.push(Step::Reload(in_b, false));
     steps.extend(sweep(0, 600, 10, 3));
-    let (p, c, t) = three((in_a, in_b), &Options::new(), &steps);
-    assert_eq!(p, c);
-    assert_eq!(p, t);
-    assert_eq!(total(&p), 85);
+    alike(&steps, 85, "a penalty before");
 }
 
 /// A reward after the reload, inside the old window and past it.
@@ -201,10 +202,7 @@ fn a_reward_after_the_reload_is_seen_alike() {
     for (at, all) in [(30, 58), (90, 63)] {
         let mut after = vec![Step::At(at), Step::Reward(5)];
         after.extend(sweep(at, at + 200, 5, 3));
-        let (p, c, t) = three((in_a, in_b), &Options::new(), &spent_and_moved(after));
-        assert_eq!(p, c, "reward at +{at} s");
-        assert_eq!(p, t, "reward at +{at} s");
-        assert_eq!(total(&p), all, "reward at +{at} s");
+        alike(&spent_and_moved(after), all, &format!("reward at +{at} s"));
     }
 }
 
@@ -230,10 +228,11 @@ fn a_second_reload_is_seen_alike() {
     for (at, all) in [(30, 70), (90, 80)] {
         let mut after = vec![Step::At(at), Step::Reload(in_c, true)];
         after.extend(sweep(at, at + 300, 5, 3));
-        let (p, c, t) = three((in_a, in_b), &Options::new(), &spent_and_moved(after));
-        assert_eq!(p, c, "second reload at +{at} s");
-        assert_eq!(p, t, "second reload at +{at} s");
-        assert_eq!(total(&p), all, "second reload at +{at} s");
+        alike(
+            &spent_and_moved(after),
+            all,
+            &format!("second reload at +{at} s"),
+        );
     }
 }
 
@@ -248,10 +247,7 @@ fn calls_with_their_own_block_or_window_beside_the_site_are_seen_alike() {
     for (other, all) in others {
         let mut after = vec![Step::At(30), Step::Beside(other.clone(), 3)];
         after.extend(sweep(30, 400, 5, 3));
-        let (p, c, t) = three((in_a, in_b), &Options::new(), &spent_and_moved(after));
-        assert_eq!(p, c, "beside {other:?}");
-        assert_eq!(p, t, "beside {other:?}");
-        assert_eq!(total(&p), all, "beside {other:?}");
+        alike(&spent_and_moved(after), all, &format!("beside {other:?}"));
     }
 }
 

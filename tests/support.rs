@@ -9,6 +9,12 @@ use ratelimit::{Config, ManualClock, RateLimitService};
 #[path = "redis_server.rs"]
 pub mod redis_server;
 
+/// Pods on a Redis Cluster whose fn-wide budget a reload moves (`cluster_moves_attacks`,
+/// `cluster_recheck_attacks`).
+#[cfg(feature = "redis")]
+#[path = "cluster_pods.rs"]
+pub mod cluster_pods;
+
 /// What a configuration that must not build names (`probes_config`, `probes_config_more`).
 pub mod config_errors;
 

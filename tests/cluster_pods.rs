@@ -1,0 +1,176 @@
+//! Pods of a fleet on a Redis Cluster whose fn-wide budget a reload moves (tier `"moves"`, a
+//! minute's bucket, then two minutes'): its old and moved states in two slots, each key hashed
+//! whole. Shared by `cluster_moves_attacks` and `cluster_recheck_attacks`.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use ratelimit::testing::TestModule;
+use ratelimit::{
+    rate_limit, ConfigBuilder, Error, Module, ModuleBuilder, RedisOptions, StoreConfig,
+};
+
+use crate::redis_server::{prefix, RedisCluster};
+use crate::{moves_bucket as bucket, on_its_store};
+
+pub const MINUTE: Duration = Duration::from_secs(60);
+
+/// [`report`]'s budget part of its store keys (see `ratelimit_core::key`): its name's length,
+/// then its name.
+pub const REPORT: &str = "6:report";
+
+/// [`report_for`]'s.
+pub const REPORT_FOR: &str = "10:report_for";
+
+/// An fn-wide budget of the tier a reload moves.
+#[rate_limit(tier = "moves", name = "report")]
+pub async fn report() -> Result<(), Error> {
+    Ok(())
+}
+
+/// The user whose limit [`report_for`] stacks beside the fn's budget: on the third master,
+/// the old and moved states of the budget on the two others ([`two_masters`]).
+pub static USER: OnceLock<String> = OnceLock::new();
+
+/// [`report`]'s tier beside a user's roomy limit: a stacked call over two slots (or three,
+/// with the old state decided too), run slot by slot (`slots.rs`).
+#[rate_limit(tier = "moves", name = "report_for")]
+#[rate_limit(limit = 1000, window = "1h", key = user, name = "per-user")]
+pub async fn report_for(user: &str) -> Result<(), Error> {
+    let _ = user;
+    Ok(())
+}
+
+/// A call of one of the fns, to spawn.
+pub type Call = fn() -> Pin<Box<dyn Future<Output = Result<(), Error>> + Send>>;
+
+/// A call of [`report`].
+pub fn plain() -> Pin<Box<dyn Future<Output = Result<(), Error>> + Send>> {
+    Box::pin(report())
+}
+
+/// A call of [`report_for`] for [`USER`].
+pub fn beside_a_user() -> Pin<Box<dyn Future<Output = Result<(), Error>> + Send>> {
+    Box::pin(report_for(USER.get().expect("a user on the third master")))
+}
+
+/// A pod: a module of the minute's bucket on `options`, under prefix `p`.
+pub fn pod(options: &RedisOptions, p: &str) -> TestModule {
+    let builder: ModuleBuilder = Module::builder()
+        .key_prefix(p)
+        .store(StoreConfig::Redis(options.clone()))
+        .tier(bucket(MINUTE));
+    TestModule::new(builder).expect("the module runs")
+}
+
+/// Reloads `m` to the bucket on two minutes: the fn's budget moved to another key.
+pub fn reloaded(m: &TestModule) {
+    let builder = ConfigBuilder::default().tier(bucket(2 * MINUTE));
+    let service = m.service();
+    service
+        .reload(on_its_store(service, builder))
+        .expect("reloaded");
+}
+
+/// Whether a call of `call` under `m` was admitted (a refusal over the limit: false; any
+/// other error fails the test).
+pub async fn admitted_by(m: &TestModule, call: Call) -> bool {
+    match m.scope(call()).await {
+        Ok(()) => true,
+        Err(Error::Exceeded(_)) => false,
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// The master of `cluster` serving `key`.
+pub fn node_of(cluster: &RedisCluster, key: &str) -> usize {
+    let slot: u16 = redis::cmd("CLUSTER")
+        .arg("KEYSLOT")
+        .arg(key)
+        .query(&mut cluster.nodes[0].connection())
+        .unwrap();
+    cluster.master_of(slot).expect("a master")
+}
+
+/// The store key of `budget` (its part, as [`REPORT`]) under prefix `p` and the window
+/// `window` (the quota's identity, as `"T60000"`).
+pub fn budget_key(p: &str, window: &str, budget: &str) -> String {
+    format!("{p}:{{}}{window}:{budget}:5:moves")
+}
+
+/// A key prefix named `name` under which `budget`'s old and moved states lie on two masters of
+/// `cluster`, and those two masters (old, moved); [`USER`] set on the third.
+pub fn two_masters(cluster: &RedisCluster, name: &str, budget: &str) -> (String, usize, usize) {
+    let (p, old, moved) = (0..)
+        .map(|i| prefix(&format!("{name}{i}")))
+        .find_map(|p| {
+            let old = node_of(cluster, &budget_key(&p, "T60000", budget));
+            let moved = node_of(cluster, &budget_key(&p, "T120000", budget));
+            (old != moved).then_some((p, old, moved))
+        })
+        .unwrap();
+    let user = (0..)
+        .map(|i| format!("user-{i}"))
+        .find(|u| ![old, moved].contains(&node_of(cluster, &format!("{{{u}}}"))))
+        .unwrap();
+    USER.get_or_init(|| user);
+    (p, old, moved)
+}
+
+/// A fleet on `options` under prefix `p`: `movers` pods past their old window after the
+/// reload and `others` still in it (their clocks a minute apart: a reload reaches pods at
+/// different times), each connected, `before` calls of `call` spent by the first mover before
+/// the move, then every pod reloaded ([`reloaded`]).
+pub fn fleet(
+    runtime: &tokio::runtime::Runtime,
+    options: &RedisOptions,
+    p: &str,
+    (call, before): (Call, usize),
+    (movers, others): (usize, usize),
+) -> (Vec<TestModule>, Vec<TestModule>) {
+    let (movers, others): (Vec<TestModule>, Vec<TestModule>) = (
+        (0..movers).map(|_| pod(options, p)).collect(),
+        (0..others).map(|_| pod(options, p)).collect(),
+    );
+    runtime.block_on(async {
+        for m in movers.iter().chain(&others) {
+            let store = m.service().redis_store().expect("on Redis");
+            store.connect().await.expect("connected");
+        }
+        for _ in 0..before {
+            assert!(admitted_by(&movers[0], call).await);
+        }
+    });
+    for m in movers.iter().chain(&others) {
+        reloaded(m);
+    }
+    for m in &movers {
+        m.clock().advance(MINUTE);
+    }
+    (movers, others)
+}
+
+/// How many of `calls` (spawned calls of the fns) were admitted: a refusal over the limit is
+/// not, any other error fails the test.
+pub async fn admitted_of(calls: Vec<tokio::task::JoinHandle<Result<(), Error>>>) -> usize {
+    let mut n = 0;
+    for call in calls {
+        match call.await.unwrap() {
+            Ok(()) => n += 1,
+            Err(Error::Exceeded(_)) => {}
+            Err(e) => panic!("{e}"),
+        }
+    }
+    n
+}
+
+/// Calls of `call` under `m` until one is refused: how many were admitted.
+pub async fn until_refused(m: &TestModule, call: Call) -> usize {
+    let mut n = 0;
+    while admitted_by(m, call).await {
+        n += 1;
+    }
+    n
+}
