@@ -8,53 +8,29 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use ratelimit::testing::TestModule;
-use ratelimit::{
-    rate_limit, ConfigBuilder, Error, Module, ModuleBuilder, RedisOptions, StoreConfig,
-};
+use ratelimit::{ConfigBuilder, Error, Module, ModuleBuilder, RedisOptions, StoreConfig};
 
 use crate::redis_server::{prefix, RedisCluster};
 use crate::{moves_bucket as bucket, on_its_store};
 
 pub const MINUTE: Duration = Duration::from_secs(60);
 
-/// [`report`]'s budget part of its store keys (see `ratelimit_core::key`): its name's length,
-/// then its name.
+/// The budget part of a test's `report` in its store keys (see `ratelimit_core::key`): its
+/// name's length, then its name.
 pub const REPORT: &str = "6:report";
 
-/// [`report_for`]'s.
+/// A test's `report_for`'s.
 pub const REPORT_FOR: &str = "10:report_for";
 
-/// An fn-wide budget of the tier a reload moves.
-#[rate_limit(tier = "moves", name = "report")]
-pub async fn report() -> Result<(), Error> {
-    Ok(())
-}
-
-/// The user whose limit [`report_for`] stacks beside the fn's budget: on the third master,
-/// the old and moved states of the budget on the two others ([`two_masters`]).
+/// The user whose limit a test's `report_for` stacks beside the fn's budget: on the third
+/// master, the old and moved states of the budget on the two others ([`two_masters`]).
 pub static USER: OnceLock<String> = OnceLock::new();
 
-/// [`report`]'s tier beside a user's roomy limit: a stacked call over two slots (or three,
-/// with the old state decided too), run slot by slot (`slots.rs`).
-#[rate_limit(tier = "moves", name = "report_for")]
-#[rate_limit(limit = 1000, window = "1h", key = user, name = "per-user")]
-pub async fn report_for(user: &str) -> Result<(), Error> {
-    let _ = user;
-    Ok(())
-}
-
-/// A call of one of the fns, to spawn.
+/// A call of one of a test's fns, to spawn. The fns are each test's own (`report`, named
+/// `"report"`, of tier `"moves"`; `report_for`, the same beside a user's limit, named
+/// `"report_for"`): declared here, in the library every test links, every other test's module
+/// would find an fn of a tier it does not have.
 pub type Call = fn() -> Pin<Box<dyn Future<Output = Result<(), Error>> + Send>>;
-
-/// A call of [`report`].
-pub fn plain() -> Pin<Box<dyn Future<Output = Result<(), Error>> + Send>> {
-    Box::pin(report())
-}
-
-/// A call of [`report_for`] for [`USER`].
-pub fn beside_a_user() -> Pin<Box<dyn Future<Output = Result<(), Error>> + Send>> {
-    Box::pin(report_for(USER.get().expect("a user on the third master")))
-}
 
 /// A pod: a module of the minute's bucket on `options`, under prefix `p`.
 pub fn pod(options: &RedisOptions, p: &str) -> TestModule {
