@@ -10,42 +10,19 @@
 //! `CLIENT PAUSE WRITE` on one node (every script waits there, in the order it came, while
 //! the other nodes run theirs), waited on by the node's own count of waiting clients.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::time::Duration;
 
 use ratelimit::testing::TestModule;
-use ratelimit::{rate_limit, Error, FailurePolicy, RedisOptions};
+use ratelimit::{Error, FailurePolicy, RedisOptions};
 use ratelimit_tests::cluster_pods::{
     admitted_by, admitted_of, budget_key, fleet, node_of, pod, reloaded, two_masters,
-    until_refused, Call, MINUTE, REPORT, REPORT_FOR, USER,
+    until_refused, Call, MINUTE, REPORT, REPORT_FOR,
 };
 use ratelimit_tests::redis_server::{
     pause_writes as pause, prefix, unpause, until_waiting, RedisCluster, RedisServer,
 };
 
-/// An fn-wide budget of the tier a reload moves (named, as `cluster_pods::REPORT` writes it).
-#[rate_limit(tier = "moves", name = "report")]
-async fn report() -> Result<(), Error> {
-    Ok(())
-}
-
-/// `report`'s tier beside a user's roomy limit: a stacked call over two slots (or three,
-/// with the old state decided too), run slot by slot (`slots.rs`).
-#[rate_limit(tier = "moves", name = "report_for")]
-#[rate_limit(limit = 1000, window = "1h", key = user, name = "per-user")]
-async fn report_for(user: &str) -> Result<(), Error> {
-    let _ = user;
-    Ok(())
-}
-
-fn plain() -> Pin<Box<dyn Future<Output = Result<(), Error>> + Send>> {
-    Box::pin(report())
-}
-
-fn beside_a_user() -> Pin<Box<dyn Future<Output = Result<(), Error>> + Send>> {
-    Box::pin(report_for(USER.get().expect("a user on the third master")))
-}
+ratelimit_tests::moved_budget_fns!();
 
 /// Whether a call of `report` under `m` was admitted (a refusal over the limit: false; any
 /// other error fails the test).

@@ -150,3 +150,38 @@ pub async fn until_refused(m: &TestModule, call: Call) -> usize {
     }
     n
 }
+
+/// Declares a test's fns where it is called (each test binary its own: see [`Call`]):
+/// `report`, an fn-wide budget of the tier a reload moves, named as [`REPORT`] writes it;
+/// `report_for`, the same beside a user's roomy limit (a stacked call over two slots, or three
+/// with the old state decided too, run slot by slot); and `plain` and `beside_a_user`, a call
+/// of each (the latter for [`USER`]) as a [`Call`].
+#[macro_export]
+macro_rules! moved_budget_fns {
+    () => {
+        #[ratelimit::rate_limit(tier = "moves", name = "report")]
+        async fn report() -> Result<(), ratelimit::Error> {
+            Ok(())
+        }
+
+        #[ratelimit::rate_limit(tier = "moves", name = "report_for")]
+        #[ratelimit::rate_limit(limit = 1000, window = "1h", key = user, name = "per-user")]
+        async fn report_for(user: &str) -> Result<(), ratelimit::Error> {
+            let _ = user;
+            Ok(())
+        }
+
+        fn plain() -> std::pin::Pin<
+            Box<dyn std::future::Future<Output = Result<(), ratelimit::Error>> + Send>,
+        > {
+            Box::pin(report())
+        }
+
+        fn beside_a_user() -> std::pin::Pin<
+            Box<dyn std::future::Future<Output = Result<(), ratelimit::Error>> + Send>,
+        > {
+            let user = $crate::cluster_pods::USER.get();
+            Box::pin(report_for(user.expect("a user on the third master")))
+        }
+    };
+}
