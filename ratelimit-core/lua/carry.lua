@@ -6,6 +6,8 @@
 -- state before the call is decided, so the moved state is never fresher than the old one.
 --
 -- Defines: carried_time(debt_o, debt_n): the rule of `Carry::debt`, in microseconds (below);
+--          pending_of(k), added(...), write_pending(): the pending records and an
+--          addition (see `grow`);
 --          carry(old, moved, now, write): see below.
 --
 -- The rule (`Carry::debt`, the one every store carries by; here in microseconds, there in
@@ -18,6 +20,52 @@
 
 local function carried_time(debt_o, debt_n)
   return math.max(debt_o - debt_n, 0)
+end
+
+-- The pending record at `k` (see `grow` below): {from, id} (`from` the end a call read, a
+-- number; `id` its id, as the call's argument wrote it), nil without one, or the
+-- RATELIMIT_STATE error reply for anything else there.
+local function pending_of(k)
+  local s = redis.pcall('GET', k)
+  local from, id
+  if type(s) == 'string' then from, id = string.match(s, '^([1-9]%d*):([1-9]%d*)$') end
+  if type(s) == 'table' or (s and not (from and from + 0 <= 9007199254740991)) then
+    return redis.error_reply('RATELIMIT_STATE the pending key holds something that is not '
+      .. 'a pending record')
+  end
+  if not s then return nil end
+  return {from = from + 0, id = id}
+end
+
+-- The pending records (b) of the carries made (`grow`): {key, record, expiry in milliseconds},
+-- written by `write_pending` once the call is admitted (a refusal spends nothing, so misses
+-- nothing: the record it would replace stands).
+local pending_records = {}
+
+local function write_pending()
+  for _, r in ipairs(pending_records) do
+    redis.call('SET', r[1], r[2], 'PXAT', r[3])
+  end
+end
+
+-- Adds to the moved token bucket (`into`: a level of it at `now`) what the old state's end grew
+-- by from `from` to `to`, but for what the mark at `mark_key` (holding `marked`, 0: none) says
+-- was added (the ends up to it), and never past a bucket spent from `now`; the mark then at
+-- `to` where that is later, expiring `lasts` after `now` and a second (see `grow`). The
+-- error reply of the moved state, if any.
+local function added(moved, into, mark_key, marked, from, to, lasts, now)
+  local by = to - math.max(from, marked)
+  by = math.min(by, now + moved.second - into[3])
+  if by > 0 then
+    local spent = token_bucket({moved.key},
+      {'1', moved.second, string.format('%d', by), '4', '1'}, nil, now)
+    if type(spent) == 'table' then return spent end
+  end
+  if to > marked then
+    redis.call('SET', mark_key, string.format('%d', to), 'PXAT',
+      string.format('%d', math.floor((now + lasts) / 1000) + 1000))
+  end
+  return nil
 end
 
 -- A look of cost 0 at `state`'s key under its quota at `now`: the strategy's full reply, or
@@ -36,11 +84,13 @@ end
 -- whose debt holds the call by itself, its block is carried into the moved state and the
 -- moved state's into it, `old` then the moved one), which reads no bucket.
 -- `old` may instead be `given`, read in its own Cluster slot by lua/level.lua (a state in
--- another slot than the moved one, which no script reads beside it): {debt, block}, the time
--- its bucket owes and what is left of its block, in microseconds from that script's TIME,
--- which came first; each counted from `now` here (later), so carried no shorter. Its key and
--- block key are then the moved state's own (in this slot), never read.
--- `old` may instead be `grown` (see `grow` below), its key the mark beside the moved state.
+-- another slot than the moved one, which no script reads beside it): {debt, block, read_end,
+-- pending}, the time its bucket owes and what is left of its block, in microseconds from that
+-- script's TIME, which came first; each counted from `now` here (later), so carried no
+-- shorter; when it will be full again on its node's clock, and the id of the call when that
+-- call reads it again after this script ('0': it will not). Its key and block key are then
+-- the mark and the pending record beside the moved state (see `grow` below).
+-- `old` may instead be `grown` (see `grow` below), its keys those two.
 -- - Both with a block (`Carry::block`): a block of the old key until U > now is written to
 --   the moved key's block key, until U and expiring then (as lua/stacked.lua writes blocks),
 --   unless it holds one as late or later: never shortened.
@@ -62,25 +112,41 @@ end
 -- never past a bucket spent from `now` (what admitted spends leave at most: a later one the
 -- old state's own debt holds, which every later call carries). The mark then holds `to`,
 -- expiring after that debt has run out (`lasts`, plus a second for the nodes' clocks).
+-- The call's pending record (`old.block_key`, see below) is then done with: deleted
+-- when it is still the call's own (`old.grown.pending`, its id), which no later call's script
+-- overwrote; run for that even when nothing grew (`from` = `to`).
+--
+-- The pending record: a call whose script ran and whose read after never did (its task
+-- dropped with a runtime shut down) left what it missed unadded, and the next carry covered
+-- its spend. So the script of a call that will read again (`old.given.pending`, its id, not
+-- 0) writes beside the moved state, before it carries the debt read: (a) where a record is
+-- left (a call whose read after has not yet come, or never will), what the old state's end
+-- grew by since it (from the later of the record and the mark, to the end this call read)
+-- is added as `grow` adds (the same mark, the same cap), the mark then at that end; (b) the
+-- record, this call's read end and id, in place of any other (whose missing part above it
+-- this call's own read after covers: it comes after every script before this one), once
+-- the call is admitted (`write_pending`, by lua/stacked.lua). A read
+-- after deletes the record only while it is its own: a record of a later script stands
+-- until its own read after, or the next script, adds what it stands for. Every addition is
+-- of the ends above the mark, the mark then at their top: each part of the old state's
+-- growth added once, whichever call adds it. Nothing is added from a read of a full old
+-- bucket (its end is then the time read, not what was spent: as `grown_since` in
+-- src/store/redis/stacked.rs). The record expires a full moved bucket after the end read:
+-- no addition adds more than that.
 local function grow(old, moved, now, write)
   if scripts[moved.strategy + 0] ~= token_bucket then return nil end
   local into = level(moved, now)
   if into.err then return into end
   local marked = beside_number(old.key, 'mark')
   if type(marked) == 'table' then return marked end
+  local record = pending_of(old.block_key)
+  if record and record.err then return record end
   if not write then return nil end
   marked = marked and marked + 0 or 0
-  local by = old.grown.to - math.max(old.grown.from, marked)
-  by = math.min(by, now + moved.second - into[3])
-  if by > 0 then
-    local spent = token_bucket({moved.key},
-      {'1', moved.second, string.format('%d', by), '4', '1'}, nil, now)
-    if type(spent) == 'table' then return spent end
-  end
-  if old.grown.to > marked then
-    redis.call('SET', old.key, string.format('%d', old.grown.to), 'PXAT',
-      string.format('%d', math.floor((now + old.grown.lasts) / 1000) + 1000))
-  end
+  local err = added(moved, into, old.key, marked, old.grown.from, old.grown.to,
+    old.grown.lasts, now)
+  if err then return err end
+  if record and record.id == old.grown.pending then redis.call('DEL', old.block_key) end
   return nil
 end
 
@@ -108,7 +174,31 @@ local function carry(old, moved, now, write)
     if from.err then return from end
     local into = level(moved, now)
     if into.err then return into end
+    local pending = old.given and old.given.pending ~= '0'
+    local marked, record
+    if pending then
+      record = pending_of(old.block_key)
+      if record and record.err then return record end
+      marked = record and beside_number(old.key, 'mark')
+      if type(marked) == 'table' then return marked end
+    end
     if not write then return nil end
+    if pending then
+      -- (a) and (b) of the pending record (see `grow`), before the debt read is carried: what
+      -- is added is then in the moved bucket's own debt, which the carry's rule takes first.
+      local given = old.given
+      if record and given.debt > 0 then
+        local err = added(moved, into, old.key, marked and marked + 0 or 0, record.from,
+          given.read_end, given.debt, now)
+        if err then return err end
+        into = level(moved, now)
+        if into.err then return into end
+      end
+      local until_ms = math.floor((now + given.debt + moved.second) / 1000) + 1000
+      pending_records[#pending_records + 1] = {old.block_key,
+        string.format('%d', given.read_end) .. ':' .. given.pending,
+        string.format('%d', until_ms)}
+    end
     local at = into[5]
     local owed = old.given and old.given.debt or math.max(from[3] - at, 0)
     local time = carried_time(owed, math.max(into[3] - at, 0))

@@ -22,16 +22,18 @@
 --          1: `stacked_index` in scripts.rs), the two numbers its script takes as ARGV[1]
 --          and ARGV[2], the call's cost under it, and its block (`Quota::block`, in
 --          microseconds; 0: none)
--- ARGV[5n + 9j - 6 .. 5n + 9j + 2] (j from 1 to m): the j-th state carried (`Carry`, see
+-- ARGV[5n + 11j - 8 .. 5n + 11j + 2] (j from 1 to m): the j-th state carried (`Carry`, see
 --          below): the strategy, the two numbers and the block of the quota it was decided
 --          under, then the same four of the quota of the state it is carried into, then 1
 --          when its block alone is carried (`Carry::block_only`), else 0, plus 2 when the
 --          state was read in another Cluster slot (lua/level.lua): its two numbers are then
---          the debt and the block left that script read, and its keys the moved state's (see
---          `given` in lua/carry.lua); 4 instead when what its debt grew by between two
+--          the debt and the block left that script read, and its key and block key the mark
+--          and the pending record beside the moved state, in its slot (see `given` and
+--          `grow` in lua/carry.lua); 4 instead when what its debt grew by between two
 --          reads is added (`grown` there: its numbers then the two ends and how long the
---          later lasts, and its key and block key the mark of what was added, in the moved
---          state's slot); then the stamp, with ARGV[1] 2
+--          later lasts, its keys the same two); then, read in another slot, the end read
+--          (else 0) and the id of the call that will read again (else 0); then the stamp,
+--          with ARGV[1] 2
 -- Returns: the limits' replies end to end, five integers each, as the single scripts return
 --          them (seven with ARGV[1] 2: then the state's shift, 0 but for a token bucket
 --          something was given back to, and the key's stamp, 0 when the call was refused); or
@@ -66,7 +68,7 @@ local spends = ARGV[1] ~= '0'
 local flags = ARGV[2] + 0
 local blocking = flags % 2 == 1
 local m = (flags - flags % 2) / 2
-local n = (#ARGV - 2 - (stamping and 1 or 0) - 9 * m) / 5
+local n = (#ARGV - 2 - (stamping and 1 or 0) - 11 * m) / 5
 local blocks_at = (stamping and 2 or 1) * n -- the block keys follow this many keys
 local carried_at = blocks_at + (blocking and n or 0) -- and the carried states' these
 
@@ -130,7 +132,7 @@ end
 -- The j-th carried state (`old`) and the state it is carried into (`moved`), as `carry` in
 -- lua/carry.lua takes them.
 local function carried(j)
-  local k, a = carried_at + 4 * j - 4, 5 * n + 9 * j - 6
+  local k, a = carried_at + 4 * j - 4, 5 * n + 11 * j - 8
   local function state(key, at)
     return {key = KEYS[k + key], block_key = KEYS[k + key + 1], strategy = ARGV[at],
       first = ARGV[at + 1], second = ARGV[at + 2], block = ARGV[at + 3]}
@@ -139,9 +141,11 @@ local function carried(j)
   local flag = ARGV[a + 8] + 0
   old.block_only = flag % 2 == 1
   if flag >= 4 then
-    old.grown = {from = old.first + 0, to = old.second + 0, lasts = old.block + 0}
+    old.grown = {from = old.first + 0, to = old.second + 0, lasts = old.block + 0,
+      pending = ARGV[a + 10]}
   elseif flag >= 2 then
-    old.given = {debt = old.first + 0, block = old.second + 0}
+    old.given = {debt = old.first + 0, block = old.second + 0, read_end = ARGV[a + 9] + 0,
+      pending = ARGV[a + 10]}
   end
   return old, state(3, a + 4)
 end
@@ -178,6 +182,7 @@ if record then
     if reply.err then return reply end
     replies[i] = reply
   end
+  write_pending()
 elseif spends then
   -- A limit with a block whose algorithm refused the call blocks its key.
   for i = 1, n do

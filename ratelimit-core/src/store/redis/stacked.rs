@@ -57,12 +57,26 @@ fn numbers(quota: &Quota) -> [u64; 4] {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Given {
     /// What was read there ([`LEVEL_SCRIPT`]): the time its bucket owes and what is left of
-    /// its block, in microseconds, carried by the rule of `Carry::debt` (`given`).
-    Held { debt: u64, left: u64 },
+    /// its block, in microseconds, carried by the rule of `Carry::debt` (`given`); when it is
+    /// full again on its node's clock ([`Read::end`]); and the id of the call when it reads
+    /// the state again after its script (0: it will not), written beside the moved state as
+    /// the call's pending record (see `grow` in `lua/carry.lua`).
+    Held {
+        debt: u64,
+        left: u64,
+        end: u64,
+        pending: u64,
+    },
     /// What its debt grew by between a read a call carried and one after the call's script
-    /// ([`RedisStore::run_checked`]): its end at each, on its node's clock, and how long the
-    /// later one's debt lasts (microseconds), added to the moved state (`grown`).
-    Grown { from: u64, to: u64, lasts: u64 },
+    /// ([`RedisStore::run_checked`]): its end at each, on its node's clock, how long the
+    /// later one's debt lasts (microseconds), added to the moved state (`grown`), and the id
+    /// of the call, whose pending record is then done with.
+    Grown {
+        from: u64,
+        to: u64,
+        lasts: u64,
+        pending: u64,
+    },
 }
 
 /// One read of a state carried from another Cluster slot ([`LEVEL_SCRIPT`]): what it holds
@@ -76,7 +90,7 @@ pub(super) struct Read {
 
 impl Read {
     /// When its bucket is full again, on its node's clock.
-    fn end(&self) -> u64 {
+    pub(super) fn end(&self) -> u64 {
         self.at.saturating_add(self.debt)
     }
 
@@ -84,7 +98,7 @@ impl Read {
     /// bucket is full again than then (spends and penalties written between; time alone
     /// moves neither end, and a reward or a reset moves it earlier: what `earlier` carried
     /// then held the moved state to more, never less). 0 when it is full now.
-    fn grown_since(&self, earlier: &Read) -> u64 {
+    pub(super) fn grown_since(&self, earlier: &Read) -> u64 {
         match self.debt {
             0 => 0,
             _ => self.end().saturating_sub(earlier.end()),
@@ -92,13 +106,16 @@ impl Read {
     }
 }
 
-/// What each read of `read` holds, as the stacked script carries it.
-fn givens(read: &[Option<Read>]) -> Vec<Option<Given>> {
+/// What each read of `read` holds, as the stacked script carries it, for the call of id
+/// `pending` (0: one that does not read again after its script).
+fn givens(read: &[Option<Read>], pending: u64) -> Vec<Option<Given>> {
     (read.iter())
         .map(|r| {
             r.map(|r| Given::Held {
                 debt: r.debt,
                 left: r.left,
+                end: r.end(),
+                pending,
             })
         })
         .collect()
@@ -130,19 +147,23 @@ pub(super) fn script_call(
         .flat_map(|name| asked.iter().map(move |c| name(c.key.as_str())));
     let carried_keys = carried.iter().enumerate().flat_map(|(j, carry)| {
         let to = into(carry.into).key.as_str();
-        // A state read in another slot: the moved state's keys in its place, never read; what
-        // it grew by, the mark of what was added beside the moved state in their place.
-        let from = match given(j) {
-            None => carry.from.as_str().to_owned(),
-            Some(Given::Held { .. }) => to.to_owned(),
-            Some(Given::Grown { .. }) => grown_mark(to, carry.from.as_str()),
+        // A state read in another slot, or what it grew by: the mark of what was added and
+        // the pending record beside the moved state in its keys' place.
+        let (from, from_block) = match given(j) {
+            None => (
+                carry.from.as_str().to_owned(),
+                block_key(carry.from.as_str()),
+            ),
+            Some(_) => (
+                grown_mark(to, carry.from.as_str()),
+                pending_key(to, carry.from.as_str()),
+            ),
         };
-        let from_block = block_key(&from);
         [from, from_block, to.to_owned(), block_key(to)]
     });
     let keys = beside.chain(carried_keys).collect();
     let mode = if stamping { 2 } else { u64::from(commit) };
-    let mut args = Vec::with_capacity(3 + 5 * asked.len() + 9 * carried.len());
+    let mut args = Vec::with_capacity(3 + 5 * asked.len() + 11 * carried.len());
     args.extend([mode, u64::from(blocking) + 2 * carried.len() as u64]);
     for check in asked {
         let [index, first, second, block_us] = numbers(check.quota);
@@ -150,14 +171,24 @@ pub(super) fn script_call(
     }
     for (j, carry) in carried.iter().enumerate() {
         let [index, first, second, block_us] = numbers(carry.quota);
-        let (numbers_of, flag) = match given(j) {
-            None => ([index, first, second, block_us], 0),
-            Some(Given::Held { debt, left }) => ([index, debt, left, block_us], 2),
-            Some(Given::Grown { from, to, lasts }) => ([index, from, to, lasts], 4),
+        let (numbers_of, flag, end, pending) = match given(j) {
+            None => ([index, first, second, block_us], 0, 0, 0),
+            Some(Given::Held {
+                debt,
+                left,
+                end,
+                pending,
+            }) => ([index, debt, left, block_us], 2, end, pending),
+            Some(Given::Grown {
+                from,
+                to,
+                lasts,
+                pending,
+            }) => ([index, from, to, lasts], 4, 0, pending),
         };
         args.extend(numbers_of);
         args.extend(numbers(into(carry.into).quota));
-        args.push(u64::from(carry.block_only) + flag);
+        args.extend([u64::from(carry.block_only) + flag, end, pending]);
     }
     if stamping {
         args.push(stamp());
@@ -192,7 +223,7 @@ impl RedisStore {
         if commit && !asked.is_empty() && debts {
             return Box::pin(self.run_checked(stacked, asked, stamping, read, sent)).await;
         }
-        (self.run_script(stacked, asked, commit, stamping, &givens(&read), sent)).await
+        (self.run_script(stacked, asked, commit, stamping, &givens(&read, 0), sent)).await
     }
 
     /// [`run_script`](Self::run_script) for a spend that carries states read in another slot
@@ -224,9 +255,14 @@ impl RedisStore {
     /// (a timeout above it, a client gone), whether the script still waits or has answered,
     /// has what it missed added all the same. Run in the call's future, they were dropped
     /// with it, and the next carry covered its spend: 5 admitted after it where 4 were left
-    /// (`carries.rs`). Only a runtime shut down meanwhile leaves them undone, the task
-    /// dropped with it: 5 admitted after where 4 are left (`cluster_recheck_attacks`, kept
-    /// ignored); without one (a future polled outside Tokio) they run in the call's.
+    /// (`carries.rs`); without a runtime (a future polled outside Tokio) they run in the
+    /// call's. A runtime shut down meanwhile drops the task, and a read after that fails
+    /// adds nothing: for those the script leaves the call's pending record beside the moved
+    /// state, which the read after ends ([`recheck`](Self::recheck)) and which, left
+    /// standing, has the next call's script add what the old state grew by since the call's
+    /// read (`grow` in `lua/carry.lua`): 4 admitted after a runtime shut down, as one server
+    /// leaves, where the next carry covered the call's spend and 5 were
+    /// (`cluster_recheck_attacks`).
     #[cold]
     async fn run_checked(
         &self,
@@ -295,22 +331,31 @@ impl RedisStore {
         sent: Instant,
     ) -> Result<(Vec<i64>, Option<Rechecked>), Error> {
         let each = if stamping { 7 } else { 5 };
-        let reply = (self.run_script(stacked, asked, true, stamping, &givens(read), sent)).await?;
+        // The call's pending record, written by its script: a task dropped before its read
+        // after (a runtime shut down) leaves it for the next call's script to add what it
+        // missed (`lua/carry.lua`).
+        let pending = draw();
+        let given = givens(read, pending);
+        let reply = (self.run_script(stacked, asked, true, stamping, &given, sent)).await?;
         if reply.len() != each * asked.len() || reply.chunks(each).any(|r| r[0] != 1) {
             return Ok((reply, None));
         }
-        let rechecked = self.recheck(stacked, asked, read).await;
+        let rechecked = self.recheck(stacked, asked, read, pending).await;
         Ok((reply, Some(rechecked)))
     }
 
     /// [`run_checked`](Self::run_checked)'s read after its script, and what the old states'
     /// debts grew by since `read` (the read before it) added to the moved states: for each
-    /// state so added, its index in `stacked.carried()` and the microseconds it grew by.
+    /// state so added, its index in `stacked.carried()` and the microseconds it grew by. Run
+    /// for every debt carried, grown or not: it ends the call's pending record (`pending`,
+    /// its id; see `grow` in `lua/carry.lua`), which left standing has the next call add what
+    /// the old state grew by since this call's read, as for a call whose task never read again.
     async fn recheck(
         &self,
         stacked: &Stacked<'_>,
         asked: &[&Check<'_>],
         read: &[Option<Read>],
+        pending: u64,
     ) -> Rechecked {
         // Within a timeout of its own (as `refused_or`'s look): the read and the script may
         // have taken all of the call's, and a check that times out refuses a call whose spend
@@ -319,32 +364,53 @@ impl RedisStore {
             Ok(again) => again,
             Err(e) => return Rechecked::Unread(e),
         };
+        let into = |carry: &Carry<'_>| stacked.checks()[carry.into].quota;
         let grown: Vec<(usize, Carry<'_>, u64, Given)> = (stacked.carried().iter().enumerate())
+            .filter(|(_, carry)| carry.carries_debt(into(carry)))
             .filter_map(|(j, carry)| match (read.get(j), again.get(j)) {
                 (Some(Some(before)), Some(Some(after))) => {
                     let by = after.grown_since(before);
-                    let (from, to, lasts) = (before.end(), after.end(), after.debt);
-                    Some((j, *carry, by, Given::Grown { from, to, lasts }))
+                    let from = before.end();
+                    let (to, lasts) = (from.saturating_add(by), after.debt);
+                    Some((
+                        j,
+                        *carry,
+                        by,
+                        Given::Grown {
+                            from,
+                            to,
+                            lasts,
+                            pending,
+                        },
+                    ))
                 }
                 _ => None,
             })
-            .filter(|&(_, _, by, _)| by > 0)
             .collect();
         if grown.is_empty() {
             return Rechecked::Grown(Vec::new());
         }
+        let grew = grown.iter().any(|&(_, _, by, _)| by > 0);
         let carried: Vec<Carry<'_>> = grown.iter().map(|&(_, carry, _, _)| carry).collect();
         let added: Vec<Option<Given>> = grown.iter().map(|&(_, _, _, g)| Some(g)).collect();
-        let adding = match Stacked::carrying(stacked.checks(), &carried, stacked.now(), Mode::Look)
-        {
-            Ok(adding) => adding,
-            Err(e) => return Rechecked::Unadded(e),
+        let adding = Stacked::carrying(stacked.checks(), &carried, stacked.now(), Mode::Look);
+        let done = match adding {
+            Ok(adding) => {
+                (self.run_script(&adding, &[], false, false, &added, Instant::now())).await
+            }
+            Err(e) => Err(e),
         };
-        if let Err(e) = (self.run_script(&adding, &[], false, false, &added, Instant::now())).await
-        {
-            return Rechecked::Unadded(e);
+        match done {
+            // Nothing to add: the call's record left standing has the next call add what
+            // grew since its read (more than is owed, never less).
+            Err(e) if !grew => {
+                tracing::debug!(error = %e, "a carried spend's pending record was left standing");
+            }
+            Err(e) => return Rechecked::Unadded(e),
+            Ok(_) => {}
         }
-        Rechecked::Grown(grown.iter().map(|&(j, _, by, _)| (j, by)).collect())
+        let grown = grown.iter().filter(|&&(_, _, by, _)| by > 0);
+        Rechecked::Grown(grown.map(|&(j, _, by, _)| (j, by)).collect())
     }
 
     /// [`run_stacked`](Self::run_stacked)'s one script, the states in `given` carried as read.
@@ -597,6 +663,12 @@ fn refused(reply: &[i64], each: usize, short: &[u64]) -> Vec<i64> {
 /// `from` in another slot owed more than calls carried ([`Given::Grown`]).
 pub(super) fn grown_mark(moved: &str, from: &str) -> String {
     beside(moved, &format!("grown:{from}"))
+}
+
+/// The pending record beside `moved` of the last call whose script carried the state `from`
+/// in another slot and whose read after has not come ([`Given::Held`]'s `pending`).
+pub(super) fn pending_key(moved: &str, from: &str) -> String {
+    beside(moved, &format!("pending:{from}"))
 }
 
 /// [`LEVEL_SCRIPT`]'s KEYS and ARGV (see its header) for `carry`, carried into a state under
