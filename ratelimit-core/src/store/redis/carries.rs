@@ -775,6 +775,8 @@ enum Meanwhile {
     /// The mark beside the moved state (`grown_mark`) overwritten with a string no addition
     /// writes.
     GarbageMark,
+    /// The call's pending record beside the moved state (`pending_key`) overwritten so.
+    GarbagePending,
     /// The old state overwritten so (after the script read it, before the script ran).
     GarbageOld,
     /// The old state's master held past the store's timeout: the read after times out.
@@ -809,6 +811,10 @@ async fn met_before_the_read_after(meanwhile: Meanwhile) -> (Result<Decision, Er
         let mark = super::stacked::grown_mark(&moved.into, &moved.from);
         garbage(&mut moved.masters[into_master], &mark);
     }
+    if meanwhile == Meanwhile::GarbagePending {
+        let record = super::stacked::pending_key(&moved.into, &moved.from);
+        garbage(&mut moved.masters[into_master], &record);
+    }
     let decided = match meanwhile {
         Meanwhile::Held => {
             let decided = call.await.unwrap();
@@ -831,6 +837,16 @@ async fn met_before_the_read_after(meanwhile: Meanwhile) -> (Result<Decision, Er
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn garbage_in_the_grown_mark_refuses_the_call() {
     let (decided, admitted) = met_before_the_read_after(Meanwhile::GarbageMark).await;
+    assert!(decided.is_ok_and(|d| !d.allowed && d.remaining == 0));
+    assert_eq!(admitted, 0);
+}
+
+/// Garbage in a carried spend's pending record before its read after adds what the old state
+/// grew by: as garbage in the mark, the call is refused, its spend kept, and each carried
+/// spend after fails (each reads the record).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn garbage_in_the_pending_record_refuses_the_call() {
+    let (decided, admitted) = met_before_the_read_after(Meanwhile::GarbagePending).await;
     assert!(decided.is_ok_and(|d| !d.allowed && d.remaining == 0));
     assert_eq!(admitted, 0);
 }
