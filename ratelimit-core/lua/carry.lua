@@ -131,8 +131,9 @@ end
 -- of the ends above the mark, the mark then at their top: each part of the old state's
 -- growth added once, whichever call adds it. Nothing is added from a read of a full old
 -- bucket (its end is then the time read, not what was spent: as `grown_since` in
--- src/store/redis/stacked.rs). The record expires a full moved bucket after the end read:
--- no addition adds more than that.
+-- src/store/redis/stacked.rs). The record expires a full moved bucket (what one addition
+-- adds at most) after the end read: the next carrying spend comes before that whenever
+-- calls keep coming, and no record then is left behind by a key gone quiet.
 local function grow(old, moved, now, write)
   if scripts[moved.strategy + 0] ~= token_bucket then return nil end
   local into = level(moved, now)
