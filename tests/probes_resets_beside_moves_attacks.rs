@@ -10,34 +10,11 @@
 
 use std::time::Duration;
 
-use ratelimit::{Config, ConfigBuilder, Options, RateLimitService, Strategy, Tier};
+use ratelimit::{Config, Options, RateLimitService, Strategy, Tier};
+use ratelimit_tests::three::{limit, tier};
 use ratelimit_tests::{now, reload_to as reload, service};
 
 const MINUTE: Duration = Duration::from_secs(60);
-const HOUR: Duration = Duration::from_secs(3_600);
-
-/// Tier `name` of 3 on `window` under `strategy` (a bucket refilled 3 a minute whatever the
-/// window), blocking a key an hour once refused when `blocks`.
-fn tier(strategy: Strategy, name: &str, window: Duration, blocks: bool) -> Tier {
-    let mut tier = Tier::new(name, 3)
-        .burst(0)
-        .window(window)
-        .strategy(strategy);
-    if blocks {
-        tier = tier.block_for(HOUR);
-    }
-    if strategy == Strategy::TokenBucket {
-        tier = tier.refill(3 * window.as_secs() / 60);
-    }
-    tier
-}
-
-/// [`tier`] as the default tier, alone.
-fn limit(strategy: Strategy, name: &str, window: Duration, blocks: bool) -> ConfigBuilder {
-    Config::builder()
-        .tier(tier(strategy, name, window, blocks))
-        .default_tier(name)
-}
 
 /// Calls of cost 1 on `key` with `options` admitted of `n`.
 fn admitted_on(service: &RateLimitService, key: &str, options: &Options, n: usize) -> usize {

@@ -8,35 +8,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ratelimit::{
-    Config, ConfigBuilder, ManualClock, Options, RateLimitService, RedisOptions, StoreConfig,
-    Strategy, Tier,
+    ConfigBuilder, ManualClock, Options, RateLimitService, RedisOptions, StoreConfig, Strategy,
 };
 use ratelimit_tests::redis_server::{prefix, RedisServer};
+use ratelimit_tests::three::limit;
 use ratelimit_tests::{reload_to as reload, START};
 
 const SEC: Duration = Duration::from_secs(1);
 const MINUTE: Duration = Duration::from_secs(60);
-const HOUR: Duration = Duration::from_secs(3_600);
-
-fn tier(strategy: Strategy, name: &str, window: Duration, blocks: bool) -> Tier {
-    let mut tier = Tier::new(name, 3)
-        .burst(0)
-        .window(window)
-        .strategy(strategy);
-    if blocks {
-        tier = tier.block_for(HOUR);
-    }
-    if strategy == Strategy::TokenBucket {
-        tier = tier.refill(3 * window.as_secs() / 60);
-    }
-    tier
-}
-
-fn limit(strategy: Strategy, name: &str, window: Duration, blocks: bool) -> ConfigBuilder {
-    Config::builder()
-        .tier(tier(strategy, name, window, blocks))
-        .default_tier(name)
-}
 
 /// A service on `server` under key prefix `at` (a fleet's services share one).
 fn on_redis(

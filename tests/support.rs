@@ -870,3 +870,36 @@ pub fn admitted(service: &RateLimitService, options: &ratelimit::Options, n: usi
 pub fn moved(limit: u64, burst: u64, refill: u64) -> ratelimit::ConfigBuilder {
     bucket_a_minute(limit, burst, refill * 2).default_window(Duration::from_secs(120))
 }
+
+/// Tiers of 3 a key under any strategy, blocking an hour once refused or not, for the probes
+/// of resets beside a moved limit (`probes_resets_beside_moves_attacks`, and `_redis`).
+pub mod three {
+    use std::time::Duration;
+
+    use ratelimit::{Config, ConfigBuilder, Strategy, Tier};
+
+    const HOUR: Duration = Duration::from_secs(3_600);
+
+    /// Tier `name` of 3 on `window` under `strategy` (a bucket refilled 3 a minute whatever
+    /// the window), blocking a key an hour once refused when `blocks`.
+    pub fn tier(strategy: Strategy, name: &str, window: Duration, blocks: bool) -> Tier {
+        let mut tier = Tier::new(name, 3)
+            .burst(0)
+            .window(window)
+            .strategy(strategy);
+        if blocks {
+            tier = tier.block_for(HOUR);
+        }
+        if strategy == Strategy::TokenBucket {
+            tier = tier.refill(3 * window.as_secs() / 60);
+        }
+        tier
+    }
+
+    /// [`tier`] as the default tier, alone.
+    pub fn limit(strategy: Strategy, name: &str, window: Duration, blocks: bool) -> ConfigBuilder {
+        Config::builder()
+            .tier(tier(strategy, name, window, blocks))
+            .default_tier(name)
+    }
+}
