@@ -4,35 +4,15 @@
 //! window boundary of it falls inside a test); the services' hand-driven clocks only end the
 //! old windows.
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use ratelimit::{
-    ConfigBuilder, ManualClock, Options, RateLimitService, RedisOptions, StoreConfig, Strategy,
-};
+use ratelimit::{Options, RateLimitService, Strategy};
 use ratelimit_tests::redis_server::{prefix, RedisServer};
 use ratelimit_tests::three::limit;
-use ratelimit_tests::{reload_to as reload, START};
+use ratelimit_tests::{on_redis, reload_to as reload};
 
 const SEC: Duration = Duration::from_secs(1);
 const MINUTE: Duration = Duration::from_secs(60);
-
-/// A service on `server` under key prefix `at` (a fleet's services share one).
-fn on_redis(
-    server: &RedisServer,
-    at: &str,
-    config: ConfigBuilder,
-) -> (RateLimitService, ManualClock) {
-    let options = RedisOptions::new(server.url()).timeout(2 * SEC);
-    let config = config
-        .key_prefix(at)
-        .store(StoreConfig::Redis(options))
-        .build()
-        .unwrap();
-    let clock = ManualClock::new(START);
-    let service = RateLimitService::with_clock(config, Arc::new(clock.clone())).unwrap();
-    (service, clock)
-}
 
 async fn admitted(service: &RateLimitService, options: &Options, n: usize) -> usize {
     let mut admitted = 0;

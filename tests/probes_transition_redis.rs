@@ -4,30 +4,18 @@
 //! happens within a few milliseconds of Redis' time, so nothing the tests count refills or
 //! unblocks there, and the service's clock is moved only to end a transition.
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use ratelimit::{
-    Config, ConfigBuilder, ManualClock, Options, RateLimitService, RedisOptions, StoreConfig,
-    Strategy, Tier,
-};
+use ratelimit::{Config, ConfigBuilder, ManualClock, Options, RateLimitService, Strategy, Tier};
+use ratelimit_tests::on_its_store;
 use ratelimit_tests::redis_server::{prefix, RedisServer};
-use ratelimit_tests::{on_its_store, START};
 
 const MINUTE: Duration = Duration::from_secs(60);
 const HOUR: Duration = Duration::from_secs(3_600);
 
 /// A service on `server` under a fresh prefix, decided on a hand-driven clock.
 fn on_redis(server: &RedisServer, config: ConfigBuilder) -> (RateLimitService, ManualClock) {
-    let options = RedisOptions::new(server.url()).timeout(Duration::from_secs(2));
-    let config = config
-        .key_prefix(prefix("transition"))
-        .store(StoreConfig::Redis(options))
-        .build()
-        .unwrap();
-    let clock = ManualClock::new(START);
-    let service = RateLimitService::with_clock(config, Arc::new(clock.clone())).unwrap();
-    (service, clock)
+    ratelimit_tests::on_redis(server, &prefix("transition"), config)
 }
 
 async fn admitted(service: &RateLimitService, options: &Options, n: usize) -> usize {

@@ -903,3 +903,22 @@ pub mod three {
             .default_tier(name)
     }
 }
+
+/// A service on `server` under key prefix `at` (a fleet's services share one), on a
+/// hand-driven clock at [`START`], with a 2 s timeout.
+#[cfg(feature = "redis")]
+pub fn on_redis(
+    server: &redis_server::RedisServer,
+    at: &str,
+    config: ratelimit::ConfigBuilder,
+) -> (RateLimitService, ManualClock) {
+    let options = ratelimit::RedisOptions::new(server.url()).timeout(Duration::from_secs(2));
+    let config = config
+        .key_prefix(at)
+        .store(ratelimit::StoreConfig::Redis(options))
+        .build()
+        .unwrap();
+    let clock = ManualClock::new(START);
+    let service = RateLimitService::with_clock(config, Arc::new(clock.clone())).unwrap();
+    (service, clock)
+}
