@@ -85,9 +85,11 @@ end
 -- moved state's into it, `old` then the moved one), which reads no bucket.
 -- `old` may instead be `given`, read in its own Cluster slot by lua/level.lua (a state in
 -- another slot than the moved one, which no script reads beside it): {debt, block, read_end,
--- pending}, the time its bucket owes and what is left of its block, in microseconds from that
--- script's TIME, which came first; each counted from `now` here (later), so carried no
--- shorter; when it will be full again on its node's clock, and the id of the call when that
+-- erased, pending}, the time its bucket owes and what is left of its block, in microseconds
+-- from that script's TIME, which came first; each counted from `now` here (later), so
+-- carried no shorter; the end it was spent to on its node's clock (when it will be full
+-- again, or the end a reset erased there where that is later: `Read::end` in
+-- src/store/redis/stacked.rs), that erased end (0: none), and the id of the call when that
 -- call reads it again after this script ('0': it will not). Its key and block key are then
 -- the mark and the pending record beside the moved state (see `grow` below).
 -- `old` may instead be `grown` (see `grow` below), its keys those two.
@@ -131,9 +133,15 @@ end
 -- of the ends above the mark, the mark then at their top: each part of the old state's
 -- growth added once, whichever call adds it. Nothing is added from a read of a full old
 -- bucket (its end is then the time read, not what was spent: as `grown_since` in
--- src/store/redis/stacked.rs). The record expires a full moved bucket (what one addition
--- adds at most) after the end read: the next carrying spend comes before that whenever
--- calls keep coming, and no record then is left behind by a key gone quiet.
+-- src/store/redis/stacked.rs; added from, the time between two calls' reads was added at
+-- every call while two overlapped, and the moved bucket never refilled), unless a reset
+-- erased a later end there (lua/reset.lua): the end read is then that one. A reset by a pod
+-- the reload has not reached forgets what was spent on the old state, not that it was: read
+-- full, the spends between the record's read and the reset were lost (9 admitted after
+-- where one server leaves 4: `probe_a_standing_record_then_the_old_state_reset`, carries.rs).
+-- The record expires a full moved bucket (what one addition adds at most) after the end
+-- read: the next carrying spend comes before that whenever calls keep coming, and no record
+-- then is left behind by a key gone quiet.
 local function grow(old, moved, now, write)
   if scripts[moved.strategy + 0] ~= token_bucket then return nil end
   local into = level(moved, now)
@@ -188,14 +196,18 @@ local function carry(old, moved, now, write)
       -- (a) and (b) of the pending record (see `grow`), before the debt read is carried: what
       -- is added is then in the moved bucket's own debt, which the carry's rule takes first.
       local given = old.given
-      if record and given.debt > 0 then
+      -- How long the end read lasts (an erased end's, on its node's clock: a second more is
+      -- kept for the clocks).
+      local lasts = given.debt
+      if given.erased > 0 then lasts = math.max(lasts, given.read_end - now) end
+      if record and (given.debt > 0 or given.erased > 0) then
         local err = added(moved, into, old.key, marked and marked + 0 or 0, record.from,
-          given.read_end, given.debt, now)
+          given.read_end, lasts, now)
         if err then return err end
         into = level(moved, now)
         if into.err then return into end
       end
-      local until_ms = math.floor((now + given.debt + moved.second) / 1000) + 1000
+      local until_ms = math.floor((now + lasts + moved.second) / 1000) + 1000
       pending_records[#pending_records + 1] = {old.block_key,
         string.format('%d', given.read_end) .. ':' .. given.pending,
         string.format('%d', until_ms)}

@@ -9,17 +9,28 @@
 -- KEYS[3]: its stamp key (see lua/stacked.lua), deleted: a spend made before the reset is
 --          never given back to the state after it
 -- KEYS[4]: its block key (see lua/stacked.lua), deleted: a reset lifts a block
+-- KEYS[5]: its erased end: a token bucket owing time when it is reset leaves there the end
+--          it owed until (its tat, in microseconds), unless a later one is there, expiring
+--          then. Nothing decides by it: lua/level.lua reads it for a limit a reload moved
+--          away from this key into another Cluster slot, whose carried spends add what this
+--          state's end grew by after they read it (`grow` in lua/carry.lua). Erased, the
+--          end a pod the reload has not reached spent it to (between such a read and the
+--          addition) was lost, and the moved bucket owed less than one server leaves
+--          (`probe_a_standing_record_then_the_old_state_reset`, carries.rs: 9 against 4).
 -- ARGV[1]: the id of the resetting process's own lease of the key, dropped with the reset
 --          (0 for none): it leaves the ledger
 -- Returns: 1 when the key held state, else 0. The RATELIMIT_STATE error reply, with nothing
---          written, for a ledger not of its shape, or for state that is not the key's
---          strategy's while leases are out (forgetting it would forget them).
+--          written, for a ledger not of its shape, for state that is not the key's
+--          strategy's while leases are out (forgetting it would forget them), or for an
+--          erased end not of its shape (lua/beside.lua, loaded in front of this file).
 
 local key, ledger_key = KEYS[1], KEYS[2]
 local held = redis.call('EXISTS', key)
 local kind = ledger_kind()
 if not kind then return not_a_ledger() end
 local now = now_us()
+local erased = beside_number(KEYS[5], 'erased end')
+if type(erased) == 'table' then return erased end
 local out, last = 0, 0
 if kind == 'hash' then
   out, last = leased_out(now)
@@ -63,9 +74,22 @@ local function keep()
     .. ' while leases of it are out')
 end
 
+-- The end a token bucket owes until (see KEYS[5]), read before anything is written, and
+-- kept beside it (unless a later one is) once nothing can fail.
+local owed = held == 1 and redis.pcall('GET', key)
+owed = type(owed) == 'string' and string.match(owed, '^T([1-9]%d*)')
+owed = owed and #owed <= 16 and owed + 0
+local function erase()
+  if owed and owed > now and owed <= 9007199254740991 and not (erased and erased + 0 >= owed) then
+    redis.call('SET', KEYS[5], string.format('%d', owed), 'PXAT',
+      string.format('%d', math.floor((owed + 999) / 1000)))
+  end
+end
+
 if held == 1 and out > 0 then
   local kept = keep()
   if type(kept) == 'table' then return kept end
+  erase()
   redis.call('DEL', KEYS[3], KEYS[4])
   if ARGV[1] ~= '0' then redis.call('HDEL', ledger_key, ARGV[1]) end
   if kept then return 1 end
@@ -74,6 +98,7 @@ if held == 1 and out > 0 then
 end
 if ARGV[1] ~= '0' then redis.call('HDEL', ledger_key, ARGV[1]) end
 if out <= 0 then redis.call('DEL', ledger_key) end
+erase()
 -- A key with a block in force but no state (it expired) was held all the same.
 redis.call('DEL', key, KEYS[3])
 if redis.call('DEL', KEYS[4]) == 1 then return 1 end

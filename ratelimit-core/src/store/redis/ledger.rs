@@ -24,6 +24,7 @@ use crate::error::Error;
 pub(super) static RESET_SCRIPT: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(concat!(
         include_str!("../../../lua/ledger.lua"),
+        include_str!("../../../lua/beside.lua"),
         include_str!("../../../lua/reset.lua"),
     ))
 });
@@ -41,6 +42,12 @@ pub(super) fn stamp_key(key: &str) -> String {
 /// The key of `key`'s block (see `lua/stacked.lua`), in `key`'s Redis Cluster slot.
 pub(super) fn block_key(key: &str) -> String {
     beside(key, "block")
+}
+
+/// The key of the end a reset erased of `key`'s token bucket (see `lua/reset.lua`), in
+/// `key`'s Redis Cluster slot.
+pub(super) fn erased_key(key: &str) -> String {
+    beside(key, "erased")
 }
 
 /// A key beside `key`, named by `what`, in `key`'s Redis Cluster slot so that one script
@@ -95,7 +102,14 @@ impl RedisStore {
         self.inner.refusals.forget(key);
         let own = self.leases().map_or(0, |leases| leases.forget(key));
         let (ledger, stamp, block) = (ledger_key(key), stamp_key(key), block_key(key));
-        let keys = [key, ledger.as_str(), stamp.as_str(), block.as_str()];
+        let erased = erased_key(key);
+        let keys = [
+            key,
+            ledger.as_str(),
+            stamp.as_str(),
+            block.as_str(),
+            erased.as_str(),
+        ];
         let held: i64 = self
             .run(&RESET_SCRIPT, &keys, &[own], false, Instant::now())
             .await?;
@@ -105,7 +119,7 @@ impl RedisStore {
 
 #[cfg(test)]
 mod tests {
-    use super::{block_key, ledger_key, stamp_key};
+    use super::{block_key, erased_key, ledger_key, stamp_key};
 
     #[test]
     fn the_keys_beside_a_key_live_in_its_cluster_slot() {
@@ -118,12 +132,17 @@ mod tests {
             "}{",
             "{",
         ] {
-            let beside = [ledger_key(key), stamp_key(key), block_key(key)];
-            for one in &beside {
+            let beside = [
+                ledger_key(key),
+                stamp_key(key),
+                block_key(key),
+                erased_key(key),
+            ];
+            for (i, one) in beside.iter().enumerate() {
                 assert_eq!(slot(one), slot(key), "{key} -> {one}");
                 assert_ne!(one, key);
+                assert!(beside[..i].iter().all(|other| other != one), "{one}");
             }
-            assert!(beside[0] != beside[1] && beside[1] != beside[2] && beside[0] != beside[2]);
         }
         assert_eq!(ledger_key("p:{u}F1:-:-"), "p:{u}F1:-:-:lease");
         assert!(ledger_key("p:{}F1:-:-").ends_with("}:lease:p:{}F1:-:-"));

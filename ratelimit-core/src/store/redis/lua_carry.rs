@@ -247,16 +247,17 @@ impl Both {
             let keys = keys.each_ref().map(String::as_str);
             match self.redis.eval_source(LEVEL_SCRIPT.text(), &keys, &args) {
                 Reply::Array(items) => match items[..] {
-                    [Reply::Int(debt), Reply::Int(left), Reply::Int(at)]
+                    [Reply::Int(debt), Reply::Int(left), Reply::Int(at), Reply::Int(0)]
                         if debt >= 0 && left >= 0 && at == self.now_us as i64 =>
                     {
                         let (debt, left) = (debt.unsigned_abs(), left.unsigned_abs());
                         let end = self.now_us + debt;
-                        let pending = 0;
+                        let (erased, pending) = (0, 0);
                         Ok(Some(Given::Held {
                             debt,
                             left,
                             end,
+                            erased,
                             pending,
                         }))
                     }
@@ -645,10 +646,11 @@ impl Across<'_> {
         let keys = keys.each_ref().map(String::as_str);
         match self.redis.eval_source(LEVEL_SCRIPT.text(), &keys, &args) {
             Reply::Array(items) => match items[..] {
-                [Reply::Int(debt), Reply::Int(left), Reply::Int(at)] => Read {
+                [Reply::Int(debt), Reply::Int(left), Reply::Int(at), Reply::Int(erased)] => Read {
                     debt: debt.unsigned_abs(),
                     left: left.unsigned_abs(),
                     at: at.unsigned_abs(),
+                    erased: erased.unsigned_abs(),
                 },
                 _ => panic!("{items:?}"),
             },
@@ -685,7 +687,7 @@ impl Across<'_> {
     /// pending record ended.
     fn added(&self, before: &Read, after: &Read, pending: u64) {
         let (from, by) = (before.end(), after.grown_since(before));
-        let lasts = after.debt;
+        let lasts = after.end() - after.at;
         let to = from + by;
         let grown = Given::Grown {
             from,
@@ -758,6 +760,7 @@ fn interleaved(
                     debt: r.debt,
                     left: r.left,
                     end,
+                    erased: r.erased,
                     pending,
                 };
                 assert!(cluster.script(*cost, Some(held)), "refused on the Cluster");

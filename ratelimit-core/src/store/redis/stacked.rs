@@ -20,7 +20,7 @@ use std::time::Instant;
 
 use redis::cluster_routing::Slot;
 
-use super::ledger::{beside, block_key, stamp_key};
+use super::ledger::{beside, block_key, erased_key, stamp_key};
 use super::refund::draw;
 use super::reply::unexpected;
 use super::scripts::{arguments, stacked_index, supports, Lua, FUNCTIONS};
@@ -57,14 +57,17 @@ fn numbers(quota: &Quota) -> [u64; 4] {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Given {
     /// What was read there ([`LEVEL_SCRIPT`]): the time its bucket owes and what is left of
-    /// its block, in microseconds, carried by the rule of `Carry::debt` (`given`); when it is
-    /// full again on its node's clock ([`Read::end`]); and the id of the call when it reads
-    /// the state again after its script (0: it will not), written beside the moved state as
-    /// the call's pending record (see `grow` in `lua/carry.lua`).
+    /// its block, in microseconds, carried by the rule of `Carry::debt` (`given`); the end
+    /// it was spent to on its node's clock ([`Read::end`]), and the end a reset erased
+    /// there ([`Read::erased`], 0: none), which is carried by nothing but that end; and the
+    /// id of the call when it reads the state again after its script (0: it will not),
+    /// written beside the moved state as the call's pending record (see `grow` in
+    /// `lua/carry.lua`).
     Held {
         debt: u64,
         left: u64,
         end: u64,
+        erased: u64,
         pending: u64,
     },
     /// What its debt grew by between a read a call carried and one after the call's script
@@ -80,27 +83,33 @@ pub(super) enum Given {
 }
 
 /// One read of a state carried from another Cluster slot ([`LEVEL_SCRIPT`]): what it holds
-/// ([`Given::Held`]), and the instant it was read at on its node's clock (microseconds).
+/// ([`Given::Held`]), the instant it was read at on its node's clock (microseconds), and the
+/// end a reset erased there while it is later than that (`lua/reset.lua`; 0: none).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Read {
     pub(super) debt: u64,
     pub(super) left: u64,
     pub(super) at: u64,
+    pub(super) erased: u64,
 }
 
 impl Read {
-    /// When its bucket is full again, on its node's clock.
+    /// The end its bucket was spent to, on its node's clock: when it is full again, or the
+    /// end a reset erased where that is later (a reset, by a pod a reload has not reached,
+    /// forgets what was spent, not that it was: `lua/reset.lua`).
     pub(super) fn end(&self) -> u64 {
-        self.at.saturating_add(self.debt)
+        self.at.saturating_add(self.debt).max(self.erased)
     }
 
     /// What its debt grew by since `earlier` (a read of the same state): how much later its
-    /// bucket is full again than then (spends and penalties written between; time alone
-    /// moves neither end, and a reward or a reset moves it earlier: what `earlier` carried
-    /// then held the moved state to more, never less). 0 when it is full now.
+    /// end ([`end`](Self::end)) is than then (spends and penalties written between; time
+    /// alone moves neither end, a reward moves it earlier: what `earlier` carried then held
+    /// the moved state to more, never less; a reset's erased end stands in for the one it
+    /// forgot). 0 when it is full now, no reset's end standing (its end is then the time
+    /// read, not what was spent).
     pub(super) fn grown_since(&self, earlier: &Read) -> u64 {
-        match self.debt {
-            0 => 0,
+        match (self.debt, self.erased) {
+            (0, 0) => 0,
             _ => self.end().saturating_sub(earlier.end()),
         }
     }
@@ -115,6 +124,7 @@ fn givens(read: &[Option<Read>], pending: u64) -> Vec<Option<Given>> {
                 debt: r.debt,
                 left: r.left,
                 end: r.end(),
+                erased: r.erased,
                 pending,
             })
         })
@@ -163,7 +173,7 @@ pub(super) fn script_call(
     });
     let keys = beside.chain(carried_keys).collect();
     let mode = if stamping { 2 } else { u64::from(commit) };
-    let mut args = Vec::with_capacity(3 + 5 * asked.len() + 11 * carried.len());
+    let mut args = Vec::with_capacity(3 + 5 * asked.len() + 12 * carried.len());
     args.extend([mode, u64::from(blocking) + 2 * carried.len() as u64]);
     for check in asked {
         let [index, first, second, block_us] = numbers(check.quota);
@@ -171,24 +181,25 @@ pub(super) fn script_call(
     }
     for (j, carry) in carried.iter().enumerate() {
         let [index, first, second, block_us] = numbers(carry.quota);
-        let (numbers_of, flag, end, pending) = match given(j) {
-            None => ([index, first, second, block_us], 0, 0, 0),
+        let (numbers_of, flag, end, erased, pending) = match given(j) {
+            None => ([index, first, second, block_us], 0, 0, 0, 0),
             Some(Given::Held {
                 debt,
                 left,
                 end,
+                erased,
                 pending,
-            }) => ([index, debt, left, block_us], 2, end, pending),
+            }) => ([index, debt, left, block_us], 2, end, erased, pending),
             Some(Given::Grown {
                 from,
                 to,
                 lasts,
                 pending,
-            }) => ([index, from, to, lasts], 4, 0, pending),
+            }) => ([index, from, to, lasts], 4, 0, 0, pending),
         };
         args.extend(numbers_of);
         args.extend(numbers(into(carry.into).quota));
-        args.extend([u64::from(carry.block_only) + flag, end, pending]);
+        args.extend([u64::from(carry.block_only) + flag, end, erased, pending]);
     }
     if stamping {
         args.push(stamp());
@@ -371,7 +382,7 @@ impl RedisStore {
                 (Some(Some(before)), Some(Some(after))) => {
                     let by = after.grown_since(before);
                     let from = before.end();
-                    let (to, lasts) = (from.saturating_add(by), after.debt);
+                    let (to, lasts) = (from.saturating_add(by), after.end() - after.at);
                     Some((
                         j,
                         *carry,
@@ -517,11 +528,14 @@ impl RedisStore {
             let keys = keys.each_ref().map(String::as_str);
             let read: Vec<i64> = self.run(&LEVEL_SCRIPT, &keys, &args, false, sent).await?;
             match read[..] {
-                [debt, left, at] if debt >= 0 && left >= 0 && at >= 0 => given.push(Some(Read {
-                    debt: debt.unsigned_abs(),
-                    left: left.unsigned_abs(),
-                    at: at.unsigned_abs(),
-                })),
+                [debt, left, at, erased] if debt >= 0 && left >= 0 && at >= 0 && erased >= 0 => {
+                    given.push(Some(Read {
+                        debt: debt.unsigned_abs(),
+                        left: left.unsigned_abs(),
+                        at: at.unsigned_abs(),
+                        erased: erased.unsigned_abs(),
+                    }))
+                }
                 _ => return Err(unexpected(&read)),
             }
         }
@@ -673,12 +687,12 @@ pub(super) fn pending_key(moved: &str, from: &str) -> String {
 
 /// [`LEVEL_SCRIPT`]'s KEYS and ARGV (see its header) for `carry`, carried into a state under
 /// `into`.
-pub(super) fn level_call(carry: &Carry<'_>, into: &Quota) -> ([String; 2], [u64; 5]) {
+pub(super) fn level_call(carry: &Carry<'_>, into: &Quota) -> ([String; 3], [u64; 5]) {
     let [index, first, second, block_us] = numbers(carry.quota);
     let block_us = if into.block_nanos() > 0 { block_us } else { 0 };
     let from = carry.from.as_str();
     (
-        [from.to_owned(), block_key(from)],
+        [from.to_owned(), block_key(from), erased_key(from)],
         [
             index,
             first,
