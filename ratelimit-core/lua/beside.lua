@@ -5,7 +5,10 @@
 --          digits, no sign, no leading zero, below 2^53; nil: no key), or the RATELIMIT_STATE
 --          error reply naming `what` for anything else there;
 --          expiry(k): the absolute expiry of `k` in milliseconds (-1: none, -2: no key);
---          stamp_follows(state, stamp): see below.
+--          stamp_follows(state, stamp): see below;
+--          erased_of(k): the time resets erased from a carried token bucket, beside it (see
+--          lua/level.lua): a number (decimal digits, no sign, no leading zero but "0", below
+--          2^53), nil without the key, or the RATELIMIT_STATE error reply for anything else.
 
 local function beside_number(k, what)
   local s = redis.pcall('GET', k)
@@ -19,6 +22,17 @@ local function beside_number(k, what)
       .. what)
   end
   return s
+end
+
+local function erased_of(k)
+  local s = redis.pcall('GET', k)
+  if not s then return nil end
+  if type(s) == 'table' or not (string.find(s, '^[1-9]%d*$') or s == '0')
+      or s + 0 > 9007199254740991 then
+    return redis.error_reply('RATELIMIT_STATE the erased key holds something that is not '
+      .. 'the time resets erased')
+  end
+  return s + 0
 end
 
 local function expiry(k)

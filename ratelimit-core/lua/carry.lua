@@ -22,19 +22,28 @@ local function carried_time(debt_o, debt_n)
   return math.max(debt_o - debt_n, 0)
 end
 
--- The pending record at `k` (see `grow` below): {from, id} (`from` the end a call read, a
--- number; `id` its id, as the call's argument wrote it), nil without one, or the
--- RATELIMIT_STATE error reply for anything else there.
+-- The pending record at `k` (see `grow` below): {from, id, past, erased} (`from` the end a
+-- call read, a number; `id` its id, as the call's argument wrote it; `past` the time, on
+-- this node's clock, after which its read after has come or never will; `erased` the time
+-- resets had erased from the old bucket at its read, lua/level.lua; the last two nil in a
+-- record of two parts, as written before they were kept: never past, and erased unknown),
+-- nil without one, or the RATELIMIT_STATE error reply for anything else there.
 local function pending_of(k)
   local s = redis.pcall('GET', k)
-  local from, id
-  if type(s) == 'string' then from, id = string.match(s, '^([1-9]%d*):([1-9]%d*)$') end
-  if type(s) == 'table' or (s and not (from and from + 0 <= 9007199254740991)) then
+  local from, id, past, erased
+  if type(s) == 'string' then
+    from, id, past, erased = string.match(s, '^([1-9]%d*):([1-9]%d*):([1-9]%d*):(%d+)$')
+    if erased and erased ~= '0' and string.sub(erased, 1, 1) == '0' then from = nil end
+    if not from then from, id = string.match(s, '^([1-9]%d*):([1-9]%d*)$') end
+  end
+  local exact = function(n) return n == nil or n + 0 <= 9007199254740991 end
+  if type(s) == 'table' or (s and not (from and exact(from) and exact(past) and exact(erased)))
+  then
     return redis.error_reply('RATELIMIT_STATE the pending key holds something that is not '
       .. 'a pending record')
   end
   if not s then return nil end
-  return {from = from + 0, id = id}
+  return {from = from + 0, id = id, past = past and past + 0, erased = erased and erased + 0}
 end
 
 -- The pending records (b) of the carries made (`grow`): {key, record, expiry in milliseconds},
@@ -125,23 +134,28 @@ end
 -- left (a call whose read after has not yet come, or never will), what the old state's end
 -- grew by since it (from the later of the record and the mark, to the end this call read)
 -- is added as `grow` adds (the same mark, the same cap), the mark then at that end; (b) the
--- record, this call's read end and id, in place of any other (whose missing part above it
--- this call's own read after covers: it comes after every script before this one), once
--- the call is admitted (`write_pending`, by lua/stacked.lua). A read
+-- record, this call's read end and id, when its read after has come or never will, and the
+-- time erased at its read, in place of any other (whose missing part above it this call's
+-- own read after covers: it comes after every script before this one), once the call is
+-- admitted (`write_pending`, by lua/stacked.lua). A read
 -- after deletes the record only while it is its own: a record of a later script stands
 -- until its own read after, or the next script, adds what it stands for. Every addition is
 -- of the ends above the mark, the mark then at their top: each part of the old state's
--- growth added once, whichever call adds it. Nothing is added from a read of a full old
--- bucket (its end is then the time read, not what was spent: as `grown_since` in
--- src/store/redis/stacked.rs; added from, the time between two calls' reads was added at
--- every call while two overlapped, and the moved bucket never refilled), unless a reset
--- erased a later end there (lua/reset.lua): the end read is then that one. A reset by a pod
--- the reload has not reached forgets what was spent on the old state, not that it was: read
--- full, the spends between the record's read and the reset were lost (9 admitted after
--- where one server leaves 4: `probe_a_standing_record_then_the_old_state_reset`, carries.rs).
--- The record expires a full moved bucket (what one addition adds at most) after the end
--- read: the next carrying spend comes before that whenever calls keep coming, and no record
--- then is left behind by a key gone quiet.
+-- growth added once, whichever call adds it. An end read counts the time resets erased from
+-- the old bucket while it was carried (lua/level.lua), so it never moves back: read full
+-- after a reset by a pod the reload has not reached, the spends between the record's read
+-- and the reset were lost (9 admitted after where one server leaves 4:
+-- `probe_a_standing_record_then_the_old_state_reset`, carries.rs). From a read of a full old
+-- bucket (its end then the time read, not what was spent: as `grown_since` in
+-- src/store/redis/stacked.rs) something is added only when resets erased more since the
+-- record's read, or when the record is past the time its read after has come or never will
+-- (the script's, `old.given.wait` after it): the old end, refilled by time alone, reached
+-- the time read at most. From a record that may still be read after, nothing: added from,
+-- the time between two overlapping calls' reads was added at every call, and a moved bucket
+-- under steady calls never refilled. The record expires a full moved bucket (what one
+-- addition adds at most) after the end read or its wait, whichever is later: the next
+-- carrying spend comes before that whenever calls keep coming, and no record then is left
+-- behind by a key gone quiet.
 local function grow(old, moved, now, write)
   if scripts[moved.strategy + 0] ~= token_bucket then return nil end
   local into = level(moved, now)
@@ -196,20 +210,26 @@ local function carry(old, moved, now, write)
       -- (a) and (b) of the pending record (see `grow`), before the debt read is carried: what
       -- is added is then in the moved bucket's own debt, which the carry's rule takes first.
       local given = old.given
-      -- How long the end read lasts (an erased end's, on its node's clock: a second more is
-      -- kept for the clocks).
-      local lasts = given.debt
-      if given.erased > 0 then lasts = math.max(lasts, given.read_end - now) end
-      if record and (given.debt > 0 or given.erased > 0) then
+      -- From a full read: only after a reset (the record's read before it: its time erased
+      -- below the one read, or not kept), or from a record whose read after has come or
+      -- never will (past its `past`: the old end then at most the time read); see `grow`.
+      local reached = given.debt > 0
+      if record and not reached then
+        reached = given.erased > (record.erased or 0)
+          or (record.past ~= nil and record.past < now)
+      end
+      if record and reached then
         local err = added(moved, into, old.key, marked and marked + 0 or 0, record.from,
-          given.read_end, lasts, now)
+          given.read_end, given.debt, now)
         if err then return err end
         into = level(moved, now)
         if into.err then return into end
       end
-      local until_ms = math.floor((now + lasts + moved.second) / 1000) + 1000
+      local until_ms = math.floor((now + math.max(given.debt, given.wait) + moved.second) / 1000)
+        + 1000
       pending_records[#pending_records + 1] = {old.block_key,
-        string.format('%d', given.read_end) .. ':' .. given.pending,
+        string.format('%d:%s:%d:%d', given.read_end, given.pending, now + given.wait,
+          given.erased),
         string.format('%d', until_ms)}
     end
     local at = into[5]

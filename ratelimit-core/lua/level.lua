@@ -5,21 +5,32 @@
 -- times read here (its `given` carries, see lua/carry.lua). Loaded behind lua/carry.lua (and
 -- what is in front of it).
 --
--- KEYS[1], KEYS[2], KEYS[3]: the old state's key, its block key and its erased end (the end
---             a reset erased, lua/reset.lua).
+-- KEYS[1], KEYS[2], KEYS[3]: the old state's key, its block key and the time resets erased
+--             from its bucket while it is carried (its erased key, see below).
 -- ARGV[1..4]: its quota's strategy, the two numbers its script takes, and its block in
 --             microseconds, as lua/stacked.lua takes a carried state's; the block 0 when
 --             the moved state's quota has none (no block is read then, as `carry` reads none).
 -- ARGV[5]: 1 when its token bucket's debt is carried (`Carry::carries_debt`), else 0.
+-- ARGV[6]: how long after the debt read what the call writes from this read beside the
+--          moved state is kept (its pending record, a mark: lua/carry.lua), microseconds.
 -- Returns: {debt, block, now, erased}: the first two in microseconds from this script's TIME,
 --          `now`: the time until the old bucket is full again (0: full, or no debt read), and
---          what is left of its block (0: none); then the end a reset erased while it is
---          later than `now` (0: none, or no debt read), which nothing carries: the end the
---          old state was spent to before the reset, for what its end grew by (`grow` in
---          lua/carry.lua); or the error reply a state of an unexpected shape gives (an erased
---          end too). With `now`, read again after the stacked script, they tell whether the
---          old state was written between (its end later than time alone explains: see
+--          what is left of its block (0: none); then the time resets erased from the bucket
+--          while it was carried (0: none, or no debt read), which nothing carries; or the
+--          error reply a state of an unexpected shape gives (the erased key's too). With
+--          `now`, read again after the stacked script, they tell whether the old state was
+--          written between (its end later than time alone explains, or erased: see
 --          `Read::grown_since` in src/store/redis/stacked.rs).
+--
+-- The erased key: what an old state's end grew by between two reads (a spend's, added to the
+-- moved state: `grow` in lua/carry.lua) is told by its end, which a reset by a pod the reload
+-- has not reached moves back (lua/reset.lua): read full after it, the spends between a
+-- pending record's read and the reset were lost (9 admitted after where one server leaves
+-- 4: `probe_a_standing_record_then_the_old_state_reset`, carries.rs). So each read of a
+-- debt carried keeps the key, the time resets erased (0 at first), for as long as what it
+-- reads may be compared with a later read (ARGV[6] after its debt); a reset adds to it what
+-- it erased while it is kept (never for a key nothing carries); the end a read tells, its
+-- end plus that time (`Read::end`), never moves back.
 
 local t = redis.call('TIME')
 local now = t[1] * 1000000 + t[2]
@@ -36,8 +47,12 @@ if ARGV[5] == '1' then
   local from = level(old, now)
   if from.err then return from end
   debt = math.max(from[3] - from[5], 0)
-  local until_us = beside_number(KEYS[3], 'erased end')
-  if type(until_us) == 'table' then return until_us end
-  if until_us and until_us + 0 > now then erased = until_us + 0 end
+  local c = erased_of(KEYS[3])
+  if type(c) == 'table' then return c end
+  erased = c or 0
+  local until_ms = math.floor((now + debt + ARGV[6]) / 1000) + 1
+  if expiry(KEYS[3]) < until_ms then
+    redis.call('SET', KEYS[3], string.format('%d', erased), 'PXAT', string.format('%d', until_ms))
+  end
 end
 return {debt, left, now, erased}

@@ -9,27 +9,24 @@
 -- KEYS[3]: its stamp key (see lua/stacked.lua), deleted: a spend made before the reset is
 --          never given back to the state after it
 -- KEYS[4]: its block key (see lua/stacked.lua), deleted: a reset lifts a block
--- KEYS[5]: its erased end: a token bucket owing time when it is reset leaves there the end
---          it owed until (its tat, in microseconds), unless a later one is there, expiring
---          then. Nothing decides by it: lua/level.lua reads it for a limit a reload moved
---          away from this key into another Cluster slot, whose carried spends add what this
---          state's end grew by after they read it (`grow` in lua/carry.lua). Erased, the
---          end a pod the reload has not reached spent it to (between such a read and the
---          addition) was lost, and the moved bucket owed less than one server leaves
---          (`probe_a_standing_record_then_the_old_state_reset`, carries.rs: 9 against 4).
+-- KEYS[5]: its erased key, kept by lua/level.lua while the key is carried into a limit a
+--          reload moved away from it, in another Cluster slot: a token bucket owing time when
+--          it is reset adds that time to it (microseconds; its expiry kept), so that what its
+--          end grew by before the reset still counts (see lua/level.lua); nothing is written
+--          without it (a key nothing carries). Nothing decides by it.
 -- ARGV[1]: the id of the resetting process's own lease of the key, dropped with the reset
 --          (0 for none): it leaves the ledger
 -- Returns: 1 when the key held state, else 0. The RATELIMIT_STATE error reply, with nothing
 --          written, for a ledger not of its shape, for state that is not the key's
 --          strategy's while leases are out (forgetting it would forget them), or for an
---          erased end not of its shape (lua/beside.lua, loaded in front of this file).
+--          erased key not of its shape (lua/beside.lua, loaded in front of this file).
 
 local key, ledger_key = KEYS[1], KEYS[2]
 local held = redis.call('EXISTS', key)
 local kind = ledger_kind()
 if not kind then return not_a_ledger() end
 local now = now_us()
-local erased = beside_number(KEYS[5], 'erased end')
+local erased = erased_of(KEYS[5])
 if type(erased) == 'table' then return erased end
 local out, last = 0, 0
 if kind == 'hash' then
@@ -74,15 +71,16 @@ local function keep()
     .. ' while leases of it are out')
 end
 
--- The end a token bucket owes until (see KEYS[5]), read before anything is written, and
--- kept beside it (unless a later one is) once nothing can fail.
-local owed = held == 1 and redis.pcall('GET', key)
+-- The end a token bucket owes until (see KEYS[5]), read before anything is written; the
+-- time to it added to the erased key once nothing can fail (below 2^52: the ends read with
+-- it stay exact).
+local owed = erased and held == 1 and redis.pcall('GET', key)
 owed = type(owed) == 'string' and string.match(owed, '^T([1-9]%d*)')
 owed = owed and #owed <= 16 and owed + 0
 local function erase()
-  if owed and owed > now and owed <= 9007199254740991 and not (erased and erased + 0 >= owed) then
-    redis.call('SET', KEYS[5], string.format('%d', owed), 'PXAT',
-      string.format('%d', math.floor((owed + 999) / 1000)))
+  if owed and owed > now then
+    local sum = math.min(erased + owed - now, 4503599627370496)
+    redis.call('SET', KEYS[5], string.format('%d', sum), 'KEEPTTL')
   end
 end
 

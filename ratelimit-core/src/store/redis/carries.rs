@@ -784,6 +784,8 @@ enum Meanwhile {
     GarbagePending,
     /// The old state overwritten so (after the script read it, before the script ran).
     GarbageOld,
+    /// The old state reset (by a pod the reload has not reached), at the same point.
+    ResetOld,
     /// The old state's master held past the store's timeout: the read after times out.
     Held,
 }
@@ -808,6 +810,9 @@ async fn met_before_the_read_after(meanwhile: Meanwhile) -> (Result<Decision, Er
     // The old state's own master paused, nothing written there would come before the read.
     if meanwhile == Meanwhile::GarbageOld {
         garbage(&mut moved.masters[from_master], &moved.from);
+    }
+    if meanwhile == Meanwhile::ResetOld {
+        assert!(moved.store.reset(&moved.from).await.unwrap());
     }
     pause_writes(&mut moved.masters[from_master]);
     unpause(&mut moved.masters[into_master]);
@@ -882,6 +887,19 @@ async fn a_read_after_held_past_the_timeout_fails_the_call() {
         matches!(decided, Err(Error::Timeout { .. } | Error::Store { .. })),
         "{decided:?}"
     );
+    assert_eq!(admitted, 4);
+}
+
+/// The old state reset between a carried spend's read (30 s) and its read after, after a pod
+/// in the old window spent 5 more (60 s): the read after finds it full, and added nothing
+/// (`grown_since` of a full bucket): 9 admitted after, where one server (the call's script
+/// after the 5 more) leaves 4. The reset adds what it erased to the time kept beside the old
+/// state while it is carried (`lua/reset.lua`, `lua/level.lua`), which the read after reads
+/// in its end: the call admitted (its bucket had room), 4 after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_old_state_reset_before_the_read_after_leaves_what_one_server_leaves() {
+    let (decided, admitted) = met_before_the_read_after(Meanwhile::ResetOld).await;
+    assert!(decided.as_ref().is_ok_and(|d| d.allowed), "{decided:?}");
     assert_eq!(admitted, 4);
 }
 

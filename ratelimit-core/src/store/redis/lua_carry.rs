@@ -243,7 +243,7 @@ impl Both {
             return Ok(Vec::new());
         }
         let read = |carry: &Carry<'_>| {
-            let (keys, args) = level_call(carry, stacked.checks()[carry.into].quota);
+            let (keys, args) = level_call(carry, stacked.checks()[carry.into].quota, 0);
             let keys = keys.each_ref().map(String::as_str);
             match self.redis.eval_source(LEVEL_SCRIPT.text(), &keys, &args) {
                 Reply::Array(items) => match items[..] {
@@ -252,13 +252,14 @@ impl Both {
                     {
                         let (debt, left) = (debt.unsigned_abs(), left.unsigned_abs());
                         let end = self.now_us + debt;
-                        let (erased, pending) = (0, 0);
+                        let (erased, pending, wait) = (0, 0, 0);
                         Ok(Some(Given::Held {
                             debt,
                             left,
                             end,
                             erased,
                             pending,
+                            wait,
                         }))
                     }
                     _ => Err(format!("{items:?}")),
@@ -642,7 +643,7 @@ impl Across<'_> {
 
     /// The old state read as in its own slot (`lua/level.lua`).
     fn read(&self) -> Read {
-        let (keys, args) = level_call(&self.carried()[0], self.new);
+        let (keys, args) = level_call(&self.carried()[0], self.new, WAIT);
         let keys = keys.each_ref().map(String::as_str);
         match self.redis.eval_source(LEVEL_SCRIPT.text(), &keys, &args) {
             Reply::Array(items) => match items[..] {
@@ -687,7 +688,7 @@ impl Across<'_> {
     /// pending record ended.
     fn added(&self, before: &Read, after: &Read, pending: u64) {
         let (from, by) = (before.end(), after.grown_since(before));
-        let lasts = after.end() - after.at;
+        let lasts = after.debt;
         let to = from + by;
         let grown = Given::Grown {
             from,
@@ -696,6 +697,23 @@ impl Across<'_> {
             pending,
         };
         assert!(self.script(0, Some(grown)));
+    }
+
+    /// `key` reset (`lua/reset.lua`, as `RedisStore::reset` sends it).
+    fn reset(&self, key: &str) {
+        use super::ledger::{block_key, erased_key, ledger_key, stamp_key, RESET_SCRIPT};
+        let beside = [
+            ledger_key(key),
+            stamp_key(key),
+            block_key(key),
+            erased_key(key),
+        ];
+        let keys: Vec<&str> = [key]
+            .into_iter()
+            .chain(beside.iter().map(String::as_str))
+            .collect();
+        let reply = self.redis.eval_source(RESET_SCRIPT.text(), &keys, &[0]);
+        assert!(matches!(reply, Reply::Int(0 | 1)), "{reply:?}");
     }
 
     /// When a bucket at `key` under `quota` is full again.
@@ -710,17 +728,38 @@ impl Across<'_> {
     }
 }
 
+/// How long after a mover's script its read after has come or never will, in the stand-in's
+/// pending records (`Given::Held`'s wait): a second, less than any step of the clock
+/// [`interleaved`] takes.
+const WAIT: u64 = S;
+
+/// One step of a history [`interleaved`] runs, beside the movers' own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Besides {
+    /// A spend of so many seconds on the old state by a pod the reload has not reached.
+    OldSpend(u64),
+    /// The old state reset (`lua/reset.lua`) by such a pod.
+    OldReset,
+    /// The clock moved on by so many seconds (the old bucket refilling by time alone).
+    Later(u64),
+}
+
 /// What a history of calls carrying a bucket read in another Cluster slot leaves: `movers`
 /// (each its cost and whether its read after never comes) whose steps `steps` interleave
-/// (0: a spend of that cost on the old state by a pod the reload has not reached; `i`: the
-/// `i`-th mover's next step: its read, its script, its read after, the addition after that),
-/// then each mover's steps left, then one more call; the moved bucket a token every
-/// `new_interval` seconds, the old one every second. When the moved bucket is full again on the Cluster and on
-/// one server (each script reading the old state beside it, at its turn), what the old
-/// state's end grew by meanwhile, and whether a pending record is left.
+/// (`Err`: a step beside them, [`Besides`]; `Ok(i)`: the `i`-th mover's next step, from 1: its
+/// read, its script, its read after, the addition after that), then each mover's steps left,
+/// then one more call; the moved bucket a token every `new_interval` seconds, the old one
+/// every second. The clock moves on only while no mover waits between its read and its script,
+/// nor one that reads again between its script and its addition (the steps of a call, which
+/// a bucket does not refill within: a read after of a full bucket adds nothing,
+/// `Read::grown_since`); a step of it that would is left out.
+/// When the moved bucket is full again on the Cluster and on one server (each script reading
+/// the old state beside it, at its turn), how much the old state was spent and erased by
+/// resets meanwhile and twice how far the clock moved on (microseconds), and whether a
+/// pending record is left.
 fn interleaved(
     movers: &[(u64, bool)],
-    steps: &[(usize, u64)],
+    steps: &[Result<usize, Besides>],
     new_interval: u64,
 ) -> (u64, u64, u64, bool) {
     // Room enough that nothing is refused nor capped: what is compared is what is owed.
@@ -741,7 +780,8 @@ fn interleaved(
         }
     };
     old_spend(5);
-    let began = cluster.end(OLD, &old);
+    let mut now = T0;
+    let mut moved = 0;
     // Each mover: its cost, whether its read after never comes, its id, its phase (0: to
     // read, 1: to run its script, 2: to read again, 3: to add what that found, 4: done)
     // and its reads.
@@ -762,6 +802,7 @@ fn interleaved(
                     end,
                     erased: r.erased,
                     pending,
+                    wait: WAIT,
                 };
                 assert!(cluster.script(*cost, Some(held)), "refused on the Cluster");
                 assert!(server.script(*cost, None), "refused on one server");
@@ -772,11 +813,31 @@ fn interleaved(
         }
         *phase = (*phase + 1).min(4);
     };
-    for &(which, cost) in steps {
+    for &which in steps {
         match which {
-            0 => old_spend(cost),
-            i => {
-                if let Some(m) = state.get_mut(i - 1) {
+            Err(Besides::OldSpend(cost)) => {
+                old_spend(cost);
+                moved += cost * S;
+            }
+            Err(Besides::OldReset) => {
+                // (A read before the reset carries what it erased.)
+                moved += cluster.end(OLD, &old).saturating_sub(now);
+                for s in [&cluster, &server] {
+                    s.reset(OLD);
+                }
+            }
+            Err(Besides::Later(seconds)) => {
+                let waiting = |m: &Mover| m.3 == 1 || (!m.1 && (2..=3).contains(&m.3));
+                if !state.iter().any(waiting) {
+                    now += seconds * S;
+                    // (Twice: see the property.)
+                    moved += 2 * seconds * S;
+                    cluster.redis.set_time(now);
+                    server.redis.set_time(now);
+                }
+            }
+            Ok(i) => {
+                if let Some(m) = state.get_mut(i.wrapping_sub(1)) {
                     step(m);
                 }
             }
@@ -792,14 +853,59 @@ fn interleaved(
         step(&mut last);
     }
     let (on_cluster, on_server) = (cluster.end(NEW, &new), server.end(NEW, &new));
-    let grew = cluster.end(OLD, &old) - began;
     let pending = super::stacked::pending_key(NEW, OLD);
     (
         on_cluster,
         on_server,
-        grew,
+        moved,
         cluster.redis.expiry(&pending).is_some(),
     )
+}
+
+/// Calls that overlap (each one's script before the read after of the one before), carrying
+/// a full old bucket nothing spends, the clock half a second on at each: nothing grew, and the
+/// moved bucket owes what one server's does after 40 of them. Each script finds the record
+/// of the call before it, whose read after is still to come (within its wait): adding from a
+/// full read whatever the record, as was suggested, added the half second between two reads
+/// at every call (19.5 s more after 40), and a moved bucket under steady calls never refilled.
+#[test]
+fn overlapping_calls_on_a_full_old_bucket_add_nothing() {
+    let old = tokens(1_000, 0, Duration::from_secs(1_000));
+    let new = tokens(100, 0, Duration::from_secs(100));
+    let side = || Across {
+        redis: Redis::new(T0).unwrap(),
+        old: &old,
+        new: &new,
+    };
+    let (cluster, server) = (side(), side());
+    let mut now = T0;
+    let mut before: Option<(Read, u64)> = None;
+    for id in 1..=40 {
+        let read = cluster.read();
+        let held = Given::Held {
+            debt: read.debt,
+            left: read.left,
+            end: read.end(),
+            erased: read.erased,
+            pending: id,
+            wait: WAIT,
+        };
+        assert!(cluster.script(1, Some(held)), "call {id} on the Cluster");
+        assert!(server.script(1, None), "call {id} on one server");
+        if let Some((read, id)) = before.take() {
+            cluster.added(&read, &cluster.read(), id);
+        }
+        before = Some((read, id));
+        now += S / 2;
+        cluster.redis.set_time(now);
+        server.redis.set_time(now);
+    }
+    let (read, id) = before.unwrap();
+    cluster.added(&read, &cluster.read(), id);
+    let (on_cluster, on_server) = (cluster.end(NEW, &new), server.end(NEW, &new));
+    assert_eq!(on_cluster, on_server);
+    // (40 calls of a second each, half a second apart: owing 20 s after the last.)
+    assert_eq!(on_server - now, 20 * S);
 }
 
 /// A call whose script overwrote the pending record of one that had read again, and never
@@ -811,8 +917,16 @@ fn interleaved(
 #[test]
 fn a_record_overwritten_after_a_read_after_stands_for_its_own_call() {
     let movers = [(1, false), (1, true)];
-    let (first, second) = ((1, 0), (2, 0));
-    let steps = [first, first, first, second, (0, 3), second, first];
+    let (first, second) = (Ok(1), Ok(2));
+    let steps = [
+        first,
+        first,
+        first,
+        second,
+        Err(Besides::OldSpend(3)),
+        second,
+        first,
+    ];
     let (on_cluster, on_server, grew, left) = interleaved(&movers, &steps, 1);
     assert_eq!((on_cluster - T0, on_server - T0), (11 * S, 10 * S));
     assert_eq!(grew, 3 * S);
@@ -824,22 +938,35 @@ proptest! {
 
     /// Calls carrying a bucket read in another Cluster slot (up to three at once, their reads,
     /// scripts, reads after and additions interleaved with spends on the old state by a pod
-    /// the reload has not reached), some never reading again (their task dropped with a
-    /// runtime shut down), then one more call ([`interleaved`]): the moved bucket owes no
-    /// less than on one server, and no more than that and what the old state's end grew by
-    /// meanwhile (each part of its growth added once, whichever call added it: the mark and
-    /// the pending record, `grow` in `lua/carry.lua`); no pending record is left.
+    /// the reload has not reached, resets of it by such a pod, and the clock moving on, the
+    /// old bucket refilling by time alone), some never reading again (their task dropped
+    /// with a runtime shut down), then one more call ([`interleaved`]): the moved bucket owes
+    /// no less than on one server, and no more than that and what the old state was spent
+    /// and erased by resets (a read before a reset carries the debt it read) and twice how
+    /// far the clock moved on meanwhile (each part of the old state's end added once,
+    /// whichever call added it: the mark and the pending record, `grow` in `lua/carry.lua`;
+    /// its end moves on with the clock where it is read full, or spent again after a refill,
+    /// and an addition to a moved bucket that refilled counts from the time it is made);
+    /// no pending record is left.
     #[test]
     fn a_call_whose_read_after_never_came_is_covered_by_the_next(
         movers in prop::collection::vec((1..=3u64, any::<bool>()), 1..=3),
-        steps in prop::collection::vec((0..=3usize, 1..=4u64), 0..40),
+        steps in prop::collection::vec(
+            prop_oneof![
+                4 => (1..=3usize).prop_map(Ok),
+                2 => (1..=4u64).prop_map(|c| Err(Besides::OldSpend(c))),
+                1 => Just(Err(Besides::OldReset)),
+                1 => (2..=8u64).prop_map(|s| Err(Besides::Later(s))),
+            ],
+            0..40,
+        ),
         new_interval in prop_oneof![Just(1u64), Just(2), Just(3)],
     ) {
-        let (on_cluster, on_server, grew, left) = interleaved(&movers, &steps, new_interval);
+        let (on_cluster, on_server, moved, left) = interleaved(&movers, &steps, new_interval);
         prop_assert!(on_cluster >= on_server, "{on_cluster} owed where one server owes {on_server}");
         prop_assert!(
-            on_cluster - on_server <= grew,
-            "{on_cluster} owed, one server {on_server}, the old state grew by {grew}"
+            on_cluster - on_server <= moved,
+            "{on_cluster} owed, one server {on_server}, the old state spent, erased and the clock moved (twice) by {moved}"
         );
         prop_assert!(!left, "a pending record left");
     }

@@ -16,7 +16,7 @@
 //!   other table as an array up to its first nil;
 //! - `TIME`, `TYPE`, `GET`, `SET` (with `PXAT` or `KEEPTTL`, or neither), `INCR`, `INCRBY`,
 //!   `DECRBY` (a string that is not a 64-bit integer is an error, a missing key counts from 0,
-//!   the expiry is kept, an overflow is an error), `DEL key...`, `PEXPIREAT` (a time at or
+//!   the expiry is kept, an overflow is an error), `EXISTS key...`, `DEL key...`, `PEXPIREAT` (a time at or
 //!   before the clock's millisecond deletes the key at once), `PTTL` and `PEXPIRETIME` (-2
 //!   without the key, -1 without an expiry); the list commands the sliding log uses:
 //!   `LPUSH key value`, `LPOP key`, `LINDEX`, `LLEN`, `LRANGE`, `LTRIM` (indices from the tail when
@@ -235,6 +235,10 @@ impl Db {
                     }
                     None => 0,
                 }))
+            }
+            ("EXISTS", keys) if !keys.is_empty() => {
+                let held = keys.iter().filter(|key| self.live(key).is_some()).count();
+                Ok(Reply::Int(held as i64))
             }
             ("DEL", keys) if !keys.is_empty() => {
                 let mut gone = 0;

@@ -57,18 +57,20 @@ fn numbers(quota: &Quota) -> [u64; 4] {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Given {
     /// What was read there ([`LEVEL_SCRIPT`]): the time its bucket owes and what is left of
-    /// its block, in microseconds, carried by the rule of `Carry::debt` (`given`); the end
-    /// it was spent to on its node's clock ([`Read::end`]), and the end a reset erased
-    /// there ([`Read::erased`], 0: none), which is carried by nothing but that end; and the
-    /// id of the call when it reads the state again after its script (0: it will not),
-    /// written beside the moved state as the call's pending record (see `grow` in
-    /// `lua/carry.lua`).
+    /// its block, in microseconds, carried by the rule of `Carry::debt` (`given`); its end
+    /// ([`Read::end`]), and the time resets erased from it ([`Read::erased`]), which is
+    /// carried by nothing but that end; the id
+    /// of the call when it reads the state again after its script (0: it will not), written
+    /// beside the moved state as the call's pending record (see `grow` in `lua/carry.lua`),
+    /// and how long after its script that read has come or never will ([`read_after_within`],
+    /// microseconds), written with it.
     Held {
         debt: u64,
         left: u64,
         end: u64,
         erased: u64,
         pending: u64,
+        wait: u64,
     },
     /// What its debt grew by between a read a call carried and one after the call's script
     /// ([`RedisStore::run_checked`]): its end at each, on its node's clock, how long the
@@ -83,8 +85,8 @@ pub(super) enum Given {
 }
 
 /// One read of a state carried from another Cluster slot ([`LEVEL_SCRIPT`]): what it holds
-/// ([`Given::Held`]), the instant it was read at on its node's clock (microseconds), and the
-/// end a reset erased there while it is later than that (`lua/reset.lua`; 0: none).
+/// ([`Given::Held`]), the instant it was read at on its node's clock, and the time resets
+/// erased from its bucket while it was carried (`lua/level.lua`; 0: none), in microseconds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Read {
     pub(super) debt: u64,
@@ -94,30 +96,31 @@ pub(super) struct Read {
 }
 
 impl Read {
-    /// The end its bucket was spent to, on its node's clock: when it is full again, or the
-    /// end a reset erased where that is later (a reset, by a pod a reload has not reached,
-    /// forgets what was spent, not that it was: `lua/reset.lua`).
+    /// Its end, on its node's clock: when its bucket is full again, and the time resets
+    /// erased from it after it: what a reset (by a pod a reload has not reached) took from
+    /// it, it has still been spent by, and the end never moves back (`lua/level.lua`).
     pub(super) fn end(&self) -> u64 {
-        self.at.saturating_add(self.debt).max(self.erased)
+        (self.at.saturating_add(self.debt)).saturating_add(self.erased)
     }
 
     /// What its debt grew by since `earlier` (a read of the same state): how much later its
-    /// end ([`end`](Self::end)) is than then (spends and penalties written between; time
-    /// alone moves neither end, a reward moves it earlier: what `earlier` carried then held
-    /// the moved state to more, never less; a reset's erased end stands in for the one it
-    /// forgot). 0 when it is full now, no reset's end standing (its end is then the time
-    /// read, not what was spent).
+    /// end ([`end`](Self::end)) is than then (spends and penalties written between, and
+    /// what a reset erased; time alone moves neither end, and a reward moves it earlier:
+    /// what `earlier` carried then held the moved state to more, never less). 0 when it is
+    /// full now and nothing was erased since (its end is then the time read, not what was
+    /// spent).
     pub(super) fn grown_since(&self, earlier: &Read) -> u64 {
-        match (self.debt, self.erased) {
-            (0, 0) => 0,
-            _ => self.end().saturating_sub(earlier.end()),
+        match self.debt == 0 && self.erased == earlier.erased {
+            true => 0,
+            false => self.end().saturating_sub(earlier.end()),
         }
     }
 }
 
 /// What each read of `read` holds, as the stacked script carries it, for the call of id
-/// `pending` (0: one that does not read again after its script).
-fn givens(read: &[Option<Read>], pending: u64) -> Vec<Option<Given>> {
+/// `pending` (0: one that does not read again after its script), whose read after comes
+/// within `wait` of its script or never.
+fn givens(read: &[Option<Read>], pending: u64, wait: u64) -> Vec<Option<Given>> {
     (read.iter())
         .map(|r| {
             r.map(|r| Given::Held {
@@ -126,9 +129,24 @@ fn givens(read: &[Option<Read>], pending: u64) -> Vec<Option<Given>> {
                 end: r.end(),
                 erased: r.erased,
                 pending,
+                wait,
             })
         })
         .collect()
+}
+
+/// How long after a carried spend's script (on the moved state's node) its read after and
+/// the addition after it have come, or never will (microseconds): the script's reply within
+/// the call's `timeout`, then the read after and the addition within one each
+/// ([`RedisStore::recheck`]), and a second for the runtime. A pending record older than that
+/// stands for a call whose read after never came (`pending_of` in `lua/carry.lua`).
+pub(super) fn read_after_within(timeout: std::time::Duration) -> u64 {
+    let micros = u64::try_from(timeout.as_micros()).unwrap_or(u64::MAX);
+    // Far below 2^53 with any TIME added: no clock reaches it.
+    micros
+        .saturating_mul(3)
+        .saturating_add(1_000_000)
+        .min(1 << 50)
 }
 
 /// The stacked script's KEYS after the limits' own (those of `asked`, in order), and its ARGV
@@ -173,7 +191,7 @@ pub(super) fn script_call(
     });
     let keys = beside.chain(carried_keys).collect();
     let mode = if stamping { 2 } else { u64::from(commit) };
-    let mut args = Vec::with_capacity(3 + 5 * asked.len() + 12 * carried.len());
+    let mut args = Vec::with_capacity(3 + 5 * asked.len() + 13 * carried.len());
     args.extend([mode, u64::from(blocking) + 2 * carried.len() as u64]);
     for check in asked {
         let [index, first, second, block_us] = numbers(check.quota);
@@ -181,25 +199,27 @@ pub(super) fn script_call(
     }
     for (j, carry) in carried.iter().enumerate() {
         let [index, first, second, block_us] = numbers(carry.quota);
-        let (numbers_of, flag, end, erased, pending) = match given(j) {
-            None => ([index, first, second, block_us], 0, 0, 0, 0),
+        let (numbers_of, flag, end, erased, pending, wait) = match given(j) {
+            None => ([index, first, second, block_us], 0, 0, 0, 0, 0),
             Some(Given::Held {
                 debt,
                 left,
                 end,
                 erased,
                 pending,
-            }) => ([index, debt, left, block_us], 2, end, erased, pending),
+                wait,
+            }) => ([index, debt, left, block_us], 2, end, erased, pending, wait),
             Some(Given::Grown {
                 from,
                 to,
                 lasts,
                 pending,
-            }) => ([index, from, to, lasts], 4, 0, 0, pending),
+            }) => ([index, from, to, lasts], 4, 0, 0, pending, 0),
         };
         args.extend(numbers_of);
         args.extend(numbers(into(carry.into).quota));
-        args.extend([u64::from(carry.block_only) + flag, end, erased, pending]);
+        let flag = u64::from(carry.block_only) + flag;
+        args.extend([flag, end, erased, pending, wait]);
     }
     if stamping {
         args.push(stamp());
@@ -234,7 +254,8 @@ impl RedisStore {
         if commit && !asked.is_empty() && debts {
             return Box::pin(self.run_checked(stacked, asked, stamping, read, sent)).await;
         }
-        (self.run_script(stacked, asked, commit, stamping, &givens(&read, 0), sent)).await
+        let given = givens(&read, 0, 0);
+        (self.run_script(stacked, asked, commit, stamping, &given, sent)).await
     }
 
     /// [`run_script`](Self::run_script) for a spend that carries states read in another slot
@@ -346,7 +367,8 @@ impl RedisStore {
         // after (a runtime shut down) leaves it for the next call's script to add what it
         // missed (`lua/carry.lua`).
         let pending = draw();
-        let given = givens(read, pending);
+        let wait = read_after_within(self.inner.options.timeout);
+        let given = givens(read, pending, wait);
         let reply = (self.run_script(stacked, asked, true, stamping, &given, sent)).await?;
         if reply.len() != each * asked.len() || reply.chunks(each).any(|r| r[0] != 1) {
             return Ok((reply, None));
@@ -382,7 +404,7 @@ impl RedisStore {
                 (Some(Some(before)), Some(Some(after))) => {
                     let by = after.grown_since(before);
                     let from = before.end();
-                    let (to, lasts) = (from.saturating_add(by), after.end() - after.at);
+                    let (to, lasts) = (from.saturating_add(by), after.debt);
                     Some((
                         j,
                         *carry,
@@ -524,7 +546,8 @@ impl RedisStore {
                 given.push(None);
                 continue;
             }
-            let (keys, args) = level_call(carry, into(carry).quota);
+            let wait = read_after_within(self.inner.options.timeout);
+            let (keys, args) = level_call(carry, into(carry).quota, wait);
             let keys = keys.each_ref().map(String::as_str);
             let read: Vec<i64> = self.run(&LEVEL_SCRIPT, &keys, &args, false, sent).await?;
             match read[..] {
@@ -686,11 +709,19 @@ pub(super) fn pending_key(moved: &str, from: &str) -> String {
 }
 
 /// [`LEVEL_SCRIPT`]'s KEYS and ARGV (see its header) for `carry`, carried into a state under
-/// `into`.
-pub(super) fn level_call(carry: &Carry<'_>, into: &Quota) -> ([String; 3], [u64; 5]) {
+/// `into`, by a call whose read after comes within `wait` of its script or never.
+pub(super) fn level_call(carry: &Carry<'_>, into: &Quota, wait: u64) -> ([String; 3], [u64; 6]) {
     let [index, first, second, block_us] = numbers(carry.quota);
     let block_us = if into.block_nanos() > 0 { block_us } else { 0 };
     let from = carry.from.as_str();
+    // What the call writes beside the moved state from this read is kept no longer than that
+    // after the debt: its pending record, written by its script (within `wait` of the read),
+    // a full moved bucket after its read after can come (`wait` later), and a second later;
+    // a second more for the milliseconds and one for the nodes' clocks (`lua/carry.lua`).
+    let [_, tolerance] = arguments(into);
+    let kept = (wait.saturating_mul(2))
+        .saturating_add(tolerance)
+        .saturating_add(3_000_000);
     (
         [from.to_owned(), block_key(from), erased_key(from)],
         [
@@ -699,6 +730,7 @@ pub(super) fn level_call(carry: &Carry<'_>, into: &Quota) -> ([String; 3], [u64;
             second,
             block_us,
             u64::from(carry.carries_debt(into)),
+            kept.min(1 << 50),
         ],
     )
 }
