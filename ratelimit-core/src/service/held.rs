@@ -208,11 +208,15 @@ impl RateLimitService {
             };
             let key = Around::new(&parts, &old);
             // What the old state may hold past its window is carried into the site's
-            // (`transition.rs`); decided whole so long on a store that does not carry.
+            // (`transition.rs`); decided whole so long on a store that does not carry. A call's
+            // own quota of the same window and strategy wrote the same state (`outlasts`, as
+            // a penalty did): carried only for the quota this call resolves to, plain calls
+            // read the moved state alone once the configured bucket's carrying ended, where a
+            // quota of its own had left 15 minutes owed: 15 admitted where the one bucket
+            // gave none (probes_fleet_horizon_redis).
+            let held_for = old.outlasts_by().max(outlasts);
             let carry_until = match old.carries_into(quota) {
-                true => {
-                    (kept.replaced_at.saturating_add(old.outlasts_by())).max(kept.penalized_until)
-                }
+                true => (kept.replaced_at.saturating_add(held_for)).max(kept.penalized_until),
                 false => until,
             };
             let carries = self.inner.store.carries();
