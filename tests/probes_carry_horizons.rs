@@ -148,3 +148,39 @@ fn a_penalty_of_a_million_tokens_keeps_every_moving_reload_while_it_is_owed() {
     let (plain, clock) = service(named("t").build().unwrap());
     assert!(reloads_after(&plain, &clock, renamed).is_none());
 }
+
+/// A call's own bucket of the configured one's window and strategy writes the configured
+/// one's state: 15 of its own at a token a minute (15 minutes owed), then the default tier
+/// renamed. Plain calls at +300 s, past the configured bucket's carrying (150 s): the one
+/// bucket still owes 10 minutes, past the plain calls' tolerance of 90 s, so none admitted,
+/// moved or not. The old state was carried for the plain calls' quota only: 15 admitted on
+/// the moved state alone (probes_fleet_horizon_redis, on Redis).
+#[test]
+fn plain_calls_carry_the_debt_a_calls_own_bucket_left_on_their_state() {
+    let named = |name: &str| {
+        let tier = Tier::new(name, 10)
+            .burst(5)
+            .refill(10)
+            .window(MINUTE)
+            .strategy(Strategy::TokenBucket);
+        Config::builder().tier(tier).default_tier(name)
+    };
+    let own = Options::new().refill(1);
+    let mut counts = Vec::new();
+    for moves in [false, true] {
+        let (service, clock) = service(named("a").build().unwrap());
+        let spent = (0..16)
+            .filter(|_| now(service.consume("k", &own)).unwrap().allowed)
+            .count();
+        if moves {
+            reload(&service, named("b"));
+        }
+        clock.advance(Duration::from_secs(300));
+        let plain = (0..16)
+            .filter(|_| now(service.consume("k", &Options::new())).unwrap().allowed)
+            .count();
+        counts.push((spent, plain));
+    }
+    assert_eq!(counts[0], (15, 0), "the one bucket");
+    assert_eq!(counts[1], counts[0], "moved");
+}

@@ -213,7 +213,7 @@ impl RateLimitService {
             // a penalty did): carried only for the quota this call resolves to, plain calls
             // read the moved state alone once the configured bucket's carrying ended, where a
             // quota of its own had left 15 minutes owed: 15 admitted where the one bucket
-            // gave none (probes_fleet_horizon_redis).
+            // gave none (probes_carry_horizons, probes_fleet_horizon_redis).
             let held_for = old.outlasts_by().max(outlasts);
             let carry_until = match old.carries_into(quota) {
                 true => (kept.replaced_at.saturating_add(held_for)).max(kept.penalized_until),
