@@ -73,7 +73,9 @@ struct Inner {
     /// forgotten a minute after the default tier switched: 2 admitted at 90 s where the key
     /// was blocked (probes_carry_attacks). Read again by every transition worked out
     /// (`Kept::in_force`): a call's own quota first resolved after a reload outlasts what
-    /// the reload kept for (probes_prepared_transitions).
+    /// the reload kept for (probes_prepared_transitions). Raised too by the declarations of
+    /// annotated fns, called or not, as a module starts and reloads (`resolve_quota`): in a
+    /// fleet, another pod may have spent them (`own_windows` likewise).
     own_outlasts: AtomicU64,
     /// Whether the store came from the configuration (`config.store()`), which a reload
     /// then may not change; a store of the caller's own (`with_store`) ignores it.
@@ -343,8 +345,13 @@ impl RateLimitService {
     }
 
     /// The quota under `tier` (an index into the configured tiers) with `overrides`, checked
-    /// against the store.
-    #[inline]
+    /// against the store: what the declarations of annotated fns are checked by, as a module
+    /// starts and reloads. A quota their overrides make is noted as a call's would be
+    /// ([`note_own_quota`](Self::note_own_quota), [`note_own_window`](Self::note_own_window)),
+    /// called or not: another pod running the same fns may have spent it on the state a reload
+    /// moves. Noted only when resolved per call, a pod that had not called the fn itself let
+    /// the move go at its ninth reload while the other pod's block of an hour held the old
+    /// state: 5 admitted inside it (probes_fleet_horizon_redis).
     pub(crate) fn resolve_quota(
         &self,
         config: &Config,
@@ -353,7 +360,23 @@ impl RateLimitService {
     ) -> Result<Quota, Error> {
         let quota = config.quota(tier, overrides)?;
         self.inner.store.supports(&quota)?;
+        if !overrides.is_empty() {
+            self.note_own_quota(&quota);
+            if let Some(window) = overrides.window {
+                self.note_own_window(window);
+            }
+        }
         Ok(quota)
+    }
+
+    /// Notes a quota a call's own overrides made ([`Inner::own_outlasts`]): a load and a
+    /// compare unless it outlasts every one before it.
+    #[inline]
+    fn note_own_quota(&self, quota: &Quota) {
+        let (outlasts, latest) = (quota.outlasts_by(), &self.inner.own_outlasts);
+        if outlasts > latest.load(Ordering::Relaxed) {
+            latest.fetch_max(outlasts, Ordering::Relaxed);
+        }
     }
 
     /// Notes that a call with its own `window` is worked out ([`Inner::own_windows`]): a
@@ -382,10 +405,7 @@ impl RateLimitService {
         if !options.overrides.is_empty() {
             let quota = own.insert(config.quota(tier, options.overrides)?);
             self.inner.store.supports(quota)?;
-            let (outlasts, latest) = (quota.outlasts_by(), &self.inner.own_outlasts);
-            if outlasts > latest.load(Ordering::Relaxed) {
-                latest.fetch_max(outlasts, Ordering::Relaxed);
-            }
+            self.note_own_quota(quota);
             return Ok(Resolved {
                 quota,
                 tier,
