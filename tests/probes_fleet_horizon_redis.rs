@@ -469,3 +469,64 @@ async fn a_declared_block_set_on_another_pod_survives_a_ninth_reload_there() {
     assert_eq!(all[1], [15, 0], "twin");
     assert_eq!(all[0], all[1], "fleet");
 }
+
+/// An annotated fn of the default limit with its own window of two hours.
+#[ratelimit::rate_limit(window = "2h", name = "h81-windowed")]
+async fn windowed() -> Result<(), ratelimit::Error> {
+    Ok(())
+}
+
+/// The window of its own declared on an annotated fn, as
+/// [`a_window_of_its_own_seen_on_another_pod_survives_a_ninth_reload_there`] with pods
+/// built as modules: A's call under the limit of 2 an hour, both reloaded to 3 a minute later,
+/// A's calls again (1 more), 8 reloads on B past the configured hour, B's first calls: none,
+/// as the twin. Noted only when called, B let the replaced 2 go at its ninth reload: 1.
+#[tokio::test]
+async fn a_declared_window_seen_on_another_pod_survives_a_ninth_reload_there() {
+    let server = RedisServer::start();
+    let redis = || RedisOptions::new(server.url()).timeout(Duration::from_secs(2));
+    let calls = async |m: &TestModule, n: usize| {
+        let mut admitted = 0;
+        for _ in 0..n {
+            match m.scope(windowed()).await {
+                Ok(()) => admitted += 1,
+                Err(ratelimit::Error::Exceeded(_)) => {}
+                Err(e) => panic!("{e}"),
+            }
+        }
+        admitted
+    };
+    let mut all = Vec::new();
+    for fleet in [true, false] {
+        let p = prefix("h81-declared-window");
+        let module = || {
+            let builder = hourly(2).key_prefix(&p).store(StoreConfig::Redis(redis()));
+            TestModule::new(builder.into()).unwrap()
+        };
+        let pods: Vec<TestModule> = (0..if fleet { 2 } else { 1 }).map(|_| module()).collect();
+        let (a, b) = (&pods[0], pods.last().unwrap());
+        let at = |secs: u64| {
+            for m in &pods {
+                m.clock().set(START + Duration::from_secs(secs));
+            }
+        };
+        let mut counts = vec![calls(a, 1).await];
+        at(60);
+        for m in &pods {
+            m.service()
+                .reload(on_its_store(m.service(), hourly(3)))
+                .unwrap();
+        }
+        counts.push(calls(a, 3).await);
+        for n in 4..=11 {
+            at(3_660 + 60 * n);
+            b.service()
+                .reload(on_its_store(b.service(), hourly(n)))
+                .unwrap();
+        }
+        counts.push(calls(b, 3).await);
+        all.push(counts);
+    }
+    assert_eq!(all[1], [1, 1, 0], "twin");
+    assert_eq!(all[0], all[1], "fleet");
+}
