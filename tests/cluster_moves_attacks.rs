@@ -358,7 +358,9 @@ fn a_leasing_pod_admits_across_the_move_as_on_one_server() {
 /// Four pods that moved and four still in their old window, ten tasks each, all calling at
 /// once right after the movers' old window (no order made): never more admitted after the
 /// move than any order of the same calls admits on one server, 10 (the others' spends hold
-/// the old state to its 15, the movers' carry holds the moved one to it).
+/// the old state to its 15, the movers' carry holds the moved one to it), plus a token for
+/// every 6 s the run took: the scripts read Redis' own clock, which refills the buckets
+/// (a loaded machine took 12.5 s and admitted 12: a flake, not a way through).
 #[test]
 fn concurrent_movers_and_old_window_pods_never_admit_past_one_bucket() {
     let cluster = RedisCluster::start();
@@ -369,6 +371,7 @@ fn concurrent_movers_and_old_window_pods_never_admit_past_one_bucket() {
         (0..4).map(|_| pod(&options, &p)).collect(),
     );
     let runtime = ratelimit_tests::two_workers();
+    let started = std::time::Instant::now();
     let admitted = runtime.block_on(async {
         assert_eq!(tally(&movers[0], 5).await, (5, 0, 0));
         for m in movers.iter().chain(&others) {
@@ -394,6 +397,12 @@ fn concurrent_movers_and_old_window_pods_never_admit_past_one_bucket() {
         }
         admitted
     });
-    eprintln!("concurrent: {admitted} admitted after the move");
-    assert!(admitted <= 10, "{admitted} admitted after the move");
+    // Whole tokens Redis' clock gave back since the first spend (the bucket's phase starts
+    // there: a run under 6 s gives none back).
+    let refilled = (started.elapsed().as_secs() / 6) as usize;
+    eprintln!("concurrent: {admitted} admitted after the move ({refilled} refilled at most)");
+    assert!(
+        admitted <= 10 + refilled,
+        "{admitted} admitted after the move"
+    );
 }
