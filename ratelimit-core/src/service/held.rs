@@ -214,7 +214,19 @@ impl RateLimitService {
             // read the moved state alone once the configured bucket's carrying ended, where a
             // quota of its own had left 15 minutes owed: 15 admitted where the one bucket
             // gave none (probes_carry_horizons, probes_fleet_horizon_redis).
-            let held_for = old.outlasts_by().max(outlasts);
+            // The other way round, the configured limit at the old tier wrote the state a
+            // call's own quota of its window and strategy resolves to: carried for the own
+            // quota alone (a bucket of its own refilled 600 a minute: 61.5 s), calls with it
+            // read the moved state alone while the configured bucket's debt (a token a
+            // minute: 15 minutes) still held the old one, 15 admitted at +100 s where the
+            // one state gave none (probes_horizon_attacks).
+            let configured = match old_tier {
+                Some(i) => Some(old_config.tiers()[i].quota),
+                None => old_config.plain_quota(),
+            };
+            let configured =
+                (configured.filter(|q| q.same_identity(&old))).map_or(0, |q| q.outlasts_by());
+            let held_for = old.outlasts_by().max(outlasts).max(configured);
             let carry_until = match old.carries_into(quota) {
                 true => (kept.replaced_at.saturating_add(held_for)).max(kept.penalized_until),
                 false => until,
