@@ -198,6 +198,39 @@ fn calls_with_a_fast_bucket_of_their_own_after_plain_calls_left_a_slow_debt() {
     assert!(differ.is_empty(), "{differ:?}");
 }
 
+/// The same through a site prepared after the move (its transition worked out once, at
+/// `prepare`) and through stacked calls (`consume_all`, beside tier-free calls of a limit
+/// that never refuses): none at +100 s, 15 at +16 min, as the twin.
+#[test]
+fn a_prepared_site_and_stacked_calls_with_a_fast_bucket_of_their_own_carry_the_slow_debt() {
+    let slow = Limit {
+        refill: 1,
+        ..Limit::BUCKET
+    };
+    let own = Options::new().refill(600);
+    let wide = Options::new().limit(1_000).refill(1_000);
+    for prepared in [true, false] {
+        let (twin, differ) = against_the_twin(slow, &MOVES, |service, clock, moving| {
+            let mut counts = vec![admitted(service, &Options::new(), 16)];
+            moving();
+            let site = service.prepare(&own).unwrap();
+            let one = || match prepared {
+                true => site.consume_now("k").unwrap().unwrap().allowed,
+                false => (now(service.consume_all(&[("k", &own), ("w", &wide)])).unwrap())
+                    .iter()
+                    .all(|d| d.allowed),
+            };
+            at(clock, 100);
+            counts.push((0..16).filter(|_| one()).count());
+            at(clock, 16 * 60);
+            counts.push((0..16).filter(|_| one()).count());
+            counts
+        });
+        assert_eq!(twin, [15, 0, 15], "twin, prepared: {prepared}");
+        assert!(differ.is_empty(), "prepared: {prepared}: {differ:?}");
+    }
+}
+
 // ---------------------------------------------------------------------------------------
 // 3. Blocks of their own on the configured state.
 // ---------------------------------------------------------------------------------------
@@ -272,6 +305,26 @@ fn a_penalty_is_carried_past_the_configured_carrying_on_every_move() {
         at(clock, 200);
         counts.push(admitted(service, &Options::new(), 16));
         at(clock, 400);
+        counts.push(admitted(service, &Options::new(), 16));
+        counts
+    });
+    assert_eq!(twin, [15, 0, 15], "twin");
+    assert!(differ.is_empty(), "{differ:?}");
+}
+
+/// Never refused forever: 15 plain calls and a penalty of a million tokens (100,000 minutes,
+/// about 69 days owed), moved; plain calls a minute before the debt ends (none) and a
+/// minute after (15), on every move as on the twin: the moved bucket refills.
+#[test]
+fn a_moved_bucket_under_a_penalty_of_69_days_refills_when_the_twin_does() {
+    let (twin, differ) = against_the_twin(Limit::BUCKET, &MOVES, |service, clock, moving| {
+        let mut counts = vec![admitted(service, &Options::new(), 15)];
+        now(service.penalize("k", &Options::new(), 1_000_000)).unwrap();
+        moving();
+        // 15 spent and a million tokens at 6 s each: 6,000,090 s owed, 90 s tolerated.
+        at(clock, 6_000_000 - 60);
+        counts.push(admitted(service, &Options::new(), 16));
+        at(clock, 6_000_090 + 60);
         counts.push(admitted(service, &Options::new(), 16));
         counts
     });
@@ -390,7 +443,11 @@ fn a_declared_day_never_called_holds_every_reload_a_day_and_then_lets_go() {
     let (i, e) = refused_among(clock, step, reload, limit).expect("a reload refused");
     assert_eq!(i, 64, "{e}");
     assert!(matches!(e, ratelimit::Error::InvalidConfig(_)), "{e}");
-    println!("refused: {e}");
+    // It says when, and what holds it: the day 61 s before the first reload let go.
+    let (wait, what) = (86_400 - 64 * 61, "a window of its own of 1d");
+    let told = format!("reload again in {} at the soonest", format_secs(wait));
+    assert!(e.to_string().contains(&told), "{e}");
+    assert!(e.to_string().contains(what), "{e}");
     assert_eq!(
         service.stats().generation,
         64,
@@ -409,6 +466,16 @@ fn a_declared_day_never_called_holds_every_reload_a_day_and_then_lets_go() {
     let _ = (daily, two, gold);
 }
 
+/// `secs` as the error writes a duration (`format_window`: `22h56m16s`).
+fn format_secs(secs: u64) -> String {
+    let (h, m, s) = (secs / 3_600, secs / 60 % 60, secs % 60);
+    [(h, "h"), (m, "m"), (s, "s")]
+        .iter()
+        .filter(|(n, _)| *n > 0)
+        .map(|(n, unit)| format!("{n}{unit}"))
+        .collect()
+}
+
 /// A plain service (not a module) over `builder`.
 fn service_of(builder: ConfigBuilder) -> (RateLimitService, ManualClock) {
     service(builder.build().unwrap())
@@ -422,7 +489,6 @@ fn service_of(builder: ConfigBuilder) -> (RateLimitService, ManualClock) {
 /// default tier renamed). Without the refused reload, the declared day (`h83-daily`) holds
 /// at most 48 at once: all 80 taken.
 #[test]
-#[ignore = "FOUND: a refused reload's declarations stay noted: the 65th moving reload after it refused for a year (all 80 taken without it)"]
 fn a_reload_the_declarations_refuse_holds_no_later_reload() {
     let _one = ratelimit_tests::serial();
     let mut refused = Vec::new();

@@ -5,7 +5,7 @@ use super::declaration::Declaration;
 use super::spec::TierSpec;
 use crate::config::{names, Config};
 use crate::error::{DeclarationErrors, DeclarationProblem, Error, ProblemKind};
-use crate::service::RateLimitService;
+use crate::service::{Declared, RateLimitService};
 
 /// Checks `declarations` against `service`: static tiers that are not configured, fns that
 /// rely on a default limit the module does not have, limits that cannot be enforced (by any
@@ -15,19 +15,26 @@ use crate::service::RateLimitService;
 ///
 /// A fn passes exactly when the service would decide its calls (for a tier chosen per call:
 /// under every configured tier), so `init` fails where the running service would refuse.
+/// When all pass, the quotas and windows of their own they declare are noted as a call's
+/// would be, called or not (see `RateLimitService::note_declared`).
 pub fn check_declarations(
     service: &RateLimitService,
     declarations: &[&'static Declaration],
 ) -> Result<(), DeclarationErrors> {
-    check_declarations_under(service, &service.config(), declarations)
+    let declared = check_declarations_under(service, &service.config(), declarations)?;
+    service.note_declared(declared);
+    Ok(())
 }
 
-/// [`check_declarations`] under `config` (a reload's, before it runs) on `service`'s store.
+/// [`check_declarations`] under `config` (a reload's, before it runs) on `service`'s store,
+/// noting nothing: what the declarations make of their own, for the reload to note once it
+/// installs `config`.
 pub(crate) fn check_declarations_under(
     service: &RateLimitService,
     config: &Config,
     declarations: &[&'static Declaration],
-) -> Result<(), DeclarationErrors> {
+) -> Result<Declared, DeclarationErrors> {
+    let mut declared = Declared::default();
     let mut errors = DeclarationErrors::default();
     let mut push = |d: &'static Declaration, kind: ProblemKind| {
         errors.problems.push(DeclarationProblem {
@@ -70,7 +77,8 @@ pub(crate) fn check_declarations_under(
             TierSpec::Dynamic => (0..config.tiers().len()).map(Some).collect(),
         };
         for tier in tiers {
-            let problem = match service.resolve_quota(config, tier, spec.overrides()) {
+            let resolved = service.resolve_quota(config, tier, spec.overrides(), &mut declared);
+            let problem = match resolved {
                 Ok(_) => continue,
                 Err(Error::NoLimit) => ProblemKind::NoLimit,
                 Err(Error::InvalidQuota(error)) => ProblemKind::Unenforceable {
@@ -116,7 +124,7 @@ pub(crate) fn check_declarations_under(
         }
     }
     if errors.problems.is_empty() {
-        Ok(())
+        Ok(declared)
     } else {
         Err(errors)
     }

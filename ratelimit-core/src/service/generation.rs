@@ -61,6 +61,19 @@ pub(crate) struct Kept {
     alike: Alike,
 }
 
+/// What holds a kept configuration longest ([`Kept::held`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum HeldBy {
+    /// Its longest configured window.
+    Window,
+    /// The longest window of its own a call was worked out with, or an annotated fn
+    /// declares (`Inner::own_windows`).
+    OwnWindow,
+    /// What the old state of a limit it moved may hold (`Kept::carrying_with`): a
+    /// configured bucket's debt or block, a quota of its own's, a penalty's debt.
+    Carrying,
+}
+
 /// Which calls a kept configuration resolves as the running one does ([`Kept::against`]).
 #[derive(Clone, Default)]
 struct Alike {
@@ -118,8 +131,26 @@ impl Kept {
         own: crate::clock::Nanos,
         outlasts: crate::clock::Nanos,
     ) -> bool {
-        let holds = self.longest.max(own).max(self.carrying_with(outlasts));
-        now < (self.replaced_at).saturating_add(holds)
+        now < self.held(own, outlasts).0
+    }
+
+    /// Until when it may hold any call ([`holds_any`](Self::holds_any)), what holds it that
+    /// long, and for how long past `replaced_at`: what a reload refused for holding too many
+    /// names (`reload.rs`).
+    pub(crate) fn held(
+        &self,
+        own: crate::clock::Nanos,
+        outlasts: crate::clock::Nanos,
+    ) -> (crate::clock::Nanos, HeldBy, crate::clock::Nanos) {
+        let spans = [
+            (self.longest, HeldBy::Window),
+            (own, HeldBy::OwnWindow),
+            (self.carrying_with(outlasts), HeldBy::Carrying),
+        ];
+        let (span, by) = (spans.into_iter())
+            .max_by_key(|&(span, _)| span)
+            .unwrap_or((0, HeldBy::Window));
+        (self.replaced_at.saturating_add(span), by, span)
     }
 
     /// Whether it holds a call with `options`, decided under `tier` (an index into the

@@ -346,27 +346,42 @@ impl RateLimitService {
 
     /// The quota under `tier` (an index into the configured tiers) with `overrides`, checked
     /// against the store: what the declarations of annotated fns are checked by, as a module
-    /// starts and reloads. A quota their overrides make is noted as a call's would be
-    /// ([`note_own_quota`](Self::note_own_quota), [`note_own_window`](Self::note_own_window)),
-    /// called or not: another pod running the same fns may have spent it on the state a reload
-    /// moves. Noted only when resolved per call, a pod that had not called the fn itself let
-    /// the move go at its ninth reload while the other pod's block of an hour held the old
-    /// state: 5 admitted inside it (probes_fleet_horizon_redis).
+    /// starts and reloads. A quota their overrides make is added to `declared`, which the
+    /// service notes as a call's would be ([`note_declared`](Self::note_declared)) once the
+    /// configuration runs, called or not: another pod running the same fns may have spent it
+    /// on the state a reload moves. Noted only when resolved per call, a pod that had not
+    /// called the fn itself let the move go at its ninth reload while the other pod's block
+    /// of an hour held the old state: 5 admitted inside it (probes_fleet_horizon_redis).
     pub(crate) fn resolve_quota(
         &self,
         config: &Config,
         tier: Option<usize>,
         overrides: &Overrides,
+        declared: &mut Declared,
     ) -> Result<Quota, Error> {
         let quota = config.quota(tier, overrides)?;
         self.inner.store.supports(&quota)?;
         if !overrides.is_empty() {
-            self.note_own_quota(&quota);
+            declared.outlasts = declared.outlasts.max(quota.outlasts_by());
             if let Some(window) = overrides.window {
-                self.note_own_window(window);
+                declared.window = declared.window.max(window);
             }
         }
         Ok(quota)
+    }
+
+    /// Notes what the declarations of a configuration that now runs (or is about to, under
+    /// the reload's lock) make of their own ([`resolve_quota`](Self::resolve_quota)). Not
+    /// before: noted as a reload's declarations were checked, a reload they then refused (a
+    /// tier an fn names gone) left its quotas noted though nothing ran under it, and a window
+    /// of a year there held every moving reload after it a year: the 65th refused, where
+    /// all 80 were taken without it (probes_horizon_attacks).
+    pub(crate) fn note_declared(&self, declared: Declared) {
+        let latest = &self.inner.own_outlasts;
+        if declared.outlasts > latest.load(Ordering::Relaxed) {
+            latest.fetch_max(declared.outlasts, Ordering::Relaxed);
+        }
+        self.note_own_window(declared.window);
     }
 
     /// Notes a quota a call's own overrides made ([`Inner::own_outlasts`]): a load and a
@@ -431,6 +446,16 @@ impl RateLimitService {
             identity: Some(identity),
         })
     }
+}
+
+/// The longest any quota of their own that annotated fns declare under a configuration may
+/// hold a moved state (`Quota::outlasts_by`), and their longest window of their own: what
+/// [`RateLimitService::resolve_quota`] gathers and [`RateLimitService::note_declared`]
+/// notes once the configuration runs.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Declared {
+    outlasts: crate::clock::Nanos,
+    window: std::time::Duration,
 }
 
 /// What [`RateLimitService::resolve`] makes of a call's options under a configuration.

@@ -3,7 +3,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use super::{Generation, RateLimitService};
+use super::{Declared, Generation, RateLimitService};
 use crate::config::Config;
 use crate::error::{ConfigError, Error};
 use crate::quota::Quota;
@@ -69,15 +69,17 @@ impl RateLimitService {
     /// # }).unwrap();
     /// ```
     pub fn reload(&self, config: Config) -> Result<Reloaded, Error> {
-        self.reload_checked(config, |_| Ok(()))
+        self.reload_checked(config, |_| Ok(Declared::default()))
     }
 
     /// [`reload`](Self::reload), `check` (a module's declarations) run on the new
-    /// configuration before it is installed; its error leaves the old one running.
+    /// configuration before it is installed; its error leaves the old one running, and what
+    /// the declarations make of their own is noted only once it is installed
+    /// ([`note_declared`](Self::note_declared)).
     pub(crate) fn reload_checked(
         &self,
         config: Config,
-        check: impl FnOnce(&Config) -> Result<(), Error>,
+        check: impl FnOnce(&Config) -> Result<Declared, Error>,
     ) -> Result<Reloaded, Error> {
         // One reload at a time, from its checks to its swap: two racing reloads each install
         // a whole configuration, one after the other.
@@ -96,7 +98,7 @@ impl RateLimitService {
         if !errors.problems.is_empty() {
             return Err(Error::InvalidConfig(errors));
         }
-        check(&config)?;
+        let declared = check(&config)?;
         let mut reloaded = changes(&running.config, &config);
         reloaded.generation = running.number + 1;
         super::warn_shadow_tiers(&config);
@@ -107,6 +109,7 @@ impl RateLimitService {
         let outlasts = self.inner.own_outlasts.load(Ordering::Relaxed);
         let kept = kept_after(&running, &next.config, now, own, (penalized, outlasts))?;
         next.hold(kept);
+        self.note_declared(declared);
         self.inner.current.store(Arc::new(next));
         self.inner
             .generation
@@ -164,18 +167,51 @@ fn kept_after(
         .collect();
     if kept.len() > MOST_IN_FORCE {
         let mut errors = ConfigError::default();
-        errors.push(
-            "reload",
-            format!(
-                "{MOST_IN_FORCE} configurations replaced by reloads are still held to within \
-                 their windows (or, for a limit moved to another state, while its old state \
-                 may hold a debt or a block); another reload would drop one: reload again \
-                 once the oldest's has passed"
-            ),
-        );
+        errors.push("reload", too_many_held(&kept, now, own, outlasts));
         return Err(Error::InvalidConfig(errors));
     }
     Ok(kept)
+}
+
+/// Why a reload at `now` is refused for holding more than [`MOST_IN_FORCE`] (`kept`, the
+/// configurations it would keep): when another is taken at the soonest, once as many of those
+/// held past the last [`KEPT_PREVIOUS`](super::KEPT_PREVIOUS) as are too many have let go,
+/// and what holds the one that lets go last of them that long. Told only that the oldest's
+/// windows must pass, an operator whose fns declare a window of their own of a day (called
+/// or not) had no way to know a day, nor why (probes_horizon_attacks).
+fn too_many_held(
+    kept: &[super::Kept],
+    now: crate::clock::Nanos,
+    own: crate::clock::Nanos,
+    outlasts: crate::clock::Nanos,
+) -> String {
+    use super::generation::HeldBy;
+    let mut ends: Vec<_> = (kept.iter().skip(super::KEPT_PREVIOUS))
+        .map(|k| k.held(own, outlasts))
+        .collect();
+    ends.sort_by_key(|&(until, ..)| until);
+    let at = kept.len().saturating_sub(MOST_IN_FORCE + 1);
+    let (until, by, span) = ends.get(at).copied().unwrap_or((now, HeldBy::Window, 0));
+    let span = crate::syntax::format_window(std::time::Duration::from_nanos(span));
+    let what = match by {
+        HeldBy::Window => format!("its longest configured window, {span}"),
+        HeldBy::OwnWindow => format!(
+            "a window of its own of {span} (a call's, or one an annotated fn declares, called \
+             or not)"
+        ),
+        HeldBy::Carrying => format!(
+            "a limit it moved to another state, whose old state may hold a debt or a block for \
+             {span} (a quota of its own a call made or an annotated fn declares, or a \
+             penalty, among them)"
+        ),
+    };
+    let wait = std::time::Duration::from_nanos(until.saturating_sub(now).max(1));
+    format!(
+        "{MOST_IN_FORCE} configurations replaced by reloads are still held to; another reload \
+         would drop one while it may still hold a call: reload again in {} at the soonest, \
+         when the oldest of them lets go. What holds it that long: {what}",
+        crate::syntax::format_window(wait)
+    )
 }
 
 /// The most replaced configurations a generation holds calls to at once (`kept_after`): a
