@@ -74,8 +74,9 @@ struct Inner {
     /// was blocked (probes_carry_attacks). Read again by every transition worked out
     /// (`Kept::in_force`): a call's own quota first resolved after a reload outlasts what
     /// the reload kept for (probes_prepared_transitions). Raised too by the declarations of
-    /// annotated fns, called or not, as a module starts and reloads (`resolve_quota`): in a
-    /// fleet, another pod may have spent them (`own_windows` likewise).
+    /// annotated fns, called or not, as a module starts and as a reload of it is installed
+    /// (`note_declared`): in a fleet, another pod may have spent them (`own_windows`
+    /// likewise).
     own_outlasts: AtomicU64,
     /// Whether the store came from the configuration (`config.store()`), which a reload
     /// then may not change; a store of the caller's own (`with_store`) ignores it.
