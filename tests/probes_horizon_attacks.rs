@@ -369,6 +369,97 @@ fn a_reset_after_a_move_beside_a_slow_bucket_of_its_own_refuses_until_its_carryi
 }
 
 // ---------------------------------------------------------------------------------------
+// 4b. There and back with calls between; the refusal of a 65th moving reload.
+// ---------------------------------------------------------------------------------------
+
+/// Renamed at 0 and back at +75 s, plain calls between and after, each time against the
+/// twin: 15 at 0; 11 at +70 s (past the old window: the old state carried, refilled 70 s);
+/// at +80 s, back on the first state (held to the second, decided on it), 2; at +200 s, 15.
+/// And with a slow bucket of its own first (15 minutes owed): none until the debt is paid,
+/// 15 at +16 min.
+#[test]
+fn there_and_back_with_calls_between_gives_what_the_one_state_gives() {
+    let rename = |service: &RateLimitService, name: &str| {
+        let config = Limit::BUCKET.config(name, 1, "p").build().unwrap();
+        service.reload(config).unwrap();
+    };
+    for own_first in [false, true] {
+        let mut runs = Vec::new();
+        for moves in [false, true] {
+            let (service, clock) = Limit::BUCKET.service();
+            let plain = Options::new();
+            let mut counts = match own_first {
+                true => vec![admitted(&service, &Options::new().refill(1), 16)],
+                false => vec![admitted(&service, &plain, 16)],
+            };
+            if moves {
+                rename(&service, "b");
+            }
+            at(&clock, 70);
+            counts.push(admitted(&service, &plain, 16));
+            at(&clock, 75);
+            if moves {
+                rename(&service, "a");
+            }
+            at(&clock, 80);
+            counts.push(admitted(&service, &plain, 16));
+            at(&clock, 200);
+            counts.push(admitted(&service, &plain, 16));
+            at(&clock, 16 * 60);
+            counts.push(admitted(&service, &plain, 16));
+            runs.push(counts);
+        }
+        let twin = match own_first {
+            true => [15, 0, 0, 0, 15],
+            false => [15, 11, 2, 15, 15],
+        };
+        assert_eq!(runs[0], twin, "twin, own first: {own_first}");
+        assert_eq!(runs[1], runs[0], "there and back, own first: {own_first}");
+    }
+}
+
+/// A call's own block of two hours, once, then the default tier renamed every minute and
+/// a second (as probes_carry_horizons): the 65th is refused, saying when another is taken
+/// (the first kept, replaced at +61 s, carried 2 h 1 min: 55m56s after the refusal at
+/// +3,965 s) and what holds it (the moved limit's old state, a quota of its own among what
+/// may hold it).
+#[test]
+fn a_65th_moving_reload_held_by_an_own_block_is_refused_saying_when_and_why() {
+    let own = Options::new()
+        .limit(2)
+        .strategy(Strategy::FixedWindow)
+        .block_for(2 * HOUR);
+    let (service, clock) = service_of(
+        Config::builder()
+            .tier(Tier::new("t", 100).window("1m"))
+            .default_tier("t"),
+    );
+    assert!(now(service.consume("k", &own)).unwrap().allowed);
+    let renamed = |i: usize| {
+        Config::builder()
+            .tier(Tier::new(format!("t{i}"), 100).window("1m"))
+            .default_tier(format!("t{i}"))
+    };
+    let step = MINUTE + Duration::from_secs(1);
+    let reload = |b: ConfigBuilder| service.reload(b.build().unwrap());
+    let (i, e) = refused_among(&clock, step, reload, renamed).expect("a reload refused");
+    assert_eq!(i, 64, "{e}");
+    let told = e.to_string();
+    assert!(
+        told.contains("reload again in 55m56s at the soonest"),
+        "{told}"
+    );
+    assert!(
+        told.contains("may hold a debt or a block for 2h1m"),
+        "{told}"
+    );
+    at(&clock, 61 + 7_260 - 1);
+    assert!(reload(renamed(100)).is_err(), "a second before");
+    at(&clock, 61 + 7_260);
+    assert!(reload(renamed(101)).is_ok(), "taken from then");
+}
+
+// ---------------------------------------------------------------------------------------
 // 5. Quotas and windows of their own that annotated fns declare (Fix B), never called.
 // ---------------------------------------------------------------------------------------
 
