@@ -198,6 +198,28 @@ fn calls_with_a_fast_bucket_of_their_own_after_plain_calls_left_a_slow_debt() {
     assert!(differ.is_empty(), "{differ:?}");
 }
 
+/// The same on the default limit of a configuration without tiers (the configured quota
+/// the module's own, not a tier's), moved by another key prefix: none at +100 s, as the
+/// twin.
+#[test]
+fn calls_with_a_fast_bucket_of_their_own_under_the_default_limit_carry_its_slow_debt() {
+    let own = Options::new().refill(600);
+    let mut runs = Vec::new();
+    for moves in [false, true] {
+        let (service, clock) = service(ratelimit_tests::bucket_a_minute(10, 5, 1).build().unwrap());
+        let mut counts = vec![admitted(&service, &Options::new(), 16)];
+        if moves {
+            let to = ratelimit_tests::bucket_a_minute(10, 5, 1).key_prefix("q");
+            service.reload(to.build().unwrap()).unwrap();
+        }
+        at(&clock, 100);
+        counts.push(admitted(&service, &own, 16));
+        runs.push(counts);
+    }
+    assert_eq!(runs[0], [15, 0], "twin");
+    assert_eq!(runs[1], runs[0], "moved");
+}
+
 /// The same through a site prepared after the move (its transition worked out once, at
 /// `prepare`) and through stacked calls (`consume_all`, beside tier-free calls of a limit
 /// that never refuses): none at +100 s, 15 at +16 min, as the twin.
