@@ -481,6 +481,38 @@ fn a_65th_moving_reload_held_by_an_own_block_is_refused_saying_when_and_why() {
     assert!(reload(renamed(101)).is_ok(), "taken from then");
 }
 
+/// How long one valid quota of its own can hold moving reloads, stated: a bucket of 100 on
+/// the longest window (366 days) refilled a token a window (a tolerance of 100 windows, well
+/// within 2^62 ns: such a quota is valid), spent once, holds every reload that moves it
+/// for 101 windows, about a century: the 65th moving reload is refused, saying so (the
+/// calls are held no longer than the one state holds them:
+/// `a_moved_bucket_under_a_penalty_of_69_days_refills_when_the_twin_does`). The same from an
+/// annotated fn declaring it, called or not. What the error says is what an
+/// operator can do: reload less often, or restart (which carries nothing).
+#[test]
+fn a_valid_quota_of_its_own_can_hold_moving_reloads_for_a_century_and_says_so() {
+    let own = Options::new()
+        .limit(100)
+        .window(Duration::from_secs(366 * 86_400))
+        .refill(1)
+        .strategy(Strategy::TokenBucket);
+    let tier = |name: String| {
+        Config::builder()
+            .tier(Tier::new(name.clone(), 100).window("1m"))
+            .default_tier(name)
+    };
+    let (service, clock) = service_of(tier("t".into()));
+    assert!(now(service.consume("k", &own)).unwrap().allowed);
+    let renamed = |i: usize| tier(format!("t{i}"));
+    let step = MINUTE + Duration::from_secs(1);
+    let reload = |b: ConfigBuilder| service.reload(b.build().unwrap());
+    let (i, e) = refused_among(&clock, step, reload, renamed).expect("a reload refused");
+    assert_eq!(i, 64, "{e}");
+    let told = e.to_string();
+    assert!(told.contains("reload again in 36965d22h54m56s"), "{told}");
+    assert!(told.contains("a debt or a block for 36966d"), "{told}");
+}
+
 // ---------------------------------------------------------------------------------------
 // 5. Quotas and windows of their own that annotated fns declare (Fix B), never called.
 // ---------------------------------------------------------------------------------------
