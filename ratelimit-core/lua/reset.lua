@@ -72,22 +72,18 @@ local function keep()
 end
 
 -- The end a token bucket owes until (see KEYS[5]), read before anything is written; the
--- time to it added to the erased key once nothing can fail (below 2^52: the ends read with
--- it stay exact).
-local owed = erased and held == 1 and redis.pcall('GET', key)
-owed = type(owed) == 'string' and string.match(owed, '^T([1-9]%d*)')
-owed = owed and #owed <= 16 and owed + 0
-local function erase()
-  if owed and owed > now then
-    local sum = math.min(erased + owed - now, 4503599627370496)
-    redis.call('SET', KEYS[5], string.format('%d', sum), 'KEEPTTL')
-  end
+-- time to it added to the erased key once nothing can fail (`erase` in lua/beside.lua), the
+-- whole of it even where leased units keep part of the state (over by those units' time:
+-- refused, never admitted).
+local owed = held == 1 and bucket_end(key)
+local function erased_now()
+  erase(KEYS[5], erased, owed or nil, nil, now)
 end
 
 if held == 1 and out > 0 then
   local kept = keep()
   if type(kept) == 'table' then return kept end
-  erase()
+  erased_now()
   redis.call('DEL', KEYS[3], KEYS[4])
   if ARGV[1] ~= '0' then redis.call('HDEL', ledger_key, ARGV[1]) end
   if kept then return 1 end
@@ -96,7 +92,7 @@ if held == 1 and out > 0 then
 end
 if ARGV[1] ~= '0' then redis.call('HDEL', ledger_key, ARGV[1]) end
 if out <= 0 then redis.call('DEL', ledger_key) end
-erase()
+erased_now()
 -- A key with a block in force but no state (it expired) was held all the same.
 redis.call('DEL', key, KEYS[3])
 if redis.call('DEL', KEYS[4]) == 1 then return 1 end

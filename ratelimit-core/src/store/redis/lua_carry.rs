@@ -13,12 +13,15 @@ use proptest::prelude::*;
 use super::lua_pair::{MAX_WINDOW_US, T0};
 use super::lua_standin::{Redis, Reply};
 use super::reply::full;
+use super::scripts::{ADJUST_SCRIPT, REFUND_SCRIPT};
 use super::stacked::{
     carrying, level_call, script_call, Given, Read, LEVEL_SCRIPT, STACKED_SCRIPT,
 };
 use crate::decision::Decision;
 use crate::quota::Quota;
-use crate::store::{Adjustment, Carry, Check, MemoryStore, Mode, Stacked, Store, StoreKey};
+use crate::store::{
+    Adjustment, Carry, Check, MemoryStore, Mode, Refund, Stacked, Store, StoreKey,
+};
 use crate::syntax::Strategy as Kind;
 
 /// `lua/carry.lua`'s rule alone: `carried_time(ARGV[1..2])`.
@@ -716,6 +719,17 @@ impl Across<'_> {
         assert!(matches!(reply, Reply::Int(0 | 1)), "{reply:?}");
     }
 
+    /// A reward of `units` on the old state at `now` (`lua/adjust.lua`, as
+    /// `RedisStore::adjust_key` sends it).
+    fn reward(&self, old: &Quota, units: u64, now: u64) {
+        let key = StoreKey::one_window(OLD).unwrap();
+        let reward = Adjustment::reward(key, old, units, now * 1_000);
+        let (beside, args) = super::refund::adjust_call(&reward);
+        let keys = [OLD, beside[0].as_str(), beside[1].as_str()];
+        let reply = self.redis.eval_source(ADJUST_SCRIPT.text(), &keys, &args);
+        assert!(matches!(reply, Reply::Int(_)), "{reply:?}");
+    }
+
     /// When a bucket at `key` under `quota` is full again.
     fn end(&self, key: &str, quota: &Quota) -> u64 {
         match self.redis.decide_full(quota, key, 0, false) {
@@ -740,6 +754,8 @@ enum Besides {
     OldSpend(u64),
     /// The old state reset (`lua/reset.lua`) by such a pod.
     OldReset,
+    /// A reward of so many tokens on the old state (`lua/adjust.lua`) by such a pod.
+    OldReward(u64),
     /// The clock moved on by so many seconds (the old bucket refilling by time alone).
     Later(u64),
 }
@@ -825,6 +841,14 @@ fn interleaved(
                 for s in [&cluster, &server] {
                     s.reset(OLD);
                 }
+            }
+            Err(Besides::OldReward(units)) => {
+                // (As a reset: a read before it carries what it gave back.)
+                let before = cluster.end(OLD, &old).max(now);
+                for s in [&cluster, &server] {
+                    s.reward(&old, units, now);
+                }
+                moved += before - cluster.end(OLD, &old).max(now);
             }
             Err(Besides::Later(seconds)) => {
                 let waiting = |m: &Mover| m.3 == 1 || (!m.1 && (2..=3).contains(&m.3));
@@ -938,11 +962,11 @@ proptest! {
 
     /// Calls carrying a bucket read in another Cluster slot (up to three at once, their reads,
     /// scripts, reads after and additions interleaved with spends on the old state by a pod
-    /// the reload has not reached, resets of it by such a pod, and the clock moving on, the
+    /// the reload has not reached, resets and rewards of it by such a pod, and the clock moving on, the
     /// old bucket refilling by time alone), some never reading again (their task dropped
     /// with a runtime shut down), then one more call ([`interleaved`]): the moved bucket owes
     /// no less than on one server, and no more than that and what the old state was spent
-    /// and erased by resets (a read before a reset carries the debt it read) and twice how
+    /// and erased by resets and rewards (a read before one carries the debt it read) and twice how
     /// far the clock moved on meanwhile (each part of the old state's end added once,
     /// whichever call added it: the mark and the pending record, `grow` in `lua/carry.lua`;
     /// its end moves on with the clock where it is read full, or spent again after a refill,
@@ -956,6 +980,7 @@ proptest! {
                 4 => (1..=3usize).prop_map(Ok),
                 2 => (1..=4u64).prop_map(|c| Err(Besides::OldSpend(c))),
                 1 => Just(Err(Besides::OldReset)),
+                1 => (1..=4u64).prop_map(|u| Err(Besides::OldReward(u))),
                 1 => (2..=8u64).prop_map(|s| Err(Besides::Later(s))),
             ],
             0..40,
@@ -970,4 +995,316 @@ proptest! {
         );
         prop_assert!(!left, "a pending record left");
     }
+}
+
+// helper-82's probes of the erased total and the four-part pending records, on the stand-in
+// at a hand-driven clock: each history run on a Cluster's steps (a read in the old state's
+// slot, the script, the read after, its addition) and on one server (the script reading the
+// old state beside it, at its turn), the twin; what the moved bucket owes after compared.
+
+/// The two sides of a helper-82 history: the Cluster's and one server's (the twin), the old
+/// bucket a token a second and the moved one too, both of 1000 (nothing capped).
+struct Twins<'q> {
+    cluster: Across<'q>,
+    server: Across<'q>,
+    old: &'q Quota,
+    now: u64,
+}
+
+impl<'q> Twins<'q> {
+    fn new(old: &'q Quota, new: &'q Quota) -> Self {
+        let side = || Across {
+            redis: Redis::new(T0).unwrap(),
+            old,
+            new,
+        };
+        Twins {
+            cluster: side(),
+            server: side(),
+            old,
+            now: T0,
+        }
+    }
+
+    /// A spend of `cost` seconds on the old state, on both sides.
+    fn old_spend(&self, cost: u64) {
+        for s in [&self.cluster, &self.server] {
+            let reply = s.redis.decide_full(self.old, OLD, cost, true);
+            assert!(matches!(reply, Reply::Array(_)), "{reply:?}");
+        }
+    }
+
+    /// A reward of `units` on the old state, on both sides.
+    fn old_reward(&self, units: u64) {
+        for s in [&self.cluster, &self.server] {
+            s.reward(self.old, units, self.now);
+        }
+    }
+
+    /// A spend of `cost` seconds on the old state kept for a refund (its stamp `stamp`), on
+    /// both sides: the refund of it (`lua/refund.lua`, as `RedisStore::give_back` sends it).
+    fn old_kept_spend(&self, cost: u64, stamp: u64) -> Refund<'q> {
+        let stamp_key = super::ledger::stamp_key(OLD);
+        let mut spent = None;
+        for s in [&self.cluster, &self.server] {
+            let set = s.redis.command(&["SET", &stamp_key, &stamp.to_string()]);
+            assert!(set.is_ok(), "{set:?}");
+            match s.redis.decide_full(self.old, OLD, cost, true) {
+                Reply::Array(items) => match items[..] {
+                    [Reply::Int(1), _, Reply::Int(reset_at), ..] => spent = Some(reset_at),
+                    _ => panic!("{items:?}"),
+                },
+                other => panic!("{other:?}"),
+            }
+        }
+        let at = spent.unwrap().unsigned_abs() * 1_000;
+        let receipt = crate::decision::Receipt {
+            spent: crate::algorithm::Spend { at, shift: 0 },
+            stamp,
+        };
+        let key = StoreKey::one_window(OLD).unwrap();
+        Refund::of(key, self.old, cost, receipt, self.now * 1_000)
+    }
+
+    /// `refund` given back on both sides.
+    fn old_refund(&self, refund: &Refund<'_>) {
+        let (beside, args) = super::refund::refund_call(&[*refund]).unwrap().unwrap();
+        let keys: Vec<&str> = [OLD].into_iter().chain(beside.iter().map(String::as_str)).collect();
+        for s in [&self.cluster, &self.server] {
+            let reply = s.redis.eval_source(REFUND_SCRIPT.text(), &keys, &args);
+            assert_eq!(reply, Reply::Int(1));
+        }
+    }
+
+    fn old_reset(&self) {
+        for s in [&self.cluster, &self.server] {
+            s.reset(OLD);
+        }
+    }
+
+    fn later(&mut self, us: u64) {
+        self.now += us;
+        self.cluster.redis.set_time(self.now);
+        self.server.redis.set_time(self.now);
+    }
+
+    /// A Cluster call's read (its id `id`), then its script with the twin's.
+    fn read_and_script(&self, id: u64) -> Read {
+        let read = self.cluster.read();
+        self.script(id, &read);
+        read
+    }
+
+    /// The script of the call of id `id` that read `read`, on both sides.
+    fn script(&self, id: u64, read: &Read) {
+        self.script_waiting(id, read, WAIT);
+    }
+
+    /// [`script`](Self::script) by a pod whose read after comes within `wait` or never.
+    fn script_waiting(&self, id: u64, read: &Read, wait: u64) {
+        let held = Given::Held {
+            debt: read.debt,
+            left: read.left,
+            end: read.end(),
+            erased: read.erased,
+            pending: id,
+            wait,
+        };
+        assert!(self.cluster.script(1, Some(held)), "refused on the Cluster");
+        assert!(self.server.script(1, None), "refused on one server");
+    }
+
+    /// The read after of the call of id `id` that read `read`, and its addition.
+    fn read_after(&self, id: u64, read: &Read) {
+        self.cluster.added(read, &self.cluster.read(), id);
+    }
+
+    /// One more whole call on both sides, then what the moved bucket owes on each
+    /// (microseconds from now).
+    fn owed(&self) -> (u64, u64) {
+        let read = self.read_and_script(99);
+        self.read_after(99, &read);
+        let new = self.cluster.new;
+        let owes = |s: &Across<'_>| s.end(NEW, new).saturating_sub(self.now);
+        (owes(&self.cluster), owes(&self.server))
+    }
+}
+
+fn seconds_buckets() -> (Quota, Quota) {
+    (
+        tokens(1_000, 0, Duration::from_secs(1_000)),
+        tokens(1_000, 0, Duration::from_secs(1_000)),
+    )
+}
+
+/// A reward on the old state (by a pod the reload has not reached: `service.reward`) between
+/// a carried spend's script and its read after, of the 4 s spent there between its read and
+/// its script: one server's script carried those 4 s into the moved bucket before the reward
+/// (a reward of the old state reaches no moved state), so it owes 11 s after one more call;
+/// the read after found the old end moved back to what the call read (a reward moves an end
+/// back as a reset does, and nothing keeps what it erased) and added nothing: 7 s.
+#[test]
+fn probe82_a_reward_of_the_old_state_before_the_read_after() {
+    let (old, new) = seconds_buckets();
+    let twins = Twins::new(&old, &new);
+    twins.old_spend(5);
+    let read = twins.cluster.read();
+    twins.old_spend(4);
+    twins.script(1, &read);
+    twins.old_reward(4);
+    twins.read_after(1, &read);
+    let (on_cluster, on_server) = twins.owed();
+    assert_eq!((on_cluster, on_server), (11 * S, 11 * S));
+}
+
+/// The same with a refund of those 4 s (a spend kept on the old state, given back after the
+/// call's script, `lua/refund.lua`): 7 s owed where one server owes 11 s; the refund now adds
+/// what it moved the end back by to the erased key, as the reward does: 11 s.
+#[test]
+fn probe82_a_refund_on_the_old_state_before_the_read_after() {
+    let (old, new) = seconds_buckets();
+    let twins = Twins::new(&old, &new);
+    twins.old_spend(5);
+    let read = twins.cluster.read();
+    let refund = twins.old_kept_spend(4, 77);
+    twins.script(1, &read);
+    twins.old_refund(&refund);
+    twins.read_after(1, &read);
+    let (on_cluster, on_server) = twins.owed();
+    assert_eq!((on_cluster, on_server), (11 * S, 11 * S));
+}
+
+/// The same reward left standing with the call's pending record (its read after never came):
+/// the next call reads the old end moved back, and adds nothing from its record.
+#[test]
+fn probe82_a_reward_of_the_old_state_while_a_record_stands() {
+    let (old, new) = seconds_buckets();
+    let twins = Twins::new(&old, &new);
+    twins.old_spend(5);
+    let read = twins.cluster.read();
+    twins.old_spend(4);
+    twins.script(1, &read);
+    twins.old_reward(4);
+    let (on_cluster, on_server) = twins.owed();
+    assert_eq!((on_cluster, on_server), (11 * S, 11 * S));
+}
+
+/// Two resets between a carried spend's script and its read after, 3 s spent on the old
+/// state between them: the erased total holds both (9 s, then 3 s), so the read after adds
+/// the 4 s the call missed and the 3 s the twin's second reset erased (over by what the old
+/// state was spent and erased since, never under).
+#[test]
+fn probe82_two_resets_before_the_read_after() {
+    let (old, new) = seconds_buckets();
+    let twins = Twins::new(&old, &new);
+    twins.old_spend(5);
+    let read = twins.cluster.read();
+    twins.old_spend(4);
+    twins.script(1, &read);
+    twins.old_reset();
+    twins.old_spend(3);
+    twins.old_reset();
+    twins.read_after(1, &read);
+    let (on_cluster, on_server) = twins.owed();
+    assert_eq!((on_cluster, on_server), (14 * S, 11 * S));
+}
+
+/// A reset before any carrying read made the erased key writes none (nothing carries the old
+/// state yet): the first read finds it full, as the twin's first script does; then a reset
+/// after the read, before the script (the twin's script reads the old state reset): the
+/// erased total holds it, and the Cluster owes no less.
+#[test]
+fn probe82_a_reset_before_the_first_read_and_before_the_script() {
+    let (old, new) = seconds_buckets();
+    let twins = Twins::new(&old, &new);
+    twins.old_spend(5);
+    twins.old_reset();
+    let erased = super::ledger::erased_key(OLD);
+    assert_eq!(twins.cluster.redis.expiry(&erased), None, "nothing written");
+    let read = twins.cluster.read();
+    assert_eq!((read.debt, read.erased), (0, 0));
+    twins.old_spend(6);
+    twins.script(1, &read);
+    twins.read_after(1, &read);
+    let read = twins.cluster.read();
+    twins.old_spend(2);
+    twins.old_reset();
+    twins.script(2, &read);
+    twins.read_after(2, &read);
+    let (on_cluster, on_server) = twins.owed();
+    // One server: 6 s carried, the three calls' 3 s; the Cluster the 2 s spent then erased
+    // between the second call's read and its script too.
+    assert_eq!((on_cluster, on_server), (11 * S, 9 * S));
+}
+
+/// A runtime stalled between a carried spend's script and its read after past its wait: the
+/// next call, reading the old state still owing (its record past or not), adds the 4 s the
+/// first missed once; the first call's read after, coming late, adds nothing on top (the
+/// mark): the twin's 10 s after one more call, exactly.
+#[test]
+fn probe82_a_read_after_late_past_its_wait_adds_nothing_twice() {
+    let (old, new) = seconds_buckets();
+    let mut twins = Twins::new(&old, &new);
+    twins.old_spend(5);
+    let read = twins.cluster.read();
+    twins.old_spend(4);
+    twins.script(1, &read);
+    twins.later(WAIT + S);
+    let second = twins.read_and_script(2);
+    twins.read_after(1, &read);
+    twins.read_after(2, &second);
+    let (on_cluster, on_server) = twins.owed();
+    assert_eq!((on_cluster, on_server), (10 * S, 10 * S));
+}
+
+/// The same stall, the old bucket refilled by time alone before the next call reads it (12 s
+/// later, full): the first call's record past its wait, the next call adds from it up to the
+/// time read (7 s, where 4 were missed), and the late read after of the full bucket adds
+/// nothing: an over-refusal of at most the time between the two reads, never an admission.
+#[test]
+fn probe82_a_read_after_late_past_a_refill_over_refuses_boundedly() {
+    let (old, new) = seconds_buckets();
+    let mut twins = Twins::new(&old, &new);
+    twins.old_spend(5);
+    let read = twins.cluster.read();
+    twins.old_spend(4);
+    twins.script(1, &read);
+    twins.later(12 * S);
+    let second = twins.read_and_script(2);
+    assert_eq!(second.debt, 0);
+    twins.read_after(1, &read);
+    twins.read_after(2, &second);
+    let (on_cluster, on_server) = twins.owed();
+    assert_eq!((on_cluster, on_server), (9 * S, 2 * S));
+    assert!(on_cluster - on_server <= 12 * S);
+}
+
+/// Pods with different store timeouts: the first call's pod waits 16 s for its read after (a
+/// 5 s timeout: three and a second), which never comes; the next call, by a pod of a 100 ms
+/// timeout (1.3 s), reads the old bucket refilled 10 s later, full, within the first record's
+/// wait: nothing is added from it, and it is overwritten. What the first call missed (4 s
+/// spent between its read and its script) is lost: RELIABILITY.md item 12's leftover, bounded
+/// by the writer's wait (a 5 s pod's is 16 s of the old bucket), never by the reader's.
+#[test]
+fn probe82_a_record_of_a_slow_pod_read_full_by_a_fast_one() {
+    let (old, new) = seconds_buckets();
+    let mut twins = Twins::new(&old, &new);
+    let (slow, fast) = (16 * S, 1_300_000);
+    twins.old_spend(5);
+    let read = twins.cluster.read();
+    twins.old_spend(4);
+    twins.script_waiting(1, &read, slow);
+    twins.later(10 * S);
+    let second = twins.cluster.read();
+    assert_eq!(second.debt, 0);
+    twins.script_waiting(2, &second, fast);
+    twins.read_after(2, &second);
+    let (on_cluster, on_server) = twins.owed();
+    // One server: 2 s; the Cluster lost the 4 s: at the end of the first call's carry (6 s,
+    // refilled by now) nothing more.
+    assert_eq!(on_server, 2 * S);
+    assert!(
+        on_server - on_cluster.min(on_server) <= 4 * S,
+        "{on_cluster} against {on_server}"
+    );
 }

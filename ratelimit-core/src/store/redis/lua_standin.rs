@@ -220,8 +220,11 @@ impl Db {
                     }) => (*ms as i64 - now_ms as i64).max(0),
                 }))
             }
-            ("PEXPIREAT", [key, ms]) => {
-                let ms = int(ms)?;
+            ("PEXPIRE" | "PEXPIREAT", [key, ms]) => {
+                let ms = match name.as_str() {
+                    "PEXPIRE" => int(ms)?.saturating_add((self.now_us / 1_000) as i64),
+                    _ => int(ms)?,
+                };
                 let past = ms <= (self.now_us / 1_000) as i64;
                 Ok(Reply::Int(match self.live(key) {
                     // Already past (`checkAlreadyExpired`: `when <= now`): deleted at once.
