@@ -19,9 +19,7 @@ use super::stacked::{
 };
 use crate::decision::Decision;
 use crate::quota::Quota;
-use crate::store::{
-    Adjustment, Carry, Check, MemoryStore, Mode, Refund, Stacked, Store, StoreKey,
-};
+use crate::store::{Adjustment, Carry, Check, MemoryStore, Mode, Refund, Stacked, Store, StoreKey};
 use crate::syntax::Strategy as Kind;
 
 /// `lua/carry.lua`'s rule alone: `carried_time(ARGV[1..2])`.
@@ -1066,10 +1064,55 @@ impl<'q> Twins<'q> {
         Refund::of(key, self.old, cost, receipt, self.now * 1_000)
     }
 
+    /// A lease of `slice` seconds (its id `id`) granted on the old state for a call of 1, on
+    /// both sides (`lua/lease_grant.lua`, as `RedisStore`'s leases send it): the arrival time
+    /// it wrote.
+    fn old_lease(&self, slice: u64, id: u64) -> u64 {
+        use super::lease::GRANT_SCRIPT;
+        let [first, second] = super::scripts::arguments(self.old);
+        let ledger = super::ledger::ledger_key(OLD);
+        let args = [4, first, second, 1, slice, id, 0];
+        let mut wrote = None;
+        for s in [&self.cluster, &self.server] {
+            match s
+                .redis
+                .eval_source(GRANT_SCRIPT.text(), &[OLD, &ledger], &args)
+            {
+                Reply::Array(items) => match items[..] {
+                    [Reply::Int(granted), Reply::Int(1), _, Reply::Int(reset_at), ..] => {
+                        assert_eq!(granted.unsigned_abs(), slice);
+                        wrote = Some(reset_at.unsigned_abs());
+                    }
+                    _ => panic!("{items:?}"),
+                },
+                other => panic!("{other:?}"),
+            }
+        }
+        wrote.unwrap()
+    }
+
+    /// `units` of the lease of id `id` (which wrote the arrival time `tat`) given back on both
+    /// sides (`lua/lease_return.lua`, as `RedisStore`'s leases send it).
+    fn old_lease_return(&self, units: u64, tat: u64, id: u64) {
+        use super::lease::{return_keys, RETURN_SCRIPT};
+        let [ledger, erased] = return_keys(OLD);
+        let interval = self.old.interval_nanos() / 1_000;
+        let args = [4, units, tat, interval, id];
+        for s in [&self.cluster, &self.server] {
+            let reply = s
+                .redis
+                .eval_source(RETURN_SCRIPT.text(), &[OLD, &ledger, &erased], &args);
+            assert_eq!(reply, Reply::Int(units as i64));
+        }
+    }
+
     /// `refund` given back on both sides.
     fn old_refund(&self, refund: &Refund<'_>) {
         let (beside, args) = super::refund::refund_call(&[*refund]).unwrap().unwrap();
-        let keys: Vec<&str> = [OLD].into_iter().chain(beside.iter().map(String::as_str)).collect();
+        let keys: Vec<&str> = [OLD]
+            .into_iter()
+            .chain(beside.iter().map(String::as_str))
+            .collect();
         for s in [&self.cluster, &self.server] {
             let reply = s.redis.eval_source(REFUND_SCRIPT.text(), &keys, &args);
             assert_eq!(reply, Reply::Int(1));
@@ -1307,4 +1350,24 @@ fn probe82_a_record_of_a_slow_pod_read_full_by_a_fast_one() {
         on_server - on_cluster.min(on_server) <= 4 * S,
         "{on_cluster} against {on_server}"
     );
+}
+
+/// A lease granted on the old state (4 s, by a pod the reload has not reached, its hot key)
+/// between a carried spend's read and its script, and 3 s of it given back unspent (the pod
+/// idle) before the read after: one server's script carried the lease whole (11 s owed after
+/// one more call); the read after found the old end moved back and added 1 s: 8 s. Its units
+/// given back now add what they moved the end back by to the erased key: 11 s.
+#[test]
+fn probe82_a_lease_given_back_on_the_old_state_before_the_read_after() {
+    let (old, new) = seconds_buckets();
+    let twins = Twins::new(&old, &new);
+    twins.old_spend(5);
+    let read = twins.cluster.read();
+    let tat = twins.old_lease(4, 9);
+    assert_eq!(tat, T0 + 9 * S);
+    twins.script(1, &read);
+    twins.old_lease_return(3, tat, 9);
+    twins.read_after(1, &read);
+    let (on_cluster, on_server) = twins.owed();
+    assert_eq!((on_cluster, on_server), (11 * S, 11 * S));
 }

@@ -16,14 +16,14 @@
 //!   other table as an array up to its first nil;
 //! - `TIME`, `TYPE`, `GET`, `SET` (with `PXAT` or `KEEPTTL`, or neither), `INCR`, `INCRBY`,
 //!   `DECRBY` (a string that is not a 64-bit integer is an error, a missing key counts from 0,
-//!   the expiry is kept, an overflow is an error), `EXISTS key...`, `DEL key...`, `PEXPIREAT` (a time at or
+//!   the expiry is kept, an overflow is an error), `EXISTS key...`, `DEL key...`, `PEXPIRE` and `PEXPIREAT` (a time at or
 //!   before the clock's millisecond deletes the key at once), `PTTL` and `PEXPIRETIME` (-2
 //!   without the key, -1 without an expiry); the list commands the sliding log uses:
 //!   `LPUSH key value`, `LPOP key`, `LINDEX`, `LLEN`, `LRANGE`, `LTRIM` (indices from the tail when
 //!   negative, clamped to the list), `LSET` (an error without the key or the index),
 //!   `LREM key count value` (from the head when positive, the tail when negative, every one
 //!   when 0), an emptied list deleted; the hash commands the sliding window counter uses:
-//!   `HMGET`, `HGETALL` (fields in the order they were added), `HINCRBY` (as `INCRBY`, by a
+//!   `HGET`, `HMGET`, `HGETALL` (fields in the order they were added), `HINCRBY` (as `INCRBY`, by a
 //!   negative amount too; a field brought to 0 stays), `HDEL` (an emptied hash is deleted),
 //!   `HSET key field value` (the window before the recorded one, and to plant state);
 //!   `ZADD key score member` and `ZCARD`, to plant the sorted set of earlier versions;

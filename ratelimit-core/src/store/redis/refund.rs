@@ -107,7 +107,13 @@ impl RedisStore {
         let (beside, args) = adjust_call(adjustment);
         let [stamp, erased] = beside.each_ref().map(String::as_str);
         let units: i64 = self
-            .run(&ADJUST_SCRIPT, &[key, stamp, erased], &args, false, Instant::now())
+            .run(
+                &ADJUST_SCRIPT,
+                &[key, stamp, erased],
+                &args,
+                false,
+                Instant::now(),
+            )
             .await?;
         self.inner.refusals.forget(key);
         u64::try_from(units).map_err(|_| super::reply::unexpected(&units))
@@ -118,7 +124,9 @@ impl RedisStore {
 /// erased key, which a spend given back adds what it moved a token bucket's end back by to:
 /// `erase` in `lua/beside.lua`) and its ARGV but the last (only asking) for `refunds`; `None`
 /// when one of them gives nothing back (no stamp, or nothing spent).
-pub(super) fn refund_call(refunds: &[Refund<'_>]) -> Result<Option<(Vec<String>, Vec<u64>)>, Error> {
+pub(super) fn refund_call(
+    refunds: &[Refund<'_>],
+) -> Result<Option<(Vec<String>, Vec<u64>)>, Error> {
     let mut args = Vec::with_capacity(7 * refunds.len() + 1);
     for refund in refunds {
         crate::key::check_store_key(refund.key().as_str())?;

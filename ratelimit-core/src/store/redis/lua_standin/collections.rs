@@ -42,6 +42,7 @@ impl Db {
         let get = |field: &str| held.iter().find(|(f, _)| f == field).map(|(_, v)| v);
         let bulk = |v: Option<&String>| v.map_or(Reply::Nil, |v| Reply::Bulk(v.clone()));
         match (name, rest) {
+            ("HGET", [field]) => Ok(bulk(get(field))),
             ("HMGET", fields) if !fields.is_empty() => {
                 Ok(Reply::Array(fields.iter().map(|f| bulk(get(f))).collect()))
             }
