@@ -1371,3 +1371,70 @@ fn probe82_a_lease_given_back_on_the_old_state_before_the_read_after() {
     let (on_cluster, on_server) = twins.owed();
     assert_eq!((on_cluster, on_server), (11 * S, 11 * S));
 }
+
+/// A reset of the old state with a lease out (4 s granted between a carried spend's read and
+/// its script, kept counted by the reset: `lua/reset.lua`) before the read after: the reset
+/// added the whole end it found to the erased key (9 s), the leased 4 s it kept too, which
+/// the read after counted twice: 15 s owed where one server owes 11 s (an over-refusal of the
+/// leased units' time). It now adds what it moved the end back by (5 s): 11 s.
+#[test]
+fn probe82_a_reset_with_a_lease_out_before_the_read_after() {
+    let (old, new) = seconds_buckets();
+    let twins = Twins::new(&old, &new);
+    twins.old_spend(5);
+    let read = twins.cluster.read();
+    twins.old_lease(4, 9);
+    twins.script(1, &read);
+    twins.old_reset();
+    assert_eq!(twins.cluster.end(OLD, &old), T0 + 4 * S, "the lease kept");
+    twins.read_after(1, &read);
+    let (on_cluster, on_server) = twins.owed();
+    assert_eq!((on_cluster, on_server), (11 * S, 11 * S));
+}
+
+/// A runtime stalled 10 s between a carried spend's read and its script (a script sent late
+/// runs all the same: the call's timeout is checked when its future is polled again), the
+/// old state spent 28 s meanwhile, after a reset had erased 100 s (the erased total then
+/// 100 s), its read after lost (a runtime shut down): its record, written at the script,
+/// outlives the erased key its read kept (from the read: twice its wait, a full moved bucket
+/// and 3 s; the record from the script: its wait, a full moved bucket and a second), and the
+/// next call, reading the key made again (0), reads ends 100 s below the record's: nothing is
+/// added from it, and the carry's rule takes the old debt left (2 s). Lost: the stalled call's
+/// own spend (1 s: 3 s owed where one server owes 4 s), as when its record expires
+/// (`probe_a_standing_record_then_expired`, carries.rs: 5 against 4), only sooner. A script
+/// refusing a read older than its wait (its time less the read's, `end - debt - erased`)
+/// would close it, but turn the stalled call into an error, which `FailurePolicy::Allow`
+/// admits uncounted: not done.
+#[test]
+#[ignore = "FOUND: 3 s owed on the Cluster where one server owes 4 s (the stalled call's own spend), after a 10 s stall between read and script and the read after lost"]
+fn probe82_a_stall_between_read_and_script_outlives_the_erased_key() {
+    let old = tokens(1_000, 0, Duration::from_secs(1_000));
+    let new = tokens(20, 0, Duration::from_secs(20));
+    let mut twins = Twins::new(&old, &new);
+    let first = twins.read_and_script(1);
+    twins.read_after(1, &first);
+    twins.old_spend(100);
+    twins.old_reset();
+    let read = twins.cluster.read();
+    assert_eq!((read.debt, read.erased), (0, 100 * S));
+    twins.old_spend(28);
+    twins.later(10 * S);
+    twins.script(2, &read);
+    twins.later(16 * S);
+    let erased = super::ledger::erased_key(OLD);
+    let pending = super::stacked::pending_key(NEW, OLD);
+    assert_eq!(
+        twins.cluster.redis.expiry(&erased),
+        None,
+        "the erased key expired"
+    );
+    assert!(
+        twins.cluster.redis.expiry(&pending).is_some(),
+        "the record stands"
+    );
+    let (on_cluster, on_server) = twins.owed();
+    assert!(
+        on_cluster >= on_server,
+        "{on_cluster} owed on the Cluster, {on_server} on one server"
+    );
+}
