@@ -1438,3 +1438,99 @@ fn probe82_a_stall_between_read_and_script_outlives_the_erased_key() {
         "{on_cluster} owed on the Cluster, {on_server} on one server"
     );
 }
+
+/// Garbage in the erased key beside the old state: a reward, a refund and a lease's units
+/// given back each fail (`RATELIMIT_STATE`) with the old state as it was (nothing given back:
+/// refused, the units counted as spent), on the stand-in as on Redis; a penalty, which moves
+/// no end back, reads nothing there and is made.
+#[test]
+fn probe82_garbage_in_the_erased_key_gives_nothing_back() {
+    let (old, new) = seconds_buckets();
+    let twins = Twins::new(&old, &new);
+    let cluster = &twins.cluster;
+    twins.old_spend(5);
+    let refund = twins.old_kept_spend(4, 77);
+    let tat = twins.old_lease(4, 9);
+    let erased = super::ledger::erased_key(OLD);
+    assert!(cluster.redis.command(&["SET", &erased, "x1"]).is_ok());
+    let state = || cluster.redis.command(&["GET", OLD]).unwrap();
+    let before = state();
+    let state_error = |r: &Reply| matches!(r, Reply::Error(e) if e.contains("RATELIMIT_STATE"));
+    // A reward.
+    let key = StoreKey::one_window(OLD).unwrap();
+    let reward = Adjustment::reward(key, &old, 2, T0 * 1_000);
+    let (beside, args) = super::refund::adjust_call(&reward);
+    let keys = [OLD, beside[0].as_str(), beside[1].as_str()];
+    let reply = cluster
+        .redis
+        .eval_source(ADJUST_SCRIPT.text(), &keys, &args);
+    assert!(state_error(&reply), "{reply:?}");
+    assert_eq!(state(), before);
+    // A refund.
+    let (beside, args) = super::refund::refund_call(&[refund]).unwrap().unwrap();
+    let keys: Vec<&str> = [OLD]
+        .into_iter()
+        .chain(beside.iter().map(String::as_str))
+        .collect();
+    let reply = cluster
+        .redis
+        .eval_source(REFUND_SCRIPT.text(), &keys, &args);
+    assert!(state_error(&reply), "{reply:?}");
+    assert_eq!(state(), before);
+    // A lease's units given back.
+    let [ledger, erased_too] = super::lease::return_keys(OLD);
+    assert_eq!(erased_too, erased);
+    let args = [4, 3, tat, old.interval_nanos() / 1_000, 9];
+    let reply = cluster.redis.eval_source(
+        super::lease::RETURN_SCRIPT.text(),
+        &[OLD, &ledger, &erased],
+        &args,
+    );
+    assert!(state_error(&reply), "{reply:?}");
+    assert_eq!(state(), before);
+    // A penalty is made.
+    let penalty = Adjustment::penalty(key, &old, 2, T0 * 1_000);
+    let (beside, args) = super::refund::adjust_call(&penalty);
+    let keys = [OLD, beside[0].as_str(), beside[1].as_str()];
+    let reply = cluster
+        .redis
+        .eval_source(ADJUST_SCRIPT.text(), &keys, &args);
+    assert_eq!(reply, Reply::Int(2));
+    assert_eq!(cluster.end(OLD, &old), T0 + 15 * S);
+}
+
+/// Steady overlapping calls (each one's script before the read after of the one before, half
+/// a second apart, 60 of them) carrying an old bucket a pod in the old window spends 5 s of
+/// at the 20th and resets at the 22nd (the erased total grows once): the moved bucket owes
+/// no less than one server's, more by what the reset erased and the half second between two
+/// reads (added once, from the first full read after the reset: 36.5 s against 31 s), and
+/// refills: no lockout.
+#[test]
+fn probe82_steady_overlapping_calls_through_a_reset_still_refill() {
+    let old = tokens(1_000, 0, Duration::from_secs(1_000));
+    let new = tokens(100, 0, Duration::from_secs(100));
+    let mut twins = Twins::new(&old, &new);
+    let mut before: Option<(Read, u64)> = None;
+    for id in 1..=60 {
+        let read = twins.cluster.read();
+        twins.script(id, &read);
+        if let Some((read, id)) = before.take() {
+            twins.read_after(id, &read);
+        }
+        before = Some((read, id));
+        match id {
+            20 => twins.old_spend(5),
+            22 => twins.old_reset(),
+            _ => {}
+        }
+        twins.later(S / 2);
+    }
+    let (read, id) = before.unwrap();
+    twins.read_after(id, &read);
+    let (on_cluster, on_server) = twins.owed();
+    // (The reset erased 4 s, a second after the 5 s spent; the half second between the two
+    // reads around it added with it.)
+    assert_eq!((on_cluster, on_server), (36 * S + S / 2, 31 * S));
+    twins.later(on_cluster + S);
+    assert_eq!(twins.owed(), (S, S), "refilled");
+}
