@@ -120,13 +120,14 @@ impl RedisStore {
     }
 }
 
+/// A script's KEYS beside the limiter keys, and its ARGV.
+pub(super) type ScriptCall = (Vec<String>, Vec<u64>);
+
 /// `lua/refund.lua`'s KEYS after the limiter keys (each one's stamp key, then each one's
 /// erased key, which a spend given back adds what it moved a token bucket's end back by to:
 /// `erase` in `lua/beside.lua`) and its ARGV but the last (only asking) for `refunds`; `None`
 /// when one of them gives nothing back (no stamp, or nothing spent).
-pub(super) fn refund_call(
-    refunds: &[Refund<'_>],
-) -> Result<Option<(Vec<String>, Vec<u64>)>, Error> {
+pub(super) fn refund_call(refunds: &[Refund<'_>]) -> Result<Option<ScriptCall>, Error> {
     let mut args = Vec::with_capacity(7 * refunds.len() + 1);
     for refund in refunds {
         crate::key::check_store_key(refund.key().as_str())?;
