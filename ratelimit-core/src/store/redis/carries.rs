@@ -1113,7 +1113,9 @@ async fn on_one_server(then: Then) -> usize {
     let first = carrying(&store, &into, &new, 1, &carried, Mode::Spend).await;
     assert!(first.unwrap().allowed);
     match then {
-        Then::ResetOld => assert!(store.reset(&from).await.unwrap()),
+        Then::ResetOld | Then::ErasedGoneThenResetOld => {
+            assert!(store.reset(&from).await.unwrap())
+        }
         Then::ResetMoved => assert!(store.reset(&into).await.unwrap()),
         Then::RewardOld => reward_old(&store, &from, &old).await,
         Then::Nothing | Then::Expired => {}
@@ -1143,6 +1145,9 @@ enum Then {
     Expired,
     /// A reward of 5 on the old state (a pod the reload has not reached rewards the key).
     RewardOld,
+    /// The erased key beside the old state deleted (as an eviction would), then the old state
+    /// reset.
+    ErasedGoneThenResetOld,
 }
 
 /// A reward of 5 on `from` under `old` (`service.reward` by a pod in its old window).
@@ -1169,6 +1174,15 @@ async fn on_a_cluster(then: Then) -> usize {
                 .unwrap();
         }
         Then::RewardOld => reward_old(&moved.store, &moved.from, &moved.old).await,
+        Then::ErasedGoneThenResetOld => {
+            let erased = super::ledger::erased_key(&moved.from);
+            assert!(exists(&mut moved.masters[1], &erased), "kept by the read");
+            let _: () = redis::cmd("DEL")
+                .arg(&erased)
+                .query(&mut moved.masters[1])
+                .unwrap();
+            assert!(moved.store.reset(&moved.from).await.unwrap());
+        }
         Then::Nothing => {}
     }
     let (admitted, error) = moved.admitted_after().await;
@@ -1587,4 +1601,17 @@ async fn probe82_a_fast_pods_record_read_by_a_slow_pod() {
     assert_eq!(on_one_server(Then::Nothing).await, 4);
     let (admitted, error) = moved.admitted_after().await;
     assert_eq!((admitted, error.is_none()), (4, true));
+}
+
+/// The erased key beside the old state deleted (as `maxmemory-policy volatile-*` may evict
+/// it: it expires) while a carried spend's record stands, then the old state reset: the reset
+/// finds no key and writes none (a key nothing carries), and the next read, full, adds
+/// nothing from the record: 9 admitted after where one server leaves 4, as before the erased
+/// total. Of the eviction class (eviction.rs warns of policies that evict limiter keys; a
+/// record or the old state evicted loses as much): not fixed here.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "FOUND (eviction): 9 admitted after where one server leaves 4, the erased key deleted before a reset of the old state while a record stands"]
+async fn probe82_the_erased_key_evicted_then_the_old_state_reset() {
+    assert_eq!(on_one_server(Then::ErasedGoneThenResetOld).await, 4);
+    assert_eq!(on_a_cluster(Then::ErasedGoneThenResetOld).await, 4);
 }
