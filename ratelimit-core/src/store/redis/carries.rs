@@ -1615,3 +1615,68 @@ async fn probe82_the_erased_key_evicted_then_the_old_state_reset() {
     assert_eq!(on_one_server(Then::ErasedGoneThenResetOld).await, 4);
     assert_eq!(on_a_cluster(Then::ErasedGoneThenResetOld).await, 4);
 }
+
+/// One server (the carry in one script, `carry` without `given` in `lua/carry.lua`) and the
+/// memory store (under its locks) have no read apart from the script: a reset or a reward of
+/// the old state between carried spends is met by each at its turn, the same on both. The
+/// same calls at the server's time (read before each): the same answers.
+#[tokio::test]
+async fn probe82_one_server_and_memory_meet_resets_and_rewards_alike() {
+    let server = RedisServer::start();
+    let (store, p, mut c) = (
+        on_server(&server),
+        prefix("probe82-same"),
+        server.connection(),
+    );
+    let memory = MemoryStore::new();
+    let (old, new) = (old_bucket(), tokens(10, 5, 2 * MINUTE, 20));
+    let key = |name: &str| format!("{p}:{{u}}:{name}");
+    let (from, into) = (key("old"), key("new"));
+    let carried = [carry(&from, &old)];
+    let mut apart = Duration::from_millis(1);
+    let mut decide = async |c: &mut redis::Connection, cost: u64, carrying_it: bool| {
+        let at = redis_time(c) * 1_000;
+        let (k, q, carried): (&str, &Quota, &[Carry<'_>]) = match carrying_it {
+            true => (&into, &new, &carried),
+            false => (&from, &old, &[]),
+        };
+        let checks = [check(k, q, cost)];
+        let stacked = Stacked::carrying(&checks, carried, at, Mode::Spend).unwrap();
+        let rust = Store::decide_all_now(&memory, stacked)
+            .unwrap()
+            .unwrap()
+            .remove(0);
+        let lua = carrying(&store, k, q, cost, carried, Mode::Spend)
+            .await
+            .unwrap();
+        let took = Duration::from_micros(redis_time(c) - at / 1_000);
+        apart = apart.max(took + Duration::from_millis(1));
+        assert_eq!((lua.allowed, lua.remaining), (rust.allowed, rust.remaining));
+        let (a, b) = (
+            lua.retry_after.unwrap_or_default(),
+            rust.retry_after.unwrap_or_default(),
+        );
+        assert!(a.abs_diff(b) <= apart, "{lua:?} against {rust:?}");
+        lua.allowed
+    };
+    assert!(decide(&mut c, 5, false).await);
+    assert!(decide(&mut c, 1, true).await);
+    assert!(decide(&mut c, 5, false).await);
+    // A reward of the old state after the moved one carried it: reaches neither moved state.
+    let key_of = StoreKey::one_window(&from).unwrap();
+    let at = redis_time(&mut c) * 1_000;
+    let reward = crate::store::Adjustment::reward(key_of, &old, 4, at);
+    assert_eq!(store.adjust(reward).await.unwrap(), 4);
+    assert_eq!(Store::adjust(&memory, reward).await.unwrap(), 4);
+    assert!(decide(&mut c, 1, true).await);
+    assert!(decide(&mut c, 3, false).await);
+    assert!(store.reset(&from).await.unwrap());
+    assert!(Store::reset(&memory, &from).await.unwrap());
+    let mut admitted = 0;
+    while decide(&mut c, 1, true).await {
+        admitted += 1;
+    }
+    // 30 s carried with 6 s, the 5 more rewarded back before the next carry, 6 s more: 42 s
+    // of the moved bucket's 90 s; the 3 spent before the reset lost with it, on both.
+    assert_eq!(admitted, 8);
+}
