@@ -8,8 +8,7 @@
 --          stamp_follows(state, stamp): see below;
 --          erased_of(k): the time resets erased from a carried token bucket, beside it (see
 --          lua/level.lua): a number (decimal digits, no sign, no leading zero but "0", below
---          2^53), nil without the key, or the RATELIMIT_STATE error reply for anything else;
---          bucket_end(k), erase(k, erased, from, to, now): see below.
+--          2^53), nil without the key, or the RATELIMIT_STATE error reply for anything else.
 
 local function beside_number(k, what)
   local s = redis.pcall('GET', k)
@@ -34,31 +33,6 @@ local function erased_of(k)
       .. 'the time resets erased')
   end
   return s + 0
-end
-
--- The end a token bucket at `k` owes until (its arrival time, microseconds), or nil: no key,
--- another strategy's state, or a time of more than 16 digits (below 2^52: the ends read with
--- what `erase` adds stay exact).
-local function bucket_end(k)
-  local s = redis.pcall('GET', k)
-  local tat = type(s) == 'string' and string.match(s, '^T([1-9]%d*)')
-  return tat and #tat <= 16 and tat + 0 or nil
-end
-
--- What a write moved a token bucket's end back by at `now` (a reset, a reward, a refund: from
--- `from` to `to`, each from bucket_end, `to` nil for a state gone), added to its erased key
--- `k`, which held `erased` before anything was written (erased_of: nil, no key, for a bucket
--- nothing carries, and nothing is written; its expiry kept). lua/level.lua counts it in every
--- end it reads of the bucket, so that a carried end never moves back: a reward or a refund
--- of the old state between a carrying read and the read after hid the spends between as a
--- reset did (probe82_a_reward_of_the_old_state_before_the_read_after, lua_carry.rs: 7 s owed
--- where one server owes 11 s).
-local function erase(k, erased, from, to, now)
-  if not (erased and from) then return end
-  local by = from - math.max(to or now, now)
-  if by > 0 then
-    redis.call('SET', k, string.format('%d', math.min(erased + by, 4503599627370496)), 'KEEPTTL')
-  end
 end
 
 local function expiry(k)

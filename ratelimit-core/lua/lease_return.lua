@@ -7,12 +7,7 @@
 -- their window, or are refilled with the bucket, as if spent.
 --
 -- KEYS[1]: the limiter key
--- KEYS[2]: its lease ledger, see lua/ledger.lua (loaded in front of this file, with
---          lua/beside.lua)
--- KEYS[3]: its erased key (see lua/level.lua): a token bucket's units given back move its end
---          back, and add the time they moved it by there while a carrying read keeps it
---          (`erase` in lua/beside.lua), as a reset does; one not of its shape is the
---          RATELIMIT_STATE error reply, with nothing written (the units then count as spent)
+-- KEYS[2]: its lease ledger, see lua/ledger.lua (loaded in front of this file)
 -- ARGV[1]: 1 fixed window (integer state: a window of whole milliseconds), 4 token bucket
 -- ARGV[2]: the units to give back (0: the lease only leaves the ledger)
 -- ARGV[3]: token bucket: the arrival time the lease wrote, in microseconds since the epoch
@@ -23,11 +18,6 @@
 local key = KEYS[1]
 local units = ARGV[2] + 0
 if ledger_kind() ~= 'hash' then return 0 end
-local erased
-if ARGV[1] == '4' then
-  erased = erased_of(KEYS[3])
-  if type(erased) == 'table' then return erased end
-end
 local now = now_us()
 local total = leased_out(now)
 local mine = redis.call('HGET', KEYS[2], ARGV[5])
@@ -52,7 +42,6 @@ end
 local span = units * (ARGV[4] + 0)
 if raw ~= string.format('T%d', ARGV[3] + 0) or span > amount + 0 then return 0 end
 local tat = ARGV[3] - span
-erase(KEYS[3], erased, ARGV[3] + 0, tat, now)
 if tat <= now then
   redis.call('DEL', key)
 else

@@ -3,10 +3,7 @@
 -- table of them, as for lua/stacked.lua, and lua/beside.lua.
 --
 -- KEYS[i] (i from 1 to n): the i-th limit's key; KEYS[n + i]: its stamp key (see
---          lua/stacked.lua, which writes it for a spend that may be given back); KEYS[2n + i]:
---          its erased key (see lua/level.lua): a spend given back moving a token bucket's
---          end back adds the time it moved it by there while a carrying read keeps it
---          (`erase` in lua/beside.lua), as a reset does.
+--          lua/stacked.lua, which writes it for a spend that may be given back).
 -- ARGV[7i - 6 .. 7i] (i from 1): the i-th limit's strategy (its place in `scripts`), the
 --          two numbers its script takes as ARGV[1] and ARGV[2], the spend's cost, its
 --          instant (the admitted reply's `reset_at`, in microseconds: where each strategy's
@@ -17,26 +14,15 @@
 -- Returns: 1 when every spend was given back (or, asking, would be); 0, nothing written, when
 --          one of them gives nothing (its key holds another stamp or none: reset, or lost and
 --          made again; or the spend no longer counts). Or the first error reply a limit gave
---          (state of an unexpected shape, an erased key's too), nothing written.
+--          (state of an unexpected shape), nothing written.
 
-local n = #KEYS / 3
+local n = #KEYS / 2
 local asks = #ARGV > 7 * n
-local t = redis.call('TIME')
-local now = t[1] * 1000000 + t[2]
-local erased = {}
-for i = 1, n do
-  local e = erased_of(KEYS[2 * n + i])
-  if type(e) == 'table' then return e end
-  erased[i] = e or false
-end
 
 local function refund(i, flag)
   local a = 7 * i - 6
-  local from = flag == '2' and erased[i] and bucket_end(KEYS[i])
-  local given = scripts[ARGV[a] + 0]({KEYS[i]},
-    {ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], flag, '1', ARGV[a + 4], ARGV[a + 5]}, nil, now)
-  if from then erase(KEYS[2 * n + i], erased[i], from, bucket_end(KEYS[i]), now) end
-  return given
+  return scripts[ARGV[a] + 0]({KEYS[i]},
+    {ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], flag, '1', ARGV[a + 4], ARGV[a + 5]})
 end
 
 for i = 1, n do

@@ -71,30 +71,33 @@ local function keep()
     .. ' while leases of it are out')
 end
 
--- The end a token bucket owes until (see KEYS[5]), read before anything is written; what the
--- reset moved it back by (to what leased units keep of it, or to none) added to the erased
--- key once the state is written (`erase` in lua/beside.lua). The whole end, the leased units'
--- part too, was over by their time (4 s of a lease out: 15 s owed where one server owes 11 s,
--- probe82_a_reset_with_a_lease_out_before_the_read_after, lua_carry.rs); a return of them
--- later adds its own part (lua/lease_return.lua).
-local owed = held == 1 and bucket_end(key)
-local function erased_now()
-  erase(KEYS[5], erased, owed or nil, bucket_end(key), now)
+-- The end a token bucket owes until (see KEYS[5]), read before anything is written; the
+-- time to it added to the erased key once nothing can fail (below 2^52: the ends read with
+-- it stay exact).
+local owed = erased and held == 1 and redis.pcall('GET', key)
+owed = type(owed) == 'string' and string.match(owed, '^T([1-9]%d*)')
+owed = owed and #owed <= 16 and owed + 0
+local function erase()
+  if owed and owed > now then
+    local sum = math.min(erased + owed - now, 4503599627370496)
+    redis.call('SET', KEYS[5], string.format('%d', sum), 'KEEPTTL')
+  end
 end
 
 if held == 1 and out > 0 then
   local kept = keep()
   if type(kept) == 'table' then return kept end
+  erase()
   redis.call('DEL', KEYS[3], KEYS[4])
   if ARGV[1] ~= '0' then redis.call('HDEL', ledger_key, ARGV[1]) end
-  if not kept then redis.call('DEL', key) end
-  erased_now()
+  if kept then return 1 end
+  redis.call('DEL', key)
   return 1
 end
 if ARGV[1] ~= '0' then redis.call('HDEL', ledger_key, ARGV[1]) end
 if out <= 0 then redis.call('DEL', ledger_key) end
+erase()
 -- A key with a block in force but no state (it expired) was held all the same.
 redis.call('DEL', key, KEYS[3])
-erased_now()
 if redis.call('DEL', KEYS[4]) == 1 then return 1 end
 return held

@@ -1298,9 +1298,9 @@ async fn probe_three_calls_whose_records_overwrite_each_other() {
 /// the timeout): a reward moves the old end back as a reset does, and the next read found it
 /// where the record's read had (30 s), adding nothing: 9 admitted after where one server
 /// (whose script carried the 5 more before the reward, which reaches no moved state) leaves 4.
-/// The reward now adds what it moved the end back by to the erased key (`lua/adjust.lua`):
-/// 4 on both.
+/// Not fixed: see `probe82_a_reward_of_the_old_state_before_the_read_after` (lua_carry.rs).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "FOUND: 9 admitted after where one server leaves 4 (a reward of the old state while a carried spend's record stands)"]
 async fn probe82_a_standing_record_then_the_old_state_rewarded() {
     assert_eq!(on_one_server(Then::RewardOld).await, 4);
     assert_eq!(on_a_cluster(Then::RewardOld).await, 4);

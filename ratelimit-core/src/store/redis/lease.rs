@@ -69,17 +69,9 @@ pub(super) static GRANT_SCRIPT: LazyLock<Lua> = LazyLock::new(|| Lua::new(GRANT)
 pub(super) static RETURN_SCRIPT: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(concat!(
         include_str!("../../../lua/ledger.lua"),
-        include_str!("../../../lua/beside.lua"),
         include_str!("../../../lua/lease_return.lua"),
     ))
 });
-
-/// `lua/lease_return.lua`'s KEYS after the limiter key `key`: its lease ledger, and its erased
-/// key, which a token bucket's units given back add what they moved its end back by to
-/// (`erase` in `lua/beside.lua`).
-pub(super) fn return_keys(key: &str) -> [String; 2] {
-    [ledger_key(key), super::ledger::erased_key(key)]
-}
 
 /// A lease's id, its field in the key's ledger: never 0, and (drawn from a random start per
 /// process) distinct from the other processes' with near certainty.
@@ -410,8 +402,8 @@ impl Leases {
                 lease.interval_us,
                 lease.id,
             ];
-            let [ledger, erased] = return_keys(&key);
-            let keys = [key.as_str(), ledger.as_str(), erased.as_str()];
+            let ledger = ledger_key(&key);
+            let keys = [key.as_str(), ledger.as_str()];
             let back: u64 = store
                 .run(&RETURN_SCRIPT, &keys, &args, false, Instant::now())
                 .await?;

@@ -13,13 +13,12 @@ use proptest::prelude::*;
 use super::lua_pair::{MAX_WINDOW_US, T0};
 use super::lua_standin::{Redis, Reply};
 use super::reply::full;
-use super::scripts::{ADJUST_SCRIPT, REFUND_SCRIPT};
 use super::stacked::{
     carrying, level_call, script_call, Given, Read, LEVEL_SCRIPT, STACKED_SCRIPT,
 };
 use crate::decision::Decision;
 use crate::quota::Quota;
-use crate::store::{Adjustment, Carry, Check, MemoryStore, Mode, Refund, Stacked, Store, StoreKey};
+use crate::store::{Adjustment, Carry, Check, MemoryStore, Mode, Stacked, Store, StoreKey};
 use crate::syntax::Strategy as Kind;
 
 /// `lua/carry.lua`'s rule alone: `carried_time(ARGV[1..2])`.
@@ -717,14 +716,10 @@ impl Across<'_> {
         assert!(matches!(reply, Reply::Int(0 | 1)), "{reply:?}");
     }
 
-    /// A reward of `units` on the old state at `now` (`lua/adjust.lua`, as
-    /// `RedisStore::adjust_key` sends it).
-    fn reward(&self, old: &Quota, units: u64, now: u64) {
-        let key = StoreKey::one_window(OLD).unwrap();
-        let reward = Adjustment::reward(key, old, units, now * 1_000);
-        let (beside, args) = super::refund::adjust_call(&reward);
-        let keys = [OLD, beside[0].as_str(), beside[1].as_str()];
-        let reply = self.redis.eval_source(ADJUST_SCRIPT.text(), &keys, &args);
+    /// A reward of `units` on the old state (the strategy's adjust mode, as `lua/adjust.lua`
+    /// runs it).
+    fn reward(&self, old: &Quota, units: u64) {
+        let reply = self.redis.adjust(old, OLD, units, false);
         assert!(matches!(reply, Reply::Int(_)), "{reply:?}");
     }
 
@@ -752,8 +747,6 @@ enum Besides {
     OldSpend(u64),
     /// The old state reset (`lua/reset.lua`) by such a pod.
     OldReset,
-    /// A reward of so many tokens on the old state (`lua/adjust.lua`) by such a pod.
-    OldReward(u64),
     /// The clock moved on by so many seconds (the old bucket refilling by time alone).
     Later(u64),
 }
@@ -839,14 +832,6 @@ fn interleaved(
                 for s in [&cluster, &server] {
                     s.reset(OLD);
                 }
-            }
-            Err(Besides::OldReward(units)) => {
-                // (As a reset: a read before it carries what it gave back.)
-                let before = cluster.end(OLD, &old).max(now);
-                for s in [&cluster, &server] {
-                    s.reward(&old, units, now);
-                }
-                moved += before - cluster.end(OLD, &old).max(now);
             }
             Err(Besides::Later(seconds)) => {
                 let waiting = |m: &Mover| m.3 == 1 || (!m.1 && (2..=3).contains(&m.3));
@@ -960,11 +945,11 @@ proptest! {
 
     /// Calls carrying a bucket read in another Cluster slot (up to three at once, their reads,
     /// scripts, reads after and additions interleaved with spends on the old state by a pod
-    /// the reload has not reached, resets and rewards of it by such a pod, and the clock moving on, the
+    /// the reload has not reached, resets of it by such a pod, and the clock moving on, the
     /// old bucket refilling by time alone), some never reading again (their task dropped
     /// with a runtime shut down), then one more call ([`interleaved`]): the moved bucket owes
     /// no less than on one server, and no more than that and what the old state was spent
-    /// and erased by resets and rewards (a read before one carries the debt it read) and twice how
+    /// and erased by resets (a read before a reset carries the debt it read) and twice how
     /// far the clock moved on meanwhile (each part of the old state's end added once,
     /// whichever call added it: the mark and the pending record, `grow` in `lua/carry.lua`;
     /// its end moves on with the clock where it is read full, or spent again after a refill,
@@ -978,7 +963,6 @@ proptest! {
                 4 => (1..=3usize).prop_map(Ok),
                 2 => (1..=4u64).prop_map(|c| Err(Besides::OldSpend(c))),
                 1 => Just(Err(Besides::OldReset)),
-                1 => (1..=4u64).prop_map(|u| Err(Besides::OldReward(u))),
                 1 => (2..=8u64).prop_map(|s| Err(Besides::Later(s))),
             ],
             0..40,
@@ -1035,18 +1019,15 @@ impl<'q> Twins<'q> {
     /// A reward of `units` on the old state, on both sides.
     fn old_reward(&self, units: u64) {
         for s in [&self.cluster, &self.server] {
-            s.reward(self.old, units, self.now);
+            s.reward(self.old, units);
         }
     }
 
-    /// A spend of `cost` seconds on the old state kept for a refund (its stamp `stamp`), on
-    /// both sides: the refund of it (`lua/refund.lua`, as `RedisStore::give_back` sends it).
-    fn old_kept_spend(&self, cost: u64, stamp: u64) -> Refund<'q> {
-        let stamp_key = super::ledger::stamp_key(OLD);
+    /// A spend of `cost` seconds on the old state kept for a refund, on both sides: its
+    /// instant (the admitted reply's `reset_at`, microseconds), where its refund finds it.
+    fn old_kept_spend(&self, cost: u64) -> u64 {
         let mut spent = None;
         for s in [&self.cluster, &self.server] {
-            let set = s.redis.command(&["SET", &stamp_key, &stamp.to_string()]);
-            assert!(set.is_ok(), "{set:?}");
             match s.redis.decide_full(self.old, OLD, cost, true) {
                 Reply::Array(items) => match items[..] {
                     [Reply::Int(1), _, Reply::Int(reset_at), ..] => spent = Some(reset_at),
@@ -1055,13 +1036,18 @@ impl<'q> Twins<'q> {
                 other => panic!("{other:?}"),
             }
         }
-        let at = spent.unwrap().unsigned_abs() * 1_000;
-        let receipt = crate::decision::Receipt {
-            spent: crate::algorithm::Spend { at, shift: 0 },
-            stamp,
-        };
-        let key = StoreKey::one_window(OLD).unwrap();
-        Refund::of(key, self.old, cost, receipt, self.now * 1_000)
+        spent.unwrap().unsigned_abs()
+    }
+
+    /// The spend of `cost` at `spent_us` given back on both sides (the strategy's refund
+    /// mode, as `lua/refund.lua` runs it once the stamp is checked).
+    fn old_refund(&self, cost: u64, spent_us: u64) {
+        for s in [&self.cluster, &self.server] {
+            let before = s.end(OLD, self.old);
+            let reply = s.redis.refund(self.old, OLD, cost, (spent_us, 0), true);
+            assert!(matches!(reply, Reply::Int(_)), "{reply:?}");
+            assert_eq!(s.end(OLD, self.old), before - cost * S, "given back");
+        }
     }
 
     /// A lease of `slice` seconds (its id `id`) granted on the old state for a call of 1, on
@@ -1094,28 +1080,15 @@ impl<'q> Twins<'q> {
     /// `units` of the lease of id `id` (which wrote the arrival time `tat`) given back on both
     /// sides (`lua/lease_return.lua`, as `RedisStore`'s leases send it).
     fn old_lease_return(&self, units: u64, tat: u64, id: u64) {
-        use super::lease::{return_keys, RETURN_SCRIPT};
-        let [ledger, erased] = return_keys(OLD);
+        use super::lease::RETURN_SCRIPT;
+        let ledger = super::ledger::ledger_key(OLD);
         let interval = self.old.interval_nanos() / 1_000;
         let args = [4, units, tat, interval, id];
         for s in [&self.cluster, &self.server] {
             let reply = s
                 .redis
-                .eval_source(RETURN_SCRIPT.text(), &[OLD, &ledger, &erased], &args);
+                .eval_source(RETURN_SCRIPT.text(), &[OLD, &ledger], &args);
             assert_eq!(reply, Reply::Int(units as i64));
-        }
-    }
-
-    /// `refund` given back on both sides.
-    fn old_refund(&self, refund: &Refund<'_>) {
-        let (beside, args) = super::refund::refund_call(&[*refund]).unwrap().unwrap();
-        let keys: Vec<&str> = [OLD]
-            .into_iter()
-            .chain(beside.iter().map(String::as_str))
-            .collect();
-        for s in [&self.cluster, &self.server] {
-            let reply = s.redis.eval_source(REFUND_SCRIPT.text(), &keys, &args);
-            assert_eq!(reply, Reply::Int(1));
         }
     }
 
@@ -1186,7 +1159,15 @@ fn seconds_buckets() -> (Quota, Quota) {
 /// (a reward of the old state reaches no moved state), so it owes 11 s after one more call;
 /// the read after found the old end moved back to what the call read (a reward moves an end
 /// back as a reset does, and nothing keeps what it erased) and added nothing: 7 s.
+/// Not fixed: counting what a reward, a refund or a lease's units given back move an end back
+/// by in the erased total, as a reset's, closes it (tried: 11 s on both), but every spend and
+/// its refund between two overlapping calls' reads then reads as growth the first call may
+/// have missed, and the moved bucket under steady calls drifts towards a lockout
+/// ([`probe82_steady_overlapping_calls_through_spends_refunded`]: 81 s owed where one server
+/// owes 21 s, after 40 calls); what this loses is at most what the old state was spent
+/// between one call's read and its script (a round trip) and given back before its read after.
 #[test]
+#[ignore = "FOUND: 7 s owed on the Cluster where one server owes 11 s (a reward of the 4 s spent between a carried spend's read and its script, before its read after)"]
 fn probe82_a_reward_of_the_old_state_before_the_read_after() {
     let (old, new) = seconds_buckets();
     let twins = Twins::new(&old, &new);
@@ -1201,25 +1182,28 @@ fn probe82_a_reward_of_the_old_state_before_the_read_after() {
 }
 
 /// The same with a refund of those 4 s (a spend kept on the old state, given back after the
-/// call's script, `lua/refund.lua`): 7 s owed where one server owes 11 s; the refund now adds
-/// what it moved the end back by to the erased key, as the reward does: 11 s.
+/// call's script, `lua/refund.lua`): 7 s owed where one server owes 11 s (not fixed, as the
+/// reward: [`probe82_a_reward_of_the_old_state_before_the_read_after`]).
 #[test]
+#[ignore = "FOUND: 7 s owed on the Cluster where one server owes 11 s (a refund of the 4 s spent between a carried spend's read and its script, before its read after)"]
 fn probe82_a_refund_on_the_old_state_before_the_read_after() {
     let (old, new) = seconds_buckets();
     let twins = Twins::new(&old, &new);
     twins.old_spend(5);
     let read = twins.cluster.read();
-    let refund = twins.old_kept_spend(4, 77);
+    let spent = twins.old_kept_spend(4);
     twins.script(1, &read);
-    twins.old_refund(&refund);
+    twins.old_refund(4, spent);
     twins.read_after(1, &read);
     let (on_cluster, on_server) = twins.owed();
     assert_eq!((on_cluster, on_server), (11 * S, 11 * S));
 }
 
 /// The same reward left standing with the call's pending record (its read after never came):
-/// the next call reads the old end moved back, and adds nothing from its record.
+/// the next call reads the old end moved back, and adds nothing from its record: 7 s against
+/// 11 s (not fixed, as [`probe82_a_reward_of_the_old_state_before_the_read_after`]).
 #[test]
+#[ignore = "FOUND: 7 s owed on the Cluster where one server owes 11 s (a reward of the 4 s a call missed while its record stands)"]
 fn probe82_a_reward_of_the_old_state_while_a_record_stands() {
     let (old, new) = seconds_buckets();
     let twins = Twins::new(&old, &new);
@@ -1355,9 +1339,10 @@ fn probe82_a_record_of_a_slow_pod_read_full_by_a_fast_one() {
 /// A lease granted on the old state (4 s, by a pod the reload has not reached, its hot key)
 /// between a carried spend's read and its script, and 3 s of it given back unspent (the pod
 /// idle) before the read after: one server's script carried the lease whole (11 s owed after
-/// one more call); the read after found the old end moved back and added 1 s: 8 s. Its units
-/// given back now add what they moved the end back by to the erased key: 11 s.
+/// one more call); the read after found the old end moved back and added 1 s: 8 s (not
+/// fixed, as [`probe82_a_reward_of_the_old_state_before_the_read_after`]).
 #[test]
+#[ignore = "FOUND: 8 s owed on the Cluster where one server owes 11 s (3 s of a lease granted between a carried spend's read and its script given back before its read after)"]
 fn probe82_a_lease_given_back_on_the_old_state_before_the_read_after() {
     let (old, new) = seconds_buckets();
     let twins = Twins::new(&old, &new);
@@ -1375,8 +1360,8 @@ fn probe82_a_lease_given_back_on_the_old_state_before_the_read_after() {
 /// A reset of the old state with a lease out (4 s granted between a carried spend's read and
 /// its script, kept counted by the reset: `lua/reset.lua`) before the read after: the reset
 /// added the whole end it found to the erased key (9 s), the leased 4 s it kept too, which
-/// the read after counted twice: 15 s owed where one server owes 11 s (an over-refusal of the
-/// leased units' time). It now adds what it moved the end back by (5 s): 11 s.
+/// the read after counts twice: 15 s owed where one server owes 11 s, an over-refusal of the
+/// leased units' time, no more (which a return of them, not counted, would take back).
 #[test]
 fn probe82_a_reset_with_a_lease_out_before_the_read_after() {
     let (old, new) = seconds_buckets();
@@ -1389,7 +1374,7 @@ fn probe82_a_reset_with_a_lease_out_before_the_read_after() {
     assert_eq!(twins.cluster.end(OLD, &old), T0 + 4 * S, "the lease kept");
     twins.read_after(1, &read);
     let (on_cluster, on_server) = twins.owed();
-    assert_eq!((on_cluster, on_server), (11 * S, 11 * S));
+    assert_eq!((on_cluster, on_server), (15 * S, 11 * S));
 }
 
 /// A runtime stalled 10 s between a carried spend's read and its script (a script sent late
@@ -1439,66 +1424,6 @@ fn probe82_a_stall_between_read_and_script_outlives_the_erased_key() {
     );
 }
 
-/// Garbage in the erased key beside the old state: a reward, a refund and a lease's units
-/// given back each fail (`RATELIMIT_STATE`) with the old state as it was (nothing given back:
-/// refused, the units counted as spent), on the stand-in as on Redis; a penalty, which moves
-/// no end back, reads nothing there and is made.
-#[test]
-fn probe82_garbage_in_the_erased_key_gives_nothing_back() {
-    let (old, new) = seconds_buckets();
-    let twins = Twins::new(&old, &new);
-    let cluster = &twins.cluster;
-    twins.old_spend(5);
-    let refund = twins.old_kept_spend(4, 77);
-    let tat = twins.old_lease(4, 9);
-    let erased = super::ledger::erased_key(OLD);
-    assert!(cluster.redis.command(&["SET", &erased, "x1"]).is_ok());
-    let state = || cluster.redis.command(&["GET", OLD]).unwrap();
-    let before = state();
-    let state_error = |r: &Reply| matches!(r, Reply::Error(e) if e.contains("RATELIMIT_STATE"));
-    // A reward.
-    let key = StoreKey::one_window(OLD).unwrap();
-    let reward = Adjustment::reward(key, &old, 2, T0 * 1_000);
-    let (beside, args) = super::refund::adjust_call(&reward);
-    let keys = [OLD, beside[0].as_str(), beside[1].as_str()];
-    let reply = cluster
-        .redis
-        .eval_source(ADJUST_SCRIPT.text(), &keys, &args);
-    assert!(state_error(&reply), "{reply:?}");
-    assert_eq!(state(), before);
-    // A refund.
-    let (beside, args) = super::refund::refund_call(&[refund]).unwrap().unwrap();
-    let keys: Vec<&str> = [OLD]
-        .into_iter()
-        .chain(beside.iter().map(String::as_str))
-        .collect();
-    let reply = cluster
-        .redis
-        .eval_source(REFUND_SCRIPT.text(), &keys, &args);
-    assert!(state_error(&reply), "{reply:?}");
-    assert_eq!(state(), before);
-    // A lease's units given back.
-    let [ledger, erased_too] = super::lease::return_keys(OLD);
-    assert_eq!(erased_too, erased);
-    let args = [4, 3, tat, old.interval_nanos() / 1_000, 9];
-    let reply = cluster.redis.eval_source(
-        super::lease::RETURN_SCRIPT.text(),
-        &[OLD, &ledger, &erased],
-        &args,
-    );
-    assert!(state_error(&reply), "{reply:?}");
-    assert_eq!(state(), before);
-    // A penalty is made.
-    let penalty = Adjustment::penalty(key, &old, 2, T0 * 1_000);
-    let (beside, args) = super::refund::adjust_call(&penalty);
-    let keys = [OLD, beside[0].as_str(), beside[1].as_str()];
-    let reply = cluster
-        .redis
-        .eval_source(ADJUST_SCRIPT.text(), &keys, &args);
-    assert_eq!(reply, Reply::Int(2));
-    assert_eq!(cluster.end(OLD, &old), T0 + 15 * S);
-}
-
 /// Steady overlapping calls (each one's script before the read after of the one before, half
 /// a second apart, 60 of them) carrying an old bucket a pod in the old window spends 5 s of
 /// at the 20th and resets at the 22nd (the erased total grows once): the moved bucket owes
@@ -1533,4 +1458,34 @@ fn probe82_steady_overlapping_calls_through_a_reset_still_refill() {
     assert_eq!((on_cluster, on_server), (36 * S + S / 2, 31 * S));
     twins.later(on_cluster + S);
     assert_eq!(twins.owed(), (S, S), "refilled");
+}
+
+/// Steady overlapping calls (half a second apart, 40 of them) while a pod in the old window
+/// spends 1 s on the old state and has it refunded between each two (its own calls failing):
+/// each spend and its refund fall after one call's script and before the next's, so one
+/// server's moved bucket owes what the calls spent, 21 s, and the Cluster's the same: a refund
+/// counted in the erased total (as a reset's) read each pair as growth a call may have missed,
+/// 81 s after 40 calls, towards a lockout (why
+/// [`probe82_a_reward_of_the_old_state_before_the_read_after`] is left).
+#[test]
+fn probe82_steady_overlapping_calls_through_spends_refunded() {
+    let old = tokens(1_000, 0, Duration::from_secs(1_000));
+    let new = tokens(100, 0, Duration::from_secs(100));
+    let mut twins = Twins::new(&old, &new);
+    let mut before: Option<(Read, u64)> = None;
+    for id in 1..=40 {
+        let read = twins.cluster.read();
+        twins.script(id, &read);
+        if let Some((read, id)) = before.take() {
+            twins.read_after(id, &read);
+        }
+        before = Some((read, id));
+        let spent = twins.old_kept_spend(1);
+        twins.old_refund(1, spent);
+        twins.later(S / 2);
+    }
+    let (read, id) = before.unwrap();
+    twins.read_after(id, &read);
+    let (on_cluster, on_server) = twins.owed();
+    assert_eq!((on_cluster, on_server), (21 * S, 21 * S));
 }

@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::LazyLock;
 use std::time::Instant;
 
-use super::ledger::{erased_key, stamp_key};
+use super::ledger::stamp_key;
 use super::scripts::{arguments, stacked_index, supports, ADJUST_SCRIPT, REFUND_SCRIPT};
 use super::RedisStore;
 use crate::error::Error;
@@ -50,12 +50,33 @@ impl RedisStore {
 
     /// `lua/refund.lua` on `refunds`; with `asks`, only asking.
     async fn refund_run(&self, refunds: &[Refund<'_>], asks: bool) -> Result<bool, Error> {
-        let Some((beside, mut args)) = refund_call(refunds)? else {
-            return Ok(false);
-        };
-        let keys: Vec<&str> = (refunds.iter().map(|r| r.key().as_str()))
-            .chain(beside.iter().map(String::as_str))
+        let mut keys: Vec<&str> = Vec::with_capacity(2 * refunds.len());
+        let mut args = Vec::with_capacity(7 * refunds.len());
+        for refund in refunds {
+            crate::key::check_store_key(refund.key().as_str())?;
+            supports(refund.quota())?;
+            if refund.stamp() == 0 || refund.cost() == 0 {
+                return Ok(false);
+            }
+            keys.push(refund.key().as_str());
+            let [first, second] = arguments(refund.quota());
+            let index = stacked_index(refund.quota().strategy()) as u64;
+            let spent_us = refund.spent() / 1_000;
+            args.extend([
+                index,
+                first,
+                second,
+                refund.cost(),
+                spent_us,
+                refund.shift() / 1_000,
+                refund.stamp(),
+            ]);
+        }
+        let stamps: Vec<String> = refunds
+            .iter()
+            .map(|r| stamp_key(r.key().as_str()))
             .collect();
+        keys.extend(stamps.iter().map(String::as_str));
         if asks {
             args.push(1);
             let would: i64 =
@@ -104,77 +125,25 @@ impl RedisStore {
         if adjustment.units() == 0 {
             return Ok(0);
         }
-        let (beside, args) = adjust_call(adjustment);
-        let [stamp, erased] = beside.each_ref().map(String::as_str);
-        let units: i64 = self
-            .run(
-                &ADJUST_SCRIPT,
-                &[key, stamp, erased],
-                &args,
-                false,
-                Instant::now(),
-            )
-            .await?;
-        self.inner.refusals.forget(key);
-        u64::try_from(units).map_err(|_| super::reply::unexpected(&units))
-    }
-}
-
-/// A script's KEYS beside the limiter keys, and its ARGV.
-pub(super) type ScriptCall = (Vec<String>, Vec<u64>);
-
-/// `lua/refund.lua`'s KEYS after the limiter keys (each one's stamp key, then each one's
-/// erased key, which a spend given back adds what it moved a token bucket's end back by to:
-/// `erase` in `lua/beside.lua`) and its ARGV but the last (only asking) for `refunds`; `None`
-/// when one of them gives nothing back (no stamp, or nothing spent).
-pub(super) fn refund_call(refunds: &[Refund<'_>]) -> Result<Option<ScriptCall>, Error> {
-    let mut args = Vec::with_capacity(7 * refunds.len() + 1);
-    for refund in refunds {
-        crate::key::check_store_key(refund.key().as_str())?;
-        supports(refund.quota())?;
-        if refund.stamp() == 0 || refund.cost() == 0 {
-            return Ok(None);
-        }
-        let [first, second] = arguments(refund.quota());
-        let index = stacked_index(refund.quota().strategy()) as u64;
-        let spent_us = refund.spent() / 1_000;
-        args.extend([
-            index,
-            first,
-            second,
-            refund.cost(),
-            spent_us,
-            refund.shift() / 1_000,
-            refund.stamp(),
-        ]);
-    }
-    let beside = [stamp_key as fn(&str) -> String, erased_key]
-        .into_iter()
-        .flat_map(|name| refunds.iter().map(move |r| name(r.key().as_str())))
-        .collect();
-    Ok(Some((beside, args)))
-}
-
-/// `lua/adjust.lua`'s KEYS after the limiter key (its stamp key and its erased key, which a
-/// reward adds what it moved a token bucket's end back by to: `erase` in `lua/beside.lua`)
-/// and its ARGV, for `adjustment`.
-pub(super) fn adjust_call(adjustment: &Adjustment<'_>) -> ([String; 2], [u64; 6]) {
-    let (key, quota) = (adjustment.key().as_str(), adjustment.quota());
-    let [first, second] = arguments(quota);
-    let mode = if adjustment.is_penalty() { 4 } else { 5 };
-    let index = stacked_index(quota.strategy()) as u64;
-    let voids = !crate::algorithm::State::refunds_survive_rewards(quota.strategy());
-    (
-        [stamp_key(key), erased_key(key)],
-        [
+        let [first, second] = arguments(quota);
+        let mode = if adjustment.is_penalty() { 4 } else { 5 };
+        let index = stacked_index(quota.strategy()) as u64;
+        let voids = !crate::algorithm::State::refunds_survive_rewards(quota.strategy());
+        let args = [
             index,
             first,
             second,
             adjustment.units(),
             mode,
             u64::from(voids),
-        ],
-    )
+        ];
+        let stamp = stamp_key(key);
+        let units: i64 = self
+            .run(&ADJUST_SCRIPT, &[key, &stamp], &args, false, Instant::now())
+            .await?;
+        self.inner.refusals.forget(key);
+        u64::try_from(units).map_err(|_| super::reply::unexpected(&units))
+    }
 }
 
 #[cfg(test)]
