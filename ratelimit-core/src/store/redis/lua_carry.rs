@@ -1489,3 +1489,34 @@ fn probe82_steady_overlapping_calls_through_spends_refunded() {
     let (on_cluster, on_server) = twins.owed();
     assert_eq!((on_cluster, on_server), (21 * S, 21 * S));
 }
+
+/// The same steady calls with the old state spent 1 s and reset between each two (by a pod
+/// the reload has not reached), where the refunds were: a reset is counted in the erased
+/// total, so each reads as growth a call may have missed (the 1 s and the half second to the
+/// next read): 81 s owed where one server owes 21 s after 40 calls, the drift a refund counted
+/// so would have had; an over-refusal left for resets, which no call makes, never past a full
+/// moved bucket, and refilled once the resets stop.
+#[test]
+fn probe82_steady_overlapping_calls_through_resets_drift_boundedly() {
+    let old = tokens(1_000, 0, Duration::from_secs(1_000));
+    let new = tokens(100, 0, Duration::from_secs(100));
+    let mut twins = Twins::new(&old, &new);
+    let mut before: Option<(Read, u64)> = None;
+    for id in 1..=40 {
+        let read = twins.cluster.read();
+        twins.script(id, &read);
+        if let Some((read, id)) = before.take() {
+            twins.read_after(id, &read);
+        }
+        before = Some((read, id));
+        twins.old_spend(1);
+        twins.old_reset();
+        twins.later(S / 2);
+    }
+    let (read, id) = before.unwrap();
+    twins.read_after(id, &read);
+    let (on_cluster, on_server) = twins.owed();
+    assert_eq!((on_cluster, on_server), (81 * S, 21 * S));
+    twins.later(on_cluster + S);
+    assert_eq!(twins.owed(), (S, S), "refilled");
+}
