@@ -747,7 +747,7 @@ impl Moved {
 
     /// Until what a carried spend's task adds is written (the mark beside the moved state).
     async fn until_added(&mut self, what: &str) {
-        let mark = super::stacked::grown_mark(&self.into, &self.from);
+        let mark = super::across_slots::grown_mark(&self.into, &self.from);
         let deadline = std::time::Instant::now() + Duration::from_secs(20);
         while !exists(&mut self.masters[0], &mark) {
             assert!(
@@ -818,11 +818,11 @@ async fn met_before_the_read_after(meanwhile: Meanwhile) -> (Result<Decision, Er
     unpause(&mut moved.masters[into_master]);
     until_waiting(&mut moved.masters[from_master], 1);
     if meanwhile == Meanwhile::GarbageMark {
-        let mark = super::stacked::grown_mark(&moved.into, &moved.from);
+        let mark = super::across_slots::grown_mark(&moved.into, &moved.from);
         garbage(&mut moved.masters[into_master], &mark);
     }
     if meanwhile == Meanwhile::GarbagePending {
-        let record = super::stacked::pending_key(&moved.into, &moved.from);
+        let record = super::across_slots::pending_key(&moved.into, &moved.from);
         garbage(&mut moved.masters[into_master], &record);
     }
     let decided = match meanwhile {
@@ -1002,7 +1002,7 @@ async fn held_past_the_read_after(moved: &mut Moved) {
 
 /// The record beside `moved`'s moved state, or None.
 fn record_of(moved: &mut Moved) -> Option<String> {
-    let key = super::stacked::pending_key(&moved.into, &moved.from);
+    let key = super::across_slots::pending_key(&moved.into, &moved.from);
     redis::cmd("GET")
         .arg(&key)
         .query(&mut moved.masters[0])
@@ -1029,7 +1029,7 @@ async fn probe_garbage_pending_records_fail_every_carried_spend() {
         "9007199254740993:1",
     ];
     let mut moved = Moved::new("probe-garbage-records", Duration::from_secs(2)).await;
-    let key = super::stacked::pending_key(&moved.into, &moved.from);
+    let key = super::across_slots::pending_key(&moved.into, &moved.from);
     for g in garbage {
         let _: () = redis::cmd("SET")
             .arg(&key)
@@ -1061,7 +1061,7 @@ async fn probe_garbage_pending_records_fail_every_carried_spend() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn probe_records_from_the_past_and_the_future() {
     let mut moved = Moved::new("probe-past-record", Duration::from_secs(2)).await;
-    let key = super::stacked::pending_key(&moved.into, &moved.from);
+    let key = super::across_slots::pending_key(&moved.into, &moved.from);
     let _: () = redis::cmd("SET")
         .arg(&key)
         .arg("1:77")
@@ -1084,7 +1084,7 @@ async fn probe_records_from_the_past_and_the_future() {
     assert!(refused.reset_at() <= full, "{refused:?}");
 
     let mut moved = Moved::new("probe-future-record", Duration::from_secs(2)).await;
-    let key = super::stacked::pending_key(&moved.into, &moved.from);
+    let key = super::across_slots::pending_key(&moved.into, &moved.from);
     let future = (SystemTime::now() + Duration::from_secs(3600))
         .duration_since(UNIX_EPOCH)
         .unwrap()
@@ -1167,7 +1167,7 @@ async fn on_a_cluster(then: Then) -> usize {
         Then::ResetOld => assert!(moved.store.reset(&moved.from).await.unwrap()),
         Then::ResetMoved => assert!(moved.store.reset(&moved.into).await.unwrap()),
         Then::Expired => {
-            let key = super::stacked::pending_key(&moved.into, &moved.from);
+            let key = super::across_slots::pending_key(&moved.into, &moved.from);
             let _: () = redis::cmd("DEL")
                 .arg(&key)
                 .query(&mut moved.masters[0])
@@ -1388,7 +1388,7 @@ async fn probe82_garbage_four_part_records_fail_every_carried_spend() {
         "5:1:2:99999999999999999999999",
     ];
     let mut moved = Moved::new("probe82-records-garbage", Duration::from_secs(2)).await;
-    let key = super::stacked::pending_key(&moved.into, &moved.from);
+    let key = super::across_slots::pending_key(&moved.into, &moved.from);
     for g in garbage {
         let _: () = redis::cmd("SET")
             .arg(&key)
@@ -1424,7 +1424,7 @@ async fn probe82_forged_four_part_records_never_admit_more() {
     ];
     for (i, (record, left)) in forged.into_iter().enumerate() {
         let mut moved = Moved::new(&format!("probe82-forged-{i}"), Duration::from_secs(2)).await;
-        let key = super::stacked::pending_key(&moved.into, &moved.from);
+        let key = super::across_slots::pending_key(&moved.into, &moved.from);
         let _: () = redis::cmd("SET")
             .arg(&key)
             .arg(&record)

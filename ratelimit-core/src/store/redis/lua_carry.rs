@@ -10,12 +10,11 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 
+use super::across_slots::{level_call, Given, Read, LEVEL_SCRIPT};
 use super::lua_pair::{MAX_WINDOW_US, T0};
 use super::lua_standin::{Redis, Reply};
 use super::reply::full;
-use super::stacked::{
-    carrying, level_call, script_call, Given, Read, LEVEL_SCRIPT, STACKED_SCRIPT,
-};
+use super::stacked::{carrying, script_call, STACKED_SCRIPT};
 use crate::decision::Decision;
 use crate::quota::Quota;
 use crate::store::{Adjustment, Carry, Check, MemoryStore, Mode, Stacked, Store, StoreKey};
@@ -860,7 +859,7 @@ fn interleaved(
         step(&mut last);
     }
     let (on_cluster, on_server) = (cluster.end(NEW, &new), server.end(NEW, &new));
-    let pending = super::stacked::pending_key(NEW, OLD);
+    let pending = super::across_slots::pending_key(NEW, OLD);
     (
         on_cluster,
         on_server,
@@ -1407,7 +1406,7 @@ fn probe82_a_stall_between_read_and_script_outlives_the_erased_key() {
     twins.script(2, &read);
     twins.later(16 * S);
     let erased = super::ledger::erased_key(OLD);
-    let pending = super::stacked::pending_key(NEW, OLD);
+    let pending = super::across_slots::pending_key(NEW, OLD);
     assert_eq!(
         twins.cluster.redis.expiry(&erased),
         None,

@@ -10,12 +10,15 @@
 //! - `scripts`: the Lua scripts, one per strategy, and the quotas they count exactly;
 //! - `store`: [`RedisStore`], what it decides and how it answers the `Store` trait;
 //! - `stacked`: the stacked script, its keys and arguments, the old states carried with it;
+//! - `across_slots`: an old state in another Cluster slot, read there first and again after
+//!   a spend, with the pending record of a read after that never came;
 //! - `round_trip`: the connection a call uses, bounded by the timeout, and a script run on it;
 //! - `link`: one server's connection, its calls bounded by one deadline per connection;
 //! - `eviction`: Redis' eviction policy, checked once per store.
 //!
 //! The failure policy is applied by the generic [`Failover`](crate::store::Failover) wrapper.
 
+mod across_slots;
 #[cfg(test)]
 mod agrees;
 #[cfg(test)]

@@ -1,0 +1,546 @@
+//! An old state a reload moved a limit away from, in another Cluster slot than the limit it
+//! is carried into (`lua/level.lua`, `lua/carry.lua`'s `given` and `grown`): keys without a
+//! user key, whose empty tag `{}` Redis does not take for one, so each is hashed whole. It is
+//! read in its own slot first (`lua/level.lua`) and carried from what was read
+//! (`RedisStore::run_stacked`), a spend checked by a read after it
+//! (`run_checked`), with a pending record beside the moved state for a read after that never
+//! comes: one script over both, Redis refused it whole (`CROSSSLOT`), and every call of such a
+//! budget for as long as its old state was carried. (But for a block carried alone between two
+//! states both decided with the call, `Carry::block_only`: each holds the call by its own
+//! check, so across slots it is not carried, `slots.rs`.)
+
+use std::sync::LazyLock;
+use std::time::Instant;
+
+use redis::cluster_routing::Slot;
+
+use super::ledger::{beside, block_key, erased_key};
+use super::refund::draw;
+use super::reply::unexpected;
+use super::scripts::{arguments, Lua};
+use super::stacked::{carrying, numbers, supported};
+use super::RedisStore;
+use crate::clock::Nanos;
+use crate::error::Error;
+use crate::quota::Quota;
+use crate::store::{Carry, Check, Mode, Stacked};
+
+/// What a state carried from another Cluster slot holds, read in its own
+/// (`lua/level.lua`, behind `lua/carry.lua`): see [`RedisStore::run_stacked`].
+pub(super) static LEVEL_SCRIPT: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(carrying(include_str!("../../../lua/level.lua"))));
+
+/// What the stacked script carries of a state in another Cluster slot (`lua/carry.lua`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Given {
+    /// What was read there ([`LEVEL_SCRIPT`]): the time its bucket owes and what is left of
+    /// its block, in microseconds, carried by the rule of `Carry::debt` (`given`); its end
+    /// ([`Read::end`]), and the time resets erased from it ([`Read::erased`]), which is
+    /// carried by nothing but that end; the id
+    /// of the call when it reads the state again after its script (0: it will not), written
+    /// beside the moved state as the call's pending record (see `grow` in `lua/carry.lua`),
+    /// and how long after its script that read has come or never will ([`read_after_within`],
+    /// microseconds), written with it.
+    Held {
+        debt: u64,
+        left: u64,
+        end: u64,
+        erased: u64,
+        pending: u64,
+        wait: u64,
+    },
+    /// What its debt grew by between a read a call carried and one after the call's script
+    /// ([`RedisStore::run_checked`]): its end at each, on its node's clock, how long the
+    /// later one's debt lasts (microseconds), added to the moved state (`grown`), and the id
+    /// of the call, whose pending record is then done with.
+    Grown {
+        from: u64,
+        to: u64,
+        lasts: u64,
+        pending: u64,
+    },
+}
+
+/// One read of a state carried from another Cluster slot ([`LEVEL_SCRIPT`]): what it holds
+/// ([`Given::Held`]), the instant it was read at on its node's clock, and the time resets
+/// erased from its bucket while it was carried (`lua/level.lua`; 0: none), in microseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Read {
+    pub(super) debt: u64,
+    pub(super) left: u64,
+    pub(super) at: u64,
+    pub(super) erased: u64,
+}
+
+impl Read {
+    /// Its end, on its node's clock: when its bucket is full again, and the time resets
+    /// erased from it after it: what a reset (by a pod a reload has not reached) took from
+    /// it, it has still been spent by, and the end never moves back (`lua/level.lua`).
+    pub(super) fn end(&self) -> u64 {
+        (self.at.saturating_add(self.debt)).saturating_add(self.erased)
+    }
+
+    /// What its debt grew by since `earlier` (a read of the same state): how much later its
+    /// end ([`end`](Self::end)) is than then (spends and penalties written between, and
+    /// what a reset erased; time alone moves neither end, and a reward moves it earlier:
+    /// what `earlier` carried then held the moved state to more, never less). 0 when it is
+    /// full now and nothing was erased since (its end is then the time read, not what was
+    /// spent).
+    pub(super) fn grown_since(&self, earlier: &Read) -> u64 {
+        match self.debt == 0 && self.erased == earlier.erased {
+            true => 0,
+            false => self.end().saturating_sub(earlier.end()),
+        }
+    }
+}
+
+/// What each read of `read` holds, as the stacked script carries it, for the call of id
+/// `pending` (0: one that does not read again after its script), whose read after comes
+/// within `wait` of its script or never.
+pub(super) fn givens(read: &[Option<Read>], pending: u64, wait: u64) -> Vec<Option<Given>> {
+    (read.iter())
+        .map(|r| {
+            r.map(|r| Given::Held {
+                debt: r.debt,
+                left: r.left,
+                end: r.end(),
+                erased: r.erased,
+                pending,
+                wait,
+            })
+        })
+        .collect()
+}
+
+/// How long after a carried spend's script (on the moved state's node) its read after and
+/// the addition after it have come, or never will (microseconds): the script's reply within
+/// the call's `timeout`, then the read after and the addition within one each
+/// ([`RedisStore::recheck`]), and a second for the runtime. A pending record older than that
+/// stands for a call whose read after never came (`pending_of` in `lua/carry.lua`).
+pub(super) fn read_after_within(timeout: std::time::Duration) -> u64 {
+    let micros = u64::try_from(timeout.as_micros()).unwrap_or(u64::MAX);
+    // Far below 2^53 with any TIME added: no clock reaches it.
+    micros
+        .saturating_mul(3)
+        .saturating_add(1_000_000)
+        .min(1 << 50)
+}
+
+impl RedisStore {
+    /// [`run_script`](Self::run_script) for a spend that carries states read in another slot
+    /// (`read`), checked by reading them again after it. A pod still in its old window (a
+    /// reload reaches pods at different times) spends on the old state and on the moved one,
+    /// slot by slot: one that did so between the read and the script had its spend on the
+    /// moved state already there while the old one was carried as before it, one spend
+    /// counted where one script counts it twice; the next call's carry, the old debt over the
+    /// moved one's, then covered this call's spend too. Five pods' first calls after the move
+    /// read the old state before five others spent: the 5 spent before the move were
+    /// forgotten, 15 admitted after it where one server admits 10 (cluster_moves_attacks).
+    ///
+    /// So what the old state's debt grew by between the two reads (at least what was missed)
+    /// is added whole to the moved state (a run carrying it, [`Given::Grown`]): never less
+    /// than one script leaves, whatever else ran meanwhile (an addition is never covered by
+    /// a later carry as a spend is; so given back and decided again, the spends of the
+    /// other calls made meanwhile were: 11 admitted of 10). Once for the same growth, however
+    /// many calls read before it, and never past a bucket spent from now: added by each, five
+    /// calls locked the moved bucket for 210 s where it holds 90. The call stays admitted
+    /// when its limit had room for what it missed ([`shortfall`]), else it is refused, its
+    /// spend kept (an over-refusal, only while others write the old state). A refusal needs
+    /// no check (nothing spent). A read after that fails is a read that failed
+    /// (`refused_or`), the spend kept. A block begun on the old state meanwhile (by a
+    /// refusal, which spends nothing there) is one after this call's, which the next call
+    /// reads.
+    ///
+    /// The script, the read after and its addition run as a task of their own
+    /// ([`Owned::spend`]), which the call waits for: a call dropped once its script is sent
+    /// (a timeout above it, a client gone), whether the script still waits or has answered,
+    /// has what it missed added all the same. Run in the call's future, they were dropped
+    /// with it, and the next carry covered its spend: 5 admitted after it where 4 were left
+    /// (`carries.rs`); without a runtime (a future polled outside Tokio) they run in the
+    /// call's. A runtime shut down meanwhile drops the task, and a read after that fails
+    /// adds nothing: for those the script leaves the call's pending record beside the moved
+    /// state, which the read after ends ([`recheck`](Self::recheck)) and which, left
+    /// standing, has the next call's script add what the old state grew by since the call's
+    /// read (`grow` in `lua/carry.lua`): 4 admitted after a runtime shut down, as one server
+    /// leaves, where the next carry covered the call's spend and 5 were
+    /// (`cluster_recheck_attacks`).
+    #[cold]
+    pub(super) async fn run_checked(
+        &self,
+        stacked: &Stacked<'_>,
+        asked: &[&Check<'_>],
+        stamping: bool,
+        read: Vec<Option<Read>>,
+        sent: Instant,
+    ) -> Result<Vec<i64>, Error> {
+        let each = if stamping { 7 } else { 5 };
+        // The script and the read after it: a task of its own, which the caller only waits
+        // for. A script sent runs whether or not anyone waits for its reply: spawned only
+        // once its reply came, the read after was left undone by a call dropped while the
+        // script waited, its spend covered by the next carry all the same (`carries.rs`).
+        let (owned, store) = (Owned::of(stacked, asked), self.clone());
+        let task = async move { owned.spend(&store, stamping, &read, sent).await };
+        let spent = match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => match runtime.spawn(task).await {
+                Ok(spent) => spent,
+                Err(e) => {
+                    let e = Error::Store {
+                        message: format!("a carried spend's task did not finish: {e}"),
+                    };
+                    return Box::pin(self.refused_or(e, stacked, asked, stamping)).await;
+                }
+            },
+            Err(_) => task.await,
+        };
+        let (reply, rechecked) = spent?;
+        let grown = match rechecked {
+            None => return Ok(reply),
+            Some(Rechecked::Unread(e)) => {
+                return Box::pin(self.refused_or(e, stacked, asked, stamping)).await
+            }
+            Some(Rechecked::Unadded(e)) => {
+                tracing::warn!(
+                    error = %e,
+                    "an old state in another Redis Cluster slot was written while carried, and \
+                     what it owes more could not be added: refused"
+                );
+                return Ok(refused(&reply, each, &vec![1; asked.len()]));
+            }
+            Some(Rechecked::Grown(grown)) => grown,
+        };
+        if grown.is_empty() {
+            return Ok(reply);
+        }
+        let carried = stacked.carried();
+        let by: Vec<(Carry<'_>, u64)> = grown.iter().map(|&(j, by)| (carried[j], by)).collect();
+        let short = shortfall(stacked, asked, &by, &reply, each);
+        if short.iter().all(|&s| s == 0) {
+            return Ok(reply);
+        }
+        Ok(refused(&reply, each, &short))
+    }
+
+    /// [`run_checked`](Self::run_checked)'s script (`read` carried as read) and, when it
+    /// admitted the call, its read after ([`recheck`](Self::recheck)): the script's reply,
+    /// and what the read after made of it (`None`: refused, nothing to check).
+    async fn spend_checked(
+        &self,
+        stacked: &Stacked<'_>,
+        asked: &[&Check<'_>],
+        stamping: bool,
+        read: &[Option<Read>],
+        sent: Instant,
+    ) -> Result<(Vec<i64>, Option<Rechecked>), Error> {
+        let each = if stamping { 7 } else { 5 };
+        // The call's pending record, written by its script: a task dropped before its read
+        // after (a runtime shut down) leaves it for the next call's script to add what it
+        // missed (`lua/carry.lua`).
+        let pending = draw();
+        let wait = read_after_within(self.inner.options.timeout);
+        let given = givens(read, pending, wait);
+        let reply = (self.run_script(stacked, asked, true, stamping, &given, sent)).await?;
+        if reply.len() != each * asked.len() || reply.chunks(each).any(|r| r[0] != 1) {
+            return Ok((reply, None));
+        }
+        let rechecked = self.recheck(stacked, asked, read, pending).await;
+        Ok((reply, Some(rechecked)))
+    }
+
+    /// [`run_checked`](Self::run_checked)'s read after its script, and what the old states'
+    /// debts grew by since `read` (the read before it) added to the moved states: for each
+    /// state so added, its index in `stacked.carried()` and the microseconds it grew by. Run
+    /// for every debt carried, grown or not: it ends the call's pending record (`pending`,
+    /// its id; see `grow` in `lua/carry.lua`), which left standing has the next call add what
+    /// the old state grew by since this call's read, as for a call whose task never read again.
+    async fn recheck(
+        &self,
+        stacked: &Stacked<'_>,
+        asked: &[&Check<'_>],
+        read: &[Option<Read>],
+        pending: u64,
+    ) -> Rechecked {
+        // Within a timeout of its own (as `refused_or`'s look): the read and the script may
+        // have taken all of the call's, and a check that times out refuses a call whose spend
+        // is kept.
+        let again = match self.read_across_slots(stacked, asked, Instant::now()).await {
+            Ok(again) => again,
+            Err(e) => return Rechecked::Unread(e),
+        };
+        let into = |carry: &Carry<'_>| stacked.checks()[carry.into].quota;
+        let grown: Vec<(usize, Carry<'_>, u64, Given)> = (stacked.carried().iter().enumerate())
+            .filter(|(_, carry)| carry.carries_debt(into(carry)))
+            .filter_map(|(j, carry)| match (read.get(j), again.get(j)) {
+                (Some(Some(before)), Some(Some(after))) => {
+                    let by = after.grown_since(before);
+                    let from = before.end();
+                    let (to, lasts) = (from.saturating_add(by), after.debt);
+                    Some((
+                        j,
+                        *carry,
+                        by,
+                        Given::Grown {
+                            from,
+                            to,
+                            lasts,
+                            pending,
+                        },
+                    ))
+                }
+                _ => None,
+            })
+            .collect();
+        if grown.is_empty() {
+            return Rechecked::Grown(Vec::new());
+        }
+        let grew = grown.iter().any(|&(_, _, by, _)| by > 0);
+        let carried: Vec<Carry<'_>> = grown.iter().map(|&(_, carry, _, _)| carry).collect();
+        let added: Vec<Option<Given>> = grown.iter().map(|&(_, _, _, g)| Some(g)).collect();
+        let adding = Stacked::carrying(stacked.checks(), &carried, stacked.now(), Mode::Look);
+        let done = match adding {
+            Ok(adding) => {
+                (self.run_script(&adding, &[], false, false, &added, Instant::now())).await
+            }
+            Err(e) => Err(e),
+        };
+        match done {
+            // Nothing to add: the call's record left standing has the next call add what
+            // grew since its read (more than is owed, never less).
+            Err(e) if !grew => {
+                tracing::debug!(error = %e, "a carried spend's pending record was left standing");
+            }
+            Err(e) => return Rechecked::Unadded(e),
+            Ok(_) => {}
+        }
+        let grown = grown.iter().filter(|&&(_, _, by, _)| by > 0);
+        Rechecked::Grown(grown.map(|&(j, _, by, _)| (j, by)).collect())
+    }
+
+    /// On a Cluster, each state `stacked` carries from another slot than the script's (its
+    /// first key's): what it holds, read there first ([`LEVEL_SCRIPT`], a round trip each),
+    /// `None` for the others; empty when every one lies in the script's slot. A budget
+    /// without a user key has no hash tag (its empty tag `{}` Redis does not take for one), so
+    /// the state a reload moved it away from lies in another slot: carried in one script, the
+    /// call was refused whole (`CROSSSLOT`) for the whole time the old state is carried.
+    ///
+    /// Not one atomic step with the decision, as one script is: the times read are counted
+    /// from the later script's clock, so carried no shorter (over by the round trip between,
+    /// never under), as long as nothing writes the old state between. This call no longer
+    /// decides on it (`OldState::carried_at`), but a pod whose old window has not ended
+    /// (reloaded later, or on another clock) does, and a spend is checked for that by reading
+    /// again after it ([`run_checked`](Self::run_checked)). So only one way: a block carried
+    /// alone both ways (`Carry::block_only`, while the old state is decided too), each way
+    /// over by a round trip, would be pushed later at every call for as long as calls come;
+    /// those stay within a slot (`slots.rs`), and one from elsewhere is left to Redis to
+    /// refuse (`CROSSSLOT`).
+    pub(super) async fn read_across_slots(
+        &self,
+        stacked: &Stacked<'_>,
+        asked: &[&Check<'_>],
+        sent: Instant,
+    ) -> Result<Vec<Option<Read>>, Error> {
+        let carried = stacked.carried();
+        let into = |carry: &Carry<'_>| &stacked.checks()[carry.into];
+        let Some(first) = (asked.first().copied()).or_else(|| carried.first().map(into)) else {
+            return Ok(Vec::new());
+        };
+        let slot = Slot::for_key(first.key.as_str());
+        let elsewhere =
+            |carry: &Carry<'_>| !carry.block_only && Slot::for_key(carry.from.as_str()) != slot;
+        if !self.is_cluster() || !carried.iter().any(elsewhere) {
+            return Ok(Vec::new());
+        }
+        supported(stacked)?;
+        let mut given = Vec::with_capacity(carried.len());
+        for carry in carried {
+            if !elsewhere(carry) {
+                given.push(None);
+                continue;
+            }
+            let wait = read_after_within(self.inner.options.timeout);
+            let (keys, args) = level_call(carry, into(carry).quota, wait);
+            let keys = keys.each_ref().map(String::as_str);
+            let read: Vec<i64> = self.run(&LEVEL_SCRIPT, &keys, &args, false, sent).await?;
+            match read[..] {
+                [debt, left, at, erased] if debt >= 0 && left >= 0 && at >= 0 && erased >= 0 => {
+                    given.push(Some(Read {
+                        debt: debt.unsigned_abs(),
+                        left: left.unsigned_abs(),
+                        at: at.unsigned_abs(),
+                        erased: erased.unsigned_abs(),
+                    }))
+                }
+                _ => return Err(unexpected(&read)),
+            }
+        }
+        Ok(given)
+    }
+}
+
+/// What [`RedisStore::recheck`] made of a carried spend's read after its script.
+enum Rechecked {
+    /// The old states read again: what each that grew grew by (its index among the carried
+    /// states, microseconds), added to its moved state.
+    Grown(Vec<(usize, u64)>),
+    /// The read failed (as the read before it may).
+    Unread(Error),
+    /// Read, grown, and the addition failed.
+    Unadded(Error),
+}
+
+/// A stacked call's checks, carried states and asked limits, owned: for
+/// [`RedisStore::spend_checked`] run as a task of its own (`run_checked`), which borrows
+/// nothing of the call that spawned it.
+struct Owned {
+    /// Each check's key, whether it names its window, quota and cost.
+    checks: Vec<(String, bool, Quota, u64)>,
+    /// Each carried state's key, whether it names its window, quota, the check it is carried
+    /// into and whether its block alone is.
+    carried: Vec<(String, bool, Quota, usize, bool)>,
+    /// The checks Redis decides, by index.
+    asked: Vec<usize>,
+    now: Nanos,
+    mode: Mode,
+}
+
+impl Owned {
+    fn of(stacked: &Stacked<'_>, asked: &[&Check<'_>]) -> Owned {
+        let key = |k: &crate::store::StoreKey<'_>| (k.as_str().to_owned(), k.names_its_window());
+        let checks = stacked.checks();
+        Owned {
+            checks: (checks.iter())
+                .map(|c| {
+                    let (k, one) = key(&c.key);
+                    (k, one, *c.quota, c.cost)
+                })
+                .collect(),
+            carried: (stacked.carried().iter())
+                .map(|c| {
+                    let (k, one) = key(&c.from);
+                    (k, one, *c.quota, c.into, c.block_only)
+                })
+                .collect(),
+            // Keys are one per check (`Stacked::carrying`): an asked limit is the check of its
+            // key.
+            asked: (asked.iter())
+                .filter_map(|a| checks.iter().position(|c| c.key == a.key))
+                .collect(),
+            now: stacked.now(),
+            mode: stacked.mode(),
+        }
+    }
+
+    /// [`RedisStore::spend_checked`] on the call these are the parts of, made again.
+    async fn spend(
+        &self,
+        store: &RedisStore,
+        stamping: bool,
+        read: &[Option<Read>],
+        sent: Instant,
+    ) -> Result<(Vec<i64>, Option<Rechecked>), Error> {
+        fn key(k: &str, one: bool) -> Result<crate::store::StoreKey<'_>, Error> {
+            match one {
+                true => crate::store::StoreKey::one_window(k),
+                false => crate::store::StoreKey::new(k),
+            }
+        }
+        let checks = (self.checks.iter())
+            .map(|(k, one, quota, cost)| {
+                let (key, cost) = (key(k, *one)?, *cost);
+                Ok(Check { key, quota, cost })
+            })
+            .collect::<Result<Vec<Check<'_>>, Error>>()?;
+        let carried = (self.carried.iter())
+            .map(|(k, one, quota, into, block_only)| {
+                let (from, into, block_only) = (key(k, *one)?, *into, *block_only);
+                Ok(Carry {
+                    from,
+                    quota,
+                    into,
+                    block_only,
+                })
+            })
+            .collect::<Result<Vec<Carry<'_>>, Error>>()?;
+        let stacked = Stacked::carrying(&checks, &carried, self.now, self.mode)?;
+        let asked: Vec<&Check<'_>> = self.asked.iter().map(|&i| &checks[i]).collect();
+        (store.spend_checked(&stacked, &asked, stamping, read, sent)).await
+    }
+}
+
+/// For each limit of `asked` (admitted, `reply` `each` integers a limit), by how much the
+/// debts `grown` (each carried into its check, by so many microseconds) exceed its room
+/// after the call (its `remaining` tokens' time: a token bucket's, the only state whose
+/// debt is carried): 0 where the call fitted whatever they held when it was decided.
+fn shortfall(
+    stacked: &Stacked<'_>,
+    asked: &[&Check<'_>],
+    grown: &[(Carry<'_>, u64)],
+    reply: &[i64],
+    each: usize,
+) -> Vec<u64> {
+    (asked.iter().zip(reply.chunks(each)))
+        .map(|(check, r)| {
+            let into = |carry: &Carry<'_>| stacked.checks()[carry.into].key == check.key;
+            let owed = (grown.iter().filter(|(carry, _)| into(carry)))
+                .fold(0u64, |sum, &(_, by)| sum.saturating_add(by));
+            let interval_us = check.quota.interval_nanos() / 1_000;
+            let room = r[1].unsigned_abs().saturating_mul(interval_us);
+            owed.saturating_sub(room)
+        })
+        .collect()
+}
+
+/// `reply` (admitted, `each` integers a limit) told as a refusal by the limits short of room
+/// (`short` above 0: nothing left, waiting that long), the others as they were, no stamp.
+fn refused(reply: &[i64], each: usize, short: &[u64]) -> Vec<i64> {
+    let mut out = reply.to_vec();
+    for (r, &short) in out.chunks_mut(each).zip(short) {
+        if short > 0 {
+            let wait = i64::try_from(short).unwrap_or(i64::MAX);
+            (r[0], r[1], r[3]) = (0, 0, wait);
+            r[2] = r[2].saturating_add(wait);
+        }
+        if each == 7 {
+            r[6] = 0;
+        }
+    }
+    out
+}
+
+/// The mark beside `moved` (a state in its slot) of what was added to it of what the state
+/// `from` in another slot owed more than calls carried ([`Given::Grown`]).
+pub(super) fn grown_mark(moved: &str, from: &str) -> String {
+    beside(moved, &format!("grown:{from}"))
+}
+
+/// The pending record beside `moved` of the last call whose script carried the state `from`
+/// in another slot and whose read after has not come ([`Given::Held`]'s `pending`).
+pub(super) fn pending_key(moved: &str, from: &str) -> String {
+    beside(moved, &format!("pending:{from}"))
+}
+
+/// [`LEVEL_SCRIPT`]'s KEYS and ARGV (see its header) for `carry`, carried into a state under
+/// `into`, by a call whose read after comes within `wait` of its script or never.
+pub(super) fn level_call(carry: &Carry<'_>, into: &Quota, wait: u64) -> ([String; 3], [u64; 6]) {
+    let [index, first, second, block_us] = numbers(carry.quota);
+    let block_us = if into.block_nanos() > 0 { block_us } else { 0 };
+    let from = carry.from.as_str();
+    // What the call writes beside the moved state from this read is kept no longer than that
+    // after the debt: its pending record, written by its script (within `wait` of the read),
+    // a full moved bucket after its read after can come (`wait` later), and a second later;
+    // a second more for the milliseconds and one for the nodes' clocks (`lua/carry.lua`).
+    let [_, tolerance] = arguments(into);
+    let kept = (wait.saturating_mul(2))
+        .saturating_add(tolerance)
+        .saturating_add(3_000_000);
+    (
+        [from.to_owned(), block_key(from), erased_key(from)],
+        [
+            index,
+            first,
+            second,
+            block_us,
+            u64::from(carry.carries_debt(into)),
+            kept.min(1 << 50),
+        ],
+    )
+}
