@@ -11,35 +11,11 @@
 use std::time::Duration;
 
 use ratelimit::{Config, ConfigBuilder, ManualClock, Options, RateLimitService, Strategy, Tier};
+use ratelimit_tests::moves::{Move, MOVES};
 use ratelimit_tests::{now, service};
 
 const MINUTE: Duration = Duration::from_secs(60);
 const HOUR: Duration = Duration::from_secs(3_600);
-
-/// How a reload moves the default limit's state, if at all.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Move {
-    /// No reload: the twin.
-    None,
-    /// The default tier renamed `"a"` to `"b"`.
-    Rename,
-    /// The window doubled at the same rate (the same bucket on another state).
-    Window,
-    /// Another key prefix.
-    Prefix,
-    /// Renamed, then renamed again ten seconds later (`"a"` to `"b"` to `"c"`).
-    Twice,
-    /// Renamed, and back ten seconds later (`"a"` to `"b"` to `"a"`).
-    Back,
-}
-
-const MOVES: [Move; 5] = [
-    Move::Rename,
-    Move::Window,
-    Move::Prefix,
-    Move::Twice,
-    Move::Back,
-];
 
 /// Tier `name` (the default tier) under `strategy`: 10 plus `burst` a minute-long `window`
 /// multiple (`minutes`), a bucket refilled `refill` tokens a minute whatever the window,
@@ -86,20 +62,12 @@ impl Limit {
     /// Makes `how`'s reloads on `service` (ten seconds apart where two), the clock moved on
     /// by them and back to where it was.
     fn moving(&self, service: &RateLimitService, clock: &ManualClock, how: Move) {
-        let reload = |name: &str, minutes: u32, prefix: &str| {
-            service
-                .reload(self.config(name, minutes, prefix).build().unwrap())
-                .unwrap();
-        };
-        match how {
-            Move::None => {}
-            Move::Rename => reload("b", 1, "p"),
-            Move::Window => reload("a", 2, "p"),
-            Move::Prefix => reload("a", 1, "q"),
-            Move::Twice | Move::Back => {
-                reload("b", 1, "p");
-                clock.advance(Duration::from_secs(10));
-                reload(if how == Move::Twice { "c" } else { "a" }, 1, "p");
+        let reloads = how.reloads();
+        for &(name, minutes, other_prefix) in reloads {
+            let prefix = if other_prefix { "q" } else { "p" };
+            let config = self.config(name, minutes, prefix).build().unwrap();
+            service.reload(config).unwrap();
+            if reloads.len() > 1 {
                 clock.advance(Duration::from_secs(10));
             }
         }

@@ -13,30 +13,12 @@
 use std::time::Duration;
 
 use ratelimit::{Config, ConfigBuilder, ManualClock, Options, RateLimitService, Strategy, Tier};
+use ratelimit_tests::moves::{Move, MOVES};
 use ratelimit_tests::redis_server::{prefix, RedisServer};
 use ratelimit_tests::{on_redis, START};
 
 const MINUTE: Duration = Duration::from_secs(60);
 const HOUR: Duration = Duration::from_secs(3_600);
-
-/// How a reload moves the default limit's state, if at all (as in probes_horizon_attacks).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Move {
-    None,
-    Rename,
-    Window,
-    Prefix,
-    Twice,
-    Back,
-}
-
-const MOVES: [Move; 5] = [
-    Move::Rename,
-    Move::Window,
-    Move::Prefix,
-    Move::Twice,
-    Move::Back,
-];
 
 /// Tier `name` (the default tier): a bucket of 10 plus 5 on a `minutes` window refilled
 /// `refill` tokens a minute, blocking a key `block` once refused.
@@ -88,16 +70,11 @@ impl Run {
 
     /// `how`'s reloads, ten seconds apart where two.
     fn moving(&self, how: Move) {
-        match how {
-            Move::None => {}
-            Move::Rename => self.reload("b", 1, false),
-            Move::Window => self.reload("a", 2, false),
-            Move::Prefix => self.reload("a", 1, true),
-            Move::Twice | Move::Back => {
-                self.reload("b", 1, false);
+        for (i, &(name, minutes, other_prefix)) in how.reloads().iter().enumerate() {
+            if i > 0 {
                 self.clock.advance(Duration::from_secs(10));
-                self.reload(if how == Move::Twice { "c" } else { "a" }, 1, false);
             }
+            self.reload(name, minutes, other_prefix);
         }
     }
 

@@ -922,3 +922,51 @@ pub fn on_redis(
     let service = RateLimitService::with_clock(config, Arc::new(clock.clone())).unwrap();
     (service, clock)
 }
+
+/// The reloads that move a default limit's state, for the probes of the carrying horizon
+/// (`probes_horizon_attacks`, and `_redis`), each against the twin that never reloads.
+pub mod moves {
+    /// How a reload moves the default limit's state, if at all.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Move {
+        /// No reload: the twin.
+        None,
+        /// The default tier renamed `"a"` to `"b"`.
+        Rename,
+        /// The window doubled at the same rate (the same bucket on another state).
+        Window,
+        /// Another key prefix.
+        Prefix,
+        /// Renamed, then renamed again (`"a"` to `"b"` to `"c"`).
+        Twice,
+        /// Renamed, and back (`"a"` to `"b"` to `"a"`).
+        Back,
+    }
+
+    /// Every move but the twin's.
+    pub const MOVES: [Move; 5] = [
+        Move::Rename,
+        Move::Window,
+        Move::Prefix,
+        Move::Twice,
+        Move::Back,
+    ];
+
+    /// A reload of a move: the default tier's name, its window in minutes, and whether under
+    /// another key prefix.
+    pub type Reload = (&'static str, u32, bool);
+
+    impl Move {
+        /// The reloads the move makes, in order (from tier `"a"`, a minute, the first prefix).
+        pub fn reloads(self) -> &'static [Reload] {
+            match self {
+                Move::None => &[],
+                Move::Rename => &[("b", 1, false)],
+                Move::Window => &[("a", 2, false)],
+                Move::Prefix => &[("a", 1, true)],
+                Move::Twice => &[("b", 1, false), ("c", 1, false)],
+                Move::Back => &[("b", 1, false), ("a", 1, false)],
+            }
+        }
+    }
+}
