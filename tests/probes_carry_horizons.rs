@@ -157,14 +157,7 @@ fn a_penalty_of_a_million_tokens_keeps_every_moving_reload_while_it_is_owed() {
 /// the moved state alone (probes_fleet_horizon_redis, on Redis).
 #[test]
 fn plain_calls_carry_the_debt_a_calls_own_bucket_left_on_their_state() {
-    let named = |name: &str| {
-        let tier = Tier::new(name, 10)
-            .burst(5)
-            .refill(10)
-            .window(MINUTE)
-            .strategy(Strategy::TokenBucket);
-        Config::builder().tier(tier).default_tier(name)
-    };
+    let named = ratelimit_tests::moves::bucket;
     let own = Options::new().refill(1);
     let mut counts = Vec::new();
     for moves in [false, true] {

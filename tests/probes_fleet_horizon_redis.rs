@@ -34,22 +34,12 @@ use ratelimit::{
     Config, ConfigBuilder, ManualClock, Options, RateLimitService, RedisOptions, StoreConfig,
     Strategy, Tier,
 };
+use ratelimit_tests::moves::bucket;
 use ratelimit_tests::redis_server::{prefix, RedisServer};
 use ratelimit_tests::{on_its_store, on_redis, START};
 
 const MINUTE: Duration = Duration::from_secs(60);
 const HOUR: Duration = Duration::from_secs(3_600);
-
-/// Tier `name` (the default tier): a bucket of 10 plus 5 on a minute, a token every 6 s (a
-/// tolerance of 90 s: the configured bucket's old state carried 150 s past a move).
-fn bucket(name: &str) -> ConfigBuilder {
-    let tier = Tier::new(name, 10)
-        .burst(5)
-        .refill(10)
-        .window(MINUTE)
-        .strategy(Strategy::TokenBucket);
-    Config::builder().tier(tier).default_tier(name)
-}
 
 /// [`bucket`]`(name)` with another tier `"x{i}"` beside it: a reload to it changes the limits
 /// (it is kept as a replaced configuration) and nothing the calls here are held to.

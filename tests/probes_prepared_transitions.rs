@@ -20,6 +20,7 @@
 use std::time::Duration;
 
 use ratelimit::{Config, ConfigBuilder, Options, Prepared, RateLimitService, Strategy, Tier};
+use ratelimit_tests::moves::bucket;
 use ratelimit_tests::{now, on_its_store, service, START};
 
 const MINUTE: Duration = Duration::from_secs(60);
@@ -134,16 +135,6 @@ fn sweep(from: u64, to: u64, every: u64, n: usize) -> Vec<Step> {
         .step_by(every as usize)
         .flat_map(|s| [Step::At(s), Step::Calls(n)])
         .collect()
-}
-
-/// Tier `name` (the default tier): a bucket of 10 plus 5 on a minute, a token every 6 s.
-fn bucket(name: &str) -> ConfigBuilder {
-    let tier = Tier::new(name, 10)
-        .burst(5)
-        .refill(10)
-        .window(MINUTE)
-        .strategy(Strategy::TokenBucket);
-    Config::builder().tier(tier).default_tier(name)
 }
 
 fn in_a() -> ConfigBuilder {

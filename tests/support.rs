@@ -952,6 +952,17 @@ pub mod moves {
         Move::Back,
     ];
 
+    /// Tier `name` as the default tier: a bucket of 10 plus 5 on a minute, a token every 6 s
+    /// (a tolerance of 90 s: its old state carried 150 s past a move).
+    pub fn bucket(name: &str) -> ratelimit::ConfigBuilder {
+        let tier = ratelimit::Tier::new(name, 10)
+            .burst(5)
+            .refill(10)
+            .window(std::time::Duration::from_secs(60))
+            .strategy(ratelimit::Strategy::TokenBucket);
+        ratelimit::Config::builder().tier(tier).default_tier(name)
+    }
+
     /// A reload of a move: the default tier's name, its window in minutes, and whether under
     /// another key prefix.
     pub type Reload = (&'static str, u32, bool);
