@@ -1,0 +1,406 @@
+//! What an old state in another Cluster slot grew by between a carried spend's read and its
+//! read after, added once, and the pending record of a read after that never comes.
+
+use super::*;
+
+/// What an old state in another Cluster slot was found to owe more after a call carried it
+/// (`Given::Grown`, `run_checked` in stacked.rs): added to the moved bucket whole, once for
+/// the same growth whatever number of calls read before it (the mark beside the moved state),
+/// only the part past what was added when it grew further, and never past a bucket spent
+/// from now (no lockout: what admitted spends leave at most).
+#[test]
+fn what_an_old_state_grew_by_is_added_once_and_never_past_a_bucket() {
+    let q = tokens(10, 5, 2 * MINUTE);
+    let interval = q.interval_nanos() / 1_000;
+    let redis = Redis::new(T0).unwrap();
+    let owed = || match redis.decide_full(&q, NEW, 0, false) {
+        Reply::Array(items) => match items[..] {
+            [_, _, Reply::Int(reset_at), _, Reply::Int(now), ..] => (reset_at - now) as u64,
+            _ => panic!("{items:?}"),
+        },
+        other => panic!("{other:?}"),
+    };
+    let grown = |from: u64, to: u64| {
+        let checks = [check(NEW, &q, 1)];
+        let carried = [carry(&q)];
+        let stacked = Stacked::carrying(&checks, &carried, T0 * 1_000, Mode::Look).unwrap();
+        let given = [Some(Given::Grown {
+            from,
+            to,
+            lasts: to - from,
+            pending: 0,
+        })];
+        let (keys, args) = script_call(&stacked, &[], false, false, &given, || 0).unwrap();
+        let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+        let reply = redis.eval_source(STACKED_SCRIPT.text(), &keys, &args);
+        assert_eq!(reply, Reply::Array(vec![]));
+    };
+    for _ in 0..5 {
+        assert!(matches!(
+            redis.decide_full(&q, NEW, 1, true),
+            Reply::Array(_)
+        ));
+    }
+    assert_eq!(owed(), 5 * interval);
+    let from = 7 * S;
+    grown(from, from + 3 * interval);
+    assert_eq!(owed(), 8 * interval);
+    grown(from, from + 3 * interval);
+    assert_eq!(owed(), 8 * interval, "the same growth again");
+    grown(from + interval, from + 4 * interval);
+    assert_eq!(owed(), 9 * interval, "only what it grew by since");
+    grown(from, from + 100 * interval);
+    assert_eq!(owed(), 15 * interval, "a bucket spent now, no more");
+}
+
+/// One side of [`a_call_whose_read_after_never_came_is_covered_by_the_next`]: a stand-in whose
+/// moved bucket carries the old one from another Cluster slot, read there first, as
+/// `run_checked` runs it (its read after, and its pending record, by hand).
+pub(super) struct Across<'q> {
+    pub(super) redis: Redis,
+    pub(super) old: &'q Quota,
+    pub(super) new: &'q Quota,
+}
+
+impl Across<'_> {
+    pub(super) fn carried(&self) -> [Carry<'_>; 1] {
+        [carry(self.old)]
+    }
+
+    /// The old state read as in its own slot (`lua/level.lua`).
+    pub(super) fn read(&self) -> Read {
+        let (keys, args) = level_call(&self.carried()[0], self.new, WAIT);
+        let keys = keys.each_ref().map(String::as_str);
+        match self.redis.eval_source(LEVEL_SCRIPT.text(), &keys, &args) {
+            Reply::Array(items) => match items[..] {
+                [Reply::Int(debt), Reply::Int(left), Reply::Int(at), Reply::Int(erased)] => Read {
+                    debt: debt.unsigned_abs(),
+                    left: left.unsigned_abs(),
+                    at: at.unsigned_abs(),
+                    erased: erased.unsigned_abs(),
+                },
+                _ => panic!("{items:?}"),
+            },
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// A stacked script carrying `given` (or, without it, the old state read beside it, as on
+    /// one server): whether it admitted a spend of `cost` (with `cost` 0, it only carries).
+    pub(super) fn script(&self, cost: u64, given: Option<Given>) -> bool {
+        let checks = [check(NEW, self.new, cost.max(1))];
+        let carried = self.carried();
+        let mode = if cost > 0 { Mode::Spend } else { Mode::Look };
+        let stacked = Stacked::carrying(&checks, &carried, T0 * 1_000, mode).unwrap();
+        let asked: Vec<&Check<'_>> = if cost > 0 {
+            checks.iter().collect()
+        } else {
+            vec![]
+        };
+        let given = [given];
+        let given = if given[0].is_some() { &given[..] } else { &[] };
+        let (keys, args) = script_call(&stacked, &asked, cost > 0, false, given, || 0).unwrap();
+        let keys: Vec<&str> = (asked.iter().map(|c| c.key.as_str()))
+            .chain(keys.iter().map(String::as_str))
+            .collect();
+        match self.redis.eval_source(STACKED_SCRIPT.text(), &keys, &args) {
+            Reply::Array(items) => items.first().is_none_or(|r| *r == Reply::Int(1)),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// `run_checked`'s addition after its read after (`after`), for the call of id `pending`
+    /// that read `before`: what the old state grew by since, added (`Given::Grown`), its
+    /// pending record ended.
+    pub(super) fn added(&self, before: &Read, after: &Read, pending: u64) {
+        let (from, by) = (before.end(), after.grown_since(before));
+        let lasts = after.debt;
+        let to = from + by;
+        let grown = Given::Grown {
+            from,
+            to,
+            lasts,
+            pending,
+        };
+        assert!(self.script(0, Some(grown)));
+    }
+
+    /// `key` reset (`lua/reset.lua`, as `RedisStore::reset` sends it).
+    pub(super) fn reset(&self, key: &str) {
+        use super::super::ledger::{block_key, erased_key, ledger_key, stamp_key, RESET_SCRIPT};
+        let beside = [
+            ledger_key(key),
+            stamp_key(key),
+            block_key(key),
+            erased_key(key),
+        ];
+        let keys: Vec<&str> = [key]
+            .into_iter()
+            .chain(beside.iter().map(String::as_str))
+            .collect();
+        let reply = self.redis.eval_source(RESET_SCRIPT.text(), &keys, &[0]);
+        assert!(matches!(reply, Reply::Int(0 | 1)), "{reply:?}");
+    }
+
+    /// A reward of `units` on the old state (the strategy's adjust mode, as `lua/adjust.lua`
+    /// runs it).
+    pub(super) fn reward(&self, old: &Quota, units: u64) {
+        let reply = self.redis.adjust(old, OLD, units, false);
+        assert!(matches!(reply, Reply::Int(_)), "{reply:?}");
+    }
+
+    /// When a bucket at `key` under `quota` is full again.
+    pub(super) fn end(&self, key: &str, quota: &Quota) -> u64 {
+        match self.redis.decide_full(quota, key, 0, false) {
+            Reply::Array(items) => match items[..] {
+                [_, _, Reply::Int(reset_at), ..] => reset_at.unsigned_abs(),
+                _ => panic!("{items:?}"),
+            },
+            other => panic!("{other:?}"),
+        }
+    }
+}
+
+/// How long after a mover's script its read after has come or never will, in the stand-in's
+/// pending records (`Given::Held`'s wait): a second, less than any step of the clock
+/// [`interleaved`] takes.
+pub(super) const WAIT: u64 = S;
+
+/// One step of a history [`interleaved`] runs, beside the movers' own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Besides {
+    /// A spend of so many seconds on the old state by a pod the reload has not reached.
+    OldSpend(u64),
+    /// The old state reset (`lua/reset.lua`) by such a pod.
+    OldReset,
+    /// The clock moved on by so many seconds (the old bucket refilling by time alone).
+    Later(u64),
+}
+
+/// What a history of calls carrying a bucket read in another Cluster slot leaves: `movers`
+/// (each its cost and whether its read after never comes) whose steps `steps` interleave
+/// (`Err`: a step beside them, [`Besides`]; `Ok(i)`: the `i`-th mover's next step, from 1: its
+/// read, its script, its read after, the addition after that), then each mover's steps left,
+/// then one more call; the moved bucket a token every `new_interval` seconds, the old one
+/// every second. The clock moves on only while no mover waits between its read and its script,
+/// nor one that reads again between its script and its addition (the steps of a call, which
+/// a bucket does not refill within: a read after of a full bucket adds nothing,
+/// `Read::grown_since`); a step of it that would is left out.
+/// When the moved bucket is full again on the Cluster and on one server (each script reading
+/// the old state beside it, at its turn), how much the old state was spent and erased by
+/// resets meanwhile and twice how far the clock moved on (microseconds), and whether a
+/// pending record is left.
+fn interleaved(
+    movers: &[(u64, bool)],
+    steps: &[Result<usize, Besides>],
+    new_interval: u64,
+) -> (u64, u64, u64, bool) {
+    // Room enough that nothing is refused nor capped: what is compared is what is owed.
+    let old = tokens(1_000, 0, Duration::from_secs(1_000));
+    let new = tokens(1_000, 0, Duration::from_secs(1_000 * new_interval));
+    let side = || Across {
+        redis: Redis::new(T0).unwrap(),
+        old: &old,
+        new: &new,
+    };
+    let (cluster, server) = (side(), side());
+    let old_spend = |cost: u64| {
+        for s in [&cluster, &server] {
+            assert!(matches!(
+                s.redis.decide_full(&old, OLD, cost, true),
+                Reply::Array(_)
+            ));
+        }
+    };
+    old_spend(5);
+    let mut now = T0;
+    let mut moved = 0;
+    // Each mover: its cost, whether its read after never comes, its id, its phase (0: to
+    // read, 1: to run its script, 2: to read again, 3: to add what that found, 4: done)
+    // and its reads.
+    type Mover = (u64, bool, u64, u8, Option<Read>, Option<Read>);
+    let mut state: Vec<Mover> = (movers.iter().enumerate())
+        .map(|(i, &(cost, lost))| (cost, lost, i as u64 + 1, 0, None, None))
+        .collect();
+    let step = |m: &mut Mover| {
+        let (cost, lost, id, phase, read, again) = m;
+        match *phase {
+            0 => *read = Some(cluster.read()),
+            1 => {
+                let r = read.unwrap();
+                let (end, pending) = (r.end(), *id);
+                let held = Given::Held {
+                    debt: r.debt,
+                    left: r.left,
+                    end,
+                    erased: r.erased,
+                    pending,
+                    wait: WAIT,
+                };
+                assert!(cluster.script(*cost, Some(held)), "refused on the Cluster");
+                assert!(server.script(*cost, None), "refused on one server");
+            }
+            2 if !*lost => *again = Some(cluster.read()),
+            3 if !*lost => cluster.added(&read.unwrap(), &again.unwrap(), *id),
+            _ => {}
+        }
+        *phase = (*phase + 1).min(4);
+    };
+    for &which in steps {
+        match which {
+            Err(Besides::OldSpend(cost)) => {
+                old_spend(cost);
+                moved += cost * S;
+            }
+            Err(Besides::OldReset) => {
+                // (A read before the reset carries what it erased.)
+                moved += cluster.end(OLD, &old).saturating_sub(now);
+                for s in [&cluster, &server] {
+                    s.reset(OLD);
+                }
+            }
+            Err(Besides::Later(seconds)) => {
+                let waiting = |m: &Mover| m.3 == 1 || (!m.1 && (2..=3).contains(&m.3));
+                if !state.iter().any(waiting) {
+                    now += seconds * S;
+                    // (Twice: see the property.)
+                    moved += 2 * seconds * S;
+                    cluster.redis.set_time(now);
+                    server.redis.set_time(now);
+                }
+            }
+            Ok(i) => {
+                if let Some(m) = state.get_mut(i.wrapping_sub(1)) {
+                    step(m);
+                }
+            }
+        }
+    }
+    for m in &mut state {
+        while m.3 < 4 {
+            step(m);
+        }
+    }
+    let mut last = (1, false, 99, 0, None, None);
+    while last.3 < 4 {
+        step(&mut last);
+    }
+    let (on_cluster, on_server) = (cluster.end(NEW, &new), server.end(NEW, &new));
+    let pending = super::super::across_slots::pending_key(NEW, OLD);
+    (
+        on_cluster,
+        on_server,
+        moved,
+        cluster.redis.expiry(&pending).is_some(),
+    )
+}
+
+/// Calls that overlap (each one's script before the read after of the one before), carrying
+/// a full old bucket nothing spends, the clock half a second on at each: nothing grew, and the
+/// moved bucket owes what one server's does after 40 of them. Each script finds the record
+/// of the call before it, whose read after is still to come (within its wait): adding from a
+/// full read whatever the record, as was suggested, added the half second between two reads
+/// at every call (19.5 s more after 40), and a moved bucket under steady calls never refilled.
+#[test]
+fn overlapping_calls_on_a_full_old_bucket_add_nothing() {
+    let old = tokens(1_000, 0, Duration::from_secs(1_000));
+    let new = tokens(100, 0, Duration::from_secs(100));
+    let side = || Across {
+        redis: Redis::new(T0).unwrap(),
+        old: &old,
+        new: &new,
+    };
+    let (cluster, server) = (side(), side());
+    let mut now = T0;
+    let mut before: Option<(Read, u64)> = None;
+    for id in 1..=40 {
+        let read = cluster.read();
+        let held = Given::Held {
+            debt: read.debt,
+            left: read.left,
+            end: read.end(),
+            erased: read.erased,
+            pending: id,
+            wait: WAIT,
+        };
+        assert!(cluster.script(1, Some(held)), "call {id} on the Cluster");
+        assert!(server.script(1, None), "call {id} on one server");
+        if let Some((read, id)) = before.take() {
+            cluster.added(&read, &cluster.read(), id);
+        }
+        before = Some((read, id));
+        now += S / 2;
+        cluster.redis.set_time(now);
+        server.redis.set_time(now);
+    }
+    let (read, id) = before.unwrap();
+    cluster.added(&read, &cluster.read(), id);
+    let (on_cluster, on_server) = (cluster.end(NEW, &new), server.end(NEW, &new));
+    assert_eq!(on_cluster, on_server);
+    // (40 calls of a second each, half a second apart: owing 20 s after the last.)
+    assert_eq!(on_server - now, 20 * S);
+}
+
+/// A call whose script overwrote the pending record of one that had read again, and never
+/// read again itself (its task dropped), 3 s spent on the old state between its read and its
+/// script: the first call's addition leaves the record (not its own), and the next call
+/// adds what the old state grew by since the second's read, 3 s (a second more than one
+/// server's bucket owes: the whole growth added). Ended by any read after, the record was
+/// gone, and the moved bucket owed a second less than on one server (9 s against 10).
+#[test]
+fn a_record_overwritten_after_a_read_after_stands_for_its_own_call() {
+    let movers = [(1, false), (1, true)];
+    let (first, second) = (Ok(1), Ok(2));
+    let steps = [
+        first,
+        first,
+        first,
+        second,
+        Err(Besides::OldSpend(3)),
+        second,
+        first,
+    ];
+    let (on_cluster, on_server, grew, left) = interleaved(&movers, &steps, 1);
+    assert_eq!((on_cluster - T0, on_server - T0), (11 * S, 10 * S));
+    assert_eq!(grew, 3 * S);
+    assert!(!left);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(super::super::lua_agrees::cases() / 4))]
+
+    /// Calls carrying a bucket read in another Cluster slot (up to three at once, their reads,
+    /// scripts, reads after and additions interleaved with spends on the old state by a pod
+    /// the reload has not reached, resets of it by such a pod, and the clock moving on, the
+    /// old bucket refilling by time alone), some never reading again (their task dropped
+    /// with a runtime shut down), then one more call ([`interleaved`]): the moved bucket owes
+    /// no less than on one server, and no more than that and what the old state was spent
+    /// and erased by resets (a read before a reset carries the debt it read) and twice how
+    /// far the clock moved on meanwhile (each part of the old state's end added once,
+    /// whichever call added it: the mark and the pending record, `grow` in `lua/carry.lua`;
+    /// its end moves on with the clock where it is read full, or spent again after a refill,
+    /// and an addition to a moved bucket that refilled counts from the time it is made);
+    /// no pending record is left.
+    #[test]
+    fn a_call_whose_read_after_never_came_is_covered_by_the_next(
+        movers in prop::collection::vec((1..=3u64, any::<bool>()), 1..=3),
+        steps in prop::collection::vec(
+            prop_oneof![
+                4 => (1..=3usize).prop_map(Ok),
+                2 => (1..=4u64).prop_map(|c| Err(Besides::OldSpend(c))),
+                1 => Just(Err(Besides::OldReset)),
+                1 => (2..=8u64).prop_map(|s| Err(Besides::Later(s))),
+            ],
+            0..40,
+        ),
+        new_interval in prop_oneof![Just(1u64), Just(2), Just(3)],
+    ) {
+        let (on_cluster, on_server, moved, left) = interleaved(&movers, &steps, new_interval);
+        prop_assert!(on_cluster >= on_server, "{on_cluster} owed where one server owes {on_server}");
+        prop_assert!(
+            on_cluster - on_server <= moved,
+            "{on_cluster} owed, one server {on_server}, the old state spent, erased and the clock moved (twice) by {moved}"
+        );
+        prop_assert!(!left, "a pending record left");
+    }
+}

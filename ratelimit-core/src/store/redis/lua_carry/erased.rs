@@ -1,0 +1,547 @@
+//! The time resets erased from an old state and the pending records of four parts, on the
+//! stand-in at a hand-driven clock: helper-82's probes.
+
+use super::across::*;
+use super::*;
+
+// helper-82's probes of the erased total and the four-part pending records, on the stand-in
+// at a hand-driven clock: each history run on a Cluster's steps (a read in the old state's
+// slot, the script, the read after, its addition) and on one server (the script reading the
+// old state beside it, at its turn), the twin; what the moved bucket owes after compared.
+
+/// The two sides of a helper-82 history: the Cluster's and one server's (the twin), the old
+/// bucket a token a second and the moved one too, both of 1000 (nothing capped).
+struct Twins<'q> {
+    cluster: Across<'q>,
+    server: Across<'q>,
+    old: &'q Quota,
+    now: u64,
+}
+
+impl<'q> Twins<'q> {
+    fn new(old: &'q Quota, new: &'q Quota) -> Self {
+        let side = || Across {
+            redis: Redis::new(T0).unwrap(),
+            old,
+            new,
+        };
+        Twins {
+            cluster: side(),
+            server: side(),
+            old,
+            now: T0,
+        }
+    }
+
+    /// A spend of `cost` seconds on the old state, on both sides.
+    fn old_spend(&self, cost: u64) {
+        for s in [&self.cluster, &self.server] {
+            let reply = s.redis.decide_full(self.old, OLD, cost, true);
+            assert!(matches!(reply, Reply::Array(_)), "{reply:?}");
+        }
+    }
+
+    /// A reward of `units` on the old state, on both sides.
+    fn old_reward(&self, units: u64) {
+        for s in [&self.cluster, &self.server] {
+            s.reward(self.old, units);
+        }
+    }
+
+    /// A spend of `cost` seconds on the old state kept for a refund, on both sides: its
+    /// instant (the admitted reply's `reset_at`, microseconds), where its refund finds it.
+    fn old_kept_spend(&self, cost: u64) -> u64 {
+        let mut spent = None;
+        for s in [&self.cluster, &self.server] {
+            match s.redis.decide_full(self.old, OLD, cost, true) {
+                Reply::Array(items) => match items[..] {
+                    [Reply::Int(1), _, Reply::Int(reset_at), ..] => spent = Some(reset_at),
+                    _ => panic!("{items:?}"),
+                },
+                other => panic!("{other:?}"),
+            }
+        }
+        spent.unwrap().unsigned_abs()
+    }
+
+    /// The spend of `cost` at `spent_us` given back on both sides (the strategy's refund
+    /// mode, as `lua/refund.lua` runs it once the stamp is checked).
+    fn old_refund(&self, cost: u64, spent_us: u64) {
+        for s in [&self.cluster, &self.server] {
+            let before = s.end(OLD, self.old);
+            let reply = s.redis.refund(self.old, OLD, cost, (spent_us, 0), true);
+            assert!(matches!(reply, Reply::Int(_)), "{reply:?}");
+            assert_eq!(s.end(OLD, self.old), before - cost * S, "given back");
+        }
+    }
+
+    /// A lease of `slice` seconds (its id `id`) granted on the old state for a call of 1, on
+    /// both sides (`lua/lease_grant.lua`, as `RedisStore`'s leases send it): the arrival time
+    /// it wrote.
+    fn old_lease(&self, slice: u64, id: u64) -> u64 {
+        use super::super::lease::GRANT_SCRIPT;
+        let [first, second] = super::super::scripts::arguments(self.old);
+        let ledger = super::super::ledger::ledger_key(OLD);
+        let args = [4, first, second, 1, slice, id, 0];
+        let mut wrote = None;
+        for s in [&self.cluster, &self.server] {
+            match s
+                .redis
+                .eval_source(GRANT_SCRIPT.text(), &[OLD, &ledger], &args)
+            {
+                Reply::Array(items) => match items[..] {
+                    [Reply::Int(granted), Reply::Int(1), _, Reply::Int(reset_at), ..] => {
+                        assert_eq!(granted.unsigned_abs(), slice);
+                        wrote = Some(reset_at.unsigned_abs());
+                    }
+                    _ => panic!("{items:?}"),
+                },
+                other => panic!("{other:?}"),
+            }
+        }
+        wrote.unwrap()
+    }
+
+    /// `units` of the lease of id `id` (which wrote the arrival time `tat`) given back on both
+    /// sides (`lua/lease_return.lua`, as `RedisStore`'s leases send it).
+    fn old_lease_return(&self, units: u64, tat: u64, id: u64) {
+        use super::super::lease::RETURN_SCRIPT;
+        let ledger = super::super::ledger::ledger_key(OLD);
+        let interval = self.old.interval_nanos() / 1_000;
+        let args = [4, units, tat, interval, id];
+        for s in [&self.cluster, &self.server] {
+            let reply = s
+                .redis
+                .eval_source(RETURN_SCRIPT.text(), &[OLD, &ledger], &args);
+            assert_eq!(reply, Reply::Int(units as i64));
+        }
+    }
+
+    fn old_reset(&self) {
+        for s in [&self.cluster, &self.server] {
+            s.reset(OLD);
+        }
+    }
+
+    fn later(&mut self, us: u64) {
+        self.now += us;
+        self.cluster.redis.set_time(self.now);
+        self.server.redis.set_time(self.now);
+    }
+
+    /// A Cluster call's read (its id `id`), then its script with the twin's.
+    fn read_and_script(&self, id: u64) -> Read {
+        let read = self.cluster.read();
+        self.script(id, &read);
+        read
+    }
+
+    /// The script of the call of id `id` that read `read`, on both sides.
+    fn script(&self, id: u64, read: &Read) {
+        self.script_waiting(id, read, WAIT);
+    }
+
+    /// [`script`](Self::script) by a pod whose read after comes within `wait` or never.
+    fn script_waiting(&self, id: u64, read: &Read, wait: u64) {
+        let held = Given::Held {
+            debt: read.debt,
+            left: read.left,
+            end: read.end(),
+            erased: read.erased,
+            pending: id,
+            wait,
+        };
+        assert!(self.cluster.script(1, Some(held)), "refused on the Cluster");
+        assert!(self.server.script(1, None), "refused on one server");
+    }
+
+    /// The read after of the call of id `id` that read `read`, and its addition.
+    fn read_after(&self, id: u64, read: &Read) {
+        self.cluster.added(read, &self.cluster.read(), id);
+    }
+
+    /// One more whole call on both sides, then what the moved bucket owes on each
+    /// (microseconds from now).
+    fn owed(&self) -> (u64, u64) {
+        let read = self.read_and_script(99);
+        self.read_after(99, &read);
+        let new = self.cluster.new;
+        let owes = |s: &Across<'_>| s.end(NEW, new).saturating_sub(self.now);
+        (owes(&self.cluster), owes(&self.server))
+    }
+}
+
+fn seconds_buckets() -> (Quota, Quota) {
+    (
+        tokens(1_000, 0, Duration::from_secs(1_000)),
+        tokens(1_000, 0, Duration::from_secs(1_000)),
+    )
+}
+
+/// A reward on the old state (by a pod the reload has not reached: `service.reward`) between
+/// a carried spend's script and its read after, of the 4 s spent there between its read and
+/// its script: one server's script carried those 4 s into the moved bucket before the reward
+/// (a reward of the old state reaches no moved state), so it owes 11 s after one more call;
+/// the read after found the old end moved back to what the call read (a reward moves an end
+/// back as a reset does, and nothing keeps what it erased) and added nothing: 7 s.
+/// Not fixed: counting what a reward, a refund or a lease's units given back move an end back
+/// by in the erased total, as a reset's, closes it (tried: 11 s on both), but every spend and
+/// its refund between two overlapping calls' reads then reads as growth the first call may
+/// have missed, and the moved bucket under steady calls drifts towards a lockout
+/// ([`probe82_steady_overlapping_calls_through_spends_refunded`]: 81 s owed where one server
+/// owes 21 s, after 40 calls); what this loses is at most what the old state was spent
+/// between one call's read and its script (a round trip) and given back before its read after.
+#[test]
+#[ignore = "FOUND: 7 s owed on the Cluster where one server owes 11 s (a reward of the 4 s spent between a carried spend's read and its script, before its read after)"]
+fn probe82_a_reward_of_the_old_state_before_the_read_after() {
+    let (old, new) = seconds_buckets();
+    let twins = Twins::new(&old, &new);
+    twins.old_spend(5);
+    let read = twins.cluster.read();
+    twins.old_spend(4);
+    twins.script(1, &read);
+    twins.old_reward(4);
+    twins.read_after(1, &read);
+    let (on_cluster, on_server) = twins.owed();
+    assert_eq!((on_cluster, on_server), (11 * S, 11 * S));
+}
+
+/// The same with a refund of those 4 s (a spend kept on the old state, given back after the
+/// call's script, `lua/refund.lua`): 7 s owed where one server owes 11 s (not fixed, as the
+/// reward: [`probe82_a_reward_of_the_old_state_before_the_read_after`]).
+#[test]
+#[ignore = "FOUND: 7 s owed on the Cluster where one server owes 11 s (a refund of the 4 s spent between a carried spend's read and its script, before its read after)"]
+fn probe82_a_refund_on_the_old_state_before_the_read_after() {
+    let (old, new) = seconds_buckets();
+    let twins = Twins::new(&old, &new);
+    twins.old_spend(5);
+    let read = twins.cluster.read();
+    let spent = twins.old_kept_spend(4);
+    twins.script(1, &read);
+    twins.old_refund(4, spent);
+    twins.read_after(1, &read);
+    let (on_cluster, on_server) = twins.owed();
+    assert_eq!((on_cluster, on_server), (11 * S, 11 * S));
+}
+
+/// The same reward left standing with the call's pending record (its read after never came):
+/// the next call reads the old end moved back, and adds nothing from its record: 7 s against
+/// 11 s (not fixed, as [`probe82_a_reward_of_the_old_state_before_the_read_after`]).
+#[test]
+#[ignore = "FOUND: 7 s owed on the Cluster where one server owes 11 s (a reward of the 4 s a call missed while its record stands)"]
+fn probe82_a_reward_of_the_old_state_while_a_record_stands() {
+    let (old, new) = seconds_buckets();
+    let twins = Twins::new(&old, &new);
+    twins.old_spend(5);
+    let read = twins.cluster.read();
+    twins.old_spend(4);
+    twins.script(1, &read);
+    twins.old_reward(4);
+    let (on_cluster, on_server) = twins.owed();
+    assert_eq!((on_cluster, on_server), (11 * S, 11 * S));
+}
+
+/// Two resets between a carried spend's script and its read after, 3 s spent on the old
+/// state between them: the erased total holds both (9 s, then 3 s), so the read after adds
+/// the 4 s the call missed and the 3 s the twin's second reset erased (over by what the old
+/// state was spent and erased since, never under).
+#[test]
+fn probe82_two_resets_before_the_read_after() {
+    let (old, new) = seconds_buckets();
+    let twins = Twins::new(&old, &new);
+    twins.old_spend(5);
+    let read = twins.cluster.read();
+    twins.old_spend(4);
+    twins.script(1, &read);
+    twins.old_reset();
+    twins.old_spend(3);
+    twins.old_reset();
+    twins.read_after(1, &read);
+    let (on_cluster, on_server) = twins.owed();
+    assert_eq!((on_cluster, on_server), (14 * S, 11 * S));
+}
+
+/// A reset before any carrying read made the erased key writes none (nothing carries the old
+/// state yet): the first read finds it full, as the twin's first script does; then a reset
+/// after the read, before the script (the twin's script reads the old state reset): the
+/// erased total holds it, and the Cluster owes no less.
+#[test]
+fn probe82_a_reset_before_the_first_read_and_before_the_script() {
+    let (old, new) = seconds_buckets();
+    let twins = Twins::new(&old, &new);
+    twins.old_spend(5);
+    twins.old_reset();
+    let erased = super::super::ledger::erased_key(OLD);
+    assert_eq!(twins.cluster.redis.expiry(&erased), None, "nothing written");
+    let read = twins.cluster.read();
+    assert_eq!((read.debt, read.erased), (0, 0));
+    twins.old_spend(6);
+    twins.script(1, &read);
+    twins.read_after(1, &read);
+    let read = twins.cluster.read();
+    twins.old_spend(2);
+    twins.old_reset();
+    twins.script(2, &read);
+    twins.read_after(2, &read);
+    let (on_cluster, on_server) = twins.owed();
+    // One server: 6 s carried, the three calls' 3 s; the Cluster the 2 s spent then erased
+    // between the second call's read and its script too.
+    assert_eq!((on_cluster, on_server), (11 * S, 9 * S));
+}
+
+/// A runtime stalled between a carried spend's script and its read after past its wait: the
+/// next call, reading the old state still owing (its record past or not), adds the 4 s the
+/// first missed once; the first call's read after, coming late, adds nothing on top (the
+/// mark): the twin's 10 s after one more call, exactly.
+#[test]
+fn probe82_a_read_after_late_past_its_wait_adds_nothing_twice() {
+    let (old, new) = seconds_buckets();
+    let mut twins = Twins::new(&old, &new);
+    twins.old_spend(5);
+    let read = twins.cluster.read();
+    twins.old_spend(4);
+    twins.script(1, &read);
+    twins.later(WAIT + S);
+    let second = twins.read_and_script(2);
+    twins.read_after(1, &read);
+    twins.read_after(2, &second);
+    let (on_cluster, on_server) = twins.owed();
+    assert_eq!((on_cluster, on_server), (10 * S, 10 * S));
+}
+
+/// The same stall, the old bucket refilled by time alone before the next call reads it (12 s
+/// later, full): the first call's record past its wait, the next call adds from it up to the
+/// time read (7 s, where 4 were missed), and the late read after of the full bucket adds
+/// nothing: an over-refusal of at most the time between the two reads, never an admission.
+#[test]
+fn probe82_a_read_after_late_past_a_refill_over_refuses_boundedly() {
+    let (old, new) = seconds_buckets();
+    let mut twins = Twins::new(&old, &new);
+    twins.old_spend(5);
+    let read = twins.cluster.read();
+    twins.old_spend(4);
+    twins.script(1, &read);
+    twins.later(12 * S);
+    let second = twins.read_and_script(2);
+    assert_eq!(second.debt, 0);
+    twins.read_after(1, &read);
+    twins.read_after(2, &second);
+    let (on_cluster, on_server) = twins.owed();
+    assert_eq!((on_cluster, on_server), (9 * S, 2 * S));
+    assert!(on_cluster - on_server <= 12 * S);
+}
+
+/// Pods with different store timeouts: the first call's pod waits 16 s for its read after (a
+/// 5 s timeout: three and a second), which never comes; the next call, by a pod of a 100 ms
+/// timeout (1.3 s), reads the old bucket refilled 10 s later, full, within the first record's
+/// wait: nothing is added from it, and it is overwritten. What the first call missed (4 s
+/// spent between its read and its script) is lost: RELIABILITY.md item 12's leftover, bounded
+/// by the writer's wait (a 5 s pod's is 16 s of the old bucket), never by the reader's.
+#[test]
+fn probe82_a_record_of_a_slow_pod_read_full_by_a_fast_one() {
+    let (old, new) = seconds_buckets();
+    let mut twins = Twins::new(&old, &new);
+    let (slow, fast) = (16 * S, 1_300_000);
+    twins.old_spend(5);
+    let read = twins.cluster.read();
+    twins.old_spend(4);
+    twins.script_waiting(1, &read, slow);
+    twins.later(10 * S);
+    let second = twins.cluster.read();
+    assert_eq!(second.debt, 0);
+    twins.script_waiting(2, &second, fast);
+    twins.read_after(2, &second);
+    let (on_cluster, on_server) = twins.owed();
+    // One server: 2 s; the Cluster lost the 4 s: at the end of the first call's carry (6 s,
+    // refilled by now) nothing more.
+    assert_eq!(on_server, 2 * S);
+    assert!(
+        on_server - on_cluster.min(on_server) <= 4 * S,
+        "{on_cluster} against {on_server}"
+    );
+}
+
+/// A lease granted on the old state (4 s, by a pod the reload has not reached, its hot key)
+/// between a carried spend's read and its script, and 3 s of it given back unspent (the pod
+/// idle) before the read after: one server's script carried the lease whole (11 s owed after
+/// one more call); the read after found the old end moved back and added 1 s: 8 s (not
+/// fixed, as [`probe82_a_reward_of_the_old_state_before_the_read_after`]).
+#[test]
+#[ignore = "FOUND: 8 s owed on the Cluster where one server owes 11 s (3 s of a lease granted between a carried spend's read and its script given back before its read after)"]
+fn probe82_a_lease_given_back_on_the_old_state_before_the_read_after() {
+    let (old, new) = seconds_buckets();
+    let twins = Twins::new(&old, &new);
+    twins.old_spend(5);
+    let read = twins.cluster.read();
+    let tat = twins.old_lease(4, 9);
+    assert_eq!(tat, T0 + 9 * S);
+    twins.script(1, &read);
+    twins.old_lease_return(3, tat, 9);
+    twins.read_after(1, &read);
+    let (on_cluster, on_server) = twins.owed();
+    assert_eq!((on_cluster, on_server), (11 * S, 11 * S));
+}
+
+/// A reset of the old state with a lease out (4 s granted between a carried spend's read and
+/// its script, kept counted by the reset: `lua/reset.lua`) before the read after: the reset
+/// added the whole end it found to the erased key (9 s), the leased 4 s it kept too, which
+/// the read after counts twice: 15 s owed where one server owes 11 s, an over-refusal of the
+/// leased units' time, no more (which a return of them, not counted, would take back).
+#[test]
+fn probe82_a_reset_with_a_lease_out_before_the_read_after() {
+    let (old, new) = seconds_buckets();
+    let twins = Twins::new(&old, &new);
+    twins.old_spend(5);
+    let read = twins.cluster.read();
+    twins.old_lease(4, 9);
+    twins.script(1, &read);
+    twins.old_reset();
+    assert_eq!(twins.cluster.end(OLD, &old), T0 + 4 * S, "the lease kept");
+    twins.read_after(1, &read);
+    let (on_cluster, on_server) = twins.owed();
+    assert_eq!((on_cluster, on_server), (15 * S, 11 * S));
+}
+
+/// A runtime stalled 10 s between a carried spend's read and its script (a script sent late
+/// runs all the same: the call's timeout is checked when its future is polled again), the
+/// old state spent 28 s meanwhile, after a reset had erased 100 s (the erased total then
+/// 100 s), its read after lost (a runtime shut down): its record, written at the script,
+/// outlives the erased key its read kept (from the read: twice its wait, a full moved bucket
+/// and 3 s; the record from the script: its wait, a full moved bucket and a second), and the
+/// next call, reading the key made again (0), reads ends 100 s below the record's: nothing is
+/// added from it, and the carry's rule takes the old debt left (2 s). Lost: the stalled call's
+/// own spend (1 s: 3 s owed where one server owes 4 s), as when its record expires
+/// (`probe_a_standing_record_then_expired`, carries.rs: 5 against 4), only sooner. A script
+/// refusing a read older than its wait (its time less the read's, `end - debt - erased`)
+/// would close it, but turn the stalled call into an error, which `FailurePolicy::Allow`
+/// admits uncounted: not done.
+#[test]
+#[ignore = "FOUND: 3 s owed on the Cluster where one server owes 4 s (the stalled call's own spend), after a 10 s stall between read and script and the read after lost"]
+fn probe82_a_stall_between_read_and_script_outlives_the_erased_key() {
+    let old = tokens(1_000, 0, Duration::from_secs(1_000));
+    let new = tokens(20, 0, Duration::from_secs(20));
+    let mut twins = Twins::new(&old, &new);
+    let first = twins.read_and_script(1);
+    twins.read_after(1, &first);
+    twins.old_spend(100);
+    twins.old_reset();
+    let read = twins.cluster.read();
+    assert_eq!((read.debt, read.erased), (0, 100 * S));
+    twins.old_spend(28);
+    twins.later(10 * S);
+    twins.script(2, &read);
+    twins.later(16 * S);
+    let erased = super::super::ledger::erased_key(OLD);
+    let pending = super::super::across_slots::pending_key(NEW, OLD);
+    assert_eq!(
+        twins.cluster.redis.expiry(&erased),
+        None,
+        "the erased key expired"
+    );
+    assert!(
+        twins.cluster.redis.expiry(&pending).is_some(),
+        "the record stands"
+    );
+    let (on_cluster, on_server) = twins.owed();
+    assert!(
+        on_cluster >= on_server,
+        "{on_cluster} owed on the Cluster, {on_server} on one server"
+    );
+}
+
+/// Steady overlapping calls (each one's script before the read after of the one before, half
+/// a second apart, 60 of them) carrying an old bucket a pod in the old window spends 5 s of
+/// at the 20th and resets at the 22nd (the erased total grows once): the moved bucket owes
+/// no less than one server's, more by what the reset erased and the half second between two
+/// reads (added once, from the first full read after the reset: 36.5 s against 31 s), and
+/// refills: no lockout.
+#[test]
+fn probe82_steady_overlapping_calls_through_a_reset_still_refill() {
+    let old = tokens(1_000, 0, Duration::from_secs(1_000));
+    let new = tokens(100, 0, Duration::from_secs(100));
+    let mut twins = Twins::new(&old, &new);
+    let mut before: Option<(Read, u64)> = None;
+    for id in 1..=60 {
+        let read = twins.cluster.read();
+        twins.script(id, &read);
+        if let Some((read, id)) = before.take() {
+            twins.read_after(id, &read);
+        }
+        before = Some((read, id));
+        match id {
+            20 => twins.old_spend(5),
+            22 => twins.old_reset(),
+            _ => {}
+        }
+        twins.later(S / 2);
+    }
+    let (read, id) = before.unwrap();
+    twins.read_after(id, &read);
+    let (on_cluster, on_server) = twins.owed();
+    // (The reset erased 4 s, a second after the 5 s spent; the half second between the two
+    // reads around it added with it.)
+    assert_eq!((on_cluster, on_server), (36 * S + S / 2, 31 * S));
+    twins.later(on_cluster + S);
+    assert_eq!(twins.owed(), (S, S), "refilled");
+}
+
+/// Steady overlapping calls (half a second apart, 40 of them) while a pod in the old window
+/// spends 1 s on the old state and has it refunded between each two (its own calls failing):
+/// each spend and its refund fall after one call's script and before the next's, so one
+/// server's moved bucket owes what the calls spent, 21 s, and the Cluster's the same: a refund
+/// counted in the erased total (as a reset's) read each pair as growth a call may have missed,
+/// 81 s after 40 calls, towards a lockout (why
+/// [`probe82_a_reward_of_the_old_state_before_the_read_after`] is left).
+#[test]
+fn probe82_steady_overlapping_calls_through_spends_refunded() {
+    let old = tokens(1_000, 0, Duration::from_secs(1_000));
+    let new = tokens(100, 0, Duration::from_secs(100));
+    let mut twins = Twins::new(&old, &new);
+    let mut before: Option<(Read, u64)> = None;
+    for id in 1..=40 {
+        let read = twins.cluster.read();
+        twins.script(id, &read);
+        if let Some((read, id)) = before.take() {
+            twins.read_after(id, &read);
+        }
+        before = Some((read, id));
+        let spent = twins.old_kept_spend(1);
+        twins.old_refund(1, spent);
+        twins.later(S / 2);
+    }
+    let (read, id) = before.unwrap();
+    twins.read_after(id, &read);
+    let (on_cluster, on_server) = twins.owed();
+    assert_eq!((on_cluster, on_server), (21 * S, 21 * S));
+}
+
+/// The same steady calls with the old state spent 1 s and reset between each two (by a pod
+/// the reload has not reached), where the refunds were: a reset is counted in the erased
+/// total, so each reads as growth a call may have missed (the 1 s and the half second to the
+/// next read): 81 s owed where one server owes 21 s after 40 calls, the drift a refund counted
+/// so would have had; an over-refusal left for resets, which no call makes, never past a full
+/// moved bucket, and refilled once the resets stop.
+#[test]
+fn probe82_steady_overlapping_calls_through_resets_drift_boundedly() {
+    let old = tokens(1_000, 0, Duration::from_secs(1_000));
+    let new = tokens(100, 0, Duration::from_secs(100));
+    let mut twins = Twins::new(&old, &new);
+    let mut before: Option<(Read, u64)> = None;
+    for id in 1..=40 {
+        let read = twins.cluster.read();
+        twins.script(id, &read);
+        if let Some((read, id)) = before.take() {
+            twins.read_after(id, &read);
+        }
+        before = Some((read, id));
+        twins.old_spend(1);
+        twins.old_reset();
+        twins.later(S / 2);
+    }
+    let (read, id) = before.unwrap();
+    twins.read_after(id, &read);
+    let (on_cluster, on_server) = twins.owed();
+    assert_eq!((on_cluster, on_server), (81 * S, 21 * S));
+    twins.later(on_cluster + S);
+    assert_eq!(twins.owed(), (S, S), "refilled");
+}
