@@ -145,7 +145,7 @@ end
 -- the old bucket while it was carried (lua/level.lua), so it never moves back: read full
 -- after a reset by a pod the reload has not reached, the spends between the record's read
 -- and the reset were lost (9 admitted after where one server leaves 4:
--- `probe_a_standing_record_then_the_old_state_reset`, carries.rs). From a read of a full old
+-- `probe_a_standing_record_then_the_old_state_reset`, carries/). From a read of a full old
 -- bucket (its end then the time read, not what was spent: as `grown_since` in
 -- src/store/redis/stacked.rs) something is added only when resets erased more since the
 -- record's read, or when the record is past the time its read after has come or never will

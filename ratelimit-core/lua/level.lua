@@ -26,7 +26,7 @@
 -- moved state: `grow` in lua/carry.lua) is told by its end, which a reset by a pod the reload
 -- has not reached moves back (lua/reset.lua): read full after it, the spends between a
 -- pending record's read and the reset were lost (9 admitted after where one server leaves
--- 4: `probe_a_standing_record_then_the_old_state_reset`, carries.rs). So each read of a
+-- 4: `probe_a_standing_record_then_the_old_state_reset`, carries/). So each read of a
 -- debt carried keeps the key, the time resets erased (0 at first), for as long as what it
 -- reads may be compared with a later read (ARGV[6] after its debt); a reset adds to it what
 -- it erased while it is kept (never for a key nothing carries); the end a read tells, its

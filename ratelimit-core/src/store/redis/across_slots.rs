@@ -156,7 +156,7 @@ impl RedisStore {
     /// (a timeout above it, a client gone), whether the script still waits or has answered,
     /// has what it missed added all the same. Run in the call's future, they were dropped
     /// with it, and the next carry covered its spend: 5 admitted after it where 4 were left
-    /// (`carries.rs`); without a runtime (a future polled outside Tokio) they run in the
+    /// (`carries/`); without a runtime (a future polled outside Tokio) they run in the
     /// call's. A runtime shut down meanwhile drops the task, and a read after that fails
     /// adds nothing: for those the script leaves the call's pending record beside the moved
     /// state, which the read after ends ([`recheck`](Self::recheck)) and which, left
@@ -177,7 +177,7 @@ impl RedisStore {
         // The script and the read after it: a task of its own, which the caller only waits
         // for. A script sent runs whether or not anyone waits for its reply: spawned only
         // once its reply came, the read after was left undone by a call dropped while the
-        // script waited, its spend covered by the next carry all the same (`carries.rs`).
+        // script waited, its spend covered by the next carry all the same (`carries/`).
         let (owned, store) = (Owned::of(stacked, asked), self.clone());
         let task = async move { owned.spend(&store, stamping, &read, sent).await };
         let spent = match tokio::runtime::Handle::try_current() {

@@ -29,7 +29,7 @@ pub(super) static STACKED_SCRIPT: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(carrying(include_str!("../../../lua/stacked.lua"))));
 
 /// `body` behind the strategies' functions and `lua/carry.lua` (the tests run the carry's
-/// rule alone behind them: `lua_carry.rs`).
+/// rule alone behind them: `lua_carry/`).
 pub(super) fn carrying(body: &str) -> String {
     [FUNCTIONS, include_str!("../../../lua/carry.lua"), body].concat()
 }

@@ -13,7 +13,7 @@ use super::*;
 /// the timeout): a reward moves the old end back as a reset does, and the next read found it
 /// where the record's read had (30 s), adding nothing: 9 admitted after where one server
 /// (whose script carried the 5 more before the reward, which reaches no moved state) leaves 4.
-/// Not fixed: see `probe82_a_reward_of_the_old_state_before_the_read_after` (lua_carry.rs).
+/// Not fixed: see `probe82_a_reward_of_the_old_state_before_the_read_after` (lua_carry/).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "FOUND: 9 admitted after where one server leaves 4 (a reward of the old state while a carried spend's record stands)"]
 async fn probe82_a_standing_record_then_the_old_state_rewarded() {

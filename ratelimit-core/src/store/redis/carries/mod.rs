@@ -3,7 +3,7 @@
 //! clock: every quota here counts in seconds, and a test runs in a few milliseconds of it, so
 //! what the tests count neither refills nor unblocks (a retry time is rounded up to the
 //! millisecond, which the microseconds between two steps of one script never reach). The
-//! exact clock is the stand-in's (`lua_carry.rs`).
+//! exact clock is the stand-in's (`lua_carry/`).
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 

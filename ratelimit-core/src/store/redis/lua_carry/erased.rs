@@ -411,7 +411,7 @@ fn probe82_a_reset_with_a_lease_out_before_the_read_after() {
 /// next call, reading the key made again (0), reads ends 100 s below the record's: nothing is
 /// added from it, and the carry's rule takes the old debt left (2 s). Lost: the stalled call's
 /// own spend (1 s: 3 s owed where one server owes 4 s), as when its record expires
-/// (`probe_a_standing_record_then_expired`, carries.rs: 5 against 4), only sooner. A script
+/// (`probe_a_standing_record_then_expired`, carries/: 5 against 4), only sooner. A script
 /// refusing a read older than its wait (its time less the read's, `end - debt - erased`)
 /// would close it, but turn the stalled call into an error, which `FailurePolicy::Allow`
 /// admits uncounted: not done.

@@ -3,7 +3,7 @@
 //! [`Carry::debt`], and stacked calls that carry, with the keys and arguments the store
 //! sends ([`script_call`]), against the memory store's at the same clock: every decision the
 //! same, to the nanosecond a [`Decision`] keeps. Costs are at least 1 (a look at the level is
-//! the store's two looks, not the stacked script's: `carries.rs` looks at it on a server).
+//! the store's two looks, not the stacked script's: `carries/` looks at it on a server).
 
 use std::sync::LazyLock;
 use std::time::Duration;
