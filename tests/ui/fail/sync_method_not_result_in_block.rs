@@ -7,6 +7,10 @@ struct S {
     name: String,
 }
 
+// An error type without `From<ratelimit::Error>` (a `std` one's error lists the `From` impls
+// of every crate built, which differ by features: the expected text would too).
+struct ReadError;
+
 #[throttle(1)]
 impl S {
     fn name(&self) -> &str {
@@ -17,7 +21,7 @@ impl S {
         1
     }
 
-    fn read(&self) -> std::io::Result<u32> {
+    fn read(&self) -> Result<u32, ReadError> {
         Ok(1)
     }
 
