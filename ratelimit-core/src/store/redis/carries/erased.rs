@@ -103,13 +103,8 @@ async fn probe82_garbage_four_part_records_fail_every_carried_spend() {
         "5:1:2:99999999999999999999999",
     ];
     let mut moved = Moved::new("probe82-records-garbage", Duration::from_secs(2)).await;
-    let key = super::super::across_slots::pending_key(&moved.into, &moved.from);
     for g in garbage {
-        let _: () = redis::cmd("SET")
-            .arg(&key)
-            .arg(g)
-            .query(&mut moved.masters[0])
-            .unwrap();
+        moved.set_record(g);
         let (admitted, error) = moved.admitted_after().await;
         assert_eq!(admitted, 0, "{g}");
         assert!(
@@ -139,7 +134,7 @@ async fn probe82_forged_four_part_records_never_admit_more() {
     ];
     for (i, (record, left)) in forged.into_iter().enumerate() {
         let mut moved = Moved::new(&format!("probe82-forged-{i}"), Duration::from_secs(2)).await;
-        let key = super::super::across_slots::pending_key(&moved.into, &moved.from);
+        let key = moved.record_key();
         let _: () = redis::cmd("SET")
             .arg(&key)
             .arg(&record)

@@ -151,7 +151,7 @@ async fn met_before_the_read_after(meanwhile: Meanwhile) -> (Result<Decision, Er
         garbage(&mut moved.masters[into_master], &mark);
     }
     if meanwhile == Meanwhile::GarbagePending {
-        let record = super::super::across_slots::pending_key(&moved.into, &moved.from);
+        let record = moved.record_key();
         garbage(&mut moved.masters[into_master], &record);
     }
     let decided = match meanwhile {
@@ -329,9 +329,26 @@ pub(super) async fn held_past_the_read_after(moved: &mut Moved) {
     );
 }
 
+impl Moved {
+    /// The key of the pending record beside the moved state.
+    pub(super) fn record_key(&self) -> String {
+        super::super::across_slots::pending_key(&self.into, &self.from)
+    }
+
+    /// Writes `value` where the pending record stands, as no script would.
+    pub(super) fn set_record(&mut self, value: &str) {
+        let key = self.record_key();
+        let _: () = redis::cmd("SET")
+            .arg(&key)
+            .arg(value)
+            .query(&mut self.masters[0])
+            .unwrap();
+    }
+}
+
 /// The record beside `moved`'s moved state, or None.
 pub(super) fn record_of(moved: &mut Moved) -> Option<String> {
-    let key = super::super::across_slots::pending_key(&moved.into, &moved.from);
+    let key = moved.record_key();
     redis::cmd("GET")
         .arg(&key)
         .query(&mut moved.masters[0])

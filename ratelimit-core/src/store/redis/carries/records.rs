@@ -24,13 +24,9 @@ async fn probe_garbage_pending_records_fail_every_carried_spend() {
         "9007199254740993:1",
     ];
     let mut moved = Moved::new("probe-garbage-records", Duration::from_secs(2)).await;
-    let key = super::super::across_slots::pending_key(&moved.into, &moved.from);
+    let key = moved.record_key();
     for g in garbage {
-        let _: () = redis::cmd("SET")
-            .arg(&key)
-            .arg(g)
-            .query(&mut moved.masters[0])
-            .unwrap();
+        moved.set_record(g);
         let (admitted, error) = moved.admitted_after().await;
         assert_eq!(admitted, 0, "{g}");
         assert!(error.is_some(), "{g}");
@@ -56,7 +52,7 @@ async fn probe_garbage_pending_records_fail_every_carried_spend() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn probe_records_from_the_past_and_the_future() {
     let mut moved = Moved::new("probe-past-record", Duration::from_secs(2)).await;
-    let key = super::super::across_slots::pending_key(&moved.into, &moved.from);
+    let key = moved.record_key();
     let _: () = redis::cmd("SET")
         .arg(&key)
         .arg("1:77")
@@ -79,7 +75,7 @@ async fn probe_records_from_the_past_and_the_future() {
     assert!(refused.reset_at() <= full, "{refused:?}");
 
     let mut moved = Moved::new("probe-future-record", Duration::from_secs(2)).await;
-    let key = super::super::across_slots::pending_key(&moved.into, &moved.from);
+    let key = moved.record_key();
     let future = (SystemTime::now() + Duration::from_secs(3600))
         .duration_since(UNIX_EPOCH)
         .unwrap()
@@ -162,7 +158,7 @@ pub(super) async fn on_a_cluster(then: Then) -> usize {
         Then::ResetOld => assert!(moved.store.reset(&moved.from).await.unwrap()),
         Then::ResetMoved => assert!(moved.store.reset(&moved.into).await.unwrap()),
         Then::Expired => {
-            let key = super::super::across_slots::pending_key(&moved.into, &moved.from);
+            let key = moved.record_key();
             let _: () = redis::cmd("DEL")
                 .arg(&key)
                 .query(&mut moved.masters[0])
