@@ -1,5 +1,5 @@
 //! helper-83's attacks on the carrying horizon of a moved limit (`Kept::carrying_with`,
-//! `transition_of`'s `held_for`, the own quotas noted by `note_own_quota`): quotas of a
+//! `transition_of`'s `held_for`, the own quotas noted by `note_outlasts`): quotas of a
 //! call's own of several shapes on the configured limit's state, then reloads that move it
 //! (the default tier renamed, the window changed at the same rate, the key prefix changed,
 //! two in a row, and there and back), then calls with and without the quota of their own.

@@ -378,18 +378,15 @@ impl RateLimitService {
     /// of a year there held every moving reload after it a year: the 65th refused, where
     /// all 80 were taken without it (probes_horizon_attacks).
     pub(crate) fn note_declared(&self, declared: Declared) {
-        let latest = &self.inner.own_outlasts;
-        if declared.outlasts > latest.load(Ordering::Relaxed) {
-            latest.fetch_max(declared.outlasts, Ordering::Relaxed);
-        }
+        self.note_outlasts(declared.outlasts);
         self.note_own_window(declared.window);
     }
 
-    /// Notes a quota a call's own overrides made ([`Inner::own_outlasts`]): a load and a
-    /// compare unless it outlasts every one before it.
+    /// Notes how long a quota a call's own overrides made may hold a moved state
+    /// ([`Inner::own_outlasts`]): a load and a compare unless it outlasts every one before it.
     #[inline]
-    fn note_own_quota(&self, quota: &Quota) {
-        let (outlasts, latest) = (quota.outlasts_by(), &self.inner.own_outlasts);
+    fn note_outlasts(&self, outlasts: crate::clock::Nanos) {
+        let latest = &self.inner.own_outlasts;
         if outlasts > latest.load(Ordering::Relaxed) {
             latest.fetch_max(outlasts, Ordering::Relaxed);
         }
@@ -421,7 +418,7 @@ impl RateLimitService {
         if !options.overrides.is_empty() {
             let quota = own.insert(config.quota(tier, options.overrides)?);
             self.inner.store.supports(quota)?;
-            self.note_own_quota(quota);
+            self.note_outlasts(quota.outlasts_by());
             return Ok(Resolved {
                 quota,
                 tier,
