@@ -320,6 +320,40 @@ fn a_module_reload_checks_every_annotated_fn_and_reaches_it() {
     });
 }
 
+/// A module's service reloaded directly (`module.service().reload(..)`) checks the module's
+/// annotated fns as `Module::reload` does. Before, only `Module::reload` checked them: the
+/// service took a configuration without the tier `gold_only` names, and every call of it
+/// was refused from then on (`UnknownTier` at each call) where the reload should have been.
+#[test]
+fn a_modules_service_reloaded_directly_checks_its_annotated_fns() {
+    let _serial = serial();
+    let gold = |limit: u64| Config::builder().tier(Tier::new("gold", limit).window(LONG));
+    let module = Module::init(gold(2).build().unwrap()).unwrap();
+    let rt = ratelimit_tests::two_workers();
+    rt.block_on(async { gold_only("d").await.unwrap() });
+    let silver = Config::builder().tier(Tier::new("silver", 5).window("1m"));
+    match module.service().reload(silver.build().unwrap()) {
+        Err(Error::Declarations(e)) => assert!(e
+            .problems
+            .iter()
+            .any(|p| p.function.ends_with("::gold_only")
+                && matches!(p.kind, ProblemKind::UnknownTier { .. }))),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(module.stats().generation, 0);
+    rt.block_on(async {
+        gold_only("d").await.unwrap();
+        assert!(matches!(gold_only("d").await, Err(Error::Exceeded(_))));
+    });
+    // A configuration the fn runs under is taken, through the service as through the module.
+    let reloaded = module.service().reload(gold(1).build().unwrap()).unwrap();
+    assert_eq!(
+        (reloaded.generation, reloaded.tightened),
+        (1, vec!["gold".to_owned()])
+    );
+    rt.block_on(async { assert!(matches!(gold_only("e").await, Ok(()))) });
+}
+
 /// A fleet in a rolling deploy: two services (pods) on one Redis, one still on a limit of 3,
 /// one already on 10. They share each key's state and each decides under its own limit, so
 /// a window admits up to the looser limit and never more (the README's statement).

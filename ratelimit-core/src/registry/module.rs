@@ -11,7 +11,7 @@ use super::spec::TierSpec;
 use crate::clock::{Clock, SystemClock};
 use crate::config::{Config, ConfigBuilder};
 use crate::error::Error;
-use crate::service::{RateLimitService, Reloaded};
+use crate::service::{Declarations, Declared, RateLimitService, Reloaded};
 use crate::stats::Stats;
 
 /// Builds a [`Module`]: the [`ConfigBuilder`] itself, so every option of a [`Config`] is
@@ -70,7 +70,8 @@ impl ConfigBuilder<Module> {
     }
 }
 
-/// A service built for `limiter`, every fn it decides checked against it.
+/// A service built for `limiter`, every fn it decides checked against it, now and at every
+/// reload.
 fn checked(
     limiter: &'static Limiter,
     config: Config,
@@ -80,22 +81,21 @@ fn checked(
     let declarations = limiter.declarations();
     check_declarations(&service, &declarations).map_err(Error::Declarations)?;
     warn_shadow_fns(&service.config(), &declarations);
-    Ok(service)
+    Ok(service.checking_reloads(Box::new(Fns(limiter))))
 }
 
-/// Installs `config` on `limiter`'s running `service`, once every fn `limiter` decides passes
-/// under it (see [`Module::reload`]).
-fn reload(
-    limiter: &'static Limiter,
-    service: &RateLimitService,
-    config: Config,
-) -> Result<Reloaded, Error> {
-    let declarations = limiter.declarations();
-    let reloaded = service.reload_checked(config, |config| {
-        check_declarations_under(service, config, &declarations).map_err(Error::Declarations)
-    })?;
-    warn_shadow_fns(&service.config(), &declarations);
-    Ok(reloaded)
+/// The fns `0` decides, as its service's reloads check them ([`Declarations`]).
+struct Fns(&'static Limiter);
+
+impl Declarations for Fns {
+    fn check(&self, service: &RateLimitService, config: &Config) -> Result<Declared, Error> {
+        check_declarations_under(service, config, &self.0.declarations())
+            .map_err(Error::Declarations)
+    }
+
+    fn installed(&self, config: &Config) {
+        warn_shadow_fns(config, &self.0.declarations());
+    }
 }
 
 /// Logs every shadow fn at warn level, as a module starts or reloads under `config`: one
@@ -227,7 +227,7 @@ impl Module {
     /// # Ok::<(), ratelimit_core::Error>(())
     /// ```
     pub fn reload(&self, builder: impl Into<ModuleBuilder>) -> Result<Reloaded, Error> {
-        reload(self.limiter, &self.service, builder.into().build()?)
+        self.service.reload(builder.into().build()?)
     }
 
     /// [`reload`](Self::reload) from the TOML or JSON file at `path` (feature `serde`;
@@ -237,7 +237,7 @@ impl Module {
     /// example).
     #[cfg(feature = "serde")]
     pub fn reload_from_file(&self, path: impl AsRef<std::path::Path>) -> Result<Reloaded, Error> {
-        reload(self.limiter, &self.service, Config::from_file(path)?)
+        self.service.reload(Config::from_file(path)?)
     }
 
     /// Reloads from the file at `path` whenever it changes (feature `notify`): as
@@ -253,12 +253,12 @@ impl Module {
         &self,
         path: impl AsRef<std::path::Path>,
     ) -> Result<super::watch::FileWatch, Error> {
-        let (limiter, service) = (self.limiter, self.service.clone());
+        let service = self.service.clone();
         super::watch::FileWatch::start(path.as_ref(), move |config| {
             if config == *service.config() {
                 return None;
             }
-            Some(reload(limiter, &service, config))
+            Some(service.reload(config))
         })
     }
 

@@ -49,6 +49,11 @@ struct Inner {
     generation: std::sync::atomic::AtomicU64,
     /// Held by a reload from its check to its swap: two reloads never interleave.
     reloading: crate::sync::Mutex<()>,
+    /// The annotated fns a module or limiter decides on this service, set once as it is
+    /// built: every reload is checked against them and notes what they declare, whether it
+    /// comes through `Module::reload` or `service().reload()` (which installed a config an
+    /// fn could not run under, and noted none of its declarations).
+    declarations: Option<Box<dyn Declarations>>,
     /// The longest window of its own (a per-call `window` override) a call has been worked
     /// out with, under any configuration, in nanoseconds (0: none): such a call is held to
     /// every configuration replaced within that window (`Kept::in_force`), so a reload keeps
@@ -229,6 +234,7 @@ impl RateLimitService {
                 current: arc_swap::ArcSwap::from_pointee(Generation::new(config, 0, None)),
                 generation: std::sync::atomic::AtomicU64::new(0),
                 reloading: crate::sync::Mutex::new(()),
+                declarations: None,
                 own_windows: AtomicU64::new(0),
                 penalized_until: AtomicU64::new(0),
                 own_outlasts: AtomicU64::new(0),
@@ -371,6 +377,15 @@ impl RateLimitService {
         Ok(quota)
     }
 
+    /// The service, every reload of it checked against `declarations` (the fns a module or
+    /// limiter built it for).
+    pub(crate) fn checking_reloads(mut self, declarations: Box<dyn Declarations>) -> Self {
+        Arc::get_mut(&mut self.inner)
+            .expect("a service just built is not shared")
+            .declarations = Some(declarations);
+        self
+    }
+
     /// Notes what the declarations of a configuration that now runs (or is about to, under
     /// the reload's lock) make of their own ([`resolve_quota`](Self::resolve_quota)). Not
     /// before: noted as a reload's declarations were checked, a reload they then refused (a
@@ -454,6 +469,16 @@ impl RateLimitService {
 pub(crate) struct Declared {
     outlasts: crate::clock::Nanos,
     window: std::time::Duration,
+}
+
+/// The annotated fns a service decides, as a reload sees them ([`Inner::declarations`]):
+/// implemented by the registry, which this module does not import.
+pub(crate) trait Declarations: Send + Sync {
+    /// Checks every fn under `config` on `service`'s store, before `config` runs: what they
+    /// declare of their own, or every problem.
+    fn check(&self, service: &RateLimitService, config: &Config) -> Result<Declared, Error>;
+    /// Tells what `config`, now running, means for the fns (the shadow fns, logged).
+    fn installed(&self, config: &Config);
 }
 
 /// What [`RateLimitService::resolve`] makes of a call's options under a configuration.

@@ -54,6 +54,12 @@ impl RateLimitService {
     /// metrics `ratelimit_reloads_total` and `ratelimit_generation` (feature `metrics`); every
     /// shadow tier of the new configuration is logged at `warn`.
     ///
+    /// The service of a [`Module`](crate::Module) or a library's
+    /// [`Limiter`](crate::Limiter) checks every annotated fn it decides against the new
+    /// configuration as well, as `Module::reload` does: reloaded here or there, a
+    /// configuration an fn cannot run under is refused naming the fn
+    /// ([`Error::Declarations`]).
+    ///
     /// ```
     /// use ratelimit_core::{Config, Options, RateLimitService};
     ///
@@ -69,18 +75,6 @@ impl RateLimitService {
     /// # }).unwrap();
     /// ```
     pub fn reload(&self, config: Config) -> Result<Reloaded, Error> {
-        self.reload_checked(config, |_| Ok(Declared::default()))
-    }
-
-    /// [`reload`](Self::reload), `check` (a module's declarations) run on the new
-    /// configuration before it is installed; its error leaves the old one running, and what
-    /// the declarations make of their own is noted only once it is installed
-    /// ([`note_declared`](Self::note_declared)).
-    pub(crate) fn reload_checked(
-        &self,
-        config: Config,
-        check: impl FnOnce(&Config) -> Result<Declared, Error>,
-    ) -> Result<Reloaded, Error> {
         // One reload at a time, from its checks to its swap: two racing reloads each install
         // a whole configuration, one after the other.
         let _one = self.inner.reloading.lock();
@@ -98,7 +92,14 @@ impl RateLimitService {
         if !errors.problems.is_empty() {
             return Err(Error::InvalidConfig(errors));
         }
-        let declared = check(&config)?;
+        // The annotated fns' checks, if the service has any, on the new configuration before
+        // it is installed: their error leaves the old one running, and what they declare of
+        // their own is noted only once it is installed (`note_declared`).
+        let fns = self.inner.declarations.as_deref();
+        let declared = match fns {
+            Some(fns) => fns.check(self, &config)?,
+            None => Declared::default(),
+        };
         let mut reloaded = changes(&running.config, &config);
         reloaded.generation = running.number + 1;
         super::warn_shadow_tiers(&config);
@@ -125,6 +126,9 @@ impl RateLimitService {
             changed = ?reloaded.changed,
             "rate limit configuration reloaded",
         );
+        if let Some(fns) = fns {
+            fns.installed(&self.config());
+        }
         Ok(reloaded)
     }
 }
