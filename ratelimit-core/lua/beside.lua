@@ -6,9 +6,11 @@
 --          error reply naming `what` for anything else there;
 --          expiry(k): the absolute expiry of `k` in milliseconds (-1: none, -2: no key);
 --          stamp_follows(state, stamp): see below;
---          erased_of(k): the time resets erased from a carried token bucket, beside it (see
---          lua/level.lua): a number (decimal digits, no sign, no leading zero but "0", below
---          2^53), nil without the key, or the RATELIMIT_STATE error reply for anything else.
+--          erased_of(k): the time resets and give-backs erased from a carried token bucket,
+--          beside it (see lua/level.lua): a number (decimal digits, no sign, no leading zero
+--          but "0", below 2^53), nil without the key, or the RATELIMIT_STATE error reply for
+--          anything else;
+--          bucket_end(k, now), erase_given(k, before, now): see below.
 
 local function beside_number(k, what)
   local s = redis.pcall('GET', k)
@@ -59,5 +61,35 @@ local function stamp_follows(state, stamp)
   elseif ttl >= 0 then
     local left = redis.call('PTTL', stamp)
     if left == -1 or left > ttl then redis.call('PEXPIRE', stamp, ttl) end
+  end
+end
+
+-- The end of the token bucket at `k` at `now` (microseconds): when it is full again, its
+-- arrival time ("T<tat>", or with a refund's runs "T<tat>:..."), or `now` where that is later
+-- or no bucket is there (nothing, or another strategy's state).
+local function bucket_end(k, now)
+  local raw = redis.pcall('GET', k)
+  local tat = type(raw) == 'string' and string.match(raw, '^T([1-9]%d*)')
+  tat = tat and #tat <= 16 and tat + 0
+  return math.max(tat or 0, now)
+end
+
+-- A give-back (a reward, a refund, a lease's units given back) of the token bucket at `k`,
+-- whose end was `before` (`bucket_end`, read before it): what it moved the end back by added
+-- to the erased key `erased_key`, which holds `erased` (`erased_of`, read before anything
+-- was written: nil, none, a key nothing carries, and nothing is written), as a reset adds
+-- what it erased (lua/reset.lua), its expiry kept: the end a read of a carried state tells
+-- never moves back (lua/level.lua), so what was spent there between a carried spend's read
+-- and its script and given back after its script is still seen by its read after (7 s owed
+-- on a Cluster where one server owes 11 s: `probe82_a_reward_of_the_old_state_before_the_
+-- read_after`, lua_carry/). The growth it then reads, a spend and its give-back both after
+-- the script, is not owed: the carry takes only what exceeds the moved bucket's slack
+-- (`tickets` in lua/carry.lua).
+local function erase_given(k, erased_key, erased, before, now)
+  if not erased then return end
+  local back = before - bucket_end(k, now)
+  if back > 0 then
+    local sum = math.min(erased + back, 4503599627370496)
+    redis.call('SET', erased_key, string.format('%d', sum), 'KEEPTTL')
   end
 end

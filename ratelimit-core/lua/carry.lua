@@ -22,28 +22,37 @@ local function carried_time(debt_o, debt_n)
   return math.max(debt_o - debt_n, 0)
 end
 
--- The pending record at `k` (see `grow` below): {from, id, past, erased} (`from` the end a
--- call read, a number; `id` its id, as the call's argument wrote it; `past` the time, on
--- this node's clock, after which its read after has come or never will; `erased` the time
--- resets had erased from the old bucket at its read, lua/level.lua; the last two nil in a
--- record of two parts, as written before they were kept: never past, and erased unknown),
--- nil without one, or the RATELIMIT_STATE error reply for anything else there.
+-- The pending record at `k` (see `grow` below): {from, id, past, erased, slack, since, merged,
+-- own} (`from` the end a call read, a number; `id` its id, as the call's argument wrote it;
+-- `past` the time, on this node's clock, after which its read after has come or never will;
+-- `erased` the time resets and give-backs had erased from the old bucket at its read,
+-- lua/level.lua; `slack` and `since` the call's ticket, see `tickets` below, with what a
+-- record it replaced stood for merged in; `merged` the id of the call whose record that was
+-- ('0': none, or one that cannot be told apart), whose read after gives the call back its
+-- `own` slack. The last four nil in a record of four parts, the last six in one of two, as
+-- written before they were kept: never past, erased unknown, no slack and every addition
+-- made before its script), nil without one, or the RATELIMIT_STATE error reply for
+-- anything else there.
 local function pending_of(k)
   local s = redis.pcall('GET', k)
-  local from, id, past, erased
+  if not s then return nil end
+  local parts = {}
   if type(s) == 'string' then
-    from, id, past, erased = string.match(s, '^([1-9]%d*):([1-9]%d*):([1-9]%d*):(%d+)$')
-    if erased and erased ~= '0' and string.sub(erased, 1, 1) == '0' then from = nil end
-    if not from then from, id = string.match(s, '^([1-9]%d*):([1-9]%d*)$') end
+    for part in string.gmatch(s .. ':', '([^:]*):') do parts[#parts + 1] = part end
   end
-  local exact = function(n) return n == nil or n + 0 <= 9007199254740991 end
-  if type(s) == 'table' or (s and not (from and exact(from) and exact(past) and exact(erased)))
-  then
+  local ok = #parts == 2 or #parts == 4 or #parts == 8
+  for i, part in ipairs(parts) do
+    -- The end, the id and the past above 0; the others 0 or above, no leading zero.
+    local number = string.find(part, '^[1-9]%d*$') or (i > 3 and part == '0')
+    ok = ok and number and part + 0 <= 9007199254740991
+  end
+  if not ok then
     return redis.error_reply('RATELIMIT_STATE the pending key holds something that is not '
       .. 'a pending record')
   end
-  if not s then return nil end
-  return {from = from + 0, id = id, past = past and past + 0, erased = erased and erased + 0}
+  local n = function(i) return parts[i] and parts[i] + 0 end
+  return {from = n(1), id = parts[2], past = n(3), erased = n(4), slack = n(5), since = n(6),
+    merged = parts[7], own = n(8)}
 end
 
 -- The pending records (b) of the carries made (`grow`): {key, record, expiry in milliseconds},
@@ -57,22 +66,40 @@ local function write_pending()
   end
 end
 
+-- The tickets of the carries made from a read in another slot by a call that reads again
+-- (`old.given.pending` not '0'), in order: {slack, added}, appended to the stacked script's
+-- reply (lua/stacked.lua) for the call's read after (`Given::Grown`), and kept in its pending
+-- record. `slack`: how much longer the moved bucket owed than the debt carried, at the
+-- carry (its end then `slack` past the carried end: what the old state may have grown by
+-- between the call's read and its script that the moved bucket held all the same, in
+-- microseconds); `added`: the total added to the moved bucket then (the added key, see
+-- `added` below; 0: none). Of what the old state grew by since the call's read, the call
+-- then owes the moved bucket only what exceeds its slack and what was added after its
+-- script (by anyone, for any growth): the moved bucket's end is then, at the call's script
+-- and after, past the carried end by at least the growth, which one script would have
+-- carried (the old end at the script, or later, no earlier than the one read after it).
+local tickets = {}
+
 -- Adds to the moved token bucket (`into`: a level of it at `now`) what the old state's end grew
--- by from `from` to `to`, but for what the mark at `mark_key` (holding `marked`, 0: none) says
--- was added (the ends up to it), and never past a bucket spent from `now`; the mark then at
--- `to` where that is later, expiring `lasts` after `now` and a second (see `grow`). The
--- error reply of the moved state, if any.
-local function added(moved, into, mark_key, marked, from, to, lasts, now)
-  local by = to - math.max(from, marked)
-  by = math.min(by, now + moved.second - into[3])
+-- by (`grew`, microseconds) since the read of a call of ticket `slack`, `since` (see
+-- `tickets`: `since` nil, a call of a record written before tickets: nothing subtracted),
+-- less its slack and what the added key at `total_key` (holding `total`, 0: none) says was
+-- added since its script; never past a bucket spent from `now`. The added key then holds
+-- its total and what this addition owed (whether or not capped), expiring no earlier than
+-- `lasts` after `now` and a second (see `grow`). The error reply of the moved state, if any.
+local function added(moved, into, total_key, total, grew, slack, since, lasts, now)
+  local owed = grew - slack - math.max(total - (since or total), 0)
+  local by = math.min(owed, now + moved.second - into[3])
   if by > 0 then
     local spent = token_bucket({moved.key},
       {'1', moved.second, string.format('%d', by), '4', '1'}, nil, now)
     if type(spent) == 'table' then return spent end
   end
-  if to > marked then
-    redis.call('SET', mark_key, string.format('%d', to), 'PXAT',
-      string.format('%d', math.floor((now + lasts) / 1000) + 1000))
+  if owed > 0 then
+    local until_ms = math.floor((now + lasts) / 1000) + 1000
+    until_ms = math.max(until_ms, expiry(total_key))
+    redis.call('SET', total_key, string.format('%d', math.min(total + owed, 4503599627370496)),
+      'PXAT', string.format('%d', until_ms))
   end
   return nil
 end
@@ -166,10 +193,22 @@ local function grow(old, moved, now, write)
   if record and record.err then return record end
   if not write then return nil end
   marked = marked and marked + 0 or 0
-  local err = added(moved, into, old.key, marked, old.grown.from, old.grown.to,
-    old.grown.lasts, now)
+  local grown = old.grown
+  -- Its own record standing, with what a record it replaced stood for merged in: that too
+  -- (its call's read after has not come).
+  local own = record and record.id == grown.pending
+  local slack = own and math.min(grown.slack, record.slack or 0) or grown.slack
+  local err = added(moved, into, old.key, marked, grown.to - grown.from, slack, grown.since,
+    grown.lasts, now)
   if err then return err end
-  if record and record.id == old.grown.pending then redis.call('DEL', old.block_key) end
+  if record and record.id == old.grown.pending then
+    redis.call('DEL', old.block_key)
+  elseif record and record.merged == old.grown.pending then
+    -- The call whose record this one replaced has read again: what it stood for is added,
+    -- and the record's call has its own slack back.
+    redis.call('SET', old.block_key, string.format('%d:%s:%d:%d:%d:%d:0:%d', record.from,
+      record.id, record.past, record.erased, record.own, record.since, record.own), 'KEEPTTL')
+  end
   return nil
 end
 
@@ -202,7 +241,7 @@ local function carry(old, moved, now, write)
     if pending then
       record = pending_of(old.block_key)
       if record and record.err then return record end
-      marked = record and beside_number(old.key, 'mark')
+      marked = beside_number(old.key, 'mark')
       if type(marked) == 'table' then return marked end
     end
     if not write then return nil end
@@ -218,18 +257,46 @@ local function carry(old, moved, now, write)
         reached = given.erased > (record.erased or 0)
           or (record.past ~= nil and record.past < now)
       end
+      marked = marked and marked + 0 or 0
       if record and reached then
-        local err = added(moved, into, old.key, marked and marked + 0 or 0, record.from,
-          given.read_end, given.debt, now)
+        -- (From a full read whose record may still be read after, no more than what was
+        -- erased since: as `Read::grown_since` in src/store/redis/across_slots.rs.)
+        local grew = given.read_end - record.from
+        if given.debt == 0 and record.erased and not (record.past and record.past < now) then
+          grew = math.min(grew, given.erased - record.erased)
+        end
+        local err = added(moved, into, old.key, marked, grew, record.slack or 0, record.since,
+          given.debt, now)
         if err then return err end
         into = level(moved, now)
         if into.err then return into end
+        marked = beside_number(old.key, 'mark')
+        marked = marked and marked + 0 or 0
       end
+      -- The call's ticket (see `tickets`): the moved bucket's debt past the one carried, and
+      -- the total added so far (what was added for the record above included: made before
+      -- this call's carry, it is in its slack). A record it replaces whose call may still
+      -- read again (not past) and that may never: its ticket merged in, the smaller slack
+      -- counted from this call's read (what that record's call is owed, by its ticket, is
+      -- then owed by this one's), so this call's read after, or the next script, adds it;
+      -- given back by that call's read after (`grow`), which adds it itself.
+      local own = math.max(math.max(into[3] - into[5], 0) - given.debt, 0)
+      local slack, merged = own, '0'
+      if record and record.id ~= given.pending and not (record.past and record.past < now) then
+        local theirs = (record.slack or 0) + record.from - given.read_end
+          + marked - (record.since or marked)
+        slack = math.max(math.min(own, theirs), 0)
+        -- (Theirs alone, or none to give back: a record that merged another's stands for it.)
+        if slack < own and (record.merged == nil or record.merged == '0') then
+          merged = record.id
+        end
+      end
+      tickets[#tickets + 1] = {own, marked}
       local until_ms = math.floor((now + math.max(given.debt, given.wait) + moved.second) / 1000)
         + 1000
       pending_records[#pending_records + 1] = {old.block_key,
-        string.format('%d:%s:%d:%d', given.read_end, given.pending, now + given.wait,
-          given.erased),
+        string.format('%d:%s:%d:%d:%d:%d:%s:%d', given.read_end, given.pending,
+          now + given.wait, given.erased, slack, marked, merged, own),
         string.format('%d', until_ms)}
     end
     local at = into[5]

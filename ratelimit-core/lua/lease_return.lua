@@ -8,6 +8,9 @@
 --
 -- KEYS[1]: the limiter key
 -- KEYS[2]: its lease ledger, see lua/ledger.lua (loaded in front of this file)
+-- KEYS[3]: its erased key: a token bucket carried from another Cluster slot adds what was
+--          given back to it (`erase_given` in lua/beside.lua, loaded in front of this file;
+--          nothing without it)
 -- ARGV[1]: 1 fixed window (integer state: a window of whole milliseconds), 4 token bucket
 -- ARGV[2]: the units to give back (0: the lease only leaves the ledger)
 -- ARGV[3]: token bucket: the arrival time the lease wrote, in microseconds since the epoch
@@ -19,6 +22,8 @@ local key = KEYS[1]
 local units = ARGV[2] + 0
 if ledger_kind() ~= 'hash' then return 0 end
 local now = now_us()
+local erased = erased_of(KEYS[3])
+if type(erased) == 'table' then return erased end
 local total = leased_out(now)
 local mine = redis.call('HGET', KEYS[2], ARGV[5])
 if not total or not mine then return 0 end
@@ -41,10 +46,12 @@ end
 
 local span = units * (ARGV[4] + 0)
 if raw ~= string.format('T%d', ARGV[3] + 0) or span > amount + 0 then return 0 end
+local before = bucket_end(key, now)
 local tat = ARGV[3] - span
 if tat <= now then
   redis.call('DEL', key)
 else
   redis.call('SET', key, string.format('T%d', tat), 'PXAT', math.floor((tat + 999) / 1000))
 end
+erase_given(key, KEYS[3], erased, before, now)
 return units

@@ -3,7 +3,9 @@
 -- table of them, as for lua/stacked.lua, and lua/beside.lua.
 --
 -- KEYS[i] (i from 1 to n): the i-th limit's key; KEYS[n + i]: its stamp key (see
---          lua/stacked.lua, which writes it for a spend that may be given back).
+--          lua/stacked.lua, which writes it for a spend that may be given back);
+--          KEYS[2n + i]: its erased key: a token bucket carried from another Cluster slot
+--          adds what was given back to it (`erase_given` in lua/beside.lua; nothing without).
 -- ARGV[7i - 6 .. 7i] (i from 1): the i-th limit's strategy (its place in `scripts`), the
 --          two numbers its script takes as ARGV[1] and ARGV[2], the spend's cost, its
 --          instant (the admitted reply's `reset_at`, in microseconds: where each strategy's
@@ -16,7 +18,7 @@
 --          made again; or the spend no longer counts). Or the first error reply a limit gave
 --          (state of an unexpected shape), nothing written.
 
-local n = #KEYS / 2
+local n = #KEYS / 3
 local asks = #ARGV > 7 * n
 
 local function refund(i, flag)
@@ -37,14 +39,32 @@ for i = 1, n do
   end
 end
 if asks then return 1 end
+-- The erased keys (none, but for a state carried from another Cluster slot) read before
+-- anything is written, and the ends given back from.
+local erased, before = {}, {}
+local t = redis.call('TIME')
+local now = t[1] * 1000000 + t[2]
+for i = 1, n do
+  local e = erased_of(KEYS[2 * n + i])
+  if type(e) == 'table' then return e end
+  erased[i] = e
+  before[i] = e and bucket_end(KEYS[i], now)
+end
+local function erase(i)
+  if erased[i] then erase_given(KEYS[i], KEYS[2 * n + i], erased[i], before[i], now) end
+end
 -- Each stamp then expires no later than its state (see stamp_follows in lua/beside.lua).
 if n == 1 then
   local given = refund(1, '2')
-  if given == 1 then stamp_follows(KEYS[1], KEYS[2]) end
+  if given == 1 then
+    stamp_follows(KEYS[1], KEYS[2])
+    erase(1)
+  end
   return given
 end
 for i = 1, n do
   refund(i, '2')
   stamp_follows(KEYS[i], KEYS[n + i])
+  erase(i)
 end
 return 1

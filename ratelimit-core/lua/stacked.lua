@@ -144,7 +144,7 @@ local function carried(j)
   old.block_only = flag % 2 == 1
   if flag >= 4 then
     old.grown = {from = old.first + 0, to = old.second + 0, lasts = old.block + 0,
-      pending = ARGV[a + 11]}
+      slack = ARGV[a + 9] + 0, since = ARGV[a + 10] + 0, pending = ARGV[a + 11]}
   elseif flag >= 2 then
     old.given = {debt = old.first + 0, block = old.second + 0, read_end = ARGV[a + 9] + 0,
       erased = ARGV[a + 10] + 0, pending = ARGV[a + 11], wait = ARGV[a + 12] + 0}
@@ -218,5 +218,9 @@ for i = 1, n do
     end
     out[#out + 1] = record and stamps[i] + 0 or 0
   end
+end
+for _, t in ipairs(tickets) do
+  out[#out + 1] = t[1]
+  out[#out + 1] = t[2]
 end
 return out

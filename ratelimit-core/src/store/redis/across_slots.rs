@@ -51,12 +51,15 @@ pub(super) enum Given {
     },
     /// What its debt grew by between a read a call carried and one after the call's script
     /// ([`RedisStore::run_checked`]): its end at each, on its node's clock, how long the
-    /// later one's debt lasts (microseconds), added to the moved state (`grown`), and the id
-    /// of the call, whose pending record is then done with.
+    /// later one's debt lasts (microseconds), added to the moved state (`grown`) but for the
+    /// call's [`Ticket`] (`slack`, `since`), and the id of the call, whose pending record is
+    /// then done with.
     Grown {
         from: u64,
         to: u64,
         lasts: u64,
+        slack: u64,
+        since: u64,
         pending: u64,
     },
 }
@@ -83,13 +86,16 @@ impl Read {
     /// What its debt grew by since `earlier` (a read of the same state): how much later its
     /// end ([`end`](Self::end)) is than then (spends and penalties written between, and
     /// what a reset erased; time alone moves neither end, and a reward moves it earlier:
-    /// what `earlier` carried then held the moved state to more, never less). 0 when it is
-    /// full now and nothing was erased since (its end is then the time read, not what was
-    /// spent).
+    /// what `earlier` carried then held the moved state to more, never less). When it is
+    /// full now, no more than what was erased since (its end is then the time read, not what
+    /// was spent: a bucket does not refill within a call's steps, so only what was erased
+    /// from it since, by resets and give-backs, can have been spent between and not be
+    /// owed now): 0 when nothing was.
     pub(super) fn grown_since(&self, earlier: &Read) -> u64 {
-        match self.debt == 0 && self.erased == earlier.erased {
-            true => 0,
-            false => self.end().saturating_sub(earlier.end()),
+        let grown = self.end().saturating_sub(earlier.end());
+        match self.debt == 0 {
+            true => grown.min(self.erased.saturating_sub(earlier.erased)),
+            false => grown,
         }
     }
 }
@@ -110,6 +116,19 @@ pub(super) fn givens(read: &[Option<Read>], pending: u64, wait: u64) -> Vec<Opti
             })
         })
         .collect()
+}
+
+/// What a carried spend's script tells of the moved bucket at its carry of a state read in
+/// another slot (`tickets` in `lua/carry.lua`), after the limits' replies: how much longer
+/// the moved bucket owed than the debt carried (`slack`, microseconds), and the total added
+/// to it for the old state's growth then (`since`). Of what the old state grew by between
+/// the call's read and its read after, the moved bucket is owed only what exceeds both its
+/// slack and what was added after the script: one script would have carried the old end at
+/// the script, which the moved bucket then held, or later additions hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Ticket {
+    pub(super) slack: u64,
+    pub(super) since: u64,
 }
 
 /// How long after a carried spend's script (on the moved state's node) its read after and
@@ -238,11 +257,36 @@ impl RedisStore {
         let pending = draw();
         let wait = read_after_within(self.inner.options.timeout);
         let given = givens(read, pending, wait);
-        let reply = (self.run_script(stacked, asked, true, stamping, &given, sent)).await?;
-        if reply.len() != each * asked.len() || reply.chunks(each).any(|r| r[0] != 1) {
+        let mut reply = (self.run_script(stacked, asked, true, stamping, &given, sent)).await?;
+        // After the limits' replies, a ticket for each debt read (`tickets` in
+        // `lua/carry.lua`), in order.
+        let into = |carry: &Carry<'_>| stacked.checks()[carry.into].quota;
+        let debts = (read.iter().zip(stacked.carried()))
+            .filter(|(read, carry)| read.is_some() && carry.carries_debt(into(carry)))
+            .count();
+        if reply.len() != each * asked.len() + 2 * debts {
+            return Err(unexpected(&reply));
+        }
+        let tickets = reply.split_off(each * asked.len());
+        if reply.chunks(each).any(|r| r[0] != 1) {
             return Ok((reply, None));
         }
-        let rechecked = self.recheck(stacked, asked, read, pending).await;
+        let mut tickets = tickets.chunks(2).map(|t| match t {
+            [slack, since] if *slack >= 0 && *since >= 0 => Ok(Ticket {
+                slack: slack.unsigned_abs(),
+                since: since.unsigned_abs(),
+            }),
+            _ => Err(unexpected(&t)),
+        });
+        let tickets = (read.iter().zip(stacked.carried()))
+            .map(
+                |(read, carry)| match read.is_some() && carry.carries_debt(into(carry)) {
+                    true => tickets.next().transpose(),
+                    false => Ok(None),
+                },
+            )
+            .collect::<Result<Vec<Option<Ticket>>, Error>>()?;
+        let rechecked = self.recheck(stacked, asked, read, &tickets, pending).await;
         Ok((reply, Some(rechecked)))
     }
 
@@ -257,6 +301,7 @@ impl RedisStore {
         stacked: &Stacked<'_>,
         asked: &[&Check<'_>],
         read: &[Option<Read>],
+        tickets: &[Option<Ticket>],
         pending: u64,
     ) -> Rechecked {
         // Within a timeout of its own (as `refused_or`'s look): the read and the script may
@@ -269,25 +314,32 @@ impl RedisStore {
         let into = |carry: &Carry<'_>| stacked.checks()[carry.into].quota;
         let grown: Vec<(usize, Carry<'_>, u64, Given)> = (stacked.carried().iter().enumerate())
             .filter(|(_, carry)| carry.carries_debt(into(carry)))
-            .filter_map(|(j, carry)| match (read.get(j), again.get(j)) {
-                (Some(Some(before)), Some(Some(after))) => {
-                    let by = after.grown_since(before);
-                    let from = before.end();
-                    let (to, lasts) = (from.saturating_add(by), after.debt);
-                    Some((
-                        j,
-                        *carry,
-                        by,
-                        Given::Grown {
-                            from,
-                            to,
-                            lasts,
-                            pending,
-                        },
-                    ))
-                }
-                _ => None,
-            })
+            .filter_map(
+                |(j, carry)| match (read.get(j), again.get(j), tickets.get(j)) {
+                    (Some(Some(before)), Some(Some(after)), Some(Some(ticket))) => {
+                        let by = after.grown_since(before);
+                        let from = before.end();
+                        let (to, lasts) = (from.saturating_add(by), after.debt);
+                        // What the moved bucket is owed of it (`added` in `lua/carry.lua`), at
+                        // most: by how much the call may be short.
+                        let owed = by.saturating_sub(ticket.slack);
+                        Some((
+                            j,
+                            *carry,
+                            owed,
+                            Given::Grown {
+                                from,
+                                to,
+                                lasts,
+                                slack: ticket.slack,
+                                since: ticket.since,
+                                pending,
+                            },
+                        ))
+                    }
+                    _ => None,
+                },
+            )
             .collect();
         if grown.is_empty() {
             return Rechecked::Grown(Vec::new());

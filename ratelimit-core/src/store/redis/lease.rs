@@ -45,7 +45,7 @@ mod slice;
 
 pub use self::options::LeaseOptions;
 use self::slice::Lease;
-use super::ledger::ledger_key;
+use super::ledger::{erased_key, ledger_key};
 use super::link::FOREVER;
 use super::reply::full;
 use super::scripts::{arguments, wrapped, Lua};
@@ -69,6 +69,7 @@ pub(super) static GRANT_SCRIPT: LazyLock<Lua> = LazyLock::new(|| Lua::new(GRANT)
 pub(super) static RETURN_SCRIPT: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(concat!(
         include_str!("../../../lua/ledger.lua"),
+        include_str!("../../../lua/beside.lua"),
         include_str!("../../../lua/lease_return.lua"),
     ))
 });
@@ -402,8 +403,8 @@ impl Leases {
                 lease.interval_us,
                 lease.id,
             ];
-            let ledger = ledger_key(&key);
-            let keys = [key.as_str(), ledger.as_str()];
+            let (ledger, erased) = (ledger_key(&key), erased_key(&key));
+            let keys = [key.as_str(), ledger.as_str(), erased.as_str()];
             let back: u64 = store
                 .run(&RETURN_SCRIPT, &keys, &args, false, Instant::now())
                 .await?;

@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::LazyLock;
 use std::time::Instant;
 
-use super::ledger::stamp_key;
+use super::ledger::{erased_key, stamp_key};
 use super::scripts::{arguments, stacked_index, supports, ADJUST_SCRIPT, REFUND_SCRIPT};
 use super::RedisStore;
 use crate::error::Error;
@@ -50,7 +50,7 @@ impl RedisStore {
 
     /// `lua/refund.lua` on `refunds`; with `asks`, only asking.
     async fn refund_run(&self, refunds: &[Refund<'_>], asks: bool) -> Result<bool, Error> {
-        let mut keys: Vec<&str> = Vec::with_capacity(2 * refunds.len());
+        let mut keys: Vec<&str> = Vec::with_capacity(3 * refunds.len());
         let mut args = Vec::with_capacity(7 * refunds.len());
         for refund in refunds {
             crate::key::check_store_key(refund.key().as_str())?;
@@ -77,6 +77,11 @@ impl RedisStore {
             .map(|r| stamp_key(r.key().as_str()))
             .collect();
         keys.extend(stamps.iter().map(String::as_str));
+        let erased: Vec<String> = refunds
+            .iter()
+            .map(|r| erased_key(r.key().as_str()))
+            .collect();
+        keys.extend(erased.iter().map(String::as_str));
         if asks {
             args.push(1);
             let would: i64 =
@@ -137,9 +142,15 @@ impl RedisStore {
             mode,
             u64::from(voids),
         ];
-        let stamp = stamp_key(key);
+        let (stamp, erased) = (stamp_key(key), erased_key(key));
         let units: i64 = self
-            .run(&ADJUST_SCRIPT, &[key, &stamp], &args, false, Instant::now())
+            .run(
+                &ADJUST_SCRIPT,
+                &[key, &stamp, &erased],
+                &args,
+                false,
+                Instant::now(),
+            )
             .await?;
         self.inner.refusals.forget(key);
         u64::try_from(units).map_err(|_| super::reply::unexpected(&units))

@@ -106,8 +106,10 @@ pub(super) fn script_call(
                 from,
                 to,
                 lasts,
+                slack,
+                since,
                 pending,
-            }) => ([index, from, to, lasts], 4, 0, 0, pending, 0),
+            }) => ([index, from, to, lasts], 4, slack, since, pending, 0),
         };
         args.extend(numbers_of);
         args.extend(numbers(into(carry.into).quota));

@@ -4,10 +4,11 @@
 use super::*;
 
 /// What an old state in another Cluster slot was found to owe more after a call carried it
-/// (`Given::Grown`, `run_checked` in stacked.rs): added to the moved bucket whole, once for
-/// the same growth whatever number of calls read before it (the mark beside the moved state),
-/// only the part past what was added when it grew further, and never past a bucket spent
-/// from now (no lockout: what admitted spends leave at most).
+/// (`Given::Grown`, `run_checked` in stacked.rs): added to the moved bucket whole but for the
+/// call's ticket (`Ticket`): the same call's growth again adds nothing (added since its
+/// ticket's total), more growth only the part past what was added since, none of what its
+/// slack held; and never past a bucket spent from now (no lockout: what admitted spends
+/// leave at most).
 #[test]
 fn what_an_old_state_grew_by_is_added_once_and_never_past_a_bucket() {
     let q = tokens(10, 5, 2 * MINUTE);
@@ -20,7 +21,7 @@ fn what_an_old_state_grew_by_is_added_once_and_never_past_a_bucket() {
         },
         other => panic!("{other:?}"),
     };
-    let grown = |from: u64, to: u64| {
+    let grown = |from: u64, to: u64, slack: u64, since: u64| {
         let checks = [check(NEW, &q, 1)];
         let carried = [carry(&q)];
         let stacked = Stacked::carrying(&checks, &carried, T0 * 1_000, Mode::Look).unwrap();
@@ -28,6 +29,8 @@ fn what_an_old_state_grew_by_is_added_once_and_never_past_a_bucket() {
             from,
             to,
             lasts: to - from,
+            slack,
+            since,
             pending: 0,
         })];
         let (keys, args) = script_call(&stacked, &[], false, false, &given, || 0).unwrap();
@@ -43,13 +46,25 @@ fn what_an_old_state_grew_by_is_added_once_and_never_past_a_bucket() {
     }
     assert_eq!(owed(), 5 * interval);
     let from = 7 * S;
-    grown(from, from + 3 * interval);
+    grown(from, from + 3 * interval, 0, 0);
     assert_eq!(owed(), 8 * interval);
-    grown(from, from + 3 * interval);
+    grown(from, from + 3 * interval, 0, 0);
     assert_eq!(owed(), 8 * interval, "the same growth again");
-    grown(from + interval, from + 4 * interval);
-    assert_eq!(owed(), 9 * interval, "only what it grew by since");
-    grown(from, from + 100 * interval);
+    grown(from, from + 4 * interval, 0, 0);
+    assert_eq!(
+        owed(),
+        9 * interval,
+        "only what it grew by past what was added"
+    );
+    grown(from, from + 6 * interval, 2 * interval, 0);
+    assert_eq!(owed(), 9 * interval, "its slack held the rest");
+    grown(from, from + 3 * interval, 0, 4 * interval);
+    assert_eq!(
+        owed(),
+        12 * interval,
+        "a call whose script came after those additions"
+    );
+    grown(from, from + 100 * interval, 0, 0);
     assert_eq!(owed(), 15 * interval, "a bucket spent now, no more");
 }
 
@@ -60,6 +75,8 @@ pub(super) struct Across<'q> {
     pub(super) redis: Redis,
     pub(super) old: &'q Quota,
     pub(super) new: &'q Quota,
+    /// The ticket each call's script gave (`Ticket`), by the call's id, for its addition.
+    pub(super) tickets: std::cell::RefCell<std::collections::HashMap<u64, Ticket>>,
 }
 
 impl Across<'_> {
@@ -103,10 +120,21 @@ impl Across<'_> {
         let keys: Vec<&str> = (asked.iter().map(|c| c.key.as_str()))
             .chain(keys.iter().map(String::as_str))
             .collect();
-        match self.redis.eval_source(STACKED_SCRIPT.text(), &keys, &args) {
-            Reply::Array(items) => items.first().is_none_or(|r| *r == Reply::Int(1)),
+        let items = match self.redis.eval_source(STACKED_SCRIPT.text(), &keys, &args) {
+            Reply::Array(items) => items,
             other => panic!("{other:?}"),
+        };
+        // After the limit's reply, the call's ticket when it will read again.
+        let ticketed = matches!(given[..], [Some(Given::Held { pending, .. })] if pending > 0);
+        assert_eq!(items.len(), 5 * asked.len() + if ticketed { 2 } else { 0 });
+        if let [Some(Given::Held { pending, .. })] = given[..] {
+            if let [.., Reply::Int(slack), Reply::Int(since)] = items[..] {
+                let (slack, since) = (slack.unsigned_abs(), since.unsigned_abs());
+                let ticket = Ticket { slack, since };
+                self.tickets.borrow_mut().insert(pending, ticket);
+            }
         }
+        items.first().is_none_or(|r| *r == Reply::Int(1))
     }
 
     /// `run_checked`'s addition after its read after (`after`), for the call of id `pending`
@@ -116,10 +144,13 @@ impl Across<'_> {
         let (from, by) = (before.end(), after.grown_since(before));
         let lasts = after.debt;
         let to = from + by;
+        let Ticket { slack, since } = self.tickets.borrow()[&pending];
         let grown = Given::Grown {
             from,
             to,
             lasts,
+            slack,
+            since,
             pending,
         };
         assert!(self.script(0, Some(grown)));
@@ -142,11 +173,34 @@ impl Across<'_> {
         assert!(matches!(reply, Reply::Int(0 | 1)), "{reply:?}");
     }
 
-    /// A reward of `units` on the old state (the strategy's adjust mode, as `lua/adjust.lua`
-    /// runs it).
+    /// A reward of `units` on the old state (`lua/adjust.lua`, as `RedisStore::adjust_key`
+    /// sends it).
     pub(super) fn reward(&self, old: &Quota, units: u64) {
-        let reply = self.redis.adjust(old, OLD, units, false);
+        use super::super::ledger::{erased_key, stamp_key};
+        use super::super::scripts::{arguments, stacked_index, ADJUST_SCRIPT};
+        let [first, second] = arguments(old);
+        let index = stacked_index(old.strategy()) as u64;
+        let args = [index, first, second, units, 5, 0];
+        let (stamp, erased) = (stamp_key(OLD), erased_key(OLD));
+        let keys = [OLD, stamp.as_str(), erased.as_str()];
+        let reply = self.redis.eval_source(ADJUST_SCRIPT.text(), &keys, &args);
         assert!(matches!(reply, Reply::Int(_)), "{reply:?}");
+    }
+
+    /// The spend of `cost` at `spent_us` (its instant) on the old state given back
+    /// (`lua/refund.lua`, as `RedisStore::give_back` sends it), its stamp written first (as
+    /// the stacked script writes it for a spend that may be given back): whether it was.
+    pub(super) fn refund(&self, old: &Quota, cost: u64, spent_us: u64) -> Reply {
+        use super::super::ledger::{erased_key, stamp_key};
+        use super::super::scripts::{arguments, stacked_index, REFUND_SCRIPT};
+        let [first, second] = arguments(old);
+        let index = stacked_index(old.strategy()) as u64;
+        let (stamp, erased) = (stamp_key(OLD), erased_key(OLD));
+        let set = self.redis.command(&["SET", &stamp, "77"]);
+        assert!(set.is_ok(), "{set:?}");
+        let args = [index, first, second, cost, spent_us, 0, 77];
+        let keys = [OLD, stamp.as_str(), erased.as_str()];
+        self.redis.eval_source(REFUND_SCRIPT.text(), &keys, &args)
     }
 
     /// When a bucket at `key` under `quota` is full again.
@@ -173,6 +227,12 @@ enum Besides {
     OldSpend(u64),
     /// The old state reset (`lua/reset.lua`) by such a pod.
     OldReset,
+    /// A reward of so many seconds on the old state by such a pod (`lua/adjust.lua`).
+    OldReward(u64),
+    /// A spend of so many seconds on the old state by such a pod, kept for a refund.
+    OldKept(u64),
+    /// The last spend kept and not yet given back given back (`lua/refund.lua`), if any.
+    OldRefund,
     /// The clock moved on by so many seconds (the old bucket refilling by time alone).
     Later(u64),
 }
@@ -202,6 +262,7 @@ fn interleaved(
         redis: Redis::new(T0).unwrap(),
         old: &old,
         new: &new,
+        tickets: Default::default(),
     };
     let (cluster, server) = (side(), side());
     let old_spend = |cost: u64| {
@@ -215,6 +276,16 @@ fn interleaved(
     old_spend(5);
     let mut now = T0;
     let mut moved = 0;
+    // The spends kept for a refund: their cost and instant.
+    let mut kept: Vec<(u64, u64)> = Vec::new();
+    // What a give-back took from the old end (the Cluster's; the same on both).
+    let given_back = |give: &dyn Fn(&Across<'_>)| {
+        let before = cluster.end(OLD, &old);
+        for s in [&cluster, &server] {
+            give(s);
+        }
+        before - cluster.end(OLD, &old)
+    };
     // Each mover: its cost, whether its read after never comes, its id, its phase (0: to
     // read, 1: to run its script, 2: to read again, 3: to add what that found, 4: done)
     // and its reads.
@@ -257,6 +328,33 @@ fn interleaved(
                 moved += cluster.end(OLD, &old).saturating_sub(now);
                 for s in [&cluster, &server] {
                     s.reset(OLD);
+                }
+                kept.clear();
+            }
+            Err(Besides::OldReward(seconds)) => {
+                moved += given_back(&|s| s.reward(&old, seconds));
+            }
+            Err(Besides::OldKept(cost)) => {
+                let mut spent = Vec::new();
+                for s in [&cluster, &server] {
+                    match s.redis.decide_full(&old, OLD, cost, true) {
+                        Reply::Array(items) => match items[..] {
+                            [Reply::Int(1), _, Reply::Int(reset_at), ..] => spent.push(reset_at),
+                            _ => panic!("{items:?}"),
+                        },
+                        other => panic!("{other:?}"),
+                    }
+                }
+                assert_eq!(spent[0], spent[1]);
+                kept.push((cost, spent[0].unsigned_abs()));
+                moved += cost * S;
+            }
+            Err(Besides::OldRefund) => {
+                if let Some((cost, at)) = kept.pop() {
+                    moved += given_back(&|s| {
+                        let reply = s.refund(&old, cost, at);
+                        assert!(matches!(reply, Reply::Int(0 | 1)), "{reply:?}");
+                    });
                 }
             }
             Err(Besides::Later(seconds)) => {
@@ -309,6 +407,7 @@ fn overlapping_calls_on_a_full_old_bucket_add_nothing() {
         redis: Redis::new(T0).unwrap(),
         old: &old,
         new: &new,
+        tickets: Default::default(),
     };
     let (cluster, server) = (side(), side());
     let mut now = T0;
@@ -344,9 +443,11 @@ fn overlapping_calls_on_a_full_old_bucket_add_nothing() {
 /// A call whose script overwrote the pending record of one that had read again, and never
 /// read again itself (its task dropped), 3 s spent on the old state between its read and its
 /// script: the first call's addition leaves the record (not its own), and the next call
-/// adds what the old state grew by since the second's read, 3 s (a second more than one
-/// server's bucket owes: the whole growth added). Ended by any read after, the record was
-/// gone, and the moved bucket owed a second less than on one server (9 s against 10).
+/// adds what the old state grew by since the second's read but for the second's slack (the
+/// moved bucket owed the first call's second past the debt it carried): what one server's
+/// bucket owes (where the whole growth added was a second more). Ended by any read after,
+/// the record was gone, and the moved bucket owed a second less than on one server (9 s
+/// against 10).
 #[test]
 fn a_record_overwritten_after_a_read_after_stands_for_its_own_call() {
     let movers = [(1, false), (1, true)];
@@ -361,7 +462,7 @@ fn a_record_overwritten_after_a_read_after_stands_for_its_own_call() {
         first,
     ];
     let (on_cluster, on_server, grew, left) = interleaved(&movers, &steps, 1);
-    assert_eq!((on_cluster - T0, on_server - T0), (11 * S, 10 * S));
+    assert_eq!((on_cluster - T0, on_server - T0), (10 * S, 10 * S));
     assert_eq!(grew, 3 * S);
     assert!(!left);
 }
@@ -389,6 +490,9 @@ proptest! {
                 4 => (1..=3usize).prop_map(Ok),
                 2 => (1..=4u64).prop_map(|c| Err(Besides::OldSpend(c))),
                 1 => Just(Err(Besides::OldReset)),
+                1 => (1..=4u64).prop_map(|c| Err(Besides::OldReward(c))),
+                1 => (1..=4u64).prop_map(|c| Err(Besides::OldKept(c))),
+                1 => Just(Err(Besides::OldRefund)),
                 1 => (2..=8u64).prop_map(|s| Err(Besides::Later(s))),
             ],
             0..40,
