@@ -552,3 +552,59 @@ fn probe82_steady_overlapping_calls_through_resets_drift_boundedly() {
     assert_eq!(owed, (22 * S, 21 * S));
     assert_eq!(refilled, (S, S), "refilled");
 }
+
+/// Strings no script writes in the erased key beside a carried old bucket: a reward, a refund
+/// and a lease's units given back each fail (`RATELIMIT_STATE`), the bucket as it was (a
+/// give-back left undone counts as spent), and the key as it was.
+#[test]
+fn garbage_in_the_erased_key_fails_every_give_back() {
+    let (old, new) = seconds_buckets();
+    let erased = super::super::ledger::erased_key(OLD);
+    for garbage in ["garbage", "-1", "01", "", "1.5", "9007199254740992"] {
+        let twins = Twins::new(&old, &new);
+        let s = &twins.cluster;
+        twins.old_spend(5);
+        let spent = twins.old_kept_spend(4);
+        let tat = twins.old_lease(4, 9);
+        let set = s.redis.command(&["SET", &erased, garbage]);
+        assert!(set.is_ok(), "{set:?}");
+        let end = s.end(OLD, &old);
+        let failed = |reply: Reply| match reply {
+            Reply::Error(e) => assert!(e.contains("RATELIMIT_STATE"), "{garbage:?}: {e}"),
+            other => panic!("{garbage:?}: {other:?}"),
+        };
+        use super::super::scripts::{arguments, stacked_index, ADJUST_SCRIPT};
+        let [first, second] = arguments(&old);
+        let index = stacked_index(old.strategy()) as u64;
+        let stamp = super::super::ledger::stamp_key(OLD);
+        let keys = [OLD, stamp.as_str(), erased.as_str()];
+        let args = [index, first, second, 4, 5, 0];
+        failed(s.redis.eval_source(ADJUST_SCRIPT.text(), &keys, &args));
+        failed(s.refund(&old, 4, spent));
+        use super::super::lease::RETURN_SCRIPT;
+        let ledger = super::super::ledger::ledger_key(OLD);
+        let args = [4, 3, tat, old.interval_nanos() / 1_000, 9];
+        let keys = [OLD, ledger.as_str(), erased.as_str()];
+        failed(s.redis.eval_source(RETURN_SCRIPT.text(), &keys, &args));
+        assert_eq!(s.end(OLD, &old), end, "{garbage:?}: nothing given back");
+        let held = s.redis.command(&["GET", &erased]);
+        assert_eq!(held, Ok(Reply::Bulk(garbage.into())), "{garbage:?}");
+    }
+}
+
+/// A reward, a refund and a lease's units given back on an old bucket nothing carries (no
+/// erased key: no read kept one) write no erased key: nothing is written for keys nobody
+/// carries.
+#[test]
+fn give_backs_of_a_bucket_nothing_carries_write_no_erased_key() {
+    let (old, new) = seconds_buckets();
+    let twins = Twins::new(&old, &new);
+    twins.old_spend(5);
+    let tat = twins.old_lease(4, 9);
+    twins.old_lease_return(3, tat, 9);
+    let spent = twins.old_kept_spend(4);
+    twins.old_refund(4, spent);
+    twins.old_reward(2);
+    let erased = super::super::ledger::erased_key(OLD);
+    assert_eq!(twins.cluster.redis.expiry(&erased), None, "nothing written");
+}
