@@ -127,7 +127,7 @@ end
 -- again, or the end a reset erased there where that is later: `Read::end` in
 -- src/store/redis/stacked.rs), that erased end (0: none), and the id of the call when that
 -- call reads it again after this script ('0': it will not). Its key and block key are then
--- the mark and the pending record beside the moved state (see `grow` below).
+-- the added key and the pending record beside the moved state (see `grow` below).
 -- `old` may instead be `grown` (see `grow` below), its keys those two.
 -- - Both with a block (`Carry::block`): a block of the old key until U > now is written to
 --   the moved key's block key, until U and expiring then (as lua/stacked.lua writes blocks),
@@ -143,13 +143,20 @@ end
 -- carried: its debt's end, on its node's clock, was `from` at that read and `to` at a read
 -- after the call's script (`run_checked` in src/store/redis/stacked.rs: spends written there
 -- between, by a pod still deciding on it and on the moved state, would otherwise be covered
--- by the next carry). Added whole to the moved token bucket (a penalty of that time: the
--- carry's rule takes only the excess of one debt over the other, which a spend on the moved
--- state already covered), but for what the mark `old.key` says an earlier such addition took
--- (the end it reached), so that calls that read before the same writes add them once; and
--- never past a bucket spent from `now` (what admitted spends leave at most: a later one the
--- old state's own debt holds, which every later call carries). The mark then holds `to`,
+-- by the next carry). Added to the moved token bucket (a penalty of that time: the carry's
+-- rule takes only the excess of one debt over the other, which a spend on the moved state
+-- already covered) but for the call's ticket (`tickets`: its slack, and what the added key
+-- `old.key` says was added since its script, by any call, for any growth), so that calls
+-- that read before the same writes add them once; and never past a bucket spent from `now`
+-- (what admitted spends leave at most: a later one the old state's own debt holds, which
+-- every later call carries). The added key then holds its total and this addition,
 -- expiring after that debt has run out (`lasts`, plus a second for the nodes' clocks).
+-- Why it fails closed: one script carries the old end at the script, E; this call carried
+-- the end it read, C, and the moved bucket then ended at C + slack; what was added after
+-- the script moves the end as late or later than it would have then (a spend after it
+-- starts from the end). Its end so reaches C + slack + what was added after the script, at
+-- least C + grown: no earlier than E (the end read after the script is no earlier than E's:
+-- resets and give-backs counted in it, it never moves back).
 -- The call's pending record (`old.block_key`, see below) is then done with: deleted
 -- when it is still the call's own (`old.grown.pending`, its id), which no later call's script
 -- overwrote; run for that even when nothing grew (`from` = `to`).
@@ -159,23 +166,29 @@ end
 -- its spend. So the script of a call that will read again (`old.given.pending`, its id, not
 -- 0) writes beside the moved state, before it carries the debt read: (a) where a record is
 -- left (a call whose read after has not yet come, or never will), what the old state's end
--- grew by since it (from the later of the record and the mark, to the end this call read)
--- is added as `grow` adds (the same mark, the same cap), the mark then at that end; (b) the
--- record, this call's read end and id, when its read after has come or never will, and the
--- time erased at its read, in place of any other (whose missing part above it this call's
--- own read after covers: it comes after every script before this one), once the call is
+-- grew by since it (from the record's end to the end this call read) is added as `grow`
+-- adds (by the record's ticket, the same added key, the same cap); (b) the record, this
+-- call's read end and id, when its read after has come or never will, the time erased at
+-- its read and its ticket, in place of any other: a record whose call may still read again
+-- has its ticket merged in (the smaller slack, counted from this call's read), so that this
+-- call's read after (whose slack is then the record's while it stands) or the next script
+-- adds what that call may have missed, until that call's own read after gives this one
+-- its own slack back (tried without: a call whose read after never came, its record
+-- replaced by one whose slack held its own growth, was covered by nobody: 9 owed where
+-- one server owes 10); once the call is
 -- admitted (`write_pending`, by lua/stacked.lua). A read
 -- after deletes the record only while it is its own: a record of a later script stands
--- until its own read after, or the next script, adds what it stands for. Every addition is
--- of the ends above the mark, the mark then at their top: each part of the old state's
--- growth added once, whichever call adds it. An end read counts the time resets erased from
+-- until its own read after, or the next script, adds what it stands for. Every addition
+-- counts those made after the script it is for: each part of the old state's growth
+-- added once, whichever call adds it. An end read counts the time resets erased from
 -- the old bucket while it was carried (lua/level.lua), so it never moves back: read full
 -- after a reset by a pod the reload has not reached, the spends between the record's read
 -- and the reset were lost (9 admitted after where one server leaves 4:
 -- `probe_a_standing_record_then_the_old_state_reset`, carries/). From a read of a full old
 -- bucket (its end then the time read, not what was spent: as `grown_since` in
 -- src/store/redis/stacked.rs) something is added only when resets erased more since the
--- record's read, or when the record is past the time its read after has come or never will
+-- record's read (no more than that), or when the record is past the time its read after has
+-- come or never will
 -- (the script's, `old.given.wait` after it): the old end, refilled by time alone, reached
 -- the time read at most. From a record that may still be read after, nothing: added from,
 -- the time between two overlapping calls' reads was added at every call, and a moved bucket

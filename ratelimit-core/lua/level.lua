@@ -24,13 +24,17 @@
 --
 -- The erased key: what an old state's end grew by between two reads (a spend's, added to the
 -- moved state: `grow` in lua/carry.lua) is told by its end, which a reset by a pod the reload
--- has not reached moves back (lua/reset.lua): read full after it, the spends between a
--- pending record's read and the reset were lost (9 admitted after where one server leaves
--- 4: `probe_a_standing_record_then_the_old_state_reset`, carries/). So each read of a
--- debt carried keeps the key, the time resets erased (0 at first), for as long as what it
--- reads may be compared with a later read (ARGV[6] after its debt); a reset adds to it what
--- it erased while it is kept (never for a key nothing carries); the end a read tells, its
--- end plus that time (`Read::end`), never moves back.
+-- has not reached moves back (lua/reset.lua), and so do a reward, a refund and a lease's
+-- units given back: read full after it, the spends between a pending record's read and the
+-- reset were lost (9 admitted after where one server leaves 4:
+-- `probe_a_standing_record_then_the_old_state_reset`, carries/). So each read of a debt
+-- carried keeps the key, the time resets and give-backs erased (0 at first), for as long as
+-- what it reads may be compared with a later read (ARGV[6] after its debt); a reset or a
+-- give-back adds to it what it erased while it is kept (never for a key nothing carries:
+-- lua/reset.lua, `erase_given` in lua/beside.lua); the end a read tells, its end plus that
+-- time (`Read::end`), never moves back. What a spend and its give-back, both after a call's
+-- script, then read as growth is owed only past the moved bucket's slack (`tickets` in
+-- lua/carry.lua).
 
 local t = redis.call('TIME')
 local now = t[1] * 1000000 + t[2]

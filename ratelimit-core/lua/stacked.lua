@@ -32,13 +32,17 @@
 --          `grow` in lua/carry.lua); 4 instead when what its debt grew by between two
 --          reads is added (`grown` there: its numbers then the two ends and how long the
 --          later lasts, its keys the same two); then, read in another slot, the end read
---          (else 0), the end a reset erased there (lua/reset.lua: 0, none; the end read is
---          then no earlier), the id of the call that will read again (else 0) and how long
---          after this script its read after has come, or never will (microseconds; see
---          `pending_of` in lua/carry.lua); then the stamp, with ARGV[1] 2
+--          (else 0; growing, the call's slack, see `tickets` in lua/carry.lua), the time
+--          resets and give-backs erased there (lua/level.lua: 0, none; the end read is then
+--          no earlier; growing, the total added at the call's script), the id of the call
+--          that will read again (else 0) and how long after this script its read after has
+--          come, or never will (microseconds; see `pending_of` in lua/carry.lua); then the
+--          stamp, with ARGV[1] 2
 -- Returns: the limits' replies end to end, five integers each, as the single scripts return
 --          them (seven with ARGV[1] 2: then the state's shift, 0 but for a token bucket
---          something was given back to, and the key's stamp, 0 when the call was refused); or
+--          something was given back to, and the key's stamp, 0 when the call was refused);
+--          then, for each state read in another slot by a call that reads again whose debt
+--          is carried, in order, its ticket: two integers (`tickets` in lua/carry.lua); or
 --          the first error reply a limit or a carried state gave (state of an unexpected
 --          shape), with nothing written. With no limit (n 0) only the states are carried.
 -- Every limit is looked at first; only when every one admits the call is each one recorded,

@@ -35,8 +35,8 @@ pub(super) static LEVEL_SCRIPT: LazyLock<Lua> =
 pub(super) enum Given {
     /// What was read there ([`LEVEL_SCRIPT`]): the time its bucket owes and what is left of
     /// its block, in microseconds, carried by the rule of `Carry::debt` (`given`); its end
-    /// ([`Read::end`]), and the time resets erased from it ([`Read::erased`]), which is
-    /// carried by nothing but that end; the id
+    /// ([`Read::end`]), and the time resets and give-backs erased from it
+    /// ([`Read::erased`]), which is carried by nothing but that end; the id
     /// of the call when it reads the state again after its script (0: it will not), written
     /// beside the moved state as the call's pending record (see `grow` in `lua/carry.lua`),
     /// and how long after its script that read has come or never will ([`read_after_within`],
@@ -66,7 +66,8 @@ pub(super) enum Given {
 
 /// One read of a state carried from another Cluster slot ([`LEVEL_SCRIPT`]): what it holds
 /// ([`Given::Held`]), the instant it was read at on its node's clock, and the time resets
-/// erased from its bucket while it was carried (`lua/level.lua`; 0: none), in microseconds.
+/// (and give-backs) erased from its bucket while it was carried (`lua/level.lua`; 0: none), in
+/// microseconds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Read {
     pub(super) debt: u64,
@@ -76,9 +77,10 @@ pub(super) struct Read {
 }
 
 impl Read {
-    /// Its end, on its node's clock: when its bucket is full again, and the time resets
-    /// erased from it after it: what a reset (by a pod a reload has not reached) took from
-    /// it, it has still been spent by, and the end never moves back (`lua/level.lua`).
+    /// Its end, on its node's clock: when its bucket is full again, and the time resets and
+    /// give-backs erased from it after it: what a reset, a reward, a refund or a lease's
+    /// units given back (by a pod a reload has not reached) took from it, it has still been
+    /// spent by, and the end never moves back (`lua/level.lua`).
     pub(super) fn end(&self) -> u64 {
         (self.at.saturating_add(self.debt)).saturating_add(self.erased)
     }
@@ -157,12 +159,16 @@ impl RedisStore {
     /// forgotten, 15 admitted after it where one server admits 10 (cluster_moves_attacks).
     ///
     /// So what the old state's debt grew by between the two reads (at least what was missed)
-    /// is added whole to the moved state (a run carrying it, [`Given::Grown`]): never less
-    /// than one script leaves, whatever else ran meanwhile (an addition is never covered by
-    /// a later carry as a spend is; so given back and decided again, the spends of the
-    /// other calls made meanwhile were: 11 admitted of 10). Once for the same growth, however
-    /// many calls read before it, and never past a bucket spent from now: added by each, five
-    /// calls locked the moved bucket for 210 s where it holds 90. The call stays admitted
+    /// is added to the moved state (a run carrying it, [`Given::Grown`]) but for the call's
+    /// [`Ticket`], what the moved bucket held of it already (its slack at the script, and
+    /// what was added after): never less than one script leaves, whatever else ran
+    /// meanwhile (an addition is never covered by a later carry as a spend is; so given back
+    /// and decided again, the spends of the other calls made meanwhile were: 11 admitted of
+    /// 10). Once for the same growth, however many calls read before it, and never past a
+    /// bucket spent from now: added by each, five calls locked the moved bucket for 210 s
+    /// where it holds 90. (Added whole, what a spend and its give-back both after the script
+    /// read as grown, the give-back counted in the erased total, drifted to 81 s owed where
+    /// one server owes 21 s after 40 calls; but for the slack, 22 s.) The call stays admitted
     /// when its limit had room for what it missed ([`shortfall`]), else it is refused, its
     /// spend kept (an over-refusal, only while others write the old state). A refusal needs
     /// no check (nothing spent). A read after that fails is a read that failed
@@ -558,10 +564,12 @@ fn refused(reply: &[i64], each: usize, short: &[u64]) -> Vec<i64> {
     out
 }
 
-/// The mark beside `moved` (a state in its slot) of what was added to it of what the state
-/// `from` in another slot owed more than calls carried ([`Given::Grown`]).
+/// The key beside `moved` (a state in its slot) of the total added to it of what the state
+/// `from` in another slot owed more than calls carried ([`Given::Grown`], `added` in
+/// `lua/carry.lua`). (Not the key that held the end such additions reached, which a pod of
+/// an earlier version still writes: read as a total, it would tell of more added than was.)
 pub(super) fn grown_mark(moved: &str, from: &str) -> String {
-    beside(moved, &format!("grown:{from}"))
+    beside(moved, &format!("added:{from}"))
 }
 
 /// The pending record beside `moved` of the last call whose script carried the state `from`

@@ -248,8 +248,8 @@ enum Besides {
 /// `Read::grown_since`); a step of it that would is left out.
 /// When the moved bucket is full again on the Cluster and on one server (each script reading
 /// the old state beside it, at its turn), how much the old state was spent and erased by
-/// resets meanwhile and twice how far the clock moved on (microseconds), and whether a
-/// pending record is left.
+/// resets and give-backs meanwhile and twice how far the clock moved on (microseconds), and
+/// whether a pending record is left.
 fn interleaved(
     movers: &[(u64, bool)],
     steps: &[Result<usize, Besides>],
@@ -472,11 +472,13 @@ proptest! {
 
     /// Calls carrying a bucket read in another Cluster slot (up to three at once, their reads,
     /// scripts, reads after and additions interleaved with spends on the old state by a pod
-    /// the reload has not reached, resets of it by such a pod, and the clock moving on, the
-    /// old bucket refilling by time alone), some never reading again (their task dropped
+    /// the reload has not reached, resets of it by such a pod, rewards, spends kept and
+    /// refunded later, and the clock moving on, the old bucket refilling by time alone),
+    /// some never reading again (their task dropped
     /// with a runtime shut down), then one more call ([`interleaved`]): the moved bucket owes
     /// no less than on one server, and no more than that and what the old state was spent
-    /// and erased by resets (a read before a reset carries the debt it read) and twice how
+    /// and erased by resets and give-backs (a read before a reset carries the debt it read)
+    /// and twice how
     /// far the clock moved on meanwhile (each part of the old state's end added once,
     /// whichever call added it: the mark and the pending record, `grow` in `lua/carry.lua`;
     /// its end moves on with the clock where it is read full, or spent again after a refill,
