@@ -22,10 +22,12 @@
 --          sliding_log.lua's `kept_longer`, for a log of the previous version: since, its
 --          entries name their window). In one argument: Redis turns each into a Lua
 --          string on every call.
--- Defines: key, cost, commit, refunding (ARGV[4] 2 or 3), giving (2), spent, adjusting
---          (4 or 5), penalty (4), one_window, short, time (reads Redis' own TIME, in microseconds since the epoch:
---          a call, so a script reads it only on the paths that need it), idiv, unexpected,
---          decimal, digits and the bounds MAX_CAPACITY, MAX_NOW and MAX_EXACT.
+-- Defines: key, cost, op and bits (ARGV[4] and ARGV[5]), commit, deciding (ARGV[4] 0 or 1),
+--          refunding (2 or 3), giving (2), spent, adjusting (4 or 5), penalty (4), one_window,
+--          short, time (`time(run_now)` reads Redis' own TIME, in microseconds since the
+--          epoch: a call, so a script reads it only on the paths that need it), idiv,
+--          unexpected, byte (string.byte), decimal, digits and the bounds MAX_CAPACITY,
+--          MAX_NOW and MAX_EXACT.
 -- Unexpected state: a key holding anything the strategy's script did not write (another type,
 --          another strategy's encoding, a value of the wrong shape or out of the bounds below,
 --          a window start off the window's boundaries) gets the error reply
@@ -41,23 +43,29 @@ end
 
 -- Strings coerce to numbers in arithmetic: `x + 0` reads a number without the cost of a
 -- call to tonumber(), which shows in Redis' CPU time per decision.
+-- ARGV[4] and ARGV[5] read once each: in a script of its own ARGV is a global, and each read
+-- of a global and its index costs about as much as a comparison's ten.
 local key = KEYS[1]
 local cost = ARGV[3] + 0
-local commit = ARGV[4] == '1'
-local refunding = ARGV[4] == '2' or ARGV[4] == '3'
-local giving = ARGV[4] == '2'
+local op, bits = ARGV[4], ARGV[5]
+local commit = op == '1'
+local deciding = commit or op == '0'
+local refunding = op == '2' or op == '3'
+local giving = op == '2'
 local spent = refunding and ARGV[6] + 0
-local adjusting = ARGV[4] == '4' or ARGV[4] == '5'
-local penalty = ARGV[4] == '4'
-local deciding = ARGV[4] == '0' or ARGV[4] == '1'
-local one_window = deciding and (ARGV[5] == '2' or ARGV[5] == '3')
+local adjusting = op == '4' or op == '5'
+local penalty = op == '4'
+local one_window = deciding and (bits == '2' or bits == '3')
 -- Whether a decision may answer in the short reply (ARGV[5] without its first bit).
-local short = deciding and (ARGV[5] == '0' or ARGV[5] == '2')
+local short = deciding and (bits == '0' or bits == '2')
 -- `run_now`: the TIME a script deciding several limits read once for all of them (the
 -- strategy's function's fourth argument, lua/stacked.lua), so that they are decided at one
--- instant as the memory store decides them; nil, Redis' TIME now.
-local function time()
-  if run_now then return run_now end
+-- instant as the memory store decides them; nil, Redis' TIME now. Each script asks
+-- `time(run_now)`: a function made on every call that reads a local of the script's (here
+-- run_now, `key` below) makes an upvalue with every call, about 500 of Redis' instructions
+-- (BENCHMARKS.md, "redis"); so neither `time` nor `unexpected` reads one.
+local function time(given)
+  if given then return given end
   local t = redis.call('TIME')
   return t[1] * 1000000 + t[2]
 end
@@ -65,7 +73,7 @@ end
 -- The error reply for state of an unexpected shape; `expected` names what the strategy keeps.
 -- Return it before any write.
 local function unexpected(expected)
-  local kind = redis.call('TYPE', key)['ok']
+  local kind = redis.call('TYPE', KEYS[1])['ok']
   return redis.error_reply('RATELIMIT_STATE the limiter key holds a ' .. kind
     .. ' that is not ' .. expected)
 end
@@ -82,8 +90,9 @@ local MAX_EXACT = 9007199254740991
 -- leading zero) and at most `most` (below 2^53); else nil, the wrong shape. `digits` for an
 -- `s` known to be decimal digits (a pattern's `(%d+)` capture): the same rule without a
 -- second pattern, which shows in Redis' CPU time per decision (a log entry holds four).
+local byte = string.byte
 local function digits(s, most)
-  if #s > 1 and string.byte(s) == 48 then return nil end -- a leading zero
+  if #s > 1 and byte(s) == 48 then return nil end -- a leading zero
   local n = s + 0
   if n > most then return nil end
   return n

@@ -71,7 +71,7 @@ if window % 1000 == 0 then
   -- of the wrong shape, which it has seen and left as it was.
   if fell then return unexpected(SHAPE) end
 
-  local now = time()
+  local now = time(run_now)
   -- own_end: when the key ends, before an expiry up to an eighth of a window past a boundary
   -- is read as that boundary's (below).
   local count, stop, own_end = 0, nil, nil
@@ -85,7 +85,7 @@ if window % 1000 == 0 then
     local expiry = redis.pcall('PEXPIRETIME', key)
     if type(expiry) == 'table' then -- Redis 6.2 has no PEXPIRETIME: read PTTL and TIME again
       local ttl = redis.call('PTTL', key)
-      expiry = ttl < 0 and ttl or idiv(time(), 1000) + ttl
+      expiry = ttl < 0 and ttl or idiv(time(run_now), 1000) + ttl
     end
     if expiry < 0 then return unexpected(SHAPE) end
     stop = (expiry + 1) * 1000
@@ -163,7 +163,7 @@ if window % 1000 == 0 then
   return full(now, math.max(now, stop - window), stop, count)
 end
 
-local now = time()
+local now = time(run_now)
 local SHAPE = 'a fixed window ("F<start>:<window>:<count>")'
 local at = now
 local start

@@ -47,7 +47,7 @@
 --       how long it really waits.
 
 -- `key`, `cost`, `commit`, `time`, `idiv` and `unexpected` come from prelude.lua.
-local now = time()
+local now = time(run_now)
 local window = ARGV[1] + 0
 local capacity = ARGV[2] + 0
 local SHAPE = 'a sliding window counter (a hash of window numbers to counts)'
@@ -96,7 +96,7 @@ local function ours(r)
     -- Redis 6.2 has no PEXPIRETIME: TIME read before PTTL, it may be a millisecond early.
     local ttl = redis.call('PTTL', key)
     if ttl < 0 then return false, ttl end
-    at = idiv(time(), 1000) + ttl + 1
+    at = idiv(time(run_now), 1000) + ttl + 1
   end
   return at >= want and at - want <= math.min(50, idiv(window, 8000)), at
 end

@@ -70,51 +70,55 @@
 -- over the live entries for its retry time.
 
 -- `key`, `cost`, `commit`, `time`, `idiv` and `unexpected` come from prelude.lua.
-local now = time()
+local now = time(run_now)
 -- The window counted by: this call's, or for a penalty on a longer window's log that one's.
 local window = ARGV[1] + 0
 local own = window
 local capacity = ARGV[2] + 0
 local MAX_TOTAL = 9007199254740992 -- 2^53
-local MAX_WINDOW = 31622400000000 -- syntax::MAX_WINDOW (366 days), in microseconds
-
-local function unreadable()
-  return unexpected('a sliding log (a list of "<time>:<total>:<age>:<used>/<window>", newest '
-    .. 'first)')
-end
+-- What an unreadable log is answered with: `unexpected(A_LOG)`.
+local A_LOG = 'a sliding log (a list of "<time>:<total>:<age>:<used>/<window>", newest first)'
 
 -- An entry's time, total, oldest live time, base (the total before the oldest live entry)
 -- and the window it names (its text; nil for four fields alone), or nil when it is not one
 -- this script wrote. Each write formats its four numbers with '%d' and
 -- adds '/' and the window's text when it names one (ARGV[1] as the store sends it, or the
 -- text read from the log): in line where it writes, as a function made on every call costs
--- Redis' CPU.
+-- Redis' CPU. So does each local a function made on every call reads (an upvalue, made and
+-- closed with each call: about 650 of Redis' instructions): the bounds below are written in,
+-- prelude.lua's MAX_NOW, MAX_EXACT and MAX_CAPACITY and syntax::MAX_WINDOW (366 days), in
+-- microseconds.
 local function parse(raw)
   -- One pattern for both shapes (a second match for either cost every call): a slash with
-  -- no window after it is no shape.
-  local t, total, age, u, w = string.match(raw, '^(%d+):(%d+):(%d+):(%d+)/?(%d*)$')
+  -- no window after it (`cut`, where it would be, not the end) is no shape. The total and
+  -- the units are never 0 (an entry counts its own call), so their pattern is the digits' rule
+  -- (prelude.lua: no leading zero) in itself; the time and the age go through `digits`.
+  local t, total, age, u, cut, w =
+    string.match(raw, '^(%d+):([1-9]%d*):(%d+):([1-9]%d*)()/?(%d*)$')
   if not t then return nil end
   if w == '' then
-    if string.byte(raw, -1) == 47 then return nil end -- '/'
+    if cut <= #raw then return nil end -- '/'
     w = nil
   end
   -- The window it names: this call's for its own text (ARGV[1], as the entries name it: a
   -- string compare) or none.
   local named = own
   if w and w ~= ARGV[1] then
-    named = digits(w, MAX_WINDOW)
+    named = digits(w, 31622400000000) -- MAX_WINDOW
     if not named or named == 0 then return nil end
   end
-  t, total = digits(t, MAX_NOW), digits(total, MAX_EXACT)
-  age, u = digits(age, named - 1), digits(u, MAX_CAPACITY)
-  if not (t and total and age and u) or u < 1 or u > total or age > t then return nil end
+  t, age, total, u = digits(t, 8070450532247928), digits(age, named - 1), total + 0, u + 0
+  -- MAX_NOW, then MAX_EXACT and MAX_CAPACITY
+  if not (t and age) or total > 9007199254740991 or u > 4294967295 or u > total or age > t then
+    return nil
+  end
   return t, total, t - age, total - u, w
 end
 
 -- Arguments to redis.call are strings where they can be: Redis prints a number argument with
 -- "%.17g", which costs more than the command itself on this path.
 local head = redis.pcall('LINDEX', key, '0')
-if type(head) == 'table' then return unreadable() end -- WRONGTYPE
+if type(head) == 'table' then return unexpected(A_LOG) end -- WRONGTYPE
 
 if refunding then
   -- That call's entry (admitted at `spent` less the window, of the cost) while it counts, as
@@ -143,14 +147,14 @@ if refunding then
   local k = 0
   while true do
     local e = entry(k)
-    if e == false then return unreadable() end
+    if e == false then return unexpected(A_LOG) end
     if not e or e[1] < t then return 0 end
     if e[1] == t then
       -- Its units: its total less the next older entry's; the oldest kept, its total less
       -- the head's base when it is the head's oldest live entry (else they cannot be told:
       -- nothing).
       local older = entry(k + 1)
-      if older == false then return unreadable() end
+      if older == false then return unexpected(A_LOG) end
       local units = older and e[2] - older[2] or (first == e[1] and e[2] - first_base)
       if units == cost then break end
     end
@@ -195,7 +199,7 @@ local names = ARGV[1]
 local used, base, oldest, dead, passed = 0, 0, nil, 0, false
 if head then
   newest, top, oldest, base, w = parse(head)
-  if not newest then return unreadable() end
+  if not newest then return unexpected(A_LOG) end
   if w and w ~= ARGV[1] then
     -- Another window's log (see "Whose log" above): `algorithm::written_elsewhere`.
     local other = w + 0 -- parse read it
@@ -216,48 +220,56 @@ if head then
   if passed or newest <= from then
     base, oldest = 0, nil -- none is live
   elseif oldest <= from then
-    -- Some have left. The entry `k` from the tail (1 the oldest): its time and total,
-    -- checked against the newest; nil when the list has fewer entries. Each entry read
-    -- once (the search ends by reading again the two entries it stopped between).
-    local read = {}
-    local function tail(k)
-      local raw = read[k]
-      if raw == nil then
-        raw = redis.call('LINDEX', key, -k) or false
-        read[k] = raw
-      end
-      if not raw then return nil end
-      local t, total = parse(raw)
-      if not t or t > newest or total > top then return false end
-      return t, total
-    end
+    -- Some have left: the oldest live entry is searched for from the tail (1 the oldest),
+    -- doubling the step `k` from the tail, then halving the gap. Each entry read and parsed
+    -- once (`times`, `totals`: checked against the newest); the two oldest in one LRANGE,
+    -- which every search reads (an admitted call drops what left, so the next one finds one
+    -- or a few gone). Indices go as strings (see `head` above). In one loop, not a function
+    -- made on every call: each local it read would be an upvalue (see `parse`).
+    local two = redis.call('LRANGE', key, '-2', '-1') -- the oldest last
+    local times, totals = {}, {}
     -- The last `lo` entries are known to have left, entry `hi` from the tail is live (the
-    -- newest is). Double the step from the tail, then halve the gap.
-    local lo, hi, step = 0, nil, 1
-    while not hi do
-      local st = tail(step)
-      if st == false then return unreadable() end
-      if st == nil then
-        hi = redis.call('LLEN', key)
-      elseif st > from then
-        hi = step
-      else
-        lo, step = step, step * 2
+    -- newest is); past the list's end, `hi` is its length, the newest, read next.
+    local lo, hi, k = 0, nil, 1
+    repeat
+      if times[k] == nil then
+        local raw
+        if k > 2 then
+          raw = redis.call('LINDEX', key, string.format('%d', -k))
+        else
+          raw = two[#two + 1 - k]
+        end
+        if raw then
+          local t, total = parse(raw)
+          if not t or t > newest or total > top then return unexpected(A_LOG) end
+          times[k], totals[k] = t, total
+        elseif hi then
+          return unexpected(A_LOG)
+        end
       end
-    end
-    while hi - lo > 1 do
-      local mid = idiv(lo + hi, 2)
-      local mt = tail(mid)
-      if not mt then return unreadable() end
-      if mt > from then hi = mid else lo = mid end
-    end
+      local t = times[k]
+      if not t then
+        hi = redis.call('LLEN', key)
+      elseif t > from then
+        hi = k
+      else
+        lo = k
+      end
+      if not hi then
+        k = k * 2
+      elseif times[hi] == nil then
+        k = hi
+      else
+        k = idiv(lo + hi, 2)
+      end
+    until hi and hi - lo <= 1 and times[hi]
     -- The oldest named entry has left and is still in the list (an admitted call drops only
     -- what left before it was pushed), so at least one has left.
-    if lo < 1 then return unreadable() end
+    if lo < 1 then return unexpected(A_LOG) end
     dead = lo
-    oldest = tail(hi)
-    local _, total = tail(lo)
-    if not oldest or oldest <= from or not total then return unreadable() end
+    oldest = times[hi]
+    local total = totals[lo]
+    if oldest <= from then return unexpected(A_LOG) end
     base = total
   end
   if oldest then used = top - base end
@@ -323,10 +335,10 @@ if adjusting and not penalty then
     local raw = redis.call('LINDEX', key, string.format('%d', k + 1))
     if not raw then break end
     local _, total1 = parse(raw)
-    if not total1 or total1 >= total0 then return unreadable() end
+    if not total1 or total1 >= total0 then return unexpected(A_LOG) end
     need, k, total0 = need - math.min(need, total0 - total1), k + 1, total1
   end
-  if need > 0 and total0 <= base then return unreadable() end
+  if need > 0 and total0 <= base then return unexpected(A_LOG) end
   if dead > 0 then
     redis.call('LTRIM', key, 0, -1 - dead)
   end
@@ -338,7 +350,7 @@ if adjusting and not penalty then
     local units, t1, total1 = total0 - base, nil, nil
     if next_raw then
       t1, total1 = parse(next_raw)
-      if not t1 then return unreadable() end
+      if not t1 then return unexpected(A_LOG) end
       units = total0 - total1
     end
     local taken = math.min(left, units)
@@ -384,7 +396,7 @@ if adjusting or used + cost <= capacity then
     if used == 0 and head then
       redis.call('LTRIM', key, '0', '0') -- nothing was live
     elseif dead > 0 then
-      redis.call('LTRIM', key, 0, -1 - dead)
+      redis.call('LTRIM', key, '0', dead == 1 and '-2' or string.format('%d', -1 - dead))
     end
     local expiry = idiv(at + window + 999, 1000)
     if not head then
@@ -426,16 +438,16 @@ end
 local target = base + used + cost - capacity
 local lo, hi = dead + 1, redis.call('LLEN', key)
 local function total_at(k)
-  local t, total = parse(redis.call('LINDEX', key, -k) or '')
+  local t, total = parse(redis.call('LINDEX', key, string.format('%d', -k)) or '')
   if not t or t > newest or total > top then return nil end
   return total, t
 end
 while lo < hi do
   local mid = idiv(lo + hi, 2)
   local total = total_at(mid)
-  if not total then return unreadable() end
+  if not total then return unexpected(A_LOG) end
   if total >= target then hi = mid else lo = mid + 1 end
 end
 local _, retry_at = total_at(lo)
-if not retry_at then return unreadable() end
+if not retry_at then return unexpected(A_LOG) end
 return {0, math.max(capacity - used, 0), newest + window, retry_at + window - now, now}

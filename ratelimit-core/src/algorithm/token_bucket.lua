@@ -26,7 +26,7 @@
 
 -- `key`, `cost`, `commit`, `time`, `idiv`, `unexpected`, `decimal` and MAX_EXACT come from
 -- prelude.lua, loaded before this file.
-local now = time()
+local now = time(run_now)
 local interval = ARGV[1] + 0
 local tolerance = ARGV[2] + 0
 local SHAPE = 'a token bucket ("T<tat>", or "T<tat>:<shift>" and its runs of refunds)'
