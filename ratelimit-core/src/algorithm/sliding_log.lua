@@ -401,12 +401,16 @@ if adjusting or used + cost <= capacity then
     local expiry = idiv(at + window + 999, 1000)
     if not head then
       redis.call('PEXPIREAT', key, string.format('%d', expiry))
-    elseif passed or idiv(newest + window + 999, 1000) ~= expiry or not one_window then
-      -- A bare key's call writes (GT) even in its newest entry's millisecond: that entry may
-      -- be a shorter window's, whose expiry the key keeps (a minute's call in a second's
-      -- millisecond left the second's, and the minute admitted its 4 again a second later);
-      -- and so does a call on another window's log that has passed (its newest entry is
-      -- that window's).
+    elseif passed or idiv(newest + window + 999, 1000) ~= expiry
+        or not (one_window or w == ARGV[1]) then
+      -- A bare key's call writes (GT) even in its newest entry's millisecond unless that
+      -- entry names this call's window: it may be a shorter window's, or name none, whose
+      -- expiry the key keeps (a minute's call in a second's millisecond left the second's,
+      -- and the minute admitted its 4 again a second later); and so does a call on another
+      -- window's log that has passed (its newest entry is that window's). One that names
+      -- this window was written by a call under it, which set the key's expiry to at least
+      -- this one (GT, below), as did a call before it where a refund or a reward moved the
+      -- newest entry back; and an expiry is never moved earlier here.
       -- Never earlier than it is: under one window the expiry only moves later (`at` never
       -- goes back), and under two a shorter window's call moved it before a longer one's
       -- entries stopped counting, which went with the key (a 200 ms window of 3 admitted 3
