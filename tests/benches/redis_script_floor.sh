@@ -21,7 +21,8 @@ if [ "$mode" = instructions ]; then calls=${CALLS:-20000}; else calls=${CALLS:-2
 dir=$(mktemp -d)
 trap 'kill "$(cat "$dir/pid" 2>/dev/null)" 2>/dev/null || true; rm -rf "$dir"' EXIT
 
-lua() { cat ratelimit-core/lua/prelude.lua "ratelimit-core/src/algorithm/$1.lua"; }
+# As scripts.rs assembles a single-key script: `run_now` (prelude.lua) declared in front.
+lua() { echo "local run_now"; cat ratelimit-core/lua/prelude.lua "ratelimit-core/src/algorithm/$1.lua"; }
 # The fixed window's hot path as scripts.rs assembles it (Hot::source): its first line names
 # the capacity, window (ms) and cost, written in (a quota's own script) or from ARGV (the
 # shared one); the second increments the key.
