@@ -62,7 +62,7 @@ local short = deciding and (bits == '0' or bits == '2')
 -- strategy's function's fourth argument, lua/stacked.lua), so that they are decided at one
 -- instant as the memory store decides them; nil, Redis' TIME now. Each script asks
 -- `time(run_now)`: a function made on every call that reads a local of the script's (here
--- run_now, `key` below) makes an upvalue with every call, about 500 of Redis' instructions
+-- run_now, `key` below) makes an upvalue with every call, 500-650 of Redis' instructions
 -- (BENCHMARKS.md, "redis"); so neither `time` nor `unexpected` reads one.
 local function time(given)
   if given then return given end

@@ -85,7 +85,7 @@ local A_LOG = 'a sliding log (a list of "<time>:<total>:<age>:<used>/<window>", 
 -- adds '/' and the window's text when it names one (ARGV[1] as the store sends it, or the
 -- text read from the log): in line where it writes, as a function made on every call costs
 -- Redis' CPU. So does each local a function made on every call reads (an upvalue, made and
--- closed with each call: about 650 of Redis' instructions): the bounds below are written in,
+-- closed with each call: 500-650 of Redis' instructions): the bounds below are written in,
 -- prelude.lua's MAX_NOW, MAX_EXACT and MAX_CAPACITY and syntax::MAX_WINDOW (366 days), in
 -- microseconds.
 local function parse(raw)
