@@ -7,7 +7,9 @@ use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{LazyLock, OnceLock};
 
+use crate::error::Error;
 use crate::quota::{Quota, QuotaError};
+use crate::store::Stacked;
 use crate::syntax::Strategy;
 
 /// The Redis store counts in microseconds (the resolution of `TIME`) with Lua's doubles,
@@ -526,6 +528,30 @@ pub(super) fn arguments(quota: &Quota) -> [u64; 2] {
         }
         _ => [window_us, capacity],
     }
+}
+
+/// `body` behind the strategies' functions and `lua/carry.lua` (the tests run the carry's
+/// rule alone behind them: `lua_carry/`).
+pub(super) fn carrying(body: &str) -> String {
+    [FUNCTIONS, include_str!("../../../lua/carry.lua"), body].concat()
+}
+
+/// A quota's four numbers as the stacked script takes a limit's: its strategy, the two
+/// numbers its script takes, its block in microseconds.
+pub(super) fn numbers(quota: &Quota) -> [u64; 4] {
+    let [first, second] = arguments(quota);
+    let index = stacked_index(quota.strategy()) as u64;
+    [index, first, second, quota.block_nanos() / 1_000]
+}
+
+/// Every carried state's quota and the quota it is carried into counted by whole
+/// microseconds, as every limit the scripts decide.
+pub(super) fn supported(stacked: &Stacked<'_>) -> Result<(), Error> {
+    for carry in stacked.carried() {
+        supports(carry.quota)?;
+        supports(stacked.checks()[carry.into].quota)?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

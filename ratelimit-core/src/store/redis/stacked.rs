@@ -18,29 +18,14 @@ use super::across_slots::{givens, grown_mark, pending_key, Given};
 use super::ledger::{block_key, stamp_key};
 use super::refund::draw;
 use super::reply::unexpected;
-use super::scripts::{arguments, stacked_index, supports, Lua, FUNCTIONS};
+use super::scripts::{carrying, numbers, supported, Lua};
 use super::RedisStore;
 use crate::error::Error;
-use crate::quota::Quota;
 use crate::store::{Carry, Check, Mode, Stacked};
 
 /// Several limits as one decision (`lua/stacked.lua`), the old states carried first.
 pub(super) static STACKED_SCRIPT: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(carrying(include_str!("../../../lua/stacked.lua"))));
-
-/// `body` behind the strategies' functions and `lua/carry.lua` (the tests run the carry's
-/// rule alone behind them: `lua_carry/`).
-pub(super) fn carrying(body: &str) -> String {
-    [FUNCTIONS, include_str!("../../../lua/carry.lua"), body].concat()
-}
-
-/// A quota's four numbers as the stacked script takes a limit's: its strategy, the two
-/// numbers its script takes, its block in microseconds.
-pub(super) fn numbers(quota: &Quota) -> [u64; 4] {
-    let [first, second] = arguments(quota);
-    let index = stacked_index(quota.strategy()) as u64;
-    [index, first, second, quota.block_nanos() / 1_000]
-}
 
 /// The stacked script's KEYS after the limits' own (those of `asked`, in order), and its ARGV
 /// (see its header), for `asked` (those of `stacked`'s checks Redis decides, in order) and
@@ -211,14 +196,4 @@ impl RedisStore {
             .flat_map(|r| r.iter().copied().chain([0, 0]).take(each))
             .collect())
     }
-}
-
-/// Every carried state's quota and the quota it is carried into counted by whole
-/// microseconds, as every limit the scripts decide.
-pub(super) fn supported(stacked: &Stacked<'_>) -> Result<(), Error> {
-    for carry in stacked.carried() {
-        supports(carry.quota)?;
-        supports(stacked.checks()[carry.into].quota)?;
-    }
-    Ok(())
 }
