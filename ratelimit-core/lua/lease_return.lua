@@ -46,7 +46,7 @@ end
 
 local span = units * (ARGV[4] + 0)
 if raw ~= string.format('T%d', ARGV[3] + 0) or span > amount + 0 then return 0 end
-local before = bucket_end(key, now)
+local before = erased and bucket_end(key, now)
 local tat = ARGV[3] - span
 if tat <= now then
   redis.call('DEL', key)

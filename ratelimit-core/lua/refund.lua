@@ -41,12 +41,15 @@ end
 if asks then return 1 end
 -- The erased keys (none, but for a state carried from another Cluster slot) read before
 -- anything is written, and the ends given back from.
-local erased, before = {}, {}
-local t = redis.call('TIME')
-local now = t[1] * 1000000 + t[2]
+-- Redis' clock is read only where one is carried.
+local erased, before, now = {}, {}, nil
 for i = 1, n do
   local e = erased_of(KEYS[2 * n + i])
   if type(e) == 'table' then return e end
+  if e and not now then
+    local t = redis.call('TIME')
+    now = t[1] * 1000000 + t[2]
+  end
   erased[i] = e
   before[i] = e and bucket_end(KEYS[i], now)
 end
