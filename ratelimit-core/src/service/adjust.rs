@@ -63,6 +63,9 @@ impl RateLimitService {
     ) -> Result<Decision, Error> {
         let call = Mode::Look.apply(options.call());
         let (generation, mut held) = (self.generation(), Held::default());
+        if self.horizon_pending(&generation) {
+            Box::pin(self.settle_horizon(&generation)).await?;
+        }
         let site = self.site(&generation, &call, &mut held)?;
         let store = &*self.inner.store;
         if !store.adjusts() {
@@ -96,6 +99,19 @@ impl RateLimitService {
             // probes_carry_attacks). On a store that does not carry, the old states are
             // decided whole meanwhile: spent on each. A reward gives back on every one (else
             // the next call carries back what it gave).
+            // The fleet's record raised first, to when this penalty's debt may end at the
+            // latest, on any state it is spent on (a token bucket's): another service lets
+            // a move go by it (`horizon.rs`). Raised before the state is written: a failure
+            // refuses the penalty with the store's error, nothing spent. Kept only by the
+            // service that made it, another carried the old state for the configured bucket
+            // only and read the moved one alone: 15 admitted where the penalty's debt left
+            // none (probes_fleet_horizon_redis).
+            if penalty {
+                let until = self.penalty_bound(&site, &old_keys, units, now);
+                if self.horizon_raise_due() || self.penalty_raise_due(until) {
+                    Box::pin(self.raise_horizon(&generation, until)).await?;
+                }
+            }
             let carries = penalty && store.carries() && !old_keys.is_empty();
             if carries {
                 let own = [Check {
@@ -163,5 +179,33 @@ impl RateLimitService {
             }
         }
         decided
+    }
+
+    /// When a penalty of `units` at `now` on `site`'s state, and on the old states
+    /// `old_keys` names, leaves its debt at the latest, bounded before it is made: a token
+    /// bucket owes no more before it than its tolerance past `now` or the latest penalty's
+    /// end, and after it that plus the penalty's tokens, plus a call and a tolerance (the
+    /// bound noted after it: `adjust`). 0 where no state is a token bucket.
+    fn penalty_bound(
+        &self,
+        site: &super::site::Site<'_>,
+        old_keys: &[(String, &Quota)],
+        units: u64,
+        now: crate::clock::Nanos,
+    ) -> crate::clock::Nanos {
+        use std::sync::atomic::Ordering::Relaxed;
+        let before = (self.inner.penalized_until.load(Relaxed))
+            .max(self.inner.fleet.penalized.load(Relaxed));
+        (std::iter::once(site.quota).chain(old_keys.iter().map(|(_, q)| *q)))
+            .filter(|q| q.strategy() == crate::syntax::Strategy::TokenBucket)
+            .map(|q| {
+                let tolerance = q.tolerance_nanos();
+                let tokens = units.saturating_add(site.cost);
+                (now.saturating_add(tolerance).max(before))
+                    .saturating_add(q.interval_nanos().saturating_mul(tokens))
+                    .saturating_add(tolerance)
+            })
+            .max()
+            .unwrap_or(0)
     }
 }

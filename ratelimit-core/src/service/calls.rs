@@ -159,6 +159,11 @@ impl RateLimitService {
             let mode = const { Mode::of(MODE) };
             let call = mode.apply(options.call());
             let (generation, mut held) = (self.generation(), Held::default());
+            if self.horizon_pending(&generation) {
+                if let Err(e) = Box::pin(self.settle_horizon(&generation)).await {
+                    return Err(self.unresolved(&call, e));
+                }
+            }
             // Nothing but the boxed rest of the call is held across the wait (see `start`).
             let later = match self.site(&generation, &call, &mut held) {
                 Ok(site) => match self.start(site, Some(key), mode) {
@@ -187,6 +192,11 @@ impl RateLimitService {
         key: Option<&str>,
     ) -> Result<(), Error> {
         let (generation, mut held) = (self.generation(), Held::default());
+        if self.horizon_pending(&generation) {
+            Box::pin(self.settle_horizon(&generation))
+                .await
+                .map_err(|e| self.unresolved(call, e))?;
+        }
         let site = self
             .site(&generation, call, &mut held)
             .map_err(|e| self.unresolved(call, e))?;
@@ -205,6 +215,11 @@ impl RateLimitService {
         key: Option<&str>,
     ) -> Result<super::Spent, Error> {
         let (generation, mut held) = (self.generation(), Held::default());
+        if self.horizon_pending(&generation) {
+            Box::pin(self.settle_horizon(&generation))
+                .await
+                .map_err(|e| self.unresolved(call, e))?;
+        }
         let site = self
             .site(&generation, call, &mut held)
             .map_err(|e| self.unresolved(call, e))?;
@@ -219,6 +234,9 @@ impl RateLimitService {
         key: Option<&str>,
     ) -> Option<Result<super::Spent, Error>> {
         let (generation, mut held) = (self.generation(), Held::default());
+        if self.horizon_due(&generation) {
+            return None;
+        }
         match self.site(&generation, call, &mut held) {
             Ok(site) => self.spend_now(site, key, true),
             Err(e) => Some(Err(self.unresolved(call, e))),
@@ -263,6 +281,9 @@ impl RateLimitService {
                 answer(&site, decided)
             }));
         }
+        if self.horizon_raise_due() {
+            return Started::Later(Box::pin(self.raised_then(site, key, answer)));
+        }
         let mut store_key = String::new();
         // An enforced refusal made an error where the store's answer lies, so that any other
         // answer is moved out as it is (a `match` on the mode around it was one more move of
@@ -280,6 +301,24 @@ impl RateLimitService {
                 answer(&site, decided)
             })),
         }
+    }
+
+    /// A call at `site` whose quota or window of its own outlasts what the store's record of
+    /// the fleet's horizon holds (`horizon.rs`): the record raised first, then decided. A
+    /// record that cannot be raised refuses the call with the store's error, recorded as
+    /// the call's: the state is never written past the record.
+    #[cold]
+    async fn raised_then<'a>(
+        &'a self,
+        site: Site<'a>,
+        key: Option<&'a str>,
+        answer: impl FnOnce(&Site<'_>, Result<Decision, Error>) -> Result<Decision, Error>,
+    ) -> Result<Decision, Error> {
+        if let Err(e) = self.raise_horizon(site.generation, 0).await {
+            return self.record_and_return(&site, key, Err(e));
+        }
+        let decided = self.decide(&site, key).await;
+        answer(&site, decided)
     }
 
     /// [`consume`](Self::consume) decided now, with no future: `Some` when nothing has to be
@@ -318,7 +357,8 @@ impl RateLimitService {
             Ok(site) => site,
             Err(e) => return Some(Err(self.unresolved(&call, e))),
         };
-        if site.may_wait {
+        // The fleet's horizon to read or raise first: awaited (`horizon.rs`).
+        if site.may_wait || self.horizon_pending(&generation) {
             return None;
         }
         self.decide_now(&site, Some(key), true, Then::GiveUp, super::pipeline::take)

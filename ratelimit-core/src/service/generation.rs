@@ -97,10 +97,11 @@ impl Kept {
         now: crate::clock::Nanos,
         own: Option<crate::clock::Nanos>,
         outlasts: crate::clock::Nanos,
+        penalized: crate::clock::Nanos,
     ) -> bool {
         let holds = own
             .unwrap_or(self.longest)
-            .max(self.carrying_with(outlasts));
+            .max(self.carrying_with(outlasts, penalized));
         now < self.replaced_at.saturating_add(holds)
     }
 
@@ -113,9 +114,17 @@ impl Kept {
     /// admitted where the one bucket gave 7 (probes_prepared_transitions; a site prepared
     /// at the reload kept carrying it).
     #[inline]
-    fn carrying_with(&self, outlasts: crate::clock::Nanos) -> crate::clock::Nanos {
+    ///
+    /// `penalized`: when the latest debt a penalty made through any service of the fleet
+    /// may leave ends, as read from the store's record (`horizon.rs`; 0 on a store that
+    /// records none): a moved bucket's old state may owe it.
+    fn carrying_with(
+        &self,
+        outlasts: crate::clock::Nanos,
+        penalized: crate::clock::Nanos,
+    ) -> crate::clock::Nanos {
         match self.moves {
-            true => self.carrying.max(outlasts),
+            true => (self.carrying.max(outlasts)).max(penalized.saturating_sub(self.replaced_at)),
             false => self.carrying,
         }
     }
@@ -130,8 +139,9 @@ impl Kept {
         now: crate::clock::Nanos,
         own: crate::clock::Nanos,
         outlasts: crate::clock::Nanos,
+        penalized: crate::clock::Nanos,
     ) -> bool {
-        now < self.held(own, outlasts).0
+        now < self.held(own, outlasts, penalized).0
     }
 
     /// Until when it may hold any call ([`holds_any`](Self::holds_any)), what holds it that
@@ -141,11 +151,12 @@ impl Kept {
         &self,
         own: crate::clock::Nanos,
         outlasts: crate::clock::Nanos,
+        penalized: crate::clock::Nanos,
     ) -> (crate::clock::Nanos, HeldBy, crate::clock::Nanos) {
         let spans = [
             (self.longest, HeldBy::Window),
             (own, HeldBy::OwnWindow),
-            (self.carrying_with(outlasts), HeldBy::Carrying),
+            (self.carrying_with(outlasts, penalized), HeldBy::Carrying),
         ];
         let (span, by) = (spans.into_iter())
             .max_by_key(|&(span, _)| span)

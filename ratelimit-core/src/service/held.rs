@@ -152,6 +152,9 @@ impl RateLimitService {
             .inner
             .own_outlasts
             .load(std::sync::atomic::Ordering::Relaxed);
+        // A penalty made through another service of the fleet, as read from the store's
+        // record (`horizon.rs`): its debt may be on the old state as this one's would.
+        let penalized = (self.inner.fleet.penalized).load(std::sync::atomic::Ordering::Relaxed);
         // The old quotas on the site's state holding a call to no less than its own alone
         // (`Quota::held_to`), as one: the least tolerance of them until the last ends. Each
         // matters only beside a slower old one, whose interval stretches the site's capacity.
@@ -166,7 +169,7 @@ impl RateLimitService {
         for kept in generation.previous() {
             // Past every window it could hold this call to, or resolving it to the same quota
             // on the same state (harmless, below): nothing to resolve.
-            if !kept.in_force(now, own, outlasts) || kept.resolves_alike(options, tier) {
+            if !kept.in_force(now, own, outlasts, penalized) || kept.resolves_alike(options, tier) {
                 continue;
             }
             let old_config = &*kept.config;
@@ -228,7 +231,9 @@ impl RateLimitService {
                 (configured.filter(|q| q.same_identity(&old))).map_or(0, |q| q.outlasts_by());
             let held_for = old.outlasts_by().max(outlasts).max(configured);
             let carry_until = match old.carries_into(quota) {
-                true => (kept.replaced_at.saturating_add(held_for)).max(kept.penalized_until),
+                true => (kept.replaced_at.saturating_add(held_for))
+                    .max(kept.penalized_until)
+                    .max(penalized),
                 false => until,
             };
             let carries = self.inner.store.carries();
@@ -274,7 +279,7 @@ impl RateLimitService {
         // 19). Looked for only where a slower one is kept: most calls have none.
         if !transition.same.is_empty() {
             for kept in generation.previous() {
-                if kept.in_force(now, own, outlasts)
+                if kept.in_force(now, own, outlasts, penalized)
                     && kept.resolves_alike(options, tier)
                     && kept.config.enabled()
                 {

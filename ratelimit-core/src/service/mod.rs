@@ -10,6 +10,7 @@ mod calls;
 mod counting;
 mod generation;
 mod held;
+mod horizon;
 mod options;
 mod pipeline;
 mod prepared;
@@ -83,6 +84,9 @@ struct Inner {
     /// (`note_declared`): in a fleet, another pod may have spent them (`own_windows`
     /// likewise).
     own_outlasts: AtomicU64,
+    /// What this service knows of its fleet's reload horizon, recorded in the store
+    /// (`horizon.rs`): read into `own_outlasts`, `own_windows` and its own penalty bound.
+    fleet: horizon::Fleet,
     /// Whether the store came from the configuration (`config.store()`), which a reload
     /// then may not change; a store of the caller's own (`with_store`) ignores it.
     store_from_config: bool,
@@ -238,6 +242,7 @@ impl RateLimitService {
                 own_windows: AtomicU64::new(0),
                 penalized_until: AtomicU64::new(0),
                 own_outlasts: AtomicU64::new(0),
+                fleet: horizon::Fleet::new(store.records_horizon()),
                 store_from_config: false,
                 clock,
                 store,

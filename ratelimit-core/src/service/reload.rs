@@ -108,13 +108,27 @@ impl RateLimitService {
         let own = self.inner.own_windows.load(Ordering::Relaxed);
         let penalized = self.inner.penalized_until.load(Ordering::Relaxed);
         let outlasts = self.inner.own_outlasts.load(Ordering::Relaxed);
-        let kept = kept_after(&running, &next.config, now, own, (penalized, outlasts))?;
+        let fleet = &self.inner.fleet;
+        let read = Read {
+            penalized: fleet.penalized.load(Ordering::Relaxed),
+            at: fleet.records.then(|| fleet.read_at()),
+        };
+        let kept = kept_after(
+            &running,
+            &next.config,
+            now,
+            own,
+            (penalized, outlasts),
+            read,
+        )?;
         next.hold(kept);
         self.note_declared(declared);
-        self.inner.current.store(Arc::new(next));
+        let next = Arc::new(next);
+        self.inner.current.store(Arc::clone(&next));
         self.inner
             .generation
             .store(reloaded.generation, Ordering::Release);
+        self.set_horizon_due(&next);
         crate::metrics::reloaded(reloaded.generation);
         tracing::info!(
             target: "ratelimit",
@@ -151,14 +165,28 @@ impl RateLimitService {
 /// [`MOST_IN_FORCE`] held at once is refused: the reload is an error and the running
 /// configuration stays, rather than a transition dropped while it holds. `penalized` and
 /// `outlasts`: `Inner::penalized_until` and `Inner::own_outlasts`.
+///
+/// On a store that records the fleet's horizon (`horizon.rs`), one that no longer holds by
+/// what this service knows is kept all the same until a read of the record made after it
+/// would have let go confirms it (`read.at`): another service may have written past it (a
+/// quota or a window of a call's own, a penalty), and a reload cannot wait for the store.
+/// Dropped at a ninth reload by what it saw itself, a service let a move go while another's
+/// quota of its own, block or window held the old state: 15, 5 or 1 admitted where one
+/// service admitted none (probes_fleet_horizon_redis).
 fn kept_after(
     running: &Generation,
     config: &Config,
     now: crate::clock::Nanos,
     own: crate::clock::Nanos,
     (penalized, outlasts): (crate::clock::Nanos, crate::clock::Nanos),
+    read: Read,
 ) -> Result<Vec<super::Kept>, Error> {
-    let replaced = super::Kept::new(running, now, penalized);
+    let replaced = super::Kept::new(running, now, penalized.max(read.penalized));
+    let penalized = read.penalized;
+    let unconfirmed = |kept: &super::Kept| {
+        read.at
+            .is_some_and(|at| at < kept.held(own, outlasts, penalized).0)
+    };
     let all = || std::iter::once(&replaced).chain(running.previous());
     let mut same = all().map(|kept| kept.config.same_limits(config));
     let mut latest_same = same.clone().any(|s| !s) && same.any(|s| s);
@@ -166,12 +194,19 @@ fn kept_after(
         .filter(|kept| !kept.config.same_limits(config) || std::mem::take(&mut latest_same))
         .cloned()
         .enumerate()
-        .filter(|(i, kept)| *i < super::KEPT_PREVIOUS || kept.holds_any(now, own, outlasts))
+        .filter(|(i, kept)| {
+            *i < super::KEPT_PREVIOUS
+                || kept.holds_any(now, own, outlasts, penalized)
+                || unconfirmed(kept)
+        })
         .map(|(_, kept)| kept.against(config, outlasts))
         .collect();
     if kept.len() > MOST_IN_FORCE {
         let mut errors = ConfigError::default();
-        errors.push("reload", too_many_held(&kept, now, own, outlasts));
+        errors.push(
+            "reload",
+            too_many_held(&kept, now, own, (outlasts, penalized)),
+        );
         return Err(Error::InvalidConfig(errors));
     }
     Ok(kept)
@@ -187,11 +222,11 @@ fn too_many_held(
     kept: &[super::Kept],
     now: crate::clock::Nanos,
     own: crate::clock::Nanos,
-    outlasts: crate::clock::Nanos,
+    (outlasts, penalized): (crate::clock::Nanos, crate::clock::Nanos),
 ) -> String {
     use super::generation::HeldBy;
     let mut ends: Vec<_> = (kept.iter().skip(super::KEPT_PREVIOUS))
-        .map(|k| k.held(own, outlasts))
+        .map(|k| k.held(own, outlasts, penalized))
         .collect();
     ends.sort_by_key(|&(until, ..)| until);
     let at = kept.len().saturating_sub(MOST_IN_FORCE + 1);
@@ -216,6 +251,15 @@ fn too_many_held(
          when the oldest of them lets go. What holds it that long: {what}",
         crate::syntax::format_window(wait)
     )
+}
+
+/// What a service read of its fleet's horizon (`horizon.rs`), for `kept_after`.
+#[derive(Clone, Copy)]
+struct Read {
+    /// When the latest penalty the record holds leaves its debt (0: none read).
+    penalized: crate::clock::Nanos,
+    /// When the record was last read; `None` on a store that records none.
+    at: Option<crate::clock::Nanos>,
 }
 
 /// The most replaced configurations a generation holds calls to at once (`kept_after`): a

@@ -211,6 +211,11 @@ impl RateLimitService {
         async move {
             let call = super::calls::Mode::Spend.apply(options.call());
             let (generation, mut held) = (self.generation(), Held::default());
+            if self.horizon_pending(&generation) {
+                if let Err(e) = Box::pin(self.settle_horizon(&generation)).await {
+                    return Err(self.unresolved(&call, e));
+                }
+            }
             match self.site(&generation, &call, &mut held) {
                 Ok(site) => self.spend_at(site, Some(key), false).await,
                 Err(e) => Err(self.unresolved(&call, e)),
@@ -227,6 +232,14 @@ impl RateLimitService {
         enforce: bool,
     ) -> Result<Spent, Error> {
         let site = &Site { kept: true, ..site };
+        // A quota or a window of its own past the fleet's record: raised first (`horizon.rs`).
+        if self.horizon_raise_due() {
+            if let Err(e) = Box::pin(self.raise_horizon(site.generation, 0)).await {
+                if let Err(e) = self.record_and_return(site, key, Err(e)) {
+                    return Err(e);
+                }
+            }
+        }
         let mut store_key = String::new();
         let decided = match site.may_wait {
             false => {
@@ -258,6 +271,9 @@ impl RateLimitService {
         enforce: bool,
     ) -> Option<Result<Spent, Error>> {
         let site = &Site { kept: true, ..site };
+        if self.horizon_raise_due() {
+            return None;
+        }
         let mut store_key = String::new();
         let then = super::pipeline::Then::Keep(&mut store_key);
         let decided = self.decide_now(site, key, true, then, super::pipeline::take)?;

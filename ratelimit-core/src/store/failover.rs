@@ -229,6 +229,16 @@ impl<S: Store> Store for Failover<S> {
         }
     }
 
+    fn records_horizon(&self) -> bool {
+        self.store.records_horizon()
+    }
+
+    /// The store's record, whatever the policy: the horizon is not a decision, and one that
+    /// cannot be raised or read refuses the call that needed it (fail closed).
+    async fn horizon(&self, prefix: &str, raise: super::Horizon) -> Result<super::Horizon, Error> {
+        self.store.horizon(prefix, raise).await
+    }
+
     async fn reset(&self, key: &str) -> Result<bool, Error> {
         if let Some(local) = &self.fallback {
             local.reset(key);

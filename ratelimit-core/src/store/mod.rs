@@ -321,6 +321,61 @@ pub trait Store: Send + Sync + 'static {
         let _ = quota;
         Ok(())
     }
+
+    /// Whether this store keeps a [`Horizon`] per key prefix ([`horizon`](Self::horizon)):
+    /// a store shared by a fleet (several services under one prefix) should, so that every
+    /// service keeps a limit a reload moved, and carries its old state, as long as what any
+    /// of them wrote there may hold. Default: `false`: each service keeps them only as long
+    /// as what it saw itself may hold (its calls' own quotas and windows, its penalties),
+    /// which is exact for a store of one process (the memory store), and under-keeps on a
+    /// shared one: a service that never saw another's quota of its own, or its penalty,
+    /// lets the move go at the configured quotas' end and reads the moved state alone.
+    fn records_horizon(&self) -> bool {
+        false
+    }
+
+    /// Raises the [`Horizon`] recorded under key prefix `prefix` to at least `raise`, field
+    /// by field (a max: never lowered), in one atomic step, and returns the record as it was
+    /// before (zeros where there was none; `raise` of zeros only reads it): the service
+    /// tells another's raise from its own by it. Called only where
+    /// [`records_horizon`](Self::records_horizon) says so: by the service before it writes a
+    /// state past what is recorded (a quota or a window of a call's own, a penalty), so that
+    /// a failure here leaves the record raised or the call refused, never the state written
+    /// past it; and to read it before it lets a move go. A record of an unexpected shape is
+    /// [`Error::UnexpectedState`], left as it was. Default: nothing kept (zeros).
+    fn horizon(
+        &self,
+        prefix: &str,
+        raise: Horizon,
+    ) -> impl Future<Output = Result<Horizon, Error>> + Send {
+        let _ = (prefix, raise);
+        async { Ok(Horizon::default()) }
+    }
+}
+
+/// How long what a fleet's services wrote under one key prefix may hold a state a reload
+/// moves to another ([`Store::horizon`]): each field in nanoseconds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Horizon {
+    /// The longest a quota a call's own overrides made may hold something past the reload
+    /// that moves it (its window and its bucket's tolerance or its block).
+    pub outlasts: crate::clock::Nanos,
+    /// The longest window of its own a call was worked out with.
+    pub window: crate::clock::Nanos,
+    /// When the latest debt a penalty may have left ends (on the services' clocks, since
+    /// the Unix epoch).
+    pub penalized_until: crate::clock::Nanos,
+}
+
+impl Horizon {
+    /// Each field the larger of `self`'s and `other`'s.
+    pub fn max(self, other: Horizon) -> Horizon {
+        Horizon {
+            outlasts: self.outlasts.max(other.outlasts),
+            window: self.window.max(other.window),
+            penalized_until: self.penalized_until.max(other.penalized_until),
+        }
+    }
 }
 
 /// What every store decides about a stacked call before touching any state, one entry per
@@ -365,6 +420,12 @@ pub(crate) trait DynStore: Send + Sync + 'static {
     fn adjusts(&self) -> bool;
     fn carries(&self) -> bool;
     fn adjust<'a>(&'a self, adjustment: Adjustment<'a>) -> BoxFuture<'a, Result<u64, Error>>;
+    fn records_horizon(&self) -> bool;
+    fn horizon<'a>(
+        &'a self,
+        prefix: &'a str,
+        raise: Horizon,
+    ) -> BoxFuture<'a, Result<Horizon, Error>>;
 }
 
 /// A quota with a block, on a store that keeps none: not enforceable.
@@ -430,5 +491,15 @@ impl<S: Store> DynStore for S {
     }
     fn adjust<'a>(&'a self, adjustment: Adjustment<'a>) -> BoxFuture<'a, Result<u64, Error>> {
         Box::pin(Store::adjust(self, adjustment))
+    }
+    fn records_horizon(&self) -> bool {
+        Store::records_horizon(self)
+    }
+    fn horizon<'a>(
+        &'a self,
+        prefix: &'a str,
+        raise: Horizon,
+    ) -> BoxFuture<'a, Result<Horizon, Error>> {
+        Box::pin(Store::horizon(self, prefix, raise))
     }
 }

@@ -490,6 +490,19 @@ impl Store for RedisStore {
         self.adjust_key(&adjustment).await
     }
 
+    /// Shared by a fleet: one key per prefix (`horizon.rs`).
+    fn records_horizon(&self) -> bool {
+        true
+    }
+
+    async fn horizon(
+        &self,
+        prefix: &str,
+        raise: crate::store::Horizon,
+    ) -> Result<crate::store::Horizon, Error> {
+        self.raise_horizon(prefix, raise).await
+    }
+
     async fn refund(&self, refund: Refund<'_>) -> Result<bool, Error> {
         self.give_back(&[refund]).await
     }

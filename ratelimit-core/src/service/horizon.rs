@@ -1,0 +1,223 @@
+//! The reload horizon across a fleet: how long a limit a reload moved is kept, and its old
+//! state carried, as long as what any service under the same key prefix wrote there may
+//! hold, not only what this one saw (`Inner::own_outlasts`, `Inner::own_windows`,
+//! `Inner::penalized_until`). On a store that records it ([`Store::records_horizon`]), the
+//! service that writes past what is recorded raises the record first
+//! ([`Store::horizon`]): a call whose quota or window of its own outlasts what is recorded,
+//! a penalty whose debt ends later. Raised before the state is written: a failure refuses
+//! the call (its error), and leaves the record raised or the state unwritten, never the
+//! state past the record. Each service reads the record before it lets a move go: at the
+//! first call past any instant where something it keeps could end (a carrying, a kept
+//! configuration's windows: [`Fleet::due`]), folding it into what it saw itself; and a
+//! reload keeps every configuration it would drop until such a read has confirmed it ended
+//! (`reload.rs`). Plain calls make no round trip of it: one compare while nothing is due.
+//!
+//! Not covered (each keeps the per-process horizon): a prepared site's calls, which work
+//! their transition out once per generation (a read folds into the next generation's);
+//! stacked limits and a wait in the queue, which read no record; a service started after the
+//! move, which keeps no replaced configuration to carry from.
+//!
+//! [`Store::records_horizon`]: crate::store::Store::records_horizon
+//! [`Store::horizon`]: crate::store::Store::horizon
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::{Generation, RateLimitService};
+use crate::clock::Nanos;
+use crate::error::Error;
+use crate::store::Horizon;
+
+/// What a service knows of its fleet's record ([`Store::horizon`](crate::store::Store)).
+pub(super) struct Fleet {
+    /// Whether the store records one (else nothing here is used).
+    pub(super) records: bool,
+    /// What is known to be recorded: raised or read by this service.
+    recorded_outlasts: AtomicU64,
+    recorded_window: AtomicU64,
+    recorded_penalized: AtomicU64,
+    /// The latest penalty end this service raised the record to itself.
+    raised_penalized: AtomicU64,
+    /// When a penalty made through another service may leave its latest debt, as read: a
+    /// moved bucket's old state is carried until then at least (`Kept::carrying_with`).
+    /// Only a record past what this service raised itself: its own penalties are noted
+    /// exactly (`Inner::penalized_until`), and the bound it raises before one is made is
+    /// looser (read back as another's, one service on Redis carried an old state longer
+    /// than the memory store, and answered otherwise: probes_carry_redis' histories).
+    pub(super) penalized: AtomicU64,
+    /// When the record was last read (this service's clock, taken before the read).
+    read_at: AtomicU64,
+    /// The first instant after `read_at` where something this service keeps could let go:
+    /// a call at or past it reads the record first. `u64::MAX`: nothing.
+    due: AtomicU64,
+}
+
+impl Fleet {
+    pub(super) fn new(records: bool) -> Self {
+        Fleet {
+            records,
+            recorded_outlasts: AtomicU64::new(0),
+            recorded_window: AtomicU64::new(0),
+            recorded_penalized: AtomicU64::new(0),
+            raised_penalized: AtomicU64::new(0),
+            penalized: AtomicU64::new(0),
+            read_at: AtomicU64::new(0),
+            due: AtomicU64::new(u64::MAX),
+        }
+    }
+
+    /// When the record was last read.
+    pub(super) fn read_at(&self) -> Nanos {
+        self.read_at.load(Ordering::Relaxed)
+    }
+}
+
+/// The key prefixes `generation` runs and keeps, each once: the states it writes and carries.
+fn prefixes(generation: &Generation) -> Vec<&str> {
+    let mut out = vec![generation.config.key_prefix()];
+    for kept in generation.previous() {
+        let prefix = kept.config.key_prefix();
+        if !out.contains(&prefix) {
+            out.push(prefix);
+        }
+    }
+    out
+}
+
+impl RateLimitService {
+    /// Whether a call under `generation` reads the record before its site is worked out: the
+    /// store records one, the generation keeps a replaced configuration, and something kept
+    /// could have let go since the last read. One load and a compare otherwise.
+    #[inline]
+    pub(super) fn horizon_due(&self, generation: &Generation) -> bool {
+        let fleet = &self.inner.fleet;
+        if !fleet.records || generation.previous().is_empty() {
+            return false;
+        }
+        let due = fleet.due.load(Ordering::Relaxed);
+        due != u64::MAX && self.inner.clock.now() >= due
+    }
+
+    /// Whether what this service noted itself (a quota or a window of a call's own) outlasts
+    /// what it knows is recorded: the record is raised before the next state is written.
+    #[inline]
+    pub(super) fn horizon_raise_due(&self) -> bool {
+        let fleet = &self.inner.fleet;
+        fleet.records
+            && (self.inner.own_outlasts.load(Ordering::Relaxed)
+                > fleet.recorded_outlasts.load(Ordering::Relaxed)
+                || self.inner.own_windows.load(Ordering::Relaxed)
+                    > fleet.recorded_window.load(Ordering::Relaxed))
+    }
+
+    /// Whether a call must talk to the record before it is decided, at either end.
+    #[inline]
+    pub(super) fn horizon_pending(&self, generation: &Generation) -> bool {
+        self.horizon_due(generation) || self.horizon_raise_due()
+    }
+
+    /// Reads the record of every prefix `generation` writes or carries, folds it into what
+    /// this service saw itself, and works out when it is due next.
+    pub(super) async fn read_horizon(&self, generation: &Generation) -> Result<(), Error> {
+        self.exchange(generation, Horizon::default()).await
+    }
+
+    /// Raises the record to what this service noted itself (and `penalized_until`), then
+    /// folds the record back as a read.
+    pub(super) async fn raise_horizon(
+        &self,
+        generation: &Generation,
+        penalized_until: Nanos,
+    ) -> Result<(), Error> {
+        let raise = Horizon {
+            outlasts: self.inner.own_outlasts.load(Ordering::Relaxed),
+            window: self.inner.own_windows.load(Ordering::Relaxed),
+            penalized_until,
+        };
+        self.exchange(generation, raise).await
+    }
+
+    /// Both ends of the record: where a raise is due, raised; where a read is, read.
+    pub(super) async fn settle_horizon(&self, generation: &Generation) -> Result<(), Error> {
+        match self.horizon_raise_due() {
+            true => self.raise_horizon(generation, 0).await,
+            false if self.horizon_due(generation) => self.read_horizon(generation).await,
+            false => Ok(()),
+        }
+    }
+
+    /// Raises every prefix's record to `raise` (zeros: a read), and folds what they hold.
+    async fn exchange(&self, generation: &Generation, raise: Horizon) -> Result<(), Error> {
+        let at = self.inner.clock.now();
+        let mut held = Horizon::default();
+        for prefix in prefixes(generation) {
+            held = held.max(self.inner.store.horizon(prefix, raise).await?);
+        }
+        self.fold(held, raise);
+        self.inner.fleet.read_at.fetch_max(at, Ordering::Relaxed);
+        self.set_horizon_due(&self.generation());
+        Ok(())
+    }
+
+    /// What the record held before this service's `raise`, as if this service had seen it
+    /// itself; a penalty's end only where past what this service raised it to itself.
+    fn fold(&self, held: Horizon, raise: Horizon) {
+        let (inner, fleet) = (&self.inner, &self.inner.fleet);
+        let raised = fleet
+            .raised_penalized
+            .fetch_max(raise.penalized_until, Ordering::Relaxed);
+        if held.penalized_until > raised {
+            fleet
+                .penalized
+                .fetch_max(held.penalized_until, Ordering::Relaxed);
+        }
+        let record = held.max(raise);
+        inner
+            .own_outlasts
+            .fetch_max(record.outlasts, Ordering::Relaxed);
+        inner
+            .own_windows
+            .fetch_max(record.window, Ordering::Relaxed);
+        (fleet.recorded_outlasts).fetch_max(record.outlasts, Ordering::Relaxed);
+        (fleet.recorded_window).fetch_max(record.window, Ordering::Relaxed);
+        (fleet.recorded_penalized).fetch_max(record.penalized_until, Ordering::Relaxed);
+    }
+
+    /// The penalty's `until` to raise the record to before a penalty is written, if it
+    /// outlasts what is recorded.
+    pub(super) fn penalty_raise_due(&self, until: Nanos) -> bool {
+        let fleet = &self.inner.fleet;
+        fleet.records && until > fleet.recorded_penalized.load(Ordering::Relaxed)
+    }
+
+    /// Works out when a call under `generation` reads the record next: the first instant
+    /// past the last read where anything it keeps could let go (a configured window or
+    /// carrying of each kept configuration, what own quotas, own windows and penalties hold
+    /// it to). Worked out as a reload installs a generation and after every read.
+    pub(super) fn set_horizon_due(&self, generation: &Generation) {
+        let fleet = &self.inner.fleet;
+        if !fleet.records {
+            return;
+        }
+        let read_at = fleet.read_at();
+        let own = self.inner.own_windows.load(Ordering::Relaxed);
+        let outlasts = self.inner.own_outlasts.load(Ordering::Relaxed);
+        let penalized = fleet.penalized.load(Ordering::Relaxed);
+        let mut due = u64::MAX;
+        for kept in generation.previous() {
+            let at = |span: Nanos| kept.replaced_at.saturating_add(span);
+            let config = &kept.config;
+            let quotas = (config.tiers().iter().map(|t| t.quota)).chain(config.plain_quota());
+            let spans = quotas.flat_map(|q| [q.window_nanos(), q.outlasts_by()]);
+            let held = kept.held(own, outlasts, penalized).0;
+            let ends = (spans.chain([own, outlasts]).map(at)).chain([
+                held,
+                kept.penalized_until,
+                penalized,
+            ]);
+            for end in ends.filter(|&end| end > read_at) {
+                due = due.min(end);
+            }
+        }
+        fleet.due.store(due, Ordering::Relaxed);
+    }
+}
