@@ -17,11 +17,12 @@ if kind ~= 'none' and kind ~= 'string' then
     .. ' that is not a record')
 end
 
--- A canonical decimal number of at most 20 digits (u64: checked by the caller), or nil.
+-- A canonical decimal number within u64 (at most 18446744073709551615), or nil.
 local function number(text)
   if type(text) ~= 'string' or #text == 0 or #text > 20 then return nil end
   if not string.match(text, '^%d+$') then return nil end
   if #text > 1 and string.sub(text, 1, 1) == '0' then return nil end
+  if #text == 20 and text > '18446744073709551615' then return nil end
   return text
 end
 

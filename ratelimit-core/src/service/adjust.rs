@@ -63,8 +63,8 @@ impl RateLimitService {
     ) -> Result<Decision, Error> {
         let call = Mode::Look.apply(options.call());
         let (generation, mut held) = (self.generation(), Held::default());
-        if self.horizon_pending(&generation) {
-            Box::pin(self.settle_horizon(&generation)).await?;
+        if self.horizon_due(&generation) {
+            Box::pin(self.read_horizon(&generation)).await?;
         }
         let site = self.site(&generation, &call, &mut held)?;
         let store = &*self.inner.store;

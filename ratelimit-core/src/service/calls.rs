@@ -159,8 +159,8 @@ impl RateLimitService {
             let mode = const { Mode::of(MODE) };
             let call = mode.apply(options.call());
             let (generation, mut held) = (self.generation(), Held::default());
-            if self.horizon_pending(&generation) {
-                if let Err(e) = Box::pin(self.settle_horizon(&generation)).await {
+            if self.horizon_due(&generation) {
+                if let Err(e) = Box::pin(self.read_horizon(&generation)).await {
                     return Err(self.unresolved(&call, e));
                 }
             }
@@ -192,8 +192,8 @@ impl RateLimitService {
         key: Option<&str>,
     ) -> Result<(), Error> {
         let (generation, mut held) = (self.generation(), Held::default());
-        if self.horizon_pending(&generation) {
-            Box::pin(self.settle_horizon(&generation))
+        if self.horizon_due(&generation) {
+            Box::pin(self.read_horizon(&generation))
                 .await
                 .map_err(|e| self.unresolved(call, e))?;
         }
@@ -215,8 +215,8 @@ impl RateLimitService {
         key: Option<&str>,
     ) -> Result<super::Spent, Error> {
         let (generation, mut held) = (self.generation(), Held::default());
-        if self.horizon_pending(&generation) {
-            Box::pin(self.settle_horizon(&generation))
+        if self.horizon_due(&generation) {
+            Box::pin(self.read_horizon(&generation))
                 .await
                 .map_err(|e| self.unresolved(call, e))?;
         }
@@ -281,7 +281,7 @@ impl RateLimitService {
                 answer(&site, decided)
             }));
         }
-        if self.horizon_raise_due() {
+        if self.horizon_raise_at(&site) {
             return Started::Later(Box::pin(self.raised_then(site, key, answer)));
         }
         let mut store_key = String::new();
@@ -358,7 +358,7 @@ impl RateLimitService {
             Err(e) => return Some(Err(self.unresolved(&call, e))),
         };
         // The fleet's horizon to read or raise first: awaited (`horizon.rs`).
-        if site.may_wait || self.horizon_pending(&generation) {
+        if site.may_wait || self.horizon_due(&generation) || self.horizon_raise_at(&site) {
             return None;
         }
         self.decide_now(&site, Some(key), true, Then::GiveUp, super::pipeline::take)

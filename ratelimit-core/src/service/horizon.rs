@@ -109,10 +109,15 @@ impl RateLimitService {
                     > fleet.recorded_window.load(Ordering::Relaxed))
     }
 
-    /// Whether a call must talk to the record before it is decided, at either end.
+    /// Whether a call at `site` raises the record before it is decided: what this service
+    /// noted outlasts it ([`horizon_raise_due`](Self::horizon_raise_due)) and the site's
+    /// quota may be a call's own (resolved per call, or a prepared site's, which cannot
+    /// tell): a plain call writes nothing past the configured quotas, which every service
+    /// knows, so it neither waits for a raise nor is refused by one that fails.
     #[inline]
-    pub(super) fn horizon_pending(&self, generation: &Generation) -> bool {
-        self.horizon_due(generation) || self.horizon_raise_due()
+    pub(super) fn horizon_raise_at(&self, site: &super::site::Site<'_>) -> bool {
+        let plain = matches!(site.key, super::site::SiteKey::Parts { identity: Some(_) });
+        !plain && self.horizon_raise_due()
     }
 
     /// Reads the record of every prefix `generation` writes or carries, folds it into what
@@ -134,15 +139,6 @@ impl RateLimitService {
             penalized_until,
         };
         self.exchange(generation, raise).await
-    }
-
-    /// Both ends of the record: where a raise is due, raised; where a read is, read.
-    pub(super) async fn settle_horizon(&self, generation: &Generation) -> Result<(), Error> {
-        match self.horizon_raise_due() {
-            true => self.raise_horizon(generation, 0).await,
-            false if self.horizon_due(generation) => self.read_horizon(generation).await,
-            false => Ok(()),
-        }
     }
 
     /// Raises every prefix's record to `raise` (zeros: a read), and folds what they hold.

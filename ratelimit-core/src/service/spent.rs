@@ -211,8 +211,8 @@ impl RateLimitService {
         async move {
             let call = super::calls::Mode::Spend.apply(options.call());
             let (generation, mut held) = (self.generation(), Held::default());
-            if self.horizon_pending(&generation) {
-                if let Err(e) = Box::pin(self.settle_horizon(&generation)).await {
+            if self.horizon_due(&generation) {
+                if let Err(e) = Box::pin(self.read_horizon(&generation)).await {
                     return Err(self.unresolved(&call, e));
                 }
             }
@@ -233,7 +233,7 @@ impl RateLimitService {
     ) -> Result<Spent, Error> {
         let site = &Site { kept: true, ..site };
         // A quota or a window of its own past the fleet's record: raised first (`horizon.rs`).
-        if self.horizon_raise_due() {
+        if self.horizon_raise_at(site) {
             if let Err(e) = Box::pin(self.raise_horizon(site.generation, 0)).await {
                 if let Err(e) = self.record_and_return(site, key, Err(e)) {
                     return Err(e);
@@ -271,7 +271,7 @@ impl RateLimitService {
         enforce: bool,
     ) -> Option<Result<Spent, Error>> {
         let site = &Site { kept: true, ..site };
-        if self.horizon_raise_due() {
+        if self.horizon_raise_at(site) {
             return None;
         }
         let mut store_key = String::new();
