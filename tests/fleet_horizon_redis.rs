@@ -244,3 +244,32 @@ async fn plain_calls_make_no_round_trip_of_the_record() {
     assert_eq!((first, trips(&mut c) - before), (2, 10), "past every end");
     assert_eq!(record(&server, &p), None, "read, never written");
 }
+
+/// A service that reloads, moving its limit each time, and makes no call between: what it
+/// would drop by what it saw itself it keeps until it has read the record (another pod may
+/// hold it longer), so past 64 held the reload is refused, saying a call reads it; after one
+/// call, the next reload is taken (and drops what the read confirmed ended).
+#[tokio::test]
+async fn reloads_without_a_call_between_are_refused_until_one_reads_the_record() {
+    let server = RedisServer::start();
+    let p = prefix("horizon-unread");
+    let (service, clock) = on_redis(&server, &p, bucket("t0"));
+    let mut refused = None;
+    for i in 1..100u64 {
+        clock.set(START + Duration::from_secs(1_000 * i));
+        match service.reload(on_its_store(&service, bucket(&format!("t{i}")))) {
+            Ok(_) => {}
+            Err(e) => {
+                refused = Some((i, e.to_string()));
+                break;
+            }
+        }
+    }
+    let (i, e) = refused.expect("refused past 64 held");
+    assert_eq!(i, 65, "{e}");
+    assert!(e.contains("has not read the fleet's reload horizon"), "{e}");
+    assert!(service.consume("k", &Options::new()).await.unwrap().allowed);
+    service
+        .reload(on_its_store(&service, bucket(&format!("t{i}"))))
+        .unwrap();
+}

@@ -11,21 +11,24 @@
 //! the carrying: the old state's debt and block are whole when the calls past the carrying
 //! ask for them, on the fleet and on the twin alike.
 //!
-//! Found (ignored, FOUND, each with its failing assertion): a pod carries a moved limit's old
-//! state only for the quotas of its own, the windows of its own and the penalties it saw
-//! itself. A pod that never saw the one another pod spent on the shared state lets the old
-//! state go at the configured quota's carrying (a penalty; plain calls after a quota of its
-//! own) or drops the move at its ninth reload (a quota, a block or a window of its own): 15,
-//! 5 or 1 admitted where the twin admits none. A pod started on the moved configuration
-//! carries nothing at all (as probes_carry_redis' restart). Held: a pod reloaded once more
-//! after the move, which resolves the quota of its own itself (`Kept::carrying_with` reads
-//! it per call), and a pod not yet reloaded beside a reloaded one inside the old window.
-//! Closed for the quotas of their own that annotated fns declare: every pod notes them as it
-//! starts and reloads, called or not (`RateLimitService::resolve_quota`). Closing the rest
-//! (per-call `Options`, penalties) takes a horizon every pod reads: recorded in the store by
-//! the pod that writes past the configured quotas' carrying (a penalty past the tolerance, a
-//! quota or a window of its own longer than the configured ones), read by each pod before it
-//! lets a move go.
+//! Found by helper-81 (15, 5 or 1 admitted where the twin admitted none): a pod carried a
+//! moved limit's old state only for the quotas of its own, the windows of its own and the
+//! penalties it saw itself, so a pod that never saw the one another pod spent on the shared
+//! state let the old state go at the configured quota's carrying (a penalty; plain calls
+//! after a quota of its own) or dropped the move at its ninth reload (a quota, a block or a
+//! window of its own). Closed by the horizon the fleet records in the store
+//! (`service/horizon.rs`, `Store::horizon`): the pod that writes past what is recorded (a
+//! quota or a window of a call's own, a penalty) raises the record first, and each pod reads
+//! it at the first call past any instant where something it keeps could let go, and keeps
+//! what a reload would drop until such a read confirms it ended: the twin's numbers on the
+//! fleet. Held: a pod reloaded once more after the move, which resolves the quota of its own
+//! itself (`Kept::carrying_with` reads it per call), and a pod not yet reloaded beside a
+//! reloaded one inside the old window. Closed before for the quotas of their own that
+//! annotated fns declare: every pod notes them as it starts and reloads, called or not
+//! (`RateLimitService::resolve_quota`). Open (FOUND, ignored): a pod started on the moved
+//! configuration carries nothing at all (as probes_carry_redis' restart): it keeps no
+//! replaced configuration, so it knows no old state to carry from; a horizon is how long,
+//! not which state.
 
 use std::time::Duration;
 

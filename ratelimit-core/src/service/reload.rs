@@ -244,6 +244,16 @@ fn too_many_held(
              penalty, among them)"
         ),
     };
+    if until <= now {
+        // Kept only until a read of the fleet's record confirms they let go (`kept_after`).
+        return format!(
+            "{MOST_IN_FORCE} configurations replaced by reloads are still held to; another \
+             reload would drop one that another service under this key prefix may still hold \
+             calls to, for all this one knows: it has not read the fleet's reload horizon from \
+             the store since they would have let go. Its next call reads it (any call but a \
+             prepared site's; a penalty too): make one, then reload again"
+        );
+    }
     let wait = std::time::Duration::from_nanos(until.saturating_sub(now).max(1));
     format!(
         "{MOST_IN_FORCE} configurations replaced by reloads are still held to; another reload \
