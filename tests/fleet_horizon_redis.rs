@@ -17,7 +17,7 @@ use ratelimit::{
     RedisStore,
 };
 use ratelimit_tests::moves::bucket;
-use ratelimit_tests::redis_server::{prefix, script_calls, RedisServer};
+use ratelimit_tests::redis_server::{prefix, script_calls, RedisCluster, RedisServer};
 use ratelimit_tests::{on_its_store, on_redis, START};
 
 /// The record's key under `prefix`.
@@ -272,4 +272,40 @@ async fn reloads_without_a_call_between_are_refused_until_one_reads_the_record()
     service
         .reload(on_its_store(&service, bucket(&format!("t{i}"))))
         .unwrap();
+}
+
+/// [`bucket`]`("a")` on a Redis Cluster under `prefix`, on a hand-driven clock.
+fn on_cluster(cluster: &RedisCluster, prefix: &str) -> (RateLimitService, ManualClock) {
+    let options = RedisOptions::cluster(cluster.urls()).timeout(Duration::from_secs(5));
+    let config = bucket("a")
+        .key_prefix(prefix)
+        .store(ratelimit::StoreConfig::Redis(options))
+        .build()
+        .unwrap();
+    let clock = ManualClock::new(START);
+    let service = RateLimitService::with_clock(config, Arc::new(clock.clone())).unwrap();
+    (service, clock)
+}
+
+/// probes_fleet_horizon_redis' plain calls on another pod, on a Redis Cluster: the record
+/// lives in a slot of its own, raised and read by commands of their own. A's 15 with its own
+/// refill of a token a minute, both reloaded to the tier renamed; B's plain calls at +300 s
+/// carry the 15 minutes owed: none admitted.
+#[test]
+fn a_record_on_a_cluster_is_raised_by_one_pod_and_read_by_another() {
+    let cluster = RedisCluster::start();
+    let runtime = ratelimit_tests::two_workers();
+    runtime.block_on(async {
+        let p = prefix("horizon-cluster");
+        let (a, a_clock) = on_cluster(&cluster, &p);
+        let (b, b_clock) = on_cluster(&cluster, &p);
+        assert_eq!(admitted(&a, &Options::new().refill(1), 16).await, 15);
+        for pod in [&a, &b] {
+            pod.reload(on_its_store(pod, bucket("b"))).unwrap();
+        }
+        for clock in [&a_clock, &b_clock] {
+            clock.set(START + Duration::from_secs(300));
+        }
+        assert_eq!(admitted(&b, &Options::new(), 16).await, 0);
+    });
 }

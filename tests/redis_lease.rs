@@ -20,7 +20,7 @@ use ratelimit::{
     Config, Counts, Decision, Error, LeaseOptions, Options, Quota, RateLimitService, RedisOptions,
     RedisStore, StoreConfig, Strategy,
 };
-use ratelimit_tests::redis_server::{prefix, script_calls, RedisCluster, RedisServer};
+use ratelimit_tests::redis_server::{is_horizon, prefix, script_calls, RedisCluster, RedisServer};
 use ratelimit_tests::{acquire, CountingAllocator};
 
 #[global_allocator]
@@ -354,7 +354,9 @@ fn fleet_key(c: &mut redis::Connection, p: &str) -> String {
 /// The one limiter key matching `pattern`, beside its lease ledger (`<key>:lease`).
 fn the_limiter_key(c: &mut redis::Connection, pattern: &str) -> String {
     let keys: Vec<String> = redis::cmd("KEYS").arg(pattern).query(c).unwrap();
-    let limiter: Vec<&String> = keys.iter().filter(|k| !k.ends_with(":lease")).collect();
+    let limiter: Vec<&String> = (keys.iter())
+        .filter(|k| !k.ends_with(":lease") && !is_horizon(k))
+        .collect();
     assert_eq!(limiter.len(), 1, "{keys:?}");
     limiter[0].clone()
 }

@@ -477,13 +477,20 @@ pub fn four_workers(
 
 /// Script calls the server has run (`EVALSHA`, and `EVAL` after a `NOSCRIPT`), by its own
 /// count (`INFO commandstats`).
+/// Whether `key` is a prefix's reload horizon (`<prefix>:horizon`, ratelimit-core's
+/// `store/redis/horizon.rs`), which a call with a quota or a window of its own raises beside
+/// the states it writes.
+pub fn is_horizon(key: &str) -> bool {
+    key.ends_with(":horizon") && !key.contains('{')
+}
+
 /// The composed store key of the one state under prefix `p` (KEYS: a test server holding no
-/// other state under it; stamps and lease ledgers left out).
+/// other state under it; stamps, lease ledgers and the prefix's reload horizon left out).
 pub fn state_key(c: &mut redis::Connection, p: &str) -> String {
     let keys: Vec<String> = redis::cmd("KEYS").arg(format!("{p}*")).query(c).unwrap();
     let states: Vec<&String> = keys
         .iter()
-        .filter(|k| !k.ends_with(":stamp") && !k.contains(":lease"))
+        .filter(|k| !k.ends_with(":stamp") && !k.contains(":lease") && !is_horizon(k))
         .collect();
     let [state] = &states[..] else {
         panic!("{keys:?}")

@@ -7,6 +7,11 @@
 --          single spaces (the longest a quota of a call's own outlasts a reload, the longest
 --          window of a call's own, when the latest penalty's debt ends); no key is zeros.
 -- ARGV[1..3]: the three to raise it to (0 where nothing is raised: a read).
+-- ARGV[4]: how long, in milliseconds, the record is kept at least from now (0: a read, the
+--          expiry left as it is): twice the longest of what is raised, so that a state
+--          written with it holds nothing once the record expires, the raising service raising
+--          it again (and so keeping it) at its first write past half of that. Never shortened:
+--          every key of the store expires.
 -- Returns: the three before the raise (zeros where there was no record), as decimal strings. The RATELIMIT_STATE error reply, with nothing
 --          written, for a key of another type or a string not of this shape: a record read
 --          as zeros would let every move go at once.
@@ -56,7 +61,19 @@ for i = 1, 3 do
   after[i] = larger(held[i], asked)
   raised = raised or after[i] ~= held[i]
 end
-if raised then
-  redis.call('SET', KEYS[1], after[1] .. ' ' .. after[2] .. ' ' .. after[3])
+local keep = tonumber(ARGV[4])
+if not keep or keep < 0 or keep ~= math.floor(keep) then
+  return redis.error_reply('RATELIMIT_STATE the reload horizon was asked an expiry that is '
+    .. 'not a number')
+end
+if raised or (keep > 0 and kind == 'string') then
+  local left = redis.call('PTTL', KEYS[1])
+  if left > keep then keep = left end
+  if keep < 1 then keep = 1 end
+  if raised then
+    redis.call('SET', KEYS[1], after[1] .. ' ' .. after[2] .. ' ' .. after[3], 'PX', keep)
+  else
+    redis.call('PEXPIRE', KEYS[1], keep)
+  end
 end
 return held

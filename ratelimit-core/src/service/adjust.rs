@@ -64,7 +64,7 @@ impl RateLimitService {
         let call = Mode::Look.apply(options.call());
         let (generation, mut held) = (self.generation(), Held::default());
         if self.horizon_due(&generation) {
-            Box::pin(self.read_horizon(&generation)).await?;
+            Box::pin(self.read_horizon_if_due(&generation)).await?;
         }
         let site = self.site(&generation, &call, &mut held)?;
         let store = &*self.inner.store;

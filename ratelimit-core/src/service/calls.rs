@@ -160,7 +160,7 @@ impl RateLimitService {
             let call = mode.apply(options.call());
             let (generation, mut held) = (self.generation(), Held::default());
             if self.horizon_due(&generation) {
-                if let Err(e) = Box::pin(self.read_horizon(&generation)).await {
+                if let Err(e) = Box::pin(self.read_horizon_if_due(&generation)).await {
                     return Err(self.unresolved(&call, e));
                 }
             }
@@ -193,7 +193,7 @@ impl RateLimitService {
     ) -> Result<(), Error> {
         let (generation, mut held) = (self.generation(), Held::default());
         if self.horizon_due(&generation) {
-            Box::pin(self.read_horizon(&generation))
+            Box::pin(self.read_horizon_if_due(&generation))
                 .await
                 .map_err(|e| self.unresolved(call, e))?;
         }
@@ -216,7 +216,7 @@ impl RateLimitService {
     ) -> Result<super::Spent, Error> {
         let (generation, mut held) = (self.generation(), Held::default());
         if self.horizon_due(&generation) {
-            Box::pin(self.read_horizon(&generation))
+            Box::pin(self.read_horizon_if_due(&generation))
                 .await
                 .map_err(|e| self.unresolved(call, e))?;
         }
@@ -275,14 +275,14 @@ impl RateLimitService {
             Mode::Enforce => decided.and_then(|d| Self::admit(site, d)),
             _ => decided,
         };
+        if self.horizon_raise_at(&site) {
+            return Started::Later(Box::pin(self.raised_then(site, key, answer)));
+        }
         if site.may_wait {
             return Started::Later(Box::pin(async move {
                 let decided = self.decide_waiting(&site, key).await;
                 answer(&site, decided)
             }));
-        }
-        if self.horizon_raise_at(&site) {
-            return Started::Later(Box::pin(self.raised_then(site, key, answer)));
         }
         let mut store_key = String::new();
         // An enforced refusal made an error where the store's answer lies, so that any other
@@ -314,10 +314,16 @@ impl RateLimitService {
         key: Option<&'a str>,
         answer: impl FnOnce(&Site<'_>, Result<Decision, Error>) -> Result<Decision, Error>,
     ) -> Result<Decision, Error> {
-        if let Err(e) = self.raise_horizon(site.generation, 0).await {
-            return self.record_and_return(&site, key, Err(e));
+        match self.raise_horizon(site.generation, 0).await {
+            Err(e) if self.horizon_failure_refuses(&e) => {
+                return self.record_and_return(&site, key, Err(e));
+            }
+            _ => {}
         }
-        let decided = self.decide(&site, key).await;
+        let decided = match site.may_wait {
+            true => self.decide_waiting(&site, key).await,
+            false => self.decide(&site, key).await,
+        };
         answer(&site, decided)
     }
 

@@ -12,10 +12,11 @@
 //! reload keeps every configuration it would drop until such a read has confirmed it ended
 //! (`reload.rs`). Plain calls make no round trip of it: one compare while nothing is due.
 //!
-//! Not covered (each keeps the per-process horizon): a prepared site's calls, which work
-//! their transition out once per generation (a read folds into the next generation's);
-//! stacked limits and a wait in the queue, which read no record; a service started after the
-//! move, which keeps no replaced configuration to carry from.
+//! Not covered (each keeps the per-process horizon): a prepared site's calls read nothing
+//! (they raise it), their transition worked out once per generation; stacked limits
+//! (`consume_all`) neither raise nor read it; a wait in the queue raises it but reads it
+//! only as its call began; a service started after the move keeps no replaced
+//! configuration to carry from (a horizon says how long, not which state).
 //!
 //! [`Store::records_horizon`]: crate::store::Store::records_horizon
 //! [`Store::horizon`]: crate::store::Store::horizon
@@ -46,6 +47,10 @@ pub(super) struct Fleet {
     pub(super) penalized: AtomicU64,
     /// When the record was last read (this service's clock, taken before the read).
     read_at: AtomicU64,
+    /// When this service raises the record again before its next write past what the
+    /// configuration holds (half the time it asked the store to keep it: `Horizon::keep_nanos`),
+    /// whatever is recorded: the record expires, as every key of the store does.
+    refresh_at: AtomicU64,
     /// The first instant after `read_at` where something this service keeps could let go:
     /// a call at or past it reads the record first. `u64::MAX`: nothing.
     due: AtomicU64,
@@ -61,6 +66,7 @@ impl Fleet {
             raised_penalized: AtomicU64::new(0),
             penalized: AtomicU64::new(0),
             read_at: AtomicU64::new(0),
+            refresh_at: AtomicU64::new(0),
             due: AtomicU64::new(u64::MAX),
         }
     }
@@ -99,14 +105,23 @@ impl RateLimitService {
 
     /// Whether what this service noted itself (a quota or a window of a call's own) outlasts
     /// what it knows is recorded: the record is raised before the next state is written.
+    /// Past the instant it asked the record be kept to by half ([`Fleet::refresh_at`]),
+    /// too, where it noted anything: raised again, so that it does not expire under a
+    /// state written with it.
     #[inline]
     pub(super) fn horizon_raise_due(&self) -> bool {
         let fleet = &self.inner.fleet;
-        fleet.records
-            && (self.inner.own_outlasts.load(Ordering::Relaxed)
-                > fleet.recorded_outlasts.load(Ordering::Relaxed)
-                || self.inner.own_windows.load(Ordering::Relaxed)
-                    > fleet.recorded_window.load(Ordering::Relaxed))
+        if !fleet.records {
+            return false;
+        }
+        let (outlasts, window) = (
+            self.inner.own_outlasts.load(Ordering::Relaxed),
+            self.inner.own_windows.load(Ordering::Relaxed),
+        );
+        outlasts > fleet.recorded_outlasts.load(Ordering::Relaxed)
+            || window > fleet.recorded_window.load(Ordering::Relaxed)
+            || ((outlasts > 0 || window > 0)
+                && self.inner.clock.now() >= fleet.refresh_at.load(Ordering::Relaxed))
     }
 
     /// Whether a call at `site` raises the record before it is decided: what this service
@@ -118,6 +133,39 @@ impl RateLimitService {
     pub(super) fn horizon_raise_at(&self, site: &super::site::Site<'_>) -> bool {
         let plain = matches!(site.key, super::site::SiteKey::Parts { identity: Some(_) });
         !plain && self.horizon_raise_due()
+    }
+
+    /// Whether `error`, met raising or reading the record, refuses the call: always, but
+    /// where the store could not answer at all (`Error::Store`, `Error::Timeout`) on a Redis
+    /// store under a failure policy that answers such failures (`Allow`, `Local`): the call
+    /// then goes on to its decision, which the policy answers while Redis does not (no
+    /// state written there, so none past the record), and the record is raised (or read)
+    /// by the next call that needs it. Refused there too, every call with a quota of its
+    /// own was refused while a replica was read-only, against the policy that admits them
+    /// (redis_faults). Left: a Redis that answers again between the failed raise and the
+    /// decision has that call's state written before the record is raised. A record of
+    /// another shape refuses under every policy.
+    pub(super) fn horizon_failure_refuses(&self, error: &Error) -> bool {
+        #[cfg(feature = "redis")]
+        if let Some(redis) = &self.inner.redis {
+            let unanswered = matches!(error, Error::Store { .. } | Error::Timeout { .. });
+            let policy = redis.options().on_failure;
+            return !unanswered || policy == crate::store::FailurePolicy::Deny;
+        }
+        let _ = error;
+        true
+    }
+
+    /// [`read_horizon`](Self::read_horizon) where due, its error only where it refuses
+    /// ([`horizon_failure_refuses`](Self::horizon_failure_refuses)).
+    pub(super) async fn read_horizon_if_due(&self, generation: &Generation) -> Result<(), Error> {
+        if !self.horizon_due(generation) {
+            return Ok(());
+        }
+        match self.read_horizon(generation).await {
+            Err(e) if self.horizon_failure_refuses(&e) => Err(e),
+            _ => Ok(()),
+        }
     }
 
     /// Reads the record of every prefix `generation` writes or carries, folds it into what
@@ -133,12 +181,25 @@ impl RateLimitService {
         generation: &Generation,
         penalized_until: Nanos,
     ) -> Result<(), Error> {
+        let (outlasts, window) = (
+            self.inner.own_outlasts.load(Ordering::Relaxed),
+            self.inner.own_windows.load(Ordering::Relaxed),
+        );
+        let now = self.inner.clock.now();
+        let longest = (outlasts.max(window)).max(penalized_until.saturating_sub(now));
         let raise = Horizon {
-            outlasts: self.inner.own_outlasts.load(Ordering::Relaxed),
-            window: self.inner.own_windows.load(Ordering::Relaxed),
+            outlasts,
+            window,
             penalized_until,
+            keep_nanos: longest.saturating_mul(2),
         };
-        self.exchange(generation, raise).await
+        self.exchange(generation, raise).await?;
+        let refresh = now.saturating_add(outlasts.max(window));
+        self.inner
+            .fleet
+            .refresh_at
+            .fetch_max(refresh, Ordering::Relaxed);
+        Ok(())
     }
 
     /// Raises every prefix's record to `raise` (zeros: a read), and folds what they hold.

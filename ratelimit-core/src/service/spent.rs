@@ -212,7 +212,7 @@ impl RateLimitService {
             let call = super::calls::Mode::Spend.apply(options.call());
             let (generation, mut held) = (self.generation(), Held::default());
             if self.horizon_due(&generation) {
-                if let Err(e) = Box::pin(self.read_horizon(&generation)).await {
+                if let Err(e) = Box::pin(self.read_horizon_if_due(&generation)).await {
                     return Err(self.unresolved(&call, e));
                 }
             }
@@ -234,10 +234,13 @@ impl RateLimitService {
         let site = &Site { kept: true, ..site };
         // A quota or a window of its own past the fleet's record: raised first (`horizon.rs`).
         if self.horizon_raise_at(site) {
-            if let Err(e) = Box::pin(self.raise_horizon(site.generation, 0)).await {
-                if let Err(e) = self.record_and_return(site, key, Err(e)) {
-                    return Err(e);
+            match Box::pin(self.raise_horizon(site.generation, 0)).await {
+                Err(e) if self.horizon_failure_refuses(&e) => {
+                    if let Err(e) = self.record_and_return(site, key, Err(e)) {
+                        return Err(e);
+                    }
                 }
+                _ => {}
             }
         }
         let mut store_key = String::new();

@@ -365,6 +365,11 @@ pub struct Horizon {
     /// When the latest debt a penalty may have left ends (on the services' clocks, since
     /// the Unix epoch).
     pub penalized_until: crate::clock::Nanos,
+    /// In a raise, how long from now the store keeps the record at least (a store whose
+    /// keys expire: the record may expire after it, never before; 0 in a read, and in what
+    /// a store returns). The service asks twice the longest of what it raises, and raises
+    /// again at its first write past half of that.
+    pub keep_nanos: crate::clock::Nanos,
 }
 
 impl Horizon {
@@ -374,6 +379,7 @@ impl Horizon {
             outlasts: self.outlasts.max(other.outlasts),
             window: self.window.max(other.window),
             penalized_until: self.penalized_until.max(other.penalized_until),
+            keep_nanos: self.keep_nanos.max(other.keep_nanos),
         }
     }
 }

@@ -2,7 +2,9 @@
 //! one string key beside the prefix's states, `<prefix>:horizon`, raised and read by
 //! `lua/horizon.lua`. No state key is it: every one under a prefix begins `<prefix>:{`. On
 //! Redis Cluster it lives in a slot of its own, asked by a command of its own, never inside
-//! a decision's script.
+//! a decision's script. It expires, as every key of the store does: kept twice as long as
+//! the longest it was raised to, and raised again by a service that writes past half of that
+//! (`Horizon::keep_nanos`).
 
 use std::sync::LazyLock;
 use std::time::Instant;
@@ -28,7 +30,8 @@ impl RedisStore {
         raise: Horizon,
     ) -> Result<Horizon, Error> {
         let key = horizon_key(prefix);
-        let args = [raise.outlasts, raise.window, raise.penalized_until];
+        let keep = raise.keep_nanos.div_ceil(1_000_000);
+        let args = [raise.outlasts, raise.window, raise.penalized_until, keep];
         let held: Vec<String> = self
             .run(
                 &HORIZON_SCRIPT,
@@ -60,6 +63,7 @@ fn parsed(after: &[String]) -> Result<Horizon, Error> {
         outlasts: number(0)?,
         window: number(1)?,
         penalized_until: number(2)?,
+        keep_nanos: 0,
     })
 }
 
