@@ -127,12 +127,14 @@ impl RateLimitService {
     /// Whether a call at `site` raises the record before it is decided: what this service
     /// noted outlasts it ([`horizon_raise_due`](Self::horizon_raise_due)) and the site's
     /// quota may be a call's own (resolved per call, or a prepared site's, which cannot
-    /// tell): a plain call writes nothing past the configured quotas, which every service
-    /// knows, so it neither waits for a raise nor is refused by one that fails.
+    /// tell), and the call spends: a plain call writes nothing past the configured quotas,
+    /// which every service knows, and a look writes nothing, so neither waits for a raise
+    /// nor is refused by one that fails (a look at a key whose Cluster node was up was
+    /// refused while the node of the record's slot was down: cluster_stacks_attacks).
     #[inline]
     pub(super) fn horizon_raise_at(&self, site: &super::site::Site<'_>) -> bool {
         let plain = matches!(site.key, super::site::SiteKey::Parts { identity: Some(_) });
-        !plain && self.horizon_raise_due()
+        site.spend && !plain && self.horizon_raise_due()
     }
 
     /// Whether `error`, met raising or reading the record, refuses the call: always, but
