@@ -235,10 +235,9 @@ impl RateLimitService {
         // A quota or a window of its own past the fleet's record: raised first (`horizon.rs`).
         if self.horizon_raise_at(site) {
             match Box::pin(self.raise_horizon(site.generation, 0)).await {
+                // Recorded as the call's outcome, and returned: an error stays one.
                 Err(e) if self.horizon_failure_refuses(&e) => {
-                    if let Err(e) = self.record_and_return(site, key, Err(e)) {
-                        return Err(e);
-                    }
+                    self.record_and_return(site, key, Err(e))?;
                 }
                 _ => {}
             }
