@@ -98,7 +98,7 @@ fn probe_moved() -> Result<(), Error> {
     Ok(())
 }
 
-/// On a tier a reload takes away (a reload on the service, which checks no declaration).
+/// On a tier a reload would take away (refused: the service checks its fns however reloaded).
 #[rate_limit(tier = "vanishing")]
 fn probe_vanishing() -> Result<(), Error> {
     VANISHING_RUNS.fetch_add(1, Ordering::SeqCst);
