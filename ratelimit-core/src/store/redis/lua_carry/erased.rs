@@ -11,15 +11,15 @@ use super::*;
 
 /// The two sides of a helper-82 history: the Cluster's and one server's (the twin), the old
 /// bucket a token a second and the moved one too, both of 1000 (nothing capped).
-struct Twins<'q> {
-    cluster: Across<'q>,
-    server: Across<'q>,
-    old: &'q Quota,
-    now: u64,
+pub(super) struct Twins<'q> {
+    pub(super) cluster: Across<'q>,
+    pub(super) server: Across<'q>,
+    pub(super) old: &'q Quota,
+    pub(super) now: u64,
 }
 
 impl<'q> Twins<'q> {
-    fn new(old: &'q Quota, new: &'q Quota) -> Self {
+    pub(super) fn new(old: &'q Quota, new: &'q Quota) -> Self {
         let side = || Across {
             redis: Redis::new(T0).unwrap(),
             old,
@@ -35,7 +35,7 @@ impl<'q> Twins<'q> {
     }
 
     /// A spend of `cost` seconds on the old state, on both sides.
-    fn old_spend(&self, cost: u64) {
+    pub(super) fn old_spend(&self, cost: u64) {
         for s in [&self.cluster, &self.server] {
             let reply = s.redis.decide_full(self.old, OLD, cost, true);
             assert!(matches!(reply, Reply::Array(_)), "{reply:?}");
@@ -43,7 +43,7 @@ impl<'q> Twins<'q> {
     }
 
     /// A reward of `units` on the old state, on both sides.
-    fn old_reward(&self, units: u64) {
+    pub(super) fn old_reward(&self, units: u64) {
         for s in [&self.cluster, &self.server] {
             s.reward(self.old, units);
         }
@@ -51,7 +51,7 @@ impl<'q> Twins<'q> {
 
     /// A spend of `cost` seconds on the old state kept for a refund, on both sides: its
     /// instant (the admitted reply's `reset_at`, microseconds), where its refund finds it.
-    fn old_kept_spend(&self, cost: u64) -> u64 {
+    pub(super) fn old_kept_spend(&self, cost: u64) -> u64 {
         let mut spent = None;
         for s in [&self.cluster, &self.server] {
             match s.redis.decide_full(self.old, OLD, cost, true) {
@@ -67,7 +67,7 @@ impl<'q> Twins<'q> {
 
     /// The spend of `cost` at `spent_us` given back on both sides (the strategy's refund
     /// mode, as `lua/refund.lua` runs it once the stamp is checked).
-    fn old_refund(&self, cost: u64, spent_us: u64) {
+    pub(super) fn old_refund(&self, cost: u64, spent_us: u64) {
         for s in [&self.cluster, &self.server] {
             let before = s.end(OLD, self.old);
             let reply = s.refund(self.old, cost, spent_us);
@@ -79,7 +79,7 @@ impl<'q> Twins<'q> {
     /// A lease of `slice` seconds (its id `id`) granted on the old state for a call of 1, on
     /// both sides (`lua/lease_grant.lua`, as `RedisStore`'s leases send it): the arrival time
     /// it wrote.
-    fn old_lease(&self, slice: u64, id: u64) -> u64 {
+    pub(super) fn old_lease(&self, slice: u64, id: u64) -> u64 {
         use super::super::lease::GRANT_SCRIPT;
         let [first, second] = super::super::scripts::arguments(self.old);
         let ledger = super::super::ledger::ledger_key(OLD);
@@ -105,7 +105,7 @@ impl<'q> Twins<'q> {
 
     /// `units` of the lease of id `id` (which wrote the arrival time `tat`) given back on both
     /// sides (`lua/lease_return.lua`, as `RedisStore`'s leases send it).
-    fn old_lease_return(&self, units: u64, tat: u64, id: u64) {
+    pub(super) fn old_lease_return(&self, units: u64, tat: u64, id: u64) {
         use super::super::lease::RETURN_SCRIPT;
         let ledger = super::super::ledger::ledger_key(OLD);
         let erased = super::super::ledger::erased_key(OLD);
@@ -119,32 +119,32 @@ impl<'q> Twins<'q> {
         }
     }
 
-    fn old_reset(&self) {
+    pub(super) fn old_reset(&self) {
         for s in [&self.cluster, &self.server] {
             s.reset(OLD);
         }
     }
 
-    fn later(&mut self, us: u64) {
+    pub(super) fn later(&mut self, us: u64) {
         self.now += us;
         self.cluster.redis.set_time(self.now);
         self.server.redis.set_time(self.now);
     }
 
     /// A Cluster call's read (its id `id`), then its script with the twin's.
-    fn read_and_script(&self, id: u64) -> Read {
+    pub(super) fn read_and_script(&self, id: u64) -> Read {
         let read = self.cluster.read();
         self.script(id, &read);
         read
     }
 
     /// The script of the call of id `id` that read `read`, on both sides.
-    fn script(&self, id: u64, read: &Read) {
+    pub(super) fn script(&self, id: u64, read: &Read) {
         self.script_waiting(id, read, WAIT);
     }
 
     /// [`script`](Self::script) by a pod whose read after comes within `wait` or never.
-    fn script_waiting(&self, id: u64, read: &Read, wait: u64) {
+    pub(super) fn script_waiting(&self, id: u64, read: &Read, wait: u64) {
         let held = Given::Held {
             debt: read.debt,
             left: read.left,
@@ -158,13 +158,13 @@ impl<'q> Twins<'q> {
     }
 
     /// The read after of the call of id `id` that read `read`, and its addition.
-    fn read_after(&self, id: u64, read: &Read) {
+    pub(super) fn read_after(&self, id: u64, read: &Read) {
         self.cluster.added(read, &self.cluster.read(), id);
     }
 
     /// One more whole call on both sides, then what the moved bucket owes on each
     /// (microseconds from now).
-    fn owed(&self) -> (u64, u64) {
+    pub(super) fn owed(&self) -> (u64, u64) {
         let read = self.read_and_script(99);
         self.read_after(99, &read);
         let new = self.cluster.new;
@@ -173,7 +173,7 @@ impl<'q> Twins<'q> {
     }
 }
 
-fn seconds_buckets() -> (Quota, Quota) {
+pub(super) fn seconds_buckets() -> (Quota, Quota) {
     (
         tokens(1_000, 0, Duration::from_secs(1_000)),
         tokens(1_000, 0, Duration::from_secs(1_000)),
@@ -486,15 +486,26 @@ fn probe82_steady_overlapping_calls_through_a_reset_still_refill() {
 /// spends 1 s on the old state and has it given back between each two (`give_back`: refunded
 /// or reset), after the call's script, or (`first_before_script`) the first spend before the
 /// first call's script: what the moved bucket then owes on the Cluster and on one server.
-fn steady_through_spends_given_back(
+pub(super) fn steady_through_spends_given_back(
     give_back: impl Fn(&Twins<'_>, u64),
     first_before_script: bool,
 ) -> ((u64, u64), (u64, u64)) {
+    steady_calls_through_spends_given_back(give_back, first_before_script, 40)
+}
+
+/// [`steady_through_spends_given_back`] over `calls` calls, the moved bucket a token a second
+/// and of 100 or `calls` tokens, the larger (none refused).
+pub(super) fn steady_calls_through_spends_given_back(
+    give_back: impl Fn(&Twins<'_>, u64),
+    first_before_script: bool,
+    calls: u64,
+) -> ((u64, u64), (u64, u64)) {
     let old = tokens(1_000, 0, Duration::from_secs(1_000));
-    let new = tokens(100, 0, Duration::from_secs(100));
+    let size = calls.max(100);
+    let new = tokens(size, 0, Duration::from_secs(size));
     let mut twins = Twins::new(&old, &new);
     let mut before: Option<(Read, u64)> = None;
-    for id in 1..=40 {
+    for id in 1..=calls {
         let read = twins.cluster.read();
         let early = (first_before_script && id == 1).then(|| twins.old_kept_spend(1));
         twins.script(id, &read);

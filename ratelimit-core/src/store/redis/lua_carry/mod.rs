@@ -474,3 +474,5 @@ mod chained;
 /// The time resets erased and the records of four parts: helper-82's probes, each history
 /// on a Cluster's steps against one server's.
 mod erased;
+/// helper-87's probes of the tickets and the give-backs counted in the erased total.
+mod probe87;

@@ -1,0 +1,296 @@
+//! helper-87's probes of the tickets and the give-backs counted in the erased total (each
+//! history on a Cluster's steps, the old state read in its own slot, against one server's,
+//! the script reading the old state beside it at its turn): what the moved bucket owes after.
+
+use super::across::*;
+use super::erased::*;
+use super::*;
+
+/// The script of the call of id `id` that read `read`, spending `cost` seconds of the moved
+/// bucket, by a pod whose read after comes within `wait` or never, on both sides.
+fn script_costing(twins: &Twins<'_>, id: u64, read: &Read, wait: u64, cost: u64) {
+    let held = Given::Held {
+        debt: read.debt,
+        left: read.left,
+        end: read.end(),
+        erased: read.erased,
+        pending: id,
+        wait,
+    };
+    assert!(twins.cluster.script(cost, Some(held)), "refused on the Cluster");
+    assert!(twins.server.script(cost, None), "refused on one server");
+}
+
+/// What the moved bucket owes now on each side (microseconds), no call made.
+fn owes_now(twins: &Twins<'_>) -> (u64, u64) {
+    let new = twins.cluster.new;
+    let owes = |s: &Across<'_>| s.end(NEW, new).saturating_sub(twins.now);
+    (owes(&twins.cluster), owes(&twins.server))
+}
+
+/// The old bucket owing 10 s at a carried spend's read, spent 5 s more between the read and
+/// the script (by a pod the reload has not reached), the call spending 10 s of the moved
+/// bucket; its read after comes 16 s later (a 5 s pod's wait: three timeouts and a second,
+/// a runtime stalled), the old bucket full again by then. One server's script carried the
+/// 15 s: the moved bucket ends 25 s after the read. The read after of a full bucket counts
+/// only what was erased since (`Read::grown_since`: "a bucket does not refill within a
+/// call's steps"), nothing: the 5 s are lost, the moved bucket ends 20 s after.
+#[test]
+#[ignore = "FOUND: 4 s owed on the Cluster where one server owes 9 s (the 5 s spent between read and script, refilled before a read after 16 s late)"]
+fn probe87_a_spend_between_read_and_script_refilled_by_a_late_read_after() {
+    let (old, new) = seconds_buckets();
+    let mut twins = Twins::new(&old, &new);
+    twins.old_spend(10);
+    let read = twins.cluster.read();
+    assert_eq!(read.debt, 10 * S);
+    twins.old_spend(5);
+    script_costing(&twins, 1, &read, 16 * S, 10);
+    twins.later(16 * S);
+    assert_eq!(twins.cluster.read().debt, 0, "the old bucket refilled");
+    twins.read_after(1, &read);
+    let (on_cluster, on_server) = owes_now(&twins);
+    assert_eq!(on_server, 9 * S);
+    assert!(
+        on_cluster >= on_server,
+        "{on_cluster} owed on the Cluster, {on_server} on one server"
+    );
+}
+
+/// The same from a full old bucket: 3 s spent on it between a carried spend's read and its
+/// script, the call spending 10 s, its read after 4 s later (the old bucket full again): one
+/// server's moved bucket ends 13 s after the read; the read after adds nothing.
+#[test]
+#[ignore = "FOUND: 6 s owed on the Cluster where one server owes 9 s (3 s spent on a full old bucket between read and script, refilled before a read after 4 s later)"]
+fn probe87_a_full_old_bucket_spent_before_the_script_refilled_by_the_read_after() {
+    let (old, new) = seconds_buckets();
+    let mut twins = Twins::new(&old, &new);
+    let read = twins.cluster.read();
+    assert_eq!(read.debt, 0);
+    twins.old_spend(3);
+    script_costing(&twins, 1, &read, 16 * S, 10);
+    twins.later(4 * S);
+    twins.read_after(1, &read);
+    let (on_cluster, on_server) = owes_now(&twins);
+    assert_eq!(on_server, 9 * S);
+    assert!(
+        on_cluster >= on_server,
+        "{on_cluster} owed on the Cluster, {on_server} on one server"
+    );
+}
+
+/// A reward on the old state between a carried spend's read and its script of a spend made
+/// before the read (4 s of 10): one server's script carries the 6 s left, the Cluster's the
+/// 10 s read; the read after finds the end as it was read (moved back 4 s, 4 s erased):
+/// nothing added. The Cluster over-refuses by the reward, no more.
+#[test]
+fn probe87_a_reward_between_read_and_script_of_a_spend_before_the_read() {
+    let (old, new) = seconds_buckets();
+    let twins = Twins::new(&old, &new);
+    twins.old_spend(10);
+    let read = twins.cluster.read();
+    twins.old_reward(4);
+    twins.script(1, &read);
+    twins.read_after(1, &read);
+    let (on_cluster, on_server) = twins.owed();
+    assert_eq!((on_cluster, on_server), (12 * S, 8 * S));
+}
+
+/// A spend (kept) and its refund both between a carried spend's read and its script: one
+/// server's script carries what was read (10 s); the Cluster's read after finds the 4 s
+/// spent and given back as grown (erased), and adds them: over by 4 s.
+#[test]
+fn probe87_a_spend_and_its_refund_between_read_and_script() {
+    let (old, new) = seconds_buckets();
+    let twins = Twins::new(&old, &new);
+    twins.old_spend(10);
+    let read = twins.cluster.read();
+    let spent = twins.old_kept_spend(4);
+    twins.old_refund(4, spent);
+    twins.script(1, &read);
+    twins.read_after(1, &read);
+    let (on_cluster, on_server) = twins.owed();
+    assert_eq!((on_cluster, on_server), (16 * S, 12 * S));
+}
+
+/// A reward larger than the old bucket's whole debt (20 s of 9 s owed: 5 s before the read,
+/// 4 s between the read and the script) after the script, before the read after: the bucket
+/// full, its end moved back 9 s; the read after of the full bucket counts the 9 s erased
+/// (at most) and adds the 4 s grown: 11 s as one server.
+#[test]
+fn probe87_a_reward_past_the_whole_debt_before_the_read_after() {
+    let (old, new) = seconds_buckets();
+    let twins = Twins::new(&old, &new);
+    twins.old_spend(5);
+    let read = twins.cluster.read();
+    twins.old_spend(4);
+    twins.script(1, &read);
+    twins.old_reward(20);
+    assert_eq!(twins.cluster.read().debt, 0);
+    twins.read_after(1, &read);
+    let (on_cluster, on_server) = twins.owed();
+    assert_eq!((on_cluster, on_server), (11 * S, 11 * S));
+}
+
+/// A refund, after the call's script, of a spend kept on the old state before the reload's
+/// first carrying read (its stamp from before, still the state's): its 4 s were read and
+/// carried; given back, the end moves back 4 s and the erased total grows 4 s: the read
+/// after finds nothing grown. One server carried them too (at its script): 11 s on both
+/// after one more call (the carried 9 s and two calls).
+#[test]
+fn probe87_a_refund_after_the_script_of_a_spend_before_the_read() {
+    let (old, new) = seconds_buckets();
+    let twins = Twins::new(&old, &new);
+    twins.old_spend(5);
+    let spent = twins.old_kept_spend(4);
+    let read = twins.cluster.read();
+    twins.script(1, &read);
+    twins.old_refund(4, spent);
+    twins.read_after(1, &read);
+    let (on_cluster, on_server) = twins.owed();
+    assert_eq!((on_cluster, on_server), (11 * S, 11 * S));
+}
+
+/// The same refund with the call's read after lost (its record standing): the next call's
+/// script reads the end as the record's (moved back 4 s, erased 4 s): nothing from the
+/// record; 11 s on both (the 4 s carried and then given back are not given back to the
+/// moved bucket on either side).
+#[test]
+fn probe87_a_refund_of_a_spend_before_the_read_while_a_record_stands() {
+    let (old, new) = seconds_buckets();
+    let twins = Twins::new(&old, &new);
+    twins.old_spend(5);
+    let spent = twins.old_kept_spend(4);
+    let read = twins.cluster.read();
+    twins.script(1, &read);
+    twins.old_refund(4, spent);
+    let (on_cluster, on_server) = twins.owed();
+    assert_eq!((on_cluster, on_server), (11 * S, 11 * S));
+}
+
+/// Three overlapping calls, each one's read after lost (their records replacing each other,
+/// tickets merged), 2 s spent on the old state between each read and its script, a reward of
+/// 1 s after each script: the last call (whose read after comes) and one more then owe no
+/// less than one server.
+#[test]
+fn probe87_three_lost_read_afters_merged_through_rewards() {
+    let (old, new) = seconds_buckets();
+    let twins = Twins::new(&old, &new);
+    twins.old_spend(5);
+    let mut reads = Vec::new();
+    for id in 1..=3 {
+        let read = twins.cluster.read();
+        twins.old_spend(2);
+        twins.script(id, &read);
+        twins.old_reward(1);
+        reads.push(read);
+    }
+    twins.read_after(3, &reads[2]);
+    let (on_cluster, on_server) = twins.owed();
+    assert!(
+        on_cluster >= on_server,
+        "{on_cluster} owed on the Cluster, {on_server} on one server"
+    );
+}
+
+/// The same three overlapping calls with their reads after coming in reverse order (each
+/// after the last script).
+#[test]
+fn probe87_three_overlapping_calls_read_after_in_reverse() {
+    let (old, new) = seconds_buckets();
+    let twins = Twins::new(&old, &new);
+    twins.old_spend(5);
+    let mut reads = Vec::new();
+    for id in 1..=3 {
+        let read = twins.cluster.read();
+        twins.old_spend(2);
+        twins.script(id, &read);
+        twins.old_reward(1);
+        reads.push(read);
+    }
+    for id in (1..=3).rev() {
+        twins.read_after(id, &reads[id as usize - 1]);
+    }
+    let (on_cluster, on_server) = twins.owed();
+    assert!(
+        on_cluster >= on_server,
+        "{on_cluster} owed on the Cluster, {on_server} on one server"
+    );
+}
+
+/// The moved bucket reset (by a reloaded pod) between a carried spend's script and its read
+/// after, 4 s spent on the old state between the read and the script: the call's slack (the
+/// moved bucket's debt past the one carried, at its script) no longer stands in the moved
+/// bucket; one server's reset forgot the carried 4 s too, and the next call on both sides
+/// carries the old end again.
+#[test]
+fn probe87_the_moved_bucket_reset_while_a_ticket_stands() {
+    let (old, new) = seconds_buckets();
+    let twins = Twins::new(&old, &new);
+    twins.old_spend(5);
+    let first = twins.read_and_script(1);
+    twins.read_after(1, &first);
+    // The moved bucket owes 6 s past what the next read carries... then is reset.
+    for _ in 0..6 {
+        for s in [&twins.cluster, &twins.server] {
+            assert!(matches!(s.redis.decide_full(&new, NEW, 1, true), Reply::Array(_)));
+        }
+    }
+    let read = twins.cluster.read();
+    twins.old_spend(4);
+    twins.script(2, &read);
+    for s in [&twins.cluster, &twins.server] {
+        s.reset(NEW);
+    }
+    twins.read_after(2, &read);
+    let (on_cluster, on_server) = twins.owed();
+    assert!(
+        on_cluster >= on_server,
+        "{on_cluster} owed on the Cluster, {on_server} on one server"
+    );
+}
+
+/// Steady calls (200, half a second apart, each one's script before the read after of the one
+/// before) while a pod in the old window rewards a second of the old state after each
+/// script (the old state spent 1 s before each read by that pod): the moved bucket owes what
+/// one server's does within a few seconds, never growing with the calls, and refills.
+#[test]
+fn probe87_two_hundred_steady_calls_each_with_a_reward_stay_bounded() {
+    let old = tokens(1_000, 0, Duration::from_secs(1_000));
+    let new = tokens(1_000, 0, Duration::from_secs(1_000));
+    let mut twins = Twins::new(&old, &new);
+    let mut before: Option<(Read, u64)> = None;
+    let mut worst = 0;
+    for id in 1..=200 {
+        twins.old_spend(1);
+        let read = twins.cluster.read();
+        twins.script(id, &read);
+        if let Some((read, id)) = before.take() {
+            twins.read_after(id, &read);
+        }
+        before = Some((read, id));
+        twins.old_reward(1);
+        let (c, s) = owes_now(&twins);
+        assert!(c >= s, "call {id}: {c} owed on the Cluster, {s} on one server");
+        worst = worst.max(c - s);
+        twins.later(S / 2);
+    }
+    let (read, id) = before.unwrap();
+    twins.read_after(id, &read);
+    let (on_cluster, on_server) = twins.owed();
+    assert!(on_cluster >= on_server);
+    assert!(worst <= 2 * S, "the Cluster over by {worst} at worst");
+    twins.later(on_cluster + S);
+    assert_eq!(twins.owed(), (S, S), "refilled");
+}
+
+/// [`steady_through_spends_given_back`] (a spend kept and refunded after each script) over
+/// 200 calls: 102 s owed on one server (a full moved bucket, 100 s, and the last call's); the
+/// Cluster no more than a second past it, and refilled.
+#[test]
+fn probe87_two_hundred_steady_calls_each_with_a_refund_stay_bounded() {
+    let refund = |twins: &Twins<'_>, spent: u64| twins.old_refund(1, spent);
+    let (owed, refilled) = steady_calls_through_spends_given_back(refund, false, 200);
+    assert!(owed.0 >= owed.1, "{owed:?}");
+    assert!(owed.0 - owed.1 <= S, "{owed:?}");
+    assert_eq!(refilled, (S, S), "refilled");
+}
