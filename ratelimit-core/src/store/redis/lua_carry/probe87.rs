@@ -294,3 +294,30 @@ fn probe87_two_hundred_steady_calls_each_with_a_refund_stay_bounded() {
     assert!(owed.0 - owed.1 <= S, "{owed:?}");
     assert_eq!(refilled, (S, S), "refilled");
 }
+
+/// [`probe87_a_full_old_bucket_spent_before_the_script_refilled_by_the_read_after`] with the
+/// call's read after lost (its task dropped, a runtime shut down): 3 s spent on the full old
+/// bucket between its read and its script, the old bucket full again when the next call
+/// reads it (4 s later, within the first call's wait): the next script, reading a full
+/// bucket while the record may still be read after, adds nothing from it, and nobody adds
+/// the 3 s one server's script carried.
+#[test]
+#[ignore = "FOUND: 7 s owed on the Cluster where one server owes 10 s (3 s spent between a lost read after's read and script, refilled before the next read within its wait)"]
+fn probe87_a_lost_read_after_its_growth_refilled_before_the_next_read() {
+    let (old, new) = seconds_buckets();
+    let mut twins = Twins::new(&old, &new);
+    let read = twins.cluster.read();
+    twins.old_spend(3);
+    script_costing(&twins, 1, &read, 16 * S, 10);
+    twins.later(4 * S);
+    let second = twins.cluster.read();
+    assert_eq!(second.debt, 0);
+    script_costing(&twins, 2, &second, 16 * S, 1);
+    twins.read_after(2, &second);
+    let (on_cluster, on_server) = owes_now(&twins);
+    assert_eq!(on_server, 10 * S);
+    assert!(
+        on_cluster >= on_server,
+        "{on_cluster} owed on the Cluster, {on_server} on one server"
+    );
+}
