@@ -186,13 +186,17 @@ end
 -- and the reset were lost (9 admitted after where one server leaves 4:
 -- `probe_a_standing_record_then_the_old_state_reset`, carries/). From a read of a full old
 -- bucket (its end then the time read, not what was spent: as `grown_since` in
--- src/store/redis/stacked.rs) something is added only when resets erased more since the
--- record's read (no more than that), or when the record is past the time its read after has
--- come or never will
--- (the script's, `old.given.wait` after it): the old end, refilled by time alone, reached
--- the time read at most. From a record that may still be read after, nothing: added from,
--- the time between two overlapping calls' reads was added at every call, and a moved bucket
--- under steady calls never refilled. The record expires a full moved bucket (what one
+-- src/store/redis/across_slots.rs) the whole time from the record's end is added all the
+-- same, but for the record's ticket: what was spent between the record's read and its
+-- script may have refilled by the time read (a bucket refills between two calls, and
+-- within one whose read after comes late), and nothing else tells of it (added only when
+-- resets erased more since, or past the record's wait, a record's 3 s spent on a full old
+-- bucket refilled before the next read were lost: 7 s owed where one server owes 10 s,
+-- `probe87_a_lost_read_after_its_growth_refilled_before_the_next_read`, lua_carry/). The
+-- time between two overlapping calls' reads so read as grown, which added whole kept a
+-- moved bucket under steady calls from refilling, is within the record's slack (the moved
+-- bucket then owes at least the calls spent since): added once, when the moved bucket
+-- owed nothing past the debt carried. The record expires a full moved bucket (what one
 -- addition adds at most) after the end read or its wait, whichever is later: the next
 -- carrying spend comes before that whenever calls keep coming, and no record then is left
 -- behind by a key gone quiet.
@@ -262,22 +266,10 @@ local function carry(old, moved, now, write)
       -- (a) and (b) of the pending record (see `grow`), before the debt read is carried: what
       -- is added is then in the moved bucket's own debt, which the carry's rule takes first.
       local given = old.given
-      -- From a full read: only after a reset (the record's read before it: its time erased
-      -- below the one read, or not kept), or from a record whose read after has come or
-      -- never will (past its `past`: the old end then at most the time read); see `grow`.
-      local reached = given.debt > 0
-      if record and not reached then
-        reached = given.erased > (record.erased or 0)
-          or (record.past ~= nil and record.past < now)
-      end
+      -- From a full read too (its end the time read): see `grow`.
       marked = marked and marked + 0 or 0
-      if record and reached then
-        -- (From a full read whose record may still be read after, no more than what was
-        -- erased since: as `Read::grown_since` in src/store/redis/across_slots.rs.)
+      if record then
         local grew = given.read_end - record.from
-        if given.debt == 0 and record.erased and not (record.past and record.past < now) then
-          grew = math.min(grew, given.erased - record.erased)
-        end
         local err = added(moved, into, old.key, marked, grew, record.slack or 0, record.since,
           given.debt, now)
         if err then return err end

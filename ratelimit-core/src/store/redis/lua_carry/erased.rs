@@ -452,8 +452,9 @@ fn probe82_a_stall_between_read_and_script_outlives_the_erased_key() {
 /// a second apart, 60 of them) carrying an old bucket a pod in the old window spends 5 s of
 /// at the 20th and resets at the 22nd (the erased total grows once): the moved bucket owes
 /// what one server's does (31 s; 36.5 s when what the reset erased and the half second
-/// between two reads were added whole: the moved bucket owed them already, its slack), and
-/// refills: no lockout.
+/// between two reads were added whole: the moved bucket owed them already, its slack) but
+/// for the first call's half second between its read and its read after (a full read counts
+/// the time since, `Read::grown_since`: 31.5 s), and refills: no lockout.
 #[test]
 fn probe82_steady_overlapping_calls_through_a_reset_still_refill() {
     let old = tokens(1_000, 0, Duration::from_secs(1_000));
@@ -477,7 +478,7 @@ fn probe82_steady_overlapping_calls_through_a_reset_still_refill() {
     let (read, id) = before.unwrap();
     twins.read_after(id, &read);
     let (on_cluster, on_server) = twins.owed();
-    assert_eq!((on_cluster, on_server), (31 * S, 31 * S));
+    assert_eq!((on_cluster, on_server), (31 * S + S / 2, 31 * S));
     twins.later(on_cluster + S);
     assert_eq!(twins.owed(), (S, S), "refilled");
 }
@@ -532,35 +533,38 @@ pub(super) fn steady_calls_through_spends_given_back(
 /// `lua/carry.lua`), only the first call's (nothing owed before it): 22 s, and no more
 /// however many calls follow. That second is owed: the Cluster cannot tell this history from
 /// one where the first spend came before the first call's script, where one server owes it
-/// ([`probe82_a_first_spend_before_the_script_refunded_after_it`]).
+/// ([`probe82_a_first_spend_before_the_script_refunded_after_it`]). And the half second
+/// between the first call's read and its read after, a full read counting the time since
+/// (`Read::grown_since`): 22.5 s.
 #[test]
 fn probe82_steady_overlapping_calls_through_spends_refunded() {
     let refund = |twins: &Twins<'_>, spent: u64| twins.old_refund(1, spent);
     let (owed, refilled) = steady_through_spends_given_back(refund, false);
-    assert_eq!(owed, (22 * S, 21 * S));
+    assert_eq!(owed, (22 * S + S / 2, 21 * S));
     assert_eq!(refilled, (S, S), "refilled");
 }
 
 /// [`probe82_steady_overlapping_calls_through_spends_refunded`] with the first spend made
 /// between the first call's read and its script (refunded after it, as before): the same
 /// steps on the old state's node, which the Cluster cannot tell apart, where one server's
-/// first script carried that second: 22 s on both.
+/// first script carried that second: 22 s on both, and the Cluster the half second between
+/// the first call's read and its read after (`Read::grown_since` of a full read).
 #[test]
 fn probe82_a_first_spend_before_the_script_refunded_after_it() {
     let refund = |twins: &Twins<'_>, spent: u64| twins.old_refund(1, spent);
     let (owed, _) = steady_through_spends_given_back(refund, true);
-    assert_eq!(owed, (22 * S, 22 * S));
+    assert_eq!(owed, (22 * S + S / 2, 22 * S));
 }
 
 /// [`steady_through_spends_given_back`] with resets where the refunds were (by a pod the
 /// reload has not reached): before slacks, each read as growth a call may have missed (the
 /// 1 s and the half second to the next read), 81 s owed where one server owes 21 s after 40
-/// calls; now the first call's second, as refunds (22 s), and refilled.
+/// calls; now the first call's second and half second, as refunds (22.5 s), and refilled.
 #[test]
 fn probe82_steady_overlapping_calls_through_resets_drift_boundedly() {
     let reset = |twins: &Twins<'_>, _: u64| twins.old_reset();
     let (owed, refilled) = steady_through_spends_given_back(reset, false);
-    assert_eq!(owed, (22 * S, 21 * S));
+    assert_eq!(owed, (22 * S + S / 2, 21 * S));
     assert_eq!(refilled, (S, S), "refilled");
 }
 
