@@ -153,3 +153,5 @@ mod moved;
 /// The pending record a carried spend leaves for a read after that never comes (helper-79's
 /// probes).
 mod records;
+/// helper-87's probes of give-backs while a record stands.
+mod probe87;

@@ -109,6 +109,8 @@ pub(super) async fn on_one_server(then: Then) -> usize {
         }
         Then::ResetMoved => assert!(store.reset(&into).await.unwrap()),
         Then::RewardOld => reward_old(&store, &from, &old).await,
+        Then::RewardOldPastItsDebt => assert!(reward(&store, &from, &old, 20).await >= 9),
+        Then::RewardMoved => assert_eq!(reward(&store, &into, &new, 5).await, 5),
         Then::Nothing | Then::Expired => {}
     }
     let mut admitted = 0;
@@ -136,6 +138,11 @@ pub(super) enum Then {
     Expired,
     /// A reward of 5 on the old state (a pod the reload has not reached rewards the key).
     RewardOld,
+    /// A reward of 20 on the old state, past all it owes (9 or 10 given back: what its
+    /// quota takes).
+    RewardOldPastItsDebt,
+    /// A reward of 5 on the moved state (`service.reward` after the reload).
+    RewardMoved,
     /// The erased key beside the old state deleted (as an eviction would), then the old state
     /// reset.
     ErasedGoneThenResetOld,
@@ -143,9 +150,14 @@ pub(super) enum Then {
 
 /// A reward of 5 on `from` under `old` (`service.reward` by a pod in its old window).
 async fn reward_old(store: &RedisStore, from: &str, old: &Quota) {
-    let key = StoreKey::one_window(from).unwrap();
-    let reward = crate::store::Adjustment::reward(key, old, 5, NOW);
-    assert_eq!(store.adjust(reward).await.unwrap(), 5);
+    assert_eq!(reward(store, from, old, 5).await, 5);
+}
+
+/// A reward of `units` on `key` under `quota`: the units given back.
+async fn reward(store: &RedisStore, key: &str, quota: &Quota, units: u64) -> u64 {
+    let key = StoreKey::one_window(key).unwrap();
+    let reward = crate::store::Adjustment::reward(key, quota, units, NOW);
+    store.adjust(reward).await.unwrap()
 }
 
 /// [`held_past_the_read_after`], then `then`: what the moved bucket admits after.
@@ -165,6 +177,12 @@ pub(super) async fn on_a_cluster(then: Then) -> usize {
                 .unwrap();
         }
         Then::RewardOld => reward_old(&moved.store, &moved.from, &moved.old).await,
+        Then::RewardOldPastItsDebt => {
+            assert!(reward(&moved.store, &moved.from, &moved.old, 20).await >= 9)
+        }
+        Then::RewardMoved => {
+            assert_eq!(reward(&moved.store, &moved.into, &moved.new, 5).await, 5)
+        }
         Then::ErasedGoneThenResetOld => {
             let erased = super::super::ledger::erased_key(&moved.from);
             assert!(exists(&mut moved.masters[1], &erased), "kept by the read");
