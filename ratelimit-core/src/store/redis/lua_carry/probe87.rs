@@ -162,7 +162,8 @@ fn probe87_a_refund_of_a_spend_before_the_read_while_a_record_stands() {
 }
 
 /// Three overlapping calls, each one's read after lost (their records replacing each other,
-/// tickets merged), 2 s spent on the old state between each read and its script, a reward of
+/// tickets merged), 2 s spent on the old state between each read and its script, each call
+/// spending 5 s of the moved bucket (on top of what it missed, on one server), a reward of
 /// 1 s after each script: the last call (whose read after comes) and one more then owe no
 /// less than one server.
 #[test]
@@ -174,7 +175,7 @@ fn probe87_three_lost_read_afters_merged_through_rewards() {
     for id in 1..=3 {
         let read = twins.cluster.read();
         twins.old_spend(2);
-        twins.script(id, &read);
+        script_costing(&twins, id, &read, WAIT, 5);
         twins.old_reward(1);
         reads.push(read);
     }
@@ -197,7 +198,7 @@ fn probe87_three_overlapping_calls_read_after_in_reverse() {
     for id in 1..=3 {
         let read = twins.cluster.read();
         twins.old_spend(2);
-        twins.script(id, &read);
+        script_costing(&twins, id, &read, WAIT, 5);
         twins.old_reward(1);
         reads.push(read);
     }
