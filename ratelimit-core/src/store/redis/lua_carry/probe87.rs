@@ -350,3 +350,99 @@ proptest! {
         prop_assert!(!left, "a pending record left");
     }
 }
+
+/// The stacked script's reply carrying `given` into the moved bucket of `side` (a spend of 1
+/// when `given` is read, none for an addition), whatever it is.
+fn script_reply(side: &Across<'_>, given: Given) -> Reply {
+    let spends = matches!(given, Given::Held { .. });
+    let checks = [check(NEW, side.new, 1)];
+    let carried = side.carried();
+    let mode = if spends { Mode::Spend } else { Mode::Look };
+    let stacked = Stacked::carrying(&checks, &carried, T0 * 1_000, mode).unwrap();
+    let asked: Vec<&Check<'_>> = if spends { checks.iter().collect() } else { vec![] };
+    let given = [Some(given)];
+    let (keys, args) = script_call(&stacked, &asked, spends, false, &given, || 0).unwrap();
+    let keys: Vec<&str> = (asked.iter().map(|c| c.key.as_str()))
+        .chain(keys.iter().map(String::as_str))
+        .collect();
+    side.redis.eval_source(STACKED_SCRIPT.text(), &keys, &args)
+}
+
+/// Strings no addition writes in the added total beside the moved state (`added:{from}`):
+/// a carried spend's script (which reads it for its ticket) and an addition after a read
+/// after each fail (`RATELIMIT_STATE`), nothing written: the moved bucket as it was, the key
+/// as it was. ("0" too: an addition writes a total above 0.)
+#[test]
+fn probe87_garbage_in_the_added_total_fails_the_script_and_the_addition() {
+    let (old, new) = seconds_buckets();
+    let added = super::super::across_slots::grown_mark(NEW, OLD);
+    for garbage in ["garbage", "0", "-1", "01", "", "1.5", "9007199254740992"] {
+        let twins = Twins::new(&old, &new);
+        let s = &twins.cluster;
+        twins.old_spend(5);
+        let read = s.read();
+        let set = s.redis.command(&["SET", &added, garbage]);
+        assert!(set.is_ok(), "{set:?}");
+        let end = s.end(NEW, &new);
+        let failed = |reply: Reply| match reply {
+            Reply::Error(e) => assert!(e.contains("RATELIMIT_STATE"), "{garbage:?}: {e}"),
+            other => panic!("{garbage:?}: {other:?}"),
+        };
+        let held = Given::Held {
+            debt: read.debt,
+            left: read.left,
+            end: read.end(),
+            erased: read.erased,
+            pending: 1,
+            wait: WAIT,
+        };
+        failed(script_reply(s, held));
+        let grown = Given::Grown {
+            from: read.end(),
+            to: read.end() + 4 * S,
+            lasts: 9 * S,
+            slack: 0,
+            since: 0,
+            pending: 1,
+        };
+        failed(script_reply(s, grown));
+        assert_eq!(s.end(NEW, &new), end, "{garbage:?}: nothing written");
+        let record = super::super::across_slots::pending_key(NEW, OLD);
+        assert_eq!(s.redis.expiry(&record), None, "{garbage:?}: no record");
+        let held = s.redis.command(&["GET", &added]);
+        assert_eq!(held, Ok(Reply::Bulk(garbage.into())), "{garbage:?}");
+    }
+}
+
+/// The added total beside the moved state gone (expired, or evicted: it expires, so a
+/// `volatile-*` policy may take it) while a ticket that counted it stands: a call's read
+/// after (`lost` false) or, its read after lost, the next call's script from its record
+/// reads no total, and subtracts nothing of what was added since the call's script (never
+/// a total below the ticket's): no less than one server owes.
+#[test]
+fn probe87_the_added_total_gone_while_a_ticket_stands() {
+    for lost in [false, true] {
+        let (old, new) = seconds_buckets();
+        let twins = Twins::new(&old, &new);
+        let added = super::super::across_slots::grown_mark(NEW, OLD);
+        twins.old_spend(5);
+        let read = twins.cluster.read();
+        twins.old_spend(3);
+        twins.script(1, &read);
+        twins.read_after(1, &read);
+        assert!(twins.cluster.redis.expiry(&added).is_some(), "3 s added");
+        let read = twins.cluster.read();
+        twins.old_spend(4);
+        twins.script(2, &read);
+        let del = twins.cluster.redis.command(&["DEL", &added]);
+        assert_eq!(del, Ok(Reply::Int(1)));
+        if !lost {
+            twins.read_after(2, &read);
+        }
+        let (on_cluster, on_server) = twins.owed();
+        assert!(
+            on_cluster >= on_server,
+            "lost {lost}: {on_cluster} owed on the Cluster, {on_server} on one server"
+        );
+    }
+}
