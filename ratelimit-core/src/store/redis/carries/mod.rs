@@ -150,8 +150,8 @@ mod erased;
 /// A bucket moved to another Cluster slot ([`moved::Moved`]): the read after a carried spend,
 /// and a call dropped or held at each of its steps.
 mod moved;
+/// helper-87's probes of give-backs while a record stands.
+mod probe87;
 /// The pending record a carried spend leaves for a read after that never comes (helper-79's
 /// probes).
 mod records;
-/// helper-87's probes of give-backs while a record stands.
-mod probe87;

@@ -17,7 +17,10 @@ fn script_costing(twins: &Twins<'_>, id: u64, read: &Read, wait: u64, cost: u64)
         pending: id,
         wait,
     };
-    assert!(twins.cluster.script(cost, Some(held)), "refused on the Cluster");
+    assert!(
+        twins.cluster.script(cost, Some(held)),
+        "refused on the Cluster"
+    );
     assert!(twins.server.script(cost, None), "refused on one server");
 }
 
@@ -227,7 +230,10 @@ fn probe87_the_moved_bucket_reset_while_a_ticket_stands() {
     // The moved bucket owes 6 s past what the next read carries... then is reset.
     for _ in 0..6 {
         for s in [&twins.cluster, &twins.server] {
-            assert!(matches!(s.redis.decide_full(&new, NEW, 1, true), Reply::Array(_)));
+            assert!(matches!(
+                s.redis.decide_full(&new, NEW, 1, true),
+                Reply::Array(_)
+            ));
         }
     }
     let read = twins.cluster.read();
@@ -265,7 +271,10 @@ fn probe87_two_hundred_steady_calls_each_with_a_reward_stay_bounded() {
         before = Some((read, id));
         twins.old_reward(1);
         let (c, s) = owes_now(&twins);
-        assert!(c >= s, "call {id}: {c} owed on the Cluster, {s} on one server");
+        assert!(
+            c >= s,
+            "call {id}: {c} owed on the Cluster, {s} on one server"
+        );
         worst = worst.max(c - s);
         twins.later(S / 2);
     }
@@ -359,7 +368,11 @@ fn script_reply(side: &Across<'_>, given: Given) -> Reply {
     let carried = side.carried();
     let mode = if spends { Mode::Spend } else { Mode::Look };
     let stacked = Stacked::carrying(&checks, &carried, T0 * 1_000, mode).unwrap();
-    let asked: Vec<&Check<'_>> = if spends { checks.iter().collect() } else { vec![] };
+    let asked: Vec<&Check<'_>> = if spends {
+        checks.iter().collect()
+    } else {
+        vec![]
+    };
     let given = [Some(given)];
     let (keys, args) = script_call(&stacked, &asked, spends, false, &given, || 0).unwrap();
     let keys: Vec<&str> = (asked.iter().map(|c| c.key.as_str()))
