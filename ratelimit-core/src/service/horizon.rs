@@ -13,8 +13,7 @@
 //! (`reload.rs`). Plain calls make no round trip of it: one compare while nothing is due.
 //!
 //! Not covered (each keeps the per-process horizon): a prepared site's calls read nothing
-//! (they raise it), their transition worked out once per generation; stacked limits
-//! (`consume_all`) neither raise nor read it; a wait in the queue raises it but reads it
+//! (they raise it), their transition worked out once per generation; a wait in the queue raises it but reads it
 //! only as its call began; a service started after the move keeps no replaced
 //! configuration to carry from (a horizon says how long, not which state).
 //!

@@ -165,6 +165,14 @@ impl RateLimitService {
         keep: bool,
     ) -> Result<SpentAll, Error> {
         let generation = self.generation();
+        // The fleet's reload horizon (`horizon.rs`), as a single call: read where due before
+        // the sites are worked out, raised before a quota of a call's own is spent. Neither,
+        // a pod carried a moved state only for the configured bucket while another's stacked
+        // calls owed 15 minutes on it: 15 admitted where one service admitted none
+        // (probes_horizon_record_redis).
+        if self.horizon_due(&generation) {
+            Box::pin(self.read_horizon_if_due(&generation)).await?;
+        }
         let mut held: Vec<Held> = std::iter::repeat_with(Held::default)
             .take(limits.len())
             .collect();
@@ -172,6 +180,12 @@ impl RateLimitService {
             Keyed::Unlimited(decisions) => return Ok(SpentAll::kept(decisions)),
             Keyed::Keys(sites, keys, now) => (sites, keys, now),
         };
+        if sites.iter().any(|site| self.horizon_raise_at(site)) {
+            match Box::pin(self.raise_horizon(&generation, 0)).await {
+                Err(e) if self.horizon_failure_refuses(&e) => return Err(e),
+                _ => {}
+            }
+        }
         let mut drained = vec![None; sites.len()];
         let mut checks = checks(&keys, &sites, now, &mut drained);
         // Limits a reload moved to another state are held to their old states too, as one
