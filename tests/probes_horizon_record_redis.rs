@@ -396,7 +396,8 @@ async fn two_pods_raising_the_record_leave_the_larger_of_each() {
             }
             _ => {
                 let (x, y) = tokio::join!(first.consume("k", &a_own), second.consume("k", &b_own));
-                (x.unwrap(), y.unwrap());
+                x.unwrap();
+                y.unwrap();
             }
         }
         assert_eq!(record(&server, &pods.prefix), Some(max), "{order}");
