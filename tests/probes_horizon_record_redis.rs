@@ -198,13 +198,14 @@ async fn a_deleted_record_is_read_as_nothing_recorded() {
     assert_eq!(fleet, twin, "fleet");
 }
 
-/// A prepared site of plain options on B, prepared after the move (prepared sites read no
-/// record: `horizon.rs`): A's 15 with their own refill of a token a minute (the record
-/// raised), both reloaded to the tier renamed; B's prepared calls at +300 s. The twin's
-/// prepared site carries the old state for the quota of its own it noted: none. B's, worked
-/// out with nothing read, carries it for the configured bucket only: 15.
+/// A prepared site of plain options on B, prepared after the move: A's 15 with their own
+/// refill of a token a minute (the record raised), both reloaded to the tier renamed; B's
+/// prepared calls at +300 s. The twin's prepared site carries the old state for the quota
+/// of its own it noted: none. Found: prepared sites read no record, and B's, worked out with
+/// nothing read, carried it for the configured bucket only: 15. Closed: a prepared site
+/// whose service has a read due takes the per-call path, which reads it
+/// (`RateLimitService::horizon_stands`).
 #[tokio::test]
-#[ignore = "FOUND: 15 admitted by B's prepared plain site at +300 s against 0 on the twin"]
 async fn a_prepared_plain_site_on_another_pod_reads_no_record() {
     let server = RedisServer::start();
     let own = Options::new().refill(1);
@@ -241,6 +242,33 @@ async fn a_prepared_plain_site_after_a_plain_call_read_the_record() {
         // A plain call on another key: B reads the record here.
         counts.push(pods.admitted(1, "other", &Options::new(), 1).await);
         let prepared = pods.pod(1).prepare(&Options::new()).unwrap();
+        let mut admitted = 0;
+        for _ in 0..16 {
+            admitted += usize::from(prepared.consume("k").await.unwrap().allowed);
+        }
+        counts.push(admitted);
+        counts
+    })
+    .await;
+    assert_eq!(twin, [15, 1, 0], "twin");
+    assert_eq!(fleet, twin, "fleet");
+}
+
+/// B's prepared plain site prepared after the move but before B read the record, its calls
+/// made after a plain call of B's has read it (+300 s): what B knows now holds the old state
+/// (A's quota of its own). Found: the site's transition, worked out before the read, still
+/// carried for the configured bucket only: 15 against the twin's none. Closed: a read that
+/// raises what a service knows leaves the sites prepared before it no longer current.
+#[tokio::test]
+async fn a_prepared_plain_site_prepared_before_the_read_keeps_what_it_knew() {
+    let server = RedisServer::start();
+    let own = Options::new().refill(1);
+    let (fleet, twin) = fleet_and_twin(&server, "h88-prepared-before", async |pods| {
+        let mut counts = vec![pods.admitted(0, "k", &own, 16).await];
+        pods.reload_all(|| bucket("b"));
+        let prepared = pods.pod(1).prepare(&Options::new()).unwrap();
+        pods.at(300);
+        counts.push(pods.admitted(1, "other", &Options::new(), 1).await);
         let mut admitted = 0;
         for _ in 0..16 {
             admitted += usize::from(prepared.consume("k").await.unwrap().allowed);

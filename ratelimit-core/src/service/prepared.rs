@@ -52,8 +52,11 @@ impl RateLimitService {
 
     pub(crate) fn prepare_call(&self, options: &Call<'_>) -> Result<Prepared, Error> {
         let (generation, mut held) = (self.generation(), Held::default());
+        // Before the site: a read folded while it is worked out leaves it stale, not current.
+        let folds = self.inner.fleet.folds();
         let site = self.site(&generation, options, &mut held)?;
         let prepared = Prepared {
+            folds,
             quota: *site.quota,
             tier: site.tier,
             counters: options.budget.map(|name| self.method_counters(name).1),
@@ -109,6 +112,9 @@ pub struct Prepared {
     /// Boxed: a site's calls test it on every call, and a pointer is one compare (an
     /// `Option` around two `Vec`s tests a capacity's niche).
     transition: Option<Box<Transition>>,
+    /// How many reads of the fleet's reload horizon had raised what the service knows when
+    /// the site was worked out (`RateLimitService::horizon_stands`).
+    folds: u64,
 }
 
 /// The options a [`Prepared`] site was asked for that a reload may resolve differently.
@@ -150,6 +156,7 @@ impl Prepared {
     #[inline]
     pub fn is_current(&self) -> bool {
         self.service.runs(&self.generation)
+            && (self.service).horizon_stands(self.folds, &self.generation)
     }
 
     /// The call the site was prepared for, as asked, with `cost`.
@@ -172,6 +179,11 @@ impl Prepared {
     async fn rerun(&self, key: Option<&str>, cost: u64, mode: Mode) -> Result<Decision, Error> {
         let (generation, mut held) = (self.service.generation(), Held::default());
         let call = mode.apply(self.asked(cost));
+        if self.service.horizon_due(&generation) {
+            Box::pin(self.service.read_horizon_if_due(&generation))
+                .await
+                .map_err(|e| self.service.unresolved(&call, e))?;
+        }
         let site = self
             .service
             .site(&generation, &call, &mut held)
@@ -260,6 +272,11 @@ impl Prepared {
         }
         let (generation, mut held) = (self.service.generation(), Held::default());
         let call = self.asked(cost);
+        if self.service.horizon_due(&generation) {
+            Box::pin(self.service.read_horizon_if_due(&generation))
+                .await
+                .map_err(|e| self.service.unresolved(&call, e))?;
+        }
         let site = self
             .service
             .site(&generation, &call, &mut held)
@@ -279,6 +296,9 @@ impl Prepared {
             return self.service.spend_now(self.site(cost, true), key, enforce);
         }
         let (generation, mut held) = (self.service.generation(), Held::default());
+        if self.service.horizon_due(&generation) {
+            return None;
+        }
         let call = self.asked(cost);
         match self.service.site(&generation, &call, &mut held) {
             Ok(site) => self.service.spend_now(site, key, enforce),
