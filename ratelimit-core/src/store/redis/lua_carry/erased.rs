@@ -171,6 +171,16 @@ impl<'q> Twins<'q> {
         let owes = |s: &Across<'_>| s.end(NEW, new).saturating_sub(self.now);
         (owes(&self.cluster), owes(&self.server))
     }
+
+    /// [`owed`](Self::owed), the Cluster owing no less than one server (asserted).
+    pub(super) fn owes_no_less(&self) -> (u64, u64) {
+        let (on_cluster, on_server) = self.owed();
+        assert!(
+            on_cluster >= on_server,
+            "{on_cluster} owed on the Cluster, {on_server} on one server"
+        );
+        (on_cluster, on_server)
+    }
 }
 
 pub(super) fn seconds_buckets() -> (Quota, Quota) {
@@ -441,11 +451,7 @@ fn probe82_a_stall_between_read_and_script_outlives_the_erased_key() {
         twins.cluster.redis.expiry(&pending).is_some(),
         "the record stands"
     );
-    let (on_cluster, on_server) = twins.owed();
-    assert!(
-        on_cluster >= on_server,
-        "{on_cluster} owed on the Cluster, {on_server} on one server"
-    );
+    twins.owes_no_less();
 }
 
 /// Steady overlapping calls (each one's script before the read after of the one before, half

@@ -183,11 +183,7 @@ fn probe87_three_lost_read_afters_merged_through_rewards() {
         reads.push(read);
     }
     twins.read_after(3, &reads[2]);
-    let (on_cluster, on_server) = twins.owed();
-    assert!(
-        on_cluster >= on_server,
-        "{on_cluster} owed on the Cluster, {on_server} on one server"
-    );
+    twins.owes_no_less();
 }
 
 /// The same three overlapping calls with their reads after coming in reverse order (each
@@ -208,11 +204,7 @@ fn probe87_three_overlapping_calls_read_after_in_reverse() {
     for id in (1..=3).rev() {
         twins.read_after(id, &reads[id as usize - 1]);
     }
-    let (on_cluster, on_server) = twins.owed();
-    assert!(
-        on_cluster >= on_server,
-        "{on_cluster} owed on the Cluster, {on_server} on one server"
-    );
+    twins.owes_no_less();
 }
 
 /// The moved bucket reset (by a reloaded pod) between a carried spend's script and its read
@@ -243,11 +235,7 @@ fn probe87_the_moved_bucket_reset_while_a_ticket_stands() {
         s.reset(NEW);
     }
     twins.read_after(2, &read);
-    let (on_cluster, on_server) = twins.owed();
-    assert!(
-        on_cluster >= on_server,
-        "{on_cluster} owed on the Cluster, {on_server} on one server"
-    );
+    twins.owes_no_less();
 }
 
 /// Steady calls (200, half a second apart, each one's script before the read after of the one
@@ -484,9 +472,5 @@ fn probe87_a_stall_between_read_and_script_past_another_calls_wait() {
     twins.later(2 * S);
     script_costing(&twins, 2, &stalled, WAIT, 1);
     twins.read_after(2, &stalled);
-    let (on_cluster, on_server) = twins.owed();
-    assert!(
-        on_cluster >= on_server,
-        "{on_cluster} owed on the Cluster, {on_server} on one server"
-    );
+    twins.owes_no_less();
 }
