@@ -24,6 +24,7 @@ mod agrees;
 #[cfg(test)]
 mod carries;
 mod eviction;
+mod given;
 mod horizon;
 mod lease;
 mod ledger;

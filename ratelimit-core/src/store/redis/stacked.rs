@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use redis::cluster_routing::Slot;
 
-use super::across_slots::{givens, grown_mark, pending_key, Given};
+use super::given::{givens, grown_mark, pending_key, Given};
 use super::ledger::{block_key, stamp_key};
 use super::refund::draw;
 use super::reply::unexpected;

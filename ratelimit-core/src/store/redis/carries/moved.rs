@@ -76,7 +76,7 @@ impl Moved {
 
     /// Until what a carried spend's task adds is written (the mark beside the moved state).
     pub(super) async fn until_added(&mut self, what: &str) {
-        let mark = super::super::across_slots::grown_mark(&self.into, &self.from);
+        let mark = super::super::given::grown_mark(&self.into, &self.from);
         let deadline = std::time::Instant::now() + Duration::from_secs(20);
         while !exists(&mut self.masters[0], &mark) {
             assert!(
@@ -147,7 +147,7 @@ async fn met_before_the_read_after(meanwhile: Meanwhile) -> (Result<Decision, Er
     unpause(&mut moved.masters[into_master]);
     until_waiting(&mut moved.masters[from_master], 1);
     if meanwhile == Meanwhile::GarbageMark {
-        let mark = super::super::across_slots::grown_mark(&moved.into, &moved.from);
+        let mark = super::super::given::grown_mark(&moved.into, &moved.from);
         garbage(&mut moved.masters[into_master], &mark);
     }
     if meanwhile == Meanwhile::GarbagePending {
@@ -332,7 +332,7 @@ pub(super) async fn held_past_the_read_after(moved: &mut Moved) {
 impl Moved {
     /// The key of the pending record beside the moved state.
     pub(super) fn record_key(&self) -> String {
-        super::super::across_slots::pending_key(&self.into, &self.from)
+        super::super::given::pending_key(&self.into, &self.from)
     }
 
     /// Writes `value` where the pending record stands, as no script would.

@@ -403,7 +403,7 @@ pub(super) fn interleaved_stalling(
         step(&mut last);
     }
     let (on_cluster, on_server) = (cluster.end(NEW, &new), server.end(NEW, &new));
-    let pending = super::super::across_slots::pending_key(NEW, OLD);
+    let pending = super::super::given::pending_key(NEW, OLD);
     (
         on_cluster,
         on_server,

@@ -441,7 +441,7 @@ fn probe82_a_stall_between_read_and_script_outlives_the_erased_key() {
     twins.script(2, &read);
     twins.later(16 * S);
     let erased = super::super::ledger::erased_key(OLD);
-    let pending = super::super::across_slots::pending_key(NEW, OLD);
+    let pending = super::super::given::pending_key(NEW, OLD);
     assert_eq!(
         twins.cluster.redis.expiry(&erased),
         None,

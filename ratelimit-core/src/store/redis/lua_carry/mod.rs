@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 
-use super::across_slots::{level_call, Given, Read, Ticket, LEVEL_SCRIPT};
+use super::across_slots::{level_call, LEVEL_SCRIPT};
+use super::given::{Given, Read, Ticket};
 use super::lua_pair::{MAX_WINDOW_US, T0};
 use super::lua_standin::{Redis, Reply};
 use super::reply::full;

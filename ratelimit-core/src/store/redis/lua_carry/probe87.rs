@@ -376,7 +376,7 @@ fn script_reply(side: &Across<'_>, given: Given) -> Reply {
 #[test]
 fn probe87_garbage_in_the_added_total_fails_the_script_and_the_addition() {
     let (old, new) = seconds_buckets();
-    let added = super::super::across_slots::grown_mark(NEW, OLD);
+    let added = super::super::given::grown_mark(NEW, OLD);
     for garbage in ["garbage", "0", "-1", "01", "", "1.5", "9007199254740992"] {
         let twins = Twins::new(&old, &new);
         let s = &twins.cluster;
@@ -408,7 +408,7 @@ fn probe87_garbage_in_the_added_total_fails_the_script_and_the_addition() {
         };
         failed(script_reply(s, grown));
         assert_eq!(s.end(NEW, &new), end, "{garbage:?}: nothing written");
-        let record = super::super::across_slots::pending_key(NEW, OLD);
+        let record = super::super::given::pending_key(NEW, OLD);
         assert_eq!(s.redis.expiry(&record), None, "{garbage:?}: no record");
         let held = s.redis.command(&["GET", &added]);
         assert_eq!(held, Ok(Reply::Bulk(garbage.into())), "{garbage:?}");
@@ -425,7 +425,7 @@ fn probe87_the_added_total_gone_while_a_ticket_stands() {
     for lost in [false, true] {
         let (old, new) = seconds_buckets();
         let twins = Twins::new(&old, &new);
-        let added = super::super::across_slots::grown_mark(NEW, OLD);
+        let added = super::super::given::grown_mark(NEW, OLD);
         twins.old_spend(5);
         let read = twins.cluster.read();
         twins.old_spend(3);
