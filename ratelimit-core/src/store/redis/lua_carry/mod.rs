@@ -477,3 +477,5 @@ mod chained;
 mod erased;
 /// helper-87's probes of the tickets and the give-backs counted in the erased total.
 mod probe87;
+/// The two sides of a history, a Cluster's steps and one server's (`Twins`).
+mod twins;

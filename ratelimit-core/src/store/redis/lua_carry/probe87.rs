@@ -4,6 +4,7 @@
 
 use super::across::*;
 use super::erased::*;
+use super::twins::*;
 use super::*;
 
 /// The script of the call of id `id` that read `read`, spending `cost` seconds of the moved
