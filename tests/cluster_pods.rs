@@ -125,6 +125,19 @@ pub fn fleet(
     for m in &movers {
         m.clock().advance(MINUTE);
     }
+    // A pod's first call reads the fleet's reload horizon record where due (after its
+    // reload), and its first spend of a quota of its own raises it (the fns declare one:
+    // `report_for`'s per-user limit), each a round trip before its script
+    // (`service/horizon.rs`). Made here, by a spend of a quota of its own on a key of its
+    // own, so that the histories' calls send their scripts first, in the order they are
+    // spawned (a read first put every mover's script behind the others' on one server).
+    runtime.block_on(async {
+        let own = ratelimit::Options::new().tier("moves").limit(1_000);
+        for m in movers.iter().chain(&others) {
+            let warmed = m.service().consume("horizon-warm", &own).await;
+            assert!(warmed.is_ok_and(|d| d.allowed));
+        }
+    });
     (movers, others)
 }
 
