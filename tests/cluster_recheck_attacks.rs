@@ -224,6 +224,14 @@ fn dropped_on(runtime: Runtime) -> usize {
     });
     reloaded(&mover);
     mover.clock().advance(MINUTE);
+    // The mover's first call after its reload reads the fleet's reload horizon record first
+    // (`service/horizon.rs`), a script that would wait on a paused master as its own does:
+    // read here, with a look that writes nothing, so that the call below sends its script.
+    first.block_on(async {
+        let look = ratelimit::Options::new().tier("moves");
+        let looked = mover.service().status("horizon-read", &look).await;
+        assert!(looked.is_ok(), "{looked:?}");
+    });
     pause(&mut b);
     first.block_on(async {
         tokio::select! {
