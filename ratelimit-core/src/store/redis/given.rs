@@ -53,6 +53,20 @@ pub(super) struct Read {
 }
 
 impl Read {
+    /// What the stacked script carries of this read ([`Given::Held`]) for the call of id
+    /// `pending` (0: one that does not read again after its script), whose read after comes
+    /// within `wait` of its script or never.
+    pub(super) fn held(&self, pending: u64, wait: u64) -> Given {
+        Given::Held {
+            debt: self.debt,
+            left: self.left,
+            end: self.end(),
+            erased: self.erased,
+            pending,
+            wait,
+        }
+    }
+
     /// Its end, on its node's clock: when its bucket is full again, and the time resets and
     /// give-backs erased from it after it: what a reset, a reward, a refund or a lease's
     /// units given back (by a pod a reload has not reached) took from it, it has still been
@@ -85,16 +99,7 @@ impl Read {
 /// within `wait` of its script or never.
 pub(super) fn givens(read: &[Option<Read>], pending: u64, wait: u64) -> Vec<Option<Given>> {
     (read.iter())
-        .map(|r| {
-            r.map(|r| Given::Held {
-                debt: r.debt,
-                left: r.left,
-                end: r.end(),
-                erased: r.erased,
-                pending,
-                wait,
-            })
-        })
+        .map(|r| r.map(|r| r.held(pending, wait)))
         .collect()
 }
 

@@ -436,14 +436,7 @@ fn overlapping_calls_on_a_full_old_bucket_add_only_the_first_gap() {
     let mut before: Option<(Read, u64)> = None;
     for id in 1..=40 {
         let read = cluster.read();
-        let held = Given::Held {
-            debt: read.debt,
-            left: read.left,
-            end: read.end(),
-            erased: read.erased,
-            pending: id,
-            wait: WAIT,
-        };
+        let held = read.held(id, WAIT);
         assert!(cluster.script(1, Some(held)), "call {id} on the Cluster");
         assert!(server.script(1, None), "call {id} on one server");
         if let Some((read, id)) = before.take() {

@@ -10,14 +10,7 @@ use super::*;
 /// The script of the call of id `id` that read `read`, spending `cost` seconds of the moved
 /// bucket, by a pod whose read after comes within `wait` or never, on both sides.
 fn script_costing(twins: &Twins<'_>, id: u64, read: &Read, wait: u64, cost: u64) {
-    let held = Given::Held {
-        debt: read.debt,
-        left: read.left,
-        end: read.end(),
-        erased: read.erased,
-        pending: id,
-        wait,
-    };
+    let held = read.held(id, wait);
     assert!(
         twins.cluster.script(cost, Some(held)),
         "refused on the Cluster"
@@ -390,14 +383,7 @@ fn probe87_garbage_in_the_added_total_fails_the_script_and_the_addition() {
             Reply::Error(e) => assert!(e.contains("RATELIMIT_STATE"), "{garbage:?}: {e}"),
             other => panic!("{garbage:?}: {other:?}"),
         };
-        let held = Given::Held {
-            debt: read.debt,
-            left: read.left,
-            end: read.end(),
-            erased: read.erased,
-            pending: 1,
-            wait: WAIT,
-        };
+        let held = read.held(1, WAIT);
         failed(script_reply(s, held));
         let grown = Given::Grown {
             from: read.end(),

@@ -142,14 +142,7 @@ impl<'q> Twins<'q> {
 
     /// [`script`](Self::script) by a pod whose read after comes within `wait` or never.
     pub(super) fn script_waiting(&self, id: u64, read: &Read, wait: u64) {
-        let held = Given::Held {
-            debt: read.debt,
-            left: read.left,
-            end: read.end(),
-            erased: read.erased,
-            pending: id,
-            wait,
-        };
+        let held = read.held(id, wait);
         assert!(self.cluster.script(1, Some(held)), "refused on the Cluster");
         assert!(self.server.script(1, None), "refused on one server");
     }
