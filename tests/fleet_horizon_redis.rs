@@ -277,14 +277,7 @@ async fn reloads_without_a_call_between_are_refused_until_one_reads_the_record()
 /// [`bucket`]`("a")` on a Redis Cluster under `prefix`, on a hand-driven clock.
 fn on_cluster(cluster: &RedisCluster, prefix: &str) -> (RateLimitService, ManualClock) {
     let options = RedisOptions::cluster(cluster.urls()).timeout(Duration::from_secs(5));
-    let config = bucket("a")
-        .key_prefix(prefix)
-        .store(ratelimit::StoreConfig::Redis(options))
-        .build()
-        .unwrap();
-    let clock = ManualClock::new(START);
-    let service = RateLimitService::with_clock(config, Arc::new(clock.clone())).unwrap();
-    (service, clock)
+    ratelimit_tests::on_redis_with(options, prefix, bucket("a"))
 }
 
 /// probes_fleet_horizon_redis' plain calls on another pod, on a Redis Cluster: the record

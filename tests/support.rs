@@ -913,6 +913,15 @@ pub fn on_redis(
     config: ratelimit::ConfigBuilder,
 ) -> (RateLimitService, ManualClock) {
     let options = ratelimit::RedisOptions::new(server.url()).timeout(Duration::from_secs(2));
+    on_redis_with(options, at, config)
+}
+
+/// [`on_redis`] with Redis `options` of the caller's (a Cluster's, another timeout).
+pub fn on_redis_with(
+    options: ratelimit::RedisOptions,
+    at: &str,
+    config: ratelimit::ConfigBuilder,
+) -> (RateLimitService, ManualClock) {
     let config = config
         .key_prefix(at)
         .store(ratelimit::StoreConfig::Redis(options))
