@@ -917,6 +917,7 @@ pub fn on_redis(
 }
 
 /// [`on_redis`] with Redis `options` of the caller's (a Cluster's, another timeout).
+#[cfg(feature = "redis")]
 pub fn on_redis_with(
     options: ratelimit::RedisOptions,
     at: &str,
