@@ -14,11 +14,12 @@ use std::time::Instant;
 
 use redis::cluster_routing::Slot;
 
+use super::arguments::{arguments, supported};
 use super::given::{givens, Given, Read, Ticket};
 use super::ledger::{block_key, erased_key};
 use super::refund::draw;
 use super::reply::unexpected;
-use super::scripts::{arguments, carrying, numbers, supported, Lua};
+use super::scripts::{carrying, numbers, Lua};
 use super::RedisStore;
 use crate::clock::Nanos;
 use crate::error::Error;

@@ -45,10 +45,11 @@ mod slice;
 
 pub use self::options::LeaseOptions;
 use self::slice::Lease;
+use super::arguments::arguments;
 use super::ledger::{erased_key, ledger_key};
 use super::link::FOREVER;
 use super::reply::full;
-use super::scripts::{arguments, wrapped, Lua};
+use super::scripts::{wrapped, Lua};
 use super::RedisStore;
 use crate::algorithm::Verdict;
 use crate::clock::Nanos;

@@ -5,7 +5,7 @@
 
 use std::time::Instant;
 
-use super::scripts::supports;
+use super::arguments::supports;
 use super::RedisStore;
 use crate::algorithm::{self, Verdict};
 use crate::clock::Nanos;

@@ -19,9 +19,9 @@
 
 use proptest::prelude::*;
 
+use super::arguments::supports;
 use super::lua_pair::{script, Limits, Move, Pair, BOUND, MAX_WINDOW_US, T0};
 use super::lua_standin::Redis;
-use super::scripts::supports;
 use crate::algorithm::Verdict;
 use crate::syntax::Strategy as Kind;
 

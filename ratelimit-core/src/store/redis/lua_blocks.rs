@@ -10,11 +10,12 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 
+use super::arguments::arguments;
 use super::ledger::block_key;
 use super::lua_pair::T0;
 use super::lua_standin::{Redis, Reply};
 use super::reply::full;
-use super::scripts::{arguments, stacked_index};
+use super::scripts::stacked_index;
 use super::stacked::STACKED_SCRIPT;
 use crate::decision::Decision;
 use crate::quota::Quota;

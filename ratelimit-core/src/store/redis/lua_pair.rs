@@ -4,9 +4,9 @@
 
 use std::time::Duration;
 
+use super::arguments::{arguments, supports};
 use super::lua_standin::{self, Redis};
 use super::reply::Reply;
-use super::scripts::{arguments, supports};
 use crate::algorithm::{self, State, Verdict};
 use crate::clock::Nanos;
 use crate::quota::Quota;

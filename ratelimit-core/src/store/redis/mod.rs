@@ -21,6 +21,7 @@
 mod across_slots;
 #[cfg(test)]
 mod agrees;
+mod arguments;
 #[cfg(test)]
 mod carries;
 mod eviction;
@@ -66,7 +67,7 @@ mod slots;
 mod stacked;
 mod store;
 
+pub(crate) use arguments::supports;
 pub use lease::LeaseOptions;
 pub use options::RedisOptions;
-pub(crate) use scripts::supports;
 pub use store::RedisStore;

@@ -18,8 +18,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::LazyLock;
 use std::time::Instant;
 
+use super::arguments::{arguments, supports};
 use super::ledger::{erased_key, stamp_key};
-use super::scripts::{arguments, stacked_index, supports, ADJUST_SCRIPT, REFUND_SCRIPT};
+use super::scripts::{stacked_index, ADJUST_SCRIPT, REFUND_SCRIPT};
 use super::RedisStore;
 use crate::error::Error;
 use crate::store::{Adjustment, Refund};

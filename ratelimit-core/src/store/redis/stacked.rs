@@ -14,11 +14,12 @@ use std::time::Instant;
 
 use redis::cluster_routing::Slot;
 
+use super::arguments::supported;
 use super::given::{givens, grown_mark, pending_key, Given};
 use super::ledger::{block_key, stamp_key};
 use super::refund::draw;
 use super::reply::unexpected;
-use super::scripts::{carrying, numbers, supported, Lua};
+use super::scripts::{carrying, numbers, Lua};
 use super::RedisStore;
 use crate::error::Error;
 use crate::store::{Carry, Check, Mode, Stacked};

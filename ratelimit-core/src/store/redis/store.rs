@@ -8,6 +8,7 @@ use std::time::Instant;
 use tokio::sync::OnceCell;
 
 use super::across_slots::LEVEL_SCRIPT;
+use super::arguments::supports;
 use super::eviction::Policy;
 use super::lease::Leases;
 use super::ledger::RESET_SCRIPT;
@@ -17,7 +18,7 @@ use super::redaction::{secrets, store_error};
 use super::refusals::Refusals;
 use super::reply::{full, unexpected, RedisClock, Reply};
 use super::round_trip::{runtime_ready, Client};
-use super::scripts::{call, supports, OwnScripts, ADJUST_SCRIPT, REFUND_SCRIPT, SCRIPTS};
+use super::scripts::{call, OwnScripts, ADJUST_SCRIPT, REFUND_SCRIPT, SCRIPTS};
 use super::stacked::STACKED_SCRIPT;
 use crate::algorithm::{self, Verdict};
 use crate::clock::Nanos;

@@ -176,8 +176,9 @@ impl Across<'_> {
     /// A reward of `units` on the old state (`lua/adjust.lua`, as `RedisStore::adjust_key`
     /// sends it).
     pub(super) fn reward(&self, old: &Quota, units: u64) {
+        use super::super::arguments::arguments;
         use super::super::ledger::{erased_key, stamp_key};
-        use super::super::scripts::{arguments, stacked_index, ADJUST_SCRIPT};
+        use super::super::scripts::{stacked_index, ADJUST_SCRIPT};
         let [first, second] = arguments(old);
         let index = stacked_index(old.strategy()) as u64;
         let args = [index, first, second, units, 5, 0];
@@ -191,8 +192,9 @@ impl Across<'_> {
     /// (`lua/refund.lua`, as `RedisStore::give_back` sends it), its stamp written first (as
     /// the stacked script writes it for a spend that may be given back): whether it was.
     pub(super) fn refund(&self, old: &Quota, cost: u64, spent_us: u64) -> Reply {
+        use super::super::arguments::arguments;
         use super::super::ledger::{erased_key, stamp_key};
-        use super::super::scripts::{arguments, stacked_index, REFUND_SCRIPT};
+        use super::super::scripts::{stacked_index, REFUND_SCRIPT};
         let [first, second] = arguments(old);
         let index = stacked_index(old.strategy()) as u64;
         let (stamp, erased) = (stamp_key(OLD), erased_key(OLD));

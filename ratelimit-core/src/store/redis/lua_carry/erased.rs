@@ -414,7 +414,8 @@ fn garbage_in_the_erased_key_fails_every_give_back() {
             Reply::Error(e) => assert!(e.contains("RATELIMIT_STATE"), "{garbage:?}: {e}"),
             other => panic!("{garbage:?}: {other:?}"),
         };
-        use super::super::scripts::{arguments, stacked_index, ADJUST_SCRIPT};
+        use super::super::arguments::arguments;
+        use super::super::scripts::{stacked_index, ADJUST_SCRIPT};
         let [first, second] = arguments(&old);
         let index = stacked_index(old.strategy()) as u64;
         let stamp = super::super::ledger::stamp_key(OLD);

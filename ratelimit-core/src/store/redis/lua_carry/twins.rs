@@ -78,7 +78,7 @@ impl<'q> Twins<'q> {
     /// it wrote.
     pub(super) fn old_lease(&self, slice: u64, id: u64) -> u64 {
         use super::super::lease::GRANT_SCRIPT;
-        let [first, second] = super::super::scripts::arguments(self.old);
+        let [first, second] = super::super::arguments::arguments(self.old);
         let ledger = super::super::ledger::ledger_key(OLD);
         let args = [4, first, second, 1, slice, id, 0];
         let mut wrote = None;
