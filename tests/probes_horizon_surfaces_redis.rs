@@ -1,0 +1,598 @@
+//! helper-90's probes of the fleet's reload horizon recorded in Redis (`Store::horizon`,
+//! `service/horizon.rs`) on surfaces the earlier probes left alone: the wait queue, a call
+//! dropped between the record's raise and its decision, a reload racing a call, tiers chosen
+//! per call, a read of the record that fails under `FailurePolicy::Allow` and `Local`, and
+//! records of other shapes. Each against its twin, one service under a prefix of its own that
+//! makes every call and reload of every pod (as probes_horizon_record_redis): the fleet never
+//! admits more than the twin over the same history.
+//!
+//! Time: Redis decides on its own clock, which the tests never move, so every debt written is
+//! whole whenever a call asks for it; the services' transitions run on hand-driven clocks set
+//! alike. Scripts are ordered with `CLIENT PAUSE WRITE` where a probe needs a call held
+//! between two of its round trips.
+//!
+//! The configuration: [`bucket`]`("a")`, a bucket of 15 (10 plus 5) a token every 6 s (a
+//! tolerance of 90 s: its old state carried 150 s past a move), moved by a reload to
+//! [`bucket`]`("b")` (the tier renamed). A quota of its own, `Options::new().refill(1)` (a
+//! token a minute, on the tier's state): 15 spent owe 15 minutes there.
+
+use std::future::Future;
+use std::time::Duration;
+
+use ratelimit::{
+    ConfigBuilder, Decision, Error, FailurePolicy, ManualClock, Options, RateLimitService,
+    RedisOptions, Strategy, Tier,
+};
+use ratelimit_tests::moves::bucket;
+use ratelimit_tests::redis_server::{pause_writes, prefix, unpause, until_waiting, RedisServer};
+use ratelimit_tests::{on_its_store, on_redis_with, START};
+use tokio::task::JoinHandle;
+
+/// The record's key under `prefix`.
+fn record_key(prefix: &str) -> String {
+    format!("{prefix}:horizon")
+}
+
+/// What Redis holds under `prefix`'s record (`None`: no key).
+fn record(server: &RedisServer, prefix: &str) -> Option<String> {
+    redis::cmd("GET")
+        .arg(record_key(prefix))
+        .query(&mut server.connection())
+        .unwrap()
+}
+
+/// The quota of a call's own that the probes spend through pod A.
+fn own() -> Options {
+    Options::new().refill(1)
+}
+
+/// Pods on one server under one prefix, or the twin: one service making every pod's calls.
+struct Pods {
+    pods: Vec<(RateLimitService, ManualClock)>,
+    prefix: String,
+}
+
+impl Pods {
+    /// Two pods (`fleet`) or the twin, on `first`, with Redis `options`.
+    fn new(
+        name: &str,
+        fleet: bool,
+        first: impl Fn() -> ConfigBuilder,
+        options: impl Fn() -> RedisOptions,
+    ) -> Self {
+        let p = prefix(name);
+        let n = if fleet { 2 } else { 1 };
+        let pods = (0..n)
+            .map(|_| on_redis_with(options(), &p, first()))
+            .collect();
+        Pods { pods, prefix: p }
+    }
+
+    fn fleet(&self) -> bool {
+        self.pods.len() > 1
+    }
+
+    /// Pod `i` (0: A, 1: B); the twin's one service for both.
+    fn pod(&self, i: usize) -> &RateLimitService {
+        &self.pods[i.min(self.pods.len() - 1)].0
+    }
+
+    /// Every pod's clock at `secs` past [`START`].
+    fn at(&self, secs: u64) {
+        for (_, clock) in &self.pods {
+            clock.set(START + Duration::from_secs(secs));
+        }
+    }
+
+    /// Every pod reloaded to `to` (the twin once).
+    fn reload_all(&self, to: impl Fn() -> ConfigBuilder) {
+        for (service, _) in &self.pods {
+            service.reload(on_its_store(service, to())).unwrap();
+        }
+    }
+
+    /// Calls of `options` on `key` by pod `i` admitted out of `n`.
+    async fn admitted(&self, i: usize, key: &str, options: &Options, n: usize) -> usize {
+        let mut admitted = 0;
+        for _ in 0..n {
+            let decided = self.pod(i).consume(key, options).await.unwrap();
+            admitted += usize::from(decided.allowed);
+        }
+        admitted
+    }
+}
+
+/// Redis options of the probes: the server's, a 2 s timeout.
+fn plain_redis(server: &RedisServer) -> impl Fn() -> RedisOptions + '_ {
+    || RedisOptions::new(server.url()).timeout(Duration::from_secs(2))
+}
+
+/// Runs `script` on a fleet of two pods and on its twin: what each admitted, the fleet's first.
+async fn fleet_and_twin<F>(
+    server: &RedisServer,
+    name: &str,
+    first: impl Fn() -> ConfigBuilder + Copy,
+    script: F,
+) -> (Vec<usize>, Vec<usize>)
+where
+    F: AsyncFn(&Pods) -> Vec<usize>,
+{
+    let fleet = script(&Pods::new(name, true, first, plain_redis(server))).await;
+    let twin = script(&Pods::new(name, false, first, plain_redis(server))).await;
+    (fleet, twin)
+}
+
+/// A call of `options` on `key` by `service`, spawned.
+fn spawned(
+    service: &RateLimitService,
+    key: &'static str,
+    options: &Options,
+) -> JoinHandle<Result<Decision, Error>> {
+    let (service, options) = (service.clone(), options.clone());
+    tokio::spawn(async move { service.consume(key, &options).await })
+}
+
+/// Until `service`'s queue holds `depth` waiters (spawned calls run meanwhile; 20 s at most).
+async fn until_depth(service: &RateLimitService, depth: u64) {
+    for _ in 0..20_000 {
+        if service.stats().queue.depth == depth {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    panic!("the queue never held {depth}");
+}
+
+// ---------------------------------------------------------------------------------------
+// 1. The wait queue.
+// ---------------------------------------------------------------------------------------
+
+/// [`bucket`]`(name)` with calls that wait an hour at most.
+fn queued_bucket(name: &str) -> ConfigBuilder {
+    bucket(name).queue_timeout("1h")
+}
+
+/// A rolling reload: B reloaded to the tier renamed first (and reads the record at its first
+/// call, +1 s: nothing); A, still on the old tier, then spends its 15 with its own refill (15
+/// minutes owed on the old state; the record raised), and B's queued calls begin at +2 s,
+/// where B has no read due: a head of cost 2, refused (B carries the old state, for the
+/// configured bucket: 150 s), and a call of cost 1 behind it. A reloads; at +300 s the head
+/// is dropped and the call behind it asks the store, with the site worked out at +2 s: the
+/// old state's carrying ended there for what B knew then. A plain call of B's at +300 s
+/// reads the record first and carries the 15 minutes owed (`fleet_horizon_redis`). The twin
+/// (reloaded at B's reload: A's 15 spent on the new state) admits the waiter nothing.
+/// A waiter is held for up to 5 s of wall clock: admitted, it is answered at once; refused,
+/// it sleeps for the old debt, and is counted refused.
+#[tokio::test]
+#[ignore = "FOUND: the waiter admitted 1 on B at +300 s (fleet [1, 15, 1, 0]) against 0 on the twin ([1, 15, 0, 0])"]
+async fn a_waiter_queued_before_another_pods_raise_is_decided_on_what_it_knew() {
+    let server = RedisServer::start();
+    let (fleet, twin) = fleet_and_twin(
+        &server,
+        "h90-queue-rolling",
+        || queued_bucket("a"),
+        async |pods| {
+            let b = pods.pod(1);
+            b.reload(on_its_store(b, queued_bucket("b"))).unwrap();
+            pods.at(1);
+            let mut counts = vec![pods.admitted(1, "other", &Options::new(), 1).await];
+            counts.push(pods.admitted(0, "k", &own(), 16).await);
+            pods.at(2);
+            let head = spawned(b, "k", &Options::new().cost(2).queue(true));
+            until_depth(b, 1).await;
+            let behind = spawned(b, "k", &Options::new().queue(true));
+            until_depth(b, 2).await;
+            if pods.fleet() {
+                let a = pods.pod(0);
+                a.reload(on_its_store(a, queued_bucket("b"))).unwrap();
+            }
+            pods.at(300);
+            head.abort();
+            let waited = tokio::time::timeout(Duration::from_secs(5), behind).await;
+            counts.push(match waited {
+                Ok(joined) => usize::from(joined.unwrap().is_ok_and(|d| d.allowed)),
+                Err(_) => 0,
+            });
+            counts.push(pods.admitted(1, "k", &Options::new(), 16).await);
+            counts
+        },
+    )
+    .await;
+    assert_eq!(twin, [1, 15, 0, 0], "twin");
+    assert_eq!(fleet, twin, "fleet");
+}
+
+// ---------------------------------------------------------------------------------------
+// 2. A call dropped between the record's raise and its decision.
+// ---------------------------------------------------------------------------------------
+
+/// Where A's first call with its own quota is dropped: while its raise waits in Redis
+/// (`"raise"`: the raise runs after, the spend never), or polled once and dropped at once
+/// (`"polled once"`). A then spends 15 more with its own quota, both reload to
+/// the tier renamed, and B's plain calls at +300 s (past the configured carrying) carry the
+/// 15 minutes owed: none, as the twin. What A knew of the record is folded only from a raise
+/// that answered: a dropped raise leaves A to raise it again before it writes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_dropped_between_its_raise_and_its_decision_leaves_the_record_raised() {
+    let server = RedisServer::start();
+    for dropped in ["raise", "polled once"] {
+        let (fleet, twin) = fleet_and_twin(
+            &server,
+            "h90-dropped",
+            || bucket("a"),
+            async |pods| {
+                let a = pods.pod(0);
+                // The scripts loaded, and a first plain spend, so that the dropped call's
+                // first script is its raise.
+                let mut counts = vec![pods.admitted(0, "warm", &Options::new(), 1).await];
+                match dropped {
+                    "raise" => {
+                        let mut c = server.connection();
+                        pause_writes(&mut c);
+                        let call = spawned(a, "k", &own());
+                        until_waiting(&mut c, 1);
+                        call.abort();
+                        assert!(call.await.unwrap_err().is_cancelled());
+                        unpause(&mut c);
+                    }
+                    _ => {
+                        let mut call = std::pin::pin!(a.consume("k", &own()));
+                        let once = std::future::poll_fn(|cx| {
+                            std::task::Poll::Ready(call.as_mut().poll(cx).is_pending())
+                        });
+                        assert!(once.await, "{dropped}: answered at once");
+                    }
+                }
+                counts.push(pods.admitted(0, "k", &own(), 16).await);
+                assert!(record(&server, &pods.prefix).is_some(), "{dropped}: raised");
+                pods.reload_all(|| bucket("b"));
+                pods.at(300);
+                counts.push(pods.admitted(1, "k", &Options::new(), 16).await);
+                counts
+            },
+        )
+        .await;
+        assert_eq!(twin, [1, 15, 0], "{dropped}: twin");
+        assert_eq!(fleet, twin, "{dropped}: fleet");
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// 3. A reload racing a call on another task.
+// ---------------------------------------------------------------------------------------
+
+/// A's first call with its own quota (of cost 15: the whole bucket, 15 minutes owed) begun on
+/// another task, its raise held in Redis (paused writes) while both pods reload to the tier
+/// renamed: begun under the old configuration, it raises the record and spends on the old
+/// state after the reload. B's plain calls at +300 s (past the configured carrying) carry
+/// the old state for the quota of its own: none, as the twin, whose reload races its own
+/// call the same way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_racing_a_call_that_raises_the_record() {
+    let server = RedisServer::start();
+    let (fleet, twin) = fleet_and_twin(
+        &server,
+        "h90-racing",
+        || bucket("a"),
+        async |pods| {
+            let a = pods.pod(0);
+            let mut counts = vec![pods.admitted(0, "warm", &Options::new(), 1).await];
+            let mut c = server.connection();
+            pause_writes(&mut c);
+            let raced = spawned(a, "k", &own().cost(15));
+            until_waiting(&mut c, 1);
+            pods.reload_all(|| bucket("b"));
+            unpause(&mut c);
+            counts.push(usize::from(raced.await.unwrap().unwrap().allowed));
+            assert!(record(&server, &pods.prefix).is_some(), "raised");
+            pods.at(300);
+            counts.push(pods.admitted(1, "k", &Options::new(), 16).await);
+            counts
+        },
+    )
+    .await;
+    assert_eq!(twin, [1, 1, 0], "twin");
+    assert_eq!(fleet, twin, "fleet");
+}
+
+/// The reload the other way round: B reloads while a call of B's that reads the record is
+/// held in Redis (its read due: B's first call after its reload, paused writes), and A, still
+/// on the old tier, spends 15 with its own quota behind it (its raise queued behind B's read,
+/// which Redis runs first: B reads nothing). A reloads.
+/// B's plain calls at +300 s: B's next read is due at its first call past the old window
+/// (+60 s), which reads A's raise: none admitted, as the twin.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_held_while_another_pod_raises_is_read_again_when_due() {
+    let server = RedisServer::start();
+    let (fleet, twin) = fleet_and_twin(
+        &server,
+        "h90-read-held",
+        || bucket("a"),
+        async |pods| {
+            let (a, b) = (pods.pod(0), pods.pod(1));
+            let mut counts = vec![pods.admitted(1, "warm", &Options::new(), 1).await];
+            b.reload(on_its_store(b, bucket("b"))).unwrap();
+            let mut c = server.connection();
+            pause_writes(&mut c);
+            let held = spawned(b, "other", &Options::new());
+            until_waiting(&mut c, 1);
+            let spent = {
+                let (a, own) = (a.clone(), own());
+                tokio::spawn(async move {
+                    let mut admitted = 0;
+                    for _ in 0..16 {
+                        admitted += usize::from(a.consume("k", &own).await.unwrap().allowed);
+                    }
+                    admitted
+                })
+            };
+            // On the fleet, A's raise waits behind B's read; on the twin, one connection, it
+            // is sent after the read on the same link: Redis runs them in that order anyway.
+            if pods.fleet() {
+                until_waiting(&mut c, 2);
+            }
+            unpause(&mut c);
+            counts.push(usize::from(held.await.unwrap().unwrap().allowed));
+            counts.push(spent.await.unwrap());
+            if pods.fleet() {
+                a.reload(on_its_store(a, bucket("b"))).unwrap();
+            }
+            pods.at(300);
+            counts.push(pods.admitted(1, "k", &Options::new(), 16).await);
+            counts
+        },
+    )
+    .await;
+    assert_eq!(twin, [1, 1, 15, 0], "twin");
+    assert_eq!(fleet, twin, "fleet");
+}
+
+// ---------------------------------------------------------------------------------------
+// 4. Tiers chosen per call.
+// ---------------------------------------------------------------------------------------
+
+/// Two tiers: the default [`bucket`] and `"pro"`, the same bucket, chosen per call (a name
+/// made at run time). The reload moves `"pro"` (its window doubled at the same rate: another
+/// state) and renames the default. A spends 15 with `"pro"` and its own refill (15 minutes
+/// owed on pro's state); B's calls with `"pro"` at +300 s, plain: none, as the twin; and at
+/// +400 s with the quota of its own, on the moved tier a token every 2 minutes tolerating 25:
+/// 17 of 26, the 15 minutes owed carried (8 more than none carried), as the twin.
+#[tokio::test]
+async fn a_tier_chosen_per_call_moved_by_a_reload_on_a_fleet() {
+    let server = RedisServer::start();
+    let pro = |minutes: u64| {
+        Tier::new("pro", 10 * minutes)
+            .burst(5)
+            .refill(10 * minutes)
+            .window(Duration::from_secs(60 * minutes))
+            .strategy(Strategy::TokenBucket)
+    };
+    let first = move || bucket("a").tier(pro(1));
+    let (fleet, twin) = fleet_and_twin(&server, "h90-tier", first, async |pods| {
+        let tier = String::from("pro");
+        let mine = own().tier(tier.clone());
+        let mut counts = vec![pods.admitted(0, "k", &mine, 16).await];
+        pods.reload_all(|| bucket("b").tier(pro(2)));
+        pods.at(300);
+        counts.push(
+            pods.admitted(1, "k", &Options::new().tier(tier.clone()), 16)
+                .await,
+        );
+        pods.at(400);
+        counts.push(pods.admitted(1, "k", &mine, 26).await);
+        counts
+    })
+    .await;
+    assert_eq!(twin, [15, 0, 17], "twin");
+    assert_eq!(fleet, twin, "fleet");
+}
+
+// ---------------------------------------------------------------------------------------
+// 5. A read of the record that fails under `Allow` or `Local`.
+// ---------------------------------------------------------------------------------------
+
+/// Until `call` has ended or `c`'s server holds `n` clients waiting (5 s at most): a call
+/// whose decision the failure policy answered sends no script to wait.
+async fn until_waiting_or_done<T>(c: &mut redis::Connection, n: u64, call: &JoinHandle<T>) {
+    for _ in 0..5_000 {
+        if call.is_finished() || ratelimit_tests::redis_server::waiting(c) == n {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    panic!("neither ended nor {n} waiting");
+}
+
+/// A's 15 with its own quota (the record raised), both reloaded to the tier renamed; at
+/// +300 s (past the configured carrying) B's first plain call has the record to read, and
+/// that read fails: writes paused, a timeout of 300 ms. Under `Allow` and `Local` the call
+/// goes on (`horizon_failure_refuses`) with what B alone knew: the old state let go. Its
+/// decision is the policy's, not Redis' (the failed read marks the store failing: on the
+/// fleet and on the twin alike, 1 admitted, unlimited or from the pod's share in memory),
+/// so nothing is written to Redis on what B alone knew. Writes let through again, B's next
+/// 16 plain calls read the record and carry the old state: none, as the twin. Held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_due_read_that_fails_under_allow_or_local_is_answered_by_the_policy_then_read_again() {
+    let server = RedisServer::start();
+    let mut results = Vec::new();
+    for policy in [FailurePolicy::Allow, FailurePolicy::Local { pods: 2 }] {
+        let options = || {
+            RedisOptions::new(server.url())
+                .timeout(Duration::from_millis(300))
+                .on_failure(policy)
+        };
+        let script = async |pods: &Pods| {
+            let mut counts = vec![pods.admitted(0, "k", &own(), 16).await];
+            pods.reload_all(|| bucket("b"));
+            pods.at(300);
+            let mut c = server.connection();
+            pause_writes(&mut c);
+            let call = spawned(pods.pod(1), "k", &Options::new());
+            // Its read, then (timed out) its decision.
+            until_waiting(&mut c, 1);
+            until_waiting_or_done(&mut c, 2, &call).await;
+            unpause(&mut c);
+            let decided = call.await.unwrap().unwrap();
+            counts.push(usize::from(decided.allowed));
+            counts.push(pods.admitted(1, "k", &Options::new(), 16).await);
+            counts
+        };
+        let fleet = script(&Pods::new("h90-read-fails", true, || bucket("a"), options)).await;
+        let twin = script(&Pods::new("h90-read-fails", false, || bucket("a"), options)).await;
+        results.push((policy, fleet, twin));
+    }
+    for (policy, _, twin) in &results {
+        assert_eq!(twin, &[15, 1, 0], "{policy:?}: twin");
+    }
+    for (policy, fleet, twin) in &results {
+        assert_eq!(fleet, twin, "{policy:?}: fleet (all: {results:?})");
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// 6. What an attacker with access to the keys, or a restart, leaves in the record.
+// ---------------------------------------------------------------------------------------
+
+/// Records of other shapes than fleet_horizon_redis' five (a list, a set, a sorted set, an
+/// empty string, signs, spaces, a fourth number, hexadecimal, a fraction, a string of a
+/// mebibyte), under every failure policy: the call that must raise it is refused with
+/// [`Error::UnexpectedState`] and nothing spent; a pod's read of it at a carry boundary too.
+/// A failure policy answers a store that cannot answer, never one that answers garbage.
+#[tokio::test]
+async fn records_of_other_shapes_refuse_under_every_policy() {
+    let server = RedisServer::start();
+    let huge = "7".repeat(1 << 20);
+    let strings = [
+        "", "-1 0 0", "1 2 3 4", " 1 2 3", "1 2 3 ", "1  2 3", "0x1 2 3", "+1 2 3", "1.5 2 3",
+        "1\n2\n3", &huge,
+    ];
+    let policies = [
+        FailurePolicy::Deny,
+        FailurePolicy::Allow,
+        FailurePolicy::Local { pods: 2 },
+    ];
+    let kinds = ["list", "set", "zset"].into_iter().map(|k| (k, ""));
+    let shapes: Vec<(&str, &str)> = kinds
+        .chain(strings.iter().map(|s| ("string", *s)))
+        .collect();
+    for policy in policies {
+        for &(kind, text) in &shapes {
+            let p = prefix("h90-garbage");
+            let mut c = server.connection();
+            let key = record_key(&p);
+            let mut planted = match kind {
+                "list" => redis::cmd("RPUSH"),
+                "set" => redis::cmd("SADD"),
+                "zset" => redis::cmd("ZADD"),
+                _ => redis::cmd("SET"),
+            };
+            planted.arg(&key);
+            match kind {
+                "zset" => planted.arg(1).arg("1 2 3"),
+                "string" => planted.arg(text),
+                _ => planted.arg("1 2 3"),
+            };
+            planted.exec(&mut c).unwrap();
+            let options = RedisOptions::new(server.url())
+                .timeout(Duration::from_secs(2))
+                .on_failure(policy);
+            let (service, clock) = on_redis_with(options, &p, bucket("a"));
+            let what = format!("{policy:?}, {kind} {:?}", &text[..text.len().min(12)]);
+            let refused = service.consume("k", &own()).await;
+            assert!(
+                matches!(refused, Err(Error::UnexpectedState { .. })),
+                "{what}: {refused:?}"
+            );
+            let mut admitted = 0;
+            for _ in 0..16 {
+                admitted +=
+                    usize::from(service.consume("k", &Options::new()).await.unwrap().allowed);
+            }
+            assert_eq!(admitted, 15, "{what}: nothing spent");
+            service.reload(on_its_store(&service, bucket("b"))).unwrap();
+            clock.set(START + Duration::from_secs(300));
+            let read = service.consume("k", &Options::new()).await;
+            assert!(
+                matches!(read, Err(Error::UnexpectedState { .. })),
+                "{what}: {read:?}"
+            );
+            let left: String = redis::cmd("TYPE").arg(&key).query(&mut c).unwrap();
+            assert_eq!(left, kind, "{what}: left as it was");
+        }
+    }
+}
+
+/// Redis restarted (no persistence: every key gone) after A raised the record for its own
+/// quota (a first call on another key), and before A spends 15 with it on `"k"` (15 minutes
+/// owed there). A knows the record raised and raises nothing more; both reload to the tier
+/// renamed; B's plain calls at +300 s read no record and let the move go. The twin, which
+/// noted the quota itself, carries the old state: none. As a record deleted
+/// (probes_horizon_record_redis), but the record lost before the state is written, with
+/// nothing but A's memory of its raise to say it stands.
+#[tokio::test]
+#[ignore = "FOUND: 15 admitted on pod B at +300 s against 0 on the twin (the record lost in a restart before A's spend)"]
+async fn a_restart_between_a_raise_and_the_spend_it_covers_loses_the_record() {
+    let mut server = RedisServer::start();
+    let mut results = Vec::new();
+    for fleet in [true, false] {
+        let pods = Pods::new("h90-restart", fleet, || bucket("a"), plain_redis(&server));
+        let mut counts = vec![pods.admitted(0, "warm", &own(), 1).await];
+        assert!(record(&server, &pods.prefix).is_some(), "raised");
+        server.stop();
+        server.restart();
+        // Until every pod's connection answers again (plain calls: they raise nothing).
+        for i in 0..pods.pods.len() {
+            let mut answered = false;
+            for _ in 0..100 {
+                if pods.pod(i).consume("ping", &Options::new()).await.is_ok() {
+                    answered = true;
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            assert!(answered, "pod {i} never reconnected");
+        }
+        counts.push(pods.admitted(0, "k", &own(), 16).await);
+        pods.reload_all(|| bucket("b"));
+        pods.at(300);
+        counts.push(pods.admitted(1, "k", &Options::new(), 16).await);
+        results.push(counts);
+    }
+    let (fleet, twin) = (&results[0], &results[1]);
+    assert_eq!(twin, &[1, 15, 0], "twin");
+    assert_eq!(fleet, twin, "fleet");
+}
+
+/// `until_ready` (a caller that paces itself, outside the queue) on B at +300 s, after A's
+/// 15 with its own quota and both pods reloaded to the tier renamed: a plain call there
+/// reads the record first and carries the 15 minutes owed (none admitted, as the twin).
+/// Each of 16 calls with a deadline 1 ms away (a refusal ends it at once).
+#[tokio::test]
+#[ignore = "FOUND: until_ready on B at +300 s admits 15 (fleet [15, 15]) against 0 on the twin ([15, 0]): it never reads the record"]
+async fn until_ready_on_another_pod_reads_the_record() {
+    let server = RedisServer::start();
+    let (fleet, twin) = fleet_and_twin(
+        &server,
+        "h90-until-ready",
+        || bucket("a"),
+        async |pods| {
+            let mut counts = vec![pods.admitted(0, "k", &own(), 16).await];
+            pods.reload_all(|| bucket("b"));
+            pods.at(300);
+            let mut admitted = 0;
+            for _ in 0..16 {
+                let deadline = tokio::time::Instant::now() + Duration::from_millis(1);
+                let ready = pods
+                    .pod(1)
+                    .until_ready("k", &Options::new(), deadline)
+                    .await;
+                admitted += usize::from(ready.is_ok_and(|d| d.allowed));
+            }
+            counts.push(admitted);
+            counts
+        },
+    )
+    .await;
+    assert_eq!(twin, [15, 0], "twin");
+    assert_eq!(fleet, twin, "fleet");
+}
