@@ -208,7 +208,7 @@ async fn a_waiter_queued_before_another_pods_raise_is_decided_on_what_it_knew() 
 
 /// Where A's first call with its own quota is dropped: while its raise waits in Redis
 /// (`"raise"`: the raise runs after, the spend never), or polled once and dropped at once
-/// (`"polled once"`). A then spends 15 more with its own quota, both reload to
+/// (`"polled once"`, writes paused: its raise sent or not). A then spends 15 more with its own quota, both reload to
 /// the tier renamed, and B's plain calls at +300 s (past the configured carrying) carry the
 /// 15 minutes owed: none, as the twin. What A knew of the record is folded only from a raise
 /// that answered: a dropped raise leaves A to raise it again before it writes.
@@ -236,11 +236,17 @@ async fn a_call_dropped_between_its_raise_and_its_decision_leaves_the_record_rai
                         unpause(&mut c);
                     }
                     _ => {
-                        let mut call = std::pin::pin!(a.consume("k", &own()));
-                        let once = std::future::poll_fn(|cx| {
-                            std::task::Poll::Ready(call.as_mut().poll(cx).is_pending())
-                        });
-                        assert!(once.await, "{dropped}: answered at once");
+                        // Writes paused, so that the one poll cannot be answered.
+                        let mut c = server.connection();
+                        pause_writes(&mut c);
+                        {
+                            let mut call = std::pin::pin!(a.consume("k", &own()));
+                            let once = std::future::poll_fn(|cx| {
+                                std::task::Poll::Ready(call.as_mut().poll(cx).is_pending())
+                            });
+                            assert!(once.await, "{dropped}: answered at once");
+                        }
+                        unpause(&mut c);
                     }
                 }
                 counts.push(pods.admitted(0, "k", &own(), 16).await);
