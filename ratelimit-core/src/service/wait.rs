@@ -38,13 +38,21 @@ impl RateLimitService {
         // Given up while waiting, in the line or while the store decides: counted once, as
         // abandoned (without it such a call was counted nowhere: probes_custom_store).
         let abandoned = self.if_abandoned(site);
-        let result = self.wait_for_turn(site, key).await;
+        let folds = self.inner.fleet.folds();
+        let result = self.wait_for_turn(site, key, folds).await;
         abandoned.defuse();
         self.record_and_return(site, key, result)
     }
 
-    /// [`decide_waiting`](Self::decide_waiting)'s wait, its answer not recorded yet.
-    async fn wait_for_turn(&self, site: &Site<'_>, key: Option<&str>) -> Result<Decision, Error> {
+    /// [`decide_waiting`](Self::decide_waiting)'s wait, its answer not recorded yet. `folds`:
+    /// the reads of the fleet's reload horizon that had raised what this service knows when
+    /// the wait began (`horizon.rs`).
+    async fn wait_for_turn(
+        &self,
+        site: &Site<'_>,
+        key: Option<&str>,
+        folds: u64,
+    ) -> Result<Decision, Error> {
         let mut line = String::with_capacity(64);
         site.compose(&mut line, key);
         let queue = &self.inner.queue;
@@ -63,7 +71,7 @@ impl RateLimitService {
         drivers::timer()?;
         // Boxed: the waiting state (timers, the place in the line) is only allocated by a
         // call that waits, and the future of every other call stays small.
-        Box::pin(self.wait_in_line(site, key, line, refused)).await
+        Box::pin(self.wait_in_line(site, key, line, refused, folds)).await
     }
 
     /// Whether a refusal of this call waits in the queue rather than being answered: a call
@@ -82,6 +90,7 @@ impl RateLimitService {
         key: Option<&str>,
         line: String,
         mut refused: Option<Decision>,
+        folds: u64,
     ) -> Result<Decision, Error> {
         let (config, queue) = (&*site.generation.config, &self.inner.queue);
         let deadline = Instant::now() + config.queue_timeout();
@@ -131,6 +140,21 @@ impl RateLimitService {
                         }
                         turn.sleep(at).await;
                         continue;
+                    }
+                }
+                // The fleet's reload horizon read where due, as a call begun now reads it; one
+                // that raised what this service knows since the wait began ends it (refused, as
+                // at a reload): the site's transition carries the old states only as long as
+                // was known then. Asked on it, a waiter queued on B before A's quota of its
+                // own was recorded read the moved state alone: 1 admitted against none on one
+                // service (probes_horizon_surfaces_redis).
+                if prior.is_none() && !self.horizon_stands(folds, site.generation) {
+                    if let Err(e) = Box::pin(self.read_horizon_if_due(site.generation)).await {
+                        break Err(e);
+                    }
+                    if self.inner.fleet.folds() != folds {
+                        turn.leave(Left::TimedOut); // counted as what the caller is told
+                        break Err(timed_out(None));
                     }
                 }
                 let decision = match prior {
