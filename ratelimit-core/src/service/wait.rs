@@ -272,11 +272,21 @@ impl RateLimitService {
             // under the new one.
             loop {
                 let (generation, mut held) = (self.generation(), Held::default());
+                // The fleet's reload horizon read where due, as every call reads it before
+                // its site is worked out (`horizon.rs`): read nowhere, B's calls here after A's
+                // quota of its own was recorded read the moved state alone, 15 admitted against
+                // none on one service (probes_horizon_surfaces_redis).
+                if self.horizon_due(&generation) {
+                    Box::pin(self.read_horizon_if_due(&generation))
+                        .await
+                        .map_err(|e| self.unresolved(&call, e))?;
+                }
+                let folds = self.inner.fleet.folds();
                 let site = self
                     .site(&generation, &call, &mut held)
                     .map_err(|e| self.unresolved(&call, e))?;
                 let abandoned = self.if_abandoned(&site);
-                let ready = self.ready_under(&site, key, deadline, jitter, &mut ready_at);
+                let ready = self.ready_under(&site, key, deadline, jitter, &mut ready_at, folds);
                 let Some(result) = ready.await else {
                     abandoned.defuse(); // not given up: asked again under the new configuration
                     continue;
@@ -289,8 +299,10 @@ impl RateLimitService {
 
     /// [`until_ready_with_jitter`](Self::until_ready_with_jitter) under `site`'s
     /// configuration, its answer not recorded yet; `None` once a reload replaced that
-    /// configuration (the call is decided again under the new one). `ready_at`: when the
-    /// last refusal said the budget admits again.
+    /// configuration, or a read of the fleet's reload horizon is due or raised what this
+    /// service knows since `folds` (the call is decided again under what is known now; not
+    /// before its first ask, so that a read that fails and is let go under a failure policy
+    /// does not spin). `ready_at`: when the last refusal said the budget admits again.
     async fn ready_under(
         &self,
         site: &Site<'_>,
@@ -298,6 +310,7 @@ impl RateLimitService {
         deadline: Instant,
         jitter: Duration,
         ready_at: &mut Option<Instant>,
+        folds: u64,
     ) -> Option<Result<Decision, Error>> {
         let store_key = match site
             .check(Some(key))
@@ -306,15 +319,19 @@ impl RateLimitService {
             Ok(store_key) => store_key,
             Err(e) => return Some(Err(e)),
         };
+        let mut asked = false;
         loop {
             // Nothing waiting is admitted once the module has shut down, as in the queue (a
             // call begun after it too).
             if self.inner.queue.is_closed() {
                 return Some(Err(not_initialized()));
             }
-            if !self.runs(site.generation) {
+            if !self.runs(site.generation)
+                || (asked && !self.horizon_stands(folds, site.generation))
+            {
                 return None;
             }
+            asked = true;
             let answered = by_deadline(deadline, self.ask(site, Some(key), &store_key));
             let result = match answered.await {
                 Ok(Some(answer)) => answer,
