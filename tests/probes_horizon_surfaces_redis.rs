@@ -23,7 +23,7 @@ use ratelimit::{
     ConfigBuilder, Decision, Error, FailurePolicy, ManualClock, Options, RateLimitService,
     RedisOptions, Strategy, Tier,
 };
-use ratelimit_tests::moves::bucket;
+use ratelimit_tests::moves::{bucket, MOVES};
 use ratelimit_tests::redis_server::{pause_writes, prefix, unpause, until_waiting, RedisServer};
 use ratelimit_tests::{on_its_store, on_redis_with, START};
 use tokio::task::JoinHandle;
@@ -605,4 +605,64 @@ async fn until_ready_on_another_pod_reads_the_record() {
     .await;
     assert_eq!(twin, [15, 0], "twin");
     assert_eq!(fleet, twin, "fleet");
+}
+
+// ---------------------------------------------------------------------------------------
+// Every move of `moves::MOVES` across the fleet, another prefix among them.
+// ---------------------------------------------------------------------------------------
+
+/// [`bucket`]`(name)` on a window of `minutes`, at the same rate (10 a minute plus 5).
+fn bucket_on(name: &str, minutes: u64) -> ConfigBuilder {
+    let tier = Tier::new(name, 10 * minutes)
+        .burst(5)
+        .refill(10 * minutes)
+        .window(Duration::from_secs(60 * minutes))
+        .strategy(Strategy::TokenBucket);
+    ratelimit::Config::builder().tier(tier).default_tier(name)
+}
+
+/// A's 15 with its own quota (the record raised under the first prefix), then every pod
+/// makes the move's reloads (10 s apart where two: renamed, the window doubled, another key
+/// prefix, renamed twice, renamed and back); B's plain calls at +300 s, past the configured
+/// carrying of the last reload: none, as the twin. Under another prefix, B reads the record
+/// of every prefix it carries from (the old one's, where A raised it), not only its own.
+#[tokio::test]
+async fn every_move_on_a_fleet_carries_what_another_pods_quota_of_its_own_left() {
+    let server = RedisServer::start();
+    let mut all = Vec::new();
+    for how in MOVES {
+        let (fleet, twin) = fleet_and_twin(
+            &server,
+            "h90-moves",
+            || bucket("a"),
+            async |pods| {
+                let mut counts = vec![pods.admitted(0, "k", &own(), 16).await];
+                for (i, &(name, minutes, other_prefix)) in how.reloads().iter().enumerate() {
+                    pods.at(10 * i as u64);
+                    let at = match other_prefix {
+                        true => format!("{}-q", pods.prefix),
+                        false => pods.prefix.clone(),
+                    };
+                    for (service, _) in &pods.pods {
+                        let running = service.config();
+                        let to = bucket_on(name, u64::from(minutes))
+                            .store(running.store().clone())
+                            .key_prefix(&at)
+                            .build()
+                            .unwrap();
+                        service.reload(to).unwrap();
+                    }
+                }
+                pods.at(300);
+                counts.push(pods.admitted(1, "k", &Options::new(), 16).await);
+                counts
+            },
+        )
+        .await;
+        all.push((how, fleet, twin));
+    }
+    for (how, fleet, twin) in &all {
+        assert_eq!(twin, &[15, 0], "{how:?}: twin");
+        assert_eq!(fleet, twin, "{how:?}: fleet (all: {all:?})");
+    }
 }
