@@ -20,8 +20,8 @@ use std::future::Future;
 use std::time::Duration;
 
 use ratelimit::{
-    ConfigBuilder, Decision, Error, FailurePolicy, ManualClock, Options, RateLimitService,
-    RedisOptions, Strategy, Tier,
+    ConfigBuilder, Decision, Error, FailurePolicy, LeaseOptions, ManualClock, Options,
+    RateLimitService, RedisOptions, Strategy, Tier,
 };
 use ratelimit_tests::moves::{bucket, MOVES};
 use ratelimit_tests::redis_server::{pause_writes, prefix, unpause, until_waiting, RedisServer};
@@ -665,4 +665,36 @@ async fn every_move_on_a_fleet_carries_what_another_pods_quota_of_its_own_left()
         assert_eq!(twin, &[15, 0], "{how:?}: twin");
         assert_eq!(fleet, twin, "{how:?}: fleet (all: {all:?})");
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// Shortcuts of the Redis store: leased budgets and refusals answered in the process.
+// ---------------------------------------------------------------------------------------
+
+/// Every pod with leased slices of 8 and refused keys answered in the process (the calls a
+/// pod decides without a round trip): A's 15 with its own quota, both reloaded to the tier
+/// renamed, B's plain calls at +300 s: none, as the twin (a lease is granted by a decision
+/// on a site worked out after the record's read, and carries the old state as it does).
+#[tokio::test]
+async fn leased_and_locally_refused_calls_on_another_pod_carry_what_the_record_holds() {
+    let server = RedisServer::start();
+    let options = || {
+        RedisOptions::new(server.url())
+            .timeout(Duration::from_secs(2))
+            .leases(LeaseOptions::new(8))
+            .local_refusals(100)
+    };
+    let script = async |pods: &Pods| {
+        let mut counts = vec![pods.admitted(0, "k", &own(), 16).await];
+        pods.reload_all(|| bucket("b"));
+        pods.at(300);
+        counts.push(pods.admitted(1, "k", &Options::new(), 16).await);
+        pods.at(301);
+        counts.push(pods.admitted(1, "k", &Options::new(), 16).await);
+        counts
+    };
+    let fleet = script(&Pods::new("h90-leases", true, || bucket("a"), options)).await;
+    let twin = script(&Pods::new("h90-leases", false, || bucket("a"), options)).await;
+    assert_eq!(twin, [15, 0, 0], "twin");
+    assert_eq!(fleet, twin, "fleet");
 }
