@@ -698,3 +698,40 @@ async fn leased_and_locally_refused_calls_on_another_pod_carry_what_the_record_h
     assert_eq!(twin, [15, 0, 0], "twin");
     assert_eq!(fleet, twin, "fleet");
 }
+
+/// No move at all: B's waiter (a head of cost 2 refused, a call of cost 1 behind it, one
+/// token left) while a call of B's own raises the record and reads back A's longer quota of
+/// its own (a block of ten hours): what B knows grows, with no replaced configuration to
+/// carry from. The head dropped, the waiter behind it is admitted by the token left, as on
+/// the twin: a waiter's wait ends on such a read only where its configuration keeps a
+/// replaced one (a wait ended on every read that grew, it was refused, 0 against 1).
+#[tokio::test]
+async fn a_read_that_grows_what_a_pod_knows_without_a_move_ends_no_wait() {
+    let server = RedisServer::start();
+    let (fleet, twin) = fleet_and_twin(
+        &server,
+        "h90-queue-no-move",
+        || queued_bucket("a"),
+        async |pods| {
+            let b = pods.pod(1);
+            let hours = Options::new().block_for(Duration::from_secs(36_000));
+            let mut counts = vec![pods.admitted(0, "a-own", &hours, 1).await];
+            counts.push(pods.admitted(1, "k", &Options::new(), 14).await);
+            let head = spawned(b, "k", &Options::new().cost(2).queue(true));
+            until_depth(b, 1).await;
+            let behind = spawned(b, "k", &Options::new().queue(true));
+            until_depth(b, 2).await;
+            counts.push(pods.admitted(1, "b-own", &own(), 1).await);
+            head.abort();
+            let waited = tokio::time::timeout(Duration::from_secs(5), behind).await;
+            counts.push(match waited {
+                Ok(joined) => usize::from(joined.unwrap().is_ok_and(|d| d.allowed)),
+                Err(_) => 0,
+            });
+            counts
+        },
+    )
+    .await;
+    assert_eq!(twin, [1, 14, 1, 1], "twin");
+    assert_eq!(fleet, twin, "fleet");
+}

@@ -144,11 +144,13 @@ impl RateLimitService {
                 }
                 // The fleet's reload horizon read where due, as a call begun now reads it; one
                 // that raised what this service knows since the wait began ends it (refused, as
-                // at a reload): the site's transition carries the old states only as long as
-                // was known then. Asked on it, a waiter queued on B before A's quota of its
-                // own was recorded read the moved state alone: 1 admitted against none on one
-                // service (probes_horizon_surfaces_redis).
-                if prior.is_none() && !self.horizon_stands(folds, site.generation) {
+                // at a reload) where the call's configuration keeps a replaced one: the site's
+                // transition carries the old states only as long as was known then. Asked on
+                // it, a waiter queued on B before A's quota of its own was recorded read the
+                // moved state alone: 1 admitted against none on one service
+                // (probes_horizon_surfaces_redis). With nothing kept, no transition to hold.
+                let keeps = !site.generation.previous().is_empty();
+                if prior.is_none() && keeps && !self.horizon_stands(folds, site.generation) {
                     if let Err(e) = Box::pin(self.read_horizon_if_due(site.generation)).await {
                         break Err(e);
                     }
