@@ -703,6 +703,63 @@ async fn leased_and_locally_refused_calls_on_another_pod_carry_what_the_record_h
     assert_eq!(fleet, twin, "fleet");
 }
 
+/// [`a_waiter_queued_before_another_pods_raise_is_decided_on_what_it_knew`] with the call
+/// behind the head made through a site B prepared at +2 s (`"prepared"`: what B knew then,
+/// current until a read), or kept for a refund (`"spend"`): each waits in the queue as a
+/// call of `consume` does, and is refused where B's read at +300 s grew what B knows, as
+/// the twin refuses it.
+#[tokio::test]
+async fn a_prepared_or_kept_waiter_queued_before_another_pods_raise_is_refused() {
+    let server = RedisServer::start();
+    let mut all = Vec::new();
+    for how in ["prepared", "spend"] {
+        let (fleet, twin) = fleet_and_twin(
+            &server,
+            "h90-queue-prepared",
+            || queued_bucket("a"),
+            async |pods| {
+                let b = pods.pod(1);
+                b.reload(on_its_store(b, queued_bucket("b"))).unwrap();
+                pods.at(1);
+                let mut counts = vec![pods.admitted(1, "other", &Options::new(), 1).await];
+                counts.push(pods.admitted(0, "k", &own(), 16).await);
+                pods.at(2);
+                let head = spawned(b, "k", &Options::new().cost(2).queue(true));
+                until_depth(b, 1).await;
+                let prepared = std::sync::Arc::new(b.prepare(&Options::new().queue(true)).unwrap());
+                let behind = tokio::spawn(async move {
+                    match how {
+                        "prepared" => prepared.consume("k").await,
+                        _ => prepared
+                            .spend("k")
+                            .await
+                            .map(|spent| spent.decision().clone()),
+                    }
+                });
+                until_depth(b, 2).await;
+                if pods.fleet() {
+                    let a = pods.pod(0);
+                    a.reload(on_its_store(a, queued_bucket("b"))).unwrap();
+                }
+                pods.at(300);
+                head.abort();
+                let waited = tokio::time::timeout(Duration::from_secs(5), behind).await;
+                counts.push(match waited {
+                    Ok(joined) => usize::from(joined.unwrap().is_ok_and(|d| d.allowed)),
+                    Err(_) => 0,
+                });
+                counts
+            },
+        )
+        .await;
+        all.push((how, fleet, twin));
+    }
+    for (how, fleet, twin) in &all {
+        assert_eq!(twin, &[1, 15, 0], "{how}: twin");
+        assert_eq!(fleet, twin, "{how}: fleet (all: {all:?})");
+    }
+}
+
 /// No move at all: B's waiter (a head of cost 2 refused, a call of cost 1 behind it, one
 /// token left) while a call of B's own raises the record and reads back A's longer quota of
 /// its own (a block of ten hours): what B knows grows, with no replaced configuration to
