@@ -419,10 +419,12 @@ async fn until_waiting_or_done<T>(c: &mut redis::Connection, n: u64, call: &Join
 /// +300 s (past the configured carrying) B's first plain call has the record to read, and
 /// that read fails: writes paused, a timeout of 300 ms. Under `Allow` and `Local` the call
 /// goes on (`horizon_failure_refuses`) with what B alone knew: the old state let go. Its
-/// decision is the policy's, not Redis' (the failed read marks the store failing: on the
-/// fleet and on the twin alike, 1 admitted, unlimited or from the pod's share in memory),
-/// so nothing is written to Redis on what B alone knew. Writes let through again, B's next
-/// 16 plain calls read the record and carry the old state: none, as the twin. Held.
+/// decision, sent on the same link, waits in Redis behind the held read and times out too:
+/// the policy answers it (unlimited, or from the pod's share in memory), on the fleet and
+/// on the twin alike (1 each), nothing written to Redis on what B alone knew. Writes let
+/// through again, B's next 16 plain calls read the record and carry the old state: none, as
+/// the twin. Held; where the read fails at once and Redis answers the decision, see
+/// [`a_due_read_whose_link_is_killed_under_allow_or_local`].
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_due_read_that_fails_under_allow_or_local_is_answered_by_the_policy_then_read_again() {
     let server = RedisServer::start();
@@ -455,6 +457,69 @@ async fn a_due_read_that_fails_under_allow_or_local_is_answered_by_the_policy_th
     }
     for (policy, _, twin) in &results {
         assert_eq!(twin, &[15, 1, 0], "{policy:?}: twin");
+    }
+    for (policy, fleet, twin) in &results {
+        assert_eq!(fleet, twin, "{policy:?}: fleet (all: {results:?})");
+    }
+}
+
+/// Every normal client of `c`'s server but `c` killed (`CLIENT KILL`): what each was
+/// running or waiting to run is dropped, never run.
+fn kill_links(c: &mut redis::Connection) {
+    (redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("normal"))
+        .arg("SKIPME")
+        .arg("yes")
+        .exec(c)
+        .unwrap();
+}
+
+/// The same read failing at once, and Redis answering the decision: B's read held in Redis
+/// (writes paused) and its link killed there, so that the read fails with the store's error
+/// and the call goes on to its decision on a new link, which runs once writes are let
+/// through: on the moved state alone, as far as B knew. The twin's read fails the same way,
+/// and it carries the old state for the quota of its own it saw: none. Then 16 more plain
+/// calls on B, which read the record (still due).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "FOUND: B's call admitted by Redis on the moved state, 1 (fleet [15, 1, 0]) against 0 on the twin ([15, 0, 0]), under Allow and Local alike"]
+async fn a_due_read_whose_link_is_killed_under_allow_or_local() {
+    let server = RedisServer::start();
+    let mut results = Vec::new();
+    for policy in [FailurePolicy::Allow, FailurePolicy::Local { pods: 2 }] {
+        let options = || {
+            RedisOptions::new(server.url())
+                .timeout(Duration::from_secs(2))
+                .on_failure(policy)
+        };
+        let script = async |pods: &Pods| {
+            let mut counts = vec![pods.admitted(0, "k", &own(), 16).await];
+            pods.reload_all(|| bucket("b"));
+            pods.at(300);
+            let mut c = server.connection();
+            pause_writes(&mut c);
+            let call = spawned(pods.pod(1), "k", &Options::new());
+            until_waiting(&mut c, 1);
+            kill_links(&mut c);
+            until_waiting_or_done(&mut c, 1, &call).await;
+            unpause(&mut c);
+            let decided = call.await.unwrap();
+            // Admitted by Redis (a real level), not by the policy's unlimited answer.
+            let by_redis = decided.is_ok_and(|d| d.allowed && d.limit == 15);
+            counts.push(usize::from(by_redis));
+            counts.push(pods.admitted(1, "k", &Options::new(), 16).await);
+            counts
+        };
+        let fleet = script(&Pods::new("h90-read-killed", true, || bucket("a"), options)).await;
+        let twin = script(&Pods::new(
+            "h90-read-killed",
+            false,
+            || bucket("a"),
+            options,
+        ))
+        .await;
+        results.push((policy, fleet, twin));
+    }
+    for (policy, _, twin) in &results {
+        assert_eq!(twin, &[15, 0, 0], "{policy:?}: twin");
     }
     for (policy, fleet, twin) in &results {
         assert_eq!(fleet, twin, "{policy:?}: fleet (all: {results:?})");
@@ -510,6 +575,83 @@ async fn a_raise_that_times_out_under_allow_or_local_writes_nothing_past_the_rec
     }
     for (policy, fleet, twin) in &results {
         assert_eq!(twin, &[1, 1, 14, 0], "{policy:?}: twin");
+        assert_eq!(fleet, twin, "{policy:?}: fleet (all: {results:?})");
+    }
+}
+
+/// The raise lost rather than late: A's call with its own quota of cost 15 (the whole
+/// bucket: 15 minutes owed) has its raise held in Redis (writes paused) and its link killed
+/// there (`CLIENT KILL`: the raise is never run). Under `Deny` the call is refused with the
+/// store's error; under `Allow` and `Local` it goes on to its decision, sent on a new link
+/// where Redis answers again. Both reloaded to the tier renamed, B's plain calls at +300 s
+/// (past the configured carrying) read no record (the second count: 0) and let the old state
+/// go: 15, where the twin, which knows the quota of its own, carries it: none. RELIABILITY
+/// item 19's stated case ("a Redis that answers again between a failed raise and the call's
+/// decision"), made deterministic. Under `Deny` the call is refused, nothing written: 15 on
+/// both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "FOUND: under Allow and Local, A's spend written with no record, B admits 15 at +300 s (fleet [1, 1, 0, 15]) against 0 on the twin ([1, 1, 0, 0]); Deny holds"]
+async fn a_raise_whose_link_is_killed_under_allow_or_local() {
+    let server = RedisServer::start();
+    let mut results = Vec::new();
+    let policies = [
+        FailurePolicy::Deny,
+        FailurePolicy::Allow,
+        FailurePolicy::Local { pods: 2 },
+    ];
+    for policy in policies {
+        let options = || {
+            RedisOptions::new(server.url())
+                .timeout(Duration::from_secs(2))
+                .on_failure(policy)
+        };
+        let script = async |pods: &Pods| {
+            let mut counts = vec![pods.admitted(0, "warm", &Options::new(), 1).await];
+            let mut c = server.connection();
+            pause_writes(&mut c);
+            let call = spawned(pods.pod(0), "k", &own().cost(15));
+            until_waiting(&mut c, 1);
+            kill_links(&mut c);
+            until_waiting_or_done(&mut c, 1, &call).await;
+            unpause(&mut c);
+            counts.push(usize::from(call.await.unwrap().is_ok_and(|d| d.allowed)));
+            let raised = record(&server, &pods.prefix).is_some();
+            counts.push(usize::from(raised));
+            pods.reload_all(|| bucket("b"));
+            pods.at(300);
+            let mut admitted = 0;
+            for _ in 0..16 {
+                // A link the kill left broken may refuse a call or two with its error.
+                let decided = pods.pod(1).consume("k", &Options::new()).await;
+                admitted += usize::from(decided.is_ok_and(|d| d.allowed));
+            }
+            counts.push(admitted);
+            counts
+        };
+        let fleet = script(&Pods::new(
+            "h90-raise-killed",
+            true,
+            || bucket("a"),
+            options,
+        ))
+        .await;
+        let twin = script(&Pods::new(
+            "h90-raise-killed",
+            false,
+            || bucket("a"),
+            options,
+        ))
+        .await;
+        results.push((policy, fleet, twin));
+    }
+    for (policy, _, twin) in &results {
+        let expected = match policy {
+            FailurePolicy::Deny => [1, 0, 0, 15],
+            _ => [1, 1, 0, 0],
+        };
+        assert_eq!(twin, &expected, "{policy:?}: twin");
+    }
+    for (policy, fleet, twin) in &results {
         assert_eq!(fleet, twin, "{policy:?}: fleet (all: {results:?})");
     }
 }
