@@ -13,7 +13,9 @@
 //!
 //! Found and closed (`wait.rs`): a waiter in the queue decided on what its pod knew when it
 //! queued (1 against 0), and `until_ready` read no record (15 against 0). Open (ignored,
-//! FOUND): a Redis restart between a pod's raise and the spend it covers (15 against 0).
+//! FOUND): a Redis restart between a pod's raise and the spend it covers (15 against 0);
+//! under `Allow` or `Local`, a raise lost in Redis before a decision Redis answers (15
+//! against 0), and a due read lost so (1 against 0).
 //!
 //! The configuration: [`bucket`]`("a")`, a bucket of 15 (10 plus 5) a token every 6 s (a
 //! tolerance of 90 s: its old state carried 150 s past a move), moved by a reload to
