@@ -993,3 +993,46 @@ async fn a_read_that_grows_what_a_pod_knows_without_a_move_ends_no_wait() {
     assert_eq!(twin, [1, 14, 1, 1], "twin");
     assert_eq!(fleet, twin, "fleet");
 }
+
+// ---------------------------------------------------------------------------------------
+// Adjustments made on another pod after the move.
+// ---------------------------------------------------------------------------------------
+
+/// A's 15 with its own quota, both reloaded to the tier renamed; at +300 s B penalizes
+/// `"k"` by 1 (`"penalty"`: then none of B's plain calls, the old debt carried) or rewards it
+/// by 15 with the quota of its own (`"reward"`: the 15 minutes given back, then 15): an
+/// adjustment reads the record where due before it works out which states it adjusts, so B
+/// adjusts the old state as the twin does. Held.
+#[tokio::test]
+async fn an_adjustment_on_another_pod_after_the_move_reads_the_record() {
+    let server = RedisServer::start();
+    let mut all = Vec::new();
+    for how in ["penalty", "reward"] {
+        let (fleet, twin) = fleet_and_twin(
+            &server,
+            "h90-adjust",
+            || bucket("a"),
+            async |pods| {
+                let mut counts = vec![pods.admitted(0, "k", &own(), 16).await];
+                pods.reload_all(|| bucket("b"));
+                pods.at(300);
+                let b = pods.pod(1);
+                match how {
+                    "penalty" => b.penalize("k", &Options::new(), 1).await.unwrap(),
+                    _ => b.reward("k", &own(), 15).await.unwrap(),
+                };
+                counts.push(pods.admitted(1, "k", &Options::new(), 16).await);
+                counts
+            },
+        )
+        .await;
+        all.push((how, fleet, twin));
+    }
+    for (how, _, twin) in &all {
+        let expected = if *how == "penalty" { [15, 0] } else { [15, 15] };
+        assert_eq!(twin, &expected, "{how}: twin");
+    }
+    for (how, fleet, twin) in &all {
+        assert_eq!(fleet, twin, "{how}: fleet (all: {all:?})");
+    }
+}
