@@ -1,20 +1,30 @@
 -- The reload horizon of one key prefix (see src/store/redis/horizon.rs): how long what a
 -- fleet's services wrote under the prefix may hold a state a reload moves to another, raised
 -- field by field to at least what is asked (a max: never lowered); the record as it was
--- before is returned (the caller tells another service's raise from its own by it).
+-- before is returned (the caller tells another service's penalty from its own by it).
 --
--- KEYS[1]: the record: a string of three decimal numbers, each in nanoseconds, separated by
---          single spaces (the longest a quota of a call's own outlasts a reload, the longest
---          window of a call's own, when the latest penalty's debt ends); no key is zeros.
--- ARGV[1..3]: the three to raise it to (0 where nothing is raised: a read).
--- ARGV[4]: how long, in milliseconds, the record is kept at least from now (0: a read, the
+-- KEYS[1]: the record: a string of six decimal numbers separated by single spaces: the
+--          longest a quota of a call's own outlasts a reload and the longest window of a
+--          call's own (nanoseconds: durations, no clock in them); then for the latest bound
+--          raised before a penalty, and for the latest exact end noted after one, when its
+--          debt ends (microseconds on this server's clock: TIME, so that pods whose clocks
+--          disagree read one instant) and which service raised it (its id). No key is zeros.
+-- ARGV[1..2]: the durations to raise it to (0 where nothing is raised).
+-- ARGV[3], ARGV[4]: the penalty bound: microseconds left from now (0: none), the raiser's id.
+-- ARGV[5], ARGV[6]: the exact end, as ARGV[3..4].
+-- ARGV[7]: how long, in milliseconds, the record is kept at least from now (0: a read, the
 --          expiry left as it is): twice the longest of what is raised, so that a state
 --          written with it holds nothing once the record expires, the raising service raising
 --          it again (and so keeping it) at its first write past half of that. Never shortened:
 --          every key of the store expires.
--- Returns: the three before the raise (zeros where there was no record), as decimal strings. The RATELIMIT_STATE error reply, with nothing
---          written, for a key of another type or a string not of this shape: a record read
---          as zeros would let every move go at once.
+-- Returns: the six before the raise, as decimal strings, each end as microseconds left from
+--          now (0 where it has passed or there was no record). The RATELIMIT_STATE error
+--          reply, with nothing written, for a key of another type, a string not of this shape,
+--          or an end further from now than the longest a debt can last (MOST_LEFT: 2^62 ns, a
+--          bucket's largest tolerance): a record read as zeros would let every move go at
+--          once, and one read as ending centuries away would keep every move that long.
+
+local MOST_LEFT = 4611686018427387 -- microseconds
 
 local kind = redis.call('TYPE', KEYS[1])['ok']
 if kind ~= 'none' and kind ~= 'string' then
@@ -41,27 +51,60 @@ local function larger(a, b)
   return b
 end
 
-local held = {'0', '0', '0'}
+-- A number of at most 16 digits as a Lua number (exact below 2^53), or nil.
+local function small(text)
+  if not text or #text > 16 then return nil end
+  local n = tonumber(text)
+  if n > 9007199254740991 then return nil end
+  return n
+end
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+
+local held = {'0', '0', 0, '0', 0, '0'}
 if kind == 'string' then
   local text = redis.call('GET', KEYS[1])
-  local a, b, c = string.match(text, '^(%d+) (%d+) (%d+)$')
-  held = {number(a), number(b), number(c)}
-  if not (held[1] and held[2] and held[3]) then
+  local f = {string.match(text, '^(%d+) (%d+) (%d+) (%d+) (%d+) (%d+)$')}
+  local ok = #f == 6
+  if ok then
+    held = {number(f[1]), number(f[2]), small(number(f[3])), number(f[4]),
+      small(number(f[5])), number(f[6])}
+    for i = 1, 6 do ok = ok and held[i] ~= nil end
+  end
+  if ok then
+    ok = held[3] - now <= MOST_LEFT and held[5] - now <= MOST_LEFT
+  end
+  if not ok then
     return redis.error_reply('RATELIMIT_STATE the reload horizon is not a record: '
-      .. string.sub(text, 1, 64))
+      .. string.sub(text, 1, 96))
   end
 end
-local after, raised = {}, false
-for i = 1, 3 do
-  local asked = number(ARGV[i])
-  if not asked then
+
+local asked = {}
+for i = 1, 6 do
+  asked[i] = number(ARGV[i])
+  if not asked[i] then
     return redis.error_reply('RATELIMIT_STATE the reload horizon was asked a raise that is '
       .. 'not a number')
   end
-  after[i] = larger(held[i], asked)
+end
+local after, raised = {held[1], held[2], held[3], held[4], held[5], held[6]}, false
+for i = 1, 2 do
+  after[i] = larger(held[i], asked[i])
   raised = raised or after[i] ~= held[i]
 end
-local keep = tonumber(ARGV[4])
+for i = 3, 5, 2 do
+  local left = small(asked[i])
+  if not left or left > MOST_LEFT then
+    return redis.error_reply('RATELIMIT_STATE the reload horizon was asked a penalty end '
+      .. 'past the longest a debt can last')
+  end
+  if left > 0 and now + left > held[i] then
+    after[i], after[i + 1], raised = now + left, asked[i + 1], true
+  end
+end
+local keep = tonumber(ARGV[7])
 if not keep or keep < 0 or keep ~= math.floor(keep) then
   return redis.error_reply('RATELIMIT_STATE the reload horizon was asked an expiry that is '
     .. 'not a number')
@@ -71,9 +114,15 @@ if raised or (keep > 0 and kind == 'string') then
   if left > keep then keep = left end
   if keep < 1 then keep = 1 end
   if raised then
-    redis.call('SET', KEYS[1], after[1] .. ' ' .. after[2] .. ' ' .. after[3], 'PX', keep)
+    local text = after[1] .. ' ' .. after[2] .. ' ' .. string.format('%.0f', after[3]) .. ' '
+      .. after[4] .. ' ' .. string.format('%.0f', after[5]) .. ' ' .. after[6]
+    redis.call('SET', KEYS[1], text, 'PX', keep)
   else
     redis.call('PEXPIRE', KEYS[1], keep)
   end
 end
-return held
+local function left_of(at)
+  if at <= now then return '0' end
+  return string.format('%.0f', at - now)
+end
+return {held[1], held[2], left_of(held[3]), held[4], left_of(held[5]), held[6]}

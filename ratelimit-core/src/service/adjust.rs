@@ -109,7 +109,7 @@ impl RateLimitService {
             if penalty {
                 let until = self.penalty_bound(&site, &old_keys, units, now);
                 if self.horizon_raise_due() || self.penalty_raise_due(until) {
-                    Box::pin(self.raise_horizon(&generation, until)).await?;
+                    Box::pin(self.raise_horizon(&generation, (until, 0))).await?;
                 }
             }
             let carries = penalty && store.carries() && !old_keys.is_empty();
@@ -176,6 +176,23 @@ impl RateLimitService {
                 let until = now.saturating_add(owed).saturating_add(most);
                 let latest = &self.inner.penalized_until;
                 latest.fetch_max(until, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+        if penalty && adjusts {
+            // The exact end recorded too, beside the bound raised before: another service
+            // whose own bound was larger took that bound for its own and read nothing of
+            // this penalty, whose debt ended after its own (15 admitted against none:
+            // probes_horizon_record_redis). The penalty is written: a failure here is the
+            // call's error where it refuses (`horizon_failure_refuses`), the bound standing.
+            let end = self
+                .inner
+                .penalized_until
+                .load(std::sync::atomic::Ordering::Relaxed);
+            if self.penalty_end_due(end) {
+                match Box::pin(self.raise_horizon(&generation, (0, end))).await {
+                    Err(e) if self.horizon_failure_refuses(&e) => return Err(e),
+                    _ => {}
+                }
             }
         }
         decided

@@ -314,7 +314,7 @@ impl RateLimitService {
         key: Option<&'a str>,
         answer: impl FnOnce(&Site<'_>, Result<Decision, Error>) -> Result<Decision, Error>,
     ) -> Result<Decision, Error> {
-        match self.raise_horizon(site.generation, 0).await {
+        match self.raise_horizon(site.generation, (0, 0)).await {
             Err(e) if self.horizon_failure_refuses(&e) => {
                 return self.record_and_return(&site, key, Err(e));
             }

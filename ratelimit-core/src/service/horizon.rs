@@ -37,14 +37,19 @@ pub(super) struct Fleet {
     recorded_outlasts: AtomicU64,
     recorded_window: AtomicU64,
     recorded_penalized: AtomicU64,
-    /// The latest penalty end this service raised the record to itself.
-    raised_penalized: AtomicU64,
+    /// The latest exact penalty end known recorded (this service's clock).
+    recorded_end: AtomicU64,
+    /// This service's id in the record: which penalty ends it raised itself. Never 0.
+    id: u64,
     /// When a penalty made through another service may leave its latest debt, as read: a
     /// moved bucket's old state is carried until then at least (`Kept::carrying_with`).
-    /// Only a record past what this service raised itself: its own penalties are noted
+    /// Only ends another service raised (the record's ids): its own penalties are noted
     /// exactly (`Inner::penalized_until`), and the bound it raises before one is made is
     /// looser (read back as another's, one service on Redis carried an old state longer
-    /// than the memory store, and answered otherwise: probes_carry_redis' histories).
+    /// than the memory store, and answered otherwise: probes_carry_redis' histories). Both
+    /// the bounds and the exact ends are read: where only the largest bound was, and a
+    /// service took it for its own, a smaller bound another raised, whose debt ended later
+    /// than its own, was lost under it (15 admitted against none: probes_horizon_record_redis).
     pub(super) penalized: AtomicU64,
     /// When the record was last read (this service's clock, taken before the read).
     read_at: AtomicU64,
@@ -67,7 +72,8 @@ impl Fleet {
             recorded_outlasts: AtomicU64::new(0),
             recorded_window: AtomicU64::new(0),
             recorded_penalized: AtomicU64::new(0),
-            raised_penalized: AtomicU64::new(0),
+            recorded_end: AtomicU64::new(0),
+            id: service_id(),
             penalized: AtomicU64::new(0),
             read_at: AtomicU64::new(0),
             refresh_at: AtomicU64::new(0),
@@ -85,6 +91,16 @@ impl Fleet {
     pub(super) fn read_at(&self) -> Nanos {
         self.read_at.load(Ordering::Relaxed)
     }
+}
+
+/// An id for a service, never 0, unlike any other's in this process (a counter) and, with
+/// overwhelming odds, in any other (std's per-process random hash keys, and the process id).
+fn service_id() -> u64 {
+    use std::hash::BuildHasher;
+    static COUNT: AtomicU64 = AtomicU64::new(0);
+    let count = COUNT.fetch_add(1, Ordering::Relaxed);
+    let id = std::collections::hash_map::RandomState::new().hash_one((std::process::id(), count));
+    id.max(1)
 }
 
 /// The key prefixes `generation` runs and keeps, each once: the states it writes and carries.
@@ -199,23 +215,31 @@ impl RateLimitService {
         self.exchange(generation, Horizon::default()).await
     }
 
-    /// Raises the record to what this service noted itself (and `penalized_until`), then
-    /// folds the record back as a read.
+    /// Raises the record to what this service noted itself, and to a penalty's `bound` (before
+    /// it is written) or its exact `end` (after: instants on this service's clock, 0 for
+    /// none), then folds the record back as a read.
     pub(super) async fn raise_horizon(
         &self,
         generation: &Generation,
-        penalized_until: Nanos,
+        (bound, end): (Nanos, Nanos),
     ) -> Result<(), Error> {
         let (outlasts, window) = (
             self.inner.own_outlasts.load(Ordering::Relaxed),
             self.inner.own_windows.load(Ordering::Relaxed),
         );
         let now = self.inner.clock.now();
-        let longest = (outlasts.max(window)).max(penalized_until.saturating_sub(now));
+        let penalty = |until: Nanos| {
+            let left = until.saturating_sub(now);
+            let by = if left > 0 { self.inner.fleet.id } else { 0 };
+            crate::store::Penalty { left, by }
+        };
+        let (penalty_bound, penalty_end) = (penalty(bound), penalty(end));
+        let longest = (outlasts.max(window)).max(penalty_bound.left.max(penalty_end.left));
         let raise = Horizon {
             outlasts,
             window,
-            penalized_until,
+            penalty_bound,
+            penalty_end,
             keep_nanos: longest.saturating_mul(2),
         };
         self.exchange(generation, raise).await?;
@@ -234,25 +258,27 @@ impl RateLimitService {
         for prefix in prefixes(generation) {
             held = held.max(self.inner.store.horizon(prefix, raise).await?);
         }
-        self.fold(held, raise);
+        self.fold(held, raise, at);
         self.inner.fleet.read_at.fetch_max(at, Ordering::Relaxed);
         self.set_horizon_due(&self.generation());
         Ok(())
     }
 
-    /// What the record held before this service's `raise`, as if this service had seen it
-    /// itself; a penalty's end only where past what this service raised it to itself.
-    fn fold(&self, held: Horizon, raise: Horizon) {
+    /// What the record held before this service's `raise` at `at`, as if this service had
+    /// seen it itself; a penalty's end only where another service raised it (its time left
+    /// counted from `at`, on this service's clock).
+    fn fold(&self, held: Horizon, raise: Horizon, at: Nanos) {
         let (inner, fleet) = (&self.inner, &self.inner.fleet);
-        let raised = fleet
-            .raised_penalized
-            .fetch_max(raise.penalized_until, Ordering::Relaxed);
         let mut grew = false;
-        if held.penalized_until > raised {
-            let was = (fleet.penalized).fetch_max(held.penalized_until, Ordering::Relaxed);
-            grew |= was < held.penalized_until;
+        for penalty in [held.penalty_bound, held.penalty_end] {
+            if penalty.left > 0 && penalty.by != fleet.id {
+                let until = at.saturating_add(penalty.left);
+                let was = (fleet.penalized).fetch_max(until, Ordering::Relaxed);
+                grew |= was < until;
+            }
         }
         let record = held.max(raise);
+        let until = |penalty: crate::store::Penalty| at.saturating_add(penalty.left);
         let was = (inner.own_outlasts).fetch_max(record.outlasts, Ordering::Relaxed);
         grew |= was < record.outlasts;
         let was = (inner.own_windows).fetch_max(record.window, Ordering::Relaxed);
@@ -262,14 +288,22 @@ impl RateLimitService {
         }
         (fleet.recorded_outlasts).fetch_max(record.outlasts, Ordering::Relaxed);
         (fleet.recorded_window).fetch_max(record.window, Ordering::Relaxed);
-        (fleet.recorded_penalized).fetch_max(record.penalized_until, Ordering::Relaxed);
+        (fleet.recorded_penalized).fetch_max(until(record.penalty_bound), Ordering::Relaxed);
+        (fleet.recorded_end).fetch_max(until(record.penalty_end), Ordering::Relaxed);
     }
 
-    /// The penalty's `until` to raise the record to before a penalty is written, if it
+    /// Whether a penalty's bound `until` is raised before the penalty is written: it
     /// outlasts what is recorded.
     pub(super) fn penalty_raise_due(&self, until: Nanos) -> bool {
         let fleet = &self.inner.fleet;
         fleet.records && until > fleet.recorded_penalized.load(Ordering::Relaxed)
+    }
+
+    /// Whether a penalty's exact end `end`, noted after it was written, is raised: it
+    /// outlasts the exact end recorded (a bound may hide it: `Fleet::penalized`).
+    pub(super) fn penalty_end_due(&self, end: Nanos) -> bool {
+        let fleet = &self.inner.fleet;
+        fleet.records && end > fleet.recorded_end.load(Ordering::Relaxed)
     }
 
     /// Works out when a call under `generation` reads the record next: the first instant

@@ -234,7 +234,7 @@ impl RateLimitService {
         let site = &Site { kept: true, ..site };
         // A quota or a window of its own past the fleet's record: raised first (`horizon.rs`).
         if self.horizon_raise_at(site) {
-            match Box::pin(self.raise_horizon(site.generation, 0)).await {
+            match Box::pin(self.raise_horizon(site.generation, (0, 0))).await {
                 // Recorded as the call's outcome, and returned: an error stays one.
                 Err(e) if self.horizon_failure_refuses(&e) => {
                     self.record_and_return(site, key, Err(e))?;

@@ -181,7 +181,7 @@ impl RateLimitService {
             Keyed::Keys(sites, keys, now) => (sites, keys, now),
         };
         if sites.iter().any(|site| self.horizon_raise_at(site)) {
-            match Box::pin(self.raise_horizon(&generation, 0)).await {
+            match Box::pin(self.raise_horizon(&generation, (0, 0))).await {
                 Err(e) if self.horizon_failure_refuses(&e) => return Err(e),
                 _ => {}
             }

@@ -362,14 +362,41 @@ pub struct Horizon {
     pub outlasts: crate::clock::Nanos,
     /// The longest window of its own a call was worked out with.
     pub window: crate::clock::Nanos,
-    /// When the latest debt a penalty may have left ends (on the services' clocks, since
-    /// the Unix epoch).
-    pub penalized_until: crate::clock::Nanos,
+    /// The latest penalty's debt at the latest, bounded before the penalty is written.
+    pub penalty_bound: Penalty,
+    /// The latest penalty's debt as noted after it was written: exact where the bound is
+    /// loose (a service tells another's end hidden under its own bound by it).
+    pub penalty_end: Penalty,
     /// In a raise, how long from now the store keeps the record at least (a store whose
     /// keys expire: the record may expire after it, never before; 0 in a read, and in what
     /// a store returns). The service asks twice the longest of what it raises, and raises
     /// again at its first write past half of that.
     pub keep_nanos: crate::clock::Nanos,
+}
+
+/// When a penalty's debt ends, in a [`Horizon`]: as time left, never as an instant, so that
+/// services whose clocks disagree read one end (a store shared by a fleet counts it on a
+/// clock of its own: Redis' `TIME`). Kept as an instant on one service's clock, another
+/// whose clock ran 300 s ahead read it 300 s short: 15 admitted where one service admitted
+/// none (probes_horizon_record_redis).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Penalty {
+    /// How long from now the debt lasts at most (0: none, or ended).
+    pub left: crate::clock::Nanos,
+    /// Which service raised it ([`RateLimitService`](crate::RateLimitService)'s id, never 0;
+    /// 0 with no end).
+    pub by: u64,
+}
+
+impl Penalty {
+    /// The one of the two that ends later.
+    pub fn max(self, other: Penalty) -> Penalty {
+        if other.left > self.left {
+            other
+        } else {
+            self
+        }
+    }
 }
 
 impl Horizon {
@@ -378,7 +405,8 @@ impl Horizon {
         Horizon {
             outlasts: self.outlasts.max(other.outlasts),
             window: self.window.max(other.window),
-            penalized_until: self.penalized_until.max(other.penalized_until),
+            penalty_bound: self.penalty_bound.max(other.penalty_bound),
+            penalty_end: self.penalty_end.max(other.penalty_end),
             keep_nanos: self.keep_nanos.max(other.keep_nanos),
         }
     }

@@ -12,7 +12,7 @@ use std::time::Instant;
 use super::scripts::Lua;
 use super::RedisStore;
 use crate::error::Error;
-use crate::store::Horizon;
+use crate::store::{Horizon, Penalty};
 
 static HORIZON_SCRIPT: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("../../../lua/horizon.lua")));
@@ -21,6 +21,18 @@ static HORIZON_SCRIPT: LazyLock<Lua> =
 pub(crate) fn horizon_key(prefix: &str) -> String {
     format!("{prefix}:horizon")
 }
+
+/// The longest a penalty's debt may be recorded to last, in microseconds: 2^62 ns, a token
+/// bucket's largest tolerance (`lua/horizon.lua`'s `MOST_LEFT`, which refuses a record past
+/// it). A raise past it is asked as it (a penalty's debt past 146 years).
+const MOST_LEFT_MICROS: u64 = (1 << 62) / 1_000;
+
+/// The longest a valid quota outlasts a reload by (a window and a bucket's largest
+/// tolerance), and the longest window: a record past either holds what no quota can, and is
+/// [`Error::UnexpectedState`] rather than a horizon (read as one, a planted `u64::MAX` kept
+/// every move for ever, and refused every reload past the 64th: probes_horizon_record_redis).
+const MOST_OUTLASTS: u64 = crate::quota::MOST_OUTLASTS;
+const MOST_WINDOW: u64 = crate::syntax::MAX_WINDOW.as_nanos() as u64;
 
 impl RedisStore {
     /// Raises the record of `prefix` to at least `raise` and returns it as it was before.
@@ -31,7 +43,17 @@ impl RedisStore {
     ) -> Result<Horizon, Error> {
         let key = horizon_key(prefix);
         let keep = raise.keep_nanos.div_ceil(1_000_000);
-        let args = [raise.outlasts, raise.window, raise.penalized_until, keep];
+        let micros = |left: u64| left.div_ceil(1_000).min(MOST_LEFT_MICROS);
+        let (bound, end) = (raise.penalty_bound, raise.penalty_end);
+        let args = [
+            raise.outlasts,
+            raise.window,
+            micros(bound.left),
+            bound.by,
+            micros(end.left),
+            end.by,
+            keep,
+        ];
         let held: Vec<String> = self
             .run(
                 &HORIZON_SCRIPT,
@@ -45,40 +67,55 @@ impl RedisStore {
     }
 }
 
-/// The record as the script returned it: three decimal numbers, each within `u64`.
+/// The record as the script returned it: six decimal numbers, each within `u64`, the
+/// durations within what a valid quota holds and the ends' time left within
+/// [`MOST_LEFT_MICROS`].
 fn parsed(after: &[String]) -> Result<Horizon, Error> {
-    let number = |i: usize| {
-        (after.get(i).and_then(|text| text.parse::<u64>().ok())).ok_or_else(|| {
-            Error::UnexpectedState {
-                message: format!("the reload horizon is not a record: {after:?}"),
-            }
+    let unexpected = || Error::UnexpectedState {
+        message: format!("the reload horizon is not a record: {after:?}"),
+    };
+    let number = |i: usize, most: u64| {
+        (after.get(i).and_then(|text| text.parse::<u64>().ok()))
+            .filter(|&n| n <= most)
+            .ok_or_else(unexpected)
+    };
+    if after.len() != 6 {
+        return Err(unexpected());
+    }
+    let penalty = |i: usize| -> Result<Penalty, Error> {
+        Ok(Penalty {
+            left: number(i, MOST_LEFT_MICROS)? * 1_000,
+            by: number(i + 1, u64::MAX)?,
         })
     };
-    if after.len() != 3 {
-        return Err(Error::UnexpectedState {
-            message: format!("the reload horizon is not a record: {after:?}"),
-        });
-    }
     Ok(Horizon {
-        outlasts: number(0)?,
-        window: number(1)?,
-        penalized_until: number(2)?,
+        outlasts: number(0, MOST_OUTLASTS)?,
+        window: number(1, MOST_WINDOW)?,
+        penalty_bound: penalty(2)?,
+        penalty_end: penalty(4)?,
         keep_nanos: 0,
     })
 }
 
 #[cfg(test)]
 mod tests {
-    use super::parsed;
+    use super::{parsed, MOST_OUTLASTS};
 
     #[test]
     fn a_record_past_u64_or_short_is_unexpected_state() {
         let of = |v: &[&str]| parsed(&v.iter().map(|s| s.to_string()).collect::<Vec<_>>());
-        assert_eq!(of(&["1", "2", "3"]).unwrap().penalized_until, 3);
+        let read = of(&["1", "2", "3", "4", "5", "6"]).unwrap();
+        assert_eq!((read.penalty_bound.left, read.penalty_end.by), (3_000, 6));
+        let most = MOST_OUTLASTS.to_string();
+        assert!(of(&[&most, "0", "0", "0", "0", "0"]).is_ok());
+        let past = (MOST_OUTLASTS + 1).to_string();
         for bad in [
-            &["18446744073709551616", "0", "0"][..],
-            &["1", "2"],
-            &["x", "0", "0"],
+            &["18446744073709551616", "0", "0", "0", "0", "0"][..],
+            &[&past, "0", "0", "0", "0", "0"],
+            &["0", "31622400000000001", "0", "0", "0", "0"],
+            &["0", "0", "4611686018427388", "1", "0", "0"],
+            &["1", "2", "3", "4", "5"],
+            &["x", "0", "0", "0", "0", "0"],
         ] {
             assert!(
                 matches!(of(bad), Err(crate::Error::UnexpectedState { .. })),
