@@ -175,7 +175,7 @@ async fn a_penalty_on_one_pods_clock_is_read_short_by_a_pod_whose_clock_is_ahead
 /// while the states it covers stay: it is touched at a raise or a read only, the coldest key
 /// of the prefix under an LRU policy.
 #[tokio::test]
-#[ignore = "FOUND (as any key's eviction): 15 admitted on pod B at +300 s against 0 on the twin once the record is deleted"]
+#[ignore = "FOUND (as any key's eviction; left: B never knew a record, and holding on no record would hold every fleet that has none): 15 admitted on pod B at +300 s against 0 on the twin once the record is deleted, where B reads before any pod that knew it"]
 async fn a_deleted_record_is_read_as_nothing_recorded() {
     let server = RedisServer::start();
     let own = Options::new().refill(1);
@@ -193,6 +193,33 @@ async fn a_deleted_record_is_read_as_nothing_recorded() {
     })
     .await;
     assert_eq!(twin, [15, 0], "twin");
+    assert_eq!(fleet, twin, "fleet");
+}
+
+/// The record deleted as above, but A, which raised it, reads it first (a plain call of its
+/// own at +300 s, on another key): it finds less than it knew was recorded and raises it
+/// again at once to what it keeps, so B's plain calls after read A's quota of its own and
+/// carry the old state: none admitted, as the twin. Without the raise again, B read
+/// nothing: 15.
+#[tokio::test]
+async fn a_deleted_record_is_raised_again_by_a_pod_that_knew_it() {
+    let server = RedisServer::start();
+    let own = Options::new().refill(1);
+    let (fleet, twin) = fleet_and_twin(&server, "h89-deleted-raised", async |pods| {
+        let mut counts = vec![pods.admitted(0, "k", &own, 16).await];
+        redis::cmd("DEL")
+            .arg(record_key(&pods.prefix))
+            .exec(&mut server.connection())
+            .unwrap();
+        pods.reload_all(|| bucket("b"));
+        pods.at(300);
+        counts.push(pods.admitted(0, "other", &Options::new(), 1).await);
+        assert!(record(&server, &pods.prefix).is_some(), "raised again");
+        counts.push(pods.admitted(1, "k", &Options::new(), 16).await);
+        counts
+    })
+    .await;
+    assert_eq!(twin, [15, 1, 0], "twin");
     assert_eq!(fleet, twin, "fleet");
 }
 

@@ -210,9 +210,18 @@ impl RateLimitService {
     }
 
     /// Reads the record of every prefix `generation` writes or carries, folds it into what
-    /// this service saw itself, and works out when it is due next.
+    /// this service saw itself, and works out when it is due next. A record found holding
+    /// less of a quota or a window of a call's own than this service knew was recorded (it
+    /// was deleted or evicted: the coldest key of its prefix under an LRU policy) is raised
+    /// again at once to what this service keeps, so that a service that had not read it
+    /// before finds it again: one round trip more, at such a read only. (One that reads it
+    /// before any service that knew it does reads nothing:
+    /// `a_deleted_record_is_read_as_nothing_recorded`.)
     pub(super) async fn read_horizon(&self, generation: &Generation) -> Result<(), Error> {
-        self.exchange(generation, Horizon::default()).await
+        if self.exchange(generation, Horizon::default()).await? {
+            Box::pin(self.raise_horizon(generation, (0, 0))).await?;
+        }
+        Ok(())
     }
 
     /// Raises the record to what this service noted itself, and to a penalty's `bound` (before
@@ -252,16 +261,30 @@ impl RateLimitService {
     }
 
     /// Raises every prefix's record to `raise` (zeros: a read), and folds what they hold.
-    async fn exchange(&self, generation: &Generation, raise: Horizon) -> Result<(), Error> {
+    /// Whether one of them held less of a quota or a window of a call's own than this
+    /// service knew was recorded, raise included (lost since: `read_horizon`).
+    async fn exchange(&self, generation: &Generation, raise: Horizon) -> Result<bool, Error> {
         let at = self.inner.clock.now();
-        let mut held = Horizon::default();
+        let fleet = &self.inner.fleet;
+        let known = (
+            fleet.recorded_outlasts.load(Ordering::Relaxed),
+            fleet.recorded_window.load(Ordering::Relaxed),
+        );
+        let (mut held, mut lost) = (Vec::with_capacity(1), false);
         for prefix in prefixes(generation) {
-            held = held.max(self.inner.store.horizon(prefix, raise).await?);
+            let record = self.inner.store.horizon(prefix, raise).await?;
+            let after = record.max(raise);
+            lost |= after.outlasts < known.0 || after.window < known.1;
+            held.push(record);
         }
-        self.fold(held, raise, at);
+        // Each record on its own: in their max, another's penalty could hide under one of
+        // this service's own.
+        for record in held {
+            self.fold(record, raise, at);
+        }
         self.inner.fleet.read_at.fetch_max(at, Ordering::Relaxed);
         self.set_horizon_due(&self.generation());
-        Ok(())
+        Ok(lost)
     }
 
     /// What the record held before this service's `raise` at `at`, as if this service had
