@@ -12,6 +12,13 @@
 //! reload keeps every configuration it would drop until such a read has confirmed it ended
 //! (`reload.rs`). Plain calls make no round trip of it: one compare while nothing is due.
 //!
+//! A penalty's end goes into the record as time left (the store counts it on its own clock:
+//! Redis' `TIME`), with the id of the service that raised it: the bound before the penalty
+//! is written, and its exact end after (one round trip more where it ends later than the
+//! exact end recorded). Each service reads another's ends on its own clock, and folds back
+//! only ends another service raised: its own it notes exactly. A read that finds the record
+//! holding less than this service knew was recorded raises it again (`read_horizon`).
+//!
 //! A prepared site's calls take the per-call path where a read is due, or a read raised
 //! what this service knows since it was prepared (`horizon_stands`).
 //!
