@@ -25,11 +25,6 @@ pub const MAX_CAPACITY: u64 = u32::MAX as u64;
 /// token bucket overflows.
 pub(crate) const MAX_TOLERANCE: u128 = 1 << 62;
 
-/// The longest any valid quota outlasts a reload by (`Quota::outlasts_by`: a window, and a
-/// bucket's tolerance or a block, each at most [`MAX_TOLERANCE`] or [`MAX_WINDOW`]): what a
-/// fleet's record may hold of it at most (`store/redis/horizon.rs`).
-pub(crate) const MOST_OUTLASTS: Nanos = MAX_WINDOW.as_nanos() as Nanos + MAX_TOLERANCE as Nanos;
-
 /// Why a limit cannot be enforced. Each variant is one rule.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]

@@ -27,12 +27,15 @@ pub(crate) fn horizon_key(prefix: &str) -> String {
 /// it). A raise past it is asked as it (a penalty's debt past 146 years).
 const MOST_LEFT_MICROS: u64 = (1 << 62) / 1_000;
 
-/// The longest a valid quota outlasts a reload by (a window and a bucket's largest
-/// tolerance), and the longest window: a record past either holds what no quota can, and is
+/// The longest a valid quota outlasts a reload by (`Quota::outlasts_by`: a window, and a
+/// bucket's tolerance or a block, each at most `MAX_TOLERANCE` or [`MAX_WINDOW`]), and the
+/// longest window: a record past either holds what no quota can, and is
 /// [`Error::UnexpectedState`] rather than a horizon (read as one, a planted `u64::MAX` kept
 /// every move for ever, and refused every reload past the 64th: probes_horizon_record_redis).
-const MOST_OUTLASTS: u64 = crate::quota::MOST_OUTLASTS;
+///
+/// [`MAX_WINDOW`]: crate::MAX_WINDOW
 const MOST_WINDOW: u64 = crate::syntax::MAX_WINDOW.as_nanos() as u64;
+const MOST_OUTLASTS: u64 = MOST_WINDOW + crate::quota::MAX_TOLERANCE as u64;
 
 impl RedisStore {
     /// Raises the record of `prefix` to at least `raise` and returns it as it was before.
