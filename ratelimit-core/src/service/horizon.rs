@@ -22,9 +22,13 @@
 //! A prepared site's calls take the per-call path where a read is due, or a read raised
 //! what this service knows since it was prepared (`horizon_stands`).
 //!
-//! Not covered (each keeps the per-process horizon): a wait in the queue raises it but reads it
-//! only as its call began; a service started after the move keeps no replaced
-//! configuration to carry from (a horizon says how long, not which state).
+//! A call that waits reads it too: a head of the queue about to ask the store reads it where
+//! due, and a read that raised what this service knows since the wait began ends the wait
+//! where a replaced configuration is kept (`wait.rs`); `until_ready` reads it before each
+//! site it works out.
+//!
+//! Not covered: a service started after the move keeps no replaced configuration to carry
+//! from (a horizon says how long, not which state).
 //!
 //! [`Store::records_horizon`]: crate::store::Store::records_horizon
 //! [`Store::horizon`]: crate::store::Store::horizon
