@@ -8,6 +8,7 @@
 -- Defines: carried_time(debt_o, debt_n): the rule of `Carry::debt`, in microseconds (below);
 --          pending_of(k), added(...), write_pending(): the pending records and an
 --          addition (see `grow`);
+--          late(given, now): a read past its wait (see there);
 --          carry(old, moved, now, write): see below.
 --
 -- The rule (`Carry::debt`, the one every store carries by; here in microseconds, there in
@@ -229,6 +230,29 @@ local function grow(old, moved, now, write)
   return nil
 end
 
+-- The read of a call that reads again (`given`, its pending not '0') past its wait at `now`
+-- (its time, `read_end - debt - erased` on the old state's node, and `wait`, the time after
+-- which a call's steps have come or never will: `read_after_within` in
+-- src/store/redis/across_slots.rs, the one bound its record's `past` and the keys beside the
+-- old state are kept by): the RATELIMIT_LATE error reply, else nil. A runtime stalled
+-- between a call's read and its script (a script sent late runs all the same) carried a
+-- read its record then outlived (the erased key it kept expired: the next call read ends
+-- below the record's, and the stalled call's own spend was lost, 3 s owed where one server
+-- owes 4 s, `probe82_a_stall_between_read_and_script_outlives_the_erased_key`), or one older
+-- than another call's record it read as past (that call's growth held by nobody: 18 s
+-- against 19 s, `probe87_a_stall_between_read_and_script_past_another_calls_wait`, both
+-- lua_carry/). Refused, with nothing written (every carry is read before any is written,
+-- lua/stacked.lua): the call is the store's error (`Error::Timeout`, as the call's own
+-- timer would tell it), which the failure policy answers. Counted on two nodes' clocks: a
+-- moved node ahead refuses sooner, one behind later, by their skew.
+local function late(given, now)
+  if given.read_end - given.debt - given.erased + given.wait < now then
+    return redis.error_reply('RATELIMIT_LATE a carried state was read longer ago than the '
+      .. 'wait of the call that read it')
+  end
+  return nil
+end
+
 local function carry(old, moved, now, write)
   if old.grown then return grow(old, moved, now, write) end
   if old.block + 0 > 0 and moved.block + 0 > 0 then
@@ -256,6 +280,8 @@ local function carry(old, moved, now, write)
     local pending = old.given and old.given.pending ~= '0'
     local marked, record
     if pending then
+      local err = late(old.given, now)
+      if err then return err end
       record = pending_of(old.block_key)
       if record and record.err then return record end
       marked = beside_number(old.key, 'mark')

@@ -20,6 +20,11 @@ use crate::error::Error;
 /// holds state it did not write (see `lua/prelude.lua`).
 const UNEXPECTED_STATE: &str = "RATELIMIT_STATE";
 
+/// The code of the error reply the stacked script returns, without writing anything, for a
+/// carry of a state read in another Cluster slot longer ago than the wait of the call that
+/// read it (`late` in `lua/carry.lua`): a call stalled between its steps, [`Error::Timeout`].
+const LATE: &str = "RATELIMIT_LATE";
+
 /// Redis' answer to `EVALSHA` of a script it does not hold.
 const NO_SCRIPT: redis::ErrorKind = redis::ErrorKind::Server(redis::ServerErrorKind::NoScript);
 
@@ -76,7 +81,8 @@ impl RedisStore {
     /// with the source when `with_source` (a script not sent yet) or when Redis answers
     /// `NOSCRIPT` (restarted, or its scripts flushed), which loads it and runs it in one
     /// round trip. State of an unexpected shape (the scripts' `RATELIMIT_STATE` error reply)
-    /// is [`Error::UnexpectedState`].
+    /// is [`Error::UnexpectedState`]; a carry of a read past its call's wait
+    /// (`RATELIMIT_LATE`), [`Error::Timeout`].
     pub(super) async fn run<T: redis::FromRedisValue>(
         &self,
         script: &Lua,
@@ -102,7 +108,7 @@ impl RedisStore {
     /// What a script's request sent with its source or not (`with_source`) came to: its
     /// value; `None` when Redis answered `NOSCRIPT` to a script sent without its source (to
     /// be sent again with it); a script's error reply as an [`Error`] (state of an unexpected
-    /// shape: [`Error::UnexpectedState`]).
+    /// shape: [`Error::UnexpectedState`]; a read past its call's wait: [`Error::Timeout`]).
     fn replied<T>(
         &self,
         result: redis::RedisResult<T>,
@@ -112,6 +118,9 @@ impl RedisStore {
             _ if !with_source && e.kind() == NO_SCRIPT => None,
             Some(UNEXPECTED_STATE) => Some(Error::UnexpectedState {
                 message: e.detail().unwrap_or("").to_owned(),
+            }),
+            Some(LATE) => Some(Error::Timeout {
+                after: self.inner.options.timeout,
             }),
             _ => Some(self.error("the limiter script failed", &e)),
         })

@@ -105,6 +105,12 @@ impl Across<'_> {
     /// A stacked script carrying `given` (or, without it, the old state read beside it, as on
     /// one server): whether it admitted a spend of `cost` (with `cost` 0, it only carries).
     pub(super) fn script(&self, cost: u64, given: Option<Given>) -> bool {
+        (self.try_script(cost, given)).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// [`script`](Self::script), its error reply's text as `Err` (written with nothing:
+    /// `RATELIMIT_LATE` for a read past its call's wait, `late` in `lua/carry.lua`).
+    pub(super) fn try_script(&self, cost: u64, given: Option<Given>) -> Result<bool, String> {
         let checks = [check(NEW, self.new, cost.max(1))];
         let carried = self.carried();
         let mode = if cost > 0 { Mode::Spend } else { Mode::Look };
@@ -122,6 +128,7 @@ impl Across<'_> {
             .collect();
         let items = match self.redis.eval_source(STACKED_SCRIPT.text(), &keys, &args) {
             Reply::Array(items) => items,
+            Reply::Error(e) => return Err(e),
             other => panic!("{other:?}"),
         };
         // After the limit's reply, the call's ticket when it will read again.
@@ -134,7 +141,7 @@ impl Across<'_> {
                 self.tickets.borrow_mut().insert(pending, ticket);
             }
         }
-        items.first().is_none_or(|r| *r == Reply::Int(1))
+        Ok(items.first().is_none_or(|r| *r == Reply::Int(1)))
     }
 
     /// `run_checked`'s addition after its read after (`after`), for the call of id `pending`

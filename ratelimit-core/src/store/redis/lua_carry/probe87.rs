@@ -438,16 +438,19 @@ fn probe87_the_added_total_gone_while_a_ticket_stands() {
 /// Two calls read the old bucket (6 s owed), 1 s is spent on it, the first to script (12 s of
 /// the moved bucket) loses its read after (a runtime shut down); the other, its runtime
 /// stalled between its read and its script past the first's wait, scripts 2 s later: the
-/// first's record is past, and the addition from it runs from the stalled call's read (the
-/// same end as the record's: nothing), then the stalled call's ticket counts the first's
-/// 12 s as slack, which holds its read after's 1 s: the 1 s the first call missed (under its
-/// 12 s on one server) is added by nobody: 18 s owed after one more call where one server
-/// owes 19 s. RELIABILITY.md item 12's stall between a read and
+/// first's record was past, and the addition from it ran from the stalled call's read (the
+/// same end as the record's: nothing), then the stalled call's ticket counted the first's
+/// 12 s as slack, which held its read after's 1 s: the 1 s the first call missed (under its
+/// 12 s on one server) was added by nobody: 18 s owed after one more call where one server
+/// owed 19 s. RELIABILITY.md item 12's stall between a read and
 /// its script (`probe82_a_stall_between_read_and_script_outlives_the_erased_key`), through
 /// another call's record; found by `probe87_calls_whose_steps_stall_are_covered` before it
-/// kept the clock from moving there.
+/// kept the clock from moving there. The script now refuses the stalled call's read, past
+/// its wait (2 s before its script, the wait 1 s: `late` in `lua/carry.lua`), nothing
+/// written, so one server does not make it either; the next call adds the first's 1 s from
+/// its record: 18 s owed on both. Fails with the erased key's bound for the rule (twice the
+/// wait: the stalled read not past) or with no rule.
 #[test]
-#[ignore = "FOUND: 18 s owed on the Cluster where one server owes 19 s (a lost read after's 1 s, its record read past its wait by a call stalled 2 s between read and script)"]
 fn probe87_a_stall_between_read_and_script_past_another_calls_wait() {
     let (old, new) = seconds_buckets();
     let mut twins = Twins::new(&old, &new);
@@ -457,7 +460,14 @@ fn probe87_a_stall_between_read_and_script_past_another_calls_wait() {
     twins.old_spend(1);
     script_costing(&twins, 1, &lost, WAIT, 12);
     twins.later(2 * S);
-    script_costing(&twins, 2, &stalled, WAIT, 1);
-    twins.read_after(2, &stalled);
-    twins.owes_no_less();
+    let refused = twins.script_or_error(2, &stalled);
+    if refused.is_ok() {
+        twins.read_after(2, &stalled);
+    }
+    let (on_cluster, on_server) = twins.owes_no_less();
+    assert_eq!((on_cluster, on_server), (18 * S, 18 * S));
+    assert!(
+        refused.as_ref().is_err_and(|e| e.starts_with("RATELIMIT_LATE ")),
+        "{refused:?}"
+    );
 }

@@ -147,6 +147,17 @@ impl<'q> Twins<'q> {
         assert!(self.server.script(1, None), "refused on one server");
     }
 
+    /// [`script`](Self::script) where the Cluster may refuse it with an error (nothing
+    /// written): then one server's is not run either (the call refused, nothing spent); `Err`,
+    /// the Cluster's error reply.
+    pub(super) fn script_or_error(&self, id: u64, read: &Read) -> Result<(), String> {
+        let held = read.held(id, WAIT);
+        let admitted = self.cluster.try_script(1, Some(held))?;
+        assert!(admitted, "refused on the Cluster");
+        assert!(self.server.script(1, None), "refused on one server");
+        Ok(())
+    }
+
     /// The read after of the call of id `id` that read `read`, and its addition.
     pub(super) fn read_after(&self, id: u64, read: &Read) {
         self.cluster.added(read, &self.cluster.read(), id);
