@@ -269,9 +269,12 @@ fn interleaved(
 
 /// [`interleaved`], the clock moving on also while a mover waits between its script and its
 /// read after, or that and its addition, when `stalls` (a read after come late: the old
-/// bucket may refill between a call's read and its read after). Never between a call's read
-/// and its script: a stall there past another call's wait is RELIABILITY.md item 12's
-/// (`probe82_a_stall_between_read_and_script_outlives_the_erased_key`).
+/// bucket may refill between a call's read and its read after), and between its read and its
+/// script: a script past its read's wait is refused on the Cluster, nothing written (`late`
+/// in `lua/carry.lua`; admitted, it lost its own spend or another call's:
+/// `probe82_a_stall_between_read_and_script_outlives_the_erased_key`,
+/// `probe87_a_stall_between_read_and_script_past_another_calls_wait`), and so not made on
+/// one server either; any other refusal or error fails the history.
 pub(super) fn interleaved_stalling(
     movers: &[(u64, bool)],
     steps: &[Result<usize, Besides>],
@@ -331,8 +334,28 @@ pub(super) fn interleaved_stalling(
                     pending,
                     wait: WAIT,
                 };
-                assert!(cluster.script(*cost, Some(held)), "refused on the Cluster");
-                assert!(server.script(*cost, None), "refused on one server");
+                match cluster.try_script(*cost, Some(held)) {
+                    Ok(admitted) => {
+                        assert!(admitted, "refused on the Cluster");
+                        assert!(server.script(*cost, None), "refused on one server");
+                    }
+                    // Refused, nothing written: the call is done, on both sides.
+                    Err(e) if e.starts_with("RATELIMIT_LATE ") => {
+                        let now = match cluster.redis.command(&["TIME"]) {
+                            Ok(Reply::Array(t)) => match t[..] {
+                                [Reply::Bulk(ref s), Reply::Bulk(ref us)] => {
+                                    s.parse::<u64>().unwrap() * 1_000_000
+                                        + us.parse::<u64>().unwrap()
+                                }
+                                _ => panic!("{t:?}"),
+                            },
+                            other => panic!("{other:?}"),
+                        };
+                        assert!(r.at + WAIT < now, "refused {} after its read", now - r.at);
+                        *phase = 3;
+                    }
+                    Err(e) => panic!("{e}"),
+                }
             }
             2 if !*lost => *again = Some(cluster.read()),
             3 if !*lost => cluster.added(&read.unwrap(), &again.unwrap(), *id),
@@ -383,10 +406,7 @@ pub(super) fn interleaved_stalling(
             Err(Besides::Later(seconds)) => {
                 let scripting = |m: &Mover| m.3 == 1;
                 let waiting = |m: &Mover| scripting(m) || (!m.1 && (2..=3).contains(&m.3));
-                let held = match stalls {
-                    true => state.iter().any(scripting),
-                    false => state.iter().any(waiting),
-                };
+                let held = !stalls && state.iter().any(waiting);
                 if !held {
                     now += seconds * S;
                     // (Twice: see the property.)

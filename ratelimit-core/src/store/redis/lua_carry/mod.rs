@@ -477,5 +477,7 @@ mod chained;
 mod erased;
 /// helper-87's probes of the tickets and the give-backs counted in the erased total.
 mod probe87;
+/// A call stalled between its read and its script: refused past its wait, nothing written.
+mod stalled;
 /// The two sides of a history, a Cluster's steps and one server's (`Twins`).
 mod twins;

@@ -311,7 +311,9 @@ proptest! {
     /// [`a_call_whose_read_after_never_came_is_covered_by_the_next`](super::across) (the
     /// calls spending up to 12 s, what they owe then outlasting a refill of the old bucket)
     /// with the clock moving on between a call's script and its read after too (a read after
-    /// come late), the old bucket refilling meanwhile: the moved bucket
+    /// come late), and between its read and its script (a call past its wait there refused,
+    /// nothing written, `late` in `lua/carry.lua`; on one server not made either), the old
+    /// bucket refilling meanwhile: the moved bucket
     /// owes no less than on one server, and no more than that and what the old state was
     /// spent and erased meanwhile and twice how far the clock moved on.
     #[test]
