@@ -155,3 +155,5 @@ mod probe87;
 /// The pending record a carried spend leaves for a read after that never comes (helper-79's
 /// probes).
 mod records;
+/// A carried spend stalled between its read and its script: refused past its wait.
+mod stalled;
