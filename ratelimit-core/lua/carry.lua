@@ -234,9 +234,10 @@ end
 -- (its time, `read_end - debt - erased` on the old state's node, and `wait`, the time after
 -- which a call's steps have come or never will: `read_after_within` in
 -- src/store/redis/across_slots.rs, the one bound its record's `past` and the keys beside the
--- old state are kept by): the RATELIMIT_LATE error reply, else nil. A runtime stalled
+-- old state are kept by: `level_call` there keeps the erased key for a record written
+-- within `wait` of its read): the RATELIMIT_LATE error reply, else nil. A runtime stalled
 -- between a call's read and its script (a script sent late runs all the same) carried a
--- read its record then outlived (the erased key it kept expired: the next call read ends
+-- read its record then outlived (the erased key it kept expired: the next call's read ended
 -- below the record's, and the stalled call's own spend was lost, 3 s owed where one server
 -- owes 4 s, `probe82_a_stall_between_read_and_script_outlives_the_erased_key`), or one older
 -- than another call's record it read as past (that call's growth held by nobody: 18 s

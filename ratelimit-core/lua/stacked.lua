@@ -44,7 +44,8 @@
 --          then, for each state read in another slot by a call that reads again whose debt
 --          is carried, in order, its ticket: two integers (`tickets` in lua/carry.lua); or
 --          the first error reply a limit or a carried state gave (state of an unexpected
---          shape), with nothing written. With no limit (n 0) only the states are carried.
+--          shape; RATELIMIT_LATE, a state read in another slot past its call's wait: `late`
+--          in lua/carry.lua), with nothing written. With no limit (n 0) only the states are carried.
 -- Every limit is looked at first; only when every one admits the call is each one recorded,
 -- so a call refused by one limit spends nothing from the others. Each record writes its own
 -- key's expiry, as the single scripts do.

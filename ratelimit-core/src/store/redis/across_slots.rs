@@ -35,7 +35,10 @@ pub(super) static LEVEL_SCRIPT: LazyLock<Lua> =
 /// the addition after it have come, or never will (microseconds): the script's reply within
 /// the call's `timeout`, then the read after and the addition within one each
 /// ([`RedisStore::recheck`]), and a second for the runtime. A pending record older than that
-/// stands for a call whose read after never came (`pending_of` in `lua/carry.lua`).
+/// stands for a call whose read after never came (`pending_of` in `lua/carry.lua`), and a
+/// read older than that at its call's script is refused, nothing written (`late` there:
+/// [`Error::Timeout`], a runtime stalled between the two; admitted, its record outlived what
+/// its read kept, and its spend or another call's was lost).
 pub(super) fn read_after_within(timeout: std::time::Duration) -> u64 {
     let micros = u64::try_from(timeout.as_micros()).unwrap_or(u64::MAX);
     // Far below 2^53 with any TIME added: no clock reaches it.
@@ -70,7 +73,9 @@ impl RedisStore {
     /// when its limit had room for what it missed ([`shortfall`]), else it is refused, its
     /// spend kept (an over-refusal, only while others write the old state). A refusal needs
     /// no check (nothing spent). A read after that fails is a read that failed
-    /// (`refused_or`), the spend kept. A block begun on the old state meanwhile (by a
+    /// (`refused_or`), the spend kept. A script whose read is past the call's wait
+    /// ([`read_after_within`]: a runtime stalled between them) refuses, nothing written:
+    /// [`Error::Timeout`], for the failure policy. A block begun on the old state meanwhile (by a
     /// refusal, which spends nothing there) is one after this call's, which the next call
     /// reads.
     ///

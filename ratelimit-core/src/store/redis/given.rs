@@ -16,7 +16,8 @@ pub(super) enum Given {
     /// of the call when it reads the state again after its script (0: it will not), written
     /// beside the moved state as the call's pending record (see `grow` in `lua/carry.lua`),
     /// and how long after its script that read has come or never will (`read_after_within`,
-    /// microseconds), written with it.
+    /// microseconds), written with it; a script later than that after this read refuses the
+    /// call, nothing written (`late` in `lua/carry.lua`).
     Held {
         debt: u64,
         left: u64,

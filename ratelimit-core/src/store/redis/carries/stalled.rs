@@ -51,7 +51,10 @@ async fn a_stalled_carried_spend_is_refused_on_a_cluster_and_writes_nothing() {
         "{spent:?}"
     );
     let mark = grown_mark(&moved.into, &moved.from);
-    assert!(!exists(&mut moved.masters[0], &moved.into), "no moved bucket");
+    assert!(
+        !exists(&mut moved.masters[0], &moved.into),
+        "no moved bucket"
+    );
     assert!(!exists(&mut moved.masters[0], &mark), "no added total");
     assert_eq!(record_of(&mut moved), None, "no record");
     let (admitted, error) = moved.admitted_after().await;

@@ -270,7 +270,9 @@ fn probe82_a_stall_between_read_and_script_outlives_the_erased_key() {
     let (on_cluster, on_server) = twins.owes_no_less();
     assert_eq!((on_cluster, on_server), (3 * S, 3 * S));
     assert!(
-        stalled.as_ref().is_err_and(|e| e.starts_with("RATELIMIT_LATE ")),
+        stalled
+            .as_ref()
+            .is_err_and(|e| e.starts_with("RATELIMIT_LATE ")),
         "{stalled:?}"
     );
 }

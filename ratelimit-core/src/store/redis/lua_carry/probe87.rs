@@ -469,7 +469,9 @@ fn probe87_a_stall_between_read_and_script_past_another_calls_wait() {
     let (on_cluster, on_server) = twins.owes_no_less();
     assert_eq!((on_cluster, on_server), (18 * S, 18 * S));
     assert!(
-        refused.as_ref().is_err_and(|e| e.starts_with("RATELIMIT_LATE ")),
+        refused
+            .as_ref()
+            .is_err_and(|e| e.starts_with("RATELIMIT_LATE ")),
         "{refused:?}"
     );
 }

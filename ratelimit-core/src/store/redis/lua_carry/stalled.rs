@@ -6,10 +6,13 @@ use super::across::*;
 use super::twins::*;
 use super::*;
 
+/// A key's value (`GET`'s reply) and expiry (`Redis::expiry`).
+type Held = (Result<Reply, String>, Option<Option<u64>>);
+
 /// Every key a carried spend's script may write on the Cluster (the moved state and what
 /// lies beside it: its pending record, the added total, its stamp and block) and the old
 /// state's (its erased key): each one's value and expiry.
-fn written(twins: &Twins<'_>) -> Vec<(Result<Reply, String>, Option<Option<u64>>)> {
+fn written(twins: &Twins<'_>) -> Vec<Held> {
     use super::super::given::{grown_mark, pending_key};
     use super::super::ledger::{block_key, erased_key, stamp_key};
     let keys = [
@@ -29,7 +32,9 @@ fn written(twins: &Twins<'_>) -> Vec<(Result<Reply, String>, Option<Option<u64>>
 
 /// Whether `reply` is the stacked script's refusal of a read past its call's wait.
 fn late(reply: &Result<(), String>) -> bool {
-    reply.as_ref().is_err_and(|e| e.starts_with("RATELIMIT_LATE "))
+    reply
+        .as_ref()
+        .is_err_and(|e| e.starts_with("RATELIMIT_LATE "))
 }
 
 /// A call whose runtime stalls 1 µs past its wait (a second here) between its read of the old
