@@ -1,0 +1,723 @@
+//! helper-93's probes of the fleet's reload horizon record in its six-number format
+//! (`lua/horizon.lua`, `store/redis/horizon.rs`, `service/horizon.rs`): penalty ends as time
+//! left on Redis' clock with the id of the service that raised them, the exact end raised
+//! after the penalty beside the bound raised before, the bounds past which a record is
+//! `UnexpectedState`, and the raise again of a record read lower. Each against its twin, one
+//! service under a prefix of its own that makes every call and reload of every pod (as
+//! probes_horizon_record_redis): the fleet never admits more than the twin over the same
+//! history.
+//!
+//! Time: Redis decides on its own clock, which the tests never move, so every debt written is
+//! whole whenever a call asks for it; the services' transitions run on hand-driven clocks,
+//! set alike unless a probe skews one.
+//!
+//! The configuration: [`bucket`]`("a")`, a bucket of 15 (10 plus 5) a token every 6 s (a
+//! tolerance of 90 s: its old state carried 150 s past a move), moved by a reload to
+//! [`bucket`]`("b")` (the tier renamed).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use ratelimit::store::{Adjustment, Horizon, Refund, Request, Stacked, Store};
+use ratelimit::{
+    ConfigBuilder, Decision, Error, FailurePolicy, ManualClock, Options, Quota, QuotaError,
+    RateLimitService, RedisOptions, RedisStore,
+};
+use ratelimit_tests::moves::bucket;
+use ratelimit_tests::redis_server::{prefix, redis_time, RedisServer};
+use ratelimit_tests::{on_its_store, on_redis_with, until, START};
+
+/// The record's key under `prefix`.
+fn record_key(prefix: &str) -> String {
+    format!("{prefix}:horizon")
+}
+
+/// What Redis holds under `prefix`'s record (`None`: no key).
+fn record(server: &RedisServer, prefix: &str) -> Option<String> {
+    redis::cmd("GET")
+        .arg(record_key(prefix))
+        .query(&mut server.connection())
+        .unwrap()
+}
+
+/// The record's time to live in milliseconds (-1: none, -2: no key).
+fn record_ttl(server: &RedisServer, prefix: &str) -> i64 {
+    redis::cmd("PTTL")
+        .arg(record_key(prefix))
+        .query(&mut server.connection())
+        .unwrap()
+}
+
+/// `text` planted as `prefix`'s record, with no expiry.
+fn plant(server: &RedisServer, prefix: &str, text: &str) {
+    redis::cmd("SET")
+        .arg(record_key(prefix))
+        .arg(text)
+        .exec(&mut server.connection())
+        .unwrap();
+}
+
+/// How a [`Hooked`] store answers a raise of a penalty's exact end (`penalty_end.left > 0`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ExactRaise {
+    /// As Redis does.
+    Answered,
+    /// The store's error (a link lost, a timeout under `Deny`).
+    Fails,
+    /// Never answered: the call waits until it is dropped (a pod stopped, a cancelled call).
+    Hangs,
+}
+
+/// A [`RedisStore`] whose raises of a penalty's exact end are answered as `exact` says, every
+/// other call forwarded. `hanging` counts the raises held.
+#[derive(Clone)]
+struct Hooked {
+    inner: RedisStore,
+    exact: ExactRaise,
+    hanging: Arc<AtomicUsize>,
+}
+
+impl Store for Hooked {
+    async fn decide(&self, request: Request<'_>) -> Result<Decision, Error> {
+        Store::decide(&self.inner, request).await
+    }
+    async fn decide_all(&self, stacked: Stacked<'_>) -> Result<Vec<Decision>, Error> {
+        Store::decide_all(&self.inner, stacked).await
+    }
+    async fn reset(&self, key: &str) -> Result<bool, Error> {
+        Store::reset(&self.inner, key).await
+    }
+    fn refunds(&self) -> bool {
+        true
+    }
+    async fn refund(&self, refund: Refund<'_>) -> Result<bool, Error> {
+        Store::refund(&self.inner, refund).await
+    }
+    fn adjusts(&self) -> bool {
+        true
+    }
+    async fn adjust(&self, adjustment: Adjustment<'_>) -> Result<u64, Error> {
+        Store::adjust(&self.inner, adjustment).await
+    }
+    fn blocks(&self) -> bool {
+        true
+    }
+    fn carries(&self) -> bool {
+        true
+    }
+    fn supports(&self, quota: &Quota) -> Result<(), QuotaError> {
+        Store::supports(&self.inner, quota)
+    }
+    fn records_horizon(&self) -> bool {
+        true
+    }
+    async fn horizon(&self, prefix: &str, raise: Horizon) -> Result<Horizon, Error> {
+        if raise.penalty_end.left > 0 {
+            match self.exact {
+                ExactRaise::Answered => {}
+                ExactRaise::Fails => {
+                    return Err(Error::Store {
+                        message: "the link to Redis was lost".into(),
+                    })
+                }
+                ExactRaise::Hangs => {
+                    self.hanging.fetch_add(1, Ordering::SeqCst);
+                    std::future::pending::<()>().await;
+                }
+            }
+        }
+        Store::horizon(&self.inner, prefix, raise).await
+    }
+}
+
+/// Pods on one server under one prefix, or the twin: one service making every pod's calls.
+/// Each pod's clock is `skew[i]` seconds ahead of the time the probe sets.
+struct Pods {
+    pods: Vec<(RateLimitService, ManualClock)>,
+    skew: Vec<Duration>,
+    prefix: String,
+}
+
+impl Pods {
+    /// One pod per `skew` on Redis `options` (one: the twin).
+    fn on_redis(name: &str, skew: &[u64], options: impl Fn() -> RedisOptions) -> Self {
+        let p = prefix(name);
+        let pods = skew
+            .iter()
+            .map(|_| on_redis_with(options(), &p, bucket("a")))
+            .collect();
+        Self::with(pods, skew, p)
+    }
+
+    /// One pod per `exact` on [`Hooked`] stores (one: the twin, answered as Redis does).
+    fn hooked(server: &RedisServer, name: &str, exact: &[ExactRaise]) -> (Self, Arc<AtomicUsize>) {
+        let p = prefix(name);
+        let hanging = Arc::new(AtomicUsize::new(0));
+        let pods = exact
+            .iter()
+            .map(|&exact| {
+                let store = Hooked {
+                    inner: RedisStore::new(
+                        RedisOptions::new(server.url()).timeout(Duration::from_secs(2)),
+                    )
+                    .unwrap(),
+                    exact,
+                    hanging: Arc::clone(&hanging),
+                };
+                let clock = ManualClock::new(START);
+                let config = bucket("a").key_prefix(&p).build().unwrap();
+                let service =
+                    RateLimitService::with_store(config, store, Arc::new(clock.clone())).unwrap();
+                (service, clock)
+            })
+            .collect();
+        let skew = vec![0; exact.len()];
+        (Self::with(pods, &skew, p), hanging)
+    }
+
+    fn with(pods: Vec<(RateLimitService, ManualClock)>, skew: &[u64], prefix: String) -> Self {
+        let out = Pods {
+            pods,
+            skew: skew.iter().map(|&s| Duration::from_secs(s)).collect(),
+            prefix,
+        };
+        out.at(0);
+        out
+    }
+
+    fn fleet(&self) -> bool {
+        self.pods.len() > 1
+    }
+
+    /// Pod `i` (0: A, 1: B, ...); the twin's one service for all.
+    fn pod(&self, i: usize) -> &RateLimitService {
+        &self.pods[i.min(self.pods.len() - 1)].0
+    }
+
+    /// Every pod's clock at `secs` past [`START`] (plus its skew).
+    fn at(&self, secs: u64) {
+        for ((_, clock), skew) in self.pods.iter().zip(&self.skew) {
+            clock.set(START + Duration::from_secs(secs) + *skew);
+        }
+    }
+
+    /// Every pod reloaded to `to` (the twin once).
+    fn reload_all(&self, to: impl Fn() -> ConfigBuilder) {
+        for (service, _) in &self.pods {
+            service.reload(on_its_store(service, to())).unwrap();
+        }
+    }
+
+    /// Calls of `options` on `key` by pod `i` admitted out of `n`.
+    async fn admitted(&self, i: usize, key: &str, options: &Options, n: usize) -> usize {
+        let mut admitted = 0;
+        for _ in 0..n {
+            let decided = self.pod(i).consume(key, options).await.unwrap();
+            admitted += usize::from(decided.allowed);
+        }
+        admitted
+    }
+}
+
+/// Redis options of the probes: the server's, a 2 s timeout, failures answered by `policy`.
+fn options(server: &RedisServer, policy: FailurePolicy) -> impl Fn() -> RedisOptions + '_ {
+    move || {
+        RedisOptions::new(server.url())
+            .timeout(Duration::from_secs(2))
+            .on_failure(policy)
+    }
+}
+
+const POLICIES: [FailurePolicy; 3] = [
+    FailurePolicy::Deny,
+    FailurePolicy::Allow,
+    FailurePolicy::Local { pods: 2 },
+];
+
+// ---------------------------------------------------------------------------------------
+// 1. The exact end's raise, after the penalty is written.
+// ---------------------------------------------------------------------------------------
+
+/// probes_horizon_record_redis' two penalties (closed by the exact end), with B's raise of
+/// its exact end lost: A penalizes a fresh key `"f"` by 40 (the record's bound +426 s, its
+/// exact end +336 s, both A's); B spends 15 on `"k"` and penalizes it by 30: its bound
+/// (+366 s) stays under A's, its debt ends at +366 s, after A's own exact end. Both reloaded
+/// to the tier renamed; A's plain calls on `"k"` at +350 s. The twin carries the old state
+/// to +366 s: none. B's exact end raise fails (the store's error: under `Deny` the
+/// penalty's error, under `Allow` or `Local` no error at all, `horizon_failure_refuses`) or
+/// is never answered and the call dropped (its pod stopped, the call cancelled): the
+/// penalty is written either way, and the record holds A's own ends alone. A reads them as
+/// its own and carries to its own exact end: 15 admitted where the twin admits none.
+#[tokio::test]
+#[ignore = "FOUND: 15 admitted on A at +350 s against 0 on the twin, when B's raise of its exact end fails or is dropped after its penalty is written (both ways)"]
+async fn an_exact_end_lost_after_the_penalty_leaves_it_hidden_under_anothers_bound() {
+    let server = RedisServer::start();
+    let plain = Options::new();
+    let mut all = Vec::new();
+    for exact in [ExactRaise::Answered, ExactRaise::Fails, ExactRaise::Hangs] {
+        let mut counts = Vec::new();
+        for fleet in [true, false] {
+            let hooks = if fleet {
+                vec![ExactRaise::Answered, exact]
+            } else {
+                vec![ExactRaise::Answered]
+            };
+            let (pods, hanging) = Pods::hooked(&server, "h93-exact-lost", &hooks);
+            pods.pod(0).penalize("f", &plain, 40).await.unwrap();
+            let mut c = vec![pods.admitted(1, "k", &plain, 15).await];
+            let b = pods.pod(1).clone();
+            let penalty = tokio::spawn(async move { b.penalize("k", &Options::new(), 30).await });
+            match (fleet, exact) {
+                (true, ExactRaise::Hangs) => {
+                    until(|| hanging.load(Ordering::SeqCst) == 1).await;
+                    penalty.abort();
+                    assert!(penalty.await.unwrap_err().is_cancelled());
+                }
+                (true, ExactRaise::Fails) => {
+                    let failed = penalty.await.unwrap();
+                    assert!(matches!(failed, Err(Error::Store { .. })), "{failed:?}");
+                }
+                _ => {
+                    penalty.await.unwrap().unwrap();
+                }
+            }
+            pods.reload_all(|| bucket("b"));
+            pods.at(350);
+            c.push(pods.admitted(0, "k", &plain, 16).await);
+            counts.push(c);
+        }
+        all.push((exact, counts));
+    }
+    for (exact, counts) in &all {
+        assert_eq!(counts[1], [15, 0], "{exact:?}: twin");
+    }
+    for (exact, counts) in &all {
+        assert_eq!(counts[0], counts[1], "{exact:?}: fleet (all: {all:?})");
+    }
+}
+
+/// Two penalties on one key `"k"` after A's 15 spent, one per pod, in each order and at once
+/// (both stack on the one state: the later one's debt ends past the earlier one's), larger
+/// then smaller and smaller then larger; both reloaded to the tier renamed; at one of
+/// +350 s to +800 s, A's plain calls on `"k"`, then B's. The fleet never admits more than the
+/// twin, which made both penalties (it holds at most until its own exact end; the fleet
+/// holds while the record's ends, read on Redis' unmoving clock, last).
+#[tokio::test]
+async fn two_penalties_on_one_key_on_two_pods_in_each_order() {
+    let server = RedisServer::start();
+    let plain = Options::new();
+    let orders: [(&str, u64, u64); 5] = [
+        ("a then b", 40, 30),
+        ("b then a", 40, 30),
+        ("a then b", 40, 5),
+        ("b then a", 40, 5),
+        ("at once", 40, 30),
+    ];
+    let mut all = Vec::new();
+    for (order, a_units, b_units) in orders {
+        for secs in [350, 450, 600, 800] {
+            let mut counts = Vec::new();
+            for skew in [&[0, 0][..], &[0]] {
+                let pods = Pods::on_redis(
+                    "h93-two-penalties",
+                    skew,
+                    options(&server, FailurePolicy::Deny),
+                );
+                let mut c = vec![pods.admitted(0, "k", &plain, 15).await];
+                let (a, b) = (pods.pod(0), pods.pod(1));
+                match order {
+                    "a then b" => {
+                        a.penalize("k", &plain, a_units).await.unwrap();
+                        b.penalize("k", &plain, b_units).await.unwrap();
+                    }
+                    "b then a" => {
+                        b.penalize("k", &plain, b_units).await.unwrap();
+                        a.penalize("k", &plain, a_units).await.unwrap();
+                    }
+                    _ => {
+                        let (x, y) = tokio::join!(
+                            a.penalize("k", &plain, a_units),
+                            b.penalize("k", &plain, b_units)
+                        );
+                        x.unwrap();
+                        y.unwrap();
+                    }
+                }
+                pods.reload_all(|| bucket("b"));
+                pods.at(secs);
+                c.push(pods.admitted(0, "k", &plain, 16).await);
+                c.push(pods.admitted(1, "k", &plain, 16).await);
+                counts.push(c);
+            }
+            let (fleet, twin) = (&counts[0], &counts[1]);
+            assert!(
+                fleet.iter().zip(twin).all(|(f, t)| f <= t),
+                "{order} ({a_units}, {b_units}) at +{secs} s: fleet {fleet:?}, twin {twin:?}"
+            );
+            all.push((order, b_units, secs, fleet[1] + fleet[2], twin[1] + twin[2]));
+        }
+    }
+    // The twin lets go once its own exact end has passed; the fleet where the pod that made
+    // the later penalty (whose own exact end covers both debts) calls first, else it holds
+    // while Redis owes the debt (in the tests, always). At once: whichever Redis ran first.
+    let mut expected = Vec::new();
+    for (order, b_units) in [
+        ("a then b", 30),
+        ("b then a", 30),
+        ("a then b", 5),
+        ("b then a", 5),
+    ] {
+        for secs in [350, 450, 600, 800] {
+            let twin = if secs > if b_units == 30 { 500 } else { 400 } {
+                15
+            } else {
+                0
+            };
+            let fleet = if order == "b then a" { twin } else { 0 };
+            expected.push((order, b_units, secs, fleet, twin));
+        }
+    }
+    let sequential: Vec<_> = (all.iter().copied())
+        .filter(|(order, ..)| *order != "at once")
+        .collect();
+    assert_eq!(sequential, expected);
+    let at_once: Vec<_> = (all.iter())
+        .filter(|(order, ..)| *order == "at once")
+        .map(|(.., twin)| *twin)
+        .collect();
+    assert_eq!(at_once, [0, 0, 15, 15], "at once: twin");
+}
+
+// ---------------------------------------------------------------------------------------
+// 2. Ids: a pod restarted, pods' clocks apart.
+// ---------------------------------------------------------------------------------------
+
+/// A pod restarted (a new service in the same process, on the same prefix: the ids are
+/// drawn per service, from a counter and the process' random hash keys): A spends 15 on `"k"`
+/// and penalizes it by 40 (its debt to +336 s, the record A's), and stops; A', started on the
+/// old configuration, reloads to the tier renamed with B; their plain calls at +300 s. A'
+/// must fold A's penalty as another service's (with A's id, it would take it for its own,
+/// which it never noted, and let the old state go at the configured carrying): none
+/// admitted, as the twin, which never restarts.
+#[tokio::test]
+async fn a_restarted_pod_reads_its_former_penalty_as_anothers() {
+    let server = RedisServer::start();
+    let plain = Options::new();
+    let mut counts = Vec::new();
+    for fleet in [true, false] {
+        let skew: &[u64] = if fleet { &[0, 0] } else { &[0] };
+        let mut pods = Pods::on_redis("h93-restart", skew, options(&server, FailurePolicy::Deny));
+        let mut c = vec![pods.admitted(0, "k", &plain, 15).await];
+        pods.pod(0).penalize("k", &plain, 40).await.unwrap();
+        if fleet {
+            // A stopped, A' started in its place.
+            pods.pods[0] = on_redis_with(
+                options(&server, FailurePolicy::Deny)(),
+                &pods.prefix,
+                bucket("a"),
+            );
+            pods.at(0);
+        }
+        pods.reload_all(|| bucket("b"));
+        pods.at(300);
+        c.push(pods.admitted(0, "k", &plain, 16).await);
+        c.push(pods.admitted(1, "k", &plain, 16).await);
+        counts.push(c);
+    }
+    assert_eq!(counts[1], [15, 0, 0], "twin");
+    assert_eq!(counts[0], counts[1], "fleet");
+}
+
+/// Pods' clocks apart, each from the others and from Redis' (the pods' at 1970 + 11 days,
+/// Redis' today): A's clock 300 s behind or ahead of B's, or a day behind. 15 spent on A and
+/// a penalty of 40 there (its debt 336 s from its own now), both reloaded to the tier
+/// renamed; B's plain calls at +100 s to +400 s of B's clock. The record holds the time
+/// left, so what B reads does not depend on A's clock: the fleet never admits more than the
+/// twin, and admits alike whatever the skew.
+#[tokio::test]
+async fn pods_clocks_apart_read_one_penalty_alike() {
+    let server = RedisServer::start();
+    let plain = Options::new();
+    let mut all = Vec::new();
+    for secs in [100, 300, 500] {
+        let twin = {
+            let pods = Pods::on_redis("h93-skews", &[0], options(&server, FailurePolicy::Deny));
+            let mut c = vec![pods.admitted(0, "k", &plain, 15).await];
+            pods.pod(0).penalize("k", &plain, 40).await.unwrap();
+            pods.reload_all(|| bucket("b"));
+            pods.at(secs);
+            c.push(pods.admitted(0, "k", &plain, 16).await);
+            c
+        };
+        let mut fleets = Vec::new();
+        // B's clock runs `skew` ahead of A's: A behind by 300 s, ahead by 300 s, a day behind.
+        for skew in [&[0, 300][..], &[300, 0], &[0, 86_400]] {
+            let pods = Pods::on_redis("h93-skews", skew, options(&server, FailurePolicy::Deny));
+            let mut c = vec![pods.admitted(0, "k", &plain, 15).await];
+            pods.pod(0).penalize("k", &plain, 40).await.unwrap();
+            pods.reload_all(|| bucket("b"));
+            // B's clock at +secs past its own start.
+            let b_at = START + Duration::from_secs(secs) + pods.skew[1];
+            pods.pods[1].1.set(b_at);
+            c.push(pods.admitted(1, "k", &plain, 16).await);
+            assert!(
+                c[1] <= twin[1],
+                "+{secs} s, skew {skew:?}: fleet {c:?}, twin {twin:?}"
+            );
+            fleets.push(c[1]);
+        }
+        all.push((secs, twin[1], fleets));
+    }
+    assert_eq!(
+        all,
+        [
+            (100, 0, vec![0, 0, 0]),
+            (300, 0, vec![0, 0, 0]),
+            (500, 15, vec![0, 0, 0])
+        ]
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// 3. Bounds: at each, honoured; past it, UnexpectedState, loud, the record as it was.
+// ---------------------------------------------------------------------------------------
+
+/// `MOST_OUTLASTS` (`store/redis/horizon.rs`): a window of 366 days and a tolerance of 2^62 ns.
+const MOST_WINDOW: u64 = 366 * 86_400 * 1_000_000_000;
+const MOST_OUTLASTS: u64 = MOST_WINDOW + (1 << 62);
+/// `MOST_LEFT` (`lua/horizon.lua`): 2^62 ns, in microseconds.
+const MOST_LEFT: u64 = (1 << 62) / 1_000;
+
+/// What a pod's call makes of the record: `"read"`, a plain call with a read due (after a
+/// move, past the configured carrying); `"own"` and `"penalty"`, a call with its own refill
+/// (a raise of the longest quota of its own) and a penalty (a raise of a bound, then an end),
+/// each with that read due before it; `"own, no move"` and `"penalty, no move"`, the same
+/// with no reload, so with no read due: the raise is the first thing the script runs on it.
+async fn touch(
+    server: &RedisServer,
+    p: &str,
+    policy: FailurePolicy,
+    how: &str,
+) -> Result<(), Error> {
+    let (pod, clock) = on_redis_with(options(server, policy)(), p, bucket("a"));
+    if !how.ends_with("no move") {
+        pod.reload(on_its_store(&pod, bucket("b"))).unwrap();
+        clock.set(START + Duration::from_secs(300));
+    }
+    match how {
+        "read" => pod.consume("k", &Options::new()).await.map(|_| ()),
+        "own" | "own, no move" => pod
+            .consume("k", &Options::new().refill(1))
+            .await
+            .map(|_| ()),
+        _ => pod.penalize("k", &Options::new(), 40).await.map(|_| ()),
+    }
+}
+
+/// Every way of [`touch`].
+const TOUCHES: [&str; 5] = ["read", "own", "penalty", "own, no move", "penalty, no move"];
+
+/// Records at each bound (honoured: no error) and just past it (each call that reads or
+/// raises it is `UnexpectedState`, naming the record), under every failure policy; the
+/// record as it was after the error, its value and its time to live (planted with none).
+/// Found: a longest quota of its own or a window past its bound is a canonical number to
+/// the script, which checks only the ends' bound: a raise with no read due before it (no
+/// move kept) goes on into it, the penalty's bound written beside the corrupt value (and a
+/// raise of a quota of its own sets an expiry on it: 12 of the 90 cases past a bound, under
+/// every policy), before the service refuses what the script returned.
+#[tokio::test]
+#[ignore = "FOUND: 12 of 90 records past the bound of their first or second number rewritten (the penalty's bound raised into it, an expiry set) by the raise the service then refuses as UnexpectedState"]
+async fn records_at_and_past_each_bound() {
+    let server = RedisServer::start();
+    let now = redis_time(&mut server.connection());
+    let at_end = (now + MOST_LEFT).to_string();
+    let past_end = (now + MOST_LEFT + 30_000_000).to_string();
+    let at: Vec<String> = vec![
+        format!("{MOST_OUTLASTS} 0 0 0 0 0"),
+        format!("0 {MOST_WINDOW} 0 0 0 0"),
+        format!("0 0 {at_end} 1 0 0"),
+        format!("0 0 0 0 {at_end} 1"),
+        format!("0 0 {now} {} {now} {}", u64::MAX, u64::MAX),
+        "0 0 1 5 1 5".to_string(),
+    ];
+    let past: Vec<String> = vec![
+        format!("{} 0 0 0 0 0", MOST_OUTLASTS + 1),
+        format!("0 {} 0 0 0 0", MOST_WINDOW + 1),
+        format!("0 0 {past_end} 1 0 0"),
+        format!("0 0 0 0 {past_end} 1"),
+        "0 0 1 18446744073709551616 0 0".to_string(),
+        "0 0 0 0 1 18446744073709551616".to_string(),
+    ];
+    let mut wrong = Vec::new();
+    for policy in POLICIES {
+        for how in TOUCHES {
+            for text in &at {
+                let p = prefix("h93-at-bound");
+                plant(&server, &p, text);
+                if let Err(e) = touch(&server, &p, policy, how).await {
+                    wrong.push(format!(
+                        "{policy:?} {how} {text}: refused at the bound: {e}"
+                    ));
+                }
+            }
+            for text in &past {
+                let p = prefix("h93-past-bound");
+                plant(&server, &p, text);
+                match touch(&server, &p, policy, how).await {
+                    Err(Error::UnexpectedState { message }) if message.contains("horizon") => {}
+                    other => wrong.push(format!("{policy:?} {how} {text}: {other:?}")),
+                }
+                let (held, ttl) = (record(&server, &p), record_ttl(&server, &p));
+                if held.as_deref() != Some(text.as_str()) || ttl != -1 {
+                    wrong.push(format!(
+                        "{policy:?} {how} {text}: left as {held:?}, expiring in {ttl} ms"
+                    ));
+                }
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// Garbage in each of the six numbers (a sign, a fraction, past `u64`, empty, a digit not
+/// ASCII, a leading zero): under every failure policy, a read, a raise of a quota of its
+/// own and a penalty are each `UnexpectedState`, the record as it was.
+#[tokio::test]
+async fn garbage_in_each_field_is_unexpected_state_under_every_policy() {
+    let server = RedisServer::start();
+    let garbage = ["-1", "1.5", "18446744073709551616", "", "\u{0663}", "07"];
+    let mut wrong = Vec::new();
+    for field in 0..6 {
+        for bad in garbage {
+            let mut fields = ["0", "0", "0", "0", "0", "0"];
+            fields[field] = bad;
+            let text = fields.join(" ");
+            for policy in POLICIES {
+                for how in TOUCHES {
+                    let p = prefix("h93-garbage");
+                    plant(&server, &p, &text);
+                    match touch(&server, &p, policy, how).await {
+                        Err(Error::UnexpectedState { message }) if message.contains("horizon") => {}
+                        other => wrong.push(format!("{policy:?} {how} {text:?}: {other:?}")),
+                    }
+                    let (held, ttl) = (record(&server, &p), record_ttl(&server, &p));
+                    if held.as_deref() != Some(text.as_str()) || ttl != -1 {
+                        wrong.push(format!("{policy:?} {how} {text:?}: left {held:?} {ttl}"));
+                    }
+                }
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+// ---------------------------------------------------------------------------------------
+// 4. The raise again of a record read lower, after it expired by design.
+// ---------------------------------------------------------------------------------------
+
+/// Expires `prefix`'s record now (as its time to live running out would): `PEXPIRE 1`, then
+/// Redis' clock polled until it is gone.
+fn expire_now(server: &RedisServer, prefix: &str) {
+    let mut c = server.connection();
+    redis::cmd("PEXPIRE")
+        .arg(record_key(prefix))
+        .arg(1)
+        .exec(&mut c)
+        .unwrap();
+    let from = redis_time(&mut c);
+    while record(server, prefix).is_some() {
+        assert!(redis_time(&mut c) < from + 5_000_000, "never expired");
+    }
+}
+
+/// A's own refill (a token a minute: its quota outlasts a reload by 15 minutes and more) and a
+/// penalty of 40 on `"k"` raise the record; it expires (its time to live run out: twice the
+/// longest it holds, with no write past half of it). A, which knew it, reads it lower at its
+/// next due read and raises it again: what it raises is the durations it keeps (how long a
+/// quota of its own outlasts each reload, no clock in them), never a penalty's end, which
+/// ended with the record. Then 100 moving reloads 2,000 s apart on B, a call between each:
+/// all taken, on the fleet as on the twin (a record raised again holding an end, or for
+/// ever, would hold every move: past 64 reloads refused).
+#[tokio::test]
+async fn a_record_expired_by_design_is_raised_again_without_its_penalty_ends() {
+    let server = RedisServer::start();
+    let (own, plain) = (Options::new().refill(1), Options::new());
+    let mut taken = Vec::new();
+    for skew in [&[0, 0][..], &[0]] {
+        let pods = Pods::on_redis("h93-expired", skew, options(&server, FailurePolicy::Deny));
+        pods.admitted(0, "k", &own, 16).await;
+        pods.pod(0).penalize("k", &plain, 40).await.unwrap();
+        let raised = record(&server, &pods.prefix).expect("raised");
+        let fields: Vec<&str> = raised.split(' ').collect();
+        assert_ne!(fields[2], "0", "{raised}");
+        pods.reload_all(|| bucket("b"));
+        expire_now(&server, &pods.prefix);
+        // A's next due read, past every end it knows (its own exact end and the refill's).
+        pods.at(5_000);
+        pods.admitted(0, "other", &plain, 1).await;
+        if pods.fleet() {
+            let again = record(&server, &pods.prefix).expect("raised again");
+            let again: Vec<&str> = again.split(' ').collect();
+            assert_eq!(&again[..2], &fields[..2], "the durations");
+            assert_eq!(&again[2..], ["0", "0", "0", "0"], "no penalty end");
+        }
+        let b = pods.pod(1);
+        let mut ok = 0;
+        for i in 1..=100u64 {
+            pods.at(5_000 + 2_000 * i);
+            b.consume("other", &plain).await.unwrap();
+            ok += usize::from(b.reload(on_its_store(b, bucket(&format!("t{i}")))).is_ok());
+        }
+        taken.push(ok);
+    }
+    assert_eq!(taken, [100, 100], "fleet, twin");
+}
+
+// ---------------------------------------------------------------------------------------
+// 5. Penalties on many keys, alternating between pods.
+// ---------------------------------------------------------------------------------------
+
+/// How long the record's penalty bound under `prefix` lasts from now on Redis' clock, in
+/// seconds (0: none).
+fn bound_left(server: &RedisServer, prefix: &str) -> u64 {
+    let Some(text) = record(server, prefix) else {
+        return 0;
+    };
+    let at: u64 = text.split(' ').nth(2).unwrap().parse().unwrap();
+    at.saturating_sub(redis_time(&mut server.connection())) / 1_000_000
+}
+
+/// Penalties of one unit on 40 distinct keys (failed logins, say), alternating between A and
+/// B, at one instant. Each key owes at most a tolerance and two tokens (90 + 12 s): the twin,
+/// which made them all, records a bound of 192 s (its own exact ends are the base of its
+/// next bound, and they do not add up across keys). On the fleet each pod's bound is raised
+/// from the other's bound it read back (`Fleet::penalized`, in `penalty_bound`'s `before`),
+/// plus its own debt and a tolerance: the bound climbs with every penalty that reads the
+/// other's back (1,433 s after these 40, about 31 s a penalty), whatever the keys, and
+/// every move is held until it ends (past 64 reloads refused that long): a lockout that a
+/// stream of penalties spread over two pods, one every half minute, keeps going for ever.
+#[tokio::test]
+#[ignore = "FOUND: the fleet's penalty bound 1433 s after 40 one-unit penalties on 40 keys alternating between two pods, against 191 s on the twin (a chain: each bound raised from the other pod's bound read back)"]
+async fn penalties_on_many_keys_alternating_between_pods_chain_the_bound() {
+    let server = RedisServer::start();
+    let plain = Options::new();
+    let mut left = Vec::new();
+    for skew in [&[0, 0][..], &[0]] {
+        let pods = Pods::on_redis("h93-chain", skew, options(&server, FailurePolicy::Deny));
+        for i in 0..40 {
+            pods.pod(i % 2)
+                .penalize(&format!("login:{i}"), &plain, 1)
+                .await
+                .unwrap();
+        }
+        left.push(bound_left(&server, &pods.prefix));
+    }
+    assert!(left[1] <= 192, "twin: {left:?}");
+    assert!(
+        left[0] <= 2 * left[1],
+        "fleet {} s against the twin's {} s",
+        left[0],
+        left[1]
+    );
+}
