@@ -17,12 +17,18 @@
 --          written with it holds nothing once the record expires, the raising service raising
 --          it again (and so keeping it) at its first write past half of that. Never shortened:
 --          every key of the store expires.
+-- ARGV[8], ARGV[9]: the most a record holds of a quota of a call's own and of a window of
+--          its own (nanoseconds: what a valid quota can make, `store/redis/horizon.rs`).
 -- Returns: the six before the raise, as decimal strings, each end as microseconds left from
 --          now (0 where it has passed or there was no record). The RATELIMIT_STATE error
---          reply, with nothing written, for a key of another type, a string not of this shape,
---          or an end further from now than the longest a debt can last (MOST_LEFT: 2^62 ns, a
+--          reply, with nothing written (neither the record nor its expiry), for a key of
+--          another type, a string not of this shape, a duration past ARGV[8] or ARGV[9], or
+--          an end further from now than the longest a debt can last (MOST_LEFT: 2^62 ns, a
 --          bucket's largest tolerance): a record read as zeros would let every move go at
 --          once, and one read as ending centuries away would keep every move that long.
+--          (Checked only by the service, a duration past its bound was raised into: the
+--          penalty's ends written beside it and an expiry set, before the service refused
+--          it: probes_horizon_ids_redis.)
 
 local MOST_LEFT = 4611686018427387 -- microseconds
 
@@ -74,6 +80,7 @@ if kind == 'string' then
   end
   if ok then
     ok = held[3] - now <= MOST_LEFT and held[5] - now <= MOST_LEFT
+      and larger(held[1], ARGV[8]) == ARGV[8] and larger(held[2], ARGV[9]) == ARGV[9]
   end
   if not ok then
     return redis.error_reply('RATELIMIT_STATE the reload horizon is not a record: '

@@ -32,6 +32,9 @@ const MOST_LEFT_MICROS: u64 = (1 << 62) / 1_000;
 /// longest window: a record past either holds what no quota can, and is
 /// [`Error::UnexpectedState`] rather than a horizon (read as one, a planted `u64::MAX` kept
 /// every move for ever, and refused every reload past the 64th: probes_horizon_record_redis).
+/// The script is asked them with every raise and refuses such a record before it writes
+/// anything (else a raise went on into it, and wrote beside it: probes_horizon_ids_redis);
+/// the reply is checked against them again here.
 ///
 /// [`MAX_WINDOW`]: crate::MAX_WINDOW
 const MOST_WINDOW: u64 = crate::syntax::MAX_WINDOW.as_nanos() as u64;
@@ -56,6 +59,8 @@ impl RedisStore {
             micros(end.left),
             end.by,
             keep,
+            MOST_OUTLASTS,
+            MOST_WINDOW,
         ];
         let held: Vec<String> = self
             .run(
