@@ -201,8 +201,10 @@ impl RateLimitService {
     /// When a penalty of `units` at `now` on `site`'s state, and on the old states
     /// `old_keys` names, leaves its debt at the latest, bounded before it is made: a token
     /// bucket owes no more before it than its tolerance past `now` or the latest penalty's
-    /// end, and after it that plus the penalty's tokens, plus a call and a tolerance (the
-    /// bound noted after it: `adjust`). 0 where no state is a token bucket.
+    /// exact end known (this service's, or another's read from the record), and after it
+    /// that plus the penalty's tokens, plus a call and a tolerance (the bound noted after
+    /// it: `adjust`). 0 where no state is a token bucket. Another's penalty this service
+    /// has not read may leave more: its exact end, raised after it, covers that.
     fn penalty_bound(
         &self,
         site: &super::site::Site<'_>,
@@ -211,8 +213,10 @@ impl RateLimitService {
         now: crate::clock::Nanos,
     ) -> crate::clock::Nanos {
         use std::sync::atomic::Ordering::Relaxed;
-        let before = (self.inner.penalized_until.load(Relaxed))
-            .max(self.inner.fleet.penalized.load(Relaxed));
+        // Ends, never another's bound: a bound raised from one read back climbed with every
+        // penalty across two services (`Fleet::ended`).
+        let before =
+            (self.inner.penalized_until.load(Relaxed)).max(self.inner.fleet.ended.load(Relaxed));
         (std::iter::once(site.quota).chain(old_keys.iter().map(|(_, q)| *q)))
             .filter(|q| q.strategy() == crate::syntax::Strategy::TokenBucket)
             .map(|q| {
