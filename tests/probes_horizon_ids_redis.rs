@@ -721,3 +721,53 @@ async fn penalties_on_many_keys_alternating_between_pods_chain_the_bound() {
         left[1]
     );
 }
+
+// ---------------------------------------------------------------------------------------
+// 6. What a pod knows is recorded, across key prefixes.
+// ---------------------------------------------------------------------------------------
+
+/// `builder` on `service`'s store under key prefix `prefix`.
+fn under(service: &RateLimitService, prefix: &str, builder: ConfigBuilder) -> ratelimit::Config {
+    builder
+        .store(service.config().store().clone())
+        .key_prefix(prefix)
+        .build()
+        .unwrap()
+}
+
+/// A pod knows what is recorded as one figure for every prefix, where the record is one
+/// per prefix. A, under prefix P1, makes one call with its own refill (a token a minute: the
+/// P1 record raised to its 15 minutes and more), is reloaded to prefix P2 and spends 15 on
+/// `"k"` there with that refill (15 minutes owed on P2's state): it knows the quota
+/// recorded, and raises nothing, so P2's record holds nothing. C, a pod under P2 from the
+/// start, and A are reloaded to the tier renamed (P2's state moved); C's plain calls at
+/// +300 s read P2's record: nothing, and C lets the old state go at the configured carrying
+/// (150 s). The twin, which made every call, carries it for the quota it noted: none.
+#[tokio::test]
+async fn a_quota_recorded_under_one_prefix_is_not_raised_under_the_next() {
+    let server = RedisServer::start();
+    let (own, plain) = (Options::new().refill(1), Options::new());
+    let mut counts = Vec::new();
+    for fleet in [true, false] {
+        let mut pods = Pods::on_redis("h93-prefixes", &[0], options(&server, FailurePolicy::Deny));
+        let p2 = prefix("h93-prefixes-next");
+        let mut c = vec![pods.admitted(0, "warm", &own, 1).await];
+        let a = pods.pod(0).clone();
+        a.reload(under(&a, &p2, bucket("a"))).unwrap();
+        c.push(pods.admitted(0, "k", &own, 16).await);
+        if fleet {
+            pods.pods.push(on_redis_with(
+                options(&server, FailurePolicy::Deny)(),
+                &p2,
+                bucket("a"),
+            ));
+            pods.skew.push(Duration::ZERO);
+        }
+        pods.reload_all(|| bucket("b"));
+        pods.at(300);
+        c.push(pods.admitted(1, "k", &plain, 16).await);
+        counts.push(c);
+    }
+    assert_eq!(counts[1], [1, 15, 0], "twin");
+    assert_eq!(counts[0], counts[1], "fleet");
+}

@@ -44,7 +44,12 @@ use crate::store::Horizon;
 pub(super) struct Fleet {
     /// Whether the store records one (else nothing here is used).
     pub(super) records: bool,
-    /// What is known to be recorded: raised or read by this service.
+    /// What is known to be recorded: raised or read by this service, under every key prefix
+    /// the running configuration writes or carries (the least of their records). Forgotten
+    /// where a reload brings in a prefix (`horizon_prefixes_moved`): known of one prefix's
+    /// record and taken for another's, a quota of a call's own written under the next
+    /// prefix raised nothing there, and another pod reading it let a move go (15 admitted
+    /// against none: probes_horizon_ids_redis).
     recorded_outlasts: AtomicU64,
     recorded_window: AtomicU64,
     recorded_penalized: AtomicU64,
@@ -82,6 +87,9 @@ pub(super) struct Fleet {
     /// How many reads raised what this service knows (`fold`): a prepared site worked out
     /// before one is no longer current (`Prepared::is_current`).
     folds: AtomicU64,
+    /// How many reloads brought in a key prefix: an exchange begun before one notes nothing
+    /// as recorded (it read the prefixes of before).
+    prefixes_moved: AtomicU64,
 }
 
 impl Fleet {
@@ -99,6 +107,19 @@ impl Fleet {
             refresh_at: AtomicU64::new(0),
             due: AtomicU64::new(u64::MAX),
             folds: AtomicU64::new(0),
+            prefixes_moved: AtomicU64::new(0),
+        }
+    }
+
+    /// Forgets what is known to be recorded: the next write past nothing raises it.
+    fn forget_recorded(&self) {
+        for known in [
+            &self.recorded_outlasts,
+            &self.recorded_window,
+            &self.recorded_penalized,
+            &self.recorded_end,
+        ] {
+            known.store(0, Ordering::SeqCst);
         }
     }
 
@@ -290,6 +311,7 @@ impl RateLimitService {
             fleet.recorded_outlasts.load(Ordering::Relaxed),
             fleet.recorded_window.load(Ordering::Relaxed),
         );
+        let moved = fleet.prefixes_moved.load(Ordering::SeqCst);
         let (mut held, mut lost) = (Vec::with_capacity(1), false);
         for prefix in prefixes(generation) {
             let record = self.inner.store.horizon(prefix, raise).await?;
@@ -299,8 +321,34 @@ impl RateLimitService {
         }
         // Each record on its own: in their max, another's penalty could hide under one of
         // this service's own.
+        let until = |penalty: crate::store::Penalty| at.saturating_add(penalty.left);
+        let mut least = [u64::MAX; 4];
         for record in held {
             self.fold(record, raise, at);
+            let after = record.max(raise);
+            let figures = [
+                after.outlasts,
+                after.window,
+                until(after.penalty_bound),
+                until(after.penalty_end),
+            ];
+            for (least, figure) in least.iter_mut().zip(figures) {
+                *least = (*least).min(figure);
+            }
+        }
+        // Recorded under every prefix: the least of their records.
+        let known = [
+            &fleet.recorded_outlasts,
+            &fleet.recorded_window,
+            &fleet.recorded_penalized,
+            &fleet.recorded_end,
+        ];
+        for (known, least) in known.into_iter().zip(least) {
+            known.fetch_max(least, Ordering::SeqCst);
+        }
+        if fleet.prefixes_moved.load(Ordering::SeqCst) != moved {
+            // A reload brought a prefix in meanwhile: what was read holds for the others.
+            fleet.forget_recorded();
         }
         self.inner.fleet.read_at.fetch_max(at, Ordering::Relaxed);
         self.set_horizon_due(&self.generation());
@@ -324,7 +372,6 @@ impl RateLimitService {
             }
         }
         let record = held.max(raise);
-        let until = |penalty: crate::store::Penalty| at.saturating_add(penalty.left);
         let was = (inner.own_outlasts).fetch_max(record.outlasts, Ordering::Relaxed);
         grew |= was < record.outlasts;
         let was = (inner.own_windows).fetch_max(record.window, Ordering::Relaxed);
@@ -332,10 +379,6 @@ impl RateLimitService {
         if grew {
             fleet.folds.fetch_add(1, Ordering::Relaxed);
         }
-        (fleet.recorded_outlasts).fetch_max(record.outlasts, Ordering::Relaxed);
-        (fleet.recorded_window).fetch_max(record.window, Ordering::Relaxed);
-        (fleet.recorded_penalized).fetch_max(until(record.penalty_bound), Ordering::Relaxed);
-        (fleet.recorded_end).fetch_max(until(record.penalty_end), Ordering::Relaxed);
     }
 
     /// Whether a penalty's bound `until` is raised before the penalty is written: it
@@ -350,6 +393,21 @@ impl RateLimitService {
     pub(super) fn penalty_end_due(&self, end: Nanos) -> bool {
         let fleet = &self.inner.fleet;
         fleet.records && end > fleet.recorded_end.load(Ordering::Relaxed)
+    }
+
+    /// After a reload installed `next` over `running`: where `next` writes or carries under
+    /// a key prefix `running` did not, what this service knows is recorded is forgotten (it
+    /// was known of the other prefixes' records), so that its next write past nothing
+    /// raises the record of every prefix it runs. One raise more per such reload, by a
+    /// service that writes past the configured quotas.
+    pub(super) fn horizon_prefixes_moved(&self, running: &Generation, next: &Generation) {
+        let fleet = &self.inner.fleet;
+        let before = prefixes(running);
+        if !fleet.records || prefixes(next).iter().all(|p| before.contains(p)) {
+            return;
+        }
+        fleet.prefixes_moved.fetch_add(1, Ordering::SeqCst);
+        fleet.forget_recorded();
     }
 
     /// Works out when a call under `generation` reads the record next: the first instant

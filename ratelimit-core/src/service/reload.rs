@@ -128,6 +128,7 @@ impl RateLimitService {
         self.inner
             .generation
             .store(reloaded.generation, Ordering::Release);
+        self.horizon_prefixes_moved(&running, &next);
         self.set_horizon_due(&next);
         crate::metrics::reloaded(reloaded.generation);
         tracing::info!(
