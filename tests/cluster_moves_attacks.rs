@@ -406,3 +406,56 @@ fn concurrent_movers_and_old_window_pods_never_admit_past_one_bucket() {
         "{admitted} admitted after the move"
     );
 }
+
+/// helper-92's probe of `concurrent_movers_and_old_window_pods_never_admit_past_one_bucket`'s
+/// failures (15 and 14 admitted against 10 on a loaded machine, nothing refilled): a pod still
+/// in its old window decides a moved budget slot by slot, the moved state first and the old
+/// one after it; a mover whose read, script and read after all fall between those two spends
+/// finds the other's spend on the moved state already there (its carry, the greater of the
+/// two debts, takes it for the old debt), and the old state not yet grown (its read after adds
+/// nothing). The other's spend on the old state lands after: the 5 spent before the move are
+/// forgotten. Made here with `report_for` (the budget beside a user's limit on the third
+/// master, a slot between the moved and the old state's in the others' calls): the user's
+/// master paused holds each other between its two spends while the movers' calls carry,
+/// and holds the movers after their read after. One bucket of 15, 5 spent before: 10 after
+/// the move whatever the order (one server), never 15.
+#[test]
+#[ignore = "FOUND: 15 admitted after the move against 10 (5 others, 5 movers, 5 after)"]
+fn an_old_window_pods_spend_on_the_old_state_after_a_movers_read_after_is_carried() {
+    let cluster = RedisCluster::start();
+    let options = RedisOptions::cluster(cluster.urls()).timeout(Duration::from_secs(10));
+    let (p, user) = (0..)
+        .find_map(|i| {
+            let (p, old, moved) = two_masters(&cluster, &format!("between{i}-"), REPORT_FOR);
+            let user = ratelimit_tests::cluster_pods::USER.get().expect("set");
+            let user = node_of(&cluster, &format!("{{{user}}}"));
+            (![old, moved].contains(&user)).then_some((p, user))
+        })
+        .unwrap();
+    let runtime = ratelimit_tests::two_workers();
+    let call = beside_a_user;
+    let (movers, others) = fleet(&runtime, &options, &p, (call, 5), (5, 5));
+    let mut c = cluster.nodes[user].connection();
+    pause(&mut c);
+    // Each other spends on the moved state, then waits on the user's master.
+    let then: Vec<_> = (others.iter())
+        .map(|m| runtime.spawn(m.scope(call())))
+        .collect();
+    until_waiting(&mut c, others.len() as u64);
+    // Each mover reads the old state, carries it, spends and reads it again, then waits there.
+    let first: Vec<_> = (movers.iter())
+        .map(|m| runtime.spawn(m.scope(call())))
+        .collect();
+    until_waiting(&mut c, (others.len() + movers.len()) as u64);
+    unpause(&mut c);
+    let (then, first, after) = runtime.block_on(async {
+        let (then, first) = (admitted_of(then).await, admitted_of(first).await);
+        (then, first, until_refused(&movers[0], call).await)
+    });
+    eprintln!("between: others {then}, movers {first}, after {after}");
+    assert!(
+        then + first + after <= 10,
+        "{} admitted after the move (others {then}, movers {first}, after {after})",
+        then + first + after
+    );
+}
