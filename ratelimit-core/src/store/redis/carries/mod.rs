@@ -152,6 +152,8 @@ mod erased;
 mod moved;
 /// helper-87's probes of give-backs while a record stands.
 mod probe87;
+/// helper-94's probes of the late refusal.
+mod probe94;
 /// The pending record a carried spend leaves for a read after that never comes (helper-79's
 /// probes).
 mod records;

@@ -12,7 +12,7 @@ use crate::store::redis::given::{grown_mark, Read};
 /// A spend of 1 on `moved`'s moved bucket carrying its old state, as `RedisStore::run_stacked`
 /// makes it (read in the old state's slot, then the script and its read after,
 /// `run_checked`), the read aged by `aged` microseconds: the script's reply (five integers).
-async fn spend_read_aged(moved: &Moved, aged: u64) -> Result<Vec<i64>, Error> {
+pub(super) async fn spend_read_aged(moved: &Moved, aged: u64) -> Result<Vec<i64>, Error> {
     let checks = [check(&moved.into, &moved.new, 1)];
     let carried = [carry(&moved.from, &moved.old)];
     let stacked = Stacked::carrying(&checks, &carried, NOW, Mode::Spend).unwrap();

@@ -477,6 +477,8 @@ mod chained;
 mod erased;
 /// helper-87's probes of the tickets and the give-backs counted in the erased total.
 mod probe87;
+/// helper-94's probes of the late refusal: what it leaves, and calls it refuses unstalled.
+mod probe94;
 /// A call stalled between its read and its script: refused past its wait, nothing written.
 mod stalled;
 /// The two sides of a history, a Cluster's steps and one server's (`Twins`).

@@ -1,0 +1,305 @@
+//! helper-94's probes of the late refusal (`late` in `lua/carry.lua`, RELIABILITY.md item
+//! 12): what a refused call leaves behind, among resets, give-backs, leases and overlapping
+//! calls; calls refused that never stalled (the two nodes' clocks apart, pods of other
+//! timeouts); reads of fields at their bounds. The old state's node and the moved state's
+//! are one stand-in here: a clock apart is the stand-in's clock set ahead or behind for each
+//! step on the old state's node (its reads, spends, resets), and back for the moved state's.
+
+use super::across::*;
+use super::twins::*;
+use super::*;
+
+/// Whether `reply` is the stacked script's refusal of a read past its call's wait.
+fn late(reply: &Result<bool, String>) -> bool {
+    reply
+        .as_ref()
+        .is_err_and(|e| e.starts_with("RATELIMIT_LATE "))
+}
+
+/// Every key a carried spend's script may write beside the moved state, and the old state's
+/// erased key: each one's value and expiry.
+fn written(twins: &Twins<'_>) -> Vec<(Result<Reply, String>, Option<Option<u64>>)> {
+    use super::super::given::{grown_mark, pending_key};
+    use super::super::ledger::{block_key, erased_key, stamp_key};
+    let keys = [
+        NEW.to_owned(),
+        pending_key(NEW, OLD),
+        grown_mark(NEW, OLD),
+        stamp_key(NEW),
+        block_key(NEW),
+        erased_key(OLD),
+    ];
+    let redis = &twins.cluster.redis;
+    (keys.iter())
+        .map(|k| (redis.command(&["GET", k]), redis.expiry(k)))
+        .collect()
+}
+
+/// `f` run on the old state's node of the Cluster side, whose clock is `skew` microseconds
+/// ahead of the moved state's (behind, below 0); the clock then set back.
+fn on_old<T>(twins: &Twins<'_>, skew: i64, f: impl FnOnce(&Twins<'_>) -> T) -> T {
+    let at = twins.now.checked_add_signed(skew).unwrap();
+    twins.cluster.redis.set_time(at);
+    let out = f(twins);
+    twins.cluster.redis.set_time(twins.now);
+    out
+}
+
+/// The old state read in its own slot (`lua/level.lua`) by a pod whose read after comes
+/// within `wait` of its script, as `read_across_slots` sends it.
+fn read_waiting(s: &Across<'_>, wait: u64) -> Read {
+    let (keys, args) = level_call(&s.carried()[0], s.new, wait);
+    let keys = keys.each_ref().map(String::as_str);
+    match s.redis.eval_source(LEVEL_SCRIPT.text(), &keys, &args) {
+        Reply::Array(items) => match items[..] {
+            [Reply::Int(debt), Reply::Int(left), Reply::Int(at), Reply::Int(erased)] => Read {
+                debt: debt.unsigned_abs(),
+                left: left.unsigned_abs(),
+                at: at.unsigned_abs(),
+                erased: erased.unsigned_abs(),
+            },
+            _ => panic!("{items:?}"),
+        },
+        other => panic!("{other:?}"),
+    }
+}
+
+/// The script of the call of id `id` that read `read` (its pod's wait `wait`) spending
+/// `cost`: on the Cluster, then, when it admitted it, on one server; the Cluster's answer.
+fn script_on_both(
+    twins: &Twins<'_>,
+    id: u64,
+    read: &Read,
+    wait: u64,
+    cost: u64,
+) -> Result<bool, String> {
+    let admitted = twins.cluster.try_script(cost, Some(read.held(id, wait)))?;
+    assert!(admitted, "refused on the Cluster");
+    assert!(twins.server.script(cost, None), "refused on one server");
+    Ok(admitted)
+}
+
+/// A history mixing late refusals with resets, refunds, rewards, a lease and overlapping
+/// calls: each late call (`with_late`) reads, stalls past its wait and is refused; without
+/// them, the same calls read and are dropped before their scripts (a read writes the erased
+/// key's expiry on the old state's node all the same). What the moved bucket owes after one
+/// more call, on the Cluster and on one server, and whether every late call was refused with
+/// nothing written beside the moved state.
+fn history_with_late_calls(with_late: bool) -> ((u64, u64), bool) {
+    let (old, new) = seconds_buckets();
+    let mut twins = Twins::new(&old, &new);
+    let mut all_late = true;
+    let mut refuse = |twins: &mut Twins<'_>, id: u64, read: &Read| {
+        twins.later(WAIT + 1);
+        if with_late {
+            let before = written(twins);
+            let refused = twins.cluster.try_script(1, Some(read.held(id, WAIT)));
+            all_late &= late(&refused) && written(twins) == before;
+        }
+    };
+    // A call whose read after is lost (its record stands), then one refused late.
+    twins.old_spend(5);
+    let a = twins.cluster.read();
+    twins.old_spend(2);
+    twins.script(1, &a);
+    let b = twins.cluster.read();
+    twins.old_spend(3);
+    refuse(&mut twins, 2, &b);
+    // A lease out on the old state, a late call read, the lease's units given back, a reset.
+    let tat = twins.old_lease(4, 9);
+    let c = twins.cluster.read();
+    twins.old_lease_return(2, tat, 9);
+    twins.old_reset();
+    refuse(&mut twins, 3, &c);
+    // Two overlapping calls, a late one read between them; a reward and a refund.
+    let d = twins.cluster.read();
+    let e = twins.cluster.read();
+    twins.old_spend(4);
+    twins.script(4, &d);
+    let spent = twins.old_kept_spend(3);
+    twins.script(5, &e);
+    twins.old_reward(1);
+    twins.read_after(4, &d);
+    let f = twins.cluster.read();
+    twins.old_refund(3, spent);
+    refuse(&mut twins, 6, &f);
+    twins.read_after(5, &e);
+    // A late call read while a record stands, the old state reset before its refusal.
+    let g = twins.cluster.read();
+    twins.old_spend(6);
+    twins.script(7, &g);
+    let h = twins.cluster.read();
+    twins.old_reset();
+    refuse(&mut twins, 8, &h);
+    (twins.owes_no_less(), all_late)
+}
+
+/// Late refusals among resets, a lease, a reward, a refund and overlapping calls, against
+/// the same history where each late call read and was dropped before its script: every one
+/// refused with nothing written, and the moved bucket owes exactly as much on the Cluster as
+/// without them, no less than one server (which never made them).
+#[test]
+fn probe94_late_refusals_among_resets_leases_and_give_backs_leave_nothing() {
+    let (with, all_late) = history_with_late_calls(true);
+    let (without, _) = history_with_late_calls(false);
+    assert!(all_late, "every late call refused, nothing written");
+    assert_eq!(with, without);
+}
+
+/// Two pods of different timeouts (so different waits: `read_after_within`): a pod of a
+/// short one (a second here) reads the old bucket (6 s owed), a pod of a long one (3 s) reads
+/// it too, 1 s is spent on it, the first scripts 12 s of the moved bucket and loses its read
+/// after; the long pod's runtime stalls 2 s between its read and its script: within its own
+/// wait (not late), past the first's. The first's record was past at its script, the
+/// addition from it ran from the stalled call's read (nothing), and its ticket's slack held
+/// the 1 s the first missed: `probe87_a_stall_between_read_and_script_past_another_calls_wait`
+/// again, through a wait not the stalled call's own. Fails today: 18 s owed where one server
+/// owes 19 s.
+#[test]
+#[ignore = "FOUND: 18 s owed on the Cluster where one server owes 19 s (a 3 s pod's call stalled 2 s, past a 1 s pod's record)"]
+fn probe94_a_long_pods_stall_past_a_short_pods_record() {
+    let (old, new) = seconds_buckets();
+    let mut twins = Twins::new(&old, &new);
+    twins.old_spend(6);
+    let lost = read_waiting(&twins.cluster, WAIT);
+    let stalled = read_waiting(&twins.cluster, 3 * WAIT);
+    twins.old_spend(1);
+    assert_eq!(script_on_both(&twins, 1, &lost, WAIT, 12), Ok(true));
+    twins.later(2 * S);
+    let admitted = script_on_both(&twins, 2, &stalled, 3 * WAIT, 1);
+    if admitted.is_ok() {
+        let after = read_waiting(&twins.cluster, 3 * WAIT);
+        twins.cluster.added(&stalled, &after, 2);
+    }
+    let (on_cluster, on_server) = twins.owed();
+    assert!(
+        on_cluster >= on_server,
+        "{on_cluster} owed on the Cluster, {on_server} on one server ({admitted:?})"
+    );
+}
+
+/// The old state's node's clock behind the moved state's by a microsecond more than the
+/// wait: a call that did not stall at all (its read and its script at the same instant) is
+/// refused (`RATELIMIT_LATE`, `Error::Timeout`: under deny a refusal, under allow admitted
+/// uncounted) at every call for as long as the clocks stay apart; exactly the wait apart it
+/// carries. RELIABILITY.md item 12 names it (a skew past the wait less a call's round trips).
+#[test]
+#[ignore = "FOUND: an unstalled call refused late when the old node's clock is 1 s + 1 us behind the moved node's (wait 1 s)"]
+fn probe94_an_unstalled_call_with_the_old_node_behind() {
+    let (old, new) = seconds_buckets();
+    let twins = Twins::new(&old, &new);
+    twins.old_spend(5);
+    let within = on_old(&twins, -(WAIT as i64), |t| t.cluster.read());
+    assert_eq!(script_on_both(&twins, 1, &within, WAIT, 1), Ok(true));
+    twins.read_after(1, &within);
+    let behind = on_old(&twins, -(WAIT as i64) - 1, |t| t.cluster.read());
+    let refused = twins.cluster.try_script(1, Some(behind.held(2, WAIT)));
+    assert_eq!(refused, Ok(true), "an unstalled call");
+}
+
+/// The old state's node's clock 8 s ahead of the moved state's: a call stalled 9 s between
+/// its read and its script (past its 1 s wait) is carried, not refused (its read's time, on
+/// the old node's clock, exactly its wait before the script), after a reset had erased
+/// 100 s, the old state spent 28 s between; its read after lost, its record (kept on the
+/// moved node's clock from the script: the wait, a full moved bucket and a second) outlives
+/// the erased key its read kept (on the old node's, from the read: twice the wait, a full
+/// moved bucket and 3 s): `probe82_a_stall_between_read_and_script_outlives_the_erased_key`
+/// (erased.rs) open again. 17 s later the next call reads the erased key made again (0), its
+/// end 100 s below the record's: nothing added from it, and the stalled call's own spend is
+/// lost. The record outlives the key once the stall passes twice the wait and 2 s, so it
+/// takes a skew past the wait and 4 s (5.6 s at the default 200 ms timeout), and for the loss
+/// to outlast the moved bucket's refill, about as much more: an old node far ahead.
+#[test]
+#[ignore = "FOUND: 3 s owed on the Cluster where one server owes 4 s (a 9 s stall carried, the old node 8 s ahead)"]
+fn probe94_a_stall_carried_with_the_old_node_ahead_outlives_the_erased_key() {
+    const AHEAD: i64 = 8 * S as i64;
+    let old = tokens(1_000, 0, Duration::from_secs(1_000));
+    let new = tokens(20, 0, Duration::from_secs(20));
+    let mut twins = Twins::new(&old, &new);
+    let first = on_old(&twins, AHEAD, |t| t.cluster.read());
+    twins.script(1, &first);
+    let after = on_old(&twins, AHEAD, |t| t.cluster.read());
+    twins.cluster.added(&first, &after, 1);
+    on_old(&twins, AHEAD, |t| {
+        t.old_spend(100);
+        t.old_reset();
+    });
+    let read = on_old(&twins, AHEAD, |t| t.cluster.read());
+    assert_eq!((read.debt, read.erased), (0, 100 * S));
+    on_old(&twins, AHEAD, |t| t.old_spend(28));
+    twins.later(9 * S);
+    let stalled = twins.cluster.try_script(1, Some(read.held(2, WAIT)));
+    if stalled == Ok(true) {
+        assert!(twins.server.script(1, None));
+    }
+    // Past the erased key's expiry on the old node's clock, within the record's.
+    twins.later(17 * S);
+    let (record, erased) = (
+        super::super::given::pending_key(NEW, OLD),
+        super::super::ledger::erased_key(OLD),
+    );
+    let gone = on_old(&twins, AHEAD, |t| t.cluster.redis.expiry(&erased));
+    let standing = twins.cluster.redis.expiry(&record);
+    let next = on_old(&twins, AHEAD, |t| t.cluster.read());
+    assert!(twins.cluster.script(1, Some(next.held(99, WAIT))));
+    assert!(twins.server.script(1, None));
+    let after = on_old(&twins, AHEAD, |t| t.cluster.read());
+    twins.cluster.added(&next, &after, 99);
+    let owes = |s: &Across<'_>| s.end(NEW, &new).saturating_sub(twins.now);
+    let (on_cluster, on_server) = (owes(&twins.cluster), owes(&twins.server));
+    assert!(
+        on_cluster >= on_server,
+        "{on_cluster} owed on the Cluster, {on_server} on one server ({stalled:?}, erased key \
+         {gone:?}, record {standing:?})"
+    );
+}
+
+/// The boundary with every part of a read's time at work (`erased_total`: what the erased key
+/// is set to before the old state is spent 7 s, after a reset erased 100 s): at exactly its
+/// wait carried, a microsecond past refused with nothing written.
+fn boundary(erased_total: Option<u64>) {
+    for (past, refused) in [(0, false), (1, true)] {
+        let (old, new) = seconds_buckets();
+        let mut twins = Twins::new(&old, &new);
+        let first = twins.read_and_script(1);
+        twins.read_after(1, &first);
+        twins.old_spend(100);
+        twins.old_reset();
+        if let Some(total) = erased_total {
+            let key = super::super::ledger::erased_key(OLD);
+            let set = (twins.cluster.redis).command(&["SET", &key, &total.to_string()]);
+            assert!(set.is_ok(), "{set:?}");
+        }
+        twins.old_spend(7);
+        let read = twins.cluster.read();
+        assert_eq!(read.debt, 7 * S);
+        twins.later(WAIT + past);
+        let before = written(&twins);
+        let reply = twins.cluster.try_script(1, Some(read.held(2, WAIT)));
+        let label = format!("{erased_total:?} {past}: {reply:?}");
+        if refused {
+            assert!(late(&reply), "{label}");
+            assert_eq!(written(&twins), before, "{label}: nothing written");
+        } else {
+            assert_eq!(reply, Ok(true), "{label}");
+        }
+    }
+}
+
+/// A read of a debt (7 s) after a reset erased 100 s (its end 107 s past its time): carried
+/// at exactly its wait, refused a microsecond past it, nothing written.
+#[test]
+fn probe94_the_boundary_with_a_debt_and_an_erased_total() {
+    boundary(None);
+}
+
+/// The same with the erased total at the most the erased key may hold (2^53 - 1 µs, as
+/// garbage there may be): the read's end past 2^53, where Lua's numbers step by two, so its
+/// time (`end - debt - erased` in `late`) comes out a microsecond late and a stall a
+/// microsecond past its wait is carried; carried, its record's end (past 2^53) is a record no
+/// later script reads (`RATELIMIT_STATE` at every carried call after).
+#[test]
+#[ignore = "FOUND: a stall 1 us past its wait carried when the erased key holds 2^53 - 1"]
+fn probe94_the_boundary_with_the_erased_key_at_its_bound() {
+    boundary(Some(9_007_199_254_740_991));
+}
