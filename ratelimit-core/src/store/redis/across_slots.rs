@@ -75,7 +75,9 @@ impl RedisStore {
     /// no check (nothing spent). A read after that fails is a read that failed
     /// (`refused_or`), the spend kept. A script whose read is past the call's wait
     /// ([`read_after_within`]: a runtime stalled between them) refuses, nothing written:
-    /// [`Error::Timeout`], for the failure policy. A block begun on the old state meanwhile (by a
+    /// [`Error::Timeout`], for the failure policy; told before the call's own timeout ran out
+    /// (a node's clock ahead of the other's), looked at without the carry first, as a read
+    /// that failed (`refused_or`). A block begun on the old state meanwhile (by a
     /// refusal, which spends nothing there) is one after this call's, which the next call
     /// reads.
     ///
@@ -120,7 +122,17 @@ impl RedisStore {
             },
             Err(_) => task.await,
         };
-        let (reply, rechecked) = spent?;
+        let (reply, rechecked) = match spent {
+            // A timeout before the call's own ran out is the script's refusal of a read past
+            // its wait (`late` in `lua/carry.lua`), a live node's answer (its clock ahead of
+            // the old state's node's): looked at without the carry, as a read that failed, so
+            // that no policy admits a call the moved limit refuses (`Allow` admitted it
+            // uncounted on a spent bucket: `probe94_a_late_carry_on_a_spent_bucket_is_refused_not_an_error`, carries/).
+            Err(e @ Error::Timeout { .. }) if sent.elapsed() < self.inner.options.timeout => {
+                return Box::pin(self.refused_or(e, stacked, asked, stamping)).await
+            }
+            spent => spent?,
+        };
         let grown = match rechecked {
             None => return Ok(reply),
             Some(Rechecked::Unread(e)) => {

@@ -13,11 +13,11 @@ use crate::store::redis::across_slots::read_after_within;
 /// `RATELIMIT_LATE` was the store's `Error::Timeout`, which `FailurePolicy::Allow` admits
 /// uncounted (and `Local` decides in the process's share) although the moved bucket, on a
 /// live node, refuses the call: a refusal turned into an admission by the policy, which a
-/// read across slots that fails never is (`refused_or`). It is now the moved bucket's
-/// refusal, nothing written: no policy admits it. A carried spend as late on a bucket with
+/// read across slots that fails never is (`refused_or`). A timeout before the call's own ran
+/// out is now looked at as such a read (`run_checked`): the moved bucket's refusal, nothing
+/// written, which no policy admits. A carried spend as late on a bucket with
 /// room is still `Error::Timeout` (`a_stalled_carried_spend_is_refused_on_a_cluster_and_writes_nothing`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "FOUND: Err(Timeout { after: 2s }) for a late carry on a moved bucket with 0 left (Allow admits it)"]
 async fn probe94_a_late_carry_on_a_spent_bucket_is_refused_not_an_error() {
     let timeout = Duration::from_secs(2);
     let mut moved = Moved::new("late-on-a-spent-bucket", timeout).await;
