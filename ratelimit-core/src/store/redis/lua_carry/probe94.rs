@@ -17,9 +17,12 @@ fn late(reply: &Result<bool, String>) -> bool {
         .is_err_and(|e| e.starts_with("RATELIMIT_LATE "))
 }
 
+/// A key's value (`GET`'s reply) and expiry (`Redis::expiry`).
+type Held = (Result<Reply, String>, Option<Option<u64>>);
+
 /// Every key a carried spend's script may write beside the moved state, and the old state's
 /// erased key: each one's value and expiry.
-fn written(twins: &Twins<'_>) -> Vec<(Result<Reply, String>, Option<Option<u64>>)> {
+fn written(twins: &Twins<'_>) -> Vec<Held> {
     use super::super::given::{grown_mark, pending_key};
     use super::super::ledger::{block_key, erased_key, stamp_key};
     let keys = [
