@@ -42,8 +42,9 @@ async fn admitted(service: &RateLimitService, options: &Options, n: usize) -> us
     admitted
 }
 
-/// A record of another shape under the prefix (a string not of six numbers, one whose
-/// penalty end lies further than any debt lasts, or a hash):
+/// A record of another shape under the prefix (a string not of eight numbers, among them
+/// the six of before the second bound, one whose penalty end lies further than any debt
+/// lasts, a second bound past the first or of the first's id, or a hash):
 /// the call that must raise it (its own refill outlasts what is recorded) is refused with
 /// [`Error::UnexpectedState`], its state unwritten, and the record left as it was; so is a
 /// pod's read of it at a carry boundary. Read as zeros, it would let every move go.
@@ -55,9 +56,13 @@ async fn a_record_of_another_shape_refuses_the_call_and_stays() {
         "not a record",
         "1 2",
         "1 2 3",
-        "01 2 3 4 5 6",
-        "1 2 3 4 5 18446744073709551616",
-        "0 0 9007199254740991 1 0 0",
+        "1 2 3 4 5 6",
+        "01 2 3 4 5 6 0 0",
+        "1 2 3 4 5 18446744073709551616 0 0",
+        "1 2 3 4 5 6 0 18446744073709551616",
+        "0 0 9007199254740991 1 0 0 0 0",
+        "0 0 9 1 0 0 10 2",
+        "0 0 9 1 0 0 8 1",
         "hash",
     ] {
         let p = prefix("horizon-garbage");

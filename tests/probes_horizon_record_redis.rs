@@ -25,15 +25,15 @@ fn record_key(prefix: &str) -> String {
     format!("{prefix}:horizon")
 }
 
-/// What Redis holds under `prefix`'s record, as its six numbers (`None`: no key).
-fn record(server: &RedisServer, prefix: &str) -> Option<[u64; 6]> {
+/// What Redis holds under `prefix`'s record, as its eight numbers (`None`: no key).
+fn record(server: &RedisServer, prefix: &str) -> Option<[u64; 8]> {
     let text: Option<String> = redis::cmd("GET")
         .arg(record_key(prefix))
         .query(&mut server.connection())
         .unwrap();
     text.map(|t| {
         let n: Vec<u64> = t.split(' ').map(|n| n.parse().unwrap()).collect();
-        [n[0], n[1], n[2], n[3], n[4], n[5]]
+        n.try_into().unwrap()
     })
 }
 
@@ -413,8 +413,8 @@ async fn a_record_past_what_any_quota_holds_is_unexpected_state_not_a_lockout() 
     let mut taken = Vec::new();
     let plants = [
         None,
-        Some(format!("{} 0 0 0 0 0", u64::MAX)),
-        Some("0 0 9007199254740991 1 0 0".to_string()),
+        Some(format!("{} 0 0 0 0 0 0 0", u64::MAX)),
+        Some("0 0 9007199254740991 1 0 0 0 0".to_string()),
     ];
     for planted in plants {
         let pods = Pods::skewed(&server, "h88-huge", &[0]);
@@ -511,7 +511,7 @@ async fn two_pods_raising_the_record_leave_the_larger_of_each() {
         record(&server, &pods.prefix).unwrap()
     };
     let (a, b) = (alone(0).await, alone(1).await);
-    let max: [u64; 6] = std::array::from_fn(|i| a[i].max(b[i]));
+    let max: [u64; 8] = std::array::from_fn(|i| a[i].max(b[i]));
     assert!(
         a[0] > b[0] && b[1] > a[1],
         "each raises one field more: {a:?} {b:?}"

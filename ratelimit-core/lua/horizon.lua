@@ -3,14 +3,24 @@
 -- field by field to at least what is asked (a max: never lowered); the record as it was
 -- before is returned (the caller tells another service's penalty from its own by it).
 --
--- KEYS[1]: the record: a string of six decimal numbers separated by single spaces: the
+-- KEYS[1]: the record: a string of eight decimal numbers separated by single spaces: the
 --          longest a quota of a call's own outlasts a reload and the longest window of a
 --          call's own (nanoseconds: durations, no clock in them); then for the latest bound
---          raised before a penalty, and for the latest exact end noted after one, when its
---          debt ends (microseconds on this server's clock: TIME, so that pods whose clocks
---          disagree read one instant) and which service raised it (its id). No key is zeros.
+--          raised before a penalty, for the latest exact end noted after one, and for the
+--          latest bound raised by a service other than the first bound's, when its debt ends
+--          (microseconds on this server's clock: TIME, so that pods whose clocks disagree read
+--          one instant) and which service raised it (its id). No key is zeros. The second
+--          bound is what the first bound's raiser reads of the others' (it never reads its
+--          own): with the largest bound alone, a smaller one another service raised lay
+--          under it, and where that service's exact end was lost after its penalty, the
+--          first bound's raiser read nothing of it (15 admitted against none:
+--          probes_horizon_ids_redis). Each is a max: an end raised, never lowered; the
+--          second is at most the first and never of its id.
 -- ARGV[1..2]: the durations to raise it to (0 where nothing is raised).
--- ARGV[3], ARGV[4]: the penalty bound: microseconds left from now (0: none), the raiser's id.
+-- ARGV[3], ARGV[4]: the penalty bound: microseconds left from now (0: none), the raiser's id
+--          (never 0 with a bound): into the first bound where it ends later (the first's
+--          former holder, if another service, into the second), else into the second where
+--          it ends later and its raiser is not the first's.
 -- ARGV[5], ARGV[6]: the exact end, as ARGV[3..4].
 -- ARGV[7]: how long, in milliseconds, the record is kept at least from now (0: a read, the
 --          expiry left as it is): twice the longest of what is raised, so that a state
@@ -19,11 +29,12 @@
 --          every key of the store expires.
 -- ARGV[8], ARGV[9]: the most a record holds of a quota of a call's own and of a window of
 --          its own (nanoseconds: what a valid quota can make, `store/redis/horizon.rs`).
--- Returns: the six before the raise, as decimal strings, each end as microseconds left from
+-- Returns: the eight before the raise, as decimal strings, each end as microseconds left from
 --          now (0 where it has passed or there was no record). The RATELIMIT_STATE error
 --          reply, with nothing written (neither the record nor its expiry), for a key of
---          another type, a string not of this shape, a duration past ARGV[8] or ARGV[9], or
---          an end further from now than the longest a debt can last (MOST_LEFT: 2^62 ns, a
+--          another type, a string not of this shape, a duration past ARGV[8] or ARGV[9], a
+--          second bound past the first or of its id, or an end further from now than the
+--          longest a debt can last (MOST_LEFT: 2^62 ns, a
 --          bucket's largest tolerance): a record read as zeros would let every move go at
 --          once, and one read as ending centuries away would keep every move that long.
 --          (Checked only by the service, a duration past its bound was raised into: the
@@ -68,18 +79,19 @@ end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 
-local held = {'0', '0', 0, '0', 0, '0'}
+local held = {'0', '0', 0, '0', 0, '0', 0, '0'}
 if kind == 'string' then
   local text = redis.call('GET', KEYS[1])
-  local f = {string.match(text, '^(%d+) (%d+) (%d+) (%d+) (%d+) (%d+)$')}
-  local ok = #f == 6
+  local f = {string.match(text, '^(%d+) (%d+) (%d+) (%d+) (%d+) (%d+) (%d+) (%d+)$')}
+  local ok = #f == 8
   if ok then
     held = {number(f[1]), number(f[2]), small(number(f[3])), number(f[4]),
-      small(number(f[5])), number(f[6])}
-    for i = 1, 6 do ok = ok and held[i] ~= nil end
+      small(number(f[5])), number(f[6]), small(number(f[7])), number(f[8])}
+    for i = 1, 8 do ok = ok and held[i] ~= nil end
   end
   if ok then
     ok = held[3] - now <= MOST_LEFT and held[5] - now <= MOST_LEFT
+      and held[7] <= held[3] and (held[7] == 0 or held[8] ~= held[4])
       and larger(held[1], ARGV[8]) == ARGV[8] and larger(held[2], ARGV[9]) == ARGV[9]
   end
   if not ok then
@@ -96,19 +108,26 @@ for i = 1, 6 do
       .. 'not a number')
   end
 end
-local after, raised = {held[1], held[2], held[3], held[4], held[5], held[6]}, false
+local after, raised = {}, false
+for i = 1, 8 do after[i] = held[i] end
 for i = 1, 2 do
   after[i] = larger(held[i], asked[i])
   raised = raised or after[i] ~= held[i]
 end
 for i = 3, 5, 2 do
   local left = small(asked[i])
-  if not left or left > MOST_LEFT then
+  if not left or left > MOST_LEFT or (left > 0 and asked[i + 1] == '0') then
     return redis.error_reply('RATELIMIT_STATE the reload horizon was asked a penalty end '
-      .. 'past the longest a debt can last')
+      .. 'past the longest a debt can last, or with no id')
   end
   if left > 0 and now + left > held[i] then
+    if i == 3 and asked[4] ~= held[4] then
+      -- The first bound's former holder, another service: the largest of the others'.
+      after[7], after[8] = held[3], held[4]
+    end
     after[i], after[i + 1], raised = now + left, asked[i + 1], true
+  elseif i == 3 and left > 0 and asked[4] ~= held[4] and now + left > held[7] then
+    after[7], after[8], raised = now + left, asked[4], true
   end
 end
 local keep = tonumber(ARGV[7])
@@ -122,7 +141,8 @@ if raised or (keep > 0 and kind == 'string') then
   if keep < 1 then keep = 1 end
   if raised then
     local text = after[1] .. ' ' .. after[2] .. ' ' .. string.format('%.0f', after[3]) .. ' '
-      .. after[4] .. ' ' .. string.format('%.0f', after[5]) .. ' ' .. after[6]
+      .. after[4] .. ' ' .. string.format('%.0f', after[5]) .. ' ' .. after[6] .. ' '
+      .. string.format('%.0f', after[7]) .. ' ' .. after[8]
     redis.call('SET', KEYS[1], text, 'PX', keep)
   else
     redis.call('PEXPIRE', KEYS[1], keep)
@@ -132,4 +152,5 @@ local function left_of(at)
   if at <= now then return '0' end
   return string.format('%.0f', at - now)
 end
-return {held[1], held[2], left_of(held[3]), held[4], left_of(held[5]), held[6]}
+return {held[1], held[2], left_of(held[3]), held[4], left_of(held[5]), held[6],
+  left_of(held[7]), held[8]}

@@ -183,7 +183,9 @@ impl RateLimitService {
             // whose own bound was larger took that bound for its own and read nothing of
             // this penalty, whose debt ended after its own (15 admitted against none:
             // probes_horizon_record_redis). The penalty is written: a failure here is the
-            // call's error where it refuses (`horizon_failure_refuses`), the bound standing.
+            // call's error where it refuses (`horizon_failure_refuses`), the bound standing,
+            // read by every other service (the record's second bound where it lies under
+            // another's own larger one: probes_horizon_ids_redis).
             let end = self
                 .inner
                 .penalized_until

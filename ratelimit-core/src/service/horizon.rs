@@ -16,8 +16,11 @@
 //! Redis' `TIME`), with the id of the service that raised it: the bound before the penalty
 //! is written, and its exact end after (one round trip more where it ends later than the
 //! exact end recorded). Each service reads another's ends on its own clock, and folds back
-//! only ends another service raised: its own it notes exactly. A read that finds the record
-//! holding less than this service knew was recorded raises it again (`read_horizon`).
+//! only ends another service raised: its own it notes exactly. The record keeps two bounds,
+//! the largest and the largest of a service other than its raiser's, so that each service
+//! reads the largest bound another raised (`Horizon::bound_of_others`), never one hidden
+//! under a larger one of its own. A read that finds the record holding less than this
+//! service knew was recorded raises it again (`read_horizon`).
 //!
 //! A prepared site's calls take the per-call path where a read is due, or a read raised
 //! what this service knows since it was prepared (`horizon_stands`).
@@ -52,6 +55,9 @@ pub(super) struct Fleet {
     /// against none: probes_horizon_ids_redis).
     recorded_outlasts: AtomicU64,
     recorded_window: AtomicU64,
+    /// Of the penalty bounds: the least bound another service reads (the largest where it
+    /// is this service's own, else the second), which this service's next bound must reach,
+    /// or lie under another's own larger one, read by nobody.
     recorded_penalized: AtomicU64,
     /// The latest exact penalty end known recorded (this service's clock).
     recorded_end: AtomicU64,
@@ -65,7 +71,10 @@ pub(super) struct Fleet {
     /// than the memory store, and answered otherwise: probes_carry_redis' histories). Both
     /// the bounds and the exact ends are read: where only the largest bound was, and a
     /// service took it for its own, a smaller bound another raised, whose debt ended later
-    /// than its own, was lost under it (15 admitted against none: probes_horizon_record_redis).
+    /// than its own, was lost under it (15 admitted against none: probes_horizon_record_redis);
+    /// and the second bound, the largest of another service than the largest's raiser: with
+    /// that other's exact end lost after its penalty, its bound under this one's own was read
+    /// by nobody (15 admitted against none: probes_horizon_ids_redis).
     pub(super) penalized: AtomicU64,
     /// The latest exact penalty end another service raised, as read (this service's
     /// clock): with this service's own exact ends, the debt a penalty may stack on
@@ -290,6 +299,7 @@ impl RateLimitService {
             window,
             penalty_bound,
             penalty_end,
+            penalty_other: crate::store::Penalty::default(),
             keep_nanos: longest.saturating_mul(2),
         };
         self.exchange(generation, raise).await?;
@@ -315,7 +325,7 @@ impl RateLimitService {
         let (mut held, mut lost) = (Vec::with_capacity(1), false);
         for prefix in prefixes(generation) {
             let record = self.inner.store.horizon(prefix, raise).await?;
-            let after = record.max(raise);
+            let after = record.raised(raise);
             lost |= after.outlasts < known.0 || after.window < known.1;
             held.push(record);
         }
@@ -325,11 +335,18 @@ impl RateLimitService {
         let mut least = [u64::MAX; 4];
         for record in held {
             self.fold(record, raise, at);
-            let after = record.max(raise);
+            let after = record.raised(raise);
+            // The least bound another service reads: this one's own where it is the
+            // largest, else the second (what the largest's raiser reads), which this one's
+            // next bound must reach, or lie hidden under that raiser's own.
+            let bound = match after.penalty_bound.by == fleet.id {
+                true => after.penalty_bound,
+                false => after.penalty_other,
+            };
             let figures = [
                 after.outlasts,
                 after.window,
-                until(after.penalty_bound),
+                until(bound),
                 until(after.penalty_end),
             ];
             for (least, figure) in least.iter_mut().zip(figures) {
@@ -361,7 +378,10 @@ impl RateLimitService {
     fn fold(&self, held: Horizon, raise: Horizon, at: Nanos) {
         let (inner, fleet) = (&self.inner, &self.inner.fleet);
         let mut grew = false;
-        for (penalty, exact) in [(held.penalty_bound, false), (held.penalty_end, true)] {
+        // The latest bound of another service: the largest, or the second where the largest
+        // is this service's own (its own it never reads back).
+        let bound = held.bound_of_others(fleet.id);
+        for (penalty, exact) in [(bound, false), (held.penalty_end, true)] {
             if penalty.left > 0 && penalty.by != fleet.id {
                 let until = at.saturating_add(penalty.left);
                 let was = (fleet.penalized).fetch_max(until, Ordering::Relaxed);
@@ -371,7 +391,7 @@ impl RateLimitService {
                 }
             }
         }
-        let record = held.max(raise);
+        let record = held.raised(raise);
         let was = (inner.own_outlasts).fetch_max(record.outlasts, Ordering::Relaxed);
         grew |= was < record.outlasts;
         let was = (inner.own_windows).fetch_max(record.window, Ordering::Relaxed);
@@ -382,7 +402,7 @@ impl RateLimitService {
     }
 
     /// Whether a penalty's bound `until` is raised before the penalty is written: it
-    /// outlasts what is recorded.
+    /// outlasts what is recorded, as another service reads it (`Fleet::recorded_penalized`).
     pub(super) fn penalty_raise_due(&self, until: Nanos) -> bool {
         let fleet = &self.inner.fleet;
         fleet.records && until > fleet.recorded_penalized.load(Ordering::Relaxed)

@@ -367,6 +367,14 @@ pub struct Horizon {
     /// The latest penalty's debt as noted after it was written: exact where the bound is
     /// loose (a service tells another's end hidden under its own bound by it).
     pub penalty_end: Penalty,
+    /// In what a store returns, the latest bound raised by a service other than
+    /// `penalty_bound`'s (none in a raise): what that service reads of the others' bounds,
+    /// never its own ([`raised`](Self::raised)). With the largest bound alone, a smaller one
+    /// another service raised lay under it, and where that service's exact end was lost
+    /// after its penalty (its raise failed, its call dropped, its pod stopped), the largest
+    /// bound's raiser read nothing of it: 15 admitted against none
+    /// (probes_horizon_ids_redis).
+    pub penalty_other: Penalty,
     /// In a raise, how long from now the store keeps the record at least (a store whose
     /// keys expire: the record may expire after it, never before; 0 in a read, and in what
     /// a store returns). The service asks twice the longest of what it raises, and raises
@@ -400,15 +408,35 @@ impl Penalty {
 }
 
 impl Horizon {
-    /// Each field the larger of `self`'s and `other`'s.
-    pub fn max(self, other: Horizon) -> Horizon {
-        Horizon {
-            outlasts: self.outlasts.max(other.outlasts),
-            window: self.window.max(other.window),
-            penalty_bound: self.penalty_bound.max(other.penalty_bound),
-            penalty_end: self.penalty_end.max(other.penalty_end),
-            keep_nanos: self.keep_nanos.max(other.keep_nanos),
+    /// The record `self` raised by `raise`, as a store raises it: each duration and the
+    /// exact end the larger; `raise`'s bound into `penalty_bound` where it ends later (the
+    /// former one, if another service's, into `penalty_other`), else into `penalty_other`
+    /// where it ends later and another service than `penalty_bound`'s raised it. So
+    /// `penalty_other` stays the latest bound of a service other than `penalty_bound`'s.
+    pub fn raised(self, raise: Horizon) -> Horizon {
+        let (bound, asked) = (self.penalty_bound, raise.penalty_bound);
+        let mut other = self.penalty_other;
+        if asked.left > bound.left && asked.by != bound.by {
+            other = bound;
+        } else if asked.left <= bound.left && asked.by != bound.by {
+            other = other.max(asked);
         }
+        Horizon {
+            outlasts: self.outlasts.max(raise.outlasts),
+            window: self.window.max(raise.window),
+            penalty_bound: bound.max(asked),
+            penalty_end: self.penalty_end.max(raise.penalty_end),
+            penalty_other: other,
+            keep_nanos: self.keep_nanos.max(raise.keep_nanos),
+        }
+    }
+
+    /// The latest bound raised by a service other than `id` (none: a zero [`Penalty`]).
+    pub fn bound_of_others(self, id: u64) -> Penalty {
+        [self.penalty_bound, self.penalty_other]
+            .into_iter()
+            .find(|bound| bound.by != id)
+            .unwrap_or_default()
     }
 }
 

@@ -75,7 +75,7 @@ impl RedisStore {
     }
 }
 
-/// The record as the script returned it: six decimal numbers, each within `u64`, the
+/// The record as the script returned it: eight decimal numbers, each within `u64`, the
 /// durations within what a valid quota holds and the ends' time left within
 /// [`MOST_LEFT_MICROS`].
 fn parsed(after: &[String]) -> Result<Horizon, Error> {
@@ -87,7 +87,7 @@ fn parsed(after: &[String]) -> Result<Horizon, Error> {
             .filter(|&n| n <= most)
             .ok_or_else(unexpected)
     };
-    if after.len() != 6 {
+    if after.len() != 8 {
         return Err(unexpected());
     }
     let penalty = |i: usize| -> Result<Penalty, Error> {
@@ -96,11 +96,17 @@ fn parsed(after: &[String]) -> Result<Horizon, Error> {
             by: number(i + 1, u64::MAX)?,
         })
     };
+    let (bound, other) = (penalty(2)?, penalty(6)?);
+    // The second bound is at most the first, and another service's.
+    if other.left > bound.left || (other.left > 0 && other.by == bound.by) {
+        return Err(unexpected());
+    }
     Ok(Horizon {
         outlasts: number(0, MOST_OUTLASTS)?,
         window: number(1, MOST_WINDOW)?,
-        penalty_bound: penalty(2)?,
+        penalty_bound: bound,
         penalty_end: penalty(4)?,
+        penalty_other: other,
         keep_nanos: 0,
     })
 }
@@ -112,18 +118,25 @@ mod tests {
     #[test]
     fn a_record_past_u64_or_short_is_unexpected_state() {
         let of = |v: &[&str]| parsed(&v.iter().map(|s| s.to_string()).collect::<Vec<_>>());
-        let read = of(&["1", "2", "3", "4", "5", "6"]).unwrap();
+        let read = of(&["1", "2", "3", "4", "5", "6", "0", "0"]).unwrap();
         assert_eq!((read.penalty_bound.left, read.penalty_end.by), (3_000, 6));
+        let read = of(&["1", "2", "9", "4", "5", "6", "7", "8"]).unwrap();
+        assert_eq!((read.penalty_other.left, read.penalty_other.by), (7_000, 8));
         let most = MOST_OUTLASTS.to_string();
-        assert!(of(&[&most, "0", "0", "0", "0", "0"]).is_ok());
+        assert!(of(&[&most, "0", "0", "0", "0", "0", "0", "0"]).is_ok());
         let past = (MOST_OUTLASTS + 1).to_string();
         for bad in [
-            &["18446744073709551616", "0", "0", "0", "0", "0"][..],
-            &[&past, "0", "0", "0", "0", "0"],
-            &["0", "31622400000000001", "0", "0", "0", "0"],
-            &["0", "0", "4611686018427388", "1", "0", "0"],
-            &["1", "2", "3", "4", "5"],
-            &["x", "0", "0", "0", "0", "0"],
+            &["18446744073709551616", "0", "0", "0", "0", "0", "0", "0"][..],
+            &[&past, "0", "0", "0", "0", "0", "0", "0"],
+            &["0", "31622400000000001", "0", "0", "0", "0", "0", "0"],
+            &["0", "0", "4611686018427388", "1", "0", "0", "0", "0"],
+            &["0", "0", "0", "0", "0", "0", "4611686018427388", "1"],
+            &["0", "0", "0", "0", "0", "0", "0", "18446744073709551616"],
+            &["1", "2", "3", "4", "5", "6", "7"],
+            &["1", "2", "3", "4", "5", "6"],
+            &["x", "0", "0", "0", "0", "0", "0", "0"],
+            &["0", "0", "3", "4", "0", "0", "7", "8"],
+            &["0", "0", "7", "4", "0", "0", "3", "4"],
         ] {
             assert!(
                 matches!(of(bad), Err(crate::Error::UnexpectedState { .. })),
