@@ -383,6 +383,67 @@ async fn a_third_pods_smaller_bound_keeps_the_second_bound_anothers_largest() {
     }
 }
 
+/// A pod's bound under another's first, known to it: A penalizes a fresh key `"f"` by 40 (the
+/// first bound, A's, +426 s), its exact end's raise failing; B penalizes a fresh key `"x"` by
+/// 1 (its bound the second; B now knows A's first recorded), spends 15 on `"k"` and
+/// penalizes it by 30, its exact end's raise failing too: its bound, past its own `"x"` end
+/// and under A's +426 s, must still be raised (into the second: what A reads), where a pod
+/// that took the first for what is recorded raised nothing and A read only B's `"x"` bound.
+/// Checked on the record's fields (Redis' clock stands still in the tests, so any bound
+/// read holds the move: the counts alone cannot tell); A's plain calls on `"k"` at +350 s
+/// after the reload admit none, as the twin.
+#[tokio::test]
+async fn a_bound_under_anothers_known_first_is_raised_into_the_second() {
+    let server = RedisServer::start();
+    let plain = Options::new();
+    let mut counts = Vec::new();
+    for fleet in [true, false] {
+        let hooks = if fleet {
+            vec![ExactRaise::Fails, ExactRaise::Fails]
+        } else {
+            vec![ExactRaise::Answered]
+        };
+        let (pods, _) = Pods::hooked(&server, "h95-known-first", &hooks);
+        let fields = || -> Vec<u64> {
+            (record(&server, &pods.prefix).unwrap())
+                .split(' ')
+                .map(|n| n.parse().unwrap())
+                .collect()
+        };
+        let (a, b) = (pods.pod(0), pods.pod(1));
+        let penalties = [
+            a.penalize("f", &plain, 40).await,
+            b.penalize("x", &plain, 1).await,
+        ];
+        let mut c = vec![pods.admitted(1, "k", &plain, 15).await];
+        let before = fields();
+        let last = b.penalize("k", &plain, 30).await;
+        if fleet {
+            for failed in penalties.iter().chain([&last]) {
+                assert!(matches!(failed, Err(Error::Store { .. })), "{failed:?}");
+            }
+            let after = fields();
+            assert_ne!(before[6], 0, "B's \"x\" bound second: {before:?}");
+            assert_eq!(after[2..4], before[2..4], "A's first: {after:?}");
+            assert_eq!(after[7], before[7], "B's second: {after:?}");
+            assert!(
+                after[6] > before[6],
+                "B's \"k\" bound raised: {before:?} {after:?}"
+            );
+        } else {
+            for done in penalties.into_iter().chain([last]) {
+                done.unwrap();
+            }
+        }
+        pods.reload_all(|| bucket("b"));
+        pods.at(350);
+        c.push(pods.admitted(0, "k", &plain, 16).await);
+        counts.push(c);
+    }
+    assert_eq!(counts[1], [15, 0], "twin");
+    assert_eq!(counts[0], counts[1], "fleet");
+}
+
 /// Two penalties on one key `"k"` after A's 15 spent, one per pod, in each order and at once
 /// (both stack on the one state: the later one's debt ends past the earlier one's), larger
 /// then smaller and smaller then larger; both reloaded to the tier renamed; at one of
