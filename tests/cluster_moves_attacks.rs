@@ -54,12 +54,17 @@ struct History {
 
 /// What `movers` moving pods and `others` still in the old window (their clocks a minute
 /// apart: a reload reaches pods at different times) admit after the move, `before` spent
-/// before it: the movers' first calls read the old state, then the others' calls all spend
-/// (on the moved state, then on the old one, slot by slot), then the movers' scripts run,
-/// one after the other; then one mover calls until refused. `old`: the server every old-state script
-/// runs on (one server's own, or the old state's master); `moved`: the moved state's master
-/// on a Cluster. (Admitted by the movers' first calls, by the others' calls, by the calls
-/// after.)
+/// before it: the movers' first calls read the old state, then the others' calls spend on
+/// it (they decide slot by slot, the old state's first: `slots.rs`), then the movers'
+/// scripts run, one after the other, then the others' spends on the moved state; then one
+/// mover calls until refused. On one server, the movers' scripts, then the others'. `old`:
+/// the server every old-state script runs on (one server's own, or the old state's master);
+/// `moved`: the moved state's master on a Cluster. (Admitted by the movers' first calls, by
+/// the others' calls, by the calls after.)
+///
+/// Until the old state's slot came first (the moved state's before), the others' spends on
+/// the moved state came between the movers' reads and scripts too, made by pausing the old
+/// state's master; the movers' scripts now wait on the moved state's master, ahead of them.
 fn moved_while_others_spend(
     options: &RedisOptions,
     p: &str,
@@ -75,25 +80,22 @@ fn moved_while_others_spend(
     } = history;
     let runtime = ratelimit_tests::two_workers();
     let (movers, others) = fleet(&runtime, options, p, (call, before), (movers, others));
-    let mut a = old.connection();
-    let mut b = moved.map(RedisServer::connection);
-    pause(&mut a);
-    let first: Vec<_> = (movers.iter())
-        .map(|m| runtime.spawn(m.scope(call())))
-        .collect();
-    until_waiting(&mut a, movers.len() as u64);
-    let then: Vec<_> = (others.iter())
-        .map(|m| runtime.spawn(m.scope(call())))
-        .collect();
-    until_waiting(&mut a, (movers.len() + others.len()) as u64);
-    if let Some(b) = &mut b {
-        pause(b);
-    }
-    unpause(&mut a);
-    if let Some(b) = &mut b {
-        until_waiting(b, movers.len() as u64);
-        unpause(b);
-    }
+    let spawn = |pods: &[TestModule]| -> Vec<_> {
+        (pods.iter())
+            .map(|m| runtime.spawn(m.scope(call())))
+            .collect()
+    };
+    // The server where the movers' scripts wait: one server's own, or the moved state's
+    // master, whose pause lets their reads of the old state through and holds the others'
+    // spends on the moved state behind the movers' scripts (the old state's slot is decided
+    // first: `slots.rs`).
+    let mut held = moved.unwrap_or(old).connection();
+    pause(&mut held);
+    let first = spawn(&movers);
+    until_waiting(&mut held, movers.len() as u64);
+    let then = spawn(&others);
+    until_waiting(&mut held, (movers.len() + others.len()) as u64);
+    unpause(&mut held);
     runtime.block_on(async {
         let (first, then) = (admitted_of(first).await, admitted_of(then).await);
         let after = until_refused(&movers[0], call).await;
@@ -103,9 +105,11 @@ fn moved_while_others_spend(
 
 /// Pods that moved and pods still in their old window (a reload reaches pods at different
 /// times), calling at once right after the movers' old window: what the movers' old-state
-/// reads missed (the others' spends on the old state, made after them) is never more than the
-/// others' spends on the moved state already hold: the budget of 15, 5 spent before the
-/// move, gives 10 after it, as on one server, never the 15 a forgotten debt gives.
+/// reads missed (the others' spends on the old state, made after them) is added by their
+/// reads after, and the others' spends on the moved state land after the movers' scripts:
+/// the budget of 15, 5 spent before the move, gives 10 after it, as on one server, never the
+/// 15 a forgotten debt gives. (The same with the moved state's slot first, the others' moved
+/// spends then before the movers' scripts.)
 #[test]
 fn pods_still_in_the_old_window_spending_between_a_movers_read_and_its_script() {
     let history = History {
@@ -123,7 +127,7 @@ fn pods_still_in_the_old_window_spending_between_a_movers_read_and_its_script() 
 
 /// The same with the fn's budget stacked beside a user's limit in a third slot (two
 /// attributes): the moved state's slot is run with the old state read first, the others
-/// apart (`slots.rs`), and a Cluster admits the 10 one server admits.
+/// apart, the old state's first (`slots.rs`), and a Cluster admits the 10 one server admits.
 #[test]
 fn a_moved_budget_stacked_beside_a_user_while_pods_still_in_the_old_window_spend() {
     let history = History {
@@ -142,9 +146,14 @@ fn a_moved_budget_stacked_beside_a_user_while_pods_still_in_the_old_window_spend
 /// 10 spent before the move (60 s owed), 5 others spending the old bucket's last 5 between
 /// a mover's read and its script: the mover, which read 30 s less than the old state then
 /// owed, had room for 24 s after its spend. Refused (its spend kept), as one script after the
-/// others' refuses it (the old state's 90 s carried leave no room): 5 admitted after the move
-/// as on one server, the moved bucket full (a bucket's worth, no more). Admitted on its
-/// read, the mover's spend was covered by the next carry: 6.
+/// others' refuses it (the old state's 90 s carried leave no room), the moved bucket full
+/// after (a bucket's worth, no more). Admitted on its read, the mover's spend was covered by
+/// the next carry: 6. The old state's slot decided first (`slots.rs`), the others' spends on
+/// the moved state land after the mover's script, so its kept spend takes one of the 5
+/// tokens left there: the others admit 4 (their fifth refused by the moved bucket, its
+/// spend on the old state given back), 4 after the move where one server admits 5, an
+/// over-refusal of the kept spend (fails closed). Their moved spends before its script
+/// (the moved state's slot first), it was 5: the others' 5, then the mover refused.
 #[test]
 fn a_mover_without_room_for_what_its_read_missed_is_refused() {
     let history = History {
@@ -157,7 +166,7 @@ fn a_mover_without_room_for_what_its_read_missed_is_refused() {
     // One server runs the mover's one script before the others' (it came first): admitted,
     // and the others' fifth refused by the moved bucket.
     assert_eq!(on_server, (1, 4, 0));
-    assert_eq!(on_cluster, (0, 5, 0));
+    assert_eq!(on_cluster, (0, 4, 0));
     assert_eq!(owed, (89, 89));
 }
 
@@ -367,11 +376,45 @@ fn a_leasing_pod_admits_across_the_move_as_on_one_server() {
 /// the old one while movers read, carried and read again (seen in `MONITOR`: 11 others'
 /// spends on the moved state, 4 movers' carries and read afters, then the others' spends on
 /// the old state; 14 admitted). Made in order by
-/// [`an_old_window_pods_spend_on_the_old_state_after_a_movers_read_after_is_carried`]:
-/// ignored with it until that closes (the earlier "12 in 12.5 s" may have been this too).
+/// [`an_old_window_pods_spend_on_the_old_state_after_a_movers_read_after_is_carried`]
+/// (the earlier "12 in 12.5 s" may have been this too), and closed with it: the old state's
+/// slot decided first (`slots.rs`), 1, 10, 1, 0 and 10 in 5 runs under a parallel build
+/// (helper-96), never past 10; the fewer are an over-refusal,
+/// [`concurrent_movers_and_old_window_pods_admit_what_one_bucket_holds`].
 #[test]
-#[ignore = "FOUND: 15, 14, 13 and 11 admitted against 10 under load, nothing refilled"]
 fn concurrent_movers_and_old_window_pods_never_admit_past_one_bucket() {
+    let (admitted, refilled) = concurrent_movers_and_old_window_pods();
+    assert!(
+        admitted <= 10 + refilled,
+        "{admitted} admitted after the move"
+    );
+}
+
+/// The same calls admit the 10 one server admits after the move, not fewer: with the old
+/// state's slot decided first (`slots.rs`), an old-window pod's call spends on the old state,
+/// the moved state refuses it, and it gives that spend back; a mover's read after made in
+/// between adds it to the moved state for a call never admitted, and once the moved bucket
+/// is full every such refusal keeps it full: 5, 0, 0, 1 and 4 admitted (1, 1 and 5 more
+/// under a parallel build) where the moved state's slot first admitted 10 in 3 runs of 3
+/// (helper-96, unloaded). Looking at the moved
+/// state first, and deciding its slot first when it would refuse (helper-96, not kept: the
+/// look is a round trip the paused histories of this file cannot order), admitted 10 in 3
+/// of 3. The read after's addition taking back a spend given back would close it where it
+/// lives (`across_slots.rs`).
+#[test]
+#[ignore = "FOUND: 5, 0, 0, 1 and 4 admitted after the move where one server admits 10"]
+fn concurrent_movers_and_old_window_pods_admit_what_one_bucket_holds() {
+    let (admitted, refilled) = concurrent_movers_and_old_window_pods();
+    assert!(
+        admitted >= 10,
+        "{admitted} admitted after the move ({refilled} refilled at most)"
+    );
+}
+
+/// Four pods that moved and four still in their old window, ten tasks each, all calling at
+/// once right after the movers' old window, then one mover until refused: how many were
+/// admitted after the move, and how many tokens Redis' clock gave back at most meanwhile.
+fn concurrent_movers_and_old_window_pods() -> (usize, usize) {
     let cluster = RedisCluster::start();
     let options = RedisOptions::cluster(cluster.urls()).timeout(Duration::from_secs(10));
     let p = prefix("concurrent");
@@ -410,15 +453,12 @@ fn concurrent_movers_and_old_window_pods_never_admit_past_one_bucket() {
     // there: a run under 6 s gives none back).
     let refilled = (started.elapsed().as_secs() / 6) as usize;
     eprintln!("concurrent: {admitted} admitted after the move ({refilled} refilled at most)");
-    assert!(
-        admitted <= 10 + refilled,
-        "{admitted} admitted after the move"
-    );
+    (admitted, refilled)
 }
 
 /// helper-92's probe of `concurrent_movers_and_old_window_pods_never_admit_past_one_bucket`'s
 /// failures (15 and 14 admitted against 10 on a loaded machine, nothing refilled): a pod still
-/// in its old window decides a moved budget slot by slot, the moved state first and the old
+/// in its old window decided a moved budget slot by slot, the moved state first and the old
 /// one after it; a mover whose read, script and read after all fall between those two spends
 /// finds the other's spend on the moved state already there (its carry, the greater of the
 /// two debts, takes it for the old debt), and the old state not yet grown (its read after adds
@@ -427,9 +467,12 @@ fn concurrent_movers_and_old_window_pods_never_admit_past_one_bucket() {
 /// master, a slot between the moved and the old state's in the others' calls): the user's
 /// master paused holds each other between its two spends while the movers' calls carry,
 /// and holds the movers after their read after. One bucket of 15, 5 spent before: 10 after
-/// the move whatever the order (one server), never 15.
+/// the move whatever the order (one server), never 15. 15 were; closed by deciding the old
+/// states' slots first (`RedisStore::slot_groups`): each other now spends on the old state,
+/// then on the moved one, before it waits on the user's master, so every mover's read finds
+/// the others' old spends (the over-refusal that order costs, an old spend read whose moved
+/// spend lands after a mover's script, is not made here).
 #[test]
-#[ignore = "FOUND: 15 admitted after the move against 10 (5 others, 5 movers, 5 after)"]
 fn an_old_window_pods_spend_on_the_old_state_after_a_movers_read_after_is_carried() {
     let cluster = RedisCluster::start();
     let options = RedisOptions::cluster(cluster.urls()).timeout(Duration::from_secs(10));

@@ -38,9 +38,11 @@ struct History {
 /// `cluster_moves_attacks`' `moved_while_others_spend`, the first `dropped` of the movers'
 /// calls dropped (their tasks aborted: a timeout above them, a client gone) while their
 /// scripts wait on the moved state's master (`moved`, on a Cluster; on one server, `old`,
-/// while their one script waits): their reads made before the others' calls spent, their
-/// scripts after. What the movers' calls not dropped admit, what the others admit, then what
-/// one mover admits until refused. On a Cluster the drops' reads
+/// while their one script waits): their reads made before the others' calls spent on the
+/// old state, their scripts after, and before the others' spends on the moved state (the
+/// old state's slot first: `slots.rs`; before it, the others' whole calls came between the
+/// movers' reads and scripts). What the movers' calls not dropped admit, what the others
+/// admit, then what one mover admits until refused. On a Cluster the drops' reads
 /// after and additions, made by their tasks, are waited on the nodes in turn (their count
 /// of waiting clients: a task that never read again fails the test there).
 fn dropped_movers(
@@ -60,24 +62,21 @@ fn dropped_movers(
     let runtime = ratelimit_tests::two_workers();
     let (movers, others) = fleet(&runtime, options, p, (call, before), (movers, others));
     let n = movers.len() as u64;
-    let mut a = old.connection();
-    pause(&mut a);
+    // Where the movers' scripts wait: one server's own, or the moved state's master, whose
+    // pause lets their reads of the old state through, and the others' spends on the old
+    // state after them, and holds the others' spends on the moved state behind the movers'
+    // scripts (the old state's slot is decided first: `slots.rs`).
+    let mut held = moved.unwrap_or(old).connection();
+    pause(&mut held);
     let mut first: Vec<_> = (movers.iter())
         .map(|m| runtime.spawn(m.scope(call())))
         .collect();
     let kept = first.split_off(dropped);
-    until_waiting(&mut a, n);
+    until_waiting(&mut held, n);
     let then: Vec<_> = (others.iter())
         .map(|m| runtime.spawn(m.scope(call())))
         .collect();
-    until_waiting(&mut a, n + others.len() as u64);
-    let mut b = moved.map(RedisServer::connection);
-    if let Some(b) = &mut b {
-        pause(b);
-        unpause(&mut a);
-        until_waiting(b, n);
-        pause(&mut a);
-    }
+    until_waiting(&mut held, n + others.len() as u64);
     for call in &first {
         call.abort();
     }
@@ -86,17 +85,20 @@ fn dropped_movers(
             assert!(call.await.is_err_and(|e| e.is_cancelled()));
         }
     });
-    match &mut b {
-        Some(b) => {
-            unpause(b);
-            // Each dropped call's task reads the old state again, then adds what it grew by.
+    match moved {
+        Some(_) => {
+            // Each mover's task reads the old state again (after the others' spends on the
+            // moved state, behind its script), then adds what it grew by.
+            let mut a = old.connection();
+            pause(&mut a);
+            unpause(&mut held);
             until_waiting(&mut a, n);
-            pause(b);
+            pause(&mut held);
             unpause(&mut a);
-            until_waiting(b, n);
-            unpause(b);
+            until_waiting(&mut held, n);
+            unpause(&mut held);
         }
-        None => unpause(&mut a),
+        None => unpause(&mut held),
     }
     runtime.block_on(async {
         let (kept, then) = (admitted_of(kept).await, admitted_of(then).await);
@@ -122,10 +124,11 @@ fn dropped_races(history: History, budget: &str) -> (Tally, Tally) {
 }
 
 /// Five movers' calls dropped while their scripts wait, after five pods still in the old
-/// window spent on both states: their spends land (sent, they run), and what the old state
-/// grew by since their reads is added by their tasks. One server runs the movers' scripts
-/// first (they came first), the others' five fill the bucket; on a Cluster the others spend
-/// first, and the movers' reads missed their 30 s on the old state: added, the budget of 15,
+/// window spent on the old state (their spends on the moved state waiting behind the
+/// movers' scripts): the movers' spends land (sent, they run), and what the old state grew
+/// by since their reads is added by their tasks. One server runs the movers' scripts first
+/// (they came first), the others' five fill the bucket; on a Cluster the others spend on the
+/// old state first, and the movers' reads missed their 30 s there: added, the budget of 15,
 /// 5 spent before the move, is full, as on one server. With the read after spawned only once
 /// a script's reply came, nothing was added, and one pod admitted 5 more.
 #[test]

@@ -283,7 +283,9 @@ impl RateLimitService {
         let mut decided = Vec::with_capacity(owners.len());
         let mut admitted = true;
         if !enforced.is_empty() {
-            let stack = Stacked::carrying(&enforced, &carried, all.now(), all.mode())?;
+            let olds_at = (0..all.olds_at()).filter(|&i| !shadow(i)).count();
+            let stack = Stacked::carrying(&enforced, &carried, all.now(), all.mode())?
+                .with_old_states_from(olds_at);
             let decisions = match store.decide_all_now(stack) {
                 Some(decisions) => decisions?,
                 None => match waiting(&at_once) {
@@ -510,7 +512,9 @@ fn stacked<'a>(
     keep: bool,
 ) -> Result<Stacked<'a>, Error> {
     let mode = Mode::of(sites.iter().all(|s| s.spend), keep);
-    Stacked::carrying(checks, carried, now, mode)
+    // One check per site, then the old states' (`spend_stacked_in`): those decided first
+    // where a store decides in steps (`Stacked::with_old_states_from`).
+    Ok(Stacked::carrying(checks, carried, now, mode)?.with_old_states_from(sites.len()))
 }
 /// `Err(Error::Exceeded(..))` carrying the refusing limit's decision (of several, the one to
 /// wait for longest).

@@ -178,7 +178,9 @@ fn stacked<'a>(
     now: Nanos,
 ) -> Result<Stacked<'a>, Error> {
     let mode = Mode::of(site.spend, false);
-    Stacked::carrying(checks, carried, now, mode)
+    // The old states after the site's own ([`checks`]): decided first where a store decides
+    // in steps (`Stacked::with_old_states_from`).
+    Ok(Stacked::carrying(checks, carried, now, mode)?.with_old_states_from(1))
 }
 
 /// [`one`] of a store's answer to `checks` (the call's state and the old ones): any other

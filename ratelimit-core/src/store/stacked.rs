@@ -97,6 +97,8 @@ pub struct Stacked<'a> {
     carried: &'a [Carry<'a>],
     now: Nanos,
     mode: Mode,
+    /// Where the checks of old states begin ([`with_old_states_from`](Self::with_old_states_from)).
+    olds_at: usize,
 }
 
 impl<'a> Stacked<'a> {
@@ -134,12 +136,35 @@ impl<'a> Stacked<'a> {
             carried,
             now,
             mode,
+            olds_at: checks.len(),
         })
     }
 
     /// The limits, in order.
     pub fn checks(&self) -> &'a [Check<'a>] {
         self.checks
+    }
+
+    /// The same call, told that its checks from `at` on are old states a reload moved some
+    /// of its limits away from, still decided with the call (their old window): a store that
+    /// decides the checks in more than one step decides those first (on a Cluster, their
+    /// slots before the others': `store/redis/slots.rs`). None are, unless told.
+    pub(crate) fn with_old_states_from(self, at: usize) -> Self {
+        Stacked {
+            olds_at: at.min(self.checks.len()),
+            ..self
+        }
+    }
+
+    /// Whether the check of `key` is one of an old state
+    /// ([`with_old_states_from`](Self::with_old_states_from)).
+    pub(crate) fn is_old_state(&self, key: StoreKey<'_>) -> bool {
+        self.checks[self.olds_at..].iter().any(|c| c.key == key)
+    }
+
+    /// Where the checks of old states begin (the number of checks when none are).
+    pub(crate) fn olds_at(&self) -> usize {
+        self.olds_at
     }
 
     /// The old states a reload moved some of the limits away from, each carried into its

@@ -1,8 +1,9 @@
 //! Stacked limits whose keys live in different Redis Cluster slots: limits on two user keys
 //! (a user's and an address's, the README's `login`), or a user's limit beside an fn-wide
 //! budget. No script reads keys of two slots (Redis answers `CROSSSLOT`, and every such call
-//! was refused), so such a call is decided slot by slot, in the order of its limits, each
-//! slot's limits as one in one script (`run_stacked`):
+//! was refused), so such a call is decided slot by slot, the slots of a moved limit's old
+//! states first, then in the order of its limits (`slot_groups`), each slot's limits as one
+//! in one script (`run_stacked`):
 //!
 //! - every slot's limits spend, stamped, while none has refused: a call every slot admits has
 //!   spent from every limit;
@@ -57,13 +58,40 @@ impl RedisStore {
         matches!(self.inner.client, Client::Cluster(..))
     }
 
-    /// `asked` (the limits of a stacked call Redis decides) grouped by their keys' slots;
-    /// `None` on one server, or when every key lies in one slot (one script decides them).
-    pub(super) fn slot_groups(&self, asked: &[&Check<'_>]) -> Option<Vec<Vec<usize>>> {
+    /// `asked` (the limits of `stacked` Redis decides) grouped by their keys' slots, in the
+    /// order they are decided; `None` on one server, or when every key lies in one slot (one
+    /// script decides them).
+    ///
+    /// The one place that orders them: the slots of old states a reload moved a limit away
+    /// from, still decided with the call ([`Stacked::is_old_state`]), first; then the others,
+    /// each in the order of its first limit. A pod still in the old window spends on the old
+    /// state and on the moved one, and a pod past it (a mover) carries the greater of the
+    /// old state's debt, read first in its own slot, and the moved state's, then reads the old
+    /// state again and adds what it grew by (`across_slots.rs`). The moved state's slot
+    /// first, a mover whose read, script and read again all fell between an old-window pod's
+    /// two spends took that pod's spend on the moved state for the old debt (the greater of
+    /// the two) and saw its spend on the old state nowhere: 15 admitted after the move where
+    /// one server admits 10
+    /// (`an_old_window_pods_spend_on_the_old_state_after_a_movers_read_after_is_carried`,
+    /// tests/cluster_moves_attacks.rs). The old state's slot first, every spend a carry finds
+    /// on the moved state is one whose spend on the old state came before: before the first
+    /// read (in the debt carried, once) or after it (added by the read again). The cost is
+    /// an over-refusal (fails closed): an old-state spend a read saw whose spend on the moved
+    /// state lands after the mover's script is counted twice, and one the moved state then
+    /// refuses (given back on the old state, as any slot's spend for a refused call: the
+    /// module's header) is counted there for a call never admitted: 0 to 10 admitted where
+    /// 10 are (`concurrent_movers_and_old_window_pods_admit_what_one_bucket_holds`, ignored).
+    pub(super) fn slot_groups(
+        &self,
+        stacked: &Stacked<'_>,
+        asked: &[&Check<'_>],
+    ) -> Option<Vec<Vec<usize>>> {
         if !self.is_cluster() {
             return None;
         }
-        let groups = by_slot(asked, |c| c.key.as_str());
+        let mut groups = by_slot(asked, |c| c.key.as_str());
+        // Stable: the order of first limits within each kind.
+        groups.sort_by_key(|group| !group.iter().any(|&i| stacked.is_old_state(asked[i].key)));
         (groups.len() > 1).then_some(groups)
     }
 

@@ -348,7 +348,7 @@ impl RedisStore {
             .collect();
         // Run when a limit is asked or a state carried (into any check, a zero capacity's
         // too, as every store carries).
-        let reply = match self.slot_groups(&asked) {
+        let reply = match self.slot_groups(stacked, &asked) {
             None => self.run_stacked(stacked, &asked, commit, stamping).await?,
             // Keys in several Cluster slots: decided slot by slot (`slots.rs`), boxed, as
             // only such a call pays for it.
