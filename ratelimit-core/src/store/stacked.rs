@@ -157,7 +157,8 @@ impl<'a> Stacked<'a> {
     }
 
     /// Whether the check of `key` is one of an old state
-    /// ([`with_old_states_from`](Self::with_old_states_from)).
+    /// ([`with_old_states_from`](Self::with_old_states_from)); read by the Redis store alone.
+    #[cfg(feature = "redis")]
     pub(crate) fn is_old_state(&self, key: StoreKey<'_>) -> bool {
         self.checks[self.olds_at..].iter().any(|c| c.key == key)
     }
