@@ -33,13 +33,10 @@
 use std::time::Duration;
 
 use ratelimit::testing::TestModule;
-use ratelimit::{
-    Config, ConfigBuilder, ManualClock, Options, RateLimitService, RedisOptions, StoreConfig,
-    Strategy, Tier,
-};
+use ratelimit::{Config, ConfigBuilder, Options, RedisOptions, StoreConfig, Strategy, Tier};
 use ratelimit_tests::moves::bucket;
 use ratelimit_tests::redis_server::{prefix, RedisServer};
-use ratelimit_tests::{on_its_store, on_redis, START};
+use ratelimit_tests::{on_its_store, on_redis, Pods, START};
 
 const MINUTE: Duration = Duration::from_secs(60);
 const HOUR: Duration = Duration::from_secs(3_600);
@@ -50,56 +47,12 @@ fn with_tier(name: &str, i: u64) -> ConfigBuilder {
     bucket(name).tier(Tier::new(format!("x{i}"), i + 1).window(MINUTE))
 }
 
-/// Pods on one server under one prefix (`fleet`: pods A and B), or the twin: one service,
-/// pod A and pod B both.
-struct Pods(Vec<(RateLimitService, ManualClock)>);
-
-impl Pods {
-    fn new(
-        server: &RedisServer,
-        name: &str,
-        first: impl Fn() -> ConfigBuilder,
-        fleet: bool,
-    ) -> Self {
-        let p = prefix(name);
-        let n = if fleet { 2 } else { 1 };
-        Pods((0..n).map(|_| on_redis(server, &p, first())).collect())
-    }
-
-    /// Pod `i` (0: A, 1: B); the twin's one service for both.
-    fn pod(&self, i: usize) -> &RateLimitService {
-        &self.0[i.min(self.0.len() - 1)].0
-    }
-
-    /// Every pod's clock at `secs` past [`START`].
-    fn at(&self, secs: u64) {
-        for (_, clock) in &self.0 {
-            clock.set(START + Duration::from_secs(secs));
-        }
-    }
-
-    /// Every pod reloaded to `to` (the twin once).
-    fn reload_all(&self, to: impl Fn() -> ConfigBuilder) {
-        for (service, _) in &self.0 {
-            service.reload(on_its_store(service, to())).unwrap();
-        }
-    }
-
-    /// Pod `i` reloaded to `to` (the twin: its one service).
-    fn reload(&self, i: usize, to: ConfigBuilder) {
-        let service = self.pod(i);
-        service.reload(on_its_store(service, to)).unwrap();
-    }
-
-    /// Calls of `options` on `"k"` by pod `i` admitted out of `n`.
-    async fn admitted(&self, i: usize, options: &Options, n: usize) -> usize {
-        let mut admitted = 0;
-        for _ in 0..n {
-            let decided = self.pod(i).consume("k", options).await.unwrap();
-            admitted += usize::from(decided.allowed);
-        }
-        admitted
-    }
+/// Two pods (`fleet`) or the twin on `server`, on `first`.
+fn pods(server: &RedisServer, name: &str, first: impl Fn() -> ConfigBuilder, fleet: bool) -> Pods {
+    let p = prefix(name);
+    let n = if fleet { 2 } else { 1 };
+    let pods = (0..n).map(|_| on_redis(server, &p, first())).collect();
+    Pods::new(pods, &vec![0; n], p)
 }
 
 /// Runs `script` on a fleet and on its twin (each under a prefix of its own): what each
@@ -113,8 +66,8 @@ async fn fleet_and_twin<F>(
 where
     F: AsyncFn(&Pods) -> Vec<usize>,
 {
-    let fleet = script(&Pods::new(server, name, first, true)).await;
-    let twin = script(&Pods::new(server, name, first, false)).await;
+    let fleet = script(&pods(server, name, first, true)).await;
+    let twin = script(&pods(server, name, first, false)).await;
     (fleet, twin)
 }
 
@@ -137,12 +90,12 @@ async fn a_quota_of_its_own_spent_on_another_pod_is_carried_by_a_pod_reloaded_ag
         "h81-own-again",
         || bucket("a"),
         async |pods| {
-            let mut counts = vec![pods.admitted(0, &own, 16).await];
+            let mut counts = vec![pods.admitted(0, "k", &own, 16).await];
             pods.reload_all(|| bucket("b"));
             pods.at(200);
             pods.reload(1, with_tier("b", 0));
             pods.at(300);
-            counts.push(pods.admitted(1, &own, 16).await);
+            counts.push(pods.admitted(1, "k", &own, 16).await);
             counts
         },
     )
@@ -165,14 +118,14 @@ async fn a_quota_of_its_own_spent_on_another_pod_survives_a_ninth_reload_there()
         "h81-own-ninth",
         || bucket("a"),
         async |pods| {
-            let mut counts = vec![pods.admitted(0, &own, 16).await];
+            let mut counts = vec![pods.admitted(0, "k", &own, 16).await];
             pods.reload_all(|| bucket("b"));
             for i in 0..8 {
                 pods.at(if i == 7 { 200 } else { 1 + i });
                 pods.reload(1, with_tier("b", i));
             }
             pods.at(300);
-            counts.push(pods.admitted(1, &own, 16).await);
+            counts.push(pods.admitted(1, "k", &own, 16).await);
             counts
         },
     )
@@ -194,15 +147,15 @@ async fn a_block_of_its_own_set_on_another_pod_survives_a_ninth_reload_there() {
         "h81-block-ninth",
         || bucket("a"),
         async |pods| {
-            let mut counts = vec![pods.admitted(0, &Options::new(), 13).await];
-            counts.push(pods.admitted(0, &own, 3).await);
+            let mut counts = vec![pods.admitted(0, "k", &Options::new(), 13).await];
+            counts.push(pods.admitted(0, "k", &own, 3).await);
             pods.reload_all(|| bucket("b"));
             for i in 0..8 {
                 pods.at(if i == 7 { 200 } else { 1 + i });
                 pods.reload(1, with_tier("b", i));
             }
             pods.at(300);
-            counts.push(pods.admitted(1, &own, 5).await);
+            counts.push(pods.admitted(1, "k", &own, 5).await);
             counts
         },
     )
@@ -235,15 +188,15 @@ async fn a_window_of_its_own_seen_on_another_pod_survives_a_ninth_reload_there()
         "h81-own-window",
         || hourly(2),
         async |pods| {
-            let mut counts = vec![pods.admitted(0, &own, 1).await];
+            let mut counts = vec![pods.admitted(0, "k", &own, 1).await];
             pods.at(60);
             pods.reload_all(|| hourly(3));
-            counts.push(pods.admitted(0, &own, 3).await);
+            counts.push(pods.admitted(0, "k", &own, 3).await);
             for n in 4..=11 {
                 pods.at(3_660 + 60 * n);
                 pods.reload(1, hourly(n));
             }
-            counts.push(pods.admitted(1, &own, 3).await);
+            counts.push(pods.admitted(1, "k", &own, 3).await);
             counts
         },
     )
@@ -257,10 +210,10 @@ async fn a_window_of_its_own_seen_on_another_pod_survives_a_ninth_reload_there()
 /// to the tier renamed; plain calls at +300 s (past the configured bucket's carrying, 150 s),
 /// on B, or on the twin.
 async fn plain_calls_after_a_quota_of_its_own(pods: &Pods) -> Vec<usize> {
-    let mut counts = vec![pods.admitted(0, &Options::new().refill(1), 16).await];
+    let mut counts = vec![pods.admitted(0, "k", &Options::new().refill(1), 16).await];
     pods.reload_all(|| bucket("b"));
     pods.at(300);
-    counts.push(pods.admitted(1, &Options::new(), 16).await);
+    counts.push(pods.admitted(1, "k", &Options::new(), 16).await);
     counts
 }
 
@@ -272,11 +225,11 @@ async fn plain_calls_after_a_quota_of_its_own(pods: &Pods) -> Vec<usize> {
 #[tokio::test]
 async fn plain_calls_past_the_carrying_keep_the_debt_a_quota_of_its_own_left() {
     let server = RedisServer::start();
-    let twin = Pods::new(&server, "h81-own-plain", || bucket("a"), false);
-    let still = Pods::new(&server, "h81-own-plain", || bucket("a"), false);
-    let mut one_bucket = vec![still.admitted(0, &Options::new().refill(1), 16).await];
+    let twin = pods(&server, "h81-own-plain", || bucket("a"), false);
+    let still = pods(&server, "h81-own-plain", || bucket("a"), false);
+    let mut one_bucket = vec![still.admitted(0, "k", &Options::new().refill(1), 16).await];
     still.at(300);
-    one_bucket.push(still.admitted(0, &Options::new(), 16).await);
+    one_bucket.push(still.admitted(0, "k", &Options::new(), 16).await);
     assert_eq!(one_bucket, [15, 0], "the one bucket");
     assert_eq!(plain_calls_after_a_quota_of_its_own(&twin).await, [15, 0]);
 }
@@ -316,11 +269,11 @@ async fn a_penalty_made_on_another_pod_is_carried_past_the_configured_carrying()
         "h81-penalty",
         || bucket("a"),
         async |pods| {
-            let mut counts = vec![pods.admitted(0, &plain, 15).await];
+            let mut counts = vec![pods.admitted(0, "k", &plain, 15).await];
             pods.pod(0).penalize("k", &plain, 40).await.unwrap();
             pods.reload_all(|| bucket("b"));
             pods.at(200);
-            counts.push(pods.admitted(1, &plain, 16).await);
+            counts.push(pods.admitted(1, "k", &plain, 16).await);
             counts
         },
     )
@@ -353,8 +306,8 @@ async fn a_pod_not_yet_reloaded_spends_the_old_state_a_reloaded_pod_is_decided_o
                 pods.at(30);
                 let (first, second) = if a_first { (0, 1) } else { (1, 0) };
                 vec![
-                    pods.admitted(first, &plain, 16).await,
-                    pods.admitted(second, &plain, 16).await,
+                    pods.admitted(first, "k", &plain, 16).await,
+                    pods.admitted(second, "k", &plain, 16).await,
                 ]
             },
         )
@@ -377,15 +330,15 @@ async fn a_pod_started_on_the_moved_configuration_carries_the_debt_of_a_quota_of
     let own = Options::new().refill(1);
     let mut counts = Vec::new();
     for restart in [true, false] {
-        let a = Pods::new(&server, "h81-restart", || bucket("a"), false);
-        let mut run = vec![a.admitted(0, &own, 16).await];
+        let a = pods(&server, "h81-restart", || bucket("a"), false);
+        let mut run = vec![a.admitted(0, "k", &own, 16).await];
         a.reload(0, bucket("b"));
         let prefix = a.pod(0).config().key_prefix().to_owned();
         let c = match restart {
-            true => Pods(vec![on_redis(&server, &prefix, bucket("b"))]),
+            true => Pods::new(vec![on_redis(&server, &prefix, bucket("b"))], &[0], prefix),
             false => a,
         };
-        run.push(c.admitted(0, &own, 16).await);
+        run.push(c.admitted(0, "k", &own, 16).await);
         counts.push(run);
     }
     assert_eq!(counts[1], [15, 0], "the reloaded pod");

@@ -40,7 +40,7 @@ use ratelimit::{
 };
 use ratelimit_tests::moves::bucket;
 use ratelimit_tests::redis_server::{prefix, redis_time, RedisServer};
-use ratelimit_tests::{on_its_store, on_redis_with, until, START};
+use ratelimit_tests::{on_its_store, on_redis_with, until, Pods, START};
 
 /// The record's key under `prefix`.
 fn record_key(prefix: &str) -> String {
@@ -145,93 +145,40 @@ impl Store for Hooked {
     }
 }
 
-/// Pods on one server under one prefix, or the twin: one service making every pod's calls.
-/// Each pod's clock is `skew[i]` seconds ahead of the time the probe sets.
-struct Pods {
-    pods: Vec<(RateLimitService, ManualClock)>,
-    skew: Vec<Duration>,
-    prefix: String,
+/// One pod per `skew` on Redis `options` (one: the twin).
+fn on_redis_pods(name: &str, skew: &[u64], options: impl Fn() -> RedisOptions) -> Pods {
+    let p = prefix(name);
+    let pods = skew
+        .iter()
+        .map(|_| on_redis_with(options(), &p, bucket("a")))
+        .collect();
+    Pods::new(pods, skew, p)
 }
 
-impl Pods {
-    /// One pod per `skew` on Redis `options` (one: the twin).
-    fn on_redis(name: &str, skew: &[u64], options: impl Fn() -> RedisOptions) -> Self {
-        let p = prefix(name);
-        let pods = skew
-            .iter()
-            .map(|_| on_redis_with(options(), &p, bucket("a")))
-            .collect();
-        Self::with(pods, skew, p)
-    }
-
-    /// One pod per `exact` on [`Hooked`] stores (one: the twin, answered as Redis does).
-    fn hooked(server: &RedisServer, name: &str, exact: &[ExactRaise]) -> (Self, Arc<AtomicUsize>) {
-        let p = prefix(name);
-        let hanging = Arc::new(AtomicUsize::new(0));
-        let pods = exact
-            .iter()
-            .map(|&exact| {
-                let store = Hooked {
-                    inner: RedisStore::new(
-                        RedisOptions::new(server.url()).timeout(Duration::from_secs(2)),
-                    )
-                    .unwrap(),
-                    exact,
-                    hanging: Arc::clone(&hanging),
-                };
-                let clock = ManualClock::new(START);
-                let config = bucket("a").key_prefix(&p).build().unwrap();
-                let service =
-                    RateLimitService::with_store(config, store, Arc::new(clock.clone())).unwrap();
-                (service, clock)
-            })
-            .collect();
-        let skew = vec![0; exact.len()];
-        (Self::with(pods, &skew, p), hanging)
-    }
-
-    fn with(pods: Vec<(RateLimitService, ManualClock)>, skew: &[u64], prefix: String) -> Self {
-        let out = Pods {
-            pods,
-            skew: skew.iter().map(|&s| Duration::from_secs(s)).collect(),
-            prefix,
-        };
-        out.at(0);
-        out
-    }
-
-    fn fleet(&self) -> bool {
-        self.pods.len() > 1
-    }
-
-    /// Pod `i` (0: A, 1: B, ...); the twin's one service for all.
-    fn pod(&self, i: usize) -> &RateLimitService {
-        &self.pods[i.min(self.pods.len() - 1)].0
-    }
-
-    /// Every pod's clock at `secs` past [`START`] (plus its skew).
-    fn at(&self, secs: u64) {
-        for ((_, clock), skew) in self.pods.iter().zip(&self.skew) {
-            clock.set(START + Duration::from_secs(secs) + *skew);
-        }
-    }
-
-    /// Every pod reloaded to `to` (the twin once).
-    fn reload_all(&self, to: impl Fn() -> ConfigBuilder) {
-        for (service, _) in &self.pods {
-            service.reload(on_its_store(service, to())).unwrap();
-        }
-    }
-
-    /// Calls of `options` on `key` by pod `i` admitted out of `n`.
-    async fn admitted(&self, i: usize, key: &str, options: &Options, n: usize) -> usize {
-        let mut admitted = 0;
-        for _ in 0..n {
-            let decided = self.pod(i).consume(key, options).await.unwrap();
-            admitted += usize::from(decided.allowed);
-        }
-        admitted
-    }
+/// One pod per `exact` on [`Hooked`] stores (one: the twin, answered as Redis does).
+fn hooked(server: &RedisServer, name: &str, exact: &[ExactRaise]) -> (Pods, Arc<AtomicUsize>) {
+    let p = prefix(name);
+    let hanging = Arc::new(AtomicUsize::new(0));
+    let pods = exact
+        .iter()
+        .map(|&exact| {
+            let store = Hooked {
+                inner: RedisStore::new(
+                    RedisOptions::new(server.url()).timeout(Duration::from_secs(2)),
+                )
+                .unwrap(),
+                exact,
+                hanging: Arc::clone(&hanging),
+            };
+            let clock = ManualClock::new(START);
+            let config = bucket("a").key_prefix(&p).build().unwrap();
+            let service =
+                RateLimitService::with_store(config, store, Arc::new(clock.clone())).unwrap();
+            (service, clock)
+        })
+        .collect();
+    let skew = vec![0; exact.len()];
+    (Pods::new(pods, &skew, p), hanging)
 }
 
 /// Redis options of the probes: the server's, a 2 s timeout, failures answered by `policy`.
@@ -279,7 +226,7 @@ async fn an_exact_end_lost_after_the_penalty_leaves_it_hidden_under_anothers_bou
             } else {
                 vec![ExactRaise::Answered]
             };
-            let (pods, hanging) = Pods::hooked(&server, "h93-exact-lost", &hooks);
+            let (pods, hanging) = hooked(&server, "h93-exact-lost", &hooks);
             pods.pod(0).penalize("f", &plain, 40).await.unwrap();
             let mut c = vec![pods.admitted(1, "k", &plain, 15).await];
             let b = pods.pod(1).clone();
@@ -341,7 +288,7 @@ async fn a_third_pods_smaller_bound_keeps_the_second_bound_anothers_largest() {
             } else {
                 vec![ExactRaise::Answered]
             };
-            let (pods, _) = Pods::hooked(&server, "h95-three-pods", &hooks);
+            let (pods, _) = hooked(&server, "h95-three-pods", &hooks);
             pods.pod(0).penalize("f", &plain, 40).await.unwrap();
             let mut c = vec![pods.admitted(1, "k", &plain, 15).await];
             let penalty = pods.pod(1).penalize("k", &plain, 30).await;
@@ -403,7 +350,7 @@ async fn a_bound_under_anothers_known_first_is_raised_into_the_second() {
         } else {
             vec![ExactRaise::Answered]
         };
-        let (pods, _) = Pods::hooked(&server, "h95-known-first", &hooks);
+        let (pods, _) = hooked(&server, "h95-known-first", &hooks);
         let fields = || -> Vec<u64> {
             (record(&server, &pods.prefix).unwrap())
                 .split(' ')
@@ -466,7 +413,7 @@ async fn two_penalties_on_one_key_on_two_pods_in_each_order() {
         for secs in [350, 450, 600, 800] {
             let mut counts = Vec::new();
             for skew in [&[0, 0][..], &[0]] {
-                let pods = Pods::on_redis(
+                let pods = on_redis_pods(
                     "h93-two-penalties",
                     skew,
                     options(&server, FailurePolicy::Deny),
@@ -558,7 +505,7 @@ async fn a_restarted_pod_reads_its_former_penalty_as_anothers() {
     let mut counts = Vec::new();
     for fleet in [true, false] {
         let skew: &[u64] = if fleet { &[0, 0] } else { &[0] };
-        let mut pods = Pods::on_redis("h93-restart", skew, options(&server, FailurePolicy::Deny));
+        let mut pods = on_redis_pods("h93-restart", skew, options(&server, FailurePolicy::Deny));
         let mut c = vec![pods.admitted(0, "k", &plain, 15).await];
         pods.pod(0).penalize("k", &plain, 40).await.unwrap();
         if fleet {
@@ -593,7 +540,7 @@ async fn pods_clocks_apart_read_one_penalty_alike() {
     let mut all = Vec::new();
     for secs in [100, 300, 500] {
         let twin = {
-            let pods = Pods::on_redis("h93-skews", &[0], options(&server, FailurePolicy::Deny));
+            let pods = on_redis_pods("h93-skews", &[0], options(&server, FailurePolicy::Deny));
             let mut c = vec![pods.admitted(0, "k", &plain, 15).await];
             pods.pod(0).penalize("k", &plain, 40).await.unwrap();
             pods.reload_all(|| bucket("b"));
@@ -604,7 +551,7 @@ async fn pods_clocks_apart_read_one_penalty_alike() {
         let mut fleets = Vec::new();
         // B's clock runs `skew` ahead of A's: A behind by 300 s, ahead by 300 s, a day behind.
         for skew in [&[0, 300][..], &[300, 0], &[0, 86_400]] {
-            let pods = Pods::on_redis("h93-skews", skew, options(&server, FailurePolicy::Deny));
+            let pods = on_redis_pods("h93-skews", skew, options(&server, FailurePolicy::Deny));
             let mut c = vec![pods.admitted(0, "k", &plain, 15).await];
             pods.pod(0).penalize("k", &plain, 40).await.unwrap();
             pods.reload_all(|| bucket("b"));
@@ -804,7 +751,7 @@ async fn a_record_expired_by_design_is_raised_again_without_its_penalty_ends() {
     let (own, plain) = (Options::new().refill(1), Options::new());
     let mut taken = Vec::new();
     for skew in [&[0, 0][..], &[0]] {
-        let pods = Pods::on_redis("h93-expired", skew, options(&server, FailurePolicy::Deny));
+        let pods = on_redis_pods("h93-expired", skew, options(&server, FailurePolicy::Deny));
         pods.admitted(0, "k", &own, 16).await;
         pods.pod(0).penalize("k", &plain, 40).await.unwrap();
         let raised = record(&server, &pods.prefix).expect("raised");
@@ -863,7 +810,7 @@ async fn penalties_on_many_keys_alternating_between_pods_chain_the_bound() {
     let plain = Options::new();
     let mut left = Vec::new();
     for skew in [&[0, 0][..], &[0]] {
-        let pods = Pods::on_redis("h93-chain", skew, options(&server, FailurePolicy::Deny));
+        let pods = on_redis_pods("h93-chain", skew, options(&server, FailurePolicy::Deny));
         for i in 0..40 {
             pods.pod(i % 2)
                 .penalize(&format!("login:{i}"), &plain, 1)
@@ -911,7 +858,7 @@ async fn a_quota_recorded_under_one_prefix_is_not_raised_under_the_next() {
     let (own, plain) = (Options::new().refill(1), Options::new());
     let mut counts = Vec::new();
     for fleet in [true, false] {
-        let mut pods = Pods::on_redis("h93-prefixes", &[0], options(&server, FailurePolicy::Deny));
+        let mut pods = on_redis_pods("h93-prefixes", &[0], options(&server, FailurePolicy::Deny));
         let p2 = prefix("h93-prefixes-next");
         let mut c = vec![pods.admitted(0, "warm", &own, 1).await];
         let a = pods.pod(0).clone();

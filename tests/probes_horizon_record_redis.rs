@@ -5,7 +5,7 @@
 //!
 //! Time: Redis decides on its own clock, which the tests never move, so every debt and block
 //! written is whole whenever a call asks for it; the services' transitions run on
-//! hand-driven clocks, set alike unless a probe skews one (`Pods::skewed`).
+//! hand-driven clocks, set alike unless a probe skews one (`skewed`).
 //!
 //! The configuration: [`bucket`]`("a")`, a bucket of 15 (10 plus 5) a token every 6 s (a
 //! tolerance of 90 s: its old state carried 150 s past a move), moved by a reload to
@@ -13,10 +13,10 @@
 
 use std::time::Duration;
 
-use ratelimit::{ConfigBuilder, ManualClock, Options, RateLimitService};
+use ratelimit::Options;
 use ratelimit_tests::moves::bucket;
 use ratelimit_tests::redis_server::{prefix, RedisServer};
-use ratelimit_tests::{on_its_store, on_redis, START};
+use ratelimit_tests::{on_its_store, on_redis, Pods, START};
 
 const DAY: Duration = Duration::from_secs(86_400);
 
@@ -37,63 +37,19 @@ fn record(server: &RedisServer, prefix: &str) -> Option<[u64; 8]> {
     })
 }
 
-/// Pods on one server under one prefix, or the twin: one service making every pod's calls.
-/// Each pod's clock is `skew[i]` ahead of the time the probe sets.
-struct Pods {
-    pods: Vec<(RateLimitService, ManualClock)>,
-    skew: Vec<Duration>,
-    prefix: String,
+/// Two pods (`fleet`) or the twin on `server`, on the default bucket of tier `"a"`.
+fn pods(server: &RedisServer, name: &str, fleet: bool) -> Pods {
+    skewed(server, name, if fleet { &[0, 0] } else { &[0] })
 }
 
-impl Pods {
-    fn new(server: &RedisServer, name: &str, fleet: bool) -> Self {
-        Self::skewed(server, name, if fleet { &[0, 0] } else { &[0] })
-    }
-
-    /// Pods whose clocks run `skew` seconds ahead (one entry per pod; one entry: the twin).
-    fn skewed(server: &RedisServer, name: &str, skew: &[u64]) -> Self {
-        let p = prefix(name);
-        let pods: Vec<_> = skew
-            .iter()
-            .map(|_| on_redis(server, &p, bucket("a")))
-            .collect();
-        let skew: Vec<Duration> = skew.iter().map(|&s| Duration::from_secs(s)).collect();
-        let out = Pods {
-            pods,
-            skew,
-            prefix: p,
-        };
-        out.at(0);
-        out
-    }
-
-    fn pod(&self, i: usize) -> &RateLimitService {
-        &self.pods[i.min(self.pods.len() - 1)].0
-    }
-
-    /// Every pod's clock at `secs` past [`START`] (plus its skew).
-    fn at(&self, secs: u64) {
-        for ((_, clock), skew) in self.pods.iter().zip(&self.skew) {
-            clock.set(START + Duration::from_secs(secs) + *skew);
-        }
-    }
-
-    /// Every pod reloaded to `to` (the twin once).
-    fn reload_all(&self, to: impl Fn() -> ConfigBuilder) {
-        for (service, _) in &self.pods {
-            service.reload(on_its_store(service, to())).unwrap();
-        }
-    }
-
-    /// Calls of `options` on `key` by pod `i` admitted out of `n`.
-    async fn admitted(&self, i: usize, key: &str, options: &Options, n: usize) -> usize {
-        let mut admitted = 0;
-        for _ in 0..n {
-            let decided = self.pod(i).consume(key, options).await.unwrap();
-            admitted += usize::from(decided.allowed);
-        }
-        admitted
-    }
+/// Pods whose clocks run `skew` seconds ahead (one entry per pod; one entry: the twin).
+fn skewed(server: &RedisServer, name: &str, skew: &[u64]) -> Pods {
+    let p = prefix(name);
+    let pods = skew
+        .iter()
+        .map(|_| on_redis(server, &p, bucket("a")))
+        .collect();
+    Pods::new(pods, skew, p)
 }
 
 /// Runs `script` on a fleet of two pods and on its twin: what each admitted, the fleet's first.
@@ -101,8 +57,8 @@ async fn fleet_and_twin<F>(server: &RedisServer, name: &str, script: F) -> (Vec<
 where
     F: AsyncFn(&Pods) -> Vec<usize>,
 {
-    let fleet = script(&Pods::new(server, name, true)).await;
-    let twin = script(&Pods::new(server, name, false)).await;
+    let fleet = script(&pods(server, name, true)).await;
+    let twin = script(&pods(server, name, false)).await;
     (fleet, twin)
 }
 
@@ -158,9 +114,9 @@ async fn a_penalty_on_one_pods_clock_is_read_short_by_a_pod_whose_clock_is_ahead
         counts.push(pods.admitted(1, "k", &plain, 16).await);
         counts
     };
-    let twin = script(&Pods::skewed(&server, "h88-skew", &[0])).await;
-    let level = script(&Pods::skewed(&server, "h88-skew", &[0, 0])).await;
-    let fleet = script(&Pods::skewed(&server, "h88-skew", &[0, 300])).await;
+    let twin = script(&skewed(&server, "h88-skew", &[0])).await;
+    let level = script(&skewed(&server, "h88-skew", &[0, 0])).await;
+    let fleet = script(&skewed(&server, "h88-skew", &[0, 300])).await;
     assert_eq!(twin, [15, 0], "twin");
     assert_eq!(level, twin, "fleet, clocks alike");
     assert_eq!(fleet, twin, "fleet, B's clock 300 s ahead");
@@ -352,7 +308,7 @@ async fn a_penalty_on_a_clock_a_year_ahead_locks_every_pods_reloads() {
     let plain = Options::new();
     let mut taken = Vec::new();
     for skew in [&[0][..], &[0, 0], &[365 * DAY.as_secs(), 0]] {
-        let pods = Pods::skewed(&server, "h88-lockout", skew);
+        let pods = skewed(&server, "h88-lockout", skew);
         pods.pod(0).penalize("k", &plain, 40).await.unwrap();
         // A's clock right again.
         pods.pods[0].1.set(START);
@@ -417,7 +373,7 @@ async fn a_record_past_what_any_quota_holds_is_unexpected_state_not_a_lockout() 
         Some("0 0 9007199254740991 1 0 0 0 0".to_string()),
     ];
     for planted in plants {
-        let pods = Pods::skewed(&server, "h88-huge", &[0]);
+        let pods = skewed(&server, "h88-huge", &[0]);
         if let Some(planted) = &planted {
             redis::cmd("SET")
                 .arg(record_key(&pods.prefix))
@@ -505,7 +461,7 @@ async fn two_pods_raising_the_record_leave_the_larger_of_each() {
     let a_own = Options::new().block_for(10 * Duration::from_secs(3_600));
     let b_own = Options::new().window(2 * Duration::from_secs(3_600));
     let alone = async |i: usize| {
-        let pods = Pods::new(&server, "h88-raise-alone", true);
+        let pods = pods(&server, "h88-raise-alone", true);
         let options = if i == 0 { &a_own } else { &b_own };
         pods.admitted(i, "k", options, 1).await;
         record(&server, &pods.prefix).unwrap()
@@ -517,7 +473,7 @@ async fn two_pods_raising_the_record_leave_the_larger_of_each() {
         "each raises one field more: {a:?} {b:?}"
     );
     for order in ["a, b", "b, a", "at once"] {
-        let pods = Pods::new(&server, "h88-raise-both", true);
+        let pods = pods(&server, "h88-raise-both", true);
         let (first, second) = (pods.pod(0), pods.pod(1));
         match order {
             "a, b" => {
@@ -553,7 +509,7 @@ async fn the_record_outlives_every_state_written_with_it() {
         ("penalty", Options::new(), 40),
     ];
     for (name, options, penalty) in cases {
-        let pods = Pods::new(&server, "h88-outlives", true);
+        let pods = pods(&server, "h88-outlives", true);
         pods.admitted(0, "k", &options, 16).await;
         if penalty > 0 {
             pods.pod(0).penalize("k", &options, penalty).await.unwrap();

@@ -26,12 +26,12 @@ use std::future::Future;
 use std::time::Duration;
 
 use ratelimit::{
-    ConfigBuilder, Decision, Error, FailurePolicy, LeaseOptions, ManualClock, Options,
-    RateLimitService, RedisOptions, Strategy, Tier,
+    ConfigBuilder, Decision, Error, FailurePolicy, LeaseOptions, Options, RateLimitService,
+    RedisOptions, Strategy, Tier,
 };
 use ratelimit_tests::moves::{bucket, MOVES};
 use ratelimit_tests::redis_server::{pause_writes, prefix, unpause, until_waiting, RedisServer};
-use ratelimit_tests::{on_its_store, on_redis_with, START};
+use ratelimit_tests::{on_its_store, on_redis_with, Pods, START};
 use tokio::task::JoinHandle;
 
 /// The record's key under `prefix`.
@@ -52,60 +52,19 @@ fn own() -> Options {
     Options::new().refill(1)
 }
 
-/// Pods on one server under one prefix, or the twin: one service making every pod's calls.
-struct Pods {
-    pods: Vec<(RateLimitService, ManualClock)>,
-    prefix: String,
-}
-
-impl Pods {
-    /// Two pods (`fleet`) or the twin, on `first`, with Redis `options`.
-    fn new(
-        name: &str,
-        fleet: bool,
-        first: impl Fn() -> ConfigBuilder,
-        options: impl Fn() -> RedisOptions,
-    ) -> Self {
-        let p = prefix(name);
-        let n = if fleet { 2 } else { 1 };
-        let pods = (0..n)
-            .map(|_| on_redis_with(options(), &p, first()))
-            .collect();
-        Pods { pods, prefix: p }
-    }
-
-    fn fleet(&self) -> bool {
-        self.pods.len() > 1
-    }
-
-    /// Pod `i` (0: A, 1: B); the twin's one service for both.
-    fn pod(&self, i: usize) -> &RateLimitService {
-        &self.pods[i.min(self.pods.len() - 1)].0
-    }
-
-    /// Every pod's clock at `secs` past [`START`].
-    fn at(&self, secs: u64) {
-        for (_, clock) in &self.pods {
-            clock.set(START + Duration::from_secs(secs));
-        }
-    }
-
-    /// Every pod reloaded to `to` (the twin once).
-    fn reload_all(&self, to: impl Fn() -> ConfigBuilder) {
-        for (service, _) in &self.pods {
-            service.reload(on_its_store(service, to())).unwrap();
-        }
-    }
-
-    /// Calls of `options` on `key` by pod `i` admitted out of `n`.
-    async fn admitted(&self, i: usize, key: &str, options: &Options, n: usize) -> usize {
-        let mut admitted = 0;
-        for _ in 0..n {
-            let decided = self.pod(i).consume(key, options).await.unwrap();
-            admitted += usize::from(decided.allowed);
-        }
-        admitted
-    }
+/// Two pods (`fleet`) or the twin, on `first`, with Redis `options`.
+fn pods(
+    name: &str,
+    fleet: bool,
+    first: impl Fn() -> ConfigBuilder,
+    options: impl Fn() -> RedisOptions,
+) -> Pods {
+    let p = prefix(name);
+    let n = if fleet { 2 } else { 1 };
+    let pods = (0..n)
+        .map(|_| on_redis_with(options(), &p, first()))
+        .collect();
+    Pods::new(pods, &vec![0; n], p)
 }
 
 /// Redis options of the probes: the server's, a 2 s timeout.
@@ -123,8 +82,8 @@ async fn fleet_and_twin<F>(
 where
     F: AsyncFn(&Pods) -> Vec<usize>,
 {
-    let fleet = script(&Pods::new(name, true, first, plain_redis(server))).await;
-    let twin = script(&Pods::new(name, false, first, plain_redis(server))).await;
+    let fleet = script(&pods(name, true, first, plain_redis(server))).await;
+    let twin = script(&pods(name, false, first, plain_redis(server))).await;
     (fleet, twin)
 }
 
@@ -453,8 +412,8 @@ async fn a_due_read_that_fails_under_allow_or_local_is_answered_by_the_policy_th
             counts.push(pods.admitted(1, "k", &Options::new(), 16).await);
             counts
         };
-        let fleet = script(&Pods::new("h90-read-fails", true, || bucket("a"), options)).await;
-        let twin = script(&Pods::new("h90-read-fails", false, || bucket("a"), options)).await;
+        let fleet = script(&pods("h90-read-fails", true, || bucket("a"), options)).await;
+        let twin = script(&pods("h90-read-fails", false, || bucket("a"), options)).await;
         results.push((policy, fleet, twin));
     }
     for (policy, _, twin) in &results {
@@ -510,14 +469,8 @@ async fn a_due_read_whose_link_is_killed_under_allow_or_local() {
             counts.push(pods.admitted(1, "k", &Options::new(), 16).await);
             counts
         };
-        let fleet = script(&Pods::new("h90-read-killed", true, || bucket("a"), options)).await;
-        let twin = script(&Pods::new(
-            "h90-read-killed",
-            false,
-            || bucket("a"),
-            options,
-        ))
-        .await;
+        let fleet = script(&pods("h90-read-killed", true, || bucket("a"), options)).await;
+        let twin = script(&pods("h90-read-killed", false, || bucket("a"), options)).await;
         results.push((policy, fleet, twin));
     }
     for (policy, _, twin) in &results {
@@ -565,14 +518,8 @@ async fn a_raise_that_times_out_under_allow_or_local_writes_nothing_past_the_rec
             counts.push(pods.admitted(1, "k", &Options::new(), 16).await);
             counts
         };
-        let fleet = script(&Pods::new("h90-raise-fails", true, || bucket("a"), options)).await;
-        let twin = script(&Pods::new(
-            "h90-raise-fails",
-            false,
-            || bucket("a"),
-            options,
-        ))
-        .await;
+        let fleet = script(&pods("h90-raise-fails", true, || bucket("a"), options)).await;
+        let twin = script(&pods("h90-raise-fails", false, || bucket("a"), options)).await;
         results.push((policy, fleet, twin));
     }
     for (policy, fleet, twin) in &results {
@@ -630,20 +577,8 @@ async fn a_raise_whose_link_is_killed_under_allow_or_local() {
             counts.push(admitted);
             counts
         };
-        let fleet = script(&Pods::new(
-            "h90-raise-killed",
-            true,
-            || bucket("a"),
-            options,
-        ))
-        .await;
-        let twin = script(&Pods::new(
-            "h90-raise-killed",
-            false,
-            || bucket("a"),
-            options,
-        ))
-        .await;
+        let fleet = script(&pods("h90-raise-killed", true, || bucket("a"), options)).await;
+        let twin = script(&pods("h90-raise-killed", false, || bucket("a"), options)).await;
         results.push((policy, fleet, twin));
     }
     for (policy, _, twin) in &results {
@@ -744,7 +679,7 @@ async fn a_restart_between_a_raise_and_the_spend_it_covers_loses_the_record() {
     let mut server = RedisServer::start();
     let mut results = Vec::new();
     for fleet in [true, false] {
-        let pods = Pods::new("h90-restart", fleet, || bucket("a"), plain_redis(&server));
+        let pods = pods("h90-restart", fleet, || bucket("a"), plain_redis(&server));
         let mut counts = vec![pods.admitted(0, "warm", &own(), 1).await];
         assert!(record(&server, &pods.prefix).is_some(), "raised");
         server.stop();
@@ -894,8 +829,8 @@ async fn leased_and_locally_refused_calls_on_another_pod_carry_what_the_record_h
         counts.push(pods.admitted(1, "k", &Options::new(), 16).await);
         counts
     };
-    let fleet = script(&Pods::new("h90-leases", true, || bucket("a"), options)).await;
-    let twin = script(&Pods::new("h90-leases", false, || bucket("a"), options)).await;
+    let fleet = script(&pods("h90-leases", true, || bucket("a"), options)).await;
+    let twin = script(&pods("h90-leases", false, || bucket("a"), options)).await;
     assert_eq!(twin, [15, 0, 0], "twin");
     assert_eq!(fleet, twin, "fleet");
 }

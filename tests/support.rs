@@ -991,3 +991,74 @@ pub mod moves {
         }
     }
 }
+
+/// A fleet of services on one store under one key prefix, each on a hand-driven clock, or its
+/// twin (one service): the fleet-horizon probes run one script on both and compare what each
+/// admitted. Pod `i` of the twin is its one service, whatever `i`.
+pub struct Pods {
+    pub pods: Vec<(RateLimitService, ManualClock)>,
+    /// How far each pod's clock runs ahead (one entry per pod).
+    pub skew: Vec<Duration>,
+    pub prefix: String,
+}
+
+impl Pods {
+    /// `pods` under `prefix`, pod `i`'s clock `skew[i]` seconds ahead, every clock at
+    /// [`START`] (plus its skew).
+    pub fn new(pods: Vec<(RateLimitService, ManualClock)>, skew: &[u64], prefix: String) -> Self {
+        assert_eq!(pods.len(), skew.len(), "a skew per pod");
+        let out = Pods {
+            pods,
+            skew: skew.iter().map(|&s| Duration::from_secs(s)).collect(),
+            prefix,
+        };
+        out.at(0);
+        out
+    }
+
+    /// Whether more than one service: the fleet, not the twin.
+    pub fn fleet(&self) -> bool {
+        self.pods.len() > 1
+    }
+
+    /// Pod `i` (0: A, 1: B, ...); the twin's one service for all.
+    pub fn pod(&self, i: usize) -> &RateLimitService {
+        &self.pods[i.min(self.pods.len() - 1)].0
+    }
+
+    /// Every pod's clock at `secs` past [`START`] (plus its skew).
+    pub fn at(&self, secs: u64) {
+        for ((_, clock), skew) in self.pods.iter().zip(&self.skew) {
+            clock.set(START + Duration::from_secs(secs) + *skew);
+        }
+    }
+
+    /// Every pod reloaded to `to` (the twin once).
+    pub fn reload_all(&self, to: impl Fn() -> ratelimit::ConfigBuilder) {
+        for (service, _) in &self.pods {
+            service.reload(on_its_store(service, to())).unwrap();
+        }
+    }
+
+    /// Pod `i` reloaded to `to` (the twin: its one service).
+    pub fn reload(&self, i: usize, to: ratelimit::ConfigBuilder) {
+        let service = self.pod(i);
+        service.reload(on_its_store(service, to)).unwrap();
+    }
+
+    /// Calls of `options` on `key` by pod `i` admitted out of `n`.
+    pub async fn admitted(
+        &self,
+        i: usize,
+        key: &str,
+        options: &ratelimit::Options,
+        n: usize,
+    ) -> usize {
+        let mut admitted = 0;
+        for _ in 0..n {
+            let decided = self.pod(i).consume(key, options).await.unwrap();
+            admitted += usize::from(decided.allowed);
+        }
+        admitted
+    }
+}
