@@ -11,14 +11,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use ratelimit::store::{Adjustment, Horizon, Refund, Request, Stacked, Store};
-use ratelimit::{
-    Decision, Error, ManualClock, Options, Quota, QuotaError, RateLimitService, RedisOptions,
-    RedisStore,
-};
+use ratelimit::store::Horizon;
+use ratelimit::{Error, ManualClock, Options, RateLimitService, RedisOptions, RedisStore};
 use ratelimit_tests::moves::bucket;
 use ratelimit_tests::redis_server::{prefix, script_calls, RedisCluster, RedisServer};
-use ratelimit_tests::{on_its_store, on_redis, START};
+use ratelimit_tests::{on_its_store, on_redis, Before, HorizonHooked, START};
 
 /// The record's key under `prefix`.
 fn record_key(prefix: &str) -> String {
@@ -108,57 +105,6 @@ async fn a_record_of_another_shape_refuses_the_call_and_stays() {
     }
 }
 
-/// A [`RedisStore`] whose record cannot be raised or read while `failing`: the store's error.
-#[derive(Clone)]
-struct Failing {
-    inner: RedisStore,
-    failing: Arc<AtomicBool>,
-}
-
-impl Store for Failing {
-    async fn decide(&self, request: Request<'_>) -> Result<Decision, Error> {
-        Store::decide(&self.inner, request).await
-    }
-    async fn decide_all(&self, stacked: Stacked<'_>) -> Result<Vec<Decision>, Error> {
-        Store::decide_all(&self.inner, stacked).await
-    }
-    async fn reset(&self, key: &str) -> Result<bool, Error> {
-        Store::reset(&self.inner, key).await
-    }
-    fn refunds(&self) -> bool {
-        true
-    }
-    async fn refund(&self, refund: Refund<'_>) -> Result<bool, Error> {
-        Store::refund(&self.inner, refund).await
-    }
-    fn adjusts(&self) -> bool {
-        true
-    }
-    async fn adjust(&self, adjustment: Adjustment<'_>) -> Result<u64, Error> {
-        Store::adjust(&self.inner, adjustment).await
-    }
-    fn blocks(&self) -> bool {
-        true
-    }
-    fn carries(&self) -> bool {
-        true
-    }
-    fn supports(&self, quota: &Quota) -> Result<(), QuotaError> {
-        Store::supports(&self.inner, quota)
-    }
-    fn records_horizon(&self) -> bool {
-        true
-    }
-    async fn horizon(&self, prefix: &str, raise: Horizon) -> Result<Horizon, Error> {
-        if self.failing.load(Ordering::Relaxed) {
-            return Err(Error::Store {
-                message: "the horizon is out of reach".into(),
-            });
-        }
-        Store::horizon(&self.inner, prefix, raise).await
-    }
-}
-
 /// A store that cannot raise the record refuses the call that must (its own refill) and the
 /// penalty that must, with the store's error, spending nothing; plain calls, which raise
 /// nothing, are decided. Once it can again, the call raises it and is decided.
@@ -167,9 +113,17 @@ async fn a_record_that_cannot_be_raised_refuses_the_call() {
     let server = RedisServer::start();
     let p = prefix("horizon-failing");
     let failing = Arc::new(AtomicBool::new(true));
-    let store = Failing {
+    // The record cannot be raised or read while `failing`: the store's error.
+    let hook = {
+        let failing = Arc::clone(&failing);
+        move |_: &Horizon| match failing.load(Ordering::Relaxed) {
+            true => Before::Fail,
+            false => Before::Forward,
+        }
+    };
+    let store = HorizonHooked {
         inner: RedisStore::new(RedisOptions::new(server.url())).unwrap(),
-        failing: Arc::clone(&failing),
+        hook,
     };
     let clock = ManualClock::new(START);
     let config = bucket("a").key_prefix(&p).build().unwrap();

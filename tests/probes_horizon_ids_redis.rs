@@ -33,14 +33,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use ratelimit::store::{Adjustment, Horizon, Refund, Request, Stacked, Store};
+use ratelimit::store::Horizon;
 use ratelimit::{
-    ConfigBuilder, Decision, Error, FailurePolicy, ManualClock, Options, Quota, QuotaError,
-    RateLimitService, RedisOptions, RedisStore,
+    ConfigBuilder, Error, FailurePolicy, ManualClock, Options, RateLimitService, RedisOptions,
+    RedisStore,
 };
 use ratelimit_tests::moves::bucket;
 use ratelimit_tests::redis_server::{prefix, redis_time, RedisServer};
-use ratelimit_tests::{on_its_store, on_redis_with, until, Pods, START};
+use ratelimit_tests::{on_its_store, on_redis_with, until, Before, HorizonHooked, Pods, START};
 
 /// The record's key under `prefix`.
 fn record_key(prefix: &str) -> String {
@@ -72,7 +72,7 @@ fn plant(server: &RedisServer, prefix: &str, text: &str) {
         .unwrap();
 }
 
-/// How a [`Hooked`] store answers a raise of a penalty's exact end (`penalty_end.left > 0`).
+/// How a [`HorizonHooked`] store answers a raise of a penalty's exact end (`penalty_end.left > 0`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum ExactRaise {
     /// As Redis does.
@@ -81,68 +81,6 @@ enum ExactRaise {
     Fails,
     /// Never answered: the call waits until it is dropped (a pod stopped, a cancelled call).
     Hangs,
-}
-
-/// A [`RedisStore`] whose raises of a penalty's exact end are answered as `exact` says, every
-/// other call forwarded. `hanging` counts the raises held.
-#[derive(Clone)]
-struct Hooked {
-    inner: RedisStore,
-    exact: ExactRaise,
-    hanging: Arc<AtomicUsize>,
-}
-
-impl Store for Hooked {
-    async fn decide(&self, request: Request<'_>) -> Result<Decision, Error> {
-        Store::decide(&self.inner, request).await
-    }
-    async fn decide_all(&self, stacked: Stacked<'_>) -> Result<Vec<Decision>, Error> {
-        Store::decide_all(&self.inner, stacked).await
-    }
-    async fn reset(&self, key: &str) -> Result<bool, Error> {
-        Store::reset(&self.inner, key).await
-    }
-    fn refunds(&self) -> bool {
-        true
-    }
-    async fn refund(&self, refund: Refund<'_>) -> Result<bool, Error> {
-        Store::refund(&self.inner, refund).await
-    }
-    fn adjusts(&self) -> bool {
-        true
-    }
-    async fn adjust(&self, adjustment: Adjustment<'_>) -> Result<u64, Error> {
-        Store::adjust(&self.inner, adjustment).await
-    }
-    fn blocks(&self) -> bool {
-        true
-    }
-    fn carries(&self) -> bool {
-        true
-    }
-    fn supports(&self, quota: &Quota) -> Result<(), QuotaError> {
-        Store::supports(&self.inner, quota)
-    }
-    fn records_horizon(&self) -> bool {
-        true
-    }
-    async fn horizon(&self, prefix: &str, raise: Horizon) -> Result<Horizon, Error> {
-        if raise.penalty_end.left > 0 {
-            match self.exact {
-                ExactRaise::Answered => {}
-                ExactRaise::Fails => {
-                    return Err(Error::Store {
-                        message: "the link to Redis was lost".into(),
-                    })
-                }
-                ExactRaise::Hangs => {
-                    self.hanging.fetch_add(1, Ordering::SeqCst);
-                    std::future::pending::<()>().await;
-                }
-            }
-        }
-        Store::horizon(&self.inner, prefix, raise).await
-    }
 }
 
 /// One pod per `skew` on Redis `options` (one: the twin).
@@ -155,20 +93,30 @@ fn on_redis_pods(name: &str, skew: &[u64], options: impl Fn() -> RedisOptions) -
     Pods::new(pods, skew, p)
 }
 
-/// One pod per `exact` on [`Hooked`] stores (one: the twin, answered as Redis does).
+/// One pod per `exact` on [`HorizonHooked`] stores (one: the twin, answered as Redis does).
 fn hooked(server: &RedisServer, name: &str, exact: &[ExactRaise]) -> (Pods, Arc<AtomicUsize>) {
     let p = prefix(name);
     let hanging = Arc::new(AtomicUsize::new(0));
     let pods = exact
         .iter()
         .map(|&exact| {
-            let store = Hooked {
+            let hanging = Arc::clone(&hanging);
+            // A raise of a penalty's exact end (`penalty_end.left > 0`) answered as `exact`
+            // says; `hanging` counts the raises held.
+            let hook = move |raise: &Horizon| match (raise.penalty_end.left > 0, exact) {
+                (false, _) | (true, ExactRaise::Answered) => Before::Forward,
+                (true, ExactRaise::Fails) => Before::Fail,
+                (true, ExactRaise::Hangs) => {
+                    hanging.fetch_add(1, Ordering::SeqCst);
+                    Before::Hang
+                }
+            };
+            let store = HorizonHooked {
                 inner: RedisStore::new(
                     RedisOptions::new(server.url()).timeout(Duration::from_secs(2)),
                 )
                 .unwrap(),
-                exact,
-                hanging: Arc::clone(&hanging),
+                hook,
             };
             let clock = ManualClock::new(START);
             let config = bucket("a").key_prefix(&p).build().unwrap();

@@ -1062,3 +1062,90 @@ impl Pods {
         admitted
     }
 }
+
+/// What a [`HorizonHooked`] store does with a raise or read of the fleet's horizon record
+/// before Redis sees it.
+#[cfg(feature = "redis")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Before {
+    /// Forwarded to Redis.
+    Forward,
+    /// The store's error (a link lost, Redis out of reach).
+    Fail,
+    /// Never answered: the call waits until it is dropped (a pod stopped, a cancelled call).
+    Hang,
+}
+
+/// A [`RedisStore`](ratelimit::RedisStore) whose raises and reads of the horizon record are
+/// first put to `hook` (see [`Before`]); every other call forwarded as it is.
+#[cfg(feature = "redis")]
+#[derive(Clone)]
+pub struct HorizonHooked<H> {
+    pub inner: ratelimit::RedisStore,
+    pub hook: H,
+}
+
+#[cfg(feature = "redis")]
+impl<H> ratelimit::store::Store for HorizonHooked<H>
+where
+    H: Fn(&ratelimit::store::Horizon) -> Before + Send + Sync + 'static,
+{
+    async fn decide(
+        &self,
+        request: ratelimit::store::Request<'_>,
+    ) -> Result<ratelimit::Decision, ratelimit::Error> {
+        ratelimit::store::Store::decide(&self.inner, request).await
+    }
+    async fn decide_all(
+        &self,
+        stacked: ratelimit::store::Stacked<'_>,
+    ) -> Result<Vec<ratelimit::Decision>, ratelimit::Error> {
+        ratelimit::store::Store::decide_all(&self.inner, stacked).await
+    }
+    async fn reset(&self, key: &str) -> Result<bool, ratelimit::Error> {
+        ratelimit::store::Store::reset(&self.inner, key).await
+    }
+    fn refunds(&self) -> bool {
+        true
+    }
+    async fn refund(&self, refund: ratelimit::store::Refund<'_>) -> Result<bool, ratelimit::Error> {
+        ratelimit::store::Store::refund(&self.inner, refund).await
+    }
+    fn adjusts(&self) -> bool {
+        true
+    }
+    async fn adjust(
+        &self,
+        adjustment: ratelimit::store::Adjustment<'_>,
+    ) -> Result<u64, ratelimit::Error> {
+        ratelimit::store::Store::adjust(&self.inner, adjustment).await
+    }
+    fn blocks(&self) -> bool {
+        true
+    }
+    fn carries(&self) -> bool {
+        true
+    }
+    fn supports(&self, quota: &ratelimit::Quota) -> Result<(), ratelimit::QuotaError> {
+        ratelimit::store::Store::supports(&self.inner, quota)
+    }
+    fn records_horizon(&self) -> bool {
+        true
+    }
+    async fn horizon(
+        &self,
+        prefix: &str,
+        raise: ratelimit::store::Horizon,
+    ) -> Result<ratelimit::store::Horizon, ratelimit::Error> {
+        match (self.hook)(&raise) {
+            Before::Forward => {}
+            Before::Fail => {
+                return Err(ratelimit::Error::Store {
+                    message: "the horizon record is out of reach".into(),
+                })
+            }
+            Before::Hang => std::future::pending::<()>().await,
+        }
+        ratelimit::store::Store::horizon(&self.inner, prefix, raise).await
+    }
+}
