@@ -122,13 +122,16 @@ end
 -- moved state's into it, `old` then the moved one), which reads no bucket.
 -- `old` may instead be `given`, read in its own Cluster slot by lua/level.lua (a state in
 -- another slot than the moved one, which no script reads beside it): {debt, block, read_end,
--- erased, pending}, the time its bucket owes and what is left of its block, in microseconds
--- from that script's TIME, which came first; each counted from `now` here (later), so
--- carried no shorter; the end it was spent to on its node's clock (when it will be full
--- again, or the end a reset erased there where that is later: `Read::end` in
--- src/store/redis/stacked.rs), that erased end (0: none), and the id of the call when that
--- call reads it again after this script ('0': it will not). Its key and block key are then
--- the added key and the pending record beside the moved state (see `grow` below).
+-- erased, pending, wait, began}, the time its bucket owes and what is left of its block, in
+-- microseconds from that script's TIME, which came first; each counted from `now` here
+-- (later), so carried no shorter; the end it was spent to on its node's clock (when it will
+-- be full again, or the end a reset erased there where that is later: `Read::end` in
+-- src/store/redis/stacked.rs), that erased end (0: none), the id of the call when that call
+-- reads it again after this script ('0': it will not), the wait within which it does, and
+-- this node's TIME taken before that read (`moved_clock` in src/store/redis/across_slots.rs:
+-- see `late` below). Its key and
+-- block key are then the added key and the pending record beside the moved state (see
+-- `grow` below).
 -- `old` may instead be `grown` (see `grow` below), its keys those two.
 -- - Both with a block (`Carry::block`): a block of the old key until U > now is written to
 --   the moved key's block key, until U and expiring then (as lua/stacked.lua writes blocks),
@@ -231,8 +234,9 @@ local function grow(old, moved, now, write)
 end
 
 -- The read of a call that reads again (`given`, its pending not '0') past its wait at `now`
--- (its time, `read_end - debt - erased` on the old state's node, and `wait`, the time after
--- which a call's steps have come or never will: `read_after_within` in
+-- (its time, `began`: this node's TIME taken before the read, `moved_clock` in
+-- src/store/redis/across_slots.rs, and `wait`, the
+-- time after which a call's steps have come or never will: `read_after_within` in
 -- src/store/redis/across_slots.rs, the one bound its record's `past` and the keys beside the
 -- old state are kept by: `level_call` there keeps the erased key for a record written
 -- within `wait` of its read): the RATELIMIT_LATE error reply, else nil. A runtime stalled
@@ -244,10 +248,14 @@ end
 -- against 19 s, `probe87_a_stall_between_read_and_script_past_another_calls_wait`, both
 -- lua_carry/). Refused, with nothing written (every carry is read before any is written,
 -- lua/stacked.lua): the call is the store's error (`Error::Timeout`, as the call's own
--- timer would tell it), which the failure policy answers. Counted on two nodes' clocks: a
--- moved node ahead refuses sooner, one behind later, by their skew.
+-- timer would tell it), which the failure policy answers. Reckoned on this node's clock
+-- alone, `now` and `began` both: from the read's own time (`read_end - debt - erased`, on
+-- the old state's node's clock) an old node behind refused calls that never stalled (1 s +
+-- 1 us behind, a wait of 1 s), and one ahead carried a stall past the wait whose record then
+-- outlived the erased key (3 s owed where one server owes 4 s, 8 s ahead: both `probe94_`,
+-- lua_carry/). `began` is no later than the read, so a read is never younger than reckoned.
 local function late(given, now)
-  if given.read_end - given.debt - given.erased + given.wait < now then
+  if given.began + given.wait < now then
     return redis.error_reply('RATELIMIT_LATE a carried state was read longer ago than the '
       .. 'wait of the call that read it')
   end
@@ -314,11 +322,11 @@ local function carry(old, moved, now, write)
       -- given back by that call's read after (`grow`), which adds it itself.
       local own = math.max(math.max(into[3] - into[5], 0) - given.debt, 0)
       local slack, merged = own, '0'
-      -- Past before this call's read (its wait before `now`, within which it read: `late`),
-      -- not only before its script: a pod of a longer timeout read before the record's
-      -- script and stalled past that call's wait within its own, and its ticket's slack held
-      -- what that call missed (18 s owed where one server owes 19 s,
-      -- `probe94_a_long_pods_stall_past_a_short_pods_record`, lua_carry/).
+      -- Past before this call's read (its wait before `now`, within which it read: `late`,
+      -- on this node's clock, as `past` is), not only before its script: a pod of a longer
+      -- timeout read before the record's script and stalled past that call's wait within
+      -- its own, and its ticket's slack held what that call missed (18 s owed where one
+      -- server owes 19 s, `probe94_a_long_pods_stall_past_a_short_pods_record`, lua_carry/).
       local past = record and record.past and record.past + given.wait < now
       if record and record.id ~= given.pending and not past then
         local theirs = (record.slack or 0) + record.from - given.read_end

@@ -22,7 +22,7 @@
 --          1: `stacked_index` in scripts.rs), the two numbers its script takes as ARGV[1]
 --          and ARGV[2], the call's cost under it, and its block (`Quota::block`, in
 --          microseconds; 0: none)
--- ARGV[5n + 13j - 10 .. 5n + 13j + 2] (j from 1 to m): the j-th state carried (`Carry`, see
+-- ARGV[5n + 14j - 11 .. 5n + 14j + 2] (j from 1 to m): the j-th state carried (`Carry`, see
 --          below): the strategy, the two numbers and the block of the quota it was decided
 --          under, then the same four of the quota of the state it is carried into, then 1
 --          when its block alone is carried (`Carry::block_only`), else 0, plus 2 when the
@@ -36,7 +36,9 @@
 --          resets and give-backs erased there (lua/level.lua: 0, none; the end read is then
 --          no earlier; growing, the total added at the call's script), the id of the call
 --          that will read again (else 0) and how long after this script its read after has
---          come, or never will (microseconds; see `pending_of` in lua/carry.lua); then the
+--          come, or never will (microseconds; see `pending_of` in lua/carry.lua), and,
+--          read in another slot, this node's TIME taken before that read (`moved_clock`;
+--          else 0), which its lateness is reckoned from (`late` in lua/carry.lua); then the
 --          stamp, with ARGV[1] 2
 -- Returns: the limits' replies end to end, five integers each, as the single scripts return
 --          them (seven with ARGV[1] 2: then the state's shift, 0 but for a token bucket
@@ -75,7 +77,7 @@ local spends = ARGV[1] ~= '0'
 local flags = ARGV[2] + 0
 local blocking = flags % 2 == 1
 local m = (flags - flags % 2) / 2
-local n = (#ARGV - 2 - (stamping and 1 or 0) - 13 * m) / 5
+local n = (#ARGV - 2 - (stamping and 1 or 0) - 14 * m) / 5
 local blocks_at = (stamping and 2 or 1) * n -- the block keys follow this many keys
 local carried_at = blocks_at + (blocking and n or 0) -- and the carried states' these
 
@@ -139,7 +141,7 @@ end
 -- The j-th carried state (`old`) and the state it is carried into (`moved`), as `carry` in
 -- lua/carry.lua takes them.
 local function carried(j)
-  local k, a = carried_at + 4 * j - 4, 5 * n + 13 * j - 10
+  local k, a = carried_at + 4 * j - 4, 5 * n + 14 * j - 11
   local function state(key, at)
     return {key = KEYS[k + key], block_key = KEYS[k + key + 1], strategy = ARGV[at],
       first = ARGV[at + 1], second = ARGV[at + 2], block = ARGV[at + 3]}
@@ -152,7 +154,8 @@ local function carried(j)
       slack = ARGV[a + 9] + 0, since = ARGV[a + 10] + 0, pending = ARGV[a + 11]}
   elseif flag >= 2 then
     old.given = {debt = old.first + 0, block = old.second + 0, read_end = ARGV[a + 9] + 0,
-      erased = ARGV[a + 10] + 0, pending = ARGV[a + 11], wait = ARGV[a + 12] + 0}
+      erased = ARGV[a + 10] + 0, pending = ARGV[a + 11], wait = ARGV[a + 12] + 0,
+      began = ARGV[a + 13] + 0}
   end
   return old, state(3, a + 4)
 end

@@ -19,6 +19,7 @@ use super::given::{givens, Given, Read, Ticket};
 use super::ledger::{block_key, erased_key};
 use super::refund::draw;
 use super::reply::unexpected;
+use super::round_trip::Connection;
 use super::scripts::{carrying, numbers, Lua};
 use super::RedisStore;
 use crate::clock::Nanos;
@@ -75,9 +76,11 @@ impl RedisStore {
     /// no check (nothing spent). A read after that fails is a read that failed
     /// (`refused_or`), the spend kept. A script whose read is past the call's wait
     /// ([`read_after_within`]: a runtime stalled between them) refuses, nothing written:
-    /// [`Error::Timeout`], for the failure policy; told before the call's own timeout ran out
-    /// (a node's clock ahead of the other's), looked at without the carry first, as a read
-    /// that failed (`refused_or`). A block begun on the old state meanwhile (by a
+    /// [`Error::Timeout`], for the failure policy (its age reckoned on the script's node's
+    /// clock alone, read before the read: [`moved_clock`](Self::moved_clock)); told before
+    /// the call's own timeout ran out (that clock stepped, or read from another primary by
+    /// a stale slot map), looked at without the carry first, as a read that failed
+    /// (`refused_or`). A block begun on the old state meanwhile (by a
     /// refusal, which spends nothing there) is one after this call's, which the next call
     /// reads.
     ///
@@ -124,10 +127,11 @@ impl RedisStore {
         };
         let (reply, rechecked) = match spent {
             // A timeout before the call's own ran out is the script's refusal of a read past
-            // its wait (`late` in `lua/carry.lua`), a live node's answer (its clock ahead of
-            // the old state's node's): looked at without the carry, as a read that failed, so
-            // that no policy admits a call the moved limit refuses (`Allow` admitted it
-            // uncounted on a spent bucket: `probe94_a_late_carry_on_a_spent_bucket_is_refused_not_an_error`, carries/).
+            // its wait (`late` in `lua/carry.lua`), a live node's answer (its clock stepped
+            // since the clock read before the read): looked at without the carry, as a read
+            // that failed, so that no policy admits a call the moved limit refuses (`Allow`
+            // admitted it uncounted on a spent bucket:
+            // `probe94_a_late_carry_on_a_spent_bucket_is_refused_not_an_error`, carries/).
             Err(e @ Error::Timeout { .. }) if sent.elapsed() < self.inner.options.timeout => {
                 return Box::pin(self.refused_or(e, stacked, asked, stamping)).await
             }
@@ -228,7 +232,7 @@ impl RedisStore {
         // Within a timeout of its own (as `refused_or`'s look): the read and the script may
         // have taken all of the call's, and a check that times out refuses a call whose spend
         // is kept.
-        let again = match self.read_across_slots(stacked, asked, Instant::now()).await {
+        let again = match (self.read_across_slots(stacked, asked, false, Instant::now())).await {
             Ok(again) => again,
             Err(e) => return Rechecked::Unread(e),
         };
@@ -305,10 +309,16 @@ impl RedisStore {
     /// over by a round trip, would be pushed later at every call for as long as calls come;
     /// those stay within a slot (`slots.rs`), and one from elsewhere is left to Redis to
     /// refuse (`CROSSSLOT`).
+    ///
+    /// `timed`: the reads are a carried spend's, checked by reading again
+    /// ([`run_checked`](Self::run_checked)): the script's node's TIME is read first
+    /// ([`moved_clock`](Self::moved_clock), one round trip more), each read's [`Read::began`], which the script
+    /// reckons its age from on that node's own clock (`late` in `lua/carry.lua`); else 0.
     pub(super) async fn read_across_slots(
         &self,
         stacked: &Stacked<'_>,
         asked: &[&Check<'_>],
+        timed: bool,
         sent: Instant,
     ) -> Result<Vec<Option<Read>>, Error> {
         let carried = stacked.carried();
@@ -323,6 +333,10 @@ impl RedisStore {
             return Ok(Vec::new());
         }
         supported(stacked)?;
+        let began = match timed {
+            true => (self.moved_clock(first.key.as_str(), sent)).await?,
+            false => 0,
+        };
         let mut given = Vec::with_capacity(carried.len());
         for carry in carried {
             if !elsewhere(carry) {
@@ -340,12 +354,44 @@ impl RedisStore {
                         left: left.unsigned_abs(),
                         at: at.unsigned_abs(),
                         erased: erased.unsigned_abs(),
+                        began,
                     }))
                 }
                 _ => return Err(unexpected(&read)),
             }
         }
         Ok(given)
+    }
+}
+
+impl RedisStore {
+    /// The clock of the node `key`'s slot is on, in microseconds since the epoch (`TIME`,
+    /// routed to that slot's primary), within the timeout from `sent`: read before a carried
+    /// spend's reads in other slots ([`read_across_slots`](Self::read_across_slots)), the
+    /// one clock its script, on that node, reckons their age on (`late` in
+    /// `lua/carry.lua`). A command, not a script: a node pausing writes (`CLIENT PAUSE
+    /// WRITE`, as a failover does) still answers it, as it answers the reads (a script,
+    /// whatever it does, is held as a write). Routed by the slot map the client holds, as
+    /// a command without a key is (no `MOVED` to follow): while that map is stale, another
+    /// primary's clock, the two nodes' skew back in the reckoning until the map is renewed.
+    async fn moved_clock(&self, key: &str, sent: Instant) -> Result<u64, Error> {
+        use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+        let route = Route::with_key(key, SlotAddr::Master);
+        let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
+        let value = self
+            .bounded(sent, |connection| async move {
+                let time = redis::cmd("TIME");
+                let value = match connection {
+                    Connection::Cluster(mut c) => c.route_command(time, routing).await,
+                    Connection::Single(mut c) => time.query_async(&mut c).await,
+                };
+                value.map_err(|e| self.error("could not read the moved state's clock", &e))
+            })
+            .await?;
+        match redis::from_redis_value_ref::<(u64, u64)>(&value) {
+            Ok((s, us)) if s < 1 << 32 && us < 1_000_000 => Ok(s * 1_000_000 + us),
+            _ => Err(unexpected(&value)),
+        }
     }
 }
 

@@ -16,8 +16,9 @@ pub(super) enum Given {
     /// of the call when it reads the state again after its script (0: it will not), written
     /// beside the moved state as the call's pending record (see `grow` in `lua/carry.lua`),
     /// and how long after its script that read has come or never will (`read_after_within`,
-    /// microseconds), written with it; a script later than that after this read refuses the
-    /// call, nothing written (`late` in `lua/carry.lua`).
+    /// microseconds), written with it; a script later than that after the moved state's
+    /// node's TIME taken before this read ([`Read::began`]) refuses the call, nothing
+    /// written (`late` in `lua/carry.lua`).
     Held {
         debt: u64,
         left: u64,
@@ -25,6 +26,7 @@ pub(super) enum Given {
         erased: u64,
         pending: u64,
         wait: u64,
+        began: u64,
     },
     /// What its debt grew by between a read a call carried and one after the call's script
     /// (`RedisStore::run_checked`): its end at each, on its node's clock, how long the
@@ -44,13 +46,20 @@ pub(super) enum Given {
 /// One read of a state carried from another Cluster slot (`LEVEL_SCRIPT`, `lua/level.lua`):
 /// what it holds ([`Given::Held`]), the instant it was read at on its node's clock, and the time resets
 /// (and give-backs) erased from its bucket while it was carried (`lua/level.lua`; 0: none), in
-/// microseconds.
+/// microseconds; and the moved state's node's TIME taken before it (`began`, microseconds:
+/// [`RedisStore::moved_clock`]; 0 for a read that no script reckons lateness from, which refuses any
+/// call that would), the one clock the stacked script, on that node, reckons the read's
+/// age on (`late` in `lua/carry.lua`). Reckoned from `at`, on the old state's node's clock,
+/// an unstalled call was refused with that node 1 s + 1 us behind (a wait of 1 s), and a
+/// 9 s stall carried with it 8 s ahead, its spend lost once its record outlived the erased
+/// key its read kept (3 s owed where one server owes 4 s: both `probe94_`, lua_carry/).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Read {
     pub(super) debt: u64,
     pub(super) left: u64,
     pub(super) at: u64,
     pub(super) erased: u64,
+    pub(super) began: u64,
 }
 
 impl Read {
@@ -65,6 +74,7 @@ impl Read {
             erased: self.erased,
             pending,
             wait,
+            began: self.began,
         }
     }
 

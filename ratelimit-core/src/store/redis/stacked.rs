@@ -70,7 +70,7 @@ pub(super) fn script_call(
     });
     let keys = beside.chain(carried_keys).collect();
     let mode = if stamping { 2 } else { u64::from(commit) };
-    let mut args = Vec::with_capacity(3 + 5 * asked.len() + 13 * carried.len());
+    let mut args = Vec::with_capacity(3 + 5 * asked.len() + 14 * carried.len());
     args.extend([mode, u64::from(blocking) + 2 * carried.len() as u64]);
     for check in asked {
         let [index, first, second, block_us] = numbers(check.quota);
@@ -78,8 +78,8 @@ pub(super) fn script_call(
     }
     for (j, carry) in carried.iter().enumerate() {
         let [index, first, second, block_us] = numbers(carry.quota);
-        let (numbers_of, flag, end, erased, pending, wait) = match given(j) {
-            None => ([index, first, second, block_us], 0, 0, 0, 0, 0),
+        let (numbers_of, flag, end, erased, pending, wait, began) = match given(j) {
+            None => ([index, first, second, block_us], 0, 0, 0, 0, 0, 0),
             Some(Given::Held {
                 debt,
                 left,
@@ -87,7 +87,16 @@ pub(super) fn script_call(
                 erased,
                 pending,
                 wait,
-            }) => ([index, debt, left, block_us], 2, end, erased, pending, wait),
+                began,
+            }) => (
+                [index, debt, left, block_us],
+                2,
+                end,
+                erased,
+                pending,
+                wait,
+                began,
+            ),
             Some(Given::Grown {
                 from,
                 to,
@@ -95,12 +104,12 @@ pub(super) fn script_call(
                 slack,
                 since,
                 pending,
-            }) => ([index, from, to, lasts], 4, slack, since, pending, 0),
+            }) => ([index, from, to, lasts], 4, slack, since, pending, 0, 0),
         };
         args.extend(numbers_of);
         args.extend(numbers(into(carry.into).quota));
         let flag = u64::from(carry.block_only) + flag;
-        args.extend([flag, end, erased, pending, wait]);
+        args.extend([flag, end, erased, pending, wait, began]);
     }
     if stamping {
         args.push(stamp());
@@ -123,16 +132,19 @@ impl RedisStore {
             return Ok(Vec::new());
         }
         let sent = Instant::now();
-        let read = match self.read_across_slots(stacked, asked, sent).await {
+        // Only a debt grows uncovered (a block is a time, kept by any later carry): a carry of
+        // the block alone needs no check, nor the moved node's clock read before its read.
+        let into = |carry: &Carry<'_>| stacked.checks()[carry.into].quota;
+        let checked = commit
+            && !asked.is_empty()
+            && (stacked.carried().iter()).any(|carry| carry.carries_debt(into(carry)));
+        let read = match (self.read_across_slots(stacked, asked, checked, sent)).await {
             Ok(read) => read,
             Err(e) => return Box::pin(self.refused_or(e, stacked, asked, stamping)).await,
         };
-        // Only a debt grows uncovered (a block is a time, kept by any later carry): a carry of
-        // the block alone needs no check.
-        let into = |carry: &Carry<'_>| stacked.checks()[carry.into].quota;
         let debts = (read.iter().zip(stacked.carried()))
             .any(|(read, carry)| read.is_some() && carry.carries_debt(into(carry)));
-        if commit && !asked.is_empty() && debts {
+        if checked && debts {
             return Box::pin(self.run_checked(stacked, asked, stamping, read, sent)).await;
         }
         let given = givens(&read, 0, 0);

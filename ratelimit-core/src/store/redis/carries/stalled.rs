@@ -1,6 +1,7 @@
 //! A carried spend stalled between its read of the old state (in another Cluster slot) and its
 //! script, on a real Cluster (`late` in `lua/carry.lua`): its read aged by hand (its time
-//! earlier, its debt as much longer: the same end, a read made that long before), no sleep.
+//! and the moved node's clock read before it earlier, its debt as much longer: the same end,
+//! a read made that long before), no sleep.
 
 use std::time::Instant;
 
@@ -18,12 +19,13 @@ pub(super) async fn spend_read_aged(moved: &Moved, aged: u64) -> Result<Vec<i64>
     let stacked = Stacked::carrying(&checks, &carried, NOW, Mode::Spend).unwrap();
     let asked: Vec<&Check<'_>> = checks.iter().collect();
     let store = &moved.store;
-    let read = store.read_across_slots(&stacked, &asked, Instant::now());
+    let read = store.read_across_slots(&stacked, &asked, true, Instant::now());
     let read: Vec<Option<Read>> = (read.await.unwrap().into_iter())
         .map(|r| {
             r.map(|r| Read {
                 at: r.at - aged,
                 debt: r.debt + aged,
+                began: r.began - aged,
                 ..r
             })
         })

@@ -84,9 +84,34 @@ impl Across<'_> {
         [carry(self.old)]
     }
 
-    /// The old state read as in its own slot (`lua/level.lua`).
+    /// The old state read as in its own slot (`lua/level.lua`), the moved state's node's
+    /// clock read first (`TIME`: `moved_clock`), as `read_across_slots` reads them for a carried
+    /// spend: one stand-in here, so one clock.
     pub(super) fn read(&self) -> Read {
-        let (keys, args) = level_call(&self.carried()[0], self.new, WAIT);
+        let began = self.time();
+        Read {
+            began,
+            ..self.level(WAIT)
+        }
+    }
+
+    /// The moved state's node's clock (`TIME`, as `moved_clock` reads it), microseconds.
+    pub(super) fn time(&self) -> u64 {
+        match self.redis.command(&["TIME"]) {
+            Ok(Reply::Array(t)) => match t[..] {
+                [Reply::Bulk(ref s), Reply::Bulk(ref us)] => {
+                    s.parse::<u64>().unwrap() * 1_000_000 + us.parse::<u64>().unwrap()
+                }
+                _ => panic!("{t:?}"),
+            },
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// `lua/level.lua` alone, by a call whose read after comes within `wait` of its script:
+    /// its `began` 0, for the caller to set from the moved state's node's clock.
+    pub(super) fn level(&self, wait: u64) -> Read {
+        let (keys, args) = level_call(&self.carried()[0], self.new, wait);
         let keys = keys.each_ref().map(String::as_str);
         match self.redis.eval_source(LEVEL_SCRIPT.text(), &keys, &args) {
             Reply::Array(items) => match items[..] {
@@ -95,6 +120,7 @@ impl Across<'_> {
                     left: left.unsigned_abs(),
                     at: at.unsigned_abs(),
                     erased: erased.unsigned_abs(),
+                    began: 0,
                 },
                 _ => panic!("{items:?}"),
             },
@@ -333,6 +359,7 @@ pub(super) fn interleaved_stalling(
                     erased: r.erased,
                     pending,
                     wait: WAIT,
+                    began: r.began,
                 };
                 match cluster.try_script(*cost, Some(held)) {
                     Ok(admitted) => {

@@ -253,7 +253,7 @@ impl Both {
                     {
                         let (debt, left) = (debt.unsigned_abs(), left.unsigned_abs());
                         let end = self.now_us + debt;
-                        let (erased, pending, wait) = (0, 0, 0);
+                        let (erased, pending, wait, began) = (0, 0, 0, 0);
                         Ok(Some(Given::Held {
                             debt,
                             left,
@@ -261,6 +261,7 @@ impl Both {
                             erased,
                             pending,
                             wait,
+                            began,
                         }))
                     }
                     _ => Err(format!("{items:?}")),

@@ -50,21 +50,24 @@ fn on_old<T>(twins: &Twins<'_>, skew: i64, f: impl FnOnce(&Twins<'_>) -> T) -> T
 }
 
 /// The old state read in its own slot (`lua/level.lua`) by a pod whose read after comes
-/// within `wait` of its script, as `read_across_slots` sends it.
+/// within `wait` of its script, as `read_across_slots` sends it (the moved state's node's
+/// clock read first).
 fn read_waiting(s: &Across<'_>, wait: u64) -> Read {
-    let (keys, args) = level_call(&s.carried()[0], s.new, wait);
-    let keys = keys.each_ref().map(String::as_str);
-    match s.redis.eval_source(LEVEL_SCRIPT.text(), &keys, &args) {
-        Reply::Array(items) => match items[..] {
-            [Reply::Int(debt), Reply::Int(left), Reply::Int(at), Reply::Int(erased)] => Read {
-                debt: debt.unsigned_abs(),
-                left: left.unsigned_abs(),
-                at: at.unsigned_abs(),
-                erased: erased.unsigned_abs(),
-            },
-            _ => panic!("{items:?}"),
-        },
-        other => panic!("{other:?}"),
+    let began = s.time();
+    Read {
+        began,
+        ..s.level(wait)
+    }
+}
+
+/// The old state read as `read_across_slots` reads it, the old state's node's clock `skew`
+/// microseconds ahead of the moved state's (behind, below 0): the moved node's clock read
+/// first, then the old state on its own.
+fn read_on_old(twins: &Twins<'_>, skew: i64) -> Read {
+    let began = twins.cluster.time();
+    Read {
+        began,
+        ..on_old(twins, skew, |t| t.cluster.level(WAIT))
     }
 }
 
@@ -181,79 +184,119 @@ fn probe94_a_long_pods_stall_past_a_short_pods_record() {
 }
 
 /// The old state's node's clock behind the moved state's by a microsecond more than the
-/// wait: a call that did not stall at all (its read and its script at the same instant) is
+/// wait: a call that did not stall at all (its read and its script at the same instant) was
 /// refused (`RATELIMIT_LATE`, `Error::Timeout`: under deny a refusal, under allow admitted
-/// uncounted) at every call for as long as the clocks stay apart; exactly the wait apart it
-/// carries. RELIABILITY.md item 12 names it (a skew past the wait less a call's round trips).
+/// uncounted) at every call for as long as the clocks stayed apart, its read's age reckoned
+/// from its time on the old node's clock (RELIABILITY.md item 12: a skew past the wait less
+/// a call's round trips). Reckoned from the moved node's clock read before the read
+/// (`Read::began`, `moved_clock`), the call carries, whatever the skew.
 #[test]
-#[ignore = "FOUND: an unstalled call refused late when the old node's clock is 1 s + 1 us behind the moved node's (wait 1 s)"]
 fn probe94_an_unstalled_call_with_the_old_node_behind() {
     let (old, new) = seconds_buckets();
     let twins = Twins::new(&old, &new);
     twins.old_spend(5);
-    let within = on_old(&twins, -(WAIT as i64), |t| t.cluster.read());
+    let within = read_on_old(&twins, -(WAIT as i64));
     assert_eq!(script_on_both(&twins, 1, &within, WAIT, 1), Ok(true));
     twins.read_after(1, &within);
-    let behind = on_old(&twins, -(WAIT as i64) - 1, |t| t.cluster.read());
-    let refused = twins.cluster.try_script(1, Some(behind.held(2, WAIT)));
-    assert_eq!(refused, Ok(true), "an unstalled call");
+    let behind = read_on_old(&twins, -(WAIT as i64) - 1);
+    let carried = twins.cluster.try_script(1, Some(behind.held(2, WAIT)));
+    assert_eq!(carried, Ok(true), "an unstalled call");
 }
 
 /// The old state's node's clock 8 s ahead of the moved state's: a call stalled 9 s between
-/// its read and its script (past its 1 s wait) is carried, not refused (its read's time, on
+/// its read and its script (past its 1 s wait) was carried, not refused (its read's time, on
 /// the old node's clock, exactly its wait before the script), after a reset had erased
 /// 100 s, the old state spent 28 s between; its read after lost, its record (kept on the
-/// moved node's clock from the script: the wait, a full moved bucket and a second) outlives
+/// moved node's clock from the script: the wait, a full moved bucket and a second) outlived
 /// the erased key its read kept (on the old node's, from the read: twice the wait, a full
 /// moved bucket and 3 s): `probe82_a_stall_between_read_and_script_outlives_the_erased_key`
-/// (erased.rs) open again. 17 s later the next call reads the erased key made again (0), its
-/// end 100 s below the record's: nothing added from it, and the stalled call's own spend is
-/// lost. The record outlives the key once the stall passes twice the wait and 2 s, so it
-/// takes a skew past the wait and 4 s (5.6 s at the default 200 ms timeout), and for the loss
-/// to outlast the moved bucket's refill, about as much more: an old node far ahead.
+/// (erased.rs) open again. 17 s later the next call read the erased key made again (0), its
+/// end 100 s below the record's: nothing added from it, and the stalled call's own spend was
+/// lost: 3 s owed on the Cluster where one server owed 4 s. Its age now reckoned on the moved
+/// node's clock alone (`Read::began`), the stall is refused (`RATELIMIT_LATE`), nothing
+/// written (no record), and one server, which never made it, owes what the Cluster owes:
+/// 3 s on both.
 #[test]
-#[ignore = "FOUND: 3 s owed on the Cluster where one server owes 4 s (a 9 s stall carried, the old node 8 s ahead)"]
 fn probe94_a_stall_carried_with_the_old_node_ahead_outlives_the_erased_key() {
     const AHEAD: i64 = 8 * S as i64;
     let old = tokens(1_000, 0, Duration::from_secs(1_000));
     let new = tokens(20, 0, Duration::from_secs(20));
     let mut twins = Twins::new(&old, &new);
-    let first = on_old(&twins, AHEAD, |t| t.cluster.read());
+    let first = read_on_old(&twins, AHEAD);
     twins.script(1, &first);
-    let after = on_old(&twins, AHEAD, |t| t.cluster.read());
+    let after = read_on_old(&twins, AHEAD);
     twins.cluster.added(&first, &after, 1);
     on_old(&twins, AHEAD, |t| {
         t.old_spend(100);
         t.old_reset();
     });
-    let read = on_old(&twins, AHEAD, |t| t.cluster.read());
+    let read = read_on_old(&twins, AHEAD);
     assert_eq!((read.debt, read.erased), (0, 100 * S));
     on_old(&twins, AHEAD, |t| t.old_spend(28));
     twins.later(9 * S);
+    let before = written(&twins);
     let stalled = twins.cluster.try_script(1, Some(read.held(2, WAIT)));
-    if stalled == Ok(true) {
-        assert!(twins.server.script(1, None));
-    }
-    // Past the erased key's expiry on the old node's clock, within the record's.
+    assert!(late(&stalled), "{stalled:?}");
+    assert_eq!(written(&twins), before, "nothing written");
+    // Past the erased key's expiry on the old node's clock.
     twins.later(17 * S);
-    let (record, erased) = (
-        super::super::given::pending_key(NEW, OLD),
-        super::super::ledger::erased_key(OLD),
-    );
-    let gone = on_old(&twins, AHEAD, |t| t.cluster.redis.expiry(&erased));
-    let standing = twins.cluster.redis.expiry(&record);
-    let next = on_old(&twins, AHEAD, |t| t.cluster.read());
+    let record = super::super::given::pending_key(NEW, OLD);
+    assert_eq!(twins.cluster.redis.expiry(&record), None, "no record");
+    let next = read_on_old(&twins, AHEAD);
     assert!(twins.cluster.script(1, Some(next.held(99, WAIT))));
     assert!(twins.server.script(1, None));
-    let after = on_old(&twins, AHEAD, |t| t.cluster.read());
+    let after = read_on_old(&twins, AHEAD);
     twins.cluster.added(&next, &after, 99);
     let owes = |s: &Across<'_>| s.end(NEW, &new).saturating_sub(twins.now);
-    let (on_cluster, on_server) = (owes(&twins.cluster), owes(&twins.server));
-    assert!(
-        on_cluster >= on_server,
-        "{on_cluster} owed on the Cluster, {on_server} on one server ({stalled:?}, erased key \
-         {gone:?}, record {standing:?})"
-    );
+    assert_eq!((owes(&twins.cluster), owes(&twins.server)), (3 * S, 3 * S));
+}
+
+/// The boundary of `late` with the old state's node's clock 8 s behind, 1 s + 1 us behind,
+/// level, 1 s + 1 us ahead and 8 s ahead of the moved state's: at every skew a call whose
+/// script comes exactly its wait after the moved node's clock read before its read carries
+/// (and its record, kept on the moved node's clock, ends no later than the erased key its
+/// read kept, on the old node's, counted on one clock), and a microsecond later it is
+/// refused, nothing written. Reckoned from the read's time on the old node's clock, the
+/// boundary moved by the skew both ways (`probe94_an_unstalled_call_with_the_old_node_behind`,
+/// `probe94_a_stall_carried_with_the_old_node_ahead_outlives_the_erased_key`).
+#[test]
+fn probe94_lateness_is_reckoned_on_the_moved_nodes_clock_whatever_the_skew() {
+    let skews = [
+        -8 * S as i64,
+        -(WAIT as i64) - 1,
+        0,
+        WAIT as i64 + 1,
+        8 * S as i64,
+    ];
+    for skew in skews {
+        for (past, refused) in [(0, false), (1, true)] {
+            let (old, new) = seconds_buckets();
+            let mut twins = Twins::new(&old, &new);
+            on_old(&twins, skew, |t| t.old_spend(7));
+            let read = read_on_old(&twins, skew);
+            assert_eq!(read.debt, 7 * S, "{skew}");
+            twins.later(WAIT + past);
+            let before = written(&twins);
+            let reply = twins.cluster.try_script(1, Some(read.held(2, WAIT)));
+            if refused {
+                assert!(late(&reply), "{skew} {past}: {reply:?}");
+                assert_eq!(written(&twins), before, "{skew}: nothing written");
+                continue;
+            }
+            assert_eq!(reply, Ok(true), "{skew} {past}");
+            let record = super::super::given::pending_key(NEW, OLD);
+            let erased = super::super::ledger::erased_key(OLD);
+            let Some(Some(record_ms)) = twins.cluster.redis.expiry(&record) else {
+                panic!("{skew}: no record");
+            };
+            let erased_ms = on_old(&twins, skew, |t| t.cluster.redis.expiry(&erased));
+            let Some(Some(erased_ms)) = erased_ms else {
+                panic!("{skew}: no erased key");
+            };
+            let erased_ms = erased_ms.checked_add_signed(-skew / 1_000).unwrap();
+            assert!(record_ms <= erased_ms, "{skew}: {record_ms} {erased_ms}");
+        }
+    }
 }
 
 /// A read of a debt (7 s) after a reset erased 100 s (its end 107 s past its time): carried
