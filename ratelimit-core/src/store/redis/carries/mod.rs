@@ -157,5 +157,7 @@ mod probe94;
 /// The pending record a carried spend leaves for a read after that never comes (helper-79's
 /// probes).
 mod records;
+/// A carried spend whose read after finds more than its room: refused (helper-98).
+mod shortfall;
 /// A carried spend stalled between its read and its script: refused past its wait.
 mod stalled;
