@@ -47,9 +47,9 @@ pub(super) enum Given {
 /// what it holds ([`Given::Held`]), the instant it was read at on its node's clock, and the time resets
 /// (and give-backs) erased from its bucket while it was carried (`lua/level.lua`; 0: none), in
 /// microseconds; and the moved state's node's TIME taken before it (`began`, microseconds:
-/// [`RedisStore::moved_clock`]; 0 for a read that no script reckons lateness from, which refuses any
-/// call that would), the one clock the stacked script, on that node, reckons the read's
-/// age on (`late` in `lua/carry.lua`). Reckoned from `at`, on the old state's node's clock,
+/// `RedisStore::moved_clock`; 0 for a read that no script reckons lateness from, which
+/// refuses any call that would), the one clock the stacked script, on that node, reckons
+/// the read's age on (`late` in `lua/carry.lua`). Reckoned from `at`, on the old state's node's clock,
 /// an unstalled call was refused with that node 1 s + 1 us behind (a wait of 1 s), and a
 /// 9 s stall carried with it 8 s ahead, its spend lost once its record outlived the erased
 /// key its read kept (3 s owed where one server owes 4 s: both `probe94_`, lua_carry/).
