@@ -106,11 +106,11 @@ impl RateLimitService {
             return answer(&site.lent(), &mut Some(Ok(Decision::unlimited(now))));
         }
         let mut composed = KeyBuf::new();
-        let store_key = match site.whole_key(key) {
+        let (store_key, hash) = match site.whole_key(key) {
             Some(whole) => whole,
             None => {
                 site.compose(&mut composed, key);
-                &composed
+                (&*composed, None)
             }
         };
         if site.holds_other_states(now) {
@@ -128,7 +128,10 @@ impl RateLimitService {
             }
         };
         let started = self.inner.latency.start();
-        let mut decided = self.inner.store.decide_now(request);
+        let mut decided = match hash {
+            Some(hash) => self.inner.store.decide_now_hashed(request, hash),
+            None => self.inner.store.decide_now(request),
+        };
         if let Some(decided) = &mut decided {
             self.inner.latency.finish(started);
             under_its_quota(request.quota(), decided);

@@ -3,6 +3,7 @@
 //! anyone can ask [`RateLimitService::prepare`] for one).
 
 use std::future::Future;
+use std::num::NonZeroU64;
 use std::sync::Arc;
 
 use super::calls::{Mode, Started};
@@ -55,6 +56,13 @@ impl RateLimitService {
         // Before the site: a read folded while it is worked out leaves it stale, not current.
         let folds = self.inner.fleet.folds();
         let site = self.site(&generation, options, &mut held)?;
+        let around = site.around();
+        // A hash of 0 is not held: the key is hashed on each call instead.
+        let whole_hash = self
+            .inner
+            .store
+            .hash_of(around.whole())
+            .and_then(NonZeroU64::new);
         let prepared = Prepared {
             folds,
             quota: *site.quota,
@@ -63,7 +71,8 @@ impl RateLimitService {
             budget: options.budget.map(Box::from),
             policy: options.policy.map(Box::from),
             tier_name: site.tier_name(),
-            around: site.around(),
+            around,
+            whole_hash,
             cost: site.cost,
             cost_fits: Site::cost_fits(site.quota, site.cost),
             may_wait: site.may_wait,
@@ -103,6 +112,9 @@ pub struct Prepared {
     tier_name: Option<Arc<str>>,
     /// The store key around the user key, written once.
     around: Around,
+    /// The hash the store finds the key of a call without a user key by, if it gave one
+    /// (`Store::hash_of`): worked out once, as the key is written once.
+    whole_hash: Option<NonZeroU64>,
     cost: u64,
     /// Whether a spend of `cost` passes the cost check under `quota` (`Site::check`),
     /// checked once: a call of that cost is not checked again.
@@ -232,7 +244,7 @@ impl Prepared {
             tier: self.tier,
             names: Names::Prepared(self),
             counters: self.counters.as_deref(),
-            key: SiteKey::Around(&self.around),
+            key: SiteKey::Around(&self.around, self.whole_hash),
             cost,
             cost_checked: spend && cost == self.cost && self.cost_fits,
             spend,
@@ -534,5 +546,33 @@ mod tests {
             fits.enforce_now(Some("k"), 0),
             super::Begun::Decided(Err(e)) if matches!(*e, Error::ZeroCost)
         ));
+    }
+
+    /// A site without user keys holds its store key's hash in the memory store
+    /// (`Store::hash_of`), and its calls are not hashed again: they spend from the one state
+    /// the key's text names, which a look and a reset by that text find.
+    #[test]
+    fn a_held_hash_finds_the_state_its_key_text_names() {
+        let config = Config::builder().default_limit(2).build().unwrap();
+        let service = RateLimitService::new(config).unwrap();
+        let prepared = service.prepare(&Options::new().budget("held")).unwrap();
+        assert!(prepared.whole_hash.is_some());
+        let admitted = || matches!(prepared.enforce_now(None, 1), super::Begun::Decided(Ok(())));
+        let (store, text) = (service.memory_store().unwrap(), prepared.around.whole());
+        let remaining = || {
+            let now = service.clock().now();
+            let look = store.decide_at(text, &prepared.quota, 0, now, false);
+            look.unwrap().remaining
+        };
+        assert_eq!(remaining(), 2);
+        assert!(admitted());
+        assert_eq!(remaining(), 1);
+        assert!(admitted());
+        assert!(!admitted());
+        assert_eq!(remaining(), 0);
+        assert!(store.reset(text));
+        assert_eq!(remaining(), 2);
+        assert!(admitted());
+        assert_eq!(store.len(), 1);
     }
 }

@@ -3,6 +3,7 @@
 //! caller that makes many calls.
 
 use std::fmt;
+use std::num::NonZeroU64;
 use std::sync::Arc;
 
 use super::held::{held_at, OldState, Transition};
@@ -102,8 +103,9 @@ pub(crate) enum SiteKey<'a> {
     /// configuration wrote (the head, the tier's part), its budget, and the quota's identity
     /// when the configuration wrote that too ([`parts`](Site::parts)).
     Parts { identity: Option<&'a str> },
-    /// Written ahead, around the user key (a prepared site).
-    Around(&'a Around),
+    /// Written ahead, around the user key (a prepared site), with the hash its store finds
+    /// the key of a call without a user key by, if the store gave one (`Store::hash_of`).
+    Around(&'a Around, Option<NonZeroU64>),
 }
 
 impl<'a> Site<'a> {
@@ -172,7 +174,7 @@ impl<'a> Site<'a> {
     #[inline(always)]
     pub(crate) fn compose(&self, out: &mut impl fmt::Write, key: Option<&str>) {
         match &self.key {
-            SiteKey::Around(around) => around.write(out, key),
+            SiteKey::Around(around, _) => around.write(out, key),
             SiteKey::Parts { identity } => {
                 let parts = self.parts(key, *identity);
                 key::write_around(out, &parts, |out| {
@@ -196,11 +198,12 @@ impl<'a> Site<'a> {
     }
 
     /// The store key of a call with user `key` when the site holds it written whole (a
-    /// prepared site's call without a user key): nothing to compose.
+    /// prepared site's call without a user key), and its hash in the store if the site holds
+    /// that too: nothing to compose, nor to hash.
     #[inline(always)]
-    pub(crate) fn whole_key(&self, key: Option<&str>) -> Option<&str> {
-        match (&self.key, key) {
-            (SiteKey::Around(around), None) => Some(around.whole()),
+    pub(crate) fn whole_key(&self, key: Option<&str>) -> Option<(&'a str, Option<NonZeroU64>)> {
+        match (self.key, key) {
+            (SiteKey::Around(around, hash), None) => Some((around.whole(), hash)),
             _ => None,
         }
     }
@@ -228,7 +231,7 @@ impl<'a> Site<'a> {
     pub(crate) fn around(&self) -> Around {
         match &self.key {
             SiteKey::Parts { identity } => Around::new(&self.parts(None, *identity), self.quota),
-            SiteKey::Around(around) => Around::clone(around),
+            SiteKey::Around(around, _) => Around::clone(around),
         }
     }
 

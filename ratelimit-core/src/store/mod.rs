@@ -12,6 +12,7 @@
 //!   [`StoredState`] (load the bytes, decide, save the bytes, inside one transaction).
 
 use std::future::Future;
+use std::num::NonZeroU64;
 use std::pin::Pin;
 
 // The stores themselves are public at the crate root only (one public path per item).
@@ -202,6 +203,30 @@ pub trait Store: Send + Sync + 'static {
         None
     }
 
+    /// The hash this store finds `key` by, for a caller that asks it of the same key on every
+    /// call (a prepared site whose store key is fixed: a budget without user keys) and works
+    /// it out once: the store is then handed it with the key and does not hash the key again.
+    /// Not a seam: the service alone hands it back, to the store that made it. Default: none.
+    #[doc(hidden)]
+    fn hash_of(&self, key: &str) -> Option<u64> {
+        let _ = key;
+        None
+    }
+
+    /// [`decide_now`](Self::decide_now) of a request on a key whose hash in this store the
+    /// caller held ([`hash_of`](Self::hash_of)). Not a seam: the default forwards to
+    /// `decide_now`, and only the store that made the hash uses it.
+    #[doc(hidden)]
+    #[inline]
+    fn decide_now_hashed(
+        &self,
+        request: Request<'_>,
+        hash: NonZeroU64,
+    ) -> Option<Result<Decision, Error>> {
+        let _ = hash;
+        self.decide_now(request)
+    }
+
     /// [`decide_all`](Self::decide_all) when the store can answer without waiting, under the
     /// contract of [`decide_now`](Self::decide_now). Default: `None` for every call.
     fn decide_all_now(&self, stacked: Stacked<'_>) -> Option<Result<Vec<Decision>, Error>> {
@@ -386,6 +411,12 @@ pub(crate) trait DynStore: Send + Sync + 'static {
     ) -> BoxFuture<'a, Result<Vec<Decision>, Error>>;
     fn reset<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<bool, Error>>;
     fn decide_now(&self, request: Request<'_>) -> Option<Result<Decision, Error>>;
+    fn hash_of(&self, key: &str) -> Option<u64>;
+    fn decide_now_hashed(
+        &self,
+        request: Request<'_>,
+        hash: NonZeroU64,
+    ) -> Option<Result<Decision, Error>>;
     fn decide_all_now(&self, stacked: Stacked<'_>) -> Option<Result<Vec<Decision>, Error>>;
     fn decides_at_once(&self) -> bool;
     fn supports(&self, quota: &Quota) -> Result<(), QuotaError>;
@@ -432,6 +463,17 @@ impl<S: Store> DynStore for S {
     #[inline]
     fn decide_now(&self, request: Request<'_>) -> Option<Result<Decision, Error>> {
         Store::decide_now(self, request)
+    }
+    fn hash_of(&self, key: &str) -> Option<u64> {
+        Store::hash_of(self, key)
+    }
+    #[inline]
+    fn decide_now_hashed(
+        &self,
+        request: Request<'_>,
+        hash: NonZeroU64,
+    ) -> Option<Result<Decision, Error>> {
+        Store::decide_now_hashed(self, request, hash)
     }
     fn decide_all_now(&self, stacked: Stacked<'_>) -> Option<Result<Vec<Decision>, Error>> {
         Store::decide_all_now(self, stacked)

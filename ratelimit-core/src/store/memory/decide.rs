@@ -1,10 +1,11 @@
 //! One call's decision: the key found under its shard's read lock and decided on its cell,
 //! or stored under the write lock when it is new and must be remembered.
 
+use std::num::NonZeroU64;
 use std::sync::atomic::Ordering;
 
 use super::blocks::{block_after, blocked_verdict};
-use super::cells::{claimed, Cell, Side, Stamp, StampedKey};
+use super::cells::{claimed, Cell, KeyHasher, Side, Stamp, StampedKey};
 use super::tables::{by_strategy, by_strategy_arms, InTables, Tables};
 use super::{locked, MemoryStore};
 use crate::algorithm::{self, Verdict, Written};
@@ -39,15 +40,31 @@ impl MemoryStore {
         self.decision(key, quota, request.cost(), now, request.mode(), answer)
     }
 
+    /// [`answer`](Self::answer) of a request on a key whose hash the caller held, as this
+    /// store worked it out ([`Store::hash_of`](crate::store::Store::hash_of)): not hashed again.
+    #[inline(always)]
+    pub(crate) fn answer_hashed<R>(
+        &self,
+        request: &Request<'_>,
+        hash: NonZeroU64,
+        answer: impl Fn(Result<Decision, Error>) -> R,
+    ) -> R {
+        let key = Hashed(request.key().as_str().as_bytes(), hash);
+        let (quota, now) = (request.quota(), request.now());
+        self.decision(key, quota, request.cost(), now, request.mode(), answer)
+    }
+
     /// The decision of a call whose key and cost are checked, in `mode`. A call that spends
     /// under a quota with no block (every call but a look, a block's and a capacity of zero's)
     /// is decided and made a [`Decision`] in its strategy's own step
     /// ([`decision_in`](Self::decision_in)): the verdict is not handed back through memory
     /// first. The others take [`decision_aside`](Self::decision_aside).
+    ///
+    /// `key`: its bytes and its hash ([`KeyHasher`](super::cells::KeyHasher)).
     #[inline(always)]
     fn decision<R>(
         &self,
-        key: &[u8],
+        key: impl Keyed,
         quota: &Quota,
         cost: u64,
         now: Nanos,
@@ -59,7 +76,7 @@ impl MemoryStore {
             return answer(Err(error));
         }
         if quota.capacity() == 0 || quota.block_nanos() > 0 || cost == 0 {
-            return answer(self.decision_aside(key, quota, cost, now, mode));
+            return answer(self.decision_aside(key.bytes(), quota, cost, now, mode));
         }
         by_strategy!(
             quota.strategy(),
@@ -74,7 +91,7 @@ impl MemoryStore {
     /// would wait on the stores that wrote it.
     fn decision_in<A: InTables, R>(
         &self,
-        key: &[u8],
+        key: impl Keyed,
         quota: &Quota,
         cost: u64,
         now: Nanos,
@@ -225,14 +242,15 @@ impl MemoryStore {
     #[inline(always)]
     fn decide_in<A: InTables, R>(
         &self,
-        key: &[u8],
+        key: impl Keyed,
         quota: &Quota,
         cost: u64,
         now: Nanos,
         mode: Mode,
         finish: impl Fn((Verdict, Stamp)) -> R,
     ) -> Result<R, Error> {
-        let hash = self.inner.hasher.hash(key);
+        let hash = key.hash_in(&self.inner.hasher);
+        let key = key.bytes();
         let (commit, keep) = (mode.spends(), mode == Mode::Keep);
         {
             let tables = self.shard(hash).read();
@@ -414,6 +432,44 @@ impl MemoryStore {
             };
             Ok(Some((verdict, stamp)))
         })
+    }
+}
+
+/// A store key as a call hands it: its bytes (`&[u8]`), hashed here, or with the hash the
+/// caller held ([`Hashed`]).
+pub(super) trait Keyed: Copy {
+    fn bytes(&self) -> &[u8];
+    /// The key's hash ([`KeyHasher::hash`]).
+    fn hash_in(&self, hasher: &KeyHasher) -> u64;
+}
+
+impl Keyed for &[u8] {
+    #[inline(always)]
+    fn bytes(&self) -> &[u8] {
+        self
+    }
+
+    #[inline(always)]
+    fn hash_in(&self, hasher: &KeyHasher) -> u64 {
+        hasher.hash(self)
+    }
+}
+
+/// A key with the hash its caller held, as this store worked it out
+/// ([`Store::hash_of`](crate::store::Store::hash_of)).
+#[derive(Clone, Copy)]
+pub(super) struct Hashed<'a>(&'a [u8], NonZeroU64);
+
+impl Keyed for Hashed<'_> {
+    #[inline(always)]
+    fn bytes(&self) -> &[u8] {
+        self.0
+    }
+
+    #[inline(always)]
+    fn hash_in(&self, hasher: &KeyHasher) -> u64 {
+        debug_assert_eq!(self.1.get(), hasher.hash(self.0), "a hash of another store");
+        self.1.get()
     }
 }
 

@@ -282,6 +282,19 @@ impl super::Store for MemoryStore {
         self.answer(&request, Some)
     }
 
+    fn hash_of(&self, key: &str) -> Option<u64> {
+        Some(self.inner.hasher.hash(key.as_bytes()))
+    }
+
+    #[inline]
+    fn decide_now_hashed(
+        &self,
+        request: Request<'_>,
+        hash: std::num::NonZeroU64,
+    ) -> Option<Result<Decision, Error>> {
+        self.answer_hashed(&request, hash, Some)
+    }
+
     fn decide_all_now(&self, stacked: Stacked<'_>) -> Option<Result<Vec<Decision>, Error>> {
         Some(self.decide_all_at(&stacked))
     }
