@@ -12,10 +12,11 @@
 //! between two of its round trips.
 //!
 //! Found and closed (`wait.rs`): a waiter in the queue decided on what its pod knew when it
-//! queued (1 against 0), and `until_ready` read no record (15 against 0). Open (ignored,
-//! FOUND): a Redis restart between a pod's raise and the spend it covers (15 against 0);
-//! under `Allow` or `Local`, a raise lost in Redis before a decision Redis answers (15
-//! against 0), and a due read lost so (1 against 0).
+//! queued (1 against 0), and `until_ready` read no record (15 against 0). Found and closed
+//! (`Site::failed`, helper-97): under `Allow` or `Local`, a raise lost in Redis before a
+//! decision Redis answered (15 against 0), and a due read lost so (1 against 0): such a
+//! call is now answered by the failure policy alone. Open (ignored, FOUND): a Redis restart
+//! between a pod's raise and the spend it covers (15 against 0).
 //!
 //! The configuration: [`bucket`]`("a")`, a bucket of 15 (10 plus 5) a token every 6 s (a
 //! tolerance of 90 s: its old state carried 150 s past a move), moved by a reload to
@@ -379,12 +380,12 @@ async fn until_waiting_or_done<T>(c: &mut redis::Connection, n: u64, call: &Join
 /// A's 15 with its own quota (the record raised), both reloaded to the tier renamed; at
 /// +300 s (past the configured carrying) B's first plain call has the record to read, and
 /// that read fails: writes paused, a timeout of 300 ms. Under `Allow` and `Local` the call
-/// goes on (`horizon_failure_refuses`) with what B alone knew: the old state let go. Its
-/// decision, sent on the same link, waits in Redis behind the held read and times out too:
-/// the policy answers it (unlimited, or from the pod's share in memory), on the fleet and
-/// on the twin alike (1 each), nothing written to Redis on what B alone knew. Writes let
+/// is answered by the policy (`horizon_failure_answered`, `Site::failed`: unlimited, or
+/// from the pod's share in memory), on the fleet and on the twin alike (1 each), nothing
+/// sent to Redis on what B alone knew (before, its decision went on to Redis on the same
+/// link, behind the held read, and timed out too: the policy's answer then as well). Writes let
 /// through again, B's next 16 plain calls read the record and carry the old state: none, as
-/// the twin. Held; where the read fails at once and Redis answers the decision, see
+/// the twin. Held; where the read fails at once (its link killed), see
 /// [`a_due_read_whose_link_is_killed_under_allow_or_local`].
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_due_read_that_fails_under_allow_or_local_is_answered_by_the_policy_then_read_again() {
@@ -434,14 +435,15 @@ fn kill_links(c: &mut redis::Connection) {
         .unwrap();
 }
 
-/// The same read failing at once, and Redis answering the decision: B's read held in Redis
-/// (writes paused) and its link killed there, so that the read fails with the store's error
-/// and the call goes on to its decision on a new link, which runs once writes are let
-/// through: on the moved state alone, as far as B knew. The twin's read fails the same way,
-/// and it carries the old state for the quota of its own it saw: none. Then 16 more plain
-/// calls on B, which read the record (still due).
+/// The same read failing at once: B's read held in Redis (writes paused) and its link
+/// killed there, so that the read fails with the store's error. The call went on to its
+/// decision on a new link, which ran once writes were let through: on the moved state
+/// alone, as far as B knew, admitted by Redis, 1 (fleet [15, 1, 0]) against 0 on the twin
+/// ([15, 0, 0]), which carries the old state for the quota of its own it saw, under `Allow`
+/// and `Local` alike. Closed: the call is answered by the policy alone (`Site::failed`:
+/// unlimited, or the pod's share in memory), never by Redis. Then 16 more plain calls on B,
+/// which read the record (still due): none.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "FOUND: B's call admitted by Redis on the moved state, 1 (fleet [15, 1, 0]) against 0 on the twin ([15, 0, 0]), under Allow and Local alike"]
 async fn a_due_read_whose_link_is_killed_under_allow_or_local() {
     let server = RedisServer::start();
     let mut results = Vec::new();
@@ -482,13 +484,13 @@ async fn a_due_read_whose_link_is_killed_under_allow_or_local() {
 }
 
 /// The raise's side of the same: A's first call with its own quota has its raise time out
-/// (writes paused, 300 ms) under `Allow` and `Local`: the call goes on to its decision,
-/// which waits in Redis behind the raise on the same link; writes let through, Redis runs
-/// the raise first, then the spend: the record raised before the state, and the call
-/// admitted by Redis (1, then 14 more of 16 with the quota). Both reloaded to the tier
-/// renamed, B's plain calls at +300 s: none, as the twin. RELIABILITY item 19's "a Redis
-/// that answers again between a failed raise and the call's decision" writes past the record
-/// only where the raise is lost, not late (a link dropped between the two): not made here.
+/// (writes paused, 300 ms) under `Allow` and `Local`: the call is answered by the policy
+/// (`Site::failed`: admitted unlimited, or by the pod's share in memory), nothing sent to
+/// Redis for it; writes let through, Redis runs the raise it held (the record raised), and
+/// A's next 16 calls with the quota raise it again and spend 15 (14 before, when the first
+/// call went on to Redis behind its raise on the same link and was spent there). Both
+/// reloaded to the tier renamed, B's plain calls at +300 s: none, as the twin. Where the
+/// raise is lost rather than late, see [`a_raise_whose_link_is_killed_under_allow_or_local`].
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_raise_that_times_out_under_allow_or_local_writes_nothing_past_the_record() {
     let server = RedisServer::start();
@@ -523,7 +525,7 @@ async fn a_raise_that_times_out_under_allow_or_local_writes_nothing_past_the_rec
         results.push((policy, fleet, twin));
     }
     for (policy, fleet, twin) in &results {
-        assert_eq!(twin, &[1, 1, 14, 0], "{policy:?}: twin");
+        assert_eq!(twin, &[1, 1, 15, 0], "{policy:?}: twin");
         assert_eq!(fleet, twin, "{policy:?}: fleet (all: {results:?})");
     }
 }
@@ -531,15 +533,18 @@ async fn a_raise_that_times_out_under_allow_or_local_writes_nothing_past_the_rec
 /// The raise lost rather than late: A's call with its own quota of cost 15 (the whole
 /// bucket: 15 minutes owed) has its raise held in Redis (writes paused) and its link killed
 /// there (`CLIENT KILL`: the raise is never run). Under `Deny` the call is refused with the
-/// store's error; under `Allow` and `Local` it goes on to its decision, sent on a new link
-/// where Redis answers again. Both reloaded to the tier renamed, B's plain calls at +300 s
-/// (past the configured carrying) read no record (the second count: 0) and let the old state
-/// go: 15, where the twin, which knows the quota of its own, carries it: none. RELIABILITY
-/// item 19's stated case ("a Redis that answers again between a failed raise and the call's
-/// decision"), made deterministic. Under `Deny` the call is refused, nothing written: 15 on
-/// both.
+/// store's error. Under `Allow` and `Local` it went on to its decision, sent on a new link
+/// where Redis answered again: the state written with no record, and both reloaded to the
+/// tier renamed, B's plain calls at +300 s (past the configured carrying) read no record
+/// (the second count: 0) and let the old state go: 15, where the twin, which knew the quota
+/// of its own, carried it: none (fleet [1, 1, 0, 15] against [1, 1, 0, 0], under each;
+/// RELIABILITY item 19's "a Redis that answers again between a failed raise and the call's
+/// decision", made deterministic). Closed: the call is answered by the policy alone, as any
+/// call whose store failed (`Site::failed`): under `Allow` admitted unlimited, under `Local`
+/// by the pod's share (7 of 15 here: a cost of 15 above it is the share's error), nothing
+/// written to Redis, so B's 15 at +300 s are the twin's too. Under `Deny` the call is
+/// refused, nothing written: 15 on both.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "FOUND: under Allow and Local, A's spend written with no record, B admits 15 at +300 s (fleet [1, 1, 0, 15]) against 0 on the twin ([1, 1, 0, 0]); Deny holds"]
 async fn a_raise_whose_link_is_killed_under_allow_or_local() {
     let server = RedisServer::start();
     let mut results = Vec::new();
@@ -583,8 +588,8 @@ async fn a_raise_whose_link_is_killed_under_allow_or_local() {
     }
     for (policy, _, twin) in &results {
         let expected = match policy {
-            FailurePolicy::Deny => [1, 0, 0, 15],
-            _ => [1, 1, 0, 0],
+            FailurePolicy::Allow => [1, 1, 0, 15],
+            _ => [1, 0, 0, 15],
         };
         assert_eq!(twin, &expected, "{policy:?}: twin");
     }

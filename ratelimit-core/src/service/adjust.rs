@@ -63,8 +63,11 @@ impl RateLimitService {
     ) -> Result<Decision, Error> {
         let call = Mode::Look.apply(options.call());
         let (generation, mut held) = (self.generation(), Held::default());
+        // A read that fails refuses the adjustment with its error under every policy, as a
+        // penalty's raise does: a penalty or reward is no decision a policy answers, and made
+        // on what this service alone knew it is spent or given back on the moved state alone.
         if self.horizon_due(&generation) {
-            Box::pin(self.read_horizon_if_due(&generation)).await?;
+            Box::pin(self.read_horizon(&generation)).await?;
         }
         let site = self.site(&generation, &call, &mut held)?;
         let store = &*self.inner.store;
@@ -183,7 +186,7 @@ impl RateLimitService {
             // whose own bound was larger took that bound for its own and read nothing of
             // this penalty, whose debt ended after its own (15 admitted against none:
             // probes_horizon_record_redis). The penalty is written: a failure here is the
-            // call's error where it refuses (`horizon_failure_refuses`), the bound standing,
+            // call's error where it refuses (`horizon_failure_answered`), the bound standing,
             // read by every other service (the record's second bound where it lies under
             // another's own larger one: probes_horizon_ids_redis).
             let end = self
@@ -192,7 +195,7 @@ impl RateLimitService {
                 .load(std::sync::atomic::Ordering::Relaxed);
             if self.penalty_end_due(end) {
                 match Box::pin(self.raise_horizon(&generation, (0, end))).await {
-                    Err(e) if self.horizon_failure_refuses(&e) => return Err(e),
+                    Err(e) if !self.horizon_failure_answered(&e) => return Err(e),
                     _ => {}
                 }
             }

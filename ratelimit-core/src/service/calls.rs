@@ -159,14 +159,16 @@ impl RateLimitService {
             let mode = const { Mode::of(MODE) };
             let call = mode.apply(options.call());
             let (generation, mut held) = (self.generation(), Held::default());
+            let mut failed = false;
             if self.horizon_due(&generation) {
-                if let Err(e) = Box::pin(self.read_horizon_if_due(&generation)).await {
-                    return Err(self.unresolved(&call, e));
+                match Box::pin(self.read_horizon_if_due(&generation)).await {
+                    Ok(unanswered) => failed = unanswered,
+                    Err(e) => return Err(self.unresolved(&call, e)),
                 }
             }
             // Nothing but the boxed rest of the call is held across the wait (see `start`).
             let later = match self.site(&generation, &call, &mut held) {
-                Ok(site) => match self.start(site, Some(key), mode) {
+                Ok(site) => match self.start(site.failed_if(failed), Some(key), mode) {
                     Started::Now(decided) => return decided,
                     Started::Later(later) => later,
                 },
@@ -192,15 +194,14 @@ impl RateLimitService {
         key: Option<&str>,
     ) -> Result<(), Error> {
         let (generation, mut held) = (self.generation(), Held::default());
-        if self.horizon_due(&generation) {
-            Box::pin(self.read_horizon_if_due(&generation))
+        let failed = self.horizon_due(&generation)
+            && Box::pin(self.read_horizon_if_due(&generation))
                 .await
                 .map_err(|e| self.unresolved(call, e))?;
-        }
         let site = self
             .site(&generation, call, &mut held)
             .map_err(|e| self.unresolved(call, e))?;
-        let decided = match self.start(site, key, Mode::Enforce) {
+        let decided = match self.start(site.failed_if(failed), key, Mode::Enforce) {
             Started::Now(decided) => decided,
             Started::Later(later) => later.await,
         };
@@ -215,15 +216,14 @@ impl RateLimitService {
         key: Option<&str>,
     ) -> Result<super::Spent, Error> {
         let (generation, mut held) = (self.generation(), Held::default());
-        if self.horizon_due(&generation) {
-            Box::pin(self.read_horizon_if_due(&generation))
+        let failed = self.horizon_due(&generation)
+            && Box::pin(self.read_horizon_if_due(&generation))
                 .await
                 .map_err(|e| self.unresolved(call, e))?;
-        }
         let site = self
             .site(&generation, call, &mut held)
             .map_err(|e| self.unresolved(call, e))?;
-        self.spend_at(site, key, true).await
+        self.spend_at(site.failed_if(failed), key, true).await
     }
 
     /// [`enforce_call_spent`](Self::enforce_call_spent) decided at once; `None`, nothing
@@ -306,7 +306,8 @@ impl RateLimitService {
     /// A call at `site` whose quota or window of its own outlasts what the store's record of
     /// the fleet's horizon holds (`horizon.rs`): the record raised first, then decided. A
     /// record that cannot be raised refuses the call with the store's error, recorded as
-    /// the call's: the state is never written past the record.
+    /// the call's, or has it answered by the store's failure policy (`Site::failed`): the
+    /// state is never written past the record.
     #[cold]
     async fn raised_then<'a>(
         &'a self,
@@ -314,12 +315,10 @@ impl RateLimitService {
         key: Option<&'a str>,
         answer: impl FnOnce(&Site<'_>, Result<Decision, Error>) -> Result<Decision, Error>,
     ) -> Result<Decision, Error> {
-        match self.raise_horizon(site.generation, (0, 0)).await {
-            Err(e) if self.horizon_failure_refuses(&e) => {
-                return self.record_and_return(&site, key, Err(e));
-            }
-            _ => {}
-        }
+        let site = match self.raise_horizon_for_call(site.generation).await {
+            Ok(failed) => site.failed_if(failed),
+            Err(e) => return self.record_and_return(&site, key, Err(e)),
+        };
         let decided = match site.may_wait {
             true => self.decide_waiting(&site, key).await,
             false => self.decide(&site, key).await,

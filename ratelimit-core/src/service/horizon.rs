@@ -40,8 +40,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::{Generation, RateLimitService};
 use crate::clock::Nanos;
+use crate::decision::Decision;
 use crate::error::Error;
-use crate::store::Horizon;
+use crate::store::{Horizon, Request, Stacked};
 
 /// What a service knows of its fleet's record ([`Store::horizon`](crate::store::Store)).
 pub(super) struct Fleet {
@@ -153,6 +154,14 @@ fn service_id() -> u64 {
     id.max(1)
 }
 
+/// The failure a call whose read or raise of the record went unanswered hands its store's
+/// policy (which logs it where failures start).
+fn unanswered() -> Error {
+    Error::Store {
+        message: "the fleet's reload horizon record could not be read or raised".into(),
+    }
+}
+
 /// The key prefixes `generation` runs and keeps, each once: the states it writes and carries.
 fn prefixes(generation: &Generation) -> Vec<&str> {
     let mut out = vec![generation.config.key_prefix()];
@@ -226,36 +235,68 @@ impl RateLimitService {
         site.spend && !plain && self.horizon_raise_due()
     }
 
-    /// Whether `error`, met raising or reading the record, refuses the call: always, but
-    /// where the store could not answer at all (`Error::Store`, `Error::Timeout`) on a Redis
-    /// store under a failure policy that answers such failures (`Allow`, `Local`): the call
-    /// then goes on to its decision, which the policy answers while Redis does not (no
-    /// state written there, so none past the record), and the record is raised (or read)
-    /// by the next call that needs it. Refused there too, every call with a quota of its
-    /// own was refused while a replica was read-only, against the policy that admits them
-    /// (redis_faults). Left: a Redis that answers again between the failed raise and the
-    /// decision has that call's state written before the record is raised. A record of
-    /// another shape refuses under every policy.
-    pub(super) fn horizon_failure_refuses(&self, error: &Error) -> bool {
-        #[cfg(feature = "redis")]
-        if let Some(redis) = &self.inner.redis {
-            let unanswered = matches!(error, Error::Store { .. } | Error::Timeout { .. });
-            let policy = redis.options().on_failure;
-            return !unanswered || policy == crate::store::FailurePolicy::Deny;
-        }
-        let _ = error;
-        true
+    /// Whether `error`, met raising or reading the record for a call, has the call answered
+    /// by the store's failure policy ([`Site::failed`](super::site::Site::failed)) rather
+    /// than refused: where the store could not answer at all (`Error::Store`,
+    /// `Error::Timeout`) and answers such failures by a policy
+    /// ([`Store::answers_failures`](crate::store::Store::answers_failures): `Allow`,
+    /// `Local`). The call is then never decided by the store: its read or raise unanswered,
+    /// the store's answer on a link that answers again was made on what this service alone
+    /// knew, or its state written before the record (1 and 15 admitted against none on one
+    /// service: probes_horizon_surfaces_redis). Refused there instead, every call with a
+    /// quota of its own was refused against the policy while a replica was read-only
+    /// (redis_faults). A record of another shape refuses under every policy, as a store
+    /// failure that is an answer.
+    pub(super) fn horizon_failure_answered(&self, error: &Error) -> bool {
+        matches!(error, Error::Store { .. } | Error::Timeout { .. })
+            && self.inner.store.answers_failures()
     }
 
-    /// [`read_horizon`](Self::read_horizon) where due, its error only where it refuses
-    /// ([`horizon_failure_refuses`](Self::horizon_failure_refuses)).
-    pub(super) async fn read_horizon_if_due(&self, generation: &Generation) -> Result<(), Error> {
+    /// [`read_horizon`](Self::read_horizon) where due, for a call: `Ok(true)` where it failed
+    /// and the call is answered by the failure policy
+    /// ([`horizon_failure_answered`](Self::horizon_failure_answered)), its error where it
+    /// refuses.
+    pub(super) async fn read_horizon_if_due(&self, generation: &Generation) -> Result<bool, Error> {
         if !self.horizon_due(generation) {
-            return Ok(());
+            return Ok(false);
         }
-        match self.read_horizon(generation).await {
-            Err(e) if self.horizon_failure_refuses(&e) => Err(e),
-            _ => Ok(()),
+        self.answered_by_policy(self.read_horizon(generation).await)
+    }
+
+    /// [`raise_horizon`](Self::raise_horizon) before a call's decision, with nothing of a
+    /// penalty: `Ok(true)` where it failed and the call is answered by the failure policy,
+    /// its error where it refuses.
+    pub(super) async fn raise_horizon_for_call(
+        &self,
+        generation: &Generation,
+    ) -> Result<bool, Error> {
+        self.answered_by_policy(self.raise_horizon(generation, (0, 0)).await)
+    }
+
+    /// The failure policy's answer to a call whose read or raise failed
+    /// ([`Site::failed`](super::site::Site::failed)), as to any decision the store could
+    /// not make.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn answer_failure(&self, request: Request<'_>) -> Result<Decision, Error> {
+        self.inner.store.answer_failure(request, unanswered())
+    }
+
+    /// [`answer_failure`](Self::answer_failure) of a stacked call (or one with a
+    /// transition's old states).
+    #[cold]
+    #[inline(never)]
+    pub(super) fn answer_failure_all(&self, stacked: Stacked<'_>) -> Result<Vec<Decision>, Error> {
+        self.inner.store.answer_failure_all(stacked, unanswered())
+    }
+
+    /// A call's read or raise `done`: `Ok(true)` where it failed and the call is answered by
+    /// the failure policy, the error where it refuses.
+    fn answered_by_policy(&self, done: Result<(), Error>) -> Result<bool, Error> {
+        match done {
+            Ok(()) => Ok(false),
+            Err(e) if self.horizon_failure_answered(&e) => Ok(true),
+            Err(e) => Err(e),
         }
     }
 

@@ -128,9 +128,10 @@ impl RateLimitService {
             }
         };
         let started = self.inner.latency.start();
-        let mut decided = match hash {
-            Some(hash) => self.inner.store.decide_now_hashed(request, hash),
-            None => self.inner.store.decide_now(request),
+        let mut decided = match (site.failed, hash) {
+            (true, _) => Some(self.answer_failure(request)),
+            (false, Some(hash)) => self.inner.store.decide_now_hashed(request, hash),
+            (false, None) => self.inner.store.decide_now(request),
         };
         if let Some(decided) = &mut decided {
             self.inner.latency.finish(started);
@@ -225,7 +226,10 @@ impl RateLimitService {
         let request = site.request(store_key, now, &mut drained)?;
         let started = self.inner.latency.start();
         let store = &*self.inner.store;
-        let mut decided = store.decide(request).await;
+        let mut decided = match site.failed {
+            false => store.decide(request).await,
+            true => self.answer_failure(request),
+        };
         self.inner.latency.finish(started);
         under_its_quota(request.quota(), &mut decided);
         super::transition::retry(site, now, &mut decided);

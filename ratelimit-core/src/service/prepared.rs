@@ -191,16 +191,15 @@ impl Prepared {
     async fn rerun(&self, key: Option<&str>, cost: u64, mode: Mode) -> Result<Decision, Error> {
         let (generation, mut held) = (self.service.generation(), Held::default());
         let call = mode.apply(self.asked(cost));
-        if self.service.horizon_due(&generation) {
-            Box::pin(self.service.read_horizon_if_due(&generation))
+        let failed = self.service.horizon_due(&generation)
+            && Box::pin(self.service.read_horizon_if_due(&generation))
                 .await
                 .map_err(|e| self.service.unresolved(&call, e))?;
-        }
         let site = self
             .service
             .site(&generation, &call, &mut held)
             .map_err(|e| self.service.unresolved(&call, e))?;
-        let decided = match self.service.start(site, key, mode) {
+        let decided = match self.service.start(site.failed_if(failed), key, mode) {
             Started::Now(decided) => decided,
             Started::Later(later) => later.await,
         };
@@ -251,6 +250,7 @@ impl Prepared {
             kept: false,
             may_wait: spend && self.may_wait,
             shadow: self.shadow,
+            failed: false,
             transition: self.transition.as_deref(),
         }
     }
@@ -284,16 +284,15 @@ impl Prepared {
         }
         let (generation, mut held) = (self.service.generation(), Held::default());
         let call = self.asked(cost);
-        if self.service.horizon_due(&generation) {
-            Box::pin(self.service.read_horizon_if_due(&generation))
+        let failed = self.service.horizon_due(&generation)
+            && Box::pin(self.service.read_horizon_if_due(&generation))
                 .await
                 .map_err(|e| self.service.unresolved(&call, e))?;
-        }
         let site = self
             .service
             .site(&generation, &call, &mut held)
             .map_err(|e| self.service.unresolved(&call, e))?;
-        Box::pin(self.service.spend_at(site, key, enforce)).await
+        Box::pin(self.service.spend_at(site.failed_if(failed), key, enforce)).await
     }
 
     /// [`spend_with`](Self::spend_with) decided at once; `None`, nothing spent, when the

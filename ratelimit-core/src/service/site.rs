@@ -46,6 +46,15 @@ pub(crate) struct Site<'a> {
     /// A shadow limit: a call it would refuse is admitted, marked and counted
     /// (`RateLimitService::settle`).
     pub(crate) shadow: bool,
+    /// Whether the store failed this call before its decision, unanswered (its read or raise
+    /// of the fleet's reload horizon, `horizon.rs`), on a store that answers such failures by
+    /// a policy: its decision is that policy's ([`Store::answer_failure`]), never asked of
+    /// the store. Asked of it, on a link that answered again, it was decided on what this
+    /// service alone knew, or written past the record: 1 and 15 admitted against none on
+    /// one service under `Allow` and `Local` (probes_horizon_surfaces_redis).
+    ///
+    /// [`Store::answer_failure`]: crate::store::Store::answer_failure
+    pub(crate) failed: bool,
     /// After a reload that loosened this limit, the old, tighter quota on the same state,
     /// until one of its windows has passed since the switch (see `reload.rs`): a prepared
     /// site's own, or one worked out for one call, in its [`Held`].
@@ -116,6 +125,15 @@ impl<'a> Site<'a> {
     #[inline(always)]
     pub(crate) fn lent(&self) -> Site<'a> {
         *self
+    }
+
+    /// The site, answered by the store's failure policy where `failed` ([`failed`](Self::failed)).
+    #[inline(always)]
+    pub(crate) fn failed_if(self, failed: bool) -> Site<'a> {
+        Site {
+            failed: self.failed || failed,
+            ..self
+        }
     }
 
     /// The budget's name, if the site has one.
@@ -335,6 +353,7 @@ impl RateLimitService {
             // A shadow limit never refuses, so it never makes a call wait.
             may_wait: !shadow && self.may_wait(config, options),
             shadow,
+            failed: false,
             transition,
         })
     }

@@ -211,13 +211,15 @@ impl RateLimitService {
         async move {
             let call = super::calls::Mode::Spend.apply(options.call());
             let (generation, mut held) = (self.generation(), Held::default());
+            let mut failed = false;
             if self.horizon_due(&generation) {
-                if let Err(e) = Box::pin(self.read_horizon_if_due(&generation)).await {
-                    return Err(self.unresolved(&call, e));
+                match Box::pin(self.read_horizon_if_due(&generation)).await {
+                    Ok(unanswered) => failed = unanswered,
+                    Err(e) => return Err(self.unresolved(&call, e)),
                 }
             }
             match self.site(&generation, &call, &mut held) {
-                Ok(site) => self.spend_at(site, Some(key), false).await,
+                Ok(site) => self.spend_at(site.failed_if(failed), Some(key), false).await,
                 Err(e) => Err(self.unresolved(&call, e)),
             }
         }
@@ -231,17 +233,19 @@ impl RateLimitService {
         key: Option<&str>,
         enforce: bool,
     ) -> Result<Spent, Error> {
-        let site = &Site { kept: true, ..site };
-        // A quota or a window of its own past the fleet's record: raised first (`horizon.rs`).
-        if self.horizon_raise_at(site) {
-            match Box::pin(self.raise_horizon(site.generation, (0, 0))).await {
+        let mut site = Site { kept: true, ..site };
+        // A quota or a window of its own past the fleet's record: raised first (`horizon.rs`);
+        // failing unanswered, the call answered by the store's failure policy.
+        if self.horizon_raise_at(&site) {
+            match Box::pin(self.raise_horizon_for_call(site.generation)).await {
+                Ok(failed) => site = site.failed_if(failed),
                 // Recorded as the call's outcome, and returned: an error stays one.
-                Err(e) if self.horizon_failure_refuses(&e) => {
-                    self.record_and_return(site, key, Err(e))?;
+                Err(e) => {
+                    self.record_and_return(&site, key, Err(e))?;
                 }
-                _ => {}
             }
         }
+        let site = &site;
         let mut store_key = String::new();
         let decided = match site.may_wait {
             false => {

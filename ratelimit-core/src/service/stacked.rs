@@ -170,21 +170,24 @@ impl RateLimitService {
         // a pod carried a moved state only for the configured bucket while another's stacked
         // calls owed 15 minutes on it: 15 admitted where one service admitted none
         // (probes_horizon_record_redis).
+        // Either failing unanswered, the call is answered by the store's failure policy, as
+        // a single call is (`Site::failed`).
+        let mut failed = false;
         if self.horizon_due(&generation) {
-            Box::pin(self.read_horizon_if_due(&generation)).await?;
+            failed = Box::pin(self.read_horizon_if_due(&generation)).await?;
         }
         let mut held: Vec<Held> = std::iter::repeat_with(Held::default)
             .take(limits.len())
             .collect();
-        let (sites, keys, now) = match self.stacked(&generation, limits, &mut held)? {
+        let (mut sites, keys, now) = match self.stacked(&generation, limits, &mut held)? {
             Keyed::Unlimited(decisions) => return Ok(SpentAll::kept(decisions)),
             Keyed::Keys(sites, keys, now) => (sites, keys, now),
         };
         if sites.iter().any(|site| self.horizon_raise_at(site)) {
-            match Box::pin(self.raise_horizon(&generation, (0, 0))).await {
-                Err(e) if self.horizon_failure_refuses(&e) => return Err(e),
-                _ => {}
-            }
+            failed |= Box::pin(self.raise_horizon_for_call(&generation)).await?;
+        }
+        for site in &mut sites {
+            *site = site.failed_if(failed);
         }
         let mut drained = vec![None; sites.len()];
         let mut checks = checks(&keys, &sites, now, &mut drained);
@@ -258,8 +261,15 @@ impl RateLimitService {
         if let Some(refused) = waiting(&at_once).filter(|_| !store.decides_at_once()) {
             return Err(refused);
         }
+        // Its read or raise of the fleet's record failed: the failure policy's answers, never
+        // the store's (`Site::failed`).
+        let failed = sites.iter().any(|s| s.failed);
+        let all_now = |stack: Stacked<'_>| match failed {
+            false => store.decide_all_now(stack),
+            true => Some(self.answer_failure_all(stack)),
+        };
         if !sites.iter().any(|s| s.shadow) {
-            return match store.decide_all_now(all) {
+            return match all_now(all) {
                 Some(decided) => decided,
                 None => match waiting(&at_once) {
                     Some(refused) => Err(refused),
@@ -286,7 +296,7 @@ impl RateLimitService {
             let olds_at = (0..all.olds_at()).filter(|&i| !shadow(i)).count();
             let stack = Stacked::carrying(&enforced, &carried, all.now(), all.mode())?
                 .with_old_states_from(olds_at);
-            let decisions = match store.decide_all_now(stack) {
+            let decisions = match all_now(stack) {
                 Some(decisions) => decisions?,
                 None => match waiting(&at_once) {
                     Some(refused) => return Err(refused),
@@ -310,7 +320,11 @@ impl RateLimitService {
                 continue;
             }
             let request = Request::checked(check.key, check.quota, check.cost, all.now(), mode);
-            let decision = match store.decide_now(request) {
+            let now = match failed {
+                false => store.decide_now(request),
+                true => Some(self.answer_failure(request)),
+            };
+            let decision = match now {
                 Some(decision) => decision?,
                 None => match waiting(&at_once) {
                     Some(refused) => return Err(refused),

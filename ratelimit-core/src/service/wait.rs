@@ -149,10 +149,14 @@ impl RateLimitService {
                 // it, a waiter queued on B before A's quota of its own was recorded read the
                 // moved state alone: 1 admitted against none on one service
                 // (probes_horizon_surfaces_redis). With nothing kept, no transition to hold.
+                // A read that fails unanswered has this ask answered by the store's failure
+                // policy (`Site::failed`), as a call begun now would be.
                 let keeps = !site.generation.previous().is_empty();
+                let mut asking = *site;
                 if prior.is_none() && keeps && !self.horizon_stands(folds, site.generation) {
-                    if let Err(e) = Box::pin(self.read_horizon_if_due(site.generation)).await {
-                        break Err(e);
+                    match Box::pin(self.read_horizon_if_due(site.generation)).await {
+                        Ok(failed) => asking = asking.failed_if(failed),
+                        Err(e) => break Err(e),
                     }
                     if self.inner.fleet.folds() != folds {
                         turn.leave(Left::TimedOut); // counted as what the caller is told
@@ -162,7 +166,7 @@ impl RateLimitService {
                 let decision = match prior {
                     Some(d) => Ok(d),
                     None => {
-                        match by_deadline(deadline, self.ask(site, key, &line)).await {
+                        match by_deadline(deadline, self.ask(&asking, key, &line)).await {
                             Ok(Some(decision)) => decision,
                             Ok(None) => continue, // the deadline passed: the check above ends it
                             Err(no_timer) => Err(no_timer),
@@ -278,15 +282,17 @@ impl RateLimitService {
                 // its site is worked out (`horizon.rs`): read nowhere, B's calls here after A's
                 // quota of its own was recorded read the moved state alone, 15 admitted against
                 // none on one service (probes_horizon_surfaces_redis).
-                if self.horizon_due(&generation) {
-                    Box::pin(self.read_horizon_if_due(&generation))
+                // Failing unanswered, the call's tries are answered by the store's failure
+                // policy (`Site::failed`) until a read succeeds.
+                let failed = self.horizon_due(&generation)
+                    && Box::pin(self.read_horizon_if_due(&generation))
                         .await
                         .map_err(|e| self.unresolved(&call, e))?;
-                }
                 let folds = self.inner.fleet.folds();
                 let site = self
                     .site(&generation, &call, &mut held)
-                    .map_err(|e| self.unresolved(&call, e))?;
+                    .map_err(|e| self.unresolved(&call, e))?
+                    .failed_if(failed);
                 let abandoned = self.if_abandoned(&site);
                 let ready = self.ready_under(&site, key, deadline, jitter, &mut ready_at, folds);
                 let Some(result) = ready.await else {

@@ -140,6 +140,46 @@ impl<S: Store> Failover<S> {
             _ => Err(error),
         }
     }
+
+    /// [`instead`](Self::instead) for a stacked decision.
+    fn instead_all(&self, error: Error, stacked: &Stacked<'_>) -> Result<Vec<Decision>, Error> {
+        let (checks, now) = (stacked.checks(), stacked.now());
+        self.failed(&error);
+        match (self.policy, &self.fallback) {
+            (FailurePolicy::Allow, _) => Ok(checks
+                .iter()
+                .map(|_| Decision::unlimited_for(now))
+                .collect()),
+            (FailurePolicy::Local { pods }, Some(local)) => {
+                let shares = checks
+                    .iter()
+                    .map(|c| share(c.quota, pods))
+                    .collect::<Result<Vec<_>, _>>()?;
+                let local_checks: Vec<Check<'_>> = checks
+                    .iter()
+                    .zip(&shares)
+                    .map(|(c, quota)| Check { quota, ..*c })
+                    .collect();
+                // The moved limits' old states are carried in the local share too: built
+                // without them, a moved bucket's local state forgot its old debt while the
+                // store was away.
+                let carried = stacked.carried();
+                let carried_shares = (carried.iter())
+                    .map(|c| share(c.quota, pods))
+                    .collect::<Result<Vec<_>, _>>()?;
+                let local_carried: Vec<Carry<'_>> = (carried.iter())
+                    .zip(&carried_shares)
+                    .map(|(c, quota)| Carry { quota, ..*c })
+                    .collect();
+                let local_stack =
+                    Stacked::carrying(&local_checks, &local_carried, now, stacked.mode())?;
+                let local = local.decide_all_at(&local_stack);
+                // Never given back: see `instead`.
+                local.map(|all| all.into_iter().map(|d| d.stamped(0)).collect())
+            }
+            _ => Err(error),
+        }
+    }
 }
 
 /// This process's share of `quota` while the store is away: limit, burst and refill divided
@@ -184,48 +224,12 @@ impl<S: Store> Store for Failover<S> {
     }
 
     async fn decide_all(&self, stacked: Stacked<'_>) -> Result<Vec<Decision>, Error> {
-        let (checks, now) = (stacked.checks(), stacked.now());
-        let error = match self.store.decide_all(stacked).await {
-            Err(e) if is_store_failure(&e) => e,
+        match self.store.decide_all(stacked).await {
+            Err(e) if is_store_failure(&e) => self.instead_all(e, &stacked),
             other => {
                 self.recovered();
-                return other;
+                other
             }
-        };
-        self.failed(&error);
-        match (self.policy, &self.fallback) {
-            (FailurePolicy::Allow, _) => Ok(checks
-                .iter()
-                .map(|_| Decision::unlimited_for(now))
-                .collect()),
-            (FailurePolicy::Local { pods }, Some(local)) => {
-                let shares = checks
-                    .iter()
-                    .map(|c| share(c.quota, pods))
-                    .collect::<Result<Vec<_>, _>>()?;
-                let local_checks: Vec<Check<'_>> = checks
-                    .iter()
-                    .zip(&shares)
-                    .map(|(c, quota)| Check { quota, ..*c })
-                    .collect();
-                // The moved limits' old states are carried in the local share too: built
-                // without them, a moved bucket's local state forgot its old debt while the
-                // store was away.
-                let carried = stacked.carried();
-                let carried_shares = (carried.iter())
-                    .map(|c| share(c.quota, pods))
-                    .collect::<Result<Vec<_>, _>>()?;
-                let local_carried: Vec<Carry<'_>> = (carried.iter())
-                    .zip(&carried_shares)
-                    .map(|(c, quota)| Carry { quota, ..*c })
-                    .collect();
-                let local_stack =
-                    Stacked::carrying(&local_checks, &local_carried, now, stacked.mode())?;
-                let local = local.decide_all_at(&local_stack);
-                // Never given back: see `instead`.
-                local.map(|all| all.into_iter().map(|d| d.stamped(0)).collect())
-            }
-            _ => Err(error),
         }
     }
 
@@ -233,10 +237,31 @@ impl<S: Store> Store for Failover<S> {
         self.store.records_horizon()
     }
 
-    /// The store's record, whatever the policy: the horizon is not a decision, and one that
-    /// cannot be raised or read refuses the call that needed it (fail closed).
+    /// The store's record, whatever the policy: the horizon is not a decision. A record that
+    /// cannot be raised or read has the call that needed it answered by the policy
+    /// ([`answer_failure`](Store::answer_failure)), or refused under `Deny`; a record of an
+    /// unexpected shape refuses it under every policy.
     async fn horizon(&self, prefix: &str, raise: super::Horizon) -> Result<super::Horizon, Error> {
         self.store.horizon(prefix, raise).await
+    }
+
+    /// Under `Allow` and `Local`: a failure is answered by the policy.
+    fn answers_failures(&self) -> bool {
+        self.policy != FailurePolicy::Deny
+    }
+
+    /// The policy's answer, as to any decision the store could not make (the one place it is
+    /// made: [`decide`](Store::decide) and the rest answer failures through it too).
+    fn answer_failure(&self, request: Request<'_>, error: Error) -> Result<Decision, Error> {
+        self.instead(error, &request)
+    }
+
+    fn answer_failure_all(
+        &self,
+        stacked: Stacked<'_>,
+        error: Error,
+    ) -> Result<Vec<Decision>, Error> {
+        self.instead_all(error, &stacked)
     }
 
     async fn reset(&self, key: &str) -> Result<bool, Error> {

@@ -378,6 +378,34 @@ pub trait Store: Send + Sync + 'static {
         let _ = (prefix, raise);
         async { Ok(Horizon::default()) }
     }
+
+    /// Whether a call this store could not decide is answered otherwise than by the store's
+    /// error, by a failure policy of its own ([`answer_failure`](Self::answer_failure)):
+    /// [`Failover`] under [`FailurePolicy::Allow`] or [`FailurePolicy::Local`]. Default:
+    /// `false`, every failure refuses its call.
+    fn answers_failures(&self) -> bool {
+        false
+    }
+
+    /// The answer to `request` where the store failed with `error` before it was asked (its
+    /// fleet's [`horizon`](Self::horizon) could not be read or raised: decided by the store
+    /// meanwhile, on a link that answers again, it was decided on what one service alone
+    /// knew): what this store answers any decision it cannot make, never the store's own.
+    /// Default: `error`.
+    fn answer_failure(&self, request: Request<'_>, error: Error) -> Result<Decision, Error> {
+        let _ = request;
+        Err(error)
+    }
+
+    /// [`answer_failure`](Self::answer_failure) of a stacked call. Default: `error`.
+    fn answer_failure_all(
+        &self,
+        stacked: Stacked<'_>,
+        error: Error,
+    ) -> Result<Vec<Decision>, Error> {
+        let _ = stacked;
+        Err(error)
+    }
 }
 
 /// What every store decides about a stacked call before touching any state, one entry per
@@ -434,6 +462,10 @@ pub(crate) trait DynStore: Send + Sync + 'static {
         prefix: &'a str,
         raise: Horizon,
     ) -> BoxFuture<'a, Result<Horizon, Error>>;
+    fn answers_failures(&self) -> bool;
+    fn answer_failure(&self, request: Request<'_>, error: Error) -> Result<Decision, Error>;
+    fn answer_failure_all(&self, stacked: Stacked<'_>, error: Error)
+        -> Result<Vec<Decision>, Error>;
 }
 
 /// A quota with a block, on a store that keeps none: not enforceable.
@@ -520,5 +552,18 @@ impl<S: Store> DynStore for S {
         raise: Horizon,
     ) -> BoxFuture<'a, Result<Horizon, Error>> {
         Box::pin(Store::horizon(self, prefix, raise))
+    }
+    fn answers_failures(&self) -> bool {
+        Store::answers_failures(self)
+    }
+    fn answer_failure(&self, request: Request<'_>, error: Error) -> Result<Decision, Error> {
+        Store::answer_failure(self, request, error)
+    }
+    fn answer_failure_all(
+        &self,
+        stacked: Stacked<'_>,
+        error: Error,
+    ) -> Result<Vec<Decision>, Error> {
+        Store::answer_failure_all(self, stacked, error)
     }
 }
