@@ -16,7 +16,9 @@
 //! (`Site::failed`, helper-97): under `Allow` or `Local`, a raise lost in Redis before a
 //! decision Redis answered (15 against 0), and a due read lost so (1 against 0): such a
 //! call is now answered by the failure policy alone. Open (ignored, FOUND): a Redis restart
-//! between a pod's raise and the spend it covers (15 against 0).
+//! between a pod's raise and the spend it covers (15 against 0). Found and closed
+//! (helper-97): `until_ready` and a prepared site's `try_consume` with a quota of their own
+//! raised no record (15 against 0 each).
 //!
 //! The configuration: [`bucket`]`("a")`, a bucket of 15 (10 plus 5) a token every 6 s (a
 //! tolerance of 90 s: its old state carried 150 s past a move), moved by a reload to
@@ -836,7 +838,7 @@ async fn leased_and_locally_refused_calls_on_another_pod_carry_what_the_record_h
     };
     let fleet = script(&pods("h90-leases", true, || bucket("a"), options)).await;
     let twin = script(&pods("h90-leases", false, || bucket("a"), options)).await;
-    assert_eq!(twin, [15, 0, 0], "twin");
+    assert_eq!(twin, [15, 1, 0], "twin");
     assert_eq!(fleet, twin, "fleet");
 }
 
@@ -975,4 +977,76 @@ async fn an_adjustment_on_another_pod_after_the_move_reads_the_record() {
     for (how, fleet, twin) in &all {
         assert_eq!(fleet, twin, "{how}: fleet (all: {all:?})");
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// 7. Surfaces that spend with a quota of their own (helper-97).
+// ---------------------------------------------------------------------------------------
+
+/// A's 15 with its own quota through `until_ready` (a deadline a second away each), both
+/// reloaded to the tier renamed, B's plain calls at +300 s: none, as the twin. Counts: A's
+/// admitted, the record there after them, B's plain calls. Found: `until_ready` raised the
+/// record nowhere, so A's state was written past it and B let the old state go: 15 (fleet
+/// [15, 0, 15]) against 0 (twin [15, 0, 0]). Closed: it raises before each ask where due,
+/// as every spending call (`wait.rs`'s `ready_under`).
+#[tokio::test]
+async fn until_ready_with_a_quota_of_its_own_raises_the_record() {
+    let server = RedisServer::start();
+    let (fleet, twin) = fleet_and_twin(
+        &server,
+        "h97-until-ready-raise",
+        || bucket("a"),
+        async |pods| {
+            let mut admitted = 0;
+            for _ in 0..16 {
+                let deadline = tokio::time::Instant::now() + Duration::from_secs(1);
+                let ready = pods.pod(0).until_ready("k", &own(), deadline).await;
+                admitted += usize::from(ready.is_ok_and(|d| d.allowed));
+            }
+            let mut counts = vec![admitted];
+            counts.push(usize::from(record(&server, &pods.prefix).is_some()));
+            pods.reload_all(|| bucket("b"));
+            pods.at(300);
+            counts.push(pods.admitted(1, "k", &Options::new(), 16).await);
+            counts
+        },
+    )
+    .await;
+    assert_eq!(twin, [15, 1, 0], "twin");
+    assert_eq!(fleet, twin, "fleet");
+}
+
+/// The same through a prepared site's `try_consume` (and `Pending::consume`), the path an
+/// annotated fn's call takes too (`enforce_now`). Found: decided at once or awaited on the
+/// store key composed, it raised nothing: 15 (fleet [15, 0, 15]) against 0 (twin
+/// [15, 0, 0]). Closed: a call that raises first is decided by every step
+/// (`Prepared::begin`, `awaited`).
+#[tokio::test]
+async fn a_prepared_sites_try_consume_with_a_quota_of_its_own_raises_the_record() {
+    let server = RedisServer::start();
+    let (fleet, twin) = fleet_and_twin(
+        &server,
+        "h97-try-consume-raise",
+        || bucket("a"),
+        async |pods| {
+            let site = std::sync::Arc::new(pods.pod(0).prepare(&own()).unwrap());
+            let mut admitted = 0;
+            for _ in 0..16 {
+                let decided = match site.try_consume("k") {
+                    ratelimit::Attempt::Decided(decided) => decided,
+                    ratelimit::Attempt::Pending(pending) => pending.consume().await,
+                };
+                admitted += usize::from(decided.is_ok_and(|d| d.allowed));
+            }
+            let mut counts = vec![admitted];
+            counts.push(usize::from(record(&server, &pods.prefix).is_some()));
+            pods.reload_all(|| bucket("b"));
+            pods.at(300);
+            counts.push(pods.admitted(1, "k", &Options::new(), 16).await);
+            counts
+        },
+    )
+    .await;
+    assert_eq!(twin, [15, 1, 0], "twin");
+    assert_eq!(fleet, twin, "fleet");
 }

@@ -388,8 +388,12 @@ impl Prepared {
         name_tier: bool,
         answer: impl FnOnce(&Site<'_>, &mut super::pipeline::Answer) -> Option<T>,
     ) -> Begun<T> {
-        // A site no longer current is decided by `awaited`, under the running generation.
-        if site.may_wait || !self.is_current() {
+        // A site no longer current is decided by `awaited`, under the running generation;
+        // one whose call raises the fleet's record first (`horizon.rs`) too, by every step.
+        // Decided here, a prepared site's calls with a quota of their own (`try_consume`, an
+        // annotated fn's) wrote past the record, never raised: 15 admitted on another pod
+        // against none on one service (probes_horizon_surfaces_redis).
+        if site.may_wait || !self.is_current() || self.service.horizon_raise_at(site) {
             return Begun::Waits;
         }
         let mut store_key = String::new();
@@ -402,9 +406,10 @@ impl Prepared {
 
     /// [`begin`](Self::begin)'s awaited half, a spending call of `cost`: the store awaited
     /// once on the store key `begin` composed (neither composed nor asked at once again), or,
-    /// with none, every step with the queue (a call that may wait, or one `begin` did not
-    /// reach); a refusal an error in [`Mode::Enforce`]. A site no longer current (a reload
-    /// since `begin`, which then spent nothing) decides under the running generation.
+    /// with none, every step ([`run`](Self::run): the queue, the fleet's record raised first),
+    /// for a call `begin` did not decide; a refusal an error in [`Mode::Enforce`]. A site no
+    /// longer current (a reload since `begin`, which then spent nothing) decides under the
+    /// running generation.
     async fn awaited(
         &self,
         key: Option<&str>,
@@ -412,14 +417,14 @@ impl Prepared {
         store_key: Option<&str>,
         mode: Mode,
     ) -> Result<Decision, Error> {
+        let Some(store_key) = store_key else {
+            return Box::pin(self.run(key, cost, mode)).await;
+        };
         if !self.is_current() {
             return Box::pin(self.rerun(key, cost, mode)).await;
         }
         let site = self.site(cost, true);
-        let decided = match store_key {
-            Some(store_key) => self.service.decide_later(&site, key, store_key).await,
-            None => Box::pin(self.service.decide_waiting(&site, key)).await,
-        };
+        let decided = self.service.decide_later(&site, key, store_key).await;
         match mode {
             Mode::Enforce => decided.and_then(|d| RateLimitService::admit(&site, d)),
             _ => decided,

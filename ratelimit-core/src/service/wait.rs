@@ -327,7 +327,7 @@ impl RateLimitService {
             Ok(store_key) => store_key,
             Err(e) => return Some(Err(e)),
         };
-        let mut asked = false;
+        let (mut asked, mut asking) = (false, *site);
         loop {
             // Nothing waiting is admitted once the module has shut down, as in the queue (a
             // call begun after it too).
@@ -340,7 +340,18 @@ impl RateLimitService {
                 return None;
             }
             asked = true;
-            let answered = by_deadline(deadline, self.ask(site, Some(key), &store_key));
+            // A quota or a window of its own past the fleet's record: raised before the state
+            // is written, as every spending call's (`horizon.rs`); failing unanswered, the
+            // call answered by the store's failure policy. Raised nowhere here, A's 15 through
+            // `until_ready` with its own refill were written past the record: 15 admitted on
+            // B against none on one service (probes_horizon_surfaces_redis).
+            if self.horizon_raise_at(&asking) {
+                match Box::pin(self.raise_horizon_for_call(site.generation)).await {
+                    Ok(failed) => asking = asking.failed_if(failed),
+                    Err(e) => return Some(Err(e)),
+                }
+            }
+            let answered = by_deadline(deadline, self.ask(&asking, Some(key), &store_key));
             let result = match answered.await {
                 Ok(Some(answer)) => answer,
                 // Not answered: past the deadline, or no timer to bound the wait with.
