@@ -154,7 +154,7 @@ const POLICIES: [FailurePolicy; 3] = [
 /// (+366 s) stays under A's, its debt ends at +366 s, after A's own exact end. Both reloaded
 /// to the tier renamed; A's plain calls on `"k"` at +350 s. The twin carries the old state
 /// to +366 s: none. B's exact end raise fails (the store's error: under `Deny` the
-/// penalty's error, under `Allow` or `Local` no error at all, `horizon_failure_refuses`) or
+/// penalty's error, under `Allow` or `Local` no error at all, `horizon_failure_answered`) or
 /// is never answered and the call dropped (its pod stopped, the call cancelled): the
 /// penalty is written either way. Found: the record held A's own ends alone (B's bound
 /// under A's larger one); A read them as its own and carried to its own exact end: 15

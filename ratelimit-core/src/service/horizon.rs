@@ -5,8 +5,10 @@
 //! service that writes past what is recorded raises the record first
 //! ([`Store::horizon`]): a call whose quota or window of its own outlasts what is recorded,
 //! a penalty whose debt ends later. Raised before the state is written: a failure refuses
-//! the call (its error), and leaves the record raised or the state unwritten, never the
-//! state past the record. Each service reads the record before it lets a move go: at the
+//! the call (its error), or, unanswered on a store that answers failures by a policy
+//! (`Allow`, `Local`), has it answered by that policy alone, never by the store
+//! (`Site::failed`); either way it leaves the record raised or the state unwritten, never
+//! the state past the record. A read that fails so has its call answered the same way. Each service reads the record before it lets a move go: at the
 //! first call past any instant where something it keeps could end (a carrying, a kept
 //! configuration's windows: [`Fleet::due`]), folding it into what it saw itself; and a
 //! reload keeps every configuration it would drop until such a read has confirmed it ended

@@ -396,6 +396,46 @@ mod tests {
         assert!(!admitted(NOW + 6 * SEC));
     }
 
+    /// A call whose store failed before it was asked (the fleet's record unread) is answered
+    /// by the policy, never by the store, which answers: under `Allow` unlimited, under
+    /// `Local` the share (2 of a limit of 4 over 2 pods, the third refused), under `Deny` the
+    /// error, whatever the memory store behind would have admitted; `answers_failures` says
+    /// which.
+    #[test]
+    fn a_failure_answered_before_the_store_is_the_policys_alone() {
+        let quota = Quota::per_minute(4).unwrap();
+        let key = StoreKey::new("k").unwrap();
+        let request = Request::spend(key, &quota, 1, NOW).unwrap();
+        let unread = || Error::Store {
+            message: "unread".into(),
+        };
+        let allow = Failover::new(MemoryStore::new(), FailurePolicy::Allow);
+        assert!(allow.answers_failures());
+        let answered = allow.answer_failure(request, unread()).unwrap();
+        assert_eq!((answered.allowed, answered.limit), (true, u64::MAX));
+        let local = Failover::new(MemoryStore::new(), FailurePolicy::Local { pods: 2 });
+        assert!(local.answers_failures());
+        let admitted: Vec<bool> = (0..3)
+            .map(|_| local.answer_failure(request, unread()).unwrap().allowed)
+            .collect();
+        assert_eq!(admitted, [true, true, false]);
+        // The store behind it was never asked: its 4 are whole.
+        assert_eq!(run(local.store().decide(request)).unwrap().remaining, 3);
+        let deny = Failover::new(MemoryStore::new(), FailurePolicy::Deny);
+        assert!(!deny.answers_failures());
+        let refused = deny.answer_failure(request, unread());
+        assert!(matches!(refused, Err(Error::Store { .. })), "{refused:?}");
+        let checks = [Check {
+            key,
+            quota: &quota,
+            cost: 1,
+        }];
+        let stacked = Stacked::new(&checks, NOW, Mode::Spend).unwrap();
+        let all = allow.answer_failure_all(stacked, unread()).unwrap();
+        assert_eq!(all[0].limit, u64::MAX);
+        assert!(deny.answer_failure_all(stacked, unread()).is_err());
+    }
+
     /// While the store is away, a local refusal under a quota with a block blocks the key:
     /// 2 a second blocking for an hour, the third call refused, and the key still refused a
     /// minute later. The local share dropped the block: 2 admitted again a second later.
