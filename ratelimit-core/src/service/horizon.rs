@@ -8,11 +8,12 @@
 //! the call (its error), or, unanswered on a store that answers failures by a policy
 //! (`Allow`, `Local`), has it answered by that policy alone, never by the store
 //! (`Site::failed`); either way it leaves the record raised or the state unwritten, never
-//! the state past the record. A read that fails so has its call answered the same way. Each service reads the record before it lets a move go: at the
-//! first call past any instant where something it keeps could end (a carrying, a kept
-//! configuration's windows: [`Fleet::due`]), folding it into what it saw itself; and a
-//! reload keeps every configuration it would drop until such a read has confirmed it ended
-//! (`reload.rs`). Plain calls make no round trip of it: one compare while nothing is due.
+//! the state past the record. A read that fails so has its call answered the same way.
+//! Each service reads the record before it lets a move go: at the first call past any
+//! instant where something it keeps could end (a carrying, a kept configuration's windows:
+//! [`Fleet::due`]), folding it into what it saw itself; and a reload keeps every
+//! configuration it would drop until such a read has confirmed it ended (`reload.rs`).
+//! Plain calls make no round trip of it: one compare while nothing is due.
 //!
 //! A penalty's end goes into the record as time left (the store counts it on its own clock:
 //! Redis' `TIME`), with the id of the service that raised it: the bound before the penalty

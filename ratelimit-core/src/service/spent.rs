@@ -219,7 +219,10 @@ impl RateLimitService {
                 }
             }
             match self.site(&generation, &call, &mut held) {
-                Ok(site) => self.spend_at(site.failed_if(failed), Some(key), false).await,
+                Ok(site) => {
+                    self.spend_at(site.failed_if(failed), Some(key), false)
+                        .await
+                }
                 Err(e) => Err(self.unresolved(&call, e)),
             }
         }

@@ -464,8 +464,11 @@ pub(crate) trait DynStore: Send + Sync + 'static {
     ) -> BoxFuture<'a, Result<Horizon, Error>>;
     fn answers_failures(&self) -> bool;
     fn answer_failure(&self, request: Request<'_>, error: Error) -> Result<Decision, Error>;
-    fn answer_failure_all(&self, stacked: Stacked<'_>, error: Error)
-        -> Result<Vec<Decision>, Error>;
+    fn answer_failure_all(
+        &self,
+        stacked: Stacked<'_>,
+        error: Error,
+    ) -> Result<Vec<Decision>, Error>;
 }
 
 /// A quota with a block, on a store that keeps none: not enforceable.
