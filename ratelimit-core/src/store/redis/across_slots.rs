@@ -19,7 +19,6 @@ use super::given::{givens, Given, Read, Ticket};
 use super::ledger::{block_key, erased_key};
 use super::refund::draw;
 use super::reply::unexpected;
-use super::round_trip::Connection;
 use super::scripts::{carrying, numbers, Lua};
 use super::RedisStore;
 use crate::clock::Nanos;
@@ -365,31 +364,31 @@ impl RedisStore {
 }
 
 impl RedisStore {
-    /// The clock of the node `key`'s slot is on, in microseconds since the epoch (`TIME`,
-    /// routed to that slot's primary), within the timeout from `sent`: read before a carried
-    /// spend's reads in other slots ([`read_across_slots`](Self::read_across_slots)), the
-    /// one clock its script, on that node, reckons their age on (`late` in
-    /// `lua/carry.lua`). A command, not a script: a node pausing writes (`CLIENT PAUSE
-    /// WRITE`, as a failover does) still answers it, as it answers the reads (a script,
-    /// whatever it does, is held as a write). Routed by the slot map the client holds, as
-    /// a command without a key is (no `MOVED` to follow): while that map is stale, another
-    /// primary's clock, the two nodes' skew back in the reckoning until the map is renewed.
+    /// The clock of the node `key`'s slot is on, in microseconds since the epoch (`TIME`),
+    /// within the timeout from `sent`: read before a carried spend's reads in other slots
+    /// ([`read_across_slots`](Self::read_across_slots)), the one clock its script, on that
+    /// node, reckons their age on (`late` in `lua/carry.lua`). Commands, not a script: a
+    /// node pausing writes (`CLIENT PAUSE WRITE`, as a failover does) still answers them, as
+    /// it answers the reads (a script, whatever it does, is held as a write). `TIME` has no
+    /// key, so follows no `MOVED`: sent alone, routed by the client's slot map, a stale map
+    /// read the clock of a master no longer serving the slot while the script ran on the one
+    /// that does, their skew back in the reckoning
+    /// (`probe100_a_stale_slot_map_reads_the_clock_of_a_master_not_serving_the_slot`,
+    /// carries/). So it is read in one transaction behind a read of `key` (`EXISTS`): a node
+    /// not serving the slot answers that `MOVED` (or `ASK`), which aborts the transaction,
+    /// `TIME` unread there: an error (`refused_or`), or the transaction sent again to the
+    /// node the redirect names.
     async fn moved_clock(&self, key: &str, sent: Instant) -> Result<u64, Error> {
-        use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
-        let route = Route::with_key(key, SlotAddr::Master);
-        let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
         let value = self
-            .bounded(sent, |connection| async move {
-                let time = redis::cmd("TIME");
-                let value = match connection {
-                    Connection::Cluster(mut c) => c.route_command(time, routing).await,
-                    Connection::Single(mut c) => time.query_async(&mut c).await,
-                };
+            .bounded(sent, |mut connection| async move {
+                let mut clock = redis::pipe();
+                clock.atomic().cmd("EXISTS").arg(key).cmd("TIME");
+                let value = clock.query_async::<redis::Value>(&mut connection).await;
                 value.map_err(|e| self.error("could not read the moved state's clock", &e))
             })
             .await?;
-        match redis::from_redis_value_ref::<(u64, u64)>(&value) {
-            Ok((s, us)) if s < 1 << 32 && us < 1_000_000 => Ok(s * 1_000_000 + us),
+        match redis::from_redis_value_ref::<(u64, (u64, u64))>(&value) {
+            Ok((_, (s, us))) if s < 1 << 32 && us < 1_000_000 => Ok(s * 1_000_000 + us),
             _ => Err(unexpected(&value)),
         }
     }

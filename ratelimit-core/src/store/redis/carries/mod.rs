@@ -154,6 +154,8 @@ mod moved;
 mod probe87;
 /// helper-94's probes of the late refusal.
 mod probe94;
+/// helper-100's probes of the moved node's clock read before a carried spend's read.
+mod probe100;
 /// The pending record a carried spend leaves for a read after that never comes (helper-79's
 /// probes).
 mod records;

@@ -1,0 +1,103 @@
+//! helper-100's probes of the moved node's clock read before a carried spend's read
+//! (`RedisStore::moved_clock`, `late` in `lua/carry.lua`) on a real Cluster.
+
+use super::moved::*;
+use super::*;
+
+/// Calls of `command` each master has answered since its stats were reset (`INFO
+/// commandstats`), in `moved`'s Cluster's node order.
+fn calls_of(moved: &Moved, command: &str) -> Vec<u64> {
+    let field = format!("cmdstat_{command}:calls=");
+    (moved._cluster.nodes.iter().take(3))
+        .map(|node| {
+            let info: String = (redis::cmd("INFO").arg("commandstats"))
+                .query(&mut node.connection())
+                .unwrap();
+            (info.lines().find_map(|l| l.strip_prefix(field.as_str())))
+                .map_or(0, |rest| rest.split(',').next().unwrap().parse().unwrap())
+        })
+        .collect()
+}
+
+/// The slot of hash tag `tag` moved, keys and all, from its master to another one that
+/// holds neither it nor `besides`' slot (as `redis-cli --cluster reshard` moves it), told to
+/// every master but not to the store's client, whose slot map goes stale: the old master
+/// and the new one.
+fn migrate(moved: &Moved, tag: &str, besides: &str) -> (usize, usize) {
+    let cluster = &moved._cluster;
+    let mut conns: Vec<redis::Connection> =
+        (cluster.nodes.iter().take(3)).map(|n| n.connection()).collect();
+    let slot: u16 = (redis::cmd("CLUSTER").arg("KEYSLOT").arg(format!("{{{tag}}}")))
+        .query(&mut conns[0])
+        .unwrap();
+    let source = node_of(cluster, tag);
+    let target = (0..3)
+        .find(|&i| i != source && i != node_of(cluster, besides))
+        .unwrap();
+    let id = |c: &mut redis::Connection| -> String {
+        redis::cmd("CLUSTER").arg("MYID").query(c).unwrap()
+    };
+    let (source_id, target_id) = (id(&mut conns[source]), id(&mut conns[target]));
+    let setslot = |c: &mut redis::Connection, how: &str, node: &str| {
+        let mut cmd = redis::cmd("CLUSTER");
+        cmd.arg("SETSLOT").arg(slot).arg(how).arg(node);
+        cmd.exec(c).unwrap();
+    };
+    setslot(&mut conns[target], "IMPORTING", &source_id);
+    setslot(&mut conns[source], "MIGRATING", &target_id);
+    let keys: Vec<String> = (redis::cmd("CLUSTER").arg("GETKEYSINSLOT").arg(slot).arg(1_000))
+        .query(&mut conns[source])
+        .unwrap();
+    assert!(!keys.is_empty(), "the moved state's slot holds its keys");
+    let mut migrate = redis::cmd("MIGRATE");
+    (migrate.arg("127.0.0.1").arg(cluster.nodes[target].port()))
+        .arg("")
+        .arg(0)
+        .arg(5_000)
+        .arg("KEYS")
+        .arg(&keys);
+    migrate.exec(&mut conns[source]).unwrap();
+    for c in conns.iter_mut() {
+        setslot(c, "NODE", &target_id);
+    }
+    for c in conns.iter_mut() {
+        redis::cmd("CONFIG").arg("RESETSTAT").exec(c).unwrap();
+    }
+    (source, target)
+}
+
+/// The moved state's slot migrated to another master after the store's client mapped it
+/// (its map stale: nothing told it), then a carried spend: its clock read (`moved_clock`,
+/// `TIME`, routed by that map, a command without a key follows no `MOVED`) was answered by
+/// the old master, which no longer serves the slot (1 `TIME` there), while its script ran on
+/// the new one (following the script's `MOVED`): the lateness of its read reckoned on
+/// another primary's clock than the script's (RELIABILITY.md item 12), a skew between them
+/// moving the boundary by that much either way (ahead by 8 s, a 9 s stall carried: 3 s owed
+/// where one server owes 4 s, `probe94_a_stall_carried_with_the_old_node_ahead_outlives_the_erased_key`,
+/// lua_carry/). The clock is now read in a transaction behind a read of the moved key
+/// (`EXISTS`, which the old master answers `MOVED`, aborting it): no `TIME` there; the call
+/// is an error for the failure policy (`refused_or`: the moved bucket has room), nothing
+/// written, and its look follows the `MOVED`, so the next call maps the slot right and
+/// carries: 10 admitted in all, as the moved bucket (15, 30 s carried) admits on one server.
+/// Would catch any clock read routed by the client's map alone (`TIME` counted on the old
+/// master), and a clock read refused there that spent or carried (fewer than 10 after).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn probe100_a_stale_slot_map_reads_the_clock_of_a_master_not_serving_the_slot() {
+    let moved = Moved::new("stale-slot-map-clock", Duration::from_secs(2)).await;
+    let old_tag = moved.from.split(['{', '}']).nth(1).unwrap().to_owned();
+    let (source, target) = migrate(&moved, "u", &old_tag);
+    let first = moved.spend().await.unwrap();
+    assert!(
+        matches!(first, Err(Error::Store { .. })),
+        "the clock refused on the old master: {first:?}"
+    );
+    let next = moved.spend().await.unwrap();
+    assert!(next.as_ref().is_ok_and(|d| d.allowed), "{next:?}");
+    let times = calls_of(&moved, "time");
+    assert_eq!(
+        times[source], 0,
+        "TIME answered by the old master {source} (new {target}): {times:?}"
+    );
+    let (admitted, error) = moved.admitted_after().await;
+    assert_eq!((admitted + 1, error.is_none()), (10, true));
+}
