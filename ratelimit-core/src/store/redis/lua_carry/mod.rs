@@ -480,6 +480,8 @@ mod erased;
 mod probe87;
 /// helper-94's probes of the late refusal: what it leaves, and calls it refuses unstalled.
 mod probe94;
+/// helper-100's probes of a clock read before the read that is not the script's clock.
+mod probe100;
 /// A call stalled between its read and its script: refused past its wait, nothing written.
 mod stalled;
 /// The two sides of a history, a Cluster's steps and one server's (`Twins`).

@@ -11,7 +11,7 @@ use super::*;
 use crate::error::Error;
 
 /// Whether `reply` is the stacked script's refusal of a read past its call's wait.
-fn late(reply: &Result<bool, String>) -> bool {
+pub(super) fn late(reply: &Result<bool, String>) -> bool {
     reply
         .as_ref()
         .is_err_and(|e| e.starts_with("RATELIMIT_LATE "))
@@ -22,7 +22,7 @@ type Held = (Result<Reply, String>, Option<Option<u64>>);
 
 /// Every key a carried spend's script may write beside the moved state, and the old state's
 /// erased key: each one's value and expiry.
-fn written(twins: &Twins<'_>) -> Vec<Held> {
+pub(super) fn written(twins: &Twins<'_>) -> Vec<Held> {
     use super::super::given::{grown_mark, pending_key};
     use super::super::ledger::{block_key, erased_key, stamp_key};
     let keys = [
@@ -41,7 +41,7 @@ fn written(twins: &Twins<'_>) -> Vec<Held> {
 
 /// `f` run on the old state's node of the Cluster side, whose clock is `skew` microseconds
 /// ahead of the moved state's (behind, below 0); the clock then set back.
-fn on_old<T>(twins: &Twins<'_>, skew: i64, f: impl FnOnce(&Twins<'_>) -> T) -> T {
+pub(super) fn on_old<T>(twins: &Twins<'_>, skew: i64, f: impl FnOnce(&Twins<'_>) -> T) -> T {
     let at = twins.now.checked_add_signed(skew).unwrap();
     twins.cluster.redis.set_time(at);
     let out = f(twins);
@@ -63,7 +63,7 @@ fn read_waiting(s: &Across<'_>, wait: u64) -> Read {
 /// The old state read as `read_across_slots` reads it, the old state's node's clock `skew`
 /// microseconds ahead of the moved state's (behind, below 0): the moved node's clock read
 /// first, then the old state on its own.
-fn read_on_old(twins: &Twins<'_>, skew: i64) -> Read {
+pub(super) fn read_on_old(twins: &Twins<'_>, skew: i64) -> Read {
     let began = twins.cluster.time();
     Read {
         began,
