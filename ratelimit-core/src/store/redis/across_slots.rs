@@ -374,15 +374,17 @@ impl RedisStore {
     /// read the clock of a master no longer serving the slot while the script ran on the one
     /// that does, their skew back in the reckoning
     /// (`probe100_a_stale_slot_map_reads_the_clock_of_a_master_not_serving_the_slot`,
-    /// carries/). So it is read in one transaction behind a read of `key` (`EXISTS`): a node
-    /// not serving the slot answers that `MOVED` (or `ASK`), which aborts the transaction,
-    /// `TIME` unread there: an error (`refused_or`), or the transaction sent again to the
-    /// node the redirect names.
+    /// carries/). So it is sent behind a read of `key` (`EXISTS`) on the same link, and
+    /// taken only from a reply whose `EXISTS` was answered: a node not serving the slot
+    /// answers that `MOVED` (or `ASK`), and the client sends both again where the redirect
+    /// names (a reply with the redirect in it is unexpected: an error, `refused_or`). Not a
+    /// transaction: one whose `EXEC` a node refused (an ACL) would leave the shared link
+    /// queueing every command after it.
     async fn moved_clock(&self, key: &str, sent: Instant) -> Result<u64, Error> {
         let value = self
             .bounded(sent, |mut connection| async move {
                 let mut clock = redis::pipe();
-                clock.atomic().cmd("EXISTS").arg(key).cmd("TIME");
+                clock.cmd("EXISTS").arg(key).cmd("TIME");
                 let value = clock.query_async::<redis::Value>(&mut connection).await;
                 value.map_err(|e| self.error("could not read the moved state's clock", &e))
             })

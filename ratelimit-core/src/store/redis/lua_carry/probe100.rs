@@ -6,7 +6,7 @@
 //! old state's node.
 
 use super::across::*;
-use super::probe94::{late, on_old, read_on_old, written};
+use super::probe94::{late, read_on_old, written};
 use super::twins::*;
 use super::*;
 
@@ -43,7 +43,7 @@ fn probe100_a_clock_read_ahead_of_the_scripts_carries_a_stall() {
     twins.old_spend(28);
     // 9 s pass; the script's clock 8 s behind the one read: 1 s on it. One server's clock
     // does not step: 9 s on it.
-    let mut later = |twins: &mut Twins<'_>, us: u64| {
+    let later = |twins: &mut Twins<'_>, us: u64| {
         twins.later(us);
         twins.server.redis.set_time(twins.now + AHEAD as u64);
     };

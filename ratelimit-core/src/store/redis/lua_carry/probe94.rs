@@ -41,7 +41,7 @@ pub(super) fn written(twins: &Twins<'_>) -> Vec<Held> {
 
 /// `f` run on the old state's node of the Cluster side, whose clock is `skew` microseconds
 /// ahead of the moved state's (behind, below 0); the clock then set back.
-pub(super) fn on_old<T>(twins: &Twins<'_>, skew: i64, f: impl FnOnce(&Twins<'_>) -> T) -> T {
+fn on_old<T>(twins: &Twins<'_>, skew: i64, f: impl FnOnce(&Twins<'_>) -> T) -> T {
     let at = twins.now.checked_add_signed(skew).unwrap();
     twins.cluster.redis.set_time(at);
     let out = f(twins);
