@@ -97,3 +97,40 @@ async fn probe100_a_stale_slot_map_reads_the_clock_of_a_master_not_serving_the_s
     let (admitted, error) = moved.admitted_after().await;
     assert_eq!((admitted + 1, error.is_none()), (10, true));
 }
+
+/// The moved state's master refusing the clock read alone (an ACL taking `EXISTS` from the
+/// store's user there: no script these calls run sends it), the old state owing 30 s and the
+/// moved bucket with room: the carried spend is the store's error, the clock read's
+/// (`refused_or`: its look without the carry admits), which `Deny` refuses and `Allow`
+/// admits uncounted, as for an old state's read that fails; nothing written: with the ACL
+/// lifted the moved bucket admits 10, as if the three calls never came. Would catch a read
+/// carried on a guessed clock (a call admitted by the store itself, 9 after) or one whose
+/// failure wrote anything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn probe100_a_refused_clock_read_is_the_policys_and_writes_nothing() {
+    use crate::store::{Failover, FailurePolicy};
+    let mut moved = Moved::new("clock-read-refused", Duration::from_secs(2)).await;
+    let acl = |c: &mut redis::Connection, rule: &str| {
+        let mut cmd = redis::cmd("ACL");
+        cmd.arg("SETUSER").arg("default").arg(rule);
+        cmd.exec(c).unwrap();
+    };
+    acl(&mut moved.masters[0], "-exists");
+    let spent = moved.spend().await.unwrap();
+    let message = match &spent {
+        Err(Error::Store { message }) => message.clone(),
+        other => panic!("{other:?}"),
+    };
+    assert!(message.contains("the moved state's clock"), "{message}");
+    let carried = [carry(&moved.from, &moved.old)];
+    let (into, new) = (moved.into.as_str(), &moved.new);
+    let deny = Failover::new(moved.store.clone(), FailurePolicy::Deny);
+    let denied = carrying(&deny, into, new, 1, &carried, Mode::Spend).await;
+    assert!(matches!(denied, Err(Error::Store { .. })), "{denied:?}");
+    let allow = Failover::new(moved.store.clone(), FailurePolicy::Allow);
+    let allowed = (carrying(&allow, into, new, 1, &carried, Mode::Spend).await).unwrap();
+    assert!(allowed.allowed && allowed.limit == u64::MAX, "uncounted: {allowed:?}");
+    acl(&mut moved.masters[0], "+exists");
+    let (admitted, error) = moved.admitted_after().await;
+    assert_eq!((admitted, error.is_none()), (10, true));
+}
