@@ -77,8 +77,8 @@ impl RedisStore {
     /// ([`read_after_within`]: a runtime stalled between them) refuses, nothing written:
     /// [`Error::Timeout`], for the failure policy (its age reckoned on the script's node's
     /// clock alone, read before the read: [`moved_clock`](Self::moved_clock)); told before
-    /// the call's own timeout ran out (that clock stepped, or read from another primary by
-    /// a stale slot map), looked at without the carry first, as a read that failed
+    /// the call's own timeout ran out (that clock stepped, or the slot's primary changed
+    /// since the clock read), looked at without the carry first, as a read that failed
     /// (`refused_or`). A block begun on the old state meanwhile (by a
     /// refusal, which spends nothing there) is one after this call's, which the next call
     /// reads.
@@ -376,10 +376,13 @@ impl RedisStore {
     /// (`probe100_a_stale_slot_map_reads_the_clock_of_a_master_not_serving_the_slot`,
     /// carries/). So it is sent behind a read of `key` (`EXISTS`) on the same link, and
     /// taken only from a reply whose `EXISTS` was answered: a node not serving the slot
-    /// answers that `MOVED` (or `ASK`), and the client sends both again where the redirect
-    /// names (a reply with the redirect in it is unexpected: an error, `refused_or`). Not a
+    /// answers that `MOVED`, and the client sends both again where it names (a reply with a
+    /// redirect or any error left in it is unexpected: an error, `refused_or`). Not a
     /// transaction: one whose `EXEC` a node refused (an ACL) would leave the shared link
-    /// queueing every command after it.
+    /// queueing every command after it. Left: a slot's primary changing between this read
+    /// and the script (a failover, a migration within the call), or this clock stepping,
+    /// moves the reckoning by as much
+    /// (`probe100_a_clock_read_ahead_of_the_scripts_carries_a_stall`, lua_carry/).
     async fn moved_clock(&self, key: &str, sent: Instant) -> Result<u64, Error> {
         let value = self
             .bounded(sent, |mut connection| async move {

@@ -150,12 +150,12 @@ mod erased;
 /// A bucket moved to another Cluster slot ([`moved::Moved`]): the read after a carried spend,
 /// and a call dropped or held at each of its steps.
 mod moved;
+/// helper-100's probes of the moved node's clock read before a carried spend's read.
+mod probe100;
 /// helper-87's probes of give-backs while a record stands.
 mod probe87;
 /// helper-94's probes of the late refusal.
 mod probe94;
-/// helper-100's probes of the moved node's clock read before a carried spend's read.
-mod probe100;
 /// The pending record a carried spend leaves for a read after that never comes (helper-79's
 /// probes).
 mod records;

@@ -25,11 +25,14 @@ fn calls_of(moved: &Moved, command: &str) -> Vec<u64> {
 /// and the new one.
 fn migrate(moved: &Moved, tag: &str, besides: &str) -> (usize, usize) {
     let cluster = &moved._cluster;
-    let mut conns: Vec<redis::Connection> =
-        (cluster.nodes.iter().take(3)).map(|n| n.connection()).collect();
-    let slot: u16 = (redis::cmd("CLUSTER").arg("KEYSLOT").arg(format!("{{{tag}}}")))
-        .query(&mut conns[0])
-        .unwrap();
+    let mut conns: Vec<redis::Connection> = (cluster.nodes.iter().take(3))
+        .map(|n| n.connection())
+        .collect();
+    let slot: u16 = (redis::cmd("CLUSTER")
+        .arg("KEYSLOT")
+        .arg(format!("{{{tag}}}")))
+    .query(&mut conns[0])
+    .unwrap();
     let source = node_of(cluster, tag);
     let target = (0..3)
         .find(|&i| i != source && i != node_of(cluster, besides))
@@ -45,9 +48,12 @@ fn migrate(moved: &Moved, tag: &str, besides: &str) -> (usize, usize) {
     };
     setslot(&mut conns[target], "IMPORTING", &source_id);
     setslot(&mut conns[source], "MIGRATING", &target_id);
-    let keys: Vec<String> = (redis::cmd("CLUSTER").arg("GETKEYSINSLOT").arg(slot).arg(1_000))
-        .query(&mut conns[source])
-        .unwrap();
+    let keys: Vec<String> = (redis::cmd("CLUSTER")
+        .arg("GETKEYSINSLOT")
+        .arg(slot)
+        .arg(1_000))
+    .query(&mut conns[source])
+    .unwrap();
     assert!(!keys.is_empty(), "the moved state's slot holds its keys");
     let mut migrate = redis::cmd("MIGRATE");
     (migrate.arg("127.0.0.1").arg(cluster.nodes[target].port()))
@@ -129,7 +135,10 @@ async fn probe100_a_refused_clock_read_is_the_policys_and_writes_nothing() {
     assert!(matches!(denied, Err(Error::Store { .. })), "{denied:?}");
     let allow = Failover::new(moved.store.clone(), FailurePolicy::Allow);
     let allowed = (carrying(&allow, into, new, 1, &carried, Mode::Spend).await).unwrap();
-    assert!(allowed.allowed && allowed.limit == u64::MAX, "uncounted: {allowed:?}");
+    assert!(
+        allowed.allowed && allowed.limit == u64::MAX,
+        "uncounted: {allowed:?}"
+    );
     acl(&mut moved.masters[0], "+exists");
     let (admitted, error) = moved.admitted_after().await;
     assert_eq!((admitted, error.is_none()), (10, true));

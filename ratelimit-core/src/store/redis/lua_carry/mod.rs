@@ -476,12 +476,12 @@ mod chained;
 /// The time resets erased and the records of four parts: helper-82's probes, each history
 /// on a Cluster's steps against one server's.
 mod erased;
+/// helper-100's probes of a clock read before the read that is not the script's clock.
+mod probe100;
 /// helper-87's probes of the tickets and the give-backs counted in the erased total.
 mod probe87;
 /// helper-94's probes of the late refusal: what it leaves, and calls it refuses unstalled.
 mod probe94;
-/// helper-100's probes of a clock read before the read that is not the script's clock.
-mod probe100;
 /// A call stalled between its read and its script: refused past its wait, nothing written.
 mod stalled;
 /// The two sides of a history, a Cluster's steps and one server's (`Twins`).
