@@ -254,8 +254,14 @@ end
 -- 1 us behind, a wait of 1 s), and one ahead carried a stall past the wait whose record then
 -- outlived the erased key (3 s owed where one server owes 4 s, 8 s ahead: both `probe94_`,
 -- lua_carry/). `began` is no later than the read, so a read is never younger than reckoned.
+-- A `began` past `now` is no reading of this clock before this script (the slot's primary
+-- changed since, to one behind; this clock stepped back; garbage): refused too, so a stall
+-- longer than its wait is not carried on a clock that far behind (a 9 s stall, 10 s behind,
+-- was: 2 s owed where one server owes 3 s, `probe100_a_clock_read_past_the_scripts_now_is_late`,
+-- lua_carry/; one less behind than the stall still is: 8 s behind, 3 s against 4 s,
+-- `probe100_a_clock_read_ahead_of_the_scripts_carries_a_stall`).
 local function late(given, now)
-  if given.began + given.wait < now then
+  if given.began > now or given.began + given.wait < now then
     return redis.error_reply('RATELIMIT_LATE a carried state was read longer ago than the '
       .. 'wait of the call that read it')
   end
