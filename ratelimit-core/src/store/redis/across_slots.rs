@@ -19,6 +19,7 @@ use super::given::{givens, Given, Read, Ticket};
 use super::ledger::{block_key, erased_key};
 use super::refund::draw;
 use super::reply::unexpected;
+use super::round_trip::Connection;
 use super::scripts::{carrying, numbers, Lua};
 use super::RedisStore;
 use crate::clock::Nanos;
@@ -374,22 +375,30 @@ impl RedisStore {
     /// read the clock of a master no longer serving the slot while the script ran on the one
     /// that does, their skew back in the reckoning
     /// (`probe100_a_stale_slot_map_reads_the_clock_of_a_master_not_serving_the_slot`,
-    /// carries/). So it is sent behind a read of `key` (`EXISTS`) on the same link, and
+    /// carries/). So it is sent behind a read of `key` (`EXISTS`) on the same link to the
+    /// slot's primary (never a replica, whatever the client reads from), and
     /// taken only from a reply whose `EXISTS` was answered: a node not serving the slot
     /// answers that `MOVED`, and the client sends both again where it names (a reply with a
-    /// redirect or any error left in it is unexpected: an error, `refused_or`). Not a
+    /// redirect or any error left in it is the read's failure, `refused_or`). Not a
     /// transaction: one whose `EXEC` a node refused (an ACL) would leave the shared link
     /// queueing every command after it. Left: a slot's primary changing between this read
     /// and the script (a failover, a migration within the call), or this clock stepping,
     /// moves the reckoning by as much
     /// (`probe100_a_clock_read_ahead_of_the_scripts_carries_a_stall`, lua_carry/).
     async fn moved_clock(&self, key: &str, sent: Instant) -> Result<u64, Error> {
+        use redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
+        let route = SingleNodeRoutingInfo::SpecificNode(Route::with_key(key, SlotAddr::Master));
         let value = self
-            .bounded(sent, |mut connection| async move {
+            .bounded(sent, |connection| async move {
                 let mut clock = redis::pipe();
                 clock.cmd("EXISTS").arg(key).cmd("TIME");
-                let value = clock.query_async::<redis::Value>(&mut connection).await;
-                value.map_err(|e| self.error("could not read the moved state's clock", &e))
+                let values = match connection {
+                    Connection::Cluster(mut c) => c.route_pipeline(clock, 0, 2, route).await,
+                    Connection::Single(mut c) => clock.query_async(&mut c).await,
+                };
+                // A reply refused (a redirect left in it, an ACL) is the read's failure.
+                (values.and_then(|v| redis::Value::Array(v).extract_error()))
+                    .map_err(|e| self.error("could not read the moved state's clock", &e))
             })
             .await?;
         match redis::from_redis_value_ref::<(u64, (u64, u64))>(&value) {
