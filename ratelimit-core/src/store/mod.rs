@@ -215,7 +215,9 @@ pub trait Store: Send + Sync + 'static {
 
     /// [`decide_now`](Self::decide_now) of a request on a key whose hash in this store the
     /// caller held ([`hash_of`](Self::hash_of)). Not a seam: the default forwards to
-    /// `decide_now`, and only the store that made the hash uses it.
+    /// `decide_now`, and only the store that made the hash uses it. The memory store checks
+    /// a held hash against the key's text wherever it would find no state or store one, so a
+    /// wrapper that hands on a hash of another text or store is decided by the text.
     #[doc(hidden)]
     #[inline]
     fn decide_now_hashed(

@@ -239,18 +239,24 @@ impl MemoryStore {
     /// The decision in the strategy's own table: a stored key under the shard's read lock; a
     /// new key that must be remembered, or a spend kept on a key not stamped yet, under its
     /// write lock. With the key's stamp when the spend is kept ([`Mode::Keep`]; none otherwise).
+    ///
+    /// A hash the caller held ([`Hashed`]) is checked against the key's text before it finds
+    /// no state (a fresh key) and before it stores one (the write path): every key is stored
+    /// under its text's hash, so a held hash that finds the key's cell by its bytes finds the
+    /// one state the text names, and one that does not is decided by the text
+    /// ([`decide_by_text`](Self::decide_by_text)), never on a fresh state beside it.
     #[inline(always)]
     fn decide_in<A: InTables, R>(
         &self,
-        key: impl Keyed,
+        keyed: impl Keyed,
         quota: &Quota,
         cost: u64,
         now: Nanos,
         mode: Mode,
         finish: impl Fn((Verdict, Stamp)) -> R,
     ) -> Result<R, Error> {
-        let hash = key.hash_in(&self.inner.hasher);
-        let key = key.bytes();
+        let hash = keyed.hash_in(&self.inner.hasher);
+        let key = keyed.bytes();
         let (commit, keep) = (mode.spends(), mode == Mode::Keep);
         {
             let tables = self.shard(hash).read();
@@ -274,6 +280,8 @@ impl MemoryStore {
                     }
                 }
                 Some(_) => {}
+                // A held hash of another text (or store): found nothing, decided by the text.
+                None if keyed.misheld(&self.inner.hasher) => {}
                 None => {
                     if tables.held_by_other(quota.strategy(), hash, key) {
                         return Err(algorithm::Undecidable::UnexpectedState.into());
@@ -288,6 +296,9 @@ impl MemoryStore {
                     }
                 }
             }
+        }
+        if keyed.misheld(&self.inner.hasher) {
+            return self.decide_by_text::<A, R>(key, quota, cost, now, mode, finish);
         }
         self.with_room(hash, now, |tables| {
             // Another call may have stored the key between the two locks.
@@ -313,6 +324,22 @@ impl MemoryStore {
             Ok(Some((verdict, stamp)))
         })
         .map(finish)
+    }
+
+    /// [`decide_in`](Self::decide_in) of a call whose held hash is not its key's: the key
+    /// hashed by its text, as a call that held none.
+    #[cold]
+    #[inline(never)]
+    fn decide_by_text<A: InTables, R>(
+        &self,
+        key: &[u8],
+        quota: &Quota,
+        cost: u64,
+        now: Nanos,
+        mode: Mode,
+        finish: impl Fn((Verdict, Stamp)) -> R,
+    ) -> Result<R, Error> {
+        self.decide_in::<A, R>(key, quota, cost, now, mode, finish)
     }
 
     /// Runs `step` under `hash`'s shard write lock: the single-key paths that may store a new
@@ -441,6 +468,9 @@ pub(super) trait Keyed: Copy {
     fn bytes(&self) -> &[u8];
     /// The key's hash ([`KeyHasher::hash`]).
     fn hash_in(&self, hasher: &KeyHasher) -> u64;
+    /// Whether [`hash_in`](Self::hash_in) is not the hash of the key's bytes (a held hash of
+    /// another text or store): checked where a call would find no state or store one.
+    fn misheld(&self, hasher: &KeyHasher) -> bool;
 }
 
 impl Keyed for &[u8] {
@@ -453,10 +483,16 @@ impl Keyed for &[u8] {
     fn hash_in(&self, hasher: &KeyHasher) -> u64 {
         hasher.hash(self)
     }
+
+    #[inline(always)]
+    fn misheld(&self, _: &KeyHasher) -> bool {
+        false
+    }
 }
 
 /// A key with the hash its caller held, as this store worked it out
-/// ([`Store::hash_of`](crate::store::Store::hash_of)).
+/// ([`Store::hash_of`](crate::store::Store::hash_of)), or as a store wrapping this one handed
+/// it on (of another text, or another store's): not trusted where it would find no state.
 #[derive(Clone, Copy)]
 pub(super) struct Hashed<'a>(&'a [u8], NonZeroU64);
 
@@ -467,9 +503,13 @@ impl Keyed for Hashed<'_> {
     }
 
     #[inline(always)]
-    fn hash_in(&self, hasher: &KeyHasher) -> u64 {
-        debug_assert_eq!(self.1.get(), hasher.hash(self.0), "a hash of another store");
+    fn hash_in(&self, _: &KeyHasher) -> u64 {
         self.1.get()
+    }
+
+    #[inline]
+    fn misheld(&self, hasher: &KeyHasher) -> bool {
+        self.1.get() != hasher.hash(self.0)
     }
 }
 
