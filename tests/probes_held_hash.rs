@@ -58,6 +58,14 @@ fn outcome(fail: bool) -> Result<(), Error> {
     }
 }
 
+/// Stacked on the budget `held` spends from (same limit, window and strategy: one store
+/// key), decided by text (`decide_all`), with a wide limit of its own.
+#[rate_limit(limit = 3, window = "1h", strategy = "sliding-window", name = "held")]
+#[rate_limit(limit = 10, window = "1h", strategy = "sliding-window", name = "wide")]
+fn stacked_on_held() -> Result<(), Error> {
+    Ok(())
+}
+
 /// How a [`Wrap`] hands the held hash on.
 #[derive(Clone, Copy, PartialEq)]
 enum Hashes {
@@ -438,4 +446,21 @@ fn a_module_initialised_again_decides_on_its_new_store() {
     assert_eq!(first.remaining(clock), 1);
     assert_eq!(second.remaining(clock), 0);
     assert_eq!((first.inner.len(), second.inner.len()), (1, 1));
+}
+
+/// A stacked fn sharing the budget `held` spends from (decided by text, all or nothing)
+/// and the fn through the held hash, in turns: exactly the limit between them. Would catch
+/// a held hash finding another state than the stacked decision's text.
+#[test]
+fn a_stacked_fn_on_the_same_budget_shares_the_held_hash_state() {
+    let module = TestModule::new(builder(StoreConfig::Memory(MemoryOptions::default()))).unwrap();
+    let (mut single, mut stacked) = (0, 0);
+    for _ in 0..4 {
+        single += admitted(&module, 1, held);
+        stacked += admitted(&module, 1, stacked_on_held);
+    }
+    assert_eq!((single, stacked), (2, 1));
+    module.clock().advance(HOUR * 2);
+    assert_eq!(admitted(&module, 2, stacked_on_held), 2);
+    assert_eq!(admitted(&module, 5, held), 1);
 }
