@@ -1,0 +1,368 @@
+//! helper-103's probes of the policy's answer to a call whose read or raise of the fleet's
+//! horizon record fails unanswered (`Site::failed`, `Store::answer_failure`, helper-97):
+//! what else such a call meets on its way, compared with what the same call meets when the
+//! store itself fails (the plain failure path, `Failover::decide_now` / `decide`), or with
+//! what the store holds after.
+//!
+//! Each service's store is a [`Hooked`] Redis store: its reads and raises of the record fail
+//! while `failing` is set, its decisions (`decide`, `decide_all`) fail while `down` is set,
+//! and what it answers in the process without asking Redis (`decide_now`: a refusal held, a
+//! leased unit) is the Redis store's own throughout, as when Redis is away. Under a
+//! [`Failover`] unless said otherwise.
+//!
+//! The configuration: [`bucket`]`("a")` as the default tier, and a tier `"x"`, a fixed window
+//! of 8 an hour, which no reload moves. A service reloaded to [`bucket`]`("b")` at +0 s keeps
+//! the replaced configuration: its first call reads the record, and the next read is due at
+//! +60 s (the old bucket's window); a service never reloaded reads nothing. The calls probed
+//! are on tier `"x"` (no transition: one state, one store key).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use ratelimit::store::{Adjustment, Horizon, Refund, Request, Stacked, Store};
+use ratelimit::{
+    ConfigBuilder, Decision, Error, Failover, FailurePolicy, ManualClock, Options, Quota,
+    QuotaError, RateLimitService, RedisOptions, RedisStore, Strategy, Tier,
+};
+use ratelimit_tests::moves::bucket;
+use ratelimit_tests::redis_server::{prefix, RedisServer};
+use ratelimit_tests::{on_its_store, START};
+
+/// The policies that answer a failure otherwise than by its error.
+const POLICIES: [FailurePolicy; 2] = [FailurePolicy::Allow, FailurePolicy::Local { pods: 2 }];
+
+/// The limit of tier `"x"` (an hour's window).
+const X: u64 = 8;
+
+/// The store's error, as a lost link answers.
+fn lost() -> Error {
+    Error::Store {
+        message: "out of reach".into(),
+    }
+}
+
+/// A Redis store whose record fails while `failing`, whose decisions fail while `down`, and
+/// which says it answers failures by a policy of its own where `answers` (without one:
+/// [`Store::answer_failure`]'s default).
+#[derive(Clone)]
+struct Hooked {
+    inner: RedisStore,
+    failing: Arc<AtomicBool>,
+    down: Arc<AtomicBool>,
+    answers: bool,
+}
+
+impl Hooked {
+    fn down(&self) -> bool {
+        self.down.load(Ordering::Relaxed)
+    }
+}
+
+impl Store for Hooked {
+    async fn decide(&self, request: Request<'_>) -> Result<Decision, Error> {
+        match self.down() {
+            true => Err(lost()),
+            false => Store::decide(&self.inner, request).await,
+        }
+    }
+    async fn decide_all(&self, stacked: Stacked<'_>) -> Result<Vec<Decision>, Error> {
+        match self.down() {
+            true => Err(lost()),
+            false => Store::decide_all(&self.inner, stacked).await,
+        }
+    }
+    /// The Redis store's answers in the process (held refusals, leased units), Redis away
+    /// or not: they ask nothing of it.
+    fn decide_now(&self, request: Request<'_>) -> Option<Result<Decision, Error>> {
+        Store::decide_now(&self.inner, request)
+    }
+    async fn reset(&self, key: &str) -> Result<bool, Error> {
+        Store::reset(&self.inner, key).await
+    }
+    fn refunds(&self) -> bool {
+        true
+    }
+    async fn refund(&self, refund: Refund<'_>) -> Result<bool, Error> {
+        Store::refund(&self.inner, refund).await
+    }
+    async fn refund_all(&self, refunds: &[Refund<'_>]) -> Result<bool, Error> {
+        Store::refund_all(&self.inner, refunds).await
+    }
+    fn adjusts(&self) -> bool {
+        true
+    }
+    async fn adjust(&self, adjustment: Adjustment<'_>) -> Result<u64, Error> {
+        Store::adjust(&self.inner, adjustment).await
+    }
+    fn blocks(&self) -> bool {
+        true
+    }
+    fn carries(&self) -> bool {
+        true
+    }
+    fn supports(&self, quota: &Quota) -> Result<(), QuotaError> {
+        Store::supports(&self.inner, quota)
+    }
+    fn records_horizon(&self) -> bool {
+        true
+    }
+    async fn horizon(&self, prefix: &str, raise: Horizon) -> Result<Horizon, Error> {
+        match self.failing.load(Ordering::Relaxed) {
+            true => Err(lost()),
+            false => Store::horizon(&self.inner, prefix, raise).await,
+        }
+    }
+    fn answers_failures(&self) -> bool {
+        self.answers
+    }
+}
+
+/// [`bucket`]`(name)` with tier `"x"`.
+fn config(name: &str) -> ConfigBuilder {
+    let x = Tier::new("x", X)
+        .window(Duration::from_secs(3600))
+        .strategy(Strategy::FixedWindow);
+    bucket(name).tier(x)
+}
+
+/// Calls on tier `"x"`.
+fn x() -> Options {
+    Options::new().tier("x")
+}
+
+/// A service, its clock and its store's flags (`failing`, `down`).
+struct Probe {
+    service: RateLimitService,
+    clock: ManualClock,
+    failing: Arc<AtomicBool>,
+    down: Arc<AtomicBool>,
+}
+
+impl Probe {
+    /// A service on `server` under `policy` (`None`: the [`Hooked`] store alone, saying it
+    /// answers failures itself), reloaded to [`bucket`]`("b")` at +0 s where `reloaded`.
+    fn new(
+        server: &RedisServer,
+        name: &str,
+        policy: Option<FailurePolicy>,
+        reloaded: bool,
+    ) -> Probe {
+        let (failing, down) = (Arc::default(), Arc::default());
+        let options = RedisOptions::new(server.url()).timeout(Duration::from_secs(2));
+        let hooked = Hooked {
+            inner: RedisStore::new(options).unwrap(),
+            failing: Arc::clone(&failing),
+            down: Arc::clone(&down),
+            answers: policy.is_none(),
+        };
+        let clock = ManualClock::new(START);
+        let first = config("a").key_prefix(prefix(name)).build().unwrap();
+        let at = Arc::new(clock.clone());
+        let service = match policy {
+            Some(policy) => {
+                let store = Failover::new(hooked, policy);
+                RateLimitService::with_store(first, store, at)
+            }
+            None => RateLimitService::with_store(first, hooked, at),
+        };
+        let service = service.unwrap();
+        if reloaded {
+            service
+                .reload(on_its_store(&service, config("b")))
+                .unwrap();
+        }
+        Probe {
+            service,
+            clock,
+            failing,
+            down,
+        }
+    }
+
+    fn at(&self, secs: u64) {
+        self.clock.set(START + Duration::from_secs(secs));
+    }
+
+    fn failing(&self, on: bool) {
+        self.failing.store(on, Ordering::Relaxed);
+    }
+
+    fn down(&self, on: bool) {
+        self.down.store(on, Ordering::Relaxed);
+    }
+
+    /// Calls of `options` on `key` admitted out of `n` (an error counts as refused).
+    async fn admitted(&self, key: &str, options: &Options, n: usize) -> usize {
+        let mut admitted = 0;
+        for _ in 0..n {
+            let decided = self.service.consume(key, options).await;
+            admitted += usize::from(decided.is_ok_and(|d| d.allowed));
+        }
+        admitted
+    }
+}
+
+/// Whether `decided` is Redis' answer under tier `"x"` (its limit of 8), not the policy's
+/// (unlimited under `Allow`, the share of 4 under `Local`).
+fn by_redis(decided: &Result<Decision, Error>) -> bool {
+    decided.as_ref().is_ok_and(|d| d.limit == X)
+}
+
+// ---------------------------------------------------------------------------------------
+// 1. A refusal the store holds in the process.
+// ---------------------------------------------------------------------------------------
+
+/// Key `"k"` of tier `"x"` spent (8) and refused by Redis at +1 s: the Redis store holds the
+/// refusal (an hour). At +61 s Redis is away (`down`, the record `failing` too) and one more
+/// call: on the service that never reloaded, the plain failure path answers it with the
+/// refusal held (`Failover::decide_now`: "a refusal still in force stands under every
+/// policy"), 0; on the reloaded one, whose read of the record is due, the policy answered it
+/// alone (`answer_failure`), past the refusal held: 1 under `Allow` (unlimited) and under
+/// `Local` (the share of 4, fresh in memory) — admitted where the plain failure path, and
+/// Redis, refuse. Closed (`Failover::answer_failure` takes a refusal the store holds without
+/// asking its backend first, as `decide_now` does): 0 on both.
+#[tokio::test]
+async fn a_refusal_held_in_the_process_stands_before_the_policys_answer() {
+    let server = RedisServer::start();
+    let mut results = Vec::new();
+    for policy in POLICIES {
+        for reloaded in [false, true] {
+            let probe = Probe::new(&server, "h103-held", Some(policy), reloaded);
+            probe.at(1);
+            let mut counts = vec![probe.admitted("k", &x(), 9).await];
+            probe.at(61);
+            probe.failing(true);
+            probe.down(true);
+            counts.push(probe.admitted("k", &x(), 1).await);
+            results.push((policy, reloaded, counts));
+        }
+    }
+    for (policy, reloaded, counts) in &results {
+        assert_eq!(
+            counts,
+            &[8, 0],
+            "{policy:?}, reloaded {reloaded}: (all: {results:?})"
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// 2. The local share.
+// ---------------------------------------------------------------------------------------
+
+/// Under `Local { pods: 2 }` (a share of 4 of tier `"x"`'s 8): at +61 s the reloaded
+/// service's read fails and 3 calls on `"k"` are answered by the policy (3 from the share);
+/// then the record answers again while Redis' decisions fail, and 5 calls are answered by
+/// the share as any store failure (`Failover::decide`): 1 more. 4 in all, the share. Would
+/// catch a policy answer decided on another local state than a store failure's (another
+/// key, another quota, a share of its own): 3 + 4 = 7.
+#[tokio::test]
+async fn a_policy_answer_spends_the_local_share_a_store_failure_spends() {
+    let server = RedisServer::start();
+    let probe = Probe::new(
+        &server,
+        "h103-share",
+        Some(FailurePolicy::Local { pods: 2 }),
+        true,
+    );
+    probe.at(1);
+    let mut counts = vec![probe.admitted("warm", &x(), 1).await];
+    probe.at(61);
+    probe.failing(true);
+    counts.push(probe.admitted("k", &x(), 3).await);
+    probe.failing(false);
+    probe.down(true);
+    counts.push(probe.admitted("k", &x(), 5).await);
+    assert_eq!(counts, [1, 3, 1]);
+}
+
+// ---------------------------------------------------------------------------------------
+// 3. A spend kept for a refund.
+// ---------------------------------------------------------------------------------------
+
+/// At +61 s the reloaded service's read fails and a spend kept for a refund (`spend`) on
+/// `"k"` is answered by the policy: nothing to give back (`refundable` false, `refund`
+/// `Ok(false)`), and Redis holds nothing of it: the record answering again, tier `"x"`'s 8
+/// are all Redis' still. Would catch a policy answer stamped as a Redis spend (a refund
+/// then given to Redis, which spent nothing) or the spend sent to Redis (7).
+#[tokio::test]
+async fn a_policy_answered_spend_gives_nothing_back_and_writes_nothing() {
+    let server = RedisServer::start();
+    for policy in POLICIES {
+        let probe = Probe::new(&server, "h103-refund", Some(policy), true);
+        probe.at(1);
+        assert_eq!(probe.admitted("warm", &x(), 1).await, 1);
+        probe.at(61);
+        probe.failing(true);
+        let spent = probe.service.spend("k", &x()).await.unwrap();
+        assert!(spent.decision().allowed, "{policy:?}");
+        assert_ne!(spent.decision().limit, X, "{policy:?}");
+        assert!(!spent.refundable(), "{policy:?}");
+        assert!(!spent.refund().await.unwrap(), "{policy:?}");
+        probe.failing(false);
+        assert_eq!(probe.admitted("k", &x(), 9).await, 8, "{policy:?}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// 4. A store of one's own that says it answers failures, without an answer.
+// ---------------------------------------------------------------------------------------
+
+/// The [`Hooked`] store alone, saying it answers failures (`answers_failures`) but keeping
+/// `answer_failure`'s default (the error). At +1 s a call with a quota of its own (a window
+/// of its own, 2 h: the record raised first) whose raise fails is refused with the store's
+/// error, nothing asked of Redis; at +61 s the reloaded service's read fails: a call on tier
+/// `"x"` refused so too. The record answering again, the quota of its own's 8 are all Redis'
+/// still, and tier `"x"`'s 8 too. Would catch the default admitting, or either call decided
+/// by Redis (7).
+#[tokio::test]
+async fn a_store_that_answers_failures_without_an_answer_refuses_with_the_error() {
+    let server = RedisServer::start();
+    let probe = Probe::new(&server, "h103-own-store", None, true);
+    probe.at(1);
+    assert_eq!(probe.admitted("warm", &x(), 1).await, 1);
+    probe.failing(true);
+    let own = x().window("2h");
+    let raised = probe.service.consume("own", &own).await;
+    assert!(matches!(raised, Err(Error::Store { .. })), "{raised:?}");
+    probe.at(61);
+    let read = probe.service.consume("k", &x()).await;
+    assert!(matches!(read, Err(Error::Store { .. })), "{read:?}");
+    probe.failing(false);
+    assert_eq!(probe.admitted("k", &x(), 9).await, 8);
+    assert_eq!(probe.admitted("own", &own, 9).await, 8);
+}
+
+// ---------------------------------------------------------------------------------------
+// 5. A call begun before its read was due, awaited after.
+// ---------------------------------------------------------------------------------------
+
+/// A site prepared at +59 s (current: no read due before +60 s) begins a call on `"p"`
+/// (`try_consume`: the Redis store must be awaited, nothing spent); at +61 s, its read due
+/// and failing, the call is awaited (`Pending::consume`): answered by the policy, never by
+/// Redis on the site as worked out at +59 s (`Prepared::awaited` finds the site no longer
+/// current and resolves the call again). Would catch the awaited half (`decide_later`)
+/// asking Redis on a site whose read it skipped: 1 by Redis.
+#[tokio::test]
+async fn a_call_begun_before_its_read_was_due_and_awaited_after_is_the_policys() {
+    let server = RedisServer::start();
+    for policy in POLICIES {
+        let probe = Probe::new(&server, "h103-pending", Some(policy), true);
+        probe.at(1);
+        assert_eq!(probe.admitted("warm", &x(), 1).await, 1);
+        probe.at(59);
+        let site = Arc::new(probe.service.prepare(&x()).unwrap());
+        let pending = match site.try_consume("p") {
+            ratelimit::Attempt::Pending(pending) => pending,
+            ratelimit::Attempt::Decided(decided) => panic!("{policy:?}: decided {decided:?}"),
+        };
+        probe.at(61);
+        probe.failing(true);
+        let decided = pending.consume().await;
+        assert!(decided.as_ref().is_ok_and(|d| d.allowed), "{decided:?}");
+        assert!(!by_redis(&decided), "{policy:?}: {decided:?}");
+        probe.failing(false);
+        assert_eq!(probe.admitted("p", &x(), 9).await, 8, "{policy:?}");
+    }
+}
