@@ -251,8 +251,19 @@ impl<S: Store> Store for Failover<S> {
     }
 
     /// The policy's answer, as to any decision the store could not make (the one place it is
-    /// made: [`decide`](Store::decide) and the rest answer failures through it too).
+    /// made: [`decide`](Store::decide) and the rest answer failures through it too); but a
+    /// refusal the store holds without asking its backend (a Redis store's refusal still in
+    /// force) stands first, as in [`decide_now`](Store::decide_now), whatever the policy.
+    /// Asked as a look, so that nothing is spent (a leased unit is never taken for a look),
+    /// and taken only where it refuses. Past it, a key refused until its retry time was
+    /// admitted by `Allow` or a fresh local share where the plain failure path refused it:
+    /// 1 against 0 (probes_policy_answers_redis).
     fn answer_failure(&self, request: Request<'_>, error: Error) -> Result<Decision, Error> {
+        if let Some(Ok(held)) = self.store.decide_now(request.as_look()) {
+            if !held.allowed {
+                return Ok(held);
+            }
+        }
         self.instead(error, &request)
     }
 
