@@ -366,3 +366,48 @@ async fn a_call_begun_before_its_read_was_due_and_awaited_after_is_the_policys()
         assert_eq!(probe.admitted("p", &x(), 9).await, 8, "{policy:?}");
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// 6. What the statistics count.
+// ---------------------------------------------------------------------------------------
+
+/// Calls whose raise or read of the record fails, each counted once in the service's
+/// totals. The reloaded service's first call (+1 s, its read answered) admitted; then with
+/// the record `failing`, at +1 s a single call and a stacked one with a window of their own
+/// (2 h: the record raised first), and at +61 s (a read due) a single call and a stacked one
+/// on tier `"x"`. Under `Allow` the four are answered by the policy: 5 admitted; under
+/// `Deny` they are refused with the store's error: 4 errors, as a single call's is counted
+/// (`unresolved`, `record_and_return`). Found: a stacked call refused by its raise or read
+/// was counted nowhere (`spend_stacked_in` returned the error as it came): 2 errors of 4.
+/// Closed: counted as the call's error (`finish_stacked`, `unresolved_all`).
+#[tokio::test]
+async fn calls_whose_raise_or_read_fails_are_counted_once_each() {
+    let server = RedisServer::start();
+    let mut results = Vec::new();
+    for policy in [FailurePolicy::Allow, FailurePolicy::Deny] {
+        let probe = Probe::new(&server, "h103-stats", Some(policy), true);
+        probe.at(1);
+        let mut answered = vec![probe.admitted("warm", &x(), 1).await == 1];
+        probe.failing(true);
+        let own = x().window("2h");
+        let calls = [(1, own), (61, x())];
+        for (at, options) in calls {
+            probe.at(at);
+            let single = probe.service.consume("k", &options).await;
+            let stacked = (probe.service)
+                .consume_all(&[("k", &options), ("k2", &x().budget("other"))])
+                .await;
+            answered.extend([single.is_ok(), stacked.is_ok()]);
+        }
+        let total = probe.service.stats().total;
+        results.push((policy, answered, [total.allowed, total.errors]));
+    }
+    let (all, none) = ([true; 5], [true, false, false, false, false]);
+    assert_eq!(
+        results,
+        [
+            (FailurePolicy::Allow, all.to_vec(), [5, 0]),
+            (FailurePolicy::Deny, none.to_vec(), [1, 4]),
+        ]
+    );
+}

@@ -172,9 +172,16 @@ impl RateLimitService {
         // (probes_horizon_record_redis).
         // Either failing unanswered, the call is answered by the store's failure policy, as
         // a single call is (`Site::failed`).
+        // A read or raise that refuses the call is counted as its error, as a single call's
+        // (`unresolved`, `record_and_return`) and as the store's own error here
+        // (`finish_stacked`): returned as it was, a stacked call refused so was counted
+        // nowhere (0 errors against the single call's 1: probes_policy_answers_redis).
         let mut failed = false;
         if self.horizon_due(&generation) {
-            failed = Box::pin(self.read_horizon_if_due(&generation)).await?;
+            match Box::pin(self.read_horizon_if_due(&generation)).await {
+                Ok(unanswered) => failed = unanswered,
+                Err(e) => return Err(self.unresolved_all(limits, e)),
+            }
         }
         let mut held: Vec<Held> = std::iter::repeat_with(Held::default)
             .take(limits.len())
@@ -184,7 +191,10 @@ impl RateLimitService {
             Keyed::Keys(sites, keys, now) => (sites, keys, now),
         };
         if sites.iter().any(|site| self.horizon_raise_at(site)) {
-            failed |= Box::pin(self.raise_horizon_for_call(&generation)).await?;
+            match Box::pin(self.raise_horizon_for_call(&generation)).await {
+                Ok(unanswered) => failed |= unanswered,
+                Err(e) => return self.finish_stacked(&sites, Err(e)).map(SpentAll::kept),
+            }
         }
         for site in &mut sites {
             *site = site.failed_if(failed);
@@ -376,6 +386,19 @@ impl RateLimitService {
             ));
         }
         Ok(Keyed::Keys(sites, keys, now))
+    }
+
+    /// A stacked call refused with `error` before its sites were worked out: counted once in
+    /// the total and under each limit's budget, as an error, where it spends (as
+    /// [`unresolved`](Self::unresolved) counts a single call's).
+    fn unresolved_all(&self, limits: &[(Option<&str>, Call<'_>)], error: Error) -> Error {
+        if limits.iter().all(|(_, call)| call.consume) {
+            self.inner.total.record(Outcome::Error);
+            for (_, call) in limits {
+                self.count_scoped(None, call.budget, None, Outcome::Error);
+            }
+        }
+        error
     }
 
     /// Counts the store's answer for every limit and names their tiers.
