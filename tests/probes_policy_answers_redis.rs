@@ -17,7 +17,7 @@
 //! are on tier `"x"` (no transition: one state, one store key).
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ratelimit::store::{Adjustment, Horizon, Refund, Request, Stacked, Store};
@@ -51,6 +51,10 @@ struct Hooked {
     failing: Arc<AtomicBool>,
     down: Arc<AtomicBool>,
     answers: bool,
+    /// Before `failing`: the next `n` reads or raises fail, and the one after them sets the
+    /// service's clock to `to` first, then goes to Redis (`Some((n, to))`, once).
+    script: Arc<Mutex<Option<(u32, Duration)>>>,
+    clock: ManualClock,
 }
 
 impl Hooked {
@@ -108,6 +112,26 @@ impl Store for Hooked {
         true
     }
     async fn horizon(&self, prefix: &str, raise: Horizon) -> Result<Horizon, Error> {
+        let scripted = {
+            let mut script = self.script.lock().unwrap();
+            match script.as_mut() {
+                Some((n, _)) if *n > 0 => {
+                    *n -= 1;
+                    Some(Err(lost()))
+                }
+                Some((_, to)) => {
+                    self.clock.set(*to);
+                    *script = None;
+                    Some(Ok(()))
+                }
+                None => None,
+            }
+        };
+        match scripted {
+            Some(Err(e)) => return Err(e),
+            Some(Ok(())) => return Store::horizon(&self.inner, prefix, raise).await,
+            None => {}
+        }
         match self.failing.load(Ordering::Relaxed) {
             true => Err(lost()),
             false => Store::horizon(&self.inner, prefix, raise).await,
@@ -137,6 +161,7 @@ struct Probe {
     clock: ManualClock,
     failing: Arc<AtomicBool>,
     down: Arc<AtomicBool>,
+    script: Arc<Mutex<Option<(u32, Duration)>>>,
 }
 
 impl Probe {
@@ -148,16 +173,28 @@ impl Probe {
         policy: Option<FailurePolicy>,
         reloaded: bool,
     ) -> Probe {
-        let (failing, down) = (Arc::default(), Arc::default());
+        Probe::on(server, &prefix(name), policy, reloaded)
+    }
+
+    /// [`new`](Self::new) under key prefix `at`.
+    fn on(
+        server: &RedisServer,
+        at: &str,
+        policy: Option<FailurePolicy>,
+        reloaded: bool,
+    ) -> Probe {
+        let (failing, down, script) = (Arc::default(), Arc::default(), Arc::default());
         let options = RedisOptions::new(server.url()).timeout(Duration::from_secs(2));
+        let clock = ManualClock::new(START);
         let hooked = Hooked {
             inner: RedisStore::new(options).unwrap(),
             failing: Arc::clone(&failing),
             down: Arc::clone(&down),
             answers: policy.is_none(),
+            script: Arc::clone(&script),
+            clock: clock.clone(),
         };
-        let clock = ManualClock::new(START);
-        let first = config("a").key_prefix(prefix(name)).build().unwrap();
+        let first = config("a").key_prefix(at).build().unwrap();
         let at = Arc::new(clock.clone());
         let service = match policy {
             Some(policy) => {
@@ -177,6 +214,7 @@ impl Probe {
             clock,
             failing,
             down,
+            script,
         }
     }
 
@@ -410,4 +448,49 @@ async fn calls_whose_raise_or_read_fails_are_counted_once_each() {
             (FailurePolicy::Deny, none.to_vec(), [1, 4]),
         ]
     );
+}
+
+// ---------------------------------------------------------------------------------------
+// 7. A call that tries again after its raise answered again.
+// ---------------------------------------------------------------------------------------
+
+/// Service C spends the 8 of a quota of its own (tier `"x"` on a window of its own, 2 h:
+/// the record raised first) on `"k"` through Redis: refused there for 2 h (Redis' clock).
+/// Service A, same prefix, under `Local { pods: 2 }` (a share of 4), its raises failing:
+/// 4 calls of `until_ready` with that quota answered by the share at +1 s. Its clock 10 ms
+/// before the share's window ends (+800 s: the windows are whole multiples of 2 h), a fifth: its raise fails, the share refuses it for
+/// 10 ms; its next try's raise answers (and the clock is past the share's window then).
+/// That try is a call begun now: asked of Redis, refused for 2 h, past the deadline (5 s):
+/// `QueueTimeout`, 0. Found: the try kept its first raise's failure (`ready_under`'s
+/// `asking`, made once per wait) and was answered by the share again, fresh: 1 admitted
+/// where Redis, answering, refuses. Closed: each try's raise says whether that try is the
+/// policy's.
+#[tokio::test]
+async fn until_ready_whose_raise_answers_again_asks_the_store() {
+    let server = RedisServer::start();
+    let at = prefix("h103-until-ready");
+    let own = x().window("2h");
+    let c = Probe::on(&server, &at, Some(FailurePolicy::Allow), false);
+    c.at(1);
+    let mut counts = vec![c.admitted("k", &own, 9).await];
+    let a = Probe::on(&server, &at, Some(FailurePolicy::Local { pods: 2 }), false);
+    a.at(1);
+    a.failing(true);
+    let deadline = || tokio::time::Instant::now() + Duration::from_secs(5);
+    let mut admitted = 0;
+    for _ in 0..4 {
+        let decided = a.service.until_ready("k", &own, deadline()).await;
+        admitted += usize::from(decided.is_ok_and(|d| d.allowed && d.limit == 4));
+    }
+    counts.push(admitted);
+    a.failing(false);
+    // The share's fixed windows are whole multiples of 2 h.
+    let window_end = Duration::from_secs((START.as_secs() + 1) / 7200 * 7200 + 7200);
+    a.clock.set(window_end - Duration::from_millis(10));
+    *a.script.lock().unwrap() = Some((1, window_end + Duration::from_secs(1)));
+    let fifth = a.service.until_ready("k", &own, deadline()).await;
+    counts.push(usize::from(fifth.as_ref().is_ok_and(|d| d.allowed)));
+    let script = *a.script.lock().unwrap();
+    assert!(script.is_none(), "the second raise was sent: {counts:?} {fifth:?} {script:?}");
+    assert_eq!(counts, [8, 4, 0], "{fifth:?}");
 }

@@ -327,7 +327,7 @@ impl RateLimitService {
             Ok(store_key) => store_key,
             Err(e) => return Some(Err(e)),
         };
-        let (mut asked, mut asking) = (false, *site);
+        let mut asked = false;
         loop {
             // Nothing waiting is admitted once the module has shut down, as in the queue (a
             // call begun after it too).
@@ -344,7 +344,11 @@ impl RateLimitService {
             // is written, as every spending call's (`horizon.rs`); failing unanswered, the
             // call answered by the store's failure policy. Raised nowhere here, A's 15 through
             // `until_ready` with its own refill were written past the record: 15 admitted on
-            // B against none on one service (probes_horizon_surfaces_redis).
+            // B against none on one service (probes_horizon_surfaces_redis). Each try's own:
+            // a try after a raise that answers again is a call begun now, asked of the store
+            // (kept from the first try, the share of `Local` admitted a try Redis, answering,
+            // refused: 1 against 0, probes_policy_answers_redis).
+            let mut asking = *site;
             if self.horizon_raise_at(&asking) {
                 match Box::pin(self.raise_horizon_for_call(site.generation)).await {
                     Ok(failed) => asking = asking.failed_if(failed),
