@@ -183,6 +183,18 @@ impl Probe {
         policy: Option<FailurePolicy>,
         reloaded: bool,
     ) -> Probe {
+        Probe::on_config(server, at, policy, reloaded, config("a"))
+    }
+
+    /// [`on`](Self::on) with the configuration `first` (the reload: `first` under
+    /// [`bucket`]`("b")`'s tiers, as [`config`]`("b")`).
+    fn on_config(
+        server: &RedisServer,
+        at: &str,
+        policy: Option<FailurePolicy>,
+        reloaded: bool,
+        first: ConfigBuilder,
+    ) -> Probe {
         let (failing, down, script) = (Arc::default(), Arc::default(), Arc::default());
         let options = RedisOptions::new(server.url()).timeout(Duration::from_secs(2));
         let clock = ManualClock::new(START);
@@ -194,7 +206,7 @@ impl Probe {
             script: Arc::clone(&script),
             clock: clock.clone(),
         };
-        let first = config("a").key_prefix(at).build().unwrap();
+        let first = first.key_prefix(at).build().unwrap();
         let at = Arc::new(clock.clone());
         let service = match policy {
             Some(policy) => {
@@ -492,5 +504,57 @@ async fn until_ready_whose_raise_answers_again_asks_the_store() {
     counts.push(usize::from(fifth.as_ref().is_ok_and(|d| d.allowed)));
     let script = *a.script.lock().unwrap();
     assert!(script.is_none(), "the second raise was sent: {counts:?} {fifth:?} {script:?}");
+    assert_eq!(counts, [8, 4, 0], "{fifth:?}");
+}
+
+/// Until `service`'s queue holds `depth` waiters (spawned calls run meanwhile; 20 s at most).
+async fn until_depth(service: &RateLimitService, depth: u64) {
+    for _ in 0..20_000 {
+        if service.stats().queue.depth == depth {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    panic!("the queue never held {depth}");
+}
+
+/// The queue's side of the same: C spends the quota of its own's 8 on `"k"` through Redis;
+/// A (`Local { pods: 2 }`, calls that may wait an hour) spends its share's 4 at +1 s with
+/// its raises failing. Its clock 2 s before the share's window ends, a fifth call that may
+/// wait: its raise fails, the share refuses it for 2 s and it waits in the queue; meanwhile
+/// A's clock passes the share's window and the record answers again. At its turn it is a
+/// call begun now: its raise answers, Redis refuses it for 2 h, past its deadline (an
+/// hour): refused, 0. Found: the waiter kept its raise's failure for the whole wait
+/// (`raised_then` marked its site; the queue never raised again) and was answered by the
+/// share, fresh: 1 admitted where Redis, answering, refuses. Closed: the head raises the
+/// record where due before each ask, and that raise (and its read) says whether the ask is
+/// the policy's. Holds the test for 2 s of wall clock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_whose_raise_answers_again_asks_the_store() {
+    let server = RedisServer::start();
+    let at = prefix("h103-queue");
+    let own = x().window("2h");
+    let queued = || config("a").queue_timeout("1h");
+    let c = Probe::on(&server, &at, Some(FailurePolicy::Allow), false);
+    c.at(1);
+    let mut counts = vec![c.admitted("k", &own, 9).await];
+    let local = Some(FailurePolicy::Local { pods: 2 });
+    let a = Probe::on_config(&server, &at, local, false, queued());
+    a.at(1);
+    a.failing(true);
+    counts.push(a.admitted("k", &own, 4).await);
+    // The share's fixed windows are whole multiples of 2 h.
+    let window_end = Duration::from_secs((START.as_secs() + 1) / 7200 * 7200 + 7200);
+    a.clock.set(window_end - Duration::from_secs(2));
+    let waiter = {
+        let (service, own) = (a.service.clone(), own.clone().queue(true));
+        tokio::spawn(async move { service.consume("k", &own).await })
+    };
+    until_depth(&a.service, 1).await;
+    a.clock.set(window_end + Duration::from_secs(1));
+    a.failing(false);
+    let fifth = tokio::time::timeout(Duration::from_secs(10), waiter).await;
+    let fifth = fifth.expect("answered by its deadline").unwrap();
+    counts.push(usize::from(fifth.as_ref().is_ok_and(|d| d.allowed)));
     assert_eq!(counts, [8, 4, 0], "{fifth:?}");
 }

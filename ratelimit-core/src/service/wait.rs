@@ -150,9 +150,18 @@ impl RateLimitService {
                 // moved state alone: 1 admitted against none on one service
                 // (probes_horizon_surfaces_redis). With nothing kept, no transition to hold.
                 // A read that fails unanswered has this ask answered by the store's failure
-                // policy (`Site::failed`), as a call begun now would be.
+                // policy (`Site::failed`), as a call begun now would be; and the record is
+                // raised first where a call begun now raises it (`horizon_raise_at`), its
+                // failure the same. Each ask's own: one after a read or raise that answers
+                // again is asked of the store. Kept from the call's first read or raise (its
+                // site marked by `raised_then`), a waiter was answered by `Local`'s share,
+                // fresh, where Redis, answering, refused: 1 against 0
+                // (probes_policy_answers_redis).
                 let keeps = !site.generation.previous().is_empty();
-                let mut asking = *site;
+                let mut asking = Site {
+                    failed: false,
+                    ..*site
+                };
                 if prior.is_none() && keeps && !self.horizon_stands(folds, site.generation) {
                     match Box::pin(self.read_horizon_if_due(site.generation)).await {
                         Ok(failed) => asking = asking.failed_if(failed),
@@ -161,6 +170,12 @@ impl RateLimitService {
                     if self.inner.fleet.folds() != folds {
                         turn.leave(Left::TimedOut); // counted as what the caller is told
                         break Err(timed_out(None));
+                    }
+                }
+                if prior.is_none() && self.horizon_raise_at(&asking) {
+                    match Box::pin(self.raise_horizon_for_call(site.generation)).await {
+                        Ok(failed) => asking = asking.failed_if(failed),
+                        Err(e) => break Err(e),
                     }
                 }
                 let decision = match prior {
