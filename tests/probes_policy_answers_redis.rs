@@ -177,12 +177,7 @@ impl Probe {
     }
 
     /// [`new`](Self::new) under key prefix `at`.
-    fn on(
-        server: &RedisServer,
-        at: &str,
-        policy: Option<FailurePolicy>,
-        reloaded: bool,
-    ) -> Probe {
+    fn on(server: &RedisServer, at: &str, policy: Option<FailurePolicy>, reloaded: bool) -> Probe {
         Probe::on_config(server, at, policy, reloaded, config("a"))
     }
 
@@ -217,9 +212,7 @@ impl Probe {
         };
         let service = service.unwrap();
         if reloaded {
-            service
-                .reload(on_its_store(&service, config("b")))
-                .unwrap();
+            service.reload(on_its_store(&service, config("b"))).unwrap();
         }
         Probe {
             service,
@@ -503,7 +496,10 @@ async fn until_ready_whose_raise_answers_again_asks_the_store() {
     let fifth = a.service.until_ready("k", &own, deadline()).await;
     counts.push(usize::from(fifth.as_ref().is_ok_and(|d| d.allowed)));
     let script = *a.script.lock().unwrap();
-    assert!(script.is_none(), "the second raise was sent: {counts:?} {fifth:?} {script:?}");
+    assert!(
+        script.is_none(),
+        "the second raise was sent: {counts:?} {fifth:?} {script:?}"
+    );
     assert_eq!(counts, [8, 4, 0], "{fifth:?}");
 }
 

@@ -29,9 +29,10 @@
 //! what this service knows since it was prepared (`horizon_stands`).
 //!
 //! A call that waits reads it too: a head of the queue about to ask the store reads it where
-//! due, and a read that raised what this service knows since the wait began ends the wait
-//! where a replaced configuration is kept (`wait.rs`); `until_ready` reads it before each
-//! site it works out.
+//! due (and raises it where a call begun now would), and a read that raised what this
+//! service knows since the wait began ends the wait where a replaced configuration is kept
+//! (`wait.rs`); `until_ready` reads it before each site it works out, and raises it before
+//! each try. Each ask of a wait is the policy's only where its own read or raise failed.
 //!
 //! Not covered: a service started after the move keeps no replaced configuration to carry
 //! from (a horizon says how long, not which state).
