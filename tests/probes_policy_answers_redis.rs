@@ -22,8 +22,8 @@ use std::time::Duration;
 
 use ratelimit::store::{Adjustment, Horizon, Refund, Request, Stacked, Store};
 use ratelimit::{
-    ConfigBuilder, Decision, Error, Failover, FailurePolicy, ManualClock, Options, Quota,
-    QuotaError, RateLimitService, RedisOptions, RedisStore, Strategy, Tier,
+    ConfigBuilder, Decision, Error, Failover, FailurePolicy, LeaseOptions, ManualClock, Options,
+    Quota, QuotaError, RateLimitService, RedisOptions, RedisStore, Strategy, Tier,
 };
 use ratelimit_tests::moves::bucket;
 use ratelimit_tests::redis_server::{prefix, RedisServer};
@@ -178,20 +178,24 @@ impl Probe {
 
     /// [`new`](Self::new) under key prefix `at`.
     fn on(server: &RedisServer, at: &str, policy: Option<FailurePolicy>, reloaded: bool) -> Probe {
-        Probe::on_config(server, at, policy, reloaded, config("a"))
+        Probe::on_config(server, at, policy, reloaded, config("a"), None)
     }
 
-    /// [`on`](Self::on) with the configuration `first` (the reload: `first` under
-    /// [`bucket`]`("b")`'s tiers, as [`config`]`("b")`).
+    /// [`on`](Self::on) with the configuration `first` and the Redis store's `leases`.
     fn on_config(
         server: &RedisServer,
         at: &str,
         policy: Option<FailurePolicy>,
         reloaded: bool,
         first: ConfigBuilder,
+        leases: Option<LeaseOptions>,
     ) -> Probe {
         let (failing, down, script) = (Arc::default(), Arc::default(), Arc::default());
         let options = RedisOptions::new(server.url()).timeout(Duration::from_secs(2));
+        let options = match leases {
+            Some(leases) => options.leases(leases),
+            None => options,
+        };
         let clock = ManualClock::new(START);
         let hooked = Hooked {
             inner: RedisStore::new(options).unwrap(),
@@ -535,7 +539,7 @@ async fn a_waiter_whose_raise_answers_again_asks_the_store() {
     c.at(1);
     let mut counts = vec![c.admitted("k", &own, 9).await];
     let local = Some(FailurePolicy::Local { pods: 2 });
-    let a = Probe::on_config(&server, &at, local, false, queued());
+    let a = Probe::on_config(&server, &at, local, false, queued(), None);
     a.at(1);
     a.failing(true);
     counts.push(a.admitted("k", &own, 4).await);
@@ -553,4 +557,31 @@ async fn a_waiter_whose_raise_answers_again_asks_the_store() {
     let fifth = fifth.expect("answered by its deadline").unwrap();
     counts.push(usize::from(fifth.as_ref().is_ok_and(|d| d.allowed)));
     assert_eq!(counts, [8, 4, 0], "{fifth:?}");
+}
+
+// ---------------------------------------------------------------------------------------
+// 8. Leases.
+// ---------------------------------------------------------------------------------------
+
+/// Service A's Redis store leases slices of 4 (`LeaseOptions::new(4)`); its raises failing,
+/// 3 calls with a quota of its own (tier `"x"` on a window of its own, 2 h) on `"k"` are
+/// answered by the policy, under `Allow` and `Local`: no slice granted, nothing spent in
+/// Redis, so service C (no leases, same prefix) then spends all 8 there. Would catch a lease
+/// granted (or a leased unit taken) for a call whose raise failed: 4 (8 less the slice).
+#[tokio::test]
+async fn a_call_whose_raise_fails_takes_no_lease() {
+    let server = RedisServer::start();
+    for policy in POLICIES {
+        let at = prefix("h103-lease");
+        let own = x().window("2h");
+        let leases = Some(LeaseOptions::new(4));
+        let a = Probe::on_config(&server, &at, Some(policy), false, config("a"), leases);
+        a.at(1);
+        a.failing(true);
+        let answered = a.admitted("k", &own, 3).await;
+        let c = Probe::on(&server, &at, Some(FailurePolicy::Deny), false);
+        c.at(1);
+        let counts = [answered, c.admitted("k", &own, 9).await];
+        assert_eq!(counts, [3, 8], "{policy:?}");
+    }
 }
