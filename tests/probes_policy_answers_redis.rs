@@ -303,7 +303,8 @@ async fn a_refusal_held_in_the_process_stands_before_the_policys_answer() {
 /// then the record answers again while Redis' decisions fail, and 5 calls are answered by
 /// the share as any store failure (`Failover::decide`): 1 more. 4 in all, the share. Would
 /// catch a policy answer decided on another local state than a store failure's (another
-/// key, another quota, a share of its own): 3 + 4 = 7.
+/// key, another quota, a share of its own): 3 + 4 = 7; or by Redis (`Site::failed` not
+/// routed: [1, 3, 4] seen so).
 #[tokio::test]
 async fn a_policy_answer_spends_the_local_share_a_store_failure_spends() {
     let server = RedisServer::start();
