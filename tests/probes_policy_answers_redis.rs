@@ -15,6 +15,16 @@
 //! the replaced configuration: its first call reads the record, and the next read is due at
 //! +60 s (the old bucket's window); a service never reloaded reads nothing. The calls probed
 //! are on tier `"x"` (no transition: one state, one store key).
+//!
+//! Found and closed: a refusal the Redis store held in the process was passed over by the
+//! policy's answer (1 admitted under `Allow` and `Local` against 0 on the plain failure
+//! path: `Failover::answer_failure` takes it first); a try of `until_ready`, and an ask of a
+//! waiter in the queue, kept their first raise's failure after the record answered again and
+//! were answered by `Local`'s fresh share where Redis refused (1 against 0 each: each try
+//! and each ask is the policy's only where its own read or raise failed, the queue's head
+//! raising where due); a stacked call refused by its read or raise was counted nowhere in
+//! the statistics (2 errors of 4). Holding: the local share, refunds, a store that answers
+//! failures without an answer, a call awaited after its read fell due, leases.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
