@@ -26,7 +26,10 @@ pub(crate) enum Started<'a> {
 #[inline(never)]
 fn enforce_in_place(site: &Site<'_>, decided: &mut super::pipeline::Answer) {
     if let Some(answer) = decided.take() {
-        *decided = Some(answer.and_then(|d| RateLimitService::admit(site, d)));
+        let answer = answer
+            .decision()
+            .and_then(|d| RateLimitService::admit(site, d));
+        *decided = Some(crate::store::Told::Decided(answer));
     }
 }
 
@@ -289,10 +292,11 @@ impl RateLimitService {
         // answer is moved out as it is (a `match` on the mode around it was one more move of
         // the decision on every call).
         let now = |site: &Site<'_>, decided: &mut super::pipeline::Answer| {
-            if mode == Mode::Enforce && !matches!(decided, Some(Ok(d)) if d.allowed) {
+            let admitted = matches!(decided, Some(crate::store::Told::Decided(Ok(d))) if d.allowed);
+            if mode == Mode::Enforce && !admitted {
                 enforce_in_place(&site.lent(), decided);
             }
-            decided.take()
+            super::pipeline::take(site, decided)
         };
         match self.decide_now(&site, key, true, Then::Await(&mut store_key), now) {
             Some(decided) => Started::Now(decided),

@@ -25,6 +25,7 @@ use crate::error::{Error, Exceeded};
 use crate::key::KeyBuf;
 use crate::quota::Quota;
 use crate::stats::Outcome;
+use crate::store::Told;
 
 /// Counts a call whose caller gave up while the store was deciding it: runs its closure when
 /// dropped, unless [`defuse`](Self::defuse)d once the store answered.
@@ -99,11 +100,13 @@ impl RateLimitService {
     ) -> Option<T> {
         if let Err(e) = site.check(key) {
             let site = &site.lent();
-            return answer(site, &mut Some(self.record_and_return(site, key, Err(e))));
+            let decided = self.record_and_return(site, key, Err(e));
+            return answer(site, &mut Some(Told::Decided(decided)));
         }
         let now = self.inner.clock.now();
         if !site.generation.config.enabled() {
-            return answer(&site.lent(), &mut Some(Ok(Decision::unlimited(now))));
+            let decided = Told::Decided(Ok(Decision::unlimited(now)));
+            return answer(&site.lent(), &mut Some(decided));
         }
         let mut composed = KeyBuf::new();
         let (store_key, hash) = match site.whole_key(key) {
@@ -115,7 +118,8 @@ impl RateLimitService {
         };
         if site.holds_other_states(now) {
             let site = &site.lent();
-            let mut decided = self.decide_both_now(site, key, store_key, now);
+            let decided = self.decide_both_now(site, key, store_key, now);
+            let mut decided = decided.map(Told::Decided);
             then.write(store_key, decided.is_some());
             return self.conclude_now(site, key, name_tier, &mut decided, answer);
         }
@@ -124,18 +128,26 @@ impl RateLimitService {
             Ok(request) => request,
             Err(e) => {
                 let site = &site.lent();
-                return answer(site, &mut Some(self.record_and_return(site, key, Err(e))));
+                let decided = self.record_and_return(site, key, Err(e));
+                return answer(site, &mut Some(Told::Decided(decided)));
             }
         };
-        let started = self.inner.latency.start();
-        let mut decided = match hash {
-            Some(hash) => self.inner.store.decide_now_hashed(request, hash),
-            None => self.inner.store.decide_now(request),
+        // A caller that never shows an admitted call's decision lets the store tell it bare.
+        let request = if name_tier {
+            request
+        } else {
+            request.unshown()
         };
-        if let Some(decided) = &mut decided {
+        let started = self.inner.latency.start();
+        let mut decided = self.inner.store.decide_now_told(request, hash);
+        if let Some(told) = &mut decided {
             self.inner.latency.finish(started);
-            under_its_quota(request.quota(), decided);
-            super::transition::retry(site, now, decided);
+            // A bare admission is one under the request's quota, of the right shape and not
+            // refused: what these two would read of its decision (`Told::Admitted`).
+            if let Told::Decided(decided) = told {
+                under_its_quota(request.quota(), decided);
+                super::transition::retry(site, now, decided);
+            }
         }
         then.write(store_key, decided.is_some());
         self.conclude_now(site, key, name_tier, &mut decided, answer)
@@ -234,20 +246,22 @@ impl RateLimitService {
     }
 
     /// Step 5 for a decision the store made, in place: settled, the outcome recorded (a plain
-    /// admission, which `settle` found, counted without looking at the decision again).
+    /// admission, which `settle` found or the store told bare, counted without looking at the
+    /// decision again). A bare admission told to a caller that shows its decision
+    /// (`name_tier`) is made the error [`Told::decision`] makes of it, and recorded so.
     #[inline(always)]
-    fn finish(
-        &self,
-        site: &Site<'_>,
-        key: Option<&str>,
-        decided: &mut Result<Decision, Error>,
-        name_tier: bool,
-    ) {
-        let plain = self.settle(site, decided, name_tier);
+    fn finish(&self, site: &Site<'_>, key: Option<&str>, told: &mut Told, name_tier: bool) {
+        if name_tier && matches!(told, Told::Admitted) {
+            shown(told);
+        }
+        let plain = match told {
+            Told::Admitted => true,
+            Told::Decided(decided) => self.settle(site, decided, name_tier),
+        };
         if site.spend {
-            match plain {
-                true => self.count_admitted(site),
-                false => self.record_other(&site.lent(), key, decided),
+            match told {
+                Told::Decided(decided) if !plain => self.record_other(&site.lent(), key, decided),
+                _ => self.count_admitted(site),
             }
         }
     }
@@ -312,7 +326,7 @@ impl RateLimitService {
         site: &Site<'_>,
         decided: &mut Answer,
     ) -> Option<Result<(), E>> {
-        let decided = decided.take().unwrap_or(Err(Error::NoLimit));
+        let decided = take(site, decided).unwrap_or(Err(Error::NoLimit));
         Some(
             decided
                 .and_then(|d| Self::admit(site, d))
@@ -349,21 +363,23 @@ pub(crate) fn admitted<E: From<Error>>(
     decided: &mut Answer,
 ) -> Option<Result<(), E>> {
     match decided {
-        Some(Ok(decision)) if decision.allowed => Some(Ok(())),
+        Some(Told::Admitted) => Some(Ok(())),
+        Some(Told::Decided(Ok(decision))) if decision.allowed => Some(Ok(())),
         _ => RateLimitService::refused(&site.lent(), decided),
     }
 }
 
 /// The decision [`RateLimitService::decide_now`] lends its `answer`: always `Some`, in the
 /// `Option` the store answered in, so that a caller returning it moves it out once
-/// ([`take`]), leaving `None`, which needs no drop.
-pub(crate) type Answer = Option<Result<Decision, Error>>;
+/// ([`take`]), leaving `None`, which needs no drop. A bare admission ([`Told::Admitted`]) only
+/// for a caller that never shows an admitted decision (`name_tier` false).
+pub(crate) type Answer = Option<Told>;
 
 /// The `answer` of a caller of [`RateLimitService::decide_now`] that returns the decision:
 /// moved out, as the `Some` it is handed.
 #[inline(always)]
-pub(crate) fn take(_: &Site<'_>, decided: &mut Answer) -> Answer {
-    decided.take()
+pub(crate) fn take(_: &Site<'_>, decided: &mut Answer) -> Option<Result<Decision, Error>> {
+    decided.take().map(Told::decision)
 }
 
 /// [`settle`](RateLimitService::settle) of a refusal: its tier named and, at a shadow site,
@@ -451,6 +467,14 @@ fn broken(what: &'static str) -> Error {
     Error::UnexpectedState {
         message: format!("the store answered {what}"),
     }
+}
+
+/// A bare admission told to a caller that shows its decision, as the decision it reads: an
+/// error ([`Told::decision`]), which no store of this crate gives.
+#[cold]
+#[inline(never)]
+fn shown(told: &mut Told) {
+    *told = Told::Decided(std::mem::replace(told, Told::Admitted).decision());
 }
 
 /// A shadow limit's refusal as the admission it becomes (see `settle`).

@@ -24,6 +24,7 @@ pub(crate) mod redis;
 mod request;
 mod stacked;
 mod state;
+mod told;
 
 // Without Redis, only doc links (`crate::store::FailurePolicy`) name these here.
 #[cfg_attr(not(feature = "redis"), allow(unused_imports))]
@@ -35,6 +36,8 @@ pub(crate) use self::redis::{RedisOptions, RedisStore};
 pub use self::request::{Adjustment, Mode, Refund, Request, StoreKey};
 pub use self::stacked::{Carry, Check, Stacked};
 pub use self::state::StoredState;
+#[doc(hidden)]
+pub use self::told::Told;
 
 use crate::decision::Decision;
 use crate::error::Error;
@@ -213,18 +216,16 @@ pub trait Store: Send + Sync + 'static {
         None
     }
 
-    /// [`decide_now`](Self::decide_now) of a request on a key whose hash in this store the
-    /// caller held ([`hash_of`](Self::hash_of)). Not a seam: the default forwards to
-    /// `decide_now`, and only the store that made the hash uses it.
+    /// [`decide_now`](Self::decide_now) as the service asks it: on a key whose hash in this
+    /// store the caller held ([`hash_of`](Self::hash_of)), when it did; and, for a request
+    /// whose caller never shows an admitted call's decision (an annotated fn), a plain
+    /// admission may be told as [`Told::Admitted`], its decision not made. Not a seam: the
+    /// default forwards to `decide_now`, and only the store that made the hash uses it.
     #[doc(hidden)]
     #[inline]
-    fn decide_now_hashed(
-        &self,
-        request: Request<'_>,
-        hash: NonZeroU64,
-    ) -> Option<Result<Decision, Error>> {
+    fn decide_now_told(&self, request: Request<'_>, hash: Option<NonZeroU64>) -> Option<Told> {
         let _ = hash;
-        self.decide_now(request)
+        self.decide_now(request).map(Told::Decided)
     }
 
     /// [`decide_all`](Self::decide_all) when the store can answer without waiting, under the
@@ -412,11 +413,7 @@ pub(crate) trait DynStore: Send + Sync + 'static {
     fn reset<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<bool, Error>>;
     fn decide_now(&self, request: Request<'_>) -> Option<Result<Decision, Error>>;
     fn hash_of(&self, key: &str) -> Option<u64>;
-    fn decide_now_hashed(
-        &self,
-        request: Request<'_>,
-        hash: NonZeroU64,
-    ) -> Option<Result<Decision, Error>>;
+    fn decide_now_told(&self, request: Request<'_>, hash: Option<NonZeroU64>) -> Option<Told>;
     fn decide_all_now(&self, stacked: Stacked<'_>) -> Option<Result<Vec<Decision>, Error>>;
     fn decides_at_once(&self) -> bool;
     fn supports(&self, quota: &Quota) -> Result<(), QuotaError>;
@@ -468,12 +465,8 @@ impl<S: Store> DynStore for S {
         Store::hash_of(self, key)
     }
     #[inline]
-    fn decide_now_hashed(
-        &self,
-        request: Request<'_>,
-        hash: NonZeroU64,
-    ) -> Option<Result<Decision, Error>> {
-        Store::decide_now_hashed(self, request, hash)
+    fn decide_now_told(&self, request: Request<'_>, hash: Option<NonZeroU64>) -> Option<Told> {
+        Store::decide_now_told(self, request, hash)
     }
     fn decide_all_now(&self, stacked: Stacked<'_>) -> Option<Result<Vec<Decision>, Error>> {
         Store::decide_all_now(self, stacked)

@@ -26,7 +26,7 @@ use crate::clock::Nanos;
 use crate::decision::Decision;
 use crate::error::Error;
 use crate::quota::Quota;
-use crate::store::{Adjustment, Refund, Request, Stacked};
+use crate::store::{Adjustment, Refund, Request, Stacked, Told};
 use crate::sync::{unpoisoned, Condvar, Mutex};
 
 const SHARDS: usize = 64;
@@ -279,7 +279,7 @@ impl super::Store for MemoryStore {
 
     #[inline]
     fn decide_now(&self, request: Request<'_>) -> Option<Result<Decision, Error>> {
-        self.answer(&request, Some)
+        self.answer(&request, false, |told| Some(told.decision()))
     }
 
     fn hash_of(&self, key: &str) -> Option<u64> {
@@ -287,12 +287,16 @@ impl super::Store for MemoryStore {
     }
 
     #[inline]
-    fn decide_now_hashed(
+    fn decide_now_told(
         &self,
         request: Request<'_>,
-        hash: std::num::NonZeroU64,
-    ) -> Option<Result<Decision, Error>> {
-        self.answer_hashed(&request, hash, Some)
+        hash: Option<std::num::NonZeroU64>,
+    ) -> Option<Told> {
+        let unshown = request.admission_unshown();
+        match hash {
+            Some(hash) => self.answer_hashed(&request, hash, unshown, Some),
+            None => self.answer(&request, unshown, Some),
+        }
     }
 
     fn decide_all_now(&self, stacked: Stacked<'_>) -> Option<Result<Vec<Decision>, Error>> {
