@@ -1,18 +1,19 @@
 //! An annotated fn's admitted call is told bare by the store (`Told::Admitted`: admitted, its
 //! decision not made), since the fn never shows it; everything else is the decision, as for
 //! every other caller. These tests hold what that shortcut must not change: the counts, a
-//! refusal's decision, and a bare admission told to a caller that does show its decision,
-//! which is an error (fail closed), never an allowance.
+//! refusal's decision, and the decision every caller that shows it gets.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use ratelimit::store::{Request, Stacked, Store, Told};
-use ratelimit::{Config, Decision, Error, ManualClock, MemoryStore, Options, RateLimitService};
+use ratelimit::{
+    Config, Decision, Error, ManualClock, MemoryStore, Options, RateLimitService, StoreConfig,
+};
 use ratelimit_tests::START;
 
 /// The memory store, except that it tells every call decided at once through the service's
-/// hidden seam as a bare admission, whoever asked: a store that gets the seam wrong.
+/// hidden seam (`decide_now_told`) as a bare admission, refused or not.
 #[derive(Clone, Default)]
 struct TellsBare(MemoryStore);
 
@@ -51,31 +52,40 @@ fn config(limit: u64) -> Config {
     Config::builder().default_limit(limit).build().unwrap()
 }
 
-/// A caller that returns the decision (`consume`, `consume_now`, a prepared site) told a bare
-/// admission has no decision to return: the call is an error, counted as one, not admitted.
+/// A caller that returns the decision (`consume`, `consume_now`, a prepared site) is never
+/// told a bare admission, whatever the store tells annotated fns: each gets the decision
+/// itself, counted once as admitted.
 #[test]
-fn a_bare_admission_told_to_a_caller_that_shows_its_decision_is_an_error() {
+fn a_caller_that_shows_its_decision_is_never_told_a_bare_admission() {
     let clock = Arc::new(ManualClock::new(START));
     let service = RateLimitService::with_store(config(5), TellsBare::default(), clock).unwrap();
     let options = Options::new();
-    let decided = service.consume_now("u", &options).expect("decided at once");
-    assert!(
-        matches!(decided, Err(Error::UnexpectedState { .. })),
-        "{decided:?}"
-    );
-    let decided = futures::executor::block_on(service.consume("u", &options));
-    assert!(
-        matches!(decided, Err(Error::UnexpectedState { .. })),
-        "{decided:?}"
-    );
     let prepared = service.prepare(&options).unwrap();
-    let decided = prepared.consume_now("u").expect("decided at once");
-    assert!(
-        matches!(decided, Err(Error::UnexpectedState { .. })),
-        "{decided:?}"
-    );
+    let decisions = [
+        service.consume_now("u", &options).expect("decided at once"),
+        futures::executor::block_on(service.consume("u", &options)),
+        prepared.consume_now("u").expect("decided at once"),
+    ];
+    for (decided, left) in decisions.into_iter().zip([4, 3, 2]) {
+        let decision = decided.unwrap();
+        assert!(decision.allowed);
+        assert_eq!((decision.limit, decision.remaining), (5, left));
+    }
     let counts = service.stats().total;
-    assert_eq!((counts.allowed, counts.errors), (0, 3), "{counts:?}");
+    assert_eq!((counts.allowed, counts.errors), (3, 0), "{counts:?}");
+}
+
+/// The same store under an annotated fn: its bare admissions are the fn's admissions, each
+/// counted once (the store's word, as any decision of a store is).
+#[test]
+fn an_annotated_fn_told_bare_admissions_counts_each_once() {
+    let builder = ratelimit::Module::builder().store(StoreConfig::custom(TellsBare::default()));
+    let module = ratelimit::testing::TestModule::new(builder).unwrap();
+    for _ in 0..3 {
+        assert!(futures::executor::block_on(module.scope(bare("u"))).is_ok());
+    }
+    let counts = module.stats().total;
+    assert_eq!((counts.checks, counts.allowed), (3, 3), "{counts:?}");
 }
 
 #[ratelimit::rate_limit(limit = 2, window = "1m", key = user)]

@@ -26,10 +26,7 @@ pub(crate) enum Started<'a> {
 #[inline(never)]
 fn enforce_in_place(site: &Site<'_>, decided: &mut super::pipeline::Answer) {
     if let Some(answer) = decided.take() {
-        let answer = answer
-            .decision()
-            .and_then(|d| RateLimitService::admit(site, d));
-        *decided = Some(crate::store::Told::Decided(answer));
+        *decided = Some(answer.and_then(|d| RateLimitService::admit(site, d)));
     }
 }
 
@@ -292,13 +289,12 @@ impl RateLimitService {
         // answer is moved out as it is (a `match` on the mode around it was one more move of
         // the decision on every call).
         let now = |site: &Site<'_>, decided: &mut super::pipeline::Answer| {
-            let admitted = matches!(decided, Some(crate::store::Told::Decided(Ok(d))) if d.allowed);
-            if mode == Mode::Enforce && !admitted {
+            if mode == Mode::Enforce && !matches!(decided, Some(Ok(d)) if d.allowed) {
                 enforce_in_place(&site.lent(), decided);
             }
-            super::pipeline::take(site, decided)
+            decided.take()
         };
-        match self.decide_now(&site, key, true, Then::Await(&mut store_key), now) {
+        match self.decide_now(&site, key, Then::Await(&mut store_key), now) {
             Some(decided) => Started::Now(decided),
             None => Started::Later(Box::pin(async move {
                 let decided = self.decide_later(&site, key, &store_key).await;
@@ -371,7 +367,7 @@ impl RateLimitService {
         if site.may_wait || self.horizon_due(&generation) || self.horizon_raise_at(&site) {
             return None;
         }
-        self.decide_now(&site, Some(key), true, Then::GiveUp, super::pipeline::take)
+        self.decide_now(&site, Some(key), Then::GiveUp, super::pipeline::take)
     }
 
     /// Forgets `key`'s state under `tier` (`None`: the default tier, or no tier) with no

@@ -216,16 +216,33 @@ pub trait Store: Send + Sync + 'static {
         None
     }
 
-    /// [`decide_now`](Self::decide_now) as the service asks it: on a key whose hash in this
-    /// store the caller held ([`hash_of`](Self::hash_of)), when it did; and, for a request
-    /// whose caller never shows an admitted call's decision (an annotated fn), a plain
-    /// admission may be told as [`Told::Admitted`], its decision not made. Not a seam: the
-    /// default forwards to `decide_now`, and only the store that made the hash uses it.
+    /// [`decide_now`](Self::decide_now) of a request on a key whose hash in this store the
+    /// caller held ([`hash_of`](Self::hash_of)). Not a seam: the default forwards to
+    /// `decide_now`, and only the store that made the hash uses it.
+    #[doc(hidden)]
+    #[inline]
+    fn decide_now_hashed(
+        &self,
+        request: Request<'_>,
+        hash: NonZeroU64,
+    ) -> Option<Result<Decision, Error>> {
+        let _ = hash;
+        self.decide_now(request)
+    }
+
+    /// [`decide_now`](Self::decide_now) of a request whose caller never shows an admitted
+    /// call's decision (an annotated fn): a plain admission may be told as
+    /// [`Told::Admitted`], its decision not made. On a key whose hash in this store the caller
+    /// held ([`hash_of`](Self::hash_of)), when it did. Not a seam: the default forwards to
+    /// `decide_now` (or `decide_now_hashed`) and tells every decision.
     #[doc(hidden)]
     #[inline]
     fn decide_now_told(&self, request: Request<'_>, hash: Option<NonZeroU64>) -> Option<Told> {
-        let _ = hash;
-        self.decide_now(request).map(Told::Decided)
+        let decided = match hash {
+            Some(hash) => self.decide_now_hashed(request, hash),
+            None => self.decide_now(request),
+        };
+        decided.map(Told::Decided)
     }
 
     /// [`decide_all`](Self::decide_all) when the store can answer without waiting, under the
@@ -413,6 +430,11 @@ pub(crate) trait DynStore: Send + Sync + 'static {
     fn reset<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<bool, Error>>;
     fn decide_now(&self, request: Request<'_>) -> Option<Result<Decision, Error>>;
     fn hash_of(&self, key: &str) -> Option<u64>;
+    fn decide_now_hashed(
+        &self,
+        request: Request<'_>,
+        hash: NonZeroU64,
+    ) -> Option<Result<Decision, Error>>;
     fn decide_now_told(&self, request: Request<'_>, hash: Option<NonZeroU64>) -> Option<Told>;
     fn decide_all_now(&self, stacked: Stacked<'_>) -> Option<Result<Vec<Decision>, Error>>;
     fn decides_at_once(&self) -> bool;
@@ -463,6 +485,14 @@ impl<S: Store> DynStore for S {
     }
     fn hash_of(&self, key: &str) -> Option<u64> {
         Store::hash_of(self, key)
+    }
+    #[inline]
+    fn decide_now_hashed(
+        &self,
+        request: Request<'_>,
+        hash: NonZeroU64,
+    ) -> Option<Result<Decision, Error>> {
+        Store::decide_now_hashed(self, request, hash)
     }
     #[inline]
     fn decide_now_told(&self, request: Request<'_>, hash: Option<NonZeroU64>) -> Option<Told> {

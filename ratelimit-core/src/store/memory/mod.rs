@@ -287,6 +287,15 @@ impl super::Store for MemoryStore {
     }
 
     #[inline]
+    fn decide_now_hashed(
+        &self,
+        request: Request<'_>,
+        hash: std::num::NonZeroU64,
+    ) -> Option<Result<Decision, Error>> {
+        self.answer_hashed(&request, hash, false, |told| Some(told.decision()))
+    }
+
+    #[inline]
     fn decide_now_told(
         &self,
         request: Request<'_>,
