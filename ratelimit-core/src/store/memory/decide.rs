@@ -13,7 +13,7 @@ use crate::clock::Nanos;
 use crate::decision::Decision;
 use crate::error::Error;
 use crate::quota::Quota;
-use crate::store::{Mode, Request, Told};
+use crate::store::{Mode, Request};
 
 impl MemoryStore {
     /// What [`Store::decide`](super::Store::decide) answers, synchronously. A [`Request`] was
@@ -22,32 +22,26 @@ impl MemoryStore {
     /// [`Refund`].
     #[inline(always)]
     pub(crate) fn decide_request(&self, request: &Request<'_>) -> Result<Decision, Error> {
-        self.answer(request, false, Told::decision)
+        self.answer(request, |decided| decided, || None)
     }
 
     /// [`decide_request`](Self::decide_request)'s decision, as `answer` makes it (a
     /// [`Store::decide_now`](super::Store::decide_now)'s `Some`): made where the decision is,
     /// so that it is written once, where the caller reads it (wrapped after the step, it was
-    /// copied whole). `unshown`: a plain admission may be told bare ([`Told::Admitted`]), as
-    /// the request allows it ([`Request::admission_unshown`]); else always `Told::Decided`.
+    /// copied whole). `bare`: the answer of a plain admission told bare, its decision not
+    /// made ([`Told::Admitted`](crate::store::Told)), when the caller takes one (`None`: made,
+    /// as any other).
     #[inline(always)]
     pub(crate) fn answer<R>(
         &self,
         request: &Request<'_>,
-        unshown: bool,
-        answer: impl Fn(Told) -> R,
+        answer: impl Fn(Result<Decision, Error>) -> R,
+        bare: impl Fn() -> Option<R>,
     ) -> R {
         let key = request.key().as_str().as_bytes();
         let (quota, now) = (request.quota(), request.now());
-        self.decision(
-            key,
-            quota,
-            request.cost(),
-            now,
-            request.mode(),
-            unshown,
-            answer,
-        )
+        let (cost, mode) = (request.cost(), request.mode());
+        self.decision(key, quota, cost, now, mode, answer, bare)
     }
 
     /// [`answer`](Self::answer) of a request on a key whose hash the caller held, as this
@@ -57,20 +51,13 @@ impl MemoryStore {
         &self,
         request: &Request<'_>,
         hash: NonZeroU64,
-        unshown: bool,
-        answer: impl Fn(Told) -> R,
+        answer: impl Fn(Result<Decision, Error>) -> R,
+        bare: impl Fn() -> Option<R>,
     ) -> R {
         let key = Hashed(request.key().as_str().as_bytes(), hash);
         let (quota, now) = (request.quota(), request.now());
-        self.decision(
-            key,
-            quota,
-            request.cost(),
-            now,
-            request.mode(),
-            unshown,
-            answer,
-        )
+        let (cost, mode) = (request.cost(), request.mode());
+        self.decision(key, quota, cost, now, mode, answer, bare)
     }
 
     /// The decision of a call whose key and cost are checked, in `mode`. A call that spends
@@ -89,29 +76,28 @@ impl MemoryStore {
         cost: u64,
         now: Nanos,
         mode: Mode,
-        unshown: bool,
-        answer: impl Fn(Told) -> R,
+        answer: impl Fn(Result<Decision, Error>) -> R,
+        bare: impl Fn() -> Option<R>,
     ) -> R {
         // The time's range checked first, with the sweep's compare (`time_checked`).
         if let Err(error) = self.time_checked(now) {
-            return answer(Told::Decided(Err(error)));
+            return answer(Err(error));
         }
         if quota.capacity() == 0 || quota.block_nanos() > 0 || cost == 0 {
-            let decided = self.decision_aside(key.bytes(), quota, cost, now, mode);
-            return answer(Told::Decided(decided));
+            return answer(self.decision_aside(key.bytes(), quota, cost, now, mode));
         }
         by_strategy!(
             quota.strategy(),
-            self.decision_in::<_>(key, quota, cost, now, mode, unshown, answer)
+            self.decision_in::<_>(key, quota, cost, now, mode, answer, bare)
         )
     }
 
     /// [`decide_in`](Self::decide_in)'s verdict as the [`Decision`] the caller answers, reached
     /// at the decision time (never before the last sweep: `fresh_at`) and told from the
-    /// call's `now` ([`Decision::for_quota_at`]); when `unshown`, a plain admission
-    /// ([`Verdict::admits_plainly`]) told bare instead, its decision not made. Only a kept
-    /// spend carries its stamp: no other decision is given back. Not read otherwise, where a
-    /// wide load of it would wait on the stores that wrote it.
+    /// call's `now` ([`Decision::for_quota_at`]); a plain admission
+    /// ([`Verdict::admits_plainly`](algorithm::Verdict)) told bare instead (`bare`), when the
+    /// caller takes one. Only a kept spend carries its stamp: no other decision is given back.
+    /// Not read otherwise, where a wide load of it would wait on the stores that wrote it.
     #[allow(clippy::too_many_arguments)]
     fn decision_in<A: InTables, R>(
         &self,
@@ -120,23 +106,23 @@ impl MemoryStore {
         cost: u64,
         now: Nanos,
         mode: Mode,
-        unshown: bool,
-        answer: impl Fn(Told) -> R,
+        answer: impl Fn(Result<Decision, Error>) -> R,
+        bare: impl Fn() -> Option<R>,
     ) -> R {
         let at = self.fresh_at(now);
-        answer(
-            self.decide_in::<A, _>(key, quota, cost, at, mode, |decided| {
-                let (verdict, stamp) = match decided {
-                    Ok(decided) => decided,
-                    Err(error) => return Told::Decided(Err(error)),
-                };
-                if unshown && verdict.admits_plainly(quota) {
-                    return Told::Admitted;
+        self.decide_in::<A, _>(key, quota, cost, at, mode, |decided| {
+            let (verdict, stamp) = match decided {
+                Ok(decided) => decided,
+                Err(error) => return answer(Err(error)),
+            };
+            if verdict.admits_plainly(quota) {
+                if let Some(bare) = bare() {
+                    return bare;
                 }
-                let decision = Decision::for_quota_at(verdict, at, now, quota);
-                Told::Decided(Ok(stamped(decision, stamp, mode)))
-            }),
-        )
+            }
+            let decision = Decision::for_quota_at(verdict, at, now, quota);
+            answer(Ok(stamped(decision, stamp, mode)))
+        })
     }
 
     /// [`decision`](Self::decision) of a look (cost 0), under a quota with a block or of a
@@ -201,7 +187,7 @@ impl MemoryStore {
         crate::key::check_store_key(key)?;
         algorithm::check_cost(quota, cost, commit)?;
         let mode = Mode::of(commit, false);
-        self.decision(key, quota, cost, now, mode, false, Told::decision)
+        self.decision(key, quota, cost, now, mode, |decided| decided, || None)
     }
 
     /// [`decision_aside`](Self::decision_aside)'s verdict at `at` (its decision time), before

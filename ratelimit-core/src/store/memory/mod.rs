@@ -279,7 +279,7 @@ impl super::Store for MemoryStore {
 
     #[inline]
     fn decide_now(&self, request: Request<'_>) -> Option<Result<Decision, Error>> {
-        self.answer(&request, false, |told| Some(told.decision()))
+        self.answer(&request, Some, || None)
     }
 
     fn hash_of(&self, key: &str) -> Option<u64> {
@@ -292,7 +292,7 @@ impl super::Store for MemoryStore {
         request: Request<'_>,
         hash: std::num::NonZeroU64,
     ) -> Option<Result<Decision, Error>> {
-        self.answer_hashed(&request, hash, false, |told| Some(told.decision()))
+        self.answer_hashed(&request, hash, Some, || None)
     }
 
     #[inline]
@@ -301,10 +301,11 @@ impl super::Store for MemoryStore {
         request: Request<'_>,
         hash: Option<std::num::NonZeroU64>,
     ) -> Option<Told> {
-        let unshown = request.admission_unshown();
+        let told = |decided| Some(Told::Decided(decided));
+        let bare = || request.admission_unshown().then_some(Some(Told::Admitted));
         match hash {
-            Some(hash) => self.answer_hashed(&request, hash, unshown, Some),
-            None => self.answer(&request, unshown, Some),
+            Some(hash) => self.answer_hashed(&request, hash, told, bare),
+            None => self.answer(&request, told, bare),
         }
     }
 
