@@ -120,6 +120,18 @@ pub(crate) struct Verdict {
     pub(crate) retry_after: Option<Nanos>,
 }
 
+impl Verdict {
+    /// Whether this verdict is an admission whose [`Decision`](crate::Decision) under `quota`
+    /// would be a plain one: what the service's check of a store's answer (`broken_answer`,
+    /// `Decision::is_under`) asks of an admission, read on the verdict (the decision is made
+    /// with `quota`'s limit and window): no `retry_after`, no more remaining than the limit.
+    /// A store may then tell it bare ([`Told::Admitted`](crate::store::Told::Admitted)).
+    #[inline(always)]
+    pub(crate) fn admits_plainly(&self, quota: &crate::Quota) -> bool {
+        self.allowed && self.retry_after.is_none() && self.remaining <= quota.capacity()
+    }
+}
+
 /// Why a call could not be decided at all (as opposed to refused).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Undecidable {

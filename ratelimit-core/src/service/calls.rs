@@ -294,7 +294,7 @@ impl RateLimitService {
             }
             decided.take()
         };
-        match self.decide_now(&site, key, true, Then::Await(&mut store_key), now) {
+        match self.decide_now(&site, key, Then::Await(&mut store_key), now) {
             Some(decided) => Started::Now(decided),
             None => Started::Later(Box::pin(async move {
                 let decided = self.decide_later(&site, key, &store_key).await;
@@ -366,7 +366,7 @@ impl RateLimitService {
         if site.may_wait || self.horizon_due(&generation) || self.horizon_raise_at(&site) {
             return None;
         }
-        self.decide_now(&site, Some(key), true, Then::GiveUp, super::pipeline::take)
+        self.decide_now(&site, Some(key), Then::GiveUp, super::pipeline::take)
     }
 
     /// Forgets `key`'s state under `tier` (`None`: the default tier, or no tier) with no

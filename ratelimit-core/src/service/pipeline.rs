@@ -16,6 +16,7 @@
 //! [`Store::decide_now`]: crate::store::Store::decide_now
 //! [`Store::decide`]: crate::store::Store::decide
 
+use std::num::NonZeroU64;
 use std::time::Duration;
 
 use super::site::Site;
@@ -25,6 +26,7 @@ use crate::error::{Error, Exceeded};
 use crate::key::KeyBuf;
 use crate::quota::Quota;
 use crate::stats::Outcome;
+use crate::store::{DynStore, Request, Told};
 
 /// Counts a call whose caller gave up while the store was deciding it: runs its closure when
 /// dropped, unless [`defuse`](Self::defuse)d once the store answered.
@@ -77,8 +79,9 @@ impl Then<'_> {
 
 impl RateLimitService {
     /// Steps 2 to 4 (and 5 when decided): the call decided at once if the store can; `None`,
-    /// nothing spent, when it must be awaited. `name_tier`: name the tier on an admitted
-    /// decision too (a refusal always names it). `then`: whether the caller awaits the store
+    /// nothing spent, when it must be awaited. `A`, what the caller is answered in, says
+    /// whether it shows an admitted decision ([`Asked`]: then its tier is named on it too; a
+    /// refusal always names it). `then`: whether the caller awaits the store
     /// next, on the store key written into [`Then::Await`]'s `String` (empty); a caller that
     /// gives up instead allocates nothing.
     ///
@@ -89,21 +92,22 @@ impl RateLimitService {
     /// caller that returns the decision moves it out, `Option` and all, into its own answer
     /// ([`take`]). Not moved through each step (see [`conclude_now`](Self::conclude_now)).
     #[inline]
-    pub(crate) fn decide_now<T>(
+    pub(crate) fn decide_now<T, A: Asked>(
         &self,
         site: &Site<'_>,
         key: Option<&str>,
-        name_tier: bool,
         then: Then<'_>,
-        answer: impl FnOnce(&Site<'_>, &mut Answer) -> Option<T>,
+        answer: impl FnOnce(&Site<'_>, &mut Option<A>) -> Option<T>,
     ) -> Option<T> {
         if let Err(e) = site.check(key) {
             let site = &site.lent();
-            return answer(site, &mut Some(self.record_and_return(site, key, Err(e))));
+            let decided = self.record_and_return(site, key, Err(e));
+            return answer(site, &mut Some(A::decided(decided)));
         }
         let now = self.inner.clock.now();
         if !site.generation.config.enabled() {
-            return answer(&site.lent(), &mut Some(Ok(Decision::unlimited(now))));
+            let decided = A::decided(Ok(Decision::unlimited(now)));
+            return answer(&site.lent(), &mut Some(decided));
         }
         let mut composed = KeyBuf::new();
         let (store_key, hash) = match site.whole_key(key) {
@@ -115,31 +119,36 @@ impl RateLimitService {
         };
         if site.holds_other_states(now) {
             let site = &site.lent();
-            let mut decided = self.decide_both_now(site, key, store_key, now);
+            let decided = self.decide_both_now(site, key, store_key, now);
+            let mut decided = decided.map(A::decided);
             then.write(store_key, decided.is_some());
-            return self.conclude_now(site, key, name_tier, &mut decided, answer);
+            return self.conclude_now(site, key, &mut decided, answer);
         }
         let mut drained = None;
         let request = match site.request(store_key, now, &mut drained) {
             Ok(request) => request,
             Err(e) => {
                 let site = &site.lent();
-                return answer(site, &mut Some(self.record_and_return(site, key, Err(e))));
+                let decided = self.record_and_return(site, key, Err(e));
+                return answer(site, &mut Some(A::decided(decided)));
             }
         };
         let started = self.inner.latency.start();
-        let mut decided = match (site.failed, hash) {
-            (true, _) => Some(self.answer_failure(request)),
-            (false, Some(hash)) => self.inner.store.decide_now_hashed(request, hash),
-            (false, None) => self.inner.store.decide_now(request),
+        let mut decided = match site.failed {
+            true => Some(A::decided(self.answer_failure(request))),
+            false => A::ask(&*self.inner.store, request, hash),
         };
-        if let Some(decided) = &mut decided {
+        if let Some(told) = &mut decided {
             self.inner.latency.finish(started);
-            under_its_quota(request.quota(), decided);
-            super::transition::retry(site, now, decided);
+            // A bare admission is one under the request's quota, of the right shape and not
+            // refused: what these two would read of its decision (`Told::Admitted`).
+            if let Some(decided) = told.decision() {
+                under_its_quota(request.quota(), decided);
+                super::transition::retry(site, now, decided);
+            }
         }
         then.write(store_key, decided.is_some());
-        self.conclude_now(site, key, name_tier, &mut decided, answer)
+        self.conclude_now(site, key, &mut decided, answer)
     }
 
     /// Step 5 of [`decide_now`](Self::decide_now) once the store answered (`Some`), on the
@@ -149,15 +158,14 @@ impl RateLimitService {
     /// waits on the narrower stores its wide loads span (store forwarding fails), which cost
     /// an annotated call more than its instructions did (BENCHMARKS.md, `hot_path`).
     #[inline(always)]
-    fn conclude_now<T>(
+    fn conclude_now<T, A: Asked>(
         &self,
         site: &Site<'_>,
         key: Option<&str>,
-        name_tier: bool,
-        decided: &mut Answer,
-        answer: impl FnOnce(&Site<'_>, &mut Answer) -> Option<T>,
+        decided: &mut Option<A>,
+        answer: impl FnOnce(&Site<'_>, &mut Option<A>) -> Option<T>,
     ) -> Option<T> {
-        self.finish(site, key, decided.as_mut()?, name_tier);
+        self.finish(site, key, decided.as_mut()?);
         answer(site, decided)
     }
 
@@ -168,7 +176,7 @@ impl RateLimitService {
         key: Option<&str>,
     ) -> Result<Decision, Error> {
         let mut store_key = String::new();
-        match self.decide_now(site, key, true, Then::Await(&mut store_key), take) {
+        match self.decide_now(site, key, Then::Await(&mut store_key), take) {
             Some(decided) => decided,
             None => self.decide_later(site, key, &store_key).await,
         }
@@ -238,26 +246,24 @@ impl RateLimitService {
     }
 
     /// Step 5 for a decision the store made, in place: settled, the outcome recorded (a plain
-    /// admission, which `settle` found, counted without looking at the decision again).
+    /// admission, which `settle` found or the store told bare, counted without looking at the
+    /// decision again). The tier named on an admitted decision when the caller shows it.
     #[inline(always)]
-    fn finish(
-        &self,
-        site: &Site<'_>,
-        key: Option<&str>,
-        decided: &mut Result<Decision, Error>,
-        name_tier: bool,
-    ) {
-        let plain = self.settle(site, decided, name_tier);
+    fn finish<A: Asked>(&self, site: &Site<'_>, key: Option<&str>, told: &mut A) {
+        let plain = match told.decision() {
+            Some(decided) => self.settle(site, decided, A::SHOWN),
+            None => true,
+        };
         if site.spend {
-            match plain {
-                true => self.count_admitted(site),
-                false => self.record_other(&site.lent(), key, decided),
+            match told.decision() {
+                Some(decided) if !plain => self.record_other(&site.lent(), key, decided),
+                _ => self.count_admitted(site),
             }
         }
     }
 
     /// Settles the store's decision at `site`, in place, before anyone reads it: names the
-    /// site's tier (on a refusal always, else when `name_tier`: an annotated fn's admitted
+    /// site's tier (on a refusal always, else when `name_tier`, [`Asked::SHOWN`]: an annotated fn's admitted
     /// call never shows its decision, so it skips the `Arc` clone); and, at a shadow site,
     /// turns a refusal into an admission marked [`Decision::shadowed`]. The store's state is
     /// what the refusal left (nothing spent), as an enforced limit's would be. Errors stay
@@ -314,9 +320,10 @@ impl RateLimitService {
     #[inline(never)]
     pub(crate) fn refused<E: From<Error>>(
         site: &Site<'_>,
-        decided: &mut Answer,
+        decided: &mut Option<Told>,
     ) -> Option<Result<(), E>> {
-        let decided = decided.take().unwrap_or(Err(Error::NoLimit));
+        let decided = decided.take().map(Told::decision);
+        let decided = decided.unwrap_or(Err(Error::NoLimit));
         Some(
             decided
                 .and_then(|d| Self::admit(site, d))
@@ -350,17 +357,18 @@ impl RateLimitService {
 #[inline(always)]
 pub(crate) fn admitted<E: From<Error>>(
     site: &Site<'_>,
-    decided: &mut Answer,
+    decided: &mut Option<Told>,
 ) -> Option<Result<(), E>> {
     match decided {
-        Some(Ok(decision)) if decision.allowed => Some(Ok(())),
+        Some(Told::Admitted) => Some(Ok(())),
+        Some(Told::Decided(Ok(decision))) if decision.allowed => Some(Ok(())),
         _ => RateLimitService::refused(&site.lent(), decided),
     }
 }
 
-/// The decision [`RateLimitService::decide_now`] lends its `answer`: always `Some`, in the
-/// `Option` the store answered in, so that a caller returning it moves it out once
-/// ([`take`]), leaving `None`, which needs no drop.
+/// The decision [`RateLimitService::decide_now`] lends the `answer` of a caller that returns
+/// it: always `Some`, in the `Option` the store answered in, so that the caller moves it out
+/// once ([`take`]), leaving `None`, which needs no drop.
 pub(crate) type Answer = Option<Result<Decision, Error>>;
 
 /// The `answer` of a caller of [`RateLimitService::decide_now`] that returns the decision:
@@ -368,6 +376,71 @@ pub(crate) type Answer = Option<Result<Decision, Error>>;
 #[inline(always)]
 pub(crate) fn take(_: &Site<'_>, decided: &mut Answer) -> Answer {
     decided.take()
+}
+
+/// What a caller of [`RateLimitService::decide_now`] is answered in, which says whether it
+/// shows an admitted call's decision: the decision itself (`Result<Decision, Error>`), for
+/// every caller that returns it; [`Told`], for an annotated fn's call (async or sync), which
+/// never shows it, and which the store may then tell a plain admission bare
+/// ([`Told::Admitted`]: the ~110-byte decision not made, nor read here). Whatever else the
+/// store answers is the decision, for every caller alike.
+pub(crate) trait Asked: Sized {
+    /// Whether an admitted call's decision is shown (its tier named on it).
+    const SHOWN: bool;
+
+    /// The store's answer to `request` (on a key of hash `hash` in it, when held), when it
+    /// decides at once.
+    fn ask(store: &dyn DynStore, request: Request<'_>, hash: Option<NonZeroU64>) -> Option<Self>;
+
+    /// A decision (or error) made here, not by the store.
+    fn decided(decided: Result<Decision, Error>) -> Self;
+
+    /// The decision, where it lies; `None` for a bare admission.
+    fn decision(&mut self) -> Option<&mut Result<Decision, Error>>;
+}
+
+impl Asked for Result<Decision, Error> {
+    const SHOWN: bool = true;
+
+    #[inline(always)]
+    fn ask(store: &dyn DynStore, request: Request<'_>, hash: Option<NonZeroU64>) -> Option<Self> {
+        match hash {
+            Some(hash) => store.decide_now_hashed(request, hash),
+            None => store.decide_now(request),
+        }
+    }
+
+    #[inline(always)]
+    fn decided(decided: Result<Decision, Error>) -> Self {
+        decided
+    }
+
+    #[inline(always)]
+    fn decision(&mut self) -> Option<&mut Result<Decision, Error>> {
+        Some(self)
+    }
+}
+
+impl Asked for Told {
+    const SHOWN: bool = false;
+
+    #[inline(always)]
+    fn ask(store: &dyn DynStore, request: Request<'_>, hash: Option<NonZeroU64>) -> Option<Self> {
+        store.decide_now_told(request.unshown(), hash)
+    }
+
+    #[inline(always)]
+    fn decided(decided: Result<Decision, Error>) -> Self {
+        Told::Decided(decided)
+    }
+
+    #[inline(always)]
+    fn decision(&mut self) -> Option<&mut Result<Decision, Error>> {
+        match self {
+            Told::Decided(decided) => Some(decided),
+            Told::Admitted => None,
+        }
+    }
 }
 
 /// [`settle`](RateLimitService::settle) of a refusal: its tier named and, at a shadow site,
@@ -482,7 +555,7 @@ impl RateLimitService {
         if !self.decides_at_once(&site.generation.config) {
             return self.record_and_return(site, key, waiting()).map(drop);
         }
-        match self.decide_now(site, key, false, Then::GiveUp, admitted) {
+        match self.decide_now(site, key, Then::GiveUp, admitted) {
             Some(decided) => decided,
             None => self.record_and_return(site, key, waiting()).map(drop),
         }

@@ -338,7 +338,7 @@ impl Prepared {
             return None;
         }
         self.service
-            .decide_now(&site, Some(key), true, Then::GiveUp, super::pipeline::take)
+            .decide_now(&site, Some(key), Then::GiveUp, super::pipeline::take)
     }
 
     /// [`consume`](Self::consume) begun at once: [`Attempt::Decided`] when the store
@@ -364,7 +364,7 @@ impl Prepared {
     /// ```
     pub fn try_consume(self: &Arc<Self>, key: &str) -> Attempt {
         let site = self.site(self.cost, true);
-        let store_key = match self.begin(&site, Some(key), true, super::pipeline::take) {
+        let store_key = match self.begin(&site, Some(key), super::pipeline::take) {
             Begun::Decided(decided) => return Attempt::Decided(decided),
             Begun::Later(store_key) => Some(store_key),
             Begun::Waits => None,
@@ -381,12 +381,11 @@ impl Prepared {
     /// composed for it ([`Begun::Later`]), or [`Begun::Waits`] for a call that may wait in
     /// the queue (nothing asked). [`awaited`](Self::awaited) is the other half.
     #[inline]
-    fn begin<T>(
+    fn begin<T, A: super::pipeline::Asked>(
         &self,
         site: &Site<'_>,
         key: Option<&str>,
-        name_tier: bool,
-        answer: impl FnOnce(&Site<'_>, &mut super::pipeline::Answer) -> Option<T>,
+        answer: impl FnOnce(&Site<'_>, &mut Option<A>) -> Option<T>,
     ) -> Begun<T> {
         // A site no longer current is decided by `awaited`, under the running generation;
         // one whose call raises the fleet's record first (`horizon.rs`) too, by every step.
@@ -398,7 +397,7 @@ impl Prepared {
         }
         let mut store_key = String::new();
         let then = Then::Await(&mut store_key);
-        match self.service.decide_now(site, key, name_tier, then, answer) {
+        match self.service.decide_now(site, key, then, answer) {
             Some(decided) => Begun::Decided(decided),
             None => Begun::Later(store_key),
         }
@@ -450,7 +449,7 @@ impl Prepared {
         cost: u64,
     ) -> Begun<Result<(), Box<Error>>> {
         let site = self.site(cost, true);
-        self.begin(&site, key, false, super::pipeline::admitted)
+        self.begin(&site, key, super::pipeline::admitted)
     }
 
     /// [`enforce_now`](Self::enforce_now)'s awaited half, on the store key it composed

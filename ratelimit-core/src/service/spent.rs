@@ -253,7 +253,7 @@ impl RateLimitService {
         let decided = match site.may_wait {
             false => {
                 let then = super::pipeline::Then::Keep(&mut store_key);
-                match self.decide_now(site, key, true, then, super::pipeline::take) {
+                match self.decide_now(site, key, then, super::pipeline::take) {
                     Some(decided) => decided,
                     None => Box::pin(self.decide_later(site, key, &store_key)).await,
                 }
@@ -285,7 +285,7 @@ impl RateLimitService {
         }
         let mut store_key = String::new();
         let then = super::pipeline::Then::Keep(&mut store_key);
-        let decided = self.decide_now(site, key, true, then, super::pipeline::take)?;
+        let decided = self.decide_now(site, key, then, super::pipeline::take)?;
         Some(decided.and_then(|decision| self.spent(site, decision, store_key, enforce)))
     }
 

@@ -24,6 +24,7 @@ pub(crate) mod redis;
 mod request;
 mod stacked;
 mod state;
+mod told;
 
 // Without Redis, only doc links (`crate::store::FailurePolicy`) name these here.
 #[cfg_attr(not(feature = "redis"), allow(unused_imports))]
@@ -35,6 +36,8 @@ pub(crate) use self::redis::{RedisOptions, RedisStore};
 pub use self::request::{Adjustment, Mode, Refund, Request, StoreKey};
 pub use self::stacked::{Carry, Check, Stacked};
 pub use self::state::StoredState;
+#[doc(hidden)]
+pub use self::told::Told;
 
 use crate::decision::Decision;
 use crate::error::Error;
@@ -227,6 +230,21 @@ pub trait Store: Send + Sync + 'static {
     ) -> Option<Result<Decision, Error>> {
         let _ = hash;
         self.decide_now(request)
+    }
+
+    /// [`decide_now`](Self::decide_now) of a request whose caller never shows an admitted
+    /// call's decision (an annotated fn): a plain admission may be told as
+    /// [`Told::Admitted`], its decision not made. On a key whose hash in this store the caller
+    /// held ([`hash_of`](Self::hash_of)), when it did. Not a seam: the default forwards to
+    /// `decide_now` (or `decide_now_hashed`) and tells every decision.
+    #[doc(hidden)]
+    #[inline]
+    fn decide_now_told(&self, request: Request<'_>, hash: Option<NonZeroU64>) -> Option<Told> {
+        let decided = match hash {
+            Some(hash) => self.decide_now_hashed(request, hash),
+            None => self.decide_now(request),
+        };
+        decided.map(Told::Decided)
     }
 
     /// [`decide_all`](Self::decide_all) when the store can answer without waiting, under the
@@ -447,6 +465,7 @@ pub(crate) trait DynStore: Send + Sync + 'static {
         request: Request<'_>,
         hash: NonZeroU64,
     ) -> Option<Result<Decision, Error>>;
+    fn decide_now_told(&self, request: Request<'_>, hash: Option<NonZeroU64>) -> Option<Told>;
     fn decide_all_now(&self, stacked: Stacked<'_>) -> Option<Result<Vec<Decision>, Error>>;
     fn decides_at_once(&self) -> bool;
     fn supports(&self, quota: &Quota) -> Result<(), QuotaError>;
@@ -511,6 +530,10 @@ impl<S: Store> DynStore for S {
         hash: NonZeroU64,
     ) -> Option<Result<Decision, Error>> {
         Store::decide_now_hashed(self, request, hash)
+    }
+    #[inline]
+    fn decide_now_told(&self, request: Request<'_>, hash: Option<NonZeroU64>) -> Option<Told> {
+        Store::decide_now_told(self, request, hash)
     }
     fn decide_all_now(&self, stacked: Stacked<'_>) -> Option<Result<Vec<Decision>, Error>> {
         Store::decide_all_now(self, stacked)

@@ -166,6 +166,9 @@ pub struct Request<'a> {
     cost: u64,
     now: Nanos,
     mode: Mode,
+    /// Whether the caller never shows an admitted spend's decision (an annotated fn): a store
+    /// that knows it may answer such a spend with a bare [`Told::Admitted`](super::Told).
+    admission_unshown: bool,
 }
 
 impl<'a> Request<'a> {
@@ -212,13 +215,33 @@ impl<'a> Request<'a> {
             cost,
             now,
             mode,
+            admission_unshown: false,
         }
+    }
+
+    /// The same request, for a caller that never shows an admitted spend's decision (an
+    /// annotated fn): see [`admission_unshown`](Self::admission_unshown). A kept spend
+    /// ([`Mode::Keep`]) and a look show theirs: unchanged.
+    #[inline]
+    pub(crate) fn unshown(self) -> Self {
+        Request {
+            admission_unshown: self.mode == Mode::Spend,
+            ..self
+        }
+    }
+
+    /// Whether a plain admission may be told without its decision
+    /// ([`Told::Admitted`](super::Told::Admitted)): a spend whose caller never shows it.
+    #[inline]
+    pub(crate) fn admission_unshown(&self) -> bool {
+        self.admission_unshown
     }
 
     /// The same call as a look: what a stacked decision asks of every limit first.
     pub fn as_look(&self) -> Self {
         Request {
             mode: Mode::Look,
+            admission_unshown: false,
             ..*self
         }
     }

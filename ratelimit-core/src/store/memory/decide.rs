@@ -22,22 +22,26 @@ impl MemoryStore {
     /// [`Refund`].
     #[inline(always)]
     pub(crate) fn decide_request(&self, request: &Request<'_>) -> Result<Decision, Error> {
-        self.answer(request, |decided| decided)
+        self.answer(request, |decided| decided, || None)
     }
 
     /// [`decide_request`](Self::decide_request)'s decision, as `answer` makes it (a
     /// [`Store::decide_now`](super::Store::decide_now)'s `Some`): made where the decision is,
     /// so that it is written once, where the caller reads it (wrapped after the step, it was
-    /// copied whole).
+    /// copied whole). `bare`: the answer of a plain admission told bare, its decision not
+    /// made ([`Told::Admitted`](crate::store::Told)), when the caller takes one (`None`: made,
+    /// as any other).
     #[inline(always)]
     pub(crate) fn answer<R>(
         &self,
         request: &Request<'_>,
         answer: impl Fn(Result<Decision, Error>) -> R,
+        bare: impl Fn() -> Option<R>,
     ) -> R {
         let key = request.key().as_str().as_bytes();
         let (quota, now) = (request.quota(), request.now());
-        self.decision(key, quota, request.cost(), now, request.mode(), answer)
+        let (cost, mode) = (request.cost(), request.mode());
+        self.decision(key, quota, cost, now, mode, answer, bare)
     }
 
     /// [`answer`](Self::answer) of a request on a key whose hash the caller held, as this
@@ -48,10 +52,12 @@ impl MemoryStore {
         request: &Request<'_>,
         hash: NonZeroU64,
         answer: impl Fn(Result<Decision, Error>) -> R,
+        bare: impl Fn() -> Option<R>,
     ) -> R {
         let key = Hashed(request.key().as_str().as_bytes(), hash);
         let (quota, now) = (request.quota(), request.now());
-        self.decision(key, quota, request.cost(), now, request.mode(), answer)
+        let (cost, mode) = (request.cost(), request.mode());
+        self.decision(key, quota, cost, now, mode, answer, bare)
     }
 
     /// The decision of a call whose key and cost are checked, in `mode`. A call that spends
@@ -61,6 +67,7 @@ impl MemoryStore {
     /// first. The others take [`decision_aside`](Self::decision_aside).
     ///
     /// `key`: its bytes and its hash ([`KeyHasher`](super::cells::KeyHasher)).
+    #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     fn decision<R>(
         &self,
@@ -70,6 +77,7 @@ impl MemoryStore {
         now: Nanos,
         mode: Mode,
         answer: impl Fn(Result<Decision, Error>) -> R,
+        bare: impl Fn() -> Option<R>,
     ) -> R {
         // The time's range checked first, with the sweep's compare (`time_checked`).
         if let Err(error) = self.time_checked(now) {
@@ -80,15 +88,17 @@ impl MemoryStore {
         }
         by_strategy!(
             quota.strategy(),
-            self.decision_in::<_>(key, quota, cost, now, mode, answer)
+            self.decision_in::<_>(key, quota, cost, now, mode, answer, bare)
         )
     }
 
     /// [`decide_in`](Self::decide_in)'s verdict as the [`Decision`] the caller answers, reached
     /// at the decision time (never before the last sweep: `fresh_at`) and told from the
-    /// call's `now` ([`Decision::for_quota_at`]). Only a kept spend carries
-    /// its stamp: no other decision is given back. Not read otherwise, where a wide load of it
-    /// would wait on the stores that wrote it.
+    /// call's `now` ([`Decision::for_quota_at`]); a plain admission
+    /// ([`Verdict::admits_plainly`](algorithm::Verdict)) told bare instead (`bare`), when the
+    /// caller takes one. Only a kept spend carries its stamp: no other decision is given back.
+    /// Not read otherwise, where a wide load of it would wait on the stores that wrote it.
+    #[allow(clippy::too_many_arguments)]
     fn decision_in<A: InTables, R>(
         &self,
         key: impl Keyed,
@@ -97,13 +107,22 @@ impl MemoryStore {
         now: Nanos,
         mode: Mode,
         answer: impl Fn(Result<Decision, Error>) -> R,
+        bare: impl Fn() -> Option<R>,
     ) -> R {
         let at = self.fresh_at(now);
-        answer(
-            self.decide_in::<A, _>(key, quota, cost, at, mode, |(verdict, stamp)| {
-                stamped(Decision::for_quota_at(verdict, at, now, quota), stamp, mode)
-            }),
-        )
+        self.decide_in::<A, _>(key, quota, cost, at, mode, |decided| {
+            let (verdict, stamp) = match decided {
+                Ok(decided) => decided,
+                Err(error) => return answer(Err(error)),
+            };
+            if verdict.admits_plainly(quota) {
+                if let Some(bare) = bare() {
+                    return bare;
+                }
+            }
+            let decision = Decision::for_quota_at(verdict, at, now, quota);
+            answer(Ok(stamped(decision, stamp, mode)))
+        })
     }
 
     /// [`decision`](Self::decision) of a look (cost 0), under a quota with a block or of a
@@ -167,9 +186,8 @@ impl MemoryStore {
         let key = key.as_bytes();
         crate::key::check_store_key(key)?;
         algorithm::check_cost(quota, cost, commit)?;
-        self.decision(key, quota, cost, now, Mode::of(commit, false), |decided| {
-            decided
-        })
+        let mode = Mode::of(commit, false);
+        self.decision(key, quota, cost, now, mode, |decided| decided, || None)
     }
 
     /// [`decision_aside`](Self::decision_aside)'s verdict at `at` (its decision time), before
@@ -239,6 +257,8 @@ impl MemoryStore {
     /// The decision in the strategy's own table: a stored key under the shard's read lock; a
     /// new key that must be remembered, or a spend kept on a key not stamped yet, under its
     /// write lock. With the key's stamp when the spend is kept ([`Mode::Keep`]; none otherwise).
+    /// `finish` makes the answer of the verdict or the error where it is returned: handed
+    /// back as a `Result` first, a decision made of it was copied whole.
     ///
     /// A hash the caller held ([`Hashed`]) is checked against the key's text before it finds
     /// no state (a fresh key) and before it stores one (the write path): every key is stored
@@ -253,8 +273,8 @@ impl MemoryStore {
         cost: u64,
         now: Nanos,
         mode: Mode,
-        finish: impl Fn((Verdict, Stamp)) -> R,
-    ) -> Result<R, Error> {
+        finish: impl Fn(Result<(Verdict, Stamp), Error>) -> R,
+    ) -> R {
         let hash = keyed.hash_in(&self.inner.hasher);
         let key = keyed.bytes();
         let (commit, keep) = (mode.spends(), mode == Mode::Keep);
@@ -267,14 +287,14 @@ impl MemoryStore {
                 Some(cell) if !keep || cell.kept().is_stamped() => {
                     match cell.written_elsewhere(now, quota) {
                         Written::Here => {
-                            return Ok(finish(decided(cell, &tables.side, now, quota, cost, mode)))
+                            return finish(Ok(decided(cell, &tables.side, now, quota, cost, mode)))
                         }
                         Written::Elsewhere(refused) => {
-                            return Ok(finish((refused, Stamp::default())))
+                            return finish(Ok((refused, Stamp::default())))
                         }
                         Written::Passed if !commit => {
                             let verdict = cell.decide_passed(now, quota, cost);
-                            return Ok(finish((verdict, Stamp::default())));
+                            return finish(Ok((verdict, Stamp::default())));
                         }
                         Written::Passed => {}
                     }
@@ -284,7 +304,7 @@ impl MemoryStore {
                 None if keyed.misheld(&self.inner.hasher) => {}
                 None => {
                     if tables.held_by_other(quota.strategy(), hash, key) {
-                        return Err(algorithm::Undecidable::UnexpectedState.into());
+                        return finish(Err(algorithm::Undecidable::UnexpectedState.into()));
                     }
                     // Later than `now` if a sweep raised the floor meanwhile: a fresh key
                     // admits any cost a call may ask, so no `retry_after` counts from it.
@@ -292,7 +312,7 @@ impl MemoryStore {
                     let verdict = A::Cell::fresh().decide(at, quota, cost, commit);
                     if !commit || !verdict.allowed {
                         // Nothing to remember: a fresh key only looked at or refused outright.
-                        return Ok(finish((verdict, Stamp::default())));
+                        return finish(Ok((verdict, Stamp::default())));
                     }
                 }
             }
@@ -300,7 +320,7 @@ impl MemoryStore {
         if keyed.misheld(&self.inner.hasher) {
             return self.decide_by_text::<A, R>(key, quota, cost, now, mode, finish);
         }
-        self.with_room(hash, now, |tables| {
+        finish(self.with_room(hash, now, |tables| {
             // Another call may have stored the key between the two locks.
             let (table, side) = A::table_and_side(tables);
             if let Some(cell) = table.find_mut(hash, |c| c.key() == key) {
@@ -322,8 +342,7 @@ impl MemoryStore {
             let verdict = cell.decide(self.fresh_at(now), quota, cost, commit);
             let stamp = self.insert::<A>(tables, hash, key, quota, cell, keep);
             Ok(Some((verdict, stamp)))
-        })
-        .map(finish)
+        }))
     }
 
     /// [`decide_in`](Self::decide_in) of a call whose held hash is not its key's: the key
@@ -337,8 +356,8 @@ impl MemoryStore {
         cost: u64,
         now: Nanos,
         mode: Mode,
-        finish: impl Fn((Verdict, Stamp)) -> R,
-    ) -> Result<R, Error> {
+        finish: impl Fn(Result<(Verdict, Stamp), Error>) -> R,
+    ) -> R {
         self.decide_in::<A, R>(key, quota, cost, now, mode, finish)
     }
 

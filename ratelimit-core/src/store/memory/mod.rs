@@ -26,7 +26,7 @@ use crate::clock::Nanos;
 use crate::decision::Decision;
 use crate::error::Error;
 use crate::quota::Quota;
-use crate::store::{Adjustment, Refund, Request, Stacked};
+use crate::store::{Adjustment, Refund, Request, Stacked, Told};
 use crate::sync::{unpoisoned, Condvar, Mutex};
 
 const SHARDS: usize = 64;
@@ -279,7 +279,7 @@ impl super::Store for MemoryStore {
 
     #[inline]
     fn decide_now(&self, request: Request<'_>) -> Option<Result<Decision, Error>> {
-        self.answer(&request, Some)
+        self.answer(&request, Some, || None)
     }
 
     fn hash_of(&self, key: &str) -> Option<u64> {
@@ -292,7 +292,21 @@ impl super::Store for MemoryStore {
         request: Request<'_>,
         hash: std::num::NonZeroU64,
     ) -> Option<Result<Decision, Error>> {
-        self.answer_hashed(&request, hash, Some)
+        self.answer_hashed(&request, hash, Some, || None)
+    }
+
+    #[inline]
+    fn decide_now_told(
+        &self,
+        request: Request<'_>,
+        hash: Option<std::num::NonZeroU64>,
+    ) -> Option<Told> {
+        let told = |decided| Some(Told::Decided(decided));
+        let bare = || request.admission_unshown().then_some(Some(Told::Admitted));
+        match hash {
+            Some(hash) => self.answer_hashed(&request, hash, told, bare),
+            None => self.answer(&request, told, bare),
+        }
     }
 
     fn decide_all_now(&self, stacked: Stacked<'_>) -> Option<Result<Vec<Decision>, Error>> {
