@@ -347,3 +347,60 @@ fn a_shrunk_capacity_admits_no_more_remaining_than_it() {
         );
     }
 }
+
+#[rate_limit(tier = plan, key = user, name = "per-call")]
+fn per_call(user: &str, plan: &str) -> Result<(), Error> {
+    let _ = (user, plan);
+    Ok(())
+}
+
+#[rate_limit(tier = plan, key = user, name = "per-call-async")]
+async fn per_call_async(user: &str, plan: &str) -> Result<(), Error> {
+    let _ = (user, plan);
+    Ok(())
+}
+
+fn per_call_builder(n: u64) -> ModuleBuilder {
+    Module::builder()
+        .tier(plan(n, Strategy::TokenBucket))
+        .tier(Tier::new("shadow", n).window(MINUTE).shadow())
+        .tier(Tier::new("blocked", n).window(MINUTE).block_for(MINUTE * 5))
+}
+
+/// A tier chosen per call (sync fns decide it on a site worked out for the call, told bare
+/// too; async ones too where they decide at once): the plain tier, a shadow one and one with
+/// a block, through a reload that shrinks them all. Would catch a bare admission on a per
+/// call site where the decision refused, a shadowed refusal counted plain, or a tier's
+/// counts that differ.
+#[test]
+fn a_tier_per_call_admits_as_the_full_decision() {
+    let script = |module: &TestModule| {
+        let mut seen = vec![];
+        let round = |seen: &mut Vec<String>, n| {
+            for tier in ["plan", "shadow", "blocked"] {
+                seen.extend(calls(module, n, || per_call("u", tier)));
+                seen.extend(calls(module, n, || {
+                    futures::executor::block_on(module.scope(per_call_async("v", tier)))
+                }));
+            }
+        };
+        round(&mut seen, 4);
+        let config = ratelimit_tests::on_its_store(
+            module.service(),
+            ratelimit::Config::builder()
+                .tier(plan(1, Strategy::TokenBucket))
+                .tier(Tier::new("shadow", 1).window(MINUTE).shadow())
+                .tier(Tier::new("blocked", 1).window(MINUTE).block_for(MINUTE * 5)),
+        );
+        module.service().reload(config).unwrap();
+        round(&mut seen, 2);
+        module.clock().advance(MINUTE * 2);
+        round(&mut seen, 3);
+        module.clock().advance(MINUTE * 5);
+        round(&mut seen, 3);
+        seen
+    };
+    let seen = assert_same(compare(|| per_call_builder(3), script));
+    assert!(seen.iter().any(|s| s == "A"), "{seen:?}");
+    assert!(seen.iter().any(|s| s.starts_with('D')), "{seen:?}");
+}
