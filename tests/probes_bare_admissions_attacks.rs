@@ -85,9 +85,7 @@ fn plan(n: u64, strategy: Strategy) -> Tier {
 }
 
 fn builder(strategy: Strategy, n: u64) -> ModuleBuilder {
-    Module::builder()
-        .strategy(strategy)
-        .tier(plan(n, strategy))
+    Module::builder().strategy(strategy).tier(plan(n, strategy))
 }
 
 /// A module whose tier the tiered fns name, for the probes of fns with quotas of their own.
@@ -156,7 +154,6 @@ async fn tiered_async(user: &str) -> Result<(), Error> {
     Ok(())
 }
 
-
 /// Reloads that shrink the tier's capacity under a spent state, loosen it, then shrink it to
 /// zero, for every strategy: a state whose remaining exceeds the new capacity, a transition
 /// holding the old quota (`transition::retry`, `under_its_quota`), a drained bucket. Would
@@ -169,7 +166,9 @@ fn reloads_shrinking_and_loosening_admit_as_the_full_decision() {
             let reload = |n| {
                 let config = ratelimit_tests::on_its_store(
                     module.service(),
-                    ratelimit::Config::builder().strategy(strategy).tier(plan(n, strategy)),
+                    ratelimit::Config::builder()
+                        .strategy(strategy)
+                        .tier(plan(n, strategy)),
                 );
                 module.service().reload(config).unwrap();
             };
@@ -316,10 +315,17 @@ fn kept_spends_refund_as_the_full_decision() {
     let failed = format!("E{}", Error::ZeroCost);
     let refused = "D0/2/Some(60000)/false".to_owned();
     let a = || "A".to_owned();
-    let expected = [a(), a(), a(), failed.clone(), failed.clone(), refused.clone()]
-        .into_iter()
-        .chain([refused.clone(), refused, failed, a(), a()])
-        .collect::<Vec<_>>();
+    let expected = [
+        a(),
+        a(),
+        a(),
+        failed.clone(),
+        failed.clone(),
+        refused.clone(),
+    ]
+    .into_iter()
+    .chain([refused.clone(), refused, failed, a(), a()])
+    .collect::<Vec<_>>();
     assert_eq!(seen, expected);
 }
 
