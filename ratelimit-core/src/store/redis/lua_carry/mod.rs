@@ -468,14 +468,17 @@ proptest! {
 }
 
 /// What an old state in another Cluster slot grew by between a carried spend's read and its
-/// read after, added once ([`across::Across`]), and the pending record of a read after that
-/// never comes: the property over interleaved calls.
+/// read after, added once ([`across::Across`]), and the runner of interleaved calls
+/// ([`across::interleaved`]).
 mod across;
 /// Moves chained through three keys, carried exactly (a property over quotas and times).
 mod chained;
 /// The time resets erased and the records of four parts: helper-82's probes, each history
 /// on a Cluster's steps against one server's.
 mod erased;
+/// Carried calls that overlap, some of whose reads after never come: the property over
+/// interleaved calls.
+mod overlapping;
 /// helper-100's probes of a clock read before the read that is not the script's clock.
 mod probe100;
 /// helper-87's probes of the tickets and the give-backs counted in the erased total.
