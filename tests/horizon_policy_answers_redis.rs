@@ -44,7 +44,8 @@ fn by_redis(decided: &Result<Decision, Error>) -> bool {
 }
 
 /// Two pods (`fleet`) or the twin on `first` under `policy`, each on a [`Failover`] over a
-/// [`HorizonHooked`] store whose reads and raises of the record fail while `failing`.
+/// [`HorizonHooked`] store whose reads and raises of the record fail while `failing` (its
+/// raises only, where `only_raises`).
 fn pods(
     server: &RedisServer,
     name: &str,
@@ -52,15 +53,19 @@ fn pods(
     first: impl Fn() -> ConfigBuilder,
     policy: FailurePolicy,
     failing: &Arc<AtomicBool>,
+    only_raises: bool,
 ) -> Pods {
     let p = prefix(name);
     let n = if fleet { 2 } else { 1 };
     let pods = (0..n)
         .map(|_| {
             let failing = Arc::clone(failing);
-            let hook = move |_: &Horizon| match failing.load(Ordering::Relaxed) {
-                true => Before::Fail,
-                false => Before::Forward,
+            let hook = move |raise: &Horizon| {
+                let fails = !only_raises || *raise != Horizon::default();
+                match failing.load(Ordering::Relaxed) && fails {
+                    true => Before::Fail,
+                    false => Before::Forward,
+                }
             };
             let options = RedisOptions::new(server.url()).timeout(Duration::from_secs(2));
             let inner = RedisStore::new(options).unwrap();
@@ -84,15 +89,32 @@ async fn against_twin<F>(
 ) where
     F: AsyncFn(&Pods, &AtomicBool) -> Vec<usize>,
 {
+    against_twin_failing(name, first, false, expected, async |pods, failing, _| {
+        script(pods, failing).await
+    })
+    .await
+}
+
+/// [`against_twin`] whose stores fail only raises of the record while `failing`, where
+/// `only_raises`; `script` is handed the server too.
+async fn against_twin_failing<F>(
+    name: &str,
+    first: impl Fn() -> ConfigBuilder + Copy,
+    only_raises: bool,
+    expected: impl Fn(FailurePolicy) -> Vec<usize>,
+    script: F,
+) where
+    F: AsyncFn(&Pods, &AtomicBool, &RedisServer) -> Vec<usize>,
+{
     let server = RedisServer::start();
     let mut results = Vec::new();
     for policy in POLICIES {
         let failing = Arc::new(AtomicBool::new(false));
-        let fleet = pods(&server, name, true, first, policy, &failing);
-        let fleet = script(&fleet, &failing).await;
+        let fleet = pods(&server, name, true, first, policy, &failing, only_raises);
+        let fleet = script(&fleet, &failing, &server).await;
         failing.store(false, Ordering::Relaxed);
-        let twin = pods(&server, name, false, first, policy, &failing);
-        let twin = script(&twin, &failing).await;
+        let twin = pods(&server, name, false, first, policy, &failing, only_raises);
+        let twin = script(&twin, &failing, &server).await;
         results.push((policy, fleet, twin));
     }
     for (policy, _, twin) in &results {
@@ -363,4 +385,37 @@ async fn a_queued_call_whose_raise_fails_is_answered_by_the_policy() {
         raise_fails_under(pods, failing, call).await
     };
     against_twin("h97-queue-raise", || queued_bucket("a"), raise_side, script).await;
+}
+
+// ---------------------------------------------------------------------------------------
+// 3. A lost record whose raise again fails: A's 15 with its own quota (the record raised),
+//    the record deleted (evicted, or Redis restarted without it), both reloaded to the tier
+//    renamed, and at +300 s A's plain call reads the record (due), finds less than it knew
+//    was recorded and raises it again; the raise fails (answered by the policy: 1). The
+//    raises answer again; A's next plain call (1), then B's 16 plain calls on "k". The twin
+//    carries the old state for the quota of its own it knows: none.
+// ---------------------------------------------------------------------------------------
+
+/// A lost record whose raise again failed is raised at the pod's next call, not at its next
+/// due read: the read had moved what is due on, so the pod read nothing more, the record
+/// stayed lost, and B, reading it empty, let the old state go: 15 against 0.
+#[tokio::test]
+async fn a_lost_record_whose_raise_again_fails_is_raised_at_the_next_call() {
+    let script = async |pods: &Pods, failing: &AtomicBool, server: &RedisServer| {
+        let mut counts = vec![pods.admitted(0, "k", &own(), 16).await];
+        redis::cmd("DEL")
+            .arg(format!("{}:horizon", pods.prefix))
+            .exec(&mut server.connection())
+            .unwrap();
+        pods.reload_all(|| bucket("b"));
+        pods.at(300);
+        failing.store(true, Ordering::Relaxed);
+        counts.push(pods.admitted(0, "other", &Options::new(), 1).await);
+        failing.store(false, Ordering::Relaxed);
+        counts.push(pods.admitted(0, "other", &Options::new(), 1).await);
+        counts.push(pods.admitted(1, "k", &Options::new(), 16).await);
+        counts
+    };
+    let expected = |_| vec![15, 1, 1, 0];
+    against_twin_failing("lost-raise-fails", || bucket("a"), true, expected, script).await;
 }

@@ -40,7 +40,7 @@
 //! [`Store::records_horizon`]: crate::store::Store::records_horizon
 //! [`Store::horizon`]: crate::store::Store::horizon
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use super::{Generation, RateLimitService};
 use crate::clock::Nanos;
@@ -104,6 +104,13 @@ pub(super) struct Fleet {
     /// How many reloads brought in a key prefix: an exchange begun before one notes nothing
     /// as recorded (it read the prefixes of before).
     prefixes_moved: AtomicU64,
+    /// A read found the record lost and its raise again failed: until a raise is made, a read
+    /// is due at every call (`set_horizon_due`), not at the next instant something kept could
+    /// let go. The read had already moved that instant on, and the record stayed lost to
+    /// every service that read it meanwhile: a pod that never knew it let a move go (15
+    /// admitted against none:
+    /// `a_lost_record_whose_raise_again_fails_is_raised_at_the_next_call`).
+    unraised: AtomicBool,
 }
 
 impl Fleet {
@@ -122,6 +129,7 @@ impl Fleet {
             due: AtomicU64::new(u64::MAX),
             folds: AtomicU64::new(0),
             prefixes_moved: AtomicU64::new(0),
+            unraised: AtomicBool::new(false),
         }
     }
 
@@ -314,7 +322,12 @@ impl RateLimitService {
     /// `a_deleted_record_is_read_as_nothing_recorded`.)
     pub(super) async fn read_horizon(&self, generation: &Generation) -> Result<(), Error> {
         if self.exchange(generation, Horizon::default()).await? {
-            Box::pin(self.raise_horizon(generation, (0, 0))).await?;
+            let raised = Box::pin(self.raise_horizon(generation, (0, 0))).await;
+            if raised.is_err() {
+                self.inner.fleet.unraised.store(true, Ordering::SeqCst);
+                self.set_horizon_due(&self.generation());
+            }
+            raised?;
         }
         Ok(())
     }
@@ -373,6 +386,10 @@ impl RateLimitService {
             let after = record.raised(raise);
             lost |= after.outlasts < known.0 || after.window < known.1;
             held.push(record);
+        }
+        if raise != Horizon::default() {
+            // Raised under every prefix to what this service keeps: a lost record too.
+            fleet.unraised.store(false, Ordering::SeqCst);
         }
         // Each record on its own: in their max, another's penalty could hide under one of
         // this service's own.
@@ -503,6 +520,9 @@ impl RateLimitService {
             for end in ends.filter(|&end| end > read_at) {
                 due = due.min(end);
             }
+        }
+        if fleet.unraised.load(Ordering::SeqCst) {
+            due = 0;
         }
         fleet.due.store(due, Ordering::Relaxed);
     }
