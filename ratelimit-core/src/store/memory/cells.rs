@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};
+use std::num::NonZeroU64;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::algorithm::{self, Algorithm, Given, SlidingLog, Spend, Verdict, Written};
@@ -421,3 +422,54 @@ impl<A: Algorithm> Cell for LockedCell<A> {
 }
 
 const _: () = assert!(std::mem::size_of::<LockedCell<Box<SlidingLog>>>() == 48);
+
+/// A store key as a call hands it: its bytes (`&[u8]`), hashed here, or with the hash the
+/// caller held ([`Hashed`]).
+pub(super) trait Keyed: Copy {
+    fn bytes(&self) -> &[u8];
+    /// The key's hash ([`KeyHasher::hash`]).
+    fn hash_in(&self, hasher: &KeyHasher) -> u64;
+    /// Whether [`hash_in`](Self::hash_in) is not the hash of the key's bytes (a held hash of
+    /// another text or store): checked where a call would find no state or store one.
+    fn misheld(&self, hasher: &KeyHasher) -> bool;
+}
+
+impl Keyed for &[u8] {
+    #[inline(always)]
+    fn bytes(&self) -> &[u8] {
+        self
+    }
+
+    #[inline(always)]
+    fn hash_in(&self, hasher: &KeyHasher) -> u64 {
+        hasher.hash(self)
+    }
+
+    #[inline(always)]
+    fn misheld(&self, _: &KeyHasher) -> bool {
+        false
+    }
+}
+
+/// A key with the hash its caller held, as this store worked it out
+/// ([`Store::hash_of`](crate::store::Store::hash_of)), or as a store wrapping this one handed
+/// it on (of another text, or another store's): not trusted where it would find no state.
+#[derive(Clone, Copy)]
+pub(super) struct Hashed<'a>(pub(super) &'a [u8], pub(super) NonZeroU64);
+
+impl Keyed for Hashed<'_> {
+    #[inline(always)]
+    fn bytes(&self) -> &[u8] {
+        self.0
+    }
+
+    #[inline(always)]
+    fn hash_in(&self, _: &KeyHasher) -> u64 {
+        self.1.get()
+    }
+
+    #[inline]
+    fn misheld(&self, hasher: &KeyHasher) -> bool {
+        self.1.get() != hasher.hash(self.0)
+    }
+}

@@ -2,10 +2,9 @@
 //! or stored under the write lock when it is new and must be remembered.
 
 use std::num::NonZeroU64;
-use std::sync::atomic::Ordering;
 
 use super::blocks::{block_after, blocked_verdict};
-use super::cells::{claimed, Cell, KeyHasher, Side, Stamp, StampedKey};
+use super::cells::{claimed, Cell, Hashed, Keyed, Side, Stamp, StampedKey};
 use super::tables::{by_strategy, by_strategy_arms, InTables, Tables};
 use super::{locked, MemoryStore};
 use crate::algorithm::{self, Verdict, Written};
@@ -361,52 +360,6 @@ impl MemoryStore {
         self.decide_in::<A, R>(key, quota, cost, now, mode, finish)
     }
 
-    /// Runs `step` under `hash`'s shard write lock: the single-key paths that may store a new
-    /// key (a decision, a blocked one, a penalty), the one place for what a full store does.
-    /// `step` answers `Ok(None)` when it needs room for a new key and none is left: the keys
-    /// expired by `now` are swept once (`sweep_for_room`, no grace) and it runs again; still
-    /// none, [`Error::StoreFull`].
-    pub(super) fn with_room<R>(
-        &self,
-        hash: u64,
-        now: Nanos,
-        mut step: impl FnMut(&mut Tables) -> Result<Option<R>, Error>,
-    ) -> Result<R, Error> {
-        for attempt in 0..2 {
-            let mut tables = self.shard(hash).write();
-            if let Some(done) = step(&mut tables)? {
-                return Ok(done);
-            }
-            drop(tables);
-            if attempt == 0 {
-                self.sweep_for_room(now);
-            }
-        }
-        Err(self.full())
-    }
-
-    /// The error of a call that needs room for a new key in a full store.
-    pub(super) fn full(&self) -> Error {
-        Error::StoreFull {
-            max_keys: self.inner.options.max_keys,
-        }
-    }
-
-    pub(super) fn reserve(&self) -> bool {
-        self.reserve_n(1)
-    }
-
-    /// Reserves room for `n` new keys at once, or for none.
-    pub(super) fn reserve_n(&self, n: usize) -> bool {
-        let max = self.inner.options.max_keys;
-        self.inner
-            .len
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |len| {
-                (len + n <= max).then_some(len + n)
-            })
-            .is_ok()
-    }
-
     /// The decision of a call whose quota blocks a key once a call on it is refused
     /// ([`Quota::block`]), around the plain one: refused while a block is in force, and a
     /// spend the algorithm refuses begins one. Out of line: a quota without a block pays one
@@ -478,57 +431,6 @@ impl MemoryStore {
             };
             Ok(Some((verdict, stamp)))
         })
-    }
-}
-
-/// A store key as a call hands it: its bytes (`&[u8]`), hashed here, or with the hash the
-/// caller held ([`Hashed`]).
-pub(super) trait Keyed: Copy {
-    fn bytes(&self) -> &[u8];
-    /// The key's hash ([`KeyHasher::hash`]).
-    fn hash_in(&self, hasher: &KeyHasher) -> u64;
-    /// Whether [`hash_in`](Self::hash_in) is not the hash of the key's bytes (a held hash of
-    /// another text or store): checked where a call would find no state or store one.
-    fn misheld(&self, hasher: &KeyHasher) -> bool;
-}
-
-impl Keyed for &[u8] {
-    #[inline(always)]
-    fn bytes(&self) -> &[u8] {
-        self
-    }
-
-    #[inline(always)]
-    fn hash_in(&self, hasher: &KeyHasher) -> u64 {
-        hasher.hash(self)
-    }
-
-    #[inline(always)]
-    fn misheld(&self, _: &KeyHasher) -> bool {
-        false
-    }
-}
-
-/// A key with the hash its caller held, as this store worked it out
-/// ([`Store::hash_of`](crate::store::Store::hash_of)), or as a store wrapping this one handed
-/// it on (of another text, or another store's): not trusted where it would find no state.
-#[derive(Clone, Copy)]
-pub(super) struct Hashed<'a>(&'a [u8], NonZeroU64);
-
-impl Keyed for Hashed<'_> {
-    #[inline(always)]
-    fn bytes(&self) -> &[u8] {
-        self.0
-    }
-
-    #[inline(always)]
-    fn hash_in(&self, _: &KeyHasher) -> u64 {
-        self.1.get()
-    }
-
-    #[inline]
-    fn misheld(&self, hasher: &KeyHasher) -> bool {
-        self.1.get() != hasher.hash(self.0)
     }
 }
 

@@ -15,6 +15,7 @@ mod cells;
 mod decide;
 mod locked;
 mod refund;
+mod room;
 mod stacked;
 mod sweep;
 mod tables;
