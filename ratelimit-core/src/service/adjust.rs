@@ -131,7 +131,7 @@ impl RateLimitService {
                     })
                     .collect();
                 let stacked = Stacked::carrying(&own, &carried, now, StoreMode::Look)?;
-                store.decide_all(stacked).await?;
+                self.ask_store_later(&site, stacked).await?;
             }
             let olds = old_keys.iter().filter(|_| !carries);
             let states = std::iter::once((store_key.as_str(), quota))

@@ -44,9 +44,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use super::{Generation, RateLimitService};
 use crate::clock::Nanos;
-use crate::decision::Decision;
 use crate::error::Error;
-use crate::store::{Horizon, Request, Stacked};
+use crate::store::Horizon;
 
 /// What a service knows of its fleet's record ([`Store::horizon`](crate::store::Store)).
 pub(super) struct Fleet {
@@ -167,8 +166,8 @@ fn service_id() -> u64 {
 }
 
 /// The failure a call whose read or raise of the record went unanswered hands its store's
-/// policy (which logs it where failures start).
-fn unanswered() -> Error {
+/// policy (which logs it where failures start): see `ask.rs`.
+pub(super) fn unanswered() -> Error {
     Error::Store {
         message: "the fleet's reload horizon record could not be read or raised".into(),
     }
@@ -283,23 +282,6 @@ impl RateLimitService {
         generation: &Generation,
     ) -> Result<bool, Error> {
         self.answered_by_policy(self.raise_horizon(generation, (0, 0)).await)
-    }
-
-    /// The failure policy's answer to a call whose read or raise failed
-    /// ([`Site::failed`](super::site::Site::failed)), as to any decision the store could
-    /// not make.
-    #[cold]
-    #[inline(never)]
-    pub(super) fn answer_failure(&self, request: Request<'_>) -> Result<Decision, Error> {
-        self.inner.store.answer_failure(request, unanswered())
-    }
-
-    /// [`answer_failure`](Self::answer_failure) of a stacked call (or one with a
-    /// transition's old states).
-    #[cold]
-    #[inline(never)]
-    pub(super) fn answer_failure_all(&self, stacked: Stacked<'_>) -> Result<Vec<Decision>, Error> {
-        self.inner.store.answer_failure_all(stacked, unanswered())
     }
 
     /// A call's read or raise `done`: `Ok(true)` where it failed and the call is answered by

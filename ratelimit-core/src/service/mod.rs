@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 mod adjust;
+mod ask;
 mod calls;
 mod counting;
 mod generation;

@@ -7,7 +7,8 @@
 //! 2. **check** the call: its user key and cost, here and nowhere else ([`Site::check`]);
 //! 3. **compose** the store key, once per call;
 //! 4. **decide now** when the store can ([`Store::decide_now`]), else **await** one future
-//!    ([`Store::decide`]);
+//!    ([`Store::decide`]), asking it in one place (`ask.rs`), which holds the failure
+//!    policy's answer for a call whose read or raise of the fleet's record failed;
 //! 5. **settle** the decision (its tier named; a shadow limit's refusal turned into a marked
 //!    admission) and **record** the outcome in the statistics.
 //!
@@ -16,9 +17,9 @@
 //! [`Store::decide_now`]: crate::store::Store::decide_now
 //! [`Store::decide`]: crate::store::Store::decide
 
-use std::num::NonZeroU64;
 use std::time::Duration;
 
+use super::ask::{Asked, RequestIn};
 use super::site::Site;
 use super::RateLimitService;
 use crate::decision::Decision;
@@ -26,7 +27,7 @@ use crate::error::{Error, Exceeded};
 use crate::key::KeyBuf;
 use crate::quota::Quota;
 use crate::stats::Outcome;
-use crate::store::{DynStore, Request, Told};
+use crate::store::Told;
 
 /// Counts a call whose caller gave up while the store was deciding it: runs its closure when
 /// dropped, unless [`defuse`](Self::defuse)d once the store answered.
@@ -134,10 +135,7 @@ impl RateLimitService {
             }
         };
         let started = self.inner.latency.start();
-        let mut decided = match site.failed {
-            true => Some(A::decided(self.answer_failure(request))),
-            false => A::ask(&*self.inner.store, request, hash),
-        };
+        let mut decided = self.ask_store(site, RequestIn::<A>::new(request, hash));
         if let Some(told) = &mut decided {
             self.inner.latency.finish(started);
             // A bare admission is one under the request's quota, of the right shape and not
@@ -233,11 +231,7 @@ impl RateLimitService {
         let mut drained = None;
         let request = site.request(store_key, now, &mut drained)?;
         let started = self.inner.latency.start();
-        let store = &*self.inner.store;
-        let mut decided = match site.failed {
-            false => store.decide(request).await,
-            true => self.answer_failure(request),
-        };
+        let mut decided = self.ask_store_later(site, request).await;
         self.inner.latency.finish(started);
         under_its_quota(request.quota(), &mut decided);
         super::transition::retry(site, now, &mut decided);
@@ -376,71 +370,6 @@ pub(crate) type Answer = Option<Result<Decision, Error>>;
 #[inline(always)]
 pub(crate) fn take(_: &Site<'_>, decided: &mut Answer) -> Answer {
     decided.take()
-}
-
-/// What a caller of [`RateLimitService::decide_now`] is answered in, which says whether it
-/// shows an admitted call's decision: the decision itself (`Result<Decision, Error>`), for
-/// every caller that returns it; [`Told`], for an annotated fn's call (async or sync), which
-/// never shows it, and which the store may then tell a plain admission bare
-/// ([`Told::Admitted`]: the ~110-byte decision not made, nor read here). Whatever else the
-/// store answers is the decision, for every caller alike.
-pub(crate) trait Asked: Sized {
-    /// Whether an admitted call's decision is shown (its tier named on it).
-    const SHOWN: bool;
-
-    /// The store's answer to `request` (on a key of hash `hash` in it, when held), when it
-    /// decides at once.
-    fn ask(store: &dyn DynStore, request: Request<'_>, hash: Option<NonZeroU64>) -> Option<Self>;
-
-    /// A decision (or error) made here, not by the store.
-    fn decided(decided: Result<Decision, Error>) -> Self;
-
-    /// The decision, where it lies; `None` for a bare admission.
-    fn decision(&mut self) -> Option<&mut Result<Decision, Error>>;
-}
-
-impl Asked for Result<Decision, Error> {
-    const SHOWN: bool = true;
-
-    #[inline(always)]
-    fn ask(store: &dyn DynStore, request: Request<'_>, hash: Option<NonZeroU64>) -> Option<Self> {
-        match hash {
-            Some(hash) => store.decide_now_hashed(request, hash),
-            None => store.decide_now(request),
-        }
-    }
-
-    #[inline(always)]
-    fn decided(decided: Result<Decision, Error>) -> Self {
-        decided
-    }
-
-    #[inline(always)]
-    fn decision(&mut self) -> Option<&mut Result<Decision, Error>> {
-        Some(self)
-    }
-}
-
-impl Asked for Told {
-    const SHOWN: bool = false;
-
-    #[inline(always)]
-    fn ask(store: &dyn DynStore, request: Request<'_>, hash: Option<NonZeroU64>) -> Option<Self> {
-        store.decide_now_told(request.unshown(), hash)
-    }
-
-    #[inline(always)]
-    fn decided(decided: Result<Decision, Error>) -> Self {
-        Told::Decided(decided)
-    }
-
-    #[inline(always)]
-    fn decision(&mut self) -> Option<&mut Result<Decision, Error>> {
-        match self {
-            Told::Decided(decided) => Some(decided),
-            Told::Admitted => None,
-        }
-    }
 }
 
 /// [`settle`](RateLimitService::settle) of a refusal: its tier named and, at a shadow site,

@@ -381,7 +381,7 @@ impl Prepared {
     /// composed for it ([`Begun::Later`]), or [`Begun::Waits`] for a call that may wait in
     /// the queue (nothing asked). [`awaited`](Self::awaited) is the other half.
     #[inline]
-    fn begin<T, A: super::pipeline::Asked>(
+    fn begin<T, A: super::ask::Asked>(
         &self,
         site: &Site<'_>,
         key: Option<&str>,

@@ -2,6 +2,7 @@
 
 use std::future::Future;
 
+use super::ask::Question;
 use super::pipeline::IfAbandoned;
 use super::site::{Held, Site};
 use super::transition;
@@ -262,30 +263,13 @@ impl RateLimitService {
         at_once: Option<&'static str>,
     ) -> Result<Vec<Decision>, Error> {
         let shadow = |i: usize| sites[owners[i]].shadow;
-        let store = &*self.inner.store;
-        let waiting = |at_once: &Option<&'static str>| {
-            at_once.map(|function| Error::SyncOnWaitingStore { function })
-        };
         // A sync fn's limits need a store that always decides at once: one that answers some
         // calls at once (a leased budget) would admit its calls only while that lasts.
-        if let Some(refused) = waiting(&at_once).filter(|_| !store.decides_at_once()) {
-            return Err(refused);
+        if let Some(function) = at_once.filter(|_| !self.inner.store.decides_at_once()) {
+            return Err(Error::SyncOnWaitingStore { function });
         }
-        // Its read or raise of the fleet's record failed: the failure policy's answers, never
-        // the store's (`Site::failed`).
-        let failed = sites.iter().any(|s| s.failed);
-        let all_now = |stack: Stacked<'_>| match failed {
-            false => store.decide_all_now(stack),
-            true => Some(self.answer_failure_all(stack)),
-        };
         if !sites.iter().any(|s| s.shadow) {
-            return match all_now(all) {
-                Some(decided) => decided,
-                None => match waiting(&at_once) {
-                    Some(refused) => Err(refused),
-                    None => store.decide_all(all).await,
-                },
-            };
+            return self.ask_stacked_store(sites, all, at_once).await?;
         }
         let enforced: Vec<Check<'_>> = (all.checks().iter().enumerate())
             .filter(|(i, _)| !shadow(*i))
@@ -306,13 +290,7 @@ impl RateLimitService {
             let olds_at = (0..all.olds_at()).filter(|&i| !shadow(i)).count();
             let stack = Stacked::carrying(&enforced, &carried, all.now(), all.mode())?
                 .with_old_states_from(olds_at);
-            let decisions = match all_now(stack) {
-                Some(decisions) => decisions?,
-                None => match waiting(&at_once) {
-                    Some(refused) => return Err(refused),
-                    None => store.decide_all(stack).await?,
-                },
-            };
+            let decisions = self.ask_stacked_store(sites, stack, at_once).await??;
             // Anything but one decision per limit is a store answering another question:
             // read before it decides whether the shadow limits spend.
             if decisions.len() != enforced.len() {
@@ -330,17 +308,7 @@ impl RateLimitService {
                 continue;
             }
             let request = Request::checked(check.key, check.quota, check.cost, all.now(), mode);
-            let now = match failed {
-                false => store.decide_now(request),
-                true => Some(self.answer_failure(request)),
-            };
-            let decision = match now {
-                Some(decision) => decision?,
-                None => match waiting(&at_once) {
-                    Some(refused) => return Err(refused),
-                    None => store.decide(request).await?,
-                },
-            };
+            let decision = self.ask_stacked_store(sites, request, at_once).await??;
             decided.push(Some(decision));
         }
         // Anything but one decision per limit is a store answering another question.
@@ -348,6 +316,24 @@ impl RateLimitService {
             .into_iter()
             .collect::<Option<Vec<_>>>()
             .ok_or_else(|| crate::algorithm::Undecidable::UnexpectedState.into())
+    }
+
+    /// `question`, of a stacked call at `sites`, asked of the store (`ask.rs`: the failure
+    /// policy's answer where the call's read or raise of the fleet's record failed): at once,
+    /// else awaited; a sync fn's (`at_once`) refused where it would be awaited.
+    async fn ask_stacked_store<Q: Question>(
+        &self,
+        sites: &[Site<'_>],
+        question: Q,
+        at_once: Option<&'static str>,
+    ) -> Result<Q::Answer, Error> {
+        match self.ask_store(sites, question) {
+            Some(answer) => Ok(answer),
+            None => match at_once {
+                Some(function) => Err(Error::SyncOnWaitingStore { function }),
+                None => Ok(self.ask_store_later(sites, question).await),
+            },
+        }
     }
 
     /// Steps 1 to 3 for every limit: its site, its checked call, its store key (or, limiting

@@ -35,11 +35,8 @@ impl RateLimitService {
         let carried: Vec<Carry<'_>> = carries(site, &old_keys, now, (checks[0], 0), 1).collect();
         match stacked(site, &checks, &carried, now) {
             Ok(stacked) => Some(
-                (match site.failed {
-                    false => self.inner.store.decide_all_now(stacked)?,
-                    true => self.answer_failure_all(stacked),
-                })
-                .and_then(|decided| one_of(site, now, decided, &checks)),
+                (self.ask_store(site, stacked)?)
+                    .and_then(|decided| one_of(site, now, decided, &checks)),
             ),
             Err(e) => Some(Err(e)),
         }
@@ -60,10 +57,7 @@ impl RateLimitService {
         let checks = checks(site, store_key, &old_keys, &old_quotas, now, &mut drained);
         let carried: Vec<Carry<'_>> = carries(site, &old_keys, now, (checks[0], 0), 1).collect();
         let stacked = stacked(site, &checks, &carried, now)?;
-        let decided = match site.failed {
-            false => self.inner.store.decide_all(stacked).await,
-            true => self.answer_failure_all(stacked),
-        };
+        let decided = self.ask_store_later(site, stacked).await;
         decided.and_then(|decided| one_of(site, now, decided, &checks))
     }
 }
