@@ -40,9 +40,9 @@ pub(super) trait Question: Copy + Send {
     where
         Self: 's;
 
-    /// The store's failure policy's answer, as to any decision the store could not make with
-    /// `error`.
-    fn policy_answer(self, store: &dyn DynStore, error: Error) -> Self::Answer;
+    /// The store's failure policy's answer, as to any decision the store could not make
+    /// (out of line: [`policy_answer_to`], [`policy_answer_to_all`]).
+    fn policy_answer(self, store: &dyn DynStore) -> Self::Answer;
 }
 
 impl Question for Request<'_> {
@@ -60,8 +60,9 @@ impl Question for Request<'_> {
         store.decide(self)
     }
 
-    fn policy_answer(self, store: &dyn DynStore, error: Error) -> Self::Answer {
-        store.answer_failure(self, error)
+    #[inline(always)]
+    fn policy_answer(self, store: &dyn DynStore) -> Self::Answer {
+        policy_answer_to(store, self)
     }
 }
 
@@ -80,8 +81,9 @@ impl Question for Stacked<'_> {
         store.decide_all(self)
     }
 
-    fn policy_answer(self, store: &dyn DynStore, error: Error) -> Self::Answer {
-        store.answer_failure_all(self, error)
+    #[inline(always)]
+    fn policy_answer(self, store: &dyn DynStore) -> Self::Answer {
+        policy_answer_to_all(store, self)
     }
 }
 
@@ -196,8 +198,9 @@ impl<A: Asked> Question for RequestIn<'_, A> {
         Box::pin(async move { A::decided(store.decide(request).await) })
     }
 
-    fn policy_answer(self, store: &dyn DynStore, error: Error) -> A {
-        A::decided(store.answer_failure(self.request, error))
+    #[inline(always)]
+    fn policy_answer(self, store: &dyn DynStore) -> A {
+        A::decided(policy_answer_to(store, self.request))
     }
 }
 
@@ -238,7 +241,7 @@ impl RateLimitService {
         let store = &*self.inner.store;
         match asked_for.answered_by_policy() {
             false => question.store_answer_now(store),
-            true => Some(by_policy(store, question)),
+            true => Some(question.policy_answer(store)),
         }
     }
 
@@ -253,15 +256,29 @@ impl RateLimitService {
         let store = &*self.inner.store;
         match asked_for.answered_by_policy() {
             false => question.store_answer_later(store).await,
-            true => by_policy(store, question),
+            true => question.policy_answer(store),
         }
     }
 }
 
-/// The failure policy's answer to `question` (out of the way of every call the store is
-/// asked for).
+/// The failure policy's answer to a call's `request` ([`Store::answer_failure`]), out of the
+/// way of every call the store is asked for (taking the request, not the question around
+/// it: an annotated call's question, passed whole, was copied on the way to the store, 12
+/// instructions a call).
+///
+/// [`Store::answer_failure`]: crate::store::Store::answer_failure
 #[cold]
 #[inline(never)]
-fn by_policy<Q: Question>(store: &dyn DynStore, question: Q) -> Q::Answer {
-    question.policy_answer(store, super::horizon::unanswered())
+fn policy_answer_to(store: &dyn DynStore, request: Request<'_>) -> Result<Decision, Error> {
+    store.answer_failure(request, super::horizon::unanswered())
+}
+
+/// [`policy_answer_to`] of a stacked call (or a call with a transition's old states).
+#[cold]
+#[inline(never)]
+fn policy_answer_to_all(
+    store: &dyn DynStore,
+    stacked: Stacked<'_>,
+) -> Result<Vec<Decision>, Error> {
+    store.answer_failure_all(stacked, super::horizon::unanswered())
 }
