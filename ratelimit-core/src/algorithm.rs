@@ -122,13 +122,36 @@ pub(crate) struct Verdict {
 
 impl Verdict {
     /// Whether this verdict is an admission whose [`Decision`](crate::Decision) under `quota`
-    /// would be a plain one: what the service's check of a store's answer (`broken_answer`,
-    /// `Decision::is_under`) asks of an admission, read on the verdict (the decision is made
-    /// with `quota`'s limit and window): no `retry_after`, no more remaining than the limit.
-    /// A store may then tell it bare ([`Told::Admitted`](crate::store::Told::Admitted)).
+    /// would pass the service's check of a store's answer: [`in_shape`] read on the verdict,
+    /// with the limit its decision is made with (`quota`'s capacity, and its window: such a
+    /// decision is under `quota`, `Decision::is_under`, by how it is made). A store may then
+    /// tell it bare ([`Told::Admitted`](crate::store::Told::Admitted)).
     #[inline(always)]
     pub(crate) fn admits_plainly(&self, quota: &crate::Quota) -> bool {
-        self.allowed && self.retry_after.is_none() && self.remaining <= quota.capacity()
+        let retry_after = self.retry_after.is_some();
+        self.allowed && in_shape(true, self.remaining, quota.capacity(), retry_after)
+    }
+}
+
+/// Whether an answer (a [`Verdict`] or the [`Decision`](crate::Decision) made of one) that
+/// admits (`allowed`) or refuses, with `remaining` under `limit` and a `retry_after` or not,
+/// has the shape every answer has: an admission no `retry_after`, a refusal one; no more
+/// `remaining` than the `limit`. The one rule of an answer's shape, wherever it is read:
+/// the service's check of a store's answer (`settle` on an admission, `broken_answer`, which
+/// adds what a refusal's wait must be) and a verdict before its decision is made
+/// ([`Verdict::admits_plainly`]). [`out_of_shape`] names what is wrong where it is not.
+#[inline(always)]
+pub(crate) fn in_shape(allowed: bool, remaining: u64, limit: u64, retry_after: bool) -> bool {
+    remaining <= limit && retry_after != allowed
+}
+
+/// What is wrong with an answer [`in_shape`] finds out of shape (the words of its error).
+#[cold]
+pub(crate) fn out_of_shape(allowed: bool, remaining: u64, limit: u64) -> &'static str {
+    match allowed {
+        _ if remaining > limit => "more remaining than its limit",
+        true => "an admission with a retry_after",
+        false => "a refusal without a retry_after",
     }
 }
 

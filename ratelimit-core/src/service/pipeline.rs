@@ -22,6 +22,7 @@ use std::time::Duration;
 use super::ask::{Asked, RequestIn};
 use super::site::Site;
 use super::RateLimitService;
+use crate::algorithm::{in_shape, out_of_shape};
 use crate::decision::Decision;
 use crate::error::{Error, Exceeded};
 use crate::key::KeyBuf;
@@ -279,9 +280,10 @@ impl RateLimitService {
                 return false;
             }
         };
-        // An admission of the wrong shape (`broken_answer`'s two rules for one): two
-        // compares on the way, the error out of it.
-        if decision.remaining > decision.limit || decision.retry_after.is_some() {
+        // An admission of the wrong shape (the rule of `broken_answer` an admission can
+        // break): two compares on the way, the error out of it.
+        let retry_after = decision.retry_after.is_some();
+        if !in_shape(true, decision.remaining, decision.limit, retry_after) {
             settle_broken(decided);
             return false;
         }
@@ -436,13 +438,18 @@ const LONGEST_WAIT: Duration = Duration::from_millis(u64::MAX / 1_000_000 + 1);
 /// - more `remaining` than the `limit` (`X-RateLimit-Remaining: 1002` under a limit of 2).
 ///
 /// The one check of a store's answer, for every entry point: `settle` runs it on each
-/// decision and `stacked.rs` on each of a stacked call's.
+/// decision and `stacked.rs` on each of a stacked call's. The first three are
+/// [`in_shape`]'s, the rule a memory store's verdict is held to before it tells an
+/// admission bare (`Verdict::admits_plainly`).
 #[inline]
 pub(super) fn broken_answer(decision: &Decision) -> Option<Error> {
+    let (allowed, remaining, limit) = (decision.allowed, decision.remaining, decision.limit);
     let wrong = match decision.retry_after {
-        _ if decision.remaining > decision.limit => Some("more remaining than its limit"),
-        Some(_) if decision.allowed => Some("an admission with a retry_after"),
-        None if !decision.allowed => Some("a refusal without a retry_after"),
+        after if !in_shape(allowed, remaining, limit, after.is_some()) => {
+            Some(out_of_shape(allowed, remaining, limit))
+        }
+        // A refusal's wait, which `in_shape` (the rule a verdict is held to as well) does
+        // not read.
         Some(after) if after.is_zero() => Some("a refusal with a retry_after of zero"),
         Some(after) if after > LONGEST_WAIT => Some("a refusal with a retry_after past any time"),
         _ => None,
