@@ -14,6 +14,9 @@ use crate::quota::Quota;
 use crate::stats::Outcome;
 use crate::store::{Carry, Check, Mode, Request, Stacked, StoreKey};
 
+mod answer;
+use answer::fold;
+
 impl RateLimitService {
     /// Decides one call against several limits as one (stacked limits: a short window against
     /// bursts and a long one, a per-user and a per-route budget): the call is admitted, and
@@ -386,119 +389,6 @@ impl RateLimitService {
         }
         error
     }
-
-    /// Counts the store's answer for every limit and names their tiers.
-    fn finish_stacked(
-        &self,
-        sites: &[Site<'_>],
-        result: Result<Vec<Decision>, Error>,
-    ) -> Result<Vec<Decision>, Error> {
-        let commit = sites.iter().all(|s| s.spend);
-        // A refusal of the wrong shape makes the call an error, counted as one.
-        let result = result.and_then(|decided| {
-            match decided.iter().find_map(super::pipeline::broken_answer) {
-                Some(broken) => Err(broken),
-                None => Ok(decided),
-            }
-        });
-        let mut decisions = match result {
-            Ok(d) => d,
-            Err(e) => {
-                if commit {
-                    self.inner.total.record(Outcome::Error);
-                    for site in sites {
-                        self.count_scoped(
-                            site.tier_counters(),
-                            site.budget(),
-                            None,
-                            Outcome::Error,
-                        );
-                    }
-                }
-                return Err(e);
-            }
-        };
-        // The call passes when every enforced limit admits it: a shadow limit refuses nothing.
-        let admitted = decisions
-            .iter()
-            .zip(sites)
-            .all(|(d, s)| s.shadow || d.allowed);
-        let mut shadowed = false;
-        for (decision, site) in decisions.iter_mut().zip(sites) {
-            decision.tier = site.tier_name();
-            if !admitted && decision.allowed {
-                // This limit would have admitted the call, but another refused it and nothing
-                // was spent: its remaining is the level now, not what the call would have left
-                // (every algorithm's `remaining` for a cost c is the level less c, exactly).
-                decision.remaining = decision
-                    .remaining
-                    .saturating_add(site.cost)
-                    .min(decision.limit);
-            }
-            let refused = !decision.allowed;
-            if site.shadow && refused {
-                super::pipeline::shadow(decision);
-            }
-            if commit {
-                // Each budget counts what happened in it: admitted (a shadow limit's would-be
-                // refusal shadowed too), refused by its own limit, or (refused by another
-                // limit) nothing.
-                let count =
-                    |outcome| self.count_scoped(site.tier_counters(), site.budget(), None, outcome);
-                match (admitted, refused) {
-                    (true, _) => count(Outcome::Allowed),
-                    (false, true) if !site.shadow => count(Outcome::Denied),
-                    (false, _) => {}
-                }
-                if admitted && site.shadow && refused {
-                    count(Outcome::Shadowed);
-                    shadowed = true;
-                }
-            }
-        }
-        if commit {
-            self.inner.total.record(if admitted {
-                Outcome::Allowed
-            } else {
-                Outcome::Denied
-            });
-            if shadowed {
-                self.inner.total.record(Outcome::Shadowed);
-            }
-        }
-        Ok(decisions)
-    }
-}
-
-/// One decision per limit from the store's one per check (`owners`: each check's limit, the
-/// limits' own first, in order): a limit held to old states by a reload gets the one its
-/// state and theirs make together (`transition::one_at`; alone, `transition::retried`).
-///
-/// The store's answer is matched to the checks first: one decision per check, each under its
-/// check's quota: its window, and a limit no larger than its capacity (a failover's local
-/// share is smaller; its unlimited answer, `u64::MAX`, aside). A store answering in another
-/// order had another limit's refusal reported under this one's budget (probes_custom_store);
-/// admissions stayed all or nothing, what was reported did not.
-fn fold(
-    decided: Vec<Decision>,
-    checks: &[Check<'_>],
-    owners: &[usize],
-    sites: &[Site<'_>],
-    now: Nanos,
-) -> Result<Vec<Decision>, Error> {
-    let under_its_quota = |(d, check): (&Decision, &Check<'_>)| d.is_under(check.quota);
-    if decided.len() != owners.len() || !decided.iter().zip(checks).all(under_its_quota) {
-        return Err(crate::algorithm::Undecidable::UnexpectedState.into());
-    }
-    if owners.len() == sites.len() {
-        return Ok(transition::retried(sites, now, decided));
-    }
-    let mut by_limit: Vec<Vec<Decision>> = (0..sites.len()).map(|_| Vec::new()).collect();
-    for (decision, &owner) in decided.into_iter().zip(owners) {
-        by_limit[owner].push(decision);
-    }
-    let one = |(decisions, site)| transition::one_at(site, now, decisions);
-    by_limit.into_iter().zip(sites).map(one).collect()
 }
 
 /// What a stacked call needs from the store: every limit's site and store key, and the time;
