@@ -15,7 +15,7 @@ use ratelimit::store::Horizon;
 use ratelimit::{Error, ManualClock, Options, RateLimitService, RedisOptions, RedisStore};
 use ratelimit_tests::moves::bucket;
 use ratelimit_tests::redis_server::{prefix, script_calls, RedisCluster, RedisServer};
-use ratelimit_tests::{on_its_store, on_redis, Before, HorizonHooked, START};
+use ratelimit_tests::{horizon_hooked, on_its_store, on_redis, Before, START};
 
 /// The record's key under `prefix`.
 fn record_key(prefix: &str) -> String {
@@ -121,10 +121,8 @@ async fn a_record_that_cannot_be_raised_refuses_the_call() {
             false => Before::Forward,
         }
     };
-    let store = HorizonHooked {
-        inner: RedisStore::new(RedisOptions::new(server.url())).unwrap(),
-        hook,
-    };
+    let inner = RedisStore::new(RedisOptions::new(server.url())).unwrap();
+    let store = horizon_hooked(inner, hook);
     let clock = ManualClock::new(START);
     let config = bucket("a").key_prefix(&p).build().unwrap();
     let service = RateLimitService::with_store(config, store, Arc::new(clock.clone())).unwrap();

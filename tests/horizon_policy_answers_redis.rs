@@ -26,8 +26,8 @@ use ratelimit::{
     RateLimitService, RedisOptions, RedisStore,
 };
 use ratelimit_tests::moves::bucket;
-use ratelimit_tests::redis_server::{prefix, RedisServer};
-use ratelimit_tests::{on_its_store, Before, HorizonHooked, Pods, START};
+use ratelimit_tests::redis_server::RedisServer;
+use ratelimit_tests::{fleet_and_twin_of, horizon_hooked, on_its_store, Before, Pods, START};
 
 /// The policies that answer a failure otherwise than by its error.
 const POLICIES: [FailurePolicy; 2] = [FailurePolicy::Allow, FailurePolicy::Local { pods: 2 }];
@@ -43,40 +43,35 @@ fn by_redis(decided: &Result<Decision, Error>) -> bool {
     decided.as_ref().is_ok_and(|d| d.allowed && d.limit == 15)
 }
 
-/// Two pods (`fleet`) or the twin on `first` under `policy`, each on a [`Failover`] over a
-/// [`HorizonHooked`] store whose reads and raises of the record fail while `failing` (its
-/// raises only, where `only_raises`).
+/// `n` pods on `first` under `policy`, each on a [`Failover`] over a [`HorizonHooked`] store
+/// whose reads and raises of the record fail while `failing` (its raises only, where
+/// `only_raises`).
 fn pods(
     server: &RedisServer,
     name: &str,
-    fleet: bool,
+    n: usize,
     first: impl Fn() -> ConfigBuilder,
     policy: FailurePolicy,
     failing: &Arc<AtomicBool>,
     only_raises: bool,
 ) -> Pods {
-    let p = prefix(name);
-    let n = if fleet { 2 } else { 1 };
-    let pods = (0..n)
-        .map(|_| {
-            let failing = Arc::clone(failing);
-            let hook = move |raise: &Horizon| {
-                let fails = !only_raises || *raise != Horizon::default();
-                match failing.load(Ordering::Relaxed) && fails {
-                    true => Before::Fail,
-                    false => Before::Forward,
-                }
-            };
-            let options = RedisOptions::new(server.url()).timeout(Duration::from_secs(2));
-            let inner = RedisStore::new(options).unwrap();
-            let store = Failover::new(HorizonHooked { inner, hook }, policy);
-            let clock = ManualClock::new(START);
-            let config = first().key_prefix(&p).build().unwrap();
-            let service = RateLimitService::with_store(config, store, Arc::new(clock.clone()));
-            (service.unwrap(), clock)
-        })
-        .collect();
-    Pods::new(pods, &vec![0; n], p)
+    Pods::made(name, &vec![0; n], |p| {
+        let failing = Arc::clone(failing);
+        let hook = move |raise: &Horizon| {
+            let fails = !only_raises || *raise != Horizon::default();
+            match failing.load(Ordering::Relaxed) && fails {
+                true => Before::Fail,
+                false => Before::Forward,
+            }
+        };
+        let options = RedisOptions::new(server.url()).timeout(Duration::from_secs(2));
+        let inner = RedisStore::new(options).unwrap();
+        let store = Failover::new(horizon_hooked(inner, hook), policy);
+        let clock = ManualClock::new(START);
+        let config = first().key_prefix(p).build().unwrap();
+        let service = RateLimitService::with_store(config, store, Arc::new(clock.clone()));
+        (service.unwrap(), clock)
+    })
 }
 
 /// Runs `script` under each policy on a fleet and on its twin (`failing` shared by their
@@ -110,11 +105,12 @@ async fn against_twin_failing<F>(
     let mut results = Vec::new();
     for policy in POLICIES {
         let failing = Arc::new(AtomicBool::new(false));
-        let fleet = pods(&server, name, true, first, policy, &failing, only_raises);
-        let fleet = script(&fleet, &failing, &server).await;
-        failing.store(false, Ordering::Relaxed);
-        let twin = pods(&server, name, false, first, policy, &failing, only_raises);
-        let twin = script(&twin, &failing, &server).await;
+        let each = |n| {
+            failing.store(false, Ordering::Relaxed);
+            pods(&server, name, n, first, policy, &failing, only_raises)
+        };
+        let script = async |p: &Pods| script(p, &failing, &server).await;
+        let (fleet, twin) = fleet_and_twin_of(each, script).await;
         results.push((policy, fleet, twin));
     }
     for (policy, _, twin) in &results {

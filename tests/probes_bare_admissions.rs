@@ -3,48 +3,56 @@
 //! every other caller. These tests hold what that shortcut must not change: the counts, a
 //! refusal's decision, and the decision every caller that shows it gets.
 
+use std::num::NonZeroU64;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ratelimit::store::{Request, Stacked, Store, Told};
+use ratelimit::store::{Request, Stacked, Told};
 use ratelimit::{
     Config, Decision, Error, ManualClock, MemoryStore, Options, RateLimitService, StoreConfig,
 };
-use ratelimit_tests::START;
+use ratelimit_tests::{Forward, Hooks, START};
 
 /// The memory store, except that it tells every call decided at once through the service's
-/// hidden seam (`decide_now_told`) as a bare admission, refused or not.
-#[derive(Clone, Default)]
-struct TellsBare(MemoryStore);
+/// hidden seam (`decide_now_told`) as a bare admission, refused or not; it carries, blocks,
+/// adjusts and gives back nothing, and decides stacked calls by awaiting them.
+#[derive(Clone, Copy, Default)]
+struct Bare;
 
-impl Store for TellsBare {
-    async fn decide(&self, request: Request<'_>) -> Result<Decision, Error> {
-        Store::decide(&self.0, request).await
-    }
+type TellsBare = Forward<MemoryStore, Bare>;
 
-    async fn decide_all(&self, stacked: Stacked<'_>) -> Result<Vec<Decision>, Error> {
-        Store::decide_all(&self.0, stacked).await
-    }
-
-    async fn reset(&self, key: &str) -> Result<bool, Error> {
-        Store::reset(&self.0, key).await
-    }
-
-    fn decide_now(&self, request: Request<'_>) -> Option<Result<Decision, Error>> {
-        Store::decide_now(&self.0, request)
-    }
-
+impl Hooks<MemoryStore> for Bare {
     fn decide_now_told(
         &self,
-        request: Request<'_>,
-        _hash: Option<std::num::NonZeroU64>,
+        _: &MemoryStore,
+        _: Request<'_>,
+        _: Option<NonZeroU64>,
     ) -> Option<Told> {
-        let _ = request;
         Some(Told::Admitted)
     }
 
-    fn decides_at_once(&self) -> bool {
-        true
+    fn decide_all_now(
+        &self,
+        _: &MemoryStore,
+        _: Stacked<'_>,
+    ) -> Option<Result<Vec<Decision>, Error>> {
+        None
+    }
+
+    fn refunds(&self, _: &MemoryStore) -> bool {
+        false
+    }
+
+    fn adjusts(&self, _: &MemoryStore) -> bool {
+        false
+    }
+
+    fn blocks(&self, _: &MemoryStore) -> bool {
+        false
+    }
+
+    fn carries(&self, _: &MemoryStore) -> bool {
+        false
     }
 }
 

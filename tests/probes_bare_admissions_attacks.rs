@@ -8,75 +8,26 @@
 
 use std::time::Duration;
 
-use ratelimit::store::{Refund, Request, Stacked, Store};
 use ratelimit::testing::TestModule;
 use ratelimit::{
-    rate_limit, Decision, Error, MemoryOptions, MemoryStore, Module, ModuleBuilder, StoreConfig,
-    Strategy, Tier,
+    rate_limit, Error, MemoryOptions, MemoryStore, Module, ModuleBuilder, StoreConfig, Strategy,
+    Tier,
 };
+use ratelimit_tests::{Forward, Hooks};
 
 const MINUTE: Duration = Duration::from_secs(60);
 
-/// A memory store behind the trait's defaults for the service's hidden seams: every call of
-/// an annotated fn is answered with its whole decision (`Told::Decided`).
-#[derive(Clone, Default)]
-struct Full(MemoryStore);
+/// A memory store behind the trait's defaults for the service's hidden seams (the
+/// [`Forward`] store's): every call of an annotated fn is answered with its whole decision
+/// (`Told::Decided`). It takes no penalties or rewards.
+#[derive(Clone, Copy, Default)]
+struct Decided;
 
-impl Store for Full {
-    async fn decide(&self, request: Request<'_>) -> Result<Decision, Error> {
-        Store::decide(&self.0, request).await
-    }
+type Full = Forward<MemoryStore, Decided>;
 
-    async fn decide_all(&self, stacked: Stacked<'_>) -> Result<Vec<Decision>, Error> {
-        Store::decide_all(&self.0, stacked).await
-    }
-
-    async fn reset(&self, key: &str) -> Result<bool, Error> {
-        Store::reset(&self.0, key).await
-    }
-
-    fn decide_now(&self, request: Request<'_>) -> Option<Result<Decision, Error>> {
-        Store::decide_now(&self.0, request)
-    }
-
-    fn decide_all_now(&self, stacked: Stacked<'_>) -> Option<Result<Vec<Decision>, Error>> {
-        Store::decide_all_now(&self.0, stacked)
-    }
-
-    fn decides_at_once(&self) -> bool {
-        true
-    }
-
-    fn refunds(&self) -> bool {
-        true
-    }
-
-    fn blocks(&self) -> bool {
-        Store::blocks(&self.0)
-    }
-
-    fn carries(&self) -> bool {
-        Store::carries(&self.0)
-    }
-
-    fn supports(&self, quota: &ratelimit::Quota) -> Result<(), ratelimit::QuotaError> {
-        Store::supports(&self.0, quota)
-    }
-
-    async fn refund(&self, refund: Refund<'_>) -> Result<bool, Error> {
-        Store::refund(&self.0, refund).await
-    }
-
-    fn refund_now(&self, refund: Refund<'_>) -> Option<Result<bool, Error>> {
-        Store::refund_now(&self.0, refund)
-    }
-
-    async fn refund_all(&self, refunds: &[Refund<'_>]) -> Result<bool, Error> {
-        Store::refund_all(&self.0, refunds).await
-    }
-
-    fn refund_all_now(&self, refunds: &[Refund<'_>]) -> Option<Result<bool, Error>> {
-        Store::refund_all_now(&self.0, refunds)
+impl Hooks<MemoryStore> for Decided {
+    fn adjusts(&self, _: &MemoryStore) -> bool {
+        false
     }
 }
 

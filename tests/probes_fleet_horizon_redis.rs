@@ -36,7 +36,7 @@ use ratelimit::testing::TestModule;
 use ratelimit::{Config, ConfigBuilder, Options, RedisOptions, StoreConfig, Strategy, Tier};
 use ratelimit_tests::moves::bucket;
 use ratelimit_tests::redis_server::{prefix, RedisServer};
-use ratelimit_tests::{on_its_store, on_redis, Pods, START};
+use ratelimit_tests::{fleet_and_twin, on_its_store, on_redis, within, Pods, START};
 
 const MINUTE: Duration = Duration::from_secs(60);
 const HOUR: Duration = Duration::from_secs(3_600);
@@ -45,30 +45,6 @@ const HOUR: Duration = Duration::from_secs(3_600);
 /// (it is kept as a replaced configuration) and nothing the calls here are held to.
 fn with_tier(name: &str, i: u64) -> ConfigBuilder {
     bucket(name).tier(Tier::new(format!("x{i}"), i + 1).window(MINUTE))
-}
-
-/// Two pods (`fleet`) or the twin on `server`, on `first`.
-fn pods(server: &RedisServer, name: &str, first: impl Fn() -> ConfigBuilder, fleet: bool) -> Pods {
-    let p = prefix(name);
-    let n = if fleet { 2 } else { 1 };
-    let pods = (0..n).map(|_| on_redis(server, &p, first())).collect();
-    Pods::new(pods, &vec![0; n], p)
-}
-
-/// Runs `script` on a fleet and on its twin (each under a prefix of its own): what each
-/// admitted, the fleet's first.
-async fn fleet_and_twin<F>(
-    server: &RedisServer,
-    name: &str,
-    first: impl Fn() -> ConfigBuilder + Copy,
-    script: F,
-) -> (Vec<usize>, Vec<usize>)
-where
-    F: AsyncFn(&Pods) -> Vec<usize>,
-{
-    let fleet = script(&pods(server, name, first, true)).await;
-    let twin = script(&pods(server, name, first, false)).await;
-    (fleet, twin)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -225,8 +201,8 @@ async fn plain_calls_after_a_quota_of_its_own(pods: &Pods) -> Vec<usize> {
 #[tokio::test]
 async fn plain_calls_past_the_carrying_keep_the_debt_a_quota_of_its_own_left() {
     let server = RedisServer::start();
-    let twin = pods(&server, "h81-own-plain", || bucket("a"), false);
-    let still = pods(&server, "h81-own-plain", || bucket("a"), false);
+    let twin = Pods::on_redis(within(&server), "h81-own-plain", &[0], || bucket("a"));
+    let still = Pods::on_redis(within(&server), "h81-own-plain", &[0], || bucket("a"));
     let mut one_bucket = vec![still.admitted(0, "k", &Options::new().refill(1), 16).await];
     still.at(300);
     one_bucket.push(still.admitted(0, "k", &Options::new(), 16).await);
@@ -330,7 +306,7 @@ async fn a_pod_started_on_the_moved_configuration_carries_the_debt_of_a_quota_of
     let own = Options::new().refill(1);
     let mut counts = Vec::new();
     for restart in [true, false] {
-        let a = pods(&server, "h81-restart", || bucket("a"), false);
+        let a = Pods::on_redis(within(&server), "h81-restart", &[0], || bucket("a"));
         let mut run = vec![a.admitted(0, "k", &own, 16).await];
         a.reload(0, bucket("b"));
         let prefix = a.pod(0).config().key_prefix().to_owned();

@@ -40,7 +40,7 @@ use ratelimit::{
 };
 use ratelimit_tests::moves::bucket;
 use ratelimit_tests::redis_server::{prefix, redis_time, RedisServer};
-use ratelimit_tests::{on_its_store, on_redis_with, until, Before, HorizonHooked, Pods, START};
+use ratelimit_tests::{horizon_hooked, on_its_store, on_redis_with, until, Before, Pods, START};
 
 /// The record's key under `prefix`.
 fn record_key(prefix: &str) -> String {
@@ -83,50 +83,39 @@ enum ExactRaise {
     Hangs,
 }
 
-/// One pod per `skew` on Redis `options` (one: the twin).
-fn on_redis_pods(name: &str, skew: &[u64], options: impl Fn() -> RedisOptions) -> Pods {
-    let p = prefix(name);
-    let pods = skew
-        .iter()
-        .map(|_| on_redis_with(options(), &p, bucket("a")))
-        .collect();
-    Pods::new(pods, skew, p)
+/// One pod per `skew` on `server`, failures refused (one: the twin).
+fn denying(server: &RedisServer, name: &str, skew: &[u64]) -> Pods {
+    Pods::on_redis(options(server, FailurePolicy::Deny), name, skew, || {
+        bucket("a")
+    })
 }
 
 /// One pod per `exact` on [`HorizonHooked`] stores (one: the twin, answered as Redis does).
 fn hooked(server: &RedisServer, name: &str, exact: &[ExactRaise]) -> (Pods, Arc<AtomicUsize>) {
-    let p = prefix(name);
     let hanging = Arc::new(AtomicUsize::new(0));
-    let pods = exact
-        .iter()
-        .map(|&exact| {
-            let hanging = Arc::clone(&hanging);
-            // A raise of a penalty's exact end (`penalty_end.left > 0`) answered as `exact`
-            // says; `hanging` counts the raises held.
-            let hook = move |raise: &Horizon| match (raise.penalty_end.left > 0, exact) {
-                (false, _) | (true, ExactRaise::Answered) => Before::Forward,
-                (true, ExactRaise::Fails) => Before::Fail,
-                (true, ExactRaise::Hangs) => {
-                    hanging.fetch_add(1, Ordering::SeqCst);
-                    Before::Hang
-                }
-            };
-            let store = HorizonHooked {
-                inner: RedisStore::new(
-                    RedisOptions::new(server.url()).timeout(Duration::from_secs(2)),
-                )
-                .unwrap(),
-                hook,
-            };
-            let clock = ManualClock::new(START);
-            let config = bucket("a").key_prefix(&p).build().unwrap();
-            let service =
-                RateLimitService::with_store(config, store, Arc::new(clock.clone())).unwrap();
-            (service, clock)
-        })
-        .collect();
+    let mut exact = exact.iter();
     let skew = vec![0; exact.len()];
-    (Pods::new(pods, &skew, p), hanging)
+    let pods = Pods::made(name, &skew, |p| {
+        let exact = *exact.next().unwrap();
+        let hanging = Arc::clone(&hanging);
+        // A raise of a penalty's exact end (`penalty_end.left > 0`) answered as `exact`
+        // says; `hanging` counts the raises held.
+        let hook = move |raise: &Horizon| match (raise.penalty_end.left > 0, exact) {
+            (false, _) | (true, ExactRaise::Answered) => Before::Forward,
+            (true, ExactRaise::Fails) => Before::Fail,
+            (true, ExactRaise::Hangs) => {
+                hanging.fetch_add(1, Ordering::SeqCst);
+                Before::Hang
+            }
+        };
+        let options = RedisOptions::new(server.url()).timeout(Duration::from_secs(2));
+        let store = horizon_hooked(RedisStore::new(options).unwrap(), hook);
+        let clock = ManualClock::new(START);
+        let config = bucket("a").key_prefix(p).build().unwrap();
+        let service = RateLimitService::with_store(config, store, Arc::new(clock.clone())).unwrap();
+        (service, clock)
+    });
+    (pods, hanging)
 }
 
 /// Redis options of the probes: the server's, a 2 s timeout, failures answered by `policy`.
@@ -361,11 +350,7 @@ async fn two_penalties_on_one_key_on_two_pods_in_each_order() {
         for secs in [350, 450, 600, 800] {
             let mut counts = Vec::new();
             for skew in [&[0, 0][..], &[0]] {
-                let pods = on_redis_pods(
-                    "h93-two-penalties",
-                    skew,
-                    options(&server, FailurePolicy::Deny),
-                );
+                let pods = denying(&server, "h93-two-penalties", skew);
                 let mut c = vec![pods.admitted(0, "k", &plain, 15).await];
                 let (a, b) = (pods.pod(0), pods.pod(1));
                 match order {
@@ -453,7 +438,7 @@ async fn a_restarted_pod_reads_its_former_penalty_as_anothers() {
     let mut counts = Vec::new();
     for fleet in [true, false] {
         let skew: &[u64] = if fleet { &[0, 0] } else { &[0] };
-        let mut pods = on_redis_pods("h93-restart", skew, options(&server, FailurePolicy::Deny));
+        let mut pods = denying(&server, "h93-restart", skew);
         let mut c = vec![pods.admitted(0, "k", &plain, 15).await];
         pods.pod(0).penalize("k", &plain, 40).await.unwrap();
         if fleet {
@@ -488,7 +473,7 @@ async fn pods_clocks_apart_read_one_penalty_alike() {
     let mut all = Vec::new();
     for secs in [100, 300, 500] {
         let twin = {
-            let pods = on_redis_pods("h93-skews", &[0], options(&server, FailurePolicy::Deny));
+            let pods = denying(&server, "h93-skews", &[0]);
             let mut c = vec![pods.admitted(0, "k", &plain, 15).await];
             pods.pod(0).penalize("k", &plain, 40).await.unwrap();
             pods.reload_all(|| bucket("b"));
@@ -499,7 +484,7 @@ async fn pods_clocks_apart_read_one_penalty_alike() {
         let mut fleets = Vec::new();
         // B's clock runs `skew` ahead of A's: A behind by 300 s, ahead by 300 s, a day behind.
         for skew in [&[0, 300][..], &[300, 0], &[0, 86_400]] {
-            let pods = on_redis_pods("h93-skews", skew, options(&server, FailurePolicy::Deny));
+            let pods = denying(&server, "h93-skews", skew);
             let mut c = vec![pods.admitted(0, "k", &plain, 15).await];
             pods.pod(0).penalize("k", &plain, 40).await.unwrap();
             pods.reload_all(|| bucket("b"));
@@ -699,7 +684,7 @@ async fn a_record_expired_by_design_is_raised_again_without_its_penalty_ends() {
     let (own, plain) = (Options::new().refill(1), Options::new());
     let mut taken = Vec::new();
     for skew in [&[0, 0][..], &[0]] {
-        let pods = on_redis_pods("h93-expired", skew, options(&server, FailurePolicy::Deny));
+        let pods = denying(&server, "h93-expired", skew);
         pods.admitted(0, "k", &own, 16).await;
         pods.pod(0).penalize("k", &plain, 40).await.unwrap();
         let raised = record(&server, &pods.prefix).expect("raised");
@@ -758,7 +743,7 @@ async fn penalties_on_many_keys_alternating_between_pods_chain_the_bound() {
     let plain = Options::new();
     let mut left = Vec::new();
     for skew in [&[0, 0][..], &[0]] {
-        let pods = on_redis_pods("h93-chain", skew, options(&server, FailurePolicy::Deny));
+        let pods = denying(&server, "h93-chain", skew);
         for i in 0..40 {
             pods.pod(i % 2)
                 .penalize(&format!("login:{i}"), &plain, 1)
@@ -806,7 +791,7 @@ async fn a_quota_recorded_under_one_prefix_is_not_raised_under_the_next() {
     let (own, plain) = (Options::new().refill(1), Options::new());
     let mut counts = Vec::new();
     for fleet in [true, false] {
-        let mut pods = on_redis_pods("h93-prefixes", &[0], options(&server, FailurePolicy::Deny));
+        let mut pods = denying(&server, "h93-prefixes", &[0]);
         let p2 = prefix("h93-prefixes-next");
         let mut c = vec![pods.admitted(0, "warm", &own, 1).await];
         let a = pods.pod(0).clone();

@@ -15,8 +15,8 @@ use std::time::Duration;
 
 use ratelimit::Options;
 use ratelimit_tests::moves::bucket;
-use ratelimit_tests::redis_server::{prefix, RedisServer};
-use ratelimit_tests::{on_its_store, on_redis, Pods, START};
+use ratelimit_tests::redis_server::RedisServer;
+use ratelimit_tests::{fleet_and_twin, on_its_store, within, Pods, START};
 
 const DAY: Duration = Duration::from_secs(86_400);
 
@@ -37,29 +37,18 @@ fn record(server: &RedisServer, prefix: &str) -> Option<[u64; 8]> {
     })
 }
 
-/// Two pods (`fleet`) or the twin on `server`, on the default bucket of tier `"a"`.
-fn pods(server: &RedisServer, name: &str, fleet: bool) -> Pods {
-    skewed(server, name, if fleet { &[0, 0] } else { &[0] })
-}
-
-/// Pods whose clocks run `skew` seconds ahead (one entry per pod; one entry: the twin).
+/// Pods whose clocks run `skew` seconds ahead (one entry per pod; one entry: the twin), on
+/// the default bucket of tier `"a"`.
 fn skewed(server: &RedisServer, name: &str, skew: &[u64]) -> Pods {
-    let p = prefix(name);
-    let pods = skew
-        .iter()
-        .map(|_| on_redis(server, &p, bucket("a")))
-        .collect();
-    Pods::new(pods, skew, p)
+    Pods::on_redis(within(server), name, skew, || bucket("a"))
 }
 
-/// Runs `script` on a fleet of two pods and on its twin: what each admitted, the fleet's first.
-async fn fleet_and_twin<F>(server: &RedisServer, name: &str, script: F) -> (Vec<usize>, Vec<usize>)
+/// [`fleet_and_twin`] on the default bucket of tier `"a"`.
+async fn on_a<F>(server: &RedisServer, name: &str, script: F) -> (Vec<usize>, Vec<usize>)
 where
     F: AsyncFn(&Pods) -> Vec<usize>,
 {
-    let fleet = script(&pods(server, name, true)).await;
-    let twin = script(&pods(server, name, false)).await;
-    (fleet, twin)
+    fleet_and_twin(server, name, || bucket("a"), script).await
 }
 
 // ---------------------------------------------------------------------------------------
@@ -80,7 +69,7 @@ where
 async fn a_smaller_penalty_bound_on_another_pod_is_lost_under_a_pods_own_larger_one() {
     let server = RedisServer::start();
     let plain = Options::new();
-    let (fleet, twin) = fleet_and_twin(&server, "h88-two-penalties", async |pods| {
+    let (fleet, twin) = on_a(&server, "h88-two-penalties", async |pods| {
         pods.pod(0).penalize("f", &plain, 40).await.unwrap();
         let mut counts = vec![pods.admitted(1, "k", &plain, 15).await];
         pods.pod(1).penalize("k", &plain, 30).await.unwrap();
@@ -135,7 +124,7 @@ async fn a_penalty_on_one_pods_clock_is_read_short_by_a_pod_whose_clock_is_ahead
 async fn a_deleted_record_is_read_as_nothing_recorded() {
     let server = RedisServer::start();
     let own = Options::new().refill(1);
-    let (fleet, twin) = fleet_and_twin(&server, "h88-deleted", async |pods| {
+    let (fleet, twin) = on_a(&server, "h88-deleted", async |pods| {
         let mut counts = vec![pods.admitted(0, "k", &own, 16).await];
         assert!(record(&server, &pods.prefix).is_some(), "raised");
         redis::cmd("DEL")
@@ -161,7 +150,7 @@ async fn a_deleted_record_is_read_as_nothing_recorded() {
 async fn a_deleted_record_is_raised_again_by_a_pod_that_knew_it() {
     let server = RedisServer::start();
     let own = Options::new().refill(1);
-    let (fleet, twin) = fleet_and_twin(&server, "h89-deleted-raised", async |pods| {
+    let (fleet, twin) = on_a(&server, "h89-deleted-raised", async |pods| {
         let mut counts = vec![pods.admitted(0, "k", &own, 16).await];
         redis::cmd("DEL")
             .arg(record_key(&pods.prefix))
@@ -190,7 +179,7 @@ async fn a_deleted_record_is_raised_again_by_a_pod_that_knew_it() {
 async fn a_prepared_plain_site_on_another_pod_reads_no_record() {
     let server = RedisServer::start();
     let own = Options::new().refill(1);
-    let (fleet, twin) = fleet_and_twin(&server, "h88-prepared", async |pods| {
+    let (fleet, twin) = on_a(&server, "h88-prepared", async |pods| {
         let mut counts = vec![pods.admitted(0, "k", &own, 16).await];
         pods.reload_all(|| bucket("b"));
         let prepared = pods.pod(1).prepare(&Options::new()).unwrap();
@@ -216,7 +205,7 @@ async fn a_prepared_plain_site_on_another_pod_reads_no_record() {
 async fn a_prepared_plain_site_after_a_plain_call_read_the_record() {
     let server = RedisServer::start();
     let own = Options::new().refill(1);
-    let (fleet, twin) = fleet_and_twin(&server, "h88-prepared-read", async |pods| {
+    let (fleet, twin) = on_a(&server, "h88-prepared-read", async |pods| {
         let mut counts = vec![pods.admitted(0, "k", &own, 16).await];
         pods.reload_all(|| bucket("b"));
         pods.at(300);
@@ -244,7 +233,7 @@ async fn a_prepared_plain_site_after_a_plain_call_read_the_record() {
 async fn a_prepared_plain_site_prepared_before_the_read_keeps_what_it_knew() {
     let server = RedisServer::start();
     let own = Options::new().refill(1);
-    let (fleet, twin) = fleet_and_twin(&server, "h88-prepared-before", async |pods| {
+    let (fleet, twin) = on_a(&server, "h88-prepared-before", async |pods| {
         let mut counts = vec![pods.admitted(0, "k", &own, 16).await];
         pods.reload_all(|| bucket("b"));
         let prepared = pods.pod(1).prepare(&Options::new()).unwrap();
@@ -272,7 +261,7 @@ async fn a_prepared_plain_site_prepared_before_the_read_keeps_what_it_knew() {
 async fn stacked_calls_with_a_quota_of_their_own_on_another_pod_raise_the_record() {
     let server = RedisServer::start();
     let own = Options::new().refill(1);
-    let (fleet, twin) = fleet_and_twin(&server, "h88-stacked", async |pods| {
+    let (fleet, twin) = on_a(&server, "h88-stacked", async |pods| {
         let mut admitted = 0;
         for _ in 0..16 {
             let decided = pods.pod(0).consume_all(&[("k", &own)]).await.unwrap();
@@ -424,7 +413,7 @@ async fn a_penalty_on_a_then_plain_calls_on_b_at_each_time() {
     let plain = Options::new();
     let mut all = Vec::new();
     for secs in [100, 300, 400, 420, 430, 500] {
-        let (fleet, twin) = fleet_and_twin(&server, "h88-penalty-times", async |pods| {
+        let (fleet, twin) = on_a(&server, "h88-penalty-times", async |pods| {
             let mut counts = vec![pods.admitted(0, "k", &plain, 15).await];
             pods.pod(0).penalize("k", &plain, 40).await.unwrap();
             pods.reload_all(|| bucket("b"));
@@ -461,7 +450,7 @@ async fn two_pods_raising_the_record_leave_the_larger_of_each() {
     let a_own = Options::new().block_for(10 * Duration::from_secs(3_600));
     let b_own = Options::new().window(2 * Duration::from_secs(3_600));
     let alone = async |i: usize| {
-        let pods = pods(&server, "h88-raise-alone", true);
+        let pods = skewed(&server, "h88-raise-alone", &[0, 0]);
         let options = if i == 0 { &a_own } else { &b_own };
         pods.admitted(i, "k", options, 1).await;
         record(&server, &pods.prefix).unwrap()
@@ -473,7 +462,7 @@ async fn two_pods_raising_the_record_leave_the_larger_of_each() {
         "each raises one field more: {a:?} {b:?}"
     );
     for order in ["a, b", "b, a", "at once"] {
-        let pods = pods(&server, "h88-raise-both", true);
+        let pods = skewed(&server, "h88-raise-both", &[0, 0]);
         let (first, second) = (pods.pod(0), pods.pod(1));
         match order {
             "a, b" => {
@@ -509,7 +498,7 @@ async fn the_record_outlives_every_state_written_with_it() {
         ("penalty", Options::new(), 40),
     ];
     for (name, options, penalty) in cases {
-        let pods = pods(&server, "h88-outlives", true);
+        let pods = skewed(&server, "h88-outlives", &[0, 0]);
         pods.admitted(0, "k", &options, 16).await;
         if penalty > 0 {
             pods.pod(0).penalize("k", &options, penalty).await.unwrap();

@@ -34,7 +34,9 @@ use ratelimit::{
 };
 use ratelimit_tests::moves::{bucket, MOVES};
 use ratelimit_tests::redis_server::{pause_writes, prefix, unpause, until_waiting, RedisServer};
-use ratelimit_tests::{on_its_store, on_redis_with, Pods, START};
+use ratelimit_tests::{
+    fleet_and_twin, fleet_and_twin_of, on_its_store, on_redis_with, within, Pods, START,
+};
 use tokio::task::JoinHandle;
 
 /// The record's key under `prefix`.
@@ -53,41 +55,6 @@ fn record(server: &RedisServer, prefix: &str) -> Option<String> {
 /// The quota of a call's own that the probes spend through pod A.
 fn own() -> Options {
     Options::new().refill(1)
-}
-
-/// Two pods (`fleet`) or the twin, on `first`, with Redis `options`.
-fn pods(
-    name: &str,
-    fleet: bool,
-    first: impl Fn() -> ConfigBuilder,
-    options: impl Fn() -> RedisOptions,
-) -> Pods {
-    let p = prefix(name);
-    let n = if fleet { 2 } else { 1 };
-    let pods = (0..n)
-        .map(|_| on_redis_with(options(), &p, first()))
-        .collect();
-    Pods::new(pods, &vec![0; n], p)
-}
-
-/// Redis options of the probes: the server's, a 2 s timeout.
-fn plain_redis(server: &RedisServer) -> impl Fn() -> RedisOptions + '_ {
-    || RedisOptions::new(server.url()).timeout(Duration::from_secs(2))
-}
-
-/// Runs `script` on a fleet of two pods and on its twin: what each admitted, the fleet's first.
-async fn fleet_and_twin<F>(
-    server: &RedisServer,
-    name: &str,
-    first: impl Fn() -> ConfigBuilder + Copy,
-    script: F,
-) -> (Vec<usize>, Vec<usize>)
-where
-    F: AsyncFn(&Pods) -> Vec<usize>,
-{
-    let fleet = script(&pods(name, true, first, plain_redis(server))).await;
-    let twin = script(&pods(name, false, first, plain_redis(server))).await;
-    (fleet, twin)
 }
 
 /// A call of `options` on `key` by `service`, spawned.
@@ -415,8 +382,8 @@ async fn a_due_read_that_fails_under_allow_or_local_is_answered_by_the_policy_th
             counts.push(pods.admitted(1, "k", &Options::new(), 16).await);
             counts
         };
-        let fleet = script(&pods("h90-read-fails", true, || bucket("a"), options)).await;
-        let twin = script(&pods("h90-read-fails", false, || bucket("a"), options)).await;
+        let pods = |n| Pods::on_redis(options, "h90-read-fails", &vec![0; n], || bucket("a"));
+        let (fleet, twin) = fleet_and_twin_of(pods, script).await;
         results.push((policy, fleet, twin));
     }
     for (policy, _, twin) in &results {
@@ -473,8 +440,8 @@ async fn a_due_read_whose_link_is_killed_under_allow_or_local() {
             counts.push(pods.admitted(1, "k", &Options::new(), 16).await);
             counts
         };
-        let fleet = script(&pods("h90-read-killed", true, || bucket("a"), options)).await;
-        let twin = script(&pods("h90-read-killed", false, || bucket("a"), options)).await;
+        let pods = |n| Pods::on_redis(options, "h90-read-killed", &vec![0; n], || bucket("a"));
+        let (fleet, twin) = fleet_and_twin_of(pods, script).await;
         results.push((policy, fleet, twin));
     }
     for (policy, _, twin) in &results {
@@ -522,8 +489,8 @@ async fn a_raise_that_times_out_under_allow_or_local_writes_nothing_past_the_rec
             counts.push(pods.admitted(1, "k", &Options::new(), 16).await);
             counts
         };
-        let fleet = script(&pods("h90-raise-fails", true, || bucket("a"), options)).await;
-        let twin = script(&pods("h90-raise-fails", false, || bucket("a"), options)).await;
+        let pods = |n| Pods::on_redis(options, "h90-raise-fails", &vec![0; n], || bucket("a"));
+        let (fleet, twin) = fleet_and_twin_of(pods, script).await;
         results.push((policy, fleet, twin));
     }
     for (policy, fleet, twin) in &results {
@@ -584,8 +551,8 @@ async fn a_raise_whose_link_is_killed_under_allow_or_local() {
             counts.push(admitted);
             counts
         };
-        let fleet = script(&pods("h90-raise-killed", true, || bucket("a"), options)).await;
-        let twin = script(&pods("h90-raise-killed", false, || bucket("a"), options)).await;
+        let pods = |n| Pods::on_redis(options, "h90-raise-killed", &vec![0; n], || bucket("a"));
+        let (fleet, twin) = fleet_and_twin_of(pods, script).await;
         results.push((policy, fleet, twin));
     }
     for (policy, _, twin) in &results {
@@ -686,7 +653,8 @@ async fn a_restart_between_a_raise_and_the_spend_it_covers_loses_the_record() {
     let mut server = RedisServer::start();
     let mut results = Vec::new();
     for fleet in [true, false] {
-        let pods = pods("h90-restart", fleet, || bucket("a"), plain_redis(&server));
+        let n = if fleet { 2 } else { 1 };
+        let pods = Pods::on_redis(within(&server), "h90-restart", &vec![0; n], || bucket("a"));
         let mut counts = vec![pods.admitted(0, "warm", &own(), 1).await];
         assert!(record(&server, &pods.prefix).is_some(), "raised");
         server.stop();
@@ -836,8 +804,8 @@ async fn leased_and_locally_refused_calls_on_another_pod_carry_what_the_record_h
         counts.push(pods.admitted(1, "k", &Options::new(), 16).await);
         counts
     };
-    let fleet = script(&pods("h90-leases", true, || bucket("a"), options)).await;
-    let twin = script(&pods("h90-leases", false, || bucket("a"), options)).await;
+    let pods = |n| Pods::on_redis(options, "h90-leases", &vec![0; n], || bucket("a"));
+    let (fleet, twin) = fleet_and_twin_of(pods, script).await;
     assert_eq!(twin, [15, 0, 0], "twin");
     assert_eq!(fleet, twin, "fleet");
 }

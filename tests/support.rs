@@ -15,6 +15,11 @@ pub mod redis_server;
 #[path = "cluster_pods.rs"]
 pub mod cluster_pods;
 
+/// A store of one's own over another, forwarding all but what its hooks answer.
+#[path = "forward.rs"]
+mod forward;
+pub use forward::{Forward, Hooks};
+
 /// What a configuration that must not build names (`probes_config`, `probes_config_more`).
 pub mod config_errors;
 
@@ -912,8 +917,7 @@ pub fn on_redis(
     at: &str,
     config: ratelimit::ConfigBuilder,
 ) -> (RateLimitService, ManualClock) {
-    let options = ratelimit::RedisOptions::new(server.url()).timeout(Duration::from_secs(2));
-    on_redis_with(options, at, config)
+    on_redis_with(within(server)(), at, config)
 }
 
 /// [`on_redis`] with Redis `options` of the caller's (a Cluster's, another timeout).
@@ -1063,6 +1067,67 @@ impl Pods {
     }
 }
 
+#[cfg(feature = "redis")]
+impl Pods {
+    /// One pod per entry of `skew` (one entry: the twin) on Redis `options`, each on `first`,
+    /// under one fresh prefix from `name`.
+    pub fn on_redis(
+        options: impl Fn() -> ratelimit::RedisOptions,
+        name: &str,
+        skew: &[u64],
+        first: impl Fn() -> ratelimit::ConfigBuilder,
+    ) -> Pods {
+        Pods::made(name, skew, |at| on_redis_with(options(), at, first()))
+    }
+
+    /// One pod per entry of `skew`, each made by `pod` under one fresh prefix from `name`.
+    pub fn made(
+        name: &str,
+        skew: &[u64],
+        mut pod: impl FnMut(&str) -> (RateLimitService, ManualClock),
+    ) -> Pods {
+        let at = redis_server::prefix(name);
+        let pods = skew.iter().map(|_| pod(&at)).collect();
+        Pods::new(pods, skew, at)
+    }
+}
+
+/// Redis options of the fleet-horizon probes: `server`'s, a 2 s timeout (as [`on_redis`]).
+#[cfg(feature = "redis")]
+pub fn within(server: &redis_server::RedisServer) -> impl Fn() -> ratelimit::RedisOptions + '_ {
+    || ratelimit::RedisOptions::new(server.url()).timeout(Duration::from_secs(2))
+}
+
+/// Runs `script` on a fleet of two pods and on its twin (one pod), each made by `pods` (given
+/// how many), clocks level: what each admitted, the fleet's first.
+pub async fn fleet_and_twin_of<F>(
+    pods: impl Fn(usize) -> Pods,
+    script: F,
+) -> (Vec<usize>, Vec<usize>)
+where
+    F: AsyncFn(&Pods) -> Vec<usize>,
+{
+    let fleet = script(&pods(2)).await;
+    let twin = script(&pods(1)).await;
+    (fleet, twin)
+}
+
+/// [`fleet_and_twin_of`] pods on `server` ([`within`]), each on `first`, under a fresh prefix
+/// from `name` for each of the two.
+#[cfg(feature = "redis")]
+pub async fn fleet_and_twin<F>(
+    server: &redis_server::RedisServer,
+    name: &str,
+    first: impl Fn() -> ratelimit::ConfigBuilder + Copy,
+    script: F,
+) -> (Vec<usize>, Vec<usize>)
+where
+    F: AsyncFn(&Pods) -> Vec<usize>,
+{
+    let pods = |n| Pods::on_redis(within(server), name, &vec![0; n], first);
+    fleet_and_twin_of(pods, script).await
+}
+
 /// What a [`HorizonHooked`] store does with a raise or read of the fleet's horizon record
 /// before Redis sees it.
 #[cfg(feature = "redis")]
@@ -1077,67 +1142,42 @@ pub enum Before {
 }
 
 /// A [`RedisStore`](ratelimit::RedisStore) whose raises and reads of the horizon record are
-/// first put to `hook` (see [`Before`]); every other call forwarded as it is.
+/// first put to a hook (see [`Before`]); every other call forwarded as it is, except that
+/// every decision asks Redis (no held refusal or leased unit answered in the process).
+#[cfg(feature = "redis")]
+pub type HorizonHooked<H> = Forward<ratelimit::RedisStore, HorizonHook<H>>;
+
+/// The hook of a [`HorizonHooked`] store: what it does with each raise or read.
 #[cfg(feature = "redis")]
 #[derive(Clone)]
-pub struct HorizonHooked<H> {
-    pub inner: ratelimit::RedisStore,
-    pub hook: H,
+pub struct HorizonHook<H>(pub H);
+
+/// `inner` whose raises and reads of the horizon record are first put to `hook`.
+#[cfg(feature = "redis")]
+pub fn horizon_hooked<H>(inner: ratelimit::RedisStore, hook: H) -> HorizonHooked<H> {
+    Forward::new(inner, HorizonHook(hook))
 }
 
 #[cfg(feature = "redis")]
-impl<H> ratelimit::store::Store for HorizonHooked<H>
+impl<H> Hooks<ratelimit::RedisStore> for HorizonHook<H>
 where
     H: Fn(&ratelimit::store::Horizon) -> Before + Send + Sync + 'static,
 {
-    async fn decide(
+    fn decide_now(
         &self,
-        request: ratelimit::store::Request<'_>,
-    ) -> Result<ratelimit::Decision, ratelimit::Error> {
-        ratelimit::store::Store::decide(&self.inner, request).await
+        _: &ratelimit::RedisStore,
+        _: ratelimit::store::Request<'_>,
+    ) -> Option<Result<ratelimit::Decision, ratelimit::Error>> {
+        None
     }
-    async fn decide_all(
-        &self,
-        stacked: ratelimit::store::Stacked<'_>,
-    ) -> Result<Vec<ratelimit::Decision>, ratelimit::Error> {
-        ratelimit::store::Store::decide_all(&self.inner, stacked).await
-    }
-    async fn reset(&self, key: &str) -> Result<bool, ratelimit::Error> {
-        ratelimit::store::Store::reset(&self.inner, key).await
-    }
-    fn refunds(&self) -> bool {
-        true
-    }
-    async fn refund(&self, refund: ratelimit::store::Refund<'_>) -> Result<bool, ratelimit::Error> {
-        ratelimit::store::Store::refund(&self.inner, refund).await
-    }
-    fn adjusts(&self) -> bool {
-        true
-    }
-    async fn adjust(
-        &self,
-        adjustment: ratelimit::store::Adjustment<'_>,
-    ) -> Result<u64, ratelimit::Error> {
-        ratelimit::store::Store::adjust(&self.inner, adjustment).await
-    }
-    fn blocks(&self) -> bool {
-        true
-    }
-    fn carries(&self) -> bool {
-        true
-    }
-    fn supports(&self, quota: &ratelimit::Quota) -> Result<(), ratelimit::QuotaError> {
-        ratelimit::store::Store::supports(&self.inner, quota)
-    }
-    fn records_horizon(&self) -> bool {
-        true
-    }
+
     async fn horizon(
         &self,
+        inner: &ratelimit::RedisStore,
         prefix: &str,
         raise: ratelimit::store::Horizon,
     ) -> Result<ratelimit::store::Horizon, ratelimit::Error> {
-        match (self.hook)(&raise) {
+        match (self.0)(&raise) {
             Before::Forward => {}
             Before::Fail => {
                 return Err(ratelimit::Error::Store {
@@ -1146,6 +1186,6 @@ where
             }
             Before::Hang => std::future::pending::<()>().await,
         }
-        ratelimit::store::Store::horizon(&self.inner, prefix, raise).await
+        ratelimit::store::Store::horizon(inner, prefix, raise).await
     }
 }
