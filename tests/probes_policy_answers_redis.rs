@@ -30,14 +30,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ratelimit::store::{Adjustment, Horizon, Refund, Request, Stacked, Store};
+use ratelimit::store::{Horizon, Request, Stacked, Store};
 use ratelimit::{
     ConfigBuilder, Decision, Error, Failover, FailurePolicy, LeaseOptions, ManualClock, Options,
-    Quota, QuotaError, RateLimitService, RedisOptions, RedisStore, Strategy, Tier,
+    RateLimitService, RedisOptions, RedisStore, Strategy, Tier,
 };
 use ratelimit_tests::moves::bucket;
 use ratelimit_tests::redis_server::{prefix, RedisServer};
-use ratelimit_tests::{on_its_store, START};
+use ratelimit_tests::{on_its_store, Forward, Hooks, START};
 
 /// The policies that answer a failure otherwise than by its error.
 const POLICIES: [FailurePolicy; 2] = [FailurePolicy::Allow, FailurePolicy::Local { pods: 2 }];
@@ -54,10 +54,13 @@ fn lost() -> Error {
 
 /// A Redis store whose record fails while `failing`, whose decisions fail while `down`, and
 /// which says it answers failures by a policy of its own where `answers` (without one:
-/// [`Store::answer_failure`]'s default).
+/// [`Store::answer_failure`]'s default). The Redis store's answers in the process (held
+/// refusals, leased units) stand, Redis away or not: they ask nothing of it.
+type Hooked = Forward<RedisStore, Faults>;
+
+/// What a [`Hooked`] store is told to fail.
 #[derive(Clone)]
-struct Hooked {
-    inner: RedisStore,
+struct Faults {
     failing: Arc<AtomicBool>,
     down: Arc<AtomicBool>,
     answers: bool,
@@ -67,61 +70,35 @@ struct Hooked {
     clock: ManualClock,
 }
 
-impl Hooked {
+impl Faults {
     fn down(&self) -> bool {
         self.down.load(Ordering::Relaxed)
     }
 }
 
-impl Store for Hooked {
-    async fn decide(&self, request: Request<'_>) -> Result<Decision, Error> {
+impl Hooks<RedisStore> for Faults {
+    async fn decide(&self, inner: &RedisStore, request: Request<'_>) -> Result<Decision, Error> {
         match self.down() {
             true => Err(lost()),
-            false => Store::decide(&self.inner, request).await,
+            false => Store::decide(inner, request).await,
         }
     }
-    async fn decide_all(&self, stacked: Stacked<'_>) -> Result<Vec<Decision>, Error> {
+    async fn decide_all(
+        &self,
+        inner: &RedisStore,
+        stacked: Stacked<'_>,
+    ) -> Result<Vec<Decision>, Error> {
         match self.down() {
             true => Err(lost()),
-            false => Store::decide_all(&self.inner, stacked).await,
+            false => Store::decide_all(inner, stacked).await,
         }
     }
-    /// The Redis store's answers in the process (held refusals, leased units), Redis away
-    /// or not: they ask nothing of it.
-    fn decide_now(&self, request: Request<'_>) -> Option<Result<Decision, Error>> {
-        Store::decide_now(&self.inner, request)
-    }
-    async fn reset(&self, key: &str) -> Result<bool, Error> {
-        Store::reset(&self.inner, key).await
-    }
-    fn refunds(&self) -> bool {
-        true
-    }
-    async fn refund(&self, refund: Refund<'_>) -> Result<bool, Error> {
-        Store::refund(&self.inner, refund).await
-    }
-    async fn refund_all(&self, refunds: &[Refund<'_>]) -> Result<bool, Error> {
-        Store::refund_all(&self.inner, refunds).await
-    }
-    fn adjusts(&self) -> bool {
-        true
-    }
-    async fn adjust(&self, adjustment: Adjustment<'_>) -> Result<u64, Error> {
-        Store::adjust(&self.inner, adjustment).await
-    }
-    fn blocks(&self) -> bool {
-        true
-    }
-    fn carries(&self) -> bool {
-        true
-    }
-    fn supports(&self, quota: &Quota) -> Result<(), QuotaError> {
-        Store::supports(&self.inner, quota)
-    }
-    fn records_horizon(&self) -> bool {
-        true
-    }
-    async fn horizon(&self, prefix: &str, raise: Horizon) -> Result<Horizon, Error> {
+    async fn horizon(
+        &self,
+        inner: &RedisStore,
+        prefix: &str,
+        raise: Horizon,
+    ) -> Result<Horizon, Error> {
         let scripted = {
             let mut script = self.script.lock().unwrap();
             match script.as_mut() {
@@ -139,15 +116,15 @@ impl Store for Hooked {
         };
         match scripted {
             Some(Err(e)) => return Err(e),
-            Some(Ok(())) => return Store::horizon(&self.inner, prefix, raise).await,
+            Some(Ok(())) => return Store::horizon(inner, prefix, raise).await,
             None => {}
         }
         match self.failing.load(Ordering::Relaxed) {
             true => Err(lost()),
-            false => Store::horizon(&self.inner, prefix, raise).await,
+            false => Store::horizon(inner, prefix, raise).await,
         }
     }
-    fn answers_failures(&self) -> bool {
+    fn answers_failures(&self, _: &RedisStore) -> bool {
         self.answers
     }
 }
@@ -207,14 +184,14 @@ impl Probe {
             None => options,
         };
         let clock = ManualClock::new(START);
-        let hooked = Hooked {
-            inner: RedisStore::new(options).unwrap(),
+        let hooks = Faults {
             failing: Arc::clone(&failing),
             down: Arc::clone(&down),
             answers: policy.is_none(),
             script: Arc::clone(&script),
             clock: clock.clone(),
         };
+        let hooked: Hooked = Forward::new(RedisStore::new(options).unwrap(), hooks);
         let first = first.key_prefix(at).build().unwrap();
         let at = Arc::new(clock.clone());
         let service = match policy {
