@@ -14,21 +14,10 @@ use std::time::Duration;
 use ratelimit::store::Horizon;
 use ratelimit::{Error, ManualClock, Options, RateLimitService, RedisOptions, RedisStore};
 use ratelimit_tests::moves::bucket;
-use ratelimit_tests::redis_server::{prefix, script_calls, RedisCluster, RedisServer};
+use ratelimit_tests::redis_server::{
+    horizon_key, horizon_record, prefix, script_calls, RedisCluster, RedisServer,
+};
 use ratelimit_tests::{horizon_hooked, on_its_store, on_redis, Before, START};
-
-/// The record's key under `prefix`.
-fn record_key(prefix: &str) -> String {
-    format!("{prefix}:horizon")
-}
-
-/// What Redis holds under `prefix`'s record (`None`: no key).
-fn record(server: &RedisServer, prefix: &str) -> Option<String> {
-    redis::cmd("GET")
-        .arg(record_key(prefix))
-        .query(&mut server.connection())
-        .unwrap()
-}
 
 /// Calls of `options` on `"k"` admitted out of `n`.
 async fn admitted(service: &RateLimitService, options: &Options, n: usize) -> usize {
@@ -68,7 +57,7 @@ async fn a_record_of_another_shape_refuses_the_call_and_stays() {
             "hash" => redis::cmd("HSET"),
             _ => redis::cmd("SET"),
         };
-        planted.arg(record_key(&p));
+        planted.arg(horizon_key(&p));
         match garbage {
             "hash" => planted.arg("f").arg("1"),
             text => planted.arg(text),
@@ -95,12 +84,12 @@ async fn a_record_of_another_shape_refuses_the_call_and_stays() {
             "{garbage}: {read:?}"
         );
         let kind: String = redis::cmd("TYPE")
-            .arg(record_key(&p))
+            .arg(horizon_key(&p))
             .query(&mut c)
             .unwrap();
         match garbage {
             "hash" => assert_eq!(kind, "hash"),
-            text => assert_eq!(record(&server, &p).as_deref(), Some(text)),
+            text => assert_eq!(horizon_record(&server, &p).as_deref(), Some(text)),
         }
     }
 }
@@ -131,13 +120,13 @@ async fn a_record_that_cannot_be_raised_refuses_the_call() {
     assert!(matches!(refused, Err(Error::Store { .. })), "{refused:?}");
     let penalty = service.penalize("k", &Options::new(), 40).await;
     assert!(matches!(penalty, Err(Error::Store { .. })), "{penalty:?}");
-    assert_eq!(record(&server, &p), None);
+    assert_eq!(horizon_record(&server, &p), None);
     // Nothing spent by either: 15 plain calls.
     assert_eq!(admitted(&service, &Options::new(), 16).await, 15);
     failing.store(false, Ordering::Relaxed);
     // Decided (its slower bucket's tolerance admits it over the plain calls' 15).
     service.consume("k", &own).await.unwrap();
-    let held = record(&server, &p).expect("raised");
+    let held = horizon_record(&server, &p).expect("raised");
     let outlasts: u64 = held.split(' ').next().unwrap().parse().unwrap();
     // The refill of a token a minute on a minute's window: its 15 tokens' wait and more.
     assert!(outlasts > 15 * 60 * 1_000_000_000, "{held}");
@@ -155,12 +144,12 @@ async fn a_record_raised_by_one_pod_is_read_by_another_after_its_own_reload() {
     let (a, a_clock) = on_redis(&server, &p, bucket("a"));
     let (b, b_clock) = on_redis(&server, &p, bucket("a"));
     b.reload(on_its_store(&b, bucket("b"))).unwrap();
-    assert_eq!(record(&server, &p), None, "a reload raises nothing");
+    assert_eq!(horizon_record(&server, &p), None, "a reload raises nothing");
     for clock in [&a_clock, &b_clock] {
         clock.set(START + Duration::from_secs(1));
     }
     assert_eq!(admitted(&a, &Options::new().refill(1), 16).await, 15);
-    assert!(record(&server, &p).is_some(), "raised by A");
+    assert!(horizon_record(&server, &p).is_some(), "raised by A");
     a.reload(on_its_store(&a, bucket("b"))).unwrap();
     for clock in [&a_clock, &b_clock] {
         clock.set(START + Duration::from_secs(300));
@@ -202,7 +191,7 @@ async fn plain_calls_make_no_round_trip_of_the_record() {
         service.consume("k3", &plain).await.unwrap();
     }
     assert_eq!((first, trips(&mut c) - before), (2, 10), "past every end");
-    assert_eq!(record(&server, &p), None, "read, never written");
+    assert_eq!(horizon_record(&server, &p), None, "read, never written");
 }
 
 /// A service that reloads, moving its limit each time, and makes no call between: what it

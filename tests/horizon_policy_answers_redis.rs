@@ -27,7 +27,9 @@ use ratelimit::{
 };
 use ratelimit_tests::moves::bucket;
 use ratelimit_tests::redis_server::RedisServer;
-use ratelimit_tests::{fleet_and_twin_of, horizon_hooked, on_its_store, Before, Pods, START};
+use ratelimit_tests::{
+    fleet_and_twin_of, horizon_hooked, on_its_store, until_depth, Before, Pods, START,
+};
 
 /// The policies that answer a failure otherwise than by its error.
 const POLICIES: [FailurePolicy; 2] = [FailurePolicy::Allow, FailurePolicy::Local { pods: 2 }];
@@ -248,17 +250,6 @@ async fn an_adjustment_whose_due_read_fails_is_refused_with_its_error() {
 /// [`bucket`]`(name)` with calls that wait an hour at most.
 fn queued_bucket(name: &str) -> ConfigBuilder {
     bucket(name).queue_timeout("1h")
-}
-
-/// Until `service`'s queue holds `depth` waiters (spawned calls run meanwhile; 20 s at most).
-async fn until_depth(service: &RateLimitService, depth: u64) {
-    for _ in 0..20_000 {
-        if service.stats().queue.depth == depth {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
-    panic!("the queue never held {depth}");
 }
 
 /// A waiter in the queue whose head's read fails: a rolling reload, B on the tier renamed

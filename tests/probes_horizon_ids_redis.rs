@@ -39,26 +39,13 @@ use ratelimit::{
     RedisStore,
 };
 use ratelimit_tests::moves::bucket;
-use ratelimit_tests::redis_server::{prefix, redis_time, RedisServer};
+use ratelimit_tests::redis_server::{horizon_key, horizon_record, prefix, redis_time, RedisServer};
 use ratelimit_tests::{horizon_hooked, on_its_store, on_redis_with, until, Before, Pods, START};
-
-/// The record's key under `prefix`.
-fn record_key(prefix: &str) -> String {
-    format!("{prefix}:horizon")
-}
-
-/// What Redis holds under `prefix`'s record (`None`: no key).
-fn record(server: &RedisServer, prefix: &str) -> Option<String> {
-    redis::cmd("GET")
-        .arg(record_key(prefix))
-        .query(&mut server.connection())
-        .unwrap()
-}
 
 /// The record's time to live in milliseconds (-1: none, -2: no key).
 fn record_ttl(server: &RedisServer, prefix: &str) -> i64 {
     redis::cmd("PTTL")
-        .arg(record_key(prefix))
+        .arg(horizon_key(prefix))
         .query(&mut server.connection())
         .unwrap()
 }
@@ -66,7 +53,7 @@ fn record_ttl(server: &RedisServer, prefix: &str) -> i64 {
 /// `text` planted as `prefix`'s record, with no expiry.
 fn plant(server: &RedisServer, prefix: &str, text: &str) {
     redis::cmd("SET")
-        .arg(record_key(prefix))
+        .arg(horizon_key(prefix))
         .arg(text)
         .exec(&mut server.connection())
         .unwrap();
@@ -230,7 +217,7 @@ async fn a_third_pods_smaller_bound_keeps_the_second_bound_anothers_largest() {
             let mut c = vec![pods.admitted(1, "k", &plain, 15).await];
             let penalty = pods.pod(1).penalize("k", &plain, 30).await;
             let fields = || -> Vec<String> {
-                (record(&server, &pods.prefix).unwrap())
+                (horizon_record(&server, &pods.prefix).unwrap())
                     .split(' ')
                     .map(String::from)
                     .collect()
@@ -289,7 +276,7 @@ async fn a_bound_under_anothers_known_first_is_raised_into_the_second() {
         };
         let (pods, _) = hooked(&server, "h95-known-first", &hooks);
         let fields = || -> Vec<u64> {
-            (record(&server, &pods.prefix).unwrap())
+            (horizon_record(&server, &pods.prefix).unwrap())
                 .split(' ')
                 .map(|n| n.parse().unwrap())
                 .collect()
@@ -607,7 +594,7 @@ async fn records_at_and_past_each_bound() {
                     Err(Error::UnexpectedState { message }) if message.contains("horizon") => {}
                     other => wrong.push(format!("{policy:?} {how} {text}: {other:?}")),
                 }
-                let (held, ttl) = (record(&server, &p), record_ttl(&server, &p));
+                let (held, ttl) = (horizon_record(&server, &p), record_ttl(&server, &p));
                 if held.as_deref() != Some(text.as_str()) || ttl != -1 {
                     wrong.push(format!(
                         "{policy:?} {how} {text}: left as {held:?}, expiring in {ttl} ms"
@@ -640,7 +627,7 @@ async fn garbage_in_each_field_is_unexpected_state_under_every_policy() {
                         Err(Error::UnexpectedState { message }) if message.contains("horizon") => {}
                         other => wrong.push(format!("{policy:?} {how} {text:?}: {other:?}")),
                     }
-                    let (held, ttl) = (record(&server, &p), record_ttl(&server, &p));
+                    let (held, ttl) = (horizon_record(&server, &p), record_ttl(&server, &p));
                     if held.as_deref() != Some(text.as_str()) || ttl != -1 {
                         wrong.push(format!("{policy:?} {how} {text:?}: left {held:?} {ttl}"));
                     }
@@ -660,12 +647,12 @@ async fn garbage_in_each_field_is_unexpected_state_under_every_policy() {
 fn expire_now(server: &RedisServer, prefix: &str) {
     let mut c = server.connection();
     redis::cmd("PEXPIRE")
-        .arg(record_key(prefix))
+        .arg(horizon_key(prefix))
         .arg(1)
         .exec(&mut c)
         .unwrap();
     let from = redis_time(&mut c);
-    while record(server, prefix).is_some() {
+    while horizon_record(server, prefix).is_some() {
         assert!(redis_time(&mut c) < from + 5_000_000, "never expired");
     }
 }
@@ -687,7 +674,7 @@ async fn a_record_expired_by_design_is_raised_again_without_its_penalty_ends() {
         let pods = denying(&server, "h93-expired", skew);
         pods.admitted(0, "k", &own, 16).await;
         pods.pod(0).penalize("k", &plain, 40).await.unwrap();
-        let raised = record(&server, &pods.prefix).expect("raised");
+        let raised = horizon_record(&server, &pods.prefix).expect("raised");
         let fields: Vec<&str> = raised.split(' ').collect();
         assert_ne!(fields[2], "0", "{raised}");
         pods.reload_all(|| bucket("b"));
@@ -696,7 +683,7 @@ async fn a_record_expired_by_design_is_raised_again_without_its_penalty_ends() {
         pods.at(5_000);
         pods.admitted(0, "other", &plain, 1).await;
         if pods.fleet() {
-            let again = record(&server, &pods.prefix).expect("raised again");
+            let again = horizon_record(&server, &pods.prefix).expect("raised again");
             let again: Vec<&str> = again.split(' ').collect();
             assert_eq!(&again[..2], &fields[..2], "the durations");
             assert_eq!(&again[2..], ["0"; 6], "no penalty end");
@@ -720,7 +707,7 @@ async fn a_record_expired_by_design_is_raised_again_without_its_penalty_ends() {
 /// How long the record's penalty bound under `prefix` lasts from now on Redis' clock, in
 /// seconds (0: none).
 fn bound_left(server: &RedisServer, prefix: &str) -> u64 {
-    let Some(text) = record(server, prefix) else {
+    let Some(text) = horizon_record(server, prefix) else {
         return 0;
     };
     let at: u64 = text.split(' ').nth(2).unwrap().parse().unwrap();

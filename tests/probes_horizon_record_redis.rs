@@ -15,23 +15,14 @@ use std::time::Duration;
 
 use ratelimit::Options;
 use ratelimit_tests::moves::bucket;
-use ratelimit_tests::redis_server::RedisServer;
+use ratelimit_tests::redis_server::{horizon_key, horizon_record, RedisServer};
 use ratelimit_tests::{fleet_and_twin, on_its_store, within, Pods, START};
 
 const DAY: Duration = Duration::from_secs(86_400);
 
-/// The record's key under `prefix`.
-fn record_key(prefix: &str) -> String {
-    format!("{prefix}:horizon")
-}
-
 /// What Redis holds under `prefix`'s record, as its eight numbers (`None`: no key).
 fn record(server: &RedisServer, prefix: &str) -> Option<[u64; 8]> {
-    let text: Option<String> = redis::cmd("GET")
-        .arg(record_key(prefix))
-        .query(&mut server.connection())
-        .unwrap();
-    text.map(|t| {
+    horizon_record(server, prefix).map(|t| {
         let n: Vec<u64> = t.split(' ').map(|n| n.parse().unwrap()).collect();
         n.try_into().unwrap()
     })
@@ -128,7 +119,7 @@ async fn a_deleted_record_is_read_as_nothing_recorded() {
         let mut counts = vec![pods.admitted(0, "k", &own, 16).await];
         assert!(record(&server, &pods.prefix).is_some(), "raised");
         redis::cmd("DEL")
-            .arg(record_key(&pods.prefix))
+            .arg(horizon_key(&pods.prefix))
             .exec(&mut server.connection())
             .unwrap();
         pods.reload_all(|| bucket("b"));
@@ -153,7 +144,7 @@ async fn a_deleted_record_is_raised_again_by_a_pod_that_knew_it() {
     let (fleet, twin) = on_a(&server, "h89-deleted-raised", async |pods| {
         let mut counts = vec![pods.admitted(0, "k", &own, 16).await];
         redis::cmd("DEL")
-            .arg(record_key(&pods.prefix))
+            .arg(horizon_key(&pods.prefix))
             .exec(&mut server.connection())
             .unwrap();
         pods.reload_all(|| bucket("b"));
@@ -365,7 +356,7 @@ async fn a_record_past_what_any_quota_holds_is_unexpected_state_not_a_lockout() 
         let pods = skewed(&server, "h88-huge", &[0]);
         if let Some(planted) = &planted {
             redis::cmd("SET")
-                .arg(record_key(&pods.prefix))
+                .arg(horizon_key(&pods.prefix))
                 .arg(planted)
                 .exec(&mut server.connection())
                 .unwrap();
@@ -380,7 +371,7 @@ async fn a_record_past_what_any_quota_holds_is_unexpected_state_not_a_lockout() 
                     assert!(message.contains("horizon"), "{message}");
                     unexpected += 1;
                     redis::cmd("DEL")
-                        .arg(record_key(&pods.prefix))
+                        .arg(horizon_key(&pods.prefix))
                         .exec(&mut server.connection())
                         .unwrap();
                 }
@@ -512,9 +503,9 @@ async fn the_record_outlives_every_state_written_with_it() {
                 .query(&mut server.connection())
                 .unwrap()
         };
-        let record_ttl = ttl(&record_key(&pods.prefix));
+        let record_ttl = ttl(&horizon_key(&pods.prefix));
         let states: Vec<(String, i64)> = (keys.iter())
-            .filter(|k| **k != record_key(&pods.prefix))
+            .filter(|k| **k != horizon_key(&pods.prefix))
             .map(|k| (k.clone(), ttl(k)))
             .collect();
         assert!(!states.is_empty(), "{name}");

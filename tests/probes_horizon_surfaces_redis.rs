@@ -33,24 +33,14 @@ use ratelimit::{
     RedisOptions, Strategy, Tier,
 };
 use ratelimit_tests::moves::{bucket, MOVES};
-use ratelimit_tests::redis_server::{pause_writes, prefix, unpause, until_waiting, RedisServer};
+use ratelimit_tests::redis_server::{
+    horizon_key, horizon_record, pause_writes, prefix, unpause, until_waiting, RedisServer,
+};
 use ratelimit_tests::{
-    fleet_and_twin, fleet_and_twin_of, on_its_store, on_redis_with, within, Pods, START,
+    fleet_and_twin, fleet_and_twin_of, on_its_store, on_redis_with, until_depth, within, Pods,
+    START,
 };
 use tokio::task::JoinHandle;
-
-/// The record's key under `prefix`.
-fn record_key(prefix: &str) -> String {
-    format!("{prefix}:horizon")
-}
-
-/// What Redis holds under `prefix`'s record (`None`: no key).
-fn record(server: &RedisServer, prefix: &str) -> Option<String> {
-    redis::cmd("GET")
-        .arg(record_key(prefix))
-        .query(&mut server.connection())
-        .unwrap()
-}
 
 /// The quota of a call's own that the probes spend through pod A.
 fn own() -> Options {
@@ -65,17 +55,6 @@ fn spawned(
 ) -> JoinHandle<Result<Decision, Error>> {
     let (service, options) = (service.clone(), options.clone());
     tokio::spawn(async move { service.consume(key, &options).await })
-}
-
-/// Until `service`'s queue holds `depth` waiters (spawned calls run meanwhile; 20 s at most).
-async fn until_depth(service: &RateLimitService, depth: u64) {
-    for _ in 0..20_000 {
-        if service.stats().queue.depth == depth {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
-    panic!("the queue never held {depth}");
 }
 
 // ---------------------------------------------------------------------------------------
@@ -187,7 +166,10 @@ async fn a_call_dropped_between_its_raise_and_its_decision_leaves_the_record_rai
                     }
                 }
                 counts.push(pods.admitted(0, "k", &own(), 16).await);
-                assert!(record(&server, &pods.prefix).is_some(), "{dropped}: raised");
+                assert!(
+                    horizon_record(&server, &pods.prefix).is_some(),
+                    "{dropped}: raised"
+                );
                 pods.reload_all(|| bucket("b"));
                 pods.at(300);
                 counts.push(pods.admitted(1, "k", &Options::new(), 16).await);
@@ -227,7 +209,7 @@ async fn a_reload_racing_a_call_that_raises_the_record() {
             pods.reload_all(|| bucket("b"));
             unpause(&mut c);
             counts.push(usize::from(raced.await.unwrap().unwrap().allowed));
-            assert!(record(&server, &pods.prefix).is_some(), "raised");
+            assert!(horizon_record(&server, &pods.prefix).is_some(), "raised");
             pods.at(300);
             counts.push(pods.admitted(1, "k", &Options::new(), 16).await);
             counts
@@ -481,7 +463,7 @@ async fn a_raise_that_times_out_under_allow_or_local_writes_nothing_past_the_rec
             counts.push(usize::from(call.await.unwrap().unwrap().allowed));
             counts.push(pods.admitted(0, "k", &own(), 16).await);
             assert!(
-                record(&server, &pods.prefix).is_some(),
+                horizon_record(&server, &pods.prefix).is_some(),
                 "{policy:?}: raised"
             );
             pods.reload_all(|| bucket("b"));
@@ -538,7 +520,7 @@ async fn a_raise_whose_link_is_killed_under_allow_or_local() {
             until_waiting_or_done(&mut c, 1, &call).await;
             unpause(&mut c);
             counts.push(usize::from(call.await.unwrap().is_ok_and(|d| d.allowed)));
-            let raised = record(&server, &pods.prefix).is_some();
+            let raised = horizon_record(&server, &pods.prefix).is_some();
             counts.push(usize::from(raised));
             pods.reload_all(|| bucket("b"));
             pods.at(300);
@@ -597,7 +579,7 @@ async fn records_of_other_shapes_refuse_under_every_policy() {
         for &(kind, text) in &shapes {
             let p = prefix("h90-garbage");
             let mut c = server.connection();
-            let key = record_key(&p);
+            let key = horizon_key(&p);
             let mut planted = match kind {
                 "list" => redis::cmd("RPUSH"),
                 "set" => redis::cmd("SADD"),
@@ -656,7 +638,7 @@ async fn a_restart_between_a_raise_and_the_spend_it_covers_loses_the_record() {
         let n = if fleet { 2 } else { 1 };
         let pods = Pods::on_redis(within(&server), "h90-restart", &vec![0; n], || bucket("a"));
         let mut counts = vec![pods.admitted(0, "warm", &own(), 1).await];
-        assert!(record(&server, &pods.prefix).is_some(), "raised");
+        assert!(horizon_record(&server, &pods.prefix).is_some(), "raised");
         server.stop();
         server.restart();
         // Until every pod's connection answers again (plain calls: they raise nothing).
@@ -972,7 +954,7 @@ async fn until_ready_with_a_quota_of_its_own_raises_the_record() {
                 admitted += usize::from(ready.is_ok_and(|d| d.allowed));
             }
             let mut counts = vec![admitted];
-            counts.push(usize::from(record(&server, &pods.prefix).is_some()));
+            counts.push(usize::from(horizon_record(&server, &pods.prefix).is_some()));
             pods.reload_all(|| bucket("b"));
             pods.at(300);
             counts.push(pods.admitted(1, "k", &Options::new(), 16).await);
@@ -1007,7 +989,7 @@ async fn a_prepared_sites_try_consume_with_a_quota_of_its_own_raises_the_record(
                 admitted += usize::from(decided.is_ok_and(|d| d.allowed));
             }
             let mut counts = vec![admitted];
-            counts.push(usize::from(record(&server, &pods.prefix).is_some()));
+            counts.push(usize::from(horizon_record(&server, &pods.prefix).is_some()));
             pods.reload_all(|| bucket("b"));
             pods.at(300);
             counts.push(pods.admitted(1, "k", &Options::new(), 16).await);

@@ -37,7 +37,7 @@ use ratelimit::{
 };
 use ratelimit_tests::moves::bucket;
 use ratelimit_tests::redis_server::{prefix, RedisServer};
-use ratelimit_tests::{on_its_store, Forward, Hooks, START};
+use ratelimit_tests::{on_its_store, until_depth, Forward, Hooks, START};
 
 /// The policies that answer a failure otherwise than by its error.
 const POLICIES: [FailurePolicy; 2] = [FailurePolicy::Allow, FailurePolicy::Local { pods: 2 }];
@@ -493,17 +493,6 @@ async fn until_ready_whose_raise_answers_again_asks_the_store() {
         "the second raise was sent: {counts:?} {fifth:?} {script:?}"
     );
     assert_eq!(counts, [8, 4, 0], "{fifth:?}");
-}
-
-/// Until `service`'s queue holds `depth` waiters (spawned calls run meanwhile; 20 s at most).
-async fn until_depth(service: &RateLimitService, depth: u64) {
-    for _ in 0..20_000 {
-        if service.stats().queue.depth == depth {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
-    panic!("the queue never held {depth}");
 }
 
 /// The queue's side of the same: C spends the quota of its own's 8 on `"k"` through Redis;

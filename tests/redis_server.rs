@@ -484,6 +484,19 @@ pub fn is_horizon(key: &str) -> bool {
     key.ends_with(":horizon") && !key.contains('{')
 }
 
+/// The key of prefix `prefix`'s reload horizon (see [`is_horizon`]).
+pub fn horizon_key(prefix: &str) -> String {
+    format!("{prefix}:horizon")
+}
+
+/// What `server` holds under prefix `prefix`'s reload horizon (`None`: no key).
+pub fn horizon_record(server: &RedisServer, prefix: &str) -> Option<String> {
+    redis::cmd("GET")
+        .arg(horizon_key(prefix))
+        .query(&mut server.connection())
+        .unwrap()
+}
+
 /// The composed store key of the one state under prefix `p` (KEYS: a test server holding no
 /// other state under it; stamps, lease ledgers and the prefix's reload horizon left out).
 pub fn state_key(c: &mut redis::Connection, p: &str) -> String {

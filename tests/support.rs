@@ -146,6 +146,18 @@ pub async fn until(mut done: impl FnMut() -> bool) {
     panic!("the spawned tasks never got there");
 }
 
+/// Until `service`'s queue holds `depth` waiters (spawned calls run meanwhile, on the wall
+/// clock, as a Redis store's answers need; 20 s at most).
+pub async fn until_depth(service: &RateLimitService, depth: u64) {
+    for _ in 0..20_000 {
+        if service.stats().queue.depth == depth {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    panic!("the queue never held {depth}");
+}
+
 /// A manual clock at [`START`].
 pub fn clock() -> ManualClock {
     ManualClock::new(START)
