@@ -10,7 +10,7 @@ use ratelimit::{Decision, Error, Quota, QuotaError};
 
 /// `inner`'s answers, except those `hooks` gives itself.
 #[derive(Clone, Default)]
-pub struct Forward<S, H = ()> {
+pub struct Forward<S, H> {
     pub inner: S,
     pub hooks: H,
 }
@@ -179,9 +179,6 @@ pub trait Hooks<S: Store>: Send + Sync + 'static {
         inner.answer_failure_all(stacked, error)
     }
 }
-
-/// No hooks: the store inside, as it is (its hidden seams aside).
-impl<S: Store> Hooks<S> for () {}
 
 impl<S: Store, H: Hooks<S>> Store for Forward<S, H> {
     fn decide(&self, request: Request<'_>) -> impl Future<Output = Result<Decision, Error>> + Send {
