@@ -17,18 +17,17 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use ratelimit::store::{Horizon, Refund, Request, Stacked, Store};
+use ratelimit::store::{Horizon, Request, Stacked, Store};
 use ratelimit::{
     Decision, Error, Failover, FailurePolicy, ManualClock, MemoryStore, Options, RateLimitService,
 };
 use ratelimit_tests::moves::bucket;
-use ratelimit_tests::{reload_to, START};
+use ratelimit_tests::{reload_to, Forward, Hooks, START};
 
-/// A memory store that records the fleet's horizon (in name: the record is always empty),
-/// whose reads and raises of it fail while `failing`, counting the spends it decides.
+/// Hooks on a memory store that records the fleet's horizon (in name: the record is always
+/// empty), whose reads and raises of it fail while `failing`, counting the spends it decides.
 #[derive(Clone)]
 struct Failing {
-    inner: MemoryStore,
     failing: Arc<AtomicBool>,
     spends: Arc<AtomicUsize>,
 }
@@ -41,48 +40,39 @@ impl Failing {
     }
 }
 
-impl Store for Failing {
-    async fn decide(&self, request: Request<'_>) -> Result<Decision, Error> {
+impl Hooks<MemoryStore> for Failing {
+    async fn decide(&self, inner: &MemoryStore, request: Request<'_>) -> Result<Decision, Error> {
         self.count(request.spends());
-        Store::decide(&self.inner, request).await
+        Store::decide(inner, request).await
     }
-    fn decide_now(&self, request: Request<'_>) -> Option<Result<Decision, Error>> {
+    fn decide_now(
+        &self,
+        inner: &MemoryStore,
+        request: Request<'_>,
+    ) -> Option<Result<Decision, Error>> {
         self.count(request.spends());
-        Store::decide_now(&self.inner, request)
+        Store::decide_now(inner, request)
     }
-    async fn decide_all(&self, stacked: Stacked<'_>) -> Result<Vec<Decision>, Error> {
+    async fn decide_all(
+        &self,
+        inner: &MemoryStore,
+        stacked: Stacked<'_>,
+    ) -> Result<Vec<Decision>, Error> {
         self.count(stacked.spends());
-        Store::decide_all(&self.inner, stacked).await
+        Store::decide_all(inner, stacked).await
     }
-    fn decide_all_now(&self, stacked: Stacked<'_>) -> Option<Result<Vec<Decision>, Error>> {
+    fn decide_all_now(
+        &self,
+        inner: &MemoryStore,
+        stacked: Stacked<'_>,
+    ) -> Option<Result<Vec<Decision>, Error>> {
         self.count(stacked.spends());
-        Store::decide_all_now(&self.inner, stacked)
+        Store::decide_all_now(inner, stacked)
     }
-    fn decides_at_once(&self) -> bool {
+    fn records_horizon(&self, _: &MemoryStore) -> bool {
         true
     }
-    async fn reset(&self, key: &str) -> Result<bool, Error> {
-        Store::reset(&self.inner, key).await
-    }
-    fn refunds(&self) -> bool {
-        true
-    }
-    async fn refund(&self, refund: Refund<'_>) -> Result<bool, Error> {
-        Store::refund(&self.inner, refund).await
-    }
-    fn refund_now(&self, refund: Refund<'_>) -> Option<Result<bool, Error>> {
-        Store::refund_now(&self.inner, refund)
-    }
-    fn blocks(&self) -> bool {
-        true
-    }
-    fn carries(&self) -> bool {
-        true
-    }
-    fn records_horizon(&self) -> bool {
-        true
-    }
-    async fn horizon(&self, _: &str, _: Horizon) -> Result<Horizon, Error> {
+    async fn horizon(&self, _: &MemoryStore, _: &str, _: Horizon) -> Result<Horizon, Error> {
         match self.failing.load(Ordering::SeqCst) {
             true => Err(Error::Store {
                 message: "the horizon record is out of reach".into(),
@@ -97,11 +87,11 @@ impl Store for Failing {
 /// `moved`; the store's failing flag and its count of spends.
 fn service(moved: bool) -> (RateLimitService, Arc<AtomicBool>, Arc<AtomicUsize>) {
     let (failing, spends) = (Arc::default(), Arc::default());
-    let store = Failing {
-        inner: MemoryStore::new(),
+    let hooks = Failing {
         failing: Arc::clone(&failing),
         spends: Arc::clone(&spends),
     };
+    let store = Forward::new(MemoryStore::new(), hooks);
     let store = Failover::new(store, FailurePolicy::Allow);
     let clock = Arc::new(ManualClock::new(START));
     let config = bucket("a").build().unwrap();
