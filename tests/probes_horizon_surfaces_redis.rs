@@ -628,9 +628,11 @@ async fn records_of_other_shapes_refuse_under_every_policy() {
 /// renamed; B's plain calls at +300 s read no record and let the move go. The twin, which
 /// noted the quota itself, carries the old state: none. As a record deleted
 /// (probes_horizon_record_redis), but the record lost before the state is written, with
-/// nothing but A's memory of its raise to say it stands.
+/// nothing but A's memory of its raise to say it stands. Found: 15 admitted on B against 0.
+/// Closed (helper-109): the store counts its links lost and the servers it finds other than
+/// the last (`run_id`: `Store::records_lost`), and a pod forgets what it knows recorded when
+/// that count moves, so A's first spend past nothing raises the record again.
 #[tokio::test]
-#[ignore = "FOUND: 15 admitted on pod B at +300 s against 0 on the twin (the record lost in a restart before A's spend)"]
 async fn a_restart_between_a_raise_and_the_spend_it_covers_loses_the_record() {
     let mut server = RedisServer::start();
     let mut results = Vec::new();
@@ -661,6 +663,140 @@ async fn a_restart_between_a_raise_and_the_spend_it_covers_loses_the_record() {
     }
     let (fleet, twin) = (&results[0], &results[1]);
     assert_eq!(twin, &[1, 15, 0], "twin");
+    assert_eq!(fleet, twin, "fleet");
+}
+
+/// Calls of `options` on `key` by pod `i`, `n` of them: how many were admitted, and how many
+/// failed (a link found dead by its first call after a restart).
+async fn admitted_or_failed(
+    pods: &Pods,
+    i: usize,
+    key: &str,
+    options: &Options,
+    n: usize,
+) -> (usize, usize) {
+    let (mut admitted, mut failed) = (0, 0);
+    for _ in 0..n {
+        match pods.pod(i).consume(key, options).await {
+            Ok(decided) => admitted += usize::from(decided.allowed),
+            Err(_) => failed += 1,
+        }
+    }
+    (admitted, failed)
+}
+
+/// As [`a_restart_between_a_raise_and_the_spend_it_covers_loses_the_record`], but A's first
+/// calls after the restart are its spends with the quota of its own, no plain call between:
+/// the first finds its link dead (failed, on the fleet and the twin alike: the link's end is
+/// seen with it), and the next ones raise the record again before they spend. Fails without
+/// `Store::records_lost` (A raises nothing more: B admits 15 at +300 s against none), or
+/// with the service not forgetting what it knew recorded where the count moved.
+#[tokio::test]
+async fn a_pod_raises_the_record_again_at_its_first_spend_after_a_restart() {
+    let mut server = RedisServer::start();
+    let mut results = Vec::new();
+    for fleet in [true, false] {
+        let pods = pods("h109-restart", fleet, || bucket("a"), plain_redis(&server));
+        let warm = pods.admitted(0, "warm", &own(), 1).await;
+        assert!(record(&server, &pods.prefix).is_some(), "raised");
+        server.stop();
+        server.restart();
+        assert_eq!(record(&server, &pods.prefix), None, "lost with the restart");
+        let (spent, failed) = admitted_or_failed(&pods, 0, "k", &own(), 17).await;
+        assert!(failed <= 1, "{failed} failed");
+        pods.reload_all(|| bucket("b"));
+        pods.at(300);
+        let after = admitted_or_failed(&pods, 1, "k", &Options::new(), 16).await;
+        results.push((warm, spent, after));
+    }
+    let (fleet, twin) = (&results[0], &results[1]);
+    assert_eq!(twin, &(1, 15, (0, 0)), "twin");
+    assert_eq!(fleet, twin, "fleet");
+}
+
+/// The store's count of records lost (`Store::records_lost`) moves where a link finds
+/// another server than the last one found, though no link was seen ending (the one before
+/// ended with its runtime), and not where it finds the same one: a restart moves it, a
+/// runtime's new link to the same server does not (no raise more for it).
+#[tokio::test]
+async fn a_link_that_finds_another_server_counts_the_records_lost() {
+    use ratelimit::store::Store;
+    let mut server = RedisServer::start();
+    let store = ratelimit::RedisStore::new(plain_redis(&server)()).unwrap();
+    let key = ratelimit::store::StoreKey::new("h109-lost:{k}").unwrap();
+    let quota = ratelimit::Quota::new(10, Duration::from_secs(60)).unwrap();
+    let call_on_a_runtime_of_its_own = || {
+        std::thread::scope(|scope| {
+            scope
+                .spawn(|| {
+                    let runtime = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                        .unwrap();
+                    let request = ratelimit::store::Request::spend(key, &quota, 1, 0).unwrap();
+                    runtime.block_on(store.decide(request)).unwrap();
+                })
+                .join()
+                .unwrap()
+        })
+    };
+    call_on_a_runtime_of_its_own();
+    assert_eq!(store.records_lost(), 0, "the first server");
+    call_on_a_runtime_of_its_own();
+    assert_eq!(
+        store.records_lost(),
+        0,
+        "the same server, another runtime's link"
+    );
+    server.stop();
+    server.restart();
+    call_on_a_runtime_of_its_own();
+    assert_eq!(store.records_lost(), 1, "a restarted server");
+}
+
+/// A spend in flight across the restart: A raised the record on a link of another runtime,
+/// which ended with its runtime (a link dropped so is not counted lost), Redis restarted, and
+/// A's next call, a spend of 15 with its own quota, connects anew within its decision: the
+/// store finds the server another (its `run_id`) only then, after A checked whether a raise
+/// was due, and the state is written with no record. B's plain calls at +300 s read none.
+/// The twin carries the old state: none admitted. Open: the count moves during the spend;
+/// a check after it (raising then) would narrow it to the one round trip between the two.
+#[tokio::test]
+#[ignore = "FOUND: 15 admitted on pod B at +300 s against 0 on the twin (a spend that connects to a restarted server, its pod's link before it ended with its runtime)"]
+async fn a_spend_that_connects_to_a_restarted_server_is_written_before_the_record() {
+    let mut server = RedisServer::start();
+    let mut results = Vec::new();
+    for fleet in [true, false] {
+        let pods = pods(
+            "h109-in-flight",
+            fleet,
+            || bucket("a"),
+            plain_redis(&server),
+        );
+        let warm = std::thread::scope(|scope| {
+            scope
+                .spawn(|| {
+                    let runtime = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                        .unwrap();
+                    let decided = runtime.block_on(pods.pod(0).consume("warm", &own()));
+                    usize::from(decided.unwrap().allowed)
+                })
+                .join()
+                .unwrap()
+        });
+        assert!(record(&server, &pods.prefix).is_some(), "raised");
+        server.stop();
+        server.restart();
+        let spent = admitted_or_failed(&pods, 0, "k", &own().cost(15), 1).await;
+        pods.reload_all(|| bucket("b"));
+        pods.at(300);
+        let after = admitted_or_failed(&pods, 1, "k", &Options::new(), 16).await;
+        results.push((warm, spent, after));
+    }
+    let (fleet, twin) = (&results[0], &results[1]);
+    assert_eq!(twin, &(1, (1, 0), (0, 0)), "twin");
     assert_eq!(fleet, twin, "fleet");
 }
 

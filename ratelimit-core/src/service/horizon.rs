@@ -25,6 +25,13 @@
 //! under a larger one of its own. A read that finds the record holding less than this
 //! service knew was recorded raises it again (`read_horizon`).
 //!
+//! A record lost whole with its store (a Redis restarted without persistence: every key
+//! gone, and this service still knowing it raised) is told by the store's count of such
+//! losses ([`Store::records_lost`]): where it moved, this service forgets what it knows
+//! recorded, so that its next write past nothing raises the record again before it is
+//! written, and has a read due at its next call, which raises it again where it noted
+//! anything of its own (`RateLimitService::notice_lost`).
+//!
 //! A prepared site's calls take the per-call path where a read is due, or a read raised
 //! what this service knows since it was prepared (`horizon_stands`).
 //!
@@ -39,6 +46,7 @@
 //!
 //! [`Store::records_horizon`]: crate::store::Store::records_horizon
 //! [`Store::horizon`]: crate::store::Store::horizon
+//! [`Store::records_lost`]: crate::store::Store::records_lost
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -110,10 +118,17 @@ pub(super) struct Fleet {
     /// admitted against none:
     /// `a_lost_record_whose_raise_again_fails_is_raised_at_the_next_call`).
     unraised: AtomicBool,
+    /// The store's count of records lost ([`Store::records_lost`]) as this service last
+    /// saw it: where it moved, what is known recorded may be gone with the rest of the store
+    /// (`notice_lost`).
+    ///
+    /// [`Store::records_lost`]: crate::store::Store::records_lost
+    lost_seen: AtomicU64,
 }
 
 impl Fleet {
-    pub(super) fn new(records: bool) -> Self {
+    /// `lost`: the store's count of records lost now.
+    pub(super) fn new(records: bool, lost: u64) -> Self {
         Fleet {
             records,
             recorded_outlasts: AtomicU64::new(0),
@@ -129,6 +144,7 @@ impl Fleet {
             folds: AtomicU64::new(0),
             prefixes_moved: AtomicU64::new(0),
             unraised: AtomicBool::new(false),
+            lost_seen: AtomicU64::new(lost),
         }
     }
 
@@ -195,6 +211,7 @@ impl RateLimitService {
         if !fleet.records || generation.previous().is_empty() {
             return false;
         }
+        self.notice_lost();
         let due = fleet.due.load(Ordering::Relaxed);
         due != u64::MAX && self.inner.clock.now() >= due
     }
@@ -223,6 +240,7 @@ impl RateLimitService {
         if !fleet.records {
             return false;
         }
+        self.notice_lost();
         let (outlasts, window) = (
             self.inner.own_outlasts.load(Ordering::Relaxed),
             self.inner.own_windows.load(Ordering::Relaxed),
@@ -362,7 +380,11 @@ impl RateLimitService {
             fleet.recorded_window.load(Ordering::Relaxed),
         );
         let moved = fleet.prefixes_moved.load(Ordering::SeqCst);
-        let (mut held, mut lost) = (Vec::with_capacity(1), false);
+        // Lost with the store since this service noticed (`notice_lost`): raised again at
+        // this read, where the raise failed or none was made since.
+        let unraised = fleet.unraised.load(Ordering::SeqCst);
+        let lost_count = self.inner.store.records_lost();
+        let (mut held, mut lost) = (Vec::with_capacity(1), unraised);
         for prefix in prefixes(generation) {
             let record = self.inner.store.horizon(prefix, raise).await?;
             let after = record.raised(raise);
@@ -411,6 +433,12 @@ impl RateLimitService {
             // A reload brought a prefix in meanwhile: what was read holds for the others.
             fleet.forget_recorded();
         }
+        let lost_now = self.inner.store.records_lost();
+        if lost_now != lost_count {
+            // The store may have lost its records meanwhile: what was read or raised may
+            // have been of the server before.
+            self.forget_lost(lost_now);
+        }
         self.inner.fleet.read_at.fetch_max(at, Ordering::Relaxed);
         self.set_horizon_due(&self.generation());
         Ok(lost)
@@ -445,18 +473,64 @@ impl RateLimitService {
         }
     }
 
+    /// Where the store's count of records lost ([`Store::records_lost`]) moved since this
+    /// service last saw it, [`forget_lost`](Self::forget_lost). Before each check of what is
+    /// known recorded: a Redis restarted without persistence loses the record with every
+    /// key, and a pod that had raised it raised nothing more, wrote its quota of its own
+    /// with no record, and another pod reading none let a move go (15 admitted against none:
+    /// `a_restart_between_a_raise_and_the_spend_it_covers_loses_the_record`). One call and a
+    /// load on a store that records the horizon; none on another.
+    ///
+    /// [`Store::records_lost`]: crate::store::Store::records_lost
+    #[inline]
+    fn notice_lost(&self) {
+        let lost = self.inner.store.records_lost();
+        if lost != self.inner.fleet.lost_seen.load(Ordering::Acquire) {
+            self.forget_lost(lost);
+        }
+    }
+
+    /// The store's records may have been lost (its count of losses now `lost`): what is
+    /// known recorded is forgotten, so that the next write past nothing raises the record
+    /// again; where this service noted anything of its own, a read is due at every call
+    /// until a raise is made ([`Fleet::unraised`]), and raises it again (a pod that writes
+    /// nothing more still keeps the record of what it wrote, on a server that kept the
+    /// states and lost the record: a failover past the replication of the raise). Forgotten
+    /// before the count is noted seen: a call that sees it seen sees it forgotten.
+    #[cold]
+    #[inline(never)]
+    fn forget_lost(&self, lost: u64) {
+        let fleet = &self.inner.fleet;
+        fleet.forget_recorded();
+        let own = self.inner.own_outlasts.load(Ordering::Relaxed) > 0
+            || self.inner.own_windows.load(Ordering::Relaxed) > 0;
+        if own {
+            fleet.unraised.store(true, Ordering::SeqCst);
+        }
+        fleet.lost_seen.store(lost, Ordering::Release);
+        if own {
+            self.set_horizon_due(&self.generation());
+        }
+    }
+
     /// Whether a penalty's bound `until` is raised before the penalty is written: it
     /// outlasts what is recorded, as another service reads it (`Fleet::recorded_penalized`).
     pub(super) fn penalty_raise_due(&self, until: Nanos) -> bool {
         let fleet = &self.inner.fleet;
-        fleet.records && until > fleet.recorded_penalized.load(Ordering::Relaxed)
+        fleet.records && {
+            self.notice_lost();
+            until > fleet.recorded_penalized.load(Ordering::Relaxed)
+        }
     }
 
     /// Whether a penalty's exact end `end`, noted after it was written, is raised: it
     /// outlasts the exact end recorded (a bound may hide it: `Fleet::penalized`).
     pub(super) fn penalty_end_due(&self, end: Nanos) -> bool {
         let fleet = &self.inner.fleet;
-        fleet.records && end > fleet.recorded_end.load(Ordering::Relaxed)
+        fleet.records && {
+            self.notice_lost();
+            end > fleet.recorded_end.load(Ordering::Relaxed)
+        }
     }
 
     /// After a reload installed `next` over `running`: where `next` writes or carries under

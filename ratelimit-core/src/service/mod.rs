@@ -243,7 +243,7 @@ impl RateLimitService {
                 own_windows: AtomicU64::new(0),
                 penalized_until: AtomicU64::new(0),
                 own_outlasts: AtomicU64::new(0),
-                fleet: horizon::Fleet::new(store.records_horizon()),
+                fleet: horizon::Fleet::new(store.records_horizon(), store.records_lost()),
                 store_from_config: false,
                 clock,
                 store,

@@ -46,6 +46,7 @@ pub(crate) trait DynStore: Send + Sync + 'static {
         prefix: &'a str,
         raise: Horizon,
     ) -> BoxFuture<'a, Result<Horizon, Error>>;
+    fn records_lost(&self) -> u64;
     fn answers_failures(&self) -> bool;
     fn answer_failure(&self, request: Request<'_>, error: Error) -> Result<Decision, Error>;
     fn answer_failure_all(
@@ -132,6 +133,10 @@ impl<S: Store> DynStore for S {
         raise: Horizon,
     ) -> BoxFuture<'a, Result<Horizon, Error>> {
         Box::pin(Store::horizon(self, prefix, raise))
+    }
+    #[inline]
+    fn records_lost(&self) -> u64 {
+        Store::records_lost(self)
     }
     fn answers_failures(&self) -> bool {
         Store::answers_failures(self)

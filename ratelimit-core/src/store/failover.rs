@@ -245,6 +245,11 @@ impl<S: Store> Store for Failover<S> {
         self.store.horizon(prefix, raise).await
     }
 
+    /// The store's: a record lost is lost whatever the policy.
+    fn records_lost(&self) -> u64 {
+        self.store.records_lost()
+    }
+
     /// Under `Allow` and `Local`: a failure is answered by the policy.
     fn answers_failures(&self) -> bool {
         self.policy != FailurePolicy::Deny

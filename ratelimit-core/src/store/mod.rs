@@ -400,6 +400,18 @@ pub trait Store: Send + Sync + 'static {
         async { Ok(Horizon::default()) }
     }
 
+    /// A count that moves where what this store recorded ([`horizon`](Self::horizon)) may
+    /// have been lost whole since (the Redis store: a link lost, or one that found another
+    /// server than the last, as a Redis restarted without persistence). A service that
+    /// knows a record raised forgets it when the count moves, and raises it again before
+    /// its next write past nothing. Not a seam: asked only where
+    /// [`records_horizon`](Self::records_horizon) says so. Default: 0, never lost (a record
+    /// deleted is found at the next read: `read_horizon`).
+    #[doc(hidden)]
+    fn records_lost(&self) -> u64 {
+        0
+    }
+
     /// Whether a call this store could not decide is answered otherwise than by the store's
     /// error, by a failure policy of its own ([`answer_failure`](Self::answer_failure)):
     /// [`Failover`] under [`FailurePolicy::Allow`] or [`FailurePolicy::Local`]. Default:

@@ -34,6 +34,11 @@
 //! - **A link ends** when its connection's task does (Redis closed the connection, it failed,
 //!   or the runtime it ran on shut down) or when its watcher closes it. Calls in flight then
 //!   fail; the next call connects anew.
+//! - **Another server**: a link asks the server's `run_id` (`INFO server`) as it connects; one
+//!   unlike the last a link of the store found (Redis restarted, or another server answers at
+//!   its address: a failover) is counted as a link lost, where no link was seen ending (its
+//!   runtime shut down first): what the store raised or leased on the server before may be
+//!   gone (`RedisStore`'s `records_lost`, leases' epoch).
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -79,8 +84,11 @@ pub(super) struct Links {
     attempts: Mutex<Vec<(tokio::runtime::Id, watch::Receiver<Attempt>)>>,
     /// How many links were lost: their connection ended by itself, or timed out (leases are
     /// spent only while it stays the same: a Redis restarted empty closes the connection). A
-    /// link dropped with its runtime or its store is not lost.
+    /// link dropped with its runtime or its store is not lost. A link that connects to another
+    /// server than the last one found counts one too ([`Server`]).
     ended: Arc<AtomicU64>,
+    /// The server the links last connected to.
+    server: Arc<Server>,
 }
 
 impl Links {
@@ -97,6 +105,7 @@ impl Links {
             links: Arc::default(),
             attempts: Mutex::new(Vec::new()),
             ended,
+            server: Arc::default(),
         }
     }
 
@@ -143,9 +152,10 @@ impl Links {
         let (tell, told) = watch::channel(None);
         let (info, links) = (self.info.clone(), Arc::clone(&self.links));
         let (connect_timeout, timeout) = (self.connect_timeout, self.timeout);
-        let ended = Arc::clone(&self.ended);
+        let (ended, server) = (Arc::clone(&self.ended), Arc::clone(&self.server));
         tokio::spawn(async move {
-            let opened = tokio::time::timeout(connect_timeout, Link::open(info, timeout, ended))
+            let opened = Link::open(info, timeout, ended, server);
+            let opened = tokio::time::timeout(connect_timeout, opened)
                 .await
                 .unwrap_or_else(|_| Err(std::io::Error::from(std::io::ErrorKind::TimedOut).into()));
             if let Ok(link) = &opened {
@@ -199,11 +209,13 @@ impl Drop for Link {
 
 impl Link {
     /// Connects to the server `info` names, sets the connection up (`AUTH`, `SELECT`, ...),
-    /// and starts its task and its watcher on the current runtime.
+    /// notes which server it is (`server`: another than before counts in `ended`), and starts
+    /// its task and its watcher on the current runtime.
     async fn open(
         info: ConnectionInfo,
         timeout: Duration,
         ended: Arc<AtomicU64>,
+        server: Arc<Server>,
     ) -> Result<Arc<Link>, RedisError> {
         // No response timeout: the watcher bounds every call (see the module's docs).
         let config = AsyncConnectionConfig::new()
@@ -211,7 +223,7 @@ impl Link {
             .set_response_timeout(None);
         let settings = info.redis_settings();
         let open = Arc::new(AtomicBool::new(true));
-        let (connection, task) = match info.addr() {
+        let (mut connection, task) = match info.addr() {
             ConnectionAddr::Tcp(host, port) => {
                 let stream = tcp(host, *port).await?;
                 let (connection, driver) =
@@ -232,6 +244,10 @@ impl Link {
                 )))
             }
         };
+        // Before any call runs on it: a call that waited for this link is decided on the
+        // server it found, counted as another one if it is.
+        let run_id = run_id(&mut connection).await;
+        server.found(run_id, &ended);
         let link = Arc::new(Link {
             connection,
             open,
@@ -274,6 +290,43 @@ impl Link {
         self.open.store(false, Ordering::Release);
         self.task.abort();
     }
+}
+
+/// The server the store's links last connected to, by its `run_id`.
+#[derive(Default)]
+pub(super) struct Server {
+    /// `None` before the first link; `Some(None)`: a server whose `run_id` could not be read.
+    last: Mutex<Option<Option<String>>>,
+}
+
+impl Server {
+    /// Notes a link to the server of `run_id`: another than the last one found, or one that
+    /// cannot be told from it (either `run_id` unread: fail closed), counts one in `ended`.
+    fn found(&self, run_id: Option<String>, ended: &AtomicU64) {
+        let mut last = self.last.lock();
+        let other = match (&*last, &run_id) {
+            (None, _) => false,
+            (Some(Some(was)), Some(is)) => was != is,
+            _ => true,
+        };
+        if other {
+            ended.fetch_add(1, Ordering::AcqRel);
+        }
+        *last = Some(run_id);
+    }
+}
+
+/// The `run_id` of the server on `connection` (`INFO server`): new at each start of a
+/// server, so that a restarted one, or another at its address, is told from the one before.
+/// `None` where it cannot be read (`INFO` denied, a reply without it).
+async fn run_id(connection: &mut MultiplexedConnection) -> Option<String> {
+    let info: String = redis::cmd("INFO")
+        .arg("server")
+        .query_async(connection)
+        .await
+        .ok()?;
+    let line = info.lines().find_map(|l| l.strip_prefix("run_id:"))?;
+    Some(line.trim().to_owned()).filter(|id| !id.is_empty())
 }
 
 /// A TCP connection to `host:port`, to its addresses in turn.

@@ -42,6 +42,9 @@ pub(super) struct Inner {
     pub(super) leases: Option<Leases>,
     /// The fixed window's hot scripts with their quota written in.
     own: OwnScripts,
+    /// How many of the one server's links were lost, or found another server (`link`):
+    /// leases' epoch, and [`Store::records_lost`].
+    ended: Arc<AtomicU64>,
 }
 
 /// Limiter state in Redis, shared by every process that uses the same server (or cluster) and
@@ -140,7 +143,8 @@ impl RedisStore {
         }
         let secrets = secrets(&options.urls);
         let scrub = |e: redis::RedisError| store_error(&secrets, "invalid Redis URL", &e);
-        // How many connections have ended (one server's: a cluster's reconnect unseen).
+        // How many connections have ended, or found another server (one server's: a
+        // cluster's reconnect unseen).
         let ended = Arc::new(AtomicU64::new(0));
         let client = if options.cluster {
             let builder =
@@ -176,6 +180,7 @@ impl RedisStore {
                 refusals,
                 leases,
                 own: OwnScripts::default(),
+                ended,
             }),
         })
     }
@@ -502,6 +507,14 @@ impl Store for RedisStore {
         raise: crate::store::Horizon,
     ) -> Result<crate::store::Horizon, Error> {
         self.raise_horizon(prefix, raise).await
+    }
+
+    /// One server's links lost or finding another server (`link`): a Redis restarted
+    /// without persistence closes every connection and answers with a new `run_id`, every
+    /// key gone. A cluster's connection reconnects unseen: 0 there.
+    #[inline]
+    fn records_lost(&self) -> u64 {
+        self.inner.ended.load(std::sync::atomic::Ordering::Acquire)
     }
 
     async fn refund(&self, refund: Refund<'_>) -> Result<bool, Error> {
