@@ -759,11 +759,12 @@ async fn a_link_that_finds_another_server_counts_the_records_lost() {
 /// A's next call, a spend of 15 with its own quota, connects anew within its decision: the
 /// store finds the server another (its `run_id`) only then, after A checked whether a raise
 /// was due, and the state is written with no record. B's plain calls at +300 s read none.
-/// The twin carries the old state: none admitted. Open: the count moves during the spend;
-/// a check after it (raising then) would narrow it to the one round trip between the two.
+/// The twin carries the old state: none admitted. Found: 15 admitted on B against 0.
+/// Closed: a pod that noted anything of its own raises the record before a spend whose
+/// call connects first (`Store::connects_first`): the raise connects, finds the server
+/// another, and the spend follows it.
 #[tokio::test]
-#[ignore = "FOUND: 15 admitted on pod B at +300 s against 0 on the twin (a spend that connects to a restarted server, its pod's link before it ended with its runtime)"]
-async fn a_spend_that_connects_to_a_restarted_server_is_written_before_the_record() {
+async fn a_spend_that_connects_to_a_restarted_server_raises_the_record_first() {
     let mut server = RedisServer::start();
     let mut results = Vec::new();
     for fleet in [true, false] {

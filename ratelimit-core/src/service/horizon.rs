@@ -233,7 +233,15 @@ impl RateLimitService {
     /// what it knows is recorded: the record is raised before the next state is written.
     /// Past the instant it asked the record be kept to by half ([`Fleet::refresh_at`]),
     /// too, where it noted anything: raised again, so that it does not expire under a
-    /// state written with it.
+    /// state written with it; and where the store's next call connects first
+    /// ([`Store::connects_first`]), so that the raise connects, and a server found to have
+    /// lost the record ([`Store::records_lost`], moved within that call) has it raised
+    /// before the spend (spent first, on a link made after its pod's link ended with its
+    /// runtime, the state was written with no record: 15 admitted against none,
+    /// `a_spend_that_connects_to_a_restarted_server_raises_the_record_first`).
+    ///
+    /// [`Store::connects_first`]: crate::store::Store::connects_first
+    /// [`Store::records_lost`]: crate::store::Store::records_lost
     #[inline]
     pub(super) fn horizon_raise_due(&self) -> bool {
         let fleet = &self.inner.fleet;
@@ -248,7 +256,8 @@ impl RateLimitService {
         outlasts > fleet.recorded_outlasts.load(Ordering::Relaxed)
             || window > fleet.recorded_window.load(Ordering::Relaxed)
             || ((outlasts > 0 || window > 0)
-                && self.inner.clock.now() >= fleet.refresh_at.load(Ordering::Relaxed))
+                && (self.inner.clock.now() >= fleet.refresh_at.load(Ordering::Relaxed)
+                    || self.inner.store.connects_first()))
     }
 
     /// Whether a call at `site` raises the record before it is decided: what this service

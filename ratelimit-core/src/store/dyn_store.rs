@@ -47,6 +47,7 @@ pub(crate) trait DynStore: Send + Sync + 'static {
         raise: Horizon,
     ) -> BoxFuture<'a, Result<Horizon, Error>>;
     fn records_lost(&self) -> u64;
+    fn connects_first(&self) -> bool;
     fn answers_failures(&self) -> bool;
     fn answer_failure(&self, request: Request<'_>, error: Error) -> Result<Decision, Error>;
     fn answer_failure_all(
@@ -137,6 +138,9 @@ impl<S: Store> DynStore for S {
     #[inline]
     fn records_lost(&self) -> u64 {
         Store::records_lost(self)
+    }
+    fn connects_first(&self) -> bool {
+        Store::connects_first(self)
     }
     fn answers_failures(&self) -> bool {
         Store::answers_failures(self)

@@ -250,6 +250,11 @@ impl<S: Store> Store for Failover<S> {
         self.store.records_lost()
     }
 
+    /// The store's.
+    fn connects_first(&self) -> bool {
+        self.store.connects_first()
+    }
+
     /// Under `Allow` and `Local`: a failure is answered by the policy.
     fn answers_failures(&self) -> bool {
         self.policy != FailurePolicy::Deny

@@ -412,6 +412,18 @@ pub trait Store: Send + Sync + 'static {
         0
     }
 
+    /// Whether this store's next call from here connects first (the Redis store: no open
+    /// link on the calling runtime), and may then find a server that lost what was recorded,
+    /// told by [`records_lost`](Self::records_lost) only within that call. A service that
+    /// noted a quota or a window of a call's own raises the record before such a call
+    /// spends, so that the raise connects and the spend follows it on the server it found:
+    /// one raise more per link made. Not a seam: asked only where
+    /// [`records_horizon`](Self::records_horizon) says so. Default: `false`.
+    #[doc(hidden)]
+    fn connects_first(&self) -> bool {
+        false
+    }
+
     /// Whether a call this store could not decide is answered otherwise than by the store's
     /// error, by a failure policy of its own ([`answer_failure`](Self::answer_failure)):
     /// [`Failover`] under [`FailurePolicy::Allow`] or [`FailurePolicy::Local`]. Default:

@@ -34,11 +34,13 @@
 //! - **A link ends** when its connection's task does (Redis closed the connection, it failed,
 //!   or the runtime it ran on shut down) or when its watcher closes it. Calls in flight then
 //!   fail; the next call connects anew.
-//! - **Another server**: a link asks the server's `run_id` (`INFO server`) as it connects; one
-//!   unlike the last a link of the store found (Redis restarted, or another server answers at
-//!   its address: a failover) is counted as a link lost, where no link was seen ending (its
-//!   runtime shut down first): what the store raised or leased on the server before may be
-//!   gone (`RedisStore`'s `records_lost`, leases' epoch).
+//! - **Another server**: a link asks the server's `run_id` (`INFO server`) as it connects, and
+//!   counts one unlike the last a link of the store found (Redis restarted, or another server
+//!   answers at its address: a failover), where no link may have been seen ending (its
+//!   runtime shut down first): what the store recorded on the server before may be gone
+//!   (`RedisStore`'s `records_lost`). Not in the links lost, which leases read: a grant sent
+//!   on the new link, its epoch read before the link was made, was void at once (9 units of
+//!   a slice never spent: redis_lease).
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -84,8 +86,7 @@ pub(super) struct Links {
     attempts: Mutex<Vec<(tokio::runtime::Id, watch::Receiver<Attempt>)>>,
     /// How many links were lost: their connection ended by itself, or timed out (leases are
     /// spent only while it stays the same: a Redis restarted empty closes the connection). A
-    /// link dropped with its runtime or its store is not lost. A link that connects to another
-    /// server than the last one found counts one too ([`Server`]).
+    /// link dropped with its runtime or its store is not lost.
     ended: Arc<AtomicU64>,
     /// The server the links last connected to.
     server: Arc<Server>,
@@ -107,6 +108,13 @@ impl Links {
             ended,
             server: Arc::default(),
         }
+    }
+
+    /// Whether `runtime` has an open link: a call from it is sent at once, on the server a
+    /// link found before (else it connects first, and may find another).
+    pub(super) fn open_on(&self, runtime: tokio::runtime::Id) -> bool {
+        let links = self.links.load();
+        links.iter().any(|l| l.runtime == runtime && l.is_open())
     }
 
     /// The open link of `runtime`, if there is one: no await, nothing allocated.
@@ -170,6 +178,12 @@ impl Links {
         told
     }
 
+    /// How many links found another server than the last one found ([`Server`]).
+    #[inline]
+    pub(super) fn servers_changed(&self) -> u64 {
+        self.server.others.load(Ordering::Acquire)
+    }
+
     /// Whether a link is open.
     pub(super) fn connected(&self) -> bool {
         self.links.load().iter().any(|l| l.is_open())
@@ -209,8 +223,8 @@ impl Drop for Link {
 
 impl Link {
     /// Connects to the server `info` names, sets the connection up (`AUTH`, `SELECT`, ...),
-    /// notes which server it is (`server`: another than before counts in `ended`), and starts
-    /// its task and its watcher on the current runtime.
+    /// notes which server it is (`server`), and starts its task and its watcher on the
+    /// current runtime.
     async fn open(
         info: ConnectionInfo,
         timeout: Duration,
@@ -246,8 +260,7 @@ impl Link {
         };
         // Before any call runs on it: a call that waited for this link is decided on the
         // server it found, counted as another one if it is.
-        let run_id = run_id(&mut connection).await;
-        server.found(run_id, &ended);
+        server.found(run_id(&mut connection).await);
         let link = Arc::new(Link {
             connection,
             open,
@@ -297,12 +310,15 @@ impl Link {
 pub(super) struct Server {
     /// `None` before the first link; `Some(None)`: a server whose `run_id` could not be read.
     last: Mutex<Option<Option<String>>>,
+    /// How many links found another server than the last one found.
+    others: AtomicU64,
 }
 
 impl Server {
     /// Notes a link to the server of `run_id`: another than the last one found, or one that
-    /// cannot be told from it (either `run_id` unread: fail closed), counts one in `ended`.
-    fn found(&self, run_id: Option<String>, ended: &AtomicU64) {
+    /// cannot be told from it (either `run_id` unread: fail closed), counts one in `others`,
+    /// before any call runs on the link.
+    fn found(&self, run_id: Option<String>) {
         let mut last = self.last.lock();
         let other = match (&*last, &run_id) {
             (None, _) => false,
@@ -310,7 +326,7 @@ impl Server {
             _ => true,
         };
         if other {
-            ended.fetch_add(1, Ordering::AcqRel);
+            self.others.fetch_add(1, Ordering::AcqRel);
         }
         *last = Some(run_id);
     }

@@ -42,8 +42,8 @@ pub(super) struct Inner {
     pub(super) leases: Option<Leases>,
     /// The fixed window's hot scripts with their quota written in.
     own: OwnScripts,
-    /// How many of the one server's links were lost, or found another server (`link`):
-    /// leases' epoch, and [`Store::records_lost`].
+    /// How many of the one server's links were lost (`link`): leases' epoch, and with the
+    /// links that found another server, [`Store::records_lost`].
     ended: Arc<AtomicU64>,
 }
 
@@ -143,8 +143,7 @@ impl RedisStore {
         }
         let secrets = secrets(&options.urls);
         let scrub = |e: redis::RedisError| store_error(&secrets, "invalid Redis URL", &e);
-        // How many connections have ended, or found another server (one server's: a
-        // cluster's reconnect unseen).
+        // How many connections have ended (one server's: a cluster's reconnect unseen).
         let ended = Arc::new(AtomicU64::new(0));
         let client = if options.cluster {
             let builder =
@@ -514,7 +513,22 @@ impl Store for RedisStore {
     /// key gone. A cluster's connection reconnects unseen: 0 there.
     #[inline]
     fn records_lost(&self) -> u64 {
-        self.inner.ended.load(std::sync::atomic::Ordering::Acquire)
+        match &self.inner.client {
+            Client::Single(links) => {
+                let lost = self.inner.ended.load(std::sync::atomic::Ordering::Acquire);
+                lost.wrapping_add(links.servers_changed())
+            }
+            Client::Cluster(..) => 0,
+        }
+    }
+
+    /// No open link on the calling runtime: the call connects first, and the server it
+    /// finds is told (`records_lost`) only within it.
+    fn connects_first(&self) -> bool {
+        match (&self.inner.client, runtime_ready()) {
+            (Client::Single(links), Ok(runtime)) => !links.open_on(runtime),
+            _ => false,
+        }
     }
 
     async fn refund(&self, refund: Refund<'_>) -> Result<bool, Error> {
