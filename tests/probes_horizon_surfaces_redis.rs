@@ -15,10 +15,12 @@
 //! queued (1 against 0), and `until_ready` read no record (15 against 0). Found and closed
 //! (`Site::failed`, helper-97): under `Allow` or `Local`, a raise lost in Redis before a
 //! decision Redis answered (15 against 0), and a due read lost so (1 against 0): such a
-//! call is now answered by the failure policy alone. Open (ignored, FOUND): a Redis restart
-//! between a pod's raise and the spend it covers (15 against 0). Found and closed
-//! (helper-97): `until_ready` and a prepared site's `try_consume` with a quota of their own
-//! raised no record (15 against 0 each).
+//! call is now answered by the failure policy alone. Found and closed (helper-97):
+//! `until_ready` and a prepared site's `try_consume` with a quota of their own raised no
+//! record (15 against 0 each). Found and closed (helper-109): a Redis restart between a
+//! pod's raise and the spend it covers (15 against 0: `Store::records_lost`), and a spend
+//! that connects to the restarted server within its decision (15 against 0:
+//! `Store::connects_first`).
 //!
 //! The configuration: [`bucket`]`("a")`, a bucket of 15 (10 plus 5) a token every 6 s (a
 //! tolerance of 90 s: its old state carried 150 s past a move), moved by a reload to
