@@ -211,7 +211,6 @@ impl RateLimitService {
         if !fleet.records || generation.previous().is_empty() {
             return false;
         }
-        self.notice_lost();
         let due = fleet.due.load(Ordering::Relaxed);
         due != u64::MAX && self.inner.clock.now() >= due
     }
@@ -389,6 +388,7 @@ impl RateLimitService {
             fleet.recorded_window.load(Ordering::Relaxed),
         );
         let moved = fleet.prefixes_moved.load(Ordering::SeqCst);
+        self.notice_lost();
         // Lost with the store since this service noticed (`notice_lost`): raised again at
         // this read, where the raise failed or none was made since.
         let unraised = fleet.unraised.load(Ordering::SeqCst);
