@@ -20,7 +20,8 @@
 //! record (15 against 0 each). Found and closed (helper-109): a Redis restart between a
 //! pod's raise and the spend it covers (15 against 0: `Store::records_lost`), and a spend
 //! that connects to the restarted server within its decision (15 against 0:
-//! `Store::connects_first`).
+//! `Store::connects_first`). Open (ignored, FOUND): the same restart of the record's master
+//! on a Redis Cluster, whose connection reconnects unseen (15 against 0).
 //!
 //! The configuration: [`bucket`]`("a")`, a bucket of 15 (10 plus 5) a token every 6 s (a
 //! tolerance of 90 s: its old state carried 150 s past a move), moved by a reload to
@@ -36,7 +37,8 @@ use ratelimit::{
 };
 use ratelimit_tests::moves::{bucket, MOVES};
 use ratelimit_tests::redis_server::{
-    horizon_key, horizon_record, pause_writes, prefix, unpause, until_waiting, RedisServer,
+    horizon_key, horizon_record, pause_writes, prefix, unpause, until_waiting, RedisCluster,
+    RedisServer,
 };
 use ratelimit_tests::{
     fleet_and_twin, fleet_and_twin_of, on_its_store, on_redis_with, until_depth, within, Pods,
@@ -698,12 +700,17 @@ async fn a_pod_raises_the_record_again_at_its_first_spend_after_a_restart() {
     let mut server = RedisServer::start();
     let mut results = Vec::new();
     for fleet in [true, false] {
-        let pods = pods("h109-restart", fleet, || bucket("a"), plain_redis(&server));
+        let skew: &[u64] = if fleet { &[0, 0] } else { &[0] };
+        let pods = Pods::on_redis(within(&server), "h109-restart", skew, || bucket("a"));
         let warm = pods.admitted(0, "warm", &own(), 1).await;
-        assert!(record(&server, &pods.prefix).is_some(), "raised");
+        assert!(horizon_record(&server, &pods.prefix).is_some(), "raised");
         server.stop();
         server.restart();
-        assert_eq!(record(&server, &pods.prefix), None, "lost with the restart");
+        assert_eq!(
+            horizon_record(&server, &pods.prefix),
+            None,
+            "lost with the restart"
+        );
         let (spent, failed) = admitted_or_failed(&pods, 0, "k", &own(), 17).await;
         assert!(failed <= 1, "{failed} failed");
         pods.reload_all(|| bucket("b"));
@@ -724,7 +731,7 @@ async fn a_pod_raises_the_record_again_at_its_first_spend_after_a_restart() {
 async fn a_link_that_finds_another_server_counts_the_records_lost() {
     use ratelimit::store::Store;
     let mut server = RedisServer::start();
-    let store = ratelimit::RedisStore::new(plain_redis(&server)()).unwrap();
+    let store = ratelimit::RedisStore::new(within(&server)()).unwrap();
     let key = ratelimit::store::StoreKey::new("h109-lost:{k}").unwrap();
     let quota = ratelimit::Quota::new(10, Duration::from_secs(60)).unwrap();
     let call_on_a_runtime_of_its_own = || {
@@ -770,12 +777,8 @@ async fn a_spend_that_connects_to_a_restarted_server_raises_the_record_first() {
     let mut server = RedisServer::start();
     let mut results = Vec::new();
     for fleet in [true, false] {
-        let pods = pods(
-            "h109-in-flight",
-            fleet,
-            || bucket("a"),
-            plain_redis(&server),
-        );
+        let skew: &[u64] = if fleet { &[0, 0] } else { &[0] };
+        let pods = Pods::on_redis(within(&server), "h109-in-flight", skew, || bucket("a"));
         let warm = std::thread::scope(|scope| {
             scope
                 .spawn(|| {
@@ -789,7 +792,7 @@ async fn a_spend_that_connects_to_a_restarted_server_raises_the_record_first() {
                 .join()
                 .unwrap()
         });
-        assert!(record(&server, &pods.prefix).is_some(), "raised");
+        assert!(horizon_record(&server, &pods.prefix).is_some(), "raised");
         server.stop();
         server.restart();
         let spent = admitted_or_failed(&pods, 0, "k", &own().cost(15), 1).await;
@@ -800,6 +803,78 @@ async fn a_spend_that_connects_to_a_restarted_server_raises_the_record_first() {
     }
     let (fleet, twin) = (&results[0], &results[1]);
     assert_eq!(twin, &(1, (1, 0), (0, 0)), "twin");
+    assert_eq!(fleet, twin, "fleet");
+}
+
+/// [`a_restart_between_a_raise_and_the_spend_it_covers_loses_the_record`] on a Redis Cluster:
+/// the master of the record's slot restarted (no persistence: its keys gone, its slots kept
+/// by its `nodes.conf`) after A raised the record and before A spends 15 with its own quota
+/// on `"k"`. redis-rs' cluster connection reconnects unseen, so the store's count of records
+/// lost (`Store::records_lost`) stays 0 there: A raises nothing more, and B's plain calls at
+/// +300 s read no record. The twin carries the old state: none.
+#[tokio::test]
+#[ignore = "FOUND: 15 admitted on pod B at +300 s against 0 on the twin (Cluster: the record's master restarted empty, unseen)"]
+async fn a_restart_of_the_records_cluster_node_between_a_raise_and_the_spend_it_covers() {
+    let mut cluster = RedisCluster::start();
+    let urls = cluster.urls();
+    let options = || RedisOptions::cluster(urls.clone()).timeout(Duration::from_secs(2));
+    let mut results = Vec::new();
+    for fleet in [true, false] {
+        let pods = {
+            let p = prefix("h109-cluster-restart");
+            let n = if fleet { 2 } else { 1 };
+            let pods = (0..n)
+                .map(|_| on_redis_with(options(), &p, bucket("a")))
+                .collect();
+            Pods::new(pods, &vec![0; n], p)
+        };
+        let mut counts = vec![pods.admitted(0, "warm", &own(), 1).await];
+        let slot: u16 = redis::cmd("CLUSTER")
+            .arg("KEYSLOT")
+            .arg(horizon_key(&pods.prefix))
+            .query(&mut cluster.nodes[0].connection())
+            .unwrap();
+        let node = cluster.master_of(slot).expect("a master");
+        cluster.nodes[node].stop();
+        cluster.nodes[node].restart();
+        let mut c = cluster.nodes[node].connection();
+        // Until the restarted master serves its slots again, and every pod answers (plain
+        // calls: they raise nothing).
+        for _ in 0..400 {
+            let info: String = redis::cmd("CLUSTER").arg("INFO").query(&mut c).unwrap();
+            if info.contains("cluster_state:ok") {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        for i in 0..pods.pods.len() {
+            let mut answered = false;
+            for _ in 0..200 {
+                if pods.pod(i).consume("ping", &Options::new()).await.is_ok() {
+                    answered = true;
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            assert!(answered, "pod {i} never answered again");
+        }
+        let held: Option<String> = redis::cmd("GET")
+            .arg(horizon_key(&pods.prefix))
+            .query(&mut c)
+            .unwrap();
+        assert_eq!(held, None, "lost with the restart");
+        counts.push(admitted_or_failed(&pods, 0, "k", &own(), 16).await.0);
+        pods.reload_all(|| bucket("b"));
+        pods.at(300);
+        counts.push(
+            admitted_or_failed(&pods, 1, "k", &Options::new(), 16)
+                .await
+                .0,
+        );
+        results.push(counts);
+    }
+    let (fleet, twin) = (&results[0], &results[1]);
+    assert_eq!(twin, &[1, 15, 0], "twin");
     assert_eq!(fleet, twin, "fleet");
 }
 
