@@ -251,10 +251,20 @@ impl RateLimitService {
         function: &'static str,
     ) -> Result<(), Error> {
         let (generation, mut held) = (self.generation(), Held::default());
+        // The fleet's record read where due before the site is worked out, as an async fn's
+        // call reads it (`enforce_call`), polled once: a sync fn cannot wait (refused as
+        // waiting where the store's read is pending). Read nowhere, a sync fn's call was
+        // asked of the store where its read would have failed (probes_ask_step).
+        let failed = self.horizon_due(&generation)
+            && crate::drivers::poll_once(
+                self.read_horizon_if_due(&generation),
+                Error::SyncOnWaitingStore { function },
+            )
+            .map_err(|e| self.unresolved(call, e))?;
         let site = self
             .site(&generation, call, &mut held)
             .map_err(|e| self.unresolved(call, e))?;
-        self.enforce_sync(&site, key, function)
+        self.enforce_sync(&site.failed_if(failed), key, function)
     }
 
     /// A public decision at `site` begun at once: decided when the store can and the call may

@@ -478,7 +478,15 @@ impl RateLimitService {
     /// A sync annotated fn's call: every step at once, or refused with
     /// [`Error::SyncOnWaitingStore`] (recorded as an error) on a store that does not always
     /// decide at once: one that answers some calls at once (a leased budget) would admit a
-    /// sync fn's calls only while that lasts. Never waits in the queue.
+    /// sync fn's calls only while that lasts. Never waits in the queue. Where the fleet's
+    /// record is to be raised first (`horizon.rs`, on a store that decides at once and
+    /// records it: one of one's own), it is, polled once (as a sync fn's stacked call's):
+    /// refused as waiting where the store's raise is pending, answered by the failure policy
+    /// where it failed unanswered (`Site::failed`), as an async fn's call. Asked of the store
+    /// straight away, a sync fn's call of a window of its own wrote its state past the
+    /// record, and was asked of the store where its raise had failed (probes_ask_step). The
+    /// read due before its site is worked out is its caller's (`enforce_call_sync`; a
+    /// prepared site is not current while one is due).
     pub(crate) fn enforce_sync(
         &self,
         site: &Site<'_>,
@@ -491,6 +499,20 @@ impl RateLimitService {
         if !self.decides_at_once(&site.generation.config) {
             return self.record_and_return(site, key, waiting()).map(drop);
         }
+        let raised;
+        let site = match self.horizon_raise_at(site) {
+            false => site,
+            true => {
+                let raise = self.raise_horizon_for_call(site.generation);
+                match crate::drivers::poll_once(raise, Error::SyncOnWaitingStore { function }) {
+                    Ok(failed) => {
+                        raised = site.failed_if(failed);
+                        &raised
+                    }
+                    Err(e) => return self.record_and_return(site, key, Err(e)).map(drop),
+                }
+            }
+        };
         match self.decide_now(site, key, Then::GiveUp, admitted) {
             Some(decided) => decided,
             None => self.record_and_return(site, key, waiting()).map(drop),
