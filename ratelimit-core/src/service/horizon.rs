@@ -328,9 +328,18 @@ impl RateLimitService {
     /// before finds it again: one round trip more, at such a read only. (One that reads it
     /// before any service that knew it does reads nothing:
     /// `a_deleted_record_is_read_as_nothing_recorded`.)
+    /// A penalty's bound and exact end known recorded and still running are raised again
+    /// with it: raised again without them, a record lost after a penalty was read empty by a
+    /// pod that never knew the penalty, which let the move go (15 admitted against none:
+    /// `a_lost_record_holding_a_penalty_is_raised_again_by_the_pod_that_made_it`).
     pub(super) async fn read_horizon(&self, generation: &Generation) -> Result<(), Error> {
         if self.exchange(generation, Horizon::default()).await? {
-            let raised = Box::pin(self.raise_horizon(generation, (0, 0))).await;
+            let fleet = &self.inner.fleet;
+            let penalties = (
+                fleet.recorded_penalized.load(Ordering::SeqCst),
+                fleet.recorded_end.load(Ordering::SeqCst),
+            );
+            let raised = Box::pin(self.raise_horizon(generation, penalties)).await;
             if raised.is_err() {
                 self.inner.fleet.unraised.store(true, Ordering::SeqCst);
                 self.set_horizon_due(&self.generation());
@@ -379,7 +388,10 @@ impl RateLimitService {
 
     /// Raises every prefix's record to `raise` (zeros: a read), and folds what they hold.
     /// Whether one of them held less of a quota or a window of a call's own than this
-    /// service knew was recorded, raise included (lost since: `read_horizon`).
+    /// service knew was recorded, raise included, or no penalty at all where this service
+    /// knew one recorded that has not ended (lost since: `read_horizon`; whole, as Redis
+    /// loses a key: a penalty's time left, counted on the store's clock, is not compared
+    /// with an instant on this service's, which may run slower).
     async fn exchange(&self, generation: &Generation, raise: Horizon) -> Result<bool, Error> {
         let at = self.inner.clock.now();
         let fleet = &self.inner.fleet;
@@ -387,6 +399,9 @@ impl RateLimitService {
             fleet.recorded_outlasts.load(Ordering::Relaxed),
             fleet.recorded_window.load(Ordering::Relaxed),
         );
+        let penalty_known = (fleet.recorded_penalized.load(Ordering::Relaxed))
+            .max(fleet.recorded_end.load(Ordering::Relaxed))
+            > at;
         let moved = fleet.prefixes_moved.load(Ordering::SeqCst);
         self.notice_lost();
         // Lost with the store since this service noticed (`notice_lost`): raised again at
@@ -397,7 +412,9 @@ impl RateLimitService {
         for prefix in prefixes(generation) {
             let record = self.inner.store.horizon(prefix, raise).await?;
             let after = record.raised(raise);
+            let no_penalty = after.penalty_bound.left == 0 && after.penalty_end.left == 0;
             lost |= after.outlasts < known.0 || after.window < known.1;
+            lost |= penalty_known && no_penalty;
             held.push(record);
         }
         if raise != Horizon::default() {
