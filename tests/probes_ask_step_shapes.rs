@@ -16,7 +16,7 @@ use ratelimit::{
     rate_limit, Config, Decision, Error, MemoryStore, Module, Options, RateLimitService,
     StoreConfig,
 };
-use ratelimit_tests::{clock, now};
+use ratelimit_tests::clock;
 
 /// The memory store's answers, each rewritten by `mangle`.
 struct Mangling {
