@@ -19,7 +19,7 @@ use ratelimit::{
 };
 use ratelimit_tests::moves::bucket;
 use ratelimit_tests::redis_server::{prefix, RedisServer};
-use ratelimit_tests::{on_redis, Before, HorizonHooked, Pods, START};
+use ratelimit_tests::{horizon_hooked, on_redis, Before, Pods, START};
 
 /// Two pods (`fleet`) or the twin on `server`, on the default bucket of tier `"a"`.
 fn pods(server: &RedisServer, name: &str, fleet: bool) -> Pods {
@@ -69,7 +69,7 @@ async fn a_lost_record_holding_a_penalty_is_raised_again_by_the_pod_that_made_it
 }
 
 /// Two pods (`fleet`) or the twin under `policy`, each on a [`Failover`] over a
-/// [`HorizonHooked`] store whose raises of the record (not its reads) fail while `failing`.
+/// `HorizonHooked` store whose raises of the record (not its reads) fail while `failing`.
 fn failing_pods(
     server: &RedisServer,
     name: &str,
@@ -90,7 +90,7 @@ fn failing_pods(
             };
             let options = RedisOptions::new(server.url()).timeout(Duration::from_secs(2));
             let inner = RedisStore::new(options).unwrap();
-            let store = Failover::new(HorizonHooked { inner, hook }, policy);
+            let store = Failover::new(horizon_hooked(inner, hook), policy);
             let clock = ManualClock::new(START);
             let config = bucket("a").key_prefix(&p).build().unwrap();
             let service = RateLimitService::with_store(config, store, Arc::new(clock.clone()));
