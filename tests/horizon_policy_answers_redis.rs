@@ -26,7 +26,7 @@ use ratelimit::{
     RateLimitService, RedisOptions, RedisStore,
 };
 use ratelimit_tests::moves::bucket;
-use ratelimit_tests::redis_server::RedisServer;
+use ratelimit_tests::redis_server::{horizon_key, RedisServer};
 use ratelimit_tests::{
     fleet_and_twin_of, horizon_hooked, on_its_store, until_depth, Before, Pods, START,
 };
@@ -391,7 +391,7 @@ async fn a_lost_record_whose_raise_again_fails_is_raised_at_the_next_call() {
     let script = async |pods: &Pods, failing: &AtomicBool, server: &RedisServer| {
         let mut counts = vec![pods.admitted(0, "k", &own(), 16).await];
         redis::cmd("DEL")
-            .arg(format!("{}:horizon", pods.prefix))
+            .arg(horizon_key(&pods.prefix))
             .exec(&mut server.connection())
             .unwrap();
         pods.reload_all(|| bucket("b"));
@@ -405,4 +405,34 @@ async fn a_lost_record_whose_raise_again_fails_is_raised_at_the_next_call() {
     };
     let expected = |_| vec![15, 1, 1, 0];
     against_twin_failing("lost-raise-fails", || bucket("a"), true, expected, script).await;
+}
+
+/// As [`a_lost_record_whose_raise_again_fails_is_raised_at_the_next_call`], the record lost
+/// holding a penalty through A (15 spent and 40 more: its debt to +336 s) rather than a
+/// quota of its own (helper-108; the raise again that answers:
+/// probes_horizon_record_redis' `a_lost_record_holding_a_penalty_is_raised_again_by_the_pod_that_made_it`):
+/// A's raise again failing (answered by the policy: 1), it is made at A's next call, the
+/// penalty with it, and B's 16 plain calls carry the old state: none, as the twin.
+#[tokio::test]
+async fn a_lost_record_holding_a_penalty_whose_raise_again_fails_is_raised_at_the_next_call() {
+    let script = async |pods: &Pods, failing: &AtomicBool, server: &RedisServer| {
+        let plain = Options::new();
+        let mut counts = vec![pods.admitted(0, "k", &plain, 15).await];
+        pods.pod(0).penalize("k", &plain, 40).await.unwrap();
+        redis::cmd("DEL")
+            .arg(horizon_key(&pods.prefix))
+            .exec(&mut server.connection())
+            .unwrap();
+        pods.reload_all(|| bucket("b"));
+        pods.at(300);
+        failing.store(true, Ordering::Relaxed);
+        counts.push(pods.admitted(0, "other", &plain, 1).await);
+        failing.store(false, Ordering::Relaxed);
+        counts.push(pods.admitted(0, "other", &plain, 1).await);
+        counts.push(pods.admitted(1, "k", &plain, 16).await);
+        counts
+    };
+    let expected = |_| vec![15, 1, 1, 0];
+    let name = "h108-lost-penalty-fails";
+    against_twin_failing(name, || bucket("a"), true, expected, script).await;
 }

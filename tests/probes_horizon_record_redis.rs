@@ -159,6 +159,35 @@ async fn a_deleted_record_is_raised_again_by_a_pod_that_knew_it() {
     assert_eq!(fleet, twin, "fleet");
 }
 
+/// A penalty through A (15 spent and 40 more: its debt to +336 s, the record's bound to
+/// +426 s), the record deleted, both reloaded to the tier renamed; at +300 s A's plain
+/// call on another key reads the record (due) and finds it lost; then B's 16 plain calls on
+/// `"k"`. The twin carries the old state for the penalty it made itself: none admitted.
+/// Found (helper-108): A's read compared only a quota's and a window's own with what it knew recorded,
+/// never the penalty's end: it raised nothing again, and B, reading the record empty, let
+/// the move go at the configured carrying: 15.
+#[tokio::test]
+async fn a_lost_record_holding_a_penalty_is_raised_again_by_the_pod_that_made_it() {
+    let server = RedisServer::start();
+    let plain = Options::new();
+    let (fleet, twin) = on_a(&server, "h108-lost-penalty", async |pods| {
+        let mut counts = vec![pods.admitted(0, "k", &plain, 15).await];
+        pods.pod(0).penalize("k", &plain, 40).await.unwrap();
+        redis::cmd("DEL")
+            .arg(horizon_key(&pods.prefix))
+            .exec(&mut server.connection())
+            .unwrap();
+        pods.reload_all(|| bucket("b"));
+        pods.at(300);
+        counts.push(pods.admitted(0, "other", &plain, 1).await);
+        counts.push(pods.admitted(1, "k", &plain, 16).await);
+        counts
+    })
+    .await;
+    assert_eq!(twin, [15, 1, 0], "twin");
+    assert_eq!(fleet, twin, "fleet");
+}
+
 /// A prepared site of plain options on B, prepared after the move: A's 15 with their own
 /// refill of a token a minute (the record raised), both reloaded to the tier renamed; B's
 /// prepared calls at +300 s. The twin's prepared site carries the old state for the quota
