@@ -118,6 +118,8 @@ forwarded! {
     fn records_horizon(&self) -> bool;
     fn horizon(&self, prefix: &str, raise: Horizon)
         -> impl Future<Output = Result<Horizon, Error>> + Send;
+    fn records_lost(&self) -> u64;
+    fn connects_first(&self) -> bool;
     fn answers_failures(&self) -> bool;
     fn answer_failure(&self, request: Request<'_>, error: Error) -> Result<Decision, Error>;
     fn answer_failure_all(&self, stacked: Stacked<'_>, error: Error)
