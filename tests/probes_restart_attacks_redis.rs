@@ -493,6 +493,8 @@ async fn a_stacked_call_after_a_restart_raises_the_record_again() {
 /// (`CLIENT PAUSE WRITE`), and Redis restarted under it: the spend fails (the raise lost
 /// with its connection, nothing spent); A's next 16 spends find the server another, raise
 /// the record again and spend 15; both reload; B's plain calls at +300 s: none, as the twin.
+/// Holds without `records_lost` too: the raise that failed folded nothing into what A knows
+/// recorded (nothing yet), so the next spend raises anyway.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_during_a_raise_fails_its_spend_and_the_next_raises_again() {
     let mut server = RedisServer::start();
@@ -523,5 +525,69 @@ async fn a_restart_during_a_raise_fails_its_spend_and_the_next_raises_again() {
     }
     let (fleet, twin) = (&results[0], &results[1]);
     assert_eq!(twin, &(None, (15, 0), (0, 0)), "twin");
+    assert_eq!(fleet, twin, "fleet");
+}
+
+// ---------------------------------------------------------------------------------------
+// 6. Links on two runtimes: one sees the new server, the other not yet.
+// ---------------------------------------------------------------------------------------
+
+/// Pod A calls from two runtimes, each with its link: the test's own and a kept
+/// current-thread runtime on a thread of its own, idle between its calls (its link's task
+/// does not run then). A warms on the test's runtime (the record raised) and makes a plain
+/// call on the kept one; Redis restarts; neither link's end has been seen. A spends 16 with
+/// its own quota on the kept runtime (its link dead, not yet seen: the first fails), then 16
+/// more on the test's (its link dead too). Both reload; B's plain calls at +300 s: none, as
+/// the twin.
+#[tokio::test]
+async fn links_on_two_runtimes_that_see_the_restart_apart_raise_the_record_again() {
+    let mut server = RedisServer::start();
+    let mut results = Vec::new();
+    for fleet in [true, false] {
+        let skew: &[u64] = if fleet { &[0, 0] } else { &[0] };
+        let pods = Pods::on_redis(within(&server), "h110-two-runtimes", skew, || bucket("a"));
+        let kept = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let a = pods.pod(0).clone();
+        let on_kept = |key: &'static str, options: Options, n: usize| {
+            let a = a.clone();
+            std::thread::scope(|scope| {
+                scope
+                    .spawn(|| {
+                        kept.block_on(async move {
+                            let (mut admitted, mut failed) = (0, 0);
+                            for _ in 0..n {
+                                match a.consume(key, &options).await {
+                                    Ok(d) => admitted += usize::from(d.allowed),
+                                    Err(_) => failed += 1,
+                                }
+                            }
+                            (admitted, failed)
+                        })
+                    })
+                    .join()
+                    .unwrap()
+            })
+        };
+        let warm = pods.admitted(0, "warm", &own(), 1).await;
+        assert_eq!(on_kept("ping", Options::new(), 1), (1, 0), "the kept link");
+        assert!(horizon_record(&server, &pods.prefix).is_some(), "raised");
+        server.stop();
+        server.restart();
+        let on_the_kept = on_kept("k", own(), 16);
+        let on_this = admitted_or_failed(&pods, 0, "k2", &own(), 16).await;
+        pods.reload_all(|| bucket("b"));
+        pods.at(300);
+        let after = (
+            admitted_or_failed(&pods, 1, "k", &Options::new(), 16).await,
+            admitted_or_failed(&pods, 1, "k2", &Options::new(), 16).await,
+        );
+        results.push((warm, on_the_kept, on_this, after));
+        kept.shutdown_background();
+    }
+    let (fleet, twin) = (&results[0], &results[1]);
+    assert_eq!(twin, &(1, (15, 1), (15, 1), ((0, 0), (0, 0))), "twin");
     assert_eq!(fleet, twin, "fleet");
 }
