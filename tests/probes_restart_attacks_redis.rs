@@ -16,7 +16,8 @@
 //! server: fail closed, no loop), a connect left unanswered (failed within the timeout),
 //! `until_ready`, a prepared site's `try_consume` and `consume`, a queuing site and a
 //! stacked call after a restart seen by their first spend, by a plain call first, or after
-//! two restarts, and a restart during a raise. Found and closed: the test support's
+//! two restarts, a restart during a raise, and links on two runtimes that see the restart
+//! apart. Found and closed: the test support's
 //! `Forward` left both hidden seams at the trait's defaults, so a `Forward` over Redis saw
 //! no restart (15 against 0). Open (ignored, FOUND): a store of one's own over Redis that
 //! forwards the documented methods only (`records_horizon`, `horizon`, ...) keeps the
