@@ -67,6 +67,11 @@ impl Store for Failing {
     fn records_horizon(&self) -> bool {
         true
     }
+    // In memory: never connects, never loses what it recorded (else the trait's default,
+    // a raise before every spend of a quota of a call's own).
+    fn connects_first(&self) -> bool {
+        false
+    }
     async fn horizon(&self, _: &str, _: Horizon) -> Result<Horizon, Error> {
         self.records.fetch_add(1, Ordering::SeqCst);
         match self.failing.load(Ordering::SeqCst) {
