@@ -648,17 +648,7 @@ async fn a_restart_between_a_raise_and_the_spend_it_covers_loses_the_record() {
         server.stop();
         server.restart();
         // Until every pod's connection answers again (plain calls: they raise nothing).
-        for i in 0..pods.pods.len() {
-            let mut answered = false;
-            for _ in 0..100 {
-                if pods.pod(i).consume("ping", &Options::new()).await.is_ok() {
-                    answered = true;
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            assert!(answered, "pod {i} never reconnected");
-        }
+        pods.until_all_answered(100).await;
         counts.push(pods.admitted(0, "k", &own(), 16).await);
         pods.reload_all(|| bucket("b"));
         pods.at(300);
@@ -668,25 +658,6 @@ async fn a_restart_between_a_raise_and_the_spend_it_covers_loses_the_record() {
     let (fleet, twin) = (&results[0], &results[1]);
     assert_eq!(twin, &[1, 15, 0], "twin");
     assert_eq!(fleet, twin, "fleet");
-}
-
-/// Calls of `options` on `key` by pod `i`, `n` of them: how many were admitted, and how many
-/// failed (a link found dead by its first call after a restart).
-async fn admitted_or_failed(
-    pods: &Pods,
-    i: usize,
-    key: &str,
-    options: &Options,
-    n: usize,
-) -> (usize, usize) {
-    let (mut admitted, mut failed) = (0, 0);
-    for _ in 0..n {
-        match pods.pod(i).consume(key, options).await {
-            Ok(decided) => admitted += usize::from(decided.allowed),
-            Err(_) => failed += 1,
-        }
-    }
-    (admitted, failed)
 }
 
 /// As [`a_restart_between_a_raise_and_the_spend_it_covers_loses_the_record`], but A's first
@@ -711,11 +682,11 @@ async fn a_pod_raises_the_record_again_at_its_first_spend_after_a_restart() {
             None,
             "lost with the restart"
         );
-        let (spent, failed) = admitted_or_failed(&pods, 0, "k", &own(), 17).await;
+        let (spent, failed) = pods.admitted_or_failed(0, "k", &own(), 17).await;
         assert!(failed <= 1, "{failed} failed");
         pods.reload_all(|| bucket("b"));
         pods.at(300);
-        let after = admitted_or_failed(&pods, 1, "k", &Options::new(), 16).await;
+        let after = pods.admitted_or_failed(1, "k", &Options::new(), 16).await;
         results.push((warm, spent, after));
     }
     let (fleet, twin) = (&results[0], &results[1]);
@@ -795,10 +766,10 @@ async fn a_spend_that_connects_to_a_restarted_server_raises_the_record_first() {
         assert!(horizon_record(&server, &pods.prefix).is_some(), "raised");
         server.stop();
         server.restart();
-        let spent = admitted_or_failed(&pods, 0, "k", &own().cost(15), 1).await;
+        let spent = pods.admitted_or_failed(0, "k", &own().cost(15), 1).await;
         pods.reload_all(|| bucket("b"));
         pods.at(300);
-        let after = admitted_or_failed(&pods, 1, "k", &Options::new(), 16).await;
+        let after = pods.admitted_or_failed(1, "k", &Options::new(), 16).await;
         results.push((warm, spent, after));
     }
     let (fleet, twin) = (&results[0], &results[1]);
@@ -847,30 +818,16 @@ async fn a_restart_of_the_records_cluster_node_between_a_raise_and_the_spend_it_
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        for i in 0..pods.pods.len() {
-            let mut answered = false;
-            for _ in 0..200 {
-                if pods.pod(i).consume("ping", &Options::new()).await.is_ok() {
-                    answered = true;
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            assert!(answered, "pod {i} never answered again");
-        }
+        pods.until_all_answered(200).await;
         let held: Option<String> = redis::cmd("GET")
             .arg(horizon_key(&pods.prefix))
             .query(&mut c)
             .unwrap();
         assert_eq!(held, None, "lost with the restart");
-        counts.push(admitted_or_failed(&pods, 0, "k", &own(), 16).await.0);
+        counts.push(pods.admitted_or_failed(0, "k", &own(), 16).await.0);
         pods.reload_all(|| bucket("b"));
         pods.at(300);
-        counts.push(
-            admitted_or_failed(&pods, 1, "k", &Options::new(), 16)
-                .await
-                .0,
-        );
+        counts.push(pods.admitted_or_failed(1, "k", &Options::new(), 16).await.0);
         results.push(counts);
     }
     let (fleet, twin) = (&results[0], &results[1]);

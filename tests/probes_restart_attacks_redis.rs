@@ -57,25 +57,6 @@ fn on_a_runtime_of_its_own<T: Send>(f: impl std::future::Future<Output = T> + Se
     })
 }
 
-/// Calls of `options` on `key` by pod `i`, `n` of them: how many were admitted, and how many
-/// failed (a link found dead by its first call after a restart).
-async fn admitted_or_failed(
-    pods: &Pods,
-    i: usize,
-    key: &str,
-    options: &Options,
-    n: usize,
-) -> (usize, usize) {
-    let (mut admitted, mut failed) = (0, 0);
-    for _ in 0..n {
-        match pods.pod(i).consume(key, options).await {
-            Ok(decided) => admitted += usize::from(decided.allowed),
-            Err(_) => failed += 1,
-        }
-    }
-    (admitted, failed)
-}
-
 /// One spend of `quota` on `key` on `store`, on a runtime of its own (a link of its own).
 fn spend_on_a_runtime_of_its_own<S: Store>(store: &S, key: &str) -> bool {
     let key = StoreKey::new(key).unwrap();
@@ -116,7 +97,7 @@ async fn a_penalty_that_connects_to_a_restarted_server_raises_the_record_first()
         let penalized = pods.pod(0).penalize("k", &plain, 40).await.is_ok();
         pods.reload_all(|| bucket("b"));
         pods.at(200);
-        let after = admitted_or_failed(&pods, 1, "k", &plain, 16).await;
+        let after = pods.admitted_or_failed(1, "k", &plain, 16).await;
         results.push((warm, penalized, after));
     }
     let (fleet, twin) = (&results[0], &results[1]);
@@ -201,25 +182,11 @@ async fn restart_script(
         assert!(horizon_record(server, &pods.prefix).is_some(), "raised");
         server.stop();
         server.restart();
-        for i in 0..pods.pods.len() {
-            let mut answered = false;
-            for _ in 0..100 {
-                if pods.pod(i).consume("ping", &Options::new()).await.is_ok() {
-                    answered = true;
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            assert!(answered, "pod {i} never reconnected");
-        }
-        counts.push(admitted_or_failed(&pods, 0, "k", &own(), 16).await.0);
+        pods.until_all_answered(100).await;
+        counts.push(pods.admitted_or_failed(0, "k", &own(), 16).await.0);
         pods.reload_all(|| bucket("b"));
         pods.at(300);
-        counts.push(
-            admitted_or_failed(&pods, 1, "k", &Options::new(), 16)
-                .await
-                .0,
-        );
+        counts.push(pods.admitted_or_failed(1, "k", &Options::new(), 16).await.0);
         results.push(counts);
     }
     let twin = results.pop().unwrap();
@@ -401,15 +368,7 @@ async fn entry_after_a_restart(entry: Entry, seen: Seen) -> (Vec<usize>, Vec<usi
             server.restart();
         }
         if let Seen::PlainCallFirst = seen {
-            let mut answered = false;
-            for _ in 0..100 {
-                if pods.pod(0).consume("ping", &Options::new()).await.is_ok() {
-                    answered = true;
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            assert!(answered, "never reconnected");
+            pods.until_answered(0, 100).await;
         }
         let mut admitted = 0;
         for _ in 0..15 {
@@ -434,11 +393,7 @@ async fn entry_after_a_restart(entry: Entry, seen: Seen) -> (Vec<usize>, Vec<usi
         counts.push(admitted);
         pods.reload_all(|| bucket("b").queue_timeout("1h"));
         pods.at(300);
-        counts.push(
-            admitted_or_failed(&pods, 1, "k", &Options::new(), 16)
-                .await
-                .0,
-        );
+        counts.push(pods.admitted_or_failed(1, "k", &Options::new(), 16).await.0);
         results.push(counts);
     }
     let twin = results.pop().unwrap();
@@ -521,10 +476,10 @@ async fn a_restart_during_a_raise_fails_its_spend_and_the_next_raises_again() {
         server.stop();
         server.restart();
         let first = call.await.unwrap().map(|d| d.allowed).ok();
-        let spent = admitted_or_failed(&pods, 0, "k", &own(), 16).await;
+        let spent = pods.admitted_or_failed(0, "k", &own(), 16).await;
         pods.reload_all(|| bucket("b"));
         pods.at(300);
-        let after = admitted_or_failed(&pods, 1, "k", &Options::new(), 16).await;
+        let after = pods.admitted_or_failed(1, "k", &Options::new(), 16).await;
         results.push((first, spent, after));
     }
     let (fleet, twin) = (&results[0], &results[1]);
@@ -581,12 +536,12 @@ async fn links_on_two_runtimes_that_see_the_restart_apart_raise_the_record_again
         server.stop();
         server.restart();
         let on_the_kept = on_kept("k", own(), 16);
-        let on_this = admitted_or_failed(&pods, 0, "k2", &own(), 16).await;
+        let on_this = pods.admitted_or_failed(0, "k2", &own(), 16).await;
         pods.reload_all(|| bucket("b"));
         pods.at(300);
         let after = (
-            admitted_or_failed(&pods, 1, "k", &Options::new(), 16).await,
-            admitted_or_failed(&pods, 1, "k2", &Options::new(), 16).await,
+            pods.admitted_or_failed(1, "k", &Options::new(), 16).await,
+            pods.admitted_or_failed(1, "k2", &Options::new(), 16).await,
         );
         results.push((warm, on_the_kept, on_this, after));
         kept.shutdown_background();

@@ -1077,6 +1077,49 @@ impl Pods {
         }
         admitted
     }
+
+    /// Calls of `options` on `key` by pod `i`, `n` of them: how many were admitted, and how
+    /// many failed (a link found dead by its first call after a restart).
+    pub async fn admitted_or_failed(
+        &self,
+        i: usize,
+        key: &str,
+        options: &ratelimit::Options,
+        n: usize,
+    ) -> (usize, usize) {
+        let (mut admitted, mut failed) = (0, 0);
+        for _ in 0..n {
+            match self.pod(i).consume(key, options).await {
+                Ok(decided) => admitted += usize::from(decided.allowed),
+                Err(_) => failed += 1,
+            }
+        }
+        (admitted, failed)
+    }
+
+    /// Until pod `i` answers a plain call (which raises nothing) again, after its store went
+    /// away: `tries` of them 50 ms apart (a real reconnect, not a limit's time).
+    pub async fn until_answered(&self, i: usize, tries: usize) {
+        for _ in 0..tries {
+            if (self
+                .pod(i)
+                .consume("ping", &ratelimit::Options::new())
+                .await)
+                .is_ok()
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("pod {i} never answered again");
+    }
+
+    /// [`until_answered`](Self::until_answered) for every pod.
+    pub async fn until_all_answered(&self, tries: usize) {
+        for i in 0..self.pods.len() {
+            self.until_answered(i, tries).await;
+        }
+    }
 }
 
 #[cfg(feature = "redis")]

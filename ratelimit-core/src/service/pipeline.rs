@@ -508,9 +508,8 @@ impl RateLimitService {
         }
     }
 
-    /// [`enforce_sync`](Self::enforce_sync) of a call that raises the fleet's record first,
-    /// polled once: out of line, as the raise is rare (in line, it cost every sync fn's call
-    /// about 30 instructions: 943 against 911, BENCHMARKS.md, `hot_path`).
+    /// [`enforce_sync`](Self::enforce_sync) raising the fleet's record first, polled once:
+    /// out of line (in line, 30 more instructions every sync fn's call: BENCHMARKS.md).
     #[cold]
     #[inline(never)]
     fn enforce_sync_raised(
