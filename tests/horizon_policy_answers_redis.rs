@@ -26,7 +26,7 @@ use ratelimit::{
     RateLimitService, RedisOptions, RedisStore,
 };
 use ratelimit_tests::moves::bucket;
-use ratelimit_tests::redis_server::{horizon_key, RedisServer};
+use ratelimit_tests::redis_server::{delete_horizon, RedisServer};
 use ratelimit_tests::{
     fleet_and_twin_of, horizon_hooked, on_its_store, until_depth, Before, Pods, START,
 };
@@ -390,10 +390,7 @@ async fn a_queued_call_whose_raise_fails_is_answered_by_the_policy() {
 async fn a_lost_record_whose_raise_again_fails_is_raised_at_the_next_call() {
     let script = async |pods: &Pods, failing: &AtomicBool, server: &RedisServer| {
         let mut counts = vec![pods.admitted(0, "k", &own(), 16).await];
-        redis::cmd("DEL")
-            .arg(horizon_key(&pods.prefix))
-            .exec(&mut server.connection())
-            .unwrap();
+        delete_horizon(server, &pods.prefix);
         pods.reload_all(|| bucket("b"));
         pods.at(300);
         failing.store(true, Ordering::Relaxed);
@@ -419,10 +416,7 @@ async fn a_lost_record_holding_a_penalty_whose_raise_again_fails_is_raised_at_th
         let plain = Options::new();
         let mut counts = vec![pods.admitted(0, "k", &plain, 15).await];
         pods.pod(0).penalize("k", &plain, 40).await.unwrap();
-        redis::cmd("DEL")
-            .arg(horizon_key(&pods.prefix))
-            .exec(&mut server.connection())
-            .unwrap();
+        delete_horizon(server, &pods.prefix);
         pods.reload_all(|| bucket("b"));
         pods.at(300);
         failing.store(true, Ordering::Relaxed);

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use ratelimit::Options;
 use ratelimit_tests::moves::bucket;
-use ratelimit_tests::redis_server::{horizon_key, horizon_record, RedisServer};
+use ratelimit_tests::redis_server::{delete_horizon, horizon_key, horizon_record, RedisServer};
 use ratelimit_tests::{fleet_and_twin, on_its_store, within, Pods, START};
 
 const DAY: Duration = Duration::from_secs(86_400);
@@ -118,10 +118,7 @@ async fn a_deleted_record_is_read_as_nothing_recorded() {
     let (fleet, twin) = on_a(&server, "h88-deleted", async |pods| {
         let mut counts = vec![pods.admitted(0, "k", &own, 16).await];
         assert!(record(&server, &pods.prefix).is_some(), "raised");
-        redis::cmd("DEL")
-            .arg(horizon_key(&pods.prefix))
-            .exec(&mut server.connection())
-            .unwrap();
+        delete_horizon(&server, &pods.prefix);
         pods.reload_all(|| bucket("b"));
         pods.at(300);
         counts.push(pods.admitted(1, "k", &Options::new(), 16).await);
@@ -143,10 +140,7 @@ async fn a_deleted_record_is_raised_again_by_a_pod_that_knew_it() {
     let own = Options::new().refill(1);
     let (fleet, twin) = on_a(&server, "h89-deleted-raised", async |pods| {
         let mut counts = vec![pods.admitted(0, "k", &own, 16).await];
-        redis::cmd("DEL")
-            .arg(horizon_key(&pods.prefix))
-            .exec(&mut server.connection())
-            .unwrap();
+        delete_horizon(&server, &pods.prefix);
         pods.reload_all(|| bucket("b"));
         pods.at(300);
         counts.push(pods.admitted(0, "other", &Options::new(), 1).await);
@@ -173,10 +167,7 @@ async fn a_lost_record_holding_a_penalty_is_raised_again_by_the_pod_that_made_it
     let (fleet, twin) = on_a(&server, "h108-lost-penalty", async |pods| {
         let mut counts = vec![pods.admitted(0, "k", &plain, 15).await];
         pods.pod(0).penalize("k", &plain, 40).await.unwrap();
-        redis::cmd("DEL")
-            .arg(horizon_key(&pods.prefix))
-            .exec(&mut server.connection())
-            .unwrap();
+        delete_horizon(&server, &pods.prefix);
         pods.reload_all(|| bucket("b"));
         pods.at(300);
         counts.push(pods.admitted(0, "other", &plain, 1).await);
@@ -399,10 +390,7 @@ async fn a_record_past_what_any_quota_holds_is_unexpected_state_not_a_lockout() 
                 Err(ratelimit::Error::UnexpectedState { message }) => {
                     assert!(message.contains("horizon"), "{message}");
                     unexpected += 1;
-                    redis::cmd("DEL")
-                        .arg(horizon_key(&pods.prefix))
-                        .exec(&mut server.connection())
-                        .unwrap();
+                    delete_horizon(&server, &pods.prefix);
                 }
                 Err(e) => panic!("{planted:?}: {e}"),
             }

@@ -489,6 +489,14 @@ pub fn horizon_key(prefix: &str) -> String {
     format!("{prefix}:horizon")
 }
 
+/// Deletes prefix `prefix`'s reload horizon record on `server` (as an eviction would).
+pub fn delete_horizon(server: &RedisServer, prefix: &str) {
+    redis::cmd("DEL")
+        .arg(horizon_key(prefix))
+        .exec(&mut server.connection())
+        .unwrap();
+}
+
 /// What `server` holds under prefix `prefix`'s reload horizon (`None`: no key).
 pub fn horizon_record(server: &RedisServer, prefix: &str) -> Option<String> {
     redis::cmd("GET")
