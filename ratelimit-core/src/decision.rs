@@ -104,16 +104,20 @@ fn ceil_millis(nanos: Nanos) -> u64 {
 
 impl Decision {
     /// Whether this answers a question under `quota`: its window, and a limit no larger than
-    /// its capacity (a failover's local share is smaller) and no smaller than any quota's (1:
-    /// a quota of no calls is refused where it is made), or the unlimited answer
-    /// (`u64::MAX`). A store's answer that is not answers another question: an error, never
-    /// handed on as fact (an admission reported under 1,000 where the quota gives 2, or under
-    /// a day where it counts a minute: probes_store_answers; an admission under a limit of 0,
-    /// by every entry point: probes_ask_step_shapes).
+    /// its capacity (a failover's local share is smaller), above 0 where it admits (a tier of
+    /// no calls refuses under a limit of 0; nothing admits under one), or the unlimited
+    /// answer (`u64::MAX`). A store's answer that is not answers another question: an error,
+    /// never handed on as fact (an admission reported under 1,000 where the quota gives 2, or
+    /// under a day where it counts a minute: probes_store_answers; an admission under a limit
+    /// of 0, by every entry point: probes_ask_step_shapes; a tier of 0's refusal taken for
+    /// one of the wrong shape: fuzz's
+    /// `any_key_tier_budget_cost_and_overrides_is_refused_typed_or_admitted_exactly`).
     #[inline]
     pub(crate) fn is_under(&self, quota: &Quota) -> bool {
         self.limit == u64::MAX
-            || ((1..=quota.capacity()).contains(&self.limit) && self.window == quota.window())
+            || (self.limit <= quota.capacity()
+                && (self.limit > 0 || !self.allowed)
+                && self.window == quota.window())
     }
 
     /// When the budget is back to full (on the clock the decision was made by: the service's,
